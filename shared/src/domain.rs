@@ -1,0 +1,431 @@
+//! Values that arrive from outside, parsed once into types that cannot hold a bad value
+//! ("parse, don't validate"). Everything downstream takes these types, so a malformed order id or a
+//! negative amount is refused at the door with a field-level message and never reaches a store,
+//! a queue or Stripe.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// A field-level reason why an input was refused. `field` is the wire name of the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+/// The merchant's order id: the business identity of a charge.
+///
+/// Non-empty, at most 128 characters, printable ASCII without spaces (`!`..=`~`). The space is
+/// excluded because the id is also the SQS FIFO `MessageGroupId`, which only allows alphanumerics and
+/// punctuation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct OrderId(String);
+
+impl OrderId {
+    pub const MAX_LEN: usize = 128;
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        const FIELD: &str = "order_id";
+        if raw.is_empty() {
+            return Err(ValidationError::new(FIELD, "must not be empty"));
+        }
+        if raw.len() > Self::MAX_LEN {
+            return Err(ValidationError::new(
+                FIELD,
+                format!("must be at most {} characters", Self::MAX_LEN),
+            ));
+        }
+        if !raw.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ValidationError::new(
+                FIELD,
+                "must be printable ASCII without spaces",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for OrderId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Self::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The durable identity of one charge operation, minted once when the operation is recorded.
+/// The idempotency key is derived from it, so the same key survives restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OperationId(Uuid);
+
+impl OperationId {
+    pub fn new_random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    pub fn from_uuid(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        Uuid::parse_str(raw)
+            .map(Self)
+            .map_err(|_| ValidationError::new("operation_id", "must be a UUID"))
+    }
+
+    pub fn as_uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// The Stripe idempotency key for every create of this operation.
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!("{}{}", IdempotencyKey::PREFIX, self.0.hyphenated()))
+    }
+}
+
+impl fmt::Display for OperationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.hyphenated())
+    }
+}
+
+/// `Idempotency-Key` sent to Stripe: `payment-op:<operation_id>`.
+///
+/// Only constructible from an [`OperationId`], so it never carries personal data, is always 47
+/// characters (Stripe allows 255) and is the same on every attempt of the operation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub const PREFIX: &'static str = "payment-op:";
+    pub const MAX_LEN: usize = 255;
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An amount in the currency's minor units (cents for usd). Integer only: money is never a float.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Amount(i64);
+
+impl Amount {
+    /// Stripe's maximum for most currencies (eight digits).
+    pub const MAX: i64 = 99_999_999;
+
+    pub fn new(minor_units: i64) -> Result<Self, ValidationError> {
+        if minor_units <= 0 {
+            return Err(ValidationError::new(
+                "amount",
+                "must be a positive integer in minor units",
+            ));
+        }
+        if minor_units > Self::MAX {
+            return Err(ValidationError::new(
+                "amount",
+                format!("must be at most {}", Self::MAX),
+            ));
+        }
+        Ok(Self(minor_units))
+    }
+
+    pub fn minor_units(&self) -> i64 {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::new(i64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Active ISO 4217 alphabetic codes (lowercase, as Stripe puts them on the wire).
+const ISO_4217: &[&str] = &[
+    "aed", "afn", "all", "amd", "ang", "aoa", "ars", "aud", "awg", "azn", "bam", "bbd", "bdt",
+    "bgn", "bhd", "bif", "bmd", "bnd", "bob", "brl", "bsd", "btn", "bwp", "byn", "bzd", "cad",
+    "cdf", "chf", "clp", "cny", "cop", "crc", "cup", "cve", "czk", "djf", "dkk", "dop", "dzd",
+    "egp", "ern", "etb", "eur", "fjd", "fkp", "gbp", "gel", "ghs", "gip", "gmd", "gnf", "gtq",
+    "gyd", "hkd", "hnl", "htg", "huf", "idr", "ils", "inr", "iqd", "irr", "isk", "jmd", "jod",
+    "jpy", "kes", "kgs", "khr", "kmf", "kpw", "krw", "kwd", "kyd", "kzt", "lak", "lbp", "lkr",
+    "lrd", "lsl", "lyd", "mad", "mdl", "mga", "mkd", "mmk", "mnt", "mop", "mru", "mur", "mvr",
+    "mwk", "mxn", "myr", "mzn", "nad", "ngn", "nio", "nok", "npr", "nzd", "omr", "pab", "pen",
+    "pgk", "php", "pkr", "pln", "pyg", "qar", "ron", "rsd", "rub", "rwf", "sar", "sbd", "scr",
+    "sdg", "sek", "sgd", "shp", "sle", "sos", "srd", "ssp", "stn", "svc", "syp", "szl", "thb",
+    "tjs", "tmt", "tnd", "top", "try", "ttd", "twd", "tzs", "uah", "ugx", "usd", "uyu", "uzs",
+    "ves", "vnd", "vuv", "wst", "xaf", "xcd", "xof", "xpf", "yer", "zar", "zmw", "zwl",
+];
+
+/// An ISO 4217 alphabetic currency code, held lowercase (Stripe's wire form). Input in either case
+/// is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Currency(String);
+
+impl Currency {
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let lower = raw.to_ascii_lowercase();
+        if lower.len() == 3 && ISO_4217.binary_search(&lower.as_str()).is_ok() {
+            Ok(Self(lower))
+        } else {
+            Err(ValidationError::new(
+                "currency",
+                "must be an ISO 4217 currency code such as \"usd\"",
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Currency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Checks a Stripe-style object id: one of the prefixes, then 1..=250 of `[A-Za-z0-9_]`.
+fn parse_stripe_id(
+    field: &'static str,
+    raw: &str,
+    prefixes: &[&str],
+) -> Result<String, ValidationError> {
+    let Some(rest) = prefixes.iter().find_map(|p| raw.strip_prefix(p)) else {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "must be a Stripe id starting with {}",
+                prefixes.join(" or ")
+            ),
+        ));
+    };
+    if rest.is_empty()
+        || rest.len() > 250
+        || !rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(ValidationError::new(
+            field,
+            "must be a Stripe id of letters, digits and underscores",
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+macro_rules! stripe_id {
+    ($(#[$doc:meta])* $name:ident, $field:literal, [$($prefix:literal),+]) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+                parse_stripe_id($field, raw, &[$($prefix),+]).map(Self)
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+stripe_id!(
+    /// A Stripe customer id (`cus_…`).
+    CustomerId,
+    "customer_id",
+    ["cus_"]
+);
+stripe_id!(
+    /// A Stripe payment method id (`pm_…`, or the legacy `card_…` / `src_…`).
+    PaymentMethodId,
+    "payment_method",
+    ["pm_", "card_", "src_"]
+);
+
+/// What kind of effect an operation is. Part of the business identity `(order_id, kind)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationKind {
+    Charge,
+}
+
+impl OperationKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OperationKind::Charge => "charge",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw {
+            "charge" => Ok(OperationKind::Charge),
+            _ => Err(ValidationError::new("kind", "must be \"charge\"")),
+        }
+    }
+}
+
+/// What the customer asked to be charged: the parameters sent to Stripe on every attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChargeParams {
+    pub amount: Amount,
+    pub currency: Currency,
+    pub customer_id: CustomerId,
+    pub payment_method: PaymentMethodId,
+}
+
+impl ChargeParams {
+    /// A stable digest of the parameters. A second checkout for the same order is accepted only with
+    /// the same fingerprint; anything else is a different request and is refused.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let canonical = format!(
+            "v1\n{}\n{}\n{}\n{}",
+            self.amount.minor_units(),
+            self.currency.as_str(),
+            self.customer_id.as_str(),
+            self.payment_method.as_str()
+        );
+        let digest = Sha256::digest(canonical.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        Fingerprint(format!("sha256:{hex}"))
+    }
+}
+
+/// The request fingerprint stored with the operation (see [`ChargeParams::fingerprint`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// Takes a stored fingerprint back as it was written.
+    pub fn from_stored(raw: String) -> Self {
+        Self(raw)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_id_rules() {
+        assert!(OrderId::parse("ord_123-A.b").is_ok());
+        assert_eq!(OrderId::parse("").unwrap_err().field, "order_id");
+        assert!(OrderId::parse("has space").is_err());
+        assert!(OrderId::parse("tab\t").is_err());
+        assert!(OrderId::parse("é").is_err());
+        assert!(OrderId::parse(&"x".repeat(128)).is_ok());
+        assert!(OrderId::parse(&"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn amount_bounds() {
+        assert!(Amount::new(0).is_err());
+        assert!(Amount::new(-5).is_err());
+        assert_eq!(Amount::new(1).unwrap().minor_units(), 1);
+        assert!(Amount::new(99_999_999).is_ok());
+        assert!(Amount::new(100_000_000).is_err());
+        // Money is never a float on the wire either.
+        assert!(serde_json::from_str::<Amount>("12.5").is_err());
+        assert!(serde_json::from_str::<Amount>("1250").is_ok());
+    }
+
+    #[test]
+    fn currency_is_iso_and_lowercase() {
+        assert!(
+            ISO_4217.windows(2).all(|w| w[0] < w[1]),
+            "list must stay sorted"
+        );
+        assert_eq!(Currency::parse("USD").unwrap().as_str(), "usd");
+        assert_eq!(Currency::parse("eur").unwrap().as_str(), "eur");
+        assert!(Currency::parse("usdd").is_err());
+        assert!(Currency::parse("xyz").is_err());
+        assert!(Currency::parse("").is_err());
+    }
+
+    #[test]
+    fn stripe_ids() {
+        assert!(CustomerId::parse("cus_Abc123").is_ok());
+        assert!(CustomerId::parse("cus_").is_err());
+        assert!(CustomerId::parse("pm_card_visa").is_err());
+        assert!(PaymentMethodId::parse("pm_card_visa").is_ok());
+        assert!(PaymentMethodId::parse("pm_card_chargeDeclined").is_ok());
+        assert!(PaymentMethodId::parse("pm_x;DROP").is_err());
+        assert_eq!(
+            PaymentMethodId::parse("").unwrap_err().field,
+            "payment_method"
+        );
+    }
+
+    #[test]
+    fn idempotency_key_is_derived_from_operation_id_only() {
+        let id = OperationId::parse("6f1c2a4e-8a3b-4c5d-9e0f-112233445566").unwrap();
+        let key = id.idempotency_key();
+        assert_eq!(
+            key.as_str(),
+            "payment-op:6f1c2a4e-8a3b-4c5d-9e0f-112233445566"
+        );
+        assert!(key.as_str().len() <= IdempotencyKey::MAX_LEN);
+        assert_eq!(key, id.idempotency_key());
+    }
+
+    #[test]
+    fn fingerprint_changes_with_any_parameter() {
+        let base = ChargeParams {
+            amount: Amount::new(1000).unwrap(),
+            currency: Currency::parse("usd").unwrap(),
+            customer_id: CustomerId::parse("cus_1").unwrap(),
+            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+        };
+        let mut other = base.clone();
+        assert_eq!(base.fingerprint(), other.fingerprint());
+        other.amount = Amount::new(1001).unwrap();
+        assert_ne!(base.fingerprint(), other.fingerprint());
+        let mut other = base.clone();
+        other.currency = Currency::parse("eur").unwrap();
+        assert_ne!(base.fingerprint(), other.fingerprint());
+    }
+}

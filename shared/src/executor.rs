@@ -1,0 +1,274 @@
+//! The charge executor: the seed's `execute_charge`, on the ports, safe to call any number of times
+//! for the same operation, concurrently or after a crash at any point.
+//!
+//! 1. **Claim** the operation in one conditional write (unsettled, not in review, no live lease);
+//!    `first_attempted_at` is durable before Stripe is called. A settled operation returns here
+//!    with zero gateway calls.
+//! 2. **Act**, as [`plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
+//!    `metadata['operation_id']` once the key window has passed (never create then); otherwise create
+//!    with the key derived from the operation id.
+//! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
+//!    late duplicate can never overwrite a settled record.
+
+pub mod plan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use crate::domain::OperationId;
+use crate::operation::{Lease, LeaseToken, OperationKey, OperationStatus, Review};
+use crate::outcome::RetryCause;
+use crate::ports::{
+    Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
+    Recorded, StoreError,
+};
+use crate::time::Clock;
+
+pub use plan::{Decision, Step};
+
+/// The timings that govern execution and reconciliation.
+#[derive(Debug, Clone)]
+pub struct ChargePolicy {
+    /// How long after `first_attempted_at` a create may be re-sent with the same key. Stripe may prune
+    /// keys once they are 24 h old; 23 h leaves a margin (our judgement, not Stripe's guarantee).
+    pub key_window: Duration,
+    /// How long after the key window before we trust Stripe search (which is not read-after-write).
+    pub search_min_age: Duration,
+    /// How long a claim protects the Stripe call. Longer than the HTTP client's total timeout.
+    pub lease_ttl: Duration,
+    /// How long a fresh `pending` operation may wait for its queue message before the reconciler
+    /// re-sends it.
+    pub pending_grace: Duration,
+    /// When to look again after "nothing happened, retry later" (429, 409, auth).
+    pub retry_after: Duration,
+    /// Backoff for unknown outcomes: `base * 2^(attempts-1)`, capped at `max`.
+    pub unknown_backoff_base: Duration,
+    pub unknown_backoff_max: Duration,
+}
+
+impl Default for ChargePolicy {
+    fn default() -> Self {
+        Self {
+            key_window: Duration::from_secs(23 * 3600),
+            search_min_age: Duration::from_secs(10 * 60),
+            lease_ttl: Duration::from_secs(60),
+            pending_grace: Duration::from_secs(5 * 60),
+            retry_after: Duration::from_secs(60),
+            unknown_backoff_base: Duration::from_secs(60),
+            unknown_backoff_max: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What the caller should do with the message that asked for this execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// It was settled before we came: nothing was called.
+    AlreadySettled,
+    /// We settled it now.
+    Settled,
+    /// Recorded as unknown (or still pending); the unknown index schedules the next look.
+    Scheduled,
+    /// Nothing happened at Stripe and the store is unchanged but for the error: retry the message.
+    RetryLater(RetryCause),
+    /// Someone else holds a live lease on it: retry the message later.
+    Busy,
+    /// A person must look at it; the reason is recorded on the operation.
+    InReview(String),
+    /// Our outcome was refused because someone else's write came first (lease lost, or settled
+    /// meanwhile). The other writer's record stands.
+    Superseded,
+}
+
+impl Disposition {
+    /// True when the triggering message should be retried (reported as a batch item failure).
+    pub fn wants_retry(&self) -> bool {
+        matches!(self, Disposition::RetryLater(_) | Disposition::Busy)
+    }
+}
+
+/// What one execution did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeReport {
+    pub status: OperationStatus,
+    pub external_id: Option<String>,
+    pub disposition: Disposition,
+    /// Calls made to the gateway by this execution (0 or 1).
+    pub gateway_calls: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    #[error("no operation {operation_id} for order {order_id}")]
+    NotFound {
+        order_id: String,
+        operation_id: OperationId,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Everything execution needs, built once per process.
+#[derive(Clone)]
+pub struct ChargeDeps {
+    pub store: Arc<dyn OperationStore>,
+    pub gateway: Arc<dyn PaymentGateway>,
+    pub clock: Arc<dyn Clock>,
+    pub policy: ChargePolicy,
+}
+
+/// Runs one operation as far as it can go now. See the module docs for the steps.
+#[tracing::instrument(
+    name = "execute_charge",
+    skip_all,
+    fields(order_id = %key.order_id, operation_id = %operation_id)
+)]
+pub async fn execute_charge(
+    deps: &ChargeDeps,
+    key: &OperationKey,
+    operation_id: &OperationId,
+) -> Result<ChargeReport, ExecuteError> {
+    let now = deps.clock.now();
+    let lease = Lease {
+        token: LeaseToken::new_random(),
+        expires_at: now.plus(deps.policy.lease_ttl),
+    };
+    let claim = deps
+        .store
+        .claim(&ClaimRequest {
+            key: key.clone(),
+            operation_id: *operation_id,
+            lease,
+            now,
+        })
+        .await?;
+    let op = match claim {
+        Claim::Claimed(op) => op,
+        Claim::Settled(op) => {
+            info!(status = %op.status, "already settled; no gateway call");
+            return Ok(report(
+                op.status,
+                op.external_id,
+                Disposition::AlreadySettled,
+                0,
+            ));
+        }
+        Claim::Leased(op) => {
+            info!("another execution holds the lease");
+            return Ok(report(op.status, op.external_id, Disposition::Busy, 0));
+        }
+        Claim::InReview(op) => {
+            let reason = op.review.map(|r| r.reason).unwrap_or_default();
+            info!(%reason, "in review; left for an operator");
+            return Ok(report(
+                op.status,
+                op.external_id,
+                Disposition::InReview(reason),
+                0,
+            ));
+        }
+        Claim::NotFound => {
+            return Err(ExecuteError::NotFound {
+                order_id: key.order_id.to_string(),
+                operation_id: *operation_id,
+            })
+        }
+    };
+
+    let step = plan::next_step(&op, now, &deps.policy);
+    let decision = match &step {
+        Step::Create => {
+            let result = deps
+                .gateway
+                .create(&CreatePaymentIntent::for_operation(&op))
+                .await;
+            plan::after_create(&op, result, deps.clock.now(), &deps.policy)
+        }
+        Step::Retrieve(id) => {
+            let result = deps.gateway.retrieve(id).await;
+            plan::after_retrieve(&op, result, deps.clock.now(), &deps.policy)
+        }
+        Step::Search => {
+            let result = deps.gateway.search_by_operation(&op.operation_id).await;
+            plan::after_search(&op, result, deps.clock.now(), &deps.policy)
+        }
+        Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
+    };
+    let gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
+
+    if let Disposition::InReview(reason) = &decision.disposition {
+        if decision.key_misuse {
+            error!(%reason, "idempotency key misuse: a bug in key derivation; sent to review");
+        } else {
+            warn!(%reason, "sent to review");
+        }
+    }
+
+    let now = deps.clock.now();
+    let recorded = deps
+        .store
+        .record(&OutcomeRecord {
+            key: key.clone(),
+            operation_id: *operation_id,
+            lease_token: lease.token,
+            status: decision.status,
+            external_id: decision.external_id.clone(),
+            last_error: decision.last_error.clone(),
+            review: decision.review.clone().map(|reason| Review {
+                reason,
+                flagged_at: now,
+            }),
+            next_due_at: decision.next_due_at,
+            now,
+        })
+        .await?;
+    match recorded {
+        Recorded::Written(op) => {
+            info!(
+                step = step.name(),
+                status = %op.status,
+                external_id = op.external_id.as_deref().unwrap_or(""),
+                error = op.last_error.as_deref().unwrap_or(""),
+                "recorded"
+            );
+            Ok(report(
+                op.status,
+                op.external_id,
+                decision.disposition,
+                gateway_calls,
+            ))
+        }
+        Recorded::Refused(current) => {
+            warn!(
+                step = step.name(),
+                wanted = %decision.status,
+                "outcome refused by the store: lease lost or already settled"
+            );
+            let (status, external_id) = current
+                .map(|op| (op.status, op.external_id))
+                .unwrap_or((decision.status, decision.external_id));
+            Ok(report(
+                status,
+                external_id,
+                Disposition::Superseded,
+                gateway_calls,
+            ))
+        }
+    }
+}
+
+fn report(
+    status: OperationStatus,
+    external_id: Option<String>,
+    disposition: Disposition,
+    gateway_calls: u32,
+) -> ChargeReport {
+    ChargeReport {
+        status,
+        external_id,
+        disposition,
+        gateway_calls,
+    }
+}

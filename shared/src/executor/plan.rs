@@ -1,0 +1,296 @@
+//! The charge state machine as pure functions of (record, gateway answer, now): no I/O, so every
+//! seed scenario and every edge is a plain unit test.
+
+use crate::operation::{Operation, OperationStatus};
+use crate::outcome::{outcome_for, GatewayError, PaymentIntent};
+use crate::time::Timestamp;
+
+use super::{ChargePolicy, Disposition};
+
+/// What to do with a claimed operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The PaymentIntent id is known: re-sending the create would only replay its first answer, so
+    /// read its current state instead.
+    Retrieve(String),
+    /// The key window has passed: the key may be pruned and a create could charge again. Find what
+    /// exists by `metadata['operation_id']` instead.
+    Search,
+    /// The key window has passed but not long enough for search to be trusted: do nothing yet.
+    WaitForSearch(Timestamp),
+    /// Inside the key window: create (or re-create) with the same idempotency key.
+    Create,
+}
+
+impl Step {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Retrieve(_) => "retrieve",
+            Step::Search => "search",
+            Step::WaitForSearch(_) => "wait_for_search",
+            Step::Create => "create",
+        }
+    }
+}
+
+/// Decides the step for an operation we hold the lease on (so `first_attempted_at` is set).
+pub fn next_step(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Step {
+    if let Some(id) = &op.external_id {
+        return Step::Retrieve(id.clone());
+    }
+    if op.key_window_passed(now, policy.key_window) {
+        let searchable_at = search_allowed_at(op, policy);
+        if now >= searchable_at {
+            return Step::Search;
+        }
+        return Step::WaitForSearch(searchable_at);
+    }
+    Step::Create
+}
+
+/// When search may settle an operation: the key window plus Stripe's search lag, measured from the
+/// first attempt. A create made late in the window is covered because the window closes all creates
+/// `search_min_age` before search opens.
+pub fn search_allowed_at(op: &Operation, policy: &ChargePolicy) -> Timestamp {
+    let first = op.first_attempted_at.unwrap_or(op.created_at);
+    first.plus(policy.key_window).plus(policy.search_min_age)
+}
+
+/// The next record for an operation, and what it means for the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub status: OperationStatus,
+    pub external_id: Option<String>,
+    pub last_error: Option<String>,
+    /// A reason for review, when a person must decide.
+    pub review: Option<String>,
+    /// `None` when settled.
+    pub next_due_at: Option<Timestamp>,
+    pub disposition: Disposition,
+    /// The review was caused by a key misuse (logged as an error, not a warning).
+    pub key_misuse: bool,
+}
+
+impl Decision {
+    fn from_payment_intent(
+        op: &Operation,
+        pi: PaymentIntent,
+        now: Timestamp,
+        policy: &ChargePolicy,
+    ) -> Self {
+        let status = outcome_for(&pi.status);
+        if status.is_settled() {
+            Decision {
+                status,
+                last_error: (status == OperationStatus::Failed)
+                    .then(|| format!("payment intent {}", pi.status)),
+                external_id: Some(pi.id),
+                review: None,
+                next_due_at: None,
+                disposition: Disposition::Settled,
+                key_misuse: false,
+            }
+        } else {
+            Decision {
+                status,
+                last_error: Some(format!("payment intent {}", pi.status)),
+                external_id: Some(pi.id),
+                review: None,
+                next_due_at: Some(unknown_due_at(op, now, policy)),
+                disposition: Disposition::Scheduled,
+                key_misuse: false,
+            }
+        }
+    }
+
+    /// The status stays as it was; only the error and the next look change.
+    fn unchanged(
+        op: &Operation,
+        error: &GatewayError,
+        next_due_at: Timestamp,
+        disposition: Disposition,
+    ) -> Self {
+        Decision {
+            status: op.status,
+            external_id: None,
+            last_error: Some(error.to_string()),
+            review: None,
+            next_due_at: Some(next_due_at),
+            disposition,
+            key_misuse: false,
+        }
+    }
+
+    /// Flags for review; the index orders review items by when they were flagged.
+    fn review(status: OperationStatus, reason: String, key_misuse: bool, now: Timestamp) -> Self {
+        Decision {
+            status,
+            external_id: None,
+            last_error: Some(reason.clone()),
+            review: Some(reason.clone()),
+            next_due_at: Some(now),
+            disposition: Disposition::InReview(reason),
+            key_misuse,
+        }
+    }
+}
+
+/// Backoff for an unknown outcome, never past the moment search may settle it.
+pub fn unknown_due_at(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Timestamp {
+    let exponent = op.attempts.saturating_sub(1).min(20);
+    let backoff = policy
+        .unknown_backoff_base
+        .saturating_mul(1u32 << exponent)
+        .min(policy.unknown_backoff_max);
+    let due = now.plus(backoff);
+    let search_at = search_allowed_at(op, policy);
+    if due > search_at && now < search_at {
+        search_at
+    } else {
+        due
+    }
+}
+
+/// After a create with the operation's key.
+pub fn after_create(
+    op: &Operation,
+    result: Result<PaymentIntent, GatewayError>,
+    now: Timestamp,
+    policy: &ChargePolicy,
+) -> Decision {
+    let err = match result {
+        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy),
+        Err(err) => err,
+    };
+    match &err {
+        // Stripe executed the request and the card was declined: settled, never retried.
+        GatewayError::Declined {
+            payment_intent_id, ..
+        } => Decision {
+            status: OperationStatus::Failed,
+            external_id: payment_intent_id.clone(),
+            last_error: Some(err.to_string()),
+            review: None,
+            next_due_at: None,
+            disposition: Disposition::Settled,
+            key_misuse: false,
+        },
+        // Certainly nothing happened: keep the status, come back soon with the same key.
+        GatewayError::RetryLater { cause, .. } => Decision::unchanged(
+            op,
+            &err,
+            now.plus(policy.retry_after),
+            Disposition::RetryLater(*cause),
+        ),
+        // It may have charged. Unknown, never failed; the same key makes the next create safe.
+        GatewayError::Ambiguous { .. } => Decision {
+            status: OperationStatus::Unknown,
+            external_id: None,
+            last_error: Some(err.to_string()),
+            review: None,
+            next_due_at: Some(unknown_due_at(op, now, policy)),
+            disposition: Disposition::Scheduled,
+            key_misuse: false,
+        },
+        // Our key met different parameters: something under this key exists and our key derivation
+        // is wrong. Never retried with another key; a person decides.
+        GatewayError::KeyMisuse { .. } => {
+            Decision::review(OperationStatus::Unknown, err.to_string(), true, now)
+        }
+        // Stripe refused the request as invalid (a validation failure is not saved under the key,
+        // so nothing was created by it). Marking the operation failed would tell the customer their
+        // card failed when our data is wrong (unknown customer, detached payment method), and
+        // retrying would be refused the same way: review, with the status left as it was.
+        GatewayError::Rejected { .. } => Decision::review(op.status, err.to_string(), false, now),
+    }
+}
+
+/// After reading a PaymentIntent whose id we had recorded.
+pub fn after_retrieve(
+    op: &Operation,
+    result: Result<PaymentIntent, GatewayError>,
+    now: Timestamp,
+    policy: &ChargePolicy,
+) -> Decision {
+    let err = match result {
+        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy),
+        Err(err) => err,
+    };
+    match &err {
+        GatewayError::RetryLater { cause, .. } => Decision::unchanged(
+            op,
+            &err,
+            now.plus(policy.retry_after),
+            Disposition::RetryLater(*cause),
+        ),
+        GatewayError::Ambiguous { .. } => Decision::unchanged(
+            op,
+            &err,
+            unknown_due_at(op, now, policy),
+            Disposition::Scheduled,
+        ),
+        // A recorded id Stripe does not know, or any other refusal: our record and Stripe disagree.
+        _ => Decision::review(
+            op.status,
+            format!(
+                "retrieve of {} failed: {err}",
+                op.external_id.as_deref().unwrap_or("?")
+            ),
+            false,
+            now,
+        ),
+    }
+}
+
+/// After searching by operation id past the key window.
+pub fn after_search(
+    op: &Operation,
+    result: Result<Vec<PaymentIntent>, GatewayError>,
+    now: Timestamp,
+    policy: &ChargePolicy,
+) -> Decision {
+    match result {
+        Ok(mut found) if found.len() == 1 => {
+            let pi = found.remove(0);
+            Decision::from_payment_intent(op, pi, now, policy)
+        }
+        // Not finding it does not prove it does not exist (search lags during incidents), and two
+        // matches mean something already went wrong: a person checks the Stripe dashboard.
+        Ok(found) => Decision::review(
+            OperationStatus::Unknown,
+            format!(
+                "key window passed; search found {} payment intents for the operation",
+                found.len()
+            ),
+            false,
+            now,
+        ),
+        Err(err @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            Decision::unchanged(
+                op,
+                &err,
+                now.plus(policy.retry_after),
+                Disposition::Scheduled,
+            )
+        }
+        Err(err) => Decision::review(
+            OperationStatus::Unknown,
+            format!("search failed: {err}"),
+            false,
+            now,
+        ),
+    }
+}
+
+/// Past the key window but before search can be trusted: release the lease and come back then.
+pub fn wait_for_search(op: &Operation, until: Timestamp) -> Decision {
+    Decision {
+        status: op.status,
+        external_id: None,
+        last_error: op.last_error.clone(),
+        review: None,
+        next_due_at: Some(until),
+        disposition: Disposition::Scheduled,
+        key_misuse: false,
+    }
+}

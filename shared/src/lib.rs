@@ -1,0 +1,36 @@
+//! # charge-once: the charge core
+//!
+//! One confirmed order must become **exactly one** charge at Stripe, although every hop under it
+//! (API retries, SQS, Lambda, the network) delivers at least once. This crate holds everything that
+//! decides what happens; the Lambda functions under `functions/` only wire it to AWS.
+//!
+//! Map of the crate:
+//! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
+//!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
+//! - [`time`]: `Timestamp` (milliseconds since the epoch) and the injected [`time::Clock`].
+//! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
+//! - [`outcome`]: Stripe's answers, classified once: [`outcome::outcome_for`] and [`outcome::GatewayError`].
+//! - [`ports`]: the traits the core needs from the world: [`ports::OperationStore`],
+//!   [`ports::ChargeQueue`], [`ports::PaymentGateway`].
+//! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
+//!   built on the pure decisions in [`executor::plan`].
+//! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
+//!   fake gateway, for fast tests and the embedded simulation.
+//!
+//! Domain logic never imports an AWS or HTTP type; adapters never decide business outcomes.
+
+pub mod domain;
+pub mod executor;
+pub mod memory;
+pub mod operation;
+pub mod outcome;
+pub mod ports;
+pub mod time;
+
+pub use domain::{
+    Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
+    OperationKind, OrderId, PaymentMethodId, ValidationError,
+};
+pub use operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
+pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -1,0 +1,336 @@
+//! [`FakeGateway`]: the seed's `FakeStripe`, a model of Stripe's idempotency layer in memory.
+//!
+//! Same key and same parameters replay the first answer (errors included); same key and other
+//! parameters is a key misuse; faults are scripted per create call; keys can be pruned as Stripe does
+//! after 24 h; statuses can change later. Every PaymentIntent actually created is kept, so a test
+//! asserts how many charges really happened.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::domain::{Fingerprint, OperationId};
+use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use crate::ports::{CreatePaymentIntent, PaymentGateway};
+
+/// A fault applied to the next create call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeFault {
+    /// Created and saved under the key, but the caller sees a connection reset.
+    LoseResponse,
+    /// Created, and the 500 is saved under the key (so retries with the key replay the 500).
+    ServerErrorAfterCommit,
+    /// 500 before anything executed: nothing created, nothing saved.
+    ServerErrorBeforeCommit,
+    /// 429 from the rate limiter in front of the idempotency layer.
+    RateLimited,
+    /// 409 `idempotency_key_in_use`.
+    KeyInUse,
+    /// 401: our API key is wrong.
+    Unauthorized,
+    /// 400 `invalid_request_error` (validation; not saved).
+    Rejected,
+    /// The card is declined (402); the PaymentIntent is left in `requires_payment_method`.
+    Decline(&'static str),
+}
+
+/// A PaymentIntent that exists at the fake Stripe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeCharge {
+    pub status: PaymentIntentStatus,
+    pub operation_id: OperationId,
+    pub idempotency_key: String,
+}
+
+/// Calls received, by endpoint.
+#[derive(Debug, Default)]
+pub struct GatewayCalls {
+    pub create: AtomicU64,
+    pub retrieve: AtomicU64,
+    pub search: AtomicU64,
+}
+
+impl GatewayCalls {
+    pub fn total(&self) -> u64 {
+        self.create.load(Ordering::SeqCst)
+            + self.retrieve.load(Ordering::SeqCst)
+            + self.search.load(Ordering::SeqCst)
+    }
+}
+
+struct Saved {
+    fingerprint: Fingerprint,
+    answer: Result<PaymentIntent, GatewayError>,
+}
+
+struct State {
+    saved: HashMap<String, Saved>,
+    charges: BTreeMap<String, FakeCharge>,
+    next_id: u64,
+    first_status: PaymentIntentStatus,
+    script: VecDeque<FakeFault>,
+    in_flight: HashMap<String, u32>,
+}
+
+pub struct FakeGateway {
+    state: Mutex<State>,
+    create_delay: Mutex<Option<Duration>>,
+    pub calls: GatewayCalls,
+}
+
+impl Default for FakeGateway {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeGateway {
+    /// Creates succeed with status `succeeded`.
+    pub fn new() -> Self {
+        Self::with_first_status(PaymentIntentStatus::Succeeded)
+    }
+
+    /// Creates return this status (e.g. `processing`) unless a fault says otherwise.
+    pub fn with_first_status(first_status: PaymentIntentStatus) -> Self {
+        Self {
+            state: Mutex::new(State {
+                saved: HashMap::new(),
+                charges: BTreeMap::new(),
+                next_id: 0,
+                first_status,
+                script: VecDeque::new(),
+                in_flight: HashMap::new(),
+            }),
+            create_delay: Mutex::new(None),
+            calls: GatewayCalls::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `fault` to the next create call (queued after earlier ones).
+    pub fn script(&self, fault: FakeFault) {
+        self.lock().script.push_back(fault);
+    }
+
+    /// Makes every create take this long inside the call (to make races real).
+    pub fn set_create_delay(&self, delay: Duration) {
+        *self.create_delay.lock().unwrap_or_else(|p| p.into_inner()) = Some(delay);
+    }
+
+    /// Forgets every saved key, as Stripe may once keys are 24 h old: the same key creates anew.
+    pub fn prune_keys(&self) {
+        self.lock().saved.clear();
+    }
+
+    /// Changes a PaymentIntent's status, as Stripe does when `processing` settles.
+    pub fn set_status(&self, id: &str, status: PaymentIntentStatus) {
+        if let Some(c) = self.lock().charges.get_mut(id) {
+            c.status = status;
+        }
+    }
+
+    /// Adds a PaymentIntent that was not created through this gateway's create (a duplicate made by
+    /// hand in the dashboard, say).
+    pub fn insert_charge(&self, operation_id: OperationId, status: PaymentIntentStatus) -> String {
+        let mut st = self.lock();
+        st.next_id += 1;
+        let id = format!("pi_fake{}", st.next_id);
+        st.charges.insert(
+            id.clone(),
+            FakeCharge {
+                status,
+                operation_id,
+                idempotency_key: String::new(),
+            },
+        );
+        id
+    }
+
+    /// Every PaymentIntent created, by id: the external side effect.
+    pub fn charges(&self) -> BTreeMap<String, FakeCharge> {
+        self.lock().charges.clone()
+    }
+
+    pub fn charge_count(&self) -> usize {
+        self.lock().charges.len()
+    }
+
+    fn commit(
+        st: &mut State,
+        req: &CreatePaymentIntent,
+        status: PaymentIntentStatus,
+    ) -> PaymentIntent {
+        st.next_id += 1;
+        let id = format!("pi_fake{}", st.next_id);
+        st.charges.insert(
+            id.clone(),
+            FakeCharge {
+                status: status.clone(),
+                operation_id: req.operation_id,
+                idempotency_key: req.idempotency_key.as_str().to_owned(),
+            },
+        );
+        PaymentIntent {
+            id,
+            status,
+            replayed: false,
+        }
+    }
+
+    fn answer(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let mut st = self.lock();
+        let fault = st.script.pop_front();
+        // Rate limiting, auth and validation run before the idempotency layer: nothing is saved.
+        match &fault {
+            Some(FakeFault::RateLimited) => {
+                return Err(GatewayError::RetryLater {
+                    cause: RetryCause::RateLimited,
+                    detail: "429 rate_limit".into(),
+                })
+            }
+            Some(FakeFault::Unauthorized) => {
+                return Err(GatewayError::RetryLater {
+                    cause: RetryCause::Configuration,
+                    detail: "401 invalid api key".into(),
+                })
+            }
+            Some(FakeFault::Rejected) => {
+                return Err(GatewayError::Rejected {
+                    detail: "400 invalid_request_error: No such customer".into(),
+                    param: Some("customer".into()),
+                })
+            }
+            _ => {}
+        }
+        let key = req.idempotency_key.as_str().to_owned();
+        let fingerprint = req.params.fingerprint();
+        if let Some(saved) = st.saved.get(&key) {
+            if saved.fingerprint != fingerprint {
+                return Err(GatewayError::KeyMisuse {
+                    detail: "400 idempotency_error: keys can only be used with the same parameters"
+                        .into(),
+                });
+            }
+            return match &saved.answer {
+                Ok(pi) => Ok(PaymentIntent {
+                    replayed: true,
+                    ..pi.clone()
+                }),
+                Err(e) => Err(e.clone()),
+            };
+        }
+        if fault == Some(FakeFault::KeyInUse) || st.in_flight.get(&key).copied().unwrap_or(0) > 1 {
+            return Err(GatewayError::RetryLater {
+                cause: RetryCause::KeyInUse,
+                detail: "409 idempotency_key_in_use".into(),
+            });
+        }
+        if fault == Some(FakeFault::ServerErrorBeforeCommit) {
+            return Err(GatewayError::Ambiguous {
+                detail: "500 api_error".into(),
+            });
+        }
+        let (answer, returned) = match fault {
+            Some(FakeFault::Decline(code)) => {
+                let pi = Self::commit(&mut st, req, PaymentIntentStatus::RequiresPaymentMethod);
+                let e = GatewayError::Declined {
+                    code: code.to_owned(),
+                    payment_intent_id: Some(pi.id),
+                };
+                (Err(e.clone()), Err(e))
+            }
+            Some(FakeFault::ServerErrorAfterCommit) => {
+                let status = st.first_status.clone();
+                Self::commit(&mut st, req, status);
+                let e = GatewayError::Ambiguous {
+                    detail: "500 api_error".into(),
+                };
+                (Err(e.clone()), Err(e))
+            }
+            Some(FakeFault::LoseResponse) => {
+                let status = st.first_status.clone();
+                let pi = Self::commit(&mut st, req, status);
+                (
+                    Ok(pi),
+                    Err(GatewayError::Ambiguous {
+                        detail: "connection reset".into(),
+                    }),
+                )
+            }
+            _ => {
+                let status = st.first_status.clone();
+                let pi = Self::commit(&mut st, req, status);
+                (Ok(pi.clone()), Ok(pi))
+            }
+        };
+        st.saved.insert(
+            key,
+            Saved {
+                fingerprint,
+                answer,
+            },
+        );
+        returned
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for FakeGateway {
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.calls.create.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.create_delay.lock().unwrap_or_else(|p| p.into_inner());
+        let key = req.idempotency_key.as_str().to_owned();
+        *self.lock().in_flight.entry(key.clone()).or_default() += 1;
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        let result = self.answer(req);
+        let mut st = self.lock();
+        if let Some(n) = st.in_flight.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                st.in_flight.remove(&key);
+            }
+        }
+        result
+    }
+
+    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+        self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
+        match self.lock().charges.get(id) {
+            Some(c) => Ok(PaymentIntent {
+                id: id.to_owned(),
+                status: c.status.clone(),
+                replayed: false,
+            }),
+            None => Err(GatewayError::Rejected {
+                detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
+                param: Some("id".into()),
+            }),
+        }
+    }
+
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.calls.search.fetch_add(1, Ordering::SeqCst);
+        Ok(self
+            .lock()
+            .charges
+            .iter()
+            .filter(|(_, c)| c.operation_id == *operation_id)
+            .map(|(id, c)| PaymentIntent {
+                id: id.clone(),
+                status: c.status.clone(),
+                replayed: false,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,12 @@
+//! In-memory adapters with the same conditional semantics as the real ones.
+//!
+//! They serve the fast core tests and the embedded simulation, and pass the same contract tests as
+//! the DynamoDB and SQS adapters. They are never used instead of testing those.
+
+mod gateway;
+mod queue;
+mod store;
+
+pub use gateway::{FakeFault, FakeGateway, GatewayCalls};
+pub use queue::{MemoryQueue, ReceivedMessage};
+pub use store::{MemoryStore, StoreCalls};

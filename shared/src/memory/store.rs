@@ -1,0 +1,233 @@
+//! [`MemoryStore`]: the operation table in a `Mutex<BTreeMap>`, every write checked under the lock
+//! exactly as DynamoDB checks its condition expression.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::operation::{Operation, OperationKey, OperationStatus};
+use crate::ports::{
+    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
+    Page, Recorded, Reschedule, StoreError,
+};
+
+/// Calls made to the store, split like DynamoDB bills them.
+#[derive(Debug, Default)]
+pub struct StoreCalls {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub queries: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct MemoryStore {
+    items: Mutex<BTreeMap<OperationKey, Operation>>,
+    pub calls: StoreCalls,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every record, for assertions and reports.
+    pub fn all(&self) -> Vec<Operation> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<OperationKey, Operation>> {
+        // A panic while holding the lock cannot leave a half-applied write (every write is one
+        // assignment), so a poisoned lock is still consistent.
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) {
+        self.calls.writes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Position in the index: due time, then the business key.
+fn index_position(op: &Operation) -> (i64, String) {
+    let due = op.next_due_at.map(|t| t.as_millis()).unwrap_or(i64::MAX);
+    (due, op.order_id.as_str().to_owned())
+}
+
+fn encode_cursor(op: &Operation) -> String {
+    let (due, order) = index_position(op);
+    format!("{due}|{order}")
+}
+
+fn decode_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
+    let (due, order) = cursor
+        .split_once('|')
+        .ok_or_else(|| StoreError::new("malformed page cursor"))?;
+    let due = due
+        .parse()
+        .map_err(|_| StoreError::new("malformed page cursor"))?;
+    Ok((due, order.to_owned()))
+}
+
+#[async_trait]
+impl OperationStore for MemoryStore {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.write();
+        let mut items = self.lock();
+        let key = op.key();
+        if let Some(existing) = items.get(&key) {
+            return Ok(Created::Existing(existing.clone()));
+        }
+        items.insert(key, op.clone());
+        Ok(Created::New(op.clone()))
+    }
+
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self.lock().get(key).cloned())
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.write();
+        let mut items = self.lock();
+        let Some(op) = items
+            .get_mut(&req.key)
+            .filter(|op| op.operation_id == req.operation_id)
+        else {
+            return Ok(Claim::NotFound);
+        };
+        if op.status.is_settled() {
+            return Ok(Claim::Settled(op.clone()));
+        }
+        if op.review.is_some() {
+            return Ok(Claim::InReview(op.clone()));
+        }
+        if op.has_live_lease(req.now) {
+            return Ok(Claim::Leased(op.clone()));
+        }
+        op.lease = Some(req.lease);
+        op.first_attempted_at.get_or_insert(req.now);
+        op.attempts += 1;
+        op.updated_at = req.now;
+        Ok(Claim::Claimed(op.clone()))
+    }
+
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        self.write();
+        let mut items = self.lock();
+        let Some(op) = items.get_mut(&rec.key) else {
+            return Ok(Recorded::Refused(None));
+        };
+        let holds_lease = op.lease.is_some_and(|l| l.token == rec.lease_token);
+        if op.operation_id != rec.operation_id || !holds_lease || op.status.is_settled() {
+            return Ok(Recorded::Refused(Some(op.clone())));
+        }
+        op.status = rec.status;
+        if let Some(id) = &rec.external_id {
+            op.external_id = Some(id.clone());
+        }
+        op.last_error = rec.last_error.clone();
+        if let Some(review) = &rec.review {
+            op.review = Some(review.clone());
+        }
+        op.lease = None;
+        op.updated_at = rec.now;
+        op.next_due_at = if rec.status.is_settled() {
+            None
+        } else {
+            rec.next_due_at.or(Some(rec.now))
+        };
+        Ok(Recorded::Written(op.clone()))
+    }
+
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.write();
+        let mut items = self.lock();
+        let Some(op) = items.get_mut(&req.key) else {
+            return Ok(Recorded::Refused(None));
+        };
+        if op.operation_id != req.operation_id
+            || op.status != req.expected_status
+            || op.status.is_settled()
+            || op.updated_at != req.expected_updated_at
+        {
+            return Ok(Recorded::Refused(Some(op.clone())));
+        }
+        op.next_due_at = Some(req.next_due_at);
+        if req.bump_redrives {
+            op.redrives += 1;
+        }
+        op.updated_at = req.now;
+        Ok(Recorded::Written(op.clone()))
+    }
+
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.write();
+        let mut items = self.lock();
+        let Some(op) = items.get_mut(&req.key) else {
+            return Ok(Recorded::Refused(None));
+        };
+        if op.operation_id != req.operation_id
+            || op.status.is_settled()
+            || op.has_live_lease(req.resolution.at)
+            || !req.status.is_settled()
+        {
+            return Ok(Recorded::Refused(Some(op.clone())));
+        }
+        op.status = req.status;
+        if let Some(id) = &req.external_id {
+            op.external_id = Some(id.clone());
+        }
+        op.resolution = Some(req.resolution.clone());
+        op.lease = None;
+        op.next_due_at = None;
+        op.updated_at = req.resolution.at;
+        Ok(Recorded::Written(op.clone()))
+    }
+
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.calls.queries.fetch_add(1, Ordering::Relaxed);
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        let items = self.lock();
+        let mut matching: Vec<&Operation> = items
+            .values()
+            .filter(|op| !op.status.is_settled() && op.next_due_at.is_some())
+            .filter(|op| match query {
+                IndexQuery::DueBy(now) => {
+                    op.review.is_none() && op.next_due_at.is_some_and(|due| due <= now)
+                }
+                IndexQuery::Unsettled => op.review.is_none(),
+                IndexQuery::InReview => op.review.is_some(),
+            })
+            .filter(|op| after.as_ref().is_none_or(|a| index_position(op) > *a))
+            .collect();
+        matching.sort_by_key(|op| index_position(op));
+        let limit = limit.max(1);
+        let more = matching.len() > limit;
+        matching.truncate(limit);
+        let next = if more {
+            matching.last().map(|op| encode_cursor(op))
+        } else {
+            None
+        };
+        Ok(Page {
+            operations: matching.into_iter().cloned().collect(),
+            next,
+        })
+    }
+}
+
+impl MemoryStore {
+    /// Counts of records by status, for reports.
+    pub fn count_by_status(&self, status: OperationStatus) -> usize {
+        self.lock()
+            .values()
+            .filter(|op| op.status == status)
+            .count()
+    }
+}

@@ -1,0 +1,211 @@
+//! The durable operation record: one per business identity `(order_id, kind)`, written before any
+//! side effect, and the only place where "did we charge this customer?" is answered.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::{
+    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId, ValidationError,
+};
+use crate::time::Timestamp;
+
+/// Where an operation stands.
+///
+/// `Unknown` is a state, not a failure: a timeout, a reset or a 5xx may have charged the customer,
+/// so it is kept apart until Stripe tells us. `Succeeded` and `Failed` are settled and final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStatus {
+    Pending,
+    Unknown,
+    Succeeded,
+    Failed,
+}
+
+impl OperationStatus {
+    pub fn is_settled(&self) -> bool {
+        matches!(self, OperationStatus::Succeeded | OperationStatus::Failed)
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OperationStatus::Pending => "pending",
+            OperationStatus::Unknown => "unknown",
+            OperationStatus::Succeeded => "succeeded",
+            OperationStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw {
+            "pending" => Ok(Self::Pending),
+            "unknown" => Ok(Self::Unknown),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            _ => Err(ValidationError::new(
+                "status",
+                "must be pending, unknown, succeeded or failed",
+            )),
+        }
+    }
+}
+
+impl fmt::Display for OperationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The business identity of an operation, which is also its primary key: a second operation for
+/// the same order and kind cannot exist.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperationKey {
+    pub order_id: OrderId,
+    pub kind: OperationKind,
+}
+
+impl OperationKey {
+    pub fn charge(order_id: OrderId) -> Self {
+        Self {
+            order_id,
+            kind: OperationKind::Charge,
+        }
+    }
+}
+
+/// A fencing token: whoever holds the live lease is the only one whose outcome is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseToken(Uuid);
+
+impl LeaseToken {
+    pub fn new_random() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        Uuid::parse_str(raw)
+            .map(Self)
+            .map_err(|_| ValidationError::new("lease_token", "must be a UUID"))
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0.hyphenated())
+    }
+}
+
+/// The right to call Stripe for an operation until `expires_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub token: LeaseToken,
+    pub expires_at: Timestamp,
+}
+
+/// Why an operation waits for a person, and since when. An operation in review stays unsettled,
+/// is left alone by the automatic re-drive, and is settled only by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Review {
+    pub reason: String,
+    pub flagged_at: Timestamp,
+}
+
+/// Who settled an operation by hand, when and why (the audit note of `chargectl resolve`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    pub by: String,
+    pub note: String,
+    pub at: Timestamp,
+}
+
+/// The operation record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub order_id: OrderId,
+    pub kind: OperationKind,
+    pub operation_id: OperationId,
+    pub params: ChargeParams,
+    pub fingerprint: Fingerprint,
+    pub status: OperationStatus,
+    /// The PaymentIntent id (`pi_…`) once we know one exists at Stripe.
+    pub external_id: Option<String>,
+    /// How many times the operation was claimed for a Stripe call.
+    pub attempts: u32,
+    /// When the first Stripe call was about to be made: the start of the idempotency key's life.
+    /// Written before the call, never changed afterwards.
+    pub first_attempted_at: Option<Timestamp>,
+    pub last_error: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub lease: Option<Lease>,
+    pub review: Option<Review>,
+    /// When the reconciler should look at this operation next. `None` exactly when settled: the
+    /// operation then leaves the unknown index.
+    pub next_due_at: Option<Timestamp>,
+    /// How many times the reconciler put the operation back on the queue (numbers the dedup ids).
+    pub redrives: u32,
+    pub resolution: Option<Resolution>,
+}
+
+impl Operation {
+    /// A fresh `pending` operation, due for the reconciler after `pending_grace` in case the queue
+    /// message never gets sent.
+    pub fn new(
+        order_id: OrderId,
+        params: ChargeParams,
+        now: Timestamp,
+        pending_grace: Duration,
+    ) -> Self {
+        let fingerprint = params.fingerprint();
+        Self {
+            order_id,
+            kind: OperationKind::Charge,
+            operation_id: OperationId::new_random(),
+            params,
+            fingerprint,
+            status: OperationStatus::Pending,
+            external_id: None,
+            attempts: 0,
+            first_attempted_at: None,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            lease: None,
+            review: None,
+            next_due_at: Some(now.plus(pending_grace)),
+            redrives: 0,
+            resolution: None,
+        }
+    }
+
+    pub fn key(&self) -> OperationKey {
+        OperationKey {
+            order_id: self.order_id.clone(),
+            kind: self.kind,
+        }
+    }
+
+    pub fn idempotency_key(&self) -> IdempotencyKey {
+        self.operation_id.idempotency_key()
+    }
+
+    /// True while someone holds an unexpired lease.
+    pub fn has_live_lease(&self, now: Timestamp) -> bool {
+        self.lease.is_some_and(|l| l.expires_at > now)
+    }
+
+    /// The end of the window in which a create may be re-sent with the same key.
+    pub fn key_window_ends_at(&self, key_window: Duration) -> Option<Timestamp> {
+        self.first_attempted_at.map(|t| t.plus(key_window))
+    }
+
+    /// True once the key may have been pruned by Stripe: from then on we never create again.
+    pub fn key_window_passed(&self, now: Timestamp, key_window: Duration) -> bool {
+        self.key_window_ends_at(key_window)
+            .is_some_and(|end| now >= end)
+    }
+}

@@ -1,0 +1,7 @@
+//! Shared pieces of the workspace integration tests.
+//!
+//! - [`store_contract`]: the behaviour every [`charge_once::ports::OperationStore`] must have, as
+//!   plain async functions; [`store_contract_tests!`] turns them into one `#[tokio::test]` each for a
+//!   given store constructor, so the in-memory store and the DynamoDB adapter run the same suite.
+
+pub mod store_contract;

@@ -1,0 +1,447 @@
+//! The `OperationStore` contract: every condition the charge core relies on, races included.
+//! Each case takes a fresh, empty store and uses order ids unique to the case.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_once::operation::Resolution;
+use charge_once::ports::{
+    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
+    Recorded, Reschedule,
+};
+use charge_once::{
+    Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, Operation, OperationId,
+    OperationStatus, OrderId, PaymentMethodId, Review, Timestamp,
+};
+
+/// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
+pub const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
+const GRACE: Duration = Duration::from_secs(300);
+const LEASE: Duration = Duration::from_secs(60);
+
+pub fn operation(order: &str, amount: i64, now: Timestamp) -> Operation {
+    Operation::new(
+        OrderId::parse(order).expect("valid order id"),
+        ChargeParams {
+            amount: Amount::new(amount).unwrap(),
+            currency: Currency::parse("usd").unwrap(),
+            customer_id: CustomerId::parse("cus_contract").unwrap(),
+            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+        },
+        now,
+        GRACE,
+    )
+}
+
+fn claim_req(op: &Operation, token: LeaseToken, now: Timestamp) -> ClaimRequest {
+    ClaimRequest {
+        key: op.key(),
+        operation_id: op.operation_id,
+        lease: Lease {
+            token,
+            expires_at: now.plus(LEASE),
+        },
+        now,
+    }
+}
+
+fn outcome(
+    op: &Operation,
+    token: LeaseToken,
+    status: OperationStatus,
+    now: Timestamp,
+) -> OutcomeRecord {
+    OutcomeRecord {
+        key: op.key(),
+        operation_id: op.operation_id,
+        lease_token: token,
+        status,
+        external_id: Some("pi_contract".into()),
+        last_error: None,
+        review: None,
+        next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
+        now,
+    }
+}
+
+async fn claimed(
+    store: &dyn OperationStore,
+    op: &Operation,
+    now: Timestamp,
+) -> (LeaseToken, Operation) {
+    let token = LeaseToken::new_random();
+    match store.claim(&claim_req(op, token, now)).await.unwrap() {
+        Claim::Claimed(rec) => (token, rec),
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+pub async fn create_if_absent_returns_the_winner_unchanged(store: Arc<dyn OperationStore>) {
+    let first = operation("contract-create", 1000, T0);
+    assert_eq!(
+        store.create_if_absent(&first).await.unwrap(),
+        Created::New(first.clone())
+    );
+    let second = operation("contract-create", 2000, T0.plus(LEASE));
+    match store.create_if_absent(&second).await.unwrap() {
+        Created::Existing(existing) => assert_eq!(existing, first),
+        other => panic!("expected the existing record, got {other:?}"),
+    }
+    assert_eq!(store.get(&first.key()).await.unwrap(), Some(first));
+}
+
+pub async fn get_of_a_missing_record_is_none(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-missing", 1000, T0);
+    assert_eq!(store.get(&op.key()).await.unwrap(), None);
+}
+
+pub async fn claim_sets_lease_first_attempt_and_attempts(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-claim", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let (token, rec) = claimed(store.as_ref(), &op, T0).await;
+    assert_eq!(rec.attempts, 1);
+    assert_eq!(rec.first_attempted_at, Some(T0));
+    assert_eq!(rec.lease.map(|l| l.token), Some(token));
+    assert_eq!(
+        store.get(&op.key()).await.unwrap(),
+        Some(rec.clone()),
+        "durable"
+    );
+
+    // While the lease is live, nobody else gets it.
+    let other = LeaseToken::new_random();
+    match store
+        .claim(&claim_req(&op, other, T0.plus(Duration::from_secs(59))))
+        .await
+        .unwrap()
+    {
+        Claim::Leased(cur) => assert_eq!(cur.lease.map(|l| l.token), Some(token)),
+        c => panic!("expected Leased, got {c:?}"),
+    }
+    // After it expires, the next claim wins; first_attempted_at never moves.
+    let later = T0.plus(LEASE).plus(Duration::from_millis(1));
+    let (_, again) = claimed(store.as_ref(), &op, later).await;
+    assert_eq!(again.attempts, 2);
+    assert_eq!(again.first_attempted_at, Some(T0));
+}
+
+pub async fn claim_refuses_missing_settled_and_review(store: Arc<dyn OperationStore>) {
+    let missing = operation("contract-claim-missing", 1000, T0);
+    assert_eq!(
+        store
+            .claim(&claim_req(&missing, LeaseToken::new_random(), T0))
+            .await
+            .unwrap(),
+        Claim::NotFound
+    );
+
+    let op = operation("contract-claim-id", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let mut wrong_id = claim_req(&op, LeaseToken::new_random(), T0);
+    wrong_id.operation_id = OperationId::new_random();
+    assert_eq!(store.claim(&wrong_id).await.unwrap(), Claim::NotFound);
+
+    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+    store
+        .record(&outcome(&op, token, OperationStatus::Succeeded, T0))
+        .await
+        .unwrap();
+    match store
+        .claim(&claim_req(&op, LeaseToken::new_random(), T0))
+        .await
+        .unwrap()
+    {
+        Claim::Settled(rec) => assert_eq!(rec.status, OperationStatus::Succeeded),
+        c => panic!("expected Settled, got {c:?}"),
+    }
+
+    let rev = operation("contract-claim-review", 1000, T0);
+    store.create_if_absent(&rev).await.unwrap();
+    let (token, _) = claimed(store.as_ref(), &rev, T0).await;
+    let mut flag = outcome(&rev, token, OperationStatus::Unknown, T0);
+    flag.review = Some(Review {
+        reason: "key window passed; search found 0".into(),
+        flagged_at: T0,
+    });
+    store.record(&flag).await.unwrap();
+    match store
+        .claim(&claim_req(
+            &rev,
+            LeaseToken::new_random(),
+            T0.plus(LEASE * 2),
+        ))
+        .await
+        .unwrap()
+    {
+        Claim::InReview(rec) => assert!(rec.review.is_some()),
+        c => panic!("expected InReview, got {c:?}"),
+    }
+}
+
+pub async fn record_is_fenced_on_the_lease_and_on_an_unsettled_status(
+    store: Arc<dyn OperationStore>,
+) {
+    let op = operation("contract-record", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+
+    let stranger = outcome(&op, LeaseToken::new_random(), OperationStatus::Failed, T0);
+    assert!(matches!(
+        store.record(&stranger).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+
+    let mut unknown = outcome(&op, token, OperationStatus::Unknown, T0);
+    unknown.last_error = Some("outcome unknown: timeout".into());
+    let Recorded::Written(rec) = store.record(&unknown).await.unwrap() else {
+        panic!("the lease holder's write must land");
+    };
+    assert_eq!(rec.status, OperationStatus::Unknown);
+    assert_eq!(rec.lease, None, "recording releases the lease");
+    assert_eq!(rec.external_id.as_deref(), Some("pi_contract"));
+    assert_eq!(rec.last_error.as_deref(), Some("outcome unknown: timeout"));
+    assert_eq!(rec.next_due_at, Some(T0.plus(Duration::from_secs(60))));
+
+    // The old token is spent: it cannot write again.
+    let replay = outcome(&op, token, OperationStatus::Failed, T0);
+    assert!(matches!(
+        store.record(&replay).await.unwrap(),
+        Recorded::Refused(_)
+    ));
+
+    let later = T0.plus(Duration::from_secs(1));
+    let (token2, _) = claimed(store.as_ref(), &op, later).await;
+    let Recorded::Written(done) = store
+        .record(&outcome(&op, token2, OperationStatus::Succeeded, later))
+        .await
+        .unwrap()
+    else {
+        panic!("settling write must land");
+    };
+    assert_eq!(done.status, OperationStatus::Succeeded);
+    assert_eq!(done.next_due_at, None, "settling leaves the index");
+    assert_eq!(done.last_error, None);
+
+    // Settled is final, whatever token is presented.
+    let overwrite = outcome(&op, token2, OperationStatus::Failed, later);
+    match store.record(&overwrite).await.unwrap() {
+        Recorded::Refused(Some(cur)) => assert_eq!(cur.status, OperationStatus::Succeeded),
+        r => panic!("a settled record was overwritten: {r:?}"),
+    }
+}
+
+pub async fn concurrent_claims_have_exactly_one_winner(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-race", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        let req = claim_req(&op, LeaseToken::new_random(), T0);
+        tasks.push(tokio::spawn(
+            async move { store.claim(&req).await.unwrap() },
+        ));
+    }
+    let mut winners = 0;
+    let mut leased = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::Claimed(_) => winners += 1,
+            Claim::Leased(_) => leased += 1,
+            c => panic!("unexpected {c:?}"),
+        }
+    }
+    assert_eq!((winners, leased), (1, 7));
+    assert_eq!(store.get(&op.key()).await.unwrap().unwrap().attempts, 1);
+}
+
+pub async fn concurrent_creates_have_exactly_one_winner(store: Arc<dyn OperationStore>) {
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        let op = operation("contract-create-race", 1000 + i, T0);
+        tasks.push(tokio::spawn(async move {
+            store.create_if_absent(&op).await.unwrap()
+        }));
+    }
+    let mut new = Vec::new();
+    let mut existing = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            Created::New(op) => new.push(op),
+            Created::Existing(op) => existing.push(op),
+        }
+    }
+    assert_eq!(new.len(), 1);
+    assert!(
+        existing.iter().all(|op| *op == new[0]),
+        "losers see the winner"
+    );
+}
+
+pub async fn index_lists_due_unsettled_work_in_due_order_by_pages(store: Arc<dyn OperationStore>) {
+    // Five pending operations due at T0+grace+i s, one settled, one in review, one not due yet.
+    let mut due = Vec::new();
+    for i in 0..5u64 {
+        let op = operation(
+            &format!("contract-index-{i}"),
+            1000,
+            T0.plus(Duration::from_secs(i)),
+        );
+        store.create_if_absent(&op).await.unwrap();
+        due.push(op);
+    }
+    let settled = operation("contract-index-settled", 1000, T0);
+    store.create_if_absent(&settled).await.unwrap();
+    let (token, _) = claimed(store.as_ref(), &settled, T0).await;
+    store
+        .record(&outcome(&settled, token, OperationStatus::Succeeded, T0))
+        .await
+        .unwrap();
+
+    let review = operation("contract-index-review", 1000, T0);
+    store.create_if_absent(&review).await.unwrap();
+    let (token, _) = claimed(store.as_ref(), &review, T0).await;
+    let mut flag = outcome(&review, token, OperationStatus::Unknown, T0);
+    flag.review = Some(Review {
+        reason: "search found 2".into(),
+        flagged_at: T0,
+    });
+    store.record(&flag).await.unwrap();
+
+    let future = operation(
+        "contract-index-future",
+        1000,
+        T0.plus(Duration::from_secs(3600)),
+    );
+    store.create_if_absent(&future).await.unwrap();
+
+    let now = T0.plus(GRACE).plus(Duration::from_secs(10));
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = store
+            .query_index(IndexQuery::DueBy(now), cursor, 2)
+            .await
+            .unwrap();
+        pages += 1;
+        assert!(page.operations.len() <= 2);
+        seen.extend(page.operations.iter().map(|op| op.order_id.to_string()));
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(pages < 10, "pagination must end");
+    }
+    let want: Vec<String> = due.iter().map(|op| op.order_id.to_string()).collect();
+    assert_eq!(
+        seen, want,
+        "due, unsettled, not in review, oldest due first"
+    );
+    assert!(pages >= 3);
+
+    let review_page = store
+        .query_index(IndexQuery::InReview, None, 10)
+        .await
+        .unwrap();
+    let names: Vec<_> = review_page
+        .operations
+        .iter()
+        .map(|o| o.order_id.to_string())
+        .collect();
+    assert_eq!(names, vec!["contract-index-review".to_owned()]);
+
+    let all = store
+        .query_index(IndexQuery::Unsettled, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(all.operations.len(), 6, "5 due + 1 not yet due");
+    assert_eq!(
+        all.operations.last().unwrap().order_id.as_str(),
+        "contract-index-future"
+    );
+}
+
+pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-reschedule", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let req = Reschedule {
+        key: op.key(),
+        operation_id: op.operation_id,
+        expected_status: OperationStatus::Pending,
+        expected_updated_at: op.updated_at,
+        next_due_at: T0.plus(Duration::from_secs(900)),
+        bump_redrives: true,
+        now: T0.plus(Duration::from_secs(1)),
+    };
+    let Recorded::Written(rec) = store.reschedule(&req).await.unwrap() else {
+        panic!("first reschedule must land");
+    };
+    assert_eq!(rec.redrives, 1);
+    assert_eq!(rec.next_due_at, Some(T0.plus(Duration::from_secs(900))));
+    // The same read again is stale now: refused, nothing changes.
+    assert!(matches!(
+        store.reschedule(&req).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+    assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
+}
+
+pub async fn resolve_settles_once_and_refuses_a_settled_record(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-resolve", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let req = ManualResolution {
+        key: op.key(),
+        operation_id: op.operation_id,
+        status: OperationStatus::Succeeded,
+        external_id: Some("pi_by_hand".into()),
+        resolution: Resolution {
+            by: "alice".into(),
+            note: "found in dashboard".into(),
+            at: T0.plus(Duration::from_secs(5)),
+        },
+    };
+    let Recorded::Written(rec) = store.resolve(&req).await.unwrap() else {
+        panic!("resolve of an unsettled operation must land");
+    };
+    assert_eq!(rec.status, OperationStatus::Succeeded);
+    assert_eq!(rec.external_id.as_deref(), Some("pi_by_hand"));
+    assert_eq!(rec.resolution.as_ref().unwrap().by, "alice");
+    assert_eq!(rec.next_due_at, None);
+
+    let mut again = req.clone();
+    again.status = OperationStatus::Failed;
+    match store.resolve(&again).await.unwrap() {
+        Recorded::Refused(Some(cur)) => assert_eq!(cur.status, OperationStatus::Succeeded),
+        r => panic!("a settled operation was resolved again: {r:?}"),
+    }
+}
+
+/// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
+/// returning `Arc<dyn OperationStore>`).
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($make:expr) => {
+        $crate::store_contract_tests!(@cases $make;
+            create_if_absent_returns_the_winner_unchanged,
+            get_of_a_missing_record_is_none,
+            claim_sets_lease_first_attempt_and_attempts,
+            claim_refuses_missing_settled_and_review,
+            record_is_fenced_on_the_lease_and_on_an_unsettled_status,
+            concurrent_claims_have_exactly_one_winner,
+            concurrent_creates_have_exactly_one_winner,
+            index_lists_due_unsettled_work_in_due_order_by_pages,
+            reschedule_is_guarded_by_what_was_read,
+            resolve_settles_once_and_refuses_a_settled_record,
+        );
+    };
+    (@cases $make:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = $make.await;
+                $crate::store_contract::$case(store).await;
+            }
+        )+
+    };
+}
