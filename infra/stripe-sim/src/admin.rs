@@ -1,0 +1,245 @@
+//! The unauthenticated admin API under `/_sim/`: faults, clock, ledger,
+//! stats, reset, forced statuses. Bad JSON is a `400`, never a panic.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hyper::Method;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::faults::FaultKind;
+use crate::http::Reply;
+use crate::StripeSim;
+
+fn bad_request(msg: impl Into<String>) -> Reply {
+    Reply::json(
+        400,
+        &json!({ "error": { "type": "invalid_request_error", "message": msg.into() } }),
+    )
+}
+
+fn parse<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FaultsUpdate {
+    rates: Option<BTreeMap<FaultKind, f64>>,
+    latency_ms: Option<u64>,
+    script: Option<Vec<FaultKind>>,
+    append_script: Option<Vec<FaultKind>>,
+    faults_on_reads: Option<bool>,
+    search_lag_secs: Option<u64>,
+    search_lag_ms: Option<u64>,
+    processing_settle_secs: Option<u64>,
+    processing_settle_ms: Option<u64>,
+    seed: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ClockUpdate {
+    set_ms: Option<i64>,
+    advance_secs: Option<i64>,
+    advance_ms: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ResetBody {
+    set_clock_ms: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StatusBody {
+    status: String,
+}
+
+/// Dispatches `/_sim/{rest}`.
+pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) -> Reply {
+    let result = match (method, rest) {
+        (&Method::GET, "faults") => Ok(faults_json(sim)),
+        (&Method::POST, "faults") => update_faults(sim, body),
+        (&Method::GET, "clock") => Ok(clock_json(sim)),
+        (&Method::POST, "clock") => update_clock(sim, body),
+        (&Method::GET, "ledger") => Ok(ledger_json(sim)),
+        (&Method::GET, "stats") => Ok(stats_json(sim)),
+        (&Method::POST, "reset") => reset(sim, body),
+        (&Method::POST, r) => match r
+            .strip_prefix("payment_intents/")
+            .and_then(|r| r.strip_suffix("/status"))
+        {
+            Some(id) => set_status(sim, id, body),
+            None => Err(not_found(method, rest)),
+        },
+        _ => Err(not_found(method, rest)),
+    };
+    result.unwrap_or_else(|r| r)
+}
+
+fn not_found(method: &Method, rest: &str) -> Reply {
+    Reply::json(
+        404,
+        &json!({ "error": { "type": "invalid_request_error", "message": format!("Unknown admin route {method} /_sim/{rest}") } }),
+    )
+}
+
+fn kind_map<T: serde::Serialize + Copy + Default>(m: &BTreeMap<FaultKind, T>) -> Value {
+    let full: BTreeMap<&str, T> = FaultKind::ALL
+        .iter()
+        .map(|k| (k.as_str(), m.get(k).copied().unwrap_or_default()))
+        .collect();
+    json!(full)
+}
+
+fn faults_json(sim: &StripeSim) -> Reply {
+    let eng = sim.engine();
+    let f = &eng.faults;
+    Reply::json(
+        200,
+        &json!({
+            "rates": kind_map(&f.rates),
+            "latency_ms": f.latency.as_millis() as u64,
+            "script": f.script.iter().collect::<Vec<_>>(),
+            "faults_on_reads": f.faults_on_reads,
+            "search_lag_secs": eng.search_lag_ms / 1000,
+            "search_lag_ms": eng.search_lag_ms,
+            "processing_settle_secs": eng.settle_ms / 1000,
+            "processing_settle_ms": eng.settle_ms,
+            "seed": f.seed,
+            "injected": kind_map(&f.injected),
+        }),
+    )
+}
+
+fn update_faults(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let u: FaultsUpdate = parse(body)?;
+    if let Some(rates) = &u.rates {
+        for (k, r) in rates {
+            if !r.is_finite() || *r < 0.0 || *r > 1.0 {
+                return Err(bad_request(format!("rate for {k} must be within [0, 1]")));
+            }
+        }
+    }
+    {
+        let mut eng = sim.engine();
+        if let Some(seed) = u.seed {
+            eng.faults.reseed(seed);
+        }
+        if let Some(rates) = u.rates {
+            eng.faults.rates = rates;
+        }
+        if let Some(ms) = u.latency_ms {
+            eng.faults.latency = Duration::from_millis(ms);
+        }
+        if let Some(s) = u.script {
+            eng.faults.script = s.into();
+        }
+        if let Some(s) = u.append_script {
+            eng.faults.script.extend(s);
+        }
+        if let Some(b) = u.faults_on_reads {
+            eng.faults.faults_on_reads = b;
+        }
+        let ms = |s: Option<u64>, m: Option<u64>| {
+            m.or(s.map(|s| s.saturating_mul(1000)))
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+        };
+        if let Some(v) = ms(u.search_lag_secs, u.search_lag_ms) {
+            eng.search_lag_ms = v;
+        }
+        if let Some(v) = ms(u.processing_settle_secs, u.processing_settle_ms) {
+            eng.settle_ms = v;
+        }
+    }
+    Ok(faults_json(sim))
+}
+
+fn clock_json(sim: &StripeSim) -> Reply {
+    Reply::json(
+        200,
+        &json!({ "now_ms": sim.now_ms(), "external": sim.inner.clock.is_external() }),
+    )
+}
+
+fn update_clock(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let u: ClockUpdate = parse(body)?;
+    if u.set_ms.is_none() && u.advance_secs.is_none() && u.advance_ms.is_none() {
+        return Err(bad_request("expected set_ms, advance_secs or advance_ms"));
+    }
+    if let Some(ms) = u.set_ms {
+        sim.inner.clock.set_ms(ms);
+    }
+    let adv = u
+        .advance_secs
+        .unwrap_or(0)
+        .saturating_mul(1000)
+        .saturating_add(u.advance_ms.unwrap_or(0));
+    sim.inner.clock.advance_ms(adv);
+    Ok(clock_json(sim))
+}
+
+fn ledger_json(sim: &StripeSim) -> Reply {
+    let now = sim.now_ms();
+    let mut eng = sim.engine();
+    let ledger = eng.ledger(now);
+    Reply::json(
+        200,
+        &json!({
+            "payment_intents": ledger,
+            "requests": eng.requests,
+            "injected": kind_map(&eng.faults.injected),
+            "now_ms": now,
+        }),
+    )
+}
+
+fn stats_json(sim: &StripeSim) -> Reply {
+    let now = sim.now_ms();
+    let mut eng = sim.engine();
+    let count = eng.ledger(now).len();
+    Reply::json(
+        200,
+        &json!({
+            "requests": eng.requests,
+            "injected": kind_map(&eng.faults.injected),
+            "payment_intents": count,
+            "idempotency_keys": eng.key_count(),
+            "now_ms": now,
+        }),
+    )
+}
+
+fn reset(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let u: ResetBody = parse(body)?;
+    sim.reset();
+    if let Some(ms) = u.set_clock_ms {
+        sim.set_now_ms(ms);
+    }
+    Ok(Reply::json(
+        200,
+        &json!({ "reset": true, "now_ms": sim.now_ms() }),
+    ))
+}
+
+fn set_status(sim: &StripeSim, id: &str, body: &[u8]) -> Result<Reply, Reply> {
+    let u: StatusBody = parse(body)?;
+    if !crate::STATUSES.contains(&u.status.as_str()) {
+        return Err(bad_request(format!("unknown status {:?}", u.status)));
+    }
+    if sim.set_status(id, &u.status) {
+        Ok(Reply::json(200, &json!({ "id": id, "status": u.status })))
+    } else {
+        Err(Reply::json(
+            404,
+            &json!({ "error": { "type": "invalid_request_error", "code": "resource_missing", "message": format!("No such payment_intent: '{id}'") } }),
+        ))
+    }
+}

@@ -1,0 +1,404 @@
+//! The HTTP/1.1 server (hyper) and the `/v1` routes, including the
+//! idempotency layer and fault application.
+//!
+//! `drop_after_commit` is implemented by returning `Err` from the hyper
+//! service: hyper then closes the connection without writing a response.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::engine::{Idem, Saved};
+use crate::faults::{Endpoint, FaultKind};
+use crate::pi::CreateParams;
+use crate::wire::{parse_search_query, ApiError};
+use crate::StripeSim;
+
+const MAX_BODY: usize = 1 << 20;
+
+/// Returned by the service to make hyper drop the connection unanswered.
+#[derive(Debug)]
+pub(crate) struct DropConnection;
+
+impl fmt::Display for DropConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("stripe-sim: drop_after_commit")
+    }
+}
+
+impl std::error::Error for DropConnection {}
+
+/// A response before the common headers are added.
+pub(crate) struct Reply {
+    pub status: u16,
+    pub body: Bytes,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    pub(crate) fn json(status: u16, v: &Value) -> Self {
+        Reply {
+            status,
+            body: Bytes::from(v.to_string()),
+            headers: Vec::new(),
+        }
+    }
+
+    pub(crate) fn error(e: &ApiError) -> Self {
+        Reply::saved(&Saved::from_error(e), false)
+    }
+
+    fn saved(s: &Saved, replayed: bool) -> Self {
+        let mut headers = Vec::new();
+        if let Some(r) = s.should_retry {
+            headers.push(("stripe-should-retry", r.to_string()));
+        }
+        if replayed {
+            headers.push(("idempotent-replayed", "true".to_string()));
+        }
+        Reply {
+            status: s.status,
+            body: s.body.clone(),
+            headers,
+        }
+    }
+}
+
+/// Accept loop: one task per connection, all aborted on shutdown.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    sim: StripeSim,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let sim = sim.clone();
+                    conns.spawn(async move {
+                        let svc = service_fn(move |req| handle(sim.clone(), req));
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+}
+
+async fn handle(
+    sim: StripeSim,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, DropConnection> {
+    let (parts, body) = req.into_parts();
+    let reply = match Limited::new(body, MAX_BODY).collect().await {
+        Err(_) => Reply::error(&ApiError::invalid(
+            "parameter_invalid_string",
+            "body",
+            "Request body unreadable or larger than 1 MiB.",
+        )),
+        Ok(collected) => {
+            let body = collected.to_bytes();
+            let path = parts.uri.path().to_string();
+            let query = parts.uri.query().unwrap_or("").to_string();
+            if let Some(rest) = path.strip_prefix("/_sim/") {
+                crate::admin::handle(&sim, &parts.method, rest, &body)
+            } else {
+                route_v1(&sim, &parts.method, &path, &query, &parts.headers, body).await?
+            }
+        }
+    };
+    Ok(finish(&sim, reply))
+}
+
+fn finish(sim: &StripeSim, reply: Reply) -> Response<Full<Bytes>> {
+    let request_id = sim.engine().request_id();
+    let mut resp = Response::new(Full::new(reply.body));
+    *resp.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::OK);
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        h.insert("request-id", v);
+    }
+    for (k, v) in reply.headers {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.insert(k, v);
+        }
+    }
+    resp
+}
+
+async fn route_v1(
+    sim: &StripeSim,
+    method: &Method,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Reply, DropConnection> {
+    let Some(rest) = path.strip_prefix("/v1/") else {
+        return Ok(Reply::error(&ApiError::unrecognized_url(
+            method.as_str(),
+            path,
+        )));
+    };
+    if let Err(e) = authenticate(sim.api_key(), headers) {
+        return Ok(Reply::error(&e));
+    }
+    Ok(match (method, rest) {
+        (&Method::POST, "payment_intents") => return create(sim, headers, &body).await,
+        (&Method::GET, "payment_intents/search") => search(sim, query),
+        (&Method::GET, r) => match r.strip_prefix("payment_intents/") {
+            Some(id) if !id.is_empty() && !id.contains('/') => retrieve(sim, id),
+            _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
+        },
+        _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
+    })
+}
+
+/// Checks `Authorization: Bearer KEY` or HTTP basic with KEY as username.
+fn authenticate(expected: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(raw) = headers.get(AUTHORIZATION) else {
+        return Err(ApiError::unauthorized(None));
+    };
+    let raw = String::from_utf8_lossy(raw.as_bytes()).trim().to_string();
+    let provided = if let Some(k) = strip_scheme(&raw, "bearer") {
+        k.trim().to_string()
+    } else if let Some(b64) = strip_scheme(&raw, "basic") {
+        let decoded = base64_decode(b64.trim()).unwrap_or_default();
+        let decoded = String::from_utf8_lossy(&decoded).to_string();
+        decoded.split(':').next().unwrap_or("").to_string()
+    } else {
+        raw.clone()
+    };
+    if provided == expected {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized(Some(&provided)))
+    }
+}
+
+fn strip_scheme<'a>(raw: &'a str, scheme: &str) -> Option<&'a str> {
+    let head = raw.get(..scheme.len())?;
+    if head.eq_ignore_ascii_case(scheme) && raw[scheme.len()..].starts_with(' ') {
+        Some(&raw[scheme.len() + 1..])
+    } else {
+        None
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes().filter(|c| *c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Removes an in-flight idempotency key if the request never completes
+/// (validation failure, or the client went away during `latency`).
+struct KeyGuard {
+    sim: StripeSim,
+    key: Option<String>,
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.take() {
+            self.sim.engine().abort_key(&k);
+        }
+    }
+}
+
+fn pre_fault_reply(kind: FaultKind) -> Reply {
+    match kind {
+        FaultKind::RateLimit => Reply::error(&ApiError::rate_limited()),
+        FaultKind::KeyInUse => Reply::error(&ApiError::key_in_use()),
+        _ => Reply::error(&ApiError::server_error()),
+    }
+}
+
+async fn create(
+    sim: &StripeSim,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Reply, DropConnection> {
+    let pre = {
+        let mut eng = sim.engine();
+        eng.requests.create += 1;
+        eng.faults.decide_pre(Endpoint::Create)
+    };
+    if let Some(kind) = pre {
+        return Ok(pre_fault_reply(kind));
+    }
+    let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let k = String::from_utf8_lossy(v.as_bytes()).to_string();
+            if k.chars().count() > 255 {
+                return Ok(Reply::error(&ApiError::idempotency_key_too_long(
+                    k.chars().count(),
+                )));
+            }
+            Some(k)
+        }
+    };
+    let mut guard = KeyGuard {
+        sim: sim.clone(),
+        key: None,
+    };
+    if let Some(k) = &key {
+        let mut sorted = form.clone();
+        sorted.sort();
+        let now = sim.now_ms();
+        let decision = sim.engine().begin_key(k, &sorted, now);
+        let echo = ("idempotency-key", k.clone());
+        match decision {
+            Idem::Proceed => guard.key = Some(k.clone()),
+            Idem::Replay(saved) => {
+                let mut r = Reply::saved(&saved, true);
+                r.headers.push(echo);
+                return Ok(r);
+            }
+            Idem::Mismatch => return Ok(Reply::error(&ApiError::idempotency_mismatch(k))),
+            Idem::InFlight => return Ok(Reply::error(&ApiError::key_in_use())),
+        }
+    }
+    let params = match CreateParams::parse(&form) {
+        Ok(p) => p,
+        Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
+    };
+    let (fault, latency) = {
+        let mut eng = sim.engine();
+        (eng.faults.decide_exec(), eng.faults.latency)
+    };
+    if fault == Some(FaultKind::Latency) {
+        tokio::time::sleep(latency).await;
+    }
+    let saved = {
+        let now = sim.now_ms();
+        let mut eng = sim.engine();
+        let mut saved = eng.create(params, key.as_deref(), now);
+        if fault == Some(FaultKind::ServerErrorAfterCommit) {
+            saved = Saved::from_error(&ApiError::server_error());
+        }
+        if let Some(k) = guard.key.take() {
+            eng.finish_key(&k, saved.clone(), now);
+        }
+        saved
+    };
+    if fault == Some(FaultKind::DropAfterCommit) {
+        return Err(DropConnection);
+    }
+    let mut r = Reply::saved(&saved, false);
+    if let Some(k) = key {
+        r.headers.push(("idempotency-key", k));
+    }
+    Ok(r)
+}
+
+fn read_fault(sim: &StripeSim, bump: impl FnOnce(&mut crate::RequestCounts)) -> Option<Reply> {
+    let mut eng = sim.engine();
+    bump(&mut eng.requests);
+    eng.faults.decide_pre(Endpoint::Read).map(pre_fault_reply)
+}
+
+fn retrieve(sim: &StripeSim, id: &str) -> Reply {
+    if let Some(r) = read_fault(sim, |c| c.retrieve += 1) {
+        return r;
+    }
+    let now = sim.now_ms();
+    match sim.engine().retrieve(id, now) {
+        Some(pi) => Reply::json(200, &pi),
+        None => Reply::error(&ApiError::no_such_payment_intent(id)),
+    }
+}
+
+fn search(sim: &StripeSim, query: &str) -> Reply {
+    if let Some(r) = read_fault(sim, |c| c.search += 1) {
+        return r;
+    }
+    let q = form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "query")
+        .map(|(_, v)| v.into_owned());
+    let Some(q) = q else {
+        return Reply::error(&ApiError::missing("query"));
+    };
+    let clause = match parse_search_query(&q) {
+        Ok(c) => c,
+        Err(e) => return Reply::error(&e),
+    };
+    let now = sim.now_ms();
+    let data = sim.engine().search(&clause, now);
+    Reply::json(
+        200,
+        &json!({
+            "object": "search_result",
+            "url": "/v1/payment_intents/search",
+            "has_more": false,
+            "next_page": null,
+            "data": data,
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64() {
+        assert_eq!(base64_decode("c2tfdGVzdF94Og==").unwrap(), b"sk_test_x:");
+        assert!(base64_decode("!!").is_none());
+    }
+
+    #[test]
+    fn auth_schemes() {
+        let mut h = HeaderMap::new();
+        assert!(authenticate("sk_test_x", &h).is_err());
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer sk_test_x"));
+        assert!(authenticate("sk_test_x", &h).is_ok());
+        h.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Basic c2tfdGVzdF94Og=="),
+        );
+        assert!(authenticate("sk_test_x", &h).is_ok());
+        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer sk_test_y"));
+        let e = authenticate("sk_test_x", &h).unwrap_err();
+        assert_eq!(e.status, 401);
+        assert!(!e.message.contains("sk_test_y"));
+    }
+}

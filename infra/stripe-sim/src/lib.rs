@@ -1,0 +1,296 @@
+//! `stripe-sim`: a local simulator of Stripe's PaymentIntents API and its
+//! idempotency layer, with deterministic fault injection and a simulated
+//! clock. Use it embedded in Rust tests ([`StripeSim::start`]) or as the
+//! `stripe-sim` binary.
+//!
+//! It speaks Stripe's wire format (form-encoded bodies in, JSON out,
+//! `Authorization: Bearer sk_...`), serves `POST /v1/payment_intents`,
+//! `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents/search`, and an
+//! unauthenticated admin API under `/_sim/`.
+//!
+//! # Module map
+//! - [`clock`]: simulated clock (manual, or an external [`TimeSource`]).
+//! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
+//! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
+//! - `pi`: the PaymentIntent model, test payment methods, lazy settlement.
+//! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).
+//! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
+//! - `admin`: the `/_sim/` admin routes.
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use stripe_sim::{FaultKind, SimConfig, StripeSim};
+//! let sim = StripeSim::new(SimConfig::default());
+//! let running = sim.start(0).await?;
+//! sim.push_script([FaultKind::DropAfterCommit]);
+//! // ... point the client at running.base_url() with key "sk_test_charge_once" ...
+//! sim.advance(std::time::Duration::from_secs(31)); // past the search lag
+//! assert!(sim.ledger().len() <= 1);
+//! running.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod clock;
+pub mod faults;
+pub mod wire;
+
+mod admin;
+mod engine;
+mod http;
+mod pi;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use clock::TimeSource;
+pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
+pub use faults::{FaultConfig, FaultKind};
+pub use pi::STATUSES;
+pub use wire::ApiError;
+
+use clock::Clock;
+use engine::Engine;
+
+/// Default API key accepted by the simulator.
+pub const DEFAULT_API_KEY: &str = "sk_test_charge_once";
+
+/// Simulator configuration.
+#[derive(Clone)]
+pub struct SimConfig {
+    /// The only accepted secret key (default `sk_test_charge_once`).
+    pub api_key: String,
+    /// Seed for fault decisions and IDs (default 0).
+    pub seed: u64,
+    /// How long after creation a PaymentIntent becomes visible to search
+    /// (simulated time, default 30 s).
+    pub search_lag: Duration,
+    /// How long a `processing` PaymentIntent takes to settle (simulated
+    /// time, default 10 min).
+    pub processing_settle: Duration,
+    /// External time source (unix ms). `None`: a manual clock that moves
+    /// only when advanced.
+    pub time_source: Option<TimeSource>,
+    /// Start of the simulated clock in unix ms (default: real wall time).
+    pub start_ms: Option<i64>,
+    /// Initial fault settings (default: none).
+    pub faults: FaultConfig,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            api_key: DEFAULT_API_KEY.to_string(),
+            seed: 0,
+            search_lag: Duration::from_secs(30),
+            processing_settle: Duration::from_secs(600),
+            time_source: None,
+            start_ms: None,
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+impl fmt::Debug for SimConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimConfig")
+            .field("api_key", &wire::mask_key(&self.api_key))
+            .field("seed", &self.seed)
+            .field("search_lag", &self.search_lag)
+            .field("processing_settle", &self.processing_settle)
+            .field(
+                "time_source",
+                &self.time_source.as_ref().map(|_| "external"),
+            )
+            .field("start_ms", &self.start_ms)
+            .field("faults", &self.faults)
+            .finish()
+    }
+}
+
+fn dur_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) struct Inner {
+    pub(crate) api_key: String,
+    pub(crate) clock: Clock,
+    engine: Mutex<Engine>,
+}
+
+/// A simulator instance. Cheap to clone (shared state); all methods are
+/// safe to call while the server runs.
+#[derive(Clone)]
+pub struct StripeSim {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl StripeSim {
+    /// Creates a simulator (no server yet: see [`StripeSim::start`]).
+    pub fn new(cfg: SimConfig) -> Self {
+        let mut faults = cfg.faults;
+        sanitize(&mut faults);
+        StripeSim {
+            inner: Arc::new(Inner {
+                api_key: cfg.api_key,
+                clock: Clock::new(cfg.time_source, cfg.start_ms),
+                engine: Mutex::new(Engine::new(
+                    cfg.seed,
+                    faults,
+                    dur_ms(cfg.search_lag),
+                    dur_ms(cfg.processing_settle),
+                )),
+            }),
+        }
+    }
+
+    /// Locks the engine (recovering from poisoning). Never held across `.await`.
+    pub(crate) fn engine(&self) -> MutexGuard<'_, Engine> {
+        self.inner.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Binds `127.0.0.1:port` (0 = ephemeral) and serves in a spawned task
+    /// until [`RunningSim::shutdown`] or the handle is dropped.
+    pub async fn start(&self, port: u16) -> std::io::Result<RunningSim> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(http::serve(listener, self.clone(), rx));
+        Ok(RunningSim {
+            addr,
+            shutdown: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    /// The accepted API key.
+    pub fn api_key(&self) -> &str {
+        &self.inner.api_key
+    }
+
+    /// Current simulated time, unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// Moves simulated time forward (with an external source: adds to the
+    /// offset applied on top of it).
+    pub fn advance(&self, d: Duration) {
+        self.inner.clock.advance_ms(dur_ms(d));
+    }
+
+    /// Sets simulated time (with an external source: adjusts the offset).
+    pub fn set_now_ms(&self, ms: i64) {
+        self.inner.clock.set_ms(ms);
+    }
+
+    /// Replaces rates, latency, script and the reads flag. Rates are clamped
+    /// to `[0, 1]` (NaN counts as 0). The RNG is not reseeded.
+    pub fn set_faults(&self, mut f: FaultConfig) {
+        sanitize(&mut f);
+        self.engine().faults.apply(f);
+    }
+
+    /// Current fault settings (the script shows what remains of it).
+    pub fn faults(&self) -> FaultConfig {
+        self.engine().faults.config()
+    }
+
+    /// Appends to the fault script (applied FIFO to the next create requests
+    /// each fault can apply to).
+    pub fn push_script(&self, faults: impl IntoIterator<Item = FaultKind>) {
+        self.engine().faults.script.extend(faults);
+    }
+
+    /// Restarts the fault RNG from `seed`.
+    pub fn reseed(&self, seed: u64) {
+        self.engine().faults.reseed(seed);
+    }
+
+    /// Sets the search visibility lag (simulated time).
+    pub fn set_search_lag(&self, d: Duration) {
+        self.engine().search_lag_ms = dur_ms(d);
+    }
+
+    /// Sets how long `processing` takes to settle, for PaymentIntents
+    /// created from now on.
+    pub fn set_processing_settle(&self, d: Duration) {
+        self.engine().settle_ms = dur_ms(d);
+    }
+
+    /// Every PaymentIntent ever created (oldest first), statuses settled.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        let now = self.now_ms();
+        self.engine().ledger(now)
+    }
+
+    /// Injected fault counts by kind.
+    pub fn injected(&self) -> BTreeMap<FaultKind, u64> {
+        self.engine().injected()
+    }
+
+    /// Authenticated request counts per endpoint.
+    pub fn request_counts(&self) -> RequestCounts {
+        self.engine().requests
+    }
+
+    /// Clears PaymentIntents, idempotency keys, faults and counters, and
+    /// restarts the RNGs from the current seed. Keeps the API key, the clock,
+    /// the search lag and the settle time.
+    pub fn reset(&self) {
+        self.engine().reset();
+    }
+
+    /// Forces a PaymentIntent's status (one of [`STATUSES`]); cancels any
+    /// pending settlement. False if the id or status is unknown.
+    pub fn set_status(&self, pi_id: &str, status: &str) -> bool {
+        self.engine().set_status(pi_id, status)
+    }
+}
+
+fn sanitize(f: &mut FaultConfig) {
+    for r in f.rates.values_mut() {
+        *r = if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) };
+    }
+}
+
+/// A running server. Dropping it also stops the server.
+pub struct RunningSim {
+    /// The bound address (always 127.0.0.1).
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningSim {
+    /// `http://127.0.0.1:PORT` (use as the Stripe API base).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, aborts open connections, and waits for the server
+    /// task to end.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for RunningSim {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! The PaymentIntent model: create-parameter validation, test payment
+//! methods, lazy settlement of `processing`, and the JSON representation.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::wire::ApiError;
+
+/// Every status a PaymentIntent can have.
+pub const STATUSES: [&str; 7] = [
+    "requires_payment_method",
+    "requires_confirmation",
+    "requires_action",
+    "processing",
+    "requires_capture",
+    "canceled",
+    "succeeded",
+];
+
+/// Outcome class of a test payment method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TestCard {
+    Succeeds,
+    Declined {
+        decline_code: &'static str,
+        message: &'static str,
+    },
+    ProcessingThen {
+        succeeds: bool,
+    },
+    RequiresAction,
+}
+
+/// Maps a test payment method id to its behaviour.
+pub(crate) fn test_card(pm: &str) -> Option<TestCard> {
+    Some(match pm {
+        "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" | "pm_card_us" => TestCard::Succeeds,
+        "pm_card_chargeDeclined" | "pm_card_visa_chargeDeclined" => TestCard::Declined {
+            decline_code: "generic_decline",
+            message: "Your card was declined.",
+        },
+        "pm_card_visa_chargeDeclinedInsufficientFunds"
+        | "pm_card_chargeDeclinedInsufficientFunds" => TestCard::Declined {
+            decline_code: "insufficient_funds",
+            message: "Your card has insufficient funds.",
+        },
+        "pm_card_processing_succeeds" => TestCard::ProcessingThen { succeeds: true },
+        "pm_card_processing_fails" => TestCard::ProcessingThen { succeeds: false },
+        "pm_card_threeDSecureRequired"
+        | "pm_card_threeDSecure2Required"
+        | "pm_card_authenticationRequired" => TestCard::RequiresAction,
+        _ => return None,
+    })
+}
+
+/// Validated parameters of `POST /v1/payment_intents`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CreateParams {
+    pub amount: i64,
+    pub currency: String,
+    pub customer: Option<String>,
+    pub payment_method: Option<String>,
+    pub confirm: bool,
+    pub off_session: bool,
+    pub description: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+const IGNORED_PARAMS: [&str; 12] = [
+    "receipt_email",
+    "statement_descriptor",
+    "statement_descriptor_suffix",
+    "setup_future_usage",
+    "return_url",
+    "confirmation_method",
+    "capture_method",
+    "error_on_requires_action",
+    "use_stripe_sdk",
+    "payment_method_types",
+    "automatic_payment_methods",
+    "expand",
+];
+
+fn parse_bool(param: &str, v: &str) -> Result<bool, ApiError> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ApiError::invalid(
+            "parameter_invalid_boolean",
+            param,
+            format!("Invalid boolean: {v}"),
+        )),
+    }
+}
+
+impl CreateParams {
+    /// Validates the decoded form. Errors are `400`s that Stripe would not
+    /// save under an idempotency key.
+    pub(crate) fn parse(form: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut amount = None;
+        let mut currency = None;
+        let mut p = CreateParams {
+            amount: 0,
+            currency: String::new(),
+            customer: None,
+            payment_method: None,
+            confirm: false,
+            off_session: false,
+            description: None,
+            metadata: BTreeMap::new(),
+        };
+        for (k, v) in form {
+            match k.as_str() {
+                "amount" => amount = Some(v.as_str()),
+                "currency" => currency = Some(v.as_str()),
+                "customer" => p.customer = Some(v.clone()).filter(|s| !s.is_empty()),
+                "payment_method" => p.payment_method = Some(v.clone()).filter(|s| !s.is_empty()),
+                "confirm" => p.confirm = parse_bool(k, v)?,
+                "off_session" => {
+                    p.off_session = match v.as_str() {
+                        "one_off" | "recurring" => true,
+                        other => parse_bool(k, other)?,
+                    }
+                }
+                "description" => p.description = Some(v.clone()),
+                "capture_method" if v != "automatic" && v != "automatic_async" => {
+                    return Err(ApiError::invalid(
+                        "parameter_invalid_string",
+                        k,
+                        "stripe-sim supports only capture_method=automatic.",
+                    ))
+                }
+                _ => {
+                    if let Some(mk) = k
+                        .strip_prefix("metadata[")
+                        .and_then(|r| r.strip_suffix(']'))
+                    {
+                        if mk.is_empty() || mk.len() > 40 {
+                            return Err(ApiError::invalid(
+                                "parameter_invalid_string",
+                                k,
+                                "Metadata keys must be 1 to 40 characters.",
+                            ));
+                        }
+                        if v.is_empty() {
+                            p.metadata.remove(mk);
+                        } else {
+                            p.metadata.insert(mk.to_string(), v.clone());
+                        }
+                    } else if k == "metadata" && v.is_empty() {
+                        p.metadata.clear();
+                    } else if !IGNORED_PARAMS
+                        .iter()
+                        .any(|ig| k == ig || k.starts_with(&format!("{ig}[")))
+                    {
+                        return Err(ApiError::invalid(
+                            "parameter_unknown",
+                            k,
+                            format!("Received unknown parameter: {k}"),
+                        ));
+                    }
+                }
+            }
+        }
+        let amount = amount.ok_or_else(|| ApiError::missing("amount"))?;
+        p.amount = amount.parse::<i64>().map_err(|_| {
+            ApiError::invalid(
+                "parameter_invalid_integer",
+                "amount",
+                format!("Invalid integer: {amount}"),
+            )
+        })?;
+        if p.amount < 1 {
+            return Err(ApiError::invalid(
+                "amount_too_small",
+                "amount",
+                "Amount must be at least 1 (in the currency's smallest unit).",
+            ));
+        }
+        let currency = currency.ok_or_else(|| ApiError::missing("currency"))?;
+        if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+            return Err(ApiError::invalid(
+                "parameter_invalid_string",
+                "currency",
+                format!("Invalid currency: {currency}"),
+            ));
+        }
+        p.currency = currency.to_ascii_lowercase();
+        if p.off_session && !p.confirm {
+            return Err(ApiError::invalid(
+                "parameter_invalid_string",
+                "off_session",
+                "You may only specify `off_session` when `confirm` is true.",
+            ));
+        }
+        if let Some(pm) = &p.payment_method {
+            if test_card(pm).is_none() {
+                return Err(ApiError::invalid(
+                    "resource_missing",
+                    "payment_method",
+                    format!("No such PaymentMethod: '{pm}'"),
+                ));
+            }
+        }
+        if p.confirm && p.payment_method.is_none() {
+            return Err(ApiError::invalid(
+                "parameter_missing",
+                "payment_method",
+                "You cannot confirm this PaymentIntent because it's missing a payment method.",
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// A pending transition of a `processing` PaymentIntent.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Settlement {
+    pub at_ms: i64,
+    pub succeeds: bool,
+}
+
+/// One stored PaymentIntent.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PaymentIntent {
+    pub id: String,
+    pub client_secret: String,
+    pub params: CreateParams,
+    /// The payment method currently attached (cleared by a decline).
+    pub payment_method: Option<String>,
+    pub status: String,
+    pub latest_charge: Option<String>,
+    pub last_payment_error: Option<Value>,
+    pub created_ms: i64,
+    pub settlement: Option<Settlement>,
+    pub idempotency_key: Option<String>,
+}
+
+/// The result of a create that executed.
+pub(crate) enum CreateOutcome {
+    Ok,
+    Declined {
+        code: &'static str,
+        decline_code: &'static str,
+        message: &'static str,
+    },
+}
+
+impl PaymentIntent {
+    /// Builds a PaymentIntent and runs confirmation if requested.
+    /// `charge_id` is used if a charge is attempted.
+    pub(crate) fn create(
+        id: String,
+        client_secret: String,
+        charge_id: String,
+        params: CreateParams,
+        idempotency_key: Option<String>,
+        now_ms: i64,
+        settle_ms: i64,
+    ) -> (Self, CreateOutcome) {
+        let mut pi = PaymentIntent {
+            id,
+            client_secret,
+            payment_method: params.payment_method.clone(),
+            status: String::new(),
+            latest_charge: None,
+            last_payment_error: None,
+            created_ms: now_ms,
+            settlement: None,
+            idempotency_key,
+            params,
+        };
+        let card = pi.payment_method.as_deref().and_then(test_card);
+        let mut outcome = CreateOutcome::Ok;
+        let status = match (pi.params.confirm, card) {
+            (_, None) => "requires_payment_method",
+            (false, Some(_)) => "requires_confirmation",
+            (true, Some(TestCard::Succeeds)) => {
+                pi.latest_charge = Some(charge_id);
+                "succeeded"
+            }
+            (true, Some(TestCard::ProcessingThen { succeeds })) => {
+                pi.latest_charge = Some(charge_id);
+                pi.settlement = Some(Settlement {
+                    at_ms: now_ms.saturating_add(settle_ms),
+                    succeeds,
+                });
+                "processing"
+            }
+            (true, Some(TestCard::RequiresAction)) if !pi.params.off_session => "requires_action",
+            (true, Some(TestCard::RequiresAction)) => {
+                outcome = pi.fail(
+                    None,
+                    "authentication_required",
+                    "authentication_required",
+                    "Your card was declined. This transaction requires authentication.",
+                );
+                "requires_payment_method"
+            }
+            (
+                true,
+                Some(TestCard::Declined {
+                    decline_code,
+                    message,
+                }),
+            ) => {
+                outcome = pi.fail(Some(charge_id), "card_declined", decline_code, message);
+                "requires_payment_method"
+            }
+        };
+        pi.status = status.to_string();
+        (pi, outcome)
+    }
+
+    fn fail(
+        &mut self,
+        charge: Option<String>,
+        code: &'static str,
+        decline_code: &'static str,
+        message: &'static str,
+    ) -> CreateOutcome {
+        let mut err = json!({
+            "type": "card_error",
+            "code": code,
+            "decline_code": decline_code,
+            "message": message,
+            "payment_method": { "id": self.payment_method, "object": "payment_method", "type": "card" },
+        });
+        if let Some(ch) = &charge {
+            err["charge"] = json!(ch);
+        }
+        self.last_payment_error = Some(err);
+        self.latest_charge = charge;
+        self.payment_method = None;
+        CreateOutcome::Declined {
+            code,
+            decline_code,
+            message,
+        }
+    }
+
+    /// Applies a due settlement (`processing` → final status).
+    pub(crate) fn settle(&mut self, now_ms: i64) {
+        if let Some(s) = &self.settlement {
+            if now_ms >= s.at_ms {
+                let succeeds = s.succeeds;
+                self.settlement = None;
+                if succeeds {
+                    self.status = "succeeded".into();
+                } else {
+                    self.fail(
+                        self.latest_charge.clone(),
+                        "payment_intent_payment_attempt_failed",
+                        "generic_decline",
+                        "The payment failed while processing.",
+                    );
+                    self.status = "requires_payment_method".into();
+                }
+            }
+        }
+    }
+
+    /// Stripe's JSON representation.
+    pub(crate) fn to_json(&self) -> Value {
+        let p = &self.params;
+        let next_action = (self.status == "requires_action").then(|| {
+            json!({ "type": "use_stripe_sdk", "use_stripe_sdk": { "type": "three_d_secure_redirect", "stripe_js": "" } })
+        });
+        json!({
+            "id": self.id,
+            "object": "payment_intent",
+            "amount": p.amount,
+            "amount_capturable": 0,
+            "amount_received": if self.status == "succeeded" { p.amount } else { 0 },
+            "canceled_at": null,
+            "cancellation_reason": null,
+            "capture_method": "automatic",
+            "client_secret": self.client_secret,
+            "confirmation_method": "automatic",
+            "created": self.created_ms.div_euclid(1000),
+            "currency": p.currency,
+            "customer": p.customer,
+            "description": p.description,
+            "last_payment_error": self.last_payment_error,
+            "latest_charge": self.latest_charge,
+            "livemode": false,
+            "metadata": p.metadata,
+            "next_action": next_action,
+            "payment_method": self.payment_method,
+            "payment_method_types": ["card"],
+            "receipt_email": null,
+            "setup_future_usage": null,
+            "status": self.status,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn validation_errors_name_the_param() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[("currency", "usd")], "amount"),
+            (&[("amount", "x"), ("currency", "usd")], "amount"),
+            (&[("amount", "0"), ("currency", "usd")], "amount"),
+            (&[("amount", "5")], "currency"),
+            (&[("amount", "5"), ("currency", "dollars")], "currency"),
+            (
+                &[
+                    ("amount", "5"),
+                    ("currency", "usd"),
+                    ("payment_method", "pm_nope"),
+                ],
+                "payment_method",
+            ),
+            (
+                &[("amount", "5"), ("currency", "usd"), ("confirm", "maybe")],
+                "confirm",
+            ),
+            (
+                &[("amount", "5"), ("currency", "usd"), ("bogus", "1")],
+                "bogus",
+            ),
+        ];
+        for (f, param) in cases {
+            let e = CreateParams::parse(&form(f)).unwrap_err();
+            assert_eq!(e.status, 400);
+            assert_eq!(e.param.as_deref(), Some(*param), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn processing_settles_lazily() {
+        let p = CreateParams::parse(&form(&[
+            ("amount", "5"),
+            ("currency", "USD"),
+            ("payment_method", "pm_card_processing_fails"),
+            ("confirm", "true"),
+            ("metadata[operation_id]", "op"),
+        ]))
+        .unwrap();
+        assert_eq!(p.currency, "usd");
+        let (mut pi, _) = PaymentIntent::create(
+            "pi_1".into(),
+            "s".into(),
+            "ch_1".into(),
+            p,
+            None,
+            1_000,
+            600_000,
+        );
+        assert_eq!(pi.status, "processing");
+        pi.settle(600_999);
+        assert_eq!(pi.status, "processing");
+        pi.settle(601_000);
+        assert_eq!(pi.status, "requires_payment_method");
+        assert!(pi.last_payment_error.is_some());
+        assert_eq!(pi.to_json()["metadata"]["operation_id"], "op");
+    }
+}

@@ -1,0 +1,128 @@
+//! Shared helpers for the HTTP-level tests.
+#![allow(dead_code)]
+
+use reqwest::{Client, Response};
+use serde_json::Value;
+use stripe_sim::{RunningSim, SimConfig, StripeSim, DEFAULT_API_KEY};
+
+pub struct Harness {
+    pub sim: StripeSim,
+    pub running: RunningSim,
+    pub client: Client,
+    pub base: String,
+}
+
+pub async fn start() -> Harness {
+    start_with(SimConfig::default()).await
+}
+
+pub async fn start_with(cfg: SimConfig) -> Harness {
+    let sim = StripeSim::new(cfg);
+    let running = sim.start(0).await.expect("bind");
+    let base = running.base_url();
+    Harness {
+        sim,
+        running,
+        client: Client::new(),
+        base,
+    }
+}
+
+/// Create params for a confirmed charge of 1000 usd with `pm`.
+pub fn charge(op: &str, pm: &str) -> Vec<(String, String)> {
+    vec![
+        ("amount".into(), "1000".into()),
+        ("currency".into(), "usd".into()),
+        ("customer".into(), "cus_test".into()),
+        ("payment_method".into(), pm.into()),
+        ("confirm".into(), "true".into()),
+        ("off_session".into(), "true".into()),
+        ("metadata[operation_id]".into(), op.into()),
+    ]
+}
+
+pub fn visa(op: &str) -> Vec<(String, String)> {
+    charge(op, "pm_card_visa")
+}
+
+impl Harness {
+    pub async fn try_create(
+        &self,
+        key: Option<&str>,
+        params: &[(String, String)],
+    ) -> reqwest::Result<Response> {
+        let mut req = self
+            .client
+            .post(format!("{}/v1/payment_intents", self.base))
+            .bearer_auth(DEFAULT_API_KEY)
+            .form(params);
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        req.send().await
+    }
+
+    pub async fn create(&self, key: Option<&str>, params: &[(String, String)]) -> Response {
+        self.try_create(key, params).await.expect("http response")
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.client
+            .get(format!("{}{}", self.base, path))
+            .bearer_auth(DEFAULT_API_KEY)
+            .send()
+            .await
+            .expect("http response")
+    }
+
+    pub async fn retrieve(&self, id: &str) -> Response {
+        self.get(&format!("/v1/payment_intents/{id}")).await
+    }
+
+    /// Searches by `metadata['operation_id']`, quoting `op` with `\'`.
+    pub async fn search_op(&self, op: &str) -> Value {
+        let q = format!("metadata['operation_id']:'{}'", op.replace('\'', "\\'"));
+        let resp = self.search_raw(&q).await;
+        assert_eq!(resp.status(), 200);
+        resp.json().await.unwrap()
+    }
+
+    pub async fn search_raw(&self, query: &str) -> Response {
+        let qs = form_urlencoded::Serializer::new(String::new())
+            .append_pair("query", query)
+            .finish();
+        self.get(&format!("/v1/payment_intents/search?{qs}")).await
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Value {
+        let r = self
+            .client
+            .get(format!("{}/_sim/{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+
+    pub async fn admin_post(&self, path: &str, body: &str) -> (u16, Value) {
+        let r = self
+            .client
+            .post(format!("{}/_sim/{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let s = r.status().as_u16();
+        (s, r.json().await.unwrap())
+    }
+}
+
+pub fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    r.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+pub fn replayed(r: &Response) -> bool {
+    header(r, "idempotent-replayed") == Some("true")
+}

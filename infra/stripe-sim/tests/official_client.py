@@ -1,0 +1,109 @@
+"""Drive a running stripe-sim with the official `stripe` Python package.
+
+Usage:
+    STRIPE_SIM_URL=http://127.0.0.1:12111 python official_client.py
+Optional: STRIPE_SIM_KEY (default sk_test_charge_once).
+Exits non-zero on the first failed check. Uses the admin API to advance the
+simulated clock and inject one drop_after_commit fault.
+"""
+
+import json
+import os
+import sys
+import urllib.request
+import uuid
+
+import stripe
+
+BASE = os.environ.get("STRIPE_SIM_URL", "http://127.0.0.1:12111").rstrip("/")
+KEY = os.environ.get("STRIPE_SIM_KEY", "sk_test_charge_once")
+
+
+def admin(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        BASE + "/_sim/" + path,
+        data=data,
+        method="GET" if body is None else "POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+
+
+def check(cond, what):
+    if not cond:
+        print("FAIL:", what)
+        sys.exit(1)
+    print("ok:", what)
+
+
+def main():
+    admin("reset", {})
+    client = stripe.StripeClient(
+        KEY,
+        base_addresses={"api": BASE},
+        max_network_retries=0,
+    )
+    pis = client.v1.payment_intents if hasattr(client, "v1") else client.payment_intents
+    op = "op-" + uuid.uuid4().hex
+    params = {
+        "amount": 1234,
+        "currency": "usd",
+        "customer": "cus_py",
+        "payment_method": "pm_card_visa",
+        "confirm": True,
+        "off_session": True,
+        "metadata": {"operation_id": op},
+    }
+    pi = pis.create(params=params, options={"idempotency_key": "py-1"})
+    check(pi.status == "succeeded" and pi.id.startswith("pi_"), "create succeeded")
+    again = pis.create(params=params, options={"idempotency_key": "py-1"})
+    check(again.id == pi.id, "idempotent replay returns the same PaymentIntent")
+    check(pis.retrieve(pi.id).amount == 1234, "retrieve")
+
+    query = "metadata['operation_id']:'%s'" % op
+    res = pis.search(params={"query": query})
+    check(len(res.data) == 0, "search hides it during the lag")
+    admin("clock", {"advance_secs": 30})
+    res = pis.search(params={"query": query})
+    check([p.id for p in res.data] == [pi.id], "search finds it after the lag")
+
+    try:
+        pis.create(
+            params={**params, "payment_method": "pm_card_chargeDeclined"},
+            options={"idempotency_key": "py-2"},
+        )
+        check(False, "decline raises CardError")
+    except stripe.CardError as e:
+        check(e.code == "card_declined", "decline raises CardError card_declined")
+        check(e.error.payment_intent.status == "requires_payment_method", "error carries the PI")
+
+    try:
+        pis.create(params={**params, "amount": 999}, options={"idempotency_key": "py-1"})
+        check(False, "param mismatch raises IdempotencyError")
+    except stripe.IdempotencyError:
+        check(True, "param mismatch raises IdempotencyError")
+
+    admin("faults", {"script": ["drop_after_commit"]})
+    try:
+        pis.create(params=params, options={"idempotency_key": "py-3"})
+        check(False, "dropped connection raises APIConnectionError")
+    except stripe.APIConnectionError:
+        check(True, "dropped connection raises APIConnectionError")
+    replay = pis.create(params=params, options={"idempotency_key": "py-3"})
+    ledger = admin("ledger")["payment_intents"]
+    check(any(p["id"] == replay.id for p in ledger), "retry after drop returns the committed PI")
+    check(len(ledger) == 3, "ledger has exactly 3 PaymentIntents")
+
+    try:
+        bad = stripe.StripeClient("sk_test_wrong", base_addresses={"api": BASE})
+        (bad.v1 if hasattr(bad, "v1") else bad).payment_intents.retrieve(pi.id)
+        check(False, "wrong key raises AuthenticationError")
+    except stripe.AuthenticationError:
+        check(True, "wrong key raises AuthenticationError")
+    print("official client: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
