@@ -14,11 +14,13 @@
 //!   [`ports::ChargeQueue`], [`ports::PaymentGateway`].
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
 //!   built on the pure decisions in [`executor::plan`].
+//! - [`adapters`]: the real adapters: Stripe over reqwest, DynamoDB, SQS FIFO.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
 //!   fake gateway, for fast tests and the embedded simulation.
 //!
 //! Domain logic never imports an AWS or HTTP type; adapters never decide business outcomes.
 
+pub mod adapters;
 pub mod domain;
 pub mod executor;
 pub mod memory;

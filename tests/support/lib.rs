@@ -1,7 +1,9 @@
 //! Shared pieces of the workspace integration tests.
 //!
+//! - [`aws`]: the local AWS stack (moto) for tests: SDK config, fresh tables and queues.
 //! - [`store_contract`]: the behaviour every [`charge_once::ports::OperationStore`] must have, as
 //!   plain async functions; [`store_contract_tests!`] turns them into one `#[tokio::test]` each for a
 //!   given store constructor, so the in-memory store and the DynamoDB adapter run the same suite.
 
+pub mod aws;
 pub mod store_contract;

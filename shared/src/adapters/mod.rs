@@ -1,0 +1,9 @@
+//! Adapters from the ports to the real world. They translate; they never decide a business outcome.
+//!
+//! - [`stripe`]: the `PaymentGateway` over Stripe's HTTP API.
+//! - [`dynamodb`]: the `OperationStore` on a DynamoDB table with a sparse "unknown index".
+//! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue.
+
+pub mod dynamodb;
+pub mod sqs;
+pub mod stripe;

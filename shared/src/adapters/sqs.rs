@@ -1,0 +1,62 @@
+//! [`SqsQueue`]: the [`ChargeQueue`] on an SQS FIFO queue.
+//!
+//! `MessageDeduplicationId` is the operation id (`operation_id:<n>` for the n-th deliberate
+//! re-drive), so a checkout retried within SQS's 5-minute window never queues twice;
+//! `MessageGroupId` is the order id, so one order's messages stay in order and unrelated orders
+//! never wait for each other. The body is a versioned JSON with no amount and no card data.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+
+use crate::ports::{ChargeQueue, QueueError, QueuedCharge};
+
+pub struct SqsQueue {
+    client: Client,
+    queue_url: String,
+    /// `SendMessage` calls made.
+    pub sends: AtomicU64,
+}
+
+impl fmt::Debug for SqsQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqsQueue")
+            .field("queue_url", &self.queue_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+            sends: AtomicU64::new(0),
+        }
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+}
+
+#[async_trait]
+impl ChargeQueue for SqsQueue {
+    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        let body = serde_json::to_string(&charge.message)
+            .map_err(|e| QueueError::with_source("cannot encode message", e))?;
+        self.sends.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .message_group_id(&charge.group_id)
+            .message_deduplication_id(&charge.dedup_id)
+            .send()
+            .await
+            .map_err(|e| QueueError::with_source("SendMessage", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,591 @@
+//! [`StripeGateway`]: the [`PaymentGateway`] over Stripe's HTTP API (reqwest + rustls).
+//!
+//! Every answer is classified here, once, into [`GatewayError`]; nothing downstream sees an HTTP
+//! status. Any retry inside a call re-sends the **same** request with the **same** idempotency key,
+//! a bounded number of times; a different key is never used.
+//!
+//! The secret key never appears in `Debug`, in a log line or in an error: [`SecretKey`] redacts
+//! itself, and error messages from Stripe are scrubbed of anything that looks like a key.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::HeaderMap;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::Deserialize;
+use tracing::{debug, warn};
+
+use crate::domain::OperationId;
+use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use crate::ports::{CreatePaymentIntent, PaymentGateway};
+
+/// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
+pub const STRIPE_VERSION: &str = "2024-06-20";
+pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
+
+/// A Stripe secret key. `Debug` shows only its kind; there is no `Display`.
+#[derive(Clone)]
+pub struct SecretKey(String);
+
+impl SecretKey {
+    pub fn new(raw: impl Into<String>) -> Self {
+        Self(raw.into())
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.0.split('_').take(2).collect::<Vec<_>>().join("_");
+        write!(f, "SecretKey({kind}_[redacted])")
+    }
+}
+
+/// How to reach Stripe.
+#[derive(Debug, Clone)]
+pub struct StripeConfig {
+    /// `STRIPE_API_BASE`, e.g. `https://api.stripe.com` or a local `stripe-sim`.
+    pub api_base: String,
+    pub secret_key: SecretKey,
+    pub connect_timeout: Duration,
+    /// Whole-request timeout, connection included.
+    pub timeout: Duration,
+    /// Extra attempts inside one call, same key, for answers that say nothing happened or for a
+    /// lost response (which the key turns into a replay). Bounded.
+    pub max_network_retries: u32,
+    /// Pause before the first in-call retry; doubles each time.
+    pub retry_backoff: Duration,
+}
+
+impl StripeConfig {
+    pub fn new(api_base: impl Into<String>, secret_key: SecretKey) -> Self {
+        Self {
+            api_base: api_base.into(),
+            secret_key,
+            connect_timeout: Duration::from_secs(3),
+            timeout: Duration::from_secs(10),
+            max_network_retries: 1,
+            retry_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StripeInitError {
+    #[error("STRIPE_API_BASE must be an http(s) URL, got {0:?}")]
+    BadBase(String),
+    #[error("cannot build the HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
+/// Requests sent, by endpoint (every in-call retry counts), for the benchmarks.
+#[derive(Debug, Default)]
+pub struct StripeRequests {
+    pub create: AtomicU64,
+    pub retrieve: AtomicU64,
+    pub search: AtomicU64,
+}
+
+impl StripeRequests {
+    pub fn total(&self) -> u64 {
+        self.create.load(Ordering::Relaxed)
+            + self.retrieve.load(Ordering::Relaxed)
+            + self.search.load(Ordering::Relaxed)
+    }
+}
+
+/// The Stripe adapter. Build once per process and share.
+pub struct StripeGateway {
+    http: reqwest::Client,
+    base: String,
+    key: SecretKey,
+    max_retries: u32,
+    retry_backoff: Duration,
+    pub requests: StripeRequests,
+}
+
+impl fmt::Debug for StripeGateway {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StripeGateway")
+            .field("base", &self.base)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StripeGateway {
+    pub fn new(cfg: StripeConfig) -> Result<Self, StripeInitError> {
+        let base = cfg.api_base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("https://") || base.starts_with("http://")) {
+            return Err(StripeInitError::BadBase(base));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(cfg.connect_timeout)
+            .timeout(cfg.timeout)
+            .user_agent(concat!("charge-once/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(StripeInitError::Client)?;
+        Ok(Self {
+            http,
+            base,
+            key: cfg.secret_key,
+            max_retries: cfg.max_network_retries,
+            retry_backoff: cfg.retry_backoff,
+            requests: StripeRequests::default(),
+        })
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(self.key.expose())
+            .header("Stripe-Version", STRIPE_VERSION)
+    }
+
+    /// Sends the request built by `build` (the same request every time), retrying within the bound
+    /// while the answer says a retry is safe and useful.
+    async fn send(
+        &self,
+        counter: &AtomicU64,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<(Vec<u8>, bool), GatewayError> {
+        let mut attempt = 0;
+        let mut earlier_lost = false;
+        loop {
+            counter.fetch_add(1, Ordering::Relaxed);
+            let answer = match build().send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let headers = resp.headers().clone();
+                    match resp.bytes().await {
+                        Ok(body) => Ok(Answer {
+                            status,
+                            should_retry: header_bool(&headers, "stripe-should-retry"),
+                            replayed: header_bool(&headers, "idempotent-replayed")
+                                .unwrap_or(false),
+                            body: body.to_vec(),
+                        }),
+                        Err(e) => Err(transport_error("response body cut off", &e, &self.key)),
+                    }
+                }
+                Err(e) => Err(transport_error("no response", &e, &self.key)),
+            };
+            let retry = attempt < self.max_retries && worth_retrying(&answer);
+            if !retry {
+                return settle_answer(answer, earlier_lost, &self.key);
+            }
+            earlier_lost |= answer.is_err();
+            attempt += 1;
+            let pause = self.retry_backoff.saturating_mul(1 << (attempt - 1).min(8));
+            debug!(attempt, ?pause, "retrying the same request with the same key");
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// The classification of the last answer of a call. If an earlier attempt of the same call got no
+/// answer, that attempt may have executed, so a later "nothing happened" (409 key in use, 429) does
+/// not prove nothing happened: the call as a whole is ambiguous.
+fn settle_answer(
+    answer: Result<Answer, GatewayError>,
+    earlier_lost: bool,
+    key: &SecretKey,
+) -> Result<(Vec<u8>, bool), GatewayError> {
+    match classify(answer?, key) {
+        Err(GatewayError::RetryLater { detail, .. }) if earlier_lost => {
+            Err(GatewayError::Ambiguous {
+                detail: format!("an earlier attempt got no answer; then {detail}"),
+            })
+        }
+        other => other,
+    }
+}
+
+/// What came back over HTTP, before classification.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    should_retry: Option<bool>,
+    replayed: bool,
+    body: Vec<u8>,
+}
+
+fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
+    match headers.get(name)?.to_str().ok()? {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+fn transport_error(what: &str, e: &reqwest::Error, key: &SecretKey) -> GatewayError {
+    let kind = if e.is_timeout() {
+        "timeout"
+    } else if e.is_connect() {
+        "connect error"
+    } else {
+        "connection lost"
+    };
+    // reqwest's message can carry the URL; never the Authorization header. Scrub anyway.
+    let mut detail = format!("{what}: {kind}: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        detail.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    GatewayError::Ambiguous {
+        detail: redact(&detail, key),
+    }
+}
+
+/// A retry inside the call, with the same key, is safe for any answer (the key replays a request
+/// that executed). It is only *useful* where another try can change the answer: Stripe says so
+/// with `Stripe-Should-Retry`; otherwise a lost connection (the replay recovers the first answer),
+/// a 409 key-in-use (the other request finishes) and a 429.
+fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(a) => match a.should_retry {
+            Some(flag) => flag,
+            None => matches!(a.status.as_u16(), 409 | 429),
+        },
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePaymentIntent {
+    id: String,
+    status: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireSearch {
+    data: Vec<WirePaymentIntent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireErrorBody {
+    error: WireError,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireError {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    code: Option<String>,
+    decline_code: Option<String>,
+    message: Option<String>,
+    param: Option<String>,
+    payment_intent: Option<WireErrorPaymentIntent>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireErrorPaymentIntent {
+    id: String,
+}
+
+/// Replaces anything that looks like a Stripe secret or restricted key, and our own key, with a
+/// redaction marker.
+fn redact(text: &str, key: &SecretKey) -> String {
+    let mut out = if key.expose().is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(key.expose(), "[redacted]")
+    };
+    for prefix in ["sk_live_", "sk_test_", "rk_live_", "rk_test_"] {
+        while let Some(start) = out.find(prefix) {
+            let end = out[start..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '*'))
+                .map_or(out.len(), |n| start + n);
+            out.replace_range(start..end, "[redacted]");
+        }
+    }
+    out
+}
+
+/// Classifies an HTTP answer. `Ok(bytes)` is a 2xx body for the caller to parse.
+fn classify(answer: Answer, key: &SecretKey) -> Result<(Vec<u8>, bool), GatewayError> {
+    let status = answer.status.as_u16();
+    if answer.status.is_success() {
+        return Ok((answer.body, answer.replayed));
+    }
+    let parsed: Option<WireErrorBody> = serde_json::from_slice(&answer.body).ok();
+    let Some(WireErrorBody { error }) = parsed else {
+        // A 4xx/5xx whose body is not Stripe's: a proxy or a truncated answer. We cannot tell.
+        return Err(GatewayError::Ambiguous {
+            detail: format!("HTTP {status} with an unreadable body"),
+        });
+    };
+    let kind = error.kind.as_deref().unwrap_or("");
+    let code = error.code.as_deref().unwrap_or("");
+    let replayed = if answer.replayed { " (replayed)" } else { "" };
+    let detail = redact(
+        &format!(
+            "HTTP {status} {kind}{}{}: {}{replayed}",
+            if code.is_empty() { "" } else { "/" },
+            code,
+            error.message.as_deref().unwrap_or("")
+        ),
+        key,
+    );
+    Err(match status {
+        402 => GatewayError::Declined {
+            code: error
+                .decline_code
+                .or(error.code)
+                .unwrap_or_else(|| "card_error".into()),
+            payment_intent_id: error.payment_intent.map(|pi| pi.id),
+        },
+        400 if kind == "idempotency_error" => GatewayError::KeyMisuse { detail },
+        409 if code == "idempotency_key_in_use" => GatewayError::RetryLater {
+            cause: RetryCause::KeyInUse,
+            detail,
+        },
+        429 => GatewayError::RetryLater {
+            cause: RetryCause::RateLimited,
+            detail,
+        },
+        401 | 403 => GatewayError::RetryLater {
+            cause: RetryCause::Configuration,
+            detail,
+        },
+        // Other 409s (lock timeouts) and every 5xx: the request may have executed.
+        409 | 500..=599 => GatewayError::Ambiguous { detail },
+        _ => GatewayError::Rejected {
+            detail,
+            param: error.param,
+        },
+    })
+}
+
+fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent, GatewayError> {
+    let pi: WirePaymentIntent =
+        serde_json::from_slice(body).map_err(|_| GatewayError::Ambiguous {
+            detail: "2xx with an unreadable PaymentIntent body".into(),
+        })?;
+    Ok(PaymentIntent {
+        id: pi.id,
+        status: PaymentIntentStatus::parse(&pi.status),
+        replayed,
+    })
+}
+
+/// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
+pub fn search_query(operation_id: &OperationId) -> String {
+    let value = operation_id
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('\'', "\\'");
+    format!("metadata['operation_id']:'{value}'")
+}
+
+fn valid_payment_intent_id(id: &str) -> bool {
+    id.strip_prefix("pi_").is_some_and(|rest| {
+        !rest.is_empty() && rest.len() <= 250 && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
+}
+
+#[async_trait]
+impl PaymentGateway for StripeGateway {
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let form = [
+            ("amount", req.params.amount.minor_units().to_string()),
+            ("currency", req.params.currency.as_str().to_owned()),
+            ("customer", req.params.customer_id.as_str().to_owned()),
+            ("payment_method", req.params.payment_method.as_str().to_owned()),
+            ("confirm", "true".to_owned()),
+            ("off_session", "true".to_owned()),
+            ("metadata[operation_id]", req.operation_id.to_string()),
+        ];
+        let (body, replayed) = self
+            .send(&self.requests.create, || {
+                self.request(Method::POST, "/v1/payment_intents")
+                    .header("Idempotency-Key", req.idempotency_key.as_str())
+                    .form(&form)
+            })
+            .await?;
+        let pi = parse_payment_intent(&body, replayed)?;
+        if pi.replayed {
+            debug!(payment_intent = %pi.id, "idempotent replay");
+        }
+        Ok(pi)
+    }
+
+    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+        if !valid_payment_intent_id(id) {
+            return Err(GatewayError::Rejected {
+                detail: format!("not a PaymentIntent id: {id:?}"),
+                param: Some("id".into()),
+            });
+        }
+        let path = format!("/v1/payment_intents/{id}");
+        let (body, _) = self
+            .send(&self.requests.retrieve, || self.request(Method::GET, &path))
+            .await?;
+        parse_payment_intent(&body, false)
+    }
+
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        let query = search_query(operation_id);
+        let (body, _) = self
+            .send(&self.requests.search, || {
+                self.request(Method::GET, "/v1/payment_intents/search")
+                    .query(&[("query", query.as_str()), ("limit", "10")])
+            })
+            .await?;
+        let found: WireSearch = serde_json::from_slice(&body).map_err(|_| {
+            warn!("search answered 2xx with an unreadable body");
+            GatewayError::Ambiguous {
+                detail: "2xx with an unreadable search body".into(),
+            }
+        })?;
+        Ok(found
+            .data
+            .into_iter()
+            .map(|pi| PaymentIntent {
+                id: pi.id,
+                status: PaymentIntentStatus::parse(&pi.status),
+                replayed: false,
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, body: &str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            should_retry: None,
+            replayed: false,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn key() -> SecretKey {
+        SecretKey::new("sk_test_abcdef123456")
+    }
+
+    fn err(status: u16, body: &str) -> GatewayError {
+        classify(answer(status, body), &key()).unwrap_err()
+    }
+
+    #[test]
+    fn classification_table() {
+        assert!(matches!(
+            err(402, r#"{"error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds","payment_intent":{"id":"pi_1"}}}"#),
+            GatewayError::Declined { ref code, payment_intent_id: Some(ref id) } if code == "insufficient_funds" && id == "pi_1"
+        ));
+        assert!(matches!(
+            err(400, r#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}"#),
+            GatewayError::KeyMisuse { .. }
+        ));
+        assert!(matches!(
+            err(409, r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#),
+            GatewayError::RetryLater { cause: RetryCause::KeyInUse, .. }
+        ));
+        assert!(matches!(
+            err(429, r#"{"error":{"type":"invalid_request_error","code":"rate_limit"}}"#),
+            GatewayError::RetryLater { cause: RetryCause::RateLimited, .. }
+        ));
+        for status in [401, 403] {
+            assert!(matches!(
+                err(status, r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_****3456"}}"#),
+                GatewayError::RetryLater { cause: RetryCause::Configuration, .. }
+            ));
+        }
+        assert!(matches!(
+            err(400, r#"{"error":{"type":"invalid_request_error","code":"resource_missing","param":"customer"}}"#),
+            GatewayError::Rejected { param: Some(ref p), .. } if p == "customer"
+        ));
+        assert!(matches!(err(500, r#"{"error":{"type":"api_error"}}"#), GatewayError::Ambiguous { .. }));
+        assert!(matches!(err(503, "<html>bad gateway</html>"), GatewayError::Ambiguous { .. }));
+        assert!(matches!(err(400, "not json"), GatewayError::Ambiguous { .. }));
+        assert!(matches!(err(409, r#"{"error":{"type":"invalid_request_error","code":"lock_timeout"}}"#), GatewayError::Ambiguous { .. }));
+    }
+
+    #[test]
+    fn nothing_happened_is_not_believed_after_a_lost_attempt() {
+        let in_use = || answer(409, r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#);
+        assert!(matches!(
+            settle_answer(Ok(in_use()), false, &key()),
+            Err(GatewayError::RetryLater { .. })
+        ));
+        assert!(matches!(
+            settle_answer(Ok(in_use()), true, &key()),
+            Err(GatewayError::Ambiguous { .. })
+        ));
+    }
+
+    #[test]
+    fn success_bodies() {
+        let (body, replayed) = classify(
+            Answer {
+                replayed: true,
+                ..answer(200, r#"{"id":"pi_1","object":"payment_intent","status":"processing"}"#)
+            },
+            &key(),
+        )
+        .unwrap();
+        let pi = parse_payment_intent(&body, replayed).unwrap();
+        assert_eq!(pi.status, PaymentIntentStatus::Processing);
+        assert!(pi.replayed);
+        // A truncated 2xx body may hide a created PaymentIntent: unknown, not failed.
+        assert!(matches!(
+            parse_payment_intent(br#"{"id":"pi_1","sta"#, false),
+            Err(GatewayError::Ambiguous { .. })
+        ));
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        let k = key();
+        assert_eq!(format!("{k:?}"), "SecretKey(sk_test_[redacted])");
+        let e = err(401, r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_abcdef123456 and sk_live_XYZ"}}"#);
+        let text = e.to_string();
+        assert!(!text.contains("abcdef123456"), "{text}");
+        assert!(!text.contains("sk_live_XYZ"), "{text}");
+        assert!(text.contains("[redacted]"));
+    }
+
+    #[test]
+    fn search_query_escapes_quotes() {
+        let id = OperationId::parse("6f1c2a4e-8a3b-4c5d-9e0f-112233445566").unwrap();
+        assert_eq!(
+            search_query(&id),
+            "metadata['operation_id']:'6f1c2a4e-8a3b-4c5d-9e0f-112233445566'"
+        );
+    }
+
+    #[test]
+    fn only_safe_ids_reach_the_url() {
+        assert!(valid_payment_intent_id("pi_3MtwBwLkdIwHu7ix28a3tqPa"));
+        assert!(!valid_payment_intent_id("pi_../../v1/customers"));
+        assert!(!valid_payment_intent_id("ch_123"));
+        assert!(!valid_payment_intent_id("pi_"));
+    }
+
+    #[test]
+    fn retry_only_where_it_can_help() {
+        let lost: Result<Answer, GatewayError> = Err(GatewayError::Ambiguous { detail: "x".into() });
+        assert!(worth_retrying(&lost));
+        assert!(worth_retrying(&Ok(answer(409, "{}"))));
+        assert!(worth_retrying(&Ok(answer(429, "{}"))));
+        assert!(!worth_retrying(&Ok(answer(500, "{}"))), "a 500 replays under the key");
+        assert!(!worth_retrying(&Ok(answer(402, "{}"))));
+        let told_not_to = Answer { should_retry: Some(false), ..answer(409, "{}") };
+        assert!(!worth_retrying(&Ok(told_not_to)));
+        let told_to = Answer { should_retry: Some(true), ..answer(503, "{}") };
+        assert!(worth_retrying(&Ok(told_to)));
+    }
+}
