@@ -20,7 +20,11 @@ async fn conflict_returns_the_winner_without_a_read() {
         Created::Existing(op) => assert_eq!(op.operation_id, first.operation_id),
         other => panic!("expected Existing, got {other:?}"),
     }
-    assert_eq!(store.calls().reads.load(Ordering::Relaxed), reads_before, "ALL_OLD, no GetItem");
+    assert_eq!(
+        store.calls().reads.load(Ordering::Relaxed),
+        reads_before,
+        "ALL_OLD, no GetItem"
+    );
 }
 
 #[tokio::test]
@@ -28,7 +32,11 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
     let store = testkit::aws::fresh_store().await;
     let mut want = Vec::new();
     for i in 0..30u64 {
-        let op = operation(&format!("dyn-page-{i:02}"), 1000, T0.plus(Duration::from_secs(i)));
+        let op = operation(
+            &format!("dyn-page-{i:02}"),
+            1000,
+            T0.plus(Duration::from_secs(i)),
+        );
         store.create_if_absent(&op).await.unwrap();
         // Every third one settles and must leave the index.
         if i % 3 == 0 {
@@ -37,7 +45,10 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
                 .claim(&ClaimRequest {
                     key: op.key(),
                     operation_id: op.operation_id,
-                    lease: Lease { token, expires_at: T0.plus(Duration::from_secs(60)) },
+                    lease: Lease {
+                        token,
+                        expires_at: T0.plus(Duration::from_secs(60)),
+                    },
                     now: T0,
                 })
                 .await
@@ -65,13 +76,19 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
     let mut got = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store.query_index(IndexQuery::DueBy(now), cursor, 7).await.unwrap();
+        let page = store
+            .query_index(IndexQuery::DueBy(now), cursor, 7)
+            .await
+            .unwrap();
         got.extend(page.operations.iter().map(|o| o.order_id.to_string()));
         cursor = page.next;
         if cursor.is_none() {
             break;
         }
     }
-    assert_eq!(got, want, "global oldest-due-first, nothing skipped or repeated");
+    assert_eq!(
+        got, want,
+        "global oldest-due-first, nothing skipped or repeated"
+    );
     assert_eq!(got.iter().collect::<HashSet<_>>().len(), got.len());
 }

@@ -38,7 +38,10 @@ pub async fn fresh_fifo_queue(client: &aws_sdk_sqs::Client) -> String {
         .create_queue()
         .queue_name(name)
         .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "30")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "30",
+        )
         .send()
         .await
         .expect("create FIFO queue on moto");

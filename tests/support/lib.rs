@@ -1,5 +1,6 @@
 //! Shared pieces of the workspace integration tests.
 //!
+//! - [`stripe`]: an embedded `stripe-sim` on the core's clock and the real Stripe client.
 //! - [`aws`]: the local AWS stack (moto) for tests: SDK config, fresh tables and queues.
 //! - [`store_contract`]: the behaviour every [`charge_once::ports::OperationStore`] must have, as
 //!   plain async functions; [`store_contract_tests!`] turns them into one `#[tokio::test]` each for a
@@ -7,3 +8,4 @@
 
 pub mod aws;
 pub mod store_contract;
+pub mod stripe;

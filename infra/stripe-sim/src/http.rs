@@ -89,7 +89,13 @@ pub(crate) async fn serve(
                 Ok((stream, _)) => {
                     let sim = sim.clone();
                     conns.spawn(async move {
-                        let svc = service_fn(move |req| handle(sim.clone(), req));
+                        // Each request runs in its own task: like Stripe, a request that has
+                        // started executing finishes even if the client hangs up (a timed-out
+                        // create still creates).
+                        let svc = service_fn(move |req| {
+                            let task = tokio::spawn(handle(sim.clone(), req));
+                            async move { task.await.unwrap_or(Err(DropConnection)) }
+                        });
                         let _ = http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), svc)
                             .await;

@@ -30,6 +30,9 @@ pub(crate) enum TestCard {
         succeeds: bool,
     },
     RequiresAction,
+    /// Simulator-only: stays `requires_action` even off-session (real Stripe declines such a card
+    /// off-session), so a client's handling of a lingering `requires_action` can be exercised.
+    AlwaysRequiresAction,
 }
 
 /// Maps a test payment method id to its behaviour.
@@ -50,6 +53,7 @@ pub(crate) fn test_card(pm: &str) -> Option<TestCard> {
         "pm_card_threeDSecureRequired"
         | "pm_card_threeDSecure2Required"
         | "pm_card_authenticationRequired" => TestCard::RequiresAction,
+        "pm_card_sim_requiresAction" => TestCard::AlwaysRequiresAction,
         _ => return None,
     })
 }
@@ -289,6 +293,7 @@ impl PaymentIntent {
                 "processing"
             }
             (true, Some(TestCard::RequiresAction)) if !pi.params.off_session => "requires_action",
+            (true, Some(TestCard::AlwaysRequiresAction)) => "requires_action",
             (true, Some(TestCard::RequiresAction)) => {
                 outcome = pi.fail(
                     None,

@@ -24,17 +24,15 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page,
-    Recorded, Reschedule, StoreError,
+    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
+    Page, Recorded, Reschedule, StoreError,
 };
 
 pub mod item;
@@ -353,7 +351,10 @@ impl OperationStore for DynamoStore {
         let mut values = HashMap::from([
             (":op".to_owned(), attr_s(&req.operation_id.to_string())),
             (":token".to_owned(), attr_s(&req.lease.token.to_string())),
-            (":expires".to_owned(), attr_n(req.lease.expires_at.as_millis())),
+            (
+                ":expires".to_owned(),
+                attr_n(req.lease.expires_at.as_millis()),
+            ),
             (":now".to_owned(), attr_n(req.now.as_millis())),
             (":one".to_owned(), attr_n(1)),
         ]);
@@ -448,7 +449,10 @@ impl OperationStore for DynamoStore {
         let mut values = HashMap::from([
             (":op".to_owned(), attr_s(&req.operation_id.to_string())),
             (":expected".to_owned(), attr_s(req.expected_status.as_str())),
-            (":read_at".to_owned(), attr_n(req.expected_updated_at.as_millis())),
+            (
+                ":read_at".to_owned(),
+                attr_n(req.expected_updated_at.as_millis()),
+            ),
             (":due".to_owned(), attr_n(req.next_due_at.as_millis())),
             (":now".to_owned(), attr_n(req.now.as_millis())),
         ]);

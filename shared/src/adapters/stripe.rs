@@ -166,8 +166,7 @@ impl StripeGateway {
                         Ok(body) => Ok(Answer {
                             status,
                             should_retry: header_bool(&headers, "stripe-should-retry"),
-                            replayed: header_bool(&headers, "idempotent-replayed")
-                                .unwrap_or(false),
+                            replayed: header_bool(&headers, "idempotent-replayed").unwrap_or(false),
                             body: body.to_vec(),
                         }),
                         Err(e) => Err(transport_error("response body cut off", &e, &self.key)),
@@ -182,7 +181,11 @@ impl StripeGateway {
             earlier_lost |= answer.is_err();
             attempt += 1;
             let pause = self.retry_backoff.saturating_mul(1 << (attempt - 1).min(8));
-            debug!(attempt, ?pause, "retrying the same request with the same key");
+            debug!(
+                attempt,
+                ?pause,
+                "retrying the same request with the same key"
+            );
             tokio::time::sleep(pause).await;
         }
     }
@@ -386,7 +389,9 @@ pub fn search_query(operation_id: &OperationId) -> String {
 
 fn valid_payment_intent_id(id: &str) -> bool {
     id.strip_prefix("pi_").is_some_and(|rest| {
-        !rest.is_empty() && rest.len() <= 250 && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        !rest.is_empty()
+            && rest.len() <= 250
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     })
 }
 
@@ -397,7 +402,10 @@ impl PaymentGateway for StripeGateway {
             ("amount", req.params.amount.minor_units().to_string()),
             ("currency", req.params.currency.as_str().to_owned()),
             ("customer", req.params.customer_id.as_str().to_owned()),
-            ("payment_method", req.params.payment_method.as_str().to_owned()),
+            (
+                "payment_method",
+                req.params.payment_method.as_str().to_owned(),
+            ),
             ("confirm", "true".to_owned()),
             ("off_session", "true".to_owned()),
             ("metadata[operation_id]", req.operation_id.to_string()),
@@ -487,36 +495,77 @@ mod tests {
             GatewayError::Declined { ref code, payment_intent_id: Some(ref id) } if code == "insufficient_funds" && id == "pi_1"
         ));
         assert!(matches!(
-            err(400, r#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}"#),
+            err(
+                400,
+                r#"{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}"#
+            ),
             GatewayError::KeyMisuse { .. }
         ));
         assert!(matches!(
-            err(409, r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#),
-            GatewayError::RetryLater { cause: RetryCause::KeyInUse, .. }
+            err(
+                409,
+                r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#
+            ),
+            GatewayError::RetryLater {
+                cause: RetryCause::KeyInUse,
+                ..
+            }
         ));
         assert!(matches!(
-            err(429, r#"{"error":{"type":"invalid_request_error","code":"rate_limit"}}"#),
-            GatewayError::RetryLater { cause: RetryCause::RateLimited, .. }
+            err(
+                429,
+                r#"{"error":{"type":"invalid_request_error","code":"rate_limit"}}"#
+            ),
+            GatewayError::RetryLater {
+                cause: RetryCause::RateLimited,
+                ..
+            }
         ));
         for status in [401, 403] {
             assert!(matches!(
-                err(status, r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_****3456"}}"#),
-                GatewayError::RetryLater { cause: RetryCause::Configuration, .. }
+                err(
+                    status,
+                    r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_****3456"}}"#
+                ),
+                GatewayError::RetryLater {
+                    cause: RetryCause::Configuration,
+                    ..
+                }
             ));
         }
         assert!(matches!(
             err(400, r#"{"error":{"type":"invalid_request_error","code":"resource_missing","param":"customer"}}"#),
             GatewayError::Rejected { param: Some(ref p), .. } if p == "customer"
         ));
-        assert!(matches!(err(500, r#"{"error":{"type":"api_error"}}"#), GatewayError::Ambiguous { .. }));
-        assert!(matches!(err(503, "<html>bad gateway</html>"), GatewayError::Ambiguous { .. }));
-        assert!(matches!(err(400, "not json"), GatewayError::Ambiguous { .. }));
-        assert!(matches!(err(409, r#"{"error":{"type":"invalid_request_error","code":"lock_timeout"}}"#), GatewayError::Ambiguous { .. }));
+        assert!(matches!(
+            err(500, r#"{"error":{"type":"api_error"}}"#),
+            GatewayError::Ambiguous { .. }
+        ));
+        assert!(matches!(
+            err(503, "<html>bad gateway</html>"),
+            GatewayError::Ambiguous { .. }
+        ));
+        assert!(matches!(
+            err(400, "not json"),
+            GatewayError::Ambiguous { .. }
+        ));
+        assert!(matches!(
+            err(
+                409,
+                r#"{"error":{"type":"invalid_request_error","code":"lock_timeout"}}"#
+            ),
+            GatewayError::Ambiguous { .. }
+        ));
     }
 
     #[test]
     fn nothing_happened_is_not_believed_after_a_lost_attempt() {
-        let in_use = || answer(409, r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#);
+        let in_use = || {
+            answer(
+                409,
+                r#"{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use"}}"#,
+            )
+        };
         assert!(matches!(
             settle_answer(Ok(in_use()), false, &key()),
             Err(GatewayError::RetryLater { .. })
@@ -532,7 +581,10 @@ mod tests {
         let (body, replayed) = classify(
             Answer {
                 replayed: true,
-                ..answer(200, r#"{"id":"pi_1","object":"payment_intent","status":"processing"}"#)
+                ..answer(
+                    200,
+                    r#"{"id":"pi_1","object":"payment_intent","status":"processing"}"#,
+                )
             },
             &key(),
         )
@@ -551,7 +603,10 @@ mod tests {
     fn secrets_never_show() {
         let k = key();
         assert_eq!(format!("{k:?}"), "SecretKey(sk_test_[redacted])");
-        let e = err(401, r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_abcdef123456 and sk_live_XYZ"}}"#);
+        let e = err(
+            401,
+            r#"{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_abcdef123456 and sk_live_XYZ"}}"#,
+        );
         let text = e.to_string();
         assert!(!text.contains("abcdef123456"), "{text}");
         assert!(!text.contains("sk_live_XYZ"), "{text}");
@@ -577,15 +632,25 @@ mod tests {
 
     #[test]
     fn retry_only_where_it_can_help() {
-        let lost: Result<Answer, GatewayError> = Err(GatewayError::Ambiguous { detail: "x".into() });
+        let lost: Result<Answer, GatewayError> =
+            Err(GatewayError::Ambiguous { detail: "x".into() });
         assert!(worth_retrying(&lost));
         assert!(worth_retrying(&Ok(answer(409, "{}"))));
         assert!(worth_retrying(&Ok(answer(429, "{}"))));
-        assert!(!worth_retrying(&Ok(answer(500, "{}"))), "a 500 replays under the key");
+        assert!(
+            !worth_retrying(&Ok(answer(500, "{}"))),
+            "a 500 replays under the key"
+        );
         assert!(!worth_retrying(&Ok(answer(402, "{}"))));
-        let told_not_to = Answer { should_retry: Some(false), ..answer(409, "{}") };
+        let told_not_to = Answer {
+            should_retry: Some(false),
+            ..answer(409, "{}")
+        };
         assert!(!worth_retrying(&Ok(told_not_to)));
-        let told_to = Answer { should_retry: Some(true), ..answer(503, "{}") };
+        let told_to = Answer {
+            should_retry: Some(true),
+            ..answer(503, "{}")
+        };
         assert!(worth_retrying(&Ok(told_to)));
     }
 }

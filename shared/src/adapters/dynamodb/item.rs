@@ -55,11 +55,17 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
     let mut item = HashMap::from([
         ("pk".to_owned(), attr_s(&pk)),
         ("sk".to_owned(), attr_s(&sk)),
-        ("operation_id".to_owned(), attr_s(&op.operation_id.to_string())),
+        (
+            "operation_id".to_owned(),
+            attr_s(&op.operation_id.to_string()),
+        ),
         ("order_id".to_owned(), attr_s(op.order_id.as_str())),
         ("amount".to_owned(), attr_n(op.params.amount.minor_units())),
         ("currency".to_owned(), attr_s(op.params.currency.as_str())),
-        ("customer_id".to_owned(), attr_s(op.params.customer_id.as_str())),
+        (
+            "customer_id".to_owned(),
+            attr_s(op.params.customer_id.as_str()),
+        ),
         (
             "payment_method".to_owned(),
             attr_s(op.params.payment_method.as_str()),
@@ -82,12 +88,18 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         "first_attempted_at",
         op.first_attempted_at.map(|t| attr_n(t.as_millis())),
     );
-    put("lease_token", op.lease.map(|l| attr_s(&l.token.to_string())));
+    put(
+        "lease_token",
+        op.lease.map(|l| attr_s(&l.token.to_string())),
+    );
     put(
         "lease_expires_at",
         op.lease.map(|l| attr_n(l.expires_at.as_millis())),
     );
-    put("review_reason", op.review.as_ref().map(|r| attr_s(&r.reason)));
+    put(
+        "review_reason",
+        op.review.as_ref().map(|r| attr_s(&r.reason)),
+    );
     put(
         "review_flagged_at",
         op.review.as_ref().map(|r| attr_n(r.flagged_at.as_millis())),
@@ -152,7 +164,10 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
     let order_raw = pk
         .strip_prefix(PK_PREFIX)
         .ok_or_else(|| malformed("pk", "no ORDER# prefix"))?;
-    let lease = match (get_s(item, "lease_token")?, get_t(item, "lease_expires_at")?) {
+    let lease = match (
+        get_s(item, "lease_token")?,
+        get_t(item, "lease_expires_at")?,
+    ) {
         (Some(token), Some(expires_at)) => Some(Lease {
             token: domain("lease_token", LeaseToken::parse(token))?,
             expires_at,
@@ -177,11 +192,17 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
     Ok(Operation {
         order_id: domain("pk", OrderId::parse(order_raw))?,
         kind: domain("sk", OperationKind::parse(req_s(item, "sk")?))?,
-        operation_id: domain("operation_id", OperationId::parse(req_s(item, "operation_id")?))?,
+        operation_id: domain(
+            "operation_id",
+            OperationId::parse(req_s(item, "operation_id")?),
+        )?,
         params: ChargeParams {
             amount: domain("amount", Amount::new(req_n(item, "amount")?))?,
             currency: domain("currency", Currency::parse(req_s(item, "currency")?))?,
-            customer_id: domain("customer_id", CustomerId::parse(req_s(item, "customer_id")?))?,
+            customer_id: domain(
+                "customer_id",
+                CustomerId::parse(req_s(item, "customer_id")?),
+            )?,
             payment_method: domain(
                 "payment_method",
                 PaymentMethodId::parse(req_s(item, "payment_method")?),
@@ -255,7 +276,10 @@ mod tests {
     fn corrupted_items_are_errors() {
         let mut item = operation_to_item(&sample());
         item.insert("amount".into(), attr_n("-5"));
-        assert!(operation_from_item(&item).unwrap_err().to_string().contains("amount"));
+        assert!(operation_from_item(&item)
+            .unwrap_err()
+            .to_string()
+            .contains("amount"));
         let mut item = operation_to_item(&sample());
         item.insert("amount".into(), attr_n("12.5"));
         assert!(operation_from_item(&item).is_err());
