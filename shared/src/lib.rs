@@ -15,18 +15,24 @@
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
 //!   built on the pure decisions in [`executor::plan`].
 //! - [`adapters`]: the real adapters: Stripe over reqwest, DynamoDB, SQS FIFO.
+//! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
+//! - [`config`]: typed configuration from the environment, read once at init.
+//! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
 //!   fake gateway, for fast tests and the embedded simulation.
 //!
 //! Domain logic never imports an AWS or HTTP type; adapters never decide business outcomes.
 
 pub mod adapters;
+pub mod config;
 pub mod domain;
 pub mod executor;
 pub mod memory;
 pub mod operation;
 pub mod outcome;
 pub mod ports;
+pub mod reconciler;
+pub mod telemetry;
 pub mod time;
 
 pub use domain::{

@@ -1,15 +1,34 @@
-//! The `charge` Lambda. Its AWS adapters arrive with issue 4; until then the function refuses every
-//! event with an error rather than pretending to handle it.
+//! Wires the charge function: configuration, the DynamoDB client and the Stripe client (once per
+//! execution environment), tracing, then the runtime loop.
 
+use std::sync::Arc;
+
+use charge::handler::handle;
+use charge::ChargeConfig;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::stripe::StripeGateway;
+use charge_once::config::ProcessEnv;
+use charge_once::executor::ChargeDeps;
+use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use serde_json::Value;
-
-async fn handler(_event: LambdaEvent<Value>) -> Result<Value, Error> {
-    Err("the charge function is not wired to DynamoDB/SQS yet".into())
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
-    lambda_runtime::run(service_fn(handler)).await
+    let config = ChargeConfig::from_env(&ProcessEnv)?;
+    let aws = aws_config::load_from_env().await;
+    let deps = ChargeDeps {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table_name,
+        )),
+        gateway: Arc::new(StripeGateway::new(config.stripe)?),
+        clock: Arc::new(SystemClock),
+        policy: config.policy,
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
 }

@@ -1,15 +1,36 @@
-//! The `checkout` Lambda. Its AWS adapters arrive with issue 4; until then the function refuses every
-//! event with an error rather than pretending to handle it.
+//! Wires the checkout function: configuration, the DynamoDB and SQS clients (once per execution
+//! environment), tracing, then the runtime loop.
 
+use std::sync::Arc;
+
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::config::ProcessEnv;
+use charge_once::SystemClock;
+use checkout::handler::{handle, Checkout};
+use checkout::CheckoutConfig;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use serde_json::Value;
-
-async fn handler(_event: LambdaEvent<Value>) -> Result<Value, Error> {
-    Err("the checkout function is not wired to DynamoDB/SQS yet".into())
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
-    lambda_runtime::run(service_fn(handler)).await
+    let config = CheckoutConfig::from_env(&ProcessEnv)?;
+    let aws = aws_config::load_from_env().await;
+    let deps = Checkout {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table_name,
+        )),
+        queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&aws),
+            &config.queue_url,
+        )),
+        clock: Arc::new(SystemClock),
+        pending_grace: config.pending_grace,
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
 }

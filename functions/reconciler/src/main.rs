@@ -1,15 +1,43 @@
-//! The `reconciler` Lambda. Its AWS adapters arrive with issue 4; until then the function refuses every
-//! event with an error rather than pretending to handle it.
+//! Wires the reconciler: configuration, DynamoDB, SQS and Stripe clients (once per execution
+//! environment), tracing, then the runtime loop.
 
+use std::sync::Arc;
+
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::adapters::stripe::StripeGateway;
+use charge_once::config::ProcessEnv;
+use charge_once::executor::ChargeDeps;
+use charge_once::reconciler::ReconcilerDeps;
+use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use serde_json::Value;
-
-async fn handler(_event: LambdaEvent<Value>) -> Result<Value, Error> {
-    Err("the reconciler function is not wired to DynamoDB/SQS yet".into())
-}
+use reconciler::handler::{handle, PAGE_SIZE};
+use reconciler::ReconcilerConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
-    lambda_runtime::run(service_fn(handler)).await
+    let config = ReconcilerConfig::from_env(&ProcessEnv)?;
+    let aws = aws_config::load_from_env().await;
+    let deps = ReconcilerDeps {
+        charge: ChargeDeps {
+            store: Arc::new(DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(&aws),
+                &config.table_name,
+            )),
+            gateway: Arc::new(StripeGateway::new(config.stripe)?),
+            clock: Arc::new(SystemClock),
+            policy: config.policy,
+        },
+        queue: Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(&aws),
+            &config.queue_url,
+        )),
+        page_size: PAGE_SIZE,
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        handle(deps, event).await
+    }))
+    .await
 }

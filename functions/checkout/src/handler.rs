@@ -1,0 +1,456 @@
+//! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`.
+//!
+//! | answer | when | what changed |
+//! |---|---|---|
+//! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
+//! | 200 `{operation_id, status}` | same order, same parameters | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
+//! | 409 | same order, different parameters | nothing |
+//! | 400 | invalid field (field-level message) | nothing |
+//! | 413 / 415 | body over 8 KiB / not `application/json` | nothing |
+//! | 405 / 404 | other method / other path | nothing |
+//! | 503 + `Retry-After` | DynamoDB or SQS failed | possibly the item (then `pending`: the reconciler or the client's retry sends it) |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use aws_lambda_events::encodings::Body;
+use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use aws_lambda_events::http::Method;
+use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
+use charge_once::{
+    Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
+    PaymentMethodId, ValidationError,
+};
+use lambda_runtime::LambdaEvent;
+use serde_json::{json, Map, Value};
+use tracing::{error, info, warn};
+
+/// Larger bodies are refused before parsing.
+pub const MAX_BODY_BYTES: usize = 8 * 1024;
+const FIELDS: [&str; 4] = ["amount", "currency", "customer_id", "payment_method"];
+
+/// What the handler needs, built once in `main`.
+pub struct Checkout {
+    pub store: Arc<dyn OperationStore>,
+    pub queue: Arc<dyn ChargeQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub pending_grace: Duration,
+}
+
+/// Handles one request. Always an HTTP answer: bad input and infrastructure failures are responses,
+/// not Lambda errors, so API Gateway never turns them into a bare 500.
+pub async fn handle(
+    deps: &Checkout,
+    event: LambdaEvent<ApiGatewayV2httpRequest>,
+) -> ApiGatewayV2httpResponse {
+    let request_id = event.context.request_id.clone();
+    match accept(deps, &event.payload).await {
+        Ok(reply) | Err(reply) => {
+            info!(%request_id, status = reply.status, "checkout answered");
+            reply.into_response()
+        }
+    }
+}
+
+/// An HTTP answer before it becomes API Gateway's response type.
+#[derive(Debug)]
+struct Reply {
+    status: i64,
+    body: Value,
+    header: Option<(HeaderName, &'static str)>,
+}
+
+impl Reply {
+    fn into_response(self) -> ApiGatewayV2httpResponse {
+        let mut resp = ApiGatewayV2httpResponse::default();
+        resp.status_code = self.status;
+        resp.headers
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some((name, value)) = self.header {
+            resp.headers.insert(name, HeaderValue::from_static(value));
+        }
+        resp.body = Some(Body::Text(self.body.to_string()));
+        resp
+    }
+}
+
+type Answer = Result<Reply, Reply>;
+
+async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
+    if req.request_context.http.method != Method::POST {
+        let mut reply = error(405, "method_not_allowed", "use POST", None);
+        reply.header = Some((ALLOW, "POST"));
+        return Err(reply);
+    }
+    let raw_order = order_id_from(req)
+        .ok_or_else(|| error(404, "not_found", "POST /orders/{order_id}/charge", None))?;
+    let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
+    let body = req.body.as_deref().unwrap_or("");
+    if body.len() > MAX_BODY_BYTES {
+        return Err(error(
+            413,
+            "body_too_large",
+            &format!("the body must be at most {MAX_BODY_BYTES} bytes"),
+            None,
+        ));
+    }
+    if !is_json(req) {
+        return Err(error(
+            415,
+            "unsupported_media_type",
+            "send the body as application/json",
+            None,
+        ));
+    }
+    let params = parse_params(body)?;
+
+    let op = Operation::new(order_id, params, deps.clock.now(), deps.pending_grace);
+    let span = tracing::info_span!("checkout", order_id = %op.order_id, operation_id = tracing::field::Empty);
+    let _enter = span.enter();
+    let created = deps.store.create_if_absent(&op).await.map_err(|e| {
+        error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+        unavailable()
+    })?;
+    match created {
+        Created::New(op) => {
+            span.record("operation_id", tracing::field::display(op.operation_id));
+            send(deps, &op).await?;
+            info!("operation recorded and queued");
+            Ok(accepted(202, &op))
+        }
+        Created::Existing(existing) if existing.fingerprint != op.fingerprint => {
+            span.record(
+                "operation_id",
+                tracing::field::display(existing.operation_id),
+            );
+            warn!("same order re-submitted with different parameters; refused");
+            Err(error(
+                409,
+                "order_conflict",
+                "this order already has a charge with different parameters",
+                None,
+            ))
+        }
+        Created::Existing(existing) => {
+            span.record(
+                "operation_id",
+                tracing::field::display(existing.operation_id),
+            );
+            if existing.status == OperationStatus::Pending && existing.first_attempted_at.is_none()
+            {
+                send(deps, &existing).await?;
+                info!("existing pending operation queued again");
+            }
+            Ok(accepted(200, &existing))
+        }
+    }
+}
+
+async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
+    deps.queue
+        .send(&QueuedCharge::first(op))
+        .await
+        .map_err(|e| {
+            // The item is written and `pending`: a retry of this request re-sends, and the
+            // reconciler re-enqueues it after the grace period if nobody does.
+            error!(error = %e, source = ?std::error::Error::source(&e), "queue unavailable");
+            unavailable()
+        })
+}
+
+fn order_id_from(req: &ApiGatewayV2httpRequest) -> Option<String> {
+    if let Some(id) = req.path_parameters.get("order_id") {
+        return Some(id.clone());
+    }
+    let path = req
+        .raw_path
+        .as_deref()
+        .or(req.request_context.http.path.as_deref())?;
+    let rest = path.strip_prefix("/orders/")?;
+    let id = rest.strip_suffix("/charge")?;
+    (!id.contains('/')).then(|| id.to_owned())
+}
+
+fn is_json(req: &ApiGatewayV2httpRequest) -> bool {
+    if req.is_base64_encoded {
+        // HTTP APIs pass JSON as text; a base64 body is some other media type.
+        return false;
+    }
+    req.headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
+    let value: Value = serde_json::from_str(body)
+        .map_err(|_| error(400, "invalid_json", "the body is not valid JSON", None))?;
+    let Value::Object(obj) = value else {
+        return Err(error(
+            400,
+            "invalid_json",
+            "the body must be a JSON object",
+            None,
+        ));
+    };
+    let mut problems = Vec::new();
+    for key in obj.keys() {
+        if !FIELDS.contains(&key.as_str()) {
+            problems.push(ValidationError::new(
+                "body",
+                format!("unknown field {key:?}"),
+            ));
+        }
+    }
+    let amount = field(&obj, "amount", &mut problems, |v| match v.as_i64() {
+        Some(n) => Amount::new(n),
+        _ => Err(ValidationError::new(
+            "amount",
+            "must be an integer number of minor units",
+        )),
+    });
+    let currency = text(&obj, "currency", &mut problems, Currency::parse);
+    let customer_id = text(&obj, "customer_id", &mut problems, CustomerId::parse);
+    let payment_method = text(
+        &obj,
+        "payment_method",
+        &mut problems,
+        PaymentMethodId::parse,
+    );
+    match (amount, currency, customer_id, payment_method) {
+        (Some(amount), Some(currency), Some(customer_id), Some(payment_method))
+            if problems.is_empty() =>
+        {
+            Ok(ChargeParams {
+                amount,
+                currency,
+                customer_id,
+                payment_method,
+            })
+        }
+        _ => Err(invalid(problems)),
+    }
+}
+
+fn field<T>(
+    obj: &Map<String, Value>,
+    name: &'static str,
+    problems: &mut Vec<ValidationError>,
+    parse: impl FnOnce(&Value) -> Result<T, ValidationError>,
+) -> Option<T> {
+    match obj.get(name) {
+        None | Some(Value::Null) => {
+            problems.push(ValidationError::new(name, "is required"));
+            None
+        }
+        Some(v) => parse(v).map_err(|e| problems.push(e)).ok(),
+    }
+}
+
+fn text<T>(
+    obj: &Map<String, Value>,
+    name: &'static str,
+    problems: &mut Vec<ValidationError>,
+    parse: impl FnOnce(&str) -> Result<T, ValidationError>,
+) -> Option<T> {
+    field(obj, name, problems, |v| match v.as_str() {
+        Some(s) => parse(s),
+        None => Err(ValidationError::new(name, "must be a string")),
+    })
+}
+
+fn accepted(status: i64, op: &Operation) -> Reply {
+    Reply {
+        status,
+        body: json!({
+            "operation_id": op.operation_id.to_string(),
+            "order_id": op.order_id.as_str(),
+            "status": op.status.as_str(),
+        }),
+        header: None,
+    }
+}
+
+fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply {
+    let mut err = json!({"code": code, "message": message});
+    if let Some(fields) = fields {
+        err["fields"] = fields;
+    }
+    Reply {
+        status,
+        body: json!({ "error": err }),
+        header: None,
+    }
+}
+
+fn invalid(problems: Vec<ValidationError>) -> Reply {
+    let message = problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let fields: Vec<Value> = problems
+        .iter()
+        .map(|p| json!({"field": p.field, "message": p.message}))
+        .collect();
+    error(400, "invalid_request", &message, Some(Value::Array(fields)))
+}
+
+fn unavailable() -> Reply {
+    let mut reply = error(
+        503,
+        "temporarily_unavailable",
+        "the charge could not be recorded or queued right now; retry the same request",
+        None,
+    );
+    reply.header = Some((RETRY_AFTER, "2"));
+    reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charge_once::memory::{MemoryQueue, MemoryStore};
+    use charge_once::{ManualClock, Timestamp};
+    use lambda_runtime::Context;
+
+    fn event(file: &str) -> ApiGatewayV2httpRequest {
+        let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));
+        let raw = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    struct Fixture {
+        store: Arc<MemoryStore>,
+        queue: Arc<MemoryQueue>,
+        deps: Checkout,
+    }
+
+    fn fixture() -> Fixture {
+        let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000)));
+        let store = Arc::new(MemoryStore::new());
+        let queue = Arc::new(MemoryQueue::new(clock.clone()));
+        let deps = Checkout {
+            store: store.clone(),
+            queue: queue.clone(),
+            clock,
+            pending_grace: Duration::from_secs(300),
+        };
+        Fixture { store, queue, deps }
+    }
+
+    async fn call(f: &Fixture, req: ApiGatewayV2httpRequest) -> (i64, Value) {
+        let resp = handle(&f.deps, LambdaEvent::new(req, Context::default())).await;
+        let body = match resp.body {
+            Some(Body::Text(t)) => serde_json::from_str(&t).unwrap(),
+            other => panic!("expected a JSON body, got {other:?}"),
+        };
+        (resp.status_code, body)
+    }
+
+    #[tokio::test]
+    async fn valid_then_duplicate() {
+        let f = fixture();
+        let (status, body) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(body["status"], "pending");
+        assert_eq!(f.store.all().len(), 1);
+        assert_eq!(f.queue.len(), 1);
+
+        let (status, again) = call(&f, event("checkout-duplicate.json")).await;
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(again["operation_id"], body["operation_id"]);
+        assert_eq!(f.store.all().len(), 1);
+        assert_eq!(f.queue.len(), 1, "FIFO dedup absorbs the re-send");
+    }
+
+    #[tokio::test]
+    async fn mismatch_is_a_conflict_and_changes_nothing() {
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        let before = f.store.all();
+        let (status, body) = call(&f, event("checkout-mismatch.json")).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "order_conflict");
+        assert_eq!(f.store.all(), before);
+        assert_eq!(f.queue.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn bad_input_names_each_field_and_writes_nothing() {
+        let f = fixture();
+        let (status, body) = call(&f, event("checkout-bad.json")).await;
+        assert_eq!(status, 400, "{body}");
+        let fields: Vec<&str> = body["error"]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["field"].as_str().unwrap())
+            .collect();
+        assert_eq!(fields, ["amount", "currency", "customer_id"]);
+        assert!(f.store.all().is_empty());
+        assert!(f.queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn media_type_size_method_and_path() {
+        let f = fixture();
+        let mut req = event("checkout-valid.json");
+        req.headers
+            .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        assert_eq!(call(&f, req).await.0, 415);
+
+        let mut req = event("checkout-valid.json");
+        req.body = Some(format!("{{\"pad\":\"{}\"}}", "x".repeat(MAX_BODY_BYTES)));
+        assert_eq!(call(&f, req).await.0, 413);
+
+        let mut req = event("checkout-valid.json");
+        req.body = Some("{not json".into());
+        assert_eq!(call(&f, req).await.0, 400);
+
+        let mut req = event("checkout-valid.json");
+        req.request_context.http.method = Method::GET;
+        assert_eq!(call(&f, req).await.0, 405);
+
+        let mut req = event("checkout-valid.json");
+        req.path_parameters.clear();
+        req.raw_path = Some("/orders/a/b/charge".into());
+        assert_eq!(call(&f, req).await.0, 404);
+
+        let mut req = event("checkout-valid.json");
+        req.path_parameters
+            .insert("order_id".into(), "has space".into());
+        let (status, body) = call(&f, req).await;
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["fields"][0]["field"], "order_id");
+
+        for (json, field) in [
+            (
+                r#"{"amount":12.5,"currency":"usd","customer_id":"cus_1","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":"1250","currency":"usd","customer_id":"cus_1","payment_method":"pm_card_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount":1250,"currency":"usd","customer_id":"cus_1","payment_method":"pm_card_visa","tip":1}"#,
+                "body",
+            ),
+            (
+                r#"{"amount":1250,"currency":"usd","customer_id":"cus_1"}"#,
+                "payment_method",
+            ),
+        ] {
+            let mut req = event("checkout-valid.json");
+            req.body = Some(json.into());
+            let (status, body) = call(&f, req).await;
+            assert_eq!(status, 400, "{json}");
+            assert_eq!(body["error"]["fields"][0]["field"], field, "{json}");
+        }
+        assert!(f.store.all().is_empty());
+        assert!(f.queue.is_empty());
+    }
+}

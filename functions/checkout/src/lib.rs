@@ -1,0 +1,37 @@
+//! The checkout function: `POST /orders/{order_id}/charge` (API Gateway HTTP API, payload v2).
+//!
+//! - [`handler`]: validate → create-if-absent → send; every answer an HTTP response, never a panic
+//!   and never internals.
+//! - [`CheckoutConfig`]: what it reads from the environment, once, at init.
+
+pub mod handler;
+
+use std::time::Duration;
+
+use charge_once::config::{self, ConfigError, Env};
+
+/// Configuration of the checkout function.
+#[derive(Debug, Clone)]
+pub struct CheckoutConfig {
+    pub table_name: String,
+    pub queue_url: String,
+    /// How long a fresh operation waits for its queue message before the reconciler re-sends it.
+    pub pending_grace: Duration,
+}
+
+impl CheckoutConfig {
+    /// Every variable this function reads.
+    pub const ENV_VARS: &'static [&'static str] = &[
+        config::TABLE_NAME,
+        config::QUEUE_URL,
+        config::PENDING_GRACE_SECS,
+    ];
+
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table_name: config::required(env, config::TABLE_NAME)?,
+            queue_url: config::required(env, config::QUEUE_URL)?,
+            pending_grace: config::charge_policy(env)?.pending_grace,
+        })
+    }
+}

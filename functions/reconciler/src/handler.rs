@@ -1,0 +1,130 @@
+//! One scheduled tick. It stops taking new work while a Stripe call and a write still fit in the
+//! invocation's remaining time; what it did not reach stays due and the next tick takes it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
+use lambda_runtime::{Error, LambdaEvent};
+use serde_json::{json, Value};
+
+/// Index page size per query.
+pub const PAGE_SIZE: usize = 50;
+/// Stop taking new operations with less than this left: one Stripe call (10 s total timeout, plus
+/// a bounded same-key retry) and a DynamoDB write must still fit.
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(25);
+/// Used when the invocation carries no deadline (a local `cargo lambda invoke`).
+pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
+
+/// Time left before `deadline_ms` (the Lambda context's deadline, ms since the epoch).
+pub fn remaining_until(deadline_ms: u64) -> Duration {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+pub async fn handle(
+    deps: &ReconcilerDeps,
+    event: LambdaEvent<EventBridgeEvent<Value>>,
+) -> Result<Value, Error> {
+    let deadline = match event.context.deadline {
+        0 => {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0)
+                + DEFAULT_BUDGET.as_millis() as u64
+        }
+        d => d,
+    };
+    let remaining = move || remaining_until(deadline);
+    let report = reconcile_tick(deps, &remaining, SAFETY_MARGIN).await?;
+    // EMF: one JSON line on stdout becomes CloudWatch metrics.
+    println!("{}", report.emf(deps.charge.clock.now()));
+    Ok(json!({
+        "examined": report.examined,
+        "reenqueued": report.reenqueued,
+        "redriven": report.redriven,
+        "settled": report.settled,
+        "sent_to_review": report.sent_to_review,
+        "still_unknown": report.still_unknown,
+        "skipped": report.skipped,
+        "send_failures": report.send_failures,
+        "pages": report.pages,
+        "stopped_early": report.stopped_early,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use charge_once::executor::{ChargeDeps, ChargePolicy};
+    use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
+    use charge_once::ports::OperationStore;
+    use charge_once::{
+        Amount, ChargeParams, Clock, Currency, CustomerId, ManualClock, Operation, OrderId,
+        PaymentMethodId, Timestamp,
+    };
+    use lambda_runtime::Context;
+
+    fn scheduled() -> EventBridgeEvent<Value> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../events/reconciler-scheduled.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn sample_event_deserialises() {
+        let e = scheduled();
+        assert_eq!(e.detail_type, "Scheduled Event");
+        assert_eq!(e.source, "aws.events");
+    }
+
+    #[tokio::test]
+    async fn a_lost_send_is_reenqueued_after_the_grace_period() {
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let store = Arc::new(MemoryStore::new());
+        let queue = Arc::new(MemoryQueue::new(Arc::new(clock.clone())));
+        let deps = ReconcilerDeps {
+            charge: ChargeDeps {
+                store: store.clone(),
+                gateway: Arc::new(FakeGateway::new()),
+                clock: Arc::new(clock.clone()),
+                policy: ChargePolicy::default(),
+            },
+            queue: queue.clone(),
+            page_size: 10,
+        };
+        let op = Operation::new(
+            OrderId::parse("ord-lost-send").unwrap(),
+            ChargeParams {
+                amount: Amount::new(100).unwrap(),
+                currency: Currency::parse("usd").unwrap(),
+                customer_id: CustomerId::parse("cus_1").unwrap(),
+                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+            },
+            clock.now(),
+            Duration::from_secs(300),
+        );
+        store.create_if_absent(&op).await.unwrap();
+
+        let out = handle(&deps, LambdaEvent::new(scheduled(), Context::default()))
+            .await
+            .unwrap();
+        assert_eq!(out["reenqueued"], 0, "inside the grace period");
+        assert!(queue.is_empty());
+
+        clock.advance(Duration::from_secs(301));
+        let out = handle(&deps, LambdaEvent::new(scheduled(), Context::default()))
+            .await
+            .unwrap();
+        assert_eq!(out["reenqueued"], 1);
+        assert_eq!(queue.len(), 1);
+    }
+}

@@ -1,0 +1,43 @@
+//! The reconciler function: one [`charge_once::reconciler::reconcile_tick`] per scheduled event.
+//!
+//! - [`handler`]: the tick within the invocation's remaining time, and its EMF metrics line.
+//! - [`ReconcilerConfig`]: what it reads from the environment, once, at init.
+
+pub mod handler;
+
+use charge_once::adapters::stripe::StripeConfig;
+use charge_once::config::{self, ConfigError, Env};
+use charge_once::executor::ChargePolicy;
+
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    pub table_name: String,
+    pub queue_url: String,
+    pub stripe: StripeConfig,
+    pub policy: ChargePolicy,
+}
+
+impl ReconcilerConfig {
+    /// Every variable this function reads.
+    pub const ENV_VARS: &'static [&'static str] = &[
+        config::TABLE_NAME,
+        config::QUEUE_URL,
+        config::STRIPE_API_BASE,
+        config::STRIPE_SECRET_KEY,
+        config::STRIPE_TIMEOUT_MS,
+        config::STRIPE_CONNECT_TIMEOUT_MS,
+        config::STRIPE_MAX_NETWORK_RETRIES,
+        config::PENDING_GRACE_SECS,
+        config::LEASE_TTL_SECS,
+        config::SEARCH_MIN_AGE_SECS,
+    ];
+
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            table_name: config::required(env, config::TABLE_NAME)?,
+            queue_url: config::required(env, config::QUEUE_URL)?,
+            stripe: config::stripe_config(env)?,
+            policy: config::charge_policy(env)?,
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! Configuration read once at init from the environment, into typed values. A missing or invalid
+//! variable fails the init with its name; nothing is read again per request.
+//!
+//! Each function declares the variables it reads (`ENV_VARS`), so a test can hold the deployment
+//! template to exactly that list.
+
+use std::time::Duration;
+
+use crate::adapters::stripe::{SecretKey, StripeConfig, DEFAULT_API_BASE};
+use crate::executor::ChargePolicy;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    Missing(&'static str),
+    #[error("environment variable {name} is invalid: {reason}")]
+    Invalid { name: &'static str, reason: String },
+}
+
+/// Where variables come from: the process environment in production, a map in tests.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for std::collections::HashMap<&str, &str> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.get(name).map(|v| (*v).to_owned())
+    }
+}
+
+pub fn required(env: &dyn Env, name: &'static str) -> Result<String, ConfigError> {
+    env.var(name).ok_or(ConfigError::Missing(name))
+}
+
+fn number(env: &dyn Env, name: &'static str, default: u64) -> Result<u64, ConfigError> {
+    match env.var(name) {
+        None => Ok(default),
+        Some(raw) => raw.trim().parse().map_err(|_| ConfigError::Invalid {
+            name,
+            reason: format!("{raw:?} is not a whole number"),
+        }),
+    }
+}
+
+pub const TABLE_NAME: &str = "TABLE_NAME";
+pub const QUEUE_URL: &str = "QUEUE_URL";
+pub const STRIPE_API_BASE: &str = "STRIPE_API_BASE";
+pub const STRIPE_SECRET_KEY: &str = "STRIPE_SECRET_KEY";
+pub const STRIPE_TIMEOUT_MS: &str = "STRIPE_TIMEOUT_MS";
+pub const STRIPE_CONNECT_TIMEOUT_MS: &str = "STRIPE_CONNECT_TIMEOUT_MS";
+pub const STRIPE_MAX_NETWORK_RETRIES: &str = "STRIPE_MAX_NETWORK_RETRIES";
+pub const PENDING_GRACE_SECS: &str = "PENDING_GRACE_SECS";
+pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
+pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
+
+/// The Stripe variables ([`stripe_config`]).
+pub const STRIPE_VARS: &[&str] = &[
+    STRIPE_API_BASE,
+    STRIPE_SECRET_KEY,
+    STRIPE_TIMEOUT_MS,
+    STRIPE_CONNECT_TIMEOUT_MS,
+    STRIPE_MAX_NETWORK_RETRIES,
+];
+
+/// The policy variables ([`charge_policy`]).
+pub const POLICY_VARS: &[&str] = &[PENDING_GRACE_SECS, LEASE_TTL_SECS, SEARCH_MIN_AGE_SECS];
+
+/// `STRIPE_API_BASE` (default `https://api.stripe.com`), `STRIPE_SECRET_KEY` (required),
+/// `STRIPE_TIMEOUT_MS` (10000), `STRIPE_CONNECT_TIMEOUT_MS` (3000), `STRIPE_MAX_NETWORK_RETRIES` (1).
+pub fn stripe_config(env: &dyn Env) -> Result<StripeConfig, ConfigError> {
+    let base = env
+        .var(STRIPE_API_BASE)
+        .unwrap_or_else(|| DEFAULT_API_BASE.to_owned());
+    let key = required(env, STRIPE_SECRET_KEY)?;
+    if !(key.starts_with("sk_") || key.starts_with("rk_")) {
+        return Err(ConfigError::Invalid {
+            name: STRIPE_SECRET_KEY,
+            reason: "must be a Stripe secret (sk_…) or restricted (rk_…) key".into(),
+        });
+    }
+    let mut cfg = StripeConfig::new(base, SecretKey::new(key));
+    cfg.timeout = Duration::from_millis(number(env, STRIPE_TIMEOUT_MS, 10_000)?);
+    cfg.connect_timeout = Duration::from_millis(number(env, STRIPE_CONNECT_TIMEOUT_MS, 3_000)?);
+    cfg.max_network_retries =
+        u32::try_from(number(env, STRIPE_MAX_NETWORK_RETRIES, 1)?.min(5)).unwrap_or(1);
+    Ok(cfg)
+}
+
+/// The timings of [`ChargePolicy`] that operators may tune. The 23 h key window is not one of
+/// them: it is tied to Stripe's 24 h key lifetime, not to a deployment.
+pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
+    let defaults = ChargePolicy::default();
+    let secs = |name, d: Duration| number(env, name, d.as_secs()).map(Duration::from_secs);
+    let policy = ChargePolicy {
+        pending_grace: secs(PENDING_GRACE_SECS, defaults.pending_grace)?,
+        lease_ttl: secs(LEASE_TTL_SECS, defaults.lease_ttl)?,
+        search_min_age: secs(SEARCH_MIN_AGE_SECS, defaults.search_min_age)?,
+        ..defaults
+    };
+    if policy.lease_ttl < Duration::from_secs(15) {
+        return Err(ConfigError::Invalid {
+            name: LEASE_TTL_SECS,
+            reason: "must be at least 15 s, longer than a Stripe call".into(),
+        });
+    }
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn stripe_config_defaults_and_errors() {
+        let env = HashMap::from([(STRIPE_SECRET_KEY, "sk_test_1")]);
+        let cfg = stripe_config(&env).unwrap();
+        assert_eq!(cfg.api_base, DEFAULT_API_BASE);
+        assert_eq!(cfg.timeout, Duration::from_secs(10));
+        assert_eq!(cfg.connect_timeout, Duration::from_secs(3));
+        assert_eq!(
+            stripe_config(&HashMap::new()).unwrap_err(),
+            ConfigError::Missing(STRIPE_SECRET_KEY)
+        );
+        let bad = HashMap::from([(STRIPE_SECRET_KEY, "pk_test_1")]);
+        let err = stripe_config(&bad).unwrap_err().to_string();
+        assert!(err.contains(STRIPE_SECRET_KEY) && !err.contains("pk_test_1"));
+        let bad = HashMap::from([
+            (STRIPE_SECRET_KEY, "sk_test_1"),
+            (STRIPE_TIMEOUT_MS, "soon"),
+        ]);
+        assert!(matches!(
+            stripe_config(&bad),
+            Err(ConfigError::Invalid {
+                name: STRIPE_TIMEOUT_MS,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn policy_overrides() {
+        let env = HashMap::from([(SEARCH_MIN_AGE_SECS, "120"), (PENDING_GRACE_SECS, "30")]);
+        let p = charge_policy(&env).unwrap();
+        assert_eq!(p.search_min_age, Duration::from_secs(120));
+        assert_eq!(p.pending_grace, Duration::from_secs(30));
+        assert_eq!(p.key_window, Duration::from_secs(23 * 3600));
+        assert!(charge_policy(&HashMap::from([(LEASE_TTL_SECS, "1")])).is_err());
+    }
+}
