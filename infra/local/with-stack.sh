@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command against the local stack:
-#   - moto in server mode (DynamoDB + SQS) on a free loopback port,
+#   - moto in server mode (DynamoDB + SQS) on a free loopback port, one request at a time
+#     (infra/local/moto_serialized.py: moto's threads do not make conditional writes atomic),
 #   - AWS_ENDPOINT_URL, dummy credentials and a region exported for the AWS SDK,
 #   - the Python venv (.venv) with moto and the official `stripe` client, created on first use.
 # moto is stopped by its PID when the command ends, whether it passed or failed.
@@ -24,7 +25,8 @@ fi
 port="$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 logdir="${TMPDIR:-/tmp}"
 moto_log="$(mktemp "$logdir/moto.XXXXXX.log")"
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
+# moto's own server with requests serialised: see moto_serialized.py for why.
+"$venv/bin/python" "$root/infra/local/moto_serialized.py" -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
 moto_pid=$!
 cleanup() {
   kill "$moto_pid" 2>/dev/null || true

@@ -118,6 +118,8 @@ pub struct Reschedule {
     pub next_due_at: Timestamp,
     /// Counts one more re-drive (the next dedup id suffix).
     pub bump_redrives: bool,
+    /// Takes the operation out of review and back to automatic work (an operator's re-drive).
+    pub clear_review: bool,
     pub now: Timestamp,
 }
 
@@ -158,6 +160,12 @@ pub trait OperationStore: Send + Sync {
 
     /// Reads one record by its business identity (strongly consistent).
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError>;
+
+    /// Finds a record by its operation id (for operators; not on the charge path).
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError>;
 
     /// Takes the lease in one conditional write: the status is unsettled, no review flag, and no
     /// live lease. Sets the lease, `first_attempted_at` if absent, `attempts + 1`.

@@ -205,6 +205,7 @@ async fn handle_one(
                     expected_updated_at: op.updated_at,
                     next_due_at: redrive_due_at(op, now, &deps.charge),
                     bump_redrives: true,
+                    clear_review: false,
                     now,
                 })
                 .await?;

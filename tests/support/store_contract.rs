@@ -93,6 +93,75 @@ pub async fn create_if_absent_returns_the_winner_unchanged(store: Arc<dyn Operat
 pub async fn get_of_a_missing_record_is_none(store: Arc<dyn OperationStore>) {
     let op = operation("contract-missing", 1000, T0);
     assert_eq!(store.get(&op.key()).await.unwrap(), None);
+    assert_eq!(
+        store.get_by_operation_id(&op.operation_id).await.unwrap(),
+        None
+    );
+}
+
+pub async fn get_by_operation_id_finds_the_record(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-by-id", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let other = operation("contract-by-id-other", 1000, T0);
+    store.create_if_absent(&other).await.unwrap();
+    assert_eq!(
+        store.get_by_operation_id(&op.operation_id).await.unwrap(),
+        Some(op)
+    );
+}
+
+pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-unreview", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+    let mut flag = outcome(&op, token, OperationStatus::Unknown, T0);
+    flag.review = Some(Review {
+        reason: "search found 0".into(),
+        flagged_at: T0,
+    });
+    let Recorded::Written(flagged) = store.record(&flag).await.unwrap() else {
+        panic!("flagging must land");
+    };
+    let in_review = store
+        .query_index(IndexQuery::InReview, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(in_review.operations.len(), 1);
+
+    let later = T0.plus(Duration::from_secs(10));
+    let req = Reschedule {
+        key: op.key(),
+        operation_id: op.operation_id,
+        expected_status: OperationStatus::Unknown,
+        expected_updated_at: flagged.updated_at,
+        next_due_at: later,
+        bump_redrives: true,
+        clear_review: true,
+        now: later,
+    };
+    let Recorded::Written(back) = store.reschedule(&req).await.unwrap() else {
+        panic!("the operator's re-drive must land");
+    };
+    assert_eq!(back.review, None);
+    assert_eq!(back.redrives, 1);
+    assert!(store
+        .query_index(IndexQuery::InReview, None, 10)
+        .await
+        .unwrap()
+        .operations
+        .is_empty());
+    let due = store
+        .query_index(IndexQuery::DueBy(later), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(due.operations.len(), 1, "back in automatic work");
+    assert!(matches!(
+        store
+            .claim(&claim_req(&op, LeaseToken::new_random(), later))
+            .await
+            .unwrap(),
+        Claim::Claimed(_)
+    ));
 }
 
 pub async fn claim_sets_lease_first_attempt_and_attempts(store: Arc<dyn OperationStore>) {
@@ -372,6 +441,7 @@ pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStor
         expected_updated_at: op.updated_at,
         next_due_at: T0.plus(Duration::from_secs(900)),
         bump_redrives: true,
+        clear_review: false,
         now: T0.plus(Duration::from_secs(1)),
     };
     let Recorded::Written(rec) = store.reschedule(&req).await.unwrap() else {
@@ -425,6 +495,8 @@ macro_rules! store_contract_tests {
         $crate::store_contract_tests!(@cases $make;
             create_if_absent_returns_the_winner_unchanged,
             get_of_a_missing_record_is_none,
+            get_by_operation_id_finds_the_record,
+            an_operator_redrive_takes_an_operation_out_of_review,
             claim_sets_lease_first_attempt_and_attempts,
             claim_refuses_missing_settled_and_review,
             record_is_fenced_on_the_lease_and_on_an_unsettled_status,

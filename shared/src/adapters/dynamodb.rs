@@ -41,6 +41,9 @@ use item::{attr_n, attr_s, key_of, operation_from_item, operation_to_item, Attrs
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
+/// Name of the KEYS_ONLY index from operation id to the record, for operators. Its key never
+/// changes after the put, so it costs one index write per operation, ever.
+pub const OPERATION_ID_INDEX: &str = "by-operation-id";
 /// How many `DUE#<n>` partitions the index is spread over (see the module docs).
 pub const DUE_SHARDS: u32 = 8;
 pub const REVIEW_SHARD: &str = "REVIEW";
@@ -177,6 +180,16 @@ impl DynamoStore {
             )
             .build()
             .map_err(|e| StoreError::with_source("bad index definition", e))?;
+        let by_id = GlobalSecondaryIndex::builder()
+            .index_name(OPERATION_ID_INDEX)
+            .key_schema(key("operation_id", KeyType::Hash)?)
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::KeysOnly)
+                    .build(),
+            )
+            .build()
+            .map_err(|e| StoreError::with_source("bad index definition", e))?;
         self.client
             .create_table()
             .table_name(&self.table)
@@ -185,9 +198,11 @@ impl DynamoStore {
             .attribute_definitions(def("sk", ScalarAttributeType::S)?)
             .attribute_definitions(def("due_shard", ScalarAttributeType::S)?)
             .attribute_definitions(def("due_at", ScalarAttributeType::N)?)
+            .attribute_definitions(def("operation_id", ScalarAttributeType::S)?)
             .key_schema(key("pk", KeyType::Hash)?)
             .key_schema(key("sk", KeyType::Range)?)
             .global_secondary_indexes(index)
+            .global_secondary_indexes(by_id)
             .send()
             .await
             .map_err(|e| sdk_error("CreateTable", e))?;
@@ -347,6 +362,45 @@ impl OperationStore for DynamoStore {
         out.item().map(operation_from_item).transpose()
     }
 
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.calls
+            .queries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(OPERATION_ID_INDEX)
+            .key_condition_expression("operation_id = :op")
+            .expression_attribute_values(":op", attr_s(&operation_id.to_string()))
+            .limit(1)
+            .send()
+            .await
+            .map_err(|e| sdk_error("Query by operation id", e))?;
+        let Some(keys) = out.items().first() else {
+            return Ok(None);
+        };
+        let pk = match keys.get("pk") {
+            Some(aws_sdk_dynamodb::types::AttributeValue::S(pk)) => pk,
+            _ => return Err(StoreError::new("malformed index item: pk")),
+        };
+        let order = pk
+            .strip_prefix("ORDER#")
+            .ok_or_else(|| StoreError::new("malformed index item: pk"))?;
+        let key = OperationKey::charge(
+            crate::domain::OrderId::parse(order)
+                .map_err(|e| StoreError::new(format!("malformed index item: {e}")))?,
+        );
+        // The GSI is eventually consistent; the table read that follows is not.
+        Ok(self
+            .get(&key)
+            .await?
+            .filter(|op| op.operation_id == *operation_id))
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         let mut values = HashMap::from([
             (":op".to_owned(), attr_s(&req.operation_id.to_string())),
@@ -461,6 +515,10 @@ impl OperationStore for DynamoStore {
         if req.bump_redrives {
             update.push_str(", redrives = redrives + :one");
             values.insert(":one".into(), attr_n(1));
+        }
+        if req.clear_review {
+            update.push_str(", due_shard = :shard REMOVE review_reason, review_flagged_at");
+            values.insert(":shard".into(), attr_s(&due_shard(&req.operation_id)));
         }
         let result = self
             .conditional_update(

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -87,6 +88,18 @@ impl OperationStore for MemoryStore {
         Ok(self.lock().get(key).cloned())
     }
 
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .lock()
+            .values()
+            .find(|op| op.operation_id == *operation_id)
+            .cloned())
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.write();
         let mut items = self.lock();
@@ -156,6 +169,9 @@ impl OperationStore for MemoryStore {
         op.next_due_at = Some(req.next_due_at);
         if req.bump_redrives {
             op.redrives += 1;
+        }
+        if req.clear_review {
+            op.review = None;
         }
         op.updated_at = req.now;
         Ok(Recorded::Written(op.clone()))
