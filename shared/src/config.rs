@@ -54,7 +54,7 @@ fn number(env: &dyn Env, name: &'static str, default: u64) -> Result<u64, Config
 pub const TABLE_NAME: &str = "TABLE_NAME";
 pub const QUEUE_URL: &str = "QUEUE_URL";
 pub const STRIPE_API_BASE: &str = "STRIPE_API_BASE";
-pub const STRIPE_SECRET_KEY: &str = "STRIPE_SECRET_KEY";
+pub const STRIPE_SECRET_ARN: &str = "STRIPE_SECRET_ARN";
 pub const STRIPE_TIMEOUT_MS: &str = "STRIPE_TIMEOUT_MS";
 pub const STRIPE_CONNECT_TIMEOUT_MS: &str = "STRIPE_CONNECT_TIMEOUT_MS";
 pub const STRIPE_MAX_NETWORK_RETRIES: &str = "STRIPE_MAX_NETWORK_RETRIES";
@@ -65,7 +65,7 @@ pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 /// The Stripe variables ([`stripe_config`]).
 pub const STRIPE_VARS: &[&str] = &[
     STRIPE_API_BASE,
-    STRIPE_SECRET_KEY,
+    STRIPE_SECRET_ARN,
     STRIPE_TIMEOUT_MS,
     STRIPE_CONNECT_TIMEOUT_MS,
     STRIPE_MAX_NETWORK_RETRIES,
@@ -74,25 +74,68 @@ pub const STRIPE_VARS: &[&str] = &[
 /// The policy variables ([`charge_policy`]).
 pub const POLICY_VARS: &[&str] = &[PENDING_GRACE_SECS, LEASE_TTL_SECS, SEARCH_MIN_AGE_SECS];
 
-/// `STRIPE_API_BASE` (default `https://api.stripe.com`), `STRIPE_SECRET_KEY` (required),
+/// How to reach Stripe, before the secret is fetched.
+#[derive(Debug, Clone)]
+pub struct StripeEnv {
+    /// `STRIPE_SECRET_ARN`: the Secrets Manager secret holding the API key, read once at init.
+    pub secret_arn: String,
+    config: StripeConfig,
+}
+
+impl StripeEnv {
+    /// The client configuration, once the key is known.
+    pub fn with_key(self, key: SecretKey) -> StripeConfig {
+        StripeConfig {
+            secret_key: key,
+            ..self.config
+        }
+    }
+}
+
+/// `STRIPE_API_BASE` (default `https://api.stripe.com`), `STRIPE_SECRET_ARN` (required),
 /// `STRIPE_TIMEOUT_MS` (10000), `STRIPE_CONNECT_TIMEOUT_MS` (3000), `STRIPE_MAX_NETWORK_RETRIES` (1).
-pub fn stripe_config(env: &dyn Env) -> Result<StripeConfig, ConfigError> {
+pub fn stripe_env(env: &dyn Env) -> Result<StripeEnv, ConfigError> {
     let base = env
         .var(STRIPE_API_BASE)
         .unwrap_or_else(|| DEFAULT_API_BASE.to_owned());
-    let key = required(env, STRIPE_SECRET_KEY)?;
-    if !(key.starts_with("sk_") || key.starts_with("rk_")) {
+    let secret_arn = required(env, STRIPE_SECRET_ARN)?;
+    if !secret_arn.starts_with("arn:") {
         return Err(ConfigError::Invalid {
-            name: STRIPE_SECRET_KEY,
-            reason: "must be a Stripe secret (sk_…) or restricted (rk_…) key".into(),
+            name: STRIPE_SECRET_ARN,
+            reason: "must be the ARN of a Secrets Manager secret".into(),
         });
     }
-    let mut cfg = StripeConfig::new(base, SecretKey::new(key));
-    cfg.timeout = Duration::from_millis(number(env, STRIPE_TIMEOUT_MS, 10_000)?);
-    cfg.connect_timeout = Duration::from_millis(number(env, STRIPE_CONNECT_TIMEOUT_MS, 3_000)?);
-    cfg.max_network_retries =
+    let mut config = StripeConfig::new(base, SecretKey::new(String::new()));
+    config.timeout = Duration::from_millis(number(env, STRIPE_TIMEOUT_MS, 10_000)?);
+    config.connect_timeout = Duration::from_millis(number(env, STRIPE_CONNECT_TIMEOUT_MS, 3_000)?);
+    config.max_network_retries =
         u32::try_from(number(env, STRIPE_MAX_NETWORK_RETRIES, 1)?.min(5)).unwrap_or(1);
-    Ok(cfg)
+    Ok(StripeEnv { secret_arn, config })
+}
+
+/// Checks that a value read from the secret looks like a Stripe secret or restricted key, without
+/// ever echoing it.
+pub fn parse_secret_key(raw: &str) -> Result<SecretKey, ConfigError> {
+    let raw = raw.trim();
+    // A secret may hold the bare key or JSON like {"api_key": "sk_..."}.
+    let key = if raw.starts_with('{') {
+        serde_json::from_str::<serde_json::Value>(raw)
+            .ok()
+            .and_then(|v| v.get("api_key").and_then(|k| k.as_str()).map(str::to_owned))
+            .unwrap_or_default()
+    } else {
+        raw.to_owned()
+    };
+    if key.starts_with("sk_") || key.starts_with("rk_") {
+        Ok(SecretKey::new(key))
+    } else {
+        Err(ConfigError::Invalid {
+            name: STRIPE_SECRET_ARN,
+            reason: "the secret must hold a Stripe secret (sk_…) or restricted (rk_…) key, \
+                     bare or as {\"api_key\": …}"
+                .into(),
+        })
+    }
 }
 
 /// The timings of [`ChargePolicy`] that operators may tune. The 23 h key window is not one of
@@ -120,31 +163,43 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-AbCdEf";
+
     #[test]
-    fn stripe_config_defaults_and_errors() {
-        let env = HashMap::from([(STRIPE_SECRET_KEY, "sk_test_1")]);
-        let cfg = stripe_config(&env).unwrap();
+    fn stripe_env_defaults_and_errors() {
+        let env = HashMap::from([(STRIPE_SECRET_ARN, ARN)]);
+        let cfg = stripe_env(&env).unwrap();
+        assert_eq!(cfg.secret_arn, ARN);
+        let cfg = cfg.with_key(SecretKey::new("sk_test_1"));
         assert_eq!(cfg.api_base, DEFAULT_API_BASE);
         assert_eq!(cfg.timeout, Duration::from_secs(10));
         assert_eq!(cfg.connect_timeout, Duration::from_secs(3));
         assert_eq!(
-            stripe_config(&HashMap::new()).unwrap_err(),
-            ConfigError::Missing(STRIPE_SECRET_KEY)
+            stripe_env(&HashMap::new()).unwrap_err(),
+            ConfigError::Missing(STRIPE_SECRET_ARN)
         );
-        let bad = HashMap::from([(STRIPE_SECRET_KEY, "pk_test_1")]);
-        let err = stripe_config(&bad).unwrap_err().to_string();
-        assert!(err.contains(STRIPE_SECRET_KEY) && !err.contains("pk_test_1"));
-        let bad = HashMap::from([
-            (STRIPE_SECRET_KEY, "sk_test_1"),
-            (STRIPE_TIMEOUT_MS, "soon"),
-        ]);
+        let bad = HashMap::from([(STRIPE_SECRET_ARN, "sk_live_oops")]);
+        let err = stripe_env(&bad).unwrap_err().to_string();
+        assert!(err.contains(STRIPE_SECRET_ARN) && !err.contains("sk_live_oops"));
+        let bad = HashMap::from([(STRIPE_SECRET_ARN, ARN), (STRIPE_TIMEOUT_MS, "soon")]);
         assert!(matches!(
-            stripe_config(&bad),
+            stripe_env(&bad),
             Err(ConfigError::Invalid {
                 name: STRIPE_TIMEOUT_MS,
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn secret_values() {
+        assert!(parse_secret_key("sk_test_abc\n").is_ok());
+        assert!(parse_secret_key(r#"{"api_key":"rk_live_abc"}"#).is_ok());
+        let err = parse_secret_key("pk_live_publishable")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("publishable"));
+        assert!(parse_secret_key(r#"{"key":"sk_test_x"}"#).is_err());
     }
 
     #[test]

@@ -241,7 +241,11 @@ async fn handle_one(
         }
         Action::Settle => match execute_charge(&deps.charge, &op.key(), &op.operation_id).await {
             Ok(r) => match r.disposition {
-                Disposition::Settled | Disposition::AlreadySettled => {
+                Disposition::AlreadySettled => {
+                    info!(decision = "skip", status = %r.status, "settled meanwhile by another run");
+                    report.skipped += 1;
+                }
+                Disposition::Settled => {
                     info!(decision = "settle", status = %r.status, external_id = r.external_id.as_deref().unwrap_or(""), "settled");
                     report.settled += 1;
                 }

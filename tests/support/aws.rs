@@ -47,3 +47,72 @@ pub async fn fresh_fifo_queue(client: &aws_sdk_sqs::Client) -> String {
         .expect("create FIFO queue on moto");
     out.queue_url().expect("queue url").to_owned()
 }
+
+/// Receives up to 10 messages (with their FIFO attributes) and turns them into the event the charge
+/// function gets from the SQS event source.
+pub async fn receive_as_event(
+    client: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> aws_lambda_events::sqs::SqsEvent {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    let out = client
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .expect("ReceiveMessage on moto");
+    let mut event = aws_lambda_events::sqs::SqsEvent::default();
+    for m in out.messages() {
+        let mut record = aws_lambda_events::sqs::SqsMessage::default();
+        record.message_id = m.message_id().map(str::to_owned);
+        record.receipt_handle = m.receipt_handle().map(str::to_owned);
+        record.body = m.body().map(str::to_owned);
+        for (k, v) in m.attributes().into_iter().flatten() {
+            record.attributes.insert(k.as_str().to_owned(), v.clone());
+        }
+        record.event_source = Some("aws:sqs".into());
+        event.records.push(record);
+    }
+    event
+}
+
+/// How many messages are in the queue (visible or in flight), as SQS counts them.
+pub async fn queue_depth(client: &aws_sdk_sqs::Client, queue_url: &str) -> u64 {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let out = client
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("GetQueueAttributes on moto");
+    let attrs = out.attributes().cloned().unwrap_or_default();
+    [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .map(|k| {
+        attrs
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+/// Items in a table, by a Scan with `Select=COUNT`. For tests asserting that nothing was written;
+/// production code never scans.
+pub async fn table_item_count(client: &aws_sdk_dynamodb::Client, table: &str) -> i32 {
+    client
+        .scan()
+        .table_name(table)
+        .select(aws_sdk_dynamodb::types::Select::Count)
+        .send()
+        .await
+        .expect("Scan on moto")
+        .count()
+}

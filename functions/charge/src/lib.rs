@@ -6,14 +6,13 @@
 
 pub mod handler;
 
-use charge_once::adapters::stripe::StripeConfig;
 use charge_once::config::{self, ConfigError, Env};
 use charge_once::executor::ChargePolicy;
 
 #[derive(Debug, Clone)]
 pub struct ChargeConfig {
     pub table_name: String,
-    pub stripe: StripeConfig,
+    pub stripe: config::StripeEnv,
     pub policy: ChargePolicy,
 }
 
@@ -22,7 +21,7 @@ impl ChargeConfig {
     pub const ENV_VARS: &'static [&'static str] = &[
         config::TABLE_NAME,
         config::STRIPE_API_BASE,
-        config::STRIPE_SECRET_KEY,
+        config::STRIPE_SECRET_ARN,
         config::STRIPE_TIMEOUT_MS,
         config::STRIPE_CONNECT_TIMEOUT_MS,
         config::STRIPE_MAX_NETWORK_RETRIES,
@@ -34,7 +33,7 @@ impl ChargeConfig {
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
-            stripe: config::stripe_config(env)?,
+            stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
         })
     }

@@ -5,7 +5,6 @@
 
 pub mod handler;
 
-use charge_once::adapters::stripe::StripeConfig;
 use charge_once::config::{self, ConfigError, Env};
 use charge_once::executor::ChargePolicy;
 
@@ -13,7 +12,7 @@ use charge_once::executor::ChargePolicy;
 pub struct ReconcilerConfig {
     pub table_name: String,
     pub queue_url: String,
-    pub stripe: StripeConfig,
+    pub stripe: config::StripeEnv,
     pub policy: ChargePolicy,
 }
 
@@ -23,7 +22,7 @@ impl ReconcilerConfig {
         config::TABLE_NAME,
         config::QUEUE_URL,
         config::STRIPE_API_BASE,
-        config::STRIPE_SECRET_KEY,
+        config::STRIPE_SECRET_ARN,
         config::STRIPE_TIMEOUT_MS,
         config::STRIPE_CONNECT_TIMEOUT_MS,
         config::STRIPE_MAX_NETWORK_RETRIES,
@@ -36,7 +35,7 @@ impl ReconcilerConfig {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
             queue_url: config::required(env, config::QUEUE_URL)?,
-            stripe: config::stripe_config(env)?,
+            stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
         })
     }

@@ -1,9 +1,10 @@
-//! Wires the reconciler: configuration, DynamoDB, SQS and Stripe clients (once per execution
-//! environment), tracing, then the runtime loop.
+//! Wires the reconciler: configuration, the Stripe key from Secrets Manager, DynamoDB, SQS and
+//! Stripe clients (all once per execution environment), tracing, then the runtime loop.
 
 use std::sync::Arc;
 
 use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::ProcessEnv;
@@ -19,13 +20,18 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = aws_config::load_from_env().await;
+    let key = fetch_stripe_key(
+        &aws_sdk_secretsmanager::Client::new(&aws),
+        &config.stripe.secret_arn,
+    )
+    .await?;
     let deps = ReconcilerDeps {
         charge: ChargeDeps {
             store: Arc::new(DynamoStore::new(
                 aws_sdk_dynamodb::Client::new(&aws),
                 &config.table_name,
             )),
-            gateway: Arc::new(StripeGateway::new(config.stripe)?),
+            gateway: Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
             clock: Arc::new(SystemClock),
             policy: config.policy,
         },

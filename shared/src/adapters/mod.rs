@@ -2,8 +2,10 @@
 //!
 //! - [`stripe`]: the `PaymentGateway` over Stripe's HTTP API.
 //! - [`dynamodb`]: the `OperationStore` on a DynamoDB table with a sparse "unknown index".
+//! - [`secrets`]: the Stripe key from Secrets Manager, read once at init.
 //! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue.
 
 pub mod dynamodb;
+pub mod secrets;
 pub mod sqs;
 pub mod stripe;

@@ -1,0 +1,38 @@
+//! The Stripe API key from AWS Secrets Manager, read once at init. The key never reaches a log
+//! line: errors name the secret's ARN and the reason, never its value.
+
+use aws_sdk_secretsmanager::Client;
+
+use crate::adapters::stripe::SecretKey;
+use crate::config::{parse_secret_key, ConfigError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("cannot read secret {arn}")]
+    Read {
+        arn: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("secret {arn} has no SecretString")]
+    Empty { arn: String },
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+}
+
+/// `GetSecretValue` on `arn`, parsed as a Stripe secret or restricted key.
+pub async fn fetch_stripe_key(client: &Client, arn: &str) -> Result<SecretKey, SecretError> {
+    let out = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| SecretError::Read {
+            arn: arn.to_owned(),
+            source: Box::new(e),
+        })?;
+    let value = out.secret_string().ok_or_else(|| SecretError::Empty {
+        arn: arn.to_owned(),
+    })?;
+    Ok(parse_secret_key(value)?)
+}

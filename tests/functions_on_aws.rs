@@ -1,0 +1,324 @@
+//! The real handlers against moto (DynamoDB, SQS FIFO, Secrets Manager) and the Stripe simulator:
+//! what a customer sees when checkout runs twice, when a crash falls between the PutItem and the
+//! SendMessage, and when a batch carries a settled operation or a malformed record.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use aws_lambda_events::encodings::Body;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::secrets::fetch_stripe_key;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
+use charge_once::{OperationKey, OperationStatus, OrderId};
+use checkout::handler::Checkout;
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::Value;
+use testkit::aws::{fresh_fifo_queue, fresh_store, queue_depth, receive_as_event, sdk_config};
+use testkit::stripe::StripeSide;
+
+fn event(file: &str) -> ApiGatewayV2httpRequest {
+    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn body(resp: &ApiGatewayV2httpResponse) -> Value {
+    match &resp.body {
+        Some(Body::Text(t)) => serde_json::from_str(t).unwrap(),
+        other => panic!("expected a JSON body, got {other:?}"),
+    }
+}
+
+struct Stack {
+    store: Arc<DynamoStore>,
+    sqs: aws_sdk_sqs::Client,
+    dynamo: aws_sdk_dynamodb::Client,
+    queue_url: String,
+    side: StripeSide,
+}
+
+impl Stack {
+    async fn new() -> Self {
+        let config = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let queue_url = fresh_fifo_queue(&sqs).await;
+        Self {
+            store: Arc::new(fresh_store().await),
+            dynamo: aws_sdk_dynamodb::Client::new(&config),
+            sqs,
+            queue_url,
+            side: StripeSide::with_new_clock().await,
+        }
+    }
+
+    fn queue(&self) -> Arc<SqsQueue> {
+        Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url))
+    }
+
+    fn checkout_with(&self, queue: Arc<dyn ChargeQueue>) -> Checkout {
+        Checkout {
+            store: self.store.clone(),
+            queue,
+            clock: Arc::new(self.side.clock.clone()),
+            pending_grace: Duration::from_secs(300),
+        }
+    }
+
+    fn charge(&self) -> ChargeDeps {
+        ChargeDeps {
+            store: self.store.clone(),
+            gateway: Arc::new(self.side.gateway()),
+            clock: Arc::new(self.side.clock.clone()),
+            policy: ChargePolicy::default(),
+        }
+    }
+
+    async fn checkout(&self, deps: &Checkout, file: &str) -> ApiGatewayV2httpResponse {
+        checkout::handler::handle(deps, LambdaEvent::new(event(file), Context::default())).await
+    }
+
+    async fn item_count(&self) -> i32 {
+        testkit::aws::table_item_count(&self.dynamo, self.store.table()).await
+    }
+}
+
+fn order_1001() -> OperationKey {
+    OperationKey::charge(OrderId::parse("ord-1001").unwrap())
+}
+
+#[tokio::test]
+async fn checkout_twice_makes_one_item_and_one_message() {
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    let first = s.checkout(&deps, "checkout-valid.json").await;
+    assert_eq!(first.status_code, 202, "{:?}", body(&first));
+    let second = s.checkout(&deps, "checkout-duplicate.json").await;
+    assert_eq!(second.status_code, 200);
+    assert_eq!(body(&first)["operation_id"], body(&second)["operation_id"]);
+    assert_eq!(s.item_count().await, 1);
+    assert_eq!(
+        queue_depth(&s.sqs, &s.queue_url).await,
+        1,
+        "FIFO dedup by operation id"
+    );
+}
+
+#[tokio::test]
+async fn mismatch_is_409_and_the_item_is_unchanged() {
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    s.checkout(&deps, "checkout-valid.json").await;
+    let before = s.store.get(&order_1001()).await.unwrap().unwrap();
+    let resp = s.checkout(&deps, "checkout-mismatch.json").await;
+    assert_eq!(resp.status_code, 409);
+    assert_eq!(s.store.get(&order_1001()).await.unwrap().unwrap(), before);
+    assert_eq!(before.params.amount.minor_units(), 1250);
+    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 1);
+}
+
+#[tokio::test]
+async fn bad_input_is_400_and_nothing_is_written_or_sent() {
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    let resp = s.checkout(&deps, "checkout-bad.json").await;
+    assert_eq!(resp.status_code, 400);
+    assert!(body(&resp)["error"]["fields"].as_array().unwrap().len() >= 2);
+    assert_eq!(s.item_count().await, 0);
+    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 0);
+}
+
+/// A queue whose first send dies, as if the function crashed between PutItem and SendMessage.
+struct CrashOnFirstSend {
+    inner: Arc<SqsQueue>,
+    crashes: AtomicU32,
+}
+
+#[async_trait]
+impl ChargeQueue for CrashOnFirstSend {
+    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        if self.crashes.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(QueueError::new("injected: process died before SendMessage"));
+        }
+        self.inner.send(charge).await
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_put_and_send_is_recovered_by_the_next_identical_checkout() {
+    let s = Stack::new().await;
+    let crashing = Arc::new(CrashOnFirstSend {
+        inner: s.queue(),
+        crashes: AtomicU32::new(0),
+    });
+    let deps = s.checkout_with(crashing.clone());
+    let first = s.checkout(&deps, "checkout-valid.json").await;
+    assert_eq!(first.status_code, 503, "the client is told to retry");
+    assert!(first.headers.contains_key("retry-after"));
+    assert!(
+        !body(&first).to_string().contains("injected"),
+        "no internals in the answer"
+    );
+    assert_eq!(
+        crashing.crashes.load(Ordering::SeqCst),
+        1,
+        "the crash happened"
+    );
+    assert_eq!(s.item_count().await, 1, "the operation was recorded");
+    assert_eq!(
+        queue_depth(&s.sqs, &s.queue_url).await,
+        0,
+        "but never queued"
+    );
+
+    let retry = s.checkout(&deps, "checkout-duplicate.json").await;
+    assert_eq!(retry.status_code, 200);
+    assert_eq!(body(&retry)["status"], "pending");
+    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 1, "re-sent");
+    assert_eq!(s.item_count().await, 1);
+}
+
+#[tokio::test]
+async fn a_batch_with_a_settled_operation_makes_no_stripe_call() {
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    s.checkout(&deps, "checkout-valid.json").await;
+    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    assert_eq!(batch.records.len(), 1);
+    let charge = s.charge();
+
+    let resp =
+        charge::handler::handle(&charge, LambdaEvent::new(batch.clone(), Context::default())).await;
+    assert!(resp.batch_item_failures.is_empty());
+    let op = s.store.get(&order_1001()).await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Succeeded);
+    let after_first = s.side.sim.request_counts();
+    assert_eq!(after_first.create, 1);
+
+    // The same batch again (a duplicate delivery): the settled operation costs no Stripe call.
+    let resp = charge::handler::handle(&charge, LambdaEvent::new(batch, Context::default())).await;
+    assert!(resp.batch_item_failures.is_empty());
+    let after_second = s.side.sim.request_counts();
+    assert_eq!(
+        (
+            after_second.create,
+            after_second.retrieve,
+            after_second.search
+        ),
+        (after_first.create, after_first.retrieve, after_first.search)
+    );
+    assert_eq!(s.side.sim.ledger().len(), 1);
+}
+
+#[tokio::test]
+async fn a_malformed_record_fails_only_its_own_group() {
+    let s = Stack::new().await;
+    let queue = s.queue();
+    let deps = s.checkout_with(queue.clone());
+    // Three orders through checkout: ord-a, ord-b, ord-c.
+    let mut ops = Vec::new();
+    for order in ["ord-a", "ord-b", "ord-c"] {
+        let mut req = event("checkout-valid.json");
+        req.path_parameters.insert("order_id".into(), order.into());
+        let resp =
+            checkout::handler::handle(&deps, LambdaEvent::new(req, Context::default())).await;
+        assert_eq!(resp.status_code, 202);
+        ops.push(body(&resp)["operation_id"].as_str().unwrap().to_owned());
+    }
+    // A malformed message lands in ord-b's group before ord-b's own message would be retried:
+    // re-send ord-b's message after it so the group reads [ord-b charge, malformed, ord-b again].
+    s.sqs
+        .send_message()
+        .queue_url(&s.queue_url)
+        .message_body("{\"v\":1,\"operation_id\":\"not-a-uuid\"")
+        .message_group_id("ord-b")
+        .message_deduplication_id("malformed-1")
+        .send()
+        .await
+        .unwrap();
+    let ord_b = s
+        .store
+        .get(&OperationKey::charge(OrderId::parse("ord-b").unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    queue.send(&QueuedCharge::redrive(&ord_b, 1)).await.unwrap();
+
+    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    assert_eq!(batch.records.len(), 5, "moto returned the whole batch");
+    let malformed_id = batch
+        .records
+        .iter()
+        .find(|r| r.body.as_deref().is_some_and(|b| b.contains("not-a-uuid")))
+        .and_then(|r| r.message_id.clone())
+        .unwrap();
+    let after_malformed: Vec<String> = batch
+        .records
+        .iter()
+        .skip_while(|r| r.message_id.as_deref() != Some(malformed_id.as_str()))
+        .skip(1)
+        .filter(|r| r.attributes.get("MessageGroupId").map(String::as_str) == Some("ord-b"))
+        .filter_map(|r| r.message_id.clone())
+        .collect();
+    assert_eq!(after_malformed.len(), 1);
+
+    let resp =
+        charge::handler::handle(&s.charge(), LambdaEvent::new(batch, Context::default())).await;
+    let failed: Vec<String> = resp
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failed, vec![malformed_id, after_malformed[0].clone()]);
+    // Every order was charged exactly once; the group after the malformed record waits its turn.
+    let ledger = s.side.sim.ledger();
+    assert_eq!(ledger.len(), 3);
+    for op in &ops {
+        assert_eq!(
+            ledger
+                .iter()
+                .filter(|e| e.operation_id.as_deref() == Some(op.as_str()))
+                .count(),
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_stripe_key_comes_from_secrets_manager_and_never_leaks() {
+    let config = sdk_config().await;
+    let client = aws_sdk_secretsmanager::Client::new(&config);
+    let name = testkit::aws::unique("stripe");
+    let arn = client
+        .create_secret()
+        .name(&name)
+        .secret_string("sk_test_fromSecretsManager42")
+        .send()
+        .await
+        .unwrap()
+        .arn()
+        .unwrap()
+        .to_owned();
+    let key = fetch_stripe_key(&client, &arn).await.unwrap();
+    assert!(!format!("{key:?}").contains("fromSecretsManager42"));
+
+    let bad = client
+        .create_secret()
+        .name(format!("{name}-bad"))
+        .secret_string("pk_live_publishableKey99")
+        .send()
+        .await
+        .unwrap()
+        .arn()
+        .unwrap()
+        .to_owned();
+    let err = fetch_stripe_key(&client, &bad).await.unwrap_err();
+    assert!(!err.to_string().contains("publishableKey99"));
+
+    let missing = format!("{arn}-missing");
+    let err = fetch_stripe_key(&client, &missing).await.unwrap_err();
+    assert!(err.to_string().contains("cannot read secret"));
+}
