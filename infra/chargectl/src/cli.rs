@@ -1,0 +1,355 @@
+//! The command line as clap types: global flags, one variant of [`Command`] per subcommand.
+//!
+//! Arguments are parsed into domain types here (operation ids, PaymentIntent ids, durations,
+//! non-empty notes), so a bad argument is a usage error (exit 2) before anything is read or written.
+//! To add a subcommand: a variant in [`Command`] with its `Args` struct, and one arm in
+//! [`crate::run`].
+
+use std::time::Duration;
+
+use charge_once::OperationId;
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "chargectl",
+    version,
+    about = "Operator CLI for charge-once: list, show, resolve and re-drive charge operations.",
+    long_about = "Operator CLI for charge-once: list, show, resolve and re-drive charge operations.\n\n\
+        Reads the sparse unknown index of the operations table (never a table scan). AWS \
+        credentials, region and endpoint come from the standard AWS configuration and environment \
+        (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL, ...) unless --endpoint-url is given.\n\n\
+        Exit codes: 0 done, 1 refused / not found / infrastructure error, 2 bad arguments."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand understands.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GlobalArgs {
+    /// The DynamoDB operations table.
+    #[arg(long, env = "TABLE_NAME", global = true, value_name = "NAME")]
+    pub table: Option<String>,
+
+    /// Send AWS requests to this endpoint instead of the configured one (e.g. a local stack).
+    #[arg(long, global = true, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+
+    /// The SQS FIFO charge queue (needed only by `redrive`).
+    #[arg(long, env = "QUEUE_URL", global = true, value_name = "URL")]
+    pub queue_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List unsettled operations from the unknown index, oldest first.
+    ///
+    /// Without --review: automatic work (pending/unknown, not waiting for a person). With
+    /// --review: the operations waiting for an operator, with the reason.
+    Unknowns(UnknownsArgs),
+
+    /// Show one operation in full, with its audit notes (review, resolution, last error).
+    ///
+    /// The argument is an operation id (a UUID) or an order id.
+    Show(ShowArgs),
+
+    /// Settle an unsettled operation by hand, with an audit note.
+    ///
+    /// Check Stripe first (dashboard: search PaymentIntents by metadata operation_id). Refused if
+    /// the operation is settled already or being executed right now (a live lease).
+    Resolve(ResolveArgs),
+
+    /// Put an unsettled operation back on the charge queue (and out of review).
+    ///
+    /// A re-drive never creates a second charge: the charge function sends the same idempotency
+    /// key (payment-op:<operation_id>) on every attempt, and once the 23 h key window since the
+    /// first attempt has passed it never creates again — it retrieves or searches by the
+    /// operation id instead, and sends the operation back to review if that cannot decide.
+    /// The operation becomes due for the reconciler again 5 minutes from now.
+    Redrive(RedriveArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UnknownsArgs {
+    /// Only operations created at least this long ago (e.g. 90s, 15m, 23h, 2d, 1h30m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+
+    /// List the operations waiting for an operator instead of automatic work.
+    #[arg(long)]
+    pub review: bool,
+
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print at most this many (the oldest).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// An operation id (UUID) or an order id.
+    #[arg(value_name = "ORDER_ID|OPERATION_ID")]
+    pub id: String,
+
+    /// The record as one JSON object (times in RFC 3339).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResolveArgs {
+    /// The operation to settle.
+    #[arg(value_name = "OPERATION_ID", value_parser = parse_operation_id)]
+    pub operation_id: OperationId,
+
+    #[command(flatten)]
+    pub outcome: ResolveOutcome,
+
+    /// Why: what you checked and found (kept on the record).
+    #[arg(long, value_name = "TEXT", value_parser = non_empty)]
+    pub note: String,
+
+    /// Who is resolving (kept on the record).
+    #[arg(long, value_name = "NAME", value_parser = non_empty)]
+    pub by: String,
+}
+
+/// Exactly one of `--succeeded <pi_id>` or `--failed`.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub struct ResolveOutcome {
+    /// The customer was charged: the PaymentIntent that succeeded (pi_...).
+    #[arg(long, value_name = "PI_ID", value_parser = parse_payment_intent_id)]
+    pub succeeded: Option<String>,
+
+    /// The customer was not charged.
+    #[arg(long)]
+    pub failed: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RedriveArgs {
+    /// The operation to put back on the queue.
+    #[arg(value_name = "OPERATION_ID", value_parser = parse_operation_id)]
+    pub operation_id: OperationId,
+}
+
+/// An operation id argument: a UUID.
+pub fn parse_operation_id(raw: &str) -> Result<OperationId, String> {
+    OperationId::parse(raw).map_err(|_| format!("{raw:?} is not an operation id (a UUID)"))
+}
+
+/// A PaymentIntent id: `pi_` followed by letters, digits and underscores.
+pub fn parse_payment_intent_id(raw: &str) -> Result<String, String> {
+    let valid = raw.len() <= 255
+        && raw.strip_prefix("pi_").is_some_and(|rest| {
+            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+    if valid {
+        Ok(raw.to_owned())
+    } else {
+        Err(format!(
+            "{raw:?} is not a PaymentIntent id (pi_ followed by letters, digits or _)"
+        ))
+    }
+}
+
+/// A required free-text value: not empty, not only whitespace. Kept as given, minus outer spaces.
+pub fn non_empty(raw: &str) -> Result<String, String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        Err("must not be empty".to_owned())
+    } else {
+        Ok(trimmed.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("chargectl").chain(args.iter().copied()))
+    }
+
+    const OP: &str = "6f1c2a9e-58d4-4c1b-9d8e-0a6b8e4f2c11";
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn resolve_takes_exactly_one_outcome() {
+        let ok = parse(&[
+            "resolve",
+            OP,
+            "--succeeded",
+            "pi_3Abc_12",
+            "--note",
+            "n",
+            "--by",
+            "alice",
+        ])
+        .unwrap();
+        let Command::Resolve(args) = ok.command else {
+            panic!("resolve")
+        };
+        assert_eq!(args.outcome.succeeded.as_deref(), Some("pi_3Abc_12"));
+        assert!(!args.outcome.failed);
+
+        let both = parse(&[
+            "resolve",
+            OP,
+            "--succeeded",
+            "pi_x",
+            "--failed",
+            "--note",
+            "n",
+            "--by",
+            "a",
+        ]);
+        assert_eq!(both.unwrap_err().kind(), ErrorKind::ArgumentConflict);
+        let neither = parse(&["resolve", OP, "--note", "n", "--by", "a"]);
+        assert_eq!(
+            neither.unwrap_err().kind(),
+            ErrorKind::MissingRequiredArgument
+        );
+    }
+
+    #[test]
+    fn resolve_validates_its_values() {
+        for (args, kind) in [
+            (
+                vec![
+                    "resolve",
+                    OP,
+                    "--succeeded",
+                    "ch_123",
+                    "--note",
+                    "n",
+                    "--by",
+                    "a",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                vec![
+                    "resolve",
+                    OP,
+                    "--succeeded",
+                    "pi_",
+                    "--note",
+                    "n",
+                    "--by",
+                    "a",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                vec![
+                    "resolve",
+                    OP,
+                    "--succeeded",
+                    "pi_a-b",
+                    "--note",
+                    "n",
+                    "--by",
+                    "a",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                vec!["resolve", OP, "--failed", "--note", "  ", "--by", "a"],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                vec!["resolve", OP, "--failed", "--by", "a"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                vec!["resolve", OP, "--failed", "--note", "n"],
+                ErrorKind::MissingRequiredArgument,
+            ),
+            (
+                vec![
+                    "resolve",
+                    "not-a-uuid",
+                    "--failed",
+                    "--note",
+                    "n",
+                    "--by",
+                    "a",
+                ],
+                ErrorKind::ValueValidation,
+            ),
+            (
+                vec![
+                    "resolve", OP, "--failed", "pi_x", "--note", "n", "--by", "a",
+                ],
+                ErrorKind::UnknownArgument,
+            ),
+        ] {
+            let err = parse(&args).expect_err(&args.join(" "));
+            assert_eq!(err.kind(), kind, "{}", args.join(" "));
+            assert_eq!(err.exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn unknowns_flags() {
+        let cli = parse(&[
+            "--table",
+            "ops",
+            "unknowns",
+            "--older-than",
+            "23h",
+            "--review",
+            "--json",
+            "--limit",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.table.as_deref(), Some("ops"));
+        let Command::Unknowns(args) = cli.command else {
+            panic!("unknowns")
+        };
+        assert_eq!(args.older_than, Some(Duration::from_secs(23 * 3600)));
+        assert!(args.review && args.json);
+        assert_eq!(args.limit, Some(5));
+
+        // Global flags also after the subcommand.
+        let cli = parse(&["unknowns", "--table", "ops2"]).unwrap();
+        assert_eq!(cli.global.table.as_deref(), Some("ops2"));
+
+        let err = parse(&["unknowns", "--older-than", "5x"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ValueValidation);
+        assert_eq!(
+            parse(&["unknowns", "--limit", "0"]).unwrap_err().kind(),
+            ErrorKind::ValueValidation
+        );
+    }
+
+    #[test]
+    fn pi_ids() {
+        assert!(parse_payment_intent_id("pi_3MtwBwLkdIwHu7ix28a3tqPa").is_ok());
+        assert!(parse_payment_intent_id("pi_x").is_ok());
+        for bad in [
+            "", "pi", "pi_", "ch_123", "PI_x", "pi_x y", "pi_é", "seti_1",
+        ] {
+            assert!(parse_payment_intent_id(bad).is_err(), "{bad}");
+        }
+        assert!(parse_payment_intent_id(&format!("pi_{}", "a".repeat(300))).is_err());
+    }
+}

@@ -1,0 +1,136 @@
+//! # chargectl: the operator CLI of charge-once
+//!
+//! Operators look at what the automatic path could not settle and settle it by hand, through the
+//! same store conditions as the charge function and the reconciler:
+//!
+//! - `chargectl unknowns [--review] [--older-than 23h] [--json] [--limit N]` — unsettled operations
+//!   (or those waiting in review) from the sparse unknown index, oldest first;
+//! - `chargectl show <order_id|operation_id>` — one record, with its audit notes;
+//! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … --by …` — settle
+//!   by hand with an audit note;
+//! - `chargectl redrive <operation_id>` — back on the charge queue, out of review.
+//!
+//! Modules: [`cli`] (clap types), [`duration`] (the `--older-than` parser), [`render`] (table,
+//! JSON), [`commands`] (the subcommands against the ports). [`run`] wires them to DynamoDB and SQS.
+//! The binary (`src/main.rs`) only parses the arguments and calls [`main_with_args`].
+//!
+//! Exit codes: 0 done; 1 refused, not found, or an infrastructure error (with its error chain);
+//! 2 bad arguments (nothing read or written).
+
+pub mod cli;
+pub mod commands;
+pub mod duration;
+pub mod render;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use aws_config::BehaviorVersion;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::SystemClock;
+use clap::Parser;
+
+pub use cli::{Cli, Command, GlobalArgs};
+pub use commands::{Console, Failure};
+
+/// Parses `args` (the first is the program name), runs the command, returns the exit code. Usage
+/// errors and `--help` are printed by clap.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` exit 0 on stdout; bad arguments exit 2 on stderr.
+            let _ = err.print();
+            return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("chargectl: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    let mut console = Console {
+        out: &mut out,
+        err: &mut err,
+    };
+    let code = runtime.block_on(run(cli, &mut console));
+    let _ = console.out.flush();
+    code
+}
+
+/// Runs a parsed command against AWS and reports a failure on the console's `err`.
+pub async fn run(cli: Cli, console: &mut Console<'_>) -> ExitCode {
+    match dispatch(cli, console).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            let _ = console.out.flush();
+            let _ = writeln!(console.err, "chargectl: {failure}");
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
+    let global = cli.global;
+    match cli.command {
+        Command::Unknowns(args) => {
+            let store = dynamo_store(&global, "unknowns").await?;
+            commands::unknowns(&store, &SystemClock, &args, console).await
+        }
+        Command::Show(args) => {
+            let store = dynamo_store(&global, "show").await?;
+            commands::show(&store, &SystemClock, &args, console).await
+        }
+        Command::Resolve(args) => {
+            let store = dynamo_store(&global, "resolve").await?;
+            commands::resolve(&store, &SystemClock, &args, console).await
+        }
+        Command::Redrive(args) => {
+            // Both checked before anything is read or written.
+            let table = required(&global.table, "--table (or TABLE_NAME)", "redrive")?;
+            let queue_url = required(&global.queue_url, "--queue-url (or QUEUE_URL)", "redrive")?;
+            let config = aws_config(&global).await;
+            let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table);
+            let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), queue_url);
+            commands::redrive(&store, &queue, &SystemClock, &args, console).await
+        }
+    }
+}
+
+fn required<'a>(value: &'a Option<String>, flag: &str, command: &str) -> Result<&'a str, Failure> {
+    value
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Failure::Usage(format!("`{command}` needs {flag}")))
+}
+
+/// The standard AWS configuration chain (env, profile, region), with `--endpoint-url` on top.
+pub async fn aws_config(global: &GlobalArgs) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(url) = &global.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    loader.load().await
+}
+
+/// The operations table named by `--table` / `TABLE_NAME`.
+pub async fn dynamo_store(global: &GlobalArgs, command: &str) -> Result<DynamoStore, Failure> {
+    let table = required(&global.table, "--table (or TABLE_NAME)", command)?;
+    let config = aws_config(global).await;
+    Ok(DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&config),
+        table,
+    ))
+}

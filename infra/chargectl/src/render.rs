@@ -1,0 +1,434 @@
+//! How operations are printed: the `unknowns` table and JSON lines, the `show` record as text or
+//! one JSON object. Pure functions of the operation and "now", so they are tested without a store.
+//!
+//! Times are RFC 3339 in UTC (`Timestamp::to_rfc3339`), ages are human (`3h12m`), money is minor
+//! units and currency (`1250 usd`) — the amount exactly as stored, never converted.
+
+use std::time::Duration;
+
+use charge_once::{Operation, Timestamp};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Longest last error shown in the table (`show` prints it whole).
+pub const LAST_ERROR_WIDTH: usize = 40;
+/// Longest review reason shown in the table.
+pub const REVIEW_REASON_WIDTH: usize = 60;
+
+/// A duration as a short human age: `45s`, `12m5s`, `3h12m`, `2d3h`.
+pub fn human_age(age: Duration) -> String {
+    let secs = age.as_secs();
+    let (d, h, m, s) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d{h}h")
+    } else if h > 0 {
+        format!("{h}h{m}m")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// One line of text for a table cell: control characters (newlines, tabs) become spaces, and
+/// anything past `max` characters is cut and marked with `…`.
+pub fn cell(text: &str, max: usize) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if clean.chars().count() <= max {
+        clean
+    } else {
+        let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// `1250 usd`.
+pub fn money(op: &Operation) -> String {
+    format!(
+        "{} {}",
+        op.params.amount.minor_units(),
+        op.params.currency.as_str()
+    )
+}
+
+/// One `unknowns --json` line.
+#[derive(Debug, Serialize)]
+pub struct UnknownLine<'a> {
+    pub operation_id: String,
+    pub order_id: &'a str,
+    pub amount: i64,
+    pub currency: &'a str,
+    pub status: &'static str,
+    pub age_secs: u64,
+    pub attempts: u32,
+    pub last_error: Option<&'a str>,
+    pub review_reason: Option<&'a str>,
+    pub created_at: String,
+    pub next_due_at: Option<String>,
+    pub external_id: Option<&'a str>,
+    pub redrives: u32,
+}
+
+impl<'a> UnknownLine<'a> {
+    pub fn of(op: &'a Operation, now: Timestamp) -> Self {
+        Self {
+            operation_id: op.operation_id.to_string(),
+            order_id: op.order_id.as_str(),
+            amount: op.params.amount.minor_units(),
+            currency: op.params.currency.as_str(),
+            status: op.status.as_str(),
+            age_secs: now.since(op.created_at).as_secs(),
+            attempts: op.attempts,
+            last_error: op.last_error.as_deref(),
+            review_reason: op.review.as_ref().map(|r| r.reason.as_str()),
+            created_at: op.created_at.to_rfc3339(),
+            next_due_at: op.next_due_at.map(|t| t.to_rfc3339()),
+            external_id: op.external_id.as_deref(),
+            redrives: op.redrives,
+        }
+    }
+}
+
+/// The `unknowns --json` output: one JSON object per line.
+pub fn unknowns_json_lines(ops: &[Operation], now: Timestamp) -> String {
+    ops.iter()
+        .map(|op| {
+            // Serializing a struct of strings and integers cannot fail.
+            let mut line = serde_json::to_string(&UnknownLine::of(op, now))
+                .unwrap_or_else(|e| format!("{{\"error\":{:?}}}", e.to_string()));
+            line.push('\n');
+            line
+        })
+        .collect()
+}
+
+const TABLE_HEADER: [&str; 8] = [
+    "OPERATION",
+    "ORDER",
+    "AMOUNT",
+    "STATUS",
+    "AGE",
+    "ATTEMPTS",
+    "LAST ERROR",
+    "REVIEW REASON",
+];
+
+/// The `unknowns` table: a header and one aligned row per operation.
+pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
+    let rows: Vec<[String; 8]> = ops
+        .iter()
+        .map(|op| {
+            [
+                op.operation_id.to_string(),
+                cell(op.order_id.as_str(), 128),
+                money(op),
+                op.status.to_string(),
+                human_age(now.since(op.created_at)),
+                op.attempts.to_string(),
+                op.last_error
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |e| cell(e, LAST_ERROR_WIDTH)),
+                op.review
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), |r| cell(&r.reason, REVIEW_REASON_WIDTH)),
+            ]
+        })
+        .collect();
+    let mut widths = TABLE_HEADER.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header = TABLE_HEADER.map(str::to_owned);
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (c, w)) in row.iter().zip(widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(c);
+            line.extend(std::iter::repeat_n(' ', w - c.chars().count()));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn time_or_dash(t: Option<Timestamp>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339())
+}
+
+/// The `show` record as aligned `field  value` lines, every field and the audit notes.
+pub fn show_text(op: &Operation, now: Timestamp) -> String {
+    let dash = |s: Option<&str>| s.unwrap_or("-").to_owned();
+    let lease = match &op.lease {
+        None => "-".to_owned(),
+        Some(l) => format!(
+            "token {}, expires {} ({})",
+            l.token,
+            l.expires_at.to_rfc3339(),
+            if l.expires_at > now {
+                "live: being executed now"
+            } else {
+                "expired"
+            }
+        ),
+    };
+    let review = match &op.review {
+        None => "-".to_owned(),
+        Some(r) => format!("{} (flagged {})", r.reason, r.flagged_at.to_rfc3339()),
+    };
+    let resolution = match &op.resolution {
+        None => "-".to_owned(),
+        Some(r) => format!("by {} at {}: {}", r.by, r.at.to_rfc3339(), r.note),
+    };
+    let fields: Vec<(&str, String)> = vec![
+        ("operation", op.operation_id.to_string()),
+        ("order", op.order_id.to_string()),
+        ("kind", op.kind.as_str().to_owned()),
+        ("status", op.status.to_string()),
+        ("amount", money(op)),
+        ("customer", op.params.customer_id.as_str().to_owned()),
+        (
+            "payment method",
+            op.params.payment_method.as_str().to_owned(),
+        ),
+        ("fingerprint", op.fingerprint.as_str().to_owned()),
+        ("idempotency key", op.idempotency_key().to_string()),
+        ("payment intent", dash(op.external_id.as_deref())),
+        ("attempts", op.attempts.to_string()),
+        ("redrives", op.redrives.to_string()),
+        (
+            "created at",
+            format!(
+                "{} ({} ago)",
+                op.created_at.to_rfc3339(),
+                human_age(now.since(op.created_at))
+            ),
+        ),
+        ("updated at", op.updated_at.to_rfc3339()),
+        ("first attempt", time_or_dash(op.first_attempted_at)),
+        ("next due at", time_or_dash(op.next_due_at)),
+        ("lease", lease),
+        ("last error", dash(op.last_error.as_deref())),
+        ("review", review),
+        ("resolution", resolution),
+    ];
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    fields
+        .into_iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
+}
+
+/// The `show --json` object: the record as it serializes, with every time also readable —
+/// each time field holds its RFC 3339 string (the stored milliseconds are under `<field>_ms`).
+pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
+    let mut value = serde_json::to_value(op)?;
+    let times: [(&[&str], Option<Timestamp>); 7] = [
+        (&["created_at"], Some(op.created_at)),
+        (&["updated_at"], Some(op.updated_at)),
+        (&["first_attempted_at"], op.first_attempted_at),
+        (&["next_due_at"], op.next_due_at),
+        (&["lease", "expires_at"], op.lease.map(|l| l.expires_at)),
+        (
+            &["review", "flagged_at"],
+            op.review.as_ref().map(|r| r.flagged_at),
+        ),
+        (&["resolution", "at"], op.resolution.as_ref().map(|r| r.at)),
+    ];
+    for (path, time) in times {
+        let Some(time) = time else { continue };
+        let (field, parents) = path.split_last().expect("non-empty path");
+        let mut obj = &mut value;
+        for p in parents {
+            obj = &mut obj[*p];
+        }
+        if let Value::Object(map) = obj {
+            map.insert((*field).to_owned(), time.to_rfc3339().into());
+            map.insert(format!("{field}_ms"), time.as_millis().into());
+        }
+    }
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "idempotency_key".into(),
+            op.idempotency_key().to_string().into(),
+        );
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charge_once::operation::Resolution;
+    use charge_once::{
+        Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Review,
+    };
+
+    const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
+
+    fn op(order: &str, age: Duration) -> Operation {
+        Operation::new(
+            OrderId::parse(order).unwrap(),
+            ChargeParams {
+                amount: Amount::new(1250).unwrap(),
+                currency: Currency::parse("usd").unwrap(),
+                customer_id: CustomerId::parse("cus_1").unwrap(),
+                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+            },
+            NOW.minus(age),
+            Duration::from_secs(300),
+        )
+    }
+
+    #[test]
+    fn ages_are_short_and_human() {
+        assert_eq!(human_age(Duration::ZERO), "0s");
+        assert_eq!(human_age(Duration::from_secs(45)), "45s");
+        assert_eq!(human_age(Duration::from_secs(12 * 60 + 5)), "12m5s");
+        assert_eq!(
+            human_age(Duration::from_secs(3 * 3600 + 12 * 60 + 59)),
+            "3h12m"
+        );
+        assert_eq!(
+            human_age(Duration::from_secs(2 * 86_400 + 3 * 3600)),
+            "2d3h"
+        );
+    }
+
+    #[test]
+    fn cells_are_one_line_and_truncated() {
+        assert_eq!(cell("short", 40), "short");
+        assert_eq!(cell("a\nb\tc", 40), "a b c");
+        let long = "x".repeat(100);
+        let cut = cell(&long, LAST_ERROR_WIDTH);
+        assert_eq!(cut.chars().count(), LAST_ERROR_WIDTH);
+        assert!(cut.ends_with('…'));
+        // Multi-byte characters are never split.
+        assert_eq!(cell("ééééé", 3), "éé…");
+    }
+
+    #[test]
+    fn table_has_the_columns_and_aligned_rows() {
+        let mut a = op("order-a", Duration::from_secs(3 * 3600 + 12 * 60));
+        a.last_error = Some(format!("timeout talking to Stripe {}", "z".repeat(80)));
+        a.attempts = 2;
+        let mut b = op("order-bb", Duration::from_secs(30));
+        b.review = Some(Review {
+            reason: "search found 0 matches".into(),
+            flagged_at: NOW,
+        });
+        let table = unknowns_table(&[a.clone(), b.clone()], NOW);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        for h in TABLE_HEADER {
+            assert!(lines[0].contains(h), "{h}");
+        }
+        assert!(lines[1].starts_with(&a.operation_id.to_string()));
+        assert!(lines[1].contains("order-a"));
+        assert!(lines[1].contains("1250 usd"));
+        assert!(lines[1].contains("pending"));
+        assert!(lines[1].contains("3h12m"));
+        assert!(lines[1].contains("timeout talking to Stripe"));
+        assert!(!lines[1].contains(&"z".repeat(41)), "last error truncated");
+        assert!(lines[2].contains("search found 0 matches"));
+        assert!(lines[2].contains("30s"));
+        // Columns line up: the status column starts at the same place on every line.
+        let col = lines[0].find("STATUS").unwrap();
+        assert_eq!(&lines[1][col..col + 7], "pending");
+        assert_eq!(&lines[2][col..col + 7], "pending");
+    }
+
+    #[test]
+    fn json_lines_have_every_key() {
+        let mut a = op("order-a", Duration::from_secs(7200));
+        a.external_id = Some("pi_1".into());
+        let out = unknowns_json_lines(&[a.clone(), op("order-b", Duration::ZERO)], NOW);
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        let first = lines[0].as_object().unwrap();
+        for key in [
+            "operation_id",
+            "order_id",
+            "amount",
+            "currency",
+            "status",
+            "age_secs",
+            "attempts",
+            "last_error",
+            "review_reason",
+            "created_at",
+            "next_due_at",
+            "external_id",
+            "redrives",
+        ] {
+            assert!(first.contains_key(key), "{key}");
+        }
+        assert_eq!(first["operation_id"], a.operation_id.to_string());
+        assert_eq!(first["amount"], 1250);
+        assert_eq!(first["currency"], "usd");
+        assert_eq!(first["age_secs"], 7200);
+        assert_eq!(
+            first["created_at"],
+            NOW.minus(Duration::from_secs(7200)).to_rfc3339()
+        );
+        assert_eq!(first["external_id"], "pi_1");
+        assert_eq!(first["last_error"], Value::Null);
+    }
+
+    #[test]
+    fn show_prints_every_field_and_the_audit_notes() {
+        let mut a = op("order-a", Duration::from_secs(60));
+        a.last_error = Some("stripe 500".into());
+        a.review = Some(Review {
+            reason: "search found 2 matches".into(),
+            flagged_at: NOW.minus(Duration::from_secs(30)),
+        });
+        a.resolution = Some(Resolution {
+            by: "alice".into(),
+            note: "refunded the duplicate".into(),
+            at: NOW,
+        });
+        let text = show_text(&a, NOW);
+        for needle in [
+            a.operation_id.to_string().as_str(),
+            "order-a",
+            "1250 usd",
+            "cus_1",
+            "pm_card_visa",
+            "payment-op:",
+            "stripe 500",
+            "search found 2 matches",
+            &NOW.minus(Duration::from_secs(30)).to_rfc3339(),
+            "by alice at",
+            "refunded the duplicate",
+            &NOW.to_rfc3339(),
+        ] {
+            assert!(text.contains(needle), "{needle} in\n{text}");
+        }
+
+        let json = show_json(&a).unwrap();
+        assert_eq!(json["created_at"], a.created_at.to_rfc3339());
+        assert_eq!(json["created_at_ms"], a.created_at.as_millis());
+        assert_eq!(
+            json["review"]["flagged_at"],
+            NOW.minus(Duration::from_secs(30)).to_rfc3339()
+        );
+        assert_eq!(json["resolution"]["at"], NOW.to_rfc3339());
+        assert_eq!(json["resolution"]["by"], "alice");
+        assert_eq!(json["first_attempted_at"], Value::Null);
+        assert_eq!(json["params"]["amount"], 1250);
+        assert_eq!(json["status"], "pending");
+    }
+}

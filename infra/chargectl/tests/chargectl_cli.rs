@@ -1,0 +1,662 @@
+//! `chargectl` end to end: the real binary against DynamoDB and SQS on moto (run through
+//! `infra/local/with-stack.sh`, which exports `AWS_ENDPOINT_URL`, dummy credentials and a region).
+//!
+//! Each test builds its own fresh table (and queue), fills it through the store's own writes —
+//! created, claimed, recorded unknown, flagged for review, settled — then runs the binary and checks
+//! its output, its exit code and what is (or is not) in the table and on the queue afterwards.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::ports::{Claim, ClaimRequest, OperationStore, OutcomeRecord, Recorded};
+use charge_once::{
+    Clock, Lease, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp,
+};
+use serde_json::Value;
+use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config, unique};
+use testkit::store_contract::operation;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Runs the binary with `args`; `TABLE_NAME`/`QUEUE_URL` from the caller's environment never leak in.
+fn chargectl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chargectl"))
+        .args(args)
+        .env_remove("TABLE_NAME")
+        .env_remove("QUEUE_URL")
+        .output()
+        .expect("run chargectl")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "exit status\n--- stdout\n{}\n--- stderr\n{}",
+        stdout(o),
+        stderr(o)
+    );
+    assert!(!stderr(o).contains("panicked"), "{}", stderr(o));
+}
+
+/// A table with one operation in each state the CLI distinguishes.
+struct Fixture {
+    store: DynamoStore,
+    /// `pending`, created 2 h ago, never attempted.
+    pending: Operation,
+    /// `unknown` after a timeout, created 30 min ago.
+    unknown: Operation,
+    /// `unknown` and flagged for review, created 26 h ago.
+    review: Operation,
+    /// `succeeded`, created 3 h ago.
+    settled: Operation,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let store = fresh_store().await;
+        let now = SystemClock.now();
+        let tag = unique("o");
+        let pending = create(&store, &format!("{tag}-pending"), now.minus(2 * HOUR)).await;
+        let unknown = create(
+            &store,
+            &format!("{tag}-unknown"),
+            now.minus(Duration::from_secs(1800)),
+        )
+        .await;
+        let unknown = attempt(
+            &store,
+            &unknown,
+            OperationStatus::Unknown,
+            Some("timeout after 10s waiting for api.stripe.com (connection reset by peer)"),
+            None,
+        )
+        .await;
+        let review = create(&store, &format!("{tag}-review"), now.minus(26 * HOUR)).await;
+        let review = attempt(
+            &store,
+            &review,
+            OperationStatus::Unknown,
+            Some("stripe 500"),
+            Some("search by operation_id found 0 PaymentIntents"),
+        )
+        .await;
+        let settled = create(&store, &format!("{tag}-settled"), now.minus(3 * HOUR)).await;
+        let settled = attempt(&store, &settled, OperationStatus::Succeeded, None, None).await;
+        Self {
+            store,
+            pending,
+            unknown,
+            review,
+            settled,
+        }
+    }
+
+    fn table(&self) -> &str {
+        self.store.table()
+    }
+
+    /// `chargectl --table <fresh table> <args>`.
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--table", self.table()];
+        all.extend_from_slice(args);
+        chargectl(&all)
+    }
+
+    async fn get(&self, op: &Operation) -> Operation {
+        self.store.get(&op.key()).await.unwrap().expect("record")
+    }
+
+    async fn snapshot(&self) -> Vec<Operation> {
+        let mut all = Vec::new();
+        for op in [&self.pending, &self.unknown, &self.review, &self.settled] {
+            all.push(self.get(op).await);
+        }
+        all
+    }
+}
+
+async fn create(store: &DynamoStore, order: &str, created: Timestamp) -> Operation {
+    let op = operation(order, 1250, created);
+    store.create_if_absent(&op).await.unwrap();
+    op
+}
+
+async fn claim(store: &DynamoStore, op: &Operation) -> (LeaseToken, Operation) {
+    let now = SystemClock.now();
+    let token = LeaseToken::new_random();
+    let req = ClaimRequest {
+        key: op.key(),
+        operation_id: op.operation_id,
+        lease: Lease {
+            token,
+            expires_at: now.plus(Duration::from_secs(600)),
+        },
+        now,
+    };
+    match store.claim(&req).await.unwrap() {
+        Claim::Claimed(op) => (token, op),
+        other => panic!("claim: {other:?}"),
+    }
+}
+
+/// One attempt through the store: claim, then record `status`.
+async fn attempt(
+    store: &DynamoStore,
+    op: &Operation,
+    status: OperationStatus,
+    last_error: Option<&str>,
+    review: Option<&str>,
+) -> Operation {
+    let (token, _) = claim(store, op).await;
+    let now = SystemClock.now();
+    let rec = OutcomeRecord {
+        key: op.key(),
+        operation_id: op.operation_id,
+        lease_token: token,
+        status,
+        external_id: status.is_settled().then(|| "pi_settled_1".to_owned()),
+        last_error: last_error.map(str::to_owned),
+        review: review.map(|reason| Review {
+            reason: reason.into(),
+            flagged_at: now,
+        }),
+        next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
+        now,
+    };
+    match store.record(&rec).await.unwrap() {
+        Recorded::Written(op) => op,
+        other => panic!("record: {other:?}"),
+    }
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknowns_lists_automatic_work_oldest_first_and_review_apart() {
+    let f = Fixture::new().await;
+
+    let out = f.run(&["unknowns"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "header + pending + unknown:\n{text}");
+    for column in [
+        "OPERATION",
+        "ORDER",
+        "AMOUNT",
+        "STATUS",
+        "AGE",
+        "ATTEMPTS",
+        "LAST ERROR",
+        "REVIEW REASON",
+    ] {
+        assert!(lines[0].contains(column), "{column}");
+    }
+    // Oldest first: pending (2 h) before unknown (30 min).
+    assert!(lines[1].starts_with(&f.pending.operation_id.to_string()));
+    assert!(lines[1].contains("1250 usd") && lines[1].contains("pending"));
+    assert!(
+        lines[1].contains("2h0m") || lines[1].contains("2h1m"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with(&f.unknown.operation_id.to_string()));
+    assert!(lines[2].contains("unknown") && lines[2].contains("timeout after 10s"));
+    assert!(!lines[2].contains("connection reset by peer"), "truncated");
+    assert!(!text.contains(&f.review.operation_id.to_string()));
+    assert!(!text.contains(&f.settled.operation_id.to_string()));
+
+    let out = f.run(&["unknowns", "--review"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.contains(&f.review.operation_id.to_string()));
+    assert!(text.contains("search by operation_id found 0 PaymentIntents"));
+    assert!(text.contains("1d2h"), "{text}");
+
+    let out = f.run(&["unknowns", "--limit", "1"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out).lines().count(), 2);
+    assert!(stdout(&out).contains(&f.pending.operation_id.to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknowns_json_lines_have_the_keys_and_older_than_filters() {
+    let f = Fixture::new().await;
+
+    let out = f.run(&["unknowns", "--json"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        for key in [
+            "operation_id",
+            "order_id",
+            "amount",
+            "currency",
+            "status",
+            "age_secs",
+            "attempts",
+            "last_error",
+            "review_reason",
+            "created_at",
+            "next_due_at",
+            "external_id",
+            "redrives",
+        ] {
+            assert!(line.get(key).is_some(), "{key} in {line}");
+        }
+    }
+    assert_eq!(lines[0]["operation_id"], f.pending.operation_id.to_string());
+    assert_eq!(lines[0]["order_id"], f.pending.order_id.as_str());
+    assert_eq!(lines[0]["amount"], 1250);
+    assert_eq!(lines[0]["currency"], "usd");
+    assert_eq!(lines[0]["status"], "pending");
+    assert_eq!(lines[0]["attempts"], 0);
+    assert_eq!(lines[0]["created_at"], f.pending.created_at.to_rfc3339());
+    assert!(lines[0]["age_secs"].as_u64().unwrap() >= 7200);
+    assert_eq!(lines[1]["status"], "unknown");
+    assert_eq!(lines[1]["attempts"], 1);
+    assert!(lines[1]["last_error"]
+        .as_str()
+        .unwrap()
+        .ends_with("(connection reset by peer)"));
+
+    let out = f.run(&["unknowns", "--json", "--older-than", "1h"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["operation_id"], f.pending.operation_id.to_string());
+
+    let out = f.run(&["unknowns", "--json", "--review", "--older-than", "1d"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["operation_id"], f.review.operation_id.to_string());
+    assert_eq!(
+        lines[0]["review_reason"],
+        "search by operation_id found 0 PaymentIntents"
+    );
+
+    let out = f.run(&["unknowns", "--older-than", "3d"]);
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("no unsettled operations"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_by_order_id_and_by_operation_id() {
+    let f = Fixture::new().await;
+    let id = f.review.operation_id.to_string();
+
+    let by_order = f.run(&["show", f.review.order_id.as_str()]);
+    assert_exit(&by_order, 0);
+    let by_id = f.run(&["show", &id]);
+    assert_exit(&by_id, 0);
+    let text = stdout(&by_id);
+    for needle in [
+        id.as_str(),
+        f.review.order_id.as_str(),
+        "unknown",
+        "1250 usd",
+        "cus_contract",
+        "pm_card_visa",
+        "stripe 500",
+        "search by operation_id found 0 PaymentIntents",
+        &f.review.created_at.to_rfc3339(),
+        &format!("payment-op:{id}"),
+    ] {
+        assert!(text.contains(needle), "{needle} in\n{text}");
+    }
+    // Same record either way (only the "ago" of the age may differ by a second).
+    let strip_age = |s: String| -> Vec<String> {
+        s.lines()
+            .filter(|l| !l.starts_with("created at"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(strip_age(stdout(&by_order)), strip_age(text));
+
+    let out = f.run(&["show", "--json", f.settled.order_id.as_str()]);
+    assert_exit(&out, 0);
+    let json: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(json["operation_id"], f.settled.operation_id.to_string());
+    assert_eq!(json["status"], "succeeded");
+    assert_eq!(json["external_id"], "pi_settled_1");
+    assert_eq!(json["created_at"], f.settled.created_at.to_rfc3339());
+    assert_eq!(json["next_due_at"], Value::Null);
+
+    let missing = f.run(&["show", "no-such-order"]);
+    assert_exit(&missing, 1);
+    assert_eq!(stdout(&missing), "");
+    assert!(stderr(&missing).contains("no operation for order or operation id no-such-order"));
+    let missing = f.run(&["show", &unique_op_id()]);
+    assert_exit(&missing, 1);
+}
+
+/// An operation id that is in no table.
+fn unique_op_id() -> String {
+    charge_once::OperationId::new_random().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_settles_with_an_audit_note_that_show_prints() {
+    let f = Fixture::new().await;
+    let id = f.review.operation_id.to_string();
+
+    let out = f.run(&[
+        "resolve",
+        &id,
+        "--succeeded",
+        "pi_x",
+        "--note",
+        "n",
+        "--by",
+        "alice",
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("unknown -> succeeded (PaymentIntent pi_x); resolved by alice"),
+        "{}",
+        stdout(&out)
+    );
+
+    let after = f.get(&f.review).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.external_id.as_deref(), Some("pi_x"));
+    assert_eq!(after.next_due_at, None, "out of the unknown index");
+    let resolution = after.resolution.clone().expect("audit note");
+    assert_eq!(
+        (resolution.by.as_str(), resolution.note.as_str()),
+        ("alice", "n")
+    );
+
+    let show = f.run(&["show", &id]);
+    assert_exit(&show, 0);
+    let text = stdout(&show);
+    assert!(
+        text.contains(&format!("by alice at {}: n", resolution.at.to_rfc3339())),
+        "{text}"
+    );
+    assert!(
+        text.contains("search by operation_id found 0 PaymentIntents"),
+        "review kept"
+    );
+    assert!(text.contains("succeeded"));
+
+    let review = f.run(&["unknowns", "--review"]);
+    assert_exit(&review, 0);
+    assert_eq!(stdout(&review), "");
+
+    // --failed on the pending one.
+    let out = f.run(&[
+        "resolve",
+        &f.pending.operation_id.to_string(),
+        "--failed",
+        "--note",
+        "customer cancelled; no PaymentIntent in Stripe",
+        "--by",
+        "bob",
+    ]);
+    assert_exit(&out, 0);
+    let after = f.get(&f.pending).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert_eq!(after.external_id, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_of_a_settled_or_leased_operation_is_refused_and_changes_nothing() {
+    let f = Fixture::new().await;
+    let before = f.get(&f.settled).await;
+    let out = f.run(&[
+        "resolve",
+        &f.settled.operation_id.to_string(),
+        "--failed",
+        "--note",
+        "n",
+        "--by",
+        "alice",
+    ]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(&format!(
+            "operation {} is already succeeded; nothing changed",
+            f.settled.operation_id
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "");
+    assert_eq!(f.get(&f.settled).await, before);
+
+    // Someone is executing it right now.
+    let (_, leased) = claim(&f.store, &f.unknown).await;
+    let out = f.run(&[
+        "resolve",
+        &f.unknown.operation_id.to_string(),
+        "--succeeded",
+        "pi_x",
+        "--note",
+        "n",
+        "--by",
+        "alice",
+    ]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("is being executed right now"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&f.unknown).await, leased);
+
+    let out = f.run(&[
+        "resolve",
+        &unique_op_id(),
+        "--failed",
+        "--note",
+        "n",
+        "--by",
+        "alice",
+    ]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("no operation with id"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_sends_one_message_and_takes_the_operation_out_of_review() {
+    let f = Fixture::new().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let queue_url = fresh_fifo_queue(&sqs).await;
+    let id = f.review.operation_id.to_string();
+
+    let out = f.run(&["--queue-url", &queue_url, "redrive", &id]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("message {id}:1 sent")),
+        "{}",
+        stdout(&out)
+    );
+
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1);
+    let body: Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(body["operation_id"], id);
+    assert_eq!(body["order_id"], f.review.order_id.as_str());
+    assert_eq!(body["kind"], "charge");
+    assert_eq!(body["v"], 1);
+    let attrs = messages[0].attributes().expect("system attributes");
+    assert_eq!(
+        attrs
+            .get(&MessageSystemAttributeName::MessageDeduplicationId)
+            .map(String::as_str),
+        Some(format!("{id}:1").as_str())
+    );
+    assert_eq!(
+        attrs
+            .get(&MessageSystemAttributeName::MessageGroupId)
+            .map(String::as_str),
+        Some(f.review.order_id.as_str())
+    );
+
+    let after = f.get(&f.review).await;
+    assert_eq!(after.review, None);
+    assert_eq!(after.redrives, 1);
+    assert_eq!(after.status, OperationStatus::Unknown);
+    let review = f.run(&["unknowns", "--review"]);
+    assert_exit(&review, 0);
+    assert_eq!(stdout(&review), "");
+    let work = f.run(&["unknowns", "--json"]);
+    assert!(stdout(&work).contains(&id), "back in automatic work");
+
+    // A settled operation is never re-driven.
+    let before = f.get(&f.settled).await;
+    let out = f.run(&[
+        "--queue-url",
+        &queue_url,
+        "redrive",
+        &f.settled.operation_id.to_string(),
+    ]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("is already succeeded; nothing to re-drive"));
+    assert_eq!(f.get(&f.settled).await, before);
+    let again = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    assert!(again.messages().is_empty(), "nothing more was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_exit_non_zero_and_write_nothing() {
+    let f = Fixture::new().await;
+    let before = f.snapshot().await;
+    let id = f.review.operation_id.to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["resolve", &id, "--succeeded", "pi_x", "--by", "alice"],
+            "--note",
+        ),
+        (vec!["unknowns", "--older-than", "5x"], "5x"),
+        (
+            vec![
+                "resolve",
+                &id,
+                "--succeeded",
+                "pi_x",
+                "--failed",
+                "--note",
+                "n",
+                "--by",
+                "alice",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "resolve",
+                &id,
+                "--succeeded",
+                "ch_123",
+                "--note",
+                "n",
+                "--by",
+                "alice",
+            ],
+            "is not a PaymentIntent id",
+        ),
+        (
+            vec!["resolve", &id, "--failed", "--note", "", "--by", "alice"],
+            "must not be empty",
+        ),
+        (
+            vec![
+                "resolve",
+                "not-a-uuid",
+                "--failed",
+                "--note",
+                "n",
+                "--by",
+                "a",
+            ],
+            "is not an operation id",
+        ),
+        (vec!["redrive", &id], "needs --queue-url"),
+        (vec!["show"], "ORDER_ID|OPERATION_ID"),
+        (vec!["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, expect) in cases {
+        let out = f.run(&args);
+        assert_exit(&out, 2);
+        assert!(
+            stderr(&out).contains(expect),
+            "{args:?}: want {expect:?} in {}",
+            stderr(&out)
+        );
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+    // No table at all.
+    let out = chargectl(&["unknowns"]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("needs --table (or TABLE_NAME)"));
+
+    assert_eq!(f.snapshot().await, before, "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infrastructure_errors_exit_1_with_the_error_chain() {
+    // Nothing listens on port 9 of the loopback: the SDK's connection fails.
+    let out = chargectl(&[
+        "--table",
+        "operations",
+        "--endpoint-url",
+        "http://127.0.0.1:9",
+        "show",
+        "order-1",
+    ]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("chargectl: reading order order-1: operation store: GetItem: "),
+        "{err}"
+    );
+    assert!(err.lines().count() == 1, "one line: {err}");
+    assert!(
+        !err.contains("testing"),
+        "no credential in the message: {err}"
+    );
+    assert_eq!(stdout(&out), "");
+}
