@@ -195,7 +195,7 @@ async fn handle_one(
             report.skipped += 1;
         }
         Action::Reenqueue | Action::Redrive => {
-            let moved = deps
+            let moved = match deps
                 .charge
                 .store
                 .reschedule(&Reschedule {
@@ -208,7 +208,15 @@ async fn handle_one(
                     clear_review: false,
                     now,
                 })
-                .await?;
+                .await
+            {
+                Ok(moved) => moved,
+                Err(e) => {
+                    warn!(error = %e, "cannot reschedule this tick");
+                    report.skipped += 1;
+                    return Ok(());
+                }
+            };
             let Recorded::Written(moved) = moved else {
                 info!(
                     decision = "skip",
@@ -262,9 +270,10 @@ async fn handle_one(
                     report.skipped += 1;
                 }
             },
-            Err(crate::executor::ExecuteError::Store(e)) => return Err(e),
             Err(e) => {
-                warn!(error = %e, "cannot settle");
+                // One operation's failure (the store throttled, the record vanished) must not
+                // stop the tick: it stays due and the next tick tries again.
+                warn!(error = %e, "cannot settle this tick");
                 report.skipped += 1;
             }
         },

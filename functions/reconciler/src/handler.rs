@@ -25,9 +25,19 @@ pub fn remaining_until(deadline_ms: u64) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
+/// One tick; its EMF metrics line goes to stdout, where CloudWatch Logs picks it up.
 pub async fn handle(
     deps: &ReconcilerDeps,
     event: LambdaEvent<EventBridgeEvent<Value>>,
+) -> Result<Value, Error> {
+    handle_with_metrics(deps, event, &mut std::io::stdout()).await
+}
+
+/// One tick, writing its EMF metrics line to `metrics` (the local simulation discards it).
+pub async fn handle_with_metrics(
+    deps: &ReconcilerDeps,
+    event: LambdaEvent<EventBridgeEvent<Value>>,
+    metrics: &mut (dyn std::io::Write + Send),
 ) -> Result<Value, Error> {
     let deadline = match event.context.deadline {
         0 => {
@@ -42,7 +52,7 @@ pub async fn handle(
     let remaining = move || remaining_until(deadline);
     let report = reconcile_tick(deps, &remaining, SAFETY_MARGIN).await?;
     // EMF: one JSON line on stdout becomes CloudWatch metrics.
-    println!("{}", report.emf(deps.charge.clock.now()));
+    writeln!(metrics, "{}", report.emf(deps.charge.clock.now()))?;
     Ok(json!({
         "examined": report.examined,
         "reenqueued": report.reenqueued,

@@ -73,6 +73,13 @@ pub enum Command {
     /// operation id instead, and sends the operation back to review if that cannot decide.
     /// The operation becomes due for the reconciler again 5 minutes from now.
     Redrive(RedriveArgs),
+
+    /// Run checkout → queue → charge → reconciler end to end on this machine, with faults, and
+    /// check the promise against what exists at (simulated) Stripe.
+    ///
+    /// Embedded by default (in-memory store and queue, the Stripe simulator on loopback, a virtual
+    /// clock). Exits 1 when an invariant breaks, printing the seed and the order to replay.
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 #[derive(Debug, Clone, Args)]

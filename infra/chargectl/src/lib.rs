@@ -8,7 +8,8 @@
 //! - `chargectl show <order_id|operation_id>` — one record, with its audit notes;
 //! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … --by …` — settle
 //!   by hand with an audit note;
-//! - `chargectl redrive <operation_id>` — back on the charge queue, out of review.
+//! - `chargectl redrive <operation_id>` — back on the charge queue, out of review;
+//! - `chargectl simulate` — the whole pipeline locally, with faults (see [`simulate`]).
 //!
 //! Modules: [`cli`] (clap types), [`duration`] (the `--older-than` parser), [`render`] (table,
 //! JSON), [`commands`] (the subcommands against the ports). [`run`] wires them to DynamoDB and SQS.
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod commands;
 pub mod duration;
 pub mod render;
+pub mod simulate;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -49,10 +51,13 @@ where
             return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The simulation runs consumers in parallel; the operator commands need one thread.
+    let mut builder = if matches!(cli.command, Command::Simulate(_)) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("chargectl: cannot start the async runtime: {e}");
@@ -104,6 +109,32 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table);
             let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), queue_url);
             commands::redrive(&store, &queue, &SystemClock, &args, console).await
+        }
+        Command::Simulate(args) => {
+            let report =
+                simulate::simulate(&args, &global)
+                    .await
+                    .map_err(|source| Failure::Infra {
+                        context: "simulation".into(),
+                        source,
+                    })?;
+            let _ = write!(console.out, "{}", report.render());
+            if args.json {
+                let line = serde_json::to_string(&report).map_err(|e| Failure::Infra {
+                    context: "report".into(),
+                    source: Box::new(e),
+                })?;
+                let _ = writeln!(console.out, "{line}");
+            }
+            if report.invariants_hold {
+                Ok(())
+            } else {
+                Err(Failure::Refused(format!(
+                    "invariant broken: {}; replay with --seed {}",
+                    report.first_violation.as_deref().unwrap_or("?"),
+                    report.seed
+                )))
+            }
         }
     }
 }

@@ -1,0 +1,368 @@
+//! The simulation loop on a virtual clock: orders arrive through the real checkout handler (HTTP
+//! API v2 requests), a local event-source mapping feeds FIFO batches to the real charge handler
+//! (deleting successes, honouring `batchItemFailures`, visibility timeouts, a receive limit and a
+//! DLQ), and scheduled events tick the real reconciler handler. Faults are injected all along.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
+use aws_lambda_events::http::Method;
+use aws_lambda_events::sqs::SqsEvent;
+use charge_once::executor::ChargeDeps;
+use charge_once::ports::{IndexQuery, OperationStore};
+use charge_once::reconciler::ReconcilerDeps;
+use charge_once::{Clock, ManualClock, Timestamp};
+use checkout::handler::Checkout;
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::json;
+
+use super::faults::{Blackouts, Faults, Kind, BLACKOUT};
+use super::source::{Delivered, EventSource};
+use super::stripe::StripeSide;
+use super::BoxError;
+
+/// The Lambda event-source mapping's receive limit before a message goes to the DLQ.
+pub const MAX_RECEIVES: u32 = 5;
+/// How often EventBridge invokes the reconciler.
+pub const TICK_EVERY: Duration = Duration::from_secs(300);
+/// How far virtual time moves while messages are in flight.
+const STEP: Duration = Duration::from_secs(30);
+
+/// What the loop needs: the three handlers' dependencies and the queue's consumer side.
+pub struct Pipeline {
+    pub clock: ManualClock,
+    pub faults: Arc<Faults>,
+    pub blackouts: Arc<Blackouts>,
+    pub checkout: Checkout,
+    pub charge: ChargeDeps,
+    pub reconciler: ReconcilerDeps,
+    pub source: Arc<dyn EventSource>,
+    /// The store without injected faults, for the loop's own bookkeeping.
+    pub store: Arc<dyn OperationStore>,
+    pub no_retry: bool,
+    pub concurrency: usize,
+    /// Stripe; a remote simulator's clock is moved to ours before each step.
+    pub stripe: Arc<StripeSide>,
+}
+
+/// One order as submitted.
+#[derive(Debug, Clone)]
+pub struct Order {
+    pub order_id: String,
+    pub payment_method: &'static str,
+    /// The card would be charged if everything worked.
+    pub should_succeed: bool,
+}
+
+/// Counts from the loop itself.
+#[derive(Debug, Default)]
+pub struct LoopCounts {
+    pub reconciler_ticks: AtomicU64,
+    pub batches: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub checkout_503: AtomicU64,
+    pub virtual_end: AtomicU64,
+}
+
+pub fn plan_orders(n: u32, seed: u64, faults: &Faults) -> Vec<Order> {
+    (0..n)
+        .map(|i| {
+            let order_id = format!("sim-{seed}-{i:06}");
+            let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
+                ("pm_card_chargeDeclined", false)
+            } else if faults.fixed(Kind::Processing, &order_id) {
+                ("pm_card_processing_succeeds", true)
+            } else {
+                ("pm_card_visa", true)
+            };
+            Order {
+                order_id,
+                payment_method,
+                should_succeed,
+            }
+        })
+        .collect()
+}
+
+fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
+    let mut req = ApiGatewayV2httpRequest::default();
+    req.request_context.http.method = Method::POST;
+    req.raw_path = Some(format!("/orders/{}/charge", order.order_id));
+    req.path_parameters
+        .insert("order_id".into(), order.order_id.clone());
+    req.headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    req.body = Some(
+        json!({
+            "amount": amount,
+            "currency": "usd",
+            "customer_id": "cus_simulated",
+            "payment_method": order.payment_method,
+        })
+        .to_string(),
+    );
+    req
+}
+
+impl Pipeline {
+    async fn submit(&self, index: usize, order: &Order, counts: &LoopCounts) {
+        let amount = 1_000 + (index % 9_000) as i64;
+        let submit = || async {
+            checkout::handler::handle(
+                &self.checkout,
+                LambdaEvent::new(checkout_request(order, amount), Context::default()),
+            )
+            .await
+            .status_code
+        };
+        let status = submit().await;
+        if status == 503 {
+            counts.checkout_503.fetch_add(1, Ordering::Relaxed);
+            // Half the clients retry the same request; the reconciler recovers the others.
+            if index % 2 == 0 {
+                submit().await;
+            }
+        } else if self.faults.roll(Kind::DuplicateDelivery) {
+            // The customer double-clicks: the same request again.
+            submit().await;
+        }
+    }
+
+    async fn tick(&self, counts: &LoopCounts) -> Result<(), BoxError> {
+        if self.no_retry {
+            return Ok(());
+        }
+        let mut event = EventBridgeEvent::<serde_json::Value>::default();
+        event.detail_type = "Scheduled Event".into();
+        event.source = "aws.events".into();
+        event.detail = json!({});
+        reconciler::handler::handle_with_metrics(
+            &self.reconciler,
+            LambdaEvent::new(event, Context::default()),
+            &mut std::io::sink(),
+        )
+        .await
+        .map_err(|e| format!("reconciler tick: {e}"))?;
+        counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One batch through the charge handler, as the event-source mapping does it. Returns false
+    /// when nothing was visible.
+    async fn deliver_batch(&self, counts: &LoopCounts) -> Result<bool, BoxError> {
+        let batch: Vec<Delivered> = self.source.receive(10).await?;
+        if batch.is_empty() {
+            return Ok(false);
+        }
+        counts.batches.fetch_add(1, Ordering::Relaxed);
+        let mut event = SqsEvent::default();
+        event.records = batch.iter().map(Delivered::to_record).collect();
+        let invoke = |event: SqsEvent| {
+            charge::handler::handle(&self.charge, LambdaEvent::new(event, Context::default()))
+        };
+        let failed: Vec<String> = if self.faults.roll(Kind::ConcurrentInvocation) {
+            // The same batch in two invocations at once; a message is done if either finished it.
+            let (a, b) = tokio::join!(invoke(event.clone()), invoke(event));
+            let b_failed: Vec<_> = b
+                .batch_item_failures
+                .iter()
+                .map(|f| &f.item_identifier)
+                .collect();
+            a.batch_item_failures
+                .iter()
+                .filter(|f| b_failed.contains(&&f.item_identifier))
+                .map(|f| f.item_identifier.clone())
+                .collect()
+        } else {
+            invoke(event)
+                .await
+                .batch_item_failures
+                .into_iter()
+                .map(|f| f.item_identifier)
+                .collect()
+        };
+        for d in &batch {
+            let item_failed = failed.iter().any(|id| *id == d.message_id || id.is_empty());
+            if self.no_retry {
+                // Naive consumer: whatever happened, the message is gone.
+                self.source.delete(&d.receipt).await?;
+            } else if !item_failed {
+                if self.faults.roll(Kind::DuplicateDelivery) {
+                    // Not deleted (a delete lost, a consumer that died): delivered again later.
+                    continue;
+                }
+                self.source.delete(&d.receipt).await?;
+            } else if d.receive_count >= MAX_RECEIVES {
+                // The DLQ takes it; the operation is still in the unknown index.
+                counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                self.source.delete(&d.receipt).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Batches until nothing is visible, `concurrency` consumers at once.
+    async fn drain(&self, counts: &LoopCounts) -> Result<(), BoxError> {
+        loop {
+            let mut any = false;
+            let workers = (0..self.concurrency).map(|_| self.deliver_batch(counts));
+            for result in futures_join_all(workers).await {
+                any |= result?;
+            }
+            if !any {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The earliest moment the automatic path has something to do (a due operation, a blackout
+    /// ending), if any.
+    async fn next_wake(&self) -> Result<Option<Timestamp>, BoxError> {
+        let page = self
+            .reconciler
+            .charge
+            .store
+            .query_index(IndexQuery::Unsettled, None, 1)
+            .await?;
+        let due = page.operations.first().and_then(|op| op.next_due_at);
+        let blackout = self.blackouts.next_end(self.clock.now());
+        Ok(match (due, blackout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    async fn unsettled_remaining(&self) -> Result<bool, BoxError> {
+        let page = self
+            .store
+            .query_index(IndexQuery::Unsettled, None, 1)
+            .await?;
+        Ok(!page.operations.is_empty())
+    }
+
+    /// Runs the orders through, then lets time pass until every operation has converged or the
+    /// bound (the key window, search's lag, the longest blackout and two hours of ticks) is hit.
+    pub async fn run(&self, orders: &[Order], counts: &LoopCounts) -> Result<(), BoxError> {
+        let progress = std::io::stderr().is_terminal() && orders.len() >= 1000;
+        let chunk = (self.concurrency * 10).max(10);
+        let mut last_tick = self.clock.now();
+        for (n, group) in orders.chunks(chunk).enumerate() {
+            self.stripe.sync_clock(&self.clock).await?;
+            let submissions = group
+                .iter()
+                .enumerate()
+                .map(|(i, o)| self.submit(n * chunk + i, o, counts));
+            futures_join_all(submissions).await;
+            self.drain(counts).await?;
+            self.clock.advance(Duration::from_secs(1));
+            if self.clock.now().since(last_tick) >= TICK_EVERY {
+                self.tick(counts).await?;
+                last_tick = self.clock.now();
+            }
+            if progress {
+                eprint!(
+                    "\rorders {:>7}/{}",
+                    ((n + 1) * chunk).min(orders.len()),
+                    orders.len()
+                );
+            }
+        }
+        if progress {
+            eprintln!();
+        }
+        let policy = &self.charge.policy;
+        let deadline = self
+            .clock
+            .now()
+            .plus(BLACKOUT.max(policy.key_window + policy.search_min_age))
+            .plus(Duration::from_secs(2 * 3600));
+        loop {
+            self.stripe.sync_clock(&self.clock).await?;
+            self.drain(counts).await?;
+            if !self.unsettled_remaining().await? || self.clock.now() >= deadline {
+                break;
+            }
+            if self.no_retry && self.source.depth().await? == 0 {
+                break;
+            }
+            let now = self.clock.now();
+            if self.source.depth().await? == 0 {
+                // Nothing in flight: jump to the next moment anything is due.
+                let wake = self.next_wake().await?.unwrap_or(deadline);
+                let target = wake.max(now.plus(STEP)).min(deadline);
+                self.clock.set(target);
+            } else {
+                self.clock.advance(STEP);
+            }
+            if self.clock.now().since(last_tick) >= TICK_EVERY || self.source.depth().await? == 0 {
+                self.stripe.sync_clock(&self.clock).await?;
+                self.tick(counts).await?;
+                last_tick = self.clock.now();
+            }
+        }
+        counts
+            .virtual_end
+            .store(self.clock.now().as_millis() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Awaits all futures, concurrently on this task.
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let mut pending: Vec<_> = futures.into_iter().enumerate().collect();
+    std::future::poll_fn(|cx| {
+        pending.retain_mut(|(i, f)| match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => {
+                results[*i] = Some(v);
+                false
+            }
+            std::task::Poll::Pending => true,
+        });
+        if pending.is_empty() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
+}
+
+/// Virtual time of the first order, for reports.
+pub fn virtual_start() -> Timestamp {
+    Timestamp::from_millis(1_800_000_000_000)
+}
+
+pub fn elapsed_virtual(counts: &LoopCounts) -> Duration {
+    let end = counts.virtual_end.load(Ordering::Relaxed) as i64;
+    Timestamp::from_millis(end).since(virtual_start())
+}
+
+pub fn wall(start: Instant) -> Duration {
+    start.elapsed()
+}
+
+pub fn count_map(counts: &LoopCounts) -> BTreeMap<&'static str, u64> {
+    BTreeMap::from([
+        (
+            "reconciler_ticks",
+            counts.reconciler_ticks.load(Ordering::Relaxed),
+        ),
+        ("batches", counts.batches.load(Ordering::Relaxed)),
+        (
+            "dead_lettered",
+            counts.dead_lettered.load(Ordering::Relaxed),
+        ),
+        ("checkout_503", counts.checkout_503.load(Ordering::Relaxed)),
+    ])
+}

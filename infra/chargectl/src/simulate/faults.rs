@@ -1,0 +1,507 @@
+//! The faults the simulation injects, their rates, and the wrappers that inject the ones that are
+//! not Stripe's (crashes, lost sends, duplicate deliveries). Every injection is counted where it
+//! happens: the report shows what occurred, not what was configured.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use charge_once::ports::{
+    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
+    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
+    Reschedule, StoreError,
+};
+use charge_once::{
+    Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, Timestamp,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use uuid::Uuid;
+
+/// Every fault kind the simulation knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Stripe commits, the caller sees a reset.
+    LostResponse,
+    /// Stripe answers 500 before executing (nothing created, nothing saved).
+    ServerErrorBeforeCommit,
+    /// Stripe creates and saves a 500 under the key (replayed on every retry).
+    ServerErrorAfterCommit,
+    /// Stripe answers 429 before the idempotency layer.
+    RateLimit,
+    /// Stripe answers 409 `idempotency_key_in_use`.
+    KeyInUse,
+    /// Stripe answers after the client's timeout.
+    Timeout,
+    /// The order's card is declined.
+    Decline,
+    /// The order's card answers `processing` and settles later.
+    Processing,
+    /// A function dies between two of its steps (checkout: after PutItem, before SendMessage;
+    /// charge: after the claim, before Stripe; after Stripe, before the record).
+    Crash,
+    /// A message is delivered again (not deleted after success; or the client submits twice).
+    DuplicateDelivery,
+    /// Two invocations process the same batch at once.
+    ConcurrentInvocation,
+    /// A SendMessage is lost although the sender saw success.
+    DroppedSend,
+    /// An operation's outcome stays unknown past 24 h, so Stripe prunes its key before we settle.
+    KeyPruned,
+    /// Stripe search is slow to show new PaymentIntents.
+    SearchLag,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 14] = [
+        Kind::LostResponse,
+        Kind::ServerErrorBeforeCommit,
+        Kind::ServerErrorAfterCommit,
+        Kind::RateLimit,
+        Kind::KeyInUse,
+        Kind::Timeout,
+        Kind::Decline,
+        Kind::Processing,
+        Kind::Crash,
+        Kind::DuplicateDelivery,
+        Kind::ConcurrentInvocation,
+        Kind::DroppedSend,
+        Kind::KeyPruned,
+        Kind::SearchLag,
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::LostResponse => "lost_response",
+            Kind::ServerErrorBeforeCommit => "server_error_before_commit",
+            Kind::ServerErrorAfterCommit => "server_error_after_commit",
+            Kind::RateLimit => "rate_limit",
+            Kind::KeyInUse => "key_in_use",
+            Kind::Timeout => "timeout",
+            Kind::Decline => "decline",
+            Kind::Processing => "processing",
+            Kind::Crash => "crash",
+            Kind::DuplicateDelivery => "duplicate_delivery",
+            Kind::ConcurrentInvocation => "concurrent_invocation",
+            Kind::DroppedSend => "dropped_send",
+            Kind::KeyPruned => "key_pruned",
+            Kind::SearchLag => "search_lag",
+        }
+    }
+
+    /// The rate each kind has when nothing is said: modest, so the plain command shows the
+    /// promise holding under every fault at once.
+    pub fn default_rate(&self) -> f64 {
+        match self {
+            Kind::Decline | Kind::Processing => 0.05,
+            Kind::Timeout | Kind::KeyPruned => 0.002,
+            Kind::SearchLag => 1.0,
+            _ => 0.02,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Kind::ALL.iter().map(Kind::name).collect();
+                format!("unknown fault kind {s:?}; known: {}", names.join(", "))
+            })
+    }
+}
+
+/// `KIND=RATE` from the command line.
+pub fn parse_fault(raw: &str) -> Result<(Kind, f64), String> {
+    let (kind, rate) = raw
+        .split_once('=')
+        .ok_or_else(|| format!("expected KIND=RATE, got {raw:?}"))?;
+    let kind: Kind = kind.trim().parse()?;
+    let rate: f64 = rate
+        .trim()
+        .parse()
+        .map_err(|_| format!("rate for {kind} must be a number in [0, 1], got {rate:?}"))?;
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(format!("rate for {kind} must be in [0, 1], got {rate}"));
+    }
+    Ok((kind, rate))
+}
+
+/// Rates, a seeded source of decisions, and counts of what was injected.
+pub struct Faults {
+    seed: u64,
+    rates: BTreeMap<Kind, f64>,
+    rng: Mutex<SmallRng>,
+    counts: BTreeMap<Kind, AtomicU64>,
+}
+
+impl Faults {
+    pub fn new(seed: u64, rates: BTreeMap<Kind, f64>) -> Self {
+        Self {
+            seed,
+            rates,
+            rng: Mutex::new(SmallRng::seed_from_u64(seed ^ 0x5eed_c4a2_0000_0001)),
+            counts: Kind::ALL.iter().map(|k| (*k, AtomicU64::new(0))).collect(),
+        }
+    }
+
+    pub fn rate(&self, kind: Kind) -> f64 {
+        self.rates.get(&kind).copied().unwrap_or(0.0)
+    }
+
+    pub fn rates(&self) -> &BTreeMap<Kind, f64> {
+        &self.rates
+    }
+
+    /// A random decision for an event of this kind; counted when it fires.
+    pub fn roll(&self, kind: Kind) -> bool {
+        let rate = self.rate(kind);
+        if rate <= 0.0 {
+            return false;
+        }
+        let fire = self
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .random_bool(rate);
+        if fire {
+            self.count(kind);
+        }
+        fire
+    }
+
+    /// A decision fixed by (seed, kind, subject): the same order gets the same card on every run
+    /// of a seed, whatever the interleaving. Not counted (the caller counts what it applies).
+    pub fn fixed(&self, kind: Kind, subject: &str) -> bool {
+        let rate = self.rate(kind);
+        if rate <= 0.0 {
+            return false;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ self.seed ^ (kind as u64).wrapping_mul(0x9e37);
+        for b in subject.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        (h as f64 / u64::MAX as f64) < rate
+    }
+
+    pub fn count(&self, kind: Kind) {
+        if let Some(c) = self.counts.get(&kind) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn add(&self, kind: Kind, n: u64) {
+        if let Some(c) = self.counts.get(&kind) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn counted(&self) -> BTreeMap<Kind, u64> {
+        self.counts
+            .iter()
+            .map(|(k, v)| (*k, v.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// Operations whose outcome is held unknown past 24 h (the `key_pruned` scenario): a lost
+/// response on the first create, then the operation is unreachable for the automatic path until
+/// Stripe has pruned its key.
+#[derive(Default)]
+pub struct Blackouts {
+    started: Mutex<HashMap<OperationId, Timestamp>>,
+}
+
+/// How long a blacked-out operation stays out of reach: past Stripe's 24 h key lifetime.
+pub const BLACKOUT: Duration = Duration::from_secs(24 * 3600 + 30 * 60);
+
+impl Blackouts {
+    fn start(&self, id: OperationId, at: Timestamp) {
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, at);
+    }
+
+    /// The next moment a blackout ends, after `now`.
+    pub fn next_end(&self, now: Timestamp) -> Option<Timestamp> {
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|start| start.plus(BLACKOUT))
+            .filter(|end| *end > now)
+            .min()
+    }
+
+    pub fn active(&self, id: &OperationId, now: Timestamp) -> bool {
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .is_some_and(|start| now < start.plus(BLACKOUT))
+    }
+}
+
+/// The store as the functions see it: crashes between steps, and blacked-out operations hidden
+/// from the reconciler's index reads.
+pub struct FaultyStore {
+    pub inner: Arc<dyn OperationStore>,
+    pub faults: Arc<Faults>,
+    pub blackouts: Arc<Blackouts>,
+    pub clock: Arc<dyn Clock>,
+}
+
+fn crash(step: &str) -> StoreError {
+    StoreError::new(format!("injected crash {step}"))
+}
+
+#[async_trait]
+impl OperationStore for FaultyStore {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.inner.create_if_absent(op).await
+    }
+
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.inner.get_by_operation_id(operation_id).await
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        if self.blackouts.active(&req.operation_id, req.now) {
+            return Err(StoreError::new(
+                "operation unreachable (key_pruned scenario)",
+            ));
+        }
+        let claim = self.inner.claim(req).await?;
+        // Dies after taking the lease, before calling Stripe: the lease must expire first.
+        if matches!(claim, Claim::Claimed(_)) && self.faults.roll(Kind::Crash) {
+            return Err(crash("after the claim, before Stripe"));
+        }
+        Ok(claim)
+    }
+
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        // Dies after Stripe answered, before the outcome is written.
+        if self.faults.roll(Kind::Crash) {
+            return Err(crash("after Stripe, before the record"));
+        }
+        self.inner.record(rec).await
+    }
+
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.inner.reschedule(req).await
+    }
+
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.inner.resolve(req).await
+    }
+
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let mut page = self.inner.query_index(query, cursor, limit).await?;
+        let now = self.clock.now();
+        page.operations
+            .retain(|op| !self.blackouts.active(&op.operation_id, now));
+        Ok(page)
+    }
+}
+
+/// The queue as a sender sees it: lost sends, a crash before the send (checkout), and re-drives of
+/// blacked-out operations that never arrive.
+pub struct FaultyQueue {
+    pub inner: Arc<dyn ChargeQueue>,
+    pub faults: Arc<Faults>,
+    pub blackouts: Arc<Blackouts>,
+    pub clock: Arc<dyn Clock>,
+    /// Checkout's sender: may crash between PutItem and SendMessage.
+    pub may_crash: bool,
+}
+
+#[async_trait]
+impl ChargeQueue for FaultyQueue {
+    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        if self.may_crash && self.faults.roll(Kind::Crash) {
+            return Err(QueueError::new(
+                "injected crash after PutItem, before SendMessage",
+            ));
+        }
+        if self
+            .blackouts
+            .active(&charge.message.operation_id, self.clock.now())
+        {
+            return Ok(());
+        }
+        if self.faults.roll(Kind::DroppedSend) {
+            // The sender sees success; the message never arrives.
+            return Ok(());
+        }
+        self.inner.send(charge).await
+    }
+}
+
+/// Stripe as the charge function sees it, with the simulation's switches: the seeds' two
+/// mistakes (`--no-idempotency-key`, `--no-retry`) and the `key_pruned` scenario.
+pub struct SimGateway {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub faults: Arc<Faults>,
+    pub blackouts: Arc<Blackouts>,
+    pub clock: Arc<dyn Clock>,
+    /// A fresh key on every create, as an SDK-generated key would be.
+    pub no_idempotency_key: bool,
+    /// Every error is taken as a final failure, as naive code does.
+    pub no_retry: bool,
+    first_create_seen: Mutex<std::collections::HashSet<OperationId>>,
+}
+
+impl SimGateway {
+    pub fn new(
+        inner: Arc<dyn PaymentGateway>,
+        faults: Arc<Faults>,
+        blackouts: Arc<Blackouts>,
+        clock: Arc<dyn Clock>,
+        no_idempotency_key: bool,
+        no_retry: bool,
+    ) -> Self {
+        Self {
+            inner,
+            faults,
+            blackouts,
+            clock,
+            no_idempotency_key,
+            no_retry,
+            first_create_seen: Mutex::new(Default::default()),
+        }
+    }
+
+    fn naive(
+        &self,
+        result: Result<PaymentIntent, GatewayError>,
+    ) -> Result<PaymentIntent, GatewayError> {
+        match result {
+            Err(GatewayError::Ambiguous { detail } | GatewayError::RetryLater { detail, .. })
+                if self.no_retry =>
+            {
+                Err(GatewayError::Declined {
+                    code: format!("error taken as failure: {detail}"),
+                    payment_intent_id: None,
+                })
+            }
+            other => other,
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for SimGateway {
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let mut req = req.clone();
+        if self.no_idempotency_key {
+            req.idempotency_key = OperationId::from_uuid(Uuid::new_v4()).idempotency_key();
+        }
+        let first = self
+            .first_create_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.operation_id);
+        let result = self.inner.create(&req).await;
+        if first
+            && result.is_ok()
+            && self
+                .faults
+                .fixed(Kind::KeyPruned, &req.operation_id.to_string())
+        {
+            self.faults.count(Kind::KeyPruned);
+            self.blackouts.start(req.operation_id, self.clock.now());
+            return self.naive(Err(GatewayError::Ambiguous {
+                detail: "connection lost (key_pruned scenario)".into(),
+            }));
+        }
+        self.naive(result)
+    }
+
+    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+        self.naive(self.inner.retrieve(id).await)
+    }
+
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        let result = self.inner.search_by_operation(operation_id).await;
+        match result {
+            Err(e) => self.naive(Err(e)).map(|pi| vec![pi]),
+            ok => ok,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_arguments() {
+        assert_eq!(
+            parse_fault("lost_response=0.1").unwrap(),
+            (Kind::LostResponse, 0.1)
+        );
+        assert!(parse_fault("lost_response").is_err());
+        assert!(parse_fault("lost_response=2").is_err());
+        assert!(parse_fault("nonsense=0.1").unwrap_err().contains("known"));
+        for k in Kind::ALL {
+            assert_eq!(k.name().parse::<Kind>().unwrap(), k);
+        }
+    }
+
+    #[test]
+    fn fixed_decisions_follow_the_rate_and_the_seed() {
+        let faults = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));
+        let hits = (0..10_000)
+            .filter(|i| faults.fixed(Kind::Decline, &format!("ord-{i}")))
+            .count();
+        assert!((2_200..2_800).contains(&hits), "{hits}");
+        let again = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));
+        assert!((0..100).all(|i| faults.fixed(Kind::Decline, &i.to_string())
+            == again.fixed(Kind::Decline, &i.to_string())));
+        assert!(
+            !faults.fixed(Kind::Processing, "ord-1"),
+            "rate 0 never fires"
+        );
+    }
+
+    #[test]
+    fn rolls_are_counted() {
+        let faults = Faults::new(1, BTreeMap::from([(Kind::Crash, 1.0)]));
+        assert!(faults.roll(Kind::Crash));
+        assert!(!faults.roll(Kind::DroppedSend));
+        assert_eq!(faults.counted()[&Kind::Crash], 1);
+        assert_eq!(faults.counted()[&Kind::DroppedSend], 0);
+    }
+}

@@ -1,0 +1,199 @@
+//! What happened, checked against the Stripe simulator's ledger — what really exists at Stripe —
+//! not against our own records.
+//!
+//! Invariants:
+//! 1. no order has more than one succeeded PaymentIntent, nor PaymentIntents under two keys
+//!    (`double_charges`);
+//! 2. every accepted order ends succeeded, failed or in review (`unconverged`), and an order whose
+//!    card works is charged unless a person holds it in review (`lost_charges`);
+//! 3. our record agrees with Stripe for every settled order (`record_mismatches`);
+//! 4. review only where a person is needed: never when exactly one PaymentIntent exists under our
+//!    key, which search would have found (`needless_reviews`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use charge_once::{Operation, OperationStatus};
+use serde::Serialize;
+
+use super::driver::Order;
+use super::stripe::LedgerRow;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub backend: String,
+    pub orders: u64,
+    pub accepted: u64,
+    pub payment_intents_created: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub in_review: u64,
+    pub double_charges: u64,
+    pub lost_charges: u64,
+    pub unconverged: u64,
+    pub record_mismatches: u64,
+    pub needless_reviews: u64,
+    pub faults_injected: BTreeMap<String, u64>,
+    pub loop_counts: BTreeMap<String, u64>,
+    pub requests_total: BTreeMap<String, u64>,
+    pub requests_per_charge: BTreeMap<String, f64>,
+    pub virtual_hours: f64,
+    pub wall_secs: f64,
+    pub orders_per_sec: f64,
+    pub invariants_hold: bool,
+    /// The first order that broke an invariant, and how.
+    pub first_violation: Option<String>,
+}
+
+/// Fills the outcome part of `report` from our records (by order) and the ledger.
+pub fn judge(
+    report: &mut Report,
+    orders: &[Order],
+    records: &[Option<Operation>],
+    ledger: &[LedgerRow],
+) {
+    let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
+    for row in ledger {
+        if let Some(op) = row.operation_id.as_deref() {
+            by_op.entry(op).or_default().push(row);
+        }
+    }
+    report.orders = orders.len() as u64;
+    report.payment_intents_created = ledger.len() as u64;
+    let violation = |report: &mut Report, order: &Order, what: &str| {
+        if report.first_violation.is_none() {
+            report.first_violation = Some(format!("{what}: order {}", order.order_id));
+        }
+    };
+    for (order, record) in orders.iter().zip(records) {
+        let Some(op) = record else { continue };
+        report.accepted += 1;
+        let id = op.operation_id.to_string();
+        let pis: &[&LedgerRow] = by_op.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        let succeeded: Vec<&&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
+        let mut keys: Vec<&str> = pis
+            .iter()
+            .filter_map(|p| p.idempotency_key.as_deref())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        match op.status {
+            OperationStatus::Succeeded => report.succeeded += 1,
+            OperationStatus::Failed => report.failed += 1,
+            _ if op.review.is_some() => report.in_review += 1,
+            _ => {}
+        }
+        if succeeded.len() > 1 || keys.len() > 1 {
+            report.double_charges += 1;
+            violation(report, order, "double charge");
+        }
+        if !op.status.is_settled() && op.review.is_none() {
+            report.unconverged += 1;
+            violation(report, order, "unconverged");
+        }
+        if order.should_succeed && succeeded.is_empty() && op.review.is_none() {
+            report.lost_charges += 1;
+            violation(report, order, "lost charge");
+        }
+        let agrees = match op.status {
+            OperationStatus::Succeeded => op
+                .external_id
+                .as_deref()
+                .is_some_and(|ext| succeeded.iter().any(|p| p.id == ext)),
+            OperationStatus::Failed => succeeded.is_empty(),
+            _ => true,
+        };
+        if !agrees {
+            report.record_mismatches += 1;
+            violation(report, order, "record disagrees with Stripe");
+        }
+        let ours = op.idempotency_key();
+        if op.review.is_some()
+            && !op.status.is_settled()
+            && pis.len() == 1
+            && pis[0].idempotency_key.as_deref() == Some(ours.as_str())
+        {
+            report.needless_reviews += 1;
+            violation(report, order, "needless review");
+        }
+    }
+    report.invariants_hold = report.double_charges == 0
+        && report.lost_charges == 0
+        && report.unconverged == 0
+        && report.record_mismatches == 0
+        && report.needless_reviews == 0;
+}
+
+impl Report {
+    /// The human-readable report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "charge-once simulation: seed {}, backend {}, {} orders",
+            self.seed, self.backend, self.orders
+        );
+        let _ = writeln!(
+            s,
+            "  outcomes        accepted {}  succeeded {}  failed {}  in review {}",
+            self.accepted, self.succeeded, self.failed, self.in_review
+        );
+        let _ = writeln!(
+            s,
+            "  at Stripe       {} PaymentIntents created",
+            self.payment_intents_created
+        );
+        let _ = writeln!(
+            s,
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews
+        );
+        let faults: Vec<String> = self
+            .faults_injected
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  faults injected {}",
+            if faults.is_empty() {
+                "none".into()
+            } else {
+                faults.join(", ")
+            }
+        );
+        let loops: Vec<String> = self
+            .loop_counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(s, "  pipeline        {}", loops.join(", "));
+        let per: Vec<String> = self
+            .requests_per_charge
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect();
+        let _ = writeln!(s, "  per charge      {}", per.join(", "));
+        let _ = writeln!(
+            s,
+            "  time            {:.1} h virtual, {:.2} s wall, {:.0} orders/s",
+            self.virtual_hours, self.wall_secs, self.orders_per_sec
+        );
+        let _ = writeln!(
+            s,
+            "  verdict         {}",
+            if self.invariants_hold {
+                "every invariant holds".to_owned()
+            } else {
+                format!(
+                    "INVARIANT BROKEN ({}); replay with --seed {}",
+                    self.first_violation.as_deref().unwrap_or("?"),
+                    self.seed
+                )
+            }
+        );
+        s
+    }
+}

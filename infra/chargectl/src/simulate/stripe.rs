@@ -1,0 +1,237 @@
+//! The Stripe side of a simulation: the embedded `stripe-sim` on the simulation's virtual clock, or
+//! a separately started `stripe-sim` driven through its admin API (`--stripe-url`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_once::{Clock, ManualClock};
+use serde_json::{json, Value};
+use stripe_sim::{FaultConfig, FaultKind, RunningSim, SimConfig, StripeSim};
+
+use super::faults::{Faults, Kind};
+use super::BoxError;
+
+/// One PaymentIntent as the simulator's ledger shows it.
+#[derive(Debug, Clone)]
+pub struct LedgerRow {
+    pub id: String,
+    pub operation_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: String,
+}
+
+/// Requests Stripe received, by endpoint.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StripeRequests {
+    pub create: u64,
+    pub retrieve: u64,
+    pub search: u64,
+}
+
+pub enum StripeSide {
+    Embedded { sim: StripeSim, running: RunningSim },
+    Remote { base: String, http: reqwest::Client },
+}
+
+/// Search lag when the `search_lag` fault is on: visible to search only after 5 minutes (our
+/// search waits 10 minutes past the key window, so this must never cause a wrong review).
+const SEARCH_LAG: Duration = Duration::from_secs(300);
+
+fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
+    let map = [
+        (Kind::LostResponse, FaultKind::DropAfterCommit),
+        (
+            Kind::ServerErrorBeforeCommit,
+            FaultKind::ServerErrorBeforeCommit,
+        ),
+        (
+            Kind::ServerErrorAfterCommit,
+            FaultKind::ServerErrorAfterCommit,
+        ),
+        (Kind::RateLimit, FaultKind::RateLimit),
+        (Kind::KeyInUse, FaultKind::KeyInUse),
+        (Kind::Timeout, FaultKind::Latency),
+    ];
+    FaultConfig {
+        rates: map
+            .iter()
+            .filter(|(k, _)| faults.rate(*k) > 0.0)
+            .map(|(k, f)| (*f, faults.rate(*k)))
+            .collect(),
+        latency,
+        script: Vec::new(),
+        // Reads (retrieve, search) fail too, at the same rates.
+        faults_on_reads: true,
+    }
+}
+
+impl StripeSide {
+    /// An embedded simulator whose time is the simulation's virtual clock.
+    pub async fn embedded(
+        clock: &ManualClock,
+        faults: &Faults,
+        seed: u64,
+        latency: Duration,
+    ) -> Result<Self, BoxError> {
+        let source = clock.clone();
+        let sim = StripeSim::new(SimConfig {
+            seed,
+            search_lag: if faults.rate(Kind::SearchLag) > 0.0 {
+                SEARCH_LAG
+            } else {
+                Duration::ZERO
+            },
+            time_source: Some(Arc::new(move || source.now().as_millis())),
+            faults: sim_faults(faults, latency),
+            ..SimConfig::default()
+        });
+        let running = sim.start(0).await?;
+        Ok(Self::Embedded { sim, running })
+    }
+
+    /// A running `stripe-sim`, reset and configured through its admin API.
+    pub async fn remote(
+        base: &str,
+        clock: &ManualClock,
+        faults: &Faults,
+        seed: u64,
+        latency: Duration,
+    ) -> Result<Self, BoxError> {
+        let base = base.trim_end_matches('/').to_owned();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let side = Self::Remote { base, http };
+        side.admin("reset", json!({ "set_clock_ms": clock.now().as_millis() }))
+            .await?;
+        let cfg = sim_faults(faults, latency);
+        let rates: BTreeMap<String, f64> = cfg
+            .rates
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), *v))
+            .collect();
+        let lag = if faults.rate(Kind::SearchLag) > 0.0 {
+            SEARCH_LAG.as_millis() as u64
+        } else {
+            0
+        };
+        side.admin(
+            "faults",
+            json!({
+                "rates": rates,
+                "latency_ms": latency.as_millis() as u64,
+                "seed": seed,
+                "search_lag_ms": lag,
+            }),
+        )
+        .await?;
+        Ok(side)
+    }
+
+    async fn admin(&self, path: &str, body: Value) -> Result<Value, BoxError> {
+        let Self::Remote { base, http } = self else {
+            return Err("admin API is for a remote simulator".into());
+        };
+        let resp = http
+            .post(format!("{base}/_sim/{path}"))
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let value: Value = resp.json().await?;
+        if !status.is_success() {
+            return Err(format!("stripe-sim /_sim/{path}: {status}: {value}").into());
+        }
+        Ok(value)
+    }
+
+    pub fn base_url(&self) -> String {
+        match self {
+            Self::Embedded { running, .. } => running.base_url(),
+            Self::Remote { base, .. } => base.clone(),
+        }
+    }
+
+    /// Moves a remote simulator's clock to the simulation's (the embedded one reads it directly).
+    pub async fn sync_clock(&self, clock: &ManualClock) -> Result<(), BoxError> {
+        if let Self::Remote { .. } = self {
+            self.admin("clock", json!({ "set_ms": clock.now().as_millis() }))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Every PaymentIntent created, the requests received and the faults injected.
+    pub async fn snapshot(
+        &self,
+    ) -> Result<(Vec<LedgerRow>, StripeRequests, BTreeMap<String, u64>), BoxError> {
+        match self {
+            Self::Embedded { sim, .. } => {
+                let ledger = sim
+                    .ledger()
+                    .into_iter()
+                    .map(|e| LedgerRow {
+                        id: e.id,
+                        operation_id: e.operation_id,
+                        idempotency_key: e.idempotency_key,
+                        status: e.status,
+                    })
+                    .collect();
+                let r = sim.request_counts();
+                let injected = sim
+                    .injected()
+                    .into_iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v))
+                    .collect();
+                Ok((
+                    ledger,
+                    StripeRequests {
+                        create: r.create,
+                        retrieve: r.retrieve,
+                        search: r.search,
+                    },
+                    injected,
+                ))
+            }
+            Self::Remote { base, http } => {
+                let v: Value = http
+                    .get(format!("{base}/_sim/ledger"))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
+                let ledger = v["payment_intents"]
+                    .as_array()
+                    .ok_or("stripe-sim ledger: no payment_intents")?
+                    .iter()
+                    .map(|e| LedgerRow {
+                        id: text(e, "id").unwrap_or_default(),
+                        operation_id: text(e, "operation_id"),
+                        idempotency_key: text(e, "idempotency_key"),
+                        status: text(e, "status").unwrap_or_default(),
+                    })
+                    .collect();
+                let n = |k: &str| v["requests"][k].as_u64().unwrap_or(0);
+                let injected = v["injected"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok((
+                    ledger,
+                    StripeRequests {
+                        create: n("create"),
+                        retrieve: n("retrieve"),
+                        search: n("search"),
+                    },
+                    injected,
+                ))
+            }
+        }
+    }
+}
