@@ -209,6 +209,9 @@ impl Pipeline {
 
     /// Batches until nothing is visible, `concurrency` consumers at once.
     async fn drain(&self, counts: &LoopCounts) -> Result<(), BoxError> {
+        if self.source.depth().await? == 0 {
+            return Ok(());
+        }
         loop {
             let mut any = false;
             let workers = (0..self.concurrency).map(|_| self.deliver_batch(counts));
@@ -221,29 +224,35 @@ impl Pipeline {
         }
     }
 
-    /// The earliest moment the automatic path has something to do (a due operation, a blackout
-    /// ending), if any.
-    async fn next_wake(&self) -> Result<Option<Timestamp>, BoxError> {
-        let page = self
-            .reconciler
-            .charge
-            .store
-            .query_index(IndexQuery::Unsettled, None, 1)
-            .await?;
-        let due = page.operations.first().and_then(|op| op.next_due_at);
-        let blackout = self.blackouts.next_end(self.clock.now());
-        Ok(match (due, blackout) {
+    /// Whether any operation is unsettled (and not in review), and the earliest moment the
+    /// automatic path has something to do: a due operation that is reachable, or a blackout's end.
+    async fn outlook(&self) -> Result<(bool, Option<Timestamp>), BoxError> {
+        let now = self.clock.now();
+        let mut any = false;
+        let mut due = None;
+        let mut cursor = None;
+        // Pages come oldest due first: the first reachable operation has the earliest due time.
+        while due.is_none() {
+            let page = self
+                .store
+                .query_index(IndexQuery::Unsettled, cursor, 50)
+                .await?;
+            any |= !page.operations.is_empty();
+            due = page
+                .operations
+                .iter()
+                .find(|op| !self.blackouts.active(&op.operation_id, now))
+                .and_then(|op| op.next_due_at);
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let wake = match (due, self.blackouts.next_end(now)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        })
-    }
-
-    async fn unsettled_remaining(&self) -> Result<bool, BoxError> {
-        let page = self
-            .store
-            .query_index(IndexQuery::Unsettled, None, 1)
-            .await?;
-        Ok(!page.operations.is_empty())
+        };
+        Ok((any, wake))
     }
 
     /// Runs the orders through, then lets time pass until every operation has converged or the
@@ -285,22 +294,27 @@ impl Pipeline {
         loop {
             self.stripe.sync_clock(&self.clock).await?;
             self.drain(counts).await?;
-            if !self.unsettled_remaining().await? || self.clock.now() >= deadline {
-                break;
-            }
-            if self.no_retry && self.source.depth().await? == 0 {
-                break;
-            }
+            let (unsettled, wake) = self.outlook().await?;
             let now = self.clock.now();
-            if self.source.depth().await? == 0 {
-                // Nothing in flight: jump to the next moment anything is due.
-                let wake = self.next_wake().await?.unwrap_or(deadline);
-                let target = wake.max(now.plus(STEP)).min(deadline);
+            if !unsettled || now >= deadline {
+                break;
+            }
+            let depth = self.source.depth().await?;
+            if self.no_retry && depth == 0 {
+                break;
+            }
+            if depth == 0 {
+                // Nothing in flight: jump to the next scheduled tick at which anything is due.
+                let target = wake
+                    .unwrap_or(deadline)
+                    .max(last_tick.plus(TICK_EVERY))
+                    .max(now.plus(Duration::from_secs(1)))
+                    .min(deadline);
                 self.clock.set(target);
             } else {
                 self.clock.advance(STEP);
             }
-            if self.clock.now().since(last_tick) >= TICK_EVERY || self.source.depth().await? == 0 {
+            if self.clock.now().since(last_tick) >= TICK_EVERY {
                 self.stripe.sync_clock(&self.clock).await?;
                 self.tick(counts).await?;
                 last_tick = self.clock.now();

@@ -34,6 +34,8 @@ pub struct Report {
     pub unconverged: u64,
     pub record_mismatches: u64,
     pub needless_reviews: u64,
+    /// Why operations went to review, with how many.
+    pub review_reasons: BTreeMap<String, u64>,
     pub faults_injected: BTreeMap<String, u64>,
     pub loop_counts: BTreeMap<String, u64>,
     pub requests_total: BTreeMap<String, u64>,
@@ -78,6 +80,12 @@ pub fn judge(
             .collect();
         keys.sort_unstable();
         keys.dedup();
+        if let Some(review) = &op.review {
+            *report
+                .review_reasons
+                .entry(format!("{} (last error: {})", review.reason, op.last_error.as_deref().unwrap_or("-")))
+                .or_default() += 1;
+        }
         match op.status {
             OperationStatus::Succeeded => report.succeeded += 1,
             OperationStatus::Failed => report.failed += 1,
@@ -164,6 +172,9 @@ impl Report {
                 faults.join(", ")
             }
         );
+        for (reason, n) in &self.review_reasons {
+            let _ = writeln!(s, "  in review       {n} × {reason}");
+        }
         let loops: Vec<String> = self
             .loop_counts
             .iter()

@@ -1,0 +1,499 @@
+//! Holds `template.yaml` (the SAM template) to the code, offline — no AWS, no moto:
+//!
+//! - each function's environment variables are exactly its config's `ENV_VARS`;
+//! - no IAM statement anywhere has a `*` in its Action or Resource, and no SAM policy template or
+//!   managed policy is attached by hand;
+//! - the charge queue's visibility timeout is at least 6 × the charge function's timeout;
+//! - the table's keys and indexes are the ones `DynamoStore` queries (`UNKNOWN_INDEX`,
+//!   `OPERATION_ID_INDEX`), and the reconciler may query exactly the unknown index;
+//! - the Lambda settings the deployment relies on (runtime, arm64, cargo-lambda build, JSON logs,
+//!   partial batch responses, one reconciler at a time).
+//!
+//! CloudFormation's short tags (`!Ref`, `!GetAtt`, `!Sub`, …) parse as tagged values; [`plain`]
+//! looks through them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use charge_once::adapters::dynamodb::{OPERATION_ID_INDEX, UNKNOWN_INDEX};
+use serde_norway::Value;
+
+const TEMPLATE: &str = include_str!("../template.yaml");
+
+fn template() -> Value {
+    serde_norway::from_str(TEMPLATE).expect("template.yaml parses as YAML")
+}
+
+/// The value under a tag (`!Ref X` → `X`), or the value itself.
+fn plain(v: &Value) -> &Value {
+    match v {
+        Value::Tagged(t) => plain(&t.value),
+        other => other,
+    }
+}
+
+fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    plain(v).as_mapping()?.get(key).map(plain)
+}
+
+fn str_at<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    get(v, key)?.as_str()
+}
+
+fn resources(t: &Value) -> Vec<(String, &Value)> {
+    get(t, "Resources")
+        .and_then(Value::as_mapping)
+        .expect("Resources")
+        .iter()
+        .map(|(k, v)| (k.as_str().expect("logical id").to_owned(), v))
+        .collect()
+}
+
+fn of_type<'a>(t: &'a Value, ty: &str) -> Vec<(String, &'a Value)> {
+    resources(t)
+        .into_iter()
+        .filter(|(_, r)| str_at(r, "Type") == Some(ty))
+        .collect()
+}
+
+fn props(resource: &Value) -> &Value {
+    get(resource, "Properties").expect("Properties")
+}
+
+/// A function property, falling back to `Globals.Function` (SAM's merge for scalars).
+fn function_prop<'a>(t: &'a Value, function: &'a Value, key: &str) -> Option<&'a Value> {
+    get(props(function), key).or_else(|| get(get(get(t, "Globals")?, "Function")?, key))
+}
+
+/// The serverless function whose `CodeUri` is `functions/<crate_dir>`.
+fn function<'a>(t: &'a Value, crate_dir: &str) -> (String, &'a Value) {
+    let want = format!("functions/{crate_dir}");
+    let found: Vec<_> = of_type(t, "AWS::Serverless::Function")
+        .into_iter()
+        .filter(|(_, f)| {
+            str_at(props(f), "CodeUri").map(|c| c.trim_end_matches('/')) == Some(&want)
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "exactly one function with CodeUri {want}");
+    found.into_iter().next().unwrap()
+}
+
+/// Environment variable names: `Globals.Function.Environment.Variables` merged with the
+/// function's own (SAM merges maps).
+fn env_names(t: &Value, function: &Value) -> BTreeSet<String> {
+    let vars = |env: Option<&Value>| -> Vec<String> {
+        env.and_then(|e| get(e, "Variables"))
+            .and_then(Value::as_mapping)
+            .map(|m| {
+                m.keys()
+                    .filter_map(|k| k.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let global = get(t, "Globals")
+        .and_then(|g| get(g, "Function"))
+        .and_then(|f| get(f, "Environment"));
+    let mut names: BTreeSet<String> = vars(global).into_iter().collect();
+    names.extend(vars(get(props(function), "Environment")));
+    names
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+#[test]
+fn each_function_gets_exactly_the_variables_its_config_reads() {
+    let t = template();
+    for (dir, expected) in [
+        ("checkout", checkout::CheckoutConfig::ENV_VARS),
+        ("charge", charge::ChargeConfig::ENV_VARS),
+        ("reconciler", reconciler::ReconcilerConfig::ENV_VARS),
+    ] {
+        let (id, f) = function(&t, dir);
+        let actual = env_names(&t, f);
+        let expected = set(expected);
+        assert_eq!(
+            actual,
+            expected,
+            "{id}: template sets {:?} it does not read, lacks {:?}",
+            actual.difference(&expected).collect::<Vec<_>>(),
+            expected.difference(&actual).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Every string inside a value, through tags, lists and maps (`!Sub "…"`, `!Join`, …).
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Tagged(t) => strings(&t.value, out),
+        Value::Sequence(items) => items.iter().for_each(|i| strings(i, out)),
+        Value::Mapping(m) => m.values().for_each(|i| strings(i, out)),
+        _ => {}
+    }
+}
+
+/// Every IAM statement in the template: under any `Statement` key (inline `Policies`,
+/// `PolicyDocument`, `AssumeRolePolicyDocument`, queue/topic policies), with its path.
+fn statements(v: &Value, path: String, out: &mut Vec<(String, Value)>) {
+    match v {
+        Value::Tagged(t) => statements(&t.value, path, out),
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                statements(item, format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Mapping(m) => {
+            for (k, val) in m {
+                let key = k.as_str().unwrap_or("?");
+                if key == "Statement" {
+                    match plain(val) {
+                        Value::Sequence(list) => {
+                            for (i, st) in list.iter().enumerate() {
+                                out.push((format!("{path}/Statement[{i}]"), plain(st).clone()));
+                            }
+                        }
+                        other => out.push((format!("{path}/Statement"), other.clone())),
+                    }
+                } else {
+                    statements(val, format!("{path}/{key}"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn no_iam_statement_has_a_wildcard_and_no_policy_is_attached_by_name() {
+    let t = template();
+    let mut found = Vec::new();
+    statements(
+        get(&t, "Resources").unwrap(),
+        "Resources".into(),
+        &mut found,
+    );
+    assert!(
+        found.len() >= 9,
+        "expected the functions' statements, found {}",
+        found.len()
+    );
+    for (path, st) in &found {
+        for field in ["Action", "NotAction", "Resource", "NotResource"] {
+            let Some(v) = get(st, field) else { continue };
+            let mut texts = Vec::new();
+            strings(v, &mut texts);
+            assert!(
+                texts.iter().all(|s| !s.contains('*')),
+                "{path}: wildcard in {field}: {texts:?}"
+            );
+        }
+        assert!(
+            get(st, "NotAction").is_none() && get(st, "NotResource").is_none(),
+            "{path}: NotAction/NotResource grant everything else"
+        );
+        assert!(
+            get(st, "Action").is_some() && get(st, "Resource").is_some(),
+            "{path}: Action and Resource"
+        );
+    }
+    // Every `Policies` entry of a function is an inline document: no SAM policy template
+    // (`DynamoDBCrudPolicy: …`, which expands to broad actions) and no managed policy by name.
+    for (id, f) in of_type(&t, "AWS::Serverless::Function") {
+        let policies = get(props(f), "Policies")
+            .and_then(Value::as_sequence)
+            .unwrap_or_else(|| panic!("{id}: explicit Policies"));
+        assert!(!policies.is_empty(), "{id}: explicit Policies");
+        for p in policies {
+            assert!(
+                get(p, "Statement").is_some(),
+                "{id}: policy entry is not an inline statement list: {p:?}"
+            );
+        }
+        // SAM's SQS event attaches AWSLambdaSQSQueueExecutionRole (Resource "*"): the poller
+        // permissions are scoped by hand instead, with a plain event source mapping.
+        if let Some(events) = get(props(f), "Events").and_then(Value::as_mapping) {
+            for (name, e) in events {
+                assert_ne!(
+                    str_at(e, "Type"),
+                    Some("SQS"),
+                    "{id}: event {name:?} is a SAM SQS event"
+                );
+            }
+        }
+    }
+    for (id, r) in of_type(&t, "AWS::IAM::Role") {
+        assert!(
+            get(props(r), "ManagedPolicyArns").is_none(),
+            "{id}: managed policies"
+        );
+    }
+}
+
+fn logical_id_of(v: &Value) -> Option<String> {
+    // `!Ref X`, `!GetAtt X.Arn`, `!GetAtt [X, Arn]`, or the long forms.
+    let text = |v: &Value| -> Option<String> {
+        match plain(v) {
+            Value::String(s) => Some(s.split('.').next().unwrap_or(s).to_owned()),
+            Value::Sequence(items) => items
+                .first()
+                .and_then(|i| plain(i).as_str())
+                .map(str::to_owned),
+            _ => None,
+        }
+    };
+    match v {
+        Value::Tagged(t) => text(&t.value),
+        Value::Mapping(m) => m
+            .iter()
+            .find(|(k, _)| matches!(k.as_str(), Some("Ref" | "Fn::GetAtt")))
+            .and_then(|(_, v)| text(v)),
+        _ => None,
+    }
+}
+
+fn number(v: &Value) -> u64 {
+    match plain(v) {
+        Value::Number(n) => n.as_u64().expect("whole number"),
+        Value::String(s) => s.parse().expect("whole number"),
+        other => panic!("not a literal number: {other:?}"),
+    }
+}
+
+#[test]
+fn the_charge_queue_outlives_six_charge_timeouts_and_reports_partial_failures() {
+    let t = template();
+    let (charge_id, charge) = function(&t, "charge");
+    let timeout = number(function_prop(&t, charge, "Timeout").expect("charge Timeout"));
+
+    let mappings: Vec<_> = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .filter(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&charge_id))
+        .collect();
+    assert_eq!(
+        mappings.len(),
+        1,
+        "one event source mapping into {charge_id}"
+    );
+    let m = props(mappings[0].1);
+    let queue_id = logical_id_of(raw(m, "EventSourceArn")).expect("EventSourceArn names the queue");
+    let types: Vec<_> = get(m, "FunctionResponseTypes")
+        .and_then(Value::as_sequence)
+        .map(|s| s.iter().filter_map(|v| plain(v).as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        types,
+        ["ReportBatchItemFailures"],
+        "partial batch responses"
+    );
+    assert!(
+        get(m, "ScalingConfig")
+            .and_then(|s| get(s, "MaximumConcurrency"))
+            .is_some(),
+        "MaximumConcurrency bounds the Stripe request rate"
+    );
+
+    let queue = resources(&t)
+        .into_iter()
+        .find(|(id, _)| *id == queue_id)
+        .map(|(_, q)| q)
+        .expect("the mapped queue");
+    let q = props(queue);
+    assert_eq!(get(q, "FifoQueue").and_then(Value::as_bool), Some(true));
+    assert_eq!(
+        get(q, "ContentBasedDeduplication").and_then(Value::as_bool),
+        Some(false),
+        "the sender sets the dedup id"
+    );
+    assert_eq!(
+        get(q, "SqsManagedSseEnabled").and_then(Value::as_bool),
+        Some(true)
+    );
+    let visibility = number(get(q, "VisibilityTimeout").expect("VisibilityTimeout"));
+    assert!(
+        visibility >= 6 * timeout,
+        "visibility timeout {visibility} s < 6 x charge timeout {timeout} s"
+    );
+    let dlq = get(q, "RedrivePolicy")
+        .and_then(|r| logical_id_of(raw(r, "deadLetterTargetArn")))
+        .expect("a dead-letter queue");
+    let dlq = resources(&t)
+        .into_iter()
+        .find(|(id, _)| *id == dlq)
+        .unwrap()
+        .1;
+    assert_eq!(
+        get(props(dlq), "FifoQueue").and_then(Value::as_bool),
+        Some(true)
+    );
+}
+
+/// The property as written (tag kept), for [`logical_id_of`].
+fn raw<'a>(v: &'a Value, key: &str) -> &'a Value {
+    plain(v)
+        .as_mapping()
+        .and_then(|m| m.get(key))
+        .unwrap_or_else(|| panic!("missing {key}"))
+}
+
+fn raw_prop<'a>(resource: &'a Value, key: &str) -> &'a Value {
+    raw(props(resource), key)
+}
+
+fn key_schema(v: &Value) -> Vec<(String, String)> {
+    get(v, "KeySchema")
+        .and_then(Value::as_sequence)
+        .expect("KeySchema")
+        .iter()
+        .map(|k| {
+            (
+                str_at(k, "AttributeName").unwrap().to_owned(),
+                str_at(k, "KeyType").unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_table_is_the_one_the_store_queries() {
+    let t = template();
+    let tables = of_type(&t, "AWS::DynamoDB::Table");
+    assert_eq!(tables.len(), 1, "one AWS::DynamoDB::Table");
+    let (table_id, table) = &tables[0];
+    let p = props(table);
+    assert_eq!(str_at(p, "BillingMode"), Some("PAY_PER_REQUEST"));
+    assert_eq!(key_schema(p), pairs(&[("pk", "HASH"), ("sk", "RANGE")]));
+    let defs: BTreeMap<String, String> = get(p, "AttributeDefinitions")
+        .and_then(Value::as_sequence)
+        .expect("AttributeDefinitions")
+        .iter()
+        .map(|d| {
+            (
+                str_at(d, "AttributeName").unwrap().to_owned(),
+                str_at(d, "AttributeType").unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: BTreeMap<String, String> = pairs(&[
+        ("pk", "S"),
+        ("sk", "S"),
+        ("due_shard", "S"),
+        ("due_at", "N"),
+        ("operation_id", "S"),
+    ])
+    .into_iter()
+    .collect();
+    assert_eq!(defs, want);
+
+    let indexes: BTreeMap<String, &Value> = get(p, "GlobalSecondaryIndexes")
+        .and_then(Value::as_sequence)
+        .expect("GlobalSecondaryIndexes")
+        .iter()
+        .map(|i| (str_at(i, "IndexName").unwrap().to_owned(), i))
+        .collect();
+    assert_eq!(indexes.keys().map(String::as_str).collect::<Vec<_>>(), {
+        let mut names = vec![UNKNOWN_INDEX, OPERATION_ID_INDEX];
+        names.sort();
+        names
+    });
+    let unknown = indexes[UNKNOWN_INDEX];
+    assert_eq!(
+        key_schema(unknown),
+        pairs(&[("due_shard", "HASH"), ("due_at", "RANGE")])
+    );
+    assert_eq!(
+        get(unknown, "Projection").and_then(|p| str_at(p, "ProjectionType")),
+        Some("ALL")
+    );
+    let by_id = indexes[OPERATION_ID_INDEX];
+    assert_eq!(key_schema(by_id), pairs(&[("operation_id", "HASH")]));
+    assert_eq!(
+        get(by_id, "Projection").and_then(|p| str_at(p, "ProjectionType")),
+        Some("KEYS_ONLY")
+    );
+    assert_eq!(
+        get(p, "PointInTimeRecoverySpecification")
+            .and_then(|s| get(s, "PointInTimeRecoveryEnabled"))
+            .and_then(Value::as_bool),
+        Some(true)
+    );
+    assert_eq!(
+        get(p, "SSESpecification")
+            .and_then(|s| get(s, "SSEEnabled"))
+            .and_then(Value::as_bool),
+        Some(true)
+    );
+    assert_eq!(str_at(table, "DeletionPolicy"), Some("Retain"));
+
+    // The reconciler may Query the unknown index, and only it.
+    let (_, reconciler) = function(&t, "reconciler");
+    let mut found = Vec::new();
+    statements(
+        get(props(reconciler), "Policies").unwrap(),
+        String::new(),
+        &mut found,
+    );
+    let query: Vec<String> = found
+        .iter()
+        .filter(|(_, st)| {
+            let mut actions = Vec::new();
+            strings(get(st, "Action").unwrap(), &mut actions);
+            actions.iter().any(|a| a == "dynamodb:Query")
+        })
+        .flat_map(|(_, st)| {
+            let mut r = Vec::new();
+            strings(get(st, "Resource").unwrap(), &mut r);
+            r
+        })
+        .collect();
+    assert_eq!(
+        query,
+        [format!("${{{table_id}.Arn}}/index/{UNKNOWN_INDEX}")]
+    );
+}
+
+#[test]
+fn functions_are_arm64_cargo_lambda_builds_with_json_logs() {
+    let t = template();
+    for dir in ["checkout", "charge", "reconciler"] {
+        let (id, f) = function(&t, dir);
+        let prop = |k: &str| {
+            function_prop(&t, f, k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        assert_eq!(prop("Runtime").as_deref(), Some("provided.al2023"), "{id}");
+        assert_eq!(prop("Handler").as_deref(), Some("bootstrap"), "{id}");
+        let arch: Vec<_> = function_prop(&t, f, "Architectures")
+            .and_then(Value::as_sequence)
+            .map(|a| a.iter().filter_map(|v| plain(v).as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(arch, ["arm64"], "{id}");
+        assert_eq!(
+            get(f, "Metadata").and_then(|m| str_at(m, "BuildMethod")),
+            Some("rust-cargolambda"),
+            "{id}"
+        );
+        assert_eq!(
+            function_prop(&t, f, "LoggingConfig").and_then(|l| str_at(l, "LogFormat")),
+            Some("JSON"),
+            "{id}"
+        );
+        let timeout = function_prop(&t, f, "Timeout").map(number);
+        assert!(timeout.is_some(), "{id}: an explicit Timeout");
+    }
+    let (_, reconciler) = function(&t, "reconciler");
+    assert_eq!(
+        get(props(reconciler), "ReservedConcurrentExecutions").map(number),
+        Some(1),
+        "never two reconciler ticks at once"
+    );
+}
