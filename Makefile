@@ -1,8 +1,12 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
-.PHONY: test lint fmt
+.PHONY: run test lint fmt template-check bench
 
-# Starts moto (DynamoDB + SQS) on a free port for the duration of the tests, installing it into
-# .venv on first use; the Stripe simulator is embedded in the tests that need it.
+# The main job: the whole pipeline locally, with faults, checked against the Stripe simulator.
+run:
+	cargo run -q -p chargectl -- simulate
+
+# Starts moto (DynamoDB + SQS + Secrets Manager) on a free port for the duration of the tests,
+# installing it into .venv on first use; the Stripe simulator is embedded in the tests that need it.
 test:
 	infra/local/with-stack.sh cargo test --workspace
 
@@ -12,3 +16,9 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# cfn-lint, sam validate --lint and the IAM check after the SAM transform (pinned tools in
+# .venv-template), then the template held to the code.
+template-check:
+	infra/template-check/check.sh
+	cargo test -p integration-tests --test template

@@ -83,7 +83,11 @@ pub fn judge(
         if let Some(review) = &op.review {
             *report
                 .review_reasons
-                .entry(format!("{} (last error: {})", review.reason, op.last_error.as_deref().unwrap_or("-")))
+                .entry(format!(
+                    "{} (last error: {})",
+                    review.reason,
+                    op.last_error.as_deref().unwrap_or("-")
+                ))
                 .or_default() += 1;
         }
         match op.status {

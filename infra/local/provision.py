@@ -1,0 +1,64 @@
+"""Creates the local stack's resources on moto: the operations table (same keys and indexes as
+`DynamoStore::create_table` and template.yaml), the SQS FIFO queue, and the Stripe key secret.
+Prints KEY=VALUE lines for the functions' environment.
+
+    python provision.py ENDPOINT STRIPE_API_BASE
+"""
+
+import sys
+
+import boto3
+
+endpoint, stripe_base = sys.argv[1], sys.argv[2]
+session = boto3.session.Session(
+    aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+)
+ddb = session.client("dynamodb", endpoint_url=endpoint)
+sqs = session.client("sqs", endpoint_url=endpoint)
+secrets = session.client("secretsmanager", endpoint_url=endpoint)
+
+table = "charge-once-local"
+if table not in ddb.list_tables()["TableNames"]:
+    ddb.create_table(
+        TableName=table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": n, "AttributeType": t}
+            for n, t in [("pk", "S"), ("sk", "S"), ("due_shard", "S"), ("due_at", "N"), ("operation_id", "S")]
+        ],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "unsettled-by-due",
+                "KeySchema": [
+                    {"AttributeName": "due_shard", "KeyType": "HASH"},
+                    {"AttributeName": "due_at", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            },
+            {
+                "IndexName": "by-operation-id",
+                "KeySchema": [{"AttributeName": "operation_id", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+        ],
+    )
+queue_url = sqs.create_queue(
+    QueueName="charge-once-local.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"}
+)["QueueUrl"]
+try:
+    secret_arn = secrets.create_secret(Name="charge-once/stripe", SecretString="sk_test_charge_once")["ARN"]
+except secrets.exceptions.ResourceExistsException:
+    secret_arn = secrets.describe_secret(SecretId="charge-once/stripe")["ARN"]
+
+for key, value in [
+    ("AWS_ENDPOINT_URL", endpoint),
+    ("AWS_ACCESS_KEY_ID", "testing"),
+    ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ("AWS_REGION", "us-east-1"),
+    ("TABLE_NAME", table),
+    ("QUEUE_URL", queue_url),
+    ("STRIPE_API_BASE", stripe_base),
+    ("STRIPE_SECRET_ARN", secret_arn),
+]:
+    print(f"{key}={value}")
