@@ -268,7 +268,7 @@ impl DynamoStore {
         condition: &str,
         names: HashMap<String, String>,
         values: Attrs,
-    ) -> Result<Result<Operation, Option<Operation>>, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         self.count_write();
         let (pk, sk) = key_of(key);
         let result = self
@@ -290,12 +290,12 @@ impl DynamoStore {
                 let item = out
                     .attributes()
                     .ok_or_else(|| StoreError::new(format!("{what}: no item returned")))?;
-                Ok(Ok(operation_from_item(item)?))
+                Ok(Recorded::Written(operation_from_item(item)?))
             }
             Err(err) => match err.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
                     let current = ccf.item().map(operation_from_item).transpose()?;
-                    Ok(Err(current))
+                    Ok(Recorded::Refused(current))
                 }
                 _ => Err(sdk_error(what, err)),
             },
@@ -430,12 +430,12 @@ impl OperationStore for DynamoStore {
             )
             .await?;
         Ok(match result {
-            Ok(op) => Claim::Claimed(op),
-            Err(None) => Claim::NotFound,
-            Err(Some(op)) if op.operation_id != req.operation_id => Claim::NotFound,
-            Err(Some(op)) if op.status.is_settled() => Claim::Settled(op),
-            Err(Some(op)) if op.review.is_some() => Claim::InReview(op),
-            Err(Some(op)) => Claim::Leased(op),
+            Recorded::Written(op) => Claim::Claimed(op),
+            Recorded::Refused(None) => Claim::NotFound,
+            Recorded::Refused(Some(op)) if op.operation_id != req.operation_id => Claim::NotFound,
+            Recorded::Refused(Some(op)) if op.status.is_settled() => Claim::Settled(op),
+            Recorded::Refused(Some(op)) if op.review.is_some() => Claim::InReview(op),
+            Recorded::Refused(Some(op)) => Claim::Leased(op),
         })
     }
 
@@ -493,10 +493,7 @@ impl OperationStore for DynamoStore {
                 values,
             )
             .await?;
-        Ok(match result {
-            Ok(op) => Recorded::Written(op),
-            Err(current) => Recorded::Refused(current),
-        })
+        Ok(result)
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
@@ -533,10 +530,7 @@ impl OperationStore for DynamoStore {
                 values,
             )
             .await?;
-        Ok(match result {
-            Ok(op) => Recorded::Written(op),
-            Err(current) => Recorded::Refused(current),
-        })
+        Ok(result)
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
@@ -573,10 +567,7 @@ impl OperationStore for DynamoStore {
                 values,
             )
             .await?;
-        Ok(match result {
-            Ok(op) => Recorded::Written(op),
-            Err(current) => Recorded::Refused(current),
-        })
+        Ok(result)
     }
 
     async fn query_index(
