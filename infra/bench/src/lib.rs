@@ -1,0 +1,12 @@
+//! `make bench`: the measurements behind `BENCHMARKS.md` (issue 8).
+//!
+//! - [`wire`]: requests per operation counted on the wire (an interceptor on the SDK clients, the
+//!   Stripe simulator's own counters), our handlers and the seed's straight port.
+//! - [`index_cost`]: what a reconciler tick reads as unsettled and settled operations grow.
+//! - [`cpu`]: CPU time per charge and peak RSS of the charge handler on in-memory ports.
+//! - [`report`]: cost per 1M charges and the Markdown.
+
+pub mod cpu;
+pub mod index_cost;
+pub mod report;
+pub mod wire;

@@ -1,0 +1,129 @@
+//! `bench`: the steps of `make bench` (driven by `infra/bench/run.sh`). Each step writes JSON;
+//! `render` turns them into `BENCHMARKS.md`.
+//!
+//! ```text
+//! bench wire   OUT.json                 request counts, ours and the seed's (needs moto)
+//! bench index  OUT.json SETTLED         reconciler reads vs unsettled/settled (needs moto)
+//! bench cpu    OUT.json CHARGES BATCH [logs|stderr]  CPU time per charge, in-memory ports
+//! bench rss    OUT.json BATCH           peak RSS after one batch (run in a fresh process)
+//! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
+//! ```
+
+use std::path::Path;
+
+use bench::wire::scenarios::{Ours, Scenario, Seed};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn write_json(path: &str, value: &serde_json::Value) -> Result<(), Error> {
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")?;
+    Ok(())
+}
+
+fn arg(args: &[String], i: usize, what: &str) -> Result<String, Error> {
+    args.get(i)
+        .cloned()
+        .ok_or_else(|| format!("missing {what}; see the usage in infra/bench/src/main.rs").into())
+}
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().collect();
+    let cmd = arg(&args, 1, "command")?;
+    match cmd.as_str() {
+        "wire" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let rt = tokio::runtime::Runtime::new()?;
+            let rows = rt.block_on(async {
+                let mut rows = Vec::new();
+                for scenario in Scenario::ALL {
+                    let ours = Ours::run(scenario).await;
+                    let seed = Seed::run(scenario).await;
+                    eprintln!("{scenario:?}: ours {ours:?}\n  seed {seed:?}");
+                    rows.push(serde_json::json!({
+                        "scenario": format!("{scenario:?}"),
+                        "label": scenario.label(),
+                        "ours": bench::report::counts_json(&ours),
+                        "seed": bench::report::counts_json(&seed),
+                    }));
+                }
+                rows
+            });
+            write_json(&out, &serde_json::Value::Array(rows))
+        }
+        "index" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let settled: usize = arg(&args, 3, "SETTLED")?.parse()?;
+            let rt = tokio::runtime::Runtime::new()?;
+            let rows = rt.block_on(async {
+                use bench::index_cost::IndexTable;
+                let mut rows = Vec::new();
+                // The same 1,000 unsettled among fewer settled operations, then among `settled`.
+                let mut small = IndexTable::new().await;
+                small.settled_to(settled / 10).await;
+                small.unsettled_to(1_000).await;
+                rows.push(small.measure().await);
+                let mut big = IndexTable::new().await;
+                let t = std::time::Instant::now();
+                big.settled_to(settled).await;
+                eprintln!("{settled} settled items written in {:?}", t.elapsed());
+                for n in [10, 100, 1_000] {
+                    big.unsettled_to(n).await;
+                    rows.push(big.measure().await);
+                }
+                rows
+            });
+            for r in &rows {
+                eprintln!("{r:?}");
+            }
+            write_json(
+                &out,
+                &serde_json::Value::Array(rows.iter().map(|r| r.to_json()).collect()),
+            )
+        }
+        "cpu" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let charges: usize = arg(&args, 3, "CHARGES")?.parse()?;
+            let batch: usize = arg(&args, 4, "BATCH")?.parse()?;
+            let mode = args.get(5).map(String::as_str).unwrap_or("");
+            let with_logs = mode == "logs" || mode == "stderr";
+            if mode == "logs" {
+                // The functions' own subscriber (lambda_runtime's default), writing nowhere.
+                lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+            } else if mode == "stderr" {
+                // The same, writing to stderr (to see the lines a charge logs).
+                lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+            }
+            // A warm-up round, as a warm Lambda environment has had.
+            bench::cpu::measure(charges.min(1_000), batch, with_logs);
+            let r = bench::cpu::measure(charges, batch, with_logs);
+            eprintln!(
+                "{} charges, batch {}: {:.2} us CPU / charge, {:.2} us wall / charge",
+                r.charges,
+                r.batch_size,
+                r.cpu_us_per_charge(),
+                r.wall_us_per_charge()
+            );
+            write_json(&out, &r.to_json())
+        }
+        "rss" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let batch: usize = arg(&args, 3, "BATCH")?.parse()?;
+            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+            let kb = bench::cpu::rss_after_one_batch(batch);
+            eprintln!("peak RSS after one batch of {batch}: {kb} kB");
+            write_json(
+                &out,
+                &serde_json::json!({"batch_size": batch, "vm_hwm_kb": kb}),
+            )
+        }
+        "render" => {
+            let dir = arg(&args, 2, "DIR")?;
+            let out = arg(&args, 3, "OUT.md")?;
+            let md = bench::report::render(Path::new(&dir))?;
+            std::fs::write(&out, md)?;
+            eprintln!("wrote {out}");
+            Ok(())
+        }
+        other => Err(format!("unknown command {other:?}; see infra/bench/src/main.rs").into()),
+    }
+}

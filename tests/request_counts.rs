@@ -1,0 +1,88 @@
+//! Requests per operation, counted on the wire (issue 8): an interceptor on the DynamoDB and SQS
+//! clients counts every attempt by its `X-Amz-Target`, and the embedded stripe-sim counts what it
+//! receives. The real handlers run against moto. A regression in any count fails here; the
+//! published figures (`BENCHMARKS.md`, `make bench`) come from the same scenario code, compiled in
+//! from `infra/bench/src/wire/`.
+//!
+//! What each scenario counts is in that module's docs; each assertion below derives its numbers.
+
+#[allow(dead_code)]
+#[path = "../infra/bench/src/wire/mod.rs"]
+mod wire;
+
+use std::collections::BTreeMap;
+
+use wire::scenarios::{Counts, Ours, Scenario};
+
+fn ops(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+fn stripe(c: &Counts) -> (u64, u64, u64) {
+    (c.stripe.create, c.stripe.retrieve, c.stripe.search)
+}
+
+#[tokio::test]
+async fn happy_path_is_three_writes_no_read_one_send_one_stripe_call() {
+    let c = Ours::run(Scenario::HappyPath).await;
+    // Checkout: conditional PutItem (create). Charge: UpdateItem (claim, lease + first_attempted_at),
+    // POST /v1/payment_intents, UpdateItem (record, fenced). Checkout's one SendMessage.
+    assert_eq!(
+        c.dynamodb.requests,
+        ops(&[("PutItem", 1), ("UpdateItem", 2)])
+    );
+    assert_eq!((c.dynamodb_writes(), c.dynamodb_reads()), (3, 0));
+    assert_eq!(c.sqs.requests, ops(&[("SendMessage", 1)]));
+    assert_eq!(stripe(&c), (1, 0, 0));
+}
+
+#[tokio::test]
+async fn a_settled_duplicate_costs_one_dynamodb_call_and_no_stripe_call() {
+    let c = Ours::run(Scenario::SettledDuplicate).await;
+    // The claim's condition fails on a settled status and ALL_OLD returns the record: one
+    // (billed) UpdateItem, nothing else.
+    assert_eq!(c.dynamodb.requests, ops(&[("UpdateItem", 1)]));
+    assert_eq!(c.dynamodb.total(), 1);
+    assert_eq!(c.sqs.total(), 0);
+    assert_eq!(c.stripe.total(), 0);
+}
+
+#[tokio::test]
+async fn a_lost_response_retried_in_call_costs_one_more_stripe_request_only() {
+    let c = Ours::run(Scenario::LostResponseInCallRetry).await;
+    // As the happy path, but the create's response is dropped after Stripe committed and the
+    // client's one in-call retry (same key) gets the replay: 2 POSTs, still 1 PaymentIntent
+    // (checked by the scenario against the simulator's ledger). DynamoDB is unchanged: 3 writes.
+    assert_eq!(
+        c.dynamodb.requests,
+        ops(&[("PutItem", 1), ("UpdateItem", 2)])
+    );
+    assert_eq!(c.sqs.requests, ops(&[("SendMessage", 1)]));
+    assert_eq!(stripe(&c), (2, 0, 0));
+}
+
+#[tokio::test]
+async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
+    let c = Ours::run(Scenario::LostResponseRetriedLater).await;
+    // Checkout: PutItem + SendMessage. Delivery 1: claim + create (response lost, no in-call
+    // retry) + record `unknown` = 2 UpdateItem, 1 POST. Tick after the 60 s backoff: one Query per
+    // index shard (8) + the guarded reschedule (1 UpdateItem) + the re-drive SendMessage.
+    // Delivery 2: claim + create (replayed by the key) + record `succeeded` = 2 UpdateItem, 1 POST.
+    assert_eq!(
+        c.dynamodb.requests,
+        ops(&[("PutItem", 1), ("Query", 8), ("UpdateItem", 5)])
+    );
+    assert_eq!(c.sqs.requests, ops(&[("SendMessage", 2)]));
+    assert_eq!(stripe(&c), (2, 0, 0));
+}
+
+#[tokio::test]
+async fn reconciliation_past_the_window_searches_and_never_creates() {
+    let c = Ours::run(Scenario::ReconcilePastWindow).await;
+    // One tick 23 h 11 min after the first attempt (a replayed 500 kept it unknown): 8 Queries
+    // (one per index shard), claim (UpdateItem), search by operation id (GET), record (UpdateItem).
+    // No create, no SendMessage.
+    assert_eq!(c.dynamodb.requests, ops(&[("Query", 8), ("UpdateItem", 2)]));
+    assert_eq!(c.sqs.total(), 0);
+    assert_eq!(stripe(&c), (0, 0, 1));
+}
