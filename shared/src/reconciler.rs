@@ -155,7 +155,7 @@ pub async fn reconcile_tick(
             }
             report.examined += 1;
             report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
-            handle_one(deps, op, now, &mut report).await?;
+            handle_one(deps, op, now, &mut report).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -187,7 +187,7 @@ async fn handle_one(
     op: &Operation,
     now: Timestamp,
     report: &mut TickReport,
-) -> Result<(), StoreError> {
+) {
     let action = plan(op, now, &deps.charge);
     match action {
         Action::Skip => {
@@ -214,7 +214,7 @@ async fn handle_one(
                 Err(e) => {
                     warn!(error = %e, "cannot reschedule this tick");
                     report.skipped += 1;
-                    return Ok(());
+                    return;
                 }
             };
             let Recorded::Written(moved) = moved else {
@@ -223,7 +223,7 @@ async fn handle_one(
                     "changed since read; another writer got there first"
                 );
                 report.skipped += 1;
-                return Ok(());
+                return;
             };
             let charge = QueuedCharge::redrive(&moved, moved.redrives);
             let decision = if action == Action::Reenqueue {
@@ -278,5 +278,4 @@ async fn handle_one(
             }
         },
     }
-    Ok(())
 }

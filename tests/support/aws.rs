@@ -80,28 +80,10 @@ pub async fn receive_as_event(
 
 /// How many messages are in the queue (visible or in flight), as SQS counts them.
 pub async fn queue_depth(client: &aws_sdk_sqs::Client, queue_url: &str) -> u64 {
-    use aws_sdk_sqs::types::QueueAttributeName;
-    let out = client
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
+    charge_once::adapters::sqs::SqsQueue::new(client.clone(), queue_url)
+        .approximate_depth()
         .await
-        .expect("GetQueueAttributes on moto");
-    let attrs = out.attributes().cloned().unwrap_or_default();
-    [
-        QueueAttributeName::ApproximateNumberOfMessages,
-        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-    ]
-    .iter()
-    .map(|k| {
-        attrs
-            .get(k)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    })
-    .sum()
+        .expect("GetQueueAttributes on moto")
 }
 
 /// Items in a table, by a Scan with `Select=COUNT`. For tests asserting that nothing was written;

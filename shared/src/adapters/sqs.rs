@@ -40,6 +40,33 @@ impl SqsQueue {
     pub fn queue_url(&self) -> &str {
         &self.queue_url
     }
+
+    /// Messages in the queue, visible or in flight, as SQS approximates them.
+    pub async fn approximate_depth(&self) -> Result<u64, QueueError> {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| QueueError::with_source("GetQueueAttributes", e))?;
+        let attrs = out.attributes().cloned().unwrap_or_default();
+        Ok([
+            QueueAttributeName::ApproximateNumberOfMessages,
+            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        ]
+        .iter()
+        .map(|k| {
+            attrs
+                .get(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum())
+    }
 }
 
 #[async_trait]

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::domain::OperationId;
-use crate::operation::{Operation, OperationKey, OperationStatus};
+use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreError,
@@ -235,15 +235,5 @@ impl OperationStore for MemoryStore {
             operations: matching.into_iter().cloned().collect(),
             next,
         })
-    }
-}
-
-impl MemoryStore {
-    /// Counts of records by status, for reports.
-    pub fn count_by_status(&self, status: OperationStatus) -> usize {
-        self.lock()
-            .values()
-            .filter(|op| op.status == status)
-            .count()
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
@@ -360,10 +360,6 @@ pub fn virtual_start() -> Timestamp {
 pub fn elapsed_virtual(counts: &LoopCounts) -> Duration {
     let end = counts.virtual_end.load(Ordering::Relaxed) as i64;
     Timestamp::from_millis(end).since(virtual_start())
-}
-
-pub fn wall(start: Instant) -> Duration {
-    start.elapsed()
 }
 
 pub fn count_map(counts: &LoopCounts) -> BTreeMap<&'static str, u64> {

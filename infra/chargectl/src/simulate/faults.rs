@@ -206,12 +206,6 @@ impl Faults {
         }
     }
 
-    pub fn add(&self, kind: Kind, n: u64) {
-        if let Some(c) = self.counts.get(&kind) {
-            c.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
     pub fn counted(&self) -> BTreeMap<Kind, u64> {
         self.counts
             .iter()

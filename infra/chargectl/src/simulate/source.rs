@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::sqs::SqsMessage;
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use charge_once::adapters::sqs::SqsQueue;
 use charge_once::memory::MemoryQueue;
 
 use super::BoxError;
@@ -144,26 +145,8 @@ impl EventSource for SqsSource {
     }
 
     async fn depth(&self) -> Result<u64, BoxError> {
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(&self.queue_url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await?;
-        let attrs = out.attributes().cloned().unwrap_or_default();
-        Ok([
-            QueueAttributeName::ApproximateNumberOfMessages,
-            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-        ]
-        .iter()
-        .map(|k| {
-            attrs
-                .get(k)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum())
+        Ok(SqsQueue::new(self.client.clone(), &self.queue_url)
+            .approximate_depth()
+            .await?)
     }
 }
