@@ -53,6 +53,7 @@ impl World {
                 customer_id: CustomerId::parse("cus_http").unwrap(),
                 payment_method: PaymentMethodId::parse(pm).unwrap(),
             },
+            charge_once::Principal::jwt("seed-tests").unwrap(),
             self.side.clock.now(),
             self.deps.policy.pending_grace,
         );

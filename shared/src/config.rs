@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::adapters::stripe::{SecretKey, StripeConfig, DEFAULT_API_BASE};
+use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
 use crate::executor::ChargePolicy;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,6 +98,10 @@ pub fn stripe_env(env: &dyn Env) -> Result<StripeEnv, ConfigError> {
     let base = env
         .var(STRIPE_API_BASE)
         .unwrap_or_else(|| DEFAULT_API_BASE.to_owned());
+    check_api_base(base.trim_end_matches('/')).map_err(|reason| ConfigError::Invalid {
+        name: STRIPE_API_BASE,
+        reason,
+    })?;
     let secret_arn = required(env, STRIPE_SECRET_ARN)?;
     if !secret_arn.starts_with("arn:") {
         return Err(ConfigError::Invalid {
@@ -181,6 +185,27 @@ mod tests {
         let bad = HashMap::from([(STRIPE_SECRET_ARN, "sk_live_oops")]);
         let err = stripe_env(&bad).unwrap_err().to_string();
         assert!(err.contains(STRIPE_SECRET_ARN) && !err.contains("sk_live_oops"));
+        // The key travels in every request: clear text only to the simulator on loopback.
+        let bad = HashMap::from([
+            (STRIPE_SECRET_ARN, ARN),
+            (STRIPE_API_BASE, "http://stripe.internal.example:12111"),
+        ]);
+        let err = stripe_env(&bad).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Invalid { name: STRIPE_API_BASE, reason } if reason.contains("loopback")),
+            "{err}"
+        );
+        let local = HashMap::from([
+            (STRIPE_SECRET_ARN, ARN),
+            (STRIPE_API_BASE, "http://127.0.0.1:12111"),
+        ]);
+        assert_eq!(
+            stripe_env(&local)
+                .unwrap()
+                .with_key(SecretKey::new("sk_test_1"))
+                .api_base,
+            "http://127.0.0.1:12111"
+        );
         let bad = HashMap::from([(STRIPE_SECRET_ARN, ARN), (STRIPE_TIMEOUT_MS, "soon")]);
         assert!(matches!(
             stripe_env(&bad),

@@ -346,6 +346,91 @@ impl Fingerprint {
     }
 }
 
+/// Who asked for an operation: the caller API Gateway authenticated, as its authorizer reported it.
+///
+/// Stored on the operation as `requested_by` for the audit trail, and part of nothing else (not the
+/// fingerprint: the same order sent again by a retried caller is still the same order). Two kinds:
+/// - `iam:<caller ARN>`: a SigV4-signed request, the ARN API Gateway's IAM authorizer verified
+///   (`requestContext.authorizer.iam.userArn`, e.g. `arn:aws:sts::…:assumed-role/order-service/…`);
+/// - `jwt:<subject>`: a request with a JWT the authorizer verified (issuer, audience, scope); the
+///   subject is the token's `sub`, or its `client_id` for client-credentials tokens without one.
+///
+/// At most [`Principal::MAX_LEN`] characters, no control characters (it is logged and shown).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Principal(String);
+
+impl Principal {
+    pub const MAX_LEN: usize = 512;
+    const FIELD: &'static str = "requested_by";
+
+    /// An IAM caller, by the ARN the IAM authorizer verified.
+    pub fn iam(caller_arn: &str) -> Result<Self, ValidationError> {
+        if !caller_arn.starts_with("arn:") {
+            return Err(ValidationError::new(
+                Self::FIELD,
+                "an IAM caller must be an ARN",
+            ));
+        }
+        Self::checked(format!("iam:{caller_arn}"))
+    }
+
+    /// A JWT caller, by the token's `sub` (or `client_id`).
+    pub fn jwt(subject: &str) -> Result<Self, ValidationError> {
+        if subject.is_empty() {
+            return Err(ValidationError::new(
+                Self::FIELD,
+                "a JWT subject must not be empty",
+            ));
+        }
+        Self::checked(format!("jwt:{subject}"))
+    }
+
+    /// Takes a stored principal back (`iam:…` or `jwt:…`).
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw.split_once(':') {
+            Some(("iam", arn)) => Self::iam(arn),
+            Some(("jwt", subject)) => Self::jwt(subject),
+            _ => Err(ValidationError::new(
+                Self::FIELD,
+                "must be iam:<caller ARN> or jwt:<subject>",
+            )),
+        }
+    }
+
+    fn checked(value: String) -> Result<Self, ValidationError> {
+        if value.chars().count() > Self::MAX_LEN {
+            return Err(ValidationError::new(
+                Self::FIELD,
+                format!("must be at most {} characters", Self::MAX_LEN),
+            ));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(ValidationError::new(
+                Self::FIELD,
+                "must not contain control characters",
+            ));
+        }
+        Ok(Self(value))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Principal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,5 +512,24 @@ mod tests {
         let mut other = base.clone();
         other.currency = Currency::parse("eur").unwrap();
         assert_ne!(base.fingerprint(), other.fingerprint());
+    }
+    #[test]
+    fn principals() {
+        let iam =
+            Principal::iam("arn:aws:sts::123456789012:assumed-role/order-service/i-1").unwrap();
+        assert_eq!(
+            iam.as_str(),
+            "iam:arn:aws:sts::123456789012:assumed-role/order-service/i-1"
+        );
+        assert_eq!(Principal::parse(iam.as_str()).unwrap(), iam);
+        let jwt = Principal::jwt("order-service@clients").unwrap();
+        assert_eq!(jwt.as_str(), "jwt:order-service@clients");
+        assert_eq!(Principal::parse(jwt.as_str()).unwrap(), jwt);
+        assert!(Principal::iam("order-service").is_err());
+        assert!(Principal::jwt("").is_err());
+        assert!(Principal::jwt("a\nb").is_err());
+        assert!(Principal::jwt(&"x".repeat(Principal::MAX_LEN)).is_err());
+        assert!(Principal::parse("anonymous").is_err());
+        assert!(Principal::parse("jwt:").is_err());
     }
 }

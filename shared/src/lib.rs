@@ -37,7 +37,7 @@ pub mod time;
 
 pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentMethodId, ValidationError,
+    OperationKind, OrderId, PaymentMethodId, Principal, ValidationError,
 };
 pub use operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
 pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::{
-    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId, ValidationError,
+    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId, Principal,
+    ValidationError,
 };
 use crate::time::Timestamp;
 
@@ -130,6 +131,9 @@ pub struct Operation {
     pub operation_id: OperationId,
     pub params: ChargeParams,
     pub fingerprint: Fingerprint,
+    /// Who asked for the charge (the authenticated caller of checkout), for the audit trail. Not
+    /// part of the fingerprint: a retried caller re-sending the same order is the same order.
+    pub requested_by: Principal,
     pub status: OperationStatus,
     /// The PaymentIntent id (`pi_…`) once we know one exists at Stripe.
     pub external_id: Option<String>,
@@ -157,6 +161,7 @@ impl Operation {
     pub fn new(
         order_id: OrderId,
         params: ChargeParams,
+        requested_by: Principal,
         now: Timestamp,
         pending_grace: Duration,
     ) -> Self {
@@ -167,6 +172,7 @@ impl Operation {
             operation_id: OperationId::new_random(),
             params,
             fingerprint,
+            requested_by,
             status: OperationStatus::Pending,
             external_id: None,
             attempts: 0,

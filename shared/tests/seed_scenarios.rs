@@ -53,6 +53,7 @@ impl World {
         let op = Operation::new(
             OrderId::parse(order).unwrap(),
             params(1250),
+            charge_once::Principal::jwt("seed-tests").unwrap(),
             self.clock.now(),
             self.deps.policy.pending_grace,
         );

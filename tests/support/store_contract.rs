@@ -28,6 +28,7 @@ pub fn operation(order: &str, amount: i64, now: Timestamp) -> Operation {
             customer_id: CustomerId::parse("cus_contract").unwrap(),
             payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
         },
+        charge_once::Principal::jwt("contract-tests").unwrap(),
         now,
         GRACE,
     )

@@ -147,6 +147,7 @@ mod tests {
                     customer_id: CustomerId::parse("cus_Q8xYz12AbC").unwrap(),
                     payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
                 },
+                charge_once::Principal::jwt("order-service").unwrap(),
                 clock.now(),
                 Duration::from_secs(300),
             );

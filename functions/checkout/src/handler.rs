@@ -1,30 +1,43 @@
 //! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`.
 //!
+//! Who may call: the route is authenticated by API Gateway (IAM/SigV4 by default, or a JWT
+//! authorizer; see template.yaml's `CheckoutAuth`). The caller is the merchant's order service and is
+//! trusted to say the amount, currency, customer and payment method of a confirmed order. The
+//! handler does not trust the deployment alone: it reads the principal from the event's
+//! `requestContext.authorizer` (the IAM caller ARN, or the JWT `sub`, then `client_id`) before
+//! anything else, refuses a request that carries none with 401, and stores it on the operation as
+//! `requested_by`. A mis-deployed route without an authorizer therefore still cannot create a charge.
+//!
 //! | answer | when | what changed |
 //! |---|---|---|
+//! | 401 | no authenticated principal in `requestContext.authorizer` | nothing |
 //! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
 //! | 200 `{operation_id, status}` | same order, same parameters | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
 //! | 409 | same order, different parameters | nothing |
 //! | 400 | invalid field (field-level message) | nothing |
-//! | 413 / 415 | body over 8 KiB / not `application/json` | nothing |
+//! | 413 / 415 | body over 8 KiB / a declared media type other than `application/json` | nothing |
 //! | 405 / 404 | other method / other path | nothing |
 //! | 503 + `Retry-After` | DynamoDB or SQS failed | possibly the item (then `pending`: the reconciler or the client's retry sends it) |
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayV2httpRequest, ApiGatewayV2httpResponse,
+};
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use aws_lambda_events::http::Method;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
-    PaymentMethodId, ValidationError,
+    PaymentMethodId, Principal, ValidationError,
 };
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
-use tracing::{error, info, warn};
+use tracing::{error, info, warn, Instrument};
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -40,17 +53,52 @@ pub struct Checkout {
 
 /// Handles one request. Always an HTTP answer: bad input and infrastructure failures are responses,
 /// not Lambda errors, so API Gateway never turns them into a bare 500.
+///
+/// Every log line of the request carries `request_id` and, once authenticated, `requested_by`
+/// (and `order_id` / `operation_id` once known): one span for the whole request.
 pub async fn handle(
     deps: &Checkout,
     event: LambdaEvent<ApiGatewayV2httpRequest>,
 ) -> ApiGatewayV2httpResponse {
-    let request_id = event.context.request_id.clone();
-    match accept(deps, &event.payload).await {
-        Ok(reply) | Err(reply) => {
-            info!(%request_id, status = reply.status, "checkout answered");
-            reply.into_response()
+    let span = tracing::info_span!(
+        "checkout",
+        request_id = %event.context.request_id,
+        requested_by = tracing::field::Empty,
+        order_id = tracing::field::Empty,
+        operation_id = tracing::field::Empty,
+    );
+    async {
+        match accept(deps, &event.payload).await {
+            Ok(reply) | Err(reply) => {
+                info!(status = reply.status, "checkout answered");
+                reply.into_response()
+            }
         }
     }
+    .instrument(span)
+    .await
+}
+
+/// The authenticated caller, as API Gateway's authorizer put it in the request context: the IAM
+/// caller ARN, else the JWT `sub`, else its `client_id`. `None` when the event names nobody (no
+/// authorizer block, an empty one, or one without any of those fields).
+pub fn principal_of(req: &ApiGatewayV2httpRequest) -> Option<Result<Principal, ValidationError>> {
+    let authorizer: &ApiGatewayRequestAuthorizer = req.request_context.authorizer.as_ref()?;
+    if let Some(arn) = authorizer
+        .iam
+        .as_ref()
+        .and_then(|iam| non_empty(iam.user_arn.as_ref()))
+    {
+        return Some(Principal::iam(arn));
+    }
+    let claims = &authorizer.jwt.as_ref()?.claims;
+    non_empty(claims.get("sub"))
+        .or_else(|| non_empty(claims.get("client_id")))
+        .map(Principal::jwt)
+}
+
+fn non_empty(v: Option<&String>) -> Option<&str> {
+    v.map(|s| s.trim()).filter(|s| !s.is_empty())
 }
 
 /// An HTTP answer before it becomes API Gateway's response type.
@@ -78,6 +126,20 @@ impl Reply {
 type Answer = Result<Reply, Reply>;
 
 async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
+    // Before anything else: an unauthenticated caller learns nothing, not even which paths exist.
+    let requested_by = match principal_of(req) {
+        Some(Ok(principal)) => principal,
+        Some(Err(e)) => {
+            warn!(reason = %e, "authorizer context names an unusable principal; refused");
+            return Err(unauthenticated());
+        }
+        None => {
+            warn!("no authenticated principal in the request context; refused");
+            return Err(unauthenticated());
+        }
+    };
+    let span = tracing::Span::current();
+    span.record("requested_by", tracing::field::display(&requested_by));
     if req.request_context.http.method != Method::POST {
         let mut reply = error(405, "method_not_allowed", "use POST", None);
         reply.header = Some((ALLOW, "POST"));
@@ -86,16 +148,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     let raw_order = order_id_from(req)
         .ok_or_else(|| error(404, "not_found", "POST /orders/{order_id}/charge", None))?;
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
-    let body = req.body.as_deref().unwrap_or("");
-    if body.len() > MAX_BODY_BYTES {
-        return Err(error(
-            413,
-            "body_too_large",
-            &format!("the body must be at most {MAX_BODY_BYTES} bytes"),
-            None,
-        ));
-    }
-    if !is_json(req) {
+    if !media_type_is_json(req) {
         return Err(error(
             415,
             "unsupported_media_type",
@@ -103,11 +156,17 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
             None,
         ));
     }
-    let params = parse_params(body)?;
+    let body = body_text(req)?;
+    let params = parse_params(&body)?;
 
-    let op = Operation::new(order_id, params, deps.clock.now(), deps.pending_grace);
-    let span = tracing::info_span!("checkout", order_id = %op.order_id, operation_id = tracing::field::Empty);
-    let _enter = span.enter();
+    let op = Operation::new(
+        order_id,
+        params,
+        requested_by,
+        deps.clock.now(),
+        deps.pending_grace,
+    );
+    span.record("order_id", tracing::field::display(&op.order_id));
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
         error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
         unavailable()
@@ -172,16 +231,49 @@ fn order_id_from(req: &ApiGatewayV2httpRequest) -> Option<String> {
     (!id.contains('/')).then(|| id.to_owned())
 }
 
-fn is_json(req: &ApiGatewayV2httpRequest) -> bool {
-    if req.is_base64_encoded {
-        // HTTP APIs pass JSON as text; a base64 body is some other media type.
-        return false;
-    }
-    req.headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+/// The declared media type is JSON, or none is declared (the body must then parse as JSON anyway).
+fn media_type_is_json(req: &ApiGatewayV2httpRequest) -> bool {
+    let Some(declared) = req.headers.get(CONTENT_TYPE) else {
+        return true;
+    };
+    declared
+        .to_str()
+        .ok()
         .and_then(|v| v.split(';').next())
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The request body as text, at most [`MAX_BODY_BYTES`]. HTTP APIs pass a JSON body as text, but
+/// base64-encode a body whose media type they do not know to be text (a request without
+/// `Content-Type`, as `sam local generate-event` shows it): decoded here, same bytes either way.
+fn body_text(req: &ApiGatewayV2httpRequest) -> Result<String, Reply> {
+    let too_large = || {
+        error(
+            413,
+            "body_too_large",
+            &format!("the body must be at most {MAX_BODY_BYTES} bytes"),
+            None,
+        )
+    };
+    let raw = req.body.as_deref().unwrap_or("");
+    if !req.is_base64_encoded {
+        if raw.len() > MAX_BODY_BYTES {
+            return Err(too_large());
+        }
+        return Ok(raw.to_owned());
+    }
+    // Bound the work before decoding: base64 is 4 characters per 3 bytes.
+    if raw.len() > MAX_BODY_BYTES.div_ceil(3) * 4 {
+        return Err(too_large());
+    }
+    let bytes = BASE64
+        .decode(raw)
+        .map_err(|_| error(400, "invalid_body", "the body is not valid base64", None))?;
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| error(400, "invalid_json", "the body is not UTF-8 JSON", None))
 }
 
 fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
@@ -298,6 +390,15 @@ fn invalid(problems: Vec<ValidationError>) -> Reply {
     error(400, "invalid_request", &message, Some(Value::Array(fields)))
 }
 
+fn unauthenticated() -> Reply {
+    error(
+        401,
+        "unauthenticated",
+        "this route needs an authenticated caller (SigV4 with an allowed IAM role, or a JWT)",
+        None,
+    )
+}
+
 fn unavailable() -> Reply {
     let mut reply = error(
         503,
@@ -411,6 +512,16 @@ mod tests {
         assert_eq!(call(&f, req).await.0, 400);
 
         let mut req = event("checkout-valid.json");
+        req.is_base64_encoded = true;
+        req.body = Some("not base64!".into());
+        assert_eq!(call(&f, req).await.0, 400);
+
+        let mut req = event("checkout-valid.json");
+        req.is_base64_encoded = true;
+        req.body = Some(BASE64.encode("x".repeat(MAX_BODY_BYTES + 1)));
+        assert_eq!(call(&f, req).await.0, 413);
+
+        let mut req = event("checkout-valid.json");
         req.request_context.http.method = Method::GET;
         assert_eq!(call(&f, req).await.0, 405);
 
@@ -452,5 +563,150 @@ mod tests {
         }
         assert!(f.store.all().is_empty());
         assert!(f.queue.is_empty());
+    }
+    fn without_authorizer(mut req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpRequest {
+        req.request_context.authorizer = None;
+        req
+    }
+
+    #[tokio::test]
+    async fn no_principal_is_401_and_writes_nothing() {
+        let f = fixture();
+        let (status, body) = call(&f, without_authorizer(event("checkout-valid.json"))).await;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(body["error"]["code"], "unauthenticated");
+
+        // Authorizer blocks that name nobody: empty, an IAM block without a caller ARN, JWT claims
+        // without `sub` or `client_id`, a Lambda authorizer's free-form context.
+        let empty: Vec<Value> = vec![
+            json!({}),
+            json!({"iam": {"accountId": "123456789012", "userArn": ""}}),
+            json!({"jwt": {"claims": {"iss": "https://auth.example.com/", "sub": " "}, "scopes": []}}),
+            json!({"lambda": {"principalId": "someone"}}),
+            json!({"iam": {"userArn": "order-service"}}),
+        ];
+        for authorizer in empty {
+            let mut req = event("checkout-valid.json");
+            req.request_context.authorizer =
+                Some(serde_json::from_value(authorizer.clone()).unwrap());
+            let (status, body) = call(&f, req).await;
+            assert_eq!(status, 401, "{authorizer}: {body}");
+        }
+        // Even a request that would otherwise be refused for its method learns only 401.
+        let mut req = without_authorizer(event("checkout-valid.json"));
+        req.request_context.http.method = Method::GET;
+        assert_eq!(call(&f, req).await.0, 401);
+
+        assert_eq!(
+            f.store
+                .calls
+                .writes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        assert_eq!(
+            f.store
+                .calls
+                .reads
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+        assert!(f.store.all().is_empty());
+        assert!(f.queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn iam_caller_is_recorded_as_requested_by() {
+        let f = fixture();
+        let (status, body) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        let ops = f.store.all();
+        assert_eq!(ops.len(), 1);
+        assert_eq!(
+            ops[0].requested_by.as_str(),
+            "iam:arn:aws:sts::123456789012:assumed-role/order-service/i-0a1b2c3d4e5f60718"
+        );
+    }
+
+    #[tokio::test]
+    async fn jwt_caller_is_recorded_by_sub_then_client_id() {
+        let f = fixture();
+        let (status, body) = call(&f, event("checkout-jwt.json")).await;
+        assert_eq!(status, 202, "{body}");
+        let op = f.store.all().pop().unwrap();
+        assert_eq!(op.requested_by.as_str(), "jwt:order-service@clients");
+
+        // A client-credentials token without `sub`: its client id.
+        let mut req = event("checkout-jwt.json");
+        req.path_parameters
+            .insert("order_id".into(), "ord-2003".into());
+        let jwt = req
+            .request_context
+            .authorizer
+            .as_mut()
+            .unwrap()
+            .jwt
+            .as_mut()
+            .unwrap();
+        jwt.claims.remove("sub");
+        assert_eq!(call(&f, req).await.0, 202);
+        let op = f
+            .store
+            .all()
+            .into_iter()
+            .find(|o| o.order_id.as_str() == "ord-2003")
+            .unwrap();
+        assert_eq!(op.requested_by.as_str(), "jwt:order-service");
+    }
+
+    #[tokio::test]
+    async fn the_caller_is_not_part_of_the_order() {
+        // The same order re-sent by another authenticated caller is the same order: 200, the
+        // first operation, whose `requested_by` stays the first caller's.
+        let f = fixture();
+        let (_, first) = call(&f, event("checkout-valid.json")).await;
+        let mut again = event("checkout-duplicate.json");
+        again.request_context.authorizer = event("checkout-jwt.json").request_context.authorizer;
+        let (status, body) = call(&f, again).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["operation_id"], first["operation_id"]);
+        let ops = f.store.all();
+        assert_eq!(ops.len(), 1);
+        assert!(ops[0].requested_by.as_str().starts_with("iam:"));
+    }
+
+    #[tokio::test]
+    async fn the_event_sam_generates_is_accepted_once_filled_in_like_a_real_request() {
+        // `sam local generate-event apigateway http-api-proxy` (SAM CLI 1.170.0), verbatim, then
+        // only what a real request sets: method, path, body (base64, as the generator sends it,
+        // since it declares no Content-Type) and the JWT subject the authorizer verified.
+        let raw = include_str!("../testdata/sam-generate-event-http-api-proxy.json");
+        let mut generated: Value = serde_json::from_str(raw).unwrap();
+        generated["requestContext"]["http"]["method"] = json!("POST");
+        generated["rawPath"] = json!("/orders/ord-sam-1/charge");
+        generated["requestContext"]["http"]["path"] = json!("/orders/ord-sam-1/charge");
+        generated["body"] = json!(BASE64.encode(
+            r#"{"amount":990,"currency":"eur","customer_id":"cus_Sam1","payment_method":"pm_card_visa"}"#
+        ));
+        generated["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = json!("order-service");
+        let req: ApiGatewayV2httpRequest = serde_json::from_value(generated.clone()).unwrap();
+
+        let f = fixture();
+        let (status, body) = call(&f, req).await;
+        assert_eq!(status, 202, "{body}");
+        let op = f.store.all().pop().unwrap();
+        assert_eq!(op.order_id.as_str(), "ord-sam-1");
+        assert_eq!(op.params.amount.minor_units(), 990);
+        assert_eq!(op.requested_by.as_str(), "jwt:order-service");
+
+        // As generated, its claims name nobody: refused.
+        generated["rawPath"] = json!("/orders/ord-sam-2/charge");
+        generated["requestContext"]["authorizer"]["jwt"]["claims"]
+            .as_object_mut()
+            .unwrap()
+            .remove("sub");
+        let req: ApiGatewayV2httpRequest = serde_json::from_value(generated).unwrap();
+        assert_eq!(call(&f, req).await.0, 401);
+        assert_eq!(f.store.all().len(), 1);
     }
 }

@@ -88,6 +88,7 @@ async fn world(store: &MemoryStore, now: Timestamp, n: usize, batch_size: usize)
         let op = Operation::new(
             OrderId::parse(&format!("ord-bench-{i}")).expect("order id"),
             params(),
+            charge_once::Principal::jwt("bench").expect("principal"),
             now,
             ChargePolicy::default().pending_grace,
         );

@@ -71,6 +71,7 @@ fn op(prefix: &str, i: usize) -> Operation {
     let mut op = Operation::new(
         OrderId::parse(&format!("{prefix}-{i}")).expect("order id"),
         params(),
+        charge_once::Principal::jwt("bench").expect("principal"),
         T0,
         Duration::from_secs(300),
     );

@@ -412,6 +412,7 @@ mod tests {
                 customer_id: CustomerId::parse("cus_1").unwrap(),
                 payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
             },
+            charge_once::Principal::jwt("order-service").unwrap(),
             created,
             Duration::from_secs(300),
         )

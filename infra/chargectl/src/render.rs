@@ -201,6 +201,7 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             op.params.payment_method.as_str().to_owned(),
         ),
         ("fingerprint", op.fingerprint.as_str().to_owned()),
+        ("requested by", op.requested_by.to_string()),
         ("idempotency key", op.idempotency_key().to_string()),
         ("payment intent", dash(op.external_id.as_deref())),
         ("attempts", op.attempts.to_string()),
@@ -284,6 +285,7 @@ mod tests {
                 customer_id: CustomerId::parse("cus_1").unwrap(),
                 payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
             },
+            charge_once::Principal::jwt("order-service").unwrap(),
             NOW.minus(age),
             Duration::from_secs(300),
         )
@@ -408,6 +410,7 @@ mod tests {
             "cus_1",
             "pm_card_visa",
             "payment-op:",
+            "jwt:order-service",
             "stripe 500",
             "search found 2 matches",
             &NOW.minus(Duration::from_secs(30)).to_rfc3339(),
@@ -430,5 +433,6 @@ mod tests {
         assert_eq!(json["first_attempted_at"], Value::Null);
         assert_eq!(json["params"]["amount"], 1250);
         assert_eq!(json["status"], "pending");
+        assert_eq!(json["requested_by"], "jwt:order-service");
     }
 }

@@ -75,9 +75,41 @@ impl StripeConfig {
     }
 }
 
+/// Checks a Stripe API base URL: `https://` to any host, plain `http://` only to a loopback
+/// address (`localhost`, `127.0.0.0/8`, `[::1]`: the simulator on this machine). The secret key
+/// travels in every request's `Authorization` header, so nothing else may go in clear text.
+/// Also refuses credentials, a query or a fragment in the base (they would leak into every URL).
+pub fn check_api_base(base: &str) -> Result<(), String> {
+    let url = reqwest::Url::parse(base).map_err(|e| format!("{base:?} is not a URL ({e})"))?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{base:?} must not have a query or fragment"));
+    }
+    let host = url.host_str().unwrap_or("");
+    match url.scheme() {
+        "https" if !host.is_empty() => Ok(()),
+        "http" if is_loopback(host) => Ok(()),
+        "http" => Err(format!(
+            "{base:?}: plain http:// is allowed only to a loopback address (the simulator); \
+             use https:// for {host:?}"
+        )),
+        _ => Err(format!("{base:?} must be an https:// URL")),
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StripeInitError {
-    #[error("STRIPE_API_BASE must be an http(s) URL, got {0:?}")]
+    #[error("STRIPE_API_BASE is refused: {0}")]
     BadBase(String),
     #[error("cannot build the HTTP client")]
     Client(#[source] reqwest::Error),
@@ -121,9 +153,7 @@ impl fmt::Debug for StripeGateway {
 impl StripeGateway {
     pub fn new(cfg: StripeConfig) -> Result<Self, StripeInitError> {
         let base = cfg.api_base.trim_end_matches('/').to_owned();
-        if !(base.starts_with("https://") || base.starts_with("http://")) {
-            return Err(StripeInitError::BadBase(base));
-        }
+        check_api_base(&base).map_err(StripeInitError::BadBase)?;
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.connect_timeout)
             .timeout(cfg.timeout)
@@ -652,5 +682,41 @@ mod tests {
             ..answer(503, "{}")
         };
         assert!(worth_retrying(&Ok(told_to)));
+    }
+    #[test]
+    fn stripe_is_reached_over_tls_except_on_loopback() {
+        for ok in [
+            "https://api.stripe.com",
+            "https://stripe-sim.staging.example.com:8443",
+            "http://127.0.0.1:12111",
+            "http://127.3.2.1",
+            "http://localhost:12111",
+            "http://[::1]:12111",
+        ] {
+            assert_eq!(check_api_base(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://api.stripe.com",
+            "http://10.0.0.5:12111",
+            "http://localhost.evil.example:80",
+            "http://127.0.0.1.nip.io",
+            "ftp://api.stripe.com",
+            "https://user:pw@api.stripe.com",
+            "https://api.stripe.com/?x=1",
+            "api.stripe.com",
+            "",
+        ] {
+            assert!(check_api_base(bad).is_err(), "{bad}");
+        }
+        let err = StripeGateway::new(StripeConfig::new(
+            "http://api.stripe.com",
+            SecretKey::new("sk_test_secret_value"),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("loopback") && !err.contains("sk_test"),
+            "{err}"
+        );
     }
 }

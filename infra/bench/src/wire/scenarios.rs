@@ -422,6 +422,7 @@ impl Seed {
         let op = charge_once::Operation::new(
             OrderId::parse("ord-1001").expect("order id"),
             params,
+            charge_once::Principal::jwt("bench").expect("principal"),
             self.stack.side.clock.now(),
             ChargePolicy::default().pending_grace,
         );

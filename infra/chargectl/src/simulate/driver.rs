@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerIamDescription, ApiGatewayV2httpRequest,
+};
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
@@ -90,6 +92,9 @@ pub fn plan_orders(n: u32, seed: u64, faults: &Faults) -> Vec<Order> {
         .collect()
 }
 
+/// The order service as the simulated checkouts' authenticated caller.
+const SIMULATED_CALLER: &str = "arn:aws:sts::000000000000:assumed-role/order-service/simulate";
+
 fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
     let mut req = ApiGatewayV2httpRequest::default();
     req.request_context.http.method = Method::POST;
@@ -98,6 +103,12 @@ fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
         .insert("order_id".into(), order.order_id.clone());
     req.headers
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // As API Gateway's IAM authorizer delivers a signed request from the order service.
+    let mut iam = ApiGatewayRequestAuthorizerIamDescription::default();
+    iam.user_arn = Some(SIMULATED_CALLER.into());
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.iam = Some(iam);
+    req.request_context.authorizer = Some(authorizer);
     req.body = Some(
         json!({
             "amount": amount,

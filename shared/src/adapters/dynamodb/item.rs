@@ -7,6 +7,7 @@
 //! | `operation_id` | S | uuid |
 //! | `amount` | N | minor units |
 //! | `currency`, `customer_id`, `payment_method`, `fingerprint` | S | |
+//! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`) |
 //! | `status` | S | `pending`, `unknown`, `succeeded`, `failed` |
 //! | `external_id`, `last_error` | S | optional |
 //! | `attempts`, `redrives` | N | |
@@ -22,7 +23,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, OperationKind, OrderId,
-    PaymentMethodId,
+    PaymentMethodId, Principal,
 };
 use crate::operation::{
     Lease, LeaseToken, Operation, OperationKey, OperationStatus, Resolution, Review,
@@ -71,6 +72,7 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             attr_s(op.params.payment_method.as_str()),
         ),
         ("fingerprint".to_owned(), attr_s(op.fingerprint.as_str())),
+        ("requested_by".to_owned(), attr_s(op.requested_by.as_str())),
         ("status".to_owned(), attr_s(op.status.as_str())),
         ("attempts".to_owned(), attr_n(op.attempts)),
         ("redrives".to_owned(), attr_n(op.redrives)),
@@ -209,6 +211,10 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
             )?,
         },
         fingerprint: Fingerprint::from_stored(req_s(item, "fingerprint")?.to_owned()),
+        requested_by: domain(
+            "requested_by",
+            Principal::parse(req_s(item, "requested_by")?),
+        )?,
         status: domain("status", OperationStatus::parse(req_s(item, "status")?))?,
         external_id: get_s(item, "external_id")?.map(str::to_owned),
         attempts: req_n(item, "attempts")?,
@@ -238,6 +244,7 @@ mod tests {
                 customer_id: CustomerId::parse("cus_1").unwrap(),
                 payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
             },
+            Principal::jwt("order-service").unwrap(),
             Timestamp::from_millis(1_800_000_000_000),
             Duration::from_secs(300),
         );
@@ -289,5 +296,11 @@ mod tests {
         let mut item = operation_to_item(&sample());
         item.remove("operation_id");
         assert!(operation_from_item(&item).is_err());
+        let mut item = operation_to_item(&sample());
+        item.insert("requested_by".into(), attr_s("anonymous"));
+        assert!(operation_from_item(&item)
+            .unwrap_err()
+            .to_string()
+            .contains("requested_by"));
     }
 }
