@@ -7,7 +7,10 @@
 //! - the table's keys and indexes are the ones `DynamoStore` queries (`UNKNOWN_INDEX`,
 //!   `OPERATION_ID_INDEX`), and the reconciler may query exactly the unknown index;
 //! - the Lambda settings the deployment relies on (runtime, arm64, cargo-lambda build, JSON logs,
-//!   partial batch responses, one reconciler at a time).
+//!   partial batch responses, one reconciler at a time);
+//! - the door: every HTTP route has an IAM or JWT authorizer in every configuration (IAM by
+//!   default, no unauthenticated choice), the invoke grant names exactly the checkout route and the
+//!   caller-role parameter, the API writes JSON access logs and pages on 5xx.
 //!
 //! CloudFormation's short tags (`!Ref`, `!GetAtt`, `!Sub`, …) parse as tagged values; [`plain`]
 //! looks through them.
@@ -181,6 +184,10 @@ fn no_iam_statement_has_a_wildcard_and_no_policy_is_attached_by_name() {
     );
     for (path, st) in &found {
         for field in ["Action", "NotAction", "Resource", "NotResource"] {
+            // The one `*` allowed: a path parameter in the route grant (`/orders/*/charge`).
+            if field == "Resource" && is_route_grant(st) {
+                continue;
+            }
             let Some(v) = get(st, field) else { continue };
             let mut texts = Vec::new();
             strings(v, &mut texts);
@@ -495,5 +502,274 @@ fn functions_are_arm64_cargo_lambda_builds_with_json_logs() {
         get(props(reconciler), "ReservedConcurrentExecutions").map(number),
         Some(1),
         "never two reconciler ticks at once"
+    );
+}
+
+/// `execute-api:Invoke` on one route: `…:execute-api:…:<api>/<stage>/<METHOD>/<path>`, whose only
+/// `*` are whole path segments standing for path parameters; never in the API id, stage or method.
+fn is_route_grant(st: &Value) -> bool {
+    if str_at(st, "Action") != Some("execute-api:Invoke") {
+        return false;
+    }
+    let Some(resource) = str_at(st, "Resource") else {
+        return false;
+    };
+    let Some((_, tail)) = resource.split_once(":execute-api:") else {
+        return false;
+    };
+    let parts: Vec<&str> = tail.split('/').collect();
+    parts.len() >= 4
+        && parts[..3].iter().all(|p| !p.contains('*'))
+        && parts[3..].iter().all(|p| *p == "*" || !p.contains('*'))
+        && parts[3..].iter().any(|p| *p != "*")
+}
+
+/// The branches of a value that may be `!If [condition, a, b]`: `[a, b]`, or `[value]`.
+fn branches(v: &Value) -> Vec<&Value> {
+    if let Value::Tagged(t) = v {
+        if t.tag == "If" {
+            if let Some(seq) = plain(&t.value).as_sequence() {
+                return seq.iter().skip(1).flat_map(branches).collect();
+            }
+        }
+    }
+    vec![v]
+}
+
+fn parameter<'a>(t: &'a Value, name: &str) -> &'a Value {
+    get(get(t, "Parameters").expect("Parameters"), name)
+        .unwrap_or_else(|| panic!("parameter {name}"))
+}
+
+#[test]
+fn every_route_is_authenticated_and_iam_is_the_default() {
+    let t = template();
+    // No unauthenticated choice exists, and IAM is what a deploy without parameters gets.
+    let auth = parameter(&t, "CheckoutAuth");
+    assert_eq!(str_at(auth, "Default"), Some("IAM"));
+    let allowed: Vec<&str> = get(auth, "AllowedValues")
+        .and_then(Value::as_sequence)
+        .expect("CheckoutAuth AllowedValues")
+        .iter()
+        .filter_map(|v| plain(v).as_str())
+        .collect();
+    assert_eq!(allowed, ["IAM", "JWT"]);
+
+    // Routes come only from plain ApiGatewayV2 routes, each checked here: no SAM API event or
+    // SAM API resource could add one without an authorizer.
+    for (id, f) in of_type(&t, "AWS::Serverless::Function") {
+        if let Some(events) = get(props(f), "Events").and_then(Value::as_mapping) {
+            for (name, e) in events {
+                let ty = str_at(e, "Type").unwrap_or_default();
+                assert!(
+                    !matches!(ty, "HttpApi" | "Api"),
+                    "{id}: event {name:?} adds an API route outside the checked ones"
+                );
+            }
+        }
+    }
+    for ty in ["AWS::Serverless::HttpApi", "AWS::Serverless::Api"] {
+        assert!(
+            of_type(&t, ty).is_empty(),
+            "{ty}: routes are declared as ApiGatewayV2 routes"
+        );
+    }
+    let routes = of_type(&t, "AWS::ApiGatewayV2::Route");
+    assert!(!routes.is_empty(), "the checkout route");
+    for (id, r) in &routes {
+        let kinds: Vec<&str> = branches(raw_prop(r, "AuthorizationType"))
+            .into_iter()
+            .map(|v| plain(v).as_str().expect("a literal authorization type"))
+            .collect();
+        assert!(
+            kinds.iter().all(|k| matches!(*k, "AWS_IAM" | "JWT")),
+            "{id}: authorization {kinds:?} (NONE is never allowed)"
+        );
+        if kinds.contains(&"JWT") {
+            let scopes = raw_prop(r, "AuthorizationScopes");
+            assert!(
+                branches(scopes)
+                    .iter()
+                    .any(|b| plain(b).as_sequence().is_some()),
+                "{id}: a JWT route requires a scope"
+            );
+            let authorizer = branches(raw_prop(r, "AuthorizerId"))
+                .into_iter()
+                .find_map(logical_id_of)
+                .expect("a JWT route names its authorizer");
+            let a = props(
+                resources(&t)
+                    .into_iter()
+                    .find(|(i, _)| *i == authorizer)
+                    .expect("the JWT authorizer")
+                    .1,
+            );
+            assert_eq!(str_at(a, "AuthorizerType"), Some("JWT"));
+            let jwt = get(a, "JwtConfiguration").expect("JwtConfiguration");
+            assert_eq!(
+                logical_id_of(raw(jwt, "Issuer")).as_deref(),
+                Some("JwtIssuer")
+            );
+            assert_eq!(
+                logical_id_of(raw(jwt, "Audience")).as_deref(),
+                Some("JwtAudience")
+            );
+        }
+    }
+    let checkout = routes
+        .iter()
+        .find(|(_, r)| str_at(props(r), "RouteKey") == Some("POST /orders/{order_id}/charge"))
+        .expect("the checkout route");
+    // IAM unless the parameter says JWT: the condition that picks JWT is CheckoutAuth = JWT.
+    let auth_type = raw_prop(checkout.1, "AuthorizationType");
+    let Value::Tagged(tagged) = auth_type else {
+        panic!("the checkout route's authorization follows CheckoutAuth")
+    };
+    let seq = plain(&tagged.value)
+        .as_sequence()
+        .expect("!If [cond, JWT, AWS_IAM]");
+    assert_eq!(
+        (plain(&seq[1]).as_str(), plain(&seq[2]).as_str()),
+        (Some("JWT"), Some("AWS_IAM"))
+    );
+    let condition = plain(&seq[0]).as_str().expect("condition name");
+    let cond = get(get(&t, "Conditions").unwrap(), condition).expect("the condition");
+    let mut words = Vec::new();
+    strings(cond, &mut words);
+    assert_eq!(words, ["CheckoutAuth", "JWT"], "{condition}");
+}
+
+#[test]
+fn the_invoke_grant_names_the_checkout_route_and_the_caller_roles_only() {
+    let t = template();
+    let mut grants = Vec::new();
+    for (id, r) in resources(&t) {
+        let mut found = Vec::new();
+        statements(r, id.clone(), &mut found);
+        for (path, st) in found {
+            let mut actions = Vec::new();
+            strings(get(&st, "Action").unwrap(), &mut actions);
+            if actions.iter().any(|a| a.starts_with("execute-api:")) {
+                grants.push((id.clone(), path, st));
+            }
+        }
+    }
+    assert_eq!(grants.len(), 1, "one execute-api grant: {grants:?}");
+    let (policy_id, path, st) = &grants[0];
+    assert_eq!(str_at(st, "Action"), Some("execute-api:Invoke"), "{path}");
+    assert_eq!(str_at(st, "Effect"), Some("Allow"));
+    assert!(is_route_grant(st), "{path}: one route");
+
+    // Exactly the checkout route of this API's stage: the route key with {params} as `*`.
+    let (api_id, _) = of_type(&t, "AWS::ApiGatewayV2::Api")
+        .into_iter()
+        .next()
+        .expect("the HTTP API");
+    let route_key = "POST /orders/{order_id}/charge";
+    let (method, route_path) = route_key.split_once(' ').unwrap();
+    let arn_path: Vec<&str> = route_path
+        .split('/')
+        .map(|seg| if seg.starts_with('{') { "*" } else { seg })
+        .collect();
+    assert_eq!(
+        str_at(st, "Resource"),
+        Some(
+            format!(
+                "arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{{api_id}}}/$default/{method}{}",
+                arn_path.join("/")
+            )
+            .as_str()
+        )
+    );
+
+    // Granted to the caller-role parameter and nothing else.
+    let policy = resources(&t)
+        .into_iter()
+        .find(|(i, _)| i == policy_id)
+        .unwrap()
+        .1;
+    assert_eq!(str_at(policy, "Type"), Some("AWS::IAM::ManagedPolicy"));
+    let p = props(policy);
+    assert!(get(p, "Users").is_none() && get(p, "Groups").is_none());
+    let roles: Vec<String> = branches(raw(p, "Roles"))
+        .into_iter()
+        .filter_map(|b| match b {
+            Value::Tagged(t) if t.tag == "Ref" => plain(&t.value).as_str().map(str::to_owned),
+            _ => None,
+        })
+        .filter(|r| r != "AWS::NoValue")
+        .collect();
+    assert_eq!(roles, ["CheckoutCallerRoleNames"]);
+    assert_eq!(
+        str_at(parameter(&t, "CheckoutCallerRoleNames"), "Type"),
+        Some("CommaDelimitedList")
+    );
+}
+
+#[test]
+fn the_api_writes_json_access_logs_and_pages_on_5xx() {
+    let t = template();
+    let (api_id, _) = of_type(&t, "AWS::ApiGatewayV2::Api")
+        .into_iter()
+        .next()
+        .expect("the HTTP API");
+    let stages = of_type(&t, "AWS::ApiGatewayV2::Stage");
+    assert_eq!(stages.len(), 1);
+    let stage = props(stages[0].1);
+    let logs = get(stage, "AccessLogSettings").expect("access logging on");
+    let group = logical_id_of(raw(logs, "DestinationArn")).expect("a log group");
+    let group = resources(&t)
+        .into_iter()
+        .find(|(i, _)| *i == group)
+        .unwrap()
+        .1;
+    assert_eq!(str_at(group, "Type"), Some("AWS::Logs::LogGroup"));
+    assert_eq!(
+        logical_id_of(raw_prop(group, "RetentionInDays")).as_deref(),
+        Some("LogRetentionDays"),
+        "the stack's retention"
+    );
+    let format: serde_json::Value =
+        serde_json::from_str(str_at(logs, "Format").expect("Format")).expect("JSON access log");
+    for key in [
+        "requestId",
+        "sourceIp",
+        "callerArn",
+        "jwtSub",
+        "routeKey",
+        "status",
+        "latencyMs",
+    ] {
+        assert!(format.get(key).is_some(), "access log lacks {key}");
+    }
+
+    let alarms: Vec<_> = of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .filter(|(_, a)| {
+            let p = props(a);
+            str_at(p, "Namespace") == Some("AWS/ApiGateway")
+                && str_at(p, "MetricName") == Some("5xx")
+        })
+        .collect();
+    assert_eq!(alarms.len(), 1, "one API 5xx alarm");
+    let p = props(alarms[0].1);
+    let dims = get(p, "Dimensions").and_then(Value::as_sequence).unwrap();
+    assert!(dims.iter().any(|d| str_at(d, "Name") == Some("ApiId")
+        && logical_id_of(raw(d, "Value")).as_deref() == Some(api_id.as_str())));
+    let mut actions = Vec::new();
+    strings(get(p, "AlarmActions").expect("AlarmActions"), &mut actions);
+    assert!(actions.iter().any(|a| a == "AlarmTopicArn"), "{actions:?}");
+}
+
+#[test]
+fn stripe_is_reached_over_tls_only() {
+    let t = template();
+    let base = parameter(&t, "StripeApiBase");
+    assert!(str_at(base, "Default").unwrap().starts_with("https://"));
+    assert!(
+        str_at(base, "AllowedPattern")
+            .unwrap()
+            .starts_with("^https://"),
+        "the parameter admits https:// only"
     );
 }

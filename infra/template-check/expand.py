@@ -50,6 +50,25 @@ def has_wildcard(value):
     return False
 
 
+def is_route_grant(st):
+    """`execute-api:Invoke` on one route: ARN `.../<api>/<stage>/<METHOD>/<path>` whose only `*`
+    are whole path segments standing for path parameters (`/orders/*/charge` for
+    `/orders/{order_id}/charge`); never in the API id, stage or method."""
+    if st.get("Action") != "execute-api:Invoke":
+        return False
+    res = st.get("Resource")
+    text = res.get("Fn::Sub") if isinstance(res, dict) else res
+    if not isinstance(text, str) or ":execute-api:" not in text:
+        return False
+    parts = text.split(":execute-api:", 1)[1].split("/")
+    if len(parts) < 4:
+        return False
+    api_stage_method, path = parts[:3], parts[3:]
+    return all("*" not in p for p in api_stage_method) and all(
+        p == "*" or "*" not in p for p in path
+    ) and any(p != "*" for p in path)
+
+
 def managed_name(arn):
     # {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/NAME"} or a plain string
     text = arn.get("Fn::Sub") if isinstance(arn, dict) else arn
@@ -78,6 +97,8 @@ def main():
     walk_statements(out.get("Resources", {}), "Resources", statements)
     for where, st in statements:
         for field in ("Action", "NotAction", "Resource", "NotResource"):
+            if field == "Resource" and is_route_grant(st):
+                continue
             if field in st and has_wildcard(st[field]):
                 problems.append(f"{where}: wildcard in {field}: {json.dumps(st[field])}")
     roles = 0
