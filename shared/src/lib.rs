@@ -10,6 +10,8 @@
 //! - [`time`]: `Timestamp` (milliseconds since the epoch) and the injected [`time::Clock`].
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once: [`outcome::outcome_for`] and [`outcome::GatewayError`].
+//! - [`outbox`]: which committed change is an outcome the order service must learn, the event
+//!   that says it (stable `event_id`), and the [`outbox::OutcomePublisher`] port.
 //! - [`ports`]: the traits the core needs from the world: [`ports::OperationStore`],
 //!   [`ports::ChargeQueue`], [`ports::PaymentGateway`].
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
@@ -29,6 +31,7 @@ pub mod domain;
 pub mod executor;
 pub mod memory;
 pub mod operation;
+pub mod outbox;
 pub mod outcome;
 pub mod ports;
 pub mod reconciler;

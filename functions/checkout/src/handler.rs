@@ -1,4 +1,5 @@
-//! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`.
+//! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`,
+//! and `GET /orders/{order_id}/charge` for where that charge stands.
 //!
 //! Who may call: the route is authenticated by API Gateway (IAM/SigV4 by default, or a JWT
 //! authorizer; see template.yaml's `CheckoutAuth`). The caller is the merchant's order service and is
@@ -10,7 +11,9 @@
 //!
 //! | answer | when | what changed |
 //! |---|---|---|
-//! | 401 | no authenticated principal in `requestContext.authorizer` | nothing |
+//! | 401 | no authenticated principal in `requestContext.authorizer` (POST or GET) | nothing |
+//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?}` | the order has a charge | nothing (one consistent GetItem) |
+//! | GET 404 | no charge for this order | nothing |
 //! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
 //! | 200 `{operation_id, status}` | same order, same parameters | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
 //! | 409 | same order, different parameters | nothing |
@@ -31,6 +34,7 @@ use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
+use charge_once::OperationKey;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
     PaymentMethodId, Principal, ValidationError,
@@ -140,14 +144,25 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     };
     let span = tracing::Span::current();
     span.record("requested_by", tracing::field::display(&requested_by));
-    if req.request_context.http.method != Method::POST {
-        let mut reply = error(405, "method_not_allowed", "use POST", None);
-        reply.header = Some((ALLOW, "POST"));
+    let method = &req.request_context.http.method;
+    if *method != Method::POST && *method != Method::GET {
+        let mut reply = error(405, "method_not_allowed", "use POST or GET", None);
+        reply.header = Some((ALLOW, "POST, GET"));
         return Err(reply);
     }
-    let raw_order = order_id_from(req)
-        .ok_or_else(|| error(404, "not_found", "POST /orders/{order_id}/charge", None))?;
+    let raw_order = order_id_from(req).ok_or_else(|| {
+        error(
+            404,
+            "not_found",
+            "POST or GET /orders/{order_id}/charge",
+            None,
+        )
+    })?;
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
+    span.record("order_id", tracing::field::display(&order_id));
+    if *method == Method::GET {
+        return status_of(deps, order_id).await;
+    }
     if !media_type_is_json(req) {
         return Err(error(
             415,
@@ -166,7 +181,6 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         deps.clock.now(),
         deps.pending_grace,
     );
-    span.record("order_id", tracing::field::display(&op.order_id));
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
         error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
         unavailable()
@@ -204,6 +218,42 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
             Ok(accepted(200, &existing))
         }
     }
+}
+
+/// `GET /orders/{order_id}/charge`: where the order's charge stands, from one strongly consistent
+/// read of the record (no Stripe call, nothing written).
+async fn status_of(deps: &Checkout, order_id: OrderId) -> Answer {
+    let key = OperationKey::charge(order_id);
+    let op = deps.store.get(&key).await.map_err(|e| {
+        error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+        unavailable()
+    })?;
+    let Some(op) = op else {
+        return Err(error(
+            404,
+            "order_not_found",
+            "no charge was requested for this order",
+            None,
+        ));
+    };
+    tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
+    let mut body = json!({
+        "order_id": op.order_id.as_str(),
+        "operation_id": op.operation_id.to_string(),
+        "status": op.status.as_str(),
+        "payment_intent": op.external_id,
+        "amount": op.params.amount.minor_units(),
+        "currency": op.params.currency.as_str(),
+        "updated_at": op.updated_at.to_rfc3339(),
+    });
+    if let Some(review) = &op.review {
+        body["review_reason"] = json!(review.reason);
+    }
+    Ok(Reply {
+        status: 200,
+        body,
+        header: None,
+    })
 }
 
 async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
@@ -522,7 +572,7 @@ mod tests {
         assert_eq!(call(&f, req).await.0, 413);
 
         let mut req = event("checkout-valid.json");
-        req.request_context.http.method = Method::GET;
+        req.request_context.http.method = Method::DELETE;
         assert_eq!(call(&f, req).await.0, 405);
 
         let mut req = event("checkout-valid.json");
@@ -708,5 +758,55 @@ mod tests {
         let req: ApiGatewayV2httpRequest = serde_json::from_value(generated).unwrap();
         assert_eq!(call(&f, req).await.0, 401);
         assert_eq!(f.store.all().len(), 1);
+    }
+    #[tokio::test]
+    async fn get_answers_where_the_charge_stands() {
+        let f = fixture();
+        let (status, body) = call(&f, event("checkout-status.json")).await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"]["code"], "order_not_found");
+
+        let (_, created) = call(&f, event("checkout-valid.json")).await;
+        let writes = f
+            .store
+            .calls
+            .writes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (status, body) = call(&f, event("checkout-status.json")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["order_id"], "ord-1001");
+        assert_eq!(body["operation_id"], created["operation_id"]);
+        assert_eq!(body["status"], "pending");
+        assert_eq!(body["payment_intent"], Value::Null);
+        assert_eq!(body["amount"], 1250);
+        assert_eq!(body["currency"], "usd");
+        assert!(body["updated_at"].as_str().unwrap().ends_with('Z'));
+        assert!(body.get("review_reason").is_none());
+
+        // Settled and in review show what a person or the order service needs.
+        let mut op = f.store.all().pop().unwrap();
+        op.status = OperationStatus::Succeeded;
+        op.external_id = Some("pi_3Q".into());
+        op.review = Some(charge_once::Review {
+            reason: "search found 2".into(),
+            flagged_at: op.created_at,
+        });
+        f.store.put_for_tests(op);
+        let (_, body) = call(&f, event("checkout-status.json")).await;
+        assert_eq!(body["status"], "succeeded");
+        assert_eq!(body["payment_intent"], "pi_3Q");
+        assert_eq!(body["review_reason"], "search found 2");
+
+        // The same door as the POST, and a read never writes or queues.
+        let (status, _) = call(&f, without_authorizer(event("checkout-status.json"))).await;
+        assert_eq!(status, 401);
+        assert_eq!(
+            f.store
+                .calls
+                .writes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            writes
+        );
+        assert_eq!(f.queue.len(), 1);
     }
 }

@@ -1,0 +1,38 @@
+//! The notify function: the relay of the outbox. It reads the operations table's DynamoDB Stream
+//! (old and new image of every committed write) and publishes each outcome — succeeded, failed, or
+//! into review — to the stack's EventBridge bus, at least once.
+//!
+//! - [`handler`]: stream batch → outcomes ([`charge_once::outbox::outcome_of`]) → PutEvents;
+//!   partial batch failures so Lambda retries from the first record not published.
+//! - [`eventbridge`]: the [`charge_once::outbox::OutcomePublisher`] on EventBridge.
+//! - [`NotifyConfig`]: what it reads from the environment, once, at init.
+//!
+//! Why a function and not EventBridge Pipes: the event id is a hash of the operation id and the
+//! outcome (Pipes' input transformers cannot hash), deciding "is this change an outcome" needs the
+//! old and the new image compared (a filter sees one pattern at a time), and the relay must be
+//! testable on the local stack (moto serves the stream and PutEvents, not Pipes).
+
+pub mod eventbridge;
+pub mod handler;
+
+use charge_once::config::{self, ConfigError, Env};
+
+/// `EVENT_BUS_NAME`: the bus outcome events go to.
+pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+
+/// Configuration of the notify function.
+#[derive(Debug, Clone)]
+pub struct NotifyConfig {
+    pub event_bus_name: String,
+}
+
+impl NotifyConfig {
+    /// Every variable this function reads.
+    pub const ENV_VARS: &'static [&'static str] = &[EVENT_BUS_NAME];
+
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            event_bus_name: config::required(env, EVENT_BUS_NAME)?,
+        })
+    }
+}

@@ -1,0 +1,30 @@
+//! Wires the notify function: configuration, the EventBridge client (once per execution
+//! environment), tracing, then the runtime loop.
+
+use notify::eventbridge::EventBridgePublisher;
+use notify::handler::{handle, Notify};
+use notify::NotifyConfig;
+use std::sync::Arc;
+
+use charge_once::config::ProcessEnv;
+use charge_once::SystemClock;
+use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let config = NotifyConfig::from_env(&ProcessEnv)?;
+    let aws = aws_config::load_from_env().await;
+    let deps = Notify {
+        publisher: Arc::new(EventBridgePublisher::new(
+            aws_sdk_eventbridge::Client::new(&aws),
+            &config.event_bus_name,
+        )),
+        clock: Arc::new(SystemClock),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
+}

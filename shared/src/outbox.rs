@@ -1,0 +1,295 @@
+//! The outbox: which committed change of an operation record is an outcome the order service must
+//! learn, and the event that tells it.
+//!
+//! There is no second write: the record's own change, as the table's stream delivers it (the image
+//! before and after one committed write), *is* the outbox entry. A relay reads the stream, asks
+//! [`outcome_of`] whether the change is an outcome, and publishes the [`OutcomeEvent`] at least
+//! once. Consumers deduplicate on [`OutcomeEvent::event_id`] = sha256(operation id, outcome): the
+//! same change replayed, or a later change that keeps the outcome, gives the same id.
+//!
+//! | change (before → after) | event |
+//! |---|---|
+//! | anything but `succeeded` → `succeeded` | `ChargeSucceeded` |
+//! | anything but `failed` → `failed` | `ChargeFailed` |
+//! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
+//! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::operation::{Operation, OperationStatus};
+
+/// `source` of every outcome event.
+pub const SOURCE: &str = "charge-once";
+/// `detail.v`: bumped on any change a consumer could notice (fields removed or renamed).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The outcome an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    NeedsReview,
+}
+
+impl Outcome {
+    /// EventBridge `detail-type`.
+    pub fn detail_type(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "ChargeSucceeded",
+            Outcome::Failed => "ChargeFailed",
+            Outcome::NeedsReview => "ChargeNeedsReview",
+        }
+    }
+
+    /// `detail.status`, and the second input of the event id.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::NeedsReview => "needs_review",
+        }
+    }
+}
+
+/// One outcome event, ready to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeEvent {
+    pub outcome: Outcome,
+    /// sha256 of `v1`, the operation id and the outcome's status, hex: stable across replays.
+    pub event_id: String,
+    pub operation: Operation,
+}
+
+impl OutcomeEvent {
+    pub fn new(outcome: Outcome, operation: Operation) -> Self {
+        Self {
+            event_id: event_id(&operation, outcome),
+            outcome,
+            operation,
+        }
+    }
+
+    /// The event's `detail` (schema: docs/outcome-event.schema.json). No customer or card data
+    /// beyond the ids the order service sent.
+    pub fn detail(&self) -> Value {
+        let op = &self.operation;
+        let mut detail = json!({
+            "v": SCHEMA_VERSION,
+            "event_id": self.event_id,
+            "order_id": op.order_id.as_str(),
+            "operation_id": op.operation_id.to_string(),
+            "status": self.outcome.status(),
+            "payment_intent": op.external_id,
+            "amount": op.params.amount.minor_units(),
+            "currency": op.params.currency.as_str(),
+            "occurred_at": op.updated_at.to_rfc3339(),
+        });
+        if self.outcome == Outcome::NeedsReview {
+            detail["review_reason"] = json!(op.review.as_ref().map(|r| r.reason.as_str()));
+        }
+        detail
+    }
+}
+
+fn event_id(op: &Operation, outcome: Outcome) -> String {
+    let digest = Sha256::digest(format!("v1\n{}\n{}", op.operation_id, outcome.status()));
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The outcome a committed change reports, if any (see the module table). `before` is `None` for
+/// a newly inserted record.
+pub fn outcome_of(before: Option<&Operation>, after: &Operation) -> Option<OutcomeEvent> {
+    let was = |status: OperationStatus| before.is_some_and(|b| b.status == status);
+    let outcome = match after.status {
+        OperationStatus::Succeeded if !was(OperationStatus::Succeeded) => Outcome::Succeeded,
+        OperationStatus::Failed if !was(OperationStatus::Failed) => Outcome::Failed,
+        OperationStatus::Pending | OperationStatus::Unknown
+            if after.review.is_some() && before.is_none_or(|b| b.review.is_none()) =>
+        {
+            Outcome::NeedsReview
+        }
+        _ => return None,
+    };
+    Some(OutcomeEvent::new(outcome, after.clone()))
+}
+
+/// Publishing failed for the whole call (the entries' own failures are [`Published::failed`]).
+#[derive(Debug, thiserror::Error)]
+pub struct PublishError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl PublishError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// What a publish call did: the indexes (into the slice given) of the events not accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Published {
+    pub failed: Vec<usize>,
+}
+
+/// Where outcome events go (EventBridge in production). At least once: a caller re-publishes what
+/// failed, and consumers deduplicate on `event_id`.
+#[async_trait]
+pub trait OutcomePublisher: Send + Sync {
+    /// Publishes up to [`MAX_BATCH`] events in one call.
+    async fn publish(&self, events: &[OutcomeEvent]) -> Result<Published, PublishError>;
+}
+
+/// EventBridge's PutEvents takes at most 10 entries.
+pub const MAX_BATCH: usize = 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, PaymentMethodId, Principal};
+    use crate::operation::Review;
+    use crate::time::Timestamp;
+    use crate::OrderId;
+    use std::time::Duration;
+
+    fn op(status: OperationStatus) -> Operation {
+        let mut op = Operation::new(
+            OrderId::parse("ord-outbox").unwrap(),
+            ChargeParams {
+                amount: Amount::new(1250).unwrap(),
+                currency: Currency::parse("usd").unwrap(),
+                customer_id: CustomerId::parse("cus_1").unwrap(),
+                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+            },
+            Principal::jwt("order-service").unwrap(),
+            Timestamp::from_millis(1_800_000_000_000),
+            Duration::from_secs(300),
+        );
+        op.status = status;
+        op
+    }
+
+    fn reviewed(mut op: Operation) -> Operation {
+        op.review = Some(Review {
+            reason: "search found 2".into(),
+            flagged_at: op.created_at,
+        });
+        op
+    }
+
+    fn kind(before: Option<&Operation>, after: &Operation) -> Option<Outcome> {
+        outcome_of(before, after).map(|e| e.outcome)
+    }
+
+    #[test]
+    fn transitions_that_are_outcomes() {
+        use OperationStatus::*;
+        let cases: Vec<(Option<Operation>, Operation, Option<Outcome>)> = vec![
+            // Settling, from any unsettled state, by the executor, the reconciler or a person.
+            (Some(op(Unknown)), op(Succeeded), Some(Outcome::Succeeded)),
+            (Some(op(Pending)), op(Succeeded), Some(Outcome::Succeeded)),
+            (Some(op(Pending)), op(Failed), Some(Outcome::Failed)),
+            (
+                Some(reviewed(op(Unknown))),
+                op(Failed),
+                Some(Outcome::Failed),
+            ),
+            // Into review.
+            (
+                Some(op(Unknown)),
+                reviewed(op(Unknown)),
+                Some(Outcome::NeedsReview),
+            ),
+            (
+                Some(op(Pending)),
+                reviewed(op(Pending)),
+                Some(Outcome::NeedsReview),
+            ),
+            // Not outcomes: the checkout insert, a claim, an unknown recorded, a reschedule in
+            // review, a settled record rewritten (cannot happen; would not publish twice anyway).
+            (None, op(Pending), None),
+            (Some(op(Pending)), op(Pending), None),
+            (Some(op(Pending)), op(Unknown), None),
+            (Some(reviewed(op(Unknown))), reviewed(op(Unknown)), None),
+            (Some(op(Succeeded)), op(Succeeded), None),
+            (Some(op(Failed)), op(Failed), None),
+        ];
+        for (before, after, want) in cases {
+            assert_eq!(
+                kind(before.as_ref(), &after),
+                want,
+                "{:?} -> {:?} (review {:?})",
+                before.as_ref().map(|b| b.status),
+                after.status,
+                after.review.is_some()
+            );
+        }
+    }
+
+    #[test]
+    fn event_id_is_stable_per_operation_and_outcome() {
+        let before = op(OperationStatus::Unknown);
+        let mut after = op(OperationStatus::Succeeded);
+        after.operation_id = before.operation_id;
+        after.external_id = Some("pi_1".into());
+        let a = outcome_of(Some(&before), &after).unwrap();
+        let mut later = after.clone();
+        later.updated_at = later.updated_at.plus(Duration::from_secs(60));
+        let b = outcome_of(Some(&before), &later).unwrap();
+        assert_eq!(a.event_id, b.event_id, "a replay or a later image: same id");
+        assert_eq!(a.event_id.len(), 64);
+
+        let mut failed = after.clone();
+        failed.status = OperationStatus::Failed;
+        assert_ne!(
+            outcome_of(Some(&before), &failed).unwrap().event_id,
+            a.event_id
+        );
+        let other = op(OperationStatus::Succeeded);
+        assert_ne!(
+            outcome_of(Some(&before), &other).unwrap().event_id,
+            a.event_id
+        );
+
+        let detail = a.detail();
+        assert_eq!(detail["v"], 1);
+        assert_eq!(detail["event_id"], a.event_id.as_str());
+        assert_eq!(detail["order_id"], "ord-outbox");
+        assert_eq!(detail["operation_id"], after.operation_id.to_string());
+        assert_eq!(detail["status"], "succeeded");
+        assert_eq!(detail["payment_intent"], "pi_1");
+        assert_eq!(detail["amount"], 1250);
+        assert_eq!(detail["currency"], "usd");
+        assert!(detail.get("review_reason").is_none());
+        assert!(detail.get("customer_id").is_none() && detail.get("payment_method").is_none());
+
+        let review = outcome_of(Some(&before), &reviewed(before.clone())).unwrap();
+        assert_eq!(review.outcome.detail_type(), "ChargeNeedsReview");
+        assert_eq!(review.detail()["review_reason"], "search found 2");
+        assert_eq!(review.detail()["status"], "needs_review");
+    }
+}
