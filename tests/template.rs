@@ -112,6 +112,7 @@ fn each_function_gets_exactly_the_variables_its_config_reads() {
         ("checkout", checkout::CheckoutConfig::ENV_VARS),
         ("charge", charge::ChargeConfig::ENV_VARS),
         ("reconciler", reconciler::ReconcilerConfig::ENV_VARS),
+        ("notify", notify::NotifyConfig::ENV_VARS),
     ] {
         let (id, f) = function(&t, dir);
         let actual = env_names(&t, f);
@@ -470,7 +471,7 @@ fn the_table_is_the_one_the_store_queries() {
 #[test]
 fn functions_are_arm64_cargo_lambda_builds_with_json_logs() {
     let t = template();
-    for dir in ["checkout", "charge", "reconciler"] {
+    for dir in ["checkout", "charge", "reconciler", "notify"] {
         let (id, f) = function(&t, dir);
         let prop = |k: &str| {
             function_prop(&t, f, k)
@@ -640,7 +641,7 @@ fn every_route_is_authenticated_and_iam_is_the_default() {
 }
 
 #[test]
-fn the_invoke_grant_names_the_checkout_route_and_the_caller_roles_only() {
+fn the_invoke_grant_names_the_checkout_routes_and_the_caller_roles_only() {
     let t = template();
     let mut grants = Vec::new();
     for (id, r) in resources(&t) {
@@ -654,35 +655,45 @@ fn the_invoke_grant_names_the_checkout_route_and_the_caller_roles_only() {
             }
         }
     }
-    assert_eq!(grants.len(), 1, "one execute-api grant: {grants:?}");
-    let (policy_id, path, st) = &grants[0];
-    assert_eq!(str_at(st, "Action"), Some("execute-api:Invoke"), "{path}");
-    assert_eq!(str_at(st, "Effect"), Some("Allow"));
-    assert!(is_route_grant(st), "{path}: one route");
-
-    // Exactly the checkout route of this API's stage: the route key with {params} as `*`.
+    // Exactly one statement per authenticated route, each naming that route of this API's stage:
+    // the route key with {params} as `*`.
     let (api_id, _) = of_type(&t, "AWS::ApiGatewayV2::Api")
         .into_iter()
         .next()
         .expect("the HTTP API");
-    let route_key = "POST /orders/{order_id}/charge";
-    let (method, route_path) = route_key.split_once(' ').unwrap();
-    let arn_path: Vec<&str> = route_path
-        .split('/')
-        .map(|seg| if seg.starts_with('{') { "*" } else { seg })
-        .collect();
-    assert_eq!(
-        str_at(st, "Resource"),
-        Some(
-            format!(
-                "arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{{api_id}}}/$default/{method}{}",
-                arn_path.join("/")
-            )
-            .as_str()
+    let route_arn = |route_key: &str| {
+        let (method, route_path) = route_key.split_once(' ').unwrap();
+        let arn_path: Vec<&str> = route_path
+            .split('/')
+            .map(|seg| if seg.starts_with('{') { "*" } else { seg })
+            .collect();
+        format!(
+            "arn:${{AWS::Partition}}:execute-api:${{AWS::Region}}:${{AWS::AccountId}}:${{{api_id}}}/$default/{method}{}",
+            arn_path.join("/")
         )
-    );
+    };
+    let mut want: Vec<String> = of_type(&t, "AWS::ApiGatewayV2::Route")
+        .iter()
+        .map(|(_, r)| route_arn(str_at(props(r), "RouteKey").unwrap()))
+        .collect();
+    want.sort();
+    let mut granted: Vec<String> = grants
+        .iter()
+        .map(|(_, path, st)| {
+            assert_eq!(str_at(st, "Action"), Some("execute-api:Invoke"), "{path}");
+            assert_eq!(str_at(st, "Effect"), Some("Allow"), "{path}");
+            assert!(is_route_grant(st), "{path}: one route");
+            str_at(st, "Resource").unwrap().to_owned()
+        })
+        .collect();
+    granted.sort();
+    assert_eq!(granted, want);
+    assert!(want.iter().any(|a| a.ends_with("/POST/orders/*/charge")));
 
-    // Granted to the caller-role parameter and nothing else.
+    // Granted to the caller-role parameter and nothing else, by one policy.
+    let owners: BTreeSet<&String> = grants.iter().map(|(id, _, _)| id).collect();
+    assert_eq!(owners.len(), 1, "one invoke policy: {owners:?}");
+    let policy_id = owners.into_iter().next().unwrap();
     let policy = resources(&t)
         .into_iter()
         .find(|(i, _)| i == policy_id)
@@ -704,6 +715,110 @@ fn the_invoke_grant_names_the_checkout_route_and_the_caller_roles_only() {
         str_at(parameter(&t, "CheckoutCallerRoleNames"), "Type"),
         Some("CommaDelimitedList")
     );
+}
+
+#[test]
+fn the_outbox_stream_feeds_a_least_privilege_relay_with_a_dlq_and_alarms() {
+    let t = template();
+    let (table_id, table) = of_type(&t, "AWS::DynamoDB::Table")
+        .into_iter()
+        .next()
+        .unwrap();
+    assert_eq!(
+        get(props(table), "StreamSpecification").and_then(|s| str_at(s, "StreamViewType")),
+        Some("NEW_AND_OLD_IMAGES"),
+        "the relay compares old and new images"
+    );
+    let buses = of_type(&t, "AWS::Events::EventBus");
+    assert_eq!(buses.len(), 1);
+    let (bus_id, bus) = &buses[0];
+    let mut name = Vec::new();
+    strings(get(props(bus), "Name").unwrap(), &mut name);
+    assert_eq!(name, ["charge-once-${Stage}"]);
+
+    let (notify_id, notify) = function(&t, "notify");
+    let mut found = Vec::new();
+    statements(
+        get(props(notify), "Policies").unwrap(),
+        String::new(),
+        &mut found,
+    );
+    let mut by_action: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (_, st) in &found {
+        let (mut actions, mut res) = (Vec::new(), Vec::new());
+        strings(get(st, "Action").unwrap(), &mut actions);
+        strings(get(st, "Resource").unwrap(), &mut res);
+        for a in actions {
+            by_action.entry(a).or_default().extend(res.clone());
+        }
+    }
+    assert_eq!(
+        by_action["events:PutEvents"],
+        [format!("{bus_id}.Arn")],
+        "that bus only"
+    );
+    for a in [
+        "dynamodb:GetRecords",
+        "dynamodb:GetShardIterator",
+        "dynamodb:DescribeStream",
+    ] {
+        assert_eq!(by_action[a], [format!("{table_id}.StreamArn")], "{a}");
+    }
+    assert!(
+        by_action.keys().all(|a| a.starts_with("events:")
+            || a.starts_with("dynamodb:")
+            || a == "sqs:SendMessage"),
+        "{by_action:?}"
+    );
+    assert!(
+        !by_action.contains_key("dynamodb:PutItem")
+            && !by_action.contains_key("dynamodb:UpdateItem"),
+        "the relay never writes the table"
+    );
+
+    let mappings: Vec<_> = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .filter(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&notify_id))
+        .collect();
+    assert_eq!(mappings.len(), 1);
+    let m = props(mappings[0].1);
+    let mut source = Vec::new();
+    strings(raw(m, "EventSourceArn"), &mut source);
+    assert_eq!(source, [format!("{table_id}.StreamArn")]);
+    assert_eq!(str_at(m, "StartingPosition"), Some("TRIM_HORIZON"));
+    assert_eq!(
+        get(m, "BisectBatchOnFunctionError").and_then(Value::as_bool),
+        Some(true)
+    );
+    let types: Vec<_> = get(m, "FunctionResponseTypes")
+        .and_then(Value::as_sequence)
+        .map(|s| s.iter().filter_map(|v| plain(v).as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(types, ["ReportBatchItemFailures"]);
+    assert!(number(get(m, "MaximumRetryAttempts").unwrap()) >= 1);
+    let dlq = get(m, "DestinationConfig")
+        .and_then(|d| get(d, "OnFailure"))
+        .map(|o| logical_id_of(raw(o, "Destination")).unwrap())
+        .expect("an on-failure destination");
+    assert_eq!(by_action["sqs:SendMessage"], [format!("{dlq}.Arn")]);
+
+    let alarm = of_type(&t, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .find(|(_, a)| {
+            get(props(a), "Dimensions")
+                .and_then(Value::as_sequence)
+                .is_some_and(|d| {
+                    d.iter().any(|d| {
+                        let mut v = Vec::new();
+                        strings(raw(d, "Value"), &mut v);
+                        v == [format!("{dlq}.QueueName")]
+                    })
+                })
+        })
+        .expect("an alarm on the relay's DLQ");
+    let mut actions = Vec::new();
+    strings(get(props(alarm.1), "AlarmActions").unwrap(), &mut actions);
+    assert!(actions.iter().any(|a| a == "AlarmTopicArn"));
 }
 
 #[test]
