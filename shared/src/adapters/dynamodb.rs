@@ -153,7 +153,7 @@ impl DynamoStore {
     pub async fn create_table(&self) -> Result<(), StoreError> {
         use aws_sdk_dynamodb::types::{
             AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-            Projection, ProjectionType, ScalarAttributeType,
+            Projection, ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
         };
         let def = |name: &str, t: ScalarAttributeType| {
             AttributeDefinition::builder()
@@ -203,6 +203,14 @@ impl DynamoStore {
             .key_schema(key("sk", KeyType::Range)?)
             .global_secondary_indexes(index)
             .global_secondary_indexes(by_id)
+            // The outbox: the notify function reads old and new images of every write.
+            .stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::NewAndOldImages)
+                    .build()
+                    .map_err(|e| StoreError::with_source("bad stream specification", e))?,
+            )
             .send()
             .await
             .map_err(|e| sdk_error("CreateTable", e))?;

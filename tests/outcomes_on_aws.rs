@@ -1,0 +1,434 @@
+//! Outcomes flow back, on the local stack: the real handlers write to a DynamoDB table on moto, the
+//! test reads that table's stream from moto (DescribeStream, GetShardIterator, GetRecords), hands
+//! the records to the notify relay as Lambda's stream event source would, and reads what reached
+//! the EventBridge bus on moto through a rule with an SQS target. Also the `GET` status route.
+//!
+//! What moto cannot show, the template test holds instead: Lambda's own retries, bisection and
+//! on-failure destination (the relay's DLQ) for records reported failed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use aws_lambda_events::dynamodb::Event as StreamEvent;
+use aws_lambda_events::encodings::Body;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::executor::{ChargeDeps, ChargePolicy};
+use checkout::handler::Checkout;
+use lambda_runtime::{Context, LambdaEvent};
+use notify::eventbridge::EventBridgePublisher;
+use notify::handler::{image_json, relay, Notify};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use testkit::aws::{fresh_fifo_queue, fresh_store, receive_as_event, sdk_config, unique};
+use testkit::stripe::StripeSide;
+
+fn event(file: &str) -> ApiGatewayV2httpRequest {
+    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn for_order(
+    mut req: ApiGatewayV2httpRequest,
+    order: &str,
+    payment_method: &str,
+) -> ApiGatewayV2httpRequest {
+    req.path_parameters.insert("order_id".into(), order.into());
+    req.raw_path = Some(format!("/orders/{order}/charge"));
+    if req.body.is_some() {
+        req.body = Some(
+            json!({"amount": 1250, "currency": "usd", "customer_id": "cus_Q8xYz12AbC",
+                   "payment_method": payment_method})
+            .to_string(),
+        );
+    }
+    req
+}
+
+fn body(resp: &aws_lambda_events::apigw::ApiGatewayV2httpResponse) -> Value {
+    match &resp.body {
+        Some(Body::Text(t)) => serde_json::from_str(t).unwrap(),
+        other => panic!("expected a JSON body, got {other:?}"),
+    }
+}
+
+struct Stack {
+    store: Arc<DynamoStore>,
+    dynamo: aws_sdk_dynamodb::Client,
+    streams: aws_sdk_dynamodbstreams::Client,
+    events: aws_sdk_eventbridge::Client,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    bus: String,
+    /// The bus's rule delivers every charge-once event here.
+    outcomes_url: String,
+    side: StripeSide,
+}
+
+impl Stack {
+    async fn new() -> Self {
+        let config = sdk_config().await;
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let events = aws_sdk_eventbridge::Client::new(&config);
+        let bus = unique("charge-once");
+        events
+            .create_event_bus()
+            .name(&bus)
+            .send()
+            .await
+            .expect("CreateEventBus");
+        let outcomes_url = sqs
+            .create_queue()
+            .queue_name(unique("outcomes"))
+            .send()
+            .await
+            .expect("CreateQueue")
+            .queue_url()
+            .unwrap()
+            .to_owned();
+        let outcomes_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&outcomes_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .unwrap()
+            .attributes()
+            .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+            .clone();
+        // What the order service deploys: a rule on the bus for our source, an SQS target.
+        events
+            .put_rule()
+            .name("order-service")
+            .event_bus_name(&bus)
+            .event_pattern(r#"{"source":["charge-once"]}"#)
+            .send()
+            .await
+            .expect("PutRule");
+        events
+            .put_targets()
+            .rule("order-service")
+            .event_bus_name(&bus)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("queue")
+                    .arn(outcomes_arn)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .expect("PutTargets");
+        Self {
+            store: Arc::new(fresh_store().await),
+            dynamo: aws_sdk_dynamodb::Client::new(&config),
+            streams: aws_sdk_dynamodbstreams::Client::new(&config),
+            events,
+            queue_url: fresh_fifo_queue(&sqs).await,
+            sqs,
+            bus,
+            outcomes_url,
+            side: StripeSide::with_new_clock().await,
+        }
+    }
+
+    fn checkout(&self) -> Checkout {
+        Checkout {
+            store: self.store.clone(),
+            queue: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
+            clock: Arc::new(self.side.clock.clone()),
+            pending_grace: Duration::from_secs(300),
+        }
+    }
+
+    fn charge(&self) -> ChargeDeps {
+        ChargeDeps {
+            store: self.store.clone(),
+            gateway: Arc::new(self.side.gateway()),
+            clock: Arc::new(self.side.clock.clone()),
+            policy: ChargePolicy::default(),
+        }
+    }
+
+    fn notify(&self, bus: &str) -> (Notify, Arc<EventBridgePublisher>) {
+        let publisher = Arc::new(EventBridgePublisher::new(self.events.clone(), bus));
+        let deps = Notify {
+            publisher: publisher.clone(),
+            clock: Arc::new(self.side.clock.clone()),
+        };
+        (deps, publisher)
+    }
+
+    async fn post(&self, order: &str, payment_method: &str) -> Value {
+        let req = for_order(event("checkout-valid.json"), order, payment_method);
+        let resp =
+            checkout::handler::handle(&self.checkout(), LambdaEvent::new(req, Context::default()))
+                .await;
+        assert_eq!(resp.status_code, 202, "{}", body(&resp));
+        body(&resp)
+    }
+
+    async fn deliver_charges(&self) {
+        let batch = receive_as_event(&self.sqs, &self.queue_url).await;
+        assert!(!batch.records.is_empty());
+        let resp =
+            charge::handler::handle(&self.charge(), LambdaEvent::new(batch, Context::default()))
+                .await;
+        assert!(resp.batch_item_failures.is_empty());
+    }
+
+    /// Every record on the table's stream so far, as Lambda's event source delivers them.
+    async fn stream_records(&self) -> StreamEvent {
+        let table = self
+            .dynamo
+            .describe_table()
+            .table_name(self.store.table())
+            .send()
+            .await
+            .unwrap();
+        let arn = table
+            .table()
+            .unwrap()
+            .latest_stream_arn()
+            .expect("the table has a stream")
+            .to_owned();
+        let stream = self
+            .streams
+            .describe_stream()
+            .stream_arn(&arn)
+            .send()
+            .await
+            .unwrap();
+        let mut records = Vec::new();
+        for shard in stream.stream_description().unwrap().shards() {
+            let mut iterator = self
+                .streams
+                .get_shard_iterator()
+                .stream_arn(&arn)
+                .shard_id(shard.shard_id().unwrap())
+                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .unwrap()
+                .shard_iterator()
+                .map(str::to_owned);
+            while let Some(it) = iterator {
+                let out = self
+                    .streams
+                    .get_records()
+                    .shard_iterator(it)
+                    .send()
+                    .await
+                    .unwrap();
+                if out.records().is_empty() {
+                    break;
+                }
+                for r in out.records() {
+                    records.push(lambda_record(r, &arn));
+                }
+                iterator = out.next_shard_iterator().map(str::to_owned);
+            }
+        }
+        serde_json::from_value(json!({ "Records": records }))
+            .expect("a Lambda DynamoDB stream event")
+    }
+
+    /// Every event the order service's rule delivered so far (EventBridge envelopes).
+    async fn delivered(&self) -> Vec<Value> {
+        let mut all = Vec::new();
+        loop {
+            let out = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.outcomes_url)
+                .max_number_of_messages(10)
+                .send()
+                .await
+                .unwrap();
+            if out.messages().is_empty() {
+                return all;
+            }
+            for m in out.messages() {
+                all.push(serde_json::from_str(m.body().unwrap()).unwrap());
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.outcomes_url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// A DynamoDB Streams record from the SDK as the Lambda event record JSON.
+fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record, arn: &str) -> Value {
+    use aws_sdk_dynamodb::types::AttributeValue as D;
+    use aws_sdk_dynamodbstreams::types::AttributeValue as S;
+    fn convert(a: &S) -> D {
+        match a {
+            S::S(s) => D::S(s.clone()),
+            S::N(n) => D::N(n.clone()),
+            S::Bool(b) => D::Bool(*b),
+            S::Null(b) => D::Null(*b),
+            S::Ss(v) => D::Ss(v.clone()),
+            S::Ns(v) => D::Ns(v.clone()),
+            S::L(v) => D::L(v.iter().map(convert).collect()),
+            S::M(m) => D::M(m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()),
+            other => panic!("attribute type not in our items: {other:?}"),
+        }
+    }
+    let image = |m: Option<&std::collections::HashMap<String, S>>| {
+        m.map(|m| image_json(&m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()))
+    };
+    let d = r.dynamodb().unwrap();
+    let mut change = json!({
+        "Keys": image(d.keys()),
+        "SequenceNumber": d.sequence_number(),
+        "SizeBytes": d.size_bytes().unwrap_or(0),
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+    });
+    if let Some(new) = image(d.new_image()) {
+        change["NewImage"] = new;
+    }
+    if let Some(old) = image(d.old_image()) {
+        change["OldImage"] = old;
+    }
+    json!({
+        "eventID": r.event_id(),
+        "eventName": r.event_name().map(|n| n.as_str()),
+        "eventVersion": r.event_version(),
+        "eventSource": "aws:dynamodb",
+        "awsRegion": r.aws_region(),
+        "dynamodb": change,
+        "eventSourceARN": arn,
+    })
+}
+
+#[tokio::test]
+async fn a_settled_charge_publishes_one_outcome_and_a_replay_the_same_event_id() {
+    let s = Stack::new().await;
+    let accepted = s.post("ord-out-1", "pm_card_visa").await;
+    s.deliver_charges().await;
+    let stream = s.stream_records().await;
+    assert!(
+        stream.records.len() >= 3,
+        "insert, claim, record: {}",
+        stream.records.len()
+    );
+
+    let (deps, publisher) = s.notify(&s.bus);
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(report.published, 1, "{report:?}");
+    let delivered = s.delivered().await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    let e = &delivered[0];
+    assert_eq!(e["source"], "charge-once");
+    assert_eq!(e["detail-type"], "ChargeSucceeded");
+    let detail = &e["detail"];
+    assert_eq!(detail["v"], 1);
+    assert_eq!(detail["order_id"], "ord-out-1");
+    assert_eq!(detail["operation_id"], accepted["operation_id"]);
+    assert_eq!(detail["status"], "succeeded");
+    assert_eq!(detail["amount"], 1250);
+    assert_eq!(detail["currency"], "usd");
+    let ledger = s.side.sim.ledger();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(detail["payment_intent"], ledger[0].id.as_str());
+
+    // The same stream records again (a retried batch, a replay): the same event id, nothing new.
+    let (_, again) = relay(&deps, &stream.records).await;
+    assert_eq!(again.published, 1);
+    let replayed = s.delivered().await;
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0]["detail"]["event_id"], detail["event_id"]);
+    assert_eq!(publisher.calls.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn a_review_publishes_charge_needs_review() {
+    let s = Stack::new().await;
+    // A payment method Stripe does not know: a 400 that is our data's fault, not the card's, so
+    // the charge function sends the order to a person.
+    s.post("ord-out-unknown-pm", "pm_card_notAttachedToCustomer")
+        .await;
+    s.deliver_charges().await;
+    let (deps, _) = s.notify(&s.bus);
+    let (_, report) = relay(&deps, &s.stream_records().await.records).await;
+    assert_eq!(report.published, 1);
+    let delivered = s.delivered().await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0]["detail-type"], "ChargeNeedsReview");
+    assert_eq!(delivered[0]["detail"]["status"], "needs_review");
+    assert!(delivered[0]["detail"]["review_reason"]
+        .as_str()
+        .is_some_and(|r| !r.is_empty()));
+    assert!(s.side.sim.ledger().is_empty(), "nothing was charged");
+}
+
+#[tokio::test]
+async fn a_failed_publish_is_reported_for_retry_from_its_record() {
+    let s = Stack::new().await;
+    s.post("ord-out-2", "pm_card_visa").await;
+    s.deliver_charges().await;
+    let stream = s.stream_records().await;
+    // The bus does not exist: PutEvents fails, and the batch resumes at the outcome's record.
+    let (deps, publisher) = s.notify(&unique("no-such-bus"));
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert_eq!((report.published, report.failed), (0, 1), "{report:?}");
+    assert_eq!(
+        publisher.calls.load(Ordering::Relaxed),
+        1,
+        "the publish was attempted"
+    );
+    let outcome_seq = stream
+        .records
+        .iter()
+        .find(|r| notify::handler::outcome_in(r).unwrap().is_some())
+        .and_then(|r| r.change.sequence_number.clone())
+        .unwrap();
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some(outcome_seq.as_str())
+    );
+    assert!(s.delivered().await.is_empty());
+    // The retry, once the bus answers, publishes it.
+    let (deps, _) = s.notify(&s.bus);
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(report.published, 1);
+    assert_eq!(s.delivered().await.len(), 1);
+}
+
+#[tokio::test]
+async fn get_answers_200_or_404_behind_the_same_door() {
+    let s = Stack::new().await;
+    let status = |order: &str| for_order(event("checkout-status.json"), order, "pm_card_visa");
+    let deps = s.checkout();
+    let resp = checkout::handler::handle(
+        &deps,
+        LambdaEvent::new(status("ord-out-3"), Context::default()),
+    )
+    .await;
+    assert_eq!(resp.status_code, 404);
+    let accepted = s.post("ord-out-3", "pm_card_visa").await;
+    s.deliver_charges().await;
+    let resp = checkout::handler::handle(
+        &deps,
+        LambdaEvent::new(status("ord-out-3"), Context::default()),
+    )
+    .await;
+    assert_eq!(resp.status_code, 200);
+    let b = body(&resp);
+    assert_eq!(b["operation_id"], accepted["operation_id"]);
+    assert_eq!(b["status"], "succeeded");
+    assert!(b["payment_intent"].as_str().unwrap().starts_with("pi_"));
+    let mut anonymous = status("ord-out-3");
+    anonymous.request_context.authorizer = None;
+    let resp =
+        checkout::handler::handle(&deps, LambdaEvent::new(anonymous, Context::default())).await;
+    assert_eq!(resp.status_code, 401);
+}
