@@ -442,4 +442,72 @@ mod tests {
         assert_eq!(report.published, 23);
         assert_eq!(recorder.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
+    #[test]
+    fn events_match_the_documented_schema() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let schema: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{root}/docs/outcome-event.schema.json")).unwrap(),
+        )
+        .unwrap();
+        let detail_schema = &schema["properties"]["detail"];
+        let allowed: Vec<&str> = detail_schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let required: Vec<&str> = detail_schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let types: Vec<&str> = schema["properties"]["detail-type"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let a = op("ord-schema");
+        let mut reviewed = a.clone();
+        reviewed.review = Some(Review {
+            reason: "x".into(),
+            flagged_at: a.created_at,
+        });
+        for (before, after) in [
+            (a.clone(), with(&a, OperationStatus::Succeeded)),
+            (a.clone(), with(&a, OperationStatus::Failed)),
+            (a.clone(), reviewed),
+        ] {
+            let e = outcome_of(Some(&before), &after).unwrap();
+            assert!(types.contains(&e.outcome.detail_type()));
+            let detail = e.detail();
+            let keys: Vec<&str> = detail
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            for k in &keys {
+                assert!(allowed.contains(k), "{k} is not in the schema");
+            }
+            for k in &required {
+                assert!(keys.contains(k), "{k} is required by the schema");
+            }
+            assert_eq!(
+                detail["v"],
+                schema["properties"]["detail"]["properties"]["v"]["const"]
+            );
+        }
+        // The example a consumer copies is the same shape.
+        let example: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!("{root}/events/outcome-charge-succeeded.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(example["source"], charge_once::outbox::SOURCE);
+        for k in &required {
+            assert!(example["detail"].get(*k).is_some(), "example lacks {k}");
+        }
+    }
 }
