@@ -1,6 +1,6 @@
 """Creates the local stack's resources on moto: the operations table (same keys and indexes as
 `DynamoStore::create_table` and template.yaml), the SQS FIFO queue, and the Stripe key secret.
-Prints KEY=VALUE lines for the functions' environment.
+Prints KEY=VALUE lines for the functions' environment (STRIPE_MAX_NETWORK_RETRIES=0: see below).
 
     python provision.py ENDPOINT STRIPE_API_BASE
 """
@@ -60,5 +60,9 @@ for key, value in [
     ("QUEUE_URL", queue_url),
     ("STRIPE_API_BASE", stripe_base),
     ("STRIPE_SECRET_ARN", secret_arn),
+    # No in-call retry locally: a response dropped by stripe-sim's `drop_after_commit` is then
+    # recorded `unknown` and settled by the reconciler's re-drive (the walk-through shows it).
+    # Deployed, the default (1) retries once within the call with the same key.
+    ("STRIPE_MAX_NETWORK_RETRIES", "0"),
 ]:
     print(f"{key}={value}")

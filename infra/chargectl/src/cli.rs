@@ -80,6 +80,13 @@ pub enum Command {
     /// Embedded by default (in-memory store and queue, the Stripe simulator on loopback, a virtual
     /// clock). Exits 1 when an invariant breaks, printing the seed and the order to replay.
     Simulate(crate::simulate::SimulateArgs),
+
+    /// Local development: act as Lambda's SQS poller against a local queue.
+    ///
+    /// `dev sqs-event` receives from --queue-url and prints the SQS event Lambda would deliver
+    /// (for `cargo lambda invoke charge --data-file`); `dev sqs-ack` then deletes the messages the
+    /// function did not report in batchItemFailures.
+    Dev(crate::dev::DevArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,7 +9,9 @@
 //! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … --by …` — settle
 //!   by hand with an audit note;
 //! - `chargectl redrive <operation_id>` — back on the charge queue, out of review;
-//! - `chargectl simulate` — the whole pipeline locally, with faults (see [`simulate`]).
+//! - `chargectl simulate` — the whole pipeline locally, with faults (see [`simulate`]);
+//! - `chargectl dev sqs-event` / `dev sqs-ack` — Lambda's SQS poller by hand, for
+//!   `cargo lambda invoke charge` against a local queue (see [`dev`]).
 //!
 //! Modules: [`cli`] (clap types), [`duration`] (the `--older-than` parser), [`render`] (table,
 //! JSON), [`commands`] (the subcommands against the ports). [`run`] wires them to DynamoDB and SQS.
@@ -20,6 +22,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod dev;
 pub mod duration;
 pub mod render;
 pub mod simulate;
@@ -110,6 +113,7 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), queue_url);
             commands::redrive(&store, &queue, &SystemClock, &args, console).await
         }
+        Command::Dev(args) => dev::run(&global, args, console).await,
         Command::Simulate(args) => {
             let report =
                 simulate::simulate(&args, &global)

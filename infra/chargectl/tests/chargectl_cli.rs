@@ -660,3 +660,226 @@ async fn infrastructure_errors_exit_1_with_the_error_chain() {
     );
     assert_eq!(stdout(&out), "");
 }
+
+/// One `aws dynamodb query` of docs/deploy.md's operator section, as written there.
+#[derive(Debug)]
+struct DocQuery {
+    index: String,
+    key_condition: String,
+    projection: Option<String>,
+    names: Option<String>,
+    /// The partition values it is run for (`DUE#0`..`DUE#7` from its `for s in ...` loop, or `REVIEW`).
+    shards: Vec<String>,
+    uses_now: bool,
+}
+
+/// The value after `flag` in a shell command, inside single quotes.
+fn quoted_after(command: &str, flag: &str) -> Option<String> {
+    let rest = &command[command.find(flag)? + flag.len()..];
+    let rest = rest.trim_start().strip_prefix('\'')?;
+    Some(rest[..rest.find('\'')?].to_owned())
+}
+
+/// The `aws dynamodb query` commands of the "Reading the unknown index" section, in order.
+fn docs_queries() -> Vec<DocQuery> {
+    let doc = include_str!("../../../docs/deploy.md");
+    let start = doc
+        .find("## Reading the unknown index")
+        .expect("docs/deploy.md has the operators' section");
+    let section = &doc[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut queries = Vec::new();
+    let mut loop_values: Vec<String> = Vec::new();
+    let mut lines = section.lines().peekable();
+    while let Some(line) = lines.next() {
+        let line = line.trim();
+        if let Some(values) = line.strip_prefix("for s in ") {
+            loop_values = values
+                .trim_end_matches("; do")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+        }
+        if line == "done" {
+            loop_values.clear();
+        }
+        if !line.starts_with("aws dynamodb query") {
+            continue;
+        }
+        let mut command = line.trim_end_matches('\\').to_owned();
+        let mut continued = line.ends_with('\\');
+        while continued {
+            let next = lines.next().expect("continuation line").trim();
+            continued = next.ends_with('\\');
+            command.push(' ');
+            command.push_str(next.trim_end_matches('\\'));
+        }
+        let shards = if command.contains("DUE#$s") {
+            assert!(
+                !loop_values.is_empty(),
+                "DUE#$s outside a for loop: {command}"
+            );
+            loop_values.iter().map(|s| format!("DUE#{s}")).collect()
+        } else if command.contains(r#""S":"REVIEW""#) {
+            vec!["REVIEW".to_owned()]
+        } else {
+            panic!("a query for an unknown partition: {command}")
+        };
+        queries.push(DocQuery {
+            index: command
+                .split("--index-name ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .expect("--index-name")
+                .to_owned(),
+            key_condition: quoted_after(&command, "--key-condition-expression")
+                .expect("--key-condition-expression"),
+            projection: quoted_after(&command, "--projection-expression"),
+            names: quoted_after(&command, "--expression-attribute-names"),
+            shards,
+            uses_now: command.contains(":now"),
+        });
+    }
+    queries
+}
+
+/// Runs `q` as the AWS CLI would (every page, every shard) and returns the operation ids.
+async fn run_doc_query(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    q: &DocQuery,
+    now_ms: i64,
+) -> std::collections::BTreeSet<String> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let names: Option<std::collections::HashMap<String, String>> = q
+        .names
+        .as_deref()
+        .map(|n| serde_json::from_str(n).expect("--expression-attribute-names is JSON"));
+    let mut ids = std::collections::BTreeSet::new();
+    for shard in &q.shards {
+        let mut start = None;
+        loop {
+            let mut req = client
+                .query()
+                .table_name(table)
+                .index_name(&q.index)
+                .key_condition_expression(&q.key_condition)
+                .expression_attribute_values(":s", AttributeValue::S(shard.clone()))
+                .set_exclusive_start_key(start.take());
+            if q.uses_now {
+                req =
+                    req.expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()));
+            }
+            if let Some(p) = &q.projection {
+                req = req.projection_expression(p);
+            }
+            if let Some(n) = &names {
+                req = req.set_expression_attribute_names(Some(n.clone()));
+            }
+            let out = req.send().await.expect("the docs' query runs");
+            for item in out.items() {
+                let id = item
+                    .get("operation_id")
+                    .and_then(|v| v.as_s().ok())
+                    .expect("operation_id in the projection");
+                ids.insert(id.clone());
+            }
+            match out.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+    }
+    ids
+}
+
+fn json_ids(o: &Output) -> std::collections::BTreeSet<String> {
+    json_lines(o)
+        .iter()
+        .map(|l| l["operation_id"].as_str().expect("operation_id").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_aws_cli_queries_list_what_chargectl_lists() {
+    use charge_once::ports::IndexQuery;
+    let f = Fixture::new().await;
+    // A burst of unknowns just recorded: each due only after its backoff (60 s).
+    let mut burst = Vec::new();
+    for i in 0..5 {
+        let op = create(
+            &f.store,
+            &format!("{}-burst-{i}", unique("o")),
+            SystemClock.now(),
+        )
+        .await;
+        burst.push(
+            attempt(
+                &f.store,
+                &op,
+                OperationStatus::Unknown,
+                Some("stripe 503"),
+                None,
+            )
+            .await,
+        );
+    }
+    let queries = docs_queries();
+    assert_eq!(
+        queries.len(),
+        3,
+        "all unsettled, due now, review: {queries:#?}"
+    );
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let now = SystemClock.now();
+
+    // 1. Every unsettled operation == `chargectl unknowns --json`, not-yet-due ones included.
+    let all = run_doc_query(&client, f.table(), &queries[0], now.as_millis()).await;
+    let listed = f.run(&["unknowns", "--json"]);
+    assert_exit(&listed, 0);
+    assert_eq!(all, json_ids(&listed));
+    for op in burst.iter().chain([&f.unknown, &f.pending]) {
+        assert!(
+            all.contains(&op.operation_id.to_string()),
+            "{}",
+            op.order_id.as_str()
+        );
+    }
+    assert!(!all.contains(&f.settled.operation_id.to_string()));
+    assert!(!all.contains(&f.review.operation_id.to_string()));
+
+    // 2. Due now == the reconciler's own query, and leaves out what is not due yet.
+    let due = run_doc_query(&client, f.table(), &queries[1], now.as_millis()).await;
+    let page = f
+        .store
+        .query_index(IndexQuery::DueBy(now), None, 1000)
+        .await
+        .unwrap();
+    assert!(page.next.is_none());
+    let reconciler: std::collections::BTreeSet<String> = page
+        .operations
+        .iter()
+        .map(|op| op.operation_id.to_string())
+        .collect();
+    assert_eq!(due, reconciler);
+    assert!(
+        due.contains(&f.pending.operation_id.to_string()),
+        "pending, 2 h old: due"
+    );
+    for op in burst.iter().chain([&f.unknown]) {
+        assert!(
+            !due.contains(&op.operation_id.to_string()),
+            "not due for 60 s"
+        );
+    }
+
+    // 3. Review == `chargectl unknowns --review --json`.
+    let review = run_doc_query(&client, f.table(), &queries[2], now.as_millis()).await;
+    let listed = f.run(&["unknowns", "--review", "--json"]);
+    assert_exit(&listed, 0);
+    assert_eq!(review, json_ids(&listed));
+    assert_eq!(
+        review.into_iter().collect::<Vec<_>>(),
+        [f.review.operation_id.to_string()]
+    );
+}
