@@ -540,14 +540,14 @@ pub async fn resolve_is_guarded_by_what_was_read_and_by_the_lease(store: Arc<dyn
     );
     let lease = Lease {
         token: LeaseToken::new_random(),
-        expires_at: T0.plus(Duration::from_secs(60)),
+        expires_at: T0.plus(Duration::from_secs(61)),
     };
     let Claim::Claimed(claimed) = store
         .claim(&ClaimRequest {
             key: op.key(),
             operation_id: op.operation_id,
             lease,
-            now: T0,
+            now: T0.plus(Duration::from_secs(1)),
         })
         .await
         .unwrap()
@@ -558,7 +558,7 @@ pub async fn resolve_is_guarded_by_what_was_read_and_by_the_lease(store: Arc<dyn
         store.resolve(&stale).await.unwrap(),
         Recorded::Refused(Some(_))
     ));
-    // Read fresh, but the lease (until T0+60 s) is after the cutoff: refused.
+    // Read fresh, but the lease (until T0+61 s) is after the cutoff: refused.
     let mut leased = resolution(
         &claimed,
         OperationStatus::Failed,
