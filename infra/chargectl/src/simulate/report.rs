@@ -96,14 +96,22 @@ pub fn judge(
             report.stuck_reviews += 1;
         }
         if let Some(review) = &op.review {
-            *report
-                .review_reasons
-                .entry(format!(
+            // A stuck intent's reason names its PaymentIntent: group those by class.
+            let key = if stuck {
+                review
+                    .reason
+                    .split(':')
+                    .next()
+                    .unwrap_or("stuck")
+                    .to_owned()
+            } else {
+                format!(
                     "{} (last error: {})",
                     review.reason,
                     op.last_error.as_deref().unwrap_or("-")
-                ))
-                .or_default() += 1;
+                )
+            };
+            *report.review_reasons.entry(key).or_default() += 1;
         }
         match op.status {
             OperationStatus::Succeeded => report.succeeded += 1,
