@@ -1,6 +1,7 @@
 //! The real handlers against moto (DynamoDB, SQS FIFO, Secrets Manager) and the Stripe simulator:
 //! what a customer sees when checkout runs twice, when a crash falls between the PutItem and the
-//! SendMessage, and when a batch carries a settled operation or a malformed record.
+//! SendMessage, when a batch carries a settled operation or a poison message, and when Stripe
+//! refuses a create (review, loudly).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -9,11 +10,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::encodings::Body;
+use charge::handler::ChargeFunction;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::secrets::fetch_stripe_key;
-use charge_once::adapters::sqs::SqsQueue;
+use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
+use charge_once::telemetry::CapturedMetrics;
 use charge_once::{OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
@@ -38,6 +41,8 @@ struct Stack {
     sqs: aws_sdk_sqs::Client,
     dynamo: aws_sdk_dynamodb::Client,
     queue_url: String,
+    dlq_url: String,
+    metrics: Arc<CapturedMetrics>,
     side: StripeSide,
 }
 
@@ -46,11 +51,14 @@ impl Stack {
         let config = sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
         let queue_url = fresh_fifo_queue(&sqs).await;
+        let dlq_url = fresh_fifo_queue(&sqs).await;
         Self {
             store: Arc::new(fresh_store().await),
             dynamo: aws_sdk_dynamodb::Client::new(&config),
             sqs,
             queue_url,
+            dlq_url,
+            metrics: Arc::new(CapturedMetrics::new()),
             side: StripeSide::with_new_clock().await,
         }
     }
@@ -65,15 +73,20 @@ impl Stack {
             queue,
             clock: Arc::new(self.side.clock.clone()),
             pending_grace: Duration::from_secs(300),
+            metrics: self.metrics.clone(),
         }
     }
 
-    fn charge(&self) -> ChargeDeps {
-        ChargeDeps {
-            store: self.store.clone(),
-            gateway: Arc::new(self.side.gateway()),
-            clock: Arc::new(self.side.clock.clone()),
-            policy: ChargePolicy::default(),
+    fn charge(&self) -> ChargeFunction {
+        ChargeFunction {
+            charge: ChargeDeps {
+                store: self.store.clone(),
+                gateway: Arc::new(self.side.gateway()),
+                clock: Arc::new(self.side.clock.clone()),
+                policy: ChargePolicy::default(),
+            },
+            dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.dlq_url)),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -214,7 +227,7 @@ async fn a_batch_with_a_settled_operation_makes_no_stripe_call() {
 }
 
 #[tokio::test]
-async fn a_malformed_record_fails_only_its_own_group() {
+async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the_same_batch() {
     let s = Stack::new().await;
     let queue = s.queue();
     let deps = s.checkout_with(queue.clone());
@@ -228,8 +241,8 @@ async fn a_malformed_record_fails_only_its_own_group() {
         assert_eq!(resp.status_code, 202);
         ops.push(body(&resp)["operation_id"].as_str().unwrap().to_owned());
     }
-    // A malformed message lands in ord-b's group before ord-b's own message would be retried:
-    // re-send ord-b's message after it so the group reads [ord-b charge, malformed, ord-b again].
+    // A malformed message lands in ord-b's group, then ord-b's message again after it: the group
+    // reads [ord-b charge, malformed, ord-b again].
     s.sqs
         .send_message()
         .queue_url(&s.queue_url)
@@ -255,25 +268,16 @@ async fn a_malformed_record_fails_only_its_own_group() {
         .find(|r| r.body.as_deref().is_some_and(|b| b.contains("not-a-uuid")))
         .and_then(|r| r.message_id.clone())
         .unwrap();
-    let after_malformed: Vec<String> = batch
-        .records
-        .iter()
-        .skip_while(|r| r.message_id.as_deref() != Some(malformed_id.as_str()))
-        .skip(1)
-        .filter(|r| r.attributes.get("MessageGroupId").map(String::as_str) == Some("ord-b"))
-        .filter_map(|r| r.message_id.clone())
-        .collect();
-    assert_eq!(after_malformed.len(), 1);
 
     let resp =
         charge::handler::handle(&s.charge(), LambdaEvent::new(batch, Context::default())).await;
-    let failed: Vec<String> = resp
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
-    assert_eq!(failed, vec![malformed_id, after_malformed[0].clone()]);
-    // Every order was charged exactly once; the group after the malformed record waits its turn.
+    assert!(
+        resp.batch_item_failures.is_empty(),
+        "poison acknowledged, nothing held back: {:?}",
+        resp.batch_item_failures
+    );
+    // Every order was charged exactly once, ord-b's second message (after the poison) in this
+    // same batch: it found ord-b settled and called nobody.
     let ledger = s.side.sim.ledger();
     assert_eq!(ledger.len(), 3);
     for op in &ops {
@@ -285,6 +289,65 @@ async fn a_malformed_record_fails_only_its_own_group() {
             1
         );
     }
+    // The poison message is on the DLQ with its reason, counted once.
+    let parked = s
+        .sqs
+        .receive_message()
+        .queue_url(&s.dlq_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let parked = parked.messages();
+    assert_eq!(parked.len(), 1);
+    let attrs = parked[0].message_attributes().unwrap();
+    let attr = |k: &str| attrs.get(k).and_then(|v| v.string_value()).unwrap_or("");
+    assert_eq!(attr("reason"), "unparseable");
+    assert_eq!(attr("source_message_id"), malformed_id);
+    assert_eq!(attr("source_group_id"), "ord-b");
+    assert!(parked[0].body().unwrap().contains("not-a-uuid"));
+    assert_eq!(
+        s.metrics.sum("PoisonMessages", &[("Function", "charge")]),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_create_stripe_refuses_goes_to_review_with_a_sent_to_review_metric() {
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    let mut req = event("checkout-valid.json");
+    // A payment method Stripe does not know: 400 resource_missing, our data is wrong.
+    req.body = Some(
+        r#"{"amount": 1250, "currency": "usd", "customer_id": "cus_Q8xYz12AbC", "payment_method": "pm_not_attached"}"#
+            .into(),
+    );
+    let resp = checkout::handler::handle(&deps, LambdaEvent::new(req, Context::default())).await;
+    assert_eq!(resp.status_code, 202);
+    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    let resp =
+        charge::handler::handle(&s.charge(), LambdaEvent::new(batch, Context::default())).await;
+    assert!(resp.batch_item_failures.is_empty());
+    let op = s.store.get(&order_1001()).await.unwrap().unwrap();
+    assert!(op.review.is_some(), "in review: {op:?}");
+    assert!(!op.status.is_settled(), "never rounded to failed");
+    // The EMF line, parsed back: SentToReview under Function=charge, by reason class.
+    let lines: Vec<Value> = s
+        .metrics
+        .lines()
+        .iter()
+        .filter_map(|l| charge_once::telemetry::parse_emf(l))
+        .filter(|v| v.get("SentToReview").is_some())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["Function"], "charge");
+    assert_eq!(lines[0]["ReasonClass"], "rejected");
+    assert_eq!(lines[0]["SentToReview"], 1.0);
+    assert_eq!(
+        lines[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "ChargeOnce"
+    );
 }
 
 #[tokio::test]

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy};
+use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, ReviewClass};
 use charge_once::ports::{CreatePaymentIntent, OperationStore, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
-use charge_once::{Clock, Operation, OperationStatus};
+use charge_once::{Clock, Operation, OperationStatus, PaymentMethodId};
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::FaultKind;
 use testkit::aws::{fresh_fifo_queue, fresh_store, queue_depth, receive_as_event, sdk_config};
@@ -74,7 +74,7 @@ impl Stack {
         let batch = receive_as_event(&self.sqs, &self.queue_url).await;
         let n = batch.records.len();
         let resp = charge::handler::handle(
-            &self.deps.charge,
+            &charge::handler::ChargeFunction::local(self.deps.charge.clone()),
             LambdaEvent::new(batch.clone(), Context::default()),
         )
         .await;
@@ -223,9 +223,82 @@ async fn zero_or_two_matches_go_to_review_with_a_reason() {
     assert_eq!(s.ledger_for(&zero), 0);
     assert_eq!(s.ledger_for(&two), 2);
 
-    // In review, later ticks leave them to a person.
+    assert_eq!(
+        report.review_classes.get(&ReviewClass::SearchAmbiguous),
+        Some(&2)
+    );
+    assert_eq!(
+        report.in_review, 2,
+        "the REVIEW partition is read every tick"
+    );
+
+    // In review, later ticks leave them to a person, and keep reporting them.
+    s.side.clock.advance(Duration::from_secs(300));
     let later = s.tick().await;
     assert_eq!(later.examined, 0);
+    assert_eq!(later.in_review, 2);
+    assert_eq!(later.oldest_in_review_age, Duration::from_secs(300));
+}
+
+#[tokio::test]
+async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
+    let s = Stack::new().await;
+    let mut op = operation("rec-stuck", 1500, s.side.clock.now());
+    op.params.payment_method = PaymentMethodId::parse("pm_card_sim_requiresAction").unwrap();
+    s.store.create_if_absent(&op).await.unwrap();
+    let first = execute_charge(&s.deps.charge, &op.key(), &op.operation_id)
+        .await
+        .unwrap();
+    assert_eq!(first.status, OperationStatus::Unknown);
+    let pi = first.external_id.clone().expect("the intent exists");
+
+    // Past the key window but inside the bound (72 h by default): looked at, left unknown.
+    s.side.clock.advance(71 * HOUR);
+    let report = s.tick().await;
+    assert_eq!(
+        (report.still_unknown, report.sent_to_review),
+        (1, 0),
+        "{report:?}"
+    );
+    assert!(s.current(&op).await.review.is_none());
+
+    s.side.clock.advance(2 * HOUR);
+    let report = s.tick().await;
+    assert_eq!(report.sent_to_review, 1, "{report:?}");
+    assert_eq!(
+        report.review_classes.get(&ReviewClass::StuckRequiresAction),
+        Some(&1)
+    );
+    let now = s.current(&op).await;
+    let review = now.review.clone().expect("in review");
+    assert!(
+        review.reason.starts_with("stuck_requires_action"),
+        "{}",
+        review.reason
+    );
+    assert!(review.reason.contains(&pi));
+    assert_eq!(
+        now.status,
+        OperationStatus::Unknown,
+        "never rounded to failed"
+    );
+    assert_eq!(s.ledger_for(&op), 1, "never created again");
+
+    // The tick's EMF lines: InReview / OldestInReviewAge, and SentToReview by reason class.
+    let lines: Vec<serde_json::Value> = report
+        .emf_lines(s.side.clock.now())
+        .iter()
+        .filter_map(|l| charge_once::telemetry::parse_emf(l))
+        .collect();
+    assert_eq!(lines[0]["InReview"], 1.0);
+    assert_eq!(lines[0]["OldestInReviewAge"], 0.0);
+    assert!(
+        lines[0].get("SentToReview").is_none(),
+        "counted once, by class"
+    );
+    assert_eq!(lines[1]["ReasonClass"], "stuck_requires_action");
+    assert_eq!(lines[1]["SentToReview"], 1.0);
+    assert_eq!(lines[1]["Function"], "reconciler");
 }
 
 #[tokio::test]

@@ -66,11 +66,12 @@ async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
     let c = Ours::run(Scenario::LostResponseRetriedLater).await;
     // Checkout: PutItem + SendMessage. Delivery 1: claim + create (response lost, no in-call
     // retry) + record `unknown` = 2 UpdateItem, 1 POST. Tick after the 60 s backoff: one Query per
-    // index shard (8) + the guarded reschedule (1 UpdateItem) + the re-drive SendMessage.
+    // index shard (8) + one of the REVIEW partition (InReview) + the guarded reschedule
+    // (1 UpdateItem) + the re-drive SendMessage.
     // Delivery 2: claim + create (replayed by the key) + record `succeeded` = 2 UpdateItem, 1 POST.
     assert_eq!(
         c.dynamodb.requests,
-        ops(&[("PutItem", 1), ("Query", 8), ("UpdateItem", 5)])
+        ops(&[("PutItem", 1), ("Query", 9), ("UpdateItem", 5)])
     );
     assert_eq!(c.sqs.requests, ops(&[("SendMessage", 2)]));
     assert_eq!(stripe(&c), (2, 0, 0));
@@ -80,9 +81,9 @@ async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
 async fn reconciliation_past_the_window_searches_and_never_creates() {
     let c = Ours::run(Scenario::ReconcilePastWindow).await;
     // One tick 23 h 11 min after the first attempt (a replayed 500 kept it unknown): 8 Queries
-    // (one per index shard), claim (UpdateItem), search by operation id (GET), record (UpdateItem).
-    // No create, no SendMessage.
-    assert_eq!(c.dynamodb.requests, ops(&[("Query", 8), ("UpdateItem", 2)]));
+    // (one per index shard) + 1 of the REVIEW partition, claim (UpdateItem), search by operation
+    // id (GET), record (UpdateItem). No create, no SendMessage.
+    assert_eq!(c.dynamodb.requests, ops(&[("Query", 9), ("UpdateItem", 2)]));
     assert_eq!(c.sqs.total(), 0);
     assert_eq!(stripe(&c), (0, 0, 1));
 }

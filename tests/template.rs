@@ -888,3 +888,333 @@ fn stripe_is_reached_over_tls_only() {
         "the parameter admits https:// only"
     );
 }
+
+/// The alarms of the stack by logical id.
+fn alarms(t: &Value) -> Vec<(String, &Value)> {
+    of_type(t, "AWS::CloudWatch::Alarm")
+}
+
+/// Whether an alarm notifies the alarm topic (`AlarmActions: !If [HasAlarmTopic, [!Ref
+/// AlarmTopicArn], …]`), on alarm and on recovery.
+fn notifies_alarm_topic(alarm: &Value) -> bool {
+    ["AlarmActions", "OKActions"].iter().all(|k| {
+        let mut texts = Vec::new();
+        if let Some(v) = plain(props(alarm)).as_mapping().and_then(|m| m.get(*k)) {
+            strings(v, &mut texts);
+        }
+        texts.iter().any(|s| s == "AlarmTopicArn")
+    })
+}
+
+/// The alarm on `metric` in `namespace` whose dimensions include `dimension` (name, value as
+/// written: a literal or the logical id a `!Ref`/`!GetAtt` names), looking into metric math too.
+fn alarm_on<'a>(
+    t: &'a Value,
+    namespace: &str,
+    metric: &str,
+    dimension: (&str, &str),
+) -> Option<(String, &'a Value)> {
+    let matches = |stat: &Value| {
+        str_at(stat, "Namespace") == Some(namespace)
+            && str_at(stat, "MetricName") == Some(metric)
+            && get(stat, "Dimensions")
+                .and_then(Value::as_sequence)
+                .is_some_and(|dims| {
+                    dims.iter().any(|d| {
+                        str_at(d, "Name") == Some(dimension.0)
+                            && (str_at(d, "Value") == Some(dimension.1)
+                                || plain(d)
+                                    .as_mapping()
+                                    .and_then(|m| m.get("Value"))
+                                    .and_then(logical_id_of)
+                                    .as_deref()
+                                    == Some(dimension.1))
+                    })
+                })
+    };
+    alarms(t).into_iter().find(|(_, a)| {
+        let p = props(a);
+        matches(p)
+            || get(p, "Metrics")
+                .and_then(Value::as_sequence)
+                .is_some_and(|ms| {
+                    ms.iter().any(|m| {
+                        get(m, "MetricStat")
+                            .and_then(|s| get(s, "Metric"))
+                            .is_some_and(matches)
+                    })
+                })
+    })
+}
+
+#[test]
+fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_command() {
+    let t = template();
+    // (1) review is loud, (2) every failure class, (4) poison. The API 5xx alarm belongs to the
+    // API section (issue 11) and is not asserted here.
+    let wanted = [
+        ("ChargeOnce", "InReview", ("Function", "reconciler")),
+        ("ChargeOnce", "SentToReview", ("Function", "charge")),
+        ("ChargeOnce", "SentToReview", ("Function", "reconciler")),
+        (
+            "ChargeOnce",
+            "CheckoutUnavailable",
+            ("Function", "checkout"),
+        ),
+        (
+            "AWS/SQS",
+            "ApproximateAgeOfOldestMessage",
+            ("QueueName", "ChargeQueue"),
+        ),
+        ("ChargeOnce", "SendFailures", ("Function", "reconciler")),
+        ("ChargeOnce", "SkippedOnError", ("Function", "reconciler")),
+        ("ChargeOnce", "PoisonMessages", ("Function", "charge")),
+        (
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            ("QueueName", "ChargeDeadLetterQueue"),
+        ),
+        (
+            "AWS/Lambda",
+            "Throttles",
+            ("FunctionName", "ChargeFunction"),
+        ),
+    ];
+    for (namespace, metric, dimension) in wanted {
+        let (id, alarm) = alarm_on(&t, namespace, metric, dimension)
+            .unwrap_or_else(|| panic!("no alarm on {namespace} {metric} {dimension:?}"));
+        assert!(notifies_alarm_topic(alarm), "{id}: notifies AlarmTopicArn");
+        let description = str_at(props(alarm), "AlarmDescription").unwrap_or_default();
+        assert!(
+            description.contains("First run:")
+                && (description.contains("chargectl") || description.contains("aws ")),
+            "{id}: the description says the first command to run: {description}"
+        );
+    }
+    // Every alarm of the stack pages the topic and says what to run first.
+    for (id, alarm) in alarms(&t) {
+        assert!(notifies_alarm_topic(alarm), "{id}: notifies AlarmTopicArn");
+        let description = str_at(props(alarm), "AlarmDescription").unwrap_or_default();
+        assert!(description.contains("First run:"), "{id}: {description}");
+    }
+    // InReview pages only when it lasts longer than one tick: two consecutive periods.
+    let (_, in_review) =
+        alarm_on(&t, "ChargeOnce", "InReview", ("Function", "reconciler")).unwrap();
+    assert_eq!(
+        get(props(in_review), "EvaluationPeriods").map(number),
+        Some(2)
+    );
+    assert_eq!(
+        get(props(in_review), "DatapointsToAlarm").map(number),
+        Some(2)
+    );
+    // The DLQ alarm that re-arms: metric math on the rise of the depth, not the depth itself.
+    let (id, growing) = alarm_on(
+        &t,
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        ("QueueName", "ChargeDeadLetterQueue"),
+    )
+    .filter(|(_, a)| get(props(a), "Metrics").is_some())
+    .or_else(|| {
+        alarms(&t)
+            .into_iter()
+            .find(|(_, a)| get(props(a), "Metrics").is_some())
+    })
+    .expect("a metric-math DLQ alarm");
+    let expressions: Vec<String> = get(props(growing), "Metrics")
+        .and_then(Value::as_sequence)
+        .unwrap()
+        .iter()
+        .filter_map(|m| str_at(m, "Expression").map(str::to_owned))
+        .collect();
+    assert_eq!(expressions, ["DIFF(depth)"], "{id}");
+    // The queue-age threshold is a parameter.
+    let (_, age) = alarm_on(
+        &t,
+        "AWS/SQS",
+        "ApproximateAgeOfOldestMessage",
+        ("QueueName", "ChargeQueue"),
+    )
+    .unwrap();
+    assert_eq!(
+        logical_id_of(raw_prop(age, "Threshold")).as_deref(),
+        Some("QueueAgeAlarmSecs")
+    );
+    // The stuck bound is a parameter (72 h by default) reaching both functions that decide it.
+    let stuck = get(get(&t, "Parameters").unwrap(), "StuckIntentHours").expect("StuckIntentHours");
+    assert_eq!(get(stuck, "Default").map(number), Some(72));
+    for dir in ["charge", "reconciler"] {
+        let (id, f) = function(&t, dir);
+        let vars = get(props(f), "Environment")
+            .and_then(|e| get(e, "Variables"))
+            .unwrap();
+        assert_eq!(
+            logical_id_of(raw(vars, charge_once::config::STUCK_INTENT_HOURS)).as_deref(),
+            Some("StuckIntentHours"),
+            "{id}"
+        );
+    }
+}
+
+#[test]
+fn the_sdk_timeouts_fit_inside_every_function_timeout() {
+    use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+    let t = template();
+    let op = FUNCTION_TIMEOUTS.operation.as_secs();
+    assert!(FUNCTION_TIMEOUTS.attempt < FUNCTION_TIMEOUTS.operation);
+    // The Stripe call at worst: the client's total timeout per try, tries = 1 + retries, + 1 s
+    // of backoff.
+    let mapping = get(
+        get(get(&t, "Mappings").unwrap(), "Stripe").unwrap(),
+        "Client",
+    )
+    .unwrap();
+    let stripe_ms = number(get(mapping, "TimeoutMs").unwrap());
+    let tries = 1 + number(get(mapping, "MaxNetworkRetries").unwrap());
+    let stripe = stripe_ms * tries / 1000 + 1;
+    let timeout = |dir: &str| {
+        let (_, f) = function(&t, dir);
+        number(function_prop(&t, f, "Timeout").unwrap())
+    };
+    // checkout: PutItem + SendMessage.
+    assert!(2 * op < timeout("checkout"), "checkout: 2 x {op} s");
+    // charge: per message claim + Stripe + record, a batch in order.
+    let (charge_id, _) = function(&t, "charge");
+    let batch = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .find(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&charge_id))
+        .map(|(_, m)| number(get(props(m), "BatchSize").unwrap()))
+        .unwrap();
+    let per_message = 2 * op + stripe;
+    assert!(
+        batch * per_message < timeout("charge"),
+        "charge: {batch} x {per_message} s must fit in {} s",
+        timeout("charge")
+    );
+    // reconciler: the margin it keeps holds one settle (claim + Stripe + record).
+    assert!(
+        reconciler::handler::SAFETY_MARGIN.as_secs() >= per_message,
+        "reconciler margin {:?} < {per_message} s",
+        reconciler::handler::SAFETY_MARGIN
+    );
+    assert!(reconciler::handler::SAFETY_MARGIN.as_secs() < timeout("reconciler"));
+}
+
+/// `(actions, resources)` of every statement of a function's inline policies.
+fn function_grants(t: &Value, dir: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let (_, f) = function(t, dir);
+    let mut found = Vec::new();
+    statements(
+        get(props(f), "Policies").unwrap(),
+        String::new(),
+        &mut found,
+    );
+    found
+        .iter()
+        .map(|(_, st)| {
+            let (mut a, mut r) = (Vec::new(), Vec::new());
+            strings(get(st, "Action").unwrap(), &mut a);
+            if let Some(v) = plain(st).as_mapping().and_then(|m| m.get("Resource")) {
+                if let Some(id) = logical_id_of(v) {
+                    r.push(id);
+                }
+                strings(v, &mut r);
+            }
+            (a, r)
+        })
+        .collect()
+}
+
+#[test]
+fn least_privilege_the_charge_role_sends_only_to_the_dlq_and_nobody_reads_items_it_never_reads() {
+    let t = template();
+    let charge = function_grants(&t, "charge");
+    let sends: Vec<&Vec<String>> = charge
+        .iter()
+        .filter(|(a, _)| a.iter().any(|x| x == "sqs:SendMessage"))
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(sends.len(), 1);
+    assert!(
+        sends[0].contains(&"ChargeDeadLetterQueue".to_owned()),
+        "{sends:?}"
+    );
+    assert!(!sends[0].contains(&"ChargeQueue".to_owned()));
+    // Claim, record and reschedule are conditional UpdateItems returning the item: the charge
+    // function and the reconciler never GetItem.
+    for dir in ["charge", "reconciler"] {
+        for (actions, _) in function_grants(&t, dir) {
+            assert!(
+                !actions.iter().any(|a| a == "dynamodb:GetItem"),
+                "{dir}: GetItem is never called"
+            );
+        }
+    }
+    let (_, charge_fn) = function(&t, "charge");
+    let vars = get(props(charge_fn), "Environment")
+        .and_then(|e| get(e, "Variables"))
+        .unwrap();
+    assert_eq!(
+        logical_id_of(raw(vars, charge_once::config::DEAD_LETTER_QUEUE_URL)).as_deref(),
+        Some("ChargeDeadLetterQueue")
+    );
+}
+
+#[test]
+fn the_operator_policy_has_exactly_what_chargectl_needs() {
+    let t = template();
+    let policies = of_type(&t, "AWS::IAM::ManagedPolicy");
+    assert_eq!(policies.len(), 1, "one operator policy");
+    let (id, policy) = &policies[0];
+    assert_eq!(
+        str_at(policy, "Condition"),
+        Some("OperatorPolicyOn"),
+        "{id}: optional"
+    );
+    let mut found = Vec::new();
+    statements(props(policy), String::new(), &mut found);
+    let mut grants: Vec<(String, String)> = Vec::new();
+    for (_, st) in &found {
+        let (mut actions, mut resources) = (Vec::new(), Vec::new());
+        strings(get(st, "Action").unwrap(), &mut actions);
+        let raw_resource = plain(st).as_mapping().unwrap().get("Resource").unwrap();
+        match plain(raw_resource) {
+            Value::Sequence(items) => items.iter().for_each(|i| strings(i, &mut resources)),
+            _ => resources.push(logical_id_of(raw_resource).unwrap_or_else(|| {
+                let mut s = Vec::new();
+                strings(raw_resource, &mut s);
+                s.join("")
+            })),
+        }
+        for a in &actions {
+            for r in &resources {
+                grants.push((a.clone(), r.clone()));
+            }
+        }
+    }
+    grants.sort();
+    let table = |suffix: &str| format!("${{OperationsTable.Arn}}{suffix}");
+    let mut want = vec![
+        (
+            "dynamodb:Query".to_owned(),
+            table(&format!("/index/{UNKNOWN_INDEX}")),
+        ),
+        (
+            "dynamodb:Query".to_owned(),
+            table(&format!("/index/{OPERATION_ID_INDEX}")),
+        ),
+        ("dynamodb:GetItem".to_owned(), "OperationsTable".to_owned()),
+        (
+            "dynamodb:UpdateItem".to_owned(),
+            "OperationsTable".to_owned(),
+        ),
+        ("sqs:SendMessage".to_owned(), "ChargeQueue".to_owned()),
+        (
+            "secretsmanager:GetSecretValue".to_owned(),
+            "StripeSecretArn".to_owned(),
+        ),
+    ];
+    want.sort();
+    assert_eq!(grants, want, "{id}");
+}

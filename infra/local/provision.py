@@ -1,5 +1,6 @@
 """Creates the local stack's resources on moto: the operations table (same keys and indexes as
-`DynamoStore::create_table` and template.yaml), the SQS FIFO queue, and the Stripe key secret.
+`DynamoStore::create_table` and template.yaml), the SQS FIFO queue and its dead-letter queue, and
+the Stripe key secret.
 Prints KEY=VALUE lines for the functions' environment (STRIPE_MAX_NETWORK_RETRIES=0: see below).
 
     python provision.py ENDPOINT STRIPE_API_BASE
@@ -46,6 +47,10 @@ if table not in ddb.list_tables()["TableNames"]:
 queue_url = sqs.create_queue(
     QueueName="charge-once-local.fifo", Attributes={"FifoQueue": "true", "VisibilityTimeout": "30"}
 )["QueueUrl"]
+# Where the charge function parks a message no retry can fix (poison), with its reason.
+dlq_url = sqs.create_queue(
+    QueueName="charge-once-local-dlq.fifo", Attributes={"FifoQueue": "true"}
+)["QueueUrl"]
 try:
     secret_arn = secrets.create_secret(Name="charge-once/stripe", SecretString="sk_test_charge_once")["ARN"]
 except secrets.exceptions.ResourceExistsException:
@@ -58,6 +63,7 @@ for key, value in [
     ("AWS_REGION", "us-east-1"),
     ("TABLE_NAME", table),
     ("QUEUE_URL", queue_url),
+    ("DEAD_LETTER_QUEUE_URL", dlq_url),
     ("STRIPE_API_BASE", stripe_base),
     ("STRIPE_SECRET_ARN", secret_arn),
     # No in-call retry locally: a response dropped by stripe-sim's `drop_after_commit` is then

@@ -201,10 +201,14 @@ chargectl unknowns >"$work/unknowns2.out" 2>&1 || fail "chargectl unknowns"
 grep -q "no unsettled operations" "$work/unknowns2.out" || fail "still unsettled: $(cat "$work/unknowns2.out")"
 
 # --- 3. The static sample batch: a malformed record is reported, never dropped ------------------
-begin "events/charge-sqs-batch.json: the malformed record comes back as a batchItemFailure"
+begin "events/charge-sqs-batch.json: poison records are parked on the DLQ with their reason, none blocks"
 invoke charge events/charge-sqs-batch.json "$work/sample.out"
-check "$work/sample.out" 'sorted(f["itemIdentifier"] for f in j["batchItemFailures"]) == ["059f36b4-87a3-44ab-83d2-661975830a7d", "2e1424d4-f796-459a-8184-9c92662be6da", "7d0c4e8a-1b2f-4c3d-9e5f-6a7b8c9d0e1f"]' \
-  "all three records are reported failed (one malformed, two naming operations no checkout created)"
+check "$work/sample.out" 'not (j or {}).get("batchItemFailures")' \
+  "all three are acknowledged: none can ever succeed, so none blocks its group"
+chargectl --queue-url "$DEAD_LETTER_QUEUE_URL" dev sqs-event >"$work/dlq.json" 2>"$work/dlq.json.err" \
+  || fail "chargectl dev sqs-event on the DLQ: $(cat "$work/dlq.json.err")"
+check "$work/dlq.json" 'sorted(r["messageAttributes"]["reason"]["stringValue"] for r in j["Records"]) == ["no_such_operation", "no_such_operation", "unparseable"]' \
+  "the DLQ holds the three with their reasons (one truncated JSON, two naming operations no checkout created)"
 
 begin "stop the local stack (infra/local/down.sh)"
 cp "$work/.local-stack.pids" "$work/started.pids"

@@ -61,6 +61,8 @@ pub const STRIPE_MAX_NETWORK_RETRIES: &str = "STRIPE_MAX_NETWORK_RETRIES";
 pub const PENDING_GRACE_SECS: &str = "PENDING_GRACE_SECS";
 pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
+pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
+pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 
 /// The Stripe variables ([`stripe_config`]).
 pub const STRIPE_VARS: &[&str] = &[
@@ -72,7 +74,12 @@ pub const STRIPE_VARS: &[&str] = &[
 ];
 
 /// The policy variables ([`charge_policy`]).
-pub const POLICY_VARS: &[&str] = &[PENDING_GRACE_SECS, LEASE_TTL_SECS, SEARCH_MIN_AGE_SECS];
+pub const POLICY_VARS: &[&str] = &[
+    PENDING_GRACE_SECS,
+    LEASE_TTL_SECS,
+    SEARCH_MIN_AGE_SECS,
+    STUCK_INTENT_HOURS,
+];
 
 /// How to reach Stripe, before the secret is fetched.
 #[derive(Debug, Clone)]
@@ -151,8 +158,24 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
         pending_grace: secs(PENDING_GRACE_SECS, defaults.pending_grace)?,
         lease_ttl: secs(LEASE_TTL_SECS, defaults.lease_ttl)?,
         search_min_age: secs(SEARCH_MIN_AGE_SECS, defaults.search_min_age)?,
+        stuck_after: Duration::from_secs(
+            number(
+                env,
+                STUCK_INTENT_HOURS,
+                defaults.stuck_after.as_secs() / 3600,
+            )?
+            .saturating_mul(3600),
+        ),
         ..defaults
     };
+    if policy.stuck_after <= policy.key_window {
+        // Before the key window closes an unsettled intent is still being re-driven with its key;
+        // a bound inside it would page for intents that are simply slow.
+        return Err(ConfigError::Invalid {
+            name: STUCK_INTENT_HOURS,
+            reason: "must be more than 23 (the idempotency key window, in hours)".into(),
+        });
+    }
     if policy.lease_ttl < Duration::from_secs(15) {
         return Err(ConfigError::Invalid {
             name: LEASE_TTL_SECS,
@@ -235,5 +258,15 @@ mod tests {
         assert_eq!(p.pending_grace, Duration::from_secs(30));
         assert_eq!(p.key_window, Duration::from_secs(23 * 3600));
         assert!(charge_policy(&HashMap::from([(LEASE_TTL_SECS, "1")])).is_err());
+        assert_eq!(p.stuck_after, Duration::from_secs(72 * 3600), "default");
+        let p = charge_policy(&HashMap::from([(STUCK_INTENT_HOURS, "48")])).unwrap();
+        assert_eq!(p.stuck_after, Duration::from_secs(48 * 3600));
+        assert!(matches!(
+            charge_policy(&HashMap::from([(STUCK_INTENT_HOURS, "12")])),
+            Err(ConfigError::Invalid {
+                name: STUCK_INTENT_HOURS,
+                ..
+            })
+        ));
     }
 }

@@ -26,7 +26,7 @@ use crate::ports::{
 };
 use crate::time::Clock;
 
-pub use plan::{Decision, Step};
+pub use plan::{Decision, ReviewClass, Step};
 
 /// The timings that govern execution and reconciliation.
 #[derive(Debug, Clone)]
@@ -46,6 +46,9 @@ pub struct ChargePolicy {
     /// Backoff for unknown outcomes: `base * 2^(attempts-1)`, capped at `max`.
     pub unknown_backoff_base: Duration,
     pub unknown_backoff_max: Duration,
+    /// How long after the first attempt a PaymentIntent may stay `requires_action` or
+    /// `processing` before the operation goes to review (`stuck_<status>`).
+    pub stuck_after: Duration,
 }
 
 impl Default for ChargePolicy {
@@ -58,6 +61,7 @@ impl Default for ChargePolicy {
             retry_after: Duration::from_secs(60),
             unknown_backoff_base: Duration::from_secs(60),
             unknown_backoff_max: Duration::from_secs(3600),
+            stuck_after: Duration::from_secs(72 * 3600),
         }
     }
 }
@@ -97,6 +101,11 @@ pub struct ChargeReport {
     pub disposition: Disposition,
     /// Calls made to the gateway by this execution (0 or 1).
     pub gateway_calls: u32,
+    /// This execution moved the operation into review, for this class of reason (`None` when it
+    /// was already in review or did not go there).
+    pub sent_to_review: Option<ReviewClass>,
+    /// Stripe answered with `Idempotent-Replayed: true`: our key had been used before.
+    pub replayed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,12 +187,14 @@ pub async fn execute_charge(
     };
 
     let step = plan::next_step(&op, now, &deps.policy);
+    let mut replayed = false;
     let decision = match &step {
         Step::Create => {
             let result = deps
                 .gateway
                 .create(&CreatePaymentIntent::for_operation(&op))
                 .await;
+            replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
             plan::after_create(&op, result, deps.clock.now(), &deps.policy)
         }
         Step::Retrieve(id) => {
@@ -197,14 +208,6 @@ pub async fn execute_charge(
         Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
     };
     let gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
-
-    if let Disposition::InReview(reason) = &decision.disposition {
-        if decision.key_misuse {
-            error!(%reason, "idempotency key misuse: a bug in key derivation; sent to review");
-        } else {
-            warn!(%reason, "sent to review");
-        }
-    }
 
     let now = deps.clock.now();
     let recorded = deps
@@ -231,14 +234,30 @@ pub async fn execute_charge(
                 status = %op.status,
                 external_id = op.external_id.as_deref().unwrap_or(""),
                 error = op.last_error.as_deref().unwrap_or(""),
+                replayed,
                 "recorded"
             );
-            Ok(report(
-                op.status,
-                op.external_id,
-                decision.disposition,
-                gateway_calls,
-            ))
+            if let (Some(class), Some(reason)) = (decision.review_class, &decision.review) {
+                // Loud on purpose: an order that needs a person must never sit unnoticed. The
+                // caller turns `sent_to_review` into the `SentToReview` metric (alarmed).
+                error!(
+                    order_id = %op.order_id,
+                    operation_id = %op.operation_id,
+                    reason_class = class.as_str(),
+                    %reason,
+                    "sent to review: an operator must settle this operation (chargectl unknowns --review)"
+                );
+            }
+            Ok(ChargeReport {
+                sent_to_review: decision.review_class,
+                replayed,
+                ..report(
+                    op.status,
+                    op.external_id,
+                    decision.disposition,
+                    gateway_calls,
+                )
+            })
         }
         Recorded::Refused(current) => {
             warn!(
@@ -249,12 +268,10 @@ pub async fn execute_charge(
             let (status, external_id) = current
                 .map(|op| (op.status, op.external_id))
                 .unwrap_or((decision.status, decision.external_id));
-            Ok(report(
-                status,
-                external_id,
-                Disposition::Superseded,
-                gateway_calls,
-            ))
+            Ok(ChargeReport {
+                replayed,
+                ..report(status, external_id, Disposition::Superseded, gateway_calls)
+            })
         }
     }
 }
@@ -270,5 +287,7 @@ fn report(
         external_id,
         disposition,
         gateway_calls,
+        sent_to_review: None,
+        replayed: false,
     }
 }

@@ -42,6 +42,8 @@ pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
     OperationKind, OrderId, PaymentMethodId, Principal, ValidationError,
 };
-pub use operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
+pub use operation::{
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+};
 pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

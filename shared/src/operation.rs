@@ -115,12 +115,24 @@ pub struct Review {
     pub flagged_at: Timestamp,
 }
 
-/// Who settled an operation by hand, when and why (the audit note of `chargectl resolve`).
+/// One operator action on an operation (`chargectl resolve`, `chargectl redrive`), appended to
+/// the record's `history` in the same conditional write as the change itself: the history is
+/// append-only, and no action is ever recorded without its entry or the other way round.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resolution {
-    pub by: String,
+pub struct AuditEntry {
+    /// `resolve_succeeded`, `resolve_failed`, `redrive`.
+    pub action: String,
+    pub previous_status: OperationStatus,
+    pub new_status: OperationStatus,
+    /// What the operator checked and found.
     pub note: String,
     pub at: Timestamp,
+    /// The caller's IAM identity (STS `GetCallerIdentity` ARN), not something they typed.
+    pub caller: String,
+    /// An optional extra label given by the operator (`--by`).
+    pub label: Option<String>,
+    /// Set when the operator overrode a Stripe check (`--force`): the reason they gave.
+    pub forced: Option<String>,
 }
 
 /// The operation record.
@@ -152,7 +164,8 @@ pub struct Operation {
     pub next_due_at: Option<Timestamp>,
     /// How many times the reconciler put the operation back on the queue (numbers the dedup ids).
     pub redrives: u32,
-    pub resolution: Option<Resolution>,
+    /// Operator actions, oldest first (append-only).
+    pub history: Vec<AuditEntry>,
 }
 
 impl Operation {
@@ -184,7 +197,7 @@ impl Operation {
             review: None,
             next_due_at: Some(now.plus(pending_grace)),
             redrives: 0,
-            resolution: None,
+            history: Vec::new(),
         }
     }
 

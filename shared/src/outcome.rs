@@ -75,6 +75,26 @@ pub struct PaymentIntent {
     pub status: PaymentIntentStatus,
     /// The answer was a replay of an earlier request under the same key (`Idempotent-Replayed`).
     pub replayed: bool,
+    /// What Stripe says was charged (minor units and lower-case currency) and for which operation
+    /// (`metadata.operation_id`), when the answer carried them. An operator's manual resolution is
+    /// checked against these; the automatic path needs only the status.
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub operation_id: Option<String>,
+}
+
+impl PaymentIntent {
+    /// An intent known by id and status only (the other facts absent).
+    pub fn new(id: impl Into<String>, status: PaymentIntentStatus) -> Self {
+        Self {
+            id: id.into(),
+            status,
+            replayed: false,
+            amount: None,
+            currency: None,
+            operation_id: None,
+        }
+    }
 }
 
 /// Why a request certainly did nothing and may simply be retried later with the same key.

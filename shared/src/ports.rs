@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{ChargeParams, IdempotencyKey, OperationId, OperationKind, OrderId};
 use crate::operation::{
-    Lease, LeaseToken, Operation, OperationKey, OperationStatus, Resolution, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
 use crate::outcome::{GatewayError, PaymentIntent};
 use crate::time::Timestamp;
@@ -121,16 +121,31 @@ pub struct Reschedule {
     /// Takes the operation out of review and back to automatic work (an operator's re-drive).
     pub clear_review: bool,
     pub now: Timestamp,
+    /// An operator's re-drive: refuse while a lease may still be live (see
+    /// [`ManualResolution::lease_cutoff`]) and append this entry to the history.
+    pub operator: Option<OperatorGuard>,
 }
 
-/// An operator settling an operation by hand (`chargectl resolve`).
+/// What guards an operator's write besides `updated_at`: a lease counts as live until its own
+/// expiry plus a safety margin, so a laptop clock a little ahead cannot see it expired early.
+#[derive(Debug, Clone)]
+pub struct OperatorGuard {
+    /// The write is refused if the record holds a lease expiring after this time (the operator's
+    /// now minus the margin).
+    pub lease_cutoff: Timestamp,
+    pub audit: AuditEntry,
+}
+
+/// An operator settling an operation by hand (`chargectl resolve`): only if nobody wrote since
+/// the operator read it (`expected_updated_at`), it is unsettled, and no lease may be live.
 #[derive(Debug, Clone)]
 pub struct ManualResolution {
     pub key: OperationKey,
     pub operation_id: OperationId,
     pub status: OperationStatus,
     pub external_id: Option<String>,
-    pub resolution: Resolution,
+    pub expected_updated_at: Timestamp,
+    pub guard: OperatorGuard,
 }
 
 /// One page of the unknown index.
@@ -177,7 +192,8 @@ pub trait OperationStore: Send + Sync {
     /// Moves the next due time (and counts a re-drive), only if nobody wrote since it was read.
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError>;
 
-    /// Settles by hand, only if the operation is still unsettled and not leased.
+    /// Settles by hand, only if the operation is unchanged since read, still unsettled and not
+    /// leased; appends the audit entry in the same write.
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError>;
 
     /// Reads the unknown index (never the whole table), page by page.
@@ -279,6 +295,28 @@ impl QueueError {
 #[async_trait]
 pub trait ChargeQueue: Send + Sync {
     async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError>;
+}
+
+/// A message the charge function cannot act on, whatever the number of retries (unreadable,
+/// unknown version, no such operation), copied to the dead-letter queue with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The body exactly as received.
+    pub body: String,
+    /// The source queue's message id (also the DLQ's dedup id).
+    pub message_id: String,
+    /// The source message group (`None` if the record had none).
+    pub group_id: Option<String>,
+    /// Why it can never succeed (`unparseable`, `unsupported_version`, `no_such_operation`).
+    pub reason: String,
+    /// The detail, for a person.
+    pub detail: String,
+}
+
+/// Where poison messages go (the charge queue's DLQ in production).
+#[async_trait]
+pub trait DeadLetterQueue: Send + Sync {
+    async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError>;
 }
 
 /// A create request: the parameters plus the key derived from the operation id.

@@ -17,16 +17,21 @@
 //!
 //! A tick stops before its time budget runs out; what it did not reach is still due and is picked
 //! up by the next tick.
+//!
+//! Every tick also reads the REVIEW partition of the index (a Query, like the rest) and reports
+//! how many operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an
+//! alarm pages while anything stays there, whichever function sent it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::executor::{execute_charge, plan as charge_plan, ChargeDeps, Disposition};
+use crate::executor::{execute_charge, plan as charge_plan, ChargeDeps, Disposition, ReviewClass};
 use crate::operation::Operation;
 use crate::ports::{ChargeQueue, IndexQuery, QueuedCharge, Recorded, Reschedule, StoreError};
-use crate::telemetry::emf_line;
+use crate::telemetry::{emf_line, emf_line_classed};
 use crate::time::Timestamp;
 
 /// What to do with one due operation.
@@ -90,8 +95,17 @@ pub struct TickReport {
     pub sent_to_review: u64,
     /// Past the window but not settled yet (search not trusted yet, or still processing).
     pub still_unknown: u64,
-    /// Left alone: leased by someone, or another tick got there first.
+    /// Left alone: leased by someone, or another tick got there first (or one of `failures`).
     pub skipped: u64,
+    /// Of `skipped`, those left because something failed: the store refused to answer, Stripe
+    /// said "retry later" (rate limit, our key's configuration). Alarmed: `SkippedOnError`.
+    pub failures: u64,
+    /// Sent to review by this tick, by class (the sum is `sent_to_review`).
+    pub review_classes: BTreeMap<ReviewClass, u64>,
+    /// Operations waiting for a person (the REVIEW partition), read at the end of the tick.
+    pub in_review: u64,
+    /// How long the longest-waiting of them has been flagged.
+    pub oldest_in_review_age: Duration,
     /// Queue sends that failed (the operation stays due and is retried next tick).
     pub send_failures: u64,
     pub pages: u64,
@@ -102,9 +116,10 @@ pub struct TickReport {
 }
 
 impl TickReport {
-    /// The tick's metrics as one CloudWatch EMF line.
-    pub fn emf(&self, at: Timestamp) -> String {
-        emf_line(
+    /// The tick's metrics as CloudWatch EMF lines: one with the tick's counts, then one per
+    /// review class sent to review (`SentToReview` under `Function` and `Function, ReasonClass`).
+    pub fn emf_lines(&self, at: Timestamp) -> Vec<String> {
+        let mut lines = vec![emf_line(
             "reconciler",
             at,
             &[
@@ -114,16 +129,63 @@ impl TickReport {
                     (self.redriven + self.reenqueued) as f64,
                     "Count",
                 ),
-                ("SentToReview", self.sent_to_review as f64, "Count"),
                 ("StillUnknown", self.still_unknown as f64, "Count"),
                 ("SendFailures", self.send_failures as f64, "Count"),
+                ("SkippedOnError", self.failures as f64, "Count"),
                 (
                     "OldestUnsettledAge",
                     self.oldest_due_age.as_secs_f64(),
                     "Seconds",
                 ),
+                ("InReview", self.in_review as f64, "Count"),
+                (
+                    "OldestInReviewAge",
+                    self.oldest_in_review_age.as_secs_f64(),
+                    "Seconds",
+                ),
             ],
-        )
+        )];
+        lines.extend(
+            self.review_classes
+                .iter()
+                .map(|(class, n)| sent_to_review_line("reconciler", *class, *n, at)),
+        );
+        lines
+    }
+}
+
+/// One `SentToReview` EMF line for `function` and a reason class.
+pub fn sent_to_review_line(function: &str, class: ReviewClass, n: u64, at: Timestamp) -> String {
+    emf_line_classed(
+        function,
+        ("ReasonClass", class.as_str()),
+        at,
+        &[("SentToReview", n as f64, "Count")],
+    )
+}
+
+/// Reads the whole REVIEW partition (one Query per page): how many wait, and the longest wait.
+pub async fn review_backlog(
+    deps: &ReconcilerDeps,
+    now: Timestamp,
+) -> Result<(u64, Duration), StoreError> {
+    let (mut count, mut oldest) = (0u64, Duration::ZERO);
+    let mut cursor = None;
+    loop {
+        let page = deps
+            .charge
+            .store
+            .query_index(IndexQuery::InReview, cursor.take(), deps.page_size)
+            .await?;
+        for op in &page.operations {
+            count += 1;
+            let since = op.review.as_ref().map_or(op.updated_at, |r| r.flagged_at);
+            oldest = oldest.max(now.since(since));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok((count, oldest)),
+        }
     }
 }
 
@@ -162,6 +224,10 @@ pub async fn reconcile_tick(
             None => break,
         }
     }
+    // Read after the work, so what this tick sent to review is counted at once.
+    let (in_review, oldest) = review_backlog(deps, deps.charge.clock.now()).await?;
+    report.in_review = in_review;
+    report.oldest_in_review_age = oldest;
     info!(
         examined = report.examined,
         reenqueued = report.reenqueued,
@@ -170,6 +236,8 @@ pub async fn reconcile_tick(
         sent_to_review = report.sent_to_review,
         still_unknown = report.still_unknown,
         skipped = report.skipped,
+        failures = report.failures,
+        in_review = report.in_review,
         pages = report.pages,
         stopped_early = report.stopped_early,
         "reconciler tick"
@@ -207,6 +275,7 @@ async fn handle_one(
                     bump_redrives: true,
                     clear_review: false,
                     now,
+                    operator: None,
                 })
                 .await
             {
@@ -214,6 +283,7 @@ async fn handle_one(
                 Err(e) => {
                     warn!(error = %e, "cannot reschedule this tick");
                     report.skipped += 1;
+                    report.failures += 1;
                     return;
                 }
             };
@@ -259,7 +329,12 @@ async fn handle_one(
                 }
                 Disposition::InReview(reason) => {
                     info!(decision = "review", %reason, "sent to review");
-                    report.sent_to_review += 1;
+                    if let Some(class) = r.sent_to_review {
+                        report.sent_to_review += 1;
+                        *report.review_classes.entry(class).or_default() += 1;
+                    } else {
+                        report.skipped += 1;
+                    }
                 }
                 Disposition::Scheduled => {
                     info!(decision = "wait", status = %r.status, "not settled yet");
@@ -268,6 +343,9 @@ async fn handle_one(
                 other => {
                     info!(decision = "skip", disposition = ?other, "not settled this tick");
                     report.skipped += 1;
+                    if matches!(other, Disposition::RetryLater(_)) {
+                        report.failures += 1;
+                    }
                 }
             },
             Err(e) => {
@@ -275,6 +353,7 @@ async fn handle_one(
                 // stop the tick: it stays due and the next tick tries again.
                 warn!(error = %e, "cannot settle this tick");
                 report.skipped += 1;
+                report.failures += 1;
             }
         },
     }

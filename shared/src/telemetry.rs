@@ -1,5 +1,14 @@
 //! Metrics as CloudWatch Embedded Metric Format: one JSON object per line on stdout, which
 //! CloudWatch Logs turns into metrics without an API call from the function.
+//!
+//! Every metric has the dimension `Function=<function>` (what the alarms watch); a metric that
+//! also has a class (`SentToReview` by `ReasonClass`) is emitted with two dimension sets in one
+//! line, so the per-function total and the per-class series come from the same data point.
+//!
+//! Where lines go is a [`MetricsSink`]: stdout in Lambda ([`StdoutMetrics`]), a buffer in tests
+//! ([`CapturedMetrics`], parse it back with [`parse_emf`]), nowhere in the simulation.
+
+use std::sync::Mutex;
 
 use serde_json::{json, Map, Value};
 
@@ -7,12 +16,102 @@ use crate::time::Timestamp;
 
 pub const NAMESPACE: &str = "ChargeOnce";
 
+/// Where EMF lines go.
+pub trait MetricsSink: Send + Sync {
+    fn emit(&self, line: String);
+}
+
+/// Lambda: one line on stdout, which CloudWatch Logs turns into metrics.
+pub struct StdoutMetrics;
+
+impl MetricsSink for StdoutMetrics {
+    fn emit(&self, line: String) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        // A lost metrics line must never fail a charge.
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// Keeps every line (tests parse them back).
+#[derive(Default)]
+pub struct CapturedMetrics {
+    lines: Mutex<Vec<String>>,
+}
+
+impl CapturedMetrics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sum of metric `name` over every captured line whose dimensions include `dims`.
+    pub fn sum(&self, name: &str, dims: &[(&str, &str)]) -> f64 {
+        self.lines()
+            .iter()
+            .filter_map(|l| parse_emf(l))
+            .filter(|v| dims.iter().all(|(k, want)| v[*k].as_str() == Some(*want)))
+            .filter_map(|v| v[name].as_f64())
+            .sum()
+    }
+}
+
+impl MetricsSink for CapturedMetrics {
+    fn emit(&self, line: String) {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    }
+}
+
+/// Drops every line (the simulation counts for itself).
+pub struct DiscardMetrics;
+
+impl MetricsSink for DiscardMetrics {
+    fn emit(&self, _line: String) {}
+}
+
+/// An EMF line parsed back, if it is one (has `_aws.CloudWatchMetrics`).
+pub fn parse_emf(line: &str) -> Option<Value> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    v.get("_aws")?.get("CloudWatchMetrics")?;
+    Some(v)
+}
+
 /// One EMF record with `metrics` (name, value, unit) under the dimension `Function=<function>`.
 pub fn emf_line(function: &str, at: Timestamp, metrics: &[(&str, f64, &str)]) -> String {
+    emf_line_with(function, None, at, metrics)
+}
+
+/// One EMF record whose metrics are published both under `Function=<function>` and under
+/// `Function=<function>, <class.0>=<class.1>`.
+pub fn emf_line_classed(
+    function: &str,
+    class: (&str, &str),
+    at: Timestamp,
+    metrics: &[(&str, f64, &str)],
+) -> String {
+    emf_line_with(function, Some(class), at, metrics)
+}
+
+fn emf_line_with(
+    function: &str,
+    class: Option<(&str, &str)>,
+    at: Timestamp,
+    metrics: &[(&str, f64, &str)],
+) -> String {
     let definitions: Vec<Value> = metrics
         .iter()
         .map(|(name, _, unit)| json!({"Name": name, "Unit": unit}))
         .collect();
+    let dimensions = match class {
+        None => json!([["Function"]]),
+        Some((name, _)) => json!([["Function"], ["Function", name]]),
+    };
     let mut root = Map::new();
     root.insert(
         "_aws".into(),
@@ -20,12 +119,15 @@ pub fn emf_line(function: &str, at: Timestamp, metrics: &[(&str, f64, &str)]) ->
             "Timestamp": at.as_millis(),
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["Function"]],
+                "Dimensions": dimensions,
                 "Metrics": definitions,
             }],
         }),
     );
     root.insert("Function".into(), json!(function));
+    if let Some((name, value)) = class {
+        root.insert(name.into(), json!(value));
+    }
     for (name, value, _) in metrics {
         root.insert((*name).into(), json!(value));
     }
@@ -55,5 +157,28 @@ mod tests {
         assert_eq!(v["Settled"], 2.0);
         assert_eq!(v["Function"], "reconciler");
         assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn classed_lines_publish_both_dimension_sets() {
+        let sink = CapturedMetrics::new();
+        sink.emit(emf_line_classed(
+            "charge",
+            ("ReasonClass", "stuck_processing"),
+            Timestamp::from_millis(1_000),
+            &[("SentToReview", 1.0, "Count")],
+        ));
+        sink.emit("not json".into());
+        let v = parse_emf(&sink.lines()[0]).unwrap();
+        assert_eq!(
+            v["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Function"], ["Function", "ReasonClass"]])
+        );
+        assert_eq!(sink.sum("SentToReview", &[("Function", "charge")]), 1.0);
+        assert_eq!(
+            sink.sum("SentToReview", &[("ReasonClass", "stuck_processing")]),
+            1.0
+        );
+        assert_eq!(sink.sum("SentToReview", &[("Function", "reconciler")]), 0.0);
     }
 }

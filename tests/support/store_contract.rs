@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::operation::Resolution;
+use charge_once::operation::AuditEntry;
+use charge_once::ports::OperatorGuard;
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Recorded, Reschedule,
@@ -139,12 +140,23 @@ pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn
         bump_redrives: true,
         clear_review: true,
         now: later,
+        operator: Some(OperatorGuard {
+            lease_cutoff: later,
+            audit: audit(
+                "redrive",
+                OperationStatus::Unknown,
+                OperationStatus::Unknown,
+                later,
+            ),
+        }),
     };
     let Recorded::Written(back) = store.reschedule(&req).await.unwrap() else {
         panic!("the operator's re-drive must land");
     };
     assert_eq!(back.review, None);
     assert_eq!(back.redrives, 1);
+    assert_eq!(back.history.len(), 1, "the re-drive is on the record");
+    assert_eq!(back.history[0].action, "redrive");
     assert!(store
         .query_index(IndexQuery::InReview, None, 10)
         .await
@@ -444,6 +456,7 @@ pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStor
         bump_redrives: true,
         clear_review: false,
         now: T0.plus(Duration::from_secs(1)),
+        operator: None,
     };
     let Recorded::Written(rec) = store.reschedule(&req).await.unwrap() else {
         panic!("first reschedule must land");
@@ -458,34 +471,117 @@ pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStor
     assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
 }
 
+fn audit(action: &str, from: OperationStatus, to: OperationStatus, at: Timestamp) -> AuditEntry {
+    AuditEntry {
+        action: action.into(),
+        previous_status: from,
+        new_status: to,
+        note: "found in dashboard".into(),
+        at,
+        caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
+        label: Some("alice".into()),
+        forced: None,
+    }
+}
+
+fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualResolution {
+    ManualResolution {
+        key: op.key(),
+        operation_id: op.operation_id,
+        status,
+        external_id: Some("pi_by_hand".into()),
+        expected_updated_at: op.updated_at,
+        guard: OperatorGuard {
+            lease_cutoff: at,
+            audit: audit(&format!("resolve_{status}"), op.status, status, at),
+        },
+    }
+}
+
 pub async fn resolve_settles_once_and_refuses_a_settled_record(store: Arc<dyn OperationStore>) {
     let op = operation("contract-resolve", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let req = ManualResolution {
-        key: op.key(),
-        operation_id: op.operation_id,
-        status: OperationStatus::Succeeded,
-        external_id: Some("pi_by_hand".into()),
-        resolution: Resolution {
-            by: "alice".into(),
-            note: "found in dashboard".into(),
-            at: T0.plus(Duration::from_secs(5)),
-        },
-    };
+    let req = resolution(
+        &op,
+        OperationStatus::Succeeded,
+        T0.plus(Duration::from_secs(5)),
+    );
     let Recorded::Written(rec) = store.resolve(&req).await.unwrap() else {
         panic!("resolve of an unsettled operation must land");
     };
     assert_eq!(rec.status, OperationStatus::Succeeded);
     assert_eq!(rec.external_id.as_deref(), Some("pi_by_hand"));
-    assert_eq!(rec.resolution.as_ref().unwrap().by, "alice");
+    assert_eq!(rec.history, vec![req.guard.audit.clone()]);
     assert_eq!(rec.next_due_at, None);
 
-    let mut again = req.clone();
-    again.status = OperationStatus::Failed;
+    let mut again = resolution(
+        &rec,
+        OperationStatus::Failed,
+        T0.plus(Duration::from_secs(6)),
+    );
+    again.expected_updated_at = rec.updated_at;
     match store.resolve(&again).await.unwrap() {
-        Recorded::Refused(Some(cur)) => assert_eq!(cur.status, OperationStatus::Succeeded),
+        Recorded::Refused(Some(cur)) => {
+            assert_eq!(cur.status, OperationStatus::Succeeded);
+            assert_eq!(cur.history.len(), 1, "nothing appended by a refused write");
+        }
         r => panic!("a settled operation was resolved again: {r:?}"),
     }
+}
+
+pub async fn resolve_is_guarded_by_what_was_read_and_by_the_lease(store: Arc<dyn OperationStore>) {
+    let op = operation("contract-resolve-guard", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    // A stale read: the record changed (a claim) after the operator looked.
+    let stale = resolution(
+        &op,
+        OperationStatus::Failed,
+        T0.plus(Duration::from_secs(120)),
+    );
+    let lease = Lease {
+        token: LeaseToken::new_random(),
+        expires_at: T0.plus(Duration::from_secs(61)),
+    };
+    let Claim::Claimed(claimed) = store
+        .claim(&ClaimRequest {
+            key: op.key(),
+            operation_id: op.operation_id,
+            lease,
+            now: T0.plus(Duration::from_secs(1)),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("claim")
+    };
+    assert!(matches!(
+        store.resolve(&stale).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+    // Read fresh, but the lease (until T0+61 s) is after the cutoff: refused.
+    let mut leased = resolution(
+        &claimed,
+        OperationStatus::Failed,
+        T0.plus(Duration::from_secs(90)),
+    );
+    leased.guard.lease_cutoff = T0.plus(Duration::from_secs(30));
+    assert!(matches!(
+        store.resolve(&leased).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+    // Past the lease and its margin: lands, with the history entry.
+    let ok = resolution(
+        &claimed,
+        OperationStatus::Failed,
+        T0.plus(Duration::from_secs(200)),
+    );
+    let Recorded::Written(rec) = store.resolve(&ok).await.unwrap() else {
+        panic!("a fresh read past the lease must land");
+    };
+    assert_eq!(rec.status, OperationStatus::Failed);
+    assert_eq!(rec.lease, None);
+    assert_eq!(rec.history.len(), 1);
+    assert_eq!(rec.history[0].previous_status, OperationStatus::Pending);
 }
 
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
@@ -506,6 +602,7 @@ macro_rules! store_contract_tests {
             index_lists_due_unsettled_work_in_due_order_by_pages,
             reschedule_is_guarded_by_what_was_read,
             resolve_settles_once_and_refuses_a_settled_record,
+            resolve_is_guarded_by_what_was_read_and_by_the_lease,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

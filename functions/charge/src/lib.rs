@@ -12,6 +12,8 @@ use charge_once::executor::ChargePolicy;
 #[derive(Debug, Clone)]
 pub struct ChargeConfig {
     pub table_name: String,
+    /// The charge queue's dead-letter queue, where poison messages are copied.
+    pub dead_letter_queue_url: String,
     pub stripe: config::StripeEnv,
     pub policy: ChargePolicy,
 }
@@ -20,6 +22,7 @@ impl ChargeConfig {
     /// Every variable this function reads.
     pub const ENV_VARS: &'static [&'static str] = &[
         config::TABLE_NAME,
+        config::DEAD_LETTER_QUEUE_URL,
         config::STRIPE_API_BASE,
         config::STRIPE_SECRET_ARN,
         config::STRIPE_TIMEOUT_MS,
@@ -28,11 +31,13 @@ impl ChargeConfig {
         config::PENDING_GRACE_SECS,
         config::LEASE_TTL_SECS,
         config::SEARCH_MIN_AGE_SECS,
+        config::STUCK_INTENT_HOURS,
     ];
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
+            dead_letter_queue_url: config::required(env, config::DEAD_LETTER_QUEUE_URL)?,
             stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
         })

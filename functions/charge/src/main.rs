@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
-use charge::handler::handle;
+use charge::handler::{handle, ChargeFunction};
 use charge::ChargeConfig;
+use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::secrets::fetch_stripe_key;
+use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::ProcessEnv;
 use charge_once::executor::ChargeDeps;
+use charge_once::telemetry::StdoutMetrics;
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 
@@ -17,20 +20,27 @@ use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ChargeConfig::from_env(&ProcessEnv)?;
-    let aws = aws_config::load_from_env().await;
+    let aws = FUNCTION_TIMEOUTS.load().await;
     let key = fetch_stripe_key(
         &aws_sdk_secretsmanager::Client::new(&aws),
         &config.stripe.secret_arn,
     )
     .await?;
-    let deps = ChargeDeps {
-        store: Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&aws),
-            &config.table_name,
+    let deps = ChargeFunction {
+        charge: ChargeDeps {
+            store: Arc::new(DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(&aws),
+                &config.table_name,
+            )),
+            gateway: Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
+            clock: Arc::new(SystemClock),
+            policy: config.policy,
+        },
+        dead_letters: Arc::new(SqsDeadLetters::new(
+            aws_sdk_sqs::Client::new(&aws),
+            &config.dead_letter_queue_url,
         )),
-        gateway: Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
-        clock: Arc::new(SystemClock),
-        policy: config.policy,
+        metrics: Arc::new(StdoutMetrics),
     };
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {

@@ -21,6 +21,9 @@
 //! | 413 / 415 | body over 8 KiB / a declared media type other than `application/json` | nothing |
 //! | 405 / 404 | other method / other path | nothing |
 //! | 503 + `Retry-After` | DynamoDB or SQS failed | possibly the item (then `pending`: the reconciler or the client's retry sends it) |
+//!
+//! A 503 is an answer, not a Lambda error, so Lambda's `Errors` metric never sees it: each one
+//! also emits the EMF metric `CheckoutUnavailable` (`Function=checkout`), which is alarmed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +38,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
 use charge_once::OperationKey;
+use charge_once::telemetry::MetricsSink;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
     PaymentMethodId, Principal, ValidationError,
@@ -53,6 +57,8 @@ pub struct Checkout {
     pub queue: Arc<dyn ChargeQueue>,
     pub clock: Arc<dyn Clock>,
     pub pending_grace: Duration,
+    /// Where `CheckoutUnavailable` goes (stdout in Lambda).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// Handles one request. Always an HTTP answer: bad input and infrastructure failures are responses,
@@ -183,7 +189,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     );
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
         error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
-        unavailable()
+        unavailable(deps, "store")
     })?;
     match created {
         Created::New(op) => {
@@ -264,7 +270,7 @@ async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
             // The item is written and `pending`: a retry of this request re-sends, and the
             // reconciler re-enqueues it after the grace period if nobody does.
             error!(error = %e, source = ?std::error::Error::source(&e), "queue unavailable");
-            unavailable()
+            unavailable(deps, "queue")
         })
 }
 
@@ -449,7 +455,14 @@ fn unauthenticated() -> Reply {
     )
 }
 
-fn unavailable() -> Reply {
+/// A 503, counted: one `CheckoutUnavailable` EMF line (with what failed, `store` or `queue`).
+fn unavailable(deps: &Checkout, cause: &str) -> Reply {
+    deps.metrics.emit(charge_once::telemetry::emf_line_classed(
+        "checkout",
+        ("Cause", cause),
+        deps.clock.now(),
+        &[("CheckoutUnavailable", 1.0, "Count")],
+    ));
     let mut reply = error(
         503,
         "temporarily_unavailable",
@@ -488,6 +501,7 @@ mod tests {
             queue: queue.clone(),
             clock,
             pending_grace: Duration::from_secs(300),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         Fixture { store, queue, deps }
     }
@@ -808,5 +822,31 @@ mod tests {
             writes
         );
         assert_eq!(f.queue.len(), 1);
+    }
+
+    struct DownQueue;
+
+    #[async_trait::async_trait]
+    impl ChargeQueue for DownQueue {
+        async fn send(&self, _: &QueuedCharge) -> Result<(), charge_once::ports::QueueError> {
+            Err(charge_once::ports::QueueError::new("connection refused"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_503_is_counted_as_checkout_unavailable() {
+        let mut f = fixture();
+        let metrics = Arc::new(charge_once::telemetry::CapturedMetrics::new());
+        f.deps.metrics = metrics.clone();
+        f.deps.queue = Arc::new(DownQueue);
+        let (status, _) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(status, 503);
+        assert_eq!(
+            metrics.sum(
+                "CheckoutUnavailable",
+                &[("Function", "checkout"), ("Cause", "queue")]
+            ),
+            1.0
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::ProcessEnv;
@@ -15,7 +16,7 @@ use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = CheckoutConfig::from_env(&ProcessEnv)?;
-    let aws = aws_config::load_from_env().await;
+    let aws = FUNCTION_TIMEOUTS.load().await;
     let deps = Checkout {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&aws),
@@ -27,6 +28,7 @@ async fn main() -> Result<(), Error> {
         )),
         clock: Arc::new(SystemClock),
         pending_grace: config.pending_grace,
+        metrics: Arc::new(charge_once::telemetry::StdoutMetrics),
     };
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {

@@ -13,9 +13,10 @@ use serde_json::{json, Value};
 /// due reads each due item once (measured in BENCHMARKS.md: 50 per page read ~4.5 items per due
 /// operation at 1,000 due).
 pub const PAGE_SIZE: usize = 1000;
-/// Stop taking new operations with less than this left: one Stripe call (10 s total timeout, plus
-/// a bounded same-key retry) and a DynamoDB write must still fit.
-pub const SAFETY_MARGIN: Duration = Duration::from_secs(25);
+/// Stop taking new operations with less than this left: a claim, one Stripe call (10 s total
+/// timeout, plus a bounded same-key retry: ~21 s) and a record (3 s each at most, see
+/// `charge_once::adapters::aws`) must still fit, then the REVIEW partition read and the metrics.
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(30);
 /// Used when the invocation carries no deadline (a local `cargo lambda invoke`).
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
 
@@ -58,8 +59,10 @@ pub async fn handle_with_metrics(
     // stays due), it is only less tidy.
     let safety = SAFETY_MARGIN.min(remaining() / 2);
     let report = reconcile_tick(deps, &remaining, safety).await?;
-    // EMF: one JSON line on stdout becomes CloudWatch metrics.
-    writeln!(metrics, "{}", report.emf(deps.charge.clock.now()))?;
+    // EMF: each JSON line on stdout becomes CloudWatch metrics.
+    for line in report.emf_lines(deps.charge.clock.now()) {
+        writeln!(metrics, "{line}")?;
+    }
     Ok(json!({
         "examined": report.examined,
         "reenqueued": report.reenqueued,
@@ -69,6 +72,9 @@ pub async fn handle_with_metrics(
         "still_unknown": report.still_unknown,
         "skipped": report.skipped,
         "send_failures": report.send_failures,
+        "failures": report.failures,
+        "in_review": report.in_review,
+        "oldest_in_review_age_secs": report.oldest_in_review_age.as_secs(),
         "pages": report.pages,
         "stopped_early": report.stopped_early,
     }))

@@ -29,6 +29,7 @@ impl ReconcilerConfig {
         config::PENDING_GRACE_SECS,
         config::LEASE_TTL_SECS,
         config::SEARCH_MIN_AGE_SECS,
+        config::STUCK_INTENT_HOURS,
     ];
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
@@ -19,7 +20,7 @@ use reconciler::ReconcilerConfig;
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
-    let aws = aws_config::load_from_env().await;
+    let aws = FUNCTION_TIMEOUTS.load().await;
     let key = fetch_stripe_key(
         &aws_sdk_secretsmanager::Client::new(&aws),
         &config.stripe.secret_arn,

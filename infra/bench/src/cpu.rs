@@ -126,12 +126,12 @@ pub fn measure(charges: usize, batch_size: usize, with_logs: bool) -> CpuResult 
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
         let events = world(&store, clock.now(), charges, batch_size).await;
-        let deps = ChargeDeps {
+        let deps = charge::handler::ChargeFunction::local(ChargeDeps {
             store: store.clone(),
             gateway: gateway.clone(),
             clock: Arc::new(clock),
             policy: ChargePolicy::default(),
-        };
+        });
         let cpu0 = thread_cpu_ns();
         let wall0 = Instant::now();
         for event in events {

@@ -44,6 +44,15 @@ pub struct GlobalArgs {
     /// The SQS FIFO charge queue (needed only by `redrive`).
     #[arg(long, env = "QUEUE_URL", global = true, value_name = "URL")]
     pub queue_url: Option<String>,
+
+    /// The Secrets Manager secret holding the Stripe key, the same one the functions read
+    /// (needed only by `resolve`, which checks Stripe before declaring an outcome).
+    #[arg(long, env = "STRIPE_SECRET_ARN", global = true, value_name = "ARN")]
+    pub stripe_secret_arn: Option<String>,
+
+    /// Stripe's API base URL (default https://api.stripe.com; plain HTTP only to loopback).
+    #[arg(long, env = "STRIPE_API_BASE", global = true, value_name = "URL")]
+    pub stripe_api_base: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,11 +70,18 @@ pub enum Command {
 
     /// Settle an unsettled operation by hand, with an audit note.
     ///
-    /// Check Stripe first (dashboard: search PaymentIntents by metadata operation_id). Refused if
-    /// the operation is settled already or being executed right now (a live lease).
+    /// Checks Stripe first: --succeeded retrieves the PaymentIntent and refuses unless it
+    /// succeeded for this operation's amount, currency and operation id; --failed refuses if a
+    /// search by the operation id finds a succeeded PaymentIntent. --force "<reason>" overrides a
+    /// failed check, with the reason kept on the record. Refused if the record changed since it
+    /// was read (or since --expect-version), if it is settled, or while a lease may be live. The
+    /// action is appended to the record's history with your IAM identity.
     Resolve(ResolveArgs),
 
     /// Put an unsettled operation back on the charge queue (and out of review).
+    ///
+    /// Refused if the record changed since it was read (or since --expect-version) or while a
+    /// lease may be live; appended to the record's history with your IAM identity and --note.
     ///
     /// A re-drive never creates a second charge: the charge function sends the same idempotency
     /// key (payment-op:<operation_id>) on every attempt, and once the 23 h key window since the
@@ -132,9 +148,24 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "TEXT", value_parser = non_empty)]
     pub note: String,
 
-    /// Who is resolving (kept on the record).
-    #[arg(long, value_name = "NAME", value_parser = non_empty)]
-    pub by: String,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
+    /// Settle even though the Stripe check refused; the reason is kept on the record.
+    #[arg(long, value_name = "REASON", value_parser = non_empty)]
+    pub force: Option<String>,
+}
+
+/// What every operator write takes besides its own arguments.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AuditArgs {
+    /// An extra label for the history (a ticket, your name); your IAM identity is recorded anyway.
+    #[arg(long, value_name = "LABEL", value_parser = non_empty)]
+    pub by: Option<String>,
+
+    /// The record's version as `chargectl show` printed it: refuse if it changed since.
+    #[arg(long, value_name = "VERSION")]
+    pub expect_version: Option<i64>,
 }
 
 /// Exactly one of `--succeeded <pi_id>` or `--failed`.
@@ -155,6 +186,13 @@ pub struct RedriveArgs {
     /// The operation to put back on the queue.
     #[arg(value_name = "OPERATION_ID", value_parser = parse_operation_id)]
     pub operation_id: OperationId,
+
+    /// Why (kept in the record's history).
+    #[arg(long, value_name = "TEXT", value_parser = non_empty)]
+    pub note: String,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
 }
 
 /// An operation id argument: a UUID.
@@ -222,6 +260,28 @@ mod tests {
         };
         assert_eq!(args.outcome.succeeded.as_deref(), Some("pi_3Abc_12"));
         assert!(!args.outcome.failed);
+        assert_eq!(args.audit.by.as_deref(), Some("alice"));
+        assert_eq!(args.force, None);
+
+        // --by is an optional label; --expect-version pins the record read by `show`.
+        let ok = parse(&[
+            "resolve",
+            OP,
+            "--failed",
+            "--note",
+            "n",
+            "--expect-version",
+            "1800000000123",
+            "--force",
+            "dashboard shows it refunded",
+        ])
+        .unwrap();
+        let Command::Resolve(args) = ok.command else {
+            panic!("resolve")
+        };
+        assert_eq!(args.audit.by, None);
+        assert_eq!(args.audit.expect_version, Some(1_800_000_000_123));
+        assert_eq!(args.force.as_deref(), Some("dashboard shows it refunded"));
 
         let both = parse(&[
             "resolve",
@@ -293,9 +353,10 @@ mod tests {
                 ErrorKind::MissingRequiredArgument,
             ),
             (
-                vec!["resolve", OP, "--failed", "--note", "n"],
-                ErrorKind::MissingRequiredArgument,
+                vec!["resolve", OP, "--failed", "--note", "n", "--force", " "],
+                ErrorKind::ValueValidation,
             ),
+            (vec!["redrive", OP], ErrorKind::MissingRequiredArgument),
             (
                 vec![
                     "resolve",

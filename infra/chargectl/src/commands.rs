@@ -5,20 +5,57 @@
 //! table scan. Every write is one of the store's conditional writes (`resolve`, `reschedule`), so an
 //! operator can never overwrite a settled operation or race a charge that is running right now:
 //! the condition refuses, and the command says why and exits 1.
+//!
+//! The operator's writes (`resolve`, `redrive`) are guarded three ways, in the store's condition:
+//! - by the record they read: `updated_at` (the "version" `show` prints; `--expect-version` pins
+//!   the one the operator looked at) must be unchanged, else the command shows what changed;
+//! - by the lease: a lease counts as live until its own `lease_expires_at` plus [`LEASE_MARGIN`],
+//!   so an operator's clock running ahead cannot see a running charge as finished;
+//! - by Stripe, for `resolve`: `--succeeded pi_…` must be a succeeded PaymentIntent of this
+//!   operation's amount, currency and `metadata.operation_id`; `--failed` must find no succeeded
+//!   one by search (nor the recorded one). `--force "<reason>"` overrides, with the reason kept.
+//!
+//! Each write appends an [`AuditEntry`] to the record's history in the same conditional write,
+//! with the caller's IAM identity from STS (`--by` is only an extra label).
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use charge_once::operation::Resolution;
+use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, IndexQuery, ManualResolution, OperationStore, QueuedCharge, Recorded, Reschedule,
+    ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
+    QueuedCharge, Recorded, Reschedule,
 };
-use charge_once::{Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId};
+use charge_once::{
+    AuditEntry, Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId,
+    PaymentIntentStatus, Timestamp,
+};
 
-use crate::cli::{RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
+use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
 use crate::render;
+
+/// How long past its own expiry a lease still counts as live for an operator's write: covers the
+/// skew between the operator's clock and the function's, and a Stripe call finishing late.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(120);
+
+/// Who is calling, as AWS knows them (STS `GetCallerIdentity` in production).
+#[async_trait]
+pub trait CallerIdentity: Send + Sync {
+    /// The caller's ARN.
+    async fn caller_arn(&self) -> Result<String, Box<dyn StdError + Send + Sync>>;
+}
+
+/// A fixed identity, for tests.
+pub struct FixedIdentity(pub String);
+
+#[async_trait]
+impl CallerIdentity for FixedIdentity {
+    async fn caller_arn(&self) -> Result<String, Box<dyn StdError + Send + Sync>> {
+        Ok(self.0.clone())
+    }
+}
 
 /// Page size for reading the unknown index.
 pub const INDEX_PAGE: usize = 100;
@@ -209,7 +246,13 @@ fn already_settled(op: &Operation, what: &str) -> Failure {
 fn leased(op: &Operation) -> Failure {
     let until = op
         .lease
-        .map(|l| format!(" (lease until {})", l.expires_at.to_rfc3339()))
+        .map(|l| {
+            format!(
+                " (lease until {}, counted live {} s longer)",
+                l.expires_at.to_rfc3339(),
+                LEASE_MARGIN.as_secs()
+            )
+        })
         .unwrap_or_default();
     Failure::Refused(format!(
         "operation {} is being executed right now{until}; nothing changed. \
@@ -218,73 +261,279 @@ fn leased(op: &Operation) -> Failure {
     ))
 }
 
-/// `chargectl resolve`: settles by hand through the store's conditional `resolve` (only an
-/// unsettled, unleased operation), with who, when and why kept on the record.
-pub async fn resolve(
+/// True while the lease may still be live: until its own expiry plus [`LEASE_MARGIN`].
+fn lease_may_be_live(op: &Operation, now: Timestamp) -> bool {
+    op.lease
+        .is_some_and(|l| l.expires_at.plus(LEASE_MARGIN) > now)
+}
+
+/// The fields that differ between what was read and what is there now, one per line.
+pub fn changes(read: &Operation, now: &Operation) -> String {
+    let mut out = Vec::new();
+    let mut diff = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("  {name}: {a} -> {b}"));
+        }
+    };
+    let opt = |s: Option<&str>| s.unwrap_or("-").to_owned();
+    diff("status", read.status.to_string(), now.status.to_string());
+    diff(
+        "payment intent",
+        opt(read.external_id.as_deref()),
+        opt(now.external_id.as_deref()),
+    );
+    diff(
+        "last error",
+        opt(read.last_error.as_deref()),
+        opt(now.last_error.as_deref()),
+    );
+    diff(
+        "review",
+        opt(read.review.as_ref().map(|r| r.reason.as_str())),
+        opt(now.review.as_ref().map(|r| r.reason.as_str())),
+    );
+    diff(
+        "attempts",
+        read.attempts.to_string(),
+        now.attempts.to_string(),
+    );
+    diff(
+        "lease until",
+        read.lease.map_or("-".into(), |l| l.expires_at.to_rfc3339()),
+        now.lease.map_or("-".into(), |l| l.expires_at.to_rfc3339()),
+    );
+    diff(
+        "history entries",
+        read.history.len().to_string(),
+        now.history.len().to_string(),
+    );
+    diff(
+        "version",
+        read.updated_at.as_millis().to_string(),
+        now.updated_at.as_millis().to_string(),
+    );
+    out.join("\n")
+}
+
+fn changed_since(read: &Operation, current: &Operation, what: &str) -> Failure {
+    Failure::Refused(format!(
+        "operation {} changed since it was read; nothing {what}. What changed:\n{}\n\
+         Look at it again (chargectl show {}) and decide on what is there now",
+        read.operation_id,
+        changes(read, current),
+        read.operation_id
+    ))
+}
+
+/// The record as the operator's command reads it, held to `--expect-version` when given.
+async fn read_for_write(
     store: &dyn OperationStore,
-    clock: &dyn Clock,
+    id: &OperationId,
+    audit: &AuditArgs,
+    what: &str,
+) -> Result<Operation, Failure> {
+    let op = fetch(store, id).await?;
+    if let Some(version) = audit.expect_version {
+        if op.updated_at.as_millis() != version {
+            return Err(Failure::Refused(format!(
+                "operation {} is not the version you looked at ({version}); nothing {what}. \
+                 It is now version {}: status {}, payment intent {}, review {}, {} history \
+                 entries. Look at it again (chargectl show {})",
+                op.operation_id,
+                op.updated_at.as_millis(),
+                op.status,
+                op.external_id.as_deref().unwrap_or("-"),
+                op.review.as_ref().map_or("-", |r| r.reason.as_str()),
+                op.history.len(),
+                op.operation_id
+            )));
+        }
+    }
+    Ok(op)
+}
+
+/// What the operator's own store write was refused for, as a failure.
+fn refused_write(
+    read: &Operation,
+    current: Option<Operation>,
+    now: Timestamp,
+    what: &str,
+) -> Failure {
+    match current {
+        None => Failure::Refused(format!(
+            "operation {} no longer exists; nothing {what}",
+            read.operation_id
+        )),
+        Some(current) if current.status.is_settled() => already_settled(&current, what),
+        Some(current) if current.updated_at != read.updated_at => {
+            changed_since(read, &current, what)
+        }
+        Some(current) if lease_may_be_live(&current, now) => leased(&current),
+        Some(current) => Failure::Refused(format!(
+            "operation {} changed concurrently; nothing {what}, try again",
+            current.operation_id
+        )),
+    }
+}
+
+/// Checks Stripe before an operator declares an outcome. `Ok(())` when Stripe agrees; the
+/// refusal's reasons otherwise.
+async fn check_stripe(
+    gateway: &dyn PaymentGateway,
+    op: &Operation,
+    succeeded: Option<&str>,
+) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    match succeeded {
+        Some(pi_id) => match gateway.retrieve(pi_id).await {
+            Err(e) => problems.push(format!("cannot retrieve {pi_id} from Stripe: {e}")),
+            Ok(pi) => {
+                if pi.status != PaymentIntentStatus::Succeeded {
+                    problems.push(format!("{pi_id} is {}, not succeeded", pi.status));
+                }
+                let want_amount = op.params.amount.minor_units();
+                if pi.amount != Some(want_amount) {
+                    problems.push(format!(
+                        "{pi_id} is for amount {}, the operation for {want_amount}",
+                        pi.amount.map_or("?".into(), |a| a.to_string())
+                    ));
+                }
+                let want_currency = op.params.currency.as_str();
+                if pi.currency.as_deref() != Some(want_currency) {
+                    problems.push(format!(
+                        "{pi_id} is in {}, the operation in {want_currency}",
+                        pi.currency.as_deref().unwrap_or("?")
+                    ));
+                }
+                let want_op = op.operation_id.to_string();
+                if pi.operation_id.as_deref() != Some(want_op.as_str()) {
+                    problems.push(format!(
+                        "{pi_id} has metadata.operation_id {}, not {want_op}",
+                        pi.operation_id.as_deref().unwrap_or("(none)")
+                    ));
+                }
+            }
+        },
+        None => {
+            match gateway.search_by_operation(&op.operation_id).await {
+                Err(e) => problems.push(format!("cannot search Stripe: {e}")),
+                Ok(found) => problems.extend(
+                    found
+                        .iter()
+                        .filter(|pi| pi.status == PaymentIntentStatus::Succeeded)
+                        .map(|pi| {
+                            format!("{} succeeded for this operation (found by search)", pi.id)
+                        }),
+                ),
+            }
+            // Search is not read-after-write: the recorded id is read directly too.
+            if let Some(id) = &op.external_id {
+                match gateway.retrieve(id).await {
+                    Ok(pi) if pi.status == PaymentIntentStatus::Succeeded => {
+                        let line = format!("{id} succeeded for this operation (found by search)");
+                        if !problems.contains(&line) {
+                            problems.push(format!("{id}, recorded on the operation, succeeded"));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => problems.push(format!("cannot retrieve {id} from Stripe: {e}")),
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Everything `resolve` talks to.
+pub struct ResolveDeps<'a> {
+    pub store: &'a dyn OperationStore,
+    pub gateway: &'a dyn PaymentGateway,
+    pub identity: &'a dyn CallerIdentity,
+    pub clock: &'a dyn Clock,
+}
+
+async fn caller(identity: &dyn CallerIdentity) -> Result<String, Failure> {
+    identity.caller_arn().await.map_err(|e| Failure::Infra {
+        context: "finding out who you are (STS GetCallerIdentity); nothing changed".into(),
+        source: e,
+    })
+}
+
+/// `chargectl resolve`: checks Stripe, then settles by hand through the store's conditional
+/// `resolve` (unchanged since read, unsettled, no lease that may be live), appending the action
+/// to the history with the caller's identity.
+pub async fn resolve(
+    deps: &ResolveDeps<'_>,
     args: &ResolveArgs,
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
-    let op = fetch(store, &args.operation_id).await?;
-    let now = clock.now();
+    let op = read_for_write(deps.store, &args.operation_id, &args.audit, "changed").await?;
+    let now = deps.clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "changed"));
     }
-    if op.has_live_lease(now) {
+    if lease_may_be_live(&op, now) {
         return Err(leased(&op));
     }
+    let caller = caller(deps.identity).await?;
     let (status, external_id) = match &args.outcome.succeeded {
         Some(pi) => (OperationStatus::Succeeded, Some(pi.clone())),
         None => (OperationStatus::Failed, None),
     };
-    match (&external_id, &op.external_id) {
-        (Some(new), Some(old)) if new != old => writeln!(
-            console.err,
-            "warning: the record named PaymentIntent {old}; it now names {new}"
-        )?,
-        (None, Some(old)) => writeln!(
-            console.err,
-            "warning: the record names PaymentIntent {old}; it is settled as failed \
-             (make sure {old} did not succeed)"
-        )?,
-        _ => {}
-    }
+    let forced = match check_stripe(deps.gateway, &op, external_id.as_deref()).await {
+        Ok(()) => None,
+        Err(problems) => match &args.force {
+            Some(reason) => {
+                writeln!(
+                    console.err,
+                    "warning: Stripe disagrees, resolving anyway (--force: {reason}):\n  {}",
+                    problems.join("\n  ")
+                )?;
+                Some(format!("{reason} (overrode: {})", problems.join("; ")))
+            }
+            None => {
+                return Err(Failure::Refused(format!(
+                    "Stripe does not confirm operation {} as {status}; nothing changed:\n  {}\n\
+                     Check the Stripe dashboard; if you are sure, repeat with --force \"<why>\"",
+                    op.operation_id,
+                    problems.join("\n  ")
+                )))
+            }
+        },
+    };
+    let audit = AuditEntry {
+        action: format!("resolve_{status}"),
+        previous_status: op.status,
+        new_status: status,
+        note: args.note.clone(),
+        at: now,
+        caller,
+        label: args.audit.by.clone(),
+        forced,
+    };
     let request = ManualResolution {
         key: op.key(),
         operation_id: op.operation_id,
         status,
         external_id,
-        resolution: Resolution {
-            by: args.by.clone(),
-            note: args.note.clone(),
-            at: now,
+        expected_updated_at: op.updated_at,
+        guard: OperatorGuard {
+            lease_cutoff: now.minus(LEASE_MARGIN),
+            audit: audit.clone(),
         },
     };
-    let written = match store
+    let written = match deps
+        .store
         .resolve(&request)
         .await
         .map_err(|e| Failure::infra(format!("resolving operation {}", op.operation_id), e))?
     {
         Recorded::Written(written) => written,
-        Recorded::Refused(None) => {
-            return Err(Failure::Refused(format!(
-                "operation {} no longer exists; nothing changed",
-                op.operation_id
-            )))
-        }
-        Recorded::Refused(Some(current)) if current.status.is_settled() => {
-            return Err(already_settled(&current, "changed"))
-        }
-        Recorded::Refused(Some(current)) if current.has_live_lease(now) => {
-            return Err(leased(&current))
-        }
-        Recorded::Refused(Some(current)) => {
-            return Err(Failure::Refused(format!(
-                "operation {} changed concurrently; nothing changed, try again",
-                current.operation_id
-            )))
-        }
+        Recorded::Refused(current) => return Err(refused_write(&op, current, now, "changed")),
     };
     let pi = written
         .external_id
@@ -293,15 +542,10 @@ pub async fn resolve(
         .unwrap_or_default();
     writeln!(
         console.out,
-        "operation {} (order {}): {} -> {}{pi}; resolved by {} at {}: {}",
-        written.operation_id,
-        written.order_id,
-        op.status,
-        written.status,
-        request.resolution.by,
-        request.resolution.at.to_rfc3339(),
-        request.resolution.note
+        "operation {} (order {}): {} -> {}{pi}",
+        written.operation_id, written.order_id, op.status, written.status,
     )?;
+    writeln!(console.out, "history: {}", render::history_line(&audit))?;
     if let Some(review) = &op.review {
         writeln!(
             console.out,
@@ -312,25 +556,36 @@ pub async fn resolve(
     Ok(())
 }
 
-/// `chargectl redrive`: moves the due time (guarded by the `updated_at` just read, counting a
-/// re-drive and clearing the review flag), then sends the message with dedup id
-/// `operation_id:<redrives>`. The charge function re-uses the operation's idempotency key and never
-/// creates past the key window, so this cannot make a second charge.
+/// `chargectl redrive`: moves the due time (guarded by the `updated_at` just read and by the
+/// lease, counting a re-drive, clearing the review flag, appending to the history), then sends the
+/// message with dedup id `operation_id:<redrives>`. The charge function re-uses the operation's
+/// idempotency key and never creates past the key window, so this cannot make a second charge.
 pub async fn redrive(
     store: &dyn OperationStore,
     queue: &dyn ChargeQueue,
+    identity: &dyn CallerIdentity,
     clock: &dyn Clock,
     args: &RedriveArgs,
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
-    let op = fetch(store, &args.operation_id).await?;
+    let op = read_for_write(store, &args.operation_id, &args.audit, "sent").await?;
     let now = clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "to re-drive"));
     }
-    if op.has_live_lease(now) {
+    if lease_may_be_live(&op, now) {
         return Err(leased(&op));
     }
+    let audit = AuditEntry {
+        action: "redrive".into(),
+        previous_status: op.status,
+        new_status: op.status,
+        note: args.note.clone(),
+        at: now,
+        caller: caller(identity).await?,
+        label: args.audit.by.clone(),
+        forced: None,
+    };
     let request = Reschedule {
         key: op.key(),
         operation_id: op.operation_id,
@@ -340,6 +595,10 @@ pub async fn redrive(
         bump_redrives: true,
         clear_review: true,
         now,
+        operator: Some(OperatorGuard {
+            lease_cutoff: now.minus(LEASE_MARGIN),
+            audit: audit.clone(),
+        }),
     };
     let written = match store
         .reschedule(&request)
@@ -350,12 +609,7 @@ pub async fn redrive(
         Recorded::Refused(Some(current)) if current.status.is_settled() => {
             return Err(already_settled(&current, "to re-drive"))
         }
-        Recorded::Refused(_) => {
-            return Err(Failure::Refused(format!(
-                "operation {} changed concurrently; nothing sent, try again",
-                op.operation_id
-            )))
-        }
+        Recorded::Refused(current) => return Err(refused_write(&op, current, now, "sent")),
     };
     let message = QueuedCharge::redrive(&written, written.redrives);
     queue.send(&message).await.map_err(|e| {
@@ -383,6 +637,7 @@ pub async fn redrive(
         message.dedup_id,
         request.next_due_at.to_rfc3339()
     )?;
+    writeln!(console.out, "history: {}", render::history_line(&audit))?;
     Ok(())
 }
 
@@ -392,10 +647,10 @@ mod tests {
 
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{ClaimRequest, OutcomeRecord};
+    use charge_once::ports::{ClaimRequest, CreatePaymentIntent, OutcomeRecord};
     use charge_once::{
-        Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, ManualClock,
-        PaymentMethodId, Review, Timestamp,
+        Amount, ChargeParams, Currency, CustomerId, GatewayError, Lease, LeaseToken, ManualClock,
+        PaymentIntent, PaymentMethodId, Review,
     };
 
     use super::*;
@@ -555,8 +810,67 @@ mod tests {
         assert_eq!(c.err().trim(), "no operations in review");
     }
 
+    /// Stripe as a fixed list of PaymentIntents.
+    struct StubStripe(Vec<PaymentIntent>);
+
+    #[async_trait]
+    impl PaymentGateway for StubStripe {
+        async fn create(&self, _: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+            unreachable!("an operator never creates")
+        }
+        async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+            self.0
+                .iter()
+                .find(|p| p.id == id)
+                .cloned()
+                .ok_or_else(|| GatewayError::Rejected {
+                    detail: format!("404 No such payment_intent: '{id}'"),
+                    param: Some("id".into()),
+                })
+        }
+        async fn search_by_operation(
+            &self,
+            id: &OperationId,
+        ) -> Result<Vec<PaymentIntent>, GatewayError> {
+            let id = id.to_string();
+            Ok(self
+                .0
+                .iter()
+                .filter(|p| p.operation_id.as_deref() == Some(id.as_str()))
+                .cloned()
+                .collect())
+        }
+    }
+
+    fn pi(id: &str, op: &Operation, status: PaymentIntentStatus, amount: i64) -> PaymentIntent {
+        PaymentIntent {
+            amount: Some(amount),
+            currency: Some("usd".into()),
+            operation_id: Some(op.operation_id.to_string()),
+            ..PaymentIntent::new(id, status)
+        }
+    }
+
+    const ALICE: &str = "arn:aws:sts::123456789012:assumed-role/oncall/alice";
+
+    fn resolve_args(id: OperationId, succeeded: Option<&str>) -> ResolveArgs {
+        ResolveArgs {
+            operation_id: id,
+            outcome: ResolveOutcome {
+                succeeded: succeeded.map(str::to_owned),
+                failed: succeeded.is_none(),
+            },
+            note: "seen in dashboard".into(),
+            audit: AuditArgs {
+                by: Some("INC-42".into()),
+                expect_version: None,
+            },
+            force: None,
+        }
+    }
+
     #[tokio::test]
-    async fn resolve_refuses_settled_and_leased_and_settles_otherwise() {
+    async fn resolve_refuses_settled_leased_stale_and_unconfirmed_and_settles_otherwise() {
         let store = MemoryStore::new();
         let clock = ManualClock::new(T0);
         let settled = op("settled", T0);
@@ -578,21 +892,38 @@ mod tests {
             T0,
         )
         .await;
-
-        let args = |id: OperationId| ResolveArgs {
-            operation_id: id,
-            outcome: ResolveOutcome {
-                succeeded: Some("pi_found".into()),
-                failed: false,
-            },
-            note: "seen in dashboard".into(),
-            by: "alice".into(),
+        let stripe = StubStripe(vec![
+            pi("pi_found", &open, PaymentIntentStatus::Succeeded, 1250),
+            pi(
+                "pi_other_amount",
+                &open,
+                PaymentIntentStatus::Succeeded,
+                999,
+            ),
+            pi(
+                "pi_processing",
+                &open,
+                PaymentIntentStatus::Processing,
+                1250,
+            ),
+            pi(
+                "pi_of_another",
+                &settled,
+                PaymentIntentStatus::Succeeded,
+                1250,
+            ),
+        ]);
+        let identity = FixedIdentity(ALICE.into());
+        let deps = ResolveDeps {
+            store: &store,
+            gateway: &stripe,
+            identity: &identity,
+            clock: &clock,
         };
         let mut c = Captured::new();
         let err = resolve(
-            &store,
-            &clock,
-            &args(settled.operation_id),
+            &deps,
+            &resolve_args(settled.operation_id, Some("pi_found")),
             &mut c.console(),
         )
         .await
@@ -602,10 +933,11 @@ mod tests {
             .to_string()
             .contains("is already failed; nothing changed"));
 
+        // The lease expires at T0+60 s; with the margin it counts as live until T0+180 s.
+        clock.set(T0.plus(Duration::from_secs(90)));
         let err = resolve(
-            &store,
-            &clock,
-            &args(leased_op.operation_id),
+            &deps,
+            &resolve_args(leased_op.operation_id, Some("pi_found")),
             &mut c.console(),
         )
         .await
@@ -614,34 +946,128 @@ mod tests {
             err.to_string().contains("being executed right now"),
             "{err}"
         );
+        clock.set(T0);
 
         let err = resolve(
-            &store,
-            &clock,
-            &args(OperationId::new_random()),
+            &deps,
+            &resolve_args(OperationId::new_random(), None),
             &mut c.console(),
         )
         .await
         .unwrap_err();
         assert!(err.to_string().starts_with("no operation with id"));
 
-        resolve(&store, &clock, &args(open.operation_id), &mut c.console())
+        // Stripe must confirm: status, amount, currency and operation id.
+        for (id, want) in [
+            (
+                "pi_other_amount",
+                "is for amount 999, the operation for 1250",
+            ),
+            ("pi_processing", "is processing, not succeeded"),
+            ("pi_of_another", "has metadata.operation_id"),
+            ("pi_missing", "cannot retrieve pi_missing"),
+        ] {
+            let err = resolve(
+                &deps,
+                &resolve_args(open.operation_id, Some(id)),
+                &mut c.console(),
+            )
             .await
-            .unwrap();
+            .unwrap_err();
+            assert_eq!(err.exit_code(), 1);
+            assert!(err.to_string().contains(want), "{id}: {err}");
+        }
+        // --failed while a succeeded intent exists for the operation.
+        let err = resolve(
+            &deps,
+            &resolve_args(open.operation_id, None),
+            &mut c.console(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("pi_found succeeded"), "{err}");
+        // A stale --expect-version.
+        let mut stale = resolve_args(open.operation_id, Some("pi_found"));
+        stale.audit.expect_version = Some(T0.as_millis() - 1);
+        let err = resolve(&deps, &stale, &mut c.console()).await.unwrap_err();
+        assert!(
+            err.to_string().contains("not the version you looked at"),
+            "{err}"
+        );
+        let unchanged = store.get(&open.key()).await.unwrap().unwrap();
+        assert_eq!(unchanged.status, OperationStatus::Unknown);
+        assert!(unchanged.history.is_empty(), "refusals write nothing");
+
+        let mut ok = resolve_args(open.operation_id, Some("pi_found"));
+        ok.audit.expect_version = Some(unchanged.updated_at.as_millis());
+        resolve(&deps, &ok, &mut c.console()).await.unwrap();
         assert!(c
             .out()
             .contains("unknown -> succeeded (PaymentIntent pi_found)"));
         let now = store.get(&open.key()).await.unwrap().unwrap();
         assert_eq!(now.status, OperationStatus::Succeeded);
-        let resolution = now.resolution.unwrap();
         assert_eq!(
-            (
-                resolution.by.as_str(),
-                resolution.note.as_str(),
-                resolution.at
-            ),
-            ("alice", "seen in dashboard", T0)
+            now.history,
+            vec![AuditEntry {
+                action: "resolve_succeeded".into(),
+                previous_status: OperationStatus::Unknown,
+                new_status: OperationStatus::Succeeded,
+                note: "seen in dashboard".into(),
+                at: T0,
+                caller: ALICE.into(),
+                label: Some("INC-42".into()),
+                forced: None,
+            }]
         );
+    }
+
+    #[tokio::test]
+    async fn resolve_force_overrides_a_stripe_refusal_and_records_why() {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let o = op("forced", T0);
+        store.create_if_absent(&o).await.unwrap();
+        let stripe = StubStripe(vec![pi(
+            "pi_paid",
+            &o,
+            PaymentIntentStatus::Succeeded,
+            1250,
+        )]);
+        let identity = FixedIdentity(ALICE.into());
+        let deps = ResolveDeps {
+            store: &store,
+            gateway: &stripe,
+            identity: &identity,
+            clock: &clock,
+        };
+        let mut args = resolve_args(o.operation_id, None);
+        args.force = Some("refunded in the dashboard".into());
+        let mut c = Captured::new();
+        resolve(&deps, &args, &mut c.console()).await.unwrap();
+        assert!(c.err().contains("Stripe disagrees"));
+        let after = store.get(&o.key()).await.unwrap().unwrap();
+        assert_eq!(after.status, OperationStatus::Failed);
+        let forced = after.history[0].forced.as_deref().unwrap();
+        assert!(
+            forced.starts_with("refunded in the dashboard (overrode: pi_paid succeeded"),
+            "{forced}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stale_read_is_refused_with_what_changed() {
+        let store = MemoryStore::new();
+        let o = op("stale", T0);
+        store.create_if_absent(&o).await.unwrap();
+        let mut current = o.clone();
+        current.status = OperationStatus::Unknown;
+        current.external_id = Some("pi_new".into());
+        current.updated_at = T0.plus(Duration::from_secs(5));
+        let text = changes(&o, &current);
+        assert!(text.contains("status: pending -> unknown"), "{text}");
+        assert!(text.contains("payment intent: - -> pi_new"), "{text}");
+        let failure = refused_write(&o, Some(current), T0, "changed");
+        assert!(failure.to_string().contains("changed since it was read"));
     }
 
     #[tokio::test]
@@ -649,6 +1075,7 @@ mod tests {
         let store = MemoryStore::new();
         let clock = ManualClock::new(T0);
         let queue = MemoryQueue::new(Arc::new(clock.clone()));
+        let identity = FixedIdentity(ALICE.into());
         let o = op("redrive-me", T0);
         store.create_if_absent(&o).await.unwrap();
         let t = claim(&store, &o, T0).await;
@@ -666,8 +1093,10 @@ mod tests {
         let mut c = Captured::new();
         let args = RedriveArgs {
             operation_id: o.operation_id,
+            note: "Stripe outage over".into(),
+            audit: AuditArgs::default(),
         };
-        redrive(&store, &queue, &clock, &args, &mut c.console())
+        redrive(&store, &queue, &identity, &clock, &args, &mut c.console())
             .await
             .unwrap();
         let msgs = queue.receive(10, Duration::from_secs(30));
@@ -676,6 +1105,10 @@ mod tests {
         assert_eq!(after.review, None);
         assert_eq!(after.redrives, 1);
         assert_eq!(after.next_due_at, Some(clock.now().plus(REDRIVE_DUE_IN)));
+        assert_eq!(after.history.len(), 1);
+        assert_eq!(after.history[0].action, "redrive");
+        assert_eq!(after.history[0].caller, ALICE);
+        assert_eq!(after.history[0].note, "Stripe outage over");
         assert!(c
             .out()
             .contains(&format!("message {}:1 sent", o.operation_id)));
@@ -684,7 +1117,7 @@ mod tests {
         // Settled: refused, nothing sent.
         let t = claim(&store, &o, clock.now()).await;
         record(&store, &o, t, OperationStatus::Succeeded, None, clock.now()).await;
-        let err = redrive(&store, &queue, &clock, &args, &mut c.console())
+        let err = redrive(&store, &queue, &identity, &clock, &args, &mut c.console())
             .await
             .unwrap_err();
         assert!(err.to_string().contains("already succeeded"), "{err}");

@@ -5,13 +5,17 @@
 //!
 //! - `chargectl unknowns [--review] [--older-than 23h] [--json] [--limit N]` — unsettled operations
 //!   (or those waiting in review) from the sparse unknown index, oldest first;
-//! - `chargectl show <order_id|operation_id>` — one record, with its audit notes;
-//! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … --by …` — settle
-//!   by hand with an audit note;
-//! - `chargectl redrive <operation_id>` — back on the charge queue, out of review;
+//! - `chargectl show <order_id|operation_id>` — one record, with its history of operator actions;
+//! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … [--by …]
+//!   [--expect-version N] [--force "<why>"]` — settle by hand once Stripe confirms it;
+//! - `chargectl redrive <operation_id> --note … [--by …] [--expect-version N]` — back on the
+//!   charge queue, out of review;
 //! - `chargectl simulate` — the whole pipeline locally, with faults (see [`simulate`]);
 //! - `chargectl dev sqs-event` / `dev sqs-ack` — Lambda's SQS poller by hand, for
 //!   `cargo lambda invoke charge` against a local queue (see [`dev`]).
+//!
+//! Every operator write is conditional on the record read, refuses while a lease may be live, and
+//! appends to the record's history with the caller's IAM identity (STS `GetCallerIdentity`).
 //!
 //! Modules: [`cli`] (clap types), [`duration`] (the `--older-than` parser), [`render`] (table,
 //! JSON), [`commands`] (the subcommands against the ports). [`run`] wires them to DynamoDB and SQS.
@@ -30,9 +34,12 @@ pub mod simulate;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use aws_config::BehaviorVersion;
+use charge_once::adapters::aws::OPERATOR_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
+use charge_once::adapters::stripe::StripeGateway;
+use charge_once::config;
 use charge_once::SystemClock;
 use clap::Parser;
 
@@ -102,7 +109,15 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
         }
         Command::Resolve(args) => {
             let store = dynamo_store(&global, "resolve").await?;
-            commands::resolve(&store, &SystemClock, &args, console).await
+            let gateway = stripe_gateway(&global).await?;
+            let identity = StsIdentity(aws_sdk_sts::Client::new(&aws_config(&global).await));
+            let deps = commands::ResolveDeps {
+                store: &store,
+                gateway: &gateway,
+                identity: &identity,
+                clock: &SystemClock,
+            };
+            commands::resolve(&deps, &args, console).await
         }
         Command::Redrive(args) => {
             // Both checked before anything is read or written.
@@ -111,7 +126,8 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             let config = aws_config(&global).await;
             let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table);
             let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&config), queue_url);
-            commands::redrive(&store, &queue, &SystemClock, &args, console).await
+            let identity = StsIdentity(aws_sdk_sts::Client::new(&config));
+            commands::redrive(&store, &queue, &identity, &SystemClock, &args, console).await
         }
         Command::Dev(args) => dev::run(&global, args, console).await,
         Command::Simulate(args) => {
@@ -151,9 +167,47 @@ fn required<'a>(value: &'a Option<String>, flag: &str, command: &str) -> Result<
         .ok_or_else(|| Failure::Usage(format!("`{command}` needs {flag}")))
 }
 
-/// The standard AWS configuration chain (env, profile, region), with `--endpoint-url` on top.
+/// The caller's identity from STS `GetCallerIdentity` (needs no IAM permission).
+pub struct StsIdentity(pub aws_sdk_sts::Client);
+
+#[async_trait::async_trait]
+impl commands::CallerIdentity for StsIdentity {
+    async fn caller_arn(&self) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+        let out = self.0.get_caller_identity().send().await?;
+        out.arn()
+            .map(str::to_owned)
+            .ok_or_else(|| "GetCallerIdentity answered without an ARN".into())
+    }
+}
+
+/// The Stripe client, with the key read the way the functions read it: from the Secrets Manager
+/// secret named by `--stripe-secret-arn` / `STRIPE_SECRET_ARN`.
+pub async fn stripe_gateway(global: &GlobalArgs) -> Result<StripeGateway, Failure> {
+    let arn = required(
+        &global.stripe_secret_arn,
+        "--stripe-secret-arn (or STRIPE_SECRET_ARN), to check Stripe before resolving",
+        "resolve",
+    )?;
+    let mut vars = std::collections::HashMap::from([(config::STRIPE_SECRET_ARN, arn)]);
+    if let Some(base) = global.stripe_api_base.as_deref() {
+        vars.insert(config::STRIPE_API_BASE, base);
+    }
+    let stripe = config::stripe_env(&vars).map_err(|e| Failure::Usage(e.to_string()))?;
+    let sdk = aws_config(global).await;
+    let key = fetch_stripe_key(
+        &aws_sdk_secretsmanager::Client::new(&sdk),
+        &stripe.secret_arn,
+    )
+    .await
+    .map_err(|e| Failure::infra("reading the Stripe key", e))?;
+    StripeGateway::new(stripe.with_key(key))
+        .map_err(|e| Failure::infra("building the Stripe client", e))
+}
+
+/// The standard AWS configuration chain (env, profile, region) with the operator's time bounds
+/// (`charge_once::adapters::aws::OPERATOR_TIMEOUTS`), and `--endpoint-url` on top.
 pub async fn aws_config(global: &GlobalArgs) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    let mut loader = OPERATOR_TIMEOUTS.loader();
     if let Some(url) = &global.endpoint_url {
         loader = loader.endpoint_url(url);
     }

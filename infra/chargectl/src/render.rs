@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use charge_once::{Operation, Timestamp};
+use charge_once::{AuditEntry, Operation, Timestamp};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -185,10 +185,6 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
         None => "-".to_owned(),
         Some(r) => format!("{} (flagged {})", r.reason, r.flagged_at.to_rfc3339()),
     };
-    let resolution = match &op.resolution {
-        None => "-".to_owned(),
-        Some(r) => format!("by {} at {}: {}", r.by, r.at.to_rfc3339(), r.note),
-    };
     let fields: Vec<(&str, String)> = vec![
         ("operation", op.operation_id.to_string()),
         ("order", op.order_id.to_string()),
@@ -214,26 +210,68 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
                 human_age(now.since(op.created_at))
             ),
         ),
-        ("updated at", op.updated_at.to_rfc3339()),
+        (
+            "updated at",
+            format!(
+                "{} (version {}: pass --expect-version {} to resolve/redrive)",
+                op.updated_at.to_rfc3339(),
+                op.updated_at.as_millis(),
+                op.updated_at.as_millis()
+            ),
+        ),
         ("first attempt", time_or_dash(op.first_attempted_at)),
         ("next due at", time_or_dash(op.next_due_at)),
         ("lease", lease),
         ("last error", dash(op.last_error.as_deref())),
         ("review", review),
-        ("resolution", resolution),
+        (
+            "history",
+            if op.history.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{} operator action(s), oldest first:", op.history.len())
+            },
+        ),
     ];
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    fields
+    let mut out: String = fields
         .into_iter()
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
-        .collect()
+        .collect();
+    for entry in &op.history {
+        out.push_str(&format!("  {}\n", history_line(entry)));
+    }
+    out
+}
+
+/// One history entry on one line: when, who, what, why.
+pub fn history_line(e: &AuditEntry) -> String {
+    let label = e
+        .label
+        .as_deref()
+        .map(|l| format!(" ({})", cell(l, 60)))
+        .unwrap_or_default();
+    let forced = e
+        .forced
+        .as_deref()
+        .map(|f| format!(" [FORCED: {}]", cell(f, 200)))
+        .unwrap_or_default();
+    format!(
+        "{} {}{label} {}: {} -> {}{forced}: {}",
+        e.at.to_rfc3339(),
+        e.caller,
+        e.action,
+        e.previous_status,
+        e.new_status,
+        cell(&e.note, 500)
+    )
 }
 
 /// The `show --json` object: the record as it serializes, with every time also readable —
 /// each time field holds its RFC 3339 string (the stored milliseconds are under `<field>_ms`).
 pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
     let mut value = serde_json::to_value(op)?;
-    let times: [(&[&str], Option<Timestamp>); 7] = [
+    let times: [(&[&str], Option<Timestamp>); 6] = [
         (&["created_at"], Some(op.created_at)),
         (&["updated_at"], Some(op.updated_at)),
         (&["first_attempted_at"], op.first_attempted_at),
@@ -243,7 +281,6 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
             &["review", "flagged_at"],
             op.review.as_ref().map(|r| r.flagged_at),
         ),
-        (&["resolution", "at"], op.resolution.as_ref().map(|r| r.at)),
     ];
     for (path, time) in times {
         let Some(time) = time else { continue };
@@ -255,6 +292,14 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
         if let Value::Object(map) = obj {
             map.insert((*field).to_owned(), time.to_rfc3339().into());
             map.insert(format!("{field}_ms"), time.as_millis().into());
+        }
+    }
+    if let Some(Value::Array(entries)) = value.get_mut("history") {
+        for (entry, e) in entries.iter_mut().zip(&op.history) {
+            if let Value::Object(map) = entry {
+                map.insert("at".into(), e.at.to_rfc3339().into());
+                map.insert("at_ms".into(), e.at.as_millis().into());
+            }
         }
     }
     if let Value::Object(map) = &mut value {
@@ -269,10 +314,10 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::operation::Resolution;
     use charge_once::{
         Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Review,
     };
+    use charge_once::{AuditEntry, OperationStatus};
 
     const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
@@ -397,11 +442,16 @@ mod tests {
             reason: "search found 2 matches".into(),
             flagged_at: NOW.minus(Duration::from_secs(30)),
         });
-        a.resolution = Some(Resolution {
-            by: "alice".into(),
+        a.history = vec![AuditEntry {
+            action: "resolve_succeeded".into(),
+            previous_status: OperationStatus::Unknown,
+            new_status: OperationStatus::Succeeded,
             note: "refunded the duplicate".into(),
             at: NOW,
-        });
+            caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
+            label: Some("alice".into()),
+            forced: None,
+        }];
         let text = show_text(&a, NOW);
         for needle in [
             a.operation_id.to_string().as_str(),
@@ -414,7 +464,7 @@ mod tests {
             "stripe 500",
             "search found 2 matches",
             &NOW.minus(Duration::from_secs(30)).to_rfc3339(),
-            "by alice at",
+            "assumed-role/oncall/alice (alice) resolve_succeeded: unknown -> succeeded",
             "refunded the duplicate",
             &NOW.to_rfc3339(),
         ] {
@@ -428,8 +478,8 @@ mod tests {
             json["review"]["flagged_at"],
             NOW.minus(Duration::from_secs(30)).to_rfc3339()
         );
-        assert_eq!(json["resolution"]["at"], NOW.to_rfc3339());
-        assert_eq!(json["resolution"]["by"], "alice");
+        assert_eq!(json["history"][0]["at"], NOW.to_rfc3339());
+        assert_eq!(json["history"][0]["label"], "alice");
         assert_eq!(json["first_attempted_at"], Value::Null);
         assert_eq!(json["params"]["amount"], 1250);
         assert_eq!(json["status"], "pending");

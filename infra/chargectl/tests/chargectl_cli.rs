@@ -10,13 +10,17 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::ports::{Claim, ClaimRequest, OperationStore, OutcomeRecord, Recorded};
+use charge_once::ports::{
+    Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
+    Recorded,
+};
 use charge_once::{
     Clock, Lease, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp,
 };
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config, unique};
 use testkit::store_contract::operation;
+use testkit::stripe::StripeSide;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -26,6 +30,8 @@ fn chargectl(args: &[&str]) -> Output {
         .args(args)
         .env_remove("TABLE_NAME")
         .env_remove("QUEUE_URL")
+        .env_remove("STRIPE_SECRET_ARN")
+        .env_remove("STRIPE_API_BASE")
         .output()
         .expect("run chargectl")
 }
@@ -360,84 +366,251 @@ fn unique_op_id() -> String {
     charge_once::OperationId::new_random().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resolve_settles_with_an_audit_note_that_show_prints() {
-    let f = Fixture::new().await;
-    let id = f.review.operation_id.to_string();
+/// Stripe for `resolve`: the simulator on loopback, and its key in a Secrets Manager secret on
+/// moto, read by the binary the way the functions read theirs.
+struct Stripe {
+    side: StripeSide,
+    secret_arn: String,
+}
 
-    let out = f.run(&[
-        "resolve",
-        &id,
-        "--succeeded",
-        "pi_x",
-        "--note",
-        "n",
-        "--by",
-        "alice",
-    ]);
+impl Stripe {
+    async fn new() -> Self {
+        let side = StripeSide::with_new_clock().await;
+        let sm = aws_sdk_secretsmanager::Client::new(&sdk_config().await);
+        let secret_arn = sm
+            .create_secret()
+            .name(unique("stripe-key"))
+            .secret_string(stripe_sim::DEFAULT_API_KEY)
+            .send()
+            .await
+            .unwrap()
+            .arn()
+            .unwrap()
+            .to_owned();
+        Self { side, secret_arn }
+    }
+
+    /// `--stripe-secret-arn … --stripe-api-base …`.
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--stripe-secret-arn".into(),
+            self.secret_arn.clone(),
+            "--stripe-api-base".into(),
+            self.side.running.base_url(),
+        ]
+    }
+
+    /// A PaymentIntent for `op` at the simulator, created as the charge function would (its key,
+    /// its parameters), with `payment_method` instead of the operation's.
+    async fn intent_for(&self, op: &Operation, payment_method: &str) -> String {
+        let mut req = CreatePaymentIntent::for_operation(op);
+        req.params.payment_method = charge_once::PaymentMethodId::parse(payment_method).unwrap();
+        self.side.gateway().create(&req).await.expect("create").id
+    }
+}
+
+impl Fixture {
+    /// `chargectl --table … --stripe-… <args>`.
+    fn run_with(&self, stripe: &Stripe, args: &[&str]) -> Output {
+        let extra = stripe.args();
+        let mut all: Vec<&str> = extra.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        self.run(&all)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_settles_once_stripe_confirms_and_appends_history_with_the_caller_arn() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let id = f.review.operation_id.to_string();
+    let pi = stripe.intent_for(&f.review, "pm_card_visa").await;
+
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--succeeded",
+            &pi,
+            "--note",
+            "n",
+            "--by",
+            "alice",
+        ],
+    );
     assert_exit(&out, 0);
     assert!(
-        stdout(&out).contains("unknown -> succeeded (PaymentIntent pi_x); resolved by alice"),
+        stdout(&out).contains(&format!("unknown -> succeeded (PaymentIntent {pi})")),
         "{}",
         stdout(&out)
     );
 
     let after = f.get(&f.review).await;
     assert_eq!(after.status, OperationStatus::Succeeded);
-    assert_eq!(after.external_id.as_deref(), Some("pi_x"));
+    assert_eq!(after.external_id.as_deref(), Some(pi.as_str()));
     assert_eq!(after.next_due_at, None, "out of the unknown index");
-    let resolution = after.resolution.clone().expect("audit note");
+    assert_eq!(after.history.len(), 1, "{:?}", after.history);
+    let entry = &after.history[0];
+    // moto answers GetCallerIdentity with its default identity: an STS/IAM ARN, not what was typed.
+    assert!(entry.caller.starts_with("arn:aws:"), "{}", entry.caller);
     assert_eq!(
-        (resolution.by.as_str(), resolution.note.as_str()),
-        ("alice", "n")
+        (
+            entry.action.as_str(),
+            entry.previous_status,
+            entry.new_status,
+            entry.note.as_str(),
+            entry.label.as_deref()
+        ),
+        (
+            "resolve_succeeded",
+            OperationStatus::Unknown,
+            OperationStatus::Succeeded,
+            "n",
+            Some("alice")
+        )
     );
 
     let show = f.run(&["show", &id]);
     assert_exit(&show, 0);
     let text = stdout(&show);
     assert!(
-        text.contains(&format!("by alice at {}: n", resolution.at.to_rfc3339())),
+        text.contains(&format!(
+            "{} {} (alice) resolve_succeeded: unknown -> succeeded: n",
+            entry.at.to_rfc3339(),
+            entry.caller
+        )),
         "{text}"
     );
     assert!(
         text.contains("search by operation_id found 0 PaymentIntents"),
         "review kept"
     );
-    assert!(text.contains("succeeded"));
 
     let review = f.run(&["unknowns", "--review"]);
     assert_exit(&review, 0);
     assert_eq!(stdout(&review), "");
 
-    // --failed on the pending one.
-    let out = f.run(&[
-        "resolve",
-        &f.pending.operation_id.to_string(),
-        "--failed",
-        "--note",
-        "customer cancelled; no PaymentIntent in Stripe",
-        "--by",
-        "bob",
-    ]);
+    // --failed on the pending one: Stripe has nothing for it.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &f.pending.operation_id.to_string(),
+            "--failed",
+            "--note",
+            "customer cancelled; no PaymentIntent in Stripe",
+        ],
+    );
     assert_exit(&out, 0);
     let after = f.get(&f.pending).await;
     assert_eq!(after.status, OperationStatus::Failed);
     assert_eq!(after.external_id, None);
+    assert_eq!(after.history[0].label, None, "--by is optional");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_refuses_what_stripe_does_not_confirm_and_a_stale_version() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let id = f.review.operation_id.to_string();
+    let before = f.get(&f.review).await;
+    // Another operation's intent (metadata and amount differ), and one of this operation that
+    // never completed.
+    let other = stripe.intent_for(&f.unknown, "pm_card_visa").await;
+    let stuck = stripe
+        .intent_for(&f.review, "pm_card_sim_requiresAction")
+        .await;
+    for (pi, want) in [
+        (other.as_str(), "has metadata.operation_id"),
+        (stuck.as_str(), "is requires_action, not succeeded"),
+        ("pi_doesNotExist", "cannot retrieve pi_doesNotExist"),
+    ] {
+        let out = f.run_with(&stripe, &["resolve", &id, "--succeeded", pi, "--note", "n"]);
+        assert_exit(&out, 1);
+        assert!(stderr(&out).contains(want), "{pi}: {}", stderr(&out));
+        assert!(stderr(&out).contains("nothing changed"));
+    }
+    // --failed while Stripe shows the unknown one's intent succeeded (once search, which is not
+    // read-after-write, shows it).
+    stripe.side.clock.advance(HOUR);
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &f.unknown.operation_id.to_string(),
+            "--failed",
+            "--note",
+            "n",
+        ],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(&format!("{other} succeeded")),
+        "{}",
+        stderr(&out)
+    );
+
+    // The version `show` printed is stale once the record changed.
+    let stale = (before.updated_at.as_millis() - 1).to_string();
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--failed",
+            "--note",
+            "n",
+            "--expect-version",
+            &stale,
+        ],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("is not the version you looked at"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&f.review).await, before, "nothing written");
+
+    // --force overrides with the reason recorded.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &f.unknown.operation_id.to_string(),
+            "--failed",
+            "--note",
+            "refunded",
+            "--force",
+            "refunded by support, ticket 7",
+        ],
+    );
+    assert_exit(&out, 0);
+    let after = f.get(&f.unknown).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert!(after.history[0]
+        .forced
+        .as_deref()
+        .unwrap()
+        .starts_with("refunded by support, ticket 7"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolve_of_a_settled_or_leased_operation_is_refused_and_changes_nothing() {
     let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
     let before = f.get(&f.settled).await;
-    let out = f.run(&[
-        "resolve",
-        &f.settled.operation_id.to_string(),
-        "--failed",
-        "--note",
-        "n",
-        "--by",
-        "alice",
-    ]);
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &f.settled.operation_id.to_string(),
+            "--failed",
+            "--note",
+            "n",
+        ],
+    );
     assert_exit(&out, 1);
     assert!(
         stderr(&out).contains(&format!(
@@ -451,17 +624,19 @@ async fn resolve_of_a_settled_or_leased_operation_is_refused_and_changes_nothing
     assert_eq!(f.get(&f.settled).await, before);
 
     // Someone is executing it right now.
+    let pi = stripe.intent_for(&f.unknown, "pm_card_visa").await;
     let (_, leased) = claim(&f.store, &f.unknown).await;
-    let out = f.run(&[
-        "resolve",
-        &f.unknown.operation_id.to_string(),
-        "--succeeded",
-        "pi_x",
-        "--note",
-        "n",
-        "--by",
-        "alice",
-    ]);
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &f.unknown.operation_id.to_string(),
+            "--succeeded",
+            &pi,
+            "--note",
+            "n",
+        ],
+    );
     assert_exit(&out, 1);
     assert!(
         stderr(&out).contains("is being executed right now"),
@@ -470,15 +645,10 @@ async fn resolve_of_a_settled_or_leased_operation_is_refused_and_changes_nothing
     );
     assert_eq!(f.get(&f.unknown).await, leased);
 
-    let out = f.run(&[
-        "resolve",
-        &unique_op_id(),
-        "--failed",
-        "--note",
-        "n",
-        "--by",
-        "alice",
-    ]);
+    let out = f.run_with(
+        &stripe,
+        &["resolve", &unique_op_id(), "--failed", "--note", "n"],
+    );
     assert_exit(&out, 1);
     assert!(stderr(&out).contains("no operation with id"));
 }
@@ -490,7 +660,14 @@ async fn redrive_sends_one_message_and_takes_the_operation_out_of_review() {
     let queue_url = fresh_fifo_queue(&sqs).await;
     let id = f.review.operation_id.to_string();
 
-    let out = f.run(&["--queue-url", &queue_url, "redrive", &id]);
+    let out = f.run(&[
+        "--queue-url",
+        &queue_url,
+        "redrive",
+        &id,
+        "--note",
+        "Stripe answered again",
+    ]);
     assert_exit(&out, 0);
     assert!(
         stdout(&out).contains(&format!("message {id}:1 sent")),
@@ -532,6 +709,10 @@ async fn redrive_sends_one_message_and_takes_the_operation_out_of_review() {
     assert_eq!(after.review, None);
     assert_eq!(after.redrives, 1);
     assert_eq!(after.status, OperationStatus::Unknown);
+    assert_eq!(after.history.len(), 1);
+    assert_eq!(after.history[0].action, "redrive");
+    assert_eq!(after.history[0].note, "Stripe answered again");
+    assert!(after.history[0].caller.starts_with("arn:aws:"));
     let review = f.run(&["unknowns", "--review"]);
     assert_exit(&review, 0);
     assert_eq!(stdout(&review), "");
@@ -545,6 +726,8 @@ async fn redrive_sends_one_message_and_takes_the_operation_out_of_review() {
         &queue_url,
         "redrive",
         &f.settled.operation_id.to_string(),
+        "--note",
+        "n",
     ]);
     assert_exit(&out, 1);
     assert!(stderr(&out).contains("is already succeeded; nothing to re-drive"));
@@ -614,7 +797,12 @@ async fn bad_arguments_exit_non_zero_and_write_nothing() {
             ],
             "is not an operation id",
         ),
-        (vec!["redrive", &id], "needs --queue-url"),
+        (vec!["redrive", &id, "--note", "n"], "needs --queue-url"),
+        (vec!["redrive", &id], "--note"),
+        (
+            vec!["resolve", &id, "--failed", "--note", "n"],
+            "needs --stripe-secret-arn",
+        ),
         (vec!["show"], "ORDER_ID|OPERATION_ID"),
         (vec!["frobnicate"], "unrecognized subcommand"),
     ];

@@ -37,7 +37,8 @@ use crate::ports::{
 
 pub mod item;
 
-use item::{attr_n, attr_s, key_of, operation_from_item, operation_to_item, Attrs};
+use aws_sdk_dynamodb::types::AttributeValue;
+use item::{attr_n, attr_s, audit_to_attr, key_of, operation_from_item, operation_to_item, Attrs};
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
@@ -516,24 +517,46 @@ impl OperationStore for DynamoStore {
             (":now".to_owned(), attr_n(req.now.as_millis())),
         ]);
         unsettled_values(&mut values);
-        let mut update = "SET due_at = :due, updated_at = :now".to_owned();
+        let mut set = vec!["due_at = :due", "updated_at = :now"];
+        let mut remove: Vec<&str> = Vec::new();
         if req.bump_redrives {
-            update.push_str(", redrives = redrives + :one");
+            set.push("redrives = redrives + :one");
             values.insert(":one".into(), attr_n(1));
         }
         if req.clear_review {
-            update.push_str(", due_shard = :shard REMOVE review_reason, review_flagged_at");
+            set.push("due_shard = :shard");
+            remove.extend(["review_reason", "review_flagged_at"]);
             values.insert(":shard".into(), attr_s(&due_shard(&req.operation_id)));
+        }
+        let mut condition = format!(
+            "operation_id = :op AND #status = :expected AND {UNSETTLED} \
+             AND updated_at = :read_at AND attribute_exists(due_shard)"
+        );
+        if let Some(guard) = &req.operator {
+            set.push("history = list_append(if_not_exists(history, :no_history), :entry)");
+            values.insert(":no_history".into(), AttributeValue::L(Vec::new()));
+            values.insert(
+                ":entry".into(),
+                AttributeValue::L(vec![audit_to_attr(&guard.audit)]),
+            );
+            values.insert(
+                ":lease_cutoff".into(),
+                attr_n(guard.lease_cutoff.as_millis()),
+            );
+            condition.push_str(
+                " AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :lease_cutoff)",
+            );
+        }
+        let mut update = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
         let result = self
             .conditional_update(
                 "UpdateItem (reschedule)",
                 &req.key,
                 update,
-                &format!(
-                    "operation_id = :op AND #status = :expected AND {UNSETTLED} \
-                     AND updated_at = :read_at AND attribute_exists(due_shard)"
-                ),
+                &condition,
                 status_names(),
                 values,
             )
@@ -545,17 +568,28 @@ impl OperationStore for DynamoStore {
         if !req.status.is_settled() {
             return Ok(Recorded::Refused(self.get(&req.key).await?));
         }
-        let at = req.resolution.at.as_millis();
+        let at = req.guard.audit.at.as_millis();
         let mut values = HashMap::from([
             (":op".to_owned(), attr_s(&req.operation_id.to_string())),
             (":status".to_owned(), attr_s(req.status.as_str())),
-            (":by".to_owned(), attr_s(&req.resolution.by)),
-            (":note".to_owned(), attr_s(&req.resolution.note)),
             (":at".to_owned(), attr_n(at)),
+            (
+                ":read_at".to_owned(),
+                attr_n(req.expected_updated_at.as_millis()),
+            ),
+            (
+                ":lease_cutoff".to_owned(),
+                attr_n(req.guard.lease_cutoff.as_millis()),
+            ),
+            (":no_history".to_owned(), AttributeValue::L(Vec::new())),
+            (
+                ":entry".to_owned(),
+                AttributeValue::L(vec![audit_to_attr(&req.guard.audit)]),
+            ),
         ]);
         unsettled_values(&mut values);
-        let mut update = "SET #status = :status, resolved_by = :by, resolution_note = :note, \
-                          resolved_at = :at, updated_at = :at"
+        let mut update = "SET #status = :status, updated_at = :at, \
+                          history = list_append(if_not_exists(history, :no_history), :entry)"
             .to_owned();
         if let Some(id) = &req.external_id {
             update.push_str(", external_id = :ext");
@@ -568,8 +602,8 @@ impl OperationStore for DynamoStore {
                 &req.key,
                 update,
                 &format!(
-                    "operation_id = :op AND {UNSETTLED} \
-                     AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :at)"
+                    "operation_id = :op AND {UNSETTLED} AND updated_at = :read_at \
+                     AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :lease_cutoff)"
                 ),
                 status_names(),
                 values,

@@ -1,10 +1,12 @@
 //! Adapters from the ports to the real world. They translate; they never decide a business outcome.
 //!
+//! - [`aws`]: the AWS SDK configuration with time bounds on every call (one place for them).
 //! - [`stripe`]: the `PaymentGateway` over Stripe's HTTP API.
 //! - [`dynamodb`]: the `OperationStore` on a DynamoDB table with a sparse "unknown index".
 //! - [`secrets`]: the Stripe key from Secrets Manager, read once at init.
-//! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue.
+//! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue, and the `DeadLetterQueue` on its DLQ.
 
+pub mod aws;
 pub mod dynamodb;
 pub mod secrets;
 pub mod sqs;

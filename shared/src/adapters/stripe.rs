@@ -294,6 +294,31 @@ fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
 struct WirePaymentIntent {
     id: String,
     status: String,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    currency: Option<String>,
+    #[serde(default)]
+    metadata: Option<std::collections::HashMap<String, serde_json::Value>>,
+}
+
+impl WirePaymentIntent {
+    fn into_domain(self, replayed: bool) -> PaymentIntent {
+        let operation_id = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("operation_id"))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
+        PaymentIntent {
+            status: PaymentIntentStatus::parse(&self.status),
+            id: self.id,
+            replayed,
+            amount: self.amount,
+            currency: self.currency.map(|c| c.to_ascii_lowercase()),
+            operation_id,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -401,11 +426,7 @@ fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent, Ga
         serde_json::from_slice(body).map_err(|_| GatewayError::Ambiguous {
             detail: "2xx with an unreadable PaymentIntent body".into(),
         })?;
-    Ok(PaymentIntent {
-        id: pi.id,
-        status: PaymentIntentStatus::parse(&pi.status),
-        replayed,
-    })
+    Ok(pi.into_domain(replayed))
 }
 
 /// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
@@ -488,11 +509,7 @@ impl PaymentGateway for StripeGateway {
         Ok(found
             .data
             .into_iter()
-            .map(|pi| PaymentIntent {
-                id: pi.id,
-                status: PaymentIntentStatus::parse(&pi.status),
-                replayed: false,
-            })
+            .map(|pi| pi.into_domain(false))
             .collect())
     }
 }

@@ -2,7 +2,7 @@
 //! seed scenario and every edge is a plain unit test.
 
 use crate::operation::{Operation, OperationStatus};
-use crate::outcome::{outcome_for, GatewayError, PaymentIntent};
+use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus};
 use crate::time::Timestamp;
 
 use super::{ChargePolicy, Disposition};
@@ -56,6 +56,50 @@ pub fn search_allowed_at(op: &Operation, policy: &ChargePolicy) -> Timestamp {
     first.plus(policy.key_window).plus(policy.search_min_age)
 }
 
+/// Why an operation went to review, as a small fixed set: the `ReasonClass` dimension of the
+/// `SentToReview` metric (the reason itself is free text on the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReviewClass {
+    /// 400 `idempotency_error`: a bug in key derivation.
+    KeyMisuse,
+    /// Stripe refused the create as invalid (amount below minimum, unknown customer, ...).
+    Rejected,
+    /// A recorded PaymentIntent id could not be read back.
+    RetrieveFailed,
+    /// Past the key window, search found 0 or more than 1 PaymentIntent.
+    SearchAmbiguous,
+    /// Past the key window, search itself was refused.
+    SearchFailed,
+    /// The PaymentIntent stayed `requires_action` past the stuck bound.
+    StuckRequiresAction,
+    /// The PaymentIntent stayed `processing` past the stuck bound.
+    StuckProcessing,
+}
+
+impl ReviewClass {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ReviewClass::KeyMisuse => "key_misuse",
+            ReviewClass::Rejected => "rejected",
+            ReviewClass::RetrieveFailed => "retrieve_failed",
+            ReviewClass::SearchAmbiguous => "search_ambiguous",
+            ReviewClass::SearchFailed => "search_failed",
+            ReviewClass::StuckRequiresAction => "stuck_requires_action",
+            ReviewClass::StuckProcessing => "stuck_processing",
+        }
+    }
+}
+
+/// The stuck class of a PaymentIntent status that waits on something outside us (the customer's
+/// authentication, the bank), if it is one.
+fn stuck_class(status: &PaymentIntentStatus) -> Option<ReviewClass> {
+    match status {
+        PaymentIntentStatus::RequiresAction => Some(ReviewClass::StuckRequiresAction),
+        PaymentIntentStatus::Processing => Some(ReviewClass::StuckProcessing),
+        _ => None,
+    }
+}
+
 /// The next record for an operation, and what it means for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
@@ -67,8 +111,8 @@ pub struct Decision {
     /// `None` when settled.
     pub next_due_at: Option<Timestamp>,
     pub disposition: Disposition,
-    /// The review was caused by a key misuse (logged as an error, not a warning).
-    pub key_misuse: bool,
+    /// Why it goes to review (`Some` exactly when `review` is).
+    pub review_class: Option<ReviewClass>,
 }
 
 impl Decision {
@@ -88,7 +132,22 @@ impl Decision {
                 review: None,
                 next_due_at: None,
                 disposition: Disposition::Settled,
-                key_misuse: false,
+                review_class: None,
+            }
+        } else if let Some(class) = stuck_class(&pi.status).filter(|_| stuck(op, now, policy)) {
+            // Someone or something outside us must act (the customer's 3-D Secure, the bank's
+            // settlement) and has not for days: looking again every hour forever would hide it.
+            // Still unsettled; a person decides with the Stripe dashboard.
+            let reason = format!(
+                "{}: payment intent {} still {} {} h after the first attempt",
+                class.as_str(),
+                pi.id,
+                pi.status,
+                policy.stuck_after.as_secs() / 3600
+            );
+            Decision {
+                external_id: Some(pi.id),
+                ..Decision::review(status, reason, class, now)
             }
         } else {
             Decision {
@@ -98,7 +157,7 @@ impl Decision {
                 review: None,
                 next_due_at: Some(unknown_due_at(op, now, policy)),
                 disposition: Disposition::Scheduled,
-                key_misuse: false,
+                review_class: None,
             }
         }
     }
@@ -117,12 +176,12 @@ impl Decision {
             review: None,
             next_due_at: Some(next_due_at),
             disposition,
-            key_misuse: false,
+            review_class: None,
         }
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    fn review(status: OperationStatus, reason: String, key_misuse: bool, now: Timestamp) -> Self {
+    fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
         Decision {
             status,
             external_id: None,
@@ -130,9 +189,15 @@ impl Decision {
             review: Some(reason.clone()),
             next_due_at: Some(now),
             disposition: Disposition::InReview(reason),
-            key_misuse,
+            review_class: Some(class),
         }
     }
+}
+
+/// True once the operation has waited longer than the stuck bound since its first attempt.
+pub fn stuck(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> bool {
+    op.first_attempted_at
+        .is_some_and(|first| now >= first.plus(policy.stuck_after))
 }
 
 /// Backoff for an unknown outcome, never past the moment search may settle it.
@@ -173,7 +238,7 @@ pub fn after_create(
             review: None,
             next_due_at: None,
             disposition: Disposition::Settled,
-            key_misuse: false,
+            review_class: None,
         },
         // Certainly nothing happened: keep the status, come back soon with the same key.
         GatewayError::RetryLater { cause, .. } => Decision::unchanged(
@@ -190,18 +255,23 @@ pub fn after_create(
             review: None,
             next_due_at: Some(unknown_due_at(op, now, policy)),
             disposition: Disposition::Scheduled,
-            key_misuse: false,
+            review_class: None,
         },
         // Our key met different parameters: something under this key exists and our key derivation
         // is wrong. Never retried with another key; a person decides.
-        GatewayError::KeyMisuse { .. } => {
-            Decision::review(OperationStatus::Unknown, err.to_string(), true, now)
-        }
+        GatewayError::KeyMisuse { .. } => Decision::review(
+            OperationStatus::Unknown,
+            err.to_string(),
+            ReviewClass::KeyMisuse,
+            now,
+        ),
         // Stripe refused the request as invalid (a validation failure is not saved under the key,
         // so nothing was created by it). Marking the operation failed would tell the customer their
         // card failed when our data is wrong (unknown customer, detached payment method), and
         // retrying would be refused the same way: review, with the status left as it was.
-        GatewayError::Rejected { .. } => Decision::review(op.status, err.to_string(), false, now),
+        GatewayError::Rejected { .. } => {
+            Decision::review(op.status, err.to_string(), ReviewClass::Rejected, now)
+        }
     }
 }
 
@@ -236,7 +306,7 @@ pub fn after_retrieve(
                 "retrieve of {} failed: {err}",
                 op.external_id.as_deref().unwrap_or("?")
             ),
-            false,
+            ReviewClass::RetrieveFailed,
             now,
         ),
     }
@@ -262,7 +332,7 @@ pub fn after_search(
                 "key window passed; search found {} payment intents for the operation",
                 found.len()
             ),
-            false,
+            ReviewClass::SearchAmbiguous,
             now,
         ),
         Err(err @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
@@ -276,7 +346,7 @@ pub fn after_search(
         Err(err) => Decision::review(
             OperationStatus::Unknown,
             format!("search failed: {err}"),
-            false,
+            ReviewClass::SearchFailed,
             now,
         ),
     }
@@ -291,6 +361,6 @@ pub fn wait_for_search(op: &Operation, until: Timestamp) -> Decision {
         review: None,
         next_due_at: Some(until),
         disposition: Disposition::Scheduled,
-        key_misuse: false,
+        review_class: None,
     }
 }

@@ -177,9 +177,10 @@ impl FakeGateway {
             },
         );
         PaymentIntent {
-            id,
-            status,
-            replayed: false,
+            amount: Some(req.params.amount.minor_units()),
+            currency: Some(req.params.currency.as_str().to_owned()),
+            operation_id: Some(req.operation_id.to_string()),
+            ..PaymentIntent::new(id, status)
         }
     }
 
@@ -305,9 +306,8 @@ impl PaymentGateway for FakeGateway {
         self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
         match self.lock().charges.get(id) {
             Some(c) => Ok(PaymentIntent {
-                id: id.to_owned(),
-                status: c.status.clone(),
-                replayed: false,
+                operation_id: Some(c.operation_id.to_string()),
+                ..PaymentIntent::new(id, c.status.clone())
             }),
             None => Err(GatewayError::Rejected {
                 detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
@@ -327,9 +327,8 @@ impl PaymentGateway for FakeGateway {
             .iter()
             .filter(|(_, c)| c.operation_id == *operation_id)
             .map(|(id, c)| PaymentIntent {
-                id: id.clone(),
-                status: c.status.clone(),
-                replayed: false,
+                operation_id: Some(c.operation_id.to_string()),
+                ..PaymentIntent::new(id.clone(), c.status.clone())
             })
             .collect())
     }

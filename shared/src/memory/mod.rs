@@ -8,5 +8,5 @@ mod queue;
 mod store;
 
 pub use gateway::{FakeFault, FakeGateway, GatewayCalls};
-pub use queue::{MemoryQueue, ReceivedMessage};
+pub use queue::{MemoryDeadLetters, MemoryQueue, ReceivedMessage};
 pub use store::{MemoryStore, StoreCalls};

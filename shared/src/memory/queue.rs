@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::ports::{ChargeQueue, QueueError, QueuedCharge};
+use crate::ports::{ChargeQueue, DeadLetter, DeadLetterQueue, QueueError, QueuedCharge};
 use crate::time::{Clock, Timestamp};
 
 /// SQS FIFO's deduplication interval.
@@ -222,5 +222,40 @@ mod tests {
         assert_eq!(bodies, ["b1", "a2"]);
         assert_eq!(again[1].receive_count, 2);
         assert!(!q.delete(&third[0].receipt_handle), "stale receipt");
+    }
+}
+
+/// A dead-letter queue in memory: keeps every parked letter.
+#[derive(Default)]
+pub struct MemoryDeadLetters {
+    letters: Mutex<Vec<DeadLetter>>,
+    /// When set, `park` fails (a DLQ outage).
+    pub failing: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryDeadLetters {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn letters(&self) -> Vec<DeadLetter> {
+        self.letters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait]
+impl DeadLetterQueue for MemoryDeadLetters {
+    async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError> {
+        if self.failing.load(Ordering::Relaxed) {
+            return Err(QueueError::new("dead-letter queue unavailable"));
+        }
+        self.letters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(letter.clone());
+        Ok(())
     }
 }

@@ -165,12 +165,20 @@ impl OperationStore for MemoryStore {
         let Some(op) = items.get_mut(&req.key) else {
             return Ok(Recorded::Refused(None));
         };
+        let leased = req
+            .operator
+            .as_ref()
+            .is_some_and(|g| op.lease.is_some_and(|l| l.expires_at > g.lease_cutoff));
         if op.operation_id != req.operation_id
             || op.status != req.expected_status
             || op.status.is_settled()
             || op.updated_at != req.expected_updated_at
+            || leased
         {
             return Ok(Recorded::Refused(Some(op.clone())));
+        }
+        if let Some(guard) = &req.operator {
+            op.history.push(guard.audit.clone());
         }
         op.next_due_at = Some(req.next_due_at);
         if req.bump_redrives {
@@ -191,7 +199,10 @@ impl OperationStore for MemoryStore {
         };
         if op.operation_id != req.operation_id
             || op.status.is_settled()
-            || op.has_live_lease(req.resolution.at)
+            || op.updated_at != req.expected_updated_at
+            || op
+                .lease
+                .is_some_and(|l| l.expires_at > req.guard.lease_cutoff)
             || !req.status.is_settled()
         {
             return Ok(Recorded::Refused(Some(op.clone())));
@@ -200,10 +211,10 @@ impl OperationStore for MemoryStore {
         if let Some(id) = &req.external_id {
             op.external_id = Some(id.clone());
         }
-        op.resolution = Some(req.resolution.clone());
+        op.history.push(req.guard.audit.clone());
         op.lease = None;
         op.next_due_at = None;
-        op.updated_at = req.resolution.at;
+        op.updated_at = req.guard.audit.at;
         Ok(Recorded::Written(op.clone()))
     }
 

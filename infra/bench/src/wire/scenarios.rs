@@ -252,6 +252,7 @@ impl Ours {
                 queue: queue.clone(),
                 clock: stack.clock(),
                 pending_grace: ChargePolicy::default().pending_grace,
+                metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
             },
             reconciler: ReconcilerDeps {
                 charge: charge.clone(),
@@ -276,9 +277,11 @@ impl Ours {
 
     /// Runs the charge function on `event`; returns the ids it reported failed.
     async fn handle(&self, deps: &ChargeDeps, event: &SqsEvent) -> Vec<String> {
-        let resp =
-            charge::handler::handle(deps, LambdaEvent::new(event.clone(), Context::default()))
-                .await;
+        let resp = charge::handler::handle(
+            &charge::handler::ChargeFunction::local(deps.clone()),
+            LambdaEvent::new(event.clone(), Context::default()),
+        )
+        .await;
         resp.batch_item_failures
             .into_iter()
             .map(|f| f.item_identifier)

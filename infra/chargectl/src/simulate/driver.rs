@@ -16,7 +16,8 @@ use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use aws_lambda_events::sqs::SqsEvent;
-use charge_once::executor::ChargeDeps;
+use charge::handler::ChargeFunction;
+use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::{Clock, ManualClock, Timestamp};
@@ -42,7 +43,9 @@ pub struct Pipeline {
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub checkout: Checkout,
-    pub charge: ChargeDeps,
+    pub charge: ChargeFunction,
+    /// Where the charge function parks poison messages.
+    pub dead_letters: Arc<MemoryDeadLetters>,
     pub reconciler: ReconcilerDeps,
     pub source: Arc<dyn EventSource>,
     /// The store without injected faults, for the loop's own bookkeeping.
@@ -69,6 +72,7 @@ pub struct LoopCounts {
     pub batches: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub checkout_503: AtomicU64,
+    pub poison_sent: AtomicU64,
     pub virtual_end: AtomicU64,
 }
 
@@ -78,6 +82,9 @@ pub fn plan_orders(n: u32, seed: u64, faults: &Faults) -> Vec<Order> {
             let order_id = format!("sim-{seed}-{i:06}");
             let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
                 ("pm_card_chargeDeclined", false)
+            } else if faults.fixed(Kind::Stuck, &order_id) {
+                // Never completes off-session: a person must look after the stuck bound.
+                ("pm_card_sim_requiresAction", false)
             } else if faults.fixed(Kind::Processing, &order_id) {
                 ("pm_card_processing_succeeds", true)
             } else {
@@ -142,6 +149,19 @@ impl Pipeline {
         } else if self.faults.roll(Kind::DuplicateDelivery) {
             // The customer double-clicks: the same request again.
             submit().await;
+        }
+        if self.faults.roll(Kind::Poison) {
+            // Garbage in the order's own FIFO group, right behind its charge message: it must
+            // never hold the group back.
+            let n = counts.poison_sent.fetch_add(1, Ordering::Relaxed);
+            let _ = self
+                .source
+                .send_raw(
+                    "{\"v\":1,\"operation_id\":\"garbage",
+                    &order.order_id,
+                    &format!("poison-{n}"),
+                )
+                .await;
         }
     }
 
@@ -296,11 +316,16 @@ impl Pipeline {
         if progress {
             eprintln!();
         }
-        let policy = &self.charge.policy;
+        let policy = &self.charge.charge.policy;
+        // Long enough for a stuck intent to reach review (the stuck bound), past every other wait.
         let deadline = self
             .clock
             .now()
-            .plus(BLACKOUT.max(policy.key_window + policy.search_min_age))
+            .plus(
+                BLACKOUT
+                    .max(policy.key_window + policy.search_min_age)
+                    .max(policy.stuck_after),
+            )
             .plus(Duration::from_secs(2 * 3600));
         loop {
             self.stripe.sync_clock(&self.clock).await?;
@@ -385,5 +410,6 @@ pub fn count_map(counts: &LoopCounts) -> BTreeMap<&'static str, u64> {
             counts.dead_lettered.load(Ordering::Relaxed),
         ),
         ("checkout_503", counts.checkout_503.load(Ordering::Relaxed)),
+        ("poison_sent", counts.poison_sent.load(Ordering::Relaxed)),
     ])
 }

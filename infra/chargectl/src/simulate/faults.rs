@@ -54,10 +54,15 @@ pub enum Kind {
     KeyPruned,
     /// Stripe search is slow to show new PaymentIntents.
     SearchLag,
+    /// A message no retry can fix (unreadable) lands in an order's FIFO group.
+    Poison,
+    /// The order's PaymentIntent stays `requires_action` for good: it must reach a person after
+    /// the stuck bound.
+    Stuck,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 16] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -72,6 +77,8 @@ impl Kind {
         Kind::DroppedSend,
         Kind::KeyPruned,
         Kind::SearchLag,
+        Kind::Poison,
+        Kind::Stuck,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -90,6 +97,8 @@ impl Kind {
             Kind::DroppedSend => "dropped_send",
             Kind::KeyPruned => "key_pruned",
             Kind::SearchLag => "search_lag",
+            Kind::Poison => "poison",
+            Kind::Stuck => "stuck",
         }
     }
 
@@ -98,7 +107,7 @@ impl Kind {
     pub fn default_rate(&self) -> f64 {
         match self {
             Kind::Decline | Kind::Processing => 0.05,
-            Kind::Timeout | Kind::KeyPruned => 0.002,
+            Kind::Timeout | Kind::KeyPruned | Kind::Stuck => 0.002,
             Kind::SearchLag => 1.0,
             _ => 0.02,
         }

@@ -25,7 +25,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::memory::{MemoryQueue, MemoryStore};
+use charge_once::memory::{MemoryDeadLetters, MemoryQueue, MemoryStore};
 use charge_once::ports::{ChargeQueue, OperationStore};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::{ManualClock, OperationKey, OrderId};
@@ -236,6 +236,7 @@ pub async fn simulate(args: &SimulateArgs, global: &GlobalArgs) -> Result<Report
         clock: clock_arc.clone(),
         policy: policy.clone(),
     };
+    let dead_letters = Arc::new(MemoryDeadLetters::new());
     let pipeline = Pipeline {
         clock: clock.clone(),
         faults: faults.clone(),
@@ -245,13 +246,19 @@ pub async fn simulate(args: &SimulateArgs, global: &GlobalArgs) -> Result<Report
             queue: sender(true),
             clock: clock_arc.clone(),
             pending_grace: policy.pending_grace,
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         },
         reconciler: ReconcilerDeps {
             charge: charge.clone(),
             queue: sender(false),
             page_size: 100,
         },
-        charge,
+        charge: charge::handler::ChargeFunction {
+            charge,
+            dead_letters: dead_letters.clone(),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        },
+        dead_letters: dead_letters.clone(),
         source,
         store: store.clone(),
         no_retry: args.no_retry,
@@ -279,6 +286,7 @@ pub async fn simulate(args: &SimulateArgs, global: &GlobalArgs) -> Result<Report
         ..Report::default()
     };
     report::judge(&mut report, &orders, &records, &ledger);
+    report.poison_messages = dead_letters.letters().len() as u64;
 
     let mut injected_all: BTreeMap<String, u64> = faults
         .counted()
@@ -300,6 +308,7 @@ pub async fn simulate(args: &SimulateArgs, global: &GlobalArgs) -> Result<Report
     let planned = |pm: &str| orders.iter().filter(|o| o.payment_method == pm).count() as u64;
     injected_all.insert("decline".into(), planned("pm_card_chargeDeclined"));
     injected_all.insert("processing".into(), planned("pm_card_processing_succeeds"));
+    injected_all.insert("stuck".into(), planned("pm_card_sim_requiresAction"));
     injected_all.insert(
         "search_lag".into(),
         if faults.rate(Kind::SearchLag) > 0.0 {

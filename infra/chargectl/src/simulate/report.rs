@@ -8,7 +8,11 @@
 //!    card works is charged unless a person holds it in review (`lost_charges`);
 //! 3. our record agrees with Stripe for every settled order (`record_mismatches`);
 //! 4. review only where a person is needed: never when exactly one PaymentIntent exists under our
-//!    key, which search would have found (`needless_reviews`).
+//!    key, which search would have found (`needless_reviews`) — unless that intent is stuck
+//!    (`requires_action` / `processing` past the stuck bound), which only a person can unblock.
+//!
+//! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
+//! its group went on) and stuck intents sent to review (`stuck_reviews`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -34,6 +38,10 @@ pub struct Report {
     pub unconverged: u64,
     pub record_mismatches: u64,
     pub needless_reviews: u64,
+    /// Poison messages the charge function parked on the dead-letter queue.
+    pub poison_messages: u64,
+    /// Operations in review because their PaymentIntent was stuck past the bound.
+    pub stuck_reviews: u64,
     /// Why operations went to review, with how many.
     pub review_reasons: BTreeMap<String, u64>,
     pub faults_injected: BTreeMap<String, u64>,
@@ -80,15 +88,30 @@ pub fn judge(
             .collect();
         keys.sort_unstable();
         keys.dedup();
+        let stuck = op
+            .review
+            .as_ref()
+            .is_some_and(|r| r.reason.starts_with("stuck_"));
+        if stuck {
+            report.stuck_reviews += 1;
+        }
         if let Some(review) = &op.review {
-            *report
-                .review_reasons
-                .entry(format!(
+            // A stuck intent's reason names its PaymentIntent: group those by class.
+            let key = if stuck {
+                review
+                    .reason
+                    .split(':')
+                    .next()
+                    .unwrap_or("stuck")
+                    .to_owned()
+            } else {
+                format!(
                     "{} (last error: {})",
                     review.reason,
                     op.last_error.as_deref().unwrap_or("-")
-                ))
-                .or_default() += 1;
+                )
+            };
+            *report.review_reasons.entry(key).or_default() += 1;
         }
         match op.status {
             OperationStatus::Succeeded => report.succeeded += 1,
@@ -122,6 +145,7 @@ pub fn judge(
         }
         let ours = op.idempotency_key();
         if op.review.is_some()
+            && !stuck
             && !op.status.is_settled()
             && pis.len() == 1
             && pis[0].idempotency_key.as_deref() == Some(ours.as_str())
@@ -167,6 +191,11 @@ impl Report {
             .filter(|(_, n)| **n > 0)
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
+        let _ = writeln!(
+            s,
+            "  needs a person  poison messages {}  stuck reviews {}",
+            self.poison_messages, self.stuck_reviews
+        );
         let _ = writeln!(
             s,
             "  faults injected {}",

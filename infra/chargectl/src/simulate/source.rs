@@ -51,6 +51,8 @@ pub trait EventSource: Send + Sync {
     async fn delete(&self, receipt: &str) -> Result<(), BoxError>;
     /// Messages in the queue, visible or in flight.
     async fn depth(&self) -> Result<u64, BoxError>;
+    /// Puts a raw body on the queue (a poison message).
+    async fn send_raw(&self, body: &str, group_id: &str, dedup_id: &str) -> Result<(), BoxError>;
 }
 
 /// The in-memory FIFO queue; the visibility timeout runs on the virtual clock.
@@ -84,6 +86,11 @@ impl EventSource for MemorySource {
 
     async fn depth(&self) -> Result<u64, BoxError> {
         Ok(self.queue.len() as u64)
+    }
+
+    async fn send_raw(&self, body: &str, group_id: &str, dedup_id: &str) -> Result<(), BoxError> {
+        self.queue.send_raw(body, group_id, dedup_id);
+        Ok(())
     }
 }
 
@@ -148,5 +155,18 @@ impl EventSource for SqsSource {
         Ok(SqsQueue::new(self.client.clone(), &self.queue_url)
             .approximate_depth()
             .await?)
+    }
+
+    async fn send_raw(&self, body: &str, group_id: &str, dedup_id: &str) -> Result<(), BoxError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .message_group_id(group_id)
+            .message_deduplication_id(dedup_id)
+            .send()
+            .await?;
+        Ok(())
     }
 }

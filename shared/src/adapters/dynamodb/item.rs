@@ -14,7 +14,7 @@
 //! | `first_attempted_at`, `created_at`, `updated_at` | N | ms since the epoch |
 //! | `lease_token` (S), `lease_expires_at` (N) | | only while leased |
 //! | `review_reason` (S), `review_flagged_at` (N) | | only when flagged |
-//! | `resolved_by`, `resolution_note` (S), `resolved_at` (N) | | only when resolved by hand |
+//! | `history` | L of M | operator actions, appended by `resolve`/`redrive`: `action`, `previous_status`, `new_status`, `note`, `caller` (S), `at` (N), `label`, `forced` (S, optional) |
 //! | `due_shard` (S), `due_at` (N) | | the unknown index; only while unsettled |
 
 use std::collections::HashMap;
@@ -26,7 +26,7 @@ use crate::domain::{
     PaymentMethodId, Principal,
 };
 use crate::operation::{
-    Lease, LeaseToken, Operation, OperationKey, OperationStatus, Resolution, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
 use crate::ports::StoreError;
 use crate::time::Timestamp;
@@ -106,16 +106,86 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         "review_flagged_at",
         op.review.as_ref().map(|r| attr_n(r.flagged_at.as_millis())),
     );
-    put("resolved_by", op.resolution.as_ref().map(|r| attr_s(&r.by)));
-    put(
-        "resolution_note",
-        op.resolution.as_ref().map(|r| attr_s(&r.note)),
-    );
-    put(
-        "resolved_at",
-        op.resolution.as_ref().map(|r| attr_n(r.at.as_millis())),
-    );
+    if !op.history.is_empty() {
+        put(
+            "history",
+            Some(AttributeValue::L(
+                op.history.iter().map(audit_to_attr).collect(),
+            )),
+        );
+    }
     item
+}
+
+/// One history entry as a DynamoDB map.
+pub fn audit_to_attr(entry: &AuditEntry) -> AttributeValue {
+    let mut m = HashMap::from([
+        ("action".to_owned(), attr_s(&entry.action)),
+        (
+            "previous_status".to_owned(),
+            attr_s(entry.previous_status.as_str()),
+        ),
+        ("new_status".to_owned(), attr_s(entry.new_status.as_str())),
+        ("note".to_owned(), attr_s(&entry.note)),
+        ("at".to_owned(), attr_n(entry.at.as_millis())),
+        ("caller".to_owned(), attr_s(&entry.caller)),
+    ]);
+    if let Some(label) = &entry.label {
+        m.insert("label".into(), attr_s(label));
+    }
+    if let Some(forced) = &entry.forced {
+        m.insert("forced".into(), attr_s(forced));
+    }
+    AttributeValue::M(m)
+}
+
+fn audit_from_attr(v: &AttributeValue) -> Result<AuditEntry, StoreError> {
+    let AttributeValue::M(m) = v else {
+        return Err(malformed("history", "entry is not a map"));
+    };
+    let status = |field: &str| -> Result<OperationStatus, StoreError> {
+        domain("history", OperationStatus::parse(req_s(m, field)?))
+    };
+    Ok(AuditEntry {
+        action: req_s(m, "action")?.to_owned(),
+        previous_status: status("previous_status")?,
+        new_status: status("new_status")?,
+        note: get_s(m, "note")?.unwrap_or("").to_owned(),
+        at: req_t(m, "at")?,
+        caller: req_s(m, "caller")?.to_owned(),
+        label: get_s(m, "label")?.map(str::to_owned),
+        forced: get_s(m, "forced")?.map(str::to_owned),
+    })
+}
+
+/// The history, plus the single resolution that records written before it existed carry
+/// (`resolved_by`, `resolution_note`, `resolved_at`), so an old record's audit is not lost.
+fn history_from_item(item: &Attrs) -> Result<Vec<AuditEntry>, StoreError> {
+    let mut history = match item.get("history") {
+        None => Vec::new(),
+        Some(AttributeValue::L(entries)) => entries
+            .iter()
+            .map(audit_from_attr)
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(_) => return Err(malformed("history", "not a list")),
+    };
+    if let (Some(by), Some(at)) = (get_s(item, "resolved_by")?, get_t(item, "resolved_at")?) {
+        let status = domain("status", OperationStatus::parse(req_s(item, "status")?))?;
+        history.insert(
+            0,
+            AuditEntry {
+                action: format!("resolve_{status}"),
+                previous_status: OperationStatus::Unknown,
+                new_status: status,
+                note: get_s(item, "resolution_note")?.unwrap_or("").to_owned(),
+                at,
+                caller: format!("label:{by}"),
+                label: Some(by.to_owned()),
+                forced: None,
+            },
+        );
+    }
+    Ok(history)
 }
 
 fn malformed(field: &str, why: &str) -> StoreError {
@@ -183,14 +253,6 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         }),
         None => None,
     };
-    let resolution = match (get_s(item, "resolved_by")?, get_t(item, "resolved_at")?) {
-        (Some(by), Some(at)) => Some(Resolution {
-            by: by.to_owned(),
-            note: get_s(item, "resolution_note")?.unwrap_or("").to_owned(),
-            at,
-        }),
-        _ => None,
-    };
     Ok(Operation {
         order_id: domain("pk", OrderId::parse(order_raw))?,
         kind: domain("sk", OperationKind::parse(req_s(item, "sk")?))?,
@@ -226,7 +288,7 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         review,
         next_due_at: get_t(item, "due_at")?,
         redrives: get_n(item, "redrives")?.unwrap_or(0),
-        resolution,
+        history: history_from_item(item)?,
     })
 }
 
@@ -261,11 +323,16 @@ mod tests {
             reason: "found 0".into(),
             flagged_at: Timestamp::from_millis(1_800_000_002_000),
         });
-        op.resolution = Some(Resolution {
-            by: "alice".into(),
+        op.history = vec![AuditEntry {
+            action: "resolve_succeeded".into(),
+            previous_status: OperationStatus::Unknown,
+            new_status: OperationStatus::Succeeded,
             note: "checked".into(),
             at: Timestamp::from_millis(1_800_000_003_000),
-        });
+            caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
+            label: Some("alice".into()),
+            forced: None,
+        }];
         op.redrives = 2;
         op
     }

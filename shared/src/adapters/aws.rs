@@ -1,0 +1,96 @@
+//! The AWS SDK configuration every process uses, with **time bounds on every call** (DynamoDB,
+//! SQS, Secrets Manager): without them a hung connection runs into the Lambda timeout, which kills
+//! the whole batch or tick instead of failing one call that the code already handles.
+//!
+//! The one place where the SDK's timeouts are chosen, against the functions' timeouts in
+//! template.yaml (tests/template.rs checks the arithmetic):
+//!
+//! | | connect | per attempt | per operation (all retries) |
+//! |---|---|---|---|
+//! | functions ([`FUNCTION_TIMEOUTS`]) | 1 s | 1 s | 3 s |
+//! | `chargectl` ([`OPERATOR_TIMEOUTS`]) | 3 s | 5 s | 15 s |
+//!
+//! - checkout (10 s): PutItem + SendMessage ≤ 2 × 3 s = 6 s, an answer well inside the timeout.
+//! - charge (90 s, batches of 3): per message claim + record ≤ 2 × 3 s, the Stripe call with its
+//!   one same-key retry ≤ 2 × 10 s + backoff ≈ 21 s: 27 s, × 3 = 81 s < 90 s.
+//! - reconciler (120 s): a tick stops taking work with 30 s left (claim + Stripe + record ≈ 27 s).
+//! - DynamoDB and SQS answer in milliseconds; a 1 s attempt leaves room for a slow one, and the
+//!   SDK's standard retries (3 attempts) fit inside the 3 s operation bound.
+//! - An operator on a laptop over a VPN gets looser bounds; nothing there races a Lambda timeout.
+
+use std::time::Duration;
+
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+
+/// The time bounds of one process's AWS calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AwsTimeouts {
+    pub connect: Duration,
+    pub attempt: Duration,
+    pub operation: Duration,
+}
+
+/// The three functions.
+pub const FUNCTION_TIMEOUTS: AwsTimeouts = AwsTimeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(1),
+    operation: Duration::from_secs(3),
+};
+
+/// `chargectl`.
+pub const OPERATOR_TIMEOUTS: AwsTimeouts = AwsTimeouts {
+    connect: Duration::from_secs(3),
+    attempt: Duration::from_secs(5),
+    operation: Duration::from_secs(15),
+};
+
+impl AwsTimeouts {
+    pub fn timeout_config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+
+    /// The standard configuration chain (environment, profile, `AWS_ENDPOINT_URL`, region) with
+    /// these bounds.
+    pub async fn load(&self) -> aws_config::SdkConfig {
+        self.loader().load().await
+    }
+
+    /// The loader, for callers that add to it (an endpoint override).
+    pub fn loader(&self) -> aws_config::ConfigLoader {
+        aws_config::defaults(BehaviorVersion::latest()).timeout_config(self.timeout_config())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bound_is_set_and_consistent() {
+        for t in [FUNCTION_TIMEOUTS, OPERATOR_TIMEOUTS] {
+            let c = t.timeout_config();
+            assert_eq!(c.connect_timeout(), Some(t.connect));
+            assert_eq!(c.operation_attempt_timeout(), Some(t.attempt));
+            assert_eq!(c.operation_timeout(), Some(t.operation));
+            assert!(t.attempt <= t.operation && t.connect <= t.operation);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_loaded_config_carries_them() {
+        let config = FUNCTION_TIMEOUTS
+            .loader()
+            .region(aws_config::Region::new("us-east-1"))
+            .load()
+            .await;
+        let c = config.timeout_config().expect("timeouts set");
+        assert_eq!(c.operation_timeout(), Some(Duration::from_secs(3)));
+        assert_eq!(c.operation_attempt_timeout(), Some(Duration::from_secs(1)));
+        assert_eq!(c.connect_timeout(), Some(Duration::from_secs(1)));
+    }
+}
