@@ -12,9 +12,12 @@ use std::time::Duration;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
 use aws_lambda_events::encodings::Body;
+use charge::handler::ChargeFunction;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::memory::MemoryDeadLetters;
+use charge_once::telemetry::DiscardMetrics;
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use notify::eventbridge::EventBridgePublisher;
@@ -139,15 +142,20 @@ impl Stack {
             queue: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
             clock: Arc::new(self.side.clock.clone()),
             pending_grace: Duration::from_secs(300),
+            metrics: Arc::new(DiscardMetrics),
         }
     }
 
-    fn charge(&self) -> ChargeDeps {
-        ChargeDeps {
-            store: self.store.clone(),
-            gateway: Arc::new(self.side.gateway()),
-            clock: Arc::new(self.side.clock.clone()),
-            policy: ChargePolicy::default(),
+    fn charge(&self) -> ChargeFunction {
+        ChargeFunction {
+            charge: ChargeDeps {
+                store: self.store.clone(),
+                gateway: Arc::new(self.side.gateway()),
+                clock: Arc::new(self.side.clock.clone()),
+                policy: ChargePolicy::default(),
+            },
+            dead_letters: Arc::new(MemoryDeadLetters::default()),
+            metrics: Arc::new(DiscardMetrics),
         }
     }
 

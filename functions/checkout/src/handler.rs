@@ -37,8 +37,8 @@ use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
-use charge_once::OperationKey;
 use charge_once::telemetry::MetricsSink;
+use charge_once::OperationKey;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
     PaymentMethodId, Principal, ValidationError,
@@ -232,7 +232,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId) -> Answer {
     let key = OperationKey::charge(order_id);
     let op = deps.store.get(&key).await.map_err(|e| {
         error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
-        unavailable()
+        unavailable(deps, "store")
     })?;
     let Some(op) = op else {
         return Err(error(

@@ -6,6 +6,7 @@ use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
 use std::sync::Arc;
 
+use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::config::ProcessEnv;
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
@@ -14,7 +15,7 @@ use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = NotifyConfig::from_env(&ProcessEnv)?;
-    let aws = aws_config::load_from_env().await;
+    let aws = FUNCTION_TIMEOUTS.load().await;
     let deps = Notify {
         publisher: Arc::new(EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&aws),
