@@ -62,7 +62,11 @@ pub async fn measure_happy_path() -> (u64, u64, Vec<String>) {
         if HARNESS.iter().any(|h| line.contains(h)) {
             continue;
         }
-        messages.push(format!("{} {}", parsed["level"].as_str().unwrap_or(""), message));
+        messages.push(format!(
+            "{} {}",
+            parsed["level"].as_str().unwrap_or(""),
+            message
+        ));
         bytes += line.len() as u64;
         lines += 1;
     }

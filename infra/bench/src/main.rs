@@ -123,25 +123,9 @@ fn main() -> Result<(), Error> {
             let function = arg(&args, 3, "FUNCTION")?;
             let bootstrap = arg(&args, 4, "BOOTSTRAP")?;
             let runs: usize = arg(&args, 5, "RUNS")?.parse()?;
-            let ms = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
-            let median = bench::init::median(&ms);
-            eprintln!(
-                "{function} ({bootstrap}): init median {median:.1} ms, min {:.1}, max {:.1} over {runs} runs",
-                ms[0],
-                ms[ms.len() - 1]
-            );
-            write_json(
-                &out,
-                &serde_json::json!({
-                    "function": function,
-                    "bootstrap": bootstrap,
-                    "runs": runs,
-                    "init_ms": ms,
-                    "median_ms": median,
-                    "min_ms": ms[0],
-                    "max_ms": ms[ms.len() - 1],
-                }),
-            )
+            let r = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
+            eprintln!("{function} ({bootstrap}): init {r}");
+            write_json(&out, &r)
         }
         "logs" => {
             let out = arg(&args, 2, "OUT.json")?;

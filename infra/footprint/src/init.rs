@@ -108,14 +108,22 @@ pub fn once(bootstrap: &Path, function: &str) -> Result<f64, Error> {
     result
 }
 
-/// `runs` measured runs after one warm-up, sorted.
-pub fn measure(bootstrap: &Path, function: &str, runs: usize) -> Result<Vec<f64>, Error> {
+/// `runs` measured runs after one warm-up: every run (sorted), median, min, max, as JSON.
+pub fn measure(bootstrap: &Path, function: &str, runs: usize) -> Result<serde_json::Value, Error> {
     once(bootstrap, function)?;
-    let mut all = (0..runs)
+    let mut all = (0..runs.max(1))
         .map(|_| once(bootstrap, function))
         .collect::<Result<Vec<_>, _>>()?;
     all.sort_by(f64::total_cmp);
-    Ok(all)
+    Ok(serde_json::json!({
+        "function": function,
+        "bootstrap": bootstrap.display().to_string(),
+        "runs": all.len(),
+        "init_ms": all,
+        "median_ms": median(&all),
+        "min_ms": all[0],
+        "max_ms": all[all.len() - 1],
+    }))
 }
 
 /// The median of sorted values.
