@@ -73,6 +73,15 @@ fn read(dir: &Path, name: &str) -> Result<Value, Error> {
     Ok(serde_json::from_str(&text)?)
 }
 
+/// `read`, or `Null` when the file does not exist.
+fn read_opt(dir: &Path, name: &str) -> Result<Value, Error> {
+    if dir.join(name).exists() {
+        read(dir, name)
+    } else {
+        Ok(Value::Null)
+    }
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
@@ -282,11 +291,12 @@ fn seed_ddb_cost(happy: &Value) -> f64 {
 pub fn render(dir: &Path) -> Result<String, Error> {
     let wire = read(dir, "wire.json")?;
     let index = read(dir, "index.json")?;
-    let cpu = read(dir, "cpu.json")?;
-    let cpu_logs = read(dir, "cpu-logs.json")?;
-    let rss = read(dir, "rss.json")?;
-    let sim_clean = read(dir, "sim-nofaults.json")?;
-    let sim_faults = read(dir, "sim-faults.json")?;
+    // Steps left out of a run (BENCH_STEPS) whose JSON is absent render as "not measured".
+    let cpu = read_opt(dir, "cpu.json")?;
+    let cpu_logs = read_opt(dir, "cpu-logs.json")?;
+    let rss = read_opt(dir, "rss.json")?;
+    let sim_clean = read_opt(dir, "sim-nofaults.json")?;
+    let sim_faults = read_opt(dir, "sim-faults.json")?;
     let rows = wire.as_array().cloned().unwrap_or_default();
     let scenario = |name: &str| {
         rows.iter()
@@ -437,6 +447,10 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "| run | orders | orders/s | wall s |")?;
     writeln!(w, "|---|---|---|---|")?;
     for (name, s) in [("--no-faults", &sim_clean), ("default faults", &sim_faults)] {
+        if s.is_null() {
+            writeln!(w, "| {name} | not measured in this run | | |")?;
+            continue;
+        }
         writeln!(
             w,
             "| {name} | {} | {:.0} | {:.1} |",
@@ -460,6 +474,10 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         ("no subscriber", &cpu),
         ("lambda_runtime's default subscriber → sink", &cpu_logs),
     ] {
+        if c.is_null() {
+            writeln!(w, "| {name} | not measured in this run | | | |")?;
+            continue;
+        }
         writeln!(
             w,
             "| {name} | {} | {} | {:.1} | {:.1} |",
@@ -477,13 +495,14 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
     writeln!(w, "`make bench` builds each function on its own (`cargo build --profile P -p FUNCTION`, so features resolve as")?;
     writeln!(w, "`sam build` resolves them) for every profile in `BENCH_PROFILES`, on this x86-64 host: **not arm64**, the")?;
-    writeln!(w, "template's architecture (no aarch64 Rust target or cross linker can be installed here; arm64 code is")?;
-    writeln!(w, "usually a little smaller). Binary = the `strip = true` bootstrap; zip = `zip -9` of it as `bootstrap`.")?;
+    writeln!(w, "template's architecture (a cross build of each candidate through cargo-lambda/zig would double the optimised")?;
+    writeln!(w, "builds on this shared 2-core machine; the before row is arm64). Binary = the `strip = true` bootstrap;")?;
+    writeln!(w, "zip = `zip -9` of it as `bootstrap`.")?;
     writeln!(w, "Init = from `spawn` of the bootstrap to its first `GET /2018-06-01/runtime/invocation/next` against a tiny")?;
-    writeln!(w, "Runtime API on loopback (`bench init`, `infra/bench/src/init.rs`), with the real `main`: JSON tracing,")?;
+    writeln!(w, "Runtime API on loopback (`footprint init`, `infra/footprint/src/init.rs`), with the real `main`: JSON tracing,")?;
     writeln!(w, "typed config, `aws_config::load_from_env`, the SDK clients, the Stripe key's GetSecretValue from moto")?;
     writeln!(w, "(charge, reconciler; plain HTTP on loopback, no TLS handshake) and the reqwest/rustls client; median of")?;
-    writeln!(w, "the runs after a warm-up, on a shared 2-core machine. CPU = `bench cpu` (section 3's measure, with")?;
+    writeln!(w, "the runs after a warm-up, on a shared 2-core machine. CPU = `footprint cpu` (section 3's measure, with")?;
     writeln!(
         w,
         "lambda_runtime's subscriber) built with the same profile."
@@ -523,11 +542,12 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         }
     }
     writeln!(w)?;
-    writeln!(w, "| profile | CPU µs / charge | vs `fp-thin3` (the profile before issue 15) | largest zip | slowest init median | zip ≤ 3 MB, init ≤ 30 ms, CPU ≤ +10 % |")?;
+    let baseline = std::env::var("BENCH_BASELINE_PROFILE").unwrap_or_else(|_| "fp-thin3".into());
+    writeln!(w, "| profile | CPU µs / charge | vs `{baseline}` (the settings before issue 15) | largest zip | slowest init median | zip ≤ 3 MB, init ≤ 30 ms, CPU ≤ +10 % |")?;
     writeln!(w, "|---|---|---|---|---|---|")?;
     let baseline_cpu = footprints
         .iter()
-        .find(|fp| fp["profile"] == "fp-thin3")
+        .find(|fp| fp["profile"] == baseline.as_str())
         .map(|fp| f(&fp["cpu"]["cpu_us_per_charge"]));
     for fp in &footprints {
         let cpu_us = f(&fp["cpu"]["cpu_us_per_charge"]);
@@ -570,18 +590,19 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
-    writeln!(
-        w,
-        "Peak RSS: {} kB (`VmHWM`) of a fresh `bench rss` process (release, x86-64 host) after handling one batch of {} with",
-        u(&rss["vm_hwm_kb"]),
-        u(&rss["batch_size"])
-    )?;
-    writeln!(w, "the in-memory ports and lambda_runtime's log subscriber: the handler in a plain process, **not** the Lambda")?;
-    writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
-    writeln!(w)?;
+    if !rss.is_null() {
+        writeln!(
+            w,
+            "Peak RSS: {} kB (`VmHWM`) of a fresh `bench rss` process (release, x86-64 host) after handling one batch of {} with",
+            u(&rss["vm_hwm_kb"]),
+            u(&rss["batch_size"])
+        )?;
+        writeln!(w, "the in-memory ports and lambda_runtime's log subscriber: the handler in a plain process, **not** the Lambda")?;
+        writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
+        writeln!(w)?;
+    }
 
     // 5
-    let cpu_us = f(&cpu_logs["cpu_us_per_charge"]);
     // The profile the functions ship with: `release`, or the measured candidate whose settings it
     // has (BENCH_SHIPPED_PROFILE) when `release` itself was not rebuilt.
     let shipped = std::env::var("BENCH_SHIPPED_PROFILE").unwrap_or_else(|_| "release".into());
@@ -599,6 +620,12 @@ pub fn render(dir: &Path) -> Result<String, Error> {
                     .map(|x| f(&x["init"]["median_ms"]))
             })
             .unwrap_or(0.0)
+    };
+    // CPU per charge with the functions' subscriber: section 3's, else the shipped profile's.
+    let cpu_us = if cpu_logs.is_null() {
+        release.map_or(0.0, |fp| f(&fp["cpu"]["cpu_us_per_charge"]))
+    } else {
+        f(&cpu_logs["cpu_us_per_charge"])
     };
     let init_profile = release
         .and_then(|fp| fp["profile"].as_str())
@@ -653,10 +680,15 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         if row.item.starts_with("DynamoDB") {
             ddb += cost;
         }
+        let qty = if row.qty != 0.0 && row.qty.abs() < 0.001 {
+            format!("{:.3e}", row.qty)
+        } else {
+            format!("{:.4}", row.qty)
+        };
         writeln!(
             w,
-            "| {} | {:.4} {} | ${:.10}/{} | ${cost:.3} |",
-            row.item, row.qty, row.unit, row.price, row.unit
+            "| {} | {qty} {} | ${:.10}/{} | ${cost:.3} |",
+            row.item, row.unit, row.price, row.unit
         )?;
     }
     writeln!(
