@@ -26,10 +26,18 @@ steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim} "
 step() { [[ "$steps" == *" $1 "* ]]; }
 mkdir -p "$out"
 
-echo "== build (release): bench, chargectl" >&2
-nice -n 19 cargo build --locked --release -p bench -p chargectl
-bench=target/release/bench
-chargectl=target/release/chargectl
+needs_release=false
+for s in wire index cpu logs sim; do if step "$s"; then needs_release=true; fi; done
+if $needs_release; then
+  echo "== build (release): bench, chargectl" >&2
+  nice -n 19 cargo build --locked --release -p bench -p chargectl
+  bench=target/release/bench
+  chargectl=target/release/chargectl
+else
+  # Only the footprint step (it builds its own profiles) and the render: a debug bench renders.
+  cargo build --locked -q -p bench
+  bench=target/debug/bench
+fi
 
 if step wire; then
   echo "== 1, 2: requests per operation on the wire, ours and the seed's port (moto)" >&2
