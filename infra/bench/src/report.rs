@@ -460,7 +460,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
-    writeln!(w, "CPU time per charge: `bench cpu` (release) drives `charge::handler::handle` over batches of the template's")?;
+    writeln!(w, "CPU time per charge: `footprint cpu` (the release profile) drives `charge::handler::handle` over batches of the template's")?;
     writeln!(w, "`BatchSize` with `MemoryStore` + `FakeGateway` on a current-thread runtime, after a 1,000-charge warm-up;")?;
     writeln!(w, "CPU = the thread's on-CPU time from `/proc/thread-self/schedstat`, only around the handler calls. It is our")?;
     writeln!(w, "code alone: no network, no AWS SDK serialisation, no TLS (those are in the real function and not measured).")?;

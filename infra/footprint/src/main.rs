@@ -3,6 +3,7 @@
 //! ```text
 //! footprint cpu  OUT.json CHARGES BATCH [logs]         CPU time per charge, in-memory ports
 //! footprint init OUT.json FUNCTION BOOTSTRAP RUNS      init ms: exec to the first invocation/next
+//! footprint rss  OUT.json BATCH                        peak RSS after one batch (a fresh process)
 //! ```
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -50,6 +51,16 @@ fn main() -> Result<(), Error> {
                 r["median_ms"], r["min_ms"], r["max_ms"]
             );
             write_json(&out, &r)
+        }
+        "rss" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let batch: usize = arg(&args, 3, "BATCH")?.parse()?;
+            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+            let kb = footprint::cpu::rss_after_one_batch(batch);
+            write_json(
+                &out,
+                &serde_json::json!({"batch_size": batch, "vm_hwm_kb": kb}),
+            )
         }
         other => Err(format!("unknown command {other:?}; see infra/footprint/src/main.rs").into()),
     }
