@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
-.PHONY: run test walkthrough lint fmt template-check bench
+.PHONY: run test walkthrough lint fmt template-check bench supply-chain
 
 # The main job: the whole pipeline locally, with faults, checked against the Stripe simulator.
 run:
@@ -23,6 +23,12 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# One HTTP/TLS stack per function (cargo tree) and cargo deny (advisories against the RustSec
+# snapshot in ../shared/advisory-db, bans, licenses, sources), offline; CI runs both.
+supply-chain:
+	infra/supply-chain/one-stack.sh
+	infra/supply-chain/deny.sh
 
 # cfn-lint, sam validate --lint and the IAM check after the SAM transform (pinned tools in
 # .venv-template), then the template held to the code.

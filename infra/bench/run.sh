@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The body of `make bench`: runs every measurement of issue 8 and writes BENCHMARKS.md.
+# The body of `make bench`: runs every measurement of issues 8 and 15 and writes BENCHMARKS.md.
 #   - request counts (ours and the seed's port) and reconciler reads: against moto, started by
 #     infra/local/with-stack.sh (DynamoDB + SQS), with an embedded stripe-sim;
 #   - CPU time per charge and peak RSS: the charge handler on in-memory ports (release build);
-#   - orders/s: `chargectl simulate` (release build), clean and with its default faults.
+#   - orders/s: `chargectl simulate` (release build), clean and with its default faults;
+#   - footprint per release profile (BENCH_PROFILES, default `release`): stripped binary, zip,
+#     init ms (exec to the first invocation/next against a local Runtime API, moto for the
+#     secret) and CPU per charge, from a real build of each function (issue 15);
+#   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model.
 # Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 7 minutes on 2 cores once built
 # (the 10,000-item table on moto is most of it; BENCH_SETTLED=N uses a smaller one).
 set -euo pipefail
@@ -13,29 +17,91 @@ out="${BENCH_OUT:-target/bench}"
 settled="${BENCH_SETTLED:-10000}"
 orders="${BENCH_ORDERS:-20000}"
 charges="${BENCH_CHARGES:-200000}"
+# Release-profile candidates for the footprint table (Cargo.toml defines fp-*); `release` is the
+# one the functions ship with. Each is a full optimised build of the three functions and `bench`.
+profiles="${BENCH_PROFILES:-release}"
+init_runs="${BENCH_INIT_RUNS:-20}"
+# Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
+steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim} "
+step() { [[ "$steps" == *" $1 "* ]]; }
 mkdir -p "$out"
 
-echo "== build (release): bench, chargectl" >&2
-cargo build --release -p bench -p chargectl
-bench=target/release/bench
-chargectl=target/release/chargectl
+needs_release=false
+for s in wire index cpu logs sim; do if step "$s"; then needs_release=true; fi; done
+if $needs_release; then
+  echo "== build (release): bench, chargectl" >&2
+  nice -n 19 cargo build --locked --release -p bench -p chargectl
+  bench=target/release/bench
+  chargectl=target/release/chargectl
+else
+  # Only the footprint step (it builds its own profiles) and the render: a debug bench renders.
+  cargo build --locked -q -p bench
+  bench=target/debug/bench
+fi
 
-echo "== 1, 2: requests per operation on the wire, ours and the seed's port (moto)" >&2
-echo "== 6: reconciler reads with $settled settled operations (moto)" >&2
-infra/local/with-stack.sh bash -c "
+if step wire; then
+  echo "== 1, 2: requests per operation on the wire, ours and the seed's port (moto)" >&2
+  infra/local/with-stack.sh "$bench" wire "$out/wire.json"
+fi
+if step index; then
+  echo "== 6: reconciler reads with $settled settled operations (moto)" >&2
+  infra/local/with-stack.sh "$bench" index "$out/index.json" "$settled"
+fi
+
+if step cpu; then
+  echo "== 3: CPU time per charge (in-memory ports), peak RSS after one batch" >&2
+  "$bench" cpu "$out/cpu.json" "$charges" 3
+  "$bench" cpu "$out/cpu-logs.json" "$charges" 3 logs
+  "$bench" rss "$out/rss.json" 3
+fi
+
+if step footprint; then
+echo "== 4: footprint per release profile ($profiles): build, zip, init, CPU per charge" >&2
+rm -f "$out"/footprint-*.json
+for p in $profiles; do
+  # One package per build: features resolve as for `sam build` / `cargo lambda build` of that function.
+  # `footprint` (CPU per charge, init) has the charge function's dependencies: one more crate and a link.
+  for f in checkout charge reconciler footprint; do
+    nice -n 19 cargo build --locked --profile "$p" -p "$f"
+  done
+done
+infra/local/with-stack.sh bash -c '
   set -euo pipefail
-  '$bench' wire '$out/wire.json'
-  '$bench' index '$out/index.json' '$settled'
-"
+  # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
+  while IFS= read -r line; do export "$line"; done < <(
+    "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
+  out="$1"; runs="$2"; charges="$3"; shift 3
+  for p in "$@"; do
+    dir=target/$p
+    settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
+    rows=()
+    for f in checkout charge reconciler; do
+      tmp="$(mktemp -d)"
+      cp "$dir/$f" "$tmp/bootstrap"
+      (cd "$tmp" && zip -q -9 -X bootstrap.zip bootstrap)
+      bin_bytes=$(stat -c %s "$dir/$f")
+      zip_bytes=$(stat -c %s "$tmp/bootstrap.zip")
+      rm -rf "$tmp"
+      "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
+      rows+=("{\"function\":\"$f\",\"binary_bytes\":$bin_bytes,\"zip_bytes\":$zip_bytes,\"init\":$(cat "$out/init-$p-$f.json")}")
+    done
+    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" 3 logs
+    (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s}\n" \
+      "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")") > "$out/footprint-$p.json"
+  done
+' footprint "$out" "$init_runs" "$charges" $profiles
+fi
 
-echo "== 3: CPU time per charge (in-memory ports), peak RSS after one batch" >&2
-"$bench" cpu "$out/cpu.json" "$charges" 3
-"$bench" cpu "$out/cpu-logs.json" "$charges" 3 logs
-"$bench" rss "$out/rss.json" 3
+if step logs; then
+  echo "== 5: CloudWatch Logs bytes per happy-path charge (moto)" >&2
+  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" logs "$out/logs.json" template.yaml
+fi
 
-echo "== 3: chargectl simulate --orders $orders" >&2
-"$chargectl" simulate --orders "$orders" --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
-"$chargectl" simulate --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+if step sim; then
+  echo "== 3: chargectl simulate --orders $orders" >&2
+  "$chargectl" simulate --orders "$orders" --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
+  "$chargectl" simulate --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+fi
 
 echo "== render BENCHMARKS.md" >&2
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" BENCH_SIM_PROFILE=release \

@@ -3,10 +3,13 @@
 //! - [`wire`]: requests per operation counted on the wire (an interceptor on the SDK clients, the
 //!   Stripe simulator's own counters), our handlers and the seed's straight port.
 //! - [`index_cost`]: what a reconciler tick reads as unsettled and settled operations grow.
-//! - [`cpu`]: CPU time per charge and peak RSS of the charge handler on in-memory ports.
+//! - [`cpu`], [`init`] (from the `footprint` crate, built once per candidate profile): CPU time per
+//!   charge and peak RSS of the charge handler on in-memory ports; init time of a `bootstrap`.
+//! - [`logs`]: CloudWatch Logs bytes per happy-path charge.
 //! - [`report`]: cost per 1M charges and the Markdown.
 
-pub mod cpu;
+pub use footprint::{cpu, init};
 pub mod index_cost;
+pub mod logs;
 pub mod report;
 pub mod wire;

@@ -6,6 +6,8 @@
 //! bench index  OUT.json SETTLED         reconciler reads vs unsettled/settled (needs moto)
 //! bench cpu    OUT.json CHARGES BATCH [logs|stderr]  CPU time per charge, in-memory ports
 //! bench rss    OUT.json BATCH           peak RSS after one batch (run in a fresh process)
+//! bench init   OUT.json FUNCTION BOOTSTRAP RUNS  init ms: exec to first invocation/next (needs moto + provisioned env)
+//! bench logs   OUT.json TEMPLATE        CloudWatch Logs bytes per happy-path charge (needs moto)
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
 //! ```
 
@@ -114,6 +116,33 @@ fn main() -> Result<(), Error> {
             write_json(
                 &out,
                 &serde_json::json!({"batch_size": batch, "vm_hwm_kb": kb}),
+            )
+        }
+        "init" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let function = arg(&args, 3, "FUNCTION")?;
+            let bootstrap = arg(&args, 4, "BOOTSTRAP")?;
+            let runs: usize = arg(&args, 5, "RUNS")?.parse()?;
+            let r = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
+            eprintln!("{function} ({bootstrap}): init {r}");
+            write_json(&out, &r)
+        }
+        "logs" => {
+            let out = arg(&args, 2, "OUT.json")?;
+            let template = std::fs::read_to_string(arg(&args, 3, "TEMPLATE")?)?;
+            let rt = tokio::runtime::Runtime::new()?;
+            let (bytes, lines, messages) = rt.block_on(bench::logs::measure_happy_path());
+            let (platform, access) = bench::logs::platform_and_access_bytes(&template);
+            eprintln!("happy path: {bytes} B in {lines} lines of ours ({messages:?}); platform {platform} B, access log {access} B");
+            write_json(
+                &out,
+                &serde_json::json!({
+                    "function_bytes": bytes,
+                    "function_lines": lines,
+                    "messages": messages,
+                    "platform_bytes": platform,
+                    "access_log_bytes": access,
+                }),
             )
         }
         "render" => {

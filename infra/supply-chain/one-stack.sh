@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One HTTP/TLS stack per function (issue 15). For each Lambda package, as it is built for the
+# host and for Lambda's arm64 (`cargo tree -e normal`: what ends up in the bootstrap), fails if
+#   - hyper, h2, http, rustls, rustls-webpki, hyper-rustls or tokio-rustls appears in more than one version;
+#   - the crypto backend is not exactly one aws-lc-rs (ring, openssl-sys or native-tls present).
+# Prints `cargo tree -d -e normal`'s duplicate crates per function for the record.
+# Needs only cargo and the lockfile (`--locked`); runs in a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+functions=(checkout charge reconciler notify)
+one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls aws-lc-rs aws-lc-sys)
+forbidden=(ring openssl-sys native-tls)
+targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
+offline=()
+[ "${CARGO_NET_OFFLINE:-}" = true ] && offline=(--offline)
+
+failed=0
+for fn in "${functions[@]}"; do
+    for target in "${targets[@]}"; do
+        tree="$(cargo tree -q --locked "${offline[@]}" -e normal -p "$fn" --target "$target" --prefix none \
+            | awk '{print $1, $2}' | sort -u)"
+        problems=()
+        for crate in "${one_version[@]}"; do
+            versions="$(awk -v c="$crate" '$1 == c {print $2}' <<<"$tree" | tr '\n' ' ')"
+            n="$(wc -w <<<"$versions")"
+            if [ "$n" -gt 1 ]; then problems+=("$crate in $n versions: $versions"); fi
+        done
+        for crate in "${forbidden[@]}"; do
+            if awk -v c="$crate" '$1 == c {found=1} END {exit !found}' <<<"$tree"; then
+                problems+=("$crate present (second crypto backend / TLS stack)")
+            fi
+        done
+        if ! awk '$1 == "aws-lc-rs" {found=1} END {exit !found}' <<<"$tree"; then
+            problems+=("no aws-lc-rs: which crypto backend does rustls use now?")
+        fi
+        stack="$(awk '$1 ~ /^(hyper|rustls|h2|aws-lc-rs)$/ {printf "%s %s, ", $1, $2}' <<<"$tree")"
+        dups="$(cargo tree -q --locked "${offline[@]}" -d -e normal -p "$fn" --target "$target" \
+            | grep -E '^[a-z]' | awk '{print $1}' | sort -u | tr '\n' ' ' || true)"
+        if [ "${#problems[@]}" -eq 0 ]; then
+            echo "ok    $fn ($target): ${stack%, }; duplicate crates: ${dups:-none}"
+        else
+            failed=1
+            for p in "${problems[@]}"; do echo "FAIL  $fn ($target): $p"; done
+        fi
+    done
+done
+if [ "$failed" -ne 0 ]; then
+    echo "one-stack: a function has a second HTTP/TLS stack or crypto backend." >&2
+    echo "  AWS SDK crates must stay default-features = false with default-https-client + rt-tokio;" >&2
+    echo "  reqwest on its rustls feature (aws-lc-rs). See the root Cargo.toml." >&2
+    exit 1
+fi
+echo "one-stack: every function has one hyper, one rustls, one h2 and one crypto backend (aws-lc-rs)"
