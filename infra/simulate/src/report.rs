@@ -46,33 +46,52 @@ pub struct Report {
     pub invariants_hold: bool,
     /// The first order that broke an invariant, and how.
     pub first_violation: Option<String>,
+    /// CPU seconds of the process during the run (user + system): the honest figure on a shared box.
+    pub cpu_secs: f64,
+    /// Memory backend and Stripe in process: the same seed and flags give the same report.
+    pub deterministic: bool,
+    /// Decisions logged (deliveries, store and gateway calls and answers, sends, ticks, faults).
+    pub trace_events: u64,
+    /// FNV-1a over the ordered decision log: equal for equal runs.
+    pub trace_hash: String,
 }
 
-/// Fills the outcome part of `report` from our records (by order) and the ledger.
-pub fn judge(
-    report: &mut Report,
-    orders: &[Order],
-    records: &[Option<Operation>],
-    ledger: &[LedgerRow],
-) {
-    let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
-    for row in ledger {
-        if let Some(op) = row.operation_id.as_deref() {
-            by_op.entry(op).or_default().push(row);
+/// Judges orders one by one against the ledger (so orders need not be held in memory).
+pub struct Judge<'a> {
+    created: u64,
+    by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
+}
+
+impl<'a> Judge<'a> {
+    pub fn new(ledger: &'a [LedgerRow]) -> Self {
+        let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
+        for row in ledger {
+            if let Some(op) = row.operation_id.as_deref() {
+                by_op.entry(op).or_default().push(row);
+            }
+        }
+        Self {
+            created: ledger.len() as u64,
+            by_op,
         }
     }
-    report.orders = orders.len() as u64;
-    report.payment_intents_created = ledger.len() as u64;
-    let violation = |report: &mut Report, order: &Order, what: &str| {
-        if report.first_violation.is_none() {
-            report.first_violation = Some(format!("{what}: order {}", order.order_id));
-        }
-    };
-    for (order, record) in orders.iter().zip(records) {
-        let Some(op) = record else { continue };
+
+    /// One order and our record of it.
+    pub fn order(&mut self, report: &mut Report, order: &Order, record: Option<&Operation>) {
+        report.orders += 1;
+        let violation = |report: &mut Report, what: &str| {
+            if report.first_violation.is_none() {
+                report.first_violation = Some(format!("{what}: order {}", order.order_id));
+            }
+        };
+        let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
-        let pis: &[&LedgerRow] = by_op.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        let pis: &[&LedgerRow] = self
+            .by_op
+            .get(id.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let succeeded: Vec<&&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
         let mut keys: Vec<&str> = pis
             .iter()
@@ -98,15 +117,15 @@ pub fn judge(
         }
         if succeeded.len() > 1 || keys.len() > 1 {
             report.double_charges += 1;
-            violation(report, order, "double charge");
+            violation(report, "double charge");
         }
         if !op.status.is_settled() && op.review.is_none() {
             report.unconverged += 1;
-            violation(report, order, "unconverged");
+            violation(report, "unconverged");
         }
         if order.should_succeed && succeeded.is_empty() && op.review.is_none() {
             report.lost_charges += 1;
-            violation(report, order, "lost charge");
+            violation(report, "lost charge");
         }
         let agrees = match op.status {
             OperationStatus::Succeeded => op
@@ -118,7 +137,7 @@ pub fn judge(
         };
         if !agrees {
             report.record_mismatches += 1;
-            violation(report, order, "record disagrees with Stripe");
+            violation(report, "record disagrees with Stripe");
         }
         let ours = op.idempotency_key();
         if op.review.is_some()
@@ -127,14 +146,19 @@ pub fn judge(
             && pis[0].idempotency_key.as_deref() == Some(ours.as_str())
         {
             report.needless_reviews += 1;
-            violation(report, order, "needless review");
+            violation(report, "needless review");
         }
     }
-    report.invariants_hold = report.double_charges == 0
-        && report.lost_charges == 0
-        && report.unconverged == 0
-        && report.record_mismatches == 0
-        && report.needless_reviews == 0;
+
+    /// After the last order: the PaymentIntents and the verdict.
+    pub fn finish(&self, report: &mut Report) {
+        report.payment_intents_created = self.created;
+        report.invariants_hold = report.double_charges == 0
+            && report.lost_charges == 0
+            && report.unconverged == 0
+            && report.record_mismatches == 0
+            && report.needless_reviews == 0;
+    }
 }
 
 impl Report {
@@ -193,8 +217,19 @@ impl Report {
         let _ = writeln!(s, "  per charge      {}", per.join(", "));
         let _ = writeln!(
             s,
-            "  time            {:.1} h virtual, {:.2} s wall, {:.0} orders/s",
-            self.virtual_hours, self.wall_secs, self.orders_per_sec
+            "  time            {:.1} h virtual, {:.2} s wall, {:.2} s CPU, {:.0} orders/s",
+            self.virtual_hours, self.wall_secs, self.cpu_secs, self.orders_per_sec
+        );
+        let _ = writeln!(
+            s,
+            "  trace           {} decisions, hash {}{}",
+            self.trace_events,
+            self.trace_hash,
+            if self.deterministic {
+                ""
+            } else {
+                " (real sockets: not deterministic)"
+            }
         );
         let _ = writeln!(
             s,
