@@ -26,9 +26,11 @@
 pub mod driver;
 pub mod faults;
 pub mod gateway;
+pub mod queue;
 pub mod report;
 pub mod sched;
 pub mod source;
+pub mod store;
 pub mod stripe;
 pub mod trace;
 
@@ -45,7 +47,6 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::memory::{MemoryQueue, MemoryStore};
 use charge_once::ports::{ChargeQueue, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::{ManualClock, OperationKey, OrderId};
@@ -296,8 +297,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
 
     let (store, queue, source, counters): Backing = match args.backend {
         Backend::Memory => {
-            let store = Arc::new(MemoryStore::new());
-            let queue = Arc::new(MemoryQueue::new(Arc::new(clock.clone())));
+            let store = Arc::new(store::SimStore::new());
+            let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
             let source = Arc::new(MemorySource {
                 queue: queue.clone(),
                 // Six times a 30 s function timeout, as the template sets it.
