@@ -46,6 +46,9 @@ pub struct Pipeline {
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub trace: Arc<Trace>,
+    pub freezer: Arc<crate::faults::Freezer>,
+    /// Checkouts the client retries with the next group of orders.
+    pub late: Mutex<Vec<(u64, Order)>>,
     /// Which runnable invocation goes next.
     pub scheduler: Mutex<SmallRng>,
     pub seed: u64,
@@ -149,6 +152,20 @@ impl Pipeline {
                 submit().await;
             }
         } else if self.faults.roll(Kind::DuplicateDelivery) {
+            if self.faults.roll_half() {
+                // The order service retries later (its own timeout fired): with the next orders,
+                // after this one has most likely been charged.
+                self.trace.event(
+                    &order.order_id,
+                    "fault",
+                    "duplicate_delivery: the same checkout again, later",
+                );
+                self.late
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((index, order.clone()));
+                return;
+            }
             // The customer double-clicks: the same request again.
             self.trace.event(
                 &order.order_id,
@@ -157,6 +174,22 @@ impl Pipeline {
             );
             submit().await;
         }
+    }
+
+    /// A checkout retried later: the same request, nothing else.
+    async fn resubmit(&self, index: u64, order: &Order) {
+        let amount = 1_000 + (index % 9_000) as i64;
+        let status = checkout::handler::handle(
+            &self.checkout,
+            LambdaEvent::new(checkout_request(order, amount), Context::default()),
+        )
+        .await
+        .status_code;
+        self.trace.event(
+            &order.order_id,
+            "checkout",
+            &format!("HTTP {status} (late retry)"),
+        );
     }
 
     async fn tick(&self, counts: &LoopCounts) -> Result<(), BoxError> {
@@ -218,8 +251,10 @@ impl Pipeline {
                     &format!("concurrent_invocation: batch {batch_no} runs twice at once"),
                 );
             }
+            self.freezer.arm();
             let mut both =
                 run_all(&self.scheduler, vec![invoke(event.clone()), invoke(event)]).await;
+            self.freezer.disarm();
             let b = both.pop().unwrap_or_default();
             let a = both.pop().unwrap_or_default();
             let b_failed: Vec<_> = b
@@ -334,10 +369,13 @@ impl Pipeline {
                 .collect();
             next += group.len() as u64;
             self.stripe.sync_clock(&self.clock).await?;
+            let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()));
             let submissions = group
                 .iter()
                 .map(|(i, o)| self.submit(*i, o, counts))
                 .collect();
+            let retries = late.iter().map(|(i, o)| self.resubmit(*i, o)).collect();
+            run_all(&self.scheduler, retries).await;
             run_all(&self.scheduler, submissions).await;
             self.drain(counts).await?;
             self.clock.advance(Duration::from_secs(1));

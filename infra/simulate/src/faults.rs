@@ -185,6 +185,14 @@ impl Faults {
         fire
     }
 
+    /// A fair coin from the same seeded source (not counted).
+    pub fn roll_half(&self) -> bool {
+        self.rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .random_bool(0.5)
+    }
+
     /// A decision fixed by (seed, kind, subject): the same order gets the same card on every run
     /// of a seed, whatever the interleaving. Not counted (the caller counts what it applies).
     pub fn fixed(&self, kind: Kind, subject: &str) -> bool {
@@ -255,6 +263,40 @@ impl Blackouts {
     }
 }
 
+/// One of two concurrent invocations freezes (a Lambda container paused, a long GC) right after
+/// its claim, past the lease's lifetime: the other invocation may then claim the same operation,
+/// and the frozen one comes back a stale lease holder. Armed by the `concurrent_invocation` fault.
+pub struct Freezer {
+    pub clock: charge_once::ManualClock,
+    /// Past the lease TTL.
+    pub freeze_for: Duration,
+    armed: AtomicU64,
+}
+
+impl Freezer {
+    pub fn new(clock: charge_once::ManualClock, freeze_for: Duration) -> Self {
+        Self {
+            clock,
+            freeze_for,
+            armed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn arm(&self) {
+        self.armed.store(1, Ordering::Relaxed);
+    }
+
+    pub fn disarm(&self) {
+        self.armed.store(0, Ordering::Relaxed);
+    }
+
+    fn fire(&self) -> bool {
+        self.armed
+            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
 /// The store as the functions see it: crashes between steps, and blacked-out operations hidden
 /// from the reconciler's index reads. Every call is a scheduling point and a logged decision.
 pub struct FaultyStore {
@@ -263,6 +305,7 @@ pub struct FaultyStore {
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
     pub trace: Arc<Trace>,
+    pub freezer: Arc<Freezer>,
 }
 
 fn crash(step: &str) -> StoreError {
@@ -343,6 +386,18 @@ impl OperationStore for FaultyStore {
                 "claimed, then FAULT crash before Stripe",
             );
             return Err(crash("after the claim, before Stripe"));
+        }
+        if matches!(claim, Claim::Claimed(_)) && self.freezer.fire() {
+            self.freezer.clock.advance(self.freezer.freeze_for);
+            self.trace.event(
+                order,
+                "store.claim",
+                &format!(
+                    "claimed, then FAULT freeze: {} s pass (past the lease)",
+                    self.freezer.freeze_for.as_secs()
+                ),
+            );
+            return Ok(claim);
         }
         if self.trace.tracing() {
             let attempts = match &claim {

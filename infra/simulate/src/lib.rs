@@ -26,6 +26,7 @@
 pub mod driver;
 pub mod faults;
 pub mod gateway;
+pub mod mutations;
 pub mod queue;
 pub mod report;
 pub mod sched;
@@ -64,14 +65,18 @@ use trace::Trace;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Reads of the request counters: (DynamoDB reads, DynamoDB writes, SQS sends).
-type Counters = Box<dyn Fn() -> (u64, u64, u64)>;
+/// Reads of the request counters: (DynamoDB reads, DynamoDB writes, SQS sends, stale lease
+/// writes, foreign dedup ids).
+type Counters = Box<dyn Fn() -> (u64, u64, u64, u64, u64)>;
+/// The audits' first orders, and the order an operation id was minted for (memory backend).
+type Audits = Box<dyn Fn(&str) -> Option<String>>;
 /// The raw store, the raw queue, its consumer side, and the counters.
 type Backing = (
     Arc<dyn OperationStore>,
     Arc<dyn ChargeQueue>,
     Arc<dyn EventSource>,
     Counters,
+    Audits,
 );
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -145,6 +150,10 @@ pub struct SimulateArgs {
     /// Reproduce the second: every error is a final failure, nothing is retried or reconciled.
     #[arg(long)]
     pub no_retry: bool,
+
+    /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub mutation: Option<mutations::Mutation>,
 
     /// Print the full timeline of one order (every delivery, claim, Stripe call, record, send).
     #[arg(long, value_name = "ORDER_ID")]
@@ -261,6 +270,14 @@ pub async fn simulate(args: &SimulateArgs) -> Result<Report, BoxError> {
 
 /// Runs a simulation; returns its report and the traced order's timeline.
 pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
+    use mutations::Mutation;
+    let mut args = args.clone();
+    match args.mutation {
+        Some(Mutation::FreshKeyPerAttempt) => args.no_idempotency_key = true,
+        Some(Mutation::TimeoutAsFailed) => args.no_retry = true,
+        _ => {}
+    }
+    let args = &args;
     let started = Instant::now();
     let cpu_start = cpu_secs();
     let _ids = SeededIds::install(args.seed);
@@ -295,9 +312,12 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         (_, None) => return Err("a Stripe over HTTP without a base URL".into()),
     };
 
-    let (store, queue, source, counters): Backing = match args.backend {
+    let (store, mut queue, source, counters, audits): Backing = match args.backend {
         Backend::Memory => {
-            let store = Arc::new(store::SimStore::new());
+            let mut store = store::SimStore::new();
+            store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
+            store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+            let store = Arc::new(store);
             let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
             let source = Arc::new(MemorySource {
                 queue: queue.clone(),
@@ -310,9 +330,23 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                     s.calls.reads.load(Ordering::Relaxed) + s.calls.queries.load(Ordering::Relaxed),
                     s.calls.writes.load(Ordering::Relaxed),
                     q.sends.load(Ordering::Relaxed),
+                    s.stale_lease_writes.load(Ordering::Relaxed),
+                    q.foreign_dedup_ids.load(Ordering::Relaxed),
                 )
             });
-            (store, queue, source, counters)
+            let (s, q) = (store.clone(), queue.clone());
+            let audits: Audits = Box::new(move |what| {
+                let first =
+                    |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match what {
+                    "stale" => first(&s.first_stale_write),
+                    "dedup" => first(&q.first_foreign),
+                    op => charge_once::OperationId::parse(op)
+                        .ok()
+                        .and_then(|id| s.order_of(&id)),
+                }
+            });
+            (store, queue, source, counters, audits)
         }
         Backend::Aws => {
             let config = aws_config(args).await;
@@ -356,12 +390,25 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                     c.reads.load(Ordering::Relaxed) + c.queries.load(Ordering::Relaxed),
                     c.writes.load(Ordering::Relaxed),
                     q.sends.load(Ordering::Relaxed),
+                    0,
+                    0,
                 )
             });
-            (store, queue, source, counters)
+            (store, queue, source, counters, Box::new(|_: &str| None))
         }
     };
 
+    if args.mutation == Some(Mutation::RandomDedupId) {
+        queue = Arc::new(mutations::RandomDedup(queue));
+    }
+    let mut policy = ChargePolicy::default();
+    if args.mutation == Some(Mutation::CreatePastKeyWindow) {
+        policy.key_window = Duration::from_secs(30 * 24 * 3600);
+    }
+    let freezer = Arc::new(faults::Freezer::new(
+        clock.clone(),
+        policy.lease_ttl + Duration::from_secs(30),
+    ));
     let clock_arc: Arc<dyn charge_once::Clock> = Arc::new(clock.clone());
     let faulty_store: Arc<dyn OperationStore> = Arc::new(FaultyStore {
         inner: store.clone(),
@@ -369,6 +416,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         blackouts: blackouts.clone(),
         clock: clock_arc.clone(),
         trace: trace.clone(),
+        freezer: freezer.clone(),
     });
     let sender = |may_crash| -> Arc<dyn ChargeQueue> {
         Arc::new(FaultyQueue {
@@ -380,7 +428,6 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             may_crash,
         })
     };
-    let policy = ChargePolicy::default();
     let charge = ChargeDeps {
         store: faulty_store.clone(),
         gateway: Arc::new(SimGateway::new(
@@ -400,6 +447,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         faults: faults.clone(),
         blackouts: blackouts.clone(),
         trace: trace.clone(),
+        freezer: freezer.clone(),
+        late: Mutex::new(Vec::new()),
         scheduler: Mutex::new(SmallRng::seed_from_u64(args.seed ^ 0x5c4e_d01e)),
         seed: args.seed,
         checkout: Checkout {
@@ -409,7 +458,14 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             pending_grace: policy.pending_grace,
         },
         reconciler: ReconcilerDeps {
-            charge: charge.clone(),
+            charge: if args.mutation == Some(Mutation::ReconcilerSkipsPending) {
+                ChargeDeps {
+                    store: Arc::new(mutations::SkipPending(faulty_store.clone())),
+                    ..charge.clone()
+                }
+            } else {
+                charge.clone()
+            },
             queue: sender(false),
             page_size: 100,
         },
@@ -423,13 +479,16 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
 
     let counts = LoopCounts::default();
     pipeline.run(args.orders, &counts).await?;
-    let (reads, writes, sends) = counters();
+    let (reads, writes, sends, stale_lease_writes, foreign_dedup_ids) = counters();
     let (ledger, stripe_requests, injected) = stripe.snapshot().await?;
 
     // Our records, read by key after the run (not counted above), judged against the ledger.
     let mut report = Report {
         seed: args.seed,
         backend: format!("{:?}", args.backend).to_lowercase(),
+        stale_lease_writes,
+        foreign_dedup_ids,
+        mutation: args.mutation.map(|m| m.name()),
         ..Report::default()
     };
     let mut judge = report::Judge::new(&ledger);
@@ -443,7 +502,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         let record = store.get(&key).await?;
         judge.order(&mut report, &order, record.as_ref());
     }
-    judge.finish(&mut report);
+    judge.finish(&mut report, &audits, (audits("stale"), audits("dedup")));
 
     let mut injected_all: BTreeMap<String, u64> = faults
         .counted()

@@ -42,6 +42,11 @@ pub struct SimQueue {
     clock: Arc<dyn Clock>,
     /// Successful `SendMessage` calls (deduplicated ones included, as SQS bills them).
     pub sends: AtomicU64,
+    /// Audit of the message contract: sends whose deduplication id is not the operation id (or
+    /// `operation_id:n` for the n-th re-drive), so FIFO dedup cannot catch a re-send. Must stay 0.
+    pub foreign_dedup_ids: AtomicU64,
+    /// The order of the first one.
+    pub first_foreign: Mutex<Option<String>>,
 }
 
 impl SimQueue {
@@ -50,6 +55,8 @@ impl SimQueue {
             state: Mutex::new(State::default()),
             clock,
             sends: AtomicU64::new(0),
+            foreign_dedup_ids: AtomicU64::new(0),
+            first_foreign: Mutex::new(None),
         }
     }
 
@@ -175,6 +182,20 @@ impl SimQueue {
 #[async_trait]
 impl ChargeQueue for SimQueue {
     async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        let op = charge.message.operation_id.to_string();
+        let derived = charge.dedup_id == op
+            || charge
+                .dedup_id
+                .strip_prefix(op.as_str())
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !derived {
+            self.foreign_dedup_ids.fetch_add(1, Ordering::Relaxed);
+            self.first_foreign
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| charge.message.order_id.as_str().to_owned());
+        }
         let body = serde_json::to_string(&charge.message)
             .map_err(|e| QueueError::with_source("cannot encode message", e))?;
         self.send_raw(&body, &charge.group_id, &charge.dedup_id);

@@ -34,6 +34,14 @@ pub struct Report {
     pub unconverged: u64,
     pub record_mismatches: u64,
     pub needless_reviews: u64,
+    /// PaymentIntents whose operation is no order's record: money taken that nothing accounts for.
+    pub orphan_charges: u64,
+    /// Audit at the store: outcome writes that landed from a writer without the current lease.
+    pub stale_lease_writes: u64,
+    /// Audit at the queue: sends whose dedup id is not derived from the operation id.
+    pub foreign_dedup_ids: u64,
+    /// The broken variant this run simulates (mutation suite), if any.
+    pub mutation: Option<String>,
     /// Why operations went to review, with how many.
     pub review_reasons: BTreeMap<String, u64>,
     pub faults_injected: BTreeMap<String, u64>,
@@ -59,6 +67,7 @@ pub struct Report {
 /// Judges orders one by one against the ledger (so orders need not be held in memory).
 pub struct Judge<'a> {
     created: u64,
+    ours: std::collections::HashSet<String>,
     by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
 }
 
@@ -72,6 +81,7 @@ impl<'a> Judge<'a> {
         }
         Self {
             created: ledger.len() as u64,
+            ours: std::collections::HashSet::new(),
             by_op,
         }
     }
@@ -87,6 +97,7 @@ impl<'a> Judge<'a> {
         let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
+        self.ours.insert(id.clone());
         let pis: &[&LedgerRow] = self
             .by_op
             .get(id.as_str())
@@ -151,13 +162,52 @@ impl<'a> Judge<'a> {
     }
 
     /// After the last order: the PaymentIntents and the verdict.
-    pub fn finish(&self, report: &mut Report) {
+    /// `order_of` names the order an operation id was minted for; `audits` the first order each
+    /// audit flagged (stale lease write, foreign dedup id).
+    pub fn finish(
+        &mut self,
+        report: &mut Report,
+        order_of: impl Fn(&str) -> Option<String>,
+        audits: (Option<String>, Option<String>),
+    ) {
         report.payment_intents_created = self.created;
+        let mut orphans: Vec<&LedgerRow> = self
+            .by_op
+            .iter()
+            .filter(|(op, _)| !self.ours.contains(**op))
+            .flat_map(|(_, rows)| rows.iter().copied())
+            .filter(|row| row.status == "succeeded")
+            .collect();
+        orphans.sort_by(|a, b| a.id.cmp(&b.id));
+        report.orphan_charges = orphans.len() as u64;
+        if let (None, Some(row)) = (&report.first_violation, orphans.first()) {
+            let op = row.operation_id.as_deref().unwrap_or("?");
+            report.first_violation = Some(format!(
+                "orphan charge: order {} ({} for operation {op}, which is no longer the order's record)",
+                order_of(op).unwrap_or_else(|| "?".into()),
+                row.id,
+            ));
+        }
+        if report.first_violation.is_none() && report.stale_lease_writes > 0 {
+            report.first_violation = Some(format!(
+                "stale lease write (store audit): order {}",
+                audits.0.as_deref().unwrap_or("?")
+            ));
+        }
+        if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
+            report.first_violation = Some(format!(
+                "dedup id not derived from the operation (queue audit): order {}",
+                audits.1.as_deref().unwrap_or("?")
+            ));
+        }
         report.invariants_hold = report.double_charges == 0
             && report.lost_charges == 0
             && report.unconverged == 0
             && report.record_mismatches == 0
-            && report.needless_reviews == 0;
+            && report.needless_reviews == 0
+            && report.orphan_charges == 0
+            && report.stale_lease_writes == 0
+            && report.foreign_dedup_ids == 0;
     }
 }
 
@@ -182,8 +232,18 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}",
-            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges
+        );
+        let _ = writeln!(
+            s,
+            "  audits          stale lease writes {}  foreign dedup ids {}{}",
+            self.stale_lease_writes,
+            self.foreign_dedup_ids,
+            self.mutation
+                .as_deref()
+                .map(|m| format!("  (MUTATION {m})"))
+                .unwrap_or_default()
         );
         let faults: Vec<String> = self
             .faults_injected

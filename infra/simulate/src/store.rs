@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -73,10 +73,31 @@ impl Table {
     }
 }
 
-#[derive(Default)]
 pub struct SimStore {
     table: Mutex<Table>,
     pub calls: StoreCalls,
+    /// Records are fenced on the lease token (off only for the `no-lease-fence` mutation).
+    pub lease_fence: bool,
+    /// Creates are conditional (off only for the `settled-overwritten` mutation).
+    pub conditional_put: bool,
+    /// Audit, as a DynamoDB stream would show it: outcome writes that landed although the writer
+    /// did not hold the current lease. Must stay 0.
+    pub stale_lease_writes: AtomicU64,
+    /// The order of the first one.
+    pub first_stale_write: Mutex<Option<String>>,
+}
+
+impl Default for SimStore {
+    fn default() -> Self {
+        Self {
+            table: Mutex::default(),
+            calls: StoreCalls::default(),
+            lease_fence: true,
+            conditional_put: true,
+            stale_lease_writes: AtomicU64::new(0),
+            first_stale_write: Mutex::new(None),
+        }
+    }
 }
 
 impl SimStore {
@@ -90,6 +111,14 @@ impl SimStore {
 
     fn write(&self) {
         self.calls.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The order an operation id was minted for (also after its record was replaced).
+    pub fn order_of(&self, operation_id: &OperationId) -> Option<String> {
+        self.lock()
+            .by_operation_id
+            .get(operation_id)
+            .map(|k| k.order_id.as_str().to_owned())
     }
 
     /// Records in the table.
@@ -125,7 +154,11 @@ impl OperationStore for SimStore {
         let mut t = self.lock();
         let key = op.key();
         if let Some(existing) = t.items.get(&key) {
-            return Ok(Created::Existing(existing.clone()));
+            if self.conditional_put {
+                return Ok(Created::Existing(existing.clone()));
+            }
+            let existing = existing.clone();
+            t.unindex(&existing);
         }
         t.by_operation_id.insert(op.operation_id, key.clone());
         t.items.insert(key.clone(), op.clone());
@@ -188,8 +221,18 @@ impl OperationStore for SimStore {
             return Ok(Recorded::Refused(None));
         };
         let holds_lease = op.lease.is_some_and(|l| l.token == rec.lease_token);
-        if op.operation_id != rec.operation_id || !holds_lease || op.status.is_settled() {
+        if op.operation_id != rec.operation_id
+            || (self.lease_fence && !holds_lease)
+            || op.status.is_settled()
+        {
             return Ok(Recorded::Refused(Some(op.clone())));
+        }
+        if !holds_lease {
+            self.stale_lease_writes.fetch_add(1, Ordering::Relaxed);
+            self.first_stale_write
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| rec.key.order_id.as_str().to_owned());
         }
         let written = t.update(&rec.key, |op| {
             op.status = rec.status;
