@@ -141,7 +141,7 @@ impl Pipeline {
             .await
             .status_code;
             self.trace
-                .event(&order.order_id, "checkout", &format!("HTTP {status}"));
+                .event(&order.order_id, "checkout", format_args!("HTTP {status}"));
             status
         };
         let status = submit().await;
@@ -158,7 +158,7 @@ impl Pipeline {
                 self.trace.event(
                     &order.order_id,
                     "fault",
-                    "duplicate_delivery: the same checkout again, later",
+                    format_args!("duplicate_delivery: the same checkout again, later"),
                 );
                 self.late
                     .lock()
@@ -170,7 +170,7 @@ impl Pipeline {
             self.trace.event(
                 &order.order_id,
                 "fault",
-                "duplicate_delivery: the same checkout again",
+                format_args!("duplicate_delivery: the same checkout again"),
             );
             submit().await;
         }
@@ -188,7 +188,7 @@ impl Pipeline {
         self.trace.event(
             &order.order_id,
             "checkout",
-            &format!("HTTP {status} (late retry)"),
+            format_args!("HTTP {status} (late retry)"),
         );
     }
 
@@ -208,7 +208,7 @@ impl Pipeline {
         .await
         .map_err(|e| format!("reconciler tick: {e}"))?;
         counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
-        self.trace.event("", "tick", "");
+        self.trace.event("", "tick", format_args!(""));
         Ok(())
     }
 
@@ -224,7 +224,7 @@ impl Pipeline {
             self.trace.event(
                 &d.group_id,
                 "deliver",
-                &format!(
+                format_args!(
                     "{} (receive {}) in batch {batch_no} of {}",
                     d.message_id,
                     d.receive_count,
@@ -242,13 +242,13 @@ impl Pipeline {
             self.trace.event(
                 "",
                 "fault",
-                &format!("concurrent_invocation of batch {batch_no}"),
+                format_args!("concurrent_invocation of batch {batch_no}"),
             );
             for d in &batch {
                 self.trace.event(
                     &d.group_id,
                     "fault",
-                    &format!("concurrent_invocation: batch {batch_no} runs twice at once"),
+                    format_args!("concurrent_invocation: batch {batch_no} runs twice at once"),
                 );
             }
             self.freezer.arm();
@@ -300,7 +300,7 @@ impl Pipeline {
             self.trace.event(
                 &d.group_id,
                 "delivered",
-                &format!("{} {what}", d.message_id),
+                format_args!("{} {what}", d.message_id),
             );
         }
         Ok(true)

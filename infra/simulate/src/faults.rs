@@ -341,15 +341,16 @@ impl OperationStore for FaultyStore {
                 let id = op.operation_id.to_string();
                 self.trace.alias(order, &id);
                 self.trace
-                    .event(order, "store.create", &format!("new {id}"));
+                    .event(order, "store.create", format_args!("new {id}"));
             }
-            Ok(Created::Existing(op)) => {
-                self.trace
-                    .event(order, "store.create", &format!("existing {}", op.status))
-            }
+            Ok(Created::Existing(op)) => self.trace.event(
+                order,
+                "store.create",
+                format_args!("existing {}", op.status),
+            ),
             Err(e) => self
                 .trace
-                .event(order, "store.create", &format!("error: {e}")),
+                .event(order, "store.create", format_args!("error: {e}")),
         }
         r
     }
@@ -371,8 +372,11 @@ impl OperationStore for FaultyStore {
         yield_now().await;
         let order = req.key.order_id.as_str();
         if self.blackouts.active(&req.operation_id, req.now) {
-            self.trace
-                .event(order, "store.claim", "unreachable (key_pruned)");
+            self.trace.event(
+                order,
+                "store.claim",
+                format_args!("unreachable (key_pruned)"),
+            );
             return Err(StoreError::new(
                 "operation unreachable (key_pruned scenario)",
             ));
@@ -383,7 +387,7 @@ impl OperationStore for FaultyStore {
             self.trace.event(
                 order,
                 "store.claim",
-                "claimed, then FAULT crash before Stripe",
+                format_args!("claimed, then FAULT crash before Stripe"),
             );
             return Err(crash("after the claim, before Stripe"));
         }
@@ -392,7 +396,7 @@ impl OperationStore for FaultyStore {
             self.trace.event(
                 order,
                 "store.claim",
-                &format!(
+                format_args!(
                     "claimed, then FAULT freeze: {} s pass (past the lease)",
                     self.freezer.freeze_for.as_secs()
                 ),
@@ -407,10 +411,11 @@ impl OperationStore for FaultyStore {
             self.trace.event(
                 order,
                 "store.claim",
-                &format!("{}{attempts}", claim_name(&claim)),
+                format_args!("{}{attempts}", claim_name(&claim)),
             );
         } else {
-            self.trace.event(order, "store.claim", claim_name(&claim));
+            self.trace
+                .event(order, "store.claim", format_args!("{}", claim_name(&claim)));
         }
         Ok(claim)
     }
@@ -423,7 +428,7 @@ impl OperationStore for FaultyStore {
             self.trace.event(
                 order,
                 "store.record",
-                &format!("FAULT crash before recording {}", rec.status),
+                format_args!("FAULT crash before recording {}", rec.status),
             );
             return Err(crash("after Stripe, before the record"));
         }
@@ -441,7 +446,8 @@ impl OperationStore for FaultyStore {
                 .map(|r| format!(" review: {}", r.reason))
                 .unwrap_or_default()
         );
-        self.trace.event(order, "store.record", &detail);
+        self.trace
+            .event(order, "store.record", format_args!("{detail}"));
         r
     }
 
@@ -451,7 +457,7 @@ impl OperationStore for FaultyStore {
         self.trace.event(
             req.key.order_id.as_str(),
             "store.reschedule",
-            &format!(
+            format_args!(
                 "{} due {}{}",
                 recorded_name(&r),
                 req.next_due_at,
@@ -480,7 +486,7 @@ impl OperationStore for FaultyStore {
         self.trace.event(
             "",
             "store.query_index",
-            &format!("{query:?} {} found", page.operations.len()),
+            format_args!("{query:?} {} found", page.operations.len()),
         );
         Ok(page)
     }
@@ -507,7 +513,7 @@ impl ChargeQueue for FaultyQueue {
             self.trace.event(
                 order,
                 "queue.send",
-                "FAULT crash after PutItem, before SendMessage",
+                format_args!("FAULT crash after PutItem, before SendMessage"),
             );
             return Err(QueueError::new(
                 "injected crash after PutItem, before SendMessage",
@@ -517,8 +523,11 @@ impl ChargeQueue for FaultyQueue {
             .blackouts
             .active(&charge.message.operation_id, self.clock.now())
         {
-            self.trace
-                .event(order, "queue.send", "lost (key_pruned blackout)");
+            self.trace.event(
+                order,
+                "queue.send",
+                format_args!("lost (key_pruned blackout)"),
+            );
             return Ok(());
         }
         if self.faults.roll(Kind::DroppedSend) {
@@ -526,7 +535,7 @@ impl ChargeQueue for FaultyQueue {
             self.trace.event(
                 order,
                 "queue.send",
-                &format!("FAULT dropped_send dedup {}", charge.dedup_id),
+                format_args!("FAULT dropped_send dedup {}", charge.dedup_id),
             );
             return Ok(());
         }
@@ -534,10 +543,13 @@ impl ChargeQueue for FaultyQueue {
         self.trace.event(
             order,
             "queue.send",
-            &match &r {
-                Ok(()) => format!("sent dedup {}", charge.dedup_id),
-                Err(e) => format!("error: {e}"),
-            },
+            format_args!(
+                "{}",
+                match &r {
+                    Ok(()) => format!("sent dedup {}", charge.dedup_id),
+                    Err(e) => format!("error: {e}"),
+                }
+            ),
         );
         r
     }
@@ -635,7 +647,7 @@ impl PaymentGateway for SimGateway {
             self.trace.event(
                 &op,
                 "stripe.create",
-                &format!(
+                format_args!(
                     "{} -> {}, then FAULT key_pruned: answer lost, unreachable past 24 h",
                     req.idempotency_key.as_str(),
                     answer_text(&result)
@@ -648,7 +660,7 @@ impl PaymentGateway for SimGateway {
         self.trace.event(
             &op,
             "stripe.create",
-            &format!(
+            format_args!(
                 "{} -> {}",
                 req.idempotency_key.as_str(),
                 answer_text(&result)
@@ -660,8 +672,11 @@ impl PaymentGateway for SimGateway {
     async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
         yield_now().await;
         let result = self.inner.retrieve(id).await;
-        self.trace
-            .event(id, "stripe.retrieve", &answer_text(&result));
+        self.trace.event(
+            id,
+            "stripe.retrieve",
+            format_args!("{}", answer_text(&result)),
+        );
         self.naive(result)
     }
 
@@ -675,18 +690,21 @@ impl PaymentGateway for SimGateway {
         self.trace.event(
             &op,
             "stripe.search",
-            &match &result {
-                Ok(found) => format!(
-                    "{} found: {}",
-                    found.len(),
-                    found
-                        .iter()
-                        .map(|p| format!("{} {}", p.id, p.status))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                Err(e) => e.to_string(),
-            },
+            format_args!(
+                "{}",
+                match &result {
+                    Ok(found) => format!(
+                        "{} found: {}",
+                        found.len(),
+                        found
+                            .iter()
+                            .map(|p| format!("{} {}", p.id, p.status))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Err(e) => e.to_string(),
+                }
+            ),
         );
         match result {
             Err(e) => self.naive(Err(e)).map(|pi| vec![pi]),
@@ -717,7 +735,7 @@ mod tests {
     fn fixed_decisions_follow_the_rate_and_the_seed() {
         let faults = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));
         let hits = (0..10_000)
-            .filter(|i| faults.fixed(Kind::Decline, &format!("ord-{i}")))
+            .filter(|i| faults.fixed(Kind::Decline, format_args!("ord-{i}")))
             .count();
         assert!((2_200..2_800).contains(&hits), "{hits}");
         let again = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));

@@ -33,9 +33,15 @@ pub async fn yield_now() {
     .await
 }
 
+struct Parent {
+    waker: Mutex<Option<Waker>>,
+    /// `run_all` is inside its loop and will see a task made ready: no need to wake it.
+    polling: AtomicBool,
+}
+
 struct TaskWaker {
     ready: AtomicBool,
-    parent: Arc<Mutex<Option<Waker>>>,
+    parent: Arc<Parent>,
 }
 
 impl Wake for TaskWaker {
@@ -44,9 +50,11 @@ impl Wake for TaskWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.ready.swap(true, Ordering::AcqRel) {
+        if !self.ready.swap(true, Ordering::AcqRel) && !self.parent.polling.load(Ordering::Acquire)
+        {
             if let Some(w) = self
                 .parent
+                .waker
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
@@ -60,7 +68,10 @@ impl Wake for TaskWaker {
 /// Runs every future to completion, choosing the next one to poll with `rng`; returns their
 /// outputs in the order given.
 pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F::Output> {
-    let parent: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+    let parent = Arc::new(Parent {
+        waker: Mutex::new(None),
+        polling: AtomicBool::new(false),
+    });
     let mut tasks: Vec<Option<Pin<Box<F>>>> =
         futures.into_iter().map(|f| Some(Box::pin(f))).collect();
     let wakers: Vec<Arc<TaskWaker>> = tasks
@@ -77,19 +88,35 @@ pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F
     let mut left = tasks.len();
     let mut runnable: Vec<usize> = Vec::with_capacity(tasks.len());
     std::future::poll_fn(|cx| {
-        *parent.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        {
+            let mut w = parent.waker.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        parent.polling.store(true, Ordering::Release);
         loop {
             if left == 0 {
+                parent.polling.store(false, Ordering::Release);
                 return Poll::Ready(());
             }
-            runnable.clear();
-            runnable.extend(
-                (0..tasks.len())
-                    .filter(|i| tasks[*i].is_some() && wakers[*i].ready.load(Ordering::Acquire)),
-            );
+            let scan =
+                |runnable: &mut Vec<usize>| {
+                    runnable.clear();
+                    runnable.extend((0..tasks.len()).filter(|i| {
+                        tasks[*i].is_some() && wakers[*i].ready.load(Ordering::Acquire)
+                    }));
+                };
+            scan(&mut runnable);
             if runnable.is_empty() {
-                // Only real I/O is outstanding; tokio wakes a task's waker, which wakes us.
-                return Poll::Pending;
+                // Only real I/O is outstanding; tokio wakes a task's waker, which wakes us. Stop
+                // polling first, then look again, so a wake in between is not lost.
+                parent.polling.store(false, Ordering::Release);
+                scan(&mut runnable);
+                if runnable.is_empty() {
+                    return Poll::Pending;
+                }
+                parent.polling.store(true, Ordering::Release);
             }
             let pick = if runnable.len() == 1 {
                 runnable[0]

@@ -16,12 +16,28 @@ impl Fnv {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0100_0000_01b3;
 
-    fn bytes(&mut self, b: &[u8]) {
+    fn raw(&mut self, b: &[u8]) {
         for x in b {
             self.0 = (self.0 ^ u64::from(*x)).wrapping_mul(Self::PRIME);
         }
-        // A separator, so ("ab", "c") and ("a", "bc") differ.
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        self.raw(b);
+        self.end();
+    }
+
+    /// A separator, so ("ab", "c") and ("a", "bc") differ.
+    fn end(&mut self) {
         self.0 = (self.0 ^ 0xff).wrapping_mul(Self::PRIME);
+    }
+}
+
+/// Formatting straight into the hash: no string is built for an event nobody reads.
+impl std::fmt::Write for Fnv {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.raw(s.as_bytes());
+        Ok(())
     }
 }
 
@@ -81,7 +97,7 @@ impl Trace {
 
     /// One decision about `order` (or its operation id or PaymentIntent id; empty for events of
     /// no single order, e.g. a tick).
-    pub fn event(&self, order: &str, what: &str, detail: &str) {
+    pub fn event(&self, order: &str, what: &str, detail: std::fmt::Arguments<'_>) {
         let now = self.clock.now();
         let keep = self.wants(order);
         let mut st = self.lock();
@@ -90,7 +106,8 @@ impl Trace {
         h.bytes(&now.as_millis().to_le_bytes());
         h.bytes(order.as_bytes());
         h.bytes(what.as_bytes());
-        h.bytes(detail.as_bytes());
+        let _ = h.write_fmt(detail);
+        h.end();
         st.hash = h;
         if keep {
             let mut line = String::new();
