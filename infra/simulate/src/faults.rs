@@ -735,7 +735,7 @@ mod tests {
     fn fixed_decisions_follow_the_rate_and_the_seed() {
         let faults = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));
         let hits = (0..10_000)
-            .filter(|i| faults.fixed(Kind::Decline, format_args!("ord-{i}")))
+            .filter(|i| faults.fixed(Kind::Decline, &format!("ord-{i}")))
             .count();
         assert!((2_200..2_800).contains(&hits), "{hits}");
         let again = Faults::new(7, BTreeMap::from([(Kind::Decline, 0.25)]));

@@ -236,7 +236,7 @@ struct SeededIds;
 
 impl SeededIds {
     fn install(seed: u64) -> Self {
-        let mut rng = SmallRng::seed_from_u64(seed ^ 0x1d5_0f_1d5_u64);
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x1d50_f1d5_u64);
         charge_once::ids::install_thread_source(Some(Box::new(move || rng.random::<u128>())));
         SeededIds
     }
