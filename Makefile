@@ -3,7 +3,7 @@
 
 # The main job: the whole pipeline locally, with faults, checked against the Stripe simulator.
 run:
-	cargo run -q -p chargectl -- simulate
+	cargo run -q -p simulate --
 
 # Starts moto (DynamoDB + SQS + Secrets Manager) on a free port for the duration of the tests,
 # installing it into .venv on first use; the Stripe simulator is embedded in the tests that need it.

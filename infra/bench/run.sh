@@ -3,7 +3,9 @@
 #   - request counts (ours and the seed's port) and reconciler reads: against moto, started by
 #     infra/local/with-stack.sh (DynamoDB + SQS), with an embedded stripe-sim;
 #   - CPU time per charge and peak RSS: the charge handler on in-memory ports (release build);
-#   - orders/s: `chargectl simulate` (release build), clean and with its default faults;
+#   - the simulation (`simulate`, release build): 1,000,000 orders with every fault kind on
+#     (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
+#     wire (moto + a separately started stripe-sim over HTTP, with faults).
 #   - footprint per release profile (BENCH_PROFILES, default `release`): stripped binary, zip,
 #     init ms (exec to the first invocation/next against a local Runtime API, moto for the
 #     secret) and CPU per charge, from a real build of each function (issue 15);
@@ -15,7 +17,8 @@ cd "$(dirname "$0")/../.."
 
 out="${BENCH_OUT:-target/bench}"
 settled="${BENCH_SETTLED:-10000}"
-orders="${BENCH_ORDERS:-20000}"
+orders="${BENCH_ORDERS:-1000000}"
+wire_orders="${BENCH_WIRE_ORDERS:-2000}"
 charges="${BENCH_CHARGES:-200000}"
 # Release-profile candidates for the footprint table (Cargo.toml defines fp-*); `release` is the
 # one the functions ship with. Each is a full optimised build of the three functions and `bench`.
@@ -29,10 +32,10 @@ mkdir -p "$out"
 needs_release=false
 for s in wire index cpu logs sim; do if step "$s"; then needs_release=true; fi; done
 if $needs_release; then
-  echo "== build (release): bench, chargectl" >&2
-  nice -n 19 cargo build --locked --release -p bench -p chargectl
+  echo "== build (release): bench, simulate, stripe-sim" >&2
+  nice -n 19 cargo build --locked --release -p bench -p simulate -p stripe-sim
   bench=target/release/bench
-  chargectl=target/release/chargectl
+  simulate=target/release/simulate
 else
   # Only the footprint step (it builds its own profiles) and the render: a debug bench renders.
   cargo build --locked -q -p bench
@@ -98,9 +101,20 @@ if step logs; then
 fi
 
 if step sim; then
-  echo "== 3: chargectl simulate --orders $orders" >&2
-  "$chargectl" simulate --orders "$orders" --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
-  "$chargectl" simulate --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+  echo "== 3: simulate --orders $orders (every fault kind), 20000 without faults" >&2
+  "$simulate" --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+  "$simulate" --orders 20000 --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
+
+  echo "== 3: simulate --orders $wire_orders on the wire (moto + a separate stripe-sim over HTTP)" >&2
+  infra/local/with-stack.sh bash -c "
+    set -euo pipefail
+    target/release/stripe-sim --port 0 > '$out/stripe-sim.log' 2>&1 &
+    sim_pid=\$!
+    trap 'kill \$sim_pid' EXIT
+    for _ in \$(seq 50); do grep -q listening '$out/stripe-sim.log' && break; sleep 0.1; done
+    url=http://\$(grep -o 'listening on [0-9.:]*' '$out/stripe-sim.log' | head -n 1 | cut -d' ' -f3)
+    '$simulate' --backend aws --stripe-url \"\$url\" --orders '$wire_orders' --json | tail -n 1 > '$out/sim-wire.json'
+  "
 fi
 
 echo "== render BENCHMARKS.md" >&2

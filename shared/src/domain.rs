@@ -84,7 +84,7 @@ pub struct OperationId(Uuid);
 
 impl OperationId {
     pub fn new_random() -> Self {
-        Self(Uuid::new_v4())
+        Self(crate::ids::fresh_uuid())
     }
 
     pub fn from_uuid(uuid: Uuid) -> Self {

@@ -7,6 +7,7 @@
 //! Map of the crate:
 //! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
 //!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
+//! - [`ids`]: where fresh UUIDs come from (a per-thread seam the deterministic simulation seeds).
 //! - [`time`]: `Timestamp` (milliseconds since the epoch) and the injected [`time::Clock`].
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once: [`outcome::outcome_for`] and [`outcome::GatewayError`].
@@ -29,6 +30,7 @@ pub mod adapters;
 pub mod config;
 pub mod domain;
 pub mod executor;
+pub mod ids;
 pub mod memory;
 pub mod operation;
 pub mod outbox;

@@ -84,7 +84,7 @@ pub struct LeaseToken(Uuid);
 
 impl LeaseToken {
     pub fn new_random() -> Self {
-        Self(Uuid::new_v4())
+        Self(crate::ids::fresh_uuid())
     }
 
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {

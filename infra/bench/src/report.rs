@@ -440,26 +440,55 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     // 3
     writeln!(w, "## 3. Core throughput")?;
     writeln!(w)?;
-    writeln!(w, "`chargectl simulate --orders 20000 --json` ({sim_profile} build): the whole pipeline in one process (in-memory")?;
-    writeln!(w, "store and FIFO queue, embedded stripe-sim over loopback HTTP, the real handlers, virtual clock), 8 consumers;")?;
-    writeln!(w, "`orders_per_sec` from the last JSON line (orders / wall time, invariants checked against the ledger).")?;
+    writeln!(w, "`simulate` ({sim_profile} build, `infra/simulate`): the whole pipeline on one thread, the real checkout, charge")?;
+    writeln!(w, "and reconciler handlers with real Lambda event types, 8 consumers interleaved by the seeded scheduler on a")?;
+    writeln!(w, "virtual clock; in memory with the Stripe simulator's engine in process (deterministic: `trace_hash` replays),")?;
+    writeln!(w, "or over the wire (moto + a separately started `stripe-sim` over HTTP, not deterministic). Every fault kind on")?;
+    writeln!(w, "unless `--no-faults`. CPU s is the process's user + system time: the box is shared with other builds, so")?;
+    writeln!(
+        w,
+        "CPU seconds, not wall seconds, are the honest figure of what the run costs."
+    )?;
     writeln!(w)?;
-    writeln!(w, "| run | orders | orders/s | wall s |")?;
-    writeln!(w, "|---|---|---|---|")?;
-    for (name, s) in [("--no-faults", &sim_clean), ("default faults", &sim_faults)] {
+    writeln!(w, "| run | orders | orders/s (wall) | wall s | CPU s | orders / CPU s | virtual h | invariants | trace_hash |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
+    let sim_wire = read(dir, "sim-wire.json").ok();
+    let mut runs = vec![
+        ("default faults, in memory", &sim_faults),
+        ("--no-faults, in memory", &sim_clean),
+    ];
+    if let Some(wire) = &sim_wire {
+        runs.push(("default faults, moto + stripe-sim over HTTP", wire));
+    }
+    for (name, s) in runs {
         if s.is_null() {
-            writeln!(w, "| {name} | not measured in this run | | |")?;
+            writeln!(w, "| {name} | not measured in this run | | | | | | | |")?;
             continue;
         }
+        let cpu = f(&s["cpu_secs"]);
         writeln!(
             w,
-            "| {name} | {} | {:.0} | {:.1} |",
+            "| {name} | {} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {} | `{}` |",
             u(&s["orders"]),
             f(&s["orders_per_sec"]),
-            f(&s["wall_secs"])
+            f(&s["wall_secs"]),
+            cpu,
+            u(&s["orders"]) as f64 / cpu.max(1e-9),
+            f(&s["virtual_hours"]),
+            if s["invariants_hold"].as_bool() == Some(true) {
+                "hold".to_owned()
+            } else {
+                format!("BROKEN: {}", s["first_violation"].as_str().unwrap_or("?"))
+            },
+            s["trace_hash"].as_str().unwrap_or("-"),
         )?;
     }
     writeln!(w)?;
+    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/profile.md");
+    if let Ok(text) = std::fs::read_to_string(profile) {
+        writeln!(w, "{}", text.trim_end())?;
+        writeln!(w)?;
+    }
     writeln!(w, "CPU time per charge: `footprint cpu` (the release profile) drives `charge::handler::handle` over batches of the template's")?;
     writeln!(w, "`BatchSize` with `MemoryStore` + `FakeGateway` on a current-thread runtime, after a 1,000-charge warm-up;")?;
     writeln!(w, "CPU = the thread's on-CPU time from `/proc/thread-self/schedstat`, only around the handler calls. It is our")?;

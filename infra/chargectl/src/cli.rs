@@ -31,6 +31,17 @@ pub struct Cli {
 }
 
 /// Flags every subcommand understands.
+/// `chargectl simulate ARGS…`: everything after `simulate` goes to the `simulate` binary.
+#[derive(Debug, Clone, Args)]
+pub struct SimulateAlias {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
+}
+
 #[derive(Debug, Clone, Default, Args)]
 pub struct GlobalArgs {
     /// The DynamoDB operations table.
@@ -93,9 +104,12 @@ pub enum Command {
     /// Run checkout → queue → charge → reconciler end to end on this machine, with faults, and
     /// check the promise against what exists at (simulated) Stripe.
     ///
-    /// Embedded by default (in-memory store and queue, the Stripe simulator on loopback, a virtual
-    /// clock). Exits 1 when an invariant breaks, printing the seed and the order to replay.
-    Simulate(crate::simulate::SimulateArgs),
+    /// An alias: runs the `simulate` binary (crate `infra/simulate`) with these arguments; see
+    /// `simulate --help`. Deterministic by default (in-memory store and queue, the Stripe
+    /// simulator's engine in process, a seeded scheduler on a virtual clock). Exits 1 when an
+    /// invariant breaks, printing the seed and the order to replay.
+    #[command(disable_help_flag = true)]
+    Simulate(SimulateAlias),
 
     /// Local development: act as Lambda's SQS poller against a local queue.
     ///

@@ -10,7 +10,8 @@
 //!   [--expect-version N] [--force "<why>"]` — settle by hand once Stripe confirms it;
 //! - `chargectl redrive <operation_id> --note … [--by …] [--expect-version N]` — back on the
 //!   charge queue, out of review;
-//! - `chargectl simulate` — the whole pipeline locally, with faults (see [`simulate`]);
+//! - `chargectl simulate …` — an alias of the `simulate` binary (crate `infra/simulate`), which
+//!   runs the whole pipeline locally with faults; chargectl itself does not link the handlers;
 //! - `chargectl dev sqs-event` / `dev sqs-ack` — Lambda's SQS poller by hand, for
 //!   `cargo lambda invoke charge` against a local queue (see [`dev`]).
 //!
@@ -29,7 +30,6 @@ pub mod commands;
 pub mod dev;
 pub mod duration;
 pub mod render;
-pub mod simulate;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -53,6 +53,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(code) = simulate_alias(&args) {
+        return code;
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) => {
@@ -61,13 +65,10 @@ where
             return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
         }
     };
-    // The simulation runs consumers in parallel; the operator commands need one thread.
-    let mut builder = if matches!(cli.command, Command::Simulate(_)) {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("chargectl: cannot start the async runtime: {e}");
@@ -82,6 +83,47 @@ where
     let code = runtime.block_on(run(cli, &mut console));
     let _ = console.out.flush();
     code
+}
+
+/// `chargectl [global flags] simulate ARGS…` runs the `simulate` binary with the same arguments
+/// (minus `simulate`): next to this executable, else on `PATH`. `None` when the command is not
+/// `simulate` (or only asks for `--help` at the top level).
+fn simulate_alias(args: &[OsString]) -> Option<ExitCode> {
+    // Global flags come before the subcommand; those with a value take the next argument.
+    let mut i = 1;
+    let at = loop {
+        let a = args.get(i)?.to_string_lossy();
+        if a == "simulate" {
+            break i;
+        }
+        if !a.starts_with('-') {
+            return None;
+        }
+        let takes_value = ["--table", "--endpoint-url", "--queue-url"].contains(&a.as_ref());
+        i += if takes_value { 2 } else { 1 };
+    };
+    let rest: Vec<&OsString> = args[1..at].iter().chain(&args[at + 1..]).collect();
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("simulate")))
+        .filter(|p| p.is_file());
+    let program = sibling.unwrap_or_else(|| "simulate".into());
+    match std::process::Command::new(&program).args(rest).status() {
+        Ok(status) => Some(ExitCode::from(
+            status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1),
+        )),
+        Err(e) => {
+            eprintln!(
+                "chargectl: `simulate` moved to its own binary and {} could not be run: {e}; \
+                 build it with `cargo build -p simulate` (or `make run`)",
+                program.display()
+            );
+            Some(ExitCode::from(1))
+        }
+    }
 }
 
 /// Runs a parsed command against AWS and reports a failure on the console's `err`.
@@ -130,32 +172,9 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             commands::redrive(&store, &queue, &identity, &SystemClock, &args, console).await
         }
         Command::Dev(args) => dev::run(&global, args, console).await,
-        Command::Simulate(args) => {
-            let report =
-                simulate::simulate(&args, &global)
-                    .await
-                    .map_err(|source| Failure::Infra {
-                        context: "simulation".into(),
-                        source,
-                    })?;
-            let _ = write!(console.out, "{}", report.render());
-            if args.json {
-                let line = serde_json::to_string(&report).map_err(|e| Failure::Infra {
-                    context: "report".into(),
-                    source: Box::new(e),
-                })?;
-                let _ = writeln!(console.out, "{line}");
-            }
-            if report.invariants_hold {
-                Ok(())
-            } else {
-                Err(Failure::Refused(format!(
-                    "invariant broken: {}; replay with --seed {}",
-                    report.first_violation.as_deref().unwrap_or("?"),
-                    report.seed
-                )))
-            }
-        }
+        Command::Simulate(_) => Err(Failure::Usage(
+            "`simulate` is the separate `simulate` binary".into(),
+        )),
     }
 }
 

@@ -96,6 +96,12 @@ pub(crate) struct Engine {
     pis: Vec<PaymentIntent>,
     index: HashMap<String, usize>,
     keys: HashMap<String, KeyEntry>,
+    /// Saved keys by (saved at, sequence): pruning takes the expired ones off the front instead of
+    /// scanning every key on every request.
+    expiry: BTreeMap<(i64, u64), String>,
+    expiry_seq: u64,
+    /// PaymentIntent positions by metadata (key, value), for search.
+    by_metadata: HashMap<(String, String), Vec<usize>>,
     pub(crate) faults: FaultState,
     pub(crate) requests: RequestCounts,
     pub(crate) search_lag_ms: i64,
@@ -109,6 +115,9 @@ impl Engine {
             pis: Vec::new(),
             index: HashMap::new(),
             keys: HashMap::new(),
+            expiry: BTreeMap::new(),
+            expiry_seq: 0,
+            by_metadata: HashMap::new(),
             faults: FaultState::new(seed, faults),
             requests: RequestCounts::default(),
             search_lag_ms,
@@ -134,10 +143,19 @@ impl Engine {
 
     /// Drops saved keys older than [`KEY_TTL_MS`].
     pub(crate) fn prune_keys(&mut self, now_ms: i64) {
-        self.keys.retain(|_, e| match e.state {
-            KeyState::InFlight => true,
-            KeyState::Done { saved_ms, .. } => now_ms.saturating_sub(saved_ms) < KEY_TTL_MS,
-        });
+        while let Some(entry) = self.expiry.first_entry() {
+            let (saved_at, _) = *entry.key();
+            if now_ms.saturating_sub(saved_at) < KEY_TTL_MS {
+                break;
+            }
+            let key = entry.remove();
+            if matches!(
+                self.keys.get(&key).map(|e| &e.state),
+                Some(KeyState::Done { saved_ms, .. }) if *saved_ms == saved_at
+            ) {
+                self.keys.remove(&key);
+            }
+        }
     }
 
     /// Number of idempotency keys currently held (saved or in flight).
@@ -189,6 +207,9 @@ impl Engine {
                 saved,
                 saved_ms: now_ms,
             };
+            self.expiry_seq += 1;
+            self.expiry
+                .insert((now_ms, self.expiry_seq), key.to_string());
         }
     }
 
@@ -230,7 +251,14 @@ impl Engine {
                 pi.latest_charge.clone(),
             )),
         };
-        self.index.insert(pi.id.clone(), self.pis.len());
+        let at = self.pis.len();
+        for (k, v) in &pi.params.metadata {
+            self.by_metadata
+                .entry((k.clone(), v.clone()))
+                .or_default()
+                .push(at);
+        }
+        self.index.insert(pi.id.clone(), at);
         self.pis.push(pi);
         saved
     }
@@ -246,14 +274,19 @@ impl Engine {
     /// newest first.
     pub(crate) fn search(&mut self, q: &MetadataQuery, now_ms: i64) -> Vec<serde_json::Value> {
         let lag = self.search_lag_ms;
-        self.pis
-            .iter_mut()
+        let Some(at) = self.by_metadata.get(&(q.key.clone(), q.value.clone())) else {
+            return Vec::new();
+        };
+        let pis = &mut self.pis;
+        at.iter()
             .rev()
-            .filter(|pi| now_ms >= pi.created_ms.saturating_add(lag))
-            .filter(|pi| pi.params.metadata.get(&q.key) == Some(&q.value))
-            .map(|pi| {
+            .filter_map(|i| {
+                let pi = &mut pis[*i];
+                if now_ms < pi.created_ms.saturating_add(lag) {
+                    return None;
+                }
                 pi.settle(now_ms);
-                pi.to_json()
+                Some(pi.to_json())
             })
             .collect()
     }

@@ -59,7 +59,7 @@ impl Reply {
         Reply::saved(&Saved::from_error(e), false)
     }
 
-    fn saved(s: &Saved, replayed: bool) -> Self {
+    pub(crate) fn saved(s: &Saved, replayed: bool) -> Self {
         let mut headers = Vec::new();
         if let Some(r) = s.should_retry {
             headers.push(("stripe-should-retry", r.to_string()));
@@ -235,7 +235,7 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 /// Removes an in-flight idempotency key if the request never completes
 /// (validation failure, or the client went away during `latency`).
-struct KeyGuard {
+pub(crate) struct KeyGuard {
     sim: StripeSim,
     key: Option<String>,
 }
@@ -256,37 +256,44 @@ fn pre_fault_reply(kind: FaultKind) -> Reply {
     }
 }
 
-async fn create(
+/// A create past the idempotency layer and validation, about to execute: the key (if any) is in
+/// flight until [`create_exec`] saves it or the value is dropped (which forgets the key).
+pub(crate) struct Executing {
+    params: CreateParams,
+    key: Option<String>,
+    guard: KeyGuard,
+    /// The execution fault decided for it, if any.
+    pub(crate) fault: Option<FaultKind>,
+    /// The latency fault's delay.
+    pub(crate) latency: std::time::Duration,
+}
+
+/// The first half of a create, up to the execution fault decision. `Err` is the final answer.
+pub(crate) fn create_begin(
     sim: &StripeSim,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<Reply, DropConnection> {
+    idempotency_key: Option<String>,
+    form: Vec<(String, String)>,
+) -> Result<Executing, Reply> {
     let pre = {
         let mut eng = sim.engine();
         eng.requests.create += 1;
         eng.faults.decide_pre(Endpoint::Create)
     };
     if let Some(kind) = pre {
-        return Ok(pre_fault_reply(kind));
+        return Err(pre_fault_reply(kind));
     }
-    let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    let key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let k = String::from_utf8_lossy(v.as_bytes()).to_string();
-            if k.chars().count() > 255 {
-                return Ok(Reply::error(&ApiError::idempotency_key_too_long(
-                    k.chars().count(),
-                )));
-            }
-            Some(k)
+    if let Some(k) = &idempotency_key {
+        if k.chars().count() > 255 {
+            return Err(Reply::error(&ApiError::idempotency_key_too_long(
+                k.chars().count(),
+            )));
         }
-    };
+    }
     let mut guard = KeyGuard {
         sim: sim.clone(),
         key: None,
     };
-    if let Some(k) = &key {
+    if let Some(k) = &idempotency_key {
         let mut sorted = form.clone();
         sorted.sort();
         let now = sim.now_ms();
@@ -297,52 +304,83 @@ async fn create(
             Idem::Replay(saved) => {
                 let mut r = Reply::saved(&saved, true);
                 r.headers.push(echo);
-                return Ok(r);
+                return Err(r);
             }
-            Idem::Mismatch => return Ok(Reply::error(&ApiError::idempotency_mismatch(k))),
-            Idem::InFlight => return Ok(Reply::error(&ApiError::key_in_use())),
+            Idem::Mismatch => return Err(Reply::error(&ApiError::idempotency_mismatch(k))),
+            Idem::InFlight => return Err(Reply::error(&ApiError::key_in_use())),
         }
     }
     let params = match CreateParams::parse(&form) {
         Ok(p) => p,
-        Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
+        Err(e) => return Err(Reply::error(&e)), // guard forgets the key
     };
     let (fault, latency) = {
         let mut eng = sim.engine();
         (eng.faults.decide_exec(), eng.faults.latency)
     };
-    if fault == Some(FaultKind::Latency) {
-        tokio::time::sleep(latency).await;
-    }
+    Ok(Executing {
+        params,
+        key: idempotency_key,
+        guard,
+        fault,
+        latency,
+    })
+}
+
+/// The second half: creates the PaymentIntent at the simulator's current time and saves the
+/// response under the key. `Err(DropConnection)`: committed, but no answer goes back.
+pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, DropConnection> {
     let saved = {
         let now = sim.now_ms();
         let mut eng = sim.engine();
-        let mut saved = eng.create(params, key.as_deref(), now);
-        if fault == Some(FaultKind::ServerErrorAfterCommit) {
+        let mut saved = eng.create(ex.params, ex.key.as_deref(), now);
+        if ex.fault == Some(FaultKind::ServerErrorAfterCommit) {
             saved = Saved::from_error(&ApiError::server_error());
         }
-        if let Some(k) = guard.key.take() {
+        if let Some(k) = ex.guard.key.take() {
             eng.finish_key(&k, saved.clone(), now);
         }
         saved
     };
-    if fault == Some(FaultKind::DropAfterCommit) {
+    if ex.fault == Some(FaultKind::DropAfterCommit) {
         return Err(DropConnection);
     }
     let mut r = Reply::saved(&saved, false);
-    if let Some(k) = key {
+    if let Some(k) = ex.key {
         r.headers.push(("idempotency-key", k));
     }
     Ok(r)
 }
 
-fn read_fault(sim: &StripeSim, bump: impl FnOnce(&mut crate::RequestCounts)) -> Option<Reply> {
+async fn create(
+    sim: &StripeSim,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Reply, DropConnection> {
+    let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string());
+    let ex = match create_begin(sim, key, form) {
+        Ok(ex) => ex,
+        Err(reply) => return Ok(reply),
+    };
+    if ex.fault == Some(FaultKind::Latency) {
+        tokio::time::sleep(ex.latency).await;
+    }
+    create_exec(sim, ex)
+}
+
+pub(crate) fn read_fault(
+    sim: &StripeSim,
+    bump: impl FnOnce(&mut crate::RequestCounts),
+) -> Option<Reply> {
     let mut eng = sim.engine();
     bump(&mut eng.requests);
     eng.faults.decide_pre(Endpoint::Read).map(pre_fault_reply)
 }
 
-fn retrieve(sim: &StripeSim, id: &str) -> Reply {
+pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
     if let Some(r) = read_fault(sim, |c| c.retrieve += 1) {
         return r;
     }
@@ -353,7 +391,7 @@ fn retrieve(sim: &StripeSim, id: &str) -> Reply {
     }
 }
 
-fn search(sim: &StripeSim, query: &str) -> Reply {
+pub(crate) fn search(sim: &StripeSim, query: &str) -> Reply {
     if let Some(r) = read_fault(sim, |c| c.search += 1) {
         return r;
     }

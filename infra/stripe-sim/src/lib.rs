@@ -15,6 +15,7 @@
 //! - `pi`: the PaymentIntent model, test payment methods, lazy settlement.
 //! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).
 //! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
+//! - `direct`: the same routes in process ([`StripeSim::create_in_process`], ...), no sockets.
 //! - `admin`: the `/_sim/` admin routes.
 //!
 //! # Example
@@ -36,6 +37,7 @@ pub mod faults;
 pub mod wire;
 
 mod admin;
+mod direct;
 mod engine;
 mod http;
 mod pi;
@@ -51,6 +53,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use clock::TimeSource;
+pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::STATUSES;

@@ -20,7 +20,9 @@ use charge_once::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use uuid::Uuid;
+
+use crate::sched::yield_now;
+use crate::trace::Trace;
 
 /// Every fault kind the simulation knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -192,6 +194,14 @@ impl Faults {
         fire
     }
 
+    /// A fair coin from the same seeded source (not counted).
+    pub fn roll_half(&self) -> bool {
+        self.rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .random_bool(0.5)
+    }
+
     /// A decision fixed by (seed, kind, subject): the same order gets the same card on every run
     /// of a seed, whatever the interleaving. Not counted (the caller counts what it applies).
     pub fn fixed(&self, kind: Kind, subject: &str) -> bool {
@@ -262,26 +272,100 @@ impl Blackouts {
     }
 }
 
+/// One of two concurrent invocations freezes (a Lambda container paused, a long GC) right after
+/// its claim, past the lease's lifetime: the other invocation may then claim the same operation,
+/// and the frozen one comes back a stale lease holder. Armed by the `concurrent_invocation` fault.
+pub struct Freezer {
+    pub clock: charge_once::ManualClock,
+    /// Past the lease TTL.
+    pub freeze_for: Duration,
+    armed: AtomicU64,
+}
+
+impl Freezer {
+    pub fn new(clock: charge_once::ManualClock, freeze_for: Duration) -> Self {
+        Self {
+            clock,
+            freeze_for,
+            armed: AtomicU64::new(0),
+        }
+    }
+
+    pub fn arm(&self) {
+        self.armed.store(1, Ordering::Relaxed);
+    }
+
+    pub fn disarm(&self) {
+        self.armed.store(0, Ordering::Relaxed);
+    }
+
+    fn fire(&self) -> bool {
+        self.armed
+            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
 /// The store as the functions see it: crashes between steps, and blacked-out operations hidden
-/// from the reconciler's index reads.
+/// from the reconciler's index reads. Every call is a scheduling point and a logged decision.
 pub struct FaultyStore {
     pub inner: Arc<dyn OperationStore>,
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
+    pub trace: Arc<Trace>,
+    pub freezer: Arc<Freezer>,
 }
 
 fn crash(step: &str) -> StoreError {
     StoreError::new(format!("injected crash {step}"))
 }
 
+fn claim_name(c: &Claim) -> &'static str {
+    match c {
+        Claim::Claimed(_) => "claimed",
+        Claim::Settled(_) => "settled",
+        Claim::Leased(_) => "leased",
+        Claim::InReview(_) => "in_review",
+        Claim::NotFound => "not_found",
+    }
+}
+
+fn recorded_name(r: &Result<Recorded, StoreError>) -> String {
+    match r {
+        Ok(Recorded::Written(op)) => format!("written {}", op.status),
+        Ok(Recorded::Refused(_)) => "refused".into(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
 #[async_trait]
 impl OperationStore for FaultyStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.inner.create_if_absent(op).await
+        yield_now().await;
+        let r = self.inner.create_if_absent(op).await;
+        let order = op.order_id.as_str();
+        match &r {
+            Ok(Created::New(op)) => {
+                let id = op.operation_id.to_string();
+                self.trace.alias(order, &id);
+                self.trace
+                    .event(order, "store.create", format_args!("new {id}"));
+            }
+            Ok(Created::Existing(op)) => self.trace.event(
+                order,
+                "store.create",
+                format_args!("existing {}", op.status),
+            ),
+            Err(e) => self
+                .trace
+                .event(order, "store.create", format_args!("error: {e}")),
+        }
+        r
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        yield_now().await;
         self.inner.get(key).await
     }
 
@@ -289,11 +373,19 @@ impl OperationStore for FaultyStore {
         &self,
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
+        yield_now().await;
         self.inner.get_by_operation_id(operation_id).await
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        yield_now().await;
+        let order = req.key.order_id.as_str();
         if self.blackouts.active(&req.operation_id, req.now) {
+            self.trace.event(
+                order,
+                "store.claim",
+                format_args!("unreachable (key_pruned)"),
+            );
             return Err(StoreError::new(
                 "operation unreachable (key_pruned scenario)",
             ));
@@ -301,24 +393,91 @@ impl OperationStore for FaultyStore {
         let claim = self.inner.claim(req).await?;
         // Dies after taking the lease, before calling Stripe: the lease must expire first.
         if matches!(claim, Claim::Claimed(_)) && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.claim",
+                format_args!("claimed, then FAULT crash before Stripe"),
+            );
             return Err(crash("after the claim, before Stripe"));
+        }
+        if matches!(claim, Claim::Claimed(_)) && self.freezer.fire() {
+            self.freezer.clock.advance(self.freezer.freeze_for);
+            self.trace.event(
+                order,
+                "store.claim",
+                format_args!(
+                    "claimed, then FAULT freeze: {} s pass (past the lease)",
+                    self.freezer.freeze_for.as_secs()
+                ),
+            );
+            return Ok(claim);
+        }
+        if self.trace.tracing() {
+            let attempts = match &claim {
+                Claim::Claimed(op) => format!(" (attempt {})", op.attempts),
+                _ => String::new(),
+            };
+            self.trace.event(
+                order,
+                "store.claim",
+                format_args!("{}{attempts}", claim_name(&claim)),
+            );
+        } else {
+            self.trace
+                .event(order, "store.claim", format_args!("{}", claim_name(&claim)));
         }
         Ok(claim)
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        yield_now().await;
+        let order = rec.key.order_id.as_str();
         // Dies after Stripe answered, before the outcome is written.
         if self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.record",
+                format_args!("FAULT crash before recording {}", rec.status),
+            );
             return Err(crash("after Stripe, before the record"));
         }
-        self.inner.record(rec).await
+        let r = self.inner.record(rec).await;
+        let detail = format!(
+            "{} <- {}{}{}",
+            recorded_name(&r),
+            rec.status,
+            rec.external_id
+                .as_deref()
+                .map(|e| format!(" {e}"))
+                .unwrap_or_default(),
+            rec.review
+                .as_ref()
+                .map(|r| format!(" review: {}", r.reason))
+                .unwrap_or_default()
+        );
+        self.trace
+            .event(order, "store.record", format_args!("{detail}"));
+        r
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.inner.reschedule(req).await
+        yield_now().await;
+        let r = self.inner.reschedule(req).await;
+        self.trace.event(
+            req.key.order_id.as_str(),
+            "store.reschedule",
+            format_args!(
+                "{} due {}{}",
+                recorded_name(&r),
+                req.next_due_at,
+                if req.bump_redrives { " redrive" } else { "" }
+            ),
+        );
+        r
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        yield_now().await;
         self.inner.resolve(req).await
     }
 
@@ -328,10 +487,16 @@ impl OperationStore for FaultyStore {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
+        yield_now().await;
         let mut page = self.inner.query_index(query, cursor, limit).await?;
         let now = self.clock.now();
         page.operations
             .retain(|op| !self.blackouts.active(&op.operation_id, now));
+        self.trace.event(
+            "",
+            "store.query_index",
+            format_args!("{query:?} {} found", page.operations.len()),
+        );
         Ok(page)
     }
 }
@@ -343,6 +508,7 @@ pub struct FaultyQueue {
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
+    pub trace: Arc<Trace>,
     /// Checkout's sender: may crash between PutItem and SendMessage.
     pub may_crash: bool,
 }
@@ -350,7 +516,14 @@ pub struct FaultyQueue {
 #[async_trait]
 impl ChargeQueue for FaultyQueue {
     async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        yield_now().await;
+        let order = charge.message.order_id.as_str();
         if self.may_crash && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "queue.send",
+                format_args!("FAULT crash after PutItem, before SendMessage"),
+            );
             return Err(QueueError::new(
                 "injected crash after PutItem, before SendMessage",
             ));
@@ -359,13 +532,35 @@ impl ChargeQueue for FaultyQueue {
             .blackouts
             .active(&charge.message.operation_id, self.clock.now())
         {
+            self.trace.event(
+                order,
+                "queue.send",
+                format_args!("lost (key_pruned blackout)"),
+            );
             return Ok(());
         }
         if self.faults.roll(Kind::DroppedSend) {
             // The sender sees success; the message never arrives.
+            self.trace.event(
+                order,
+                "queue.send",
+                format_args!("FAULT dropped_send dedup {}", charge.dedup_id),
+            );
             return Ok(());
         }
-        self.inner.send(charge).await
+        let r = self.inner.send(charge).await;
+        self.trace.event(
+            order,
+            "queue.send",
+            format_args!(
+                "{}",
+                match &r {
+                    Ok(()) => format!("sent dedup {}", charge.dedup_id),
+                    Err(e) => format!("error: {e}"),
+                }
+            ),
+        );
+        r
     }
 }
 
@@ -376,11 +571,24 @@ pub struct SimGateway {
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
+    pub trace: Arc<Trace>,
     /// A fresh key on every create, as an SDK-generated key would be.
     pub no_idempotency_key: bool,
     /// Every error is taken as a final failure, as naive code does.
     pub no_retry: bool,
     first_create_seen: Mutex<std::collections::HashSet<OperationId>>,
+}
+
+fn answer_text(r: &Result<PaymentIntent, GatewayError>) -> String {
+    match r {
+        Ok(pi) => format!(
+            "{} {}{}",
+            pi.id,
+            pi.status,
+            if pi.replayed { " (replayed)" } else { "" }
+        ),
+        Err(e) => e.to_string(),
+    }
 }
 
 impl SimGateway {
@@ -389,6 +597,7 @@ impl SimGateway {
         faults: Arc<Faults>,
         blackouts: Arc<Blackouts>,
         clock: Arc<dyn Clock>,
+        trace: Arc<Trace>,
         no_idempotency_key: bool,
         no_retry: bool,
     ) -> Self {
@@ -397,6 +606,7 @@ impl SimGateway {
             faults,
             blackouts,
             clock,
+            trace,
             no_idempotency_key,
             no_retry,
             first_create_seen: Mutex::new(Default::default()),
@@ -424,9 +634,11 @@ impl SimGateway {
 #[async_trait]
 impl PaymentGateway for SimGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        yield_now().await;
         let mut req = req.clone();
         if self.no_idempotency_key {
-            req.idempotency_key = OperationId::from_uuid(Uuid::new_v4()).idempotency_key();
+            req.idempotency_key =
+                OperationId::from_uuid(charge_once::ids::fresh_uuid()).idempotency_key();
         }
         let first = self
             .first_create_seen
@@ -434,30 +646,75 @@ impl PaymentGateway for SimGateway {
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.operation_id);
         let result = self.inner.create(&req).await;
-        if first
-            && result.is_ok()
-            && self
-                .faults
-                .fixed(Kind::KeyPruned, &req.operation_id.to_string())
-        {
+        let op = req.operation_id.to_string();
+        if let Ok(pi) = &result {
+            self.trace.alias(&op, &pi.id);
+        }
+        if first && result.is_ok() && self.faults.fixed(Kind::KeyPruned, &op) {
             self.faults.count(Kind::KeyPruned);
             self.blackouts.start(req.operation_id, self.clock.now());
+            self.trace.event(
+                &op,
+                "stripe.create",
+                format_args!(
+                    "{} -> {}, then FAULT key_pruned: answer lost, unreachable past 24 h",
+                    req.idempotency_key.as_str(),
+                    answer_text(&result)
+                ),
+            );
             return self.naive(Err(GatewayError::Ambiguous {
                 detail: "connection lost (key_pruned scenario)".into(),
             }));
         }
+        self.trace.event(
+            &op,
+            "stripe.create",
+            format_args!(
+                "{} -> {}",
+                req.idempotency_key.as_str(),
+                answer_text(&result)
+            ),
+        );
         self.naive(result)
     }
 
     async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
-        self.naive(self.inner.retrieve(id).await)
+        yield_now().await;
+        let result = self.inner.retrieve(id).await;
+        self.trace.event(
+            id,
+            "stripe.retrieve",
+            format_args!("{}", answer_text(&result)),
+        );
+        self.naive(result)
     }
 
     async fn search_by_operation(
         &self,
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        yield_now().await;
         let result = self.inner.search_by_operation(operation_id).await;
+        let op = operation_id.to_string();
+        self.trace.event(
+            &op,
+            "stripe.search",
+            format_args!(
+                "{}",
+                match &result {
+                    Ok(found) => format!(
+                        "{} found: {}",
+                        found.len(),
+                        found
+                            .iter()
+                            .map(|p| format!("{} {}", p.id, p.status))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Err(e) => e.to_string(),
+                }
+            ),
+        );
         match result {
             Err(e) => self.naive(Err(e)).map(|pi| vec![pi]),
             ok => ok,

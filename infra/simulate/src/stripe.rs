@@ -30,8 +30,19 @@ pub struct StripeRequests {
 }
 
 pub enum StripeSide {
-    Embedded { sim: StripeSim, running: RunningSim },
-    Remote { base: String, http: reqwest::Client },
+    /// The simulator's engine called in process (no sockets): the deterministic default.
+    InProcess {
+        sim: StripeSim,
+    },
+    /// The simulator on loopback HTTP, reached through the real `StripeGateway` (`--stripe http`).
+    Embedded {
+        sim: StripeSim,
+        running: RunningSim,
+    },
+    Remote {
+        base: String,
+        http: reqwest::Client,
+    },
 }
 
 /// Search lag when the `search_lag` fault is on: visible to search only after 5 minutes (our
@@ -67,15 +78,16 @@ fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
 }
 
 impl StripeSide {
-    /// An embedded simulator whose time is the simulation's virtual clock.
-    pub async fn embedded(
-        clock: &ManualClock,
-        faults: &Faults,
-        seed: u64,
-        latency: Duration,
-    ) -> Result<Self, BoxError> {
+    /// The simulator's engine on the simulation's virtual clock, without a server.
+    pub fn in_process(clock: &ManualClock, faults: &Faults, seed: u64, latency: Duration) -> Self {
+        Self::InProcess {
+            sim: Self::sim(clock, faults, seed, latency),
+        }
+    }
+
+    fn sim(clock: &ManualClock, faults: &Faults, seed: u64, latency: Duration) -> StripeSim {
         let source = clock.clone();
-        let sim = StripeSim::new(SimConfig {
+        StripeSim::new(SimConfig {
             seed,
             search_lag: if faults.rate(Kind::SearchLag) > 0.0 {
                 SEARCH_LAG
@@ -85,7 +97,17 @@ impl StripeSide {
             time_source: Some(Arc::new(move || source.now().as_millis())),
             faults: sim_faults(faults, latency),
             ..SimConfig::default()
-        });
+        })
+    }
+
+    /// An embedded simulator on loopback HTTP whose time is the simulation's virtual clock.
+    pub async fn embedded(
+        clock: &ManualClock,
+        faults: &Faults,
+        seed: u64,
+        latency: Duration,
+    ) -> Result<Self, BoxError> {
+        let sim = Self::sim(clock, faults, seed, latency);
         let running = sim.start(0).await?;
         Ok(Self::Embedded { sim, running })
     }
@@ -146,10 +168,12 @@ impl StripeSide {
         Ok(value)
     }
 
-    pub fn base_url(&self) -> String {
+    /// The HTTP base URL (none in process).
+    pub fn base_url(&self) -> Option<String> {
         match self {
-            Self::Embedded { running, .. } => running.base_url(),
-            Self::Remote { base, .. } => base.clone(),
+            Self::InProcess { .. } => None,
+            Self::Embedded { running, .. } => Some(running.base_url()),
+            Self::Remote { base, .. } => Some(base.clone()),
         }
     }
 
@@ -167,7 +191,7 @@ impl StripeSide {
         &self,
     ) -> Result<(Vec<LedgerRow>, StripeRequests, BTreeMap<String, u64>), BoxError> {
         match self {
-            Self::Embedded { sim, .. } => {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => {
                 let ledger = sim
                     .ledger()
                     .into_iter()

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::apigw::{
@@ -25,10 +25,14 @@ use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
 
-use super::faults::{Blackouts, Faults, Kind, BLACKOUT};
-use super::source::{Delivered, EventSource};
-use super::stripe::StripeSide;
-use super::BoxError;
+use rand::rngs::SmallRng;
+
+use crate::faults::{Blackouts, Faults, Kind, BLACKOUT};
+use crate::sched::run_all;
+use crate::source::{Delivered, EventSource};
+use crate::stripe::StripeSide;
+use crate::trace::Trace;
+use crate::BoxError;
 
 /// The Lambda event-source mapping's receive limit before a message goes to the DLQ.
 pub const MAX_RECEIVES: u32 = 5;
@@ -42,6 +46,13 @@ pub struct Pipeline {
     pub clock: ManualClock,
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
+    pub trace: Arc<Trace>,
+    pub freezer: Arc<crate::faults::Freezer>,
+    /// Checkouts the client retries with the next group of orders.
+    pub late: Mutex<Vec<(u64, Order)>>,
+    /// Which runnable invocation goes next.
+    pub scheduler: Mutex<SmallRng>,
+    pub seed: u64,
     pub checkout: Checkout,
     pub charge: ChargeFunction,
     /// Where the charge function parks poison messages.
@@ -76,27 +87,25 @@ pub struct LoopCounts {
     pub virtual_end: AtomicU64,
 }
 
-pub fn plan_orders(n: u32, seed: u64, faults: &Faults) -> Vec<Order> {
-    (0..n)
-        .map(|i| {
-            let order_id = format!("sim-{seed}-{i:06}");
-            let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
-                ("pm_card_chargeDeclined", false)
-            } else if faults.fixed(Kind::Stuck, &order_id) {
-                // Never completes off-session: a person must look after the stuck bound.
-                ("pm_card_sim_requiresAction", false)
-            } else if faults.fixed(Kind::Processing, &order_id) {
-                ("pm_card_processing_succeeds", true)
-            } else {
-                ("pm_card_visa", true)
-            };
-            Order {
-                order_id,
-                payment_method,
-                should_succeed,
-            }
-        })
-        .collect()
+/// The `index`-th order of a seed: its id and card, fixed by (seed, index) whatever the
+/// interleaving, so orders are made when needed and never held.
+pub fn plan_order(index: u64, seed: u64, faults: &Faults) -> Order {
+    let order_id = format!("sim-{seed}-{index:06}");
+    let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
+        ("pm_card_chargeDeclined", false)
+    } else if faults.fixed(Kind::Stuck, &order_id) {
+        // Never completes off-session: a person must look after the stuck bound.
+        ("pm_card_sim_requiresAction", false)
+    } else if faults.fixed(Kind::Processing, &order_id) {
+        ("pm_card_processing_succeeds", true)
+    } else {
+        ("pm_card_visa", true)
+    };
+    Order {
+        order_id,
+        payment_method,
+        should_succeed,
+    }
 }
 
 /// The order service as the simulated checkouts' authenticated caller.
@@ -129,15 +138,18 @@ fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
 }
 
 impl Pipeline {
-    async fn submit(&self, index: usize, order: &Order, counts: &LoopCounts) {
+    async fn submit(&self, index: u64, order: &Order, counts: &LoopCounts) {
         let amount = 1_000 + (index % 9_000) as i64;
         let submit = || async {
-            checkout::handler::handle(
+            let status = checkout::handler::handle(
                 &self.checkout,
                 LambdaEvent::new(checkout_request(order, amount), Context::default()),
             )
             .await
-            .status_code
+            .status_code;
+            self.trace
+                .event(&order.order_id, "checkout", format_args!("HTTP {status}"));
+            status
         };
         let status = submit().await;
         if status == 503 {
@@ -147,7 +159,26 @@ impl Pipeline {
                 submit().await;
             }
         } else if self.faults.roll(Kind::DuplicateDelivery) {
+            if self.faults.roll_half() {
+                // The order service retries later (its own timeout fired): with the next orders,
+                // after this one has most likely been charged.
+                self.trace.event(
+                    &order.order_id,
+                    "fault",
+                    format_args!("duplicate_delivery: the same checkout again, later"),
+                );
+                self.late
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((index, order.clone()));
+                return;
+            }
             // The customer double-clicks: the same request again.
+            self.trace.event(
+                &order.order_id,
+                "fault",
+                format_args!("duplicate_delivery: the same checkout again"),
+            );
             submit().await;
         }
         if self.faults.roll(Kind::Poison) {
@@ -163,6 +194,22 @@ impl Pipeline {
                 )
                 .await;
         }
+    }
+
+    /// A checkout retried later: the same request, nothing else.
+    async fn resubmit(&self, index: u64, order: &Order) {
+        let amount = 1_000 + (index % 9_000) as i64;
+        let status = checkout::handler::handle(
+            &self.checkout,
+            LambdaEvent::new(checkout_request(order, amount), Context::default()),
+        )
+        .await
+        .status_code;
+        self.trace.event(
+            &order.order_id,
+            "checkout",
+            format_args!("HTTP {status} (late retry)"),
+        );
     }
 
     async fn tick(&self, counts: &LoopCounts) -> Result<(), BoxError> {
@@ -181,6 +228,7 @@ impl Pipeline {
         .await
         .map_err(|e| format!("reconciler tick: {e}"))?;
         counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
+        self.trace.event("", "tick", format_args!(""));
         Ok(())
     }
 
@@ -191,7 +239,19 @@ impl Pipeline {
         if batch.is_empty() {
             return Ok(false);
         }
-        counts.batches.fetch_add(1, Ordering::Relaxed);
+        let batch_no = counts.batches.fetch_add(1, Ordering::Relaxed) + 1;
+        for d in &batch {
+            self.trace.event(
+                &d.group_id,
+                "deliver",
+                format_args!(
+                    "{} (receive {}) in batch {batch_no} of {}",
+                    d.message_id,
+                    d.receive_count,
+                    batch.len()
+                ),
+            );
+        }
         let mut event = SqsEvent::default();
         event.records = batch.iter().map(Delivered::to_record).collect();
         let invoke = |event: SqsEvent| {
@@ -199,7 +259,24 @@ impl Pipeline {
         };
         let failed: Vec<String> = if self.faults.roll(Kind::ConcurrentInvocation) {
             // The same batch in two invocations at once; a message is done if either finished it.
-            let (a, b) = tokio::join!(invoke(event.clone()), invoke(event));
+            self.trace.event(
+                "",
+                "fault",
+                format_args!("concurrent_invocation of batch {batch_no}"),
+            );
+            for d in &batch {
+                self.trace.event(
+                    &d.group_id,
+                    "fault",
+                    format_args!("concurrent_invocation: batch {batch_no} runs twice at once"),
+                );
+            }
+            self.freezer.arm();
+            let mut both =
+                run_all(&self.scheduler, vec![invoke(event.clone()), invoke(event)]).await;
+            self.freezer.disarm();
+            let b = both.pop().unwrap_or_default();
+            let a = both.pop().unwrap_or_default();
             let b_failed: Vec<_> = b
                 .batch_item_failures
                 .iter()
@@ -220,20 +297,31 @@ impl Pipeline {
         };
         for d in &batch {
             let item_failed = failed.iter().any(|id| *id == d.message_id || id.is_empty());
-            if self.no_retry {
+            let what = if self.no_retry {
                 // Naive consumer: whatever happened, the message is gone.
                 self.source.delete(&d.receipt).await?;
+                "deleted (naive consumer)"
             } else if !item_failed {
                 if self.faults.roll(Kind::DuplicateDelivery) {
                     // Not deleted (a delete lost, a consumer that died): delivered again later.
-                    continue;
+                    "acknowledged, FAULT duplicate_delivery: not deleted"
+                } else {
+                    self.source.delete(&d.receipt).await?;
+                    "acknowledged, deleted"
                 }
-                self.source.delete(&d.receipt).await?;
             } else if d.receive_count >= MAX_RECEIVES {
                 // The DLQ takes it; the operation is still in the unknown index.
                 counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 self.source.delete(&d.receipt).await?;
-            }
+                "batch item failure, receive limit: to the DLQ"
+            } else {
+                "batch item failure: visible again after the timeout"
+            };
+            self.trace.event(
+                &d.group_id,
+                "delivered",
+                format_args!("{} {what}", d.message_id),
+            );
         }
         Ok(true)
     }
@@ -245,8 +333,10 @@ impl Pipeline {
         }
         loop {
             let mut any = false;
-            let workers = (0..self.concurrency).map(|_| self.deliver_batch(counts));
-            for result in futures_join_all(workers).await {
+            let workers = (0..self.concurrency)
+                .map(|_| self.deliver_batch(counts))
+                .collect();
+            for result in run_all(&self.scheduler, workers).await {
                 any |= result?;
             }
             if !any {
@@ -288,29 +378,33 @@ impl Pipeline {
 
     /// Runs the orders through, then lets time pass until every operation has converged or the
     /// bound (the key window, search's lag, the longest blackout and two hours of ticks) is hit.
-    pub async fn run(&self, orders: &[Order], counts: &LoopCounts) -> Result<(), BoxError> {
-        let progress = std::io::stderr().is_terminal() && orders.len() >= 1000;
-        let chunk = (self.concurrency * 10).max(10);
+    pub async fn run(&self, orders: u64, counts: &LoopCounts) -> Result<(), BoxError> {
+        let progress = std::io::stderr().is_terminal() && orders >= 1000;
+        let chunk = (self.concurrency as u64 * 10).max(10);
         let mut last_tick = self.clock.now();
-        for (n, group) in orders.chunks(chunk).enumerate() {
+        let mut next = 0u64;
+        while next < orders {
+            let group: Vec<(u64, Order)> = (next..(next + chunk).min(orders))
+                .map(|i| (i, plan_order(i, self.seed, &self.faults)))
+                .collect();
+            next += group.len() as u64;
             self.stripe.sync_clock(&self.clock).await?;
+            let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()));
             let submissions = group
                 .iter()
-                .enumerate()
-                .map(|(i, o)| self.submit(n * chunk + i, o, counts));
-            futures_join_all(submissions).await;
+                .map(|(i, o)| self.submit(*i, o, counts))
+                .collect();
+            let retries = late.iter().map(|(i, o)| self.resubmit(*i, o)).collect();
+            run_all(&self.scheduler, retries).await;
+            run_all(&self.scheduler, submissions).await;
             self.drain(counts).await?;
             self.clock.advance(Duration::from_secs(1));
             if self.clock.now().since(last_tick) >= TICK_EVERY {
                 self.tick(counts).await?;
                 last_tick = self.clock.now();
             }
-            if progress {
-                eprint!(
-                    "\rorders {:>7}/{}",
-                    ((n + 1) * chunk).min(orders.len()),
-                    orders.len()
-                );
+            if progress && next % (chunk * 64) < chunk {
+                eprint!("\rorders {next:>8}/{orders}");
             }
         }
         if progress {
@@ -361,31 +455,6 @@ impl Pipeline {
             .store(self.clock.now().as_millis() as u64, Ordering::Relaxed);
         Ok(())
     }
-}
-
-/// Awaits all futures, concurrently on this task.
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl IntoIterator<Item = F>,
-) -> Vec<F::Output> {
-    let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
-    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    let mut pending: Vec<_> = futures.into_iter().enumerate().collect();
-    std::future::poll_fn(|cx| {
-        pending.retain_mut(|(i, f)| match f.as_mut().poll(cx) {
-            std::task::Poll::Ready(v) => {
-                results[*i] = Some(v);
-                false
-            }
-            std::task::Poll::Pending => true,
-        });
-        if pending.is_empty() {
-            std::task::Poll::Ready(())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await;
-    results.into_iter().flatten().collect()
 }
 
 /// Virtual time of the first order, for reports.

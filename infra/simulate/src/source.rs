@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::memory::MemoryQueue;
 
-use super::BoxError;
+use crate::queue::SimQueue;
+use crate::BoxError;
 
 /// A message handed to the charge function.
 #[derive(Debug, Clone)]
@@ -57,7 +57,7 @@ pub trait EventSource: Send + Sync {
 
 /// The in-memory FIFO queue; the visibility timeout runs on the virtual clock.
 pub struct MemorySource {
-    pub queue: Arc<MemoryQueue>,
+    pub queue: Arc<SimQueue>,
     pub visibility: Duration,
 }
 

@@ -42,6 +42,14 @@ pub struct Report {
     pub poison_messages: u64,
     /// Operations in review because their PaymentIntent was stuck past the bound.
     pub stuck_reviews: u64,
+    /// PaymentIntents whose operation is no order's record: money taken that nothing accounts for.
+    pub orphan_charges: u64,
+    /// Audit at the store: outcome writes that landed from a writer without the current lease.
+    pub stale_lease_writes: u64,
+    /// Audit at the queue: sends whose dedup id is not derived from the operation id.
+    pub foreign_dedup_ids: u64,
+    /// The broken variant this run simulates (mutation suite), if any.
+    pub mutation: Option<String>,
     /// Why operations went to review, with how many.
     pub review_reasons: BTreeMap<String, u64>,
     pub faults_injected: BTreeMap<String, u64>,
@@ -54,33 +62,55 @@ pub struct Report {
     pub invariants_hold: bool,
     /// The first order that broke an invariant, and how.
     pub first_violation: Option<String>,
+    /// CPU seconds of the process during the run (user + system): the honest figure on a shared box.
+    pub cpu_secs: f64,
+    /// Memory backend and Stripe in process: the same seed and flags give the same report.
+    pub deterministic: bool,
+    /// Decisions logged (deliveries, store and gateway calls and answers, sends, ticks, faults).
+    pub trace_events: u64,
+    /// FNV-1a over the ordered decision log: equal for equal runs.
+    pub trace_hash: String,
 }
 
-/// Fills the outcome part of `report` from our records (by order) and the ledger.
-pub fn judge(
-    report: &mut Report,
-    orders: &[Order],
-    records: &[Option<Operation>],
-    ledger: &[LedgerRow],
-) {
-    let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
-    for row in ledger {
-        if let Some(op) = row.operation_id.as_deref() {
-            by_op.entry(op).or_default().push(row);
+/// Judges orders one by one against the ledger (so orders need not be held in memory).
+pub struct Judge<'a> {
+    created: u64,
+    ours: std::collections::HashSet<String>,
+    by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
+}
+
+impl<'a> Judge<'a> {
+    pub fn new(ledger: &'a [LedgerRow]) -> Self {
+        let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
+        for row in ledger {
+            if let Some(op) = row.operation_id.as_deref() {
+                by_op.entry(op).or_default().push(row);
+            }
+        }
+        Self {
+            created: ledger.len() as u64,
+            ours: std::collections::HashSet::new(),
+            by_op,
         }
     }
-    report.orders = orders.len() as u64;
-    report.payment_intents_created = ledger.len() as u64;
-    let violation = |report: &mut Report, order: &Order, what: &str| {
-        if report.first_violation.is_none() {
-            report.first_violation = Some(format!("{what}: order {}", order.order_id));
-        }
-    };
-    for (order, record) in orders.iter().zip(records) {
-        let Some(op) = record else { continue };
+
+    /// One order and our record of it.
+    pub fn order(&mut self, report: &mut Report, order: &Order, record: Option<&Operation>) {
+        report.orders += 1;
+        let violation = |report: &mut Report, what: &str| {
+            if report.first_violation.is_none() {
+                report.first_violation = Some(format!("{what}: order {}", order.order_id));
+            }
+        };
+        let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
-        let pis: &[&LedgerRow] = by_op.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        self.ours.insert(id.clone());
+        let pis: &[&LedgerRow] = self
+            .by_op
+            .get(id.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let succeeded: Vec<&&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
         let mut keys: Vec<&str> = pis
             .iter()
@@ -121,15 +151,15 @@ pub fn judge(
         }
         if succeeded.len() > 1 || keys.len() > 1 {
             report.double_charges += 1;
-            violation(report, order, "double charge");
+            violation(report, "double charge");
         }
         if !op.status.is_settled() && op.review.is_none() {
             report.unconverged += 1;
-            violation(report, order, "unconverged");
+            violation(report, "unconverged");
         }
         if order.should_succeed && succeeded.is_empty() && op.review.is_none() {
             report.lost_charges += 1;
-            violation(report, order, "lost charge");
+            violation(report, "lost charge");
         }
         let agrees = match op.status {
             OperationStatus::Succeeded => op
@@ -141,7 +171,7 @@ pub fn judge(
         };
         if !agrees {
             report.record_mismatches += 1;
-            violation(report, order, "record disagrees with Stripe");
+            violation(report, "record disagrees with Stripe");
         }
         let ours = op.idempotency_key();
         if op.review.is_some()
@@ -151,14 +181,58 @@ pub fn judge(
             && pis[0].idempotency_key.as_deref() == Some(ours.as_str())
         {
             report.needless_reviews += 1;
-            violation(report, order, "needless review");
+            violation(report, "needless review");
         }
     }
-    report.invariants_hold = report.double_charges == 0
-        && report.lost_charges == 0
-        && report.unconverged == 0
-        && report.record_mismatches == 0
-        && report.needless_reviews == 0;
+
+    /// After the last order: the PaymentIntents and the verdict.
+    /// `order_of` names the order an operation id was minted for; `audits` the first order each
+    /// audit flagged (stale lease write, foreign dedup id).
+    pub fn finish(
+        &mut self,
+        report: &mut Report,
+        order_of: impl Fn(&str) -> Option<String>,
+        audits: (Option<String>, Option<String>),
+    ) {
+        report.payment_intents_created = self.created;
+        let mut orphans: Vec<&LedgerRow> = self
+            .by_op
+            .iter()
+            .filter(|(op, _)| !self.ours.contains(**op))
+            .flat_map(|(_, rows)| rows.iter().copied())
+            .filter(|row| row.status == "succeeded")
+            .collect();
+        orphans.sort_by(|a, b| a.id.cmp(&b.id));
+        report.orphan_charges = orphans.len() as u64;
+        if let (None, Some(row)) = (&report.first_violation, orphans.first()) {
+            let op = row.operation_id.as_deref().unwrap_or("?");
+            report.first_violation = Some(format!(
+                "orphan charge: order {} ({} for operation {op}, which is no longer the order's record)",
+                order_of(op).unwrap_or_else(|| "?".into()),
+                row.id,
+            ));
+        }
+        if report.first_violation.is_none() && report.stale_lease_writes > 0 {
+            report.first_violation = Some(format!(
+                "stale lease write (store audit): order {}",
+                audits.0.as_deref().unwrap_or("?")
+            ));
+        }
+        if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
+            report.first_violation = Some(format!(
+                "dedup id not derived from the operation (queue audit): order {}",
+                audits.1.as_deref().unwrap_or("?")
+            ));
+        }
+        report.invariants_hold = report.double_charges == 0
+            && report.lost_charges == 0
+            && report.unconverged == 0
+            && report.record_mismatches == 0
+            && report.needless_reviews == 0
+            && report.orphan_charges == 0
+            && report.stale_lease_writes == 0
+            && report.foreign_dedup_ids == 0;
+    }
 }
 
 impl Report {
@@ -182,8 +256,18 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}",
-            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges
+        );
+        let _ = writeln!(
+            s,
+            "  audits          stale lease writes {}  foreign dedup ids {}{}",
+            self.stale_lease_writes,
+            self.foreign_dedup_ids,
+            self.mutation
+                .as_deref()
+                .map(|m| format!("  (MUTATION {m})"))
+                .unwrap_or_default()
         );
         let faults: Vec<String> = self
             .faults_injected
@@ -222,8 +306,19 @@ impl Report {
         let _ = writeln!(s, "  per charge      {}", per.join(", "));
         let _ = writeln!(
             s,
-            "  time            {:.1} h virtual, {:.2} s wall, {:.0} orders/s",
-            self.virtual_hours, self.wall_secs, self.orders_per_sec
+            "  time            {:.1} h virtual, {:.2} s wall, {:.2} s CPU, {:.0} orders/s",
+            self.virtual_hours, self.wall_secs, self.cpu_secs, self.orders_per_sec
+        );
+        let _ = writeln!(
+            s,
+            "  trace           {} decisions, hash {}{}",
+            self.trace_events,
+            self.trace_hash,
+            if self.deterministic {
+                ""
+            } else {
+                " (real sockets: not deterministic)"
+            }
         );
         let _ = writeln!(
             s,

@@ -1,0 +1,646 @@
+//! # simulate: the whole charge-once pipeline on one thread, deterministic
+//!
+//! The real checkout, charge and reconciler handlers, called with real Lambda event types, on a
+//! virtual clock, with every fault kind injected, checked against what really exists at
+//! (simulated) Stripe. FoundationDB- / VOPR-style: one seed, one interleaving, one outcome and
+//! one `trace_hash`, on every machine, at CPU speed.
+//!
+//! - Concurrency is simulated by a seeded scheduler ([`sched`]): consumers, checkouts and the two
+//!   invocations of a concurrent batch interleave at every port call, in the order the seed says.
+//! - Time is a [`ManualClock`]; nothing waits for real: client timeouts, back-offs, visibility
+//!   timeouts and lease expiry all happen on the virtual clock.
+//! - Stripe is the `stripe-sim` engine called in process ([`gateway`]): the same idempotency
+//!   layer, ledger, search lag and fault engine as the HTTP server, without sockets.
+//! - Ids (operation ids, lease tokens) come from a seeded source installed for this thread
+//!   ([`charge_once::ids`]).
+//!
+//! Wire modes, not deterministic (real sockets and timers): `--stripe http` (the simulator on
+//! loopback through the production `StripeGateway` and reqwest), `--stripe-url` (a separately
+//! started `stripe-sim`), `--backend aws` (DynamoDB and SQS at `AWS_ENDPOINT_URL`).
+//!
+//! Modules: [`faults`] (kinds, rates, the injecting wrappers), [`gateway`] (Stripe in process),
+//! [`stripe`] (which Stripe), [`store`] and [`queue`] (indexed in-memory DynamoDB and SQS FIFO),
+//! [`source`] (the event-source side of the queue), [`driver`] (the loop), [`mutations`] (the
+//! broken variants the checker must catch), [`trace`] (the decision log), [`report`].
+
+pub mod driver;
+pub mod faults;
+pub mod gateway;
+pub mod mutations;
+pub mod queue;
+pub mod report;
+pub mod sched;
+pub mod source;
+pub mod store;
+pub mod stripe;
+pub mod trace;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_config::BehaviorVersion;
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::adapters::sqs::SqsQueue;
+use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
+use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::ports::{ChargeQueue, OperationStore, PaymentGateway};
+use charge_once::reconciler::ReconcilerDeps;
+use charge_once::{ManualClock, OperationKey, OrderId};
+use checkout::handler::Checkout;
+use clap::{Parser, ValueEnum};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use driver::{LoopCounts, Pipeline};
+use faults::{parse_fault, Blackouts, Faults, FaultyQueue, FaultyStore, Kind, SimGateway};
+use report::Report;
+use source::{EventSource, MemorySource, SqsSource};
+use stripe::StripeSide;
+use trace::Trace;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Reads of the request counters: (DynamoDB reads, DynamoDB writes, SQS sends, stale lease
+/// writes, foreign dedup ids).
+type Counters = Box<dyn Fn() -> (u64, u64, u64, u64, u64)>;
+/// The audits' first orders, and the order an operation id was minted for (memory backend).
+type Audits = Box<dyn Fn(&str) -> Option<String>>;
+/// The raw store, the raw queue, its consumer side, and the counters.
+type Backing = (
+    Arc<dyn OperationStore>,
+    Arc<dyn ChargeQueue>,
+    Arc<dyn EventSource>,
+    Counters,
+    Audits,
+);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// In-memory store and queue (no setup; deterministic).
+    Memory,
+    /// DynamoDB and SQS at the standard AWS endpoint (AWS_ENDPOINT_URL, e.g. moto). Not deterministic.
+    Aws,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StripeMode {
+    /// The Stripe simulator's engine called in process (deterministic).
+    InProcess,
+    /// The Stripe simulator on loopback HTTP through the production client (reqwest). Not deterministic.
+    Http,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "simulate",
+    version,
+    about = "Deterministic simulation of charge-once: the real handlers, every fault kind, checked against the Stripe simulator's ledger.",
+    long_about = "Deterministic simulation of charge-once: the real checkout, charge and reconciler \
+        handlers on a seeded scheduler and a virtual clock, every fault kind injected, checked \
+        against the Stripe simulator's ledger. The same --seed and flags give the same run, report \
+        and trace_hash (in memory with Stripe in process, the default). --backend aws, --stripe http \
+        and --stripe-url use real sockets and are not deterministic.\n\n\
+        Exit codes: 0 every invariant holds, 1 an invariant broke (the seed and order are printed), 2 bad arguments."
+)]
+pub struct SimulateArgs {
+    /// How many orders to check out.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub orders: u64,
+
+    /// Consumers (and checkouts) running at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub concurrency: u32,
+
+    /// Seed of every decision: the order mix, faults, the interleaving, ids. A failing run prints it.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Where operations and messages live.
+    #[arg(long, value_enum, default_value_t = Backend::Memory)]
+    pub backend: Backend,
+
+    /// How Stripe is reached: the simulator's engine in process, or over loopback HTTP.
+    #[arg(long, value_enum, default_value_t = StripeMode::InProcess)]
+    pub stripe: StripeMode,
+
+    /// A separately started stripe-sim (e.g. http://127.0.0.1:12111), over HTTP.
+    #[arg(long, value_name = "URL")]
+    pub stripe_url: Option<String>,
+
+    /// A fault rate, KIND=RATE (repeatable). Kinds: lost_response, server_error_before_commit,
+    /// server_error_after_commit, rate_limit, key_in_use, timeout, decline, processing, crash,
+    /// duplicate_delivery, concurrent_invocation, dropped_send, key_pruned, search_lag. Every kind
+    /// is on at a modest rate unless --no-faults.
+    #[arg(long = "fault", value_name = "KIND=RATE", value_parser = parse_fault)]
+    pub faults: Vec<(Kind, f64)>,
+
+    /// No faults at all (a clean run); --fault still adds the ones named.
+    #[arg(long)]
+    pub no_faults: bool,
+
+    /// Reproduce the first mistake of the seeds: a fresh idempotency key on every create.
+    #[arg(long)]
+    pub no_idempotency_key: bool,
+
+    /// Reproduce the second: every error is a final failure, nothing is retried or reconciled.
+    #[arg(long)]
+    pub no_retry: bool,
+
+    /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub mutation: Option<mutations::Mutation>,
+
+    /// Print the full timeline of one order (every delivery, claim, Stripe call, record, send).
+    #[arg(long, value_name = "ORDER_ID")]
+    pub trace: Option<String>,
+
+    /// Print the report as one JSON object on the last line as well.
+    #[arg(long)]
+    pub json: bool,
+
+    /// The DynamoDB table for --backend aws (default: a fresh one).
+    #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
+    pub table: Option<String>,
+
+    /// The SQS FIFO queue for --backend aws (default: a fresh one).
+    #[arg(long, env = "QUEUE_URL", value_name = "URL")]
+    pub queue_url: Option<String>,
+
+    /// Send AWS requests to this endpoint (e.g. a local stack).
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+}
+
+impl SimulateArgs {
+    /// The defaults with these orders, seed and backend (for tests).
+    pub fn new(orders: u64, seed: u64, backend: Backend) -> Self {
+        let mut a = Self::parse_from(["simulate"]);
+        a.orders = orders;
+        a.seed = seed;
+        a.backend = backend;
+        a.table = None;
+        a.queue_url = None;
+        a
+    }
+
+    /// Whether this run is deterministic (memory backend, Stripe in process).
+    pub fn deterministic(&self) -> bool {
+        self.backend == Backend::Memory
+            && self.stripe == StripeMode::InProcess
+            && self.stripe_url.is_none()
+    }
+}
+
+/// Client timeout of the simulation's Stripe client, and the `timeout` fault's answer time.
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(800);
+const SLOW_ANSWER: Duration = Duration::from_millis(1_000);
+
+fn rates(args: &SimulateArgs) -> BTreeMap<Kind, f64> {
+    let mut rates: BTreeMap<Kind, f64> = if args.no_faults {
+        BTreeMap::new()
+    } else {
+        Kind::ALL.iter().map(|k| (*k, k.default_rate())).collect()
+    };
+    rates.extend(args.faults.iter().copied());
+    rates
+}
+
+/// CPU seconds used by this process so far (user + system), from /proc; 0 where unavailable.
+pub fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may contain spaces) start at ") ".
+    let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, i.e. 11 and 12 after the state field.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Installs the seeded id source for this thread while alive.
+struct SeededIds;
+
+impl SeededIds {
+    fn install(seed: u64) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x1d50_f1d5_u64);
+        charge_once::ids::install_thread_source(Some(Box::new(move || rng.random::<u128>())));
+        SeededIds
+    }
+}
+
+impl Drop for SeededIds {
+    fn drop(&mut self) {
+        charge_once::ids::install_thread_source(None);
+    }
+}
+
+async fn aws_config(args: &SimulateArgs) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(url) = &args.endpoint_url {
+        loader = loader.endpoint_url(url);
+    }
+    loader.load().await
+}
+
+/// What one run leaves behind besides its report.
+pub struct Outcome {
+    pub report: Report,
+    /// The `--trace` order's timeline (empty without `--trace`).
+    pub timeline: Vec<String>,
+}
+
+/// Runs a simulation and returns its report.
+pub async fn simulate(args: &SimulateArgs) -> Result<Report, BoxError> {
+    Ok(run(args).await?.report)
+}
+
+/// Runs a simulation; returns its report and the traced order's timeline.
+pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
+    use mutations::Mutation;
+    let mut args = args.clone();
+    match args.mutation {
+        Some(Mutation::FreshKeyPerAttempt) => args.no_idempotency_key = true,
+        Some(Mutation::TimeoutAsFailed) => args.no_retry = true,
+        _ => {}
+    }
+    let args = &args;
+    let started = Instant::now();
+    let cpu_start = cpu_secs();
+    let _ids = SeededIds::install(args.seed);
+    let faults = Arc::new(Faults::new(args.seed, rates(args)));
+    let clock = ManualClock::new(driver::virtual_start());
+    let trace = Arc::new(Trace::new(clock.clone(), args.trace.clone()));
+    let blackouts = Arc::new(Blackouts::default());
+    let stripe = Arc::new(match (&args.stripe_url, args.stripe) {
+        (Some(url), _) => StripeSide::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?,
+        (None, StripeMode::Http) => {
+            StripeSide::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
+        }
+        (None, StripeMode::InProcess) => {
+            StripeSide::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
+        }
+    });
+    let max_retries = if args.no_retry { 0 } else { 1 };
+    let gateway: Arc<dyn PaymentGateway> = match (stripe.as_ref(), stripe.base_url()) {
+        (StripeSide::InProcess { sim }, _) => Arc::new(gateway::InProcessGateway {
+            sim: sim.clone(),
+            max_retries,
+            timeout: CLIENT_TIMEOUT,
+        }),
+        (_, Some(base)) => {
+            let mut cfg = StripeConfig::new(base, SecretKey::new(stripe_sim::DEFAULT_API_KEY));
+            cfg.timeout = CLIENT_TIMEOUT;
+            cfg.connect_timeout = CLIENT_TIMEOUT;
+            cfg.retry_backoff = Duration::from_millis(5);
+            cfg.max_network_retries = max_retries;
+            Arc::new(StripeGateway::new(cfg)?)
+        }
+        (_, None) => return Err("a Stripe over HTTP without a base URL".into()),
+    };
+
+    let (store, mut queue, source, counters, audits): Backing = match args.backend {
+        Backend::Memory => {
+            let mut store = store::SimStore::new();
+            store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
+            store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+            let store = Arc::new(store);
+            let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
+            let source = Arc::new(MemorySource {
+                queue: queue.clone(),
+                // Six times a 30 s function timeout, as the template sets it.
+                visibility: Duration::from_secs(180),
+            });
+            let (s, q) = (store.clone(), queue.clone());
+            let counters = Box::new(move || {
+                (
+                    s.calls.reads.load(Ordering::Relaxed) + s.calls.queries.load(Ordering::Relaxed),
+                    s.calls.writes.load(Ordering::Relaxed),
+                    q.sends.load(Ordering::Relaxed),
+                    s.stale_lease_writes.load(Ordering::Relaxed),
+                    q.foreign_dedup_ids.load(Ordering::Relaxed),
+                )
+            });
+            let (s, q) = (store.clone(), queue.clone());
+            let audits: Audits = Box::new(move |what| {
+                let first =
+                    |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match what {
+                    "stale" => first(&s.first_stale_write),
+                    "dedup" => first(&q.first_foreign),
+                    op => charge_once::OperationId::parse(op)
+                        .ok()
+                        .and_then(|id| s.order_of(&id)),
+                }
+            });
+            (store, queue, source, counters, audits)
+        }
+        Backend::Aws => {
+            let config = aws_config(args).await;
+            let store = DynamoStore::new(
+                aws_sdk_dynamodb::Client::new(&config),
+                args.table.clone().unwrap_or_else(|| {
+                    format!("charge-once-sim-{}", uuid::Uuid::new_v4().simple())
+                }),
+            );
+            if args.table.is_none() {
+                store.create_table().await?;
+            }
+            let sqs = aws_sdk_sqs::Client::new(&config);
+            let queue_url = match &args.queue_url {
+                Some(url) => url.clone(),
+                None => sqs
+                    .create_queue()
+                    .queue_name(format!(
+                        "charge-once-sim-{}.fifo",
+                        uuid::Uuid::new_v4().simple()
+                    ))
+                    .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+                    .send()
+                    .await?
+                    .queue_url()
+                    .ok_or("CreateQueue returned no URL")?
+                    .to_owned(),
+            };
+            let queue = Arc::new(SqsQueue::new(sqs.clone(), &queue_url));
+            let source = Arc::new(SqsSource {
+                client: sqs,
+                queue_url,
+                visibility_secs: 1,
+                calls: Default::default(),
+            });
+            let store = Arc::new(store);
+            let (s, q) = (store.clone(), queue.clone());
+            let counters = Box::new(move || {
+                let c = s.calls();
+                (
+                    c.reads.load(Ordering::Relaxed) + c.queries.load(Ordering::Relaxed),
+                    c.writes.load(Ordering::Relaxed),
+                    q.sends.load(Ordering::Relaxed),
+                    0,
+                    0,
+                )
+            });
+            (store, queue, source, counters, Box::new(|_: &str| None))
+        }
+    };
+
+    if args.mutation == Some(Mutation::RandomDedupId) {
+        queue = Arc::new(mutations::RandomDedup(queue));
+    }
+    let mut policy = ChargePolicy::default();
+    if args.mutation == Some(Mutation::CreatePastKeyWindow) {
+        policy.key_window = Duration::from_secs(30 * 24 * 3600);
+    }
+    let freezer = Arc::new(faults::Freezer::new(
+        clock.clone(),
+        policy.lease_ttl + Duration::from_secs(30),
+    ));
+    let clock_arc: Arc<dyn charge_once::Clock> = Arc::new(clock.clone());
+    let faulty_store: Arc<dyn OperationStore> = Arc::new(FaultyStore {
+        inner: store.clone(),
+        faults: faults.clone(),
+        blackouts: blackouts.clone(),
+        clock: clock_arc.clone(),
+        trace: trace.clone(),
+        freezer: freezer.clone(),
+    });
+    let sender = |may_crash| -> Arc<dyn ChargeQueue> {
+        Arc::new(FaultyQueue {
+            inner: queue.clone(),
+            faults: faults.clone(),
+            blackouts: blackouts.clone(),
+            clock: clock_arc.clone(),
+            trace: trace.clone(),
+            may_crash,
+        })
+    };
+    let charge = ChargeDeps {
+        store: faulty_store.clone(),
+        gateway: Arc::new(SimGateway::new(
+            gateway,
+            faults.clone(),
+            blackouts.clone(),
+            clock_arc.clone(),
+            trace.clone(),
+            args.no_idempotency_key,
+            args.no_retry,
+        )),
+        clock: clock_arc.clone(),
+        policy: policy.clone(),
+    };
+    let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
+    let pipeline = Pipeline {
+        clock: clock.clone(),
+        faults: faults.clone(),
+        blackouts: blackouts.clone(),
+        trace: trace.clone(),
+        freezer: freezer.clone(),
+        late: Mutex::new(Vec::new()),
+        scheduler: Mutex::new(SmallRng::seed_from_u64(args.seed ^ 0x5c4e_d01e)),
+        seed: args.seed,
+        checkout: Checkout {
+            store: faulty_store.clone(),
+            queue: sender(true),
+            clock: clock_arc.clone(),
+            pending_grace: policy.pending_grace,
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        },
+        reconciler: ReconcilerDeps {
+            charge: if args.mutation == Some(Mutation::ReconcilerSkipsPending) {
+                ChargeDeps {
+                    store: Arc::new(mutations::SkipPending(faulty_store.clone())),
+                    ..charge.clone()
+                }
+            } else {
+                charge.clone()
+            },
+            queue: sender(false),
+            page_size: 100,
+        },
+        charge: charge::handler::ChargeFunction {
+            charge,
+            dead_letters: dead_letters.clone(),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        },
+        dead_letters: dead_letters.clone(),
+        source,
+        store: store.clone(),
+        no_retry: args.no_retry,
+        concurrency: args.concurrency as usize,
+        stripe: stripe.clone(),
+    };
+
+    let counts = LoopCounts::default();
+    pipeline.run(args.orders, &counts).await?;
+    let (reads, writes, sends, stale_lease_writes, foreign_dedup_ids) = counters();
+    let (ledger, stripe_requests, injected) = stripe.snapshot().await?;
+
+    // Our records, read by key after the run (not counted above), judged against the ledger.
+    let mut report = Report {
+        seed: args.seed,
+        backend: format!("{:?}", args.backend).to_lowercase(),
+        stale_lease_writes,
+        foreign_dedup_ids,
+        mutation: args.mutation.map(|m| m.name()),
+        ..Report::default()
+    };
+    let mut judge = report::Judge::new(&ledger);
+    let mut planned_decline = 0;
+    let mut planned_processing = 0;
+    let mut planned_stuck = 0;
+    for i in 0..args.orders {
+        let order = driver::plan_order(i, args.seed, &faults);
+        planned_decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
+        planned_stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
+        planned_processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
+        let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
+        let record = store.get(&key).await?;
+        judge.order(&mut report, &order, record.as_ref());
+    }
+    judge.finish(&mut report, &audits, (audits("stale"), audits("dedup")));
+
+    let mut injected_all: BTreeMap<String, u64> = faults
+        .counted()
+        .into_iter()
+        .map(|(k, n)| (k.name().to_owned(), n))
+        .collect();
+    let sim_names = [
+        ("drop_after_commit", Kind::LostResponse),
+        ("server_error_before_commit", Kind::ServerErrorBeforeCommit),
+        ("server_error_after_commit", Kind::ServerErrorAfterCommit),
+        ("rate_limit", Kind::RateLimit),
+        ("key_in_use", Kind::KeyInUse),
+        ("latency", Kind::Timeout),
+    ];
+    for (sim_name, kind) in sim_names {
+        let n = injected.get(sim_name).copied().unwrap_or(0);
+        *injected_all.entry(kind.name().to_owned()).or_default() += n;
+    }
+    injected_all.insert("decline".into(), planned_decline);
+    injected_all.insert("processing".into(), planned_processing);
+    injected_all.insert("stuck".into(), planned_stuck);
+    injected_all.insert(
+        "search_lag".into(),
+        if faults.rate(Kind::SearchLag) > 0.0 {
+            stripe_requests.search
+        } else {
+            0
+        },
+    );
+    report.faults_injected = injected_all;
+    report.poison_messages = pipeline.dead_letters.letters().len() as u64;
+    report.loop_counts = driver::count_map(&counts)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    let stripe_calls = stripe_requests.create + stripe_requests.retrieve + stripe_requests.search;
+    report.requests_total = BTreeMap::from([
+        ("dynamodb_reads".to_owned(), reads),
+        ("dynamodb_writes".to_owned(), writes),
+        ("sqs_sends".to_owned(), sends),
+        ("stripe_calls".to_owned(), stripe_calls),
+        ("stripe_creates".to_owned(), stripe_requests.create),
+    ]);
+    let n = args.orders.max(1) as f64;
+    report.requests_per_charge = report
+        .requests_total
+        .iter()
+        .map(|(k, v)| (k.clone(), *v as f64 / n))
+        .collect();
+    report.virtual_hours = driver::elapsed_virtual(&counts).as_secs_f64() / 3600.0;
+    report.deterministic = args.deterministic();
+    report.trace_events = trace.events();
+    report.trace_hash = trace.hash_hex();
+    let wall = started.elapsed();
+    report.wall_secs = wall.as_secs_f64();
+    report.cpu_secs = (cpu_secs() - cpu_start).max(0.0);
+    report.orders_per_sec = n / wall.as_secs_f64().max(1e-9);
+    Ok(Outcome {
+        report,
+        timeline: trace.lines(),
+    })
+}
+
+/// Parses `args` (the first is the program name), runs, prints, returns the exit code.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = match SimulateArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+        }
+    };
+    // One thread: the scheduler, not the OS, decides the interleaving.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("simulate: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = match runtime.block_on(run(&args)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("simulate: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = outcome.report;
+    let mut out = std::io::stdout().lock();
+    if let Some(order) = &args.trace {
+        let _ = writeln!(out, "timeline of order {order} (seed {}):", args.seed);
+        if outcome.timeline.is_empty() {
+            let _ = writeln!(
+                out,
+                "  (no events: is {order} one of this run's orders? ids are sim-<seed>-<n>)"
+            );
+        }
+        for line in &outcome.timeline {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    let _ = write!(out, "{}", report.render());
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(line) => {
+                let _ = writeln!(out, "{line}");
+            }
+            Err(e) => {
+                eprintln!("simulate: report: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let _ = out.flush();
+    if report.invariants_hold {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "simulate: invariant broken: {}; replay with --seed {} (and --trace ORDER_ID to read it)",
+            report.first_violation.as_deref().unwrap_or("?"),
+            report.seed
+        );
+        ExitCode::from(1)
+    }
+}

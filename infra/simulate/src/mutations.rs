@@ -1,0 +1,104 @@
+//! The mutation suite's broken variants: each breaks one rule the promise depends on, as a
+//! wrapper around a port or a policy switch in the simulator's code — never a branch in the
+//! production core. For each, the checker must report a violation (the order and the invariant)
+//! within a bounded number of orders; `tests/mutations.rs` asserts it in CI.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use charge_once::ports::{
+    ChargeQueue, Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore,
+    OutcomeRecord, Page, QueueError, QueuedCharge, Recorded, Reschedule, StoreError,
+};
+use charge_once::{Operation, OperationId, OperationKey, OperationStatus};
+use clap::ValueEnum;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mutation {
+    /// The outcome record is written without checking the lease token (a stale holder's write lands).
+    NoLeaseFence,
+    /// A fresh idempotency key on every create attempt (as `--no-idempotency-key`).
+    FreshKeyPerAttempt,
+    /// A timeout (any unknown) rounded to `failed`, nothing retried or reconciled (as `--no-retry`).
+    TimeoutAsFailed,
+    /// Creates still allowed past Stripe's 24 h key lifetime (key window of 30 days).
+    CreatePastKeyWindow,
+    /// Checkout's put without its condition: a duplicate request overwrites a settled record.
+    SettledOverwritten,
+    /// The SQS deduplication id randomised on every send.
+    RandomDedupId,
+    /// The reconciler skips `pending` operations: a lost enqueue is never recovered.
+    ReconcilerSkipsPending,
+}
+
+impl Mutation {
+    pub const ALL: [Mutation; 7] = [
+        Mutation::NoLeaseFence,
+        Mutation::FreshKeyPerAttempt,
+        Mutation::TimeoutAsFailed,
+        Mutation::CreatePastKeyWindow,
+        Mutation::SettledOverwritten,
+        Mutation::RandomDedupId,
+        Mutation::ReconcilerSkipsPending,
+    ];
+
+    pub fn name(&self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// The queue with a random deduplication id on every send.
+pub struct RandomDedup(pub Arc<dyn ChargeQueue>);
+
+#[async_trait]
+impl ChargeQueue for RandomDedup {
+    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        let mut charge = charge.clone();
+        charge.dedup_id = charge_once::ids::fresh_uuid().to_string();
+        self.0.send(&charge).await
+    }
+}
+
+/// The store as the reconciler sees it, with `pending` operations left out of index reads.
+pub struct SkipPending(pub Arc<dyn OperationStore>);
+
+#[async_trait]
+impl OperationStore for SkipPending {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.0.create_if_absent(op).await
+    }
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.0.get(key).await
+    }
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.0.get_by_operation_id(operation_id).await
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        self.0.record(rec).await
+    }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.0.reschedule(req).await
+    }
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.0.resolve(req).await
+    }
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let mut page = self.0.query_index(query, cursor, limit).await?;
+        page.operations
+            .retain(|op| op.status != OperationStatus::Pending);
+        Ok(page)
+    }
+}

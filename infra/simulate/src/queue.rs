@@ -1,0 +1,257 @@
+//! [`SimQueue`]: SQS FIFO in memory at simulation scale — the same rules as
+//! `charge_once::memory::MemoryQueue` (deduplication by id over a 5-minute window, order and
+//! blocking per message group, visibility timeouts, receipt handles, receive counts) on the
+//! virtual clock, with deduplication entries expiring from a queue in time order and deletes by
+//! receipt in O(log n), instead of scans of every message and every id per call.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use charge_once::memory::ReceivedMessage;
+use charge_once::ports::{ChargeQueue, QueueError, QueuedCharge};
+use charge_once::{Clock, Timestamp};
+
+/// SQS FIFO's deduplication interval.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+struct Stored {
+    message_id: String,
+    body: String,
+    group_id: String,
+    dedup_id: String,
+    visible_at: Timestamp,
+    receipt: Option<String>,
+    receive_count: u32,
+}
+
+#[derive(Default)]
+struct State {
+    /// By send sequence: the queue's order.
+    messages: BTreeMap<u64, Stored>,
+    receipts: HashMap<String, u64>,
+    dedup_seen: HashMap<String, Timestamp>,
+    dedup_order: VecDeque<(Timestamp, String)>,
+    next_id: u64,
+}
+
+pub struct SimQueue {
+    state: Mutex<State>,
+    clock: Arc<dyn Clock>,
+    /// Successful `SendMessage` calls (deduplicated ones included, as SQS bills them).
+    pub sends: AtomicU64,
+    /// Audit of the message contract: sends whose deduplication id is not the operation id (or
+    /// `operation_id:n` for the n-th re-drive), so FIFO dedup cannot catch a re-send. Must stay 0.
+    pub foreign_dedup_ids: AtomicU64,
+    /// The order of the first one.
+    pub first_foreign: Mutex<Option<String>>,
+}
+
+impl SimQueue {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            clock,
+            sends: AtomicU64::new(0),
+            foreign_dedup_ids: AtomicU64::new(0),
+            first_foreign: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends a raw body; false when deduplicated.
+    pub fn send_raw(&self, body: &str, group_id: &str, dedup_id: &str) -> bool {
+        self.sends.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now();
+        let mut st = self.lock();
+        while let Some((at, _)) = st.dedup_order.front() {
+            if now.since(*at) < DEDUP_WINDOW {
+                break;
+            }
+            if let Some((at, id)) = st.dedup_order.pop_front() {
+                if st.dedup_seen.get(&id) == Some(&at) {
+                    st.dedup_seen.remove(&id);
+                }
+            }
+        }
+        if st
+            .dedup_seen
+            .get(dedup_id)
+            .is_some_and(|at| now.since(*at) < DEDUP_WINDOW)
+        {
+            return false;
+        }
+        st.dedup_seen.insert(dedup_id.to_owned(), now);
+        st.dedup_order.push_back((now, dedup_id.to_owned()));
+        st.next_id += 1;
+        let seq = st.next_id;
+        st.messages.insert(
+            seq,
+            Stored {
+                message_id: format!("msg-{seq}"),
+                body: body.to_owned(),
+                group_id: group_id.to_owned(),
+                dedup_id: dedup_id.to_owned(),
+                visible_at: now,
+                receipt: None,
+                receive_count: 0,
+            },
+        );
+        true
+    }
+
+    /// Receives up to `max` messages, FIFO rules: in order within a group, and no message from a
+    /// group that has a message in flight.
+    pub fn receive(&self, max: usize, visibility: Duration) -> Vec<ReceivedMessage> {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let st = &mut *st;
+        let blocked: HashSet<&str> = st
+            .messages
+            .values()
+            .filter(|m| m.receipt.is_some() && m.visible_at > now)
+            .map(|m| m.group_id.as_str())
+            .collect();
+        let mut skipped: HashSet<&str> = HashSet::new();
+        let mut picked: Vec<u64> = Vec::new();
+        for (seq, m) in &st.messages {
+            if picked.len() >= max {
+                break;
+            }
+            let g = m.group_id.as_str();
+            if blocked.contains(g) || skipped.contains(g) {
+                continue;
+            }
+            if m.visible_at > now {
+                skipped.insert(g);
+                continue;
+            }
+            picked.push(*seq);
+        }
+        drop(blocked);
+        drop(skipped);
+        let mut out = Vec::with_capacity(picked.len());
+        for seq in picked {
+            st.next_id += 1;
+            let receipt = format!("rh-{}", st.next_id);
+            let Some(m) = st.messages.get_mut(&seq) else {
+                continue;
+            };
+            if let Some(old) = m.receipt.replace(receipt.clone()) {
+                st.receipts.remove(&old);
+            }
+            m.visible_at = now.plus(visibility);
+            m.receive_count += 1;
+            st.receipts.insert(receipt.clone(), seq);
+            out.push(ReceivedMessage {
+                message_id: m.message_id.clone(),
+                receipt_handle: receipt,
+                body: m.body.clone(),
+                group_id: m.group_id.clone(),
+                dedup_id: m.dedup_id.clone(),
+                receive_count: m.receive_count,
+            });
+        }
+        out
+    }
+
+    /// Deletes a received message; false if the receipt is stale.
+    pub fn delete(&self, receipt_handle: &str) -> bool {
+        let mut st = self.lock();
+        let Some(seq) = st.receipts.remove(receipt_handle) else {
+            return false;
+        };
+        st.messages.remove(&seq).is_some()
+    }
+
+    /// Messages in the queue, visible or in flight.
+    pub fn len(&self) -> usize {
+        self.lock().messages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[async_trait]
+impl ChargeQueue for SimQueue {
+    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+        let op = charge.message.operation_id.to_string();
+        let derived = charge.dedup_id == op
+            || charge
+                .dedup_id
+                .strip_prefix(op.as_str())
+                .and_then(|rest| rest.strip_prefix(':'))
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !derived {
+            self.foreign_dedup_ids.fetch_add(1, Ordering::Relaxed);
+            self.first_foreign
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| charge.message.order_id.as_str().to_owned());
+        }
+        let body = serde_json::to_string(&charge.message)
+            .map_err(|e| QueueError::with_source("cannot encode message", e))?;
+        self.send_raw(&body, &charge.group_id, &charge.dedup_id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charge_once::memory::MemoryQueue;
+    use charge_once::ManualClock;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// Random operations on both queues give the same answers.
+    #[test]
+    fn behaves_as_the_memory_queue() {
+        let clock = ManualClock::new(Timestamp::from_millis(1_000_000));
+        let ours = SimQueue::new(Arc::new(clock.clone()));
+        let theirs = MemoryQueue::new(Arc::new(clock.clone()));
+        let mut rng = SmallRng::seed_from_u64(9);
+        let mut receipts: Vec<(String, String)> = Vec::new();
+        for step in 0..4_000 {
+            match rng.random_range(0..10) {
+                0..=3 => {
+                    let g = format!("g{}", rng.random_range(0..20));
+                    let d = format!("d{}", rng.random_range(0..200));
+                    let body = format!("b{step}");
+                    assert_eq!(ours.send_raw(&body, &g, &d), theirs.send_raw(&body, &g, &d));
+                }
+                4..=6 => {
+                    let max = rng.random_range(1..=10);
+                    let vis = Duration::from_secs(rng.random_range(1..60));
+                    let a = ours.receive(max, vis);
+                    let b = theirs.receive(max, vis);
+                    let strip = |v: &[ReceivedMessage]| {
+                        v.iter()
+                            .map(|m| (m.message_id.clone(), m.body.clone(), m.receive_count))
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(strip(&a), strip(&b), "step {step}");
+                    receipts.extend(
+                        a.into_iter()
+                            .zip(b)
+                            .map(|(x, y)| (x.receipt_handle, y.receipt_handle)),
+                    );
+                }
+                7..=8 if !receipts.is_empty() => {
+                    let i = rng.random_range(0..receipts.len());
+                    let (x, y) = receipts.swap_remove(i);
+                    assert_eq!(ours.delete(&x), theirs.delete(&y), "step {step}");
+                }
+                _ => clock.advance(Duration::from_secs(rng.random_range(0..40))),
+            }
+            assert_eq!(ours.len(), theirs.len());
+        }
+    }
+}

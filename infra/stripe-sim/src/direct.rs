@@ -1,0 +1,119 @@
+//! The simulator in process: the same engine, idempotency layer, ledger, search lag and fault
+//! decisions as the HTTP server, called directly (no sockets, no sleeping). What a client would
+//! see over HTTP comes back as an [`Answer`] (status, body, the two headers clients read), or as
+//! [`Outcome::Dropped`] when the connection would close unanswered.
+//!
+//! The `latency` fault is handed to the caller as a [`SlowCreate`]: the key stays in flight (a
+//! same-key request meanwhile gets `409 idempotency_key_in_use`, as over HTTP) until the caller
+//! completes it — a deterministic simulation decides when on its virtual clock, instead of a real
+//! sleep.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::faults::FaultKind;
+use crate::http::{self, Executing, Reply};
+use crate::StripeSim;
+
+/// An HTTP answer as a client sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+    /// `Stripe-Should-Retry`, when sent.
+    pub should_retry: Option<bool>,
+    /// `Idempotent-Replayed: true`.
+    pub replayed: bool,
+}
+
+/// What came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered(Answer),
+    /// Committed (`drop_after_commit`): the connection closes without any response bytes.
+    Dropped,
+}
+
+/// A create delayed by the `latency` fault, its key in flight. Dropping it forgets the key
+/// without creating anything (the client went away and the server gave up).
+pub struct SlowCreate {
+    sim: StripeSim,
+    ex: Executing,
+}
+
+impl SlowCreate {
+    /// How long the server sleeps before it executes.
+    pub fn latency(&self) -> Duration {
+        self.ex.latency
+    }
+
+    /// The server wakes up: creates the PaymentIntent at the simulator's current time and saves
+    /// the answer under the key.
+    pub fn complete(self) -> Outcome {
+        finish(&self.sim, http::create_exec(&self.sim, self.ex))
+    }
+}
+
+/// A create's first answer.
+pub enum CreateStart {
+    Done(Outcome),
+    Slow(SlowCreate),
+}
+
+fn answer(sim: &StripeSim, reply: Reply) -> Answer {
+    // The request id the HTTP layer would put on the answer: keeps the id RNG in step.
+    let _ = sim.engine().request_id();
+    let header = |name: &str| {
+        reply
+            .headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v == "true")
+    };
+    Answer {
+        status: reply.status,
+        should_retry: header("stripe-should-retry"),
+        replayed: header("idempotent-replayed").unwrap_or(false),
+        body: reply.body,
+    }
+}
+
+fn finish(sim: &StripeSim, r: Result<Reply, http::DropConnection>) -> Outcome {
+    match r {
+        Ok(reply) => Outcome::Answered(answer(sim, reply)),
+        Err(http::DropConnection) => Outcome::Dropped,
+    }
+}
+
+impl StripeSim {
+    /// `POST /v1/payment_intents` with this form and `Idempotency-Key`, in process.
+    pub fn create_in_process(
+        &self,
+        idempotency_key: Option<&str>,
+        form: Vec<(String, String)>,
+    ) -> CreateStart {
+        match http::create_begin(self, idempotency_key.map(str::to_owned), form) {
+            Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
+            Ok(ex) if ex.fault == Some(FaultKind::Latency) => CreateStart::Slow(SlowCreate {
+                sim: self.clone(),
+                ex,
+            }),
+            Ok(ex) => CreateStart::Done(finish(self, http::create_exec(self, ex))),
+        }
+    }
+
+    /// `GET /v1/payment_intents/{id}`, in process.
+    pub fn retrieve_in_process(&self, id: &str) -> Answer {
+        answer(self, http::retrieve(self, id))
+    }
+
+    /// `GET /v1/payment_intents/search?query=…`, in process (`query` unencoded).
+    pub fn search_in_process(&self, query: &str) -> Answer {
+        let encoded = form_urlencoded::Serializer::new(String::new())
+            .append_pair("query", query)
+            .append_pair("limit", "10")
+            .finish();
+        answer(self, http::search(self, &encoded))
+    }
+}
