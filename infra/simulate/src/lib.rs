@@ -77,6 +77,8 @@ type Backing = (
     Arc<dyn EventSource>,
     Counters,
     Audits,
+    // The stream stand-in (memory backend): what the outcome relay published.
+    Option<Arc<store::SimStore>>,
 );
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -312,11 +314,14 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         (_, None) => return Err("a Stripe over HTTP without a base URL".into()),
     };
 
-    let (store, mut queue, source, counters, audits): Backing = match args.backend {
+    let (store, mut queue, source, counters, audits, outbox): Backing = match args.backend {
         Backend::Memory => {
             let mut store = store::SimStore::new();
             store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
             store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+            if args.mutation == Some(Mutation::RelayLosesOutcomes) {
+                store.lose_every_nth_outcome(50);
+            }
             let store = Arc::new(store);
             let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
             let source = Arc::new(MemorySource {
@@ -346,7 +351,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                         .and_then(|id| s.order_of(&id)),
                 }
             });
-            (store, queue, source, counters, audits)
+            (store.clone(), queue, source, counters, audits, Some(store))
         }
         Backend::Aws => {
             let config = aws_config(args).await;
@@ -394,7 +399,14 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                     0,
                 )
             });
-            (store, queue, source, counters, Box::new(|_: &str| None))
+            (
+                store,
+                queue,
+                source,
+                counters,
+                Box::new(|_: &str| None),
+                None,
+            )
         }
     };
 
@@ -509,9 +521,20 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         planned_processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
         let record = store.get(&key).await?;
-        judge.order(&mut report, &order, record.as_ref());
+        let published = match (&outbox, &record) {
+            (Some(outbox), Some(op)) => Some(outbox.published(&op.operation_id)),
+            _ => None,
+        };
+        judge.order(&mut report, &order, record.as_ref(), published);
     }
-    judge.finish(&mut report, &audits, (audits("stale"), audits("dedup")));
+    let publishers = outbox.as_ref().map(|o| o.outcome_events());
+    report.outcome_events = publishers.as_ref().map(|(n, _)| *n);
+    judge.finish(
+        &mut report,
+        &audits,
+        (audits("stale"), audits("dedup")),
+        publishers.as_ref().map(|(_, ops)| ops.as_slice()),
+    );
 
     let mut injected_all: BTreeMap<String, u64> = faults
         .counted()

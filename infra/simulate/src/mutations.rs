@@ -29,10 +29,13 @@ pub enum Mutation {
     RandomDedupId,
     /// The reconciler skips `pending` operations: a lost enqueue is never recovered.
     ReconcilerSkipsPending,
+    /// The outcome relay acknowledges a stream record it failed to publish (every 50th outcome
+    /// is lost): the order service never learns that charge's outcome.
+    RelayLosesOutcomes,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -40,6 +43,7 @@ impl Mutation {
         Mutation::SettledOverwritten,
         Mutation::RandomDedupId,
         Mutation::ReconcilerSkipsPending,
+        Mutation::RelayLosesOutcomes,
     ];
 
     pub fn name(&self) -> String {

@@ -11,16 +11,24 @@
 //!    key, which search would have found (`needless_reviews`) — unless that intent is stuck
 //!    (`requires_action` / `processing` past the stuck bound), which only a person can unblock.
 //!
+//! 5. the order service learns every outcome, and nothing else (issue 16): every settled operation
+//!    published its outcome's `event_id`, and no operation published a settled outcome its record
+//!    does not hold, nor any outcome once it stopped being its order's record
+//!    (`unpublished_outcomes`, `false_outcome_events`). Checked where the store plays the table's
+//!    stream (the memory backend); `outcome_events` is then the number published.
+//!
 //! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
 //! its group went on) and stuck intents sent to review (`stuck_reviews`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use charge_once::{Operation, OperationStatus};
+use charge_once::outbox::Outcome;
+use charge_once::{Operation, OperationId, OperationStatus};
 use serde::Serialize;
 
 use super::driver::Order;
+use super::store::Published;
 use super::stripe::LedgerRow;
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -44,6 +52,13 @@ pub struct Report {
     pub stuck_reviews: u64,
     /// PaymentIntents whose operation is no order's record: money taken that nothing accounts for.
     pub orphan_charges: u64,
+    /// Outcome events the relay published (issue 16), when the run can see the stream.
+    pub outcome_events: Option<u64>,
+    /// Settled operations whose outcome event was never published.
+    pub unpublished_outcomes: u64,
+    /// Operations that published an outcome their record does not hold (or that are no order's
+    /// record any more): the order service was told something false.
+    pub false_outcome_events: u64,
     /// Audit at the store: outcome writes that landed from a writer without the current lease.
     pub stale_lease_writes: u64,
     /// Audit at the queue: sends whose dedup id is not derived from the operation id.
@@ -94,8 +109,15 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// One order and our record of it.
-    pub fn order(&mut self, report: &mut Report, order: &Order, record: Option<&Operation>) {
+    /// One order and our record of it; `published` the outcomes its operation published, where
+    /// the run can see them.
+    pub fn order(
+        &mut self,
+        report: &mut Report,
+        order: &Order,
+        record: Option<&Operation>,
+        published: Option<Published>,
+    ) {
         report.orders += 1;
         let violation = |report: &mut Report, what: &str| {
             if report.first_violation.is_none() {
@@ -173,6 +195,24 @@ impl<'a> Judge<'a> {
             report.record_mismatches += 1;
             violation(report, "record disagrees with Stripe");
         }
+        if let Some(published) = published {
+            let settled_as = match op.status {
+                OperationStatus::Succeeded => Some(Outcome::Succeeded),
+                OperationStatus::Failed => Some(Outcome::Failed),
+                _ => None,
+            };
+            if settled_as.is_some_and(|o| !published.contains(o)) {
+                report.unpublished_outcomes += 1;
+                violation(report, "outcome never published");
+            }
+            let false_event = [Outcome::Succeeded, Outcome::Failed]
+                .into_iter()
+                .any(|o| published.contains(o) && settled_as != Some(o));
+            if false_event {
+                report.false_outcome_events += 1;
+                violation(report, "outcome event contradicts the record");
+            }
+        }
         let ours = op.idempotency_key();
         if op.review.is_some()
             && !stuck
@@ -188,11 +228,13 @@ impl<'a> Judge<'a> {
     /// After the last order: the PaymentIntents and the verdict.
     /// `order_of` names the order an operation id was minted for; `audits` the first order each
     /// audit flagged (stale lease write, foreign dedup id).
+    /// `publishers` lists the operations that published an outcome, where the run can see them.
     pub fn finish(
         &mut self,
         report: &mut Report,
         order_of: impl Fn(&str) -> Option<String>,
         audits: (Option<String>, Option<String>),
+        publishers: Option<&[OperationId]>,
     ) {
         report.payment_intents_created = self.created;
         let mut orphans: Vec<&LedgerRow> = self
@@ -210,6 +252,21 @@ impl<'a> Judge<'a> {
                 "orphan charge: order {} ({} for operation {op}, which is no longer the order's record)",
                 order_of(op).unwrap_or_else(|| "?".into()),
                 row.id,
+            ));
+        }
+        // Outcomes published by an operation that is no longer any order's record.
+        let mut replaced: Vec<String> = publishers
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .filter(|op| !self.ours.contains(op))
+            .collect();
+        replaced.sort_unstable();
+        report.false_outcome_events += replaced.len() as u64;
+        if let (None, Some(op)) = (&report.first_violation, replaced.first()) {
+            report.first_violation = Some(format!(
+                "outcome event contradicts the record: order {} (operation {op} published an outcome, then stopped being the order's record)",
+                order_of(op).unwrap_or_else(|| "?".into()),
             ));
         }
         if report.first_violation.is_none() && report.stale_lease_writes > 0 {
@@ -230,6 +287,8 @@ impl<'a> Judge<'a> {
             && report.record_mismatches == 0
             && report.needless_reviews == 0
             && report.orphan_charges == 0
+            && report.unpublished_outcomes == 0
+            && report.false_outcome_events == 0
             && report.stale_lease_writes == 0
             && report.foreign_dedup_ids == 0;
     }
@@ -258,6 +317,15 @@ impl Report {
             s,
             "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}",
             self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges
+        );
+        let _ = writeln!(
+            s,
+            "  outcome events  {}  unpublished outcomes {}  false outcome events {}",
+            self.outcome_events
+                .map(|n| format!("{n} published"))
+                .unwrap_or_else(|| "not seen (no stream on this backend)".into()),
+            self.unpublished_outcomes,
+            self.false_outcome_events
         );
         let _ = writeln!(
             s,

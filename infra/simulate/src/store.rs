@@ -3,6 +3,12 @@
 //! lock, plus what makes it scale: the unknown index is a sorted set kept up to date on every write
 //! (a page costs its length, not the table's), and lookups by operation id use a map instead of a
 //! scan. It passes the store contract suite (`tests/store_contract.rs`).
+//!
+//! It also stands in for the table's stream and the `notify` relay (issue 16): every committed
+//! write is offered to [`outcome_of`] with the images before and after it, under the same lock, in
+//! commit order, and the outcome events that would be published are counted per operation. The
+//! judge then checks that every settled operation published its outcome's `event_id` and that no
+//! event contradicts the record.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
@@ -11,6 +17,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use charge_once::memory::StoreCalls;
+use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreError,
@@ -28,6 +35,37 @@ struct Table {
     automatic: BTreeSet<Position>,
     /// Unsettled, waiting for a person.
     review: BTreeSet<Position>,
+    /// The outbox as the relay saw it: per operation, the outcomes published (a [`Published`]).
+    published: HashMap<OperationId, Published>,
+    /// Outcome events published in all.
+    outcome_events: u64,
+    /// Lose every this-many-th outcome (the `relay-loses-outcomes` mutation); 0: lose none.
+    lose_every: u64,
+    /// Outcomes offered to the relay, published or not.
+    offered: u64,
+}
+
+/// The outcomes published for one operation. The event id is a function of the operation id and
+/// the outcome (`charge_once::outbox`), so a set of outcomes is the set of event ids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Published(u8);
+
+impl Published {
+    fn bit(outcome: Outcome) -> u8 {
+        match outcome {
+            Outcome::Succeeded => 1,
+            Outcome::Failed => 2,
+            Outcome::NeedsReview => 4,
+        }
+    }
+
+    fn insert(&mut self, outcome: Outcome) {
+        self.0 |= Self::bit(outcome);
+    }
+
+    pub fn contains(&self, outcome: Outcome) -> bool {
+        self.0 & Self::bit(outcome) != 0
+    }
 }
 
 fn position(op: &Operation) -> Option<(bool, Position)> {
@@ -59,7 +97,7 @@ impl Table {
         }
     }
 
-    /// Applies `change` to the record at `key`, keeping the index in step.
+    /// Applies `change` to the record at `key`, keeping the index and the outbox in step.
     fn update<T>(
         &mut self,
         key: &OperationKey,
@@ -69,7 +107,25 @@ impl Table {
         self.unindex(&before);
         let out = change(self.items.get_mut(key)?);
         self.index(key);
+        let after = self.items.get(key)?;
+        let event = outcome_of(Some(&before), after).map(|e| (after.operation_id, e.outcome));
+        self.publish(event);
         Some(out)
+    }
+
+    /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
+    fn publish(&mut self, event: Option<(OperationId, Outcome)>) {
+        if let Some((operation_id, outcome)) = event {
+            self.offered += 1;
+            if self.lose_every > 0 && self.offered % self.lose_every == 0 {
+                return;
+            }
+            self.outcome_events += 1;
+            self.published
+                .entry(operation_id)
+                .or_default()
+                .insert(outcome);
+        }
     }
 }
 
@@ -121,6 +177,28 @@ impl SimStore {
             .map(|k| k.order_id.as_str().to_owned())
     }
 
+    /// The `relay-loses-outcomes` mutation: every `n`th outcome is acknowledged, not published.
+    pub fn lose_every_nth_outcome(&self, n: u64) {
+        self.lock().lose_every = n;
+    }
+
+    /// The outcomes published for an operation (empty if none).
+    pub fn published(&self, operation_id: &OperationId) -> Published {
+        self.lock()
+            .published
+            .get(operation_id)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Outcome events published in all, and the operations that published any.
+    pub fn outcome_events(&self) -> (u64, Vec<OperationId>) {
+        let t = self.lock();
+        let mut ops: Vec<OperationId> = t.published.keys().copied().collect();
+        ops.sort_unstable();
+        (t.outcome_events, ops)
+    }
+
     /// Records in the table.
     pub fn len(&self) -> usize {
         self.lock().items.len()
@@ -153,16 +231,20 @@ impl OperationStore for SimStore {
         self.write();
         let mut t = self.lock();
         let key = op.key();
+        let mut before = None;
         if let Some(existing) = t.items.get(&key) {
             if self.conditional_put {
                 return Ok(Created::Existing(existing.clone()));
             }
             let existing = existing.clone();
             t.unindex(&existing);
+            before = Some(existing);
         }
         t.by_operation_id.insert(op.operation_id, key.clone());
         t.items.insert(key.clone(), op.clone());
         t.index(&key);
+        let event = outcome_of(before.as_ref(), op).map(|e| (op.operation_id, e.outcome));
+        t.publish(event);
         Ok(Created::New(op.clone()))
     }
 
@@ -202,7 +284,8 @@ impl OperationStore for SimStore {
         if op.has_live_lease(req.now) {
             return Ok(Claim::Leased(op.clone()));
         }
-        // The lease and attempts are not index attributes: no index change.
+        // The lease and attempts are not index attributes: no index change. Nor is a claim an
+        // outcome (status and review stay), so the relay would publish nothing for it.
         let op = t
             .items
             .get_mut(&req.key)

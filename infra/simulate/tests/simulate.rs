@@ -67,6 +67,18 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
         assert_eq!(report.lost_charges, 0);
         assert_eq!(report.unconverged, 0);
         assert_eq!(report.accepted, 5_000);
+        // Issue 16: every outcome reached the order service, and nothing false did. Each settled
+        // or reviewed operation published at least one event; a review later settled, two.
+        assert_eq!(report.unpublished_outcomes, 0);
+        assert_eq!(report.false_outcome_events, 0);
+        let published = report
+            .outcome_events
+            .expect("the memory backend sees the stream");
+        let outcomes = report.succeeded + report.failed + report.in_review;
+        assert!(
+            published >= outcomes && published <= 2 * outcomes,
+            "{published} events for {outcomes} outcomes"
+        );
         orders += report.orders;
         for (k, n) in &report.faults_injected {
             *injected.entry(k.clone()).or_default() += n;
