@@ -60,7 +60,7 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
                     operation_id: op.operation_id,
                     lease_token: token,
                     status: OperationStatus::Succeeded,
-                    external_id: Some("pi_x".into()),
+                    external_id: Some(charge_once::PaymentIntentId::parse("pi_x").unwrap()),
                     last_error: None,
                     review: None,
                     next_due_at: None,

@@ -276,7 +276,7 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
         "{}",
         review.reason
     );
-    assert!(review.reason.contains(&pi));
+    assert!(review.reason.contains(pi.as_str()));
     assert_eq!(
         now.status,
         OperationStatus::Unknown,

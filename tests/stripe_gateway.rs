@@ -84,7 +84,7 @@ async fn dropped_response_is_ambiguous_and_the_charge_exists() {
 
     let retried = gw.create(&req).await.unwrap();
     assert!(retried.replayed);
-    assert_eq!(retried.id, s.sim.ledger()[0].id);
+    assert_eq!(retried.id, s.sim.ledger()[0].id.as_str());
     assert_eq!(s.sim.ledger().len(), 1);
 }
 
@@ -167,7 +167,7 @@ async fn declines_are_settled_with_the_payment_intent() {
                 payment_intent_id: Some(id),
             } => {
                 assert_eq!(got, code);
-                let entry = s.sim.ledger().into_iter().find(|e| e.id == id).unwrap();
+                let entry = s.sim.ledger().into_iter().find(|e| e.id == *id).unwrap();
                 assert_eq!(entry.status, "requires_payment_method");
             }
             other => panic!("expected a decline, got {other:?}"),
@@ -282,7 +282,8 @@ async fn invalid_requests_are_rejected_and_nothing_exists() {
     }
     assert_eq!(s.sim.ledger().len(), 0);
     assert!(matches!(
-        gw.retrieve("pi_doesNotExist").await,
+        gw.retrieve(&charge_once::PaymentIntentId::parse("pi_doesNotExist").unwrap())
+            .await,
         Err(GatewayError::Rejected { .. })
     ));
 }

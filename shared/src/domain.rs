@@ -261,6 +261,45 @@ macro_rules! stripe_id {
             }
         }
 
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self == &other.0
+            }
+        }
+
+        /// Read-only: the id as text (for logs, paths and attributes); a value is only ever
+        /// made by [`Self::parse`].
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
@@ -280,6 +319,14 @@ stripe_id!(
     PaymentMethodId,
     "payment_method",
     ["pm_", "card_", "src_"]
+);
+stripe_id!(
+    /// A Stripe PaymentIntent id (`pi_…`): what an operation records as its `external_id`, what a
+    /// retrieve names in its URL path, and what an operator types. Parsed once, here, so a value
+    /// that could escape the path (`pi_../x`) or exceed Stripe's id length never gets that far.
+    PaymentIntentId,
+    "payment_intent",
+    ["pi_"]
 );
 
 /// What kind of effect an operation is. Part of the business identity `(order_id, kind)`.
@@ -444,6 +491,35 @@ mod tests {
         assert!(OrderId::parse("é").is_err());
         assert!(OrderId::parse(&"x".repeat(128)).is_ok());
         assert!(OrderId::parse(&"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn payment_intent_ids_are_parsed_by_one_rule() {
+        for good in ["pi_3MtwBwLkdIwHu7ix28a3tqPa", "pi_x", "pi_A_1"] {
+            let id = PaymentIntentId::parse(good).unwrap();
+            assert_eq!(id.as_str(), good);
+            assert_eq!(id.to_string(), good);
+            let json: PaymentIntentId = serde_json::from_str(&format!("{good:?}")).unwrap();
+            assert_eq!(json, id);
+        }
+        assert!(PaymentIntentId::parse(&format!("pi_{}", "a".repeat(250))).is_ok());
+        for bad in [
+            "",
+            "pi",
+            "pi_",
+            "ch_123",
+            "PI_x",
+            "pi_x y",
+            "pi_é",
+            "seti_1",
+            "pi_../../v1/customers",
+            "pi_x?expand=1",
+        ] {
+            let err = PaymentIntentId::parse(bad).unwrap_err();
+            assert_eq!(err.field, "payment_intent", "{bad}");
+            assert!(serde_json::from_str::<PaymentIntentId>(&format!("{bad:?}")).is_err());
+        }
+        assert!(PaymentIntentId::parse(&format!("pi_{}", "a".repeat(251))).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::domain::OperationId;
+use crate::domain::{OperationId, PaymentIntentId};
 use crate::operation::{Lease, LeaseToken, OperationKey, OperationStatus, Review};
 use crate::outcome::RetryCause;
 use crate::ports::{
@@ -97,7 +97,7 @@ impl Disposition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargeReport {
     pub status: OperationStatus,
-    pub external_id: Option<String>,
+    pub external_id: Option<PaymentIntentId>,
     pub disposition: Disposition,
     /// Calls made to the gateway by this execution (0 or 1).
     pub gateway_calls: u32,
@@ -278,7 +278,7 @@ pub async fn execute_charge(
 
 fn report(
     status: OperationStatus,
-    external_id: Option<String>,
+    external_id: Option<PaymentIntentId>,
     disposition: Disposition,
     gateway_calls: u32,
 ) -> ChargeReport {

@@ -42,7 +42,7 @@ pub mod time;
 
 pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentMethodId, Principal, ValidationError,
+    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, ValidationError,
 };
 pub use operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,

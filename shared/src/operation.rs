@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::{
-    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId, Principal,
-    ValidationError,
+    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId,
+    PaymentIntentId, Principal, ValidationError,
 };
 use crate::time::Timestamp;
 
@@ -148,7 +148,7 @@ pub struct Operation {
     pub requested_by: Principal,
     pub status: OperationStatus,
     /// The PaymentIntent id (`pi_…`) once we know one exists at Stripe.
-    pub external_id: Option<String>,
+    pub external_id: Option<PaymentIntentId>,
     /// How many times the operation was claimed for a Stripe call.
     pub attempts: u32,
     /// When the first Stripe call was about to be made: the start of the idempotency key's life.

@@ -255,7 +255,7 @@ mod tests {
         let before = op(OperationStatus::Unknown);
         let mut after = op(OperationStatus::Succeeded);
         after.operation_id = before.operation_id;
-        after.external_id = Some("pi_1".into());
+        after.external_id = Some(crate::PaymentIntentId::parse("pi_1").unwrap());
         let a = outcome_of(Some(&before), &after).unwrap();
         let mut later = after.clone();
         later.updated_at = later.updated_at.plus(Duration::from_secs(60));

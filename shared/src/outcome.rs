@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::domain::PaymentIntentId;
 use crate::operation::OperationStatus;
 
 /// A PaymentIntent's `status` as Stripe reports it.
@@ -71,7 +72,7 @@ pub fn outcome_for(status: &PaymentIntentStatus) -> OperationStatus {
 /// A PaymentIntent as far as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentIntent {
-    pub id: String,
+    pub id: PaymentIntentId,
     pub status: PaymentIntentStatus,
     /// The answer was a replay of an earlier request under the same key (`Idempotent-Replayed`).
     pub replayed: bool,
@@ -85,9 +86,9 @@ pub struct PaymentIntent {
 
 impl PaymentIntent {
     /// An intent known by id and status only (the other facts absent).
-    pub fn new(id: impl Into<String>, status: PaymentIntentStatus) -> Self {
+    pub fn new(id: PaymentIntentId, status: PaymentIntentStatus) -> Self {
         Self {
-            id: id.into(),
+            id,
             status,
             replayed: false,
             amount: None,
@@ -128,7 +129,7 @@ pub enum GatewayError {
     #[error("declined: {code}")]
     Declined {
         code: String,
-        payment_intent_id: Option<String>,
+        payment_intent_id: Option<PaymentIntentId>,
     },
     /// Nothing happened at Stripe; try again later with the same key.
     #[error("retry later ({}): {detail}", cause.as_str())]

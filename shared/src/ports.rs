@@ -6,7 +6,9 @@ use std::error::Error as StdError;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{ChargeParams, IdempotencyKey, OperationId, OperationKind, OrderId};
+use crate::domain::{
+    ChargeParams, IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId,
+};
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
@@ -86,7 +88,7 @@ pub struct OutcomeRecord {
     pub lease_token: LeaseToken,
     pub status: OperationStatus,
     /// Set when we learned the PaymentIntent id; `None` keeps whatever is stored.
-    pub external_id: Option<String>,
+    pub external_id: Option<PaymentIntentId>,
     /// Replaces the stored last error (`None` clears it).
     pub last_error: Option<String>,
     /// Flags the operation for review (`None` leaves the flag as it is).
@@ -143,7 +145,7 @@ pub struct ManualResolution {
     pub key: OperationKey,
     pub operation_id: OperationId,
     pub status: OperationStatus,
-    pub external_id: Option<String>,
+    pub external_id: Option<PaymentIntentId>,
     pub expected_updated_at: Timestamp,
     pub guard: OperatorGuard,
 }
@@ -344,7 +346,7 @@ pub trait PaymentGateway: Send + Sync {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
 
     /// Reads the current state of a PaymentIntent.
-    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError>;
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError>;
 
     /// Finds PaymentIntents by `metadata['operation_id']`. Eventually consistent: never use it
     /// right after a create.

@@ -474,7 +474,10 @@ impl PaymentGateway for Observer {
             .push(rec.first_attempted_at);
         self.inner.create(req).await
     }
-    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+    async fn retrieve(
+        &self,
+        id: &charge_once::PaymentIntentId,
+    ) -> Result<PaymentIntent, GatewayError> {
         self.inner.retrieve(id).await
     }
     async fn search_by_operation(

@@ -58,7 +58,7 @@ fn outcome(
         operation_id: op.operation_id,
         lease_token: token,
         status,
-        external_id: Some("pi_contract".into()),
+        external_id: Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap()),
         last_error: None,
         review: None,
         next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
@@ -489,7 +489,7 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
         key: op.key(),
         operation_id: op.operation_id,
         status,
-        external_id: Some("pi_by_hand".into()),
+        external_id: Some(charge_once::PaymentIntentId::parse("pi_by_hand").unwrap()),
         expected_updated_at: op.updated_at,
         guard: OperatorGuard {
             lease_cutoff: at,

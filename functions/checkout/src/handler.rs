@@ -800,7 +800,7 @@ mod tests {
         // Settled and in review show what a person or the order service needs.
         let mut op = f.store.all().pop().unwrap();
         op.status = OperationStatus::Succeeded;
-        op.external_id = Some("pi_3Q".into());
+        op.external_id = Some(charge_once::PaymentIntentId::parse("pi_3Q").unwrap());
         op.review = Some(charge_once::Review {
             reason: "search found 2".into(),
             flagged_at: op.created_at,

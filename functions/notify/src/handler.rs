@@ -286,7 +286,7 @@ mod tests {
         next.status = status;
         next.updated_at = next.updated_at.plus(Duration::from_secs(1));
         if status.is_settled() {
-            next.external_id = Some("pi_1".into());
+            next.external_id = Some(charge_once::PaymentIntentId::parse("pi_1").unwrap());
             next.next_due_at = None;
         }
         next

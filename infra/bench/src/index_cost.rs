@@ -84,7 +84,7 @@ fn op(prefix: &str, i: usize) -> Operation {
 fn settled_item(i: usize) -> HashMap<String, AttributeValue> {
     let mut op = op("bench-settled", i);
     op.status = OperationStatus::Succeeded;
-    op.external_id = Some(format!("pi_bench{i:020}"));
+    op.external_id = charge_once::PaymentIntentId::parse(&format!("pi_bench{i:020}")).ok();
     op.next_due_at = None;
     operation_to_item(&op)
 }

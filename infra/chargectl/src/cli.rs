@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use charge_once::OperationId;
+use charge_once::{OperationId, PaymentIntentId};
 use clap::{Args, Parser, Subcommand};
 
 use crate::duration::parse_duration;
@@ -188,7 +188,7 @@ pub struct AuditArgs {
 pub struct ResolveOutcome {
     /// The customer was charged: the PaymentIntent that succeeded (pi_...).
     #[arg(long, value_name = "PI_ID", value_parser = parse_payment_intent_id)]
-    pub succeeded: Option<String>,
+    pub succeeded: Option<PaymentIntentId>,
 
     /// The customer was not charged.
     #[arg(long)]
@@ -214,19 +214,10 @@ pub fn parse_operation_id(raw: &str) -> Result<OperationId, String> {
     OperationId::parse(raw).map_err(|_| format!("{raw:?} is not an operation id (a UUID)"))
 }
 
-/// A PaymentIntent id: `pi_` followed by letters, digits and underscores.
-pub fn parse_payment_intent_id(raw: &str) -> Result<String, String> {
-    let valid = raw.len() <= 255
-        && raw.strip_prefix("pi_").is_some_and(|rest| {
-            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        });
-    if valid {
-        Ok(raw.to_owned())
-    } else {
-        Err(format!(
-            "{raw:?} is not a PaymentIntent id (pi_ followed by letters, digits or _)"
-        ))
-    }
+/// A PaymentIntent id, by the domain's one rule ([`PaymentIntentId::parse`]).
+pub fn parse_payment_intent_id(raw: &str) -> Result<PaymentIntentId, String> {
+    PaymentIntentId::parse(raw)
+        .map_err(|e| format!("{raw:?} is not a PaymentIntent id ({})", e.message))
 }
 
 /// A required free-text value: not empty, not only whitespace. Kept as given, minus outer spaces.

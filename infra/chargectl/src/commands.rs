@@ -30,7 +30,7 @@ use charge_once::ports::{
 };
 use charge_once::{
     AuditEntry, Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId,
-    PaymentIntentStatus, Timestamp,
+    PaymentIntentId, PaymentIntentStatus, Timestamp,
 };
 
 use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
@@ -381,7 +381,7 @@ fn refused_write(
 async fn check_stripe(
     gateway: &dyn PaymentGateway,
     op: &Operation,
-    succeeded: Option<&str>,
+    succeeded: Option<&PaymentIntentId>,
 ) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     match succeeded {
@@ -484,7 +484,7 @@ pub async fn resolve(
         Some(pi) => (OperationStatus::Succeeded, Some(pi.clone())),
         None => (OperationStatus::Failed, None),
     };
-    let forced = match check_stripe(deps.gateway, &op, external_id.as_deref()).await {
+    let forced = match check_stripe(deps.gateway, &op, external_id.as_ref()).await {
         Ok(()) => None,
         Err(problems) => match &args.force {
             Some(reason) => {
@@ -818,10 +818,10 @@ mod tests {
         async fn create(&self, _: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
             unreachable!("an operator never creates")
         }
-        async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+        async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
             self.0
                 .iter()
-                .find(|p| p.id == id)
+                .find(|p| p.id == *id)
                 .cloned()
                 .ok_or_else(|| GatewayError::Rejected {
                     detail: format!("404 No such payment_intent: '{id}'"),
@@ -847,7 +847,7 @@ mod tests {
             amount: Some(amount),
             currency: Some("usd".into()),
             operation_id: Some(op.operation_id.to_string()),
-            ..PaymentIntent::new(id, status)
+            ..PaymentIntent::new(PaymentIntentId::parse(id).unwrap(), status)
         }
     }
 
@@ -857,7 +857,7 @@ mod tests {
         ResolveArgs {
             operation_id: id,
             outcome: ResolveOutcome {
-                succeeded: succeeded.map(str::to_owned),
+                succeeded: succeeded.map(|id| PaymentIntentId::parse(id).unwrap()),
                 failed: succeeded.is_none(),
             },
             note: "seen in dashboard".into(),
@@ -1061,7 +1061,7 @@ mod tests {
         store.create_if_absent(&o).await.unwrap();
         let mut current = o.clone();
         current.status = OperationStatus::Unknown;
-        current.external_id = Some("pi_new".into());
+        current.external_id = Some(charge_once::PaymentIntentId::parse("pi_new").unwrap());
         current.updated_at = T0.plus(Duration::from_secs(5));
         let text = changes(&o, &current);
         assert!(text.contains("status: pending -> unknown"), "{text}");

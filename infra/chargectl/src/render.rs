@@ -397,7 +397,7 @@ mod tests {
     #[test]
     fn json_lines_have_every_key() {
         let mut a = op("order-a", Duration::from_secs(7200));
-        a.external_id = Some("pi_1".into());
+        a.external_id = Some(charge_once::PaymentIntentId::parse("pi_1").unwrap());
         let out = unknowns_json_lines(&[a.clone(), op("order-b", Duration::ZERO)], NOW);
         let lines: Vec<Value> = out
             .lines()

@@ -172,7 +172,9 @@ async fn attempt(
         operation_id: op.operation_id,
         lease_token: token,
         status,
-        external_id: status.is_settled().then(|| "pi_settled_1".to_owned()),
+        external_id: status
+            .is_settled()
+            .then(|| charge_once::PaymentIntentId::parse("pi_settled_1").unwrap()),
         last_error: last_error.map(str::to_owned),
         review: review.map(|reason| Review {
             reason: reason.into(),
@@ -405,7 +407,13 @@ impl Stripe {
     async fn intent_for(&self, op: &Operation, payment_method: &str) -> String {
         let mut req = CreatePaymentIntent::for_operation(op);
         req.params.payment_method = charge_once::PaymentMethodId::parse(payment_method).unwrap();
-        self.side.gateway().create(&req).await.expect("create").id
+        self.side
+            .gateway()
+            .create(&req)
+            .await
+            .expect("create")
+            .id
+            .to_string()
     }
 }
 

@@ -16,7 +16,8 @@ use charge_once::ports::{
     Reschedule, StoreError,
 };
 use charge_once::{
-    Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, Timestamp,
+    Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
+    Timestamp,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -678,7 +679,7 @@ impl PaymentGateway for SimGateway {
         self.naive(result)
     }
 
-    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         yield_now().await;
         let result = self.inner.retrieve(id).await;
         self.trace.event(

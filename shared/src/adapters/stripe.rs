@@ -17,7 +17,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Deserialize;
 use tracing::{debug, warn};
 
-use crate::domain::OperationId;
+use crate::domain::{OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{CreatePaymentIntent, PaymentGateway};
 
@@ -221,10 +221,15 @@ impl StripeGateway {
     }
 }
 
+// The answer rules below (`worth_retrying`, `settle_answer`, `classify`, the body parsers) are
+// public for one other caller: the simulator's in-process gateway (`infra/simulate`), which drives
+// the Stripe simulator's engine without sockets and must judge its answers exactly as this client
+// does. One copy of the rules, so the simulation cannot prove a rule production does not follow.
+
 /// The classification of the last answer of a call. If an earlier attempt of the same call got no
 /// answer, that attempt may have executed, so a later "nothing happened" (409 key in use, 429) does
 /// not prove nothing happened: the call as a whole is ambiguous.
-fn settle_answer(
+pub fn settle_answer(
     answer: Result<Answer, GatewayError>,
     earlier_lost: bool,
     key: &SecretKey,
@@ -241,11 +246,30 @@ fn settle_answer(
 
 /// What came back over HTTP, before classification.
 #[derive(Debug)]
-struct Answer {
-    status: StatusCode,
-    should_retry: Option<bool>,
-    replayed: bool,
-    body: Vec<u8>,
+pub struct Answer {
+    pub status: StatusCode,
+    /// `Stripe-Should-Retry`, when present.
+    pub should_retry: Option<bool>,
+    /// `Idempotent-Replayed: true`.
+    pub replayed: bool,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// An answer with status `status` (`None` outside 100..=999).
+    pub fn new(
+        status: u16,
+        should_retry: Option<bool>,
+        replayed: bool,
+        body: Vec<u8>,
+    ) -> Option<Self> {
+        Some(Self {
+            status: StatusCode::from_u16(status).ok()?,
+            should_retry,
+            replayed,
+            body,
+        })
+    }
 }
 
 fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
@@ -280,7 +304,7 @@ fn transport_error(what: &str, e: &reqwest::Error, key: &SecretKey) -> GatewayEr
 /// that executed). It is only *useful* where another try can change the answer: Stripe says so
 /// with `Stripe-Should-Retry`; otherwise a lost connection (the replay recovers the first answer),
 /// a 409 key-in-use (the other request finishes) and a 429.
-fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
+pub fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
     match answer {
         Err(_) => true,
         Ok(a) => match a.should_retry {
@@ -292,7 +316,8 @@ fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
 
 #[derive(Debug, Deserialize)]
 struct WirePaymentIntent {
-    id: String,
+    /// Parsed as it arrives: an answer naming no valid PaymentIntent id is unreadable.
+    id: PaymentIntentId,
     status: String,
     #[serde(default)]
     amount: Option<i64>,
@@ -397,7 +422,9 @@ fn classify(answer: Answer, key: &SecretKey) -> Result<(Vec<u8>, bool), GatewayE
                 .decline_code
                 .or(error.code)
                 .unwrap_or_else(|| "card_error".into()),
-            payment_intent_id: error.payment_intent.map(|pi| pi.id),
+            payment_intent_id: error
+                .payment_intent
+                .and_then(|pi| PaymentIntentId::parse(&pi.id).ok()),
         },
         400 if kind == "idempotency_error" => GatewayError::KeyMisuse { detail },
         409 if code == "idempotency_key_in_use" => GatewayError::RetryLater {
@@ -421,12 +448,28 @@ fn classify(answer: Answer, key: &SecretKey) -> Result<(Vec<u8>, bool), GatewayE
     })
 }
 
-fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent, GatewayError> {
+/// A 2xx PaymentIntent body; unreadable (or naming no valid id) is ambiguous.
+pub fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent, GatewayError> {
     let pi: WirePaymentIntent =
         serde_json::from_slice(body).map_err(|_| GatewayError::Ambiguous {
             detail: "2xx with an unreadable PaymentIntent body".into(),
         })?;
     Ok(pi.into_domain(replayed))
+}
+
+/// A 2xx search body: the PaymentIntents found; unreadable is ambiguous.
+pub fn parse_search(body: &[u8]) -> Result<Vec<PaymentIntent>, GatewayError> {
+    let found: WireSearch = serde_json::from_slice(body).map_err(|_| {
+        warn!("search answered 2xx with an unreadable body");
+        GatewayError::Ambiguous {
+            detail: "2xx with an unreadable search body".into(),
+        }
+    })?;
+    Ok(found
+        .data
+        .into_iter()
+        .map(|pi| pi.into_domain(false))
+        .collect())
 }
 
 /// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
@@ -436,14 +479,6 @@ pub fn search_query(operation_id: &OperationId) -> String {
         .replace('\\', "\\\\")
         .replace('\'', "\\'");
     format!("metadata['operation_id']:'{value}'")
-}
-
-fn valid_payment_intent_id(id: &str) -> bool {
-    id.strip_prefix("pi_").is_some_and(|rest| {
-        !rest.is_empty()
-            && rest.len() <= 250
-            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-    })
 }
 
 #[async_trait]
@@ -475,13 +510,8 @@ impl PaymentGateway for StripeGateway {
         Ok(pi)
     }
 
-    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
-        if !valid_payment_intent_id(id) {
-            return Err(GatewayError::Rejected {
-                detail: format!("not a PaymentIntent id: {id:?}"),
-                param: Some("id".into()),
-            });
-        }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{id}");
         let (body, _) = self
             .send(&self.requests.retrieve, || self.request(Method::GET, &path))
@@ -500,17 +530,7 @@ impl PaymentGateway for StripeGateway {
                     .query(&[("query", query.as_str()), ("limit", "10")])
             })
             .await?;
-        let found: WireSearch = serde_json::from_slice(&body).map_err(|_| {
-            warn!("search answered 2xx with an unreadable body");
-            GatewayError::Ambiguous {
-                detail: "2xx with an unreadable search body".into(),
-            }
-        })?;
-        Ok(found
-            .data
-            .into_iter()
-            .map(|pi| pi.into_domain(false))
-            .collect())
+        parse_search(&body)
     }
 }
 
@@ -670,11 +690,23 @@ mod tests {
     }
 
     #[test]
-    fn only_safe_ids_reach_the_url() {
-        assert!(valid_payment_intent_id("pi_3MtwBwLkdIwHu7ix28a3tqPa"));
-        assert!(!valid_payment_intent_id("pi_../../v1/customers"));
-        assert!(!valid_payment_intent_id("ch_123"));
-        assert!(!valid_payment_intent_id("pi_"));
+    fn an_answer_naming_no_valid_payment_intent_is_unreadable() {
+        // Only a `PaymentIntentId` reaches a URL; an id from Stripe is parsed by the same rule.
+        for body in [
+            r#"{"id":"pi_../../v1/customers","status":"succeeded"}"#,
+            r#"{"id":"ch_123","status":"succeeded"}"#,
+            r#"{"id":"pi_","status":"succeeded"}"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_payment_intent(body.as_bytes(), false),
+                    Err(GatewayError::Ambiguous { .. })
+                ),
+                "{body}"
+            );
+        }
+        let pi = parse_payment_intent(br#"{"id":"pi_3Mtw","status":"succeeded"}"#, false).unwrap();
+        assert_eq!(pi.id, "pi_3Mtw");
     }
 
     #[test]

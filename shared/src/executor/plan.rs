@@ -1,6 +1,7 @@
 //! The charge state machine as pure functions of (record, gateway answer, now): no I/O, so every
 //! seed scenario and every edge is a plain unit test.
 
+use crate::domain::PaymentIntentId;
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus};
 use crate::time::Timestamp;
@@ -12,7 +13,7 @@ use super::{ChargePolicy, Disposition};
 pub enum Step {
     /// The PaymentIntent id is known: re-sending the create would only replay its first answer, so
     /// read its current state instead.
-    Retrieve(String),
+    Retrieve(PaymentIntentId),
     /// The key window has passed: the key may be pruned and a create could charge again. Find what
     /// exists by `metadata['operation_id']` instead.
     Search,
@@ -104,7 +105,7 @@ fn stuck_class(status: &PaymentIntentStatus) -> Option<ReviewClass> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub status: OperationStatus,
-    pub external_id: Option<String>,
+    pub external_id: Option<PaymentIntentId>,
     pub last_error: Option<String>,
     /// A reason for review, when a person must decide.
     pub review: Option<String>,

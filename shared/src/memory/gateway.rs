@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{Fingerprint, OperationId};
+use crate::domain::{Fingerprint, OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{CreatePaymentIntent, PaymentGateway};
 
@@ -180,7 +180,7 @@ impl FakeGateway {
             amount: Some(req.params.amount.minor_units()),
             currency: Some(req.params.currency.as_str().to_owned()),
             operation_id: Some(req.operation_id.to_string()),
-            ..PaymentIntent::new(id, status)
+            ..PaymentIntent::new(fake_id(&id), status)
         }
     }
 
@@ -281,6 +281,11 @@ impl FakeGateway {
     }
 }
 
+/// The fake's ids (`pi_fake<n>`) are valid PaymentIntent ids by construction.
+fn fake_id(id: &str) -> PaymentIntentId {
+    PaymentIntentId::parse(id).expect("pi_fake<n> is a PaymentIntent id")
+}
+
 #[async_trait]
 impl PaymentGateway for FakeGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
@@ -302,12 +307,12 @@ impl PaymentGateway for FakeGateway {
         result
     }
 
-    async fn retrieve(&self, id: &str) -> Result<PaymentIntent, GatewayError> {
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
-        match self.lock().charges.get(id) {
+        match self.lock().charges.get(id.as_str()) {
             Some(c) => Ok(PaymentIntent {
                 operation_id: Some(c.operation_id.to_string()),
-                ..PaymentIntent::new(id, c.status.clone())
+                ..PaymentIntent::new(id.clone(), c.status.clone())
             }),
             None => Err(GatewayError::Rejected {
                 detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
@@ -328,7 +333,7 @@ impl PaymentGateway for FakeGateway {
             .filter(|(_, c)| c.operation_id == *operation_id)
             .map(|(id, c)| PaymentIntent {
                 operation_id: Some(c.operation_id.to_string()),
-                ..PaymentIntent::new(id.clone(), c.status.clone())
+                ..PaymentIntent::new(fake_id(id), c.status.clone())
             })
             .collect())
     }

@@ -23,7 +23,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, OperationKind, OrderId,
-    PaymentMethodId, Principal,
+    PaymentIntentId, PaymentMethodId, Principal,
 };
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
@@ -278,7 +278,9 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
             Principal::parse(req_s(item, "requested_by")?),
         )?,
         status: domain("status", OperationStatus::parse(req_s(item, "status")?))?,
-        external_id: get_s(item, "external_id")?.map(str::to_owned),
+        external_id: get_s(item, "external_id")?
+            .map(|id| domain("external_id", PaymentIntentId::parse(id)))
+            .transpose()?,
         attempts: req_n(item, "attempts")?,
         first_attempted_at: get_t(item, "first_attempted_at")?,
         last_error: get_s(item, "last_error")?.map(str::to_owned),
@@ -311,7 +313,7 @@ mod tests {
             Duration::from_secs(300),
         );
         op.status = OperationStatus::Unknown;
-        op.external_id = Some("pi_1".into());
+        op.external_id = Some(crate::PaymentIntentId::parse("pi_1").unwrap());
         op.attempts = 3;
         op.first_attempted_at = Some(Timestamp::from_millis(1_800_000_001_000));
         op.last_error = Some("timeout".into());
