@@ -907,7 +907,10 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "(1,000), counted on the wire: the index Queries (entries of keys and `operation_id` since issue 15) and the")?;
     writeln!(w, "BatchGetItems that read each page's records from the table. Read units are **computed** from the items in")?;
     writeln!(w, "each answer (DynamoDB's item size rules; eventually consistent GSI read = 0.5 RU per 4 KB, rounded up per")?;
-    writeln!(w, "request, at least one unit; strongly consistent BatchGetItem = 1 RU per item per 4 KB) —")?;
+    writeln!(
+        w,
+        "request, at least one unit; strongly consistent BatchGetItem = 1 RU per item per 4 KB) —"
+    )?;
     writeln!(w, "moto's `ReturnConsumedCapacity` answers a constant 1.0 whatever is read, so it is not used. The last two")?;
     writeln!(w, "columns are the seed port's way of finding work, a Scan of the table, on the same table (computed the same way).")?;
     writeln!(w)?;
