@@ -18,7 +18,7 @@
 //! no such operation — is copied to the dead-letter queue with its reason (message attributes),
 //! acknowledged at once, counted (`PoisonMessages`, alarmed) and logged with its message id, so
 //! the rest of its group goes on in the same batch. Failing it back to SQS instead would hold the
-//! whole FIFO group for five receives × the visibility timeout (~45 min) and push the valid
+//! whole FIFO group for five receives × the visibility timeout (~2.5 h) and push the valid
 //! messages behind it towards the DLQ too. If the DLQ itself cannot be written, the item fails as
 //! before: never acknowledged without a copy. An operation the message named, if it exists, is
 //! still driven by the unknown index.
