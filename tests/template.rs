@@ -4,8 +4,9 @@
 //! - no IAM statement anywhere has a `*` in its Action or Resource, and no SAM policy template or
 //!   managed policy is attached by hand;
 //! - the charge queue's visibility timeout is at least 6 × the charge function's timeout;
-//! - the table's keys and indexes are the ones `DynamoStore` queries (`UNKNOWN_INDEX`,
-//!   `OPERATION_ID_INDEX`), and the reconciler may query exactly the unknown index;
+//! - the table's keys and its one index are the ones `DynamoStore` queries (`UNKNOWN_INDEX`, with
+//!   `UNKNOWN_INDEX_PROJECTED` only, so a claim writes no index entry), and the reconciler may
+//!   query exactly the unknown index;
 //! - the Lambda settings the deployment relies on (runtime, arm64, cargo-lambda build, JSON logs,
 //!   partial batch responses, one reconciler at a time);
 //! - the door: every HTTP route has an IAM or JWT authorizer in every configuration (IAM by
@@ -17,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use charge_once::adapters::dynamodb::{OPERATION_ID_INDEX, UNKNOWN_INDEX};
+use charge_once::adapters::dynamodb::{UNKNOWN_INDEX, UNKNOWN_INDEX_PROJECTED};
 use serde_norway::Value;
 
 const TEMPLATE: &str = include_str!("../template.yaml");
@@ -395,7 +396,6 @@ fn the_table_is_the_one_the_store_queries() {
         ("sk", "S"),
         ("due_shard", "S"),
         ("due_at", "N"),
-        ("operation_id", "S"),
     ])
     .into_iter()
     .collect();
@@ -407,26 +407,27 @@ fn the_table_is_the_one_the_store_queries() {
         .iter()
         .map(|i| (str_at(i, "IndexName").unwrap().to_owned(), i))
         .collect();
-    assert_eq!(indexes.keys().map(String::as_str).collect::<Vec<_>>(), {
-        let mut names = vec![UNKNOWN_INDEX, OPERATION_ID_INDEX];
-        names.sort();
-        names
-    });
+    assert_eq!(
+        indexes.keys().map(String::as_str).collect::<Vec<_>>(),
+        [UNKNOWN_INDEX],
+        "one index: no index by operation id (issue 15)"
+    );
     let unknown = indexes[UNKNOWN_INDEX];
     assert_eq!(
         key_schema(unknown),
         pairs(&[("due_shard", "HASH"), ("due_at", "RANGE")])
     );
+    // Nothing a claim changes is projected: a claim writes no index entry.
     assert_eq!(
         get(unknown, "Projection").and_then(|p| str_at(p, "ProjectionType")),
-        Some("ALL")
+        Some("INCLUDE")
     );
-    let by_id = indexes[OPERATION_ID_INDEX];
-    assert_eq!(key_schema(by_id), pairs(&[("operation_id", "HASH")]));
-    assert_eq!(
-        get(by_id, "Projection").and_then(|p| str_at(p, "ProjectionType")),
-        Some("KEYS_ONLY")
-    );
+    let projected: Vec<&str> = get(unknown, "Projection")
+        .and_then(|p| get(p, "NonKeyAttributes"))
+        .and_then(Value::as_sequence)
+        .map(|s| s.iter().filter_map(|v| plain(v).as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(projected, [UNKNOWN_INDEX_PROJECTED]);
     assert_eq!(
         get(p, "PointInTimeRecoverySpecification")
             .and_then(|s| get(s, "PointInTimeRecoveryEnabled"))
@@ -1204,11 +1205,11 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
             "dynamodb:Query".to_owned(),
             table(&format!("/index/{UNKNOWN_INDEX}")),
         ),
-        (
-            "dynamodb:Query".to_owned(),
-            table(&format!("/index/{OPERATION_ID_INDEX}")),
-        ),
         ("dynamodb:GetItem".to_owned(), "OperationsTable".to_owned()),
+        (
+            "dynamodb:BatchGetItem".to_owned(),
+            "OperationsTable".to_owned(),
+        ),
         (
             "dynamodb:UpdateItem".to_owned(),
             "OperationsTable".to_owned(),

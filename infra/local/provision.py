@@ -25,7 +25,7 @@ if table not in ddb.list_tables()["TableNames"]:
         BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[
             {"AttributeName": n, "AttributeType": t}
-            for n, t in [("pk", "S"), ("sk", "S"), ("due_shard", "S"), ("due_at", "N"), ("operation_id", "S")]
+            for n, t in [("pk", "S"), ("sk", "S"), ("due_shard", "S"), ("due_at", "N")]
         ],
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
         GlobalSecondaryIndexes=[
@@ -35,12 +35,8 @@ if table not in ddb.list_tables()["TableNames"]:
                     {"AttributeName": "due_shard", "KeyType": "HASH"},
                     {"AttributeName": "due_at", "KeyType": "RANGE"},
                 ],
-                "Projection": {"ProjectionType": "ALL"},
-            },
-            {
-                "IndexName": "by-operation-id",
-                "KeySchema": [{"AttributeName": "operation_id", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
+                # As template.yaml: nothing a claim changes is projected (issue 15).
+                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["operation_id"]},
             },
         ],
     )

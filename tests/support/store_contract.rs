@@ -101,14 +101,40 @@ pub async fn get_of_a_missing_record_is_none(store: Arc<dyn OperationStore>) {
     );
 }
 
-pub async fn get_by_operation_id_finds_the_record(store: Arc<dyn OperationStore>) {
+/// Operators find unsettled work by operation id (the unknown index lists it); once settled, an
+/// operation is found by its order id only (no index by operation id: issue 15).
+pub async fn get_by_operation_id_finds_unsettled_records_only(store: Arc<dyn OperationStore>) {
     let op = operation("contract-by-id", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
     let other = operation("contract-by-id-other", 1000, T0);
     store.create_if_absent(&other).await.unwrap();
     assert_eq!(
         store.get_by_operation_id(&op.operation_id).await.unwrap(),
-        Some(op)
+        Some(op.clone())
+    );
+    // Claimed (leased, attempted) it is still found, with what the claim wrote.
+    let (token, claimed) = claimed(store.as_ref(), &op, T0).await;
+    assert_eq!(
+        store.get_by_operation_id(&op.operation_id).await.unwrap(),
+        Some(claimed)
+    );
+    let settled = store
+        .record(&outcome(&op, token, OperationStatus::Succeeded, T0))
+        .await
+        .unwrap();
+    assert!(matches!(settled, Recorded::Written(_)), "{settled:?}");
+    assert_eq!(
+        store.get_by_operation_id(&op.operation_id).await.unwrap(),
+        None
+    );
+    let by_order = store.get(&op.key()).await.unwrap().unwrap();
+    assert_eq!(by_order.status, OperationStatus::Succeeded);
+    assert_eq!(
+        store
+            .get_by_operation_id(&other.operation_id)
+            .await
+            .unwrap(),
+        Some(other)
     );
 }
 
@@ -592,7 +618,7 @@ macro_rules! store_contract_tests {
         $crate::store_contract_tests!(@cases $make;
             create_if_absent_returns_the_winner_unchanged,
             get_of_a_missing_record_is_none,
-            get_by_operation_id_finds_the_record,
+            get_by_operation_id_finds_unsettled_records_only,
             an_operator_redrive_takes_an_operation_out_of_review,
             claim_sets_lease_first_attempt_and_attempts,
             claim_refuses_missing_settled_and_review,

@@ -1,4 +1,4 @@
-//! One SQS FIFO batch, processed in order.
+//! One SQS FIFO batch: its message groups concurrently, each group in order.
 //!
 //! For each record: parse the body, then run the executor. An item fails (is reported as a batch
 //! item failure, so SQS delivers it again) only when retrying can help: the executor says nothing
@@ -6,11 +6,19 @@
 //! store is unavailable. After a failed item, the later items of the **same message group** in the
 //! batch fail too, so one order's messages never overtake each other; other groups go on.
 //!
+//! **Groups run concurrently, a group never does.** The records are split by `MessageGroupId`
+//! (each group keeps its batch order) and the groups are awaited together on this one task
+//! (`join_all`: no spawned tasks, so the spans and the borrowed ports stay as they are). A message
+//! of a group starts only after the previous one of that group has finished. Why: an invocation
+//! is billed for its duration, and that duration is almost all waiting on Stripe; a batch of n
+//! orders then costs about one Stripe call of time instead of n (issue 15, BENCHMARKS.md), and the
+//! slowest group bounds the invocation. Failures are reported in batch order.
+//!
 //! **Poison never blocks.** A message no retry can fix — an unreadable body, an unknown version,
 //! no such operation — is copied to the dead-letter queue with its reason (message attributes),
 //! acknowledged at once, counted (`PoisonMessages`, alarmed) and logged with its message id, so
 //! the rest of its group goes on in the same batch. Failing it back to SQS instead would hold the
-//! whole FIFO group for five receives × the visibility timeout (~45 min) and push the valid
+//! whole FIFO group for five receives × the visibility timeout (~2.5 h) and push the valid
 //! messages behind it towards the DLQ too. If the DLQ itself cannot be written, the item fails as
 //! before: never acknowledged without a copy. An operation the message named, if it exists, is
 //! still driven by the unknown index.
@@ -26,7 +34,7 @@
 //! (Stripe answered `Idempotent-Replayed: true`: our key was used before), and `SentToReview` per
 //! reason class (alarmed).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
@@ -34,6 +42,7 @@ use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClas
 use charge_once::ports::{ChargeMessage, DeadLetter, DeadLetterQueue};
 use charge_once::reconciler::sent_to_review_line;
 use charge_once::telemetry::{emf_line, MetricsSink};
+use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use tracing::{error, info, warn, Instrument};
 
@@ -80,38 +89,115 @@ struct BatchTally {
     reviews: BTreeMap<ReviewClass, u64>,
 }
 
-/// Handles a batch; returns the items to retry.
+impl BatchTally {
+    /// Adds one group's counts.
+    fn add(&mut self, group: BatchTally) {
+        self.poison += group.poison;
+        self.replays += group.replays;
+        for (class, n) in group.reviews {
+            *self.reviews.entry(class).or_default() += n;
+        }
+    }
+}
+
+/// Handles a batch; returns the items to retry, in batch order.
 pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    let mut failed_groups: HashSet<String> = HashSet::new();
+    let records = &event.payload.records;
+    let groups = message_groups(records);
+    let done = join_all(groups.into_iter().map(|group| run_group(f, records, group))).await;
+
+    let mut outcomes: Vec<(usize, ItemOutcome)> = Vec::with_capacity(records.len());
     let mut tally = BatchTally::default();
-    for record in &event.payload.records {
-        let message_id = record.message_id.clone().unwrap_or_default();
-        let group = record.attributes.get("MessageGroupId").cloned();
-        let outcome = match &group {
-            Some(g) if failed_groups.contains(g) => {
-                info!(%message_id, group = %g, "an earlier message of this group failed; keeping order");
-                ItemOutcome::Retry("earlier message in group failed")
-            }
-            _ => process(f, record, &message_id, &mut tally).await,
-        };
-        match outcome {
-            ItemOutcome::Acknowledged => {}
-            ItemOutcome::Poisoned(_) => tally.poison += 1,
-            ItemOutcome::Retry(_) => {
-                if let Some(g) = group {
-                    failed_groups.insert(g);
-                }
-                // An empty identifier makes Lambda retry the whole batch: the safe reading of a
-                // record without a message id.
-                let mut failure = BatchItemFailure::default();
-                failure.item_identifier = message_id;
-                response.batch_item_failures.push(failure);
-            }
+    for (group_outcomes, group_tally) in done {
+        outcomes.extend(group_outcomes);
+        tally.add(group_tally);
+    }
+    outcomes.sort_by_key(|(index, _)| *index);
+
+    let mut response = SqsBatchResponse::default();
+    for (index, outcome) in outcomes {
+        if let ItemOutcome::Retry(_) = outcome {
+            // An empty identifier makes Lambda retry the whole batch: the safe reading of a
+            // record without a message id.
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = records[index].message_id.clone().unwrap_or_default();
+            response.batch_item_failures.push(failure);
         }
     }
     emit(f, &tally);
     response
+}
+
+/// The records of one message group, by their index in the batch, in batch order.
+#[derive(Debug, PartialEq, Eq)]
+struct MessageGroup {
+    id: Option<String>,
+    records: Vec<usize>,
+}
+
+/// Splits a batch by `MessageGroupId`, groups in the order they first appear. A record without a
+/// group id (a FIFO queue always sets one) is a group of its own: it was never held back by, nor
+/// held back, anything else.
+fn message_groups(records: &[SqsMessage]) -> Vec<MessageGroup> {
+    let mut groups: Vec<MessageGroup> = Vec::new();
+    let mut by_id: HashMap<&str, usize> = HashMap::new();
+    for (index, record) in records.iter().enumerate() {
+        match record.attributes.get("MessageGroupId") {
+            Some(id) => {
+                let at = *by_id.entry(id.as_str()).or_insert_with(|| {
+                    groups.push(MessageGroup {
+                        id: Some(id.clone()),
+                        records: Vec::new(),
+                    });
+                    groups.len() - 1
+                });
+                groups[at].records.push(index);
+            }
+            None => groups.push(MessageGroup {
+                id: None,
+                records: vec![index],
+            }),
+        }
+    }
+    groups
+}
+
+/// One group, one message at a time; after a failed item the rest of the group fails unprocessed.
+async fn run_group(
+    f: &ChargeFunction,
+    records: &[SqsMessage],
+    group: MessageGroup,
+) -> (Vec<(usize, ItemOutcome)>, BatchTally) {
+    let span = tracing::info_span!(
+        "charge_group",
+        group = group.id.as_deref().unwrap_or(""),
+        messages = group.records.len()
+    );
+    async {
+        let mut tally = BatchTally::default();
+        let mut outcomes = Vec::with_capacity(group.records.len());
+        let mut failed = false;
+        for index in group.records {
+            let record = &records[index];
+            let message_id = record.message_id.clone().unwrap_or_default();
+            let outcome = if failed {
+                info!(%message_id, "an earlier message of this group failed; keeping order");
+                ItemOutcome::Retry("earlier message in group failed")
+            } else {
+                process(f, record, &message_id, &mut tally).await
+            };
+            match outcome {
+                ItemOutcome::Acknowledged => {}
+                ItemOutcome::Poisoned(_) => tally.poison += 1,
+                // The rest of this group waits for the next delivery, in order.
+                ItemOutcome::Retry(_) => failed = true,
+            }
+            outcomes.push((index, outcome));
+        }
+        (outcomes, tally)
+    }
+    .instrument(span)
+    .await
 }
 
 fn emit(f: &ChargeFunction, tally: &BatchTally) {
@@ -251,11 +337,13 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use std::sync::Arc;
     use std::time::Duration;
 
     use charge_once::executor::ChargePolicy;
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
+    use charge_once::ports::DeadLetter;
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::{
@@ -280,15 +368,22 @@ mod tests {
         metrics: Arc<CapturedMetrics>,
     }
 
+    /// The operations the sample batch refers to.
+    const SAMPLE_ORDERS: [(&str, &str); 2] = [
+        ("ord-1001", "0f8c6a52-3c1d-4e6f-9a2b-7d5e4c3b2a10"),
+        ("ord-1003", "5b7e2d19-8a4c-4f1e-b6d3-2c9a8e7f6d50"),
+    ];
+
     async fn world() -> World {
+        world_with(&SAMPLE_ORDERS).await
+    }
+
+    /// A world whose store holds a pending operation for each `(order id, operation id)`.
+    async fn world_with(orders: &[(&str, &str)]) -> World {
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
-        // The operations the sample batch refers to.
-        for (order, id) in [
-            ("ord-1001", "0f8c6a52-3c1d-4e6f-9a2b-7d5e4c3b2a10"),
-            ("ord-1003", "5b7e2d19-8a4c-4f1e-b6d3-2c9a8e7f6d50"),
-        ] {
+        for (order, id) in orders.iter().copied() {
             let mut op = Operation::new(
                 OrderId::parse(order).unwrap(),
                 ChargeParams {
@@ -490,6 +585,363 @@ mod tests {
             .collect();
         assert_eq!(in_review.len(), 1);
         assert_eq!(in_review[0].order_id.as_str(), "ord-1001");
+    }
+
+    // --- Concurrency: groups overlap, a group never does. ---------------------------------------
+    //
+    // No sleeps and no clocks: the ports below write to one shared timeline and hand control back
+    // to the executor (`yield_now`) in the middle of each call, so whatever else is ready runs in
+    // between. The timeline's order is then the proof: with groups run one after another it would
+    // show no other group's event inside a call; with a group's messages run concurrently it would
+    // show a second message of the group starting before the first ended.
+
+    /// Events in the order they happened.
+    #[derive(Default, Clone)]
+    struct Timeline(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Timeline {
+        fn push(&self, event: String) {
+            self.0.lock().unwrap().push(event);
+        }
+        fn events(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+        fn position(&self, event: &str) -> Option<usize> {
+            self.events().iter().position(|e| e == event)
+        }
+        /// The events whose text starts with `prefix`, in order.
+        fn of(&self, prefix: &str) -> Vec<String> {
+            self.events()
+                .into_iter()
+                .filter(|e| e.starts_with(prefix))
+                .collect()
+        }
+    }
+
+    /// Gives every other ready future a turn, a bounded number of times.
+    async fn let_others_run() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A gateway that logs `create <order> start|end` around the fake's answer, lets others run
+    /// in the middle, and can hold a create until another order's create has started (bounded:
+    /// if that never happens, it goes on and the timeline shows it).
+    struct TimedGateway {
+        inner: FakeGateway,
+        timeline: Timeline,
+        order_of: HashMap<OperationId, String>,
+        /// order -> the order whose create must start first.
+        wait_for: HashMap<String, String>,
+        /// Orders whose create is answered 429 (nothing happened: retry later).
+        rate_limited: HashSet<String>,
+    }
+
+    #[async_trait::async_trait]
+    impl charge_once::ports::PaymentGateway for TimedGateway {
+        async fn create(
+            &self,
+            req: &charge_once::ports::CreatePaymentIntent,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            let order = self.order_of[&req.operation_id].clone();
+            self.timeline.push(format!("create {order} start"));
+            if let Some(other) = self.wait_for.get(&order) {
+                let started = format!("create {other} start");
+                for _ in 0..1000 {
+                    if self.timeline.position(&started).is_some() {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }
+            let_others_run().await;
+            let answer = if self.rate_limited.contains(&order) {
+                Err(charge_once::GatewayError::RetryLater {
+                    cause: charge_once::RetryCause::RateLimited,
+                    detail: "429".into(),
+                })
+            } else {
+                self.inner.create(req).await
+            };
+            self.timeline.push(format!("create {order} end"));
+            answer
+        }
+        async fn retrieve(
+            &self,
+            id: &str,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            self.inner.retrieve(id).await
+        }
+        async fn search_by_operation(
+            &self,
+            operation_id: &OperationId,
+        ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
+            self.inner.search_by_operation(operation_id).await
+        }
+    }
+
+    /// A DLQ that logs `park <message id> start|end` and lets others run in between.
+    struct TimedDeadLetters {
+        inner: MemoryDeadLetters,
+        timeline: Timeline,
+    }
+
+    #[async_trait::async_trait]
+    impl DeadLetterQueue for TimedDeadLetters {
+        async fn park(&self, letter: &DeadLetter) -> Result<(), charge_once::ports::QueueError> {
+            self.timeline
+                .push(format!("park {} start", letter.message_id));
+            let_others_run().await;
+            let parked = self.inner.park(letter).await;
+            self.timeline
+                .push(format!("park {} end", letter.message_id));
+            parked
+        }
+    }
+
+    const ORDERS: [(&str, &str); 3] = [
+        ("ord-a", "aaaaaaaa-0000-4000-8000-000000000001"),
+        ("ord-b", "bbbbbbbb-0000-4000-8000-000000000002"),
+        ("ord-c", "cccccccc-0000-4000-8000-000000000003"),
+    ];
+
+    /// A world over [`ORDERS`] whose gateway and DLQ write to one timeline.
+    async fn timed_world(wait_for: &[(&str, &str)], rate_limited: &[&str]) -> (World, Timeline) {
+        let mut w = world_with(&ORDERS).await;
+        let timeline = Timeline::default();
+        let gateway = TimedGateway {
+            inner: FakeGateway::new(),
+            timeline: timeline.clone(),
+            order_of: ORDERS
+                .iter()
+                .map(|(order, id)| (OperationId::parse(id).unwrap(), (*order).to_owned()))
+                .collect(),
+            wait_for: wait_for
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect(),
+            rate_limited: rate_limited.iter().map(|o| (*o).to_owned()).collect(),
+        };
+        w.f.charge.gateway = Arc::new(gateway);
+        w.f.dead_letters = Arc::new(TimedDeadLetters {
+            inner: MemoryDeadLetters::new(),
+            timeline: timeline.clone(),
+        });
+        (w, timeline)
+    }
+
+    /// A record of `group` with this message id: a charge message for `order`'s operation, or a
+    /// poison body.
+    fn record(message_id: &str, group: &str, body: Body) -> SqsMessage {
+        let mut r = batch().records[0].clone();
+        r.message_id = Some(message_id.into());
+        r.attributes.insert("MessageGroupId".into(), group.into());
+        r.body = Some(match body {
+            Body::Charge(order) => {
+                let id = ORDERS.iter().find(|(o, _)| *o == order).unwrap().1;
+                format!(r#"{{"v":1,"operation_id":"{id}","order_id":"{order}","kind":"charge"}}"#)
+            }
+            Body::Poison => "{not json".into(),
+        });
+        r
+    }
+
+    enum Body {
+        Charge(&'static str),
+        Poison,
+    }
+
+    fn event_of(records: Vec<SqsMessage>) -> LambdaEvent<SqsEvent> {
+        let mut event = SqsEvent::default();
+        event.records = records;
+        LambdaEvent::new(event, Context::default())
+    }
+
+    #[tokio::test]
+    async fn two_groups_of_one_batch_overlap_in_time() {
+        // ord-a's Stripe call cannot finish before ord-b's has started: run one after another,
+        // ord-a would give up waiting and end first.
+        let (w, timeline) = timed_world(&[("ord-a", "ord-b")], &[]).await;
+        let resp = handle(
+            &w.f,
+            event_of(vec![
+                record("a1", "ord-a", Body::Charge("ord-a")),
+                record("b1", "ord-b", Body::Charge("ord-b")),
+            ]),
+        )
+        .await;
+        assert!(failed(&resp).is_empty());
+        let at = |e: &str| timeline.position(e).unwrap_or_else(|| panic!("no {e:?}"));
+        assert!(
+            at("create ord-a start") < at("create ord-b start")
+                && at("create ord-b start") < at("create ord-a end"),
+            "ord-b's call started while ord-a's was in flight: {:?}",
+            timeline.events()
+        );
+        assert_eq!(
+            statuses(&w),
+            [
+                ("ord-a".to_owned(), OperationStatus::Succeeded),
+                ("ord-b".to_owned(), OperationStatus::Succeeded),
+                ("ord-c".to_owned(), OperationStatus::Pending),
+            ]
+        );
+    }
+
+    fn statuses(w: &World) -> Vec<(String, OperationStatus)> {
+        let mut all: Vec<_> = w
+            .store
+            .all()
+            .into_iter()
+            .map(|op| (op.order_id.as_str().to_owned(), op.status))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    #[tokio::test]
+    async fn one_group_runs_in_batch_order_while_others_interleave() {
+        let (w, timeline) = timed_world(&[], &[]).await;
+        // Group ord-a: poison, the charge, a duplicate of it, poison again; ord-b's and ord-c's
+        // messages in between.
+        let resp = handle(
+            &w.f,
+            event_of(vec![
+                record("a1", "ord-a", Body::Poison),
+                record("b1", "ord-b", Body::Charge("ord-b")),
+                record("a2", "ord-a", Body::Charge("ord-a")),
+                record("c1", "ord-c", Body::Poison),
+                record("a3", "ord-a", Body::Charge("ord-a")),
+                record("b2", "ord-b", Body::Poison),
+                record("a4", "ord-a", Body::Poison),
+                record("c2", "ord-c", Body::Charge("ord-c")),
+            ]),
+        )
+        .await;
+        assert!(failed(&resp).is_empty());
+        // What each group did, in the order it happened: each call ends before the group's next
+        // one starts, in batch order (a3, the duplicate, finds the operation settled: no call).
+        let group = |events: &[&str]| -> Vec<String> {
+            timeline
+                .events()
+                .into_iter()
+                .filter(|e| events.iter().any(|id| e.contains(id)))
+                .collect()
+        };
+        assert_eq!(
+            group(&["a1 ", "a2 ", "a3 ", "a4 ", "ord-a "]),
+            [
+                "park a1 start",
+                "park a1 end",
+                "create ord-a start",
+                "create ord-a end",
+                "park a4 start",
+                "park a4 end"
+            ]
+        );
+        assert_eq!(
+            group(&["b1 ", "b2 ", "ord-b "]),
+            [
+                "create ord-b start",
+                "create ord-b end",
+                "park b2 start",
+                "park b2 end"
+            ]
+        );
+        assert_eq!(
+            group(&["c1 ", "c2 ", "ord-c "]),
+            [
+                "park c1 start",
+                "park c1 end",
+                "create ord-c start",
+                "create ord-c end"
+            ]
+        );
+        // And the groups did run together: other groups' events fall inside ord-a's first call.
+        let at = |e: &str| timeline.position(e).unwrap();
+        let inside = &timeline.events()[at("park a1 start")..at("park a1 end")];
+        assert!(
+            inside
+                .iter()
+                .any(|e| e.contains("ord-b") || e.contains("c1")),
+            "{:?}",
+            timeline.events()
+        );
+        assert_eq!(
+            timeline.of("park").len(),
+            2 * 4,
+            "four poison messages parked"
+        );
+        assert_eq!(
+            statuses(&w),
+            [
+                ("ord-a".to_owned(), OperationStatus::Succeeded),
+                ("ord-b".to_owned(), OperationStatus::Succeeded),
+                ("ord-c".to_owned(), OperationStatus::Succeeded),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failure_fails_the_rest_of_its_group_while_other_groups_finish() {
+        // ord-a's first message gets a 429 while ord-b's call is in flight.
+        let (w, timeline) = timed_world(&[("ord-a", "ord-b")], &["ord-a"]).await;
+        let resp = handle(
+            &w.f,
+            event_of(vec![
+                record("a1", "ord-a", Body::Charge("ord-a")),
+                record("b1", "ord-b", Body::Charge("ord-b")),
+                record("a2", "ord-a", Body::Charge("ord-a")),
+                record("c1", "ord-c", Body::Charge("ord-c")),
+                record("a3", "ord-a", Body::Poison),
+                record("b2", "ord-b", Body::Charge("ord-b")),
+            ]),
+        )
+        .await;
+        // ord-a's first message and every later one of its group (even the poison one, which is
+        // not parked out of turn), in batch order; ord-b and ord-c go on.
+        assert_eq!(failed(&resp), ["a1", "a2", "a3"]);
+        assert!(timeline.position("park a3 start").is_none());
+        assert_eq!(timeline.of("create ord-a").len(), 2, "one call, no retry");
+        assert_eq!(
+            statuses(&w),
+            [
+                ("ord-a".to_owned(), OperationStatus::Pending),
+                ("ord-b".to_owned(), OperationStatus::Succeeded),
+                ("ord-c".to_owned(), OperationStatus::Succeeded),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_splits_into_its_groups_in_order() {
+        let mut records = vec![
+            record("a1", "ord-a", Body::Poison),
+            record("b1", "ord-b", Body::Poison),
+            record("a2", "ord-a", Body::Poison),
+            record("x", "unused", Body::Poison),
+        ];
+        records[3].attributes.remove("MessageGroupId");
+        records.push(record("b2", "ord-b", Body::Poison));
+        let groups = message_groups(&records);
+        assert_eq!(
+            groups,
+            [
+                MessageGroup {
+                    id: Some("ord-a".into()),
+                    records: vec![0, 2]
+                },
+                MessageGroup {
+                    id: Some("ord-b".into()),
+                    records: vec![1, 4]
+                },
+                MessageGroup {
+                    id: None,
+                    records: vec![3]
+                },
+            ]
+        );
     }
 
     #[test]

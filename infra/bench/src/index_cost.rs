@@ -4,8 +4,10 @@
 //! settled operations as the charge function leaves them (no index attributes), unsettled ones as
 //! it leaves an `unknown` (index attributes set, due now). Then exactly what a tick reads:
 //! [`DynamoStore::query_index`] with [`IndexQuery::DueBy`] and the reconciler's page size, page by
-//! page, through a client counted on the wire. Read units are computed from the items in each
-//! Query answer (see [`crate::wire::counter`]); moto's `ConsumedCapacity` is a constant 1.0.
+//! page, through a client counted on the wire: the index Queries (entries: keys and
+//! `operation_id`) and the BatchGetItems that read the page's records (issue 15: the index no
+//! longer projects them). Read units are computed from the items in each answer (see
+//! [`crate::wire::counter`]); moto's `ConsumedCapacity` is a constant 1.0.
 //!
 //! For contrast, the seed's straight port finds its work with a Scan: its computed read units are
 //! reported on the same table.
@@ -35,6 +37,7 @@ pub struct IndexRow {
     pub unsettled: usize,
     pub pages: u64,
     pub queries: u64,
+    pub batch_gets: u64,
     pub items_read: u64,
     pub bytes_read: u64,
     pub read_units: f64,
@@ -49,6 +52,7 @@ impl IndexRow {
             "unsettled": self.unsettled,
             "pages": self.pages,
             "queries": self.queries,
+            "batch_gets": self.batch_gets,
             "items_read": self.items_read,
             "bytes_read": self.bytes_read,
             "read_units": self.read_units,
@@ -233,6 +237,7 @@ impl IndexTable {
             unsettled: self.unsettled,
             pages,
             queries: tick.get("Query"),
+            batch_gets: tick.get("BatchGetItem"),
             items_read: tick.read_items,
             bytes_read: tick.read_bytes,
             read_units: tick.read_units,

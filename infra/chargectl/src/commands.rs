@@ -181,17 +181,26 @@ pub async fn unknowns(
     Ok(())
 }
 
-/// Reads one operation by its id, or refuses with "no operation ...".
+/// Reads one unsettled operation by its id, or refuses with "no operation ...". Settled ones are
+/// not found by id (no index by operation id, issue 15): there is nothing left to resolve or
+/// re-drive on them, and `show` finds them by order id.
 async fn fetch(store: &dyn OperationStore, id: &OperationId) -> Result<Operation, Failure> {
     store
         .get_by_operation_id(id)
         .await
         .map_err(|e| Failure::infra(format!("reading operation {id}"), e))?
-        .ok_or_else(|| Failure::Refused(format!("no operation with id {id}")))
+        .ok_or_else(|| Failure::Refused(not_unsettled(id)))
 }
 
-/// `chargectl show`: by operation id when the argument is a UUID (falling back to an order id of
-/// that spelling), else by order id.
+fn not_unsettled(id: &OperationId) -> String {
+    format!(
+        "no operation with id {id} waiting for work: it is already settled (nothing to change; \
+         `chargectl show <order id>` shows it) or does not exist"
+    )
+}
+
+/// `chargectl show`: by operation id when the argument is a UUID and the operation is unsettled
+/// (falling back to an order id of that spelling), else by order id.
 pub async fn show(
     store: &dyn OperationStore,
     clock: &dyn Clock,
@@ -220,7 +229,8 @@ pub async fn show(
     }
     let op = found.ok_or_else(|| {
         Failure::Refused(format!(
-            "no operation for order or operation id {}",
+            "no operation for order or operation id {} (a settled operation is shown by its \
+             order id, which Stripe's metadata carries as order_id)",
             args.id
         ))
     })?;
@@ -931,7 +941,7 @@ mod tests {
         assert_eq!(err.exit_code(), 1);
         assert!(err
             .to_string()
-            .contains("is already failed; nothing changed"));
+            .contains(&not_unsettled(&settled.operation_id)));
 
         // The lease expires at T0+60 s; with the margin it counts as live until T0+180 s.
         clock.set(T0.plus(Duration::from_secs(90)));
@@ -1120,7 +1130,7 @@ mod tests {
         let err = redrive(&store, &queue, &identity, &clock, &args, &mut c.console())
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("already succeeded"), "{err}");
+        assert!(err.to_string().contains("already settled"), "{err}");
         assert!(queue.receive(10, Duration::from_secs(30)).is_empty());
     }
 

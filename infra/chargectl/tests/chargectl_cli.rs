@@ -479,7 +479,8 @@ async fn resolve_settles_once_stripe_confirms_and_appends_history_with_the_calle
         )
     );
 
-    let show = f.run(&["show", &id]);
+    // Settled now: shown by its order id (no index by operation id, issue 15).
+    let show = f.run(&["show", f.review.order_id.as_str()]);
     assert_exit(&show, 0);
     let text = stdout(&show);
     assert!(
@@ -622,7 +623,7 @@ async fn resolve_of_a_settled_or_leased_operation_is_refused_and_changes_nothing
     assert_exit(&out, 1);
     assert!(
         stderr(&out).contains(&format!(
-            "operation {} is already succeeded; nothing changed",
+            "no operation with id {} waiting for work: it is already settled",
             f.settled.operation_id
         )),
         "{}",
@@ -738,7 +739,7 @@ async fn redrive_sends_one_message_and_takes_the_operation_out_of_review() {
         "n",
     ]);
     assert_exit(&out, 1);
-    assert!(stderr(&out).contains("is already succeeded; nothing to re-drive"));
+    assert!(stderr(&out).contains("waiting for work: it is already settled"));
     assert_eq!(f.get(&f.settled).await, before);
     let again = sqs
         .receive_message()

@@ -259,9 +259,11 @@ impl OperationStore for SimStore {
     ) -> Result<Option<Operation>, StoreError> {
         self.calls.reads.fetch_add(1, Ordering::Relaxed);
         let t = self.lock();
+        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
         Ok(t.by_operation_id
             .get(operation_id)
             .and_then(|k| t.items.get(k))
+            .filter(|op| !op.status.is_settled() && op.next_due_at.is_some())
             .cloned())
     }
 

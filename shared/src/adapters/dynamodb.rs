@@ -6,9 +6,32 @@
 //! - Attributes: see [`item`]; money as `N`, times as `N` (milliseconds since the epoch).
 //!
 //! ## The unknown index (sparse GSI `unsettled-by-due`)
-//! Partition key `due_shard` (S), sort key `due_at` (N), projection ALL. Only unsettled operations
-//! carry these two attributes; settling REMOVEs them, so the index holds unsettled work only and
-//! its size — and what the reconciler and operators read — never grows with settled operations.
+//! Partition key `due_shard` (S), sort key `due_at` (N), projection INCLUDE `operation_id`. Only
+//! unsettled operations carry these two attributes; settling REMOVEs them, so the index holds
+//! unsettled work only and its size — and what the reconciler and operators read — never grows
+//! with settled operations.
+//!
+//! **Why not projection ALL (issue 15).** DynamoDB writes a GSI entry whenever a table write puts
+//! it, deletes it, changes its key, or changes an attribute *projected* into it; a write that
+//! touches none of these costs the index nothing (developer guide, "Provisioned throughput
+//! considerations for global secondary indexes", GSI.Writes). With ALL, the claim (lease fields,
+//! `attempts`, `updated_at`) rewrote the entry: 3 index writes per charge. Projected are now only
+//! the keys and `operation_id`, which never change after the put, and the claim does not move
+//! `due_at` (the checkout's due time, creation + grace, is what the reconciler needs: a claim
+//! before it is settled or leased by then; a claim after it holds a lease the reconciler skips
+//! until it expires). So the happy path writes the index twice: the checkout's put and the
+//! settling record's REMOVE. What the index no longer carries, a reader takes from the table: a
+//! page's keys are read back with one strongly consistent BatchGetItem (1 read unit per item
+//! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
+//! index answered (settled, re-scheduled, flagged) is left out, exactly as a stale index read
+//! would have been refused by the `updated_at` guards.
+//!
+//! ## No index by operation id
+//! The `by-operation-id` index (KEYS_ONLY, one write per operation) is gone: nothing on the
+//! charge path reads by operation id (the key is the order), Stripe's metadata carries both ids,
+//! and operators act on unsettled operations, which [`OperationStore::get_by_operation_id`] finds
+//! in the unknown index (a filtered Query per partition). A settled operation is shown by its
+//! order id.
 //!
 //! `due_shard` is `DUE#<n>` for automatic work and `REVIEW` for operations waiting for a person.
 //! Why shards: at 1,000 new operations/s each unsettled operation changes ~3 times (create, claim,
@@ -42,9 +65,9 @@ use item::{attr_n, attr_s, audit_to_attr, key_of, operation_from_item, operation
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
-/// Name of the KEYS_ONLY index from operation id to the record, for operators. Its key never
-/// changes after the put, so it costs one index write per operation, ever.
-pub const OPERATION_ID_INDEX: &str = "by-operation-id";
+/// The only non-key attribute projected into the unknown index: set by the put, never changed,
+/// so no update after the put writes the index unless it moves the entry (see the module docs).
+pub const UNKNOWN_INDEX_PROJECTED: &str = "operation_id";
 /// How many `DUE#<n>` partitions the index is spread over (see the module docs).
 pub const DUE_SHARDS: u32 = 8;
 pub const REVIEW_SHARD: &str = "REVIEW";
@@ -108,13 +131,18 @@ struct IndexPosition {
 }
 
 impl IndexPosition {
-    fn of(op: &Operation) -> Self {
-        let (pk, sk) = key_of(&op.key());
-        Self {
-            pk,
-            sk,
-            due: op.next_due_at.map(|t| t.as_millis()).unwrap_or(0),
-        }
+    /// The position of an index entry as a Query returns it (keys and `due_at`).
+    fn from_entry(entry: &Attrs) -> Result<Self, StoreError> {
+        Ok(Self {
+            pk: item::req_key(entry, "pk")?,
+            sk: item::req_key(entry, "sk")?,
+            due: match entry.get("due_at") {
+                Some(AttributeValue::N(n)) => n
+                    .parse()
+                    .map_err(|_| StoreError::new("malformed index entry: due_at"))?,
+                _ => return Err(StoreError::new("malformed index entry: due_at")),
+            },
+        })
     }
 }
 
@@ -176,17 +204,8 @@ impl DynamoStore {
             .key_schema(key("due_at", KeyType::Range)?)
             .projection(
                 Projection::builder()
-                    .projection_type(ProjectionType::All)
-                    .build(),
-            )
-            .build()
-            .map_err(|e| StoreError::with_source("bad index definition", e))?;
-        let by_id = GlobalSecondaryIndex::builder()
-            .index_name(OPERATION_ID_INDEX)
-            .key_schema(key("operation_id", KeyType::Hash)?)
-            .projection(
-                Projection::builder()
-                    .projection_type(ProjectionType::KeysOnly)
+                    .projection_type(ProjectionType::Include)
+                    .non_key_attributes(UNKNOWN_INDEX_PROJECTED)
                     .build(),
             )
             .build()
@@ -199,11 +218,9 @@ impl DynamoStore {
             .attribute_definitions(def("sk", ScalarAttributeType::S)?)
             .attribute_definitions(def("due_shard", ScalarAttributeType::S)?)
             .attribute_definitions(def("due_at", ScalarAttributeType::N)?)
-            .attribute_definitions(def("operation_id", ScalarAttributeType::S)?)
             .key_schema(key("pk", KeyType::Hash)?)
             .key_schema(key("sk", KeyType::Range)?)
             .global_secondary_indexes(index)
-            .global_secondary_indexes(by_id)
             // The outbox: the notify function reads old and new images of every write.
             .stream_specification(
                 StreamSpecification::builder()
@@ -218,15 +235,15 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// Reads one partition of the index after `after`, at most `limit` items, oldest due first.
-    /// Returns the items and whether the partition has no more.
+    /// Reads one partition of the index after `after`, at most `limit` entries, oldest due first.
+    /// Returns the entries' positions and whether the partition has no more.
     async fn query_shard(
         &self,
         shard: &str,
         due_by: Option<i64>,
         after: Option<&IndexPosition>,
         limit: usize,
-    ) -> Result<(Vec<Operation>, bool), StoreError> {
+    ) -> Result<(Vec<IndexPosition>, bool), StoreError> {
         let start = after.map(|p| {
             HashMap::from([
                 ("pk".to_owned(), attr_s(&p.pk)),
@@ -259,12 +276,92 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| sdk_error("Query unknown index", e))?;
-        let ops = out
+        let entries = out
             .items()
             .iter()
-            .map(operation_from_item)
+            .map(IndexPosition::from_entry)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((ops, out.last_evaluated_key().is_none()))
+        Ok((entries, out.last_evaluated_key().is_none()))
+    }
+
+    /// Reads the records of index entries from the table (strongly consistent, BatchGetItem in
+    /// chunks of 100), in the entries' order. An entry whose record is gone or no longer sits at
+    /// that place in the index (settled, due at another time, moved to or from REVIEW) is left
+    /// out: it changed after the index answered, and the next read finds it where it is now.
+    async fn records_of(
+        &self,
+        entries: &[(String, IndexPosition)],
+    ) -> Result<Vec<Operation>, StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        // DynamoDB's limit per BatchGetItem.
+        const CHUNK: usize = 100;
+        // Unprocessed keys (throttling) are asked again this many times before giving up; the
+        // reconciler then skips the tick's rest and the next tick reads them.
+        const ROUNDS: usize = 5;
+        let mut found: HashMap<(String, String), Attrs> = HashMap::new();
+        for chunk in entries.chunks(CHUNK) {
+            let mut keys: Vec<Attrs> = chunk
+                .iter()
+                .map(|(_, p)| {
+                    HashMap::from([
+                        ("pk".to_owned(), attr_s(&p.pk)),
+                        ("sk".to_owned(), attr_s(&p.sk)),
+                    ])
+                })
+                .collect();
+            keys.dedup();
+            for _ in 0..ROUNDS {
+                if keys.is_empty() {
+                    break;
+                }
+                self.calls
+                    .reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StoreError::with_source("bad BatchGetItem request", e))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("BatchGetItem", e))?;
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    let pk = item::req_key(item, "pk")?;
+                    let sk = item::req_key(item, "sk")?;
+                    found.insert((pk, sk), item.clone());
+                }
+                if let Some(left) = out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    keys = left.keys().to_vec();
+                }
+            }
+            if !keys.is_empty() {
+                return Err(StoreError::new(format!(
+                    "BatchGetItem: {} keys still unprocessed after {ROUNDS} rounds",
+                    keys.len()
+                )));
+            }
+        }
+        let mut ops = Vec::with_capacity(entries.len());
+        for (shard, p) in entries {
+            let Some(item) = found.get(&(p.pk.clone(), p.sk.clone())) else {
+                continue;
+            };
+            let still_there = matches!(item.get("due_shard"), Some(AttributeValue::S(s)) if s == shard)
+                && matches!(item.get("due_at"), Some(AttributeValue::N(n)) if n.parse::<i64>().ok() == Some(p.due));
+            if still_there {
+                ops.push(operation_from_item(item)?);
+            }
+        }
+        Ok(ops)
     }
 
     /// The common shape of every conditional UpdateItem here: ALL_NEW on success, the current
@@ -375,39 +472,52 @@ impl OperationStore for DynamoStore {
         &self,
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
-        self.calls
-            .queries
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(OPERATION_ID_INDEX)
-            .key_condition_expression("operation_id = :op")
-            .expression_attribute_values(":op", attr_s(&operation_id.to_string()))
-            .limit(1)
-            .send()
-            .await
-            .map_err(|e| sdk_error("Query by operation id", e))?;
-        let Some(keys) = out.items().first() else {
-            return Ok(None);
-        };
-        let pk = match keys.get("pk") {
-            Some(aws_sdk_dynamodb::types::AttributeValue::S(pk)) => pk,
-            _ => return Err(StoreError::new("malformed index item: pk")),
-        };
-        let order = pk
-            .strip_prefix("ORDER#")
-            .ok_or_else(|| StoreError::new("malformed index item: pk"))?;
-        let key = OperationKey::charge(
-            crate::domain::OrderId::parse(order)
-                .map_err(|e| StoreError::new(format!("malformed index item: {e}")))?,
-        );
-        // The GSI is eventually consistent; the table read that follows is not.
-        Ok(self
-            .get(&key)
-            .await?
-            .filter(|op| op.operation_id == *operation_id))
+        // Every partition of the unknown index, filtered on the projected `operation_id`: an
+        // operator's read, proportional to the unsettled operations (keys and ids only).
+        let shards = (0..DUE_SHARDS)
+            .map(|n| format!("DUE#{n}"))
+            .chain([REVIEW_SHARD.to_owned()]);
+        for shard in shards {
+            let mut start: Option<Attrs> = None;
+            loop {
+                self.calls
+                    .queries
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(UNKNOWN_INDEX)
+                    .key_condition_expression("due_shard = :shard")
+                    .filter_expression("operation_id = :op")
+                    .expression_attribute_values(":shard", attr_s(&shard))
+                    .expression_attribute_values(":op", attr_s(&operation_id.to_string()))
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("Query unknown index by operation id", e))?;
+                if let Some(entry) = out.items().first() {
+                    let order = item::req_key(entry, "pk")?;
+                    let order = order
+                        .strip_prefix("ORDER#")
+                        .ok_or_else(|| StoreError::new("malformed index entry: pk"))?;
+                    let key = OperationKey::charge(
+                        crate::domain::OrderId::parse(order)
+                            .map_err(|e| StoreError::new(format!("malformed index entry: {e}")))?,
+                    );
+                    // The GSI is eventually consistent; the table read that follows is not.
+                    return Ok(self
+                        .get(&key)
+                        .await?
+                        .filter(|op| op.operation_id == *operation_id));
+                }
+                match out.last_evaluated_key() {
+                    Some(last) => start = Some(last.clone()),
+                    None => break,
+                }
+            }
+        }
+        Ok(None)
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
@@ -641,29 +751,28 @@ impl OperationStore for DynamoStore {
         // (ties in each partition's own order, so what is taken from a partition is always a
         // prefix of what was read from it), and remember per partition the last item returned.
         // Oldest-due-first then holds across pages, and nothing is skipped or repeated.
-        let mut candidates: Vec<(i64, usize, usize, Operation)> = Vec::new();
+        let mut candidates: Vec<(i64, usize, usize, IndexPosition)> = Vec::new();
         let mut read = vec![0usize; shards.len()];
         let mut complete = vec![true; shards.len()];
         for (i, shard) in shards.iter().enumerate() {
             if cursor.done[i] {
                 continue;
             }
-            let (ops, no_more) = self
+            let (entries, no_more) = self
                 .query_shard(shard, due_by, cursor.after[i].as_ref(), limit)
                 .await?;
-            read[i] = ops.len();
+            read[i] = entries.len();
             complete[i] = no_more;
-            for (pos, op) in ops.into_iter().enumerate() {
-                let due = op.next_due_at.map(|t| t.as_millis()).unwrap_or(i64::MAX);
-                candidates.push((due, i, pos, op));
+            for (pos, entry) in entries.into_iter().enumerate() {
+                candidates.push((entry.due, i, pos, entry));
             }
         }
         candidates.sort_by_key(|(due, shard, pos, _)| (*due, *shard, *pos));
         candidates.truncate(limit);
         let mut taken = vec![0usize; shards.len()];
-        for (_, i, _, op) in &candidates {
+        for (_, i, _, entry) in &candidates {
             taken[*i] += 1;
-            cursor.after[*i] = Some(IndexPosition::of(op));
+            cursor.after[*i] = Some(entry.clone());
         }
         for i in 0..shards.len() {
             if !cursor.done[i] && complete[i] && taken[i] == read[i] {
@@ -678,8 +787,12 @@ impl OperationStore for DynamoStore {
                     .map_err(|e| StoreError::with_source("cannot encode page cursor", e))?,
             )
         };
+        let entries: Vec<(String, IndexPosition)> = candidates
+            .into_iter()
+            .map(|(_, i, _, entry)| (shards[i].clone(), entry))
+            .collect();
         Ok(Page {
-            operations: candidates.into_iter().map(|(.., op)| op).collect(),
+            operations: self.records_of(&entries).await?,
             next,
         })
     }

@@ -99,10 +99,15 @@ impl OperationStore for MemoryStore {
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
         self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
         Ok(self
             .lock()
             .values()
-            .find(|op| op.operation_id == *operation_id)
+            .find(|op| {
+                op.operation_id == *operation_id
+                    && !op.status.is_settled()
+                    && op.next_due_at.is_some()
+            })
             .cloned())
     }
 

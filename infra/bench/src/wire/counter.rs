@@ -8,7 +8,9 @@
 //! For reads it also computes what DynamoDB would bill, from the items in each answer (moto's
 //! `ConsumedCapacity` is a constant 1.0, not a measurement): a Query or Scan costs
 //! `max(1, ceil(bytes / 4 KB))` half units (eventually consistent), bytes summed over the items
-//! returned, with item sizes by DynamoDB's published rules ([`item_size`]).
+//! returned, with item sizes by DynamoDB's published rules ([`item_size`]); a BatchGetItem (the
+//! store reads it strongly consistent) costs one full unit per item per 4 KB, each item rounded up
+//! on its own.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,11 +26,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Default)]
 struct Tally {
     requests: BTreeMap<String, u64>,
-    /// Computed read units of Query and Scan answers, in half units (0.5 RCU each).
+    /// Computed read units of Query, Scan and BatchGetItem answers, in half units (0.5 RCU each).
     read_half_units: u64,
-    /// Bytes of the items in Query and Scan answers.
+    /// Bytes of the items in Query, Scan and BatchGetItem answers.
     read_bytes: u64,
-    /// Items in Query and Scan answers.
+    /// Items in Query, Scan and BatchGetItem answers.
     read_items: u64,
 }
 
@@ -37,7 +39,8 @@ struct Tally {
 pub struct WireTally {
     /// Wire requests by operation name.
     pub requests: BTreeMap<String, u64>,
-    /// Computed read units of Query and Scan answers (eventually consistent).
+    /// Computed read units of Query and Scan answers (eventually consistent) and of BatchGetItem
+    /// answers (strongly consistent).
     pub read_units: f64,
     pub read_bytes: u64,
     pub read_items: u64,
@@ -99,6 +102,18 @@ impl WireCounter {
         t.read_bytes += bytes;
         t.read_items += items.len() as u64;
     }
+
+    /// A strongly consistent BatchGetItem: 1 unit (2 half units) per item per 4 KB.
+    fn add_consistent_items(&self, items: &[std::collections::HashMap<String, AttributeValue>]) {
+        let sizes: Vec<u64> = items.iter().map(item_size).collect();
+        let mut t = self.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.read_half_units += sizes
+            .iter()
+            .map(|b| 2 * b.div_ceil(4096).max(1))
+            .sum::<u64>();
+        t.read_bytes += sizes.iter().sum::<u64>();
+        t.read_items += items.len() as u64;
+    }
 }
 
 impl Intercept for WireCounter {
@@ -139,6 +154,17 @@ impl Intercept for WireCounter {
             output.downcast_ref::<aws_sdk_dynamodb::operation::scan::ScanOutput>()
         {
             self.add_read(s.items());
+        } else if let Some(b) =
+            output.downcast_ref::<aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput>()
+        {
+            let items: Vec<_> = b
+                .responses()
+                .into_iter()
+                .flat_map(|r| r.values())
+                .flatten()
+                .cloned()
+                .collect();
+            self.add_consistent_items(&items);
         }
         Ok(())
     }

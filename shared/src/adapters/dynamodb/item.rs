@@ -204,6 +204,11 @@ fn req_s<'a>(item: &'a Attrs, field: &str) -> Result<&'a str, StoreError> {
     get_s(item, field)?.ok_or_else(|| malformed(field, "missing"))
 }
 
+/// A string attribute every item and index entry has (`pk`, `sk`), owned.
+pub fn req_key(item: &Attrs, field: &str) -> Result<String, StoreError> {
+    req_s(item, field).map(str::to_owned)
+}
+
 fn get_n<T: std::str::FromStr>(item: &Attrs, field: &str) -> Result<Option<T>, StoreError> {
     match item.get(field) {
         None => Ok(None),
