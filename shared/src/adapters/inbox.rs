@@ -37,7 +37,61 @@ impl DynamoInbox {
             table: table.into(),
         }
     }
+
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates the table with TTL on `expires_at` (tests and the local stack; production uses
+    /// template.yaml's `WebhookInboxTable`, held to the same schema by tests/template.rs).
+    pub async fn create_table(&self) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::{
+            AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+            TimeToLiveSpecification,
+        };
+        let bad = |e| StoreError::with_source("bad table definition", e);
+        self.client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(KEY)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(bad)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(KEY)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(bad)?,
+            )
+            .send()
+            .await
+            .map_err(|e| StoreError::with_source("inbox CreateTable", e))?;
+        self.client
+            .update_time_to_live()
+            .table_name(&self.table)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .attribute_name(TTL_ATTRIBUTE)
+                    .enabled(true)
+                    .build()
+                    .map_err(bad)?,
+            )
+            .send()
+            .await
+            .map_err(|e| StoreError::with_source("inbox UpdateTimeToLive", e))?;
+        Ok(())
+    }
 }
+
+/// The table's key attribute.
+pub const KEY: &str = "event_id";
+/// The TTL attribute (seconds since the epoch).
+pub const TTL_ATTRIBUTE: &str = "expires_at";
 
 #[async_trait]
 impl WebhookInbox for DynamoInbox {
