@@ -94,6 +94,7 @@ fn sim_with_webhooks(url: Option<String>, faults: WebhookFaults) -> StripeSim {
         secret: Some(SECRET.to_owned()),
         faults,
         max_attempts: 0,
+        enabled_events: None,
     })
     .unwrap();
     sim

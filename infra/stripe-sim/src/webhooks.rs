@@ -95,6 +95,9 @@ pub struct WebhookConfig {
     /// Attempts per event before giving up (default 0 = 12, roughly Stripe's days of retries
     /// compressed: 10 s doubling to a 1 h cap).
     pub max_attempts: u32,
+    /// The event types the endpoint subscribed to, as selected in Stripe's dashboard (`None`:
+    /// every type, `payment_intent.created` included).
+    pub enabled_events: Option<Vec<String>>,
 }
 
 /// Counts of what happened to events.
@@ -198,6 +201,11 @@ impl Outbox {
     }
 
     fn push_event(&mut self, kind: &str, intent: &Value, at_ms: i64) {
+        if let Some(enabled) = &self.config.enabled_events {
+            if !enabled.iter().any(|e| e == kind) {
+                return;
+            }
+        }
         self.counts.events += 1;
         let event_id = random_id(&mut self.rng, "evt_", 24);
         let body = json!({
@@ -407,6 +415,16 @@ mod tests {
         let due = o.next_due().unwrap();
         assert!((1_000..=300_000).contains(&due), "{due}");
         assert_eq!(o.counts.delayed, 1);
+    }
+
+    #[test]
+    fn only_the_subscribed_types() {
+        let mut o = outbox(WebhookFaults::default());
+        o.config.enabled_events = Some(vec!["payment_intent.succeeded".into()]);
+        o.emit(&intent("succeeded"), true, 0);
+        let d = o.take_due(0);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].event_type, "payment_intent.succeeded");
     }
 
     #[test]
