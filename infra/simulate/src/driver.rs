@@ -455,7 +455,8 @@ impl Pipeline {
                     .max(now.plus(Duration::from_secs(1)))
                     .min(deadline);
                 if let Some(due) = self.webhooks.as_ref().and_then(|w| w.next_due_ms()) {
-                    target = target.min(Timestamp::from_millis(due).max(now.plus(Duration::from_millis(1))));
+                    target = target
+                        .min(Timestamp::from_millis(due).max(now.plus(Duration::from_millis(1))));
                 }
                 self.clock.set(target);
             } else {

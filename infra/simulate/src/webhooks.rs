@@ -238,12 +238,10 @@ impl Webhooks {
                 req.headers.insert("stripe-signature", v);
             }
             req.body = Some(d.body.clone());
-            let status = webhook::handler::handle(
-                &self.function,
-                LambdaEvent::new(req, Context::default()),
-            )
-            .await
-            .status_code;
+            let status =
+                webhook::handler::handle(&self.function, LambdaEvent::new(req, Context::default()))
+                    .await
+                    .status_code;
             let status = u16::try_from(status).unwrap_or(0);
             *self
                 .answers
@@ -259,8 +257,7 @@ impl Webhooks {
                     d.event_type, d.event_id, d.attempt
                 ),
             );
-            self.sim
-                .webhook_result(&d, (200..300).contains(&status));
+            self.sim.webhook_result(&d, (200..300).contains(&status));
         }
         true
     }
@@ -297,7 +294,12 @@ impl Webhooks {
                 self.calls.creates.load(Ordering::Relaxed),
             ),
         ]);
-        for (status, n) in self.answers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (status, n) in self
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             out.insert(format!("http_{status}"), *n);
         }
         out

@@ -245,6 +245,9 @@ fn webhooks_settle_unknowns_sooner_never_create_and_never_change_a_settled_recor
         assert!(counts.get(k).copied().unwrap_or(0) > 0, "{k}: {counts:?}");
     }
     for (on, off) in with.iter().zip(&without) {
-        assert!(on < off, "median time to settle with webhooks {on} s, without {off} s");
+        assert!(
+            on < off,
+            "median time to settle with webhooks {on} s, without {off} s"
+        );
     }
 }
