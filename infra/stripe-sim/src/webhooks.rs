@@ -309,6 +309,84 @@ impl Outbox {
     }
 }
 
+/// Checks that a webhook URL is `http://` to a loopback address (the simulator only ever sends to
+/// this machine).
+pub fn check_url(url: &str) -> Result<(), String> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err("the webhook URL must be http://".into());
+    }
+    match uri.host() {
+        Some("127.0.0.1" | "localhost" | "[::1]") => Ok(()),
+        _ => Err(
+            "the webhook URL must point to a loopback address (127.0.0.1, localhost, [::1])".into(),
+        ),
+    }
+}
+
+/// Sends due deliveries over HTTP until aborted: polls every `poll` (real time), posts each due
+/// delivery, reports 2xx as delivered and anything else (or no answer within 10 s) as failed.
+pub(crate) async fn run_sender(sim: crate::StripeSim, poll: std::time::Duration) {
+    loop {
+        tokio::time::sleep(poll).await;
+        let Some(url) = sim.webhooks().url else {
+            continue;
+        };
+        for delivery in sim.take_due_webhooks() {
+            let ok = post(&url, &delivery).await;
+            sim.webhook_result(&delivery, ok);
+        }
+    }
+}
+
+async fn post(url: &str, d: &Delivery) -> bool {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::header::{CONTENT_TYPE, HOST, USER_AGENT};
+    use hyper_util::rt::TokioIo;
+
+    let Ok(uri) = url.parse::<hyper::Uri>() else {
+        return false;
+    };
+    let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
+        return false;
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        let conn = tokio::spawn(conn);
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let req = hyper::Request::post(path)
+            .header(HOST, authority.as_str())
+            .header(CONTENT_TYPE, "application/json; charset=utf-8")
+            .header(USER_AGENT, "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+            .header("Stripe-Signature", &d.signature)
+            .body(Full::new(Bytes::from(d.body.clone())))
+            .ok()?;
+        let resp = sender.send_request(req).await.ok()?;
+        conn.abort();
+        Some(resp.status().is_success())
+    };
+    tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,82 +512,4 @@ mod tests {
         assert_eq!(o.counts.events, 0);
         assert!(o.take_due(1).is_empty());
     }
-}
-
-/// Checks that a webhook URL is `http://` to a loopback address (the simulator only ever sends to
-/// this machine).
-pub fn check_url(url: &str) -> Result<(), String> {
-    let uri: hyper::Uri = url
-        .parse()
-        .map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err("the webhook URL must be http://".into());
-    }
-    match uri.host() {
-        Some("127.0.0.1" | "localhost" | "[::1]") => Ok(()),
-        _ => Err(
-            "the webhook URL must point to a loopback address (127.0.0.1, localhost, [::1])".into(),
-        ),
-    }
-}
-
-/// Sends due deliveries over HTTP until aborted: polls every `poll` (real time), posts each due
-/// delivery, reports 2xx as delivered and anything else (or no answer within 10 s) as failed.
-pub(crate) async fn run_sender(sim: crate::StripeSim, poll: std::time::Duration) {
-    loop {
-        tokio::time::sleep(poll).await;
-        let Some(url) = sim.webhooks().url else {
-            continue;
-        };
-        for delivery in sim.take_due_webhooks() {
-            let ok = post(&url, &delivery).await;
-            sim.webhook_result(&delivery, ok);
-        }
-    }
-}
-
-async fn post(url: &str, d: &Delivery) -> bool {
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use http_body_util::Full;
-    use hyper::header::{CONTENT_TYPE, HOST, USER_AGENT};
-    use hyper_util::rt::TokioIo;
-
-    let Ok(uri) = url.parse::<hyper::Uri>() else {
-        return false;
-    };
-    let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
-        return false;
-    };
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let attempt = async {
-        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .ok()?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .ok()?;
-        let conn = tokio::spawn(conn);
-        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let req = hyper::Request::post(path)
-            .header(HOST, authority.as_str())
-            .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .header(USER_AGENT, "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
-            .header("Stripe-Signature", &d.signature)
-            .body(Full::new(Bytes::from(d.body.clone())))
-            .ok()?;
-        let resp = sender.send_request(req).await.ok()?;
-        conn.abort();
-        Some(resp.status().is_success())
-    };
-    tokio::time::timeout(Duration::from_secs(10), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
 }

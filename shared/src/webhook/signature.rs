@@ -218,7 +218,15 @@ mod tests {
         let altered: &[u8] = br#"{"id":"evt_1","type":"payment_intent.succeedeD"}"#;
         let big = vec![b' '; MAX_BODY_BYTES + 1];
         let tol = DEFAULT_TOLERANCE;
-        let cases: Vec<(&str, Option<&str>, &[u8], i64, Result<i64, SignatureError>)> = vec![
+        // (name, header, body, our clock in seconds, expected result)
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a [u8],
+            i64,
+            Result<i64, SignatureError>,
+        );
+        let cases: Vec<Case<'_>> = vec![
             ("valid", Some(&good), BODY, T, Ok(T)),
             ("valid at the edge", Some(&good), BODY, T + 300, Ok(T)),
             ("valid, clock behind", Some(&good), BODY, T - 300, Ok(T)),
