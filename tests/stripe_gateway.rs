@@ -8,8 +8,8 @@ use std::time::Duration;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, GatewayError, OperationId, PaymentIntentStatus,
-    PaymentMethodId, RetryCause,
+    Amount, ChargeParams, Currency, CustomerId, GatewayError, OperationId, OrderId,
+    PaymentIntentStatus, PaymentMethodId, RetryCause,
 };
 use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stripe::StripeSide;
@@ -19,6 +19,7 @@ fn create_req(pm: &str, amount: i64) -> CreatePaymentIntent {
     CreatePaymentIntent {
         idempotency_key: operation_id.idempotency_key(),
         operation_id,
+        order_id: OrderId::parse("order-gateway-test").unwrap(),
         params: ChargeParams {
             amount: Amount::new(amount).unwrap(),
             currency: Currency::parse("usd").unwrap(),

@@ -114,6 +114,7 @@ fn each_function_gets_exactly_the_variables_its_config_reads() {
         ("charge", charge::ChargeConfig::ENV_VARS),
         ("reconciler", reconciler::ReconcilerConfig::ENV_VARS),
         ("notify", notify::NotifyConfig::ENV_VARS),
+        ("webhook", webhook::WebhookConfig::ENV_VARS),
     ] {
         let (id, f) = function(&t, dir);
         let actual = env_names(&t, f);
@@ -374,8 +375,12 @@ fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
 #[test]
 fn the_table_is_the_one_the_store_queries() {
     let t = template();
-    let tables = of_type(&t, "AWS::DynamoDB::Table");
-    assert_eq!(tables.len(), 1, "one AWS::DynamoDB::Table");
+    // The operations table; the webhook inbox (issue 17) has its own test below.
+    let tables: Vec<_> = of_type(&t, "AWS::DynamoDB::Table")
+        .into_iter()
+        .filter(|(id, _)| id != "WebhookInboxTable")
+        .collect();
+    assert_eq!(tables.len(), 1, "one operations AWS::DynamoDB::Table");
     let (table_id, table) = &tables[0];
     let p = props(table);
     assert_eq!(str_at(p, "BillingMode"), Some("PAY_PER_REQUEST"));
@@ -578,7 +583,49 @@ fn every_route_is_authenticated_and_iam_is_the_default() {
     }
     let routes = of_type(&t, "AWS::ApiGatewayV2::Route");
     assert!(!routes.is_empty(), "the checkout route");
-    for (id, r) in &routes {
+    // The one exception (issue 17): Stripe's webhook cannot sign SigV4 or carry our JWT; the
+    // webhook function verifies Stripe's signature before reading anything, and that route
+    // reaches the webhook function only (which can settle, never create).
+    let unauthenticated: Vec<&String> = routes
+        .iter()
+        .filter(|(_, r)| {
+            branches(raw_prop(r, "AuthorizationType"))
+                .iter()
+                .any(|v| plain(v).as_str() == Some("NONE"))
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(
+        unauthenticated,
+        ["WebhookRoute"],
+        "the only route without an authorizer"
+    );
+    let webhook = routes
+        .iter()
+        .find(|(id, _)| id == "WebhookRoute")
+        .expect("the webhook route")
+        .1;
+    assert_eq!(
+        str_at(props(webhook), "RouteKey"),
+        Some("POST /stripe/webhook")
+    );
+    assert!(get(props(webhook), "AuthorizerId").is_none());
+    let target: Vec<String> = {
+        let mut out = Vec::new();
+        strings(raw_prop(webhook, "Target"), &mut out);
+        out
+    };
+    assert_eq!(target, ["integrations/${WebhookIntegration}"]);
+    let integration = resources(&t)
+        .into_iter()
+        .find(|(id, _)| id == "WebhookIntegration")
+        .expect("WebhookIntegration")
+        .1;
+    assert_eq!(
+        logical_id_of(raw_prop(integration, "IntegrationUri")).as_deref(),
+        Some("WebhookFunction")
+    );
+    for (id, r) in routes.iter().filter(|(id, _)| id != "WebhookRoute") {
         let kinds: Vec<&str> = branches(raw_prop(r, "AuthorizationType"))
             .into_iter()
             .map(|v| plain(v).as_str().expect("a literal authorization type"))
@@ -673,8 +720,10 @@ fn the_invoke_grant_names_the_checkout_routes_and_the_caller_roles_only() {
             arn_path.join("/")
         )
     };
+    // Every route but Stripe's webhook, which callers never invoke (it has no authorizer).
     let mut want: Vec<String> = of_type(&t, "AWS::ApiGatewayV2::Route")
         .iter()
+        .filter(|(id, _)| id != "WebhookRoute")
         .map(|(_, r)| route_arn(str_at(props(r), "RouteKey").unwrap()))
         .collect();
     want.sort();
@@ -980,6 +1029,16 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "Throttles",
             ("FunctionName", "ChargeFunction"),
         ),
+        // Issue 17: the webhook's refusals, its suspected double charges, and Stripe
+        // contradicting a settled record.
+        ("ChargeOnce", "WebhookRejected", ("Function", "webhook")),
+        ("ChargeOnce", "SentToReview", ("Function", "webhook")),
+        (
+            "ChargeOnce",
+            "WebhookSettledConflict",
+            ("Function", "webhook"),
+        ),
+        ("AWS/Lambda", "Errors", ("FunctionName", "WebhookFunction")),
     ];
     for (namespace, metric, dimension) in wanted {
         let (id, alarm) = alarm_on(&t, namespace, metric, dimension)
@@ -1222,4 +1281,72 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
     ];
     want.sort();
     assert_eq!(grants, want, "{id}");
+}
+
+#[test]
+fn the_webhook_role_settles_and_remembers_events_only_and_its_inbox_expires() {
+    let t = template();
+    let mut grants: Vec<(Vec<String>, Vec<String>)> = function_grants(&t, "webhook")
+        .into_iter()
+        .map(|(mut a, r)| {
+            a.sort();
+            let mut r: Vec<String> = r
+                .into_iter()
+                .map(|x| x.trim_end_matches(".Arn").to_owned())
+                .collect();
+            r.sort();
+            r.dedup();
+            (a, r)
+        })
+        .collect();
+    grants.sort();
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        grants,
+        [
+            // The inbox: the conditional admit and the forget after a failure. Nothing else.
+            (
+                s(&["dynamodb:DeleteItem", "dynamodb:PutItem"]),
+                s(&["WebhookInboxTable"])
+            ),
+            // The operation: read on its key, then the executor's claim and record. No PutItem
+            // (it never creates), no Query (no index), no Scan.
+            (
+                s(&["dynamodb:GetItem", "dynamodb:UpdateItem"]),
+                s(&["OperationsTable"])
+            ),
+            (
+                s(&["secretsmanager:GetSecretValue"]),
+                s(&["StripeSecretArn", "StripeWebhookSecretArn"])
+            ),
+        ]
+    );
+    // The webhook secret parameter is the webhook function's alone.
+    for dir in ["checkout", "charge", "reconciler", "notify"] {
+        for (_, resources) in function_grants(&t, dir) {
+            assert!(
+                !resources.iter().any(|r| r == "StripeWebhookSecretArn"),
+                "{dir} may not read the webhook secret"
+            );
+        }
+    }
+    // The inbox table: the adapter's key and TTL attribute.
+    let inbox = resources(&t)
+        .into_iter()
+        .find(|(id, _)| id == "WebhookInboxTable")
+        .expect("WebhookInboxTable")
+        .1;
+    assert_eq!(
+        key_schema(props(inbox)),
+        pairs(&[(charge_once::adapters::inbox::KEY, "HASH")])
+    );
+    let ttl = get(props(inbox), "TimeToLiveSpecification").expect("TTL");
+    assert_eq!(
+        str_at(ttl, "AttributeName"),
+        Some(charge_once::adapters::inbox::TTL_ATTRIBUTE)
+    );
+    assert_eq!(
+        get(ttl, "Enabled").and_then(|v| plain(v).as_bool()),
+        Some(true)
+    );
 }

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-functions=(checkout charge reconciler notify)
+functions=(checkout charge reconciler notify webhook)
 one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls aws-lc-rs aws-lc-sys)
 forbidden=(ring openssl-sys native-tls)
 targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)

@@ -63,6 +63,10 @@ pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
+/// The webhook function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
+pub const STRIPE_WEBHOOK_SECRET_ARN: &str = "STRIPE_WEBHOOK_SECRET_ARN";
+/// The webhook function: the inbox table of processed Stripe event ids.
+pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 
 /// The Stripe variables ([`stripe_config`]).
 pub const STRIPE_VARS: &[&str] = &[
@@ -147,6 +151,30 @@ pub fn parse_secret_key(raw: &str) -> Result<SecretKey, ConfigError> {
                 .into(),
         })
     }
+}
+
+/// Checks that a value read from the webhook secret is an endpoint signing secret, without ever
+/// echoing it. The secret may hold the bare `whsec_…` value or JSON `{"webhook_secret": …}`.
+pub fn parse_webhook_secret(raw: &str) -> Result<crate::webhook::WebhookSecret, ConfigError> {
+    let raw = raw.trim();
+    let value = if raw.starts_with('{') {
+        serde_json::from_str::<serde_json::Value>(raw)
+            .ok()
+            .and_then(|v| {
+                v.get("webhook_secret")
+                    .and_then(|k| k.as_str())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default()
+    } else {
+        raw.to_owned()
+    };
+    crate::webhook::WebhookSecret::parse(&value).map_err(|_| ConfigError::Invalid {
+        name: STRIPE_WEBHOOK_SECRET_ARN,
+        reason: "the secret must hold a Stripe webhook signing secret (whsec_…), bare or as \
+                 {\"webhook_secret\": …}"
+            .into(),
+    })
 }
 
 /// The timings of [`ChargePolicy`] that operators may tune. The 23 h key window is not one of
@@ -248,6 +276,12 @@ mod tests {
             .to_string();
         assert!(!err.contains("publishable"));
         assert!(parse_secret_key(r#"{"key":"sk_test_x"}"#).is_err());
+        assert!(parse_webhook_secret("whsec_abc\n").is_ok());
+        assert!(parse_webhook_secret(r#"{"webhook_secret":"whsec_abc"}"#).is_ok());
+        let err = parse_webhook_secret("sk_live_notawebhooksecret")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("notawebhooksecret"));
     }
 
     #[test]

@@ -19,6 +19,8 @@
 //!   built on the pure decisions in [`executor::plan`].
 //! - [`adapters`]: the real adapters: Stripe over reqwest, DynamoDB, SQS FIFO.
 //! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
+//! - [`webhook`]: Stripe's webhooks as an idempotent inbox: signature, event → transition,
+//!   [`webhook::receive`] on the ports (settles, never creates).
 //! - [`config`]: typed configuration from the environment, read once at init.
 //! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
@@ -39,6 +41,7 @@ pub mod ports;
 pub mod reconciler;
 pub mod telemetry;
 pub mod time;
+pub mod webhook;
 
 pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,

@@ -330,6 +330,9 @@ pub trait DeadLetterQueue: Send + Sync {
 pub struct CreatePaymentIntent {
     pub idempotency_key: IdempotencyKey,
     pub operation_id: OperationId,
+    /// Sent as `metadata[order_id]`: Stripe's webhooks find the operation by it, on the table
+    /// key (issue 17).
+    pub order_id: OrderId,
     pub params: ChargeParams,
 }
 
@@ -338,6 +341,7 @@ impl CreatePaymentIntent {
         Self {
             idempotency_key: op.idempotency_key(),
             operation_id: op.operation_id,
+            order_id: op.order_id.clone(),
             params: op.params.clone(),
         }
     }

@@ -669,7 +669,7 @@ mod tests {
         }
         async fn retrieve(
             &self,
-            id: &str,
+            id: &charge_once::PaymentIntentId,
         ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
             self.inner.retrieve(id).await
         }

@@ -585,6 +585,11 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
+    time_to_settle(
+        w,
+        read_opt(dir, "sim-webhooks.json")?,
+        read_opt(dir, "sim-no-webhooks.json")?,
+    )?;
     let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/profile.md");
     if let Ok(text) = std::fs::read_to_string(profile) {
         writeln!(w, "{}", text.trim_end())?;
@@ -944,4 +949,72 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "above cost about 56 read units. That is the price of the claim's index write: 1 RU ($0.125 per 1M) per")?;
     writeln!(w, "due operation per tick, paid only for unsettled work, against 1 WRU ($0.625 per 1M) on every charge.")?;
     Ok(md)
+}
+
+/// Section 3's time to settle of `unknown` operations, with Stripe's webhooks (the default) and
+/// with `--no-webhooks` (issue 17).
+fn time_to_settle(w: &mut String, on: Value, off: Value) -> std::fmt::Result {
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let u = |v: &Value| v.as_u64().unwrap_or(0);
+    writeln!(w, "### Time to settle, with and without Stripe webhooks")?;
+    writeln!(w)?;
+    writeln!(w, "`simulate --orders 20000` (every fault kind, webhooks on with their duplicate / out-of-order / delayed /")?;
+    writeln!(w, "dropped deliveries) and the same with `--no-webhooks`: for each operation that went `unknown`, the virtual")?;
+    writeln!(w, "time from its first `unknown` write to the write that settled it (nearest-rank percentiles). \"Final at")?;
+    writeln!(w, "Stripe\" leaves out the `processing` cards, which Stripe itself settles 10 minutes later (no webhook can be")?;
+    writeln!(w, "sooner). The p99 is the `key_pruned` scenario in both runs: the operation is unreachable for ~24 h by design.")?;
+    writeln!(w)?;
+    if on.is_null() || off.is_null() {
+        writeln!(w, "Not measured in this run.")?;
+        writeln!(w)?;
+        return Ok(());
+    }
+    writeln!(w, "| run | unknowns | settled | median s | p99 s | final at Stripe: median s | p99 s | Stripe creates / order | invariants | trace_hash |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
+    for (name, s) in [("webhooks on (default)", &on), ("--no-webhooks", &off)] {
+        let t = &s["time_to_settle"];
+        let fin = &s["time_to_settle_final_at_stripe"];
+        writeln!(
+            w,
+            "| {name} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} | {} | `{}` |",
+            u(&t["went_unknown"]),
+            u(&t["settled"]),
+            f(&t["median_secs"]),
+            f(&t["p99_secs"]),
+            f(&fin["median_secs"]),
+            f(&fin["p99_secs"]),
+            f(&s["requests_per_charge"]["stripe_creates"]),
+            if s["invariants_hold"].as_bool() == Some(true) {
+                "hold"
+            } else {
+                "BROKEN"
+            },
+            s["trace_hash"].as_str().unwrap_or("-"),
+        )?;
+    }
+    writeln!(w)?;
+    let c = &on["webhook_counts"];
+    let deliveries = u(&c["deliveries"]).max(1) as f64;
+    writeln!(
+        w,
+        "Per webhook delivery (webhooks on): {:.2} DynamoDB reads, {:.2} writes (inbox put, and claim + record when it \
+         settles), {:.3} Stripe retrieves, {} Stripe creates; {} events, {} deliveries, {} retried after a non-2xx \
+         answer (409 while the charge function held the lease: {}; 500: {}), faults: {} duplicated, {} out of order, \
+         {} delayed, {} dropped.",
+        f(&c["dynamodb_reads"]) / deliveries,
+        f(&c["dynamodb_writes"]) / deliveries,
+        f(&c["stripe_retrieves"]) / deliveries,
+        u(&c["stripe_creates"]),
+        u(&c["events"]),
+        u(&c["deliveries"]),
+        u(&c["retried"]),
+        u(&c["http_409"]),
+        u(&c["http_500"]),
+        u(&c["fault_duplicate"]),
+        u(&c["fault_out_of_order"]),
+        u(&c["fault_delayed"]),
+        u(&c["fault_dropped"]),
+    )?;
+    writeln!(w)?;
+    Ok(())
 }

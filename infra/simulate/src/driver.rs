@@ -65,6 +65,8 @@ pub struct Pipeline {
     pub concurrency: usize,
     /// Stripe; a remote simulator's clock is moved to ours before each step.
     pub stripe: Arc<StripeSide>,
+    /// Stripe's webhooks to the webhook function (`None` with `--no-webhooks`).
+    pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
 /// One order as submitted.
@@ -326,16 +328,27 @@ impl Pipeline {
         Ok(true)
     }
 
-    /// Batches until nothing is visible, `concurrency` consumers at once.
+    /// Batches until nothing is visible, `concurrency` consumers at once, and Stripe's due
+    /// webhook deliveries beside them (so a webhook races the charge function on the same
+    /// operation, as in production).
     async fn drain(&self, counts: &LoopCounts) -> Result<(), BoxError> {
-        if self.source.depth().await? == 0 {
+        let webhooks_due = self
+            .webhooks
+            .as_ref()
+            .is_some_and(|w| w.any_due(self.clock.now().as_millis()));
+        if self.source.depth().await? == 0 && !webhooks_due {
             return Ok(());
         }
+        type Work<'a> =
+            std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, BoxError>> + 'a>>;
         loop {
             let mut any = false;
-            let workers = (0..self.concurrency)
-                .map(|_| self.deliver_batch(counts))
+            let mut workers: Vec<Work<'_>> = (0..self.concurrency)
+                .map(|_| Box::pin(self.deliver_batch(counts)) as Work<'_>)
                 .collect();
+            if let Some(w) = &self.webhooks {
+                workers.push(Box::pin(async move { Ok(w.deliver_due().await) }));
+            }
             for result in run_all(&self.scheduler, workers).await {
                 any |= result?;
             }
@@ -434,12 +447,17 @@ impl Pipeline {
                 break;
             }
             if depth == 0 {
-                // Nothing in flight: jump to the next scheduled tick at which anything is due.
-                let target = wake
+                // Nothing in flight: jump to the next scheduled tick at which anything is due,
+                // or to Stripe's next webhook delivery if that comes first.
+                let mut target = wake
                     .unwrap_or(deadline)
                     .max(last_tick.plus(TICK_EVERY))
                     .max(now.plus(Duration::from_secs(1)))
                     .min(deadline);
+                if let Some(due) = self.webhooks.as_ref().and_then(|w| w.next_due_ms()) {
+                    target = target
+                        .min(Timestamp::from_millis(due).max(now.plus(Duration::from_millis(1))));
+                }
                 self.clock.set(target);
             } else {
                 self.clock.advance(STEP);

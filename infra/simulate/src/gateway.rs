@@ -103,6 +103,10 @@ impl PaymentGateway for InProcessGateway {
                 "metadata[operation_id]".to_owned(),
                 req.operation_id.to_string(),
             ),
+            (
+                "metadata[order_id]".to_owned(),
+                req.order_id.as_str().to_owned(),
+            ),
         ];
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self

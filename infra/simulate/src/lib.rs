@@ -34,6 +34,7 @@ pub mod source;
 pub mod store;
 pub mod stripe;
 pub mod trace;
+pub mod webhooks;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -144,6 +145,11 @@ pub struct SimulateArgs {
     /// No faults at all (a clean run); --fault still adds the ones named.
     #[arg(long)]
     pub no_faults: bool,
+
+    /// No Stripe webhooks: unknowns settle through re-drives and the reconciler only (by default
+    /// the simulator sends webhooks, with duplicate, out-of-order, delayed and dropped deliveries).
+    #[arg(long)]
+    pub no_webhooks: bool,
 
     /// Reproduce the first mistake of the seeds: a fresh idempotency key on every create.
     #[arg(long)]
@@ -314,6 +320,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         (_, None) => return Err("a Stripe over HTTP without a base URL".into()),
     };
 
+    // The memory store's audits of settled records and time to settle (none on --backend aws).
+    let mut sim_store: Option<Arc<store::SimStore>> = None;
     let (store, mut queue, source, counters, audits, outbox): Backing = match args.backend {
         Backend::Memory => {
             let mut store = store::SimStore::new();
@@ -323,6 +331,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                 store.lose_every_nth_outcome(50);
             }
             let store = Arc::new(store);
+            sim_store = Some(store.clone());
             let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
             let source = Arc::new(MemorySource {
                 queue: queue.clone(),
@@ -440,19 +449,34 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             may_crash,
         })
     };
+    let sim_gateway: Arc<dyn PaymentGateway> = Arc::new(SimGateway::new(
+        gateway,
+        faults.clone(),
+        blackouts.clone(),
+        clock_arc.clone(),
+        trace.clone(),
+        args.no_idempotency_key,
+        args.no_retry,
+    ));
     let charge = ChargeDeps {
         store: faulty_store.clone(),
-        gateway: Arc::new(SimGateway::new(
-            gateway,
-            faults.clone(),
-            blackouts.clone(),
-            clock_arc.clone(),
-            trace.clone(),
-            args.no_idempotency_key,
-            args.no_retry,
-        )),
+        gateway: sim_gateway.clone(),
         clock: clock_arc.clone(),
         policy: policy.clone(),
+    };
+    // Stripe's webhooks, from the simulator in this process, to the real webhook function on the
+    // same faulty store and gateway as the charge function.
+    let webhooks = match (args.no_webhooks, stripe.local_sim()) {
+        (false, Some(sim)) => Some(Arc::new(webhooks::Webhooks::new(
+            sim.clone(),
+            webhooks::default_faults(!args.no_faults),
+            faulty_store.clone(),
+            sim_gateway.clone(),
+            clock_arc.clone(),
+            policy.lease_ttl,
+            trace.clone(),
+        )?)),
+        _ => None,
     };
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
     let pipeline = Pipeline {
@@ -494,6 +518,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         no_retry: args.no_retry,
         concurrency: args.concurrency as usize,
         stripe: stripe.clone(),
+        webhooks: webhooks.clone(),
     };
 
     let counts = LoopCounts::default();
@@ -514,11 +539,15 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     let mut planned_decline = 0;
     let mut planned_processing = 0;
     let mut planned_stuck = 0;
+    let mut processing_orders = std::collections::HashSet::new();
     for i in 0..args.orders {
         let order = driver::plan_order(i, args.seed, &faults);
         planned_decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
         planned_stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
         planned_processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
+        if order.payment_method == "pm_card_processing_succeeds" {
+            processing_orders.insert(order.order_id.clone());
+        }
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
         let record = store.get(&key).await?;
         let published = match (&outbox, &record) {
@@ -526,6 +555,34 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             _ => None,
         };
         judge.order(&mut report, &order, record.as_ref(), published);
+    }
+    report.webhooks = webhooks.is_some();
+    if let Some(s) = &sim_store {
+        report.settled_changes = s.settled_changes();
+        // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
+        // answer (not a `processing` card, which Stripe itself settles 10 minutes later).
+        let (open, times) = s.settle_times();
+        let processing = |id: &charge_once::OperationId| {
+            s.order_of(id)
+                .is_some_and(|order| processing_orders.contains(&order))
+        };
+        report.time_to_settle = report::TimeToSettle::of(
+            (open.len() + times.len()) as u64,
+            times.iter().map(|(_, t)| *t).collect(),
+        );
+        report.time_to_settle_final_at_stripe = report::TimeToSettle::of(
+            (open.iter().filter(|id| !processing(id)).count()
+                + times.iter().filter(|(id, _)| !processing(id)).count()) as u64,
+            times
+                .iter()
+                .filter(|(id, _)| !processing(id))
+                .map(|(_, t)| *t)
+                .collect(),
+        );
+    }
+    if let Some(w) = &webhooks {
+        report.webhook_counts = w.counts();
+        report.webhook_creates = w.calls.creates.load(Ordering::Relaxed);
     }
     let publishers = outbox.as_ref().map(|o| o.outcome_events());
     report.outcome_events = publishers.as_ref().map(|(n, _)| *n);

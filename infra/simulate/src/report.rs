@@ -85,6 +85,52 @@ pub struct Report {
     pub trace_events: u64,
     /// FNV-1a over the ordered decision log: equal for equal runs.
     pub trace_hash: String,
+    /// Stripe's webhooks were delivered to the webhook function (off with `--no-webhooks`).
+    pub webhooks: bool,
+    /// What happened to webhook events and what the function spent on them.
+    pub webhook_counts: BTreeMap<String, u64>,
+    /// Audit: Stripe creates made by the webhook function. Must stay 0 (it settles, never creates).
+    pub webhook_creates: u64,
+    /// Audit at the store: writes that changed a settled record. Must stay 0.
+    pub settled_changes: u64,
+    /// How long operations that went `unknown` took to settle (virtual time).
+    pub time_to_settle: TimeToSettle,
+    /// The same, for the unknowns whose PaymentIntent was already final at Stripe (a lost or
+    /// failed answer, not a `processing` payment that Stripe settles minutes later).
+    pub time_to_settle_final_at_stripe: TimeToSettle,
+}
+
+/// Time to settle of the operations that went `unknown` (memory backend only).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TimeToSettle {
+    /// Operations that were `unknown` at some point.
+    pub went_unknown: u64,
+    /// Of those, how many settled (the others are in review or never converged).
+    pub settled: u64,
+    pub median_secs: f64,
+    pub p99_secs: f64,
+    pub max_secs: f64,
+}
+
+impl TimeToSettle {
+    /// From the settle times in milliseconds (nearest-rank percentiles).
+    pub fn of(went_unknown: u64, mut times_ms: Vec<i64>) -> Self {
+        times_ms.sort_unstable();
+        let rank = |p: f64| -> f64 {
+            if times_ms.is_empty() {
+                return 0.0;
+            }
+            let i = ((p * times_ms.len() as f64).ceil() as usize).clamp(1, times_ms.len()) - 1;
+            times_ms[i] as f64 / 1000.0
+        };
+        Self {
+            went_unknown,
+            settled: times_ms.len() as u64,
+            median_secs: rank(0.5),
+            p99_secs: rank(0.99),
+            max_secs: times_ms.last().map_or(0.0, |t| *t as f64 / 1000.0),
+        }
+    }
 }
 
 /// Judges orders one by one against the ledger (so orders need not be held in memory).
@@ -275,6 +321,18 @@ impl<'a> Judge<'a> {
                 audits.0.as_deref().unwrap_or("?")
             ));
         }
+        if report.first_violation.is_none() && report.settled_changes > 0 {
+            report.first_violation = Some(format!(
+                "{} write(s) changed a settled record (store audit)",
+                report.settled_changes
+            ));
+        }
+        if report.first_violation.is_none() && report.webhook_creates > 0 {
+            report.first_violation = Some(format!(
+                "the webhook function called Stripe's create {} time(s)",
+                report.webhook_creates
+            ));
+        }
         if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
             report.first_violation = Some(format!(
                 "dedup id not derived from the operation (queue audit): order {}",
@@ -290,7 +348,9 @@ impl<'a> Judge<'a> {
             && report.unpublished_outcomes == 0
             && report.false_outcome_events == 0
             && report.stale_lease_writes == 0
-            && report.foreign_dedup_ids == 0;
+            && report.foreign_dedup_ids == 0
+            && report.settled_changes == 0
+            && report.webhook_creates == 0;
     }
 }
 
@@ -366,6 +426,36 @@ impl Report {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         let _ = writeln!(s, "  pipeline        {}", loops.join(", "));
+        let t = &self.time_to_settle;
+        let _ = writeln!(
+            s,
+            "  time to settle  {} went unknown, {} settled: median {:.0} s, p99 {:.0} s, max {:.0} s (virtual; webhooks {})",
+            t.went_unknown,
+            t.settled,
+            t.median_secs,
+            t.p99_secs,
+            t.max_secs,
+            if self.webhooks { "on" } else { "off" }
+        );
+        let t = &self.time_to_settle_final_at_stripe;
+        let _ = writeln!(
+            s,
+            "                  of which final at Stripe (not processing): {} went unknown, {} settled: median {:.0} s, p99 {:.0} s",
+            t.went_unknown, t.settled, t.median_secs, t.p99_secs
+        );
+        if self.webhooks {
+            let w: Vec<String> = self
+                .webhook_counts
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(s, "  webhooks        {}", w.join(", "));
+        }
+        let _ = writeln!(
+            s,
+            "  audits (17)     settled records changed {}  webhook creates {}",
+            self.settled_changes, self.webhook_creates
+        );
         let per: Vec<String> = self
             .requests_per_charge
             .iter()

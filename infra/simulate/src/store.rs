@@ -43,6 +43,12 @@ struct Table {
     lose_every: u64,
     /// Outcomes offered to the relay, published or not.
     offered: u64,
+    /// Audit: writes that changed a settled record's status or PaymentIntent. Must stay 0.
+    settled_changes: u64,
+    /// When each operation first went `unknown` (virtual ms), until it settles.
+    unknown_since: HashMap<OperationId, i64>,
+    /// For each operation that went `unknown` and later settled: how long that took (ms).
+    settle_times_ms: Vec<(OperationId, i64)>,
 }
 
 /// The outcomes published for one operation. The event id is a function of the operation id and
@@ -107,6 +113,25 @@ impl Table {
         self.unindex(&before);
         let out = change(self.items.get_mut(key)?);
         self.index(key);
+        if let Some(after) = self.items.get(key) {
+            if before.status.is_settled()
+                && (after.status != before.status || after.external_id != before.external_id)
+            {
+                self.settled_changes += 1;
+            }
+            let (id, now) = (after.operation_id, after.updated_at.as_millis());
+            match after.status {
+                charge_once::OperationStatus::Unknown => {
+                    self.unknown_since.entry(id).or_insert(now);
+                }
+                s if s.is_settled() && !before.status.is_settled() => {
+                    if let Some(since) = self.unknown_since.remove(&id) {
+                        self.settle_times_ms.push((id, now - since));
+                    }
+                }
+                _ => {}
+            }
+        }
         let after = self.items.get(key)?;
         let event = outcome_of(Some(&before), after).map(|e| (after.operation_id, e.outcome));
         self.publish(event);
@@ -197,6 +222,20 @@ impl SimStore {
         let mut ops: Vec<OperationId> = t.published.keys().copied().collect();
         ops.sort_unstable();
         (t.outcome_events, ops)
+    }
+
+    /// Writes that changed a settled record (an audit that must read 0).
+    pub fn settled_changes(&self) -> u64 {
+        self.lock().settled_changes
+    }
+
+    /// Time to settle of the operations that went `unknown`: the ones still unknown (or in
+    /// review), and the settle time in ms of each that settled, in the order they settled.
+    pub fn settle_times(&self) -> (Vec<OperationId>, Vec<(OperationId, i64)>) {
+        let t = self.lock();
+        let mut open: Vec<OperationId> = t.unknown_since.keys().copied().collect();
+        open.sort();
+        (open, t.settle_times_ms.clone())
     }
 
     /// Records in the table.

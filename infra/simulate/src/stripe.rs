@@ -79,6 +79,14 @@ fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
 
 impl StripeSide {
     /// The simulator's engine on the simulation's virtual clock, without a server.
+    /// The simulator itself when it runs in this process (webhooks are delivered from it).
+    pub fn local_sim(&self) -> Option<&StripeSim> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => Some(sim),
+            Self::Remote { .. } => None,
+        }
+    }
+
     pub fn in_process(clock: &ManualClock, faults: &Faults, seed: u64, latency: Duration) -> Self {
         Self::InProcess {
             sim: Self::sim(clock, faults, seed, latency),

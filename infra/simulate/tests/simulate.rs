@@ -218,3 +218,48 @@ fn bad_simulation_arguments_are_refused() {
         assert!(!out.stderr.is_empty());
     }
 }
+
+#[test]
+fn webhooks_settle_unknowns_sooner_never_create_and_never_change_a_settled_record() {
+    let rt = current_thread();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for seed in [41, 42, 43] {
+        let on = rt
+            .block_on(simulate(&args(3_000, seed, Backend::Memory)))
+            .unwrap();
+        assert!(on.invariants_hold, "seed {seed}: {}", on.render());
+        assert!(on.webhooks, "webhooks are on by default");
+        assert_eq!(on.webhook_creates, 0, "the webhook never creates");
+        assert_eq!(on.settled_changes, 0, "settled is final");
+        assert_eq!(on.webhook_counts["stripe_creates"], 0);
+        for (k, n) in &on.webhook_counts {
+            *counts.entry(k.clone()).or_default() += n;
+        }
+        let mut a = args(3_000, seed, Backend::Memory);
+        a.no_webhooks = true;
+        let off = rt.block_on(simulate(&a)).unwrap();
+        assert!(off.invariants_hold, "seed {seed}: {}", off.render());
+        assert!(!off.webhooks);
+        assert!(off.webhook_counts.is_empty());
+        with.push(on.time_to_settle_final_at_stripe.median_secs);
+        without.push(off.time_to_settle_final_at_stripe.median_secs);
+    }
+    // Every webhook fault really happened, and deliveries were retried after non-2xx answers.
+    for k in [
+        "fault_duplicate",
+        "fault_out_of_order",
+        "fault_delayed",
+        "fault_dropped",
+        "retried",
+        "http_409",
+    ] {
+        assert!(counts.get(k).copied().unwrap_or(0) > 0, "{k}: {counts:?}");
+    }
+    for (on, off) in with.iter().zip(&without) {
+        assert!(
+            on < off,
+            "median time to settle with webhooks {on} s, without {off} s"
+        );
+    }
+}

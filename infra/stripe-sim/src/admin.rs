@@ -72,6 +72,8 @@ pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) 
         (&Method::GET, "ledger") => Ok(ledger_json(sim)),
         (&Method::GET, "stats") => Ok(stats_json(sim)),
         (&Method::POST, "reset") => reset(sim, body),
+        (&Method::GET, "webhooks") => Ok(webhooks_json(sim)),
+        (&Method::POST, "webhooks") => update_webhooks(sim, body),
         (&Method::POST, r) => match r
             .strip_prefix("payment_intents/")
             .and_then(|r| r.strip_suffix("/status"))
@@ -242,4 +244,33 @@ fn set_status(sim: &StripeSim, id: &str, body: &[u8]) -> Result<Reply, Reply> {
             &json!({ "error": { "type": "invalid_request_error", "code": "resource_missing", "message": format!("No such payment_intent: '{id}'") } }),
         ))
     }
+}
+
+/// `POST /_sim/webhooks` with `{"url", "secret", "faults": {...}, "max_attempts"}`: the whole
+/// configuration, replaced (an absent `secret` stops generating events).
+fn update_webhooks(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let config: crate::WebhookConfig = parse(body)?;
+    if let Some(secret) = &config.secret {
+        if !secret.starts_with("whsec_") {
+            return Err(bad_request("secret must be a whsec_ secret"));
+        }
+    }
+    sim.set_webhooks(config).map_err(bad_request)?;
+    Ok(webhooks_json(sim))
+}
+
+/// The configuration (the secret only as set or not) and the delivery counts.
+fn webhooks_json(sim: &StripeSim) -> Reply {
+    let c = sim.webhooks();
+    Reply::json(
+        200,
+        &json!({
+            "url": c.url,
+            "secret_set": c.secret.is_some(),
+            "faults": c.faults,
+            "max_attempts": c.max_attempts,
+            "counts": sim.webhook_counts(),
+            "next_due_ms": sim.next_webhook_due_ms(),
+        }),
+    )
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::faults::{FaultConfig, FaultState};
 use crate::pi::{CreateOutcome, CreateParams, PaymentIntent, STATUSES};
+use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
 /// How long Stripe keeps idempotency keys: 24 hours.
@@ -107,6 +108,8 @@ pub(crate) struct Engine {
     pub(crate) search_lag_ms: i64,
     pub(crate) settle_ms: i64,
     ids: SmallRng,
+    /// Webhook events waiting for delivery (see [`crate::webhooks`]).
+    pub(crate) webhooks: Outbox,
 }
 
 impl Engine {
@@ -123,18 +126,26 @@ impl Engine {
             search_lag_ms,
             settle_ms,
             ids: SmallRng::seed_from_u64(seed ^ 0x05EE_D1D5_u64),
+            webhooks: Outbox::new(seed, WebhookConfig::default()),
         }
     }
 
     /// Clears PaymentIntents, keys, faults and counters; reseeds the RNGs.
     pub(crate) fn reset(&mut self) {
         let seed = self.faults.seed;
+        let mut webhooks = std::mem::replace(
+            &mut self.webhooks,
+            Outbox::new(seed, WebhookConfig::default()),
+        );
+        webhooks.clear(seed);
         *self = Engine::new(
             seed,
             FaultConfig::default(),
             self.search_lag_ms,
             self.settle_ms,
         );
+        // The endpoint and its secret survive a reset, like the API key.
+        self.webhooks = webhooks;
     }
 
     pub(crate) fn request_id(&mut self) -> String {
@@ -259,6 +270,16 @@ impl Engine {
                 .push(at);
         }
         self.index.insert(pi.id.clone(), at);
+        if self.webhooks.enabled() {
+            self.webhooks.emit(&pi.to_json(), true, now_ms);
+            if let Some(settlement) = &pi.settlement {
+                // The event Stripe sends when `processing` ends, queued for that moment.
+                let mut settled = pi.clone();
+                settled.settle(settlement.at_ms);
+                self.webhooks
+                    .emit(&settled.to_json(), false, settlement.at_ms);
+            }
+        }
         self.pis.push(pi);
         saved
     }
@@ -313,7 +334,7 @@ impl Engine {
     }
 
     /// Forces a status (cancels any pending settlement).
-    pub(crate) fn set_status(&mut self, id: &str, status: &str) -> bool {
+    pub(crate) fn set_status(&mut self, id: &str, status: &str, now_ms: i64) -> bool {
         if !STATUSES.contains(&status) {
             return false;
         }
@@ -322,6 +343,8 @@ impl Engine {
         };
         pi.settlement = None;
         pi.status = status.to_string();
+        let json = pi.to_json();
+        self.webhooks.emit(&json, false, now_ms);
         true
     }
 

@@ -17,6 +17,9 @@
 //! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
 //! - `direct`: the same routes in process ([`StripeSim::create_in_process`], ...), no sockets.
 //! - `admin`: the `/_sim/` admin routes.
+//! - [`webhooks`]: webhook events signed as Stripe signs them, delivered at least once with
+//!   retries and seeded faults (duplicate, out of order, delayed, dropped); the HTTP sender runs
+//!   beside the server.
 //!
 //! # Example
 //! ```no_run
@@ -34,6 +37,7 @@
 
 pub mod clock;
 pub mod faults;
+pub mod webhooks;
 pub mod wire;
 
 mod admin;
@@ -57,6 +61,7 @@ pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::STATUSES;
+pub use webhooks::{signature_header, Delivery, WebhookConfig, WebhookCounts, WebhookFaults};
 pub use wire::ApiError;
 
 use clock::Clock;
@@ -166,10 +171,15 @@ impl StripeSim {
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(http::serve(listener, self.clone(), rx));
+        let sender = tokio::spawn(webhooks::run_sender(
+            self.clone(),
+            Duration::from_millis(20),
+        ));
         Ok(RunningSim {
             addr,
             shutdown: Some(tx),
             task: Some(task),
+            sender: Some(sender),
         })
     }
 
@@ -254,7 +264,47 @@ impl StripeSim {
     /// Forces a PaymentIntent's status (one of [`STATUSES`]); cancels any
     /// pending settlement. False if the id or status is unknown.
     pub fn set_status(&self, pi_id: &str, status: &str) -> bool {
-        self.engine().set_status(pi_id, status)
+        let now = self.now_ms();
+        self.engine().set_status(pi_id, status, now)
+    }
+
+    /// Sets where webhook events go and how (events are generated only while a secret is set).
+    pub fn set_webhooks(&self, config: WebhookConfig) -> Result<(), String> {
+        if let Some(url) = &config.url {
+            webhooks::check_url(url)?;
+        }
+        let mut config = config;
+        config.faults = config.faults.sanitized();
+        self.engine().webhooks.config = config;
+        Ok(())
+    }
+
+    /// The webhook configuration (the secret included: the simulator is a test tool).
+    pub fn webhooks(&self) -> WebhookConfig {
+        self.engine().webhooks.config.clone()
+    }
+
+    /// Webhook deliveries due now, each signed at the current simulated time. Report each
+    /// result with [`StripeSim::webhook_result`], or it is neither retried nor counted delivered.
+    pub fn take_due_webhooks(&self) -> Vec<Delivery> {
+        let now = self.now_ms();
+        self.engine().webhooks.take_due(now)
+    }
+
+    /// The endpoint's answer for a delivery: `ok` = 2xx. A failure is retried with back-off.
+    pub fn webhook_result(&self, delivery: &Delivery, ok: bool) {
+        let now = self.now_ms();
+        self.engine().webhooks.report(delivery.seq, ok, now);
+    }
+
+    /// When the next webhook delivery is due (simulated unix ms), if any.
+    pub fn next_webhook_due_ms(&self) -> Option<i64> {
+        self.engine().webhooks.next_due()
+    }
+
+    /// What happened to webhook events so far.
+    pub fn webhook_counts(&self) -> WebhookCounts {
+        self.engine().webhooks.counts
     }
 }
 
@@ -270,6 +320,8 @@ pub struct RunningSim {
     pub addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    /// The webhook sender (idle until a URL is set).
+    sender: Option<JoinHandle<()>>,
 }
 
 impl RunningSim {
@@ -281,6 +333,9 @@ impl RunningSim {
     /// Stops accepting, aborts open connections, and waits for the server
     /// task to end.
     pub async fn shutdown(mut self) {
+        if let Some(sender) = self.sender.take() {
+            sender.abort();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -292,6 +347,9 @@ impl RunningSim {
 
 impl Drop for RunningSim {
     fn drop(&mut self) {
+        if let Some(sender) = self.sender.take() {
+            sender.abort();
+        }
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

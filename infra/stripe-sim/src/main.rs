@@ -4,27 +4,38 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use stripe_sim::{SimConfig, StripeSim};
+use stripe_sim::{SimConfig, StripeSim, WebhookConfig};
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
-[--search-lag-secs N] [--processing-settle-secs N] [--latency-ms N]
+[--search-lag-secs N] [--processing-settle-secs N] [--latency-ms N] \
+[--webhook-url URL --webhook-secret whsec_...]
 
   --port N                     port on 127.0.0.1 (0 = ephemeral, default 12111)
   --api-key KEY                accepted secret key (default sk_test_charge_once)
   --seed N                     seed for fault decisions and ids (default 0)
   --search-lag-secs N          search visibility lag, simulated (default 30)
   --processing-settle-secs N   processing -> final status, simulated (default 600)
-  --latency-ms N               real sleep of the `latency` fault (default 12000)";
+  --latency-ms N               real sleep of the `latency` fault (default 12000)
+  --webhook-url URL            send webhook events to this loopback URL (also POST /_sim/webhooks)
+  --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)";
 
 struct Args {
     port: u16,
     cfg: SimConfig,
+    webhooks: WebhookConfig,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut out = Args {
         port: 12111,
         cfg: SimConfig::default(),
+        webhooks: WebhookConfig {
+            // A secret in the environment keeps it out of `ps` output.
+            secret: std::env::var("STRIPE_SIM_WEBHOOK_SECRET")
+                .ok()
+                .filter(|s| !s.is_empty()),
+            ..WebhookConfig::default()
+        },
     };
     while let Some(flag) = args.next() {
         let (name, inline) = match flag.split_once('=') {
@@ -55,6 +66,16 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 out.cfg.processing_settle = Duration::from_secs(num(&value)?)
             }
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
+            "--webhook-url" => {
+                stripe_sim::webhooks::check_url(&value)?;
+                out.webhooks.url = Some(value)
+            }
+            "--webhook-secret" => {
+                if !value.starts_with("whsec_") {
+                    return Err("--webhook-secret must be a whsec_ secret".into());
+                }
+                out.webhooks.secret = Some(value)
+            }
             _ => return Err(format!("unknown flag: {name}")),
         }
     }
@@ -90,6 +111,16 @@ async fn main() -> ExitCode {
         }
     };
     let sim = StripeSim::new(args.cfg);
+    if args.webhooks.url.is_some() && args.webhooks.secret.is_none() {
+        eprintln!(
+            "stripe-sim: --webhook-url needs --webhook-secret (or STRIPE_SIM_WEBHOOK_SECRET)"
+        );
+        return ExitCode::from(2);
+    }
+    if let Err(e) = sim.set_webhooks(args.webhooks) {
+        eprintln!("stripe-sim: {e}");
+        return ExitCode::from(2);
+    }
     let running = match sim.start(args.port).await {
         Ok(r) => r,
         Err(e) => {

@@ -3,11 +3,13 @@
 //! - [`aws`]: the AWS SDK configuration with time bounds on every call (one place for them).
 //! - [`stripe`]: the `PaymentGateway` over Stripe's HTTP API.
 //! - [`dynamodb`]: the `OperationStore` on a DynamoDB table with a sparse "unknown index".
+//! - [`inbox`]: the webhook's `WebhookInbox` on its own DynamoDB table with TTL.
 //! - [`secrets`]: the Stripe key from Secrets Manager, read once at init.
 //! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue, and the `DeadLetterQueue` on its DLQ.
 
 pub mod aws;
 pub mod dynamodb;
+pub mod inbox;
 pub mod secrets;
 pub mod sqs;
 pub mod stripe;

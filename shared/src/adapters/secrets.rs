@@ -36,3 +36,24 @@ pub async fn fetch_stripe_key(client: &Client, arn: &str) -> Result<SecretKey, S
     })?;
     Ok(parse_secret_key(value)?)
 }
+
+/// `GetSecretValue` on `arn`, parsed as a Stripe webhook endpoint secret (`whsec_…`, bare or as
+/// `{"webhook_secret": …}`).
+pub async fn fetch_webhook_secret(
+    client: &Client,
+    arn: &str,
+) -> Result<crate::webhook::WebhookSecret, SecretError> {
+    let out = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| SecretError::Read {
+            arn: arn.to_owned(),
+            source: Box::new(e),
+        })?;
+    let value = out.secret_string().ok_or_else(|| SecretError::Empty {
+        arn: arn.to_owned(),
+    })?;
+    Ok(crate::config::parse_webhook_secret(value)?)
+}

@@ -495,6 +495,7 @@ impl PaymentGateway for StripeGateway {
             ("confirm", "true".to_owned()),
             ("off_session", "true".to_owned()),
             ("metadata[operation_id]", req.operation_id.to_string()),
+            ("metadata[order_id]", req.order_id.as_str().to_owned()),
         ];
         let (body, replayed) = self
             .send(&self.requests.create, || {

@@ -137,7 +137,11 @@ impl FakeGateway {
 
     /// Adds a PaymentIntent that was not created through this gateway's create (a duplicate made by
     /// hand in the dashboard, say).
-    pub fn insert_charge(&self, operation_id: OperationId, status: PaymentIntentStatus) -> String {
+    pub fn insert_charge(
+        &self,
+        operation_id: OperationId,
+        status: PaymentIntentStatus,
+    ) -> PaymentIntentId {
         let mut st = self.lock();
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
@@ -149,7 +153,7 @@ impl FakeGateway {
                 idempotency_key: String::new(),
             },
         );
-        id
+        fake_id(&id)
     }
 
     /// Every PaymentIntent created, by id: the external side effect.

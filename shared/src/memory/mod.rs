@@ -4,9 +4,11 @@
 //! the DynamoDB and SQS adapters. They are never used instead of testing those.
 
 mod gateway;
+mod inbox;
 mod queue;
 mod store;
 
 pub use gateway::{FakeFault, FakeGateway, GatewayCalls};
+pub use inbox::MemoryInbox;
 pub use queue::{MemoryDeadLetters, MemoryQueue, ReceivedMessage};
 pub use store::{MemoryStore, StoreCalls};

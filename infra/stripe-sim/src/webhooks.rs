@@ -1,0 +1,515 @@
+//! Webhook events, sent the way Stripe sends them: one event per PaymentIntent change
+//! (`payment_intent.created`, then `succeeded` / `processing` / `requires_action` /
+//! `payment_failed` / `canceled`, and the final state of a `processing` intent when it settles),
+//! each signed with the endpoint secret exactly as Stripe signs (`Stripe-Signature:
+//! t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, re-signed with the current time on every
+//! attempt), delivered at least once and retried with exponential back-off while the endpoint
+//! fails.
+//!
+//! Faults, seeded like the API faults and counted: `duplicate` (a second delivery of the same
+//! event id), `out_of_order` (held back so later events of the intent overtake it), `delayed`
+//! (held back for minutes), `dropped` (never delivered: what a misconfigured endpoint or a
+//! disabled event type looks like to the receiver).
+//!
+//! The queue is pure state with an explicit `now_ms` ([`Outbox`]); the HTTP sender in
+//! [`crate::StripeSim::start`] and the in-process simulation both drain it.
+
+use std::collections::BTreeMap;
+
+use hmac::{Hmac, KeyInit, Mac};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use crate::wire::random_id;
+
+/// The signature header Stripe sends for `body` at `timestamp` (seconds).
+pub fn signature_header(secret: &str, timestamp: i64, body: &str) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(format!("{timestamp}.{body}").as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("t={timestamp},v1={hex}")
+}
+
+/// Webhook fault rates (each in `[0, 1]`) and how long the held-back deliveries wait.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookFaults {
+    pub duplicate: f64,
+    pub out_of_order: f64,
+    pub delayed: f64,
+    pub dropped: f64,
+    /// How long an out-of-order event is held back (default 20 s).
+    pub reorder_ms: i64,
+    /// How long a delayed event is held back at most (uniform in `[1 s, delay_ms]`, default 5 min).
+    pub delay_ms: i64,
+}
+
+impl Default for WebhookFaults {
+    fn default() -> Self {
+        Self {
+            duplicate: 0.0,
+            out_of_order: 0.0,
+            delayed: 0.0,
+            dropped: 0.0,
+            reorder_ms: 20_000,
+            delay_ms: 300_000,
+        }
+    }
+}
+
+impl WebhookFaults {
+    /// Rates clamped to `[0, 1]` (NaN counts as 0), times at least 1 ms.
+    pub fn sanitized(mut self) -> Self {
+        for r in [
+            &mut self.duplicate,
+            &mut self.out_of_order,
+            &mut self.delayed,
+            &mut self.dropped,
+        ] {
+            *r = if r.is_nan() { 0.0 } else { r.clamp(0.0, 1.0) };
+        }
+        self.reorder_ms = self.reorder_ms.max(1);
+        self.delay_ms = self.delay_ms.max(1_000);
+        self
+    }
+}
+
+/// Where events go and with which secret. Events are generated only while a secret is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `http://127.0.0.1:PORT/path` for the HTTP sender; `None` for in-process delivery only.
+    pub url: Option<String>,
+    /// The endpoint's signing secret (`whsec_…`).
+    pub secret: Option<String>,
+    pub faults: WebhookFaults,
+    /// Attempts per event before giving up (default 0 = 12, roughly Stripe's days of retries
+    /// compressed: 10 s doubling to a 1 h cap).
+    pub max_attempts: u32,
+    /// The event types the endpoint subscribed to, as selected in Stripe's dashboard (`None`:
+    /// every type, `payment_intent.created` included).
+    pub enabled_events: Option<Vec<String>>,
+}
+
+/// Counts of what happened to events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct WebhookCounts {
+    /// Events generated (each may be delivered several times).
+    pub events: u64,
+    /// Deliveries handed to the endpoint (attempts, duplicates included).
+    pub attempts: u64,
+    /// Attempts the endpoint acknowledged with 2xx.
+    pub delivered: u64,
+    /// Attempts that failed (non-2xx or no answer) and were scheduled again.
+    pub failed: u64,
+    /// Events given up after the last attempt.
+    pub given_up: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub delayed: u64,
+    pub dropped: u64,
+}
+
+/// One delivery to make: the body and the header to send with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub event_id: String,
+    pub event_type: String,
+    pub body: String,
+    /// `Stripe-Signature`, signed at the time the delivery was taken.
+    pub signature: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Internal queue sequence (to report the result).
+    pub(crate) seq: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    event_id: String,
+    event_type: String,
+    body: String,
+    attempt: u32,
+}
+
+/// The queue of events waiting for delivery, by due time.
+pub(crate) struct Outbox {
+    pub(crate) config: WebhookConfig,
+    queue: BTreeMap<(i64, u64), Pending>,
+    in_flight: BTreeMap<u64, Pending>,
+    seq: u64,
+    rng: SmallRng,
+    pub(crate) counts: WebhookCounts,
+}
+
+/// The event type Stripe sends when a PaymentIntent reaches `status` (`None`: no event).
+pub fn event_type_for(status: &str) -> Option<&'static str> {
+    match status {
+        "succeeded" => Some("payment_intent.succeeded"),
+        "processing" => Some("payment_intent.processing"),
+        "requires_action" => Some("payment_intent.requires_action"),
+        "requires_payment_method" => Some("payment_intent.payment_failed"),
+        "canceled" => Some("payment_intent.canceled"),
+        _ => None,
+    }
+}
+
+impl Outbox {
+    pub(crate) fn new(seed: u64, config: WebhookConfig) -> Self {
+        Self {
+            config,
+            queue: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            seq: 0,
+            rng: SmallRng::seed_from_u64(seed ^ 0x0057_EB40_u64),
+            counts: WebhookCounts::default(),
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.config.secret.is_some()
+    }
+
+    fn max_attempts(&self) -> u32 {
+        match self.config.max_attempts {
+            0 => 12,
+            n => n,
+        }
+    }
+
+    /// Queues the events for a PaymentIntent that just reached `intent["status"]` at `at_ms`
+    /// (`created`: also `payment_intent.created` first).
+    pub(crate) fn emit(&mut self, intent: &Value, created: bool, at_ms: i64) {
+        if !self.enabled() {
+            return;
+        }
+        if created {
+            self.push_event("payment_intent.created", intent, at_ms);
+        }
+        if let Some(kind) = intent["status"].as_str().and_then(event_type_for) {
+            self.push_event(kind, intent, at_ms);
+        }
+    }
+
+    fn push_event(&mut self, kind: &str, intent: &Value, at_ms: i64) {
+        if let Some(enabled) = &self.config.enabled_events {
+            if !enabled.iter().any(|e| e == kind) {
+                return;
+            }
+        }
+        self.counts.events += 1;
+        let event_id = random_id(&mut self.rng, "evt_", 24);
+        let body = json!({
+            "id": event_id,
+            "object": "event",
+            "api_version": "2024-06-20",
+            "created": at_ms.div_euclid(1000),
+            "data": { "object": intent },
+            "livemode": false,
+            "pending_webhooks": 1,
+            "request": { "id": null, "idempotency_key": null },
+            "type": kind,
+        })
+        .to_string();
+        let f = self.config.faults.clone();
+        if self.rng.random_bool(f.dropped) {
+            self.counts.dropped += 1;
+            return;
+        }
+        let mut due = at_ms;
+        if self.rng.random_bool(f.out_of_order) {
+            self.counts.reordered += 1;
+            due += f.reorder_ms;
+        }
+        if self.rng.random_bool(f.delayed) {
+            self.counts.delayed += 1;
+            due += self.rng.random_range(1_000..=f.delay_ms);
+        }
+        let pending = Pending {
+            event_id,
+            event_type: kind.to_owned(),
+            body,
+            attempt: 1,
+        };
+        if self.rng.random_bool(f.duplicate) {
+            self.counts.duplicated += 1;
+            let gap = self.rng.random_range(1..=5_000);
+            self.enqueue(due + gap, pending.clone());
+        }
+        self.enqueue(due, pending);
+    }
+
+    fn enqueue(&mut self, due: i64, p: Pending) {
+        self.seq += 1;
+        self.queue.insert((due, self.seq), p);
+    }
+
+    /// When the next delivery is due (`None`: nothing queued).
+    pub(crate) fn next_due(&self) -> Option<i64> {
+        self.queue.keys().next().map(|(due, _)| *due)
+    }
+
+    /// Takes every delivery due at `now_ms`, signed at `now_ms`, oldest first.
+    pub(crate) fn take_due(&mut self, now_ms: i64) -> Vec<Delivery> {
+        let Some(secret) = self.config.secret.clone() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while let Some(entry) = self.queue.first_entry() {
+            if entry.key().0 > now_ms {
+                break;
+            }
+            let ((_, seq), p) = entry.remove_entry();
+            self.counts.attempts += 1;
+            out.push(Delivery {
+                event_id: p.event_id.clone(),
+                event_type: p.event_type.clone(),
+                signature: signature_header(&secret, now_ms.div_euclid(1000), &p.body),
+                body: p.body.clone(),
+                attempt: p.attempt,
+                seq,
+            });
+            self.in_flight.insert(seq, p);
+        }
+        out
+    }
+
+    /// The endpoint's answer for a delivery: acknowledged, or failed (then retried with
+    /// back-off: 10 s × 2^(attempt-1), at most 1 h, until `max_attempts`).
+    pub(crate) fn report(&mut self, seq: u64, ok: bool, now_ms: i64) {
+        let Some(mut p) = self.in_flight.remove(&seq) else {
+            return;
+        };
+        if ok {
+            self.counts.delivered += 1;
+            return;
+        }
+        self.counts.failed += 1;
+        if p.attempt >= self.max_attempts() {
+            self.counts.given_up += 1;
+            return;
+        }
+        let backoff = (10_000_i64 << (p.attempt - 1).min(20)).min(3_600_000);
+        p.attempt += 1;
+        self.enqueue(now_ms + backoff, p);
+    }
+
+    /// Clears the queue and counts, keeps the configuration.
+    pub(crate) fn clear(&mut self, seed: u64) {
+        *self = Outbox::new(seed, self.config.clone());
+    }
+}
+
+/// Checks that a webhook URL is `http://` to a loopback address (the simulator only ever sends to
+/// this machine).
+pub fn check_url(url: &str) -> Result<(), String> {
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err("the webhook URL must be http://".into());
+    }
+    match uri.host() {
+        Some("127.0.0.1" | "localhost" | "[::1]") => Ok(()),
+        _ => Err(
+            "the webhook URL must point to a loopback address (127.0.0.1, localhost, [::1])".into(),
+        ),
+    }
+}
+
+/// Sends due deliveries over HTTP until aborted: polls every `poll` (real time), posts each due
+/// delivery, reports 2xx as delivered and anything else (or no answer within 10 s) as failed.
+pub(crate) async fn run_sender(sim: crate::StripeSim, poll: std::time::Duration) {
+    loop {
+        tokio::time::sleep(poll).await;
+        let Some(url) = sim.webhooks().url else {
+            continue;
+        };
+        for delivery in sim.take_due_webhooks() {
+            let ok = post(&url, &delivery).await;
+            sim.webhook_result(&delivery, ok);
+        }
+    }
+}
+
+async fn post(url: &str, d: &Delivery) -> bool {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::header::{CONTENT_TYPE, HOST, USER_AGENT};
+    use hyper_util::rt::TokioIo;
+
+    let Ok(uri) = url.parse::<hyper::Uri>() else {
+        return false;
+    };
+    let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
+        return false;
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        let conn = tokio::spawn(conn);
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let req = hyper::Request::post(path)
+            .header(HOST, authority.as_str())
+            .header(CONTENT_TYPE, "application/json; charset=utf-8")
+            .header(USER_AGENT, "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+            .header("Stripe-Signature", &d.signature)
+            .body(Full::new(Bytes::from(d.body.clone())))
+            .ok()?;
+        let resp = sender.send_request(req).await.ok()?;
+        conn.abort();
+        Some(resp.status().is_success())
+    };
+    tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox(faults: WebhookFaults) -> Outbox {
+        Outbox::new(
+            7,
+            WebhookConfig {
+                secret: Some("whsec_test".into()),
+                faults,
+                ..WebhookConfig::default()
+            },
+        )
+    }
+
+    fn intent(status: &str) -> Value {
+        json!({"id": "pi_1", "object": "payment_intent", "status": status})
+    }
+
+    #[test]
+    fn signature_matches_an_independent_hmac() {
+        // Python: hmac.new(b"whsec_test_secret", b'1700000000.{"id":"evt_1",...}', sha256)
+        let body = r#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
+        assert_eq!(
+            signature_header("whsec_test_secret", 1_700_000_000, body),
+            "t=1700000000,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"
+        );
+    }
+
+    #[test]
+    fn events_are_queued_signed_and_retried() {
+        let mut o = outbox(WebhookFaults::default());
+        o.emit(&intent("succeeded"), true, 1_000);
+        assert_eq!(o.next_due(), Some(1_000));
+        let due = o.take_due(2_000);
+        let kinds: Vec<&str> = due.iter().map(|d| d.event_type.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["payment_intent.created", "payment_intent.succeeded"]
+        );
+        assert!(due[1].signature.starts_with("t=2,v1="));
+        let body: Value = serde_json::from_str(&due[1].body).unwrap();
+        assert_eq!(body["data"]["object"]["status"], "succeeded");
+        assert_eq!(body["id"], due[1].event_id.as_str());
+        o.report(due[0].seq, true, 2_000);
+        o.report(due[1].seq, false, 2_000);
+        assert_eq!(o.next_due(), Some(12_000), "first retry after 10 s");
+        let again = o.take_due(12_000);
+        assert_eq!(again[0].event_id, due[1].event_id);
+        assert_eq!(again[0].attempt, 2);
+        o.report(again[0].seq, false, 12_000);
+        assert_eq!(o.next_due(), Some(32_000), "then 20 s");
+        assert_eq!(o.counts.failed, 2);
+        assert_eq!(o.counts.delivered, 1);
+    }
+
+    #[test]
+    fn gives_up_after_max_attempts() {
+        let mut o = outbox(WebhookFaults::default());
+        o.config.max_attempts = 2;
+        o.emit(&intent("succeeded"), false, 0);
+        let d = o.take_due(0);
+        o.report(d[0].seq, false, 0);
+        let d = o.take_due(10_000);
+        o.report(d[0].seq, false, 10_000);
+        assert_eq!(o.next_due(), None);
+        assert_eq!(o.counts.given_up, 1);
+    }
+
+    #[test]
+    fn faults_are_applied_and_counted() {
+        let all = |rate| WebhookFaults {
+            duplicate: rate,
+            ..WebhookFaults::default()
+        };
+        let mut o = outbox(all(1.0));
+        o.emit(&intent("succeeded"), false, 0);
+        let d = o.take_due(10_000);
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].event_id, d[1].event_id, "the same event twice");
+        assert_eq!(o.counts.duplicated, 1);
+
+        let mut o = outbox(WebhookFaults {
+            dropped: 1.0,
+            ..WebhookFaults::default()
+        });
+        o.emit(&intent("succeeded"), true, 0);
+        assert_eq!(o.next_due(), None);
+        assert_eq!(o.counts.dropped, 2);
+
+        let mut o = outbox(WebhookFaults {
+            out_of_order: 1.0,
+            ..WebhookFaults::default()
+        });
+        o.emit(&intent("processing"), false, 0);
+        assert_eq!(o.next_due(), Some(20_000));
+        assert_eq!(o.counts.reordered, 1);
+
+        let mut o = outbox(WebhookFaults {
+            delayed: 1.0,
+            ..WebhookFaults::default()
+        });
+        o.emit(&intent("processing"), false, 0);
+        let due = o.next_due().unwrap();
+        assert!((1_000..=300_000).contains(&due), "{due}");
+        assert_eq!(o.counts.delayed, 1);
+    }
+
+    #[test]
+    fn only_the_subscribed_types() {
+        let mut o = outbox(WebhookFaults::default());
+        o.config.enabled_events = Some(vec!["payment_intent.succeeded".into()]);
+        o.emit(&intent("succeeded"), true, 0);
+        let d = o.take_due(0);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].event_type, "payment_intent.succeeded");
+    }
+
+    #[test]
+    fn nothing_without_a_secret() {
+        let mut o = Outbox::new(1, WebhookConfig::default());
+        o.emit(&intent("succeeded"), true, 0);
+        assert_eq!(o.counts.events, 0);
+        assert!(o.take_due(1).is_empty());
+    }
+}

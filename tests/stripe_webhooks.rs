@@ -1,0 +1,357 @@
+//! Stripe-sim's webhooks against the real verifiers, both ways:
+//! - the official `stripe` Python package's `Webhook.construct_event` accepts every delivery the
+//!   simulator signs (and refuses an altered body);
+//! - the webhook function accepts a delivery signed by that package's own test helper
+//!   (`WebhookSignature.generate_signature_header`);
+//! - over HTTP, the simulator delivers to a real local endpoint with Stripe's headers, retries
+//!   with back-off while the endpoint fails, and its faults (duplicates) are counted at both ends.
+//!
+//! The Python tests need the venv that `infra/local/with-stack.sh` installs (`make test` does);
+//! without it they fail with that message, they are never skipped.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+use charge_once::ports::OperationStore;
+use charge_once::webhook::signature::verify;
+use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
+use charge_once::{
+    Amount, ChargeParams, Currency, CustomerId, Operation, OperationStatus, OrderId,
+    PaymentMethodId, SystemClock, Timestamp,
+};
+use serde_json::{json, Value};
+use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "whsec_charge_once_webhook_tests";
+
+fn venv_python() -> String {
+    let venv = std::env::var("CHARGE_ONCE_VENV").expect(
+        "CHARGE_ONCE_VENV is not set: run the tests through `make test` \
+         (infra/local/with-stack.sh installs the official stripe package into .venv)",
+    );
+    let python = format!("{venv}/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "{python} does not exist: run through infra/local/with-stack.sh"
+    );
+    python
+}
+
+fn python(mode: &str, stdin: &str) -> String {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../infra/stripe-sim/tests/official_webhook.py"
+    );
+    let mut child = Command::new(venv_python())
+        .arg(script)
+        .arg(mode)
+        .env("STRIPE_WEBHOOK_SECRET", SECRET)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the venv's python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "official_webhook.py {mode} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn create(sim: &StripeSim, key: &str, pm: &str) -> Value {
+    let form = vec![
+        ("amount".to_owned(), "1250".to_owned()),
+        ("currency".to_owned(), "usd".to_owned()),
+        ("customer".to_owned(), "cus_webhooks".to_owned()),
+        ("payment_method".to_owned(), pm.to_owned()),
+        ("confirm".to_owned(), "true".to_owned()),
+        ("off_session".to_owned(), "true".to_owned()),
+        ("metadata[order_id]".to_owned(), format!("order-{key}")),
+    ];
+    match sim.create_in_process(Some(key), form) {
+        CreateStart::Done(Outcome::Answered(a)) => serde_json::from_slice(&a.body).unwrap(),
+        _ => panic!("the create was not answered"),
+    }
+}
+
+fn sim_with_webhooks(url: Option<String>, faults: WebhookFaults) -> StripeSim {
+    let sim = StripeSim::new(SimConfig::default());
+    sim.set_webhooks(WebhookConfig {
+        url,
+        secret: Some(SECRET.to_owned()),
+        faults,
+        max_attempts: 0,
+        enabled_events: None,
+    })
+    .unwrap();
+    sim
+}
+
+#[test]
+fn the_official_client_accepts_what_the_simulator_signs() {
+    let sim = sim_with_webhooks(None, WebhookFaults::default());
+    create(&sim, "a", "pm_card_visa");
+    create(&sim, "b", "pm_card_chargeDeclined");
+    let deliveries = sim.take_due_webhooks();
+    assert_eq!(deliveries.len(), 4, "created + outcome, twice");
+    let input: Vec<Value> = deliveries
+        .iter()
+        .map(|d| json!({"body": d.body, "signature": d.signature}))
+        .collect();
+    let out: Vec<Value> =
+        serde_json::from_str(&python("verify", &Value::from(input).to_string())).unwrap();
+    let got: Vec<(String, String)> = out
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_owned(),
+                e["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = deliveries
+        .iter()
+        .map(|d| (d.event_id.clone(), d.event_type.clone()))
+        .collect();
+    assert_eq!(got, want);
+    let types: Vec<&str> = want.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "payment_intent.created",
+            "payment_intent.succeeded",
+            "payment_intent.created",
+            "payment_intent.payment_failed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_function_accepts_what_the_official_helper_signs() {
+    let body = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/webhook-payment-intent-succeeded.json"
+    ))
+    .unwrap();
+    let sample: Value = serde_json::from_str(&body).unwrap();
+    let payload = sample["body"].as_str().unwrap().to_owned();
+    let header = python("sign", &payload).trim().to_owned();
+    assert!(
+        header.starts_with("t=") && header.contains(",v1="),
+        "{header}"
+    );
+
+    // The verifier alone, on the real clock the helper used.
+    let secret = WebhookSecret::parse(SECRET).unwrap();
+    let now = Timestamp::from_millis(
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap(),
+    );
+    verify(
+        Some(&header),
+        payload.as_bytes(),
+        &secret,
+        now,
+        DEFAULT_TOLERANCE,
+    )
+    .expect("the Rust verifier accepts stripe-python's header");
+
+    // The whole function: the sample's operation settles.
+    let store = Arc::new(MemoryStore::new());
+    let meta = &serde_json::from_str::<Value>(&payload).unwrap()["data"]["object"]["metadata"];
+    let mut op = Operation::new(
+        OrderId::parse(meta["order_id"].as_str().unwrap()).unwrap(),
+        ChargeParams {
+            amount: Amount::new(1250).unwrap(),
+            currency: Currency::parse("usd").unwrap(),
+            customer_id: CustomerId::parse("cus_sample").unwrap(),
+            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+        },
+        charge_once::Principal::jwt("webhook-tests").unwrap(),
+        now,
+        Duration::from_secs(300),
+    );
+    op.operation_id =
+        charge_once::OperationId::parse(meta["operation_id"].as_str().unwrap()).unwrap();
+    op.status = OperationStatus::Unknown;
+    store.create_if_absent(&op).await.unwrap();
+    let deps = webhook::handler::WebhookFunction {
+        webhook: WebhookDeps {
+            store: store.clone(),
+            inbox: Arc::new(MemoryInbox::new()),
+            gateway: Arc::new(FakeGateway::new()),
+            clock: Arc::new(SystemClock),
+            secret,
+            tolerance: DEFAULT_TOLERANCE,
+            lease_ttl: Duration::from_secs(60),
+        },
+        metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+    };
+    let mut req: aws_lambda_events::apigw::ApiGatewayV2httpRequest =
+        serde_json::from_value(sample).unwrap();
+    req.headers
+        .insert("stripe-signature", header.parse().unwrap());
+    let resp = webhook::handler::handle(
+        &deps,
+        lambda_runtime::LambdaEvent::new(req, lambda_runtime::Context::default()),
+    )
+    .await;
+    assert_eq!(resp.status_code, 200, "{:?}", resp.body);
+    assert_eq!(
+        store.get(&op.key()).await.unwrap().unwrap().status,
+        OperationStatus::Succeeded
+    );
+}
+
+/// A minimal HTTP/1.1 endpoint on loopback: records every request's signature header and body,
+/// and answers 500 to the first `fail_first` requests, 200 after.
+struct Endpoint {
+    url: String,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn endpoint(fail_first: usize) -> Endpoint {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/stripe/webhook", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 8192];
+            let (head, body) = loop {
+                let n = sock.read(&mut chunk).await.unwrap_or(0);
+                if n == 0 {
+                    break (String::new(), String::new());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    if rest.len() >= len {
+                        break (head.to_owned(), rest[..len].to_owned());
+                    }
+                }
+            };
+            let signature = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("stripe-signature")
+                        .then(|| v.trim().to_owned())
+                })
+                .unwrap_or_default();
+            let n = {
+                let mut seen = record.lock().unwrap();
+                seen.push((signature, body));
+                seen.len()
+            };
+            let status = if n <= fail_first {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            let _ = sock
+                .write_all(
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await;
+        }
+    });
+    Endpoint { url, seen, task }
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..250 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() {
+    let ep = endpoint(2).await;
+    let sim = sim_with_webhooks(
+        Some(ep.url.clone()),
+        WebhookFaults {
+            duplicate: 1.0,
+            ..WebhookFaults::default()
+        },
+    );
+    let running = sim.start(0).await.unwrap();
+    create(&sim, "http", "pm_card_visa");
+    // 2 events, each duplicated a few simulated seconds later: 4 deliveries. The first two fail
+    // (500) and are retried after the 10 s back-off (simulated), so the endpoint sees 6 requests.
+    wait_until("the first deliveries", || sim.webhook_counts().failed == 2).await;
+    assert_eq!(
+        ep.seen.lock().unwrap().len(),
+        2,
+        "the duplicates are not due yet"
+    );
+    sim.advance(Duration::from_secs(11));
+    wait_until("the retries", || sim.webhook_counts().delivered == 4).await;
+    let counts = sim.webhook_counts();
+    assert_eq!(counts.events, 2);
+    assert_eq!(counts.duplicated, 2);
+    assert_eq!(counts.attempts, 6);
+    assert_eq!(counts.delivered, 4);
+    assert_eq!(sim.next_webhook_due_ms(), None);
+
+    let seen = ep.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6);
+    let secret = WebhookSecret::parse(SECRET).unwrap();
+    let now = Timestamp::from_millis(sim.now_ms());
+    let mut ids = std::collections::BTreeMap::<String, usize>::new();
+    for (signature, body) in &seen {
+        verify(
+            Some(signature),
+            body.as_bytes(),
+            &secret,
+            now,
+            DEFAULT_TOLERANCE,
+        )
+        .unwrap_or_else(|e| panic!("{e}: {signature}"));
+        let v: Value = serde_json::from_str(body).unwrap();
+        *ids.entry(v["id"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    assert_eq!(ids.len(), 2, "two distinct events");
+    assert!(
+        ids.values().all(|n| *n >= 2),
+        "each delivered at least twice: {ids:?}"
+    );
+    running.shutdown().await;
+    ep.task.abort();
+}
