@@ -8,6 +8,7 @@
 //! Where lines go is a [`MetricsSink`]: stdout in Lambda ([`StdoutMetrics`]), a buffer in tests
 //! ([`CapturedMetrics`], parse it back with [`parse_emf`]), nowhere in the simulation.
 
+use std::fmt;
 use std::sync::Mutex;
 
 use serde_json::{json, Map, Value};
@@ -134,9 +135,54 @@ fn emf_line_with(
     Value::Object(root).to_string()
 }
 
+/// An error with its whole `source()` chain, for one log field: `outer: cause: root cause`.
+/// Log `error = %ErrorChain(&e)` instead of `error = %e` plus one level of `source`, so a wrapped
+/// SDK or transport error is never cut at its first level.
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_is_logged_whole() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl fmt::Display for E {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E(
+            "store unavailable",
+            Some(Box::new(E(
+                "dispatch failure",
+                Some(Box::new(E("connection refused", None))),
+            ))),
+        );
+        assert_eq!(
+            ErrorChain(&e).to_string(),
+            "store unavailable: dispatch failure: connection refused"
+        );
+        assert_eq!(ErrorChain(&E("alone", None)).to_string(), "alone");
+    }
 
     #[test]
     fn emf_shape() {

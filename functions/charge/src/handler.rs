@@ -266,7 +266,7 @@ async fn process(
                 park(f, record, message_id, poison).await
             }
             Err(ExecuteError::Store(e)) => {
-                warn!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+                warn!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
                 ItemOutcome::Retry("store unavailable")
             }
         }
@@ -304,8 +304,7 @@ async fn park(
             error!(
                 %message_id,
                 reason = poison.reason,
-                error = %e,
-                source = ?std::error::Error::source(&e),
+                error = %charge_once::telemetry::ErrorChain(&e),
                 "poison message, but the dead-letter queue is unavailable: failing the item"
             );
             ItemOutcome::Retry("dead-letter queue unavailable")

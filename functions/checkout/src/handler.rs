@@ -188,7 +188,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         deps.pending_grace,
     );
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
-        error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
     })?;
     match created {
@@ -231,7 +231,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
 async fn status_of(deps: &Checkout, order_id: OrderId) -> Answer {
     let key = OperationKey::charge(order_id);
     let op = deps.store.get(&key).await.map_err(|e| {
-        error!(error = %e, source = ?std::error::Error::source(&e), "store unavailable");
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
     })?;
     let Some(op) = op else {
@@ -269,7 +269,7 @@ async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
         .map_err(|e| {
             // The item is written and `pending`: a retry of this request re-sends, and the
             // reconciler re-enqueues it after the grace period if nobody does.
-            error!(error = %e, source = ?std::error::Error::source(&e), "queue unavailable");
+            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable");
             unavailable(deps, "queue")
         })
 }

@@ -89,7 +89,7 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
         let failed_at = match deps.publisher.publish(&events).await {
             Ok(published) => published.failed.first().copied(),
             Err(e) => {
-                warn!(error = %e, source = ?std::error::Error::source(&e), "PutEvents failed");
+                warn!(error = %charge_once::telemetry::ErrorChain(&e), "PutEvents failed");
                 Some(0)
             }
         };

@@ -30,7 +30,7 @@ use rand::rngs::SmallRng;
 use crate::faults::{Blackouts, Faults, Kind, BLACKOUT};
 use crate::sched::run_all;
 use crate::source::{Delivered, EventSource};
-use crate::stripe::StripeSide;
+use crate::stripe::SimStripe;
 use crate::trace::Trace;
 use crate::BoxError;
 
@@ -64,7 +64,7 @@ pub struct Pipeline {
     pub no_retry: bool,
     pub concurrency: usize,
     /// Stripe; a remote simulator's clock is moved to ours before each step.
-    pub stripe: Arc<StripeSide>,
+    pub stripe: Arc<SimStripe>,
     /// Stripe's webhooks to the webhook function (`None` with `--no-webhooks`).
     pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }

@@ -61,7 +61,7 @@ use driver::{LoopCounts, Pipeline};
 use faults::{parse_fault, Blackouts, Faults, FaultyQueue, FaultyStore, Kind, SimGateway};
 use report::Report;
 use source::{EventSource, MemorySource, SqsSource};
-use stripe::StripeSide;
+use stripe::SimStripe;
 use trace::Trace;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -294,17 +294,17 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     let trace = Arc::new(Trace::new(clock.clone(), args.trace.clone()));
     let blackouts = Arc::new(Blackouts::default());
     let stripe = Arc::new(match (&args.stripe_url, args.stripe) {
-        (Some(url), _) => StripeSide::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?,
+        (Some(url), _) => SimStripe::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?,
         (None, StripeMode::Http) => {
-            StripeSide::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
+            SimStripe::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
         }
         (None, StripeMode::InProcess) => {
-            StripeSide::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
+            SimStripe::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
         }
     });
     let max_retries = if args.no_retry { 0 } else { 1 };
     let gateway: Arc<dyn PaymentGateway> = match (stripe.as_ref(), stripe.base_url()) {
-        (StripeSide::InProcess { sim }, _) => Arc::new(gateway::InProcessGateway {
+        (SimStripe::InProcess { sim }, _) => Arc::new(gateway::InProcessGateway {
             sim: sim.clone(),
             max_retries,
             timeout: CLIENT_TIMEOUT,

@@ -23,13 +23,13 @@ pub struct LedgerRow {
 
 /// Requests Stripe received, by endpoint.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StripeRequests {
+pub struct StripeCallCounts {
     pub create: u64,
     pub retrieve: u64,
     pub search: u64,
 }
 
-pub enum StripeSide {
+pub enum SimStripe {
     /// The simulator's engine called in process (no sockets): the deterministic default.
     InProcess {
         sim: StripeSim,
@@ -77,7 +77,7 @@ fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
     }
 }
 
-impl StripeSide {
+impl SimStripe {
     /// The simulator's engine on the simulation's virtual clock, without a server.
     /// The simulator itself when it runs in this process (webhooks are delivered from it).
     pub fn local_sim(&self) -> Option<&StripeSim> {
@@ -197,7 +197,7 @@ impl StripeSide {
     /// Every PaymentIntent created, the requests received and the faults injected.
     pub async fn snapshot(
         &self,
-    ) -> Result<(Vec<LedgerRow>, StripeRequests, BTreeMap<String, u64>), BoxError> {
+    ) -> Result<(Vec<LedgerRow>, StripeCallCounts, BTreeMap<String, u64>), BoxError> {
         match self {
             Self::InProcess { sim } | Self::Embedded { sim, .. } => {
                 let ledger = sim
@@ -218,7 +218,7 @@ impl StripeSide {
                     .collect();
                 Ok((
                     ledger,
-                    StripeRequests {
+                    StripeCallCounts {
                         create: r.create,
                         retrieve: r.retrieve,
                         search: r.search,
@@ -256,7 +256,7 @@ impl StripeSide {
                     .unwrap_or_default();
                 Ok((
                     ledger,
-                    StripeRequests {
+                    StripeCallCounts {
                         create: n("create"),
                         retrieve: n("retrieve"),
                         search: n("search"),

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::faults::FaultKind;
-use crate::http::Reply;
+use crate::reply::Reply;
 use crate::StripeSim;
 
 fn bad_request(msg: impl Into<String>) -> Reply {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::faults::FaultKind;
-use crate::http::{self, Executing, Reply};
+use crate::http::{self, Executing};
+use crate::reply::Reply;
 use crate::StripeSim;
 
 /// An HTTP answer as a client sees it.

@@ -14,7 +14,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -22,6 +22,7 @@ use tokio::task::JoinSet;
 use crate::engine::{Idem, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
+use crate::reply::Reply;
 use crate::wire::{parse_search_query, ApiError};
 use crate::StripeSim;
 
@@ -38,42 +39,6 @@ impl fmt::Display for DropConnection {
 }
 
 impl std::error::Error for DropConnection {}
-
-/// A response before the common headers are added.
-pub(crate) struct Reply {
-    pub status: u16,
-    pub body: Bytes,
-    pub headers: Vec<(&'static str, String)>,
-}
-
-impl Reply {
-    pub(crate) fn json(status: u16, v: &Value) -> Self {
-        Reply {
-            status,
-            body: Bytes::from(v.to_string()),
-            headers: Vec::new(),
-        }
-    }
-
-    pub(crate) fn error(e: &ApiError) -> Self {
-        Reply::saved(&Saved::from_error(e), false)
-    }
-
-    pub(crate) fn saved(s: &Saved, replayed: bool) -> Self {
-        let mut headers = Vec::new();
-        if let Some(r) = s.should_retry {
-            headers.push(("stripe-should-retry", r.to_string()));
-        }
-        if replayed {
-            headers.push(("idempotent-replayed", "true".to_string()));
-        }
-        Reply {
-            status: s.status,
-            body: s.body.clone(),
-            headers,
-        }
-    }
-}
 
 /// Accept loop: one task per connection, all aborted on shutdown.
 pub(crate) async fn serve(

@@ -45,6 +45,7 @@ mod direct;
 mod engine;
 mod http;
 mod pi;
+mod reply;
 
 use std::collections::BTreeMap;
 use std::fmt;
