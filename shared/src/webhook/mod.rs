@@ -29,7 +29,7 @@ pub mod signature;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{error, info, warn};
+use tracing::{error, info, warn, Instrument};
 
 use crate::domain::PaymentIntentId;
 use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
@@ -148,23 +148,47 @@ pub async fn receive(
     report.event_id = Some(event.id.clone());
     report.event_type = Some(event.event_type.clone());
     let span = tracing::info_span!("webhook", event_id = %event.id, event_type = %event.event_type);
-    let _entered = span.enter();
-    let intent = match (&event.intent, event.is_handled()) {
-        (Some(intent), true) => intent.clone(),
-        _ => {
-            info!("event type not handled; ignored");
-            report.reception = Reception::Ignored(Ignored::UnhandledType);
+    // Entered only for these synchronous checks: a span guard is never held across an `.await`
+    // (tracing documents that as giving wrong traces under concurrency); the rest is instrumented.
+    let (intent, order_id, operation_id) = {
+        let _entered = span.enter();
+        let intent = match (&event.intent, event.is_handled()) {
+            (Some(intent), true) => intent.clone(),
+            _ => {
+                info!("event type not handled; ignored");
+                report.reception = Reception::Ignored(Ignored::UnhandledType);
+                return report;
+            }
+        };
+        let (Some(order_id), Some(operation_id)) = (intent.order_id.clone(), intent.operation_id)
+        else {
+            info!(payment_intent = %intent.id, "PaymentIntent without our metadata; ignored");
+            report.reception = Reception::Ignored(Ignored::NotOurs);
             return report;
-        }
+        };
+        (intent, order_id, operation_id)
     };
-    let (Some(order_id), Some(operation_id)) = (&intent.order_id, intent.operation_id) else {
-        info!(payment_intent = %intent.id, "PaymentIntent without our metadata; ignored");
-        report.reception = Reception::Ignored(Ignored::NotOurs);
-        return report;
-    };
-    let span = tracing::info_span!("operation", order_id = %order_id, operation_id = %operation_id);
-    let _entered_op = span.enter();
+    let op_span = tracing::info_span!(
+        parent: &span,
+        "operation",
+        order_id = %order_id,
+        operation_id = %operation_id
+    );
+    settle_event(deps, event, intent, order_id, operation_id, now, report)
+        .instrument(op_span)
+        .await
+}
 
+/// The inbox and the transition, for an event of ours (inside its operation's span).
+async fn settle_event(
+    deps: &WebhookDeps,
+    event: StripeEvent,
+    intent: EventIntent,
+    order_id: crate::domain::OrderId,
+    operation_id: crate::domain::OperationId,
+    now: Timestamp,
+    mut report: WebhookReport,
+) -> WebhookReport {
     match deps.inbox.admit(&event.id, now, now.plus(INBOX_TTL)).await {
         Ok(Admitted::New) => {}
         Ok(Admitted::Duplicate) => {
@@ -182,7 +206,7 @@ pub async fn receive(
         }
     }
 
-    let key = OperationKey::charge(order_id.clone());
+    let key = OperationKey::charge(order_id);
     let reception = act(deps, &key, operation_id, &intent, &mut report.gateway_calls).await;
     let reception = match reception {
         Ok(reception) => reception,
