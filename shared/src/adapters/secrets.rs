@@ -22,19 +22,7 @@ pub enum SecretError {
 
 /// `GetSecretValue` on `arn`, parsed as a Stripe secret or restricted key.
 pub async fn fetch_stripe_key(client: &Client, arn: &str) -> Result<SecretKey, SecretError> {
-    let out = client
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await
-        .map_err(|e| SecretError::Read {
-            arn: arn.to_owned(),
-            source: Box::new(e),
-        })?;
-    let value = out.secret_string().ok_or_else(|| SecretError::Empty {
-        arn: arn.to_owned(),
-    })?;
-    Ok(parse_secret_key(value)?)
+    Ok(parse_secret_key(&fetch_secret_string(client, arn).await?)?)
 }
 
 /// `GetSecretValue` on `arn`, parsed as a Stripe webhook endpoint secret (`whsec_…`, bare or as
@@ -43,6 +31,13 @@ pub async fn fetch_webhook_secret(
     client: &Client,
     arn: &str,
 ) -> Result<crate::webhook::WebhookSecret, SecretError> {
+    Ok(crate::config::parse_webhook_secret(
+        &fetch_secret_string(client, arn).await?,
+    )?)
+}
+
+/// `GetSecretValue` on `arn`: its `SecretString`, which the callers parse.
+async fn fetch_secret_string(client: &Client, arn: &str) -> Result<String, SecretError> {
     let out = client
         .get_secret_value()
         .secret_id(arn)
@@ -52,8 +47,9 @@ pub async fn fetch_webhook_secret(
             arn: arn.to_owned(),
             source: Box::new(e),
         })?;
-    let value = out.secret_string().ok_or_else(|| SecretError::Empty {
-        arn: arn.to_owned(),
-    })?;
-    Ok(crate::config::parse_webhook_secret(value)?)
+    out.secret_string()
+        .map(str::to_owned)
+        .ok_or_else(|| SecretError::Empty {
+            arn: arn.to_owned(),
+        })
 }
