@@ -128,6 +128,25 @@ pub struct Reschedule {
     pub operator: Option<OperatorGuard>,
 }
 
+impl Reschedule {
+    /// The reconciler's re-drive of `op` as read: guarded by its status and `updated_at`, one more
+    /// re-drive counted, due again at `next_due_at`. An operator's re-drive adds `clear_review`
+    /// and an [`OperatorGuard`].
+    pub fn redrive(op: &Operation, next_due_at: Timestamp, now: Timestamp) -> Self {
+        Self {
+            key: op.key(),
+            operation_id: op.operation_id,
+            expected_status: op.status,
+            expected_updated_at: op.updated_at,
+            next_due_at,
+            bump_redrives: true,
+            clear_review: false,
+            now,
+            operator: None,
+        }
+    }
+}
+
 /// What guards an operator's write besides `updated_at`: a lease counts as live until its own
 /// expiry plus a safety margin, so a laptop clock a little ahead cannot see it expired early.
 #[derive(Debug, Clone)]

@@ -28,52 +28,62 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::executor::{execute_charge, plan as charge_plan, ChargeDeps, Disposition, ReviewClass};
+use crate::executor::{execute_charge, ChargeDeps, Disposition, ReviewClass};
 use crate::operation::Operation;
-use crate::ports::{ChargeQueue, IndexQuery, QueuedCharge, Recorded, Reschedule, StoreError};
+use crate::ports::{
+    ChargeQueue, IndexQuery, OperationStore, QueueError, QueuedCharge, Recorded, Reschedule,
+    StoreError,
+};
 use crate::telemetry::{emf_line, emf_line_classed};
 use crate::time::Timestamp;
 
-/// What to do with one due operation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Someone holds a live lease: leave it to them.
-    Skip,
-    /// Never attempted: put it on the queue again.
-    Reenqueue,
-    /// Attempted inside the key window: re-drive through the queue.
-    Redrive,
-    /// Past the key window: settle without creating.
-    Settle,
+pub mod plan;
+
+pub use plan::{plan, redrive_due_at, Action};
+
+/// What [`redrive`] did.
+#[derive(Debug)]
+pub enum Redriven {
+    /// Rescheduled (the record as written) and sent with this message.
+    Sent {
+        op: Operation,
+        message: QueuedCharge,
+    },
+    /// The guarded reschedule was refused: the record changed since it was read (the current
+    /// record, `None` if it is gone). Nothing was sent.
+    Refused(Option<Operation>),
+    /// Rescheduled, but the send failed: the record stays due at its new time, so the reconciler
+    /// tries again then.
+    NotSent { op: Operation, error: QueueError },
 }
 
-pub fn plan(op: &Operation, now: Timestamp, deps: &ChargeDeps) -> Action {
-    if op.status.is_settled() || op.has_live_lease(now) {
-        return Action::Skip;
-    }
-    match op.first_attempted_at {
-        None => Action::Reenqueue,
-        Some(_) if op.key_window_passed(now, deps.policy.key_window) => Action::Settle,
-        Some(_) => Action::Redrive,
-    }
-}
-
-/// The next due time after a re-drive or re-enqueue: `base * 2^redrives`, capped, and never past
-/// the moment search may settle the operation.
-pub fn redrive_due_at(op: &Operation, now: Timestamp, deps: &ChargeDeps) -> Timestamp {
-    let policy = &deps.policy;
-    let backoff = policy
-        .unknown_backoff_base
-        .saturating_mul(1u32 << op.redrives.min(20))
-        .min(policy.unknown_backoff_max);
-    let due = now.plus(backoff);
-    if op.first_attempted_at.is_some() {
-        let search_at = charge_plan::search_allowed_at(op, policy);
-        if now < search_at && due > search_at {
-            return search_at;
-        }
-    }
-    due
+/// The one re-drive, for the reconciler and `chargectl redrive`: a reschedule guarded by the
+/// status and `updated_at` read before (so of two concurrent re-drivers only one wins, and only
+/// the winner sends), counting one more re-drive, then a send with the dedup id
+/// `operation_id:<redrives>` so FIFO deduplication does not swallow it. The charge function
+/// re-uses the operation's idempotency key and never creates past the key window, so a re-drive
+/// cannot make a second charge.
+pub async fn redrive(
+    store: &dyn OperationStore,
+    queue: &dyn ChargeQueue,
+    request: Reschedule,
+) -> Result<Redriven, StoreError> {
+    let request = Reschedule {
+        bump_redrives: true,
+        ..request
+    };
+    let written = match store.reschedule(&request).await? {
+        Recorded::Written(written) => written,
+        Recorded::Refused(current) => return Ok(Redriven::Refused(current)),
+    };
+    let message = QueuedCharge::redrive(&written, written.redrives);
+    Ok(match queue.send(&message).await {
+        Ok(()) => Redriven::Sent {
+            op: written,
+            message,
+        },
+        Err(error) => Redriven::NotSent { op: written, error },
+    })
 }
 
 /// Everything a tick needs.
@@ -256,64 +266,41 @@ async fn handle_one(
     now: Timestamp,
     report: &mut TickReport,
 ) {
-    let action = plan(op, now, &deps.charge);
+    let action = plan(op, now, &deps.charge.policy);
     match action {
         Action::Skip => {
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
         }
         Action::Reenqueue | Action::Redrive => {
-            let moved = match deps
-                .charge
-                .store
-                .reschedule(&Reschedule {
-                    key: op.key(),
-                    operation_id: op.operation_id,
-                    expected_status: op.status,
-                    expected_updated_at: op.updated_at,
-                    next_due_at: redrive_due_at(op, now, &deps.charge),
-                    bump_redrives: true,
-                    clear_review: false,
-                    now,
-                    operator: None,
-                })
-                .await
-            {
-                Ok(moved) => moved,
-                Err(e) => {
-                    warn!(error = %e, "cannot reschedule this tick");
-                    report.skipped += 1;
-                    report.failures += 1;
-                    return;
-                }
-            };
-            let Recorded::Written(moved) = moved else {
-                info!(
-                    decision = "skip",
-                    "changed since read; another writer got there first"
-                );
-                report.skipped += 1;
-                return;
-            };
-            let charge = QueuedCharge::redrive(&moved, moved.redrives);
-            let decision = if action == Action::Reenqueue {
-                "reenqueue"
-            } else {
-                "redrive"
-            };
-            match deps.queue.send(&charge).await {
-                Ok(()) => {
-                    info!(decision, dedup_id = %charge.dedup_id, next_due_at = %moved.next_due_at.unwrap_or(now), "sent");
+            let decision = action.as_str();
+            let request =
+                Reschedule::redrive(op, redrive_due_at(op, now, &deps.charge.policy), now);
+            match redrive(&*deps.charge.store, &*deps.queue, request).await {
+                Ok(Redriven::Sent { op: moved, message }) => {
+                    info!(decision, dedup_id = %message.dedup_id, next_due_at = %moved.next_due_at.unwrap_or(now), "sent");
                     if action == Action::Reenqueue {
                         report.reenqueued += 1;
                     } else {
                         report.redriven += 1;
                     }
                 }
-                Err(e) => {
+                Ok(Redriven::Refused(_)) => {
+                    info!(
+                        decision = "skip",
+                        "changed since read; another writer got there first"
+                    );
+                    report.skipped += 1;
+                }
+                Ok(Redriven::NotSent { error, .. }) => {
                     // Still due at its new time: the next tick after it tries again.
-                    warn!(decision, error = %e, "send failed; will retry at the next due time");
+                    warn!(decision, error = %error, "send failed; will retry at the next due time");
                     report.send_failures += 1;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot reschedule this tick");
+                    report.skipped += 1;
+                    report.failures += 1;
                 }
             }
         }
@@ -356,5 +343,140 @@ async fn handle_one(
                 report.failures += 1;
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::domain::Principal;
+    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId};
+    use crate::memory::MemoryStore;
+    use crate::ports::Created;
+
+    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+    /// Records what was sent; refuses every send while `failing`.
+    #[derive(Default)]
+    struct Queue {
+        sent: Mutex<Vec<QueuedCharge>>,
+        refused: AtomicU32,
+        failing: bool,
+    }
+
+    #[async_trait]
+    impl ChargeQueue for Queue {
+        async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+            if self.failing {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(QueueError::new("injected: queue unavailable"));
+            }
+            self.sent.lock().unwrap().push(charge.clone());
+            Ok(())
+        }
+    }
+
+    async fn stored() -> (MemoryStore, Operation) {
+        let params = ChargeParams {
+            amount: Amount::new(1_999).unwrap(),
+            currency: Currency::parse("usd").unwrap(),
+            customer_id: CustomerId::parse("cus_redrive").unwrap(),
+            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+        };
+        let principal = Principal::iam("arn:aws:iam::123456789012:role/redrive").unwrap();
+        let op = Operation::new(
+            OrderId::parse("order-redrive").unwrap(),
+            params,
+            principal,
+            T0,
+            Duration::from_secs(300),
+        );
+        let store = MemoryStore::new();
+        assert!(matches!(
+            store.create_if_absent(&op).await.unwrap(),
+            Created::New(_)
+        ));
+        (store, op)
+    }
+
+    #[tokio::test]
+    async fn redrive_reschedules_then_sends_with_the_next_dedup_id() {
+        let (store, op) = stored().await;
+        let queue = Queue::default();
+        let due = T0.plus(Duration::from_secs(600));
+        let now = T0.plus(Duration::from_secs(301));
+        // Even a request that forgot to count the re-drive counts it: the dedup id depends on it.
+        let request = Reschedule {
+            bump_redrives: false,
+            ..Reschedule::redrive(&op, due, now)
+        };
+        let Redriven::Sent {
+            op: written,
+            message,
+        } = redrive(&store, &queue, request).await.unwrap()
+        else {
+            panic!("not sent")
+        };
+        assert_eq!(written.redrives, 1);
+        assert_eq!(written.next_due_at, Some(due));
+        assert_eq!(message.dedup_id, format!("{}:1", op.operation_id));
+        assert_eq!(queue.sent.lock().unwrap().len(), 1);
+        let stored = store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(stored, written);
+    }
+
+    #[tokio::test]
+    async fn of_two_redrives_from_one_read_only_the_first_sends() {
+        let (store, op) = stored().await;
+        let queue = Queue::default();
+        let now = T0.plus(Duration::from_secs(301));
+        let request = || Reschedule::redrive(&op, now.plus(Duration::from_secs(60)), now);
+        let first = redrive(&store, &queue, request()).await.unwrap();
+        assert!(matches!(first, Redriven::Sent { .. }));
+        let second = redrive(&store, &queue, request()).await.unwrap();
+        let Redriven::Refused(Some(current)) = second else {
+            panic!("the stale re-drive was not refused: {second:?}")
+        };
+        assert_eq!(current.redrives, 1);
+        assert_eq!(
+            queue.sent.lock().unwrap().len(),
+            1,
+            "the loser sent nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_leaves_the_operation_rescheduled() {
+        let (store, op) = stored().await;
+        let queue = Queue {
+            failing: true,
+            ..Queue::default()
+        };
+        let due = T0.plus(Duration::from_secs(900));
+        let now = T0.plus(Duration::from_secs(301));
+        let outcome = redrive(&store, &queue, Reschedule::redrive(&op, due, now))
+            .await
+            .unwrap();
+        let Redriven::NotSent { op: written, .. } = outcome else {
+            panic!("not reported as unsent: {outcome:?}")
+        };
+        assert_eq!(
+            queue.refused.load(Ordering::Relaxed),
+            1,
+            "the fault happened"
+        );
+        assert_eq!(written.next_due_at, Some(due));
+        let stored = store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(
+            stored.next_due_at,
+            Some(due),
+            "still due: the next tick retries"
+        );
+        assert_eq!(stored.redrives, 1);
     }
 }

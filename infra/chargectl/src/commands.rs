@@ -26,8 +26,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_once::ports::{
     ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
-    QueuedCharge, Recorded, Reschedule,
+    Recorded, Reschedule,
 };
+use charge_once::reconciler::{self, Redriven};
 use charge_once::{
     AuditEntry, Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId,
     PaymentIntentId, PaymentIntentStatus, Timestamp,
@@ -596,43 +597,36 @@ pub async fn redrive(
         label: args.audit.by.clone(),
         forced: None,
     };
+    let next_due_at = now.plus(REDRIVE_DUE_IN);
     let request = Reschedule {
-        key: op.key(),
-        operation_id: op.operation_id,
-        expected_status: op.status,
-        expected_updated_at: op.updated_at,
-        next_due_at: now.plus(REDRIVE_DUE_IN),
-        bump_redrives: true,
         clear_review: true,
-        now,
         operator: Some(OperatorGuard {
             lease_cutoff: now.minus(LEASE_MARGIN),
             audit: audit.clone(),
         }),
+        ..Reschedule::redrive(&op, next_due_at, now)
     };
-    let written = match store
-        .reschedule(&request)
+    let (written, message) = match reconciler::redrive(store, queue, request)
         .await
         .map_err(|e| Failure::infra(format!("rescheduling operation {}", op.operation_id), e))?
     {
-        Recorded::Written(written) => written,
-        Recorded::Refused(Some(current)) if current.status.is_settled() => {
+        Redriven::Sent { op, message } => (op, message),
+        Redriven::Refused(Some(current)) if current.status.is_settled() => {
             return Err(already_settled(&current, "to re-drive"))
         }
-        Recorded::Refused(current) => return Err(refused_write(&op, current, now, "sent")),
+        Redriven::Refused(current) => return Err(refused_write(&op, current, now, "sent")),
+        Redriven::NotSent { op: written, error } => {
+            return Err(Failure::infra(
+                format!(
+                    "operation {} was rescheduled (due {}) but the queue message was not sent; \
+                     the reconciler will re-drive it when due",
+                    written.operation_id,
+                    next_due_at.to_rfc3339()
+                ),
+                error,
+            ))
+        }
     };
-    let message = QueuedCharge::redrive(&written, written.redrives);
-    queue.send(&message).await.map_err(|e| {
-        Failure::infra(
-            format!(
-                "operation {} was rescheduled (due {}) but the queue message was not sent; \
-                 the reconciler will re-drive it when due",
-                written.operation_id,
-                request.next_due_at.to_rfc3339()
-            ),
-            e,
-        )
-    })?;
     let review = op
         .review
         .as_ref()
@@ -645,7 +639,7 @@ pub async fn redrive(
         written.order_id,
         written.status,
         message.dedup_id,
-        request.next_due_at.to_rfc3339()
+        next_due_at.to_rfc3339()
     )?;
     writeln!(console.out, "history: {}", render::history_line(&audit))?;
     Ok(())

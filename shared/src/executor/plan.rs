@@ -201,14 +201,29 @@ pub fn stuck(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> bool {
         .is_some_and(|first| now >= first.plus(policy.stuck_after))
 }
 
-/// Backoff for an unknown outcome, never past the moment search may settle it.
+/// Backoff for an unknown outcome: `base * 2^(attempts-1)`, capped, never past the moment search
+/// may settle it.
 pub fn unknown_due_at(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Timestamp {
-    let exponent = op.attempts.saturating_sub(1).min(20);
+    backoff_due_at(op, now, policy, op.attempts.saturating_sub(1))
+}
+
+/// The one back-off curve, for the executor's unknowns and the reconciler's re-drives:
+/// `now + base * 2^step`, capped at `unknown_backoff_max`; for an attempted operation, never past
+/// the moment search may settle it (unless that moment has come already).
+pub fn backoff_due_at(
+    op: &Operation,
+    now: Timestamp,
+    policy: &ChargePolicy,
+    step: u32,
+) -> Timestamp {
     let backoff = policy
         .unknown_backoff_base
-        .saturating_mul(1u32 << exponent)
+        .saturating_mul(1u32 << step.min(20))
         .min(policy.unknown_backoff_max);
     let due = now.plus(backoff);
+    if op.first_attempted_at.is_none() {
+        return due;
+    }
     let search_at = search_allowed_at(op, policy);
     if due > search_at && now < search_at {
         search_at
