@@ -1,9 +1,12 @@
 //! Configuration read once at init from the environment, into typed values. A missing or invalid
 //! variable fails the init with its name; nothing is read again per request.
 //!
-//! Each function declares the variables it reads (`ENV_VARS`), so a test can hold the deployment
-//! template to exactly that list.
+//! Which variables a function reads is not a list typed by hand: [`vars_read`] runs the
+//! function's own `from_env` on a [`RecordingEnv`] and collects the names it asks for, so
+//! `tests/template.rs` holds the deployment template to what the code actually reads.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
@@ -68,22 +71,74 @@ pub const STRIPE_WEBHOOK_SECRET_ARN: &str = "STRIPE_WEBHOOK_SECRET_ARN";
 /// The webhook function: the inbox table of processed Stripe event ids.
 pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 
-/// The Stripe variables ([`stripe_config`]).
-pub const STRIPE_VARS: &[&str] = &[
-    STRIPE_API_BASE,
-    STRIPE_SECRET_ARN,
-    STRIPE_TIMEOUT_MS,
-    STRIPE_CONNECT_TIMEOUT_MS,
-    STRIPE_MAX_NETWORK_RETRIES,
+/// The notify function: the EventBridge bus outcome events go to.
+pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+
+/// Every variable a function may read, each with a value its reader accepts: what
+/// [`RecordingEnv`] answers with. The one place that lists them all.
+pub const EXAMPLE_ENV: &[(&str, &str)] = &[
+    (TABLE_NAME, "charge-once-operations"),
+    (
+        QUEUE_URL,
+        "https://sqs.us-east-1.amazonaws.com/123456789012/charges.fifo",
+    ),
+    (
+        DEAD_LETTER_QUEUE_URL,
+        "https://sqs.us-east-1.amazonaws.com/123456789012/charges-dlq.fifo",
+    ),
+    (INBOX_TABLE_NAME, "charge-once-webhook-inbox"),
+    (EVENT_BUS_NAME, "charge-once-outcomes"),
+    (STRIPE_API_BASE, DEFAULT_API_BASE),
+    (
+        STRIPE_SECRET_ARN,
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-AbCdEf",
+    ),
+    (
+        STRIPE_WEBHOOK_SECRET_ARN,
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:whsec-AbCdEf",
+    ),
+    (STRIPE_TIMEOUT_MS, "10000"),
+    (STRIPE_CONNECT_TIMEOUT_MS, "3000"),
+    (STRIPE_MAX_NETWORK_RETRIES, "1"),
+    (PENDING_GRACE_SECS, "300"),
+    (LEASE_TTL_SECS, "60"),
+    (SEARCH_MIN_AGE_SECS, "600"),
+    (STUCK_INTENT_HOURS, "72"),
 ];
 
-/// The policy variables ([`charge_policy`]).
-pub const POLICY_VARS: &[&str] = &[
-    PENDING_GRACE_SECS,
-    LEASE_TTL_SECS,
-    SEARCH_MIN_AGE_SECS,
-    STUCK_INTENT_HOURS,
-];
+/// An environment that answers from [`EXAMPLE_ENV`] and remembers every name it was asked for,
+/// known or not.
+#[derive(Debug, Default)]
+pub struct RecordingEnv {
+    asked: RefCell<BTreeSet<String>>,
+}
+
+impl Env for RecordingEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        self.asked.borrow_mut().insert(name.to_owned());
+        EXAMPLE_ENV
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, value)| (*value).to_owned())
+    }
+}
+
+impl RecordingEnv {
+    pub fn asked(&self) -> BTreeSet<String> {
+        self.asked.borrow().clone()
+    }
+}
+
+/// The variables a configuration reader reads: its names, as `from_env` asked for them on a
+/// [`RecordingEnv`]. Fails if the reader refuses the example environment (a name missing from
+/// [`EXAMPLE_ENV`], or an example it does not accept).
+pub fn vars_read<T>(
+    from_env: impl FnOnce(&dyn Env) -> Result<T, ConfigError>,
+) -> Result<BTreeSet<String>, ConfigError> {
+    let env = RecordingEnv::default();
+    from_env(&env)?;
+    Ok(env.asked())
+}
 
 /// How to reach Stripe, before the secret is fetched.
 #[derive(Debug, Clone)]
@@ -181,11 +236,10 @@ pub fn parse_webhook_secret(raw: &str) -> Result<crate::webhook::WebhookSecret, 
 /// them: it is tied to Stripe's 24 h key lifetime, not to a deployment.
 pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
     let defaults = ChargePolicy::default();
-    let secs = |name, d: Duration| number(env, name, d.as_secs()).map(Duration::from_secs);
     let policy = ChargePolicy {
-        pending_grace: secs(PENDING_GRACE_SECS, defaults.pending_grace)?,
-        lease_ttl: secs(LEASE_TTL_SECS, defaults.lease_ttl)?,
-        search_min_age: secs(SEARCH_MIN_AGE_SECS, defaults.search_min_age)?,
+        pending_grace: pending_grace(env)?,
+        lease_ttl: lease_ttl(env)?,
+        search_min_age: secs(env, SEARCH_MIN_AGE_SECS, defaults.search_min_age)?,
         stuck_after: Duration::from_secs(
             number(
                 env,
@@ -204,13 +258,32 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
             reason: "must be more than 23 (the idempotency key window, in hours)".into(),
         });
     }
-    if policy.lease_ttl < Duration::from_secs(15) {
+    Ok(policy)
+}
+
+/// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).
+pub fn pending_grace(env: &dyn Env) -> Result<Duration, ConfigError> {
+    secs(
+        env,
+        PENDING_GRACE_SECS,
+        ChargePolicy::default().pending_grace,
+    )
+}
+
+/// `LEASE_TTL_SECS` alone (the webhook's claims need nothing else of the policy): at least 15 s.
+pub fn lease_ttl(env: &dyn Env) -> Result<Duration, ConfigError> {
+    let ttl = secs(env, LEASE_TTL_SECS, ChargePolicy::default().lease_ttl)?;
+    if ttl < Duration::from_secs(15) {
         return Err(ConfigError::Invalid {
             name: LEASE_TTL_SECS,
             reason: "must be at least 15 s, longer than a Stripe call".into(),
         });
     }
-    Ok(policy)
+    Ok(ttl)
+}
+
+fn secs(env: &dyn Env, name: &'static str, default: Duration) -> Result<Duration, ConfigError> {
+    number(env, name, default.as_secs()).map(Duration::from_secs)
 }
 
 #[cfg(test)]
@@ -302,5 +375,51 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_recording_env_lists_what_a_reader_asks_for() {
+        let read = vars_read(|env| {
+            stripe_env(env)?;
+            pending_grace(env)
+        })
+        .unwrap();
+        let want: BTreeSet<String> = [
+            STRIPE_API_BASE,
+            STRIPE_SECRET_ARN,
+            STRIPE_TIMEOUT_MS,
+            STRIPE_CONNECT_TIMEOUT_MS,
+            STRIPE_MAX_NETWORK_RETRIES,
+            PENDING_GRACE_SECS,
+        ]
+        .map(str::to_owned)
+        .into();
+        assert_eq!(read, want);
+        // A name without an example is still recorded, and a required one fails the reader.
+        let err = vars_read(|env| required(env, "NOT_A_KNOWN_VARIABLE")).unwrap_err();
+        assert_eq!(err, ConfigError::Missing("NOT_A_KNOWN_VARIABLE"));
+    }
+
+    #[test]
+    fn every_example_is_accepted_by_its_reader() {
+        let env = RecordingEnv::default();
+        stripe_env(&env).unwrap();
+        charge_policy(&env).unwrap();
+        for name in [
+            TABLE_NAME,
+            QUEUE_URL,
+            DEAD_LETTER_QUEUE_URL,
+            INBOX_TABLE_NAME,
+            EVENT_BUS_NAME,
+        ] {
+            required(&env, name).unwrap();
+        }
+        required(&env, STRIPE_WEBHOOK_SECRET_ARN).unwrap();
+        let listed: BTreeSet<String> = EXAMPLE_ENV.iter().map(|(n, _)| (*n).to_owned()).collect();
+        assert_eq!(
+            env.asked(),
+            listed,
+            "every example is read by a reader above"
+        );
     }
 }

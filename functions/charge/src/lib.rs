@@ -19,20 +19,11 @@ pub struct ChargeConfig {
 }
 
 impl ChargeConfig {
-    /// Every variable this function reads.
-    pub const ENV_VARS: &'static [&'static str] = &[
-        config::TABLE_NAME,
-        config::DEAD_LETTER_QUEUE_URL,
-        config::STRIPE_API_BASE,
-        config::STRIPE_SECRET_ARN,
-        config::STRIPE_TIMEOUT_MS,
-        config::STRIPE_CONNECT_TIMEOUT_MS,
-        config::STRIPE_MAX_NETWORK_RETRIES,
-        config::PENDING_GRACE_SECS,
-        config::LEASE_TTL_SECS,
-        config::SEARCH_MIN_AGE_SECS,
-        config::STUCK_INTENT_HOURS,
-    ];
+    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
+    /// [`config::vars_read`]), so the list cannot drift from the code.
+    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
+        config::vars_read(Self::from_env)
+    }
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {

@@ -20,18 +20,17 @@ pub struct CheckoutConfig {
 }
 
 impl CheckoutConfig {
-    /// Every variable this function reads.
-    pub const ENV_VARS: &'static [&'static str] = &[
-        config::TABLE_NAME,
-        config::QUEUE_URL,
-        config::PENDING_GRACE_SECS,
-    ];
+    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
+    /// [`config::vars_read`]), so the list cannot drift from the code.
+    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
+        config::vars_read(Self::from_env)
+    }
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
             queue_url: config::required(env, config::QUEUE_URL)?,
-            pending_grace: config::charge_policy(env)?.pending_grace,
+            pending_grace: config::pending_grace(env)?,
         })
     }
 }

@@ -18,7 +18,7 @@ pub mod handler;
 use charge_once::config::{self, ConfigError, Env};
 
 /// `EVENT_BUS_NAME`: the bus outcome events go to.
-pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
+pub use charge_once::config::EVENT_BUS_NAME;
 
 /// Configuration of the notify function.
 #[derive(Debug, Clone)]
@@ -27,8 +27,11 @@ pub struct NotifyConfig {
 }
 
 impl NotifyConfig {
-    /// Every variable this function reads.
-    pub const ENV_VARS: &'static [&'static str] = &[EVENT_BUS_NAME];
+    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
+    /// [`config::vars_read`]), so the list cannot drift from the code.
+    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
+        config::vars_read(Self::from_env)
+    }
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {

@@ -3,15 +3,10 @@
 
 use std::sync::Arc;
 
-use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
-use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::secrets::fetch_stripe_key;
+use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::ProcessEnv;
-use charge_once::executor::ChargeDeps;
 use charge_once::reconciler::ReconcilerDeps;
-use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use reconciler::handler::{handle, PAGE_SIZE};
 use reconciler::ReconcilerConfig;
@@ -21,21 +16,8 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
-    let key = fetch_stripe_key(
-        &aws_sdk_secretsmanager::Client::new(&aws),
-        &config.stripe.secret_arn,
-    )
-    .await?;
     let deps = ReconcilerDeps {
-        charge: ChargeDeps {
-            store: Arc::new(DynamoStore::new(
-                aws_sdk_dynamodb::Client::new(&aws),
-                &config.table_name,
-            )),
-            gateway: Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
-            clock: Arc::new(SystemClock),
-            policy: config.policy,
-        },
+        charge: charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?,
         queue: Arc::new(SqsQueue::new(
             aws_sdk_sqs::Client::new(&aws),
             &config.queue_url,

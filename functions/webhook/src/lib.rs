@@ -25,18 +25,11 @@ pub struct WebhookConfig {
 }
 
 impl WebhookConfig {
-    /// Every variable this function reads.
-    pub const ENV_VARS: &'static [&'static str] = &[
-        config::TABLE_NAME,
-        config::INBOX_TABLE_NAME,
-        config::STRIPE_WEBHOOK_SECRET_ARN,
-        config::STRIPE_API_BASE,
-        config::STRIPE_SECRET_ARN,
-        config::STRIPE_TIMEOUT_MS,
-        config::STRIPE_CONNECT_TIMEOUT_MS,
-        config::STRIPE_MAX_NETWORK_RETRIES,
-        config::LEASE_TTL_SECS,
-    ];
+    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
+    /// [`config::vars_read`]), so the list cannot drift from the code.
+    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
+        config::vars_read(Self::from_env)
+    }
 
     pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         let webhook_secret_arn = config::required(env, config::STRIPE_WEBHOOK_SECRET_ARN)?;
@@ -51,7 +44,7 @@ impl WebhookConfig {
             inbox_table_name: config::required(env, config::INBOX_TABLE_NAME)?,
             webhook_secret_arn,
             stripe: config::stripe_env(env)?,
-            lease_ttl: config::charge_policy(env)?.lease_ttl,
+            lease_ttl: config::lease_ttl(env)?,
         })
     }
 }

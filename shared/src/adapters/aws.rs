@@ -18,10 +18,18 @@
 //!   SDK's standard retries (3 attempts) fit inside the 3 s operation bound.
 //! - An operator on a laptop over a VPN gets looser bounds; nothing there races a Lambda timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
+
+use crate::adapters::dynamodb::DynamoStore;
+use crate::adapters::secrets::fetch_stripe_key;
+use crate::adapters::stripe::StripeGateway;
+use crate::config::StripeEnv;
+use crate::executor::{ChargeDeps, ChargePolicy};
+use crate::time::SystemClock;
 
 /// The time bounds of one process's AWS calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +72,27 @@ impl AwsTimeouts {
     pub fn loader(&self) -> aws_config::ConfigLoader {
         aws_config::defaults(BehaviorVersion::latest()).timeout_config(self.timeout_config())
     }
+}
+
+/// The charge executor as the charge function and the reconciler run it: the Stripe key read once
+/// from Secrets Manager, the operations table, the Stripe client, the system clock.
+pub async fn charge_deps(
+    aws: &aws_config::SdkConfig,
+    table_name: &str,
+    stripe: StripeEnv,
+    policy: ChargePolicy,
+) -> Result<ChargeDeps, Box<dyn std::error::Error + Send + Sync>> {
+    let secrets = aws_sdk_secretsmanager::Client::new(aws);
+    let key = fetch_stripe_key(&secrets, &stripe.secret_arn).await?;
+    Ok(ChargeDeps {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(aws),
+            table_name,
+        )),
+        gateway: Arc::new(StripeGateway::new(stripe.with_key(key))?),
+        clock: Arc::new(SystemClock),
+        policy,
+    })
 }
 
 #[cfg(test)]
