@@ -27,11 +27,11 @@ use testkit::aws::{sdk_config, unique};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter};
 
-/// The reconciler function's index page size (`reconciler::handler::PAGE_SIZE`).
-pub const PAGE_SIZE: usize = 1000;
+/// The reconciler function's index page size.
+pub const PAGE_SIZE: usize = reconciler::handler::PAGE_SIZE;
 const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct IndexRow {
     pub settled: usize,
     pub unsettled: usize,
@@ -43,23 +43,6 @@ pub struct IndexRow {
     pub read_units: f64,
     pub scan_requests: u64,
     pub scan_read_units: f64,
-}
-
-impl IndexRow {
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "settled": self.settled,
-            "unsettled": self.unsettled,
-            "pages": self.pages,
-            "queries": self.queries,
-            "batch_gets": self.batch_gets,
-            "items_read": self.items_read,
-            "bytes_read": self.bytes_read,
-            "read_units": self.read_units,
-            "scan_requests": self.scan_requests,
-            "scan_read_units": self.scan_read_units,
-        })
-    }
 }
 
 fn params() -> ChargeParams {

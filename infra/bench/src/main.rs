@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+use bench::report::{LogsRecord, RssRecord, WireRow};
 use bench::wire::scenarios::{Ours, Scenario, Seed};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -41,16 +42,16 @@ fn main() -> Result<(), Error> {
                     let ours = Ours::run(scenario).await;
                     let seed = Seed::run(scenario).await;
                     eprintln!("{scenario:?}: ours {ours:?}\n  seed {seed:?}");
-                    rows.push(serde_json::json!({
-                        "scenario": format!("{scenario:?}"),
-                        "label": scenario.label(),
-                        "ours": bench::report::counts_json(&ours),
-                        "seed": bench::report::counts_json(&seed),
-                    }));
+                    rows.push(WireRow {
+                        scenario: format!("{scenario:?}"),
+                        label: scenario.label().to_owned(),
+                        ours,
+                        seed,
+                    });
                 }
                 rows
             });
-            write_json(&out, &serde_json::Value::Array(rows))
+            write_json(&out, &serde_json::to_value(&rows)?)
         }
         "index" => {
             let out = arg(&args, 2, "OUT.json")?;
@@ -77,10 +78,7 @@ fn main() -> Result<(), Error> {
             for r in &rows {
                 eprintln!("{r:?}");
             }
-            write_json(
-                &out,
-                &serde_json::Value::Array(rows.iter().map(|r| r.to_json()).collect()),
-            )
+            write_json(&out, &serde_json::to_value(&rows)?)
         }
         "cpu" => {
             let out = arg(&args, 2, "OUT.json")?;
@@ -115,7 +113,10 @@ fn main() -> Result<(), Error> {
             eprintln!("peak RSS after one batch of {batch}: {kb} kB");
             write_json(
                 &out,
-                &serde_json::json!({"batch_size": batch, "vm_hwm_kb": kb}),
+                &serde_json::to_value(RssRecord {
+                    batch_size: batch,
+                    vm_hwm_kb: kb,
+                })?,
             )
         }
         "init" => {
@@ -136,13 +137,13 @@ fn main() -> Result<(), Error> {
             eprintln!("happy path: {bytes} B in {lines} lines of ours ({messages:?}); platform {platform} B, access log {access} B");
             write_json(
                 &out,
-                &serde_json::json!({
-                    "function_bytes": bytes,
-                    "function_lines": lines,
-                    "messages": messages,
-                    "platform_bytes": platform,
-                    "access_log_bytes": access,
-                }),
+                &serde_json::to_value(LogsRecord {
+                    function_bytes: bytes,
+                    function_lines: lines,
+                    messages,
+                    platform_bytes: platform,
+                    access_log_bytes: access,
+                })?,
             )
         }
         "render" => {

@@ -3,37 +3,65 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::index_cost::{IndexRow, PAGE_SIZE};
 use crate::wire::counter::WireTally;
-use crate::wire::scenarios::Counts;
+use crate::wire::scenarios::{Counts, StripeCounts};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-fn tally_json(t: &WireTally) -> serde_json::Value {
-    serde_json::json!({
-        "requests": t.requests,
-        "total": t.total(),
-        "read_units": t.read_units,
-        "read_items": t.read_items,
-        "read_bytes": t.read_bytes,
-    })
+/// One scenario of `wire.json`: what `bench wire` writes and `render` reads back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireRow {
+    /// The [`crate::wire::scenarios::Scenario`] variant's name.
+    pub scenario: String,
+    pub label: String,
+    pub ours: Counts,
+    pub seed: Counts,
 }
 
-pub fn counts_json(c: &Counts) -> serde_json::Value {
-    serde_json::json!({
-        "dynamodb": tally_json(&c.dynamodb),
-        "dynamodb_reads": c.dynamodb_reads(),
-        "dynamodb_writes": c.dynamodb_writes(),
-        "sqs": tally_json(&c.sqs),
-        "event_source_sqs": tally_json(&c.source),
-        "stripe": {
-            "create": c.stripe.create,
-            "retrieve": c.stripe.retrieve,
-            "search": c.stripe.search,
-            "total": c.stripe.total(),
-        },
-    })
+/// `rss.json`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct RssRecord {
+    pub batch_size: usize,
+    pub vm_hwm_kb: u64,
+}
+
+/// `logs.json`: CloudWatch Logs bytes of one happy path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogsRecord {
+    pub function_bytes: u64,
+    pub function_lines: u64,
+    pub messages: Vec<String>,
+    pub platform_bytes: u64,
+    pub access_log_bytes: u64,
+}
+
+/// `cpu.json` and `cpu-logs.json` as `footprint::cpu::CpuResult::to_json` writes them: the fields
+/// the report reads.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct CpuRecord {
+    pub charges: u64,
+    pub batch_size: u64,
+    pub cpu_us_per_charge: f64,
+    pub wall_us_per_charge: f64,
+}
+
+/// A Markdown table: the header, its rule, one line per row of cells.
+fn table(
+    w: &mut String,
+    header: &[&str],
+    rows: impl IntoIterator<Item = Vec<String>>,
+) -> std::fmt::Result {
+    writeln!(w, "| {} |", header.join(" | "))?;
+    writeln!(w, "|{}", "---|".repeat(header.len()))?;
+    for row in rows {
+        writeln!(w, "| {} |", row.join(" | "))?;
+    }
+    Ok(())
 }
 
 /// Published unit prices (us-east-1, `/work/shared/REFERENCE.md`).
@@ -67,18 +95,18 @@ pub const SIZES_BEFORE: [(&str, u64, u64); 3] = [
     ("reconciler", 13_155_864, 5_572_798),
 ];
 
-fn read(dir: &Path, name: &str) -> Result<Value, Error> {
+fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(serde_json::from_str(&text)?)
+    Ok(serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?)
 }
 
-/// `read`, or `Null` when the file does not exist.
-fn read_opt(dir: &Path, name: &str) -> Result<Value, Error> {
+/// `read`, or `None` when the file does not exist (a step left out of the run).
+fn read_opt<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, Error> {
     if dir.join(name).exists() {
-        read(dir, name)
+        read(dir, name).map(Some)
     } else {
-        Ok(Value::Null)
+        Ok(None)
     }
 }
 
@@ -90,28 +118,31 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
 
-fn by_op(t: &Value) -> String {
-    let ops = t["requests"].as_object().cloned().unwrap_or_default();
-    if ops.is_empty() {
+fn by_op(t: &WireTally) -> String {
+    if t.requests.is_empty() {
         return "—".into();
     }
-    ops.iter()
-        .map(|(k, v)| format!("{k} {}", u(v)))
+    t.requests
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn stripe_str(s: &Value) -> String {
-    let mut parts = Vec::new();
-    for k in ["create", "retrieve", "search"] {
-        if u(&s[k]) > 0 {
-            parts.push(format!("{k} {}", u(&s[k])));
-        }
-    }
+fn stripe_str(s: &StripeCounts) -> String {
+    let parts: Vec<String> = [
+        ("create", s.create),
+        ("retrieve", s.retrieve),
+        ("search", s.search),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(k, n)| format!("{k} {n}"))
+    .collect();
     if parts.is_empty() {
         "0".into()
     } else {
-        format!("{} ({})", u(&s["total"]), parts.join(", "))
+        format!("{} ({})", s.total(), parts.join(", "))
     }
 }
 
@@ -121,6 +152,19 @@ fn ratio(a: u64, b: u64) -> String {
         (_, 0) => format!("∞ ({a} / 0)"),
         _ => format!("{:.2} ({a} / {b})", a as f64 / b as f64),
     }
+}
+
+/// `1000` as `1,000`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn machine() -> (usize, String) {
@@ -233,16 +277,15 @@ pub fn totals(rows: &[CostRow]) -> (f64, f64) {
 }
 
 /// Per 1M happy-path charges, core rows first.
-pub fn cost_rows(happy: &Value, m: &CostInputs, d: &Design) -> Vec<CostRow> {
-    let ours = &happy["ours"];
-    let ddb = &ours["dynamodb"]["requests"];
-    let puts = u(&ddb["PutItem"]) as f64;
-    let updates = u(&ddb["UpdateItem"]) as f64;
-    let reads = u(&ours["dynamodb_reads"]) as f64;
-    let sends = u(&ours["sqs"]["total"]) as f64;
+pub fn cost_rows(happy: &WireRow, m: &CostInputs, d: &Design) -> Vec<CostRow> {
+    let ours = &happy.ours;
+    let puts = ours.dynamodb.get("PutItem") as f64;
+    let updates = ours.dynamodb.get("UpdateItem") as f64;
+    let reads = ours.dynamodb_reads() as f64;
+    let sends = ours.sqs.total() as f64;
     // Counted for one message: one ReceiveMessage and one DeleteMessage. A batch of n makes the
     // same two requests (DeleteMessageBatch for n), so per charge they divide by n.
-    let source = u(&ours["event_source_sqs"]["total"]) as f64;
+    let source = ours.source.total() as f64;
     let n = d.batch;
     // Index writes are not on the wire (moto does not bill them); they follow from the write
     // pattern by DynamoDB's GSI write rules (a put into the index, a REMOVE of its key, or a
@@ -370,7 +413,7 @@ fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
         if name.starts_with("footprint-") && name.ends_with(".json") {
-            out.push(read(dir, &name)?);
+            out.push(read::<Value>(dir, &name)?);
         }
     }
     out.sort_by_key(|fp| {
@@ -382,30 +425,28 @@ fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
 
 /// The seed port's DynamoDB cost per happy-path charge, for comparison (no index; its GetItem is
 /// strongly consistent: 1 RRU).
-fn seed_ddb_cost(happy: &Value) -> f64 {
-    let seed = &happy["seed"];
-    u(&seed["dynamodb_writes"]) as f64 * DDB_PER_WRU
-        + u(&seed["dynamodb_reads"]) as f64 * DDB_PER_RRU
+fn seed_ddb_cost(happy: &WireRow) -> f64 {
+    happy.seed.dynamodb_writes() as f64 * DDB_PER_WRU
+        + happy.seed.dynamodb_reads() as f64 * DDB_PER_RRU
 }
 
 pub fn render(dir: &Path) -> Result<String, Error> {
-    let wire = read(dir, "wire.json")?;
-    let index = read(dir, "index.json")?;
+    let rows: Vec<WireRow> = read(dir, "wire.json")?;
+    let mut index: Vec<IndexRow> = read(dir, "index.json")?;
     // Steps left out of a run (BENCH_STEPS) whose JSON is absent render as "not measured".
-    let cpu = read_opt(dir, "cpu.json")?;
-    let cpu_logs = read_opt(dir, "cpu-logs.json")?;
-    let rss = read_opt(dir, "rss.json")?;
-    let sim_clean = read_opt(dir, "sim-nofaults.json")?;
-    let sim_faults = read_opt(dir, "sim-faults.json")?;
-    let rows = wire.as_array().cloned().unwrap_or_default();
+    let cpu: Option<CpuRecord> = read_opt(dir, "cpu.json")?;
+    let cpu_logs: Option<CpuRecord> = read_opt(dir, "cpu-logs.json")?;
+    let rss: Option<RssRecord> = read_opt(dir, "rss.json")?;
+    // Written by `simulate --json`: its report's keys, read as they are.
+    let sim_clean: Value = read_opt(dir, "sim-nofaults.json")?.unwrap_or(Value::Null);
+    let sim_faults: Value = read_opt(dir, "sim-faults.json")?.unwrap_or(Value::Null);
     let scenario = |name: &str| {
         rows.iter()
-            .find(|r| r["scenario"] == name)
-            .cloned()
-            .unwrap_or(Value::Null)
+            .find(|r| r.scenario == name)
+            .ok_or_else(|| format!("wire.json has no {name} scenario"))
     };
-    let happy = scenario("HappyPath");
-    let dup = scenario("SettledDuplicate");
+    let happy = scenario("HappyPath")?;
+    let dup = scenario("SettledDuplicate")?;
     let (cores, model) = machine();
     let date = std::env::var("BENCH_DATE").unwrap_or_else(|_| "unknown".into());
     let sim_profile = std::env::var("BENCH_SIM_PROFILE").unwrap_or_else(|_| "release".into());
@@ -430,22 +471,28 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "are Lambda's, not our functions': counted on a separate client and shown apart. `tests/request_counts.rs`")?;
     writeln!(w, "asserts these counts in `make test` with the same scenario code (`infra/bench/src/wire/`).")?;
     writeln!(w)?;
-    writeln!(w, "| scenario | DynamoDB requests | reads / writes | our SQS | event source SQS | Stripe requests |")?;
-    writeln!(w, "|---|---|---|---|---|---|")?;
-    for r in &rows {
-        let o = &r["ours"];
-        writeln!(
-            w,
-            "| {} | {} | {} / {} | {} | {} | {} |",
-            r["label"].as_str().unwrap_or(""),
-            by_op(&o["dynamodb"]),
-            u(&o["dynamodb_reads"]),
-            u(&o["dynamodb_writes"]),
-            by_op(&o["sqs"]),
-            by_op(&o["event_source_sqs"]),
-            stripe_str(&o["stripe"])
-        )?;
-    }
+    table(
+        w,
+        &[
+            "scenario",
+            "DynamoDB requests",
+            "reads / writes",
+            "our SQS",
+            "event source SQS",
+            "Stripe requests",
+        ],
+        rows.iter().map(|r| {
+            let o = &r.ours;
+            vec![
+                r.label.clone(),
+                by_op(&o.dynamodb),
+                format!("{} / {}", o.dynamodb_reads(), o.dynamodb_writes()),
+                by_op(&o.sqs),
+                by_op(&o.source),
+                stripe_str(&o.stripe),
+            ]
+        }),
+    )?;
     writeln!(w)?;
     writeln!(w, "What each scenario counts:")?;
     writeln!(
@@ -472,32 +519,40 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     )?;
     writeln!(w, "Every scenario ends with the operation `succeeded` and exactly one PaymentIntent in the simulator's ledger.")?;
     writeln!(w)?;
-    let ho = &happy["ours"];
-    let happy_ok = u(&ho["dynamodb_writes"]) == 3
-        && u(&ho["dynamodb_reads"]) == 0
-        && u(&ho["sqs"]["requests"]["SendMessage"]) == 1
-        && u(&ho["sqs"]["total"]) == 1
-        && u(&ho["stripe"]["total"]) == 1;
-    let dup_ok =
-        u(&dup["ours"]["dynamodb"]["total"]) == 1 && u(&dup["ours"]["stripe"]["total"]) == 0;
-    writeln!(w, "| target | measured | met |")?;
-    writeln!(w, "|---|---|---|")?;
-    writeln!(
+    let ho = &happy.ours;
+    let happy_ok = ho.dynamodb_writes() == 3
+        && ho.dynamodb_reads() == 0
+        && ho.sqs.get("SendMessage") == 1
+        && ho.sqs.total() == 1
+        && ho.stripe.total() == 1;
+    let dup_ok = dup.ours.dynamodb.total() == 1 && dup.ours.stripe.total() == 0;
+    let met = |ok: bool| if ok { "yes" } else { "**no**" }.to_owned();
+    table(
         w,
-        "| happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call | {} writes, {} reads, {} SendMessage, {} Stripe | {} |",
-        u(&ho["dynamodb_writes"]),
-        u(&ho["dynamodb_reads"]),
-        u(&ho["sqs"]["requests"]["SendMessage"]),
-        u(&ho["stripe"]["total"]),
-        if happy_ok { "yes" } else { "**no**" }
-    )?;
-    writeln!(
-        w,
-        "| settled duplicate: 1 DynamoDB call, 0 Stripe calls | {} DynamoDB ({}), {} Stripe | {} |",
-        u(&dup["ours"]["dynamodb"]["total"]),
-        by_op(&dup["ours"]["dynamodb"]),
-        u(&dup["ours"]["stripe"]["total"]),
-        if dup_ok { "yes" } else { "**no**" }
+        &["target", "measured", "met"],
+        [
+            vec![
+                "happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call".into(),
+                format!(
+                    "{} writes, {} reads, {} SendMessage, {} Stripe",
+                    ho.dynamodb_writes(),
+                    ho.dynamodb_reads(),
+                    ho.sqs.get("SendMessage"),
+                    ho.stripe.total()
+                ),
+                met(happy_ok),
+            ],
+            vec![
+                "settled duplicate: 1 DynamoDB call, 0 Stripe calls".into(),
+                format!(
+                    "{} DynamoDB ({}), {} Stripe",
+                    dup.ours.dynamodb.total(),
+                    by_op(&dup.ours.dynamodb),
+                    dup.ours.stripe.total()
+                ),
+                met(dup_ok),
+            ],
+        ],
     )?;
     writeln!(w)?;
     writeln!(w, "The settled duplicate's one call is the claim's conditional UpdateItem refused by the settled status")?;
@@ -517,20 +572,26 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "lease, no index. The seed has no scheduler: its \"retried later\" is a redelivery of the same message,")?;
     writeln!(w, "and its reconciliation finds work with a Scan on the status. Same stack, same counting. Ratio = ours / seed.")?;
     writeln!(w)?;
-    writeln!(w, "| scenario | seed DynamoDB requests | DynamoDB ours/seed | SQS (ours) ours/seed | Stripe ours/seed |")?;
-    writeln!(w, "|---|---|---|---|---|")?;
-    for r in &rows {
-        let (o, s) = (&r["ours"], &r["seed"]);
-        writeln!(
-            w,
-            "| {} | {} | {} | {} | {} |",
-            r["label"].as_str().unwrap_or(""),
-            by_op(&s["dynamodb"]),
-            ratio(u(&o["dynamodb"]["total"]), u(&s["dynamodb"]["total"])),
-            ratio(u(&o["sqs"]["total"]), u(&s["sqs"]["total"])),
-            ratio(u(&o["stripe"]["total"]), u(&s["stripe"]["total"])),
-        )?;
-    }
+    table(
+        w,
+        &[
+            "scenario",
+            "seed DynamoDB requests",
+            "DynamoDB ours/seed",
+            "SQS (ours) ours/seed",
+            "Stripe ours/seed",
+        ],
+        rows.iter().map(|r| {
+            let (o, s) = (&r.ours, &r.seed);
+            vec![
+                r.label.clone(),
+                by_op(&s.dynamodb),
+                ratio(o.dynamodb.total(), s.dynamodb.total()),
+                ratio(o.sqs.total(), s.sqs.total()),
+                ratio(o.stripe.total(), s.stripe.total()),
+            ]
+        }),
+    )?;
     writeln!(w)?;
     writeln!(w, "Where ours makes more requests: the re-drive and the past-window tick read the unknown index with one")?;
     writeln!(w, "Query per shard (8 shards, `DUE_SHARDS`) plus one of the REVIEW partition, then read the due records with one")?;
@@ -553,7 +614,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
     writeln!(w, "| run | orders | orders/s (wall) | wall s | CPU s | orders / CPU s | virtual h | invariants | trace_hash |")?;
     writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
-    let sim_wire = read(dir, "sim-wire.json").ok();
+    let sim_wire: Option<Value> = read(dir, "sim-wire.json").ok();
     let mut runs = vec![
         ("default faults, in memory", &sim_faults),
         ("--no-faults, in memory", &sim_clean),
@@ -587,8 +648,8 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
     time_to_settle(
         w,
-        read_opt(dir, "sim-webhooks.json")?,
-        read_opt(dir, "sim-no-webhooks.json")?,
+        read_opt(dir, "sim-webhooks.json")?.unwrap_or(Value::Null),
+        read_opt(dir, "sim-no-webhooks.json")?.unwrap_or(Value::Null),
     )?;
     let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/profile.md");
     if let Ok(text) = std::fs::read_to_string(profile) {
@@ -600,28 +661,36 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "CPU = the thread's on-CPU time from `/proc/thread-self/schedstat`, only around the handler calls. It is our")?;
     writeln!(w, "code alone: no network, no AWS SDK serialisation, no TLS (those are in the real function and not measured).")?;
     writeln!(w)?;
-    writeln!(
+    table(
         w,
-        "| logging | charges | batch | CPU µs / charge | wall µs / charge |"
+        &[
+            "logging",
+            "charges",
+            "batch",
+            "CPU µs / charge",
+            "wall µs / charge",
+        ],
+        [
+            ("no subscriber", &cpu),
+            ("lambda_runtime's default subscriber → sink", &cpu_logs),
+        ]
+        .map(|(name, c)| match c {
+            None => vec![
+                name.into(),
+                "not measured in this run".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ],
+            Some(c) => vec![
+                name.into(),
+                c.charges.to_string(),
+                c.batch_size.to_string(),
+                format!("{:.1}", c.cpu_us_per_charge),
+                format!("{:.1}", c.wall_us_per_charge),
+            ],
+        }),
     )?;
-    writeln!(w, "|---|---|---|---|---|")?;
-    for (name, c) in [
-        ("no subscriber", &cpu),
-        ("lambda_runtime's default subscriber → sink", &cpu_logs),
-    ] {
-        if c.is_null() {
-            writeln!(w, "| {name} | not measured in this run | | | |")?;
-            continue;
-        }
-        writeln!(
-            w,
-            "| {name} | {} | {} | {:.1} | {:.1} |",
-            u(&c["charges"]),
-            u(&c["batch_size"]),
-            f(&c["cpu_us_per_charge"]),
-            f(&c["wall_us_per_charge"])
-        )?;
-    }
     writeln!(w)?;
 
     // 4
@@ -725,12 +794,12 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
-    if !rss.is_null() {
+    if let Some(rss) = rss {
         writeln!(
             w,
             "Peak RSS: {} kB (`VmHWM`) of a fresh `bench rss` process (release, x86-64 host) after handling one batch of {} with",
-            u(&rss["vm_hwm_kb"]),
-            u(&rss["batch_size"])
+            rss.vm_hwm_kb,
+            rss.batch_size
         )?;
         writeln!(w, "the in-memory ports and lambda_runtime's log subscriber: the handler in a plain process, **not** the Lambda")?;
         writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
@@ -757,24 +826,23 @@ pub fn render(dir: &Path) -> Result<String, Error> {
             .unwrap_or(0.0)
     };
     // CPU per charge with the functions' subscriber: section 3's, else the shipped profile's.
-    let cpu_us = if cpu_logs.is_null() {
-        release.map_or(0.0, |fp| f(&fp["cpu"]["cpu_us_per_charge"]))
-    } else {
-        f(&cpu_logs["cpu_us_per_charge"])
+    let cpu_us = match cpu_logs {
+        None => release.map_or(0.0, |fp| f(&fp["cpu"]["cpu_us_per_charge"])),
+        Some(c) => c.cpu_us_per_charge,
     };
     let init_profile = release
         .and_then(|fp| fp["profile"].as_str())
         .unwrap_or("none")
         .to_owned();
-    let logs = read(dir, "logs.json")?;
+    let logs: LogsRecord = read(dir, "logs.json")?;
     let model = CostInputs {
         cpu_us,
         checkout_init_ms: init_of("checkout"),
         charge_init_ms: init_of("charge"),
-        log_function_bytes: u(&logs["function_bytes"]) as f64,
+        log_function_bytes: logs.function_bytes as f64,
         // Measured scenario: one checkout and one charge invocation.
-        log_platform_bytes_per_invocation: u(&logs["platform_bytes"]) as f64 / 2.0,
-        log_access_bytes: u(&logs["access_log_bytes"]) as f64,
+        log_platform_bytes_per_invocation: logs.platform_bytes as f64 / 2.0,
+        log_access_bytes: logs.access_log_bytes as f64,
     };
     let detailed = DESIGNS[DESIGNS.len() - 1];
     writeln!(w, "## 5. AWS cost per 1M charges (happy path)")?;
@@ -792,10 +860,10 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "write pattern by DynamoDB's GSI rules (a put into the index, a REMOVE of its key or a change of a projected")?;
     writeln!(w, "attribute writes the entry, nothing else does). Cold starts: **assumed** {:.0} % of invocations, each billed", COLD_START_SHARE * 100.0)?;
     writeln!(w, "its init (section 4's median, profile `{init_profile}`, x86-64 on loopback) and, for the charge function, one")?;
-    writeln!(w, "GetSecretValue. Logs: **measured** {} B of our own JSON lines for one happy path ({} lines, checkout +", u(&logs["function_bytes"]), u(&logs["function_lines"]))?;
+    writeln!(w, "GetSecretValue. Logs: **measured** {} B of our own JSON lines for one happy path ({} lines, checkout +", logs.function_bytes, logs.function_lines)?;
     writeln!(w, "charge, `bench logs` on moto, AWS SDK and reqwest lines included; per message, so per charge whatever the batch),")?;
-    writeln!(w, "plus Lambda's platform records ({} B for start + report of 2 invocations, JSON format, their documented", u(&logs["platform_bytes"]))?;
-    writeln!(w, "shape; the charge function's share divides by n) and the {} B access-log line the template's format gives", u(&logs["access_log_bytes"]))?;
+    writeln!(w, "plus Lambda's platform records ({} B for start + report of 2 invocations, JSON format, their documented", logs.platform_bytes)?;
+    writeln!(w, "shape; the charge function's share divides by n) and the {} B access-log line the template's format gives", logs.access_log_bytes)?;
     writeln!(w, "for the sample request.")?;
     writeln!(w)?;
     writeln!(w, "Before and after issue 15 parts 4 (concurrent groups) and 5 (fewer index writes), same model:")?;
@@ -803,7 +871,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "| design | DynamoDB write units | charge invocations | SQS requests | Lambda + DynamoDB + SQS | all-in |")?;
     writeln!(w, "|---|---|---|---|---|---|")?;
     for d in &DESIGNS {
-        let rows = cost_rows(&happy, &model, d);
+        let rows = cost_rows(happy, &model, d);
         let (core, all_in) = totals(&rows);
         let qty = |prefix: &str| -> f64 {
             rows.iter()
@@ -836,7 +904,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     let mut all_in = 0.0;
     let mut ddb = 0.0;
     let mut printed_core_total = false;
-    for row in cost_rows(&happy, &model, &detailed) {
+    for row in cost_rows(happy, &model, &detailed) {
         let cost = row.qty * row.price * 1e6;
         if !row.core && !printed_core_total {
             writeln!(
@@ -868,7 +936,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         "| **all-in (+ API Gateway, logs, secrets)** | | | **${all_in:.2}** |"
     )?;
     writeln!(w)?;
-    let (low_core, _) = totals(&cost_rows(&happy, &model, &DESIGNS[1]));
+    let (low_core, _) = totals(&cost_rows(happy, &model, &DESIGNS[1]));
     let verdict = |c: f64| {
         if c <= 4.0 {
             format!("**met** (${c:.2})")
@@ -893,7 +961,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(
         w,
         "DynamoDB is ${ddb:.3} per 1M of it (5 write units: 3 table writes, 2 index writes); the seed's port would be ${:.3}",
-        seed_ddb_cost(&happy) * 1e6
+        seed_ddb_cost(happy) * 1e6
     )?;
     writeln!(w, "(3 writes + 1 consistent read, no index). What is left is the design's floor: the conditional put, the")?;
     writeln!(w, "lease (claim) and the fenced record are the promise's three writes, and the index entry the checkout puts")?;
@@ -909,7 +977,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "unsettled ones are added in steps (10, then 100, then 1,000). Settled operations as the charge function")?;
     writeln!(w, "leaves them (no index attributes), unsettled ones `unknown` and due now (BatchWriteItem, 25 per call, uncounted). Then")?;
     writeln!(w, "exactly what a tick reads: `query_index(IndexQuery::DueBy(now))` page by page with the reconciler's page size")?;
-    writeln!(w, "(1,000), counted on the wire: the index Queries (entries of keys and `operation_id` since issue 15) and the")?;
+    writeln!(w, "({}), counted on the wire: the index Queries (entries of keys and `operation_id` since issue 15) and the", thousands(PAGE_SIZE as u64))?;
     writeln!(w, "BatchGetItems that read each page's records from the table. Read units are **computed** from the items in")?;
     writeln!(w, "each answer (DynamoDB's item size rules; eventually consistent GSI read = 0.5 RU per 4 KB, rounded up per")?;
     writeln!(
@@ -919,25 +987,34 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "moto's `ReturnConsumedCapacity` answers a constant 1.0 whatever is read, so it is not used. The last two")?;
     writeln!(w, "columns are the seed port's way of finding work, a Scan of the table, on the same table (computed the same way).")?;
     writeln!(w)?;
-    writeln!(w, "| settled | unsettled | pages | Query requests | BatchGetItem requests | items read | read units | seed Scan requests | seed Scan read units |")?;
-    writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
-    let mut idx = index.as_array().cloned().unwrap_or_default();
-    idx.sort_by_key(|r| (u(&r["unsettled"]), u(&r["settled"])));
-    for r in &idx {
-        writeln!(
-            w,
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {:.1} |",
-            u(&r["settled"]),
-            u(&r["unsettled"]),
-            u(&r["pages"]),
-            u(&r["queries"]),
-            u(&r["batch_gets"]),
-            u(&r["items_read"]),
-            f(&r["read_units"]),
-            u(&r["scan_requests"]),
-            f(&r["scan_read_units"])
-        )?;
-    }
+    index.sort_by_key(|r| (r.unsettled, r.settled));
+    table(
+        w,
+        &[
+            "settled",
+            "unsettled",
+            "pages",
+            "Query requests",
+            "BatchGetItem requests",
+            "items read",
+            "read units",
+            "seed Scan requests",
+            "seed Scan read units",
+        ],
+        index.iter().map(|r| {
+            vec![
+                r.settled.to_string(),
+                r.unsettled.to_string(),
+                r.pages.to_string(),
+                r.queries.to_string(),
+                r.batch_gets.to_string(),
+                r.items_read.to_string(),
+                format!("{:.1}", r.read_units),
+                r.scan_requests.to_string(),
+                format!("{:.1}", r.scan_read_units),
+            ]
+        }),
+    )?;
     writeln!(w)?;
     writeln!(w, "The tick's reads do not grow with the settled count (1,000 unsettled among 1,000 or 10,000 settled read the")?;
     writeln!(w, "same); the Scan's do. Each due item is read once: a page is merged from the 8 shards, and what a page")?;
@@ -1017,4 +1094,61 @@ fn time_to_settle(w: &mut String, on: Value, off: Value) -> std::fmt::Result {
     )?;
     writeln!(w)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn a_wire_row_reads_back_as_written() {
+        let tally = |ops: &[(&str, u64)]| WireTally {
+            requests: ops
+                .iter()
+                .map(|(k, n)| ((*k).to_owned(), *n))
+                .collect::<BTreeMap<_, _>>(),
+            read_units: 1.5,
+            read_bytes: 660,
+            read_items: 2,
+        };
+        let counts = Counts {
+            dynamodb: tally(&[("PutItem", 1), ("UpdateItem", 2)]),
+            sqs: tally(&[("SendMessage", 1)]),
+            source: tally(&[("ReceiveMessage", 1), ("DeleteMessage", 1)]),
+            stripe: StripeCounts {
+                create: 1,
+                retrieve: 0,
+                search: 2,
+            },
+        };
+        let row = WireRow {
+            scenario: "HappyPath".into(),
+            label: "happy path".into(),
+            ours: counts.clone(),
+            seed: Counts::default(),
+        };
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(
+            json["ours"]["event_source_sqs"]["requests"]["ReceiveMessage"],
+            1
+        );
+        let back: WireRow = serde_json::from_value(json).unwrap();
+        assert_eq!(back.ours, counts);
+        assert_eq!(back.seed, Counts::default());
+        assert_eq!(stripe_str(&back.ours.stripe), "3 (create 1, search 2)");
+        assert_eq!(by_op(&back.ours.dynamodb), "PutItem 1, UpdateItem 2");
+        assert_eq!(by_op(&back.seed.dynamodb), "—");
+    }
+
+    #[test]
+    fn tables_and_numbers() {
+        let mut w = String::new();
+        table(&mut w, &["a", "b"], [vec!["1".into(), "x / y".into()]]).unwrap();
+        assert_eq!(w, "| a | b |\n|---|---|\n| 1 | x / y |\n");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 }

@@ -35,7 +35,8 @@ struct Tally {
 }
 
 /// A snapshot of one counter.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Serialised as `bench wire` writes it and `bench render` reads it back (the report's typed rows).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WireTally {
     /// Wire requests by operation name.
     pub requests: BTreeMap<String, u64>,

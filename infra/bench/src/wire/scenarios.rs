@@ -34,12 +34,16 @@ use super::seed::SeedPort;
 
 /// The sample checkout (order `ord-1001`, 12.50 USD, `pm_card_visa`).
 const CHECKOUT_EVENT: &str = include_str!("../../../../events/checkout-valid.json");
-/// Index page size and safety margin of the reconciler function.
-const PAGE_SIZE: usize = 1000;
-const SAFETY: Duration = Duration::from_secs(25);
+/// Index page size and safety margin of the reconciler function, as it runs.
+const PAGE_SIZE: usize = reconciler::handler::PAGE_SIZE;
+const SAFETY: Duration = reconciler::handler::SAFETY_MARGIN;
 const PLENTY: Duration = Duration::from_secs(3600);
-/// Past the 23 h key window and the 10 min search lag of the default policy.
-const PAST_WINDOW: Duration = Duration::from_secs(23 * 3600 + 11 * 60);
+
+/// A minute past the key window and the search lag of the default policy: search may settle.
+fn past_window() -> Duration {
+    let policy = ChargePolicy::default();
+    policy.key_window + policy.search_min_age + Duration::from_secs(60)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
@@ -71,7 +75,7 @@ impl Scenario {
 }
 
 /// Stripe requests as the simulator received them (its own counters, server side).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StripeCounts {
     pub create: u64,
     pub retrieve: u64,
@@ -85,12 +89,13 @@ impl StripeCounts {
 }
 
 /// Requests of one scenario, by service.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     pub dynamodb: WireTally,
     /// Our functions' SQS requests (SendMessage).
     pub sqs: WireTally,
     /// The event source's ReceiveMessage / DeleteMessage (Lambda's, not ours).
+    #[serde(rename = "event_source_sqs")]
     pub source: WireTally,
     pub stripe: StripeCounts,
 }
@@ -356,7 +361,7 @@ impl Ours {
                 side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
                 s.deliver(&s.charge).await;
                 assert_eq!(s.status().await, OperationStatus::Unknown);
-                side.clock.advance(PAST_WINDOW);
+                side.clock.advance(past_window());
                 let before = s.stack.snapshot();
                 let report = s.tick().await;
                 assert_eq!(report.settled, 1, "{report:?}");
@@ -491,7 +496,7 @@ impl Seed {
                 s.checkout().await;
                 side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
                 s.deliver(&s.port).await;
-                side.clock.advance(PAST_WINDOW);
+                side.clock.advance(past_window());
                 let before = s.stack.snapshot();
                 for op in s.port.unsettled().await.expect("seed scan") {
                     s.port
