@@ -116,9 +116,27 @@ mod tests {
         );
     }
 
+    /// FNV-1a's values, pinned: an operation's shard must not change between releases.
+    #[test]
+    fn due_shard_is_stable() {
+        for (id, shard) in [
+            ("00000000-0000-0000-0000-000000000000", "DUE#5"),
+            ("7f1c2a9e-3b4d-4e5f-8a6b-1c2d3e4f5a6b", "DUE#1"),
+            ("ffffffff-ffff-ffff-ffff-ffffffffffff", "DUE#5"),
+        ] {
+            assert_eq!(due_shard(&OperationId::parse(id).unwrap()), shard, "{id}");
+        }
+    }
+
     #[test]
     fn an_operation_keeps_its_shard_and_operations_spread() {
-        let ids: Vec<OperationId> = (0..400).map(|_| OperationId::new_random()).collect();
+        let ids: Vec<OperationId> = (1..=400u128)
+            .map(|n| {
+                OperationId::from_uuid(uuid::Uuid::from_u128(
+                    n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835),
+                ))
+            })
+            .collect();
         let all: Vec<String> = due_shards().collect();
         let mut seen = std::collections::HashSet::new();
         for id in &ids {
