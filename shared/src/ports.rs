@@ -2,6 +2,7 @@
 //! Stripe over HTTP) and an in-memory one (see [`crate::memory`]); both pass the same contract tests.
 
 use std::error::Error as StdError;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -186,6 +187,30 @@ pub enum IndexQuery {
     Unsettled,
     /// Everything waiting for an operator.
     InReview,
+}
+
+/// Calls made to an [`OperationStore`], split as DynamoDB bills them (a failed conditional write is
+/// still a write; one BatchGetItem is one read). Both the memory and the DynamoDB store count into
+/// one of these, so tests, the simulation and the benchmarks read the same counters on either.
+#[derive(Debug, Default)]
+pub struct StoreCalls {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub queries: AtomicU64,
+}
+
+impl StoreCalls {
+    pub fn read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn query(&self) {
+        self.queries.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The durable record of operations (DynamoDB in production).

@@ -16,11 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use charge_once::memory::StoreCalls;
 use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreError,
+    Page, Recorded, Reschedule, StoreCalls, StoreError,
 };
 use charge_once::{Operation, OperationId, OperationKey};
 
@@ -191,7 +190,7 @@ impl SimStore {
     }
 
     fn write(&self) {
-        self.calls.writes.fetch_add(1, Ordering::Relaxed);
+        self.calls.write();
     }
 
     /// The order an operation id was minted for (also after its record was replaced).
@@ -288,7 +287,7 @@ impl OperationStore for SimStore {
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.calls.read();
         Ok(self.lock().items.get(key).cloned())
     }
 
@@ -296,7 +295,7 @@ impl OperationStore for SimStore {
         &self,
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
-        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.calls.read();
         let t = self.lock();
         // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
         Ok(t.by_operation_id
@@ -456,7 +455,7 @@ impl OperationStore for SimStore {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        self.calls.queries.fetch_add(1, Ordering::Relaxed);
+        self.calls.query();
         let after = cursor.as_deref().map(decode_cursor).transpose()?;
         let t = self.lock();
         let set = match query {

@@ -11,4 +11,4 @@ mod store;
 pub use gateway::{FakeFault, FakeGateway, GatewayCalls};
 pub use inbox::MemoryInbox;
 pub use queue::{MemoryDeadLetters, MemoryQueue, ReceivedMessage};
-pub use store::{MemoryStore, StoreCalls};
+pub use store::MemoryStore;

@@ -2,7 +2,6 @@
 //! exactly as DynamoDB checks its condition expression.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -11,16 +10,8 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreError,
+    Page, Recorded, Reschedule, StoreCalls, StoreError,
 };
-
-/// Calls made to the store, split like DynamoDB bills them.
-#[derive(Debug, Default)]
-pub struct StoreCalls {
-    pub reads: AtomicU64,
-    pub writes: AtomicU64,
-    pub queries: AtomicU64,
-}
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -49,10 +40,6 @@ impl MemoryStore {
         // assignment), so a poisoned lock is still consistent.
         self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    fn write(&self) {
-        self.calls.writes.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// Position in the index: due time, then the business key.
@@ -79,7 +66,7 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
 #[async_trait]
 impl OperationStore for MemoryStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.write();
+        self.calls.write();
         let mut items = self.lock();
         let key = op.key();
         if let Some(existing) = items.get(&key) {
@@ -90,7 +77,7 @@ impl OperationStore for MemoryStore {
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.calls.read();
         Ok(self.lock().get(key).cloned())
     }
 
@@ -98,7 +85,7 @@ impl OperationStore for MemoryStore {
         &self,
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
-        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.calls.read();
         // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
         Ok(self
             .lock()
@@ -112,7 +99,7 @@ impl OperationStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.write();
+        self.calls.write();
         let mut items = self.lock();
         let Some(op) = items
             .get_mut(&req.key)
@@ -137,7 +124,7 @@ impl OperationStore for MemoryStore {
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.write();
+        self.calls.write();
         let mut items = self.lock();
         let Some(op) = items.get_mut(&rec.key) else {
             return Ok(Recorded::Refused(None));
@@ -165,7 +152,7 @@ impl OperationStore for MemoryStore {
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.write();
+        self.calls.write();
         let mut items = self.lock();
         let Some(op) = items.get_mut(&req.key) else {
             return Ok(Recorded::Refused(None));
@@ -197,7 +184,7 @@ impl OperationStore for MemoryStore {
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.write();
+        self.calls.write();
         let mut items = self.lock();
         let Some(op) = items.get_mut(&req.key) else {
             return Ok(Recorded::Refused(None));
@@ -229,7 +216,7 @@ impl OperationStore for MemoryStore {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        self.calls.queries.fetch_add(1, Ordering::Relaxed);
+        self.calls.query();
         let after = cursor.as_deref().map(decode_cursor).transpose()?;
         let items = self.lock();
         let mut matching: Vec<&Operation> = items

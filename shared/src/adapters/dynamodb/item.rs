@@ -31,6 +31,9 @@ use crate::operation::{
 use crate::ports::StoreError;
 use crate::time::Timestamp;
 
+use super::paging::IndexPosition;
+use super::schema::{DUE_AT, DUE_SHARD, PK, SK};
+
 pub type Attrs = HashMap<String, AttributeValue>;
 
 const PK_PREFIX: &str = "ORDER#";
@@ -54,8 +57,8 @@ pub fn key_of(key: &OperationKey) -> (String, String) {
 pub fn operation_to_item(op: &Operation) -> Attrs {
     let (pk, sk) = key_of(&op.key());
     let mut item = HashMap::from([
-        ("pk".to_owned(), attr_s(&pk)),
-        ("sk".to_owned(), attr_s(&sk)),
+        (PK.to_owned(), attr_s(&pk)),
+        (SK.to_owned(), attr_s(&sk)),
         (
             "operation_id".to_owned(),
             attr_s(&op.operation_id.to_string()),
@@ -237,10 +240,10 @@ fn domain<T, E: std::fmt::Display>(field: &str, r: Result<T, E>) -> Result<T, St
 }
 
 pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
-    let pk = req_s(item, "pk")?;
+    let pk = req_s(item, PK)?;
     let order_raw = pk
         .strip_prefix(PK_PREFIX)
-        .ok_or_else(|| malformed("pk", "no ORDER# prefix"))?;
+        .ok_or_else(|| malformed(PK, "no ORDER# prefix"))?;
     let lease = match (
         get_s(item, "lease_token")?,
         get_t(item, "lease_expires_at")?,
@@ -259,8 +262,8 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         None => None,
     };
     Ok(Operation {
-        order_id: domain("pk", OrderId::parse(order_raw))?,
-        kind: domain("sk", OperationKind::parse(req_s(item, "sk")?))?,
+        order_id: domain(PK, OrderId::parse(order_raw))?,
+        kind: domain(SK, OperationKind::parse(req_s(item, SK)?))?,
         operation_id: domain(
             "operation_id",
             OperationId::parse(req_s(item, "operation_id")?),
@@ -293,10 +296,42 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         updated_at: req_t(item, "updated_at")?,
         lease,
         review,
-        next_due_at: get_t(item, "due_at")?,
+        next_due_at: get_t(item, DUE_AT)?,
         redrives: get_n(item, "redrives")?.unwrap_or(0),
         history: history_from_item(item)?,
     })
+}
+
+/// The position of an index entry as a Query returns it (table keys and `due_at`).
+pub(super) fn index_position(entry: &Attrs) -> Result<IndexPosition, StoreError> {
+    Ok(IndexPosition {
+        pk: req_key(entry, PK)?,
+        sk: req_key(entry, SK)?,
+        due: req_n(entry, DUE_AT)?,
+    })
+}
+
+/// The table key of an index entry (for reading its record).
+pub(super) fn table_key(p: &IndexPosition) -> Attrs {
+    HashMap::from([
+        (PK.to_owned(), attr_s(&p.pk)),
+        (SK.to_owned(), attr_s(&p.sk)),
+    ])
+}
+
+/// Where a Query of index partition `shard` resumes after `p` (its `ExclusiveStartKey`).
+pub(super) fn index_start_key(shard: &str, p: &IndexPosition) -> Attrs {
+    let mut key = table_key(p);
+    key.insert(DUE_SHARD.to_owned(), attr_s(shard));
+    key.insert(DUE_AT.to_owned(), attr_n(p.due));
+    key
+}
+
+/// Whether a record still sits at index position `p` of partition `shard` (it did not settle,
+/// move to another due time, or move to or from review since the index listed it).
+pub(super) fn is_at(item: &Attrs, shard: &str, p: &IndexPosition) -> bool {
+    matches!(item.get(DUE_SHARD), Some(AttributeValue::S(s)) if s == shard)
+        && matches!(item.get(DUE_AT), Some(AttributeValue::N(n)) if n.parse::<i64>().ok() == Some(p.due))
 }
 
 #[cfg(test)]

@@ -39,6 +39,13 @@
 //! shards (`n` from a hash of the operation id, fixed for the operation's life) leave ~2.7x
 //! headroom at that rate while a reconciler tick costs only eight small queries. Review items are
 //! rare and written by hand, so they share one partition and list in one query.
+//!
+//! ## Parts
+//! - [`schema`]: key and index attribute names, the shards ([`shard_name`], [`due_shard`]), the
+//!   table definition.
+//! - [`item`]: the record as an item and back, index entries' keys.
+//! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
+//! - here: [`DynamoStore`], the calls.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -49,55 +56,31 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
-use serde::{Deserialize, Serialize};
 
 use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreError,
+    Page, Recorded, Reschedule, StoreCalls, StoreError,
 };
 
 pub mod item;
+mod paging;
+pub mod schema;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use item::{attr_n, attr_s, audit_to_attr, key_of, operation_from_item, operation_to_item, Attrs};
-
-/// Name of the sparse index over unsettled operations.
-pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
-/// The only non-key attribute projected into the unknown index: set by the put, never changed,
-/// so no update after the put writes the index unless it moves the entry (see the module docs).
-pub const UNKNOWN_INDEX_PROJECTED: &str = "operation_id";
-/// How many `DUE#<n>` partitions the index is spread over (see the module docs).
-pub const DUE_SHARDS: u32 = 8;
-pub const REVIEW_SHARD: &str = "REVIEW";
-
-/// The index partition of an automatic-work operation: stable, from its operation id.
-pub fn due_shard(operation_id: &OperationId) -> String {
-    // FNV-1a over the id's bytes: stable across processes and releases (unlike `DefaultHasher`).
-    let hash = operation_id
-        .as_uuid()
-        .as_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("DUE#{}", hash % u64::from(DUE_SHARDS))
-}
-
-/// Counts of DynamoDB calls by kind, as billed (a failed conditional write is still a write).
-#[derive(Debug, Default)]
-pub struct DynamoCalls {
-    pub reads: std::sync::atomic::AtomicU64,
-    pub writes: std::sync::atomic::AtomicU64,
-    pub queries: std::sync::atomic::AtomicU64,
-}
+use paging::{IndexCursor, IndexPosition, ShardPage};
+pub use schema::{
+    due_shard, due_shards, shard_name, DUE_SHARDS, REVIEW_SHARD, UNKNOWN_INDEX,
+    UNKNOWN_INDEX_PROJECTED,
+};
 
 #[derive(Clone)]
 pub struct DynamoStore {
     client: Client,
     table: String,
-    calls: std::sync::Arc<DynamoCalls>,
+    calls: std::sync::Arc<StoreCalls>,
 }
 
 impl fmt::Debug for DynamoStore {
@@ -122,38 +105,6 @@ fn unsettled_values(attrs: &mut Attrs) {
     attrs.insert(":unknown".into(), attr_s(OperationStatus::Unknown.as_str()));
 }
 
-/// Where one index partition's read stands: after this item (its table and index keys).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct IndexPosition {
-    pk: String,
-    sk: String,
-    due: i64,
-}
-
-impl IndexPosition {
-    /// The position of an index entry as a Query returns it (keys and `due_at`).
-    fn from_entry(entry: &Attrs) -> Result<Self, StoreError> {
-        Ok(Self {
-            pk: item::req_key(entry, "pk")?,
-            sk: item::req_key(entry, "sk")?,
-            due: match entry.get("due_at") {
-                Some(AttributeValue::N(n)) => n
-                    .parse()
-                    .map_err(|_| StoreError::new("malformed index entry: due_at"))?,
-                _ => return Err(StoreError::new("malformed index entry: due_at")),
-            },
-        })
-    }
-}
-
-/// A paged read over several partitions: per partition, not started (`None` in `after`, `false`
-/// in `done`), after an item, or finished.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct IndexCursor {
-    after: Vec<Option<IndexPosition>>,
-    done: Vec<bool>,
-}
-
 impl DynamoStore {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
@@ -167,68 +118,14 @@ impl DynamoStore {
         &self.table
     }
 
-    pub fn calls(&self) -> &DynamoCalls {
+    pub fn calls(&self) -> &StoreCalls {
         &self.calls
-    }
-
-    fn count_write(&self) {
-        self.calls
-            .writes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Creates the table and its index (on-demand). For local stacks and tests; production tables
     /// come from the SAM template.
     pub async fn create_table(&self) -> Result<(), StoreError> {
-        use aws_sdk_dynamodb::types::{
-            AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-            Projection, ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
-        };
-        let def = |name: &str, t: ScalarAttributeType| {
-            AttributeDefinition::builder()
-                .attribute_name(name)
-                .attribute_type(t)
-                .build()
-                .map_err(|e| StoreError::with_source("bad attribute definition", e))
-        };
-        let key = |name: &str, t: KeyType| {
-            KeySchemaElement::builder()
-                .attribute_name(name)
-                .key_type(t)
-                .build()
-                .map_err(|e| StoreError::with_source("bad key schema", e))
-        };
-        let index = GlobalSecondaryIndex::builder()
-            .index_name(UNKNOWN_INDEX)
-            .key_schema(key("due_shard", KeyType::Hash)?)
-            .key_schema(key("due_at", KeyType::Range)?)
-            .projection(
-                Projection::builder()
-                    .projection_type(ProjectionType::Include)
-                    .non_key_attributes(UNKNOWN_INDEX_PROJECTED)
-                    .build(),
-            )
-            .build()
-            .map_err(|e| StoreError::with_source("bad index definition", e))?;
-        self.client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(def("pk", ScalarAttributeType::S)?)
-            .attribute_definitions(def("sk", ScalarAttributeType::S)?)
-            .attribute_definitions(def("due_shard", ScalarAttributeType::S)?)
-            .attribute_definitions(def("due_at", ScalarAttributeType::N)?)
-            .key_schema(key("pk", KeyType::Hash)?)
-            .key_schema(key("sk", KeyType::Range)?)
-            .global_secondary_indexes(index)
-            // The outbox: the notify function reads old and new images of every write.
-            .stream_specification(
-                StreamSpecification::builder()
-                    .stream_enabled(true)
-                    .stream_view_type(StreamViewType::NewAndOldImages)
-                    .build()
-                    .map_err(|e| StoreError::with_source("bad stream specification", e))?,
-            )
+        schema::define_table(self.client.create_table().table_name(&self.table))?
             .send()
             .await
             .map_err(|e| sdk_error("CreateTable", e))?;
@@ -236,22 +133,14 @@ impl DynamoStore {
     }
 
     /// Reads one partition of the index after `after`, at most `limit` entries, oldest due first.
-    /// Returns the entries' positions and whether the partition has no more.
     async fn query_shard(
         &self,
         shard: &str,
         due_by: Option<i64>,
         after: Option<&IndexPosition>,
         limit: usize,
-    ) -> Result<(Vec<IndexPosition>, bool), StoreError> {
-        let start = after.map(|p| {
-            HashMap::from([
-                ("pk".to_owned(), attr_s(&p.pk)),
-                ("sk".to_owned(), attr_s(&p.sk)),
-                ("due_shard".to_owned(), attr_s(shard)),
-                ("due_at".to_owned(), attr_n(p.due)),
-            ])
-        });
+    ) -> Result<ShardPage, StoreError> {
+        let start = after.map(|p| item::index_start_key(shard, p));
         let mut values = HashMap::from([(":shard".to_owned(), attr_s(shard))]);
         let condition = match due_by {
             Some(now) => {
@@ -260,9 +149,7 @@ impl DynamoStore {
             }
             None => "due_shard = :shard",
         };
-        self.calls
-            .queries
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls.query();
         let out = self
             .client
             .query()
@@ -276,12 +163,14 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| sdk_error("Query unknown index", e))?;
-        let entries = out
-            .items()
-            .iter()
-            .map(IndexPosition::from_entry)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((entries, out.last_evaluated_key().is_none()))
+        Ok(ShardPage {
+            entries: out
+                .items()
+                .iter()
+                .map(item::index_position)
+                .collect::<Result<Vec<_>, _>>()?,
+            complete: out.last_evaluated_key().is_none(),
+        })
     }
 
     /// Reads the records of index entries from the table (strongly consistent, BatchGetItem in
@@ -300,23 +189,13 @@ impl DynamoStore {
         const ROUNDS: usize = 5;
         let mut found: HashMap<(String, String), Attrs> = HashMap::new();
         for chunk in entries.chunks(CHUNK) {
-            let mut keys: Vec<Attrs> = chunk
-                .iter()
-                .map(|(_, p)| {
-                    HashMap::from([
-                        ("pk".to_owned(), attr_s(&p.pk)),
-                        ("sk".to_owned(), attr_s(&p.sk)),
-                    ])
-                })
-                .collect();
+            let mut keys: Vec<Attrs> = chunk.iter().map(|(_, p)| item::table_key(p)).collect();
             keys.dedup();
             for _ in 0..ROUNDS {
                 if keys.is_empty() {
                     break;
                 }
-                self.calls
-                    .reads
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.calls.read();
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut keys)))
                     .consistent_read(true)
@@ -335,8 +214,8 @@ impl DynamoStore {
                     .into_iter()
                     .flatten()
                 {
-                    let pk = item::req_key(item, "pk")?;
-                    let sk = item::req_key(item, "sk")?;
+                    let pk = item::req_key(item, schema::PK)?;
+                    let sk = item::req_key(item, schema::SK)?;
                     found.insert((pk, sk), item.clone());
                 }
                 if let Some(left) = out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
@@ -355,9 +234,7 @@ impl DynamoStore {
             let Some(item) = found.get(&(p.pk.clone(), p.sk.clone())) else {
                 continue;
             };
-            let still_there = matches!(item.get("due_shard"), Some(AttributeValue::S(s)) if s == shard)
-                && matches!(item.get("due_at"), Some(AttributeValue::N(n)) if n.parse::<i64>().ok() == Some(p.due));
-            if still_there {
+            if item::is_at(item, shard, p) {
                 ops.push(operation_from_item(item)?);
             }
         }
@@ -375,14 +252,14 @@ impl DynamoStore {
         names: HashMap<String, String>,
         values: Attrs,
     ) -> Result<Recorded, StoreError> {
-        self.count_write();
+        self.calls.write();
         let (pk, sk) = key_of(key);
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key("pk", attr_s(&pk))
-            .key("sk", attr_s(&sk))
+            .key(schema::PK, attr_s(&pk))
+            .key(schema::SK, attr_s(&sk))
             .update_expression(update)
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names).filter(|n| !n.is_empty()))
@@ -416,11 +293,14 @@ fn status_names() -> HashMap<String, String> {
 #[async_trait]
 impl OperationStore for DynamoStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.count_write();
+        self.calls.write();
         let mut item = operation_to_item(op);
         if let Some(due) = op.next_due_at {
-            item.insert("due_shard".into(), attr_s(&due_shard(&op.operation_id)));
-            item.insert("due_at".into(), attr_n(due.as_millis()));
+            item.insert(
+                schema::DUE_SHARD.into(),
+                attr_s(&due_shard(&op.operation_id)),
+            );
+            item.insert(schema::DUE_AT.into(), attr_n(due.as_millis()));
         }
         let result = self
             .client
@@ -451,16 +331,14 @@ impl OperationStore for DynamoStore {
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls
-            .reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls.read();
         let (pk, sk) = key_of(key);
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", attr_s(&pk))
-            .key("sk", attr_s(&sk))
+            .key(schema::PK, attr_s(&pk))
+            .key(schema::SK, attr_s(&sk))
             .consistent_read(true)
             .send()
             .await
@@ -474,15 +352,10 @@ impl OperationStore for DynamoStore {
     ) -> Result<Option<Operation>, StoreError> {
         // Every partition of the unknown index, filtered on the projected `operation_id`: an
         // operator's read, proportional to the unsettled operations (keys and ids only).
-        let shards = (0..DUE_SHARDS)
-            .map(|n| format!("DUE#{n}"))
-            .chain([REVIEW_SHARD.to_owned()]);
-        for shard in shards {
+        for shard in due_shards().chain([REVIEW_SHARD.to_owned()]) {
             let mut start: Option<Attrs> = None;
             loop {
-                self.calls
-                    .queries
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.calls.query();
                 let out = self
                     .client
                     .query()
@@ -497,7 +370,7 @@ impl OperationStore for DynamoStore {
                     .await
                     .map_err(|e| sdk_error("Query unknown index by operation id", e))?;
                 if let Some(entry) = out.items().first() {
-                    let order = item::req_key(entry, "pk")?;
+                    let order = item::req_key(entry, schema::PK)?;
                     let order = order
                         .strip_prefix("ORDER#")
                         .ok_or_else(|| StoreError::new("malformed index entry: pk"))?;
@@ -586,8 +459,8 @@ impl OperationStore for DynamoStore {
             values.insert(":flagged".into(), attr_n(review.flagged_at.as_millis()));
         }
         if rec.status.is_settled() {
-            remove.push("due_shard");
-            remove.push("due_at");
+            remove.push(schema::DUE_SHARD);
+            remove.push(schema::DUE_AT);
         } else {
             // The partition depends on the review flag, which only this write can set (claims
             // refuse operations in review, so no lease holder ever writes over one).
@@ -730,66 +603,22 @@ impl OperationStore for DynamoStore {
     ) -> Result<Page, StoreError> {
         let limit = limit.clamp(1, 1000);
         let (shards, due_by): (Vec<String>, Option<i64>) = match query {
-            IndexQuery::DueBy(now) => (
-                (0..DUE_SHARDS).map(|n| format!("DUE#{n}")).collect(),
-                Some(now.as_millis()),
-            ),
-            IndexQuery::Unsettled => ((0..DUE_SHARDS).map(|n| format!("DUE#{n}")).collect(), None),
+            IndexQuery::DueBy(now) => (due_shards().collect(), Some(now.as_millis())),
+            IndexQuery::Unsettled => (due_shards().collect(), None),
             IndexQuery::InReview => (vec![REVIEW_SHARD.to_owned()], None),
         };
-        let mut cursor = match cursor {
-            None => IndexCursor {
-                after: vec![None; shards.len()],
-                done: vec![false; shards.len()],
-            },
-            Some(raw) => serde_json::from_str::<IndexCursor>(&raw)
-                .ok()
-                .filter(|c| c.after.len() == shards.len() && c.done.len() == shards.len())
-                .ok_or_else(|| StoreError::new("malformed page cursor"))?,
-        };
-        // A k-way merge over the partitions: read up to `limit` from each, keep the `limit` oldest
-        // (ties in each partition's own order, so what is taken from a partition is always a
-        // prefix of what was read from it), and remember per partition the last item returned.
-        // Oldest-due-first then holds across pages, and nothing is skipped or repeated.
-        let mut candidates: Vec<(i64, usize, usize, IndexPosition)> = Vec::new();
-        let mut read = vec![0usize; shards.len()];
-        let mut complete = vec![true; shards.len()];
-        for (i, shard) in shards.iter().enumerate() {
-            if cursor.done[i] {
-                continue;
-            }
-            let (entries, no_more) = self
-                .query_shard(shard, due_by, cursor.after[i].as_ref(), limit)
-                .await?;
-            read[i] = entries.len();
-            complete[i] = no_more;
-            for (pos, entry) in entries.into_iter().enumerate() {
-                candidates.push((entry.due, i, pos, entry));
-            }
+        let cursor = IndexCursor::decode(cursor.as_deref(), shards.len())?;
+        // Up to `limit` from each unfinished partition, merged (see `paging`).
+        let mut pages = vec![ShardPage::finished(); shards.len()];
+        for (i, after) in cursor.unfinished() {
+            pages[i] = self.query_shard(&shards[i], due_by, after, limit).await?;
         }
-        candidates.sort_by_key(|(due, shard, pos, _)| (*due, *shard, *pos));
-        candidates.truncate(limit);
-        let mut taken = vec![0usize; shards.len()];
-        for (_, i, _, entry) in &candidates {
-            taken[*i] += 1;
-            cursor.after[*i] = Some(entry.clone());
-        }
-        for i in 0..shards.len() {
-            if !cursor.done[i] && complete[i] && taken[i] == read[i] {
-                cursor.done[i] = true;
-            }
-        }
-        let next = if cursor.done.iter().all(|d| *d) {
-            None
-        } else {
-            Some(
-                serde_json::to_string(&cursor)
-                    .map_err(|e| StoreError::with_source("cannot encode page cursor", e))?,
-            )
-        };
-        let entries: Vec<(String, IndexPosition)> = candidates
+        let merged = paging::merge(cursor, pages, limit);
+        let next = merged.next.encode()?;
+        let entries: Vec<(String, IndexPosition)> = merged
+            .entries
             .into_iter()
-            .map(|(_, i, _, entry)| (shards[i].clone(), entry))
+            .map(|(i, entry)| (shards[i].clone(), entry))
             .collect();
         Ok(Page {
             operations: self.records_of(&entries).await?,

@@ -1,0 +1,150 @@
+//! The table's shape: key attributes, the sparse unknown index, its partitions (shards) and the
+//! table definition for local stacks and tests (production's is in the SAM template, which
+//! `tests/template.rs` checks against these names). Every `DUE#<n>` is built by [`shard_name`].
+
+use aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
+};
+
+use crate::domain::OperationId;
+use crate::ports::StoreError;
+
+/// The table's partition key: `ORDER#<order_id>`.
+pub const PK: &str = "pk";
+/// The table's sort key: the operation kind.
+pub const SK: &str = "sk";
+/// The unknown index's partition key: [`shard_name`] or [`REVIEW_SHARD`]; only while unsettled.
+pub const DUE_SHARD: &str = "due_shard";
+/// The unknown index's sort key: when the operation is next due (ms); only while unsettled.
+pub const DUE_AT: &str = "due_at";
+
+/// Name of the sparse index over unsettled operations.
+pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
+/// The only non-key attribute projected into the unknown index: set by the put, never changed,
+/// so no update after the put writes the index unless it moves the entry (see [`super`], issue 15).
+pub const UNKNOWN_INDEX_PROJECTED: &str = "operation_id";
+/// How many `DUE#<n>` partitions the index is spread over (see [`super`]: why shards).
+pub const DUE_SHARDS: u32 = 8;
+/// The one index partition of operations waiting for a person.
+pub const REVIEW_SHARD: &str = "REVIEW";
+
+/// The index partition value of automatic-work shard `n` (`0..DUE_SHARDS`): `DUE#<n>`.
+pub fn shard_name(n: u32) -> String {
+    format!("DUE#{n}")
+}
+
+/// Every automatic-work partition, in shard order.
+pub fn due_shards() -> impl Iterator<Item = String> {
+    (0..DUE_SHARDS).map(shard_name)
+}
+
+/// The index partition of an automatic-work operation: stable, from its operation id.
+pub fn due_shard(operation_id: &OperationId) -> String {
+    // FNV-1a over the id's bytes: stable across processes and releases (unlike `DefaultHasher`).
+    let hash = operation_id
+        .as_uuid()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    // The remainder is below DUE_SHARDS, a u32.
+    shard_name((hash % u64::from(DUE_SHARDS)) as u32)
+}
+
+/// Adds the table's keys, the unknown index and the stream to a CreateTable request (on-demand).
+pub(super) fn define_table(
+    request: CreateTableFluentBuilder,
+) -> Result<CreateTableFluentBuilder, StoreError> {
+    let def = |name: &str, t: ScalarAttributeType| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(t)
+            .build()
+            .map_err(|e| StoreError::with_source("bad attribute definition", e))
+    };
+    let key = |name: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(t)
+            .build()
+            .map_err(|e| StoreError::with_source("bad key schema", e))
+    };
+    let index = GlobalSecondaryIndex::builder()
+        .index_name(UNKNOWN_INDEX)
+        .key_schema(key(DUE_SHARD, KeyType::Hash)?)
+        .key_schema(key(DUE_AT, KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::Include)
+                .non_key_attributes(UNKNOWN_INDEX_PROJECTED)
+                .build(),
+        )
+        .build()
+        .map_err(|e| StoreError::with_source("bad index definition", e))?;
+    Ok(request
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(def(PK, ScalarAttributeType::S)?)
+        .attribute_definitions(def(SK, ScalarAttributeType::S)?)
+        .attribute_definitions(def(DUE_SHARD, ScalarAttributeType::S)?)
+        .attribute_definitions(def(DUE_AT, ScalarAttributeType::N)?)
+        .key_schema(key(PK, KeyType::Hash)?)
+        .key_schema(key(SK, KeyType::Range)?)
+        .global_secondary_indexes(index)
+        // The outbox: the notify function reads old and new images of every write.
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .map_err(|e| StoreError::with_source("bad stream specification", e))?,
+        ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_names() {
+        assert_eq!(shard_name(0), "DUE#0");
+        assert_eq!(
+            due_shards().collect::<Vec<_>>(),
+            ["DUE#0", "DUE#1", "DUE#2", "DUE#3", "DUE#4", "DUE#5", "DUE#6", "DUE#7"]
+        );
+    }
+
+    /// FNV-1a's values, pinned: an operation's shard must not change between releases.
+    #[test]
+    fn due_shard_is_stable() {
+        for (id, shard) in [
+            ("00000000-0000-0000-0000-000000000000", "DUE#5"),
+            ("7f1c2a9e-3b4d-4e5f-8a6b-1c2d3e4f5a6b", "DUE#1"),
+            ("ffffffff-ffff-ffff-ffff-ffffffffffff", "DUE#5"),
+        ] {
+            assert_eq!(due_shard(&OperationId::parse(id).unwrap()), shard, "{id}");
+        }
+    }
+
+    #[test]
+    fn an_operation_keeps_its_shard_and_operations_spread() {
+        let ids: Vec<OperationId> = (1..=400u128)
+            .map(|n| {
+                OperationId::from_uuid(uuid::Uuid::from_u128(
+                    n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835),
+                ))
+            })
+            .collect();
+        let all: Vec<String> = due_shards().collect();
+        let mut seen = std::collections::HashSet::new();
+        for id in &ids {
+            let shard = due_shard(id);
+            assert_eq!(shard, due_shard(id));
+            assert!(all.contains(&shard), "{shard}");
+            seen.insert(shard);
+        }
+        assert_eq!(seen.len(), all.len());
+    }
+}
