@@ -73,6 +73,12 @@ impl OrderBuilder {
         self
     }
 
+    /// The ISO currency, lowercase.
+    pub fn currency(mut self, currency: &str) -> Self {
+        self.params.currency = Currency::parse(currency).expect("valid currency");
+        self
+    }
+
     pub fn customer(mut self, customer_id: &str) -> Self {
         self.params.customer_id = CustomerId::parse(customer_id).expect("valid customer id");
         self
