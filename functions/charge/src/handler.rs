@@ -336,7 +336,6 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::testing;
     use std::collections::HashSet;
     use std::sync::Arc;
 
@@ -344,6 +343,7 @@ mod tests {
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::ports::DeadLetter;
     use charge_once::telemetry::CapturedMetrics;
+    use charge_once::testing;
     use charge_once::{Clock, ManualClock, OperationId, OperationStatus, Timestamp};
     use lambda_runtime::Context;
 

@@ -83,11 +83,11 @@ pub async fn handle_with_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::testing;
     use std::sync::Arc;
 
     use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
+    use charge_once::testing;
     use charge_once::{Clock, ManualClock, Timestamp};
     use lambda_runtime::Context;
 

@@ -161,13 +161,13 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 
 #[cfg(test)]
 mod tests {
-    use charge_once::testing;
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
+    use charge_once::testing;
     use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::{
         Clock, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
