@@ -34,7 +34,7 @@ supply-chain:
 # .venv-template), then the template held to the code.
 template-check:
 	infra/template-check/check.sh
-	cargo test -p integration-tests --test template
+	cargo test -p integration-tests --test it template::
 
 # Writes BENCHMARKS.md: request counts on the wire (moto + stripe-sim), throughput, footprint,
 # AWS cost, reconciler reads. About 7 minutes on 2 cores once the release builds exist.

@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use charge_once::ports::{Claim, ClaimRequest, Created, IndexQuery, OperationStore, OutcomeRecord};
-use charge_once::{Lease, LeaseToken, OperationStatus};
+use charge_once::ports::{Created, IndexQuery, OperationStore, OutcomeRecord};
+use charge_once::testing;
+use charge_once::OperationStatus;
 use testkit::store_contract::{operation, T0};
 
 #[tokio::test]
@@ -40,34 +41,13 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
         store.create_if_absent(&op).await.unwrap();
         // Every third one settles and must leave the index.
         if i % 3 == 0 {
-            let token = LeaseToken::new_random();
-            let claim = store
-                .claim(&ClaimRequest {
-                    key: op.key(),
-                    operation_id: op.operation_id,
-                    lease: Lease {
-                        token,
-                        expires_at: T0.plus(Duration::from_secs(60)),
-                    },
-                    now: T0,
-                })
-                .await
-                .unwrap();
-            assert!(matches!(claim, Claim::Claimed(_)));
-            store
-                .record(&OutcomeRecord {
-                    key: op.key(),
-                    operation_id: op.operation_id,
-                    lease_token: token,
-                    status: OperationStatus::Succeeded,
-                    external_id: Some(charge_once::PaymentIntentId::parse("pi_x").unwrap()),
-                    last_error: None,
-                    review: None,
-                    next_due_at: None,
-                    now: T0,
-                })
-                .await
-                .unwrap();
+            let (token, _) = testing::claim(&store, &op, T0).await;
+            let settled = OutcomeRecord {
+                external_id: Some(charge_once::PaymentIntentId::parse("pi_x").unwrap()),
+                last_error: None,
+                ..testing::outcome(&op, token, OperationStatus::Succeeded, T0)
+            };
+            store.record(&settled).await.unwrap();
         } else {
             want.push(op.order_id.to_string());
         }

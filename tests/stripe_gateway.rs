@@ -7,26 +7,18 @@ use std::time::Duration;
 
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
-use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, GatewayError, OperationId, OrderId,
-    PaymentIntentStatus, PaymentMethodId, RetryCause,
-};
+use charge_once::testing;
+use charge_once::{Amount, GatewayError, OperationId, PaymentIntentStatus, RetryCause};
 use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stripe::StripeSide;
 
 fn create_req(pm: &str, amount: i64) -> CreatePaymentIntent {
-    let operation_id = OperationId::new_random();
-    CreatePaymentIntent {
-        idempotency_key: operation_id.idempotency_key(),
-        operation_id,
-        order_id: OrderId::parse("order-gateway-test").unwrap(),
-        params: ChargeParams {
-            amount: Amount::new(amount).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_test").unwrap(),
-            payment_method: PaymentMethodId::parse(pm).unwrap(),
-        },
-    }
+    CreatePaymentIntent::for_operation(
+        &testing::order("order-gateway-test")
+            .amount(amount)
+            .payment_method(pm)
+            .build(),
+    )
 }
 
 #[tokio::test]

@@ -16,12 +16,10 @@ use std::time::Duration;
 
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
+use charge_once::testing;
 use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
-use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, Operation, OperationStatus, OrderId,
-    PaymentMethodId, SystemClock, Timestamp,
-};
+use charge_once::{OperationStatus, SystemClock, Timestamp};
 use serde_json::{json, Value};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -177,22 +175,12 @@ async fn the_function_accepts_what_the_official_helper_signs() {
     // The whole function: the sample's operation settles.
     let store = Arc::new(MemoryStore::new());
     let meta = &serde_json::from_str::<Value>(&payload).unwrap()["data"]["object"]["metadata"];
-    let mut op = Operation::new(
-        OrderId::parse(meta["order_id"].as_str().unwrap()).unwrap(),
-        ChargeParams {
-            amount: Amount::new(1250).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_sample").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        },
-        charge_once::Principal::jwt("webhook-tests").unwrap(),
-        now,
-        Duration::from_secs(300),
-    );
-    op.operation_id =
-        charge_once::OperationId::parse(meta["operation_id"].as_str().unwrap()).unwrap();
-    op.status = OperationStatus::Unknown;
-    store.create_if_absent(&op).await.unwrap();
+    let op = testing::order(meta["order_id"].as_str().unwrap())
+        .operation_id(meta["operation_id"].as_str().unwrap())
+        .status(OperationStatus::Unknown)
+        .at(now)
+        .create_in(store.as_ref())
+        .await;
     let deps = webhook::handler::WebhookFunction {
         webhook: WebhookDeps {
             store: store.clone(),

@@ -7,16 +7,14 @@ use std::time::Duration;
 
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::{DynamoInbox, TTL_ATTRIBUTE};
-use charge_once::ports::{ClaimRequest, OperationStore, OutcomeRecord, PaymentGateway, Recorded};
+use charge_once::ports::{OperationStore, PaymentGateway};
+use charge_once::testing;
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{
     receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox, WebhookSecret,
     DEFAULT_TOLERANCE, INBOX_TTL,
 };
-use charge_once::{
-    Amount, ChargeParams, Clock, Currency, CustomerId, Lease, LeaseToken, Operation,
-    OperationStatus, OrderId, PaymentMethodId, Timestamp,
-};
+use charge_once::{Clock, Operation, OperationStatus, Timestamp};
 use testkit::aws::{fresh_store, sdk_config, unique};
 use testkit::stripe::StripeSide;
 
@@ -99,51 +97,14 @@ async fn admit_is_conditional_expires_and_can_be_forgotten() {
     );
 }
 
+/// An operation whose charge went `unknown` (the answer was lost).
 async fn unknown_op(store: &DynamoStore, order: &str, now: Timestamp) -> Operation {
-    let op = Operation::new(
-        OrderId::parse(order).unwrap(),
-        ChargeParams {
-            amount: Amount::new(1250).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_w").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        },
-        charge_once::Principal::jwt("webhook-tests").unwrap(),
-        now,
-        Duration::from_secs(300),
-    );
-    store.create_if_absent(&op).await.unwrap();
-    let token = LeaseToken::new_random();
-    store
-        .claim(&ClaimRequest {
-            key: op.key(),
-            operation_id: op.operation_id,
-            lease: Lease {
-                token,
-                expires_at: now.plus(Duration::from_secs(60)),
-            },
-            now,
-        })
-        .await
-        .unwrap();
-    match store
-        .record(&OutcomeRecord {
-            key: op.key(),
-            operation_id: op.operation_id,
-            lease_token: token,
-            status: OperationStatus::Unknown,
-            external_id: None,
-            last_error: Some("timeout".into()),
-            review: None,
-            next_due_at: Some(now.plus(Duration::from_secs(60))),
-            now,
-        })
-        .await
-        .unwrap()
-    {
-        Recorded::Written(op) => op,
-        other => panic!("{other:?}"),
-    }
+    let op = testing::order(order)
+        .requested_by("webhook-tests")
+        .at(now)
+        .create_in(store)
+        .await;
+    testing::settle_as(store, &op, OperationStatus::Unknown, None, now).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -575,12 +575,7 @@ mod tests {
 
     #[test]
     fn fingerprint_changes_with_any_parameter() {
-        let base = ChargeParams {
-            amount: Amount::new(1000).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_1").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        };
+        let base = crate::testing::charge_params();
         let mut other = base.clone();
         assert_eq!(base.fingerprint(), other.fingerprint());
         other.amount = Amount::new(1001).unwrap();

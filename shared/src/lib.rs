@@ -23,6 +23,8 @@
 //!   [`webhook::receive`] on the ports (settles, never creates).
 //! - [`config`]: typed configuration from the environment, read once at init.
 //! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
+//! - `testing` (tests only: this crate's unit tests and the `testing` feature): the fixtures every
+//!   test builds orders, operations and store writes from.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
 //!   fake gateway, for fast tests and the embedded simulation.
 //!
@@ -40,6 +42,8 @@ pub mod outcome;
 pub mod ports;
 pub mod reconciler;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 pub mod webhook;
 

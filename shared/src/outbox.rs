@@ -170,27 +170,12 @@ pub const MAX_BATCH: usize = 10;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, PaymentMethodId, Principal};
     use crate::operation::Review;
-    use crate::time::Timestamp;
-    use crate::OrderId;
+    use crate::testing;
     use std::time::Duration;
 
     fn op(status: OperationStatus) -> Operation {
-        let mut op = Operation::new(
-            OrderId::parse("ord-outbox").unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            Principal::jwt("order-service").unwrap(),
-            Timestamp::from_millis(1_800_000_000_000),
-            Duration::from_secs(300),
-        );
-        op.status = status;
-        op
+        testing::order("ord-outbox").status(status).build()
     }
 
     fn reviewed(mut op: Operation) -> Operation {

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::{Claim, ClaimRequest, OperationStore, OutcomeRecord, Recorded};
+use charge_once::ports::{Claim, OperationStore};
+use charge_once::testing;
 use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
     receive, Ignored, Reception, Rejection, SignatureError, WebhookDeps, WebhookSecret,
     DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT,
 };
 use charge_once::{
-    Amount, ChargeParams, Clock, Currency, CustomerId, Lease, LeaseToken, ManualClock, Operation,
-    OperationStatus, OrderId, PaymentIntentStatus, PaymentMethodId, Timestamp,
+    Clock, LeaseToken, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
 };
 
 const SECRET: &str = "whsec_webhook_tests";
@@ -58,63 +58,29 @@ impl World {
 
     /// An operation whose charge went `unknown`, with `external_id` recorded if given.
     async fn unknown_op(&self, order: &str, external_id: Option<&str>) -> Operation {
-        let op = Operation::new(
-            OrderId::parse(order).unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_w").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            charge_once::Principal::jwt("webhook-tests").unwrap(),
-            self.clock.now(),
-            Duration::from_secs(300),
-        );
-        self.store.create_if_absent(&op).await.unwrap();
+        let op = testing::order(order)
+            .requested_by("webhook-tests")
+            .at(self.clock.now())
+            .create_in(self.store.as_ref())
+            .await;
         self.write(&op, OperationStatus::Unknown, external_id).await
     }
 
+    /// One attempt through the store now: claim, then record `status` (and `external_id`).
     async fn write(
         &self,
         op: &Operation,
         status: OperationStatus,
         external_id: Option<&str>,
     ) -> Operation {
-        let now = self.clock.now();
-        let token = LeaseToken::new_random();
-        let claim = self
-            .store
-            .claim(&ClaimRequest {
-                key: op.key(),
-                operation_id: op.operation_id,
-                lease: Lease {
-                    token,
-                    expires_at: now.plus(Duration::from_secs(60)),
-                },
-                now,
-            })
-            .await
-            .unwrap();
-        assert!(matches!(claim, Claim::Claimed(_)), "{claim:?}");
-        let rec = self
-            .store
-            .record(&OutcomeRecord {
-                key: op.key(),
-                operation_id: op.operation_id,
-                lease_token: token,
-                status,
-                external_id: external_id.map(|id| charge_once::PaymentIntentId::parse(id).unwrap()),
-                last_error: Some("timeout".into()),
-                review: None,
-                next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
-                now,
-            })
-            .await
-            .unwrap();
-        match rec {
-            Recorded::Written(op) => op,
-            other => panic!("{other:?}"),
-        }
+        testing::settle_as(
+            self.store.as_ref(),
+            op,
+            status,
+            external_id,
+            self.clock.now(),
+        )
+        .await
     }
 
     async fn current(&self, op: &Operation) -> Operation {
@@ -477,15 +443,7 @@ async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     let now = w.clock.now();
     let claim = w
         .store
-        .claim(&ClaimRequest {
-            key: op.key(),
-            operation_id: op.operation_id,
-            lease: Lease {
-                token: LeaseToken::new_random(),
-                expires_at: now.plus(Duration::from_secs(60)),
-            },
-            now,
-        })
+        .claim(&testing::claim_request(&op, LeaseToken::new_random(), now))
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Claimed(_)));

@@ -10,43 +10,23 @@ use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Recorded, Reschedule,
 };
-use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, Operation, OperationId,
-    OperationStatus, OrderId, PaymentMethodId, Review, Timestamp,
-};
+use charge_once::testing::{self, claim, claim_request, GRACE, LEASE};
+use charge_once::{Lease, LeaseToken, Operation, OperationId, OperationStatus, Review, Timestamp};
 
 /// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
-pub const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
-const GRACE: Duration = Duration::from_secs(300);
-const LEASE: Duration = Duration::from_secs(60);
+pub use charge_once::testing::T0;
 
+/// The contract's operation for `order`, of `amount`, created at `now` (customer `cus_contract`).
 pub fn operation(order: &str, amount: i64, now: Timestamp) -> Operation {
-    Operation::new(
-        OrderId::parse(order).expect("valid order id"),
-        ChargeParams {
-            amount: Amount::new(amount).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_contract").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        },
-        charge_once::Principal::jwt("contract-tests").unwrap(),
-        now,
-        GRACE,
-    )
+    testing::order(order)
+        .amount(amount)
+        .customer("cus_contract")
+        .requested_by("contract-tests")
+        .at(now)
+        .build()
 }
 
-fn claim_req(op: &Operation, token: LeaseToken, now: Timestamp) -> ClaimRequest {
-    ClaimRequest {
-        key: op.key(),
-        operation_id: op.operation_id,
-        lease: Lease {
-            token,
-            expires_at: now.plus(LEASE),
-        },
-        now,
-    }
-}
-
+/// The lease holder's outcome: the PaymentIntent `pi_contract` and no error.
 fn outcome(
     op: &Operation,
     token: LeaseToken,
@@ -54,27 +34,9 @@ fn outcome(
     now: Timestamp,
 ) -> OutcomeRecord {
     OutcomeRecord {
-        key: op.key(),
-        operation_id: op.operation_id,
-        lease_token: token,
-        status,
         external_id: Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap()),
         last_error: None,
-        review: None,
-        next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
-        now,
-    }
-}
-
-async fn claimed(
-    store: &dyn OperationStore,
-    op: &Operation,
-    now: Timestamp,
-) -> (LeaseToken, Operation) {
-    let token = LeaseToken::new_random();
-    match store.claim(&claim_req(op, token, now)).await.unwrap() {
-        Claim::Claimed(rec) => (token, rec),
-        other => panic!("expected a claim, got {other:?}"),
+        ..testing::outcome(op, token, status, now)
     }
 }
 
@@ -113,7 +75,7 @@ pub async fn get_by_operation_id_finds_unsettled_records_only(store: Arc<dyn Ope
         Some(op.clone())
     );
     // Claimed (leased, attempted) it is still found, with what the claim wrote.
-    let (token, claimed) = claimed(store.as_ref(), &op, T0).await;
+    let (token, claimed) = claim(store.as_ref(), &op, T0).await;
     assert_eq!(
         store.get_by_operation_id(&op.operation_id).await.unwrap(),
         Some(claimed)
@@ -141,7 +103,7 @@ pub async fn get_by_operation_id_finds_unsettled_records_only(store: Arc<dyn Ope
 pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn OperationStore>) {
     let op = operation("contract-unreview", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+    let (token, _) = claim(store.as_ref(), &op, T0).await;
     let mut flag = outcome(&op, token, OperationStatus::Unknown, T0);
     flag.review = Some(Review {
         reason: "search found 0".into(),
@@ -196,7 +158,7 @@ pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn
     assert_eq!(due.operations.len(), 1, "back in automatic work");
     assert!(matches!(
         store
-            .claim(&claim_req(&op, LeaseToken::new_random(), later))
+            .claim(&claim_request(&op, LeaseToken::new_random(), later))
             .await
             .unwrap(),
         Claim::Claimed(_)
@@ -206,7 +168,7 @@ pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn
 pub async fn claim_sets_lease_first_attempt_and_attempts(store: Arc<dyn OperationStore>) {
     let op = operation("contract-claim", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let (token, rec) = claimed(store.as_ref(), &op, T0).await;
+    let (token, rec) = claim(store.as_ref(), &op, T0).await;
     assert_eq!(rec.attempts, 1);
     assert_eq!(rec.first_attempted_at, Some(T0));
     assert_eq!(rec.lease.map(|l| l.token), Some(token));
@@ -219,7 +181,7 @@ pub async fn claim_sets_lease_first_attempt_and_attempts(store: Arc<dyn Operatio
     // While the lease is live, nobody else gets it.
     let other = LeaseToken::new_random();
     match store
-        .claim(&claim_req(&op, other, T0.plus(Duration::from_secs(59))))
+        .claim(&claim_request(&op, other, T0.plus(Duration::from_secs(59))))
         .await
         .unwrap()
     {
@@ -228,7 +190,7 @@ pub async fn claim_sets_lease_first_attempt_and_attempts(store: Arc<dyn Operatio
     }
     // After it expires, the next claim wins; first_attempted_at never moves.
     let later = T0.plus(LEASE).plus(Duration::from_millis(1));
-    let (_, again) = claimed(store.as_ref(), &op, later).await;
+    let (_, again) = claim(store.as_ref(), &op, later).await;
     assert_eq!(again.attempts, 2);
     assert_eq!(again.first_attempted_at, Some(T0));
 }
@@ -237,7 +199,7 @@ pub async fn claim_refuses_missing_settled_and_review(store: Arc<dyn OperationSt
     let missing = operation("contract-claim-missing", 1000, T0);
     assert_eq!(
         store
-            .claim(&claim_req(&missing, LeaseToken::new_random(), T0))
+            .claim(&claim_request(&missing, LeaseToken::new_random(), T0))
             .await
             .unwrap(),
         Claim::NotFound
@@ -245,17 +207,17 @@ pub async fn claim_refuses_missing_settled_and_review(store: Arc<dyn OperationSt
 
     let op = operation("contract-claim-id", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let mut wrong_id = claim_req(&op, LeaseToken::new_random(), T0);
+    let mut wrong_id = claim_request(&op, LeaseToken::new_random(), T0);
     wrong_id.operation_id = OperationId::new_random();
     assert_eq!(store.claim(&wrong_id).await.unwrap(), Claim::NotFound);
 
-    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+    let (token, _) = claim(store.as_ref(), &op, T0).await;
     store
         .record(&outcome(&op, token, OperationStatus::Succeeded, T0))
         .await
         .unwrap();
     match store
-        .claim(&claim_req(&op, LeaseToken::new_random(), T0))
+        .claim(&claim_request(&op, LeaseToken::new_random(), T0))
         .await
         .unwrap()
     {
@@ -265,7 +227,7 @@ pub async fn claim_refuses_missing_settled_and_review(store: Arc<dyn OperationSt
 
     let rev = operation("contract-claim-review", 1000, T0);
     store.create_if_absent(&rev).await.unwrap();
-    let (token, _) = claimed(store.as_ref(), &rev, T0).await;
+    let (token, _) = claim(store.as_ref(), &rev, T0).await;
     let mut flag = outcome(&rev, token, OperationStatus::Unknown, T0);
     flag.review = Some(Review {
         reason: "key window passed; search found 0".into(),
@@ -273,7 +235,7 @@ pub async fn claim_refuses_missing_settled_and_review(store: Arc<dyn OperationSt
     });
     store.record(&flag).await.unwrap();
     match store
-        .claim(&claim_req(
+        .claim(&claim_request(
             &rev,
             LeaseToken::new_random(),
             T0.plus(LEASE * 2),
@@ -291,7 +253,7 @@ pub async fn record_is_fenced_on_the_lease_and_on_an_unsettled_status(
 ) {
     let op = operation("contract-record", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let (token, _) = claimed(store.as_ref(), &op, T0).await;
+    let (token, _) = claim(store.as_ref(), &op, T0).await;
 
     let stranger = outcome(&op, LeaseToken::new_random(), OperationStatus::Failed, T0);
     assert!(matches!(
@@ -318,7 +280,7 @@ pub async fn record_is_fenced_on_the_lease_and_on_an_unsettled_status(
     ));
 
     let later = T0.plus(Duration::from_secs(1));
-    let (token2, _) = claimed(store.as_ref(), &op, later).await;
+    let (token2, _) = claim(store.as_ref(), &op, later).await;
     let Recorded::Written(done) = store
         .record(&outcome(&op, token2, OperationStatus::Succeeded, later))
         .await
@@ -344,7 +306,7 @@ pub async fn concurrent_claims_have_exactly_one_winner(store: Arc<dyn OperationS
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let store = store.clone();
-        let req = claim_req(&op, LeaseToken::new_random(), T0);
+        let req = claim_request(&op, LeaseToken::new_random(), T0);
         tasks.push(tokio::spawn(
             async move { store.claim(&req).await.unwrap() },
         ));
@@ -400,7 +362,7 @@ pub async fn index_lists_due_unsettled_work_in_due_order_by_pages(store: Arc<dyn
     }
     let settled = operation("contract-index-settled", 1000, T0);
     store.create_if_absent(&settled).await.unwrap();
-    let (token, _) = claimed(store.as_ref(), &settled, T0).await;
+    let (token, _) = claim(store.as_ref(), &settled, T0).await;
     store
         .record(&outcome(&settled, token, OperationStatus::Succeeded, T0))
         .await
@@ -408,7 +370,7 @@ pub async fn index_lists_due_unsettled_work_in_due_order_by_pages(store: Arc<dyn
 
     let review = operation("contract-index-review", 1000, T0);
     store.create_if_absent(&review).await.unwrap();
-    let (token, _) = claimed(store.as_ref(), &review, T0).await;
+    let (token, _) = claim(store.as_ref(), &review, T0).await;
     let mut flag = outcome(&review, token, OperationStatus::Unknown, T0);
     flag.review = Some(Review {
         reason: "search found 2".into(),

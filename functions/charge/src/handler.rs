@@ -338,17 +338,13 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use charge_once::executor::ChargePolicy;
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::ports::DeadLetter;
-    use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::{
-        Amount, ChargeParams, Clock, Currency, CustomerId, ManualClock, Operation, OperationId,
-        OperationStatus, OrderId, PaymentMethodId, Timestamp,
-    };
+    use charge_once::testing;
+    use charge_once::{Clock, ManualClock, OperationId, OperationStatus, Timestamp};
     use lambda_runtime::Context;
 
     fn batch() -> SqsEvent {
@@ -383,20 +379,12 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
         for (order, id) in orders.iter().copied() {
-            let mut op = Operation::new(
-                OrderId::parse(order).unwrap(),
-                ChargeParams {
-                    amount: Amount::new(1250).unwrap(),
-                    currency: Currency::parse("usd").unwrap(),
-                    customer_id: CustomerId::parse("cus_Q8xYz12AbC").unwrap(),
-                    payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-                },
-                charge_once::Principal::jwt("order-service").unwrap(),
-                clock.now(),
-                Duration::from_secs(300),
-            );
-            op.operation_id = OperationId::parse(id).unwrap();
-            store.create_if_absent(&op).await.unwrap();
+            testing::order(order)
+                .customer("cus_Q8xYz12AbC")
+                .operation_id(id)
+                .at(clock.now())
+                .create_in(store.as_ref())
+                .await;
         }
         let dlq = Arc::new(MemoryDeadLetters::new());
         let metrics = Arc::new(CapturedMetrics::new());

@@ -221,10 +221,8 @@ mod tests {
     use async_trait::async_trait;
     use charge_once::adapters::dynamodb::item::operation_to_item;
     use charge_once::outbox::{PublishError, Published};
-    use charge_once::{
-        Amount, ChargeParams, Currency, CustomerId, ManualClock, OperationStatus, OrderId,
-        PaymentMethodId, Principal, Review, Timestamp,
-    };
+    use charge_once::testing;
+    use charge_once::{ManualClock, OperationStatus, Review, Timestamp};
     use serde_json::json;
     use std::sync::Mutex;
     use std::time::Duration;
@@ -267,18 +265,7 @@ mod tests {
     }
 
     fn op(order: &str) -> Operation {
-        Operation::new(
-            OrderId::parse(order).unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            Principal::jwt("order-service").unwrap(),
-            Timestamp::from_millis(1_800_000_000_000),
-            Duration::from_secs(300),
-        )
+        testing::order(order).build()
     }
 
     fn with(op: &Operation, status: OperationStatus) -> Operation {

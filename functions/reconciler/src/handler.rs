@@ -87,11 +87,8 @@ mod tests {
 
     use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
-    use charge_once::ports::OperationStore;
-    use charge_once::{
-        Amount, ChargeParams, Clock, Currency, CustomerId, ManualClock, Operation, OrderId,
-        PaymentMethodId, Timestamp,
-    };
+    use charge_once::testing;
+    use charge_once::{Clock, ManualClock, Timestamp};
     use lambda_runtime::Context;
 
     fn scheduled() -> EventBridgeEvent<Value> {
@@ -124,19 +121,11 @@ mod tests {
             queue: queue.clone(),
             page_size: 10,
         };
-        let op = Operation::new(
-            OrderId::parse("ord-lost-send").unwrap(),
-            ChargeParams {
-                amount: Amount::new(100).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            charge_once::Principal::jwt("order-service").unwrap(),
-            clock.now(),
-            Duration::from_secs(300),
-        );
-        store.create_if_absent(&op).await.unwrap();
+        testing::order("ord-lost-send")
+            .amount(100)
+            .at(clock.now())
+            .create_in(store.as_ref())
+            .await;
 
         let out = handle(&deps, LambdaEvent::new(scheduled(), Context::default()))
             .await

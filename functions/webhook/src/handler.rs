@@ -167,10 +167,10 @@ mod tests {
     use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
+    use charge_once::testing;
     use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::{
-        Amount, ChargeParams, Clock, Currency, CustomerId, ManualClock, Operation, OperationStatus,
-        OrderId, PaymentIntentStatus, PaymentMethodId, Timestamp,
+        Clock, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
     };
     use lambda_runtime::Context;
 
@@ -239,23 +239,12 @@ mod tests {
     async fn sample_operation(f: &Fixture) -> Operation {
         let body: Value = serde_json::from_str(sample().body.as_deref().unwrap()).unwrap();
         let meta = &body["data"]["object"]["metadata"];
-        let mut op = Operation::new(
-            OrderId::parse(meta["order_id"].as_str().unwrap()).unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_sample").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            charge_once::Principal::jwt("webhook-tests").unwrap(),
-            f.clock.now(),
-            Duration::from_secs(300),
-        );
-        op.operation_id =
-            charge_once::OperationId::parse(meta["operation_id"].as_str().unwrap()).unwrap();
-        op.status = OperationStatus::Unknown;
-        f.store.create_if_absent(&op).await.unwrap();
-        op
+        testing::order(meta["order_id"].as_str().unwrap())
+            .operation_id(meta["operation_id"].as_str().unwrap())
+            .status(OperationStatus::Unknown)
+            .at(f.clock.now())
+            .create_in(f.store.as_ref())
+            .await
     }
 
     #[tokio::test]

@@ -651,11 +651,9 @@ mod tests {
 
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{ClaimRequest, CreatePaymentIntent, OutcomeRecord};
-    use charge_once::{
-        Amount, ChargeParams, Currency, CustomerId, GatewayError, Lease, LeaseToken, ManualClock,
-        PaymentIntent, PaymentMethodId, Review,
-    };
+    use charge_once::ports::{CreatePaymentIntent, OutcomeRecord};
+    use charge_once::testing;
+    use charge_once::{GatewayError, LeaseToken, ManualClock, PaymentIntent, Review};
 
     use super::*;
     use crate::cli::ResolveOutcome;
@@ -663,18 +661,7 @@ mod tests {
     const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
     fn op(order: &str, created: Timestamp) -> Operation {
-        Operation::new(
-            OrderId::parse(order).unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            charge_once::Principal::jwt("order-service").unwrap(),
-            created,
-            Duration::from_secs(300),
-        )
+        testing::order(order).at(created).build()
     }
 
     struct Captured {
@@ -704,21 +691,7 @@ mod tests {
     }
 
     async fn claim(store: &MemoryStore, op: &Operation, now: Timestamp) -> LeaseToken {
-        let token = LeaseToken::new_random();
-        let claim = store
-            .claim(&ClaimRequest {
-                key: op.key(),
-                operation_id: op.operation_id,
-                lease: Lease {
-                    token,
-                    expires_at: now.plus(Duration::from_secs(60)),
-                },
-                now,
-            })
-            .await
-            .unwrap();
-        assert!(matches!(claim, charge_once::ports::Claim::Claimed(_)));
-        token
+        testing::claim(store, op, now).await.0
     }
 
     async fn record(
@@ -729,24 +702,14 @@ mod tests {
         review: Option<&str>,
         now: Timestamp,
     ) {
-        let rec = store
-            .record(&OutcomeRecord {
-                key: op.key(),
-                operation_id: op.operation_id,
-                lease_token: token,
-                status,
-                external_id: None,
-                last_error: Some("timeout".into()),
-                review: review.map(|r| Review {
-                    reason: r.into(),
-                    flagged_at: now,
-                }),
-                next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
-                now,
-            })
-            .await
-            .unwrap();
-        assert!(matches!(rec, Recorded::Written(_)));
+        let rec = OutcomeRecord {
+            review: review.map(|r| Review {
+                reason: r.into(),
+                flagged_at: now,
+            }),
+            ..testing::outcome(op, token, status, now)
+        };
+        testing::record(store, &rec).await;
     }
 
     fn unknowns_args(review: bool) -> UnknownsArgs {

@@ -314,26 +314,14 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::{
-        Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Review,
-    };
+    use charge_once::testing;
+    use charge_once::Review;
     use charge_once::{AuditEntry, OperationStatus};
 
     const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
     fn op(order: &str, age: Duration) -> Operation {
-        Operation::new(
-            OrderId::parse(order).unwrap(),
-            ChargeParams {
-                amount: Amount::new(1250).unwrap(),
-                currency: Currency::parse("usd").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            charge_once::Principal::jwt("order-service").unwrap(),
-            NOW.minus(age),
-            Duration::from_secs(300),
-        )
+        testing::order(order).at(NOW.minus(age)).build()
     }
 
     #[test]

@@ -11,12 +11,10 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{
-    Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
-    Recorded,
+    Claim, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
 };
-use charge_once::{
-    Clock, Lease, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp,
-};
+use charge_once::testing;
+use charge_once::{Clock, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp};
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config, unique};
 use testkit::store_contract::operation;
@@ -142,15 +140,8 @@ async fn create(store: &DynamoStore, order: &str, created: Timestamp) -> Operati
 async fn claim(store: &DynamoStore, op: &Operation) -> (LeaseToken, Operation) {
     let now = SystemClock.now();
     let token = LeaseToken::new_random();
-    let req = ClaimRequest {
-        key: op.key(),
-        operation_id: op.operation_id,
-        lease: Lease {
-            token,
-            expires_at: now.plus(Duration::from_secs(600)),
-        },
-        now,
-    };
+    let mut req = testing::claim_request(op, token, now);
+    req.lease.expires_at = now.plus(Duration::from_secs(600));
     match store.claim(&req).await.unwrap() {
         Claim::Claimed(op) => (token, op),
         other => panic!("claim: {other:?}"),
@@ -168,10 +159,6 @@ async fn attempt(
     let (token, _) = claim(store, op).await;
     let now = SystemClock.now();
     let rec = OutcomeRecord {
-        key: op.key(),
-        operation_id: op.operation_id,
-        lease_token: token,
-        status,
         external_id: status
             .is_settled()
             .then(|| charge_once::PaymentIntentId::parse("pi_settled_1").unwrap()),
@@ -180,13 +167,9 @@ async fn attempt(
             reason: reason.into(),
             flagged_at: now,
         }),
-        next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
-        now,
+        ..testing::outcome(op, token, status, now)
     };
-    match store.record(&rec).await.unwrap() {
-        Recorded::Written(op) => op,
-        other => panic!("record: {other:?}"),
-    }
+    testing::record(store, &rec).await
 }
 
 fn json_lines(o: &Output) -> Vec<Value> {

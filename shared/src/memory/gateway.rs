@@ -113,6 +113,12 @@ impl FakeGateway {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// From now on, creates return this status unless a fault says otherwise (as
+    /// [`FakeGateway::with_first_status`]).
+    pub fn set_first_status(&self, first_status: PaymentIntentStatus) {
+        self.lock().first_status = first_status;
+    }
+
     /// Applies `fault` to the next create call (queued after earlier ones).
     pub fn script(&self, fault: FakeFault) {
         self.lock().script.push_back(fault);

@@ -238,32 +238,21 @@ pub fn decide(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn pi(id: &str) -> PaymentIntentId {
         PaymentIntentId::parse(id).unwrap()
     }
-    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, PaymentMethodId, Principal};
     use crate::operation::Review;
+    use crate::testing;
     use crate::time::Timestamp;
 
     fn op(status: OperationStatus, external_id: Option<&str>) -> Operation {
-        let params = ChargeParams {
-            amount: Amount::new(1000).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_1").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        };
-        let mut op = Operation::new(
-            OrderId::parse("order-1").unwrap(),
-            params,
-            Principal::jwt("webhook-tests").unwrap(),
-            Timestamp::from_millis(0),
-            Duration::from_secs(300),
-        );
-        op.status = status;
+        let mut op = testing::order("order-1")
+            .requested_by("webhook-tests")
+            .at(Timestamp::from_millis(0))
+            .status(status)
+            .build();
         op.external_id = external_id.map(pi);
         op
     }

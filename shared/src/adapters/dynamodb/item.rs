@@ -337,23 +337,14 @@ pub(super) fn is_at(item: &Attrs, shard: &str, p: &IndexPosition) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn sample() -> Operation {
-        let mut op = Operation::new(
-            OrderId::parse("ord-item").unwrap(),
-            ChargeParams {
-                amount: Amount::new(4200).unwrap(),
-                currency: Currency::parse("eur").unwrap(),
-                customer_id: CustomerId::parse("cus_1").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-            },
-            Principal::jwt("order-service").unwrap(),
-            Timestamp::from_millis(1_800_000_000_000),
-            Duration::from_secs(300),
-        );
-        op.status = OperationStatus::Unknown;
-        op.external_id = Some(crate::PaymentIntentId::parse("pi_1").unwrap());
+        let mut op = crate::testing::order("ord-item")
+            .amount(4200)
+            .currency("eur")
+            .status(OperationStatus::Unknown)
+            .external_id("pi_1")
+            .build();
         op.attempts = 3;
         op.first_attempted_at = Some(Timestamp::from_millis(1_800_000_001_000));
         op.last_error = Some("timeout".into());

@@ -1,0 +1,22 @@
+//! The workspace integration tests, one binary: each file beside this one is a module (shared
+//! pieces are in `support/`, the `testkit` library). One binary links the AWS SDK, the functions and
+//! stripe-sim once, where one binary per file linked them once per file.
+//!
+//! Tests that need the local AWS stack (moto) run under `infra/local/with-stack.sh`; select a
+//! file's tests with its module name as the filter: `cargo test -p integration-tests --test it
+//! template::` runs the template checks only (they need no stack).
+
+mod dynamodb_adapter;
+mod dynamodb_store_contract;
+mod functions_on_aws;
+mod memory_store_contract;
+mod outcomes_on_aws;
+mod reconciler_on_aws;
+mod request_counts;
+mod seed_scenarios_fake;
+mod seed_scenarios_http;
+mod stripe_gateway;
+mod stripe_official_client;
+mod stripe_webhooks;
+mod template;
+mod webhook_inbox_on_aws;
