@@ -354,12 +354,9 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::domain::Principal;
-    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId};
     use crate::memory::MemoryStore;
     use crate::ports::Created;
-
-    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+    use crate::testing::{order, T0};
 
     /// Records what was sent; refuses every send while `failing`.
     #[derive(Default)]
@@ -382,20 +379,7 @@ mod tests {
     }
 
     async fn stored() -> (MemoryStore, Operation) {
-        let params = ChargeParams {
-            amount: Amount::new(1_999).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_redrive").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        };
-        let principal = Principal::iam("arn:aws:iam::123456789012:role/redrive").unwrap();
-        let op = Operation::new(
-            OrderId::parse("order-redrive").unwrap(),
-            params,
-            principal,
-            T0,
-            Duration::from_secs(300),
-        );
+        let op = order("order-redrive").build();
         let store = MemoryStore::new();
         assert!(matches!(
             store.create_if_absent(&op).await.unwrap(),

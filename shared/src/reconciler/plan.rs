@@ -54,29 +54,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::domain::Principal;
-    use crate::domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId};
     use crate::operation::{Lease, LeaseToken, OperationStatus};
+    use crate::testing::{order, T0};
 
-    const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
     const MIN: Duration = Duration::from_secs(60);
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn op() -> Operation {
-        let params = ChargeParams {
-            amount: Amount::new(1_999).unwrap(),
-            currency: Currency::parse("usd").unwrap(),
-            customer_id: CustomerId::parse("cus_plan").unwrap(),
-            payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-        };
-        let principal = Principal::iam("arn:aws:iam::123456789012:role/plan").unwrap();
-        Operation::new(
-            OrderId::parse("order-plan").unwrap(),
-            params,
-            principal,
-            T0,
-            5 * MIN,
-        )
+        order("order-plan").build()
     }
 
     fn attempted(first: Timestamp) -> Operation {
