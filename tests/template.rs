@@ -104,6 +104,7 @@ fn env_names(t: &Value, function: &Value) -> BTreeSet<String> {
 
 #[test]
 fn each_function_gets_exactly_the_variables_its_config_reads() {
+    use charge_once::config::FromEnv;
     let t = template();
     for (dir, expected) in [
         ("checkout", checkout::CheckoutConfig::env_vars()),

@@ -106,6 +106,18 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (STUCK_INTENT_HOURS, "72"),
 ];
 
+/// A function's configuration, read once at init.
+pub trait FromEnv: Sized {
+    /// Reads and checks every variable; the first missing or invalid one fails with its name.
+    fn from_env(env: &dyn Env) -> Result<Self, ConfigError>;
+
+    /// Every variable this configuration reads: the names [`FromEnv::from_env`] asks for (see
+    /// [`vars_read`]), so no list typed by hand can drift from the code.
+    fn env_vars() -> Result<BTreeSet<String>, ConfigError> {
+        vars_read(Self::from_env)
+    }
+}
+
 /// An environment that answers from [`EXAMPLE_ENV`] and remembers every name it was asked for,
 /// known or not.
 #[derive(Debug, Default)]

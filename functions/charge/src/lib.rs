@@ -6,7 +6,7 @@
 
 pub mod handler;
 
-use charge_once::config::{self, ConfigError, Env};
+use charge_once::config::{self, ConfigError, Env, FromEnv};
 use charge_once::executor::ChargePolicy;
 
 #[derive(Debug, Clone)]
@@ -18,14 +18,8 @@ pub struct ChargeConfig {
     pub policy: ChargePolicy,
 }
 
-impl ChargeConfig {
-    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
-    /// [`config::vars_read`]), so the list cannot drift from the code.
-    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
-        config::vars_read(Self::from_env)
-    }
-
-    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+impl FromEnv for ChargeConfig {
+    fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
             dead_letter_queue_url: config::required(env, config::DEAD_LETTER_QUEUE_URL)?,

@@ -7,7 +7,7 @@ use charge::handler::{handle, ChargeFunction};
 use charge::ChargeConfig;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::SqsDeadLetters;
-use charge_once::config::ProcessEnv;
+use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 

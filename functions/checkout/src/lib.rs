@@ -8,7 +8,7 @@ pub mod handler;
 
 use std::time::Duration;
 
-use charge_once::config::{self, ConfigError, Env};
+use charge_once::config::{self, ConfigError, Env, FromEnv};
 
 /// Configuration of the checkout function.
 #[derive(Debug, Clone)]
@@ -19,14 +19,8 @@ pub struct CheckoutConfig {
     pub pending_grace: Duration,
 }
 
-impl CheckoutConfig {
-    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
-    /// [`config::vars_read`]), so the list cannot drift from the code.
-    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
-        config::vars_read(Self::from_env)
-    }
-
-    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+impl FromEnv for CheckoutConfig {
+    fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             table_name: config::required(env, config::TABLE_NAME)?,
             queue_url: config::required(env, config::QUEUE_URL)?,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::config::ProcessEnv;
+use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
 use checkout::handler::{handle, Checkout};
 use checkout::CheckoutConfig;

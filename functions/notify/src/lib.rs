@@ -15,7 +15,7 @@
 pub mod eventbridge;
 pub mod handler;
 
-use charge_once::config::{self, ConfigError, Env};
+use charge_once::config::{self, ConfigError, Env, FromEnv};
 
 /// `EVENT_BUS_NAME`: the bus outcome events go to.
 pub use charge_once::config::EVENT_BUS_NAME;
@@ -26,14 +26,8 @@ pub struct NotifyConfig {
     pub event_bus_name: String,
 }
 
-impl NotifyConfig {
-    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
-    /// [`config::vars_read`]), so the list cannot drift from the code.
-    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
-        config::vars_read(Self::from_env)
-    }
-
-    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+impl FromEnv for NotifyConfig {
+    fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             event_bus_name: config::required(env, EVENT_BUS_NAME)?,
         })

@@ -7,7 +7,7 @@ use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
-use charge_once::config::ProcessEnv;
+use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::config::ProcessEnv;
+use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::reconciler::ReconcilerDeps;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use reconciler::handler::{handle, PAGE_SIZE};

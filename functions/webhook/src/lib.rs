@@ -10,7 +10,7 @@ pub mod handler;
 
 use std::time::Duration;
 
-use charge_once::config::{self, ConfigError, Env};
+use charge_once::config::{self, ConfigError, Env, FromEnv};
 
 /// Configuration of the webhook function.
 #[derive(Debug, Clone)]
@@ -24,14 +24,8 @@ pub struct WebhookConfig {
     pub lease_ttl: Duration,
 }
 
-impl WebhookConfig {
-    /// Every variable this function reads: the names [`Self::from_env`] asks for (see
-    /// [`config::vars_read`]), so the list cannot drift from the code.
-    pub fn env_vars() -> Result<std::collections::BTreeSet<String>, ConfigError> {
-        config::vars_read(Self::from_env)
-    }
-
-    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+impl FromEnv for WebhookConfig {
+    fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         let webhook_secret_arn = config::required(env, config::STRIPE_WEBHOOK_SECRET_ARN)?;
         if !webhook_secret_arn.starts_with("arn:") {
             return Err(ConfigError::Invalid {

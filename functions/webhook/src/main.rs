@@ -9,7 +9,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::secrets::{fetch_stripe_key, fetch_webhook_secret};
 use charge_once::adapters::stripe::StripeGateway;
-use charge_once::config::ProcessEnv;
+use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::SystemClock;
