@@ -54,6 +54,14 @@ pub fn key_of(key: &OperationKey) -> (String, String) {
     )
 }
 
+/// The order id in a partition key (`ORDER#<order_id>`): the inverse of [`key_of`].
+pub fn order_id_of_pk(pk: &str) -> Result<OrderId, StoreError> {
+    let raw = pk
+        .strip_prefix(PK_PREFIX)
+        .ok_or_else(|| malformed(PK, "no ORDER# prefix"))?;
+    domain(PK, OrderId::parse(raw))
+}
+
 pub fn operation_to_item(op: &Operation) -> Attrs {
     let (pk, sk) = key_of(&op.key());
     let mut item = HashMap::from([
@@ -241,9 +249,7 @@ fn domain<T, E: std::fmt::Display>(field: &str, r: Result<T, E>) -> Result<T, St
 
 pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
     let pk = req_s(item, PK)?;
-    let order_raw = pk
-        .strip_prefix(PK_PREFIX)
-        .ok_or_else(|| malformed(PK, "no ORDER# prefix"))?;
+    let order_id = order_id_of_pk(pk)?;
     let lease = match (
         get_s(item, "lease_token")?,
         get_t(item, "lease_expires_at")?,
@@ -262,7 +268,7 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         None => None,
     };
     Ok(Operation {
-        order_id: domain(PK, OrderId::parse(order_raw))?,
+        order_id,
         kind: domain(SK, OperationKind::parse(req_s(item, SK)?))?,
         operation_id: domain(
             "operation_id",
@@ -337,6 +343,17 @@ pub(super) fn is_at(item: &Attrs, shard: &str, p: &IndexPosition) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_key_gives_back_its_order_id() {
+        let key = OperationKey::charge(OrderId::parse("ord-42").unwrap());
+        let (pk, _) = key_of(&key);
+        assert_eq!(order_id_of_pk(&pk).unwrap(), key.order_id);
+        for bad in ["ord-42", "ORDER#", "CUSTOMER#ord-42"] {
+            let err = order_id_of_pk(bad).unwrap_err().to_string();
+            assert!(err.contains("pk"), "{bad}: {err}");
+        }
+    }
 
     fn sample() -> Operation {
         let mut op = crate::testing::order("ord-item")

@@ -370,14 +370,8 @@ impl OperationStore for DynamoStore {
                     .await
                     .map_err(|e| sdk_error("Query unknown index by operation id", e))?;
                 if let Some(entry) = out.items().first() {
-                    let order = item::req_key(entry, schema::PK)?;
-                    let order = order
-                        .strip_prefix("ORDER#")
-                        .ok_or_else(|| StoreError::new("malformed index entry: pk"))?;
-                    let key = OperationKey::charge(
-                        crate::domain::OrderId::parse(order)
-                            .map_err(|e| StoreError::new(format!("malformed index entry: {e}")))?,
-                    );
+                    let pk = item::req_key(entry, schema::PK)?;
+                    let key = OperationKey::charge(item::order_id_of_pk(&pk)?);
                     // The GSI is eventually consistent; the table read that follows is not.
                     return Ok(self
                         .get(&key)
