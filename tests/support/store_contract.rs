@@ -125,7 +125,6 @@ pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn
         expected_status: OperationStatus::Unknown,
         expected_updated_at: flagged.updated_at,
         next_due_at: later,
-        bump_redrives: true,
         clear_review: true,
         now: later,
         operator: Some(OperatorGuard {
@@ -435,17 +434,12 @@ pub async fn index_lists_due_unsettled_work_in_due_order_by_pages(store: Arc<dyn
 pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStore>) {
     let op = operation("contract-reschedule", 1000, T0);
     store.create_if_absent(&op).await.unwrap();
-    let req = Reschedule {
-        key: op.key(),
-        operation_id: op.operation_id,
-        expected_status: OperationStatus::Pending,
-        expected_updated_at: op.updated_at,
-        next_due_at: T0.plus(Duration::from_secs(900)),
-        bump_redrives: true,
-        clear_review: false,
-        now: T0.plus(Duration::from_secs(1)),
-        operator: None,
-    };
+    let req = Reschedule::redrive(
+        &op,
+        T0.plus(Duration::from_secs(900)),
+        T0.plus(Duration::from_secs(1)),
+    );
+    assert_eq!(req.expected_status, OperationStatus::Pending);
     let Recorded::Written(rec) = store.reschedule(&req).await.unwrap() else {
         panic!("first reschedule must land");
     };

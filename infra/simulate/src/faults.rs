@@ -467,12 +467,7 @@ impl OperationStore for FaultyStore {
         self.trace.event(
             req.key.order_id.as_str(),
             "store.reschedule",
-            format_args!(
-                "{} due {}{}",
-                recorded_name(&r),
-                req.next_due_at,
-                if req.bump_redrives { " redrive" } else { "" }
-            ),
+            format_args!("{} due {} redrive", recorded_name(&r), req.next_due_at,),
         );
         r
     }

@@ -403,9 +403,7 @@ impl OperationStore for SimStore {
                 op.history.push(guard.audit.clone());
             }
             op.next_due_at = Some(req.next_due_at);
-            if req.bump_redrives {
-                op.redrives += 1;
-            }
+            op.redrives += 1;
             if req.clear_review {
                 op.review = None;
             }

@@ -494,12 +494,13 @@ impl OperationStore for DynamoStore {
             (":now".to_owned(), attr_n(req.now.as_millis())),
         ]);
         unsettled_values(&mut values);
-        let mut set = vec!["due_at = :due", "updated_at = :now"];
+        values.insert(":one".into(), attr_n(1));
+        let mut set = vec![
+            "due_at = :due",
+            "updated_at = :now",
+            "redrives = redrives + :one",
+        ];
         let mut remove: Vec<&str> = Vec::new();
-        if req.bump_redrives {
-            set.push("redrives = redrives + :one");
-            values.insert(":one".into(), attr_n(1));
-        }
         if req.clear_review {
             set.push("due_shard = :shard");
             remove.extend(["review_reason", "review_flagged_at"]);
