@@ -19,12 +19,14 @@ use charge_once::ports::OperationStore;
 use charge_once::testing;
 use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
-use charge_once::{OperationStatus, SystemClock, Timestamp};
+use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::{OperationStatus, PaymentIntentId, PaymentIntentStatus, SystemClock, Timestamp};
 use serde_json::{json, Value};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SECRET: &str = "whsec_charge_once_webhook_tests";
+/// This test's endpoint key (Stripe's form; a fixture, never a secret to store).
+const SECRET: &str = "whsec_ChargeOnceWebhookTests7Qp2Rt9Vw4Yz";
 
 fn venv_python() -> String {
     let venv = std::env::var("CHARGE_ONCE_VENV").expect(
@@ -166,7 +168,7 @@ async fn the_function_accepts_what_the_official_helper_signs() {
     verify(
         Some(&header),
         payload.as_bytes(),
-        &secret,
+        std::slice::from_ref(&secret),
         now,
         DEFAULT_TOLERANCE,
     )
@@ -181,15 +183,29 @@ async fn the_function_accepts_what_the_official_helper_signs() {
         .at(now)
         .create_in(store.as_ref())
         .await;
+    // Stripe holds the sample's PaymentIntent as succeeded: the function asks before acting.
+    let gateway = Arc::new(FakeGateway::new());
+    gateway.insert_intent_as(
+        &PaymentIntentId::parse(
+            serde_json::from_str::<Value>(&payload).unwrap()["data"]["object"]["id"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap(),
+        FakeGateway::charge_for(&op, PaymentIntentStatus::Succeeded),
+    );
     let deps = webhook::handler::WebhookFunction {
         webhook: WebhookDeps {
-            store: store.clone(),
+            charge: ChargeDeps {
+                store: store.clone(),
+                gateway,
+                clock: Arc::new(SystemClock),
+                policy: ChargePolicy::default(),
+            },
             inbox: Arc::new(MemoryInbox::new()),
-            gateway: Arc::new(FakeGateway::new()),
-            clock: Arc::new(SystemClock),
-            secret,
+            secrets: Some(vec![secret]),
             tolerance: DEFAULT_TOLERANCE,
-            lease_ttl: Duration::from_secs(60),
+            event_source: None,
         },
         metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
     };
@@ -197,7 +213,7 @@ async fn the_function_accepts_what_the_official_helper_signs() {
         serde_json::from_value(sample).unwrap();
     req.headers
         .insert("stripe-signature", header.parse().unwrap());
-    let resp = webhook::handler::handle(
+    let resp = webhook::handler::handle_http(
         &deps,
         lambda_runtime::LambdaEvent::new(req, lambda_runtime::Context::default()),
     )
@@ -327,7 +343,7 @@ async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() 
         verify(
             Some(signature),
             body.as_bytes(),
-            &secret,
+            std::slice::from_ref(&secret),
             now,
             DEFAULT_TOLERANCE,
         )

@@ -11,9 +11,10 @@ use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::testing;
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{
-    receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox, WebhookSecret,
+    receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox,
     DEFAULT_TOLERANCE, INBOX_TTL,
 };
+use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::{Clock, Operation, OperationStatus, Timestamp};
 use testkit::aws::{fresh_store, sdk_config, unique};
 use testkit::stripe::StripeSide;
@@ -122,15 +123,18 @@ async fn a_stale_event_settles_on_real_components_once() {
         .unwrap();
     let creates_before = stripe.sim.request_counts().create;
 
-    let secret = WebhookSecret::parse("whsec_webhook_on_aws").unwrap();
+    let secret = testing::webhook_secret("webhook_inbox_on_aws");
     let deps = WebhookDeps {
-        store: store.clone(),
+        charge: ChargeDeps {
+            store: store.clone(),
+            gateway,
+            clock: Arc::new(stripe.clock.clone()),
+            policy: ChargePolicy::default(),
+        },
         inbox: inbox.clone(),
-        gateway,
-        clock: Arc::new(stripe.clock.clone()),
-        secret: secret.clone(),
+        secrets: Some(vec![secret.clone()]),
         tolerance: DEFAULT_TOLERANCE,
-        lease_ttl: Duration::from_secs(60),
+        event_source: None,
     };
     // A late `processing` event: the webhook must read the PaymentIntent before acting.
     let body = serde_json::json!({
@@ -146,12 +150,12 @@ async fn a_stale_event_settles_on_real_components_once() {
     })
     .to_string();
     let header = sign_header(&secret, now.as_millis() / 1000, body.as_bytes());
-    let report = receive(&deps, Some(&header), body.as_bytes()).await;
+    let report = receive(&deps, Some(&header), body.as_bytes(), None).await;
     assert_eq!(
         report.reception,
         Reception::Applied {
             status: OperationStatus::Succeeded,
-            review: false
+            review: None
         }
     );
     assert_eq!(report.gateway_calls, 1);
@@ -160,7 +164,7 @@ async fn a_stale_event_settles_on_real_components_once() {
     assert_eq!(settled.external_id.as_deref(), Some(pi.id.as_str()));
 
     // Stripe delivers it again: a duplicate, nothing changes, no Stripe call.
-    let report = receive(&deps, Some(&header), body.as_bytes()).await;
+    let report = receive(&deps, Some(&header), body.as_bytes(), None).await;
     assert_eq!(report.reception, Reception::Ignored(Ignored::Duplicate));
     assert_eq!(report.gateway_calls, 0);
     assert_eq!(store.get(&op.key()).await.unwrap().unwrap(), settled);

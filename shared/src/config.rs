@@ -68,6 +68,12 @@ pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 /// The webhook function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
 pub const STRIPE_WEBHOOK_SECRET_ARN: &str = "STRIPE_WEBHOOK_SECRET_ARN";
+/// The events function: an optional restricted key (`rk_…`, PaymentIntents read) for its
+/// retrieves; without it the function uses the key in `STRIPE_SECRET_ARN`.
+pub const STRIPE_EVENTS_KEY_SECRET_ARN: &str = "STRIPE_EVENTS_KEY_SECRET_ARN";
+/// The events function: the Stripe partner event source (`aws.partner/stripe.com/…`) its
+/// EventBridge events must come from, when Stripe delivers through EventBridge.
+pub const STRIPE_EVENT_SOURCE_NAME: &str = "STRIPE_EVENT_SOURCE_NAME";
 /// The webhook function: the inbox table of processed Stripe event ids.
 pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 
@@ -96,6 +102,14 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (
         STRIPE_WEBHOOK_SECRET_ARN,
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:whsec-AbCdEf",
+    ),
+    (
+        STRIPE_EVENTS_KEY_SECRET_ARN,
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-events-AbCdEf",
+    ),
+    (
+        STRIPE_EVENT_SOURCE_NAME,
+        "aws.partner/stripe.com/ed_61SbnzCsTqRyYB0CT16S6RR8eIQp8vbLaK7AZp9Uy3vw",
     ),
     (STRIPE_TIMEOUT_MS, "10000"),
     (STRIPE_CONNECT_TIMEOUT_MS, "3000"),
@@ -220,28 +234,47 @@ pub fn parse_secret_key(raw: &str) -> Result<SecretKey, ConfigError> {
     }
 }
 
-/// Checks that a value read from the webhook secret is an endpoint signing secret, without ever
-/// echoing it. The secret may hold the bare `whsec_…` value or JSON `{"webhook_secret": …}`.
-pub fn parse_webhook_secret(raw: &str) -> Result<crate::webhook::WebhookSecret, ConfigError> {
-    let raw = raw.trim();
-    let value = if raw.starts_with('{') {
-        serde_json::from_str::<serde_json::Value>(raw)
-            .ok()
-            .and_then(|v| {
-                v.get("webhook_secret")
-                    .and_then(|k| k.as_str())
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default()
-    } else {
-        raw.to_owned()
-    };
-    crate::webhook::WebhookSecret::parse(&value).map_err(|_| ConfigError::Invalid {
+/// Reads the endpoint's signing secrets from the value of the webhook secret, without ever
+/// echoing it: one `whsec_…`, or two while Stripe rolls the secret (separated by a comma or
+/// whitespace), bare or as JSON `{"webhook_secret": …, "previous_webhook_secret": …}`. Each must
+/// have Stripe's form ([`crate::webhook::WebhookSecret::parse`]): a placeholder is refused here,
+/// at init, naming the parameter, before it can authenticate a single request.
+pub fn parse_webhook_secrets(
+    raw: &str,
+) -> Result<Vec<crate::webhook::WebhookSecret>, ConfigError> {
+    let invalid = |reason: String| ConfigError::Invalid {
         name: STRIPE_WEBHOOK_SECRET_ARN,
-        reason: "the secret must hold a Stripe webhook signing secret (whsec_…), bare or as \
-                 {\"webhook_secret\": …}"
-            .into(),
-    })
+        reason: format!("the secret of the StripeWebhookSecretArn parameter {reason}"),
+    };
+    let raw = raw.trim();
+    let values: Vec<String> = if raw.starts_with('{') {
+        let json: serde_json::Value = serde_json::from_str(raw)
+            .map_err(|_| invalid("is not readable JSON".into()))?;
+        ["webhook_secret", "previous_webhook_secret"]
+            .iter()
+            .filter_map(|k| json.get(k).and_then(|v| v.as_str()).map(str::to_owned))
+            .collect()
+    } else {
+        raw.split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    if values.is_empty() || values.len() > 2 {
+        return Err(invalid(format!(
+            "must hold one Stripe webhook signing secret (whsec_…), or two during a rotation, \
+             bare or as {{\"webhook_secret\": …, \"previous_webhook_secret\": …}}; it holds {}",
+            values.len()
+        )));
+    }
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            crate::webhook::WebhookSecret::parse(v)
+                .map_err(|e| invalid(format!("(value {} of {}): {e}", i + 1, values.len())))
+        })
+        .collect()
 }
 
 /// The timings of [`ChargePolicy`] that operators may tune. The 23 h key window is not one of
@@ -361,12 +394,46 @@ mod tests {
             .to_string();
         assert!(!err.contains("publishable"));
         assert!(parse_secret_key(r#"{"key":"sk_test_x"}"#).is_err());
-        assert!(parse_webhook_secret("whsec_abc\n").is_ok());
-        assert!(parse_webhook_secret(r#"{"webhook_secret":"whsec_abc"}"#).is_ok());
-        let err = parse_webhook_secret("sk_live_notawebhooksecret")
+        let err = parse_webhook_secrets("sk_live_notawebhooksecret")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("notawebhooksecret"));
+    }
+
+    const NEW: &str = "whsec_Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0fG";
+    const OLD: &str = "whsec_Other7Key2Mq9Zr4Lp8Wx1Cv6Bn3Ty5Hs0";
+
+    #[test]
+    fn webhook_secrets_one_or_two_never_a_placeholder() {
+        assert_eq!(parse_webhook_secrets(&format!("{NEW}\n")).unwrap().len(), 1);
+        assert_eq!(
+            parse_webhook_secrets(&format!("{NEW},{OLD}")).unwrap().len(),
+            2
+        );
+        assert_eq!(
+            parse_webhook_secrets(&format!("{NEW} {OLD}")).unwrap().len(),
+            2
+        );
+        let json = format!(r#"{{"webhook_secret":"{NEW}","previous_webhook_secret":"{OLD}"}}"#);
+        assert_eq!(parse_webhook_secrets(&json).unwrap().len(), 2);
+        let json = format!(r#"{{"webhook_secret":"{NEW}"}}"#);
+        assert_eq!(parse_webhook_secrets(&json).unwrap().len(), 1);
+        for bad in [
+            "whsec_placeholder".to_owned(),
+            format!("{NEW},whsec_placeholder"),
+            format!("{NEW},{OLD},{NEW}"),
+            String::new(),
+            r#"{"webhook_secret":"whsec_placeholder"}"#.to_owned(),
+        ] {
+            let err = parse_webhook_secrets(&bad).unwrap_err();
+            let ConfigError::Invalid { name, reason } = &err else {
+                panic!("{err:?}")
+            };
+            assert_eq!(*name, STRIPE_WEBHOOK_SECRET_ARN);
+            assert!(reason.contains("StripeWebhookSecretArn"), "{reason}");
+            // The refused value is never echoed.
+            assert!(!reason.contains("placeholder,") && !reason.contains(&NEW[6..]), "{reason}");
+        }
     }
 
     #[test]
@@ -427,6 +494,14 @@ mod tests {
             required(&env, name).unwrap();
         }
         required(&env, STRIPE_WEBHOOK_SECRET_ARN).unwrap();
+        // The events function's optional variables (its reader, in functions/webhook, checks
+        // these same examples in its own tests).
+        assert!(required(&env, STRIPE_EVENTS_KEY_SECRET_ARN)
+            .unwrap()
+            .starts_with("arn:"));
+        assert!(required(&env, STRIPE_EVENT_SOURCE_NAME)
+            .unwrap()
+            .starts_with(crate::webhook::STRIPE_PARTNER_SOURCE_PREFIX));
         let listed: BTreeSet<String> = EXAMPLE_ENV.iter().map(|(n, _)| (*n).to_owned()).collect();
         assert_eq!(
             env.asked(),

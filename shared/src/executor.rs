@@ -18,8 +18,8 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::domain::{OperationId, PaymentIntentId};
-use crate::operation::{Lease, LeaseToken, OperationKey, OperationStatus, Review};
-use crate::outcome::RetryCause;
+use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
+use crate::outcome::{PaymentIntent, RetryCause};
 use crate::ports::{
     Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
     Recorded, StoreError,
@@ -139,6 +139,89 @@ pub async fn execute_charge(
     key: &OperationKey,
     operation_id: &OperationId,
 ) -> Result<ChargeReport, ExecuteError> {
+    let livemode = deps.gateway.livemode();
+    run_claimed(deps, key, operation_id, |op| async move {
+        let now = deps.clock.now();
+        let step = plan::next_step(&op, now, &deps.policy);
+        let mut replayed = false;
+        let decision = match &step {
+            Step::Create => {
+                let result = deps
+                    .gateway
+                    .create(&CreatePaymentIntent::for_operation(&op))
+                    .await;
+                replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
+                plan::after_create(&op, result, deps.clock.now(), &deps.policy, livemode)
+            }
+            Step::Retrieve(id) => {
+                let result = deps.gateway.retrieve(id).await;
+                plan::after_retrieve(&op, result, deps.clock.now(), &deps.policy, livemode)
+            }
+            Step::Search => {
+                let result = deps.gateway.search_by_operation(&op.operation_id).await;
+                plan::after_search(&op, result, deps.clock.now(), &deps.policy, livemode)
+            }
+            Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
+        };
+        Planned {
+            step: step.name(),
+            gateway_calls: u32::from(!matches!(step, Step::WaitForSearch(_))),
+            decision,
+            replayed,
+        }
+    })
+    .await
+}
+
+/// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
+/// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
+/// [`execute_charge`]: the decision ([`plan::after_event`]) is made on the record as claimed.
+/// `decided` receives the event's action on that record, for the caller's report.
+pub async fn apply_event(
+    deps: &ChargeDeps,
+    key: &OperationKey,
+    operation_id: &OperationId,
+    pi: PaymentIntent,
+    decided: &mut Option<crate::webhook::Action>,
+) -> Result<ChargeReport, ExecuteError> {
+    let livemode = deps.gateway.livemode();
+    run_claimed(deps, key, operation_id, |op| async move {
+        let (action, decision) =
+            plan::after_event(&op, pi, deps.clock.now(), &deps.policy, livemode);
+        *decided = Some(action);
+        Planned {
+            step: "event",
+            decision,
+            gateway_calls: 0,
+            replayed: false,
+        }
+    })
+    .await
+}
+
+/// What the middle of the shell decided, with what it cost.
+pub struct Planned {
+    /// A short name of what was done, for the log (`create`, `retrieve`, `event`, ...).
+    pub step: &'static str,
+    pub decision: Decision,
+    pub gateway_calls: u32,
+    pub replayed: bool,
+}
+
+/// The one shell every transition of an operation goes through: **claim** (one conditional write;
+/// a settled, leased, in-review or missing operation returns here with `decide` never called),
+/// **decide** on the record as claimed (`decide` may call Stripe, under the lease), **record**
+/// the decision fenced on the lease and an unsettled status.
+async fn run_claimed<F, Fut>(
+    deps: &ChargeDeps,
+    key: &OperationKey,
+    operation_id: &OperationId,
+    decide: F,
+) -> Result<ChargeReport, ExecuteError>
+where
+    F: FnOnce(Operation) -> Fut,
+    Fut: std::future::Future<Output = Planned>,
+{
     let now = deps.clock.now();
     let lease = Lease {
         token: LeaseToken::new_random(),
@@ -186,28 +269,12 @@ pub async fn execute_charge(
         }
     };
 
-    let step = plan::next_step(&op, now, &deps.policy);
-    let mut replayed = false;
-    let decision = match &step {
-        Step::Create => {
-            let result = deps
-                .gateway
-                .create(&CreatePaymentIntent::for_operation(&op))
-                .await;
-            replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
-            plan::after_create(&op, result, deps.clock.now(), &deps.policy)
-        }
-        Step::Retrieve(id) => {
-            let result = deps.gateway.retrieve(id).await;
-            plan::after_retrieve(&op, result, deps.clock.now(), &deps.policy)
-        }
-        Step::Search => {
-            let result = deps.gateway.search_by_operation(&op.operation_id).await;
-            plan::after_search(&op, result, deps.clock.now(), &deps.policy)
-        }
-        Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
-    };
-    let gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
+    let Planned {
+        step,
+        decision,
+        gateway_calls,
+        replayed,
+    } = decide(op).await;
 
     let now = deps.clock.now();
     let recorded = deps
@@ -230,7 +297,7 @@ pub async fn execute_charge(
     match recorded {
         Recorded::Written(op) => {
             info!(
-                step = step.name(),
+                step,
                 status = %op.status,
                 external_id = op.external_id.as_deref().unwrap_or(""),
                 error = op.last_error.as_deref().unwrap_or(""),
@@ -261,7 +328,7 @@ pub async fn execute_charge(
         }
         Recorded::Refused(current) => {
             warn!(
-                step = step.name(),
+                step,
                 wanted = %decision.status,
                 "outcome refused by the store: lease lost or already settled"
             );

@@ -76,12 +76,16 @@ pub struct PaymentIntent {
     pub status: PaymentIntentStatus,
     /// The answer was a replay of an earlier request under the same key (`Idempotent-Replayed`).
     pub replayed: bool,
-    /// What Stripe says was charged (minor units and lower-case currency) and for which operation
-    /// (`metadata.operation_id`), when the answer carried them. An operator's manual resolution is
-    /// checked against these; the automatic path needs only the status.
+    /// What Stripe says was charged (minor units and lower-case currency), for which operation and
+    /// order (`metadata.operation_id`, `metadata.order_id`) and in which mode (`livemode`), when
+    /// the answer carried them. Before an intent settles an operation the core checks every one
+    /// of them against the record ([`crate::executor::plan::intent_mismatch`]); an absent fact
+    /// counts as a mismatch.
     pub amount: Option<i64>,
     pub currency: Option<String>,
     pub operation_id: Option<String>,
+    pub order_id: Option<String>,
+    pub livemode: Option<bool>,
 }
 
 impl PaymentIntent {
@@ -94,6 +98,8 @@ impl PaymentIntent {
             amount: None,
             currency: None,
             operation_id: None,
+            order_id: None,
+            livemode: None,
         }
     }
 }

@@ -392,6 +392,10 @@ impl CreatePaymentIntent {
 /// Stripe's PaymentIntents API as the core uses it.
 #[async_trait]
 pub trait PaymentGateway: Send + Sync {
+    /// The mode of the key this gateway calls Stripe with (`sk_live_…`: true). A PaymentIntent
+    /// whose `livemode` differs is not one of ours, whatever its metadata says.
+    fn livemode(&self) -> bool;
+
     /// Creates and confirms off-session, with `metadata[operation_id]` and the idempotency key.
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
 

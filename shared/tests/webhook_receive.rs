@@ -10,21 +10,26 @@ use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::{Claim, OperationStore};
 use charge_once::testing;
 use charge_once::webhook::signature::{compute_v1, sign_header};
+use charge_once::executor::plan::Mismatch;
+use charge_once::executor::{ChargeDeps, ChargePolicy, ReviewClass};
 use charge_once::webhook::{
-    receive, Ignored, Reception, Rejection, SignatureError, WebhookDeps, WebhookSecret,
-    DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT,
+    receive, receive_eventbridge, Deferred, EventMismatch, Ignored, Reception, Rejection,
+    SignatureError, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT,
 };
+use charge_once::memory::FakeCharge;
+use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::{
+    GatewayError, PaymentIntent, PaymentIntentId,
     Clock, LeaseToken, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
 };
 
-const SECRET: &str = "whsec_webhook_tests";
 
 struct World {
     store: Arc<MemoryStore>,
     inbox: Arc<MemoryInbox>,
     gateway: Arc<FakeGateway>,
     clock: ManualClock,
+    secret: WebhookSecret,
     deps: WebhookDeps,
 }
 
@@ -34,20 +39,25 @@ impl World {
         let inbox = Arc::new(MemoryInbox::new());
         let gateway = Arc::new(FakeGateway::new());
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let secret = testing::webhook_secret("webhook_receive");
         let deps = WebhookDeps {
-            store: store.clone(),
+            charge: ChargeDeps {
+                store: store.clone(),
+                gateway: gateway.clone(),
+                clock: Arc::new(clock.clone()),
+                policy: ChargePolicy::default(),
+            },
             inbox: inbox.clone(),
-            gateway: gateway.clone(),
-            clock: Arc::new(clock.clone()),
-            secret: WebhookSecret::parse(SECRET).unwrap(),
+            secrets: Some(vec![secret.clone()]),
             tolerance: DEFAULT_TOLERANCE,
-            lease_ttl: Duration::from_secs(60),
+            event_source: None,
         };
         Self {
             store,
             inbox,
             gateway,
             clock,
+            secret,
             deps,
         }
     }
@@ -96,8 +106,8 @@ impl World {
     }
 
     async fn deliver(&self, body: &[u8]) -> Reception {
-        let header = sign_header(&self.deps.secret, self.now_secs(), body);
-        receive(&self.deps, Some(&header), body).await.reception
+        let header = sign_header(&self.secret, self.now_secs(), body);
+        receive(&self.deps, Some(&header), body, None).await.reception
     }
 }
 
@@ -126,19 +136,19 @@ async fn a_valid_succeeded_event_settles_the_unknown_operation() {
     let op = w.unknown_op("order-ok", None).await;
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_1", "payment_intent.succeeded", &pi, "succeeded", &op);
-    let header = sign_header(&w.deps.secret, w.now_secs(), &body);
-    let report = receive(&w.deps, Some(&header), &body).await;
+    let header = sign_header(&w.secret, w.now_secs(), &body);
+    let report = receive(&w.deps, Some(&header), &body, None).await;
     assert_eq!(
         report.reception,
         Reception::Applied {
             status: OperationStatus::Succeeded,
-            review: false
+            review: None
         }
     );
     assert_eq!(report.reception.http_status(), 200);
-    assert_eq!(report.gateway_calls, 0, "succeeded is final: no retrieve");
+    assert_eq!(report.gateway_calls, 1, "an event is a hint: Stripe is asked first");
     let now = w.current(&op).await;
     assert_eq!(now.status, OperationStatus::Succeeded);
     assert_eq!(now.external_id.as_deref(), Some(pi.as_str()));
@@ -155,10 +165,10 @@ async fn bad_deliveries_are_400_and_write_nothing() {
     let before = w.current(&op).await;
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_bad", "payment_intent.succeeded", &pi, "succeeded", &op);
     let t = w.now_secs();
-    let other = WebhookSecret::parse("whsec_someone_else").unwrap();
+    let other = testing::webhook_secret("someone else");
     let mut altered = body.clone();
     let at = altered.iter().position(|b| *b == b'1').unwrap();
     altered[at] = b'9';
@@ -171,26 +181,26 @@ async fn bad_deliveries_are_400_and_write_nothing() {
         ),
         (
             "stale timestamp",
-            Some(sign_header(&w.deps.secret, t - 301, &body)),
+            Some(sign_header(&w.secret, t - 301, &body)),
             &body,
             SignatureError::OutsideTolerance,
         ),
         (
             "altered body",
-            Some(sign_header(&w.deps.secret, t, &body)),
+            Some(sign_header(&w.secret, t, &body)),
             &altered,
             SignatureError::Mismatch,
         ),
         ("missing header", None, &body, SignatureError::MissingHeader),
         (
             "no v1",
-            Some(format!("t={t},v0={}", compute_v1(&w.deps.secret, t, &body))),
+            Some(format!("t={t},v0={}", compute_v1(&w.secret, t, &body))),
             &body,
             SignatureError::NoSignature,
         ),
     ];
     for (name, header, body, want) in cases {
-        let report = receive(&w.deps, header.as_deref(), body).await;
+        let report = receive(&w.deps, header.as_deref(), body, None).await;
         assert_eq!(
             report.reception,
             Reception::Rejected(Rejection::Signature(want)),
@@ -220,7 +230,7 @@ async fn the_same_event_twice_makes_one_transition() {
     let op = w.unknown_op("order-dup", None).await;
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_dup", "payment_intent.succeeded", &pi, "succeeded", &op);
     assert!(matches!(w.deliver(&body).await, Reception::Applied { .. }));
     let after_first = w.current(&op).await;
@@ -244,7 +254,7 @@ async fn processing_after_succeeded_changes_nothing() {
     let op = w.unknown_op("order-late", None).await;
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let ok = event("evt_ok", "payment_intent.succeeded", &pi, "succeeded", &op);
     assert!(matches!(w.deliver(&ok).await, Reception::Applied { .. }));
     let settled = w.current(&op).await;
@@ -270,7 +280,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     // The succeeded event was lost; the earlier processing event arrives late.
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event(
         "evt_proc",
         "payment_intent.processing",
@@ -283,7 +293,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
         reception,
         Reception::Applied {
             status: OperationStatus::Succeeded,
-            review: false
+            review: None
         }
     );
     assert_eq!(w.retrieves(), 1);
@@ -293,7 +303,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     let op2 = w.unknown_op("order-proc", None).await;
     let pi2 = w
         .gateway
-        .insert_charge(op2.operation_id, PaymentIntentStatus::Processing);
+        .insert_charge(&op2, PaymentIntentStatus::Processing);
     let body = event(
         "evt_proc2",
         "payment_intent.processing",
@@ -305,7 +315,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
         w.deliver(&body).await,
         Reception::Applied {
             status: OperationStatus::Unknown,
-            review: false
+            review: None
         }
     );
     let now = w.current(&op2).await;
@@ -320,7 +330,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     let op3 = w.unknown_op("order-fail", None).await;
     let pi3 = w
         .gateway
-        .insert_charge(op3.operation_id, PaymentIntentStatus::Canceled);
+        .insert_charge(&op3, PaymentIntentStatus::Canceled);
     let body = event(
         "evt_fail",
         "payment_intent.payment_failed",
@@ -332,7 +342,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
         w.deliver(&body).await,
         Reception::Applied {
             status: OperationStatus::Failed,
-            review: false
+            review: None
         }
     );
     assert_eq!(w.creates(), 0);
@@ -342,13 +352,13 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
 async fn a_second_succeeded_intent_goes_to_review_or_pages() {
     let w = World::new();
     let first = w.gateway.insert_charge(
-        charge_once::OperationId::new_random(),
+        &testing::order("order-two").build(),
         PaymentIntentStatus::Processing,
     );
     let op = w.unknown_op("order-two", Some(&first)).await;
     let second = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event(
         "evt_two",
         "payment_intent.succeeded",
@@ -360,14 +370,12 @@ async fn a_second_succeeded_intent_goes_to_review_or_pages() {
         w.deliver(&body).await,
         Reception::Applied {
             status: OperationStatus::Unknown,
-            review: true
+            review: Some(ReviewClass::SecondPaymentIntent)
         }
     );
     let now = w.current(&op).await;
-    assert_eq!(
-        now.review.as_ref().map(|r| r.reason.as_str()),
-        Some(SECOND_PAYMENT_INTENT)
-    );
+    let reason = now.review.as_ref().map(|r| r.reason.as_str()).unwrap_or("");
+    assert!(reason.starts_with(SECOND_PAYMENT_INTENT), "{reason}");
     assert_eq!(
         now.external_id.as_deref(),
         Some(first.as_str()),
@@ -378,13 +386,13 @@ async fn a_second_succeeded_intent_goes_to_review_or_pages() {
     let settled = w.unknown_op("order-settled", None).await;
     let a = w
         .gateway
-        .insert_charge(settled.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&settled, PaymentIntentStatus::Succeeded);
     let settled = w
         .write(&settled, OperationStatus::Succeeded, Some(&a))
         .await;
     let b = w
         .gateway
-        .insert_charge(settled.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&settled, PaymentIntentStatus::Succeeded);
     let body = event(
         "evt_b",
         "payment_intent.succeeded",
@@ -438,7 +446,7 @@ async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     let op = w.unknown_op("order-busy", None).await;
     let pi = w
         .gateway
-        .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+        .insert_charge(&op, PaymentIntentStatus::Succeeded);
     // The charge function holds the lease right now.
     let now = w.clock.now();
     let claim = w
@@ -456,7 +464,7 @@ async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     );
     let reception = w.deliver(&body).await;
     assert!(
-        matches!(reception, Reception::RetryLater { busy: true, .. }),
+        matches!(reception, Reception::RetryLater(Deferred::Busy)),
         "{reception:?}"
     );
     assert_eq!(reception.http_status(), 409);
@@ -470,4 +478,185 @@ async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     assert_eq!(w.current(&op).await.status, OperationStatus::Succeeded);
     assert!(w.inbox.contains("evt_busy"));
     assert_eq!(w.creates(), 0);
+}
+
+/// A gateway whose retrieves take `delay` (on tokio's clock), for the time budget.
+struct SlowRetrieve {
+    inner: Arc<FakeGateway>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl PaymentGateway for SlowRetrieve {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        id: &charge_once::OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(id).await
+    }
+}
+
+#[tokio::test]
+async fn a_forged_succeeded_for_an_intent_stripe_holds_declined_moves_nothing() {
+    let w = World::new();
+    let op = w.unknown_op("order-forged", None).await;
+    let pi = w
+        .gateway
+        .insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
+    let before = w.current(&op).await;
+    let body = event("evt_forged", "payment_intent.succeeded", &pi, "succeeded", &op);
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Mismatch(EventMismatch::StatusContradicted)
+    );
+    assert_eq!(w.retrieves(), 1, "Stripe was asked");
+    assert_eq!(w.current(&op).await, before, "nothing moved");
+    // Acknowledged (200) so Stripe does not retry it; paged by the caller.
+    assert!(w.inbox.contains("evt_forged"));
+    assert_eq!(w.creates(), 0);
+}
+
+#[tokio::test]
+async fn a_forged_canceled_for_an_intent_that_succeeded_moves_nothing() {
+    let w = World::new();
+    // The create's answer was lost; the charge really succeeded at Stripe.
+    let op = w.unknown_op("order-canceled", None).await;
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let before = w.current(&op).await;
+    let body = event("evt_cxl", "payment_intent.canceled", &pi, "canceled", &op);
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Mismatch(EventMismatch::StatusContradicted)
+    );
+    assert_eq!(
+        w.current(&op).await,
+        before,
+        "never marked failed: the order service will not ask for another card"
+    );
+    // A PaymentIntent Stripe does not know at all.
+    let body = event("evt_ghost", "payment_intent.succeeded", "pi_ghost1", "succeeded", &op);
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Mismatch(EventMismatch::UnknownPaymentIntent)
+    );
+    assert_eq!(w.current(&op).await, before);
+}
+
+#[tokio::test]
+async fn an_intent_that_is_not_the_operations_moves_nothing() {
+    let w = World::new();
+    let op = w.unknown_op("order-mismatch", None).await;
+    let before = w.current(&op).await;
+    let cases: [(&str, fn(&mut FakeCharge), Mismatch); 5] = [
+        ("amount", |c| c.amount = 1, Mismatch::Amount),
+        ("currency", |c| c.currency = "eur".into(), Mismatch::Currency),
+        ("mode", |c| c.livemode = true, Mismatch::Livemode),
+        ("order", |c| c.order_id = "order-other".into(), Mismatch::OrderId),
+        (
+            "operation",
+            |c| c.operation_id = charge_once::OperationId::new_random(),
+            Mismatch::OperationId,
+        ),
+    ];
+    for (i, (name, alter, want)) in cases.into_iter().enumerate() {
+        let mut charge = FakeGateway::charge_for(&op, PaymentIntentStatus::Succeeded);
+        alter(&mut charge);
+        let pi = w.gateway.insert_intent(charge);
+        // The event carries our metadata: only Stripe's copy tells the truth.
+        let body = event(&format!("evt_mm{i}"), "payment_intent.succeeded", &pi, "succeeded", &op);
+        assert_eq!(
+            w.deliver(&body).await,
+            Reception::Mismatch(EventMismatch::Intent(want)),
+            "{name}"
+        );
+        assert_eq!(w.current(&op).await, before, "{name}: nothing moved");
+    }
+    assert_eq!(w.retrieves(), 5);
+}
+
+#[tokio::test]
+async fn a_hand_resolved_record_is_still_compared_with_stripe() {
+    let w = World::new();
+    let op = w.unknown_op("order-resolved", None).await;
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+    // An operator resolved it failed; the record keeps the review evidence.
+    let mut resolved = w.write(&op, OperationStatus::Failed, None).await;
+    resolved.review = Some(charge_once::Review {
+        reason: "search_ambiguous: search found 0 payment intents".into(),
+        flagged_at: w.clock.now(),
+    });
+    w.store.put_for_tests(resolved.clone());
+    let body = event("evt_late_ok", "payment_intent.succeeded", &pi, "succeeded", &op);
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::SettledConflict {
+            reason: "settled_failed_but_succeeded"
+        }
+    );
+    assert_eq!(w.current(&op).await, resolved, "settled is final: paged, not written");
+}
+
+#[tokio::test]
+async fn an_eventbridge_event_takes_the_same_path() {
+    let w = World::new();
+    let op = w.unknown_op("order-bridge", None).await;
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let detail: serde_json::Value =
+        serde_json::from_slice(&event("evt_eb", "payment_intent.succeeded", &pi, "succeeded", &op))
+            .unwrap();
+    let envelope = serde_json::json!({
+        "version": "0", "id": "1b2c", "detail-type": "payment_intent.succeeded",
+        "source": "aws.partner/stripe.com/ed_test_1", "account": "123456789012",
+        "time": "2027-01-15T08:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": detail,
+    })
+    .to_string();
+    let report = receive_eventbridge(&w.deps, envelope.as_bytes(), None).await;
+    assert_eq!(
+        report.reception,
+        Reception::Applied {
+            status: OperationStatus::Succeeded,
+            review: None
+        }
+    );
+    let settled = w.current(&op).await;
+    let again = receive_eventbridge(&w.deps, envelope.as_bytes(), None).await;
+    assert_eq!(again.reception, Reception::Ignored(Ignored::Duplicate));
+    assert_eq!(w.current(&op).await, settled);
+    // No signature involved, and no webhook secret needed.
+    let mut no_webhook = w.deps.clone();
+    no_webhook.secrets = None;
+    let other = receive_eventbridge(&no_webhook, b"{}", None).await;
+    assert!(matches!(other.reception, Reception::Rejected(Rejection::Unreadable(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_out_of_time_is_forgotten_so_its_retry_counts() {
+    let mut w = World::new();
+    let op = w.unknown_op("order-slow", None).await;
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+    w.deps.charge.gateway = Arc::new(SlowRetrieve {
+        inner: w.gateway.clone(),
+        delay: Duration::from_secs(30),
+    });
+    let body = event("evt_slow", "payment_intent.succeeded", &pi, "succeeded", &op);
+    let header = sign_header(&w.secret, w.now_secs(), &body);
+    let report = receive(&w.deps, Some(&header), &body, Some(Duration::from_secs(5))).await;
+    assert_eq!(report.reception, Reception::RetryLater(Deferred::Deadline));
+    assert_eq!(report.reception.http_status(), 500);
+    assert!(!w.inbox.contains("evt_slow"), "forgotten");
+    assert_eq!(w.current(&op).await.status, OperationStatus::Unknown);
+    // With the time it needs, the retry settles it.
+    let report = receive(&w.deps, Some(&header), &body, Some(Duration::from_secs(60))).await;
+    assert!(matches!(report.reception, Reception::Applied { .. }));
 }

@@ -170,7 +170,7 @@ impl StripeUnderTest for FakeSide {
 
     async fn another_charge_by_hand(&self, op: &Operation) {
         self.gateway
-            .insert_charge(op.operation_id, PaymentIntentStatus::Succeeded);
+            .insert_charge(op, PaymentIntentStatus::Succeeded);
     }
 
     fn slow_creates(&self) {
@@ -677,6 +677,9 @@ struct Observer {
 
 #[async_trait]
 impl PaymentGateway for Observer {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let rec = self.store.get(&self.key).await.unwrap().unwrap();
         self.seen_first_attempt

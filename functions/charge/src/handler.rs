@@ -627,6 +627,9 @@ mod tests {
 
     #[async_trait::async_trait]
     impl charge_once::ports::PaymentGateway for TimedGateway {
+        fn livemode(&self) -> bool {
+            false
+        }
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,

@@ -1,23 +1,40 @@
-//! `POST /stripe/webhook`: one Stripe event delivery.
+//! One invocation of the events function: an EventBridge event from Stripe's partner event
+//! source, or a `POST /stripe/webhook` delivery.
 //!
-//! Who may call: anyone can reach the route (Stripe cannot sign SigV4, so it has no IAM/JWT
-//! authorizer); only a body signed with the endpoint's secret within 300 s of our clock is read.
-//! What it may do: settle an operation that is already there, through the executor's own
-//! conditional writes; never create, confirm or overwrite (see [`charge_once::webhook`]).
+//! Who may call: EventBridge invokes the function for the stack's rule on the partner bus (AWS
+//! authenticates Stripe's delivery). The webhook route, when the stack has one, can be reached by
+//! anyone (Stripe cannot sign SigV4, so it has no IAM/JWT authorizer); only a body signed with
+//! one of the endpoint's secrets within 300 s of our clock is read.
+//! What it may do: settle an operation that is already there on Stripe's own answer (an event is
+//! a hint), through the executor's own shell; never create, confirm or overwrite (see
+//! [`charge_once::webhook`]).
+//!
+//! Webhook answers:
 //!
 //! | answer | when | what changed |
 //! |---|---|---|
 //! | 400 `{error:{code}}` | missing/invalid signature, stale timestamp, body over 256 KiB, unreadable event | nothing |
+//! | 404 | the stack has no webhook secret | nothing |
 //! | 405 | another method | nothing |
-//! | 200 `{received, outcome}` | applied, duplicate, ignored (other type, not ours, unknown operation, nothing new) | at most the inbox entry and one guarded transition |
+//! | 200 `{received, outcome}` | applied, duplicate, ignored, mismatch (paged), settled conflict (paged) | at most the inbox entry and one guarded transition |
 //! | 409 | the charge function holds the operation's lease right now | nothing (the inbox entry is forgotten: Stripe's retry is processed) |
-//! | 500 | DynamoDB or Stripe's retrieve failed | nothing kept; Stripe retries, the reconciler is the safety net |
+//! | 500 | DynamoDB or Stripe's retrieve failed, or time ran out | nothing kept; Stripe retries, the reconciler is the safety net |
 //!
-//! Metrics (EMF, `Function=webhook`): `WebhookRejected` (alarmed), `WebhookApplied`,
-//! `WebhookIgnored`, `WebhookRetryLater`, all with a `Reason`/`Outcome` class; `SentToReview`
-//! (`ReasonClass=second_payment_intent`) and `WebhookSettledConflict`, both alarmed (paged).
+//! An EventBridge event that is refused or must come again fails the invocation (with the
+//! reason), so Lambda retries it and then keeps it, with the error, on the events DLQ.
+//!
+//! Time: the work after the inbox admitted an event is bounded by the invocation's deadline less
+//! [`DEADLINE_MARGIN`], and for a webhook by [`HTTP_BUDGET`] (the HTTP API gives up on the
+//! integration after 30 s and Stripe then retries): past it the inbox entry is forgotten, so the
+//! retry is processed instead of taken for a duplicate.
+//!
+//! Metrics (EMF, `Function=webhook`): `WebhookRejected` (alarmed on a rate), `WebhookApplied`,
+//! `WebhookIgnored`, `WebhookRetryLater`, all with a `Reason`/`Outcome` class; `EventMismatch`
+//! (an event Stripe does not confirm), `SentToReview` (`ReasonClass`) and
+//! `WebhookSettledConflict`, all alarmed (paged).
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::encodings::Body;
@@ -27,14 +44,21 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::telemetry::{emf_line_classed, MetricsSink};
 use charge_once::webhook::{
-    receive, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport, MAX_BODY_BYTES,
-    SECOND_PAYMENT_INTENT,
+    receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps,
+    WebhookReport, MAX_BODY_BYTES,
 };
-use lambda_runtime::LambdaEvent;
+use lambda_runtime::{Context, Error, LambdaEvent};
 use serde_json::{json, Value};
 use tracing::{info, Instrument};
 
 pub const FUNCTION: &str = "webhook";
+
+/// Left of the invocation's time for forgetting the inbox entry and answering.
+pub const DEADLINE_MARGIN: Duration = Duration::from_secs(3);
+
+/// The most a webhook delivery works on one event: under the HTTP API's 30 s integration
+/// timeout, with the margin to forget and answer.
+pub const HTTP_BUDGET: Duration = Duration::from_secs(27);
 
 /// What the handler needs, built once in `main`.
 pub struct WebhookFunction {
@@ -42,8 +66,78 @@ pub struct WebhookFunction {
     pub metrics: Arc<dyn MetricsSink>,
 }
 
-/// Handles one delivery. Always an HTTP answer, never a Lambda error.
-pub async fn handle(
+/// An EventBridge event that was refused or must come again: the invocation fails with this, so
+/// Lambda retries it and its on-failure destination keeps it with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("event {event_id} not acted on: {outcome}")]
+pub struct NotActedOn {
+    pub event_id: String,
+    pub outcome: &'static str,
+}
+
+/// Handles one invocation: an EventBridge event (it has a `detail-type`) or an HTTP API
+/// request. The webhook's answer is always an HTTP response, never a Lambda error.
+pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    let (payload, context) = event.into_parts();
+    if payload.get("detail-type").is_some() {
+        return Ok(handle_eventbridge(deps, LambdaEvent::new(payload, context)).await?);
+    }
+    let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(payload) {
+        Ok(req) => handle_http(deps, LambdaEvent::new(req, context)).await,
+        Err(e) => {
+            info!(error = %e, "not an HTTP API request nor an EventBridge event");
+            response(400, json!({"error": {"code": "unreadable"}}))
+        }
+    };
+    Ok(serde_json::to_value(response)?)
+}
+
+/// The time left for acting on an event: the invocation's deadline less the margin, capped.
+/// `None` when the context has no deadline (tests and the simulation, whose clock is virtual).
+fn budget(context: &Context, cap: Option<Duration>) -> Option<Duration> {
+    if context.deadline == 0 {
+        return None;
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = Duration::from_millis(context.deadline.saturating_sub(now_ms))
+        .saturating_sub(DEADLINE_MARGIN);
+    Some(cap.map_or(left, |cap| left.min(cap)))
+}
+
+/// One EventBridge event from Stripe's partner event source.
+pub async fn handle_eventbridge(
+    deps: &WebhookFunction,
+    event: LambdaEvent<Value>,
+) -> Result<Value, NotActedOn> {
+    let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
+    async {
+        let budget = budget(&event.context, None);
+        let envelope = serde_json::to_vec(&event.payload).unwrap_or_default();
+        let report = receive_eventbridge(&deps.webhook, &envelope, budget).await;
+        emit_metrics(deps, &report);
+        let outcome = outcome_label(&report.reception);
+        info!(
+            event_id = report.event_id.as_deref().unwrap_or(""),
+            event_type = report.event_type.as_deref().unwrap_or(""),
+            outcome,
+            "event handled"
+        );
+        match &report.reception {
+            Reception::Rejected(_) | Reception::RetryLater(_) => Err(NotActedOn {
+                event_id: report.event_id.unwrap_or_default(),
+                outcome,
+            }),
+            _ => Ok(json!({"received": true, "outcome": outcome})),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// One webhook delivery. Always an HTTP answer, never a Lambda error.
+pub async fn handle_http(
     deps: &WebhookFunction,
     event: LambdaEvent<ApiGatewayV2httpRequest>,
 ) -> ApiGatewayV2httpResponse {
@@ -61,7 +155,8 @@ pub async fn handle(
                     .headers
                     .get("stripe-signature")
                     .and_then(|v| v.to_str().ok());
-                receive(&deps.webhook, header, &body).await
+                let budget = budget(&event.context, Some(HTTP_BUDGET));
+                receive(&deps.webhook, header, &body, budget).await
             }
             Err(e) => WebhookReport {
                 reception: Reception::Rejected(Rejection::Signature(e)),
@@ -106,18 +201,20 @@ fn outcome_label(r: &Reception) -> &'static str {
     match r {
         Reception::Rejected(why) => why.as_str(),
         Reception::Ignored(why) => why.as_str(),
-        Reception::Applied { review: true, .. } => "review",
+        Reception::Applied {
+            review: Some(_), ..
+        } => "review",
         Reception::Applied { status, .. } => status.as_str(),
         Reception::SettledConflict { reason } => reason,
-        Reception::RetryLater { busy: true, .. } => "busy",
-        Reception::RetryLater { busy: false, .. } => "unavailable",
+        Reception::Mismatch(why) => why.as_str(),
+        Reception::RetryLater(why) => why.as_str(),
     }
 }
 
 fn body_of(report: &WebhookReport) -> Value {
     match &report.reception {
         Reception::Rejected(why) => json!({"error": {"code": why.as_str()}}),
-        Reception::RetryLater { .. } => {
+        Reception::RetryLater(_) => {
             json!({"error": {"code": outcome_label(&report.reception)}})
         }
         other => json!({"received": true, "outcome": outcome_label(other)}),
@@ -125,14 +222,15 @@ fn body_of(report: &WebhookReport) -> Value {
 }
 
 fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
-    let now = deps.webhook.clock.now();
+    let now = deps.webhook.charge.clock.now();
     let label = outcome_label(&report.reception);
     let (name, class) = match &report.reception {
         Reception::Rejected(_) => ("WebhookRejected", "Reason"),
         Reception::Ignored(_) => ("WebhookIgnored", "Reason"),
         Reception::Applied { .. } => ("WebhookApplied", "Outcome"),
         Reception::SettledConflict { .. } => ("WebhookSettledConflict", "Reason"),
-        Reception::RetryLater { .. } => ("WebhookRetryLater", "Reason"),
+        Reception::Mismatch(_) => ("EventMismatch", "Reason"),
+        Reception::RetryLater(_) => ("WebhookRetryLater", "Reason"),
     };
     deps.metrics.emit(emf_line_classed(
         FUNCTION,
@@ -140,10 +238,14 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
         now,
         &[(name, 1.0, "Count")],
     ));
-    if let Reception::Applied { review: true, .. } = report.reception {
+    if let Reception::Applied {
+        review: Some(class),
+        ..
+    } = report.reception
+    {
         deps.metrics.emit(emf_line_classed(
             FUNCTION,
-            ("ReasonClass", SECOND_PAYMENT_INTENT),
+            ("ReasonClass", class.as_str()),
             now,
             &[("SentToReview", 1.0, "Count")],
         ));
@@ -162,17 +264,17 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
-    use std::time::Duration;
 
+    use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing;
-    use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
+    use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT};
     use charge_once::{
-        Clock, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
+        Clock, ManualClock, Operation, OperationStatus, PaymentIntentId, PaymentIntentStatus,
+        Timestamp,
     };
-    use lambda_runtime::Context;
 
     use super::*;
 
@@ -194,13 +296,16 @@ mod tests {
         let metrics = Arc::new(CapturedMetrics::new());
         let deps = WebhookFunction {
             webhook: WebhookDeps {
-                store: store.clone(),
+                charge: ChargeDeps {
+                    store: store.clone(),
+                    gateway: gateway.clone(),
+                    clock: Arc::new(clock.clone()),
+                    policy: ChargePolicy::default(),
+                },
                 inbox: inbox.clone(),
-                gateway: gateway.clone(),
-                clock: Arc::new(clock.clone()),
-                secret: WebhookSecret::parse(SAMPLE_SECRET).unwrap(),
+                secrets: Some(vec![WebhookSecret::parse(SAMPLE_SECRET).unwrap()]),
                 tolerance: DEFAULT_TOLERANCE,
-                lease_ttl: Duration::from_secs(60),
+                event_source: None,
             },
             metrics: metrics.clone(),
         };
@@ -214,8 +319,10 @@ mod tests {
         }
     }
 
-    /// The secret `events/webhook-payment-intent-succeeded.json` is signed with (a test value).
-    const SAMPLE_SECRET: &str = "whsec_sample_for_sam_local_invoke";
+    /// The key `events/webhook-payment-intent-succeeded.json` is signed with: this unit test's
+    /// fixture, never a secret to store anywhere.
+    const SAMPLE_SECRET: &str = "whsec_Lx4Qp9Rt2Vw7Yz1Bc5Df8Gh3Jk6Mn0Ps";
+    const SAMPLE_INTENT: &str = "pi_3SampleIntent0001";
 
     fn sample() -> ApiGatewayV2httpRequest {
         let path = format!(
@@ -226,8 +333,28 @@ mod tests {
         serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// The sample's Stripe event in the EventBridge envelope a Stripe event destination sends.
+    fn sample_eventbridge() -> Value {
+        let detail: Value = serde_json::from_str(sample().body.as_deref().unwrap()).unwrap();
+        json!({
+            "version": "0",
+            "id": "5b6b2c4e-0d7b-4f5e-9d35-5f0b4c6a1e21",
+            "detail-type": detail["type"],
+            "source": "aws.partner/stripe.com/ed_test_61SampleDestination",
+            "account": "123456789012",
+            "time": "2027-01-15T08:00:00Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": detail,
+        })
+    }
+
     async fn call(f: &Fixture, req: ApiGatewayV2httpRequest) -> (i64, Value) {
-        let resp = handle(&f.deps, LambdaEvent::new(req, Context::default())).await;
+        let payload = serde_json::to_value(req).unwrap();
+        let resp = handle(&f.deps, LambdaEvent::new(payload, Context::default()))
+            .await
+            .unwrap();
+        let resp: ApiGatewayV2httpResponse = serde_json::from_value(resp).unwrap();
         let body = match resp.body {
             Some(Body::Text(t)) => serde_json::from_str(&t).unwrap(),
             other => panic!("expected a JSON body, got {other:?}"),
@@ -235,31 +362,46 @@ mod tests {
         (resp.status_code, body)
     }
 
-    /// The operation the sample event names, `unknown` after a lost answer.
-    async fn sample_operation(f: &Fixture) -> Operation {
+    async fn call_eventbridge(f: &Fixture, event: Value) -> Result<Value, String> {
+        handle(&f.deps, LambdaEvent::new(event, Context::default()))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The operation the sample event names, `unknown` after a lost answer, and the sample's
+    /// PaymentIntent at Stripe in `status`.
+    async fn sample_operation(f: &Fixture, status: PaymentIntentStatus) -> Operation {
         let body: Value = serde_json::from_str(sample().body.as_deref().unwrap()).unwrap();
         let meta = &body["data"]["object"]["metadata"];
-        testing::order(meta["order_id"].as_str().unwrap())
+        let op = testing::order(meta["order_id"].as_str().unwrap())
             .operation_id(meta["operation_id"].as_str().unwrap())
             .status(OperationStatus::Unknown)
             .at(f.clock.now())
             .create_in(f.store.as_ref())
-            .await
+            .await;
+        f.gateway.insert_intent_as(
+            &PaymentIntentId::parse(SAMPLE_INTENT).unwrap(),
+            FakeGateway::charge_for(&op, status),
+        );
+        op
     }
 
     #[tokio::test]
     async fn the_sample_event_settles_its_operation() {
         let f = fixture();
-        let op = sample_operation(&f).await;
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let (status, body) = call(&f, sample()).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["outcome"], "succeeded");
         let now = f.store.get(&op.key()).await.unwrap().unwrap();
         assert_eq!(now.status, OperationStatus::Succeeded);
+        assert_eq!(now.external_id.as_deref(), Some(SAMPLE_INTENT));
         assert_eq!(
             f.metrics.sum("WebhookApplied", &[("Function", FUNCTION)]),
             1.0
         );
+        // Stripe was asked before anything moved.
+        assert_eq!(f.gateway.calls.retrieve.load(Ordering::SeqCst), 1);
         // Redelivered: 200, one transition only.
         let (status, body) = call(&f, sample()).await;
         assert_eq!((status, body["outcome"].as_str()), (200, Some("duplicate")));
@@ -268,9 +410,99 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_eventbridge_event_settles_like_a_webhook_and_its_duplicate_changes_nothing() {
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let out = call_eventbridge(&f, sample_eventbridge()).await.unwrap();
+        assert_eq!(out["outcome"], "succeeded");
+        let settled = f.store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(settled.status, OperationStatus::Succeeded);
+        let out = call_eventbridge(&f, sample_eventbridge()).await.unwrap();
+        assert_eq!(out["outcome"], "duplicate");
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), settled);
+        // The same event id arriving the other way is the same duplicate: one inbox.
+        let (status, body) = call(&f, sample()).await;
+        assert_eq!((status, body["outcome"].as_str()), (200, Some("duplicate")));
+        assert_eq!(f.gateway.calls.retrieve.load(Ordering::SeqCst), 1);
+        assert_eq!(f.gateway.calls.create.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn eventbridge_events_that_are_not_stripes_fail_the_invocation_and_write_nothing() {
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let before = f.store.get(&op.key()).await.unwrap().unwrap();
+        let mut foreign = sample_eventbridge();
+        foreign["source"] = json!("aws.partner/example.com/x");
+        let mut retyped = sample_eventbridge();
+        retyped["detail-type"] = json!("payment_intent.canceled");
+        let mut bare = sample_eventbridge();
+        bare["detail"] = json!({"id": "evt_1"});
+        for (name, event) in [("foreign", foreign), ("retyped", retyped), ("bare", bare)] {
+            let err = call_eventbridge(&f, event).await.unwrap_err();
+            assert!(err.contains("unreadable"), "{name}: {err}");
+        }
+        // A deployment that names its source refuses another Stripe source.
+        let mut f2 = fixture();
+        f2.deps.webhook.event_source = Some("aws.partner/stripe.com/ed_other".into());
+        sample_operation(&f2, PaymentIntentStatus::Succeeded).await;
+        assert!(call_eventbridge(&f2, sample_eventbridge()).await.is_err());
+        assert!(f.inbox.is_empty() && f2.inbox.is_empty());
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), before);
+        assert_eq!(
+            f.metrics.sum("WebhookRejected", &[("Function", FUNCTION)]),
+            3.0
+        );
+        assert_eq!(f.gateway.calls.total(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_forged_succeeded_moves_nothing_and_pages() {
+        let f = fixture();
+        // Stripe holds the sample's intent as declined; the signed event says succeeded.
+        let op = sample_operation(&f, PaymentIntentStatus::RequiresPaymentMethod).await;
+        let before = f.store.get(&op.key()).await.unwrap().unwrap();
+        let (status, body) = call(&f, sample()).await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (200, Some("status_contradicted"))
+        );
+        let out = call_eventbridge(&f, {
+            let mut e = sample_eventbridge();
+            e["detail"]["id"] = json!("evt_3SampleWebhook0002");
+            e
+        })
+        .await
+        .unwrap();
+        assert_eq!(out["outcome"], "status_contradicted");
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), before);
+        assert_eq!(
+            f.metrics.sum("EventMismatch", &[("Function", FUNCTION)]),
+            2.0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stack_without_a_webhook_secret_refuses_every_delivery() {
+        let mut f = fixture();
+        f.deps.webhook.secrets = None;
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let (status, body) = call(&f, sample()).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (404, Some("webhook_disabled")));
+        assert_eq!(
+            f.store.get(&op.key()).await.unwrap().unwrap().status,
+            OperationStatus::Unknown
+        );
+        assert!(f.inbox.is_empty());
+        // EventBridge still works.
+        let out = call_eventbridge(&f, sample_eventbridge()).await.unwrap();
+        assert_eq!(out["outcome"], "succeeded");
+    }
+
+    #[tokio::test]
     async fn rejects_are_400_counted_and_write_nothing() {
         let f = fixture();
-        let op = sample_operation(&f).await;
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let before = f.store.get(&op.key()).await.unwrap().unwrap();
         let mut missing = sample();
         missing.headers.remove("stripe-signature");
@@ -311,7 +543,7 @@ mod tests {
     #[tokio::test]
     async fn base64_bodies_and_methods() {
         let f = fixture();
-        sample_operation(&f).await;
+        sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let mut req = sample();
         req.body = req.body.map(|b| BASE64.encode(b));
         req.is_base64_encoded = true;
@@ -324,11 +556,11 @@ mod tests {
     #[tokio::test]
     async fn a_second_intent_is_counted_as_review() {
         let f = fixture();
-        let mut op = sample_operation(&f).await;
+        let mut op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         // Make the stored operation carry another PaymentIntent id than the sample's.
         let other = f
             .gateway
-            .insert_charge(op.operation_id, PaymentIntentStatus::Processing);
+            .insert_charge(&op, PaymentIntentStatus::Processing);
         op.external_id = Some(other);
         f.store.put_for_tests(op.clone());
         let (status, body) = call(&f, sample()).await;
@@ -338,5 +570,22 @@ mod tests {
                 .sum("SentToReview", &[("ReasonClass", SECOND_PAYMENT_INTENT)]),
             1.0
         );
+    }
+
+    #[test]
+    fn the_budget_follows_the_deadline_and_the_http_cap() {
+        assert_eq!(budget(&Context::default(), Some(HTTP_BUDGET)), None);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut ctx = Context::default();
+        ctx.deadline = now_ms + 40_000;
+        let http = budget(&ctx, Some(HTTP_BUDGET)).unwrap();
+        assert_eq!(http, HTTP_BUDGET);
+        let bridge = budget(&ctx, None).unwrap();
+        assert!(bridge > Duration::from_secs(30) && bridge <= Duration::from_secs(37));
+        ctx.deadline = now_ms + 1_000;
+        assert_eq!(budget(&ctx, None), Some(Duration::ZERO));
     }
 }

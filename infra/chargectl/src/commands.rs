@@ -782,6 +782,9 @@ mod tests {
 
     #[async_trait]
     impl PaymentGateway for StubStripe {
+        fn livemode(&self) -> bool {
+            false
+        }
         async fn create(&self, _: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
             unreachable!("an operator never creates")
         }

@@ -629,6 +629,9 @@ impl SimGateway {
 
 #[async_trait]
 impl PaymentGateway for SimGateway {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         yield_now().await;
         let mut req = req.clone();

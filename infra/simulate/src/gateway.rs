@@ -79,6 +79,10 @@ impl InProcessGateway {
 
 #[async_trait]
 impl PaymentGateway for InProcessGateway {
+    /// The simulator's key is a test-mode key, and its PaymentIntents say `livemode: false`.
+    fn livemode(&self) -> bool {
+        SecretKey::new(stripe_sim::DEFAULT_API_KEY).is_live()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let form = vec![
             (

@@ -473,7 +473,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             faulty_store.clone(),
             sim_gateway.clone(),
             clock_arc.clone(),
-            policy.lease_ttl,
+            policy.clone(),
             trace.clone(),
         )?)),
         _ => None,

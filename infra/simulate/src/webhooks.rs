@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
@@ -30,7 +29,7 @@ use webhook::handler::WebhookFunction;
 use crate::trace::Trace;
 
 /// The endpoint secret of the simulated webhook endpoint.
-const SECRET: &str = "whsec_simulated_endpoint";
+const SECRET: &str = "whsec_SimulatedEndpointKey4Qp9Rt2Vw7Yz1Bc5";
 
 /// What the webhook function did, counted at its ports.
 #[derive(Debug, Default)]
@@ -106,6 +105,9 @@ struct CountingGateway {
 
 #[async_trait]
 impl PaymentGateway for CountingGateway {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.creates.fetch_add(1, Ordering::Relaxed);
         self.inner.create(req).await
@@ -159,7 +161,7 @@ impl Webhooks {
         store: Arc<dyn OperationStore>,
         gateway: Arc<dyn PaymentGateway>,
         clock: Arc<dyn Clock>,
-        lease_ttl: Duration,
+        policy: charge_once::executor::ChargePolicy,
         trace: Arc<Trace>,
     ) -> Result<Self, String> {
         sim.set_webhooks(WebhookConfig {
@@ -179,19 +181,24 @@ impl Webhooks {
         let inbox = Arc::new(MemoryInbox::new());
         let function = WebhookFunction {
             webhook: WebhookDeps {
-                store: Arc::new(CountingStore {
-                    inner: store,
-                    calls: calls.clone(),
-                }),
+                charge: charge_once::executor::ChargeDeps {
+                    store: Arc::new(CountingStore {
+                        inner: store,
+                        calls: calls.clone(),
+                    }),
+                    gateway: Arc::new(CountingGateway {
+                        inner: gateway,
+                        calls: calls.clone(),
+                    }),
+                    clock,
+                    policy,
+                },
                 inbox: inbox.clone(),
-                gateway: Arc::new(CountingGateway {
-                    inner: gateway,
-                    calls: calls.clone(),
-                }),
-                clock,
-                secret: WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?,
+                secrets: Some(vec![
+                    WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?
+                ]),
                 tolerance: DEFAULT_TOLERANCE,
-                lease_ttl,
+                event_source: None,
             },
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
@@ -242,7 +249,7 @@ impl Webhooks {
             }
             req.body = Some(d.body.clone());
             let status =
-                webhook::handler::handle(&self.function, LambdaEvent::new(req, Context::default()))
+                webhook::handler::handle_http(&self.function, LambdaEvent::new(req, Context::default()))
                     .await
                     .status_code;
             let status = u16::try_from(status).unwrap_or(0);

@@ -25,13 +25,13 @@ pub async fn fetch_stripe_key(client: &Client, arn: &str) -> Result<SecretKey, S
     Ok(parse_secret_key(&fetch_secret_string(client, arn).await?)?)
 }
 
-/// `GetSecretValue` on `arn`, parsed as a Stripe webhook endpoint secret (`whsec_…`, bare or as
-/// `{"webhook_secret": …}`).
-pub async fn fetch_webhook_secret(
+/// `GetSecretValue` on `arn`, parsed as the endpoint's signing secrets (one `whsec_…`, two
+/// during a rotation; [`crate::config::parse_webhook_secrets`]).
+pub async fn fetch_webhook_secrets(
     client: &Client,
     arn: &str,
-) -> Result<crate::webhook::WebhookSecret, SecretError> {
-    Ok(crate::config::parse_webhook_secret(
+) -> Result<Vec<crate::webhook::WebhookSecret>, SecretError> {
+    Ok(crate::config::parse_webhook_secrets(
         &fetch_secret_string(client, arn).await?,
     )?)
 }

@@ -37,6 +37,12 @@ impl SecretKey {
     fn expose(&self) -> &str {
         &self.0
     }
+
+    /// True for a live-mode key (`sk_live_…`, `rk_live_…`): the mode every PaymentIntent we act
+    /// on must carry (`livemode`). Anything else is a test-mode key.
+    pub fn is_live(&self) -> bool {
+        self.0.starts_with("sk_live_") || self.0.starts_with("rk_live_")
+    }
 }
 
 impl fmt::Debug for SecretKey {
@@ -72,6 +78,19 @@ impl StripeConfig {
             max_network_retries: 1,
             retry_backoff: Duration::from_millis(250),
         }
+    }
+
+    /// The longest one gateway call can take, its in-call retries included: every attempt runs
+    /// to the whole-request timeout and every back-off is waited out (10 s, 1 retry, 250 ms:
+    /// 20.25 s). What a function's timeout and a lease must cover.
+    pub fn worst_case_call(&self) -> Duration {
+        let mut total = self.timeout;
+        let mut backoff = self.retry_backoff;
+        for _ in 0..self.max_network_retries {
+            total += self.timeout + backoff;
+            backoff *= 2;
+        }
+        total
     }
 }
 
@@ -136,6 +155,7 @@ pub struct StripeGateway {
     http: reqwest::Client,
     base: String,
     key: SecretKey,
+    livemode: bool,
     max_retries: u32,
     retry_backoff: Duration,
     pub requests: StripeRequests,
@@ -163,6 +183,7 @@ impl StripeGateway {
         Ok(Self {
             http,
             base,
+            livemode: cfg.secret_key.is_live(),
             key: cfg.secret_key,
             max_retries: cfg.max_network_retries,
             retry_backoff: cfg.retry_backoff,
@@ -325,23 +346,28 @@ struct WirePaymentIntent {
     currency: Option<String>,
     #[serde(default)]
     metadata: Option<std::collections::HashMap<String, serde_json::Value>>,
+    #[serde(default)]
+    livemode: Option<bool>,
 }
 
 impl WirePaymentIntent {
     fn into_domain(self, replayed: bool) -> PaymentIntent {
-        let operation_id = self
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get("operation_id"))
-            .and_then(|v| v.as_str())
-            .map(str::to_owned);
+        let meta = |k: &str| {
+            self.metadata
+                .as_ref()
+                .and_then(|m| m.get(k))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
         PaymentIntent {
             status: PaymentIntentStatus::parse(&self.status),
+            operation_id: meta("operation_id"),
+            order_id: meta("order_id"),
             id: self.id,
             replayed,
             amount: self.amount,
             currency: self.currency.map(|c| c.to_ascii_lowercase()),
-            operation_id,
+            livemode: self.livemode,
         }
     }
 }
@@ -483,6 +509,10 @@ pub fn search_query(operation_id: &OperationId) -> String {
 
 #[async_trait]
 impl PaymentGateway for StripeGateway {
+    fn livemode(&self) -> bool {
+        self.livemode
+    }
+
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let form = [
             ("amount", req.params.amount.minor_units().to_string()),

@@ -7,6 +7,7 @@ use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStat
 use crate::time::Timestamp;
 
 use super::{ChargePolicy, Disposition};
+use crate::webhook::event::{decide, Action};
 
 /// What to do with a claimed operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,12 @@ pub enum ReviewClass {
     StuckRequiresAction,
     /// The PaymentIntent stayed `processing` past the stuck bound.
     StuckProcessing,
+    /// Stripe answered with a PaymentIntent that is not this operation's (its metadata, amount,
+    /// currency or mode differ from the record): nothing is settled from it.
+    IntentMismatch,
+    /// A succeeded PaymentIntent other than the recorded one (a Stripe event told of it): a
+    /// suspected double charge.
+    SecondPaymentIntent,
 }
 
 impl ReviewClass {
@@ -87,8 +94,58 @@ impl ReviewClass {
             ReviewClass::SearchFailed => "search_failed",
             ReviewClass::StuckRequiresAction => "stuck_requires_action",
             ReviewClass::StuckProcessing => "stuck_processing",
+            ReviewClass::IntentMismatch => "intent_mismatch",
+            ReviewClass::SecondPaymentIntent => "second_payment_intent",
         }
     }
+}
+
+/// Which of a PaymentIntent's facts is not the operation's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mismatch {
+    OperationId,
+    OrderId,
+    Amount,
+    Currency,
+    /// A live-mode intent for a test-mode key, or the other way round.
+    Livemode,
+}
+
+impl Mismatch {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mismatch::OperationId => "operation_id",
+            Mismatch::OrderId => "order_id",
+            Mismatch::Amount => "amount",
+            Mismatch::Currency => "currency",
+            Mismatch::Livemode => "livemode",
+        }
+    }
+}
+
+/// The one check that a PaymentIntent is this operation's, before anything settles from it (the
+/// executor's create, retrieve and search answers, and every Stripe event): `metadata.operation_id`
+/// and `metadata.order_id` as our create set them, the amount and currency of the record, and the
+/// mode of our key. A fact Stripe's answer lacks counts as different: an intent we cannot confirm
+/// is not ours. The first difference found, in that order; `None` when all agree.
+pub fn intent_mismatch(op: &Operation, pi: &PaymentIntent, livemode: bool) -> Option<Mismatch> {
+    let operation_id = op.operation_id.to_string();
+    if pi.operation_id.as_deref() != Some(operation_id.as_str()) {
+        return Some(Mismatch::OperationId);
+    }
+    if pi.order_id.as_deref() != Some(op.order_id.as_str()) {
+        return Some(Mismatch::OrderId);
+    }
+    if pi.amount != Some(op.params.amount.minor_units()) {
+        return Some(Mismatch::Amount);
+    }
+    if pi.currency.as_deref() != Some(op.params.currency.as_str()) {
+        return Some(Mismatch::Currency);
+    }
+    if pi.livemode != Some(livemode) {
+        return Some(Mismatch::Livemode);
+    }
+    None
 }
 
 /// The stuck class of a PaymentIntent status that waits on something outside us (the customer's
@@ -117,12 +174,26 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn from_payment_intent(
+    /// What a PaymentIntent Stripe just answered with means for the operation: checked to be the
+    /// operation's first ([`intent_mismatch`]), then settled, reviewed as stuck, or looked at again.
+    pub fn from_payment_intent(
         op: &Operation,
         pi: PaymentIntent,
         now: Timestamp,
         policy: &ChargePolicy,
+        livemode: bool,
     ) -> Self {
+        if let Some(m) = intent_mismatch(op, &pi, livemode) {
+            // Settling from someone else's intent would tell the customer an outcome that is not
+            // theirs; recording its id would make every later look read it. A person checks.
+            let reason = format!(
+                "{}: payment intent {} is not this operation's ({} differs)",
+                ReviewClass::IntentMismatch.as_str(),
+                pi.id,
+                m.as_str()
+            );
+            return Decision::review(op.status, reason, ReviewClass::IntentMismatch, now);
+        }
         let status = outcome_for(&pi.status);
         if status.is_settled() {
             Decision {
@@ -164,7 +235,7 @@ impl Decision {
     }
 
     /// The status stays as it was; only the error and the next look change.
-    fn unchanged(
+    pub fn unchanged(
         op: &Operation,
         error: &GatewayError,
         next_due_at: Timestamp,
@@ -182,7 +253,7 @@ impl Decision {
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
+    pub fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
         Decision {
             status,
             external_id: None,
@@ -238,9 +309,10 @@ pub fn after_create(
     result: Result<PaymentIntent, GatewayError>,
     now: Timestamp,
     policy: &ChargePolicy,
+    livemode: bool,
 ) -> Decision {
     let err = match result {
-        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy),
+        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy, livemode),
         Err(err) => err,
     };
     match &err {
@@ -297,9 +369,10 @@ pub fn after_retrieve(
     result: Result<PaymentIntent, GatewayError>,
     now: Timestamp,
     policy: &ChargePolicy,
+    livemode: bool,
 ) -> Decision {
     let err = match result {
-        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy),
+        Ok(pi) => return Decision::from_payment_intent(op, pi, now, policy, livemode),
         Err(err) => err,
     };
     match &err {
@@ -334,11 +407,12 @@ pub fn after_search(
     result: Result<Vec<PaymentIntent>, GatewayError>,
     now: Timestamp,
     policy: &ChargePolicy,
+    livemode: bool,
 ) -> Decision {
     match result {
         Ok(mut found) if found.len() == 1 => {
             let pi = found.remove(0);
-            Decision::from_payment_intent(op, pi, now, policy)
+            Decision::from_payment_intent(op, pi, now, policy, livemode)
         }
         // Not finding it does not prove it does not exist (search lags during incidents), and two
         // matches mean something already went wrong: a person checks the Stripe dashboard.
@@ -370,13 +444,53 @@ pub fn after_search(
 
 /// Past the key window but before search can be trusted: release the lease and come back then.
 pub fn wait_for_search(op: &Operation, until: Timestamp) -> Decision {
+    release(op, until)
+}
+
+/// Releases the lease and changes nothing else but the next look.
+fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
     Decision {
         status: op.status,
         external_id: None,
         last_error: op.last_error.clone(),
         review: None,
-        next_due_at: Some(until),
+        next_due_at: Some(next_due_at),
         disposition: Disposition::Scheduled,
         review_class: None,
     }
+}
+
+/// After a Stripe event made us retrieve one of the operation's PaymentIntents (`pi` is Stripe's
+/// answer, never the event's copy), on the record as claimed: the event rule
+/// ([`crate::webhook::event::decide`]) says what it means, and the same answer rules as the
+/// executor's ([`Decision::from_payment_intent`]: the intent is checked to be the operation's,
+/// then settled, reviewed as stuck or recorded as unknown) make the record. Nothing that is not
+/// new changes the record, not even its next look.
+pub fn after_event(
+    op: &Operation,
+    pi: PaymentIntent,
+    now: Timestamp,
+    policy: &ChargePolicy,
+    livemode: bool,
+) -> (Action, Decision) {
+    let action = decide(op, &pi.id, &pi.status);
+    let decision = match &action {
+        Action::Settle { .. } | Action::RecordIntent { .. } => {
+            Decision::from_payment_intent(op, pi, now, policy, livemode)
+        }
+        Action::Review { external_id } => Decision::review(
+            op.status,
+            format!(
+                "{}: payment intent {external_id} succeeded; recorded {}",
+                ReviewClass::SecondPaymentIntent.as_str(),
+                op.external_id.as_deref().unwrap_or("none")
+            ),
+            ReviewClass::SecondPaymentIntent,
+            now,
+        ),
+        Action::Ignore(_) | Action::PageSettled { .. } => {
+            release(op, op.next_due_at.unwrap_or(now))
+        }
+    };
+    (action, decision)
 }

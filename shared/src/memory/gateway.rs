@@ -14,6 +14,7 @@ use async_trait::async_trait;
 
 use crate::domain::{Fingerprint, OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use crate::operation::Operation;
 use crate::ports::{CreatePaymentIntent, PaymentGateway};
 
 /// A fault applied to the next create call.
@@ -37,12 +38,43 @@ pub enum FakeFault {
     Decline(&'static str),
 }
 
-/// A PaymentIntent that exists at the fake Stripe.
+/// A PaymentIntent that exists at the fake Stripe, with the facts its answers carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeCharge {
     pub status: PaymentIntentStatus,
     pub operation_id: OperationId,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    /// The fake is a test-mode account unless a test says otherwise.
+    pub livemode: bool,
     pub idempotency_key: String,
+}
+
+impl FakeCharge {
+    fn of(req: &CreatePaymentIntent, status: PaymentIntentStatus, key: &str) -> Self {
+        Self {
+            status,
+            operation_id: req.operation_id,
+            order_id: req.order_id.as_str().to_owned(),
+            amount: req.params.amount.minor_units(),
+            currency: req.params.currency.as_str().to_owned(),
+            livemode: false,
+            idempotency_key: key.to_owned(),
+        }
+    }
+
+    /// The PaymentIntent as Stripe's answers show it.
+    fn intent(&self, id: &str) -> PaymentIntent {
+        PaymentIntent {
+            amount: Some(self.amount),
+            currency: Some(self.currency.clone()),
+            operation_id: Some(self.operation_id.to_string()),
+            order_id: Some(self.order_id.clone()),
+            livemode: Some(self.livemode),
+            ..PaymentIntent::new(fake_id(id), self.status.clone())
+        }
+    }
 }
 
 /// Calls received, by endpoint.
@@ -141,25 +173,33 @@ impl FakeGateway {
         }
     }
 
-    /// Adds a PaymentIntent that was not created through this gateway's create (a duplicate made by
-    /// hand in the dashboard, say).
-    pub fn insert_charge(
-        &self,
-        operation_id: OperationId,
-        status: PaymentIntentStatus,
-    ) -> PaymentIntentId {
+    /// Adds a PaymentIntent for `op` (its metadata, amount and currency) that was not created
+    /// through this gateway's create (a duplicate made by hand in the dashboard, say).
+    pub fn insert_charge(&self, op: &Operation, status: PaymentIntentStatus) -> PaymentIntentId {
+        self.insert_intent(FakeCharge::of(
+            &CreatePaymentIntent::for_operation(op),
+            status,
+            "",
+        ))
+    }
+
+    /// Adds this PaymentIntent as it is (to model one that is not what its metadata claims).
+    pub fn insert_intent(&self, charge: FakeCharge) -> PaymentIntentId {
         let mut st = self.lock();
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
-        st.charges.insert(
-            id.clone(),
-            FakeCharge {
-                status,
-                operation_id,
-                idempotency_key: String::new(),
-            },
-        );
+        st.charges.insert(id.clone(), charge);
         fake_id(&id)
+    }
+
+    /// Adds this PaymentIntent under a given id (the one a sample event names).
+    pub fn insert_intent_as(&self, id: &PaymentIntentId, charge: FakeCharge) {
+        self.lock().charges.insert(id.as_str().to_owned(), charge);
+    }
+
+    /// The facts a create for `op` would leave at Stripe, to alter and [`Self::insert_intent`].
+    pub fn charge_for(op: &Operation, status: PaymentIntentStatus) -> FakeCharge {
+        FakeCharge::of(&CreatePaymentIntent::for_operation(op), status, "")
     }
 
     /// Every PaymentIntent created, by id: the external side effect.
@@ -178,20 +218,10 @@ impl FakeGateway {
     ) -> PaymentIntent {
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
-        st.charges.insert(
-            id.clone(),
-            FakeCharge {
-                status: status.clone(),
-                operation_id: req.operation_id,
-                idempotency_key: req.idempotency_key.as_str().to_owned(),
-            },
-        );
-        PaymentIntent {
-            amount: Some(req.params.amount.minor_units()),
-            currency: Some(req.params.currency.as_str().to_owned()),
-            operation_id: Some(req.operation_id.to_string()),
-            ..PaymentIntent::new(fake_id(&id), status)
-        }
+        let charge = FakeCharge::of(req, status, req.idempotency_key.as_str());
+        let pi = charge.intent(&id);
+        st.charges.insert(id, charge);
+        pi
     }
 
     fn answer(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
@@ -298,6 +328,10 @@ fn fake_id(id: &str) -> PaymentIntentId {
 
 #[async_trait]
 impl PaymentGateway for FakeGateway {
+    fn livemode(&self) -> bool {
+        false
+    }
+
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.create.fetch_add(1, Ordering::SeqCst);
         let delay = *self.create_delay.lock().unwrap_or_else(|p| p.into_inner());
@@ -320,10 +354,7 @@ impl PaymentGateway for FakeGateway {
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
         match self.lock().charges.get(id.as_str()) {
-            Some(c) => Ok(PaymentIntent {
-                operation_id: Some(c.operation_id.to_string()),
-                ..PaymentIntent::new(id.clone(), c.status.clone())
-            }),
+            Some(c) => Ok(c.intent(id.as_str())),
             None => Err(GatewayError::Rejected {
                 detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
                 param: Some("id".into()),
@@ -341,10 +372,7 @@ impl PaymentGateway for FakeGateway {
             .charges
             .iter()
             .filter(|(_, c)| c.operation_id == *operation_id)
-            .map(|(id, c)| PaymentIntent {
-                operation_id: Some(c.operation_id.to_string()),
-                ..PaymentIntent::new(fake_id(id), c.status.clone())
-            })
+            .map(|(id, c)| c.intent(id))
             .collect())
     }
 }

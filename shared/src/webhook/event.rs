@@ -72,12 +72,56 @@ struct WireIntent {
     metadata: std::collections::HashMap<String, serde_json::Value>,
 }
 
+/// The prefix of every Stripe partner event source on EventBridge.
+pub const STRIPE_PARTNER_SOURCE_PREFIX: &str = "aws.partner/stripe.com/";
+
+/// An EventBridge event from a Stripe event destination, as far as we read it: the Stripe event
+/// is its `detail`, exactly the object a webhook body carries.
+#[derive(Deserialize)]
+struct WireEnvelope {
+    source: String,
+    #[serde(rename = "detail-type")]
+    detail_type: String,
+    detail: WireEvent,
+}
+
 impl StripeEvent {
     /// Reads a (verified) body. Fields this code does not use are ignored; a PaymentIntent event
     /// without a readable intent is an error.
     pub fn parse(body: &[u8]) -> Result<Self, EventParseError> {
         let wire: WireEvent =
             serde_json::from_slice(body).map_err(|e| EventParseError(e.to_string()))?;
+        Self::from_wire(wire)
+    }
+
+    /// Reads an EventBridge event from Stripe's partner event source. AWS authenticated the
+    /// delivery; we still refuse one that is not from a Stripe source (or not from `source` when
+    /// the deployment names it) or whose `detail-type` is not its event's type.
+    pub fn from_eventbridge(body: &[u8], source: Option<&str>) -> Result<Self, EventParseError> {
+        let wire: WireEnvelope =
+            serde_json::from_slice(body).map_err(|e| EventParseError(e.to_string()))?;
+        if !wire.source.starts_with(STRIPE_PARTNER_SOURCE_PREFIX) {
+            return Err(EventParseError(format!(
+                "source {:?} is not a Stripe partner event source",
+                wire.source
+            )));
+        }
+        if source.is_some_and(|want| want != wire.source) {
+            return Err(EventParseError(format!(
+                "source {:?} is not the configured Stripe event source",
+                wire.source
+            )));
+        }
+        if wire.detail_type != wire.detail.event_type {
+            return Err(EventParseError(format!(
+                "detail-type {:?} is not the event's type {:?}",
+                wire.detail_type, wire.detail.event_type
+            )));
+        }
+        Self::from_wire(wire.detail)
+    }
+
+    fn from_wire(wire: WireEvent) -> Result<Self, EventParseError> {
         if !wire.id.starts_with("evt_") || wire.id.len() > 255 {
             return Err(EventParseError("id must be an evt_ id".into()));
         }
@@ -110,6 +154,29 @@ impl StripeEvent {
     }
 }
 
+/// Why Stripe does not confirm what an event says (the `Reason` of the `EventMismatch` metric):
+/// the event was forged, misrouted or from another account or mode. Nothing is moved; a person
+/// is paged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventMismatch {
+    /// Stripe's PaymentIntent is not the operation's (metadata, amount, currency or mode).
+    Intent(crate::executor::plan::Mismatch),
+    /// The event claims a final state (succeeded, canceled) that Stripe does not hold.
+    StatusContradicted,
+    /// Stripe has no such PaymentIntent for our key.
+    UnknownPaymentIntent,
+}
+
+impl EventMismatch {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EventMismatch::Intent(m) => m.as_str(),
+            EventMismatch::StatusContradicted => "status_contradicted",
+            EventMismatch::UnknownPaymentIntent => "unknown_payment_intent",
+        }
+    }
+}
+
 /// Why an event changes nothing (the `Reason` of the `WebhookIgnored` metric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Ignored {
@@ -129,8 +196,6 @@ pub enum Ignored {
     OtherIntent,
     /// The same Stripe event id was processed before.
     Duplicate,
-    /// The PaymentIntent could not be read back (a definitive refusal): the reconciler settles it.
-    RetrieveRefused,
 }
 
 impl Ignored {
@@ -144,62 +209,48 @@ impl Ignored {
             Ignored::InReview => "in_review",
             Ignored::OtherIntent => "other_intent",
             Ignored::Duplicate => "duplicate",
-            Ignored::RetrieveRefused => "retrieve_refused",
         }
     }
 }
 
-/// What the webhook does with one event for one operation.
+/// What one event means for one operation, once Stripe has answered for its PaymentIntent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Ignore(Ignored),
-    /// The event's state may be stale (a state a PaymentIntent can leave): read the
-    /// PaymentIntent and decide again on its current state.
-    Retrieve(PaymentIntentId),
     /// Settle the unsettled operation (`Succeeded` or `Failed`) with this PaymentIntent.
     Settle {
         status: OperationStatus,
         external_id: PaymentIntentId,
     },
     /// Still unknown; record the PaymentIntent id so the next look is a retrieve.
-    RecordIntent {
-        external_id: PaymentIntentId,
-    },
+    RecordIntent { external_id: PaymentIntentId },
     /// A succeeded PaymentIntent other than the recorded one, on an unsettled operation:
     /// flag it for review ([`SECOND_PAYMENT_INTENT`]).
-    Review {
-        external_id: PaymentIntentId,
-    },
+    Review { external_id: PaymentIntentId },
     /// The same on a settled record (or a settled record that Stripe contradicts): settled is
     /// final, so nothing is written; the caller pages (`WebhookSettledConflict`).
-    PageSettled {
-        reason: &'static str,
-    },
+    PageSettled { reason: &'static str },
 }
 
-/// True for the states a PaymentIntent never leaves (what an event says about them is current).
-fn is_final(status: &PaymentIntentStatus) -> bool {
+/// True for the states a PaymentIntent never leaves: an event that claims one of them must find
+/// Stripe holding it, or the event is not telling the truth.
+pub fn is_final(status: &PaymentIntentStatus) -> bool {
     matches!(
         status,
         PaymentIntentStatus::Succeeded | PaymentIntentStatus::Canceled
     )
 }
 
-/// Decides, for the operation `op` as read, what the PaymentIntent (`pi_id` in `status`) means.
-/// `fresh` is true when the status was just retrieved from Stripe (not taken from the event).
-pub fn decide(
-    op: &Operation,
-    pi_id: &PaymentIntentId,
-    status: &PaymentIntentStatus,
-    fresh: bool,
-) -> Action {
-    if op.review.is_some() {
+/// Decides, for the operation `op`, what the PaymentIntent `pi_id` in `status` means. `status`
+/// is Stripe's answer to a retrieve, never the event's copy (events are not ordered and are only
+/// a hint), and the intent has been checked to be the operation's
+/// ([`crate::executor::plan::intent_mismatch`]).
+///
+/// A settled record is compared whatever else it carries: one resolved by hand keeps its
+/// `review` (the evidence), and Stripe contradicting it must still page.
+pub fn decide(op: &Operation, pi_id: &PaymentIntentId, status: &PaymentIntentStatus) -> Action {
+    if op.review.is_some() && !op.status.is_settled() {
         return Action::Ignore(Ignored::InReview);
-    }
-    if !fresh && !is_final(status) {
-        // Events are not ordered: a `processing` or `payment_failed` may arrive after the
-        // intent moved on. Only the intent itself knows its latest state.
-        return Action::Retrieve(pi_id.clone());
     }
     let outcome = outcome_for(status);
     let other_intent = op.external_id.as_ref().is_some_and(|id| id != pi_id);
@@ -220,6 +271,11 @@ pub fn decide(
             Action::PageSettled {
                 reason: "settled_failed_but_succeeded",
             }
+        } else if outcome == OperationStatus::Failed && op.status == OperationStatus::Succeeded {
+            // We recorded this intent as succeeded; Stripe says it did not take the money.
+            Action::PageSettled {
+                reason: "settled_succeeded_but_failed",
+            }
         } else {
             Action::Ignore(Ignored::AlreadySettled)
         };
@@ -234,6 +290,17 @@ pub fn decide(
             external_id: pi_id.clone(),
         },
     }
+}
+
+/// True when the event, taken at its word, could not change or contradict `op`: a settled record
+/// and an event naming its own intent in the outcome it recorded, or an unsettled record a person
+/// owns. Such an event is acknowledged without asking Stripe (duplicates and late events of an
+/// outcome we know cost no Stripe call); anything else is checked at Stripe first.
+pub fn needs_no_check(op: &Operation, claimed: &EventIntent) -> bool {
+    if !op.status.is_settled() {
+        return op.review.is_some();
+    }
+    op.external_id.as_ref() == Some(&claimed.id) && outcome_for(&claimed.status) == op.status
 }
 
 #[cfg(test)]
@@ -265,114 +332,31 @@ mod tests {
             status,
             external_id: pi("pi_a"),
         };
-        let cases = [
-            // (name, op status, recorded id, event status, fresh, want)
-            (
-                "succeeded settles unknown",
-                Unknown,
-                None,
-                P::Succeeded,
-                false,
-                settle(Succeeded),
-            ),
-            (
-                "succeeded settles pending",
-                Pending,
-                None,
-                P::Succeeded,
-                false,
-                settle(Succeeded),
-            ),
-            (
-                "same id succeeded",
-                Unknown,
-                Some("pi_a"),
-                P::Succeeded,
-                false,
-                settle(Succeeded),
-            ),
-            (
-                "canceled fails",
-                Unknown,
-                None,
-                P::Canceled,
-                false,
-                settle(Failed),
-            ),
-            (
-                "payment_failed is retrieved first",
-                Unknown,
-                None,
-                P::RequiresPaymentMethod,
-                false,
-                Action::Retrieve(pi("pi_a")),
-            ),
-            (
-                "payment_failed, fresh, fails",
-                Unknown,
-                None,
-                P::RequiresPaymentMethod,
-                true,
-                settle(Failed),
-            ),
-            (
-                "processing is retrieved first",
-                Unknown,
-                None,
-                P::Processing,
-                false,
-                Action::Retrieve(pi("pi_a")),
-            ),
-            (
-                "processing, fresh, records the id",
-                Unknown,
-                None,
-                P::Processing,
-                true,
-                Action::RecordIntent {
-                    external_id: pi("pi_a"),
-                },
-            ),
-            (
-                "requires_action, fresh, records the id",
-                Pending,
-                None,
-                P::RequiresAction,
-                true,
-                Action::RecordIntent {
-                    external_id: pi("pi_a"),
-                },
-            ),
+        let record = || Action::RecordIntent {
+            external_id: pi("pi_a"),
+        };
+        let page = |reason| Action::PageSettled { reason };
+        // (name, op status, recorded id, Stripe's status of pi_a, want)
+        let cases: Vec<(&str, OperationStatus, Option<&str>, P, Action)> = vec![
+            ("succeeded settles unknown", Unknown, None, P::Succeeded, settle(Succeeded)),
+            ("succeeded settles pending", Pending, None, P::Succeeded, settle(Succeeded)),
+            ("same id succeeded", Unknown, Some("pi_a"), P::Succeeded, settle(Succeeded)),
+            ("canceled fails", Unknown, None, P::Canceled, settle(Failed)),
+            ("declined fails", Unknown, None, P::RequiresPaymentMethod, settle(Failed)),
+            ("processing records the id", Unknown, None, P::Processing, record()),
+            ("requires_action records the id", Pending, None, P::RequiresAction, record()),
             (
                 "processing, id known",
                 Unknown,
                 Some("pi_a"),
                 P::Processing,
-                true,
                 Action::Ignore(Ignored::NothingNew),
-            ),
-            (
-                "fresh succeeded after a stale processing",
-                Unknown,
-                Some("pi_a"),
-                P::Succeeded,
-                true,
-                settle(Succeeded),
             ),
             (
                 "processing after succeeded",
                 Succeeded,
                 Some("pi_a"),
                 P::Processing,
-                true,
-                Action::Ignore(Ignored::AlreadySettled),
-            ),
-            (
-                "failed after succeeded",
-                Succeeded,
-                Some("pi_a"),
-                P::Canceled,
-                false,
                 Action::Ignore(Ignored::AlreadySettled),
             ),
             (
@@ -380,15 +364,27 @@ mod tests {
                 Succeeded,
                 Some("pi_a"),
                 P::Succeeded,
-                false,
                 Action::Ignore(Ignored::AlreadySettled),
+            ),
+            (
+                "failed twice",
+                Failed,
+                Some("pi_a"),
+                P::Canceled,
+                Action::Ignore(Ignored::AlreadySettled),
+            ),
+            (
+                "recorded succeeded, Stripe says canceled",
+                Succeeded,
+                Some("pi_a"),
+                P::Canceled,
+                page("settled_succeeded_but_failed"),
             ),
             (
                 "second intent, unsettled",
                 Unknown,
                 Some("pi_b"),
                 P::Succeeded,
-                false,
                 Action::Review {
                     external_id: pi("pi_a"),
                 },
@@ -398,17 +394,13 @@ mod tests {
                 Succeeded,
                 Some("pi_b"),
                 P::Succeeded,
-                false,
-                Action::PageSettled {
-                    reason: SECOND_PAYMENT_INTENT,
-                },
+                page(SECOND_PAYMENT_INTENT),
             ),
             (
                 "other intent failed",
                 Unknown,
                 Some("pi_b"),
                 P::Canceled,
-                false,
                 Action::Ignore(Ignored::OtherIntent),
             ),
             (
@@ -416,29 +408,83 @@ mod tests {
                 Failed,
                 None,
                 P::Succeeded,
-                false,
-                Action::PageSettled {
-                    reason: "settled_failed_but_succeeded",
-                },
+                page("settled_failed_but_succeeded"),
             ),
         ];
-        for (name, status, recorded, event, fresh, want) in cases {
+        for (name, status, recorded, stripe, want) in cases {
             let op = op(status, recorded);
-            assert_eq!(decide(&op, &pi("pi_a"), &event, fresh), want, "{name}");
+            assert_eq!(decide(&op, &pi("pi_a"), &stripe), want, "{name}");
         }
     }
 
-    #[test]
-    fn review_is_left_to_a_person() {
-        let mut op = op(OperationStatus::Unknown, None);
+    fn reviewed(status: OperationStatus) -> Operation {
+        let mut op = op(status, None);
         op.review = Some(Review {
             reason: "stuck_processing".into(),
             flagged_at: Timestamp::from_millis(1),
         });
+        op
+    }
+
+    #[test]
+    fn review_is_left_to_a_person_until_resolved_then_compared() {
+        let open = reviewed(OperationStatus::Unknown);
         assert_eq!(
-            decide(&op, &pi("pi_a"), &PaymentIntentStatus::Succeeded, true),
+            decide(&open, &pi("pi_a"), &PaymentIntentStatus::Succeeded),
             Action::Ignore(Ignored::InReview)
         );
+        // Resolved by hand as failed; the review evidence stays on the record. Stripe saying
+        // the money was taken must page.
+        let resolved = reviewed(OperationStatus::Failed);
+        assert_eq!(
+            decide(&resolved, &pi("pi_a"), &PaymentIntentStatus::Succeeded),
+            Action::PageSettled {
+                reason: "settled_failed_but_succeeded"
+            }
+        );
+    }
+
+    #[test]
+    fn only_what_cannot_change_anything_skips_stripe() {
+        let claim = |id: &str, status| EventIntent {
+            id: pi(id),
+            status,
+            order_id: None,
+            operation_id: None,
+        };
+        let settled = op(OperationStatus::Succeeded, Some("pi_a"));
+        assert!(needs_no_check(
+            &settled,
+            &claim("pi_a", PaymentIntentStatus::Succeeded)
+        ));
+        for (name, op, c) in [
+            (
+                "settled, the event claims the opposite",
+                settled.clone(),
+                claim("pi_a", PaymentIntentStatus::Canceled),
+            ),
+            (
+                "settled, another intent",
+                settled.clone(),
+                claim("pi_b", PaymentIntentStatus::Succeeded),
+            ),
+            (
+                "unsettled",
+                op(OperationStatus::Unknown, Some("pi_a")),
+                claim("pi_a", PaymentIntentStatus::Succeeded),
+            ),
+            (
+                "resolved by hand",
+                reviewed(OperationStatus::Failed),
+                claim("pi_a", PaymentIntentStatus::Succeeded),
+            ),
+        ] {
+            assert!(!needs_no_check(&op, &c), "{name}");
+        }
+        assert!(needs_no_check(
+            &reviewed(OperationStatus::Unknown),
+            &claim("pi_a", PaymentIntentStatus::Succeeded)
+        ));
     }
 
     #[test]

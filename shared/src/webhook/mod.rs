@@ -1,26 +1,34 @@
-//! Stripe's webhooks, received as an idempotent inbox beside the reconciler: most unknown
+//! Stripe's events, received as an idempotent inbox beside the reconciler: most unknown
 //! operations settle seconds after Stripe knows, and the reconciler stays the safety net for
 //! every event that is late, lost or refused.
 //!
-//! [`receive`] is the whole path of one delivery, on the ports:
-//! 1. **Verify** the `Stripe-Signature` ([`signature`]) before reading anything. Refused: 400,
-//!    nothing written.
-//! 2. **Parse** ([`event`]); types we do not act on and PaymentIntents that are not ours answer
-//!    200 and are counted, unwritten.
+//! Two ways in, one path: a signed webhook delivery ([`receive`]) and an EventBridge event from
+//! Stripe's partner event source ([`receive_eventbridge`]: AWS authenticated the delivery, the
+//! Stripe event is its `detail`). Then, on the ports:
+//! 1. **Verify** (webhook: the `Stripe-Signature` against every secret of the endpoint,
+//!    [`signature`]; EventBridge: a Stripe source, the configured one) before reading anything.
+//!    Refused: nothing written.
+//! 2. **Parse** ([`event`]); types we do not act on and PaymentIntents that are not ours are
+//!    acknowledged and counted, unwritten.
 //! 3. **Admit** the event id into the [`inbox`] with a conditional put: a redelivery is a
-//!    duplicate, answered 200, with no other effect.
+//!    duplicate, acknowledged, with no other effect.
 //! 4. **Find** the operation on the table key from `metadata.order_id` (a strongly consistent
 //!    GetItem, no index) and check `metadata.operation_id` is the one recorded.
-//! 5. **Decide** ([`event::decide`]): states a PaymentIntent can leave are re-read from Stripe
-//!    (`retrieve`) first, since events arrive out of order.
-//! 6. **Apply** with the executor's own conditional writes: `claim` (unsettled, not in review, no
-//!    live lease) then `record` (fenced on that lease and an unsettled status). A settled record
-//!    is never written; the webhook never creates or confirms anything at Stripe.
+//! 5. **Ask Stripe.** An event is a hint: what it says is never acted on. Unless it could change
+//!    nothing ([`event::needs_no_check`]), the PaymentIntent is retrieved and checked to be this
+//!    operation's ([`crate::executor::plan::intent_mismatch`]: metadata, amount, currency, mode),
+//!    and an event claiming a final state must find Stripe holding it. Otherwise nothing moves,
+//!    and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
+//! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
+//!    on the claimed record with Stripe's answer ([`crate::executor::plan::after_event`]), record
+//!    fenced on that lease and an unsettled status. A settled record is never written; Stripe
+//!    contradicting it pages. Nothing here creates or confirms anything at Stripe.
 //!
-//! If acting fails after the inbox admitted the event (the store or Stripe unreachable, or the
-//! charge function holds the lease), the inbox entry is forgotten and the answer is non-2xx, so
-//! Stripe delivers again later. If even the forget fails, the operation is still driven by the
-//! unknown index: a lost webhook costs time, never correctness.
+//! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
+//! charge function holding the lease, the invocation's time running out), the inbox entry is
+//! forgotten and the answer asks for a retry (non-2xx, or a failed invocation), so Stripe's or
+//! EventBridge's retry is processed. If even the forget fails, the operation is still driven by
+//! the unknown index: a lost event costs time, never correctness.
 
 pub mod event;
 pub mod inbox;
@@ -31,38 +39,44 @@ use std::time::Duration;
 
 use tracing::{error, info, warn, Instrument};
 
-use crate::domain::PaymentIntentId;
-use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
-use crate::outcome::{GatewayError, PaymentIntentStatus};
-use crate::ports::{
-    Claim, ClaimRequest, OperationStore, OutcomeRecord, PaymentGateway, Recorded, StoreError,
-};
-use crate::time::{Clock, Timestamp};
+use crate::domain::{OperationId, PaymentIntentId};
+use crate::executor::{self, plan, ChargeDeps, ChargeReport, Disposition, ExecuteError, ReviewClass};
+use crate::operation::{Operation, OperationKey, OperationStatus};
+use crate::outcome::{GatewayError, PaymentIntent};
+use crate::ports::StoreError;
+use crate::telemetry::ErrorChain;
+use crate::time::Timestamp;
 
-pub use event::{Action, EventIntent, Ignored, StripeEvent, HANDLED_TYPES, SECOND_PAYMENT_INTENT};
+pub use event::{
+    Action, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES,
+    SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
+};
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
 
-/// Everything one delivery needs, built once per process.
+/// Everything one event needs, built once per process.
 #[derive(Clone)]
 pub struct WebhookDeps {
-    pub store: Arc<dyn OperationStore>,
+    /// The executor's own dependencies: the store, the gateway (used for `retrieve` only), the
+    /// clock and the policy its plan decides with.
+    pub charge: ChargeDeps,
     pub inbox: Arc<dyn WebhookInbox>,
-    /// Used for `retrieve` only.
-    pub gateway: Arc<dyn PaymentGateway>,
-    pub clock: Arc<dyn Clock>,
-    pub secret: WebhookSecret,
+    /// The webhook endpoint's signing secrets (two while one is rolled); `None` when the stack
+    /// has no webhook route, and every HTTP delivery is refused.
+    pub secrets: Option<Vec<WebhookSecret>>,
     pub tolerance: Duration,
-    /// The lease taken for the (short) write, as the executor's.
-    pub lease_ttl: Duration,
+    /// The partner event source EventBridge events must come from, when configured.
+    pub event_source: Option<String>,
 }
 
-/// Why a delivery was refused with 400.
+/// Why a delivery was refused (400, or a failed EventBridge invocation): nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
     Signature(SignatureError),
-    /// Correctly signed but not an event we can read.
+    /// Authenticated but not an event we can read.
     Unreadable(String),
+    /// A webhook delivery to a stack that has no webhook secret (no route should exist).
+    WebhookDisabled,
 }
 
 impl Rejection {
@@ -70,44 +84,84 @@ impl Rejection {
         match self {
             Rejection::Signature(e) => e.as_str(),
             Rejection::Unreadable(_) => "unreadable",
+            Rejection::WebhookDisabled => "webhook_disabled",
         }
     }
 }
 
-/// What happened to one delivery.
+/// Why an event was not acted on now and must come again: the inbox entry was forgotten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferred {
+    /// The charge function holds the operation's lease right now.
+    Busy,
+    /// DynamoDB (the inbox or the table) failed.
+    Store,
+    /// Stripe's retrieve said "later" (rate limit, key in use, auth) or gave no answer.
+    Stripe,
+    /// Our fenced write was refused without the record being settled (the lease was lost).
+    LeaseLost,
+    /// The invocation's time ran out before the event was acted on.
+    Deadline,
+}
+
+impl Deferred {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Deferred::Busy => "busy",
+            Deferred::Store => "store_unavailable",
+            Deferred::Stripe => "stripe_unavailable",
+            Deferred::LeaseLost => "lease_lost",
+            Deferred::Deadline => "deadline",
+        }
+    }
+}
+
+/// What happened to one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reception {
-    /// 400, nothing written.
+    /// Refused before reading: nothing written.
     Rejected(Rejection),
-    /// 200, no change (besides the inbox entry when admitted).
+    /// Acknowledged, no change (besides the inbox entry when admitted).
     Ignored(Ignored),
-    /// 200: the operation was moved (settled, PaymentIntent recorded, or flagged for review).
+    /// Acknowledged: the operation was moved (settled, PaymentIntent recorded, or flagged for
+    /// review) on Stripe's answer.
     Applied {
         status: OperationStatus,
-        review: bool,
+        /// Sent to review by this event, for this class of reason.
+        review: Option<ReviewClass>,
     },
-    /// 200: Stripe contradicts a settled record; nothing written, a person is paged.
+    /// Acknowledged: Stripe contradicts a settled record; nothing written, a person is paged.
     SettledConflict { reason: &'static str },
-    /// Non-2xx so Stripe delivers again: the inbox entry was forgotten.
-    RetryLater { busy: bool, detail: String },
+    /// Acknowledged: Stripe does not confirm what the event says; nothing written, a person is
+    /// paged (a forged or misrouted event, or a leaked secret).
+    Mismatch(EventMismatch),
+    /// Must come again: the inbox entry was forgotten.
+    RetryLater(Deferred),
 }
 
 impl Reception {
-    /// The HTTP status to answer Stripe with.
+    /// The HTTP status to answer a webhook delivery with.
     pub fn http_status(&self) -> u16 {
         match self {
+            Reception::Rejected(Rejection::WebhookDisabled) => 404,
             Reception::Rejected(_) => 400,
             Reception::Ignored(_)
             | Reception::Applied { .. }
-            | Reception::SettledConflict { .. } => 200,
+            | Reception::SettledConflict { .. }
+            | Reception::Mismatch(_) => 200,
             // 409: the charge function is mid-call on this operation; Stripe retries later.
-            Reception::RetryLater { busy: true, .. } => 409,
-            Reception::RetryLater { busy: false, .. } => 500,
+            Reception::RetryLater(Deferred::Busy) => 409,
+            Reception::RetryLater(_) => 500,
         }
+    }
+
+    /// True when the event must be delivered again (a non-2xx answer, a failed invocation).
+    pub fn wants_retry(&self) -> bool {
+        matches!(self, Reception::RetryLater(_))
     }
 }
 
-/// One delivery's result, for the response, the metrics and the tests.
+/// One event's result, for the response, the metrics and the tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookReport {
     pub reception: Reception,
@@ -118,36 +172,120 @@ pub struct WebhookReport {
     pub gateway_calls: u32,
 }
 
-/// Handles one delivery: `signature_header` is the `Stripe-Signature` value, `body` the raw
-/// bytes exactly as received. See the module docs for the steps.
+impl WebhookReport {
+    fn new(reception: Reception) -> Self {
+        Self {
+            reception,
+            event_id: None,
+            event_type: None,
+            gateway_calls: 0,
+        }
+    }
+}
+
+/// Why acting on an event failed; logged with its whole chain, then answered as [`Deferred`].
+#[derive(Debug, thiserror::Error)]
+enum ActError {
+    #[error("inbox unavailable")]
+    Inbox(#[source] StoreError),
+    #[error("operation store unavailable")]
+    Store(#[source] StoreError),
+    #[error("Stripe's retrieve of {id} did not answer")]
+    Retrieve {
+        id: PaymentIntentId,
+        #[source]
+        source: GatewayError,
+    },
+    #[error("the fenced write was refused (lease lost)")]
+    LeaseLost,
+    #[error("the charge function holds the lease")]
+    Busy,
+    #[error("out of time after {0:?}")]
+    Deadline(Duration),
+}
+
+impl ActError {
+    fn deferred(&self) -> Deferred {
+        match self {
+            ActError::Inbox(_) | ActError::Store(_) => Deferred::Store,
+            ActError::Retrieve { .. } => Deferred::Stripe,
+            ActError::LeaseLost => Deferred::LeaseLost,
+            ActError::Busy => Deferred::Busy,
+            ActError::Deadline(_) => Deferred::Deadline,
+        }
+    }
+}
+
+impl From<ExecuteError> for ActError {
+    fn from(e: ExecuteError) -> Self {
+        match e {
+            ExecuteError::Store(e) => ActError::Store(e),
+            // The shell reports a missing operation as an error; the caller has handled it.
+            ExecuteError::NotFound { .. } => {
+                ActError::Store(StoreError::with_source("the operation vanished", e))
+            }
+        }
+    }
+}
+
+/// Handles one webhook delivery: `signature_header` is the `Stripe-Signature` value, `body` the
+/// raw bytes exactly as received. `budget` bounds the work after the inbox admitted the event
+/// (the caller's remaining time, less a margin): past it the entry is forgotten. See the module
+/// docs for the steps.
 pub async fn receive(
     deps: &WebhookDeps,
     signature_header: Option<&str>,
     body: &[u8],
+    budget: Option<Duration>,
 ) -> WebhookReport {
-    let mut report = WebhookReport {
-        reception: Reception::Ignored(Ignored::UnhandledType),
-        event_id: None,
-        event_type: None,
-        gateway_calls: 0,
+    let Some(secrets) = &deps.secrets else {
+        warn!(reason = "webhook_disabled", "webhook rejected: this stack has no webhook secret");
+        return WebhookReport::new(Reception::Rejected(Rejection::WebhookDisabled));
     };
-    let now = deps.clock.now();
-    if let Err(e) = signature::verify(signature_header, body, &deps.secret, now, deps.tolerance) {
+    let now = deps.charge.clock.now();
+    if let Err(e) = signature::verify(signature_header, body, secrets, now, deps.tolerance) {
         warn!(reason = e.as_str(), "webhook rejected: {e}");
-        report.reception = Reception::Rejected(Rejection::Signature(e));
-        return report;
+        return WebhookReport::new(Reception::Rejected(Rejection::Signature(e)));
     }
-    let event = match StripeEvent::parse(body) {
+    accept(deps, StripeEvent::parse(body), budget).await
+}
+
+/// Handles one EventBridge event from Stripe's partner event source (the whole envelope as
+/// delivered). The same path as a webhook after the authentication.
+pub async fn receive_eventbridge(
+    deps: &WebhookDeps,
+    envelope: &[u8],
+    budget: Option<Duration>,
+) -> WebhookReport {
+    if envelope.len() > MAX_BODY_BYTES {
+        warn!(reason = "body_too_large", "event rejected");
+        return WebhookReport::new(Reception::Rejected(Rejection::Signature(
+            SignatureError::BodyTooLarge,
+        )));
+    }
+    let event = StripeEvent::from_eventbridge(envelope, deps.event_source.as_deref());
+    accept(deps, event, budget).await
+}
+
+/// From a read (or unreadable) authenticated event on: the span, the filters, then the inbox.
+async fn accept(
+    deps: &WebhookDeps,
+    event: Result<StripeEvent, event::EventParseError>,
+    budget: Option<Duration>,
+) -> WebhookReport {
+    let event = match event {
         Ok(event) => event,
         Err(e) => {
-            warn!(reason = "unreadable", "webhook rejected: {e}");
-            report.reception = Reception::Rejected(Rejection::Unreadable(e.0));
-            return report;
+            warn!(reason = "unreadable", "event rejected: {e}");
+            return WebhookReport::new(Reception::Rejected(Rejection::Unreadable(e.0)));
         }
     };
-    report.event_id = Some(event.id.clone());
-    report.event_type = Some(event.event_type.clone());
-    let span = tracing::info_span!("webhook", event_id = %event.id, event_type = %event.event_type);
+    let mut report = WebhookReport {
+        event_id: Some(event.id.clone()),
+        event_type: Some(event.event_type.clone()),
+        ..WebhookReport::new(Reception::Ignored(Ignored::UnhandledType))
+    };
+    let span = tracing::info_span!("event", event_id = %event.id, event_type = %event.event_type);
     // Entered only for these synchronous checks: a span guard is never held across an `.await`
     // (tracing documents that as giving wrong traces under concurrency); the rest is instrumented.
     let (intent, order_id, operation_id) = {
@@ -156,7 +294,6 @@ pub async fn receive(
             (Some(intent), true) => intent.clone(),
             _ => {
                 info!("event type not handled; ignored");
-                report.reception = Reception::Ignored(Ignored::UnhandledType);
                 return report;
             }
         };
@@ -174,232 +311,216 @@ pub async fn receive(
         order_id = %order_id,
         operation_id = %operation_id
     );
-    settle_event(deps, event, intent, order_id, operation_id, now, report)
-        .instrument(op_span)
-        .await
-}
-
-/// The inbox and the transition, for an event of ours (inside its operation's span).
-async fn settle_event(
-    deps: &WebhookDeps,
-    event: StripeEvent,
-    intent: EventIntent,
-    order_id: crate::domain::OrderId,
-    operation_id: crate::domain::OperationId,
-    now: Timestamp,
-    mut report: WebhookReport,
-) -> WebhookReport {
-    match deps.inbox.admit(&event.id, now, now.plus(INBOX_TTL)).await {
-        Ok(Admitted::New) => {}
-        Ok(Admitted::Duplicate) => {
-            info!("event seen before; nothing to do");
-            report.reception = Reception::Ignored(Ignored::Duplicate);
-            return report;
-        }
-        Err(e) => {
-            error!(error = %e, "inbox unavailable; Stripe will retry");
-            report.reception = Reception::RetryLater {
-                busy: false,
-                detail: e.to_string(),
-            };
-            return report;
-        }
-    }
-
-    let key = OperationKey::charge(order_id);
-    let reception = act(deps, &key, operation_id, &intent, &mut report.gateway_calls).await;
-    let reception = match reception {
-        Ok(reception) => reception,
-        Err(detail) => Reception::RetryLater {
-            busy: false,
-            detail,
-        },
+    let target = Target {
+        key: OperationKey::charge(order_id),
+        operation_id,
+        intent,
     };
-    if let Reception::RetryLater { busy, detail } = &reception {
-        warn!(busy, %detail, "not applied; forgetting the event so Stripe's retry is processed");
-        if let Err(e) = deps.inbox.forget(&event.id).await {
-            // The retry will be taken for a duplicate; the unknown index still drives the
-            // operation, so this costs time only.
-            error!(error = %e, "could not forget the event; the reconciler will settle it");
-        }
-    }
-    report.reception = reception;
+    report.reception = admitted(deps, &event.id, &target, budget, &mut report.gateway_calls)
+        .instrument(op_span)
+        .await;
     report
 }
 
-async fn act(
+/// The operation an event names, and what it claims about its PaymentIntent.
+struct Target {
+    key: OperationKey,
+    operation_id: OperationId,
+    intent: EventIntent,
+}
+
+/// The inbox, then the transition within the budget; an event not acted on is forgotten.
+async fn admitted(
     deps: &WebhookDeps,
-    key: &OperationKey,
-    operation_id: crate::domain::OperationId,
-    intent: &EventIntent,
+    event_id: &str,
+    target: &Target,
+    budget: Option<Duration>,
     gateway_calls: &mut u32,
-) -> Result<Reception, String> {
-    let store_err = |e: StoreError| format!("store: {e}");
-    let op = match deps.store.get(key).await.map_err(store_err)? {
-        Some(op) if op.operation_id == operation_id => op,
-        _ => {
-            info!("no such operation; ignored");
-            return Ok(Reception::Ignored(Ignored::UnknownOperation));
+) -> Reception {
+    let now = deps.charge.clock.now();
+    match deps.inbox.admit(event_id, now, now.plus(INBOX_TTL)).await {
+        Ok(Admitted::New) => {}
+        Ok(Admitted::Duplicate) => {
+            info!("event seen before; nothing to do");
+            return Reception::Ignored(Ignored::Duplicate);
         }
-    };
-    let (mut pi_id, mut status) = (intent.id.clone(), intent.status.clone());
-    let mut action = event::decide(&op, &pi_id, &status, false);
-    if let Action::Retrieve(id) = &action {
-        *gateway_calls += 1;
-        match deps.gateway.retrieve(id).await {
-            Ok(latest) => {
-                info!(payment_intent = %latest.id, status = %latest.status, "retrieved the latest state");
-                pi_id = latest.id;
-                status = latest.status;
-                action = event::decide(&op, &pi_id, &status, true);
-            }
-            Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-                return Err(format!("retrieve: {e}"));
-            }
-            Err(e) => {
-                warn!(error = %e, "retrieve refused; left to the reconciler");
-                return Ok(Reception::Ignored(Ignored::RetrieveRefused));
-            }
+        Err(e) => {
+            let e = ActError::Inbox(e);
+            error!(error = %ErrorChain(&e), "inbox unavailable; the event must come again");
+            return Reception::RetryLater(e.deferred());
         }
     }
-    match action {
+    let acting = act(deps, target, gateway_calls);
+    let result = match budget {
+        None => acting.await,
+        Some(budget) => tokio::time::timeout(budget, acting)
+            .await
+            .unwrap_or(Err(ActError::Deadline(budget))),
+    };
+    let e = match result {
+        Ok(reception) => return reception,
+        Err(e) => e,
+    };
+    warn!(
+        error = %ErrorChain(&e),
+        "not applied; forgetting the event so that its retry is processed"
+    );
+    if let Err(forget) = deps.inbox.forget(event_id).await {
+        // The retry will be taken for a duplicate; the unknown index still drives the
+        // operation, so this costs time only.
+        error!(error = %ErrorChain(&forget), "could not forget the event; the reconciler will settle it");
+    }
+    Reception::RetryLater(e.deferred())
+}
+
+/// Steps 4 to 6 of the module docs.
+async fn act(
+    deps: &WebhookDeps,
+    target: &Target,
+    gateway_calls: &mut u32,
+) -> Result<Reception, ActError> {
+    let Some(op) = read(deps, target).await? else {
+        info!("no such operation; ignored");
+        return Ok(Reception::Ignored(Ignored::UnknownOperation));
+    };
+    if event::needs_no_check(&op, &target.intent) {
+        let why = if op.status.is_settled() {
+            Ignored::AlreadySettled
+        } else {
+            Ignored::InReview
+        };
+        info!(reason = why.as_str(), "nothing the event could change; Stripe not asked");
+        return Ok(Reception::Ignored(why));
+    }
+    let claimed = &target.intent;
+    *gateway_calls += 1;
+    let pi = match deps.charge.gateway.retrieve(&claimed.id).await {
+        Ok(pi) => pi,
+        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            return Err(ActError::Retrieve {
+                id: claimed.id.clone(),
+                source: e,
+            })
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve");
+            return Ok(mismatch(&op, claimed, None, EventMismatch::UnknownPaymentIntent));
+        }
+    };
+    info!(payment_intent = %pi.id, status = %pi.status, "retrieved the latest state");
+    if let Some(m) = plan::intent_mismatch(&op, &pi, deps.charge.gateway.livemode()) {
+        return Ok(mismatch(&op, claimed, Some(&pi), EventMismatch::Intent(m)));
+    }
+    if event::is_final(&claimed.status) && pi.status != claimed.status {
+        return Ok(mismatch(&op, claimed, Some(&pi), EventMismatch::StatusContradicted));
+    }
+    match event::decide(&op, &pi.id, &pi.status) {
         Action::Ignore(why) => {
             info!(reason = why.as_str(), "nothing to change");
             Ok(Reception::Ignored(why))
         }
         Action::PageSettled { reason } => {
-            page_settled(&op, &pi_id, reason);
+            page_settled(&op, &pi.id, reason);
             Ok(Reception::SettledConflict { reason })
         }
-        Action::Retrieve(_) => Err("the retrieved state still asks for a retrieve".into()),
         Action::Settle { .. } | Action::RecordIntent { .. } | Action::Review { .. } => {
-            apply(deps, key, &op, &pi_id, &status).await
+            let pi_id = pi.id.clone();
+            let mut decided = None;
+            let report = executor::apply_event(
+                &deps.charge,
+                &target.key,
+                &target.operation_id,
+                pi.clone(),
+                &mut decided,
+            )
+            .await;
+            let report = match report {
+                Err(ExecuteError::NotFound { .. }) => {
+                    return Ok(Reception::Ignored(Ignored::UnknownOperation))
+                }
+                other => other?,
+            };
+            applied(deps, target, &pi, &pi_id, report, decided).await
         }
     }
 }
 
-/// Claims the operation with the executor's claim, decides again on the claimed record (it may
-/// have moved since the read), and records with the executor's fenced write.
-async fn apply(
-    deps: &WebhookDeps,
-    key: &OperationKey,
-    read: &Operation,
-    pi_id: &PaymentIntentId,
-    status: &PaymentIntentStatus,
-) -> Result<Reception, String> {
-    let store_err = |e: StoreError| format!("store: {e}");
-    let now = deps.clock.now();
-    let lease = Lease {
-        token: LeaseToken::new_random(),
-        expires_at: now.plus(deps.lease_ttl),
-    };
-    let claim = deps
+/// The record the event names, or `None` when there is no such operation.
+async fn read(deps: &WebhookDeps, target: &Target) -> Result<Option<Operation>, ActError> {
+    Ok(deps
+        .charge
         .store
-        .claim(&ClaimRequest {
-            key: key.clone(),
-            operation_id: read.operation_id,
-            lease,
-            now,
-        })
+        .get(&target.key)
         .await
-        .map_err(store_err)?;
-    let op = match claim {
-        Claim::Claimed(op) => op,
-        Claim::Settled(op) => {
-            return Ok(match event::decide(&op, pi_id, status, true) {
+        .map_err(ActError::Store)?
+        .filter(|op| op.operation_id == target.operation_id))
+}
+
+/// What the shell's report means for the event.
+async fn applied(
+    deps: &WebhookDeps,
+    target: &Target,
+    pi: &PaymentIntent,
+    pi_id: &PaymentIntentId,
+    report: ChargeReport,
+    decided: Option<Action>,
+) -> Result<Reception, ActError> {
+    // The record as claimed said there was nothing to change (it moved since our read): the
+    // shell released the lease and wrote nothing else.
+    match decided {
+        Some(Action::Ignore(why)) => return Ok(Reception::Ignored(why)),
+        Some(Action::PageSettled { .. }) => return Ok(Reception::Ignored(Ignored::NothingNew)),
+        _ => {}
+    }
+    Ok(match report.disposition {
+        Disposition::Settled | Disposition::Scheduled => {
+            info!(status = %report.status, payment_intent = pi_id.as_str(), "applied");
+            Reception::Applied {
+                status: report.status,
+                review: None,
+            }
+        }
+        Disposition::InReview(_) if report.sent_to_review.is_some() => Reception::Applied {
+            status: report.status,
+            review: report.sent_to_review,
+        },
+        Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
+        Disposition::Busy => return Err(ActError::Busy),
+        // Settled since our read (the shell's claim found it so), or our write lost to one that
+        // settled it: compare Stripe's answer with what stands.
+        Disposition::AlreadySettled | Disposition::Superseded => match read(deps, target).await? {
+            Some(op) if op.status.is_settled() => match event::decide(&op, &pi.id, &pi.status) {
                 Action::PageSettled { reason } => {
                     page_settled(&op, pi_id, reason);
                     Reception::SettledConflict { reason }
                 }
                 _ => Reception::Ignored(Ignored::AlreadySettled),
-            })
-        }
-        Claim::Leased(_) => {
-            return Ok(Reception::RetryLater {
-                busy: true,
-                detail: "the charge function holds the lease".into(),
-            })
-        }
-        Claim::InReview(_) => return Ok(Reception::Ignored(Ignored::InReview)),
-        Claim::NotFound => return Ok(Reception::Ignored(Ignored::UnknownOperation)),
-    };
-    let action = event::decide(&op, pi_id, status, true);
-    let still_unsettled = if op.status == OperationStatus::Pending {
-        // A PaymentIntent exists: the charge was attempted and its outcome is not known yet.
-        OperationStatus::Unknown
-    } else {
-        op.status
-    };
-    let due = Some(op.next_due_at.unwrap_or(now));
-    let mut rec = OutcomeRecord {
-        key: key.clone(),
-        operation_id: op.operation_id,
-        lease_token: lease.token,
-        status: op.status,
-        external_id: None,
-        last_error: op.last_error.clone(),
-        review: None,
-        next_due_at: due,
-        now,
-    };
-    let mut ignored = None;
-    match &action {
-        Action::Settle {
-            status,
-            external_id,
-        } => {
-            rec.status = *status;
-            rec.external_id = Some(external_id.clone());
-            rec.last_error = None;
-            rec.next_due_at = None;
-        }
-        Action::RecordIntent { external_id } => {
-            rec.status = still_unsettled;
-            rec.external_id = Some(external_id.clone());
-        }
-        Action::Review { external_id } => {
-            rec.status = still_unsettled;
-            rec.last_error = Some(format!(
-                "a second PaymentIntent {external_id} succeeded; recorded {}",
-                op.external_id.as_deref().unwrap_or("none")
-            ));
-            rec.review = Some(Review {
-                reason: SECOND_PAYMENT_INTENT.to_owned(),
-                flagged_at: now,
-            });
-        }
-        // The record moved between the read and the claim: release the lease, change nothing.
-        Action::Ignore(why) => ignored = Some(*why),
-        Action::PageSettled { .. } | Action::Retrieve(_) => ignored = Some(Ignored::NothingNew),
-    }
-    match deps.store.record(&rec).await.map_err(store_err)? {
-        Recorded::Written(op) => {
-            if let Some(why) = ignored {
-                return Ok(Reception::Ignored(why));
-            }
-            let review = op.review.is_some() && rec.review.is_some();
-            if review {
-                error!(
-                    order_id = %op.order_id,
-                    operation_id = %op.operation_id,
-                    payment_intent = pi_id.as_str(),
-                    reason_class = SECOND_PAYMENT_INTENT,
-                    "sent to review: a second PaymentIntent succeeded for one operation (suspected double charge); \
-                     an operator must settle it (chargectl unknowns --review)"
-                );
-            } else {
-                info!(status = %op.status, payment_intent = pi_id.as_str(), "applied");
-            }
-            Ok(Reception::Applied {
-                status: op.status,
-                review,
-            })
-        }
-        Recorded::Refused(Some(current)) if current.status.is_settled() => {
-            Ok(Reception::Ignored(Ignored::AlreadySettled))
-        }
-        Recorded::Refused(_) => Err("the fenced write was refused (lease lost)".into()),
-    }
+            },
+            Some(_) => return Err(ActError::LeaseLost),
+            None => Reception::Ignored(Ignored::UnknownOperation),
+        },
+        // No Stripe call is made inside the event's shell, so nothing there asks for a retry.
+        Disposition::RetryLater(_) => return Err(ActError::LeaseLost),
+    })
+}
+
+fn mismatch(
+    op: &Operation,
+    claimed: &EventIntent,
+    stripe: Option<&PaymentIntent>,
+    why: EventMismatch,
+) -> Reception {
+    error!(
+        order_id = %op.order_id,
+        operation_id = %op.operation_id,
+        payment_intent = claimed.id.as_str(),
+        claimed_status = %claimed.status,
+        stripe_status = stripe.map_or("(none)", |pi| pi.status.as_str()),
+        reason = why.as_str(),
+        "event mismatch: Stripe does not confirm what the event says (forged or misrouted event, \
+         or a leaked secret); nothing written, a person must check it"
+    );
+    Reception::Mismatch(why)
 }
 
 fn page_settled(op: &Operation, pi_id: &PaymentIntentId, reason: &'static str) {

@@ -32,16 +32,49 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 #[derive(Clone, PartialEq, Eq)]
 pub struct WebhookSecret(String);
 
+/// Words that mark a secret somebody typed instead of copying Stripe's (`whsec_placeholder` was
+/// in our own docs once: anyone who read them could sign events for a stack that stored it).
+const PLACEHOLDER_WORDS: &[&str] = &[
+    "placeholder",
+    "example",
+    "changeme",
+    "replace",
+    "dummy",
+    "sample",
+    "your",
+    "xxxx",
+    "secret",
+];
+
+/// The fewest letters and digits after `whsec_`: Stripe's dashboard secrets have 32, the Stripe
+/// CLI's 64.
+pub const MIN_SECRET_CHARS: usize = 32;
+
 impl WebhookSecret {
-    /// Accepts Stripe's `whsec_…` secrets (and, for the local simulator, any non-empty value that
-    /// starts the same way).
+    /// Accepts only what has Stripe's form: `whsec_` and at least [`MIN_SECRET_CHARS`] ASCII
+    /// letters and digits, with at least 10 different ones (a random secret has about 25), and
+    /// no placeholder word. A made-up secret is refused before it can authenticate anything.
     pub fn parse(raw: &str) -> Result<Self, SignatureError> {
         let raw = raw.trim();
-        if raw.starts_with("whsec_") && raw.len() > "whsec_".len() {
-            Ok(Self(raw.to_owned()))
-        } else {
-            Err(SignatureError::BadSecret)
+        let Some(rest) = raw.strip_prefix("whsec_") else {
+            return Err(SignatureError::BadSecret("it does not start with whsec_"));
+        };
+        if rest.len() < MIN_SECRET_CHARS || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(SignatureError::BadSecret(
+                "it is not whsec_ followed by at least 32 letters and digits, as Stripe shows it",
+            ));
         }
+        let lower = rest.to_ascii_lowercase();
+        let distinct = lower
+            .bytes()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        if distinct < 10 || PLACEHOLDER_WORDS.iter().any(|w| lower.contains(w)) {
+            return Err(SignatureError::BadSecret(
+                "it looks made up (a placeholder), not a secret Stripe generated",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
     }
 
     fn mac(&self) -> Hmac<Sha256> {
@@ -72,8 +105,8 @@ pub enum SignatureError {
     OutsideTolerance,
     #[error("the body is larger than {MAX_BODY_BYTES} bytes")]
     BodyTooLarge,
-    #[error("the webhook secret is not a whsec_ secret")]
-    BadSecret,
+    #[error("the webhook signing secret is refused: {0}")]
+    BadSecret(&'static str),
 }
 
 impl SignatureError {
@@ -86,7 +119,7 @@ impl SignatureError {
             SignatureError::Mismatch => "signature_mismatch",
             SignatureError::OutsideTolerance => "outside_tolerance",
             SignatureError::BodyTooLarge => "body_too_large",
-            SignatureError::BadSecret => "bad_secret",
+            SignatureError::BadSecret(_) => "bad_secret",
         }
     }
 }
@@ -113,11 +146,12 @@ pub fn sign_header(secret: &WebhookSecret, timestamp: i64, body: &[u8]) -> Strin
     format!("t={timestamp},v1={}", compute_v1(secret, timestamp, body))
 }
 
-/// Checks a delivery. `now` is the injected clock; see the module docs for the rules.
+/// Checks a delivery against every secret of the endpoint (two while one is being rolled). `now`
+/// is the injected clock; see the module docs for the rules.
 pub fn verify(
     header: Option<&str>,
     body: &[u8],
-    secret: &WebhookSecret,
+    secrets: &[WebhookSecret],
     now: Timestamp,
     tolerance: Duration,
 ) -> Result<i64, SignatureError> {
@@ -144,14 +178,14 @@ pub fn verify(
     if signatures.is_empty() {
         return Err(SignatureError::NoSignature);
     }
-    let mut mac = secret.mac();
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    let matched = signatures
-        .iter()
-        .filter_map(|s| decode_hex(s))
-        .any(|tag| mac.clone().verify_slice(&tag).is_ok());
+    let tags: Vec<Vec<u8>> = signatures.iter().filter_map(|s| decode_hex(s)).collect();
+    let matched = secrets.iter().any(|secret| {
+        let mut mac = secret.mac();
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        tags.iter().any(|tag| mac.clone().verify_slice(tag).is_ok())
+    });
     if !matched {
         return Err(SignatureError::Mismatch);
     }
@@ -183,8 +217,10 @@ fn decode_hex(raw: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    const SECRET: &str = "whsec_9Tq2LmV7xK4pR8sWn3Yb6Zc1Hd5Jf0GaEe";
+
     fn secret() -> WebhookSecret {
-        WebhookSecret::parse("whsec_test_secret").unwrap()
+        WebhookSecret::parse(SECRET).unwrap()
     }
 
     const BODY: &[u8] = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#;
@@ -196,18 +232,18 @@ mod tests {
 
     #[test]
     fn known_vector() {
-        // HMAC-SHA256(key="whsec_test_secret", "1700000000.{body}"), computed independently with
-        // Python's hmac module (the same call stripe-python's _compute_signature makes).
+        // HMAC-SHA256(key=SECRET, "1700000000.{body}"), computed independently with Python's
+        // hmac module (the same call stripe-python's _compute_signature makes).
         assert_eq!(
             compute_v1(&secret(), T, BODY),
-            "22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"
+            "39191e087bd28ddd12d80fbe6c1d3c0e1e61a501ea23afe92f7a5f6f6e7984a1"
         );
     }
 
     #[test]
     fn table() {
         let good = sign_header(&secret(), T, BODY);
-        let other = WebhookSecret::parse("whsec_other").unwrap();
+        let other = WebhookSecret::parse("whsec_Other7Key2Mq9Zr4Lp8Wx1Cv6Bn3Ty5Hs0").unwrap();
         let wrong_secret = sign_header(&other, T, BODY);
         let rotated = format!(
             "t={T},v1={},v1={}",
@@ -326,7 +362,7 @@ mod tests {
         ];
         for (name, header, body, now, want) in cases {
             assert_eq!(
-                verify(header, body, &secret(), at(now), tol),
+                verify(header, body, &[secret()], at(now), tol),
                 want,
                 "{name}"
             );
@@ -338,7 +374,7 @@ mod tests {
         let v1 = compute_v1(&secret(), T, BODY);
         let moved = format!("t={},v1={v1}", T + 10);
         assert_eq!(
-            verify(Some(&moved), BODY, &secret(), at(T), DEFAULT_TOLERANCE),
+            verify(Some(&moved), BODY, &[secret()], at(T), DEFAULT_TOLERANCE),
             Err(SignatureError::Mismatch)
         );
     }
@@ -346,13 +382,53 @@ mod tests {
     #[test]
     fn secrets_never_print() {
         assert_eq!(format!("{:?}", secret()), "WebhookSecret(<redacted>)");
+    }
+
+    #[test]
+    fn only_secrets_of_stripes_form_are_accepted() {
+        for bad in [
+            "sk_test_123",
+            "whsec_",
+            "whsec_placeholder",
+            // Long enough, but a placeholder or typed by hand.
+            "whsec_placeholderPLACEHOLDERplaceholder123",
+            "whsec_REPLACEwithYOURendpointSIGNINGkey99",
+            "whsec_exampleExampleExample0123456789ab",
+            "whsec_00000000000000000000000000000000",
+            "whsec_abababababababababababababababababab",
+            // Not letters and digits.
+            "whsec_9Tq2LmV7xK4pR8sWn3Yb6Zc1Hd5Jf0G-Ee",
+            "whsec_9Tq2LmV7xK4pR8sWn3Yb6Zc1Hd5Jf0G",
+        ] {
+            assert!(
+                matches!(WebhookSecret::parse(bad), Err(SignatureError::BadSecret(_))),
+                "{bad} was accepted"
+            );
+        }
+        // The shapes Stripe issues: the dashboard's 32 characters, the CLI's 64 hex digits.
+        assert!(WebhookSecret::parse("whsec_Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0fG").is_ok());
+        assert!(WebhookSecret::parse(
+            "whsec_4f1c2a4e8a3b4c5d9e0f1122334455667788990aabbccddeeff0011223344a"
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn either_secret_of_a_rotation_verifies() {
+        let old = secret();
+        let new = WebhookSecret::parse("whsec_Other7Key2Mq9Zr4Lp8Wx1Cv6Bn3Ty5Hs0").unwrap();
+        let both = [new.clone(), old.clone()];
+        for signer in [&old, &new] {
+            let header = sign_header(signer, T, BODY);
+            assert_eq!(
+                verify(Some(&header), BODY, &both, at(T), DEFAULT_TOLERANCE),
+                Ok(T)
+            );
+        }
+        let header = sign_header(&old, T, BODY);
         assert_eq!(
-            WebhookSecret::parse("sk_test_123"),
-            Err(SignatureError::BadSecret)
-        );
-        assert_eq!(
-            WebhookSecret::parse("whsec_"),
-            Err(SignatureError::BadSecret)
+            verify(Some(&header), BODY, &[new], at(T), DEFAULT_TOLERANCE),
+            Err(SignatureError::Mismatch)
         );
     }
 }
