@@ -27,12 +27,25 @@ class OfflinePolicyLoader:
         return {}
 
 
+def is_no_value(node):
+    return node == {"Ref": "AWS::NoValue"}
+
+
+def statement_branches(st):
+    """A statement, or the statements of `Fn::If [cond, a, b]` (AWS::NoValue dropped), so that a
+    conditional statement is checked like any other."""
+    if isinstance(st, dict) and list(st) == ["Fn::If"]:
+        return [b for branch in st["Fn::If"][1:] for b in statement_branches(branch)]
+    return [] if is_no_value(st) else [st]
+
+
 def walk_statements(node, path, out):
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "Statement":
                 for i, st in enumerate(value if isinstance(value, list) else [value]):
-                    out.append((f"{path}/Statement[{i}]", st))
+                    for b in statement_branches(st):
+                        out.append((f"{path}/Statement[{i}]", b))
             else:
                 walk_statements(value, f"{path}/{key}", out)
     elif isinstance(node, list):
@@ -96,6 +109,9 @@ def main():
     statements = []
     walk_statements(out.get("Resources", {}), "Resources", statements)
     for where, st in statements:
+        # Not a statement at all (an intrinsic this script does not unfold) would skip the checks.
+        if not isinstance(st, dict) or not ({"Action", "NotAction"} & set(st)):
+            problems.append(f"{where}: not a statement with an Action: {json.dumps(st)}")
         for field in ("Action", "NotAction", "Resource", "NotResource"):
             if field == "Resource" and is_route_grant(st):
                 continue
@@ -109,6 +125,15 @@ def main():
         for arn in res.get("Properties", {}).get("ManagedPolicyArns", []):
             if managed_name(arn) not in ALLOWED_MANAGED:
                 problems.append(f"{name}: unexpected managed policy {json.dumps(arn)}")
+    # The outcome bus policy names the relay's role by the name SAM generates for it.
+    resources = out.get("Resources", {})
+    for name, res in resources.items():
+        if res.get("Type") != "AWS::Events::EventBusPolicy":
+            continue
+        for ref in json.dumps(res).split('"Fn::GetAtt": ["')[1:]:
+            target = ref.split('"', 1)[0]
+            if target not in resources:
+                problems.append(f"{name}: names {target}, which the SAM transform did not create")
     for p in problems:
         print(f"expand.py: {p}", file=sys.stderr)
     print(f"expand.py: {len(statements)} IAM statements in {roles} roles after the SAM transform; "
