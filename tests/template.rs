@@ -112,10 +112,6 @@ fn env_names(t: &Value, function: &Value) -> BTreeSet<String> {
 /// Variables the template sets for the events function ahead of the code: issue 23's contract
 /// (`/work/notes/i23-contract.md`) has its `from_env` read them. Until `WebhookConfig::env_vars()`
 /// lists them they are added to what it reads; once it does, this adds nothing.
-// TODO(lead): remove once the events function's from_env reads both.
-const WEBHOOK_VARS_AHEAD_OF_THE_CODE: &[&str] =
-    &["STRIPE_EVENTS_KEY_SECRET_ARN", "STRIPE_EVENT_SOURCE_NAME"];
-
 #[test]
 fn each_function_gets_exactly_the_variables_its_config_reads() {
     use charge_once::config::FromEnv;
@@ -130,15 +126,8 @@ fn each_function_gets_exactly_the_variables_its_config_reads() {
     ] {
         let (id, f) = function(&t, dir);
         let actual = env_names(&t, f);
-        let mut expected = expected
+        let expected = expected
             .unwrap_or_else(|e| panic!("{dir}: from_env refuses the example environment: {e}"));
-        if dir == "webhook" {
-            expected.extend(
-                WEBHOOK_VARS_AHEAD_OF_THE_CODE
-                    .iter()
-                    .map(|v| (*v).to_owned()),
-            );
-        }
         assert_eq!(
             actual,
             expected,
@@ -1552,18 +1541,6 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
     assert!(reconciler::handler::SAFETY_MARGIN.as_secs() < timeout("reconciler"));
 }
 
-/// The events function's bound on an HTTP delivery's work (contract, issue 23), under the HTTP
-/// API's 30 s integration timeout.
-// TODO(lead): use the core constant once the handler exports it.
-const WEBHOOK_HTTP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(27);
-
-/// The Stripe client's longest call: every try at its total timeout, with the backoff between:
-/// timeout x (1 + retries) + backoff x retries (20.25 s with the template's mapping).
-// TODO(lead): use core constant — `StripeConfig::worst_case_call()` (contract, issue 23).
-fn worst_case_stripe_call(c: &charge_once::adapters::stripe::StripeConfig) -> std::time::Duration {
-    c.timeout * (1 + c.max_network_retries) + c.retry_backoff * c.max_network_retries
-}
-
 /// The Stripe client configured from the template's `Stripe` mapping (the values the functions
 /// get as STRIPE_TIMEOUT_MS, STRIPE_CONNECT_TIMEOUT_MS, STRIPE_MAX_NETWORK_RETRIES).
 fn stripe_client_of_the_template(t: &Value) -> charge_once::adapters::stripe::StripeConfig {
@@ -1591,7 +1568,7 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     let timeout = Duration::from_secs(number(function_prop(&t, f, "Timeout").unwrap()));
     // Inbox put, get, claim, record, inbox delete, each at its SDK bound; one Stripe retrieve at
     // its worst (10 s x 2 + 250 ms = 20.25 s): 35.25 s, with at least 2 s to spare.
-    let stripe = worst_case_stripe_call(&stripe_client_of_the_template(&t));
+    let stripe = stripe_client_of_the_template(&t).worst_case_call();
     assert_eq!(
         stripe,
         Duration::from_millis(20_250),
@@ -1608,7 +1585,7 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     let integration = resource(&t, "WebhookIntegration").expect("WebhookIntegration");
     let wait = Duration::from_millis(number(get(props(integration), "TimeoutInMillis").unwrap()));
     assert_eq!(wait, Duration::from_secs(30));
-    assert!(WEBHOOK_HTTP_DEADLINE < wait && WEBHOOK_HTTP_DEADLINE < timeout);
+    assert!(webhook::handler::HTTP_BUDGET < wait && webhook::handler::HTTP_BUDGET < timeout);
 }
 
 /// `(actions, resources)` of every statement of a function's inline policies.

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::{DynamoInbox, TTL_ATTRIBUTE};
+use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::testing;
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{
-    receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox,
-    DEFAULT_TOLERANCE, INBOX_TTL,
+    receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox, DEFAULT_TOLERANCE, INBOX_TTL,
 };
-use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::{Clock, Operation, OperationStatus, Timestamp};
 use testkit::aws::{fresh_store, sdk_config, unique};
 use testkit::stripe::StripeSide;

@@ -239,17 +239,15 @@ pub fn parse_secret_key(raw: &str) -> Result<SecretKey, ConfigError> {
 /// whitespace), bare or as JSON `{"webhook_secret": …, "previous_webhook_secret": …}`. Each must
 /// have Stripe's form ([`crate::webhook::WebhookSecret::parse`]): a placeholder is refused here,
 /// at init, naming the parameter, before it can authenticate a single request.
-pub fn parse_webhook_secrets(
-    raw: &str,
-) -> Result<Vec<crate::webhook::WebhookSecret>, ConfigError> {
+pub fn parse_webhook_secrets(raw: &str) -> Result<Vec<crate::webhook::WebhookSecret>, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         name: STRIPE_WEBHOOK_SECRET_ARN,
         reason: format!("the secret of the StripeWebhookSecretArn parameter {reason}"),
     };
     let raw = raw.trim();
     let values: Vec<String> = if raw.starts_with('{') {
-        let json: serde_json::Value = serde_json::from_str(raw)
-            .map_err(|_| invalid("is not readable JSON".into()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(raw).map_err(|_| invalid("is not readable JSON".into()))?;
         ["webhook_secret", "previous_webhook_secret"]
             .iter()
             .filter_map(|k| json.get(k).and_then(|v| v.as_str()).map(str::to_owned))
@@ -407,11 +405,15 @@ mod tests {
     fn webhook_secrets_one_or_two_never_a_placeholder() {
         assert_eq!(parse_webhook_secrets(&format!("{NEW}\n")).unwrap().len(), 1);
         assert_eq!(
-            parse_webhook_secrets(&format!("{NEW},{OLD}")).unwrap().len(),
+            parse_webhook_secrets(&format!("{NEW},{OLD}"))
+                .unwrap()
+                .len(),
             2
         );
         assert_eq!(
-            parse_webhook_secrets(&format!("{NEW} {OLD}")).unwrap().len(),
+            parse_webhook_secrets(&format!("{NEW} {OLD}"))
+                .unwrap()
+                .len(),
             2
         );
         let json = format!(r#"{{"webhook_secret":"{NEW}","previous_webhook_secret":"{OLD}"}}"#);
@@ -432,7 +434,10 @@ mod tests {
             assert_eq!(*name, STRIPE_WEBHOOK_SECRET_ARN);
             assert!(reason.contains("StripeWebhookSecretArn"), "{reason}");
             // The refused value is never echoed.
-            assert!(!reason.contains("placeholder,") && !reason.contains(&NEW[6..]), "{reason}");
+            assert!(
+                !reason.contains("placeholder,") && !reason.contains(&NEW[6..]),
+                "{reason}"
+            );
         }
     }
 

@@ -6,23 +6,22 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::{Claim, OperationStore};
-use charge_once::testing;
-use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::executor::plan::Mismatch;
 use charge_once::executor::{ChargeDeps, ChargePolicy, ReviewClass};
+use charge_once::memory::FakeCharge;
+use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+use charge_once::ports::{Claim, OperationStore};
+use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
+use charge_once::testing;
+use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
     receive, receive_eventbridge, Deferred, EventMismatch, Ignored, Reception, Rejection,
     SignatureError, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT,
 };
-use charge_once::memory::FakeCharge;
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::{
-    GatewayError, PaymentIntent, PaymentIntentId,
-    Clock, LeaseToken, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Timestamp,
+    Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationStatus, PaymentIntent,
+    PaymentIntentId, PaymentIntentStatus, Timestamp,
 };
-
 
 struct World {
     store: Arc<MemoryStore>,
@@ -107,7 +106,9 @@ impl World {
 
     async fn deliver(&self, body: &[u8]) -> Reception {
         let header = sign_header(&self.secret, self.now_secs(), body);
-        receive(&self.deps, Some(&header), body, None).await.reception
+        receive(&self.deps, Some(&header), body, None)
+            .await
+            .reception
     }
 }
 
@@ -134,9 +135,7 @@ fn event(id: &str, kind: &str, pi: &str, status: &str, op: &Operation) -> Vec<u8
 async fn a_valid_succeeded_event_settles_the_unknown_operation() {
     let w = World::new();
     let op = w.unknown_op("order-ok", None).await;
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_1", "payment_intent.succeeded", &pi, "succeeded", &op);
     let header = sign_header(&w.secret, w.now_secs(), &body);
     let report = receive(&w.deps, Some(&header), &body, None).await;
@@ -148,7 +147,10 @@ async fn a_valid_succeeded_event_settles_the_unknown_operation() {
         }
     );
     assert_eq!(report.reception.http_status(), 200);
-    assert_eq!(report.gateway_calls, 1, "an event is a hint: Stripe is asked first");
+    assert_eq!(
+        report.gateway_calls, 1,
+        "an event is a hint: Stripe is asked first"
+    );
     let now = w.current(&op).await;
     assert_eq!(now.status, OperationStatus::Succeeded);
     assert_eq!(now.external_id.as_deref(), Some(pi.as_str()));
@@ -163,9 +165,7 @@ async fn bad_deliveries_are_400_and_write_nothing() {
     let w = World::new();
     let op = w.unknown_op("order-bad", None).await;
     let before = w.current(&op).await;
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_bad", "payment_intent.succeeded", &pi, "succeeded", &op);
     let t = w.now_secs();
     let other = testing::webhook_secret("someone else");
@@ -228,9 +228,7 @@ async fn bad_deliveries_are_400_and_write_nothing() {
 async fn the_same_event_twice_makes_one_transition() {
     let w = World::new();
     let op = w.unknown_op("order-dup", None).await;
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event("evt_dup", "payment_intent.succeeded", &pi, "succeeded", &op);
     assert!(matches!(w.deliver(&body).await, Reception::Applied { .. }));
     let after_first = w.current(&op).await;
@@ -252,9 +250,7 @@ async fn the_same_event_twice_makes_one_transition() {
 async fn processing_after_succeeded_changes_nothing() {
     let w = World::new();
     let op = w.unknown_op("order-late", None).await;
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let ok = event("evt_ok", "payment_intent.succeeded", &pi, "succeeded", &op);
     assert!(matches!(w.deliver(&ok).await, Reception::Applied { .. }));
     let settled = w.current(&op).await;
@@ -278,9 +274,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     let w = World::new();
     let op = w.unknown_op("order-stale", None).await;
     // The succeeded event was lost; the earlier processing event arrives late.
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event(
         "evt_proc",
         "payment_intent.processing",
@@ -328,9 +322,7 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
 
     // A payment_failed whose intent is canceled by now: failed.
     let op3 = w.unknown_op("order-fail", None).await;
-    let pi3 = w
-        .gateway
-        .insert_charge(&op3, PaymentIntentStatus::Canceled);
+    let pi3 = w.gateway.insert_charge(&op3, PaymentIntentStatus::Canceled);
     let body = event(
         "evt_fail",
         "payment_intent.payment_failed",
@@ -356,9 +348,7 @@ async fn a_second_succeeded_intent_goes_to_review_or_pages() {
         PaymentIntentStatus::Processing,
     );
     let op = w.unknown_op("order-two", Some(&first)).await;
-    let second = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let second = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let body = event(
         "evt_two",
         "payment_intent.succeeded",
@@ -444,9 +434,7 @@ async fn unknown_operations_and_other_types_are_ignored() {
 async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     let w = World::new();
     let op = w.unknown_op("order-busy", None).await;
-    let pi = w
-        .gateway
-        .insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     // The charge function holds the lease right now.
     let now = w.clock.now();
     let claim = w
@@ -514,7 +502,13 @@ async fn a_forged_succeeded_for_an_intent_stripe_holds_declined_moves_nothing() 
         .gateway
         .insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
     let before = w.current(&op).await;
-    let body = event("evt_forged", "payment_intent.succeeded", &pi, "succeeded", &op);
+    let body = event(
+        "evt_forged",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &op,
+    );
     assert_eq!(
         w.deliver(&body).await,
         Reception::Mismatch(EventMismatch::StatusContradicted)
@@ -544,7 +538,13 @@ async fn a_forged_canceled_for_an_intent_that_succeeded_moves_nothing() {
         "never marked failed: the order service will not ask for another card"
     );
     // A PaymentIntent Stripe does not know at all.
-    let body = event("evt_ghost", "payment_intent.succeeded", "pi_ghost1", "succeeded", &op);
+    let body = event(
+        "evt_ghost",
+        "payment_intent.succeeded",
+        "pi_ghost1",
+        "succeeded",
+        &op,
+    );
     assert_eq!(
         w.deliver(&body).await,
         Reception::Mismatch(EventMismatch::UnknownPaymentIntent)
@@ -557,11 +557,20 @@ async fn an_intent_that_is_not_the_operations_moves_nothing() {
     let w = World::new();
     let op = w.unknown_op("order-mismatch", None).await;
     let before = w.current(&op).await;
-    let cases: [(&str, fn(&mut FakeCharge), Mismatch); 5] = [
+    type Alter = fn(&mut FakeCharge);
+    let cases: [(&str, Alter, Mismatch); 5] = [
         ("amount", |c| c.amount = 1, Mismatch::Amount),
-        ("currency", |c| c.currency = "eur".into(), Mismatch::Currency),
+        (
+            "currency",
+            |c| c.currency = "eur".into(),
+            Mismatch::Currency,
+        ),
         ("mode", |c| c.livemode = true, Mismatch::Livemode),
-        ("order", |c| c.order_id = "order-other".into(), Mismatch::OrderId),
+        (
+            "order",
+            |c| c.order_id = "order-other".into(),
+            Mismatch::OrderId,
+        ),
         (
             "operation",
             |c| c.operation_id = charge_once::OperationId::new_random(),
@@ -573,7 +582,13 @@ async fn an_intent_that_is_not_the_operations_moves_nothing() {
         alter(&mut charge);
         let pi = w.gateway.insert_intent(charge);
         // The event carries our metadata: only Stripe's copy tells the truth.
-        let body = event(&format!("evt_mm{i}"), "payment_intent.succeeded", &pi, "succeeded", &op);
+        let body = event(
+            &format!("evt_mm{i}"),
+            "payment_intent.succeeded",
+            &pi,
+            "succeeded",
+            &op,
+        );
         assert_eq!(
             w.deliver(&body).await,
             Reception::Mismatch(EventMismatch::Intent(want)),
@@ -596,14 +611,24 @@ async fn a_hand_resolved_record_is_still_compared_with_stripe() {
         flagged_at: w.clock.now(),
     });
     w.store.put_for_tests(resolved.clone());
-    let body = event("evt_late_ok", "payment_intent.succeeded", &pi, "succeeded", &op);
+    let body = event(
+        "evt_late_ok",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &op,
+    );
     assert_eq!(
         w.deliver(&body).await,
         Reception::SettledConflict {
             reason: "settled_failed_but_succeeded"
         }
     );
-    assert_eq!(w.current(&op).await, resolved, "settled is final: paged, not written");
+    assert_eq!(
+        w.current(&op).await,
+        resolved,
+        "settled is final: paged, not written"
+    );
 }
 
 #[tokio::test]
@@ -611,9 +636,14 @@ async fn an_eventbridge_event_takes_the_same_path() {
     let w = World::new();
     let op = w.unknown_op("order-bridge", None).await;
     let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
-    let detail: serde_json::Value =
-        serde_json::from_slice(&event("evt_eb", "payment_intent.succeeded", &pi, "succeeded", &op))
-            .unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&event(
+        "evt_eb",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &op,
+    ))
+    .unwrap();
     let envelope = serde_json::json!({
         "version": "0", "id": "1b2c", "detail-type": "payment_intent.succeeded",
         "source": "aws.partner/stripe.com/ed_test_1", "account": "123456789012",
@@ -637,7 +667,10 @@ async fn an_eventbridge_event_takes_the_same_path() {
     let mut no_webhook = w.deps.clone();
     no_webhook.secrets = None;
     let other = receive_eventbridge(&no_webhook, b"{}", None).await;
-    assert!(matches!(other.reception, Reception::Rejected(Rejection::Unreadable(_))));
+    assert!(matches!(
+        other.reception,
+        Reception::Rejected(Rejection::Unreadable(_))
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -649,7 +682,13 @@ async fn an_event_out_of_time_is_forgotten_so_its_retry_counts() {
         inner: w.gateway.clone(),
         delay: Duration::from_secs(30),
     });
-    let body = event("evt_slow", "payment_intent.succeeded", &pi, "succeeded", &op);
+    let body = event(
+        "evt_slow",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &op,
+    );
     let header = sign_header(&w.secret, w.now_secs(), &body);
     let report = receive(&w.deps, Some(&header), &body, Some(Duration::from_secs(5))).await;
     assert_eq!(report.reception, Reception::RetryLater(Deferred::Deadline));

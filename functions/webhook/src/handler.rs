@@ -44,8 +44,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::telemetry::{emf_line_classed, MetricsSink};
 use charge_once::webhook::{
-    receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps,
-    WebhookReport, MAX_BODY_BYTES,
+    receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport,
+    MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde_json::{json, Value};
@@ -488,7 +488,10 @@ mod tests {
         f.deps.webhook.secrets = None;
         let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let (status, body) = call(&f, sample()).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (404, Some("webhook_disabled")));
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (404, Some("webhook_disabled"))
+        );
         assert_eq!(
             f.store.get(&op.key()).await.unwrap().unwrap().status,
             OperationStatus::Unknown

@@ -102,7 +102,10 @@ mod tests {
         for (name, bad) in [
             (config::STRIPE_WEBHOOK_SECRET_ARN, "whsec_not_an_arn"),
             (config::STRIPE_EVENTS_KEY_SECRET_ARN, "rk_live_not_an_arn"),
-            (config::STRIPE_EVENT_SOURCE_NAME, "aws.partner/example.com/x"),
+            (
+                config::STRIPE_EVENT_SOURCE_NAME,
+                "aws.partner/example.com/x",
+            ),
         ] {
             let mut env = env.clone();
             env.insert(name, bad);
@@ -112,10 +115,19 @@ mod tests {
                 "{name}: {err:?}"
             );
         }
-        env.insert(config::STRIPE_WEBHOOK_SECRET_ARN, "arn:aws:secretsmanager:y");
-        env.insert(config::STRIPE_EVENTS_KEY_SECRET_ARN, "arn:aws:secretsmanager:z");
+        env.insert(
+            config::STRIPE_WEBHOOK_SECRET_ARN,
+            "arn:aws:secretsmanager:y",
+        );
+        env.insert(
+            config::STRIPE_EVENTS_KEY_SECRET_ARN,
+            "arn:aws:secretsmanager:z",
+        );
         let c = WebhookConfig::from_env(&env).unwrap();
-        assert_eq!(c.webhook_secret_arn.as_deref(), Some("arn:aws:secretsmanager:y"));
+        assert_eq!(
+            c.webhook_secret_arn.as_deref(),
+            Some("arn:aws:secretsmanager:y")
+        );
         assert_eq!(c.stripe_key_arn(), "arn:aws:secretsmanager:z");
         assert_eq!(c.inbox_table_name, "inbox");
     }

@@ -248,10 +248,12 @@ impl Webhooks {
                 req.headers.insert("stripe-signature", v);
             }
             req.body = Some(d.body.clone());
-            let status =
-                webhook::handler::handle_http(&self.function, LambdaEvent::new(req, Context::default()))
-                    .await
-                    .status_code;
+            let status = webhook::handler::handle_http(
+                &self.function,
+                LambdaEvent::new(req, Context::default()),
+            )
+            .await
+            .status_code;
             let status = u16::try_from(status).unwrap_or(0);
             *self
                 .answers

@@ -126,14 +126,20 @@ impl Mismatch {
 /// The one check that a PaymentIntent is this operation's, before anything settles from it (the
 /// executor's create, retrieve and search answers, and every Stripe event): `metadata.operation_id`
 /// and `metadata.order_id` as our create set them, the amount and currency of the record, and the
-/// mode of our key. A fact Stripe's answer lacks counts as different: an intent we cannot confirm
-/// is not ours. The first difference found, in that order; `None` when all agree.
+/// mode of our key. A fact Stripe's answer lacks counts as different (an intent we cannot confirm
+/// is not ours), with one exception: `metadata.order_id`, which releases before issue 17 did not
+/// send, so their intents are still theirs without it (an event without it finds no operation
+/// anyway). The first difference found, in that order; `None` when all agree.
 pub fn intent_mismatch(op: &Operation, pi: &PaymentIntent, livemode: bool) -> Option<Mismatch> {
     let operation_id = op.operation_id.to_string();
     if pi.operation_id.as_deref() != Some(operation_id.as_str()) {
         return Some(Mismatch::OperationId);
     }
-    if pi.order_id.as_deref() != Some(op.order_id.as_str()) {
+    if pi
+        .order_id
+        .as_deref()
+        .is_some_and(|o| o != op.order_id.as_str())
+    {
         return Some(Mismatch::OrderId);
     }
     if pi.amount != Some(op.params.amount.minor_units()) {
@@ -253,7 +259,12 @@ impl Decision {
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    pub fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
+    pub fn review(
+        status: OperationStatus,
+        reason: String,
+        class: ReviewClass,
+        now: Timestamp,
+    ) -> Self {
         Decision {
             status,
             external_id: None,
@@ -493,4 +504,114 @@ pub fn after_event(
         }
     };
     (action, decision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    #[test]
+    fn an_intent_is_the_operations_only_when_every_fact_agrees() {
+        let op = testing::order("order-1").build();
+        let ours = || PaymentIntent {
+            amount: Some(1250),
+            currency: Some("usd".into()),
+            operation_id: Some(op.operation_id.to_string()),
+            order_id: Some("order-1".into()),
+            livemode: Some(false),
+            ..PaymentIntent::new(
+                PaymentIntentId::parse("pi_1").unwrap(),
+                PaymentIntentStatus::Succeeded,
+            )
+        };
+        type Alter = fn(&mut PaymentIntent);
+        let cases: [(&str, Alter, bool, Option<Mismatch>); 11] = [
+            ("ours", |_| {}, false, None),
+            (
+                "ours, live key and intent",
+                |p| p.livemode = Some(true),
+                true,
+                None,
+            ),
+            (
+                "before issue 17: no order_id",
+                |p| p.order_id = None,
+                false,
+                None,
+            ),
+            (
+                "other operation",
+                |p| p.operation_id = Some("x".into()),
+                false,
+                Some(Mismatch::OperationId),
+            ),
+            (
+                "no operation id",
+                |p| p.operation_id = None,
+                false,
+                Some(Mismatch::OperationId),
+            ),
+            (
+                "other order",
+                |p| p.order_id = Some("order-2".into()),
+                false,
+                Some(Mismatch::OrderId),
+            ),
+            (
+                "other amount",
+                |p| p.amount = Some(1251),
+                false,
+                Some(Mismatch::Amount),
+            ),
+            (
+                "no amount",
+                |p| p.amount = None,
+                false,
+                Some(Mismatch::Amount),
+            ),
+            (
+                "other currency",
+                |p| p.currency = Some("eur".into()),
+                false,
+                Some(Mismatch::Currency),
+            ),
+            (
+                "live intent, test key",
+                |p| p.livemode = Some(true),
+                false,
+                Some(Mismatch::Livemode),
+            ),
+            (
+                "mode unknown",
+                |p| p.livemode = None,
+                false,
+                Some(Mismatch::Livemode),
+            ),
+        ];
+        for (name, alter, live, want) in cases {
+            let mut pi = ours();
+            alter(&mut pi);
+            assert_eq!(intent_mismatch(&op, &pi, live), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_search_that_finds_someone_elses_intent_reviews_instead_of_settling() {
+        let policy = ChargePolicy::default();
+        let mut op = testing::order("order-1").build();
+        op.first_attempted_at = Some(op.created_at);
+        let mut pi = PaymentIntent::new(
+            PaymentIntentId::parse("pi_1").unwrap(),
+            PaymentIntentStatus::Succeeded,
+        );
+        pi.operation_id = Some(op.operation_id.to_string());
+        pi.amount = Some(999);
+        pi.currency = Some("usd".into());
+        pi.livemode = Some(false);
+        let d = after_search(&op, Ok(vec![pi]), op.created_at, &policy, false);
+        assert_eq!(d.review_class, Some(ReviewClass::IntentMismatch));
+        assert_eq!(d.status, op.status, "not settled");
+        assert_eq!(d.external_id, None, "its id is not recorded");
+    }
 }

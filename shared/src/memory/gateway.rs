@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::domain::{Fingerprint, OperationId, PaymentIntentId};
-use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::operation::Operation;
+use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{CreatePaymentIntent, PaymentGateway};
 
 /// A fault applied to the next create call.

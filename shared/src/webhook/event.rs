@@ -223,13 +223,19 @@ pub enum Action {
         external_id: PaymentIntentId,
     },
     /// Still unknown; record the PaymentIntent id so the next look is a retrieve.
-    RecordIntent { external_id: PaymentIntentId },
+    RecordIntent {
+        external_id: PaymentIntentId,
+    },
     /// A succeeded PaymentIntent other than the recorded one, on an unsettled operation:
     /// flag it for review ([`SECOND_PAYMENT_INTENT`]).
-    Review { external_id: PaymentIntentId },
+    Review {
+        external_id: PaymentIntentId,
+    },
     /// The same on a settled record (or a settled record that Stripe contradicts): settled is
     /// final, so nothing is written; the caller pages (`WebhookSettledConflict`).
-    PageSettled { reason: &'static str },
+    PageSettled {
+        reason: &'static str,
+    },
 }
 
 /// True for the states a PaymentIntent never leaves: an event that claims one of them must find
@@ -338,13 +344,49 @@ mod tests {
         let page = |reason| Action::PageSettled { reason };
         // (name, op status, recorded id, Stripe's status of pi_a, want)
         let cases: Vec<(&str, OperationStatus, Option<&str>, P, Action)> = vec![
-            ("succeeded settles unknown", Unknown, None, P::Succeeded, settle(Succeeded)),
-            ("succeeded settles pending", Pending, None, P::Succeeded, settle(Succeeded)),
-            ("same id succeeded", Unknown, Some("pi_a"), P::Succeeded, settle(Succeeded)),
+            (
+                "succeeded settles unknown",
+                Unknown,
+                None,
+                P::Succeeded,
+                settle(Succeeded),
+            ),
+            (
+                "succeeded settles pending",
+                Pending,
+                None,
+                P::Succeeded,
+                settle(Succeeded),
+            ),
+            (
+                "same id succeeded",
+                Unknown,
+                Some("pi_a"),
+                P::Succeeded,
+                settle(Succeeded),
+            ),
             ("canceled fails", Unknown, None, P::Canceled, settle(Failed)),
-            ("declined fails", Unknown, None, P::RequiresPaymentMethod, settle(Failed)),
-            ("processing records the id", Unknown, None, P::Processing, record()),
-            ("requires_action records the id", Pending, None, P::RequiresAction, record()),
+            (
+                "declined fails",
+                Unknown,
+                None,
+                P::RequiresPaymentMethod,
+                settle(Failed),
+            ),
+            (
+                "processing records the id",
+                Unknown,
+                None,
+                P::Processing,
+                record(),
+            ),
+            (
+                "requires_action records the id",
+                Pending,
+                None,
+                P::RequiresAction,
+                record(),
+            ),
             (
                 "processing, id known",
                 Unknown,

@@ -40,7 +40,9 @@ use std::time::Duration;
 use tracing::{error, info, warn, Instrument};
 
 use crate::domain::{OperationId, PaymentIntentId};
-use crate::executor::{self, plan, ChargeDeps, ChargeReport, Disposition, ExecuteError, ReviewClass};
+use crate::executor::{
+    self, plan, ChargeDeps, ChargeReport, Disposition, ExecuteError, ReviewClass,
+};
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::outcome::{GatewayError, PaymentIntent};
 use crate::ports::StoreError;
@@ -48,8 +50,8 @@ use crate::telemetry::ErrorChain;
 use crate::time::Timestamp;
 
 pub use event::{
-    Action, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES,
-    SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
+    Action, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES, SECOND_PAYMENT_INTENT,
+    STRIPE_PARTNER_SOURCE_PREFIX,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
@@ -239,7 +241,10 @@ pub async fn receive(
     budget: Option<Duration>,
 ) -> WebhookReport {
     let Some(secrets) = &deps.secrets else {
-        warn!(reason = "webhook_disabled", "webhook rejected: this stack has no webhook secret");
+        warn!(
+            reason = "webhook_disabled",
+            "webhook rejected: this stack has no webhook secret"
+        );
         return WebhookReport::new(Reception::Rejected(Rejection::WebhookDisabled));
     };
     let now = deps.charge.clock.now();
@@ -389,7 +394,10 @@ async fn act(
         } else {
             Ignored::InReview
         };
-        info!(reason = why.as_str(), "nothing the event could change; Stripe not asked");
+        info!(
+            reason = why.as_str(),
+            "nothing the event could change; Stripe not asked"
+        );
         return Ok(Reception::Ignored(why));
     }
     let claimed = &target.intent;
@@ -404,7 +412,12 @@ async fn act(
         }
         Err(e) => {
             warn!(error = %ErrorChain(&e), "Stripe refused the retrieve");
-            return Ok(mismatch(&op, claimed, None, EventMismatch::UnknownPaymentIntent));
+            return Ok(mismatch(
+                &op,
+                claimed,
+                None,
+                EventMismatch::UnknownPaymentIntent,
+            ));
         }
     };
     info!(payment_intent = %pi.id, status = %pi.status, "retrieved the latest state");
@@ -412,7 +425,12 @@ async fn act(
         return Ok(mismatch(&op, claimed, Some(&pi), EventMismatch::Intent(m)));
     }
     if event::is_final(&claimed.status) && pi.status != claimed.status {
-        return Ok(mismatch(&op, claimed, Some(&pi), EventMismatch::StatusContradicted));
+        return Ok(mismatch(
+            &op,
+            claimed,
+            Some(&pi),
+            EventMismatch::StatusContradicted,
+        ));
     }
     match event::decide(&op, &pi.id, &pi.status) {
         Action::Ignore(why) => {
