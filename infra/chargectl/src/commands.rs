@@ -24,6 +24,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_once::executor::plan;
 use charge_once::ports::{
     ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
     Recorded, Reschedule,
@@ -31,7 +32,7 @@ use charge_once::ports::{
 use charge_once::reconciler::{self, Redriven};
 use charge_once::{
     AuditEntry, Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId,
-    PaymentIntentId, PaymentIntentStatus, Timestamp,
+    PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
 };
 
 use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
@@ -402,26 +403,9 @@ async fn check_stripe(
                 if pi.status != PaymentIntentStatus::Succeeded {
                     problems.push(format!("{pi_id} is {}, not succeeded", pi.status));
                 }
-                let want_amount = op.params.amount.minor_units();
-                if pi.amount != Some(want_amount) {
-                    problems.push(format!(
-                        "{pi_id} is for amount {}, the operation for {want_amount}",
-                        pi.amount.map_or("?".into(), |a| a.to_string())
-                    ));
-                }
-                let want_currency = op.params.currency.as_str();
-                if pi.currency.as_deref() != Some(want_currency) {
-                    problems.push(format!(
-                        "{pi_id} is in {}, the operation in {want_currency}",
-                        pi.currency.as_deref().unwrap_or("?")
-                    ));
-                }
-                let want_op = op.operation_id.to_string();
-                if pi.operation_id.as_deref() != Some(want_op.as_str()) {
-                    problems.push(format!(
-                        "{pi_id} has metadata.operation_id {}, not {want_op}",
-                        pi.operation_id.as_deref().unwrap_or("(none)")
-                    ));
+                // The same check the automatic path makes before it settles from an intent.
+                if let Some(m) = plan::intent_mismatch(op, &pi, gateway.livemode()) {
+                    problems.push(describe_mismatch(pi_id, &pi, op, m));
                 }
             }
         },
@@ -456,6 +440,46 @@ async fn check_stripe(
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+/// What differs, in the operator's words.
+fn describe_mismatch(
+    pi_id: &PaymentIntentId,
+    pi: &PaymentIntent,
+    op: &Operation,
+    m: plan::Mismatch,
+) -> String {
+    let or_unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+    match m {
+        plan::Mismatch::OperationId => format!(
+            "{pi_id} has metadata.operation_id {}, not {}",
+            pi.operation_id.as_deref().unwrap_or("(none)"),
+            op.operation_id
+        ),
+        plan::Mismatch::OrderId => format!(
+            "{pi_id} has metadata.order_id {}, not {}",
+            or_unknown(pi.order_id.clone()),
+            op.order_id
+        ),
+        plan::Mismatch::Amount => format!(
+            "{pi_id} is for amount {}, the operation for {}",
+            or_unknown(pi.amount.map(|a| a.to_string())),
+            op.params.amount.minor_units()
+        ),
+        plan::Mismatch::Currency => format!(
+            "{pi_id} is in {}, the operation in {}",
+            or_unknown(pi.currency.clone()),
+            op.params.currency.as_str()
+        ),
+        plan::Mismatch::Livemode => format!(
+            "{pi_id} is {} mode, our key is not",
+            match pi.livemode {
+                Some(true) => "a live",
+                Some(false) => "a test",
+                None => "of an unknown",
+            }
+        ),
     }
 }
 
@@ -817,6 +841,8 @@ mod tests {
             amount: Some(amount),
             currency: Some("usd".into()),
             operation_id: Some(op.operation_id.to_string()),
+            order_id: Some(op.order_id.to_string()),
+            livemode: Some(false),
             ..PaymentIntent::new(PaymentIntentId::parse(id).unwrap(), status)
         }
     }
