@@ -182,7 +182,7 @@ pub struct Decision {
 impl Decision {
     /// What a PaymentIntent Stripe just answered with means for the operation: checked to be the
     /// operation's first ([`intent_mismatch`]), then settled, reviewed as stuck, or looked at again.
-    pub fn from_payment_intent(
+    fn from_payment_intent(
         op: &Operation,
         pi: PaymentIntent,
         now: Timestamp,
@@ -241,7 +241,7 @@ impl Decision {
     }
 
     /// The status stays as it was; only the error and the next look change.
-    pub fn unchanged(
+    fn unchanged(
         op: &Operation,
         error: &GatewayError,
         next_due_at: Timestamp,
@@ -259,7 +259,7 @@ impl Decision {
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    pub fn review(
+    fn review(
         status: OperationStatus,
         reason: String,
         class: ReviewClass,
