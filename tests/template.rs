@@ -1588,6 +1588,22 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     assert!(webhook::handler::HTTP_BUDGET < wait && webhook::handler::HTTP_BUDGET < timeout);
 }
 
+/// The one `AWS::Lambda::Permission` on the events function in this configuration.
+fn the_events_function_permission(t: &Value) -> &Value {
+    let permissions: Vec<_> = of_type(t, "AWS::Lambda::Permission")
+        .into_iter()
+        .filter(|(_, p)| {
+            logical_id_of(raw_prop(p, "FunctionName")).as_deref() == Some("WebhookFunction")
+        })
+        .collect();
+    assert_eq!(
+        permissions.len(),
+        1,
+        "one permission on the events function"
+    );
+    permissions[0].1
+}
+
 /// `(actions, resources)` of every statement of a function's inline policies.
 fn function_grants(t: &Value, dir: &str) -> Vec<(Vec<String>, Vec<String>)> {
     let (_, f) = function(t, dir);
@@ -1998,18 +2014,7 @@ fn with_the_webhook_secret_exactly_one_route_is_public_and_it_has_its_own_thrott
         assert!(own <= default, "{param} {own} > {api} {default}");
     }
     // The route's permission: API Gateway, for that route of this API only.
-    let permissions: Vec<_> = of_type(&t, "AWS::Lambda::Permission")
-        .into_iter()
-        .filter(|(_, p)| {
-            logical_id_of(raw_prop(p, "FunctionName")).as_deref() == Some("WebhookFunction")
-        })
-        .collect();
-    assert_eq!(
-        permissions.len(),
-        1,
-        "one permission on the events function"
-    );
-    let p = props(permissions[0].1);
+    let p = props(the_events_function_permission(&t));
     assert_eq!(str_at(p, "Principal"), Some("apigateway.amazonaws.com"));
     let mut source = Vec::new();
     strings(raw(p, "SourceArn"), &mut source);
@@ -2175,18 +2180,7 @@ fn with_the_event_source_a_partner_bus_feeds_the_events_function_with_retries_an
     }
 
     // EventBridge may invoke the function, for this rule only.
-    let permissions: Vec<_> = of_type(&t, "AWS::Lambda::Permission")
-        .into_iter()
-        .filter(|(_, p)| {
-            logical_id_of(raw_prop(p, "FunctionName")).as_deref() == Some("WebhookFunction")
-        })
-        .collect();
-    assert_eq!(
-        permissions.len(),
-        1,
-        "one permission on the events function"
-    );
-    let p = props(permissions[0].1);
+    let p = props(the_events_function_permission(&t));
     assert_eq!(str_at(p, "Principal"), Some("events.amazonaws.com"));
     assert_eq!(str_at(p, "Action"), Some("lambda:InvokeFunction"));
     assert_eq!(

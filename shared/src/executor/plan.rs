@@ -259,12 +259,7 @@ impl Decision {
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    fn review(
-        status: OperationStatus,
-        reason: String,
-        class: ReviewClass,
-        now: Timestamp,
-    ) -> Self {
+    fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
         Decision {
             status,
             external_id: None,
