@@ -360,7 +360,105 @@ pub struct ChargeParams {
     pub payment_method: PaymentMethodId,
 }
 
+/// What Stripe refuses to charge, by currency (docs.stripe.com/currencies, read 2026-12-01, as
+/// REFERENCE.md records it). A violation is answered by Stripe with 400 `invalid_request_error`,
+/// which the executor must send to review; refusing it at the door answers the order service with
+/// a 400 naming the rule instead, and writes nothing.
+pub mod stripe_rules {
+    /// Currencies without minor units: the amount is in whole units (`1000` JPY is ¥1,000).
+    pub const ZERO_DECIMAL: &[&str] = &[
+        "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv",
+        "xaf", "xof", "xpf",
+    ];
+
+    /// Currencies with three decimals: Stripe requires the last digit to be 0.
+    pub const THREE_DECIMAL: &[&str] = &["bhd", "jod", "kwd", "omr", "tnd"];
+
+    /// The smallest amount Stripe charges, in the currency's minor units, for the currencies the
+    /// reference lists. Stripe's minimum really depends on the **settlement** currency: a charge
+    /// presented in one currency and settled in another must also be worth the settlement
+    /// currency's minimum at the day's rate, which cannot be known here. This table checks each
+    /// presentment currency against its own minimum only; a charge below the settlement minimum
+    /// still reaches Stripe, is refused there and goes to review (`rejected`, paged).
+    /// How many decimals Stripe's minor units have in `currency` (0, 3, or the usual 2).
+    pub fn decimals(currency: &str) -> u32 {
+        if ZERO_DECIMAL.contains(&currency) {
+            0
+        } else if THREE_DECIMAL.contains(&currency) {
+            3
+        } else {
+            2
+        }
+    }
+
+    /// `minor_units` in major units as a person reads them (`50` usd → `0.50 usd`).
+    pub fn display(minor_units: i64, currency: &str) -> String {
+        let d = decimals(currency);
+        if d == 0 {
+            return format!("{minor_units} {currency}");
+        }
+        let scale = 10_i64.pow(d);
+        format!(
+            "{}.{:0width$} {currency}",
+            minor_units / scale,
+            minor_units % scale,
+            width = d as usize
+        )
+    }
+
+    pub const MINIMUMS: &[(&str, i64)] = &[
+        ("aud", 50),
+        ("brl", 50),
+        ("cad", 50),
+        ("chf", 50),
+        ("dkk", 250),
+        ("eur", 50),
+        ("gbp", 30),
+        ("hkd", 400),
+        ("inr", 50),
+        ("jpy", 50),
+        ("mxn", 1000),
+        ("nok", 300),
+        ("nzd", 50),
+        ("pln", 200),
+        ("sek", 300),
+        ("sgd", 50),
+        ("usd", 50),
+    ];
+}
+
 impl ChargeParams {
+    /// Stripe's per-currency rules ([`stripe_rules`]): the minimum charge, the last digit of a
+    /// three-decimal currency, ISK in whole krónur (divisible by 100 since 2023-04-14). The
+    /// error's message names the rule and the amount that would pass.
+    pub fn check_chargeable(amount: Amount, currency: &Currency) -> Result<(), ValidationError> {
+        let (n, c) = (amount.minor_units(), currency.as_str());
+        if let Some((_, min)) = stripe_rules::MINIMUMS.iter().find(|(code, _)| *code == c) {
+            if n < *min {
+                return Err(ValidationError::new(
+                    "amount",
+                    format!(
+                        "is below Stripe's minimum charge for {c}: at least {min} in minor units ({})",
+                        stripe_rules::display(*min, c)
+                    ),
+                ));
+            }
+        }
+        if stripe_rules::THREE_DECIMAL.contains(&c) && n % 10 != 0 {
+            return Err(ValidationError::new(
+                "amount",
+                format!("must end in 0 for {c}: Stripe charges three-decimal currencies in tens"),
+            ));
+        }
+        if c == "isk" && n % 100 != 0 {
+            return Err(ValidationError::new(
+                "amount",
+                "must be divisible by 100 for isk: Stripe charges whole krónur",
+            ));
+        }
+        Ok(())
+    }
+
     /// A stable digest of the parameters. A second checkout for the same order is accepted only with
     /// the same fingerprint; anything else is a different request and is refused.
     pub fn fingerprint(&self) -> Fingerprint {
@@ -481,6 +579,50 @@ impl<'de> Deserialize<'de> for Principal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amounts_stripe_refuses_are_refused_naming_the_rule() {
+        let check = |n: i64, c: &str| {
+            ChargeParams::check_chargeable(Amount::new(n).unwrap(), &Currency::parse(c).unwrap())
+                .map_err(|e| e.message)
+        };
+        // (amount, currency, accepted, words the refusal must contain)
+        let cases: &[(i64, &str, bool, &str)] = &[
+            (50, "usd", true, ""),
+            (49, "usd", false, "0.50 usd"),
+            (30, "gbp", true, ""),
+            (29, "gbp", false, "0.30 gbp"),
+            (50, "jpy", true, ""),
+            (49, "jpy", false, "50 jpy"),
+            (399, "hkd", false, "4.00 hkd"),
+            (999, "mxn", false, "10.00 mxn"),
+            (1, "ars", true, ""),
+            (1230, "kwd", true, ""),
+            (1235, "kwd", false, "must end in 0"),
+            (5, "bhd", false, "must end in 0"),
+            (10_000, "isk", true, ""),
+            (10_050, "isk", false, "divisible by 100"),
+        ];
+        for (n, c, ok, words) in cases {
+            match check(*n, c) {
+                Ok(()) => assert!(ok, "{n} {c} accepted"),
+                Err(m) => {
+                    assert!(!ok, "{n} {c} refused: {m}");
+                    assert!(m.contains(words), "{n} {c}: {m}");
+                }
+            }
+        }
+        assert_eq!(stripe_rules::display(1250, "usd"), "12.50 usd");
+        assert_eq!(stripe_rules::display(1230, "kwd"), "1.230 kwd");
+        // Every currency of the tables is one the domain accepts.
+        for c in stripe_rules::ZERO_DECIMAL
+            .iter()
+            .chain(stripe_rules::THREE_DECIMAL)
+            .chain(stripe_rules::MINIMUMS.iter().map(|(c, _)| c))
+        {
+            assert!(Currency::parse(c).is_ok(), "{c}");
+        }
+    }
 
     #[test]
     fn order_id_rules() {

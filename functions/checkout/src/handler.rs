@@ -367,6 +367,12 @@ fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
         &mut problems,
         PaymentMethodId::parse,
     );
+    if let (Some(amount), Some(currency)) = (amount, &currency) {
+        // Stripe would refuse it (400) and the order would end in review; refuse it here.
+        if let Err(e) = ChargeParams::check_chargeable(amount, currency) {
+            problems.push(e);
+        }
+    }
     match (amount, currency, customer_id, payment_method) {
         (Some(amount), Some(currency), Some(customer_id), Some(payment_method))
             if problems.is_empty() =>
@@ -541,6 +547,41 @@ mod tests {
         assert_eq!(body["error"]["code"], "order_conflict");
         assert_eq!(f.store.all(), before);
         assert_eq!(f.queue.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn amounts_stripe_refuses_are_400_naming_the_rule_and_write_nothing() {
+        let f = fixture();
+        for (amount, currency, words) in [
+            (49, "usd", "minimum"),
+            (29, "gbp", "minimum"),
+            (49, "jpy", "minimum"),
+            (1235, "kwd", "end in 0"),
+            (10_050, "isk", "divisible by 100"),
+        ] {
+            let mut req = event("checkout-valid.json");
+            let mut body: Value = serde_json::from_str(req.body.as_deref().unwrap()).unwrap();
+            body["amount"] = json!(amount);
+            body["currency"] = json!(currency);
+            req.body = Some(body.to_string());
+            let (status, body) = call(&f, req).await;
+            assert_eq!(status, 400, "{amount} {currency}: {body}");
+            let problem = &body["error"]["fields"][0];
+            assert_eq!(problem["field"], "amount", "{body}");
+            assert!(
+                problem["message"].as_str().unwrap().contains(words),
+                "{amount} {currency}: {body}"
+            );
+        }
+        assert!(f.store.all().is_empty());
+        assert_eq!(
+            f.store
+                .calls
+                .writes
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+        assert!(f.queue.is_empty());
     }
 
     #[tokio::test]
