@@ -1438,8 +1438,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
         assert!(description.contains("First run:"), "{id}: {description}");
     }
     // InReview pages only when it lasts longer than one tick: two consecutive periods.
-    let (_, in_review) =
-        alarm_on(&t, "ChargeOnce", "InReview", ("Function", "reconciler")).unwrap();
+    let in_review = resource(&t, "InReviewAlarm").expect("InReviewAlarm");
     assert_eq!(
         get(props(in_review), "EvaluationPeriods").map(number),
         Some(2)
@@ -2376,4 +2375,119 @@ fn the_condition_evaluator_reads_the_parameters() {
         &and(JWT, &[("CheckoutCallerRoleNames", "order-service")]),
         "GrantCallerRoles"
     ));
+}
+
+/// The Mappings entry `map[key][field]` as a number.
+fn mapped(t: &Value, map: &str, key: &str, field: &str) -> u64 {
+    let m = get(get(t, "Mappings").expect("Mappings"), map).unwrap_or_else(|| panic!("{map}"));
+    number(get(get(m, key).unwrap_or_else(|| panic!("{map}.{key}")), field).unwrap())
+}
+
+/// A `!FindInMap [map, !Ref ReconcileEveryMinutes, field]` read for one cadence.
+fn period_for(t: &Value, alarm: &Value, minutes: u64) -> u64 {
+    let period = get(props(alarm), "Period").expect("Period");
+    match period {
+        Value::Number(_) => number(period),
+        _ => {
+            let (f, arg) = intrinsic(raw(props(alarm), "Period")).expect("!FindInMap");
+            assert_eq!(f, "FindInMap");
+            let args = plain(arg).as_sequence().unwrap();
+            let map = plain(&args[0]).as_str().unwrap();
+            let (r, param) = intrinsic(&args[1]).expect("!Ref ReconcileEveryMinutes");
+            assert_eq!(
+                (r.as_str(), plain(param).as_str()),
+                ("Ref", Some("ReconcileEveryMinutes"))
+            );
+            mapped(
+                t,
+                map,
+                &minutes.to_string(),
+                plain(&args[2]).as_str().unwrap(),
+            )
+        }
+    }
+}
+
+#[test]
+fn a_default_stack_pages_somebody_and_the_safety_net_has_a_heartbeat() {
+    // Issue 24.4: with AlarmTopicArn empty every alarm notifies the stack's own topic.
+    let t = config(DEFAULTS);
+    assert!(
+        resource(&t, "AlarmTopic").is_some(),
+        "the stack's own topic"
+    );
+    assert!(
+        resource(&t, "AlarmTopicEmail").is_none(),
+        "no e-mail unless given"
+    );
+    for (id, alarm) in alarms(&t) {
+        for key in ["AlarmActions", "OKActions"] {
+            let actions = get(props(alarm), key)
+                .and_then(Value::as_sequence)
+                .unwrap_or_else(|| panic!("{id}: {key}"));
+            assert!(
+                !actions.is_empty(),
+                "{id}: {key} empty with default parameters"
+            );
+            let mut names = Vec::new();
+            strings(&Value::Sequence(actions.clone()), &mut names);
+            assert!(
+                names.iter().any(|n| n == "AlarmTopic"),
+                "{id}: {key} {names:?}"
+            );
+        }
+    }
+    let with_email = config(&[("AlarmEmail", "oncall@example.com")]);
+    let sub = props(resource(&with_email, "AlarmTopicEmail").expect("subscription"));
+    assert_eq!(str_at(sub, "Protocol"), Some("email"));
+    // A given topic replaces the stack's own.
+    let theirs = config(ALARM_TOPIC);
+    assert!(resource(&theirs, "AlarmTopic").is_none());
+    for (id, alarm) in alarms(&theirs) {
+        let mut names = Vec::new();
+        strings(get(props(alarm), "AlarmActions").unwrap(), &mut names);
+        assert_eq!(names, ["AlarmTopicArn"], "{id}");
+    }
+
+    // The heartbeat: no finished tick (no InReview datapoint) for three ticks pages.
+    let hb = props(resource(&t, "ReconcilerHeartbeatAlarm").expect("ReconcilerHeartbeatAlarm"));
+    assert_eq!(str_at(hb, "MetricName"), Some("InReview"));
+    assert_eq!(str_at(hb, "Statistic"), Some("SampleCount"));
+    assert_eq!(str_at(hb, "TreatMissingData"), Some("breaching"));
+    assert_eq!(str_at(hb, "ComparisonOperator"), Some("LessThanThreshold"));
+    assert_eq!(get(hb, "EvaluationPeriods").map(number), Some(3));
+    assert_eq!(get(hb, "DatapointsToAlarm").map(number), Some(3));
+}
+
+#[test]
+fn the_review_alarms_fit_every_reconciler_cadence() {
+    let t = template();
+    let allowed: Vec<u64> = get(parameter(&t, "ReconcileEveryMinutes"), "AllowedValues")
+        .and_then(Value::as_sequence)
+        .expect("ReconcileEveryMinutes has AllowedValues")
+        .iter()
+        .map(number)
+        .collect();
+    // 1 minute is refused: ticks (120 s timeout, one at a time) would queue behind each other.
+    assert!(!allowed.contains(&1) && allowed.contains(&5) && allowed.contains(&15));
+    let in_review = resource(&t, "InReviewAlarm").unwrap();
+    let heartbeat = resource(&t, "ReconcilerHeartbeatAlarm").unwrap();
+    let sent = resource(&t, "SentToReviewAlarm").unwrap();
+    for minutes in allowed {
+        let tick = minutes * 60;
+        // Every period of InReview holds at least one tick, so two periods in a row is two
+        // ticks in a row at any cadence (a fixed 300 s period had none above 5 minutes).
+        let p = period_for(&t, in_review, minutes);
+        assert!(
+            p >= tick && p % 60 == 0,
+            "{minutes} min: InReview period {p}"
+        );
+        // The heartbeat waits three ticks, no fewer, no more than a day.
+        let h = period_for(&t, heartbeat, minutes);
+        assert_eq!(h, tick, "{minutes} min: heartbeat period");
+        assert!(3 * h <= 86_400);
+        // SentToReview sums what any tick reports: one period of any length catches it.
+        let s = period_for(&t, sent, minutes);
+        assert!(s % 60 == 0 && s > 0);
+    }
 }
