@@ -133,6 +133,10 @@ pub struct AuditEntry {
     pub label: Option<String>,
     /// Set when the operator overrode a Stripe check (`--force`): the reason they gave.
     pub forced: Option<String>,
+    /// The review reason the record carried when the operator resolved or re-drove it: the
+    /// evidence moves here, off the record (issue 24). Absent in entries written before it
+    /// existed: none was kept.
+    pub review: Option<String>,
 }
 
 /// The operation record.

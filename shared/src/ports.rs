@@ -157,7 +157,9 @@ pub struct OperatorGuard {
 }
 
 /// An operator settling an operation by hand (`chargectl resolve`): only if nobody wrote since
-/// the operator read it (`expected_updated_at`), it is unsettled, and no lease may be live.
+/// the operator read it (`expected_updated_at`), it is unsettled, and no lease may be live. The
+/// record's review leaves it: the caller copies the reason into the audit entry
+/// (`AuditEntry::review`).
 #[derive(Debug, Clone)]
 pub struct ManualResolution {
     pub key: OperationKey,

@@ -463,6 +463,7 @@ fn audit(action: &str, from: OperationStatus, to: OperationStatus, at: Timestamp
         caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
         label: Some("alice".into()),
         forced: None,
+        review: Some("search_ambiguous: found 0".into()),
     }
 }
 
@@ -481,7 +482,13 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
 }
 
 pub async fn resolve_settles_once_and_refuses_a_settled_record(store: Arc<dyn OperationStore>) {
-    let op = operation("contract-resolve", 1000, T0);
+    let mut op = operation("contract-resolve", 1000, T0);
+    // In review when the operator resolves it: the reason leaves the record (the audit entry
+    // carries it), so nothing later reads a settled record as "a person owns it".
+    op.review = Some(charge_once::Review {
+        reason: "search_ambiguous: found 0".into(),
+        flagged_at: T0,
+    });
     store.create_if_absent(&op).await.unwrap();
     let req = resolution(
         &op,
@@ -495,6 +502,13 @@ pub async fn resolve_settles_once_and_refuses_a_settled_record(store: Arc<dyn Op
     assert_eq!(rec.external_id.as_deref(), Some("pi_by_hand"));
     assert_eq!(rec.history, vec![req.guard.audit.clone()]);
     assert_eq!(rec.next_due_at, None);
+    assert_eq!(rec.review, None, "the review moved into the history");
+    let read = store.get(&op.key()).await.unwrap().unwrap();
+    assert_eq!(read.review, None);
+    assert_eq!(
+        read.history[0].review.as_deref(),
+        Some("search_ambiguous: found 0")
+    );
 
     let mut again = resolution(
         &rec,

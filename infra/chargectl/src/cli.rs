@@ -83,8 +83,10 @@ pub enum Command {
     ///
     /// Checks Stripe first: --succeeded retrieves the PaymentIntent and refuses unless it
     /// succeeded for this operation's amount, currency and operation id; --failed refuses if a
-    /// search by the operation id finds a succeeded PaymentIntent. --force "<reason>" overrides a
-    /// failed check, with the reason kept on the record. Refused if the record changed since it
+    /// search by the operation id finds a PaymentIntent that succeeded or is not final yet
+    /// (processing, requires_action, ...), and while the last attempt is younger than an hour
+    /// (Stripe search may lag that much). --force "<reason>" overrides a failed check, with the
+    /// reason kept on the record. The record's review reason moves into the history entry. Refused if the record changed since it
     /// was read (or since --expect-version), if it is settled, or while a lease may be live. The
     /// action is appended to the record's history with your IAM identity.
     Resolve(ResolveArgs),

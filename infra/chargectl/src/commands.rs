@@ -394,6 +394,7 @@ async fn check_stripe(
     gateway: &dyn PaymentGateway,
     op: &Operation,
     succeeded: Option<&PaymentIntentId>,
+    now: Timestamp,
 ) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     match succeeded {
@@ -410,28 +411,43 @@ async fn check_stripe(
             }
         },
         None => {
+            // Search is not read-after-write (up to an hour behind during Stripe's incidents):
+            // an attempt younger than that may have made an intent search cannot show yet.
+            let last_attempt = op.updated_at;
+            if op.first_attempted_at.is_some() && now < last_attempt.plus(SEARCH_LAG_BOUND) {
+                problems.push(format!(
+                    "the last attempt was {} min ago: Stripe search may be up to {} min behind, \
+                     so an intent it made may not show yet; wait until {} (ms since epoch)",
+                    (now.as_millis() - last_attempt.as_millis()) / 60_000,
+                    SEARCH_LAG_BOUND.as_secs() / 60,
+                    last_attempt.plus(SEARCH_LAG_BOUND).as_millis()
+                ));
+            }
+            let mut seen = Vec::new();
             match gateway.search_by_operation(&op.operation_id).await {
                 Err(e) => problems.push(format!("cannot search Stripe: {e}")),
-                Ok(found) => problems.extend(
-                    found
-                        .iter()
-                        .filter(|pi| pi.status == PaymentIntentStatus::Succeeded)
-                        .map(|pi| {
-                            format!("{} succeeded for this operation (found by search)", pi.id)
-                        }),
-                ),
+                Ok(found) => seen.extend(found.into_iter().map(|pi| (pi, "found by search"))),
             }
-            // Search is not read-after-write: the recorded id is read directly too.
+            // The recorded id is read directly too.
             if let Some(id) = &op.external_id {
                 match gateway.retrieve(id).await {
-                    Ok(pi) if pi.status == PaymentIntentStatus::Succeeded => {
-                        let line = format!("{id} succeeded for this operation (found by search)");
-                        if !problems.contains(&line) {
-                            problems.push(format!("{id}, recorded on the operation, succeeded"));
-                        }
+                    Ok(pi) if !seen.iter().any(|(s, _)| s.id == pi.id) => {
+                        seen.push((pi, "recorded on the operation"))
                     }
                     Ok(_) => {}
                     Err(e) => problems.push(format!("cannot retrieve {id} from Stripe: {e}")),
+                }
+            }
+            for (pi, how) in seen {
+                if pi.status == PaymentIntentStatus::Succeeded {
+                    problems.push(format!("{} succeeded for this operation ({how})", pi.id));
+                } else if !is_final_failure(&pi.status) {
+                    // Not final: it may still take the money. Declared failed now, the order
+                    // service would ask for another card, and both could charge.
+                    problems.push(format!(
+                        "{} is {} at Stripe ({how}): not final, it may still succeed",
+                        pi.id, pi.status
+                    ));
                 }
             }
         }
@@ -483,6 +499,18 @@ fn describe_mismatch(
     }
 }
 
+/// How far behind Stripe search may be during incidents (docs.stripe.com/search: "up to an hour").
+pub const SEARCH_LAG_BOUND: Duration = Duration::from_secs(3600);
+
+/// A state that will never take the money: `canceled`, or `requires_payment_method` (declined; a
+/// new confirmation would need our create, which the key window rules).
+fn is_final_failure(status: &PaymentIntentStatus) -> bool {
+    matches!(
+        status,
+        PaymentIntentStatus::Canceled | PaymentIntentStatus::RequiresPaymentMethod
+    )
+}
+
 /// Everything `resolve` talks to.
 pub struct ResolveDeps<'a> {
     pub store: &'a dyn OperationStore,
@@ -519,7 +547,7 @@ pub async fn resolve(
         Some(pi) => (OperationStatus::Succeeded, Some(pi.clone())),
         None => (OperationStatus::Failed, None),
     };
-    let forced = match check_stripe(deps.gateway, &op, external_id.as_ref()).await {
+    let forced = match check_stripe(deps.gateway, &op, external_id.as_ref(), now).await {
         Ok(()) => None,
         Err(problems) => match &args.force {
             Some(reason) => {
@@ -549,6 +577,7 @@ pub async fn resolve(
         caller,
         label: args.audit.by.clone(),
         forced,
+        review: op.review.as_ref().map(|r| r.reason.clone()),
     };
     let request = ManualResolution {
         key: op.key(),
@@ -584,7 +613,7 @@ pub async fn resolve(
     if let Some(review) = &op.review {
         writeln!(
             console.out,
-            "review reason kept on the record: {}",
+            "review reason moved into the history: {}",
             review.reason
         )?;
     }
@@ -620,6 +649,9 @@ pub async fn redrive(
         caller: caller(identity).await?,
         label: args.audit.by.clone(),
         forced: None,
+        // The redrive clears the flag; the evidence (the reason, with a second PaymentIntent's
+        // id when there was one) stays in the history.
+        review: op.review.as_ref().map(|r| r.reason.clone()),
     };
     let next_due_at = now.plus(REDRIVE_DUE_IN);
     let request = Reschedule {
@@ -866,6 +898,93 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn resolve_failed_waits_for_every_intent_to_be_final_and_for_search_to_catch_up() {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let open = op("open-processing", T0);
+        store.create_if_absent(&open).await.unwrap();
+        let t = claim(&store, &open, T0).await;
+        record(
+            &store,
+            &open,
+            t,
+            OperationStatus::Unknown,
+            Some("search found 2"),
+            T0,
+        )
+        .await;
+        let stripe = StubStripe(vec![
+            pi(
+                "pi_declined",
+                &open,
+                PaymentIntentStatus::RequiresPaymentMethod,
+                1250,
+            ),
+            pi("pi_slow", &open, PaymentIntentStatus::Processing, 1250),
+        ]);
+        let identity = FixedIdentity(ALICE.into());
+        let deps = ResolveDeps {
+            store: &store,
+            gateway: &stripe,
+            identity: &identity,
+            clock: &clock,
+        };
+        let before = store.get(&open.key()).await.unwrap().unwrap();
+        let mut c = Captured::new();
+        // Minutes after the attempt: search may lag, and an intent is still processing.
+        clock.set(T0.plus(Duration::from_secs(600)));
+        let err = resolve(
+            &deps,
+            &resolve_args(open.operation_id, None),
+            &mut c.console(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        let text = err.to_string();
+        assert!(text.contains("the last attempt was 10 min ago"), "{text}");
+        assert!(text.contains("pi_slow is processing at Stripe"), "{text}");
+        assert!(
+            !text.contains("pi_declined"),
+            "a declined intent is final: {text}"
+        );
+        // Past the search-lag bound the processing intent alone still refuses.
+        clock.set(T0.plus(SEARCH_LAG_BOUND));
+        let err = resolve(
+            &deps,
+            &resolve_args(open.operation_id, None),
+            &mut c.console(),
+        )
+        .await
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("last attempt"), "{text}");
+        assert!(text.contains("pi_slow is processing at Stripe"), "{text}");
+        assert_eq!(
+            store.get(&open.key()).await.unwrap().unwrap(),
+            before,
+            "nothing written"
+        );
+        // --force: written, with the reason and what it overrode in the history.
+        let forced = ResolveArgs {
+            force: Some("bank confirmed the transfer was rejected, INC-9".into()),
+            ..resolve_args(open.operation_id, None)
+        };
+        resolve(&deps, &forced, &mut c.console()).await.unwrap();
+        let now = store.get(&open.key()).await.unwrap().unwrap();
+        assert_eq!(now.status, OperationStatus::Failed);
+        let entry = &now.history[0];
+        let why = entry.forced.as_deref().unwrap();
+        assert!(
+            why.starts_with("bank confirmed the transfer was rejected, INC-9"),
+            "{why}"
+        );
+        assert!(why.contains("pi_slow is processing"), "{why}");
+        assert_eq!(entry.review.as_deref(), Some("search found 2"));
+        assert_eq!(now.review, None);
+    }
+
+    #[tokio::test]
     async fn resolve_refuses_settled_leased_stale_and_unconfirmed_and_settles_otherwise() {
         let store = MemoryStore::new();
         let clock = ManualClock::new(T0);
@@ -1013,8 +1132,10 @@ mod tests {
                 caller: ALICE.into(),
                 label: Some("INC-42".into()),
                 forced: None,
+                review: Some("0 matches".into()),
             }]
         );
+        assert_eq!(now.review, None, "the review moved into the history");
     }
 
     #[tokio::test]

@@ -256,8 +256,13 @@ pub fn history_line(e: &AuditEntry) -> String {
         .as_deref()
         .map(|f| format!(" [FORCED: {}]", cell(f, 200)))
         .unwrap_or_default();
+    let review = e
+        .review
+        .as_deref()
+        .map(|r| format!(" [was in review: {}]", cell(r, 300)))
+        .unwrap_or_default();
     format!(
-        "{} {}{label} {}: {} -> {}{forced}: {}",
+        "{} {}{label} {}: {} -> {}{forced}{review}: {}",
         e.at.to_rfc3339(),
         e.caller,
         e.action,
@@ -439,6 +444,7 @@ mod tests {
             caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
             label: Some("alice".into()),
             forced: None,
+            review: None,
         }];
         let text = show_text(&a, NOW);
         for needle in [

@@ -437,6 +437,7 @@ impl OperationStore for SimStore {
                 op.external_id = Some(id.clone());
             }
             op.history.push(req.guard.audit.clone());
+            op.review = None;
             op.lease = None;
             op.next_due_at = None;
             op.updated_at = req.guard.audit.at;

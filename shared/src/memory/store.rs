@@ -202,6 +202,8 @@ impl OperationStore for MemoryStore {
             op.external_id = Some(id.clone());
         }
         op.history.push(req.guard.audit.clone());
+        // The review evidence moves into the history entry (the caller copied it there).
+        op.review = None;
         op.lease = None;
         op.next_due_at = None;
         op.updated_at = req.guard.audit.at;

@@ -147,6 +147,9 @@ pub fn audit_to_attr(entry: &AuditEntry) -> AttributeValue {
     if let Some(forced) = &entry.forced {
         m.insert("forced".into(), attr_s(forced));
     }
+    if let Some(review) = &entry.review {
+        m.insert("review".into(), attr_s(review));
+    }
     AttributeValue::M(m)
 }
 
@@ -166,6 +169,7 @@ fn audit_from_attr(v: &AttributeValue) -> Result<AuditEntry, StoreError> {
         caller: req_s(m, "caller")?.to_owned(),
         label: get_s(m, "label")?.map(str::to_owned),
         forced: get_s(m, "forced")?.map(str::to_owned),
+        review: get_s(m, "review")?.map(str::to_owned),
     })
 }
 
@@ -193,6 +197,7 @@ fn history_from_item(item: &Attrs) -> Result<Vec<AuditEntry>, StoreError> {
                 caller: format!("label:{by}"),
                 label: Some(by.to_owned()),
                 forced: None,
+                review: None,
             },
         );
     }
@@ -382,6 +387,7 @@ mod tests {
             caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
             label: Some("alice".into()),
             forced: None,
+            review: Some("search_ambiguous: found 0".into()),
         }];
         op.redrives = 2;
         op

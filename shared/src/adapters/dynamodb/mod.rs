@@ -573,7 +573,10 @@ impl OperationStore for DynamoStore {
             update.push_str(", external_id = :ext");
             values.insert(":ext".into(), attr_s(id));
         }
-        update.push_str(" REMOVE due_shard, due_at, lease_token, lease_expires_at");
+        // The review evidence moves into the history entry (the caller copied it there).
+        update.push_str(
+            " REMOVE due_shard, due_at, lease_token, lease_expires_at, review_reason, review_flagged_at",
+        );
         let result = self
             .conditional_update(
                 "UpdateItem (resolve)",
