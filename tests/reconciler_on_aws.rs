@@ -112,6 +112,50 @@ impl Stack {
 }
 
 #[tokio::test]
+async fn an_unreadable_record_is_counted_and_skipped_and_the_rest_of_its_page_goes_on() {
+    let s = Stack::new().await;
+    let mut ops = Vec::new();
+    for i in 0..6 {
+        ops.push(s.pending(&format!("rec-unreadable-{i}")).await);
+    }
+    // One record loses an attribute every release wrote (a hand edit, a shape nobody wrote):
+    // it stays in the index, due like the others.
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let bad = &ops[2];
+    dynamodb
+        .update_item()
+        .table_name(s.store.table())
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("ORDER#{}", bad.order_id)),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("charge".into()),
+        )
+        .update_expression("REMOVE amount")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        s.store.get(&bad.key()).await.is_err(),
+        "the record is unreadable"
+    );
+    s.side.clock.advance(Duration::from_secs(301));
+    let report = s.tick().await;
+    assert_eq!(report.unreadable, 1, "counted");
+    assert_eq!(report.reenqueued, 5, "the other five in the same tick");
+    let line = &report.emf_lines(s.side.clock.now())[0];
+    assert!(line.contains("\"UnreadableRecords\":1"), "{line}");
+    while s.deliver().await > 0 {}
+    for op in ops.iter().filter(|o| o.order_id != bad.order_id) {
+        assert_eq!(s.current(op).await.status, OperationStatus::Succeeded);
+    }
+    // Every tick counts it again (and pages) until a person deals with it.
+    assert_eq!(s.tick().await.unreadable, 1);
+}
+
+#[tokio::test]
 async fn a_lost_send_message_is_recovered() {
     let s = Stack::new().await;
     // Checkout recorded it but the SendMessage never happened.

@@ -1390,6 +1390,12 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             ("QueueName", "ChargeQueue"),
         ),
         ("ChargeOnce", "SendFailures", ("Function", "reconciler")),
+        // Issue 24: a record this release cannot read is skipped and pages.
+        (
+            "ChargeOnce",
+            "UnreadableRecords",
+            ("Function", "reconciler"),
+        ),
         ("ChargeOnce", "SkippedOnError", ("Function", "reconciler")),
         ("ChargeOnce", "PoisonMessages", ("Function", "charge")),
         (

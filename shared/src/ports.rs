@@ -174,8 +174,20 @@ pub struct ManualResolution {
 #[derive(Debug, Clone, Default)]
 pub struct Page {
     pub operations: Vec<Operation>,
+    /// Records of this page that could not be read (a shape no release wrote, a hand edit): left
+    /// out of `operations` so they never stop the rest; the caller counts and logs them.
+    pub unreadable: Vec<UnreadableRecord>,
     /// Pass back to get the next page; `None` when there is no more.
     pub next: Option<String>,
+}
+
+/// A stored record this release cannot read, by its key, with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRecord {
+    /// The table key as stored (`ORDER#…` / `charge`).
+    pub key: String,
+    /// The parse error, with its causes.
+    pub reason: String,
 }
 
 /// Which part of the unknown index to read.

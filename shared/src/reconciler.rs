@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::executor::{execute_charge, ChargeDeps, Disposition, ReviewClass};
 use crate::operation::Operation;
@@ -114,6 +114,9 @@ pub struct TickReport {
     pub oldest_in_review_age: Duration,
     /// Queue sends that failed (the operation stays due and is retried next tick).
     pub send_failures: u64,
+    /// Due records this release could not read: counted, logged with their key, skipped; the
+    /// rest of their page is worked as usual. Alarmed: `UnreadableRecords`.
+    pub unreadable: u64,
     pub pages: u64,
     /// The time budget ran out before the index was exhausted.
     pub stopped_early: bool,
@@ -137,6 +140,7 @@ impl TickReport {
                 ),
                 ("StillUnknown", self.still_unknown as f64, "Count"),
                 ("SendFailures", self.send_failures as f64, "Count"),
+                ("UnreadableRecords", self.unreadable as f64, "Count"),
                 ("SkippedOnError", self.failures as f64, "Count"),
                 (
                     "OldestUnsettledAge",
@@ -216,6 +220,15 @@ pub async fn reconcile_tick(
             .query_index(IndexQuery::DueBy(now), cursor.take(), deps.page_size)
             .await?;
         report.pages += 1;
+        for bad in &page.unreadable {
+            report.unreadable += 1;
+            error!(
+                key = %bad.key,
+                reason = %bad.reason,
+                "unreadable record skipped: this release cannot read it; the rest of the page goes on \
+                 (chargectl show prints it raw)"
+            );
+        }
         for op in &page.operations {
             if remaining() < safety {
                 report.stopped_early = true;
@@ -243,6 +256,7 @@ pub async fn reconcile_tick(
         still_unknown = report.still_unknown,
         skipped = report.skipped,
         failures = report.failures,
+        unreadable = report.unreadable,
         in_review = report.in_review,
         pages = report.pages,
         stopped_early = report.stopped_early,

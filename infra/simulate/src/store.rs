@@ -485,6 +485,10 @@ impl OperationStore for SimStore {
             .iter()
             .filter_map(|(_, key)| t.items.get(key).cloned())
             .collect();
-        Ok(Page { operations, next })
+        Ok(Page {
+            operations,
+            unreadable: Vec::new(),
+            next,
+        })
     }
 }

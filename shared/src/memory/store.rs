@@ -242,6 +242,8 @@ impl OperationStore for MemoryStore {
         };
         Ok(Page {
             operations: matching.into_iter().cloned().collect(),
+            // Typed records in memory: nothing here can be unreadable.
+            unreadable: Vec::new(),
             next,
         })
     }

@@ -61,7 +61,7 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreCalls, StoreError,
+    Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
 
 pub mod item;
@@ -180,7 +180,7 @@ impl DynamoStore {
     async fn records_of(
         &self,
         entries: &[(String, IndexPosition)],
-    ) -> Result<Vec<Operation>, StoreError> {
+    ) -> Result<(Vec<Operation>, Vec<UnreadableRecord>), StoreError> {
         use aws_sdk_dynamodb::types::KeysAndAttributes;
         // DynamoDB's limit per BatchGetItem.
         const CHUNK: usize = 100;
@@ -230,15 +230,24 @@ impl DynamoStore {
             }
         }
         let mut ops = Vec::with_capacity(entries.len());
+        let mut unreadable = Vec::new();
         for (shard, p) in entries {
             let Some(item) = found.get(&(p.pk.clone(), p.sk.clone())) else {
                 continue;
             };
             if item::is_at(item, shard, p) {
-                ops.push(operation_from_item(item)?);
+                // One record this release cannot read must not stop the page: it is set aside
+                // with its key and reason, and the caller counts it (UnreadableRecords, alarmed).
+                match operation_from_item(item) {
+                    Ok(op) => ops.push(op),
+                    Err(e) => unreadable.push(UnreadableRecord {
+                        key: format!("{}/{}", p.pk, p.sk),
+                        reason: crate::telemetry::ErrorChain(&e).to_string(),
+                    }),
+                }
             }
         }
-        Ok(ops)
+        Ok((ops, unreadable))
     }
 
     /// The common shape of every conditional UpdateItem here: ALL_NEW on success, the current
@@ -618,8 +627,10 @@ impl OperationStore for DynamoStore {
             .into_iter()
             .map(|(i, entry)| (shards[i].clone(), entry))
             .collect();
+        let (operations, unreadable) = self.records_of(&entries).await?;
         Ok(Page {
-            operations: self.records_of(&entries).await?,
+            operations,
+            unreadable,
             next,
         })
     }
