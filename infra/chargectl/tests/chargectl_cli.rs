@@ -468,15 +468,20 @@ async fn resolve_settles_once_stripe_confirms_and_appends_history_with_the_calle
     let text = stdout(&show);
     assert!(
         text.contains(&format!(
-            "{} {} (alice) resolve_succeeded: unknown -> succeeded: n",
+            "{} {} (alice) resolve_succeeded: unknown -> succeeded \
+             [was in review: search by operation_id found 0 PaymentIntents]: n",
             entry.at.to_rfc3339(),
             entry.caller
         )),
         "{text}"
     );
-    assert!(
-        text.contains("search by operation_id found 0 PaymentIntents"),
-        "review kept"
+    assert_eq!(
+        after.review, None,
+        "the review moved into the history entry"
+    );
+    assert_eq!(
+        entry.review.as_deref(),
+        Some("search by operation_id found 0 PaymentIntents")
     );
 
     let review = f.run(&["unknowns", "--review"]);
