@@ -95,6 +95,7 @@ fn sim_with_webhooks(url: Option<String>, faults: WebhookFaults) -> StripeSim {
         faults,
         max_attempts: 0,
         enabled_events: None,
+        ..WebhookConfig::default()
     })
     .unwrap();
     sim

@@ -104,9 +104,10 @@ if step sim; then
   echo "== 3: simulate --orders $orders (every fault kind), 20000 without faults" >&2
   "$simulate" --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
   "$simulate" --orders 20000 --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
-  echo "== 3: time to settle, 20000 orders with and without Stripe webhooks (issue 17)" >&2
-  "$simulate" --orders 20000 --json | tail -n 1 > "$out/sim-webhooks.json"
-  "$simulate" --orders 20000 --no-webhooks --json | tail -n 1 > "$out/sim-no-webhooks.json"
+  echo "== 3: time to settle, 20000 orders with EventBridge events, webhooks and neither (issues 17, 23)" >&2
+  "$simulate" --orders 20000 --events eventbridge --json | tail -n 1 > "$out/sim-eventbridge.json"
+  "$simulate" --orders 20000 --events webhook --json | tail -n 1 > "$out/sim-webhooks.json"
+  "$simulate" --orders 20000 --events none --json | tail -n 1 > "$out/sim-no-webhooks.json"
 
   echo "== 3: simulate --orders $wire_orders on the wire (moto + a separate stripe-sim over HTTP)" >&2
   infra/local/with-stack.sh bash -c "

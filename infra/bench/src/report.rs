@@ -648,6 +648,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
     time_to_settle(
         w,
+        read_opt(dir, "sim-eventbridge.json")?.unwrap_or(Value::Null),
         read_opt(dir, "sim-webhooks.json")?.unwrap_or(Value::Null),
         read_opt(dir, "sim-no-webhooks.json")?.unwrap_or(Value::Null),
     )?;
@@ -1028,32 +1029,48 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     Ok(md)
 }
 
-/// Section 3's time to settle of `unknown` operations, with Stripe's webhooks (the default) and
-/// with `--no-webhooks` (issue 17).
-fn time_to_settle(w: &mut String, on: Value, off: Value) -> std::fmt::Result {
+/// Section 3's time to settle of `unknown` operations with Stripe's events by EventBridge (the
+/// default), by signed webhook, and with neither (`--events none`): issues 17 and 23.
+fn time_to_settle(w: &mut String, bridge: Value, hook: Value, none: Value) -> std::fmt::Result {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
     let u = |v: &Value| v.as_u64().unwrap_or(0);
-    writeln!(w, "### Time to settle, with and without Stripe webhooks")?;
+    writeln!(
+        w,
+        "### Time to settle: EventBridge events, webhooks, neither"
+    )?;
     writeln!(w)?;
-    writeln!(w, "`simulate --orders 20000` (every fault kind, webhooks on with their duplicate / out-of-order / delayed /")?;
-    writeln!(w, "dropped deliveries) and the same with `--no-webhooks`: for each operation that went `unknown`, the virtual")?;
-    writeln!(w, "time from its first `unknown` write to the write that settled it (nearest-rank percentiles). \"Final at")?;
-    writeln!(w, "Stripe\" leaves out the `processing` cards, which Stripe itself settles 10 minutes later (no webhook can be")?;
-    writeln!(w, "sooner). The p99 is the `key_pruned` scenario in both runs: the operation is unreachable for ~24 h by design.")?;
+    writeln!(w, "`simulate --orders 20000` (every fault kind) with `--events eventbridge` (the default: a Stripe event")?;
+    writeln!(w, "destination's envelopes to the events function, a failed invocation retried by Lambda 1 and 2 minutes later,")?;
+    writeln!(w, "then dead-lettered), `--events webhook` (signed webhooks, a non-2xx retried by Stripe after 10 s, doubling)")?;
+    writeln!(w, "and `--events none` (re-drives and the reconciler only); deliveries have duplicate / out-of-order / delayed /")?;
+    writeln!(w, "dropped faults, and forged events (validly delivered, naming a state Stripe does not hold) are among them.")?;
+    writeln!(w, "For each operation that went `unknown`, the virtual time from its first `unknown` write to the write that")?;
+    writeln!(w, "settled it (nearest-rank percentiles). \"Final at Stripe\" leaves out the `processing` cards, which Stripe itself")?;
+    writeln!(w, "settles 10 minutes later (no event can be sooner). The p99 is the `key_pruned` scenario in every run: the")?;
+    writeln!(w, "operation is unreachable for ~24 h by design.")?;
     writeln!(w)?;
-    if on.is_null() || off.is_null() {
+    let rows = [
+        ("EventBridge events (default)", &bridge),
+        ("webhooks (`--events webhook`)", &hook),
+        ("neither (`--events none`)", &none),
+    ];
+    if rows.iter().all(|(_, s)| s.is_null()) {
         writeln!(w, "Not measured in this run.")?;
         writeln!(w)?;
         return Ok(());
     }
-    writeln!(w, "| run | unknowns | settled | median s | p99 s | final at Stripe: median s | p99 s | Stripe creates / order | invariants | trace_hash |")?;
-    writeln!(w, "|---|---|---|---|---|---|---|---|---|---|")?;
-    for (name, s) in [("webhooks on (default)", &on), ("--no-webhooks", &off)] {
+    writeln!(w, "| run | unknowns | settled | median s | p99 s | final at Stripe: median s | p99 s | Stripe creates / order | forged settles | invariants | trace_hash |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for (name, s) in rows {
+        if s.is_null() {
+            writeln!(w, "| {name} | not measured in this run | | | | | | | | | |")?;
+            continue;
+        }
         let t = &s["time_to_settle"];
         let fin = &s["time_to_settle_final_at_stripe"];
         writeln!(
             w,
-            "| {name} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} | {} | `{}` |",
+            "| {name} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.3} | {} | {} | `{}` |",
             u(&t["went_unknown"]),
             u(&t["settled"]),
             f(&t["median_secs"]),
@@ -1061,6 +1078,7 @@ fn time_to_settle(w: &mut String, on: Value, off: Value) -> std::fmt::Result {
             f(&fin["median_secs"]),
             f(&fin["p99_secs"]),
             f(&s["requests_per_charge"]["stripe_creates"]),
+            u(&s["forged_settles"]),
             if s["invariants_hold"].as_bool() == Some(true) {
                 "hold"
             } else {
@@ -1070,29 +1088,51 @@ fn time_to_settle(w: &mut String, on: Value, off: Value) -> std::fmt::Result {
         )?;
     }
     writeln!(w)?;
-    let c = &on["webhook_counts"];
-    let deliveries = u(&c["deliveries"]).max(1) as f64;
-    writeln!(
-        w,
-        "Per webhook delivery (webhooks on): {:.2} DynamoDB reads, {:.2} writes (inbox put, and claim + record when it \
-         settles), {:.3} Stripe retrieves, {} Stripe creates; {} events, {} deliveries, {} retried after a non-2xx \
-         answer (409 while the charge function held the lease: {}; 500: {}), faults: {} duplicated, {} out of order, \
-         {} delayed, {} dropped.",
-        f(&c["dynamodb_reads"]) / deliveries,
-        f(&c["dynamodb_writes"]) / deliveries,
-        f(&c["stripe_retrieves"]) / deliveries,
-        u(&c["stripe_creates"]),
-        u(&c["events"]),
-        u(&c["deliveries"]),
-        u(&c["retried"]),
-        u(&c["http_409"]),
-        u(&c["http_500"]),
-        u(&c["fault_duplicate"]),
-        u(&c["fault_out_of_order"]),
-        u(&c["fault_delayed"]),
-        u(&c["fault_dropped"]),
-    )?;
-    writeln!(w)?;
+    for (name, s) in [("EventBridge", &bridge), ("webhook", &hook)] {
+        if s.is_null() {
+            continue;
+        }
+        let c = &s["webhook_counts"];
+        let deliveries = u(&c["deliveries"]).max(1) as f64;
+        let retries = if name == "webhook" {
+            format!(
+                "{} retried by Stripe after a non-2xx answer (409 while the charge function held the lease: {}; \
+                 500: {})",
+                u(&c["retried"]),
+                u(&c["http_409"]),
+                u(&c["http_500"]),
+            )
+        } else {
+            format!(
+                "{} invocations failed (the lease held, DynamoDB or Stripe unavailable), {} Lambda retries, {} \
+                 dead-lettered",
+                u(&c["invocations_failed"]),
+                u(&c["lambda_retries"]),
+                u(&s["events_dead_lettered"]),
+            )
+        };
+        writeln!(
+            w,
+            "Per {name} delivery: {:.2} DynamoDB reads, {:.2} writes (inbox put, and claim + record when it \
+             settles), {:.3} Stripe retrieves, {} Stripe creates; {} events, {} deliveries, {retries}; faults: {} \
+             duplicated, {} out of order, {} delayed, {} dropped; {} forged events, {} refused as a mismatch and \
+             paged, {} settled by one.",
+            f(&c["dynamodb_reads"]) / deliveries,
+            f(&c["dynamodb_writes"]) / deliveries,
+            f(&c["stripe_retrieves"]) / deliveries,
+            u(&c["stripe_creates"]),
+            u(&c["events"]),
+            u(&c["deliveries"]),
+            u(&c["fault_duplicate"]),
+            u(&c["fault_out_of_order"]),
+            u(&c["fault_delayed"]),
+            u(&c["fault_dropped"]),
+            u(&c["forged_events"]),
+            u(&s["event_mismatches"]),
+            u(&s["forged_settles"]),
+        )?;
+        writeln!(w)?;
+    }
     Ok(())
 }
 
@@ -1101,6 +1141,59 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn time_to_settle_has_a_row_per_event_source() {
+        let run = |median: f64, counts: Value| {
+            serde_json::json!({
+                "time_to_settle": {"went_unknown": 10, "settled": 9, "median_secs": median,
+                    "p99_secs": 900.0},
+                "time_to_settle_final_at_stripe": {"median_secs": median, "p99_secs": 800.0},
+                "requests_per_charge": {"stripe_creates": 1.1},
+                "forged_settles": 0, "event_mismatches": 3, "events_dead_lettered": 1,
+                "invariants_hold": true, "trace_hash": "abc", "webhook_counts": counts,
+            })
+        };
+        let mut w = String::new();
+        time_to_settle(
+            &mut w,
+            run(
+                60.0,
+                serde_json::json!({"deliveries": 10, "lambda_retries": 2}),
+            ),
+            run(94.0, serde_json::json!({"deliveries": 10, "http_409": 4})),
+            run(800.0, serde_json::json!({})),
+        )
+        .unwrap();
+        let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 4, "{w}");
+        assert!(
+            rows[1].starts_with("| EventBridge events (default) | 10 | 9 | 60 |"),
+            "{w}"
+        );
+        assert!(
+            rows[2].starts_with("| webhooks (`--events webhook`) | 10 | 9 | 94 |"),
+            "{w}"
+        );
+        assert!(
+            rows[3].starts_with("| neither (`--events none`) | 10 | 9 | 800 |"),
+            "{w}"
+        );
+        assert!(w.contains("2 Lambda retries, 1 dead-lettered"), "{w}");
+        assert!(
+            w.contains("409 while the charge function held the lease: 4"),
+            "{w}"
+        );
+        let mut partial = String::new();
+        time_to_settle(
+            &mut partial,
+            Value::Null,
+            run(1.0, Value::Null),
+            Value::Null,
+        )
+        .unwrap();
+        assert!(partial.contains("| neither (`--events none`) | not measured in this run"));
+    }
 
     #[test]
     fn a_wire_row_reads_back_as_written() {

@@ -65,7 +65,8 @@ pub struct Pipeline {
     pub concurrency: usize,
     /// Stripe; a remote simulator's clock is moved to ours before each step.
     pub stripe: Arc<SimStripe>,
-    /// Stripe's webhooks to the webhook function (`None` with `--no-webhooks`).
+    /// Stripe's events to the events function, by EventBridge or webhook (`None` with
+    /// `--events none`).
     pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
 }
 
@@ -329,8 +330,8 @@ impl Pipeline {
     }
 
     /// Batches until nothing is visible, `concurrency` consumers at once, and Stripe's due
-    /// webhook deliveries beside them (so a webhook races the charge function on the same
-    /// operation, as in production).
+    /// event deliveries (and Lambda's retries of failed EventBridge invocations) beside them, so
+    /// an event races the charge function on the same operation, as in production.
     async fn drain(&self, counts: &LoopCounts) -> Result<(), BoxError> {
         let webhooks_due = self
             .webhooks
@@ -448,7 +449,7 @@ impl Pipeline {
             }
             if depth == 0 {
                 // Nothing in flight: jump to the next scheduled tick at which anything is due,
-                // or to Stripe's next webhook delivery if that comes first.
+                // or to Stripe's next event delivery (or Lambda retry) if that comes first.
                 let mut target = wake
                     .unwrap_or(deadline)
                     .max(last_tick.plus(TICK_EVERY))

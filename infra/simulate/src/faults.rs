@@ -62,10 +62,15 @@ pub enum Kind {
     /// The order's PaymentIntent stays `requires_action` for good: it must reach a person after
     /// the stuck bound.
     Stuck,
+    /// Beside a real Stripe event, a validly delivered one (signed with the endpoint's secret, or
+    /// in a proper EventBridge envelope) naming a state Stripe does not hold: `canceled` for a
+    /// PaymentIntent that succeeded, `succeeded` for one declined, or for one Stripe never
+    /// created. It must move nothing (`forged_settles`) and page (`event_mismatches`).
+    ForgedEvent,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -82,6 +87,7 @@ impl Kind {
         Kind::SearchLag,
         Kind::Poison,
         Kind::Stuck,
+        Kind::ForgedEvent,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -102,6 +108,7 @@ impl Kind {
             Kind::SearchLag => "search_lag",
             Kind::Poison => "poison",
             Kind::Stuck => "stuck",
+            Kind::ForgedEvent => "forged_event",
         }
     }
 

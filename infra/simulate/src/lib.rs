@@ -90,6 +90,29 @@ pub enum Backend {
     Aws,
 }
 
+/// Where Stripe's events reach the events function from (the stack's `StripeEventSourceName`
+/// and `StripeWebhookSecretArn` parameters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventsSource {
+    /// A Stripe event destination to the EventBridge partner bus, the stack's recommended
+    /// source: envelopes to `handle_eventbridge`, failed invocations retried as Lambda does.
+    Eventbridge,
+    /// Signed webhooks to `POST /stripe/webhook` (`handle_http`), non-2xx retried by Stripe.
+    Webhook,
+    /// No events: unknowns settle through re-drives and the reconciler only.
+    None,
+}
+
+impl EventsSource {
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventsSource::Eventbridge => "eventbridge",
+            EventsSource::Webhook => "webhook",
+            EventsSource::None => "none",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StripeMode {
     /// The Stripe simulator's engine called in process (deterministic).
@@ -137,8 +160,9 @@ pub struct SimulateArgs {
 
     /// A fault rate, KIND=RATE (repeatable). Kinds: lost_response, server_error_before_commit,
     /// server_error_after_commit, rate_limit, key_in_use, timeout, decline, processing, crash,
-    /// duplicate_delivery, concurrent_invocation, dropped_send, key_pruned, search_lag. Every kind
-    /// is on at a modest rate unless --no-faults.
+    /// duplicate_delivery, concurrent_invocation, dropped_send, key_pruned, search_lag, poison,
+    /// stuck, forged_event (beside a real Stripe event, a validly delivered one naming a state
+    /// Stripe does not hold). Every kind is on at a modest rate unless --no-faults.
     #[arg(long = "fault", value_name = "KIND=RATE", value_parser = parse_fault)]
     pub faults: Vec<(Kind, f64)>,
 
@@ -146,9 +170,15 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_faults: bool,
 
-    /// No Stripe webhooks: unknowns settle through re-drives and the reconciler only (by default
-    /// the simulator sends webhooks, with duplicate, out-of-order, delayed and dropped deliveries).
-    #[arg(long)]
+    /// Where Stripe's events come from: eventbridge (a Stripe event destination's envelopes to
+    /// the events function, failed invocations retried twice as Lambda does, then dead-lettered),
+    /// webhook (signed POSTs, non-2xx retried by Stripe), or none (re-drives and the reconciler
+    /// only). Deliveries have duplicate, out-of-order, delayed and dropped faults.
+    #[arg(long, value_enum, default_value_t = EventsSource::Eventbridge, value_name = "SOURCE")]
+    pub events: EventsSource,
+
+    /// The same as --events none.
+    #[arg(long, conflicts_with = "events")]
     pub no_webhooks: bool,
 
     /// Reproduce the first mistake of the seeds: a fresh idempotency key on every create.
@@ -194,6 +224,15 @@ impl SimulateArgs {
         a.table = None;
         a.queue_url = None;
         a
+    }
+
+    /// Where events come from (`--no-webhooks` is `--events none`).
+    pub fn events_source(&self) -> EventsSource {
+        if self.no_webhooks {
+            EventsSource::None
+        } else {
+            self.events
+        }
     }
 
     /// Whether this run is deterministic (memory backend, Stripe in process).
@@ -464,20 +503,33 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         clock: clock_arc.clone(),
         policy: policy.clone(),
     };
-    // Stripe's webhooks, from the simulator in this process, to the real webhook function on the
+    // Stripe's events, from the simulator in this process, to the real events function on the
     // same faulty store and gateway as the charge function.
-    let webhooks = match (args.no_webhooks, stripe.local_sim()) {
-        (false, Some(sim)) => Some(Arc::new(webhooks::Webhooks::new(
+    let mode = match args.events_source() {
+        EventsSource::Eventbridge => Some(stripe_sim::DeliveryMode::EventBridge),
+        EventsSource::Webhook => Some(stripe_sim::DeliveryMode::Webhook),
+        EventsSource::None => None,
+    };
+    let webhooks = match (mode, stripe.local_sim()) {
+        (Some(mode), Some(sim)) => Some(Arc::new(webhooks::Webhooks::new(
             sim.clone(),
-            webhooks::default_faults(!args.no_faults),
-            faulty_store.clone(),
-            sim_gateway.clone(),
-            clock_arc.clone(),
-            policy.clone(),
+            webhooks::Setup {
+                mode,
+                delivery_faults: webhooks::default_faults(!args.no_faults),
+                faults: faults.clone(),
+                trust_payload: args.mutation == Some(Mutation::TrustEventPayload),
+            },
+            ChargeDeps {
+                store: faulty_store.clone(),
+                gateway: sim_gateway.clone(),
+                clock: clock_arc.clone(),
+                policy: policy.clone(),
+            },
             trace.clone(),
         )?)),
         _ => None,
     };
+
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
     let pipeline = Pipeline {
         clock: clock.clone(),
@@ -535,7 +587,9 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         mutation: args.mutation.map(|m| m.name()),
         ..Report::default()
     };
-    let mut judge = report::Judge::new(&ledger);
+    // The orders whose record a forged event moved (see `webhooks::Forged`).
+    let forged = webhooks.as_ref().map(|w| w.forged()).unwrap_or_default();
+    let mut judge = report::Judge::new(&ledger, forged.moved);
     let mut planned_decline = 0;
     let mut planned_processing = 0;
     let mut planned_stuck = 0;
@@ -556,7 +610,14 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         };
         judge.order(&mut report, &order, record.as_ref(), published);
     }
-    report.webhooks = webhooks.is_some();
+    report.events = webhooks
+        .as_ref()
+        .map_or("none", |w| match w.mode() {
+            stripe_sim::DeliveryMode::EventBridge => EventsSource::Eventbridge.name(),
+            stripe_sim::DeliveryMode::Webhook => EventsSource::Webhook.name(),
+        })
+        .to_owned();
+    report.webhooks = report.events == EventsSource::Webhook.name();
     if let Some(s) = &sim_store {
         report.settled_changes = s.settled_changes();
         // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
@@ -583,6 +644,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     if let Some(w) = &webhooks {
         report.webhook_counts = w.counts();
         report.webhook_creates = w.calls.creates.load(Ordering::Relaxed);
+        report.event_mismatches = forged.mismatches;
+        report.events_dead_lettered = w.dead_lettered();
     }
     let publishers = outbox.as_ref().map(|o| o.outcome_events());
     report.outcome_events = publishers.as_ref().map(|(n, _)| *n);

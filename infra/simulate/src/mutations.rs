@@ -3,14 +3,18 @@
 //! production core. For each, the checker must report a violation (the order and the invariant)
 //! within a bounded number of orders; `tests/mutations.rs` asserts it in CI.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore,
-    OutcomeRecord, Page, QueueError, QueuedCharge, Recorded, Reschedule, StoreError,
+    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
+    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
+    Reschedule, StoreError,
 };
-use charge_once::{Operation, OperationId, OperationKey, OperationStatus};
+use charge_once::{
+    GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
+    PaymentIntentId,
+};
 use clap::ValueEnum;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -32,10 +36,13 @@ pub enum Mutation {
     /// The outcome relay acknowledges a stream record it failed to publish (every 50th outcome
     /// is lost): the order service never learns that charge's outcome.
     RelayLosesOutcomes,
+    /// The events function settles from the event's payload without asking Stripe: its
+    /// `retrieve` answers with the PaymentIntent the event being delivered carries.
+    TrustEventPayload,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -44,6 +51,7 @@ impl Mutation {
         Mutation::RandomDedupId,
         Mutation::ReconcilerSkipsPending,
         Mutation::RelayLosesOutcomes,
+        Mutation::TrustEventPayload,
     ];
 
     pub fn name(&self) -> String {
@@ -104,5 +112,54 @@ impl OperationStore for SkipPending {
         page.operations
             .retain(|op| op.status != OperationStatus::Pending);
         Ok(page)
+    }
+}
+
+/// The PaymentIntent the event being delivered carries (set by the simulation's events source
+/// around each delivery), for [`TrustEventPayload`].
+#[derive(Default)]
+pub struct Claimed(Mutex<Option<PaymentIntent>>);
+
+impl Claimed {
+    pub fn set(&self, pi: Option<PaymentIntent>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = pi;
+    }
+
+    fn get(&self, id: &PaymentIntentId) -> Option<PaymentIntent> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|pi| pi.id == *id)
+    }
+}
+
+/// The events function's Stripe with `trust-event-payload`: asked for the PaymentIntent the
+/// event names, it answers with the event's own copy (status, amount, currency, metadata, mode)
+/// instead of asking Stripe, so the function acts on what the event says.
+pub struct TrustEventPayload {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub claimed: Arc<Claimed>,
+}
+
+#[async_trait]
+impl PaymentGateway for TrustEventPayload {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        match self.claimed.get(id) {
+            Some(pi) => Ok(pi),
+            None => self.inner.retrieve(id).await,
+        }
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(operation_id).await
     }
 }

@@ -17,10 +17,18 @@
 //!    (`unpublished_outcomes`, `false_outcome_events`). Checked where the store plays the table's
 //!    stream (the memory backend); `outcome_events` is then the number published.
 //!
+//! 6. an event is a hint, Stripe the proof (issue 23): no forged event — validly delivered, signed
+//!    or in a proper EventBridge envelope, naming a state Stripe does not hold — moved a record
+//!    (`forged_settles`: the operations whose record a forged delivery was answered as applied
+//!    on, see [`crate::webhooks::Forged`]). The refusals are counted (`event_mismatches`: forged
+//!    events refused and paged), which proves the fault really happened.
+//!
 //! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
-//! its group went on) and stuck intents sent to review (`stuck_reviews`).
+//! its group went on), stuck intents sent to review (`stuck_reviews`), and EventBridge events
+//! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
+//! reconciler still settles their operations).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use charge_once::outbox::Outcome;
@@ -85,10 +93,21 @@ pub struct Report {
     pub trace_events: u64,
     /// FNV-1a over the ordered decision log: equal for equal runs.
     pub trace_hash: String,
-    /// Stripe's webhooks were delivered to the webhook function (off with `--no-webhooks`).
+    /// Where Stripe's events came from: `eventbridge`, `webhook` or `none` (`--events`).
+    pub events: String,
+    /// Stripe's events came as signed webhooks (`--events webhook`).
     pub webhooks: bool,
-    /// What happened to webhook events and what the function spent on them.
+    /// What happened to Stripe's events (either source) and what the events function spent on
+    /// them.
     pub webhook_counts: BTreeMap<String, u64>,
+    /// Invariant: operations whose record a forged event moved. Must stay 0.
+    pub forged_settles: u64,
+    /// Forged events the events function refused as a mismatch and paged on (> 0 whenever
+    /// forged events were injected: the fault really happened).
+    pub event_mismatches: u64,
+    /// EventBridge events whose invocation failed three times (Lambda's two retries): on the
+    /// events function's on-failure DLQ.
+    pub events_dead_lettered: u64,
     /// Audit: Stripe creates made by the webhook function. Must stay 0 (it settles, never creates).
     pub webhook_creates: u64,
     /// Audit at the store: writes that changed a settled record. Must stay 0.
@@ -138,10 +157,13 @@ pub struct Judge<'a> {
     created: u64,
     ours: std::collections::HashSet<String>,
     by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
+    /// Orders whose record a forged event moved.
+    forged: BTreeSet<String>,
 }
 
 impl<'a> Judge<'a> {
-    pub fn new(ledger: &'a [LedgerRow]) -> Self {
+    /// `forged`: the orders whose record a forged event moved.
+    pub fn new(ledger: &'a [LedgerRow], forged: BTreeSet<String>) -> Self {
         let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
         for row in ledger {
             if let Some(op) = row.operation_id.as_deref() {
@@ -152,6 +174,7 @@ impl<'a> Judge<'a> {
             created: ledger.len() as u64,
             ours: std::collections::HashSet::new(),
             by_op,
+            forged,
         }
     }
 
@@ -170,6 +193,10 @@ impl<'a> Judge<'a> {
                 report.first_violation = Some(format!("{what}: order {}", order.order_id));
             }
         };
+        if self.forged.contains(&order.order_id) {
+            report.forged_settles += 1;
+            violation(report, "a forged event moved the record");
+        }
         let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
@@ -350,7 +377,8 @@ impl<'a> Judge<'a> {
             && report.stale_lease_writes == 0
             && report.foreign_dedup_ids == 0
             && report.settled_changes == 0
-            && report.webhook_creates == 0;
+            && report.webhook_creates == 0
+            && report.forged_settles == 0;
     }
 }
 
@@ -375,8 +403,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}",
-            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}  forged settles {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges, self.forged_settles
         );
         let _ = writeln!(
             s,
@@ -405,8 +433,8 @@ impl Report {
             .collect();
         let _ = writeln!(
             s,
-            "  needs a person  poison messages {}  stuck reviews {}",
-            self.poison_messages, self.stuck_reviews
+            "  needs a person  poison messages {}  stuck reviews {}  event mismatches {} (forged events refused, paged)  events dead-lettered {}",
+            self.poison_messages, self.stuck_reviews, self.event_mismatches, self.events_dead_lettered
         );
         let _ = writeln!(
             s,
@@ -429,13 +457,13 @@ impl Report {
         let t = &self.time_to_settle;
         let _ = writeln!(
             s,
-            "  time to settle  {} went unknown, {} settled: median {:.0} s, p99 {:.0} s, max {:.0} s (virtual; webhooks {})",
+            "  time to settle  {} went unknown, {} settled: median {:.0} s, p99 {:.0} s, max {:.0} s (virtual; events {})",
             t.went_unknown,
             t.settled,
             t.median_secs,
             t.p99_secs,
             t.max_secs,
-            if self.webhooks { "on" } else { "off" }
+            if self.events.is_empty() { "none" } else { self.events.as_str() }
         );
         let t = &self.time_to_settle_final_at_stripe;
         let _ = writeln!(
@@ -443,13 +471,13 @@ impl Report {
             "                  of which final at Stripe (not processing): {} went unknown, {} settled: median {:.0} s, p99 {:.0} s",
             t.went_unknown, t.settled, t.median_secs, t.p99_secs
         );
-        if self.webhooks {
+        if !self.webhook_counts.is_empty() {
             let w: Vec<String> = self
                 .webhook_counts
                 .iter()
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
-            let _ = writeln!(s, "  webhooks        {}", w.join(", "));
+            let _ = writeln!(s, "  {:<15} {}", self.events, w.join(", "));
         }
         let _ = writeln!(
             s,

@@ -1,20 +1,35 @@
-//! Stripe's webhooks in the simulation: the stripe-sim engine queues a signed event for every
-//! PaymentIntent change (with its seeded webhook faults: duplicate, out-of-order, delayed,
-//! dropped deliveries); the loop hands each due delivery to the real webhook handler as an HTTP
-//! API v2 request, and reports non-2xx answers back so the engine retries with back-off.
+//! Stripe's events in the simulation, by either source the stack offers: the stripe-sim engine
+//! queues an event for every PaymentIntent change (with its seeded delivery faults: duplicate,
+//! out-of-order, delayed, dropped deliveries), and the loop hands each due delivery to the real
+//! events function:
+//! - `eventbridge` (the default, the stack's recommended source): the event in the EventBridge
+//!   envelope of a Stripe event destination, to `webhook::handler::handle_eventbridge`. A failed
+//!   invocation is retried as Lambda retries an asynchronous invocation (twice, 1 and 2 minutes
+//!   later, virtual time), then counted dead-lettered (the function's on-failure DLQ).
+//! - `webhook`: a signed HTTP API v2 request to `handle_http`; non-2xx answers go back to the
+//!   engine, which retries with back-off as Stripe does.
 //!
-//! The webhook function gets the same faulty store and gateway as the charge function, wrapped
+//! The `forged_event` fault: beside a real event, at its rate, a validly delivered event (signed
+//! with the endpoint's secret, or in a proper envelope) that names a state Stripe does not hold:
+//! `canceled` for a PaymentIntent that succeeded (or is processing, which only succeeds),
+//! `succeeded` for one that was declined or waits for an action that never comes, or `succeeded`
+//! for a PaymentIntent id Stripe never created. None can ever become true, so an honest events
+//! function must never move a record on one ([`Forged`] counts what it did).
+//!
+//! The events function gets the same faulty store and gateway as the charge function, wrapped
 //! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates,
 //! which must stay 0.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
     Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
@@ -23,9 +38,12 @@ use charge_once::ports::{
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::{Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent};
 use lambda_runtime::{Context, LambdaEvent};
-use stripe_sim::{StripeSim, WebhookConfig, WebhookFaults};
+use serde_json::Value;
+use stripe_sim::{Delivery, DeliveryMode, StripeSim, WebhookConfig, WebhookFaults};
 use webhook::handler::WebhookFunction;
 
+use crate::faults::{Faults, Kind};
+use crate::mutations::{Claimed, TrustEventPayload};
 use crate::trace::Trace;
 
 /// The endpoint secret of the simulated webhook endpoint.
@@ -127,7 +145,7 @@ impl PaymentGateway for CountingGateway {
     }
 }
 
-/// The webhook fault rates of a run with faults (none with `--no-faults`).
+/// The delivery fault rates of a run with faults (none with `--no-faults`).
 pub fn default_faults(with_faults: bool) -> WebhookFaults {
     if !with_faults {
         return WebhookFaults::default();
@@ -141,80 +159,195 @@ pub fn default_faults(with_faults: bool) -> WebhookFaults {
     }
 }
 
-/// The webhook endpoint of a simulation.
+/// Lambda's asynchronous invocation: a failed invocation is tried again twice, about 1 and 2
+/// minutes later, then sent to the on-failure destination.
+pub const LAMBDA_ASYNC_RETRIES: u32 = 2;
+const LAMBDA_RETRY_AFTER_MS: i64 = 60_000;
+
+/// How the events source is set up.
+pub struct Setup {
+    pub mode: DeliveryMode,
+    /// The engine's delivery faults.
+    pub delivery_faults: WebhookFaults,
+    /// The simulation's faults (`forged_event` is rolled here).
+    pub faults: Arc<Faults>,
+    /// The `trust-event-payload` mutation: the function's `retrieve` answers with the payload.
+    pub trust_payload: bool,
+}
+
+/// What forged events did. `forged_settles` is the number of operations (by order) whose record a
+/// forged event moved: a forged delivery that the events function answered as applied (it
+/// settled the operation, recorded the PaymentIntent, or sent it to review; the outcome labels
+/// `succeeded`, `failed`, `unknown`, `pending`, `review`). Every forged event names a state
+/// Stripe does not hold and never will, so the honest function refuses each one it checks
+/// (`event_mismatches`: answered `status_contradicted`, `unknown_payment_intent` or an intent
+/// mismatch, and paged), or changes nothing without asking (a duplicate, a record in review).
+#[derive(Debug, Default, Clone)]
+pub struct Forged {
+    /// Forged deliveries made (first attempts; their retries are not counted again).
+    pub injected: u64,
+    /// Forged deliveries refused as a mismatch (paged).
+    pub mismatches: u64,
+    /// Orders whose record a forged event moved.
+    pub moved: BTreeSet<String>,
+    /// Every answer to a forged delivery, by outcome label.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+/// The function applied the event: the record moved (an `Applied` reception's labels).
+fn is_applied(outcome: &str) -> bool {
+    matches!(
+        outcome,
+        "pending" | "unknown" | "succeeded" | "failed" | "review"
+    )
+}
+
+/// Stripe did not confirm the event: nothing moved, paged (a `Mismatch` reception's labels).
+fn is_mismatch(outcome: &str) -> bool {
+    matches!(
+        outcome,
+        "status_contradicted"
+            | "unknown_payment_intent"
+            | "operation_id"
+            | "order_id"
+            | "amount"
+            | "currency"
+            | "livemode"
+    )
+}
+
+/// An EventBridge invocation waiting for Lambda's retry.
+struct Invocation {
+    envelope: String,
+    event_id: String,
+    event_type: String,
+    order: String,
+    /// 1 for the first invocation.
+    attempt: u32,
+    forged: bool,
+}
+
+/// The events source of a simulation and the events function it feeds.
 pub struct Webhooks {
     sim: StripeSim,
+    mode: DeliveryMode,
     function: WebhookFunction,
     inbox: Arc<MemoryInbox>,
+    clock: Arc<dyn Clock>,
+    faults: Arc<Faults>,
     pub calls: Arc<WebhookCalls>,
-    /// Answers by HTTP status.
-    pub answers: Mutex<BTreeMap<u16, u64>>,
+    /// Answers by class: `http_<status>` (webhook), `invocations_ok` / `invocations_failed`
+    /// (EventBridge).
+    pub answers: Mutex<BTreeMap<String, u64>>,
+    /// Lambda's pending retries of failed EventBridge invocations, by (due ms, sequence).
+    retries: Mutex<BTreeMap<(i64, u64), Invocation>>,
+    retry_seq: AtomicU64,
+    lambda_retries: AtomicU64,
+    dead_lettered: AtomicU64,
+    forged: Mutex<Forged>,
+    /// `trust-event-payload`: the PaymentIntent the delivery in hand carries.
+    claimed: Option<Arc<Claimed>>,
     trace: Arc<Trace>,
 }
 
 impl Webhooks {
-    /// Configures `sim` to queue webhook events (no URL: delivered by [`Webhooks::deliver_due`])
-    /// and builds the function on the given (faulty) ports.
+    /// Configures `sim` to queue events in `setup.mode` (no URL: delivered by
+    /// [`Webhooks::deliver_due`]) and builds the events function on the given (faulty) ports.
     pub fn new(
         sim: StripeSim,
-        faults: WebhookFaults,
-        store: Arc<dyn OperationStore>,
-        gateway: Arc<dyn PaymentGateway>,
-        clock: Arc<dyn Clock>,
-        policy: charge_once::executor::ChargePolicy,
+        setup: Setup,
+        ports: ChargeDeps,
         trace: Arc<Trace>,
     ) -> Result<Self, String> {
+        let webhook = setup.mode == DeliveryMode::Webhook;
         sim.set_webhooks(WebhookConfig {
             url: None,
-            secret: Some(SECRET.to_owned()),
-            faults,
+            // A webhook endpoint's secret; an event destination to EventBridge needs none.
+            secret: webhook.then(|| SECRET.to_owned()),
+            faults: setup.delivery_faults,
             max_attempts: 0,
-            // The types docs/deploy.md selects in the dashboard.
+            // The types docs/deploy.md selects (the dashboard's webhook endpoint, or the event
+            // destination and the stack's rule).
             enabled_events: Some(
                 charge_once::webhook::HANDLED_TYPES
                     .iter()
                     .map(|t| (*t).to_owned())
                     .collect(),
             ),
+            mode: setup.mode,
+            ..WebhookConfig::default()
         })?;
         let calls = Arc::new(WebhookCalls::default());
         let inbox = Arc::new(MemoryInbox::new());
+        let claimed = setup.trust_payload.then(|| Arc::new(Claimed::default()));
+        let gateway: Arc<dyn PaymentGateway> = match &claimed {
+            Some(claimed) => Arc::new(TrustEventPayload {
+                inner: ports.gateway,
+                claimed: claimed.clone(),
+            }),
+            None => ports.gateway,
+        };
+        let clock = ports.clock.clone();
         let function = WebhookFunction {
             webhook: WebhookDeps {
-                charge: charge_once::executor::ChargeDeps {
+                charge: ChargeDeps {
                     store: Arc::new(CountingStore {
-                        inner: store,
+                        inner: ports.store,
                         calls: calls.clone(),
                     }),
                     gateway: Arc::new(CountingGateway {
                         inner: gateway,
                         calls: calls.clone(),
                     }),
-                    clock,
-                    policy,
+                    clock: ports.clock,
+                    policy: ports.policy,
                 },
                 inbox: inbox.clone(),
-                secrets: Some(vec![
-                    WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?
-                ]),
+                // The stack's parameters: the webhook route only with a webhook secret; with
+                // EventBridge, the partner event source named.
+                secrets: if webhook {
+                    Some(vec![
+                        WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?
+                    ])
+                } else {
+                    None
+                },
                 tolerance: DEFAULT_TOLERANCE,
-                event_source: None,
+                event_source: (!webhook).then(|| stripe_sim::DEFAULT_EVENT_SOURCE.to_owned()),
             },
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         Ok(Self {
             sim,
+            mode: setup.mode,
             function,
             inbox,
+            clock,
+            faults: setup.faults,
             calls,
             answers: Mutex::new(BTreeMap::new()),
+            retries: Mutex::new(BTreeMap::new()),
+            retry_seq: AtomicU64::new(0),
+            lambda_retries: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            forged: Mutex::new(Forged::default()),
+            claimed,
             trace,
         })
     }
 
-    /// When the next delivery is due (virtual unix ms).
+    /// `eventbridge` or `webhook`.
+    pub fn mode(&self) -> DeliveryMode {
+        self.mode
+    }
+
+    /// When the next delivery (or Lambda retry) is due (virtual unix ms).
     pub fn next_due_ms(&self) -> Option<i64> {
-        self.sim.next_webhook_due_ms()
+        let retry = lock(&self.retries).keys().next().map(|(due, _)| *due);
+        match (self.sim.next_webhook_due_ms(), retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether a delivery is due now.
@@ -222,56 +355,254 @@ impl Webhooks {
         self.next_due_ms().is_some_and(|due| due <= now_ms)
     }
 
-    /// Delivers every due event to the handler, one after another; false when none was due.
+    /// Delivers everything due to the function, one after another (Lambda's retries first):
+    /// false when nothing was due. Beside a real event's first delivery, at the `forged_event`
+    /// rate, a forged one goes first.
     pub async fn deliver_due(&self) -> bool {
+        let now = self.clock.now().as_millis();
+        let retries: Vec<Invocation> = {
+            let mut queue = lock(&self.retries);
+            let later = queue.split_off(&(now + 1, 0));
+            std::mem::replace(&mut *queue, later)
+                .into_values()
+                .collect()
+        };
         let due = self.sim.take_due_webhooks();
-        if due.is_empty() {
+        if due.is_empty() && retries.is_empty() {
             return false;
         }
+        for invocation in retries {
+            self.invoke(invocation).await;
+        }
         for d in due {
-            let order = serde_json::from_str::<serde_json::Value>(&d.body)
-                .ok()
-                .and_then(|v| {
-                    v["data"]["object"]["metadata"]["order_id"]
-                        .as_str()
-                        .map(str::to_owned)
-                })
-                .unwrap_or_default();
-            let mut req = ApiGatewayV2httpRequest::default();
-            req.request_context.http.method = Method::POST;
-            req.raw_path = Some("/stripe/webhook".into());
-            req.headers.insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("application/json; charset=utf-8"),
-            );
-            if let Ok(v) = HeaderValue::from_str(&d.signature) {
-                req.headers.insert("stripe-signature", v);
+            let event = d.event().unwrap_or(Value::Null);
+            if d.attempt == 1 && !d.injected {
+                if let Some((forged, forged_event)) = self.forge(&event) {
+                    self.deliver(forged, &forged_event).await;
+                }
             }
-            req.body = Some(d.body.clone());
-            let status = webhook::handler::handle_http(
-                &self.function,
-                LambdaEvent::new(req, Context::default()),
-            )
-            .await
-            .status_code;
-            let status = u16::try_from(status).unwrap_or(0);
-            *self
-                .answers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(status)
-                .or_default() += 1;
-            self.trace.event(
-                &order,
-                "webhook",
-                format_args!(
-                    "{} {} attempt {}: HTTP {status}",
-                    d.event_type, d.event_id, d.attempt
-                ),
-            );
-            self.sim.webhook_result(&d, (200..300).contains(&status));
+            self.deliver(d, &event).await;
         }
         true
+    }
+
+    /// A forged event beside `real`, when the `forged_event` fault fires for it: a validly
+    /// delivered event claiming a state Stripe does not hold (see the module docs).
+    fn forge(&self, real: &Value) -> Option<(Delivery, Value)> {
+        let object = &real["data"]["object"];
+        let order = object["metadata"]["order_id"].as_str()?;
+        let status = object["status"].as_str()?;
+        let contradiction = match status {
+            // Final, or only ever succeeds: `canceled` can never be true.
+            "succeeded" | "processing" => "canceled",
+            // Declined, or waiting for an action off-session never takes: never `succeeded`.
+            "requires_payment_method" | "requires_action" => "succeeded",
+            _ => return None,
+        };
+        if !self.faults.roll(Kind::ForgedEvent) {
+            return None;
+        }
+        let n = {
+            let mut forged = lock(&self.forged);
+            forged.injected += 1;
+            forged.injected
+        };
+        let mut pi = object.clone();
+        // Every third names a PaymentIntent Stripe never created.
+        let (claimed, unknown) = if n % 3 == 0 {
+            pi["id"] = Value::from(format!("pi_Forged{n:015}"));
+            ("succeeded", true)
+        } else {
+            (contradiction, false)
+        };
+        pi["status"] = Value::from(claimed);
+        pi["amount_received"] = if claimed == "succeeded" {
+            pi["amount"].clone()
+        } else {
+            Value::from(0)
+        };
+        if claimed == "canceled" {
+            pi["canceled_at"] = real["created"].clone();
+            pi["cancellation_reason"] = Value::from("requested_by_customer");
+        }
+        let mut event = real.clone();
+        event["id"] = Value::from(format!("evt_Forged{n:014}"));
+        event["type"] = Value::from(format!("payment_intent.{claimed}"));
+        event["data"]["object"] = pi;
+        self.trace.event(
+            order,
+            "fault",
+            format_args!(
+                "forged_event: {} {} for {} (Stripe holds {})",
+                event["type"].as_str().unwrap_or(""),
+                event["id"].as_str().unwrap_or(""),
+                event["data"]["object"]["id"].as_str().unwrap_or(""),
+                if unknown {
+                    "no such PaymentIntent"
+                } else {
+                    status
+                }
+            ),
+        );
+        let delivery = self.sim.inject_event(&event)?;
+        Some((delivery, event))
+    }
+
+    /// One delivery from the engine (`event` is the Stripe event it carries), to the function
+    /// the way its mode goes.
+    async fn deliver(&self, d: Delivery, event: &Value) {
+        let order = order_of(event);
+        if d.mode == DeliveryMode::EventBridge {
+            // The event destination's put was accepted: Stripe is done with it. What happens to
+            // the invocation is Lambda's affair.
+            self.sim.webhook_result(&d, true);
+            self.invoke(Invocation {
+                envelope: d.body,
+                event_id: d.event_id,
+                event_type: d.event_type,
+                order,
+                attempt: 1,
+                forged: d.injected,
+            })
+            .await;
+            return;
+        }
+        let mut req = ApiGatewayV2httpRequest::default();
+        req.request_context.http.method = Method::POST;
+        req.raw_path = Some("/stripe/webhook".into());
+        req.headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=utf-8"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&d.signature) {
+            req.headers.insert("stripe-signature", v);
+        }
+        req.body = Some(d.body.clone());
+        self.claim(Some(event));
+        let resp = webhook::handler::handle_http(
+            &self.function,
+            LambdaEvent::new(req, Context::default()),
+        )
+        .await;
+        self.claim(None);
+        let status = u16::try_from(resp.status_code).unwrap_or(0);
+        self.count(format!("http_{status}"));
+        self.trace.event(
+            &order,
+            "webhook",
+            format_args!(
+                "{} {} attempt {}: HTTP {status}",
+                d.event_type, d.event_id, d.attempt
+            ),
+        );
+        if d.injected {
+            let body: Value = match &resp.body {
+                Some(Body::Text(t)) => serde_json::from_str(t).unwrap_or(Value::Null),
+                _ => Value::Null,
+            };
+            let outcome = body["outcome"]
+                .as_str()
+                .or(body["error"]["code"].as_str())
+                .unwrap_or("");
+            self.tally_forged(&order, outcome);
+        }
+        self.sim.webhook_result(&d, (200..300).contains(&status));
+    }
+
+    /// One asynchronous invocation by EventBridge; a failure is retried as Lambda does, then
+    /// dead-lettered.
+    async fn invoke(&self, inv: Invocation) {
+        let payload: Value = serde_json::from_str(&inv.envelope).unwrap_or(Value::Null);
+        self.claim(Some(&payload["detail"]));
+        let result = webhook::handler::handle_eventbridge(
+            &self.function,
+            LambdaEvent::new(payload, Context::default()),
+        )
+        .await;
+        self.claim(None);
+        let (ok, outcome) = match &result {
+            Ok(v) => (true, v["outcome"].as_str().unwrap_or("").to_owned()),
+            Err(e) => (false, e.outcome.to_owned()),
+        };
+        self.count(
+            if ok {
+                "invocations_ok"
+            } else {
+                "invocations_failed"
+            }
+            .to_owned(),
+        );
+        if inv.forged {
+            self.tally_forged(&inv.order, &outcome);
+        }
+        let what = if ok {
+            format!("ok: {outcome}")
+        } else if inv.attempt <= LAMBDA_ASYNC_RETRIES {
+            let after = LAMBDA_RETRY_AFTER_MS * i64::from(inv.attempt);
+            self.lambda_retries.fetch_add(1, Ordering::Relaxed);
+            format!("failed: {outcome}, Lambda retries in {} s", after / 1000)
+        } else {
+            self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            format!("failed: {outcome}, to the on-failure DLQ")
+        };
+        self.trace.event(
+            &inv.order,
+            "eventbridge",
+            format_args!(
+                "{} {} invocation {}: {what}",
+                inv.event_type, inv.event_id, inv.attempt
+            ),
+        );
+        if !ok && inv.attempt <= LAMBDA_ASYNC_RETRIES {
+            let due = self.clock.now().as_millis() + LAMBDA_RETRY_AFTER_MS * i64::from(inv.attempt);
+            let seq = self.retry_seq.fetch_add(1, Ordering::Relaxed);
+            lock(&self.retries).insert(
+                (due, seq),
+                Invocation {
+                    attempt: inv.attempt + 1,
+                    ..inv
+                },
+            );
+        }
+    }
+
+    /// Sets (or, with `None`, clears) what `trust-event-payload`'s `retrieve` answers with: the
+    /// PaymentIntent the event in hand carries.
+    fn claim(&self, event: Option<&Value>) {
+        if let Some(claimed) = &self.claimed {
+            let pi = event
+                .and_then(|e| serde_json::to_vec(&e["data"]["object"]).ok())
+                .and_then(|body| {
+                    charge_once::adapters::stripe::parse_payment_intent(&body, false).ok()
+                });
+            claimed.set(pi);
+        }
+    }
+
+    /// Tallies the function's answer to a forged delivery.
+    fn tally_forged(&self, order: &str, outcome: &str) {
+        let mut forged = lock(&self.forged);
+        *forged.outcomes.entry(outcome.to_owned()).or_default() += 1;
+        if is_mismatch(outcome) {
+            forged.mismatches += 1;
+        }
+        if is_applied(outcome) {
+            forged.moved.insert(order.to_owned());
+        }
+    }
+
+    fn count(&self, what: String) {
+        *lock(&self.answers).entry(what).or_default() += 1;
+    }
+
+    /// What forged events did.
+    pub fn forged(&self) -> Forged {
+        lock(&self.forged).clone()
+    }
+
+    /// EventBridge invocations that failed three times (to the function's on-failure DLQ).
+    pub fn dead_lettered(&self) -> u64 {
+        self.dead_lettered.load(Ordering::Relaxed)
     }
 
     /// Counts for the report.
@@ -287,6 +618,7 @@ impl Webhooks {
             ("fault_out_of_order".to_owned(), c.reordered),
             ("fault_delayed".to_owned(), c.delayed),
             ("fault_dropped".to_owned(), c.dropped),
+            ("forged_events".to_owned(), c.injected),
             ("inbox_entries".to_owned(), self.inbox.len() as u64),
             (
                 "dynamodb_reads".to_owned(),
@@ -306,14 +638,80 @@ impl Webhooks {
                 self.calls.creates.load(Ordering::Relaxed),
             ),
         ]);
-        for (status, n) in self
-            .answers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            out.insert(format!("http_{status}"), *n);
+        if self.mode == DeliveryMode::EventBridge {
+            out.insert(
+                "lambda_retries".to_owned(),
+                self.lambda_retries.load(Ordering::Relaxed),
+            );
+            out.insert("dead_lettered".to_owned(), self.dead_lettered());
+            out.insert("invocations_ok".to_owned(), 0);
+            out.insert("invocations_failed".to_owned(), 0);
+        }
+        for (what, n) in lock(&self.answers).iter() {
+            out.insert(what.clone(), *n);
         }
         out
+    }
+}
+
+/// The order a Stripe event's PaymentIntent names (`metadata.order_id`), or "".
+fn order_of(event: &Value) -> String {
+    event["data"]["object"]["metadata"]["order_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use charge_once::executor::plan::Mismatch;
+    use charge_once::webhook::EventMismatch;
+    use charge_once::OperationStatus;
+
+    use super::*;
+
+    #[test]
+    fn the_outcome_labels_are_the_functions() {
+        for status in [
+            OperationStatus::Pending,
+            OperationStatus::Unknown,
+            OperationStatus::Succeeded,
+            OperationStatus::Failed,
+        ] {
+            assert!(is_applied(status.as_str()), "{status}");
+            assert!(!is_mismatch(status.as_str()));
+        }
+        assert!(is_applied("review"));
+        let mut mismatches = vec![
+            EventMismatch::StatusContradicted,
+            EventMismatch::UnknownPaymentIntent,
+        ];
+        mismatches.extend(
+            [
+                Mismatch::OperationId,
+                Mismatch::OrderId,
+                Mismatch::Amount,
+                Mismatch::Currency,
+                Mismatch::Livemode,
+            ]
+            .map(EventMismatch::Intent),
+        );
+        for m in mismatches {
+            assert!(is_mismatch(m.as_str()), "{}", m.as_str());
+            assert!(!is_applied(m.as_str()));
+        }
+        for other in [
+            "duplicate",
+            "already_settled",
+            "in_review",
+            "second_payment_intent",
+            "busy",
+        ] {
+            assert!(!is_applied(other) && !is_mismatch(other), "{other}");
+        }
     }
 }

@@ -34,6 +34,9 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
                 report.render()
             );
             assert!(why.contains(&format!("order sim-{seed}-")), "{why}");
+            if mutation == Mutation::TrustEventPayload {
+                assert!(report.forged_settles > 0, "{}", report.render());
+            }
             caught.push(format!("{} seed {seed}: {why}", mutation.name()));
         }
     }
@@ -42,12 +45,28 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
 }
 
 #[test]
-fn the_unbroken_build_holds_every_invariant_on_the_same_seeds() {
+fn trusting_the_event_payload_is_caught_by_forged_settles_with_webhooks_too() {
+    // The suite above runs the default source (EventBridge); the webhook route as well.
     for seed in SEEDS {
-        let report = run(seed, None);
-        assert!(report.invariants_hold, "seed {seed}: {}", report.render());
-        assert_eq!(report.stale_lease_writes, 0);
-        assert_eq!(report.foreign_dedup_ids, 0);
-        assert_eq!(report.orphan_charges, 0);
+        let mut args = SimulateArgs::new(BOUND, seed, Backend::Memory);
+        args.mutation = Some(Mutation::TrustEventPayload);
+        args.events = simulate::EventsSource::Webhook;
+        let report = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(simulate(&args))
+            .unwrap();
+        assert!(
+            report.forged_settles > 0,
+            "seed {seed}: {}",
+            report.render()
+        );
+        let why = report.first_violation.unwrap_or_default();
+        assert!(
+            why.starts_with(&format!(
+                "a forged event moved the record: order sim-{seed}-"
+            )),
+            "{why}"
+        );
     }
 }

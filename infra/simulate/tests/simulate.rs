@@ -71,6 +71,11 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
         // or reviewed operation published at least one event; a review later settled, two.
         assert_eq!(report.unpublished_outcomes, 0);
         assert_eq!(report.false_outcome_events, 0);
+        // Issue 23: forged events (EventBridge, the default source) moved nothing, and were
+        // refused and paged.
+        assert_eq!(report.events, "eventbridge");
+        assert_eq!(report.forged_settles, 0);
+        assert!(report.event_mismatches > 0, "{}", report.render());
         let published = report
             .outcome_events
             .expect("the memory backend sees the stream");
@@ -209,6 +214,9 @@ fn bad_simulation_arguments_are_refused() {
         vec!["--orders", "10000001"],
         vec!["--backend", "mainframe"],
         vec!["--stripe", "carrier-pigeon"],
+        vec!["--events", "carrier-pigeon"],
+        vec!["--events", "webhook", "--no-webhooks"],
+        vec!["--fault", "forged_event=2"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_simulate"))
             .args(&bad)
@@ -219,47 +227,85 @@ fn bad_simulation_arguments_are_refused() {
     }
 }
 
+/// Issue 17 and 23: Stripe's events, by EventBridge (the default) or by webhook, settle unknowns
+/// sooner than the reconciler alone, never create, never change a settled record, and no forged
+/// event (validly delivered, naming a state Stripe does not hold) ever moves a record: every one
+/// is refused and paged.
 #[test]
-fn webhooks_settle_unknowns_sooner_never_create_and_never_change_a_settled_record() {
+fn events_settle_unknowns_sooner_never_create_and_forged_ones_move_nothing() {
+    use simulate::EventsSource;
     let rt = current_thread();
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let mut counts: BTreeMap<(&str, String), u64> = BTreeMap::new();
+    let mut medians: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for seed in [41, 42, 43] {
-        let on = rt
-            .block_on(simulate(&args(3_000, seed, Backend::Memory)))
-            .unwrap();
-        assert!(on.invariants_hold, "seed {seed}: {}", on.render());
-        assert!(on.webhooks, "webhooks are on by default");
-        assert_eq!(on.webhook_creates, 0, "the webhook never creates");
-        assert_eq!(on.settled_changes, 0, "settled is final");
-        assert_eq!(on.webhook_counts["stripe_creates"], 0);
-        for (k, n) in &on.webhook_counts {
-            *counts.entry(k.clone()).or_default() += n;
+        for source in [
+            EventsSource::Eventbridge,
+            EventsSource::Webhook,
+            EventsSource::None,
+        ] {
+            let mut a = args(2_000, seed, Backend::Memory);
+            a.events = source;
+            let r = rt.block_on(simulate(&a)).unwrap();
+            let name = source.name();
+            assert!(r.invariants_hold, "seed {seed} {name}: {}", r.render());
+            assert_eq!(r.events, name);
+            assert_eq!(r.webhooks, source == EventsSource::Webhook);
+            assert_eq!(r.forged_settles, 0, "seed {seed} {name}");
+            assert_eq!(r.webhook_creates, 0, "the events function never creates");
+            assert_eq!(r.settled_changes, 0, "settled is final");
+            let forged = r.faults_injected.get("forged_event").copied().unwrap_or(0);
+            if source == EventsSource::None {
+                assert!(r.webhook_counts.is_empty());
+                assert_eq!((forged, r.event_mismatches), (0, 0));
+            } else {
+                // The fault really happened, and the function refused (and paged on) it.
+                assert!(forged > 0, "seed {seed} {name}: no forged event");
+                assert!(r.event_mismatches > 0, "seed {seed} {name}: {}", r.render());
+                assert!(r.event_mismatches <= forged);
+                assert_eq!(r.webhook_counts["forged_events"], forged);
+                assert_eq!(r.webhook_counts["stripe_creates"], 0);
+            }
+            assert_eq!(
+                r.events_dead_lettered,
+                r.webhook_counts.get("dead_lettered").copied().unwrap_or(0)
+            );
+            for (k, n) in &r.webhook_counts {
+                *counts.entry((name, k.clone())).or_default() += n;
+            }
+            medians
+                .entry(name)
+                .or_default()
+                .push(r.time_to_settle_final_at_stripe.median_secs);
         }
-        let mut a = args(3_000, seed, Backend::Memory);
-        a.no_webhooks = true;
-        let off = rt.block_on(simulate(&a)).unwrap();
-        assert!(off.invariants_hold, "seed {seed}: {}", off.render());
-        assert!(!off.webhooks);
-        assert!(off.webhook_counts.is_empty());
-        with.push(on.time_to_settle_final_at_stripe.median_secs);
-        without.push(off.time_to_settle_final_at_stripe.median_secs);
     }
-    // Every webhook fault really happened, and deliveries were retried after non-2xx answers.
-    for k in [
-        "fault_duplicate",
-        "fault_out_of_order",
-        "fault_delayed",
-        "fault_dropped",
-        "retried",
-        "http_409",
+    // Every delivery fault really happened in both modes; webhooks were retried by Stripe after
+    // non-2xx answers, failed EventBridge invocations by Lambda.
+    for name in ["eventbridge", "webhook"] {
+        for k in [
+            "fault_duplicate",
+            "fault_out_of_order",
+            "fault_delayed",
+            "fault_dropped",
+        ] {
+            let n = counts.get(&(name, k.to_owned())).copied().unwrap_or(0);
+            assert!(n > 0, "{name} {k}: {counts:?}");
+        }
+    }
+    for (name, k) in [
+        ("webhook", "retried"),
+        ("webhook", "http_409"),
+        ("eventbridge", "invocations_failed"),
+        ("eventbridge", "lambda_retries"),
     ] {
-        assert!(counts.get(k).copied().unwrap_or(0) > 0, "{k}: {counts:?}");
+        let n = counts.get(&(name, k.to_owned())).copied().unwrap_or(0);
+        assert!(n > 0, "{name} {k}: {counts:?}");
     }
-    for (on, off) in with.iter().zip(&without) {
-        assert!(
-            on < off,
-            "median time to settle with webhooks {on} s, without {off} s"
-        );
+    for on in ["eventbridge", "webhook"] {
+        for (with, without) in medians[on].iter().zip(&medians["none"]) {
+            assert!(
+                with < without,
+                "median time to settle with {on} events {with} s, without {without} s"
+            );
+        }
     }
 }

@@ -74,6 +74,7 @@ pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) 
         (&Method::POST, "reset") => reset(sim, body),
         (&Method::GET, "webhooks") => Ok(webhooks_json(sim)),
         (&Method::POST, "webhooks") => update_webhooks(sim, body),
+        (&Method::POST, "webhooks/inject") => inject_event(sim, body),
         (&Method::POST, r) => match r
             .strip_prefix("payment_intents/")
             .and_then(|r| r.strip_suffix("/status"))
@@ -246,8 +247,9 @@ fn set_status(sim: &StripeSim, id: &str, body: &[u8]) -> Result<Reply, Reply> {
     }
 }
 
-/// `POST /_sim/webhooks` with `{"url", "secret", "faults": {...}, "max_attempts"}`: the whole
-/// configuration, replaced (an absent `secret` stops generating events).
+/// `POST /_sim/webhooks` with `{"url", "secret", "faults": {...}, "max_attempts", "mode",
+/// "event_source"}`: the whole configuration, replaced (in `webhook` mode an absent `secret`
+/// stops generating events).
 fn update_webhooks(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
     let config: crate::WebhookConfig = parse(body)?;
     if let Some(secret) = &config.secret {
@@ -259,6 +261,22 @@ fn update_webhooks(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
     Ok(webhooks_json(sim))
 }
 
+/// `POST /_sim/webhooks/inject` with a whole Stripe event object: delivered now like Stripe's own
+/// (signed, or in the EventBridge envelope), though Stripe never created it (a forged event).
+fn inject_event(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let event: Value =
+        serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid JSON body: {e}")))?;
+    if !event["id"].is_string() || !event["type"].is_string() {
+        return Err(bad_request("the event needs a string id and type"));
+    }
+    if !sim.queue_injected_event(&event) {
+        return Err(bad_request(
+            "events are off: set a secret, or mode eventbridge, with POST /_sim/webhooks",
+        ));
+    }
+    Ok(webhooks_json(sim))
+}
+
 /// The configuration (the secret only as set or not) and the delivery counts.
 fn webhooks_json(sim: &StripeSim) -> Reply {
     let c = sim.webhooks();
@@ -266,6 +284,8 @@ fn webhooks_json(sim: &StripeSim) -> Reply {
         200,
         &json!({
             "url": c.url,
+            "mode": c.mode,
+            "event_source": c.event_source(),
             "secret_set": c.secret.is_some(),
             "faults": c.faults,
             "max_attempts": c.max_attempts,

@@ -17,7 +17,8 @@
 //! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
 //! - `direct`: the same routes in process ([`StripeSim::create_in_process`], ...), no sockets.
 //! - `admin`: the `/_sim/` admin routes.
-//! - [`webhooks`]: webhook events signed as Stripe signs them, delivered at least once with
+//! - [`webhooks`]: events delivered as Stripe delivers them, as signed webhooks or in the
+//!   EventBridge envelope of a Stripe event destination ([`DeliveryMode`]), at least once with
 //!   retries and seeded faults (duplicate, out of order, delayed, dropped); the HTTP sender runs
 //!   beside the server.
 //!
@@ -62,7 +63,10 @@ pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::STATUSES;
-pub use webhooks::{signature_header, Delivery, WebhookConfig, WebhookCounts, WebhookFaults};
+pub use webhooks::{
+    eventbridge_envelope, signature_header, Delivery, DeliveryMode, WebhookConfig, WebhookCounts,
+    WebhookFaults, DEFAULT_EVENT_SOURCE,
+};
 pub use wire::ApiError;
 
 use clock::Clock;
@@ -269,10 +273,18 @@ impl StripeSim {
         self.engine().set_status(pi_id, status, now)
     }
 
-    /// Sets where webhook events go and how (events are generated only while a secret is set).
+    /// Sets where events go and how (events are generated only while a secret is set, or in
+    /// `eventbridge` mode).
     pub fn set_webhooks(&self, config: WebhookConfig) -> Result<(), String> {
         if let Some(url) = &config.url {
             webhooks::check_url(url)?;
+        }
+        if let Some(source) = &config.event_source {
+            if !source.starts_with("aws.partner/stripe.com/") {
+                return Err(format!(
+                    "event_source {source:?} is not a Stripe partner event source (aws.partner/stripe.com/...)"
+                ));
+            }
         }
         let mut config = config;
         config.faults = config.faults.sanitized();
@@ -296,6 +308,26 @@ impl StripeSim {
     pub fn webhook_result(&self, delivery: &Delivery, ok: bool) {
         let now = self.now_ms();
         self.engine().webhooks.report(delivery.seq, ok, now);
+    }
+
+    /// Delivers `event`, a whole Stripe event object (`id`, `type`, `data.object`, ...) that
+    /// Stripe did not create — a forged or misrouted one, for testing a receiver — now, exactly
+    /// as Stripe's own are delivered: signed with the endpoint secret (`webhook` mode) or in the
+    /// EventBridge envelope (`eventbridge` mode), retried the same way after a failure reported
+    /// with [`StripeSim::webhook_result`]. No fault applies; counted in
+    /// [`WebhookCounts::injected`] (and its attempts in `attempts`). `None` when events are off
+    /// or `event` has no string `id` and `type`.
+    pub fn inject_event(&self, event: &serde_json::Value) -> Option<Delivery> {
+        let now = self.now_ms();
+        self.engine().webhooks.inject(event, now)
+    }
+
+    /// Queues `event` as [`StripeSim::inject_event`] delivers it, due now: the HTTP sender (or
+    /// [`StripeSim::take_due_webhooks`]) sends it. False when events are off or `event` has no
+    /// string `id` and `type`. `POST /_sim/webhooks/inject`.
+    pub fn queue_injected_event(&self, event: &serde_json::Value) -> bool {
+        let now = self.now_ms();
+        self.engine().webhooks.queue_injected(event, now)
     }
 
     /// When the next webhook delivery is due (simulated unix ms), if any.

@@ -4,11 +4,12 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use stripe_sim::{SimConfig, StripeSim, WebhookConfig};
+use stripe_sim::{DeliveryMode, SimConfig, StripeSim, WebhookConfig};
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
 [--search-lag-secs N] [--processing-settle-secs N] [--latency-ms N] \
-[--webhook-url URL --webhook-secret whsec_...]
+[--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
+[--event-source aws.partner/stripe.com/...]
 
   --port N                     port on 127.0.0.1 (0 = ephemeral, default 12111)
   --api-key KEY                accepted secret key (default sk_test_charge_once)
@@ -17,7 +18,11 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --processing-settle-secs N   processing -> final status, simulated (default 600)
   --latency-ms N               real sleep of the `latency` fault (default 12000)
   --webhook-url URL            send webhook events to this loopback URL (also POST /_sim/webhooks)
-  --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)";
+  --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)
+  --event-delivery MODE        webhook (signed POST, default) or eventbridge (the event as the detail
+                               of an EventBridge envelope, unsigned; no secret needed)
+  --event-source NAME          eventbridge: the envelope's source (default
+                               aws.partner/stripe.com/ed_test_61SimulatedDestination)";
 
 struct Args {
     port: u16,
@@ -76,6 +81,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
                 out.webhooks.secret = Some(value)
             }
+            "--event-delivery" => out.webhooks.mode = value.parse()?,
+            "--event-source" => out.webhooks.event_source = Some(value),
             _ => return Err(format!("unknown flag: {name}")),
         }
     }
@@ -111,9 +118,13 @@ async fn main() -> ExitCode {
         }
     };
     let sim = StripeSim::new(args.cfg);
-    if args.webhooks.url.is_some() && args.webhooks.secret.is_none() {
+    if args.webhooks.url.is_some()
+        && args.webhooks.secret.is_none()
+        && args.webhooks.mode == DeliveryMode::Webhook
+    {
         eprintln!(
-            "stripe-sim: --webhook-url needs --webhook-secret (or STRIPE_SIM_WEBHOOK_SECRET)"
+            "stripe-sim: --webhook-url needs --webhook-secret (or STRIPE_SIM_WEBHOOK_SECRET), \
+             or --event-delivery eventbridge"
         );
         return ExitCode::from(2);
     }
@@ -154,5 +165,15 @@ mod tests {
         assert!(parse(&["--port"]).is_err());
         assert!(parse(&["--port", "x"]).is_err());
         assert!(parse(&["--bogus", "1"]).is_err());
+        let e = parse(&[
+            "--event-delivery",
+            "eventbridge",
+            "--event-source",
+            "aws.partner/stripe.com/ed_x",
+        ])
+        .unwrap();
+        assert_eq!(e.webhooks.mode, DeliveryMode::EventBridge);
+        assert_eq!(e.webhooks.event_source(), "aws.partner/stripe.com/ed_x");
+        assert!(parse(&["--event-delivery", "carrier-pigeon"]).is_err());
     }
 }

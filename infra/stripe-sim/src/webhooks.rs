@@ -11,6 +11,16 @@
 //! (held back for minutes), `dropped` (never delivered: what a misconfigured endpoint or a
 //! disabled event type looks like to the receiver).
 //!
+//! Two delivery modes ([`DeliveryMode`]): `webhook` (the signed HTTP POST above) and
+//! `eventbridge` (what a Stripe event destination puts on an Amazon EventBridge partner event bus:
+//! the same event as the `detail` of an EventBridge envelope, unsigned, since AWS authenticates
+//! the delivery). The same events, the same faults and the same counts in both; only the wire
+//! form of a delivery differs.
+//!
+//! [`crate::StripeSim::inject_event`] delivers an event Stripe did not create (a forged one)
+//! through the same signing or envelope and the same retries, so a receiver can be tested against
+//! a validly delivered lie.
+//!
 //! The queue is pure state with an explicit `now_ms` ([`Outbox`]); the HTTP sender in
 //! [`crate::StripeSim::start`] and the in-process simulation both drain it.
 
@@ -83,7 +93,50 @@ impl WebhookFaults {
     }
 }
 
-/// Where events go and with which secret. Events are generated only while a secret is set.
+/// How a delivery goes on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryMode {
+    /// A signed HTTP POST of the event (`Stripe-Signature`), as a webhook endpoint receives it.
+    #[default]
+    Webhook,
+    /// The event as the `detail` of an EventBridge envelope, unsigned, as a Stripe event
+    /// destination delivers it to an Amazon EventBridge partner event bus.
+    #[serde(rename = "eventbridge")]
+    EventBridge,
+}
+
+impl DeliveryMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeliveryMode::Webhook => "webhook",
+            DeliveryMode::EventBridge => "eventbridge",
+        }
+    }
+}
+
+impl std::str::FromStr for DeliveryMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "webhook" => Ok(DeliveryMode::Webhook),
+            "eventbridge" => Ok(DeliveryMode::EventBridge),
+            other => Err(format!(
+                "unknown delivery mode {other:?} (webhook or eventbridge)"
+            )),
+        }
+    }
+}
+
+/// The partner event source of an EventBridge delivery when none is configured (Stripe names
+/// sources `aws.partner/stripe.com/<event destination id>`).
+pub const DEFAULT_EVENT_SOURCE: &str = "aws.partner/stripe.com/ed_test_61SimulatedDestination";
+/// The AWS account and region of an EventBridge delivery when none is configured.
+pub const DEFAULT_ACCOUNT: &str = "000000000000";
+pub const DEFAULT_REGION: &str = "us-east-1";
+
+/// Where events go and how. Events are generated only while a secret is set (`webhook` mode) or
+/// in `eventbridge` mode (no secret: AWS authenticates that delivery).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebhookConfig {
@@ -98,6 +151,21 @@ pub struct WebhookConfig {
     /// The event types the endpoint subscribed to, as selected in Stripe's dashboard (`None`:
     /// every type, `payment_intent.created` included).
     pub enabled_events: Option<Vec<String>>,
+    /// `webhook` (default) or `eventbridge`.
+    pub mode: DeliveryMode,
+    /// `eventbridge` mode: the envelope's `source` (default [`DEFAULT_EVENT_SOURCE`]).
+    pub event_source: Option<String>,
+    /// `eventbridge` mode: the envelope's `account` (default [`DEFAULT_ACCOUNT`]).
+    pub account: Option<String>,
+    /// `eventbridge` mode: the envelope's `region` (default [`DEFAULT_REGION`]).
+    pub region: Option<String>,
+}
+
+impl WebhookConfig {
+    /// The `source` of this configuration's EventBridge envelopes.
+    pub fn event_source(&self) -> &str {
+        self.event_source.as_deref().unwrap_or(DEFAULT_EVENT_SOURCE)
+    }
 }
 
 /// Counts of what happened to events.
@@ -117,6 +185,9 @@ pub struct WebhookCounts {
     pub reordered: u64,
     pub delayed: u64,
     pub dropped: u64,
+    /// Events delivered through [`crate::StripeSim::inject_event`] (not Stripe's; not in
+    /// `events`, and no fault applies to them; their attempts are counted like the others).
+    pub injected: u64,
 }
 
 /// One delivery to make: the body and the header to send with it.
@@ -124,13 +195,30 @@ pub struct WebhookCounts {
 pub struct Delivery {
     pub event_id: String,
     pub event_type: String,
+    /// What goes on the wire: the Stripe event (`webhook` mode) or its EventBridge envelope
+    /// (`eventbridge` mode).
     pub body: String,
-    /// `Stripe-Signature`, signed at the time the delivery was taken.
+    /// `Stripe-Signature`, signed at the time the delivery was taken (empty in `eventbridge`
+    /// mode: that delivery is not signed).
     pub signature: String,
     /// 1 for the first attempt.
     pub attempt: u32,
+    pub mode: DeliveryMode,
+    /// Delivered through [`crate::StripeSim::inject_event`]: not an event Stripe created.
+    pub injected: bool,
     /// Internal queue sequence (to report the result).
     pub(crate) seq: u64,
+}
+
+impl Delivery {
+    /// The Stripe event this delivery carries (the envelope's `detail` in `eventbridge` mode).
+    pub fn event(&self) -> Option<Value> {
+        let v: Value = serde_json::from_str(&self.body).ok()?;
+        match self.mode {
+            DeliveryMode::Webhook => Some(v),
+            DeliveryMode::EventBridge => v.get("detail").cloned(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -139,6 +227,65 @@ struct Pending {
     event_type: String,
     body: String,
     attempt: u32,
+    injected: bool,
+}
+
+/// An id shaped like EventBridge's (a UUID), derived from `(event_id, seq)`: deterministic, and
+/// drawing nothing from the seeded generator (so both modes make the same events and faults).
+fn envelope_id(event_id: &str, seq: u64) -> String {
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in event_id.bytes().chain(seq.to_le_bytes()) {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    let hex = format!("{h:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// `ms` (unix) as EventBridge writes `time`: RFC 3339 UTC, whole seconds.
+pub fn rfc3339_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+/// The EventBridge envelope a Stripe event destination delivers `event` (a JSON string) in.
+pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_ms: i64) -> String {
+    let detail: Value = serde_json::from_str(event).unwrap_or(Value::Null);
+    json!({
+        "version": "0",
+        "id": id,
+        "detail-type": detail["type"],
+        "source": config.event_source(),
+        "account": config.account.as_deref().unwrap_or(DEFAULT_ACCOUNT),
+        "time": rfc3339_utc(now_ms),
+        "region": config.region.as_deref().unwrap_or(DEFAULT_REGION),
+        "resources": [],
+        "detail": detail,
+    })
+    .to_string()
 }
 
 /// The queue of events waiting for delivery, by due time.
@@ -176,7 +323,7 @@ impl Outbox {
     }
 
     pub(crate) fn enabled(&self) -> bool {
-        self.config.secret.is_some()
+        self.config.secret.is_some() || self.config.mode == DeliveryMode::EventBridge
     }
 
     fn max_attempts(&self) -> u32 {
@@ -239,6 +386,7 @@ impl Outbox {
             event_type: kind.to_owned(),
             body,
             attempt: 1,
+            injected: false,
         };
         if self.rng.random_bool(f.duplicate) {
             self.counts.duplicated += 1;
@@ -258,29 +406,86 @@ impl Outbox {
         self.queue.keys().next().map(|(due, _)| *due)
     }
 
-    /// Takes every delivery due at `now_ms`, signed at `now_ms`, oldest first.
+    /// Takes every delivery due at `now_ms`, signed (or wrapped) at `now_ms`, oldest first.
     pub(crate) fn take_due(&mut self, now_ms: i64) -> Vec<Delivery> {
-        let Some(secret) = self.config.secret.clone() else {
+        if !self.enabled() {
             return Vec::new();
-        };
+        }
         let mut out = Vec::new();
         while let Some(entry) = self.queue.first_entry() {
             if entry.key().0 > now_ms {
                 break;
             }
             let ((_, seq), p) = entry.remove_entry();
-            self.counts.attempts += 1;
-            out.push(Delivery {
-                event_id: p.event_id.clone(),
-                event_type: p.event_type.clone(),
-                signature: signature_header(&secret, now_ms.div_euclid(1000), &p.body),
-                body: p.body.clone(),
-                attempt: p.attempt,
-                seq,
-            });
-            self.in_flight.insert(seq, p);
+            if let Some(d) = self.deliver(seq, p, now_ms) {
+                out.push(d);
+            }
         }
         out
+    }
+
+    /// One attempt of `p`, as the configured mode sends it; `None` when it cannot be sent (a
+    /// webhook without a secret).
+    fn deliver(&mut self, seq: u64, p: Pending, now_ms: i64) -> Option<Delivery> {
+        let (body, signature) = match self.config.mode {
+            DeliveryMode::Webhook => {
+                let secret = self.config.secret.as_deref()?;
+                let signature = signature_header(secret, now_ms.div_euclid(1000), &p.body);
+                (p.body.clone(), signature)
+            }
+            DeliveryMode::EventBridge => {
+                let id = envelope_id(&p.event_id, seq);
+                let body = eventbridge_envelope(&self.config, &id, &p.body, now_ms);
+                (body, String::new())
+            }
+        };
+        self.counts.attempts += 1;
+        let d = Delivery {
+            event_id: p.event_id.clone(),
+            event_type: p.event_type.clone(),
+            body,
+            signature,
+            attempt: p.attempt,
+            mode: self.config.mode,
+            injected: p.injected,
+            seq,
+        };
+        self.in_flight.insert(seq, p);
+        Some(d)
+    }
+
+    /// Delivers `event` (a whole Stripe event object, with its `id` and `type`) now, through the
+    /// same signing or envelope and retries as Stripe's own; no fault applies. `None` when no
+    /// delivery can be made (events off, or an event without an `id` or `type`).
+    pub(crate) fn inject(&mut self, event: &Value, now_ms: i64) -> Option<Delivery> {
+        let pending = self.injected(event)?;
+        self.seq += 1;
+        let seq = self.seq;
+        self.deliver(seq, pending, now_ms)
+    }
+
+    /// Queues `event` as [`Outbox::inject`] delivers it, due at `now_ms` (for the HTTP sender).
+    pub(crate) fn queue_injected(&mut self, event: &Value, now_ms: i64) -> bool {
+        let Some(pending) = self.injected(event) else {
+            return false;
+        };
+        self.enqueue(now_ms, pending);
+        true
+    }
+
+    fn injected(&mut self, event: &Value) -> Option<Pending> {
+        if !self.enabled() {
+            return None;
+        }
+        let pending = Pending {
+            event_id: event["id"].as_str()?.to_owned(),
+            event_type: event["type"].as_str()?.to_owned(),
+            body: event.to_string(),
+            attempt: 1,
+            injected: true,
+        };
+        self.counts.injected += 1;
+        Some(pending)
     }
 
     /// The endpoint's answer for a delivery: acknowledged, or failed (then retried with
@@ -328,6 +533,8 @@ pub fn check_url(url: &str) -> Result<(), String> {
 
 /// Sends due deliveries over HTTP until aborted: polls every `poll` (real time), posts each due
 /// delivery, reports 2xx as delivered and anything else (or no answer within 10 s) as failed.
+/// In `eventbridge` mode the envelope is posted unsigned (e.g. to a local Lambda invoke URL such
+/// as `cargo lambda watch`'s `http://127.0.0.1:9000/2015-03-31/functions/webhook/invocations`).
 pub(crate) async fn run_sender(sim: crate::StripeSim, poll: std::time::Duration) {
     loop {
         tokio::time::sleep(poll).await;
@@ -369,13 +576,14 @@ async fn post(url: &str, d: &Delivery) -> bool {
             .ok()?;
         let conn = tokio::spawn(conn);
         let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let req = hyper::Request::post(path)
+        let mut req = hyper::Request::post(path)
             .header(HOST, authority.as_str())
             .header(CONTENT_TYPE, "application/json; charset=utf-8")
-            .header(USER_AGENT, "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
-            .header("Stripe-Signature", &d.signature)
-            .body(Full::new(Bytes::from(d.body.clone())))
-            .ok()?;
+            .header(USER_AGENT, "Stripe/1.0 (+https://stripe.com/docs/webhooks)");
+        if d.mode == DeliveryMode::Webhook {
+            req = req.header("Stripe-Signature", &d.signature);
+        }
+        let req = req.body(Full::new(Bytes::from(d.body.clone()))).ok()?;
         let resp = sender.send_request(req).await.ok()?;
         conn.abort();
         Some(resp.status().is_success())
@@ -503,6 +711,84 @@ mod tests {
         let d = o.take_due(0);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].event_type, "payment_intent.succeeded");
+    }
+
+    #[test]
+    fn eventbridge_time_is_rfc3339_utc() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_800_000_000_000), "2027-01-15T08:00:00Z");
+        assert_eq!(rfc3339_utc(951_782_400_999), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_utc(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn eventbridge_mode_wraps_the_same_events_unsigned() {
+        let faults = WebhookFaults {
+            duplicate: 0.3,
+            out_of_order: 0.3,
+            delayed: 0.3,
+            dropped: 0.1,
+            ..WebhookFaults::default()
+        };
+        let mut hook = outbox(faults.clone());
+        let mut bridge = Outbox::new(
+            7,
+            WebhookConfig {
+                faults,
+                mode: DeliveryMode::EventBridge,
+                ..WebhookConfig::default()
+            },
+        );
+        assert!(bridge.enabled(), "no secret needed");
+        for i in 0..50 {
+            hook.emit(&intent("succeeded"), true, i * 1_000);
+            bridge.emit(&intent("succeeded"), true, i * 1_000);
+        }
+        assert_eq!(hook.counts, bridge.counts, "the same events and faults");
+        let (a, b) = (hook.take_due(i64::MAX), bridge.take_due(i64::MAX));
+        assert_eq!(a.len(), b.len());
+        for (h, e) in a.iter().zip(&b) {
+            assert_eq!((&h.event_id, h.attempt), (&e.event_id, e.attempt));
+            assert_eq!(e.mode, DeliveryMode::EventBridge);
+            assert!(e.signature.is_empty());
+            let env: Value = serde_json::from_str(&e.body).unwrap();
+            assert_eq!(env["version"], "0");
+            assert_eq!(env["detail-type"], h.event_type.as_str());
+            assert_eq!(env["source"], DEFAULT_EVENT_SOURCE);
+            assert_eq!(env["region"], "us-east-1");
+            assert_eq!(env["resources"], json!([]));
+            assert_eq!(env["id"].as_str().unwrap().len(), 36);
+            let hook_body: Value = serde_json::from_str(&h.body).unwrap();
+            assert_eq!(env["detail"], hook_body, "the detail is the webhook body");
+            assert_eq!(e.event(), Some(hook_body.clone()));
+            assert_eq!(h.event(), Some(hook_body));
+        }
+    }
+
+    #[test]
+    fn injected_events_are_delivered_like_stripes_and_retried() {
+        let mut o = outbox(WebhookFaults {
+            dropped: 1.0,
+            ..WebhookFaults::default()
+        });
+        let forged = json!({"id": "evt_forged", "type": "payment_intent.succeeded",
+            "data": {"object": intent("succeeded")}});
+        let d = o.inject(&forged, 5_000).unwrap();
+        assert!(d.injected);
+        assert_eq!(d.body, forged.to_string());
+        assert!(
+            d.signature.starts_with("t=5,v1="),
+            "signed, no fault applies"
+        );
+        o.report(d.seq, false, 5_000);
+        let again = o.take_due(15_000);
+        assert_eq!(again.len(), 1);
+        assert!(again[0].injected);
+        assert_eq!(again[0].attempt, 2);
+        assert_eq!((o.counts.events, o.counts.injected), (0, 1));
+        assert!(o.inject(&json!({"type": "x"}), 0).is_none(), "no id");
+        assert!(o.queue_injected(&forged, 20_000));
+        assert_eq!(o.take_due(20_000).len(), 1);
     }
 
     #[test]
