@@ -32,6 +32,7 @@ const PASS_THROUGH: &[&str] = &[
     "AWS_DEFAULT_REGION",
     "TABLE_NAME",
     "QUEUE_URL",
+    "DEAD_LETTER_QUEUE_URL",
     "STRIPE_API_BASE",
     "STRIPE_SECRET_ARN",
 ];
