@@ -149,7 +149,11 @@ pub struct Operation {
     pub fingerprint: Fingerprint,
     /// Who asked for the charge (the authenticated caller of checkout), for the audit trail. Not
     /// part of the fingerprint: a retried caller re-sending the same order is the same order.
-    pub requested_by: Principal,
+    ///
+    /// `None`: not recorded. Records written by the releases before 2026-11-30 have no
+    /// `requested_by` (their checkout did not authenticate its caller); they are read, charged and
+    /// settled like any other, and shown as "not recorded". Every record written since has it.
+    pub requested_by: Option<Principal>,
     pub status: OperationStatus,
     /// The PaymentIntent id (`pi_…`) once we know one exists at Stripe.
     pub external_id: Option<PaymentIntentId>,
@@ -189,7 +193,7 @@ impl Operation {
             operation_id: OperationId::new_random(),
             params,
             fingerprint,
-            requested_by,
+            requested_by: Some(requested_by),
             status: OperationStatus::Pending,
             external_id: None,
             attempts: 0,

@@ -14,6 +14,8 @@ use serde_json::Value;
 pub const LAST_ERROR_WIDTH: usize = 40;
 /// Longest review reason shown in the table.
 pub const REVIEW_REASON_WIDTH: usize = 60;
+/// `requested by` of a record written before checkout recorded its caller (`--json`: null).
+const NOT_RECORDED: &str = "not recorded (written before release 2026-11-30)";
 
 /// A duration as a short human age: `45s`, `12m5s`, `3h12m`, `2d3h`.
 pub fn human_age(age: Duration) -> String {
@@ -197,7 +199,12 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             op.params.payment_method.as_str().to_owned(),
         ),
         ("fingerprint", op.fingerprint.as_str().to_owned()),
-        ("requested by", op.requested_by.to_string()),
+        (
+            "requested by",
+            op.requested_by
+                .as_ref()
+                .map_or_else(|| NOT_RECORDED.to_owned(), ToString::to_string),
+        ),
         ("idempotency key", op.idempotency_key().to_string()),
         ("payment intent", dash(op.external_id.as_deref())),
         ("attempts", op.attempts.to_string()),

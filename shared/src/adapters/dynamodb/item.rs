@@ -7,7 +7,7 @@
 //! | `operation_id` | S | uuid |
 //! | `amount` | N | minor units |
 //! | `currency`, `customer_id`, `payment_method`, `fingerprint` | S | |
-//! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`) |
+//! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`); absent on records of releases before 2026-11-30: "not recorded" |
 //! | `status` | S | `pending`, `unknown`, `succeeded`, `failed` |
 //! | `external_id`, `last_error` | S | optional |
 //! | `attempts`, `redrives` | N | |
@@ -83,7 +83,6 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             attr_s(op.params.payment_method.as_str()),
         ),
         ("fingerprint".to_owned(), attr_s(op.fingerprint.as_str())),
-        ("requested_by".to_owned(), attr_s(op.requested_by.as_str())),
         ("status".to_owned(), attr_s(op.status.as_str())),
         ("attempts".to_owned(), attr_n(op.attempts)),
         ("redrives".to_owned(), attr_n(op.redrives)),
@@ -95,6 +94,10 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             item.insert(name.to_owned(), v);
         }
     };
+    put(
+        "requested_by",
+        op.requested_by.as_ref().map(|p| attr_s(p.as_str())),
+    );
     put("external_id", op.external_id.as_deref().map(attr_s));
     put("last_error", op.last_error.as_deref().map(attr_s));
     put(
@@ -292,10 +295,9 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
             )?,
         },
         fingerprint: Fingerprint::from_stored(req_s(item, "fingerprint")?.to_owned()),
-        requested_by: domain(
-            "requested_by",
-            Principal::parse(req_s(item, "requested_by")?),
-        )?,
+        requested_by: get_s(item, "requested_by")?
+            .map(|p| domain("requested_by", Principal::parse(p)))
+            .transpose()?,
         status: domain("status", OperationStatus::parse(req_s(item, "status")?))?,
         external_id: get_s(item, "external_id")?
             .map(|id| domain("external_id", PaymentIntentId::parse(id)))
@@ -400,6 +402,16 @@ mod tests {
         // The index attributes are written by the store, not by the mapping.
         item.insert("due_at".into(), attr_n(op.next_due_at.unwrap().as_millis()));
         assert_eq!(operation_from_item(&item).unwrap(), op);
+    }
+
+    #[test]
+    fn a_record_without_requested_by_reads_as_not_recorded() {
+        // Releases before 2026-11-30 did not record the caller.
+        let mut item = operation_to_item(&sample());
+        item.remove("requested_by");
+        let op = operation_from_item(&item).unwrap();
+        assert_eq!(op.requested_by, None);
+        assert!(!operation_to_item(&op).contains_key("requested_by"));
     }
 
     #[test]
