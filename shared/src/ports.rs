@@ -24,6 +24,9 @@ pub struct StoreError {
     pub message: String,
     #[source]
     pub source: Option<Box<dyn StdError + Send + Sync>>,
+    /// The stored key (`ORDER#…/charge`) of a record that exists but this release cannot read
+    /// (the error is the parse error): shown raw by `chargectl show`, counted by the reconciler.
+    pub unreadable: Option<String>,
 }
 
 impl StoreError {
@@ -31,7 +34,14 @@ impl StoreError {
         Self {
             message: message.into(),
             source: None,
+            unreadable: None,
         }
+    }
+
+    /// `self`, as the reason the record stored under `key` cannot be read.
+    pub fn of_unreadable(mut self, key: impl Into<String>) -> Self {
+        self.unreadable = Some(key.into());
+        self
     }
 
     pub fn with_source(
@@ -41,6 +51,7 @@ impl StoreError {
         Self {
             message: message.into(),
             source: Some(Box::new(source)),
+            unreadable: None,
         }
     }
 }

@@ -728,7 +728,11 @@ mod tests {
         let ops = f.store.all();
         assert_eq!(ops.len(), 1);
         assert_eq!(
-            ops[0].requested_by.as_ref().map(|p| p.as_str()).unwrap_or("none"),
+            ops[0]
+                .requested_by
+                .as_ref()
+                .map(|p| p.as_str())
+                .unwrap_or("none"),
             "iam:arn:aws:sts::123456789012:assumed-role/order-service/i-0a1b2c3d4e5f60718"
         );
     }
@@ -739,7 +743,13 @@ mod tests {
         let (status, body) = call(&f, event("checkout-jwt.json")).await;
         assert_eq!(status, 202, "{body}");
         let op = f.store.all().pop().unwrap();
-        assert_eq!(op.requested_by.as_ref().map(|p| p.as_str()).unwrap_or("none"), "jwt:order-service@clients");
+        assert_eq!(
+            op.requested_by
+                .as_ref()
+                .map(|p| p.as_str())
+                .unwrap_or("none"),
+            "jwt:order-service@clients"
+        );
 
         // A client-credentials token without `sub`: its client id.
         let mut req = event("checkout-jwt.json");
@@ -761,7 +771,13 @@ mod tests {
             .into_iter()
             .find(|o| o.order_id.as_str() == "ord-2003")
             .unwrap();
-        assert_eq!(op.requested_by.as_ref().map(|p| p.as_str()).unwrap_or("none"), "jwt:order-service");
+        assert_eq!(
+            op.requested_by
+                .as_ref()
+                .map(|p| p.as_str())
+                .unwrap_or("none"),
+            "jwt:order-service"
+        );
     }
 
     #[tokio::test]
@@ -777,7 +793,12 @@ mod tests {
         assert_eq!(body["operation_id"], first["operation_id"]);
         let ops = f.store.all();
         assert_eq!(ops.len(), 1);
-        assert!(ops[0].requested_by.as_ref().map(|p| p.as_str()).unwrap_or("none").starts_with("iam:"));
+        assert!(ops[0]
+            .requested_by
+            .as_ref()
+            .map(|p| p.as_str())
+            .unwrap_or("none")
+            .starts_with("iam:"));
     }
 
     #[tokio::test]
@@ -802,7 +823,13 @@ mod tests {
         let op = f.store.all().pop().unwrap();
         assert_eq!(op.order_id.as_str(), "ord-sam-1");
         assert_eq!(op.params.amount.minor_units(), 990);
-        assert_eq!(op.requested_by.as_ref().map(|p| p.as_str()).unwrap_or("none"), "jwt:order-service");
+        assert_eq!(
+            op.requested_by
+                .as_ref()
+                .map(|p| p.as_str())
+                .unwrap_or("none"),
+            "jwt:order-service"
+        );
 
         // As generated, its claims name nobody: refused.
         generated["rawPath"] = json!("/orders/ord-sam-2/charge");

@@ -27,12 +27,12 @@ use async_trait::async_trait;
 use charge_once::executor::plan;
 use charge_once::ports::{
     ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
-    Recorded, Reschedule,
+    Recorded, Reschedule, StoreError,
 };
 use charge_once::reconciler::{self, Redriven};
 use charge_once::{
-    AuditEntry, Clock, Operation, OperationId, OperationKey, OperationStatus, OrderId,
-    PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
+    AuditEntry, Clock, Operation, OperationId, OperationKey, OperationKind, OperationStatus,
+    OrderId, PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
 };
 
 use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
@@ -201,34 +201,45 @@ fn not_unsettled(id: &OperationId) -> String {
     )
 }
 
+/// A stored record as it is, unparsed: what `show` prints for a record this release cannot read.
+#[async_trait]
+pub trait RawRecords: Send + Sync {
+    /// The record stored under `key` (`ORDER#…/charge`, as [`StoreError::unreadable`] names it),
+    /// in the store's own notation (DynamoDB JSON).
+    async fn raw(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError>;
+}
+
+#[async_trait]
+impl RawRecords for charge_once::adapters::dynamodb::DynamoStore {
+    async fn raw(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        use charge_once::adapters::dynamodb::item;
+        let (pk, sk) = key
+            .split_once('/')
+            .ok_or_else(|| StoreError::new(format!("{key:?} is not a stored key (pk/sk)")))?;
+        let kind = OperationKind::parse(sk).map_err(|e| StoreError::new(e.to_string()))?;
+        let key = OperationKey {
+            order_id: item::order_id_of_pk(pk)?,
+            kind,
+        };
+        Ok(self.raw_item(&key).await?.as_ref().map(item::item_json))
+    }
+}
+
 /// `chargectl show`: by operation id when the argument is a UUID and the operation is unsettled
-/// (falling back to an order id of that spelling), else by order id.
+/// (falling back to an order id of that spelling), else by order id. A record this release cannot
+/// read is shown raw, with the parse error, and the command exits 1.
 pub async fn show(
     store: &dyn OperationStore,
+    raw: &dyn RawRecords,
     clock: &dyn Clock,
     args: &ShowArgs,
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
-    let mut found = None;
-    if let Ok(id) = OperationId::parse(&args.id) {
-        found = store
-            .get_by_operation_id(&id)
-            .await
-            .map_err(|e| Failure::infra(format!("reading operation {id}"), e))?;
-    }
-    if found.is_none() {
-        // A UUID is also a valid order id: try that spelling before giving up.
-        let order = OrderId::parse(&args.id).map_err(|e| {
-            Failure::Usage(format!(
-                "{:?} is neither an operation id nor an order id ({e})",
-                args.id
-            ))
-        })?;
-        found = store
-            .get(&OperationKey::charge(order))
-            .await
-            .map_err(|e| Failure::infra(format!("reading order {}", args.id), e))?;
-    }
+    let found = match find(store, args).await {
+        Ok(found) => found,
+        Err(ShowError::Unreadable(e)) => return show_unreadable(raw, &e, args, console).await,
+        Err(ShowError::Failure(f)) => return Err(f),
+    };
     let op = found.ok_or_else(|| {
         Failure::Refused(format!(
             "no operation for order or operation id {} (a settled operation is shown by its \
@@ -246,6 +257,78 @@ pub async fn show(
             .write_all(render::show_text(&op, clock.now()).as_bytes())?;
     }
     Ok(())
+}
+
+enum ShowError {
+    Unreadable(StoreError),
+    Failure(Failure),
+}
+
+async fn find(store: &dyn OperationStore, args: &ShowArgs) -> Result<Option<Operation>, ShowError> {
+    let failed = |context: String| {
+        move |e: StoreError| match e.unreadable {
+            Some(_) => ShowError::Unreadable(e),
+            None => ShowError::Failure(Failure::infra(context, e)),
+        }
+    };
+    if let Ok(id) = OperationId::parse(&args.id) {
+        let found = store
+            .get_by_operation_id(&id)
+            .await
+            .map_err(failed(format!("reading operation {id}")))?;
+        if found.is_some() {
+            return Ok(found);
+        }
+    }
+    // A UUID is also a valid order id: try that spelling before giving up.
+    let order = OrderId::parse(&args.id).map_err(|e| {
+        ShowError::Failure(Failure::Usage(format!(
+            "{:?} is neither an operation id nor an order id ({e})",
+            args.id
+        )))
+    })?;
+    store
+        .get(&OperationKey::charge(order))
+        .await
+        .map_err(failed(format!("reading order {}", args.id)))
+}
+
+/// The record as stored and why this release cannot read it: on stdout (text, or one JSON object
+/// `{"unreadable": true, "key", "reason", "item"}` with `--json`), then exit 1 with the reason.
+async fn show_unreadable(
+    raw: &dyn RawRecords,
+    e: &StoreError,
+    args: &ShowArgs,
+    console: &mut Console<'_>,
+) -> Result<(), Failure> {
+    let key = e.unreadable.clone().unwrap_or_default();
+    let reason = charge_once::telemetry::ErrorChain(e).to_string();
+    let item = raw
+        .raw(&key)
+        .await
+        .map_err(|e| Failure::infra(format!("reading record {key} raw"), e))?
+        .unwrap_or(serde_json::Value::Null);
+    if args.json {
+        let value = serde_json::json!({
+            "unreadable": true,
+            "key": key,
+            "reason": reason,
+            "item": item,
+        });
+        writeln!(console.out, "{value}")?;
+    } else {
+        let pretty = serde_json::to_string_pretty(&item)
+            .map_err(|e| Failure::infra("cannot encode the raw record", e))?;
+        writeln!(
+            console.out,
+            "record {key} cannot be read by this release\nreason: {reason}\nas stored (DynamoDB JSON):\n{pretty}"
+        )?;
+    }
+    Err(Failure::Refused(format!(
+        "record {key} cannot be read: {reason} (shown raw above; the reconciler counts it in \
+         UnreadableRecords and settles the others; fix the attribute with `aws dynamodb \
+         update-item`, then `chargectl show` reads it)"
+    )))
 }
 
 fn already_settled(op: &Operation, what: &str) -> Failure {

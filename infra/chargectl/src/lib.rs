@@ -147,7 +147,7 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
         }
         Command::Show(args) => {
             let store = dynamo_store(&global, "show").await?;
-            commands::show(&store, &SystemClock, &args, console).await
+            commands::show(&store, &store, &SystemClock, &args, console).await
         }
         Command::Resolve(args) => {
             let store = dynamo_store(&global, "resolve").await?;

@@ -346,6 +346,55 @@ async fn show_by_order_id_and_by_operation_id() {
     assert_exit(&missing, 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_prints_an_unreadable_record_raw_with_the_parse_error() {
+    use charge_once::adapters::dynamodb::item::attr_n;
+    let f = Fixture::new().await;
+    // The pending record (still in the unknown index) with an amount this release refuses,
+    // written behind the store's back.
+    let mut item = f.store.raw_item(&f.pending.key()).await.unwrap().unwrap();
+    item.insert("amount".into(), attr_n("-5"));
+    aws_sdk_dynamodb::Client::new(&sdk_config().await)
+        .put_item()
+        .table_name(f.table())
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    let before = f.store.raw_item(&f.pending.key()).await.unwrap();
+
+    let out = f.run(&["show", f.pending.order_id.as_str()]);
+    assert_exit(&out, 1);
+    let text = stdout(&out);
+    let key = format!("ORDER#{}/charge", f.pending.order_id);
+    for needle in [
+        format!("record {key} cannot be read"),
+        "malformed item: amount".to_owned(),
+        "\"N\": \"-5\"".to_owned(),
+        f.pending.operation_id.to_string(),
+    ] {
+        assert!(text.contains(&needle), "{needle} in\n{text}");
+    }
+    assert!(
+        stderr(&out).contains("UnreadableRecords"),
+        "{}",
+        stderr(&out)
+    );
+
+    // By operation id, as JSON: one object with the key, the reason and the item as stored.
+    let out = f.run(&["show", "--json", &f.pending.operation_id.to_string()]);
+    assert_exit(&out, 1);
+    let json: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(json["unreadable"], true);
+    assert_eq!(json["key"], key.as_str());
+    assert!(json["reason"].as_str().unwrap().contains("amount"));
+    assert_eq!(json["item"]["amount"]["N"], "-5");
+    assert_eq!(json["item"]["status"]["S"], "pending");
+    // Showing it changed nothing; the readable records still show.
+    assert_eq!(f.store.raw_item(&f.pending.key()).await.unwrap(), before);
+    assert_exit(&f.run(&["show", f.unknown.order_id.as_str()]), 0);
+}
+
 /// An operation id that is in no table.
 fn unique_op_id() -> String {
     charge_once::OperationId::new_random().to_string()

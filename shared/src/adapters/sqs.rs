@@ -88,29 +88,50 @@ impl ChargeQueue for SqsQueue {
     }
 }
 
-/// [`DeadLetterQueue`] on the charge queue's FIFO DLQ: the body as received, the reason in
-/// message attributes (`reason`, `detail`, `source_message_id`, `source_group_id`), the source
-/// message id as the dedup id (a redelivered poison message is parked once).
+/// [`DeadLetterQueue`] on an SQS queue: the body as given ([`DeadLetter::body`]), the reason in
+/// message attributes (`reason`, `detail`, `source_message_id`, and `source_group_id` when there is
+/// a group).
+///
+/// FIFO or standard is decided by the queue URL: SQS requires a FIFO queue's name, hence the last
+/// segment of its URL, to end in `.fifo`. On a FIFO queue (the charge queue's DLQ) the message
+/// group is the source group (`poison` without one, and `source_group_id` is always sent) and the
+/// dedup id is the source message id, so a redelivered poison message is parked once. On a standard
+/// queue (the notify relay's DLQ) neither is sent (SQS refuses both there): a record copied twice,
+/// by a retried batch, is two messages with the same `source_message_id`.
 pub struct SqsDeadLetters {
     client: Client,
     queue_url: String,
+    fifo: bool,
 }
 
 impl fmt::Debug for SqsDeadLetters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqsDeadLetters")
             .field("queue_url", &self.queue_url)
+            .field("fifo", &self.fifo)
             .finish_non_exhaustive()
     }
 }
 
 impl SqsDeadLetters {
     pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        let queue_url = queue_url.into();
         Self {
             client,
-            queue_url: queue_url.into(),
+            fifo: is_fifo_url(&queue_url),
+            queue_url,
         }
     }
+
+    /// Whether the queue is FIFO (its URL ends in `.fifo`).
+    pub fn is_fifo(&self) -> bool {
+        self.fifo
+    }
+}
+
+/// A FIFO queue's URL ends in its name, which ends in `.fifo` (a trailing `/` tolerated).
+fn is_fifo_url(url: &str) -> bool {
+    url.trim_end_matches('/').ends_with(".fifo")
 }
 
 /// A string message attribute; SQS refuses empty values, so an empty one is sent as `-`.
@@ -132,21 +153,49 @@ impl DeadLetterQueue for SqsDeadLetters {
         } else {
             letter.body.as_str()
         };
-        let dedup: String = letter.message_id.chars().take(128).collect();
-        let group = letter.group_id.as_deref().unwrap_or("poison");
-        self.client
+        let mut send = self
+            .client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(body)
-            .message_group_id(group)
-            .message_deduplication_id(if dedup.is_empty() { "unknown" } else { &dedup })
             .message_attributes("reason", string_attribute(&letter.reason)?)
             .message_attributes("detail", string_attribute(&letter.detail)?)
-            .message_attributes("source_message_id", string_attribute(&letter.message_id)?)
-            .message_attributes("source_group_id", string_attribute(group)?)
-            .send()
+            .message_attributes("source_message_id", string_attribute(&letter.message_id)?);
+        if self.fifo {
+            let dedup: String = letter.message_id.chars().take(128).collect();
+            let group = letter.group_id.as_deref().unwrap_or("poison");
+            send = send
+                .message_group_id(group)
+                .message_deduplication_id(if dedup.is_empty() { "unknown" } else { &dedup })
+                .message_attributes("source_group_id", string_attribute(group)?);
+        } else if let Some(group) = letter.group_id.as_deref() {
+            send = send.message_attributes("source_group_id", string_attribute(group)?);
+        }
+        send.send()
             .await
             .map_err(|e| QueueError::with_source("SendMessage (dead-letter queue)", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_fifo_url;
+
+    #[test]
+    fn fifo_is_told_by_the_queue_url() {
+        for url in [
+            "https://sqs.us-east-1.amazonaws.com/123456789012/charges-dlq.fifo",
+            "http://localhost:5000/123456789012/charges-dlq.fifo/",
+        ] {
+            assert!(is_fifo_url(url), "{url}");
+        }
+        for url in [
+            "https://sqs.us-east-1.amazonaws.com/123456789012/charge-once-notify-dlq",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/fifo",
+            "",
+        ] {
+            assert!(!is_fifo_url(url), "{url}");
+        }
     }
 }

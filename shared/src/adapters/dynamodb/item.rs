@@ -131,6 +131,87 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
     item
 }
 
+/// An attribute in DynamoDB JSON (`{"S": "…"}`, `{"N": "…"}`, …), as the AWS CLI prints it.
+pub fn attribute_json(a: &AttributeValue) -> serde_json::Value {
+    use serde_json::json;
+    match a {
+        AttributeValue::S(s) => json!({ "S": s }),
+        AttributeValue::N(n) => json!({ "N": n }),
+        AttributeValue::Bool(b) => json!({ "BOOL": b }),
+        AttributeValue::Null(_) => json!({ "NULL": true }),
+        AttributeValue::Ss(v) => json!({ "SS": v }),
+        AttributeValue::Ns(v) => json!({ "NS": v }),
+        AttributeValue::L(v) => json!({ "L": v.iter().map(attribute_json).collect::<Vec<_>>() }),
+        AttributeValue::M(m) => json!({ "M": item_json(m) }),
+        _ => json!({ "NULL": true }),
+    }
+}
+
+/// An item in DynamoDB JSON, keys sorted.
+pub fn item_json(item: &Attrs) -> serde_json::Value {
+    serde_json::Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), attribute_json(v)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// An item from DynamoDB JSON (S, N, BOOL, NULL, SS, NS, L, M): release fixtures and raw dumps.
+pub fn item_from_json(value: &serde_json::Value) -> Result<Attrs, String> {
+    let obj = value.as_object().ok_or("an item is a JSON object")?;
+    obj.iter()
+        .map(|(k, v)| {
+            Ok((
+                k.clone(),
+                attribute_from_json(v).map_err(|e| format!("{k}: {e}"))?,
+            ))
+        })
+        .collect()
+}
+
+fn attribute_from_json(v: &serde_json::Value) -> Result<AttributeValue, String> {
+    let obj = v
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .ok_or("not {\"<type>\": value}")?;
+    let (ty, v) = obj.iter().next().expect("one entry");
+    let s = || {
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or(format!("{ty}: not a string"))
+    };
+    let strings = || -> Result<Vec<String>, String> {
+        v.as_array()
+            .ok_or(format!("{ty}: not a list"))?
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_owned)
+                    .ok_or(format!("{ty}: not a string"))
+            })
+            .collect()
+    };
+    Ok(match ty.as_str() {
+        "S" => AttributeValue::S(s()?),
+        "N" => AttributeValue::N(s()?),
+        "BOOL" => AttributeValue::Bool(v.as_bool().ok_or("BOOL: not a boolean")?),
+        "NULL" => AttributeValue::Null(true),
+        "SS" => AttributeValue::Ss(strings()?),
+        "NS" => AttributeValue::Ns(strings()?),
+        "L" => AttributeValue::L(
+            v.as_array()
+                .ok_or("L: not a list")?
+                .iter()
+                .map(attribute_from_json)
+                .collect::<Result<_, _>>()?,
+        ),
+        "M" => AttributeValue::M(item_from_json(v)?),
+        other => return Err(format!("unsupported type {other}")),
+    })
+}
+
 /// One history entry as a DynamoDB map.
 pub fn audit_to_attr(entry: &AuditEntry) -> AttributeValue {
     let mut m = HashMap::from([

@@ -114,6 +114,24 @@ impl DynamoStore {
         }
     }
 
+    /// The stored item as it is, unparsed (consistent read): what `chargectl show` prints when
+    /// this release cannot read a record.
+    pub async fn raw_item(&self, key: &OperationKey) -> Result<Option<Attrs>, StoreError> {
+        self.calls.read();
+        let (pk, sk) = key_of(key);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(schema::PK, attr_s(&pk))
+            .key(schema::SK, attr_s(&sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetItem", e))?;
+        Ok(out.item)
+    }
+
     pub fn table(&self) -> &str {
         &self.table
     }
@@ -340,19 +358,13 @@ impl OperationStore for DynamoStore {
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls.read();
+        let Some(item) = self.raw_item(key).await? else {
+            return Ok(None);
+        };
         let (pk, sk) = key_of(key);
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(schema::PK, attr_s(&pk))
-            .key(schema::SK, attr_s(&sk))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetItem", e))?;
-        out.item().map(operation_from_item).transpose()
+        operation_from_item(&item)
+            .map(Some)
+            .map_err(|e| e.of_unreadable(format!("{pk}/{sk}")))
     }
 
     async fn get_by_operation_id(
