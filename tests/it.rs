@@ -12,6 +12,7 @@ mod functions_on_aws;
 mod memory_store_contract;
 mod outcomes_on_aws;
 mod reconciler_on_aws;
+mod release_fixtures;
 mod request_counts;
 mod seed_scenarios_fake;
 mod seed_scenarios_http;
