@@ -3,6 +3,9 @@
 //! the records to the notify relay as Lambda's stream event source would, and reads what reached
 //! the EventBridge bus on moto through a rule with an SQS target. Also the `GET` status route.
 //!
+//! A stream record that is not an operation is copied to the relay's DLQ (a standard queue, as in
+//! the template) with its reason, and the rest of its batch is published.
+//!
 //! What moto cannot show, the template test holds instead: Lambda's own retries, bisection and
 //! on-failure destination (the relay's DLQ) for records reported failed.
 
@@ -13,11 +16,13 @@ use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
 use aws_lambda_events::encodings::Body;
 use charge::handler::ChargeFunction;
+use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::sqs::SqsQueue;
+use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::telemetry::DiscardMetrics;
+use charge_once::{testing, OperationStatus};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use notify::eventbridge::EventBridgePublisher;
@@ -66,6 +71,8 @@ struct Stack {
     bus: String,
     /// The bus's rule delivers every charge-once event here.
     outcomes_url: String,
+    /// The relay's DLQ: a standard queue, as `NotifyDeadLetterQueue` is.
+    notify_dlq_url: String,
     side: StripeSide,
 }
 
@@ -100,6 +107,15 @@ impl Stack {
             .attributes()
             .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
             .clone();
+        let notify_dlq_url = sqs
+            .create_queue()
+            .queue_name(unique("notify-dlq"))
+            .send()
+            .await
+            .expect("CreateQueue")
+            .queue_url()
+            .unwrap()
+            .to_owned();
         // What the order service deploys: a rule on the bus for our source, an SQS target.
         events
             .put_rule()
@@ -132,6 +148,7 @@ impl Stack {
             sqs,
             bus,
             outcomes_url,
+            notify_dlq_url,
             side: StripeSide::with_new_clock().await,
         }
     }
@@ -163,6 +180,7 @@ impl Stack {
         let publisher = Arc::new(EventBridgePublisher::new(self.events.clone(), bus));
         let deps = Notify {
             publisher: publisher.clone(),
+            dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.notify_dlq_url)),
             clock: Arc::new(self.side.clock.clone()),
         };
         (deps, publisher)
@@ -244,13 +262,23 @@ impl Stack {
 
     /// Every event the order service's rule delivered so far (EventBridge envelopes).
     async fn delivered(&self) -> Vec<Value> {
+        self.drain(&self.outcomes_url)
+            .await
+            .iter()
+            .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+            .collect()
+    }
+
+    /// Every message on `queue_url` so far (with its message attributes), deleted once read.
+    async fn drain(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
         let mut all = Vec::new();
         loop {
             let out = self
                 .sqs
                 .receive_message()
-                .queue_url(&self.outcomes_url)
+                .queue_url(queue_url)
                 .max_number_of_messages(10)
+                .message_attribute_names("All")
                 .send()
                 .await
                 .unwrap();
@@ -258,16 +286,27 @@ impl Stack {
                 return all;
             }
             for m in out.messages() {
-                all.push(serde_json::from_str(m.body().unwrap()).unwrap());
                 self.sqs
                     .delete_message()
-                    .queue_url(&self.outcomes_url)
+                    .queue_url(queue_url)
                     .receipt_handle(m.receipt_handle().unwrap())
                     .send()
                     .await
                     .unwrap();
+                all.push(m.clone());
             }
         }
+    }
+
+    /// Writes `item` to the table as it is (no store, no checks), so the real stream carries it.
+    async fn put_raw(&self, item: charge_once::adapters::dynamodb::item::Attrs) {
+        self.dynamo
+            .put_item()
+            .table_name(self.store.table())
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("PutItem");
     }
 }
 
@@ -409,6 +448,109 @@ async fn a_failed_publish_is_reported_for_retry_from_its_record() {
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(report.published, 1);
     assert_eq!(s.delivered().await.len(), 1);
+}
+
+#[tokio::test]
+async fn one_unreadable_record_in_twenty_is_parked_with_its_reason_and_nineteen_publish() {
+    let s = Stack::new().await;
+    // Twenty settled records written straight to the table, the 9th with an amount no operation
+    // has (-5), and a settled status, so the mapping's filter would let it through to the relay.
+    let mut good_orders = Vec::new();
+    let mut bad_pk = String::new();
+    for i in 0..20 {
+        let order = format!("ord-batch-{i:02}");
+        let op = testing::order(&order)
+            .status(OperationStatus::Succeeded)
+            .external_id(&format!("pi_batch{i:02}"))
+            .build();
+        let mut item = operation_to_item(&op);
+        if i == 8 {
+            item.insert(
+                "amount".into(),
+                aws_sdk_dynamodb::types::AttributeValue::N("-5".into()),
+            );
+            bad_pk = format!("ORDER#{order}");
+        } else {
+            good_orders.push(order);
+        }
+        s.put_raw(item).await;
+    }
+    let stream = s.stream_records().await;
+    assert_eq!(stream.records.len(), 20, "one batch of 20 stream records");
+    let bad = stream
+        .records
+        .iter()
+        .find(|r| notify::handler::outcome_in(r).is_err())
+        .expect("the real stream carries the unreadable record");
+    let bad_seq = bad.change.sequence_number.clone().unwrap();
+
+    let (deps, publisher) = s.notify(&s.bus);
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "nothing to retry: {:?}",
+        response.batch_item_failures
+    );
+    assert_eq!(
+        (
+            report.published,
+            report.malformed,
+            report.parked,
+            report.failed
+        ),
+        (19, 1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(publisher.calls.load(Ordering::Relaxed), 2, "10 + 9 entries");
+
+    // 19 outcome events reached the order service's queue, one per good order.
+    let delivered = s.delivered().await;
+    assert_eq!(delivered.len(), 19, "{delivered:?}");
+    let mut orders: Vec<String> = delivered
+        .iter()
+        .map(|e| {
+            assert_eq!(e["detail-type"], "ChargeSucceeded");
+            e["detail"]["order_id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    orders.sort();
+    assert_eq!(orders, good_orders);
+
+    // One message on the relay's (standard) DLQ: the reason, the record's coordinates, the record.
+    assert!(!s.notify_dlq_url.ends_with(".fifo"));
+    let parked = s.drain(&s.notify_dlq_url).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    let m = &parked[0];
+    let attr = |name: &str| {
+        m.message_attributes()
+            .and_then(|a| a.get(name))
+            .and_then(|v| v.string_value())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        attr("reason").as_deref(),
+        Some(notify::handler::UNREADABLE_REASON)
+    );
+    assert_eq!(
+        attr("source_message_id").as_deref(),
+        Some(bad.event_id.as_str())
+    );
+    assert_eq!(attr("source_group_id"), None, "a standard queue: no group");
+    let body: Value = serde_json::from_str(m.body().unwrap()).unwrap();
+    let reason = body["reason"].as_str().unwrap();
+    assert!(reason.contains("amount"), "{reason}");
+    assert_eq!(attr("detail").as_deref(), Some(reason));
+    assert_eq!(body["sequence_number"], bad_seq.as_str());
+    assert_eq!(body["event_id"], bad.event_id.as_str());
+    assert_eq!(body["event_name"], "INSERT");
+    assert_eq!(body["keys"]["pk"]["S"], bad_pk.as_str());
+    assert_eq!(body["record"]["dynamodb"]["NewImage"]["amount"]["N"], "-5");
+    let raw: aws_lambda_events::dynamodb::EventRecord =
+        serde_json::from_value(body["record"].clone()).unwrap();
+    assert_eq!(
+        &raw, bad,
+        "the record as the stream gave it: replayable by hand"
+    );
 }
 
 #[tokio::test]

@@ -4,28 +4,33 @@
 //! |---|---|
 //! | INSERT / MODIFY whose change is an outcome ([`outcome_of`]) | published |
 //! | INSERT / MODIFY that is not an outcome (a claim, a reschedule, …), REMOVE | skipped, counted |
-//! | an image that does not parse as an operation | reported failed: retried, bisected, then the record lands in the relay's DLQ (alarmed), never dropped |
+//! | an image that does not parse as an operation | copied to the relay's DLQ with the reason ([`unreadable_letter`]; alarmed), counted, and the batch goes on; if that copy fails, reported failed (retried, never dropped) |
 //! | a publish that fails (the call or one entry) | reported failed from the first such record on |
 //!
 //! Lambda retries a stream batch from the lowest sequence number reported, so everything after the
 //! first failure is published again on the retry: harmless, consumers deduplicate on `event_id`,
-//! which a replay reproduces exactly.
+//! which a replay reproduces exactly. Unreadable records are copied after the publishing, and only
+//! those before the first unpublished record: the ones after it come back with the retry, and are
+//! copied then, once.
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{operation_from_item, Attrs};
 use charge_once::outbox::{outcome_of, OutcomeEvent, OutcomePublisher, MAX_BATCH};
+use charge_once::ports::{DeadLetter, DeadLetterQueue};
 use charge_once::telemetry::emf_line;
 use charge_once::{Clock, Operation};
 use lambda_runtime::LambdaEvent;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use tracing::{error, info, warn};
 
 /// What the handler needs, built once in `main`.
 pub struct Notify {
     pub publisher: Arc<dyn OutcomePublisher>,
+    /// The relay's DLQ (standard SQS in production): where unreadable stream records are copied.
+    pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -34,9 +39,19 @@ pub struct Notify {
 pub struct BatchReport {
     pub published: usize,
     pub skipped: usize,
+    /// Records whose image is not an operation (parked, or reported failed if parking failed).
     pub malformed: usize,
+    /// Of those, copied to the relay's DLQ in this invocation.
+    pub parked: usize,
     pub failed: usize,
 }
+
+/// The `reason` message attribute of an unreadable stream record on the relay's DLQ.
+pub const UNREADABLE_REASON: &str = "unreadable_stream_record";
+
+/// SQS's message size limit is 256 KiB, message attributes included; above this the images are
+/// left out of the copy (the keys and sequence number still find the record).
+const MAX_LETTER_BODY: usize = 240 * 1024;
 
 /// Handles one stream batch. Never a Lambda error: failures are reported per record, so the
 /// records before the first failure are not published again.
@@ -51,6 +66,11 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
                 ("OutcomeEventsPublished", report.published as f64, "Count"),
                 ("OutcomeEventsFailed", report.failed as f64, "Count"),
                 ("MalformedStreamRecords", report.malformed as f64, "Count"),
+                (
+                    "MalformedStreamRecordsParked",
+                    report.parked as f64,
+                    "Count"
+                ),
             ],
         )
     );
@@ -58,34 +78,36 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
         published = report.published,
         skipped = report.skipped,
         malformed = report.malformed,
+        parked = report.parked,
         failed = report.failed,
         "stream batch relayed"
     );
     response
 }
 
-/// The relay itself: decide, publish in order, and name the first record not published.
+/// The relay itself: decide, publish in order, copy the unreadable records to the DLQ, and name
+/// the first record neither published nor copied.
 pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResponse, BatchReport) {
     let mut report = BatchReport::default();
-    // (sequence number, event) for each outcome, in stream order, up to the first malformed one.
-    let mut pending: Vec<(String, OutcomeEvent)> = Vec::new();
-    let mut first_failure: Option<String> = None;
-    for record in records {
+    // (position, sequence number, event) for each outcome, in stream order.
+    let mut pending: Vec<(usize, String, OutcomeEvent)> = Vec::new();
+    // (position, record, reason) for each record that is not an operation, in stream order.
+    let mut unreadable: Vec<(usize, &EventRecord, String)> = Vec::new();
+    for (at, record) in records.iter().enumerate() {
         let seq = record.change.sequence_number.clone().unwrap_or_default();
         match outcome_in(record) {
-            Ok(Some(event)) => pending.push((seq, event)),
+            Ok(Some(event)) => pending.push((at, seq, event)),
             Ok(None) => report.skipped += 1,
             Err(reason) => {
                 report.malformed += 1;
-                error!(sequence_number = %seq, event_id = %record.event_id, %reason,
-                    "stream record is not an operation; reported failed (it will reach the relay DLQ)");
-                first_failure = Some(seq);
-                break;
+                unreadable.push((at, record, reason));
             }
         }
     }
+    // (position, sequence number) of the first record to retry from.
+    let mut first_failure: Option<(usize, String)> = None;
     for chunk in pending.chunks(MAX_BATCH) {
-        let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, e)| e.clone()).collect();
+        let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, _, e)| e.clone()).collect();
         let failed_at = match deps.publisher.publish(&events).await {
             Ok(published) => published.failed.first().copied(),
             Err(e) => {
@@ -95,7 +117,7 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
         };
         match failed_at {
             None => {
-                for (_, e) in chunk {
+                for (_, _, e) in chunk {
                     info!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
                         event_id = %e.event_id, outcome = e.outcome.detail_type(), "outcome published");
                 }
@@ -104,22 +126,91 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
             Some(i) => {
                 report.published += i;
                 report.failed += chunk.len() - i;
-                let (seq, e) = &chunk[i];
+                let (at, seq, e) = &chunk[i];
                 warn!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
                     event_id = %e.event_id, "outcome not published; the batch resumes here");
-                // The earliest unpublished record wins over a later malformed one.
-                first_failure = Some(seq.clone());
+                first_failure = Some((*at, seq.clone()));
+                break;
+            }
+        }
+    }
+    // The unreadable records before the first unpublished one: the rest come back with the retry.
+    for (at, record, reason) in unreadable {
+        if first_failure.as_ref().is_some_and(|(f, _)| *f < at) {
+            break;
+        }
+        let seq = record.change.sequence_number.clone().unwrap_or_default();
+        let keys = serde_json::to_value(&record.change.keys).unwrap_or(Value::Null);
+        match deps
+            .dead_letters
+            .park(&unreadable_letter(record, &reason))
+            .await
+        {
+            Ok(()) => {
+                report.parked += 1;
+                error!(sequence_number = %seq, event_id = %record.event_id, %keys, %reason,
+                    "stream record is not an operation: copied to the relay DLQ; the batch goes on");
+            }
+            Err(e) => {
+                error!(sequence_number = %seq, event_id = %record.event_id, %keys, %reason,
+                    error = %charge_once::telemetry::ErrorChain(&e),
+                    "stream record is not an operation and the relay DLQ is unavailable: the batch resumes here");
+                // The earliest failure wins: it precedes any unpublished record (see above).
+                first_failure = Some((at, seq));
                 break;
             }
         }
     }
     let mut response = DynamoDbEventResponse::default();
-    if let Some(seq) = first_failure {
+    if let Some((_, seq)) = first_failure {
         let mut failure = DynamoDbBatchItemFailure::default();
         failure.item_identifier = Some(seq);
         response.batch_item_failures.push(failure);
     }
     (response, report)
+}
+
+/// The relay DLQ's copy of a stream record that is not an operation: a JSON body with the reason,
+/// the record's sequence number, event id, event name, table keys and the record itself, as the
+/// stream gave it (Lambda's event JSON, `{"eventID", "eventName", "dynamodb": {"Keys",
+/// "NewImage", "OldImage", "SequenceNumber", …}, …}`), so it can be read, fixed and replayed by
+/// hand. Above SQS's size limit the images are left out (`images_omitted`). The message attributes
+/// are `reason` = [`UNREADABLE_REASON`], `detail` = the reason, `source_message_id` = the event id.
+pub fn unreadable_letter(record: &EventRecord, reason: &str) -> DeadLetter {
+    let letter = |raw: Value| {
+        json!({
+            "v": 1,
+            "kind": UNREADABLE_REASON,
+            "reason": reason,
+            "sequence_number": record.change.sequence_number,
+            "event_id": record.event_id,
+            "event_name": record.event_name,
+            "event_source_arn": record.event_source_arn,
+            "keys": serde_json::to_value(&record.change.keys).unwrap_or(Value::Null),
+            "record": raw,
+        })
+    };
+    let mut raw = serde_json::to_value(record).unwrap_or(Value::Null);
+    let mut body = letter(raw.clone()).to_string();
+    if body.len() > MAX_LETTER_BODY {
+        let size = body.len();
+        if let Some(change) = raw.get_mut("dynamodb").and_then(Value::as_object_mut) {
+            change.remove("NewImage");
+            change.remove("OldImage");
+        }
+        let mut smaller = letter(raw);
+        smaller["images_omitted"] = json!(format!(
+            "the copy was {size} bytes, over SQS's limit: read the item by its keys"
+        ));
+        body = smaller.to_string();
+    }
+    DeadLetter {
+        body,
+        message_id: record.event_id.clone(),
+        group_id: None,
+        reason: UNREADABLE_REASON.to_owned(),
+        detail: reason.to_owned(),
+    }
 }
 
 /// The outcome a stream record carries, if any; `Err` when an image is not an operation record.
@@ -128,7 +219,13 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
         return Ok(None);
     }
     let after = image(&record.change.new_image)?.ok_or("no new image")?;
-    let before = image(&record.change.old_image)?;
+    // An old image this release cannot read (the write that repaired a corrupted record) is
+    // decided on the new image alone: at worst an outcome is published again, with the same
+    // event id, which consumers deduplicate; never the repair parked beside its record.
+    let before = image(&record.change.old_image).unwrap_or_else(|reason| {
+        warn!(event_id = %record.event_id, %reason, "old image unreadable; deciding on the new image");
+        None
+    });
     Ok(outcome_of(before.as_ref(), &after))
 }
 
@@ -221,6 +318,7 @@ mod tests {
     use async_trait::async_trait;
     use charge_once::adapters::dynamodb::item::operation_to_item;
     use charge_once::outbox::{PublishError, Published};
+    use charge_once::ports::QueueError;
     use charge_once::testing;
     use charge_once::{ManualClock, OperationStatus, Review, Timestamp};
     use serde_json::json;
@@ -257,9 +355,34 @@ mod tests {
         }
     }
 
+    /// The relay's DLQ: keeps what is parked, counts the calls, refuses every one when `down`.
+    #[derive(Default)]
+    struct Parker {
+        letters: Mutex<Vec<DeadLetter>>,
+        down: std::sync::atomic::AtomicBool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl DeadLetterQueue for Parker {
+        async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(QueueError::new("dead-letter queue unavailable"));
+            }
+            self.letters.lock().unwrap().push(letter.clone());
+            Ok(())
+        }
+    }
+
     fn deps(recorder: &Arc<Recorder>) -> Notify {
+        deps_with(recorder, &Arc::new(Parker::default()))
+    }
+
+    fn deps_with(recorder: &Arc<Recorder>, dlq: &Arc<Parker>) -> Notify {
         Notify {
             publisher: recorder.clone(),
+            dead_letters: dlq.clone(),
             clock: Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000))),
         }
     }
@@ -342,6 +465,7 @@ mod tests {
                 published: 2,
                 skipped: 4,
                 malformed: 0,
+                parked: 0,
                 failed: 0
             }
         );
@@ -393,21 +517,149 @@ mod tests {
         assert!(recorder.published.lock().unwrap().is_empty());
     }
 
-    #[tokio::test]
-    async fn a_malformed_image_is_reported_never_dropped() {
-        let recorder = Arc::new(Recorder::default());
+    /// The batch with an unreadable record (an amount of -5) inserted before record 5 (b's
+    /// review), and the outcome after it: the relay must not stop there.
+    fn batch_with_a_bad_record() -> Vec<EventRecord> {
         let (mut records, _, _) = batch();
         let mut bad = image_json(&operation_to_item(&op("ord-c")));
         bad["amount"] = json!({"N": "-5"});
         records.insert(4, record(7, "MODIFY", None, Some(bad)));
-        let (response, report) = relay(&deps(&recorder), &records).await;
-        assert_eq!(report.malformed, 1);
-        // What came before it is published; the batch resumes at the malformed record.
-        assert_eq!(report.published, 1);
+        records
+    }
+
+    #[tokio::test]
+    async fn the_repair_of_an_unreadable_record_is_decided_on_its_new_image() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        let fixed = with(&op("ord-repair"), OperationStatus::Succeeded);
+        let mut corrupted = image_json(&operation_to_item(&fixed));
+        corrupted["amount"] = json!({"N": "-5"});
+        let mut raw = serde_json::to_value(record(1, "MODIFY", None, img(&fixed))).unwrap();
+        raw["dynamodb"]["OldImage"] = corrupted;
+        let repair: EventRecord = serde_json::from_value(raw).unwrap();
+        assert!(repair.change.old_image.get("amount").is_some());
+        let (response, report) = relay(&deps_with(&recorder, &dlq), &[repair]).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!((report.published, report.malformed, report.parked), (1, 0, 0));
+        assert_eq!(recorder.published.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_image_is_parked_with_its_reason_and_the_batch_goes_on() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        let records = batch_with_a_bad_record();
+        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        assert!(
+            response.batch_item_failures.is_empty(),
+            "nothing to retry: {:?}",
+            response.batch_item_failures
+        );
+        assert_eq!(
+            report,
+            BatchReport {
+                published: 2,
+                skipped: 4,
+                malformed: 1,
+                parked: 1,
+                failed: 0
+            }
+        );
+        // The outcome after the bad record (b's review) is published too.
+        let kinds: Vec<_> = recorder
+            .published
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.outcome.detail_type())
+            .collect();
+        assert_eq!(kinds, ["ChargeSucceeded", "ChargeNeedsReview"]);
+        assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let letters = dlq.letters.lock().unwrap().clone();
+        assert_eq!(letters.len(), 1);
+        let letter = &letters[0];
+        assert_eq!(letter.reason, UNREADABLE_REASON);
+        assert!(letter.detail.contains("amount"), "{}", letter.detail);
+        assert_eq!(letter.message_id, "ev-7");
+        assert_eq!(letter.group_id, None, "a standard queue: no group");
+        let body: Value = serde_json::from_str(&letter.body).unwrap();
+        assert_eq!(body["reason"], letter.detail.as_str());
+        assert_eq!(body["sequence_number"], format!("{:021}", 7));
+        assert_eq!(body["event_id"], "ev-7");
+        assert_eq!(body["event_name"], "MODIFY");
+        assert_eq!(
+            body["keys"],
+            json!({"pk": {"S": "ORDER#x"}, "sk": {"S": "charge"}})
+        );
+        // The record as the stream gave it: it reads back as the same Lambda event record.
+        let raw: EventRecord = serde_json::from_value(body["record"].clone()).unwrap();
+        assert_eq!(raw, records[4]);
+        assert_eq!(raw.change.new_image, records[4].change.new_image);
+        assert!(body.get("images_omitted").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_failing_dead_letter_copy_reports_that_record_for_retry() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        dlq.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut records = batch_with_a_bad_record();
+        // A second bad record further on: the first failing copy stops the parking.
+        let mut bad = image_json(&operation_to_item(&op("ord-d")));
+        bad["status"] = json!({"S": "bogus"});
+        records.push(record(8, "MODIFY", None, Some(bad)));
+        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(dlq.letters.lock().unwrap().is_empty());
+        assert_eq!((report.malformed, report.parked), (2, 0));
+        // Never dropped: Lambda retries from the record that could not be copied.
+        let ids: Vec<_> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone().unwrap())
+            .collect();
+        assert_eq!(ids, [format!("{:021}", 7)]);
+        // The retry, once the DLQ answers: both copied, nothing left to retry.
+        dlq.down.store(false, std::sync::atomic::Ordering::SeqCst);
+        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!((report.malformed, report.parked), (2, 2));
+        assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_record_after_an_unpublished_one_waits_for_the_retry() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        recorder
+            .down
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let records = batch_with_a_bad_record();
+        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        // Record 4 (a's success) is the first unpublished one; the bad record 7 comes after it,
+        // so it comes back with the retry and is copied then, once.
         assert_eq!(
             response.batch_item_failures[0].item_identifier.as_deref(),
-            Some(format!("{:021}", 7).as_str())
+            Some(format!("{:021}", 4).as_str())
         );
+        assert_eq!((report.malformed, report.parked), (1, 0));
+        assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_oversized_copy_leaves_the_images_out() {
+        let mut image = image_json(&operation_to_item(&op("ord-big")));
+        image["amount"] = json!({"N": "-5"});
+        image["padding"] = json!({"S": "x".repeat(MAX_LETTER_BODY)});
+        let rec = record(9, "INSERT", None, Some(image));
+        let reason = outcome_in(&rec).unwrap_err();
+        let letter = unreadable_letter(&rec, &reason);
+        assert!(letter.body.len() < MAX_LETTER_BODY, "{}", letter.body.len());
+        let body: Value = serde_json::from_str(&letter.body).unwrap();
+        assert!(body["images_omitted"].is_string());
+        assert!(body["record"]["dynamodb"].get("NewImage").is_none());
+        assert_eq!(body["keys"]["pk"]["S"], "ORDER#x");
+        assert_eq!(body["sequence_number"], format!("{:021}", 9));
     }
 
     #[tokio::test]

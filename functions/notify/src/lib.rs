@@ -3,7 +3,8 @@
 //! into review — to the stack's EventBridge bus, at least once.
 //!
 //! - [`handler`]: stream batch → outcomes ([`charge_once::outbox::outcome_of`]) → PutEvents;
-//!   partial batch failures so Lambda retries from the first record not published.
+//!   partial batch failures so Lambda retries from the first record not published; a record whose
+//!   image is not an operation is copied to the relay's DLQ with the reason and the batch goes on.
 //! - [`eventbridge`]: the [`charge_once::outbox::OutcomePublisher`] on EventBridge.
 //! - [`NotifyConfig`]: what it reads from the environment, once, at init.
 //!
@@ -24,12 +25,16 @@ pub use charge_once::config::EVENT_BUS_NAME;
 #[derive(Debug, Clone)]
 pub struct NotifyConfig {
     pub event_bus_name: String,
+    /// `DEAD_LETTER_QUEUE_URL`: the relay's DLQ (a standard queue, `NotifyDeadLetterQueue`), where
+    /// unreadable stream records are copied; also the stream mapping's on-failure destination.
+    pub dead_letter_queue_url: String,
 }
 
 impl FromEnv for NotifyConfig {
     fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         Ok(Self {
             event_bus_name: config::required(env, EVENT_BUS_NAME)?,
+            dead_letter_queue_url: config::required(env, config::DEAD_LETTER_QUEUE_URL)?,
         })
     }
 }

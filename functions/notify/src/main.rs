@@ -1,4 +1,4 @@
-//! Wires the notify function: configuration, the EventBridge client (once per execution
+//! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
 //! environment), tracing, then the runtime loop.
 
 use notify::eventbridge::EventBridgePublisher;
@@ -7,6 +7,7 @@ use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
@@ -20,6 +21,11 @@ async fn main() -> Result<(), Error> {
         publisher: Arc::new(EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&aws),
             &config.event_bus_name,
+        )),
+        // A standard queue (its URL has no `.fifo`): no group, no dedup id.
+        dead_letters: Arc::new(SqsDeadLetters::new(
+            aws_sdk_sqs::Client::new(&aws),
+            &config.dead_letter_queue_url,
         )),
         clock: Arc::new(SystemClock),
     };

@@ -4,6 +4,9 @@
 //! re-drive), so a checkout retried within SQS's 5-minute window never queues twice;
 //! `MessageGroupId` is the order id, so one order's messages stay in order and unrelated orders
 //! never wait for each other. The body is a versioned JSON with no amount and no card data.
+//!
+//! [`SqsDeadLetters`]: the [`DeadLetterQueue`] on an SQS queue, FIFO (the charge queue's DLQ) or
+//! standard (the notify relay's DLQ), told apart by the queue URL.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
