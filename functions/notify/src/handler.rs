@@ -15,8 +15,7 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use aws_sdk_dynamodb::types::AttributeValue;
-use charge_once::adapters::dynamodb::item::{operation_from_item, Attrs};
+use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item};
 use charge_once::outbox::{outcome_of, OutcomeEvent, OutcomePublisher, MAX_BATCH};
 use charge_once::ports::{DeadLetter, DeadLetterQueue};
 use charge_once::telemetry::emf_line;
@@ -231,86 +230,18 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
 
 fn image(item: &impl serde::Serialize) -> Result<Option<Operation>, String> {
     let json = serde_json::to_value(item).map_err(|e| format!("image: {e}"))?;
-    let Value::Object(map) = json else {
-        return Err("image is not a map".into());
-    };
-    if map.is_empty() {
+    if json.as_object().is_some_and(|m| m.is_empty()) {
         return Ok(None);
     }
-    let attrs: Attrs = map
-        .iter()
-        .map(|(k, v)| attribute(v).map(|a| (k.clone(), a)))
-        .collect::<Result<_, _>>()?;
+    let attrs = item_from_json(&json).map_err(|e| format!("image: {e}"))?;
     operation_from_item(&attrs)
         .map(Some)
         .map_err(|e| e.to_string())
 }
 
-/// DynamoDB JSON (`{"S": "…"}`, `{"N": "…"}`, …), as the stream carries it, into the SDK's type.
-fn attribute(v: &Value) -> Result<AttributeValue, String> {
-    let obj = v
-        .as_object()
-        .filter(|o| o.len() == 1)
-        .ok_or("not a typed value")?;
-    let (tag, inner) = obj.iter().next().expect("one entry");
-    let text = |v: &Value| {
-        v.as_str()
-            .map(str::to_owned)
-            .ok_or(format!("{tag}: not a string"))
-    };
-    let list = |v: &Value| v.as_array().cloned().ok_or(format!("{tag}: not a list"));
-    Ok(match tag.as_str() {
-        "S" => AttributeValue::S(text(inner)?),
-        "N" => AttributeValue::N(text(inner)?),
-        "BOOL" => AttributeValue::Bool(inner.as_bool().ok_or("BOOL: not a bool")?),
-        "NULL" => AttributeValue::Null(true),
-        "SS" => AttributeValue::Ss(list(inner)?.iter().map(text).collect::<Result<_, _>>()?),
-        "NS" => AttributeValue::Ns(list(inner)?.iter().map(text).collect::<Result<_, _>>()?),
-        "L" => AttributeValue::L(
-            list(inner)?
-                .iter()
-                .map(attribute)
-                .collect::<Result<_, _>>()?,
-        ),
-        "M" => AttributeValue::M(
-            inner
-                .as_object()
-                .ok_or("M: not a map")?
-                .iter()
-                .map(|(k, v)| attribute(v).map(|a| (k.clone(), a)))
-                .collect::<Result<_, _>>()?,
-        ),
-        other => return Err(format!("unsupported attribute type {other}")),
-    })
-}
-
-/// The SDK's attribute as DynamoDB JSON, as the stream carries it (the inverse of `attribute`):
-/// for building stream records from items, in tests and in the local stream reader.
-pub fn attribute_json(a: &AttributeValue) -> Value {
-    use serde_json::json;
-    match a {
-        AttributeValue::S(s) => json!({ "S": s }),
-        AttributeValue::N(n) => json!({ "N": n }),
-        AttributeValue::Bool(b) => json!({ "BOOL": b }),
-        AttributeValue::Null(_) => json!({ "NULL": true }),
-        AttributeValue::Ss(v) => json!({ "SS": v }),
-        AttributeValue::Ns(v) => json!({ "NS": v }),
-        AttributeValue::L(v) => json!({ "L": v.iter().map(attribute_json).collect::<Vec<_>>() }),
-        AttributeValue::M(m) => json!({
-            "M": m.iter().map(|(k, v)| (k.clone(), attribute_json(v))).collect::<serde_json::Map<_, _>>()
-        }),
-        _ => json!({ "NULL": true }),
-    }
-}
-
-/// An item as a DynamoDB JSON image.
-pub fn image_json(item: &Attrs) -> Value {
-    Value::Object(
-        item.iter()
-            .map(|(k, v)| (k.clone(), attribute_json(v)))
-            .collect(),
-    )
-}
+/// An item as a DynamoDB JSON image, as the stream carries it (for building stream records
+/// from items, in tests and in the local stream reader).
+pub use charge_once::adapters::dynamodb::item::item_json as image_json;
 
 #[cfg(test)]
 mod tests {
