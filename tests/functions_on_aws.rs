@@ -86,6 +86,8 @@ impl Stack {
                 policy: ChargePolicy::default(),
             },
             dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.dlq_url)),
+            visibility: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
+            budget: None,
             metrics: self.metrics.clone(),
         }
     }
@@ -192,6 +194,53 @@ async fn a_crash_between_put_and_send_is_recovered_by_the_next_identical_checkou
     assert_eq!(body(&retry)["status"], "pending");
     assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 1, "re-sent");
     assert_eq!(s.item_count().await, 1);
+}
+
+#[tokio::test]
+async fn a_message_refused_at_stripe_s_rate_limit_is_back_in_seconds_not_at_the_visibility_timeout()
+{
+    let s = Stack::new().await;
+    let deps = s.checkout_with(s.queue());
+    s.checkout(&deps, "checkout-valid.json").await;
+    s.side.sim.set_faults(stripe_sim::FaultConfig {
+        script: vec![stripe_sim::FaultKind::RateLimit],
+        ..stripe_sim::FaultConfig::default()
+    });
+    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    assert_eq!(batch.records.len(), 1);
+    let charge = s.charge();
+    let resp =
+        charge::handler::handle(&charge, LambdaEvent::new(batch.clone(), Context::default())).await;
+    assert_eq!(resp.batch_item_failures.len(), 1, "the 429 fails the item");
+    assert_eq!(
+        s.side.sim.injected().get(&stripe_sim::FaultKind::RateLimit),
+        Some(&1),
+        "the 429 happened"
+    );
+    // The queue's visibility timeout is 30 s here (1,800 s deployed); the refused message is
+    // visible again within its return delay (1–2 s on a first receive).
+    let mut again = Vec::new();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        again = receive_as_event(&s.sqs, &s.queue_url).await.records;
+        if !again.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(again.len(), 1, "back within 4 s");
+    assert_eq!(again[0].message_id, batch.records[0].message_id);
+    let mut redelivered = aws_lambda_events::sqs::SqsEvent::default();
+    redelivered.records = again;
+    let resp =
+        charge::handler::handle(&charge, LambdaEvent::new(redelivered, Context::default())).await;
+    assert!(resp.batch_item_failures.is_empty());
+    let op = s.store.get(&order_1001()).await.unwrap().unwrap();
+    assert_eq!(op.status, OperationStatus::Succeeded);
+    assert_eq!(
+        s.side.sim.request_counts().create,
+        2,
+        "one refused, one charged"
+    );
 }
 
 #[tokio::test]

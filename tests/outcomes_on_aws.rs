@@ -172,6 +172,8 @@ impl Stack {
                 policy: ChargePolicy::default(),
             },
             dead_letters: Arc::new(MemoryDeadLetters::default()),
+            visibility: Arc::new(charge::handler::QueueTimeout),
+            budget: None,
             metrics: Arc::new(DiscardMetrics),
         }
     }

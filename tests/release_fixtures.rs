@@ -175,6 +175,8 @@ impl Stack {
         let f = charge::handler::ChargeFunction {
             charge: self.deps.charge.clone(),
             dead_letters: self.dead_letters.clone(),
+            visibility: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
+            budget: None,
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         let resp =

@@ -66,6 +66,10 @@ pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
+/// The account's Stripe budget (calls per second) the charge functions and the reconciler share.
+pub const STRIPE_REQUESTS_PER_SECOND: &str = "STRIPE_REQUESTS_PER_SECOND";
+/// The charge event source's `MaximumConcurrency`: how many environments split the budget.
+pub const CHARGE_MAX_CONCURRENCY: &str = "CHARGE_MAX_CONCURRENCY";
 /// The webhook function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
 pub const STRIPE_WEBHOOK_SECRET_ARN: &str = "STRIPE_WEBHOOK_SECRET_ARN";
 /// The events function: an optional restricted key (`rk_…`, PaymentIntents read) for its
@@ -93,6 +97,8 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
         "https://sqs.us-east-1.amazonaws.com/123456789012/charges-dlq.fifo",
     ),
     (INBOX_TABLE_NAME, "charge-once-webhook-inbox"),
+    (STRIPE_REQUESTS_PER_SECOND, "24"),
+    (CHARGE_MAX_CONCURRENCY, "2"),
     (EVENT_BUS_NAME, "charge-once-outcomes"),
     (STRIPE_API_BASE, DEFAULT_API_BASE),
     (
@@ -175,6 +181,11 @@ pub struct StripeEnv {
 }
 
 impl StripeEnv {
+    /// The longest one gateway call can take ([`StripeConfig::worst_case_call`]).
+    pub fn worst_case_call(&self) -> Duration {
+        self.config.worst_case_call()
+    }
+
     /// The client configuration, once the key is known.
     pub fn with_key(self, key: SecretKey) -> StripeConfig {
         StripeConfig {
@@ -302,6 +313,72 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
         });
     }
     Ok(policy)
+}
+
+/// The account's Stripe request budget and its split (see [`crate::pacing`]): the reconciler
+/// keeps a twelfth (at least 1/s), each of the `charge_concurrency` charge environments an equal
+/// part of the rest.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StripeBudget {
+    pub per_second: u64,
+    pub charge_concurrency: u64,
+}
+
+impl StripeBudget {
+    /// Stripe's default limit per endpoint is 25/s (creates are the one endpoint a burst uses);
+    /// 24 keeps one call a second of headroom for the dashboard and other clients of the key.
+    pub const DEFAULT_PER_SECOND: u64 = 24;
+    /// The template's default `ChargeMaxConcurrency` (the AWS minimum).
+    pub const DEFAULT_CONCURRENCY: u64 = 2;
+
+    pub fn reconciler_share(&self) -> f64 {
+        (self.per_second as f64 / 12.0).max(1.0)
+    }
+
+    /// The reconciler's search share: Stripe's search limit is 20/s.
+    pub fn reconciler_search_share(&self) -> f64 {
+        self.reconciler_share().min(20.0)
+    }
+
+    /// One charge environment's share.
+    pub fn charge_share(&self) -> f64 {
+        (self.per_second as f64 - self.reconciler_share()) / self.charge_concurrency as f64
+    }
+}
+
+/// `STRIPE_REQUESTS_PER_SECOND` and `CHARGE_MAX_CONCURRENCY`.
+pub fn stripe_budget(env: &dyn Env) -> Result<StripeBudget, ConfigError> {
+    let budget = StripeBudget {
+        per_second: number(
+            env,
+            STRIPE_REQUESTS_PER_SECOND,
+            StripeBudget::DEFAULT_PER_SECOND,
+        )?,
+        charge_concurrency: number(
+            env,
+            CHARGE_MAX_CONCURRENCY,
+            StripeBudget::DEFAULT_CONCURRENCY,
+        )?,
+    };
+    if !(2..=1000).contains(&budget.charge_concurrency) {
+        return Err(ConfigError::Invalid {
+            name: CHARGE_MAX_CONCURRENCY,
+            reason: "must be 2 to 1000 (the event source's MaximumConcurrency)".into(),
+        });
+    }
+    if budget.per_second < 2 || budget.charge_share() < 0.5 {
+        return Err(ConfigError::Invalid {
+            name: STRIPE_REQUESTS_PER_SECOND,
+            reason: format!(
+                "{} leaves each of the {} charge environments {:.2} calls/s; at least 0.5 is \
+                 needed (raise it, or lower ChargeMaxConcurrency)",
+                budget.per_second,
+                budget.charge_concurrency,
+                budget.charge_share()
+            ),
+        });
+    }
+    Ok(budget)
 }
 
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).

@@ -39,6 +39,7 @@ pub mod memory;
 pub mod operation;
 pub mod outbox;
 pub mod outcome;
+pub mod pacing;
 pub mod ports;
 pub mod reconciler;
 pub mod telemetry;

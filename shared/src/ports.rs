@@ -386,6 +386,19 @@ pub struct DeadLetter {
     pub detail: String,
 }
 
+/// Bringing a received message back sooner than the queue's visibility timeout (SQS
+/// `ChangeMessageVisibility` on its receipt handle): a message Stripe's rate limit refused comes
+/// back in seconds, not in the 30 minutes that protect a running charge.
+#[async_trait]
+pub trait MessageVisibility: Send + Sync {
+    /// The message becomes visible again `delay` from now.
+    async fn return_after(
+        &self,
+        receipt_handle: &str,
+        delay: std::time::Duration,
+    ) -> Result<(), QueueError>;
+}
+
 /// Where poison messages go (the charge queue's DLQ in production).
 #[async_trait]
 pub trait DeadLetterQueue: Send + Sync {

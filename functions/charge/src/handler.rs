@@ -28,7 +28,15 @@
 //! with backoff. Leaving it to SQS would hold the order's FIFO group hostage to visibility timeouts
 //! for up to 23 hours and push it to the DLQ after the receive limit, while the index keeps a durable,
 //! queryable schedule that also survives a lost message. "Nothing happened" answers do go back to
-//! SQS: a retry a visibility timeout later is exactly what they need.
+//! SQS.
+//!
+//! **A refusal at the rate limit comes back in seconds.** Stripe's 429 (or the budget of
+//! [`charge_once::pacing`] too full to wait for), a 409 key-in-use and a lease held elsewhere all
+//! mean "nothing happened, try again shortly": the record, and the later records of its group that
+//! wait behind it, are made visible again after [`charge_once::pacing::return_after`] (2 s
+//! growing to 60 s with the receive count, jittered) with `ChangeMessageVisibility`, instead of the
+//! queue's 30-minute visibility timeout (which is there to cover a running charge). Counted as
+//! `ReturnedSoon`. Other retries (store unavailable, our key refused) wait the timeout.
 //!
 //! Metrics (EMF, `Function=charge`), one set per batch: `PoisonMessages`, `StripeReplays`
 //! (Stripe answered `Idempotent-Replayed: true`: our key was used before), and `SentToReview` per
@@ -38,12 +46,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use charge_once::executor::Disposition;
 use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClass};
-use charge_once::ports::{ChargeMessage, DeadLetter, DeadLetterQueue};
+use charge_once::pacing::Budget;
+use charge_once::ports::{ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility};
 use charge_once::reconciler::sent_to_review_line;
 use charge_once::telemetry::{emf_line, MetricsSink};
+use charge_once::{RetryCause, Timestamp};
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
+use std::time::Duration;
 use tracing::{error, info, warn, Instrument};
 
 /// The `Function` dimension of this function's metrics.
@@ -55,7 +67,27 @@ pub struct ChargeFunction {
     pub charge: ChargeDeps,
     /// Where poison messages are copied (the charge queue's DLQ).
     pub dead_letters: Arc<dyn DeadLetterQueue>,
+    /// The charge queue, to bring a message refused at the rate limit back in seconds.
+    pub visibility: Arc<dyn MessageVisibility>,
+    /// This environment's share of the account's Stripe budget: each message takes a slot
+    /// before its claim (`None`: unpaced).
+    pub budget: Option<Arc<Budget>>,
     pub metrics: Arc<dyn MetricsSink>,
+}
+
+/// For callers whose queue has no receipt handles to act on (benches, tests that build their own
+/// records): every retried message waits the queue's own visibility timeout.
+pub struct QueueTimeout;
+
+#[async_trait::async_trait]
+impl MessageVisibility for QueueTimeout {
+    async fn return_after(
+        &self,
+        _receipt_handle: &str,
+        _delay: std::time::Duration,
+    ) -> Result<(), charge_once::ports::QueueError> {
+        Ok(())
+    }
 }
 
 impl ChargeFunction {
@@ -65,6 +97,8 @@ impl ChargeFunction {
         Self {
             charge,
             dead_letters: Arc::new(charge_once::memory::MemoryDeadLetters::new()),
+            visibility: Arc::new(QueueTimeout),
+            budget: None,
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         }
     }
@@ -77,8 +111,18 @@ pub enum ItemOutcome {
     Acknowledged,
     /// A message no retry can fix, copied to the DLQ with this reason and acknowledged.
     Poisoned(&'static str),
-    /// Report as a batch item failure: SQS delivers it again.
+    /// Report as a batch item failure: SQS delivers it again after its visibility timeout.
     Retry(&'static str),
+    /// Report as a batch item failure and bring it back in seconds
+    /// ([`charge_once::pacing::return_after`]): nothing happened, and trying again shortly can
+    /// work (rate limit, key in use, lease held elsewhere).
+    RetrySoon(&'static str),
+}
+
+impl ItemOutcome {
+    fn is_retry(&self) -> bool {
+        matches!(self, ItemOutcome::Retry(_) | ItemOutcome::RetrySoon(_))
+    }
 }
 
 /// What a batch did, for its metrics line.
@@ -86,6 +130,7 @@ pub enum ItemOutcome {
 struct BatchTally {
     poison: u64,
     replays: u64,
+    returned_soon: u64,
     reviews: BTreeMap<ReviewClass, u64>,
 }
 
@@ -94,6 +139,7 @@ impl BatchTally {
     fn add(&mut self, group: BatchTally) {
         self.poison += group.poison;
         self.replays += group.replays;
+        self.returned_soon += group.returned_soon;
         for (class, n) in group.reviews {
             *self.reviews.entry(class).or_default() += n;
         }
@@ -104,7 +150,14 @@ impl BatchTally {
 pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatchResponse {
     let records = &event.payload.records;
     let groups = message_groups(records);
-    let done = join_all(groups.into_iter().map(|group| run_group(f, records, group))).await;
+    let deadline = (event.context.deadline > 0)
+        .then(|| Timestamp::from_millis(i64::try_from(event.context.deadline).unwrap_or(i64::MAX)));
+    let done = join_all(
+        groups
+            .into_iter()
+            .map(|group| run_group(f, records, group, deadline)),
+    )
+    .await;
 
     let mut outcomes: Vec<(usize, ItemOutcome)> = Vec::with_capacity(records.len());
     let mut tally = BatchTally::default();
@@ -116,7 +169,12 @@ pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatc
 
     let mut response = SqsBatchResponse::default();
     for (index, outcome) in outcomes {
-        if let ItemOutcome::Retry(_) = outcome {
+        if let ItemOutcome::RetrySoon(reason) = outcome {
+            if return_soon(f, &records[index], reason).await {
+                tally.returned_soon += 1;
+            }
+        }
+        if outcome.is_retry() {
             // An empty identifier makes Lambda retry the whole batch: the safe reading of a
             // record without a message id.
             let mut failure = BatchItemFailure::default();
@@ -167,6 +225,7 @@ async fn run_group(
     f: &ChargeFunction,
     records: &[SqsMessage],
     group: MessageGroup,
+    deadline: Option<Timestamp>,
 ) -> (Vec<(usize, ItemOutcome)>, BatchTally) {
     let span = tracing::info_span!(
         "charge_group",
@@ -176,21 +235,30 @@ async fn run_group(
     async {
         let mut tally = BatchTally::default();
         let mut outcomes = Vec::with_capacity(group.records.len());
-        let mut failed = false;
+        // How the first failed item of the group comes back; the rest of the group follows it.
+        let mut failed: Option<ItemOutcome> = None;
         for index in group.records {
             let record = &records[index];
             let message_id = record.message_id.clone().unwrap_or_default();
-            let outcome = if failed {
-                info!(%message_id, "an earlier message of this group failed; keeping order");
-                ItemOutcome::Retry("earlier message in group failed")
-            } else {
-                process(f, record, &message_id, &mut tally).await
+            let outcome = match &failed {
+                Some(first) => {
+                    info!(%message_id, "an earlier message of this group failed; keeping order");
+                    match first {
+                        ItemOutcome::RetrySoon(_) => {
+                            ItemOutcome::RetrySoon("earlier message in group comes back soon")
+                        }
+                        _ => ItemOutcome::Retry("earlier message in group failed"),
+                    }
+                }
+                None => process(f, record, &message_id, &mut tally, deadline).await,
             };
             match outcome {
                 ItemOutcome::Acknowledged => {}
                 ItemOutcome::Poisoned(_) => tally.poison += 1,
                 // The rest of this group waits for the next delivery, in order.
-                ItemOutcome::Retry(_) => failed = true,
+                ItemOutcome::Retry(_) | ItemOutcome::RetrySoon(_) => {
+                    failed.get_or_insert(outcome.clone());
+                }
             }
             outcomes.push((index, outcome));
         }
@@ -208,6 +276,7 @@ fn emit(f: &ChargeFunction, tally: &BatchTally) {
         &[
             ("PoisonMessages", tally.poison as f64, "Count"),
             ("StripeReplays", tally.replays as f64, "Count"),
+            ("ReturnedSoon", tally.returned_soon as f64, "Count"),
         ],
     ));
     for (class, n) in &tally.reviews {
@@ -227,11 +296,16 @@ async fn process(
     record: &SqsMessage,
     message_id: &str,
     tally: &mut BatchTally,
+    deadline: Option<Timestamp>,
 ) -> ItemOutcome {
     let message = match parse(record) {
         Ok(m) => m,
         Err(poison) => return park(f, record, message_id, poison).await,
     };
+    if let Err(saturated) = take_slot(f, deadline).await {
+        info!(%message_id, %saturated, "Stripe budget saturated; back soon");
+        return ItemOutcome::RetrySoon("stripe budget saturated");
+    }
     let span = tracing::info_span!(
         "charge_message",
         %message_id,
@@ -249,7 +323,16 @@ async fn process(
                 }
                 if report.disposition.wants_retry() {
                     info!(disposition = ?report.disposition, "nothing happened; the message will come back");
-                    ItemOutcome::Retry("retry later")
+                    match report.disposition {
+                        Disposition::RetryLater(RetryCause::RateLimited) => {
+                            ItemOutcome::RetrySoon("rate limited")
+                        }
+                        Disposition::RetryLater(RetryCause::KeyInUse) => {
+                            ItemOutcome::RetrySoon("idempotency key in use")
+                        }
+                        Disposition::Busy => ItemOutcome::RetrySoon("leased elsewhere"),
+                        _ => ItemOutcome::Retry("retry later"),
+                    }
                 } else {
                     info!(status = %report.status, disposition = ?report.disposition, gateway_calls = report.gateway_calls, replayed = report.replayed, "done");
                     ItemOutcome::Acknowledged
@@ -273,6 +356,55 @@ async fn process(
     }
     .instrument(span)
     .await
+}
+
+/// The longest one message can take once it has its slot: a claim and a record (3 s each at
+/// worst) and a Stripe call at its worst with one retry (2 x 10 s + 1 s), as the template's
+/// timeout arithmetic counts it.
+pub const WORST_MESSAGE: Duration = Duration::from_secs(27);
+/// How long a message waits for its slot when the invocation's deadline is unknown (tests).
+const UNBOUNDED_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits for this environment's next Stripe slot, as long as the invocation can afford: its
+/// deadline less one worst message. Nothing is claimed yet, so a refusal changes nothing.
+async fn take_slot(
+    f: &ChargeFunction,
+    deadline: Option<Timestamp>,
+) -> Result<(), charge_once::pacing::Saturated> {
+    let Some(budget) = &f.budget else {
+        return Ok(());
+    };
+    let max_wait = match deadline {
+        Some(d) => d.since(f.charge.clock.now()).saturating_sub(WORST_MESSAGE),
+        None => UNBOUNDED_WAIT,
+    };
+    budget.acquire(max_wait).await.map(|_| ())
+}
+
+/// Makes a record visible again in seconds; `false` (logged) if it could not be: it then waits
+/// the queue's visibility timeout, as before.
+async fn return_soon(f: &ChargeFunction, record: &SqsMessage, reason: &'static str) -> bool {
+    let message_id = record.message_id.as_deref().unwrap_or_default();
+    let Some(receipt) = record.receipt_handle.as_deref() else {
+        return false;
+    };
+    let receives = record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let delay = charge_once::pacing::return_after(message_id, receives);
+    match f.visibility.return_after(receipt, delay).await {
+        Ok(()) => {
+            info!(%message_id, reason, ?delay, receives, "back on the queue soon");
+            true
+        }
+        Err(e) => {
+            warn!(%message_id, reason, error = %charge_once::telemetry::ErrorChain(&e),
+                "could not shorten the visibility; the message waits the queue's timeout");
+            false
+        }
+    }
 }
 
 /// Copies a poison message to the DLQ and acknowledges it; fails the item if the copy fails.
@@ -361,6 +493,26 @@ mod tests {
         gateway: Arc<FakeGateway>,
         dlq: Arc<MemoryDeadLetters>,
         metrics: Arc<CapturedMetrics>,
+        returned: Arc<Returned>,
+    }
+
+    /// Records each `return_after` (receipt handle, delay).
+    #[derive(Default)]
+    struct Returned(std::sync::Mutex<Vec<(String, std::time::Duration)>>);
+
+    #[async_trait::async_trait]
+    impl MessageVisibility for Returned {
+        async fn return_after(
+            &self,
+            receipt_handle: &str,
+            delay: std::time::Duration,
+        ) -> Result<(), charge_once::ports::QueueError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((receipt_handle.to_owned(), delay));
+            Ok(())
+        }
     }
 
     /// The operations the sample batch refers to.
@@ -388,6 +540,7 @@ mod tests {
         }
         let dlq = Arc::new(MemoryDeadLetters::new());
         let metrics = Arc::new(CapturedMetrics::new());
+        let returned = Arc::new(Returned::default());
         let f = ChargeFunction {
             charge: ChargeDeps {
                 store: store.clone(),
@@ -396,6 +549,8 @@ mod tests {
                 policy: ChargePolicy::default(),
             },
             dead_letters: dlq.clone(),
+            visibility: returned.clone(),
+            budget: None,
             metrics: metrics.clone(),
         };
         World {
@@ -404,6 +559,7 @@ mod tests {
             gateway,
             dlq,
             metrics,
+            returned,
         }
     }
 
@@ -527,6 +683,11 @@ mod tests {
         let mut second = event.records[0].clone();
         second.message_id = Some("later-in-group".into());
         event.records.insert(1, second);
+        for (i, r) in event.records.iter_mut().enumerate() {
+            r.receipt_handle = Some(format!("receipt-{i}"));
+            r.attributes
+                .insert("ApproximateReceiveCount".into(), "1".into());
+        }
         w.gateway.script(FakeFault::RateLimited);
         let resp = handle(&w.f, LambdaEvent::new(event, Context::default())).await;
         assert_eq!(
@@ -534,6 +695,102 @@ mod tests {
             ["059f36b4-87a3-44ab-83d2-661975830a7d", "later-in-group"]
         );
         assert_eq!(w.gateway.charge_count(), 1, "ord-1003 went on");
+        // The 429'd message and the one waiting behind it come back in seconds, not in the
+        // queue's 30 minutes; each at its own jittered delay.
+        let returned = w.returned.0.lock().unwrap().clone();
+        assert_eq!(
+            returned.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+            ["receipt-0", "receipt-1"]
+        );
+        for (_, delay) in &returned {
+            assert!(
+                (std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(2))
+                    .contains(delay),
+                "{delay:?}"
+            );
+        }
+        assert_eq!(w.metrics.sum("ReturnedSoon", &[]), 2.0);
+    }
+
+    /// Sleeping moves the manual clock (the handler's awaits run one at a time here).
+    struct ClockSleeper(ManualClock);
+
+    impl charge_once::pacing::Sleeper for ClockSleeper {
+        fn sleep(
+            &self,
+            d: Duration,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+            self.0.advance(d);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_wait_for_their_slot_and_one_the_invocation_cannot_wait_for_comes_back_soon() {
+        let orders = [
+            ("ord-p1", "6f1d1c1e-0000-4000-8000-000000000001"),
+            ("ord-p2", "6f1d1c1e-0000-4000-8000-000000000002"),
+            ("ord-p3", "6f1d1c1e-0000-4000-8000-000000000003"),
+        ];
+        let mut w = world_with(&orders).await;
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        w.f.charge.clock = Arc::new(clock.clone());
+        // 2 calls/s, one at a time: slots at 0, 500 and 1,000 ms.
+        w.f.budget = Some(Arc::new(Budget::new(
+            2.0,
+            1,
+            Arc::new(clock.clone()),
+            Arc::new(ClockSleeper(clock.clone())),
+        )));
+        let mut event = SqsEvent::default();
+        for (i, (order, id)) in orders.iter().enumerate() {
+            let mut r = SqsMessage::default();
+            r.message_id = Some(format!("m-{i}"));
+            r.receipt_handle = Some(format!("receipt-{i}"));
+            r.body = Some(format!(
+                r#"{{"v":1,"operation_id":"{id}","order_id":"{order}","kind":"charge"}}"#
+            ));
+            r.attributes
+                .insert("MessageGroupId".into(), (*order).into());
+            event.records.push(r);
+        }
+        // The invocation may wait 700 ms in all before its last worst-case message.
+        let mut ctx = Context::default();
+        ctx.deadline = (clock.now().plus(WORST_MESSAGE).as_millis() + 700) as u64;
+        let start = clock.now();
+        let resp = handle(&w.f, LambdaEvent::new(event, ctx)).await;
+        assert_eq!(failed(&resp), ["m-2"]);
+        assert_eq!(w.gateway.charge_count(), 2);
+        assert_eq!(clock.now().since(start), Duration::from_millis(500));
+        // The third was not claimed: nothing about it changed, and it comes back in seconds.
+        let third = w
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.order_id.as_str() == "ord-p3")
+            .unwrap();
+        assert_eq!(
+            (third.status, third.attempts),
+            (OperationStatus::Pending, 0)
+        );
+        let returned = w.returned.0.lock().unwrap().clone();
+        assert_eq!(returned.len(), 1);
+        assert_eq!(returned[0].0, "receipt-2");
+    }
+
+    #[tokio::test]
+    async fn a_retry_that_cannot_help_soon_waits_the_visibility_timeout() {
+        let w = world().await;
+        let mut event = batch();
+        for (i, r) in event.records.iter_mut().enumerate() {
+            r.receipt_handle = Some(format!("receipt-{i}"));
+        }
+        // Our key refused (401): an operator must fix it; coming back every 2 s would not help.
+        w.gateway.script(FakeFault::Unauthorized);
+        let resp = handle(&w.f, LambdaEvent::new(event, Context::default())).await;
+        assert_eq!(failed(&resp).len(), 1);
+        assert!(w.returned.0.lock().unwrap().is_empty());
+        assert_eq!(w.metrics.sum("ReturnedSoon", &[]), 0.0);
     }
 
     #[tokio::test]

@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use charge::handler::{handle, ChargeFunction};
 use charge::ChargeConfig;
+use charge::BURST;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
-use charge_once::adapters::sqs::SqsDeadLetters;
+use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::pacing::{Budget, TokioSleeper};
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 
@@ -16,12 +18,24 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ChargeConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
+    let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
+    // Each message takes a slot of this environment's share of the account's Stripe budget
+    // before its claim; a slot further away than the invocation can wait sends it back soon.
+    let budget = Arc::new(Budget::new(
+        config.budget.charge_share(),
+        BURST,
+        charge.clock.clone(),
+        Arc::new(TokioSleeper),
+    ));
+    let sqs = aws_sdk_sqs::Client::new(&aws);
     let deps = ChargeFunction {
-        charge: charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?,
+        charge,
         dead_letters: Arc::new(SqsDeadLetters::new(
-            aws_sdk_sqs::Client::new(&aws),
+            sqs.clone(),
             &config.dead_letter_queue_url,
         )),
+        visibility: Arc::new(SqsQueue::new(sqs, &config.queue_url)),
+        budget: Some(budget),
         metrics: Arc::new(StdoutMetrics),
     };
     let deps = &deps;

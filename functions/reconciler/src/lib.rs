@@ -14,6 +14,9 @@ pub struct ReconcilerConfig {
     pub queue_url: String,
     pub stripe: config::StripeEnv,
     pub policy: ChargePolicy,
+    /// The reconciler paces its Stripe calls to `budget.reconciler_share()` per second (search to
+    /// `reconciler_search_share()`), beside the charge environments' shares.
+    pub budget: config::StripeBudget,
 }
 
 impl FromEnv for ReconcilerConfig {
@@ -23,6 +26,7 @@ impl FromEnv for ReconcilerConfig {
             queue_url: config::required(env, config::QUEUE_URL)?,
             stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
+            budget: config::stripe_budget(env)?,
         })
     }
 }

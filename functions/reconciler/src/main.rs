@@ -2,10 +2,12 @@
 //! Stripe clients (all once per execution environment), tracing, then the runtime loop.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use reconciler::handler::{handle, PAGE_SIZE};
@@ -16,8 +18,29 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
+    let mut charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
+    let budget = |per_second: f64| {
+        Arc::new(Budget::new(
+            per_second,
+            1,
+            charge.clock.clone(),
+            Arc::new(TokioSleeper),
+        ))
+    };
+    let (calls, search) = (
+        budget(config.budget.reconciler_share()),
+        budget(config.budget.reconciler_search_share()),
+    );
+    // A tick works through its page call by call; waiting up to 10 s for a slot is within its
+    // time budget, and a slot further away is retried next tick.
+    charge.gateway = Arc::new(PacedGateway::new(
+        charge.gateway,
+        calls,
+        Some(search),
+        Duration::from_secs(10),
+    ));
     let deps = ReconcilerDeps {
-        charge: charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?,
+        charge,
         queue: Arc::new(SqsQueue::new(
             aws_sdk_sqs::Client::new(&aws),
             &config.queue_url,

@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 
-use crate::ports::{ChargeQueue, DeadLetter, DeadLetterQueue, QueueError, QueuedCharge};
+use crate::ports::{
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+};
 
 pub struct SqsQueue {
     client: Client,
@@ -87,6 +89,27 @@ impl ChargeQueue for SqsQueue {
             .send()
             .await
             .map_err(|e| QueueError::with_source("SendMessage", e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl MessageVisibility for SqsQueue {
+    async fn return_after(
+        &self,
+        receipt_handle: &str,
+        delay: std::time::Duration,
+    ) -> Result<(), QueueError> {
+        // SQS takes whole seconds (0–43,200); round up so "in 1.4 s" is never "now".
+        let secs = delay.as_millis().div_ceil(1000).min(43_200) as i32;
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(secs)
+            .send()
+            .await
+            .map_err(|e| QueueError::with_source("ChangeMessageVisibility", e))?;
         Ok(())
     }
 }

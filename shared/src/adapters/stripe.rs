@@ -323,14 +323,16 @@ fn transport_error(what: &str, e: &reqwest::Error, key: &SecretKey) -> GatewayEr
 
 /// A retry inside the call, with the same key, is safe for any answer (the key replays a request
 /// that executed). It is only *useful* where another try can change the answer: Stripe says so
-/// with `Stripe-Should-Retry`; otherwise a lost connection (the replay recovers the first answer),
-/// a 409 key-in-use (the other request finishes) and a 429.
+/// with `Stripe-Should-Retry`; otherwise a lost connection (the replay recovers the first answer)
+/// and a 409 key-in-use (the other request finishes). Not a plain 429: the account's budget is
+/// spent, and a retry 250 ms later spends another call of it; the caller hands the message back
+/// for a few seconds instead (`pacing::return_after`), and its budget paces the next try.
 pub fn worth_retrying(answer: &Result<Answer, GatewayError>) -> bool {
     match answer {
         Err(_) => true,
         Ok(a) => match a.should_retry {
             Some(flag) => flag,
-            None => matches!(a.status.as_u16(), 409 | 429),
+            None => a.status.as_u16() == 409,
         },
     }
 }
@@ -746,7 +748,7 @@ mod tests {
             Err(GatewayError::Ambiguous { detail: "x".into() });
         assert!(worth_retrying(&lost));
         assert!(worth_retrying(&Ok(answer(409, "{}"))));
-        assert!(worth_retrying(&Ok(answer(429, "{}"))));
+        assert!(!worth_retrying(&Ok(answer(429, "{}"))));
         assert!(
             !worth_retrying(&Ok(answer(500, "{}"))),
             "a 500 replays under the key"

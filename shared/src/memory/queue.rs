@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::ports::{ChargeQueue, DeadLetter, DeadLetterQueue, QueueError, QueuedCharge};
+use crate::ports::{
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+};
 use crate::time::{Clock, Timestamp};
 
 /// SQS FIFO's deduplication interval.
@@ -164,6 +166,19 @@ impl MemoryQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[async_trait]
+impl MessageVisibility for MemoryQueue {
+    async fn return_after(&self, receipt_handle: &str, delay: Duration) -> Result<(), QueueError> {
+        if self.change_visibility(receipt_handle, delay) {
+            Ok(())
+        } else {
+            Err(QueueError::new(format!(
+                "no message in flight with receipt handle {receipt_handle}"
+            )))
+        }
     }
 }
 

@@ -1,0 +1,305 @@
+//! Pacing Stripe calls to a budget, so a burst runs at Stripe's rate limit instead of into it.
+//!
+//! Stripe refuses what is over its limits with 429 before its idempotency layer (nothing is
+//! executed, nothing saved), 25 requests/s per endpoint by default (creates, retrieves and search
+//! are separate endpoints; search 20/s) and 100 operations/s per live account. A 429 costs a call
+//! of the account's budget and, on SQS, the message's wait until it is delivered again. So every
+//! Stripe call of a process first takes a slot from its [`Budget`]: at most `rate` calls per
+//! second, `burst` at once, the caller waiting (on the injected [`Sleeper`]) for its slot.
+//!
+//! **Why one budget per process, not a shared counter.** The charge function runs at most
+//! `ChargeMaxConcurrency` execution environments at once (the event source's
+//! `MaximumConcurrency`); each takes `StripeRequestsPerSecond / ChargeMaxConcurrency` of the
+//! account's budget, and the reconciler its own small share. The sum never exceeds the budget, and
+//! nothing is written anywhere to keep it (a shared counter in DynamoDB would cost a conditional
+//! write per Stripe call, more than the charge itself costs in DynamoDB). During a burst every
+//! environment is busy, so no share sits idle; below the limit no caller waits. The simulation
+//! (`simulate --arrival-rate`) measures this against its alternatives.
+//!
+//! The bucket is GCRA (a virtual scheduling token bucket): one integer, the theoretical arrival
+//! time, on the injected clock, so it behaves the same on the virtual clock of a test.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::domain::{OperationId, PaymentIntentId};
+use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
+use crate::ports::{CreatePaymentIntent, PaymentGateway};
+use crate::time::Clock;
+
+/// Waits. Production sleeps on tokio's timer; a simulation on its virtual clock.
+pub trait Sleeper: Send + Sync {
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// Tokio's timer.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokioSleeper;
+
+impl Sleeper for TokioSleeper {
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// The budget is spent so far ahead that the caller would wait longer than it may.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Stripe request budget saturated: the next slot is {wait:?} away (at most {max_wait:?} allowed)")]
+pub struct Saturated {
+    pub wait: Duration,
+    pub max_wait: Duration,
+}
+
+/// At most `rate` calls per second, `burst` at once, on the injected clock.
+pub struct Budget {
+    /// Microseconds between two slots.
+    interval_us: i64,
+    /// How far ahead of now the schedule may run before a caller waits (`(burst-1) * interval`).
+    tolerance_us: i64,
+    /// The theoretical arrival time of the next call, µs since the epoch.
+    tat_us: Mutex<i64>,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<dyn Sleeper>,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("per_second", &self.per_second())
+            .field("burst", &(self.tolerance_us / self.interval_us + 1))
+            .finish()
+    }
+}
+
+impl Budget {
+    /// `per_second` calls a second (> 0), `burst` of them back to back (≥ 1).
+    pub fn new(
+        per_second: f64,
+        burst: u32,
+        clock: Arc<dyn Clock>,
+        sleeper: Arc<dyn Sleeper>,
+    ) -> Self {
+        assert!(per_second > 0.0, "a budget needs a positive rate");
+        let interval_us = ((1_000_000.0 / per_second).round() as i64).max(1);
+        Self {
+            interval_us,
+            tolerance_us: interval_us * i64::from(burst.max(1) - 1),
+            tat_us: Mutex::new(i64::MIN),
+            clock,
+            sleeper,
+        }
+    }
+
+    pub fn per_second(&self) -> f64 {
+        1_000_000.0 / self.interval_us as f64
+    }
+
+    /// Takes the next slot, waiting for it; refuses (taking nothing) if it is more than
+    /// `max_wait` away. Returns how long the caller waited.
+    pub async fn acquire(&self, max_wait: Duration) -> Result<Duration, Saturated> {
+        let wait = self.reserve(max_wait)?;
+        if !wait.is_zero() {
+            self.sleeper.sleep(wait).await;
+        }
+        Ok(wait)
+    }
+
+    /// The slot's reservation without the wait: how long until it.
+    pub fn reserve(&self, max_wait: Duration) -> Result<Duration, Saturated> {
+        let now_us = self.clock.now().as_millis() * 1000;
+        let mut tat = self.tat_us.lock().unwrap_or_else(|p| p.into_inner());
+        let start = (*tat).max(now_us);
+        let wait_us = (start - self.tolerance_us - now_us).max(0);
+        let wait = Duration::from_micros(wait_us as u64);
+        if wait > max_wait {
+            return Err(Saturated { wait, max_wait });
+        }
+        *tat = start + self.interval_us;
+        Ok(wait)
+    }
+}
+
+/// A gateway whose every call first takes a slot of a [`Budget`] (search also of its own, lower
+/// one: Stripe's search limit is 20/s). A call that would wait past `max_wait` is not made: it
+/// answers "retry later" (`RateLimited`), exactly what a 429 means, without spending a call of the
+/// account's budget on it.
+pub struct PacedGateway {
+    inner: Arc<dyn PaymentGateway>,
+    calls: Arc<Budget>,
+    search: Option<Arc<Budget>>,
+    max_wait: Duration,
+}
+
+impl PacedGateway {
+    pub fn new(
+        inner: Arc<dyn PaymentGateway>,
+        calls: Arc<Budget>,
+        search: Option<Arc<Budget>>,
+        max_wait: Duration,
+    ) -> Self {
+        Self {
+            inner,
+            calls,
+            search,
+            max_wait,
+        }
+    }
+
+    async fn slot(&self, budget: &Budget) -> Result<(), GatewayError> {
+        match budget.acquire(self.max_wait).await {
+            Ok(waited) => {
+                if !waited.is_zero() {
+                    tracing::debug!(?waited, "paced a Stripe call");
+                }
+                Ok(())
+            }
+            Err(e) => Err(GatewayError::RetryLater {
+                cause: RetryCause::RateLimited,
+                detail: e.to_string(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for PacedGateway {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.create(req).await
+    }
+
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.retrieve(id).await
+    }
+
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        if let Some(search) = &self.search {
+            self.slot(search).await?;
+        }
+        self.slot(&self.calls).await?;
+        self.inner.search_by_operation(operation_id).await
+    }
+}
+
+/// How long a message that met Stripe's rate limit (or a budget that is full) stays away before
+/// it is delivered again: seconds, growing with its receive count, with jitter so a burst's
+/// refusals do not come back together. Deterministic: the jitter is a hash of the message id and
+/// the receive count, no random source and no clock.
+pub fn return_after(message_id: &str, receive_count: u32) -> Duration {
+    const BASE_MS: u64 = 2_000;
+    const CAP_MS: u64 = 60_000;
+    let n = receive_count.clamp(1, 16);
+    let ceiling = BASE_MS.saturating_mul(1 << (n - 1)).min(CAP_MS);
+    // FNV-1a of (message id, receive count): a spread in [ceiling/2, ceiling].
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in message_id.bytes().chain(n.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Duration::from_millis(ceiling / 2 + h % (ceiling / 2 + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{ManualClock, Timestamp};
+
+    /// Sleeping moves the manual clock: one caller at a time, as in a test.
+    struct ClockSleeper(ManualClock);
+
+    impl Sleeper for ClockSleeper {
+        fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            self.0.advance(d);
+            Box::pin(async {})
+        }
+    }
+
+    fn budget(per_second: f64, burst: u32) -> (Budget, ManualClock) {
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let b = Budget::new(
+            per_second,
+            burst,
+            Arc::new(clock.clone()),
+            Arc::new(ClockSleeper(clock.clone())),
+        );
+        (b, clock)
+    }
+
+    #[tokio::test]
+    async fn a_burst_passes_then_calls_are_spaced_at_the_rate() {
+        let (b, clock) = budget(20.0, 5);
+        let start = clock.now();
+        for _ in 0..5 {
+            assert_eq!(b.acquire(Duration::from_secs(1)).await, Ok(Duration::ZERO));
+        }
+        assert_eq!(clock.now(), start);
+        // The sixth waits one interval (50 ms), the next ones one interval each.
+        assert_eq!(
+            b.acquire(Duration::from_secs(1)).await,
+            Ok(Duration::from_millis(50))
+        );
+        for _ in 0..94 {
+            b.acquire(Duration::from_secs(10)).await.unwrap();
+        }
+        // 100 calls: 5 at once, 95 at 20/s → 4.75 s.
+        assert_eq!(clock.now().since(start), Duration::from_millis(4750));
+    }
+
+    #[test]
+    fn a_slot_too_far_away_is_refused_and_takes_nothing() {
+        let (b, _clock) = budget(10.0, 1);
+        assert_eq!(b.reserve(Duration::ZERO), Ok(Duration::ZERO));
+        let refused = b.reserve(Duration::from_millis(50)).unwrap_err();
+        assert_eq!(refused.wait, Duration::from_millis(100));
+        // Refusing took no slot: the next caller still waits 100 ms, not 200.
+        assert_eq!(
+            b.reserve(Duration::from_secs(1)),
+            Ok(Duration::from_millis(100))
+        );
+        assert_eq!(
+            b.reserve(Duration::from_secs(1)),
+            Ok(Duration::from_millis(200))
+        );
+    }
+
+    #[test]
+    fn an_idle_budget_does_not_bank_more_than_its_burst() {
+        let (b, clock) = budget(10.0, 3);
+        clock.advance(Duration::from_secs(3600));
+        for _ in 0..3 {
+            assert_eq!(b.reserve(Duration::ZERO), Ok(Duration::ZERO));
+        }
+        assert!(b.reserve(Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_refused_message_comes_back_in_seconds_with_jitter() {
+        let first: Vec<Duration> = (0..50)
+            .map(|i| return_after(&format!("m-{i}"), 1))
+            .collect();
+        assert!(first
+            .iter()
+            .all(|d| (Duration::from_secs(1)..=Duration::from_secs(2)).contains(d)));
+        let distinct: std::collections::BTreeSet<_> = first.iter().collect();
+        assert!(
+            distinct.len() > 40,
+            "jitter spreads them: {}",
+            distinct.len()
+        );
+        assert_eq!(return_after("m-1", 1), return_after("m-1", 1));
+        assert!(return_after("m-1", 3) >= Duration::from_secs(4));
+        assert!(return_after("m-1", 30) <= Duration::from_secs(60));
+    }
+}
