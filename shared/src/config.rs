@@ -562,10 +562,54 @@ mod tests {
     }
 
     #[test]
+    fn the_stripe_budget_is_split_and_refused_when_too_thin() {
+        let env = |pairs: &[(&'static str, &'static str)]| {
+            let map: std::collections::HashMap<&str, &str> = pairs.iter().copied().collect();
+            stripe_budget(&MapEnv(map))
+        };
+        let b = env(&[]).unwrap();
+        assert_eq!((b.per_second, b.charge_concurrency), (24, 2));
+        assert_eq!(b.reconciler_share(), 2.0);
+        assert_eq!(b.charge_share(), 11.0);
+        let b = env(&[
+            (STRIPE_REQUESTS_PER_SECOND, "90"),
+            (CHARGE_MAX_CONCURRENCY, "5"),
+        ])
+        .unwrap();
+        assert_eq!(b.charge_share(), 16.5);
+        assert!(matches!(
+            env(&[
+                (STRIPE_REQUESTS_PER_SECOND, "6"),
+                (CHARGE_MAX_CONCURRENCY, "20")
+            ]),
+            Err(ConfigError::Invalid {
+                name: STRIPE_REQUESTS_PER_SECOND,
+                ..
+            })
+        ));
+        assert!(matches!(
+            env(&[(CHARGE_MAX_CONCURRENCY, "1")]),
+            Err(ConfigError::Invalid {
+                name: CHARGE_MAX_CONCURRENCY,
+                ..
+            })
+        ));
+    }
+
+    struct MapEnv(std::collections::HashMap<&'static str, &'static str>);
+
+    impl Env for MapEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|v| (*v).to_owned())
+        }
+    }
+
+    #[test]
     fn every_example_is_accepted_by_its_reader() {
         let env = RecordingEnv::default();
         stripe_env(&env).unwrap();
         charge_policy(&env).unwrap();
+        stripe_budget(&env).unwrap();
         for name in [
             TABLE_NAME,
             QUEUE_URL,
