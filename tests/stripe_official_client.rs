@@ -37,4 +37,9 @@ async fn official_python_client_talks_to_the_simulator() {
         !sim.ledger().is_empty(),
         "the client really created PaymentIntents"
     );
+    assert_eq!(
+        sim.capacity_429s().create,
+        1,
+        "the client met the simulator's create limit once"
+    );
 }

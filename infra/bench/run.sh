@@ -110,9 +110,11 @@ if step sim; then
   "$simulate" --orders 20000 --events none --json | tail -n 1 > "$out/sim-no-webhooks.json"
 
   echo "== 3: simulate --orders $wire_orders on the wire (moto + a separate stripe-sim over HTTP)" >&2
+  # --unlimited: this step counts requests per operation on the wire; Stripe's rate limits are
+  # measured by the load model (simulate --arrival-rate), where time is virtual.
   infra/local/with-stack.sh bash -c "
     set -euo pipefail
-    target/release/stripe-sim --port 0 > '$out/stripe-sim.log' 2>&1 &
+    target/release/stripe-sim --port 0 --unlimited > '$out/stripe-sim.log' 2>&1 &
     sim_pid=\$!
     trap 'kill \$sim_pid' EXIT
     for _ in \$(seq 50); do grep -q listening '$out/stripe-sim.log' && break; sleep 0.1; done

@@ -1,4 +1,4 @@
-//! The unauthenticated admin API under `/_sim/`: faults, clock, ledger,
+//! The unauthenticated admin API under `/_sim/`: faults, capacity, clock, ledger,
 //! stats, reset, forced statuses. Bad JSON is a `400`, never a panic.
 
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::capacity::{Capacity, CapacityClock, CreateLatency};
 use crate::faults::FaultKind;
 use crate::reply::Reply;
 use crate::StripeSim;
@@ -42,6 +43,44 @@ struct FaultsUpdate {
     seed: Option<u64>,
 }
 
+/// `Some(None)` for an explicit `null`, `None` for an absent field.
+fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// `POST /_sim/capacity`: every field optional. A rate is requests/s, `null` = unlimited.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CapacityUpdate {
+    /// First set all four rates to Stripe's defaults (`true`) ...
+    stripe_defaults: Option<bool>,
+    /// ... or to unlimited (`true`); then the single rates below apply.
+    unlimited: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    create_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    retrieve_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    search_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    account_per_sec: Option<Option<u32>>,
+    clock: Option<CapacityClock>,
+    /// `null` turns create latency off; an object turns it on (absent fields: the defaults).
+    #[serde(default, deserialize_with = "nullable")]
+    create_latency: Option<Option<LatencyUpdate>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LatencyUpdate {
+    p50_ms: Option<u64>,
+    sigma: Option<f64>,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct ClockUpdate {
@@ -67,6 +106,8 @@ pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) 
     let result = match (method, rest) {
         (&Method::GET, "faults") => Ok(faults_json(sim)),
         (&Method::POST, "faults") => update_faults(sim, body),
+        (&Method::GET, "capacity") => Ok(capacity_json(sim)),
+        (&Method::POST, "capacity") => update_capacity(sim, body),
         (&Method::GET, "clock") => Ok(clock_json(sim)),
         (&Method::POST, "clock") => update_clock(sim, body),
         (&Method::GET, "ledger") => Ok(ledger_json(sim)),
@@ -165,6 +206,74 @@ fn update_faults(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
     Ok(faults_json(sim))
 }
 
+fn capacity_json(sim: &StripeSim) -> Reply {
+    let c = sim.capacity();
+    Reply::json(
+        200,
+        &json!({
+            "create_per_sec": c.create_per_sec,
+            "retrieve_per_sec": c.retrieve_per_sec,
+            "search_per_sec": c.search_per_sec,
+            "account_per_sec": c.account_per_sec,
+            "clock": c.clock,
+            "create_latency": c.create_latency.map(|l| json!({
+                "p50_ms": l.p50.as_millis() as u64,
+                "sigma": l.sigma,
+            })),
+            "tokens": sim.capacity_tokens(),
+            "capacity_429s": sim.capacity_429s(),
+        }),
+    )
+}
+
+/// Applies a `POST /_sim/capacity`; every bucket starts full again.
+fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let u: CapacityUpdate = parse(body)?;
+    let mut c = sim.capacity();
+    let base = match (u.stripe_defaults, u.unlimited) {
+        (Some(true), Some(true)) => {
+            return Err(bad_request(
+                "stripe_defaults and unlimited exclude each other",
+            ))
+        }
+        (Some(true), _) => Some(Capacity::stripe_defaults()),
+        (_, Some(true)) => Some(Capacity::unlimited()),
+        _ => None,
+    };
+    if let Some(b) = base {
+        c.create_per_sec = b.create_per_sec;
+        c.retrieve_per_sec = b.retrieve_per_sec;
+        c.search_per_sec = b.search_per_sec;
+        c.account_per_sec = b.account_per_sec;
+    }
+    let rates = [
+        (u.create_per_sec, &mut c.create_per_sec),
+        (u.retrieve_per_sec, &mut c.retrieve_per_sec),
+        (u.search_per_sec, &mut c.search_per_sec),
+        (u.account_per_sec, &mut c.account_per_sec),
+    ];
+    for (new, field) in rates {
+        if let Some(v) = new {
+            *field = v;
+        }
+    }
+    if let Some(clock) = u.clock {
+        c.clock = clock;
+    }
+    if let Some(l) = u.create_latency {
+        c.create_latency = l.map(|l| {
+            let d = CreateLatency::default();
+            CreateLatency {
+                p50: l.p50_ms.map_or(d.p50, Duration::from_millis),
+                sigma: l.sigma.unwrap_or(d.sigma),
+            }
+        });
+    }
+    c.validate().map_err(bad_request)?;
+    sim.set_capacity(c);
+    Ok(capacity_json(sim))
+}
+
 fn clock_json(sim: &StripeSim) -> Reply {
     Reply::json(
         200,
@@ -199,6 +308,7 @@ fn ledger_json(sim: &StripeSim) -> Reply {
             "payment_intents": ledger,
             "requests": eng.requests,
             "injected": kind_map(&eng.faults.injected),
+            "capacity_429s": eng.capacity.refused,
             "now_ms": now,
         }),
     )
@@ -213,6 +323,7 @@ fn stats_json(sim: &StripeSim) -> Reply {
         &json!({
             "requests": eng.requests,
             "injected": kind_map(&eng.faults.injected),
+            "capacity_429s": eng.capacity.refused,
             "payment_intents": count,
             "idempotency_keys": eng.key_count(),
             "now_ms": now,

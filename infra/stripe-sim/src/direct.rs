@@ -3,10 +3,11 @@
 //! see over HTTP comes back as an [`Answer`] (status, body, the two headers clients read), or as
 //! [`Outcome::Dropped`] when the connection would close unanswered.
 //!
-//! The `latency` fault is handed to the caller as a [`SlowCreate`]: the key stays in flight (a
-//! same-key request meanwhile gets `409 idempotency_key_in_use`, as over HTTP) until the caller
-//! completes it — a deterministic simulation decides when on its virtual clock, instead of a real
-//! sleep.
+//! The `latency` fault, and every executing create while [`crate::Capacity::create_latency`] is
+//! on, is handed to the caller as a [`SlowCreate`]: the key stays in flight (a same-key request
+//! meanwhile gets `409 idempotency_key_in_use`, as over HTTP) until the caller completes it — a
+//! deterministic simulation decides when on its virtual clock (after [`SlowCreate::latency`]),
+//! instead of a real sleep. Capacity limits apply in process too, on the capacity clock.
 
 use std::time::Duration;
 
@@ -44,9 +45,22 @@ pub struct SlowCreate {
 }
 
 impl SlowCreate {
-    /// How long the server sleeps before it executes.
+    /// How long the server takes before it executes: the `latency` fault's delay (if that is
+    /// what made it slow) plus the create latency drawn for it (when
+    /// [`crate::Capacity::create_latency`] is on).
     pub fn latency(&self) -> Duration {
-        self.ex.latency
+        self.ex.delay()
+    }
+
+    /// The create latency drawn for it alone (`None` while [`crate::Capacity::create_latency`]
+    /// is off: then only the `latency` fault made it slow).
+    pub fn create_latency(&self) -> Option<Duration> {
+        self.ex.create_latency
+    }
+
+    /// Whether the `latency` fault was injected into it.
+    pub fn is_latency_fault(&self) -> bool {
+        self.ex.fault == Some(FaultKind::Latency)
     }
 
     /// The server wakes up: creates the PaymentIntent at the simulator's current time and saves
@@ -96,7 +110,7 @@ impl StripeSim {
     ) -> CreateStart {
         match http::create_begin(self, idempotency_key.map(str::to_owned), form) {
             Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
-            Ok(ex) if ex.fault == Some(FaultKind::Latency) => CreateStart::Slow(SlowCreate {
+            Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
                 sim: self.clone(),
                 ex,
             }),

@@ -8,6 +8,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::Serialize;
 
+use crate::capacity::{Capacity, CapacityState};
 use crate::faults::{FaultConfig, FaultState};
 use crate::pi::{CreateOutcome, CreateParams, PaymentIntent, STATUSES};
 use crate::webhooks::{Outbox, WebhookConfig};
@@ -104,6 +105,8 @@ pub(crate) struct Engine {
     /// PaymentIntent positions by metadata (key, value), for search.
     by_metadata: HashMap<(String, String), Vec<usize>>,
     pub(crate) faults: FaultState,
+    /// Rate limits (token buckets), their refusals, and the create latency generator.
+    pub(crate) capacity: CapacityState,
     pub(crate) requests: RequestCounts,
     pub(crate) search_lag_ms: i64,
     pub(crate) settle_ms: i64,
@@ -113,7 +116,13 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(seed: u64, faults: FaultConfig, search_lag_ms: i64, settle_ms: i64) -> Self {
+    pub(crate) fn new(
+        seed: u64,
+        faults: FaultConfig,
+        capacity: Capacity,
+        search_lag_ms: i64,
+        settle_ms: i64,
+    ) -> Self {
         Engine {
             pis: Vec::new(),
             index: HashMap::new(),
@@ -122,6 +131,7 @@ impl Engine {
             expiry_seq: 0,
             by_metadata: HashMap::new(),
             faults: FaultState::new(seed, faults),
+            capacity: CapacityState::new(seed, capacity),
             requests: RequestCounts::default(),
             search_lag_ms,
             settle_ms,
@@ -130,7 +140,8 @@ impl Engine {
         }
     }
 
-    /// Clears PaymentIntents, keys, faults and counters; reseeds the RNGs.
+    /// Clears PaymentIntents, keys, faults and counters; reseeds the RNGs. The capacity
+    /// configuration stays (its buckets start full, its counters at zero).
     pub(crate) fn reset(&mut self) {
         let seed = self.faults.seed;
         let mut webhooks = std::mem::replace(
@@ -138,9 +149,11 @@ impl Engine {
             Outbox::new(seed, WebhookConfig::default()),
         );
         webhooks.clear(seed);
+        let capacity = self.capacity.config().clone();
         *self = Engine::new(
             seed,
             FaultConfig::default(),
+            capacity,
             self.search_lag_ms,
             self.settle_ms,
         );

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use crate::capacity::{Api, Limiter};
 use crate::engine::{Idem, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
@@ -213,6 +214,37 @@ impl Drop for KeyGuard {
     }
 }
 
+/// Stripe's `429 rate_limit` for a request refused for capacity (the same body as the random
+/// `rate_limit` fault's), with the `Stripe-Rate-Limited-Reason` Stripe sends.
+fn capacity_reply(limiter: Limiter) -> Reply {
+    let mut r = Reply::error(&ApiError::rate_limited());
+    r.headers
+        .push(("stripe-rate-limited-reason", limiter.reason().to_string()));
+    r
+}
+
+/// Counts the request, then the capacity check and the random faults decided before the
+/// idempotency layer, in that order. `Some` is the final answer.
+fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
+    let now = sim.capacity_now();
+    let mut eng = sim.engine();
+    let c = &mut eng.requests;
+    match api {
+        Api::Create => c.create += 1,
+        Api::Retrieve => c.retrieve += 1,
+        Api::Search => c.search += 1,
+    }
+    let at = now.on(eng.capacity.config().clock);
+    if let Err(limiter) = eng.capacity.admit(api, at) {
+        return Some(capacity_reply(limiter));
+    }
+    let ep = match api {
+        Api::Create => Endpoint::Create,
+        Api::Retrieve | Api::Search => Endpoint::Read,
+    };
+    eng.faults.decide_pre(ep).map(pre_fault_reply)
+}
+
 fn pre_fault_reply(kind: FaultKind) -> Reply {
     match kind {
         FaultKind::RateLimit => Reply::error(&ApiError::rate_limited()),
@@ -231,6 +263,25 @@ pub(crate) struct Executing {
     pub(crate) fault: Option<FaultKind>,
     /// The latency fault's delay.
     pub(crate) latency: std::time::Duration,
+    /// The create latency drawn for it, when [`crate::Capacity::create_latency`] is on.
+    pub(crate) create_latency: Option<std::time::Duration>,
+}
+
+impl Executing {
+    /// Whether the server takes time before it executes (the latency fault, or create latency).
+    pub(crate) fn is_slow(&self) -> bool {
+        self.fault == Some(FaultKind::Latency) || self.create_latency.is_some()
+    }
+
+    /// How long: the latency fault's delay (if that is its fault) plus the create latency.
+    pub(crate) fn delay(&self) -> std::time::Duration {
+        let fault = if self.fault == Some(FaultKind::Latency) {
+            self.latency
+        } else {
+            std::time::Duration::ZERO
+        };
+        fault.saturating_add(self.create_latency.unwrap_or_default())
+    }
 }
 
 /// The first half of a create, up to the execution fault decision. `Err` is the final answer.
@@ -239,13 +290,8 @@ pub(crate) fn create_begin(
     idempotency_key: Option<String>,
     form: Vec<(String, String)>,
 ) -> Result<Executing, Reply> {
-    let pre = {
-        let mut eng = sim.engine();
-        eng.requests.create += 1;
-        eng.faults.decide_pre(Endpoint::Create)
-    };
-    if let Some(kind) = pre {
-        return Err(pre_fault_reply(kind));
+    if let Some(reply) = gate(sim, Api::Create) {
+        return Err(reply);
     }
     if let Some(k) = &idempotency_key {
         if k.chars().count() > 255 {
@@ -279,9 +325,14 @@ pub(crate) fn create_begin(
         Ok(p) => p,
         Err(e) => return Err(Reply::error(&e)), // guard forgets the key
     };
-    let (fault, latency) = {
+    let (fault, latency, create_latency) = {
         let mut eng = sim.engine();
-        (eng.faults.decide_exec(), eng.faults.latency)
+        let fault = eng.faults.decide_exec();
+        (
+            fault,
+            eng.faults.latency,
+            eng.capacity.draw_create_latency(),
+        )
     };
     Ok(Executing {
         params,
@@ -289,6 +340,7 @@ pub(crate) fn create_begin(
         guard,
         fault,
         latency,
+        create_latency,
     })
 }
 
@@ -330,23 +382,15 @@ async fn create(
         Ok(ex) => ex,
         Err(reply) => return Ok(reply),
     };
-    if ex.fault == Some(FaultKind::Latency) {
-        tokio::time::sleep(ex.latency).await;
+    if ex.is_slow() {
+        // Real time, with the key in flight (a same-key request meanwhile gets a 409).
+        tokio::time::sleep(ex.delay()).await;
     }
     create_exec(sim, ex)
 }
 
-pub(crate) fn read_fault(
-    sim: &StripeSim,
-    bump: impl FnOnce(&mut crate::RequestCounts),
-) -> Option<Reply> {
-    let mut eng = sim.engine();
-    bump(&mut eng.requests);
-    eng.faults.decide_pre(Endpoint::Read).map(pre_fault_reply)
-}
-
 pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
-    if let Some(r) = read_fault(sim, |c| c.retrieve += 1) {
+    if let Some(r) = gate(sim, Api::Retrieve) {
         return r;
     }
     let now = sim.now_ms();
@@ -357,7 +401,7 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
 }
 
 pub(crate) fn search(sim: &StripeSim, query: &str) -> Reply {
-    if let Some(r) = read_fault(sim, |c| c.search += 1) {
+    if let Some(r) = gate(sim, Api::Search) {
         return r;
     }
     let q = form_urlencoded::parse(query.as_bytes())

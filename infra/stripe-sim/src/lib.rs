@@ -8,7 +8,18 @@
 //! `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents/search`, and an
 //! unauthenticated admin API under `/_sim/`.
 //!
+//! # Capacity (opt-in)
+//! [`SimConfig::capacity`] models Stripe's rate limits (token buckets per endpoint and for the
+//! account, `429 rate_limit` when empty) and the latency of creates: see [`capacity`].
+//! **[`SimConfig::default`] keeps [`Capacity::unlimited`]** (no limits, no latency), so embedding
+//! code behaves as before until it opts in with e.g. [`Capacity::stripe_defaults`]; the
+//! `stripe-sim` binary defaults to Stripe's documented limits on the real clock
+//! (`--unlimited` turns them off). Set at run time with [`StripeSim::set_capacity`] or
+//! `POST /_sim/capacity`; refusals are counted in [`StripeSim::capacity_429s`], apart from the
+//! random `rate_limit` fault.
+//!
 //! # Module map
+//! - [`capacity`]: [`Capacity`] (rate limits, [`CreateLatency`]) and its counters.
 //! - [`clock`]: simulated clock (manual, or an external [`TimeSource`]).
 //! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
 //! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
@@ -36,6 +47,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod capacity;
 pub mod clock;
 pub mod faults;
 pub mod webhooks;
@@ -52,12 +64,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use capacity::{Capacity, Capacity429s, CapacityClock, CapacityTokens, CreateLatency};
 pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
@@ -95,6 +108,10 @@ pub struct SimConfig {
     pub start_ms: Option<i64>,
     /// Initial fault settings (default: none).
     pub faults: FaultConfig,
+    /// Rate limits and create latency. Default: [`Capacity::unlimited`] (nothing limited, creates
+    /// take no time), unlike the `stripe-sim` binary, which defaults to Stripe's documented
+    /// limits ([`Capacity::stripe_defaults`] on [`CapacityClock::Real`]).
+    pub capacity: Capacity,
 }
 
 impl Default for SimConfig {
@@ -107,6 +124,7 @@ impl Default for SimConfig {
             time_source: None,
             start_ms: None,
             faults: FaultConfig::default(),
+            capacity: Capacity::unlimited(),
         }
     }
 }
@@ -124,6 +142,7 @@ impl fmt::Debug for SimConfig {
             )
             .field("start_ms", &self.start_ms)
             .field("faults", &self.faults)
+            .field("capacity", &self.capacity)
             .finish()
     }
 }
@@ -135,6 +154,8 @@ fn dur_ms(d: Duration) -> i64 {
 pub(crate) struct Inner {
     pub(crate) api_key: String,
     pub(crate) clock: Clock,
+    /// Origin of [`CapacityClock::Real`].
+    started: Instant,
     engine: Mutex<Engine>,
 }
 
@@ -150,13 +171,17 @@ impl StripeSim {
     pub fn new(cfg: SimConfig) -> Self {
         let mut faults = cfg.faults;
         sanitize(&mut faults);
+        let mut capacity = cfg.capacity;
+        sanitize_capacity(&mut capacity);
         StripeSim {
             inner: Arc::new(Inner {
                 api_key: cfg.api_key,
                 clock: Clock::new(cfg.time_source, cfg.start_ms),
+                started: Instant::now(),
                 engine: Mutex::new(Engine::new(
                     cfg.seed,
                     faults,
+                    capacity,
                     dur_ms(cfg.search_lag),
                     dur_ms(cfg.processing_settle),
                 )),
@@ -243,6 +268,46 @@ impl StripeSim {
         self.engine().settle_ms = dur_ms(d);
     }
 
+    /// Replaces the capacity (rate limits, their clock, create latency); every bucket starts full
+    /// again, the counters are kept. An invalid latency `sigma` (negative, NaN) counts as 0.
+    pub fn set_capacity(&self, mut c: Capacity) {
+        sanitize_capacity(&mut c);
+        self.engine().capacity.apply(c);
+    }
+
+    /// The current capacity configuration.
+    pub fn capacity(&self) -> Capacity {
+        self.engine().capacity.config().clone()
+    }
+
+    /// Requests refused for capacity, by endpoint (not the random `rate_limit` fault: see
+    /// [`StripeSim::injected`]).
+    pub fn capacity_429s(&self) -> Capacity429s {
+        self.engine().capacity.refused
+    }
+
+    /// Tokens left in each bucket now (`None`: unlimited).
+    pub fn capacity_tokens(&self) -> CapacityTokens {
+        let now = self.capacity_now();
+        let eng = self.engine();
+        eng.capacity.tokens(now.on(eng.capacity.config().clock))
+    }
+
+    /// Draws the next create latency from the seeded stream that executing creates draw from
+    /// (`None` while [`Capacity::create_latency`] is off). Each call advances that stream.
+    pub fn next_create_latency(&self) -> Option<Duration> {
+        self.engine().capacity.draw_create_latency()
+    }
+
+    /// Now on both capacity clocks, read before the engine is locked (a time source is never
+    /// called under the lock).
+    pub(crate) fn capacity_now(&self) -> CapacityNow {
+        CapacityNow {
+            simulated_ms: self.now_ms(),
+            real_ms: dur_ms(self.inner.started.elapsed()),
+        }
+    }
+
     /// Every PaymentIntent ever created (oldest first), statuses settled.
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         let now = self.now_ms();
@@ -259,9 +324,9 @@ impl StripeSim {
         self.engine().requests
     }
 
-    /// Clears PaymentIntents, idempotency keys, faults and counters, and
-    /// restarts the RNGs from the current seed. Keeps the API key, the clock,
-    /// the search lag and the settle time.
+    /// Clears PaymentIntents, idempotency keys, faults and counters (capacity 429s included), and
+    /// restarts the RNGs from the current seed. Keeps the API key, the clock, the search lag, the
+    /// settle time and the capacity configuration (its buckets start full again).
     pub fn reset(&self) {
         self.engine().reset();
     }
@@ -338,6 +403,31 @@ impl StripeSim {
     /// What happened to webhook events so far.
     pub fn webhook_counts(&self) -> WebhookCounts {
         self.engine().webhooks.counts
+    }
+}
+
+/// Now on both [`CapacityClock`]s, milliseconds.
+#[derive(Clone, Copy)]
+pub(crate) struct CapacityNow {
+    simulated_ms: i64,
+    /// Real time since the simulator was made.
+    real_ms: i64,
+}
+
+impl CapacityNow {
+    pub(crate) fn on(self, clock: CapacityClock) -> i64 {
+        match clock {
+            CapacityClock::Simulated => self.simulated_ms,
+            CapacityClock::Real => self.real_ms,
+        }
+    }
+}
+
+fn sanitize_capacity(c: &mut Capacity) {
+    if let Some(l) = &mut c.create_latency {
+        if l.validate().is_err() {
+            l.sigma = 0.0;
+        }
     }
 }
 

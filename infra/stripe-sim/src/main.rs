@@ -4,12 +4,16 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use stripe_sim::{DeliveryMode, SimConfig, StripeSim, WebhookConfig};
+use stripe_sim::{
+    Capacity, CapacityClock, CreateLatency, DeliveryMode, SimConfig, StripeSim, WebhookConfig,
+};
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
 [--search-lag-secs N] [--processing-settle-secs N] [--latency-ms N] \
 [--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
-[--event-source aws.partner/stripe.com/...]
+[--event-source aws.partner/stripe.com/...] \
+[--create-rps N] [--retrieve-rps N] [--search-rps N] [--account-rps N] [--unlimited] \
+[--capacity-clock real|simulated] [--create-latency-p50-ms N] [--create-latency-sigma X]
 
   --port N                     port on 127.0.0.1 (0 = ephemeral, default 12111)
   --api-key KEY                accepted secret key (default sk_test_charge_once)
@@ -22,7 +26,17 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --event-delivery MODE        webhook (signed POST, default) or eventbridge (the event as the detail
                                of an EventBridge envelope, unsigned; no secret needed)
   --event-source NAME          eventbridge: the envelope's source (default
-                               aws.partner/stripe.com/ed_test_61SimulatedDestination)";
+                               aws.partner/stripe.com/ed_test_61SimulatedDestination)
+  --create-rps N               POST /v1/payment_intents limit, requests/s (default 25; `unlimited`)
+  --retrieve-rps N             GET /v1/payment_intents/{id} limit (default 25; `unlimited`)
+  --search-rps N               GET /v1/payment_intents/search limit (default 20; `unlimited`)
+  --account-rps N              the account's overall limit (default 100, Stripe's live mode; 25 is
+                               test mode's; `unlimited`). Over a limit: 429 rate_limit
+  --unlimited                  no rate limit at all (later --*-rps flags still apply)
+  --capacity-clock CLOCK       what refills the buckets: real (default) or simulated time
+  --create-latency-p50-ms N    creates take a seeded lognormal time with this median (real sleep,
+                               key in flight); off by default
+  --create-latency-sigma X     its spread, sd of ln(latency) (default 0.6; turns latency on)";
 
 struct Args {
     port: u16,
@@ -33,7 +47,12 @@ struct Args {
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut out = Args {
         port: 12111,
-        cfg: SimConfig::default(),
+        cfg: SimConfig {
+            // Stripe's documented limits, on real time: the simulated clock moves only when
+            // advanced. No create latency unless asked for (tests would slow down).
+            capacity: Capacity::stripe_defaults().with_clock(CapacityClock::Real),
+            ..SimConfig::default()
+        },
         webhooks: WebhookConfig {
             // A secret in the environment keeps it out of `ps` output.
             secret: std::env::var("STRIPE_SIM_WEBHOOK_SECRET")
@@ -50,6 +69,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         if name == "--help" || name == "-h" {
             return Err(String::new());
         }
+        if name == "--unlimited" {
+            if inline.is_some() {
+                return Err("--unlimited takes no value".into());
+            }
+            let c = &mut out.cfg.capacity;
+            c.create_per_sec = None;
+            c.retrieve_per_sec = None;
+            c.search_per_sec = None;
+            c.account_per_sec = None;
+            continue;
+        }
         let value = match inline.or_else(|| args.next()) {
             Some(v) => v,
             None => return Err(format!("missing value for {name}")),
@@ -58,7 +88,31 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             v.parse::<u64>()
                 .map_err(|_| format!("invalid number for {name}: {v}"))
         };
+        let rps = |v: &str| -> Result<Option<u32>, String> {
+            if v == "unlimited" {
+                return Ok(None);
+            }
+            v.parse::<u32>()
+                .map(Some)
+                .map_err(|_| format!("invalid rate for {name}: {v} (requests/s, or unlimited)"))
+        };
         match name.as_str() {
+            "--create-rps" => out.cfg.capacity.create_per_sec = rps(&value)?,
+            "--retrieve-rps" => out.cfg.capacity.retrieve_per_sec = rps(&value)?,
+            "--search-rps" => out.cfg.capacity.search_per_sec = rps(&value)?,
+            "--account-rps" => out.cfg.capacity.account_per_sec = rps(&value)?,
+            "--capacity-clock" => out.cfg.capacity.clock = value.parse()?,
+            "--create-latency-p50-ms" => {
+                latency(&mut out.cfg.capacity).p50 = Duration::from_millis(num(&value)?)
+            }
+            "--create-latency-sigma" => {
+                let sigma = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| format!("invalid sigma for {name}: {value}"))?;
+                latency(&mut out.cfg.capacity).sigma = sigma
+            }
             "--port" => {
                 out.port = value
                     .parse()
@@ -87,6 +141,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         }
     }
     Ok(out)
+}
+
+/// The create latency, turned on with the defaults if it was off.
+fn latency(c: &mut Capacity) -> &mut CreateLatency {
+    c.create_latency.get_or_insert_with(CreateLatency::default)
 }
 
 async fn wait_for_signal() {
@@ -175,5 +234,53 @@ mod tests {
         assert_eq!(e.webhooks.mode, DeliveryMode::EventBridge);
         assert_eq!(e.webhooks.event_source(), "aws.partner/stripe.com/ed_x");
         assert!(parse(&["--event-delivery", "carrier-pigeon"]).is_err());
+    }
+
+    #[test]
+    fn capacity_flags() {
+        let d = parse(&[]).unwrap().cfg.capacity;
+        assert_eq!(
+            d,
+            Capacity::stripe_defaults().with_clock(CapacityClock::Real),
+            "the binary defaults to Stripe's documented limits, on real time, no latency"
+        );
+        let a = parse(&[
+            "--unlimited",
+            "--create-rps",
+            "3",
+            "--search-rps=unlimited",
+            "--capacity-clock",
+            "simulated",
+            "--create-latency-p50-ms",
+            "120",
+        ])
+        .unwrap()
+        .cfg
+        .capacity;
+        assert_eq!(a.create_per_sec, Some(3));
+        assert_eq!(a.retrieve_per_sec, None);
+        assert_eq!(a.search_per_sec, None);
+        assert_eq!(a.account_per_sec, None);
+        assert_eq!(a.clock, CapacityClock::Simulated);
+        assert_eq!(
+            a.create_latency,
+            Some(CreateLatency::with_p50(Duration::from_millis(120)))
+        );
+        let s = parse(&["--account-rps", "25", "--create-latency-sigma", "0"])
+            .unwrap()
+            .cfg
+            .capacity;
+        assert_eq!(s.account_per_sec, Some(25));
+        assert_eq!(s.create_latency.unwrap().sigma, 0.0);
+        assert_eq!(s.create_latency.unwrap().p50, CreateLatency::DEFAULT_P50);
+        for bad in [
+            &["--create-rps", "-1"][..],
+            &["--create-rps", "lots"],
+            &["--unlimited=yes"],
+            &["--capacity-clock", "sundial"],
+            &["--create-latency-sigma", "-0.5"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -78,7 +78,7 @@ impl ApiError {
             format!("No such payment_intent: '{id}'"),
         )
         .code("resource_missing")
-        .param("id")
+        .param("intent")
     }
 
     /// `404` for a URL the simulator does not serve.

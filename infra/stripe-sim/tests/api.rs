@@ -242,7 +242,10 @@ async fn retrieve_unknown_is_404_resource_missing() {
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "resource_missing");
-    assert_eq!(v["error"]["param"], "id");
+    assert_eq!(
+        v["error"]["param"], "intent",
+        "Stripe names the path parameter `intent`"
+    );
     assert!(h.sim.ledger().is_empty());
     assert_eq!(h.sim.request_counts().retrieve, 1);
 }

@@ -4,7 +4,8 @@ Usage:
     STRIPE_SIM_URL=http://127.0.0.1:12111 python official_client.py
 Optional: STRIPE_SIM_KEY (default sk_test_charge_once).
 Exits non-zero on the first failed check. Uses the admin API to advance the
-simulated clock and inject one drop_after_commit fault.
+simulated clock, inject one drop_after_commit and one rate_limit fault, and set
+a tiny create rate limit (then lifts it).
 """
 
 import json
@@ -102,6 +103,34 @@ def main():
         check(False, "wrong key raises AuthenticationError")
     except stripe.AuthenticationError:
         check(True, "wrong key raises AuthenticationError")
+
+    # Capacity: 1 create/s on the simulated clock (which does not move here). The client must not
+    # retry the 429 itself (max_network_retries=0), or it would hide it.
+    cap = admin("capacity", {"create_per_sec": 1})
+    check(cap["create_per_sec"] == 1, "capacity set to 1 create/s")
+    pis.create(params=params, options={"idempotency_key": "py-4"})
+    try:
+        pis.create(params=params, options={"idempotency_key": "py-5"})
+        check(False, "over the create limit raises RateLimitError")
+    except stripe.RateLimitError as e:
+        # The client builds RateLimitError from the status alone (e.code stays None).
+        check(e.http_status == 429 and e.json_body["error"]["code"] == "rate_limit",
+              "over the create limit raises RateLimitError (429 rate_limit)")
+    admin("capacity", {"unlimited": True})
+    admin("faults", {"script": ["rate_limit"]})
+    try:
+        pis.create(params=params, options={"idempotency_key": "py-5"})
+        check(False, "the rate_limit fault raises RateLimitError")
+    except stripe.RateLimitError as e:
+        check(e.http_status == 429, "the rate_limit fault raises RateLimitError")
+    stats = admin("stats")
+    check(stats["capacity_429s"]["create"] == 1 and stats["injected"]["rate_limit"] == 1,
+          "capacity 429s are counted apart from the rate_limit fault")
+    created = pis.create(params=params, options={"idempotency_key": "py-5"})
+    ledger = admin("ledger")["payment_intents"]
+    check(len(ledger) == 5
+          and [p["id"] for p in ledger if p["idempotency_key"] == "py-5"] == [created.id],
+          "neither 429 saved anything under the key: the retry creates")
     print("official client: all checks passed")
 
 
