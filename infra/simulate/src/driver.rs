@@ -2,6 +2,11 @@
 //! API v2 requests), a local event-source mapping feeds FIFO batches to the real charge handler
 //! (deleting successes, honouring `batchItemFailures`, visibility timeouts, a receive limit and a
 //! DLQ), and scheduled events tick the real reconciler handler. Faults are injected all along.
+//!
+//! A tick that fails (the handler returns an error) is counted (`failed_ticks`, an invariant:
+//! it must stay 0) and the run goes on, as the next scheduled invocation would; the unreadable
+//! records each tick counted are read from its EMF line (`UnreadableRecords`), as CloudWatch would.
+//! An operator repairs unreadable records (`unreadable_record`) when their time comes.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -68,6 +73,8 @@ pub struct Pipeline {
     /// Stripe's events to the events function, by EventBridge or webhook (`None` with
     /// `--events none`).
     pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
+    /// The memory store, where an operator repairs unreadable records (`None` on `--backend aws`).
+    pub operator: Option<Arc<crate::store::SimStore>>,
 }
 
 /// One order as submitted.
@@ -88,6 +95,25 @@ pub struct LoopCounts {
     pub checkout_503: AtomicU64,
     pub poison_sent: AtomicU64,
     pub virtual_end: AtomicU64,
+    /// Reconciler ticks whose handler returned an error.
+    pub failed_ticks: AtomicU64,
+    /// The first of those errors.
+    pub first_failed_tick: Mutex<Option<String>>,
+    /// Unreadable records counted by the ticks (their `UnreadableRecords` metric, summed).
+    pub unreadable_counted: AtomicU64,
+}
+
+/// The `UnreadableRecords` of a tick's EMF lines (the reconciler's line), summed.
+pub fn unreadable_in_emf(lines: &[u8]) -> u64 {
+    String::from_utf8_lossy(lines)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|v| {
+            v.get("UnreadableRecords")
+                .and_then(serde_json::Value::as_f64)
+        })
+        .map(|n| n as u64)
+        .sum()
 }
 
 /// The `index`-th order of a seed: its id and card, fixed by (seed, index) whatever the
@@ -215,24 +241,65 @@ impl Pipeline {
         );
     }
 
-    async fn tick(&self, counts: &LoopCounts) -> Result<(), BoxError> {
+    /// One scheduled reconciler invocation. A failed one is counted, not fatal: the schedule
+    /// invokes it again 5 minutes later.
+    async fn tick(&self, counts: &LoopCounts) {
         if self.no_retry {
-            return Ok(());
+            return;
         }
         let mut event = EventBridgeEvent::<serde_json::Value>::default();
         event.detail_type = "Scheduled Event".into();
         event.source = "aws.events".into();
         event.detail = json!({});
-        reconciler::handler::handle_with_metrics(
+        let mut emf = Vec::new();
+        let result = reconciler::handler::handle_with_metrics(
             &self.reconciler,
             LambdaEvent::new(event, Context::default()),
-            &mut std::io::sink(),
+            &mut emf,
         )
-        .await
-        .map_err(|e| format!("reconciler tick: {e}"))?;
-        counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
-        self.trace.event("", "tick", format_args!(""));
-        Ok(())
+        .await;
+        match result {
+            Ok(_) => {
+                counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
+                let unreadable = unreadable_in_emf(&emf);
+                counts
+                    .unreadable_counted
+                    .fetch_add(unreadable, Ordering::Relaxed);
+                if unreadable == 0 {
+                    self.trace.event("", "tick", format_args!(""));
+                } else {
+                    self.trace.event(
+                        "",
+                        "tick",
+                        format_args!("{unreadable} unreadable records counted"),
+                    );
+                }
+            }
+            Err(e) => {
+                counts.failed_ticks.fetch_add(1, Ordering::Relaxed);
+                let error = format!("reconciler tick: {e}");
+                self.trace
+                    .event("", "tick", format_args!("FAILED: {error}"));
+                counts
+                    .first_failed_tick
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(error);
+            }
+        }
+    }
+
+    /// The operator's repairs of unreadable records whose time has come.
+    fn repair_due(&self) {
+        if let Some(store) = &self.operator {
+            for key in store.repair_due(self.clock.now()) {
+                self.trace.event(
+                    key.order_id.as_str(),
+                    "operator",
+                    format_args!("repaired the unreadable record: readable again"),
+                );
+            }
+        }
     }
 
     /// One batch through the charge handler, as the event-source mapping does it. Returns false
@@ -372,7 +439,7 @@ impl Pipeline {
                 .store
                 .query_index(IndexQuery::Unsettled, cursor, 50)
                 .await?;
-            any |= !page.operations.is_empty();
+            any |= !page.operations.is_empty() || !page.unreadable.is_empty();
             due = page
                 .operations
                 .iter()
@@ -383,10 +450,11 @@ impl Pipeline {
                 break;
             }
         }
-        let wake = match (due, self.blackouts.next_end(now)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let repair = self.operator.as_ref().and_then(|s| s.next_repair());
+        let wake = [due, self.blackouts.next_end(now), repair]
+            .into_iter()
+            .flatten()
+            .min();
         Ok((any, wake))
     }
 
@@ -413,8 +481,9 @@ impl Pipeline {
             run_all(&self.scheduler, submissions).await;
             self.drain(counts).await?;
             self.clock.advance(Duration::from_secs(1));
+            self.repair_due();
             if self.clock.now().since(last_tick) >= TICK_EVERY {
-                self.tick(counts).await?;
+                self.tick(counts).await;
                 last_tick = self.clock.now();
             }
             if progress && next % (chunk * 64) < chunk {
@@ -425,7 +494,8 @@ impl Pipeline {
             eprintln!();
         }
         let policy = &self.charge.charge.policy;
-        // Long enough for a stuck intent to reach review (the stuck bound), past every other wait.
+        // Long enough for a stuck intent to reach review (the stuck bound), past every other wait,
+        // counted from an unreadable record's repair (its first attempt may come only then).
         let deadline = self
             .clock
             .now()
@@ -434,6 +504,7 @@ impl Pipeline {
                     .max(policy.key_window + policy.search_min_age)
                     .max(policy.stuck_after),
             )
+            .plus(crate::store::REPAIR_AFTER)
             .plus(Duration::from_secs(2 * 3600));
         loop {
             self.stripe.sync_clock(&self.clock).await?;
@@ -463,9 +534,10 @@ impl Pipeline {
             } else {
                 self.clock.advance(STEP);
             }
+            self.repair_due();
             if self.clock.now().since(last_tick) >= TICK_EVERY {
                 self.stripe.sync_clock(&self.clock).await?;
-                self.tick(counts).await?;
+                self.tick(counts).await;
                 last_tick = self.clock.now();
             }
         }

@@ -67,10 +67,20 @@ pub enum Kind {
     /// PaymentIntent that succeeded, `succeeded` for one declined, or for one Stripe never
     /// created. It must move nothing (`forged_settles`) and page (`event_mismatches`).
     ForgedEvent,
+    /// The order's record is stored in the shape release 2026-11-29 wrote (no `requested_by`):
+    /// the simulation's store keeps it as a DynamoDB item and reads it only through the real
+    /// mapping (`operation_from_item`). It must settle like any other. Memory backend only.
+    LegacyRecord,
+    /// Right after the checkout's put, the order's record is corrupted (one attribute, as a bad
+    /// hand edit or a bug leaves it): reads of it fail (`malformed item: <field>: <why>`) and the
+    /// reconciler's page sets it aside (`UnreadableRecords`) while settling the rest. An operator
+    /// repairs it [`crate::store::REPAIR_AFTER`] later; it must then settle like any other.
+    /// Memory backend only.
+    UnreadableRecord,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 19] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -88,6 +98,8 @@ impl Kind {
         Kind::Poison,
         Kind::Stuck,
         Kind::ForgedEvent,
+        Kind::LegacyRecord,
+        Kind::UnreadableRecord,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -109,6 +121,8 @@ impl Kind {
             Kind::Poison => "poison",
             Kind::Stuck => "stuck",
             Kind::ForgedEvent => "forged_event",
+            Kind::LegacyRecord => "legacy_record",
+            Kind::UnreadableRecord => "unreadable_record",
         }
     }
 
@@ -398,7 +412,14 @@ impl OperationStore for FaultyStore {
                 "operation unreachable (key_pruned scenario)",
             ));
         }
-        let claim = self.inner.claim(req).await?;
+        let claim = match self.inner.claim(req).await {
+            Ok(claim) => claim,
+            Err(e) => {
+                self.trace
+                    .event(order, "store.claim", format_args!("error: {e}"));
+                return Err(e);
+            }
+        };
         // Dies after taking the lease, before calling Stripe: the lease must expire first.
         if matches!(claim, Claim::Claimed(_)) && self.faults.roll(Kind::Crash) {
             self.trace.event(
@@ -495,11 +516,23 @@ impl OperationStore for FaultyStore {
         let now = self.clock.now();
         page.operations
             .retain(|op| !self.blackouts.active(&op.operation_id, now));
-        self.trace.event(
-            "",
-            "store.query_index",
-            format_args!("{query:?} {} found", page.operations.len()),
-        );
+        if page.unreadable.is_empty() {
+            self.trace.event(
+                "",
+                "store.query_index",
+                format_args!("{query:?} {} found", page.operations.len()),
+            );
+        } else {
+            self.trace.event(
+                "",
+                "store.query_index",
+                format_args!(
+                    "{query:?} {} found, {} unreadable set aside",
+                    page.operations.len(),
+                    page.unreadable.len()
+                ),
+            );
+        }
         Ok(page)
     }
 }

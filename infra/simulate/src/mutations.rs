@@ -39,10 +39,13 @@ pub enum Mutation {
     /// The events function settles from the event's payload without asking Stripe: its
     /// `retrieve` answers with the PaymentIntent the event being delivered carries.
     TrustEventPayload,
+    /// The reconciler's index page fails on a record it cannot read instead of setting it aside
+    /// (`Page::unreadable`): every tick fails while one is due.
+    UnreadableFailsPage,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -52,6 +55,7 @@ impl Mutation {
         Mutation::ReconcilerSkipsPending,
         Mutation::RelayLosesOutcomes,
         Mutation::TrustEventPayload,
+        Mutation::UnreadableFailsPage,
     ];
 
     pub fn name(&self) -> String {
@@ -112,6 +116,54 @@ impl OperationStore for SkipPending {
         page.operations
             .retain(|op| op.status != OperationStatus::Pending);
         Ok(page)
+    }
+}
+
+/// The store as the reconciler sees it, with a page that fails on its first unreadable record (as
+/// `DynamoStore` did before `Page::unreadable`) instead of listing it.
+pub struct FailOnUnreadable(pub Arc<dyn OperationStore>);
+
+#[async_trait]
+impl OperationStore for FailOnUnreadable {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.0.create_if_absent(op).await
+    }
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.0.get(key).await
+    }
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.0.get_by_operation_id(operation_id).await
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        self.0.record(rec).await
+    }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.0.reschedule(req).await
+    }
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.0.resolve(req).await
+    }
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let page = self.0.query_index(query, cursor, limit).await?;
+        match page.unreadable.first() {
+            Some(bad) => Err(StoreError::new(format!(
+                "index page: record {} cannot be read: {}",
+                bad.key, bad.reason
+            ))
+            .of_unreadable(bad.key.clone())),
+            None => Ok(page),
+        }
     }
 }
 

@@ -23,6 +23,11 @@
 //!    on, see [`crate::webhooks::Forged`]). The refusals are counted (`event_mismatches`: forged
 //!    events refused and paged), which proves the fault really happened.
 //!
+//! 7. the reconciler never fails a tick (issue 24): not on a record in an earlier release's shape
+//!    (`legacy_record`), not on one nobody can read (`unreadable_record`: its page sets it aside
+//!    and settles the rest) — `failed_ticks` must be 0; and every record is readable at the end,
+//!    once the operator repaired the unreadable ones (`unreadable_at_end`).
+//!
 //! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
 //! its group went on), stuck intents sent to review (`stuck_reviews`), and EventBridge events
 //! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
@@ -112,6 +117,17 @@ pub struct Report {
     pub webhook_creates: u64,
     /// Audit at the store: writes that changed a settled record. Must stay 0.
     pub settled_changes: u64,
+    /// Invariant: reconciler ticks whose handler returned an error. Must stay 0.
+    pub failed_ticks: u64,
+    /// The first failed tick's error.
+    pub first_failed_tick: Option<String>,
+    /// Unreadable records the reconciler's ticks counted (their `UnreadableRecords` metric,
+    /// summed: a record due through several ticks is counted by each).
+    pub unreadable_counted: u64,
+    /// Unreadable records an operator repaired (after `store::REPAIR_AFTER`).
+    pub unreadable_repaired: u64,
+    /// Invariant: orders whose record could not be read after the run. Must stay 0.
+    pub unreadable_at_end: u64,
     /// How long operations that went `unknown` took to settle (virtual time).
     pub time_to_settle: TimeToSettle,
     /// The same, for the unknowns whose PaymentIntent was already final at Stripe (a lost or
@@ -298,6 +314,24 @@ impl<'a> Judge<'a> {
         }
     }
 
+    /// An order whose record exists but cannot be read after the run (`error`: the reader's).
+    pub fn unreadable(
+        &mut self,
+        report: &mut Report,
+        order: &Order,
+        error: &charge_once::ports::StoreError,
+    ) {
+        report.orders += 1;
+        report.accepted += 1;
+        report.unreadable_at_end += 1;
+        if report.first_violation.is_none() {
+            report.first_violation = Some(format!(
+                "record unreadable at the end: order {} ({error})",
+                order.order_id
+            ));
+        }
+    }
+
     /// After the last order: the PaymentIntents and the verdict.
     /// `order_of` names the order an operation id was minted for; `audits` the first order each
     /// audit flagged (stale lease write, foreign dedup id).
@@ -360,6 +394,16 @@ impl<'a> Judge<'a> {
                 report.webhook_creates
             ));
         }
+        if let (None, true) = (&report.first_violation, report.failed_ticks > 0) {
+            let error = report.first_failed_tick.as_deref().unwrap_or("?");
+            let n = report.failed_ticks;
+            report.first_violation = Some(match order_named_in(error) {
+                Some(order) => {
+                    format!("failed reconciler tick ({n} in all): order {order} ({error})")
+                }
+                None => format!("failed reconciler tick ({n} in all): {error}"),
+            });
+        }
         if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
             report.first_violation = Some(format!(
                 "dedup id not derived from the operation (queue audit): order {}",
@@ -378,8 +422,19 @@ impl<'a> Judge<'a> {
             && report.foreign_dedup_ids == 0
             && report.settled_changes == 0
             && report.webhook_creates == 0
-            && report.forged_settles == 0;
+            && report.forged_settles == 0
+            && report.failed_ticks == 0
+            && report.unreadable_at_end == 0;
     }
+}
+
+/// The order of the first stored key (`ORDER#<order_id>/<kind>`) an error names, if any.
+fn order_named_in(error: &str) -> Option<&str> {
+    let (_, rest) = error.split_once("ORDER#")?;
+    let end = rest
+        .find(|c: char| c == '/' || c.is_whitespace() || c == ':' || c == ')')
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|o| !o.is_empty())
 }
 
 impl Report {
@@ -403,8 +458,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}  forged settles {}",
-            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges, self.forged_settles
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}  forged settles {}  failed ticks {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges, self.forged_settles, self.failed_ticks
         );
         let _ = writeln!(
             s,
@@ -435,6 +490,16 @@ impl Report {
             s,
             "  needs a person  poison messages {}  stuck reviews {}  event mismatches {} (forged events refused, paged)  events dead-lettered {}",
             self.poison_messages, self.stuck_reviews, self.event_mismatches, self.events_dead_lettered
+        );
+        let injected = |k: &str| self.faults_injected.get(k).copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "  records         legacy shape {} (read through operation_from_item)  unreadable {} injected, {} repaired, {} counted by ticks (UnreadableRecords), {} at the end",
+            injected("legacy_record"),
+            injected("unreadable_record"),
+            self.unreadable_repaired,
+            self.unreadable_counted,
+            self.unreadable_at_end
         );
         let _ = writeln!(
             s,

@@ -9,19 +9,116 @@
 //! commit order, and the outcome events that would be published are counted per operation. The
 //! judge then checks that every settled operation published its outcome's `event_id` and that no
 //! event contradicts the record.
+//!
+//! Records of other shapes (issue 24): with the `legacy_record` fault, an order's record is kept
+//! as the DynamoDB item release 2026-11-29 wrote (the attributes of `operation_to_item`, without
+//! `requested_by`, which that release did not record) and what the store answers for it is always
+//! what the real reader, `operation_from_item`, makes of that item: parsed at the put and again
+//! after every write, so a regression in the reader shows up here. With `unreadable_record`, the
+//! record is corrupted right after the checkout's put (one attribute, as a bad hand edit leaves
+//! it): every call on it fails with the real reader's error (`malformed item: <field>: <why>`,
+//! naming the key as `StoreError::unreadable`), and an index page lists it in `Page::unreadable`
+//! instead of failing, as `DynamoStore` does. An operator repairs it [`REPAIR_AFTER`] later
+//! ([`SimStore::repair_due`], called by the driver): the attribute is restored, nothing else moved.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use charge_once::adapters::dynamodb::item::{
+    attr_n, attr_s, key_of, operation_from_item, operation_to_item, Attrs,
+};
+use charge_once::adapters::dynamodb::{due_shard, schema, REVIEW_SHARD};
 use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreCalls, StoreError,
+    Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
-use charge_once::{Operation, OperationId, OperationKey};
+use charge_once::{Operation, OperationId, OperationKey, Timestamp};
+
+use crate::faults::{Faults, Kind};
+use crate::trace::Trace;
+
+/// How long an unreadable record waits for an operator's repair (virtual time, from its put).
+pub const REPAIR_AFTER: Duration = Duration::from_secs(2 * 3600);
+
+/// The attributes release 2026-11-29 did not write on a record (`tests/fixtures/releases/`): the
+/// caller (`requested_by`, from 2026-11-30) and the history list (its one operator resolution was
+/// flat `resolved_*` attributes, which the simulation never writes: it has no operator resolving).
+pub const NOT_IN_2026_11_29: [&str; 2] = ["requested_by", "history"];
+
+/// An operation as `DynamoStore` puts it: the mapping's attributes and the index's.
+pub fn stored_item(op: &Operation) -> Attrs {
+    let mut item = operation_to_item(op);
+    if let Some(due) = op.next_due_at.filter(|_| !op.status.is_settled()) {
+        let shard = if op.review.is_some() {
+            REVIEW_SHARD.to_owned()
+        } else {
+            due_shard(&op.operation_id)
+        };
+        item.insert(schema::DUE_SHARD.into(), attr_s(&shard));
+        item.insert(schema::DUE_AT.into(), attr_n(due.as_millis()));
+    }
+    item
+}
+
+/// The same operation as release 2026-11-29 left it (today's writes to such a record touch only
+/// the attributes they change, so it never gains a `requested_by`).
+pub fn legacy_item(op: &Operation) -> Attrs {
+    let mut item = stored_item(op);
+    item.remove(NOT_IN_2026_11_29[0]);
+    if op.history.is_empty() {
+        item.remove(NOT_IN_2026_11_29[1]);
+    }
+    item
+}
+
+/// The corruptions of `unreadable_record`: one attribute, as a hand edit or a bug leaves it
+/// (name, DynamoDB type, value).
+const CORRUPTIONS: [(&str, &str, &str); 3] = [
+    // Major units typed in by hand.
+    ("amount", "N", "42.00"),
+    // A status no release writes.
+    ("status", "S", "PAID"),
+    // A number where a string belongs.
+    ("currency", "N", "840"),
+];
+
+/// `item` with one attribute corrupted, chosen by `which`; returns the attribute's name.
+pub fn corrupt(item: &mut Attrs, which: u64) -> &'static str {
+    let (field, ty, value) = CORRUPTIONS[(which % CORRUPTIONS.len() as u64) as usize];
+    let value = match ty {
+        "N" => AttributeValue::N(value.to_owned()),
+        _ => AttributeValue::S(value.to_owned()),
+    };
+    item.insert(field.to_owned(), value);
+    field
+}
+
+/// A record nobody can read until an operator repairs it.
+struct Unreadable {
+    /// The item as stored (corrupted).
+    item: Attrs,
+    /// When the operator repairs it; `None`: never (the reader refused a record the simulation
+    /// wrote in a shape a release wrote — a regression, left for the judge to find).
+    repair_at: Option<Timestamp>,
+}
+
+impl Unreadable {
+    /// What the real reader says about the stored item.
+    fn error(&self, key: &OperationKey) -> StoreError {
+        let (pk, sk) = key_of(key);
+        match operation_from_item(&self.item) {
+            Err(e) => e,
+            Ok(_) => StoreError::new("malformed item: the reader accepted a corrupted item"),
+        }
+        .of_unreadable(format!("{pk}/{sk}"))
+    }
+}
 
 /// Position in the index: due time, then the business key (the order id: as the GSI sorts).
 type Position = (i64, OperationKey);
@@ -48,6 +145,13 @@ struct Table {
     unknown_since: HashMap<OperationId, i64>,
     /// For each operation that went `unknown` and later settled: how long that took (ms).
     settle_times_ms: Vec<(OperationId, i64)>,
+    /// Records kept as release 2026-11-29's items (`legacy_record`); their entry in `items` is
+    /// always what `operation_from_item` read from this item.
+    legacy: HashMap<OperationKey, Attrs>,
+    /// Records that cannot be read (`unreadable_record`, or a legacy item the reader refused).
+    unreadable: HashMap<OperationKey, Unreadable>,
+    /// Unreadable records an operator repaired.
+    repaired: u64,
 }
 
 /// The outcomes published for one operation. The event id is a function of the operation id and
@@ -102,15 +206,54 @@ impl Table {
         }
     }
 
-    /// Applies `change` to the record at `key`, keeping the index and the outbox in step.
-    fn update<T>(
+    /// The record at `key`, unless it cannot be read.
+    fn read(&self, key: &OperationKey) -> Result<Option<&Operation>, StoreError> {
+        match self.unreadable.get(key) {
+            Some(bad) => Err(bad.error(key)),
+            None => Ok(self.items.get(key)),
+        }
+    }
+
+    /// After a write of a legacy record: the item as that release's shape stores it, and the
+    /// record as the real reader reads it back.
+    fn reshape(&mut self, key: &OperationKey) {
+        let Some(op) = self
+            .items
+            .get(key)
+            .filter(|_| self.legacy.contains_key(key))
+        else {
+            return;
+        };
+        let item = legacy_item(op);
+        match operation_from_item(&item) {
+            Ok(read) => {
+                self.items.insert(key.clone(), read);
+                self.legacy.insert(key.clone(), item);
+            }
+            Err(_) => {
+                self.legacy.insert(key.clone(), item.clone());
+                self.unreadable.insert(
+                    key.clone(),
+                    Unreadable {
+                        item,
+                        repair_at: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Applies `change` to the record at `key`, keeping the index and the outbox in step; returns
+    /// the record as written (as read back, for a legacy record).
+    fn update(
         &mut self,
         key: &OperationKey,
-        change: impl FnOnce(&mut Operation) -> T,
-    ) -> Option<T> {
+        change: impl FnOnce(&mut Operation),
+    ) -> Option<Operation> {
         let before = self.items.get(key)?.clone();
         self.unindex(&before);
-        let out = change(self.items.get_mut(key)?);
+        change(self.items.get_mut(key)?);
+        self.reshape(key);
         self.index(key);
         if let Some(after) = self.items.get(key) {
             if before.status.is_settled()
@@ -131,10 +274,10 @@ impl Table {
                 _ => {}
             }
         }
-        let after = self.items.get(key)?;
-        let event = outcome_of(Some(&before), after).map(|e| (after.operation_id, e.outcome));
+        let after = self.items.get(key)?.clone();
+        let event = outcome_of(Some(&before), &after).map(|e| (after.operation_id, e.outcome));
         self.publish(event);
-        Some(out)
+        Some(after)
     }
 
     /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
@@ -165,6 +308,9 @@ pub struct SimStore {
     pub stale_lease_writes: AtomicU64,
     /// The order of the first one.
     pub first_stale_write: Mutex<Option<String>>,
+    /// Where `legacy_record` and `unreadable_record` are decided and counted (none: neither).
+    pub faults: Option<Arc<Faults>>,
+    pub trace: Option<Arc<Trace>>,
 }
 
 impl Default for SimStore {
@@ -176,6 +322,8 @@ impl Default for SimStore {
             conditional_put: true,
             stale_lease_writes: AtomicU64::new(0),
             first_stale_write: Mutex::new(None),
+            faults: None,
+            trace: None,
         }
     }
 }
@@ -237,6 +385,102 @@ impl SimStore {
         (open, t.settle_times_ms.clone())
     }
 
+    /// The operator's repairs due by `now`: each unreadable record whose repair time has come is
+    /// readable again (its corrupted attribute restored, nothing else moved). Returns their keys,
+    /// in key order.
+    pub fn repair_due(&self, now: Timestamp) -> Vec<OperationKey> {
+        let mut t = self.lock();
+        let mut due: Vec<OperationKey> = t
+            .unreadable
+            .iter()
+            .filter(|(_, bad)| bad.repair_at.is_some_and(|at| at <= now))
+            .map(|(key, _)| key.clone())
+            .collect();
+        due.sort_by(|a, b| a.order_id.as_str().cmp(b.order_id.as_str()));
+        for key in &due {
+            t.unreadable.remove(key);
+        }
+        t.repaired += due.len() as u64;
+        due
+    }
+
+    /// When the operator's next repair is due.
+    pub fn next_repair(&self) -> Option<Timestamp> {
+        self.lock()
+            .unreadable
+            .values()
+            .filter_map(|bad| bad.repair_at)
+            .min()
+    }
+
+    /// Unreadable records repaired so far, and those still unreadable.
+    pub fn unreadable_counts(&self) -> (u64, u64) {
+        let t = self.lock();
+        (t.repaired, t.unreadable.len() as u64)
+    }
+
+    /// Records kept in a legacy shape.
+    pub fn legacy_records(&self) -> u64 {
+        self.lock().legacy.len() as u64
+    }
+
+    /// The stored item of a legacy record (for tests).
+    pub fn legacy_item_of(&self, key: &OperationKey) -> Option<Attrs> {
+        self.lock().legacy.get(key).cloned()
+    }
+
+    /// The faults of a record just put: `legacy_record`, then `unreadable_record`.
+    fn after_put(&self, t: &mut Table, op: &Operation) {
+        let Some(faults) = &self.faults else { return };
+        let key = op.key();
+        let order = key.order_id.as_str();
+        if faults.fixed(Kind::LegacyRecord, order) {
+            faults.count(Kind::LegacyRecord);
+            t.legacy.insert(key.clone(), legacy_item(op));
+            t.unindex(op);
+            t.reshape(&key);
+            t.index(&key);
+            if let Some(trace) = &self.trace {
+                trace.event(
+                    order,
+                    "fault",
+                    format_args!(
+                        "legacy_record: stored in release 2026-11-29's shape (no requested_by), read through operation_from_item"
+                    ),
+                );
+            }
+        }
+        if faults.fixed(Kind::UnreadableRecord, order) && !t.unreadable.contains_key(&key) {
+            faults.count(Kind::UnreadableRecord);
+            let mut item = t
+                .legacy
+                .get(&key)
+                .cloned()
+                .unwrap_or_else(|| stored_item(op));
+            let which = order.bytes().fold(0u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            let field = corrupt(&mut item, which);
+            t.unreadable.insert(
+                key.clone(),
+                Unreadable {
+                    item,
+                    repair_at: Some(op.created_at.plus(REPAIR_AFTER)),
+                },
+            );
+            if let Some(trace) = &self.trace {
+                trace.event(
+                    order,
+                    "fault",
+                    format_args!(
+                        "unreadable_record: {field} corrupted after the put; an operator repairs it in {} s",
+                        REPAIR_AFTER.as_secs()
+                    ),
+                );
+            }
+        }
+    }
+
     /// Records in the table.
     pub fn len(&self) -> usize {
         self.lock().items.len()
@@ -272,10 +516,16 @@ impl OperationStore for SimStore {
         let mut before = None;
         if let Some(existing) = t.items.get(&key) {
             if self.conditional_put {
-                return Ok(Created::Existing(existing.clone()));
+                // The condition failed: the existing item comes back (ALL_OLD) and is read.
+                return t
+                    .read(&key)
+                    .map(|op| Created::Existing(op.unwrap_or(existing).clone()));
             }
             let existing = existing.clone();
             t.unindex(&existing);
+            // An unconditional put replaces the whole item, whatever its shape.
+            t.legacy.remove(&key);
+            t.unreadable.remove(&key);
             before = Some(existing);
         }
         t.by_operation_id.insert(op.operation_id, key.clone());
@@ -283,12 +533,13 @@ impl OperationStore for SimStore {
         t.index(&key);
         let event = outcome_of(before.as_ref(), op).map(|e| (op.operation_id, e.outcome));
         t.publish(event);
+        self.after_put(&mut t, op);
         Ok(Created::New(op.clone()))
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
-        Ok(self.lock().items.get(key).cloned())
+        self.lock().read(key).map(|op| op.cloned())
     }
 
     async fn get_by_operation_id(
@@ -297,20 +548,26 @@ impl OperationStore for SimStore {
     ) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
         let t = self.lock();
-        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
-        Ok(t.by_operation_id
-            .get(operation_id)
-            .and_then(|k| t.items.get(k))
-            .filter(|op| !op.status.is_settled() && op.next_due_at.is_some())
-            .cloned())
+        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time), then
+        // the record read.
+        let Some(key) = t.by_operation_id.get(operation_id) else {
+            return Ok(None);
+        };
+        let listed = t
+            .items
+            .get(key)
+            .is_some_and(|op| !op.status.is_settled() && op.next_due_at.is_some());
+        if !listed {
+            return Ok(None);
+        }
+        t.read(key).map(|op| op.cloned())
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.write();
         let mut t = self.lock();
         let Some(op) = t
-            .items
-            .get(&req.key)
+            .read(&req.key)?
             .filter(|op| op.operation_id == req.operation_id)
         else {
             return Ok(Claim::NotFound);
@@ -334,13 +591,17 @@ impl OperationStore for SimStore {
         op.first_attempted_at.get_or_insert(req.now);
         op.attempts += 1;
         op.updated_at = req.now;
-        Ok(Claim::Claimed(op.clone()))
+        t.reshape(&req.key);
+        let claimed = t.read(&req.key)?.cloned();
+        Ok(Claim::Claimed(
+            claimed.ok_or_else(|| StoreError::new("vanished"))?,
+        ))
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
         self.write();
         let mut t = self.lock();
-        let Some(op) = t.items.get(&rec.key) else {
+        let Some(op) = t.read(&rec.key)? else {
             return Ok(Recorded::Refused(None));
         };
         let holds_lease = op.lease.is_some_and(|l| l.token == rec.lease_token);
@@ -373,7 +634,6 @@ impl OperationStore for SimStore {
             } else {
                 rec.next_due_at.or(Some(rec.now))
             };
-            op.clone()
         });
         Ok(Recorded::Written(
             written.ok_or_else(|| StoreError::new("vanished"))?,
@@ -383,7 +643,7 @@ impl OperationStore for SimStore {
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
         self.write();
         let mut t = self.lock();
-        let Some(op) = t.items.get(&req.key) else {
+        let Some(op) = t.read(&req.key)? else {
             return Ok(Recorded::Refused(None));
         };
         let leased = req
@@ -408,7 +668,6 @@ impl OperationStore for SimStore {
                 op.review = None;
             }
             op.updated_at = req.now;
-            op.clone()
         });
         Ok(Recorded::Written(
             written.ok_or_else(|| StoreError::new("vanished"))?,
@@ -418,7 +677,7 @@ impl OperationStore for SimStore {
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
         self.write();
         let mut t = self.lock();
-        let Some(op) = t.items.get(&req.key) else {
+        let Some(op) = t.read(&req.key)? else {
             return Ok(Recorded::Refused(None));
         };
         if op.operation_id != req.operation_id
@@ -441,7 +700,6 @@ impl OperationStore for SimStore {
             op.lease = None;
             op.next_due_at = None;
             op.updated_at = req.guard.audit.at;
-            op.clone()
         });
         Ok(Recorded::Written(
             written.ok_or_else(|| StoreError::new("vanished"))?,
@@ -481,14 +739,203 @@ impl OperationStore for SimStore {
         } else {
             None
         };
-        let operations = positions
-            .iter()
-            .filter_map(|(_, key)| t.items.get(key).cloned())
-            .collect();
+        // A record that cannot be read is set aside with its key and the reader's reason, as
+        // `DynamoStore` does: it never stops the rest of the page.
+        let mut operations = Vec::with_capacity(positions.len());
+        let mut unreadable = Vec::new();
+        for (_, key) in &positions {
+            match t.read(key) {
+                Ok(Some(op)) => operations.push(op.clone()),
+                Ok(None) => {}
+                Err(e) => unreadable.push(UnreadableRecord {
+                    key: e.unreadable.clone().unwrap_or_default(),
+                    reason: charge_once::telemetry::ErrorChain(&e).to_string(),
+                }),
+            }
+        }
         Ok(Page {
             operations,
-            unreadable: Vec::new(),
+            unreadable,
             next,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use charge_once::{
+        Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, OperationStatus, OrderId,
+        PaymentMethodId, Principal,
+    };
+
+    use super::*;
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn store_with(kind: Kind) -> SimStore {
+        let mut store = SimStore::new();
+        store.faults = Some(Arc::new(Faults::new(1, BTreeMap::from([(kind, 1.0)]))));
+        store
+    }
+
+    fn op(order: &str) -> Operation {
+        Operation::new(
+            OrderId::parse(order).unwrap(),
+            ChargeParams {
+                amount: Amount::new(4200).unwrap(),
+                currency: Currency::parse("eur").unwrap(),
+                customer_id: CustomerId::parse("cus_1").unwrap(),
+                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+            },
+            Principal::iam("arn:aws:sts::000000000000:assumed-role/order-service/t").unwrap(),
+            Timestamp::from_millis(T0),
+            Duration::from_secs(300),
+        )
+    }
+
+    fn claim_of(op: &Operation, at: i64) -> ClaimRequest {
+        ClaimRequest {
+            key: op.key(),
+            operation_id: op.operation_id,
+            lease: Lease {
+                token: LeaseToken::new_random(),
+                expires_at: Timestamp::from_millis(at + 60_000),
+            },
+            now: Timestamp::from_millis(at),
+        }
+    }
+
+    fn names(item: &Attrs) -> BTreeSet<String> {
+        item.keys().cloned().collect()
+    }
+
+    #[tokio::test]
+    async fn a_legacy_record_is_read_through_the_real_mapping_and_settles() {
+        let store = store_with(Kind::LegacyRecord);
+        let op = op("ord-legacy");
+        store.create_if_absent(&op).await.unwrap();
+        assert_eq!(store.legacy_records(), 1);
+        let item = store.legacy_item_of(&op.key()).unwrap();
+        assert!(!item.contains_key("requested_by"), "{item:?}");
+        assert!(item.contains_key("redrives") && item.contains_key(schema::DUE_AT));
+        let read = store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(read.requested_by, None, "not recorded");
+        assert_eq!(
+            Operation {
+                requested_by: op.requested_by.clone(),
+                ..read
+            },
+            op
+        );
+
+        let req = claim_of(&op, T0 + 1_000);
+        let Claim::Claimed(claimed) = store.claim(&req).await.unwrap() else {
+            panic!("not claimed");
+        };
+        assert_eq!((claimed.attempts, claimed.requested_by), (1, None));
+        let rec = OutcomeRecord {
+            key: op.key(),
+            operation_id: op.operation_id,
+            lease_token: req.lease.token,
+            status: OperationStatus::Succeeded,
+            external_id: Some(charge_once::PaymentIntentId::parse("pi_1").unwrap()),
+            last_error: None,
+            review: None,
+            next_due_at: None,
+            now: Timestamp::from_millis(T0 + 2_000),
+        };
+        let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
+            panic!("refused");
+        };
+        assert_eq!(written.status, OperationStatus::Succeeded);
+        let item = store.legacy_item_of(&op.key()).unwrap();
+        assert!(!item.contains_key("requested_by") && !item.contains_key(schema::DUE_AT));
+        assert_eq!(store.get(&op.key()).await.unwrap().unwrap(), written);
+        assert_eq!(store.published(&op.operation_id), {
+            let mut p = Published::default();
+            p.insert(Outcome::Succeeded);
+            p
+        });
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_fails_its_reads_is_set_aside_by_a_page_and_is_repaired() {
+        let mut store = store_with(Kind::UnreadableRecord);
+        let op = op("ord-bad");
+        let mut other = self::op("ord-good");
+        other.next_due_at = op.next_due_at.map(|t| t.plus(Duration::from_millis(1)));
+        store.create_if_absent(&op).await.unwrap();
+        store.faults = None;
+        store.create_if_absent(&other).await.unwrap();
+
+        let err = store.get(&op.key()).await.unwrap_err();
+        assert!(err.to_string().contains("malformed item: "), "{err}");
+        assert_eq!(err.unreadable.as_deref(), Some("ORDER#ord-bad/charge"));
+        assert!(store.claim(&claim_of(&op, T0 + 1_000)).await.is_err());
+        assert!(store.get_by_operation_id(&op.operation_id).await.is_err());
+        assert!(
+            store.create_if_absent(&op).await.is_err(),
+            "ALL_OLD is read"
+        );
+
+        let due = IndexQuery::DueBy(Timestamp::from_millis(T0 + 3_600_000));
+        let page = store.query_index(due, None, 10).await.unwrap();
+        assert_eq!(page.operations, vec![other.clone()]);
+        assert_eq!(page.unreadable.len(), 1);
+        assert_eq!(page.unreadable[0].key, "ORDER#ord-bad/charge");
+        assert!(page.unreadable[0].reason.contains("malformed item: "));
+
+        let repair = Timestamp::from_millis(T0).plus(REPAIR_AFTER);
+        assert_eq!(store.next_repair(), Some(repair));
+        assert!(store
+            .repair_due(Timestamp::from_millis(repair.as_millis() - 1))
+            .is_empty());
+        assert_eq!(store.repair_due(repair), vec![op.key()]);
+        assert_eq!(store.unreadable_counts(), (1, 0));
+        assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
+        let page = store.query_index(due, None, 10).await.unwrap();
+        assert_eq!((page.operations.len(), page.unreadable.len()), (2, 0));
+    }
+
+    #[test]
+    fn every_corruption_is_refused_by_the_real_reader_naming_its_field() {
+        for which in 0..CORRUPTIONS.len() as u64 {
+            let mut item = stored_item(&op("ord-c"));
+            let field = corrupt(&mut item, which);
+            let err = operation_from_item(&item).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("malformed item: {field}: ")),
+                "{field}: {err}"
+            );
+        }
+    }
+
+    /// The legacy shape is the one release 2026-11-29 really wrote, where its fixtures exist
+    /// (`tests/fixtures/releases/`, generated from that release's code; skipped without them).
+    #[test]
+    fn the_legacy_shape_is_release_2026_11_29s_where_its_fixtures_exist() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/releases/2026-11-29/operations.json"
+        );
+        let Ok(raw) = std::fs::read_to_string(path) else {
+            return;
+        };
+        let cases: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let pending = cases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["case"] == "pending")
+            .expect("a pending case");
+        let theirs: BTreeSet<String> = pending["item"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(names(&legacy_item(&op("ord-fx"))), theirs);
     }
 }

@@ -37,6 +37,10 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
             if mutation == Mutation::TrustEventPayload {
                 assert!(report.forged_settles > 0, "{}", report.render());
             }
+            if mutation == Mutation::UnreadableFailsPage {
+                assert!(report.failed_ticks > 0, "{}", report.render());
+                assert!(why.starts_with("failed reconciler tick"), "{why}");
+            }
             caught.push(format!("{} seed {seed}: {why}", mutation.name()));
         }
     }
