@@ -471,7 +471,10 @@ mod tests {
         assert!(repair.change.old_image.get("amount").is_some());
         let (response, report) = relay(&deps_with(&recorder, &dlq), &[repair]).await;
         assert!(response.batch_item_failures.is_empty());
-        assert_eq!((report.published, report.malformed, report.parked), (1, 0, 0));
+        assert_eq!(
+            (report.published, report.malformed, report.parked),
+            (1, 0, 0)
+        );
         assert_eq!(recorder.published.lock().unwrap().len(), 1);
     }
 
