@@ -361,6 +361,58 @@ fn the_charge_queue_outlives_six_charge_timeouts_and_reports_partial_failures() 
     );
 }
 
+/// The event source's numbers are the ones `charge::EVENT_SOURCE` states, which the simulator's
+/// load model runs by.
+#[test]
+fn the_charge_event_source_is_the_one_the_simulator_models() {
+    let t = template();
+    let es = charge::EVENT_SOURCE;
+    let (charge_id, charge) = function(&t, "charge");
+    assert_eq!(
+        number(function_prop(&t, charge, "Timeout").expect("charge Timeout")),
+        es.function_timeout_secs,
+        "the charge function's Timeout"
+    );
+    let mappings: Vec<_> = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .filter(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&charge_id))
+        .collect();
+    assert_eq!(
+        mappings.len(),
+        1,
+        "one event source mapping into {charge_id}"
+    );
+    let m = props(mappings[0].1);
+    assert_eq!(
+        number(get(m, "BatchSize").expect("BatchSize")),
+        es.batch_size as u64,
+        "BatchSize"
+    );
+    assert_eq!(
+        get(m, "MaximumBatchingWindowInSeconds").map_or(0, number),
+        es.max_batching_window_secs,
+        "MaximumBatchingWindowInSeconds (absent = 0)"
+    );
+    let concurrency = raw(raw(m, "ScalingConfig"), "MaximumConcurrency");
+    assert_eq!(
+        logical_id_of(concurrency).as_deref(),
+        Some("ChargeMaxConcurrency"),
+        "MaximumConcurrency is the ChargeMaxConcurrency parameter"
+    );
+    assert_eq!(
+        number(get(parameter(&t, "ChargeMaxConcurrency"), "Default").expect("a Default")),
+        u64::from(es.default_max_concurrency),
+        "ChargeMaxConcurrency's default"
+    );
+    let queue_id = logical_id_of(raw(m, "EventSourceArn")).expect("EventSourceArn names the queue");
+    let queue = resource(&t, &queue_id).expect("the mapped queue");
+    assert_eq!(
+        number(get(props(queue), "VisibilityTimeout").expect("VisibilityTimeout")),
+        es.visibility_timeout_secs,
+        "ChargeQueue's VisibilityTimeout"
+    );
+}
+
 /// The property as written (tag kept), for [`logical_id_of`].
 fn raw<'a>(v: &'a Value, key: &str) -> &'a Value {
     plain(v)

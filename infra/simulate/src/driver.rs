@@ -140,7 +140,7 @@ pub fn plan_order(index: u64, seed: u64, faults: &Faults) -> Order {
 /// The order service as the simulated checkouts' authenticated caller.
 const SIMULATED_CALLER: &str = "arn:aws:sts::000000000000:assumed-role/order-service/simulate";
 
-fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
+pub fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
     let mut req = ApiGatewayV2httpRequest::default();
     req.request_context.http.method = Method::POST;
     req.raw_path = Some(format!("/orders/{}/charge", order.order_id));

@@ -11,7 +11,13 @@
 //! The `timeout` fault: Stripe answers after the client's timeout. The client gives up (an
 //! ambiguous outcome), its retry finds the key still in flight (409), and the server then
 //! finishes and commits — all within the call, at the same virtual instant.
+//!
+//! With the scheduler's timers installed (the load model, [`crate::load`]), a slow create takes
+//! its time: the call sleeps the create's drawn latency on the virtual clock (key in flight,
+//! others running meanwhile), then the server completes it; a latency past the client's timeout
+//! makes the client give up after the timeout.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,7 +28,7 @@ use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
-use crate::sched::yield_now;
+use crate::sched::{sleep_for, timers_installed, yield_now};
 
 pub struct InProcessGateway {
     pub sim: StripeSim,
@@ -30,9 +36,30 @@ pub struct InProcessGateway {
     pub max_retries: u32,
     /// As `StripeConfig::timeout`: a slower answer is a timeout.
     pub timeout: Duration,
+    /// The longest create latency drawn so far, µs (the load model's report).
+    pub slowest_create_us: AtomicU64,
 }
 
 type Attempt = Result<Answer, GatewayError>;
+
+/// One request's first answer: final, or a create the server is still working on.
+enum Step {
+    Done(Attempt),
+    Slow(SlowCreate),
+}
+
+impl From<Attempt> for Step {
+    fn from(a: Attempt) -> Self {
+        Step::Done(a)
+    }
+}
+
+fn completed(o: Outcome) -> Attempt {
+    match o {
+        Outcome::Answered(a) => wire(a),
+        Outcome::Dropped => Err(lost("connection lost")),
+    }
+}
 
 fn lost(what: &str) -> GatewayError {
     GatewayError::Ambiguous {
@@ -53,14 +80,35 @@ impl InProcessGateway {
     /// One call with the client's retry rule; `attempt` sends the request once.
     async fn call(
         &self,
-        mut attempt: impl FnMut(&mut Vec<SlowCreate>) -> Attempt,
+        mut attempt: impl FnMut() -> Step,
     ) -> Result<(Vec<u8>, bool), GatewayError> {
         let key = SecretKey::new(stripe_sim::DEFAULT_API_KEY);
         let mut slow = Vec::new();
         let mut tries = 0;
         let mut earlier_lost = false;
+        let timed = timers_installed();
         let result = loop {
-            let answer = attempt(&mut slow);
+            let step = attempt();
+            if let Step::Slow(s) = &step {
+                let us = s.create_latency().unwrap_or_default().as_micros() as u64;
+                self.slowest_create_us.fetch_max(us, Ordering::Relaxed);
+            }
+            let answer = match step {
+                Step::Done(a) => a,
+                Step::Slow(s) if s.latency() >= self.timeout => {
+                    if timed {
+                        sleep_for(self.timeout).await;
+                    }
+                    slow.push(s);
+                    Err(lost("timeout"))
+                }
+                Step::Slow(s) => {
+                    if timed {
+                        sleep_for(s.latency()).await;
+                    }
+                    completed(s.complete())
+                }
+            };
             if !(tries < self.max_retries && worth_retrying(&answer)) {
                 break settle_answer(answer, earlier_lost, &key);
             }
@@ -115,17 +163,9 @@ impl PaymentGateway for InProcessGateway {
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
             .call(
-                |slow| match self.sim.create_in_process(Some(key), form.clone()) {
-                    CreateStart::Done(Outcome::Answered(a)) => wire(a),
-                    CreateStart::Done(Outcome::Dropped) => Err(lost("connection lost")),
-                    CreateStart::Slow(s) if s.latency() >= self.timeout => {
-                        slow.push(s);
-                        Err(lost("timeout"))
-                    }
-                    CreateStart::Slow(s) => match s.complete() {
-                        Outcome::Answered(a) => wire(a),
-                        Outcome::Dropped => Err(lost("connection lost")),
-                    },
+                || match self.sim.create_in_process(Some(key), form.clone()) {
+                    CreateStart::Done(o) => Step::Done(completed(o)),
+                    CreateStart::Slow(s) => Step::Slow(s),
                 },
             )
             .await?;
@@ -134,7 +174,7 @@ impl PaymentGateway for InProcessGateway {
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         let (body, _) = self
-            .call(|_| wire(self.sim.retrieve_in_process(id)))
+            .call(|| wire(self.sim.retrieve_in_process(id)).into())
             .await?;
         parse_payment_intent(&body, false)
     }
@@ -145,7 +185,7 @@ impl PaymentGateway for InProcessGateway {
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         let query = charge_once::adapters::stripe::search_query(operation_id);
         let (body, _) = self
-            .call(|_| wire(self.sim.search_in_process(&query)))
+            .call(|| wire(self.sim.search_in_process(&query)).into())
             .await?;
         parse_search(&body)
     }

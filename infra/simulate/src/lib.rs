@@ -21,11 +21,14 @@
 //! Modules: [`faults`] (kinds, rates, the injecting wrappers), [`gateway`] (Stripe in process),
 //! [`stripe`] (which Stripe), [`store`] and [`queue`] (indexed in-memory DynamoDB and SQS FIFO),
 //! [`source`] (the event-source side of the queue), [`driver`] (the loop), [`mutations`] (the
-//! broken variants the checker must catch), [`trace`] (the decision log), [`report`].
+//! broken variants the checker must catch), [`trace`] (the decision log), [`report`], [`load`]
+//! (`--arrival-rate`: a burst at Stripe's limit on the scheduler's timers, measured in virtual
+//! time).
 
 pub mod driver;
 pub mod faults;
 pub mod gateway;
+pub mod load;
 pub mod mutations;
 pub mod queue;
 pub mod report;
@@ -215,6 +218,42 @@ pub struct SimulateArgs {
     /// Send AWS requests to this endpoint (e.g. a local stack).
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
+
+    /// The load model: orders arrive at R per virtual second (with --orders N: a burst of N at
+    /// R/s) through checkout, the event source's MaximumConcurrency pollers take batches of 10,
+    /// Stripe has its capacity (create 25/s) and creates take their latency (p50 300 ms) of
+    /// virtual time. Reports drain time, checkout→settled latency, capacity 429s. No faults.
+    #[arg(long, value_name = "R")]
+    pub arrival_rate: Option<f64>,
+
+    /// Load model: the event source's MaximumConcurrency (ChargeMaxConcurrency).
+    #[arg(long, default_value_t = charge::EVENT_SOURCE.default_max_concurrency, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub charge_concurrency: u32,
+
+    /// Load model: Stripe's create limit, requests/s.
+    #[arg(long, default_value_t = stripe_sim::Capacity::STRIPE_ENDPOINT_PER_SEC)]
+    pub create_limit: u32,
+
+    /// Load model: StripeRequestsPerSecond, the budget the functions pace to.
+    #[arg(long, default_value_t = charge_once::config::StripeBudget::DEFAULT_PER_SECOND)]
+    pub stripe_rps: u64,
+
+    /// Load model: the create latency's median, ms.
+    #[arg(long, default_value_t = 300)]
+    pub create_latency_p50_ms: u64,
+
+    /// Load model: no pacing in the charge path (no budget; refused messages wait the 1,800 s
+    /// visibility timeout), as before issue 25.
+    #[arg(long)]
+    pub no_pacing: bool,
+
+    /// Load model: each charge environment's budget burst (default: the charge function's BURST).
+    #[arg(long, default_value_t = charge::BURST, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub charge_burst: u32,
+
+    /// Load model: draw the run (queue depth, in flight, settled, 429s per second) as an SVG.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 impl SimulateArgs {
@@ -282,10 +321,10 @@ pub fn cpu_secs() -> f64 {
 }
 
 /// Installs the seeded id source for this thread while alive.
-struct SeededIds;
+pub(crate) struct SeededIds;
 
 impl SeededIds {
-    fn install(seed: u64) -> Self {
+    pub(crate) fn install(seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x1d50_f1d5_u64);
         charge_once::ids::install_thread_source(Some(Box::new(move || rng.random::<u128>())));
         SeededIds
@@ -321,6 +360,27 @@ pub async fn simulate(args: &SimulateArgs) -> Result<Report, BoxError> {
 /// Runs a simulation; returns its report and the traced order's timeline.
 pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     use mutations::Mutation;
+    if let Some(rate) = args.arrival_rate {
+        if !args.deterministic() {
+            return Err("--arrival-rate runs in memory with Stripe in process only".into());
+        }
+        let cfg = load::LoadConfig {
+            orders: args.orders,
+            arrival_rate: rate,
+            seed: args.seed,
+            charge_concurrency: args.charge_concurrency,
+            create_limit: args.create_limit,
+            stripe_rps: args.stripe_rps,
+            create_latency_p50: Duration::from_millis(args.create_latency_p50_ms),
+            pacing: !args.no_pacing,
+            svg: args.svg.clone(),
+            burst: args.charge_burst,
+        };
+        return Ok(Outcome {
+            report: load::run(&cfg).await?,
+            timeline: Vec::new(),
+        });
+    }
     let mut args = args.clone();
     match args.mutation {
         Some(Mutation::FreshKeyPerAttempt) => args.no_idempotency_key = true,
@@ -350,6 +410,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             sim: sim.clone(),
             max_retries,
             timeout: CLIENT_TIMEOUT,
+            slowest_create_us: Default::default(),
         }),
         (_, Some(base)) => {
             let mut cfg = StripeConfig::new(base, SecretKey::new(stripe_sim::DEFAULT_API_KEY));
@@ -555,11 +616,13 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         reconciler: ReconcilerDeps {
             charge: match args.mutation {
                 Some(Mutation::ReconcilerSkipsPending) => ChargeDeps {
-                    store: Arc::new(mutations::SkipPending(faulty_store.clone())),
+                    store: Arc::new(mutations::EditedPages::skip_pending(faulty_store.clone())),
                     ..charge.clone()
                 },
                 Some(Mutation::UnreadableFailsPage) => ChargeDeps {
-                    store: Arc::new(mutations::FailOnUnreadable(faulty_store.clone())),
+                    store: Arc::new(mutations::EditedPages::fail_on_unreadable(
+                        faulty_store.clone(),
+                    )),
                     ..charge.clone()
                 },
                 _ => charge.clone(),

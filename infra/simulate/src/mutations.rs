@@ -77,77 +77,68 @@ impl ChargeQueue for RandomDedup {
     }
 }
 
-/// The store as the reconciler sees it, with `pending` operations left out of index reads.
-pub struct SkipPending(pub Arc<dyn OperationStore>);
+/// The store as the reconciler sees it, with every index page passed through `edit`: the two
+/// broken index reads below.
+pub struct EditedPages {
+    inner: Arc<dyn OperationStore>,
+    edit: fn(Page) -> Result<Page, StoreError>,
+}
 
-#[async_trait]
-impl OperationStore for SkipPending {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.0.create_if_absent(op).await
+impl EditedPages {
+    /// `pending` operations left out of index reads.
+    pub fn skip_pending(inner: Arc<dyn OperationStore>) -> Self {
+        Self {
+            inner,
+            edit: |mut page| {
+                page.operations
+                    .retain(|op| op.status != OperationStatus::Pending);
+                Ok(page)
+            },
+        }
     }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.0.get(key).await
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.0.get_by_operation_id(operation_id).await
-    }
-    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.0.claim(req).await
-    }
-    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.0.record(rec).await
-    }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.0.reschedule(req).await
-    }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.0.resolve(req).await
-    }
-    async fn query_index(
-        &self,
-        query: IndexQuery,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        let mut page = self.0.query_index(query, cursor, limit).await?;
-        page.operations
-            .retain(|op| op.status != OperationStatus::Pending);
-        Ok(page)
+
+    /// A page that fails on its first unreadable record (as `DynamoStore` did before
+    /// `Page::unreadable`) instead of listing it.
+    pub fn fail_on_unreadable(inner: Arc<dyn OperationStore>) -> Self {
+        Self {
+            inner,
+            edit: |page| match page.unreadable.first() {
+                Some(bad) => Err(StoreError::new(format!(
+                    "index page: record {} cannot be read: {}",
+                    bad.key, bad.reason
+                ))
+                .of_unreadable(bad.key.clone())),
+                None => Ok(page),
+            },
+        }
     }
 }
 
-/// The store as the reconciler sees it, with a page that fails on its first unreadable record (as
-/// `DynamoStore` did before `Page::unreadable`) instead of listing it.
-pub struct FailOnUnreadable(pub Arc<dyn OperationStore>);
-
 #[async_trait]
-impl OperationStore for FailOnUnreadable {
+impl OperationStore for EditedPages {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.0.create_if_absent(op).await
+        self.inner.create_if_absent(op).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.0.get(key).await
+        self.inner.get(key).await
     }
     async fn get_by_operation_id(
         &self,
         operation_id: &OperationId,
     ) -> Result<Option<Operation>, StoreError> {
-        self.0.get_by_operation_id(operation_id).await
+        self.inner.get_by_operation_id(operation_id).await
     }
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.0.claim(req).await
+        self.inner.claim(req).await
     }
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.0.record(rec).await
+        self.inner.record(rec).await
     }
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.0.reschedule(req).await
+        self.inner.reschedule(req).await
     }
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.0.resolve(req).await
+        self.inner.resolve(req).await
     }
     async fn query_index(
         &self,
@@ -155,15 +146,7 @@ impl OperationStore for FailOnUnreadable {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let page = self.0.query_index(query, cursor, limit).await?;
-        match page.unreadable.first() {
-            Some(bad) => Err(StoreError::new(format!(
-                "index page: record {} cannot be read: {}",
-                bad.key, bad.reason
-            ))
-            .of_unreadable(bad.key.clone())),
-            None => Ok(page),
-        }
+        (self.edit)(self.inner.query_index(query, cursor, limit).await?)
     }
 }
 

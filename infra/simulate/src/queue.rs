@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{ChargeQueue, QueueError, QueuedCharge};
+use charge_once::ports::{ChargeQueue, MessageVisibility, QueueError, QueuedCharge};
 use charge_once::{Clock, Timestamp};
 
 /// SQS FIFO's deduplication interval.
@@ -25,6 +25,8 @@ struct Stored {
     visible_at: Timestamp,
     receipt: Option<String>,
     receive_count: u32,
+    sent_at: Timestamp,
+    last_received: Option<Timestamp>,
 }
 
 #[derive(Default)]
@@ -35,6 +37,10 @@ struct State {
     dedup_seen: HashMap<String, Timestamp>,
     dedup_order: VecDeque<(Timestamp, String)>,
     next_id: u64,
+    /// Groups (orders) with a receive at least `long_wait` after the message's previous one.
+    waited: HashSet<String>,
+    /// Messages sent (and not deduplicated), for waiters.
+    generation: u64,
 }
 
 pub struct SimQueue {
@@ -47,6 +53,11 @@ pub struct SimQueue {
     pub foreign_dedup_ids: AtomicU64,
     /// The order of the first one.
     pub first_foreign: Mutex<Option<String>>,
+    /// A receive this long after the previous receive of the same message counts as a wait of
+    /// the visibility timeout ([`SimQueue::waited_timeout`]); `None` counts nothing.
+    pub long_wait: Option<Duration>,
+    /// `ChangeMessageVisibility` calls that found their message.
+    pub visibility_changes: AtomicU64,
 }
 
 impl SimQueue {
@@ -57,7 +68,66 @@ impl SimQueue {
             sends: AtomicU64::new(0),
             foreign_dedup_ids: AtomicU64::new(0),
             first_foreign: Mutex::new(None),
+            long_wait: None,
+            visibility_changes: AtomicU64::new(0),
         }
+    }
+
+    /// Makes a received message visible `delay` from now (`ChangeMessageVisibility`); false if
+    /// the receipt is stale.
+    pub fn change_visibility(&self, receipt_handle: &str, delay: Duration) -> bool {
+        let now = self.clock.now();
+        let mut st = self.lock();
+        let Some(seq) = st.receipts.get(receipt_handle).copied() else {
+            return false;
+        };
+        match st.messages.get_mut(&seq) {
+            Some(m) => {
+                m.visible_at = now.plus(delay);
+                self.visibility_changes.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The earliest moment a message that is not visible now becomes visible.
+    pub fn next_visible_at(&self) -> Option<Timestamp> {
+        let now = self.clock.now();
+        self.lock()
+            .messages
+            .values()
+            .map(|m| m.visible_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
+    /// When the oldest message still in the queue was sent.
+    pub fn oldest_sent_at(&self) -> Option<Timestamp> {
+        // By send sequence: the first is the oldest.
+        self.lock().messages.values().next().map(|m| m.sent_at)
+    }
+
+    /// (visible, in flight) messages now.
+    pub fn visible_and_in_flight(&self) -> (u64, u64) {
+        let now = self.clock.now();
+        let st = self.lock();
+        let in_flight = st
+            .messages
+            .values()
+            .filter(|m| m.receipt.is_some() && m.visible_at > now)
+            .count() as u64;
+        (st.messages.len() as u64 - in_flight, in_flight)
+    }
+
+    /// Groups with a receive at least [`SimQueue::long_wait`] after the previous one.
+    pub fn waited_timeout(&self) -> u64 {
+        self.lock().waited.len() as u64
+    }
+
+    /// Changes whenever a message is sent.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -89,6 +159,7 @@ impl SimQueue {
         st.dedup_seen.insert(dedup_id.to_owned(), now);
         st.dedup_order.push_back((now, dedup_id.to_owned()));
         st.next_id += 1;
+        st.generation += 1;
         let seq = st.next_id;
         st.messages.insert(
             seq,
@@ -100,6 +171,8 @@ impl SimQueue {
                 visible_at: now,
                 receipt: None,
                 receive_count: 0,
+                sent_at: now,
+                last_received: None,
             },
         );
         true
@@ -147,6 +220,12 @@ impl SimQueue {
             }
             m.visible_at = now.plus(visibility);
             m.receive_count += 1;
+            if let (Some(prev), Some(long)) = (m.last_received, self.long_wait) {
+                if now.since(prev) >= long {
+                    st.waited.insert(m.group_id.clone());
+                }
+            }
+            m.last_received = Some(now);
             st.receipts.insert(receipt.clone(), seq);
             out.push(ReceivedMessage {
                 message_id: m.message_id.clone(),
@@ -199,6 +278,16 @@ impl ChargeQueue for SimQueue {
         let body = serde_json::to_string(&charge.message)
             .map_err(|e| QueueError::with_source("cannot encode message", e))?;
         self.send_raw(&body, &charge.group_id, &charge.dedup_id);
+        Ok(())
+    }
+}
+
+/// `ChangeMessageVisibility` on the simulated queue: the charge function's refused messages come
+/// back after `return_after`.
+#[async_trait]
+impl MessageVisibility for SimQueue {
+    async fn return_after(&self, receipt_handle: &str, delay: Duration) -> Result<(), QueueError> {
+        self.change_visibility(receipt_handle, delay);
         Ok(())
     }
 }

@@ -133,6 +133,9 @@ pub struct Report {
     /// The same, for the unknowns whose PaymentIntent was already final at Stripe (a lost or
     /// failed answer, not a `processing` payment that Stripe settles minutes later).
     pub time_to_settle_final_at_stripe: TimeToSettle,
+    /// The load model's figures (`--arrival-rate`), absent in the default mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::load::LoadReport>,
 }
 
 /// Time to settle of the operations that went `unknown` (memory backend only).
@@ -584,6 +587,9 @@ impl Report {
                 )
             }
         );
+        if let Some(load) = &self.load {
+            s.push_str(&load.render());
+        }
         s
     }
 }

@@ -145,6 +145,8 @@ struct Table {
     unknown_since: HashMap<OperationId, i64>,
     /// For each operation that went `unknown` and later settled: how long that took (ms).
     settle_times_ms: Vec<(OperationId, i64)>,
+    /// Every operation that settled: (created, first settled) in virtual ms, in settle order.
+    settle_log: Vec<(i64, i64)>,
     /// Records kept as release 2026-11-29's items (`legacy_record`); their entry in `items` is
     /// always what `operation_from_item` read from this item.
     legacy: HashMap<OperationKey, Attrs>,
@@ -267,6 +269,7 @@ impl Table {
                     self.unknown_since.entry(id).or_insert(now);
                 }
                 s if s.is_settled() && !before.status.is_settled() => {
+                    self.settle_log.push((after.created_at.as_millis(), now));
                     if let Some(since) = self.unknown_since.remove(&id) {
                         self.settle_times_ms.push((id, now - since));
                     }
@@ -374,6 +377,17 @@ impl SimStore {
     /// Writes that changed a settled record (an audit that must read 0).
     pub fn settled_changes(&self) -> u64 {
         self.lock().settled_changes
+    }
+
+    /// Every operation that settled, as (created, first settled) in virtual ms, in settle order:
+    /// checkout → settled for the load model.
+    pub fn settle_log(&self) -> Vec<(i64, i64)> {
+        self.lock().settle_log.clone()
+    }
+
+    /// How many operations have settled.
+    pub fn settled_count(&self) -> usize {
+        self.lock().settle_log.len()
     }
 
     /// Time to settle of the operations that went `unknown`: the ones still unknown (or in

@@ -1,0 +1,110 @@
+//! The load model (`simulate --arrival-rate`): a burst at Stripe's limit, measured in virtual
+//! time. Counts and virtual-time ratios only, never wall time.
+//!
+//! The reference burst: 20,000 orders at 200/s (8 x the limit), Stripe's create limit 25/s, create
+//! latency p50 300 ms, 2 charge environments. N/L = 800 s. The stall without pacing is measured on
+//! 4,000 orders at the same 200/s (R/L = 8 kept): its runs wait out 1,800 s visibility timeouts
+//! with 20,000 messages in the queue, which takes minutes in a debug build.
+
+use std::time::Duration;
+
+use simulate::load::{run, LoadConfig, LoadReport};
+use stripe_sim::CreateLatency;
+
+async fn load(cfg: LoadConfig) -> LoadReport {
+    let report = run(&cfg).await.expect("load run");
+    assert!(
+        report.invariants_hold,
+        "{:?}: {:?}",
+        cfg, report.first_violation
+    );
+    assert_eq!(report.double_charges, 0);
+    let load = report.load.expect("a load report");
+    assert_eq!(load.checkout_errors, 0, "{load:?}");
+    assert_eq!(load.settled, cfg.orders, "every order settled: {load:?}");
+    load
+}
+
+fn reference(seed: u64) -> LoadConfig {
+    LoadConfig::new(20_000, 200.0, seed)
+}
+
+#[tokio::test]
+async fn the_reference_burst_drains_at_stripes_limit_on_two_seeds() {
+    for seed in [1, 2] {
+        let r = load(reference(seed)).await;
+        let ideal = 20_000.0 / 25.0;
+        assert_eq!(r.ideal_drain_secs, ideal);
+        assert!(r.drain_secs <= 1.15 * ideal, "seed {seed}: drain {r:?}");
+        assert!(
+            r.latency_p99_secs <= 1.2 * ideal,
+            "seed {seed}: p99 checkout -> settled {r:?}"
+        );
+        assert_eq!(r.waited_visibility_timeout, 0, "seed {seed}: {r:?}");
+        assert!(r.creates_per_charge <= 1.05, "seed {seed}: {r:?}");
+        // Not faster than Stripe allows: the model really is at the limit.
+        assert!(r.drain_secs >= ideal, "seed {seed}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn more_charge_environments_are_never_worse_than_two() {
+    let two = load(reference(1)).await;
+    for concurrency in [5, 20] {
+        let r = load(LoadConfig {
+            charge_concurrency: concurrency,
+            ..reference(1)
+        })
+        .await;
+        assert!(
+            r.drain_secs <= 1.02 * two.drain_secs,
+            "{concurrency} environments: {} s against {} s with 2",
+            r.drain_secs,
+            two.drain_secs
+        );
+        assert_eq!(r.waited_visibility_timeout, 0, "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn below_the_limit_an_order_settles_within_one_stripe_call() {
+    let r = load(LoadConfig::new(2_000, 10.0, 1)).await;
+    // The create latency's p99 (z = 2.326) and one second.
+    let bound = CreateLatency::default().at_z(2.326) + Duration::from_secs(1);
+    assert!(
+        r.latency_p99_secs <= bound.as_secs_f64(),
+        "p99 {} s > {bound:?}: {r:?}",
+        r.latency_p99_secs
+    );
+    assert_eq!(r.capacity_429s, 0, "{r:?}");
+    assert_eq!(r.creates_per_charge, 1.0, "{r:?}");
+}
+
+#[tokio::test]
+async fn without_pacing_the_burst_stalls_on_visibility_timeouts() {
+    let cfg = LoadConfig {
+        pacing: false,
+        ..LoadConfig::new(4_000, 200.0, 1)
+    };
+    let r = load(cfg).await;
+    assert!(r.drain_secs > 2.0 * r.ideal_drain_secs, "{r:?}");
+    assert!(r.waited_visibility_timeout > 0, "{r:?}");
+    assert!(r.capacity_429s > 0, "{r:?}");
+    // The same burst paced does not.
+    let paced = load(LoadConfig::new(4_000, 200.0, 1)).await;
+    assert!(
+        paced.drain_secs <= 1.15 * paced.ideal_drain_secs,
+        "{paced:?}"
+    );
+    assert_eq!(paced.waited_visibility_timeout, 0, "{paced:?}");
+}
+
+#[tokio::test]
+async fn a_load_run_is_deterministic_per_seed() {
+    let cfg = || LoadConfig::new(2_000, 200.0, 7);
+    let a = load(cfg()).await;
+    let b = load(cfg()).await;
+    assert_eq!(a, b);
+    let other = load(LoadConfig::new(2_000, 200.0, 8)).await;
+    assert_ne!(a.fingerprint, other.fingerprint);
+}
