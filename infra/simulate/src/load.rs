@@ -312,14 +312,7 @@ impl Run {
                 .queue
                 .receive(es.batch_size, visibility)
                 .into_iter()
-                .map(|m| Delivered {
-                    message_id: m.message_id,
-                    receipt: m.receipt_handle,
-                    body: m.body,
-                    group_id: m.group_id,
-                    dedup_id: m.dedup_id,
-                    receive_count: m.receive_count,
-                })
+                .map(Delivered::from)
                 .collect();
             if batch.is_empty() {
                 // Nothing visible: until something is sent or becomes visible (at least once a
@@ -621,16 +614,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     }
 
     // The invariants, against Stripe's ledger.
-    let ledger: Vec<LedgerRow> = sim
-        .ledger()
-        .into_iter()
-        .map(|e| LedgerRow {
-            id: e.id,
-            operation_id: e.operation_id,
-            idempotency_key: e.idempotency_key,
-            status: e.status,
-        })
-        .collect();
+    let ledger: Vec<LedgerRow> = sim.ledger().into_iter().map(LedgerRow::from).collect();
     let mut report = Report {
         seed: cfg.seed,
         backend: "memory".into(),

@@ -25,6 +25,19 @@ pub struct Delivered {
     pub receive_count: u32,
 }
 
+impl From<charge_once::memory::ReceivedMessage> for Delivered {
+    fn from(m: charge_once::memory::ReceivedMessage) -> Self {
+        Self {
+            message_id: m.message_id,
+            receipt: m.receipt_handle,
+            body: m.body,
+            group_id: m.group_id,
+            dedup_id: m.dedup_id,
+            receive_count: m.receive_count,
+        }
+    }
+}
+
 impl Delivered {
     /// The record as the SQS event source puts it in the Lambda event.
     pub fn to_record(&self) -> SqsMessage {
@@ -68,14 +81,7 @@ impl EventSource for MemorySource {
             .queue
             .receive(max, self.visibility)
             .into_iter()
-            .map(|m| Delivered {
-                message_id: m.message_id,
-                receipt: m.receipt_handle,
-                body: m.body,
-                group_id: m.group_id,
-                dedup_id: m.dedup_id,
-                receive_count: m.receive_count,
-            })
+            .map(Delivered::from)
             .collect())
     }
 

@@ -21,6 +21,17 @@ pub struct LedgerRow {
     pub status: String,
 }
 
+impl From<stripe_sim::LedgerEntry> for LedgerRow {
+    fn from(e: stripe_sim::LedgerEntry) -> Self {
+        Self {
+            id: e.id,
+            operation_id: e.operation_id,
+            idempotency_key: e.idempotency_key,
+            status: e.status,
+        }
+    }
+}
+
 /// Requests Stripe received, by endpoint.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StripeCallCounts {
@@ -200,16 +211,7 @@ impl SimStripe {
     ) -> Result<(Vec<LedgerRow>, StripeCallCounts, BTreeMap<String, u64>), BoxError> {
         match self {
             Self::InProcess { sim } | Self::Embedded { sim, .. } => {
-                let ledger = sim
-                    .ledger()
-                    .into_iter()
-                    .map(|e| LedgerRow {
-                        id: e.id,
-                        operation_id: e.operation_id,
-                        idempotency_key: e.idempotency_key,
-                        status: e.status,
-                    })
-                    .collect();
+                let ledger = sim.ledger().into_iter().map(LedgerRow::from).collect();
                 let r = sim.request_counts();
                 let injected = sim
                     .injected()
