@@ -21,16 +21,18 @@ use testkit::stripe::StripeSide;
 const HOUR: Duration = Duration::from_secs(3600);
 const PLENTY: Duration = Duration::from_secs(3600);
 
-struct Stack {
-    store: Arc<DynamoStore>,
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-    side: StripeSide,
-    deps: ReconcilerDeps,
+/// A fresh table and FIFO queue on moto, stripe-sim on the core's clock, and the reconciler's
+/// dependencies on them (also `release_fixtures.rs`'s stack).
+pub(crate) struct Stack {
+    pub(crate) store: Arc<DynamoStore>,
+    pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) queue_url: String,
+    pub(crate) side: StripeSide,
+    pub(crate) deps: ReconcilerDeps,
 }
 
 impl Stack {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let config = sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
         let queue_url = fresh_fifo_queue(&sqs).await;
@@ -73,27 +75,41 @@ impl Stack {
     async fn deliver(&self) -> usize {
         let batch = receive_as_event(&self.sqs, &self.queue_url).await;
         let n = batch.records.len();
-        let resp = charge::handler::handle(
-            &charge::handler::ChargeFunction::local(self.deps.charge.clone()),
-            LambdaEvent::new(batch.clone(), Context::default()),
-        )
-        .await;
+        let f = charge::handler::ChargeFunction::local(self.deps.charge.clone());
+        self.charge(&f, batch).await;
+        n
+    }
+
+    /// `f` on `batch`, then what the event source does: delete each record the handler did not
+    /// report failed (records without a receipt handle did not come from the queue). Returns the
+    /// ids of the failed ones.
+    pub(crate) async fn charge(
+        &self,
+        f: &charge::handler::ChargeFunction,
+        batch: aws_lambda_events::sqs::SqsEvent,
+    ) -> Vec<String> {
+        let resp =
+            charge::handler::handle(f, LambdaEvent::new(batch.clone(), Context::default())).await;
+        let failed: Vec<String> = resp
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
         for r in &batch.records {
-            let failed = resp
-                .batch_item_failures
-                .iter()
-                .any(|f| Some(&f.item_identifier) == r.message_id.as_ref());
-            if !failed {
+            let Some(handle) = &r.receipt_handle else {
+                continue;
+            };
+            if !r.message_id.as_ref().is_some_and(|id| failed.contains(id)) {
                 self.sqs
                     .delete_message()
                     .queue_url(&self.queue_url)
-                    .receipt_handle(r.receipt_handle.clone().unwrap())
+                    .receipt_handle(handle)
                     .send()
                     .await
                     .unwrap();
             }
         }
-        n
+        failed
     }
 
     async fn current(&self, op: &Operation) -> Operation {

@@ -29,19 +29,16 @@ use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item,
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
 use charge_once::ports::{
     CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
 };
-use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
+use charge_once::reconciler::reconcile_tick;
 use charge_once::webhook::inbox::{Admitted, WebhookInbox};
-use charge_once::{AuditEntry, Clock, ManualClock, Operation, OperationStatus, Timestamp};
-use lambda_runtime::{Context, LambdaEvent};
+use charge_once::{AuditEntry, Clock, Operation, OperationStatus, Timestamp};
 use serde_json::Value;
-use testkit::aws::{fresh_fifo_queue, fresh_store, receive_as_event, sdk_config, unique};
-use testkit::stripe::StripeSide;
+use testkit::aws::{receive_as_event, sdk_config, unique};
 
 const START: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 const STEP: Duration = Duration::from_secs(300);
@@ -133,44 +130,30 @@ async fn every_earlier_release_s_records_are_read_and_settled() {
     }
 }
 
+/// The reconciler's stack, plus where today's charge function parks poison (none expected).
 struct Stack {
-    store: Arc<DynamoStore>,
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-    side: StripeSide,
-    deps: ReconcilerDeps,
+    base: crate::reconciler_on_aws::Stack,
     dead_letters: Arc<MemoryDeadLetters>,
+}
+
+impl std::ops::Deref for Stack {
+    type Target = crate::reconciler_on_aws::Stack;
+    fn deref(&self) -> &Self::Target {
+        &self.base
+    }
 }
 
 impl Stack {
     async fn new() -> Self {
-        let config = sdk_config().await;
-        let sqs = aws_sdk_sqs::Client::new(&config);
-        let queue_url = fresh_fifo_queue(&sqs).await;
-        let store = Arc::new(fresh_store().await);
-        let side = StripeSide::start(ManualClock::new(START)).await;
-        let deps = ReconcilerDeps {
-            charge: ChargeDeps {
-                store: store.clone(),
-                gateway: Arc::new(side.gateway()),
-                clock: Arc::new(side.clock.clone()),
-                policy: ChargePolicy::default(),
-            },
-            queue: Arc::new(SqsQueue::new(sqs.clone(), &queue_url)),
-            page_size: 50,
-        };
+        let base = crate::reconciler_on_aws::Stack::new().await;
+        assert_eq!(base.side.clock.now(), START, "fixtures are placed at START");
         Self {
-            store,
-            sqs,
-            queue_url,
-            side,
-            deps,
+            base,
             dead_letters: Arc::new(MemoryDeadLetters::new()),
         }
     }
 
-    /// Today's charge function on a batch, as its event source would run it (what it acknowledges
-    /// is deleted from the queue when it came from there). Returns the retried message ids.
+    /// Today's charge function on a batch, as its event source would run it.
     async fn charge(&self, batch: SqsEvent) -> Vec<String> {
         let f = charge::handler::ChargeFunction {
             charge: self.deps.charge.clone(),
@@ -179,28 +162,7 @@ impl Stack {
             budget: None,
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
-        let resp =
-            charge::handler::handle(&f, LambdaEvent::new(batch.clone(), Context::default())).await;
-        let retried: Vec<String> = resp
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone())
-            .collect();
-        for r in &batch.records {
-            let Some(handle) = &r.receipt_handle else {
-                continue;
-            };
-            if !retried.contains(r.message_id.as_ref().unwrap()) {
-                self.sqs
-                    .delete_message()
-                    .queue_url(&self.queue_url)
-                    .receipt_handle(handle)
-                    .send()
-                    .await
-                    .unwrap();
-            }
-        }
-        retried
+        self.base.charge(&f, batch).await
     }
 }
 
