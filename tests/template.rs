@@ -411,6 +411,17 @@ fn the_charge_event_source_is_the_one_the_simulator_models() {
         es.visibility_timeout_secs,
         "ChargeQueue's VisibilityTimeout"
     );
+    assert_eq!(
+        number(
+            get(
+                get(props(queue), "RedrivePolicy").expect("a RedrivePolicy"),
+                "maxReceiveCount"
+            )
+            .expect("maxReceiveCount")
+        ),
+        u64::from(es.max_receive_count),
+        "ChargeQueue's maxReceiveCount"
+    );
 }
 
 /// The property as written (tag kept), for [`logical_id_of`].

@@ -38,6 +38,16 @@
 //! queue's 30-minute visibility timeout (which is there to cover a running charge). Counted as
 //! `ReturnedSoon`. Other retries (store unavailable, our key refused) wait the timeout.
 //!
+//! **Refused at the last receive: left to the reconciler, not the DLQ.** Back in seconds, a
+//! message reaches the queue's receive limit (`maxReceiveCount`,
+//! [`crate::EVENT_SOURCE`]`.max_receive_count`) in about 30 s of refusals, and failing it then
+//! would park it in the DLQ, whose alarm pages a person for a message nothing is wrong with. So at
+//! that receive a budget too full to wait for does not refuse (the call goes out; Stripe's own
+//! 429 is the backstop), and a refusal the executor reports (429, key in use, lease elsewhere) is
+//! acknowledged: the executor has just read the operation and left it unsettled with a due time
+//! (no later than it was), so the reconciler re-drives it from the unknown index when it is due,
+//! as it does for a lost message. Counted as `LeftToReconciler`.
+//!
 //! Metrics (EMF, `Function=charge`), one set per batch: `PoisonMessages`, `StripeReplays`
 //! (Stripe answered `Idempotent-Replayed: true`: our key was used before), and `SentToReview` per
 //! reason class (alarmed).
@@ -117,6 +127,9 @@ pub enum ItemOutcome {
     /// ([`charge_once::pacing::return_after`]): nothing happened, and trying again shortly can
     /// work (rate limit, key in use, lease held elsewhere).
     RetrySoon(&'static str),
+    /// Refused as [`ItemOutcome::RetrySoon`] at the queue's last receive: acknowledged, the
+    /// operation (read by the executor: unsettled, due) left to the reconciler.
+    LeftToReconciler(&'static str),
 }
 
 impl ItemOutcome {
@@ -131,6 +144,7 @@ struct BatchTally {
     poison: u64,
     replays: u64,
     returned_soon: u64,
+    left_to_reconciler: u64,
     reviews: BTreeMap<ReviewClass, u64>,
 }
 
@@ -140,6 +154,7 @@ impl BatchTally {
         self.poison += group.poison;
         self.replays += group.replays;
         self.returned_soon += group.returned_soon;
+        self.left_to_reconciler += group.left_to_reconciler;
         for (class, n) in group.reviews {
             *self.reviews.entry(class).or_default() += n;
         }
@@ -255,6 +270,7 @@ async fn run_group(
             match outcome {
                 ItemOutcome::Acknowledged => {}
                 ItemOutcome::Poisoned(_) => tally.poison += 1,
+                ItemOutcome::LeftToReconciler(_) => tally.left_to_reconciler += 1,
                 // The rest of this group waits for the next delivery, in order.
                 ItemOutcome::Retry(_) | ItemOutcome::RetrySoon(_) => {
                     failed.get_or_insert(outcome.clone());
@@ -277,6 +293,7 @@ fn emit(f: &ChargeFunction, tally: &BatchTally) {
             ("PoisonMessages", tally.poison as f64, "Count"),
             ("StripeReplays", tally.replays as f64, "Count"),
             ("ReturnedSoon", tally.returned_soon as f64, "Count"),
+            ("LeftToReconciler", tally.left_to_reconciler as f64, "Count"),
         ],
     ));
     for (class, n) in &tally.reviews {
@@ -302,9 +319,16 @@ async fn process(
         Ok(m) => m,
         Err(poison) => return park(f, record, message_id, poison).await,
     };
+    let last_receive = receives(record) >= crate::EVENT_SOURCE.max_receive_count;
     if let Err(saturated) = take_slot(f, deadline).await {
-        info!(%message_id, %saturated, "Stripe budget saturated; back soon");
-        return ItemOutcome::RetrySoon("stripe budget saturated");
+        if last_receive {
+            // Refusing now would park it in the DLQ; one call over the budget is cheaper, and
+            // Stripe's own 429 is the backstop.
+            warn!(%message_id, %saturated, "Stripe budget saturated at the last receive; calling anyway");
+        } else {
+            info!(%message_id, %saturated, "Stripe budget saturated; back soon");
+            return ItemOutcome::RetrySoon("stripe budget saturated");
+        }
     }
     let span = tracing::info_span!(
         "charge_message",
@@ -322,16 +346,27 @@ async fn process(
                     *tally.reviews.entry(class).or_default() += 1;
                 }
                 if report.disposition.wants_retry() {
-                    info!(disposition = ?report.disposition, "nothing happened; the message will come back");
-                    match report.disposition {
-                        Disposition::RetryLater(RetryCause::RateLimited) => {
-                            ItemOutcome::RetrySoon("rate limited")
-                        }
+                    let soon = match report.disposition {
+                        Disposition::RetryLater(RetryCause::RateLimited) => Some("rate limited"),
                         Disposition::RetryLater(RetryCause::KeyInUse) => {
-                            ItemOutcome::RetrySoon("idempotency key in use")
+                            Some("idempotency key in use")
                         }
-                        Disposition::Busy => ItemOutcome::RetrySoon("leased elsewhere"),
-                        _ => ItemOutcome::Retry("retry later"),
+                        Disposition::Busy => Some("leased elsewhere"),
+                        _ => None,
+                    };
+                    match soon {
+                        Some(reason) if last_receive => {
+                            info!(disposition = ?report.disposition, reason, "nothing happened at the last receive; left to the reconciler");
+                            ItemOutcome::LeftToReconciler(reason)
+                        }
+                        Some(reason) => {
+                            info!(disposition = ?report.disposition, "nothing happened; the message comes back soon");
+                            ItemOutcome::RetrySoon(reason)
+                        }
+                        None => {
+                            info!(disposition = ?report.disposition, "nothing happened; the message will come back");
+                            ItemOutcome::Retry("retry later")
+                        }
                     }
                 } else {
                     info!(status = %report.status, disposition = ?report.disposition, gateway_calls = report.gateway_calls, replayed = report.replayed, "done");
@@ -381,6 +416,15 @@ async fn take_slot(
     budget.acquire(max_wait).await.map(|_| ())
 }
 
+/// The record's `ApproximateReceiveCount` (1 if absent or unreadable: never taken for the last).
+fn receives(record: &SqsMessage) -> u32 {
+    record
+        .attributes
+        .get("ApproximateReceiveCount")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Makes a record visible again in seconds; `false` (logged) if it could not be: it then waits
 /// the queue's visibility timeout, as before.
 async fn return_soon(f: &ChargeFunction, record: &SqsMessage, reason: &'static str) -> bool {
@@ -388,11 +432,7 @@ async fn return_soon(f: &ChargeFunction, record: &SqsMessage, reason: &'static s
     let Some(receipt) = record.receipt_handle.as_deref() else {
         return false;
     };
-    let receives = record
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1);
+    let receives = receives(record);
     let delay = charge_once::pacing::return_after(message_id, receives);
     match f.visibility.return_after(receipt, delay).await {
         Ok(()) => {
@@ -710,6 +750,105 @@ mod tests {
             );
         }
         assert_eq!(w.metrics.sum("ReturnedSoon", &[]), 2.0);
+    }
+
+    /// The sample batch, every record at receive `n` with a receipt handle.
+    fn batch_at_receive(n: u32) -> SqsEvent {
+        let mut event = batch();
+        for (i, r) in event.records.iter_mut().enumerate() {
+            r.receipt_handle = Some(format!("receipt-{i}"));
+            r.attributes
+                .insert("ApproximateReceiveCount".into(), n.to_string());
+        }
+        event
+    }
+
+    #[tokio::test]
+    async fn a_refusal_at_the_last_receive_is_left_to_the_reconciler_not_the_dlq() {
+        let last = crate::EVENT_SOURCE.max_receive_count;
+        // One receive earlier it still comes back soon: the limit is where the switch is.
+        let w = world().await;
+        w.gateway.script(FakeFault::RateLimited);
+        let resp = handle(
+            &w.f,
+            LambdaEvent::new(batch_at_receive(last - 1), Context::default()),
+        )
+        .await;
+        assert_eq!(failed(&resp), ["059f36b4-87a3-44ab-83d2-661975830a7d"]);
+        assert_eq!(w.metrics.sum("LeftToReconciler", &[]), 0.0);
+
+        let w = world().await;
+        let before = w
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.order_id.as_str() == "ord-1001")
+            .unwrap();
+        w.gateway.script(FakeFault::RateLimited);
+        let resp = handle(
+            &w.f,
+            LambdaEvent::new(batch_at_receive(last), Context::default()),
+        )
+        .await;
+        // Acknowledged (failing it now would park it in the DLQ, which pages), not returned.
+        assert!(failed(&resp).is_empty(), "{:?}", failed(&resp));
+        assert!(w.returned.0.lock().unwrap().is_empty());
+        assert_eq!(w.metrics.sum("LeftToReconciler", &[]), 1.0);
+        assert_eq!(w.metrics.sum("ReturnedSoon", &[]), 0.0);
+        assert_eq!(
+            w.dlq
+                .letters()
+                .iter()
+                .map(|l| l.message_id.as_str())
+                .collect::<Vec<_>>(),
+            [MALFORMED],
+            "only the sample's malformed record is parked"
+        );
+        // The operation is where the reconciler finds it: unsettled, due no later than before.
+        let after = w
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.order_id.as_str() == "ord-1001")
+            .unwrap();
+        assert_eq!(after.status, OperationStatus::Pending);
+        let (due, was_due) = (after.next_due_at.unwrap(), before.next_due_at.unwrap());
+        assert!(
+            due <= was_due,
+            "due no later than before: {due:?} > {was_due:?}"
+        );
+        assert_eq!(w.gateway.charge_count(), 1, "ord-1003 charged");
+    }
+
+    #[tokio::test]
+    async fn a_full_budget_at_the_last_receive_calls_anyway() {
+        let mut w = world().await;
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        w.f.charge.clock = Arc::new(clock.clone());
+        // One call per 10 s and the invocation cannot wait: every message but the first is refused.
+        w.f.budget = Some(Arc::new(Budget::new(
+            0.1,
+            1,
+            Arc::new(clock.clone()),
+            Arc::new(ClockSleeper(clock.clone())),
+        )));
+        let mut ctx = Context::default();
+        ctx.deadline = clock.now().plus(WORST_MESSAGE).as_millis() as u64;
+        let resp = handle(&w.f, LambdaEvent::new(batch_at_receive(2), ctx.clone())).await;
+        assert_eq!(failed(&resp).len(), 1, "refused below the limit");
+        assert_eq!(w.gateway.charge_count(), 1);
+
+        let resp = handle(
+            &w.f,
+            LambdaEvent::new(batch_at_receive(crate::EVENT_SOURCE.max_receive_count), ctx),
+        )
+        .await;
+        assert!(failed(&resp).is_empty(), "{:?}", failed(&resp));
+        assert_eq!(
+            w.gateway.charge_count(),
+            2,
+            "the refused one went out at its last receive"
+        );
     }
 
     /// Sleeping moves the manual clock (the handler's awaits run one at a time here).

@@ -61,6 +61,9 @@ pub struct EventSource {
     pub function_timeout_secs: u64,
     /// The default of `ChargeMaxConcurrency` (`ScalingConfig.MaximumConcurrency`).
     pub default_max_concurrency: u32,
+    /// The queue's redrive policy `maxReceiveCount`: a message failed at this receive goes to
+    /// the DLQ (which pages) instead of being delivered again.
+    pub max_receive_count: u32,
 }
 
 /// The charge function's event source (see [`EventSource`]).
@@ -70,4 +73,5 @@ pub const EVENT_SOURCE: EventSource = EventSource {
     max_batching_window_secs: 0,
     function_timeout_secs: 300,
     default_max_concurrency: 2,
+    max_receive_count: 5,
 };

@@ -101,6 +101,34 @@ pub struct LoopCounts {
     pub first_failed_tick: Mutex<Option<String>>,
     /// Unreadable records counted by the ticks (their `UnreadableRecords` metric, summed).
     pub unreadable_counted: AtomicU64,
+    /// Messages the charge function brought back in seconds (its `ReturnedSoon`, summed).
+    pub returned_soon: AtomicU64,
+    /// Refusals at the last receive it acknowledged and left to the reconciler
+    /// (`LeftToReconciler`, summed).
+    pub left_to_reconciler: AtomicU64,
+}
+
+/// The charge function's metrics sink: its EMF lines' `ReturnedSoon` and `LeftToReconciler`,
+/// summed as CloudWatch would, into the loop's counts.
+pub struct ChargeMetrics(pub Arc<LoopCounts>);
+
+impl charge_once::telemetry::MetricsSink for ChargeMetrics {
+    fn emit(&self, line: String) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            return;
+        };
+        let n = |key: &str| {
+            v.get(key)
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0) as u64
+        };
+        self.0
+            .returned_soon
+            .fetch_add(n("ReturnedSoon"), Ordering::Relaxed);
+        self.0
+            .left_to_reconciler
+            .fetch_add(n("LeftToReconciler"), Ordering::Relaxed);
+    }
 }
 
 /// The `UnreadableRecords` of a tick's EMF lines (the reconciler's line), summed.
@@ -571,5 +599,13 @@ pub fn count_map(counts: &LoopCounts) -> BTreeMap<&'static str, u64> {
         ),
         ("checkout_503", counts.checkout_503.load(Ordering::Relaxed)),
         ("poison_sent", counts.poison_sent.load(Ordering::Relaxed)),
+        (
+            "returned_soon",
+            counts.returned_soon.load(Ordering::Relaxed),
+        ),
+        (
+            "left_to_reconciler",
+            counts.left_to_reconciler.load(Ordering::Relaxed),
+        ),
     ])
 }

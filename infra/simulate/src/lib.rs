@@ -52,7 +52,8 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::ports::{ChargeQueue, OperationStore, PaymentGateway};
+use charge_once::pacing::{Budget, PacedGateway};
+use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::{ManualClock, OperationKey, OrderId};
 use checkout::handler::Checkout;
@@ -74,16 +75,57 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Counters = Box<dyn Fn() -> (u64, u64, u64, u64, u64)>;
 /// The audits' first orders, and the order an operation id was minted for (memory backend).
 type Audits = Box<dyn Fn(&str) -> Option<String>>;
-/// The raw store, the raw queue, its consumer side, and the counters.
+/// The raw store, the raw queue, its consumer side (and its `ChangeMessageVisibility`), and
+/// the counters.
 type Backing = (
     Arc<dyn OperationStore>,
     Arc<dyn ChargeQueue>,
     Arc<dyn EventSource>,
+    Arc<dyn MessageVisibility>,
     Counters,
     Audits,
     // The stream stand-in (memory backend): what the outcome relay published.
     Option<Arc<store::SimStore>>,
 );
+
+/// A real queue's `ChangeMessageVisibility` with its delays capped: on `--backend aws` the
+/// queue's clock is real time, so a message returned "in 2-60 s" is returned in at most `cap`,
+/// as the source's own visibility timeout is kept to 1 s.
+struct CappedVisibility {
+    inner: Arc<SqsQueue>,
+    cap: Duration,
+}
+
+#[async_trait::async_trait]
+impl MessageVisibility for CappedVisibility {
+    async fn return_after(
+        &self,
+        receipt_handle: &str,
+        delay: Duration,
+    ) -> Result<(), charge_once::ports::QueueError> {
+        self.inner
+            .return_after(receipt_handle, delay.min(self.cap))
+            .await
+    }
+}
+
+/// `--no-pacing`: the path before issue 25, where a refused message waits the queue's visibility
+/// timeout. Refusing the change (rather than pretending it happened) keeps the function's
+/// `ReturnedSoon` true: 0.
+struct NoVisibilityChange;
+
+#[async_trait::async_trait]
+impl MessageVisibility for NoVisibilityChange {
+    async fn return_after(
+        &self,
+        _receipt_handle: &str,
+        _delay: Duration,
+    ) -> Result<(), charge_once::ports::QueueError> {
+        Err(charge_once::ports::QueueError::new(
+            "--no-pacing: no ChangeMessageVisibility",
+        ))
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
@@ -242,8 +284,8 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 300)]
     pub create_latency_p50_ms: u64,
 
-    /// Load model: no pacing in the charge path (no budget; refused messages wait the 1,800 s
-    /// visibility timeout), as before issue 25.
+    /// No pacing in the charge path (no budget; refused messages wait the queue's visibility
+    /// timeout), as before issue 25: in the load model and in the fault simulation.
     #[arg(long)]
     pub no_pacing: bool,
 
@@ -425,7 +467,9 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
 
     // The memory store's audits of settled records and time to settle (none on --backend aws).
     let mut sim_store: Option<Arc<store::SimStore>> = None;
-    let (store, mut queue, source, counters, audits, outbox): Backing = match args.backend {
+    let (store, mut queue, source, visibility, counters, audits, outbox): Backing = match args
+        .backend
+    {
         Backend::Memory => {
             let mut store = store::SimStore::new();
             store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
@@ -440,8 +484,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
             let source = Arc::new(MemorySource {
                 queue: queue.clone(),
-                // Six times a 30 s function timeout, as the template sets it.
-                visibility: Duration::from_secs(180),
+                // The template's: six times the charge function's 300 s timeout.
+                visibility: Duration::from_secs(charge::EVENT_SOURCE.visibility_timeout_secs),
             });
             let (s, q) = (store.clone(), queue.clone());
             let counters = Box::new(move || {
@@ -465,7 +509,15 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
                         .and_then(|id| s.order_of(&id)),
                 }
             });
-            (store.clone(), queue, source, counters, audits, Some(store))
+            (
+                store.clone(),
+                queue.clone(),
+                source,
+                queue,
+                counters,
+                audits,
+                Some(store),
+            )
         }
         Backend::Aws => {
             let config = aws_config(args).await;
@@ -515,8 +567,12 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             });
             (
                 store,
-                queue,
+                queue.clone(),
                 source,
+                Arc::new(CappedVisibility {
+                    inner: queue,
+                    cap: Duration::from_secs(1),
+                }),
                 counters,
                 Box::new(|_: &str| None),
                 None,
@@ -596,7 +652,39 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         _ => None,
     };
 
+    // The budget as the charge function's and the reconciler's main.rs split it; sleeping for a
+    // slot moves the virtual clock (no timers here: one caller at a time).
+    let stripe_budget = charge_once::config::StripeBudget {
+        per_second: args.stripe_rps,
+        charge_concurrency: u64::from(args.charge_concurrency),
+    };
+    let sleeper = Arc::new(sched::SchedSleeper(clock.clone()));
+    let paced = |per_second: f64| {
+        Arc::new(Budget::new(
+            per_second,
+            1,
+            clock_arc.clone(),
+            sleeper.clone(),
+        ))
+    };
+    let paced_reconciler = |gateway: Arc<dyn PaymentGateway>| -> Arc<dyn PaymentGateway> {
+        Arc::new(PacedGateway::new(
+            gateway,
+            paced(stripe_budget.reconciler_share()),
+            Some(paced(stripe_budget.reconciler_search_share())),
+            Duration::from_secs(10),
+        ))
+    };
+    let reconciler_charge = if args.no_pacing {
+        charge.clone()
+    } else {
+        ChargeDeps {
+            gateway: paced_reconciler(sim_gateway.clone()),
+            ..charge.clone()
+        }
+    };
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
+    let counts = Arc::new(LoopCounts::default());
     let pipeline = Pipeline {
         clock: clock.clone(),
         faults: faults.clone(),
@@ -617,15 +705,15 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             charge: match args.mutation {
                 Some(Mutation::ReconcilerSkipsPending) => ChargeDeps {
                     store: Arc::new(mutations::EditedPages::skip_pending(faulty_store.clone())),
-                    ..charge.clone()
+                    ..reconciler_charge.clone()
                 },
                 Some(Mutation::UnreadableFailsPage) => ChargeDeps {
                     store: Arc::new(mutations::EditedPages::fail_on_unreadable(
                         faulty_store.clone(),
                     )),
-                    ..charge.clone()
+                    ..reconciler_charge.clone()
                 },
-                _ => charge.clone(),
+                _ => reconciler_charge,
             },
             queue: sender(false),
             page_size: 100,
@@ -633,11 +721,22 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         charge: charge::handler::ChargeFunction {
             charge,
             dead_letters: dead_letters.clone(),
-            // Retried messages wait the queue's visibility timeout, as before pacing; the load
-            // model (issue 25) brings rate-limited ones back through the queue instead.
-            visibility: Arc::new(charge::handler::QueueTimeout),
-            budget: None,
-            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+            // Paced as main.rs wires it: one environment's share of the budget, refusals back
+            // in seconds through the queue; `--no-pacing` is the path before issue 25.
+            visibility: if args.no_pacing {
+                Arc::new(NoVisibilityChange)
+            } else {
+                visibility
+            },
+            budget: (!args.no_pacing).then(|| {
+                Arc::new(Budget::new(
+                    stripe_budget.charge_share(),
+                    args.charge_burst,
+                    clock_arc.clone(),
+                    sleeper.clone(),
+                ))
+            }),
+            metrics: Arc::new(driver::ChargeMetrics(counts.clone())),
         },
         dead_letters: dead_letters.clone(),
         source,
@@ -649,7 +748,6 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         operator: sim_store.clone(),
     };
 
-    let counts = LoopCounts::default();
     pipeline.run(args.orders, &counts).await?;
     let (reads, writes, sends, stale_lease_writes, foreign_dedup_ids) = counters();
     let (ledger, stripe_requests, injected) = stripe.snapshot().await?;
