@@ -37,6 +37,8 @@ template-check:
 	cargo test -p integration-tests --test it template::
 
 # Writes BENCHMARKS.md: request counts on the wire (moto + stripe-sim), throughput, footprint,
-# AWS cost, reconciler reads. About 7 minutes on 2 cores once the release builds exist.
+# AWS cost, reconciler reads, the reference burst at Stripe's rate limit (simulate --arrival-rate,
+# and docs/bench/burst-*.svg). About 10 minutes on 2 cores once the release builds exist.
+# `BENCH_ONLY=burst make bench` runs only the burst (about 3 minutes) and replaces only its section.
 bench:
 	infra/bench/run.sh

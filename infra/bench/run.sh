@@ -9,11 +9,21 @@
 #   - footprint per release profile (BENCH_PROFILES, default `release`): stripped binary, zip,
 #     init ms (exec to the first invocation/next against a local Runtime API, moto for the
 #     secret) and CPU per charge, from a real build of each function (issue 15);
-#   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model.
-# Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 7 minutes on 2 cores once built
-# (the 10,000-item table on moto is most of it; BENCH_SETTLED=N uses a smaller one).
+#   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model;
+#   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
+#     --arrival-rate` (release build, virtual time, in memory) once per row of
+#     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
+#     minutes, the two unpaced runs nearly all of it.
+# Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 10 minutes on 2 cores once built
+# (the 10,000-item table on moto and the burst's unpaced runs are most of it; BENCH_SETTLED=N uses
+# a smaller table).
+#
+# BENCH_ONLY=burst: only section 7: its runs, then that section replaced in place in BENCHMARKS.md
+# (the rest of the file as the last full run wrote it). `BENCH_ONLY=burst make bench`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Where cargo puts the binaries (a worktree may share another checkout's target directory).
+target="${CARGO_TARGET_DIR:-target}"
 
 out="${BENCH_OUT:-target/bench}"
 settled="${BENCH_SETTLED:-10000}"
@@ -25,21 +35,27 @@ charges="${BENCH_CHARGES:-200000}"
 profiles="${BENCH_PROFILES:-release}"
 init_runs="${BENCH_INIT_RUNS:-20}"
 # Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
-steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim} "
+steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim burst} "
+only="${BENCH_ONLY:-}"
+case "$only" in
+  "") ;;
+  burst) steps=" burst " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (burst renders alone)" >&2; exit 2 ;;
+esac
 step() { [[ "$steps" == *" $1 "* ]]; }
 mkdir -p "$out"
 
 needs_release=false
-for s in wire index cpu logs sim; do if step "$s"; then needs_release=true; fi; done
+for s in wire index cpu logs sim burst; do if step "$s"; then needs_release=true; fi; done
 if $needs_release; then
   echo "== build (release): bench, simulate, stripe-sim" >&2
   nice -n 19 cargo build --locked --release -p bench -p simulate -p stripe-sim
-  bench=target/release/bench
-  simulate=target/release/simulate
+  bench="$target/release/bench"
+  simulate="$target/release/simulate"
 else
   # Only the footprint step (it builds its own profiles) and the render: a debug bench renders.
   cargo build --locked -q -p bench
-  bench=target/debug/bench
+  bench="$target/debug/bench"
 fi
 
 if step wire; then
@@ -73,9 +89,9 @@ infra/local/with-stack.sh bash -c '
   # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
   while IFS= read -r line; do export "$line"; done < <(
     "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
-  out="$1"; runs="$2"; charges="$3"; shift 3
+  target="$1"; out="$2"; runs="$3"; charges="$4"; shift 4
   for p in "$@"; do
-    dir=target/$p
+    dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
     rows=()
     for f in checkout charge reconciler; do
@@ -92,7 +108,7 @@ infra/local/with-stack.sh bash -c '
     (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s}\n" \
       "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")") > "$out/footprint-$p.json"
   done
-' footprint "$out" "$init_runs" "$charges" $profiles
+' footprint "$target" "$out" "$init_runs" "$charges" $profiles
 fi
 
 if step logs; then
@@ -114,7 +130,7 @@ if step sim; then
   # measured by the load model (simulate --arrival-rate), where time is virtual.
   infra/local/with-stack.sh bash -c "
     set -euo pipefail
-    target/release/stripe-sim --port 0 --unlimited > '$out/stripe-sim.log' 2>&1 &
+    '$target/release/stripe-sim' --port 0 --unlimited > '$out/stripe-sim.log' 2>&1 &
     sim_pid=\$!
     trap 'kill \$sim_pid' EXIT
     for _ in \$(seq 50); do grep -q listening '$out/stripe-sim.log' && break; sleep 0.1; done
@@ -123,6 +139,17 @@ if step sim; then
   "
 fi
 
-echo "== render BENCHMARKS.md" >&2
-BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')" BENCH_SIM_PROFILE=release \
-  "$bench" render "$out" BENCHMARKS.md
+if step burst; then
+  echo "== 7: the reference burst at Stripe's rate limit (simulate --arrival-rate, virtual time)" >&2
+  "$bench" burst "$out" "$simulate" docs/bench
+fi
+
+BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
+export BENCH_DATE
+if [[ -n "$only" ]]; then
+  echo "== render section 7 of BENCHMARKS.md in place" >&2
+  "$bench" render-section "$only" "$out" BENCHMARKS.md
+else
+  echo "== render BENCHMARKS.md" >&2
+  BENCH_SIM_PROFILE=release "$bench" render "$out" BENCHMARKS.md
+fi

@@ -7,8 +7,10 @@
 //!   charge and peak RSS of the charge handler on in-memory ports; init time of a `bootstrap`.
 //! - [`logs`]: CloudWatch Logs bytes per happy-path charge.
 //! - [`report`]: cost per 1M charges and the Markdown.
+//! - [`burst`]: section 7, the reference burst at Stripe's rate limit (`simulate --arrival-rate`).
 
 pub use footprint::{cpu, init};
+pub mod burst;
 pub mod index_cost;
 pub mod logs;
 pub mod report;

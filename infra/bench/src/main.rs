@@ -8,7 +8,9 @@
 //! bench rss    OUT.json BATCH           peak RSS after one batch (run in a fresh process)
 //! bench init   OUT.json FUNCTION BOOTSTRAP RUNS  init ms: exec to first invocation/next (needs moto + provisioned env)
 //! bench logs   OUT.json TEMPLATE        CloudWatch Logs bytes per happy-path charge (needs moto)
+//! bench burst  DIR SIMULATE SVG_DIR     section 7's simulate --arrival-rate runs: DIR/burst-*.json, SVG_DIR/*.svg
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
+//! bench render-section burst DIR FILE.md  section 7 alone from DIR/burst-*.json, in place in FILE.md
 //! ```
 
 use std::path::Path;
@@ -152,6 +154,33 @@ fn main() -> Result<(), Error> {
             let md = bench::report::render(Path::new(&dir))?;
             std::fs::write(&out, md)?;
             eprintln!("wrote {out}");
+            Ok(())
+        }
+        "burst" => {
+            let dir = arg(&args, 2, "DIR")?;
+            let simulate = arg(&args, 3, "SIMULATE")?;
+            let svg_dir = arg(&args, 4, "SVG_DIR")?;
+            bench::burst::run_all(Path::new(&simulate), Path::new(&dir), Path::new(&svg_dir))
+        }
+        "render-section" => {
+            let name = arg(&args, 2, "SECTION")?;
+            if name != "burst" {
+                return Err(
+                    format!("unknown section {name:?}: only `burst` (7) renders alone").into(),
+                );
+            }
+            let dir = arg(&args, 3, "DIR")?;
+            let file = arg(&args, 4, "FILE.md")?;
+            let date = std::env::var("BENCH_DATE").unwrap_or_else(|_| "unknown".into());
+            let mut section = String::new();
+            bench::burst::section(
+                &mut section,
+                &bench::burst::read_reports(Path::new(&dir))?,
+                &date,
+            )?;
+            let doc = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
+            std::fs::write(&file, bench::burst::splice(&doc, &section)?)?;
+            eprintln!("replaced section 7 of {file}");
             Ok(())
         }
         other => Err(format!("unknown command {other:?}; see infra/bench/src/main.rs").into()),

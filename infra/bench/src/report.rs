@@ -1,4 +1,5 @@
-//! Cost per 1M charges from the counted requests and published prices, and the Markdown.
+//! Cost per 1M charges from the counted requests and published prices, and the Markdown
+//! (section 7's in [`crate::burst`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -51,7 +52,7 @@ pub struct CpuRecord {
 }
 
 /// A Markdown table: the header, its rule, one line per row of cells.
-fn table(
+pub(crate) fn table(
     w: &mut String,
     header: &[&str],
     rows: impl IntoIterator<Item = Vec<String>>,
@@ -102,7 +103,7 @@ fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
 }
 
 /// `read`, or `None` when the file does not exist (a step left out of the run).
-fn read_opt<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, Error> {
+pub(crate) fn read_opt<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, Error> {
     if dir.join(name).exists() {
         read(dir, name).map(Some)
     } else {
@@ -155,7 +156,7 @@ fn ratio(a: u64, b: u64) -> String {
 }
 
 /// `1000` as `1,000`.
-fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -1026,6 +1027,10 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w, "record (1 RU, items < 4 KB) on top of the small index entries: with projection ALL the 1,000 due operations")?;
     writeln!(w, "above cost about 56 read units. That is the price of the claim's index write: 1 RU ($0.125 per 1M) per")?;
     writeln!(w, "due operation per tick, paid only for unsettled work, against 1 WRU ($0.625 per 1M) on every charge.")?;
+    writeln!(w)?;
+
+    // 7
+    crate::burst::section(w, &crate::burst::read_reports(dir)?, &date)?;
     Ok(md)
 }
 
