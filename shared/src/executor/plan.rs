@@ -523,22 +523,22 @@ mod tests {
         Review(ReviewClass),
     }
 
-    /// One claimed record through the whole plan: the step [`next_step`] picks at `now`, then the
-    /// decision on Stripe's answer to it.
-    fn run(
+    /// The decision on Stripe's answer to the call `step` makes (the table's answer must be one
+    /// for that call).
+    fn decide(
         op: &Operation,
+        step: &Step,
         now: Timestamp,
         answer: Answer,
         policy: &ChargePolicy,
-    ) -> (Step, Decision) {
-        let step = next_step(op, now, policy);
+    ) -> Decision {
         let one = |answer: Answer| {
             answer.expect("this step calls Stripe").map(|mut found| {
                 assert_eq!(found.len(), 1, "create and retrieve answer one intent");
                 found.remove(0)
             })
         };
-        let decision = match &step {
+        match step {
             Step::Create => after_create(op, one(answer), now, policy, false),
             Step::Retrieve(id) => {
                 assert_eq!(
@@ -555,8 +555,7 @@ mod tests {
                 assert!(answer.is_none(), "waiting makes no call");
                 wait_for_search(op, *until)
             }
-        };
-        (step, decision)
+        }
     }
 
     /// The disposition, checked to carry the review's reason, which is also the recorded error.
@@ -705,21 +704,35 @@ mod tests {
             ("id recorded, retrieve answers 402: review", recorded(2), T0.plus(HOUR), fails(declined(pi_1)), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: declined"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
             ("id recorded, retrieve answers idempotency_error: review", recorded(2), T0.plus(HOUR), fails(misuse()), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: idempotency key misuse"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
         ];
+        // Every row is checked and every wrong one named, so a broken arm shows all it breaks.
+        let mut wrong = Vec::new();
         for (spec, op, now, answer, step, status, external_id, error, due, want) in cases {
-            let (took, d) = run(&op, now, answer, &policy);
-            assert_eq!(took.name(), step, "{spec}: step");
-            assert_eq!(d.status, status, "{spec}: status");
-            assert_eq!(d.external_id.as_deref(), external_id, "{spec}: id recorded");
-            match (error, &d.last_error) {
-                (None, None) => {}
-                (Some(part), Some(got)) => {
-                    assert!(got.contains(part), "{spec}: error {got:?} lacks {part:?}")
-                }
-                (want, got) => panic!("{spec}: error {got:?}, wanted {want:?}"),
+            let took = next_step(&op, now, &policy);
+            if took.name() != step {
+                wrong.push(format!("{spec}: step {}, wanted {step}", took.name()));
+                continue;
             }
-            assert_eq!(d.next_due_at, due, "{spec}: next look");
-            assert_eq!(then(&d), want, "{spec}: disposition");
+            let d = decide(&op, &took, now, answer, &policy);
+            let error_ok = match (error, &d.last_error) {
+                (None, None) => true,
+                (Some(part), Some(got)) => got.contains(part),
+                _ => false,
+            };
+            let got = (d.status, d.external_id.as_deref(), d.next_due_at, then(&d));
+            if got != (status, external_id, due, want) || !error_ok {
+                wrong.push(format!(
+                    "{spec}:\n    got  {got:?}, error {:?}\n    want {:?}, error containing {error:?}",
+                    d.last_error,
+                    (status, external_id, due, want)
+                ));
+            }
         }
+        assert!(
+            wrong.is_empty(),
+            "{} rows wrong:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
     }
 
     #[test]
