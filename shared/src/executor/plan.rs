@@ -514,6 +514,22 @@ mod tests {
     /// error), search a list (or an error); `None` when the step makes no call.
     type Answer = Option<Result<Vec<PaymentIntent>, GatewayError>>;
 
+    /// One line of the specification: (what it says; the record as claimed, now, Stripe's answer;
+    /// then the step, the status, the PaymentIntent id recorded, a part of the error recorded, the
+    /// next look, what it means for the message).
+    type Row<'a> = (
+        &'a str,
+        Operation,
+        Timestamp,
+        Answer,
+        &'a str,
+        OperationStatus,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<Timestamp>,
+        Then,
+    );
+
     /// What the decision means for the message, with the review's class.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Then {
@@ -655,7 +671,7 @@ mod tests {
         let pi_1 = Some("pi_1");
         use Then::*;
         #[rustfmt::skip]
-        let cases: Vec<(&str, Operation, Timestamp, Answer, &str, OperationStatus, Option<&str>, Option<&str>, Option<Timestamp>, Then)> = vec![
+        let cases: Vec<Row> = vec![
             // Inside the key window: create with the operation's key.
             ("new, create succeeded: succeeded, its id recorded, settled", fresh(), T0, one(ours(Pi::Succeeded)), "create", Succeeded, pi_1, None, None, Settled),
             ("new, create requires_payment_method: failed, settled", fresh(), T0, one(ours(Pi::RequiresPaymentMethod)), "create", Failed, pi_1, Some("payment intent requires_payment_method"), None, Settled),
