@@ -14,6 +14,7 @@ mod outcomes_on_aws;
 mod reconciler_on_aws;
 mod release_fixtures;
 mod request_counts;
+mod samconfig;
 mod seed_scenarios_fake;
 mod seed_scenarios_http;
 mod stripe_gateway;

@@ -286,8 +286,8 @@ where
             status: decision.status,
             external_id: decision.external_id.clone(),
             last_error: decision.last_error.clone(),
-            review: decision.review.clone().map(|reason| Review {
-                reason,
+            review: decision.review.as_ref().map(|(_, reason)| Review {
+                reason: reason.clone(),
                 flagged_at: now,
             }),
             next_due_at: decision.next_due_at,
@@ -304,7 +304,7 @@ where
                 replayed,
                 "recorded"
             );
-            if let (Some(class), Some(reason)) = (decision.review_class, &decision.review) {
+            if let Some((class, reason)) = &decision.review {
                 // Loud on purpose: an order that needs a person must never sit unnoticed. The
                 // caller turns `sent_to_review` into the `SentToReview` metric (alarmed).
                 error!(
@@ -316,12 +316,12 @@ where
                 );
             }
             Ok(ChargeReport {
-                sent_to_review: decision.review_class,
+                sent_to_review: decision.review.as_ref().map(|(class, _)| *class),
                 replayed,
                 ..report(
                     op.status,
                     op.external_id,
-                    decision.disposition,
+                    decision.disposition(),
                     gateway_calls,
                 )
             })

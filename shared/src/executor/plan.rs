@@ -1,9 +1,9 @@
 //! The charge state machine as pure functions of (record, gateway answer, now): no I/O, so every
-//! seed scenario and every edge is a plain unit test.
+//! edge is a row of one table test (`charge_table` below).
 
 use crate::domain::PaymentIntentId;
 use crate::operation::{Operation, OperationStatus};
-use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus};
+use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::time::Timestamp;
 
 use super::{ChargePolicy, Disposition};
@@ -164,22 +164,38 @@ fn stuck_class(status: &PaymentIntentStatus) -> Option<ReviewClass> {
     }
 }
 
-/// The next record for an operation, and what it means for the caller.
+/// The next record for an operation, and what it means for the caller
+/// ([`Decision::disposition`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub status: OperationStatus,
+    /// The PaymentIntent id to record; `None` leaves the recorded one (if any) as it is.
     pub external_id: Option<PaymentIntentId>,
     pub last_error: Option<String>,
-    /// A reason for review, when a person must decide.
-    pub review: Option<String>,
+    /// When a person must decide: why, as a class (the `ReasonClass` of the `SentToReview`
+    /// metric) and as the reason recorded on the operation.
+    pub review: Option<(ReviewClass, String)>,
     /// `None` when settled.
     pub next_due_at: Option<Timestamp>,
-    pub disposition: Disposition,
-    /// Why it goes to review (`Some` exactly when `review` is).
-    pub review_class: Option<ReviewClass>,
+    /// Nothing happened at Stripe and the message that asked should be retried, for this cause.
+    pub retry: Option<RetryCause>,
 }
 
 impl Decision {
+    /// What the decision means for the message that asked: in review when a person must decide,
+    /// retried when Stripe did nothing, else settled or scheduled as the status is.
+    pub fn disposition(&self) -> Disposition {
+        if let Some((_, reason)) = &self.review {
+            Disposition::InReview(reason.clone())
+        } else if let Some(cause) = self.retry {
+            Disposition::RetryLater(cause)
+        } else if self.status.is_settled() {
+            Disposition::Settled
+        } else {
+            Disposition::Scheduled
+        }
+    }
+
     /// What a PaymentIntent Stripe just answered with means for the operation: checked to be the
     /// operation's first ([`intent_mismatch`]), then settled, reviewed as stuck, or looked at again.
     fn from_payment_intent(
@@ -209,8 +225,7 @@ impl Decision {
                 external_id: Some(pi.id),
                 review: None,
                 next_due_at: None,
-                disposition: Disposition::Settled,
-                review_class: None,
+                retry: None,
             }
         } else if let Some(class) = stuck_class(&pi.status).filter(|_| stuck(op, now, policy)) {
             // Someone or something outside us must act (the customer's 3-D Secure, the bank's
@@ -234,18 +249,18 @@ impl Decision {
                 external_id: Some(pi.id),
                 review: None,
                 next_due_at: Some(unknown_due_at(op, now, policy)),
-                disposition: Disposition::Scheduled,
-                review_class: None,
+                retry: None,
             }
         }
     }
 
-    /// The status stays as it was; only the error and the next look change.
+    /// The status stays as it was; only the error and the next look change (and, with `retry`,
+    /// the message is retried).
     fn unchanged(
         op: &Operation,
         error: &GatewayError,
         next_due_at: Timestamp,
-        disposition: Disposition,
+        retry: Option<RetryCause>,
     ) -> Self {
         Decision {
             status: op.status,
@@ -253,8 +268,7 @@ impl Decision {
             last_error: Some(error.to_string()),
             review: None,
             next_due_at: Some(next_due_at),
-            disposition,
-            review_class: None,
+            retry,
         }
     }
 
@@ -264,10 +278,9 @@ impl Decision {
             status,
             external_id: None,
             last_error: Some(reason.clone()),
-            review: Some(reason.clone()),
+            review: Some((class, reason)),
             next_due_at: Some(now),
-            disposition: Disposition::InReview(reason),
-            review_class: Some(class),
+            retry: None,
         }
     }
 }
@@ -331,16 +344,12 @@ pub fn after_create(
             last_error: Some(err.to_string()),
             review: None,
             next_due_at: None,
-            disposition: Disposition::Settled,
-            review_class: None,
+            retry: None,
         },
         // Certainly nothing happened: keep the status, come back soon with the same key.
-        GatewayError::RetryLater { cause, .. } => Decision::unchanged(
-            op,
-            &err,
-            now.plus(policy.retry_after),
-            Disposition::RetryLater(*cause),
-        ),
+        GatewayError::RetryLater { cause, .. } => {
+            Decision::unchanged(op, &err, now.plus(policy.retry_after), Some(*cause))
+        }
         // It may have charged. Unknown, never failed; the same key makes the next create safe.
         GatewayError::Ambiguous { .. } => Decision {
             status: OperationStatus::Unknown,
@@ -348,8 +357,7 @@ pub fn after_create(
             last_error: Some(err.to_string()),
             review: None,
             next_due_at: Some(unknown_due_at(op, now, policy)),
-            disposition: Disposition::Scheduled,
-            review_class: None,
+            retry: None,
         },
         // Our key met different parameters: something under this key exists and our key derivation
         // is wrong. Never retried with another key; a person decides.
@@ -382,18 +390,12 @@ pub fn after_retrieve(
         Err(err) => err,
     };
     match &err {
-        GatewayError::RetryLater { cause, .. } => Decision::unchanged(
-            op,
-            &err,
-            now.plus(policy.retry_after),
-            Disposition::RetryLater(*cause),
-        ),
-        GatewayError::Ambiguous { .. } => Decision::unchanged(
-            op,
-            &err,
-            unknown_due_at(op, now, policy),
-            Disposition::Scheduled,
-        ),
+        GatewayError::RetryLater { cause, .. } => {
+            Decision::unchanged(op, &err, now.plus(policy.retry_after), Some(*cause))
+        }
+        GatewayError::Ambiguous { .. } => {
+            Decision::unchanged(op, &err, unknown_due_at(op, now, policy), None)
+        }
         // A recorded id Stripe does not know, or any other refusal: our record and Stripe disagree.
         _ => Decision::review(
             op.status,
@@ -432,12 +434,7 @@ pub fn after_search(
             now,
         ),
         Err(err @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-            Decision::unchanged(
-                op,
-                &err,
-                now.plus(policy.retry_after),
-                Disposition::Scheduled,
-            )
+            Decision::unchanged(op, &err, now.plus(policy.retry_after), None)
         }
         Err(err) => Decision::review(
             OperationStatus::Unknown,
@@ -461,8 +458,7 @@ fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
         last_error: op.last_error.clone(),
         review: None,
         next_due_at: Some(next_due_at),
-        disposition: Disposition::Scheduled,
-        review_class: None,
+        retry: None,
     }
 }
 
@@ -503,8 +499,257 @@ pub fn after_event(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use crate::testing;
+    use crate::operation::OperationStatus::{Failed, Pending, Succeeded, Unknown};
+    use crate::outcome::PaymentIntentStatus as Pi;
+    use crate::testing::{self, T0};
+
+    const MS: Duration = Duration::from_millis(1);
+    const MIN: Duration = Duration::from_secs(60);
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// What Stripe answers the planned call with: create and retrieve answer one intent (or an
+    /// error), search a list (or an error); `None` when the step makes no call.
+    type Answer = Option<Result<Vec<PaymentIntent>, GatewayError>>;
+
+    /// One line of the specification: (what it says; the record as claimed, now, Stripe's answer;
+    /// then the step, the status, the PaymentIntent id recorded, a part of the error recorded, the
+    /// next look, what it means for the message).
+    type Row<'a> = (
+        &'a str,
+        Operation,
+        Timestamp,
+        Answer,
+        &'a str,
+        OperationStatus,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<Timestamp>,
+        Then,
+    );
+
+    /// What the decision means for the message, with the review's class.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Then {
+        Settled,
+        Scheduled,
+        Retry(RetryCause),
+        Review(ReviewClass),
+    }
+
+    /// The decision on Stripe's answer to the call `step` makes (the table's answer must be one
+    /// for that call).
+    fn decide(
+        op: &Operation,
+        step: &Step,
+        now: Timestamp,
+        answer: Answer,
+        policy: &ChargePolicy,
+    ) -> Decision {
+        let one = |answer: Answer| {
+            answer.expect("this step calls Stripe").map(|mut found| {
+                assert_eq!(found.len(), 1, "create and retrieve answer one intent");
+                found.remove(0)
+            })
+        };
+        match step {
+            Step::Create => after_create(op, one(answer), now, policy, false),
+            Step::Retrieve(id) => {
+                assert_eq!(
+                    Some(id),
+                    op.external_id.as_ref(),
+                    "retrieves the recorded id"
+                );
+                after_retrieve(op, one(answer), now, policy, false)
+            }
+            Step::Search => {
+                after_search(op, answer.expect("search calls Stripe"), now, policy, false)
+            }
+            Step::WaitForSearch(until) => {
+                assert!(answer.is_none(), "waiting makes no call");
+                wait_for_search(op, *until)
+            }
+        }
+    }
+
+    /// The disposition, checked to carry the review's reason, which is also the recorded error.
+    fn then(d: &Decision) -> Then {
+        match d.disposition() {
+            Disposition::Settled => Then::Settled,
+            Disposition::Scheduled => Then::Scheduled,
+            Disposition::RetryLater(cause) => Then::Retry(cause),
+            Disposition::InReview(reason) => {
+                let (class, recorded) = d.review.clone().expect("in review with a reason");
+                assert_eq!(reason, recorded);
+                assert_eq!(
+                    d.last_error.as_ref(),
+                    Some(&reason),
+                    "the reason is the error"
+                );
+                Then::Review(class)
+            }
+            other => panic!("a decision never means {other:?}"),
+        }
+    }
+
+    fn declined(id: Option<&str>) -> GatewayError {
+        GatewayError::Declined {
+            code: "insufficient_funds".into(),
+            payment_intent_id: id.map(|id| PaymentIntentId::parse(id).unwrap()),
+        }
+    }
+
+    fn retry(cause: RetryCause) -> GatewayError {
+        GatewayError::RetryLater {
+            cause,
+            detail: "HTTP 429".into(),
+        }
+    }
+
+    fn timeout() -> GatewayError {
+        GatewayError::Ambiguous {
+            detail: "timed out".into(),
+        }
+    }
+
+    fn misuse() -> GatewayError {
+        GatewayError::KeyMisuse {
+            detail: "HTTP 400 idempotency_error".into(),
+        }
+    }
+
+    fn rejected() -> GatewayError {
+        GatewayError::Rejected {
+            detail: "HTTP 404 invalid_request_error/resource_missing".into(),
+            param: None,
+        }
+    }
+
+    /// Every (record as claimed, time against the key window, Stripe's answer) of the charge
+    /// executor: the step it takes and the next record (status, the PaymentIntent id recorded,
+    /// a part of the error recorded, the next look) with what it means for the message.
+    #[test]
+    fn charge_table() {
+        let policy = ChargePolicy::default(); // window 23 h, search 10 min after, stuck at 72 h
+        let window = T0.plus(policy.key_window);
+        let search = window.plus(policy.search_min_age);
+        let stuck = T0.plus(policy.stuck_after);
+        let base = testing::order("order-plan").build();
+        // As the claim hands it over: first attempted at T0, claimed `attempts` times so far.
+        let claimed = |status, attempts| Operation {
+            status,
+            attempts,
+            first_attempted_at: Some(T0),
+            ..base.clone()
+        };
+        let fresh = || claimed(Pending, 1);
+        let unknown = |attempts| Operation {
+            last_error: Some("outcome unknown: earlier".into()),
+            ..claimed(Unknown, attempts)
+        };
+        let recorded = |attempts| Operation {
+            external_id: Some(PaymentIntentId::parse("pi_1").unwrap()),
+            ..unknown(attempts)
+        };
+        let ours = |status| PaymentIntent {
+            amount: Some(base.params.amount.minor_units()),
+            currency: Some(base.params.currency.as_str().into()),
+            operation_id: Some(base.operation_id.to_string()),
+            order_id: Some(base.order_id.as_str().into()),
+            livemode: Some(false),
+            ..PaymentIntent::new(PaymentIntentId::parse("pi_1").unwrap(), status)
+        };
+        let theirs = || PaymentIntent {
+            amount: Some(999),
+            ..ours(Pi::Succeeded)
+        };
+        let one = |pi| Some(Ok(vec![pi]));
+        let found = |pis| Some(Ok(pis));
+        let fails = |e| Some(Err(e));
+        let pi_1 = Some("pi_1");
+        use Then::*;
+        #[rustfmt::skip]
+        let cases: Vec<Row> = vec![
+            // Inside the key window: create with the operation's key.
+            ("new, create succeeded: succeeded, its id recorded, settled", fresh(), T0, one(ours(Pi::Succeeded)), "create", Succeeded, pi_1, None, None, Settled),
+            ("new, create requires_payment_method: failed, settled", fresh(), T0, one(ours(Pi::RequiresPaymentMethod)), "create", Failed, pi_1, Some("payment intent requires_payment_method"), None, Settled),
+            ("new, create canceled: failed, settled", fresh(), T0, one(ours(Pi::Canceled)), "create", Failed, pi_1, Some("payment intent canceled"), None, Settled),
+            ("new, create processing: unknown, id recorded, look again after the base back-off", fresh(), T0, one(ours(Pi::Processing)), "create", Unknown, pi_1, Some("payment intent processing"), Some(T0.plus(MIN)), Scheduled),
+            ("new, create requires_action: unknown, id recorded, back off", fresh(), T0, one(ours(Pi::RequiresAction)), "create", Unknown, pi_1, Some("payment intent requires_action"), Some(T0.plus(MIN)), Scheduled),
+            ("new, create requires_capture: unknown, id recorded, back off", fresh(), T0, one(ours(Pi::RequiresCapture)), "create", Unknown, pi_1, Some("payment intent requires_capture"), Some(T0.plus(MIN)), Scheduled),
+            ("new, create in a status this code does not know: unknown, back off", fresh(), T0, one(ours(Pi::Other("new".into()))), "create", Unknown, pi_1, Some("payment intent new"), Some(T0.plus(MIN)), Scheduled),
+            ("new, create answers someone else's intent: status kept, its id not recorded, review", fresh(), T0, one(theirs()), "create", Pending, None, Some("intent_mismatch: payment intent pi_1"), Some(T0), Review(ReviewClass::IntentMismatch)),
+            ("new, create declined with its intent: failed, that id recorded, settled", fresh(), T0, fails(declined(pi_1)), "create", Failed, pi_1, Some("declined: insufficient_funds"), None, Settled),
+            ("new, create declined without an intent: failed, no id, settled", fresh(), T0, fails(declined(None)), "create", Failed, None, Some("declined"), None, Settled),
+            ("new, create rate limited: status kept, message retried, look again after retry_after", fresh(), T0, fails(retry(RetryCause::RateLimited)), "create", Pending, None, Some("retry later (rate_limited)"), Some(T0.plus(MIN)), Retry(RetryCause::RateLimited)),
+            ("new, create finds the key in use: status kept, message retried", fresh(), T0, fails(retry(RetryCause::KeyInUse)), "create", Pending, None, Some("idempotency_key_in_use"), Some(T0.plus(MIN)), Retry(RetryCause::KeyInUse)),
+            ("new, create refused for our API key: status kept, message retried", fresh(), T0, fails(retry(RetryCause::Configuration)), "create", Pending, None, Some("configuration"), Some(T0.plus(MIN)), Retry(RetryCause::Configuration)),
+            ("new, create times out: unknown (never failed), back off base", fresh(), T0, fails(timeout()), "create", Unknown, None, Some("outcome unknown: timed out"), Some(T0.plus(MIN)), Scheduled),
+            ("third claim, create times out: unknown, back off base * 4", unknown(3), T0.plus(HOUR), fails(timeout()), "create", Unknown, None, Some("outcome unknown"), Some(T0.plus(HOUR + 4 * MIN)), Scheduled),
+            ("late in the window, create times out: the back-off stops where search opens", unknown(10), window.minus(MIN), fails(timeout()), "create", Unknown, None, Some("outcome unknown"), Some(search), Scheduled),
+            ("new, create meets idempotency_error: unknown, review key_misuse", fresh(), T0, fails(misuse()), "create", Unknown, None, Some("idempotency key misuse"), Some(T0), Review(ReviewClass::KeyMisuse)),
+            ("new, create rejected as invalid: status kept (not failed), review rejected", fresh(), T0, fails(rejected()), "create", Pending, None, Some("request rejected"), Some(T0), Review(ReviewClass::Rejected)),
+            ("unknown, a moment before the window ends: still create", unknown(2), window.minus(MS), one(ours(Pi::Succeeded)), "create", Succeeded, pi_1, None, None, Settled),
+            // Past the key window, no id recorded: never create; search once search may be trusted.
+            ("unknown, as the window ends: no call, wait until search opens", unknown(2), window, None, "wait_for_search", Unknown, None, Some("outcome unknown: earlier"), Some(search), Scheduled),
+            ("unknown, a moment before search opens: still wait", unknown(2), search.minus(MS), None, "wait_for_search", Unknown, None, Some("outcome unknown: earlier"), Some(search), Scheduled),
+            ("unknown, search open, finds it succeeded: settled, its id recorded", unknown(2), search, found(vec![ours(Pi::Succeeded)]), "search", Succeeded, pi_1, None, None, Settled),
+            ("unknown, search finds it processing: unknown, id recorded, back off", unknown(2), search, found(vec![ours(Pi::Processing)]), "search", Unknown, pi_1, Some("payment intent processing"), Some(search.plus(2 * MIN)), Scheduled),
+            ("unknown, search finds someone else's intent: its id not recorded, review", unknown(2), search, found(vec![theirs()]), "search", Unknown, None, Some("intent_mismatch"), Some(search), Review(ReviewClass::IntentMismatch)),
+            ("unknown, search finds none: unknown (not failed), review", unknown(2), search, found(vec![]), "search", Unknown, None, Some("search found 0"), Some(search), Review(ReviewClass::SearchAmbiguous)),
+            ("unknown, search finds two: review", unknown(2), search, found(vec![ours(Pi::Succeeded), ours(Pi::Canceled)]), "search", Unknown, None, Some("search found 2"), Some(search), Review(ReviewClass::SearchAmbiguous)),
+            ("pending past the window (every create retried later), search finds none: unknown, review", claimed(Pending, 5), search, found(vec![]), "search", Unknown, None, Some("search found 0"), Some(search), Review(ReviewClass::SearchAmbiguous)),
+            ("unknown, search rate limited: status kept, look again after retry_after, message not retried", unknown(2), search, fails(retry(RetryCause::RateLimited)), "search", Unknown, None, Some("retry later"), Some(search.plus(MIN)), Scheduled),
+            ("unknown, search times out: status kept, look again after retry_after", unknown(2), search, fails(timeout()), "search", Unknown, None, Some("outcome unknown: timed out"), Some(search.plus(MIN)), Scheduled),
+            ("unknown, search refused: review", unknown(2), search, fails(rejected()), "search", Unknown, None, Some("search failed: request rejected"), Some(search), Review(ReviewClass::SearchFailed)),
+            ("unknown, at the stuck bound search finds it processing: its id recorded, review", unknown(2), stuck, found(vec![ours(Pi::Processing)]), "search", Unknown, pi_1, Some("stuck_processing: payment intent pi_1 still processing 72 h"), Some(stuck), Review(ReviewClass::StuckProcessing)),
+            // An id recorded: read it back, inside the window or past it; never create or search.
+            ("id recorded, in the window, retrieve succeeded: settled", recorded(2), T0.plus(HOUR), one(ours(Pi::Succeeded)), "retrieve", Succeeded, pi_1, None, None, Settled),
+            ("id recorded, past the window: still retrieve; canceled: failed", recorded(2), search.plus(HOUR), one(ours(Pi::Canceled)), "retrieve", Failed, pi_1, Some("payment intent canceled"), None, Settled),
+            ("id recorded, retrieve processing: unknown, back off base * 2", recorded(2), T0.plus(HOUR), one(ours(Pi::Processing)), "retrieve", Unknown, pi_1, Some("payment intent processing"), Some(T0.plus(HOUR + 2 * MIN)), Scheduled),
+            ("id recorded, requires_action a moment before the stuck bound: back off", recorded(2), stuck.minus(MS), one(ours(Pi::RequiresAction)), "retrieve", Unknown, pi_1, Some("payment intent requires_action"), Some(stuck.minus(MS).plus(2 * MIN)), Scheduled),
+            ("id recorded, requires_action at the stuck bound: review", recorded(2), stuck, one(ours(Pi::RequiresAction)), "retrieve", Unknown, pi_1, Some("stuck_requires_action"), Some(stuck), Review(ReviewClass::StuckRequiresAction)),
+            ("id recorded, processing at the stuck bound: review", recorded(2), stuck, one(ours(Pi::Processing)), "retrieve", Unknown, pi_1, Some("stuck_processing"), Some(stuck), Review(ReviewClass::StuckProcessing)),
+            ("id recorded, requires_capture at the stuck bound: not stuck (we, not others, must act), back off", recorded(2), stuck, one(ours(Pi::RequiresCapture)), "retrieve", Unknown, pi_1, Some("payment intent requires_capture"), Some(stuck.plus(2 * MIN)), Scheduled),
+            ("id recorded, retrieve answers someone else's intent: review", recorded(2), T0.plus(HOUR), one(theirs()), "retrieve", Unknown, None, Some("intent_mismatch"), Some(T0.plus(HOUR)), Review(ReviewClass::IntentMismatch)),
+            ("id recorded, retrieve rate limited: status kept, message retried", recorded(2), T0.plus(HOUR), fails(retry(RetryCause::RateLimited)), "retrieve", Unknown, None, Some("retry later"), Some(T0.plus(HOUR + MIN)), Retry(RetryCause::RateLimited)),
+            ("id recorded, retrieve times out: status kept, back off", recorded(2), T0.plus(HOUR), fails(timeout()), "retrieve", Unknown, None, Some("outcome unknown: timed out"), Some(T0.plus(HOUR + 2 * MIN)), Scheduled),
+            ("id recorded, Stripe does not know it (404): review", recorded(2), T0.plus(HOUR), fails(rejected()), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: request rejected"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
+            ("id recorded, retrieve answers 402: review", recorded(2), T0.plus(HOUR), fails(declined(pi_1)), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: declined"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
+            ("id recorded, retrieve answers idempotency_error: review", recorded(2), T0.plus(HOUR), fails(misuse()), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: idempotency key misuse"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
+        ];
+        // Every row is checked and every wrong one named, so a broken arm shows all it breaks.
+        let mut wrong = Vec::new();
+        for (spec, op, now, answer, step, status, external_id, error, due, want) in cases {
+            let took = next_step(&op, now, &policy);
+            if took.name() != step {
+                wrong.push(format!("{spec}: step {}, wanted {step}", took.name()));
+                continue;
+            }
+            let d = decide(&op, &took, now, answer, &policy);
+            let error_ok = match (error, &d.last_error) {
+                (None, None) => true,
+                (Some(part), Some(got)) => got.contains(part),
+                _ => false,
+            };
+            let got = (d.status, d.external_id.as_deref(), d.next_due_at, then(&d));
+            if got != (status, external_id, due, want) || !error_ok {
+                wrong.push(format!(
+                    "{spec}:\n    got  {got:?}, error {:?}\n    want {:?}, error containing {error:?}",
+                    d.last_error,
+                    (status, external_id, due, want)
+                ));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} rows wrong:\n{}",
+            wrong.len(),
+            wrong.join("\n")
+        );
+    }
 
     #[test]
     fn an_intent_is_the_operations_only_when_every_fact_agrees() {
@@ -605,7 +850,10 @@ mod tests {
         pi.currency = Some("usd".into());
         pi.livemode = Some(false);
         let d = after_search(&op, Ok(vec![pi]), op.created_at, &policy, false);
-        assert_eq!(d.review_class, Some(ReviewClass::IntentMismatch));
+        assert_eq!(
+            d.review.map(|(class, _)| class),
+            Some(ReviewClass::IntentMismatch)
+        );
         assert_eq!(d.status, op.status, "not settled");
         assert_eq!(d.external_id, None, "its id is not recorded");
     }

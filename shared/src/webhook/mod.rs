@@ -218,18 +218,6 @@ impl ActError {
     }
 }
 
-impl From<ExecuteError> for ActError {
-    fn from(e: ExecuteError) -> Self {
-        match e {
-            ExecuteError::Store(e) => ActError::Store(e),
-            // The shell reports a missing operation as an error; the caller has handled it.
-            ExecuteError::NotFound { .. } => {
-                ActError::Store(StoreError::with_source("the operation vanished", e))
-            }
-        }
-    }
-}
-
 /// Handles one webhook delivery: `signature_header` is the `Stripe-Signature` value, `body` the
 /// raw bytes exactly as received. `budget` bounds the work after the inbox admitted the event
 /// (the caller's remaining time, less a margin): past it the entry is forgotten. See the module
@@ -453,10 +441,12 @@ async fn act(
             )
             .await;
             let report = match report {
+                Ok(report) => report,
+                // Gone since our read: the shell reports a missing operation as an error.
                 Err(ExecuteError::NotFound { .. }) => {
                     return Ok(Reception::Ignored(Ignored::UnknownOperation))
                 }
-                other => other?,
+                Err(ExecuteError::Store(e)) => return Err(ActError::Store(e)),
             };
             applied(deps, target, &pi, &pi_id, report, decided).await
         }
@@ -503,7 +493,10 @@ async fn applied(
             review: report.sent_to_review,
         },
         Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
-        Disposition::Busy => return Err(ActError::Busy),
+        // The charge function holds the lease: nothing written, the event's retry comes back.
+        // (`RetryLater` would mean the same, but the event's shell never asks for it: it makes no
+        // Stripe call, and `after_event` decides nothing that is retried.)
+        Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
         // Settled since our read (the shell's claim found it so), or our write lost to one that
         // settled it: compare Stripe's answer with what stands.
         Disposition::AlreadySettled | Disposition::Superseded => match read(deps, target).await? {
@@ -517,8 +510,6 @@ async fn applied(
             Some(_) => return Err(ActError::LeaseLost),
             None => Reception::Ignored(Ignored::UnknownOperation),
         },
-        // No Stripe call is made inside the event's shell, so nothing there asks for a retry.
-        Disposition::RetryLater(_) => return Err(ActError::LeaseLost),
     })
 }
 
