@@ -16,6 +16,7 @@ mod release_fixtures;
 mod request_counts;
 mod seed_scenarios_fake;
 mod seed_scenarios_http;
+mod store_rules_on_aws;
 mod stripe_gateway;
 mod stripe_official_client;
 mod stripe_webhooks;

@@ -293,3 +293,81 @@ impl Transition for ManualResolution {
         op.updated_at = self.guard.audit.at;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::operation::LeaseToken;
+    use crate::testing::{self, T0};
+
+    fn leased() -> (Operation, LeaseToken) {
+        let op = testing::order("ord-rules").at(T0).build();
+        let token = LeaseToken::new_random();
+        let claimed = apply(&op, &testing::claim_request(&op, token, T0)).unwrap();
+        (claimed, token)
+    }
+
+    #[test]
+    fn a_refusal_names_the_first_guard_that_fails() {
+        let (op, token) = leased();
+        let settled = apply(
+            &op,
+            &testing::outcome(&op, token, OperationStatus::Succeeded, T0),
+        )
+        .unwrap();
+        // Another token over a settled record: the lease guard comes first.
+        let stale = testing::outcome(&op, LeaseToken::new_random(), OperationStatus::Failed, T0);
+        assert_eq!(
+            apply(&settled, &stale),
+            Err(Guard::HoldsLease(stale.lease_token))
+        );
+        let again = testing::claim_request(&settled, LeaseToken::new_random(), T0);
+        assert_eq!(apply(&settled, &again), Err(Guard::Unsettled));
+        assert_eq!(
+            refused_claim(settled.clone(), Guard::Unsettled),
+            Claim::Settled(settled)
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "an unsettled outcome (unknown) without a due time")]
+    fn an_unsettled_outcome_without_a_due_time_is_a_bug_not_filled_in() {
+        let (op, token) = leased();
+        let rec = OutcomeRecord {
+            next_due_at: None,
+            ..testing::outcome(&op, token, OperationStatus::Unknown, T0)
+        };
+        let _ = apply(&op, &rec);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "attempted 1 times without first_attempted_at")]
+    fn a_claim_of_a_record_attempted_without_first_attempted_at_is_a_bug() {
+        let (mut op, token) = leased();
+        op.first_attempted_at = None;
+        op.lease = None;
+        let later = T0.plus(Duration::from_secs(3600));
+        let _ = apply(&op, &testing::claim_request(&op, token, later));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a due time exactly while unsettled")]
+    fn a_write_that_leaves_an_unsettled_record_out_of_the_index_is_a_bug() {
+        struct Unschedule;
+        impl Transition for Unschedule {
+            fn guards(&self) -> Vec<Guard> {
+                Vec::new()
+            }
+            fn change(&self, op: &mut Operation) {
+                op.next_due_at = None;
+            }
+        }
+        let (op, _) = leased();
+        let _ = apply(&op, &Unschedule);
+    }
+}

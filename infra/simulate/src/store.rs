@@ -30,10 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use charge_once::adapters::dynamodb::item::{
-    attr_n, attr_s, key_of, operation_from_item, operation_to_item, Attrs,
-};
-use charge_once::adapters::dynamodb::{due_shard, schema, REVIEW_SHARD};
+use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -52,21 +49,6 @@ pub const REPAIR_AFTER: Duration = Duration::from_secs(2 * 3600);
 /// caller (`requested_by`, from 2026-11-30) and the history list (its one operator resolution was
 /// flat `resolved_*` attributes, which the simulation never writes: it has no operator resolving).
 pub const NOT_IN_2026_11_29: [&str; 2] = ["requested_by", "history"];
-
-/// An operation as `DynamoStore` puts it: the mapping's attributes and the index's.
-pub fn stored_item(op: &Operation) -> Attrs {
-    let mut item = operation_to_item(op);
-    if let Some(due) = op.next_due_at.filter(|_| !op.status.is_settled()) {
-        let shard = if op.review.is_some() {
-            REVIEW_SHARD.to_owned()
-        } else {
-            due_shard(&op.operation_id)
-        };
-        item.insert(schema::DUE_SHARD.into(), attr_s(&shard));
-        item.insert(schema::DUE_AT.into(), attr_n(due.as_millis()));
-    }
-    item
-}
 
 /// The same operation as release 2026-11-29 left it (today's writes to such a record touch only
 /// the attributes they change, so it never gains a `requested_by`).
@@ -688,6 +670,7 @@ impl OperationStore for SimStore {
 mod tests {
     use std::collections::BTreeMap;
 
+    use charge_once::adapters::dynamodb::schema;
     use charge_once::{
         Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, OperationStatus, OrderId,
         PaymentMethodId, Principal,
