@@ -1,7 +1,7 @@
 //! The store's conditional writes as DynamoDB expressions, built from the rules
 //! ([`crate::store_rules`]): a write's guards become its ConditionExpression, one clause per
 //! [`Guard`] ([`condition`]), and its change becomes the UpdateExpression ([`Update`], the
-//! DynamoDB half of [`Transition::change`]). Pure: [`super::DynamoStore`] sends what [`write`]
+//! DynamoDB half of [`Transition::change`]). Pure: [`super::DynamoStore`] sends what [`write()`]
 //! builds; `tests/store_rules_on_aws.rs` holds every clause to its guard and every update to its
 //! change on moto.
 //!
