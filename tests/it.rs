@@ -17,6 +17,7 @@ mod request_counts;
 mod samconfig;
 mod seed_scenarios_fake;
 mod seed_scenarios_http;
+mod store_rules_on_aws;
 mod stripe_gateway;
 mod stripe_official_client;
 mod stripe_webhooks;

@@ -517,7 +517,7 @@ fn the_table_is_the_one_the_store_queries() {
         .and_then(Value::as_sequence)
         .map(|s| s.iter().filter_map(|v| plain(v).as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(projected, [UNKNOWN_INDEX_PROJECTED]);
+    assert_eq!(projected, UNKNOWN_INDEX_PROJECTED);
     assert_eq!(
         get(p, "PointInTimeRecoverySpecification")
             .and_then(|s| get(s, "PointInTimeRecoveryEnabled"))

@@ -15,6 +15,8 @@
 //!   that says it (stable `event_id`), and the [`outbox::OutcomePublisher`] port.
 //! - [`ports`]: the traits the core needs from the world: [`ports::OperationStore`],
 //!   [`ports::ChargeQueue`], [`ports::PaymentGateway`].
+//! - [`store_rules`]: the store's conditional writes as pure transitions (guards, then the change),
+//!   called by the in-memory stores and sent by the DynamoDB adapter as condition expressions.
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
 //!   built on the pure decisions in [`executor::plan`].
 //! - [`adapters`]: the real adapters: Stripe over reqwest, DynamoDB, SQS FIFO.
@@ -42,6 +44,7 @@ pub mod outcome;
 pub mod pacing;
 pub mod ports;
 pub mod reconciler;
+pub mod store_rules;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -105,8 +105,9 @@ pub struct OutcomeRecord {
     pub last_error: Option<String>,
     /// Flags the operation for review (`None` leaves the flag as it is).
     pub review: Option<Review>,
-    /// When the reconciler should look again. Must be `Some` for an unsettled status and is
-    /// ignored for a settled one (settling removes the index attributes).
+    /// When the reconciler should look again. Must be `Some` for an unsettled status (asserted
+    /// in debug builds, `store_rules::due_after`; a release build makes it due at once rather
+    /// than never) and is ignored for a settled one (settling removes the index attributes).
     pub next_due_at: Option<Timestamp>,
     pub now: Timestamp,
 }

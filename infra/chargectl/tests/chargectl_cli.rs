@@ -977,19 +977,20 @@ fn docs_queries() -> Vec<DocQuery> {
     queries
 }
 
-/// Runs `q` as the AWS CLI would (every page, every shard) and returns the operation ids.
+/// Runs `q` as the AWS CLI would (every page, every shard) and returns each operation id with the
+/// status the index entry shows (the index projects it, issue 26).
 async fn run_doc_query(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     q: &DocQuery,
     now_ms: i64,
-) -> std::collections::BTreeSet<String> {
+) -> std::collections::BTreeMap<String, String> {
     use aws_sdk_dynamodb::types::AttributeValue;
     let names: Option<std::collections::HashMap<String, String>> = q
         .names
         .as_deref()
         .map(|n| serde_json::from_str(n).expect("--expression-attribute-names is JSON"));
-    let mut ids = std::collections::BTreeSet::new();
+    let mut ids = std::collections::BTreeMap::new();
     for shard in &q.shards {
         let mut start = None;
         loop {
@@ -1016,7 +1017,11 @@ async fn run_doc_query(
                     .get("operation_id")
                     .and_then(|v| v.as_s().ok())
                     .expect("operation_id in the projection");
-                ids.insert(id.clone());
+                let status = item
+                    .get("status")
+                    .and_then(|v| v.as_s().ok())
+                    .expect("status in the projection");
+                ids.insert(id.clone(), status.clone());
             }
             match out.last_evaluated_key() {
                 Some(k) if !k.is_empty() => start = Some(k.clone()),
@@ -1027,10 +1032,14 @@ async fn run_doc_query(
     ids
 }
 
-fn json_ids(o: &Output) -> std::collections::BTreeSet<String> {
+/// Each listed operation id with its status.
+fn json_ids(o: &Output) -> std::collections::BTreeMap<String, String> {
     json_lines(o)
         .iter()
-        .map(|l| l["operation_id"].as_str().expect("operation_id").to_owned())
+        .map(|l| {
+            let field = |name: &str| l[name].as_str().expect(name).to_owned();
+            (field("operation_id"), field("status"))
+        })
         .collect()
 }
 
@@ -1074,13 +1083,13 @@ async fn the_docs_aws_cli_queries_list_what_chargectl_lists() {
     assert_eq!(all, json_ids(&listed));
     for op in burst.iter().chain([&f.unknown, &f.pending]) {
         assert!(
-            all.contains(&op.operation_id.to_string()),
+            all.contains_key(&op.operation_id.to_string()),
             "{}",
             op.order_id.as_str()
         );
     }
-    assert!(!all.contains(&f.settled.operation_id.to_string()));
-    assert!(!all.contains(&f.review.operation_id.to_string()));
+    assert!(!all.contains_key(&f.settled.operation_id.to_string()));
+    assert!(!all.contains_key(&f.review.operation_id.to_string()));
 
     // 2. Due now == the reconciler's own query, and leaves out what is not due yet.
     let due = run_doc_query(&client, f.table(), &queries[1], now.as_millis()).await;
@@ -1090,19 +1099,19 @@ async fn the_docs_aws_cli_queries_list_what_chargectl_lists() {
         .await
         .unwrap();
     assert!(page.next.is_none());
-    let reconciler: std::collections::BTreeSet<String> = page
+    let reconciler: std::collections::BTreeMap<String, String> = page
         .operations
         .iter()
-        .map(|op| op.operation_id.to_string())
+        .map(|op| (op.operation_id.to_string(), op.status.to_string()))
         .collect();
     assert_eq!(due, reconciler);
     assert!(
-        due.contains(&f.pending.operation_id.to_string()),
+        due.contains_key(&f.pending.operation_id.to_string()),
         "pending, 2 h old: due"
     );
     for op in burst.iter().chain([&f.unknown]) {
         assert!(
-            !due.contains(&op.operation_id.to_string()),
+            !due.contains_key(&op.operation_id.to_string()),
             "not due for 60 s"
         );
     }
@@ -1113,7 +1122,7 @@ async fn the_docs_aws_cli_queries_list_what_chargectl_lists() {
     assert_exit(&listed, 0);
     assert_eq!(review, json_ids(&listed));
     assert_eq!(
-        review.into_iter().collect::<Vec<_>>(),
+        review.into_keys().collect::<Vec<_>>(),
         [f.review.operation_id.to_string()]
     );
 }

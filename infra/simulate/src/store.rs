@@ -1,6 +1,7 @@
-//! [`SimStore`]: the operation table for a simulation of millions of orders. The same conditions
-//! as `charge_once::memory::MemoryStore` (and DynamoDB's condition expressions), checked under one
-//! lock, plus what makes it scale: the unknown index is a sorted set kept up to date on every write
+//! [`SimStore`]: the operation table for a simulation of millions of orders. Its writes are the
+//! store's rules (`charge_once::store_rules`, which `charge_once::memory::MemoryStore` calls and
+//! DynamoDB sends as condition expressions), applied under one lock; what it adds is what makes it
+//! scale: the unknown index is a sorted set kept up to date on every write
 //! (a page costs its length, not the table's), and lookups by operation id use a map instead of a
 //! scan. It passes the store contract suite (`tests/store_contract.rs`).
 //!
@@ -29,15 +30,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use charge_once::adapters::dynamodb::item::{
-    attr_n, attr_s, key_of, operation_from_item, operation_to_item, Attrs,
-};
-use charge_once::adapters::dynamodb::{due_shard, schema, REVIEW_SHARD};
+use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
+use charge_once::store_rules::{self, Guard, Transition, Written};
 use charge_once::{Operation, OperationId, OperationKey, Timestamp};
 
 use crate::faults::{Faults, Kind};
@@ -50,21 +49,6 @@ pub const REPAIR_AFTER: Duration = Duration::from_secs(2 * 3600);
 /// caller (`requested_by`, from 2026-11-30) and the history list (its one operator resolution was
 /// flat `resolved_*` attributes, which the simulation never writes: it has no operator resolving).
 pub const NOT_IN_2026_11_29: [&str; 2] = ["requested_by", "history"];
-
-/// An operation as `DynamoStore` puts it: the mapping's attributes and the index's.
-pub fn stored_item(op: &Operation) -> Attrs {
-    let mut item = operation_to_item(op);
-    if let Some(due) = op.next_due_at.filter(|_| !op.status.is_settled()) {
-        let shard = if op.review.is_some() {
-            REVIEW_SHARD.to_owned()
-        } else {
-            due_shard(&op.operation_id)
-        };
-        item.insert(schema::DUE_SHARD.into(), attr_s(&shard));
-        item.insert(schema::DUE_AT.into(), attr_n(due.as_millis()));
-    }
-    item
-}
 
 /// The same operation as release 2026-11-29 left it (today's writes to such a record touch only
 /// the attributes they change, so it never gains a `requested_by`).
@@ -245,16 +229,13 @@ impl Table {
         }
     }
 
-    /// Applies `change` to the record at `key`, keeping the index and the outbox in step; returns
-    /// the record as written (as read back, for a legacy record).
-    fn update(
-        &mut self,
-        key: &OperationKey,
-        change: impl FnOnce(&mut Operation),
-    ) -> Option<Operation> {
-        let before = self.items.get(key)?.clone();
+    /// Writes `next` over the record at `key`, keeping the index and the outbox in step.
+    fn update(&mut self, key: &OperationKey, next: Operation) {
+        let Some(slot) = self.items.get_mut(key) else {
+            return;
+        };
+        let before = std::mem::replace(slot, next);
         self.unindex(&before);
-        change(self.items.get_mut(key)?);
         self.reshape(key);
         self.index(key);
         if let Some(after) = self.items.get(key) {
@@ -277,10 +258,10 @@ impl Table {
                 _ => {}
             }
         }
-        let after = self.items.get(key)?.clone();
-        let event = outcome_of(Some(&before), &after).map(|e| (after.operation_id, e.outcome));
+        let event = self.items.get(key).and_then(|after| {
+            outcome_of(Some(&before), after).map(|e| (after.operation_id, e.outcome))
+        });
         self.publish(event);
-        Some(after)
     }
 
     /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
@@ -342,6 +323,41 @@ impl SimStore {
 
     fn write(&self) {
         self.calls.write();
+    }
+
+    /// One conditional write under the lock, by the store's rules (`charge_once::store_rules`),
+    /// keeping the index and the outbox in step ([`Table::update`]); the record written is
+    /// returned as read back (for a legacy record, through the real reader).
+    fn conditional(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+    ) -> Result<Written, StoreError> {
+        self.write();
+        let mut t = self.lock();
+        let Some(op) = t.read(key)? else {
+            return Ok(Err(None));
+        };
+        let fence = |g: &Guard| !matches!(g, Guard::HoldsLease(_));
+        let mut guards = write.guards();
+        let stale = guards.iter().any(|g| !fence(g) && !g.holds(op));
+        if !self.lease_fence {
+            guards.retain(fence);
+        }
+        let next = match store_rules::apply_guarded(op, write, &guards) {
+            Ok(next) => next,
+            Err(by) => return Ok(Err(Some((op.clone(), by)))),
+        };
+        if stale {
+            self.stale_lease_writes.fetch_add(1, Ordering::Relaxed);
+            self.first_stale_write
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| key.order_id.as_str().to_owned());
+        }
+        t.update(key, next);
+        let written = t.read(key)?.cloned();
+        Ok(Ok(written.ok_or_else(|| StoreError::new("vanished"))?))
     }
 
     /// The order an operation id was minted for (also after its record was replaced).
@@ -578,146 +594,21 @@ impl OperationStore for SimStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.write();
-        let mut t = self.lock();
-        let Some(op) = t
-            .read(&req.key)?
-            .filter(|op| op.operation_id == req.operation_id)
-        else {
-            return Ok(Claim::NotFound);
-        };
-        if op.status.is_settled() {
-            return Ok(Claim::Settled(op.clone()));
-        }
-        if op.review.is_some() {
-            return Ok(Claim::InReview(op.clone()));
-        }
-        if op.has_live_lease(req.now) {
-            return Ok(Claim::Leased(op.clone()));
-        }
         // The lease and attempts are not index attributes: no index change. Nor is a claim an
-        // outcome (status and review stay), so the relay would publish nothing for it.
-        let op = t
-            .items
-            .get_mut(&req.key)
-            .ok_or_else(|| StoreError::new("vanished"))?;
-        op.lease = Some(req.lease);
-        op.first_attempted_at.get_or_insert(req.now);
-        op.attempts += 1;
-        op.updated_at = req.now;
-        t.reshape(&req.key);
-        let claimed = t.read(&req.key)?.cloned();
-        Ok(Claim::Claimed(
-            claimed.ok_or_else(|| StoreError::new("vanished"))?,
-        ))
+        // outcome (status and review stay), so the relay publishes nothing for it.
+        Ok(store_rules::claimed(self.conditional(&req.key, req)?))
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.write();
-        let mut t = self.lock();
-        let Some(op) = t.read(&rec.key)? else {
-            return Ok(Recorded::Refused(None));
-        };
-        let holds_lease = op.lease.is_some_and(|l| l.token == rec.lease_token);
-        if op.operation_id != rec.operation_id
-            || (self.lease_fence && !holds_lease)
-            || op.status.is_settled()
-        {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        if !holds_lease {
-            self.stale_lease_writes.fetch_add(1, Ordering::Relaxed);
-            self.first_stale_write
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert_with(|| rec.key.order_id.as_str().to_owned());
-        }
-        let written = t.update(&rec.key, |op| {
-            op.status = rec.status;
-            if let Some(id) = &rec.external_id {
-                op.external_id = Some(id.clone());
-            }
-            op.last_error = rec.last_error.clone();
-            if let Some(review) = &rec.review {
-                op.review = Some(review.clone());
-            }
-            op.lease = None;
-            op.updated_at = rec.now;
-            op.next_due_at = if rec.status.is_settled() {
-                None
-            } else {
-                rec.next_due_at.or(Some(rec.now))
-            };
-        });
-        Ok(Recorded::Written(
-            written.ok_or_else(|| StoreError::new("vanished"))?,
-        ))
+        Ok(store_rules::recorded(self.conditional(&rec.key, rec)?))
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.write();
-        let mut t = self.lock();
-        let Some(op) = t.read(&req.key)? else {
-            return Ok(Recorded::Refused(None));
-        };
-        let leased = req
-            .operator
-            .as_ref()
-            .is_some_and(|g| op.lease.is_some_and(|l| l.expires_at > g.lease_cutoff));
-        if op.operation_id != req.operation_id
-            || op.status != req.expected_status
-            || op.status.is_settled()
-            || op.updated_at != req.expected_updated_at
-            || leased
-        {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        let written = t.update(&req.key, |op| {
-            if let Some(guard) = &req.operator {
-                op.history.push(guard.audit.clone());
-            }
-            op.next_due_at = Some(req.next_due_at);
-            op.redrives += 1;
-            if req.clear_review {
-                op.review = None;
-            }
-            op.updated_at = req.now;
-        });
-        Ok(Recorded::Written(
-            written.ok_or_else(|| StoreError::new("vanished"))?,
-        ))
+        Ok(store_rules::recorded(self.conditional(&req.key, req)?))
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.write();
-        let mut t = self.lock();
-        let Some(op) = t.read(&req.key)? else {
-            return Ok(Recorded::Refused(None));
-        };
-        if op.operation_id != req.operation_id
-            || op.status.is_settled()
-            || op.updated_at != req.expected_updated_at
-            || op
-                .lease
-                .is_some_and(|l| l.expires_at > req.guard.lease_cutoff)
-            || !req.status.is_settled()
-        {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        let written = t.update(&req.key, |op| {
-            op.status = req.status;
-            if let Some(id) = &req.external_id {
-                op.external_id = Some(id.clone());
-            }
-            op.history.push(req.guard.audit.clone());
-            op.review = None;
-            op.lease = None;
-            op.next_due_at = None;
-            op.updated_at = req.guard.audit.at;
-        });
-        Ok(Recorded::Written(
-            written.ok_or_else(|| StoreError::new("vanished"))?,
-        ))
+        Ok(store_rules::recorded(self.conditional(&req.key, req)?))
     }
 
     async fn query_index(
@@ -779,6 +670,7 @@ impl OperationStore for SimStore {
 mod tests {
     use std::collections::BTreeMap;
 
+    use charge_once::adapters::dynamodb::schema;
     use charge_once::{
         Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, OperationStatus, OrderId,
         PaymentMethodId, Principal,

@@ -1,5 +1,6 @@
 //! [`MemoryStore`]: the operation table in a `Mutex<BTreeMap>`, every write checked under the lock
-//! exactly as DynamoDB checks its condition expression.
+//! by the store's rules ([`crate::store_rules`]), the guards DynamoDB checks as its condition
+//! expression.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -12,6 +13,7 @@ use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError,
 };
+use crate::store_rules::{self, Transition, Written};
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -33,6 +35,26 @@ impl MemoryStore {
     /// Every record, for assertions and reports.
     pub fn all(&self) -> Vec<Operation> {
         self.lock().values().cloned().collect()
+    }
+
+    /// One conditional write under the lock, by the store's rules.
+    fn conditional(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+    ) -> Result<Written, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let Some(op) = items.get_mut(key) else {
+            return Ok(Err(None));
+        };
+        Ok(match store_rules::apply(op, write) {
+            Ok(next) => {
+                *op = next.clone();
+                Ok(next)
+            }
+            Err(by) => Err(Some((op.clone(), by))),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<OperationKey, Operation>> {
@@ -99,115 +121,19 @@ impl OperationStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let Some(op) = items
-            .get_mut(&req.key)
-            .filter(|op| op.operation_id == req.operation_id)
-        else {
-            return Ok(Claim::NotFound);
-        };
-        if op.status.is_settled() {
-            return Ok(Claim::Settled(op.clone()));
-        }
-        if op.review.is_some() {
-            return Ok(Claim::InReview(op.clone()));
-        }
-        if op.has_live_lease(req.now) {
-            return Ok(Claim::Leased(op.clone()));
-        }
-        op.lease = Some(req.lease);
-        op.first_attempted_at.get_or_insert(req.now);
-        op.attempts += 1;
-        op.updated_at = req.now;
-        Ok(Claim::Claimed(op.clone()))
+        self.conditional(&req.key, req).map(store_rules::claimed)
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let Some(op) = items.get_mut(&rec.key) else {
-            return Ok(Recorded::Refused(None));
-        };
-        let holds_lease = op.lease.is_some_and(|l| l.token == rec.lease_token);
-        if op.operation_id != rec.operation_id || !holds_lease || op.status.is_settled() {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        op.status = rec.status;
-        if let Some(id) = &rec.external_id {
-            op.external_id = Some(id.clone());
-        }
-        op.last_error = rec.last_error.clone();
-        if let Some(review) = &rec.review {
-            op.review = Some(review.clone());
-        }
-        op.lease = None;
-        op.updated_at = rec.now;
-        op.next_due_at = if rec.status.is_settled() {
-            None
-        } else {
-            rec.next_due_at.or(Some(rec.now))
-        };
-        Ok(Recorded::Written(op.clone()))
+        self.conditional(&rec.key, rec).map(store_rules::recorded)
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let Some(op) = items.get_mut(&req.key) else {
-            return Ok(Recorded::Refused(None));
-        };
-        let leased = req
-            .operator
-            .as_ref()
-            .is_some_and(|g| op.lease.is_some_and(|l| l.expires_at > g.lease_cutoff));
-        if op.operation_id != req.operation_id
-            || op.status != req.expected_status
-            || op.status.is_settled()
-            || op.updated_at != req.expected_updated_at
-            || leased
-        {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        if let Some(guard) = &req.operator {
-            op.history.push(guard.audit.clone());
-        }
-        op.next_due_at = Some(req.next_due_at);
-        op.redrives += 1;
-        if req.clear_review {
-            op.review = None;
-        }
-        op.updated_at = req.now;
-        Ok(Recorded::Written(op.clone()))
+        self.conditional(&req.key, req).map(store_rules::recorded)
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let Some(op) = items.get_mut(&req.key) else {
-            return Ok(Recorded::Refused(None));
-        };
-        if op.operation_id != req.operation_id
-            || op.status.is_settled()
-            || op.updated_at != req.expected_updated_at
-            || op
-                .lease
-                .is_some_and(|l| l.expires_at > req.guard.lease_cutoff)
-            || !req.status.is_settled()
-        {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        }
-        op.status = req.status;
-        if let Some(id) = &req.external_id {
-            op.external_id = Some(id.clone());
-        }
-        op.history.push(req.guard.audit.clone());
-        // The review evidence moves into the history entry (the caller copied it there).
-        op.review = None;
-        op.lease = None;
-        op.next_due_at = None;
-        op.updated_at = req.guard.audit.at;
-        Ok(Recorded::Written(op.clone()))
+        self.conditional(&req.key, req).map(store_rules::recorded)
     }
 
     async fn query_index(

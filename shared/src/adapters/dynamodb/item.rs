@@ -32,7 +32,11 @@ use crate::ports::StoreError;
 use crate::time::Timestamp;
 
 use super::paging::IndexPosition;
-use super::schema::{DUE_AT, DUE_SHARD, PK, SK};
+use super::schema::{
+    due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
+    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
+    REVIEW_SHARD, SK, STATUS, UPDATED_AT,
+};
 
 pub type Attrs = HashMap<String, AttributeValue>;
 
@@ -68,7 +72,7 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         (PK.to_owned(), attr_s(&pk)),
         (SK.to_owned(), attr_s(&sk)),
         (
-            "operation_id".to_owned(),
+            OPERATION_ID.to_owned(),
             attr_s(&op.operation_id.to_string()),
         ),
         ("order_id".to_owned(), attr_s(op.order_id.as_str())),
@@ -83,11 +87,11 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             attr_s(op.params.payment_method.as_str()),
         ),
         ("fingerprint".to_owned(), attr_s(op.fingerprint.as_str())),
-        ("status".to_owned(), attr_s(op.status.as_str())),
-        ("attempts".to_owned(), attr_n(op.attempts)),
-        ("redrives".to_owned(), attr_n(op.redrives)),
+        (STATUS.to_owned(), attr_s(op.status.as_str())),
+        (ATTEMPTS.to_owned(), attr_n(op.attempts)),
+        (REDRIVES.to_owned(), attr_n(op.redrives)),
         ("created_at".to_owned(), attr_n(op.created_at.as_millis())),
-        ("updated_at".to_owned(), attr_n(op.updated_at.as_millis())),
+        (UPDATED_AT.to_owned(), attr_n(op.updated_at.as_millis())),
     ]);
     let mut put = |name: &str, value: Option<AttributeValue>| {
         if let Some(v) = value {
@@ -98,35 +102,44 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         "requested_by",
         op.requested_by.as_ref().map(|p| attr_s(p.as_str())),
     );
-    put("external_id", op.external_id.as_deref().map(attr_s));
-    put("last_error", op.last_error.as_deref().map(attr_s));
+    put(EXTERNAL_ID, op.external_id.as_deref().map(attr_s));
+    put(LAST_ERROR, op.last_error.as_deref().map(attr_s));
     put(
-        "first_attempted_at",
+        FIRST_ATTEMPTED_AT,
         op.first_attempted_at.map(|t| attr_n(t.as_millis())),
     );
+    put(LEASE_TOKEN, op.lease.map(|l| attr_s(&l.token.to_string())));
     put(
-        "lease_token",
-        op.lease.map(|l| attr_s(&l.token.to_string())),
-    );
-    put(
-        "lease_expires_at",
+        LEASE_EXPIRES_AT,
         op.lease.map(|l| attr_n(l.expires_at.as_millis())),
     );
+    put(REVIEW_REASON, op.review.as_ref().map(|r| attr_s(&r.reason)));
     put(
-        "review_reason",
-        op.review.as_ref().map(|r| attr_s(&r.reason)),
-    );
-    put(
-        "review_flagged_at",
+        REVIEW_FLAGGED_AT,
         op.review.as_ref().map(|r| attr_n(r.flagged_at.as_millis())),
     );
     if !op.history.is_empty() {
         put(
-            "history",
+            HISTORY,
             Some(AttributeValue::L(
                 op.history.iter().map(audit_to_attr).collect(),
             )),
         );
+    }
+    item
+}
+
+/// An operation as [`super::DynamoStore`] puts it: the record's attributes and, while it is
+/// unsettled, its place in the unknown index (`REVIEW` while in review, else its `DUE#<n>`).
+pub fn stored_item(op: &Operation) -> Attrs {
+    let mut item = operation_to_item(op);
+    if let Some(due) = op.next_due_at.filter(|_| !op.status.is_settled()) {
+        let shard = match op.review {
+            Some(_) => REVIEW_SHARD.to_owned(),
+            None => due_shard(&op.operation_id),
+        };
+        item.insert(DUE_SHARD.into(), attr_s(&shard));
+        item.insert(DUE_AT.into(), attr_n(due.as_millis()));
     }
     item
 }
@@ -239,10 +252,10 @@ pub fn audit_to_attr(entry: &AuditEntry) -> AttributeValue {
 
 fn audit_from_attr(v: &AttributeValue) -> Result<AuditEntry, StoreError> {
     let AttributeValue::M(m) = v else {
-        return Err(malformed("history", "entry is not a map"));
+        return Err(malformed(HISTORY, "entry is not a map"));
     };
     let status = |field: &str| -> Result<OperationStatus, StoreError> {
-        domain("history", OperationStatus::parse(req_s(m, field)?))
+        domain(HISTORY, OperationStatus::parse(req_s(m, field)?))
     };
     Ok(AuditEntry {
         action: req_s(m, "action")?.to_owned(),
@@ -260,16 +273,16 @@ fn audit_from_attr(v: &AttributeValue) -> Result<AuditEntry, StoreError> {
 /// The history, plus the single resolution that records written before it existed carry
 /// (`resolved_by`, `resolution_note`, `resolved_at`), so an old record's audit is not lost.
 fn history_from_item(item: &Attrs) -> Result<Vec<AuditEntry>, StoreError> {
-    let mut history = match item.get("history") {
+    let mut history = match item.get(HISTORY) {
         None => Vec::new(),
         Some(AttributeValue::L(entries)) => entries
             .iter()
             .map(audit_from_attr)
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err(malformed("history", "not a list")),
+        Some(_) => return Err(malformed(HISTORY, "not a list")),
     };
     if let (Some(by), Some(at)) = (get_s(item, "resolved_by")?, get_t(item, "resolved_at")?) {
-        let status = domain("status", OperationStatus::parse(req_s(item, "status")?))?;
+        let status = domain(STATUS, OperationStatus::parse(req_s(item, STATUS)?))?;
         history.insert(
             0,
             AuditEntry {
@@ -339,30 +352,24 @@ fn domain<T, E: std::fmt::Display>(field: &str, r: Result<T, E>) -> Result<T, St
 pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
     let pk = req_s(item, PK)?;
     let order_id = order_id_of_pk(pk)?;
-    let lease = match (
-        get_s(item, "lease_token")?,
-        get_t(item, "lease_expires_at")?,
-    ) {
+    let lease = match (get_s(item, LEASE_TOKEN)?, get_t(item, LEASE_EXPIRES_AT)?) {
         (Some(token), Some(expires_at)) => Some(Lease {
-            token: domain("lease_token", LeaseToken::parse(token))?,
+            token: domain(LEASE_TOKEN, LeaseToken::parse(token))?,
             expires_at,
         }),
         _ => None,
     };
-    let review = match get_s(item, "review_reason")? {
+    let review = match get_s(item, REVIEW_REASON)? {
         Some(reason) => Some(Review {
             reason: reason.to_owned(),
-            flagged_at: get_t(item, "review_flagged_at")?.unwrap_or(Timestamp::from_millis(0)),
+            flagged_at: get_t(item, REVIEW_FLAGGED_AT)?.unwrap_or(Timestamp::from_millis(0)),
         }),
         None => None,
     };
     Ok(Operation {
         order_id,
         kind: domain(SK, OperationKind::parse(req_s(item, SK)?))?,
-        operation_id: domain(
-            "operation_id",
-            OperationId::parse(req_s(item, "operation_id")?),
-        )?,
+        operation_id: domain(OPERATION_ID, OperationId::parse(req_s(item, OPERATION_ID)?))?,
         params: ChargeParams {
             amount: domain("amount", Amount::new(req_n(item, "amount")?))?,
             currency: domain("currency", Currency::parse(req_s(item, "currency")?))?,
@@ -379,19 +386,19 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         requested_by: get_s(item, "requested_by")?
             .map(|p| domain("requested_by", Principal::parse(p)))
             .transpose()?,
-        status: domain("status", OperationStatus::parse(req_s(item, "status")?))?,
-        external_id: get_s(item, "external_id")?
-            .map(|id| domain("external_id", PaymentIntentId::parse(id)))
+        status: domain(STATUS, OperationStatus::parse(req_s(item, STATUS)?))?,
+        external_id: get_s(item, EXTERNAL_ID)?
+            .map(|id| domain(EXTERNAL_ID, PaymentIntentId::parse(id)))
             .transpose()?,
-        attempts: req_n(item, "attempts")?,
-        first_attempted_at: get_t(item, "first_attempted_at")?,
-        last_error: get_s(item, "last_error")?.map(str::to_owned),
+        attempts: req_n(item, ATTEMPTS)?,
+        first_attempted_at: get_t(item, FIRST_ATTEMPTED_AT)?,
+        last_error: get_s(item, LAST_ERROR)?.map(str::to_owned),
         created_at: req_t(item, "created_at")?,
-        updated_at: req_t(item, "updated_at")?,
+        updated_at: req_t(item, UPDATED_AT)?,
         lease,
         review,
         next_due_at: get_t(item, DUE_AT)?,
-        redrives: get_n(item, "redrives")?.unwrap_or(0),
+        redrives: get_n(item, REDRIVES)?.unwrap_or(0),
         history: history_from_item(item)?,
     })
 }

@@ -6,7 +6,8 @@
 //! - Attributes: see [`item`]; money as `N`, times as `N` (milliseconds since the epoch).
 //!
 //! ## The unknown index (sparse GSI `unsettled-by-due`)
-//! Partition key `due_shard` (S), sort key `due_at` (N), projection INCLUDE `operation_id`. Only
+//! Partition key `due_shard` (S), sort key `due_at` (N), projection INCLUDE `operation_id` and
+//! `status` ([`UNKNOWN_INDEX_PROJECTED`]). Only
 //! unsettled operations carry these two attributes; settling REMOVEs them, so the index holds
 //! unsettled work only and its size — and what the reconciler and operators read — never grows
 //! with settled operations.
@@ -16,10 +17,12 @@
 //! touches none of these costs the index nothing (developer guide, "Provisioned throughput
 //! considerations for global secondary indexes", GSI.Writes). With ALL, the claim (lease fields,
 //! `attempts`, `updated_at`) rewrote the entry: 3 index writes per charge. Projected are now only
-//! the keys and `operation_id`, which never change after the put, and the claim does not move
-//! `due_at` (the checkout's due time, creation + grace, is what the reconciler needs: a claim
-//! before it is settled or leased by then; a claim after it holds a lease the reconciler skips
-//! until it expires). So the happy path writes the index twice: the checkout's put and the
+//! the keys, `operation_id`, which never changes after the put, and `status`, which changes only
+//! in a write that sets or removes `due_at` anyway (a record, a resolve); the claim changes
+//! neither `status` nor `due_at` (`writes`' tests hold it). It need not move `due_at`: the
+//! checkout's due time, creation + grace, is what the reconciler needs (a claim before it is
+//! settled or leased by then; a claim after it holds a lease the reconciler skips until it
+//! expires). So the happy path writes the index twice: the checkout's put and the
 //! settling record's REMOVE. What the index no longer carries, a reader takes from the table: a
 //! page's keys are read back with one strongly consistent BatchGetItem (1 read unit per item
 //! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
@@ -41,11 +44,13 @@
 //! rare and written by hand, so they share one partition and list in one query.
 //!
 //! ## Parts
-//! - [`schema`]: key and index attribute names, the shards ([`shard_name`], [`due_shard`]), the
-//!   table definition.
+//! - [`schema`]: the attribute names (keys, index, what the writes check and change), the shards
+//!   ([`shard_name`], [`due_shard`]), the table definition.
 //! - [`item`]: the record as an item and back, index entries' keys.
+//! - [`writes`]: the store's rules ([`crate::store_rules`]) as condition and update expressions.
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
-//! - here: [`DynamoStore`], the calls.
+//! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
+//!   DynamoDB returns with it (ALL_OLD), or, from a server without that feature, a read.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -58,18 +63,19 @@ use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
 use crate::domain::OperationId;
-use crate::operation::{Operation, OperationKey, OperationStatus};
+use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
+use crate::store_rules::{self, Transition};
 
 pub mod item;
 mod paging;
 pub mod schema;
+pub mod writes;
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use item::{attr_n, attr_s, audit_to_attr, key_of, operation_from_item, operation_to_item, Attrs};
+use item::{attr_n, attr_s, key_of, operation_from_item, Attrs};
 use paging::{IndexCursor, IndexPosition, ShardPage};
 pub use schema::{
     due_shard, due_shards, shard_name, DUE_SHARDS, REVIEW_SHARD, UNKNOWN_INDEX,
@@ -96,13 +102,6 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     StoreError::with_source(what.to_owned(), err)
-}
-
-const UNSETTLED: &str = "#status IN (:pending, :unknown)";
-
-fn unsettled_values(attrs: &mut Attrs) {
-    attrs.insert(":pending".into(), attr_s(OperationStatus::Pending.as_str()));
-    attrs.insert(":unknown".into(), attr_s(OperationStatus::Unknown.as_str()));
 }
 
 impl DynamoStore {
@@ -268,17 +267,18 @@ impl DynamoStore {
         Ok((ops, unreadable))
     }
 
-    /// The common shape of every conditional UpdateItem here: ALL_NEW on success, the current
-    /// item via ALL_OLD on a failed condition.
+    /// Every conditional UpdateItem here: `write`'s guards as the condition and its change as the
+    /// update ([`writes`]); ALL_NEW on success, the current item via ALL_OLD on a failed
+    /// condition. A guard on the request that fails refuses it before anything is sent.
     async fn conditional_update(
         &self,
         what: &'static str,
         key: &OperationKey,
-        update: String,
-        condition: &str,
-        names: HashMap<String, String>,
-        values: Attrs,
+        write: &impl writes::Update,
     ) -> Result<Recorded, StoreError> {
+        let Ok(expressions) = writes::write(write) else {
+            return Ok(Recorded::Refused(self.get(key).await?));
+        };
         self.calls.write();
         let (pk, sk) = key_of(key);
         let result = self
@@ -287,10 +287,10 @@ impl DynamoStore {
             .table_name(&self.table)
             .key(schema::PK, attr_s(&pk))
             .key(schema::SK, attr_s(&sk))
-            .update_expression(update)
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(names).filter(|n| !n.is_empty()))
-            .set_expression_attribute_values(Some(values))
+            .update_expression(expressions.update)
+            .condition_expression(expressions.condition)
+            .set_expression_attribute_names(Some(expressions.names))
+            .set_expression_attribute_values(Some(expressions.values))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -303,38 +303,31 @@ impl DynamoStore {
                 Ok(Recorded::Written(operation_from_item(item)?))
             }
             Err(err) => match err.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
-                    let current = ccf.item().map(operation_from_item).transpose()?;
-                    Ok(Recorded::Refused(current))
-                }
+                Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => match ccf.item() {
+                    Some(current) => Ok(Recorded::Refused(Some(operation_from_item(current)?))),
+                    // DynamoDB returns the item with ALL_OLD (none when there is no record). A
+                    // compatible server without that feature (dynalite) returns none either way:
+                    // read it (strongly consistent) rather than answer "no such record", which
+                    // would park a valid charge message as poison. Also on DynamoDB, a write
+                    // refused for want of a record costs this one read.
+                    None => Ok(Recorded::Refused(self.get(key).await?)),
+                },
                 _ => Err(sdk_error(what, err)),
             },
         }
     }
 }
 
-fn status_names() -> HashMap<String, String> {
-    HashMap::from([("#status".to_owned(), "status".to_owned())])
-}
-
 #[async_trait]
 impl OperationStore for DynamoStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.calls.write();
-        let mut item = operation_to_item(op);
-        if let Some(due) = op.next_due_at {
-            item.insert(
-                schema::DUE_SHARD.into(),
-                attr_s(&due_shard(&op.operation_id)),
-            );
-            item.insert(schema::DUE_AT.into(), attr_n(due.as_millis()));
-        }
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
+            .set_item(Some(item::stored_item(op)))
+            .condition_expression(format!("attribute_not_exists({})", schema::PK))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -409,209 +402,34 @@ impl OperationStore for DynamoStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let mut values = HashMap::from([
-            (":op".to_owned(), attr_s(&req.operation_id.to_string())),
-            (":token".to_owned(), attr_s(&req.lease.token.to_string())),
-            (
-                ":expires".to_owned(),
-                attr_n(req.lease.expires_at.as_millis()),
-            ),
-            (":now".to_owned(), attr_n(req.now.as_millis())),
-            (":one".to_owned(), attr_n(1)),
-        ]);
-        unsettled_values(&mut values);
         let result = self
-            .conditional_update(
-                "UpdateItem (claim)",
-                &req.key,
-                "SET lease_token = :token, lease_expires_at = :expires, \
-                 first_attempted_at = if_not_exists(first_attempted_at, :now), \
-                 attempts = attempts + :one, updated_at = :now"
-                    .into(),
-                &format!(
-                    "operation_id = :op AND {UNSETTLED} AND attribute_not_exists(review_reason) \
-                     AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :now)"
-                ),
-                status_names(),
-                values,
-            )
+            .conditional_update("UpdateItem (claim)", &req.key, req)
             .await?;
         Ok(match result {
             Recorded::Written(op) => Claim::Claimed(op),
             Recorded::Refused(None) => Claim::NotFound,
-            Recorded::Refused(Some(op)) if op.operation_id != req.operation_id => Claim::NotFound,
-            Recorded::Refused(Some(op)) if op.status.is_settled() => Claim::Settled(op),
-            Recorded::Refused(Some(op)) if op.review.is_some() => Claim::InReview(op),
-            Recorded::Refused(Some(op)) => Claim::Leased(op),
+            Recorded::Refused(Some(op)) => match store_rules::check(&op, &req.guards()) {
+                Err(by) => store_rules::refused_claim(op, by),
+                // Only a record read after the refusal (no ALL_OLD) can pass every guard: another
+                // writer moved it in between. "Someone else has it" makes no call to Stripe.
+                Ok(()) => Claim::Leased(op),
+            },
         })
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        let mut set = vec!["#status = :status", "updated_at = :now"];
-        let mut remove = vec!["lease_token", "lease_expires_at"];
-        let mut values = HashMap::from([
-            (":op".to_owned(), attr_s(&rec.operation_id.to_string())),
-            (":token".to_owned(), attr_s(&rec.lease_token.to_string())),
-            (":status".to_owned(), attr_s(rec.status.as_str())),
-            (":now".to_owned(), attr_n(rec.now.as_millis())),
-        ]);
-        unsettled_values(&mut values);
-        if let Some(id) = &rec.external_id {
-            set.push("external_id = :ext");
-            values.insert(":ext".into(), attr_s(id));
-        }
-        match &rec.last_error {
-            Some(e) => {
-                set.push("last_error = :err");
-                values.insert(":err".into(), attr_s(e));
-            }
-            None => remove.push("last_error"),
-        }
-        if let Some(review) = &rec.review {
-            set.push("review_reason = :reason");
-            set.push("review_flagged_at = :flagged");
-            values.insert(":reason".into(), attr_s(&review.reason));
-            values.insert(":flagged".into(), attr_n(review.flagged_at.as_millis()));
-        }
-        if rec.status.is_settled() {
-            remove.push(schema::DUE_SHARD);
-            remove.push(schema::DUE_AT);
-        } else {
-            // The partition depends on the review flag, which only this write can set (claims
-            // refuse operations in review, so no lease holder ever writes over one).
-            let shard = match &rec.review {
-                Some(_) => REVIEW_SHARD.to_owned(),
-                None => due_shard(&rec.operation_id),
-            };
-            let due = rec.next_due_at.unwrap_or(rec.now);
-            set.push("due_shard = :shard");
-            set.push("due_at = :due");
-            values.insert(":shard".into(), attr_s(&shard));
-            values.insert(":due".into(), attr_n(due.as_millis()));
-        }
-        let update = format!("SET {} REMOVE {}", set.join(", "), remove.join(", "));
-        let result = self
-            .conditional_update(
-                "UpdateItem (record)",
-                &rec.key,
-                update,
-                &format!("operation_id = :op AND lease_token = :token AND {UNSETTLED}"),
-                status_names(),
-                values,
-            )
-            .await?;
-        Ok(result)
+        self.conditional_update("UpdateItem (record)", &rec.key, rec)
+            .await
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        let mut values = HashMap::from([
-            (":op".to_owned(), attr_s(&req.operation_id.to_string())),
-            (":expected".to_owned(), attr_s(req.expected_status.as_str())),
-            (
-                ":read_at".to_owned(),
-                attr_n(req.expected_updated_at.as_millis()),
-            ),
-            (":due".to_owned(), attr_n(req.next_due_at.as_millis())),
-            (":now".to_owned(), attr_n(req.now.as_millis())),
-        ]);
-        unsettled_values(&mut values);
-        values.insert(":one".into(), attr_n(1));
-        let mut set = vec![
-            "due_at = :due",
-            "updated_at = :now",
-            "redrives = redrives + :one",
-        ];
-        let mut remove: Vec<&str> = Vec::new();
-        if req.clear_review {
-            set.push("due_shard = :shard");
-            remove.extend(["review_reason", "review_flagged_at"]);
-            values.insert(":shard".into(), attr_s(&due_shard(&req.operation_id)));
-        }
-        let mut condition = format!(
-            "operation_id = :op AND #status = :expected AND {UNSETTLED} \
-             AND updated_at = :read_at AND attribute_exists(due_shard)"
-        );
-        if let Some(guard) = &req.operator {
-            set.push("history = list_append(if_not_exists(history, :no_history), :entry)");
-            values.insert(":no_history".into(), AttributeValue::L(Vec::new()));
-            values.insert(
-                ":entry".into(),
-                AttributeValue::L(vec![audit_to_attr(&guard.audit)]),
-            );
-            values.insert(
-                ":lease_cutoff".into(),
-                attr_n(guard.lease_cutoff.as_millis()),
-            );
-            condition.push_str(
-                " AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :lease_cutoff)",
-            );
-        }
-        let mut update = format!("SET {}", set.join(", "));
-        if !remove.is_empty() {
-            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
-        }
-        let result = self
-            .conditional_update(
-                "UpdateItem (reschedule)",
-                &req.key,
-                update,
-                &condition,
-                status_names(),
-                values,
-            )
-            .await?;
-        Ok(result)
+        self.conditional_update("UpdateItem (reschedule)", &req.key, req)
+            .await
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        if !req.status.is_settled() {
-            return Ok(Recorded::Refused(self.get(&req.key).await?));
-        }
-        let at = req.guard.audit.at.as_millis();
-        let mut values = HashMap::from([
-            (":op".to_owned(), attr_s(&req.operation_id.to_string())),
-            (":status".to_owned(), attr_s(req.status.as_str())),
-            (":at".to_owned(), attr_n(at)),
-            (
-                ":read_at".to_owned(),
-                attr_n(req.expected_updated_at.as_millis()),
-            ),
-            (
-                ":lease_cutoff".to_owned(),
-                attr_n(req.guard.lease_cutoff.as_millis()),
-            ),
-            (":no_history".to_owned(), AttributeValue::L(Vec::new())),
-            (
-                ":entry".to_owned(),
-                AttributeValue::L(vec![audit_to_attr(&req.guard.audit)]),
-            ),
-        ]);
-        unsettled_values(&mut values);
-        let mut update = "SET #status = :status, updated_at = :at, \
-                          history = list_append(if_not_exists(history, :no_history), :entry)"
-            .to_owned();
-        if let Some(id) = &req.external_id {
-            update.push_str(", external_id = :ext");
-            values.insert(":ext".into(), attr_s(id));
-        }
-        // The review evidence moves into the history entry (the caller copied it there).
-        update.push_str(
-            " REMOVE due_shard, due_at, lease_token, lease_expires_at, review_reason, review_flagged_at",
-        );
-        let result = self
-            .conditional_update(
-                "UpdateItem (resolve)",
-                &req.key,
-                update,
-                &format!(
-                    "operation_id = :op AND {UNSETTLED} AND updated_at = :read_at \
-                     AND (attribute_not_exists(lease_expires_at) OR lease_expires_at <= :lease_cutoff)"
-                ),
-                status_names(),
-                values,
-            )
-            .await?;
-        Ok(result)
+        self.conditional_update("UpdateItem (resolve)", &req.key, req)
+            .await
     }
 
     async fn query_index(

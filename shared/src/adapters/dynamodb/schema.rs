@@ -20,11 +20,33 @@ pub const DUE_SHARD: &str = "due_shard";
 /// The unknown index's sort key: when the operation is next due (ms); only while unsettled.
 pub const DUE_AT: &str = "due_at";
 
+/// The record's attributes that the conditional writes check or change ([`super::writes`]); the
+/// rest of the record is in [`super::item`].
+pub const OPERATION_ID: &str = "operation_id";
+pub const STATUS: &str = "status";
+pub const EXTERNAL_ID: &str = "external_id";
+pub const LAST_ERROR: &str = "last_error";
+pub const ATTEMPTS: &str = "attempts";
+pub const REDRIVES: &str = "redrives";
+pub const FIRST_ATTEMPTED_AT: &str = "first_attempted_at";
+pub const UPDATED_AT: &str = "updated_at";
+/// With [`LEASE_EXPIRES_AT`]: only while leased.
+pub const LEASE_TOKEN: &str = "lease_token";
+pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
+/// With [`REVIEW_FLAGGED_AT`]: only while flagged for review.
+pub const REVIEW_REASON: &str = "review_reason";
+pub const REVIEW_FLAGGED_AT: &str = "review_flagged_at";
+pub const HISTORY: &str = "history";
+
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
-/// The only non-key attribute projected into the unknown index: set by the put, never changed,
-/// so no update after the put writes the index unless it moves the entry (see [`super`], issue 15).
-pub const UNKNOWN_INDEX_PROJECTED: &str = "operation_id";
+/// The non-key attributes projected into the unknown index. `operation_id` is set by the put and
+/// never changes (operators find an unsettled operation by its id in the index); `status` changes
+/// only in writes that also move or remove the entry (a record sets `due_at` or removes it, a
+/// resolve removes it), and a claim changes neither, so projecting it costs no index write and
+/// operators reading the index see states, not only ids. Nothing a claim changes may be projected
+/// (see [`super`], issue 15; `writes`' tests hold it).
+pub const UNKNOWN_INDEX_PROJECTED: &[&str] = &[OPERATION_ID, STATUS];
 /// How many `DUE#<n>` partitions the index is spread over (see [`super`]: why shards).
 pub const DUE_SHARDS: u32 = 8;
 /// The one index partition of operations waiting for a person.
@@ -79,7 +101,12 @@ pub(super) fn define_table(
         .projection(
             Projection::builder()
                 .projection_type(ProjectionType::Include)
-                .non_key_attributes(UNKNOWN_INDEX_PROJECTED)
+                .set_non_key_attributes(Some(
+                    UNKNOWN_INDEX_PROJECTED
+                        .iter()
+                        .map(|a| (*a).to_owned())
+                        .collect(),
+                ))
                 .build(),
         )
         .build()

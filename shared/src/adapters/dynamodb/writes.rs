@@ -1,0 +1,442 @@
+//! The store's conditional writes as DynamoDB expressions, built from the rules
+//! ([`crate::store_rules`]): a write's guards become its ConditionExpression, one clause per
+//! [`Guard`] ([`condition`]), and its change becomes the UpdateExpression ([`Update`], the
+//! DynamoDB half of [`Transition::change`]). Pure: [`super::DynamoStore`] sends what [`write()`]
+//! builds; `tests/store_rules_on_aws.rs` holds every clause to its guard and every update to its
+//! change on moto.
+//!
+//! Every attribute is named through a placeholder (`#status`), so no reserved word can break an
+//! expression; names and values are declared only where used (DynamoDB refuses unused ones).
+//! Values of the condition are `:if_…`, values of the update `:<attribute>`, so the two never
+//! collide.
+
+use std::collections::{BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::operation::{AuditEntry, OperationStatus};
+use crate::ports::{ClaimRequest, ManualResolution, OutcomeRecord, Reschedule};
+use crate::store_rules::{self, Guard, Transition};
+
+use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
+use super::schema::{
+    due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
+    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
+    REVIEW_SHARD, STATUS, UPDATED_AT,
+};
+
+/// A condition expression with its placeholders.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Condition {
+    pub expression: String,
+    pub names: HashMap<String, String>,
+    pub values: Attrs,
+}
+
+/// One conditional UpdateItem, ready to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    pub update: String,
+    pub condition: String,
+    pub names: HashMap<String, String>,
+    pub values: Attrs,
+    /// The attributes the update sets or removes (what it can cost the index: see
+    /// [`super::schema::UNKNOWN_INDEX_PROJECTED`]).
+    pub touched: BTreeSet<&'static str>,
+}
+
+/// The UpdateExpression of a write: what its [`Transition::change`] does to the record, as
+/// DynamoDB does it to the item.
+pub trait Update: Transition {
+    fn update(&self, e: &mut Expression);
+}
+
+/// `write` as DynamoDB expressions, or the guard on the request (not on the record) that refuses
+/// it before anything is sent.
+pub fn write<W: Update>(write: &W) -> Result<Write, Guard> {
+    let mut e = Expression::default();
+    e.guards(&write.guards())?;
+    write.update(&mut e);
+    Ok(e.into_write())
+}
+
+/// `guards` as one condition expression (clauses joined by AND), or the guard on the request that
+/// refuses it.
+pub fn condition(guards: &[Guard]) -> Result<Condition, Guard> {
+    let mut e = Expression::default();
+    e.guards(guards)?;
+    Ok(Condition {
+        expression: e.clauses.join(" AND "),
+        names: e.names,
+        values: e.values,
+    })
+}
+
+/// An UpdateItem's expressions as they are built.
+#[derive(Debug, Default)]
+pub struct Expression {
+    clauses: Vec<String>,
+    set: Vec<String>,
+    remove: Vec<String>,
+    names: HashMap<String, String>,
+    values: Attrs,
+    touched: BTreeSet<&'static str>,
+}
+
+impl Expression {
+    fn name(&mut self, attr: &'static str) -> String {
+        let placeholder = format!("#{attr}");
+        self.names.insert(placeholder.clone(), attr.to_owned());
+        placeholder
+    }
+
+    fn value(&mut self, placeholder: &str, value: AttributeValue) -> String {
+        self.values.insert(placeholder.to_owned(), value);
+        placeholder.to_owned()
+    }
+
+    /// The clause of one guard, as [`Guard::holds`] reads it of the record. `Err` for a guard on
+    /// the request that does not hold (it has no clause).
+    fn guard(&mut self, guard: &Guard) -> Result<(), Guard> {
+        let clause = match *guard {
+            Guard::IsOperation(id) => {
+                let n = self.name(OPERATION_ID);
+                let v = self.value(":if_operation_id", attr_s(&id.to_string()));
+                format!("{n} = {v}")
+            }
+            Guard::Unsettled => {
+                let n = self.name(STATUS);
+                let pending = self.value(":if_pending", attr_s(OperationStatus::Pending.as_str()));
+                let unknown = self.value(":if_unknown", attr_s(OperationStatus::Unknown.as_str()));
+                format!("{n} IN ({pending}, {unknown})")
+            }
+            Guard::NotInReview => format!("attribute_not_exists({})", self.name(REVIEW_REASON)),
+            Guard::NoLeaseAfter(t) => {
+                let n = self.name(LEASE_EXPIRES_AT);
+                let v = self.value(":if_no_lease_after", attr_n(t.as_millis()));
+                format!("(attribute_not_exists({n}) OR {n} <= {v})")
+            }
+            Guard::HoldsLease(token) => {
+                let n = self.name(LEASE_TOKEN);
+                let v = self.value(":if_lease_token", attr_s(&token.to_string()));
+                format!("{n} = {v}")
+            }
+            Guard::StatusIs(status) => {
+                let n = self.name(STATUS);
+                let v = self.value(":if_status", attr_s(status.as_str()));
+                format!("{n} = {v}")
+            }
+            Guard::UpdatedAt(t) => {
+                let n = self.name(UPDATED_AT);
+                let v = self.value(":if_updated_at", attr_n(t.as_millis()));
+                format!("{n} = {v}")
+            }
+            // The record's due time is the index sort key; its partition key is there with it.
+            Guard::Scheduled => format!("attribute_exists({})", self.name(DUE_SHARD)),
+            Guard::Settles(status) => {
+                return match status.is_settled() {
+                    true => Ok(()),
+                    false => Err(*guard),
+                }
+            }
+        };
+        self.clauses.push(clause);
+        Ok(())
+    }
+
+    fn guards(&mut self, guards: &[Guard]) -> Result<(), Guard> {
+        guards.iter().try_for_each(|g| self.guard(g))
+    }
+
+    /// `SET attr = :attr`.
+    fn set(&mut self, attr: &'static str, value: AttributeValue) {
+        let v = self.value(&format!(":{attr}"), value);
+        self.set_to(attr, |_, _| v);
+    }
+
+    /// `SET attr = <expression of its placeholder>`.
+    fn set_to(&mut self, attr: &'static str, rhs: impl FnOnce(&mut Self, &str) -> String) {
+        let n = self.name(attr);
+        let rhs = rhs(self, &n);
+        self.set.push(format!("{n} = {rhs}"));
+        self.touched.insert(attr);
+    }
+
+    /// `SET attr = attr + :attr`.
+    fn add_one(&mut self, attr: &'static str) {
+        let v = self.value(&format!(":{attr}"), attr_n(1));
+        self.set_to(attr, |_, n| format!("{n} + {v}"));
+    }
+
+    /// `SET history = history ++ [entry]` (an absent history is empty).
+    fn append_history(&mut self, entry: &AuditEntry) {
+        let none = self.value(":no_history", AttributeValue::L(Vec::new()));
+        let entry = self.value(
+            &format!(":{HISTORY}"),
+            AttributeValue::L(vec![audit_to_attr(entry)]),
+        );
+        self.set_to(HISTORY, |_, n| {
+            format!("list_append(if_not_exists({n}, {none}), {entry})")
+        });
+    }
+
+    fn remove(&mut self, attr: &'static str) {
+        let n = self.name(attr);
+        self.remove.push(n);
+        self.touched.insert(attr);
+    }
+
+    fn into_write(self) -> Write {
+        let mut update = Vec::new();
+        if !self.set.is_empty() {
+            update.push(format!("SET {}", self.set.join(", ")));
+        }
+        if !self.remove.is_empty() {
+            update.push(format!("REMOVE {}", self.remove.join(", ")));
+        }
+        Write {
+            update: update.join(" "),
+            condition: self.clauses.join(" AND "),
+            names: self.names,
+            values: self.values,
+            touched: self.touched,
+        }
+    }
+}
+
+impl Update for ClaimRequest {
+    fn update(&self, e: &mut Expression) {
+        e.set(LEASE_TOKEN, attr_s(&self.lease.token.to_string()));
+        e.set(LEASE_EXPIRES_AT, attr_n(self.lease.expires_at.as_millis()));
+        let now = e.value(
+            &format!(":{FIRST_ATTEMPTED_AT}"),
+            attr_n(self.now.as_millis()),
+        );
+        e.set_to(FIRST_ATTEMPTED_AT, |_, n| {
+            format!("if_not_exists({n}, {now})")
+        });
+        e.add_one(ATTEMPTS);
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+    }
+}
+
+impl Update for OutcomeRecord {
+    fn update(&self, e: &mut Expression) {
+        e.set(STATUS, attr_s(self.status.as_str()));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        if let Some(id) = &self.external_id {
+            e.set(EXTERNAL_ID, attr_s(id));
+        }
+        match &self.last_error {
+            Some(err) => e.set(LAST_ERROR, attr_s(err)),
+            None => e.remove(LAST_ERROR),
+        }
+        if let Some(review) = &self.review {
+            e.set(REVIEW_REASON, attr_s(&review.reason));
+            e.set(REVIEW_FLAGGED_AT, attr_n(review.flagged_at.as_millis()));
+        }
+        e.remove(LEASE_TOKEN);
+        e.remove(LEASE_EXPIRES_AT);
+        match store_rules::due_after(self) {
+            None => {
+                e.remove(DUE_SHARD);
+                e.remove(DUE_AT);
+            }
+            Some(due) => {
+                // The partition depends on the review flag, which only this write can set (claims
+                // refuse operations in review, so no lease holder ever writes over one).
+                let shard = match &self.review {
+                    Some(_) => REVIEW_SHARD.to_owned(),
+                    None => due_shard(&self.operation_id),
+                };
+                e.set(DUE_SHARD, attr_s(&shard));
+                e.set(DUE_AT, attr_n(due.as_millis()));
+            }
+        }
+    }
+}
+
+impl Update for Reschedule {
+    fn update(&self, e: &mut Expression) {
+        e.set(DUE_AT, attr_n(self.next_due_at.as_millis()));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        e.add_one(REDRIVES);
+        if self.clear_review {
+            // Out of review: back to its automatic-work partition.
+            e.set(DUE_SHARD, attr_s(&due_shard(&self.operation_id)));
+            e.remove(REVIEW_REASON);
+            e.remove(REVIEW_FLAGGED_AT);
+        }
+        if let Some(operator) = &self.operator {
+            e.append_history(&operator.audit);
+        }
+    }
+}
+
+impl Update for ManualResolution {
+    fn update(&self, e: &mut Expression) {
+        e.set(STATUS, attr_s(self.status.as_str()));
+        e.set(UPDATED_AT, attr_n(self.guard.audit.at.as_millis()));
+        e.append_history(&self.guard.audit);
+        if let Some(id) = &self.external_id {
+            e.set(EXTERNAL_ID, attr_s(id));
+        }
+        // The review evidence moves into the history entry (the caller copied it there).
+        for attr in [
+            DUE_SHARD,
+            DUE_AT,
+            LEASE_TOKEN,
+            LEASE_EXPIRES_AT,
+            REVIEW_REASON,
+            REVIEW_FLAGGED_AT,
+        ] {
+            e.remove(attr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::schema::UNKNOWN_INDEX_PROJECTED;
+    use super::*;
+    use crate::operation::{LeaseToken, Review};
+    use crate::ports::OperatorGuard;
+    use crate::testing::{self, T0};
+
+    fn audit(action: &str) -> AuditEntry {
+        AuditEntry {
+            action: action.into(),
+            previous_status: OperationStatus::Unknown,
+            new_status: OperationStatus::Succeeded,
+            note: "checked in the dashboard".into(),
+            at: T0,
+            caller: "arn:aws:iam::000000000000:user/alice".into(),
+            label: None,
+            forced: None,
+            review: None,
+        }
+    }
+
+    fn claim() -> ClaimRequest {
+        let op = testing::order("ord-w").build();
+        testing::claim_request(&op, LeaseToken::new_random(), T0)
+    }
+
+    fn index_attributes() -> BTreeSet<&'static str> {
+        [DUE_SHARD, DUE_AT]
+            .into_iter()
+            .chain(UNKNOWN_INDEX_PROJECTED.iter().copied())
+            .collect()
+    }
+
+    fn outcomes() -> Vec<OutcomeRecord> {
+        let op = testing::order("ord-w").build();
+        let token = LeaseToken::new_random();
+        let mut flagged = testing::outcome(&op, token, OperationStatus::Unknown, T0);
+        flagged.review = Some(Review {
+            reason: "stuck".into(),
+            flagged_at: T0,
+        });
+        vec![
+            testing::outcome(&op, token, OperationStatus::Unknown, T0),
+            testing::outcome(&op, token, OperationStatus::Succeeded, T0),
+            testing::outcome(&op, token, OperationStatus::Failed, T0),
+            flagged,
+        ]
+    }
+
+    /// DynamoDB writes an index entry only when a write puts, deletes or moves it or changes an
+    /// attribute projected into it (issue 15). A claim touches neither the index keys nor anything
+    /// projected, so it costs the index nothing: projecting anything a claim changes (`attempts`,
+    /// `updated_at`, the lease) fails here, as does a claim that sets `status` or `due_at`.
+    #[test]
+    fn a_claim_touches_nothing_the_unknown_index_holds() {
+        let w = write(&claim()).unwrap();
+        let touched: BTreeSet<_> = w.touched.clone();
+        assert!(!touched.is_empty());
+        assert_eq!(
+            touched
+                .intersection(&index_attributes())
+                .collect::<Vec<_>>(),
+            Vec::<&&str>::new(),
+            "{}",
+            w.update
+        );
+    }
+
+    /// Projecting `status` is free because every write that changes it also sets or removes
+    /// `due_at` (the entry is written anyway) and a reschedule, which moves the entry, leaves it.
+    #[test]
+    fn a_write_that_changes_the_status_moves_or_removes_the_index_entry() {
+        assert!(UNKNOWN_INDEX_PROJECTED.contains(&STATUS));
+        let op = testing::order("ord-w")
+            .status(OperationStatus::Unknown)
+            .build();
+        let audit = audit("resolve_succeeded");
+        let resolve = ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status: OperationStatus::Succeeded,
+            external_id: None,
+            expected_updated_at: op.updated_at,
+            guard: OperatorGuard {
+                lease_cutoff: T0,
+                audit,
+            },
+        };
+        let mut writes: Vec<Write> = outcomes().iter().map(|r| write(r).unwrap()).collect();
+        writes.push(write(&resolve).unwrap());
+        for w in &writes {
+            assert!(w.touched.contains(STATUS), "{}", w.update);
+            assert!(w.touched.contains(DUE_AT), "{}", w.update);
+        }
+        let redrive = Reschedule::redrive(&op, T0.plus(Duration::from_secs(60)), T0);
+        assert!(!write(&redrive).unwrap().touched.contains(STATUS));
+    }
+
+    #[test]
+    fn every_placeholder_is_declared_and_every_declared_one_used() {
+        let op = testing::order("ord-w").build();
+        let mut writes: Vec<Write> = outcomes().iter().map(|r| write(r).unwrap()).collect();
+        writes.push(write(&claim()).unwrap());
+        writes.push(write(&Reschedule::redrive(&op, T0, T0)).unwrap());
+        for w in &writes {
+            let text = format!("{} {}", w.update, w.condition);
+            for placeholder in w.names.keys().chain(w.values.keys()) {
+                assert!(text.contains(placeholder.as_str()), "{placeholder}: {text}");
+            }
+            for word in text.split(|c: char| !(c.is_alphanumeric() || "_#:".contains(c))) {
+                if word.starts_with('#') {
+                    assert!(w.names.contains_key(word), "{word}: {text}");
+                }
+                if word.starts_with(':') {
+                    assert!(w.values.contains_key(word), "{word}: {text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_resolution_to_an_unsettled_status_is_refused_before_sending() {
+        let op = testing::order("ord-w")
+            .status(OperationStatus::Unknown)
+            .build();
+        let resolve = ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status: OperationStatus::Unknown,
+            external_id: None,
+            expected_updated_at: op.updated_at,
+            guard: OperatorGuard {
+                lease_cutoff: T0,
+                audit: audit("resolve_unknown"),
+            },
+        };
+        assert_eq!(
+            write(&resolve),
+            Err(Guard::Settles(OperationStatus::Unknown))
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! The store's rules, written once: which conditional write may change a record, and how.
+//!
+//! Each write of [`OperationStore`](crate::ports::OperationStore) (claim, record, reschedule,
+//! resolve) is a [`Transition`]: a list of [`Guard`]s, what must hold of the stored record, and a
+//! change, what the write does to it. [`apply`] is the write as a pure function of the record:
+//! the record after it, or the guard that refused it. The in-memory stores (`MemoryStore`, the
+//! simulation's `SimStore`) call it under their lock; the DynamoDB adapter sends the same guards as
+//! one condition expression, one clause per guard (`adapters::dynamodb::writes`), and
+//! `tests/store_rules_on_aws.rs` holds each guard to its clause and each change to its update
+//! expression on moto.
+//!
+//! "Settled is final" is [`Guard::Unsettled`], in every write's list. An operator's re-drive that
+//! takes an operation out of review is a [`Reschedule`] with `clear_review`: the same guards as
+//! the reconciler's plus [`Guard::NoLeaseAfter`], and the review leaves the record.
+//!
+//! The invariants the port documents are asserted (`debug_assert!`) on every record a transition
+//! writes, not filled in: an unsettled record has a due time and a settled one none
+//! ([`Operation::next_due_at`]); an attempted record has `first_attempted_at`.
+
+use crate::domain::OperationId;
+use crate::operation::{LeaseToken, Operation, OperationStatus};
+use crate::ports::{Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, Reschedule};
+use crate::time::Timestamp;
+
+/// One condition a write is guarded by. The first that does not hold is the reason it was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// The record is this operation's: a message for an older operation that was replaced must
+    /// not drive the new one.
+    IsOperation(OperationId),
+    /// Pending or unknown: a settled record is final.
+    Unsettled,
+    /// Not waiting for a person: only an operator acts on a record in review.
+    NotInReview,
+    /// No lease that expires after this time: for a claim, no live lease at its `now`; for an
+    /// operator, none that may still be live by the operator's clock (its `lease_cutoff`).
+    NoLeaseAfter(Timestamp),
+    /// The writer holds the lease with this token (the fence of an outcome).
+    HoldsLease(LeaseToken),
+    /// The status is the one the writer read.
+    StatusIs(OperationStatus),
+    /// Nobody wrote since the writer read the record (`updated_at` is the one read).
+    UpdatedAt(Timestamp),
+    /// The record is in the unknown index (it has a due time). Implied by `Unsettled` on every
+    /// record a transition wrote; DynamoDB checks it as `attribute_exists(due_shard)`.
+    Scheduled,
+    /// The status asked for is settled (a resolution settles). A guard on the request, not on the
+    /// record: DynamoDB checks it before sending anything.
+    Settles(OperationStatus),
+}
+
+impl Guard {
+    /// Whether the guard holds of the stored record `op`.
+    pub fn holds(&self, op: &Operation) -> bool {
+        match *self {
+            Guard::IsOperation(id) => op.operation_id == id,
+            Guard::Unsettled => !op.status.is_settled(),
+            Guard::NotInReview => op.review.is_none(),
+            Guard::NoLeaseAfter(t) => op.lease.is_none_or(|l| l.expires_at <= t),
+            Guard::HoldsLease(token) => op.lease.is_some_and(|l| l.token == token),
+            Guard::StatusIs(status) => op.status == status,
+            Guard::UpdatedAt(t) => op.updated_at == t,
+            Guard::Scheduled => op.next_due_at.is_some(),
+            Guard::Settles(status) => status.is_settled(),
+        }
+    }
+
+    /// A short name for logs and test tables.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Guard::IsOperation(_) => "is_operation",
+            Guard::Unsettled => "unsettled",
+            Guard::NotInReview => "not_in_review",
+            Guard::NoLeaseAfter(_) => "no_lease_after",
+            Guard::HoldsLease(_) => "holds_lease",
+            Guard::StatusIs(_) => "status_is",
+            Guard::UpdatedAt(_) => "updated_at",
+            Guard::Scheduled => "scheduled",
+            Guard::Settles(_) => "settles",
+        }
+    }
+}
+
+/// A conditional write of the operation store.
+pub trait Transition {
+    /// What must hold of the stored record, in the order a refusal names the first that fails.
+    fn guards(&self) -> Vec<Guard>;
+
+    /// The change itself, on a record the guards accepted.
+    fn change(&self, op: &mut Operation);
+}
+
+/// The first of `guards` that does not hold of `op`.
+pub fn check(op: &Operation, guards: &[Guard]) -> Result<(), Guard> {
+    match guards.iter().find(|g| !g.holds(op)) {
+        Some(refused) => Err(*refused),
+        None => Ok(()),
+    }
+}
+
+/// `op` after `write`, or the guard that refused it.
+pub fn apply(op: &Operation, write: &impl Transition) -> Result<Operation, Guard> {
+    apply_guarded(op, write, &write.guards())
+}
+
+/// As [`apply`], checking `guards` instead of the write's own (the simulation's mutations, which
+/// drop one to show that the judge notices).
+pub fn apply_guarded(
+    op: &Operation,
+    write: &impl Transition,
+    guards: &[Guard],
+) -> Result<Operation, Guard> {
+    check(op, guards)?;
+    let mut next = op.clone();
+    write.change(&mut next);
+    debug_assert_invariants(&next);
+    Ok(next)
+}
+
+/// The invariants every record a transition writes keeps (see the module doc).
+pub fn debug_assert_invariants(op: &Operation) {
+    debug_assert_eq!(
+        op.status.is_settled(),
+        op.next_due_at.is_none(),
+        "{}: a due time exactly while unsettled (status {}, due {:?})",
+        op.order_id,
+        op.status,
+        op.next_due_at
+    );
+    debug_assert!(
+        op.attempts == 0 || op.first_attempted_at.is_some(),
+        "{}: attempted {} times without first_attempted_at",
+        op.order_id,
+        op.attempts
+    );
+}
+
+/// What a store's conditional write did to the record at a key: the record as written, or the
+/// current record with the guard that refused the write (`None`: there is no record).
+pub type Written = Result<Operation, Option<(Operation, Guard)>>;
+
+/// The answer of a record, reschedule or resolve.
+pub fn recorded(written: Written) -> Recorded {
+    match written {
+        Ok(op) => Recorded::Written(op),
+        Err(current) => Recorded::Refused(current.map(|(op, _)| op)),
+    }
+}
+
+/// The answer of a claim.
+pub fn claimed(written: Written) -> Claim {
+    match written {
+        Ok(op) => Claim::Claimed(op),
+        Err(None) => Claim::NotFound,
+        Err(Some((current, by))) => refused_claim(current, by),
+    }
+}
+
+/// What a refused claim answers, from the guard that refused it.
+pub fn refused_claim(current: Operation, by: Guard) -> Claim {
+    match by {
+        Guard::IsOperation(_) => Claim::NotFound,
+        Guard::Unsettled => Claim::Settled(current),
+        Guard::NotInReview => Claim::InReview(current),
+        // A claim has no other guard; were one added, "someone else has it" is the answer that
+        // makes no call to Stripe.
+        Guard::NoLeaseAfter(_)
+        | Guard::HoldsLease(_)
+        | Guard::StatusIs(_)
+        | Guard::UpdatedAt(_)
+        | Guard::Scheduled
+        | Guard::Settles(_) => Claim::Leased(current),
+    }
+}
+
+/// When a recorded outcome is due again: `None` once settled (the record leaves the index), else
+/// the record's `next_due_at`. The port requires one for an unsettled status; a writer that
+/// leaves it out is a bug (asserted), and in a release build the record is due at once rather
+/// than never.
+pub fn due_after(rec: &OutcomeRecord) -> Option<Timestamp> {
+    if rec.status.is_settled() {
+        return None;
+    }
+    debug_assert!(
+        rec.next_due_at.is_some(),
+        "{}: an unsettled outcome ({}) without a due time",
+        rec.key.order_id,
+        rec.status
+    );
+    Some(rec.next_due_at.unwrap_or(rec.now))
+}
+
+impl Transition for ClaimRequest {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.operation_id),
+            Guard::Unsettled,
+            Guard::NotInReview,
+            Guard::NoLeaseAfter(self.now),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        // `first_attempted_at` starts the key window: once attempted it is set and never moves.
+        // A record attempted without one would get a later window here, and a create after
+        // Stripe pruned the key.
+        debug_assert!(
+            op.attempts == 0 || op.first_attempted_at.is_some(),
+            "{}: attempted {} times without first_attempted_at",
+            op.order_id,
+            op.attempts
+        );
+        op.lease = Some(self.lease);
+        op.first_attempted_at.get_or_insert(self.now);
+        op.attempts += 1;
+        op.updated_at = self.now;
+    }
+}
+
+impl Transition for OutcomeRecord {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.operation_id),
+            Guard::HoldsLease(self.lease_token),
+            Guard::Unsettled,
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.status = self.status;
+        if let Some(id) = &self.external_id {
+            op.external_id = Some(id.clone());
+        }
+        op.last_error = self.last_error.clone();
+        if let Some(review) = &self.review {
+            op.review = Some(review.clone());
+        }
+        op.lease = None;
+        op.updated_at = self.now;
+        op.next_due_at = due_after(self);
+    }
+}
+
+impl Transition for Reschedule {
+    fn guards(&self) -> Vec<Guard> {
+        let mut guards = vec![
+            Guard::IsOperation(self.operation_id),
+            Guard::StatusIs(self.expected_status),
+            Guard::Unsettled,
+            Guard::UpdatedAt(self.expected_updated_at),
+            Guard::Scheduled,
+        ];
+        if let Some(operator) = &self.operator {
+            guards.push(Guard::NoLeaseAfter(operator.lease_cutoff));
+        }
+        guards
+    }
+
+    fn change(&self, op: &mut Operation) {
+        if let Some(operator) = &self.operator {
+            op.history.push(operator.audit.clone());
+        }
+        op.next_due_at = Some(self.next_due_at);
+        op.redrives += 1;
+        if self.clear_review {
+            op.review = None;
+        }
+        op.updated_at = self.now;
+    }
+}
+
+impl Transition for ManualResolution {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::Settles(self.status),
+            Guard::IsOperation(self.operation_id),
+            Guard::Unsettled,
+            Guard::UpdatedAt(self.expected_updated_at),
+            Guard::NoLeaseAfter(self.guard.lease_cutoff),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.status = self.status;
+        if let Some(id) = &self.external_id {
+            op.external_id = Some(id.clone());
+        }
+        op.history.push(self.guard.audit.clone());
+        // The review evidence moves into the history entry (the caller copied it there).
+        op.review = None;
+        op.lease = None;
+        op.next_due_at = None;
+        op.updated_at = self.guard.audit.at;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::operation::LeaseToken;
+    use crate::testing::{self, T0};
+
+    fn leased() -> (Operation, LeaseToken) {
+        let op = testing::order("ord-rules").at(T0).build();
+        let token = LeaseToken::new_random();
+        let claimed = apply(&op, &testing::claim_request(&op, token, T0)).unwrap();
+        (claimed, token)
+    }
+
+    #[test]
+    fn a_refusal_names_the_first_guard_that_fails() {
+        let (op, token) = leased();
+        let settled = apply(
+            &op,
+            &testing::outcome(&op, token, OperationStatus::Succeeded, T0),
+        )
+        .unwrap();
+        // Another token over a settled record: the lease guard comes first.
+        let stale = testing::outcome(&op, LeaseToken::new_random(), OperationStatus::Failed, T0);
+        assert_eq!(
+            apply(&settled, &stale),
+            Err(Guard::HoldsLease(stale.lease_token))
+        );
+        let again = testing::claim_request(&settled, LeaseToken::new_random(), T0);
+        assert_eq!(apply(&settled, &again), Err(Guard::Unsettled));
+        assert_eq!(
+            refused_claim(settled.clone(), Guard::Unsettled),
+            Claim::Settled(settled)
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "an unsettled outcome (unknown) without a due time")]
+    fn an_unsettled_outcome_without_a_due_time_is_a_bug_not_filled_in() {
+        let (op, token) = leased();
+        let rec = OutcomeRecord {
+            next_due_at: None,
+            ..testing::outcome(&op, token, OperationStatus::Unknown, T0)
+        };
+        let _ = apply(&op, &rec);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "attempted 1 times without first_attempted_at")]
+    fn a_claim_of_a_record_attempted_without_first_attempted_at_is_a_bug() {
+        let (mut op, token) = leased();
+        op.first_attempted_at = None;
+        op.lease = None;
+        let later = T0.plus(Duration::from_secs(3600));
+        let _ = apply(&op, &testing::claim_request(&op, token, later));
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a due time exactly while unsettled")]
+    fn a_write_that_leaves_an_unsettled_record_out_of_the_index_is_a_bug() {
+        struct Unschedule;
+        impl Transition for Unschedule {
+            fn guards(&self) -> Vec<Guard> {
+                Vec::new()
+            }
+            fn change(&self, op: &mut Operation) {
+                op.next_due_at = None;
+            }
+        }
+        let (op, _) = leased();
+        let _ = apply(&op, &Unschedule);
+    }
+}

@@ -1,0 +1,726 @@
+//! The store's rules (`charge_once::store_rules`) against the conditions the DynamoDB adapter
+//! sends, on moto: one table of (stored record, write, answer), every rule's accept and refuse
+//! cases with the guard that refuses. For each row:
+//!
+//! - the pure rule ([`store_rules::apply`], what both in-memory stores run) gives the table's
+//!   answer;
+//! - each of the write's guards, sent alone as a filter on the stored item ([`writes::condition`]),
+//!   matches exactly when [`Guard::holds`] says it holds: every clause is its guard;
+//! - `DynamoStore` answers what the rule answers: the record as the rule writes it (the update
+//!   expression is the change) or, refused, the stored record untouched.
+//!
+//! The same table runs again on a client that never asks for `ReturnValuesOnConditionCheckFailure`
+//! (an SDK interceptor takes it off every request, as a server without the feature, dynalite,
+//! would ignore it): the answers are the same, each refused write paying one read (issue 26.5).
+//! Last, the unknown index on moto (which applies the INCLUDE projection) shows `status`, and a
+//! claim leaves an operation's entry exactly as it was (issue 26.6).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextMut;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::operation::put_item::PutItemInput;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
+use aws_sdk_dynamodb::types::AttributeValue;
+use charge_once::adapters::dynamodb::item::{attr_s, key_of, stored_item, Attrs};
+use charge_once::adapters::dynamodb::{due_shard, schema, writes, DynamoStore, UNKNOWN_INDEX};
+use charge_once::operation::AuditEntry;
+use charge_once::ports::{
+    Claim, ClaimRequest, ManualResolution, OperationStore, OperatorGuard, OutcomeRecord, Recorded,
+    Reschedule,
+};
+use charge_once::store_rules::{self, Guard, Transition, Written};
+use charge_once::testing::{self, claim_request, LEASE, T0};
+use charge_once::{Lease, LeaseToken, Operation, OperationStatus, PaymentIntentId, Review};
+use testkit::aws::{sdk_config, unique};
+
+fn at(secs: u64) -> charge_once::Timestamp {
+    T0.plus(Duration::from_secs(secs))
+}
+
+fn pi(id: &str) -> Option<PaymentIntentId> {
+    Some(PaymentIntentId::parse(id).unwrap())
+}
+
+fn audit(action: &str, from: OperationStatus, to: OperationStatus) -> AuditEntry {
+    AuditEntry {
+        action: action.into(),
+        previous_status: from,
+        new_status: to,
+        note: "checked in the dashboard".into(),
+        at: at(30),
+        caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
+        label: Some("alice".into()),
+        forced: None,
+        review: Some("search_ambiguous: found 0".into()),
+    }
+}
+
+/// The records the table starts from, each for a fresh order.
+mod state {
+    use super::*;
+
+    pub fn pending() -> Operation {
+        testing::order(&unique("rules")).at(T0).build()
+    }
+
+    /// Claimed at 1 s with `token`, the lease running to 61 s.
+    pub fn leased(token: LeaseToken) -> Operation {
+        let mut op = pending();
+        op.attempts = 1;
+        op.first_attempted_at = Some(at(1));
+        op.lease = Some(Lease {
+            token,
+            expires_at: at(1).plus(LEASE),
+        });
+        op.updated_at = at(1);
+        op
+    }
+
+    /// Attempted once, the outcome unknown, due again at 120 s.
+    pub fn unknown() -> Operation {
+        let mut op = leased(LeaseToken::new_random());
+        op.lease = None;
+        op.status = OperationStatus::Unknown;
+        op.last_error = Some("timeout".into());
+        op.updated_at = at(2);
+        op.next_due_at = Some(at(120));
+        op
+    }
+
+    pub fn in_review() -> Operation {
+        let mut op = unknown();
+        op.review = Some(Review {
+            reason: "search_ambiguous: found 0".into(),
+            flagged_at: at(2),
+        });
+        op
+    }
+
+    pub fn settled(status: OperationStatus) -> Operation {
+        let mut op = unknown();
+        op.status = status;
+        op.external_id = pi("pi_settled");
+        op.last_error = None;
+        op.next_due_at = None;
+        op
+    }
+
+    /// A record no write leaves (a hand edit): settled, with a lease still on it.
+    pub fn settled_with_lease(token: LeaseToken) -> Operation {
+        let mut op = settled(OperationStatus::Succeeded);
+        op.lease = Some(Lease {
+            token,
+            expires_at: at(61),
+        });
+        op
+    }
+
+    /// A record no write leaves (a hand edit): unknown, out of the index.
+    pub fn unscheduled() -> Operation {
+        let mut op = unknown();
+        op.next_due_at = None;
+        op
+    }
+}
+
+/// One write of the table.
+#[derive(Debug, Clone)]
+enum Request {
+    Claim(ClaimRequest),
+    Record(OutcomeRecord),
+    Reschedule(Reschedule),
+    Resolve(ManualResolution),
+}
+
+/// What a store answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Claim(Claim),
+    Recorded(Recorded),
+}
+
+impl Request {
+    fn guards(&self) -> Vec<Guard> {
+        match self {
+            Request::Claim(r) => r.guards(),
+            Request::Record(r) => r.guards(),
+            Request::Reschedule(r) => r.guards(),
+            Request::Resolve(r) => r.guards(),
+        }
+    }
+
+    /// The rule: the record after the write, or the guard that refuses it.
+    fn rule(&self, op: &Operation) -> Result<Operation, Guard> {
+        match self {
+            Request::Claim(r) => store_rules::apply(op, r),
+            Request::Record(r) => store_rules::apply(op, r),
+            Request::Reschedule(r) => store_rules::apply(op, r),
+            Request::Resolve(r) => store_rules::apply(op, r),
+        }
+    }
+
+    /// What a store following the rule answers, from the rule's verdict.
+    fn answer(&self, written: Written) -> Answer {
+        match self {
+            Request::Claim(_) => Answer::Claim(store_rules::claimed(written)),
+            _ => Answer::Recorded(store_rules::recorded(written)),
+        }
+    }
+
+    async fn send(&self, store: &DynamoStore) -> Answer {
+        match self {
+            Request::Claim(r) => Answer::Claim(store.claim(r).await.unwrap()),
+            Request::Record(r) => Answer::Recorded(store.record(r).await.unwrap()),
+            Request::Reschedule(r) => Answer::Recorded(store.reschedule(r).await.unwrap()),
+            Request::Resolve(r) => Answer::Recorded(store.resolve(r).await.unwrap()),
+        }
+    }
+}
+
+/// One row: the stored record (`None`: there is none), the write, and the rule's answer: `None`
+/// written, or the name of the guard that refuses it (`"no record"` without one).
+struct Row {
+    case: &'static str,
+    stored: Option<Operation>,
+    write: Request,
+    refused_by: Option<&'static str>,
+}
+
+fn row(
+    case: &'static str,
+    stored: Operation,
+    write: impl FnOnce(&Operation) -> Request,
+    refused_by: Option<&'static str>,
+) -> Row {
+    Row {
+        case,
+        write: write(&stored),
+        stored: Some(stored),
+        refused_by,
+    }
+}
+
+fn claim_at(secs: u64) -> impl FnOnce(&Operation) -> Request {
+    move |op| Request::Claim(claim_request(op, LeaseToken::new_random(), at(secs)))
+}
+
+fn outcome(
+    token: LeaseToken,
+    status: OperationStatus,
+    change: impl FnOnce(&mut OutcomeRecord),
+) -> impl FnOnce(&Operation) -> Request {
+    move |op| {
+        let mut rec = OutcomeRecord {
+            external_id: status.is_settled().then(|| pi("pi_rules")).flatten(),
+            ..testing::outcome(op, token, status, at(10))
+        };
+        change(&mut rec);
+        Request::Record(rec)
+    }
+}
+
+fn redrive(change: impl FnOnce(&mut Reschedule)) -> impl FnOnce(&Operation) -> Request {
+    move |op| {
+        let mut req = Reschedule::redrive(op, at(900), at(20));
+        change(&mut req);
+        Request::Reschedule(req)
+    }
+}
+
+/// An operator's re-drive out of review, at 30 s, with a 5 s margin on leases.
+fn operator(req: &mut Reschedule) {
+    req.clear_review = true;
+    req.operator = Some(OperatorGuard {
+        lease_cutoff: at(25),
+        audit: audit("redrive", req.expected_status, req.expected_status),
+    });
+}
+
+fn resolve(
+    status: OperationStatus,
+    change: impl FnOnce(&mut ManualResolution),
+) -> impl FnOnce(&Operation) -> Request {
+    move |op| {
+        let mut req = ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status,
+            external_id: pi("pi_by_hand"),
+            expected_updated_at: op.updated_at,
+            guard: OperatorGuard {
+                lease_cutoff: at(25),
+                audit: audit(&format!("resolve_{status}"), op.status, status),
+            },
+        };
+        change(&mut req);
+        Request::Resolve(req)
+    }
+}
+
+fn other_operation(op: &Operation) -> Operation {
+    let mut other = op.clone();
+    other.operation_id = charge_once::OperationId::new_random();
+    other
+}
+
+fn table() -> Vec<Row> {
+    use OperationStatus::{Failed, Pending, Succeeded, Unknown};
+    let holder = LeaseToken::new_random();
+    let nobody = |_: &mut OutcomeRecord| {};
+    vec![
+        // Claim: unsettled, not in review, no live lease, this operation.
+        row(
+            "claim a pending record",
+            state::pending(),
+            claim_at(5),
+            None,
+        ),
+        row(
+            "claim under a live lease",
+            state::leased(holder),
+            claim_at(30),
+            Some("no_lease_after"),
+        ),
+        row(
+            "claim as the lease expires (expires_at == now)",
+            state::leased(holder),
+            claim_at(61),
+            None,
+        ),
+        row(
+            "claim a record in review",
+            state::in_review(),
+            claim_at(30),
+            Some("not_in_review"),
+        ),
+        row(
+            "claim a succeeded record",
+            state::settled(Succeeded),
+            claim_at(30),
+            Some("unsettled"),
+        ),
+        row(
+            "claim a failed record",
+            state::settled(Failed),
+            claim_at(30),
+            Some("unsettled"),
+        ),
+        row(
+            "claim for another operation at the key",
+            state::pending(),
+            |op| claim_at(5)(&other_operation(op)),
+            Some("is_operation"),
+        ),
+        Row {
+            case: "claim with no record",
+            write: claim_at(5)(&state::pending()),
+            stored: None,
+            refused_by: Some("no record"),
+        },
+        // Record: the lease holder, over an unsettled record.
+        row(
+            "the holder records unknown",
+            state::leased(holder),
+            outcome(holder, Unknown, nobody),
+            None,
+        ),
+        row(
+            "the holder records succeeded",
+            state::leased(holder),
+            outcome(holder, Succeeded, nobody),
+            None,
+        ),
+        row(
+            "the holder records failed, keeping no error",
+            state::leased(holder),
+            outcome(holder, Failed, |r| r.last_error = None),
+            None,
+        ),
+        row(
+            "the holder flags it for review",
+            state::leased(holder),
+            outcome(holder, Unknown, |r| {
+                r.review = Some(Review {
+                    reason: "intent_mismatch: pi_x".into(),
+                    flagged_at: at(10),
+                })
+            }),
+            None,
+        ),
+        row(
+            "another token records",
+            state::leased(holder),
+            outcome(LeaseToken::new_random(), Succeeded, nobody),
+            Some("holds_lease"),
+        ),
+        row(
+            "a record without a lease",
+            state::unknown(),
+            outcome(holder, Succeeded, nobody),
+            Some("holds_lease"),
+        ),
+        row(
+            "the holder over a settled record (a lease left by hand)",
+            state::settled_with_lease(holder),
+            outcome(holder, Failed, nobody),
+            Some("unsettled"),
+        ),
+        row(
+            "the holder's token for another operation",
+            state::leased(holder),
+            |op| outcome(holder, Succeeded, nobody)(&other_operation(op)),
+            Some("is_operation"),
+        ),
+        Row {
+            case: "record with no record",
+            write: outcome(holder, Succeeded, nobody)(&state::pending()),
+            stored: None,
+            refused_by: Some("no record"),
+        },
+        // Reschedule: as read, unsettled, in the index; an operator's also not leased.
+        row(
+            "the reconciler re-drives an unknown",
+            state::unknown(),
+            redrive(|_| {}),
+            None,
+        ),
+        row(
+            "a re-drive of a status that moved",
+            state::unknown(),
+            redrive(|r| r.expected_status = Pending),
+            Some("status_is"),
+        ),
+        row(
+            "a re-drive after another write",
+            state::unknown(),
+            redrive(|r| r.expected_updated_at = at(1)),
+            Some("updated_at"),
+        ),
+        row(
+            "a re-drive of a record read as settled",
+            state::settled(Succeeded),
+            redrive(|_| {}),
+            Some("unsettled"),
+        ),
+        row(
+            "a re-drive of a record out of the index (a hand edit)",
+            state::unscheduled(),
+            redrive(|_| {}),
+            Some("scheduled"),
+        ),
+        row(
+            "an operator takes it out of review",
+            state::in_review(),
+            redrive(operator),
+            None,
+        ),
+        row(
+            "an operator re-drive under a lease live past the margin",
+            state::leased(holder),
+            redrive(operator),
+            Some("no_lease_after"),
+        ),
+        // Resolve: settles, as read, unsettled, no lease that may be live.
+        row(
+            "an operator resolves a review as succeeded",
+            state::in_review(),
+            resolve(Succeeded, |_| {}),
+            None,
+        ),
+        row(
+            "an operator resolves an unknown as failed",
+            state::unknown(),
+            resolve(Failed, |r| r.external_id = None),
+            None,
+        ),
+        row(
+            "a resolve under a lease live past the margin",
+            state::leased(holder),
+            resolve(Succeeded, |_| {}),
+            Some("no_lease_after"),
+        ),
+        row(
+            "a resolve of a settled record",
+            state::settled(Failed),
+            resolve(Succeeded, |_| {}),
+            Some("unsettled"),
+        ),
+        row(
+            "a resolve after another write",
+            state::in_review(),
+            resolve(Succeeded, |r| r.expected_updated_at = at(1)),
+            Some("updated_at"),
+        ),
+        row(
+            "a resolve to an unsettled status",
+            state::in_review(),
+            resolve(Unknown, |_| {}),
+            Some("settles"),
+        ),
+        row(
+            "a resolve for another operation",
+            state::in_review(),
+            |op| resolve(Succeeded, |_| {})(&other_operation(op)),
+            Some("is_operation"),
+        ),
+    ]
+}
+
+async fn put(client: &aws_sdk_dynamodb::Client, table: &str, op: &Operation) {
+    client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(stored_item(op)))
+        .send()
+        .await
+        .expect("PutItem on moto");
+}
+
+/// Whether `guard`'s clause, as the adapter sends it, holds of the stored item: the item read
+/// with the clause as a filter.
+async fn clause_holds(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    op: &Operation,
+    guard: Guard,
+) -> Option<bool> {
+    let condition = writes::condition(&[guard]).ok()?;
+    if condition.expression.is_empty() {
+        // A guard on the request: no clause, nothing sent.
+        return None;
+    }
+    let (pk, sk) = key_of(&op.key());
+    let out = client
+        .query()
+        .table_name(table)
+        .key_condition_expression("#key_pk = :key_pk AND #key_sk = :key_sk")
+        .filter_expression(&condition.expression)
+        .set_expression_attribute_names(Some(condition.names))
+        .expression_attribute_names("#key_pk", schema::PK)
+        .expression_attribute_names("#key_sk", schema::SK)
+        .set_expression_attribute_values(Some(condition.values))
+        .expression_attribute_values(":key_pk", attr_s(&pk))
+        .expression_attribute_values(":key_sk", attr_s(&sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("Query on moto");
+    Some(out.count() == 1)
+}
+
+async fn raw(client: &aws_sdk_dynamodb::Client, table: &str, op: &Operation) -> Option<Attrs> {
+    let (pk, sk) = key_of(&op.key());
+    client
+        .get_item()
+        .table_name(table)
+        .key(schema::PK, attr_s(&pk))
+        .key(schema::SK, attr_s(&sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem on moto")
+        .item
+}
+
+/// Runs the table on `store`; returns (refused writes of an existing record sent, the reads they
+/// cost).
+async fn run_table(store: &DynamoStore, client: &aws_sdk_dynamodb::Client) -> (u64, u64) {
+    let rows = table();
+    let cases: BTreeSet<&str> = rows.iter().map(|r| r.case).collect();
+    assert_eq!(cases.len(), rows.len(), "case names are unique");
+    let (mut refused_sent, mut refusal_reads) = (0, 0);
+    for row in rows {
+        let case = row.case;
+        let written: Written = match &row.stored {
+            None => Err(None),
+            Some(op) => row.write.rule(op).map_err(|by| Some((op.clone(), by))),
+        };
+        let verdict = match &written {
+            Ok(_) => None,
+            Err(None) => Some("no record"),
+            Err(Some((_, by))) => Some(by.as_str()),
+        };
+        assert_eq!(verdict, row.refused_by, "{case}: the rule");
+
+        let before = match &row.stored {
+            Some(op) => {
+                put(client, store.table(), op).await;
+                assert_eq!(
+                    store.get(&op.key()).await.unwrap().as_ref(),
+                    Some(op),
+                    "{case}: stored as it reads back"
+                );
+                for guard in row.write.guards() {
+                    if let Some(holds) = clause_holds(client, store.table(), op, guard).await {
+                        assert_eq!(holds, guard.holds(op), "{case}: the clause of {guard:?}");
+                    }
+                }
+                raw(client, store.table(), op).await
+            }
+            None => None,
+        };
+
+        let reads = store.calls().reads.load(Ordering::Relaxed);
+        let got = row.write.send(store).await;
+        let reads = store.calls().reads.load(Ordering::Relaxed) - reads;
+        assert_eq!(got, row.write.answer(written.clone()), "{case}: DynamoDB");
+        match written {
+            Ok(_) => assert_eq!(reads, 0, "{case}: ALL_NEW, no read"),
+            Err(_) if row.refused_by == Some("settles") => {
+                assert_eq!(reads, 1, "{case}: refused before sending, the record read")
+            }
+            // DynamoDB returns no item for a missing record either: one read makes sure.
+            Err(None) => assert_eq!(reads, 1, "{case}: the read that finds no record"),
+            Err(Some((op, _))) => {
+                refused_sent += 1;
+                refusal_reads += reads;
+                assert_eq!(
+                    raw(client, store.table(), &op).await,
+                    before,
+                    "{case}: a refused write leaves the item as it was"
+                );
+            }
+        }
+    }
+    (refused_sent, refusal_reads)
+}
+
+async fn store_on(client: aws_sdk_dynamodb::Client) -> DynamoStore {
+    let store = DynamoStore::new(client, unique("rules"));
+    store.create_table().await.expect("create table on moto");
+    store
+}
+
+#[tokio::test]
+async fn every_rule_is_the_condition_dynamodb_checks() {
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let (refused, reads) = run_table(&store, &client).await;
+    assert!(refused >= 15, "{refused}");
+    assert_eq!(reads, 0, "ALL_OLD: a refusal needs no read");
+}
+
+/// Takes `ReturnValuesOnConditionCheckFailure` off every PutItem and UpdateItem, as a server
+/// without it (dynalite) ignores it: a refusal comes back without the item. Counts the requests.
+#[derive(Debug, Default)]
+struct WithoutAllOld {
+    stripped: Arc<AtomicU64>,
+}
+
+impl Intercept for WithoutAllOld {
+    fn name(&self) -> &'static str {
+        "WithoutAllOld"
+    }
+
+    fn modify_before_serialization(
+        &self,
+        context: &mut BeforeSerializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let input = context.input_mut();
+        let taken = if let Some(update) = input.downcast_mut::<UpdateItemInput>() {
+            update.return_values_on_condition_check_failure.take()
+        } else if let Some(put) = input.downcast_mut::<PutItemInput>() {
+            put.return_values_on_condition_check_failure.take()
+        } else {
+            None
+        };
+        if taken.is_some() {
+            self.stripped.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_rule_holds_on_a_server_without_return_values_on_condition_check_failure() {
+    let config = sdk_config().await;
+    let stripped = Arc::new(AtomicU64::new(0));
+    let without = aws_sdk_dynamodb::config::Builder::from(&config)
+        .interceptor(WithoutAllOld {
+            stripped: stripped.clone(),
+        })
+        .build();
+    let store = store_on(aws_sdk_dynamodb::Client::from_conf(without)).await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let (refused, reads) = run_table(&store, &client).await;
+    assert!(refused >= 15, "{refused}");
+    assert_eq!(
+        stripped.load(Ordering::Relaxed),
+        store.calls().writes.load(Ordering::Relaxed),
+        "the feature was off for every write sent"
+    );
+    assert_eq!(reads, refused, "each refusal read the record once");
+
+    // The create path too: the winner comes back, read.
+    let first = state::pending();
+    store.create_if_absent(&first).await.unwrap();
+    let second = Operation {
+        operation_id: charge_once::OperationId::new_random(),
+        ..first.clone()
+    };
+    assert_eq!(
+        store.create_if_absent(&second).await.unwrap(),
+        charge_once::ports::Created::Existing(first)
+    );
+}
+
+/// The index entry of `op` as an operator's Query returns it (no projection expression: every
+/// projected attribute).
+async fn index_entry(client: &aws_sdk_dynamodb::Client, table: &str, op: &Operation) -> Attrs {
+    let shard = match op.review {
+        Some(_) => schema::REVIEW_SHARD.to_owned(),
+        None => due_shard(&op.operation_id),
+    };
+    let out = client
+        .query()
+        .table_name(table)
+        .index_name(UNKNOWN_INDEX)
+        .key_condition_expression("due_shard = :s")
+        .expression_attribute_values(":s", AttributeValue::S(shard))
+        .send()
+        .await
+        .expect("Query the unknown index on moto");
+    let id = AttributeValue::S(op.operation_id.to_string());
+    let mut entries = out
+        .items()
+        .iter()
+        .filter(|e| e.get(schema::OPERATION_ID) == Some(&id));
+    let entry = entries.next().expect("the operation's index entry").clone();
+    assert!(entries.next().is_none());
+    entry
+}
+
+#[tokio::test]
+async fn the_unknown_index_shows_the_status_and_a_claim_leaves_the_entry_as_it_was() {
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let op = testing::order(&unique("index")).at(T0).build();
+    store.create_if_absent(&op).await.unwrap();
+
+    let created = index_entry(&client, store.table(), &op).await;
+    let names: BTreeSet<&str> = created.keys().map(String::as_str).collect();
+    let mut want: BTreeSet<&str> =
+        [schema::PK, schema::SK, schema::DUE_SHARD, schema::DUE_AT].into();
+    want.extend(schema::UNKNOWN_INDEX_PROJECTED);
+    assert_eq!(names, want);
+    assert_eq!(created.get(schema::STATUS), Some(&attr_s("pending")));
+
+    // A claim changes nothing the entry holds (on DynamoDB: no index write).
+    let (token, claimed) = testing::claim(&store, &op, at(1)).await;
+    assert_eq!(claimed.attempts, 1);
+    assert_eq!(index_entry(&client, store.table(), &op).await, created);
+
+    // The outcome moves the entry and shows the new status.
+    let rec = testing::outcome(&op, token, OperationStatus::Unknown, at(2));
+    let unknown = testing::record(&store, &rec).await;
+    let entry = index_entry(&client, store.table(), &unknown).await;
+    assert_eq!(entry.get(schema::STATUS), Some(&attr_s("unknown")));
+    assert_ne!(entry.get(schema::DUE_AT), created.get(schema::DUE_AT));
+}
