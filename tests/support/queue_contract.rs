@@ -6,8 +6,8 @@
 //!   under the dedup id [`QueuedCharge`] chose: a re-send of [`QueuedCharge::first`] within the
 //!   dedup window is delivered once, also while the first is in flight; a
 //!   [`QueuedCharge::redrive`] has a fresh dedup id and is never swallowed.
-//! - One order's messages come in send order, and none while an earlier one of its group is in
-//!   flight; other orders never wait for it.
+//! - One order's messages come in send order, and none while any message of its group is in
+//!   flight (also a later one, after an earlier one came back); other orders never wait for it.
 //! - `return_after(receipt, delay)`: the message is visible again `delay` from now, never sooner
 //!   (SQS counts whole seconds: its adapter rounds up), and its group waits for it meanwhile.
 //!
@@ -138,6 +138,27 @@ pub async fn a_group_waits_for_its_message_in_flight_and_other_groups_do_not(
     );
 }
 
+pub async fn a_group_stays_blocked_while_any_of_its_messages_is_in_flight(
+    h: Arc<dyn QueueHarness>,
+) {
+    let op = operation("contract-queue-group-any");
+    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedCharge::redrive(&op, 1)).await;
+    let both = h.receive(10).await;
+    assert_eq!(both.len(), 2, "one batch holds both");
+    // The first comes back at once, the second is still being handled: the group waits for the
+    // second, so the first is not handed to another consumer meanwhile.
+    h.visibility()
+        .return_after(&both[0].receipt_handle, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(h.receive(10).await, [], "the second is in flight");
+    h.delete(&both[1].receipt_handle).await;
+    let again = h.receive(10).await;
+    assert_eq!(dedup_ids(&again), [op.operation_id.to_string()]);
+    assert_eq!(again[0].receive_count, 2);
+}
+
 pub async fn return_after_zero_makes_the_message_visible_at_once(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-return-now");
     send(h.as_ref(), &QueuedCharge::first(&op)).await;
@@ -214,6 +235,7 @@ macro_rules! queue_contract_tests {
             a_re_send_of_the_first_message_is_delivered_once,
             a_redrive_has_a_fresh_dedup_id_and_is_never_swallowed,
             a_group_waits_for_its_message_in_flight_and_other_groups_do_not,
+            a_group_stays_blocked_while_any_of_its_messages_is_in_flight,
             return_after_zero_makes_the_message_visible_at_once,
             return_after_hides_the_message_and_its_group_for_the_delay,
             return_after_under_a_second_is_never_now,
