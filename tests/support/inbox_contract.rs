@@ -158,7 +158,7 @@ pub async fn concurrent_deliveries_of_one_event_have_exactly_one_new(inbox: Arc<
 #[macro_export]
 macro_rules! inbox_contract_tests {
     ($make:expr) => {
-        $crate::inbox_contract_tests!(@cases $make;
+        $crate::contract_cases!(inbox_contract, $make;
             the_first_delivery_is_new_and_every_redelivery_a_duplicate,
             event_ids_are_admitted_independently,
             an_expired_entry_counts_as_absent_and_is_replaced,
@@ -166,14 +166,5 @@ macro_rules! inbox_contract_tests {
             a_forgotten_event_is_admitted_again_and_only_that_one,
             concurrent_deliveries_of_one_event_have_exactly_one_new,
         );
-    };
-    (@cases $make:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let inbox = $make.await;
-                $crate::inbox_contract::$case(inbox).await;
-            }
-        )+
     };
 }

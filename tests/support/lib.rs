@@ -21,3 +21,18 @@ pub mod seed_scenarios;
 pub mod stack;
 pub mod store_contract;
 pub mod stripe;
+
+/// The body of a `*_contract_tests!` macro: for each case, a `#[tokio::test]` of that name that
+/// builds the implementation with `$make` (an async expression) and runs `$suite::$case` on it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! contract_cases {
+    ($suite:ident, $make:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::$suite::$case($make.await).await;
+            }
+        )+
+    };
+}

@@ -230,7 +230,7 @@ pub async fn return_after_under_a_second_is_never_now(h: Arc<dyn QueueHarness>) 
 #[macro_export]
 macro_rules! queue_contract_tests {
     ($make:expr) => {
-        $crate::queue_contract_tests!(@cases $make;
+        $crate::contract_cases!(queue_contract, $make;
             a_send_carries_the_versioned_message_in_the_order_s_group,
             a_re_send_of_the_first_message_is_delivered_once,
             a_redrive_has_a_fresh_dedup_id_and_is_never_swallowed,
@@ -240,14 +240,5 @@ macro_rules! queue_contract_tests {
             return_after_hides_the_message_and_its_group_for_the_delay,
             return_after_under_a_second_is_never_now,
         );
-    };
-    (@cases $make:expr; $($case:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let queue = $make.await;
-                $crate::queue_contract::$case(queue).await;
-            }
-        )+
     };
 }
