@@ -8,97 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
-use aws_lambda_events::encodings::Body;
-use charge::handler::ChargeFunction;
-use charge_once::adapters::dynamodb::DynamoStore;
+use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
 use charge_once::adapters::secrets::fetch_stripe_key;
-use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::adapters::sqs::SqsQueue;
 use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
-use charge_once::telemetry::CapturedMetrics;
 use charge_once::{OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
-use serde_json::Value;
-use testkit::aws::{fresh_fifo_queue, fresh_store, queue_depth, receive_as_event, sdk_config};
-use testkit::stripe::StripeSide;
+use testkit::aws::sdk_config;
+use testkit::stack::{api_event, json_body, Stack};
 
-fn event(file: &str) -> ApiGatewayV2httpRequest {
-    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn body(resp: &ApiGatewayV2httpResponse) -> Value {
-    match &resp.body {
-        Some(Body::Text(t)) => serde_json::from_str(t).unwrap(),
-        other => panic!("expected a JSON body, got {other:?}"),
-    }
-}
-
-struct Stack {
-    store: Arc<DynamoStore>,
-    sqs: aws_sdk_sqs::Client,
-    dynamo: aws_sdk_dynamodb::Client,
-    queue_url: String,
-    dlq_url: String,
-    metrics: Arc<CapturedMetrics>,
-    side: StripeSide,
-}
-
-impl Stack {
-    async fn new() -> Self {
-        let config = sdk_config().await;
-        let sqs = aws_sdk_sqs::Client::new(&config);
-        let queue_url = fresh_fifo_queue(&sqs).await;
-        let dlq_url = fresh_fifo_queue(&sqs).await;
-        Self {
-            store: Arc::new(fresh_store().await),
-            dynamo: aws_sdk_dynamodb::Client::new(&config),
-            sqs,
-            queue_url,
-            dlq_url,
-            metrics: Arc::new(CapturedMetrics::new()),
-            side: StripeSide::with_new_clock().await,
-        }
-    }
-
-    fn queue(&self) -> Arc<SqsQueue> {
-        Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url))
-    }
-
-    fn checkout_with(&self, queue: Arc<dyn ChargeQueue>) -> Checkout {
-        Checkout {
-            store: self.store.clone(),
-            queue,
-            clock: Arc::new(self.side.clock.clone()),
-            pending_grace: Duration::from_secs(300),
-            metrics: self.metrics.clone(),
-        }
-    }
-
-    fn charge(&self) -> ChargeFunction {
-        ChargeFunction {
-            charge: ChargeDeps {
-                store: self.store.clone(),
-                gateway: Arc::new(self.side.gateway()),
-                clock: Arc::new(self.side.clock.clone()),
-                policy: ChargePolicy::default(),
-            },
-            dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.dlq_url)),
-            visibility: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
-            budget: None,
-            metrics: self.metrics.clone(),
-        }
-    }
-
-    async fn checkout(&self, deps: &Checkout, file: &str) -> ApiGatewayV2httpResponse {
-        checkout::handler::handle(deps, LambdaEvent::new(event(file), Context::default())).await
-    }
-
-    async fn item_count(&self) -> i32 {
-        testkit::aws::table_item_count(&self.dynamo, self.store.table()).await
-    }
+async fn post(deps: &Checkout, file: &str) -> ApiGatewayV2httpResponse {
+    checkout::handler::handle(deps, LambdaEvent::new(api_event(file), Context::default())).await
 }
 
 fn order_1001() -> OperationKey {
@@ -107,43 +28,48 @@ fn order_1001() -> OperationKey {
 
 #[tokio::test]
 async fn checkout_twice_makes_one_item_and_one_message() {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    let first = s.checkout(&deps, "checkout-valid.json").await;
-    assert_eq!(first.status_code, 202, "{:?}", body(&first));
-    let second = s.checkout(&deps, "checkout-duplicate.json").await;
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    let first = post(&deps, "checkout-valid.json").await;
+    assert_eq!(first.status_code, 202, "{:?}", json_body(&first));
+    let second = post(&deps, "checkout-duplicate.json").await;
     assert_eq!(second.status_code, 200);
-    assert_eq!(body(&first)["operation_id"], body(&second)["operation_id"]);
-    assert_eq!(s.item_count().await, 1);
     assert_eq!(
-        queue_depth(&s.sqs, &s.queue_url).await,
-        1,
-        "FIFO dedup by operation id"
+        json_body(&first)["operation_id"],
+        json_body(&second)["operation_id"]
     );
+    assert_eq!(s.item_count().await, 1);
+    assert_eq!(s.depth().await, 1, "FIFO dedup by operation id");
 }
 
 #[tokio::test]
 async fn mismatch_is_409_and_the_item_is_unchanged() {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    s.checkout(&deps, "checkout-valid.json").await;
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    post(&deps, "checkout-valid.json").await;
     let before = s.store.get(&order_1001()).await.unwrap().unwrap();
-    let resp = s.checkout(&deps, "checkout-mismatch.json").await;
+    let resp = post(&deps, "checkout-mismatch.json").await;
     assert_eq!(resp.status_code, 409);
     assert_eq!(s.store.get(&order_1001()).await.unwrap().unwrap(), before);
     assert_eq!(before.params.amount.minor_units(), 1250);
-    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 1);
+    assert_eq!(s.depth().await, 1);
 }
 
 #[tokio::test]
 async fn bad_input_is_400_and_nothing_is_written_or_sent() {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    let resp = s.checkout(&deps, "checkout-bad.json").await;
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    let resp = post(&deps, "checkout-bad.json").await;
     assert_eq!(resp.status_code, 400);
-    assert!(body(&resp)["error"]["fields"].as_array().unwrap().len() >= 2);
+    assert!(
+        json_body(&resp)["error"]["fields"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 2
+    );
     assert_eq!(s.item_count().await, 0);
-    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 0);
+    assert_eq!(s.depth().await, 0);
 }
 
 /// A queue whose first send dies, as if the function crashed between PutItem and SendMessage.
@@ -164,17 +90,17 @@ impl ChargeQueue for CrashOnFirstSend {
 
 #[tokio::test]
 async fn a_crash_between_put_and_send_is_recovered_by_the_next_identical_checkout() {
-    let s = Stack::new().await;
+    let s = Stack::spawn().await;
     let crashing = Arc::new(CrashOnFirstSend {
         inner: s.queue(),
         crashes: AtomicU32::new(0),
     });
     let deps = s.checkout_with(crashing.clone());
-    let first = s.checkout(&deps, "checkout-valid.json").await;
+    let first = post(&deps, "checkout-valid.json").await;
     assert_eq!(first.status_code, 503, "the client is told to retry");
     assert!(first.headers.contains_key("retry-after"));
     assert!(
-        !body(&first).to_string().contains("injected"),
+        !json_body(&first).to_string().contains("injected"),
         "no internals in the answer"
     );
     assert_eq!(
@@ -183,32 +109,28 @@ async fn a_crash_between_put_and_send_is_recovered_by_the_next_identical_checkou
         "the crash happened"
     );
     assert_eq!(s.item_count().await, 1, "the operation was recorded");
-    assert_eq!(
-        queue_depth(&s.sqs, &s.queue_url).await,
-        0,
-        "but never queued"
-    );
+    assert_eq!(s.depth().await, 0, "but never queued");
 
-    let retry = s.checkout(&deps, "checkout-duplicate.json").await;
+    let retry = post(&deps, "checkout-duplicate.json").await;
     assert_eq!(retry.status_code, 200);
-    assert_eq!(body(&retry)["status"], "pending");
-    assert_eq!(queue_depth(&s.sqs, &s.queue_url).await, 1, "re-sent");
+    assert_eq!(json_body(&retry)["status"], "pending");
+    assert_eq!(s.depth().await, 1, "re-sent");
     assert_eq!(s.item_count().await, 1);
 }
 
 #[tokio::test]
 async fn a_message_refused_at_stripe_s_rate_limit_is_back_in_seconds_not_at_the_visibility_timeout()
 {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    s.checkout(&deps, "checkout-valid.json").await;
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    post(&deps, "checkout-valid.json").await;
     s.side.sim.set_faults(stripe_sim::FaultConfig {
         script: vec![stripe_sim::FaultKind::RateLimit],
         ..stripe_sim::FaultConfig::default()
     });
-    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    let batch = s.receive().await;
     assert_eq!(batch.records.len(), 1);
-    let charge = s.charge();
+    let charge = s.charge_function();
     let resp =
         charge::handler::handle(&charge, LambdaEvent::new(batch.clone(), Context::default())).await;
     assert_eq!(resp.batch_item_failures.len(), 1, "the 429 fails the item");
@@ -222,7 +144,7 @@ async fn a_message_refused_at_stripe_s_rate_limit_is_back_in_seconds_not_at_the_
     let mut again = Vec::new();
     for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        again = receive_as_event(&s.sqs, &s.queue_url).await.records;
+        again = s.receive().await.records;
         if !again.is_empty() {
             break;
         }
@@ -245,12 +167,12 @@ async fn a_message_refused_at_stripe_s_rate_limit_is_back_in_seconds_not_at_the_
 
 #[tokio::test]
 async fn a_batch_with_a_settled_operation_makes_no_stripe_call() {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    s.checkout(&deps, "checkout-valid.json").await;
-    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    post(&deps, "checkout-valid.json").await;
+    let batch = s.receive().await;
     assert_eq!(batch.records.len(), 1);
-    let charge = s.charge();
+    let charge = s.charge_function();
 
     let resp =
         charge::handler::handle(&charge, LambdaEvent::new(batch.clone(), Context::default())).await;
@@ -277,18 +199,23 @@ async fn a_batch_with_a_settled_operation_makes_no_stripe_call() {
 
 #[tokio::test]
 async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the_same_batch() {
-    let s = Stack::new().await;
+    let s = Stack::spawn().await;
     let queue = s.queue();
     let deps = s.checkout_with(queue.clone());
     // Three orders through checkout: ord-a, ord-b, ord-c.
     let mut ops = Vec::new();
     for order in ["ord-a", "ord-b", "ord-c"] {
-        let mut req = event("checkout-valid.json");
+        let mut req = api_event("checkout-valid.json");
         req.path_parameters.insert("order_id".into(), order.into());
         let resp =
             checkout::handler::handle(&deps, LambdaEvent::new(req, Context::default())).await;
         assert_eq!(resp.status_code, 202);
-        ops.push(body(&resp)["operation_id"].as_str().unwrap().to_owned());
+        ops.push(
+            json_body(&resp)["operation_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     // A malformed message lands in ord-b's group, then ord-b's message again after it: the group
     // reads [ord-b charge, malformed, ord-b again].
@@ -309,7 +236,7 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
         .unwrap();
     queue.send(&QueuedCharge::redrive(&ord_b, 1)).await.unwrap();
 
-    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+    let batch = s.receive().await;
     assert_eq!(batch.records.len(), 5, "moto returned the whole batch");
     let malformed_id = batch
         .records
@@ -318,8 +245,11 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
         .and_then(|r| r.message_id.clone())
         .unwrap();
 
-    let resp =
-        charge::handler::handle(&s.charge(), LambdaEvent::new(batch, Context::default())).await;
+    let resp = charge::handler::handle(
+        &s.charge_function(),
+        LambdaEvent::new(batch, Context::default()),
+    )
+    .await;
     assert!(
         resp.batch_item_failures.is_empty(),
         "poison acknowledged, nothing held back: {:?}",
@@ -339,16 +269,7 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
         );
     }
     // The poison message is on the DLQ with its reason, counted once.
-    let parked = s
-        .sqs
-        .receive_message()
-        .queue_url(&s.dlq_url)
-        .max_number_of_messages(10)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap();
-    let parked = parked.messages();
+    let parked = s.parked().await;
     assert_eq!(parked.len(), 1);
     let attrs = parked[0].message_attributes().unwrap();
     let attr = |k: &str| attrs.get(k).and_then(|v| v.string_value()).unwrap_or("");
@@ -364,9 +285,9 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
 
 #[tokio::test]
 async fn a_create_stripe_refuses_goes_to_review_with_a_sent_to_review_metric() {
-    let s = Stack::new().await;
-    let deps = s.checkout_with(s.queue());
-    let mut req = event("checkout-valid.json");
+    let s = Stack::spawn().await;
+    let deps = s.checkout();
+    let mut req = api_event("checkout-valid.json");
     // A payment method Stripe does not know: 400 resource_missing, our data is wrong.
     req.body = Some(
         r#"{"amount": 1250, "currency": "usd", "customer_id": "cus_Q8xYz12AbC", "payment_method": "pm_not_attached"}"#
@@ -374,15 +295,18 @@ async fn a_create_stripe_refuses_goes_to_review_with_a_sent_to_review_metric() {
     );
     let resp = checkout::handler::handle(&deps, LambdaEvent::new(req, Context::default())).await;
     assert_eq!(resp.status_code, 202);
-    let batch = receive_as_event(&s.sqs, &s.queue_url).await;
-    let resp =
-        charge::handler::handle(&s.charge(), LambdaEvent::new(batch, Context::default())).await;
+    let batch = s.receive().await;
+    let resp = charge::handler::handle(
+        &s.charge_function(),
+        LambdaEvent::new(batch, Context::default()),
+    )
+    .await;
     assert!(resp.batch_item_failures.is_empty());
     let op = s.store.get(&order_1001()).await.unwrap().unwrap();
     assert!(op.review.is_some(), "in review: {op:?}");
     assert!(!op.status.is_settled(), "never rounded to failed");
     // The EMF line, parsed back: SentToReview under Function=charge, by reason class.
-    let lines: Vec<Value> = s
+    let lines: Vec<serde_json::Value> = s
         .metrics
         .lines()
         .iter()

@@ -7,8 +7,11 @@
 //! template::` runs the template checks only (they need no stack).
 
 mod dynamodb_adapter;
+mod dynamodb_inbox_contract;
 mod dynamodb_store_contract;
 mod functions_on_aws;
+mod memory_inbox_contract;
+mod memory_queue_contract;
 mod memory_store_contract;
 mod outcomes_on_aws;
 mod reconciler_on_aws;
@@ -17,6 +20,7 @@ mod request_counts;
 mod samconfig;
 mod seed_scenarios_fake;
 mod seed_scenarios_http;
+mod sqs_queue_contract;
 mod store_rules_on_aws;
 mod stripe_gateway;
 mod stripe_official_client;

@@ -9,33 +9,20 @@
 //! What moto cannot show, the template test holds instead: Lambda's own retries, bisection and
 //! on-failure destination (the relay's DLQ) for records reported failed.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
-use aws_lambda_events::encodings::Body;
-use charge::handler::ChargeFunction;
 use charge_once::adapters::dynamodb::item::operation_to_item;
-use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::memory::MemoryDeadLetters;
-use charge_once::telemetry::DiscardMetrics;
+use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::{testing, OperationStatus};
-use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use notify::eventbridge::EventBridgePublisher;
 use notify::handler::{image_json, relay, Notify};
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use testkit::aws::{fresh_fifo_queue, fresh_store, receive_as_event, sdk_config, unique};
-use testkit::stripe::StripeSide;
-
-fn event(file: &str) -> ApiGatewayV2httpRequest {
-    let path = format!("{}/../events/{file}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use testkit::aws::{fresh_queue, sdk_config, unique};
+use testkit::stack::{api_event, json_body, Stack};
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,
@@ -54,32 +41,31 @@ fn for_order(
     req
 }
 
-fn body(resp: &aws_lambda_events::apigw::ApiGatewayV2httpResponse) -> Value {
-    match &resp.body {
-        Some(Body::Text(t)) => serde_json::from_str(t).unwrap(),
-        other => panic!("expected a JSON body, got {other:?}"),
-    }
-}
-
-struct Stack {
-    store: Arc<DynamoStore>,
-    dynamo: aws_sdk_dynamodb::Client,
+/// A [`Stack`], plus the outcome side: an event bus with the order service's rule (every
+/// charge-once event to an SQS queue), the relay's DLQ, and the stream and bus clients.
+struct Outcomes {
+    stack: Stack,
     streams: aws_sdk_dynamodbstreams::Client,
     events: aws_sdk_eventbridge::Client,
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
     bus: String,
     /// The bus's rule delivers every charge-once event here.
     outcomes_url: String,
     /// The relay's DLQ: a standard queue, as `NotifyDeadLetterQueue` is.
     notify_dlq_url: String,
-    side: StripeSide,
 }
 
-impl Stack {
-    async fn new() -> Self {
+impl std::ops::Deref for Outcomes {
+    type Target = Stack;
+    fn deref(&self) -> &Stack {
+        &self.stack
+    }
+}
+
+impl Outcomes {
+    async fn spawn() -> Self {
+        let stack = Stack::spawn().await;
         let config = sdk_config().await;
-        let sqs = aws_sdk_sqs::Client::new(&config);
+        let sqs = &stack.sqs;
         let events = aws_sdk_eventbridge::Client::new(&config);
         let bus = unique("charge-once");
         events
@@ -88,15 +74,7 @@ impl Stack {
             .send()
             .await
             .expect("CreateEventBus");
-        let outcomes_url = sqs
-            .create_queue()
-            .queue_name(unique("outcomes"))
-            .send()
-            .await
-            .expect("CreateQueue")
-            .queue_url()
-            .unwrap()
-            .to_owned();
+        let outcomes_url = fresh_queue(sqs, "outcomes").await;
         let outcomes_arn = sqs
             .get_queue_attributes()
             .queue_url(&outcomes_url)
@@ -107,15 +85,7 @@ impl Stack {
             .attributes()
             .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
             .clone();
-        let notify_dlq_url = sqs
-            .create_queue()
-            .queue_name(unique("notify-dlq"))
-            .send()
-            .await
-            .expect("CreateQueue")
-            .queue_url()
-            .unwrap()
-            .to_owned();
+        let notify_dlq_url = fresh_queue(sqs, "notify-dlq").await;
         // What the order service deploys: a rule on the bus for our source, an SQS target.
         events
             .put_rule()
@@ -140,41 +110,12 @@ impl Stack {
             .await
             .expect("PutTargets");
         Self {
-            store: Arc::new(fresh_store().await),
-            dynamo: aws_sdk_dynamodb::Client::new(&config),
             streams: aws_sdk_dynamodbstreams::Client::new(&config),
             events,
-            queue_url: fresh_fifo_queue(&sqs).await,
-            sqs,
             bus,
             outcomes_url,
             notify_dlq_url,
-            side: StripeSide::with_new_clock().await,
-        }
-    }
-
-    fn checkout(&self) -> Checkout {
-        Checkout {
-            store: self.store.clone(),
-            queue: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
-            clock: Arc::new(self.side.clock.clone()),
-            pending_grace: Duration::from_secs(300),
-            metrics: Arc::new(DiscardMetrics),
-        }
-    }
-
-    fn charge(&self) -> ChargeFunction {
-        ChargeFunction {
-            charge: ChargeDeps {
-                store: self.store.clone(),
-                gateway: Arc::new(self.side.gateway()),
-                clock: Arc::new(self.side.clock.clone()),
-                policy: ChargePolicy::default(),
-            },
-            dead_letters: Arc::new(MemoryDeadLetters::default()),
-            visibility: Arc::new(charge::handler::QueueTimeout),
-            budget: None,
-            metrics: Arc::new(DiscardMetrics),
+            stack,
         }
     }
 
@@ -189,21 +130,19 @@ impl Stack {
     }
 
     async fn post(&self, order: &str, payment_method: &str) -> Value {
-        let req = for_order(event("checkout-valid.json"), order, payment_method);
+        let req = for_order(api_event("checkout-valid.json"), order, payment_method);
         let resp =
             checkout::handler::handle(&self.checkout(), LambdaEvent::new(req, Context::default()))
                 .await;
-        assert_eq!(resp.status_code, 202, "{}", body(&resp));
-        body(&resp)
+        assert_eq!(resp.status_code, 202, "{}", json_body(&resp));
+        json_body(&resp)
     }
 
     async fn deliver_charges(&self) {
-        let batch = receive_as_event(&self.sqs, &self.queue_url).await;
+        let batch = self.receive().await;
         assert!(!batch.records.is_empty());
-        let resp =
-            charge::handler::handle(&self.charge(), LambdaEvent::new(batch, Context::default()))
-                .await;
-        assert!(resp.batch_item_failures.is_empty());
+        let failed = self.run_charge(&self.charge_function(), batch).await;
+        assert_eq!(failed, Vec::<String>::new());
     }
 
     /// Every record on the table's stream so far, as Lambda's event source delivers them.
@@ -271,35 +210,6 @@ impl Stack {
             .collect()
     }
 
-    /// Every message on `queue_url` so far (with its message attributes), deleted once read.
-    async fn drain(&self, queue_url: &str) -> Vec<aws_sdk_sqs::types::Message> {
-        let mut all = Vec::new();
-        loop {
-            let out = self
-                .sqs
-                .receive_message()
-                .queue_url(queue_url)
-                .max_number_of_messages(10)
-                .message_attribute_names("All")
-                .send()
-                .await
-                .unwrap();
-            if out.messages().is_empty() {
-                return all;
-            }
-            for m in out.messages() {
-                self.sqs
-                    .delete_message()
-                    .queue_url(queue_url)
-                    .receipt_handle(m.receipt_handle().unwrap())
-                    .send()
-                    .await
-                    .unwrap();
-                all.push(m.clone());
-            }
-        }
-    }
-
     /// Writes `item` to the table as it is (no store, no checks), so the real stream carries it.
     async fn put_raw(&self, item: charge_once::adapters::dynamodb::item::Attrs) {
         self.dynamo
@@ -358,7 +268,7 @@ fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record, arn: &str) -> Value
 
 #[tokio::test]
 async fn a_settled_charge_publishes_one_outcome_and_a_replay_the_same_event_id() {
-    let s = Stack::new().await;
+    let s = Outcomes::spawn().await;
     let accepted = s.post("ord-out-1", "pm_card_visa").await;
     s.deliver_charges().await;
     let stream = s.stream_records().await;
@@ -399,7 +309,7 @@ async fn a_settled_charge_publishes_one_outcome_and_a_replay_the_same_event_id()
 
 #[tokio::test]
 async fn a_review_publishes_charge_needs_review() {
-    let s = Stack::new().await;
+    let s = Outcomes::spawn().await;
     // A payment method Stripe does not know: a 400 that is our data's fault, not the card's, so
     // the charge function sends the order to a person.
     s.post("ord-out-unknown-pm", "pm_card_notAttachedToCustomer")
@@ -420,7 +330,7 @@ async fn a_review_publishes_charge_needs_review() {
 
 #[tokio::test]
 async fn a_failed_publish_is_reported_for_retry_from_its_record() {
-    let s = Stack::new().await;
+    let s = Outcomes::spawn().await;
     s.post("ord-out-2", "pm_card_visa").await;
     s.deliver_charges().await;
     let stream = s.stream_records().await;
@@ -454,7 +364,7 @@ async fn a_failed_publish_is_reported_for_retry_from_its_record() {
 
 #[tokio::test]
 async fn one_unreadable_record_in_twenty_is_parked_with_its_reason_and_nineteen_publish() {
-    let s = Stack::new().await;
+    let s = Outcomes::spawn().await;
     // Twenty settled records written straight to the table, the 9th with an amount no operation
     // has (-5), and a settled status, so the mapping's filter would let it through to the relay.
     let mut good_orders = Vec::new();
@@ -557,8 +467,8 @@ async fn one_unreadable_record_in_twenty_is_parked_with_its_reason_and_nineteen_
 
 #[tokio::test]
 async fn get_answers_200_or_404_behind_the_same_door() {
-    let s = Stack::new().await;
-    let status = |order: &str| for_order(event("checkout-status.json"), order, "pm_card_visa");
+    let s = Outcomes::spawn().await;
+    let status = |order: &str| for_order(api_event("checkout-status.json"), order, "pm_card_visa");
     let deps = s.checkout();
     let resp = checkout::handler::handle(
         &deps,
@@ -574,7 +484,7 @@ async fn get_answers_200_or_404_behind_the_same_door() {
     )
     .await;
     assert_eq!(resp.status_code, 200);
-    let b = body(&resp);
+    let b = json_body(&resp);
     assert_eq!(b["operation_id"], accepted["operation_id"]);
     assert_eq!(b["status"], "succeeded");
     assert!(b["payment_intent"].as_str().unwrap().starts_with("pi_"));

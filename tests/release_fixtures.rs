@@ -20,25 +20,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::inbox::DynamoInbox;
-use charge_once::adapters::sqs::SqsQueue;
-use charge_once::memory::MemoryDeadLetters;
 use charge_once::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
 use charge_once::ports::{
     CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
 };
-use charge_once::reconciler::reconcile_tick;
 use charge_once::webhook::inbox::{Admitted, WebhookInbox};
 use charge_once::{AuditEntry, Clock, Operation, OperationStatus, Timestamp};
 use serde_json::Value;
-use testkit::aws::{receive_as_event, sdk_config, unique};
+use testkit::stack::Stack;
 
 const START: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 const STEP: Duration = Duration::from_secs(300);
@@ -124,51 +119,16 @@ async fn every_earlier_release_s_records_are_read_and_settled() {
     );
     for dir in &releases {
         let release = dir.file_name().unwrap().to_string_lossy().into_owned();
-        operations_settle(&release, dir).await;
-        inbox_items_deduplicate(&release, dir).await;
+        let s = Stack::spawn().await;
+        assert_eq!(s.clock().now(), START, "fixtures are placed at START");
+        operations_settle(&s, &release, dir).await;
+        inbox_items_deduplicate(&s, &release, dir).await;
         outcome_events_keep_their_ids(&release, dir);
     }
 }
 
-/// The reconciler's stack, plus where today's charge function parks poison (none expected).
-struct Stack {
-    base: crate::reconciler_on_aws::Stack,
-    dead_letters: Arc<MemoryDeadLetters>,
-}
-
-impl std::ops::Deref for Stack {
-    type Target = crate::reconciler_on_aws::Stack;
-    fn deref(&self) -> &Self::Target {
-        &self.base
-    }
-}
-
-impl Stack {
-    async fn new() -> Self {
-        let base = crate::reconciler_on_aws::Stack::new().await;
-        assert_eq!(base.side.clock.now(), START, "fixtures are placed at START");
-        Self {
-            base,
-            dead_letters: Arc::new(MemoryDeadLetters::new()),
-        }
-    }
-
-    /// Today's charge function on a batch, as its event source would run it.
-    async fn charge(&self, batch: SqsEvent) -> Vec<String> {
-        let f = charge::handler::ChargeFunction {
-            charge: self.deps.charge.clone(),
-            dead_letters: self.dead_letters.clone(),
-            visibility: Arc::new(SqsQueue::new(self.sqs.clone(), &self.queue_url)),
-            budget: None,
-            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
-        };
-        self.base.charge(&f, batch).await
-    }
-}
-
-async fn operations_settle(release: &str, dir: &Path) {
+async fn operations_settle(s: &Stack, release: &str, dir: &Path) {
     let entries = read(dir, "operations.json").expect("operations.json");
-    let s = Stack::new().await;
     let gateway = s.side.gateway();
     let mut ops: BTreeMap<String, Operation> = BTreeMap::new();
     for entry in &entries {
@@ -194,7 +154,7 @@ async fn operations_settle(release: &str, dir: &Path) {
             item.insert("external_id".into(), AttributeValue::S(pi.id.to_string()));
         }
         let op = operation_from_item(&item).unwrap();
-        aws_sdk_dynamodb::Client::new(&sdk_config().await)
+        s.dynamo
             .put_item()
             .table_name(s.store.table())
             .set_item(Some(item))
@@ -236,9 +196,10 @@ async fn operations_settle(release: &str, dir: &Path) {
         batch.records.push(record);
     }
     assert!(!batch.records.is_empty(), "{release}: no messages");
-    s.charge(batch).await;
+    let charge = s.charge_function();
+    s.run_charge(&charge, batch).await;
     assert_eq!(
-        s.dead_letters.letters(),
+        s.parked().await,
         vec![],
         "{release}: a message of the release was poison to today's charge function"
     );
@@ -248,22 +209,16 @@ async fn operations_settle(release: &str, dir: &Path) {
     let mut failed_ticks = 0;
     for _ in 0..576 {
         s.side.clock.advance(STEP);
-        match reconcile_tick(
-            &s.deps,
-            &|| Duration::from_secs(600),
-            Duration::from_secs(25),
-        )
-        .await
-        {
+        match s.tick().await {
             Ok(report) => assert_eq!(report.unreadable, 0, "{release}: {report:?}"),
             Err(_) => failed_ticks += 1,
         }
         loop {
-            let batch = receive_as_event(&s.sqs, &s.queue_url).await;
+            let batch = s.receive().await;
             if batch.records.is_empty() {
                 break;
             }
-            s.charge(batch).await;
+            s.run_charge(&charge, batch).await;
         }
         let mut left = 0;
         for op in ops.values() {
@@ -357,14 +312,12 @@ async fn resolve_failed(store: &DynamoStore, op: &Operation, now: Timestamp) -> 
     store.get(&op.key()).await.unwrap().unwrap()
 }
 
-async fn inbox_items_deduplicate(release: &str, dir: &Path) {
+async fn inbox_items_deduplicate(s: &Stack, release: &str, dir: &Path) {
     let Some(entries) = read(dir, "inbox.json") else {
         assert_eq!(release, "2026-11-29", "only the first release had no inbox");
         return;
     };
-    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
-    let inbox = DynamoInbox::new(client.clone(), unique("inbox"));
-    inbox.create_table().await.unwrap();
+    let inbox = &s.inbox;
     let mut ids = BTreeSet::new();
     for entry in &entries {
         let item = item_from_json(&entry["item"]).unwrap();
@@ -373,7 +326,7 @@ async fn inbox_items_deduplicate(release: &str, dir: &Path) {
         };
         let id = id.clone();
         let expires_s = millis(&item, "expires_at");
-        client
+        s.dynamo
             .put_item()
             .table_name(inbox.table_name())
             .set_item(Some(item))

@@ -11,7 +11,7 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::executor::{ChargeDeps, ChargePolicy};
@@ -22,8 +22,8 @@ use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::{OperationStatus, PaymentIntentId, PaymentIntentStatus, SystemClock, Timestamp};
 use serde_json::{json, Value};
+use stripe_sim::receiver::{wait_until, Receiver};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// This test's endpoint key (Stripe's form; a fixture, never a secret to store).
 const SECRET: &str = "whsec_ChargeOnceWebhookTests7Qp2Rt9Vw4Yz";
@@ -226,91 +226,11 @@ async fn the_function_accepts_what_the_official_helper_signs() {
     );
 }
 
-/// A minimal HTTP/1.1 endpoint on loopback: records every request's signature header and body,
-/// and answers 500 to the first `fail_first` requests, 200 after.
-struct Endpoint {
-    url: String,
-    seen: Arc<Mutex<Vec<(String, String)>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-async fn endpoint(fail_first: usize) -> Endpoint {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/stripe/webhook", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 8192];
-            let (head, body) = loop {
-                let n = sock.read(&mut chunk).await.unwrap_or(0);
-                if n == 0 {
-                    break (String::new(), String::new());
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf).to_string();
-                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            let (k, v) = l.split_once(':')?;
-                            k.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
-                        .unwrap_or(0);
-                    if rest.len() >= len {
-                        break (head.to_owned(), rest[..len].to_owned());
-                    }
-                }
-            };
-            let signature = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("stripe-signature")
-                        .then(|| v.trim().to_owned())
-                })
-                .unwrap_or_default();
-            let n = {
-                let mut seen = record.lock().unwrap();
-                seen.push((signature, body));
-                seen.len()
-            };
-            let status = if n <= fail_first {
-                "500 Internal Server Error"
-            } else {
-                "200 OK"
-            };
-            let _ = sock
-                .write_all(
-                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .as_bytes(),
-                )
-                .await;
-        }
-    });
-    Endpoint { url, seen, task }
-}
-
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..250 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() {
-    let ep = endpoint(2).await;
+    let ep = Receiver::start(2).await.unwrap();
     let sim = sim_with_webhooks(
-        Some(ep.url.clone()),
+        Some(ep.url("/stripe/webhook")),
         WebhookFaults {
             duplicate: 1.0,
             ..WebhookFaults::default()
@@ -321,11 +241,7 @@ async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() 
     // 2 events, each duplicated a few simulated seconds later: 4 deliveries. The first two fail
     // (500) and are retried after the 10 s back-off (simulated), so the endpoint sees 6 requests.
     wait_until("the first deliveries", || sim.webhook_counts().failed == 2).await;
-    assert_eq!(
-        ep.seen.lock().unwrap().len(),
-        2,
-        "the duplicates are not due yet"
-    );
+    assert_eq!(ep.count(), 2, "the duplicates are not due yet");
     sim.advance(Duration::from_secs(11));
     wait_until("the retries", || sim.webhook_counts().delivered == 4).await;
     let counts = sim.webhook_counts();
@@ -335,12 +251,14 @@ async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() 
     assert_eq!(counts.delivered, 4);
     assert_eq!(sim.next_webhook_due_ms(), None);
 
-    let seen = ep.seen.lock().unwrap().clone();
+    let seen = ep.received();
     assert_eq!(seen.len(), 6);
     let secret = WebhookSecret::parse(SECRET).unwrap();
     let now = Timestamp::from_millis(sim.now_ms());
     let mut ids = std::collections::BTreeMap::<String, usize>::new();
-    for (signature, body) in &seen {
+    for got in &seen {
+        let signature = got.header("stripe-signature").unwrap_or_default();
+        let body = &got.body;
         verify(
             Some(signature),
             body.as_bytes(),
@@ -358,5 +276,4 @@ async fn deliveries_over_http_are_signed_retried_and_duplicated_as_configured() 
         "each delivered at least twice: {ids:?}"
     );
     running.shutdown().await;
-    ep.task.abort();
 }

@@ -1,13 +1,10 @@
-//! The webhook inbox on DynamoDB (moto, real AWS protocol) and the whole webhook path on real
-//! components: the DynamoDB store and inbox on moto, Stripe's retrieve over HTTP to stripe-sim,
-//! a delivery signed as Stripe signs it.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The webhook inbox on DynamoDB beyond its contract (`dynamodb_inbox_contract.rs` runs the
+//! shared suite): the TTL attribute and its unit. And the whole webhook path on real components:
+//! the DynamoDB store and inbox on moto, Stripe's retrieve over HTTP to stripe-sim, a delivery
+//! signed as Stripe signs it.
 
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::inbox::{DynamoInbox, TTL_ATTRIBUTE};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::adapters::inbox::TTL_ATTRIBUTE;
 use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::testing;
 use charge_once::webhook::signature::sign_header;
@@ -15,43 +12,21 @@ use charge_once::webhook::{
     receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox, DEFAULT_TOLERANCE, INBOX_TTL,
 };
 use charge_once::{Clock, Operation, OperationStatus, Timestamp};
-use testkit::aws::{fresh_store, sdk_config, unique};
-use testkit::stripe::StripeSide;
-
-async fn fresh_inbox() -> DynamoInbox {
-    let config = sdk_config().await;
-    let inbox = DynamoInbox::new(aws_sdk_dynamodb::Client::new(&config), unique("inbox"));
-    inbox
-        .create_table()
-        .await
-        .expect("create the inbox table on moto");
-    inbox
-}
+use testkit::aws::fresh_inbox;
+use testkit::stack::Stack;
 
 #[tokio::test]
-async fn admit_is_conditional_expires_and_can_be_forgotten() {
+async fn the_ttl_attribute_is_in_seconds_and_the_table_expires_on_it() {
     let inbox = fresh_inbox().await;
-    let now = Timestamp::from_millis(1_800_000_000_000);
-    let expires = now.plus(INBOX_TTL);
-    assert_eq!(
-        inbox.admit("evt_1", now, expires).await.unwrap(),
-        Admitted::New
-    );
+    let now = Timestamp::from_millis(1_800_000_000_999);
     assert_eq!(
         inbox
-            .admit("evt_1", now.plus(Duration::from_secs(5)), expires)
+            .admit("evt_1", now, now.plus(INBOX_TTL))
             .await
             .unwrap(),
-        Admitted::Duplicate
-    );
-    assert_eq!(
-        inbox.admit("evt_2", now, expires).await.unwrap(),
         Admitted::New
     );
-
-    // The TTL attribute is in seconds, 30 days on.
-    let config = sdk_config().await;
-    let client = aws_sdk_dynamodb::Client::new(&config);
+    let client = aws_sdk_dynamodb::Client::new(&testkit::aws::sdk_config().await);
     let item = client
         .get_item()
         .table_name(inbox.table_name())
@@ -62,12 +37,17 @@ async fn admit_is_conditional_expires_and_can_be_forgotten() {
         .send()
         .await
         .unwrap();
-    let ttl = item.item().unwrap()[TTL_ATTRIBUTE]
-        .as_n()
-        .unwrap()
-        .parse::<i64>()
-        .unwrap();
-    assert_eq!(ttl, 1_800_000_000 + 30 * 24 * 3600);
+    let number = |name: &str| {
+        item.item().unwrap()[name]
+            .as_n()
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    // DynamoDB's TTL reads seconds since the epoch (milliseconds would be 50,000 years away):
+    // 30 days on, the fraction of a second dropped.
+    assert_eq!(number(TTL_ATTRIBUTE), 1_800_000_000 + 30 * 24 * 3600);
+    assert_eq!(number("received_at"), 1_800_000_000_999, "milliseconds");
     let desc = client
         .describe_time_to_live()
         .table_name(inbox.table_name())
@@ -78,22 +58,6 @@ async fn admit_is_conditional_expires_and_can_be_forgotten() {
         desc.time_to_live_description()
             .and_then(|d| d.attribute_name()),
         Some(TTL_ATTRIBUTE)
-    );
-
-    // Forgotten: the next delivery is processed again.
-    inbox.forget("evt_1").await.unwrap();
-    assert_eq!(
-        inbox.admit("evt_1", now, expires).await.unwrap(),
-        Admitted::New
-    );
-    // Expired but not yet deleted by DynamoDB: admitted again.
-    let later = expires.plus(Duration::from_secs(1));
-    assert_eq!(
-        inbox
-            .admit("evt_2", later, later.plus(INBOX_TTL))
-            .await
-            .unwrap(),
-        Admitted::New
     );
 }
 
@@ -109,14 +73,13 @@ async fn unknown_op(store: &DynamoStore, order: &str, now: Timestamp) -> Operati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_event_settles_on_real_components_once() {
-    let stripe = StripeSide::with_new_clock().await;
-    let store = Arc::new(fresh_store().await);
-    let inbox = Arc::new(fresh_inbox().await);
-    let now = stripe.clock.now();
-    let op = unknown_op(&store, "order-webhook-aws", now).await;
+    let s = Stack::spawn().await;
+    let (stripe, store) = (&s.side, &s.store);
+    let now = s.clock().now();
+    let op = unknown_op(store, "order-webhook-aws", now).await;
     // The charge did happen at Stripe (its answer was lost): the PaymentIntent succeeded.
-    let gateway = Arc::new(stripe.gateway());
-    let pi = gateway
+    let pi = stripe
+        .gateway()
         .create(&charge_once::ports::CreatePaymentIntent::for_operation(&op))
         .await
         .unwrap();
@@ -124,13 +87,8 @@ async fn a_stale_event_settles_on_real_components_once() {
 
     let secret = testing::webhook_secret("webhook_inbox_on_aws");
     let deps = WebhookDeps {
-        charge: ChargeDeps {
-            store: store.clone(),
-            gateway,
-            clock: Arc::new(stripe.clock.clone()),
-            policy: ChargePolicy::default(),
-        },
-        inbox: inbox.clone(),
+        charge: s.charge_deps(),
+        inbox: s.inbox.clone(),
         secrets: Some(vec![secret.clone()]),
         tolerance: DEFAULT_TOLERANCE,
         event_source: None,

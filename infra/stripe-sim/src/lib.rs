@@ -32,6 +32,8 @@
 //!   EventBridge envelope of a Stripe event destination ([`DeliveryMode`]), at least once with
 //!   retries and seeded faults (duplicate, out of order, delayed, dropped); the HTTP sender runs
 //!   beside the server.
+//! - [`receiver`]: for tests, a loopback endpoint that keeps what it is sent ([`receiver::Receiver`]),
+//!   to point those deliveries at.
 //!
 //! # Example
 //! ```no_run
@@ -50,6 +52,7 @@
 pub mod capacity;
 pub mod clock;
 pub mod faults;
+pub mod receiver;
 pub mod webhooks;
 pub mod wire;
 

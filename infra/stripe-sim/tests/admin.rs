@@ -2,12 +2,10 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[tokio::test]
 async fn faults_endpoint_sets_and_reports_config_and_counts() {
@@ -154,34 +152,16 @@ async fn ledger_stats_reset_and_forced_status() {
 
 #[tokio::test]
 async fn binary_prints_its_address_and_serves() {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stripe-sim"))
-        .args([
-            "--port",
-            "0",
-            "--api-key",
-            "sk_test_bin",
-            "--search-lag-secs",
-            "0",
-        ])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn stripe-sim");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .expect("printed in time")
-        .unwrap()
+    let mut bin = spawn_binary(&["--api-key", "sk_test_bin", "--search-lag-secs", "0"]).await;
+    let base = bin.base.clone();
+    let port: u16 = base
+        .strip_prefix("http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("not a loopback address: {base}"))
+        .parse()
         .unwrap();
-    let addr = line
-        .strip_prefix("listening on 127.0.0.1:")
-        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
-    let port: u16 = addr.parse().unwrap();
     assert_ne!(port, 0);
 
     let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
     let r = client
         .post(format!("{base}/v1/payment_intents"))
         .bearer_auth("sk_test_bin")
@@ -190,22 +170,15 @@ async fn binary_prints_its_address_and_serves() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let v: Value = client
-        .get(format!("{base}/_sim/ledger"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = get_json(&format!("{base}/_sim/ledger")).await;
     assert_eq!(v["payment_intents"].as_array().unwrap().len(), 1);
 
     // SIGTERM ends it cleanly.
-    let pid = child.id().unwrap();
+    let pid = bin.child.id().unwrap();
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+    let status = tokio::time::timeout(Duration::from_secs(10), bin.child.wait())
         .await
         .expect("exits after SIGTERM")
         .unwrap();

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,6 @@ use stripe_sim::{
     Answer, Capacity, Capacity429s, CapacityClock, CreateLatency, CreateStart, FaultKind, Outcome,
     SimConfig, StripeSim,
 };
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const T0: i64 = 1_800_000_000_000;
 
@@ -25,6 +23,15 @@ fn sim_with(capacity: Capacity) -> StripeSim {
         capacity,
         ..SimConfig::default()
     })
+}
+
+/// The HTTP harness with `capacity` and nothing else changed.
+async fn start_with_capacity(capacity: Capacity) -> Harness {
+    start_with(SimConfig {
+        capacity,
+        ..SimConfig::default()
+    })
+    .await
 }
 
 /// One in-process create with a fresh key; its HTTP status (a slow create is completed at once).
@@ -199,12 +206,9 @@ fn the_account_bucket_caps_the_sum_across_endpoints() {
 
 #[tokio::test]
 async fn capacity_429s_have_stripes_shape_and_are_counted_apart_from_the_fault() {
-    let h = start_with(SimConfig {
-        capacity: Capacity {
-            create_per_sec: Some(2),
-            ..Capacity::unlimited()
-        },
-        ..SimConfig::default()
+    let h = start_with_capacity(Capacity {
+        create_per_sec: Some(2),
+        ..Capacity::unlimited()
     })
     .await;
     for n in 0..2 {
@@ -268,12 +272,9 @@ async fn capacity_429s_have_stripes_shape_and_are_counted_apart_from_the_fault()
 
 #[tokio::test]
 async fn account_429s_over_http_say_global_rate() {
-    let h = start_with(SimConfig {
-        capacity: Capacity {
-            account_per_sec: Some(1),
-            ..Capacity::unlimited()
-        },
-        ..SimConfig::default()
+    let h = start_with_capacity(Capacity {
+        account_per_sec: Some(1),
+        ..Capacity::unlimited()
     })
     .await;
     assert_eq!(h.create(None, &visa("op")).await.status(), 200);
@@ -371,40 +372,12 @@ async fn admin_api_reads_and_sets_capacity() {
     );
 }
 
-/// The `stripe-sim` binary, its address read from its first line.
-async fn spawn_binary(args: &[&str]) -> (tokio::process::Child, String) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stripe-sim"))
-        .args(["--port", "0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn stripe-sim");
-    let stdout = child.stdout.take().unwrap();
-    let line = tokio::time::timeout(
-        Duration::from_secs(10),
-        BufReader::new(stdout).lines().next_line(),
-    )
-    .await
-    .expect("printed in time")
-    .unwrap()
-    .unwrap();
-    let addr = line.strip_prefix("listening on ").unwrap().to_string();
-    (child, format!("http://{addr}"))
-}
-
 #[tokio::test]
 async fn the_binary_limits_on_real_time_with_stripes_defaults() {
-    let (_child, base) = spawn_binary(&["--create-rps", "10"]).await;
+    let bin = spawn_binary(&["--create-rps", "10"]).await;
+    let base = &bin.base;
     let client = reqwest::Client::new();
-    let capacity: Value = client
-        .get(format!("{base}/_sim/capacity"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let capacity = get_json(&format!("{base}/_sim/capacity")).await;
     assert_eq!(capacity["create_per_sec"], 10);
     assert_eq!(capacity["retrieve_per_sec"], 25, "Stripe's default");
     assert_eq!(capacity["search_per_sec"], 20, "Stripe's default");
@@ -457,27 +430,15 @@ async fn the_binary_limits_on_real_time_with_stripes_defaults() {
         (3..=most).contains(&later),
         "{later} passed 300 ms later (at most {most})"
     );
-    let stats: Value = client
-        .get(format!("{base}/_sim/stats"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = get_json(&format!("{base}/_sim/stats")).await;
     assert_eq!(stats["capacity_429s"]["create"], 50 - ok - later);
     assert_eq!(stats["injected"]["rate_limit"], 0);
 }
 
 #[tokio::test]
 async fn the_binary_flag_unlimited_turns_the_limits_off() {
-    let (_child, base) = spawn_binary(&["--unlimited", "--create-latency-p50-ms", "1"]).await;
-    let v: Value = reqwest::get(format!("{base}/_sim/capacity"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let bin = spawn_binary(&["--unlimited", "--create-latency-p50-ms", "1"]).await;
+    let v = get_json(&format!("{}/_sim/capacity", bin.base)).await;
     for f in [
         "create_per_sec",
         "retrieve_per_sec",
@@ -572,13 +533,10 @@ fn in_process_creates_hand_back_their_latency_with_the_key_in_flight() {
 
 #[tokio::test]
 async fn the_http_server_sleeps_the_create_latency_with_the_key_in_flight() {
-    let h = start_with(SimConfig {
-        capacity: Capacity::unlimited().with_create_latency(CreateLatency {
-            p50: Duration::from_millis(300),
-            sigma: 0.0,
-        }),
-        ..SimConfig::default()
-    })
+    let h = start_with_capacity(Capacity::unlimited().with_create_latency(CreateLatency {
+        p50: Duration::from_millis(300),
+        sigma: 0.0,
+    }))
     .await;
     let form = visa("op");
     let started = Instant::now();

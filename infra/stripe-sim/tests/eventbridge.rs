@@ -5,16 +5,15 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use stripe_sim::receiver::{wait_until, Receiver};
 use stripe_sim::{
     CreateStart, DeliveryMode, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults,
     DEFAULT_EVENT_SOURCE,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn create_in_process(sim: &StripeSim, key: &str, pm: &str) {
     let mut form = charge(key, pm);
@@ -138,73 +137,11 @@ fn an_injected_event_is_delivered_in_the_envelope_and_counted_apart() {
     assert!(off.inject_event(&forged).is_none());
 }
 
-/// A local endpoint that answers 500 to the first `fail_first` posts, then 200, and keeps every
-/// (headers, body) it got.
-async fn endpoint(fail_first: usize) -> (String, Arc<Mutex<Vec<(String, String)>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/invocations", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 8192];
-            let (head, body) = loop {
-                let n = sock.read(&mut chunk).await.unwrap_or(0);
-                if n == 0 {
-                    break (String::new(), String::new());
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf).to_string();
-                if let Some((head, rest)) = text.split_once("\r\n\r\n") {
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            let (k, v) = l.split_once(':')?;
-                            k.eq_ignore_ascii_case("content-length")
-                                .then(|| v.trim().parse().ok())?
-                        })
-                        .unwrap_or(0);
-                    if rest.len() >= len {
-                        break (head.to_lowercase(), rest[..len].to_owned());
-                    }
-                }
-            };
-            let n = {
-                let mut seen = record.lock().unwrap();
-                seen.push((head, body));
-                seen.len()
-            };
-            let status = if n <= fail_first {
-                "500 Internal Server Error"
-            } else {
-                "200 OK"
-            };
-            let _ = sock
-                .write_all(
-                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                        .as_bytes(),
-                )
-                .await;
-        }
-    });
-    (url, seen)
-}
-
-async fn wait_until(mut done: impl FnMut() -> bool) {
-    for _ in 0..250 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out");
-}
-
 #[tokio::test]
 async fn over_http_configured_by_the_admin_api_unsigned_and_retried() {
     let h = start().await;
-    let (url, seen) = endpoint(1).await;
+    let endpoint = Receiver::start(1).await.unwrap();
+    let url = endpoint.url("/invocations");
     for bad in [
         r#"{"mode":"carrier-pigeon"}"#,
         r#"{"mode":"eventbridge","event_source":"aws.partner/example.com/x"}"#,
@@ -230,14 +167,13 @@ async fn over_http_configured_by_the_admin_api_unsigned_and_retried() {
     assert_eq!(v["secret_set"], false);
 
     assert_eq!(h.create(Some("k1"), &visa("op-1")).await.status(), 200);
-    wait_until(|| seen.lock().unwrap().len() == 1).await;
+    wait_until("the first post", || endpoint.count() == 1).await;
     // The first post failed: retried after 10 s of simulated time.
     h.sim.advance(Duration::from_secs(10));
-    wait_until(|| seen.lock().unwrap().len() == 2).await;
-    let seen = seen.lock().unwrap().clone();
-    for (head, body) in &seen {
-        assert!(!head.contains("stripe-signature"), "{head}");
-        let env: Value = serde_json::from_str(body).unwrap();
+    wait_until("the retry", || endpoint.count() == 2).await;
+    for got in endpoint.received() {
+        assert_eq!(got.header("stripe-signature"), None, "{got:?}");
+        let env: Value = serde_json::from_str(&got.body).unwrap();
         assert_eq!(env["source"], "aws.partner/stripe.com/ed_test_61AdminApi");
         assert_eq!(env["detail-type"], "payment_intent.succeeded");
         assert_eq!(
@@ -248,7 +184,7 @@ async fn over_http_configured_by_the_admin_api_unsigned_and_retried() {
     let counts = h.admin_get("webhooks").await["counts"].clone();
     assert_eq!(counts["events"], 1);
     assert_eq!(counts["failed"], 1);
-    wait_until(|| h.sim.webhook_counts().delivered == 1).await;
+    wait_until("one delivered", || h.sim.webhook_counts().delivered == 1).await;
 
     // A forged event, through the admin API: delivered like Stripe's own.
     let (s, v) = h
@@ -260,6 +196,6 @@ async fn over_http_configured_by_the_admin_api_unsigned_and_retried() {
     assert_eq!(s, 200, "{v}");
     let (s, _) = h.admin_post("webhooks/inject", r#"{"type":"x"}"#).await;
     assert_eq!(s, 400);
-    wait_until(|| h.sim.webhook_counts().delivered == 2).await;
+    wait_until("two delivered", || h.sim.webhook_counts().delivered == 2).await;
     assert_eq!(h.sim.webhook_counts().injected, 1);
 }

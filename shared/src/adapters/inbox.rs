@@ -14,6 +14,7 @@
 //! item whose expiry has passed.
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -42,7 +43,8 @@ impl DynamoInbox {
         &self.table
     }
 
-    /// Creates the table with TTL on `expires_at` (tests and the local stack; production uses
+    /// Creates the table with TTL on `expires_at`, waiting (at most [`TABLE_ACTIVE_WAIT`]) for it
+    /// to be ACTIVE before TTL is switched on (tests and the local stack; production uses
     /// template.yaml's `WebhookInboxTable`, held to the same schema by tests/template.rs).
     pub async fn create_table(&self) -> Result<(), StoreError> {
         use aws_sdk_dynamodb::types::{
@@ -71,6 +73,14 @@ impl DynamoInbox {
             .send()
             .await
             .map_err(|e| StoreError::with_source("inbox CreateTable", e))?;
+        // DynamoDB refuses to change a table that is still CREATING (moto has none such): TTL is
+        // switched on once the table is ACTIVE.
+        self.client
+            .wait_until_table_exists()
+            .table_name(&self.table)
+            .wait(TABLE_ACTIVE_WAIT)
+            .await
+            .map_err(|e| StoreError::with_source("inbox table never became ACTIVE", e))?;
         self.client
             .update_time_to_live()
             .table_name(&self.table)
@@ -87,6 +97,9 @@ impl DynamoInbox {
         Ok(())
     }
 }
+
+/// How long [`DynamoInbox::create_table`] waits for a new table to be ACTIVE.
+pub const TABLE_ACTIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The table's key attribute.
 pub const KEY: &str = "event_id";

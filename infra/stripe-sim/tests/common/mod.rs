@@ -1,9 +1,14 @@
 //! Shared helpers for the HTTP-level tests.
 #![allow(dead_code)]
 
+use std::process::Stdio;
+use std::time::Duration;
+
 use reqwest::{Client, Response};
 use serde_json::Value;
 use stripe_sim::{RunningSim, SimConfig, StripeSim, DEFAULT_API_KEY};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
 
 pub struct Harness {
     pub sim: StripeSim,
@@ -125,4 +130,48 @@ pub fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
 
 pub fn replayed(r: &Response) -> bool {
     header(r, "idempotent-replayed") == Some("true")
+}
+
+/// The `stripe-sim` binary, killed when dropped.
+pub struct Binary {
+    pub child: Child,
+    /// `http://<address it printed>`.
+    pub base: String,
+    /// Its stdout, kept open so a later line never meets a closed pipe.
+    _stdout: Lines<BufReader<ChildStdout>>,
+}
+
+/// Starts the binary with `--port 0` and `args`, and reads its address from its first line.
+pub async fn spawn_binary(args: &[&str]) -> Binary {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_stripe-sim"))
+        .args(["--port", "0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn stripe-sim");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), stdout.next_line())
+        .await
+        .expect("printed in time")
+        .unwrap()
+        .expect("a first line");
+    let addr = line
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    Binary {
+        base: format!("http://{addr}"),
+        child,
+        _stdout: stdout,
+    }
+}
+
+/// `GET url`, its JSON body.
+pub async fn get_json(url: &str) -> Value {
+    reqwest::get(url)
+        .await
+        .expect("http response")
+        .json()
+        .await
+        .expect("a JSON body")
 }

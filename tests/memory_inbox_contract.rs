@@ -1,0 +1,12 @@
+//! The inbox contract against the in-memory inbox (the DynamoDB adapter runs the same suite).
+
+use std::sync::Arc;
+
+use charge_once::memory::MemoryInbox;
+use charge_once::webhook::inbox::WebhookInbox;
+
+async fn memory_inbox() -> Arc<dyn WebhookInbox> {
+    Arc::new(MemoryInbox::new())
+}
+
+testkit::inbox_contract_tests!(memory_inbox());
