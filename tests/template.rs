@@ -1607,6 +1607,33 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         reconciler::handler::SAFETY_MARGIN
     );
     assert!(reconciler::handler::SAFETY_MARGIN.as_secs() < timeout("reconciler"));
+    // notify: a full stream batch published in PutEvents calls of MAX_BATCH entries, in order,
+    // each at its bound, and at least as long again for DLQ copies of unreadable records.
+    let (notify_id, _) = function(&t, "notify");
+    let stream_batch = of_type(&t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .find(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&notify_id))
+        .map(|(_, m)| number(get(props(m), "BatchSize").expect("BatchSize")))
+        .expect("the notify function's stream mapping");
+    let puts = stream_batch.div_ceil(charge_once::outbox::MAX_BATCH as u64);
+    assert!(
+        2 * puts * op <= timeout("notify"),
+        "notify: {puts} PutEvents x {op} s, twice over, must fit in {} s",
+        timeout("notify")
+    );
+    // The doc's table names each function's timeout as the template sets it.
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/src/adapters/aws.rs"
+    ))
+    .unwrap();
+    for dir in ["checkout", "charge", "events", "reconciler", "notify"] {
+        let secs = timeout(if dir == "events" { "webhook" } else { dir });
+        assert!(
+            doc.contains(&format!("//! - {dir} ({secs} s")),
+            "shared/src/adapters/aws.rs states {dir}'s timeout as {secs} s"
+        );
+    }
 }
 
 /// The Stripe client configured from the template's `Stripe` mapping (the values the functions

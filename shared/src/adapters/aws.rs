@@ -10,10 +10,19 @@
 //! | functions ([`FUNCTION_TIMEOUTS`]) | 1 s | 1 s | 3 s |
 //! | `chargectl` ([`OPERATOR_TIMEOUTS`]) | 3 s | 5 s | 15 s |
 //!
+//! The arithmetic, each line checked against template.yaml by a test in `tests/template.rs`
+//! (`the_sdk_timeouts_fit_inside_every_function_timeout`, and the events function's own test),
+//! which also holds the function timeouts written here to the template's:
 //! - checkout (10 s): PutItem + SendMessage ≤ 2 × 3 s = 6 s, an answer well inside the timeout.
-//! - charge (90 s, batches of 3): per message claim + record ≤ 2 × 3 s, the Stripe call with its
-//!   one same-key retry ≤ 2 × 10 s + backoff ≈ 21 s: 27 s, × 3 = 81 s < 90 s.
+//! - charge (300 s, batches of 10): per message a claim and a record ≤ 2 × 3 s, the Stripe call
+//!   with its one same-key retry ≤ 2 × 10 s + 1 s = 21 s: 27 s (`charge::handler::WORST_MESSAGE`),
+//!   × 10 = 270 s < 300 s even if every message of the batch is in one group (groups run
+//!   concurrently, a group in order).
+//! - events (40 s): inbox put, get, claim, record, inbox delete ≤ 5 × 3 s, one retrieve at its
+//!   worst 20.25 s: 35.25 s, 2 s to spare; an HTTP delivery keeps to 27 s under the HTTP API's 30 s.
 //! - reconciler (120 s): a tick stops taking work with 30 s left (claim + Stripe + record ≈ 27 s).
+//! - notify (60 s): a batch of up to 100 stream records is published in PutEvents calls of 10
+//!   entries, in order: ≤ 10 × 3 s = 30 s, and 30 s left for DLQ copies of unreadable records.
 //! - DynamoDB and SQS answer in milliseconds; a 1 s attempt leaves room for a slow one, and the
 //!   SDK's standard retries (3 attempts) fit inside the 3 s operation bound.
 //! - An operator on a laptop over a VPN gets looser bounds; nothing there races a Lambda timeout.
@@ -39,7 +48,7 @@ pub struct AwsTimeouts {
     pub operation: Duration,
 }
 
-/// The three functions.
+/// The five functions.
 pub const FUNCTION_TIMEOUTS: AwsTimeouts = AwsTimeouts {
     connect: Duration::from_secs(1),
     attempt: Duration::from_secs(1),
