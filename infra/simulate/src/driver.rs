@@ -46,7 +46,8 @@ pub const TICK_EVERY: Duration = Duration::from_secs(300);
 /// How far virtual time moves while messages are in flight.
 const STEP: Duration = Duration::from_secs(30);
 
-/// What the loop needs: the three handlers' dependencies and the queue's consumer side.
+/// What the loop needs: the handlers' dependencies (checkout, charge, reconciler; the events
+/// function in `webhooks`) and the queue's consumer side.
 pub struct Pipeline {
     pub clock: ManualClock,
     pub faults: Arc<Faults>,

@@ -37,10 +37,11 @@
 //! order id.
 //!
 //! `due_shard` is `DUE#<n>` for automatic work and `REVIEW` for operations waiting for a person.
-//! Why shards: at 1,000 new operations/s each unsettled operation changes ~3 times (create, claim,
-//! record), each change one GSI write; a single partition value takes about 1,000 writes/s. Eight
-//! shards (`n` from a hash of the operation id, fixed for the operation's life) leave ~2.7x
-//! headroom at that rate while a reconciler tick costs only eight small queries. Review items are
+//! Why shards: at 1,000 new operations/s each operation costs the index 2 writes on the happy
+//! path (the checkout's put, the settling record's REMOVE; the claim none, see above), 2,000
+//! writes/s, and a single partition value takes about 1,000 writes/s. Eight shards (`n` from a
+//! hash of the operation id, fixed for the operation's life) leave 4x headroom at that rate while
+//! a reconciler tick costs only eight small queries. Review items are
 //! rare and written by hand, so they share one partition and list in one query.
 //!
 //! ## Parts
