@@ -34,6 +34,9 @@ charges="${BENCH_CHARGES:-200000}"
 # one the functions ship with. Each is a full optimised build of the three functions and `bench`.
 profiles="${BENCH_PROFILES:-release}"
 init_runs="${BENCH_INIT_RUNS:-20}"
+# CPU per charge and peak RSS are measured over batches of the template's BatchSize
+# (charge::EVENT_SOURCE.batch_size, held to template.yaml by tests/template.rs).
+batch="${BENCH_BATCH:-10}"
 # Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
 steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim burst} "
 only="${BENCH_ONLY:-}"
@@ -69,9 +72,9 @@ fi
 
 if step cpu; then
   echo "== 3: CPU time per charge (in-memory ports), peak RSS after one batch" >&2
-  "$bench" cpu "$out/cpu.json" "$charges" 3
-  "$bench" cpu "$out/cpu-logs.json" "$charges" 3 logs
-  "$bench" rss "$out/rss.json" 3
+  "$bench" cpu "$out/cpu.json" "$charges" "$batch"
+  "$bench" cpu "$out/cpu-logs.json" "$charges" "$batch" logs
+  "$bench" rss "$out/rss.json" "$batch"
 fi
 
 if step footprint; then
@@ -89,7 +92,7 @@ infra/local/with-stack.sh bash -c '
   # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
   while IFS= read -r line; do export "$line"; done < <(
     "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
-  target="$1"; out="$2"; runs="$3"; charges="$4"; shift 4
+  target="$1"; out="$2"; runs="$3"; charges="$4"; batch="$5"; shift 5
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
@@ -104,11 +107,11 @@ infra/local/with-stack.sh bash -c '
       "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
       rows+=("{\"function\":\"$f\",\"binary_bytes\":$bin_bytes,\"zip_bytes\":$zip_bytes,\"init\":$(cat "$out/init-$p-$f.json")}")
     done
-    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" 3 logs
+    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" "$batch" logs
     (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s}\n" \
       "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")") > "$out/footprint-$p.json"
   done
-' footprint "$target" "$out" "$init_runs" "$charges" $profiles
+' footprint "$target" "$out" "$init_runs" "$charges" "$batch" $profiles
 fi
 
 if step logs; then
