@@ -13,14 +13,10 @@ use std::sync::Mutex;
 
 use serde_json::{json, Map, Value};
 
+use crate::ports::MetricsSink;
 use crate::time::Timestamp;
 
 pub const NAMESPACE: &str = "ChargeOnce";
-
-/// Where EMF lines go.
-pub trait MetricsSink: Send + Sync {
-    fn emit(&self, line: String);
-}
 
 /// Lambda: one line on stdout, which CloudWatch Logs turns into metrics.
 pub struct StdoutMetrics;

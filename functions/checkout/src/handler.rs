@@ -36,8 +36,8 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TY
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_once::ports::MetricsSink;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
-use charge_once::telemetry::MetricsSink;
 use charge_once::OperationKey;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use aws_sdk_eventbridge::Client;
-use charge_once::outbox::{
-    OutcomeEvent, OutcomePublisher, PublishError, Published, MAX_BATCH, SOURCE,
-};
+use charge_once::outbox::{OutcomeEvent, SOURCE};
+use charge_once::ports::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 
 pub struct EventBridgePublisher {
     client: Client,

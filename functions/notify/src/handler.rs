@@ -16,8 +16,8 @@
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item};
-use charge_once::outbox::{outcome_of, OutcomeEvent, OutcomePublisher, MAX_BATCH};
-use charge_once::ports::{DeadLetter, DeadLetterQueue};
+use charge_once::outbox::{outcome_of, OutcomeEvent};
+use charge_once::ports::{DeadLetter, DeadLetterQueue, OutcomePublisher, MAX_BATCH};
 use charge_once::telemetry::emf_line;
 use charge_once::{Clock, Operation};
 use lambda_runtime::LambdaEvent;
@@ -248,8 +248,7 @@ mod tests {
     use super::*;
     use async_trait::async_trait;
     use charge_once::adapters::dynamodb::item::operation_to_item;
-    use charge_once::outbox::{PublishError, Published};
-    use charge_once::ports::QueueError;
+    use charge_once::ports::{PublishError, Published, QueueError};
     use charge_once::testing;
     use charge_once::{ManualClock, OperationStatus, Review, Timestamp};
     use serde_json::json;

@@ -5,7 +5,7 @@
 //! - [`handler`]: stream batch → outcomes ([`charge_once::outbox::outcome_of`]) → PutEvents;
 //!   partial batch failures so Lambda retries from the first record not published; a record whose
 //!   image is not an operation is copied to the relay's DLQ with the reason and the batch goes on.
-//! - [`eventbridge`]: the [`charge_once::outbox::OutcomePublisher`] on EventBridge.
+//! - [`eventbridge`]: the [`charge_once::ports::OutcomePublisher`] on EventBridge.
 //! - [`NotifyConfig`]: what it reads from the environment, once, at init.
 //!
 //! Why a function and not EventBridge Pipes: the event id is a hash of the operation id and the

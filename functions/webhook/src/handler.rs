@@ -42,7 +42,8 @@ use aws_lambda_events::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use charge_once::telemetry::{emf_line_classed, MetricsSink};
+use charge_once::ports::MetricsSink;
+use charge_once::telemetry::emf_line_classed;
 use charge_once::webhook::{
     receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport,
     MAX_BODY_BYTES,

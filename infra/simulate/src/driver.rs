@@ -112,7 +112,7 @@ pub struct LoopCounts {
 /// summed as CloudWatch would, into the loop's counts.
 pub struct ChargeMetrics(pub Arc<LoopCounts>);
 
-impl charge_once::telemetry::MetricsSink for ChargeMetrics {
+impl charge_once::ports::MetricsSink for ChargeMetrics {
     fn emit(&self, line: String) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             return;
