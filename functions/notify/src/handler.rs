@@ -15,11 +15,11 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item};
+use charge_once::adapters::dynamodb::stream::operation_from_image;
 use charge_once::outbox::{outcome_of, OutcomeEvent};
 use charge_once::ports::{DeadLetter, DeadLetterQueue, OutcomePublisher, MAX_BATCH};
 use charge_once::telemetry::emf_line;
-use charge_once::{Clock, Operation};
+use charge_once::Clock;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -217,40 +217,25 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
     if !matches!(record.event_name.as_str(), "INSERT" | "MODIFY") {
         return Ok(None);
     }
-    let after = image(&record.change.new_image)?.ok_or("no new image")?;
+    let after = operation_from_image(&record.change.new_image)?.ok_or("no new image")?;
     // An old image this release cannot read (the write that repaired a corrupted record) is
     // decided on the new image alone: at worst an outcome is published again, with the same
     // event id, which consumers deduplicate; never the repair parked beside its record.
-    let before = image(&record.change.old_image).unwrap_or_else(|reason| {
+    let before = operation_from_image(&record.change.old_image).unwrap_or_else(|reason| {
         warn!(event_id = %record.event_id, %reason, "old image unreadable; deciding on the new image");
         None
     });
     Ok(outcome_of(before.as_ref(), &after))
 }
 
-fn image(item: &impl serde::Serialize) -> Result<Option<Operation>, String> {
-    let json = serde_json::to_value(item).map_err(|e| format!("image: {e}"))?;
-    if json.as_object().is_some_and(|m| m.is_empty()) {
-        return Ok(None);
-    }
-    let attrs = item_from_json(&json).map_err(|e| format!("image: {e}"))?;
-    operation_from_item(&attrs)
-        .map(Some)
-        .map_err(|e| e.to_string())
-}
-
-/// An item as a DynamoDB JSON image, as the stream carries it (for building stream records
-/// from items, in tests and in the local stream reader).
-pub use charge_once::adapters::dynamodb::item::item_json as image_json;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use async_trait::async_trait;
-    use charge_once::adapters::dynamodb::item::operation_to_item;
+    use charge_once::adapters::dynamodb::item::{item_json as image_json, operation_to_item};
     use charge_once::ports::{PublishError, Published, QueueError};
     use charge_once::testing;
-    use charge_once::{ManualClock, OperationStatus, Review, Timestamp};
+    use charge_once::{ManualClock, Operation, OperationStatus, Review, Timestamp};
     use serde_json::json;
     use std::sync::Mutex;
     use std::time::Duration;

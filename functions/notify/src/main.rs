@@ -1,12 +1,12 @@
 //! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
 //! environment), tracing, then the runtime loop.
 
-use notify::eventbridge::EventBridgePublisher;
 use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
