@@ -125,6 +125,7 @@ impl Outcomes {
             publisher: publisher.clone(),
             dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.notify_dlq_url)),
             clock: Arc::new(self.side.clock.clone()),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         (deps, publisher)
     }

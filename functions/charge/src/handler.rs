@@ -62,8 +62,7 @@ use charge_once::pacing::Budget;
 use charge_once::ports::{
     ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
 };
-use charge_once::reconciler::sent_to_review_line;
-use charge_once::telemetry::emf_line;
+use charge_once::telemetry::{emf_line, sent_to_review_line};
 use charge_once::{RetryCause, Timestamp};
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;

@@ -17,7 +17,7 @@ use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use charge_once::adapters::dynamodb::stream::operation_from_image;
 use charge_once::outbox::{outcome_of, OutcomeEvent};
-use charge_once::ports::{DeadLetter, DeadLetterQueue, OutcomePublisher, MAX_BATCH};
+use charge_once::ports::{DeadLetter, DeadLetterQueue, MetricsSink, OutcomePublisher, MAX_BATCH};
 use charge_once::telemetry::emf_line;
 use charge_once::Clock;
 use lambda_runtime::LambdaEvent;
@@ -31,6 +31,8 @@ pub struct Notify {
     /// The relay's DLQ (standard SQS in production): where unreadable stream records are copied.
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub clock: Arc<dyn Clock>,
+    /// Where the batch's EMF line goes (stdout in Lambda).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// What one batch did, for the log line and the EMF metrics.
@@ -56,23 +58,20 @@ const MAX_LETTER_BODY: usize = 240 * 1024;
 /// records before the first failure are not published again.
 pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventResponse {
     let (response, report) = relay(deps, &event.payload.records).await;
-    println!(
-        "{}",
-        emf_line(
-            "notify",
-            deps.clock.now(),
-            &[
-                ("OutcomeEventsPublished", report.published as f64, "Count"),
-                ("OutcomeEventsFailed", report.failed as f64, "Count"),
-                ("MalformedStreamRecords", report.malformed as f64, "Count"),
-                (
-                    "MalformedStreamRecordsParked",
-                    report.parked as f64,
-                    "Count"
-                ),
-            ],
-        )
-    );
+    deps.metrics.emit(emf_line(
+        "notify",
+        deps.clock.now(),
+        &[
+            ("OutcomeEventsPublished", report.published as f64, "Count"),
+            ("OutcomeEventsFailed", report.failed as f64, "Count"),
+            ("MalformedStreamRecords", report.malformed as f64, "Count"),
+            (
+                "MalformedStreamRecordsParked",
+                report.parked as f64,
+                "Count",
+            ),
+        ],
+    ));
     info!(
         published = report.published,
         skipped = report.skipped,
@@ -234,6 +233,7 @@ mod tests {
     use async_trait::async_trait;
     use charge_once::adapters::dynamodb::item::{item_json as image_json, operation_to_item};
     use charge_once::ports::{PublishError, Published, QueueError};
+    use charge_once::telemetry::{CapturedMetrics, DiscardMetrics};
     use charge_once::testing;
     use charge_once::{ManualClock, Operation, OperationStatus, Review, Timestamp};
     use serde_json::json;
@@ -299,6 +299,7 @@ mod tests {
             publisher: recorder.clone(),
             dead_letters: dlq.clone(),
             clock: Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000))),
+            metrics: Arc::new(DiscardMetrics),
         }
     }
 
@@ -400,6 +401,28 @@ mod tests {
         let all = recorder.published.lock().unwrap().clone();
         assert_eq!(all[2].event_id, all[0].event_id);
         assert_eq!(all[3].event_id, all[1].event_id);
+    }
+
+    #[tokio::test]
+    async fn the_batch_counts_go_to_the_metrics_sink() {
+        let recorder = Arc::new(Recorder::default());
+        let metrics = Arc::new(CapturedMetrics::new());
+        let deps = Notify {
+            metrics: metrics.clone(),
+            ..deps(&recorder)
+        };
+        let event: Event = serde_json::from_value(json!({
+            "Records": serde_json::to_value(batch_with_a_bad_record()).unwrap()
+        }))
+        .unwrap();
+        let response = handle(&deps, LambdaEvent::new(event, Default::default())).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(metrics.lines().len(), 1, "one line per batch");
+        let sum = |name| metrics.sum(name, &[("Function", "notify")]);
+        assert_eq!(sum("OutcomeEventsPublished"), 2.0);
+        assert_eq!(sum("OutcomeEventsFailed"), 0.0);
+        assert_eq!(sum("MalformedStreamRecords"), 1.0);
+        assert_eq!(sum("MalformedStreamRecordsParked"), 1.0);
     }
 
     #[tokio::test]

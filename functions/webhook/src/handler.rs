@@ -43,7 +43,7 @@ use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
-use charge_once::telemetry::emf_line_classed;
+use charge_once::telemetry::{emf_line_classed, sent_to_review_line};
 use charge_once::webhook::{
     receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport,
     MAX_BODY_BYTES,
@@ -244,12 +244,8 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
         ..
     } = report.reception
     {
-        deps.metrics.emit(emf_line_classed(
-            FUNCTION,
-            ("ReasonClass", class.as_str()),
-            now,
-            &[("SentToReview", 1.0, "Count")],
-        ));
+        deps.metrics
+            .emit(sent_to_review_line(FUNCTION, class, 1, now));
     }
 }
 
