@@ -34,7 +34,7 @@ use crate::ports::{
     ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
     Reschedule, StoreError,
 };
-use crate::telemetry::{emf_line, sent_to_review_line};
+use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
 use crate::time::Timestamp;
 
 pub mod plan;
@@ -292,11 +292,11 @@ async fn handle_one(
                 }
                 Ok(Redriven::NotSent { error, .. }) => {
                     // Still due at its new time: the next tick after it tries again.
-                    warn!(decision, error = %error, "send failed; will retry at the next due time");
+                    warn!(decision, error = %ErrorChain(&error), "send failed; will retry at the next due time");
                     report.send_failures += 1;
                 }
                 Err(e) => {
-                    warn!(error = %e, "cannot reschedule this tick");
+                    warn!(error = %ErrorChain(&e), "cannot reschedule this tick");
                     report.skipped += 1;
                     report.failures += 1;
                 }
@@ -336,7 +336,7 @@ async fn handle_one(
             Err(e) => {
                 // One operation's failure (the store throttled, the record vanished) must not
                 // stop the tick: it stays due and the next tick tries again.
-                warn!(error = %e, "cannot settle this tick");
+                warn!(error = %ErrorChain(&e), "cannot settle this tick");
                 report.skipped += 1;
                 report.failures += 1;
             }

@@ -140,7 +140,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     let requested_by = match principal_of(req) {
         Some(Ok(principal)) => principal,
         Some(Err(e)) => {
-            warn!(reason = %e, "authorizer context names an unusable principal; refused");
+            warn!(error = %charge_once::telemetry::ErrorChain(&e), "authorizer context names an unusable principal; refused");
             return Err(unauthenticated());
         }
         None => {

@@ -40,6 +40,7 @@ use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config;
+use charge_once::telemetry::ErrorChain;
 use charge_once::SystemClock;
 use clap::Parser;
 
@@ -71,7 +72,10 @@ where
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("chargectl: cannot start the async runtime: {e}");
+            eprintln!(
+                "chargectl: cannot start the async runtime: {}",
+                ErrorChain(&e)
+            );
             return ExitCode::from(1);
         }
     };
@@ -117,9 +121,10 @@ fn simulate_alias(args: &[OsString]) -> Option<ExitCode> {
         )),
         Err(e) => {
             eprintln!(
-                "chargectl: `simulate` moved to its own binary and {} could not be run: {e}; \
+                "chargectl: `simulate` moved to its own binary and {} could not be run: {}; \
                  build it with `cargo build -p simulate` (or `make run`)",
-                program.display()
+                program.display(),
+                ErrorChain(&e)
             );
             Some(ExitCode::from(1))
         }

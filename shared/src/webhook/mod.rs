@@ -235,7 +235,7 @@ pub async fn receive(
     };
     let now = deps.charge.clock.now();
     if let Err(e) = signature::verify(signature_header, body, secrets, now, deps.tolerance) {
-        warn!(reason = e.as_str(), "webhook rejected: {e}");
+        warn!(reason = e.as_str(), error = %ErrorChain(&e), "webhook rejected");
         return WebhookReport::new(Reception::Rejected(Rejection::Signature(e)));
     }
     accept(deps, StripeEvent::parse(body), budget).await
@@ -267,7 +267,7 @@ async fn accept(
     let event = match event {
         Ok(event) => event,
         Err(e) => {
-            warn!(reason = "unreadable", "event rejected: {e}");
+            warn!(reason = "unreadable", error = %ErrorChain(&e), "event rejected");
             return WebhookReport::new(Reception::Rejected(Rejection::Unreadable(e.0)));
         }
     };
