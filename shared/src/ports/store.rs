@@ -133,7 +133,7 @@ pub struct Reschedule {
     pub clear_review: bool,
     pub now: Timestamp,
     /// An operator's re-drive: refuse while a lease may still be live (see
-    /// [`ManualResolution::lease_cutoff`]) and append this entry to the history.
+    /// [`OperatorGuard::lease_cutoff`]) and append this entry to the history.
     pub operator: Option<OperatorGuard>,
 }
 
