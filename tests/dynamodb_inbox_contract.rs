@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use charge_once::webhook::inbox::WebhookInbox;
+use charge_once::ports::WebhookInbox;
 
 async fn dynamo_inbox() -> Arc<dyn WebhookInbox> {
     Arc::new(testkit::aws::fresh_inbox().await)

@@ -13,6 +13,7 @@ mod functions_on_aws;
 mod memory_inbox_contract;
 mod memory_queue_contract;
 mod memory_store_contract;
+mod observability_rules;
 mod outcomes_on_aws;
 mod reconciler_on_aws;
 mod release_fixtures;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use charge_once::memory::MemoryInbox;
-use charge_once::webhook::inbox::WebhookInbox;
+use charge_once::ports::WebhookInbox;
 
 async fn memory_inbox() -> Arc<dyn WebhookInbox> {
     Arc::new(MemoryInbox::new())

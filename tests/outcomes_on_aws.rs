@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
-use charge_once::adapters::dynamodb::item::operation_to_item;
+use charge_once::adapters::dynamodb::item::{item_json, operation_to_item};
+use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::{testing, OperationStatus};
 use lambda_runtime::{Context, LambdaEvent};
-use notify::eventbridge::EventBridgePublisher;
-use notify::handler::{image_json, relay, Notify};
+use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
@@ -125,6 +125,7 @@ impl Outcomes {
             publisher: publisher.clone(),
             dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.notify_dlq_url)),
             clock: Arc::new(self.side.clock.clone()),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         (deps, publisher)
     }
@@ -240,7 +241,7 @@ fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record, arn: &str) -> Value
         }
     }
     let image = |m: Option<&std::collections::HashMap<String, S>>| {
-        m.map(|m| image_json(&m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()))
+        m.map(|m| item_json(&m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()))
     };
     let d = r.dynamodb().unwrap();
     let mut change = json!({

@@ -8,6 +8,7 @@ use std::time::Duration;
 use charge_once::executor::{execute_charge, ReviewClass};
 use charge_once::ports::{CreatePaymentIntent, OperationStore, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, TickReport};
+use charge_once::telemetry::CapturedMetrics;
 use charge_once::{Clock, Operation, OperationStatus, PaymentMethodId};
 use stripe_sim::FaultKind;
 use testkit::stack::{Stack, TICK_BUDGET};
@@ -59,7 +60,9 @@ async fn an_unreadable_record_is_counted_and_skipped_and_the_rest_of_its_page_go
     let report = tick(&s).await;
     assert_eq!(report.unreadable, 1, "counted");
     assert_eq!(report.reenqueued, 5, "the other five in the same tick");
-    let line = &report.emf_lines(s.side.clock.now())[0];
+    let metrics = CapturedMetrics::new();
+    report.emit_metrics(&metrics, s.side.clock.now());
+    let line = &metrics.lines()[0];
     assert!(line.contains("\"UnreadableRecords\":1"), "{line}");
     while s.deliver().await > 0 {}
     for op in ops.iter().filter(|o| o.order_id != bad.order_id) {
@@ -243,8 +246,10 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     assert_eq!(s.ledger_for(&op), 1, "never created again");
 
     // The tick's EMF lines: InReview / OldestInReviewAge, and SentToReview by reason class.
-    let lines: Vec<serde_json::Value> = report
-        .emf_lines(s.side.clock.now())
+    let metrics = CapturedMetrics::new();
+    report.emit_metrics(&metrics, s.side.clock.now());
+    let lines: Vec<serde_json::Value> = metrics
+        .lines()
         .iter()
         .filter_map(|l| charge_once::telemetry::parse_emf(l))
         .collect();

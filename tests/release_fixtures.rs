@@ -27,10 +27,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
+use charge_once::ports::{Admitted, WebhookInbox};
 use charge_once::ports::{
     CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
 };
-use charge_once::webhook::inbox::{Admitted, WebhookInbox};
 use charge_once::{AuditEntry, Clock, Operation, OperationStatus, Timestamp};
 use serde_json::Value;
 use testkit::stack::Stack;

@@ -5,12 +5,10 @@
 
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
-use charge_once::ports::{OperationStore, PaymentGateway};
+use charge_once::ports::{Admitted, OperationStore, PaymentGateway, WebhookInbox, INBOX_TTL};
 use charge_once::testing;
 use charge_once::webhook::signature::sign_header;
-use charge_once::webhook::{
-    receive, Admitted, Ignored, Reception, WebhookDeps, WebhookInbox, DEFAULT_TOLERANCE, INBOX_TTL,
-};
+use charge_once::webhook::{receive, Ignored, Reception, WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::{Clock, Operation, OperationStatus, Timestamp};
 use testkit::aws::fresh_inbox;
 use testkit::stack::Stack;

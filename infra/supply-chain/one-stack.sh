@@ -2,7 +2,9 @@
 # One HTTP/TLS stack per function (issue 15). For each Lambda package, as it is built for the
 # host and for Lambda's arm64 (`cargo tree -e normal`: what ends up in the bootstrap), fails if
 #   - hyper, h2, http, rustls, rustls-webpki, hyper-rustls or tokio-rustls appears in more than one version;
-#   - the crypto backend is not exactly one aws-lc-rs (ring, openssl-sys or native-tls present).
+#   - the crypto backend is not exactly one aws-lc-rs (ring, openssl-sys or native-tls present);
+#   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
+#     is for the relay only).
 # Prints `cargo tree -d -e normal`'s duplicate crates per function for the record.
 # Needs only cargo and the lockfile (`--locked`); runs in a few seconds.
 set -euo pipefail
@@ -31,6 +33,9 @@ for fn in "${functions[@]}"; do
                 problems+=("$crate present (second crypto backend / TLS stack)")
             fi
         done
+        if [ "$fn" != notify ] && awk '$1 == "aws-sdk-eventbridge" {found=1} END {exit !found}' <<<"$tree"; then
+            problems+=("aws-sdk-eventbridge present: only notify enables charge-once's eventbridge feature")
+        fi
         if ! awk '$1 == "aws-lc-rs" {found=1} END {exit !found}' <<<"$tree"; then
             problems+=("no aws-lc-rs: which crypto backend does rustls use now?")
         fi
@@ -46,7 +51,7 @@ for fn in "${functions[@]}"; do
     done
 done
 if [ "$failed" -ne 0 ]; then
-    echo "one-stack: a function has a second HTTP/TLS stack or crypto backend." >&2
+    echo "one-stack: a function has a second HTTP/TLS stack or crypto backend, or an SDK it must not link." >&2
     echo "  AWS SDK crates must stay default-features = false with default-https-client + rt-tokio;" >&2
     echo "  reqwest on its rustls feature (aws-lc-rs). See the root Cargo.toml." >&2
     exit 1

@@ -20,11 +20,11 @@ use tracing::{error, info, warn};
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
 use crate::outcome::{PaymentIntent, RetryCause};
+use crate::ports::Clock;
 use crate::ports::{
     Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
     Recorded, StoreError,
 };
-use crate::time::Clock;
 
 pub use plan::{Decision, ReviewClass, Step};
 

@@ -8,13 +8,14 @@
 //! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
 //!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
 //! - [`ids`]: where fresh UUIDs come from (a per-thread seam the deterministic simulation seeds).
-//! - [`time`]: `Timestamp` (milliseconds since the epoch) and the injected [`time::Clock`].
+//! - [`time`]: `Timestamp` (milliseconds since the epoch), the system and the manual clock.
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once: [`outcome::outcome_for`] and [`outcome::GatewayError`].
 //! - [`outbox`]: which committed change is an outcome the order service must learn, the event
-//!   that says it (stable `event_id`), and the [`outbox::OutcomePublisher`] port.
-//! - [`ports`]: the traits the core needs from the world: [`ports::OperationStore`],
-//!   [`ports::ChargeQueue`], [`ports::PaymentGateway`].
+//!   that says it (stable `event_id`).
+//! - [`ports`]: every trait the core needs from the world, in one place: [`ports::OperationStore`],
+//!   [`ports::ChargeQueue`], [`ports::PaymentGateway`], [`ports::WebhookInbox`],
+//!   [`ports::OutcomePublisher`], the [`Clock`], ... (its module doc maps each to its adapters).
 //! - [`store_rules`]: the store's conditional writes as pure transitions (guards, then the change),
 //!   called by the in-memory stores and sent by the DynamoDB adapter as condition expressions.
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
@@ -59,4 +60,5 @@ pub use operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
 pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use ports::Clock;
+pub use time::{ManualClock, SystemClock, Timestamp};

@@ -14,9 +14,6 @@
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
 
-use std::fmt;
-
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -116,56 +113,6 @@ pub fn outcome_of(before: Option<&Operation>, after: &Operation) -> Option<Outco
     };
     Some(OutcomeEvent::new(outcome, after.clone()))
 }
-
-/// Publishing failed for the whole call (the entries' own failures are [`Published::failed`]).
-#[derive(Debug, thiserror::Error)]
-pub struct PublishError {
-    message: String,
-    #[source]
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl PublishError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    pub fn with_source(
-        message: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        Self {
-            message: message.into(),
-            source: Some(Box::new(source)),
-        }
-    }
-}
-
-impl fmt::Display for PublishError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// What a publish call did: the indexes (into the slice given) of the events not accepted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Published {
-    pub failed: Vec<usize>,
-}
-
-/// Where outcome events go (EventBridge in production). At least once: a caller re-publishes what
-/// failed, and consumers deduplicate on `event_id`.
-#[async_trait]
-pub trait OutcomePublisher: Send + Sync {
-    /// Publishes up to [`MAX_BATCH`] events in one call.
-    async fn publish(&self, events: &[OutcomeEvent]) -> Result<Published, PublishError>;
-}
-
-/// EventBridge's PutEvents takes at most 10 entries.
-pub const MAX_BATCH: usize = 10;
 
 #[cfg(test)]
 mod tests {

@@ -28,13 +28,7 @@ use async_trait::async_trait;
 
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
-use crate::ports::{CreatePaymentIntent, PaymentGateway};
-use crate::time::Clock;
-
-/// Waits. Production sleeps on tokio's timer; a simulation on its virtual clock.
-pub trait Sleeper: Send + Sync {
-    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
-}
+use crate::ports::{Clock, CreatePaymentIntent, PaymentGateway, Sleeper};
 
 /// Tokio's timer.
 #[derive(Debug, Default, Clone, Copy)]

@@ -31,10 +31,10 @@ use tracing::{error, info, warn};
 use crate::executor::{execute_charge, ChargeDeps, Disposition, ReviewClass};
 use crate::operation::Operation;
 use crate::ports::{
-    ChargeQueue, IndexQuery, OperationStore, QueueError, QueuedCharge, Recorded, Reschedule,
-    StoreError,
+    ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
+    Reschedule, StoreError,
 };
-use crate::telemetry::{emf_line, emf_line_classed};
+use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
 use crate::time::Timestamp;
 
 pub mod plan;
@@ -125,10 +125,11 @@ pub struct TickReport {
 }
 
 impl TickReport {
-    /// The tick's metrics as CloudWatch EMF lines: one with the tick's counts, then one per
-    /// review class sent to review (`SentToReview` under `Function` and `Function, ReasonClass`).
-    pub fn emf_lines(&self, at: Timestamp) -> Vec<String> {
-        let mut lines = vec![emf_line(
+    /// The tick's metrics, as CloudWatch EMF lines into `metrics`: one with the tick's counts,
+    /// then one per review class sent to review (`SentToReview` under `Function` and
+    /// `Function, ReasonClass`).
+    pub fn emit_metrics(&self, metrics: &dyn MetricsSink, at: Timestamp) {
+        metrics.emit(emf_line(
             "reconciler",
             at,
             &[
@@ -154,24 +155,11 @@ impl TickReport {
                     "Seconds",
                 ),
             ],
-        )];
-        lines.extend(
-            self.review_classes
-                .iter()
-                .map(|(class, n)| sent_to_review_line("reconciler", *class, *n, at)),
-        );
-        lines
+        ));
+        for (class, n) in &self.review_classes {
+            metrics.emit(sent_to_review_line("reconciler", *class, *n, at));
+        }
     }
-}
-
-/// One `SentToReview` EMF line for `function` and a reason class.
-pub fn sent_to_review_line(function: &str, class: ReviewClass, n: u64, at: Timestamp) -> String {
-    emf_line_classed(
-        function,
-        ("ReasonClass", class.as_str()),
-        at,
-        &[("SentToReview", n as f64, "Count")],
-    )
 }
 
 /// Reads the whole REVIEW partition (one Query per page): how many wait, and the longest wait.
@@ -304,11 +292,11 @@ async fn handle_one(
                 }
                 Ok(Redriven::NotSent { error, .. }) => {
                     // Still due at its new time: the next tick after it tries again.
-                    warn!(decision, error = %error, "send failed; will retry at the next due time");
+                    warn!(decision, error = %ErrorChain(&error), "send failed; will retry at the next due time");
                     report.send_failures += 1;
                 }
                 Err(e) => {
-                    warn!(error = %e, "cannot reschedule this tick");
+                    warn!(error = %ErrorChain(&e), "cannot reschedule this tick");
                     report.skipped += 1;
                     report.failures += 1;
                 }
@@ -348,7 +336,7 @@ async fn handle_one(
             Err(e) => {
                 // One operation's failure (the store throttled, the record vanished) must not
                 // stop the tick: it stays due and the next tick tries again.
-                warn!(error = %e, "cannot settle this tick");
+                warn!(error = %ErrorChain(&e), "cannot settle this tick");
                 report.skipped += 1;
                 report.failures += 1;
             }

@@ -5,22 +5,22 @@
 //! also has a class (`SentToReview` by `ReasonClass`) is emitted with two dimension sets in one
 //! line, so the per-function total and the per-class series come from the same data point.
 //!
-//! Where lines go is a [`MetricsSink`]: stdout in Lambda ([`StdoutMetrics`]), a buffer in tests
-//! ([`CapturedMetrics`], parse it back with [`parse_emf`]), nowhere in the simulation.
+//! Where lines go is a [`MetricsSink`], the one way every function emits (its handler's deps
+//! carry one; nothing prints a metrics line itself): stdout in Lambda ([`StdoutMetrics`]), a
+//! buffer in tests ([`CapturedMetrics`], parse it back with [`parse_emf`]), a sink that sums what
+//! it checks in the simulation, or nowhere ([`DiscardMetrics`]). The lines more than one function
+//! emits are built here ([`sent_to_review_line`]).
 
 use std::fmt;
 use std::sync::Mutex;
 
 use serde_json::{json, Map, Value};
 
+use crate::executor::ReviewClass;
+use crate::ports::MetricsSink;
 use crate::time::Timestamp;
 
 pub const NAMESPACE: &str = "ChargeOnce";
-
-/// Where EMF lines go.
-pub trait MetricsSink: Send + Sync {
-    fn emit(&self, line: String);
-}
 
 /// Lambda: one line on stdout, which CloudWatch Logs turns into metrics.
 pub struct StdoutMetrics;
@@ -97,6 +97,18 @@ pub fn emf_line_classed(
     metrics: &[(&str, f64, &str)],
 ) -> String {
     emf_line_with(function, Some(class), at, metrics)
+}
+
+/// One `SentToReview` line: `n` operations `function` sent to review for reasons of `class`. The
+/// charge function, the reconciler and the webhook each send operations to review; one line shape
+/// for all three, so the alarms and the per-class series add them up.
+pub fn sent_to_review_line(function: &str, class: ReviewClass, n: u64, at: Timestamp) -> String {
+    emf_line_classed(
+        function,
+        ("ReasonClass", class.as_str()),
+        at,
+        &[("SentToReview", n as f64, "Count")],
+    )
 }
 
 fn emf_line_with(

@@ -1,4 +1,5 @@
-//! Time as the core sees it: an injected [`Clock`] and a millisecond [`Timestamp`].
+//! Time as the core sees it: a millisecond [`Timestamp`], and the two [`Clock`]s (the port is in
+//! [`crate::ports`]): the wall clock and a manual one.
 //!
 //! Nothing in the core reads the system time directly, so a test (or the simulation) can jump past
 //! Stripe's 24 h idempotency-key lifetime with [`ManualClock::advance`].
@@ -9,6 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+
+use crate::ports::Clock;
 
 /// Milliseconds since the Unix epoch, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -78,11 +81,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y, m, d)
-}
-
-/// Where the core gets "now" from.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
 }
 
 /// The real wall clock.

@@ -1,4 +1,4 @@
-//! The `WebhookInbox` contract: what the webhook endpoint relies on (`charge_once::webhook::inbox`).
+//! The `WebhookInbox` contract: what the webhook endpoint relies on (`charge_once::ports::WebhookInbox`).
 //! An event id is admitted once, every later delivery of it is a duplicate, until its entry
 //! expires (an expired entry counts as absent, as a TTL-deleted item would) or is forgotten (acting
 //! on it failed, so Stripe's retry must be processed again). Admission is one conditional write:
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::webhook::inbox::{Admitted, WebhookInbox, INBOX_TTL};
+use charge_once::ports::{Admitted, WebhookInbox, INBOX_TTL};
 use charge_once::Timestamp;
 
 pub use charge_once::testing::T0;

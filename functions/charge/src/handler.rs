@@ -59,9 +59,10 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMe
 use charge_once::executor::Disposition;
 use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClass};
 use charge_once::pacing::Budget;
-use charge_once::ports::{ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility};
-use charge_once::reconciler::sent_to_review_line;
-use charge_once::telemetry::{emf_line, MetricsSink};
+use charge_once::ports::{
+    ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
+};
+use charge_once::telemetry::{emf_line, sent_to_review_line};
 use charge_once::{RetryCause, Timestamp};
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
@@ -854,7 +855,7 @@ mod tests {
     /// Sleeping moves the manual clock (the handler's awaits run one at a time here).
     struct ClockSleeper(ManualClock);
 
-    impl charge_once::pacing::Sleeper for ClockSleeper {
+    impl charge_once::ports::Sleeper for ClockSleeper {
         fn sleep(
             &self,
             d: Duration,

@@ -36,8 +36,8 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TY
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_once::ports::MetricsSink;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
-use charge_once::telemetry::MetricsSink;
 use charge_once::OperationKey;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
@@ -140,7 +140,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     let requested_by = match principal_of(req) {
         Some(Ok(principal)) => principal,
         Some(Err(e)) => {
-            warn!(reason = %e, "authorizer context names an unusable principal; refused");
+            warn!(error = %charge_once::telemetry::ErrorChain(&e), "authorizer context names an unusable principal; refused");
             return Err(unauthenticated());
         }
         None => {

@@ -15,11 +15,11 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item};
-use charge_once::outbox::{outcome_of, OutcomeEvent, OutcomePublisher, MAX_BATCH};
-use charge_once::ports::{DeadLetter, DeadLetterQueue};
+use charge_once::adapters::dynamodb::stream::operation_from_image;
+use charge_once::outbox::{outcome_of, OutcomeEvent};
+use charge_once::ports::{DeadLetter, DeadLetterQueue, MetricsSink, OutcomePublisher, MAX_BATCH};
 use charge_once::telemetry::emf_line;
-use charge_once::{Clock, Operation};
+use charge_once::Clock;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -31,6 +31,8 @@ pub struct Notify {
     /// The relay's DLQ (standard SQS in production): where unreadable stream records are copied.
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub clock: Arc<dyn Clock>,
+    /// Where the batch's EMF line goes (stdout in Lambda).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// What one batch did, for the log line and the EMF metrics.
@@ -56,23 +58,20 @@ const MAX_LETTER_BODY: usize = 240 * 1024;
 /// records before the first failure are not published again.
 pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventResponse {
     let (response, report) = relay(deps, &event.payload.records).await;
-    println!(
-        "{}",
-        emf_line(
-            "notify",
-            deps.clock.now(),
-            &[
-                ("OutcomeEventsPublished", report.published as f64, "Count"),
-                ("OutcomeEventsFailed", report.failed as f64, "Count"),
-                ("MalformedStreamRecords", report.malformed as f64, "Count"),
-                (
-                    "MalformedStreamRecordsParked",
-                    report.parked as f64,
-                    "Count"
-                ),
-            ],
-        )
-    );
+    deps.metrics.emit(emf_line(
+        "notify",
+        deps.clock.now(),
+        &[
+            ("OutcomeEventsPublished", report.published as f64, "Count"),
+            ("OutcomeEventsFailed", report.failed as f64, "Count"),
+            ("MalformedStreamRecords", report.malformed as f64, "Count"),
+            (
+                "MalformedStreamRecordsParked",
+                report.parked as f64,
+                "Count",
+            ),
+        ],
+    ));
     info!(
         published = report.published,
         skipped = report.skipped,
@@ -217,41 +216,26 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
     if !matches!(record.event_name.as_str(), "INSERT" | "MODIFY") {
         return Ok(None);
     }
-    let after = image(&record.change.new_image)?.ok_or("no new image")?;
+    let after = operation_from_image(&record.change.new_image)?.ok_or("no new image")?;
     // An old image this release cannot read (the write that repaired a corrupted record) is
     // decided on the new image alone: at worst an outcome is published again, with the same
     // event id, which consumers deduplicate; never the repair parked beside its record.
-    let before = image(&record.change.old_image).unwrap_or_else(|reason| {
+    let before = operation_from_image(&record.change.old_image).unwrap_or_else(|reason| {
         warn!(event_id = %record.event_id, %reason, "old image unreadable; deciding on the new image");
         None
     });
     Ok(outcome_of(before.as_ref(), &after))
 }
 
-fn image(item: &impl serde::Serialize) -> Result<Option<Operation>, String> {
-    let json = serde_json::to_value(item).map_err(|e| format!("image: {e}"))?;
-    if json.as_object().is_some_and(|m| m.is_empty()) {
-        return Ok(None);
-    }
-    let attrs = item_from_json(&json).map_err(|e| format!("image: {e}"))?;
-    operation_from_item(&attrs)
-        .map(Some)
-        .map_err(|e| e.to_string())
-}
-
-/// An item as a DynamoDB JSON image, as the stream carries it (for building stream records
-/// from items, in tests and in the local stream reader).
-pub use charge_once::adapters::dynamodb::item::item_json as image_json;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use async_trait::async_trait;
-    use charge_once::adapters::dynamodb::item::operation_to_item;
-    use charge_once::outbox::{PublishError, Published};
-    use charge_once::ports::QueueError;
+    use charge_once::adapters::dynamodb::item::{item_json as image_json, operation_to_item};
+    use charge_once::ports::{PublishError, Published, QueueError};
+    use charge_once::telemetry::{CapturedMetrics, DiscardMetrics};
     use charge_once::testing;
-    use charge_once::{ManualClock, OperationStatus, Review, Timestamp};
+    use charge_once::{ManualClock, Operation, OperationStatus, Review, Timestamp};
     use serde_json::json;
     use std::sync::Mutex;
     use std::time::Duration;
@@ -315,6 +299,7 @@ mod tests {
             publisher: recorder.clone(),
             dead_letters: dlq.clone(),
             clock: Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000))),
+            metrics: Arc::new(DiscardMetrics),
         }
     }
 
@@ -416,6 +401,28 @@ mod tests {
         let all = recorder.published.lock().unwrap().clone();
         assert_eq!(all[2].event_id, all[0].event_id);
         assert_eq!(all[3].event_id, all[1].event_id);
+    }
+
+    #[tokio::test]
+    async fn the_batch_counts_go_to_the_metrics_sink() {
+        let recorder = Arc::new(Recorder::default());
+        let metrics = Arc::new(CapturedMetrics::new());
+        let deps = Notify {
+            metrics: metrics.clone(),
+            ..deps(&recorder)
+        };
+        let event: Event = serde_json::from_value(json!({
+            "Records": serde_json::to_value(batch_with_a_bad_record()).unwrap()
+        }))
+        .unwrap();
+        let response = handle(&deps, LambdaEvent::new(event, Default::default())).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(metrics.lines().len(), 1, "one line per batch");
+        let sum = |name| metrics.sum(name, &[("Function", "notify")]);
+        assert_eq!(sum("OutcomeEventsPublished"), 2.0);
+        assert_eq!(sum("OutcomeEventsFailed"), 0.0);
+        assert_eq!(sum("MalformedStreamRecords"), 1.0);
+        assert_eq!(sum("MalformedStreamRecordsParked"), 1.0);
     }
 
     #[tokio::test]

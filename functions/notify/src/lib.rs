@@ -5,7 +5,9 @@
 //! - [`handler`]: stream batch → outcomes ([`charge_once::outbox::outcome_of`]) → PutEvents;
 //!   partial batch failures so Lambda retries from the first record not published; a record whose
 //!   image is not an operation is copied to the relay's DLQ with the reason and the batch goes on.
-//! - [`eventbridge`]: the [`charge_once::outbox::OutcomePublisher`] on EventBridge.
+//! - `main.rs`: the wiring. The adapters are the core's: the stream image decoder
+//!   ([`charge_once::adapters::dynamodb::stream`]) and the publisher on EventBridge
+//!   (`charge_once::adapters::eventbridge`, the crate's `eventbridge` feature).
 //! - [`NotifyConfig`]: what it reads from the environment, once, at init.
 //!
 //! Why a function and not EventBridge Pipes: the event id is a hash of the operation id and the
@@ -13,7 +15,6 @@
 //! old and the new image compared (a filter sees one pattern at a time), and the relay must be
 //! testable on the local stack (moto serves the stream and PutEvents, not Pipes).
 
-pub mod eventbridge;
 pub mod handler;
 
 use charge_once::config::{self, ConfigError, Env, FromEnv};

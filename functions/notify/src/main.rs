@@ -1,14 +1,15 @@
 //! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
 //! environment), tracing, then the runtime loop.
 
-use notify::eventbridge::EventBridgePublisher;
 use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::telemetry::StdoutMetrics;
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 
@@ -28,6 +29,7 @@ async fn main() -> Result<(), Error> {
             &config.dead_letter_queue_url,
         )),
         clock: Arc::new(SystemClock),
+        metrics: Arc::new(StdoutMetrics),
     };
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {

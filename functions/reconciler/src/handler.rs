@@ -1,12 +1,22 @@
 //! One scheduled tick. It stops taking new work while a Stripe call and a write still fit in the
 //! invocation's remaining time; what it did not reach stays due and the next tick takes it.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
+use charge_once::ports::MetricsSink;
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{json, Value};
+
+/// What the handler needs, built once in `main`.
+#[derive(Clone)]
+pub struct ReconcilerFunction {
+    pub reconciler: ReconcilerDeps,
+    /// Where the tick's EMF lines go (stdout in Lambda, where CloudWatch Logs picks them up).
+    pub metrics: Arc<dyn MetricsSink>,
+}
 
 /// Index page size per read. Large on purpose: a page is merged from eight shards, each read up to
 /// this many, and what is not kept is read again for the next page; one page holding everything
@@ -29,20 +39,13 @@ pub fn remaining_until(deadline_ms: u64) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
-/// One tick; its EMF metrics line goes to stdout, where CloudWatch Logs picks it up.
+/// One tick; its EMF metrics lines go to the function's [`MetricsSink`] (none when the tick
+/// fails: the error is the invocation's answer).
 pub async fn handle(
-    deps: &ReconcilerDeps,
+    f: &ReconcilerFunction,
     event: LambdaEvent<EventBridgeEvent<Value>>,
 ) -> Result<Value, Error> {
-    handle_with_metrics(deps, event, &mut std::io::stdout()).await
-}
-
-/// One tick, writing its EMF metrics line to `metrics` (the local simulation discards it).
-pub async fn handle_with_metrics(
-    deps: &ReconcilerDeps,
-    event: LambdaEvent<EventBridgeEvent<Value>>,
-    metrics: &mut (dyn std::io::Write + Send),
-) -> Result<Value, Error> {
+    let deps = &f.reconciler;
     let deadline = match event.context.deadline {
         0 => {
             SystemTime::now()
@@ -59,10 +62,7 @@ pub async fn handle_with_metrics(
     // stays due), it is only less tidy.
     let safety = SAFETY_MARGIN.min(remaining() / 2);
     let report = reconcile_tick(deps, &remaining, safety).await?;
-    // EMF: each JSON line on stdout becomes CloudWatch metrics.
-    for line in report.emf_lines(deps.charge.clock.now()) {
-        writeln!(metrics, "{line}")?;
-    }
+    report.emit_metrics(f.metrics.as_ref(), deps.charge.clock.now());
     Ok(json!({
         "examined": report.examined,
         "reenqueued": report.reenqueued,
@@ -87,6 +87,7 @@ mod tests {
 
     use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
+    use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing;
     use charge_once::{Clock, ManualClock, Timestamp};
     use lambda_runtime::Context;
@@ -111,15 +112,19 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         let store = Arc::new(MemoryStore::new());
         let queue = Arc::new(MemoryQueue::new(Arc::new(clock.clone())));
-        let deps = ReconcilerDeps {
-            charge: ChargeDeps {
-                store: store.clone(),
-                gateway: Arc::new(FakeGateway::new()),
-                clock: Arc::new(clock.clone()),
-                policy: ChargePolicy::default(),
+        let metrics = Arc::new(CapturedMetrics::new());
+        let deps = ReconcilerFunction {
+            reconciler: ReconcilerDeps {
+                charge: ChargeDeps {
+                    store: store.clone(),
+                    gateway: Arc::new(FakeGateway::new()),
+                    clock: Arc::new(clock.clone()),
+                    policy: ChargePolicy::default(),
+                },
+                queue: queue.clone(),
+                page_size: 10,
             },
-            queue: queue.clone(),
-            page_size: 10,
+            metrics: metrics.clone(),
         };
         testing::order("ord-lost-send")
             .amount(100)
@@ -132,6 +137,15 @@ mod tests {
             .unwrap();
         assert_eq!(out["reenqueued"], 0, "inside the grace period");
         assert!(queue.is_empty());
+        assert_eq!(
+            metrics.lines().len(),
+            1,
+            "one line per tick, no review class"
+        );
+        assert_eq!(
+            metrics.sum("StillUnknown", &[("Function", "reconciler")]),
+            0.0
+        );
 
         clock.advance(Duration::from_secs(301));
         let out = handle(&deps, LambdaEvent::new(scheduled(), Context::default()))
@@ -139,5 +153,8 @@ mod tests {
             .unwrap();
         assert_eq!(out["reenqueued"], 1);
         assert_eq!(queue.len(), 1);
+        // Re-enqueued counts as `Redriven`, through the function's sink.
+        assert_eq!(metrics.lines().len(), 2);
+        assert_eq!(metrics.sum("Redriven", &[("Function", "reconciler")]), 1.0);
     }
 }

@@ -1,6 +1,7 @@
 //! The reconciler function: one [`charge_once::reconciler::reconcile_tick`] per scheduled event.
 //!
-//! - [`handler`]: the tick within the invocation's remaining time, and its EMF metrics line.
+//! - [`handler`]: the tick within the invocation's remaining time, and its EMF metrics lines
+//!   (into the function's `MetricsSink`).
 //! - [`ReconcilerConfig`]: what it reads from the environment, once, at init.
 
 pub mod handler;

@@ -9,8 +9,9 @@ use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
+use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
-use reconciler::handler::{handle, PAGE_SIZE};
+use reconciler::handler::{handle, ReconcilerFunction, PAGE_SIZE};
 use reconciler::ReconcilerConfig;
 
 #[tokio::main]
@@ -39,13 +40,16 @@ async fn main() -> Result<(), Error> {
         Some(search),
         Duration::from_secs(10),
     ));
-    let deps = ReconcilerDeps {
-        charge,
-        queue: Arc::new(SqsQueue::new(
-            aws_sdk_sqs::Client::new(&aws),
-            &config.queue_url,
-        )),
-        page_size: PAGE_SIZE,
+    let deps = ReconcilerFunction {
+        reconciler: ReconcilerDeps {
+            charge,
+            queue: Arc::new(SqsQueue::new(
+                aws_sdk_sqs::Client::new(&aws),
+                &config.queue_url,
+            )),
+            page_size: PAGE_SIZE,
+        },
+        metrics: Arc::new(StdoutMetrics),
     };
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {

@@ -42,7 +42,8 @@ use aws_lambda_events::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use charge_once::telemetry::{emf_line_classed, MetricsSink};
+use charge_once::ports::MetricsSink;
+use charge_once::telemetry::{emf_line_classed, sent_to_review_line, ErrorChain};
 use charge_once::webhook::{
     receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport,
     MAX_BODY_BYTES,
@@ -85,7 +86,7 @@ pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Value>) -> Result
     let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(payload) {
         Ok(req) => handle_http(deps, LambdaEvent::new(req, context)).await,
         Err(e) => {
-            info!(error = %e, "not an HTTP API request nor an EventBridge event");
+            info!(error = %ErrorChain(&e), "not an HTTP API request nor an EventBridge event");
             response(400, json!({"error": {"code": "unreadable"}}))
         }
     };
@@ -243,12 +244,8 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
         ..
     } = report.reception
     {
-        deps.metrics.emit(emf_line_classed(
-            FUNCTION,
-            ("ReasonClass", class.as_str()),
-            now,
-            &[("SentToReview", 1.0, "Count")],
-        ));
+        deps.metrics
+            .emit(sent_to_review_line(FUNCTION, class, 1, now));
     }
 }
 

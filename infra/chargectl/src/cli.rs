@@ -118,7 +118,7 @@ pub enum Command {
     /// `dev sqs-event` receives from --queue-url and prints the SQS event Lambda would deliver
     /// (for `cargo lambda invoke charge --data-file`); `dev sqs-ack` then deletes the messages the
     /// function did not report in batchItemFailures.
-    Dev(crate::dev::DevArgs),
+    Dev(DevArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -230,6 +230,59 @@ pub fn non_empty(raw: &str) -> Result<String, String> {
     } else {
         Ok(trimmed.to_owned())
     }
+}
+
+/// `chargectl dev`: Lambda's SQS poller by hand.
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(subcommand)]
+    pub command: DevCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Receive from the charge queue and print the SQS event Lambda would deliver (FIFO attributes,
+    /// eventSourceARN, receipt handles). Deletes nothing; see `sqs-ack`.
+    ///
+    /// Exits 1 when the queue has no visible message within --wait-secs.
+    SqsEvent(SqsEventArgs),
+
+    /// After `cargo lambda invoke charge`: delete the event's messages that the function did not
+    /// report in batchItemFailures, as Lambda's poller does.
+    ///
+    /// An answer that is not valid JSON, or a batchItemFailures entry whose itemIdentifier is
+    /// missing, empty or not in the event, fails the whole batch: nothing is deleted (exit 0, with
+    /// the reason). Those messages come back after the visibility timeout.
+    SqsAck(SqsAckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SqsEventArgs {
+    /// At most this many messages in the event (Lambda's batch size; SQS caps one receive at 10).
+    #[arg(long, value_name = "N", default_value_t = 10,
+          value_parser = clap::value_parser!(i32).range(1..=10))]
+    pub max: i32,
+
+    /// Long-poll this long for a first message (0-20 s).
+    #[arg(long, value_name = "SECS", default_value_t = 2,
+          value_parser = clap::value_parser!(i32).range(0..=20))]
+    pub wait_secs: i32,
+
+    /// Keep the received messages invisible this long instead of the queue's own timeout.
+    #[arg(long, value_name = "SECS",
+          value_parser = clap::value_parser!(i32).range(0..=43_200))]
+    pub visibility_timeout: Option<i32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SqsAckArgs {
+    /// The event file given to the charge function (from `chargectl dev sqs-event`).
+    #[arg(long, value_name = "FILE")]
+    pub event: String,
+
+    /// The charge function's answer (`cargo lambda invoke charge ...` output); `-` reads stdin.
+    #[arg(long, value_name = "FILE", default_value = "-")]
+    pub response: String,
 }
 
 #[cfg(test)]

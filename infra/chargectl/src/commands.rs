@@ -30,6 +30,7 @@ use charge_once::ports::{
     Recorded, Reschedule, StoreError,
 };
 use charge_once::reconciler::{self, Redriven};
+use charge_once::telemetry::ErrorChain;
 use charge_once::{
     AuditEntry, Clock, Operation, OperationId, OperationKey, OperationKind, OperationStatus,
     OrderId, PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
@@ -109,13 +110,7 @@ impl fmt::Display for Failure {
         match self {
             Failure::Usage(m) | Failure::Refused(m) => f.write_str(m),
             Failure::Infra { context, source } => {
-                write!(f, "{context}: {source}")?;
-                let mut next = source.source();
-                while let Some(cause) = next {
-                    write!(f, ": {cause}")?;
-                    next = cause.source();
-                }
-                Ok(())
+                write!(f, "{context}: {}", ErrorChain(source.as_ref()))
             }
         }
     }

@@ -27,63 +27,11 @@ use std::path::Path;
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use aws_sdk_sqs::Client;
-use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 
+use crate::aws::aws_config;
+use crate::cli::{DevArgs, DevCommand, GlobalArgs, SqsEventArgs};
 use crate::commands::{Console, Failure};
-use crate::GlobalArgs;
-
-#[derive(Debug, Args)]
-pub struct DevArgs {
-    #[command(subcommand)]
-    pub command: DevCommand,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DevCommand {
-    /// Receive from the charge queue and print the SQS event Lambda would deliver (FIFO attributes,
-    /// eventSourceARN, receipt handles). Deletes nothing; see `sqs-ack`.
-    ///
-    /// Exits 1 when the queue has no visible message within --wait-secs.
-    SqsEvent(SqsEventArgs),
-
-    /// After `cargo lambda invoke charge`: delete the event's messages that the function did not
-    /// report in batchItemFailures, as Lambda's poller does.
-    ///
-    /// An answer that is not valid JSON, or a batchItemFailures entry whose itemIdentifier is
-    /// missing, empty or not in the event, fails the whole batch: nothing is deleted (exit 0, with
-    /// the reason). Those messages come back after the visibility timeout.
-    SqsAck(SqsAckArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct SqsEventArgs {
-    /// At most this many messages in the event (Lambda's batch size; SQS caps one receive at 10).
-    #[arg(long, value_name = "N", default_value_t = 10,
-          value_parser = clap::value_parser!(i32).range(1..=10))]
-    pub max: i32,
-
-    /// Long-poll this long for a first message (0-20 s).
-    #[arg(long, value_name = "SECS", default_value_t = 2,
-          value_parser = clap::value_parser!(i32).range(0..=20))]
-    pub wait_secs: i32,
-
-    /// Keep the received messages invisible this long instead of the queue's own timeout.
-    #[arg(long, value_name = "SECS",
-          value_parser = clap::value_parser!(i32).range(0..=43_200))]
-    pub visibility_timeout: Option<i32>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct SqsAckArgs {
-    /// The event file given to the charge function (from `chargectl dev sqs-event`).
-    #[arg(long, value_name = "FILE")]
-    pub event: String,
-
-    /// The charge function's answer (`cargo lambda invoke charge ...` output); `-` reads stdin.
-    #[arg(long, value_name = "FILE", default_value = "-")]
-    pub response: String,
-}
 
 /// Runs a `dev` subcommand against the queue named by `--queue-url` / `QUEUE_URL`.
 pub async fn run(
@@ -100,7 +48,7 @@ pub async fn run(
         .to_owned();
     match args.command {
         DevCommand::SqsEvent(a) => {
-            let client = Client::new(&crate::aws_config(global).await);
+            let client = Client::new(&aws_config(global).await);
             sqs_event(&client, &queue_url, &a, console).await
         }
         DevCommand::SqsAck(a) => {
@@ -110,7 +58,7 @@ pub async fn run(
             let event = parse_event(&event_text)
                 .map_err(|e| Failure::Usage(format!("{}: {e}", a.event)))?;
             let plan = ack_plan(&event, &response_text);
-            let client = Client::new(&crate::aws_config(global).await);
+            let client = Client::new(&aws_config(global).await);
             sqs_ack(&client, &queue_url, &plan, console).await
         }
     }
@@ -437,7 +385,7 @@ pub async fn sqs_ack(
         {
             errors.insert(
                 r.message_id.clone(),
-                crate::commands::Failure::infra("DeleteMessage", e).to_string(),
+                Failure::infra("DeleteMessage", e).to_string(),
             );
         }
     }

@@ -18,13 +18,20 @@
 //! Every operator write is conditional on the record read, refuses while a lease may be live, and
 //! appends to the record's history with the caller's IAM identity (STS `GetCallerIdentity`).
 //!
-//! Modules: [`cli`] (clap types), [`duration`] (the `--older-than` parser), [`render`] (table,
-//! JSON), [`commands`] (the subcommands against the ports). [`run`] wires them to DynamoDB and SQS.
+//! Modules, each using only those after it (no module reaches back up):
+//! - here: [`main_with_args`] and [`run`], which dispatch a parsed command;
+//! - [`dev`]: the `dev` subcommands (the SQS poller by hand);
+//! - [`aws`]: the AWS clients from the global flags (table, queue, Stripe key, caller identity);
+//! - [`commands`]: the operator subcommands against the ports, [`Console`], [`Failure`];
+//! - [`render`] (table, JSON) and [`cli`] (the clap types of every subcommand, `dev`'s too),
+//!   [`duration`] (the `--older-than` parser).
+//!
 //! The binary (`src/main.rs`) only parses the arguments and calls [`main_with_args`].
 //!
 //! Exit codes: 0 done; 1 refused, not found, or an infrastructure error (with its error chain);
 //! 2 bad arguments (nothing read or written).
 
+pub mod aws;
 pub mod cli;
 pub mod commands;
 pub mod dev;
@@ -34,15 +41,13 @@ pub mod render;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use charge_once::adapters::aws::OPERATOR_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::adapters::stripe::StripeGateway;
-use charge_once::config;
+use charge_once::telemetry::ErrorChain;
 use charge_once::SystemClock;
 use clap::Parser;
 
+use aws::{aws_config, dynamo_store, required, stripe_gateway, StsIdentity};
 pub use cli::{Cli, Command, GlobalArgs};
 pub use commands::{Console, Failure};
 
@@ -71,7 +76,10 @@ where
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("chargectl: cannot start the async runtime: {e}");
+            eprintln!(
+                "chargectl: cannot start the async runtime: {}",
+                ErrorChain(&e)
+            );
             return ExitCode::from(1);
         }
     };
@@ -117,9 +125,10 @@ fn simulate_alias(args: &[OsString]) -> Option<ExitCode> {
         )),
         Err(e) => {
             eprintln!(
-                "chargectl: `simulate` moved to its own binary and {} could not be run: {e}; \
+                "chargectl: `simulate` moved to its own binary and {} could not be run: {}; \
                  build it with `cargo build -p simulate` (or `make run`)",
-                program.display()
+                program.display(),
+                ErrorChain(&e)
             );
             Some(ExitCode::from(1))
         }
@@ -178,67 +187,36 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
     }
 }
 
-fn required<'a>(value: &'a Option<String>, flag: &str, command: &str) -> Result<&'a str, Failure> {
-    value
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| Failure::Usage(format!("`{command}` needs {flag}")))
-}
-
-/// The caller's identity from STS `GetCallerIdentity` (needs no IAM permission).
-pub struct StsIdentity(pub aws_sdk_sts::Client);
-
-#[async_trait::async_trait]
-impl commands::CallerIdentity for StsIdentity {
-    async fn caller_arn(&self) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-        let out = self.0.get_caller_identity().send().await?;
-        out.arn()
-            .map(str::to_owned)
-            .ok_or_else(|| "GetCallerIdentity answered without an ARN".into())
+#[cfg(test)]
+mod tests {
+    /// The module order of the crate doc: each module uses (`crate::<name>`) only modules after
+    /// it, and nothing of the crate root, so there is no cycle (issue 26: `cli` ↔ `commands` ↔
+    /// `dev` was one).
+    #[test]
+    fn modules_depend_one_way() {
+        let order = ["dev", "aws", "commands", "render", "cli", "duration"];
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        for (i, module) in order.iter().enumerate() {
+            let text = std::fs::read_to_string(format!("{src}/{module}.rs")).unwrap();
+            let code: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect();
+            for line in code {
+                for (at, _) in line.match_indices("crate::") {
+                    let name: String = line[at + "crate::".len()..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    match order.iter().position(|m| *m == name) {
+                        Some(j) => assert!(
+                            j >= i,
+                            "{module}.rs uses crate::{name}, which comes before it: {line}"
+                        ),
+                        None => panic!("{module}.rs reaches up to the crate root: {line}"),
+                    }
+                }
+            }
+        }
     }
-}
-
-/// The Stripe client, with the key read the way the functions read it: from the Secrets Manager
-/// secret named by `--stripe-secret-arn` / `STRIPE_SECRET_ARN`.
-pub async fn stripe_gateway(global: &GlobalArgs) -> Result<StripeGateway, Failure> {
-    let arn = required(
-        &global.stripe_secret_arn,
-        "--stripe-secret-arn (or STRIPE_SECRET_ARN), to check Stripe before resolving",
-        "resolve",
-    )?;
-    let mut vars = std::collections::HashMap::from([(config::STRIPE_SECRET_ARN, arn)]);
-    if let Some(base) = global.stripe_api_base.as_deref() {
-        vars.insert(config::STRIPE_API_BASE, base);
-    }
-    let stripe = config::stripe_env(&vars).map_err(|e| Failure::Usage(e.to_string()))?;
-    let sdk = aws_config(global).await;
-    let key = fetch_stripe_key(
-        &aws_sdk_secretsmanager::Client::new(&sdk),
-        &stripe.secret_arn,
-    )
-    .await
-    .map_err(|e| Failure::infra("reading the Stripe key", e))?;
-    StripeGateway::new(stripe.with_key(key))
-        .map_err(|e| Failure::infra("building the Stripe client", e))
-}
-
-/// The standard AWS configuration chain (env, profile, region) with the operator's time bounds
-/// (`charge_once::adapters::aws::OPERATOR_TIMEOUTS`), and `--endpoint-url` on top.
-pub async fn aws_config(global: &GlobalArgs) -> aws_config::SdkConfig {
-    let mut loader = OPERATOR_TIMEOUTS.loader();
-    if let Some(url) = &global.endpoint_url {
-        loader = loader.endpoint_url(url);
-    }
-    loader.load().await
-}
-
-/// The operations table named by `--table` / `TABLE_NAME`.
-pub async fn dynamo_store(global: &GlobalArgs, command: &str) -> Result<DynamoStore, Failure> {
-    let table = required(&global.table, "--table (or TABLE_NAME)", command)?;
-    let config = aws_config(global).await;
-    Ok(DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&config),
-        table,
-    ))
 }

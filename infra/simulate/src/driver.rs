@@ -25,9 +25,11 @@ use charge::handler::ChargeFunction;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::reconciler::ReconcilerDeps;
+use charge_once::telemetry::CapturedMetrics;
 use charge_once::{Clock, ManualClock, Timestamp};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
+use reconciler::handler::ReconcilerFunction;
 use serde_json::json;
 
 use rand::rngs::SmallRng;
@@ -113,7 +115,7 @@ pub struct LoopCounts {
 /// summed as CloudWatch would, into the loop's counts.
 pub struct ChargeMetrics(pub Arc<LoopCounts>);
 
-impl charge_once::telemetry::MetricsSink for ChargeMetrics {
+impl charge_once::ports::MetricsSink for ChargeMetrics {
     fn emit(&self, line: String) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
             return;
@@ -130,19 +132,6 @@ impl charge_once::telemetry::MetricsSink for ChargeMetrics {
             .left_to_reconciler
             .fetch_add(n("LeftToReconciler"), Ordering::Relaxed);
     }
-}
-
-/// The `UnreadableRecords` of a tick's EMF lines (the reconciler's line), summed.
-pub fn unreadable_in_emf(lines: &[u8]) -> u64 {
-    String::from_utf8_lossy(lines)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter_map(|v| {
-            v.get("UnreadableRecords")
-                .and_then(serde_json::Value::as_f64)
-        })
-        .map(|n| n as u64)
-        .sum()
 }
 
 /// The `index`-th order of a seed: its id and card, fixed by (seed, index) whatever the
@@ -280,17 +269,20 @@ impl Pipeline {
         event.detail_type = "Scheduled Event".into();
         event.source = "aws.events".into();
         event.detail = json!({});
-        let mut emf = Vec::new();
-        let result = reconciler::handler::handle_with_metrics(
-            &self.reconciler,
-            LambdaEvent::new(event, Context::default()),
-            &mut emf,
-        )
-        .await;
+        // The function as main.rs wires it, its metrics captured for this invocation: the tick's
+        // `UnreadableRecords`, summed as CloudWatch would.
+        let metrics = Arc::new(CapturedMetrics::new());
+        let function = ReconcilerFunction {
+            reconciler: self.reconciler.clone(),
+            metrics: metrics.clone(),
+        };
+        let result =
+            reconciler::handler::handle(&function, LambdaEvent::new(event, Context::default()))
+                .await;
         match result {
             Ok(_) => {
                 counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
-                let unreadable = unreadable_in_emf(&emf);
+                let unreadable = metrics.sum("UnreadableRecords", &[]) as u64;
                 counts
                     .unreadable_counted
                     .fetch_add(unreadable, Ordering::Relaxed);

@@ -55,6 +55,7 @@ use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::pacing::{Budget, PacedGateway};
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
+use charge_once::telemetry::ErrorChain;
 use charge_once::{ManualClock, OperationKey, OrderId};
 use checkout::handler::Checkout;
 use clap::{Parser, ValueEnum};
@@ -927,14 +928,17 @@ where
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("simulate: cannot start the async runtime: {e}");
+            eprintln!(
+                "simulate: cannot start the async runtime: {}",
+                ErrorChain(&e)
+            );
             return ExitCode::from(1);
         }
     };
     let outcome = match runtime.block_on(run(&args)) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("simulate: {e}");
+            eprintln!("simulate: {}", ErrorChain(e.as_ref()));
             return ExitCode::from(1);
         }
     };
@@ -959,7 +963,7 @@ where
                 let _ = writeln!(out, "{line}");
             }
             Err(e) => {
-                eprintln!("simulate: report: {e}");
+                eprintln!("simulate: report: {}", ErrorChain(&e));
                 return ExitCode::from(1);
             }
         }

@@ -44,6 +44,7 @@ use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use reconciler::handler::ReconcilerFunction;
 use serde::Serialize;
 use stripe_sim::{Capacity, CreateLatency, SimConfig, StripeSim};
 
@@ -235,7 +236,7 @@ struct Run {
     store: Arc<SimStore>,
     sim: StripeSim,
     checkout: Checkout,
-    reconciler: ReconcilerDeps,
+    reconciler: ReconcilerFunction,
     arrived: AtomicU64,
     batches: AtomicU64,
     ticks: AtomicU64,
@@ -365,11 +366,9 @@ impl Run {
             event.detail_type = "Scheduled Event".into();
             event.source = "aws.events".into();
             event.detail = serde_json::json!({});
-            let mut emf = Vec::new();
-            let _ = reconciler::handler::handle_with_metrics(
+            let _ = reconciler::handler::handle(
                 &self.reconciler,
                 LambdaEvent::new(event, Context::default()),
-                &mut emf,
             )
             .await;
             self.ticks.fetch_add(1, Ordering::Relaxed);
@@ -509,7 +508,10 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
             pending_grace: policy.pending_grace,
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         },
-        reconciler,
+        reconciler: ReconcilerFunction {
+            reconciler,
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        },
         arrived: AtomicU64::new(0),
         batches: AtomicU64::new(0),
         ticks: AtomicU64::new(0),

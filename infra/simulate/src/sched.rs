@@ -14,7 +14,7 @@
 //! outermost [`run_all`] is runnable, it moves the clock to the earliest wake time and wakes the
 //! tasks registered for it (in registration order; the seeded pick decides among them). Without
 //! timers installed a sleep just moves the clock (one caller at a time). [`SchedSleeper`] is the
-//! charge function's [`charge_once::pacing::Sleeper`] on them.
+//! charge function's [`charge_once::ports::Sleeper`] on them.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -165,11 +165,11 @@ pub fn sleep(clock: &ManualClock, d: Duration) -> Sleep {
     sleep_until(at)
 }
 
-/// The pacing [`charge_once::pacing::Sleeper`] on the scheduler's timers.
+/// The pacing [`charge_once::ports::Sleeper`] on the scheduler's timers.
 #[derive(Clone)]
 pub struct SchedSleeper(pub ManualClock);
 
-impl charge_once::pacing::Sleeper for SchedSleeper {
+impl charge_once::ports::Sleeper for SchedSleeper {
     fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(sleep(&self.0, d))
     }

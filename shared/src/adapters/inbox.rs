@@ -21,8 +21,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
 use crate::ports::StoreError;
+use crate::ports::{Admitted, WebhookInbox};
 use crate::time::Timestamp;
-use crate::webhook::inbox::{Admitted, WebhookInbox};
 use crate::webhook::ttl_epoch_seconds;
 
 #[derive(Clone, Debug)]

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::ports::StoreError;
+use crate::ports::{Admitted, WebhookInbox};
 use crate::time::Timestamp;
-use crate::webhook::inbox::{Admitted, WebhookInbox};
 
 #[derive(Default)]
 pub struct MemoryInbox {

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::ports::Clock;
 use crate::ports::{
     ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
 };
-use crate::time::{Clock, Timestamp};
+use crate::time::Timestamp;
 
 /// SQS FIFO's deduplication interval.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60);

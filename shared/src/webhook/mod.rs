@@ -10,7 +10,7 @@
 //!    Refused: nothing written.
 //! 2. **Parse** ([`event`]); types we do not act on and PaymentIntents that are not ours are
 //!    acknowledged and counted, unwritten.
-//! 3. **Admit** the event id into the [`inbox`] with a conditional put: a redelivery is a
+//! 3. **Admit** the event id into the inbox ([`WebhookInbox`]) with a conditional put: a redelivery is a
 //!    duplicate, acknowledged, with no other effect.
 //! 4. **Find** the operation on the table key from `metadata.order_id` (a strongly consistent
 //!    GetItem, no index) and check `metadata.operation_id` is the one recorded.
@@ -31,7 +31,6 @@
 //! the unknown index: a lost event costs time, never correctness.
 
 pub mod event;
-pub mod inbox;
 pub mod signature;
 
 use std::sync::Arc;
@@ -45,7 +44,7 @@ use crate::executor::{
 };
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::outcome::{GatewayError, PaymentIntent};
-use crate::ports::StoreError;
+use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use crate::time::Timestamp;
 
@@ -53,7 +52,6 @@ pub use event::{
     Action, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES, SECOND_PAYMENT_INTENT,
     STRIPE_PARTNER_SOURCE_PREFIX,
 };
-pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
 
 /// Everything one event needs, built once per process.
@@ -237,7 +235,7 @@ pub async fn receive(
     };
     let now = deps.charge.clock.now();
     if let Err(e) = signature::verify(signature_header, body, secrets, now, deps.tolerance) {
-        warn!(reason = e.as_str(), "webhook rejected: {e}");
+        warn!(reason = e.as_str(), error = %ErrorChain(&e), "webhook rejected");
         return WebhookReport::new(Reception::Rejected(Rejection::Signature(e)));
     }
     accept(deps, StripeEvent::parse(body), budget).await
@@ -269,7 +267,7 @@ async fn accept(
     let event = match event {
         Ok(event) => event,
         Err(e) => {
-            warn!(reason = "unreadable", "event rejected: {e}");
+            warn!(reason = "unreadable", error = %ErrorChain(&e), "event rejected");
             return WebhookReport::new(Reception::Rejected(Rejection::Unreadable(e.0)));
         }
     };

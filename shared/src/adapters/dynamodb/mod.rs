@@ -48,6 +48,7 @@
 //! - [`schema`]: the attribute names (keys, index, what the writes check and change), the shards
 //!   ([`shard_name`], [`due_shard`]), the table definition.
 //! - [`item`]: the record as an item and back, index entries' keys.
+//! - [`stream`]: the table's stream images (what the notify relay reads) as operation records.
 //! - [`writes`]: the store's rules ([`crate::store_rules`]) as condition and update expressions.
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
 //! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
@@ -74,6 +75,7 @@ use crate::store_rules::{self, Transition};
 pub mod item;
 mod paging;
 pub mod schema;
+pub mod stream;
 pub mod writes;
 
 use item::{attr_n, attr_s, key_of, operation_from_item, Attrs};

@@ -1,19 +1,16 @@
-//! What the core needs from the world, as small traits. Each has a real adapter (DynamoDB, SQS,
-//! Stripe over HTTP) and an in-memory one (see [`crate::memory`]); both pass the same contract tests.
+//! The operation store: the durable record of operations, its conditional writes and the unknown
+//! index. A failed condition is a value ([`Claim::Settled`], [`Recorded::Refused`]), never an
+//! error; [`StoreError`] is the store itself failing, with its `#[source]`.
 
 use std::error::Error as StdError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
-use crate::domain::{
-    ChargeParams, IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId,
-};
+use crate::domain::{OperationId, PaymentIntentId};
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
-use crate::outcome::{GatewayError, PaymentIntent};
 use crate::time::Timestamp;
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
@@ -136,7 +133,7 @@ pub struct Reschedule {
     pub clear_review: bool,
     pub now: Timestamp,
     /// An operator's re-drive: refuse while a lease may still be live (see
-    /// [`ManualResolution::lease_cutoff`]) and append this entry to the history.
+    /// [`OperatorGuard::lease_cutoff`]) and append this entry to the history.
     pub operator: Option<OperatorGuard>,
 }
 
@@ -277,174 +274,4 @@ pub trait OperationStore: Send + Sync {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError>;
-}
-
-/// The body of a charge message. Versioned; carries no amount and no card data, only what
-/// identifies the operation, which the charge function reads back from the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChargeMessage {
-    pub v: u32,
-    pub operation_id: OperationId,
-    pub order_id: OrderId,
-    pub kind: OperationKind,
-}
-
-impl ChargeMessage {
-    pub const VERSION: u32 = 1;
-
-    pub fn for_operation(op: &Operation) -> Self {
-        Self {
-            v: Self::VERSION,
-            operation_id: op.operation_id,
-            order_id: op.order_id.clone(),
-            kind: op.kind,
-        }
-    }
-
-    pub fn key(&self) -> OperationKey {
-        OperationKey {
-            order_id: self.order_id.clone(),
-            kind: self.kind,
-        }
-    }
-}
-
-/// A message as it goes onto the FIFO queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedCharge {
-    pub message: ChargeMessage,
-    /// `operation_id`, or `operation_id:<n>` for the n-th deliberate re-drive.
-    pub dedup_id: String,
-    /// `order_id`: one order's messages stay in order, unrelated orders never block each other.
-    pub group_id: String,
-}
-
-impl QueuedCharge {
-    /// The first send for an operation (and any re-send of it within the dedup window).
-    pub fn first(op: &Operation) -> Self {
-        Self {
-            message: ChargeMessage::for_operation(op),
-            dedup_id: op.operation_id.to_string(),
-            group_id: op.order_id.as_str().to_owned(),
-        }
-    }
-
-    /// The n-th deliberate re-drive: a fresh dedup id so FIFO dedup does not swallow it.
-    pub fn redrive(op: &Operation, n: u32) -> Self {
-        Self {
-            dedup_id: format!("{}:{n}", op.operation_id),
-            ..Self::first(op)
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("charge queue: {message}")]
-pub struct QueueError {
-    pub message: String,
-    #[source]
-    pub source: Option<Box<dyn StdError + Send + Sync>>,
-}
-
-impl QueueError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    pub fn with_source(
-        message: impl Into<String>,
-        source: impl StdError + Send + Sync + 'static,
-    ) -> Self {
-        Self {
-            message: message.into(),
-            source: Some(Box::new(source)),
-        }
-    }
-}
-
-/// The queue that carries operations to the charge function (SQS FIFO in production).
-#[async_trait]
-pub trait ChargeQueue: Send + Sync {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError>;
-}
-
-/// A message the charge function cannot act on, whatever the number of retries (unreadable,
-/// unknown version, no such operation), copied to the dead-letter queue with why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The body exactly as received.
-    pub body: String,
-    /// The source queue's message id (also the DLQ's dedup id).
-    pub message_id: String,
-    /// The source message group (`None` if the record had none).
-    pub group_id: Option<String>,
-    /// Why it can never succeed (`unparseable`, `unsupported_version`, `no_such_operation`).
-    pub reason: String,
-    /// The detail, for a person.
-    pub detail: String,
-}
-
-/// Bringing a received message back sooner than the queue's visibility timeout (SQS
-/// `ChangeMessageVisibility` on its receipt handle): a message Stripe's rate limit refused comes
-/// back in seconds, not in the 30 minutes that protect a running charge.
-#[async_trait]
-pub trait MessageVisibility: Send + Sync {
-    /// The message becomes visible again `delay` from now.
-    async fn return_after(
-        &self,
-        receipt_handle: &str,
-        delay: std::time::Duration,
-    ) -> Result<(), QueueError>;
-}
-
-/// Where poison messages go (the charge queue's DLQ in production).
-#[async_trait]
-pub trait DeadLetterQueue: Send + Sync {
-    async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError>;
-}
-
-/// A create request: the parameters plus the key derived from the operation id.
-#[derive(Debug, Clone)]
-pub struct CreatePaymentIntent {
-    pub idempotency_key: IdempotencyKey,
-    pub operation_id: OperationId,
-    /// Sent as `metadata[order_id]`: Stripe's webhooks find the operation by it, on the table
-    /// key (issue 17).
-    pub order_id: OrderId,
-    pub params: ChargeParams,
-}
-
-impl CreatePaymentIntent {
-    pub fn for_operation(op: &Operation) -> Self {
-        Self {
-            idempotency_key: op.idempotency_key(),
-            operation_id: op.operation_id,
-            order_id: op.order_id.clone(),
-            params: op.params.clone(),
-        }
-    }
-}
-
-/// Stripe's PaymentIntents API as the core uses it.
-#[async_trait]
-pub trait PaymentGateway: Send + Sync {
-    /// The mode of the key this gateway calls Stripe with (`sk_live_…`: true). A PaymentIntent
-    /// whose `livemode` differs is not one of ours, whatever its metadata says.
-    fn livemode(&self) -> bool;
-
-    /// Creates and confirms off-session, with `metadata[operation_id]` and the idempotency key.
-    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
-
-    /// Reads the current state of a PaymentIntent.
-    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError>;
-
-    /// Finds PaymentIntents by `metadata['operation_id']`. Eventually consistent: never use it
-    /// right after a create.
-    async fn search_by_operation(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Vec<PaymentIntent>, GatewayError>;
 }

@@ -1,15 +1,17 @@
 //! [`EventBridgePublisher`]: the [`OutcomePublisher`] on an EventBridge bus. One PutEvents call per
 //! batch of at most ten; an entry EventBridge refuses comes back in [`Published::failed`].
+//!
+//! Behind the crate feature `eventbridge`: only the notify function (and the tests) link the
+//! EventBridge SDK.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::outbox::{OutcomeEvent, SOURCE};
+use crate::ports::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 use async_trait::async_trait;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use aws_sdk_eventbridge::Client;
-use charge_once::outbox::{
-    OutcomeEvent, OutcomePublisher, PublishError, Published, MAX_BATCH, SOURCE,
-};
 
 pub struct EventBridgePublisher {
     client: Client,

@@ -1,5 +1,6 @@
-//! The inbox: every Stripe event id the endpoint acted on, recorded with a conditional put before
-//! it acts, so a redelivery of the same event (Stripe delivers at least once) changes nothing.
+//! The webhook's inbox: every Stripe event id the endpoint acted on, recorded with a conditional
+//! put before it acts, so a redelivery of the same event (Stripe delivers at least once) changes
+//! nothing.
 //!
 //! Entries expire ([`INBOX_TTL`], DynamoDB TTL in production): Stripe retries one event for at
 //! most three days, so 30 days outlive every redelivery of it. Even a delivery after expiry is
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::ports::StoreError;
+use super::store::StoreError;
 use crate::time::Timestamp;
 
 /// How long an event id is remembered.

@@ -1,0 +1,41 @@
+//! What the core needs from the world, as small traits: every port of the crate is declared here,
+//! and nowhere else. Each has a production adapter (under [`crate::adapters`], or beside the port's
+//! value types for the clock and the metrics) and an in-memory one ([`crate::memory`]); where both
+//! exist, one contract suite in `tests/support/` runs on each.
+//!
+//! | port | what for | production | in memory | contract |
+//! |---|---|---|---|---|
+//! | [`OperationStore`] | the operation record, its conditional writes, the unknown index | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
+//! | [`ChargeQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
+//! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
+//! | [`PaymentGateway`] | Stripe's PaymentIntents | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
+//! | [`WebhookInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
+//! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
+//! | [`Clock`], [`Sleeper`] | now, and waiting | `time::SystemClock`, `pacing::TokioSleeper` | `time::ManualClock` | |
+//! | [`MetricsSink`] | CloudWatch EMF lines | `telemetry::StdoutMetrics` | `telemetry::CapturedMetrics`, `DiscardMetrics` | |
+//!
+//! A refused condition is a value ([`Claim::Settled`], [`Recorded::Refused`]), not an error; the
+//! errors ([`StoreError`], [`QueueError`], [`PublishError`]) are the adapter failing, with their
+//! `#[source]`. One file per port family; all of them are used from here (`ports::OperationStore`).
+
+mod clock;
+mod gateway;
+mod inbox;
+mod metrics;
+mod outbox;
+mod queue;
+mod store;
+
+pub use clock::{Clock, Sleeper};
+pub use gateway::{CreatePaymentIntent, PaymentGateway};
+pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
+pub use metrics::MetricsSink;
+pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
+pub use queue::{
+    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError,
+    QueuedCharge,
+};
+pub use store::{
+    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
+    OutcomeRecord, Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
+};
