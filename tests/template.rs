@@ -1615,7 +1615,7 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         .find(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&notify_id))
         .map(|(_, m)| number(get(props(m), "BatchSize").expect("BatchSize")))
         .expect("the notify function's stream mapping");
-    let puts = stream_batch.div_ceil(charge_once::outbox::MAX_BATCH as u64);
+    let puts = stream_batch.div_ceil(charge_once::ports::MAX_BATCH as u64);
     assert!(
         2 * puts * op <= timeout("notify"),
         "notify: {puts} PutEvents x {op} s, twice over, must fit in {} s",
