@@ -1,6 +1,7 @@
 //! What the core needs from the world, as small traits: every port of the crate is declared here,
-//! and nowhere else. Each has a production adapter (under [`crate::adapters`], or beside the port's
-//! value types for the clock and the metrics) and an in-memory one ([`crate::memory`]); where both
+//! and nowhere else. Each has a production adapter (under [`crate::adapters`]; the clocks are in
+//! [`crate::time`], the sleeper in [`crate::pacing`], the metrics sinks in [`crate::telemetry`])
+//! and, for tests and the simulation, an in-memory one (mostly [`crate::memory`]); where both
 //! exist, one contract suite in `tests/support/` runs on each.
 //!
 //! | port | what for | production | in memory | contract |
