@@ -147,13 +147,15 @@ async fn keep(
     Ok(resp)
 }
 
-/// Polls `done` every 20 ms of real time, for at most 5 s; panics naming `what` after that.
+/// Polls `done` every 20 ms of real time, for at most 30 s (a bound for a loaded 2-core CI
+/// machine, where 5 s was once not enough for a retry; a passing wait returns at once); panics
+/// naming `what` after that.
 pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..250 {
+    for _ in 0..1_500 {
         if done() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("timed out after 5 s waiting for {what}");
+    panic!("timed out after 30 s waiting for {what}");
 }
