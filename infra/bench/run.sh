@@ -6,9 +6,12 @@
 #   - the simulation (`simulate`, release build): 1,000,000 orders with every fault kind on
 #     (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
 #     wire (moto + a separately started stripe-sim over HTTP, with faults).
-#   - footprint per release profile (BENCH_PROFILES, default `release`): stripped binary, zip,
-#     init ms (exec to the first invocation/next against a local Runtime API, moto for the
-#     secret) and CPU per charge, from a real build of each function (issue 15);
+#   - footprint (infra/bench/footprint.sh) of all five functions: the arm64 zip as `sam build`
+#     makes it (cargo lambda build --release --arm64), and per release profile (BENCH_PROFILES,
+#     default `release`) on this x86-64 host: stripped binary, zip, init ms (exec to the first
+#     invocation/next against a local Runtime API, moto for the secrets) and CPU per charge, from
+#     a real build of each function (issues 15, 27); the previous release's figures beside them
+#     come from infra/bench/previous-footprint.json;
 #   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model;
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (release build, virtual time, in memory) once per row of
@@ -20,6 +23,8 @@
 #
 # BENCH_ONLY=burst: only section 7: its runs, then that section replaced in place in BENCHMARKS.md
 # (the rest of the file as the last full run wrote it). `BENCH_ONLY=burst make bench`.
+# BENCH_ONLY=footprint: the same for section 4 (its builds and measurements, about 11 optimised
+# builds: five arm64, five x86-64 and `footprint`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Where cargo puts the binaries (a worktree may share another checkout's target directory).
@@ -43,7 +48,8 @@ only="${BENCH_ONLY:-}"
 case "$only" in
   "") ;;
   burst) steps=" burst " ;;
-  *) echo "BENCH_ONLY=$only: unknown section (burst renders alone)" >&2; exit 2 ;;
+  footprint) steps=" footprint " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (burst and footprint render alone)" >&2; exit 2 ;;
 esac
 step() { [[ "$steps" == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -78,40 +84,8 @@ if step cpu; then
 fi
 
 if step footprint; then
-echo "== 4: footprint per release profile ($profiles): build, zip, init, CPU per charge" >&2
-rm -f "$out"/footprint-*.json
-for p in $profiles; do
-  # One package per build: features resolve as for `sam build` / `cargo lambda build` of that function.
-  # `footprint` (CPU per charge, init) has the charge function's dependencies: one more crate and a link.
-  for f in checkout charge reconciler footprint; do
-    nice -n 19 cargo build --locked --profile "$p" -p "$f"
-  done
-done
-infra/local/with-stack.sh bash -c '
-  set -euo pipefail
-  # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
-  while IFS= read -r line; do export "$line"; done < <(
-    "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
-  target="$1"; out="$2"; runs="$3"; charges="$4"; batch="$5"; shift 5
-  for p in "$@"; do
-    dir="$target/$p"
-    settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
-    rows=()
-    for f in checkout charge reconciler; do
-      tmp="$(mktemp -d)"
-      cp "$dir/$f" "$tmp/bootstrap"
-      (cd "$tmp" && zip -q -9 -X bootstrap.zip bootstrap)
-      bin_bytes=$(stat -c %s "$dir/$f")
-      zip_bytes=$(stat -c %s "$tmp/bootstrap.zip")
-      rm -rf "$tmp"
-      "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
-      rows+=("{\"function\":\"$f\",\"binary_bytes\":$bin_bytes,\"zip_bytes\":$zip_bytes,\"init\":$(cat "$out/init-$p-$f.json")}")
-    done
-    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" "$batch" logs
-    (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s}\n" \
-      "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")") > "$out/footprint-$p.json"
-  done
-' footprint "$target" "$out" "$init_runs" "$charges" "$batch" $profiles
+  echo "== 4: footprint: arm64 zips as sam build makes them; per profile ($profiles) on the host: zip, init, CPU per charge" >&2
+  infra/bench/footprint.sh "$out" "$profiles" "$init_runs" "$charges" "$batch"
 fi
 
 if step logs; then
@@ -150,7 +124,7 @@ fi
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
 export BENCH_DATE
 if [[ -n "$only" ]]; then
-  echo "== render section 7 of BENCHMARKS.md in place" >&2
+  echo "== render section $only of BENCHMARKS.md in place" >&2
   "$bench" render-section "$only" "$out" BENCHMARKS.md
 else
   echo "== render BENCHMARKS.md" >&2

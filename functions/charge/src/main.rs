@@ -11,13 +11,13 @@ use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, TokioSleeper};
 use charge_once::telemetry::StdoutMetrics;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = ChargeConfig::from_env(&ProcessEnv)?;
-    let aws = FUNCTION_TIMEOUTS.load().await;
+    let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
     // Each message takes a slot of this environment's share of the account's Stripe budget
     // before its claim; a slot further away than the invocation can wait sends it back soon.

@@ -10,13 +10,13 @@ use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
 use checkout::handler::{handle, Checkout};
 use checkout::CheckoutConfig;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = CheckoutConfig::from_env(&ProcessEnv)?;
-    let aws = FUNCTION_TIMEOUTS.load().await;
+    let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let deps = Checkout {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&aws),

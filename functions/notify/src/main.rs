@@ -11,13 +11,13 @@ use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::SystemClock;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = NotifyConfig::from_env(&ProcessEnv)?;
-    let aws = FUNCTION_TIMEOUTS.load().await;
+    let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let deps = Notify {
         publisher: Arc::new(EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&aws),

@@ -15,15 +15,15 @@ use charge_once::executor::ChargeDeps;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::SystemClock;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use webhook::handler::{handle, WebhookFunction};
 use webhook::WebhookConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = WebhookConfig::from_env(&ProcessEnv)?;
-    let aws = FUNCTION_TIMEOUTS.load().await;
+    let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let secrets = aws_sdk_secretsmanager::Client::new(&aws);
     // A placeholder or malformed signing secret fails the init here, naming the parameter.
     let webhook_secrets = match &config.webhook_secret_arn {

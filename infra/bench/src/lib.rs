@@ -6,11 +6,13 @@
 //! - [`cpu`], [`init`] (from the `footprint` crate, built once per candidate profile): CPU time per
 //!   charge and peak RSS of the charge handler on in-memory ports; init time of a `bootstrap`.
 //! - [`logs`]: CloudWatch Logs bytes per happy-path charge.
-//! - [`report`]: cost per 1M charges and the Markdown.
+//! - [`report`]: cost per 1M charges and the Markdown; [`footprint_table`]: its section 4, the
+//!   five functions' size, init and CPU per charge beside the previous release's.
 //! - [`burst`]: section 7, the reference burst at Stripe's rate limit (`simulate --arrival-rate`).
 
 pub use footprint::{cpu, init};
 pub mod burst;
+pub mod footprint_table;
 pub mod index_cost;
 pub mod logs;
 pub mod report;

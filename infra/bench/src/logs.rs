@@ -2,7 +2,7 @@
 //!
 //! The happy path of [`crate::wire::scenarios`] (the real checkout and charge handlers on moto and
 //! an embedded stripe-sim) runs under the functions' own subscriber
-//! (`lambda_runtime::tracing::init_default_subscriber_with_writer`), with `AWS_LAMBDA_LOG_FORMAT`
+//! (`charge_once::logging::init_subscriber_with_writer`), with `AWS_LAMBDA_LOG_FORMAT`
 //! as the template sets it (JSON), writing into memory. Every line is kept except those of the
 //! test harness itself (stripe-sim, the test kit, this crate): the AWS SDK's and reqwest's own
 //! lines would reach CloudWatch in the real function, so they count.
@@ -40,7 +40,7 @@ const HARNESS: &[&str] = &["stripe_sim", "testkit", "integration_tests", "bench"
 
 /// Our lines of one happy path: (bytes without the newline, lines, "LEVEL message" of each).
 pub async fn measure_happy_path() -> (u64, u64, Vec<String>) {
-    lambda_runtime::tracing::init_default_subscriber_with_writer(|| Capture);
+    charge_once::logging::init_subscriber_with_writer(|| Capture);
     CAPTURED.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let counts = Ours::run(Scenario::HappyPath).await;
     assert_eq!(

@@ -11,6 +11,7 @@
 //! bench burst  DIR SIMULATE SVG_DIR     section 7's simulate --arrival-rate runs: DIR/burst-*.json, SVG_DIR/*.svg
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
 //! bench render-section burst DIR FILE.md  section 7 alone from DIR/burst-*.json, in place in FILE.md
+//! bench render-section footprint DIR FILE.md  section 4 alone from DIR/footprint-*.json, likewise
 //! ```
 
 use std::path::Path;
@@ -90,10 +91,10 @@ fn main() -> Result<(), Error> {
             let with_logs = mode == "logs" || mode == "stderr";
             if mode == "logs" {
                 // The functions' own subscriber (lambda_runtime's default), writing nowhere.
-                lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+                charge_once::logging::init_subscriber_with_writer(std::io::sink);
             } else if mode == "stderr" {
                 // The same, writing to stderr (to see the lines a charge logs).
-                lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+                charge_once::logging::init_subscriber_with_writer(std::io::stderr);
             }
             // A warm-up round, as a warm Lambda environment has had.
             bench::cpu::measure(charges.min(1_000), batch, with_logs);
@@ -110,7 +111,7 @@ fn main() -> Result<(), Error> {
         "rss" => {
             let out = arg(&args, 2, "OUT.json")?;
             let batch: usize = arg(&args, 3, "BATCH")?.parse()?;
-            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+            charge_once::logging::init_subscriber_with_writer(std::io::sink);
             let kb = bench::cpu::rss_after_one_batch(batch);
             eprintln!("peak RSS after one batch of {batch}: {kb} kB");
             write_json(
@@ -164,23 +165,40 @@ fn main() -> Result<(), Error> {
         }
         "render-section" => {
             let name = arg(&args, 2, "SECTION")?;
-            if name != "burst" {
-                return Err(
-                    format!("unknown section {name:?}: only `burst` (7) renders alone").into(),
-                );
-            }
             let dir = arg(&args, 3, "DIR")?;
             let file = arg(&args, 4, "FILE.md")?;
             let date = std::env::var("BENCH_DATE").unwrap_or_else(|_| "unknown".into());
-            let mut section = String::new();
-            bench::burst::section(
-                &mut section,
-                &bench::burst::read_reports(Path::new(&dir))?,
-                &date,
-            )?;
             let doc = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
-            std::fs::write(&file, bench::burst::splice(&doc, &section)?)?;
-            eprintln!("replaced section 7 of {file}");
+            let mut section = String::new();
+            let (doc, number) = match name.as_str() {
+                "burst" => {
+                    bench::burst::section(
+                        &mut section,
+                        &bench::burst::read_reports(Path::new(&dir))?,
+                        &date,
+                    )?;
+                    (bench::burst::splice(&doc, &section)?, 7)
+                }
+                "footprint" => {
+                    let dir = Path::new(&dir);
+                    bench::footprint_table::section(
+                        &mut section,
+                        &bench::report::read_footprints(dir)?,
+                        &bench::footprint_table::previous()?,
+                        bench::report::read_opt(dir, "rss.json")?,
+                        &date,
+                    )?;
+                    (bench::footprint_table::splice(&doc, &section)?, 4)
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown section {name:?}: `burst` (7) and `footprint` (4) render alone"
+                    )
+                    .into())
+                }
+            };
+            std::fs::write(&file, doc)?;
+            eprintln!("replaced section {number} of {file}");
             Ok(())
         }
         other => Err(format!("unknown command {other:?}; see infra/bench/src/main.rs").into()),

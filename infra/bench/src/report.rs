@@ -1,5 +1,5 @@
 //! Cost per 1M charges from the counted requests and published prices, and the Markdown
-//! (section 7's in [`crate::burst`]).
+//! (section 4's in [`crate::footprint_table`], section 7's in [`crate::burst`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -88,14 +88,6 @@ pub const MEMORY_GB: f64 = 256.0 / 1024.0;
 pub const AWS_CALL_MS: f64 = 10.0;
 pub const STRIPE_CALL_MS: f64 = 300.0;
 
-/// Function sizes before issue 15 (two HTTP/TLS stacks, thin LTO), measured once by `sam build`
-/// (cargo lambda, arm64, release) and `zip -9` of the bootstrap: the "before" row of the footprint.
-pub const SIZES_BEFORE: [(&str, u64, u64); 3] = [
-    ("checkout", 11_949_592, 5_088_461),
-    ("charge", 12_807_280, 5_448_746),
-    ("reconciler", 13_155_864, 5_572_798),
-];
-
 fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -103,7 +95,7 @@ fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
 }
 
 /// `read`, or `None` when the file does not exist (a step left out of the run).
-pub(crate) fn read_opt<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, Error> {
+pub fn read_opt<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<Option<T>, Error> {
     if dir.join(name).exists() {
         read(dir, name).map(Some)
     } else {
@@ -409,7 +401,7 @@ pub fn cost_rows(happy: &WireRow, m: &CostInputs, d: &Design) -> Vec<CostRow> {
 }
 
 /// `footprint-*.json` of `make bench` (one per profile), release first.
-fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
+pub fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
@@ -697,116 +689,8 @@ pub fn render(dir: &Path) -> Result<String, Error> {
 
     // 4
     let footprints = read_footprints(dir)?;
-    writeln!(w, "## 4. Footprint: size, init and CPU per release profile")?;
-    writeln!(w)?;
-    writeln!(w, "`make bench` builds each function on its own (`cargo build --profile P -p FUNCTION`, so features resolve as")?;
-    writeln!(w, "`sam build` resolves them) for every profile in `BENCH_PROFILES`, on this x86-64 host: **not arm64**, the")?;
-    writeln!(w, "template's architecture (a cross build of each candidate through cargo-lambda/zig would double the optimised")?;
-    writeln!(w, "builds on this shared 2-core machine; the before row is arm64). Binary = the `strip = true` bootstrap;")?;
-    writeln!(w, "zip = `zip -9` of it as `bootstrap`.")?;
-    writeln!(w, "Init = from `spawn` of the bootstrap to its first `GET /2018-06-01/runtime/invocation/next` against a tiny")?;
-    writeln!(w, "Runtime API on loopback (`footprint init`, `infra/footprint/src/init.rs`), with the real `main`: JSON tracing,")?;
-    writeln!(w, "typed config, `aws_config::load_from_env`, the SDK clients, the Stripe key's GetSecretValue from moto")?;
-    writeln!(w, "(charge, reconciler; plain HTTP on loopback, no TLS handshake) and the reqwest/rustls client; median of")?;
-    writeln!(w, "the runs after a warm-up, on a shared 2-core machine. CPU = `footprint cpu` (section 3's measure, with")?;
-    writeln!(
-        w,
-        "lambda_runtime's subscriber) built with the same profile."
-    )?;
-    writeln!(w)?;
-    writeln!(
-        w,
-        "| profile | settings | function | stripped bootstrap | zip | init ms, median (min–max) |"
-    )?;
-    writeln!(w, "|---|---|---|---|---|---|")?;
-    for (name, bin, zip) in SIZES_BEFORE {
-        writeln!(
-            w,
-            "| before issue 15 (`sam build`, arm64) | thin LTO, opt 3, unwind; two HTTP/TLS stacks | {name} | {bin} B ({:.1} MiB) | {zip} B ({:.2} MiB) | not measured |",
-            bin as f64 / 1048576.0,
-            zip as f64 / 1048576.0
-        )?;
-    }
-    for fp in &footprints {
-        for func in fp["functions"].as_array().cloned().unwrap_or_default() {
-            let init = &func["init"];
-            writeln!(
-                w,
-                "| `{}` | {} | {} | {} B ({:.1} MiB) | {} B ({:.2} MiB) | {:.1} ({:.1}–{:.1}), {} runs |",
-                fp["profile"].as_str().unwrap_or(""),
-                fp["settings"].as_str().unwrap_or(""),
-                func["function"].as_str().unwrap_or(""),
-                u(&func["binary_bytes"]),
-                f(&func["binary_bytes"]) / 1048576.0,
-                u(&func["zip_bytes"]),
-                f(&func["zip_bytes"]) / 1048576.0,
-                f(&init["median_ms"]),
-                f(&init["min_ms"]),
-                f(&init["max_ms"]),
-                u(&init["runs"]),
-            )?;
-        }
-    }
-    writeln!(w)?;
-    let baseline = std::env::var("BENCH_BASELINE_PROFILE").unwrap_or_else(|_| "fp-thin3".into());
-    writeln!(w, "| profile | CPU µs / charge | vs `{baseline}` (the settings before issue 15) | largest zip | slowest init median | zip ≤ 3 MB, init ≤ 30 ms, CPU ≤ +10 % |")?;
-    writeln!(w, "|---|---|---|---|---|---|")?;
-    let baseline_cpu = footprints
-        .iter()
-        .find(|fp| fp["profile"] == baseline.as_str())
-        .map(|fp| f(&fp["cpu"]["cpu_us_per_charge"]));
-    for fp in &footprints {
-        let cpu_us = f(&fp["cpu"]["cpu_us_per_charge"]);
-        let funcs = fp["functions"].as_array().cloned().unwrap_or_default();
-        let max_zip = funcs.iter().map(|x| u(&x["zip_bytes"])).max().unwrap_or(0);
-        let max_init = funcs
-            .iter()
-            .map(|x| f(&x["init"]["median_ms"]))
-            .fold(0.0, f64::max);
-        let vs = baseline_cpu
-            .filter(|b| *b > 0.0)
-            .map(|b| format!("{:+.1} %", (cpu_us / b - 1.0) * 100.0));
-        let cpu_ok = baseline_cpu.is_none_or(|b| cpu_us <= b * 1.10);
-        let met = [
-            (max_zip <= 3_000_000, "zip"),
-            (max_init <= 30.0, "init"),
-            (cpu_ok, "CPU"),
-        ];
-        let verdict = if met.iter().all(|(ok, _)| *ok) {
-            "yes".to_owned()
-        } else {
-            format!(
-                "**no** ({})",
-                met.iter()
-                    .filter(|(ok, _)| !ok)
-                    .map(|(_, n)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        let name = fp["profile"].as_str().unwrap_or("");
-        let shipped_name =
-            std::env::var("BENCH_SHIPPED_PROFILE").unwrap_or_else(|_| "release".into());
-        writeln!(
-            w,
-            "| `{name}`{} | {cpu_us:.1} | {} | {max_zip} B ({:.2} MB) | {max_init:.1} ms | {verdict} |",
-            if name == shipped_name && name != "release" { " (= `release` now)" } else { "" },
-            vs.unwrap_or_else(|| "—".into()),
-            max_zip as f64 / 1e6,
-        )?;
-    }
-    writeln!(w)?;
-    if let Some(rss) = rss {
-        writeln!(
-            w,
-            "Peak RSS: {} kB (`VmHWM`) of a fresh `bench rss` process (release, x86-64 host) after handling one batch of {} with",
-            rss.vm_hwm_kb,
-            rss.batch_size
-        )?;
-        writeln!(w, "the in-memory ports and lambda_runtime's log subscriber: the handler in a plain process, **not** the Lambda")?;
-        writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
-        writeln!(w)?;
-    }
+    let previous = crate::footprint_table::previous()?;
+    crate::footprint_table::section(w, &footprints, &previous, rss, &date)?;
 
     // 5
     // The profile the functions ship with: `release`, or the measured candidate whose settings it

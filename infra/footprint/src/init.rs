@@ -6,8 +6,9 @@
 //! AWS endpoint from the environment of `bench init` (infra/bench/run.sh provisions moto: table,
 //! FIFO queue and the Stripe secret). So init includes the real work of `main`: the tracing
 //! subscriber, the typed config, `aws_config::load_from_env`, the SDK clients, the Stripe key's
-//! GetSecretValue (charge and reconciler; one HTTP round trip to moto on loopback, no TLS) and the
-//! reqwest/rustls client with its root certificates. Not included: Lambda's own sandbox start, the
+//! GetSecretValue (charge, reconciler and webhook, which also reads its signing secret; one HTTP
+//! round trip each to moto on loopback, no TLS) and the reqwest/rustls client with its root
+//! certificates (all but checkout and notify). Not included: Lambda's own sandbox start, the
 //! download of the zip, and the TLS handshake to Secrets Manager a real init pays.
 //!
 //! The clock starts just before `spawn` (fork + exec) and stops when the whole request line of
@@ -35,6 +36,12 @@ const PASS_THROUGH: &[&str] = &[
     "DEAD_LETTER_QUEUE_URL",
     "STRIPE_API_BASE",
     "STRIPE_SECRET_ARN",
+    // The events function: its inbox table (no call at init) and the endpoint's signing secret
+    // (a second GetSecretValue at init).
+    "INBOX_TABLE_NAME",
+    "STRIPE_WEBHOOK_SECRET_ARN",
+    // The notify function: the outcome bus (no call at init).
+    "EVENT_BUS_NAME",
 ];
 
 const NEXT: &str = "GET /2018-06-01/runtime/invocation/next";

@@ -28,7 +28,7 @@ fn main() -> Result<(), Error> {
             let batch: usize = arg(&args, 4, "BATCH")?.parse()?;
             let with_logs = args.get(5).map(String::as_str) == Some("logs");
             if with_logs {
-                lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+                charge_once::logging::init_subscriber_with_writer(std::io::sink);
             }
             footprint::cpu::measure(charges.min(1_000), batch, with_logs);
             let r = footprint::cpu::measure(charges, batch, with_logs);
@@ -55,7 +55,7 @@ fn main() -> Result<(), Error> {
         "rss" => {
             let out = arg(&args, 2, "OUT.json")?;
             let batch: usize = arg(&args, 3, "BATCH")?.parse()?;
-            lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::sink);
+            charge_once::logging::init_subscriber_with_writer(std::io::sink);
             let kb = footprint::cpu::rss_after_one_batch(batch);
             write_json(
                 &out,

@@ -30,13 +30,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_config::environment::EnvironmentVariableCredentialsProvider;
+use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
+use aws_config::{BehaviorVersion, Region};
+// The SDK re-exports the credential types (aws-credential-types, already in every function).
+use aws_sdk_dynamodb::config::SharedCredentialsProvider;
 
 use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::secrets::fetch_stripe_key;
 use crate::adapters::stripe::StripeGateway;
-use crate::config::StripeEnv;
+use crate::config::{ConfigError, Env, StripeEnv};
 use crate::executor::{ChargeDeps, ChargePolicy};
 use crate::time::SystemClock;
 
@@ -81,6 +85,35 @@ impl AwsTimeouts {
     pub fn loader(&self) -> aws_config::ConfigLoader {
         aws_config::defaults(BehaviorVersion::latest()).timeout_config(self.timeout_config())
     }
+
+    /// What a function needs on Lambda, from the environment only, with these bounds: the region
+    /// (`AWS_REGION`, else `AWS_DEFAULT_REGION`; Lambda sets both), the execution role's
+    /// credentials from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`
+    /// (Lambda sets them), `AWS_ENDPOINT_URL` when set (the local stack, moto), the SDK's standard
+    /// retries (3 attempts) and its default HTTPS client.
+    ///
+    /// Not [`Self::load`]'s whole chain (profile files, SSO, web identity through STS, IMDS,
+    /// container credentials, per-service endpoint variables): a function uses none of it, and
+    /// linking it made every function's zip larger (issue 27, BENCHMARKS.md section 4). Operators'
+    /// tools (`chargectl`) keep the chain.
+    pub fn lambda(&self, env: &dyn Env) -> Result<aws_config::SdkConfig, ConfigError> {
+        let region = env
+            .var("AWS_REGION")
+            .or_else(|| env.var("AWS_DEFAULT_REGION"))
+            .ok_or(ConfigError::Missing("AWS_REGION"))?;
+        let mut config = aws_config::SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(region))
+            .credentials_provider(SharedCredentialsProvider::new(
+                EnvironmentVariableCredentialsProvider::new(),
+            ))
+            .retry_config(RetryConfig::standard())
+            .timeout_config(self.timeout_config());
+        if let Some(url) = env.var("AWS_ENDPOINT_URL").filter(|u| !u.is_empty()) {
+            config = config.endpoint_url(url);
+        }
+        Ok(config.build())
+    }
 }
 
 /// The charge executor as the charge function and the reconciler run it: the Stripe key read once
@@ -117,6 +150,36 @@ mod tests {
             assert_eq!(c.operation_timeout(), Some(t.operation));
             assert!(t.attempt <= t.operation && t.connect <= t.operation);
         }
+    }
+
+    #[test]
+    fn the_lambda_config_is_the_environment_and_these_bounds() {
+        use std::collections::HashMap;
+        struct Vars(HashMap<&'static str, &'static str>);
+        impl Env for Vars {
+            fn var(&self, name: &str) -> Option<String> {
+                self.0.get(name).map(|v| v.to_string())
+            }
+        }
+        let vars = Vars(HashMap::from([
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+        ]));
+        let c = FUNCTION_TIMEOUTS.lambda(&vars).unwrap();
+        assert_eq!(c.region().map(|r| r.as_ref()), Some("eu-west-1"));
+        assert_eq!(c.endpoint_url(), Some("http://127.0.0.1:5000"));
+        assert!(c.credentials_provider().is_some());
+        let t = c.timeout_config().expect("timeouts set");
+        assert_eq!(t.operation_timeout(), Some(Duration::from_secs(3)));
+        assert_eq!(c.retry_config().map(|r| r.max_attempts()), Some(3));
+        // AWS_DEFAULT_REGION when AWS_REGION is absent; no endpoint override unless set.
+        let fallback = Vars(HashMap::from([("AWS_DEFAULT_REGION", "us-east-2")]));
+        let c = FUNCTION_TIMEOUTS.lambda(&fallback).unwrap();
+        assert_eq!(c.region().map(|r| r.as_ref()), Some("us-east-2"));
+        assert_eq!(c.endpoint_url(), None);
+        let err = FUNCTION_TIMEOUTS.lambda(&Vars(HashMap::new())).unwrap_err();
+        assert!(matches!(err, ConfigError::Missing("AWS_REGION")), "{err}");
     }
 
     #[tokio::test]

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The footprint step of `make bench` (BENCHMARKS.md section 4; issues 15 and 27), for all five
+# functions:
+#   - arm64 (the template's architecture), as `sam build` makes it: `cargo lambda build --release
+#     --arm64` in each function's directory (what SAM's rust-cargolambda build method runs), then
+#     `zip -9` of the stripped `bootstrap`. The release profile only: that is what ships.
+#   - on this x86-64 host, for each profile in PROFILES: `cargo build --profile P -p FUNCTION` (one
+#     package per build, so features resolve as they do for that function alone), its stripped
+#     binary and zip, and its init (`footprint init`: exec to the first invocation/next against a
+#     local Runtime API, moto for the secrets; arm64 binaries cannot run here), then CPU per charge
+#     (`footprint cpu`, built with the same profile).
+# Writes OUT/footprint-P.json per profile (the renderer, infra/bench/src/footprint_table.rs, and
+# section 5's cold starts read it).
+#
+#   infra/bench/footprint.sh OUT PROFILES INIT_RUNS CHARGES BATCH
+#
+# Needs cargo-lambda (with zig) from .venv-template (README: `pip install -r
+# infra/template-check/build-requirements.txt`) or on PATH, and the aarch64-unknown-linux-gnu
+# target (`rustup target add aarch64-unknown-linux-gnu`).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="$1"; profiles="$2"; runs="$3"; charges="$4"; batch="$5"
+target="${CARGO_TARGET_DIR:-target}"
+functions=(checkout charge reconciler webhook notify)
+mkdir -p "$out"
+rm -f "$out"/footprint-*.json
+
+# cargo-lambda finds zig next to itself (.venv-template/bin) or on PATH.
+if [ -x .venv-template/bin/cargo-lambda ]; then PATH="$PWD/.venv-template/bin:$PATH"; fi
+if ! command -v cargo-lambda >/dev/null; then
+  echo "footprint: cargo-lambda not found (.venv-template/bin or PATH); see docs/deploy.md" >&2
+  exit 1
+fi
+echo "== 4: arm64, as sam build makes it: cargo lambda build --release --arm64, per function" >&2
+for f in "${functions[@]}"; do
+  (cd "functions/$f" && nice -n 19 cargo lambda build --release --arm64 --locked)
+done
+
+for p in $profiles; do
+  echo "== 4: x86-64 host, profile $p: each function on its own, and footprint" >&2
+  for f in "${functions[@]}" footprint; do
+    nice -n 19 cargo build --locked --profile "$p" -p "$f"
+  done
+done
+
+# zip -9 of FILE as `bootstrap`, as run.sh did for issue 15 (and as sam/Lambda take it).
+zip_bytes() {
+  local tmp; tmp="$(mktemp -d)"
+  cp "$1" "$tmp/bootstrap"
+  (cd "$tmp" && zip -q -9 -X bootstrap.zip bootstrap)
+  stat -c %s "$tmp/bootstrap.zip"
+  rm -rf "$tmp"
+}
+
+infra/local/with-stack.sh bash -c '
+  set -euo pipefail
+  # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
+  while IFS= read -r line; do export "$line"; done < <(
+    "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
+  # The events function as deployed with a webhook route: its signing secret, read at init (a
+  # second GetSecretValue). The inbox table and the outcome bus are only names at init.
+  STRIPE_WEBHOOK_SECRET_ARN="$("$CHARGE_ONCE_VENV/bin/python" -c "
+import boto3, sys
+s = boto3.session.Session(aws_access_key_id=\"testing\", aws_secret_access_key=\"testing\", region_name=\"us-east-1\")
+c = s.client(\"secretsmanager\", endpoint_url=sys.argv[1])
+print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_footprint\")[\"ARN\"])
+" "$AWS_ENDPOINT_URL")"
+  export STRIPE_WEBHOOK_SECRET_ARN INBOX_TABLE_NAME=charge-once-local-inbox EVENT_BUS_NAME=charge-once-local
+  target="$1"; out="$2"; runs="$3"; charges="$4"; batch="$5"; zip_bytes="$6"; shift 6
+  eval "$zip_bytes"
+  for p in "$@"; do
+    dir="$target/$p"
+    settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
+    rows=()
+    for f in checkout charge reconciler webhook notify; do
+      arm=""
+      if [ "$p" = release ]; then
+        a="$target/lambda/$f/bootstrap"
+        arm=",\"arm64_binary_bytes\":$(stat -c %s "$a"),\"arm64_zip_bytes\":$(zip_bytes "$a")"
+      fi
+      "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
+      rows+=("{\"function\":\"$f\",\"binary_bytes\":$(stat -c %s "$dir/$f"),\"zip_bytes\":$(zip_bytes "$dir/$f")$arm,\"init\":$(cat "$out/init-$p-$f.json")}")
+    done
+    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" "$batch" logs
+    "$dir/footprint" rss "$out/rss-$p.json" "$batch"
+    (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s,\"rss\":%s}\n" \
+      "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")" "$(cat "$out/rss-$p.json")") > "$out/footprint-$p.json"
+  done
+' footprint "$target" "$out" "$runs" "$charges" "$batch" "$(declare -f zip_bytes)" $profiles
