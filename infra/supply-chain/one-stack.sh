@@ -2,7 +2,11 @@
 # One HTTP/TLS stack per function (issue 15). For each Lambda package, as it is built for the
 # host and for Lambda's arm64 (`cargo tree -e normal`: what ends up in the bootstrap), fails if
 #   - hyper, h2, http, rustls, rustls-webpki, hyper-rustls or tokio-rustls appears in more than one version;
-#   - the crypto backend is not exactly one aws-lc-rs (ring, openssl-sys or native-tls present);
+#   - the crypto backend is not exactly one ring (aws-lc-rs, aws-lc-sys, openssl-sys or native-tls
+#     present). Ring, not aws-lc-rs (issue 27): measured, aws-lc-rs was the largest piece left in
+#     every function's zip (BENCHMARKS.md section 4). One backend per function is the rule; the
+#     tools (tests, simulate, bench) may also link the SDK's default aws-lc-rs client (charge-once's
+#     default feature, off in every function).
 #   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
 #     is for the relay only).
 # Prints `cargo tree -d -e normal`'s duplicate crates per function for the record.
@@ -11,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 functions=(checkout charge reconciler notify webhook)
-one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls aws-lc-rs aws-lc-sys)
-forbidden=(ring openssl-sys native-tls)
+one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls ring)
+forbidden=(aws-lc-rs aws-lc-sys openssl-sys native-tls)
 targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
 offline=()
 [ "${CARGO_NET_OFFLINE:-}" = true ] && offline=(--offline)
@@ -36,10 +40,10 @@ for fn in "${functions[@]}"; do
         if [ "$fn" != notify ] && awk '$1 == "aws-sdk-eventbridge" {found=1} END {exit !found}' <<<"$tree"; then
             problems+=("aws-sdk-eventbridge present: only notify enables charge-once's eventbridge feature")
         fi
-        if ! awk '$1 == "aws-lc-rs" {found=1} END {exit !found}' <<<"$tree"; then
-            problems+=("no aws-lc-rs: which crypto backend does rustls use now?")
+        if ! awk '$1 == "ring" {found=1} END {exit !found}' <<<"$tree"; then
+            problems+=("no ring: which crypto backend does rustls use now?")
         fi
-        stack="$(awk '$1 ~ /^(hyper|rustls|h2|aws-lc-rs)$/ {printf "%s %s, ", $1, $2}' <<<"$tree")"
+        stack="$(awk '$1 ~ /^(hyper|rustls|h2|ring)$/ {printf "%s %s, ", $1, $2}' <<<"$tree")"
         dups="$(cargo tree -q --locked "${offline[@]}" -d -e normal -p "$fn" --target "$target" \
             | grep -E '^[a-z]' | awk '{print $1}' | sort -u | tr '\n' ' ' || true)"
         if [ "${#problems[@]}" -eq 0 ]; then
@@ -52,8 +56,9 @@ for fn in "${functions[@]}"; do
 done
 if [ "$failed" -ne 0 ]; then
     echo "one-stack: a function has a second HTTP/TLS stack or crypto backend, or an SDK it must not link." >&2
-    echo "  AWS SDK crates must stay default-features = false with default-https-client + rt-tokio;" >&2
-    echo "  reqwest on its rustls feature (aws-lc-rs). See the root Cargo.toml." >&2
+    echo "  AWS SDK crates must stay default-features = false (rt-tokio only; the functions' client is" >&2
+    echo "  charge_once::adapters::aws::https_client, on ring); functions depend on charge-once with" >&2
+    echo "  default-features = false; reqwest in shared/Cargo.toml on rustls-no-provider. See the root Cargo.toml." >&2
     exit 1
 fi
-echo "one-stack: every function has one hyper, one rustls, one h2 and one crypto backend (aws-lc-rs)"
+echo "one-stack: every function has one hyper, one rustls, one h2 and one crypto backend (ring)"

@@ -81,16 +81,18 @@ impl AwsTimeouts {
         self.loader().load().await
     }
 
-    /// The loader, for callers that add to it (an endpoint override).
+    /// The loader, for callers that add to it (an endpoint override), with [`https_client`].
     pub fn loader(&self) -> aws_config::ConfigLoader {
-        aws_config::defaults(BehaviorVersion::latest()).timeout_config(self.timeout_config())
+        aws_config::defaults(BehaviorVersion::latest())
+            .timeout_config(self.timeout_config())
+            .http_client(https_client())
     }
 
     /// What a function needs on Lambda, from the environment only, with these bounds: the region
     /// (`AWS_REGION`, else `AWS_DEFAULT_REGION`; Lambda sets both), the execution role's
     /// credentials from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` / `AWS_SESSION_TOKEN`
     /// (Lambda sets them), `AWS_ENDPOINT_URL` when set (the local stack, moto), the SDK's standard
-    /// retries (3 attempts) and its default HTTPS client.
+    /// retries (3 attempts) and [`https_client`].
     ///
     /// Not [`Self::load`]'s whole chain (profile files, SSO, web identity through STS, IMDS,
     /// container credentials, per-service endpoint variables): a function uses none of it, and
@@ -108,12 +110,25 @@ impl AwsTimeouts {
                 EnvironmentVariableCredentialsProvider::new(),
             ))
             .retry_config(RetryConfig::standard())
-            .timeout_config(self.timeout_config());
+            .timeout_config(self.timeout_config())
+            .http_client(https_client());
         if let Some(url) = env.var("AWS_ENDPOINT_URL").filter(|u| !u.is_empty()) {
             config = config.endpoint_url(url);
         }
         Ok(config.build())
     }
+}
+
+/// The HTTPS client of every SDK client built from [`AwsTimeouts::lambda`] or
+/// [`AwsTimeouts::loader`]: the SDK's own (hyper 1, rustls 0.23, the system's root certificates,
+/// connect and read timeouts from the SDK config) with ring as rustls' crypto provider, the one
+/// backend a function links (root Cargo.toml; `infra/supply-chain/one-stack.sh` checks it). The
+/// SDK's default client would be the same on aws-lc-rs.
+pub fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
 
 /// The charge executor as the charge function and the reconciler run it: the Stripe key read once

@@ -174,6 +174,10 @@ impl StripeGateway {
     pub fn new(cfg: StripeConfig) -> Result<Self, StripeInitError> {
         let base = cfg.api_base.trim_end_matches('/').to_owned();
         check_api_base(&base).map_err(StripeInitError::BadBase)?;
+        // reqwest runs rustls without a built-in provider here (shared/Cargo.toml): ring, the
+        // functions' one crypto backend, becomes the process's. Already installed (a second
+        // gateway, or a tool that chose one) is fine: reqwest uses whichever is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .connect_timeout(cfg.connect_timeout)
             .timeout(cfg.timeout)
