@@ -14,6 +14,10 @@
 #
 #   infra/bench/footprint.sh OUT PROFILES INIT_RUNS CHARGES BATCH
 #
+# FOOTPRINT_NO_BUILD=1 measures what is already built (a function whose binaries are missing is
+# left out of the JSON, and the table says "not measured"); FOOTPRINT_ARM64_TARGET_DIR puts the
+# arm64 builds in a target directory of their own.
+#
 # Needs cargo-lambda (with zig) from .venv-template (README: `pip install -r
 # infra/template-check/build-requirements.txt`) or on PATH, and the aarch64-unknown-linux-gnu
 # target (`rustup target add aarch64-unknown-linux-gnu`).
@@ -21,27 +25,31 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="$1"; profiles="$2"; runs="$3"; charges="$4"; batch="$5"
 target="${CARGO_TARGET_DIR:-target}"
+# The arm64 builds may go to a target directory of their own (FOOTPRINT_ARM64_TARGET_DIR), so they
+# can be built beside the host's.
+arm_target="${FOOTPRINT_ARM64_TARGET_DIR:-$target}"
 functions=(checkout charge reconciler webhook notify)
 mkdir -p "$out"
 rm -f "$out"/footprint-*.json
 
-# cargo-lambda finds zig next to itself (.venv-template/bin) or on PATH.
-if [ -x .venv-template/bin/cargo-lambda ]; then PATH="$PWD/.venv-template/bin:$PATH"; fi
-if ! command -v cargo-lambda >/dev/null; then
-  echo "footprint: cargo-lambda not found (.venv-template/bin or PATH); see docs/deploy.md" >&2
-  exit 1
-fi
-echo "== 4: arm64, as sam build makes it: cargo lambda build --release --arm64, per function" >&2
-for f in "${functions[@]}"; do
-  (cd "functions/$f" && nice -n 19 cargo lambda build --release --arm64 --locked)
-done
-
-for p in $profiles; do
-  echo "== 4: x86-64 host, profile $p: each function on its own, and footprint" >&2
-  for f in "${functions[@]}" footprint; do
-    nice -n 19 cargo build --locked --profile "$p" -p "$f"
+if [ "${FOOTPRINT_NO_BUILD:-}" != 1 ]; then
+  # cargo-lambda finds zig next to itself (.venv-template/bin) or on PATH.
+  if [ -x .venv-template/bin/cargo-lambda ]; then PATH="$PWD/.venv-template/bin:$PATH"; fi
+  if ! command -v cargo-lambda >/dev/null; then
+    echo "footprint: cargo-lambda not found (.venv-template/bin or PATH); see docs/deploy.md" >&2
+    exit 1
+  fi
+  echo "== 4: arm64, as sam build makes it: cargo lambda build --release --arm64, per function" >&2
+  for f in "${functions[@]}"; do
+    (cd "functions/$f" && CARGO_TARGET_DIR="$arm_target" nice -n 19 cargo lambda build --release --arm64 --locked)
   done
-done
+  for p in $profiles; do
+    echo "== 4: x86-64 host, profile $p: each function on its own, and footprint" >&2
+    for f in "${functions[@]}" footprint; do
+      nice -n 19 cargo build --locked --profile "$p" -p "$f"
+    done
+  done
+fi
 
 # zip -9 of FILE as `bootstrap`, as run.sh did for issue 15 (and as sam/Lambda take it).
 zip_bytes() {
@@ -66,24 +74,31 @@ c = s.client(\"secretsmanager\", endpoint_url=sys.argv[1])
 print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_footprint\")[\"ARN\"])
 " "$AWS_ENDPOINT_URL")"
   export STRIPE_WEBHOOK_SECRET_ARN INBOX_TABLE_NAME=charge-once-local-inbox EVENT_BUS_NAME=charge-once-local
-  target="$1"; out="$2"; runs="$3"; charges="$4"; batch="$5"; zip_bytes="$6"; shift 6
+  target="$1"; arm_target="$2"; out="$3"; runs="$4"; charges="$5"; batch="$6"; zip_bytes="$7"; shift 7
   eval "$zip_bytes"
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
     rows=()
     for f in checkout charge reconciler webhook notify; do
-      arm=""
-      if [ "$p" = release ]; then
-        a="$target/lambda/$f/bootstrap"
-        arm=",\"arm64_binary_bytes\":$(stat -c %s "$a"),\"arm64_zip_bytes\":$(zip_bytes "$a")"
+      row="\"function\":\"$f\""
+      if [ "$p" = release ] && [ -f "$arm_target/lambda/$f/bootstrap" ]; then
+        a="$arm_target/lambda/$f/bootstrap"
+        row+=",\"arm64_binary_bytes\":$(stat -c %s "$a"),\"arm64_zip_bytes\":$(zip_bytes "$a")"
       fi
-      "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
-      rows+=("{\"function\":\"$f\",\"binary_bytes\":$(stat -c %s "$dir/$f"),\"zip_bytes\":$(zip_bytes "$dir/$f")$arm,\"init\":$(cat "$out/init-$p-$f.json")}")
+      if [ -x "$dir/$f" ]; then
+        "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
+        row+=",\"binary_bytes\":$(stat -c %s "$dir/$f"),\"zip_bytes\":$(zip_bytes "$dir/$f"),\"init\":$(cat "$out/init-$p-$f.json")"
+      elif [ "$row" = "\"function\":\"$f\"" ]; then
+        echo "footprint: $f not built ($dir/$f, $arm_target/lambda/$f): left out" >&2; continue
+      else
+        echo "footprint: $dir/$f not built: no init for $f" >&2
+      fi
+      rows+=("{$row}")
     done
     "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" "$batch" logs
     "$dir/footprint" rss "$out/rss-$p.json" "$batch"
     (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s,\"rss\":%s}\n" \
       "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")" "$(cat "$out/rss-$p.json")") > "$out/footprint-$p.json"
   done
-' footprint "$target" "$out" "$runs" "$charges" "$batch" "$(declare -f zip_bytes)" $profiles
+' footprint "$target" "$arm_target" "$out" "$runs" "$charges" "$batch" "$(declare -f zip_bytes)" $profiles

@@ -191,23 +191,31 @@ pub fn section(
         };
         for func in fp["functions"].as_array().cloned().unwrap_or_default() {
             let init = &func["init"];
+            let measured = func["binary_bytes"].is_u64();
+            let or_not = |text: String| {
+                if measured {
+                    text
+                } else {
+                    "not measured".into()
+                }
+            };
             rows.push(vec![
                 label.clone(),
                 fp["settings"].as_str().unwrap_or("").to_owned(),
                 func["function"].as_str().unwrap_or("").to_owned(),
-                format!("{} B", u(&func["binary_bytes"])),
-                format!(
+                or_not(format!("{} B", u(&func["binary_bytes"]))),
+                or_not(format!(
                     "{} B ({})",
                     u(&func["zip_bytes"]),
                     mb(u(&func["zip_bytes"]))
-                ),
-                format!(
+                )),
+                or_not(format!(
                     "{:.1} ({:.1}–{:.1}), {} runs",
                     f(&init["median_ms"]),
                     f(&init["min_ms"]),
                     f(&init["max_ms"]),
                     u(&init["runs"])
-                ),
+                )),
             ]);
         }
         rows.push(vec![
