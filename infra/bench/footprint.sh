@@ -71,7 +71,7 @@ infra/local/with-stack.sh bash -c '
 import boto3, sys
 s = boto3.session.Session(aws_access_key_id=\"testing\", aws_secret_access_key=\"testing\", region_name=\"us-east-1\")
 c = s.client(\"secretsmanager\", endpoint_url=sys.argv[1])
-print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_footprint\")[\"ARN\"])
+print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_0footprint1footprint2footprint3footprint4\")[\"ARN\"])
 " "$AWS_ENDPOINT_URL")"
   export STRIPE_WEBHOOK_SECRET_ARN INBOX_TABLE_NAME=charge-once-local-inbox EVENT_BUS_NAME=charge-once-local
   target="$1"; arm_target="$2"; out="$3"; runs="$4"; charges="$5"; batch="$6"; zip_bytes="$7"; shift 7
