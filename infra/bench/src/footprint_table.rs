@@ -107,7 +107,7 @@ pub fn section(
     writeln!(w, "environment, the SDK clients, GetSecretValue from moto (charge, reconciler: the Stripe key; webhook: the key")?;
     writeln!(w, "and the signing secret; plain HTTP on loopback, no TLS handshake) and the reqwest/rustls client; median of")?;
     writeln!(w, "the runs after a warm-up, on a shared 2-core machine. **CPU per charge**: `footprint cpu` (section 3's measure:")?;
-    writeln!(w, "`charge::handler::handle` over batches on in-memory ports, with lambda_runtime's log subscriber) built with")?;
+    writeln!(w, "`charge::handler::handle` over batches on in-memory ports, with the functions' log subscriber) built with")?;
     writeln!(
         w,
         "the same profile. **Previous**: {}.",
@@ -249,7 +249,7 @@ pub fn section(
             "Peak RSS: {} kB (`VmHWM`) of a fresh process (release, x86-64 host) after handling one batch of {} with",
             rss.vm_hwm_kb, rss.batch_size
         )?;
-        writeln!(w, "the in-memory ports and lambda_runtime's log subscriber: the handler in a plain process, **not** the Lambda")?;
+        writeln!(w, "the in-memory ports and the functions' log subscriber: the handler in a plain process, **not** the Lambda")?;
         writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
         writeln!(w)?;
     }
