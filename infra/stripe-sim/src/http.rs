@@ -350,14 +350,20 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
     let saved = {
         let now = sim.now_ms();
         let mut eng = sim.engine();
-        let mut saved = eng.create(ex.params, ex.key.as_deref(), now);
+        let (saved, created) = eng.create(ex.params, ex.key.as_deref(), now);
+        let key = ex.guard.key.take();
         if ex.fault == Some(FaultKind::ServerErrorAfterCommit) {
-            saved = Saved::from_error(&ApiError::server_error());
+            let saved = Saved::from_error(&ApiError::server_error());
+            if let Some(k) = key {
+                eng.finish_key(&k, saved.clone(), now);
+            }
+            saved
+        } else {
+            if let Some(k) = key {
+                eng.finish_key_created(&k, created, now);
+            }
+            saved
         }
-        if let Some(k) = ex.guard.key.take() {
-            eng.finish_key(&k, saved.clone(), now);
-        }
-        saved
     };
     if ex.fault == Some(FaultKind::DropAfterCommit) {
         return Err(DropConnection);

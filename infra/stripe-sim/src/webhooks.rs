@@ -288,6 +288,81 @@ pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_m
     .to_string()
 }
 
+/// A Stripe event's JSON for `intent` reaching `kind` at `at_ms`: the bytes `json!` would
+/// write for it (keys in order, compact), without copying the intent into a new tree.
+fn event_body(event_id: &str, kind: &str, intent: &Value, at_ms: i64) -> String {
+    #[derive(Serialize)]
+    struct Data<'a> {
+        object: &'a Value,
+    }
+    #[derive(Serialize)]
+    struct Request {
+        id: Option<()>,
+        idempotency_key: Option<()>,
+    }
+    // The fields in key order, as a `serde_json::Map` keeps them.
+    #[derive(Serialize)]
+    struct Event<'a> {
+        api_version: &'static str,
+        created: i64,
+        data: Data<'a>,
+        id: &'a str,
+        livemode: bool,
+        object: &'static str,
+        pending_webhooks: u32,
+        request: Request,
+        #[serde(rename = "type")]
+        kind: &'a str,
+    }
+    serde_json::to_string(&Event {
+        api_version: "2024-06-20",
+        created: at_ms.div_euclid(1000),
+        data: Data { object: intent },
+        id: event_id,
+        livemode: false,
+        object: "event",
+        pending_webhooks: 1,
+        request: Request {
+            id: None,
+            idempotency_key: None,
+        },
+        kind,
+    })
+    .unwrap_or_default()
+}
+
+/// [`eventbridge_envelope`] of an event the outbox wrote itself (`event`: compact JSON, keys in
+/// order, as `serde_json` writes a `Value`; `event_type`: its `type`): the same bytes, with the
+/// event spliced in as it is instead of parsed and written again.
+fn envelope_around(
+    config: &WebhookConfig,
+    id: &str,
+    event_type: &str,
+    event: &str,
+    now_ms: i64,
+) -> String {
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    // The envelope's keys in order: account, detail, detail-type, id, region, resources, source,
+    // time, version.
+    let mut out = String::with_capacity(event.len() + 320);
+    out.push_str("{\"account\":");
+    out.push_str(&text(config.account.as_deref().unwrap_or(DEFAULT_ACCOUNT)));
+    out.push_str(",\"detail\":");
+    out.push_str(event);
+    out.push_str(",\"detail-type\":");
+    out.push_str(&text(event_type));
+    out.push_str(",\"id\":");
+    out.push_str(&text(id));
+    out.push_str(",\"region\":");
+    out.push_str(&text(config.region.as_deref().unwrap_or(DEFAULT_REGION)));
+    out.push_str(",\"resources\":[],\"source\":");
+    out.push_str(&text(config.event_source()));
+    out.push_str(",\"time\":");
+    out.push_str(&text(&rfc3339_utc(now_ms)));
+    out.push_str(",\"version\":\"0\"}");
+    out
+}
+
 /// The queue of events waiting for delivery, by due time.
 pub(crate) struct Outbox {
     pub(crate) config: WebhookConfig,
@@ -355,18 +430,7 @@ impl Outbox {
         }
         self.counts.events += 1;
         let event_id = random_id(&mut self.rng, "evt_", 24);
-        let body = json!({
-            "id": event_id,
-            "object": "event",
-            "api_version": "2024-06-20",
-            "created": at_ms.div_euclid(1000),
-            "data": { "object": intent },
-            "livemode": false,
-            "pending_webhooks": 1,
-            "request": { "id": null, "idempotency_key": null },
-            "type": kind,
-        })
-        .to_string();
+        let body = event_body(&event_id, kind, intent, at_ms);
         let f = self.config.faults.clone();
         if self.rng.random_bool(f.dropped) {
             self.counts.dropped += 1;
@@ -435,7 +499,7 @@ impl Outbox {
             }
             DeliveryMode::EventBridge => {
                 let id = envelope_id(&p.event_id, seq);
-                let body = eventbridge_envelope(&self.config, &id, &p.body, now_ms);
+                let body = envelope_around(&self.config, &id, &p.event_type, &p.body, now_ms);
                 (body, String::new())
             }
         };
@@ -612,6 +676,46 @@ mod tests {
 
     fn intent(status: &str) -> Value {
         json!({"id": "pi_1", "object": "payment_intent", "status": status})
+    }
+
+    /// The fast paths write the bytes the `json!` forms write.
+    #[test]
+    fn events_and_envelopes_are_the_bytes_json_writes() {
+        let intent = json!({
+            "id": "pi_1", "object": "payment_intent", "status": "succeeded", "amount": 4200,
+            "metadata": {"order_id": "o-\"1\"\n", "operation_id": "op"}, "canceled_at": null,
+            "payment_method_types": ["card"], "ratio": 0.5, "nested": {"b": [1, {"a": true}]},
+        });
+        for kind in ["payment_intent.succeeded", "odd \"type\"\u{1}é"] {
+            let body = event_body("evt_1", kind, &intent, 1_700_000_000_999);
+            let by_json = json!({
+                "id": "evt_1",
+                "object": "event",
+                "api_version": "2024-06-20",
+                "created": 1_700_000_000_999_i64.div_euclid(1000),
+                "data": { "object": intent },
+                "livemode": false,
+                "pending_webhooks": 1,
+                "request": { "id": null, "idempotency_key": null },
+                "type": kind,
+            })
+            .to_string();
+            assert_eq!(body, by_json);
+            for config in [
+                WebhookConfig::default(),
+                WebhookConfig {
+                    account: Some("12345".into()),
+                    region: Some("eu-\"west\"".into()),
+                    event_source: Some("aws.partner/stripe.com/ed_x".into()),
+                    ..WebhookConfig::default()
+                },
+            ] {
+                assert_eq!(
+                    envelope_around(&config, "env-1", kind, &body, 1_700_000_000_999),
+                    eventbridge_envelope(&config, "env-1", &body, 1_700_000_000_999)
+                );
+            }
+        }
     }
 
     #[test]
