@@ -27,6 +27,7 @@
 
 pub mod driver;
 pub mod faults;
+pub mod fx;
 pub mod gateway;
 pub mod load;
 pub mod mutations;

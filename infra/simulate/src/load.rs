@@ -449,6 +449,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     });
 
     let store = Arc::new(SimStore::new());
+    store.keep_settle_log();
     let mut queue = SimQueue::new(clock_arc.clone());
     queue.long_wait = Some(Duration::from_secs(
         charge::EVENT_SOURCE.visibility_timeout_secs,
