@@ -149,20 +149,26 @@ pub fn unreadable_in_emf(lines: &[u8]) -> u64 {
 /// interleaving, so orders are made when needed and never held.
 pub fn plan_order(index: u64, seed: u64, faults: &Faults) -> Order {
     let order_id = format!("sim-{seed}-{index:06}");
-    let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
-        ("pm_card_chargeDeclined", false)
-    } else if faults.fixed(Kind::Stuck, &order_id) {
-        // Never completes off-session: a person must look after the stuck bound.
-        ("pm_card_sim_requiresAction", false)
-    } else if faults.fixed(Kind::Processing, &order_id) {
-        ("pm_card_processing_succeeds", true)
-    } else {
-        ("pm_card_visa", true)
-    };
+    let (payment_method, should_succeed) = card_of(&order_id, faults);
     Order {
         order_id,
         payment_method,
         should_succeed,
+    }
+}
+
+/// The card an order pays with, fixed by its id: (payment method, whether it would be charged
+/// if everything worked).
+pub fn card_of(order_id: &str, faults: &Faults) -> (&'static str, bool) {
+    if faults.fixed(Kind::Decline, order_id) {
+        ("pm_card_chargeDeclined", false)
+    } else if faults.fixed(Kind::Stuck, order_id) {
+        // Never completes off-session: a person must look after the stuck bound.
+        ("pm_card_sim_requiresAction", false)
+    } else if faults.fixed(Kind::Processing, order_id) {
+        ("pm_card_processing_succeeds", true)
+    } else {
+        ("pm_card_visa", true)
     }
 }
 

@@ -33,7 +33,7 @@
 //! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
 //! reconciler still settles their operations).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 
 use charge_once::outbox::Outcome;
@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use super::driver::Order;
 use super::store::Published;
-use super::stripe::LedgerRow;
+use super::stripe::{Ledger, LedgerRow};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -171,28 +171,43 @@ impl TimeToSettle {
     }
 }
 
-/// Judges orders one by one against the ledger (so orders need not be held in memory).
+/// Judges orders one by one against the ledger, read an operation at a time (so neither the
+/// orders nor the ledger need be held in memory).
 pub struct Judge<'a> {
-    created: u64,
-    ours: std::collections::HashSet<String>,
-    by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
+    ledger: &'a dyn Ledger,
+    ours: Ours<'a>,
     /// Orders whose record a forged event moved.
     forged: BTreeSet<String>,
 }
 
-impl<'a> Judge<'a> {
-    /// `forged`: the orders whose record a forged event moved.
-    pub fn new(ledger: &'a [LedgerRow], forged: BTreeSet<String>) -> Self {
-        let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
-        for row in ledger {
-            if let Some(op) = row.operation_id.as_deref() {
-                by_op.entry(op).or_default().push(row);
-            }
+/// Which operations are an order's (readable) record at the end: asked of the store that holds
+/// the records, or collected as they are judged.
+enum Ours<'a> {
+    Collected(HashSet<String>),
+    Asked(Box<dyn Fn(&str) -> bool + 'a>),
+}
+
+impl Ours<'_> {
+    fn contains(&self, operation_id: &str) -> bool {
+        match self {
+            Ours::Collected(set) => set.contains(operation_id),
+            Ours::Asked(ours) => ours(operation_id),
         }
+    }
+}
+
+impl<'a> Judge<'a> {
+    /// `forged`: the orders whose record a forged event moved. `ours`: whether an operation id
+    /// is an order's readable record now, where the store can say (otherwise the judge keeps
+    /// the ids of the records it judges).
+    pub fn new(
+        ledger: &'a dyn Ledger,
+        forged: BTreeSet<String>,
+        ours: Option<Box<dyn Fn(&str) -> bool + 'a>>,
+    ) -> Self {
         Self {
-            created: ledger.len() as u64,
-            ours: std::collections::HashSet::new(),
-            by_op,
+            ledger,
+            ours: ours.map_or_else(|| Ours::Collected(HashSet::new()), Ours::Asked),
             forged,
         }
     }
@@ -219,13 +234,11 @@ impl<'a> Judge<'a> {
         let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
-        self.ours.insert(id.clone());
-        let pis: &[&LedgerRow] = self
-            .by_op
-            .get(id.as_str())
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let succeeded: Vec<&&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
+        let pis = self.ledger.of_operation(&id);
+        if let Ours::Collected(set) = &mut self.ours {
+            set.insert(id);
+        }
+        let succeeded: Vec<&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
         let mut keys: Vec<&str> = pis
             .iter()
             .filter_map(|p| p.idempotency_key.as_deref())
@@ -338,7 +351,8 @@ impl<'a> Judge<'a> {
     /// After the last order: the PaymentIntents and the verdict.
     /// `order_of` names the order an operation id was minted for; `audits` the first order each
     /// audit flagged (stale lease write, foreign dedup id).
-    /// `publishers` lists the operations that published an outcome, where the run can see them.
+    /// `publishers` lists the operations that published an outcome, where the run can see them
+    /// (those that are an order's record may be left out: only the others are counted).
     pub fn finish(
         &mut self,
         report: &mut Report,
@@ -346,14 +360,17 @@ impl<'a> Judge<'a> {
         audits: (Option<String>, Option<String>),
         publishers: Option<&[OperationId]>,
     ) {
-        report.payment_intents_created = self.created;
-        let mut orphans: Vec<&LedgerRow> = self
-            .by_op
-            .iter()
-            .filter(|(op, _)| !self.ours.contains(**op))
-            .flat_map(|(_, rows)| rows.iter().copied())
-            .filter(|row| row.status == "succeeded")
-            .collect();
+        report.payment_intents_created = self.ledger.created();
+        let mut orphans: Vec<LedgerRow> = Vec::new();
+        self.ledger.each(&mut |row| {
+            let theirs = row
+                .operation_id
+                .as_deref()
+                .is_some_and(|op| !self.ours.contains(op));
+            if theirs && row.status == "succeeded" {
+                orphans.push(row.clone());
+            }
+        });
         orphans.sort_by(|a, b| a.id.cmp(&b.id));
         report.orphan_charges = orphans.len() as u64;
         if let (None, Some(row)) = (&report.first_violation, orphans.first()) {
