@@ -2,7 +2,7 @@
 //! not Stripe's (crashes, lost sends, duplicate deliveries). Every injection is counted where it
 //! happens: the report shows what occurred, not what was configured.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,7 @@ use charge_once::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::fx::{FxHashMap, FxHashSet};
 use crate::sched::yield_now;
 use crate::trace::Trace;
 
@@ -260,7 +261,7 @@ impl Faults {
 /// Stripe has pruned its key.
 #[derive(Default)]
 pub struct Blackouts {
-    started: Mutex<HashMap<OperationId, Timestamp>>,
+    started: Mutex<FxHashMap<OperationId, Timestamp>>,
 }
 
 /// How long a blacked-out operation stays out of reach: past Stripe's 24 h key lifetime.
@@ -612,7 +613,8 @@ pub struct SimGateway {
     pub no_idempotency_key: bool,
     /// Every error is taken as a final failure, as naive code does.
     pub no_retry: bool,
-    first_create_seen: Mutex<std::collections::HashSet<OperationId>>,
+    /// The `key_pruned` operations whose first create was made.
+    first_create_seen: Mutex<FxHashSet<OperationId>>,
 }
 
 fn answer_text(r: &Result<PaymentIntent, GatewayError>) -> String {
@@ -679,17 +681,20 @@ impl PaymentGateway for SimGateway {
             req.idempotency_key =
                 OperationId::from_uuid(charge_once::ids::fresh_uuid()).idempotency_key();
         }
-        let first = self
-            .first_create_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.operation_id);
-        let result = self.inner.create(&req).await;
         let op = req.operation_id.to_string();
+        // Only the operations the scenario picks need their first create remembered.
+        let pruned = self.faults.fixed(Kind::KeyPruned, &op);
+        let first = pruned
+            && self
+                .first_create_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(req.operation_id);
+        let result = self.inner.create(&req).await;
         if let Ok(pi) = &result {
             self.trace.alias(&op, &pi.id);
         }
-        if first && result.is_ok() && self.faults.fixed(Kind::KeyPruned, &op) {
+        if first && result.is_ok() {
             self.faults.count(Kind::KeyPruned);
             self.blackouts.start(req.operation_id, self.clock.now());
             self.trace.event(

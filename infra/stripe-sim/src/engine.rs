@@ -69,7 +69,7 @@ struct KeyEntry {
 
 /// Form parameters in one allocation: each name and value as its length (LEB128) and bytes.
 /// Injective, so two forms are equal exactly when their encodings are.
-fn encode_params(params: &[(String, String)]) -> Box<[u8]> {
+fn encode_params(params: &[&(String, String)]) -> Box<[u8]> {
     let mut out = Vec::with_capacity(params.iter().map(|(k, v)| k.len() + v.len() + 4).sum());
     for s in params.iter().flat_map(|(k, v)| [k, v]) {
         let mut n = s.len();
@@ -197,19 +197,19 @@ pub(crate) enum Idem {
 /// How a create's answer is kept under its key (see [`Engine::finish_key_created`]).
 pub(crate) struct Created(Kept);
 
-/// A create's answer: the PaymentIntent's JSON (`body`), or the card error carrying it.
-fn created_answer(pi: &PaymentIntent, body: serde_json::Value, declined: Option<Decline>) -> Saved {
+/// A create's answer: the PaymentIntent's JSON, or the card error carrying it.
+fn created_answer(pi: &PaymentIntent, declined: Option<Decline>) -> Saved {
     match declined {
         None => Saved {
             status: 200,
-            body: Bytes::from(body.to_string()),
+            body: Bytes::from(pi.json_string()),
             should_retry: None,
         },
         Some(d) => Saved::from_error(&ApiError::card_declined(
             d.code,
             d.decline_code,
             d.message,
-            body,
+            pi.to_json(),
             pi.latest_charge.clone(),
         )),
     }
@@ -250,8 +250,51 @@ pub struct RequestCounts {
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
+/// PaymentIntents in creation order, in chunks of a fixed size: growing never moves them (a
+/// doubling vector of ten million would copy gigabytes, and hold both copies while it did).
+#[derive(Default)]
+struct Intents {
+    chunks: Vec<Vec<PaymentIntent>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl Intents {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, pi: PaymentIntent) {
+        if self.len % CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(pi);
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, at: usize) -> Option<&PaymentIntent> {
+        self.chunks.get(at / CHUNK)?.get(at % CHUNK)
+    }
+}
+
+impl std::ops::Index<usize> for Intents {
+    type Output = PaymentIntent;
+    fn index(&self, at: usize) -> &PaymentIntent {
+        &self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Intents {
+    fn index_mut(&mut self, at: usize) -> &mut PaymentIntent {
+        &mut self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
 pub(crate) struct Engine {
-    pis: Vec<PaymentIntent>,
+    pis: Intents,
     /// PaymentIntent positions by the hash of their id.
     index: HashMap<u64, Positions, Fx>,
     keys: HashMap<Arc<str>, KeyEntry, Fx>,
@@ -281,7 +324,7 @@ impl Engine {
         settle_ms: i64,
     ) -> Self {
         Engine {
-            pis: Vec::new(),
+            pis: Intents::default(),
             index: HashMap::default(),
             keys: HashMap::default(),
             expiry: BTreeMap::new(),
@@ -344,7 +387,7 @@ impl Engine {
         self.keys.len()
     }
 
-    /// The idempotency layer. `params` must already be sorted.
+    /// The idempotency layer. `params` compare as a sorted multimap.
     pub(crate) fn begin_key(
         &mut self,
         key: &str,
@@ -352,7 +395,9 @@ impl Engine {
         now_ms: i64,
     ) -> Idem {
         self.prune_keys(now_ms);
-        let encoded = encode_params(params);
+        let mut sorted: Vec<&(String, String)> = params.iter().collect();
+        sorted.sort();
+        let encoded = encode_params(&sorted);
         match self.keys.get(key) {
             Some(e) => match &e.state {
                 KeyState::InFlight => Idem::InFlight,
@@ -413,17 +458,18 @@ impl Engine {
     fn render(&self, kept: &Kept) -> Saved {
         match kept {
             Kept::Answer(saved) => saved.clone(),
-            Kept::Created { at, declined } => {
-                let pi = &self.pis[*at as usize];
-                created_answer(pi, pi.to_json(), *declined)
-            }
+            Kept::Created { at, declined } => created_answer(&self.pis[*at as usize], *declined),
         }
     }
 
     /// Before the PaymentIntent at `at` changes: the answer its create saved under its key is
     /// rendered now, while it still says what that answer said.
     fn freeze_answer(&mut self, at: usize) {
-        let Some(key) = self.pis.get(at).and_then(|pi| pi.idempotency_key.as_deref()) else {
+        let Some(key) = self
+            .pis
+            .get(at)
+            .and_then(|pi| pi.idempotency_key.as_deref())
+        else {
             return;
         };
         let kept = match self.keys.get(key).map(|e| &e.state) {
@@ -486,7 +532,6 @@ impl Engine {
             now_ms,
             self.settle_ms,
         );
-        let body = pi.to_json();
         let at = self.pis.len();
         let at32 = u32::try_from(at).unwrap_or(u32::MAX);
         for (k, v) in pi.params.metadata.iter() {
@@ -494,13 +539,13 @@ impl Engine {
         }
         add_position(&mut self.index, hash_of(&[&pi.id]), at32);
         if self.webhooks.enabled() {
-            self.webhooks.emit(&body, true, now_ms);
+            self.webhooks.emit(pi.status, &pi.view(), true, now_ms);
             if let Some(settlement) = &pi.settlement {
                 // The event Stripe sends when `processing` ends, queued for that moment.
                 let mut settled = pi.clone();
                 settled.settle(settlement.at_ms);
                 self.webhooks
-                    .emit(&settled.to_json(), false, settlement.at_ms);
+                    .emit(settled.status, &settled.view(), false, settlement.at_ms);
             }
         }
         let declined = match outcome {
@@ -515,21 +560,21 @@ impl Engine {
                 message,
             }),
         };
-        let saved = created_answer(&pi, body, declined);
+        let saved = created_answer(&pi, declined);
         self.pis.push(pi);
         (saved, Created(Kept::Created { at: at32, declined }))
     }
 
     /// The current JSON of one PaymentIntent, settled as of `now_ms`.
-    pub(crate) fn retrieve(&mut self, id: &str, now_ms: i64) -> Option<serde_json::Value> {
+    pub(crate) fn retrieve(&mut self, id: &str, now_ms: i64) -> Option<String> {
         let at = self.position(id)?;
         self.settle_at(at, now_ms);
-        Some(self.pis[at].to_json())
+        Some(self.pis[at].json_string())
     }
 
     /// Matching PaymentIntents visible to search (older than the lag),
     /// newest first.
-    pub(crate) fn search(&mut self, q: &MetadataQuery, now_ms: i64) -> Vec<serde_json::Value> {
+    pub(crate) fn search(&mut self, q: &MetadataQuery, now_ms: i64) -> Vec<String> {
         let lag = self.search_lag_ms;
         self.matching(&q.key, &q.value)
             .into_iter()
@@ -539,7 +584,7 @@ impl Engine {
                     return None;
                 }
                 self.settle_at(at, now_ms);
-                Some(self.pis[at].to_json())
+                Some(self.pis[at].json_string())
             })
             .collect()
     }
@@ -552,9 +597,7 @@ impl Engine {
         at.as_slice()
             .iter()
             .map(|at| *at as usize)
-            .filter(|at| {
-                self.pis[*at].params.metadata.get(key).map(String::as_str) == Some(value)
-            })
+            .filter(|at| self.pis[*at].params.metadata.get(key).map(String::as_str) == Some(value))
             .collect()
     }
 
@@ -577,7 +620,9 @@ impl Engine {
 
     /// Every PaymentIntent ever created, oldest first.
     pub(crate) fn ledger(&mut self, now_ms: i64) -> Vec<LedgerEntry> {
-        (0..self.pis.len()).map(|at| self.entry(at, now_ms)).collect()
+        (0..self.pis.len())
+            .map(|at| self.entry(at, now_ms))
+            .collect()
     }
 
     /// The PaymentIntents whose `metadata[key]` is `value`, oldest first.
@@ -589,9 +634,16 @@ impl Engine {
     }
 
     /// The ledger rows from position `from` on, at most `limit`, oldest first.
-    pub(crate) fn ledger_page(&mut self, from: usize, limit: usize, now_ms: i64) -> Vec<LedgerEntry> {
+    pub(crate) fn ledger_page(
+        &mut self,
+        from: usize,
+        limit: usize,
+        now_ms: i64,
+    ) -> Vec<LedgerEntry> {
         let end = self.pis.len().min(from.saturating_add(limit));
-        (from.min(end)..end).map(|at| self.entry(at, now_ms)).collect()
+        (from.min(end)..end)
+            .map(|at| self.entry(at, now_ms))
+            .collect()
     }
 
     /// PaymentIntents created so far.
@@ -614,8 +666,8 @@ impl Engine {
         let pi = &mut self.pis[at];
         pi.settlement = None;
         pi.status = status;
-        let json = pi.to_json();
-        self.webhooks.emit(&json, false, now_ms);
+        let pi = &self.pis[at];
+        self.webhooks.emit(pi.status, &pi.view(), false, now_ms);
         true
     }
 

@@ -290,10 +290,10 @@ pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_m
 
 /// A Stripe event's JSON for `intent` reaching `kind` at `at_ms`: the bytes `json!` would
 /// write for it (keys in order, compact), without copying the intent into a new tree.
-fn event_body(event_id: &str, kind: &str, intent: &Value, at_ms: i64) -> String {
+fn event_body<T: Serialize>(event_id: &str, kind: &str, intent: &T, at_ms: i64) -> String {
     #[derive(Serialize)]
-    struct Data<'a> {
-        object: &'a Value,
+    struct Data<'a, T> {
+        object: &'a T,
     }
     #[derive(Serialize)]
     struct Request {
@@ -302,10 +302,10 @@ fn event_body(event_id: &str, kind: &str, intent: &Value, at_ms: i64) -> String 
     }
     // The fields in key order, as a `serde_json::Map` keeps them.
     #[derive(Serialize)]
-    struct Event<'a> {
+    struct Event<'a, T> {
         api_version: &'static str,
         created: i64,
-        data: Data<'a>,
+        data: Data<'a, T>,
         id: &'a str,
         livemode: bool,
         object: &'static str,
@@ -410,19 +410,25 @@ impl Outbox {
 
     /// Queues the events for a PaymentIntent that just reached `intent["status"]` at `at_ms`
     /// (`created`: also `payment_intent.created` first).
-    pub(crate) fn emit(&mut self, intent: &Value, created: bool, at_ms: i64) {
+    pub(crate) fn emit(
+        &mut self,
+        status: &str,
+        intent: &impl Serialize,
+        created: bool,
+        at_ms: i64,
+    ) {
         if !self.enabled() {
             return;
         }
         if created {
             self.push_event("payment_intent.created", intent, at_ms);
         }
-        if let Some(kind) = intent["status"].as_str().and_then(event_type_for) {
+        if let Some(kind) = event_type_for(status) {
             self.push_event(kind, intent, at_ms);
         }
     }
 
-    fn push_event(&mut self, kind: &str, intent: &Value, at_ms: i64) {
+    fn push_event(&mut self, kind: &str, intent: &impl Serialize, at_ms: i64) {
         if let Some(enabled) = &self.config.enabled_events {
             if !enabled.iter().any(|e| e == kind) {
                 return;
@@ -731,7 +737,7 @@ mod tests {
     #[test]
     fn events_are_queued_signed_and_retried() {
         let mut o = outbox(WebhookFaults::default());
-        o.emit(&intent("succeeded"), true, 1_000);
+        o.emit("succeeded", &intent("succeeded"), true, 1_000);
         assert_eq!(o.next_due(), Some(1_000));
         let due = o.take_due(2_000);
         let kinds: Vec<&str> = due.iter().map(|d| d.event_type.as_str()).collect();
@@ -759,7 +765,7 @@ mod tests {
     fn gives_up_after_max_attempts() {
         let mut o = outbox(WebhookFaults::default());
         o.config.max_attempts = 2;
-        o.emit(&intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded"), false, 0);
         let d = o.take_due(0);
         o.report(d[0].seq, false, 0);
         let d = o.take_due(10_000);
@@ -775,7 +781,7 @@ mod tests {
             ..WebhookFaults::default()
         };
         let mut o = outbox(all(1.0));
-        o.emit(&intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded"), false, 0);
         let d = o.take_due(10_000);
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].event_id, d[1].event_id, "the same event twice");
@@ -785,7 +791,7 @@ mod tests {
             dropped: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         assert_eq!(o.next_due(), None);
         assert_eq!(o.counts.dropped, 2);
 
@@ -793,7 +799,7 @@ mod tests {
             out_of_order: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("processing"), false, 0);
+        o.emit("processing", &intent("processing"), false, 0);
         assert_eq!(o.next_due(), Some(20_000));
         assert_eq!(o.counts.reordered, 1);
 
@@ -801,7 +807,7 @@ mod tests {
             delayed: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("processing"), false, 0);
+        o.emit("processing", &intent("processing"), false, 0);
         let due = o.next_due().unwrap();
         assert!((1_000..=300_000).contains(&due), "{due}");
         assert_eq!(o.counts.delayed, 1);
@@ -811,7 +817,7 @@ mod tests {
     fn only_the_subscribed_types() {
         let mut o = outbox(WebhookFaults::default());
         o.config.enabled_events = Some(vec!["payment_intent.succeeded".into()]);
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         let d = o.take_due(0);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].event_type, "payment_intent.succeeded");
@@ -845,8 +851,8 @@ mod tests {
         );
         assert!(bridge.enabled(), "no secret needed");
         for i in 0..50 {
-            hook.emit(&intent("succeeded"), true, i * 1_000);
-            bridge.emit(&intent("succeeded"), true, i * 1_000);
+            hook.emit("succeeded", &intent("succeeded"), true, i * 1_000);
+            bridge.emit("succeeded", &intent("succeeded"), true, i * 1_000);
         }
         assert_eq!(hook.counts, bridge.counts, "the same events and faults");
         let (a, b) = (hook.take_due(i64::MAX), bridge.take_due(i64::MAX));
@@ -898,7 +904,7 @@ mod tests {
     #[test]
     fn nothing_without_a_secret() {
         let mut o = Outbox::new(1, WebhookConfig::default());
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         assert_eq!(o.counts.events, 0);
         assert!(o.take_due(1).is_empty());
     }
