@@ -465,6 +465,22 @@ impl Pipeline {
     /// automatic path has something to do: a due operation that is reachable, or a blackout's end.
     async fn outlook(&self) -> Result<(bool, Option<Timestamp>), BoxError> {
         let now = self.clock.now();
+        let (any, due) = match &self.operator {
+            // The memory store reads the same pages in place (no record copied out).
+            Some(store) => store.outlook(50, |id| self.blackouts.active(id, now)),
+            None => self.first_due(now).await?,
+        };
+        let repair = self.operator.as_ref().and_then(|s| s.next_repair());
+        let wake = [due, self.blackouts.next_end(now), repair]
+            .into_iter()
+            .flatten()
+            .min();
+        Ok((any, wake))
+    }
+
+    /// Whether the unknown index lists anything, and the due time of its first operation that
+    /// is reachable: its pages read until one lists such an operation.
+    async fn first_due(&self, now: Timestamp) -> Result<(bool, Option<Timestamp>), BoxError> {
         let mut any = false;
         let mut due = None;
         let mut cursor = None;
@@ -485,12 +501,7 @@ impl Pipeline {
                 break;
             }
         }
-        let repair = self.operator.as_ref().and_then(|s| s.next_repair());
-        let wake = [due, self.blackouts.next_end(now), repair]
-            .into_iter()
-            .flatten()
-            .min();
-        Ok((any, wake))
+        Ok((any, due))
     }
 
     /// Runs the orders through, then lets time pass until every operation has converged or the

@@ -354,11 +354,28 @@ fn claim_name(c: &Claim) -> &'static str {
     }
 }
 
-fn recorded_name(r: &Result<Recorded, StoreError>) -> String {
-    match r {
-        Ok(Recorded::Written(op)) => format!("written {}", op.status),
-        Ok(Recorded::Refused(_)) => "refused".into(),
-        Err(e) => format!("error: {e}"),
+/// A write's answer as the trace says it (written straight into the trace's hash).
+struct RecordedName<'a>(&'a Result<Recorded, StoreError>);
+
+impl std::fmt::Display for RecordedName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Ok(Recorded::Written(op)) => write!(f, "written {}", op.status),
+            Ok(Recorded::Refused(_)) => f.write_str("refused"),
+            Err(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+/// `prefix` and the value, or nothing.
+struct Maybe<'a, T>(&'a str, Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for Maybe<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.1 {
+            Some(v) => write!(f, "{}{v}", self.0),
+            None => Ok(()),
+        }
     }
 }
 
@@ -472,21 +489,17 @@ impl OperationStore for FaultyStore {
             return Err(crash("after Stripe, before the record"));
         }
         let r = self.inner.record(rec).await;
-        let detail = format!(
-            "{} <- {}{}{}",
-            recorded_name(&r),
-            rec.status,
-            rec.external_id
-                .as_deref()
-                .map(|e| format!(" {e}"))
-                .unwrap_or_default(),
-            rec.review
-                .as_ref()
-                .map(|r| format!(" review: {}", r.reason))
-                .unwrap_or_default()
+        self.trace.event(
+            order,
+            "store.record",
+            format_args!(
+                "{} <- {}{}{}",
+                RecordedName(&r),
+                rec.status,
+                Maybe(" ", rec.external_id.as_deref()),
+                Maybe(" review: ", rec.review.as_ref().map(|r| &r.reason)),
+            ),
         );
-        self.trace
-            .event(order, "store.record", format_args!("{detail}"));
         r
     }
 
@@ -496,7 +509,7 @@ impl OperationStore for FaultyStore {
         self.trace.event(
             req.key.order_id.as_str(),
             "store.reschedule",
-            format_args!("{} due {} redrive", recorded_name(&r), req.next_due_at,),
+            format_args!("{} due {} redrive", RecordedName(&r), req.next_due_at,),
         );
         r
     }
@@ -586,17 +599,16 @@ impl ChargeQueue for FaultyQueue {
             return Ok(());
         }
         let r = self.inner.send(charge).await;
-        self.trace.event(
-            order,
-            "queue.send",
-            format_args!(
-                "{}",
-                match &r {
-                    Ok(()) => format!("sent dedup {}", charge.dedup_id),
-                    Err(e) => format!("error: {e}"),
-                }
+        match &r {
+            Ok(()) => self.trace.event(
+                order,
+                "queue.send",
+                format_args!("sent dedup {}", charge.dedup_id),
             ),
-        );
+            Err(e) => self
+                .trace
+                .event(order, "queue.send", format_args!("error: {e}")),
+        }
         r
     }
 }
@@ -617,15 +629,21 @@ pub struct SimGateway {
     first_create_seen: Mutex<FxHashSet<OperationId>>,
 }
 
-fn answer_text(r: &Result<PaymentIntent, GatewayError>) -> String {
-    match r {
-        Ok(pi) => format!(
-            "{} {}{}",
-            pi.id,
-            pi.status,
-            if pi.replayed { " (replayed)" } else { "" }
-        ),
-        Err(e) => e.to_string(),
+/// A gateway's answer as the trace says it.
+struct AnswerText<'a>(&'a Result<PaymentIntent, GatewayError>);
+
+impl std::fmt::Display for AnswerText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Ok(pi) => write!(
+                f,
+                "{} {}{}",
+                pi.id,
+                pi.status,
+                if pi.replayed { " (replayed)" } else { "" }
+            ),
+            Err(e) => write!(f, "{e}"),
+        }
     }
 }
 
@@ -703,7 +721,7 @@ impl PaymentGateway for SimGateway {
                 format_args!(
                     "{} -> {}, then FAULT key_pruned: answer lost, unreachable past 24 h",
                     req.idempotency_key.as_str(),
-                    answer_text(&result)
+                    AnswerText(&result)
                 ),
             );
             return self.naive(Err(GatewayError::Ambiguous {
@@ -716,7 +734,7 @@ impl PaymentGateway for SimGateway {
             format_args!(
                 "{} -> {}",
                 req.idempotency_key.as_str(),
-                answer_text(&result)
+                AnswerText(&result)
             ),
         );
         self.naive(result)
@@ -728,7 +746,7 @@ impl PaymentGateway for SimGateway {
         self.trace.event(
             id,
             "stripe.retrieve",
-            format_args!("{}", answer_text(&result)),
+            format_args!("{}", AnswerText(&result)),
         );
         self.naive(result)
     }

@@ -444,13 +444,11 @@ impl Table {
         }
     }
 
-    /// Writes `next` over the record at `key`, keeping the index and the outbox in step.
-    fn update(&mut self, key: &OperationKey, next: Operation) {
-        let Some(at) = self.slot(key) else {
-            return;
-        };
-        let before = self.unpack(at);
-        self.unindex(&before);
+    /// Writes `next` over `before`, the record at `key`, keeping the index and the outbox in
+    /// step; returns the record as now stored (for a legacy record, as the real reader reads
+    /// it back).
+    fn update(&mut self, key: &OperationKey, before: &Operation, next: Operation) -> Operation {
+        self.unindex(before);
         let after = self.reshape(next);
         if before.status.is_settled()
             && (after.status != before.status || after.external_id != before.external_id)
@@ -473,10 +471,12 @@ impl Table {
             }
             _ => {}
         }
-        let event = outcome_of(Some(&before), &after).map(|e| (after.operation_id, e.outcome));
-        let at = self.store(after);
+        let event = outcome_of(Some(before), &after).map(|e| (after.operation_id, e.outcome));
+        let at = self.store(after.clone());
         self.index(at);
         self.publish(event);
+        debug_assert_eq!(&self.slots[at].key, key);
+        after
     }
 
     /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
@@ -598,9 +598,13 @@ impl SimStore {
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert_with(|| key.order_id.as_str().to_owned());
         }
-        t.update(key, next);
-        let written = t.read(key)?;
-        Ok(Ok(written.ok_or_else(|| StoreError::new("vanished"))?))
+        let written = t.update(key, &op, next);
+        // Read back: a write can leave a record nobody can read (a legacy item the reader
+        // refuses).
+        if let Some(bad) = t.unreadable.get(key) {
+            return Err(bad.error(key));
+        }
+        Ok(Ok(written))
     }
 
     /// The order an operation id was minted for (also after its record was replaced).
@@ -636,6 +640,41 @@ impl SimStore {
             .collect();
         ops.sort_unstable();
         (t.outcome_events, ops)
+    }
+
+    /// What the driver's outlook reads (`Pipeline::outlook`: pages of `page` from the unknown
+    /// index until one lists an operation that is not `unreachable`), without reading the
+    /// records: whether the index lists anything, and that operation's due time. The pages the
+    /// outlook would have read are counted as its queries.
+    pub fn outlook(
+        &self,
+        page: usize,
+        unreachable: impl Fn(&OperationId) -> bool,
+    ) -> (bool, Option<Timestamp>) {
+        let page = page.max(1);
+        let t = self.lock();
+        let mut found = None;
+        for (i, (_, key)) in t.automatic.iter().enumerate() {
+            if t.unreadable.contains_key(key) {
+                continue;
+            }
+            let Some(at) = t.slot(key) else { continue };
+            let record = &t.slots[at].record;
+            if !unreachable(&record.operation_id) {
+                found = Some((i, record.next_due_at));
+                break;
+            }
+        }
+        let listed = t.automatic.len();
+        drop(t);
+        let pages = match found {
+            Some((i, _)) => i / page + 1,
+            None => listed.div_ceil(page).max(1),
+        };
+        for _ in 0..pages {
+            self.calls.query();
+        }
+        (listed > 0, found.and_then(|(_, due)| due))
     }
 
     /// Whether `operation_id` is its order's record now, and readable (what the judge reads).
@@ -1071,6 +1110,53 @@ mod tests {
         assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
         let page = store.query_index(due, None, 10).await.unwrap();
         assert_eq!((page.operations.len(), page.unreadable.len()), (2, 0));
+    }
+
+    /// The outlook read in place answers what its pages answer, and counts their queries.
+    #[tokio::test]
+    async fn the_outlook_in_place_reads_what_its_pages_read() {
+        for (orders, unreadable) in [(0, 0.0), (49, 0.0), (50, 0.3), (51, 0.3), (230, 0.5)] {
+            let mut store = SimStore::new();
+            store.faults = Some(Arc::new(Faults::new(
+                3,
+                BTreeMap::from([(Kind::UnreadableRecord, unreadable)]),
+            )));
+            let mut ids = Vec::new();
+            for i in 0..orders {
+                let mut op = op(&format!("ord-{i:04}"));
+                // Due in creation order: the first `cut` below are the index's first.
+                op.next_due_at = Some(Timestamp::from_millis(T0 + i as i64));
+                ids.push(op.operation_id);
+                store.create_if_absent(&op).await.unwrap();
+            }
+            for cut in [0, 1, 49, 50, 51, 120, orders] {
+                // The first `cut` operations are out of reach (as blacked out).
+                let unreachable = |id: &OperationId| ids.iter().take(cut).any(|x| x == id);
+                let before = store.calls.queries.load(Ordering::Relaxed);
+                let fast = store.outlook(50, unreachable);
+                let fast_queries = store.calls.queries.load(Ordering::Relaxed) - before;
+                let (mut any, mut due, mut cursor, mut pages) = (false, None, None, 0);
+                while due.is_none() {
+                    let page = store
+                        .query_index(IndexQuery::Unsettled, cursor, 50)
+                        .await
+                        .unwrap();
+                    pages += 1;
+                    any |= !page.operations.is_empty() || !page.unreadable.is_empty();
+                    due = page
+                        .operations
+                        .iter()
+                        .find(|op| !unreachable(&op.operation_id))
+                        .and_then(|op| op.next_due_at);
+                    cursor = page.next;
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                assert_eq!(fast, (any, due), "{orders} orders, {cut} unreachable");
+                assert_eq!(fast_queries, pages, "{orders} orders, {cut} unreachable");
+            }
+        }
     }
 
     #[test]
