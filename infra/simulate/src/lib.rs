@@ -904,6 +904,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     report.wall_secs = wall.as_secs_f64();
     report.cpu_secs = (cpu_secs() - cpu_start).max(0.0);
     report.orders_per_sec = n / wall.as_secs_f64().max(1e-9);
+    report.set_rates();
     Ok(Outcome {
         report,
         timeline: trace.lines(),

@@ -678,6 +678,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     let w = wall.elapsed().as_secs_f64();
     report.wall_secs = w;
     report.orders_per_sec = cfg.orders as f64 / w.max(1e-9);
+    report.set_rates();
     Ok(report)
 }
 

@@ -92,6 +92,19 @@ pub struct Report {
     pub first_violation: Option<String>,
     /// CPU seconds of the process during the run (user + system): the honest figure on a shared box.
     pub cpu_secs: f64,
+    /// Simulated seconds per wall second (`virtual_hours` over `wall_secs`), the unit other
+    /// simulation-testing projects publish.
+    pub sim_secs_per_wall_sec: f64,
+    /// SQS messages sent per wall second (`requests_total.sqs_sends`).
+    pub messages_per_wall_sec: f64,
+    /// Table calls per wall second (`requests_total.dynamodb_reads` + `dynamodb_writes`).
+    pub store_calls_per_wall_sec: f64,
+    /// Stripe requests per wall second (`requests_total.stripe_calls`).
+    pub stripe_calls_per_wall_sec: f64,
+    /// Logged decisions per wall second (`trace_events`).
+    pub decisions_per_wall_sec: f64,
+    /// The process's peak resident memory so far, MB (`VmHWM`; 0 where unknown).
+    pub peak_rss_mb: f64,
     /// Memory backend and Stripe in process: the same seed and flags give the same report.
     pub deterministic: bool,
     /// Decisions logged (deliveries, store and gateway calls and answers, sends, ticks, faults).
@@ -457,7 +470,33 @@ fn order_named_in(error: &str) -> Option<&str> {
     Some(&rest[..end]).filter(|o| !o.is_empty())
 }
 
+/// The process's peak resident set so far, MB (`VmHWM` in /proc/self/status; 0 where unknown).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 impl Report {
+    /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
+    /// memory.
+    pub fn set_rates(&mut self) {
+        let wall = self.wall_secs.max(1e-9);
+        let total = |k: &str| self.requests_total.get(k).copied().unwrap_or(0) as f64;
+        self.sim_secs_per_wall_sec = self.virtual_hours * 3600.0 / wall;
+        self.messages_per_wall_sec = total("sqs_sends") / wall;
+        self.store_calls_per_wall_sec = (total("dynamodb_reads") + total("dynamodb_writes")) / wall;
+        self.stripe_calls_per_wall_sec = total("stripe_calls") / wall;
+        self.decisions_per_wall_sec = self.trace_events as f64 / wall;
+        self.peak_rss_mb = peak_rss_mb();
+    }
+
     /// The human-readable report.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -579,6 +618,16 @@ impl Report {
             s,
             "  time            {:.1} h virtual, {:.2} s wall, {:.2} s CPU, {:.0} orders/s",
             self.virtual_hours, self.wall_secs, self.cpu_secs, self.orders_per_sec
+        );
+        let _ = writeln!(
+            s,
+            "  per wall second {:.0} s simulated, {:.0} messages, {:.0} store calls, {:.0} Stripe calls, {:.0} decisions (peak RSS {:.0} MB)",
+            self.sim_secs_per_wall_sec,
+            self.messages_per_wall_sec,
+            self.store_calls_per_wall_sec,
+            self.stripe_calls_per_wall_sec,
+            self.decisions_per_wall_sec,
+            self.peak_rss_mb
         );
         let _ = writeln!(
             s,
