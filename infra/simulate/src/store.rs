@@ -44,7 +44,7 @@ use charge_once::{
 };
 
 use crate::faults::{Faults, Kind};
-use crate::fx::{hash_one, FxHashMap};
+use crate::fx::{hash_one, FxHashMap, FxHashSet};
 use crate::trace::Trace;
 
 /// How long an unreadable record waits for an operator's repair (virtual time, from its put).
@@ -266,9 +266,60 @@ struct Slot {
 
 const NO_SLOT: u32 = u32::MAX;
 
+/// A vector in chunks of a fixed size: growing never moves what it holds (a doubling vector of
+/// ten million records would copy them all, and hold both copies while it did).
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Self {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Chunked<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, value: T) {
+        if self.len % CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(value);
+            self.len += 1;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl<T> std::ops::Index<usize> for Chunked<T> {
+    type Output = T;
+    fn index(&self, at: usize) -> &T {
+        &self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Chunked<T> {
+    fn index_mut(&mut self, at: usize) -> &mut T {
+        &mut self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
 #[derive(Default)]
 struct Table {
-    slots: Vec<Slot>,
+    slots: Chunked<Slot>,
     /// The first slot of each key hash (the others chained through `Slot::next`).
     by_key: FxHashMap<u64, u32>,
     /// The slot each operation id was minted in (also after its record was replaced).
@@ -298,9 +349,11 @@ struct Table {
     /// Every operation that settled: (created, first settled) in virtual ms, in settle order
     /// (kept only with [`SimStore::keep_settle_log`]).
     settle_log: Option<Vec<(i64, i64)>>,
-    /// Records kept as release 2026-11-29's items (`legacy_record`); their record is always
-    /// what `operation_from_item` read from this item.
-    legacy: FxHashMap<OperationKey, Attrs>,
+    /// Records kept as release 2026-11-29's items (`legacy_record`): their record is always
+    /// what `operation_from_item` read from that item, [`legacy_item`] of the record written
+    /// (the item itself is not kept: it is that function of the record, see
+    /// [`SimStore::legacy_item_of`]).
+    legacy: FxHashSet<OperationKey>,
     /// Records that cannot be read (`unreadable_record`, or a legacy item the reader refused).
     unreadable: FxHashMap<OperationKey, Unreadable>,
     /// Unreadable records an operator repaired.
@@ -417,21 +470,17 @@ impl Table {
     }
 
     /// What a write of `op` leaves as the record: for a legacy record, the item as that
-    /// release's shape stores it (kept in `legacy`), and the record as the real reader reads
-    /// it back; if the reader refuses it, the record is unreadable from now on.
+    /// release's shape stores it, and the record as the real reader reads it back; if the
+    /// reader refuses it, the record is unreadable from now on.
     fn reshape(&mut self, op: Operation) -> Operation {
         let key = op.key();
-        if !self.legacy.contains_key(&key) {
+        if !self.legacy.contains(&key) {
             return op;
         }
         let item = legacy_item(&op);
         match operation_from_item(&item) {
-            Ok(read) => {
-                self.legacy.insert(key, item);
-                read
-            }
+            Ok(read) => read,
             Err(_) => {
-                self.legacy.insert(key.clone(), item.clone());
                 self.unreadable.insert(
                     key,
                     Unreadable {
@@ -751,9 +800,14 @@ impl SimStore {
         self.lock().legacy.len() as u64
     }
 
-    /// The stored item of a legacy record (for tests).
+    /// The stored item of a legacy record (for tests): that release's shape of its record (the
+    /// record is what the reader read from it, and reads back the same).
     pub fn legacy_item_of(&self, key: &OperationKey) -> Option<Attrs> {
-        self.lock().legacy.get(key).cloned()
+        let t = self.lock();
+        if !t.legacy.contains(key) {
+            return None;
+        }
+        t.get(key).map(|op| legacy_item(&op))
     }
 
     /// The faults of a record just put: `legacy_record`, then `unreadable_record`.
@@ -763,7 +817,7 @@ impl SimStore {
         let order = key.order_id.as_str();
         if faults.fixed(Kind::LegacyRecord, order) {
             faults.count(Kind::LegacyRecord);
-            t.legacy.insert(key.clone(), legacy_item(op));
+            t.legacy.insert(key.clone());
             t.unindex(op);
             let stored = t.reshape(op.clone());
             let at = t.store(stored);
@@ -780,11 +834,12 @@ impl SimStore {
         }
         if faults.fixed(Kind::UnreadableRecord, order) && !t.unreadable.contains_key(&key) {
             faults.count(Kind::UnreadableRecord);
-            let mut item = t
-                .legacy
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| stored_item(op));
+            // The item as stored: release 2026-11-29's shape of a legacy record.
+            let mut item = if t.legacy.contains(&key) {
+                legacy_item(op)
+            } else {
+                stored_item(op)
+            };
             let which = order.bytes().fold(0u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
             });

@@ -52,8 +52,11 @@ struct Decline {
 /// the answer's kilobyte and a half, for the day it is kept.
 #[derive(Clone, Debug)]
 enum Kept {
-    Answer(Saved),
-    Created { at: u32, declined: Option<Decline> },
+    Answer(Box<Saved>),
+    Created {
+        at: u32,
+        declined: Option<Box<Decline>>,
+    },
 }
 
 enum KeyState {
@@ -154,13 +157,15 @@ fn hash_of(parts: &[&str]) -> u64 {
 #[derive(Debug)]
 enum Positions {
     One(u32),
-    Many(Vec<u32>),
+    Many(Box<Vec<u32>>),
 }
 
 impl Positions {
     fn push(&mut self, at: u32) {
         match self {
-            Positions::One(first) if *first != at => *self = Positions::Many(vec![*first, at]),
+            Positions::One(first) if *first != at => {
+                *self = Positions::Many(Box::new(vec![*first, at]));
+            }
             Positions::Many(v) if v.last() != Some(&at) => v.push(at),
             _ => {}
         }
@@ -169,7 +174,7 @@ impl Positions {
     fn as_slice(&self) -> &[u32] {
         match self {
             Positions::One(at) => std::slice::from_ref(at),
-            Positions::Many(v) => v,
+            Positions::Many(v) => v.as_slice(),
         }
     }
 }
@@ -431,7 +436,7 @@ impl Engine {
 
     /// Saves the first response under an in-flight key.
     pub(crate) fn finish_key(&mut self, key: &str, saved: Saved, now_ms: i64) {
-        self.keep_answer(key, Kept::Answer(saved), now_ms);
+        self.keep_answer(key, Kept::Answer(Box::new(saved)), now_ms);
     }
 
     /// Saves a create's own answer under its in-flight key: [`Engine::create`]'s [`Created`].
@@ -457,8 +462,10 @@ impl Engine {
     /// The bytes of a kept answer.
     fn render(&self, kept: &Kept) -> Saved {
         match kept {
-            Kept::Answer(saved) => saved.clone(),
-            Kept::Created { at, declined } => created_answer(&self.pis[*at as usize], *declined),
+            Kept::Answer(saved) => Saved::clone(saved),
+            Kept::Created { at, declined } => {
+                created_answer(&self.pis[*at as usize], declined.as_deref().copied())
+            }
         }
     }
 
@@ -486,7 +493,7 @@ impl Engine {
             ..
         }) = self.keys.get_mut(key.as_str())
         {
-            *slot = Kept::Answer(saved);
+            *slot = Kept::Answer(Box::new(saved));
         }
     }
 
@@ -562,7 +569,13 @@ impl Engine {
         };
         let saved = created_answer(&pi, declined);
         self.pis.push(pi);
-        (saved, Created(Kept::Created { at: at32, declined }))
+        (
+            saved,
+            Created(Kept::Created {
+                at: at32,
+                declined: declined.map(Box::new),
+            }),
+        )
     }
 
     /// The current JSON of one PaymentIntent, settled as of `now_ms`.
