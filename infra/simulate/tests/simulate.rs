@@ -25,7 +25,17 @@ fn current_thread() -> tokio::runtime::Runtime {
 fn comparable(report: &simulate::report::Report) -> String {
     let mut v = serde_json::to_value(report).unwrap();
     let o = v.as_object_mut().unwrap();
-    for k in ["wall_secs", "cpu_secs", "orders_per_sec"] {
+    for k in [
+        "wall_secs",
+        "cpu_secs",
+        "orders_per_sec",
+        "sim_secs_per_wall_sec",
+        "messages_per_wall_sec",
+        "store_calls_per_wall_sec",
+        "stripe_calls_per_wall_sec",
+        "decisions_per_wall_sec",
+        "peak_rss_mb",
+    ] {
         assert!(o.remove(k).is_some(), "{k} is in the report");
     }
     serde_json::to_string(&v).unwrap()
@@ -316,6 +326,24 @@ fn the_seeds_figure() {
     for key in ["trace_hash", "cpu_secs", "wall_secs", "orders_per_sec"] {
         assert!(!on[key].is_null(), "{key}");
     }
+    // The rates other simulation-testing projects publish, per wall second.
+    for key in [
+        "sim_secs_per_wall_sec",
+        "messages_per_wall_sec",
+        "store_calls_per_wall_sec",
+        "stripe_calls_per_wall_sec",
+        "decisions_per_wall_sec",
+        "peak_rss_mb",
+    ] {
+        assert!(on[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {on}");
+    }
+    let wall = on["wall_secs"].as_f64().unwrap();
+    let sends = on["requests_total"]["sqs_sends"].as_f64().unwrap();
+    let rate = on["messages_per_wall_sec"].as_f64().unwrap();
+    assert!(
+        (rate * wall - sends).abs() <= 1e-6 * sends.max(1.0),
+        "{rate} × {wall} s"
+    );
     for key in [
         "failed_ticks",
         "unreadable_counted",
