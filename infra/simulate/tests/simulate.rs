@@ -191,20 +191,23 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
 }
 
 #[test]
-fn five_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
+fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
     // The local stack (moto) from `make test`; a Stripe simulator this process did not configure:
-    // simulate drives it through its admin API only.
+    // simulate drives it through its admin API only. 200 orders, not the 500 of before: the run
+    // is bound by moto's ~10 ms per request (about 50 requests per order, and a fixed part for
+    // the ticks of 73 virtual hours), and at 500 it was CI's longest test by minutes (issue 27).
+    // `make bench` runs 2,000 over the wire.
     let rt = current_thread();
     rt.block_on(async {
         let _ = testkit::aws::sdk_config().await;
         let sim = stripe_sim::StripeSim::new(stripe_sim::SimConfig::default());
         let running = sim.start(0).await.unwrap();
-        let mut a = args(500, 21, Backend::Aws);
+        let mut a = args(200, 21, Backend::Aws);
         a.stripe_url = Some(running.base_url());
         let report = simulate(&a).await.unwrap();
         assert!(report.invariants_hold, "{}", report.render());
         assert!(!report.deterministic);
-        assert_eq!(report.accepted, 500);
+        assert_eq!(report.accepted, 200);
         assert_eq!(report.unconverged, 0);
         assert!(report.faults_injected.values().sum::<u64>() > 0);
         assert!(
