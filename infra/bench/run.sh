@@ -122,6 +122,13 @@ fi
 if step sim; then
   echo "== 3: simulate --orders $orders (every fault kind), 20000 without faults" >&2
   "$simulate" --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+  rm -f "$out"/sim-scale-*.json
+  cp "$out/sim-faults.json" "$out/sim-scale-$orders.json"
+  # Peak memory by size (section 3): BENCH_SIM_SCALE="100000 10000000" adds the 10M run (about
+  # 20 GB and a quarter of an hour on one core).
+  for n in ${BENCH_SIM_SCALE:-100000}; do
+    [ "$n" = "$orders" ] || "$simulate" --orders "$n" --json | tail -n 1 > "$out/sim-scale-$n.json"
+  done
   "$simulate" --orders 20000 --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
   echo "== 3: time to settle, 20000 orders with EventBridge events, webhooks and neither (issues 17, 23)" >&2
   "$simulate" --orders 20000 --events eventbridge --json | tail -n 1 > "$out/sim-eventbridge.json"
