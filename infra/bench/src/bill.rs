@@ -39,8 +39,8 @@ use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
-use charge_once::Clock;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
+use charge_once::Clock;
 use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -394,8 +394,9 @@ impl World {
             webhook: WebhookDeps {
                 charge: deps.clone(),
                 inbox: Arc::new(inbox),
-                secrets: (source == Source::Webhook)
-                    .then(|| vec![WebhookSecret::parse(SECRET).expect("a secret of Stripe's form")]),
+                secrets: (source == Source::Webhook).then(|| {
+                    vec![WebhookSecret::parse(SECRET).expect("a secret of Stripe's form")]
+                }),
                 tolerance: DEFAULT_TOLERANCE,
                 event_source: (source == Source::EventBridge)
                     .then(|| DEFAULT_EVENT_SOURCE.to_owned()),
@@ -496,11 +497,9 @@ impl World {
         let batch = receive_as_event(&self.stack.source_client, &self.stack.queue_url).await;
         assert_eq!(batch.records.len(), 1, "one message expected");
         let t = cpu_ns();
-        let resp = charge::handler::handle(
-            &self.charge,
-            LambdaEvent::new(batch.clone(), invocation()),
-        )
-        .await;
+        let resp =
+            charge::handler::handle(&self.charge, LambdaEvent::new(batch.clone(), invocation()))
+                .await;
         let cpu = cpu_ns() - t;
         assert!(resp.batch_item_failures.is_empty(), "the charge failed");
         for r in &batch.records {
@@ -528,8 +527,8 @@ impl World {
             serde_json::from_value(json!({ "Records": filtered }))
                 .expect("a Lambda DynamoDB stream event");
         let filtered_in = event.records.len() as u64;
-        let resp = notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation()))
-            .await;
+        let resp =
+            notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation())).await;
         let cpu = cpu_ns() - t;
         assert!(resp.batch_item_failures.is_empty(), "the relay failed");
         let phase = self.phase(before, &self.metrics.notify, 1, cpu);
@@ -609,12 +608,7 @@ impl World {
                 deliveries.push((d.event_type.clone(), answer));
             }
         }
-        let phase = self.phase(
-            before,
-            &self.metrics.webhook,
-            deliveries.len() as u64,
-            cpu,
-        );
+        let phase = self.phase(before, &self.metrics.webhook, deliveries.len() as u64, cpu);
         EventsIn {
             deliveries,
             body_bytes,
@@ -717,7 +711,12 @@ pub async fn measure(subscriber: crate::logs::Subscriber) -> BillRecord {
     }
     BillRecord {
         subscriber: format!("{subscriber:?}"),
-        build: if cfg!(debug_assertions) { "debug" } else { "release" }.to_owned(),
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .to_owned(),
         runs,
     }
 }
@@ -735,7 +734,10 @@ mod tests {
                 "template.yaml's NotifyStreamSource FilterCriteria no longer has {p}"
             );
         }
-        assert_eq!(template.matches("- Pattern: '").count(), FILTER_PATTERNS.len());
+        assert_eq!(
+            template.matches("- Pattern: '").count(),
+            FILTER_PATTERNS.len()
+        );
     }
 
     #[test]
@@ -753,14 +755,26 @@ mod tests {
                 .dynamodb(StreamRecord::builder().set_new_image(Some(image)).build())
                 .build()
         };
-        assert!(passes_filter(&record(OperationType::Modify, &[("status", "succeeded")])));
-        assert!(passes_filter(&record(OperationType::Insert, &[("status", "failed")])));
+        assert!(passes_filter(&record(
+            OperationType::Modify,
+            &[("status", "succeeded")]
+        )));
+        assert!(passes_filter(&record(
+            OperationType::Insert,
+            &[("status", "failed")]
+        )));
         assert!(passes_filter(&record(
             OperationType::Modify,
             &[("status", "unknown"), ("review_reason", "stuck")]
         )));
-        assert!(!passes_filter(&record(OperationType::Modify, &[("status", "pending")])));
-        assert!(!passes_filter(&record(OperationType::Remove, &[("status", "succeeded")])));
+        assert!(!passes_filter(&record(
+            OperationType::Modify,
+            &[("status", "pending")]
+        )));
+        assert!(!passes_filter(&record(
+            OperationType::Remove,
+            &[("status", "succeeded")]
+        )));
     }
 
     #[test]

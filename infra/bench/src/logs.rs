@@ -1,21 +1,19 @@
-//! CloudWatch Logs bytes per happy-path charge (issue 15, part 6).
+//! CloudWatch Logs bytes, for section 5 (issue 15 part 6; issue 27 part 4).
 //!
-//! The happy path of [`crate::wire::scenarios`] (the real checkout and charge handlers on moto and
-//! an embedded stripe-sim) runs under the functions' own subscriber
-//! (`charge_once::logging::init_subscriber_with_writer`), with `AWS_LAMBDA_LOG_FORMAT`
-//! as the template sets it (JSON), writing into memory. Every line is kept except those of the
-//! test harness itself (stripe-sim, the test kit, this crate): the AWS SDK's and reqwest's own
-//! lines would reach CloudWatch in the real function, so they count.
+//! [`install_capture`] puts a subscriber (the functions' own, `charge_once::logging`, or
+//! lambda_runtime's default they used before) in front of an in-memory writer, with
+//! `AWS_LAMBDA_LOG_FORMAT` as the template sets it (JSON); [`take_lines`] hands back what was
+//! written since, less the test harness's own lines (stripe-sim, the test kit, this crate): the AWS
+//! SDK's and reqwest's lines would reach CloudWatch in the real function, so they count.
+//! `bench bill` ([`crate::bill`]) takes them per function.
 //!
-//! Not captured here, and added by [`platform_and_access_bytes`] from their documented shape:
-//! Lambda's `platform.start` and `platform.report` records per invocation (JSON log format), and the
-//! HTTP API's access-log line (the template's `AccessLogSettings.Format`, filled with the sample
-//! event's values).
+//! Not captured, and given here from their documented shape: Lambda's `platform.start` and
+//! `platform.report` records per invocation (JSON log format), and the HTTP API's access-log line
+//! (the template's `AccessLogSettings.Format`, filled with a sample request's values), for the
+//! checkout route and for the webhook route.
 
 use std::io::Write;
 use std::sync::Mutex;
-
-use crate::wire::scenarios::{Ours, Scenario};
 
 static CAPTURED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
@@ -83,27 +81,10 @@ pub fn take_lines() -> Vec<(String, String)> {
     out
 }
 
-/// Our lines of one happy path: (bytes without the newline, lines, "LEVEL message" of each).
-pub async fn measure_happy_path() -> (u64, u64, Vec<String>) {
-    install_capture(Subscriber::Ours);
-    let counts = Ours::run(Scenario::HappyPath).await;
-    assert_eq!(
-        counts.stripe.create, 1,
-        "the happy path created one PaymentIntent"
-    );
-    let lines = take_lines();
-    let bytes = lines.iter().map(|(l, _)| l.len() as u64).sum();
-    (
-        bytes,
-        lines.len() as u64,
-        lines.into_iter().map(|(_, m)| m).collect(),
-    )
-}
-
 /// Lambda's platform records per invocation in the JSON log format (the Lambda docs' shape; a
 /// 36-character request id, a realistic duration): start and report.
 pub const PLATFORM_START: &str = r#"{"time":"2026-11-29T15:04:05.123Z","type":"platform.start","record":{"requestId":"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","version":"$LATEST"}}"#;
-pub const PLATFORM_REPORT: &str = r#"{"time":"2026-11-29T15:04:05.444Z","type":"platform.report","record":{"requestId":"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","metrics":{"durationMs":320.412,"billedDurationMs":321,"memorySizeMB":256,"maxMemoryUsedMB":38},"status":"success"}}"#;
+pub const PLATFORM_REPORT: &str = r#"{"time":"2026-11-29T15:04:05.444Z","type":"platform.report","record":{"requestId":"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","metrics":{"durationMs":320.412,"billedDurationMs":321,"memorySizeMB":128,"maxMemoryUsedMB":38},"status":"success"}}"#;
 
 /// The sample checkout's `$context` values (events/checkout-valid.json).
 const CHECKOUT_VALUES: [(&str, &str); 16] = [
@@ -132,10 +113,7 @@ const CHECKOUT_VALUES: [(&str, &str); 16] = [
 const WEBHOOK_VALUES: [(&str, &str); 16] = [
     ("$context.requestId", "CkQ1cj2ZoAMEX3w="),
     ("$context.identity.sourceIp", "54.187.174.169"),
-    (
-        "$context.identity.userArn",
-        "-",
-    ),
+    ("$context.identity.userArn", "-"),
     ("$context.identity.accountId", "-"),
     ("$context.authorizer.claims.sub", "-"),
     ("$context.authorizer.claims.client_id", "-"),
@@ -148,7 +126,10 @@ const WEBHOOK_VALUES: [(&str, &str); 16] = [
     ("$context.integrationErrorMessage", "-"),
     ("$context.requestTime", "29/Nov/2026:15:04:05 +0000"),
     ("$context.protocol", "HTTP/1.1"),
-    ("$context.identity.userAgent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)"),
+    (
+        "$context.identity.userAgent",
+        "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+    ),
 ];
 
 /// The HTTP API access-log line for the sample checkout (events/checkout-valid.json): the
@@ -191,14 +172,6 @@ fn access_log_line_with(template_yaml: &str, values: &[(&str, &str)]) -> String 
     format
 }
 
-/// Bytes Lambda and API Gateway add per happy-path charge: two invocations' platform records
-/// (checkout, charge) and one access-log line.
-pub fn platform_and_access_bytes(template_yaml: &str) -> (u64, u64) {
-    let platform = 2 * (PLATFORM_START.len() + PLATFORM_REPORT.len()) as u64;
-    let access = access_log_line(template_yaml).len() as u64;
-    (platform, access)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +185,16 @@ mod tests {
         let parsed: serde_json::Value =
             serde_json::from_str(&line).expect("the access line is JSON");
         assert_eq!(parsed["status"], "202");
+    }
+
+    #[test]
+    fn the_webhook_line_has_no_caller() {
+        let template = include_str!("../../../template.yaml");
+        let line = webhook_access_log_line(template);
+        assert!(!line.contains("$context"), "{line}");
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line).expect("the access line is JSON");
+        assert_eq!(parsed["status"], "200");
+        assert!(!line.contains("assumed-role"), "{line}");
     }
 }

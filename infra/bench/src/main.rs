@@ -7,7 +7,6 @@
 //! bench cpu    OUT.json CHARGES BATCH [logs|stderr]  CPU time per charge, in-memory ports
 //! bench rss    OUT.json BATCH           peak RSS after one batch (run in a fresh process)
 //! bench init   OUT.json FUNCTION BOOTSTRAP RUNS  init ms: exec to first invocation/next (needs moto + provisioned env)
-//! bench logs   OUT.json TEMPLATE        CloudWatch Logs bytes per happy-path charge (needs moto)
 //! bench bill   OUT.json [lambda_runtime]  every request of one charge by function, each event source and the relay (needs moto)
 //! bench burst  DIR SIMULATE SVG_DIR     section 7's simulate --arrival-rate runs: DIR/burst-*.json, SVG_DIR/*.svg
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
@@ -17,7 +16,7 @@
 
 use std::path::Path;
 
-use bench::report::{LogsRecord, RssRecord, WireRow};
+use bench::report::{RssRecord, WireRow};
 use bench::wire::scenarios::{Ours, Scenario, Seed};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -131,24 +130,6 @@ fn main() -> Result<(), Error> {
             let r = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
             eprintln!("{function} ({bootstrap}): init {r}");
             write_json(&out, &r)
-        }
-        "logs" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let template = std::fs::read_to_string(arg(&args, 3, "TEMPLATE")?)?;
-            let rt = tokio::runtime::Runtime::new()?;
-            let (bytes, lines, messages) = rt.block_on(bench::logs::measure_happy_path());
-            let (platform, access) = bench::logs::platform_and_access_bytes(&template);
-            eprintln!("happy path: {bytes} B in {lines} lines of ours ({messages:?}); platform {platform} B, access log {access} B");
-            write_json(
-                &out,
-                &serde_json::to_value(LogsRecord {
-                    function_bytes: bytes,
-                    function_lines: lines,
-                    messages,
-                    platform_bytes: platform,
-                    access_log_bytes: access,
-                })?,
-            )
         }
         "bill" => {
             let out = arg(&args, 2, "OUT.json")?;

@@ -31,16 +31,6 @@ pub struct RssRecord {
     pub vm_hwm_kb: u64,
 }
 
-/// `logs.json`: CloudWatch Logs bytes of one happy path.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LogsRecord {
-    pub function_bytes: u64,
-    pub function_lines: u64,
-    pub messages: Vec<String>,
-    pub platform_bytes: u64,
-    pub access_log_bytes: u64,
-}
-
 /// `cpu.json` and `cpu-logs.json` as `footprint::cpu::CpuResult::to_json` writes them: the fields
 /// the report reads.
 #[derive(Debug, Clone, Copy, Deserialize)]
