@@ -359,7 +359,7 @@ pub fn items(
         "charge path",
         "all",
         format!(
-            "Lambda init, cold starts (**assumed** {:.0} % of invocations × init: checkout {ci:.0} ms{}, charge {chi:.0} ms{}, on a full core, scaled to the memory's share)",
+            "Lambda init, cold starts (**assumed** {:.0} % of invocations × init: checkout {ci:.0} ms{}, charge {chi:.0} ms{}, on a full core, scaled to the memory's share as if all CPU: **assumed**)",
             COLD_START_SHARE * 100.0,
             if ci_measured { "" } else { " **assumed**" },
             if chi_measured { "" } else { " **assumed**" },

@@ -1,5 +1,5 @@
-//! Cost per 1M charges from the counted requests and published prices, and the Markdown
-//! (section 7's in [`crate::burst`]).
+//! The Markdown of BENCHMARKS.md (section 5's, the cost per 1M charges, in [`crate::cost`];
+//! section 7's in [`crate::burst`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
