@@ -9,7 +9,10 @@
 #   - footprint per release profile (BENCH_PROFILES, default `release`): stripped binary, zip,
 #     init ms (exec to the first invocation/next against a local Runtime API, moto for the
 #     secret) and CPU per charge, from a real build of each function (issue 15);
-#   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model;
+#   - section 5, the whole bill: `bench bill` counts every request of one charge by function on
+#     moto (checkout, charge, the events function with each event source, the notify relay's
+#     PutEvents), with our log lines and EMF lines, under the functions' subscriber and again
+#     under lambda_runtime's default one (the logs before issue 27);
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (release build, virtual time, in memory) once per row of
 #     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
@@ -20,6 +23,8 @@
 #
 # BENCH_ONLY=burst: only section 7: its runs, then that section replaced in place in BENCHMARKS.md
 # (the rest of the file as the last full run wrote it). `BENCH_ONLY=burst make bench`.
+# BENCH_ONLY=cost: only section 5: `bench bill` again, then that section replaced in place (it
+# also reads section 3's cpu-logs.json and section 4's footprint-*.json from $BENCH_OUT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Where cargo puts the binaries (a worktree may share another checkout's target directory).
@@ -38,18 +43,20 @@ init_runs="${BENCH_INIT_RUNS:-20}"
 # (charge::EVENT_SOURCE.batch_size, held to template.yaml by tests/template.rs).
 batch="${BENCH_BATCH:-10}"
 # Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
-steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim burst} "
+# (`logs` is the old name of `bill`.)
+steps=" ${BENCH_STEPS:-wire index cpu footprint bill sim burst} "
 only="${BENCH_ONLY:-}"
 case "$only" in
   "") ;;
   burst) steps=" burst " ;;
-  *) echo "BENCH_ONLY=$only: unknown section (burst renders alone)" >&2; exit 2 ;;
+  cost) steps=" bill " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (burst and cost render alone)" >&2; exit 2 ;;
 esac
-step() { [[ "$steps" == *" $1 "* ]]; }
+step() { [[ "$steps" == *" $1 "* ]] || { [[ "$1" == bill ]] && [[ "$steps" == *" logs "* ]]; }; }
 mkdir -p "$out"
 
 needs_release=false
-for s in wire index cpu logs sim burst; do if step "$s"; then needs_release=true; fi; done
+for s in wire index cpu bill sim burst; do if step "$s"; then needs_release=true; fi; done
 if $needs_release; then
   echo "== build (release): bench, simulate, stripe-sim" >&2
   nice -n 19 cargo build --locked --release -p bench -p simulate -p stripe-sim
@@ -114,9 +121,10 @@ infra/local/with-stack.sh bash -c '
 ' footprint "$target" "$out" "$init_runs" "$charges" "$batch" $profiles
 fi
 
-if step logs; then
-  echo "== 5: CloudWatch Logs bytes per happy-path charge (moto)" >&2
-  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" logs "$out/logs.json" template.yaml
+if step bill; then
+  echo "== 5: every request of one charge, each event source and the relay; logs before and after (moto)" >&2
+  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" bill "$out/bill.json"
+  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" bill "$out/bill-lambda-subscriber.json" lambda_runtime
 fi
 
 if step sim; then
@@ -157,7 +165,7 @@ fi
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"
 export BENCH_DATE
 if [[ -n "$only" ]]; then
-  echo "== render section 7 of BENCHMARKS.md in place" >&2
+  echo "== render section $only of BENCHMARKS.md in place" >&2
   "$bench" render-section "$only" "$out" BENCHMARKS.md
 else
   echo "== render BENCHMARKS.md" >&2

@@ -38,6 +38,7 @@ pub mod config;
 pub mod domain;
 pub mod executor;
 pub mod ids;
+pub mod logging;
 pub mod memory;
 pub mod operation;
 pub mod outbox;

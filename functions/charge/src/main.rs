@@ -1,5 +1,5 @@
 //! Wires the charge function: configuration, the Stripe key from Secrets Manager, the DynamoDB
-//! client and the Stripe client (all once per execution environment), tracing, then the runtime loop.
+//! client and the Stripe client (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 
@@ -11,11 +11,11 @@ use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, TokioSleeper};
 use charge_once::telemetry::StdoutMetrics;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = ChargeConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;

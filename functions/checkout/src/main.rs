@@ -1,5 +1,5 @@
 //! Wires the checkout function: configuration, the DynamoDB and SQS clients (once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 
@@ -10,11 +10,11 @@ use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::SystemClock;
 use checkout::handler::{handle, Checkout};
 use checkout::CheckoutConfig;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = CheckoutConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
     let deps = Checkout {

@@ -1,5 +1,5 @@
 //! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
@@ -11,11 +11,11 @@ use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::SystemClock;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = NotifyConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
     let deps = Notify {

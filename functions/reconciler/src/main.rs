@@ -1,5 +1,5 @@
 //! Wires the reconciler: configuration, the Stripe key from Secrets Manager, DynamoDB, SQS and
-//! Stripe clients (all once per execution environment), tracing, then the runtime loop.
+//! Stripe clients (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +10,13 @@ use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::StdoutMetrics;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use reconciler::handler::{handle, ReconcilerFunction, PAGE_SIZE};
 use reconciler::ReconcilerConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
     let mut charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;

@@ -1,7 +1,7 @@
 //! Wires the events function: configuration, its secrets from Secrets Manager (the webhook
 //! endpoint's signing secrets when the webhook route exists, and the Stripe key for `retrieve`:
 //! the restricted one when configured), the DynamoDB and Stripe clients (all once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 
@@ -15,13 +15,13 @@ use charge_once::executor::ChargeDeps;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::SystemClock;
-use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 use webhook::handler::{handle, WebhookFunction};
 use webhook::WebhookConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing::init_default_subscriber();
+    charge_once::logging::init_subscriber();
     let config = WebhookConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.load().await;
     let secrets = aws_sdk_secretsmanager::Client::new(&aws);
