@@ -2,7 +2,7 @@
 //! No I/O and no clock reads: every method takes `now_ms`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::capacity::{Capacity, CapacityState};
 use crate::faults::{FaultConfig, FaultState};
+use crate::fx::{Fx, FxHasher};
 use crate::pi::{CreateOutcome, CreateParams, PaymentIntent, STATUSES};
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
@@ -89,58 +90,6 @@ fn encode_params(params: &[&(String, String)]) -> Box<[u8]> {
     }
     out.into_boxed_slice()
 }
-
-/// FxHash (rustc's): a fast hash for the engine's maps of millions of ids. Not resistant to
-/// chosen keys, which a simulator need not be.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher(u64);
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 59));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Fx = BuildHasherDefault<FxHasher>;
 
 /// The hash of some strings, for the position indexes (each hit is checked against the
 /// PaymentIntent itself, so a collision costs a comparison, never a wrong answer).

@@ -52,6 +52,7 @@
 pub mod capacity;
 pub mod clock;
 pub mod faults;
+pub mod fx;
 pub mod receiver;
 pub mod webhooks;
 pub mod wire;
