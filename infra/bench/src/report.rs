@@ -719,6 +719,99 @@ fn time_to_settle(w: &mut String, bridge: Value, hook: Value, none: Value) -> st
     Ok(())
 }
 
+/// The in-memory runs and the wire run, for the rates table.
+fn runs_for_rates<'a>(
+    faults: &'a Value,
+    clean: &'a Value,
+    wire: Option<&'a Value>,
+) -> Vec<(&'static str, &'a Value)> {
+    let mut runs = vec![
+        ("default faults, in memory", faults),
+        ("--no-faults, in memory", clean),
+    ];
+    if let Some(wire) = wire {
+        runs.push(("default faults, moto + stripe-sim over HTTP", wire));
+    }
+    runs
+}
+
+/// Section 3's second table: what a run does per wall second, in the units other
+/// simulation-testing projects publish (simulated time, messages, storage and Stripe calls,
+/// decisions), and its peak memory; then the peak memory at each `BENCH_SIM_SCALE` size.
+fn sim_rates(w: &mut String, dir: &Path, runs: &[(&str, &Value)]) -> Result<(), Error> {
+    writeln!(w, "Per wall second (the simulator's own counts: messages received, store calls, Stripe calls, and the")?;
+    writeln!(
+        w,
+        "scheduler's decisions), and peak resident memory (`VmHWM`, read by the run itself):"
+    )?;
+    writeln!(w)?;
+    writeln!(w, "| run | simulated s / wall s | messages / s | store calls / s | Stripe calls / s | decisions / s | peak RSS MB | KB / order |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|")?;
+    for (name, s) in runs {
+        if s.is_null() || s.get("sim_secs_per_wall_sec").is_none() {
+            writeln!(w, "| {name} | not measured in this run | | | | | | |")?;
+            continue;
+        }
+        let rss = f(&s["peak_rss_mb"]);
+        writeln!(
+            w,
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            f(&s["sim_secs_per_wall_sec"]),
+            f(&s["messages_per_wall_sec"]),
+            f(&s["store_calls_per_wall_sec"]),
+            f(&s["stripe_calls_per_wall_sec"]),
+            f(&s["decisions_per_wall_sec"]),
+            rss,
+            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
+        )?;
+    }
+    writeln!(w)?;
+    let mut scale: Vec<Value> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("sim-scale-") && name.ends_with(".json") {
+                scale.push(read::<Value>(dir, &name)?);
+            }
+        }
+    }
+    scale.sort_by_key(|s| u(&s["orders"]));
+    if scale.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "Peak memory by size (`BENCH_SIM_SCALE`, every fault kind, seed 1):"
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "| orders | peak RSS MB | KB / order | CPU s | orders / CPU s | invariants | trace_hash |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|---|")?;
+    for s in &scale {
+        let rss = f(&s["peak_rss_mb"]);
+        let cpu = f(&s["cpu_secs"]);
+        writeln!(
+            w,
+            "| {} | {:.0} | {:.2} | {:.1} | {:.0} | {} | `{}` |",
+            u(&s["orders"]),
+            rss,
+            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
+            cpu,
+            u(&s["orders"]) as f64 / cpu.max(1e-9),
+            if s["invariants_hold"].as_bool() == Some(true) {
+                "hold"
+            } else {
+                "BROKEN"
+            },
+            s["trace_hash"].as_str().unwrap_or("-"),
+        )?;
+    }
+    writeln!(w)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -827,97 +920,4 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_234_567), "1,234,567");
     }
-}
-
-/// The in-memory runs and the wire run, for the rates table.
-fn runs_for_rates<'a>(
-    faults: &'a Value,
-    clean: &'a Value,
-    wire: Option<&'a Value>,
-) -> Vec<(&'static str, &'a Value)> {
-    let mut runs = vec![
-        ("default faults, in memory", faults),
-        ("--no-faults, in memory", clean),
-    ];
-    if let Some(wire) = wire {
-        runs.push(("default faults, moto + stripe-sim over HTTP", wire));
-    }
-    runs
-}
-
-/// Section 3's second table: what a run does per wall second, in the units other
-/// simulation-testing projects publish (simulated time, messages, storage and Stripe calls,
-/// decisions), and its peak memory; then the peak memory at each `BENCH_SIM_SCALE` size.
-fn sim_rates(w: &mut String, dir: &Path, runs: &[(&str, &Value)]) -> Result<(), Error> {
-    writeln!(w, "Per wall second (the simulator's own counts: messages received, store calls, Stripe calls, and the")?;
-    writeln!(
-        w,
-        "scheduler's decisions), and peak resident memory (`VmHWM`, read by the run itself):"
-    )?;
-    writeln!(w)?;
-    writeln!(w, "| run | simulated s / wall s | messages / s | store calls / s | Stripe calls / s | decisions / s | peak RSS MB | KB / order |")?;
-    writeln!(w, "|---|---|---|---|---|---|---|---|")?;
-    for (name, s) in runs {
-        if s.is_null() || s.get("sim_secs_per_wall_sec").is_none() {
-            writeln!(w, "| {name} | not measured in this run | | | | | | |")?;
-            continue;
-        }
-        let rss = f(&s["peak_rss_mb"]);
-        writeln!(
-            w,
-            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |",
-            f(&s["sim_secs_per_wall_sec"]),
-            f(&s["messages_per_wall_sec"]),
-            f(&s["store_calls_per_wall_sec"]),
-            f(&s["stripe_calls_per_wall_sec"]),
-            f(&s["decisions_per_wall_sec"]),
-            rss,
-            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
-        )?;
-    }
-    writeln!(w)?;
-    let mut scale: Vec<Value> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("sim-scale-") && name.ends_with(".json") {
-                scale.push(read::<Value>(dir, &name)?);
-            }
-        }
-    }
-    scale.sort_by_key(|s| u(&s["orders"]));
-    if scale.is_empty() {
-        return Ok(());
-    }
-    writeln!(
-        w,
-        "Peak memory by size (`BENCH_SIM_SCALE`, every fault kind, seed 1):"
-    )?;
-    writeln!(w)?;
-    writeln!(
-        w,
-        "| orders | peak RSS MB | KB / order | CPU s | orders / CPU s | invariants | trace_hash |"
-    )?;
-    writeln!(w, "|---|---|---|---|---|---|---|")?;
-    for s in &scale {
-        let rss = f(&s["peak_rss_mb"]);
-        let cpu = f(&s["cpu_secs"]);
-        writeln!(
-            w,
-            "| {} | {:.0} | {:.2} | {:.1} | {:.0} | {} | `{}` |",
-            u(&s["orders"]),
-            rss,
-            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
-            cpu,
-            u(&s["orders"]) as f64 / cpu.max(1e-9),
-            if s["invariants_hold"].as_bool() == Some(true) {
-                "hold"
-            } else {
-                "BROKEN"
-            },
-            s["trace_hash"].as_str().unwrap_or("-"),
-        )?;
-    }
-    writeln!(w)?;
-    Ok(())
 }

@@ -209,15 +209,14 @@ impl Ours<'_> {
     }
 }
 
+/// Whether an operation id is an order's readable record now (the store's answer).
+pub type IsOurs<'a> = Box<dyn Fn(&str) -> bool + 'a>;
+
 impl<'a> Judge<'a> {
     /// `forged`: the orders whose record a forged event moved. `ours`: whether an operation id
     /// is an order's readable record now, where the store can say (otherwise the judge keeps
     /// the ids of the records it judges).
-    pub fn new(
-        ledger: &'a dyn Ledger,
-        forged: BTreeSet<String>,
-        ours: Option<Box<dyn Fn(&str) -> bool + 'a>>,
-    ) -> Self {
+    pub fn new(ledger: &'a dyn Ledger, forged: BTreeSet<String>, ours: Option<IsOurs<'a>>) -> Self {
         Self {
             ledger,
             ours: ours.map_or_else(|| Ours::Collected(HashSet::new()), Ours::Asked),
