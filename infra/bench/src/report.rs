@@ -381,11 +381,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
-    sim_rates(
-        w,
-        dir,
-        &runs_for_rates(&sim_faults, &sim_clean, sim_wire.as_ref()),
-    )?;
+    sim_rates(w, dir, &runs)?;
     time_to_settle(
         w,
         read_opt(dir, "sim-eventbridge.json")?.unwrap_or(Value::Null),
@@ -717,22 +713,6 @@ fn time_to_settle(w: &mut String, bridge: Value, hook: Value, none: Value) -> st
         writeln!(w)?;
     }
     Ok(())
-}
-
-/// The in-memory runs and the wire run, for the rates table.
-fn runs_for_rates<'a>(
-    faults: &'a Value,
-    clean: &'a Value,
-    wire: Option<&'a Value>,
-) -> Vec<(&'static str, &'a Value)> {
-    let mut runs = vec![
-        ("default faults, in memory", faults),
-        ("--no-faults, in memory", clean),
-    ];
-    if let Some(wire) = wire {
-        runs.push(("default faults, moto + stripe-sim over HTTP", wire));
-    }
-    runs
 }
 
 /// Section 3's second table: what a run does per wall second, in the units other
