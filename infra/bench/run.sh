@@ -12,7 +12,10 @@
 #     invocation/next against a local Runtime API, moto for the secrets) and CPU per charge, from
 #     a real build of each function (issues 15, 27); the previous release's figures beside them
 #     come from infra/bench/previous-footprint.json;
-#   - CloudWatch Logs bytes per happy-path charge (moto), for the cost model;
+#   - section 5, the whole bill: `bench bill` counts every request of one charge by function on
+#     moto (checkout, charge, the events function with each event source, the notify relay's
+#     PutEvents), with our log lines and EMF lines, under the functions' subscriber and again
+#     under lambda_runtime's default one (the logs before issue 27);
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (release build, virtual time, in memory) once per row of
 #     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
@@ -25,6 +28,8 @@
 # (the rest of the file as the last full run wrote it). `BENCH_ONLY=burst make bench`.
 # BENCH_ONLY=footprint: the same for section 4 (its builds and measurements, about 11 optimised
 # builds: five arm64, five x86-64 and `footprint`).
+# BENCH_ONLY=cost: only section 5: `bench bill` again, then that section replaced in place (it
+# also reads section 3's cpu-logs.json and section 4's footprint-*.json from $BENCH_OUT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Where cargo puts the binaries (a worktree may share another checkout's target directory).
@@ -43,19 +48,21 @@ init_runs="${BENCH_INIT_RUNS:-20}"
 # (charge::EVENT_SOURCE.batch_size, held to template.yaml by tests/template.rs).
 batch="${BENCH_BATCH:-10}"
 # Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
-steps=" ${BENCH_STEPS:-wire index cpu footprint logs sim burst} "
+# (`logs` is the old name of `bill`.)
+steps=" ${BENCH_STEPS:-wire index cpu footprint bill sim burst} "
 only="${BENCH_ONLY:-}"
 case "$only" in
   "") ;;
   burst) steps=" burst " ;;
   footprint) steps=" footprint " ;;
-  *) echo "BENCH_ONLY=$only: unknown section (burst and footprint render alone)" >&2; exit 2 ;;
+  cost) steps=" bill " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (burst, footprint and cost render alone)" >&2; exit 2 ;;
 esac
-step() { [[ "$steps" == *" $1 "* ]]; }
+step() { [[ "$steps" == *" $1 "* ]] || { [[ "$1" == bill ]] && [[ "$steps" == *" logs "* ]]; }; }
 mkdir -p "$out"
 
 needs_release=false
-for s in wire index cpu logs sim burst; do if step "$s"; then needs_release=true; fi; done
+for s in wire index cpu bill sim burst; do if step "$s"; then needs_release=true; fi; done
 if $needs_release; then
   echo "== build (release): bench, simulate, stripe-sim" >&2
   nice -n 19 cargo build --locked --release -p bench -p simulate -p stripe-sim
@@ -88,14 +95,22 @@ if step footprint; then
   infra/bench/footprint.sh "$out" "$profiles" "$init_runs" "$charges" "$batch"
 fi
 
-if step logs; then
-  echo "== 5: CloudWatch Logs bytes per happy-path charge (moto)" >&2
-  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" logs "$out/logs.json" template.yaml
+if step bill; then
+  echo "== 5: every request of one charge, each event source and the relay; logs before and after (moto)" >&2
+  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" bill "$out/bill.json"
+  infra/local/with-stack.sh env AWS_LAMBDA_LOG_FORMAT=JSON "$bench" bill "$out/bill-lambda-subscriber.json" lambda_runtime
 fi
 
 if step sim; then
   echo "== 3: simulate --orders $orders (every fault kind), 20000 without faults" >&2
   "$simulate" --orders "$orders" --json | tail -n 1 > "$out/sim-faults.json"
+  rm -f "$out"/sim-scale-*.json
+  cp "$out/sim-faults.json" "$out/sim-scale-$orders.json"
+  # Peak memory by size (section 3): BENCH_SIM_SCALE="100000 10000000" adds the 10M run (about
+  # 20 GB and a quarter of an hour on one core).
+  for n in ${BENCH_SIM_SCALE:-100000}; do
+    [ "$n" = "$orders" ] || "$simulate" --orders "$n" --json | tail -n 1 > "$out/sim-scale-$n.json"
+  done
   "$simulate" --orders 20000 --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
   echo "== 3: time to settle, 20000 orders with EventBridge events, webhooks and neither (issues 17, 23)" >&2
   "$simulate" --orders 20000 --events eventbridge --json | tail -n 1 > "$out/sim-eventbridge.json"

@@ -4,11 +4,12 @@
 #   - hyper, h2, http, rustls, rustls-webpki, hyper-rustls or tokio-rustls appears in more than one version;
 #   - the crypto backend is not exactly one ring (aws-lc-rs, aws-lc-sys, openssl-sys or native-tls
 #     present). Ring, not aws-lc-rs (issue 27): measured, aws-lc-rs was the largest piece left in
-#     every function's zip (BENCHMARKS.md section 4). One backend per function is the rule; the
-#     tools (tests, simulate, bench) may also link the SDK's default aws-lc-rs client (charge-once's
-#     default feature, off in every function).
+#     every function's zip (BENCHMARKS.md section 4). deny.toml bans aws-lc-rs from the whole
+#     workspace (the tools use the same client); this checks each function as it is built alone.
 #   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
 #     is for the relay only).
+#   - the five functions, each built on its own, do not build their shared dependencies with the
+#     same features (one build of the tree for all five).
 # Prints `cargo tree -d -e normal`'s duplicate crates per function for the record.
 # Needs only cargo and the lockfile (`--locked`); runs in a few seconds.
 set -euo pipefail
@@ -54,11 +55,45 @@ for fn in "${functions[@]}"; do
         fi
     done
 done
+
+# One build of the dependency tree for all five functions (host target): a dependency with other
+# features in one function than in another is a second build of it and of everything above it
+# (tokio, hyper, the SDK...) whenever a function is built on its own, `-p FUNCTION`, as `make
+# bench`'s footprint step and `cargo lambda build -p` do. Workspace crates are left out (only
+# ours sit above them).
+trees=()
+for fn in "${functions[@]}"; do
+    trees+=("$fn" "$(cargo tree -q --locked "${offline[@]}" -e normal -p "$fn" -f '{p}|{f}' --prefix none | sort -u)")
+done
+if ! python3 - "${trees[@]}" <<'PY'
+import sys
+args = sys.argv[1:]
+seen = {}
+for name, tree in zip(args[0::2], args[1::2]):
+    for line in tree.splitlines():
+        pkg, _, feats = line.replace(" (*)", "").partition("|")
+        if "(/" in pkg:
+            continue
+        seen.setdefault(pkg.strip(), {})[name] = feats.strip()
+bad = {p: by for p, by in seen.items() if len(set(by.values())) > 1}
+for p, by in sorted(bad.items()):
+    for fn, feats in sorted(by.items()):
+        print(f"FAIL  {p}: {fn} builds it with [{feats}]")
+sys.exit(1 if bad else 0)
+PY
+then
+    echo "one-stack: the functions build a dependency with different features; give the workspace" >&2
+    echo "  dependency (root Cargo.toml) the union, so all five share one build." >&2
+    failed=1
+else
+    echo "ok    one dependency build for all five functions (every shared crate, the same features)"
+fi
+
 if [ "$failed" -ne 0 ]; then
     echo "one-stack: a function has a second HTTP/TLS stack or crypto backend, or an SDK it must not link." >&2
     echo "  AWS SDK crates must stay default-features = false (rt-tokio only; the functions' client is" >&2
-    echo "  charge_once::adapters::aws::https_client, on ring); functions depend on charge-once with" >&2
-    echo "  default-features = false; reqwest in shared/Cargo.toml on rustls-no-provider. See the root Cargo.toml." >&2
+    echo "  charge_once::adapters::aws::https_client, on ring); reqwest on rustls-no-provider with ring" >&2
+    echo "  installed. See the root Cargo.toml." >&2
     exit 1
 fi
 echo "one-stack: every function has one hyper, one rustls, one h2 and one crypto backend (ring)"

@@ -1,15 +1,21 @@
 //! The functions' log subscriber, installed first thing in every `main`.
 //!
-//! It writes what `lambda_runtime::tracing::init_default_subscriber` wrote: one line per event on
-//! stdout, no timestamp (Lambda adds one) and no target; JSON when `AWS_LAMBDA_LOG_FORMAT` is
-//! `JSON` (the template's `LoggingConfig: LogFormat: JSON`); the level from `AWS_LAMBDA_LOG_LEVEL`
-//! (Lambda sets it from `ApplicationLogLevel`), else `RUST_LOG`, else INFO; a value that is not a
-//! level (`FATAL`) means INFO. The difference: `RUST_LOG` is one level (`debug`), not
-//! `EnvFilter` directives per target (`info,aws_smithy_runtime=debug`).
+//! It writes what `lambda_runtime::tracing::init_default_subscriber` wrote, with two differences.
+//! What stays: one line per event on stdout, no timestamp (Lambda adds one) and no target; JSON
+//! when `AWS_LAMBDA_LOG_FORMAT` is `JSON` (the template's `LoggingConfig: LogFormat: JSON`); the
+//! level from `AWS_LAMBDA_LOG_LEVEL` (Lambda sets it from `ApplicationLogLevel`), else `RUST_LOG`,
+//! else INFO; a value that is not a level (`FATAL`) means INFO.
 //!
-//! Why not lambda_runtime's (issue 27): its `tracing` feature brings tracing-subscriber's
-//! `env-filter`, whose directive matching links a regex engine (regex-automata, regex-syntax) into
-//! every function; measured in BENCHMARKS.md section 4.
+//! The differences:
+//! - a JSON line carries the spans it is in once, as `spans` (outermost first, so the innermost,
+//!   the current one, is last), not a second time as `span`. lambda_runtime's subscriber writes
+//!   both, so every line repeated its innermost span's fields (the order and operation ids, the
+//!   caller's ARN at checkout): a third of the bytes a charge logged at INFO, paid per charge in
+//!   CloudWatch Logs ingestion (issue 27, BENCHMARKS.md section 5). No field is dropped: `spans`
+//!   holds every span's fields, the current one's included.
+//! - `RUST_LOG` is one level (`debug`), not `EnvFilter` directives per target
+//!   (`info,aws_smithy_runtime=debug`): tracing-subscriber's `env-filter` links a regex engine
+//!   (regex-automata, regex-syntax) into every function (issue 27, BENCHMARKS.md section 4).
 
 use std::str::FromStr;
 
@@ -24,12 +30,13 @@ pub fn level_from(lambda_level: Option<&str>, rust_log: Option<&str>) -> LevelFi
         .unwrap_or(LevelFilter::INFO)
 }
 
-/// The subscriber on stdout, configured from the process environment.
+/// Installs the subscriber writing to stdout (what Lambda sends to CloudWatch Logs). Once per
+/// process, in `main`.
 pub fn init_subscriber() {
     init_subscriber_with_writer(std::io::stdout);
 }
 
-/// The same subscriber on `writer` (the benchmarks measure it into a sink).
+/// [`init_subscriber`] with another writer (the benchmarks capture or discard the lines).
 pub fn init_subscriber_with_writer<W>(writer: W)
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
@@ -47,7 +54,10 @@ where
         .with_writer(writer);
     // A second install (a test that already has one) is not an error worth failing on.
     let _ = if json {
-        fmt.json().try_init()
+        fmt.json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .try_init()
     } else {
         fmt.try_init()
     };

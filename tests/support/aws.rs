@@ -29,7 +29,11 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         "AWS tests need the local stack: run them through `make test` \
          (infra/local/with-stack.sh), which starts moto and sets AWS_ENDPOINT_URL; got {endpoint:?}"
     );
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+    // The functions' HTTPS client (rustls on ring, the workspace's one crypto backend).
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(charge_once::adapters::aws::https_client())
+        .load()
+        .await
 }
 
 pub fn unique(prefix: &str) -> String {

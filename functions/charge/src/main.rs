@@ -1,5 +1,5 @@
 //! Wires the charge function: configuration, the Stripe key from Secrets Manager, the DynamoDB
-//! client and the Stripe client (all once per execution environment), tracing, then the runtime loop.
+//! client and the Stripe client (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 

@@ -65,7 +65,10 @@ pub struct Checkout {
 /// not Lambda errors, so API Gateway never turns them into a bare 500.
 ///
 /// Every log line of the request carries `request_id` and, once authenticated, `requested_by`
-/// (and `order_id` / `operation_id` once known): one span for the whole request.
+/// (and `order_id` / `operation_id` once known): one span for the whole request. One INFO line
+/// per answer: `checkout answered` with its status, or for a new operation `operation recorded
+/// and queued` (status 202) alone, which says all the other would (issue 27: a line per charge
+/// less in CloudWatch Logs).
 pub async fn handle(
     deps: &Checkout,
     event: LambdaEvent<ApiGatewayV2httpRequest>,
@@ -80,7 +83,9 @@ pub async fn handle(
     async {
         match accept(deps, &event.payload).await {
             Ok(reply) | Err(reply) => {
-                info!(status = reply.status, "checkout answered");
+                if !reply.logged {
+                    info!(status = reply.status, "checkout answered");
+                }
                 reply.into_response()
             }
         }
@@ -117,6 +122,8 @@ struct Reply {
     status: i64,
     body: Value,
     header: Option<(HeaderName, &'static str)>,
+    /// The answer's line is already logged (a new operation's): `handle` logs no other.
+    logged: bool,
 }
 
 impl Reply {
@@ -195,8 +202,11 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         Created::New(op) => {
             span.record("operation_id", tracing::field::display(op.operation_id));
             send(deps, &op).await?;
-            info!("operation recorded and queued");
-            Ok(accepted(202, &op))
+            info!(status = 202, "operation recorded and queued");
+            Ok(Reply {
+                logged: true,
+                ..accepted(202, &op)
+            })
         }
         Created::Existing(existing) if existing.fingerprint != op.fingerprint => {
             span.record(
@@ -259,6 +269,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId) -> Answer {
         status: 200,
         body,
         header: None,
+        logged: false,
     })
 }
 
@@ -424,6 +435,7 @@ fn accepted(status: i64, op: &Operation) -> Reply {
             "status": op.status.as_str(),
         }),
         header: None,
+        logged: false,
     }
 }
 
@@ -436,6 +448,7 @@ fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply
         status,
         body: json!({ "error": err }),
         header: None,
+        logged: false,
     }
 }
 

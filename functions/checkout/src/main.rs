@@ -1,5 +1,5 @@
 //! Wires the checkout function: configuration, the DynamoDB and SQS clients (once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use notify::handler::{handle, Notify};
 use notify::NotifyConfig;

@@ -1,5 +1,5 @@
 //! Wires the reconciler: configuration, the Stripe key from Secrets Manager, DynamoDB, SQS and
-//! Stripe clients (all once per execution environment), tracing, then the runtime loop.
+//! Stripe clients (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 use std::time::Duration;

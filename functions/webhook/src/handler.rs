@@ -115,8 +115,7 @@ pub async fn handle_eventbridge(
     let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
     async {
         let budget = budget(&event.context, None);
-        let envelope = serde_json::to_vec(&event.payload).unwrap_or_default();
-        let report = receive_eventbridge(&deps.webhook, &envelope, budget).await;
+        let report = receive_eventbridge(&deps.webhook, &event.payload, budget).await;
         emit_metrics(deps, &report);
         let outcome = outcome_label(&report.reception);
         info!(

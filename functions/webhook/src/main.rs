@@ -1,7 +1,7 @@
 //! Wires the events function: configuration, its secrets from Secrets Manager (the webhook
 //! endpoint's signing secrets when the webhook route exists, and the Stripe key for `retrieve`:
 //! the restricted one when configured), the DynamoDB and Stripe clients (all once per execution
-//! environment), tracing, then the runtime loop.
+//! environment), tracing (`charge_once::logging`), then the runtime loop.
 
 use std::sync::Arc;
 

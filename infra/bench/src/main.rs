@@ -7,16 +7,17 @@
 //! bench cpu    OUT.json CHARGES BATCH [logs|stderr]  CPU time per charge, in-memory ports
 //! bench rss    OUT.json BATCH           peak RSS after one batch (run in a fresh process)
 //! bench init   OUT.json FUNCTION BOOTSTRAP RUNS  init ms: exec to first invocation/next (needs moto + provisioned env)
-//! bench logs   OUT.json TEMPLATE        CloudWatch Logs bytes per happy-path charge (needs moto)
+//! bench bill   OUT.json [lambda_runtime]  every request of one charge by function, each event source and the relay (needs moto)
 //! bench burst  DIR SIMULATE SVG_DIR     section 7's simulate --arrival-rate runs: DIR/burst-*.json, SVG_DIR/*.svg
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
 //! bench render-section burst DIR FILE.md  section 7 alone from DIR/burst-*.json, in place in FILE.md
 //! bench render-section footprint DIR FILE.md  section 4 alone from DIR/footprint-*.json, likewise
+//! bench render-section cost DIR FILE.md   section 5 alone from DIR/*.json, in place in FILE.md
 //! ```
 
 use std::path::Path;
 
-use bench::report::{LogsRecord, RssRecord, WireRow};
+use bench::report::{RssRecord, WireRow};
 use bench::wire::scenarios::{Ours, Scenario, Seed};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -90,7 +91,7 @@ fn main() -> Result<(), Error> {
             let mode = args.get(5).map(String::as_str).unwrap_or("");
             let with_logs = mode == "logs" || mode == "stderr";
             if mode == "logs" {
-                // The functions' own subscriber (lambda_runtime's default), writing nowhere.
+                // The functions' own subscriber, writing nowhere.
                 charge_once::logging::init_subscriber_with_writer(std::io::sink);
             } else if mode == "stderr" {
                 // The same, writing to stderr (to see the lines a charge logs).
@@ -131,23 +132,19 @@ fn main() -> Result<(), Error> {
             eprintln!("{function} ({bootstrap}): init {r}");
             write_json(&out, &r)
         }
-        "logs" => {
+        "bill" => {
             let out = arg(&args, 2, "OUT.json")?;
-            let template = std::fs::read_to_string(arg(&args, 3, "TEMPLATE")?)?;
-            let rt = tokio::runtime::Runtime::new()?;
-            let (bytes, lines, messages) = rt.block_on(bench::logs::measure_happy_path());
-            let (platform, access) = bench::logs::platform_and_access_bytes(&template);
-            eprintln!("happy path: {bytes} B in {lines} lines of ours ({messages:?}); platform {platform} B, access log {access} B");
-            write_json(
-                &out,
-                &serde_json::to_value(LogsRecord {
-                    function_bytes: bytes,
-                    function_lines: lines,
-                    messages,
-                    platform_bytes: platform,
-                    access_log_bytes: access,
-                })?,
-            )
+            // One thread: the CPU time around each handler call is the thread's (see bill.rs).
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            // `lambda_runtime`: the subscriber the functions had before issue 27 (the "before" logs).
+            let subscriber = match args.get(3).map(String::as_str) {
+                Some("lambda_runtime") => bench::logs::Subscriber::LambdaDefault,
+                _ => bench::logs::Subscriber::Ours,
+            };
+            let record = rt.block_on(bench::bill::measure(subscriber));
+            write_json(&out, &serde_json::to_value(&record)?)
         }
         "render" => {
             let dir = arg(&args, 2, "DIR")?;
@@ -190,15 +187,19 @@ fn main() -> Result<(), Error> {
                     )?;
                     (bench::footprint_table::splice(&doc, &section)?, 4)
                 }
+                "cost" => {
+                    let section = bench::cost::render_alone(Path::new(&dir))?;
+                    (bench::cost::splice(&doc, &section)?, 5)
+                }
                 _ => {
                     return Err(format!(
-                        "unknown section {name:?}: `burst` (7) and `footprint` (4) render alone"
+                        "unknown section {name:?}: `burst` (7), `footprint` (4) and `cost` (5) render alone"
                     )
                     .into())
                 }
             };
             std::fs::write(&file, doc)?;
-            eprintln!("replaced section {number} of {file}");
+            eprintln!("replaced section {number} ({name}) of {file}");
             Ok(())
         }
         other => Err(format!("unknown command {other:?}; see infra/bench/src/main.rs").into()),

@@ -1,5 +1,5 @@
-//! Cost per 1M charges from the counted requests and published prices, and the Markdown
-//! (section 4's in [`crate::footprint_table`], section 7's in [`crate::burst`]).
+//! The Markdown of BENCHMARKS.md (section 5's, the cost per 1M charges, in [`crate::cost`];
+//! section 7's in [`crate::burst`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -31,16 +31,6 @@ pub struct RssRecord {
     pub vm_hwm_kb: u64,
 }
 
-/// `logs.json`: CloudWatch Logs bytes of one happy path.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LogsRecord {
-    pub function_bytes: u64,
-    pub function_lines: u64,
-    pub messages: Vec<String>,
-    pub platform_bytes: u64,
-    pub access_log_bytes: u64,
-}
-
 /// `cpu.json` and `cpu-logs.json` as `footprint::cpu::CpuResult::to_json` writes them: the fields
 /// the report reads.
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -64,29 +54,6 @@ pub(crate) fn table(
     }
     Ok(())
 }
-
-/// Published unit prices (us-east-1, `/work/shared/REFERENCE.md`).
-pub const LAMBDA_ARM_GB_S: f64 = 0.000_013_333_4;
-pub const LAMBDA_PER_REQUEST: f64 = 0.20 / 1e6;
-pub const DDB_PER_WRU: f64 = 0.625 / 1e6;
-pub const DDB_PER_RRU: f64 = 0.125 / 1e6;
-pub const SQS_FIFO_PER_REQUEST: f64 = 0.50 / 1e6;
-/// The rest of the all-in figure (us-east-1 public price pages, checked November 2026): HTTP API
-/// requests (first 300M a month), CloudWatch Logs ingestion (standard class; the first tier of
-/// Lambda's tiered log pricing is the same), Secrets Manager API calls ($0.05 per 10,000).
-pub const HTTP_API_PER_REQUEST: f64 = 1.00 / 1e6;
-pub const LOGS_PER_GB: f64 = 0.50;
-pub const SECRETS_PER_CALL: f64 = 0.05 / 10_000.0;
-/// Share of invocations that start a new execution environment: **assumed** (AWS's Lambda docs say
-/// cold starts are typically under 1 % of invocations in production; a steady flow is far below).
-pub const COLD_START_SHARE: f64 = 0.01;
-/// `MemorySize` of every function in template.yaml.
-pub const MEMORY_GB: f64 = 256.0 / 1024.0;
-
-/// Assumed latencies (not measured here): a warm DynamoDB write or SQS send from Lambda in the
-/// same region, and a Stripe PaymentIntent create with confirm.
-pub const AWS_CALL_MS: f64 = 10.0;
-pub const STRIPE_CALL_MS: f64 = 300.0;
 
 fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
     let path = dir.join(name);
@@ -174,232 +141,6 @@ fn machine() -> (usize, String) {
     (cores, model)
 }
 
-/// What the cost model takes besides the counted requests.
-#[derive(Debug, Clone, Copy)]
-pub struct CostInputs {
-    /// Measured CPU per charge of our code (µs).
-    pub cpu_us: f64,
-    /// Measured init (median ms) of the checkout and charge functions.
-    pub checkout_init_ms: f64,
-    pub charge_init_ms: f64,
-    /// CloudWatch Logs bytes per charge: our own lines (measured, per charge whatever the batch).
-    pub log_function_bytes: f64,
-    /// Lambda's platform records (start + report) per invocation.
-    pub log_platform_bytes_per_invocation: f64,
-    /// The HTTP API's access-log line of the checkout request.
-    pub log_access_bytes: f64,
-}
-
-/// What a cost table describes: the index write pattern, and how many messages (of different
-/// message groups) share one charge invocation.
-#[derive(Debug, Clone, Copy)]
-pub struct Design {
-    pub label: &'static str,
-    /// Before issue 15 part 5: the unknown index projected ALL (the claim rewrote its entry) and
-    /// a KEYS_ONLY index by operation id (one write per operation).
-    pub index_before: bool,
-    /// Messages per charge invocation, ReceiveMessage and DeleteMessageBatch (n).
-    pub batch: f64,
-    /// Before issue 15 part 4 the messages of a batch ran one after another: the invocation
-    /// lasted n Stripe calls. Since, the groups of a batch run concurrently: one Stripe call.
-    pub concurrent: bool,
-}
-
-/// The designs compared in section 5, the issue's "before" first, the detailed one last.
-pub const DESIGNS: [Design; 5] = [
-    Design {
-        label: "before (main): index ALL + by-operation-id, one message per invocation",
-        index_before: true,
-        batch: 1.0,
-        concurrent: false,
-    },
-    Design {
-        label: "part 5 only: 2 index writes, one message per invocation (low traffic)",
-        index_before: false,
-        batch: 1.0,
-        concurrent: true,
-    },
-    Design {
-        label: "parts 4 + 5, batches of 3 groups",
-        index_before: false,
-        batch: 3.0,
-        concurrent: true,
-    },
-    Design {
-        label: "parts 4 + 5, batches of 5 groups",
-        index_before: false,
-        batch: 5.0,
-        concurrent: true,
-    },
-    Design {
-        label: "parts 4 + 5, full batches of 10 groups (BatchSize 10, messages waiting)",
-        index_before: false,
-        batch: 10.0,
-        concurrent: true,
-    },
-];
-
-/// One row of the cost table, per charge.
-#[derive(Debug, Clone)]
-pub struct CostRow {
-    pub item: String,
-    pub qty: f64,
-    pub price: f64,
-    pub unit: &'static str,
-    /// Lambda + DynamoDB + SQS (the issue's target); else API Gateway, logs, secrets.
-    pub core: bool,
-}
-
-fn row(item: String, qty: f64, price: f64, unit: &'static str, core: bool) -> CostRow {
-    CostRow {
-        item,
-        qty,
-        price,
-        unit,
-        core,
-    }
-}
-
-/// Core (Lambda + DynamoDB + SQS) and all-in cost per 1M charges of a set of rows.
-pub fn totals(rows: &[CostRow]) -> (f64, f64) {
-    let cost = |r: &CostRow| r.qty * r.price * 1e6;
-    (
-        rows.iter().filter(|r| r.core).map(cost).sum(),
-        rows.iter().map(cost).sum(),
-    )
-}
-
-/// Per 1M happy-path charges, core rows first.
-pub fn cost_rows(happy: &WireRow, m: &CostInputs, d: &Design) -> Vec<CostRow> {
-    let ours = &happy.ours;
-    let puts = ours.dynamodb.get("PutItem") as f64;
-    let updates = ours.dynamodb.get("UpdateItem") as f64;
-    let reads = ours.dynamodb_reads() as f64;
-    let sends = ours.sqs.total() as f64;
-    // Counted for one message: one ReceiveMessage and one DeleteMessage. A batch of n makes the
-    // same two requests (DeleteMessageBatch for n), so per charge they divide by n.
-    let source = ours.source.total() as f64;
-    let n = d.batch;
-    // Index writes are not on the wire (moto does not bill them); they follow from the write
-    // pattern by DynamoDB's GSI write rules (a put into the index, a REMOVE of its key, or a
-    // change of a projected attribute each write the entry; anything else does not):
-    // - before: projection ALL, so the create, the claim and the settling record each wrote the
-    //   unknown index; the by-operation-id index took the create's put.
-    // - after: only keys and operation_id projected: the create puts the entry, the settling
-    //   record (1 of the counted UpdateItems) removes it, the claim (the other) writes nothing.
-    let settling_records = 1.0;
-    let (gsi_unknown, gsi_by_id) = if d.index_before {
-        (puts + updates, puts)
-    } else {
-        (puts + settling_records, 0.0)
-    };
-    let checkout_ms = (puts + sends) * AWS_CALL_MS + m.cpu_us / 1e3;
-    // One invocation for n messages: concurrently, as long as its slowest group (one message
-    // each: claim + Stripe + record); before, one message after another.
-    let per_message_ms = updates * AWS_CALL_MS + STRIPE_CALL_MS;
-    let batch_ms = if d.concurrent {
-        per_message_ms + n * m.cpu_us / 1e3
-    } else {
-        n * (per_message_ms + m.cpu_us / 1e3)
-    };
-    let gbs = |ms: f64| MEMORY_GB * ms.ceil() / 1e3;
-    let init_gbs = COLD_START_SHARE * (gbs(m.checkout_init_ms) + gbs(m.charge_init_ms) / n);
-    let charge_invocation = if d.concurrent {
-        format!(
-            "Stripe {STRIPE_CALL_MS} ms + {updates} writes × {AWS_CALL_MS} ms + measured CPU, the {n:.0} groups concurrently"
-        )
-    } else {
-        format!(
-            "{n:.0} × (Stripe {STRIPE_CALL_MS} ms + {updates} writes × {AWS_CALL_MS} ms + measured CPU), in order"
-        )
-    };
-    let log_bytes = m.log_function_bytes
-        + m.log_platform_bytes_per_invocation * (1.0 + 1.0 / n)
-        + m.log_access_bytes;
-    vec![
-        row(
-            format!("Lambda checkout, 1 invocation × {:.0} ms (assumed: {} AWS calls × {AWS_CALL_MS} ms)", checkout_ms.ceil(), puts + sends),
-            gbs(checkout_ms),
-            LAMBDA_ARM_GB_S,
-            "GB-s",
-            true,
-        ),
-        row("Lambda checkout, requests".into(), 1.0, LAMBDA_PER_REQUEST, "request", true),
-        row(
-            format!("Lambda charge, 1/{n:.0} of an invocation × {:.0} ms (assumed: {charge_invocation})", batch_ms.ceil()),
-            gbs(batch_ms) / n,
-            LAMBDA_ARM_GB_S,
-            "GB-s",
-            true,
-        ),
-        row(format!("Lambda charge, requests ({n:.0} messages per invocation)"), 1.0 / n, LAMBDA_PER_REQUEST, "request", true),
-        row(
-            format!(
-                "Lambda init, cold starts (assumed {:.0} % of invocations × measured init: checkout {:.0} ms, charge {:.0} ms)",
-                COLD_START_SHARE * 100.0,
-                m.checkout_init_ms.ceil(),
-                m.charge_init_ms.ceil()
-            ),
-            init_gbs,
-            LAMBDA_ARM_GB_S,
-            "GB-s",
-            true,
-        ),
-        row(
-            format!("DynamoDB table writes (counted: PutItem {puts}, UpdateItem {updates}; items < 1 KB)"),
-            puts + updates,
-            DDB_PER_WRU,
-            "WRU",
-            true,
-        ),
-        row(
-            if d.index_before {
-                "DynamoDB unknown-index writes (projection ALL: create, claim, settle, 1 each)".into()
-            } else {
-                "DynamoDB unknown-index writes (keys + operation_id projected: create puts, settle removes; the claim writes none)".into()
-            },
-            gsi_unknown,
-            DDB_PER_WRU,
-            "WRU",
-            true,
-        ),
-        row(
-            if d.index_before {
-                "DynamoDB by-operation-id index write (create only)".into()
-            } else {
-                "DynamoDB by-operation-id index (removed)".into()
-            },
-            gsi_by_id,
-            DDB_PER_WRU,
-            "WRU",
-            true,
-        ),
-        row(format!("DynamoDB reads (counted: {reads})"), reads, DDB_PER_RRU, "RRU", true),
-        row(
-            format!("SQS FIFO: SendMessage {sends} (counted) + event source Receive/Delete {source} per batch (counted for one message) ÷ {n:.0} messages"),
-            sends + source / n,
-            SQS_FIFO_PER_REQUEST,
-            "request",
-            true,
-        ),
-        row("API Gateway HTTP API, the checkout request".into(), 1.0, HTTP_API_PER_REQUEST, "request", false),
-        row(
-            format!("CloudWatch Logs ingestion ({log_bytes:.0} B per charge, see above)"),
-            log_bytes / 1073741824.0,
-            LOGS_PER_GB,
-            "GB",
-            false,
-        ),
-        row(
-            format!("Secrets Manager GetSecretValue (charge function cold starts, assumed {:.0} % of its invocations)", COLD_START_SHARE * 100.0),
-            COLD_START_SHARE / n,
-            SECRETS_PER_CALL,
-            "call",
-            false,
-        ),
-    ]
-}
-
 /// `footprint-*.json` of `make bench` (one per profile), release first.
 pub fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
@@ -414,13 +155,6 @@ pub fn read_footprints(dir: &Path) -> Result<Vec<Value>, Error> {
         (p != "release", p)
     });
     Ok(out)
-}
-
-/// The seed port's DynamoDB cost per happy-path charge, for comparison (no index; its GetItem is
-/// strongly consistent: 1 RRU).
-fn seed_ddb_cost(happy: &WireRow) -> f64 {
-    happy.seed.dynamodb_writes() as f64 * DDB_PER_WRU
-        + happy.seed.dynamodb_reads() as f64 * DDB_PER_RRU
 }
 
 pub fn render(dir: &Path) -> Result<String, Error> {
@@ -615,7 +349,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     if let Some(wire) = &sim_wire {
         runs.push(("default faults, moto + stripe-sim over HTTP", wire));
     }
-    for (name, s) in runs {
+    for (name, s) in &runs {
         if s.is_null() {
             writeln!(w, "| {name} | not measured in this run | | | | | | | |")?;
             continue;
@@ -639,6 +373,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         )?;
     }
     writeln!(w)?;
+    sim_rates(w, dir, &runs)?;
     time_to_settle(
         w,
         read_opt(dir, "sim-eventbridge.json")?.unwrap_or(Value::Null),
@@ -693,168 +428,7 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     crate::footprint_table::section(w, &footprints, &previous, rss, &date)?;
 
     // 5
-    // The profile the functions ship with: `release`, or the measured candidate whose settings it
-    // has (BENCH_SHIPPED_PROFILE) when `release` itself was not rebuilt.
-    let shipped = std::env::var("BENCH_SHIPPED_PROFILE").unwrap_or_else(|_| "release".into());
-    let release = footprints
-        .iter()
-        .find(|fp| fp["profile"] == shipped.as_str())
-        .or(footprints.first());
-    let init_of = |name: &str| {
-        release
-            .and_then(|fp| {
-                fp["functions"]
-                    .as_array()?
-                    .iter()
-                    .find(|x| x["function"] == name)
-                    .map(|x| f(&x["init"]["median_ms"]))
-            })
-            .unwrap_or(0.0)
-    };
-    // CPU per charge with the functions' subscriber: section 3's, else the shipped profile's.
-    let cpu_us = match cpu_logs {
-        None => release.map_or(0.0, |fp| f(&fp["cpu"]["cpu_us_per_charge"])),
-        Some(c) => c.cpu_us_per_charge,
-    };
-    let init_profile = release
-        .and_then(|fp| fp["profile"].as_str())
-        .unwrap_or("none")
-        .to_owned();
-    let logs: LogsRecord = read(dir, "logs.json")?;
-    let model = CostInputs {
-        cpu_us,
-        checkout_init_ms: init_of("checkout"),
-        charge_init_ms: init_of("charge"),
-        log_function_bytes: logs.function_bytes as f64,
-        // Measured scenario: one checkout and one charge invocation.
-        log_platform_bytes_per_invocation: logs.platform_bytes as f64 / 2.0,
-        log_access_bytes: logs.access_log_bytes as f64,
-    };
-    let detailed = DESIGNS[DESIGNS.len() - 1];
-    writeln!(w, "## 5. AWS cost per 1M charges (happy path)")?;
-    writeln!(w)?;
-    writeln!(w, "From the counted requests of section 1 and us-east-1 prices (`REFERENCE.md` for Lambda, DynamoDB and SQS;")?;
-    writeln!(w, "the public price pages for the rest: HTTP API $1.00 per 1M requests, CloudWatch Logs ingestion $0.50 per GB")?;
-    writeln!(w, "(GB = 2^30 B), Secrets Manager $0.05 per 10,000 calls). Assumptions: Lambda arm64, 256 MB (template.yaml),")?;
-    writeln!(w, "billed per 1 ms; durations **assumed**: {AWS_CALL_MS} ms per DynamoDB/SQS call, {STRIPE_CALL_MS} ms per Stripe create, plus")?;
-    writeln!(w, "the measured CPU per charge ({cpu_us:.1} µs); items measured at 400–550 B (< 1 KB: 1 WRU per write). The event source")?;
-    writeln!(w, "makes one ReceiveMessage and one DeleteMessage(Batch) per batch; a batch of n messages from n orders is one")?;
-    writeln!(w, "charge invocation whose groups run concurrently, so it lasts about one Stripe call (its slowest group).")?;
-    writeln!(w, "**n is not ours to choose**: `BatchSize` 10 caps it, and a FIFO event source has no batching window, so a")?;
-    writeln!(w, "batch holds what is waiting: n = 10 only while messages queue up (a burst, or a steady rate above what the")?;
-    writeln!(w, "running invocations drain), n = 1 at low traffic. Index writes are not on the wire; they follow from the")?;
-    writeln!(w, "write pattern by DynamoDB's GSI rules (a put into the index, a REMOVE of its key or a change of a projected")?;
-    writeln!(w, "attribute writes the entry, nothing else does). Cold starts: **assumed** {:.0} % of invocations, each billed", COLD_START_SHARE * 100.0)?;
-    writeln!(w, "its init (section 4's median, profile `{init_profile}`, x86-64 on loopback) and, for the charge function, one")?;
-    writeln!(w, "GetSecretValue. Logs: **measured** {} B of our own JSON lines for one happy path ({} lines, checkout +", logs.function_bytes, logs.function_lines)?;
-    writeln!(w, "charge, `bench logs` on moto, AWS SDK and reqwest lines included; per message, so per charge whatever the batch),")?;
-    writeln!(w, "plus Lambda's platform records ({} B for start + report of 2 invocations, JSON format, their documented", logs.platform_bytes)?;
-    writeln!(w, "shape; the charge function's share divides by n) and the {} B access-log line the template's format gives", logs.access_log_bytes)?;
-    writeln!(w, "for the sample request.")?;
-    writeln!(w)?;
-    writeln!(w, "Before and after issue 15 parts 4 (concurrent groups) and 5 (fewer index writes), same model:")?;
-    writeln!(w)?;
-    writeln!(w, "| design | DynamoDB write units | charge invocations | SQS requests | Lambda + DynamoDB + SQS | all-in |")?;
-    writeln!(w, "|---|---|---|---|---|---|")?;
-    for d in &DESIGNS {
-        let rows = cost_rows(happy, &model, d);
-        let (core, all_in) = totals(&rows);
-        let qty = |prefix: &str| -> f64 {
-            rows.iter()
-                .filter(|r| r.item.starts_with(prefix) && r.unit == "WRU")
-                .map(|r| r.qty)
-                .sum()
-        };
-        let sqs: f64 = rows
-            .iter()
-            .filter(|r| r.item.starts_with("SQS"))
-            .map(|r| r.qty)
-            .sum();
-        writeln!(
-            w,
-            "| {} | {:.0} | {:.2} | {sqs:.2} | ${core:.2} | ${all_in:.2} |",
-            d.label,
-            qty("DynamoDB"),
-            1.0 / d.batch,
-        )?;
-    }
-    writeln!(w)?;
-    writeln!(w, "In detail, {}:", detailed.label)?;
-    writeln!(w)?;
-    writeln!(
-        w,
-        "| item | quantity per charge | unit price | cost per 1M charges |"
-    )?;
-    writeln!(w, "|---|---|---|---|")?;
-    let mut core = 0.0;
-    let mut all_in = 0.0;
-    let mut ddb = 0.0;
-    let mut printed_core_total = false;
-    for row in cost_rows(happy, &model, &detailed) {
-        let cost = row.qty * row.price * 1e6;
-        if !row.core && !printed_core_total {
-            writeln!(
-                w,
-                "| **Lambda + DynamoDB + SQS (target ≤ $4.00)** | | | **${core:.2}** |"
-            )?;
-            printed_core_total = true;
-        }
-        if row.core {
-            core += cost;
-        }
-        all_in += cost;
-        if row.item.starts_with("DynamoDB") {
-            ddb += cost;
-        }
-        let qty = if row.qty != 0.0 && row.qty.abs() < 0.001 {
-            format!("{:.3e}", row.qty)
-        } else {
-            format!("{:.4}", row.qty)
-        };
-        writeln!(
-            w,
-            "| {} | {qty} {} | ${:.10}/{} | ${cost:.3} |",
-            row.item, row.unit, row.price, row.unit
-        )?;
-    }
-    writeln!(
-        w,
-        "| **all-in (+ API Gateway, logs, secrets)** | | | **${all_in:.2}** |"
-    )?;
-    writeln!(w)?;
-    let (low_core, _) = totals(&cost_rows(happy, &model, &DESIGNS[1]));
-    let verdict = |c: f64| {
-        if c <= 4.0 {
-            format!("**met** (${c:.2})")
-        } else {
-            format!(
-                "**missed** (${c:.2}, ${:.2} over, {:.0} %)",
-                c - 4.0,
-                (c / 4.0 - 1.0) * 100.0
-            )
-        }
-    };
-    writeln!(
-        w,
-        "Target ≤ $4.00 per 1M for Lambda + DynamoDB + SQS: with full batches {}; at low traffic (one message per",
-        verdict(core)
-    )?;
-    writeln!(
-        w,
-        "invocation) {}. The all-in figure with full batches is ${all_in:.2}.",
-        verdict(low_core)
-    )?;
-    writeln!(
-        w,
-        "DynamoDB is ${ddb:.3} per 1M of it (5 write units: 3 table writes, 2 index writes); the seed's port would be ${:.3}",
-        seed_ddb_cost(happy) * 1e6
-    )?;
-    writeln!(w, "(3 writes + 1 consistent read, no index). What is left is the design's floor: the conditional put, the")?;
-    writeln!(w, "lease (claim) and the fenced record are the promise's three writes, and the index entry the checkout puts")?;
-    writeln!(w, "(what recovers a lost SendMessage) must be removed when the operation settles. The rest of the core is")?;
-    writeln!(w, "the checkout invocation and its SendMessage (${:.2} together), which no batching on the charge side reaches.",
-        (LAMBDA_PER_REQUEST + SQS_FIFO_PER_REQUEST) * 1e6 + MEMORY_GB * ((2.0 * AWS_CALL_MS + cpu_us / 1e3).ceil() / 1e3) * LAMBDA_ARM_GB_S * 1e6)?;
-    writeln!(w)?;
+    crate::cost::section(w, dir, &footprints)?;
 
     // 6
     writeln!(w, "## 6. Reconciler reads as unsettled operations grow")?;
@@ -1022,6 +596,83 @@ fn time_to_settle(w: &mut String, bridge: Value, hook: Value, none: Value) -> st
         )?;
         writeln!(w)?;
     }
+    Ok(())
+}
+
+/// Section 3's second table: what a run does per wall second, in the units other
+/// simulation-testing projects publish (simulated time, messages, storage and Stripe calls,
+/// decisions), and its peak memory; then the peak memory at each `BENCH_SIM_SCALE` size.
+fn sim_rates(w: &mut String, dir: &Path, runs: &[(&str, &Value)]) -> Result<(), Error> {
+    writeln!(w, "Per wall second (the simulator's own counts: messages received, store calls, Stripe calls, and the")?;
+    writeln!(
+        w,
+        "scheduler's decisions), and peak resident memory (`VmHWM`, read by the run itself):"
+    )?;
+    writeln!(w)?;
+    writeln!(w, "| run | simulated s / wall s | messages / s | store calls / s | Stripe calls / s | decisions / s | peak RSS MB | KB / order |")?;
+    writeln!(w, "|---|---|---|---|---|---|---|---|")?;
+    for (name, s) in runs {
+        if s.is_null() || s.get("sim_secs_per_wall_sec").is_none() {
+            writeln!(w, "| {name} | not measured in this run | | | | | | |")?;
+            continue;
+        }
+        let rss = f(&s["peak_rss_mb"]);
+        writeln!(
+            w,
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            f(&s["sim_secs_per_wall_sec"]),
+            f(&s["messages_per_wall_sec"]),
+            f(&s["store_calls_per_wall_sec"]),
+            f(&s["stripe_calls_per_wall_sec"]),
+            f(&s["decisions_per_wall_sec"]),
+            rss,
+            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
+        )?;
+    }
+    writeln!(w)?;
+    let mut scale: Vec<Value> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("sim-scale-") && name.ends_with(".json") {
+                scale.push(read::<Value>(dir, &name)?);
+            }
+        }
+    }
+    scale.sort_by_key(|s| u(&s["orders"]));
+    if scale.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "Peak memory by size (`BENCH_SIM_SCALE`, every fault kind, seed 1):"
+    )?;
+    writeln!(w)?;
+    writeln!(
+        w,
+        "| orders | peak RSS MB | KB / order | CPU s | orders / CPU s | invariants | trace_hash |"
+    )?;
+    writeln!(w, "|---|---|---|---|---|---|---|")?;
+    for s in &scale {
+        let rss = f(&s["peak_rss_mb"]);
+        let cpu = f(&s["cpu_secs"]);
+        writeln!(
+            w,
+            "| {} | {:.0} | {:.2} | {:.1} | {:.0} | {} | `{}` |",
+            u(&s["orders"]),
+            rss,
+            rss * 1024.0 / (u(&s["orders"]).max(1) as f64),
+            cpu,
+            u(&s["orders"]) as f64 / cpu.max(1e-9),
+            if s["invariants_hold"].as_bool() == Some(true) {
+                "hold"
+            } else {
+                "BROKEN"
+            },
+            s["trace_hash"].as_str().unwrap_or("-"),
+        )?;
+    }
+    writeln!(w)?;
     Ok(())
 }
 

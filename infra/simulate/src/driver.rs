@@ -138,20 +138,26 @@ impl charge_once::ports::MetricsSink for ChargeMetrics {
 /// interleaving, so orders are made when needed and never held.
 pub fn plan_order(index: u64, seed: u64, faults: &Faults) -> Order {
     let order_id = format!("sim-{seed}-{index:06}");
-    let (payment_method, should_succeed) = if faults.fixed(Kind::Decline, &order_id) {
-        ("pm_card_chargeDeclined", false)
-    } else if faults.fixed(Kind::Stuck, &order_id) {
-        // Never completes off-session: a person must look after the stuck bound.
-        ("pm_card_sim_requiresAction", false)
-    } else if faults.fixed(Kind::Processing, &order_id) {
-        ("pm_card_processing_succeeds", true)
-    } else {
-        ("pm_card_visa", true)
-    };
+    let (payment_method, should_succeed) = card_of(&order_id, faults);
     Order {
         order_id,
         payment_method,
         should_succeed,
+    }
+}
+
+/// The card an order pays with, fixed by its id: (payment method, whether it would be charged
+/// if everything worked).
+pub fn card_of(order_id: &str, faults: &Faults) -> (&'static str, bool) {
+    if faults.fixed(Kind::Decline, order_id) {
+        ("pm_card_chargeDeclined", false)
+    } else if faults.fixed(Kind::Stuck, order_id) {
+        // Never completes off-session: a person must look after the stuck bound.
+        ("pm_card_sim_requiresAction", false)
+    } else if faults.fixed(Kind::Processing, order_id) {
+        ("pm_card_processing_succeeds", true)
+    } else {
+        ("pm_card_visa", true)
     }
 }
 
@@ -451,6 +457,22 @@ impl Pipeline {
     /// automatic path has something to do: a due operation that is reachable, or a blackout's end.
     async fn outlook(&self) -> Result<(bool, Option<Timestamp>), BoxError> {
         let now = self.clock.now();
+        let (any, due) = match &self.operator {
+            // The memory store reads the same pages in place (no record copied out).
+            Some(store) => store.outlook(50, |id| self.blackouts.active(id, now)),
+            None => self.first_due(now).await?,
+        };
+        let repair = self.operator.as_ref().and_then(|s| s.next_repair());
+        let wake = [due, self.blackouts.next_end(now), repair]
+            .into_iter()
+            .flatten()
+            .min();
+        Ok((any, wake))
+    }
+
+    /// Whether the unknown index lists anything, and the due time of its first operation that
+    /// is reachable: its pages read until one lists such an operation.
+    async fn first_due(&self, now: Timestamp) -> Result<(bool, Option<Timestamp>), BoxError> {
         let mut any = false;
         let mut due = None;
         let mut cursor = None;
@@ -471,12 +493,7 @@ impl Pipeline {
                 break;
             }
         }
-        let repair = self.operator.as_ref().and_then(|s| s.next_repair());
-        let wake = [due, self.blackouts.next_end(now), repair]
-            .into_iter()
-            .flatten()
-            .min();
-        Ok((any, wake))
+        Ok((any, due))
     }
 
     /// Runs the orders through, then lets time pass until every operation has converged or the

@@ -2,7 +2,7 @@
 //! not Stripe's (crashes, lost sends, duplicate deliveries). Every injection is counted where it
 //! happens: the report shows what occurred, not what was configured.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,7 @@ use charge_once::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::fx::{FxHashMap, FxHashSet};
 use crate::sched::yield_now;
 use crate::trace::Trace;
 
@@ -260,7 +261,7 @@ impl Faults {
 /// Stripe has pruned its key.
 #[derive(Default)]
 pub struct Blackouts {
-    started: Mutex<HashMap<OperationId, Timestamp>>,
+    started: Mutex<FxHashMap<OperationId, Timestamp>>,
 }
 
 /// How long a blacked-out operation stays out of reach: past Stripe's 24 h key lifetime.
@@ -353,11 +354,28 @@ fn claim_name(c: &Claim) -> &'static str {
     }
 }
 
-fn recorded_name(r: &Result<Recorded, StoreError>) -> String {
-    match r {
-        Ok(Recorded::Written(op)) => format!("written {}", op.status),
-        Ok(Recorded::Refused(_)) => "refused".into(),
-        Err(e) => format!("error: {e}"),
+/// A write's answer as the trace says it (written straight into the trace's hash).
+struct RecordedName<'a>(&'a Result<Recorded, StoreError>);
+
+impl std::fmt::Display for RecordedName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Ok(Recorded::Written(op)) => write!(f, "written {}", op.status),
+            Ok(Recorded::Refused(_)) => f.write_str("refused"),
+            Err(e) => write!(f, "error: {e}"),
+        }
+    }
+}
+
+/// `prefix` and the value, or nothing.
+struct Maybe<'a, T>(&'a str, Option<T>);
+
+impl<T: std::fmt::Display> std::fmt::Display for Maybe<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.1 {
+            Some(v) => write!(f, "{}{v}", self.0),
+            None => Ok(()),
+        }
     }
 }
 
@@ -471,21 +489,17 @@ impl OperationStore for FaultyStore {
             return Err(crash("after Stripe, before the record"));
         }
         let r = self.inner.record(rec).await;
-        let detail = format!(
-            "{} <- {}{}{}",
-            recorded_name(&r),
-            rec.status,
-            rec.external_id
-                .as_deref()
-                .map(|e| format!(" {e}"))
-                .unwrap_or_default(),
-            rec.review
-                .as_ref()
-                .map(|r| format!(" review: {}", r.reason))
-                .unwrap_or_default()
+        self.trace.event(
+            order,
+            "store.record",
+            format_args!(
+                "{} <- {}{}{}",
+                RecordedName(&r),
+                rec.status,
+                Maybe(" ", rec.external_id.as_deref()),
+                Maybe(" review: ", rec.review.as_ref().map(|r| &r.reason)),
+            ),
         );
-        self.trace
-            .event(order, "store.record", format_args!("{detail}"));
         r
     }
 
@@ -495,7 +509,7 @@ impl OperationStore for FaultyStore {
         self.trace.event(
             req.key.order_id.as_str(),
             "store.reschedule",
-            format_args!("{} due {} redrive", recorded_name(&r), req.next_due_at,),
+            format_args!("{} due {} redrive", RecordedName(&r), req.next_due_at,),
         );
         r
     }
@@ -585,17 +599,16 @@ impl ChargeQueue for FaultyQueue {
             return Ok(());
         }
         let r = self.inner.send(charge).await;
-        self.trace.event(
-            order,
-            "queue.send",
-            format_args!(
-                "{}",
-                match &r {
-                    Ok(()) => format!("sent dedup {}", charge.dedup_id),
-                    Err(e) => format!("error: {e}"),
-                }
+        match &r {
+            Ok(()) => self.trace.event(
+                order,
+                "queue.send",
+                format_args!("sent dedup {}", charge.dedup_id),
             ),
-        );
+            Err(e) => self
+                .trace
+                .event(order, "queue.send", format_args!("error: {e}")),
+        }
         r
     }
 }
@@ -612,18 +625,25 @@ pub struct SimGateway {
     pub no_idempotency_key: bool,
     /// Every error is taken as a final failure, as naive code does.
     pub no_retry: bool,
-    first_create_seen: Mutex<std::collections::HashSet<OperationId>>,
+    /// The `key_pruned` operations whose first create was made.
+    first_create_seen: Mutex<FxHashSet<OperationId>>,
 }
 
-fn answer_text(r: &Result<PaymentIntent, GatewayError>) -> String {
-    match r {
-        Ok(pi) => format!(
-            "{} {}{}",
-            pi.id,
-            pi.status,
-            if pi.replayed { " (replayed)" } else { "" }
-        ),
-        Err(e) => e.to_string(),
+/// A gateway's answer as the trace says it.
+struct AnswerText<'a>(&'a Result<PaymentIntent, GatewayError>);
+
+impl std::fmt::Display for AnswerText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Ok(pi) => write!(
+                f,
+                "{} {}{}",
+                pi.id,
+                pi.status,
+                if pi.replayed { " (replayed)" } else { "" }
+            ),
+            Err(e) => write!(f, "{e}"),
+        }
     }
 }
 
@@ -679,17 +699,20 @@ impl PaymentGateway for SimGateway {
             req.idempotency_key =
                 OperationId::from_uuid(charge_once::ids::fresh_uuid()).idempotency_key();
         }
-        let first = self
-            .first_create_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.operation_id);
-        let result = self.inner.create(&req).await;
         let op = req.operation_id.to_string();
+        // Only the operations the scenario picks need their first create remembered.
+        let pruned = self.faults.fixed(Kind::KeyPruned, &op);
+        let first = pruned
+            && self
+                .first_create_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(req.operation_id);
+        let result = self.inner.create(&req).await;
         if let Ok(pi) = &result {
             self.trace.alias(&op, &pi.id);
         }
-        if first && result.is_ok() && self.faults.fixed(Kind::KeyPruned, &op) {
+        if first && result.is_ok() {
             self.faults.count(Kind::KeyPruned);
             self.blackouts.start(req.operation_id, self.clock.now());
             self.trace.event(
@@ -698,7 +721,7 @@ impl PaymentGateway for SimGateway {
                 format_args!(
                     "{} -> {}, then FAULT key_pruned: answer lost, unreachable past 24 h",
                     req.idempotency_key.as_str(),
-                    answer_text(&result)
+                    AnswerText(&result)
                 ),
             );
             return self.naive(Err(GatewayError::Ambiguous {
@@ -711,7 +734,7 @@ impl PaymentGateway for SimGateway {
             format_args!(
                 "{} -> {}",
                 req.idempotency_key.as_str(),
-                answer_text(&result)
+                AnswerText(&result)
             ),
         );
         self.naive(result)
@@ -723,7 +746,7 @@ impl PaymentGateway for SimGateway {
         self.trace.event(
             id,
             "stripe.retrieve",
-            format_args!("{}", answer_text(&result)),
+            format_args!("{}", AnswerText(&result)),
         );
         self.naive(result)
     }

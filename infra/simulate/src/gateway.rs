@@ -162,12 +162,10 @@ impl PaymentGateway for InProcessGateway {
         ];
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
-            .call(
-                || match self.sim.create_in_process(Some(key), form.clone()) {
-                    CreateStart::Done(o) => Step::Done(completed(o)),
-                    CreateStart::Slow(s) => Step::Slow(s),
-                },
-            )
+            .call(|| match self.sim.create_in_process_with(Some(key), &form) {
+                CreateStart::Done(o) => Step::Done(completed(o)),
+                CreateStart::Slow(s) => Step::Slow(s),
+            })
             .await?;
         parse_payment_intent(&body, replayed)
     }

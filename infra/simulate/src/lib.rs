@@ -27,6 +27,7 @@
 
 pub mod driver;
 pub mod faults;
+pub mod fx;
 pub mod gateway;
 pub mod load;
 pub mod mutations;
@@ -381,7 +382,9 @@ impl Drop for SeededIds {
 }
 
 async fn aws_config(args: &SimulateArgs) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    // The functions' HTTPS client (rustls on ring, the workspace's one crypto backend).
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(charge_once::adapters::aws::https_client());
     if let Some(url) = &args.endpoint_url {
         loader = loader.endpoint_url(url);
     }
@@ -751,7 +754,8 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
 
     pipeline.run(args.orders, &counts).await?;
     let (reads, writes, sends, stale_lease_writes, foreign_dedup_ids) = counters();
-    let (ledger, stripe_requests, injected) = stripe.snapshot().await?;
+    let (stripe_requests, injected) = stripe.snapshot().await?;
+    let ledger = stripe.ledger().await?;
 
     // Our records, read by key after the run (not counted above), judged against the ledger.
     let mut report = Report {
@@ -771,19 +775,19 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     };
     // The orders whose record a forged event moved (see `webhooks::Forged`).
     let forged = webhooks.as_ref().map(|w| w.forged()).unwrap_or_default();
-    let mut judge = report::Judge::new(&ledger, forged.moved);
+    // The memory store says which operations are an order's record now (no set of them kept).
+    let ours = sim_store.clone().map(|s| -> Box<dyn Fn(&str) -> bool> {
+        Box::new(move |op| charge_once::OperationId::parse(op).is_ok_and(|id| s.is_current(&id)))
+    });
+    let mut judge = report::Judge::new(ledger.as_ref(), forged.moved, ours);
     let mut planned_decline = 0;
     let mut planned_processing = 0;
     let mut planned_stuck = 0;
-    let mut processing_orders = std::collections::HashSet::new();
     for i in 0..args.orders {
         let order = driver::plan_order(i, args.seed, &faults);
         planned_decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
         planned_stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
         planned_processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
-        if order.payment_method == "pm_card_processing_succeeds" {
-            processing_orders.insert(order.order_id.clone());
-        }
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
         let record = match store.get(&key).await {
             Ok(record) => record,
@@ -814,8 +818,9 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         // answer (not a `processing` card, which Stripe itself settles 10 minutes later).
         let (open, times) = s.settle_times();
         let processing = |id: &charge_once::OperationId| {
-            s.order_of(id)
-                .is_some_and(|order| processing_orders.contains(&order))
+            s.order_of(id).is_some_and(|order| {
+                driver::card_of(&order, &faults).0 == "pm_card_processing_succeeds"
+            })
         };
         report.time_to_settle = report::TimeToSettle::of(
             (open.len() + times.len()) as u64,
@@ -902,6 +907,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     report.wall_secs = wall.as_secs_f64();
     report.cpu_secs = (cpu_secs() - cpu_start).max(0.0);
     report.orders_per_sec = n / wall.as_secs_f64().max(1e-9);
+    report.set_rates();
     Ok(Outcome {
         report,
         timeline: trace.lines(),

@@ -56,7 +56,7 @@ use crate::report::{self, Report};
 use crate::sched::{run_all, sleep_until, SchedSleeper, Timers};
 use crate::source::Delivered;
 use crate::store::SimStore;
-use crate::stripe::LedgerRow;
+use crate::stripe::LocalLedger;
 use crate::BoxError;
 
 /// What a load run is given.
@@ -448,6 +448,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     });
 
     let store = Arc::new(SimStore::new());
+    store.keep_settle_log();
     let mut queue = SimQueue::new(clock_arc.clone());
     queue.long_wait = Some(Duration::from_secs(
         charge::EVENT_SOURCE.visibility_timeout_secs,
@@ -616,7 +617,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     }
 
     // The invariants, against Stripe's ledger.
-    let ledger: Vec<LedgerRow> = sim.ledger().into_iter().map(LedgerRow::from).collect();
+    let ledger = LocalLedger(sim.clone());
     let mut report = Report {
         seed: cfg.seed,
         backend: "memory".into(),
@@ -624,7 +625,14 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
         deterministic: true,
         ..Report::default()
     };
-    let mut judge = report::Judge::new(&ledger, Default::default());
+    let current = store.clone();
+    let mut judge = report::Judge::new(
+        &ledger,
+        Default::default(),
+        Some(Box::new(move |op: &str| {
+            charge_once::OperationId::parse(op).is_ok_and(|id| current.is_current(&id))
+        })),
+    );
     for i in 0..cfg.orders {
         let order = driver::plan_order(i, cfg.seed, &run.faults);
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
@@ -672,6 +680,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
     let w = wall.elapsed().as_secs_f64();
     report.wall_secs = w;
     report.orders_per_sec = cfg.orders as f64 / w.max(1e-9);
+    report.set_rates();
     Ok(report)
 }
 

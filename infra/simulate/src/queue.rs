@@ -1,10 +1,12 @@
 //! [`SimQueue`]: SQS FIFO in memory at simulation scale — the same rules as
 //! `charge_once::memory::MemoryQueue` (deduplication by id over a 5-minute window, order and
 //! blocking per message group, visibility timeouts, receipt handles, receive counts) on the
-//! virtual clock, with deduplication entries expiring from a queue in time order and deletes by
-//! receipt in O(log n), instead of scans of every message and every id per call.
+//! virtual clock, with deduplication entries expiring from a queue in time order, deletes by
+//! receipt in O(log n), and a receive that reads only the messages of groups with nothing in
+//! flight (kept in send order, a group moved back in when its last visibility timeout runs out),
+//! instead of scans of every message and every id per call.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,10 +31,28 @@ struct Stored {
     last_received: Option<Timestamp>,
 }
 
+/// One message group's messages, and whether a message of it is in flight.
+#[derive(Default)]
+struct Group {
+    /// Its messages' send sequences, in order.
+    seqs: Vec<u64>,
+    /// The latest visibility timeout of its received messages: the group is blocked (a message
+    /// of it in flight) while this is after now.
+    blocked_until: Option<Timestamp>,
+    /// Its messages are in `State::ready` (it was not blocked when last looked at).
+    ready: bool,
+}
+
 #[derive(Default)]
 struct State {
     /// By send sequence: the queue's order.
     messages: BTreeMap<u64, Stored>,
+    /// The messages of groups with nothing in flight, by send sequence: what a receive reads.
+    ready: BTreeSet<u64>,
+    groups: HashMap<String, Group>,
+    /// When blocked groups may be unblocked (an entry is stale once the group's
+    /// `blocked_until` moved).
+    unblock: BTreeSet<(Timestamp, String)>,
     receipts: HashMap<String, u64>,
     dedup_seen: HashMap<String, Timestamp>,
     dedup_order: VecDeque<(Timestamp, String)>,
@@ -41,6 +61,58 @@ struct State {
     waited: HashSet<String>,
     /// Messages sent (and not deduplicated), for waiters.
     generation: u64,
+}
+
+impl State {
+    /// Moves the groups whose last visibility timeout has run out by `now` back into `ready`.
+    fn unblock_due(&mut self, now: Timestamp) {
+        while let Some((at, _)) = self.unblock.first() {
+            if *at > now {
+                break;
+            }
+            let Some((at, name)) = self.unblock.pop_first() else {
+                break;
+            };
+            if let Some(group) = self.groups.get_mut(&name) {
+                if group.blocked_until == Some(at) && !group.ready {
+                    group.ready = true;
+                    self.ready.extend(group.seqs.iter().copied());
+                }
+            }
+        }
+    }
+
+    /// Recomputes whether `name` is blocked at `now` after one of its messages changed, and
+    /// moves its messages into or out of `ready`.
+    fn refresh(&mut self, name: &str, now: Timestamp) {
+        let Some(group) = self.groups.get_mut(name) else {
+            return;
+        };
+        group.blocked_until = group
+            .seqs
+            .iter()
+            .filter_map(|s| self.messages.get(s))
+            .filter(|m| m.receipt.is_some())
+            .map(|m| m.visible_at)
+            .max();
+        match group.blocked_until {
+            Some(until) if until > now => {
+                if group.ready {
+                    group.ready = false;
+                    for s in &group.seqs {
+                        self.ready.remove(s);
+                    }
+                }
+                self.unblock.insert((until, name.to_owned()));
+            }
+            _ => {
+                if !group.ready {
+                    group.ready = true;
+                    self.ready.extend(group.seqs.iter().copied());
+                }
+            }
+        }
+    }
 }
 
 pub struct SimQueue {
@@ -84,6 +156,8 @@ impl SimQueue {
         match st.messages.get_mut(&seq) {
             Some(m) => {
                 m.visible_at = now.plus(delay);
+                let group = m.group_id.clone();
+                st.refresh(&group, now);
                 self.visibility_changes.fetch_add(1, Ordering::Relaxed);
                 true
             }
@@ -161,6 +235,17 @@ impl SimQueue {
         st.next_id += 1;
         st.generation += 1;
         let seq = st.next_id;
+        let group = st
+            .groups
+            .entry(group_id.to_owned())
+            .or_insert_with(|| Group {
+                ready: true,
+                ..Group::default()
+            });
+        group.seqs.push(seq);
+        if group.ready {
+            st.ready.insert(seq);
+        }
         st.messages.insert(
             seq,
             Stored {
@@ -184,20 +269,20 @@ impl SimQueue {
         let now = self.clock.now();
         let mut st = self.lock();
         let st = &mut *st;
-        let blocked: HashSet<&str> = st
-            .messages
-            .values()
-            .filter(|m| m.receipt.is_some() && m.visible_at > now)
-            .map(|m| m.group_id.as_str())
-            .collect();
+        st.unblock_due(now);
+        // Only groups without a message in flight are in `ready`; an earlier message of a group
+        // that is not visible yet keeps the group's order.
         let mut skipped: HashSet<&str> = HashSet::new();
         let mut picked: Vec<u64> = Vec::new();
-        for (seq, m) in &st.messages {
+        for seq in &st.ready {
             if picked.len() >= max {
                 break;
             }
+            let Some(m) = st.messages.get(seq) else {
+                continue;
+            };
             let g = m.group_id.as_str();
-            if blocked.contains(g) || skipped.contains(g) {
+            if skipped.contains(g) {
                 continue;
             }
             if m.visible_at > now {
@@ -206,8 +291,8 @@ impl SimQueue {
             }
             picked.push(*seq);
         }
-        drop(blocked);
         drop(skipped);
+        let mut touched: Vec<String> = Vec::new();
         let mut out = Vec::with_capacity(picked.len());
         for seq in picked {
             st.next_id += 1;
@@ -226,6 +311,9 @@ impl SimQueue {
                 }
             }
             m.last_received = Some(now);
+            if touched.last() != Some(&m.group_id) {
+                touched.push(m.group_id.clone());
+            }
             st.receipts.insert(receipt.clone(), seq);
             out.push(ReceivedMessage {
                 message_id: m.message_id.clone(),
@@ -236,16 +324,32 @@ impl SimQueue {
                 receive_count: m.receive_count,
             });
         }
+        for g in touched {
+            st.refresh(&g, now);
+        }
         out
     }
 
     /// Deletes a received message; false if the receipt is stale.
     pub fn delete(&self, receipt_handle: &str) -> bool {
+        let now = self.clock.now();
         let mut st = self.lock();
         let Some(seq) = st.receipts.remove(receipt_handle) else {
             return false;
         };
-        st.messages.remove(&seq).is_some()
+        let Some(m) = st.messages.remove(&seq) else {
+            return false;
+        };
+        st.ready.remove(&seq);
+        if let Some(group) = st.groups.get_mut(&m.group_id) {
+            group.seqs.retain(|s| *s != seq);
+            if group.seqs.is_empty() {
+                st.groups.remove(&m.group_id);
+            } else {
+                st.refresh(&m.group_id, now);
+            }
+        }
+        true
     }
 
     /// Messages in the queue, visible or in flight.
@@ -308,7 +412,7 @@ mod tests {
         let theirs = MemoryQueue::new(Arc::new(clock.clone()));
         let mut rng = SmallRng::seed_from_u64(9);
         let mut receipts: Vec<(String, String)> = Vec::new();
-        for step in 0..4_000 {
+        for step in 0..20_000 {
             match rng.random_range(0..10) {
                 0..=3 => {
                     let g = format!("g{}", rng.random_range(0..20));
@@ -333,10 +437,21 @@ mod tests {
                             .map(|(x, y)| (x.receipt_handle, y.receipt_handle)),
                     );
                 }
-                7..=8 if !receipts.is_empty() => {
+                7 if !receipts.is_empty() => {
                     let i = rng.random_range(0..receipts.len());
                     let (x, y) = receipts.swap_remove(i);
                     assert_eq!(ours.delete(&x), theirs.delete(&y), "step {step}");
+                }
+                8 if !receipts.is_empty() => {
+                    // Stale receipts too (deleted, or received again since): both refuse them.
+                    let i = rng.random_range(0..receipts.len());
+                    let (x, y) = receipts[i].clone();
+                    let delay = Duration::from_secs(rng.random_range(0..90));
+                    assert_eq!(
+                        ours.change_visibility(&x, delay),
+                        theirs.change_visibility(&y, delay),
+                        "step {step}"
+                    );
                 }
                 _ => clock.advance(Duration::from_secs(rng.random_range(0..40))),
             }

@@ -33,7 +33,7 @@
 //! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
 //! reconciler still settles their operations).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 
 use charge_once::outbox::Outcome;
@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use super::driver::Order;
 use super::store::Published;
-use super::stripe::LedgerRow;
+use super::stripe::{Ledger, LedgerRow};
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -92,6 +92,19 @@ pub struct Report {
     pub first_violation: Option<String>,
     /// CPU seconds of the process during the run (user + system): the honest figure on a shared box.
     pub cpu_secs: f64,
+    /// Simulated seconds per wall second (`virtual_hours` over `wall_secs`), the unit other
+    /// simulation-testing projects publish.
+    pub sim_secs_per_wall_sec: f64,
+    /// SQS messages sent per wall second (`requests_total.sqs_sends`).
+    pub messages_per_wall_sec: f64,
+    /// Table calls per wall second (`requests_total.dynamodb_reads` + `dynamodb_writes`).
+    pub store_calls_per_wall_sec: f64,
+    /// Stripe requests per wall second (`requests_total.stripe_calls`).
+    pub stripe_calls_per_wall_sec: f64,
+    /// Logged decisions per wall second (`trace_events`).
+    pub decisions_per_wall_sec: f64,
+    /// The process's peak resident memory so far, MB (`VmHWM`; 0 where unknown).
+    pub peak_rss_mb: f64,
     /// Memory backend and Stripe in process: the same seed and flags give the same report.
     pub deterministic: bool,
     /// Decisions logged (deliveries, store and gateway calls and answers, sends, ticks, faults).
@@ -171,28 +184,42 @@ impl TimeToSettle {
     }
 }
 
-/// Judges orders one by one against the ledger (so orders need not be held in memory).
+/// Judges orders one by one against the ledger, read an operation at a time (so neither the
+/// orders nor the ledger need be held in memory).
 pub struct Judge<'a> {
-    created: u64,
-    ours: std::collections::HashSet<String>,
-    by_op: HashMap<&'a str, Vec<&'a LedgerRow>>,
+    ledger: &'a dyn Ledger,
+    ours: Ours<'a>,
     /// Orders whose record a forged event moved.
     forged: BTreeSet<String>,
 }
 
-impl<'a> Judge<'a> {
-    /// `forged`: the orders whose record a forged event moved.
-    pub fn new(ledger: &'a [LedgerRow], forged: BTreeSet<String>) -> Self {
-        let mut by_op: HashMap<&str, Vec<&LedgerRow>> = HashMap::new();
-        for row in ledger {
-            if let Some(op) = row.operation_id.as_deref() {
-                by_op.entry(op).or_default().push(row);
-            }
+/// Which operations are an order's (readable) record at the end: asked of the store that holds
+/// the records, or collected as they are judged.
+enum Ours<'a> {
+    Collected(HashSet<String>),
+    Asked(Box<dyn Fn(&str) -> bool + 'a>),
+}
+
+impl Ours<'_> {
+    fn contains(&self, operation_id: &str) -> bool {
+        match self {
+            Ours::Collected(set) => set.contains(operation_id),
+            Ours::Asked(ours) => ours(operation_id),
         }
+    }
+}
+
+/// Whether an operation id is an order's readable record now (the store's answer).
+pub type IsOurs<'a> = Box<dyn Fn(&str) -> bool + 'a>;
+
+impl<'a> Judge<'a> {
+    /// `forged`: the orders whose record a forged event moved. `ours`: whether an operation id
+    /// is an order's readable record now, where the store can say (otherwise the judge keeps
+    /// the ids of the records it judges).
+    pub fn new(ledger: &'a dyn Ledger, forged: BTreeSet<String>, ours: Option<IsOurs<'a>>) -> Self {
         Self {
-            created: ledger.len() as u64,
-            ours: std::collections::HashSet::new(),
-            by_op,
+            ledger,
+            ours: ours.map_or_else(|| Ours::Collected(HashSet::new()), Ours::Asked),
             forged,
         }
     }
@@ -219,13 +246,11 @@ impl<'a> Judge<'a> {
         let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
-        self.ours.insert(id.clone());
-        let pis: &[&LedgerRow] = self
-            .by_op
-            .get(id.as_str())
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let succeeded: Vec<&&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
+        let pis = self.ledger.of_operation(&id);
+        if let Ours::Collected(set) = &mut self.ours {
+            set.insert(id);
+        }
+        let succeeded: Vec<&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
         let mut keys: Vec<&str> = pis
             .iter()
             .filter_map(|p| p.idempotency_key.as_deref())
@@ -338,7 +363,8 @@ impl<'a> Judge<'a> {
     /// After the last order: the PaymentIntents and the verdict.
     /// `order_of` names the order an operation id was minted for; `audits` the first order each
     /// audit flagged (stale lease write, foreign dedup id).
-    /// `publishers` lists the operations that published an outcome, where the run can see them.
+    /// `publishers` lists the operations that published an outcome, where the run can see them
+    /// (those that are an order's record may be left out: only the others are counted).
     pub fn finish(
         &mut self,
         report: &mut Report,
@@ -346,14 +372,17 @@ impl<'a> Judge<'a> {
         audits: (Option<String>, Option<String>),
         publishers: Option<&[OperationId]>,
     ) {
-        report.payment_intents_created = self.created;
-        let mut orphans: Vec<&LedgerRow> = self
-            .by_op
-            .iter()
-            .filter(|(op, _)| !self.ours.contains(**op))
-            .flat_map(|(_, rows)| rows.iter().copied())
-            .filter(|row| row.status == "succeeded")
-            .collect();
+        report.payment_intents_created = self.ledger.created();
+        let mut orphans: Vec<LedgerRow> = Vec::new();
+        self.ledger.each(&mut |row| {
+            let theirs = row
+                .operation_id
+                .as_deref()
+                .is_some_and(|op| !self.ours.contains(op));
+            if theirs && row.status == "succeeded" {
+                orphans.push(row.clone());
+            }
+        });
         orphans.sort_by(|a, b| a.id.cmp(&b.id));
         report.orphan_charges = orphans.len() as u64;
         if let (None, Some(row)) = (&report.first_violation, orphans.first()) {
@@ -440,7 +469,33 @@ fn order_named_in(error: &str) -> Option<&str> {
     Some(&rest[..end]).filter(|o| !o.is_empty())
 }
 
+/// The process's peak resident set so far, MB (`VmHWM` in /proc/self/status; 0 where unknown).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 impl Report {
+    /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
+    /// memory.
+    pub fn set_rates(&mut self) {
+        let wall = self.wall_secs.max(1e-9);
+        let total = |k: &str| self.requests_total.get(k).copied().unwrap_or(0) as f64;
+        self.sim_secs_per_wall_sec = self.virtual_hours * 3600.0 / wall;
+        self.messages_per_wall_sec = total("sqs_sends") / wall;
+        self.store_calls_per_wall_sec = (total("dynamodb_reads") + total("dynamodb_writes")) / wall;
+        self.stripe_calls_per_wall_sec = total("stripe_calls") / wall;
+        self.decisions_per_wall_sec = self.trace_events as f64 / wall;
+        self.peak_rss_mb = peak_rss_mb();
+    }
+
     /// The human-readable report.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -562,6 +617,16 @@ impl Report {
             s,
             "  time            {:.1} h virtual, {:.2} s wall, {:.2} s CPU, {:.0} orders/s",
             self.virtual_hours, self.wall_secs, self.cpu_secs, self.orders_per_sec
+        );
+        let _ = writeln!(
+            s,
+            "  per wall second {:.0} s simulated, {:.0} messages, {:.0} store calls, {:.0} Stripe calls, {:.0} decisions (peak RSS {:.0} MB)",
+            self.sim_secs_per_wall_sec,
+            self.messages_per_wall_sec,
+            self.store_calls_per_wall_sec,
+            self.stripe_calls_per_wall_sec,
+            self.decisions_per_wall_sec,
+            self.peak_rss_mb
         );
         let _ = writeln!(
             s,

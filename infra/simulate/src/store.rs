@@ -22,7 +22,7 @@
 //! instead of failing, as `DynamoStore` does. An operator repairs it [`REPAIR_AFTER`] later
 //! ([`SimStore::repair_due`], called by the driver): the attribute is restored, nothing else moved.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,15 +31,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
+use charge_once::operation::{AuditEntry, Lease, Review};
 use charge_once::outbox::{outcome_of, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
 use charge_once::store_rules::{self, Guard, Transition, Written};
-use charge_once::{Operation, OperationId, OperationKey, Timestamp};
+use charge_once::{
+    Amount, ChargeParams, Currency, CustomerId, Fingerprint, Operation, OperationId, OperationKey,
+    OperationStatus, PaymentIntentId, PaymentMethodId, Principal, Timestamp,
+};
 
 use crate::faults::{Faults, Kind};
+use crate::fx::{hash_one, FxHashMap, FxHashSet};
 use crate::trace::Trace;
 
 /// How long an unreadable record waits for an operator's repair (virtual time, from its put).
@@ -107,16 +112,228 @@ impl Unreadable {
 /// Position in the index: due time, then the business key (the order id: as the GSI sorts).
 type Position = (i64, OperationKey);
 
+/// What records repeat: the charge's currency, customer, payment method and fingerprint, and the
+/// caller. Kept once in the table ([`Interner`]) and named by number in each record.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Shared {
+    currency: Currency,
+    customer_id: CustomerId,
+    payment_method: PaymentMethodId,
+    fingerprint: Fingerprint,
+    requested_by: Option<Principal>,
+}
+
+#[derive(Default)]
+struct Interner {
+    values: Vec<Shared>,
+    numbers: FxHashMap<Shared, u32>,
+}
+
+impl Interner {
+    fn number(&mut self, shared: Shared) -> u32 {
+        if let Some(n) = self.numbers.get(&shared) {
+            return *n;
+        }
+        let n = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+        self.values.push(shared.clone());
+        self.numbers.insert(shared, n);
+        n
+    }
+}
+
+/// A record as the table keeps it: every field of the [`Operation`] but its key (the slot's) and
+/// the strings records share (by number): about a quarter of an `Operation`'s bytes, for the
+/// millions a run keeps. [`Packed::pack`] and [`Packed::unpack`] name every field, so a field
+/// added to `Operation` does not compile until it is kept here too.
+struct Packed {
+    operation_id: OperationId,
+    amount: Amount,
+    shared: u32,
+    status: OperationStatus,
+    attempts: u32,
+    redrives: u32,
+    external_id: Option<PaymentIntentId>,
+    first_attempted_at: Option<Timestamp>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    next_due_at: Option<Timestamp>,
+    lease: Option<Lease>,
+    last_error: Option<Box<str>>,
+    review: Option<Box<Review>>,
+    /// Boxed on purpose: 8 bytes in every packed record, where nearly none has a history.
+    #[allow(clippy::box_collection)]
+    history: Option<Box<Vec<AuditEntry>>>,
+}
+
+impl Packed {
+    fn pack(op: Operation, strings: &mut Interner) -> Self {
+        let Operation {
+            order_id: _,
+            kind: _,
+            operation_id,
+            params:
+                ChargeParams {
+                    amount,
+                    currency,
+                    customer_id,
+                    payment_method,
+                },
+            fingerprint,
+            requested_by,
+            status,
+            external_id,
+            attempts,
+            first_attempted_at,
+            last_error,
+            created_at,
+            updated_at,
+            lease,
+            review,
+            next_due_at,
+            redrives,
+            history,
+        } = op;
+        Packed {
+            operation_id,
+            amount,
+            shared: strings.number(Shared {
+                currency,
+                customer_id,
+                payment_method,
+                fingerprint,
+                requested_by,
+            }),
+            status,
+            attempts,
+            redrives,
+            external_id,
+            first_attempted_at,
+            created_at,
+            updated_at,
+            next_due_at,
+            lease,
+            last_error: last_error.map(String::into_boxed_str),
+            review: review.map(Box::new),
+            history: (!history.is_empty()).then(|| Box::new(history)),
+        }
+    }
+
+    fn unpack(&self, key: &OperationKey, strings: &Interner) -> Operation {
+        let shared = &strings.values[self.shared as usize];
+        Operation {
+            order_id: key.order_id.clone(),
+            kind: key.kind,
+            operation_id: self.operation_id,
+            params: ChargeParams {
+                amount: self.amount,
+                currency: shared.currency.clone(),
+                customer_id: shared.customer_id.clone(),
+                payment_method: shared.payment_method.clone(),
+            },
+            fingerprint: shared.fingerprint.clone(),
+            requested_by: shared.requested_by.clone(),
+            status: self.status,
+            external_id: self.external_id.clone(),
+            attempts: self.attempts,
+            first_attempted_at: self.first_attempted_at,
+            last_error: self.last_error.as_deref().map(str::to_owned),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            lease: self.lease,
+            review: self.review.as_deref().cloned(),
+            next_due_at: self.next_due_at,
+            redrives: self.redrives,
+            history: self.history.as_deref().cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Where the record sits in the unknown index, if it is listed: (in review, position).
+    fn position(&self, key: &OperationKey) -> Option<(bool, Position)> {
+        if self.status.is_settled() {
+            return None;
+        }
+        let due = self.next_due_at?;
+        Some((self.review.is_some(), (due.as_millis(), key.clone())))
+    }
+}
+
+/// One order's record, and what the relay published for its current operation.
+struct Slot {
+    key: OperationKey,
+    record: Box<Packed>,
+    published: Published,
+    /// The next slot whose key hashes the same (`NO_SLOT`: none).
+    next: u32,
+}
+
+const NO_SLOT: u32 = u32::MAX;
+
+/// A vector in chunks of a fixed size: growing never moves what it holds (a doubling vector of
+/// ten million records would copy them all, and hold both copies while it did).
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Self {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Chunked<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, value: T) {
+        if self.len % CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(value);
+            self.len += 1;
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl<T> std::ops::Index<usize> for Chunked<T> {
+    type Output = T;
+    fn index(&self, at: usize) -> &T {
+        &self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Chunked<T> {
+    fn index_mut(&mut self, at: usize) -> &mut T {
+        &mut self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
 #[derive(Default)]
 struct Table {
-    items: HashMap<OperationKey, Operation>,
-    by_operation_id: HashMap<OperationId, OperationKey>,
+    slots: Chunked<Slot>,
+    /// The first slot of each key hash (the others chained through `Slot::next`).
+    by_key: FxHashMap<u64, u32>,
+    /// The slot each operation id was minted in (also after its record was replaced).
+    by_operation_id: FxHashMap<OperationId, u32>,
+    strings: Interner,
     /// Unsettled, due, not in review.
     automatic: BTreeSet<Position>,
     /// Unsettled, waiting for a person.
     review: BTreeSet<Position>,
-    /// The outbox as the relay saw it: per operation, the outcomes published (a [`Published`]).
-    published: HashMap<OperationId, Published>,
+    /// The outcomes published by operations that stopped being their order's record (an
+    /// unconditional put replaced them); a current operation's are in its slot.
+    replaced_published: FxHashMap<OperationId, Published>,
     /// Outcome events published in all.
     outcome_events: u64,
     /// Lose every this-many-th outcome (the `relay-loses-outcomes` mutation); 0: lose none.
@@ -126,16 +343,21 @@ struct Table {
     /// Audit: writes that changed a settled record's status or PaymentIntent. Must stay 0.
     settled_changes: u64,
     /// When each operation first went `unknown` (virtual ms), until it settles.
-    unknown_since: HashMap<OperationId, i64>,
+    unknown_since: FxHashMap<OperationId, i64>,
     /// For each operation that went `unknown` and later settled: how long that took (ms).
     settle_times_ms: Vec<(OperationId, i64)>,
-    /// Every operation that settled: (created, first settled) in virtual ms, in settle order.
-    settle_log: Vec<(i64, i64)>,
-    /// Records kept as release 2026-11-29's items (`legacy_record`); their entry in `items` is
-    /// always what `operation_from_item` read from this item.
-    legacy: HashMap<OperationKey, Attrs>,
+    /// Operations that settled.
+    settled: u64,
+    /// Every operation that settled: (created, first settled) in virtual ms, in settle order
+    /// (kept only with [`SimStore::keep_settle_log`]).
+    settle_log: Option<Vec<(i64, i64)>>,
+    /// Records kept as release 2026-11-29's items (`legacy_record`): their record is always
+    /// what `operation_from_item` read from that item, [`legacy_item`] of the record written
+    /// (the item itself is not kept: it is that function of the record, see
+    /// [`SimStore::legacy_item_of`]).
+    legacy: FxHashSet<OperationKey>,
     /// Records that cannot be read (`unreadable_record`, or a legacy item the reader refused).
-    unreadable: HashMap<OperationKey, Unreadable>,
+    unreadable: FxHashMap<OperationKey, Unreadable>,
     /// Unreadable records an operator repaired.
     repaired: u64,
 }
@@ -172,6 +394,54 @@ fn position(op: &Operation) -> Option<(bool, Position)> {
 }
 
 impl Table {
+    /// The slot of `key`.
+    fn slot(&self, key: &OperationKey) -> Option<usize> {
+        let mut at = *self.by_key.get(&hash_one(key))?;
+        while at != NO_SLOT {
+            let slot = &self.slots[at as usize];
+            if slot.key == *key {
+                return Some(at as usize);
+            }
+            at = slot.next;
+        }
+        None
+    }
+
+    /// The record at `key` as it is stored, whether readable or not.
+    fn get(&self, key: &OperationKey) -> Option<Operation> {
+        self.slot(key).map(|at| self.unpack(at))
+    }
+
+    fn unpack(&self, at: usize) -> Operation {
+        let slot = &self.slots[at];
+        slot.record.unpack(&slot.key, &self.strings)
+    }
+
+    /// Stores `op` as the record at its key (a new slot if the key has none); returns the slot.
+    fn store(&mut self, op: Operation) -> usize {
+        let key = op.key();
+        let record = Box::new(Packed::pack(op, &mut self.strings));
+        match self.slot(&key) {
+            Some(at) => {
+                self.slots[at].record = record;
+                at
+            }
+            None => {
+                let at = self.slots.len();
+                let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+                let head = self.by_key.entry(hash_one(&key)).or_insert(NO_SLOT);
+                let next = std::mem::replace(head, at32);
+                self.slots.push(Slot {
+                    key,
+                    record,
+                    published: Published::default(),
+                    next,
+                });
+                at
+            }
+        }
+    }
+
     fn unindex(&mut self, op: &Operation) {
         if let Some((review, pos)) = position(op) {
             if review {
@@ -182,8 +452,9 @@ impl Table {
         }
     }
 
-    fn index(&mut self, key: &OperationKey) {
-        if let Some((review, pos)) = self.items.get(key).and_then(position) {
+    fn index(&mut self, at: usize) {
+        let slot = &self.slots[at];
+        if let Some((review, pos)) = slot.record.position(&slot.key) {
             if review {
                 self.review.insert(pos);
             } else {
@@ -193,75 +464,70 @@ impl Table {
     }
 
     /// The record at `key`, unless it cannot be read.
-    fn read(&self, key: &OperationKey) -> Result<Option<&Operation>, StoreError> {
+    fn read(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         match self.unreadable.get(key) {
             Some(bad) => Err(bad.error(key)),
-            None => Ok(self.items.get(key)),
+            None => Ok(self.get(key)),
         }
     }
 
-    /// After a write of a legacy record: the item as that release's shape stores it, and the
-    /// record as the real reader reads it back.
-    fn reshape(&mut self, key: &OperationKey) {
-        let Some(op) = self
-            .items
-            .get(key)
-            .filter(|_| self.legacy.contains_key(key))
-        else {
-            return;
-        };
-        let item = legacy_item(op);
+    /// What a write of `op` leaves as the record: for a legacy record, the item as that
+    /// release's shape stores it, and the record as the real reader reads it back; if the
+    /// reader refuses it, the record is unreadable from now on.
+    fn reshape(&mut self, op: Operation) -> Operation {
+        let key = op.key();
+        if !self.legacy.contains(&key) {
+            return op;
+        }
+        let item = legacy_item(&op);
         match operation_from_item(&item) {
-            Ok(read) => {
-                self.items.insert(key.clone(), read);
-                self.legacy.insert(key.clone(), item);
-            }
+            Ok(read) => read,
             Err(_) => {
-                self.legacy.insert(key.clone(), item.clone());
                 self.unreadable.insert(
-                    key.clone(),
+                    key,
                     Unreadable {
                         item,
                         repair_at: None,
                     },
                 );
+                op
             }
         }
     }
 
-    /// Writes `next` over the record at `key`, keeping the index and the outbox in step.
-    fn update(&mut self, key: &OperationKey, next: Operation) {
-        let Some(slot) = self.items.get_mut(key) else {
-            return;
-        };
-        let before = std::mem::replace(slot, next);
-        self.unindex(&before);
-        self.reshape(key);
-        self.index(key);
-        if let Some(after) = self.items.get(key) {
-            if before.status.is_settled()
-                && (after.status != before.status || after.external_id != before.external_id)
-            {
-                self.settled_changes += 1;
-            }
-            let (id, now) = (after.operation_id, after.updated_at.as_millis());
-            match after.status {
-                charge_once::OperationStatus::Unknown => {
-                    self.unknown_since.entry(id).or_insert(now);
-                }
-                s if s.is_settled() && !before.status.is_settled() => {
-                    self.settle_log.push((after.created_at.as_millis(), now));
-                    if let Some(since) = self.unknown_since.remove(&id) {
-                        self.settle_times_ms.push((id, now - since));
-                    }
-                }
-                _ => {}
-            }
+    /// Writes `next` over `before`, the record at `key`, keeping the index and the outbox in
+    /// step; returns the record as now stored (for a legacy record, as the real reader reads
+    /// it back).
+    fn update(&mut self, key: &OperationKey, before: &Operation, next: Operation) -> Operation {
+        self.unindex(before);
+        let after = self.reshape(next);
+        if before.status.is_settled()
+            && (after.status != before.status || after.external_id != before.external_id)
+        {
+            self.settled_changes += 1;
         }
-        let event = self.items.get(key).and_then(|after| {
-            outcome_of(Some(&before), after).map(|e| (after.operation_id, e.outcome))
-        });
+        let (id, now) = (after.operation_id, after.updated_at.as_millis());
+        match after.status {
+            charge_once::OperationStatus::Unknown => {
+                self.unknown_since.entry(id).or_insert(now);
+            }
+            s if s.is_settled() && !before.status.is_settled() => {
+                self.settled += 1;
+                if let Some(log) = &mut self.settle_log {
+                    log.push((after.created_at.as_millis(), now));
+                }
+                if let Some(since) = self.unknown_since.remove(&id) {
+                    self.settle_times_ms.push((id, now - since));
+                }
+            }
+            _ => {}
+        }
+        let event = outcome_of(Some(before), &after).map(|e| (after.operation_id, e.outcome));
+        let at = self.store(after.clone());
+        self.index(at);
         self.publish(event);
+        debug_assert_eq!(&self.slots[at].key, key);
+        after
     }
 
     /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
@@ -272,11 +538,39 @@ impl Table {
                 return;
             }
             self.outcome_events += 1;
-            self.published
-                .entry(operation_id)
-                .or_default()
-                .insert(outcome);
+            self.published_mut(operation_id).insert(outcome);
         }
+    }
+
+    /// Where the outcomes of `operation_id` are kept: its slot while it is the record there.
+    fn published_mut(&mut self, operation_id: OperationId) -> &mut Published {
+        match self.by_operation_id.get(&operation_id) {
+            Some(at) if self.slots[*at as usize].record.operation_id == operation_id => {
+                &mut self.slots[*at as usize].published
+            }
+            _ => self.replaced_published.entry(operation_id).or_default(),
+        }
+    }
+
+    fn published(&self, operation_id: &OperationId) -> Published {
+        match self.by_operation_id.get(operation_id) {
+            Some(at) if self.slots[*at as usize].record.operation_id == *operation_id => {
+                self.slots[*at as usize].published
+            }
+            _ => self
+                .replaced_published
+                .get(operation_id)
+                .copied()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Whether `operation_id` is its order's record now, and readable.
+    fn is_current(&self, operation_id: &OperationId) -> bool {
+        self.by_operation_id.get(operation_id).is_some_and(|at| {
+            let slot = &self.slots[*at as usize];
+            slot.record.operation_id == *operation_id && !self.unreadable.contains_key(&slot.key)
+        })
     }
 }
 
@@ -340,13 +634,13 @@ impl SimStore {
         };
         let fence = |g: &Guard| !matches!(g, Guard::HoldsLease(_));
         let mut guards = write.guards();
-        let stale = guards.iter().any(|g| !fence(g) && !g.holds(op));
+        let stale = guards.iter().any(|g| !fence(g) && !g.holds(&op));
         if !self.lease_fence {
             guards.retain(fence);
         }
-        let next = match store_rules::apply_guarded(op, write, &guards) {
+        let next = match store_rules::apply_guarded(&op, write, &guards) {
             Ok(next) => next,
-            Err(by) => return Ok(Err(Some((op.clone(), by)))),
+            Err(by) => return Ok(Err(Some((op, by)))),
         };
         if stale {
             self.stale_lease_writes.fetch_add(1, Ordering::Relaxed);
@@ -355,17 +649,21 @@ impl SimStore {
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert_with(|| key.order_id.as_str().to_owned());
         }
-        t.update(key, next);
-        let written = t.read(key)?.cloned();
-        Ok(Ok(written.ok_or_else(|| StoreError::new("vanished"))?))
+        let written = t.update(key, &op, next);
+        // Read back: a write can leave a record nobody can read (a legacy item the reader
+        // refuses).
+        if let Some(bad) = t.unreadable.get(key) {
+            return Err(bad.error(key));
+        }
+        Ok(Ok(written))
     }
 
     /// The order an operation id was minted for (also after its record was replaced).
     pub fn order_of(&self, operation_id: &OperationId) -> Option<String> {
-        self.lock()
-            .by_operation_id
+        let t = self.lock();
+        t.by_operation_id
             .get(operation_id)
-            .map(|k| k.order_id.as_str().to_owned())
+            .map(|at| t.slots[*at as usize].key.order_id.as_str().to_owned())
     }
 
     /// The `relay-loses-outcomes` mutation: every `n`th outcome is acknowledged, not published.
@@ -375,19 +673,69 @@ impl SimStore {
 
     /// The outcomes published for an operation (empty if none).
     pub fn published(&self, operation_id: &OperationId) -> Published {
-        self.lock()
-            .published
-            .get(operation_id)
-            .copied()
-            .unwrap_or_default()
+        self.lock().published(operation_id)
     }
 
-    /// Outcome events published in all, and the operations that published any.
+    /// Outcome events published in all, and the operations that published any and are not
+    /// their order's readable record now (in order): the publishers the judge must look at,
+    /// the others being the records it judges.
     pub fn outcome_events(&self) -> (u64, Vec<OperationId>) {
         let t = self.lock();
-        let mut ops: Vec<OperationId> = t.published.keys().copied().collect();
+        let mut ops: Vec<OperationId> = t
+            .slots
+            .iter()
+            .filter(|slot| slot.published != Published::default())
+            .map(|slot| slot.record.operation_id)
+            .chain(t.replaced_published.keys().copied())
+            .filter(|op| !t.is_current(op))
+            .collect();
         ops.sort_unstable();
         (t.outcome_events, ops)
+    }
+
+    /// What the driver's outlook reads (`Pipeline::outlook`: pages of `page` from the unknown
+    /// index until one lists an operation that is not `unreachable`), without reading the
+    /// records: whether the index lists anything, and that operation's due time. The pages the
+    /// outlook would have read are counted as its queries.
+    pub fn outlook(
+        &self,
+        page: usize,
+        unreachable: impl Fn(&OperationId) -> bool,
+    ) -> (bool, Option<Timestamp>) {
+        let page = page.max(1);
+        let t = self.lock();
+        let mut found = None;
+        for (i, (_, key)) in t.automatic.iter().enumerate() {
+            if t.unreadable.contains_key(key) {
+                continue;
+            }
+            let Some(at) = t.slot(key) else { continue };
+            let record = &t.slots[at].record;
+            if !unreachable(&record.operation_id) {
+                found = Some((i, record.next_due_at));
+                break;
+            }
+        }
+        let listed = t.automatic.len();
+        drop(t);
+        let pages = match found {
+            Some((i, _)) => i / page + 1,
+            None => listed.div_ceil(page).max(1),
+        };
+        for _ in 0..pages {
+            self.calls.query();
+        }
+        (listed > 0, found.and_then(|(_, due)| due))
+    }
+
+    /// Whether `operation_id` is its order's record now, and readable (what the judge reads).
+    pub fn is_current(&self, operation_id: &OperationId) -> bool {
+        self.lock().is_current(operation_id)
+    }
+
+    /// Keeps [`SimStore::settle_log`] from now on (the load model's latencies).
+    pub fn keep_settle_log(&self) {
+        self.lock().settle_log.get_or_insert_with(Vec::new);
     }
 
     /// Writes that changed a settled record (an audit that must read 0).
@@ -398,12 +746,12 @@ impl SimStore {
     /// Every operation that settled, as (created, first settled) in virtual ms, in settle order:
     /// checkout → settled for the load model.
     pub fn settle_log(&self) -> Vec<(i64, i64)> {
-        self.lock().settle_log.clone()
+        self.lock().settle_log.clone().unwrap_or_default()
     }
 
     /// How many operations have settled.
     pub fn settled_count(&self) -> usize {
-        self.lock().settle_log.len()
+        self.lock().settled as usize
     }
 
     /// Time to settle of the operations that went `unknown`: the ones still unknown (or in
@@ -454,9 +802,14 @@ impl SimStore {
         self.lock().legacy.len() as u64
     }
 
-    /// The stored item of a legacy record (for tests).
+    /// The stored item of a legacy record (for tests): that release's shape of its record (the
+    /// record is what the reader read from it, and reads back the same).
     pub fn legacy_item_of(&self, key: &OperationKey) -> Option<Attrs> {
-        self.lock().legacy.get(key).cloned()
+        let t = self.lock();
+        if !t.legacy.contains(key) {
+            return None;
+        }
+        t.get(key).map(|op| legacy_item(&op))
     }
 
     /// The faults of a record just put: `legacy_record`, then `unreadable_record`.
@@ -466,10 +819,11 @@ impl SimStore {
         let order = key.order_id.as_str();
         if faults.fixed(Kind::LegacyRecord, order) {
             faults.count(Kind::LegacyRecord);
-            t.legacy.insert(key.clone(), legacy_item(op));
+            t.legacy.insert(key.clone());
             t.unindex(op);
-            t.reshape(&key);
-            t.index(&key);
+            let stored = t.reshape(op.clone());
+            let at = t.store(stored);
+            t.index(at);
             if let Some(trace) = &self.trace {
                 trace.event(
                     order,
@@ -482,11 +836,12 @@ impl SimStore {
         }
         if faults.fixed(Kind::UnreadableRecord, order) && !t.unreadable.contains_key(&key) {
             faults.count(Kind::UnreadableRecord);
-            let mut item = t
-                .legacy
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| stored_item(op));
+            // The item as stored: release 2026-11-29's shape of a legacy record.
+            let mut item = if t.legacy.contains(&key) {
+                legacy_item(op)
+            } else {
+                stored_item(op)
+            };
             let which = order.bytes().fold(0u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
             });
@@ -513,7 +868,7 @@ impl SimStore {
 
     /// Records in the table.
     pub fn len(&self) -> usize {
-        self.lock().items.len()
+        self.lock().slots.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -544,23 +899,33 @@ impl OperationStore for SimStore {
         let mut t = self.lock();
         let key = op.key();
         let mut before = None;
-        if let Some(existing) = t.items.get(&key) {
+        if let Some(existing) = t.get(&key) {
             if self.conditional_put {
                 // The condition failed: the existing item comes back (ALL_OLD) and is read.
                 return t
                     .read(&key)
-                    .map(|op| Created::Existing(op.unwrap_or(existing).clone()));
+                    .map(|op| Created::Existing(op.unwrap_or(existing)));
             }
-            let existing = existing.clone();
             t.unindex(&existing);
             // An unconditional put replaces the whole item, whatever its shape.
             t.legacy.remove(&key);
             t.unreadable.remove(&key);
+            if existing.operation_id != op.operation_id {
+                // What the replaced operation published stays its own.
+                if let Some(at) = t.slot(&key) {
+                    let published = std::mem::take(&mut t.slots[at].published);
+                    if published != Published::default() {
+                        t.replaced_published
+                            .insert(existing.operation_id, published);
+                    }
+                }
+            }
             before = Some(existing);
         }
-        t.by_operation_id.insert(op.operation_id, key.clone());
-        t.items.insert(key.clone(), op.clone());
-        t.index(&key);
+        let at = t.store(op.clone());
+        let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+        t.by_operation_id.insert(op.operation_id, at32);
+        t.index(at);
         let event = outcome_of(before.as_ref(), op).map(|e| (op.operation_id, e.outcome));
         t.publish(event);
         self.after_put(&mut t, op);
@@ -569,7 +934,7 @@ impl OperationStore for SimStore {
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
-        self.lock().read(key).map(|op| op.cloned())
+        self.lock().read(key)
     }
 
     async fn get_by_operation_id(
@@ -580,17 +945,16 @@ impl OperationStore for SimStore {
         let t = self.lock();
         // As DynamoDB's: only what the unknown index lists (unsettled, with a due time), then
         // the record read.
-        let Some(key) = t.by_operation_id.get(operation_id) else {
+        let Some(at) = t.by_operation_id.get(operation_id) else {
             return Ok(None);
         };
-        let listed = t
-            .items
-            .get(key)
-            .is_some_and(|op| !op.status.is_settled() && op.next_due_at.is_some());
+        let slot = &t.slots[*at as usize];
+        let listed = !slot.record.status.is_settled() && slot.record.next_due_at.is_some();
         if !listed {
             return Ok(None);
         }
-        t.read(key).map(|op| op.cloned())
+        let key = slot.key.clone();
+        t.read(&key)
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
@@ -650,7 +1014,7 @@ impl OperationStore for SimStore {
         let mut unreadable = Vec::new();
         for (_, key) in &positions {
             match t.read(key) {
-                Ok(Some(op)) => operations.push(op.clone()),
+                Ok(Some(op)) => operations.push(op),
                 Ok(None) => {}
                 Err(e) => unreadable.push(UnreadableRecord {
                     key: e.unreadable.clone().unwrap_or_default(),
@@ -803,6 +1167,53 @@ mod tests {
         assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
         let page = store.query_index(due, None, 10).await.unwrap();
         assert_eq!((page.operations.len(), page.unreadable.len()), (2, 0));
+    }
+
+    /// The outlook read in place answers what its pages answer, and counts their queries.
+    #[tokio::test]
+    async fn the_outlook_in_place_reads_what_its_pages_read() {
+        for (orders, unreadable) in [(0, 0.0), (49, 0.0), (50, 0.3), (51, 0.3), (230, 0.5)] {
+            let mut store = SimStore::new();
+            store.faults = Some(Arc::new(Faults::new(
+                3,
+                BTreeMap::from([(Kind::UnreadableRecord, unreadable)]),
+            )));
+            let mut ids = Vec::new();
+            for i in 0..orders {
+                let mut op = op(&format!("ord-{i:04}"));
+                // Due in creation order: the first `cut` below are the index's first.
+                op.next_due_at = Some(Timestamp::from_millis(T0 + i as i64));
+                ids.push(op.operation_id);
+                store.create_if_absent(&op).await.unwrap();
+            }
+            for cut in [0, 1, 49, 50, 51, 120, orders] {
+                // The first `cut` operations are out of reach (as blacked out).
+                let unreachable = |id: &OperationId| ids.iter().take(cut).any(|x| x == id);
+                let before = store.calls.queries.load(Ordering::Relaxed);
+                let fast = store.outlook(50, unreachable);
+                let fast_queries = store.calls.queries.load(Ordering::Relaxed) - before;
+                let (mut any, mut due, mut cursor, mut pages) = (false, None, None, 0);
+                while due.is_none() {
+                    let page = store
+                        .query_index(IndexQuery::Unsettled, cursor, 50)
+                        .await
+                        .unwrap();
+                    pages += 1;
+                    any |= !page.operations.is_empty() || !page.unreadable.is_empty();
+                    due = page
+                        .operations
+                        .iter()
+                        .find(|op| !unreachable(&op.operation_id))
+                        .and_then(|op| op.next_due_at);
+                    cursor = page.next;
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                assert_eq!(fast, (any, due), "{orders} orders, {cut} unreachable");
+                assert_eq!(fast_queries, pages, "{orders} orders, {cut} unreachable");
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The Stripe side of a simulation: the embedded `stripe-sim` on the simulation's virtual clock, or
 //! a separately started `stripe-sim` driven through its admin API (`--stripe-url`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,84 @@ impl From<stripe_sim::LedgerEntry> for LedgerRow {
             idempotency_key: e.idempotency_key,
             status: e.status,
         }
+    }
+}
+
+/// Stripe's ledger as the judge reads it: one operation's PaymentIntents at a time, and every
+/// PaymentIntent in creation order — never the whole ledger copied at once (10 million rows).
+pub trait Ledger {
+    /// PaymentIntents ever created.
+    fn created(&self) -> u64;
+    /// The PaymentIntents whose `metadata[operation_id]` is `operation_id`, oldest first.
+    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow>;
+    /// Every PaymentIntent, oldest first.
+    fn each(&self, f: &mut dyn FnMut(&LedgerRow));
+}
+
+/// The ledger of a simulator in this process, read from its engine a piece at a time.
+pub struct LocalLedger(pub StripeSim);
+
+impl Ledger for LocalLedger {
+    fn created(&self) -> u64 {
+        self.0.payment_intents_created() as u64
+    }
+
+    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow> {
+        self.0
+            .ledger_where("operation_id", operation_id)
+            .into_iter()
+            .map(LedgerRow::from)
+            .collect()
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&LedgerRow)) {
+        const PAGE: usize = 10_000;
+        let mut from = 0;
+        loop {
+            let page = self.0.ledger_page(from, PAGE);
+            if page.is_empty() {
+                break;
+            }
+            from += page.len();
+            for row in page {
+                f(&LedgerRow::from(row));
+            }
+        }
+    }
+}
+
+/// A ledger fetched whole (a separately started simulator, over its admin API).
+pub struct CopiedLedger {
+    rows: Vec<LedgerRow>,
+    by_operation: HashMap<String, Vec<usize>>,
+}
+
+impl CopiedLedger {
+    pub fn new(rows: Vec<LedgerRow>) -> Self {
+        let mut by_operation: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(op) = &row.operation_id {
+                by_operation.entry(op.clone()).or_default().push(i);
+            }
+        }
+        Self { rows, by_operation }
+    }
+}
+
+impl Ledger for CopiedLedger {
+    fn created(&self) -> u64 {
+        self.rows.len() as u64
+    }
+
+    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow> {
+        self.by_operation
+            .get(operation_id)
+            .map(|at| at.iter().map(|i| self.rows[*i].clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&LedgerRow)) {
+        self.rows.iter().for_each(f);
     }
 }
 
@@ -140,6 +218,9 @@ impl SimStripe {
         latency: Duration,
     ) -> Result<Self, BoxError> {
         let base = base.trim_end_matches('/').to_owned();
+        // reqwest runs rustls without a built-in provider (root Cargo.toml): ring, as the
+        // functions' Stripe client installs it, even for this plain-HTTP client.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()?;
@@ -205,38 +286,17 @@ impl SimStripe {
         Ok(())
     }
 
-    /// Every PaymentIntent created, the requests received and the faults injected.
-    pub async fn snapshot(
-        &self,
-    ) -> Result<(Vec<LedgerRow>, StripeCallCounts, BTreeMap<String, u64>), BoxError> {
+    /// The ledger (every PaymentIntent created), read in place when the simulator runs in this
+    /// process.
+    pub async fn ledger(&self) -> Result<Box<dyn Ledger>, BoxError> {
         match self {
             Self::InProcess { sim } | Self::Embedded { sim, .. } => {
-                let ledger = sim.ledger().into_iter().map(LedgerRow::from).collect();
-                let r = sim.request_counts();
-                let injected = sim
-                    .injected()
-                    .into_iter()
-                    .map(|(k, v)| (k.as_str().to_owned(), v))
-                    .collect();
-                Ok((
-                    ledger,
-                    StripeCallCounts {
-                        create: r.create,
-                        retrieve: r.retrieve,
-                        search: r.search,
-                    },
-                    injected,
-                ))
+                Ok(Box::new(LocalLedger(sim.clone())))
             }
-            Self::Remote { base, http } => {
-                let v: Value = http
-                    .get(format!("{base}/_sim/ledger"))
-                    .send()
-                    .await?
-                    .json()
-                    .await?;
+            Self::Remote { .. } => {
+                let v = self.remote_ledger().await?;
                 let text = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
-                let ledger = v["payment_intents"]
+                let rows = v["payment_intents"]
                     .as_array()
                     .ok_or("stripe-sim ledger: no payment_intents")?
                     .iter()
@@ -247,6 +307,44 @@ impl SimStripe {
                         status: text(e, "status").unwrap_or_default(),
                     })
                     .collect();
+                Ok(Box::new(CopiedLedger::new(rows)))
+            }
+        }
+    }
+
+    async fn remote_ledger(&self) -> Result<Value, BoxError> {
+        let Self::Remote { base, http } = self else {
+            return Err("not a remote simulator".into());
+        };
+        Ok(http
+            .get(format!("{base}/_sim/ledger"))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// The requests received and the faults injected.
+    pub async fn snapshot(&self) -> Result<(StripeCallCounts, BTreeMap<String, u64>), BoxError> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => {
+                let r = sim.request_counts();
+                let injected = sim
+                    .injected()
+                    .into_iter()
+                    .map(|(k, v)| (k.as_str().to_owned(), v))
+                    .collect();
+                Ok((
+                    StripeCallCounts {
+                        create: r.create,
+                        retrieve: r.retrieve,
+                        search: r.search,
+                    },
+                    injected,
+                ))
+            }
+            Self::Remote { .. } => {
+                let v = self.remote_ledger().await?;
                 let n = |k: &str| v["requests"][k].as_u64().unwrap_or(0);
                 let injected = v["injected"]
                     .as_object()
@@ -257,7 +355,6 @@ impl SimStripe {
                     })
                     .unwrap_or_default();
                 Ok((
-                    ledger,
                     StripeCallCounts {
                         create: n("create"),
                         retrieve: n("retrieve"),

@@ -372,16 +372,19 @@ impl Webhooks {
             return false;
         }
         for invocation in retries {
-            self.invoke(invocation).await;
+            self.invoke(invocation, None).await;
         }
         for d in due {
-            let event = d.event().unwrap_or(Value::Null);
+            // Parsed once: the event for the forger, and (EventBridge) the invocation's payload.
+            let parsed = parse(&d.body);
             if d.attempt == 1 && !d.injected {
-                if let Some((forged, forged_event)) = self.forge(&event) {
-                    self.deliver(forged, &forged_event).await;
+                let event = event_in(&d, &parsed);
+                if let Some((forged, _)) = self.forge(event) {
+                    let forged_parsed = parse(&forged.body);
+                    self.deliver(forged, forged_parsed).await;
                 }
             }
-            self.deliver(d, &event).await;
+            self.deliver(d, parsed).await;
         }
         true
     }
@@ -448,25 +451,29 @@ impl Webhooks {
         Some((delivery, event))
     }
 
-    /// One delivery from the engine (`event` is the Stripe event it carries), to the function
-    /// the way its mode goes.
-    async fn deliver(&self, d: Delivery, event: &Value) {
-        let order = order_of(event);
+    /// One delivery from the engine (`parsed`: its body, parsed), to the function the way its
+    /// mode goes.
+    async fn deliver(&self, d: Delivery, parsed: Value) {
+        let order = order_of(event_in(&d, &parsed));
         if d.mode == DeliveryMode::EventBridge {
             // The event destination's put was accepted: Stripe is done with it. What happens to
             // the invocation is Lambda's affair.
             self.sim.webhook_result(&d, true);
-            self.invoke(Invocation {
-                envelope: d.body,
-                event_id: d.event_id,
-                event_type: d.event_type,
-                order,
-                attempt: 1,
-                forged: d.injected,
-            })
+            self.invoke(
+                Invocation {
+                    envelope: d.body,
+                    event_id: d.event_id,
+                    event_type: d.event_type,
+                    order,
+                    attempt: 1,
+                    forged: d.injected,
+                },
+                Some(parsed),
+            )
             .await;
             return;
         }
+        let event = &parsed;
         let mut req = ApiGatewayV2httpRequest::default();
         req.request_context.http.method = Method::POST;
         req.raw_path = Some("/stripe/webhook".into());
@@ -509,10 +516,10 @@ impl Webhooks {
         self.sim.webhook_result(&d, (200..300).contains(&status));
     }
 
-    /// One asynchronous invocation by EventBridge; a failure is retried as Lambda does, then
-    /// dead-lettered.
-    async fn invoke(&self, inv: Invocation) {
-        let payload: Value = serde_json::from_str(&inv.envelope).unwrap_or(Value::Null);
+    /// One asynchronous invocation by EventBridge (`payload`: the envelope, if already parsed);
+    /// a failure is retried as Lambda does, then dead-lettered.
+    async fn invoke(&self, inv: Invocation, payload: Option<Value>) {
+        let payload = payload.unwrap_or_else(|| parse(&inv.envelope));
         self.claim(Some(&payload["detail"]));
         let result = webhook::handler::handle_eventbridge(
             &self.function,
@@ -651,6 +658,20 @@ impl Webhooks {
             out.insert(what.clone(), *n);
         }
         out
+    }
+}
+
+/// A delivery's body as JSON (`null` if it is not).
+fn parse(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+/// The Stripe event a delivery carries, given its parsed body: the body itself (webhook) or the
+/// envelope's `detail` (EventBridge), as [`Delivery::event`] reads it.
+fn event_in<'a>(d: &Delivery, parsed: &'a Value) -> &'a Value {
+    match d.mode {
+        DeliveryMode::Webhook => parsed,
+        DeliveryMode::EventBridge => &parsed["detail"],
     }
 }
 

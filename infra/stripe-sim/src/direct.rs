@@ -108,6 +108,16 @@ impl StripeSim {
         idempotency_key: Option<&str>,
         form: Vec<(String, String)>,
     ) -> CreateStart {
+        self.create_in_process_with(idempotency_key, &form)
+    }
+
+    /// [`StripeSim::create_in_process`] with a borrowed form (a client retrying the same
+    /// request sends it again without copying it).
+    pub fn create_in_process_with(
+        &self,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> CreateStart {
         match http::create_begin(self, idempotency_key.map(str::to_owned), form) {
             Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
             Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {

@@ -2,6 +2,8 @@
 //! No I/O and no clock reads: every method takes `now_ms`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hasher;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rand::rngs::SmallRng;
@@ -10,6 +12,7 @@ use serde::Serialize;
 
 use crate::capacity::{Capacity, CapacityState};
 use crate::faults::{FaultConfig, FaultState};
+use crate::fx::{Fx, FxHasher};
 use crate::pi::{CreateOutcome, CreateParams, PaymentIntent, STATUSES};
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
@@ -35,15 +38,104 @@ impl Saved {
     }
 }
 
+/// A card decline's error fields, as the create answered them.
+#[derive(Clone, Copy, Debug)]
+struct Decline {
+    code: &'static str,
+    decline_code: &'static str,
+    message: &'static str,
+}
+
+/// A saved first response as kept under its key: the answer itself, or — for a create's own
+/// answer — the PaymentIntent to render it from again (the same bytes: the answer is that
+/// PaymentIntent's JSON, and it is rendered into [`Kept::Answer`] before the PaymentIntent
+/// changes, see [`Engine::freeze_answer`]). Keeps an idempotency key to a few bytes instead of
+/// the answer's kilobyte and a half, for the day it is kept.
+#[derive(Clone, Debug)]
+enum Kept {
+    Answer(Box<Saved>),
+    Created {
+        at: u32,
+        declined: Option<Box<Decline>>,
+    },
+}
+
 enum KeyState {
     InFlight,
-    Done { saved: Saved, saved_ms: i64 },
+    Done { saved: Kept, saved_ms: i64 },
 }
 
 struct KeyEntry {
-    /// Sorted multimap of the request's decoded form parameters.
-    params: Vec<(String, String)>,
+    /// The request's decoded form parameters, sorted, as [`encode_params`] packs them.
+    params: Box<[u8]>,
     state: KeyState,
+}
+
+/// Form parameters in one allocation: each name and value as its length (LEB128) and bytes.
+/// Injective, so two forms are equal exactly when their encodings are.
+fn encode_params(params: &[&(String, String)]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(params.iter().map(|(k, v)| k.len() + v.len() + 4).sum());
+    for s in params.iter().flat_map(|(k, v)| [k, v]) {
+        let mut n = s.len();
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(s.as_bytes());
+    }
+    out.into_boxed_slice()
+}
+
+/// The hash of some strings, for the position indexes (each hit is checked against the
+/// PaymentIntent itself, so a collision costs a comparison, never a wrong answer).
+fn hash_of(parts: &[&str]) -> u64 {
+    let mut h = FxHasher::default();
+    for p in parts {
+        h.write(p.as_bytes());
+        h.write_u8(0xff);
+    }
+    h.finish()
+}
+
+/// PaymentIntent positions under one hash, in creation order: nearly always one.
+#[derive(Debug)]
+enum Positions {
+    One(u32),
+    /// Boxed on purpose: the enum stays 16 bytes (a bare `Vec` makes it 32), and there is one
+    /// per hash in indexes of millions; the rare second position pays the extra allocation.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<u32>>),
+}
+
+impl Positions {
+    fn push(&mut self, at: u32) {
+        match self {
+            Positions::One(first) if *first != at => {
+                *self = Positions::Many(Box::new(vec![*first, at]));
+            }
+            Positions::Many(v) if v.last() != Some(&at) => v.push(at),
+            _ => {}
+        }
+    }
+
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Positions::One(at) => std::slice::from_ref(at),
+            Positions::Many(v) => v.as_slice(),
+        }
+    }
+}
+
+fn add_position(index: &mut HashMap<u64, Positions, Fx>, hash: u64, at: u32) {
+    index
+        .entry(hash)
+        .and_modify(|p| p.push(at))
+        .or_insert(Positions::One(at));
 }
 
 /// What the idempotency layer decided for a keyed request.
@@ -57,6 +149,27 @@ pub(crate) enum Idem {
     Mismatch,
     /// Another request with this key is executing.
     InFlight,
+}
+
+/// How a create's answer is kept under its key (see [`Engine::finish_key_created`]).
+pub(crate) struct Created(Kept);
+
+/// A create's answer: the PaymentIntent's JSON, or the card error carrying it.
+fn created_answer(pi: &PaymentIntent, declined: Option<Decline>) -> Saved {
+    match declined {
+        None => Saved {
+            status: 200,
+            body: Bytes::from(pi.json_string()),
+            should_retry: None,
+        },
+        Some(d) => Saved::from_error(&ApiError::card_declined(
+            d.code,
+            d.decline_code,
+            d.message,
+            pi.to_json(),
+            pi.latest_charge.clone(),
+        )),
+    }
 }
 
 /// One row of the ledger: every PaymentIntent ever created.
@@ -94,16 +207,60 @@ pub struct RequestCounts {
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
+/// PaymentIntents in creation order, in chunks of a fixed size: growing never moves them (a
+/// doubling vector of ten million would copy gigabytes, and hold both copies while it did).
+#[derive(Default)]
+struct Intents {
+    chunks: Vec<Vec<PaymentIntent>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl Intents {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, pi: PaymentIntent) {
+        if self.len % CHUNK == 0 {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.push(pi);
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, at: usize) -> Option<&PaymentIntent> {
+        self.chunks.get(at / CHUNK)?.get(at % CHUNK)
+    }
+}
+
+impl std::ops::Index<usize> for Intents {
+    type Output = PaymentIntent;
+    fn index(&self, at: usize) -> &PaymentIntent {
+        &self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Intents {
+    fn index_mut(&mut self, at: usize) -> &mut PaymentIntent {
+        &mut self.chunks[at / CHUNK][at % CHUNK]
+    }
+}
+
 pub(crate) struct Engine {
-    pis: Vec<PaymentIntent>,
-    index: HashMap<String, usize>,
-    keys: HashMap<String, KeyEntry>,
+    pis: Intents,
+    /// PaymentIntent positions by the hash of their id.
+    index: HashMap<u64, Positions, Fx>,
+    keys: HashMap<Arc<str>, KeyEntry, Fx>,
     /// Saved keys by (saved at, sequence): pruning takes the expired ones off the front instead of
     /// scanning every key on every request.
-    expiry: BTreeMap<(i64, u64), String>,
+    expiry: BTreeMap<(i64, u64), Arc<str>>,
     expiry_seq: u64,
-    /// PaymentIntent positions by metadata (key, value), for search.
-    by_metadata: HashMap<(String, String), Vec<usize>>,
+    /// PaymentIntent positions by the hash of a metadata (key, value), for search.
+    by_metadata: HashMap<u64, Positions, Fx>,
     pub(crate) faults: FaultState,
     /// Rate limits (token buckets), their refusals, and the create latency generator.
     pub(crate) capacity: CapacityState,
@@ -124,12 +281,12 @@ impl Engine {
         settle_ms: i64,
     ) -> Self {
         Engine {
-            pis: Vec::new(),
-            index: HashMap::new(),
-            keys: HashMap::new(),
+            pis: Intents::default(),
+            index: HashMap::default(),
+            keys: HashMap::default(),
             expiry: BTreeMap::new(),
             expiry_seq: 0,
-            by_metadata: HashMap::new(),
+            by_metadata: HashMap::default(),
             faults: FaultState::new(seed, faults),
             capacity: CapacityState::new(seed, capacity),
             requests: RequestCounts::default(),
@@ -174,10 +331,10 @@ impl Engine {
             }
             let key = entry.remove();
             if matches!(
-                self.keys.get(&key).map(|e| &e.state),
+                self.keys.get(&*key).map(|e| &e.state),
                 Some(KeyState::Done { saved_ms, .. }) if *saved_ms == saved_at
             ) {
-                self.keys.remove(&key);
+                self.keys.remove(&*key);
             }
         }
     }
@@ -187,7 +344,7 @@ impl Engine {
         self.keys.len()
     }
 
-    /// The idempotency layer. `params` must already be sorted.
+    /// The idempotency layer. `params` compare as a sorted multimap.
     pub(crate) fn begin_key(
         &mut self,
         key: &str,
@@ -195,17 +352,22 @@ impl Engine {
         now_ms: i64,
     ) -> Idem {
         self.prune_keys(now_ms);
+        let mut sorted: Vec<&(String, String)> = params.iter().collect();
+        sorted.sort();
+        let encoded = encode_params(&sorted);
         match self.keys.get(key) {
             Some(e) => match &e.state {
                 KeyState::InFlight => Idem::InFlight,
-                KeyState::Done { saved, .. } if e.params == params => Idem::Replay(saved.clone()),
+                KeyState::Done { saved, .. } if e.params == encoded => {
+                    Idem::Replay(self.render(saved))
+                }
                 KeyState::Done { .. } => Idem::Mismatch,
             },
             None => {
                 self.keys.insert(
-                    key.to_string(),
+                    Arc::from(key),
                     KeyEntry {
-                        params: params.to_vec(),
+                        params: encoded,
                         state: KeyState::InFlight,
                     },
                 );
@@ -226,24 +388,97 @@ impl Engine {
 
     /// Saves the first response under an in-flight key.
     pub(crate) fn finish_key(&mut self, key: &str, saved: Saved, now_ms: i64) {
+        self.keep_answer(key, Kept::Answer(Box::new(saved)), now_ms);
+    }
+
+    /// Saves a create's own answer under its in-flight key: [`Engine::create`]'s [`Created`].
+    pub(crate) fn finish_key_created(&mut self, key: &str, created: Created, now_ms: i64) {
+        self.keep_answer(key, created.0, now_ms);
+    }
+
+    fn keep_answer(&mut self, key: &str, saved: Kept, now_ms: i64) {
+        let Some((name, _)) = self.keys.get_key_value(key) else {
+            return;
+        };
+        let name = name.clone();
         if let Some(e) = self.keys.get_mut(key) {
             e.state = KeyState::Done {
                 saved,
                 saved_ms: now_ms,
             };
-            self.expiry_seq += 1;
-            self.expiry
-                .insert((now_ms, self.expiry_seq), key.to_string());
+        }
+        self.expiry_seq += 1;
+        self.expiry.insert((now_ms, self.expiry_seq), name);
+    }
+
+    /// The bytes of a kept answer.
+    fn render(&self, kept: &Kept) -> Saved {
+        match kept {
+            Kept::Answer(saved) => Saved::clone(saved),
+            Kept::Created { at, declined } => {
+                created_answer(&self.pis[*at as usize], declined.as_deref().copied())
+            }
         }
     }
 
-    /// Creates a PaymentIntent and returns the response Stripe would send.
+    /// Before the PaymentIntent at `at` changes: the answer its create saved under its key is
+    /// rendered now, while it still says what that answer said.
+    fn freeze_answer(&mut self, at: usize) {
+        let Some(key) = self
+            .pis
+            .get(at)
+            .and_then(|pi| pi.idempotency_key.as_deref())
+        else {
+            return;
+        };
+        let kept = match self.keys.get(key).map(|e| &e.state) {
+            Some(KeyState::Done {
+                saved: kept @ Kept::Created { at: of, .. },
+                ..
+            }) if *of as usize == at => kept.clone(),
+            _ => return,
+        };
+        let saved = self.render(&kept);
+        let key = key.to_owned();
+        if let Some(KeyEntry {
+            state: KeyState::Done { saved: slot, .. },
+            ..
+        }) = self.keys.get_mut(key.as_str())
+        {
+            *slot = Kept::Answer(Box::new(saved));
+        }
+    }
+
+    /// Applies the due settlement of the PaymentIntent at `at` (its saved answer frozen first).
+    fn settle_at(&mut self, at: usize, now_ms: i64) {
+        let due = self.pis[at]
+            .settlement
+            .as_ref()
+            .is_some_and(|s| now_ms >= s.at_ms);
+        if due {
+            self.freeze_answer(at);
+            self.pis[at].settle(now_ms);
+        }
+    }
+
+    /// The position of the PaymentIntent `id`.
+    fn position(&self, id: &str) -> Option<usize> {
+        self.index
+            .get(&hash_of(&[id]))?
+            .as_slice()
+            .iter()
+            .map(|at| *at as usize)
+            .find(|at| self.pis[*at].id == id)
+    }
+
+    /// Creates a PaymentIntent and returns the response Stripe would send, and how to keep it
+    /// under the request's key ([`Engine::finish_key_created`]).
     pub(crate) fn create(
         &mut self,
         params: CreateParams,
         idempotency_key: Option<&str>,
         now_ms: i64,
-    ) -> Saved {
+    ) -> (Saved, Created) {
         let id = random_id(&mut self.ids, "pi_", 24);
         let secret = random_id(&mut self.ids, &format!("{id}_secret_"), 25);
         let charge = random_id(&mut self.ids, "ch_", 24);
@@ -256,94 +491,129 @@ impl Engine {
             now_ms,
             self.settle_ms,
         );
-        let body = pi.to_json();
-        let saved = match outcome {
-            CreateOutcome::Ok => Saved {
-                status: 200,
-                body: Bytes::from(body.to_string()),
-                should_retry: None,
-            },
-            CreateOutcome::Declined {
-                code,
-                decline_code,
-                message,
-            } => Saved::from_error(&ApiError::card_declined(
-                code,
-                decline_code,
-                message,
-                body,
-                pi.latest_charge.clone(),
-            )),
-        };
         let at = self.pis.len();
-        for (k, v) in &pi.params.metadata {
-            self.by_metadata
-                .entry((k.clone(), v.clone()))
-                .or_default()
-                .push(at);
+        let at32 = u32::try_from(at).unwrap_or(u32::MAX);
+        for (k, v) in pi.params.metadata.iter() {
+            add_position(&mut self.by_metadata, hash_of(&[k, v]), at32);
         }
-        self.index.insert(pi.id.clone(), at);
+        add_position(&mut self.index, hash_of(&[&pi.id]), at32);
         if self.webhooks.enabled() {
-            self.webhooks.emit(&pi.to_json(), true, now_ms);
+            self.webhooks.emit(pi.status, &pi.view(), true, now_ms);
             if let Some(settlement) = &pi.settlement {
                 // The event Stripe sends when `processing` ends, queued for that moment.
                 let mut settled = pi.clone();
                 settled.settle(settlement.at_ms);
                 self.webhooks
-                    .emit(&settled.to_json(), false, settlement.at_ms);
+                    .emit(settled.status, &settled.view(), false, settlement.at_ms);
             }
         }
+        let declined = match outcome {
+            CreateOutcome::Ok => None,
+            CreateOutcome::Declined {
+                code,
+                decline_code,
+                message,
+            } => Some(Decline {
+                code,
+                decline_code,
+                message,
+            }),
+        };
+        let saved = created_answer(&pi, declined);
         self.pis.push(pi);
-        saved
+        (
+            saved,
+            Created(Kept::Created {
+                at: at32,
+                declined: declined.map(Box::new),
+            }),
+        )
     }
 
     /// The current JSON of one PaymentIntent, settled as of `now_ms`.
-    pub(crate) fn retrieve(&mut self, id: &str, now_ms: i64) -> Option<serde_json::Value> {
-        let pi = self.pis.get_mut(*self.index.get(id)?)?;
-        pi.settle(now_ms);
-        Some(pi.to_json())
+    pub(crate) fn retrieve(&mut self, id: &str, now_ms: i64) -> Option<String> {
+        let at = self.position(id)?;
+        self.settle_at(at, now_ms);
+        Some(self.pis[at].json_string())
     }
 
     /// Matching PaymentIntents visible to search (older than the lag),
     /// newest first.
-    pub(crate) fn search(&mut self, q: &MetadataQuery, now_ms: i64) -> Vec<serde_json::Value> {
+    pub(crate) fn search(&mut self, q: &MetadataQuery, now_ms: i64) -> Vec<String> {
         let lag = self.search_lag_ms;
-        let Some(at) = self.by_metadata.get(&(q.key.clone(), q.value.clone())) else {
-            return Vec::new();
-        };
-        let pis = &mut self.pis;
-        at.iter()
+        self.matching(&q.key, &q.value)
+            .into_iter()
             .rev()
-            .filter_map(|i| {
-                let pi = &mut pis[*i];
-                if now_ms < pi.created_ms.saturating_add(lag) {
+            .filter_map(|at| {
+                if now_ms < self.pis[at].created_ms.saturating_add(lag) {
                     return None;
                 }
-                pi.settle(now_ms);
-                Some(pi.to_json())
+                self.settle_at(at, now_ms);
+                Some(self.pis[at].json_string())
             })
             .collect()
     }
 
+    /// The positions of the PaymentIntents whose `metadata[key]` is `value`, oldest first.
+    fn matching(&self, key: &str, value: &str) -> Vec<usize> {
+        let Some(at) = self.by_metadata.get(&hash_of(&[key, value])) else {
+            return Vec::new();
+        };
+        at.as_slice()
+            .iter()
+            .map(|at| *at as usize)
+            .filter(|at| self.pis[*at].params.metadata.get(key).map(String::as_str) == Some(value))
+            .collect()
+    }
+
+    /// The ledger row of the PaymentIntent at `at`, settled as of `now_ms`.
+    fn entry(&mut self, at: usize, now_ms: i64) -> LedgerEntry {
+        self.settle_at(at, now_ms);
+        let pi = &self.pis[at];
+        LedgerEntry {
+            id: pi.id.clone(),
+            operation_id: pi.params.metadata.get("operation_id").cloned(),
+            idempotency_key: pi.idempotency_key.clone(),
+            amount: pi.params.amount,
+            currency: pi.params.currency.clone(),
+            status: pi.status.to_owned(),
+            payment_method: pi.params.payment_method.clone(),
+            customer: pi.params.customer.clone(),
+            created_ms: pi.created_ms,
+        }
+    }
+
     /// Every PaymentIntent ever created, oldest first.
     pub(crate) fn ledger(&mut self, now_ms: i64) -> Vec<LedgerEntry> {
-        self.pis
-            .iter_mut()
-            .map(|pi| {
-                pi.settle(now_ms);
-                LedgerEntry {
-                    id: pi.id.clone(),
-                    operation_id: pi.params.metadata.get("operation_id").cloned(),
-                    idempotency_key: pi.idempotency_key.clone(),
-                    amount: pi.params.amount,
-                    currency: pi.params.currency.clone(),
-                    status: pi.status.clone(),
-                    payment_method: pi.params.payment_method.clone(),
-                    customer: pi.params.customer.clone(),
-                    created_ms: pi.created_ms,
-                }
-            })
+        (0..self.pis.len())
+            .map(|at| self.entry(at, now_ms))
             .collect()
+    }
+
+    /// The PaymentIntents whose `metadata[key]` is `value`, oldest first.
+    pub(crate) fn ledger_where(&mut self, key: &str, value: &str, now_ms: i64) -> Vec<LedgerEntry> {
+        self.matching(key, value)
+            .into_iter()
+            .map(|at| self.entry(at, now_ms))
+            .collect()
+    }
+
+    /// The ledger rows from position `from` on, at most `limit`, oldest first.
+    pub(crate) fn ledger_page(
+        &mut self,
+        from: usize,
+        limit: usize,
+        now_ms: i64,
+    ) -> Vec<LedgerEntry> {
+        let end = self.pis.len().min(from.saturating_add(limit));
+        (from.min(end)..end)
+            .map(|at| self.entry(at, now_ms))
+            .collect()
+    }
+
+    /// PaymentIntents created so far.
+    pub(crate) fn created(&self) -> usize {
+        self.pis.len()
     }
 
     /// Forces a status (cancels any pending settlement).
@@ -351,13 +621,18 @@ impl Engine {
         if !STATUSES.contains(&status) {
             return false;
         }
-        let Some(pi) = self.index.get(id).and_then(|i| self.pis.get_mut(*i)) else {
+        let Some(status) = STATUSES.iter().copied().find(|s| *s == status) else {
             return false;
         };
+        let Some(at) = self.position(id) else {
+            return false;
+        };
+        self.freeze_answer(at);
+        let pi = &mut self.pis[at];
         pi.settlement = None;
-        pi.status = status.to_string();
-        let json = pi.to_json();
-        self.webhooks.emit(&json, false, now_ms);
+        pi.status = status;
+        let pi = &self.pis[at];
+        self.webhooks.emit(pi.status, &pi.view(), false, now_ms);
         true
     }
 

@@ -14,7 +14,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -288,7 +287,7 @@ impl Executing {
 pub(crate) fn create_begin(
     sim: &StripeSim,
     idempotency_key: Option<String>,
-    form: Vec<(String, String)>,
+    form: &[(String, String)],
 ) -> Result<Executing, Reply> {
     if let Some(reply) = gate(sim, Api::Create) {
         return Err(reply);
@@ -305,10 +304,8 @@ pub(crate) fn create_begin(
         key: None,
     };
     if let Some(k) = &idempotency_key {
-        let mut sorted = form.clone();
-        sorted.sort();
         let now = sim.now_ms();
-        let decision = sim.engine().begin_key(k, &sorted, now);
+        let decision = sim.engine().begin_key(k, form, now);
         let echo = ("idempotency-key", k.clone());
         match decision {
             Idem::Proceed => guard.key = Some(k.clone()),
@@ -321,7 +318,7 @@ pub(crate) fn create_begin(
             Idem::InFlight => return Err(Reply::error(&ApiError::key_in_use())),
         }
     }
-    let params = match CreateParams::parse(&form) {
+    let params = match CreateParams::parse(form) {
         Ok(p) => p,
         Err(e) => return Err(Reply::error(&e)), // guard forgets the key
     };
@@ -350,14 +347,20 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
     let saved = {
         let now = sim.now_ms();
         let mut eng = sim.engine();
-        let mut saved = eng.create(ex.params, ex.key.as_deref(), now);
+        let (saved, created) = eng.create(ex.params, ex.key.as_deref(), now);
+        let key = ex.guard.key.take();
         if ex.fault == Some(FaultKind::ServerErrorAfterCommit) {
-            saved = Saved::from_error(&ApiError::server_error());
+            let saved = Saved::from_error(&ApiError::server_error());
+            if let Some(k) = key {
+                eng.finish_key(&k, saved.clone(), now);
+            }
+            saved
+        } else {
+            if let Some(k) = key {
+                eng.finish_key_created(&k, created, now);
+            }
+            saved
         }
-        if let Some(k) = ex.guard.key.take() {
-            eng.finish_key(&k, saved.clone(), now);
-        }
-        saved
     };
     if ex.fault == Some(FaultKind::DropAfterCommit) {
         return Err(DropConnection);
@@ -378,7 +381,7 @@ async fn create(
     let key = headers
         .get("idempotency-key")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string());
-    let ex = match create_begin(sim, key, form) {
+    let ex = match create_begin(sim, key, &form) {
         Ok(ex) => ex,
         Err(reply) => return Ok(reply),
     };
@@ -395,7 +398,7 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
     }
     let now = sim.now_ms();
     match sim.engine().retrieve(id, now) {
-        Some(pi) => Reply::json(200, &pi),
+        Some(pi) => Reply::text(200, pi),
         None => Reply::error(&ApiError::no_such_payment_intent(id)),
     }
 }
@@ -416,16 +419,15 @@ pub(crate) fn search(sim: &StripeSim, query: &str) -> Reply {
     };
     let now = sim.now_ms();
     let data = sim.engine().search(&clause, now);
-    Reply::json(
-        200,
-        &json!({
-            "object": "search_result",
-            "url": "/v1/payment_intents/search",
-            "has_more": false,
-            "next_page": null,
-            "data": data,
-        }),
-    )
+    // What `json!` writes for {object, url, has_more, next_page, data} (keys in order), with the
+    // PaymentIntents' JSON spliced in.
+    let mut body = String::with_capacity(data.iter().map(|d| d.len() + 1).sum::<usize>() + 110);
+    body.push_str("{\"data\":[");
+    body.push_str(&data.join(","));
+    body.push_str(
+        "],\"has_more\":false,\"next_page\":null,\"object\":\"search_result\",\"url\":\"/v1/payment_intents/search\"}",
+    );
+    Reply::text(200, body)
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@
 pub mod capacity;
 pub mod clock;
 pub mod faults;
+pub mod fx;
 pub mod receiver;
 pub mod webhooks;
 pub mod wire;
@@ -315,6 +316,25 @@ impl StripeSim {
     pub fn ledger(&self) -> Vec<LedgerEntry> {
         let now = self.now_ms();
         self.engine().ledger(now)
+    }
+
+    /// The PaymentIntents whose `metadata[key]` is `value` (oldest first), statuses settled: one
+    /// operation's PaymentIntents, without copying the whole ledger.
+    pub fn ledger_where(&self, key: &str, value: &str) -> Vec<LedgerEntry> {
+        let now = self.now_ms();
+        self.engine().ledger_where(key, value, now)
+    }
+
+    /// At most `limit` rows of the ledger from the `from`-th PaymentIntent on (oldest first),
+    /// statuses settled: the ledger a page at a time.
+    pub fn ledger_page(&self, from: usize, limit: usize) -> Vec<LedgerEntry> {
+        let now = self.now_ms();
+        self.engine().ledger_page(from, limit, now)
+    }
+
+    /// How many PaymentIntents were ever created.
+    pub fn payment_intents_created(&self) -> usize {
+        self.engine().created()
     }
 
     /// Injected fault counts by kind.

@@ -24,6 +24,15 @@ impl Reply {
         }
     }
 
+    /// A JSON body already written.
+    pub(crate) fn text(status: u16, body: String) -> Self {
+        Reply {
+            status,
+            body: Bytes::from(body),
+            headers: Vec::new(),
+        }
+    }
+
     pub(crate) fn error(e: &ApiError) -> Self {
         Reply::saved(&Saved::from_error(e), false)
     }

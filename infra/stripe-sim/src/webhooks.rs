@@ -288,6 +288,81 @@ pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_m
     .to_string()
 }
 
+/// A Stripe event's JSON for `intent` reaching `kind` at `at_ms`: the bytes `json!` would
+/// write for it (keys in order, compact), without copying the intent into a new tree.
+fn event_body<T: Serialize>(event_id: &str, kind: &str, intent: &T, at_ms: i64) -> String {
+    #[derive(Serialize)]
+    struct Data<'a, T> {
+        object: &'a T,
+    }
+    #[derive(Serialize)]
+    struct Request {
+        id: Option<()>,
+        idempotency_key: Option<()>,
+    }
+    // The fields in key order, as a `serde_json::Map` keeps them.
+    #[derive(Serialize)]
+    struct Event<'a, T> {
+        api_version: &'static str,
+        created: i64,
+        data: Data<'a, T>,
+        id: &'a str,
+        livemode: bool,
+        object: &'static str,
+        pending_webhooks: u32,
+        request: Request,
+        #[serde(rename = "type")]
+        kind: &'a str,
+    }
+    serde_json::to_string(&Event {
+        api_version: "2024-06-20",
+        created: at_ms.div_euclid(1000),
+        data: Data { object: intent },
+        id: event_id,
+        livemode: false,
+        object: "event",
+        pending_webhooks: 1,
+        request: Request {
+            id: None,
+            idempotency_key: None,
+        },
+        kind,
+    })
+    .unwrap_or_default()
+}
+
+/// [`eventbridge_envelope`] of an event the outbox wrote itself (`event`: compact JSON, keys in
+/// order, as `serde_json` writes a `Value`; `event_type`: its `type`): the same bytes, with the
+/// event spliced in as it is instead of parsed and written again.
+fn envelope_around(
+    config: &WebhookConfig,
+    id: &str,
+    event_type: &str,
+    event: &str,
+    now_ms: i64,
+) -> String {
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    // The envelope's keys in order: account, detail, detail-type, id, region, resources, source,
+    // time, version.
+    let mut out = String::with_capacity(event.len() + 320);
+    out.push_str("{\"account\":");
+    out.push_str(&text(config.account.as_deref().unwrap_or(DEFAULT_ACCOUNT)));
+    out.push_str(",\"detail\":");
+    out.push_str(event);
+    out.push_str(",\"detail-type\":");
+    out.push_str(&text(event_type));
+    out.push_str(",\"id\":");
+    out.push_str(&text(id));
+    out.push_str(",\"region\":");
+    out.push_str(&text(config.region.as_deref().unwrap_or(DEFAULT_REGION)));
+    out.push_str(",\"resources\":[],\"source\":");
+    out.push_str(&text(config.event_source()));
+    out.push_str(",\"time\":");
+    out.push_str(&text(&rfc3339_utc(now_ms)));
+    out.push_str(",\"version\":\"0\"}");
+    out
+}
+
 /// The queue of events waiting for delivery, by due time.
 pub(crate) struct Outbox {
     pub(crate) config: WebhookConfig,
@@ -335,19 +410,25 @@ impl Outbox {
 
     /// Queues the events for a PaymentIntent that just reached `intent["status"]` at `at_ms`
     /// (`created`: also `payment_intent.created` first).
-    pub(crate) fn emit(&mut self, intent: &Value, created: bool, at_ms: i64) {
+    pub(crate) fn emit(
+        &mut self,
+        status: &str,
+        intent: &impl Serialize,
+        created: bool,
+        at_ms: i64,
+    ) {
         if !self.enabled() {
             return;
         }
         if created {
             self.push_event("payment_intent.created", intent, at_ms);
         }
-        if let Some(kind) = intent["status"].as_str().and_then(event_type_for) {
+        if let Some(kind) = event_type_for(status) {
             self.push_event(kind, intent, at_ms);
         }
     }
 
-    fn push_event(&mut self, kind: &str, intent: &Value, at_ms: i64) {
+    fn push_event(&mut self, kind: &str, intent: &impl Serialize, at_ms: i64) {
         if let Some(enabled) = &self.config.enabled_events {
             if !enabled.iter().any(|e| e == kind) {
                 return;
@@ -355,18 +436,7 @@ impl Outbox {
         }
         self.counts.events += 1;
         let event_id = random_id(&mut self.rng, "evt_", 24);
-        let body = json!({
-            "id": event_id,
-            "object": "event",
-            "api_version": "2024-06-20",
-            "created": at_ms.div_euclid(1000),
-            "data": { "object": intent },
-            "livemode": false,
-            "pending_webhooks": 1,
-            "request": { "id": null, "idempotency_key": null },
-            "type": kind,
-        })
-        .to_string();
+        let body = event_body(&event_id, kind, intent, at_ms);
         let f = self.config.faults.clone();
         if self.rng.random_bool(f.dropped) {
             self.counts.dropped += 1;
@@ -435,7 +505,7 @@ impl Outbox {
             }
             DeliveryMode::EventBridge => {
                 let id = envelope_id(&p.event_id, seq);
-                let body = eventbridge_envelope(&self.config, &id, &p.body, now_ms);
+                let body = envelope_around(&self.config, &id, &p.event_type, &p.body, now_ms);
                 (body, String::new())
             }
         };
@@ -614,6 +684,46 @@ mod tests {
         json!({"id": "pi_1", "object": "payment_intent", "status": status})
     }
 
+    /// The fast paths write the bytes the `json!` forms write.
+    #[test]
+    fn events_and_envelopes_are_the_bytes_json_writes() {
+        let intent = json!({
+            "id": "pi_1", "object": "payment_intent", "status": "succeeded", "amount": 4200,
+            "metadata": {"order_id": "o-\"1\"\n", "operation_id": "op"}, "canceled_at": null,
+            "payment_method_types": ["card"], "ratio": 0.5, "nested": {"b": [1, {"a": true}]},
+        });
+        for kind in ["payment_intent.succeeded", "odd \"type\"\u{1}é"] {
+            let body = event_body("evt_1", kind, &intent, 1_700_000_000_999);
+            let by_json = json!({
+                "id": "evt_1",
+                "object": "event",
+                "api_version": "2024-06-20",
+                "created": 1_700_000_000_999_i64.div_euclid(1000),
+                "data": { "object": intent },
+                "livemode": false,
+                "pending_webhooks": 1,
+                "request": { "id": null, "idempotency_key": null },
+                "type": kind,
+            })
+            .to_string();
+            assert_eq!(body, by_json);
+            for config in [
+                WebhookConfig::default(),
+                WebhookConfig {
+                    account: Some("12345".into()),
+                    region: Some("eu-\"west\"".into()),
+                    event_source: Some("aws.partner/stripe.com/ed_x".into()),
+                    ..WebhookConfig::default()
+                },
+            ] {
+                assert_eq!(
+                    envelope_around(&config, "env-1", kind, &body, 1_700_000_000_999),
+                    eventbridge_envelope(&config, "env-1", &body, 1_700_000_000_999)
+                );
+            }
+        }
+    }
+
     #[test]
     fn signature_matches_an_independent_hmac() {
         // Python: hmac.new(b"whsec_test_secret", b'1700000000.{"id":"evt_1",...}', sha256)
@@ -627,7 +737,7 @@ mod tests {
     #[test]
     fn events_are_queued_signed_and_retried() {
         let mut o = outbox(WebhookFaults::default());
-        o.emit(&intent("succeeded"), true, 1_000);
+        o.emit("succeeded", &intent("succeeded"), true, 1_000);
         assert_eq!(o.next_due(), Some(1_000));
         let due = o.take_due(2_000);
         let kinds: Vec<&str> = due.iter().map(|d| d.event_type.as_str()).collect();
@@ -655,7 +765,7 @@ mod tests {
     fn gives_up_after_max_attempts() {
         let mut o = outbox(WebhookFaults::default());
         o.config.max_attempts = 2;
-        o.emit(&intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded"), false, 0);
         let d = o.take_due(0);
         o.report(d[0].seq, false, 0);
         let d = o.take_due(10_000);
@@ -671,7 +781,7 @@ mod tests {
             ..WebhookFaults::default()
         };
         let mut o = outbox(all(1.0));
-        o.emit(&intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded"), false, 0);
         let d = o.take_due(10_000);
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].event_id, d[1].event_id, "the same event twice");
@@ -681,7 +791,7 @@ mod tests {
             dropped: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         assert_eq!(o.next_due(), None);
         assert_eq!(o.counts.dropped, 2);
 
@@ -689,7 +799,7 @@ mod tests {
             out_of_order: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("processing"), false, 0);
+        o.emit("processing", &intent("processing"), false, 0);
         assert_eq!(o.next_due(), Some(20_000));
         assert_eq!(o.counts.reordered, 1);
 
@@ -697,7 +807,7 @@ mod tests {
             delayed: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit(&intent("processing"), false, 0);
+        o.emit("processing", &intent("processing"), false, 0);
         let due = o.next_due().unwrap();
         assert!((1_000..=300_000).contains(&due), "{due}");
         assert_eq!(o.counts.delayed, 1);
@@ -707,7 +817,7 @@ mod tests {
     fn only_the_subscribed_types() {
         let mut o = outbox(WebhookFaults::default());
         o.config.enabled_events = Some(vec!["payment_intent.succeeded".into()]);
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         let d = o.take_due(0);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].event_type, "payment_intent.succeeded");
@@ -741,8 +851,8 @@ mod tests {
         );
         assert!(bridge.enabled(), "no secret needed");
         for i in 0..50 {
-            hook.emit(&intent("succeeded"), true, i * 1_000);
-            bridge.emit(&intent("succeeded"), true, i * 1_000);
+            hook.emit("succeeded", &intent("succeeded"), true, i * 1_000);
+            bridge.emit("succeeded", &intent("succeeded"), true, i * 1_000);
         }
         assert_eq!(hook.counts, bridge.counts, "the same events and faults");
         let (a, b) = (hook.take_due(i64::MAX), bridge.take_due(i64::MAX));
@@ -794,7 +904,7 @@ mod tests {
     #[test]
     fn nothing_without_a_secret() {
         let mut o = Outbox::new(1, WebhookConfig::default());
-        o.emit(&intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded"), true, 0);
         assert_eq!(o.counts.events, 0);
         assert!(o.take_due(1).is_empty());
     }

@@ -161,7 +161,7 @@ async fn binary_prints_its_address_and_serves() {
         .unwrap();
     assert_ne!(port, 0);
 
-    let client = reqwest::Client::new();
+    let client = common::client();
     let r = client
         .post(format!("{base}/v1/payment_intents"))
         .bearer_auth("sk_test_bin")

@@ -326,3 +326,49 @@ async fn unknown_routes_are_stripe_shaped_404s() {
     assert_eq!(v["error"]["type"], "invalid_request_error");
     assert!(h.sim.ledger().is_empty());
 }
+
+/// Retrieve and search answers are written without building their JSON tree: the text is the
+/// tree's (parsing and writing it again gives the same bytes, keys in order).
+#[test]
+fn retrieve_and_search_write_the_bytes_the_json_tree_writes() {
+    use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim};
+    let sim = StripeSim::new(SimConfig::default());
+    let mut ids = Vec::new();
+    for pm in [
+        "pm_card_visa",
+        "pm_card_chargeDeclined",
+        "pm_card_threeDSecureRequired",
+    ] {
+        let mut form = charge("op-s", pm);
+        form.push(("off_session".into(), "false".into()));
+        form.retain(|(k, v)| k != "off_session" || v == "false");
+        let CreateStart::Done(Outcome::Answered(a)) = sim.create_in_process(None, form) else {
+            panic!("no answer");
+        };
+        let v: Value = serde_json::from_slice(&a.body).unwrap();
+        let pi = if v["error"].is_object() {
+            v["error"]["payment_intent"].clone()
+        } else {
+            v
+        };
+        ids.push(pi["id"].as_str().unwrap().to_owned());
+    }
+    let canonical = |body: &[u8]| {
+        let v: Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(v.to_string().as_bytes(), body);
+        v
+    };
+    for id in &ids {
+        let a = sim.retrieve_in_process(id);
+        assert_eq!(a.status, 200);
+        assert_eq!(canonical(&a.body)["id"], id.as_str());
+    }
+    // Past search's visibility lag.
+    sim.advance(Duration::from_secs(3600));
+    let a = sim.search_in_process("metadata['operation_id']:'op-s'");
+    let v = canonical(&a.body);
+    assert_eq!(v["data"].as_array().unwrap().len(), 3);
+    assert_eq!(v["object"], "search_result");
+    let none = sim.search_in_process("metadata['operation_id']:'nobody'");
+    assert_eq!(canonical(&none.body)["data"], serde_json::json!([]));
+}

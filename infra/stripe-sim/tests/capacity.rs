@@ -376,7 +376,7 @@ async fn admin_api_reads_and_sets_capacity() {
 async fn the_binary_limits_on_real_time_with_stripes_defaults() {
     let bin = spawn_binary(&["--create-rps", "10"]).await;
     let base = &bin.base;
-    let client = reqwest::Client::new();
+    let client = common::client();
     let capacity = get_json(&format!("{base}/_sim/capacity")).await;
     assert_eq!(capacity["create_per_sec"], 10);
     assert_eq!(capacity["retrieve_per_sec"], 25, "Stripe's default");

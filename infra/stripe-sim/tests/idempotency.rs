@@ -147,3 +147,59 @@ async fn overlong_key_is_rejected() {
     assert_eq!(h.create(Some(&ok), &visa("op")).await.status(), 200);
     assert_eq!(h.sim.ledger().len(), 1);
 }
+
+/// A replay answers what the first answer said, byte for byte, also after the PaymentIntent
+/// changed since: a `processing` one settled, a status forced, a decline (the engine keeps a
+/// create's answer as its PaymentIntent and renders it again until that changes).
+#[test]
+fn a_replay_is_the_first_answer_after_the_payment_intent_changed() {
+    use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim};
+    let sim = StripeSim::new(SimConfig::default());
+    let create = |key: &str, form: &[(String, String)]| match sim
+        .create_in_process(Some(key), form.to_vec())
+    {
+        CreateStart::Done(Outcome::Answered(a)) => a,
+        _ => panic!("no answer"),
+    };
+    let id_of = |body: &[u8]| -> String {
+        let v: Value = serde_json::from_slice(body).unwrap();
+        let pi = if v["error"].is_object() {
+            &v["error"]["payment_intent"]
+        } else {
+            &v
+        };
+        pi["id"].as_str().unwrap().to_owned()
+    };
+    let status_of = |body: &[u8]| -> String {
+        let v: Value = serde_json::from_slice(body).unwrap();
+        v["status"].as_str().unwrap().to_owned()
+    };
+
+    let processing = charge("op-p", "pm_card_processing_succeeds");
+    let first = create("key-p", &processing);
+    assert_eq!(status_of(&first.body), "processing");
+    sim.advance(Duration::from_secs(601));
+    let now = sim.retrieve_in_process(&id_of(&first.body));
+    assert_eq!(status_of(&now.body), "succeeded", "settled since");
+    let again = create("key-p", &processing);
+    assert!(again.replayed);
+    assert_eq!(again.body, first.body, "the first answer: processing");
+
+    let visa = visa("op-v");
+    let first = create("key-v", &visa);
+    assert!(sim.set_status(&id_of(&first.body), "canceled"));
+    let again = create("key-v", &visa);
+    assert!(again.replayed);
+    assert_eq!(again.body, first.body, "the first answer: succeeded");
+
+    let declined = charge("op-d", "pm_card_chargeDeclined");
+    let first = create("key-d", &declined);
+    assert_eq!(first.status, 402);
+    let again = create("key-d", &declined);
+    assert!(again.replayed);
+    assert_eq!((again.status, &again.body), (402, &first.body));
+    assert!(sim.set_status(&id_of(&first.body), "canceled"));
+    let again = create("key-d", &declined);
+    assert_eq!(again.body, first.body, "the first answer: declined");
+    assert_eq!(sim.ledger().len(), 3);
+}

@@ -241,19 +241,14 @@ pub async fn receive(
     accept(deps, StripeEvent::parse(body), budget).await
 }
 
-/// Handles one EventBridge event from Stripe's partner event source (the whole envelope as
-/// delivered). The same path as a webhook after the authentication.
+/// Handles one EventBridge event from Stripe's partner event source (the whole envelope, as the
+/// Lambda runtime parsed it). The same path as a webhook after the authentication. No size check
+/// here: EventBridge refuses an event over 256 KB (`MAX_BODY_BYTES`) before it is delivered.
 pub async fn receive_eventbridge(
     deps: &WebhookDeps,
-    envelope: &[u8],
+    envelope: &serde_json::Value,
     budget: Option<Duration>,
 ) -> WebhookReport {
-    if envelope.len() > MAX_BODY_BYTES {
-        warn!(reason = "body_too_large", "event rejected");
-        return WebhookReport::new(Reception::Rejected(Rejection::Signature(
-            SignatureError::BodyTooLarge,
-        )));
-    }
     let event = StripeEvent::from_eventbridge(envelope, deps.event_source.as_deref());
     accept(deps, event, budget).await
 }

@@ -17,6 +17,14 @@ pub struct Harness {
     pub base: String,
 }
 
+/// An HTTP client for the simulator. The workspace's reqwest runs rustls without a built-in
+/// crypto provider (root Cargo.toml: ring is the one backend); a client needs one installed,
+/// even for plain HTTP.
+pub fn client() -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::new()
+}
+
 pub async fn start() -> Harness {
     start_with(SimConfig::default()).await
 }
@@ -28,7 +36,7 @@ pub async fn start_with(cfg: SimConfig) -> Harness {
     Harness {
         sim,
         running,
-        client: Client::new(),
+        client: client(),
         base,
     }
 }
@@ -168,7 +176,9 @@ pub async fn spawn_binary(args: &[&str]) -> Binary {
 
 /// `GET url`, its JSON body.
 pub async fn get_json(url: &str) -> Value {
-    reqwest::get(url)
+    client()
+        .get(url)
+        .send()
         .await
         .expect("http response")
         .json()
