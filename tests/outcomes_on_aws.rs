@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
-use charge_once::adapters::dynamodb::item::{item_json, operation_to_item};
+use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::{testing, OperationStatus};
@@ -23,6 +23,7 @@ use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
+use testkit::streams::lambda_record;
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,
@@ -221,50 +222,6 @@ impl Outcomes {
             .await
             .expect("PutItem");
     }
-}
-
-/// A DynamoDB Streams record from the SDK as the Lambda event record JSON.
-fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record, arn: &str) -> Value {
-    use aws_sdk_dynamodb::types::AttributeValue as D;
-    use aws_sdk_dynamodbstreams::types::AttributeValue as S;
-    fn convert(a: &S) -> D {
-        match a {
-            S::S(s) => D::S(s.clone()),
-            S::N(n) => D::N(n.clone()),
-            S::Bool(b) => D::Bool(*b),
-            S::Null(b) => D::Null(*b),
-            S::Ss(v) => D::Ss(v.clone()),
-            S::Ns(v) => D::Ns(v.clone()),
-            S::L(v) => D::L(v.iter().map(convert).collect()),
-            S::M(m) => D::M(m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()),
-            other => panic!("attribute type not in our items: {other:?}"),
-        }
-    }
-    let image = |m: Option<&std::collections::HashMap<String, S>>| {
-        m.map(|m| item_json(&m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()))
-    };
-    let d = r.dynamodb().unwrap();
-    let mut change = json!({
-        "Keys": image(d.keys()),
-        "SequenceNumber": d.sequence_number(),
-        "SizeBytes": d.size_bytes().unwrap_or(0),
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    });
-    if let Some(new) = image(d.new_image()) {
-        change["NewImage"] = new;
-    }
-    if let Some(old) = image(d.old_image()) {
-        change["OldImage"] = old;
-    }
-    json!({
-        "eventID": r.event_id(),
-        "eventName": r.event_name().map(|n| n.as_str()),
-        "eventVersion": r.event_version(),
-        "eventSource": "aws:dynamodb",
-        "awsRegion": r.aws_region(),
-        "dynamodb": change,
-        "eventSourceARN": arn,
-    })
 }
 
 #[tokio::test]

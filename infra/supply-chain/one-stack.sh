@@ -6,6 +6,8 @@
 #     present). Ring, not aws-lc-rs (issue 27): measured, aws-lc-rs was the largest piece left in
 #     every function's zip (BENCHMARKS.md section 4). deny.toml bans aws-lc-rs from the whole
 #     workspace (the tools use the same client); this checks each function as it is built alone.
+#   - reqwest is present: a second HTTP client (issue 27: the Stripe client speaks to hyper-util
+#     directly, with the SDK's own stack; reqwest is for the tools);
 #   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
 #     is for the relay only).
 #   - the five functions, each built on its own, do not build their shared dependencies with the
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.."
 
 functions=(checkout charge reconciler notify webhook)
 one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls ring)
-forbidden=(aws-lc-rs aws-lc-sys openssl-sys native-tls)
+forbidden=(aws-lc-rs aws-lc-sys openssl-sys native-tls reqwest)
 targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
 offline=()
 [ "${CARGO_NET_OFFLINE:-}" = true ] && offline=(--offline)

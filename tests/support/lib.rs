@@ -11,6 +11,7 @@
 //! - [`inbox_contract`] and [`queue_contract`]: the same for the webhook inbox
 //!   ([`inbox_contract_tests!`]) and for the charge queue with its visibility port
 //!   ([`queue_contract_tests!`], through a [`queue_contract::QueueHarness`]).
+//! - [`streams`]: a DynamoDB Streams record as the Lambda event record the notify relay gets.
 //! - [`seed_scenarios`]: the charge scenarios of the seed over any Stripe side;
 //!   [`seed_scenario_tests!`] runs them over the fake gateway and over HTTP against `stripe-sim`.
 
@@ -20,6 +21,7 @@ pub mod queue_contract;
 pub mod seed_scenarios;
 pub mod stack;
 pub mod store_contract;
+pub mod streams;
 pub mod stripe;
 
 /// The body of a `*_contract_tests!` macro: for each case, a `#[tokio::test]` of that name that

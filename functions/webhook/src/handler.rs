@@ -137,6 +137,25 @@ pub async fn handle_eventbridge(
 }
 
 /// One webhook delivery. Always an HTTP answer, never a Lambda error.
+/// The request API Gateway hands [`handle_http`] for one Stripe delivery to the route: `POST
+/// /stripe/webhook`, a JSON body, and Stripe's `Stripe-Signature` header (left out when it is not
+/// a valid header value, as API Gateway would not pass one through). For the tools that drive the
+/// function in process (the simulation, `bench bill`); a deployed function gets it from the HTTP API.
+pub fn delivery_request(body: &str, signature: &str) -> ApiGatewayV2httpRequest {
+    let mut req = ApiGatewayV2httpRequest::default();
+    req.request_context.http.method = Method::POST;
+    req.raw_path = Some("/stripe/webhook".into());
+    req.headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(signature) {
+        req.headers.insert("stripe-signature", v);
+    }
+    req.body = Some(body.to_owned());
+    req
+}
+
 pub async fn handle_http(
     deps: &WebhookFunction,
     event: LambdaEvent<ApiGatewayV2httpRequest>,

@@ -28,8 +28,6 @@
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
-use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
-use aws_lambda_events::http::Method;
 use aws_sdk_eventbridge::config::interceptors::BeforeSerializationInterceptorContextRef;
 use aws_sdk_eventbridge::config::{ConfigBag, Intercept, RuntimeComponents};
 use charge_once::adapters::dynamodb::DynamoStore;
@@ -46,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use stripe_sim::{DeliveryMode, WebhookConfig, DEFAULT_EVENT_SOURCE};
 use testkit::aws::{receive_as_event, sdk_config, unique, wait_until_active};
+use testkit::streams::lambda_record;
 
 use crate::wire::counter::{counted_dynamodb, WireCounter, WireTally};
 use crate::wire::scenarios::{Counts, Stack, StripeCounts};
@@ -244,55 +243,6 @@ pub fn passes_filter(record: &aws_sdk_dynamodbstreams::types::Record) -> bool {
     let settled = matches!(image.get("status"), Some(AttributeValue::S(s)) if s == "succeeded" || s == "failed");
     let review = matches!(image.get("review_reason"), Some(AttributeValue::S(_)));
     settled || review
-}
-
-/// A DynamoDB Streams record from the SDK as the Lambda event record JSON.
-fn lambda_record(r: &aws_sdk_dynamodbstreams::types::Record, arn: &str) -> Value {
-    use aws_sdk_dynamodb::types::AttributeValue as D;
-    use aws_sdk_dynamodbstreams::types::AttributeValue as S;
-    fn convert(a: &S) -> D {
-        match a {
-            S::S(s) => D::S(s.clone()),
-            S::N(n) => D::N(n.clone()),
-            S::Bool(b) => D::Bool(*b),
-            S::Ss(v) => D::Ss(v.clone()),
-            S::Ns(v) => D::Ns(v.clone()),
-            S::L(v) => D::L(v.iter().map(convert).collect()),
-            S::M(m) => D::M(m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()),
-            _ => D::Null(true),
-        }
-    }
-    let image = |m: Option<&std::collections::HashMap<String, S>>| {
-        m.map(|m| {
-            charge_once::adapters::dynamodb::item::item_json(
-                &m.iter().map(|(k, v)| (k.clone(), convert(v))).collect(),
-            )
-        })
-    };
-    let Some(d) = r.dynamodb() else {
-        return Value::Null;
-    };
-    let mut change = json!({
-        "Keys": image(d.keys()),
-        "SequenceNumber": d.sequence_number(),
-        "SizeBytes": d.size_bytes().unwrap_or(0),
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    });
-    if let Some(new) = image(d.new_image()) {
-        change["NewImage"] = new;
-    }
-    if let Some(old) = image(d.old_image()) {
-        change["OldImage"] = old;
-    }
-    json!({
-        "eventID": r.event_id(),
-        "eventName": r.event_name().map(|n| n.as_str()),
-        "eventVersion": r.event_version(),
-        "eventSource": "aws:dynamodb",
-        "awsRegion": r.aws_region(),
-        "dynamodb": change,
-        "eventSourceARN": arn,
-    })
 }
 
 /// A Lambda context with a request id of the real length (lines carry it in their spans).
@@ -585,17 +535,7 @@ impl World {
                     sim.webhook_result(&d, true);
                     if r.is_ok() { "ok" } else { "failed" }.to_owned()
                 } else {
-                    let mut req = ApiGatewayV2httpRequest::default();
-                    req.request_context.http.method = Method::POST;
-                    req.raw_path = Some("/stripe/webhook".into());
-                    req.headers.insert(
-                        CONTENT_TYPE,
-                        HeaderValue::from_static("application/json; charset=utf-8"),
-                    );
-                    if let Ok(v) = HeaderValue::from_str(&d.signature) {
-                        req.headers.insert("stripe-signature", v);
-                    }
-                    req.body = Some(d.body.clone());
+                    let req = webhook::handler::delivery_request(&d.body, &d.signature);
                     let resp = webhook::handler::handle_http(
                         function,
                         LambdaEvent::new(req, invocation()),

@@ -25,10 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::encodings::Body;
-use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
-use aws_lambda_events::http::Method;
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
@@ -474,17 +471,7 @@ impl Webhooks {
             return;
         }
         let event = &parsed;
-        let mut req = ApiGatewayV2httpRequest::default();
-        req.request_context.http.method = Method::POST;
-        req.raw_path = Some("/stripe/webhook".into());
-        req.headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/json; charset=utf-8"),
-        );
-        if let Ok(v) = HeaderValue::from_str(&d.signature) {
-            req.headers.insert("stripe-signature", v);
-        }
-        req.body = Some(d.body.clone());
+        let req = webhook::handler::delivery_request(&d.body, &d.signature);
         self.claim(Some(event));
         let resp = webhook::handler::handle_http(
             &self.function,

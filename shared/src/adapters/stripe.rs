@@ -1,4 +1,6 @@
-//! [`StripeGateway`]: the [`PaymentGateway`] over Stripe's HTTP API (reqwest + rustls).
+//! [`StripeGateway`]: the [`PaymentGateway`] over Stripe's HTTP API (HTTP/1.1 over rustls on
+//! ring, with the hyper client the AWS SDK already links; issue 27: reqwest, a second HTTP client,
+//! was about 100 KB of every zip).
 //!
 //! Every answer is classified here, once, into [`GatewayError`]; nothing downstream sees an HTTP
 //! status. Any retry inside a call re-sends the **same** request with the **same** idempotency key,
@@ -11,9 +13,17 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
-use reqwest::header::HeaderMap;
-use reqwest::{Method, RequestBuilder, StatusCode};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use tracing::{debug, warn};
 
@@ -99,15 +109,20 @@ impl StripeConfig {
 /// travels in every request's `Authorization` header, so nothing else may go in clear text.
 /// Also refuses credentials, a query or a fragment in the base (they would leak into every URL).
 pub fn check_api_base(base: &str) -> Result<(), String> {
-    let url = reqwest::Url::parse(base).map_err(|e| format!("{base:?} is not a URL ({e})"))?;
-    if !url.username().is_empty() || url.password().is_some() {
+    let url: http::Uri = base
+        .parse()
+        .map_err(|e| format!("{base:?} is not a URL ({e})"))?;
+    let Some(authority) = url.authority() else {
+        return Err(format!("{base:?} must be an https:// URL"));
+    };
+    if authority.as_str().contains('@') {
         return Err("must not carry credentials".into());
     }
-    if url.query().is_some() || url.fragment().is_some() {
+    if url.query().is_some() || base.contains('#') {
         return Err(format!("{base:?} must not have a query or fragment"));
     }
-    let host = url.host_str().unwrap_or("");
-    match url.scheme() {
+    let host = url.host().unwrap_or("");
+    match url.scheme_str().unwrap_or("") {
         "https" if !host.is_empty() => Ok(()),
         "http" if is_loopback(host) => Ok(()),
         "http" => Err(format!(
@@ -130,8 +145,8 @@ fn is_loopback(host: &str) -> bool {
 pub enum StripeInitError {
     #[error("STRIPE_API_BASE is refused: {0}")]
     BadBase(String),
-    #[error("cannot build the HTTP client")]
-    Client(#[source] reqwest::Error),
+    #[error("cannot build the HTTPS client: {0}")]
+    Client(String),
 }
 
 /// Requests sent, by endpoint (every in-call retry counts), for the benchmarks.
@@ -152,7 +167,9 @@ impl StripeRequests {
 
 /// The Stripe adapter. Build once per process and share.
 pub struct StripeGateway {
-    http: reqwest::Client,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// Whole-request bound of one attempt (connection, request and the whole answer).
+    timeout: Duration,
     base: String,
     key: SecretKey,
     livemode: bool,
@@ -174,18 +191,10 @@ impl StripeGateway {
     pub fn new(cfg: StripeConfig) -> Result<Self, StripeInitError> {
         let base = cfg.api_base.trim_end_matches('/').to_owned();
         check_api_base(&base).map_err(StripeInitError::BadBase)?;
-        // reqwest runs rustls without a built-in provider here (shared/Cargo.toml): ring, the
-        // functions' one crypto backend, becomes the process's. Already installed (a second
-        // gateway, or a tool that chose one) is fine: reqwest uses whichever is installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(cfg.connect_timeout)
-            .timeout(cfg.timeout)
-            .user_agent(concat!("charge-once/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(StripeInitError::Client)?;
+        let http = https_client(cfg.connect_timeout, base.starts_with("https://"))?;
         Ok(Self {
             http,
+            timeout: cfg.timeout,
             base,
             livemode: cfg.secret_key.is_live(),
             key: cfg.secret_key,
@@ -195,11 +204,59 @@ impl StripeGateway {
         })
     }
 
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{}", self.base, path))
-            .bearer_auth(self.key.expose())
+    /// A request to `path_and_query` with the headers every request carries: the key as a bearer
+    /// token (marked sensitive), the pinned API version, our user agent.
+    fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        content_type: Option<&'static str>,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut auth = HeaderValue::try_from(format!("Bearer {}", self.key.expose()))?;
+        auth.set_sensitive(true);
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path_and_query))
+            .header(AUTHORIZATION, auth)
             .header("Stripe-Version", STRIPE_VERSION)
+            .header(
+                USER_AGENT,
+                concat!("charge-once/", env!("CARGO_PKG_VERSION")),
+            );
+        if let Some(ct) = content_type {
+            req = req.header(CONTENT_TYPE, ct);
+        }
+        req.body(Full::new(body))
+    }
+
+    /// One attempt: the request, its answer's status and headers and its whole body, within the
+    /// whole-request timeout.
+    async fn exchange(&self, req: Request<Full<Bytes>>) -> Result<Answer, GatewayError> {
+        let attempt = async {
+            let resp = self
+                .http
+                .request(req)
+                .await
+                .map_err(|e| transport_error("no response", &e, e.is_connect(), &self.key))?;
+            let (parts, body) = resp.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| transport_error("response body cut off", &e, false, &self.key))?;
+            Ok(Answer {
+                status: parts.status,
+                should_retry: header_bool(&parts.headers, "stripe-should-retry"),
+                replayed: header_bool(&parts.headers, "idempotent-replayed").unwrap_or(false),
+                body: body.to_bytes().to_vec(),
+            })
+        };
+        match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(answer) => answer,
+            Err(_) => Err(GatewayError::Ambiguous {
+                detail: format!("no response: timeout after {:?}", self.timeout),
+            }),
+        }
     }
 
     /// Sends the request built by `build` (the same request every time), retrying within the bound
@@ -207,27 +264,21 @@ impl StripeGateway {
     async fn send(
         &self,
         counter: &AtomicU64,
-        build: impl Fn() -> RequestBuilder,
+        build: impl Fn() -> Result<Request<Full<Bytes>>, http::Error>,
     ) -> Result<(Vec<u8>, bool), GatewayError> {
         let mut attempt = 0;
         let mut earlier_lost = false;
         loop {
             counter.fetch_add(1, Ordering::Relaxed);
-            let answer = match build().send().await {
-                Ok(resp) => {
-                    let status = resp.status();
-                    let headers = resp.headers().clone();
-                    match resp.bytes().await {
-                        Ok(body) => Ok(Answer {
-                            status,
-                            should_retry: header_bool(&headers, "stripe-should-retry"),
-                            replayed: header_bool(&headers, "idempotent-replayed").unwrap_or(false),
-                            body: body.to_vec(),
-                        }),
-                        Err(e) => Err(transport_error("response body cut off", &e, &self.key)),
-                    }
+            let answer = match build() {
+                Ok(req) => self.exchange(req).await,
+                // A header our own values cannot produce (the key or the idempotency key with a
+                // control character): nothing was sent, and no retry can change that.
+                Err(e) => {
+                    return Err(GatewayError::Ambiguous {
+                        detail: redact(&format!("request not built, not sent: {e}"), &self.key),
+                    })
                 }
-                Err(e) => Err(transport_error("no response", &e, &self.key)),
             };
             let retry = attempt < self.max_retries && worth_retrying(&answer);
             if !retry {
@@ -305,17 +356,56 @@ fn header_bool(headers: &HeaderMap, name: &str) -> Option<bool> {
     }
 }
 
-fn transport_error(what: &str, e: &reqwest::Error, key: &SecretKey) -> GatewayError {
-    let kind = if e.is_timeout() {
-        "timeout"
-    } else if e.is_connect() {
+/// The HTTP/1.1 client of one gateway: hyper-util's pooled client (the one the AWS SDK's HTTPS
+/// client is built on), rustls on ring with the system's root certificates (as the SDK's), TCP
+/// connect bounded by `connect_timeout`. Plain `http://` is accepted by the connector;
+/// [`check_api_base`] has already allowed it only to a loopback address.
+fn https_client(
+    connect_timeout: Duration,
+    needs_roots: bool,
+) -> Result<Client<HttpsConnector<HttpConnector>, Full<Bytes>>, StripeInitError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+    if needs_roots && added == 0 {
+        return Err(StripeInitError::Client(format!(
+            "no root certificate found on this system ({} errors loading them): cannot verify Stripe's",
+            native.errors.len()
+        )));
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| StripeInitError::Client(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(connect_timeout));
+    tcp.set_nodelay(true);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+fn transport_error(
+    what: &str,
+    e: &(dyn std::error::Error + 'static),
+    connect: bool,
+    key: &SecretKey,
+) -> GatewayError {
+    let kind = if connect {
         "connect error"
     } else {
         "connection lost"
     };
-    // reqwest's message can carry the URL; never the Authorization header. Scrub anyway.
+    // The client's messages carry neither the URL nor the Authorization header. Scrub anyway.
     let mut detail = format!("{what}: {kind}: {e}");
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(s) = source {
         detail.push_str(&format!(": {s}"));
         source = s.source();
@@ -533,11 +623,24 @@ impl PaymentGateway for StripeGateway {
             ("metadata[operation_id]", req.operation_id.to_string()),
             ("metadata[order_id]", req.order_id.as_str().to_owned()),
         ];
+        let form_body = Bytes::from(
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(form.iter())
+                .finish(),
+        );
         let (body, replayed) = self
             .send(&self.requests.create, || {
-                self.request(Method::POST, "/v1/payment_intents")
-                    .header("Idempotency-Key", req.idempotency_key.as_str())
-                    .form(&form)
+                let mut r = self.request(
+                    Method::POST,
+                    "/v1/payment_intents",
+                    Some("application/x-www-form-urlencoded"),
+                    form_body.clone(),
+                )?;
+                r.headers_mut().insert(
+                    "Idempotency-Key",
+                    HeaderValue::from_str(req.idempotency_key.as_str())?,
+                );
+                Ok(r)
             })
             .await?;
         let pi = parse_payment_intent(&body, replayed)?;
@@ -551,7 +654,9 @@ impl PaymentGateway for StripeGateway {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{id}");
         let (body, _) = self
-            .send(&self.requests.retrieve, || self.request(Method::GET, &path))
+            .send(&self.requests.retrieve, || {
+                self.request(Method::GET, &path, None, Bytes::new())
+            })
             .await?;
         parse_payment_intent(&body, false)
     }
@@ -561,10 +666,16 @@ impl PaymentGateway for StripeGateway {
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         let query = search_query(operation_id);
+        let path = format!(
+            "/v1/payment_intents/search?{}",
+            form_urlencoded::Serializer::new(String::new())
+                .append_pair("query", &query)
+                .append_pair("limit", "10")
+                .finish()
+        );
         let (body, _) = self
             .send(&self.requests.search, || {
-                self.request(Method::GET, "/v1/payment_intents/search")
-                    .query(&[("query", query.as_str()), ("limit", "10")])
+                self.request(Method::GET, &path, None, Bytes::new())
             })
             .await?;
         parse_search(&body)
@@ -769,6 +880,110 @@ mod tests {
         };
         assert!(worth_retrying(&Ok(told_to)));
     }
+    /// A gateway to `base` whose attempts are bounded by `bound`, without in-call retries.
+    fn gateway_to(base: &str, bound: Duration) -> StripeGateway {
+        let mut cfg = StripeConfig::new(base, key());
+        cfg.timeout = bound;
+        cfg.connect_timeout = bound;
+        cfg.max_network_retries = 0;
+        StripeGateway::new(cfg).unwrap()
+    }
+
+    fn pi() -> PaymentIntentId {
+        PaymentIntentId::parse("pi_transport").unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_never_comes_is_ambiguous_at_the_whole_request_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        // Accepts the connection and never answers.
+        let held = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        });
+        let g = gateway_to(&base, Duration::from_millis(300));
+        let err = g.retrieve(&pi()).await.unwrap_err();
+        assert!(
+            matches!(&err, GatewayError::Ambiguous { detail } if detail.contains("timeout after 300ms")),
+            "{err:?}"
+        );
+        assert_eq!(g.requests.retrieve.load(Ordering::Relaxed), 1);
+        held.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error_and_a_dropped_one_lost() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let err = gateway_to(&closed, Duration::from_secs(2))
+            .retrieve(&pi())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, GatewayError::Ambiguous { detail } if detail.starts_with("no response: connect error")),
+            "{err:?}"
+        );
+        // Reads the request, then closes without a byte of answer.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = socket.read(&mut buf).await.unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        let err = gateway_to(&base, Duration::from_secs(2))
+            .retrieve(&pi())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, GatewayError::Ambiguous { detail } if detail.starts_with("no response: connection lost")),
+            "{err:?}"
+        );
+        // What went out: the pinned version, the key as a bearer token, our user agent.
+        let request = server.await.unwrap().to_ascii_lowercase();
+        assert!(
+            request.starts_with("get /v1/payment_intents/pi_transport http/1.1\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains("authorization: bearer sk_test_abcdef123456\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.contains(&format!("stripe-version: {STRIPE_VERSION}\r\n")),
+            "{request}"
+        );
+        assert!(request.contains("user-agent: charge-once/"), "{request}");
+    }
+
+    #[tokio::test]
+    async fn an_https_base_is_spoken_to_in_tls() {
+        // A plain TCP server: it reads what the client sends first, and closes.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut first = [0u8; 6];
+            socket.read_exact(&mut first).await.unwrap();
+            first
+        });
+        let err = gateway_to(&base, Duration::from_secs(2))
+            .retrieve(&pi())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, GatewayError::Ambiguous { .. }), "{err:?}");
+        // A TLS record of type handshake (22), version 3.x, then a ClientHello (1): rustls on ring
+        // with the system's roots, and no request in clear text.
+        let first = server.await.unwrap();
+        assert_eq!((first[0], first[1], first[5]), (22, 3, 1), "{first:?}");
+    }
+
     #[test]
     fn stripe_is_reached_over_tls_except_on_loopback() {
         for ok in [

@@ -1,0 +1,51 @@
+//! DynamoDB Streams records as the Lambda event the notify relay receives.
+
+use aws_sdk_dynamodb::types::AttributeValue as D;
+use aws_sdk_dynamodbstreams::types::{AttributeValue as S, Record};
+use charge_once::adapters::dynamodb::item::item_json;
+use serde_json::{json, Value};
+
+/// A DynamoDB Streams record read with the SDK (`GetRecords` on moto) as the record JSON of
+/// Lambda's DynamoDB stream event (`NEW_AND_OLD_IMAGES`, as the template's stream), from the
+/// stream `arn`. Panics on an attribute type our items never hold, or a record without its
+/// `dynamodb` part: either is a bug in the harness, not a case to measure.
+pub fn lambda_record(r: &Record, arn: &str) -> Value {
+    fn convert(a: &S) -> D {
+        match a {
+            S::S(s) => D::S(s.clone()),
+            S::N(n) => D::N(n.clone()),
+            S::Bool(b) => D::Bool(*b),
+            S::Null(b) => D::Null(*b),
+            S::Ss(v) => D::Ss(v.clone()),
+            S::Ns(v) => D::Ns(v.clone()),
+            S::L(v) => D::L(v.iter().map(convert).collect()),
+            S::M(m) => D::M(m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()),
+            other => panic!("attribute type not in our items: {other:?}"),
+        }
+    }
+    let image = |m: Option<&std::collections::HashMap<String, S>>| {
+        m.map(|m| item_json(&m.iter().map(|(k, v)| (k.clone(), convert(v))).collect()))
+    };
+    let d = r.dynamodb().expect("a stream record has its dynamodb part");
+    let mut change = json!({
+        "Keys": image(d.keys()),
+        "SequenceNumber": d.sequence_number(),
+        "SizeBytes": d.size_bytes().unwrap_or(0),
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+    });
+    if let Some(new) = image(d.new_image()) {
+        change["NewImage"] = new;
+    }
+    if let Some(old) = image(d.old_image()) {
+        change["OldImage"] = old;
+    }
+    json!({
+        "eventID": r.event_id(),
+        "eventName": r.event_name().map(|n| n.as_str()),
+        "eventVersion": r.event_version(),
+        "eventSource": "aws:dynamodb",
+        "awsRegion": r.aws_region(),
+        "dynamodb": change,
+        "eventSourceARN": arn,
+    })
+}
