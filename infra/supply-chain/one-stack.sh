@@ -94,8 +94,8 @@ fi
 if [ "$failed" -ne 0 ]; then
     echo "one-stack: a function has a second HTTP/TLS stack or crypto backend, or an SDK it must not link." >&2
     echo "  AWS SDK crates must stay default-features = false (rt-tokio only; the functions' client is" >&2
-    echo "  charge_once::adapters::aws::https_client, on ring); reqwest on rustls-no-provider with ring" >&2
-    echo "  installed. See the root Cargo.toml." >&2
+    echo "  charge_once::adapters::aws::https_client, on ring); the Stripe client on hyper-util, not" >&2
+    echo "  reqwest (the tools' client). See the root Cargo.toml." >&2
     exit 1
 fi
 echo "one-stack: every function has one hyper, one rustls, one h2 and one crypto backend (ring)"

@@ -20,7 +20,7 @@
 //!   called by the in-memory stores and sent by the DynamoDB adapter as condition expressions.
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
 //!   built on the pure decisions in [`executor::plan`].
-//! - [`adapters`]: the real adapters: Stripe over reqwest, DynamoDB, SQS FIFO.
+//! - [`adapters`]: the real adapters: Stripe over HTTPS (hyper-util), DynamoDB, SQS FIFO.
 //! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
 //! - [`webhook`]: Stripe's webhooks as an idempotent inbox: signature, event → transition,
 //!   [`webhook::receive`] on the ports (settles, never creates).

@@ -105,7 +105,7 @@ pub fn section(
     writeln!(w, "`GET /2018-06-01/runtime/invocation/next` against a tiny Runtime API on loopback (`footprint init`,")?;
     writeln!(w, "`infra/footprint/src/init.rs`), with the real `main`: JSON tracing, typed config, `aws_config` from the")?;
     writeln!(w, "environment, the SDK clients, GetSecretValue from moto (charge, reconciler: the Stripe key; webhook: the key")?;
-    writeln!(w, "and the signing secret; plain HTTP on loopback, no TLS handshake) and the reqwest/rustls client; median of")?;
+    writeln!(w, "and the signing secret; plain HTTP on loopback, no TLS handshake) and the Stripe client (hyper-util, rustls) with its root certificates; median of")?;
     writeln!(w, "the runs after a warm-up, on a shared 2-core machine. **CPU per charge**: `footprint cpu` (section 3's measure:")?;
     writeln!(w, "`charge::handler::handle` over batches on in-memory ports, with the functions' log subscriber) built with")?;
     writeln!(
@@ -250,7 +250,7 @@ pub fn section(
             rss.vm_hwm_kb, rss.batch_size
         )?;
         writeln!(w, "the in-memory ports and the functions' log subscriber: the handler in a plain process, **not** the Lambda")?;
-        writeln!(w, "runtime, and without the AWS SDK and reqwest/rustls clients the real function also holds (not measured).")?;
+        writeln!(w, "runtime, and without the AWS SDK and Stripe clients the real function also holds (not measured).")?;
         writeln!(w)?;
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! lambda_runtime's default they used before) in front of an in-memory writer, with
 //! `AWS_LAMBDA_LOG_FORMAT` as the template sets it (JSON); [`take_lines`] hands back what was
 //! written since, less the test harness's own lines (stripe-sim, the test kit, this crate): the AWS
-//! SDK's and reqwest's lines would reach CloudWatch in the real function, so they count.
+//! SDK's and the HTTP client's lines would reach CloudWatch in the real function, so they count.
 //! `bench bill` ([`crate::bill`]) takes them per function.
 //!
 //! Not captured, and given here from their documented shape: Lambda's `platform.start` and

@@ -5,9 +5,9 @@
 //! name, memory, version, `AWS_LAMBDA_LOG_FORMAT=JSON`) plus the function's own configuration and the
 //! AWS endpoint from the environment of `bench init` (infra/bench/run.sh provisions moto: table,
 //! FIFO queue and the Stripe secret). So init includes the real work of `main`: the tracing
-//! subscriber, the typed config, `aws_config::load_from_env`, the SDK clients, the Stripe key's
+//! subscriber, the typed config, the SDK config from the environment, the SDK clients, the Stripe key's
 //! GetSecretValue (charge, reconciler and webhook, which also reads its signing secret; one HTTP
-//! round trip each to moto on loopback, no TLS) and the reqwest/rustls client with its root
+//! round trip each to moto on loopback, no TLS) and the Stripe client (hyper-util, rustls) with its root
 //! certificates (all but checkout and notify). Not included: Lambda's own sandbox start, the
 //! download of the zip, and the TLS handshake to Secrets Manager a real init pays.
 //!

@@ -15,7 +15,7 @@
 //!   ([`charge_once::ids`]).
 //!
 //! Wire modes, not deterministic (real sockets and timers): `--stripe http` (the simulator on
-//! loopback through the production `StripeGateway` and reqwest), `--stripe-url` (a separately
+//! loopback through the production `StripeGateway`), `--stripe-url` (a separately
 //! started `stripe-sim`), `--backend aws` (DynamoDB and SQS at `AWS_ENDPOINT_URL`).
 //!
 //! Modules: [`faults`] (kinds, rates, the injecting wrappers), [`gateway`] (Stripe in process),
@@ -164,7 +164,7 @@ impl EventsSource {
 pub enum StripeMode {
     /// The Stripe simulator's engine called in process (deterministic).
     InProcess,
-    /// The Stripe simulator on loopback HTTP through the production client (reqwest). Not deterministic.
+    /// The Stripe simulator on loopback HTTP through the production client. Not deterministic.
     Http,
 }
 
