@@ -96,7 +96,12 @@ print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_
       fi
       rows+=("{$row}")
     done
-    "$dir/footprint" cpu "$out/cpu-$p.json" "$charges" "$batch" logs
+    # CPU time per charge: the least of three runs (one run on a shared machine varied by 30 %).
+    for i in 1 2 3; do
+      "$dir/footprint" cpu "$out/cpu-$p-$i.json" "$charges" "$batch" logs
+    done
+    best="$(for i in 1 2 3; do printf "%s %s\n" "$(grep -o "\"cpu_ns\": *[0-9]*" "$out/cpu-$p-$i.json" | grep -o "[0-9]*$")" "$out/cpu-$p-$i.json"; done | sort -n | head -1 | cut -d" " -f2)"
+    cp "$best" "$out/cpu-$p.json"
     "$dir/footprint" rss "$out/rss-$p.json" "$batch"
     (IFS=,; printf "{\"profile\":\"%s\",\"settings\":\"%s\",\"functions\":[%s],\"cpu\":%s,\"rss\":%s}\n" \
       "$p" "$settings" "${rows[*]}" "$(cat "$out/cpu-$p.json")" "$(cat "$out/rss-$p.json")") > "$out/footprint-$p.json"
