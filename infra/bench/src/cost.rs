@@ -1208,21 +1208,9 @@ pub fn render_alone(dir: &Path) -> Result<String, Error> {
     Ok(w)
 }
 
-/// `doc` with its section 5 (from the `## 5.` heading to the next `## ` heading) replaced by
-/// `section`; an error if `doc` has none.
+/// `doc` with its section 5 replaced by `section` ([`crate::report::replace_section`]).
 pub fn splice(doc: &str, section: &str) -> Result<String, Error> {
-    let start = doc
-        .find("\n## 5. ")
-        .map(|i| i + 1)
-        .ok_or("BENCHMARKS.md has no section 5 to replace; run `make bench` in full")?;
-    let end = doc[start + 3..]
-        .find("\n## ")
-        .map_or(doc.len(), |i| start + 3 + i + 1);
-    let mut out = String::with_capacity(doc.len());
-    out.push_str(&doc[..start]);
-    out.push_str(section);
-    out.push_str(&doc[end..]);
-    Ok(out)
+    crate::report::replace_section(doc, 5, section)
 }
 
 #[cfg(test)]

@@ -256,24 +256,9 @@ pub fn section(
     Ok(())
 }
 
-/// `doc` with its section 4 (from the line starting `## 4.` to the next `## ` heading or the end)
-/// replaced by `section` (which ends with a blank line).
+/// `doc` with its section 4 replaced by `section` ([`crate::report::replace_section`]).
 pub fn splice(doc: &str, section: &str) -> Result<String, Error> {
-    let start = if doc.starts_with("## 4.") {
-        0
-    } else {
-        doc.find("\n## 4.")
-            .map(|i| i + 1)
-            .ok_or("BENCHMARKS.md has no section 4 to replace; run `make bench` in full")?
-    };
-    let end = doc[start + 1..]
-        .find("\n## ")
-        .map_or(doc.len(), |i| start + 1 + i + 1);
-    let mut out = String::with_capacity(doc.len() + section.len());
-    out.push_str(&doc[..start]);
-    out.push_str(section);
-    out.push_str(&doc[end..]);
-    Ok(out)
+    crate::report::replace_section(doc, 4, section)
 }
 
 #[cfg(test)]

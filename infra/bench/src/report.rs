@@ -55,6 +55,32 @@ pub(crate) fn table(
     Ok(())
 }
 
+/// `doc` with its section `number` (from the line starting `## {number}.` to the next `## `
+/// heading or the end) replaced by `section` (which ends with a blank line); an error if `doc` has
+/// no such section. `bench render-section` renders one section in place with it.
+pub fn replace_section(doc: &str, number: u32, section: &str) -> Result<String, Error> {
+    let heading = format!("## {number}.");
+    let start = if doc.starts_with(&heading) {
+        0
+    } else {
+        doc.find(&format!("\n{heading}"))
+            .map(|i| i + 1)
+            .ok_or_else(|| {
+                format!(
+                    "BENCHMARKS.md has no section {number} to replace; run `make bench` in full"
+                )
+            })?
+    };
+    let end = doc[start + 1..]
+        .find("\n## ")
+        .map_or(doc.len(), |i| start + 1 + i + 1);
+    let mut out = String::with_capacity(doc.len() + section.len());
+    out.push_str(&doc[..start]);
+    out.push_str(section);
+    out.push_str(&doc[end..]);
+    Ok(out)
+}
+
 fn read<T: DeserializeOwned>(dir: &Path, name: &str) -> Result<T, Error> {
     let path = dir.join(name);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
