@@ -23,7 +23,7 @@ use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
-use testkit::streams::lambda_record;
+use testkit::streams::{lambda_record, read_all};
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,
@@ -162,43 +162,11 @@ impl Outcomes {
             .latest_stream_arn()
             .expect("the table has a stream")
             .to_owned();
-        let stream = self
-            .streams
-            .describe_stream()
-            .stream_arn(&arn)
-            .send()
+        let records: Vec<Value> = read_all(&self.streams, &arn)
             .await
-            .unwrap();
-        let mut records = Vec::new();
-        for shard in stream.stream_description().unwrap().shards() {
-            let mut iterator = self
-                .streams
-                .get_shard_iterator()
-                .stream_arn(&arn)
-                .shard_id(shard.shard_id().unwrap())
-                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .unwrap()
-                .shard_iterator()
-                .map(str::to_owned);
-            while let Some(it) = iterator {
-                let out = self
-                    .streams
-                    .get_records()
-                    .shard_iterator(it)
-                    .send()
-                    .await
-                    .unwrap();
-                if out.records().is_empty() {
-                    break;
-                }
-                for r in out.records() {
-                    records.push(lambda_record(r, &arn));
-                }
-                iterator = out.next_shard_iterator().map(str::to_owned);
-            }
-        }
+            .iter()
+            .map(|r| lambda_record(r, &arn))
+            .collect();
         serde_json::from_value(json!({ "Records": records }))
             .expect("a Lambda DynamoDB stream event")
     }

@@ -49,3 +49,45 @@ pub fn lambda_record(r: &Record, arn: &str) -> Value {
         "eventSourceARN": arn,
     })
 }
+
+/// Every record on the stream `arn` so far, each shard read from its start (`TRIM_HORIZON`) until
+/// a read comes back empty, in shard order. Panics on a failed call: a harness on moto.
+pub async fn read_all(client: &aws_sdk_dynamodbstreams::Client, arn: &str) -> Vec<Record> {
+    let stream = client
+        .describe_stream()
+        .stream_arn(arn)
+        .send()
+        .await
+        .expect("DescribeStream");
+    let mut records = Vec::new();
+    for shard in stream
+        .stream_description()
+        .expect("DescribeStream describes the stream")
+        .shards()
+    {
+        let mut iterator = client
+            .get_shard_iterator()
+            .stream_arn(arn)
+            .shard_id(shard.shard_id().expect("a shard has an id"))
+            .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .expect("GetShardIterator")
+            .shard_iterator()
+            .map(str::to_owned);
+        while let Some(it) = iterator {
+            let out = client
+                .get_records()
+                .shard_iterator(it)
+                .send()
+                .await
+                .expect("GetRecords");
+            if out.records().is_empty() {
+                break;
+            }
+            records.extend(out.records().iter().cloned());
+            iterator = out.next_shard_iterator().map(str::to_owned);
+        }
+    }
+    records
+}

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use stripe_sim::{DeliveryMode, WebhookConfig, DEFAULT_EVENT_SOURCE};
 use testkit::aws::{receive_as_event, sdk_config, unique, wait_until_active};
-use testkit::streams::lambda_record;
+use testkit::streams::{lambda_record, read_all};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter, WireTally};
 use crate::wire::scenarios::{Counts, Stack, StripeCounts};
@@ -559,45 +559,7 @@ impl World {
     /// The stream records since the last call (all of them), and those the filter passes, as
     /// the Lambda event's records.
     async fn new_stream_records(&mut self) -> (usize, Vec<Value>) {
-        let stream = self
-            .streams
-            .describe_stream()
-            .stream_arn(&self.stream_arn)
-            .send()
-            .await
-            .expect("DescribeStream");
-        let mut all = Vec::new();
-        for shard in stream
-            .stream_description()
-            .map(|d| d.shards())
-            .unwrap_or_default()
-        {
-            let mut iterator = self
-                .streams
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(shard.shard_id().unwrap_or_default())
-                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .expect("GetShardIterator")
-                .shard_iterator()
-                .map(str::to_owned);
-            while let Some(it) = iterator {
-                let out = self
-                    .streams
-                    .get_records()
-                    .shard_iterator(it)
-                    .send()
-                    .await
-                    .expect("GetRecords");
-                if out.records().is_empty() {
-                    break;
-                }
-                all.extend(out.records().iter().cloned());
-                iterator = out.next_shard_iterator().map(str::to_owned);
-            }
-        }
+        let all = read_all(&self.streams, &self.stream_arn).await;
         let new = &all[self.relayed.min(all.len())..];
         self.relayed = all.len();
         let filtered = new
