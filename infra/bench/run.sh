@@ -3,7 +3,7 @@
 #   - request counts (ours and the seed's port) and reconciler reads: against moto, started by
 #     infra/local/with-stack.sh (DynamoDB + SQS), with an embedded stripe-sim;
 #   - CPU time per charge and peak RSS: the charge handler on in-memory ports (release build);
-#   - the simulation (`simulate`, release build): 1,000,000 orders with every fault kind on
+#   - the simulation (`simulate`, built with the `sim` profile: opt-level 3, not the functions' "z"): 1,000,000 orders with every fault kind on
 #     (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
 #     wire (moto + a separately started stripe-sim over HTTP, with faults).
 #   - footprint (infra/bench/footprint.sh) of all five functions: the arm64 zip as `sam build`
@@ -17,7 +17,7 @@
 #     PutEvents), with our log lines and EMF lines, under the functions' subscriber and again
 #     under lambda_runtime's default one (the logs before issue 27);
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
-#     --arrival-rate` (release build, virtual time, in memory) once per row of
+#     --arrival-rate` (sim build, virtual time, in memory) once per row of
 #     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
 #     minutes, the two unpaced runs nearly all of it.
 # Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 10 minutes on 2 cores once built
@@ -30,6 +30,9 @@
 # builds: five arm64, five x86-64 and `footprint`).
 # BENCH_ONLY=cost: only section 5: `bench bill` again, then that section replaced in place (it
 # also reads section 3's cpu-logs.json and section 4's footprint-*.json from $BENCH_OUT).
+# BENCH_ONLY=sim: only section 3: CPU per charge and the simulation runs (1M orders, the
+# BENCH_SIM_SCALE sizes, the event sources, 2,000 orders on moto over HTTP: about 20 minutes,
+# most of it the moto run's waiting), then that section replaced in place.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # Where cargo puts the binaries (a worktree may share another checkout's target directory).
@@ -56,7 +59,8 @@ case "$only" in
   burst) steps=" burst " ;;
   footprint) steps=" footprint " ;;
   cost) steps=" bill " ;;
-  *) echo "BENCH_ONLY=$only: unknown section (burst, footprint and cost render alone)" >&2; exit 2 ;;
+  sim) steps=" cpu sim " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (sim, footprint, cost and burst render alone)" >&2; exit 2 ;;
 esac
 step() { [[ "$steps" == *" $1 "* ]] || { [[ "$1" == bill ]] && [[ "$steps" == *" logs "* ]]; }; }
 mkdir -p "$out"
@@ -64,10 +68,11 @@ mkdir -p "$out"
 needs_release=false
 for s in wire index cpu bill sim burst; do if step "$s"; then needs_release=true; fi; done
 if $needs_release; then
-  echo "== build (release): bench, simulate, stripe-sim" >&2
-  nice -n 19 cargo build --locked --release -p bench -p simulate -p stripe-sim
+  echo "== build (release): bench, stripe-sim; simulate with its own profile (sim: opt-level 3)" >&2
+  nice -n 19 cargo build --locked --release -p bench -p stripe-sim
+  nice -n 19 cargo build --locked --profile sim -p simulate
   bench="$target/release/bench"
-  simulate="$target/release/simulate"
+  simulate="$target/sim/simulate"
 else
   # Only the footprint step (it builds its own profiles) and the render: a debug bench renders.
   cargo build --locked -q -p bench
@@ -143,5 +148,5 @@ if [[ -n "$only" ]]; then
   "$bench" render-section "$only" "$out" BENCHMARKS.md
 else
   echo "== render BENCHMARKS.md" >&2
-  BENCH_SIM_PROFILE=release "$bench" render "$out" BENCHMARKS.md
+  BENCH_SIM_PROFILE=sim "$bench" render "$out" BENCHMARKS.md
 fi

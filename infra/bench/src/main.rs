@@ -13,6 +13,7 @@
 //! bench render-section burst DIR FILE.md  section 7 alone from DIR/burst-*.json, in place in FILE.md
 //! bench render-section footprint DIR FILE.md  section 4 alone from DIR/footprint-*.json, likewise
 //! bench render-section cost DIR FILE.md   section 5 alone from DIR/*.json, in place in FILE.md
+//! bench render-section sim DIR FILE.md    section 3 alone from DIR/sim-*.json and DIR/cpu*.json, likewise
 //! ```
 
 use std::path::Path;
@@ -191,9 +192,13 @@ fn main() -> Result<(), Error> {
                     let section = bench::cost::render_alone(Path::new(&dir))?;
                     (bench::cost::splice(&doc, &section)?, 5)
                 }
+                "sim" => {
+                    let section = bench::report::render_throughput(Path::new(&dir))?;
+                    (bench::report::replace_section(&doc, 3, &section)?, 3)
+                }
                 _ => {
                     return Err(format!(
-                        "unknown section {name:?}: `burst` (7), `footprint` (4) and `cost` (5) render alone"
+                        "unknown section {name:?}: `sim` (3), `footprint` (4), `cost` (5) and `burst` (7) render alone"
                     )
                     .into())
                 }

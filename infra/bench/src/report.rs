@@ -353,6 +353,87 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
 
     // 3
+    throughput_section(w, dir, &sim_profile, (&cpu, &cpu_logs), (&sim_faults, &sim_clean))?;
+
+    // 4
+    let footprints = read_footprints(dir)?;
+    let previous = crate::footprint_table::previous()?;
+    crate::footprint_table::section(w, &footprints, &previous, rss, &date)?;
+
+    // 5
+    crate::cost::section(w, dir, &footprints)?;
+
+    // 6
+    writeln!(w, "## 6. Reconciler reads as unsettled operations grow")?;
+    writeln!(w)?;
+    writeln!(w, "Two tables on moto: one with 1,000 settled operations and 1,000 unsettled; one with 10,000 settled to which")?;
+    writeln!(w, "unsettled ones are added in steps (10, then 100, then 1,000). Settled operations as the charge function")?;
+    writeln!(w, "leaves them (no index attributes), unsettled ones `unknown` and due now (BatchWriteItem, 25 per call, uncounted). Then")?;
+    writeln!(w, "exactly what a tick reads: `query_index(IndexQuery::DueBy(now))` page by page with the reconciler's page size")?;
+    writeln!(w, "({}), counted on the wire: the index Queries (entries of keys and `operation_id` since issue 15) and the", thousands(PAGE_SIZE as u64))?;
+    writeln!(w, "BatchGetItems that read each page's records from the table. Read units are **computed** from the items in")?;
+    writeln!(w, "each answer (DynamoDB's item size rules; eventually consistent GSI read = 0.5 RU per 4 KB, rounded up per")?;
+    writeln!(
+        w,
+        "request, at least one unit; strongly consistent BatchGetItem = 1 RU per item per 4 KB) —"
+    )?;
+    writeln!(w, "moto's `ReturnConsumedCapacity` answers a constant 1.0 whatever is read, so it is not used. The last two")?;
+    writeln!(w, "columns are the seed port's way of finding work, a Scan of the table, on the same table (computed the same way).")?;
+    writeln!(w)?;
+    index.sort_by_key(|r| (r.unsettled, r.settled));
+    table(
+        w,
+        &[
+            "settled",
+            "unsettled",
+            "pages",
+            "Query requests",
+            "BatchGetItem requests",
+            "items read",
+            "read units",
+            "seed Scan requests",
+            "seed Scan read units",
+        ],
+        index.iter().map(|r| {
+            vec![
+                r.settled.to_string(),
+                r.unsettled.to_string(),
+                r.pages.to_string(),
+                r.queries.to_string(),
+                r.batch_gets.to_string(),
+                r.items_read.to_string(),
+                format!("{:.1}", r.read_units),
+                r.scan_requests.to_string(),
+                format!("{:.1}", r.scan_read_units),
+            ]
+        }),
+    )?;
+    writeln!(w)?;
+    writeln!(w, "The tick's reads do not grow with the settled count (1,000 unsettled among 1,000 or 10,000 settled read the")?;
+    writeln!(w, "same); the Scan's do. Each due item is read once: a page is merged from the 8 shards, and what a page")?;
+    writeln!(w, "does not keep is read again for the next one, so the reconciler reads pages of up to 1,000. With pages of")?;
+    writeln!(w, "50 (an earlier setting) the same 1,000 due operations took 93 Queries, 4,478 items and 269 read units.")?;
+    writeln!(w)?;
+    writeln!(w, "Since issue 15 the index carries no record, so each due operation costs one strongly consistent read of its")?;
+    writeln!(w, "record (1 RU, items < 4 KB) on top of the small index entries: with projection ALL the 1,000 due operations")?;
+    writeln!(w, "above cost about 56 read units. That is the price of the claim's index write: 1 RU ($0.125 per 1M) per")?;
+    writeln!(w, "due operation per tick, paid only for unsettled work, against 1 WRU ($0.625 per 1M) on every charge.")?;
+    writeln!(w)?;
+
+    // 7
+    crate::burst::section(w, &crate::burst::read_reports(dir)?, &date)?;
+    Ok(md)
+}
+
+/// Section 3 (core throughput) from DIR's `sim-*.json` and `cpu*.json`: `render` writes it in
+/// place, `bench render-section sim` alone (`BENCH_ONLY=sim make bench`).
+pub fn throughput_section(
+    w: &mut String,
+    dir: &Path,
+    sim_profile: &str,
+    (cpu, cpu_logs): (&Option<CpuRecord>, &Option<CpuRecord>),
+    (sim_faults, sim_clean): (&Value, &Value),
+) -> Result<(), Error> {
     writeln!(w, "## 3. Core throughput")?;
     writeln!(w)?;
     writeln!(w, "`simulate` ({sim_profile} build, `infra/simulate`): the whole pipeline on one thread, the real checkout, charge")?;
@@ -447,75 +528,24 @@ pub fn render(dir: &Path) -> Result<String, Error> {
         }),
     )?;
     writeln!(w)?;
+    Ok(())
+}
 
-    // 4
-    let footprints = read_footprints(dir)?;
-    let previous = crate::footprint_table::previous()?;
-    crate::footprint_table::section(w, &footprints, &previous, rss, &date)?;
-
-    // 5
-    crate::cost::section(w, dir, &footprints)?;
-
-    // 6
-    writeln!(w, "## 6. Reconciler reads as unsettled operations grow")?;
-    writeln!(w)?;
-    writeln!(w, "Two tables on moto: one with 1,000 settled operations and 1,000 unsettled; one with 10,000 settled to which")?;
-    writeln!(w, "unsettled ones are added in steps (10, then 100, then 1,000). Settled operations as the charge function")?;
-    writeln!(w, "leaves them (no index attributes), unsettled ones `unknown` and due now (BatchWriteItem, 25 per call, uncounted). Then")?;
-    writeln!(w, "exactly what a tick reads: `query_index(IndexQuery::DueBy(now))` page by page with the reconciler's page size")?;
-    writeln!(w, "({}), counted on the wire: the index Queries (entries of keys and `operation_id` since issue 15) and the", thousands(PAGE_SIZE as u64))?;
-    writeln!(w, "BatchGetItems that read each page's records from the table. Read units are **computed** from the items in")?;
-    writeln!(w, "each answer (DynamoDB's item size rules; eventually consistent GSI read = 0.5 RU per 4 KB, rounded up per")?;
-    writeln!(
-        w,
-        "request, at least one unit; strongly consistent BatchGetItem = 1 RU per item per 4 KB) —"
+/// Section 3 alone from DIR (see [`throughput_section`]).
+pub fn render_throughput(dir: &Path) -> Result<String, Error> {
+    let sim_profile = std::env::var("BENCH_SIM_PROFILE").unwrap_or_else(|_| "sim".into());
+    let mut w = String::new();
+    throughput_section(
+        &mut w,
+        dir,
+        &sim_profile,
+        (&read_opt(dir, "cpu.json")?, &read_opt(dir, "cpu-logs.json")?),
+        (
+            &read_opt(dir, "sim-faults.json")?.unwrap_or(Value::Null),
+            &read_opt(dir, "sim-nofaults.json")?.unwrap_or(Value::Null),
+        ),
     )?;
-    writeln!(w, "moto's `ReturnConsumedCapacity` answers a constant 1.0 whatever is read, so it is not used. The last two")?;
-    writeln!(w, "columns are the seed port's way of finding work, a Scan of the table, on the same table (computed the same way).")?;
-    writeln!(w)?;
-    index.sort_by_key(|r| (r.unsettled, r.settled));
-    table(
-        w,
-        &[
-            "settled",
-            "unsettled",
-            "pages",
-            "Query requests",
-            "BatchGetItem requests",
-            "items read",
-            "read units",
-            "seed Scan requests",
-            "seed Scan read units",
-        ],
-        index.iter().map(|r| {
-            vec![
-                r.settled.to_string(),
-                r.unsettled.to_string(),
-                r.pages.to_string(),
-                r.queries.to_string(),
-                r.batch_gets.to_string(),
-                r.items_read.to_string(),
-                format!("{:.1}", r.read_units),
-                r.scan_requests.to_string(),
-                format!("{:.1}", r.scan_read_units),
-            ]
-        }),
-    )?;
-    writeln!(w)?;
-    writeln!(w, "The tick's reads do not grow with the settled count (1,000 unsettled among 1,000 or 10,000 settled read the")?;
-    writeln!(w, "same); the Scan's do. Each due item is read once: a page is merged from the 8 shards, and what a page")?;
-    writeln!(w, "does not keep is read again for the next one, so the reconciler reads pages of up to 1,000. With pages of")?;
-    writeln!(w, "50 (an earlier setting) the same 1,000 due operations took 93 Queries, 4,478 items and 269 read units.")?;
-    writeln!(w)?;
-    writeln!(w, "Since issue 15 the index carries no record, so each due operation costs one strongly consistent read of its")?;
-    writeln!(w, "record (1 RU, items < 4 KB) on top of the small index entries: with projection ALL the 1,000 due operations")?;
-    writeln!(w, "above cost about 56 read units. That is the price of the claim's index write: 1 RU ($0.125 per 1M) per")?;
-    writeln!(w, "due operation per tick, paid only for unsettled work, against 1 WRU ($0.625 per 1M) on every charge.")?;
-    writeln!(w)?;
-
-    // 7
-    crate::burst::section(w, &crate::burst::read_reports(dir)?, &date)?;
-    Ok(md)
+    Ok(w)
 }
 
 /// Section 3's time to settle of `unknown` operations with Stripe's events by EventBridge (the

@@ -6,7 +6,7 @@
 //! flight (kept in send order, a group moved back in when its last visibility timeout runs out),
 //! instead of scans of every message and every id per call.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -15,6 +15,8 @@ use async_trait::async_trait;
 use charge_once::memory::ReceivedMessage;
 use charge_once::ports::{ChargeQueue, MessageVisibility, QueueError, QueuedCharge};
 use charge_once::{Clock, Timestamp};
+
+use crate::fx::{FxHashMap, FxHashSet};
 
 /// SQS FIFO's deduplication interval.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60);
@@ -49,16 +51,16 @@ struct State {
     messages: BTreeMap<u64, Stored>,
     /// The messages of groups with nothing in flight, by send sequence: what a receive reads.
     ready: BTreeSet<u64>,
-    groups: HashMap<String, Group>,
+    groups: FxHashMap<String, Group>,
     /// When blocked groups may be unblocked (an entry is stale once the group's
     /// `blocked_until` moved).
     unblock: BTreeSet<(Timestamp, String)>,
-    receipts: HashMap<String, u64>,
-    dedup_seen: HashMap<String, Timestamp>,
+    receipts: FxHashMap<String, u64>,
+    dedup_seen: FxHashMap<String, Timestamp>,
     dedup_order: VecDeque<(Timestamp, String)>,
     next_id: u64,
     /// Groups (orders) with a receive at least `long_wait` after the message's previous one.
-    waited: HashSet<String>,
+    waited: FxHashSet<String>,
     /// Messages sent (and not deduplicated), for waiters.
     generation: u64,
 }
@@ -272,7 +274,7 @@ impl SimQueue {
         st.unblock_due(now);
         // Only groups without a message in flight are in `ready`; an earlier message of a group
         // that is not visible yet keeps the group's order.
-        let mut skipped: HashSet<&str> = HashSet::new();
+        let mut skipped: FxHashSet<&str> = FxHashSet::default();
         let mut picked: Vec<u64> = Vec::new();
         for seq in &st.ready {
             if picked.len() >= max {

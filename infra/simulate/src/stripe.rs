@@ -1,7 +1,7 @@
 //! The Stripe side of a simulation: the embedded `stripe-sim` on the simulation's virtual clock, or
 //! a separately started `stripe-sim` driven through its admin API (`--stripe-url`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use stripe_sim::{FaultConfig, FaultKind, RunningSim, SimConfig, StripeSim};
 
 use super::faults::{Faults, Kind};
+use crate::fx::FxHashMap;
 use super::BoxError;
 
 /// One PaymentIntent as the simulator's ledger shows it.
@@ -78,12 +79,12 @@ impl Ledger for LocalLedger {
 /// A ledger fetched whole (a separately started simulator, over its admin API).
 pub struct CopiedLedger {
     rows: Vec<LedgerRow>,
-    by_operation: HashMap<String, Vec<usize>>,
+    by_operation: FxHashMap<String, Vec<usize>>,
 }
 
 impl CopiedLedger {
     pub fn new(rows: Vec<LedgerRow>) -> Self {
-        let mut by_operation: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_operation: FxHashMap<String, Vec<usize>> = FxHashMap::default();
         for (i, row) in rows.iter().enumerate() {
             if let Some(op) = &row.operation_id {
                 by_operation.entry(op.clone()).or_default().push(i);
