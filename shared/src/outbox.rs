@@ -94,24 +94,35 @@ impl OutcomeEvent {
 
 fn event_id(op: &Operation, outcome: Outcome) -> String {
     let digest = Sha256::digest(format!("v1\n{}\n{}", op.operation_id, outcome.status()));
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(2 * digest.len());
+    for b in digest.iter() {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    id
 }
 
 /// The outcome a committed change reports, if any (see the module table). `before` is `None` for
 /// a newly inserted record.
 pub fn outcome_of(before: Option<&Operation>, after: &Operation) -> Option<OutcomeEvent> {
+    outcome_change(before, after).map(|outcome| OutcomeEvent::new(outcome, after.clone()))
+}
+
+/// Which outcome the change from `before` to `after` is, if any: [`outcome_of`]'s decision
+/// without building the event (the simulation's stream stand-in needs only this).
+pub fn outcome_change(before: Option<&Operation>, after: &Operation) -> Option<Outcome> {
     let was = |status: OperationStatus| before.is_some_and(|b| b.status == status);
-    let outcome = match after.status {
-        OperationStatus::Succeeded if !was(OperationStatus::Succeeded) => Outcome::Succeeded,
-        OperationStatus::Failed if !was(OperationStatus::Failed) => Outcome::Failed,
+    match after.status {
+        OperationStatus::Succeeded if !was(OperationStatus::Succeeded) => Some(Outcome::Succeeded),
+        OperationStatus::Failed if !was(OperationStatus::Failed) => Some(Outcome::Failed),
         OperationStatus::Pending | OperationStatus::Unknown
             if after.review.is_some() && before.is_none_or(|b| b.review.is_none()) =>
         {
-            Outcome::NeedsReview
+            Some(Outcome::NeedsReview)
         }
-        _ => return None,
-    };
-    Some(OutcomeEvent::new(outcome, after.clone()))
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -450,8 +450,8 @@ pub fn throughput_section(
     writeln!(w, "|---|---|---|---|---|---|---|---|---|")?;
     let sim_wire: Option<Value> = read(dir, "sim-wire.json").ok();
     let mut runs = vec![
-        ("default faults, in memory", &sim_faults),
-        ("--no-faults, in memory", &sim_clean),
+        ("default faults, in memory", sim_faults),
+        ("--no-faults, in memory", sim_clean),
     ];
     if let Some(wire) = &sim_wire {
         runs.push(("default faults, moto + stripe-sim over HTTP", wire));

@@ -6,8 +6,9 @@
 //! scan. It passes the store contract suite (`tests/store_contract.rs`).
 //!
 //! It also stands in for the table's stream and the `notify` relay (issue 16): every committed
-//! write is offered to [`outcome_of`] with the images before and after it, under the same lock, in
-//! commit order, and the outcome events that would be published are counted per operation. The
+//! write is offered to the relay's decision (`outcome_of`'s, as [`outcome_change`]) with the
+//! images before and after it, under the same lock, in commit order, and the outcome events that
+//! would be published are counted per operation. The
 //! judge then checks that every settled operation published its outcome's `event_id` and that no
 //! event contradicts the record.
 //!
@@ -32,7 +33,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::operation::{AuditEntry, Lease, Review};
-use charge_once::outbox::{outcome_of, Outcome};
+use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
@@ -420,13 +421,15 @@ impl Table {
     /// Stores `op` as the record at its key (a new slot if the key has none); returns the slot.
     fn store(&mut self, op: Operation) -> usize {
         let key = op.key();
-        let record = Box::new(Packed::pack(op, &mut self.strings));
+        let packed = Packed::pack(op, &mut self.strings);
         match self.slot(&key) {
             Some(at) => {
-                self.slots[at].record = record;
+                // In place: no new allocation for a record written again.
+                *self.slots[at].record = packed;
                 at
             }
             None => {
+                let record = Box::new(packed);
                 let at = self.slots.len();
                 let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
                 let head = self.by_key.entry(hash_one(&key)).or_insert(NO_SLOT);
@@ -522,7 +525,7 @@ impl Table {
             }
             _ => {}
         }
-        let event = outcome_of(Some(before), &after).map(|e| (after.operation_id, e.outcome));
+        let event = outcome_change(Some(before), &after).map(|o| (after.operation_id, o));
         let at = self.store(after.clone());
         self.index(at);
         self.publish(event);
@@ -530,7 +533,8 @@ impl Table {
         after
     }
 
-    /// The stream record of one committed write, after the relay's decision ([`outcome_of`]).
+    /// The stream record of one committed write, after the relay's decision ([`outcome_change`]:
+    /// `outcome_of`'s, without building the event).
     fn publish(&mut self, event: Option<(OperationId, Outcome)>) {
         if let Some((operation_id, outcome)) = event {
             self.offered += 1;
@@ -926,7 +930,7 @@ impl OperationStore for SimStore {
         let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
         t.by_operation_id.insert(op.operation_id, at32);
         t.index(at);
-        let event = outcome_of(before.as_ref(), op).map(|e| (op.operation_id, e.outcome));
+        let event = outcome_change(before.as_ref(), op).map(|o| (op.operation_id, o));
         t.publish(event);
         self.after_put(&mut t, op);
         Ok(Created::New(op.clone()))
