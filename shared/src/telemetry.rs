@@ -262,12 +262,36 @@ mod tests {
         let cases: Vec<(Option<(&str, &str)>, Vec<(&str, f64, &str)>)> = vec![
             (None, vec![]),
             (None, vec![("Charged", 1.0, "Count")]),
-            (None, vec![("B", 2.5, "Count"), ("A", -0.0, "Milliseconds"), ("c", 1e21, "Count")]),
-            (None, vec![("NaN", f64::NAN, "Count"), ("Inf", f64::INFINITY, "Count")]),
+            (
+                None,
+                vec![
+                    ("B", 2.5, "Count"),
+                    ("A", -0.0, "Milliseconds"),
+                    ("c", 1e21, "Count"),
+                ],
+            ),
+            (
+                None,
+                vec![("NaN", f64::NAN, "Count"), ("Inf", f64::INFINITY, "Count")],
+            ),
             // A metric named like a field replaces it, as a map insert does.
-            (None, vec![("Function", 3.0, "Count"), ("_aws", 4.0, "Count"), ("X", 1.0, "Count"), ("X", 2.0, "Count")]),
-            (Some(("ReasonClass", "stuck")), vec![("SentToReview", 7.0, "Count")]),
-            (Some(("Zed", "q\"uote\\ \u{1}\u{e9}")), vec![("M\n", 0.1, "Count"), ("Zed", 9.0, "Count")]),
+            (
+                None,
+                vec![
+                    ("Function", 3.0, "Count"),
+                    ("_aws", 4.0, "Count"),
+                    ("X", 1.0, "Count"),
+                    ("X", 2.0, "Count"),
+                ],
+            ),
+            (
+                Some(("ReasonClass", "stuck")),
+                vec![("SentToReview", 7.0, "Count")],
+            ),
+            (
+                Some(("Zed", "q\"uote\\ \u{1}\u{e9}")),
+                vec![("M\n", 0.1, "Count"), ("Zed", 9.0, "Count")],
+            ),
         ];
         for function in ["charge", "we\"ird\tname"] {
             for (class, metrics) in &cases {
@@ -279,7 +303,6 @@ mod tests {
             }
         }
     }
-
 
     #[test]
     fn an_error_chain_is_logged_whole() {

@@ -353,7 +353,13 @@ pub fn render(dir: &Path) -> Result<String, Error> {
     writeln!(w)?;
 
     // 3
-    throughput_section(w, dir, &sim_profile, (&cpu, &cpu_logs), (&sim_faults, &sim_clean))?;
+    throughput_section(
+        w,
+        dir,
+        &sim_profile,
+        (&cpu, &cpu_logs),
+        (&sim_faults, &sim_clean),
+    )?;
 
     // 4
     let footprints = read_footprints(dir)?;
@@ -440,7 +446,8 @@ pub fn throughput_section(
     writeln!(w, "and reconciler handlers with real Lambda event types, 8 consumers interleaved by the seeded scheduler on a")?;
     writeln!(w, "virtual clock; in memory with the Stripe simulator's engine in process (deterministic: `trace_hash` replays),")?;
     writeln!(w, "or over the wire (moto + a separately started `stripe-sim` over HTTP, not deterministic). Every fault kind on")?;
-    writeln!(w, "unless `--no-faults`. CPU s is the process's user + system time: the box is shared with other builds, so")?;
+    writeln!(w, "unless `--no-faults`. Built with the `sim` profile (opt-level 3; the functions' `release` is opt-level \"z\" for")?;
+    writeln!(w, "their 2 MB zips, and ran this at half the speed). CPU s is the process's user + system time: the box is shared with other builds, so")?;
     writeln!(
         w,
         "CPU seconds, not wall seconds, are the honest figure of what the run costs."
@@ -480,6 +487,20 @@ pub fn throughput_section(
         )?;
     }
     writeln!(w)?;
+    if !sim_faults.is_null() {
+        // Issue 27's target, on the first row's CPU seconds (the run is one thread).
+        let per_cpu_s = u(&sim_faults["orders"]) as f64 / f(&sim_faults["cpu_secs"]).max(1e-9);
+        let verdict = if per_cpu_s >= 33_000.0 {
+            "met"
+        } else {
+            "**not met**"
+        };
+        writeln!(w, "Target (issue 27): 1,000,000 orders with every fault in 30 s on one core, 33,000 orders per CPU second:")?;
+        writeln!(w, "{verdict} ({per_cpu_s:.0}). The run keeps every record and PaymentIntent to the end for the judge, so its")?;
+        writeln!(w, "memory grows with the orders (the peak-memory table below); checking each order as it goes quiet, and")?;
+        writeln!(w, "dropping it, is not built yet.")?;
+        writeln!(w)?;
+    }
     sim_rates(w, dir, &runs)?;
     time_to_settle(
         w,
@@ -539,7 +560,10 @@ pub fn render_throughput(dir: &Path) -> Result<String, Error> {
         &mut w,
         dir,
         &sim_profile,
-        (&read_opt(dir, "cpu.json")?, &read_opt(dir, "cpu-logs.json")?),
+        (
+            &read_opt(dir, "cpu.json")?,
+            &read_opt(dir, "cpu-logs.json")?,
+        ),
         (
             &read_opt(dir, "sim-faults.json")?.unwrap_or(Value::Null),
             &read_opt(dir, "sim-nofaults.json")?.unwrap_or(Value::Null),

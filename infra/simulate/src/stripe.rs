@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use stripe_sim::{FaultConfig, FaultKind, RunningSim, SimConfig, StripeSim};
 
 use super::faults::{Faults, Kind};
-use crate::fx::FxHashMap;
 use super::BoxError;
+use crate::fx::FxHashMap;
 
 /// One PaymentIntent as the simulator's ledger shows it.
 #[derive(Debug, Clone)]
