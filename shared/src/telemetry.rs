@@ -259,7 +259,8 @@ mod tests {
     #[test]
     fn the_direct_line_is_byte_for_byte_the_value_line() {
         let at = Timestamp::from_millis(1_800_000_000_123);
-        let cases: Vec<(Option<(&str, &str)>, Vec<(&str, f64, &str)>)> = vec![
+        type Case<'a> = (Option<(&'a str, &'a str)>, Vec<(&'a str, f64, &'a str)>);
+        let cases: Vec<Case<'_>> = vec![
             (None, vec![]),
             (None, vec![("Charged", 1.0, "Count")]),
             (
