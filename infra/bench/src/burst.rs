@@ -71,8 +71,8 @@ const fn reference(name: &'static str, role: Role, seed: u64) -> BurstRun {
 /// The section's runs, in the table's order: the reference burst (20,000 orders at 200/s, 8 ×
 /// the create limit) without and with pacing on two seeds, with more charge environments and
 /// smaller budget bursts; then 2,000 orders at 10/s. The two unpaced runs are most of the time
-/// (about 60 and 100 s in a release build): they wait out 1,800 s visibility timeouts with
-/// thousands of messages queued.
+/// (about 60 and 100 s in a release build, less in the `sim` build `make bench` uses): they wait
+/// out 1,800 s visibility timeouts with thousands of messages queued.
 pub const RUNS: [BurstRun; 11] = [
     BurstRun {
         svg: Some("burst-unpaced.svg"),
@@ -200,7 +200,7 @@ impl BurstRun {
     }
 }
 
-/// `bench burst`: every run of [`RUNS`] through `simulate` (a release build), its report's last
+/// `bench burst`: every run of [`RUNS`] through `simulate` (the `sim` build), its report's last
 /// line (the `--json` object) to `out_dir/burst-<name>.json`, the SVGs to `svg_dir`. Fails on the
 /// first run whose invariants break (simulate exits 1), after keeping its report.
 pub fn run_all(simulate: &Path, out_dir: &Path, svg_dir: &Path) -> Result<(), Error> {
@@ -326,7 +326,7 @@ pub fn section(
     writeln!(w, "counts, the same on every machine; asserted by `infra/simulate/tests/load.rs`. Each row is one run")?;
     writeln!(
         w,
-        "of simulate's release build by `make bench` (`bench burst`, `infra/bench/src/burst.rs`):"
+        "of simulate's `sim` build (opt-level 3) by `make bench` (`bench burst`, `infra/bench/src/burst.rs`):"
     )?;
     writeln!(w)?;
     writeln!(w, "```sh")?;
