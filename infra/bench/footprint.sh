@@ -79,6 +79,9 @@ print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
+    # Per-crate overrides of the release profile (inherited by every fp-* profile too).
+    crates="$(grep -c "^\[profile\.release\.package\." Cargo.toml || true)"
+    if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.release.package.*] in Cargo.toml)"; fi
     rows=()
     for f in checkout charge reconciler webhook notify; do
       row="\"function\":\"$f\""
