@@ -1,7 +1,7 @@
 //! The reconciler: every unsettled operation converges, without a human for the common cases.
 //!
 //! One tick reads the unknown index for operations due now (never the table), page by page, and for
-//! each decides with [`plan`]:
+//! each decides with [`plan()`]:
 //! - `pending`, never attempted, past the grace period → **re-enqueue** (the SendMessage after the
 //!   checkout's PutItem was lost);
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**

@@ -3,7 +3,7 @@
 //! HTTP ([`HttpSide`]), each on the core's manual clock. Every scenario counts the PaymentIntents
 //! that really exist at that Stripe, not only what our record says.
 //!
-//! [`seed_scenario_tests!`] turns the scenarios into one `#[tokio::test]` each for a given side
+//! [`crate::seed_scenario_tests!`] turns the scenarios into one `#[tokio::test]` each for a given side
 //! (as [`crate::store_contract_tests!`] does for stores). A few need a fault only the fake can make
 //! (a 401, a 400); they take a `World<FakeSide>` and only the fake's binary lists them.
 

@@ -21,7 +21,7 @@
 //! through the same signing or envelope and the same retries, so a receiver can be tested against
 //! a validly delivered lie.
 //!
-//! The queue is pure state with an explicit `now_ms` ([`Outbox`]); the HTTP sender in
+//! The queue is pure state with an explicit `now_ms` (`Outbox`); the HTTP sender in
 //! [`crate::StripeSim::start`] and the in-process simulation both drain it.
 
 use std::collections::BTreeMap;

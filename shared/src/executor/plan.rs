@@ -465,7 +465,7 @@ fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
 /// After a Stripe event made us retrieve one of the operation's PaymentIntents (`pi` is Stripe's
 /// answer, never the event's copy), on the record as claimed: the event rule
 /// ([`crate::webhook::event::decide`]) says what it means, and the same answer rules as the
-/// executor's ([`Decision::from_payment_intent`]: the intent is checked to be the operation's,
+/// executor's (`Decision::from_payment_intent`: the intent is checked to be the operation's,
 /// then settled, reviewed as stuck or recorded as unknown) make the record. Nothing that is not
 /// new changes the record, not even its next look.
 pub fn after_event(
