@@ -470,8 +470,7 @@ impl ChargeParams {
             self.payment_method.as_str()
         );
         let digest = Sha256::digest(canonical.as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        Fingerprint(format!("sha256:{hex}"))
+        Fingerprint(format!("sha256:{}", lower_hex(&digest)))
     }
 }
 
@@ -574,6 +573,18 @@ impl<'de> Deserialize<'de> for Principal {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
+}
+
+/// `bytes` in lowercase hex, two digits a byte: the request fingerprint, the outcome event id and
+/// the webhook signature all write their digests so.
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 #[cfg(test)]

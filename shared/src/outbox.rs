@@ -94,13 +94,7 @@ impl OutcomeEvent {
 
 fn event_id(op: &Operation, outcome: Outcome) -> String {
     let digest = Sha256::digest(format!("v1\n{}\n{}", op.operation_id, outcome.status()));
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut id = String::with_capacity(2 * digest.len());
-    for b in digest.iter() {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    id
+    crate::domain::lower_hex(&digest)
 }
 
 /// The outcome a committed change reports, if any (see the module table). `before` is `None` for

@@ -240,7 +240,7 @@ pub async fn settle_as<S: OperationStore + ?Sized>(
 pub fn webhook_secret(label: &str) -> crate::webhook::WebhookSecret {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(label.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::domain::lower_hex(&digest);
     crate::webhook::WebhookSecret::parse(&format!("whsec_{hex}"))
         .expect("a SHA-256 in hex has Stripe's form")
 }

@@ -130,16 +130,8 @@ pub fn compute_v1(secret: &WebhookSecret, timestamp: i64, body: &[u8]) -> String
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    let tag = mac.finalize().into_bytes();
-    let mut out = String::with_capacity(tag.len() * 2);
-    for b in tag.iter() {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
+    crate::domain::lower_hex(&mac.finalize().into_bytes())
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The header Stripe would send for `body` at `timestamp` (what the simulator sends).
 pub fn sign_header(secret: &WebhookSecret, timestamp: i64, body: &[u8]) -> String {
