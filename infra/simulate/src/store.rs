@@ -183,7 +183,9 @@ struct Packed {
 }
 
 impl Packed {
-    fn pack(op: Operation, strings: &mut Interner) -> Self {
+    /// `same`: the number of the shared strings the record held before, if it was stored:
+    /// kept without a lookup when they did not change (a claim or record never changes them).
+    fn pack(op: Operation, strings: &mut Interner, same: Option<u32>) -> Self {
         let Operation {
             order_id: _,
             kind: _,
@@ -213,13 +215,26 @@ impl Packed {
         Packed {
             operation_id,
             amount,
-            shared: strings.number(Shared {
-                currency,
-                customer_id,
-                payment_method,
-                fingerprint,
-                requested_by,
-            }),
+            shared: match same {
+                Some(n)
+                    if strings.values.get(n as usize).is_some_and(|v| {
+                        v.currency == currency
+                            && v.customer_id == customer_id
+                            && v.payment_method == payment_method
+                            && v.fingerprint == fingerprint
+                            && v.requested_by == requested_by
+                    }) =>
+                {
+                    n
+                }
+                _ => strings.number(Shared {
+                    currency,
+                    customer_id,
+                    payment_method,
+                    fingerprint,
+                    requested_by,
+                }),
+            },
             status,
             attempts,
             redrives,
@@ -437,8 +452,10 @@ impl Table {
     /// Stores `op` as the record at its key (a new slot if the key has none); returns the slot.
     fn store(&mut self, op: Operation) -> usize {
         let key = op.key();
-        let packed = Packed::pack(op, &mut self.strings);
-        match self.slot(&key) {
+        let at = self.slot(&key);
+        let same = at.map(|at| self.slots[at].record.shared);
+        let packed = Packed::pack(op, &mut self.strings, same);
+        match at {
             Some(at) => {
                 // In place: no new allocation for a record written again.
                 *self.slots[at].record = packed;
