@@ -147,7 +147,13 @@ struct Interner {
 }
 
 impl Interner {
-    fn number(&mut self, shared: Shared) -> u32 {
+    /// The number of `shared`. `was`: the number the record held before, if it was stored:
+    /// kept without a hash lookup when the strings did not change (a claim or record never
+    /// changes them).
+    fn number(&mut self, shared: Shared, was: Option<u32>) -> u32 {
+        if let Some(n) = was.filter(|n| self.values.get(*n as usize) == Some(&shared)) {
+            return n;
+        }
         if let Some(n) = self.numbers.get(&shared) {
             return *n;
         }
@@ -183,8 +189,8 @@ struct Packed {
 }
 
 impl Packed {
-    /// `same`: the number of the shared strings the record held before, if it was stored:
-    /// kept without a lookup when they did not change (a claim or record never changes them).
+    /// `same`: the number of the shared strings the record held before, if it was stored
+    /// ([`Interner::number`]).
     fn pack(op: Operation, strings: &mut Interner, same: Option<u32>) -> Self {
         let Operation {
             order_id: _,
@@ -215,26 +221,16 @@ impl Packed {
         Packed {
             operation_id,
             amount,
-            shared: match same {
-                Some(n)
-                    if strings.values.get(n as usize).is_some_and(|v| {
-                        v.currency == currency
-                            && v.customer_id == customer_id
-                            && v.payment_method == payment_method
-                            && v.fingerprint == fingerprint
-                            && v.requested_by == requested_by
-                    }) =>
-                {
-                    n
-                }
-                _ => strings.number(Shared {
+            shared: strings.number(
+                Shared {
                     currency,
                     customer_id,
                     payment_method,
                     fingerprint,
                     requested_by,
-                }),
-            },
+                },
+                same,
+            ),
             status,
             attempts,
             redrives,
