@@ -650,7 +650,8 @@ async fn an_eventbridge_event_takes_the_same_path() {
         "time": "2027-01-15T08:00:00Z", "region": "us-east-1", "resources": [],
         "detail": detail,
     });
-    let report = receive_eventbridge(&w.deps, &envelope, None).await;
+    let read = || serde_json::from_slice(&serde_json::to_vec(&envelope).unwrap()).unwrap();
+    let report = receive_eventbridge(&w.deps, read(), None).await;
     assert_eq!(
         report.reception,
         Reception::Applied {
@@ -659,13 +660,13 @@ async fn an_eventbridge_event_takes_the_same_path() {
         }
     );
     let settled = w.current(&op).await;
-    let again = receive_eventbridge(&w.deps, &envelope, None).await;
+    let again = receive_eventbridge(&w.deps, read(), None).await;
     assert_eq!(again.reception, Reception::Ignored(Ignored::Duplicate));
     assert_eq!(w.current(&op).await, settled);
     // No signature involved, and no webhook secret needed.
     let mut no_webhook = w.deps.clone();
     no_webhook.secrets = None;
-    let other = receive_eventbridge(&no_webhook, &serde_json::json!({}), None).await;
+    let other = receive_eventbridge(&no_webhook, Default::default(), None).await;
     assert!(matches!(
         other.reception,
         Reception::Rejected(Rejection::Unreadable(_))

@@ -45,10 +45,11 @@ use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{emf_line_classed, sent_to_review_line, ErrorChain};
 use charge_once::webhook::{
-    receive, receive_eventbridge, Reception, Rejection, SignatureError, WebhookDeps, WebhookReport,
-    MAX_BODY_BYTES,
+    receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
+    WebhookDeps, WebhookReport, MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Value};
 use tracing::{info, Instrument};
 
@@ -76,13 +77,82 @@ pub struct NotActedOn {
     pub outcome: &'static str,
 }
 
+/// What the runtime hands the function, read in one pass: an EventBridge event (it has a
+/// `detail-type`), read only as far as the function uses it ([`EventBridgeEvent`]: the Stripe
+/// event's other fields are skipped, not built into a tree), or anything else, kept as JSON for
+/// the HTTP API request reader. Reading it never fails on valid JSON: what is missing or
+/// mistyped is the function's own `unreadable` answer, with its metric and log line.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // One per invocation, moved once into its handler.
+pub enum Incoming {
+    EventBridge(EventBridgeEvent),
+    /// An object without `detail-type` (its other keys), or `Value::Null` for a payload that is
+    /// not an object.
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for Incoming {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(IncomingVisitor)
+    }
+}
+
+struct IncomingVisitor;
+
+impl<'de> Visitor<'de> for IncomingVisitor {
+    type Value = Incoming;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
+        let mut event = EventBridgeEvent::default();
+        let mut rest = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !event.take(&key, &mut map)? {
+                rest.insert(key, map.next_value()?);
+            }
+        }
+        Ok(if event.has_detail_type() {
+            Incoming::EventBridge(event)
+        } else {
+            Incoming::Other(Value::Object(rest))
+        })
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Incoming, E> {
+        Ok(Incoming::Other(Value::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Incoming, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(Incoming::Other(Value::Null))
+    }
+}
+
 /// Handles one invocation: an EventBridge event (it has a `detail-type`) or an HTTP API
 /// request. The webhook's answer is always an HTTP response, never a Lambda error.
-pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Value>) -> Result<Value, Error> {
+pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Incoming>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
-    if payload.get("detail-type").is_some() {
-        return Ok(handle_eventbridge(deps, LambdaEvent::new(payload, context)).await?);
-    }
+    let payload = match payload {
+        Incoming::EventBridge(event) => {
+            return Ok(handle_eventbridge(deps, LambdaEvent::new(event, context)).await?)
+        }
+        Incoming::Other(payload) => payload,
+    };
     let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(payload) {
         Ok(req) => handle_http(deps, LambdaEvent::new(req, context)).await,
         Err(e) => {
@@ -110,12 +180,12 @@ fn budget(context: &Context, cap: Option<Duration>) -> Option<Duration> {
 /// One EventBridge event from Stripe's partner event source.
 pub async fn handle_eventbridge(
     deps: &WebhookFunction,
-    event: LambdaEvent<Value>,
+    event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<Value, NotActedOn> {
     let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
     async {
         let budget = budget(&event.context, None);
-        let report = receive_eventbridge(&deps.webhook, &event.payload, budget).await;
+        let report = receive_eventbridge(&deps.webhook, event.payload, budget).await;
         emit_metrics(deps, &report);
         let outcome = outcome_label(&report.reception);
         info!(
@@ -365,10 +435,12 @@ mod tests {
     }
 
     async fn call(f: &Fixture, req: ApiGatewayV2httpRequest) -> (i64, Value) {
-        let payload = serde_json::to_value(req).unwrap();
-        let resp = handle(&f.deps, LambdaEvent::new(payload, Context::default()))
-            .await
-            .unwrap();
+        let resp = handle(
+            &f.deps,
+            LambdaEvent::new(incoming(&json!(req)), Context::default()),
+        )
+        .await
+        .unwrap();
         let resp: ApiGatewayV2httpResponse = serde_json::from_value(resp).unwrap();
         let body = match resp.body {
             Some(Body::Text(t)) => serde_json::from_str(&t).unwrap(),
@@ -377,10 +449,18 @@ mod tests {
         (resp.status_code, body)
     }
 
+    /// The payload as the runtime reads it: from the bytes.
+    fn incoming(payload: &Value) -> Incoming {
+        serde_json::from_slice(&serde_json::to_vec(payload).unwrap()).unwrap()
+    }
+
     async fn call_eventbridge(f: &Fixture, event: Value) -> Result<Value, String> {
-        handle(&f.deps, LambdaEvent::new(event, Context::default()))
-            .await
-            .map_err(|e| e.to_string())
+        handle(
+            &f.deps,
+            LambdaEvent::new(incoming(&event), Context::default()),
+        )
+        .await
+        .map_err(|e| e.to_string())
     }
 
     /// The operation the sample event names, `unknown` after a lost answer, and the sample's
@@ -469,6 +549,56 @@ mod tests {
             3.0
         );
         assert_eq!(f.gateway.calls.total(), 0);
+    }
+
+    /// Whatever JSON the runtime hands the function is read, never a deserialization failure:
+    /// an EventBridge event of the wrong shape is the function's own `unreadable` (a failed
+    /// invocation, counted), anything else without `detail-type` a 400.
+    #[tokio::test]
+    async fn every_payload_shape_gets_the_functions_own_answer() {
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let before = f.store.get(&op.key()).await.unwrap().unwrap();
+        let mut detail_string = sample_eventbridge();
+        detail_string["detail"] = json!("evt_1");
+        let mut null_type = sample_eventbridge();
+        null_type["detail-type"] = Value::Null;
+        for (name, event) in [
+            ("detail string", detail_string),
+            ("detail-type null", null_type),
+        ] {
+            let err = call_eventbridge(&f, event).await.unwrap_err();
+            assert!(err.contains("unreadable"), "{name}: {err}");
+        }
+        for payload in [
+            json!("x"),
+            json!([1, 2]),
+            json!(7),
+            Value::Null,
+            json!({"detail": 1}),
+        ] {
+            let out = handle(
+                &f.deps,
+                LambdaEvent::new(incoming(&payload), Context::default()),
+            )
+            .await
+            .unwrap();
+            let resp: ApiGatewayV2httpResponse = serde_json::from_value(out).unwrap();
+            assert!(
+                matches!(resp.status_code, 400 | 405),
+                "{payload}: {}",
+                resp.status_code
+            );
+        }
+        assert_eq!(
+            f.metrics.sum("WebhookRejected", &[("Function", FUNCTION)]),
+            2.0
+        );
+        assert!(f.inbox.is_empty());
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), before);
+        // The sample still settles after all that: the reads above left nothing behind.
+        let out = call_eventbridge(&f, sample_eventbridge()).await.unwrap();
+        assert_eq!(out["outcome"], "succeeded");
     }
 
     #[tokio::test]

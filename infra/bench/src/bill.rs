@@ -526,7 +526,10 @@ impl World {
                 body_bytes.push(d.body.len() as u64);
                 let t = cpu_ns();
                 let answer = if d.mode == DeliveryMode::EventBridge {
-                    let payload: Value = serde_json::from_str(&d.body).unwrap_or(Value::Null);
+                    let payload = match serde_json::from_str(&d.body) {
+                        Ok(webhook::handler::Incoming::EventBridge(e)) => e,
+                        _ => Default::default(),
+                    };
                     let r = webhook::handler::handle_eventbridge(
                         function,
                         LambdaEvent::new(payload, invocation()),

@@ -32,12 +32,13 @@ use charge_once::ports::{
     Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
     OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule, StoreError,
 };
-use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
+use charge_once::webhook::wire::EventFields;
+use charge_once::webhook::{EventBridgeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::{Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use stripe_sim::{Delivery, DeliveryMode, StripeSim, WebhookConfig, WebhookFaults};
-use webhook::handler::WebhookFunction;
+use webhook::handler::{Incoming, WebhookFunction};
 
 use crate::faults::{Faults, Kind};
 use crate::mutations::{Claimed, TrustEventPayload};
@@ -372,26 +373,25 @@ impl Webhooks {
             self.invoke(invocation, None).await;
         }
         for d in due {
-            // Parsed once: the event for the forger, and (EventBridge) the invocation's payload.
-            let parsed = parse(&d.body);
+            // Read once: the event for the forger, and (EventBridge) the invocation's payload.
+            let read = Read::of(&d);
             if d.attempt == 1 && !d.injected {
-                let event = event_in(&d, &parsed);
-                if let Some((forged, _)) = self.forge(event) {
-                    let forged_parsed = parse(&forged.body);
-                    self.deliver(forged, forged_parsed).await;
+                if let Some(forged) = read.event().and_then(|event| self.forge(&d, event)) {
+                    let forged_read = Read::of(&forged);
+                    self.deliver(forged, forged_read).await;
                 }
             }
-            self.deliver(d, parsed).await;
+            self.deliver(d, read).await;
         }
         true
     }
 
-    /// A forged event beside `real`, when the `forged_event` fault fires for it: a validly
-    /// delivered event claiming a state Stripe does not hold (see the module docs).
-    fn forge(&self, real: &Value) -> Option<(Delivery, Value)> {
-        let object = &real["data"]["object"];
-        let order = object["metadata"]["order_id"].as_str()?;
-        let status = object["status"].as_str()?;
+    /// A forged event beside the one `d` delivers (`read`: as far as read), when the
+    /// `forged_event` fault fires for it: a validly delivered event claiming a state Stripe does
+    /// not hold (see the module docs).
+    fn forge(&self, d: &Delivery, read: &EventFields) -> Option<Delivery> {
+        let order = read.order_id()?;
+        let status = read.status()?;
         let contradiction = match status {
             // Final, or only ever succeeds: `canceled` can never be true.
             "succeeded" | "processing" => "canceled",
@@ -407,7 +407,9 @@ impl Webhooks {
             forged.injected += 1;
             forged.injected
         };
-        let mut pi = object.clone();
+        // The whole event, parsed only for the forgery.
+        let real = event_json(d);
+        let mut pi = real["data"]["object"].clone();
         // Every third names a PaymentIntent Stripe never created.
         let (claimed, unknown) = if n % 3 == 0 {
             pi["id"] = Value::from(format!("pi_Forged{n:015}"));
@@ -444,15 +446,14 @@ impl Webhooks {
                 }
             ),
         );
-        let delivery = self.sim.inject_event(&event)?;
-        Some((delivery, event))
+        self.sim.inject_event(&event)
     }
 
-    /// One delivery from the engine (`parsed`: its body, parsed), to the function the way its
-    /// mode goes.
-    async fn deliver(&self, d: Delivery, parsed: Value) {
-        let order = order_of(event_in(&d, &parsed));
-        if d.mode == DeliveryMode::EventBridge {
+    /// One delivery from the engine (`read`: its body, read), to the function the way its mode
+    /// goes.
+    async fn deliver(&self, d: Delivery, read: Read) {
+        let order = order_of(read.event());
+        if let Read::EventBridge(payload) = read {
             // The event destination's put was accepted: Stripe is done with it. What happens to
             // the invocation is Lambda's affair.
             self.sim.webhook_result(&d, true);
@@ -465,20 +466,19 @@ impl Webhooks {
                     attempt: 1,
                     forged: d.injected,
                 },
-                Some(parsed),
+                Some(payload),
             )
             .await;
             return;
         }
-        let event = &parsed;
         let req = webhook::handler::delivery_request(&d.body, &d.signature);
-        self.claim(Some(event));
+        self.claim(Some(&d.body), DeliveryMode::Webhook);
         let resp = webhook::handler::handle_http(
             &self.function,
             LambdaEvent::new(req, Context::default()),
         )
         .await;
-        self.claim(None);
+        self.claim(None, DeliveryMode::EventBridge);
         let status = u16::try_from(resp.status_code).unwrap_or(0);
         self.count(format!("http_{status}"));
         self.trace.event(
@@ -503,17 +503,17 @@ impl Webhooks {
         self.sim.webhook_result(&d, (200..300).contains(&status));
     }
 
-    /// One asynchronous invocation by EventBridge (`payload`: the envelope, if already parsed);
+    /// One asynchronous invocation by EventBridge (`payload`: the envelope, if already read);
     /// a failure is retried as Lambda does, then dead-lettered.
-    async fn invoke(&self, inv: Invocation, payload: Option<Value>) {
-        let payload = payload.unwrap_or_else(|| parse(&inv.envelope));
-        self.claim(Some(&payload["detail"]));
+    async fn invoke(&self, inv: Invocation, payload: Option<EventBridgeEvent>) {
+        let payload = payload.unwrap_or_else(|| read_envelope(&inv.envelope));
+        self.claim(Some(&inv.envelope), DeliveryMode::EventBridge);
         let result = webhook::handler::handle_eventbridge(
             &self.function,
             LambdaEvent::new(payload, Context::default()),
         )
         .await;
-        self.claim(None);
+        self.claim(None, DeliveryMode::EventBridge);
         let (ok, outcome) = match &result {
             Ok(v) => (true, v["outcome"].as_str().unwrap_or("").to_owned()),
             Err(e) => (false, e.outcome.to_owned()),
@@ -561,10 +561,11 @@ impl Webhooks {
     }
 
     /// Sets (or, with `None`, clears) what `trust-event-payload`'s `retrieve` answers with: the
-    /// PaymentIntent the event in hand carries.
-    fn claim(&self, event: Option<&Value>) {
+    /// PaymentIntent the event in hand (its delivery's `body`) carries.
+    fn claim(&self, body: Option<&str>, mode: DeliveryMode) {
         if let Some(claimed) = &self.claimed {
-            let pi = event
+            let pi = body
+                .map(|body| parse_in(body, mode))
                 .and_then(|e| serde_json::to_vec(&e["data"]["object"]).ok())
                 .and_then(|body| {
                     charge_once::adapters::stripe::parse_payment_intent(&body, false).ok()
@@ -648,24 +649,60 @@ impl Webhooks {
     }
 }
 
-/// A delivery's body as JSON (`null` if it is not).
-fn parse(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or(Value::Null)
+/// A delivery's body, read once: as the events function's runtime reads an EventBridge
+/// invocation's payload ([`Incoming`]), or a webhook's body as far as the simulation looks at it
+/// (the function reads the signed bytes itself).
+enum Read {
+    EventBridge(EventBridgeEvent),
+    Webhook(EventFields),
 }
 
-/// The Stripe event a delivery carries, given its parsed body: the body itself (webhook) or the
-/// envelope's `detail` (EventBridge), as [`Delivery::event`] reads it.
-fn event_in<'a>(d: &Delivery, parsed: &'a Value) -> &'a Value {
-    match d.mode {
+impl Read {
+    fn of(d: &Delivery) -> Self {
+        match d.mode {
+            DeliveryMode::EventBridge => Read::EventBridge(read_envelope(&d.body)),
+            DeliveryMode::Webhook => {
+                Read::Webhook(serde_json::from_str(&d.body).unwrap_or_default())
+            }
+        }
+    }
+
+    /// The Stripe event it carries.
+    fn event(&self) -> Option<&EventFields> {
+        match self {
+            Read::EventBridge(e) => e.detail(),
+            Read::Webhook(e) => Some(e),
+        }
+    }
+}
+
+/// An EventBridge invocation's payload as the runtime hands it to the function (anything but an
+/// EventBridge event reads as an empty one, which the function refuses as unreadable).
+fn read_envelope(body: &str) -> EventBridgeEvent {
+    match serde_json::from_str(body) {
+        Ok(Incoming::EventBridge(e)) => e,
+        _ => EventBridgeEvent::default(),
+    }
+}
+
+/// The whole Stripe event a delivery carries, parsed: the body itself (webhook) or the
+/// envelope's `detail` (EventBridge), as [`Delivery::event`] reads it (`null` if not JSON).
+fn event_json(d: &Delivery) -> Value {
+    parse_in(&d.body, d.mode)
+}
+
+fn parse_in(body: &str, mode: DeliveryMode) -> Value {
+    let mut parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    match mode {
         DeliveryMode::Webhook => parsed,
-        DeliveryMode::EventBridge => &parsed["detail"],
+        DeliveryMode::EventBridge => parsed["detail"].take(),
     }
 }
 
 /// The order a Stripe event's PaymentIntent names (`metadata.order_id`), or "".
-fn order_of(event: &Value) -> String {
-    event["data"]["object"]["metadata"]["order_id"]
-        .as_str()
+fn order_of(event: Option<&EventFields>) -> String {
+    event
+        .and_then(EventFields::order_id)
         .unwrap_or_default()
         .to_owned()
 }

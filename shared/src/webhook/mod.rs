@@ -32,6 +32,7 @@
 
 pub mod event;
 pub mod signature;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,7 @@ pub use event::{
     STRIPE_PARTNER_SOURCE_PREFIX,
 };
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
+pub use wire::EventBridgeEvent;
 
 /// Everything one event needs, built once per process.
 #[derive(Clone)]
@@ -242,11 +244,11 @@ pub async fn receive(
 }
 
 /// Handles one EventBridge event from Stripe's partner event source (the whole envelope, as the
-/// Lambda runtime parsed it). The same path as a webhook after the authentication. No size check
+/// runtime handed it to the function, read as far as [`wire::EventBridgeEvent`] reads). The same path as a webhook after the authentication. No size check
 /// here: EventBridge refuses an event over 256 KB (`MAX_BODY_BYTES`) before it is delivered.
 pub async fn receive_eventbridge(
     deps: &WebhookDeps,
-    envelope: &serde_json::Value,
+    envelope: wire::EventBridgeEvent,
     budget: Option<Duration>,
 ) -> WebhookReport {
     let event = StripeEvent::from_eventbridge(envelope, deps.event_source.as_deref());
