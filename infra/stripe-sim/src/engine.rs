@@ -154,12 +154,12 @@ pub(crate) enum Idem {
 /// How a create's answer is kept under its key (see [`Engine::finish_key_created`]).
 pub(crate) struct Created(Kept);
 
-/// A create's answer: the PaymentIntent's JSON, or the card error carrying it.
-fn created_answer(pi: &PaymentIntent, declined: Option<Decline>) -> Saved {
+/// A create's answer: the PaymentIntent's JSON (`json`, its text), or the card error carrying it.
+fn created_answer(pi: &PaymentIntent, json: String, declined: Option<Decline>) -> Saved {
     match declined {
         None => Saved {
             status: 200,
-            body: Bytes::from(pi.json_string()),
+            body: Bytes::from(json),
             should_retry: None,
         },
         Some(d) => Saved::from_error(&ApiError::card_declined(
@@ -416,7 +416,8 @@ impl Engine {
         match kept {
             Kept::Answer(saved) => Saved::clone(saved),
             Kept::Created { at, declined } => {
-                created_answer(&self.pis[*at as usize], declined.as_deref().copied())
+                let pi = &self.pis[*at as usize];
+                created_answer(pi, pi.json_string(), declined.as_deref().copied())
             }
         }
     }
@@ -497,14 +498,20 @@ impl Engine {
             add_position(&mut self.by_metadata, hash_of(&[k, v]), at32);
         }
         add_position(&mut self.index, hash_of(&[&pi.id]), at32);
+        // Written once: the create's answer and its event carry the same state.
+        let json = pi.json_string();
         if self.webhooks.enabled() {
-            self.webhooks.emit(pi.status, &pi.view(), true, now_ms);
+            self.webhooks.emit(pi.status, &json, true, now_ms);
             if let Some(settlement) = &pi.settlement {
                 // The event Stripe sends when `processing` ends, queued for that moment.
                 let mut settled = pi.clone();
                 settled.settle(settlement.at_ms);
-                self.webhooks
-                    .emit(settled.status, &settled.view(), false, settlement.at_ms);
+                self.webhooks.emit(
+                    settled.status,
+                    &settled.json_string(),
+                    false,
+                    settlement.at_ms,
+                );
             }
         }
         let declined = match outcome {
@@ -519,7 +526,7 @@ impl Engine {
                 message,
             }),
         };
-        let saved = created_answer(&pi, declined);
+        let saved = created_answer(&pi, json, declined);
         self.pis.push(pi);
         (
             saved,
@@ -632,7 +639,8 @@ impl Engine {
         pi.settlement = None;
         pi.status = status;
         let pi = &self.pis[at];
-        self.webhooks.emit(pi.status, &pi.view(), false, now_ms);
+        self.webhooks
+            .emit(pi.status, &pi.json_string(), false, now_ms);
         true
     }
 

@@ -238,15 +238,16 @@ fn envelope_id(event_id: &str, seq: u64) -> String {
         h ^= u128::from(b);
         h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
     }
-    let hex = format!("{h:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    // `h` as 32 lowercase hex digits, dashed 8-4-4-4-12.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for i in 0..32 {
+        if matches!(i, 8 | 12 | 16 | 20) {
+            out.push('-');
+        }
+        out.push(char::from(HEX[((h >> (124 - 4 * i)) & 0xf) as usize]));
+    }
+    out
 }
 
 /// `ms` (unix) as EventBridge writes `time`: RFC 3339 UTC, whole seconds.
@@ -263,12 +264,33 @@ pub fn rfc3339_utc(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60
-    )
+    if !(0..=9_999).contains(&year) {
+        return format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+            rem / 3_600,
+            rem % 3_600 / 60,
+            rem % 60
+        );
+    }
+    fn digits(out: &mut String, n: i64, width: u32) {
+        for p in (0..width).rev() {
+            out.push(char::from(b'0' + (n / 10_i64.pow(p) % 10) as u8));
+        }
+    }
+    let mut out = String::with_capacity(20);
+    digits(&mut out, year, 4);
+    out.push('-');
+    digits(&mut out, month, 2);
+    out.push('-');
+    digits(&mut out, day, 2);
+    out.push('T');
+    digits(&mut out, rem / 3_600, 2);
+    out.push(':');
+    digits(&mut out, rem % 3_600 / 60, 2);
+    out.push(':');
+    digits(&mut out, rem % 60, 2);
+    out.push('Z');
+    out
 }
 
 /// The EventBridge envelope a Stripe event destination delivers `event` (a JSON string) in.
@@ -290,45 +312,23 @@ pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_m
 
 /// A Stripe event's JSON for `intent` reaching `kind` at `at_ms`: the bytes `json!` would
 /// write for it (keys in order, compact), without copying the intent into a new tree.
-fn event_body<T: Serialize>(event_id: &str, kind: &str, intent: &T, at_ms: i64) -> String {
-    #[derive(Serialize)]
-    struct Data<'a, T> {
-        object: &'a T,
-    }
-    #[derive(Serialize)]
-    struct Request {
-        id: Option<()>,
-        idempotency_key: Option<()>,
-    }
+fn event_body(event_id: &str, kind: &str, intent: &str, at_ms: i64) -> String {
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
     // The fields in key order, as a `serde_json::Map` keeps them.
-    #[derive(Serialize)]
-    struct Event<'a, T> {
-        api_version: &'static str,
-        created: i64,
-        data: Data<'a, T>,
-        id: &'a str,
-        livemode: bool,
-        object: &'static str,
-        pending_webhooks: u32,
-        request: Request,
-        #[serde(rename = "type")]
-        kind: &'a str,
-    }
-    serde_json::to_string(&Event {
-        api_version: "2024-06-20",
-        created: at_ms.div_euclid(1000),
-        data: Data { object: intent },
-        id: event_id,
-        livemode: false,
-        object: "event",
-        pending_webhooks: 1,
-        request: Request {
-            id: None,
-            idempotency_key: None,
-        },
-        kind,
-    })
-    .unwrap_or_default()
+    let mut out = String::with_capacity(intent.len() + 256);
+    out.push_str("{\"api_version\":\"2024-06-20\",\"created\":");
+    out.push_str(&at_ms.div_euclid(1000).to_string());
+    out.push_str(",\"data\":{\"object\":");
+    out.push_str(intent);
+    out.push_str("},\"id\":");
+    out.push_str(&text(event_id));
+    out.push_str(
+        ",\"livemode\":false,\"object\":\"event\",\"pending_webhooks\":1,\
+         \"request\":{\"id\":null,\"idempotency_key\":null},\"type\":",
+    );
+    out.push_str(&text(kind));
+    out.push('}');
+    out
 }
 
 /// [`eventbridge_envelope`] of an event the outbox wrote itself (`event`: compact JSON, keys in
@@ -408,15 +408,9 @@ impl Outbox {
         }
     }
 
-    /// Queues the events for a PaymentIntent that just reached `intent["status"]` at `at_ms`
-    /// (`created`: also `payment_intent.created` first).
-    pub(crate) fn emit(
-        &mut self,
-        status: &str,
-        intent: &impl Serialize,
-        created: bool,
-        at_ms: i64,
-    ) {
+    /// Queues the events for a PaymentIntent that just reached `status` at `at_ms` (`intent`:
+    /// its JSON then; `created`: also `payment_intent.created` first).
+    pub(crate) fn emit(&mut self, status: &str, intent: &str, created: bool, at_ms: i64) {
         if !self.enabled() {
             return;
         }
@@ -428,7 +422,7 @@ impl Outbox {
         }
     }
 
-    fn push_event(&mut self, kind: &str, intent: &impl Serialize, at_ms: i64) {
+    fn push_event(&mut self, kind: &str, intent: &str, at_ms: i64) {
         if let Some(enabled) = &self.config.enabled_events {
             if !enabled.iter().any(|e| e == kind) {
                 return;
@@ -684,6 +678,61 @@ mod tests {
         json!({"id": "pi_1", "object": "payment_intent", "status": status})
     }
 
+    /// The envelope's id and time are the text `format!` writes for them.
+    #[test]
+    fn envelope_ids_and_times_are_the_formatted_text() {
+        for (i, event_id) in ["evt_1", "evt_", "", "evt_é\"x"].iter().enumerate() {
+            for seq in [0, 1, 7, u64::MAX, 1_000_003 * i as u64] {
+                let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+                for b in event_id.bytes().chain(seq.to_le_bytes()) {
+                    h ^= u128::from(b);
+                    h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+                }
+                let hex = format!("{h:032x}");
+                let want = format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[0..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..32]
+                );
+                assert_eq!(envelope_id(event_id, seq), want);
+            }
+        }
+        // The formatted text, as `rfc3339_utc` wrote it before it wrote digits itself.
+        let formatted = |ms: i64| {
+            let secs = ms.div_euclid(1000);
+            let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+            let z = days + 719_468;
+            let era = z.div_euclid(146_097);
+            let doe = z - era * 146_097;
+            let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+            let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+            let mp = (5 * doy + 2) / 153;
+            let day = doy - (153 * mp + 2) / 5 + 1;
+            let month = if mp < 10 { mp + 3 } else { mp - 9 };
+            let year = yoe + era * 400 + i64::from(month <= 2);
+            format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+                rem / 3_600,
+                rem % 3_600 / 60,
+                rem % 60
+            )
+        };
+        // From before year 0 (the formatted fallback) to past 9999, in uneven steps.
+        let mut ms = -62_167_219_200_001_i64;
+        while ms < 253_402_300_800_000 * 2 {
+            assert_eq!(rfc3339_utc(ms), formatted(ms), "{ms}");
+            ms += 987_654_321_987;
+        }
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_700_000_000_999), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339_utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_utc(253_402_300_799_000), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339_utc(253_402_300_800_000), "10000-01-01T00:00:00Z");
+    }
+
     /// The fast paths write the bytes the `json!` forms write.
     #[test]
     fn events_and_envelopes_are_the_bytes_json_writes() {
@@ -693,7 +742,7 @@ mod tests {
             "payment_method_types": ["card"], "ratio": 0.5, "nested": {"b": [1, {"a": true}]},
         });
         for kind in ["payment_intent.succeeded", "odd \"type\"\u{1}é"] {
-            let body = event_body("evt_1", kind, &intent, 1_700_000_000_999);
+            let body = event_body("evt_1", kind, &intent.to_string(), 1_700_000_000_999);
             let by_json = json!({
                 "id": "evt_1",
                 "object": "event",
@@ -737,7 +786,7 @@ mod tests {
     #[test]
     fn events_are_queued_signed_and_retried() {
         let mut o = outbox(WebhookFaults::default());
-        o.emit("succeeded", &intent("succeeded"), true, 1_000);
+        o.emit("succeeded", &intent("succeeded").to_string(), true, 1_000);
         assert_eq!(o.next_due(), Some(1_000));
         let due = o.take_due(2_000);
         let kinds: Vec<&str> = due.iter().map(|d| d.event_type.as_str()).collect();
@@ -765,7 +814,7 @@ mod tests {
     fn gives_up_after_max_attempts() {
         let mut o = outbox(WebhookFaults::default());
         o.config.max_attempts = 2;
-        o.emit("succeeded", &intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded").to_string(), false, 0);
         let d = o.take_due(0);
         o.report(d[0].seq, false, 0);
         let d = o.take_due(10_000);
@@ -781,7 +830,7 @@ mod tests {
             ..WebhookFaults::default()
         };
         let mut o = outbox(all(1.0));
-        o.emit("succeeded", &intent("succeeded"), false, 0);
+        o.emit("succeeded", &intent("succeeded").to_string(), false, 0);
         let d = o.take_due(10_000);
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].event_id, d[1].event_id, "the same event twice");
@@ -791,7 +840,7 @@ mod tests {
             dropped: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit("succeeded", &intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded").to_string(), true, 0);
         assert_eq!(o.next_due(), None);
         assert_eq!(o.counts.dropped, 2);
 
@@ -799,7 +848,7 @@ mod tests {
             out_of_order: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit("processing", &intent("processing"), false, 0);
+        o.emit("processing", &intent("processing").to_string(), false, 0);
         assert_eq!(o.next_due(), Some(20_000));
         assert_eq!(o.counts.reordered, 1);
 
@@ -807,7 +856,7 @@ mod tests {
             delayed: 1.0,
             ..WebhookFaults::default()
         });
-        o.emit("processing", &intent("processing"), false, 0);
+        o.emit("processing", &intent("processing").to_string(), false, 0);
         let due = o.next_due().unwrap();
         assert!((1_000..=300_000).contains(&due), "{due}");
         assert_eq!(o.counts.delayed, 1);
@@ -817,7 +866,7 @@ mod tests {
     fn only_the_subscribed_types() {
         let mut o = outbox(WebhookFaults::default());
         o.config.enabled_events = Some(vec!["payment_intent.succeeded".into()]);
-        o.emit("succeeded", &intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded").to_string(), true, 0);
         let d = o.take_due(0);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].event_type, "payment_intent.succeeded");
@@ -851,8 +900,18 @@ mod tests {
         );
         assert!(bridge.enabled(), "no secret needed");
         for i in 0..50 {
-            hook.emit("succeeded", &intent("succeeded"), true, i * 1_000);
-            bridge.emit("succeeded", &intent("succeeded"), true, i * 1_000);
+            hook.emit(
+                "succeeded",
+                &intent("succeeded").to_string(),
+                true,
+                i * 1_000,
+            );
+            bridge.emit(
+                "succeeded",
+                &intent("succeeded").to_string(),
+                true,
+                i * 1_000,
+            );
         }
         assert_eq!(hook.counts, bridge.counts, "the same events and faults");
         let (a, b) = (hook.take_due(i64::MAX), bridge.take_due(i64::MAX));
@@ -904,7 +963,7 @@ mod tests {
     #[test]
     fn nothing_without_a_secret() {
         let mut o = Outbox::new(1, WebhookConfig::default());
-        o.emit("succeeded", &intent("succeeded"), true, 0);
+        o.emit("succeeded", &intent("succeeded").to_string(), true, 0);
         assert_eq!(o.counts.events, 0);
         assert!(o.take_due(1).is_empty());
     }
