@@ -209,13 +209,21 @@ pub struct RequestCounts {
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
 /// PaymentIntents in creation order, in chunks of a fixed size: growing never moves them (a
 /// doubling vector of ten million would copy gigabytes, and hold both copies while it did).
+///
+/// Beside them, the JSON text of recently written ones (direct-mapped by position, a few
+/// thousand): a retrieve soon after a change (the events function checking an event) reads the
+/// text instead of writing it again. Any mutable access to a PaymentIntent drops its text.
 #[derive(Default)]
 struct Intents {
     chunks: Vec<Vec<PaymentIntent>>,
     len: usize,
+    json: Vec<Option<(usize, String)>>,
 }
 
 const CHUNK: usize = 1 << 14;
+
+/// How many PaymentIntents' JSON text [`Intents`] keeps.
+const JSON_SLOTS: usize = 1 << 12;
 
 impl Intents {
     fn len(&self) -> usize {
@@ -235,6 +243,26 @@ impl Intents {
     fn get(&self, at: usize) -> Option<&PaymentIntent> {
         self.chunks.get(at / CHUNK)?.get(at % CHUNK)
     }
+
+    /// The JSON text of the PaymentIntent at `at` (`PaymentIntent::json_string`), kept.
+    fn json(&mut self, at: usize) -> String {
+        if let Some(Some((kept, text))) = self.json.get(at % JSON_SLOTS) {
+            if *kept == at {
+                return text.clone();
+            }
+        }
+        let text = self[at].json_string();
+        self.keep_json(at, &text);
+        text
+    }
+
+    /// Keeps `text` as the JSON of the PaymentIntent at `at`, as it is now.
+    fn keep_json(&mut self, at: usize, text: &str) {
+        if self.json.is_empty() {
+            self.json.resize(JSON_SLOTS, None);
+        }
+        self.json[at % JSON_SLOTS] = Some((at, text.to_owned()));
+    }
 }
 
 impl std::ops::Index<usize> for Intents {
@@ -245,7 +273,13 @@ impl std::ops::Index<usize> for Intents {
 }
 
 impl std::ops::IndexMut<usize> for Intents {
+    /// The PaymentIntent may change: its kept JSON text is dropped.
     fn index_mut(&mut self, at: usize) -> &mut PaymentIntent {
+        if let Some(slot) = self.json.get_mut(at % JSON_SLOTS) {
+            if slot.as_ref().is_some_and(|(kept, _)| *kept == at) {
+                *slot = None;
+            }
+        }
         &mut self.chunks[at / CHUNK][at % CHUNK]
     }
 }
@@ -526,8 +560,9 @@ impl Engine {
                 message,
             }),
         };
-        let saved = created_answer(&pi, json, declined);
         self.pis.push(pi);
+        self.pis.keep_json(at, &json);
+        let saved = created_answer(&self.pis[at], json, declined);
         (
             saved,
             Created(Kept::Created {
@@ -541,7 +576,7 @@ impl Engine {
     pub(crate) fn retrieve(&mut self, id: &str, now_ms: i64) -> Option<String> {
         let at = self.position(id)?;
         self.settle_at(at, now_ms);
-        Some(self.pis[at].json_string())
+        Some(self.pis.json(at))
     }
 
     /// Matching PaymentIntents visible to search (older than the lag),
@@ -556,7 +591,7 @@ impl Engine {
                     return None;
                 }
                 self.settle_at(at, now_ms);
-                Some(self.pis[at].json_string())
+                Some(self.pis.json(at))
             })
             .collect()
     }
@@ -646,5 +681,57 @@ impl Engine {
 
     pub(crate) fn injected(&self) -> BTreeMap<crate::FaultKind, u64> {
         self.faults.injected.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    fn params(pm: &str, order: &str) -> CreateParams {
+        let form: Vec<(String, String)> = [
+            ("amount", "4200"),
+            ("currency", "eur"),
+            ("payment_method", pm),
+            ("confirm", "true"),
+            ("metadata[order_id]", order),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        CreateParams::parse(&form).unwrap()
+    }
+
+    /// The kept JSON text is always the PaymentIntent's as it is now: after a settlement, a
+    /// forced status, and for positions that share a slot.
+    #[test]
+    fn a_retrieve_answers_the_current_state_through_the_kept_text() {
+        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000);
+        let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
+        let id = e.pis[0].id.clone();
+        let text = |e: &mut Engine, now| -> Value {
+            serde_json::from_str(&e.retrieve(&id, now).unwrap()).unwrap()
+        };
+        assert_eq!(text(&mut e, 2_000)["status"], "processing");
+        assert_eq!(text(&mut e, 2_000)["status"], "processing", "kept");
+        assert_eq!(text(&mut e, 61_000)["status"], "succeeded", "settled since");
+        assert!(e.set_status(&id, "canceled", 62_000));
+        assert_eq!(text(&mut e, 62_000)["status"], "canceled");
+        // Positions 0 and JSON_SLOTS share a slot: each still answers its own text.
+        for i in 1..=JSON_SLOTS {
+            e.create(params("pm_card_visa", &format!("o-{i}")), None, 70_000);
+        }
+        let other = e.pis[JSON_SLOTS].id.clone();
+        for _ in 0..2 {
+            assert_eq!(text(&mut e, 80_000)["id"], id.as_str());
+            let o: Value = serde_json::from_str(&e.retrieve(&other, 80_000).unwrap()).unwrap();
+            assert_eq!(o["metadata"]["order_id"], format!("o-{JSON_SLOTS}"));
+        }
+        for at in [0, 1, JSON_SLOTS / 2, JSON_SLOTS] {
+            let pi_id = e.pis[at].id.clone();
+            assert_eq!(e.retrieve(&pi_id, 80_000).unwrap(), e.pis[at].json_string());
+        }
     }
 }
