@@ -375,12 +375,9 @@ impl<'a> Judge<'a> {
         report.payment_intents_created = self.ledger.created();
         let mut orphans: Vec<LedgerRow> = Vec::new();
         self.ledger.each(&mut |row| {
-            let theirs = row
-                .operation_id
-                .as_deref()
-                .is_some_and(|op| !self.ours.contains(op));
+            let theirs = row.operation_id.is_some_and(|op| !self.ours.contains(op));
             if theirs && row.status == "succeeded" {
-                orphans.push(row.clone());
+                orphans.push(LedgerRow::from(row));
             }
         });
         orphans.sort_by(|a, b| a.id.cmp(&b.id));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use charge_once::{Clock, ManualClock};
 use serde_json::{json, Value};
-use stripe_sim::{FaultConfig, FaultKind, RunningSim, SimConfig, StripeSim};
+use stripe_sim::{FaultConfig, FaultKind, LedgerRowView, RunningSim, SimConfig, StripeSim};
 
 use super::faults::{Faults, Kind};
 use super::BoxError;
@@ -20,6 +20,28 @@ pub struct LedgerRow {
     pub operation_id: Option<String>,
     pub idempotency_key: Option<String>,
     pub status: String,
+}
+
+impl LedgerRow {
+    fn view(&self) -> LedgerRowView<'_> {
+        LedgerRowView {
+            id: &self.id,
+            operation_id: self.operation_id.as_deref(),
+            idempotency_key: self.idempotency_key.as_deref(),
+            status: &self.status,
+        }
+    }
+}
+
+impl From<LedgerRowView<'_>> for LedgerRow {
+    fn from(v: LedgerRowView<'_>) -> Self {
+        Self {
+            id: v.id.to_owned(),
+            operation_id: v.operation_id.map(str::to_owned),
+            idempotency_key: v.idempotency_key.map(str::to_owned),
+            status: v.status.to_owned(),
+        }
+    }
 }
 
 impl From<stripe_sim::LedgerEntry> for LedgerRow {
@@ -40,8 +62,8 @@ pub trait Ledger {
     fn created(&self) -> u64;
     /// The PaymentIntents whose `metadata[operation_id]` is `operation_id`, oldest first.
     fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow>;
-    /// Every PaymentIntent, oldest first.
-    fn each(&self, f: &mut dyn FnMut(&LedgerRow));
+    /// Every PaymentIntent, oldest first, borrowed while `f` looks at it.
+    fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>));
 }
 
 /// The ledger of a simulator in this process, read from its engine a piece at a time.
@@ -53,26 +75,16 @@ impl Ledger for LocalLedger {
     }
 
     fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow> {
+        let mut rows = Vec::new();
         self.0
-            .ledger_where("operation_id", operation_id)
-            .into_iter()
-            .map(LedgerRow::from)
-            .collect()
+            .each_ledger_row(Some(("operation_id", operation_id)), &mut |row| {
+                rows.push(LedgerRow::from(row));
+            });
+        rows
     }
 
-    fn each(&self, f: &mut dyn FnMut(&LedgerRow)) {
-        const PAGE: usize = 10_000;
-        let mut from = 0;
-        loop {
-            let page = self.0.ledger_page(from, PAGE);
-            if page.is_empty() {
-                break;
-            }
-            from += page.len();
-            for row in page {
-                f(&LedgerRow::from(row));
-            }
-        }
+    fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>)) {
+        self.0.each_ledger_row(None, f);
     }
 }
 
@@ -106,8 +118,8 @@ impl Ledger for CopiedLedger {
             .unwrap_or_default()
     }
 
-    fn each(&self, f: &mut dyn FnMut(&LedgerRow)) {
-        self.rows.iter().for_each(f);
+    fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>)) {
+        self.rows.iter().for_each(|row| f(row.view()));
     }
 }
 

@@ -195,6 +195,16 @@ pub struct LedgerEntry {
     pub created_ms: i64,
 }
 
+/// A ledger row's identity and state, borrowed from the engine while a reader looks at it
+/// ([`crate::StripeSim::each_ledger_row`]): what [`LedgerEntry`] holds, without copying it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LedgerRowView<'a> {
+    pub id: &'a str,
+    pub operation_id: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    pub status: &'a str,
+}
+
 /// Per-endpoint request counters (authenticated requests only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RequestCounts {
@@ -638,6 +648,38 @@ impl Engine {
             .into_iter()
             .map(|at| self.entry(at, now_ms))
             .collect()
+    }
+
+    /// Calls `f` with each ledger row, borrowed, oldest first (`key`/`value`: only those whose
+    /// `metadata[key]` is `value`), statuses settled as of `now_ms`.
+    pub(crate) fn each_row(
+        &mut self,
+        only: Option<(&str, &str)>,
+        now_ms: i64,
+        f: &mut dyn FnMut(LedgerRowView<'_>),
+    ) {
+        let mut visit = |e: &mut Engine, at: usize| {
+            e.settle_at(at, now_ms);
+            let pi = &e.pis[at];
+            f(LedgerRowView {
+                id: &pi.id,
+                operation_id: pi.params.metadata.get("operation_id").map(String::as_str),
+                idempotency_key: pi.idempotency_key.as_deref(),
+                status: pi.status,
+            });
+        };
+        match only {
+            Some((key, value)) => {
+                for at in self.matching(key, value) {
+                    visit(self, at);
+                }
+            }
+            None => {
+                for at in 0..self.pis.len() {
+                    visit(self, at);
+                }
+            }
+        }
     }
 
     /// The ledger rows from position `from` on, at most `limit`, oldest first.

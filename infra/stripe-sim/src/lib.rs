@@ -77,7 +77,7 @@ use tokio::task::JoinHandle;
 pub use capacity::{Capacity, Capacity429s, CapacityClock, CapacityTokens, CreateLatency};
 pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
-pub use engine::{LedgerEntry, RequestCounts, KEY_TTL_MS};
+pub use engine::{LedgerEntry, LedgerRowView, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::STATUSES;
 pub use webhooks::{
@@ -323,6 +323,18 @@ impl StripeSim {
     pub fn ledger_where(&self, key: &str, value: &str) -> Vec<LedgerEntry> {
         let now = self.now_ms();
         self.engine().ledger_where(key, value, now)
+    }
+
+    /// Calls `f` with every row of the ledger, borrowed, oldest first (`only`: `(key, value)`,
+    /// the PaymentIntents whose `metadata[key]` is `value`), statuses settled: the ledger read
+    /// without copying it. The simulator is held while `f` runs: `f` must not call it.
+    pub fn each_ledger_row(
+        &self,
+        only: Option<(&str, &str)>,
+        f: &mut dyn FnMut(LedgerRowView<'_>),
+    ) {
+        let now = self.now_ms();
+        self.engine().each_row(only, now, f);
     }
 
     /// At most `limit` rows of the ledger from the `from`-th PaymentIntent on (oldest first),
