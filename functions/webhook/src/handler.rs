@@ -551,6 +551,39 @@ mod tests {
         assert_eq!(f.gateway.calls.total(), 0);
     }
 
+    /// The sample events, read as the runtime reads a payload (`serde_path_to_error` over the
+    /// bytes, lambda_runtime's `deserializer`): the EventBridge one is an EventBridge event, the
+    /// HTTP API request is not, and each settles the sample operation.
+    #[tokio::test]
+    async fn the_sample_events_read_as_the_runtime_reads_them() {
+        let read = |name: &str| -> Incoming {
+            let path = format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"));
+            let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&raw))
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let bridge = read("stripe-eventbridge-payment-intent-succeeded.json");
+        assert!(matches!(bridge, Incoming::EventBridge(_)), "{bridge:?}");
+        let http = read("webhook-payment-intent-succeeded.json");
+        assert!(matches!(&http, Incoming::Other(Value::Object(m)) if m.contains_key("body")));
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let out = handle(&f.deps, LambdaEvent::new(bridge, Context::default()))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "succeeded", "{out}");
+        assert_eq!(
+            f.store.get(&op.key()).await.unwrap().unwrap().status,
+            OperationStatus::Succeeded
+        );
+        let out = handle(&f.deps, LambdaEvent::new(http, Context::default()))
+            .await
+            .unwrap();
+        let resp: ApiGatewayV2httpResponse = serde_json::from_value(out).unwrap();
+        // Signed with the sample secret at the fixture's clock; the event is new to the inbox.
+        assert_eq!(resp.status_code, 200, "{:?}", resp.body);
+    }
+
     /// Whatever JSON the runtime hands the function is read, never a deserialization failure:
     /// an EventBridge event of the wrong shape is the function's own `unreadable` (a failed
     /// invocation, counted), anything else without `detail-type` a 400.
