@@ -32,7 +32,7 @@ use charge_once::ports::{
     Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
     OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule, StoreError,
 };
-use charge_once::webhook::wire::EventFields;
+use charge_once::webhook::wire::{EventFields, Shaped};
 use charge_once::webhook::{EventBridgeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::{Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent};
 use lambda_runtime::{Context, LambdaEvent};
@@ -654,16 +654,14 @@ impl Webhooks {
 /// (the function reads the signed bytes itself).
 enum Read {
     EventBridge(EventBridgeEvent),
-    Webhook(EventFields),
+    Webhook(Option<Shaped<EventFields>>),
 }
 
 impl Read {
     fn of(d: &Delivery) -> Self {
         match d.mode {
             DeliveryMode::EventBridge => Read::EventBridge(read_envelope(&d.body)),
-            DeliveryMode::Webhook => {
-                Read::Webhook(serde_json::from_str(&d.body).unwrap_or_default())
-            }
+            DeliveryMode::Webhook => Read::Webhook(serde_json::from_str(&d.body).ok()),
         }
     }
 
@@ -671,7 +669,7 @@ impl Read {
     fn event(&self) -> Option<&EventFields> {
         match self {
             Read::EventBridge(e) => e.detail(),
-            Read::Webhook(e) => Some(e),
+            Read::Webhook(e) => e.as_ref()?.object(),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::domain::{OperationId, OrderId, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, PaymentIntentStatus};
 
-use super::wire::{DataFields, EventBridgeEvent, EventFields};
+use super::wire::{DataFields, EventBridgeEvent, EventFields, Shaped};
 
 /// The event types the endpoint acts on (the ones to select in Stripe's dashboard).
 pub const HANDLED_TYPES: &[&str] = &[
@@ -57,7 +57,7 @@ impl StripeEvent {
     /// Reads a (verified) body. Fields this code does not use are skipped unread
     /// ([`super::wire`]); a PaymentIntent event without a readable intent is an error.
     pub fn parse(body: &[u8]) -> Result<Self, EventParseError> {
-        let fields: EventFields =
+        let fields: Shaped<EventFields> =
             serde_json::from_slice(body).map_err(|e| EventParseError(e.to_string()))?;
         Self::from_fields(fields)
     }
@@ -106,12 +106,10 @@ impl StripeEvent {
         Ok(event)
     }
 
-    fn from_fields(wire: EventFields) -> Result<Self, EventParseError> {
-        if let Some(kind) = wire.not_object {
-            return Err(EventParseError(format!(
-                "the event is {kind}, not an object"
-            )));
-        }
+    fn from_fields(wire: Shaped<EventFields>) -> Result<Self, EventParseError> {
+        let wire = wire
+            .into_object()
+            .map_err(|kind| EventParseError(format!("the event is {kind}, not an object")))?;
         let id = wire.id.required("id").map_err(EventParseError)?;
         let event_type = wire.event_type.required("type").map_err(EventParseError)?;
         if !id.starts_with("evt_") || id.len() > 255 {
@@ -133,23 +131,22 @@ impl StripeEvent {
     }
 
     /// The PaymentIntent of a `payment_intent.*` event.
-    fn intent(data: Option<DataFields>) -> Result<EventIntent, String> {
+    fn intent(data: Option<Shaped<DataFields>>) -> Result<EventIntent, String> {
         let object = data
-            .filter(|d| d.not_object.is_none())
+            .and_then(|d| d.into_object().ok())
             .and_then(|d| d.object)
-            .ok_or("missing")?;
-        if let Some(kind) = object.not_object {
-            return Err(format!("{kind}, not an object"));
-        }
+            .ok_or("missing")?
+            .into_object()
+            .map_err(|kind| format!("{kind}, not an object"))?;
         let id = object.id.required("id")?;
         let id = PaymentIntentId::parse(&id).map_err(|e| format!("`id`: {e}"))?;
         let status = object.status.required("status")?;
         let (order_id, operation_id) = match object.metadata {
             None => (None, None),
             Some(meta) => {
-                if let Some(kind) = meta.not_object {
-                    return Err(format!("`metadata` is {kind}, not an object"));
-                }
+                let meta = meta
+                    .into_object()
+                    .map_err(|kind| format!("`metadata` is {kind}, not an object"))?;
                 (
                     meta.order_id.as_str().and_then(|v| OrderId::parse(v).ok()),
                     meta.operation_id

@@ -98,29 +98,55 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// A JSON object read into `Self` field by field; any other value is kept as its kind.
+/// A JSON object read into `Self` field by field ([`Shaped`]).
 trait Fields: Default {
     /// The keys read, in the order [`Fields::set`] numbers them.
     const KEYS: &'static [&'static str];
     /// Reads the value of `KEYS[key]`, replacing an earlier one.
     fn set<'de, A: MapAccess<'de>>(&mut self, key: usize, map: &mut A) -> Result<(), A::Error>;
-    fn not_object(kind: &'static str) -> Self;
 }
 
-/// Reads a [`Fields`] from any JSON value.
+/// A JSON value read as an object's [`Fields`], or what it was instead (`"null"`, `"a string"`, …).
+#[derive(Debug, Clone)]
+pub enum Shaped<T> {
+    Object(T),
+    Not(&'static str),
+}
+
+impl<T> Shaped<T> {
+    /// The object, if it was one.
+    pub fn object(&self) -> Option<&T> {
+        match self {
+            Shaped::Object(t) => Some(t),
+            Shaped::Not(_) => None,
+        }
+    }
+
+    /// The object, or what the value was instead.
+    pub(super) fn into_object(self) -> Result<T, &'static str> {
+        match self {
+            Shaped::Object(t) => Ok(t),
+            Shaped::Not(kind) => Err(kind),
+        }
+    }
+}
+
+impl<'de, T: Fields> Deserialize<'de> for Shaped<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(FieldsVisitor(PhantomData))
+    }
+}
+
+/// Reads a [`Shaped`] from any JSON value.
 struct FieldsVisitor<T>(PhantomData<T>);
 
-fn read_fields<'de, T: Fields, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
-    d.deserialize_any(FieldsVisitor(PhantomData))
-}
-
 impl<'de, T: Fields> Visitor<'de> for FieldsVisitor<T> {
-    type Value = T;
+    type Value = Shaped<T>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shaped<T>, A::Error> {
         let mut out = T::default();
         while let Some(key) = map.next_key_seed(KeyIndex(T::KEYS))? {
             match key {
@@ -130,35 +156,35 @@ impl<'de, T: Fields> Visitor<'de> for FieldsVisitor<T> {
                 }
             }
         }
-        Ok(out)
+        Ok(Shaped::Object(out))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
-        Ok(T::not_object("a string"))
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("a string"))
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
-        Ok(T::not_object("a boolean"))
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("a boolean"))
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<T, E> {
-        Ok(T::not_object("a number"))
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("a number"))
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
-        Ok(T::not_object("a number"))
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("a number"))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<T, E> {
-        Ok(T::not_object("a number"))
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("a number"))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<T, E> {
-        Ok(T::not_object("null"))
+    fn visit_unit<E: de::Error>(self) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("null"))
     }
-    fn visit_none<E: de::Error>(self) -> Result<T, E> {
-        Ok(T::not_object("null"))
+    fn visit_none<E: de::Error>(self) -> Result<Shaped<T>, E> {
+        Ok(Shaped::Not("null"))
     }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        read_fields(d)
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Shaped<T>, D::Error> {
+        Shaped::deserialize(d)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shaped<T>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(T::not_object("an array"))
+        Ok(Shaped::Not("an array"))
     }
 }
 
@@ -184,33 +210,22 @@ impl<'de> Visitor<'de> for KeyIndex {
 }
 
 /// A value a [`Fields`] keeps: present (of any shape) or not.
-fn next<'de, T: Fields, A: MapAccess<'de>>(map: &mut A) -> Result<Option<T>, A::Error> {
-    map.next_value_seed(Seed(PhantomData)).map(Some)
-}
-
-struct Seed<T>(PhantomData<T>);
-
-impl<'de, T: Fields> DeserializeSeed<'de> for Seed<T> {
-    type Value = T;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        read_fields(d)
-    }
+fn next<'de, T: Fields, A: MapAccess<'de>>(map: &mut A) -> Result<Option<Shaped<T>>, A::Error> {
+    map.next_value().map(Some)
 }
 
 /// A Stripe event (a webhook body, or an EventBridge event's `detail`).
 #[derive(Debug, Clone, Default)]
 pub struct EventFields {
-    pub(super) not_object: Option<&'static str>,
     pub(super) id: Text,
     pub(super) event_type: Text,
-    pub(super) data: Option<DataFields>,
+    pub(super) data: Option<Shaped<DataFields>>,
 }
 
 impl EventFields {
     /// `data.object`, if it is an object.
     fn object(&self) -> Option<&ObjectFields> {
-        let data = self.data.as_ref().filter(|d| d.not_object.is_none())?;
-        data.object.as_ref().filter(|o| o.not_object.is_none())
+        self.data.as_ref()?.object()?.object.as_ref()?.object()
     }
 
     /// `data.object.status`, if a string.
@@ -220,9 +235,12 @@ impl EventFields {
 
     /// `data.object.metadata.order_id`, if a string (unchecked).
     pub fn order_id(&self) -> Option<&str> {
-        let meta = self.object()?.metadata.as_ref()?;
-        meta.not_object.is_none().then_some(())?;
-        meta.order_id.as_str()
+        self.object()?
+            .metadata
+            .as_ref()?
+            .object()?
+            .order_id
+            .as_str()
     }
 }
 
@@ -236,24 +254,11 @@ impl Fields for EventFields {
         }
         Ok(())
     }
-    fn not_object(kind: &'static str) -> Self {
-        Self {
-            not_object: Some(kind),
-            ..Self::default()
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for EventFields {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        read_fields(d)
-    }
 }
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct DataFields {
-    pub(super) not_object: Option<&'static str>,
-    pub(super) object: Option<ObjectFields>,
+    pub(super) object: Option<Shaped<ObjectFields>>,
 }
 
 impl Fields for DataFields {
@@ -262,21 +267,14 @@ impl Fields for DataFields {
         self.object = next(map)?;
         Ok(())
     }
-    fn not_object(kind: &'static str) -> Self {
-        Self {
-            not_object: Some(kind),
-            ..Self::default()
-        }
-    }
 }
 
 /// `data.object`: for a `payment_intent.*` event, the PaymentIntent.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ObjectFields {
-    pub(super) not_object: Option<&'static str>,
     pub(super) id: Text,
     pub(super) status: Text,
-    pub(super) metadata: Option<MetadataFields>,
+    pub(super) metadata: Option<Shaped<MetadataFields>>,
 }
 
 impl Fields for ObjectFields {
@@ -289,17 +287,10 @@ impl Fields for ObjectFields {
         }
         Ok(())
     }
-    fn not_object(kind: &'static str) -> Self {
-        Self {
-            not_object: Some(kind),
-            ..Self::default()
-        }
-    }
 }
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct MetadataFields {
-    pub(super) not_object: Option<&'static str>,
     pub(super) order_id: Text,
     pub(super) operation_id: Text,
 }
@@ -313,12 +304,6 @@ impl Fields for MetadataFields {
         }
         Ok(())
     }
-    fn not_object(kind: &'static str) -> Self {
-        Self {
-            not_object: Some(kind),
-            ..Self::default()
-        }
-    }
 }
 
 /// An EventBridge event, as far as the events function reads it: `source`, `detail-type` and
@@ -326,10 +311,11 @@ impl Fields for MetadataFields {
 /// (the events function's `Incoming`), or with [`EventBridgeEvent::deserialize`].
 #[derive(Debug, Clone, Default)]
 pub struct EventBridgeEvent {
+    /// Set when the payload was not an object: what it was.
     pub(super) not_object: Option<&'static str>,
     pub(super) source: Text,
     pub(super) detail_type: Text,
-    pub(super) detail: Option<EventFields>,
+    pub(super) detail: Option<Shaped<EventFields>>,
 }
 
 impl EventBridgeEvent {
@@ -355,9 +341,9 @@ impl EventBridgeEvent {
         !self.detail_type.is_missing()
     }
 
-    /// The Stripe event in `detail`, if it is there.
+    /// The Stripe event in `detail`, if it is there and an object.
     pub fn detail(&self) -> Option<&EventFields> {
-        self.detail.as_ref()
+        self.detail.as_ref()?.object()
     }
 }
 
@@ -371,16 +357,16 @@ impl Fields for EventBridgeEvent {
         }
         Ok(())
     }
-    fn not_object(kind: &'static str) -> Self {
-        Self {
-            not_object: Some(kind),
-            ..Self::default()
-        }
-    }
 }
 
 impl<'de> Deserialize<'de> for EventBridgeEvent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        read_fields(d)
+        Ok(match Shaped::deserialize(d)? {
+            Shaped::Object(event) => event,
+            Shaped::Not(kind) => EventBridgeEvent {
+                not_object: Some(kind),
+                ..EventBridgeEvent::default()
+            },
+        })
     }
 }
