@@ -44,17 +44,6 @@ impl From<LedgerRowView<'_>> for LedgerRow {
     }
 }
 
-impl From<stripe_sim::LedgerEntry> for LedgerRow {
-    fn from(e: stripe_sim::LedgerEntry) -> Self {
-        Self {
-            id: e.id,
-            operation_id: e.operation_id,
-            idempotency_key: e.idempotency_key,
-            status: e.status,
-        }
-    }
-}
-
 /// Stripe's ledger as the judge reads it: one operation's PaymentIntents at a time, and every
 /// PaymentIntent in creation order — never the whole ledger copied at once (10 million rows).
 pub trait Ledger {

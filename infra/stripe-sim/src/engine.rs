@@ -642,14 +642,6 @@ impl Engine {
             .collect()
     }
 
-    /// The PaymentIntents whose `metadata[key]` is `value`, oldest first.
-    pub(crate) fn ledger_where(&mut self, key: &str, value: &str, now_ms: i64) -> Vec<LedgerEntry> {
-        self.matching(key, value)
-            .into_iter()
-            .map(|at| self.entry(at, now_ms))
-            .collect()
-    }
-
     /// Calls `f` with each ledger row, borrowed, oldest first (`key`/`value`: only those whose
     /// `metadata[key]` is `value`), statuses settled as of `now_ms`.
     pub(crate) fn each_row(
@@ -680,19 +672,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    /// The ledger rows from position `from` on, at most `limit`, oldest first.
-    pub(crate) fn ledger_page(
-        &mut self,
-        from: usize,
-        limit: usize,
-        now_ms: i64,
-    ) -> Vec<LedgerEntry> {
-        let end = self.pis.len().min(from.saturating_add(limit));
-        (from.min(end)..end)
-            .map(|at| self.entry(at, now_ms))
-            .collect()
     }
 
     /// PaymentIntents created so far.

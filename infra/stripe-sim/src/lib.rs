@@ -318,13 +318,6 @@ impl StripeSim {
         self.engine().ledger(now)
     }
 
-    /// The PaymentIntents whose `metadata[key]` is `value` (oldest first), statuses settled: one
-    /// operation's PaymentIntents, without copying the whole ledger.
-    pub fn ledger_where(&self, key: &str, value: &str) -> Vec<LedgerEntry> {
-        let now = self.now_ms();
-        self.engine().ledger_where(key, value, now)
-    }
-
     /// Calls `f` with every row of the ledger, borrowed, oldest first (`only`: `(key, value)`,
     /// the PaymentIntents whose `metadata[key]` is `value`), statuses settled: the ledger read
     /// without copying it. The simulator is held while `f` runs: `f` must not call it.
@@ -335,13 +328,6 @@ impl StripeSim {
     ) {
         let now = self.now_ms();
         self.engine().each_row(only, now, f);
-    }
-
-    /// At most `limit` rows of the ledger from the `from`-th PaymentIntent on (oldest first),
-    /// statuses settled: the ledger a page at a time.
-    pub fn ledger_page(&self, from: usize, limit: usize) -> Vec<LedgerEntry> {
-        let now = self.now_ms();
-        self.engine().ledger_page(from, limit, now)
     }
 
     /// How many PaymentIntents were ever created.
