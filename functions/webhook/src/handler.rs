@@ -44,12 +44,13 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{emf_line_classed, sent_to_review_line, ErrorChain};
+use charge_once::webhook::wire::{read_object, ObjectReader};
 use charge_once::webhook::{
     receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
     WebhookDeps, WebhookReport, MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, Deserializer, MapAccess};
 use serde_json::{json, Value};
 use tracing::{info, Instrument};
 
@@ -93,19 +94,16 @@ pub enum Incoming {
 
 impl<'de> Deserialize<'de> for Incoming {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(IncomingVisitor)
+        read_object(d, IncomingReader)
     }
 }
 
-struct IncomingVisitor;
+struct IncomingReader;
 
-impl<'de> Visitor<'de> for IncomingVisitor {
-    type Value = Incoming;
+impl<'de> ObjectReader<'de> for IncomingReader {
+    type Out = Incoming;
 
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
         let mut event = EventBridgeEvent::default();
         let mut rest = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
@@ -119,27 +117,9 @@ impl<'de> Visitor<'de> for IncomingVisitor {
             Incoming::Other(Value::Object(rest))
         })
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Incoming, E> {
-        Ok(Incoming::Other(Value::Null))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Incoming, A::Error> {
-        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(Incoming::Other(Value::Null))
+
+    fn not_object(self, _: &'static str) -> Incoming {
+        Incoming::Other(Value::Null)
     }
 }
 

@@ -133,20 +133,17 @@ impl<T> Shaped<T> {
 
 impl<'de, T: Fields> Deserialize<'de> for Shaped<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(FieldsVisitor(PhantomData))
+        read_object(d, FieldsReader(PhantomData))
     }
 }
 
-/// Reads a [`Shaped`] from any JSON value.
-struct FieldsVisitor<T>(PhantomData<T>);
+/// Reads `T`'s [`Fields`] from an object, skipping every other key.
+struct FieldsReader<T>(PhantomData<T>);
 
-impl<'de, T: Fields> Visitor<'de> for FieldsVisitor<T> {
-    type Value = Shaped<T>;
+impl<'de, T: Fields> ObjectReader<'de> for FieldsReader<T> {
+    type Out = Shaped<T>;
 
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shaped<T>, A::Error> {
+    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Shaped<T>, A::Error> {
         let mut out = T::default();
         while let Some(key) = map.next_key_seed(KeyIndex(T::KEYS))? {
             match key {
@@ -158,33 +155,67 @@ impl<'de, T: Fields> Visitor<'de> for FieldsVisitor<T> {
         }
         Ok(Shaped::Object(out))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("a string"))
+
+    fn not_object(self, kind: &'static str) -> Shaped<T> {
+        Shaped::Not(kind)
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("a boolean"))
+}
+
+/// A reader of a JSON object that takes any JSON value ([`read_object`]): an object is read
+/// by [`ObjectReader::object`], anything else (skipped) is named by its kind (`"null"`,
+/// `"a string"`, `"an array"`, …).
+pub trait ObjectReader<'de>: Sized {
+    type Out;
+    fn object<A: MapAccess<'de>>(self, map: A) -> Result<Self::Out, A::Error>;
+    fn not_object(self, kind: &'static str) -> Self::Out;
+}
+
+/// Reads any JSON value with `reader`: never an error for a value of the wrong shape.
+pub fn read_object<'de, D: Deserializer<'de>, R: ObjectReader<'de>>(
+    d: D,
+    reader: R,
+) -> Result<R::Out, D::Error> {
+    d.deserialize_any(ObjectVisitor(reader))
+}
+
+struct ObjectVisitor<R>(R);
+
+impl<'de, R: ObjectReader<'de>> Visitor<'de> for ObjectVisitor<R> {
+    type Value = R::Out;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("a number"))
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<R::Out, A::Error> {
+        self.0.object(map)
     }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("a number"))
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<R::Out, E> {
+        Ok(self.0.not_object("a string"))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("a number"))
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<R::Out, E> {
+        Ok(self.0.not_object("a boolean"))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("null"))
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<R::Out, E> {
+        Ok(self.0.not_object("a number"))
     }
-    fn visit_none<E: de::Error>(self) -> Result<Shaped<T>, E> {
-        Ok(Shaped::Not("null"))
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<R::Out, E> {
+        Ok(self.0.not_object("a number"))
     }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Shaped<T>, D::Error> {
-        Shaped::deserialize(d)
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<R::Out, E> {
+        Ok(self.0.not_object("a number"))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shaped<T>, A::Error> {
+    fn visit_unit<E: de::Error>(self) -> Result<R::Out, E> {
+        Ok(self.0.not_object("null"))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<R::Out, E> {
+        Ok(self.0.not_object("null"))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<R::Out, D::Error> {
+        read_object(d, self.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<R::Out, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Shaped::Not("an array"))
+        Ok(self.0.not_object("an array"))
     }
 }
 
