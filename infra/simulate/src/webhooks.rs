@@ -472,13 +472,13 @@ impl Webhooks {
             return;
         }
         let req = webhook::handler::delivery_request(&d.body, &d.signature);
-        self.claim(Some(&d.body), DeliveryMode::Webhook);
+        self.claim(Some((&d.body, DeliveryMode::Webhook)));
         let resp = webhook::handler::handle_http(
             &self.function,
             LambdaEvent::new(req, Context::default()),
         )
         .await;
-        self.claim(None, DeliveryMode::EventBridge);
+        self.claim(None);
         let status = u16::try_from(resp.status_code).unwrap_or(0);
         self.count(format!("http_{status}"));
         self.trace.event(
@@ -507,13 +507,13 @@ impl Webhooks {
     /// a failure is retried as Lambda does, then dead-lettered.
     async fn invoke(&self, inv: Invocation, payload: Option<EventBridgeEvent>) {
         let payload = payload.unwrap_or_else(|| read_envelope(&inv.envelope));
-        self.claim(Some(&inv.envelope), DeliveryMode::EventBridge);
+        self.claim(Some((&inv.envelope, DeliveryMode::EventBridge)));
         let result = webhook::handler::handle_eventbridge(
             &self.function,
             LambdaEvent::new(payload, Context::default()),
         )
         .await;
-        self.claim(None, DeliveryMode::EventBridge);
+        self.claim(None);
         let (ok, outcome) = match &result {
             Ok(v) => (true, v["outcome"].as_str().unwrap_or("").to_owned()),
             Err(e) => (false, e.outcome.to_owned()),
@@ -561,11 +561,11 @@ impl Webhooks {
     }
 
     /// Sets (or, with `None`, clears) what `trust-event-payload`'s `retrieve` answers with: the
-    /// PaymentIntent the event in hand (its delivery's `body`) carries.
-    fn claim(&self, body: Option<&str>, mode: DeliveryMode) {
+    /// PaymentIntent the event in hand (its delivery's body, sent in that mode) carries.
+    fn claim(&self, delivery: Option<(&str, DeliveryMode)>) {
         if let Some(claimed) = &self.claimed {
-            let pi = body
-                .map(|body| parse_in(body, mode))
+            let pi = delivery
+                .map(|(body, mode)| parse_in(body, mode))
                 .and_then(|e| serde_json::to_vec(&e["data"]["object"]).ok())
                 .and_then(|body| {
                     charge_once::adapters::stripe::parse_payment_intent(&body, false).ok()
