@@ -23,7 +23,7 @@
 //! instead of failing, as `DynamoStore` does. An operator repairs it [`REPAIR_AFTER`] later
 //! ([`SimStore::repair_due`], called by the driver): the attribute is restored, nothing else moved.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -355,10 +355,11 @@ struct Table {
     /// The slot each operation id was minted in (also after its record was replaced).
     by_operation_id: FxHashMap<OperationId, u32>,
     strings: Interner,
-    /// Unsettled, due, not in review.
-    automatic: BTreeSet<Position>,
-    /// Unsettled, waiting for a person.
-    review: BTreeSet<Position>,
+    /// Unsettled, due, not in review: each position with its record's slot (a page reads the
+    /// record there, without looking its key up again).
+    automatic: BTreeMap<Position, u32>,
+    /// Unsettled, waiting for a person (with the slot, as `automatic`).
+    review: BTreeMap<Position, u32>,
     /// The outcomes published by operations that stopped being their order's record (an
     /// unconditional put replaced them); a current operation's are in its slot.
     replaced_published: FxHashMap<OperationId, Published>,
@@ -487,11 +488,20 @@ impl Table {
     fn index(&mut self, at: usize) {
         let slot = &self.slots[at];
         if let Some((review, pos)) = slot.record.position(&slot.key) {
+            let at = u32::try_from(at).unwrap_or(NO_SLOT);
             if review {
-                self.review.insert(pos);
+                self.review.insert(pos, at);
             } else {
-                self.automatic.insert(pos);
+                self.automatic.insert(pos, at);
             }
+        }
+    }
+
+    /// The record in slot `at` (the slot of `key`), unless it cannot be read.
+    fn read_at(&self, key: &OperationKey, at: u32) -> Result<Operation, StoreError> {
+        match self.unreadable.get(key) {
+            Some(bad) => Err(bad.error()),
+            None => Ok(self.unpack(at as usize)),
         }
     }
 
@@ -733,12 +743,11 @@ impl SimStore {
         let page = page.max(1);
         let t = self.lock();
         let mut found = None;
-        for (i, (_, key)) in t.automatic.iter().enumerate() {
+        for (i, ((_, key), at)) in t.automatic.iter().enumerate() {
             if t.unreadable.contains_key(key) {
                 continue;
             }
-            let Some(at) = t.slot(key) else { continue };
-            let record = &t.slots[at].record;
+            let record = &t.slots[*at as usize].record;
             if !unreachable(&record.operation_id) {
                 found = Some((i, record.next_due_at));
                 break;
@@ -1016,9 +1025,9 @@ impl OperationStore for SimStore {
             None => Bound::Unbounded,
         };
         let limit = limit.max(1);
-        let mut positions: Vec<&Position> = set
+        let mut positions: Vec<(&Position, &u32)> = set
             .range((lower, Bound::Unbounded))
-            .take_while(|(due, _)| match query {
+            .take_while(|((due, _), _)| match query {
                 IndexQuery::DueBy(now) => *due <= now.as_millis(),
                 _ => true,
             })
@@ -1027,7 +1036,7 @@ impl OperationStore for SimStore {
         let more = positions.len() > limit;
         positions.truncate(limit);
         let next = if more {
-            positions.last().map(|p| encode_cursor(p))
+            positions.last().map(|(p, _)| encode_cursor(p))
         } else {
             None
         };
@@ -1035,10 +1044,9 @@ impl OperationStore for SimStore {
         // `DynamoStore` does: it never stops the rest of the page.
         let mut operations = Vec::with_capacity(positions.len());
         let mut unreadable = Vec::new();
-        for (_, key) in &positions {
-            match t.read(key) {
-                Ok(Some(op)) => operations.push(op),
-                Ok(None) => {}
+        for ((_, key), at) in &positions {
+            match t.read_at(key, **at) {
+                Ok(op) => operations.push(op),
                 Err(e) => unreadable.push(UnreadableRecord {
                     key: e.unreadable.clone().unwrap_or_default(),
                     reason: charge_once::telemetry::ErrorChain(&e).to_string(),
@@ -1055,7 +1063,7 @@ impl OperationStore for SimStore {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use charge_once::adapters::dynamodb::schema;
     use charge_once::{

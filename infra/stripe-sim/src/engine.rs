@@ -162,13 +162,45 @@ fn created_answer(pi: &PaymentIntent, json: String, declined: Option<Decline>) -
             body: Bytes::from(json),
             should_retry: None,
         },
-        Some(d) => Saved::from_error(&ApiError::card_declined(
-            d.code,
-            d.decline_code,
-            d.message,
-            pi.to_json(),
-            pi.latest_charge.clone(),
-        )),
+        Some(d) => declined_answer(pi, d),
+    }
+}
+
+/// A declined create's `402 card_error` carrying the PaymentIntent, written directly: byte for
+/// byte `Saved::from_error(&ApiError::card_declined(..))` (its `serde_json::Map` sorts the keys,
+/// as here), without building the PaymentIntent as a `Value` tree first.
+fn declined_answer(pi: &PaymentIntent, d: Decline) -> Saved {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        error: CardErrorJson<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct CardErrorJson<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        charge: Option<&'a str>,
+        code: &'static str,
+        decline_code: &'static str,
+        doc_url: String,
+        message: &'static str,
+        payment_intent: crate::pi::PaymentIntentJson<'a>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+    let body = Body {
+        error: CardErrorJson {
+            charge: pi.latest_charge.as_deref(),
+            code: d.code,
+            decline_code: d.decline_code,
+            doc_url: crate::wire::doc_url(d.code),
+            message: d.message,
+            payment_intent: pi.view(),
+            kind: "card_error",
+        },
+    };
+    Saved {
+        status: 402,
+        body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+        should_retry: None,
     }
 }
 
@@ -723,6 +755,50 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         CreateParams::parse(&form).unwrap()
+    }
+
+    /// A declined create's answer, written directly, is byte for byte what the `ApiError` path
+    /// wrote from a `Value` of the PaymentIntent: for each decline card, with and without a charge.
+    #[test]
+    fn a_declined_answer_is_the_api_errors_text() {
+        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000);
+        for pm in [
+            "pm_card_chargeDeclined",
+            "pm_card_chargeDeclinedInsufficientFunds",
+        ] {
+            let (saved, _) = e.create(params(pm, "o-\"q\u{e9}"), Some("k"), 1_000);
+            let at = e.pis.len() - 1;
+            for charge in [e.pis[at].latest_charge.clone(), None] {
+                e.pis[at].latest_charge = charge;
+                let pi = &e.pis[at];
+                let (code, decline_code, message) = match crate::pi::test_card(pm) {
+                    Some(crate::pi::TestCard::Declined {
+                        decline_code,
+                        message,
+                    }) => ("card_declined", decline_code, message),
+                    _ => unreachable!(),
+                };
+                let d = Decline {
+                    code,
+                    decline_code,
+                    message,
+                };
+                let old = Saved::from_error(&ApiError::card_declined(
+                    code,
+                    decline_code,
+                    message,
+                    pi.to_json(),
+                    pi.latest_charge.clone(),
+                ));
+                let new = declined_answer(pi, d);
+                assert_eq!(
+                    std::str::from_utf8(&new.body).unwrap(),
+                    std::str::from_utf8(&old.body).unwrap()
+                );
+                assert_eq!((new.status, new.should_retry), (old.status, old.should_retry));
+            }
+            assert_eq!(saved.status, 402);
+        }
     }
 
     /// The kept JSON text is always the PaymentIntent's as it is now: after a settlement, a

@@ -463,7 +463,9 @@ impl PaymentIntent {
         }
     }
 
-    /// Stripe's JSON representation.
+    /// Stripe's JSON representation as a `Value` tree: the oracle the tests hold the directly
+    /// written texts ([`PaymentIntent::json_string`], a decline's answer) to.
+    #[cfg(test)]
     pub(crate) fn to_json(&self) -> Value {
         let p = &self.params;
         let next_action = (self.status == "requires_action").then(|| {

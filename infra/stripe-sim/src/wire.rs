@@ -185,10 +185,7 @@ impl ApiError {
             e.insert("code".into(), json!(c));
             e.insert(
                 "doc_url".into(),
-                json!(format!(
-                    "https://stripe.com/docs/error-codes/{}",
-                    c.replace('_', "-")
-                )),
+                json!(doc_url(c)),
             );
         }
         if let Some(p) = &self.param {
@@ -203,6 +200,14 @@ impl ApiError {
         }
         json!({ "error": e })
     }
+}
+
+/// `error.doc_url` for an error code.
+pub(crate) fn doc_url(code: &str) -> String {
+    format!(
+        "https://stripe.com/docs/error-codes/{}",
+        code.replace('_', "-")
+    )
 }
 
 /// Masks an API key: keeps the `sk_test_`-style prefix and the last 4
