@@ -490,20 +490,28 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
         reason: "unparseable",
         detail: "no body".into(),
     })?;
-    // The version first, so a future message shape is named as such, not as garbage.
-    let version = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
-    if let Some(v) = version.filter(|v| *v != u64::from(ChargeMessage::VERSION)) {
-        return Err(Poison {
-            reason: "unsupported_version",
-            detail: format!("unsupported message version {v}"),
-        });
+    let unsupported = |v: u64| Poison {
+        reason: "unsupported_version",
+        detail: format!("unsupported message version {v}"),
+    };
+    match serde_json::from_str::<ChargeMessage>(body) {
+        Ok(message) if message.v == ChargeMessage::VERSION => Ok(message),
+        Ok(message) => Err(unsupported(u64::from(message.v))),
+        Err(e) => {
+            // A future message shape is named as such, not as garbage: its version, where the
+            // body is JSON with a numeric `v` (read only for a body that is not this version's).
+            let version = serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
+            match version.filter(|v| *v != u64::from(ChargeMessage::VERSION)) {
+                Some(v) => Err(unsupported(v)),
+                None => Err(Poison {
+                    reason: "unparseable",
+                    detail: format!("not a charge message: {e}"),
+                }),
+            }
+        }
     }
-    serde_json::from_str(body).map_err(|e| Poison {
-        reason: "unparseable",
-        detail: format!("not a charge message: {e}"),
-    })
 }
 
 #[cfg(test)]
@@ -1329,6 +1337,66 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// The parse before the typed-first order (the version read from a `Value` of every body):
+    /// the reference the reader is held to.
+    fn parse_value_first(body: &str) -> Result<ChargeMessage, Poison> {
+        let version = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
+        if let Some(v) = version.filter(|v| *v != u64::from(ChargeMessage::VERSION)) {
+            return Err(Poison {
+                reason: "unsupported_version",
+                detail: format!("unsupported message version {v}"),
+            });
+        }
+        serde_json::from_str(body).map_err(|e| Poison {
+            reason: "unparseable",
+            detail: format!("not a charge message: {e}"),
+        })
+    }
+
+    /// The typed message is read first and a body's version only when it is not this
+    /// version's: every answer (message, reason, detail) is the value-first parse's.
+    #[test]
+    fn a_body_gets_the_same_answer_read_typed_first() {
+        let op = "6f1c2a4e-8a3b-4c5d-9e0f-112233445566";
+        let fields = format!(r#""operation_id":"{op}","order_id":"ord-1","kind":"charge""#);
+        let bodies = [
+            format!(r#"{{"v":1,{fields}}}"#),
+            format!(r#"{{{fields},"v":1}}"#),
+            format!(r#"{{"v":2,{fields}}}"#),
+            format!(r#"{{"v":4294967296,{fields}}}"#),
+            format!(r#"{{"v":1.0,{fields}}}"#),
+            format!(r#"{{"v":"1",{fields}}}"#),
+            format!(r#"{{"v":-1,{fields}}}"#),
+            format!(r#"{{"v":1,"v":2,{fields}}}"#),
+            format!(r#"{{"v":1,{fields},"extra":[1,2]}}"#),
+            format!(r#"{{"v":1,{fields},"kind":"refund"}}"#),
+            r#"{"v":3}"#.to_owned(),
+            r#"{"v":1}"#.to_owned(),
+            r#"{"operation_id":"not-a-uuid","order_id":"ord-1","kind":"charge","v":1}"#.to_owned(),
+            format!(r#"[1,"{op}","ord-1","charge"]"#),
+            "{not json".to_owned(),
+            String::new(),
+            "null".to_owned(),
+            "7".to_owned(),
+        ];
+        for body in &bodies {
+            let mut r = batch().records[0].clone();
+            r.body = Some(body.clone());
+            let new = parse(&r).map_err(|p| (p.reason, p.detail));
+            let old = parse_value_first(body).map_err(|p| (p.reason, p.detail));
+            assert_eq!(new, old, "{body}");
+        }
+        // The one difference, on purpose: serde also reads a message from an array, and the
+        // value-first parse, finding no `v` key there, let a version-2 message through as a
+        // charge. Read typed first, the version is checked whatever the form.
+        let mut r = batch().records[0].clone();
+        r.body = Some(format!(r#"[2,"{op}","ord-1","charge"]"#));
+        assert!(parse_value_first(r.body.as_deref().unwrap()).is_ok_and(|m| m.v == 2));
+        assert!(parse(&r).is_err_and(|p| p.reason == "unsupported_version"));
     }
 
     #[test]

@@ -90,6 +90,12 @@ type Backing = (
     Option<Arc<store::SimStore>>,
 );
 
+/// What to size the simulated store's and Stripe's maps for up front: one entry per order and
+/// a tenth more (replaced records, pruned keys), so a long run does not rehash millions of them.
+fn capacity_for(orders: u64) -> usize {
+    usize::try_from(orders.saturating_add(orders / 10)).unwrap_or(usize::MAX)
+}
+
 /// A real queue's `ChangeMessageVisibility` with its delays capped: on `--backend aws` the
 /// queue's clock is real time, so a message returned "in 2-60 s" is returned in at most `cap`,
 /// as the source's own visibility timeout is kept to 1 s.
@@ -452,12 +458,17 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     });
     let max_retries = if args.no_retry { 0 } else { 1 };
     let gateway: Arc<dyn PaymentGateway> = match (stripe.as_ref(), stripe.base_url()) {
-        (SimStripe::InProcess { sim }, _) => Arc::new(gateway::InProcessGateway {
+        (SimStripe::InProcess { sim }, _) => {
+            // About one PaymentIntent per order (a few more where a key was pruned), each with
+            // the client's two metadata pairs (operation_id, order_id).
+            sim.reserve(capacity_for(args.orders), 2);
+            Arc::new(gateway::InProcessGateway {
             sim: sim.clone(),
             max_retries,
             timeout: CLIENT_TIMEOUT,
             slowest_create_us: Default::default(),
-        }),
+            })
+        }
         (_, Some(base)) => {
             let mut cfg = StripeConfig::new(base, SecretKey::new(stripe_sim::DEFAULT_API_KEY));
             cfg.timeout = CLIENT_TIMEOUT;
@@ -483,6 +494,7 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             }
             store.faults = Some(faults.clone());
             store.trace = Some(trace.clone());
+            store.reserve(capacity_for(args.orders));
             let store = Arc::new(store);
             sim_store = Some(store.clone());
             let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));

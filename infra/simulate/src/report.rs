@@ -193,6 +193,48 @@ pub struct Judge<'a> {
     forged: BTreeSet<String>,
 }
 
+/// What the judge needs of the PaymentIntents an operation's metadata names, read borrowed.
+struct OperationsIntents {
+    /// How many succeeded.
+    succeeded: usize,
+    /// Whether a succeeded one is the record's `external_id`.
+    external_succeeded: bool,
+    /// Whether they were created under more than one idempotency key.
+    other_keys: bool,
+    /// Whether there is exactly one, created under the operation's own key.
+    only_ours: bool,
+}
+
+impl OperationsIntents {
+    fn of(ledger: &dyn Ledger, operation_id: &str, external_id: Option<&str>, ours: &str) -> Self {
+        let mut seen = Self {
+            succeeded: 0,
+            external_succeeded: false,
+            other_keys: false,
+            only_ours: false,
+        };
+        let (mut rows, mut first_key): (usize, Option<String>) = (0, None);
+        ledger.each_of_operation(operation_id, &mut |row| {
+            rows += 1;
+            if row.status == "succeeded" {
+                seen.succeeded += 1;
+                seen.external_succeeded |= external_id == Some(row.id);
+            }
+            if let Some(key) = row.idempotency_key {
+                match &first_key {
+                    None => first_key = Some(key.to_owned()),
+                    Some(first) => seen.other_keys |= first != key,
+                }
+            }
+            if rows == 1 {
+                seen.only_ours = row.idempotency_key == Some(ours);
+            }
+        });
+        seen.only_ours &= rows == 1;
+        seen
+    }
+}
+
 /// Which operations are an order's (readable) record at the end: asked of the store that holds
 /// the records, or collected as they are judged.
 enum Ours<'a> {
@@ -246,17 +288,11 @@ impl<'a> Judge<'a> {
         let Some(op) = record else { return };
         report.accepted += 1;
         let id = op.operation_id.to_string();
-        let pis = self.ledger.of_operation(&id);
+        let ours = op.idempotency_key();
+        let pis = OperationsIntents::of(self.ledger, &id, op.external_id.as_deref(), ours.as_str());
         if let Ours::Collected(set) = &mut self.ours {
             set.insert(id);
         }
-        let succeeded: Vec<&LedgerRow> = pis.iter().filter(|p| p.status == "succeeded").collect();
-        let mut keys: Vec<&str> = pis
-            .iter()
-            .filter_map(|p| p.idempotency_key.as_deref())
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
         let stuck = op
             .review
             .as_ref()
@@ -288,7 +324,7 @@ impl<'a> Judge<'a> {
             _ if op.review.is_some() => report.in_review += 1,
             _ => {}
         }
-        if succeeded.len() > 1 || keys.len() > 1 {
+        if pis.succeeded > 1 || pis.other_keys {
             report.double_charges += 1;
             violation(report, "double charge");
         }
@@ -296,16 +332,13 @@ impl<'a> Judge<'a> {
             report.unconverged += 1;
             violation(report, "unconverged");
         }
-        if order.should_succeed && succeeded.is_empty() && op.review.is_none() {
+        if order.should_succeed && pis.succeeded == 0 && op.review.is_none() {
             report.lost_charges += 1;
             violation(report, "lost charge");
         }
         let agrees = match op.status {
-            OperationStatus::Succeeded => op
-                .external_id
-                .as_deref()
-                .is_some_and(|ext| succeeded.iter().any(|p| p.id == ext)),
-            OperationStatus::Failed => succeeded.is_empty(),
+            OperationStatus::Succeeded => pis.external_succeeded,
+            OperationStatus::Failed => pis.succeeded == 0,
             _ => true,
         };
         if !agrees {
@@ -330,13 +363,7 @@ impl<'a> Judge<'a> {
                 violation(report, "outcome event contradicts the record");
             }
         }
-        let ours = op.idempotency_key();
-        if op.review.is_some()
-            && !stuck
-            && !op.status.is_settled()
-            && pis.len() == 1
-            && pis[0].idempotency_key.as_deref() == Some(ours.as_str())
-        {
+        if op.review.is_some() && !stuck && !op.status.is_settled() && pis.only_ours {
             report.needless_reviews += 1;
             violation(report, "needless review");
         }

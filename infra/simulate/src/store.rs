@@ -649,6 +649,14 @@ impl SimStore {
         Self::default()
     }
 
+    /// Sizes the key and operation-id maps for `records` records up front, so a long run does
+    /// not rehash millions of entries as it grows.
+    pub fn reserve(&self, records: usize) {
+        let mut t = self.lock();
+        t.by_key.reserve(records);
+        t.by_operation_id.reserve(records);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -49,8 +49,9 @@ impl From<LedgerRowView<'_>> for LedgerRow {
 pub trait Ledger {
     /// PaymentIntents ever created.
     fn created(&self) -> u64;
-    /// The PaymentIntents whose `metadata[operation_id]` is `operation_id`, oldest first.
-    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow>;
+    /// The PaymentIntents whose `metadata[operation_id]` is `operation_id`, oldest first,
+    /// borrowed while `f` looks at each.
+    fn each_of_operation(&self, operation_id: &str, f: &mut dyn FnMut(LedgerRowView<'_>));
     /// Every PaymentIntent, oldest first, borrowed while `f` looks at it.
     fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>));
 }
@@ -63,13 +64,9 @@ impl Ledger for LocalLedger {
         self.0.payment_intents_created() as u64
     }
 
-    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow> {
-        let mut rows = Vec::new();
+    fn each_of_operation(&self, operation_id: &str, f: &mut dyn FnMut(LedgerRowView<'_>)) {
         self.0
-            .each_ledger_row(Some(("operation_id", operation_id)), &mut |row| {
-                rows.push(LedgerRow::from(row));
-            });
-        rows
+            .each_ledger_row(Some(("operation_id", operation_id)), f);
     }
 
     fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>)) {
@@ -100,11 +97,10 @@ impl Ledger for CopiedLedger {
         self.rows.len() as u64
     }
 
-    fn of_operation(&self, operation_id: &str) -> Vec<LedgerRow> {
-        self.by_operation
-            .get(operation_id)
-            .map(|at| at.iter().map(|i| self.rows[*i].clone()).collect())
-            .unwrap_or_default()
+    fn each_of_operation(&self, operation_id: &str, f: &mut dyn FnMut(LedgerRowView<'_>)) {
+        for at in self.by_operation.get(operation_id).into_iter().flatten() {
+            f(self.rows[*at].view());
+        }
     }
 
     fn each(&self, f: &mut dyn FnMut(LedgerRowView<'_>)) {

@@ -706,6 +706,14 @@ impl Engine {
         }
     }
 
+    /// Sizes the PaymentIntent indexes for `payment_intents` more (by id, and by each of
+    /// `metadata_keys` metadata pairs), so a long run does not rehash them as they grow.
+    pub(crate) fn reserve(&mut self, payment_intents: usize, metadata_keys: usize) {
+        self.index.reserve(payment_intents);
+        self.by_metadata
+            .reserve(payment_intents.saturating_mul(metadata_keys));
+    }
+
     /// PaymentIntents created so far.
     pub(crate) fn created(&self) -> usize {
         self.pis.len()

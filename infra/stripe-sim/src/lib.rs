@@ -330,6 +330,13 @@ impl StripeSim {
         self.engine().each_row(only, now, f);
     }
 
+    /// Sizes the ledger's indexes for `payment_intents` more PaymentIntents carrying
+    /// `metadata_keys` metadata pairs each: a long run then does not rehash them as they grow.
+    /// Changes no answer.
+    pub fn reserve(&self, payment_intents: usize, metadata_keys: usize) {
+        self.engine().reserve(payment_intents, metadata_keys);
+    }
+
     /// How many PaymentIntents were ever created.
     pub fn payment_intents_created(&self) -> usize {
         self.engine().created()

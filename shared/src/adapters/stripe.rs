@@ -30,6 +30,7 @@ use tracing::{debug, warn};
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{CreatePaymentIntent, PaymentGateway};
+use crate::webhook::wire::{MetadataFields, Shaped};
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
 pub const STRIPE_VERSION: &str = "2024-06-20";
@@ -440,25 +441,38 @@ struct WirePaymentIntent {
     amount: Option<i64>,
     #[serde(default)]
     currency: Option<String>,
-    #[serde(default)]
-    metadata: Option<std::collections::HashMap<String, serde_json::Value>>,
+    /// Only the two keys we set are read; the others are skipped unbuilt. Not an object (nor
+    /// null): the answer is unreadable, as it was when the whole map was built.
+    #[serde(default, deserialize_with = "metadata_object")]
+    metadata: Option<MetadataFields>,
     #[serde(default)]
     livemode: Option<bool>,
 }
 
+/// `metadata`: null, or an object of which `operation_id` and `order_id` are read.
+fn metadata_object<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<MetadataFields>, D::Error> {
+    match Option::<Shaped<MetadataFields>>::deserialize(d)? {
+        None => Ok(None),
+        Some(shaped) => shaped.into_object().map(Some).map_err(|kind| {
+            serde::de::Error::custom(format_args!("metadata is {kind}, not an object"))
+        }),
+    }
+}
+
 impl WirePaymentIntent {
     fn into_domain(self, replayed: bool) -> PaymentIntent {
-        let meta = |k: &str| {
+        let meta = |text: fn(&MetadataFields) -> &crate::webhook::wire::Text| {
             self.metadata
                 .as_ref()
-                .and_then(|m| m.get(k))
-                .and_then(|v| v.as_str())
+                .and_then(|m| text(m).as_str())
                 .map(str::to_owned)
         };
         PaymentIntent {
             status: PaymentIntentStatus::parse(&self.status),
-            operation_id: meta("operation_id"),
-            order_id: meta("order_id"),
+            operation_id: meta(|m| &m.operation_id),
+            order_id: meta(|m| &m.order_id),
             id: self.id,
             replayed,
             amount: self.amount,
@@ -685,6 +699,75 @@ impl PaymentGateway for StripeGateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The answer's reader before `metadata` was read field by field: the whole map built as
+    /// `Value`s. The reference [`parse_payment_intent`] is held to.
+    fn parse_with_a_map(body: &[u8]) -> Option<PaymentIntent> {
+        #[derive(Deserialize)]
+        struct Old {
+            id: PaymentIntentId,
+            status: String,
+            #[serde(default)]
+            amount: Option<i64>,
+            #[serde(default)]
+            currency: Option<String>,
+            #[serde(default)]
+            metadata: Option<std::collections::HashMap<String, serde_json::Value>>,
+            #[serde(default)]
+            livemode: Option<bool>,
+        }
+        let old: Old = serde_json::from_slice(body).ok()?;
+        let meta = |k: &str| {
+            old.metadata
+                .as_ref()
+                .and_then(|m| m.get(k))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        Some(PaymentIntent {
+            status: PaymentIntentStatus::parse(&old.status),
+            operation_id: meta("operation_id"),
+            order_id: meta("order_id"),
+            id: old.id.clone(),
+            replayed: false,
+            amount: old.amount,
+            currency: old.currency.clone().map(|c| c.to_ascii_lowercase()),
+            livemode: old.livemode,
+        })
+    }
+
+    #[test]
+    fn metadata_reads_as_the_whole_map_did() {
+        let pi = |metadata: &str| {
+            format!(
+                r#"{{"id":"pi_3Abc","object":"payment_intent","amount":4200,"currency":"EUR","livemode":false,"status":"succeeded"{metadata}}}"#
+            )
+        };
+        let bodies = [
+            pi(""),
+            pi(r#","metadata":null"#),
+            pi(r#","metadata":{}"#),
+            pi(r#","metadata":{"operation_id":"op-1","order_id":"ord-1"}"#),
+            pi(r#","metadata":{"order_id":"ord-1","other":{"deep":[1,2,{"x":null}]},"operation_id":"op-1"}"#),
+            pi(r#","metadata":{"operation_id":"op-1","operation_id":"op-2"}"#),
+            pi(r#","metadata":{"operation_id":7,"order_id":null}"#),
+            pi(r#","metadata":{"operation_id":"\u00e9\"q","order_id":["ord-1"]}"#),
+            pi(r#","metadata":"op-1""#),
+            pi(r#","metadata":["op-1"]"#),
+            pi(r#","metadata":3"#),
+            pi(r#","metadata":true"#),
+            pi(r#","metadata":{"operation_id":"op-1""#),
+            pi(r#","metadata":{"operation_id":}"#),
+        ];
+        let mut read = 0;
+        for body in &bodies {
+            let new = parse_payment_intent(body.as_bytes(), false).ok();
+            assert_eq!(new, parse_with_a_map(body.as_bytes()), "{body}");
+            read += usize::from(new.is_some());
+        }
+        // Both kinds of answer are covered: read, and refused as unreadable.
+        assert_eq!(read, 8);
+    }
 
     fn answer(status: u16, body: &str) -> Answer {
         Answer {

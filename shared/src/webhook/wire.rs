@@ -123,7 +123,7 @@ impl<T> Shaped<T> {
     }
 
     /// The object, or what the value was instead.
-    pub(super) fn into_object(self) -> Result<T, &'static str> {
+    pub(crate) fn into_object(self) -> Result<T, &'static str> {
         match self {
             Shaped::Object(t) => Ok(t),
             Shaped::Not(kind) => Err(kind),
@@ -320,10 +320,12 @@ impl Fields for ObjectFields {
     }
 }
 
+/// A PaymentIntent's `metadata`, as far as we read it (the events function, and the Stripe
+/// client's [`crate::adapters::stripe`] answers).
 #[derive(Debug, Clone, Default)]
-pub(super) struct MetadataFields {
-    pub(super) order_id: Text,
-    pub(super) operation_id: Text,
+pub(crate) struct MetadataFields {
+    pub(crate) order_id: Text,
+    pub(crate) operation_id: Text,
 }
 
 impl Fields for MetadataFields {
