@@ -27,7 +27,9 @@ out="$1"; profiles="$2"; runs="$3"; charges="$4"; batch="$5"
 target="${CARGO_TARGET_DIR:-target}"
 # The arm64 builds may go to a target directory of their own (FOOTPRINT_ARM64_TARGET_DIR), so they
 # can be built beside the host's.
-arm_target="${FOOTPRINT_ARM64_TARGET_DIR:-$target}"
+# Absolute: the arm64 builds run in each function's directory, the reads from here (a relative
+# default once sent them to functions/<f>/target, and every zip read "not measured").
+arm_target="$(realpath -m "${FOOTPRINT_ARM64_TARGET_DIR:-$target}")"
 functions=(checkout charge reconciler webhook notify)
 mkdir -p "$out"
 rm -f "$out"/footprint-*.json
