@@ -463,10 +463,10 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             // the client's two metadata pairs (operation_id, order_id).
             sim.reserve(capacity_for(args.orders), 2);
             Arc::new(gateway::InProcessGateway {
-            sim: sim.clone(),
-            max_retries,
-            timeout: CLIENT_TIMEOUT,
-            slowest_create_us: Default::default(),
+                sim: sim.clone(),
+                max_retries,
+                timeout: CLIENT_TIMEOUT,
+                slowest_create_us: Default::default(),
             })
         }
         (_, Some(base)) => {

@@ -803,7 +803,10 @@ mod tests {
                     std::str::from_utf8(&new.body).unwrap(),
                     std::str::from_utf8(&old.body).unwrap()
                 );
-                assert_eq!((new.status, new.should_retry), (old.status, old.should_retry));
+                assert_eq!(
+                    (new.status, new.should_retry),
+                    (old.status, old.should_retry)
+                );
             }
             assert_eq!(saved.status, 402);
         }

@@ -183,10 +183,7 @@ impl ApiError {
         e.insert("message".into(), json!(self.message));
         if let Some(c) = self.code {
             e.insert("code".into(), json!(c));
-            e.insert(
-                "doc_url".into(),
-                json!(doc_url(c)),
-            );
+            e.insert("doc_url".into(), json!(doc_url(c)));
         }
         if let Some(p) = &self.param {
             e.insert("param".into(), json!(p));

@@ -748,7 +748,9 @@ mod tests {
             pi(r#","metadata":null"#),
             pi(r#","metadata":{}"#),
             pi(r#","metadata":{"operation_id":"op-1","order_id":"ord-1"}"#),
-            pi(r#","metadata":{"order_id":"ord-1","other":{"deep":[1,2,{"x":null}]},"operation_id":"op-1"}"#),
+            pi(
+                r#","metadata":{"order_id":"ord-1","other":{"deep":[1,2,{"x":null}]},"operation_id":"op-1"}"#,
+            ),
             pi(r#","metadata":{"operation_id":"op-1","operation_id":"op-2"}"#),
             pi(r#","metadata":{"operation_id":7,"order_id":null}"#),
             pi(r#","metadata":{"operation_id":"\u00e9\"q","order_id":["ord-1"]}"#),
