@@ -17,19 +17,6 @@ pub struct ApiError {
     pub message: String,
     /// `error.param`.
     pub param: Option<String>,
-    /// Card-error details (`decline_code`, `payment_intent`, `charge`).
-    pub card: Option<Box<CardError>>,
-}
-
-/// The parts of a `card_error` that other errors lack.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CardError {
-    /// `error.decline_code`.
-    pub decline_code: &'static str,
-    /// `error.payment_intent`: the full PaymentIntent object.
-    pub payment_intent: Value,
-    /// `error.charge`, if a charge was attempted.
-    pub charge: Option<String>,
 }
 
 impl ApiError {
@@ -40,7 +27,6 @@ impl ApiError {
             code: None,
             message: message.into(),
             param: None,
-            card: None,
         }
     }
 
@@ -149,23 +135,6 @@ impl ApiError {
         )
     }
 
-    /// `402 card_error` for a decline, carrying the PaymentIntent.
-    pub fn card_declined(
-        code: &'static str,
-        decline_code: &'static str,
-        message: &str,
-        pi: Value,
-        charge: Option<String>,
-    ) -> Self {
-        let mut e = ApiError::new(402, "card_error", message).code(code);
-        e.card = Some(Box::new(CardError {
-            decline_code,
-            payment_intent: pi,
-            charge,
-        }));
-        e
-    }
-
     /// The `Stripe-Should-Retry` header value, where Stripe sends one.
     pub fn should_retry(&self) -> Option<bool> {
         match (self.status, self.kind, self.code) {
@@ -176,7 +145,8 @@ impl ApiError {
         }
     }
 
-    /// The JSON body `{"error": {...}}`; absent fields are omitted.
+    /// The JSON body `{"error": {...}}`; absent fields are omitted. (A decline's `card_error`,
+    /// which carries its PaymentIntent, is written by the engine's `declined_answer`.)
     pub fn to_json(&self) -> Value {
         let mut e = Map::new();
         e.insert("type".into(), json!(self.kind));
@@ -187,13 +157,6 @@ impl ApiError {
         }
         if let Some(p) = &self.param {
             e.insert("param".into(), json!(p));
-        }
-        if let Some(card) = &self.card {
-            e.insert("decline_code".into(), json!(card.decline_code));
-            if let Some(c) = &card.charge {
-                e.insert("charge".into(), json!(c));
-            }
-            e.insert("payment_intent".into(), card.payment_intent.clone());
         }
         json!({ "error": e })
     }
