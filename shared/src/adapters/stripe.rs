@@ -463,16 +463,13 @@ fn metadata_object<'de, D: serde::Deserializer<'de>>(
 
 impl WirePaymentIntent {
     fn into_domain(self, replayed: bool) -> PaymentIntent {
-        let meta = |text: fn(&MetadataFields) -> &crate::webhook::wire::Text| {
-            self.metadata
-                .as_ref()
-                .and_then(|m| text(m).as_str())
-                .map(str::to_owned)
-        };
+        let meta = self.metadata.as_ref();
         PaymentIntent {
             status: PaymentIntentStatus::parse(&self.status),
-            operation_id: meta(|m| &m.operation_id),
-            order_id: meta(|m| &m.order_id),
+            operation_id: meta
+                .and_then(|m| m.operation_id.as_str())
+                .map(str::to_owned),
+            order_id: meta.and_then(|m| m.order_id.as_str()).map(str::to_owned),
             id: self.id,
             replayed,
             amount: self.amount,
