@@ -45,13 +45,8 @@ if command -v cargo-lambda >/dev/null 2>&1; then
 else
   venv="${CHARGE_ONCE_TEMPLATE_VENV:-$root/.venv-template}"
   req="$root/infra/template-check/build-requirements.txt"
-  want="$(sha256sum "$req" | cut -d' ' -f1)"
-  if [ ! -x "$venv/bin/cargo-lambda" ] || [ "$(cat "$venv/.build-requirements.sha256" 2>/dev/null)" != "$want" ]; then
-    echo "up.sh: installing $(grep -v '^#' "$req" | tr '\n' ' ')into $venv" >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
-    echo "$want" >"$venv/.build-requirements.sha256"
-  fi
+  [ -x "$venv/bin/cargo-lambda" ] || rm -f "$venv/.build-requirements.sha256"
+  infra/local/pyenv.sh "$venv" "$req" .build-requirements.sha256 up.sh
   cargo_lambda="$venv/bin/cargo-lambda"
 fi
 

@@ -12,15 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="${CHARGE_ONCE_VENV:-$root/.venv}"
 requirements="$root/infra/local/requirements.txt"
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$requirements" | cut -d' ' -f1)"
-
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "with-stack: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
-  echo "$want" > "$stamp"
-fi
+"$root/infra/local/pyenv.sh" "$venv" "$requirements" .requirements.sha256 with-stack
 
 port="$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 logdir="${TMPDIR:-/tmp}"

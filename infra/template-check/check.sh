@@ -18,15 +18,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 venv="${CHARGE_ONCE_TEMPLATE_VENV:-$root/.venv-template}"
 requirements="$here/requirements.txt"
-stamp="$venv/.template-check.sha256"
-want="$(sha256sum "$requirements" | cut -d' ' -f1)"
-
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "template-check: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
-  echo "$want" >"$stamp"
-fi
+"$root/infra/local/pyenv.sh" "$venv" "$requirements" .template-check.sha256 template-check
 
 export SAM_CLI_TELEMETRY=0
 # sam validate needs a region for the transform; nothing is sent to AWS.
