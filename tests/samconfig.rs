@@ -86,3 +86,54 @@ fn the_reader_finds_a_key_only_in_its_own_section() {
         Some("\"x # y\"")
     );
 }
+
+/// The `Name=value` pairs of a samconfig `parameter_overrides` value as `sam deploy --guided`
+/// writes it (`"A=\"x\" B=\"y\""`) or as a TOML list (`["A=x", "B=y"]`).
+fn overrides(raw: &str) -> Vec<(String, String)> {
+    let unquote = |s: &str| {
+        s.trim_matches(|c| c == '"' || c == '\\' || c == '\'')
+            .to_owned()
+    };
+    raw.trim_matches(|c| c == '[' || c == ']')
+        .replace("\\\"", "\"")
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (unquote(k), unquote(v)))
+        .collect()
+}
+
+/// Whether a deploy with these overrides (every other parameter at its template Default) passes
+/// the template's rule AlarmsPageSomebody: it names somebody to page, or says nobody is.
+fn pages_somebody_or_says_not(pairs: &[(String, String)]) -> bool {
+    let set = |name: &str| pairs.iter().any(|(k, v)| k == name && !v.is_empty());
+    set("AlarmTopicArn")
+        || set("AlarmEmail")
+        || pairs
+            .iter()
+            .any(|(k, v)| k == "AllowUnpagedAlarms" && v == "true")
+}
+
+#[test]
+fn what_a_deploy_takes_from_samconfig_names_who_is_paged_or_asks() {
+    // Without saved parameter_overrides `sam deploy --guided` asks for every parameter, and the
+    // template's rule refuses an answer that pages nobody. Saved ones must pass that rule on their
+    // own: a `sam deploy` from this file must not stop at it, nor deploy a silent stack unsaid.
+    for section in ["default.deploy.parameters", "default.sync.parameters"] {
+        if let Some(raw) = value(SAMCONFIG, section, "parameter_overrides") {
+            assert!(
+                pages_somebody_or_says_not(&overrides(raw)),
+                "samconfig.toml [{section}] parameter_overrides {raw} set neither AlarmTopicArn \
+                 nor AlarmEmail, nor AllowUnpagedAlarms=\"true\""
+            );
+        }
+    }
+    // The check itself, on the shapes SAM writes.
+    let guided = r#""StripeSecretArn=\"arn:aws:secretsmanager:us-east-1:123456789012:secret:s-AbCdEf\" AlarmEmail=\"on-call@example.com\"""#;
+    assert!(pages_somebody_or_says_not(&overrides(guided)));
+    let silent = r#""StripeSecretArn=\"arn:aws:secretsmanager:us-east-1:123456789012:secret:s-AbCdEf\" AlarmEmail=\"\"""#;
+    assert!(!pages_somebody_or_says_not(&overrides(silent)));
+    let said = r#"["StripeSecretArn=arn:x", "AllowUnpagedAlarms=true"]"#;
+    assert!(pages_somebody_or_says_not(&overrides(said)));
+    let unsaid = r#"["StripeSecretArn=arn:x", "AllowUnpagedAlarms=false"]"#;
+    assert!(!pages_somebody_or_says_not(&overrides(unsaid)));
+}

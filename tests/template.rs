@@ -668,7 +668,14 @@ const REQUIRED: &[(&str, &str)] = &[(
 )];
 
 type Params = &'static [(&'static str, &'static str)];
+/// Someone to page: every configuration here starts from it, as a deploy must (rule
+/// AlarmsPageSomebody refuses a stack without AlarmTopicArn or AlarmEmail). A set that gives
+/// `AlarmEmail` `""` starts from the bare Defaults instead.
+const PAGED: Params = &[("AlarmEmail", "on-call@example.com")];
+/// Every parameter at its Default but [`PAGED`].
 const DEFAULTS: Params = &[];
+/// The bare Defaults: the alarm topic without a subscriber.
+const UNPAGED: Params = &[("AlarmEmail", "")];
 const WEBHOOK: Params = &[("StripeWebhookSecretArn", WEBHOOK_SECRET_ARN)];
 const EVENT_SOURCE: Params = &[("StripeEventSourceName", EVENT_SOURCE_NAME)];
 const EVERYTHING: Params = &[
@@ -731,7 +738,17 @@ struct Configuration {
 }
 
 impl Configuration {
+    /// The configuration of `set` over [`PAGED`] (every other parameter at its Default); panics
+    /// when a rule refuses it, as CloudFormation would.
     fn new(t: &Value, set: &[(&str, &str)]) -> Self {
+        let (c, refused) = Self::checked(t, set);
+        assert!(refused.is_empty(), "{set:?} refused: {refused:?}");
+        c
+    }
+
+    /// The configuration and the rules that refuse it: (rule name, AssertDescription).
+    fn checked(t: &Value, set: &[(&str, &str)]) -> (Self, Vec<(String, String)>) {
+        let set: Vec<_> = PAGED.iter().chain(set).copied().collect();
         let mut params = BTreeMap::new();
         let mut lists = BTreeSet::new();
         for (name, p) in get(t, "Parameters")
@@ -753,7 +770,7 @@ impl Configuration {
                 value.unwrap_or_else(|| panic!("{name}: no Default; add a value to REQUIRED")),
             );
         }
-        for (name, value) in set {
+        for (name, value) in &set {
             assert!(params.contains_key(*name), "no parameter {name}");
             params.insert((*name).to_owned(), (*value).to_owned());
         }
@@ -782,6 +799,7 @@ impl Configuration {
             );
         }
         // CloudFormation refuses a parameter set that breaks a rule.
+        let mut refused = Vec::new();
         if let Some(rules) = get(t, "Rules").and_then(Value::as_mapping) {
             for (name, rule) in rules {
                 let applies = plain(rule)
@@ -796,15 +814,18 @@ impl Configuration {
                     .unwrap()
                 {
                     let assert = plain(a).as_mapping().unwrap().get("Assert").unwrap();
-                    assert!(
-                        c.condition_expr(assert).expect("assertion"),
-                        "rule {name:?} refuses {set:?}: {}",
-                        str_at(a, "AssertDescription").unwrap_or_default()
-                    );
+                    if !c.condition_expr(assert).expect("assertion") {
+                        refused.push((
+                            name.as_str().expect("rule name").to_owned(),
+                            str_at(a, "AssertDescription")
+                                .unwrap_or_default()
+                                .to_owned(),
+                        ));
+                    }
                 }
             }
         }
-        c
+        (c, refused)
     }
 
     fn condition(&self, name: &str) -> bool {
@@ -2505,17 +2526,74 @@ fn period_for(t: &Value, alarm: &Value, minutes: u64) -> u64 {
 }
 
 #[test]
-fn a_default_stack_pages_somebody_and_the_safety_net_has_a_heartbeat() {
-    // Issue 24.4: with AlarmTopicArn empty every alarm notifies the stack's own topic.
+fn a_stack_that_would_page_nobody_is_refused_unless_declared_a_throwaway() {
+    let t = template();
+    // The bare Defaults: the stack's own topic and no subscriber. CloudFormation stops the deploy
+    // with a message that names both ways to page somebody and the opt-out.
+    let (_, refused) = Configuration::checked(&t, UNPAGED);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    let (rule, message) = &refused[0];
+    assert_eq!(rule, "AlarmsPageSomebody");
+    for name in [
+        "Nobody would be paged",
+        "AlarmTopicArn",
+        "AlarmEmail",
+        "AllowUnpagedAlarms=true",
+    ] {
+        assert!(message.contains(name), "{message:?} names {name}");
+    }
+    // The rule reads exactly these three parameters.
+    let mut refs = Vec::new();
+    strings(
+        get(get(&t, "Rules").unwrap(), "AlarmsPageSomebody").unwrap(),
+        &mut refs,
+    );
+    for name in ["AlarmTopicArn", "AlarmEmail", "AllowUnpagedAlarms"] {
+        assert!(
+            refs.iter().any(|r| r == name),
+            "the rule reads {name}: {refs:?}"
+        );
+    }
+    // The opt-out is off unless said, and says only true or false.
+    let opt_out = parameter(&t, "AllowUnpagedAlarms");
+    assert_eq!(str_at(opt_out, "Default"), Some("false"));
+    let mut allowed = Vec::new();
+    strings(get(opt_out, "AllowedValues").unwrap(), &mut allowed);
+    assert_eq!(allowed, ["true", "false"]);
+
+    // The twins, each from the bare Defaults: either parameter pages somebody, and so does the
+    // explicit opt-out (which leaves the topic without a subscriber).
+    for (what, set) in [
+        ("AlarmEmail", vec![("AlarmEmail", "on-call@example.com")]),
+        ("AlarmTopicArn", and(UNPAGED, ALARM_TOPIC)),
+        (
+            "the opt-out",
+            and(UNPAGED, &[("AllowUnpagedAlarms", "true")]),
+        ),
+    ] {
+        let (_, refused) = Configuration::checked(&t, &set);
+        assert!(refused.is_empty(), "{what}: {refused:?}");
+    }
+    let throwaway = config(&and(UNPAGED, &[("AllowUnpagedAlarms", "true")]));
+    assert!(resource(&throwaway, "AlarmTopic").is_some());
+    assert!(resource(&throwaway, "AlarmTopicEmail").is_none());
+    // A "true" opt-out does not hide a given address: it is still subscribed.
+    let both = config(&[("AllowUnpagedAlarms", "true")]);
+    assert!(resource(&both, "AlarmTopicEmail").is_some());
+}
+
+#[test]
+fn every_alarm_pages_the_stacks_topic_or_the_given_one_and_the_safety_net_has_a_heartbeat() {
+    // With AlarmTopicArn empty every alarm notifies the stack's own topic, and AlarmEmail is
+    // subscribed to it.
     let t = config(DEFAULTS);
     assert!(
         resource(&t, "AlarmTopic").is_some(),
         "the stack's own topic"
     );
-    assert!(
-        resource(&t, "AlarmTopicEmail").is_none(),
-        "no e-mail unless given"
-    );
+    let sub = props(resource(&t, "AlarmTopicEmail").expect("the address subscribed"));
+    assert_eq!(str_at(sub, "Protocol"), Some("email"));
+    assert_eq!(str_at(sub, "Endpoint"), Some("AlarmEmail"));
     for (id, alarm) in alarms(&t) {
         for key in ["AlarmActions", "OKActions"] {
             let actions = get(props(alarm), key)
@@ -2533,9 +2611,6 @@ fn a_default_stack_pages_somebody_and_the_safety_net_has_a_heartbeat() {
             );
         }
     }
-    let with_email = config(&[("AlarmEmail", "oncall@example.com")]);
-    let sub = props(resource(&with_email, "AlarmTopicEmail").expect("subscription"));
-    assert_eq!(str_at(sub, "Protocol"), Some("email"));
     // A given topic replaces the stack's own.
     let theirs = config(ALARM_TOPIC);
     assert!(resource(&theirs, "AlarmTopic").is_none());
