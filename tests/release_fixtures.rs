@@ -294,6 +294,7 @@ async fn resolve_failed(store: &DynamoStore, op: &Operation, now: Timestamp) -> 
         label: None,
         forced: None,
         review: op.review.as_ref().map(|r| r.reason.clone()),
+        replaced_external_id: None,
     };
     store
         .resolve(&ManualResolution {

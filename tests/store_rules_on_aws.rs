@@ -57,6 +57,7 @@ fn audit(action: &str, from: OperationStatus, to: OperationStatus) -> AuditEntry
         label: Some("alice".into()),
         forced: None,
         review: Some("search_ambiguous: found 0".into()),
+        replaced_external_id: None,
     }
 }
 

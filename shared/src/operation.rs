@@ -137,6 +137,10 @@ pub struct AuditEntry {
     /// evidence moves here, off the record (issue 24). Absent in entries written before it
     /// existed: none was kept.
     pub review: Option<String>,
+    /// The PaymentIntent the record held before a `resolve --succeeded` replaced it with another:
+    /// the pointer to a possible second charge is kept, not erased. Absent when nothing was
+    /// replaced, and in entries written before it existed.
+    pub replaced_external_id: Option<PaymentIntentId>,
 }
 
 /// The operation record.

@@ -82,7 +82,9 @@ pub enum Command {
     /// Settle an unsettled operation by hand, with an audit note.
     ///
     /// Checks Stripe first: --succeeded retrieves the PaymentIntent and refuses unless it
-    /// succeeded for this operation's amount, currency and operation id; --failed refuses if a
+    /// succeeded for this operation's amount, currency and operation id, and refuses while the
+    /// record holds a different PaymentIntent (kept in the history when forced) or a search by
+    /// the operation id finds another one that succeeded; --failed refuses if a
     /// search by the operation id finds a PaymentIntent that succeeded or is not final yet
     /// (processing, requires_action, ...), and while the last attempt is younger than an hour
     /// (Stripe search may lag that much). --force "<reason>" overrides a failed check, with the

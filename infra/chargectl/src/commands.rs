@@ -476,18 +476,21 @@ async fn check_stripe(
 ) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     match succeeded {
-        Some(pi_id) => match gateway.retrieve(pi_id).await {
-            Err(e) => problems.push(format!("cannot retrieve {pi_id} from Stripe: {e}")),
-            Ok(pi) => {
-                if pi.status != PaymentIntentStatus::Succeeded {
-                    problems.push(format!("{pi_id} is {}, not succeeded", pi.status));
-                }
-                // The same check the automatic path makes before it settles from an intent.
-                if let Some(m) = plan::intent_mismatch(op, &pi, gateway.livemode()) {
-                    problems.push(describe_mismatch(pi_id, &pi, op, m));
+        Some(pi_id) => {
+            match gateway.retrieve(pi_id).await {
+                Err(e) => problems.push(format!("cannot retrieve {pi_id} from Stripe: {e}")),
+                Ok(pi) => {
+                    if pi.status != PaymentIntentStatus::Succeeded {
+                        problems.push(format!("{pi_id} is {}, not succeeded", pi.status));
+                    }
+                    // The same check the automatic path makes before it settles from an intent.
+                    if let Some(m) = plan::intent_mismatch(op, &pi, gateway.livemode()) {
+                        problems.push(describe_mismatch(pi_id, &pi, op, m));
+                    }
                 }
             }
-        },
+            problems.extend(other_intents(gateway, op, pi_id).await);
+        }
         None => {
             // Search is not read-after-write (up to an hour behind during Stripe's incidents):
             // an attempt younger than that may have made an intent search cannot show yet.
@@ -535,6 +538,55 @@ async fn check_stripe(
     } else {
         Err(problems)
     }
+}
+
+/// Why settling `op` as `pi_id` would hide another PaymentIntent: the one the record holds when
+/// it is a different one (replacing it would drop the only pointer to it), and any other intent
+/// of the operation that succeeded (found by search: two charges for one order).
+async fn other_intents(
+    gateway: &dyn PaymentGateway,
+    op: &Operation,
+    pi_id: &PaymentIntentId,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let recorded = op.external_id.as_ref().filter(|r| *r != pi_id);
+    if let Some(recorded) = recorded {
+        problems.push(match gateway.retrieve(recorded).await {
+            Ok(pi) if pi.status == PaymentIntentStatus::Succeeded => format!(
+                "the operation records {recorded}, which succeeded too: two charges for one \
+                 operation; refund one before settling (the history keeps {recorded})"
+            ),
+            Ok(pi) => format!(
+                "the operation records {recorded} ({} at Stripe), not {pi_id}: settling \
+                 replaces it (the history keeps {recorded})",
+                pi.status
+            ),
+            Err(e) => format!(
+                "the operation records {recorded}, not {pi_id}, and it cannot be retrieved \
+                 from Stripe: {e}"
+            ),
+        });
+    }
+    // Search is not read-after-write: an intent made in the last hour may not show yet.
+    match gateway.search_by_operation(&op.operation_id).await {
+        Err(e) => problems.push(format!(
+            "cannot search Stripe for the operation's other PaymentIntents: {e}"
+        )),
+        Ok(found) => problems.extend(
+            found
+                .into_iter()
+                .filter(|pi| pi.id != *pi_id && Some(&pi.id) != recorded)
+                .filter(|pi| pi.status == PaymentIntentStatus::Succeeded)
+                .map(|pi| {
+                    format!(
+                        "{} succeeded for this operation too (found by search): two charges \
+                         for one operation; refund one before settling",
+                        pi.id
+                    )
+                }),
+        ),
+    }
+    problems
 }
 
 /// What differs, in the operator's words.
@@ -656,6 +708,11 @@ pub async fn resolve(
         label: args.audit.by.clone(),
         forced,
         review: op.review.as_ref().map(|r| r.reason.clone()),
+        // A different recorded intent is overwritten by this one: the history keeps it.
+        replaced_external_id: op
+            .external_id
+            .clone()
+            .filter(|old| external_id.as_ref().is_some_and(|new| new != old)),
     };
     let request = ManualResolution {
         key: op.key(),
@@ -730,6 +787,7 @@ pub async fn redrive(
         // The redrive clears the flag; the evidence (the reason, with a second PaymentIntent's
         // id when there was one) stays in the history.
         review: op.review.as_ref().map(|r| r.reason.clone()),
+        replaced_external_id: None,
     };
     let next_due_at = now.plus(REDRIVE_DUE_IN);
     let request = Reschedule {
@@ -1085,14 +1143,11 @@ mod tests {
             T0,
         )
         .await;
+        // pi_other_amount is canceled: a succeeded one would be a second charge of the operation
+        // (its metadata names it), and settling as pi_found would be refused for it.
         let stripe = StubStripe(vec![
             pi("pi_found", &open, PaymentIntentStatus::Succeeded, 1250),
-            pi(
-                "pi_other_amount",
-                &open,
-                PaymentIntentStatus::Succeeded,
-                999,
-            ),
+            pi("pi_other_amount", &open, PaymentIntentStatus::Canceled, 999),
             pi(
                 "pi_processing",
                 &open,
@@ -1211,6 +1266,7 @@ mod tests {
                 label: Some("INC-42".into()),
                 forced: None,
                 review: Some("0 matches".into()),
+                replaced_external_id: None,
             }]
         );
         assert_eq!(now.review, None, "the review moved into the history");

@@ -268,8 +268,13 @@ pub fn history_line(e: &AuditEntry) -> String {
         .as_deref()
         .map(|r| format!(" [was in review: {}]", cell(r, 300)))
         .unwrap_or_default();
+    let replaced = e
+        .replaced_external_id
+        .as_ref()
+        .map(|id| format!(" [replaced PaymentIntent {id}]"))
+        .unwrap_or_default();
     format!(
-        "{} {}{label} {}: {} -> {}{forced}{review}: {}",
+        "{} {}{label} {}: {} -> {}{replaced}{forced}{review}: {}",
         e.at.to_rfc3339(),
         e.caller,
         e.action,
@@ -452,6 +457,7 @@ mod tests {
             label: Some("alice".into()),
             forced: None,
             review: None,
+            replaced_external_id: None,
         }];
         let text = show_text(&a, NOW);
         for needle in [

@@ -437,7 +437,19 @@ impl Stripe {
     /// A PaymentIntent for `op` at the simulator, created as the charge function would (its key,
     /// its parameters), with `payment_method` instead of the operation's.
     async fn intent_for(&self, op: &Operation, payment_method: &str) -> String {
+        self.create(CreatePaymentIntent::for_operation(op), payment_method)
+            .await
+    }
+
+    /// Another PaymentIntent for `op` (its metadata and amount, another idempotency key): what a
+    /// second charge for the same operation looks like at Stripe.
+    async fn second_intent_for(&self, op: &Operation, payment_method: &str) -> String {
         let mut req = CreatePaymentIntent::for_operation(op);
+        req.idempotency_key = charge_once::OperationId::new_random().idempotency_key();
+        self.create(req, payment_method).await
+    }
+
+    async fn create(&self, mut req: CreatePaymentIntent, payment_method: &str) -> String {
         req.params.payment_method = charge_once::PaymentMethodId::parse(payment_method).unwrap();
         self.side
             .gateway()
@@ -640,6 +652,190 @@ async fn resolve_refuses_what_stripe_does_not_confirm_and_a_stale_version() {
         .as_deref()
         .unwrap()
         .starts_with("refunded by support, ticket 7"));
+}
+
+/// `op` created, claimed and recorded `unknown` with `pi` as its PaymentIntent (as after a
+/// create that answered and a retrieve that did not).
+async fn recorded_unknown(store: &DynamoStore, op: &Operation, pi: &str) -> Operation {
+    store.create_if_absent(op).await.unwrap();
+    let (token, _) = claim(store, op).await;
+    let rec = OutcomeRecord {
+        external_id: Some(charge_once::PaymentIntentId::parse(pi).unwrap()),
+        ..testing::outcome(op, token, OperationStatus::Unknown, SystemClock.now())
+    };
+    testing::record(store, &rec).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_succeeded_over_another_recorded_intent_needs_force_and_keeps_the_old_id() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    // The record holds pi_A; pi_B is another intent of the same operation. Both took the money.
+    let two = operation(&unique("o-two"), 1250, SystemClock.now());
+    let pi_a = stripe.intent_for(&two, "pm_card_visa").await;
+    let pi_b = stripe.second_intent_for(&two, "pm_card_visa").await;
+    let two = recorded_unknown(&f.store, &two, &pi_a).await;
+    let id = two.operation_id.to_string();
+
+    let out = f.run_with(
+        &stripe,
+        &["resolve", &id, "--succeeded", &pi_b, "--note", "n"],
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the operation records {pi_a}, which succeeded too: two charges"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("nothing changed") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(f.get(&two).await, two, "nothing written");
+
+    // Recorded but not succeeded: still refused, the recorded id named with its state.
+    let held = operation(&unique("o-held"), 1250, SystemClock.now());
+    let stuck = stripe.intent_for(&held, "pm_card_sim_requiresAction").await;
+    let paid = stripe.second_intent_for(&held, "pm_card_visa").await;
+    let held = recorded_unknown(&f.store, &held, &stuck).await;
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &held.operation_id.to_string(),
+            "--succeeded",
+            &paid,
+            "--note",
+            "n",
+        ],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(&format!(
+            "the operation records {stuck} (requires_action at Stripe), not {paid}: settling \
+             replaces it"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&held).await, held, "nothing written");
+
+    // --force settles as pi_B, and the history keeps pi_A.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--succeeded",
+            &pi_b,
+            "--note",
+            "refunded pi_A",
+            "--force",
+            "support refunded the first charge",
+        ],
+    );
+    assert_exit(&out, 0);
+    let after = f.get(&two).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.external_id.as_deref(), Some(pi_b.as_str()));
+    let entry = after.history.last().expect("an entry");
+    assert_eq!(
+        entry.replaced_external_id.as_deref(),
+        Some(pi_a.as_str()),
+        "the history keeps the replaced id"
+    );
+    assert!(entry
+        .forced
+        .as_deref()
+        .unwrap()
+        .starts_with("support refunded the first charge"));
+    let show = f.run(&["show", two.order_id.as_str()]);
+    assert_exit(&show, 0);
+    assert!(
+        stdout(&show).contains(&format!("[replaced PaymentIntent {pi_a}]")),
+        "{}",
+        stdout(&show)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_succeeded_with_the_recorded_intent_replaces_nothing() {
+    // The twin: the record holds pi_A, the operator settles it as pi_A, which search shows too.
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let op = operation(&unique("o-same"), 1250, SystemClock.now());
+    let pi_a = stripe.intent_for(&op, "pm_card_visa").await;
+    let op = recorded_unknown(&f.store, &op, &pi_a).await;
+    stripe.side.clock.advance(HOUR);
+
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &op.operation_id.to_string(),
+            "--succeeded",
+            &pi_a,
+            "--note",
+            "n",
+        ],
+    );
+    assert_exit(&out, 0);
+    let after = f.get(&op).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.external_id.as_deref(), Some(pi_a.as_str()));
+    let entry = after.history.last().unwrap();
+    assert_eq!(entry.replaced_external_id, None);
+    assert_eq!(entry.forced, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_succeeded_refuses_while_search_shows_another_succeeded_intent() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    // Nothing recorded; two intents of the operation at Stripe, both succeeded.
+    let op = f.pending.clone();
+    let first = stripe.intent_for(&op, "pm_card_visa").await;
+    let second = stripe.second_intent_for(&op, "pm_card_visa").await;
+    // Search is not read-after-write: once it shows them.
+    stripe.side.clock.advance(HOUR);
+    let before = f.get(&op).await;
+    let resolve = |first: &str, op: &Operation| {
+        f.run_with(
+            &stripe,
+            &[
+                "resolve",
+                &op.operation_id.to_string(),
+                "--succeeded",
+                first,
+                "--note",
+                "n",
+            ],
+        )
+    };
+    let out = resolve(&first, &op);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains(&format!(
+            "{second} succeeded for this operation too (found by search): two charges"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&op).await, before, "nothing written");
+
+    // The twin in the same setup: the other intent did not take the money.
+    let op = f.unknown.clone();
+    let first = stripe.intent_for(&op, "pm_card_visa").await;
+    stripe
+        .second_intent_for(&op, "pm_card_sim_requiresAction")
+        .await;
+    stripe.side.clock.advance(HOUR);
+    assert_exit(&resolve(&first, &op), 0);
+    let after = f.get(&op).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.external_id.as_deref(), Some(first.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@
 //! | `first_attempted_at`, `created_at`, `updated_at` | N | ms since the epoch |
 //! | `lease_token` (S), `lease_expires_at` (N) | | only while leased |
 //! | `review_reason` (S), `review_flagged_at` (N) | | only when flagged |
-//! | `history` | L of M | operator actions, appended by `resolve`/`redrive`: `action`, `previous_status`, `new_status`, `note`, `caller` (S), `at` (N), `label`, `forced` (S, optional) |
+//! | `history` | L of M | operator actions, appended by `resolve`/`redrive`: `action`, `previous_status`, `new_status`, `note`, `caller` (S), `at` (N), `label`, `forced`, `review`, `replaced_external_id` (S, optional) |
 //! | `due_shard` (S), `due_at` (N) | | the unknown index; only while unsettled |
 
 use std::collections::HashMap;
@@ -247,6 +247,9 @@ pub fn audit_to_attr(entry: &AuditEntry) -> AttributeValue {
     if let Some(review) = &entry.review {
         m.insert("review".into(), attr_s(review));
     }
+    if let Some(replaced) = &entry.replaced_external_id {
+        m.insert(REPLACED_EXTERNAL_ID.into(), attr_s(replaced.as_str()));
+    }
     AttributeValue::M(m)
 }
 
@@ -267,8 +270,14 @@ fn audit_from_attr(v: &AttributeValue) -> Result<AuditEntry, StoreError> {
         label: get_s(m, "label")?.map(str::to_owned),
         forced: get_s(m, "forced")?.map(str::to_owned),
         review: get_s(m, "review")?.map(str::to_owned),
+        replaced_external_id: get_s(m, REPLACED_EXTERNAL_ID)?
+            .map(|id| domain(HISTORY, PaymentIntentId::parse(id)))
+            .transpose()?,
     })
 }
+
+/// A history entry's PaymentIntent replaced by `resolve --succeeded`; absent on older entries.
+const REPLACED_EXTERNAL_ID: &str = "replaced_external_id";
 
 /// The history, plus the single resolution that records written before it existed carry
 /// (`resolved_by`, `resolution_note`, `resolved_at`), so an old record's audit is not lost.
@@ -295,6 +304,7 @@ fn history_from_item(item: &Attrs) -> Result<Vec<AuditEntry>, StoreError> {
                 label: Some(by.to_owned()),
                 forced: None,
                 review: None,
+                replaced_external_id: None,
             },
         );
     }
@@ -478,6 +488,7 @@ mod tests {
             label: Some("alice".into()),
             forced: None,
             review: Some("search_ambiguous: found 0".into()),
+            replaced_external_id: Some(PaymentIntentId::parse("pi_0").unwrap()),
         }];
         op.redrives = 2;
         op
@@ -490,6 +501,44 @@ mod tests {
         // The index attributes are written by the store, not by the mapping.
         item.insert("due_at".into(), attr_n(op.next_due_at.unwrap().as_millis()));
         assert_eq!(operation_from_item(&item).unwrap(), op);
+    }
+
+    #[test]
+    fn a_history_entry_without_a_replaced_intent_reads_as_none() {
+        // Entries written before the field existed, and every entry that replaced nothing.
+        let mut item = operation_to_item(&sample());
+        let Some(AttributeValue::L(entries)) = item.get_mut(HISTORY) else {
+            panic!("history")
+        };
+        let AttributeValue::M(entry) = &mut entries[0] else {
+            panic!("entry")
+        };
+        assert_eq!(
+            entry.remove(REPLACED_EXTERNAL_ID),
+            Some(attr_s("pi_0")),
+            "written when set"
+        );
+        let op = operation_from_item(&item).unwrap();
+        assert_eq!(op.history[0].replaced_external_id, None);
+        let AttributeValue::L(entries) = &operation_to_item(&op)[HISTORY] else {
+            panic!("history")
+        };
+        let AttributeValue::M(entry) = &entries[0] else {
+            panic!("entry")
+        };
+        assert!(
+            !entry.contains_key(REPLACED_EXTERNAL_ID),
+            "not written when absent"
+        );
+        // A value that is no PaymentIntent id is an error naming the field.
+        let mut item = operation_to_item(&sample());
+        if let Some(AttributeValue::L(entries)) = item.get_mut(HISTORY) {
+            if let AttributeValue::M(entry) = &mut entries[0] {
+                entry.insert(REPLACED_EXTERNAL_ID.into(), attr_s("ch_1"));
+            }
+        }
+        let err = operation_from_item(&item).unwrap_err().to_string();
+        assert!(err.contains(HISTORY), "{err}");
     }
 
     #[test]

@@ -316,6 +316,7 @@ mod tests {
             label: None,
             forced: None,
             review: None,
+            replaced_external_id: None,
         }
     }
 
