@@ -561,6 +561,30 @@ impl Principal {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Who this is across sessions, for "is it the same caller": an assumed role's ARN without
+    /// its session name (`iam:arn:aws:sts::…:assumed-role/order-service`), since every task or
+    /// environment of the order service signs as its own session of the same role; anything else
+    /// (an IAM user, a JWT subject) as it is. Role and session names hold no `/`.
+    pub fn owner(&self) -> &str {
+        const ASSUMED: &str = ":assumed-role/";
+        let Some(arn) = self.0.strip_prefix("iam:") else {
+            return &self.0;
+        };
+        let Some(at) = arn.find(ASSUMED) else {
+            return &self.0;
+        };
+        let role_start = "iam:".len() + at + ASSUMED.len();
+        match self.0[role_start..].find('/') {
+            Some(end) => &self.0[..role_start + end],
+            None => &self.0,
+        }
+    }
+
+    /// Whether `other` is the same caller ([`Principal::owner`]).
+    pub fn same_owner(&self, other: &Principal) -> bool {
+        self.owner() == other.owner()
+    }
 }
 
 impl fmt::Display for Principal {
@@ -755,5 +779,38 @@ mod tests {
         assert!(Principal::jwt(&"x".repeat(Principal::MAX_LEN)).is_err());
         assert!(Principal::parse("anonymous").is_err());
         assert!(Principal::parse("jwt:").is_err());
+    }
+
+    #[test]
+    fn the_owner_of_a_principal_is_its_role_across_sessions() {
+        let iam = |arn: &str| Principal::iam(arn).unwrap();
+        let task_1 = iam("arn:aws:sts::123456789012:assumed-role/order-service/i-1");
+        assert_eq!(
+            task_1.owner(),
+            "iam:arn:aws:sts::123456789012:assumed-role/order-service"
+        );
+        // Another session of the same role is the same caller; another role, account or kind
+        // is not.
+        assert!(task_1.same_owner(&iam(
+            "arn:aws:sts::123456789012:assumed-role/order-service/ecs-task-9f"
+        )));
+        for other in [
+            iam("arn:aws:sts::123456789012:assumed-role/reporting/i-1"),
+            iam("arn:aws:sts::210987654321:assumed-role/order-service/i-1"),
+            iam("arn:aws:sts::123456789012:assumed-role/order-service-2/i-1"),
+            iam("arn:aws:iam::123456789012:user/order-service"),
+            Principal::jwt("order-service").unwrap(),
+        ] {
+            assert!(!task_1.same_owner(&other), "{other:?}");
+        }
+        // Users and JWT subjects are compared whole.
+        let user = iam("arn:aws:iam::123456789012:user/ops/alice");
+        assert_eq!(user.owner(), user.as_str());
+        assert!(!user.same_owner(&iam("arn:aws:iam::123456789012:user/ops/bob")));
+        let jwt = Principal::jwt("client-a/assumed-role/x").unwrap();
+        assert_eq!(jwt.owner(), jwt.as_str());
+        // An assumed-role ARN without a session (not what the authorizer sends) stays whole.
+        let bare = iam("arn:aws:sts::123456789012:assumed-role/order-service");
+        assert_eq!(bare.owner(), bare.as_str());
     }
 }

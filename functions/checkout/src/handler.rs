@@ -13,10 +13,10 @@
 //! |---|---|---|
 //! | 401 | no authenticated principal in `requestContext.authorizer` (POST or GET) | nothing |
 //! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?}` | the order has a charge | nothing (one consistent GetItem) |
-//! | GET 404 | no charge for this order | nothing |
+//! | GET 404 | no charge for this order, or one another caller created (a caller sees only its own orders: same role, any session; records without `requested_by`, from before 2026-11-30, are seen by every caller) | nothing |
 //! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
-//! | 200 `{operation_id, status}` | same order, same parameters | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
-//! | 409 | same order, different parameters | nothing |
+//! | 200 `{operation_id, status}` | same order, same parameters, same caller | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
+//! | 409 | same order, different parameters; or the order of another caller | nothing |
 //! | 400 | invalid field (field-level message) | nothing |
 //! | 413 / 415 | body over 8 KiB / a declared media type other than `application/json` | nothing |
 //! | 405 / 404 | other method / other path | nothing |
@@ -174,7 +174,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
     span.record("order_id", tracing::field::display(&order_id));
     if *method == Method::GET {
-        return status_of(deps, order_id).await;
+        return status_of(deps, order_id, &requested_by).await;
     }
     if !media_type_is_json(req) {
         return Err(error(
@@ -190,7 +190,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     let op = Operation::new(
         order_id,
         params,
-        requested_by,
+        requested_by.clone(),
         deps.clock.now(),
         deps.pending_grace,
     );
@@ -208,18 +208,22 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
                 ..accepted(202, &op)
             })
         }
+        Created::Existing(existing) if !created_by(&existing, &requested_by) => {
+            // Another caller's order: the same refusal as for other parameters, so the answer
+            // says neither the operation nor where it stands.
+            warn!(
+                operation_id = %existing.operation_id,
+                "order created by another caller re-submitted; refused"
+            );
+            Err(order_conflict())
+        }
         Created::Existing(existing) if existing.fingerprint != op.fingerprint => {
             span.record(
                 "operation_id",
                 tracing::field::display(existing.operation_id),
             );
             warn!("same order re-submitted with different parameters; refused");
-            Err(error(
-                409,
-                "order_conflict",
-                "this order already has a charge with different parameters",
-                None,
-            ))
+            Err(order_conflict())
         }
         Created::Existing(existing) => {
             span.record(
@@ -236,22 +240,53 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     }
 }
 
+/// Whether `caller` may see `op`: it was requested by the same caller ([`Principal::owner`]: any
+/// session of the same role), or by nobody recorded. Records of releases before 2026-11-30 have
+/// no `requested_by` (their route authenticated nobody), so any authenticated caller still sees
+/// them, as before; every record written since has one.
+fn created_by(op: &Operation, caller: &Principal) -> bool {
+    op.requested_by
+        .as_ref()
+        .is_none_or(|owner| owner.same_owner(caller))
+}
+
+fn order_conflict() -> Reply {
+    error(
+        409,
+        "order_conflict",
+        "this order already has a charge with different parameters",
+        None,
+    )
+}
+
 /// `GET /orders/{order_id}/charge`: where the order's charge stands, from one strongly consistent
-/// read of the record (no Stripe call, nothing written).
-async fn status_of(deps: &Checkout, order_id: OrderId) -> Answer {
+/// read of the record (no Stripe call, nothing written). Another caller's order answers the same
+/// 404 as no order at all: a caller learns nothing of orders it did not create, not even that
+/// they exist.
+async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> Answer {
     let key = OperationKey::charge(order_id);
     let op = deps.store.get(&key).await.map_err(|e| {
         error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
     })?;
-    let Some(op) = op else {
-        return Err(error(
+    let not_found = || {
+        error(
             404,
             "order_not_found",
             "no charge was requested for this order",
             None,
-        ));
+        )
     };
+    let Some(op) = op else {
+        return Err(not_found());
+    };
+    if !created_by(&op, caller) {
+        warn!(
+            operation_id = %op.operation_id,
+            "status asked for an order another caller created; answered 404"
+        );
+        return Err(not_found());
+    }
     tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
     let mut body = json!({
         "order_id": op.order_id.as_str(),
@@ -793,25 +828,111 @@ mod tests {
         );
     }
 
+    /// `req` as signed by another session of the order service's role (another task).
+    fn from_another_session(mut req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpRequest {
+        req.request_context
+            .authorizer
+            .as_mut()
+            .and_then(|a| a.iam.as_mut())
+            .expect("an IAM authorizer")
+            .user_arn =
+            Some("arn:aws:sts::123456789012:assumed-role/order-service/ecs-task-9f3e".into());
+        req
+    }
+
+    /// `req` as signed by another role of the same account.
+    fn from_another_role(mut req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpRequest {
+        req.request_context
+            .authorizer
+            .as_mut()
+            .and_then(|a| a.iam.as_mut())
+            .expect("an IAM authorizer")
+            .user_arn = Some("arn:aws:sts::123456789012:assumed-role/reporting/i-0ffee".into());
+        req
+    }
+
     #[tokio::test]
     async fn the_caller_is_not_part_of_the_order() {
-        // The same order re-sent by another authenticated caller is the same order: 200, the
-        // first operation, whose `requested_by` stays the first caller's.
+        // The same order re-sent by another session of the same role (a retry from another task)
+        // is the same order: 200, the first operation, whose `requested_by` stays the first
+        // session's.
         let f = fixture();
         let (_, first) = call(&f, event("checkout-valid.json")).await;
-        let mut again = event("checkout-duplicate.json");
-        again.request_context.authorizer = event("checkout-jwt.json").request_context.authorizer;
-        let (status, body) = call(&f, again).await;
+        let (status, body) = call(&f, from_another_session(event("checkout-duplicate.json"))).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["operation_id"], first["operation_id"]);
         let ops = f.store.all();
         assert_eq!(ops.len(), 1);
-        assert!(ops[0]
-            .requested_by
-            .as_ref()
-            .map(|p| p.as_str())
-            .unwrap_or("none")
-            .starts_with("iam:"));
+        assert_eq!(
+            ops[0].requested_by.as_ref().map(|p| p.as_str()),
+            Some("iam:arn:aws:sts::123456789012:assumed-role/order-service/i-0a1b2c3d4e5f60718")
+        );
+    }
+
+    #[tokio::test]
+    async fn another_callers_order_is_not_shown_nor_re_sent() {
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        let before = f.store.all();
+        let (status, mine) = call(&f, event("checkout-status.json")).await;
+        assert_eq!(status, 200, "the creator sees it: {mine}");
+        let (_, nothing) = {
+            let mut req = event("checkout-status.json");
+            req.path_parameters
+                .insert("order_id".into(), "ord-never".into());
+            call(&f, req).await
+        };
+        let mut jwt = event("checkout-status.json");
+        jwt.request_context.authorizer = event("checkout-jwt.json").request_context.authorizer;
+        for (who, req) in [
+            (
+                "another role",
+                from_another_role(event("checkout-status.json")),
+            ),
+            ("a JWT caller", jwt),
+        ] {
+            // The same answer as an order that does not exist: not even its existence shows.
+            let (status, body) = call(&f, req).await;
+            assert_eq!(status, 404, "{who}: {body}");
+            assert_eq!(body, nothing, "{who}");
+        }
+        // Another session of the creator's role is the creator.
+        let (status, body) = call(&f, from_another_session(event("checkout-status.json"))).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["order_id"], "ord-1001");
+
+        // Re-sent by another caller: refused as a conflict, the operation not named, nothing
+        // written or queued.
+        let queued = f.queue.len();
+        let mut again = event("checkout-duplicate.json");
+        again.request_context.authorizer = event("checkout-jwt.json").request_context.authorizer;
+        let (status, body) = call(&f, again).await;
+        assert_eq!(status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "order_conflict");
+        assert!(body.get("operation_id").is_none(), "{body}");
+        assert_eq!(f.store.all(), before);
+        assert_eq!(f.queue.len(), queued);
+    }
+
+    #[tokio::test]
+    async fn a_record_from_before_callers_were_recorded_is_seen_by_every_caller() {
+        // Records of releases before 2026-11-30 name no caller: every authenticated caller sees
+        // them, as every caller did then.
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        let mut op = f.store.all().pop().unwrap();
+        op.requested_by = None;
+        f.store.put_for_tests(op);
+        for req in [
+            event("checkout-status.json"),
+            from_another_role(event("checkout-status.json")),
+        ] {
+            let (status, body) = call(&f, req).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["order_id"], "ord-1001");
+        }
+        let (status, body) = call(&f, from_another_role(event("checkout-duplicate.json"))).await;
+        assert_eq!(status, 200, "{body}");
     }
 
     #[tokio::test]
