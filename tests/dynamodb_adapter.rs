@@ -72,3 +72,53 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
     );
     assert_eq!(got.iter().collect::<HashSet<_>>().len(), got.len());
 }
+
+/// A wrong table or queue name: DynamoDB and SQS answer only "resource not found" (moto, like
+/// AWS: `ResourceNotFoundException: Requested resource not found`); the adapters' errors say which
+/// table or queue, so a wrong `TABLE_NAME` or `QUEUE_URL` is found from the message alone.
+#[tokio::test]
+async fn a_wrong_table_or_queue_is_named_in_the_error() {
+    use charge_once::adapters::dynamodb::DynamoStore;
+    use charge_once::adapters::inbox::DynamoInbox;
+    use charge_once::adapters::sqs::SqsQueue;
+    use charge_once::ports::{ChargeQueue, QueuedCharge, WebhookInbox};
+    use charge_once::telemetry::ErrorChain;
+
+    let config = testkit::aws::sdk_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let missing = testkit::aws::unique("no-such-table");
+    let store = DynamoStore::new(dynamodb.clone(), &missing);
+    let op = operation("dyn-missing-table", 1000, T0);
+    let get = store.get(&op.key()).await.unwrap_err();
+    let put = store.create_if_absent(&op).await.unwrap_err();
+    for err in [get, put] {
+        let text = ErrorChain(&err).to_string();
+        assert!(text.contains(&format!("on table {missing}")), "{text}");
+        assert!(text.contains("ResourceNotFoundException"), "{text}");
+    }
+    let inbox = DynamoInbox::new(dynamodb, &missing);
+    let err = inbox.admit("evt_1", T0, T0).await.unwrap_err();
+    let text = ErrorChain(&err).to_string();
+    assert!(
+        text.contains(&format!("on inbox table {missing}")),
+        "{text}"
+    );
+
+    // The twin: the same calls on a table that exists answer.
+    let there = testkit::aws::fresh_store().await;
+    assert_eq!(there.get(&op.key()).await.unwrap(), None);
+
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let existing = testkit::aws::fresh_fifo_queue(&sqs).await;
+    let wrong = format!("{}-gone.fifo", existing.trim_end_matches(".fifo"));
+    let err = SqsQueue::new(sqs.clone(), &wrong)
+        .send(&QueuedCharge::first(&op))
+        .await
+        .unwrap_err();
+    let text = ErrorChain(&err).to_string();
+    assert!(text.contains(&format!("on queue {wrong}")), "{text}");
+    SqsQueue::new(sqs, &existing)
+        .send(&QueuedCharge::first(&op))
+        .await
+        .expect("the queue that exists takes it");
+}

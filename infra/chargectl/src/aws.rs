@@ -63,13 +63,14 @@ pub async fn stripe_gateway(global: &GlobalArgs) -> Result<StripeGateway, Failur
 }
 
 /// The standard AWS configuration chain (env, profile, region) with the operator's time bounds
-/// (`charge_once::adapters::aws::OPERATOR_TIMEOUTS`), and `--endpoint-url` on top.
+/// (`charge_once::adapters::aws::OPERATOR_TIMEOUTS`), and `--endpoint-url` on top; without
+/// credentials a call says "no AWS credentials found".
 pub async fn aws_config(global: &GlobalArgs) -> aws_config::SdkConfig {
     let mut loader = OPERATOR_TIMEOUTS.loader();
     if let Some(url) = &global.endpoint_url {
         loader = loader.endpoint_url(url);
     }
-    loader.load().await
+    charge_once::adapters::aws::explaining_missing_credentials(loader.load().await)
 }
 
 /// The operations table named by `--table` / `TABLE_NAME`.

@@ -1080,7 +1080,9 @@ async fn infrastructure_errors_exit_1_with_the_error_chain() {
     assert_exit(&out, 1);
     let err = stderr(&out);
     assert!(
-        err.starts_with("chargectl: reading order order-1: operation store: GetItem: "),
+        err.starts_with(
+            "chargectl: reading order order-1: operation store: GetItem on table operations: "
+        ),
         "{err}"
     );
     assert!(err.lines().count() == 1, "one line: {err}");
@@ -1089,6 +1091,46 @@ async fn infrastructure_errors_exit_1_with_the_error_chain() {
         "no credential in the message: {err}"
     );
     assert_eq!(stdout(&out), "");
+}
+
+#[test]
+fn without_credentials_the_error_says_none_were_found() {
+    // An operator's shell with no AWS credentials anywhere: no variables, no profile files (an
+    // empty HOME), instance metadata off (as on a laptop, where it does not answer).
+    let home = std::env::temp_dir().join(unique("chargectl-home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |extra: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_chargectl"));
+        cmd.env_clear()
+            .env("HOME", &home)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .envs(extra.iter().copied())
+            .args([
+                "--table",
+                "operations",
+                "--endpoint-url",
+                "http://127.0.0.1:9",
+                "show",
+                "order-1",
+            ]);
+        cmd.output().expect("run chargectl")
+    };
+    let out = run(&[]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("no AWS credentials found"), "{err}");
+    assert!(err.contains("GetItem on table operations"), "{err}");
+    // The twin: with credentials the same call gets as far as the network (nothing listens).
+    let out = run(&[
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        ("AWS_SECRET_ACCESS_KEY", "not-a-secret"),
+    ]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(!err.contains("credentials"), "{err}");
+    assert!(!err.contains("not-a-secret"), "{err}");
+    std::fs::remove_dir_all(&home).ok();
 }
 
 /// One `aws dynamodb query` of docs/deploy.md's operator section, as written there.

@@ -16,7 +16,8 @@
 //!
 //! Wire modes, not deterministic (real sockets and timers): `--stripe http` (the simulator on
 //! loopback through the production `StripeGateway`), `--stripe-url` (a separately
-//! started `stripe-sim`), `--backend aws` (DynamoDB and SQS at `AWS_ENDPOINT_URL`).
+//! started `stripe-sim`), `--backend aws` (DynamoDB and SQS at `AWS_ENDPOINT_URL` or
+//! `--endpoint-url`, refused without one; the table and queue it creates are deleted at the end).
 //!
 //! Modules: [`faults`] (kinds, rates, the injecting wrappers), [`gateway`] (Stripe in process),
 //! [`stripe`] (which Stripe), [`store`] and [`queue`] (indexed in-memory DynamoDB and SQS FIFO),
@@ -257,15 +258,16 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// The DynamoDB table for --backend aws (default: a fresh one).
+    /// The DynamoDB table for --backend aws (default: a fresh one, deleted when the run ends).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
     pub table: Option<String>,
 
-    /// The SQS FIFO queue for --backend aws (default: a fresh one).
+    /// The SQS FIFO queue for --backend aws (default: a fresh one, deleted when the run ends).
     #[arg(long, env = "QUEUE_URL", value_name = "URL")]
     pub queue_url: Option<String>,
 
-    /// Send AWS requests to this endpoint (e.g. a local stack).
+    /// Send AWS requests to this endpoint (e.g. a local stack). --backend aws needs it, or
+    /// AWS_ENDPOINT_URL: it never runs against wherever the default credentials point.
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
 
@@ -394,7 +396,116 @@ async fn aws_config(args: &SimulateArgs) -> aws_config::SdkConfig {
     if let Some(url) = &args.endpoint_url {
         loader = loader.endpoint_url(url);
     }
-    loader.load().await
+    charge_once::adapters::aws::explaining_missing_credentials(loader.load().await)
+}
+
+/// The endpoint `--backend aws` sends every AWS request to: `--endpoint-url`, else
+/// `AWS_ENDPOINT_URL`. Without one the run refuses, before any request: the default chain would
+/// create a table and a queue wherever the credentials point, a real account included. One
+/// endpoint for both services: `AWS_ENDPOINT_URL_DYNAMODB` / `_SQS` alone do not count, since
+/// either one missing sends that service to the account. (An explicit account flag checked with
+/// STS would need the STS SDK here, which this tool does not link; a run against a real account
+/// is not what it is for.)
+pub fn aws_endpoint(args: &SimulateArgs) -> Result<String, String> {
+    let from_env = std::env::var("AWS_ENDPOINT_URL").ok();
+    args.endpoint_url
+        .clone()
+        .or(from_env)
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| {
+            "--backend aws needs an explicit endpoint, --endpoint-url URL or AWS_ENDPOINT_URL \
+             (the local stack: infra/local/with-stack.sh sets it): without one the run would \
+             create a DynamoDB table and an SQS queue wherever the default AWS credentials \
+             point, a real account included. Nothing was created"
+                .to_owned()
+        })
+}
+
+/// What a `--backend aws` run created for itself (a table, a queue), deleted when it ends.
+struct Scratch {
+    dynamodb: aws_sdk_dynamodb::Client,
+    sqs: aws_sdk_sqs::Client,
+    table: Option<String>,
+    queue_url: Option<String>,
+}
+
+impl Scratch {
+    /// Creates the table and the queue `args` does not name, and names them in `args`. On a
+    /// failure, deletes what it had created.
+    async fn provision(
+        config: &aws_config::SdkConfig,
+        args: &mut SimulateArgs,
+    ) -> Result<Self, BoxError> {
+        let mut scratch = Scratch {
+            dynamodb: aws_sdk_dynamodb::Client::new(config),
+            sqs: aws_sdk_sqs::Client::new(config),
+            table: None,
+            queue_url: None,
+        };
+        if args.table.is_none() {
+            let name = format!("charge-once-sim-{}", uuid::Uuid::new_v4().simple());
+            DynamoStore::new(scratch.dynamodb.clone(), &name)
+                .create_table()
+                .await?;
+            scratch.table = Some(name.clone());
+            args.table = Some(name);
+        }
+        if args.queue_url.is_none() {
+            let name = format!("charge-once-sim-{}.fifo", uuid::Uuid::new_v4().simple());
+            let created = scratch
+                .sqs
+                .create_queue()
+                .queue_name(&name)
+                .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+                .send()
+                .await;
+            let url = match created {
+                Ok(out) => out.queue_url().map(str::to_owned),
+                Err(e) => {
+                    let err = format!("CreateQueue {name}: {}", ErrorChain(&e));
+                    return Err(scratch.failed_with(err).await);
+                }
+            };
+            let Some(url) = url else {
+                return Err(scratch
+                    .failed_with("CreateQueue returned no URL".into())
+                    .await);
+            };
+            scratch.queue_url = Some(url.clone());
+            args.queue_url = Some(url);
+        }
+        Ok(scratch)
+    }
+
+    async fn failed_with(self, err: String) -> BoxError {
+        match self.delete().await {
+            Ok(()) => err.into(),
+            Err(left) => format!("{err}; {left}").into(),
+        }
+    }
+
+    /// Deletes what was created; an error names what is left behind.
+    async fn delete(self) -> Result<(), String> {
+        let mut left = Vec::new();
+        if let Some(table) = &self.table {
+            if let Err(e) = self.dynamodb.delete_table().table_name(table).send().await {
+                left.push(format!("table {table} ({})", ErrorChain(&e)));
+            }
+        }
+        if let Some(url) = &self.queue_url {
+            if let Err(e) = self.sqs.delete_queue().queue_url(url).send().await {
+                left.push(format!("queue {url} ({})", ErrorChain(&e)));
+            }
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "could not delete what this run created, delete it yourself: {}",
+                left.join(", ")
+            ))
+        }
+    }
 }
 
 /// What one run leaves behind besides its report.
@@ -409,8 +520,26 @@ pub async fn simulate(args: &SimulateArgs) -> Result<Report, BoxError> {
     Ok(run(args).await?.report)
 }
 
-/// Runs a simulation; returns its report and the traced order's timeline.
+/// Runs a simulation; returns its report and the traced order's timeline. On `--backend aws`,
+/// only with an explicit endpoint ([`aws_endpoint`]), and the table and queue it creates for the
+/// run are deleted at its end, whether it passed or failed.
 pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
+    if args.backend != Backend::Aws || args.arrival_rate.is_some() {
+        return run_on(args).await;
+    }
+    aws_endpoint(args)?;
+    let mut args = args.clone();
+    let scratch = Scratch::provision(&aws_config(&args).await, &mut args).await?;
+    let outcome = run_on(&args).await;
+    match (outcome, scratch.delete().await) {
+        (outcome, Ok(())) => outcome,
+        (Ok(_), Err(left)) => Err(left.into()),
+        (Err(e), Err(left)) => Err(format!("{}; {left}", ErrorChain(e.as_ref())).into()),
+    }
+}
+
+/// [`run`] on the table and queue `args` names (`--backend aws`) or in memory.
+async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     use mutations::Mutation;
     if let Some(rate) = args.arrival_rate {
         if !args.deterministic() {
@@ -536,32 +665,14 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             )
         }
         Backend::Aws => {
-            let config = aws_config(args).await;
-            let store = DynamoStore::new(
-                aws_sdk_dynamodb::Client::new(&config),
-                args.table.clone().unwrap_or_else(|| {
-                    format!("charge-once-sim-{}", uuid::Uuid::new_v4().simple())
-                }),
-            );
-            if args.table.is_none() {
-                store.create_table().await?;
-            }
-            let sqs = aws_sdk_sqs::Client::new(&config);
-            let queue_url = match &args.queue_url {
-                Some(url) => url.clone(),
-                None => sqs
-                    .create_queue()
-                    .queue_name(format!(
-                        "charge-once-sim-{}.fifo",
-                        uuid::Uuid::new_v4().simple()
-                    ))
-                    .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
-                    .send()
-                    .await?
-                    .queue_url()
-                    .ok_or("CreateQueue returned no URL")?
-                    .to_owned(),
+            // `run` named both (created for this run unless given).
+            let (Some(table), Some(queue_url)) = (args.table.clone(), args.queue_url.clone())
+            else {
+                return Err("--backend aws: no table or queue (run provisions them)".into());
             };
+            let config = aws_config(args).await;
+            let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table);
+            let sqs = aws_sdk_sqs::Client::new(&config);
             let queue = Arc::new(SqsQueue::new(sqs.clone(), &queue_url));
             let source = Arc::new(SqsSource {
                 client: sqs,
@@ -939,6 +1050,12 @@ where
             return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
         }
     };
+    if args.backend == Backend::Aws {
+        if let Err(why) = aws_endpoint(&args) {
+            eprintln!("simulate: {why}");
+            return ExitCode::from(2);
+        }
+    }
     // One thread: the scheduler, not the OS, decides the interleaving.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

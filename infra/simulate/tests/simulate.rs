@@ -190,8 +190,94 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
     }
 }
 
+/// The runs on moto, one at a time: each checks that nothing it created is left, which another
+/// run's table or queue (alive while it runs) would blur.
+static ON_MOTO: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The tables and queues of `--backend aws` runs (`charge-once-sim-…`) on the local stack.
+async fn scratch_left_on_moto() -> (Vec<String>, Vec<String>) {
+    let config = testkit::aws::sdk_config().await;
+    let tables: Vec<String> = aws_sdk_dynamodb::Client::new(&config)
+        .list_tables()
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.starts_with("charge-once-sim-"))
+        .collect();
+    let queues = aws_sdk_sqs::Client::new(&config)
+        .list_queues()
+        .queue_name_prefix("charge-once-sim-")
+        .send()
+        .await
+        .unwrap()
+        .queue_urls()
+        .to_vec();
+    (tables, queues)
+}
+
+#[test]
+fn without_an_explicit_endpoint_the_aws_backend_refuses_and_creates_nothing() {
+    let _one = ON_MOTO.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = current_thread();
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
+    let before = rt.block_on(scratch_left_on_moto());
+    // Per-service endpoints at moto, so that a run which did not refuse would show there; but no
+    // AWS_ENDPOINT_URL and no --endpoint-url: the one endpoint that covers both is not given.
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_simulate"))
+            .args(["--backend", "aws", "--orders", "5", "--no-faults"])
+            .args(extra)
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("TABLE_NAME")
+            .env_remove("QUEUE_URL")
+            .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoint)
+            .env("AWS_ENDPOINT_URL_SQS", &endpoint)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--backend aws needs an explicit endpoint"),
+        "{err}"
+    );
+    assert!(err.contains("Nothing was created"), "{err}");
+    assert_eq!(out.stdout, b"", "no report");
+    assert_eq!(
+        rt.block_on(scratch_left_on_moto()),
+        before,
+        "nothing created"
+    );
+
+    // The twin: the same run with --endpoint-url goes ahead, and leaves nothing behind.
+    let out = run(&["--endpoint-url", &endpoint]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("backend aws"));
+    assert_eq!(rt.block_on(scratch_left_on_moto()), before, "cleaned up");
+}
+
+#[test]
+fn a_failed_aws_run_deletes_what_it_created() {
+    let _one = ON_MOTO.lock().unwrap_or_else(|p| p.into_inner());
+    let rt = current_thread();
+    let before = rt.block_on(scratch_left_on_moto());
+    // Nothing listens on port 9: the run fails at Stripe, after its table and queue exist.
+    let mut a = args(5, 1, Backend::Aws);
+    a.stripe_url = Some("http://127.0.0.1:9".into());
+    let err = rt.block_on(simulate(&a)).unwrap_err();
+    assert!(!err.to_string().contains("could not delete"), "{err}");
+    assert_eq!(rt.block_on(scratch_left_on_moto()), before, "cleaned up");
+}
+
 #[test]
 fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
+    let _one = ON_MOTO.lock().unwrap_or_else(|p| p.into_inner());
     // The local stack (moto) from `make test`; a Stripe simulator this process did not configure:
     // simulate drives it through its admin API only. 200 orders, not the 500 of before: the run
     // is bound by moto's ~10 ms per request (about 50 requests per order, and a fixed part for
@@ -199,7 +285,7 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
     // `make bench` runs 2,000 over the wire.
     let rt = current_thread();
     rt.block_on(async {
-        let _ = testkit::aws::sdk_config().await;
+        let before = scratch_left_on_moto().await;
         let sim = stripe_sim::StripeSim::new(stripe_sim::SimConfig::default());
         let running = sim.start(0).await.unwrap();
         let mut a = args(200, 21, Backend::Aws);
@@ -215,6 +301,11 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
             "the charges are in the separate simulator's ledger"
         );
         assert!(report.requests_per_charge["dynamodb_writes"] >= 3.0);
+        assert_eq!(
+            scratch_left_on_moto().await,
+            before,
+            "the run's table and queue are deleted"
+        );
     });
 }
 

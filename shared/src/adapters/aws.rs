@@ -35,7 +35,9 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
 // The SDK re-exports the credential types (aws-credential-types, already in every function).
-use aws_sdk_dynamodb::config::SharedCredentialsProvider;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::future::ProvideCredentials as ProvideCredentialsFuture;
+use aws_sdk_dynamodb::config::{ProvideCredentials, SharedCredentialsProvider};
 
 use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::secrets::fetch_stripe_key;
@@ -76,9 +78,9 @@ impl AwsTimeouts {
     }
 
     /// The standard configuration chain (environment, profile, `AWS_ENDPOINT_URL`, region) with
-    /// these bounds.
+    /// these bounds, and [`explaining_missing_credentials`].
     pub async fn load(&self) -> aws_config::SdkConfig {
-        self.loader().load().await
+        explaining_missing_credentials(self.loader().load().await)
     }
 
     /// The loader, for callers that add to it (an endpoint override), with [`https_client`].
@@ -117,6 +119,59 @@ impl AwsTimeouts {
         }
         Ok(config.build())
     }
+}
+
+/// `config` whose credentials, when there are none, fail with an error that says so. The SDK's
+/// chain tries the environment, the profile files (SSO included), web identity, the container and
+/// last the instance metadata service (IMDS), and reports only what the last one answered: on a
+/// laptop without credentials a call fails with "failed to load IMDS session token" or similar,
+/// which says nothing of what is missing. For the tools (`load`'s chain); a function reads its
+/// credentials from the environment only ([`AwsTimeouts::lambda`]).
+pub fn explaining_missing_credentials(config: aws_config::SdkConfig) -> aws_config::SdkConfig {
+    let Some(inner) = config.credentials_provider() else {
+        return config;
+    };
+    config
+        .into_builder()
+        .credentials_provider(SharedCredentialsProvider::new(ExplainedCredentials(inner)))
+        .build()
+}
+
+#[derive(Debug)]
+struct ExplainedCredentials(SharedCredentialsProvider);
+
+impl ProvideCredentials for ExplainedCredentials {
+    fn provide_credentials<'a>(&'a self) -> ProvideCredentialsFuture<'a>
+    where
+        Self: 'a,
+    {
+        ProvideCredentialsFuture::new(async move {
+            self.0
+                .provide_credentials()
+                .await
+                .map_err(explain_credentials_error)
+        })
+    }
+}
+
+/// `err` as "no AWS credentials found: …" when it means there are none: no provider of the chain
+/// had any (`CredentialsNotLoaded`), or the last one, IMDS, failed, which the chain reaches only
+/// when every provider before it had nothing. Any other error (an expired SSO session, a bad
+/// profile) is what is wrong, and is kept as it is.
+pub fn explain_credentials_error(err: CredentialsError) -> CredentialsError {
+    let said = crate::telemetry::ErrorChain(&err).to_string();
+    let lower = said.to_ascii_lowercase();
+    let none = matches!(err, CredentialsError::CredentialsNotLoaded(_))
+        || said.contains("IMDS")
+        || lower.contains("instance metadata");
+    if !none {
+        return err;
+    }
+    CredentialsError::provider_error(format!(
+        "no AWS credentials found: none in the environment (AWS_ACCESS_KEY_ID / \
+         AWS_SECRET_ACCESS_KEY), the profile files (AWS_PROFILE, ~/.aws; SSO included), web \
+         identity or the container, and the instance metadata service gave none ({said})"
+    ))
 }
 
 /// The HTTPS client of every SDK client built from [`AwsTimeouts::lambda`] or
@@ -195,6 +250,79 @@ mod tests {
         assert_eq!(c.endpoint_url(), None);
         let err = FUNCTION_TIMEOUTS.lambda(&Vars(HashMap::new())).unwrap_err();
         assert!(matches!(err, ConfigError::Missing("AWS_REGION")), "{err}");
+    }
+
+    /// A provider that fails the way the default chain does.
+    #[derive(Debug)]
+    struct Failing(fn() -> CredentialsError);
+
+    impl ProvideCredentials for Failing {
+        fn provide_credentials<'a>(&'a self) -> ProvideCredentialsFuture<'a>
+        where
+            Self: 'a,
+        {
+            ProvideCredentialsFuture::ready(Err((self.0)()))
+        }
+    }
+
+    #[test]
+    fn missing_credentials_are_said_to_be_missing_and_other_errors_are_kept() {
+        let said = |e: CredentialsError| {
+            crate::telemetry::ErrorChain(&explain_credentials_error(e)).to_string()
+        };
+        // Nothing in the chain; the chain ending at IMDS (what a laptop without credentials gets).
+        for (case, err) in [
+            (
+                "no provider had any",
+                CredentialsError::not_loaded("no credentials found in chain"),
+            ),
+            (
+                "IMDS answered last",
+                CredentialsError::provider_error(
+                    "failed to load IMDS session token: service error: request forbidden",
+                ),
+            ),
+        ] {
+            let text = said(err);
+            assert!(text.contains("no AWS credentials found"), "{case}: {text}");
+            assert!(text.contains("AWS_PROFILE"), "{case}: {text}");
+        }
+        assert!(
+            said(CredentialsError::provider_error(
+                "failed to load IMDS session token"
+            ))
+            .contains("failed to load IMDS session token"),
+            "what IMDS said is kept"
+        );
+        // The twin: credentials that exist but fail say what failed, not "none found".
+        let expired = said(CredentialsError::provider_error(
+            "the SSO session has expired or is invalid",
+        ));
+        assert!(!expired.contains("no AWS credentials found"), "{expired}");
+        assert!(expired.contains("the SSO session has expired"), "{expired}");
+    }
+
+    #[tokio::test]
+    async fn a_call_without_credentials_fails_saying_so_and_naming_the_table() {
+        use crate::operation::OperationKey;
+        use crate::ports::OperationStore;
+        // No network needed: the request is signed before it is sent, and signing fails.
+        let bare = aws_config::SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .credentials_provider(SharedCredentialsProvider::new(Failing(|| {
+                CredentialsError::provider_error("failed to load IMDS session token")
+            })))
+            .http_client(https_client())
+            .build();
+        let config = explaining_missing_credentials(bare);
+        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "orders-table");
+        let key = OperationKey::charge(crate::OrderId::parse("ord-1").unwrap());
+        let err = store.get(&key).await.unwrap_err();
+        let text = crate::telemetry::ErrorChain(&err).to_string();
+        assert!(text.contains("no AWS credentials found"), "{text}");
+        assert!(text.contains("GetItem on table orders-table"), "{text}");
     }
 
     #[tokio::test]

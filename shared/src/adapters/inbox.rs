@@ -43,6 +43,15 @@ impl DynamoInbox {
         &self.table
     }
 
+    /// A failed call, naming the inbox table (DynamoDB's own answer to a wrong name does not).
+    fn sdk_error(
+        &self,
+        what: &str,
+        err: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::with_source(format!("{what} on inbox table {}", self.table), err)
+    }
+
     /// Creates the table with TTL on `expires_at`, waiting (at most [`TABLE_ACTIVE_WAIT`]) for it
     /// to be ACTIVE before TTL is switched on (tests and the local stack; production uses
     /// template.yaml's `WebhookInboxTable`, held to the same schema by tests/template.rs).
@@ -72,7 +81,7 @@ impl DynamoInbox {
             )
             .send()
             .await
-            .map_err(|e| StoreError::with_source("inbox CreateTable", e))?;
+            .map_err(|e| self.sdk_error("CreateTable", e))?;
         // DynamoDB refuses to change a table that is still CREATING (moto has none such): TTL is
         // switched on once the table is ACTIVE.
         self.client
@@ -80,7 +89,7 @@ impl DynamoInbox {
             .table_name(&self.table)
             .wait(TABLE_ACTIVE_WAIT)
             .await
-            .map_err(|e| StoreError::with_source("inbox table never became ACTIVE", e))?;
+            .map_err(|e| self.sdk_error("waiting for ACTIVE", e))?;
         self.client
             .update_time_to_live()
             .table_name(&self.table)
@@ -93,7 +102,7 @@ impl DynamoInbox {
             )
             .send()
             .await
-            .map_err(|e| StoreError::with_source("inbox UpdateTimeToLive", e))?;
+            .map_err(|e| self.sdk_error("UpdateTimeToLive", e))?;
         Ok(())
     }
 }
@@ -141,7 +150,7 @@ impl WebhookInbox for DynamoInbox {
             {
                 Ok(Admitted::Duplicate)
             }
-            Err(e) => Err(StoreError::with_source("inbox PutItem", e)),
+            Err(e) => Err(self.sdk_error("PutItem", e)),
         }
     }
 
@@ -152,7 +161,7 @@ impl WebhookInbox for DynamoInbox {
             .key("event_id", AttributeValue::S(event_id.to_owned()))
             .send()
             .await
-            .map_err(|e| StoreError::with_source("inbox DeleteItem", e))?;
+            .map_err(|e| self.sdk_error("DeleteItem", e))?;
         Ok(())
     }
 }

@@ -46,6 +46,15 @@ impl SqsQueue {
         &self.queue_url
     }
 
+    /// A failed call, naming the queue: SQS's own answer to a wrong URL does not.
+    fn sdk_error(
+        &self,
+        what: &str,
+        err: impl std::error::Error + Send + Sync + 'static,
+    ) -> QueueError {
+        QueueError::with_source(format!("{what} on queue {}", self.queue_url), err)
+    }
+
     /// Messages in the queue, visible or in flight, as SQS approximates them.
     pub async fn approximate_depth(&self) -> Result<u64, QueueError> {
         use aws_sdk_sqs::types::QueueAttributeName;
@@ -57,7 +66,7 @@ impl SqsQueue {
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             .send()
             .await
-            .map_err(|e| QueueError::with_source("GetQueueAttributes", e))?;
+            .map_err(|e| self.sdk_error("GetQueueAttributes", e))?;
         let attrs = out.attributes().cloned().unwrap_or_default();
         Ok([
             QueueAttributeName::ApproximateNumberOfMessages,
@@ -88,7 +97,7 @@ impl ChargeQueue for SqsQueue {
             .message_deduplication_id(&charge.dedup_id)
             .send()
             .await
-            .map_err(|e| QueueError::with_source("SendMessage", e))?;
+            .map_err(|e| self.sdk_error("SendMessage", e))?;
         Ok(())
     }
 }
@@ -109,7 +118,7 @@ impl MessageVisibility for SqsQueue {
             .visibility_timeout(secs)
             .send()
             .await
-            .map_err(|e| QueueError::with_source("ChangeMessageVisibility", e))?;
+            .map_err(|e| self.sdk_error("ChangeMessageVisibility", e))?;
         Ok(())
     }
 }
@@ -197,9 +206,12 @@ impl DeadLetterQueue for SqsDeadLetters {
         } else if let Some(group) = letter.group_id.as_deref() {
             send = send.message_attributes("source_group_id", string_attribute(group)?);
         }
-        send.send()
-            .await
-            .map_err(|e| QueueError::with_source("SendMessage (dead-letter queue)", e))?;
+        send.send().await.map_err(|e| {
+            QueueError::with_source(
+                format!("SendMessage to dead-letter queue {}", self.queue_url),
+                e,
+            )
+        })?;
         Ok(())
     }
 }

@@ -100,14 +100,16 @@ impl fmt::Debug for DynamoStore {
     }
 }
 
-fn sdk_error<E>(what: &str, err: SdkError<E>) -> StoreError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    StoreError::with_source(what.to_owned(), err)
-}
-
 impl DynamoStore {
+    /// A failed call, naming the table: DynamoDB's own answer to a wrong table name says only
+    /// "ResourceNotFoundException: Requested resource not found".
+    fn sdk_error<E>(&self, what: &str, err: SdkError<E>) -> StoreError
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        StoreError::with_source(format!("{what} on table {}", self.table), err)
+    }
+
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         Self {
             client,
@@ -130,7 +132,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| sdk_error("GetItem", e))?;
+            .map_err(|e| self.sdk_error("GetItem", e))?;
         Ok(out.item)
     }
 
@@ -148,7 +150,7 @@ impl DynamoStore {
         schema::define_table(self.client.create_table().table_name(&self.table))?
             .send()
             .await
-            .map_err(|e| sdk_error("CreateTable", e))?;
+            .map_err(|e| self.sdk_error("CreateTable", e))?;
         Ok(())
     }
 
@@ -182,7 +184,7 @@ impl DynamoStore {
             .set_exclusive_start_key(start)
             .send()
             .await
-            .map_err(|e| sdk_error("Query unknown index", e))?;
+            .map_err(|e| self.sdk_error("Query unknown index", e))?;
         Ok(ShardPage {
             entries: out
                 .items()
@@ -227,7 +229,7 @@ impl DynamoStore {
                     .request_items(&self.table, request)
                     .send()
                     .await
-                    .map_err(|e| sdk_error("BatchGetItem", e))?;
+                    .map_err(|e| self.sdk_error("BatchGetItem", e))?;
                 for item in out
                     .responses()
                     .and_then(|r| r.get(&self.table))
@@ -315,7 +317,7 @@ impl DynamoStore {
                     // refused for want of a record costs this one read.
                     None => Ok(Recorded::Refused(self.get(key).await?)),
                 },
-                _ => Err(sdk_error(what, err)),
+                _ => Err(self.sdk_error(what, err)),
             },
         }
     }
@@ -348,7 +350,7 @@ impl OperationStore for DynamoStore {
                         )),
                     },
                 },
-                _ => Err(sdk_error("PutItem", err)),
+                _ => Err(self.sdk_error("PutItem", err)),
             },
         }
     }
@@ -385,7 +387,7 @@ impl OperationStore for DynamoStore {
                     .set_exclusive_start_key(start.take())
                     .send()
                     .await
-                    .map_err(|e| sdk_error("Query unknown index by operation id", e))?;
+                    .map_err(|e| self.sdk_error("Query unknown index by operation id", e))?;
                 if let Some(entry) = out.items().first() {
                     let pk = item::req_key(entry, schema::PK)?;
                     let key = OperationKey::charge(item::order_id_of_pk(&pk)?);
