@@ -1121,6 +1121,7 @@ fn without_credentials_the_error_says_none_were_found() {
     let err = stderr(&out);
     assert!(err.contains("no AWS credentials found"), "{err}");
     assert!(err.contains("GetItem on table operations"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
     // The twin: with credentials the same call gets as far as the network (nothing listens).
     let out = run(&[
         ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),

@@ -159,7 +159,13 @@ impl ProvideCredentials for ExplainedCredentials {
 /// when every provider before it had nothing. Any other error (an expired SSO session, a bad
 /// profile) is what is wrong, and is kept as it is.
 pub fn explain_credentials_error(err: CredentialsError) -> CredentialsError {
-    let said = crate::telemetry::ErrorChain(&err).to_string();
+    // The chain lists each provider it tried on a line of its own: one line here.
+    let said = crate::telemetry::ErrorChain(&err)
+        .to_string()
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("; ");
     let lower = said.to_ascii_lowercase();
     let none = matches!(err, CredentialsError::CredentialsNotLoaded(_))
         || said.contains("IMDS")
