@@ -27,7 +27,9 @@
 //! page's keys are read back with one strongly consistent BatchGetItem (1 read unit per item
 //! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
 //! index answered (settled, re-scheduled, flagged) is left out, exactly as a stale index read
-//! would have been refused by the `updated_at` guards.
+//! would have been refused by the `updated_at` guards. The reconciler's count of the REVIEW
+//! partition reads no record ([`OperationStore::count_in_review`]): its entries' keys give the
+//! count and its `due_at` the flag time.
 //!
 //! ## No index by operation id
 //! The `by-operation-id` index (KEYS_ONLY, one write per operation) is gone: nothing on the
