@@ -345,7 +345,8 @@ async fn show_unreadable(
     Err(Failure::Refused(format!(
         "record {key} cannot be read: {reason} (shown raw above; the reconciler counts it in \
          UnreadableRecords and settles the others; fix the attribute with `aws dynamodb \
-         update-item`, then `chargectl show` reads it)"
+         update-item` under a role that may write it (the stack's OperatorPolicy allows only \
+         what resolve and redrive write), then `chargectl show` reads it)"
     )))
 }
 
