@@ -38,6 +38,12 @@ use crate::ports::{
     ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
     Reschedule, StoreError,
 };
+use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
+use crate::time::Timestamp;
+
+pub mod plan;
+
+pub use plan::{plan, redrive_due_at, Action};
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -47,12 +53,6 @@ pub const REVIEW_READ_RESERVE: Duration = Duration::from_secs(5);
 /// How many review records a tick reads whole, the oldest first, to find those this release
 /// cannot read: one BatchGetItem (DynamoDB's limit per call). Counting reads none.
 pub const REVIEW_RECORDS_CHECKED: usize = 100;
-use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
-use crate::time::Timestamp;
-
-pub mod plan;
-
-pub use plan::{plan, redrive_due_at, Action};
 
 /// What [`redrive`] did.
 #[derive(Debug)]
