@@ -12,7 +12,7 @@ use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
-use charge_once::{OperationKey, OperationStatus, OrderId};
+use charge_once::{Clock, OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::aws::sdk_config;
@@ -357,4 +357,137 @@ async fn the_stripe_key_comes_from_secrets_manager_and_never_leaks() {
     let missing = format!("{arn}-missing");
     let err = fetch_stripe_key(&client, &missing).await.unwrap_err();
     assert!(err.to_string().contains("cannot read secret"));
+}
+
+/// The poison messages parked on the stack's DLQ, as `(reason, detail)`.
+async fn parked_reasons(s: &Stack) -> Vec<(String, String)> {
+    s.parked()
+        .await
+        .iter()
+        .map(|m| {
+            let attrs = m.message_attributes().cloned().unwrap_or_default();
+            let attr = |k: &str| {
+                attrs
+                    .get(k)
+                    .and_then(|v| v.string_value())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            (attr("reason"), attr("detail"))
+        })
+        .collect()
+}
+
+/// A message naming an order no checkout created (an operator's typo in a hand-sent message):
+/// parked as `no_such_operation` on its first receive, with no read. DynamoDB returns the item
+/// with every refusal of an existing record (ALL_OLD; moto too), so a refused claim without one
+/// is "no record": the charge role has no GetItem, and a read here was refused on AWS and sent
+/// the message round five receives of 30 minutes as "store unavailable".
+#[tokio::test]
+async fn a_message_for_a_record_that_does_not_exist_is_poison_at_its_first_receive_without_a_read()
+{
+    let s = Stack::spawn().await;
+    let queue = s.queue();
+    let ghost = testkit::store_contract::operation("ord-typo", 1500, s.clock().now());
+    queue.send(&QueuedCharge::first(&ghost)).await.unwrap();
+    // The twin, in the same batch: an order that exists is charged.
+    let real = testkit::store_contract::operation("ord-real", 1500, s.clock().now());
+    s.store.create_if_absent(&real).await.unwrap();
+    queue.send(&QueuedCharge::first(&real)).await.unwrap();
+
+    let batch = s.receive().await;
+    assert_eq!(batch.records.len(), 2);
+    for r in &batch.records {
+        assert_eq!(r.attributes["ApproximateReceiveCount"], "1");
+    }
+    let reads = s.store.calls().reads.load(Ordering::Relaxed);
+    let failed = s.run_charge(&s.charge_function(), batch).await;
+    assert_eq!(failed, Vec::<String>::new(), "nothing back to the queue");
+    assert_eq!(
+        s.store.calls().reads.load(Ordering::Relaxed) - reads,
+        0,
+        "no GetItem: a refusal without the item is no record"
+    );
+    let parked = parked_reasons(&s).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].0, "no_such_operation");
+    assert!(parked[0].1.contains("ord-typo"), "{}", parked[0].1);
+    assert_eq!(
+        s.metrics.sum("PoisonMessages", &[("Function", "charge")]),
+        1.0
+    );
+    assert_eq!(s.current(&real).await.status, OperationStatus::Succeeded);
+    assert_eq!(s.ledger_for(&real), 1);
+    assert_eq!(s.ledger_for(&ghost), 0);
+    assert_eq!(s.depth().await, 0);
+}
+
+/// A claim on a record this release cannot read (an amount written as a string by hand): the
+/// claim's ALL_NEW cannot be parsed, and the message is parked as `unreadable_record` with the key
+/// and the parse error on its first receive, counted, with no Stripe call; its group goes on.
+/// Before, it was "store unavailable" five times at the visibility timeout. The operation stays in
+/// the unknown index: repaired, the reconciler drives it to its one charge.
+#[tokio::test]
+async fn a_message_for_a_record_this_release_cannot_read_is_poison_at_its_first_receive() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let s = Stack::spawn().await;
+    let queue = s.queue();
+    let bad = testkit::store_contract::operation("ord-corrupt", 1500, s.clock().now());
+    let good = testkit::store_contract::operation("ord-fine", 1500, s.clock().now());
+    for op in [&bad, &good] {
+        s.store.create_if_absent(op).await.unwrap();
+        queue.send(&QueuedCharge::first(op)).await.unwrap();
+    }
+    let set_amount = |value: AttributeValue| {
+        s.dynamo
+            .update_item()
+            .table_name(s.store.table())
+            .key("pk", AttributeValue::S("ORDER#ord-corrupt".into()))
+            .key("sk", AttributeValue::S("charge".into()))
+            .update_expression("SET amount = :a")
+            .expression_attribute_values(":a", value)
+            .send()
+    };
+    set_amount(AttributeValue::S("15.00".into())).await.unwrap();
+    let err = s.store.get(&bad.key()).await.unwrap_err();
+    assert_eq!(
+        err.unreadable.as_deref(),
+        Some("ORDER#ord-corrupt/charge"),
+        "unreadable: {err}"
+    );
+
+    let batch = s.receive().await;
+    assert_eq!(batch.records.len(), 2);
+    assert!(batch
+        .records
+        .iter()
+        .all(|r| r.attributes["ApproximateReceiveCount"] == "1"));
+    let failed = s.run_charge(&s.charge_function(), batch).await;
+    assert_eq!(failed, Vec::<String>::new(), "acknowledged, not retried");
+    let parked = parked_reasons(&s).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!(parked[0].0, "unreadable_record");
+    for needle in ["ORDER#ord-corrupt/charge", "amount"] {
+        assert!(parked[0].1.contains(needle), "{needle} in {}", parked[0].1);
+    }
+    assert_eq!(
+        s.metrics.sum("PoisonMessages", &[("Function", "charge")]),
+        1.0,
+        "counted once"
+    );
+    assert_eq!(s.ledger_for(&bad), 0, "no Stripe call for it");
+    assert_eq!(s.current(&good).await.status, OperationStatus::Succeeded);
+    assert_eq!(s.depth().await, 0);
+
+    // Repaired, it is still unsettled work in the index: the next tick past the grace period
+    // re-drives it, and it is charged once.
+    set_amount(AttributeValue::N("1500".into())).await.unwrap();
+    assert_eq!(s.current(&bad).await.status, OperationStatus::Pending);
+    s.side.clock.advance(Duration::from_secs(301));
+    let report = s.tick().await.unwrap();
+    assert_eq!(report.unreadable, 0);
+    assert_eq!(report.redriven + report.reenqueued, 1, "{report:?}");
+    while s.deliver().await > 0 {}
+    assert_eq!(s.current(&bad).await.status, OperationStatus::Succeeded);
+    assert_eq!(s.ledger_for(&bad), 1);
 }

@@ -2,15 +2,25 @@
 //! operation converges, never by creating past the key window, and two overlapping ticks are safe.
 //! moto never fires EventBridge schedules, so ticks are invoked directly, as the schedule would.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemInput;
+use aws_sdk_dynamodb::operation::query::QueryInput;
+use aws_sdk_dynamodb::types::AttributeValue;
+use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::{execute_charge, ReviewClass};
 use charge_once::ports::{CreatePaymentIntent, OperationStore, PaymentGateway};
-use charge_once::reconciler::{reconcile_tick, TickReport};
-use charge_once::telemetry::CapturedMetrics;
-use charge_once::{Clock, Operation, OperationStatus, PaymentMethodId};
+use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
+use charge_once::telemetry::{parse_emf, CapturedMetrics};
+use charge_once::{Clock, ManualClock, Operation, OperationStatus, PaymentMethodId, Review};
 use stripe_sim::FaultKind;
+use testkit::aws::sdk_config;
 use testkit::stack::{Stack, TICK_BUDGET};
 use testkit::store_contract::operation;
 
@@ -60,10 +70,11 @@ async fn an_unreadable_record_is_counted_and_skipped_and_the_rest_of_its_page_go
     let report = tick(&s).await;
     assert_eq!(report.unreadable, 1, "counted");
     assert_eq!(report.reenqueued, 5, "the other five in the same tick");
-    let metrics = CapturedMetrics::new();
-    report.emit_metrics(&metrics, s.side.clock.now());
-    let line = &metrics.lines()[0];
-    assert!(line.contains("\"UnreadableRecords\":1"), "{line}");
+    assert_eq!(
+        s.metrics
+            .sum("UnreadableRecords", &[("Function", "reconciler")]),
+        1.0
+    );
     while s.deliver().await > 0 {}
     for op in ops.iter().filter(|o| o.order_id != bad.order_id) {
         assert_eq!(s.current(op).await.status, OperationStatus::Succeeded);
@@ -224,6 +235,7 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     assert!(s.current(&op).await.review.is_none());
 
     s.side.clock.advance(2 * HOUR);
+    let before = s.metrics.lines().len();
     let report = tick(&s).await;
     assert_eq!(report.sent_to_review, 1, "{report:?}");
     assert_eq!(
@@ -245,16 +257,14 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     );
     assert_eq!(s.ledger_for(&op), 1, "never created again");
 
-    // The tick's EMF lines: InReview / OldestInReviewAge, and SentToReview by reason class.
-    let metrics = CapturedMetrics::new();
-    report.emit_metrics(&metrics, s.side.clock.now());
-    let lines: Vec<serde_json::Value> = metrics
-        .lines()
+    // The tick's EMF lines: the due work's (the heartbeat), SentToReview by reason class, then
+    // the REVIEW partition's InReview / OldestInReviewAge.
+    let lines: Vec<serde_json::Value> = s.metrics.lines()[before..]
         .iter()
         .filter_map(|l| charge_once::telemetry::parse_emf(l))
         .collect();
-    assert_eq!(lines[0]["InReview"], 1.0);
-    assert_eq!(lines[0]["OldestInReviewAge"], 0.0);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["Ticks"], 1.0);
     assert!(
         lines[0].get("SentToReview").is_none(),
         "counted once, by class"
@@ -262,6 +272,9 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     assert_eq!(lines[1]["ReasonClass"], "stuck_requires_action");
     assert_eq!(lines[1]["SentToReview"], 1.0);
     assert_eq!(lines[1]["Function"], "reconciler");
+    assert_eq!(lines[2]["InReview"], 1.0);
+    assert_eq!(lines[2]["OldestInReviewAge"], 0.0);
+    assert_eq!(lines[2]["UnreadableRecords"], 0.0);
 }
 
 #[tokio::test]
@@ -328,9 +341,14 @@ async fn a_tick_pages_through_the_index_and_stops_before_its_time_runs_out() {
             Duration::ZERO
         }
     };
-    let first = reconcile_tick(&s.reconciler(), &budget, Duration::from_secs(25))
-        .await
-        .unwrap();
+    let first = reconcile_tick(
+        &s.reconciler(),
+        &budget,
+        Duration::from_secs(25),
+        &CapturedMetrics::new(),
+    )
+    .await
+    .unwrap();
     assert!(first.stopped_early);
     assert!(first.reenqueued > 0 && first.reenqueued < 120, "{first:?}");
 
@@ -343,4 +361,222 @@ async fn a_tick_pages_through_the_index_and_stops_before_its_time_runs_out() {
     );
     assert!(second.pages >= 2, "paged: {second:?}");
     assert_eq!(s.depth().await, 120);
+}
+
+/// `n` operations waiting for a person, stored as a review leaves them (unknown, attempted,
+/// flagged and due at the flag time, in the REVIEW partition), flagged a second apart, the first
+/// the oldest.
+async fn in_review(s: &Stack, prefix: &str, n: u64) -> Vec<Operation> {
+    let now = s.clock().now();
+    let mut ops = Vec::new();
+    for i in 0..n {
+        let flagged = now.minus(Duration::from_secs(n - i));
+        let mut op = operation(&format!("{prefix}-{i:03}"), 1500, flagged.minus(HOUR));
+        op.status = OperationStatus::Unknown;
+        op.attempts = 1;
+        op.first_attempted_at = Some(flagged.minus(HOUR));
+        op.review = Some(Review {
+            reason: "rejected: No such customer".into(),
+            flagged_at: flagged,
+        });
+        op.next_due_at = Some(flagged);
+        s.store.create_if_absent(&op).await.unwrap();
+        ops.push(op);
+    }
+    ops
+}
+
+/// What C3's operator does: a raw `update-item` writing `review_flagged_at` as a string.
+async fn break_review_flag(s: &Stack, op: &Operation) {
+    s.dynamo
+        .update_item()
+        .table_name(s.store.table())
+        .key("pk", AttributeValue::S(format!("ORDER#{}", op.order_id)))
+        .key("sk", AttributeValue::S("charge".into()))
+        .update_expression("SET review_flagged_at = :v")
+        .expression_attribute_values(":v", AttributeValue::S("yesterday".into()))
+        .send()
+        .await
+        .unwrap();
+    let err = s.store.get(&op.key()).await.unwrap_err();
+    assert!(err.unreadable.is_some(), "unreadable: {err}");
+}
+
+/// The sum of metric `name` (Function=reconciler) over the lines emitted since `from`.
+fn emitted_since(metrics: &CapturedMetrics, from: usize, name: &str) -> f64 {
+    metrics.lines()[from..]
+        .iter()
+        .filter_map(|l| parse_emf(l))
+        .filter(|v| v["Function"] == "reconciler")
+        .filter_map(|v| v[name].as_f64())
+        .sum()
+}
+
+/// C3: an operator's raw `update-item` leaves a record in review that this release cannot read.
+/// It still waits for a person: InReview counts it (from the index) and the tick counts it as
+/// unreadable, so neither InReviewAlarm nor UnreadableRecordsAlarm returns to OK while it waits.
+#[tokio::test]
+async fn an_unreadable_record_in_review_is_counted_in_review_and_as_unreadable() {
+    let s = Stack::spawn().await;
+    let ops = in_review(&s, "rec-review-unreadable", 2).await;
+    // Both readable: both counted, none unreadable.
+    let report = tick(&s).await;
+    assert_eq!((report.in_review, report.unreadable_in_review), (2, 0));
+
+    break_review_flag(&s, &ops[0]).await;
+    let before = s.metrics.lines().len();
+    let report = tick(&s).await;
+    assert_eq!(report.in_review, 2, "it still waits for a person");
+    assert!(report.review_complete);
+    assert_eq!(report.unreadable_in_review, 1);
+    assert_eq!(report.oldest_in_review_age, Duration::from_secs(2));
+    assert_eq!(emitted_since(&s.metrics, before, "InReview"), 2.0);
+    assert_eq!(emitted_since(&s.metrics, before, "UnreadableRecords"), 1.0);
+}
+
+/// Every DynamoDB operation its client sends costs `step` of the core's clock (the one the tick's
+/// budget reads), and is counted by kind, with the keys each BatchGetItem asks for.
+#[derive(Debug, Clone)]
+struct Slow {
+    clock: ManualClock,
+    step: Duration,
+    seen: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+}
+
+impl Slow {
+    fn count(&self, what: &str) -> u64 {
+        self.seen.lock().unwrap().get(what).copied().unwrap_or(0)
+    }
+}
+
+impl Intercept for Slow {
+    fn name(&self) -> &'static str {
+        "Slow"
+    }
+
+    fn read_before_serialization(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let input = context.input();
+        let mut seen = self.seen.lock().unwrap();
+        if input.downcast_ref::<QueryInput>().is_some() {
+            *seen.entry("Query").or_default() += 1;
+        } else if let Some(batch) = input.downcast_ref::<BatchGetItemInput>() {
+            *seen.entry("BatchGetItem").or_default() += 1;
+            let keys: usize = batch
+                .request_items()
+                .into_iter()
+                .flat_map(|r| r.values())
+                .map(|k| k.keys().len())
+                .sum();
+            *seen.entry("records read").or_default() += keys as u64;
+        } else {
+            *seen.entry("other").or_default() += 1;
+        }
+        self.clock.advance(self.step);
+        Ok(())
+    }
+}
+
+/// A review storm (a Stripe 400 on a batch of orders with a bad payment method) larger than an
+/// index page. The tick counts the REVIEW partition from the index entries alone, page by page
+/// while time is left; the records are read whole once, the oldest 100 only, to find the one this
+/// release cannot read. With a tight budget it stops counting with its reserve left, InReview is
+/// what it counted, and the due work's metrics (the heartbeat) went out before the REVIEW read.
+/// Every DynamoDB request costs a second of the core's clock here.
+#[tokio::test]
+async fn a_review_storm_is_counted_from_the_index_within_the_time_left() {
+    let s = Stack::spawn().await;
+    let ops = in_review(&s, "rec-storm", 130).await;
+    break_review_flag(&s, &ops[0]).await;
+    let slow = Slow {
+        clock: s.clock().clone(),
+        step: Duration::from_secs(1),
+        seen: Arc::default(),
+    };
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+            .interceptor(slow.clone())
+            .build(),
+    );
+    let mut deps = s.reconciler();
+    deps.charge.store = Arc::new(DynamoStore::new(client, s.store.table()));
+    assert_eq!(deps.page_size, 50, "the storm is more than two pages");
+    let safety = Duration::from_secs(5);
+
+    // Time enough: 8 index queries for due work (none), 3 pages of the REVIEW count, then one
+    // page of the oldest 100 review records read whole.
+    let metrics = CapturedMetrics::new();
+    let report = reconcile_tick(&deps, &|| TICK_BUDGET, safety, &metrics)
+        .await
+        .unwrap();
+    assert_eq!(report.in_review, 130, "every entry, the unreadable one too");
+    assert!(report.review_complete);
+    assert_eq!(report.unreadable_in_review, 1);
+    assert_eq!(
+        report.oldest_in_review_age,
+        Duration::from_secs(130 + 8),
+        "flagged 130 s before the tick, counted after its 8 s of due work"
+    );
+    assert_eq!(slow.count("Query"), 8 + 3 + 1);
+    assert_eq!(
+        slow.count("BatchGetItem"),
+        1,
+        "the unreadable check, not the count"
+    );
+    assert_eq!(slow.count("records read"), 100, "never the whole storm");
+    assert_eq!(slow.count("other"), 0);
+    let lines: Vec<serde_json::Value> = metrics
+        .lines()
+        .iter()
+        .filter_map(|l| parse_emf(l))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["Ticks"], 1.0, "the due work's line first");
+    assert!(lines[0].get("InReview").is_none());
+    assert_eq!(lines[1]["InReview"], 130.0);
+    assert_eq!(lines[1]["UnreadableRecords"], 1.0);
+
+    // A tight budget: the due work (8 s) and two pages of the count fit before the reserve; the
+    // tick stops there, with what it counted, having read no record, inside its time.
+    let slow = Slow {
+        seen: Arc::default(),
+        ..slow
+    };
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&sdk_config().await)
+            .interceptor(slow.clone())
+            .build(),
+    );
+    deps.charge.store = Arc::new(DynamoStore::new(client, s.store.table()));
+    let clock = s.clock().clone();
+    let deadline = clock
+        .now()
+        .plus(Duration::from_secs(8 + 1) + REVIEW_READ_RESERVE + Duration::from_millis(500));
+    let remaining = move || deadline.since(clock.now());
+    let metrics = CapturedMetrics::new();
+    let report = reconcile_tick(&deps, &remaining, safety, &metrics)
+        .await
+        .unwrap();
+    assert!(s.clock().now() < deadline, "finished inside its time");
+    assert!(!report.stopped_early, "the due work was done");
+    assert_eq!(report.review_pages, 2);
+    assert!(!report.review_complete);
+    assert_eq!(
+        report.in_review, 100,
+        "a lower bound, more than 0: the alarm holds"
+    );
+    assert_eq!(slow.count("Query"), 8 + 2);
+    assert_eq!(slow.count("BatchGetItem"), 0, "no record read");
+    let lines: Vec<serde_json::Value> = metrics
+        .lines()
+        .iter()
+        .filter_map(|l| parse_emf(l))
+        .collect();
+    assert_eq!(lines.len(), 2, "both lines out");
+    assert_eq!(lines[0]["Ticks"], 1.0);
+    assert_eq!(lines[1]["InReview"], 100.0);
 }

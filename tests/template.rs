@@ -1461,6 +1461,8 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
     // API section (issue 11) and is not asserted here.
     let wanted = [
         ("ChargeOnce", "InReview", ("Function", "reconciler")),
+        // The reconciler's heartbeat.
+        ("ChargeOnce", "Ticks", ("Function", "reconciler")),
         ("ChargeOnce", "SentToReview", ("Function", "charge")),
         ("ChargeOnce", "SentToReview", ("Function", "reconciler")),
         (
@@ -1840,6 +1842,56 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
     ];
     want.sort();
     assert_eq!(grants, want, "{id}");
+
+    // UpdateItem only as chargectl's resolve and redrive send it: the attributes they name (the
+    // adapter's list, so the two cannot drift) and the record back as ALL_NEW. Everything else
+    // in the policy has no condition.
+    use charge_once::adapters::dynamodb::writes::OPERATOR_WRITE_ATTRIBUTES;
+    let mut updates = 0;
+    for (_, st) in &found {
+        let mut actions = Vec::new();
+        strings(get(st, "Action").unwrap(), &mut actions);
+        let condition = get(st, "Condition");
+        if !actions.iter().any(|a| a == "dynamodb:UpdateItem") {
+            assert!(condition.is_none(), "{id}: {actions:?}");
+            continue;
+        }
+        updates += 1;
+        assert_eq!(actions, ["dynamodb:UpdateItem"], "{id}: its own statement");
+        let condition = condition.expect("UpdateItem is conditioned");
+        let keys: BTreeSet<&str> = condition
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["ForAllValues:StringEquals", "StringEquals"]),
+            "{id}: no IfExists, no ForAnyValue: every request is checked"
+        );
+        let mut listed = Vec::new();
+        strings(
+            get(
+                get(condition, "ForAllValues:StringEquals").unwrap(),
+                "dynamodb:Attributes",
+            )
+            .expect("dynamodb:Attributes"),
+            &mut listed,
+        );
+        let listed: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
+        let want: BTreeSet<&str> = OPERATOR_WRITE_ATTRIBUTES.iter().copied().collect();
+        assert_eq!(listed, want, "{id}: exactly what chargectl's writes name");
+        assert_eq!(
+            str_at(
+                get(condition, "StringEquals").unwrap(),
+                "dynamodb:ReturnValues"
+            ),
+            Some(charge_once::adapters::dynamodb::UPDATE_RETURNS.as_str()),
+            "{id}: what the adapter asks for"
+        );
+    }
+    assert_eq!(updates, 1, "{id}: one UpdateItem statement");
 }
 
 /// `(action, resource)` of every statement of a function's inline policies, the resource as the
@@ -2620,9 +2672,10 @@ fn every_alarm_pages_the_stacks_topic_or_the_given_one_and_the_safety_net_has_a_
         assert_eq!(names, ["AlarmTopicArn"], "{id}");
     }
 
-    // The heartbeat: no finished tick (no InReview datapoint) for three ticks pages.
+    // The heartbeat: no tick that finished its due work (no Ticks datapoint, emitted before the
+    // REVIEW read) for three ticks pages.
     let hb = props(resource(&t, "ReconcilerHeartbeatAlarm").expect("ReconcilerHeartbeatAlarm"));
-    assert_eq!(str_at(hb, "MetricName"), Some("InReview"));
+    assert_eq!(str_at(hb, "MetricName"), Some("Ticks"));
     assert_eq!(str_at(hb, "Statistic"), Some("SampleCount"));
     assert_eq!(str_at(hb, "TreatMissingData"), Some("breaching"));
     assert_eq!(str_at(hb, "ComparisonOperator"), Some("LessThanThreshold"));

@@ -16,11 +16,15 @@
 //! winner sends), and settling goes through the lease.
 //!
 //! A tick stops before its time budget runs out; what it did not reach is still due and is picked
-//! up by the next tick.
+//! up by the next tick. Its metrics go out as soon as the due work is done (`Ticks`, the
+//! heartbeat, among them), before anything else is read.
 //!
-//! Every tick also reads the REVIEW partition of the index (a Query, like the rest) and reports
-//! how many operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an
-//! alarm pages while anything stays there, whichever function sent it.
+//! Then every tick counts the REVIEW partition of the index ([`read_review`]) and reports how many
+//! operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an alarm pages
+//! while anything stays there, whichever function sent it. The count comes from the index entries
+//! alone, within the time left, so a review storm costs its index pages and never the tick; a
+//! record this release cannot read is counted there like any other, and the oldest review
+//! records are read whole once per tick to count those (`UnreadableRecords`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +44,15 @@ use crate::time::Timestamp;
 pub mod plan;
 
 pub use plan::{plan, redrive_due_at, Action};
+
+/// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
+/// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
+/// still go out after it.
+pub const REVIEW_READ_RESERVE: Duration = Duration::from_secs(5);
+
+/// How many review records a tick reads whole, the oldest first, to find those this release
+/// cannot read: one BatchGetItem (DynamoDB's limit per call). Counting reads none.
+pub const REVIEW_RECORDS_CHECKED: usize = 100;
 
 /// What [`redrive`] did.
 #[derive(Debug)]
@@ -108,10 +121,19 @@ pub struct TickReport {
     pub failures: u64,
     /// Sent to review by this tick, by class (the sum is `sent_to_review`).
     pub review_classes: BTreeMap<ReviewClass, u64>,
-    /// Operations waiting for a person (the REVIEW partition), read at the end of the tick.
+    /// Operations waiting for a person (the REVIEW partition), counted from the index at the end
+    /// of the tick, readable or not. A lower bound when `review_complete` is false.
     pub in_review: u64,
     /// How long the longest-waiting of them has been flagged.
     pub oldest_in_review_age: Duration,
+    /// Pages of the REVIEW partition counted (0: no time was left for one, and the tick reports
+    /// no `InReview`).
+    pub review_pages: u64,
+    /// The whole REVIEW partition was counted before the time ran out.
+    pub review_complete: bool,
+    /// Of the oldest [`REVIEW_RECORDS_CHECKED`] review records, those this release cannot read:
+    /// counted (`UnreadableRecords`) and logged with their key.
+    pub unreadable_in_review: u64,
     /// Queue sends that failed (the operation stays due and is retried next tick).
     pub send_failures: u64,
     /// Due records this release could not read: counted, logged with their key, skipped; the
@@ -125,14 +147,15 @@ pub struct TickReport {
 }
 
 impl TickReport {
-    /// The tick's metrics, as CloudWatch EMF lines into `metrics`: one with the tick's counts,
-    /// then one per review class sent to review (`SentToReview` under `Function` and
-    /// `Function, ReasonClass`).
-    pub fn emit_metrics(&self, metrics: &dyn MetricsSink, at: Timestamp) {
+    /// The due work's metrics, as CloudWatch EMF lines into `metrics`: one with the tick's counts
+    /// (`Ticks` = 1 is the heartbeat), then one per review class sent to review (`SentToReview`
+    /// under `Function` and `Function, ReasonClass`).
+    pub fn emit_work_metrics(&self, metrics: &dyn MetricsSink, at: Timestamp) {
         metrics.emit(emf_line(
             "reconciler",
             at,
             &[
+                ("Ticks", 1.0, "Count"),
                 ("Settled", self.settled as f64, "Count"),
                 (
                     "Redriven",
@@ -148,54 +171,149 @@ impl TickReport {
                     self.oldest_due_age.as_secs_f64(),
                     "Seconds",
                 ),
-                ("InReview", self.in_review as f64, "Count"),
-                (
-                    "OldestInReviewAge",
-                    self.oldest_in_review_age.as_secs_f64(),
-                    "Seconds",
-                ),
             ],
         ));
         for (class, n) in &self.review_classes {
             metrics.emit(sent_to_review_line("reconciler", *class, *n, at));
         }
     }
-}
 
-/// Reads the whole REVIEW partition (one Query per page): how many wait, and the longest wait.
-pub async fn review_backlog(
-    deps: &ReconcilerDeps,
-    now: Timestamp,
-) -> Result<(u64, Duration), StoreError> {
-    let (mut count, mut oldest) = (0u64, Duration::ZERO);
-    let mut cursor = None;
-    loop {
-        let page = deps
-            .charge
-            .store
-            .query_index(IndexQuery::InReview, cursor.take(), deps.page_size)
-            .await?;
-        for op in &page.operations {
-            count += 1;
-            let since = op.review.as_ref().map_or(op.updated_at, |r| r.flagged_at);
-            oldest = oldest.max(now.since(since));
+    /// The REVIEW partition's metrics, one EMF line: `InReview`, `OldestInReviewAge` and the
+    /// review records found unreadable (`UnreadableRecords`, summed with the due work's). None
+    /// when not a page of it was counted: a made-up 0 would clear InReviewAlarm.
+    pub fn emit_review_metrics(&self, metrics: &dyn MetricsSink, at: Timestamp) {
+        if self.review_pages == 0 {
+            return;
         }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok((count, oldest)),
-        }
+        metrics.emit(emf_line(
+            "reconciler",
+            at,
+            &[
+                ("InReview", self.in_review as f64, "Count"),
+                (
+                    "OldestInReviewAge",
+                    self.oldest_in_review_age.as_secs_f64(),
+                    "Seconds",
+                ),
+                (
+                    "UnreadableRecords",
+                    self.unreadable_in_review as f64,
+                    "Count",
+                ),
+            ],
+        ));
     }
 }
 
+/// The REVIEW partition at the end of a tick, each step only while [`REVIEW_READ_RESERVE`] is
+/// left:
+/// 1. counted from the index entries, page by page ([`OperationStore::count_in_review`]): how many
+///    wait and since when the longest-waiting was flagged. A record this release cannot read
+///    counts like any other, so InReview never falls while one waits. Cut short by the time, the
+///    count is what was read, a lower bound (`review_complete` false): still more than 0 whenever
+///    anything waits, which is what InReviewAlarm asks.
+/// 2. the oldest [`REVIEW_RECORDS_CHECKED`] records read whole, once, to count those this release
+///    cannot read (`UnreadableRecords`, logged with their key). In a storm larger than that the
+///    newer ones are in InReview (which pages) and listed with their reason by `chargectl
+///    unknowns --review`, not in UnreadableRecords: reading every review record each tick would
+///    cost a read per record per tick for a count the index already gives.
+pub async fn read_review(
+    deps: &ReconcilerDeps,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    report: &mut TickReport,
+) -> Result<(), StoreError> {
+    let store = &deps.charge.store;
+    let now = deps.charge.clock.now();
+    let mut cursor = None;
+    loop {
+        if remaining() < REVIEW_READ_RESERVE {
+            warn!(
+                in_review_counted = report.in_review,
+                pages = report.review_pages,
+                "out of time counting the REVIEW partition; InReview is what was counted"
+            );
+            return Ok(());
+        }
+        let page = store.count_in_review(cursor.take(), deps.page_size).await?;
+        report.review_pages += 1;
+        report.in_review += page.entries;
+        if let Some(flagged) = page.oldest_flagged_at {
+            report.oldest_in_review_age = report.oldest_in_review_age.max(now.since(flagged));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    report.review_complete = true;
+    if report.in_review == 0 {
+        return Ok(());
+    }
+    if remaining() < REVIEW_READ_RESERVE {
+        warn!("out of time before reading the review records; unreadable ones are not counted this tick");
+        return Ok(());
+    }
+    let page = store
+        .query_index(IndexQuery::InReview, None, REVIEW_RECORDS_CHECKED)
+        .await?;
+    for bad in &page.unreadable {
+        report.unreadable_in_review += 1;
+        error!(
+            key = %bad.key,
+            reason = %bad.reason,
+            "unreadable record in review: this release cannot read it (chargectl show prints it raw)"
+        );
+    }
+    Ok(())
+}
+
 /// Runs one tick. `remaining` tells how much time is left; the tick stops taking new work once it
-/// is below `safety` (one Stripe call and a write must still fit).
+/// is below `safety` (one Stripe call and a write must still fit). The due work's metrics go into
+/// `metrics` as soon as it is done, then the REVIEW partition is read ([`read_review`], within
+/// the time left) and its metrics follow. A store failure fails the tick (the invocation's
+/// error pages); what was emitted before it stays emitted.
 pub async fn reconcile_tick(
     deps: &ReconcilerDeps,
     remaining: &(dyn Fn() -> Duration + Send + Sync),
     safety: Duration,
+    metrics: &dyn MetricsSink,
 ) -> Result<TickReport, StoreError> {
-    let now = deps.charge.clock.now();
     let mut report = TickReport::default();
+    work_due(deps, remaining, safety, &mut report).await?;
+    // Out before the REVIEW read: however large the review backlog, a tick that did its work
+    // is seen to have done it (the heartbeat).
+    report.emit_work_metrics(metrics, deps.charge.clock.now());
+    read_review(deps, remaining, &mut report).await?;
+    report.emit_review_metrics(metrics, deps.charge.clock.now());
+    info!(
+        examined = report.examined,
+        reenqueued = report.reenqueued,
+        redriven = report.redriven,
+        settled = report.settled,
+        sent_to_review = report.sent_to_review,
+        still_unknown = report.still_unknown,
+        skipped = report.skipped,
+        failures = report.failures,
+        unreadable = report.unreadable,
+        in_review = report.in_review,
+        in_review_complete = report.review_complete,
+        unreadable_in_review = report.unreadable_in_review,
+        pages = report.pages,
+        stopped_early = report.stopped_early,
+        "reconciler tick"
+    );
+    Ok(report)
+}
+
+/// The due work: the index's due pages, oldest due first, each operation as [`plan()`] says,
+/// until the index is exhausted or less than `safety` is left.
+async fn work_due(
+    deps: &ReconcilerDeps,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+    report: &mut TickReport,
+) -> Result<(), StoreError> {
+    let now = deps.charge.clock.now();
     let mut cursor = None;
     'pages: loop {
         if remaining() < safety {
@@ -224,33 +342,14 @@ pub async fn reconcile_tick(
             }
             report.examined += 1;
             report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
-            handle_one(deps, op, now, &mut report).await;
+            handle_one(deps, op, now, report).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
-            None => break,
+            None => return Ok(()),
         }
     }
-    // Read after the work, so what this tick sent to review is counted at once.
-    let (in_review, oldest) = review_backlog(deps, deps.charge.clock.now()).await?;
-    report.in_review = in_review;
-    report.oldest_in_review_age = oldest;
-    info!(
-        examined = report.examined,
-        reenqueued = report.reenqueued,
-        redriven = report.redriven,
-        settled = report.settled,
-        sent_to_review = report.sent_to_review,
-        still_unknown = report.still_unknown,
-        skipped = report.skipped,
-        failures = report.failures,
-        unreadable = report.unreadable,
-        in_review = report.in_review,
-        pages = report.pages,
-        stopped_early = report.stopped_early,
-        "reconciler tick"
-    );
-    Ok(report)
+    Ok(())
 }
 
 #[tracing::instrument(

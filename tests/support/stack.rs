@@ -129,9 +129,16 @@ impl Stack {
         }
     }
 
-    /// One reconciler tick, as the schedule would invoke it, with [`TICK_BUDGET`].
+    /// One reconciler tick, as the schedule would invoke it, with [`TICK_BUDGET`]; its metrics
+    /// lines go to [`Stack::metrics`].
     pub async fn tick(&self) -> Result<TickReport, StoreError> {
-        reconcile_tick(&self.reconciler(), &|| TICK_BUDGET, Duration::from_secs(25)).await
+        reconcile_tick(
+            &self.reconciler(),
+            &|| TICK_BUDGET,
+            Duration::from_secs(25),
+            self.metrics.as_ref(),
+        )
+        .await
     }
 
     /// A batch from the charge queue (up to 10), as the event source hands it to the function.

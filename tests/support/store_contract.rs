@@ -581,6 +581,55 @@ pub async fn resolve_is_guarded_by_what_was_read_and_by_the_lease(store: Arc<dyn
     assert_eq!(rec.history[0].previous_status, OperationStatus::Pending);
 }
 
+/// The REVIEW partition counted page by page: every operation in review once, nothing else
+/// (automatic work, settled records), the oldest flag time of each page, and the cursor to the end.
+pub async fn count_in_review_counts_the_review_partition_by_pages(store: Arc<dyn OperationStore>) {
+    let flag = |op: &Operation, token, at: Timestamp| OutcomeRecord {
+        review: Some(Review {
+            reason: "rejected: No such customer".into(),
+            flagged_at: at,
+        }),
+        next_due_at: Some(at),
+        ..outcome(op, token, OperationStatus::Unknown, at)
+    };
+    for i in 0..3u64 {
+        let op = operation(&format!("contract-count-review-{i}"), 1000, T0);
+        store.create_if_absent(&op).await.unwrap();
+        let (token, _) = claim(store.as_ref(), &op, T0).await;
+        let at = T0.plus(Duration::from_secs(10 * (3 - i)));
+        let written = store.record(&flag(&op, token, at)).await.unwrap();
+        assert!(matches!(written, Recorded::Written(_)), "{written:?}");
+    }
+    // Automatic work and a settled record are not counted.
+    let due = operation("contract-count-due", 1000, T0);
+    store.create_if_absent(&due).await.unwrap();
+    let settled = operation("contract-count-settled", 1000, T0);
+    store.create_if_absent(&settled).await.unwrap();
+    let (token, _) = claim(store.as_ref(), &settled, T0).await;
+    store
+        .record(&outcome(&settled, token, OperationStatus::Succeeded, T0))
+        .await
+        .unwrap();
+
+    let first = store.count_in_review(None, 2).await.unwrap();
+    assert_eq!(first.entries, 2);
+    assert_eq!(
+        first.oldest_flagged_at,
+        Some(T0.plus(Duration::from_secs(10))),
+        "the oldest first"
+    );
+    let next = first.next.expect("one more page");
+    let second = store.count_in_review(Some(next), 2).await.unwrap();
+    assert_eq!(second.entries, 1);
+    assert_eq!(
+        second.oldest_flagged_at,
+        Some(T0.plus(Duration::from_secs(30)))
+    );
+    assert_eq!(second.next, None);
+    let whole = store.count_in_review(None, 10).await.unwrap();
+    assert_eq!((whole.entries, whole.next), (3, None));
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -600,6 +649,7 @@ macro_rules! store_contract_tests {
             reschedule_is_guarded_by_what_was_read,
             resolve_settles_once_and_refuses_a_settled_record,
             resolve_is_guarded_by_what_was_read_and_by_the_lease,
+            count_in_review_counts_the_review_partition_by_pages,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

@@ -15,7 +15,7 @@
 //! slowest group bounds the invocation. Failures are reported in batch order.
 //!
 //! **Poison never blocks.** A message no retry can fix — an unreadable body, an unknown version,
-//! no such operation — is copied to the dead-letter queue with its reason (message attributes),
+//! no such operation, a record this release cannot read — is copied to the dead-letter queue with its reason (message attributes),
 //! acknowledged at once, counted (`PoisonMessages`, alarmed) and logged with its message id, so
 //! the rest of its group goes on in the same batch. Failing it back to SQS instead would hold the
 //! whole FIFO group for five receives × the visibility timeout (~2.5 h) and push the valid
@@ -380,6 +380,23 @@ async fn process(
                     detail: format!(
                         "no operation {} for order {}",
                         message.operation_id, message.order_id
+                    ),
+                };
+                park(f, record, message_id, poison).await
+            }
+            // The record exists but this release cannot read it (a hand edit, a rollback past
+            // the release that wrote it): no retry reads it better, and five receives at the
+            // visibility timeout would only delay the page. The claim may have committed (a
+            // condition cannot check what parsing checks), so the key window has started; the
+            // operation stays in the unknown index, where the reconciler counts it unreadable
+            // every tick and drives it again once repaired.
+            Err(ExecuteError::Store(e)) if e.unreadable.is_some() => {
+                let poison = Poison {
+                    reason: "unreadable_record",
+                    detail: format!(
+                        "record {} cannot be read by this release: {}",
+                        e.unreadable.as_deref().unwrap_or_default(),
+                        charge_once::telemetry::ErrorChain(&e)
                     ),
                 };
                 park(f, record, message_id, poison).await

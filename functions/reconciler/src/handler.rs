@@ -25,7 +25,8 @@ pub struct ReconcilerFunction {
 pub const PAGE_SIZE: usize = 1000;
 /// Stop taking new operations with less than this left: a claim, one Stripe call (10 s total
 /// timeout, plus a bounded same-key retry: ~21 s) and a record (3 s each at most, see
-/// `charge_once::adapters::aws`) must still fit, then the REVIEW partition read and the metrics.
+/// `charge_once::adapters::aws`) must still fit; the REVIEW partition's count then takes what is
+/// left, down to `charge_once::reconciler::REVIEW_READ_RESERVE`.
 pub const SAFETY_MARGIN: Duration = Duration::from_secs(30);
 /// Used when the invocation carries no deadline (a local `cargo lambda invoke`).
 pub const DEFAULT_BUDGET: Duration = Duration::from_secs(60);
@@ -39,8 +40,9 @@ pub fn remaining_until(deadline_ms: u64) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
-/// One tick; its EMF metrics lines go to the function's [`MetricsSink`] (none when the tick
-/// fails: the error is the invocation's answer).
+/// One tick; its EMF metrics lines go to the function's [`MetricsSink`]: the due work's as soon as
+/// it is done, the REVIEW partition's after it (a tick that fails on the way answers the error,
+/// with what it emitted before).
 pub async fn handle(
     f: &ReconcilerFunction,
     event: LambdaEvent<EventBridgeEvent<Value>>,
@@ -61,8 +63,7 @@ pub async fn handle(
     // than doing nothing: stopping mid-operation is safe anyway (the lease expires, the operation
     // stays due), it is only less tidy.
     let safety = SAFETY_MARGIN.min(remaining() / 2);
-    let report = reconcile_tick(deps, &remaining, safety).await?;
-    report.emit_metrics(f.metrics.as_ref(), deps.charge.clock.now());
+    let report = reconcile_tick(deps, &remaining, safety, f.metrics.as_ref()).await?;
     Ok(json!({
         "examined": report.examined,
         "reenqueued": report.reenqueued,
@@ -73,7 +74,10 @@ pub async fn handle(
         "skipped": report.skipped,
         "send_failures": report.send_failures,
         "failures": report.failures,
+        "unreadable": report.unreadable,
         "in_review": report.in_review,
+        "in_review_complete": report.review_complete,
+        "unreadable_in_review": report.unreadable_in_review,
         "oldest_in_review_age_secs": report.oldest_in_review_age.as_secs(),
         "pages": report.pages,
         "stopped_early": report.stopped_early,
@@ -139,9 +143,11 @@ mod tests {
         assert!(queue.is_empty());
         assert_eq!(
             metrics.lines().len(),
-            1,
-            "one line per tick, no review class"
+            2,
+            "the due work's line and the REVIEW partition's, no review class"
         );
+        assert_eq!(metrics.sum("Ticks", &[("Function", "reconciler")]), 1.0);
+        assert_eq!(metrics.sum("InReview", &[("Function", "reconciler")]), 0.0);
         assert_eq!(
             metrics.sum("StillUnknown", &[("Function", "reconciler")]),
             0.0
@@ -154,7 +160,7 @@ mod tests {
         assert_eq!(out["reenqueued"], 1);
         assert_eq!(queue.len(), 1);
         // Re-enqueued counts as `Redriven`, through the function's sink.
-        assert_eq!(metrics.lines().len(), 2);
+        assert_eq!(metrics.lines().len(), 4);
         assert_eq!(metrics.sum("Redriven", &[("Function", "reconciler")]), 1.0);
     }
 }

@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use charge_once::executor::plan;
 use charge_once::ports::{
     ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
-    Recorded, Reschedule, StoreError,
+    Recorded, Reschedule, StoreError, UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};
 use charge_once::telemetry::ErrorChain;
@@ -123,7 +123,10 @@ impl From<io::Error> for Failure {
 }
 
 /// `chargectl unknowns`: reads the unknown index page by page (its size is the number of unsettled
-/// operations, not of all operations), keeps those old enough, prints the oldest first.
+/// operations, not of all operations), keeps those old enough, prints the oldest first. Records
+/// this release cannot read are listed after them with their key and why (whatever `--older-than`
+/// and `--limit` say: their age cannot be read, and nothing else shows them), and a note on
+/// stderr points at `show`, which prints one raw.
 pub async fn unknowns(
     store: &dyn OperationStore,
     clock: &dyn Clock,
@@ -137,6 +140,7 @@ pub async fn unknowns(
     };
     let now = clock.now();
     let mut ops: Vec<Operation> = Vec::new();
+    let mut unreadable: Vec<UnreadableRecord> = Vec::new();
     let mut cursor = None;
     loop {
         let page = store
@@ -147,6 +151,7 @@ pub async fn unknowns(
             args.older_than
                 .is_none_or(|min| now.since(op.created_at) >= min)
         }));
+        unreadable.extend(page.unreadable);
         match page.next {
             Some(next) => cursor = Some(next),
             None => break,
@@ -156,7 +161,15 @@ pub async fn unknowns(
     if let Some(limit) = args.limit {
         ops.truncate(limit as usize);
     }
-    if ops.is_empty() {
+    if !unreadable.is_empty() {
+        writeln!(
+            console.err,
+            "{} record(s) this release cannot read (UnreadableRecords): listed with the reason; \
+             `chargectl show <order id>` prints one as stored",
+            unreadable.len()
+        )?;
+    }
+    if ops.is_empty() && unreadable.is_empty() {
         let what = if args.review {
             "no operations in review"
         } else {
@@ -170,9 +183,19 @@ pub async fn unknowns(
         return Ok(());
     }
     let text = if args.json {
-        render::unknowns_json_lines(&ops, now)
+        render::unknowns_json_lines(&ops, now) + &render::unreadable_json_lines(&unreadable)
     } else {
-        render::unknowns_table(&ops, now)
+        let mut text = String::new();
+        if !ops.is_empty() {
+            text += &render::unknowns_table(&ops, now);
+        }
+        if !unreadable.is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text += &render::unreadable_table(&unreadable);
+        }
+        text
     };
     console.out.write_all(text.as_bytes())?;
     Ok(())
@@ -322,7 +345,8 @@ async fn show_unreadable(
     Err(Failure::Refused(format!(
         "record {key} cannot be read: {reason} (shown raw above; the reconciler counts it in \
          UnreadableRecords and settles the others; fix the attribute with `aws dynamodb \
-         update-item`, then `chargectl show` reads it)"
+         update-item` under a role that may write it (the stack's OperatorPolicy allows only \
+         what resolve and redrive write), then `chargectl show` reads it)"
     )))
 }
 

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use charge_once::ports::UnreadableRecord;
 use charge_once::{AuditEntry, Operation, Timestamp};
 use serde::Serialize;
 use serde_json::Value;
@@ -140,15 +141,45 @@ pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
             ]
         })
         .collect();
-    let mut widths = TABLE_HEADER.map(|h| h.chars().count());
-    for row in &rows {
+    aligned(TABLE_HEADER, &rows)
+}
+
+/// Records `unknowns` could not read, after its table: the stored key and why, on one line each
+/// (a parse error is short; it is what a person repairs by, so it is not cut short).
+pub fn unreadable_table(records: &[UnreadableRecord]) -> String {
+    let rows: Vec<[String; 2]> = records
+        .iter()
+        .map(|r| [cell(&r.key, 200), cell(&r.reason, 1000)])
+        .collect();
+    aligned(
+        ["UNREADABLE RECORD", "WHY THIS RELEASE CANNOT READ IT"],
+        &rows,
+    )
+}
+
+/// The `unknowns --json` line of a record it could not read: the shape `show --json` prints for
+/// one, without the item (`show` prints that).
+pub fn unreadable_json_lines(records: &[UnreadableRecord]) -> String {
+    records
+        .iter()
+        .map(|r| {
+            let line = serde_json::json!({ "unreadable": true, "key": r.key, "reason": r.reason });
+            format!("{line}\n")
+        })
+        .collect()
+}
+
+/// A header and rows as left-aligned columns two spaces apart, trailing spaces trimmed.
+fn aligned<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
     let mut out = String::new();
-    let header = TABLE_HEADER.map(str::to_owned);
-    for row in std::iter::once(&header).chain(&rows) {
+    let header = header.map(str::to_owned);
+    for row in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
         for (i, (c, w)) in row.iter().zip(widths).enumerate() {
             if i > 0 {

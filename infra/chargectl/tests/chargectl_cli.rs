@@ -8,6 +8,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{
@@ -393,6 +394,80 @@ async fn show_prints_an_unreadable_record_raw_with_the_parse_error() {
     // Showing it changed nothing; the readable records still show.
     assert_eq!(f.store.raw_item(&f.pending.key()).await.unwrap(), before);
     assert_exit(&f.run(&["show", f.unknown.order_id.as_str()]), 0);
+}
+
+/// Writes `attribute = value` into `op`'s stored item behind the store's back (a hand edit).
+async fn hand_edit(f: &Fixture, op: &Operation, attribute: &str, value: AttributeValue) {
+    let mut item = f.store.raw_item(&op.key()).await.unwrap().unwrap();
+    item.insert(attribute.into(), value);
+    aws_sdk_dynamodb::Client::new(&sdk_config().await)
+        .put_item()
+        .table_name(f.table())
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    assert!(f.store.get(&op.key()).await.is_err(), "unreadable now");
+}
+
+/// A record this release cannot read still waits where the index puts it, so `unknowns` lists it
+/// there, with its key and why, after the readable ones: in review (an operator's raw
+/// `update-item` wrote `review_flagged_at` as a string) and in automatic work (an amount this
+/// release refuses). Before, both lists dropped it, and `--review` said "no operations in review".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknowns_lists_a_record_it_cannot_read_with_the_reason() {
+    use charge_once::adapters::dynamodb::item::{attr_n, attr_s};
+    let f = Fixture::new().await;
+    hand_edit(&f, &f.review, "review_flagged_at", attr_s("yesterday")).await;
+    hand_edit(&f, &f.pending, "amount", attr_n("-5")).await;
+    let key = |op: &Operation| format!("ORDER#{}/charge", op.order_id);
+
+    let out = f.run(&["unknowns", "--review"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "header + the unreadable one:\n{text}");
+    assert!(lines[0].starts_with("UNREADABLE RECORD"), "{text}");
+    assert!(lines[1].starts_with(&key(&f.review)), "{text}");
+    assert!(
+        lines[1].contains("review_flagged_at: not a number"),
+        "{text}"
+    );
+    assert!(
+        stderr(&out).contains("1 record(s) this release cannot read"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Automatic work: the readable operation as before, then the unreadable one.
+    let out = f.run(&["unknowns"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        5,
+        "table, a blank line, the unreadable one:\n{text}"
+    );
+    assert!(lines[1].starts_with(&f.unknown.operation_id.to_string()));
+    assert!(lines[4].starts_with(&key(&f.pending)), "{text}");
+    assert!(lines[4].contains("amount"), "{text}");
+
+    // As JSON lines: the readable ones, then one per unreadable record, shaped as `show --json`
+    // prints one (without the item).
+    let out = f.run(&["unknowns", "--json"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["operation_id"], f.unknown.operation_id.to_string());
+    assert_eq!(lines[1]["unreadable"], true);
+    assert_eq!(lines[1]["key"], key(&f.pending));
+    assert!(lines[1]["reason"].as_str().unwrap().contains("amount"));
+    let out = f.run(&["unknowns", "--review", "--json"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["key"], key(&f.review));
 }
 
 /// An operation id that is in no table.

@@ -199,6 +199,20 @@ pub struct UnreadableRecord {
     pub reason: String,
 }
 
+/// One page of the REVIEW partition, counted from the index alone
+/// ([`OperationStore::count_in_review`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReviewCount {
+    /// Entries in this page: operations waiting for a person, whether this release can read
+    /// their records or not.
+    pub entries: u64,
+    /// The earliest due time of the page. A review's due time is when it was flagged (the
+    /// executor records it due at the decision), so this is the longest wait's start.
+    pub oldest_flagged_at: Option<Timestamp>,
+    /// Pass back to count the next page; `None` when there is no more.
+    pub next: Option<String>,
+}
+
 /// Which part of the unknown index to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexQuery {
@@ -274,4 +288,24 @@ pub trait OperationStore: Send + Sync {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError>;
+
+    /// Counts the operations waiting for a person, up to `limit` index entries of the REVIEW
+    /// partition per page, from the entries alone: no record is read, so a review storm costs
+    /// what its index entries cost, and a record this release cannot read counts like any other.
+    /// The default counts pages of [`query_index`](Self::query_index), for the in-memory stores
+    /// (whose records are all readable and cost nothing to read).
+    async fn count_in_review(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<ReviewCount, StoreError> {
+        let page = self
+            .query_index(IndexQuery::InReview, cursor, limit)
+            .await?;
+        Ok(ReviewCount {
+            entries: (page.operations.len() + page.unreadable.len()) as u64,
+            oldest_flagged_at: page.operations.iter().filter_map(|op| op.next_due_at).min(),
+            next: page.next,
+        })
+    }
 }

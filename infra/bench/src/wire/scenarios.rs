@@ -304,9 +304,14 @@ impl Ours {
     }
 
     async fn tick(&self) -> charge_once::reconciler::TickReport {
-        reconcile_tick(&self.reconciler, &|| PLENTY, SAFETY)
-            .await
-            .expect("reconciler tick")
+        reconcile_tick(
+            &self.reconciler,
+            &|| PLENTY,
+            SAFETY,
+            &charge_once::telemetry::DiscardMetrics,
+        )
+        .await
+        .expect("reconciler tick")
     }
 
     async fn status(&self) -> OperationStatus {

@@ -27,7 +27,9 @@
 //! page's keys are read back with one strongly consistent BatchGetItem (1 read unit per item
 //! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
 //! index answered (settled, re-scheduled, flagged) is left out, exactly as a stale index read
-//! would have been refused by the `updated_at` guards.
+//! would have been refused by the `updated_at` guards. The reconciler's count of the REVIEW
+//! partition reads no record ([`OperationStore::count_in_review`]): its entries' keys give the
+//! count and its `due_at` the flag time.
 //!
 //! ## No index by operation id
 //! The `by-operation-id` index (KEYS_ONLY, one write per operation) is gone: nothing on the
@@ -52,7 +54,10 @@
 //! - [`writes`]: the store's rules ([`crate::store_rules`]) as condition and update expressions.
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
 //! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
-//!   DynamoDB returns with it (ALL_OLD), or, from a server without that feature, a read.
+//!   DynamoDB returns with it (ALL_OLD). DynamoDB returns one whenever the record exists, so a
+//!   refusal without one means "no record", and the charge and reconciler roles need no GetItem.
+//!   A server that ignores `ReturnValuesOnConditionCheckFailure` (dynalite) needs
+//!   [`DynamoStore::reading_refusals`]: each refusal then reads the record.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -68,9 +73,10 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
+    Page, Recorded, Reschedule, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };
 use crate::store_rules::{self, Transition};
+use crate::time::Timestamp;
 
 pub mod item;
 mod paging;
@@ -85,11 +91,17 @@ pub use schema::{
     UNKNOWN_INDEX_PROJECTED,
 };
 
+/// What every conditional UpdateItem returns when it is written: the record as written. The
+/// operator policy allows chargectl's writes with exactly this (`dynamodb:ReturnValues`).
+pub const UPDATE_RETURNS: ReturnValue = ReturnValue::AllNew;
+
 #[derive(Clone)]
 pub struct DynamoStore {
     client: Client,
     table: String,
     calls: std::sync::Arc<StoreCalls>,
+    /// A refused write that came back without the item reads it (see [`Self::reading_refusals`]).
+    read_refusals: bool,
 }
 
 impl fmt::Debug for DynamoStore {
@@ -115,7 +127,19 @@ impl DynamoStore {
             client,
             table: table.into(),
             calls: Default::default(),
+            read_refusals: false,
         }
+    }
+
+    /// For a DynamoDB-compatible server that ignores `ReturnValuesOnConditionCheckFailure`
+    /// (dynalite): a refused write comes back without the item even when the record exists, so
+    /// each refusal reads it (strongly consistent GetItem) rather than answer "no such record",
+    /// which would park a valid charge message as poison. Not for DynamoDB itself: there a
+    /// refusal without the item means the record does not exist, and the functions' roles have
+    /// no GetItem (a read there would be refused, and the message retried for hours).
+    pub fn reading_refusals(mut self) -> Self {
+        self.read_refusals = true;
+        self
     }
 
     /// The stored item as it is, unparsed (consistent read): what `chargectl show` prints when
@@ -296,7 +320,7 @@ impl DynamoStore {
             .condition_expression(expressions.condition)
             .set_expression_attribute_names(Some(expressions.names))
             .set_expression_attribute_values(Some(expressions.values))
-            .return_values(ReturnValue::AllNew)
+            .return_values(UPDATE_RETURNS)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -305,22 +329,30 @@ impl DynamoStore {
                 let item = out
                     .attributes()
                     .ok_or_else(|| StoreError::new(format!("{what}: no item returned")))?;
-                Ok(Recorded::Written(operation_from_item(item)?))
+                Ok(Recorded::Written(readable(item, key)?))
             }
             Err(err) => match err.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => match ccf.item() {
-                    Some(current) => Ok(Recorded::Refused(Some(operation_from_item(current)?))),
-                    // DynamoDB returns the item with ALL_OLD (none when there is no record). A
-                    // compatible server without that feature (dynalite) returns none either way:
-                    // read it (strongly consistent) rather than answer "no such record", which
-                    // would park a valid charge message as poison. Also on DynamoDB, a write
-                    // refused for want of a record costs this one read.
+                    Some(current) => Ok(Recorded::Refused(Some(readable(current, key)?))),
+                    // DynamoDB returns the item with ALL_OLD whenever the record exists: none
+                    // means there is no record, and nothing is read.
+                    None if !self.read_refusals => Ok(Recorded::Refused(None)),
                     None => Ok(Recorded::Refused(self.get(key).await?)),
                 },
                 _ => Err(self.sdk_error(what, err)),
             },
         }
     }
+}
+
+/// The record an item holds, or an error naming the stored key as unreadable
+/// ([`StoreError::unreadable`]): whoever reads it, a claim's ALL_NEW included, can tell "this record
+/// cannot be read" (park the message, count the record) from "the store failed" (retry).
+fn readable(item: &Attrs, key: &OperationKey) -> Result<Operation, StoreError> {
+    operation_from_item(item).map_err(|e| {
+        let (pk, sk) = key_of(key);
+        e.of_unreadable(format!("{pk}/{sk}"))
+    })
 }
 
 #[async_trait]
@@ -340,15 +372,18 @@ impl OperationStore for DynamoStore {
             Ok(_) => Ok(Created::New(op.clone())),
             Err(err) => match err.as_service_error() {
                 Some(PutItemError::ConditionalCheckFailedException(ccf)) => match ccf.item() {
-                    Some(existing) => Ok(Created::Existing(operation_from_item(existing)?)),
+                    Some(existing) => Ok(Created::Existing(readable(existing, &op.key())?)),
                     // DynamoDB returns the item with ALL_OLD; only a server without that feature
                     // gets here. Read the winner (strongly consistent) rather than guess.
-                    None => match self.get(&op.key()).await? {
+                    None if self.read_refusals => match self.get(&op.key()).await? {
                         Some(existing) => Ok(Created::Existing(existing)),
                         None => Err(StoreError::new(
                             "PutItem: condition failed but no existing item was found",
                         )),
                     },
+                    None => Err(StoreError::new(
+                        "PutItem: condition failed but no existing item was returned",
+                    )),
                 },
                 _ => Err(self.sdk_error("PutItem", err)),
             },
@@ -359,10 +394,7 @@ impl OperationStore for DynamoStore {
         let Some(item) = self.raw_item(key).await? else {
             return Ok(None);
         };
-        let (pk, sk) = key_of(key);
-        operation_from_item(&item)
-            .map(Some)
-            .map_err(|e| e.of_unreadable(format!("{pk}/{sk}")))
+        readable(&item, key).map(Some)
     }
 
     async fn get_by_operation_id(
@@ -415,8 +447,9 @@ impl OperationStore for DynamoStore {
             Recorded::Refused(None) => Claim::NotFound,
             Recorded::Refused(Some(op)) => match store_rules::check(&op, &req.guards()) {
                 Err(by) => store_rules::refused_claim(op, by),
-                // Only a record read after the refusal (no ALL_OLD) can pass every guard: another
-                // writer moved it in between. "Someone else has it" makes no call to Stripe.
+                // Only a record read after the refusal (`reading_refusals`) can pass every guard:
+                // another writer moved it in between. "Someone else has it" makes no call to
+                // Stripe.
                 Ok(()) => Claim::Leased(op),
             },
         })
@@ -467,6 +500,29 @@ impl OperationStore for DynamoStore {
             operations,
             unreadable,
             next,
+        })
+    }
+
+    /// The REVIEW partition's entries as the index holds them (keys and `due_at`), one Query per
+    /// page and no BatchGetItem: the count and the oldest flag time need nothing from the table.
+    async fn count_in_review(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<ReviewCount, StoreError> {
+        let limit = limit.clamp(1, 1000);
+        let cursor = IndexCursor::decode(cursor.as_deref(), 1)?;
+        let mut page = ShardPage::finished();
+        if let Some((_, after)) = cursor.unfinished().next() {
+            page = self.query_shard(REVIEW_SHARD, None, after, limit).await?;
+        }
+        // The partition is sorted by due time: its first entry is the oldest of the page.
+        let oldest_flagged_at = page.entries.first().map(|e| Timestamp::from_millis(e.due));
+        let merged = paging::merge(cursor, vec![page], limit);
+        Ok(ReviewCount {
+            entries: merged.entries.len() as u64,
+            oldest_flagged_at,
+            next: merged.next.encode()?,
         })
     }
 }

@@ -21,9 +21,35 @@ use crate::store_rules::{self, Guard, Transition};
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
-    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
-    REVIEW_SHARD, STATUS, UPDATED_AT,
+    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
+    REVIEW_SHARD, SK, STATUS, UPDATED_AT,
 };
+
+/// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
+/// [`ManualResolution`], a [`Reschedule`] with an operator) names, in its condition or its update,
+/// with the table's and the index's keys, which DynamoDB wants in any such list. The operator
+/// policy's `dynamodb:Attributes` (template.yaml's `OperatorPolicy`) is exactly this list
+/// (`tests/template.rs` holds it there, the test below holds it to the writes): a raw
+/// `update-item` under that policy can touch these and nothing else — not the amount, currency,
+/// customer or payment method, not `attempts`, `first_attempted_at` (the key window) or
+/// `requested_by`. IAM cannot require a condition expression, so it can still set these without
+/// one (docs/deploy.md says so).
+pub const OPERATOR_WRITE_ATTRIBUTES: &[&str] = &[
+    PK,
+    SK,
+    DUE_SHARD,
+    DUE_AT,
+    OPERATION_ID,
+    STATUS,
+    UPDATED_AT,
+    EXTERNAL_ID,
+    LEASE_TOKEN,
+    LEASE_EXPIRES_AT,
+    REVIEW_REASON,
+    REVIEW_FLAGGED_AT,
+    REDRIVES,
+    HISTORY,
+];
 
 /// A condition expression with its placeholders.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -416,6 +442,62 @@ mod tests {
                     assert!(w.values.contains_key(word), "{word}: {text}");
                 }
             }
+        }
+    }
+
+    /// The operator policy lists exactly what chargectl's writes name: a write naming anything
+    /// else would be refused by IAM in production (moto does not enforce IAM), and an attribute
+    /// listed but never named would be a grant nobody needs.
+    #[test]
+    fn the_operator_attributes_are_exactly_what_the_operator_writes_name() {
+        let op = testing::order("ord-w")
+            .status(OperationStatus::Unknown)
+            .build();
+        let resolve = |status, external_id: Option<&str>| ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status,
+            external_id: external_id.map(|id| crate::domain::PaymentIntentId::parse(id).unwrap()),
+            expected_updated_at: op.updated_at,
+            guard: OperatorGuard {
+                lease_cutoff: T0,
+                audit: audit("resolve"),
+            },
+        };
+        // `chargectl redrive`: out of review, with the history entry.
+        let redrive = Reschedule {
+            clear_review: true,
+            operator: Some(OperatorGuard {
+                lease_cutoff: T0,
+                audit: audit("redrive"),
+            }),
+            ..Reschedule::redrive(&op, T0.plus(Duration::from_secs(300)), T0)
+        };
+        let writes = [
+            write(&resolve(OperationStatus::Succeeded, Some("pi_1"))).unwrap(),
+            write(&resolve(OperationStatus::Failed, None)).unwrap(),
+            write(&redrive).unwrap(),
+        ];
+        let mut named: BTreeSet<&str> = [PK, SK, DUE_SHARD, DUE_AT].into();
+        for w in &writes {
+            named.extend(w.names.values().map(String::as_str));
+        }
+        let listed: BTreeSet<&str> = OPERATOR_WRITE_ATTRIBUTES.iter().copied().collect();
+        assert_eq!(
+            listed.len(),
+            OPERATOR_WRITE_ATTRIBUTES.len(),
+            "no duplicates"
+        );
+        assert_eq!(named, listed);
+        for never in [
+            "amount",
+            "currency",
+            "customer_id",
+            "payment_method",
+            ATTEMPTS,
+            FIRST_ATTEMPTED_AT,
+        ] {
+            assert!(!listed.contains(never), "{never}");
         }
     }
 
