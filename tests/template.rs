@@ -1681,6 +1681,8 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     let wait = Duration::from_millis(number(get(props(integration), "TimeoutInMillis").unwrap()));
     assert_eq!(wait, Duration::from_secs(30));
     assert!(webhook::handler::HTTP_BUDGET < wait && webhook::handler::HTTP_BUDGET < timeout);
+    // A runtime that sends no usable deadline (cargo lambda watch) gets the template's timeout.
+    assert_eq!(webhook::handler::FUNCTION_TIMEOUT, timeout, "{id}");
 }
 
 /// The one `AWS::Lambda::Permission` on the events function in this configuration.
