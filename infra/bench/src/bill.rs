@@ -252,6 +252,18 @@ fn invocation() -> Context {
     context
 }
 
+/// An events-function invocation with the deadline Lambda would give it (its timeout from now):
+/// without one the function works to its timeout and logs a line saying so, a line a deployed
+/// function never writes.
+fn events_invocation() -> Context {
+    let mut context = invocation();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    context.deadline = now_ms + webhook::handler::FUNCTION_TIMEOUT.as_millis() as u64;
+    context
+}
+
 fn cpu_ns() -> u64 {
     footprint::cpu::thread_cpu_ns()
 }
@@ -532,7 +544,7 @@ impl World {
                     };
                     let r = webhook::handler::handle_eventbridge(
                         function,
-                        LambdaEvent::new(payload, invocation()),
+                        LambdaEvent::new(payload, events_invocation()),
                     )
                     .await;
                     sim.webhook_result(&d, true);
@@ -541,7 +553,7 @@ impl World {
                     let req = webhook::handler::delivery_request(&d.body, &d.signature);
                     let resp = webhook::handler::handle_http(
                         function,
-                        LambdaEvent::new(req, invocation()),
+                        LambdaEvent::new(req, events_invocation()),
                     )
                     .await;
                     sim.webhook_result(&d, (200..300).contains(&resp.status_code));
