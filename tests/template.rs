@@ -1260,6 +1260,12 @@ fn the_outbox_stream_feeds_a_least_privilege_relay_with_a_dlq_and_alarms() {
             && !by_action.contains_key("dynamodb:UpdateItem"),
         "the relay never writes the table"
     );
+    // It reads a settled outcome's record back before publishing it: on the table only.
+    assert_eq!(
+        by_action["dynamodb:GetItem"],
+        [format!("{table_id}.Arn")],
+        "GetItem on the table"
+    );
 
     let mappings: Vec<_> = of_type(&t, "AWS::Lambda::EventSourceMapping")
         .into_iter()
@@ -1616,9 +1622,10 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         .map(|(_, m)| number(get(props(m), "BatchSize").expect("BatchSize")))
         .expect("the notify function's stream mapping");
     let puts = stream_batch.div_ceil(charge_once::ports::MAX_BATCH as u64);
+    // The read-back of the batch's settled outcomes runs at once: one call's bound.
     assert!(
-        2 * puts * op <= timeout("notify"),
-        "notify: {puts} PutEvents x {op} s, twice over, must fit in {} s",
+        op + 2 * puts * op <= timeout("notify"),
+        "notify: a read-back of {op} s and {puts} PutEvents x {op} s, twice over, must fit in {} s",
         timeout("notify")
     );
     // The doc's table names each function's timeout as the template sets it.

@@ -1,4 +1,4 @@
-//! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
+//! Wires the notify function: configuration, the DynamoDB, EventBridge and SQS clients (once per execution
 //! environment), tracing (`charge_once::logging`), then the runtime loop.
 //! An init that fails is reported to the runtime API before the process exits, so the invoke
 //! hears why (`charge_once::startup`).
@@ -8,6 +8,7 @@ use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
@@ -37,6 +38,10 @@ async fn wire() -> Result<Notify, Error> {
     let config = NotifyConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     Ok(Notify {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table_name,
+        )),
         publisher: Arc::new(EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&aws),
             &config.event_bus_name,

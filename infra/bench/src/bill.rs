@@ -394,6 +394,8 @@ impl World {
             charge,
             webhook,
             notify: notify::handler::Notify {
+                // The relay reads each settled outcome back from the table: counted with the rest.
+                store: store.clone(),
                 publisher: Arc::new(EventBridgePublisher::new(events_client, bus)),
                 dead_letters: Arc::new(SqsDeadLetters::new(plain_sqs, &notify_dlq)),
                 clock,
