@@ -1494,6 +1494,8 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "ApproximateNumberOfMessagesVisible",
             ("QueueName", "StripeEventsDeadLetterQueue"),
         ),
+        // An event naming a PaymentIntent of an operation in review: evidence for the operator.
+        ("ChargeOnce", "WebhookIgnored", ("Reason", "in_review")),
     ];
     for (namespace, metric, dimension) in wanted {
         let (id, alarm) = alarm_on(&t, namespace, metric, dimension)

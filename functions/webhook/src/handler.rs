@@ -766,6 +766,30 @@ mod tests {
         );
     }
 
+    /// An event for an operation in review is counted under the alarmed `Reason=in_review`.
+    #[tokio::test]
+    async fn an_event_for_an_operation_in_review_is_counted_for_its_alarm() {
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let mut reviewed = f.store.get(&op.key()).await.unwrap().unwrap();
+        reviewed.review = Some(charge_once::Review {
+            reason: "search_ambiguous: search found 0 payment intents".into(),
+            flagged_at: f.clock.now(),
+        });
+        f.store.put_for_tests(reviewed.clone());
+        let (status, body) = call(&f, sample()).await;
+        assert_eq!((status, body["outcome"].as_str()), (200, Some("in_review")));
+        assert_eq!(
+            f.metrics.sum(
+                "WebhookIgnored",
+                &[("Function", FUNCTION), ("Reason", "in_review")]
+            ),
+            1.0
+        );
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), reviewed);
+        assert_eq!(f.gateway.calls.total(), 0);
+    }
+
     #[test]
     fn the_budget_follows_the_deadline_and_the_http_cap() {
         let now_ms = 1_800_000_000_000;
