@@ -37,7 +37,9 @@ pub async fn report_init_error(err: BoxError) -> BoxError {
     report_init_error_to(api.as_deref(), err).await
 }
 
-/// [`report_init_error`] to the runtime API at `api` (`host:port`).
+/// [`report_init_error`] to the runtime API at `api`: `host:port` as Lambda sets it, or a URL with
+/// a path, as `cargo lambda watch` sets it (`http://127.0.0.1:9000/.rt/<function>`), read the way
+/// lambda_runtime reads it.
 pub async fn report_init_error_to(api: Option<&str>, err: BoxError) -> BoxError {
     let message = crate::telemetry::ErrorChain(err.as_ref()).to_string();
     error!(error = %message, "the function cannot start");
@@ -48,15 +50,28 @@ pub async fn report_init_error_to(api: Option<&str>, err: BoxError) -> BoxError 
     let sent = tokio::time::timeout(REPORT_TIMEOUT, post(api, body.to_string())).await;
     match sent {
         Ok(Ok(status)) if status.is_success() => {}
-        Ok(Ok(status)) => error!(%status, "the runtime API refused the init error report"),
-        Ok(Err(e)) => error!(error = %e, "could not report the init error to the runtime API"),
-        Err(_) => error!("the runtime API did not take the init error report in time"),
+        Ok(Ok(status)) => error!(%status, api, "the runtime API refused the init error report"),
+        Ok(Err(e)) => error!(error = %e, api, "could not report the init error to the runtime API"),
+        Err(_) => error!(
+            api,
+            "the runtime API did not take the init error report in time"
+        ),
     }
     err
 }
 
+/// The init error endpoint under the runtime API's base: its scheme (HTTP when none), authority and
+/// path, as lambda_runtime_api_client joins them.
+fn init_error_uri(api: &str) -> Result<http::Uri, BoxError> {
+    let base: http::Uri = api.parse()?;
+    let authority = base.authority().ok_or("the runtime API has no host")?;
+    let scheme = base.scheme_str().unwrap_or("http");
+    let path = base.path().trim_end_matches('/');
+    Ok(format!("{scheme}://{authority}{path}/2018-06-01/runtime/init/error").parse()?)
+}
+
 async fn post(api: &str, body: String) -> Result<http::StatusCode, BoxError> {
-    let req = http::Request::post(format!("http://{api}/2018-06-01/runtime/init/error"))
+    let req = http::Request::post(init_error_uri(api)?)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header("Lambda-Runtime-Function-Error-Type", INIT_ERROR_TYPE)
         .body(Full::new(Bytes::from(body)))?;
@@ -128,6 +143,27 @@ mod tests {
             body["errorMessage"],
             "environment variable INBOX_TABLE_NAME is not set"
         );
+    }
+
+    #[test]
+    fn the_endpoint_is_under_the_runtime_apis_base_as_either_runtime_sets_it() {
+        for (api, uri) in [
+            (
+                "127.0.0.1:9001",
+                "http://127.0.0.1:9001/2018-06-01/runtime/init/error",
+            ),
+            (
+                "http://127.0.0.1:9000/.rt/webhook",
+                "http://127.0.0.1:9000/.rt/webhook/2018-06-01/runtime/init/error",
+            ),
+            (
+                "http://[::1]:9000/",
+                "http://[::1]:9000/2018-06-01/runtime/init/error",
+            ),
+        ] {
+            assert_eq!(init_error_uri(api).unwrap().to_string(), uri, "{api}");
+        }
+        assert!(init_error_uri("/no/host").is_err());
     }
 
     #[tokio::test]
