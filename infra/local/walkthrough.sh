@@ -308,7 +308,8 @@ check "$work/dlq.json" 'sorted(r["messageAttributes"]["reason"]["stringValue"] f
 begin "the events function without INBOX_TABLE_NAME (a second watch): the invoke answers with the reason"
 grep -v '^INBOX_TABLE_NAME=' "$work/.local-stack.env" >"$work/broken.env"
 broken_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-setsid cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$broken_port" \
+# (This shell exported the stack's environment: the second watch must not inherit the variable.)
+env -u INBOX_TABLE_NAME setsid cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$broken_port" \
   --env-file "$work/broken.env" >"$work/.local-broken-watch.log" 2>&1 &
 echo "watch-group $!" >>"$work/.local-stack.pids"
 for _ in $(seq 1 150); do

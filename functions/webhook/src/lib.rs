@@ -161,20 +161,24 @@ mod tests {
         assert_eq!(c.budget.events_share(), 1.0);
     }
 
-    /// A clock that a wait moves, and the waits it was asked for.
+    /// The waits a caller was asked for; each moves the clock when `moves` (one caller at a
+    /// time), or leaves it standing (callers at once).
     #[derive(Clone)]
-    struct Waits(
-        charge_once::ManualClock,
-        Arc<std::sync::Mutex<Vec<Duration>>>,
-    );
+    struct Waits {
+        clock: charge_once::ManualClock,
+        moves: bool,
+        asked: Arc<std::sync::Mutex<Vec<Duration>>>,
+    }
 
     impl Sleeper for Waits {
         fn sleep(
             &self,
             d: Duration,
         ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-            self.1.lock().unwrap().push(d);
-            self.0.advance(d);
+            self.asked.lock().unwrap().push(d);
+            if self.moves {
+                self.clock.advance(d);
+            }
             Box::pin(async {})
         }
     }
@@ -187,9 +191,13 @@ mod tests {
     async fn the_events_functions_retrieves_are_paced_to_its_share() {
         use charge_once::memory::FakeGateway;
         use charge_once::{GatewayError, PaymentIntentStatus, RetryCause};
-        let clock =
-            charge_once::ManualClock::new(charge_once::Timestamp::from_millis(1_800_000_000_000));
-        let waits = Waits(clock.clone(), Default::default());
+        let waits = |moves| Waits {
+            clock: charge_once::ManualClock::new(charge_once::Timestamp::from_millis(
+                1_800_000_000_000,
+            )),
+            moves,
+            asked: Default::default(),
+        };
         let stripe = Arc::new(FakeGateway::new());
         let op = charge_once::testing::order("ord-paced").build();
         let pi = stripe.insert_charge(&op, PaymentIntentStatus::Succeeded);
@@ -197,17 +205,21 @@ mod tests {
             per_second: StripeBudget::DEFAULT_PER_SECOND,
             charge_concurrency: StripeBudget::DEFAULT_CONCURRENCY,
         };
-        let gateway = paced(
-            stripe.clone(),
-            &budget,
-            Arc::new(clock.clone()),
-            Arc::new(waits.clone()),
-        );
+        let wired = |w: &Waits| {
+            paced(
+                stripe.clone(),
+                &budget,
+                Arc::new(w.clock.clone()),
+                Arc::new(w.clone()),
+            )
+        };
+        let one_at_a_time = waits(true);
+        let gateway = wired(&one_at_a_time);
         for _ in 0..4 {
             gateway.retrieve(&pi).await.unwrap();
         }
         assert_eq!(
-            *waits.1.lock().unwrap(),
+            *one_at_a_time.asked.lock().unwrap(),
             [Duration::from_secs(1); 3],
             "the first at once, then one a second"
         );
@@ -220,30 +232,12 @@ mod tests {
         assert_eq!(calls(), 4);
         // Callers at once (the clock stands still while they wait): each takes the next slot, a
         // second further; the one whose slot is more than 5 s away is refused without a call.
-        let still = Waits(
-            charge_once::ManualClock::new(clock.now()),
-            Default::default(),
-        );
-        struct Still(Waits);
-        impl Sleeper for Still {
-            fn sleep(
-                &self,
-                d: Duration,
-            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-                self.0 .1.lock().unwrap().push(d);
-                Box::pin(async {})
-            }
-        }
-        let gateway = paced(
-            stripe.clone(),
-            &budget,
-            Arc::new(still.0.clone()),
-            Arc::new(Still(still.clone())),
-        );
+        let at_once = waits(false);
+        let gateway = wired(&at_once);
         for _ in 0..6 {
             gateway.retrieve(&pi).await.unwrap();
         }
-        assert_eq!(still.1.lock().unwrap().last(), Some(&PACING_MAX_WAIT));
+        assert_eq!(at_once.asked.lock().unwrap().last(), Some(&PACING_MAX_WAIT));
         let refused = gateway.retrieve(&pi).await.unwrap_err();
         assert!(
             matches!(
