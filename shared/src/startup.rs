@@ -20,6 +20,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tracing::error;
 
+use crate::telemetry::ErrorChain;
+
 /// What `main` returns: lambda_runtime's error type.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -41,8 +43,8 @@ pub async fn report_init_error(err: BoxError) -> BoxError {
 /// a path, as `cargo lambda watch` sets it (`http://127.0.0.1:9000/.rt/<function>`), read the way
 /// lambda_runtime reads it.
 pub async fn report_init_error_to(api: Option<&str>, err: BoxError) -> BoxError {
-    let message = crate::telemetry::ErrorChain(err.as_ref()).to_string();
-    error!(error = %message, "the function cannot start");
+    error!(error = %ErrorChain(err.as_ref()), "the function cannot start");
+    let message = ErrorChain(err.as_ref()).to_string();
     let Some(api) = api.filter(|a| !a.is_empty()) else {
         return err;
     };
@@ -51,7 +53,11 @@ pub async fn report_init_error_to(api: Option<&str>, err: BoxError) -> BoxError 
     match sent {
         Ok(Ok(status)) if status.is_success() => {}
         Ok(Ok(status)) => error!(%status, api, "the runtime API refused the init error report"),
-        Ok(Err(e)) => error!(error = %e, api, "could not report the init error to the runtime API"),
+        Ok(Err(e)) => error!(
+            error = %ErrorChain(e.as_ref()),
+            api,
+            "could not report the init error to the runtime API"
+        ),
         Err(_) => error!(
             api,
             "the runtime API did not take the init error report in time"
