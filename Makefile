@@ -12,8 +12,9 @@ test:
 
 # The README's "Invoke the functions locally", every step asserted: up.sh (moto, stripe-sim,
 # cargo lambda watch on free ports), one order charged once, one dropped response settled by the
-# reconciler's re-drive, down.sh. About 2 minutes over a built workspace (one minute is the
-# unknown's backoff). CI runs it.
+# reconciler's re-drive, one by Stripe's event (EventBridge form) and one by a signed webhook to
+# the events function, a function that cannot start answering why, down.sh. About 3 minutes over
+# a built workspace (one minute is the unknown's backoff). CI runs it.
 walkthrough:
 	infra/local/walkthrough.sh
 

@@ -11,6 +11,7 @@ mod dynamodb_adapter;
 mod dynamodb_inbox_contract;
 mod dynamodb_store_contract;
 mod functions_on_aws;
+mod local_stack;
 mod memory_inbox_contract;
 mod memory_queue_contract;
 mod memory_store_contract;

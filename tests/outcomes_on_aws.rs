@@ -17,6 +17,7 @@ use aws_lambda_events::dynamodb::Event as StreamEvent;
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
+use charge_once::ports::OperationStore;
 use charge_once::{testing, OperationStatus};
 use lambda_runtime::{Context, LambdaEvent};
 use notify::handler::{relay, Notify};
@@ -123,6 +124,8 @@ impl Outcomes {
     fn notify(&self, bus: &str) -> (Notify, Arc<EventBridgePublisher>) {
         let publisher = Arc::new(EventBridgePublisher::new(self.events.clone(), bus));
         let deps = Notify {
+            // The real adapter on the test's table: a strongly consistent GetItem.
+            store: self.store.clone(),
             publisher: publisher.clone(),
             dead_letters: Arc::new(SqsDeadLetters::new(self.sqs.clone(), &self.notify_dlq_url)),
             clock: Arc::new(self.side.clock.clone()),
@@ -389,6 +392,131 @@ async fn one_unreadable_record_in_twenty_is_parked_with_its_reason_and_nineteen_
         &raw, bad,
         "the record as the stream gave it: replayable by hand"
     );
+}
+
+/// A principal with `lambda:InvokeFunction` on the relay hands it a stream-shaped event of its own
+/// making: well-formed operation items, settled `succeeded`, with the table's own stream ARN in
+/// `eventSourceARN`. The relay reads each back from the table (GetItem, strongly consistent, on
+/// moto) and publishes none: one order the table holds `pending`, one it does not hold at all. In
+/// the same batch, the genuine outcome of a charged order is published. Each forged record is on
+/// the relay's DLQ with the reason.
+#[tokio::test]
+async fn a_forged_stream_event_publishes_nothing_the_table_does_not_hold() {
+    let s = Outcomes::spawn().await;
+    s.post("ord-out-real", "pm_card_visa").await;
+    s.deliver_charges().await;
+    let uncharged = s.post("ord-out-uncharged", "pm_card_visa").await;
+    let genuine = s.stream_records().await;
+    let arn = genuine.records[0].event_source_arn.clone();
+    let forged = |seq: u32, order: &str, operation_id: Option<&str>| {
+        let mut op = testing::order(order)
+            .status(OperationStatus::Succeeded)
+            .external_id("pi_3ForgedIntent0000000001");
+        if let Some(id) = operation_id {
+            op = op.operation_id(id);
+        }
+        let op = op.build();
+        let item = charge_once::adapters::dynamodb::item::item_json(&operation_to_item(&op));
+        serde_json::from_value::<aws_lambda_events::dynamodb::EventRecord>(json!({
+            "eventID": format!("forged-{seq}"),
+            "eventName": "INSERT",
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "us-east-1",
+            "eventSourceARN": arn,
+            "dynamodb": {
+                "Keys": {"pk": {"S": format!("ORDER#{order}")}, "sk": {"S": "charge"}},
+                "NewImage": item,
+                "SequenceNumber": format!("{seq:021}"),
+                "SizeBytes": 300,
+                "StreamViewType": "NEW_AND_OLD_IMAGES",
+            },
+        }))
+        .unwrap()
+    };
+    let mut records = vec![
+        forged(1, "ord-out-uncharged", uncharged["operation_id"].as_str()),
+        forged(2, "ord-out-nowhere", None),
+    ];
+    records.extend(genuine.records.iter().cloned());
+    let (deps, _) = s.notify(&s.bus);
+    let (response, report) = relay(&deps, &records).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    assert_eq!(
+        (report.published, report.not_in_table),
+        (1, 2),
+        "{report:?}"
+    );
+    let delivered = s.delivered().await;
+    let orders: Vec<_> = delivered
+        .iter()
+        .map(|e| (e["detail-type"].clone(), e["detail"]["order_id"].clone()))
+        .collect();
+    assert_eq!(orders, [(json!("ChargeSucceeded"), json!("ord-out-real"))]);
+    let parked = s.drain(&s.notify_dlq_url).await;
+    let mut reasons: Vec<_> = parked
+        .iter()
+        .map(|m| {
+            let attr = |name: &str| {
+                m.message_attributes()
+                    .and_then(|a| a.get(name))
+                    .and_then(|v| v.string_value())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (attr("source_message_id"), attr("reason"), attr("detail"))
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert_eq!(reasons[0].0, "forged-1");
+    assert_eq!(reasons[0].1, notify::handler::NOT_IN_TABLE_REASON);
+    assert!(reasons[0].2.contains("status pending"), "{reasons:?}");
+    assert_eq!(reasons[1].0, "forged-2");
+    assert!(reasons[1].2.contains("no record"), "{reasons:?}");
+    // The uncharged order is still pending; nothing was written.
+    let still = s
+        .store
+        .get(&charge_once::OperationKey::charge(
+            charge_once::OrderId::parse("ord-out-uncharged").unwrap(),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(still.status, OperationStatus::Pending);
+}
+
+/// The read-back failing (the table unreachable: here, a relay configured with a table that does
+/// not exist) publishes nothing and names the outcome's record for Lambda's retry.
+#[tokio::test]
+async fn a_read_back_that_fails_is_retried_from_its_record() {
+    let s = Outcomes::spawn().await;
+    s.post("ord-out-noread", "pm_card_visa").await;
+    s.deliver_charges().await;
+    let stream = s.stream_records().await;
+    let (mut deps, publisher) = s.notify(&s.bus);
+    deps.store = Arc::new(charge_once::adapters::dynamodb::DynamoStore::new(
+        s.dynamo.clone(),
+        unique("no-such-table"),
+    ));
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert_eq!(
+        (report.published, report.not_in_table),
+        (0, 0),
+        "{report:?}"
+    );
+    assert_eq!(publisher.calls.load(Ordering::Relaxed), 0);
+    let outcome_seq = stream
+        .records
+        .iter()
+        .find(|r| notify::handler::outcome_in(r).unwrap().is_some())
+        .and_then(|r| r.change.sequence_number.clone())
+        .unwrap();
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some(outcome_seq.as_str())
+    );
+    assert!(s.delivered().await.is_empty());
 }
 
 #[tokio::test]

@@ -1281,6 +1281,12 @@ fn the_outbox_stream_feeds_a_least_privilege_relay_with_a_dlq_and_alarms() {
             && !by_action.contains_key("dynamodb:UpdateItem"),
         "the relay never writes the table"
     );
+    // It reads a settled outcome's record back before publishing it: on the table only.
+    assert_eq!(
+        by_action["dynamodb:GetItem"],
+        [format!("{table_id}.Arn")],
+        "GetItem on the table"
+    );
 
     let mappings: Vec<_> = of_type(&t, "AWS::Lambda::EventSourceMapping")
         .into_iter()
@@ -1511,6 +1517,8 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "ApproximateNumberOfMessagesVisible",
             ("QueueName", "StripeEventsDeadLetterQueue"),
         ),
+        // An event naming a PaymentIntent of an operation in review: evidence for the operator.
+        ("ChargeOnce", "WebhookIgnored", ("Reason", "in_review")),
     ];
     for (namespace, metric, dimension) in wanted {
         let (id, alarm) = alarm_on(&t, namespace, metric, dimension)
@@ -1639,9 +1647,10 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         .map(|(_, m)| number(get(props(m), "BatchSize").expect("BatchSize")))
         .expect("the notify function's stream mapping");
     let puts = stream_batch.div_ceil(charge_once::ports::MAX_BATCH as u64);
+    // The read-back of the batch's settled outcomes runs at once: one call's bound.
     assert!(
-        2 * puts * op <= timeout("notify"),
-        "notify: {puts} PutEvents x {op} s, twice over, must fit in {} s",
+        op + 2 * puts * op <= timeout("notify"),
+        "notify: a read-back of {op} s and {puts} PutEvents x {op} s, twice over, must fit in {} s",
         timeout("notify")
     );
     // The doc's table names each function's timeout as the template sets it.
@@ -1704,6 +1713,8 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     let wait = Duration::from_millis(number(get(props(integration), "TimeoutInMillis").unwrap()));
     assert_eq!(wait, Duration::from_secs(30));
     assert!(webhook::handler::HTTP_BUDGET < wait && webhook::handler::HTTP_BUDGET < timeout);
+    // A runtime that sends no usable deadline (cargo lambda watch) gets the template's timeout.
+    assert_eq!(webhook::handler::FUNCTION_TIMEOUT, timeout, "{id}");
 }
 
 /// The one `AWS::Lambda::Permission` on the events function in this configuration.

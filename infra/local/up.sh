@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Starts the local stack for invoking the functions by hand with cargo-lambda:
 #   - builds what `cargo lambda watch` runs (`cargo build --bin checkout --bin charge --bin
-#     reconciler` from the workspace root: features unified over the whole workspace, exactly as
-#     watch's `cargo run --bin <fn>` resolves them), plus `chargectl` and `stripe-sim` the same way,
-#     so the first invoke does not sit in a silent rebuild;
-#   - moto (DynamoDB, SQS, Secrets Manager) on 127.0.0.1:$MOTO_PORT, one request at a time;
+#     reconciler --bin webhook --bin notify` from the workspace root: features unified over the
+#     whole workspace, exactly as watch's `cargo run --bin <fn>` resolves them), plus `chargectl`
+#     and `stripe-sim` the same way, so the first invoke does not sit in a silent rebuild;
+#   - moto (DynamoDB, SQS, Secrets Manager, EventBridge) on 127.0.0.1:$MOTO_PORT, one request at a
+#     time;
 #   - stripe-sim on 127.0.0.1:$STRIPE_SIM_PORT;
-#   - the table, the FIFO queue and the Stripe key secret on moto (provision.py);
+#   - on moto (provision.py), what every function's configuration names: the table, the FIFO
+#     queue and its DLQ, the events function's inbox table, the outcome bus, the Stripe key secret
+#     and a webhook signing secret made up for this stack (its value in .local-webhook-secret);
 #   - `cargo lambda watch` on 127.0.0.1:$LAMBDA_PORT with the functions' environment.
 # Ports: free loopback ports unless MOTO_PORT / STRIPE_SIM_PORT / LAMBDA_PORT are set.
 # cargo-lambda: the one on PATH, else the pinned one (infra/template-check/build-requirements.txt)
@@ -51,7 +54,8 @@ else
 fi
 
 echo "up.sh: building the functions, chargectl and stripe-sim (what cargo lambda watch runs)" >&2
-cargo build --bin checkout --bin charge --bin reconciler --bin chargectl --bin stripe-sim
+cargo build --bin checkout --bin charge --bin reconciler --bin webhook --bin notify --bin chargectl \
+  --bin stripe-sim
 
 started() { echo "$1 $2" >>"$pids"; }
 fail() {
@@ -82,7 +86,8 @@ done
 [ -n "$ready" ] || fail "moto or stripe-sim not ready after 30 s" "$dir/.local-moto.log"
 
 env_file="$dir/.local-stack.env"
-"$py" infra/local/provision.py "http://127.0.0.1:$moto_port" "http://127.0.0.1:$sim_port" >"$env_file.tmp" \
+"$py" infra/local/provision.py "http://127.0.0.1:$moto_port" "http://127.0.0.1:$sim_port" \
+  "$dir/.local-webhook-secret" >"$env_file.tmp" \
   || fail "provisioning on moto failed" "$dir/.local-moto.log"
 {
   cat "$env_file.tmp"

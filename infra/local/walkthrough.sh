@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's "Invoke the functions locally", run command by command (the same commands; files
-# in a temporary directory instead of /tmp/charge*.json) against the local stack
+# in a temporary directory instead of /tmp/*.json) against the local stack
 # (infra/local/up.sh: moto, stripe-sim, `cargo lambda watch` on free ports, in a temporary
 # directory), with every step's outcome asserted. CI runs it (.ci/run) so the README cannot rot.
 #
@@ -200,7 +200,101 @@ check "$work/show3.json" "j['status'] == 'succeeded' and j['external_id'] == '$p
 chargectl unknowns >"$work/unknowns2.out" 2>&1 || fail "chargectl unknowns"
 grep -q "no unsettled operations" "$work/unknowns2.out" || fail "still unsettled: $(cat "$work/unknowns2.out")"
 
-# --- 3. The static sample batch: a malformed record is reported, never dropped ------------------
+# --- 3. Stripe's event settles an unsettled order: the events function, EventBridge form ---------
+begin "the sample EventBridge event as it is: it names an operation this stack never created, ignored"
+invoke webhook events/stripe-eventbridge-payment-intent-succeeded.json "$work/sample-event.out"
+check "$work/sample-event.out" 'j == {"received": True, "outcome": "unknown_operation"}' \
+  "the events function starts and answers (not a 500 'deadline', not a hang)"
+
+begin "a third order, ord-1003, whose Stripe answer is dropped: recorded unknown"
+sed 's/ord-1001/ord-1003/g' events/checkout-valid.json >"$work/checkout-ord-1003.json"
+curl -sf -X POST "$STRIPE_SIM_URL/_sim/faults" -d '{"script":["drop_after_commit"]}' >/dev/null \
+  || fail "POST /_sim/faults"
+invoke checkout "$work/checkout-ord-1003.json" "$work/checkout3.out"
+check "$work/checkout3.out" 'j["statusCode"] == 202' "checkout answers 202"
+body "$work/checkout3.out"
+op3="$(value "$work/checkout3.out.body" 'j["operation_id"]')"
+chargectl dev sqs-event >"$work/charge4.json" 2>"$work/charge4.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/charge4.json.err")"
+invoke charge "$work/charge4.json" "$work/charge4.out"
+chargectl dev sqs-ack --event "$work/charge4.json" --response "$work/charge4.out" >"$work/ack4.out" \
+  || fail "sqs-ack: $(cat "$work/ack4.out")"
+chargectl show ord-1003 --json >"$work/show4.json" || fail "chargectl show ord-1003"
+check "$work/show4.json" 'j["status"] == "unknown" and j.get("external_id") is None' "ord-1003 is unknown"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger5.json" || fail "GET /_sim/ledger"
+pi3="$(value "$work/ledger5.json" "[p['id'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op3'][0]")"
+retrieves="$(value "$work/ledger5.json" 'j["requests"]["retrieve"]')"
+creates="$(value "$work/ledger5.json" 'j["requests"]["create"]')"
+# The sample event, rewritten for ord-1003: its PaymentIntent, operation id, order id, event id.
+event_for() { # PAYMENT_INTENT EVENT_ID OUT
+  sed -e "s/pi_3SampleIntent0001/$1/" -e "s/6f1c2a4e-8a3b-4c5d-9e0f-112233445566/$op3/" \
+    -e 's/ord-1001/ord-1003/' -e "s/evt_3SampleEventBridge0001/$2/" \
+    events/stripe-eventbridge-payment-intent-succeeded.json >"$3"
+}
+
+begin "a forged event for ord-1003 (a PaymentIntent Stripe does not have): Stripe asked, refused, nothing moved"
+event_for pi_3ForgedIntent0000000001 evt_local_forged_1003 "$work/event-forged.json"
+invoke webhook "$work/event-forged.json" "$work/event-forged.out"
+check "$work/event-forged.out" 'j["outcome"] == "unknown_payment_intent"' "refused on Stripe's answer"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger6.json" || fail "GET /_sim/ledger"
+check "$work/ledger6.json" "j['requests']['retrieve'] == $retrieves + 1" "the function retrieved the PaymentIntent"
+chargectl show ord-1003 --json >"$work/show5.json" || fail "chargectl show ord-1003"
+check "$work/show5.json" 'j["status"] == "unknown"' "ord-1003 is still unknown"
+
+begin "Stripe's payment_intent.succeeded for ord-1003's PaymentIntent, as the partner bus delivers it: settled"
+event_for "$pi3" evt_local_succeeded_1003 "$work/event-ord-1003.json"
+invoke webhook "$work/event-ord-1003.json" "$work/event-ord-1003.out"
+check "$work/event-ord-1003.out" 'j == {"received": True, "outcome": "succeeded"}' "applied"
+chargectl show ord-1003 --json >"$work/show6.json" || fail "chargectl show ord-1003"
+check "$work/show6.json" "j['status'] == 'succeeded' and j['external_id'] == '$pi3'" "ord-1003 succeeded with $pi3"
+invoke webhook "$work/event-ord-1003.json" "$work/event-ord-1003-dup.out"
+check "$work/event-ord-1003-dup.out" 'j["outcome"] == "duplicate"' "the same event again is a duplicate"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger7.json" || fail "GET /_sim/ledger"
+check "$work/ledger7.json" "j['requests']['create'] == $creates and [p['idempotency_key'] for p in j['payment_intents']].count('payment-op:$op3') == 1" \
+  "the events function created nothing: still one PaymentIntent for ord-1003"
+
+# --- 4. A signed webhook: stripe-sim delivers its own events to the webhook route ------------------
+begin "stripe-sim signs and posts payment_intent.succeeded to the webhook route (cargo lambda's function URL)"
+# stripe-sim's clock is its own and stands still: set it to now, or its signatures are stale.
+curl -sf "$STRIPE_SIM_URL/_sim/clock" -d "{\"set_ms\": $(python3 -c 'import time; print(int(time.time() * 1000))')}" >/dev/null \
+  || fail "POST /_sim/clock"
+python3 - "$STRIPE_SIM_URL" "$LAMBDA_PORT" "$LOCAL_STACK_DIR/.local-webhook-secret" <<'PY' || fail "POST /_sim/webhooks"
+import json, sys, urllib.request
+sim, port, secret_file = sys.argv[1:]
+config = {"url": f"http://127.0.0.1:{port}/lambda-url/webhook/stripe/webhook",
+          "secret": open(secret_file).read().strip(), "enabled_events": ["payment_intent.succeeded"]}
+urllib.request.urlopen(urllib.request.Request(f"{sim}/_sim/webhooks", json.dumps(config).encode()), timeout=10)
+PY
+sed 's/ord-1001/ord-1004/g' events/checkout-valid.json >"$work/checkout-ord-1004.json"
+curl -sf -X POST "$STRIPE_SIM_URL/_sim/faults" -d '{"script":["drop_after_commit"]}' >/dev/null \
+  || fail "POST /_sim/faults"
+invoke checkout "$work/checkout-ord-1004.json" "$work/checkout4.out"
+check "$work/checkout4.out" 'j["statusCode"] == 202' "checkout answers 202"
+chargectl dev sqs-event >"$work/charge5.json" 2>"$work/charge5.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/charge5.json.err")"
+invoke charge "$work/charge5.json" "$work/charge5.out"
+chargectl dev sqs-ack --event "$work/charge5.json" --response "$work/charge5.out" >"$work/ack5.out" \
+  || fail "sqs-ack: $(cat "$work/ack5.out")"
+# A delivery that met the charge function's lease was answered 409; Stripe retries 10 s later
+# (stripe-sim's clock): move it on.
+curl -sf "$STRIPE_SIM_URL/_sim/clock" -d '{"advance_secs": 15}' >/dev/null || fail "POST /_sim/clock"
+settled=
+for _ in $(seq 1 60); do
+  chargectl show ord-1004 --json >"$work/show7.json" || fail "chargectl show ord-1004"
+  if python3 -c "import json,sys; sys.exit(0 if json.load(open('$work/show7.json'))['status'] == 'succeeded' else 1)"; then
+    settled=1
+    break
+  fi
+  sleep 0.5
+done
+[ -n "$settled" ] || fail "ord-1004 not settled by the signed event: $(head -c 600 "$work/show7.json")"
+grep -a 'webhook answered' "$work/.local-watch.log" | grep -a 'status=200' | grep -aq 'outcome="succeeded"' \
+  || fail "no signed delivery answered 200 succeeded: $(grep -a 'webhook answered' "$work/.local-watch.log" | tail -n 3)"
+curl -sf "$STRIPE_SIM_URL/_sim/webhooks" >"$work/webhooks.json" || fail "GET /_sim/webhooks"
+check "$work/webhooks.json" 'j["counts"]["delivered"] >= 1' "stripe-sim saw its delivery accepted"
+curl -sf "$STRIPE_SIM_URL/_sim/webhooks" -d '{}' >/dev/null || fail "turning stripe-sim's webhooks off"
+
+# --- 5. The static sample batch: a malformed record is reported, never dropped ------------------
 begin "events/charge-sqs-batch.json: poison records are parked on the DLQ with their reason, none blocks"
 invoke charge events/charge-sqs-batch.json "$work/sample.out"
 check "$work/sample.out" 'not (j or {}).get("batchItemFailures")' \
@@ -209,6 +303,24 @@ chargectl --queue-url "$DEAD_LETTER_QUEUE_URL" dev sqs-event >"$work/dlq.json" 2
   || fail "chargectl dev sqs-event on the DLQ: $(cat "$work/dlq.json.err")"
 check "$work/dlq.json" 'sorted(r["messageAttributes"]["reason"]["stringValue"] for r in j["Records"]) == ["no_such_operation", "no_such_operation", "unparseable"]' \
   "the DLQ holds the three with their reasons (one truncated JSON, two naming operations no checkout created)"
+
+# --- 6. A function that cannot start says why to whoever invoked it ------------------------------
+begin "the events function without INBOX_TABLE_NAME (a second watch): the invoke answers with the reason"
+grep -v '^INBOX_TABLE_NAME=' "$work/.local-stack.env" >"$work/broken.env"
+broken_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# (This shell exported the stack's environment: the second watch must not inherit the variable.)
+env -u INBOX_TABLE_NAME setsid cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$broken_port" \
+  --env-file "$work/broken.env" >"$work/.local-broken-watch.log" 2>&1 &
+echo "watch-group $!" >>"$work/.local-stack.pids"
+for _ in $(seq 1 150); do
+  python3 -c "import socket; socket.create_connection(('127.0.0.1', $broken_port), timeout=1)" 2>/dev/null && break
+  sleep 0.2
+done
+timeout 120 cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$broken_port" webhook \
+  --data-file events/stripe-eventbridge-payment-intent-succeeded.json >"$work/broken.out" 2>"$work/broken.out.err" \
+  || fail "the invoke of a function that cannot start did not answer: $(cat "$work/broken.out.err")"
+check "$work/broken.out" 'j["errorType"] == "Runtime.InitError" and "INBOX_TABLE_NAME" in j["errorMessage"]' \
+  "the answer names the missing variable"
 
 begin "stop the local stack (infra/local/down.sh)"
 cp "$work/.local-stack.pids" "$work/started.pids"

@@ -315,9 +315,9 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
     Ok(policy)
 }
 
-/// The account's Stripe request budget and its split (see [`crate::pacing`]): the reconciler
-/// keeps a twelfth (at least 1/s), each of the `charge_concurrency` charge environments an equal
-/// part of the rest.
+/// The account's Stripe request budget and its split (see [`crate::pacing`]): a twelfth (at least
+/// 1/s) is kept for the reconciler and the events function, half each; each of the
+/// `charge_concurrency` charge environments gets an equal part of the rest.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StripeBudget {
     pub per_second: u64,
@@ -331,8 +331,13 @@ impl StripeBudget {
     /// The template's default `ChargeMaxConcurrency` (the AWS minimum).
     pub const DEFAULT_CONCURRENCY: u64 = 2;
 
-    pub fn reconciler_share(&self) -> f64 {
+    /// What the charge environments leave: a twelfth of the budget, at least 1/s.
+    fn kept_aside(&self) -> f64 {
         (self.per_second as f64 / 12.0).max(1.0)
+    }
+
+    pub fn reconciler_share(&self) -> f64 {
+        self.kept_aside() / 2.0
     }
 
     /// The reconciler's search share: Stripe's search limit is 20/s.
@@ -340,9 +345,17 @@ impl StripeBudget {
         self.reconciler_share().min(20.0)
     }
 
+    /// The events function's share (per environment): its retrieves, one per event for an
+    /// unsettled operation (an event for a settled one calls nothing), are calls of the same
+    /// account, and in test mode every endpoint shares 25/s. Taken from the reconciler's twelfth,
+    /// not from the charges: a burst's creates still run at the budget.
+    pub fn events_share(&self) -> f64 {
+        self.kept_aside() / 2.0
+    }
+
     /// One charge environment's share.
     pub fn charge_share(&self) -> f64 {
-        (self.per_second as f64 - self.reconciler_share()) / self.charge_concurrency as f64
+        (self.per_second as f64 - self.kept_aside()) / self.charge_concurrency as f64
     }
 }
 
@@ -569,7 +582,8 @@ mod tests {
         };
         let b = env(&[]).unwrap();
         assert_eq!((b.per_second, b.charge_concurrency), (24, 2));
-        assert_eq!(b.reconciler_share(), 2.0);
+        assert_eq!(b.reconciler_share(), 1.0);
+        assert_eq!(b.events_share(), 1.0);
         assert_eq!(b.charge_share(), 11.0);
         let b = env(&[
             (STRIPE_REQUESTS_PER_SECOND, "90"),
@@ -577,6 +591,20 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(b.charge_share(), 16.5);
+        assert_eq!(b.events_share(), 3.75);
+        // The shares never add up to more than the budget: the events function's is counted.
+        for (per_second, concurrency) in [(2, 2), (24, 2), (25, 7), (90, 5), (1000, 100)] {
+            let b = StripeBudget {
+                per_second,
+                charge_concurrency: concurrency,
+            };
+            let sum =
+                b.reconciler_share() + b.events_share() + b.charge_share() * concurrency as f64;
+            assert!(
+                sum <= per_second as f64 + 1e-9,
+                "{per_second}/{concurrency}"
+            );
+        }
         assert!(matches!(
             env(&[
                 (STRIPE_REQUESTS_PER_SECOND, "6"),

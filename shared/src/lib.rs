@@ -25,6 +25,8 @@
 //! - [`webhook`]: Stripe's webhooks as an idempotent inbox: signature, event → transition,
 //!   [`webhook::receive`] on the ports (settles, never creates).
 //! - [`config`]: typed configuration from the environment, read once at init.
+//! - [`startup`]: a function that cannot start reports why to the Lambda runtime API, so the
+//!   invoker hears it.
 //! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
 //! - `testing` (tests only: this crate's unit tests and the `testing` feature): the fixtures every
 //!   test builds orders, operations and store writes from.
@@ -46,6 +48,7 @@ pub mod outcome;
 pub mod pacing;
 pub mod ports;
 pub mod reconciler;
+pub mod startup;
 pub mod store_rules;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]

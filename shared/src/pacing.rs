@@ -9,8 +9,9 @@
 //!
 //! **Why one budget per process, not a shared counter.** The charge function runs at most
 //! `ChargeMaxConcurrency` execution environments at once (the event source's
-//! `MaximumConcurrency`); each takes `StripeRequestsPerSecond / ChargeMaxConcurrency` of the
-//! account's budget, and the reconciler its own small share. The sum never exceeds the budget, and
+//! `MaximumConcurrency`); each takes an equal part of the account's budget
+//! ([`crate::config::StripeBudget`]), and the reconciler and the events function a small share
+//! each. The sum never exceeds the budget (the events function's share counted once), and
 //! nothing is written anywhere to keep it (a shared counter in DynamoDB would cost a conditional
 //! write per Stripe call, more than the charge itself costs in DynamoDB). During a burst every
 //! environment is busy, so no share sits idle; below the limit no caller waits. The simulation

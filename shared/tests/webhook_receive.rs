@@ -699,3 +699,92 @@ async fn an_event_out_of_time_is_forgotten_so_its_retry_counts() {
     let report = receive(&w.deps, Some(&header), &body, Some(Duration::from_secs(60))).await;
     assert!(matches!(report.reception, Reception::Applied { .. }));
 }
+
+/// Everything logged while `f` runs on this thread, as text.
+async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    let out = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        f.await
+    };
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+/// An operation in review after its search past the key window found no PaymentIntent: the
+/// `payment_intent.succeeded` that names the charge moves nothing and asks nothing of Stripe (a
+/// person owns the record), but its PaymentIntent and claimed status are logged at ERROR (paged
+/// through `WebhookIgnored`, `Reason=in_review`) for the operator to check before resolving.
+/// Before, the line carried neither, and the intent left no trace. The twin: the same event for
+/// an operation not in review is checked at Stripe and settles it, without that line.
+#[tokio::test]
+async fn an_event_for_an_operation_in_review_names_its_intent_for_the_operator() {
+    let w = World::new();
+    let op = w.unknown_op("order-review-evidence", None).await;
+    let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+    let mut reviewed = w.current(&op).await;
+    reviewed.review = Some(charge_once::Review {
+        reason: "search_ambiguous: search found 0 payment intents".into(),
+        flagged_at: w.clock.now(),
+    });
+    w.store.put_for_tests(reviewed.clone());
+    let body = event(
+        "evt_review_1",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &op,
+    );
+    let (reception, log) = logged(w.deliver(&body)).await;
+    assert_eq!(reception, Reception::Ignored(Ignored::InReview));
+    assert_eq!(w.current(&op).await, reviewed, "nothing moved");
+    assert_eq!((w.retrieves(), w.creates()), (0, 0), "Stripe not asked");
+    let line = log
+        .lines()
+        .find(|l| l.contains("operation in review"))
+        .unwrap_or_else(|| panic!("no line names the review: {log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        line.contains(&format!("payment_intent=\"{pi}\""))
+            || line.contains(&format!("payment_intent={pi}")),
+        "{line}"
+    );
+    assert!(line.contains("claimed_status=succeeded"), "{line}");
+    assert!(line.contains("search_ambiguous"), "{line}");
+
+    // The twin: not in review, the same kind of event is checked and settles.
+    let other = w.unknown_op("order-review-twin", None).await;
+    let other_pi = w
+        .gateway
+        .insert_charge(&other, PaymentIntentStatus::Succeeded);
+    let body = event(
+        "evt_review_2",
+        "payment_intent.succeeded",
+        &other_pi,
+        "succeeded",
+        &other,
+    );
+    let (reception, log) = logged(w.deliver(&body)).await;
+    assert!(
+        matches!(reception, Reception::Applied { .. }),
+        "{reception:?}"
+    );
+    assert!(!log.contains("operation in review"), "{log}");
+    assert_eq!(w.retrieves(), 1);
+}

@@ -1,5 +1,7 @@
 //! Wires the charge function: configuration, the Stripe key from Secrets Manager, the DynamoDB
 //! client and the Stripe client (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
+//! An init that fails is reported to the runtime API before the process exits, so the invoke
+//! hears why (`charge_once::startup`).
 
 use std::sync::Arc;
 
@@ -10,12 +12,28 @@ use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, TokioSleeper};
+use charge_once::startup::report_init_error;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
+    let deps = match wire().await {
+        Ok(deps) => deps,
+        // Told to the runtime API too, so the invoke that started this environment gets the
+        // reason instead of waiting on a process that has exited.
+        Err(e) => return Err(report_init_error(e).await),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
+}
+
+/// Configuration, secrets and clients, once per execution environment.
+async fn wire() -> Result<ChargeFunction, Error> {
     let config = ChargeConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
@@ -28,7 +46,7 @@ async fn main() -> Result<(), Error> {
         Arc::new(TokioSleeper),
     ));
     let sqs = aws_sdk_sqs::Client::new(&aws);
-    let deps = ChargeFunction {
+    Ok(ChargeFunction {
         charge,
         dead_letters: Arc::new(SqsDeadLetters::new(
             sqs.clone(),
@@ -37,10 +55,5 @@ async fn main() -> Result<(), Error> {
         visibility: Arc::new(SqsQueue::new(sqs, &config.queue_url)),
         budget: Some(budget),
         metrics: Arc::new(StdoutMetrics),
-    };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
-        Ok::<_, Error>(handle(deps, event).await)
-    }))
-    .await
+    })
 }

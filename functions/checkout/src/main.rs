@@ -1,5 +1,7 @@
 //! Wires the checkout function: configuration, the DynamoDB and SQS clients (once per execution
 //! environment), tracing (`charge_once::logging`), then the runtime loop.
+//! An init that fails is reported to the runtime API before the process exits, so the invoke
+//! hears why (`charge_once::startup`).
 
 use std::sync::Arc;
 
@@ -7,6 +9,7 @@ use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::startup::report_init_error;
 use charge_once::SystemClock;
 use checkout::handler::{handle, Checkout};
 use checkout::CheckoutConfig;
@@ -15,9 +18,24 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
+    let deps = match wire().await {
+        Ok(deps) => deps,
+        // Told to the runtime API too, so the invoke that started this environment gets the
+        // reason instead of waiting on a process that has exited.
+        Err(e) => return Err(report_init_error(e).await),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
+}
+
+/// Configuration, secrets and clients, once per execution environment.
+async fn wire() -> Result<Checkout, Error> {
     let config = CheckoutConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
-    let deps = Checkout {
+    Ok(Checkout {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&aws),
             &config.table_name,
@@ -29,10 +47,5 @@ async fn main() -> Result<(), Error> {
         clock: Arc::new(SystemClock),
         pending_grace: config.pending_grace,
         metrics: Arc::new(charge_once::telemetry::StdoutMetrics),
-    };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
-        Ok::<_, Error>(handle(deps, event).await)
-    }))
-    .await
+    })
 }

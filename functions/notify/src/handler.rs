@@ -2,10 +2,22 @@
 //!
 //! | record | what happens |
 //! |---|---|
-//! | INSERT / MODIFY whose change is an outcome ([`outcome_of`]) | published |
+//! | INSERT / MODIFY whose change is an outcome ([`outcome_of`]) | published (a settled one only once the table confirms it, below) |
+//! | INSERT / MODIFY whose change is a settled outcome the table does not hold | not published: copied to the relay's DLQ with the reason ([`NOT_IN_TABLE_REASON`]; alarmed), counted (`OutcomesNotInTable`), and the batch goes on |
 //! | INSERT / MODIFY that is not an outcome (a claim, a reschedule, …), REMOVE | skipped, counted |
 //! | an image that does not parse as an operation | copied to the relay's DLQ with the reason ([`unreadable_letter`]; alarmed), counted, and the batch goes on; if that copy fails, reported failed (retried, never dropped) |
-//! | a publish that fails (the call or one entry) | reported failed from the first such record on |
+//! | a publish that fails (the call or one entry), or a read-back that fails | reported failed from the first such record on |
+//!
+//! **Only what the table holds.** The function publishes with the one role the outcome bus admits,
+//! and Lambda lets anyone with `lambda:InvokeFunction` on it hand it a stream-shaped event: an
+//! `eventSourceARN` or a sequence number in that event proves nothing, the invoker writes them. So
+//! before a `ChargeSucceeded` or `ChargeFailed` goes out (what the order service ships or re-asks on),
+//! the record is read back from the table (strongly consistent `GetItem`, all of a batch's at
+//! once): it must be the same operation, settled the same way with the same PaymentIntent and
+//! parameters. Settled is final, so a genuine record always reads back as its image says; a
+//! forged one does not (no such record, another status, another intent). `ChargeNeedsReview` is not
+//! read back: a review can be resolved between the write and the relay, and a forged one costs a
+//! person's look, not a shipment.
 //!
 //! Lambda retries a stream batch from the lowest sequence number reported, so everything after the
 //! first failure is published again on the retry: harmless, consumers deduplicate on `event_id`,
@@ -16,10 +28,14 @@
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use charge_once::adapters::dynamodb::stream::operation_from_image;
-use charge_once::outbox::{outcome_of, OutcomeEvent};
-use charge_once::ports::{DeadLetter, DeadLetterQueue, MetricsSink, OutcomePublisher, MAX_BATCH};
+use charge_once::outbox::{outcome_of, Outcome, OutcomeEvent};
+use charge_once::ports::{
+    DeadLetter, DeadLetterQueue, MetricsSink, OperationStore, OutcomePublisher, StoreError,
+    MAX_BATCH,
+};
 use charge_once::telemetry::emf_line;
 use charge_once::Clock;
+use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -28,6 +44,9 @@ use tracing::{error, info, warn};
 /// What the handler needs, built once in `main`.
 pub struct Notify {
     pub publisher: Arc<dyn OutcomePublisher>,
+    /// The operations table, read back (strongly consistent) before a settled outcome is
+    /// published.
+    pub store: Arc<dyn OperationStore>,
     /// The relay's DLQ (standard SQS in production): where unreadable stream records are copied.
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub clock: Arc<dyn Clock>,
@@ -44,11 +63,16 @@ pub struct BatchReport {
     pub malformed: usize,
     /// Of those, copied to the relay's DLQ in this invocation.
     pub parked: usize,
+    /// Settled outcomes the table does not hold (not published; copied to the relay's DLQ).
+    pub not_in_table: usize,
     pub failed: usize,
 }
 
 /// The `reason` message attribute of an unreadable stream record on the relay's DLQ.
 pub const UNREADABLE_REASON: &str = "unreadable_stream_record";
+
+/// The `reason` message attribute of a settled outcome the table does not hold.
+pub const NOT_IN_TABLE_REASON: &str = "outcome_not_in_table";
 
 /// SQS's message size limit is 256 KiB, message attributes included; above this the images are
 /// left out of the copy (the keys and sequence number still find the record).
@@ -70,6 +94,7 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
                 report.parked as f64,
                 "Count",
             ),
+            ("OutcomesNotInTable", report.not_in_table as f64, "Count"),
         ],
     ));
     info!(
@@ -77,20 +102,22 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
         skipped = report.skipped,
         malformed = report.malformed,
         parked = report.parked,
+        not_in_table = report.not_in_table,
         failed = report.failed,
         "stream batch relayed"
     );
     response
 }
 
-/// The relay itself: decide, publish in order, copy the unreadable records to the DLQ, and name
-/// the first record neither published nor copied.
+/// The relay itself: decide, read settled outcomes back from the table, publish in order, copy
+/// the unreadable records and the outcomes the table does not hold to the DLQ, and name the first
+/// record neither published nor copied.
 pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResponse, BatchReport) {
     let mut report = BatchReport::default();
     // (position, sequence number, event) for each outcome, in stream order.
     let mut pending: Vec<(usize, String, OutcomeEvent)> = Vec::new();
-    // (position, record, reason) for each record that is not an operation, in stream order.
-    let mut unreadable: Vec<(usize, &EventRecord, String)> = Vec::new();
+    // (position, record, DLQ reason, detail) for each record to copy, in stream order.
+    let mut to_park: Vec<(usize, &EventRecord, &'static str, String)> = Vec::new();
     for (at, record) in records.iter().enumerate() {
         let seq = record.change.sequence_number.clone().unwrap_or_default();
         match outcome_in(record) {
@@ -98,13 +125,41 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
             Ok(None) => report.skipped += 1,
             Err(reason) => {
                 report.malformed += 1;
-                unreadable.push((at, record, reason));
+                to_park.push((at, record, UNREADABLE_REASON, reason));
             }
         }
     }
     // (position, sequence number) of the first record to retry from.
     let mut first_failure: Option<(usize, String)> = None;
-    for chunk in pending.chunks(MAX_BATCH) {
+    let held = join_all(
+        pending
+            .iter()
+            .map(|(_, _, e)| not_in_table(deps.store.as_ref(), e)),
+    )
+    .await;
+    let mut confirmed = Vec::with_capacity(pending.len());
+    for ((at, seq, event), held) in pending.into_iter().zip(held) {
+        match held {
+            Ok(None) => confirmed.push((at, seq, event)),
+            Ok(Some(why)) => {
+                report.not_in_table += 1;
+                error!(order_id = %event.operation.order_id, operation_id = %event.operation.operation_id,
+                    event_id = %event.event_id, outcome = event.outcome.detail_type(),
+                    stream_event_id = %records[at].event_id, reason = %why,
+                    "an outcome the table does not hold (an invocation that did not come from the \
+                     table's stream?): not published; copied to the relay DLQ");
+                to_park.push((at, &records[at], NOT_IN_TABLE_REASON, why));
+            }
+            Err(e) => {
+                warn!(order_id = %event.operation.order_id, operation_id = %event.operation.operation_id,
+                    error = %charge_once::telemetry::ErrorChain(&e),
+                    "could not read the record back; the batch resumes here");
+                first_failure = Some((at, seq));
+                break;
+            }
+        }
+    }
+    for chunk in confirmed.chunks(MAX_BATCH) {
         let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, _, e)| e.clone()).collect();
         let failed_at = match deps.publisher.publish(&events).await {
             Ok(published) => published.failed.first().copied(),
@@ -127,13 +182,15 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
                 let (at, seq, e) = &chunk[i];
                 warn!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
                     event_id = %e.event_id, "outcome not published; the batch resumes here");
+                // Every confirmed record precedes a failed read-back: this one is the earliest.
                 first_failure = Some((*at, seq.clone()));
                 break;
             }
         }
     }
-    // The unreadable records before the first unpublished one: the rest come back with the retry.
-    for (at, record, reason) in unreadable {
+    // The records to copy before the first unpublished one: the rest come back with the retry.
+    to_park.sort_by_key(|(at, ..)| *at);
+    for (at, record, kind, reason) in to_park {
         if first_failure.as_ref().is_some_and(|(f, _)| *f < at) {
             break;
         }
@@ -141,18 +198,20 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
         let keys = serde_json::to_value(&record.change.keys).unwrap_or(Value::Null);
         match deps
             .dead_letters
-            .park(&unreadable_letter(record, &reason))
+            .park(&letter_of(record, kind, &reason))
             .await
         {
             Ok(()) => {
-                report.parked += 1;
-                error!(sequence_number = %seq, event_id = %record.event_id, %keys, %reason,
-                    "stream record is not an operation: copied to the relay DLQ; the batch goes on");
+                if kind == UNREADABLE_REASON {
+                    report.parked += 1;
+                }
+                error!(sequence_number = %seq, event_id = %record.event_id, %keys, kind, %reason,
+                    "stream record not published: copied to the relay DLQ; the batch goes on");
             }
             Err(e) => {
-                error!(sequence_number = %seq, event_id = %record.event_id, %keys, %reason,
+                error!(sequence_number = %seq, event_id = %record.event_id, %keys, kind, %reason,
                     error = %charge_once::telemetry::ErrorChain(&e),
-                    "stream record is not an operation and the relay DLQ is unavailable: the batch resumes here");
+                    "stream record not published and the relay DLQ is unavailable: the batch resumes here");
                 // The earliest failure wins: it precedes any unpublished record (see above).
                 first_failure = Some((at, seq));
                 break;
@@ -168,17 +227,53 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
     (response, report)
 }
 
-/// The relay DLQ's copy of a stream record that is not an operation: a JSON body with the reason,
+/// Why a settled outcome is not what the table holds, read back strongly consistent; `None` when
+/// it is (or when it is not a settled outcome: see the module docs).
+pub async fn not_in_table(
+    store: &dyn OperationStore,
+    event: &OutcomeEvent,
+) -> Result<Option<String>, StoreError> {
+    if event.outcome == Outcome::NeedsReview {
+        return Ok(None);
+    }
+    let claimed = &event.operation;
+    let Some(held) = store.get(&claimed.key()).await? else {
+        return Ok(Some("the table holds no record for this order".into()));
+    };
+    let why = if held.operation_id != claimed.operation_id {
+        format!("the table holds operation {}", held.operation_id)
+    } else if held.status != claimed.status || held.external_id != claimed.external_id {
+        format!(
+            "the table holds status {} with PaymentIntent {}",
+            held.status,
+            held.external_id.as_deref().unwrap_or("(none)")
+        )
+    } else if held.params != claimed.params {
+        "the table holds other charge parameters".to_owned()
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(why))
+}
+
+/// The relay DLQ's copy of a stream record that is not an operation: [`letter_of`] with
+/// [`UNREADABLE_REASON`].
+pub fn unreadable_letter(record: &EventRecord, reason: &str) -> DeadLetter {
+    letter_of(record, UNREADABLE_REASON, reason)
+}
+
+/// The relay DLQ's copy of a stream record it did not publish: a JSON body with the reason,
 /// the record's sequence number, event id, event name, table keys and the record itself, as the
 /// stream gave it (Lambda's event JSON, `{"eventID", "eventName", "dynamodb": {"Keys",
 /// "NewImage", "OldImage", "SequenceNumber", …}, …}`), so it can be read, fixed and replayed by
 /// hand. Above SQS's size limit the images are left out (`images_omitted`). The message attributes
-/// are `reason` = [`UNREADABLE_REASON`], `detail` = the reason, `source_message_id` = the event id.
-pub fn unreadable_letter(record: &EventRecord, reason: &str) -> DeadLetter {
+/// are `reason` = `kind` ([`UNREADABLE_REASON`] or [`NOT_IN_TABLE_REASON`]), `detail` = the reason,
+/// `source_message_id` = the event id.
+pub fn letter_of(record: &EventRecord, kind: &str, reason: &str) -> DeadLetter {
     let letter = |raw: Value| {
         json!({
             "v": 1,
-            "kind": UNREADABLE_REASON,
+            "kind": kind,
             "reason": reason,
             "sequence_number": record.change.sequence_number,
             "event_id": record.event_id,
@@ -206,7 +301,7 @@ pub fn unreadable_letter(record: &EventRecord, reason: &str) -> DeadLetter {
         body,
         message_id: record.event_id.clone(),
         group_id: None,
-        reason: UNREADABLE_REASON.to_owned(),
+        reason: kind.to_owned(),
         detail: reason.to_owned(),
     }
 }
@@ -232,6 +327,7 @@ mod tests {
     use super::*;
     use async_trait::async_trait;
     use charge_once::adapters::dynamodb::item::{item_json as image_json, operation_to_item};
+    use charge_once::memory::MemoryStore;
     use charge_once::ports::{PublishError, Published, QueueError};
     use charge_once::telemetry::{CapturedMetrics, DiscardMetrics};
     use charge_once::testing;
@@ -290,12 +386,25 @@ mod tests {
         }
     }
 
-    fn deps(recorder: &Arc<Recorder>) -> Notify {
-        deps_with(recorder, &Arc::new(Parker::default()))
+    fn deps(recorder: &Arc<Recorder>, records: &[EventRecord]) -> Notify {
+        deps_with(recorder, &Arc::new(Parker::default()), records)
     }
 
-    fn deps_with(recorder: &Arc<Recorder>, dlq: &Arc<Parker>) -> Notify {
+    /// The relay over a table that holds what `records` last wrote for each key (as the real
+    /// table does once the stream delivers them).
+    fn deps_with(recorder: &Arc<Recorder>, dlq: &Arc<Parker>, records: &[EventRecord]) -> Notify {
+        let table = MemoryStore::new();
+        for r in records {
+            if let Ok(Some(op)) = operation_from_image(&r.change.new_image) {
+                table.put_for_tests(op);
+            }
+        }
+        deps_on(recorder, dlq, table)
+    }
+
+    fn deps_on(recorder: &Arc<Recorder>, dlq: &Arc<Parker>, table: MemoryStore) -> Notify {
         Notify {
+            store: Arc::new(table),
             publisher: recorder.clone(),
             dead_letters: dlq.clone(),
             clock: Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000))),
@@ -373,7 +482,7 @@ mod tests {
     async fn publishes_each_outcome_once_in_stream_order() {
         let recorder = Arc::new(Recorder::default());
         let (records, a_done, b_review) = batch();
-        let (response, report) = relay(&deps(&recorder), &records).await;
+        let (response, report) = relay(&deps(&recorder, &records), &records).await;
         assert!(response.batch_item_failures.is_empty());
         assert_eq!(
             report,
@@ -382,6 +491,7 @@ mod tests {
                 skipped: 4,
                 malformed: 0,
                 parked: 0,
+                not_in_table: 0,
                 failed: 0
             }
         );
@@ -396,7 +506,7 @@ mod tests {
         assert_eq!(recorder.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 
         // A replay of the same records publishes the same event ids.
-        let (_, again) = relay(&deps(&recorder), &records).await;
+        let (_, again) = relay(&deps(&recorder, &records), &records).await;
         assert_eq!(again.published, 2);
         let all = recorder.published.lock().unwrap().clone();
         assert_eq!(all[2].event_id, all[0].event_id);
@@ -407,12 +517,13 @@ mod tests {
     async fn the_batch_counts_go_to_the_metrics_sink() {
         let recorder = Arc::new(Recorder::default());
         let metrics = Arc::new(CapturedMetrics::new());
+        let records = batch_with_a_bad_record();
         let deps = Notify {
             metrics: metrics.clone(),
-            ..deps(&recorder)
+            ..deps(&recorder, &records)
         };
         let event: Event = serde_json::from_value(json!({
-            "Records": serde_json::to_value(batch_with_a_bad_record()).unwrap()
+            "Records": serde_json::to_value(&records).unwrap()
         }))
         .unwrap();
         let response = handle(&deps, LambdaEvent::new(event, Default::default())).await;
@@ -423,6 +534,7 @@ mod tests {
         assert_eq!(sum("OutcomeEventsFailed"), 0.0);
         assert_eq!(sum("MalformedStreamRecords"), 1.0);
         assert_eq!(sum("MalformedStreamRecordsParked"), 1.0);
+        assert_eq!(sum("OutcomesNotInTable"), 0.0);
     }
 
     #[tokio::test]
@@ -431,7 +543,7 @@ mod tests {
         let (records, _, b_review) = batch();
         let review_id = outcome_of(None, &b_review).unwrap().event_id;
         recorder.refuse.lock().unwrap().push(review_id);
-        let (response, report) = relay(&deps(&recorder), &records).await;
+        let (response, report) = relay(&deps(&recorder, &records), &records).await;
         assert_eq!(report.published, 1);
         assert_eq!(report.failed, 1);
         let ids: Vec<_> = response
@@ -446,7 +558,7 @@ mod tests {
         recorder
             .down
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let (response, report) = relay(&deps(&recorder), &records).await;
+        let (response, report) = relay(&deps(&recorder, &records), &records).await;
         assert_eq!((report.published, report.failed), (0, 2));
         assert_eq!(
             response.batch_item_failures[0].item_identifier.as_deref(),
@@ -476,7 +588,11 @@ mod tests {
         raw["dynamodb"]["OldImage"] = corrupted;
         let repair: EventRecord = serde_json::from_value(raw).unwrap();
         assert!(repair.change.old_image.get("amount").is_some());
-        let (response, report) = relay(&deps_with(&recorder, &dlq), &[repair]).await;
+        let (response, report) = relay(
+            &deps_with(&recorder, &dlq, std::slice::from_ref(&repair)),
+            &[repair],
+        )
+        .await;
         assert!(response.batch_item_failures.is_empty());
         assert_eq!(
             (report.published, report.malformed, report.parked),
@@ -490,7 +606,7 @@ mod tests {
         let recorder = Arc::new(Recorder::default());
         let dlq = Arc::new(Parker::default());
         let records = batch_with_a_bad_record();
-        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        let (response, report) = relay(&deps_with(&recorder, &dlq, &records), &records).await;
         assert!(
             response.batch_item_failures.is_empty(),
             "nothing to retry: {:?}",
@@ -503,6 +619,7 @@ mod tests {
                 skipped: 4,
                 malformed: 1,
                 parked: 1,
+                not_in_table: 0,
                 failed: 0
             }
         );
@@ -549,7 +666,7 @@ mod tests {
         let mut bad = image_json(&operation_to_item(&op("ord-d")));
         bad["status"] = json!({"S": "bogus"});
         records.push(record(8, "MODIFY", None, Some(bad)));
-        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        let (response, report) = relay(&deps_with(&recorder, &dlq, &records), &records).await;
         assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(dlq.letters.lock().unwrap().is_empty());
         assert_eq!((report.malformed, report.parked), (2, 0));
@@ -562,7 +679,7 @@ mod tests {
         assert_eq!(ids, [format!("{:021}", 7)]);
         // The retry, once the DLQ answers: both copied, nothing left to retry.
         dlq.down.store(false, std::sync::atomic::Ordering::SeqCst);
-        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        let (response, report) = relay(&deps_with(&recorder, &dlq, &records), &records).await;
         assert!(response.batch_item_failures.is_empty());
         assert_eq!((report.malformed, report.parked), (2, 2));
         assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 3);
@@ -576,7 +693,7 @@ mod tests {
             .down
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let records = batch_with_a_bad_record();
-        let (response, report) = relay(&deps_with(&recorder, &dlq), &records).await;
+        let (response, report) = relay(&deps_with(&recorder, &dlq, &records), &records).await;
         // Record 4 (a's success) is the first unpublished one; the bad record 7 comes after it,
         // so it comes back with the retry and is copied then, once.
         assert_eq!(
@@ -585,6 +702,92 @@ mod tests {
         );
         assert_eq!((report.malformed, report.parked), (1, 0));
         assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// An invocation that did not come from the table's stream: settled outcomes the table does
+    /// not hold are not published, whatever the event says (its `eventSourceARN` included), and
+    /// are copied to the DLQ with the reason; the genuine outcome beside them is published.
+    #[tokio::test]
+    async fn only_settled_outcomes_the_table_holds_are_published() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        let genuine = with(&op("ord-genuine"), OperationStatus::Succeeded);
+        let pending = op("ord-pending");
+        let table = MemoryStore::new();
+        table.put_for_tests(genuine.clone());
+        table.put_for_tests(pending.clone());
+        // Forged: a success for an order the table holds pending; a success for an order it
+        // does not hold at all; a failure naming another PaymentIntent than the recorded one.
+        let mut other_intent = with(&genuine, OperationStatus::Failed);
+        other_intent.external_id = Some(charge_once::PaymentIntentId::parse("pi_forged").unwrap());
+        let records = vec![
+            record(
+                1,
+                "INSERT",
+                None,
+                img(&with(&pending, OperationStatus::Succeeded)),
+            ),
+            record(
+                2,
+                "INSERT",
+                None,
+                img(&with(&op("ord-nowhere"), OperationStatus::Succeeded)),
+            ),
+            record(3, "MODIFY", Some(&op("ord-genuine")), img(&genuine)),
+            record(4, "MODIFY", Some(&genuine), img(&other_intent)),
+        ];
+        let (response, report) = relay(&deps_on(&recorder, &dlq, table), &records).await;
+        assert!(response.batch_item_failures.is_empty(), "nothing to retry");
+        assert_eq!(
+            (
+                report.published,
+                report.not_in_table,
+                report.malformed,
+                report.parked
+            ),
+            (1, 3, 0, 0),
+            "{report:?}"
+        );
+        let published = recorder.published.lock().unwrap().clone();
+        assert_eq!(published.len(), 1);
+        assert_eq!(published[0].operation.order_id, genuine.order_id);
+        let letters = dlq.letters.lock().unwrap().clone();
+        let parked: Vec<_> = letters
+            .iter()
+            .map(|l| (l.message_id.as_str(), l.reason.as_str()))
+            .collect();
+        assert_eq!(
+            parked,
+            [
+                ("ev-1", NOT_IN_TABLE_REASON),
+                ("ev-2", NOT_IN_TABLE_REASON),
+                ("ev-4", NOT_IN_TABLE_REASON)
+            ]
+        );
+        assert!(
+            letters[0].detail.contains("status pending"),
+            "{}",
+            letters[0].detail
+        );
+        assert!(
+            letters[1].detail.contains("no record"),
+            "{}",
+            letters[1].detail
+        );
+        assert!(letters[2].detail.contains("pi_1"), "{}", letters[2].detail);
+        // A review is not read back: it may be resolved before the relay runs.
+        let mut reviewed = pending.clone();
+        reviewed.review = Some(Review {
+            reason: "stripe_rejected".into(),
+            flagged_at: pending.created_at,
+        });
+        let recorder = Arc::new(Recorder::default());
+        let (_, report) = relay(
+            &deps_on(&recorder, &dlq, MemoryStore::new()),
+            &[record(5, "MODIFY", Some(&pending), img(&reviewed))],
+        )
+        .await;
+        assert_eq!((report.published, report.not_in_table), (1, 0));
     }
 
     #[test]
@@ -617,7 +820,7 @@ mod tests {
                 )
             })
             .collect();
-        let (response, report) = relay(&deps(&recorder), &records).await;
+        let (response, report) = relay(&deps(&recorder, &records), &records).await;
         assert!(response.batch_item_failures.is_empty());
         assert_eq!(report.published, 23);
         assert_eq!(recorder.calls.load(std::sync::atomic::Ordering::SeqCst), 3);

@@ -1,14 +1,18 @@
-//! Wires the notify function: configuration, the EventBridge and SQS clients (once per execution
+//! Wires the notify function: configuration, the DynamoDB, EventBridge and SQS clients (once per execution
 //! environment), tracing (`charge_once::logging`), then the runtime loop.
+//! An init that fails is reported to the runtime API before the process exits, so the invoke
+//! hears why (`charge_once::startup`).
 
 use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
+use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::startup::report_init_error;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::SystemClock;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
@@ -16,9 +20,28 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
+    let deps = match wire().await {
+        Ok(deps) => deps,
+        // Told to the runtime API too, so the invoke that started this environment gets the
+        // reason instead of waiting on a process that has exited.
+        Err(e) => return Err(report_init_error(e).await),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        Ok::<_, Error>(handle(deps, event).await)
+    }))
+    .await
+}
+
+/// Configuration, secrets and clients, once per execution environment.
+async fn wire() -> Result<Notify, Error> {
     let config = NotifyConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
-    let deps = Notify {
+    Ok(Notify {
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&aws),
+            &config.table_name,
+        )),
         publisher: Arc::new(EventBridgePublisher::new(
             aws_sdk_eventbridge::Client::new(&aws),
             &config.event_bus_name,
@@ -30,10 +53,5 @@ async fn main() -> Result<(), Error> {
         )),
         clock: Arc::new(SystemClock),
         metrics: Arc::new(StdoutMetrics),
-    };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
-        Ok::<_, Error>(handle(deps, event).await)
-    }))
-    .await
+    })
 }

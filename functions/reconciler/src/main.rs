@@ -1,5 +1,7 @@
 //! Wires the reconciler: configuration, the Stripe key from Secrets Manager, DynamoDB, SQS and
 //! Stripe clients (all once per execution environment), tracing (`charge_once::logging`), then the runtime loop.
+//! An init that fails is reported to the runtime API before the process exits, so the invoke
+//! hears why (`charge_once::startup`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
+use charge_once::startup::report_init_error;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use reconciler::handler::{handle, ReconcilerFunction, PAGE_SIZE};
@@ -17,6 +20,21 @@ use reconciler::ReconcilerConfig;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
+    let deps = match wire().await {
+        Ok(deps) => deps,
+        // Told to the runtime API too, so the invoke that started this environment gets the
+        // reason instead of waiting on a process that has exited.
+        Err(e) => return Err(report_init_error(e).await),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        handle(deps, event).await
+    }))
+    .await
+}
+
+/// Configuration, secrets and clients, once per execution environment.
+async fn wire() -> Result<ReconcilerFunction, Error> {
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let mut charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
@@ -40,7 +58,7 @@ async fn main() -> Result<(), Error> {
         Some(search),
         Duration::from_secs(10),
     ));
-    let deps = ReconcilerFunction {
+    Ok(ReconcilerFunction {
         reconciler: ReconcilerDeps {
             charge,
             queue: Arc::new(SqsQueue::new(
@@ -50,10 +68,5 @@ async fn main() -> Result<(), Error> {
             page_size: PAGE_SIZE,
         },
         metrics: Arc::new(StdoutMetrics),
-    };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
-        handle(deps, event).await
-    }))
-    .await
+    })
 }

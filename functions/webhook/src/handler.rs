@@ -26,7 +26,9 @@
 //! Time: the work after the inbox admitted an event is bounded by the invocation's deadline less
 //! [`DEADLINE_MARGIN`], and for a webhook by [`HTTP_BUDGET`] (the HTTP API gives up on the
 //! integration after 30 s and Stripe then retries): past it the inbox entry is forgotten, so the
-//! retry is processed instead of taken for a duplicate.
+//! retry is processed instead of taken for a duplicate. A context whose deadline is not a time
+//! within the function's timeout (`cargo lambda watch` sends a duration) is bounded by
+//! [`FUNCTION_TIMEOUT`] instead, with a log line saying so.
 //!
 //! Metrics (EMF, `Function=webhook`): `WebhookRejected` (alarmed on a rate), `WebhookApplied`,
 //! `WebhookIgnored`, `WebhookRetryLater`, all with a `Reason`/`Outcome` class; `EventMismatch`
@@ -52,7 +54,7 @@ use charge_once::webhook::{
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde::de::{Deserialize, Deserializer, MapAccess};
 use serde_json::{json, Value};
-use tracing::{info, Instrument};
+use tracing::{info, warn, Instrument};
 
 pub const FUNCTION: &str = "webhook";
 
@@ -62,6 +64,10 @@ pub const DEADLINE_MARGIN: Duration = Duration::from_secs(3);
 /// The most a webhook delivery works on one event: under the HTTP API's 30 s integration
 /// timeout, with the margin to forget and answer.
 pub const HTTP_BUDGET: Duration = Duration::from_secs(27);
+
+/// The function's `Timeout` in template.yaml (tests/template.rs holds them equal): the bound on
+/// an invocation whose runtime sends no usable deadline (see [`budget_at`]).
+pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// What the handler needs, built once in `main`.
 pub struct WebhookFunction {
@@ -143,18 +149,45 @@ pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Incoming>) -> Res
     Ok(serde_json::to_value(response)?)
 }
 
-/// The time left for acting on an event: the invocation's deadline less the margin, capped.
-/// `None` when the context has no deadline (tests and the simulation, whose clock is virtual).
-fn budget(context: &Context, cap: Option<Duration>) -> Option<Duration> {
-    if context.deadline == 0 {
-        return None;
-    }
+/// The time left for acting on an event: the invocation's deadline less [`DEADLINE_MARGIN`],
+/// capped. Never zero without a log line saying why.
+fn budget(context: &Context, cap: Option<Duration>) -> Duration {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let left = Duration::from_millis(context.deadline.saturating_sub(now_ms))
-        .saturating_sub(DEADLINE_MARGIN);
-    Some(cap.map_or(left, |cap| left.min(cap)))
+    budget_at(context.deadline, now_ms, cap)
+}
+
+/// [`budget`] at `now_ms`. Lambda sends the deadline as milliseconds since the epoch, at most the
+/// function's timeout ahead. A value that is not such a time is no deadline: zero (an in-process
+/// caller's `Context::default()`), a time already past, or a duration instead of a time — `cargo
+/// lambda watch` sends `Lambda-Runtime-Deadline-Ms: 600000`, ten minutes after 1970, which read
+/// as a time left nothing and had every event forgotten "out of time after 0ns". Then the
+/// function's own timeout ([`FUNCTION_TIMEOUT`]) bounds the work, and a log line says so.
+fn budget_at(deadline_ms: u64, now_ms: u64, cap: Option<Duration>) -> Duration {
+    let ahead = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+    let left = if ahead.is_zero() || ahead > FUNCTION_TIMEOUT {
+        warn!(
+            deadline_ms,
+            now_ms,
+            timeout_ms = FUNCTION_TIMEOUT.as_millis() as u64,
+            "the invocation's deadline is not a time within the function's timeout (a local \
+             runtime, or no runtime); working to the function's timeout instead"
+        );
+        FUNCTION_TIMEOUT
+    } else {
+        ahead
+    };
+    let budget = left.saturating_sub(DEADLINE_MARGIN);
+    let budget = cap.map_or(budget, |cap| budget.min(cap));
+    if budget.is_zero() {
+        warn!(
+            left_ms = left.as_millis() as u64,
+            margin_ms = DEADLINE_MARGIN.as_millis() as u64,
+            "the invocation's deadline is within the margin: no time to act on the event"
+        );
+    }
+    budget
 }
 
 /// One EventBridge event from Stripe's partner event source.
@@ -165,7 +198,7 @@ pub async fn handle_eventbridge(
     let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
     async {
         let budget = budget(&event.context, None);
-        let report = receive_eventbridge(&deps.webhook, event.payload, budget).await;
+        let report = receive_eventbridge(&deps.webhook, event.payload, Some(budget)).await;
         emit_metrics(deps, &report);
         let outcome = outcome_label(&report.reception);
         info!(
@@ -225,7 +258,7 @@ pub async fn handle_http(
                     .get("stripe-signature")
                     .and_then(|v| v.to_str().ok());
                 let budget = budget(&event.context, Some(HTTP_BUDGET));
-                receive(&deps.webhook, header, &body, budget).await
+                receive(&deps.webhook, header, &body, Some(budget)).await
             }
             Err(e) => WebhookReport {
                 reception: Reception::Rejected(Rejection::Signature(e)),
@@ -733,20 +766,136 @@ mod tests {
         );
     }
 
+    /// An event for an operation in review is counted under the alarmed `Reason=in_review`.
+    #[tokio::test]
+    async fn an_event_for_an_operation_in_review_is_counted_for_its_alarm() {
+        let f = fixture();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let mut reviewed = f.store.get(&op.key()).await.unwrap().unwrap();
+        reviewed.review = Some(charge_once::Review {
+            reason: "search_ambiguous: search found 0 payment intents".into(),
+            flagged_at: f.clock.now(),
+        });
+        f.store.put_for_tests(reviewed.clone());
+        let (status, body) = call(&f, sample()).await;
+        assert_eq!((status, body["outcome"].as_str()), (200, Some("in_review")));
+        assert_eq!(
+            f.metrics.sum(
+                "WebhookIgnored",
+                &[("Function", FUNCTION), ("Reason", "in_review")]
+            ),
+            1.0
+        );
+        assert_eq!(f.store.get(&op.key()).await.unwrap().unwrap(), reviewed);
+        assert_eq!(f.gateway.calls.total(), 0);
+    }
+
     #[test]
     fn the_budget_follows_the_deadline_and_the_http_cap() {
-        assert_eq!(budget(&Context::default(), Some(HTTP_BUDGET)), None);
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        let mut ctx = Context::default();
-        ctx.deadline = now_ms + 40_000;
-        let http = budget(&ctx, Some(HTTP_BUDGET)).unwrap();
-        assert_eq!(http, HTTP_BUDGET);
-        let bridge = budget(&ctx, None).unwrap();
-        assert!(bridge > Duration::from_secs(30) && bridge <= Duration::from_secs(37));
-        ctx.deadline = now_ms + 1_000;
-        assert_eq!(budget(&ctx, None), Some(Duration::ZERO));
+        let now_ms = 1_800_000_000_000;
+        let deadline = |ahead_ms: u64| now_ms + ahead_ms;
+        assert_eq!(
+            budget_at(deadline(40_000), now_ms, Some(HTTP_BUDGET)),
+            HTTP_BUDGET
+        );
+        assert_eq!(
+            budget_at(deadline(40_000), now_ms, None),
+            Duration::from_secs(37)
+        );
+        assert_eq!(
+            budget_at(deadline(10_000), now_ms, Some(HTTP_BUDGET)),
+            Duration::from_secs(7)
+        );
+        // A real deadline within the margin: no time, and said so.
+        assert_eq!(budget_at(deadline(1_000), now_ms, None), Duration::ZERO);
+    }
+
+    /// What `cargo lambda watch` (1.9) sends as `Lambda-Runtime-Deadline-Ms`: 600000, a duration,
+    /// not a time. Read as a time it left nothing, and every event was forgotten "out of time
+    /// after 0ns". No deadline, one in the past, and one beyond the function's timeout are no
+    /// deadline either: the function's timeout bounds the work.
+    #[test]
+    fn a_deadline_that_is_not_a_time_ahead_gives_the_functions_timeout() {
+        let now_ms = 1_800_000_000_000;
+        let full = FUNCTION_TIMEOUT - DEADLINE_MARGIN;
+        for deadline_ms in [600_000, 0, now_ms - 1, now_ms, now_ms + 3_600_000, u64::MAX] {
+            assert_eq!(budget_at(deadline_ms, now_ms, None), full, "{deadline_ms}");
+            assert_eq!(
+                budget_at(deadline_ms, now_ms, Some(HTTP_BUDGET)),
+                HTTP_BUDGET,
+                "{deadline_ms}"
+            );
+        }
+    }
+
+    /// Stripe answering after a moment, as over the network: the work yields to the timer, so a
+    /// zero budget is really out of time.
+    struct SlowStripe(Arc<FakeGateway>);
+
+    #[async_trait::async_trait]
+    impl charge_once::ports::PaymentGateway for SlowStripe {
+        fn livemode(&self) -> bool {
+            self.0.livemode()
+        }
+        async fn create(
+            &self,
+            req: &charge_once::ports::CreatePaymentIntent,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            self.0.create(req).await
+        }
+        async fn retrieve(
+            &self,
+            id: &PaymentIntentId,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.0.retrieve(id).await
+        }
+        async fn search_by_operation(
+            &self,
+            id: &charge_once::OperationId,
+        ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
+            self.0.search_by_operation(id).await
+        }
+    }
+
+    /// The invocation as `cargo lambda watch` makes it settles the sample's operation, by either
+    /// route: before, both were forgotten with `deadline` (a 500, a failed invocation).
+    #[tokio::test]
+    async fn under_cargo_lambdas_deadline_the_sample_events_settle() {
+        let mut context = Context::default();
+        context.deadline = 600_000;
+        let slow = || {
+            let mut f = fixture();
+            f.deps.webhook.charge.gateway = Arc::new(SlowStripe(f.gateway.clone()));
+            f
+        };
+        let f = slow();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let resp = handle(
+            &f.deps,
+            LambdaEvent::new(incoming(&json!(sample())), context.clone()),
+        )
+        .await
+        .unwrap();
+        let resp: ApiGatewayV2httpResponse = serde_json::from_value(resp).unwrap();
+        assert_eq!(resp.status_code, 200, "{:?}", resp.body);
+        assert_eq!(
+            f.store.get(&op.key()).await.unwrap().unwrap().status,
+            OperationStatus::Succeeded
+        );
+        let f = slow();
+        let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
+        let out = handle(
+            &f.deps,
+            LambdaEvent::new(incoming(&sample_eventbridge()), context),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out["outcome"], "succeeded", "{out}");
+        assert_eq!(
+            f.store.get(&op.key()).await.unwrap().unwrap().status,
+            OperationStatus::Succeeded
+        );
+        assert_eq!(f.gateway.calls.retrieve.load(Ordering::SeqCst), 1);
     }
 }

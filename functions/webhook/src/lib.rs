@@ -9,11 +9,17 @@
 //!   [`charge_once::webhook`] → an HTTP answer, or an invocation result that EventBridge and
 //!   Lambda retry, and its metrics; never a panic, never internals.
 //! - [`WebhookConfig`]: what it reads from the environment, once, at init.
+//! - [`paced`]: its Stripe client paced to its share of the account's budget.
 
 pub mod handler;
 
-use charge_once::config::{self, ConfigError, Env, FromEnv};
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_once::config::{self, ConfigError, Env, FromEnv, StripeBudget};
 use charge_once::executor::ChargePolicy;
+use charge_once::pacing::{Budget, PacedGateway};
+use charge_once::ports::{Clock, PaymentGateway, Sleeper};
 use charge_once::webhook::STRIPE_PARTNER_SOURCE_PREFIX;
 
 /// Configuration of the events function.
@@ -33,6 +39,27 @@ pub struct WebhookConfig {
     pub stripe: config::StripeEnv,
     /// The executor's policy: events are decided by the executor's own plan.
     pub policy: ChargePolicy,
+    /// Its retrieves are paced to `budget.events_share()` per second, beside the charge
+    /// environments' and the reconciler's shares.
+    pub budget: StripeBudget,
+}
+
+/// The longest a retrieve waits for its slot. Past it the call is not made: the event is not
+/// acted on and its entry forgotten, so Stripe's (or Lambda's) retry brings it back; well inside
+/// the 27 s an HTTP delivery may take.
+pub const PACING_MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// The events function's Stripe client as `main` wires it: every call first takes a slot of this
+/// environment's share of the account's Stripe budget ([`StripeBudget::events_share`]), one at a
+/// time, so a flood of events for unsettled operations cannot spend the charges' budget.
+pub fn paced(
+    gateway: Arc<dyn PaymentGateway>,
+    budget: &StripeBudget,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<dyn Sleeper>,
+) -> PacedGateway {
+    let calls = Arc::new(Budget::new(budget.events_share(), 1, clock, sleeper));
+    PacedGateway::new(gateway, calls, None, PACING_MAX_WAIT)
 }
 
 impl WebhookConfig {
@@ -76,6 +103,7 @@ impl FromEnv for WebhookConfig {
             event_source,
             stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
+            budget: config::stripe_budget(env)?,
         })
     }
 }
@@ -130,5 +158,97 @@ mod tests {
         );
         assert_eq!(c.stripe_key_arn(), "arn:aws:secretsmanager:z");
         assert_eq!(c.inbox_table_name, "inbox");
+        assert_eq!(c.budget.events_share(), 1.0);
+    }
+
+    /// The waits a caller was asked for; each moves the clock when `moves` (one caller at a
+    /// time), or leaves it standing (callers at once).
+    #[derive(Clone)]
+    struct Waits {
+        clock: charge_once::ManualClock,
+        moves: bool,
+        asked: Arc<std::sync::Mutex<Vec<Duration>>>,
+    }
+
+    impl Sleeper for Waits {
+        fn sleep(
+            &self,
+            d: Duration,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+            self.asked.lock().unwrap().push(d);
+            if self.moves {
+                self.clock.advance(d);
+            }
+            Box::pin(async {})
+        }
+    }
+
+    /// The gateway as main.rs wires it: at the default budget (24/s) the events function's
+    /// retrieves go out at 1/s; a burst of them waits for its slots, and one that would wait
+    /// past [`PACING_MAX_WAIT`] is not made (retry later, as a 429 would say, without spending a
+    /// call).
+    #[tokio::test]
+    async fn the_events_functions_retrieves_are_paced_to_its_share() {
+        use charge_once::memory::FakeGateway;
+        use charge_once::{GatewayError, PaymentIntentStatus, RetryCause};
+        let waits = |moves| Waits {
+            clock: charge_once::ManualClock::new(charge_once::Timestamp::from_millis(
+                1_800_000_000_000,
+            )),
+            moves,
+            asked: Default::default(),
+        };
+        let stripe = Arc::new(FakeGateway::new());
+        let op = charge_once::testing::order("ord-paced").build();
+        let pi = stripe.insert_charge(&op, PaymentIntentStatus::Succeeded);
+        let budget = StripeBudget {
+            per_second: StripeBudget::DEFAULT_PER_SECOND,
+            charge_concurrency: StripeBudget::DEFAULT_CONCURRENCY,
+        };
+        let wired = |w: &Waits| {
+            paced(
+                stripe.clone(),
+                &budget,
+                Arc::new(w.clock.clone()),
+                Arc::new(w.clone()),
+            )
+        };
+        let one_at_a_time = waits(true);
+        let gateway = wired(&one_at_a_time);
+        for _ in 0..4 {
+            gateway.retrieve(&pi).await.unwrap();
+        }
+        assert_eq!(
+            *one_at_a_time.asked.lock().unwrap(),
+            [Duration::from_secs(1); 3],
+            "the first at once, then one a second"
+        );
+        let calls = || {
+            stripe
+                .calls
+                .retrieve
+                .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        assert_eq!(calls(), 4);
+        // Callers at once (the clock stands still while they wait): each takes the next slot, a
+        // second further; the one whose slot is more than 5 s away is refused without a call.
+        let at_once = waits(false);
+        let gateway = wired(&at_once);
+        for _ in 0..6 {
+            gateway.retrieve(&pi).await.unwrap();
+        }
+        assert_eq!(at_once.asked.lock().unwrap().last(), Some(&PACING_MAX_WAIT));
+        let refused = gateway.retrieve(&pi).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                GatewayError::RetryLater {
+                    cause: RetryCause::RateLimited,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(calls(), 4 + 6, "the refused call never reached Stripe");
     }
 }

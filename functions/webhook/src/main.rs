@@ -1,7 +1,10 @@
 //! Wires the events function: configuration, its secrets from Secrets Manager (the webhook
 //! endpoint's signing secrets when the webhook route exists, and the Stripe key for `retrieve`:
-//! the restricted one when configured), the DynamoDB and Stripe clients (all once per execution
+//! the restricted one when configured), the DynamoDB and Stripe clients (Stripe paced to the
+//! function's share of the account's budget; all once per execution
 //! environment), tracing (`charge_once::logging`), then the runtime loop.
+//! An init that fails is reported to the runtime API before the process exits, so the invoke
+//! hears why (`charge_once::startup`).
 
 use std::sync::Arc;
 
@@ -12,9 +15,11 @@ use charge_once::adapters::secrets::{fetch_stripe_key, fetch_webhook_secrets};
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::executor::ChargeDeps;
+use charge_once::pacing::TokioSleeper;
+use charge_once::startup::report_init_error;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
-use charge_once::SystemClock;
+use charge_once::{Clock, SystemClock};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use webhook::handler::{handle, WebhookFunction};
 use webhook::WebhookConfig;
@@ -22,6 +27,21 @@ use webhook::WebhookConfig;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
+    let deps = match wire().await {
+        Ok(deps) => deps,
+        // Told to the runtime API too, so the invoke that started this environment gets the
+        // reason instead of waiting on a process that has exited.
+        Err(e) => return Err(report_init_error(e).await),
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
+        handle(deps, event).await
+    }))
+    .await
+}
+
+/// Configuration, secrets and clients, once per execution environment.
+async fn wire() -> Result<WebhookFunction, Error> {
     let config = WebhookConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let secrets = aws_sdk_secretsmanager::Client::new(&aws);
@@ -32,12 +52,18 @@ async fn main() -> Result<(), Error> {
     };
     let key = fetch_stripe_key(&secrets, config.stripe_key_arn()).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
-    let deps = WebhookFunction {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    Ok(WebhookFunction {
         webhook: WebhookDeps {
             charge: ChargeDeps {
                 store: Arc::new(DynamoStore::new(dynamodb.clone(), &config.table_name)),
-                gateway: Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
-                clock: Arc::new(SystemClock),
+                gateway: Arc::new(webhook::paced(
+                    Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
+                    &config.budget,
+                    clock.clone(),
+                    Arc::new(TokioSleeper),
+                )),
+                clock,
                 policy: config.policy,
             },
             inbox: Arc::new(DynamoInbox::new(dynamodb, &config.inbox_table_name)),
@@ -46,10 +72,5 @@ async fn main() -> Result<(), Error> {
             event_source: config.event_source,
         },
         metrics: Arc::new(StdoutMetrics),
-    };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
-        handle(deps, event).await
-    }))
-    .await
+    })
 }

@@ -440,18 +440,18 @@ pub fn section(
             thousands(u(&l["capacity_429s"])),
         ));
     }
-    // The charge environments together get what the reconciler leaves of the budget
+    // The charge environments together get what the reconciler and the events function leave of the budget
     // (`StripeBudget`, the split the functions make at init).
     let budget = StripeBudget {
         per_second: u(&reference["stripe_rps"]),
         charge_concurrency: u(&reference["charge_concurrency"]),
     };
-    let reconciler = budget.reconciler_share();
-    let charges = budget.per_second as f64 - reconciler;
+    let kept = budget.reconciler_share() + budget.events_share();
+    let charges = budget.charge_share() * budget.charge_concurrency as f64;
     let limit = limit as f64;
     notes.push(format!(
         "The floor of the paced drain is {limit}/{charges} = {:.3} × N/L: the charge environments share \
-         {charges} of `StripeRequestsPerSecond` {}, the reconciler keeps {reconciler}.",
+         {charges} of `StripeRequestsPerSecond` {}, the reconciler and the events function keep {kept}.",
         limit / charges,
         budget.per_second,
     ));
@@ -605,7 +605,10 @@ mod tests {
         );
         assert!(flat.contains("so N/L = 800 s."), "{w}");
         assert!(flat.contains("25/22 = 1.136 × N/L"), "{w}");
-        assert!(flat.contains("the reconciler keeps 2."), "{w}");
+        assert!(
+            flat.contains("the reconciler and the events function keep 2."),
+            "{w}"
+        );
         assert!(
             flat.contains("with 2 the drain was 1.58 × N/L, with 10 1.15, because"),
             "{w}"

@@ -161,7 +161,7 @@ pub fn template_facts(template: &str) -> Result<TemplateFacts, Error> {
 }
 
 /// Charges per second the stack can make at most: the template's default Stripe budget less the
-/// reconciler's share ([`charge_once::config::StripeBudget`]).
+/// twelfth kept for the reconciler and the events function ([`charge_once::config::StripeBudget`]).
 pub fn ceiling_rate() -> f64 {
     let b = charge_once::config::StripeBudget {
         per_second: charge_once::config::StripeBudget::DEFAULT_PER_SECOND,
@@ -762,7 +762,7 @@ pub fn section(w: &mut String, dir: &Path, footprints: &[Value]) -> Result<(), E
     writeln!(w)?;
     writeln!(w, "**Batches.** One message per batch: low traffic. Full batches: the charge function's `BatchSize` ({:.0}; a FIFO", facts.charge_batch)?;
     writeln!(w, "event source has no batching window, so only while messages queue up), and the relay's batch at the stack's")?;
-    writeln!(w, "ceiling of {:.0} charges/s (the default Stripe budget of {}/s less the reconciler's share) within its {:.0} s", ceiling_rate(), charge_once::config::StripeBudget::DEFAULT_PER_SECOND, facts.relay_window_secs)?;
+    writeln!(w, "ceiling of {:.0} charges/s (the default Stripe budget of {}/s less the reconciler's and the events function's share) within its {:.0} s", ceiling_rate(), charge_once::config::StripeBudget::DEFAULT_PER_SECOND, facts.relay_window_secs)?;
     writeln!(w, "batching window: {:.0} outcomes per invocation (of at most {:.0}; **assumed** on one stream shard, more shards", full.relay, facts.relay_batch)?;
     writeln!(w, "make smaller batches).")?;
     writeln!(w)?;

@@ -21,8 +21,9 @@
 //! - events (40 s): inbox put, get, claim, record, inbox delete ≤ 5 × 3 s, one retrieve at its
 //!   worst 20.25 s: 35.25 s, 2 s to spare; an HTTP delivery keeps to 27 s under the HTTP API's 30 s.
 //! - reconciler (120 s): a tick stops taking work with 30 s left (claim + Stripe + record ≈ 27 s).
-//! - notify (60 s): a batch of up to 100 stream records is published in PutEvents calls of 10
-//!   entries, in order: ≤ 10 × 3 s = 30 s, and 30 s left for DLQ copies of unreadable records.
+//! - notify (65 s): a batch of up to 100 stream records: its settled outcomes read back from the
+//!   table at once (≤ 3 s), then published in PutEvents calls of 10 entries, in order:
+//!   ≤ 10 × 3 s = 30 s, and 30 s more for DLQ copies of records not published: 63 s.
 //! - DynamoDB and SQS answer in milliseconds; a 1 s attempt leaves room for a slow one, and the
 //!   SDK's standard retries (3 attempts) fit inside the 3 s operation bound.
 //! - An operator on a laptop over a VPN gets looser bounds; nothing there races a Lambda timeout.

@@ -44,7 +44,7 @@ use crate::executor::{
     self, plan, ChargeDeps, ChargeReport, Disposition, ExecuteError, ReviewClass,
 };
 use crate::operation::{Operation, OperationKey, OperationStatus};
-use crate::outcome::{GatewayError, PaymentIntent};
+use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
 use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use crate::time::Timestamp;
@@ -372,16 +372,14 @@ async fn act(
         return Ok(Reception::Ignored(Ignored::UnknownOperation));
     };
     if event::needs_no_check(&op, &target.intent) {
-        let why = if op.status.is_settled() {
-            Ignored::AlreadySettled
-        } else {
-            Ignored::InReview
-        };
+        if !op.status.is_settled() {
+            return Ok(in_review(&op, &target.intent.id, &target.intent.status));
+        }
         info!(
-            reason = why.as_str(),
+            reason = Ignored::AlreadySettled.as_str(),
             "nothing the event could change; Stripe not asked"
         );
-        return Ok(Reception::Ignored(why));
+        return Ok(Reception::Ignored(Ignored::AlreadySettled));
     }
     let claimed = &target.intent;
     *gateway_calls += 1;
@@ -487,7 +485,10 @@ async fn applied(
             status: report.status,
             review: report.sent_to_review,
         },
-        Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
+        Disposition::InReview(_) => match read(deps, target).await? {
+            Some(op) => in_review(&op, pi_id, &pi.status),
+            None => Reception::Ignored(Ignored::InReview),
+        },
         // The charge function holds the lease: nothing written, the event's retry comes back.
         // (`RetryLater` would mean the same, but the event's shell never asks for it: it makes no
         // Stripe call, and `after_event` decides nothing that is retried.)
@@ -506,6 +507,26 @@ async fn applied(
             None => Reception::Ignored(Ignored::UnknownOperation),
         },
     })
+}
+
+/// An event naming a PaymentIntent of an operation in review. Only an operator settles such a
+/// record, so the event moves nothing and Stripe is not asked; but what it names is evidence the
+/// operator needs: for a `search_ambiguous` review (the search past the key window found no
+/// intent) the `payment_intent.succeeded` that proves the charge, whose id the record does not
+/// have. It is logged with the intent and the status claimed, and paged (`WebhookIgnored`,
+/// `Reason=in_review`, alarmed), so the intent is checked before the operation is resolved.
+fn in_review(op: &Operation, intent: &PaymentIntentId, status: &PaymentIntentStatus) -> Reception {
+    error!(
+        order_id = %op.order_id,
+        operation_id = %op.operation_id,
+        review_reason = op.review.as_ref().map_or("", |r| r.reason.as_str()),
+        recorded = op.external_id.as_deref().unwrap_or(""),
+        payment_intent = intent.as_str(),
+        claimed_status = %status,
+        "an event names a PaymentIntent of an operation in review: nothing moved, Stripe not \
+         asked; check this PaymentIntent at Stripe before resolving the operation"
+    );
+    Reception::Ignored(Ignored::InReview)
 }
 
 fn mismatch(
