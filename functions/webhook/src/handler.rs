@@ -54,7 +54,7 @@ use charge_once::webhook::{
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde::de::{Deserialize, Deserializer, MapAccess};
 use serde_json::{json, Value};
-use tracing::{info, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 pub const FUNCTION: &str = "webhook";
 
@@ -150,20 +150,27 @@ pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Incoming>) -> Res
 }
 
 /// The time left for acting on an event: the invocation's deadline less [`DEADLINE_MARGIN`],
-/// capped. Never zero without a log line saying why.
-fn budget(context: &Context, cap: Option<Duration>) -> Duration {
+/// capped ([`budget_at`]); never zero without a log line saying why. `None` for a context with no
+/// deadline at all: no runtime sends that (lambda_runtime refuses an invocation without the
+/// header), only an in-process caller on its own clock (the simulation, whose runtime has no
+/// timers; the tests), which bounds the work itself.
+fn budget(context: &Context, cap: Option<Duration>) -> Option<Duration> {
+    if context.deadline == 0 {
+        debug!("no deadline in the context (an in-process caller): not bounded here");
+        return None;
+    }
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    budget_at(context.deadline, now_ms, cap)
+    Some(budget_at(context.deadline, now_ms, cap))
 }
 
 /// [`budget`] at `now_ms`. Lambda sends the deadline as milliseconds since the epoch, at most the
-/// function's timeout ahead. A value that is not such a time is no deadline: zero (an in-process
-/// caller's `Context::default()`), a time already past, or a duration instead of a time — `cargo
-/// lambda watch` sends `Lambda-Runtime-Deadline-Ms: 600000`, ten minutes after 1970, which read
-/// as a time left nothing and had every event forgotten "out of time after 0ns". Then the
-/// function's own timeout ([`FUNCTION_TIMEOUT`]) bounds the work, and a log line says so.
+/// function's timeout ahead. A value that is not such a time is no deadline: a time already past,
+/// or a duration instead of a time — `cargo lambda watch` sends `Lambda-Runtime-Deadline-Ms:
+/// 600000`, ten minutes after 1970, which read as a time left nothing and had every event
+/// forgotten "out of time after 0ns". Then the function's own timeout ([`FUNCTION_TIMEOUT`]) bounds
+/// the work, and a log line says so.
 fn budget_at(deadline_ms: u64, now_ms: u64, cap: Option<Duration>) -> Duration {
     let ahead = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
     let left = if ahead.is_zero() || ahead > FUNCTION_TIMEOUT {
@@ -172,7 +179,7 @@ fn budget_at(deadline_ms: u64, now_ms: u64, cap: Option<Duration>) -> Duration {
             now_ms,
             timeout_ms = FUNCTION_TIMEOUT.as_millis() as u64,
             "the invocation's deadline is not a time within the function's timeout (a local \
-             runtime, or no runtime); working to the function's timeout instead"
+             runtime); working to the function's timeout instead"
         );
         FUNCTION_TIMEOUT
     } else {
@@ -198,7 +205,7 @@ pub async fn handle_eventbridge(
     let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
     async {
         let budget = budget(&event.context, None);
-        let report = receive_eventbridge(&deps.webhook, event.payload, Some(budget)).await;
+        let report = receive_eventbridge(&deps.webhook, event.payload, budget).await;
         emit_metrics(deps, &report);
         let outcome = outcome_label(&report.reception);
         info!(
@@ -258,7 +265,7 @@ pub async fn handle_http(
                     .get("stripe-signature")
                     .and_then(|v| v.to_str().ok());
                 let budget = budget(&event.context, Some(HTTP_BUDGET));
-                receive(&deps.webhook, header, &body, Some(budget)).await
+                receive(&deps.webhook, header, &body, budget).await
             }
             Err(e) => WebhookReport {
                 reception: Reception::Rejected(Rejection::Signature(e)),
@@ -812,13 +819,18 @@ mod tests {
 
     /// What `cargo lambda watch` (1.9) sends as `Lambda-Runtime-Deadline-Ms`: 600000, a duration,
     /// not a time. Read as a time it left nothing, and every event was forgotten "out of time
-    /// after 0ns". No deadline, one in the past, and one beyond the function's timeout are no
-    /// deadline either: the function's timeout bounds the work.
+    /// after 0ns". One in the past, and one beyond the function's timeout, are no deadline either:
+    /// the function's timeout bounds the work. A context without any (an in-process caller) is
+    /// not bounded here.
     #[test]
     fn a_deadline_that_is_not_a_time_ahead_gives_the_functions_timeout() {
         let now_ms = 1_800_000_000_000;
         let full = FUNCTION_TIMEOUT - DEADLINE_MARGIN;
-        for deadline_ms in [600_000, 0, now_ms - 1, now_ms, now_ms + 3_600_000, u64::MAX] {
+        assert_eq!(budget(&Context::default(), Some(HTTP_BUDGET)), None);
+        let mut cargo_lambda = Context::default();
+        cargo_lambda.deadline = 600_000;
+        assert_eq!(budget(&cargo_lambda, None), Some(full));
+        for deadline_ms in [600_000, 1, now_ms - 1, now_ms, now_ms + 3_600_000, u64::MAX] {
             assert_eq!(budget_at(deadline_ms, now_ms, None), full, "{deadline_ms}");
             assert_eq!(
                 budget_at(deadline_ms, now_ms, Some(HTTP_BUDGET)),

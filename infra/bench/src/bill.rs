@@ -252,18 +252,6 @@ fn invocation() -> Context {
     context
 }
 
-/// An events-function invocation with the deadline Lambda would give it (its timeout from now):
-/// without one the function works to its timeout and logs a line saying so, a line a deployed
-/// function never writes.
-fn events_invocation() -> Context {
-    let mut context = invocation();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    context.deadline = now_ms + webhook::handler::FUNCTION_TIMEOUT.as_millis() as u64;
-    context
-}
-
 fn cpu_ns() -> u64 {
     footprint::cpu::thread_cpu_ns()
 }
@@ -546,7 +534,7 @@ impl World {
                     };
                     let r = webhook::handler::handle_eventbridge(
                         function,
-                        LambdaEvent::new(payload, events_invocation()),
+                        LambdaEvent::new(payload, invocation()),
                     )
                     .await;
                     sim.webhook_result(&d, true);
@@ -555,7 +543,7 @@ impl World {
                     let req = webhook::handler::delivery_request(&d.body, &d.signature);
                     let resp = webhook::handler::handle_http(
                         function,
-                        LambdaEvent::new(req, events_invocation()),
+                        LambdaEvent::new(req, invocation()),
                     )
                     .await;
                     sim.webhook_result(&d, (200..300).contains(&resp.status_code));
