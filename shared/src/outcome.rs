@@ -147,6 +147,11 @@ pub enum GatewayError {
     /// built; it is never retried with another key and the operation goes to review.
     #[error("idempotency key misuse: {detail}")]
     KeyMisuse { detail: String },
+    /// 400 `payment_intent_unexpected_state`: the PaymentIntent is not in a state the request
+    /// allows, e.g. a cancel of an intent that succeeded or was canceled meanwhile. Nothing was
+    /// done; what Stripe holds must be read back.
+    #[error("unexpected payment intent state: {detail}")]
+    UnexpectedState { detail: String },
     /// Any other 4xx: Stripe refused the request as invalid (unknown customer, detached payment
     /// method, unknown PaymentIntent id, ...). Definitive, but about our data, not the customer's
     /// card, so a person looks at it (see the executor).

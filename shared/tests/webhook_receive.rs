@@ -10,8 +10,8 @@ use charge_once::executor::plan::Mismatch;
 use charge_once::executor::{ChargeDeps, ChargePolicy, ReviewClass};
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::ports::{Claim, OperationStore};
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::testing;
 use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
@@ -491,6 +491,9 @@ impl PaymentGateway for SlowRetrieve {
         id: &charge_once::OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
     }
 }
 

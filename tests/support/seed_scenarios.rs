@@ -14,7 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, ChargeReport, Disposition};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::{Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded};
+use charge_once::ports::{
+    CancelPaymentIntent, Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded,
+};
 use charge_once::testing::{self, claim_request, outcome, T0};
 use charge_once::{
     Amount, Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationId, OperationKey,
@@ -699,6 +701,9 @@ impl PaymentGateway for Observer {
         id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
     }
 }
 

@@ -785,7 +785,7 @@ mod tests {
 
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CreatePaymentIntent, OutcomeRecord};
+    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, OutcomeRecord};
     use charge_once::testing;
     use charge_once::{GatewayError, LeaseToken, ManualClock, PaymentIntent, Review};
 
@@ -943,6 +943,9 @@ mod tests {
                 .filter(|p| p.operation_id.as_deref() == Some(id.as_str()))
                 .cloned()
                 .collect())
+        }
+        async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+            unreachable!("no test of this stub cancels {}", req.id)
         }
     }
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
-    Reschedule, StoreError,
+    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
+    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
+    QueuedCharge, Recorded, Reschedule, StoreError,
 };
 use charge_once::{
     Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
@@ -709,8 +709,13 @@ impl PaymentGateway for SimGateway {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(req.operation_id);
         let result = self.inner.create(&req).await;
-        if let Ok(pi) = &result {
-            self.trace.alias(&op, &pi.id);
+        match &result {
+            Ok(pi) => self.trace.alias(&op, &pi.id),
+            Err(GatewayError::Declined {
+                payment_intent_id: Some(id),
+                ..
+            }) => self.trace.alias(&op, id),
+            Err(_) => {}
         }
         if first && result.is_ok() {
             self.faults.count(Kind::KeyPruned);
@@ -781,6 +786,21 @@ impl PaymentGateway for SimGateway {
             Err(e) => self.naive(Err(e)).map(|pi| vec![pi]),
             ok => ok,
         }
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        yield_now().await;
+        let result = self.inner.cancel(req).await;
+        self.trace.event(
+            &req.id,
+            "stripe.cancel",
+            format_args!(
+                "{} -> {}",
+                req.idempotency_key.as_str(),
+                AnswerText(&result)
+            ),
+        );
+        self.naive(result)
     }
 }
 

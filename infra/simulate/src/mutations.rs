@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
-    Reschedule, StoreError,
+    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
+    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
+    QueuedCharge, Recorded, Reschedule, StoreError,
 };
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
@@ -196,5 +196,8 @@ impl PaymentGateway for TrustEventPayload {
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
     }
 }

@@ -17,8 +17,8 @@
 //! function must never move a record on one ([`Forged`] counts what it did).
 //!
 //! The events function gets the same faulty store and gateway as the charge function, wrapped
-//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates,
-//! which must stay 0.
+//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves and cancels (of an
+//! intent an event reports declined), and its creates, which must stay 0.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +29,9 @@ use aws_lambda_events::encodings::Body;
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
-    Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule, StoreError,
+    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
+    ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule,
+    StoreError,
 };
 use charge_once::webhook::wire::{EventFields, Shaped};
 use charge_once::webhook::{EventBridgeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
@@ -53,6 +54,7 @@ pub struct WebhookCalls {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub retrieves: AtomicU64,
+    pub cancels: AtomicU64,
     pub creates: AtomicU64,
 }
 
@@ -140,6 +142,10 @@ impl PaymentGateway for CountingGateway {
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.calls.cancels.fetch_add(1, Ordering::Relaxed);
+        self.inner.cancel(req).await
     }
 }
 
@@ -627,6 +633,10 @@ impl Webhooks {
             (
                 "stripe_retrieves".to_owned(),
                 self.calls.retrieves.load(Ordering::Relaxed),
+            ),
+            (
+                "stripe_cancels".to_owned(),
+                self.calls.cancels.load(Ordering::Relaxed),
             ),
             (
                 "stripe_creates".to_owned(),

@@ -371,7 +371,8 @@ pub fn after_create(
         // so nothing was created by it). Marking the operation failed would tell the customer their
         // card failed when our data is wrong (unknown customer, detached payment method), and
         // retrying would be refused the same way: review, with the status left as it was.
-        GatewayError::Rejected { .. } => {
+        // (A create refused for a PaymentIntent's state cannot happen to a new intent: the same.)
+        GatewayError::Rejected { .. } | GatewayError::UnexpectedState { .. } => {
             Decision::review(op.status, err.to_string(), ReviewClass::Rejected, now)
         }
     }
