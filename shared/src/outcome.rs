@@ -59,6 +59,11 @@ impl fmt::Display for PaymentIntentStatus {
 /// Only `succeeded` is money taken. `canceled` and `requires_payment_method` (the state a declined
 /// off-session confirm leaves behind) are failures. Everything else (`processing`,
 /// `requires_action`, `requires_capture`, anything new) is not settled yet: unknown, look again later.
+///
+/// `requires_payment_method` is a failure of this attempt, not yet a final one: the customer can
+/// still confirm that intent (Stripe's recovery for `authentication_required`). `failed` is
+/// recorded only once the intent is canceled: the executor cancels it first
+/// ([`crate::executor::plan`]).
 pub fn outcome_for(status: &PaymentIntentStatus) -> OperationStatus {
     match status {
         PaymentIntentStatus::Succeeded => OperationStatus::Succeeded,

@@ -340,6 +340,83 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     assert_eq!(w.creates(), 0);
 }
 
+/// An event reporting a decline never records `failed` while Stripe could still take the money:
+/// the events function cancels the intent through the executor's shell, and only Stripe's
+/// `canceled` settles it. A cancel that gets no answer leaves the operation unknown with the
+/// intent's id, due, for the charge path or the reconciler to cancel.
+#[tokio::test]
+async fn a_payment_failed_event_cancels_the_intent_before_recording_failed() {
+    let w = World::new();
+    let op = w.unknown_op("order-declined", None).await;
+    let pi = w
+        .gateway
+        .insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
+    let failed = |id: &str, op: &Operation| {
+        event(
+            id,
+            "payment_intent.payment_failed",
+            &pi,
+            "requires_payment_method",
+            op,
+        )
+    };
+    assert_eq!(
+        w.deliver(&failed("evt_failed", &op)).await,
+        Reception::Applied {
+            status: OperationStatus::Failed,
+            review: None
+        }
+    );
+    assert_eq!(w.gateway.calls.cancel.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        w.gateway.charges()[pi.as_str()].status,
+        PaymentIntentStatus::Canceled,
+        "canceled at Stripe"
+    );
+    let after = w.current(&op).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert_eq!(after.external_id.as_deref(), Some(pi.as_str()));
+
+    // The cancel's answer is lost: not failed, the intent's id recorded and the operation due.
+    let op2 = w.unknown_op("order-declined-2", None).await;
+    let pi2 = w
+        .gateway
+        .insert_charge(&op2, PaymentIntentStatus::RequiresPaymentMethod);
+    w.gateway
+        .script_cancel(charge_once::memory::FakeFault::ServerErrorBeforeCommit);
+    let body = event(
+        "evt_failed_2",
+        "payment_intent.payment_failed",
+        &pi2,
+        "requires_payment_method",
+        &op2,
+    );
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Applied {
+            status: OperationStatus::Unknown,
+            review: None
+        }
+    );
+    assert_eq!(
+        w.gateway.calls.cancel.load(Ordering::SeqCst),
+        2,
+        "the fault happened"
+    );
+    let after = w.current(&op2).await;
+    assert_eq!(after.status, OperationStatus::Unknown);
+    assert_eq!(after.external_id.as_deref(), Some(pi2.as_str()));
+    assert!(
+        after.next_due_at.is_some(),
+        "still driven by the unknown index"
+    );
+    assert_eq!(
+        w.gateway.charges()[pi2.as_str()].status,
+        PaymentIntentStatus::RequiresPaymentMethod
+    );
+    assert_eq!(w.creates(), 0);
+}
+
 #[tokio::test]
 async fn a_second_succeeded_intent_goes_to_review_or_pages() {
     let w = World::new();
