@@ -12,8 +12,10 @@
 //! The `forged_event` fault: beside a real event, at its rate, a validly delivered event (signed
 //! with the endpoint's secret, or in a proper envelope) that names a state Stripe does not hold:
 //! `canceled` for a PaymentIntent that succeeded (or is processing, which only succeeds),
-//! `succeeded` for one that was declined or waits for an action that never comes, or `succeeded`
-//! for a PaymentIntent id Stripe never created. None can ever become true, so an honest events
+//! `succeeded` for one that was canceled or waits for an action that never comes, or `succeeded`
+//! for a PaymentIntent id Stripe never created (the only forgery beside a declined intent's event:
+//! its customer may still pay it, and we cancel it, so either final state may come true). None
+//! can ever become true, so an honest events
 //! function must never move a record on one ([`Forged`] counts what it did).
 //!
 //! The events function gets the same faulty store and gateway as the charge function, wrapped
@@ -400,9 +402,13 @@ impl Webhooks {
         let status = read.status()?;
         let contradiction = match status {
             // Final, or only ever succeeds: `canceled` can never be true.
-            "succeeded" | "processing" => "canceled",
-            // Declined, or waiting for an action off-session never takes: never `succeeded`.
-            "requires_payment_method" | "requires_action" => "succeeded",
+            "succeeded" | "processing" => Some("canceled"),
+            // Canceled (final), or waiting for an action off-session never takes: never
+            // `succeeded`.
+            "canceled" | "requires_action" => Some("succeeded"),
+            // Declined: its customer may still pay it (`customer_confirms_declined`) and we cancel
+            // it, so either final state may come true. Only an intent Stripe never created.
+            "requires_payment_method" => None,
             _ => return None,
         };
         if !self.faults.roll(Kind::ForgedEvent) {
@@ -417,11 +423,12 @@ impl Webhooks {
         let real = event_json(d);
         let mut pi = real["data"]["object"].clone();
         // Every third names a PaymentIntent Stripe never created.
-        let (claimed, unknown) = if n % 3 == 0 {
-            pi["id"] = Value::from(format!("pi_Forged{n:015}"));
-            ("succeeded", true)
-        } else {
-            (contradiction, false)
+        let (claimed, unknown) = match contradiction {
+            Some(claimed) if n % 3 != 0 => (claimed, false),
+            _ => {
+                pi["id"] = Value::from(format!("pi_Forged{n:015}"));
+                ("succeeded", true)
+            }
         };
         pi["status"] = Value::from(claimed);
         pi["amount_received"] = if claimed == "succeeded" {

@@ -41,6 +41,10 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
                 assert!(report.failed_ticks > 0, "{}", report.render());
                 assert!(why.starts_with("failed reconciler tick"), "{why}");
             }
+            if mutation == Mutation::FailedWithoutCancel {
+                assert!(report.failed_but_paid > 0, "{}", report.render());
+                assert!(why.starts_with("failed but paid"), "{why}");
+            }
             caught.push(format!("{} seed {seed}: {why}", mutation.name()));
         }
     }
