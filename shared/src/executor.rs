@@ -146,6 +146,7 @@ pub async fn execute_charge(
         let now = deps.clock.now();
         let step = plan::next_step(&op, now, &deps.policy);
         let mut replayed = false;
+        let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
         let decision = match &step {
             Step::Create => {
                 let result = deps
@@ -165,9 +166,10 @@ pub async fn execute_charge(
             }
             Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
         };
+        let decision = follow_up(deps, &op, decision, livemode, &mut gateway_calls).await;
         Planned {
             step: step.name(),
-            gateway_calls: u32::from(!matches!(step, Step::WaitForSearch(_))),
+            gateway_calls,
             decision,
             replayed,
         }
@@ -177,8 +179,12 @@ pub async fn execute_charge(
 
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
-/// [`execute_charge`]: the decision ([`plan::after_event`]) is made on the record as claimed, and
-/// a declined intent is canceled before `failed` is recorded.
+/// [`execute_charge`]: the decision ([`plan::after_event`]) is made on the record as claimed.
+///
+/// No call but the caller's retrieve: the events function may hold a read-only key (its
+/// restricted `PaymentIntents: Read` key). An intent Stripe holds declined is therefore recorded
+/// as the plan's decision stands before its cancel: unknown, with the intent's id, due now; the
+/// charge path (or the reconciler's re-drive) retrieves it and cancels it before `failed`.
 /// `decided` receives the event's action on that record, for the caller's report.
 pub async fn apply_event(
     deps: &ChargeDeps,
@@ -189,8 +195,11 @@ pub async fn apply_event(
 ) -> Result<ChargeReport, ExecuteError> {
     let livemode = deps.gateway.livemode();
     run_claimed(deps, key, operation_id, |op| async move {
-        let (action, decision) =
+        let (action, mut decision) =
             plan::after_event(&op, pi, deps.clock.now(), &deps.policy, livemode);
+        // The cancel is the charge path's to make (see above): what stands without it is
+        // recorded.
+        decision.then = None;
         *decided = Some(action);
         Planned {
             step: "event",
@@ -252,9 +261,8 @@ async fn follow_up(
 
 /// The one shell every transition of an operation goes through: **claim** (one conditional write;
 /// a settled, leased, in-review or missing operation returns here with `decide` never called),
-/// **decide** on the record as claimed (`decide` may call Stripe, under the lease), make the calls
-/// the decision asks for before it may be recorded ([`follow_up`]: a declined intent's cancel),
-/// **record** the decision fenced on the lease and an unsettled status.
+/// **decide** on the record as claimed (`decide` may call Stripe, under the lease), **record**
+/// the decision fenced on the lease and an unsettled status.
 async fn run_claimed<F, Fut>(
     deps: &ChargeDeps,
     key: &OperationKey,
@@ -315,17 +323,10 @@ where
     let Planned {
         step,
         decision,
-        mut gateway_calls,
+        gateway_calls,
         replayed,
-    } = decide(op.clone()).await;
-    let decision = follow_up(
-        deps,
-        &op,
-        decision,
-        deps.gateway.livemode(),
-        &mut gateway_calls,
-    )
-    .await;
+    } = decide(op).await;
+    debug_assert!(decision.then.is_none(), "a call asked for was not made");
 
     let now = deps.clock.now();
     let recorded = deps

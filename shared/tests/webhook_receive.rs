@@ -340,56 +340,23 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     assert_eq!(w.creates(), 0);
 }
 
-/// An event reporting a decline never records `failed` while Stripe could still take the money:
-/// the events function cancels the intent through the executor's shell, and only Stripe's
-/// `canceled` settles it. A cancel that gets no answer leaves the operation unknown with the
-/// intent's id, due, for the charge path or the reconciler to cancel.
+/// An event reporting a decline never records `failed` while Stripe could still take the money.
+/// The events function makes no call but its retrieve (its key may be read-only): it records the
+/// intent, unknown and due now; the charge path then cancels it, and only Stripe's `canceled`
+/// settles the operation failed.
 #[tokio::test]
-async fn a_payment_failed_event_cancels_the_intent_before_recording_failed() {
+async fn a_payment_failed_event_leaves_the_cancel_to_the_charge_path() {
     let w = World::new();
     let op = w.unknown_op("order-declined", None).await;
     let pi = w
         .gateway
         .insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
-    let failed = |id: &str, op: &Operation| {
-        event(
-            id,
-            "payment_intent.payment_failed",
-            &pi,
-            "requires_payment_method",
-            op,
-        )
-    };
-    assert_eq!(
-        w.deliver(&failed("evt_failed", &op)).await,
-        Reception::Applied {
-            status: OperationStatus::Failed,
-            review: None
-        }
-    );
-    assert_eq!(w.gateway.calls.cancel.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        w.gateway.charges()[pi.as_str()].status,
-        PaymentIntentStatus::Canceled,
-        "canceled at Stripe"
-    );
-    let after = w.current(&op).await;
-    assert_eq!(after.status, OperationStatus::Failed);
-    assert_eq!(after.external_id.as_deref(), Some(pi.as_str()));
-
-    // The cancel's answer is lost: not failed, the intent's id recorded and the operation due.
-    let op2 = w.unknown_op("order-declined-2", None).await;
-    let pi2 = w
-        .gateway
-        .insert_charge(&op2, PaymentIntentStatus::RequiresPaymentMethod);
-    w.gateway
-        .script_cancel(charge_once::memory::FakeFault::ServerErrorBeforeCommit);
     let body = event(
-        "evt_failed_2",
+        "evt_failed",
         "payment_intent.payment_failed",
-        &pi2,
+        &pi,
         "requires_payment_method",
-        &op2,
+        &op,
     );
     assert_eq!(
         w.deliver(&body).await,
@@ -398,21 +365,30 @@ async fn a_payment_failed_event_cancels_the_intent_before_recording_failed() {
             review: None
         }
     );
+    assert_eq!(w.retrieves(), 1);
     assert_eq!(
         w.gateway.calls.cancel.load(Ordering::SeqCst),
-        2,
-        "the fault happened"
+        0,
+        "no write at Stripe"
     );
-    let after = w.current(&op2).await;
-    assert_eq!(after.status, OperationStatus::Unknown);
-    assert_eq!(after.external_id.as_deref(), Some(pi2.as_str()));
-    assert!(
-        after.next_due_at.is_some(),
-        "still driven by the unknown index"
-    );
+    let after = w.current(&op).await;
+    assert_eq!(after.status, OperationStatus::Unknown, "never failed");
+    assert_eq!(after.external_id.as_deref(), Some(pi.as_str()));
+    assert_eq!(after.next_due_at, Some(w.clock.now()), "due now");
     assert_eq!(
-        w.gateway.charges()[pi2.as_str()].status,
+        w.gateway.charges()[pi.as_str()].status,
         PaymentIntentStatus::RequiresPaymentMethod
+    );
+
+    // The charge path's next look: retrieve, cancel, failed.
+    let report = charge_once::executor::execute_charge(&w.deps.charge, &op.key(), &op.operation_id)
+        .await
+        .unwrap();
+    assert_eq!(report.status, OperationStatus::Failed);
+    assert_eq!(report.gateway_calls, 2, "the retrieve, then the cancel");
+    assert_eq!(
+        w.gateway.charges()[pi.as_str()].status,
+        PaymentIntentStatus::Canceled
     );
     assert_eq!(w.creates(), 0);
 }

@@ -19,8 +19,8 @@
 //! function must never move a record on one ([`Forged`] counts what it did).
 //!
 //! The events function gets the same faulty store and gateway as the charge function, wrapped
-//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves and cancels (of an
-//! intent an event reports declined), and its creates, which must stay 0.
+//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates and
+//! cancels, which must stay 0 (it records a declined intent for the charge path to cancel).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};

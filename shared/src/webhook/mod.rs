@@ -22,10 +22,9 @@
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
 //!    on the claimed record with Stripe's answer ([`crate::executor::plan::after_event`]), record
 //!    fenced on that lease and an unsettled status. A settled record is never written; Stripe
-//!    contradicting it pages. Nothing here creates or confirms anything at Stripe. An intent Stripe
-//!    holds declined is canceled by that shell before `failed` is recorded, as the charge path
-//!    does (the same plan and the same calls): an event reporting a decline settles the operation
-//!    in seconds, and only once Stripe can no longer take the money.
+//!    contradicting it pages. Nothing here creates, confirms or cancels anything at Stripe (its
+//!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
+//!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
 //!
 //! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
 //! charge function holding the lease, the invocation's time running out), the inbox entry is
@@ -173,8 +172,7 @@ pub struct WebhookReport {
     /// The event id, once the body was verified and read.
     pub event_id: Option<String>,
     pub event_type: Option<String>,
-    /// Stripe calls made: the retrieve (0 or 1), then those of the executor's shell (the cancel
-    /// of an intent Stripe holds declined, and its read back if the cancel was refused).
+    /// Stripe calls made (retrieve only; 0 or 1).
     pub gateway_calls: u32,
 }
 
@@ -440,10 +438,7 @@ async fn act(
             )
             .await;
             let report = match report {
-                Ok(report) => {
-                    *gateway_calls += report.gateway_calls;
-                    report
-                }
+                Ok(report) => report,
                 // Gone since our read: the shell reports a missing operation as an error.
                 Err(ExecuteError::NotFound { .. }) => {
                     return Ok(Reception::Ignored(Ignored::UnknownOperation))
@@ -483,10 +478,7 @@ async fn applied(
         _ => {}
     }
     Ok(match report.disposition {
-        // (`RetryLater`: a declined intent's cancel Stripe turned away for now. The record was
-        // written unsettled, with the intent's id and due soon: the charge path or the
-        // reconciler cancels it. The event did what it could.)
-        Disposition::Settled | Disposition::Scheduled | Disposition::RetryLater(_) => {
+        Disposition::Settled | Disposition::Scheduled => {
             info!(status = %report.status, payment_intent = pi_id.as_str(), "applied");
             Reception::Applied {
                 status: report.status,
@@ -499,7 +491,9 @@ async fn applied(
         },
         Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
         // The charge function holds the lease: nothing written, the event's retry comes back.
-        Disposition::Busy => return Err(ActError::Busy),
+        // (`RetryLater` would mean the same, but the event's shell never asks for it: it makes no
+        // Stripe call, and `after_event` decides nothing that is retried.)
+        Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
         // Settled since our read (the shell's claim found it so), or our write lost to one that
         // settled it: compare Stripe's answer with what stands.
         Disposition::AlreadySettled | Disposition::Superseded => match read(deps, target).await? {
