@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::testing;
 use charge_once::{Amount, GatewayError, OperationId, PaymentIntentStatus, RetryCause};
 use stripe_sim::{FaultConfig, FaultKind};
@@ -167,6 +167,136 @@ async fn declines_are_settled_with_the_payment_intent() {
         }
     }
     assert_eq!(s.sim.ledger().len(), 2);
+}
+
+/// The cancel of a declined intent over HTTP: `POST /v1/payment_intents/{id}/cancel` with the
+/// cancel key and `cancellation_reason=abandoned`; Stripe's `canceled` back, the same answer
+/// replayed under the key; a paid intent refused as `UnexpectedState`; faults classified as any
+/// call's.
+#[tokio::test]
+async fn a_declined_intent_is_canceled_with_its_own_key() {
+    let s = StripeSide::with_new_clock().await;
+    let gw = s.gateway();
+    let op = testing::order("order-cancel")
+        .amount(900)
+        .payment_method("pm_card_chargeDeclined")
+        .build();
+    let Err(GatewayError::Declined {
+        payment_intent_id: Some(id),
+        ..
+    }) = gw.create(&CreatePaymentIntent::for_operation(&op)).await
+    else {
+        panic!("declined")
+    };
+    let req = CancelPaymentIntent::for_operation(&op, id.clone());
+    assert_eq!(
+        req.idempotency_key.as_str(),
+        format!("payment-op-cancel:{}", op.operation_id)
+    );
+    let pi = gw.cancel(&req).await.unwrap();
+    assert_eq!(pi.id, id);
+    assert_eq!(pi.status, PaymentIntentStatus::Canceled);
+    assert_eq!(pi.operation_id, Some(op.operation_id.to_string()));
+    assert!(!pi.replayed);
+    let replay = gw.cancel(&req).await.unwrap();
+    assert!(replay.replayed, "the same key replays the first answer");
+    assert_eq!(replay.status, PaymentIntentStatus::Canceled);
+    assert_eq!(s.sim.request_counts().cancel, 2);
+    assert_eq!(
+        gw.requests
+            .cancel
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    let entry = s.sim.ledger().into_iter().find(|e| e.id == *id).unwrap();
+    assert_eq!(entry.status, "canceled");
+
+    // A paid intent is not canceled: Stripe says it moved on.
+    let paid = testing::order("order-paid")
+        .payment_method("pm_card_visa")
+        .build();
+    let pi = gw
+        .create(&CreatePaymentIntent::for_operation(&paid))
+        .await
+        .unwrap();
+    let err = gw
+        .cancel(&CancelPaymentIntent::for_operation(&paid, pi.id.clone()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, GatewayError::UnexpectedState { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        s.sim
+            .ledger()
+            .into_iter()
+            .find(|e| e.id == *pi.id)
+            .unwrap()
+            .status,
+        "succeeded"
+    );
+    // An intent Stripe does not know: rejected.
+    let unknown = charge_once::PaymentIntentId::parse("pi_doesNotExist").unwrap();
+    let err = gw
+        .cancel(&CancelPaymentIntent::for_operation(&paid, unknown))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::Rejected { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_cancels_faults_are_classified_as_any_calls() {
+    for (kind, want) in [
+        (FaultKind::RateLimit, "retry later"),
+        (FaultKind::ServerErrorBeforeCommit, "outcome unknown"),
+        (FaultKind::DropAfterCommit, "outcome unknown"),
+        (FaultKind::ServerErrorAfterCommit, "outcome unknown"),
+    ] {
+        let s = StripeSide::with_new_clock().await;
+        let gw = s.gateway_with(|c| c.max_network_retries = 0);
+        let op = testing::order("order-cancel-fault")
+            .payment_method("pm_card_chargeDeclined")
+            .build();
+        let Err(GatewayError::Declined {
+            payment_intent_id: Some(id),
+            ..
+        }) = gw.create(&CreatePaymentIntent::for_operation(&op)).await
+        else {
+            panic!("declined")
+        };
+        s.sim.set_faults(FaultConfig {
+            rates: [(kind, 1.0)].into(),
+            faults_on_reads: false,
+            ..FaultConfig::default()
+        });
+        let err = gw
+            .cancel(&CancelPaymentIntent::for_operation(&op, id.clone()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().starts_with(want), "{kind}: {err}");
+        assert_eq!(s.sim.injected()[&kind], 1, "{kind}: the fault happened");
+        let status = s
+            .sim
+            .ledger()
+            .into_iter()
+            .find(|e| e.id == *id)
+            .unwrap()
+            .status;
+        let executed = matches!(
+            kind,
+            FaultKind::DropAfterCommit | FaultKind::ServerErrorAfterCommit
+        );
+        assert_eq!(
+            status,
+            if executed {
+                "canceled"
+            } else {
+                "requires_payment_method"
+            },
+            "{kind}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -105,6 +105,17 @@ impl OperationId {
     pub fn idempotency_key(&self) -> IdempotencyKey {
         IdempotencyKey(format!("{}{}", IdempotencyKey::PREFIX, self.0.hyphenated()))
     }
+
+    /// The Stripe idempotency key for every cancel of this operation's PaymentIntent: its own,
+    /// because Stripe refuses a key used on another endpoint (`idempotency_error`), and the same
+    /// on every attempt, so a cancel whose answer was lost replays its first answer.
+    pub fn cancel_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!(
+            "{}{}",
+            IdempotencyKey::CANCEL_PREFIX,
+            self.0.hyphenated()
+        ))
+    }
 }
 
 impl fmt::Display for OperationId {
@@ -113,15 +124,17 @@ impl fmt::Display for OperationId {
     }
 }
 
-/// `Idempotency-Key` sent to Stripe: `payment-op:<operation_id>`.
+/// `Idempotency-Key` sent to Stripe: `payment-op:<operation_id>` for creates,
+/// `payment-op-cancel:<operation_id>` for the cancel of a declined intent.
 ///
-/// Only constructible from an [`OperationId`], so it never carries personal data, is always 47
+/// Only constructible from an [`OperationId`], so it never carries personal data, is at most 54
 /// characters (Stripe allows 255) and is the same on every attempt of the operation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
     pub const PREFIX: &'static str = "payment-op:";
+    pub const CANCEL_PREFIX: &'static str = "payment-op-cancel:";
     pub const MAX_LEN: usize = 255;
 
     pub fn as_str(&self) -> &str {
@@ -748,6 +761,13 @@ mod tests {
         );
         assert!(key.as_str().len() <= IdempotencyKey::MAX_LEN);
         assert_eq!(key, id.idempotency_key());
+        let cancel = id.cancel_idempotency_key();
+        assert_eq!(
+            cancel.as_str(),
+            "payment-op-cancel:6f1c2a4e-8a3b-4c5d-9e0f-112233445566"
+        );
+        assert_ne!(cancel, key, "a cancel never reuses the create's key");
+        assert_eq!(cancel, id.cancel_idempotency_key());
     }
 
     #[test]

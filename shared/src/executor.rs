@@ -6,7 +6,8 @@
 //!    with zero gateway calls.
 //! 2. **Act**, as [`plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
 //!    `metadata['operation_id']` once the key window has passed (never create then); otherwise create
-//!    with the key derived from the operation id.
+//!    with the key derived from the operation id. A declined intent is canceled before `failed` is
+//!    recorded (the calls a decision asks for, [`plan::FollowUp`], still under the lease).
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
 
@@ -22,11 +23,11 @@ use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStat
 use crate::outcome::{PaymentIntent, RetryCause};
 use crate::ports::Clock;
 use crate::ports::{
-    Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
-    Recorded, StoreError,
+    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord,
+    PaymentGateway, Recorded, StoreError,
 };
 
-pub use plan::{Decision, ReviewClass, Step};
+pub use plan::{Decision, FollowUp, ReviewClass, Step};
 
 /// The timings that govern execution and reconciliation.
 #[derive(Debug, Clone)]
@@ -99,7 +100,8 @@ pub struct ChargeReport {
     pub status: OperationStatus,
     pub external_id: Option<PaymentIntentId>,
     pub disposition: Disposition,
-    /// Calls made to the gateway by this execution (0 or 1).
+    /// Calls made to the gateway by this execution: 0, 1, or up to 3 where a declined intent was
+    /// canceled (and read back when the cancel was refused).
     pub gateway_calls: u32,
     /// This execution moved the operation into review, for this class of reason (`None` when it
     /// was already in review or did not go there).
@@ -144,6 +146,7 @@ pub async fn execute_charge(
         let now = deps.clock.now();
         let step = plan::next_step(&op, now, &deps.policy);
         let mut replayed = false;
+        let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
         let decision = match &step {
             Step::Create => {
                 let result = deps
@@ -163,9 +166,10 @@ pub async fn execute_charge(
             }
             Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
         };
+        let decision = follow_up(deps, &op, decision, livemode, &mut gateway_calls).await;
         Planned {
             step: step.name(),
-            gateway_calls: u32::from(!matches!(step, Step::WaitForSearch(_))),
+            gateway_calls,
             decision,
             replayed,
         }
@@ -176,6 +180,11 @@ pub async fn execute_charge(
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
 /// [`execute_charge`]: the decision ([`plan::after_event`]) is made on the record as claimed.
+///
+/// No call but the caller's retrieve: the events function may hold a read-only key (its
+/// restricted `PaymentIntents: Read` key). An intent Stripe holds declined is therefore recorded
+/// as the plan's decision stands before its cancel: unknown, with the intent's id, due now; the
+/// charge path (or the reconciler's re-drive) retrieves it and cancels it before `failed`.
 /// `decided` receives the event's action on that record, for the caller's report.
 pub async fn apply_event(
     deps: &ChargeDeps,
@@ -186,8 +195,11 @@ pub async fn apply_event(
 ) -> Result<ChargeReport, ExecuteError> {
     let livemode = deps.gateway.livemode();
     run_claimed(deps, key, operation_id, |op| async move {
-        let (action, decision) =
+        let (action, mut decision) =
             plan::after_event(&op, pi, deps.clock.now(), &deps.policy, livemode);
+        // The cancel is the charge path's to make (see above): what stands without it is
+        // recorded.
+        decision.then = None;
         *decided = Some(action);
         Planned {
             step: "event",
@@ -206,6 +218,45 @@ pub struct Planned {
     pub decision: Decision,
     pub gateway_calls: u32,
     pub replayed: bool,
+}
+
+/// The calls `decision` asks for before it may be recorded ([`plan::FollowUp`]: the cancel of a
+/// declined intent, the read of one whose cancel was refused), each answer deciding anew, on the
+/// record as claimed. Bounded: the plan asks at most for a cancel and then a read (neither of their
+/// decisions asks for a cancel again); the bound holds it if that ever changed.
+async fn follow_up(
+    deps: &ChargeDeps,
+    op: &Operation,
+    mut decision: Decision,
+    livemode: bool,
+    gateway_calls: &mut u32,
+) -> Decision {
+    const MAX_FOLLOW_UPS: u32 = 2;
+    for _ in 0..MAX_FOLLOW_UPS {
+        let Some(next) = decision.then.take() else {
+            return decision;
+        };
+        *gateway_calls += 1;
+        decision = match next {
+            FollowUp::Cancel { id, why } => {
+                let result = deps
+                    .gateway
+                    .cancel(&CancelPaymentIntent::for_operation(op, id.clone()))
+                    .await;
+                let now = deps.clock.now();
+                plan::after_cancel(op, &id, &why, result, now, &deps.policy, livemode)
+            }
+            FollowUp::Retrieve { id, why } => {
+                let result = deps.gateway.retrieve(&id).await;
+                let now = deps.clock.now();
+                plan::after_cancel_refused(op, &id, &why, result, now, &deps.policy, livemode)
+            }
+        };
+    }
+    debug_assert!(decision.then.is_none(), "the plan asked for a third call");
+    // What stands if a call is not made: unsettled, due (the next look asks again).
+    decision.then = None;
+    decision
 }
 
 /// The one shell every transition of an operation goes through: **claim** (one conditional write;
@@ -275,6 +326,7 @@ where
         gateway_calls,
         replayed,
     } = decide(op).await;
+    debug_assert!(decision.then.is_none(), "a call asked for was not made");
 
     let now = deps.clock.now();
     let recorded = deps

@@ -10,7 +10,7 @@
 //! | change (before → after) | event |
 //! |---|---|
 //! | anything but `succeeded` → `succeeded` | `ChargeSucceeded` |
-//! | anything but `failed` → `failed` | `ChargeFailed` |
+//! | anything but `failed` → `failed` | `ChargeFailed` (its PaymentIntent, if any, `canceled`) |
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
 
@@ -88,8 +88,23 @@ impl OutcomeEvent {
         if self.outcome == Outcome::NeedsReview {
             detail["review_reason"] = json!(op.review.as_ref().map(|r| r.reason.as_str()));
         }
+        if self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op) {
+            // Stripe can no longer take the money: `failed` over a PaymentIntent is recorded only
+            // once Stripe holds it canceled (the executor cancels a declined one first; chargectl's
+            // `resolve --failed` requires it). The order service may ask for another card, and
+            // must never confirm this intent again.
+            detail["payment_intent_status"] = json!("canceled");
+        }
         detail
     }
+}
+
+/// Settled `failed` by an operator overriding the Stripe check (`resolve --failed --force`): the
+/// one way to `failed` that does not prove the intent canceled.
+fn forced_failed(op: &Operation) -> bool {
+    op.history
+        .last()
+        .is_some_and(|e| e.new_status == OperationStatus::Failed && e.forced.is_some())
 }
 
 fn event_id(op: &Operation, outcome: Outcome) -> String {
@@ -228,5 +243,50 @@ mod tests {
         assert_eq!(review.outcome.detail_type(), "ChargeNeedsReview");
         assert_eq!(review.detail()["review_reason"], "search found 2");
         assert_eq!(review.detail()["status"], "needs_review");
+        assert!(review.detail().get("payment_intent_status").is_none());
+    }
+
+    /// A failed charge's event says its PaymentIntent is canceled at Stripe, so the order service
+    /// knows nobody can pay it any more; not when there is none, not for a success, and not when
+    /// an operator forced `failed` past the Stripe check.
+    #[test]
+    fn a_failed_charges_event_says_its_intent_is_canceled() {
+        let before = op(OperationStatus::Unknown);
+        let failed_with = |pi: Option<&str>| {
+            let mut after = op(OperationStatus::Failed);
+            after.operation_id = before.operation_id;
+            after.external_id = pi.map(|id| crate::PaymentIntentId::parse(id).unwrap());
+            after
+        };
+        let status = |after: &Operation| {
+            outcome_of(Some(&before), after).unwrap().detail()["payment_intent_status"].clone()
+        };
+        assert_eq!(status(&failed_with(Some("pi_1"))), "canceled");
+        assert_eq!(status(&failed_with(None)), Value::Null, "no intent");
+        let mut succeeded = failed_with(Some("pi_1"));
+        succeeded.status = OperationStatus::Succeeded;
+        assert_eq!(status(&succeeded), Value::Null);
+        let mut forced = failed_with(Some("pi_1"));
+        forced.history.push(crate::operation::AuditEntry {
+            action: "resolve_failed".into(),
+            previous_status: OperationStatus::Unknown,
+            new_status: OperationStatus::Failed,
+            note: "n".into(),
+            at: forced.updated_at,
+            caller: "arn:aws:iam::1:user/op".into(),
+            label: None,
+            forced: Some("refunded by support".into()),
+            review: None,
+        });
+        assert_eq!(status(&forced), Value::Null, "forced: not proven canceled");
+        // The event id is what it was: consumers deduplicate on it, the field is additive.
+        assert_eq!(
+            outcome_of(Some(&before), &failed_with(Some("pi_1")))
+                .unwrap()
+                .event_id,
+            outcome_of(Some(&before), &failed_with(None))
+                .unwrap()
+                .event_id
+        );
     }
 }

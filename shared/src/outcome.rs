@@ -59,6 +59,11 @@ impl fmt::Display for PaymentIntentStatus {
 /// Only `succeeded` is money taken. `canceled` and `requires_payment_method` (the state a declined
 /// off-session confirm leaves behind) are failures. Everything else (`processing`,
 /// `requires_action`, `requires_capture`, anything new) is not settled yet: unknown, look again later.
+///
+/// `requires_payment_method` is a failure of this attempt, not yet a final one: the customer can
+/// still confirm that intent (Stripe's recovery for `authentication_required`). `failed` is
+/// recorded only once the intent is canceled: the executor cancels it first
+/// ([`crate::executor::plan`]).
 pub fn outcome_for(status: &PaymentIntentStatus) -> OperationStatus {
     match status {
         PaymentIntentStatus::Succeeded => OperationStatus::Succeeded,
@@ -147,6 +152,11 @@ pub enum GatewayError {
     /// built; it is never retried with another key and the operation goes to review.
     #[error("idempotency key misuse: {detail}")]
     KeyMisuse { detail: String },
+    /// 400 `payment_intent_unexpected_state`: the PaymentIntent is not in a state the request
+    /// allows, e.g. a cancel of an intent that succeeded or was canceled meanwhile. Nothing was
+    /// done; what Stripe holds must be read back.
+    #[error("unexpected payment intent state: {detail}")]
+    UnexpectedState { detail: String },
     /// Any other 4xx: Stripe refused the request as invalid (unknown customer, detached payment
     /// method, unknown PaymentIntent id, ...). Definitive, but about our data, not the customer's
     /// card, so a person looks at it (see the executor).

@@ -1,8 +1,8 @@
 //! Pacing Stripe calls to a budget, so a burst runs at Stripe's rate limit instead of into it.
 //!
 //! Stripe refuses what is over its limits with 429 before its idempotency layer (nothing is
-//! executed, nothing saved), 25 requests/s per endpoint by default (creates, retrieves and search
-//! are separate endpoints; search 20/s) and 100 operations/s per live account. A 429 costs a call
+//! executed, nothing saved), 25 requests/s per endpoint by default (creates, retrieves, cancels and
+//! search are separate endpoints; search 20/s) and 100 operations/s per live account. A 429 costs a call
 //! of the account's budget and, on SQS, the message's wait until it is delivered again. So every
 //! Stripe call of a process first takes a slot from its [`Budget`]: at most `rate` calls per
 //! second, `burst` at once, the caller waiting (on the injected [`Sleeper`]) for its slot.
@@ -29,7 +29,7 @@ use async_trait::async_trait;
 
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
-use crate::ports::{Clock, CreatePaymentIntent, PaymentGateway, Sleeper};
+use crate::ports::{CancelPaymentIntent, Clock, CreatePaymentIntent, PaymentGateway, Sleeper};
 
 /// Tokio's timer.
 #[derive(Debug, Default, Clone, Copy)]
@@ -186,6 +186,11 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.search_by_operation(operation_id).await
     }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.cancel(req).await
+    }
 }
 
 /// How long a message that met Stripe's rate limit (or a budget that is full) stays away before
@@ -267,6 +272,46 @@ mod tests {
             b.reserve(Duration::from_secs(1)),
             Ok(Duration::from_millis(200))
         );
+    }
+
+    /// A cancel is a Stripe call like the others: it takes its slot of the one budget, and one
+    /// refused for the budget never reaches Stripe.
+    #[tokio::test]
+    async fn a_cancel_takes_a_slot_of_the_same_budget() {
+        use crate::domain::OperationId;
+        use crate::ports::CancellationReason;
+        let (b, _clock) = budget(10.0, 1);
+        let fake = Arc::new(crate::memory::FakeGateway::new());
+        let paced = PacedGateway::new(fake.clone(), Arc::new(b), None, Duration::ZERO);
+        let req = CancelPaymentIntent {
+            id: PaymentIntentId::parse("pi_unknown").unwrap(),
+            idempotency_key: OperationId::new_random().cancel_idempotency_key(),
+            reason: CancellationReason::Abandoned,
+        };
+        // The first reaches Stripe (which knows no such intent).
+        assert!(matches!(
+            paced.cancel(&req).await,
+            Err(GatewayError::Rejected { .. })
+        ));
+        // The budget is spent: the next cancel, and a retrieve, wait past max_wait and are
+        // refused before Stripe.
+        for refused in [paced.cancel(&req).await, paced.retrieve(&req.id).await] {
+            assert!(
+                matches!(
+                    refused,
+                    Err(GatewayError::RetryLater {
+                        cause: RetryCause::RateLimited,
+                        ..
+                    })
+                ),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(
+            fake.calls.cancel.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        assert_eq!(fake.calls.total(), 1);
     }
 
     #[test]

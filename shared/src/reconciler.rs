@@ -557,4 +557,52 @@ mod tests {
         );
         assert_eq!(stored.redrives, 1);
     }
+
+    /// Past the key window the reconciler settles through the executor's own plan: a recorded
+    /// intent Stripe holds declined is retrieved and canceled, and only then is `failed`
+    /// recorded.
+    #[tokio::test]
+    async fn past_the_window_a_declined_intent_is_canceled_before_failed() {
+        use crate::memory::FakeGateway;
+        use crate::outcome::PaymentIntentStatus;
+        use crate::time::ManualClock;
+        use crate::OperationStatus;
+
+        let (store, op) = stored().await;
+        let store = Arc::new(store);
+        let gateway = Arc::new(FakeGateway::new());
+        let pi = gateway.insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
+        crate::testing::settle_as(
+            store.as_ref(),
+            &op,
+            OperationStatus::Unknown,
+            Some(pi.as_str()),
+            T0,
+        )
+        .await;
+        let clock = ManualClock::new(T0.plus(Duration::from_secs(24 * 3600)));
+        let deps = ReconcilerDeps {
+            charge: ChargeDeps {
+                store: store.clone(),
+                gateway: gateway.clone(),
+                clock: Arc::new(clock),
+                policy: crate::executor::ChargePolicy::default(),
+            },
+            queue: Arc::new(Queue::default()),
+            page_size: 10,
+        };
+        let report = reconcile_tick(&deps, &|| Duration::from_secs(60), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(report.settled, 1, "{report:?}");
+        let after = store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(after.status, OperationStatus::Failed);
+        assert_eq!(after.external_id.as_ref(), Some(&pi));
+        assert_eq!(
+            gateway.charges()[pi.as_str()].status,
+            PaymentIntentStatus::Canceled
+        );
+        assert_eq!(gateway.calls.cancel.load(Ordering::SeqCst), 1);
+        assert_eq!(gateway.calls.create.load(Ordering::SeqCst), 0);
+    }
 }

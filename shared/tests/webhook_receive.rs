@@ -10,8 +10,8 @@ use charge_once::executor::plan::Mismatch;
 use charge_once::executor::{ChargeDeps, ChargePolicy, ReviewClass};
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::ports::{Claim, OperationStore};
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
 use charge_once::testing;
 use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
@@ -340,6 +340,59 @@ async fn a_stale_event_is_settled_on_the_intents_latest_state() {
     assert_eq!(w.creates(), 0);
 }
 
+/// An event reporting a decline never records `failed` while Stripe could still take the money.
+/// The events function makes no call but its retrieve (its key may be read-only): it records the
+/// intent, unknown and due now; the charge path then cancels it, and only Stripe's `canceled`
+/// settles the operation failed.
+#[tokio::test]
+async fn a_payment_failed_event_leaves_the_cancel_to_the_charge_path() {
+    let w = World::new();
+    let op = w.unknown_op("order-declined", None).await;
+    let pi = w
+        .gateway
+        .insert_charge(&op, PaymentIntentStatus::RequiresPaymentMethod);
+    let body = event(
+        "evt_failed",
+        "payment_intent.payment_failed",
+        &pi,
+        "requires_payment_method",
+        &op,
+    );
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Applied {
+            status: OperationStatus::Unknown,
+            review: None
+        }
+    );
+    assert_eq!(w.retrieves(), 1);
+    assert_eq!(
+        w.gateway.calls.cancel.load(Ordering::SeqCst),
+        0,
+        "no write at Stripe"
+    );
+    let after = w.current(&op).await;
+    assert_eq!(after.status, OperationStatus::Unknown, "never failed");
+    assert_eq!(after.external_id.as_deref(), Some(pi.as_str()));
+    assert_eq!(after.next_due_at, Some(w.clock.now()), "due now");
+    assert_eq!(
+        w.gateway.charges()[pi.as_str()].status,
+        PaymentIntentStatus::RequiresPaymentMethod
+    );
+
+    // The charge path's next look: retrieve, cancel, failed.
+    let report = charge_once::executor::execute_charge(&w.deps.charge, &op.key(), &op.operation_id)
+        .await
+        .unwrap();
+    assert_eq!(report.status, OperationStatus::Failed);
+    assert_eq!(report.gateway_calls, 2, "the retrieve, then the cancel");
+    assert_eq!(
+        w.gateway.charges()[pi.as_str()].status,
+        PaymentIntentStatus::Canceled
+    );
+    assert_eq!(w.creates(), 0);
+}
+
 #[tokio::test]
 async fn a_second_succeeded_intent_goes_to_review_or_pages() {
     let w = World::new();
@@ -491,6 +544,9 @@ impl PaymentGateway for SlowRetrieve {
         id: &charge_once::OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
     }
 }
 

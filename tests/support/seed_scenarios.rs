@@ -7,14 +7,16 @@
 //! (as [`crate::store_contract_tests!`] does for stores). A few need a fault only the fake can make
 //! (a 401, a 400); they take a `World<FakeSide>` and only the fake's binary lists them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, ChargeReport, Disposition};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::{Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded};
+use charge_once::ports::{
+    CancelPaymentIntent, Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded,
+};
 use charge_once::testing::{self, claim_request, outcome, T0};
 use charge_once::{
     Amount, Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationId, OperationKey,
@@ -54,6 +56,8 @@ pub struct Charge {
     pub id: String,
     /// The `Idempotency-Key` it was created with; `None` for one made by hand without a key.
     pub idempotency_key: Option<String>,
+    /// Its status at Stripe now.
+    pub status: String,
 }
 
 /// Calls made to the Stripe side, by endpoint.
@@ -62,13 +66,18 @@ pub struct Calls {
     pub create: u64,
     pub retrieve: u64,
     pub search: u64,
+    pub cancel: u64,
 }
 
 impl Calls {
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search
+        self.create + self.retrieve + self.search + self.cancel
     }
 }
+
+/// The customer confirming a declined PaymentIntent with its client secret (Stripe's recovery
+/// for `authentication_required`): true when it paid, false when Stripe refused (canceled).
+pub type Confirmer = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// A Stripe for the scenarios to run against.
 #[async_trait]
@@ -98,6 +107,8 @@ pub trait StripeUnderTest: Send + Sync + Sized + 'static {
     fn slow_creates(&self);
     /// Forgets idempotency keys as Stripe may once they are 24 h old.
     fn prune_keys(&self);
+    /// The customer's later confirm of a declined intent, as this side models it.
+    fn customer_confirms(&self) -> Confirmer;
 }
 
 /// The in-memory fake gateway.
@@ -155,6 +166,7 @@ impl StripeUnderTest for FakeSide {
             .map(|(id, c)| Charge {
                 id,
                 idempotency_key: Some(c.idempotency_key).filter(|k| !k.is_empty()),
+                status: c.status.as_str().to_owned(),
             })
             .collect()
     }
@@ -165,6 +177,7 @@ impl StripeUnderTest for FakeSide {
             create: c.create.load(Ordering::SeqCst),
             retrieve: c.retrieve.load(Ordering::SeqCst),
             search: c.search.load(Ordering::SeqCst),
+            cancel: c.cancel.load(Ordering::SeqCst),
         }
     }
 
@@ -179,6 +192,20 @@ impl StripeUnderTest for FakeSide {
 
     fn prune_keys(&self) {
         self.gateway.prune_keys();
+    }
+
+    fn customer_confirms(&self) -> Confirmer {
+        let gateway = self.gateway.clone();
+        Arc::new(move |id| {
+            let declined = gateway
+                .charges()
+                .get(id)
+                .is_some_and(|c| c.status == PaymentIntentStatus::RequiresPaymentMethod);
+            if declined {
+                gateway.set_status(id, PaymentIntentStatus::Succeeded);
+            }
+            declined
+        })
     }
 }
 
@@ -260,6 +287,7 @@ impl StripeUnderTest for HttpSide {
             .map(|e| Charge {
                 id: e.id,
                 idempotency_key: e.idempotency_key,
+                status: e.status,
             })
             .collect()
     }
@@ -270,6 +298,7 @@ impl StripeUnderTest for HttpSide {
             create: c.create - self.by_hand.load(Ordering::SeqCst),
             retrieve: c.retrieve,
             search: c.search,
+            cancel: c.cancel,
         }
     }
 
@@ -290,6 +319,11 @@ impl StripeUnderTest for HttpSide {
 
     fn prune_keys(&self) {
         // stripe-sim forgets keys older than 24 h (simulated time) by itself.
+    }
+
+    fn customer_confirms(&self) -> Confirmer {
+        let sim = self.side.sim.clone();
+        Arc::new(move |id| sim.confirm_as_customer(id).is_ok())
     }
 }
 
@@ -525,12 +559,22 @@ pub async fn decline_fails_and_is_never_retried<S: StripeUnderTest>() {
     let r = w.execute(&op).await;
     assert_eq!(r.status, OperationStatus::Failed);
     assert_eq!(r.disposition, Disposition::Settled);
+    assert_eq!(
+        r.gateway_calls, 2,
+        "the create, then the declined intent's cancel"
+    );
     let charges = w.charges(&op);
     assert_eq!(
         r.external_id.as_deref(),
         Some(charges[0].id.as_str()),
         "the declined PaymentIntent is kept"
     );
+    // Failed here and at Stripe: canceled, so the customer's later confirm (Stripe's recovery
+    // for `authentication_required`) cannot take the money.
+    assert_eq!(charges[0].status, "canceled");
+    assert_eq!(w.side.calls().cancel, 1);
+    assert!(!(w.side.customer_confirms())(&charges[0].id), "refused");
+    assert_eq!(w.charges(&op)[0].status, "canceled");
 
     // Settled: no more Stripe calls, however often it is executed again.
     let calls = w.side.calls();
@@ -667,6 +711,140 @@ pub async fn a_stale_lease_holder_cannot_overwrite<S: StripeUnderTest>() {
     assert_eq!(w.current(&op).await.status, OperationStatus::Succeeded);
 }
 
+/// What happens around the first cancel: the customer's confirm just before it, or its answer
+/// lost before or after Stripe got it.
+struct AroundCancel {
+    inner: Arc<dyn PaymentGateway>,
+    confirm_first: Option<Confirmer>,
+    lose: Option<Lost>,
+    done: AtomicBool,
+}
+
+#[derive(Clone, Copy)]
+enum Lost {
+    BeforeStripe,
+    AfterStripe,
+}
+
+#[async_trait]
+impl PaymentGateway for AroundCancel {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(
+        &self,
+        id: &charge_once::PaymentIntentId,
+    ) -> Result<PaymentIntent, GatewayError> {
+        self.inner.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        if self.done.swap(true, Ordering::SeqCst) {
+            return self.inner.cancel(req).await;
+        }
+        if let Some(confirm) = &self.confirm_first {
+            assert!(
+                confirm(req.id.as_str()),
+                "the customer paid the declined intent"
+            );
+        }
+        let lost = || GatewayError::Ambiguous {
+            detail: "no response: connection lost".into(),
+        };
+        match self.lose {
+            Some(Lost::BeforeStripe) => Err(lost()),
+            Some(Lost::AfterStripe) => {
+                self.inner.cancel(req).await?;
+                Err(lost())
+            }
+            None => self.inner.cancel(req).await,
+        }
+    }
+}
+
+impl<S: StripeUnderTest> World<S> {
+    fn around_cancel(&mut self, confirm_first: Option<Confirmer>, lose: Option<Lost>) {
+        self.deps.gateway = Arc::new(AroundCancel {
+            inner: self.side.gateway(),
+            confirm_first,
+            lose,
+            done: AtomicBool::new(false),
+        });
+    }
+}
+
+/// Interleaving C1 of the 2026-12-03 review, closed: the customer confirms the declined intent
+/// between our create's 402 and our cancel. Stripe refuses the cancel (the intent moved on), the
+/// intent is read back, and the operation settles as what Stripe holds: succeeded, one charge.
+pub async fn a_customer_who_pays_the_declined_intent_first_settles_succeeded<S: StripeUnderTest>() {
+    let mut w = World::<S>::new().await;
+    let op = w.new_op("ord-decline-paid", Card::Declined).await;
+    w.around_cancel(Some(w.side.customer_confirms()), None);
+    let r = w.execute(&op).await;
+    assert_eq!(r.status, OperationStatus::Succeeded);
+    assert_eq!(r.disposition, Disposition::Settled);
+    assert_eq!(
+        r.gateway_calls, 3,
+        "create, the refused cancel, the read back"
+    );
+    let charges = w.charges(&op);
+    assert_eq!(charges.len(), 1, "one PaymentIntent, paid by the customer");
+    assert_eq!(charges[0].status, "succeeded");
+    assert_eq!(r.external_id.as_deref(), Some(charges[0].id.as_str()));
+    assert_eq!(w.side.calls().cancel, 1);
+}
+
+/// A cancel without an answer never records `failed`: unknown, with the intent's id, due. Not
+/// made at Stripe: the next look retrieves the intent, still declined, and cancels it. Made but
+/// unanswered: the next look finds it canceled and records `failed` with no second cancel.
+pub async fn a_cancel_without_an_answer_leaves_the_operation_unknown_until_stripe_says_canceled<
+    S: StripeUnderTest,
+>() {
+    for (order, lost, cancels) in [
+        ("ord-cancel-unsent", Lost::BeforeStripe, 1),
+        ("ord-cancel-unanswered", Lost::AfterStripe, 1),
+    ] {
+        let mut w = World::<S>::new().await;
+        let op = w.new_op(order, Card::Declined).await;
+        w.around_cancel(None, Some(lost));
+        let r = w.execute(&op).await;
+        assert_eq!(r.status, OperationStatus::Unknown, "{order}: never failed");
+        assert_eq!(r.disposition, Disposition::Scheduled, "{order}");
+        let rec = w.current(&op).await;
+        let pi = w.charges(&op)[0].id.clone();
+        assert_eq!(rec.external_id.as_deref(), Some(pi.as_str()), "{order}");
+        assert!(rec.next_due_at.is_some(), "{order}: due again");
+        assert!(
+            rec.last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("cancel of"),
+            "{order}: {:?}",
+            rec.last_error
+        );
+
+        w.clock.advance(HOUR);
+        let again = w.execute(&op).await;
+        assert_eq!(again.status, OperationStatus::Failed, "{order}");
+        assert_eq!(again.external_id.as_deref(), Some(pi.as_str()), "{order}");
+        assert_eq!(w.charges(&op)[0].status, "canceled", "{order}");
+        assert_eq!(
+            w.side.calls().cancel,
+            cancels,
+            "{order}: cancels Stripe received"
+        );
+        assert_eq!(w.creates(), 1, "{order}: never created again");
+    }
+}
+
 /// A gateway that, on create, looks at what the store holds at that moment.
 struct Observer {
     inner: Arc<dyn PaymentGateway>,
@@ -699,6 +877,9 @@ impl PaymentGateway for Observer {
         id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
     }
 }
 
@@ -788,6 +969,8 @@ macro_rules! seed_scenario_tests {
             window_passed_with_zero_matches_goes_to_review,
             window_passed_with_two_matches_goes_to_review,
             decline_fails_and_is_never_retried,
+            a_customer_who_pays_the_declined_intent_first_settles_succeeded,
+            a_cancel_without_an_answer_leaves_the_operation_unknown_until_stripe_says_canceled,
             rate_limited_keeps_status_and_retries_later_with_the_same_key,
             settled_operation_makes_zero_gateway_calls,
             key_misuse_goes_to_review_and_is_never_retried_with_another_key,

@@ -1091,6 +1091,12 @@ mod tests {
         ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
             self.inner.search_by_operation(operation_id).await
         }
+        async fn cancel(
+            &self,
+            req: &charge_once::ports::CancelPaymentIntent,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            self.inner.cancel(req).await
+        }
     }
 
     /// A DLQ that logs `park <message id> start|end` and lets others run in between.

@@ -84,10 +84,13 @@ pub enum Command {
     /// Checks Stripe first: --succeeded retrieves the PaymentIntent and refuses unless it
     /// succeeded for this operation's amount, currency and operation id, and refuses while the
     /// record holds a different PaymentIntent (kept in the history when forced) or a search by
-    /// the operation id finds another one that succeeded; --failed refuses if a
-    /// search by the operation id finds a PaymentIntent that succeeded or is not final yet
-    /// (processing, requires_action, ...), and while the last attempt is younger than an hour
-    /// (Stripe search may lag that much). --force "<reason>" overrides a failed check, with the
+    /// the operation id finds another one that succeeded; --failed refuses unless every
+    /// PaymentIntent of the operation (found by a search by the operation id, and the recorded
+    /// one) is canceled: one that succeeded or is not final yet (processing, requires_action, ...)
+    /// refuses, and so does a declined one (requires_payment_method: the customer can still
+    /// confirm it) unless --cancel-intent cancels it at Stripe first; and while the last attempt
+    /// is younger than an hour (Stripe search may lag that much). --force "<reason>" overrides a
+    /// failed check, with the
     /// reason kept on the record. The record's review reason moves into the history entry. Refused if the record changed since it
     /// was read (or since --expect-version), if it is settled, or while a lease may be live. The
     /// action is appended to the record's history with your IAM identity.
@@ -172,6 +175,12 @@ pub struct ResolveArgs {
     /// Settle even though the Stripe check refused; the reason is kept on the record.
     #[arg(long, value_name = "REASON", value_parser = non_empty)]
     pub force: Option<String>,
+
+    /// With --failed: cancel the operation's declined PaymentIntents (requires_payment_method)
+    /// at Stripe, so nobody can confirm them any more, then require canceled. Made only once
+    /// every other check passed.
+    #[arg(long, conflicts_with = "succeeded")]
+    pub cancel_intent: bool,
 }
 
 /// What every operator write takes besides its own arguments.
@@ -361,6 +370,29 @@ mod tests {
         assert_eq!(
             neither.unwrap_err().kind(),
             ErrorKind::MissingRequiredArgument
+        );
+
+        // --cancel-intent goes with --failed only.
+        let Command::Resolve(args) =
+            parse(&["resolve", OP, "--failed", "--cancel-intent", "--note", "n"])
+                .unwrap()
+                .command
+        else {
+            panic!("resolve")
+        };
+        assert!(args.cancel_intent && args.outcome.failed);
+        let with_succeeded = parse(&[
+            "resolve",
+            OP,
+            "--succeeded",
+            "pi_x",
+            "--cancel-intent",
+            "--note",
+            "n",
+        ]);
+        assert_eq!(
+            with_succeeded.unwrap_err().kind(),
+            ErrorKind::ArgumentConflict
         );
     }
 

@@ -12,8 +12,10 @@
 //! - by the lease: a lease counts as live until its own `lease_expires_at` plus [`LEASE_MARGIN`],
 //!   so an operator's clock running ahead cannot see a running charge as finished;
 //! - by Stripe, for `resolve`: `--succeeded pi_…` must be a succeeded PaymentIntent of this
-//!   operation's amount, currency and `metadata.operation_id`; `--failed` must find no succeeded
-//!   one by search (nor the recorded one). `--force "<reason>"` overrides, with the reason kept.
+//!   operation's amount, currency and `metadata.operation_id`; `--failed` must find every one by
+//!   search (and the recorded one) canceled, so that Stripe can no longer take the money: a
+//!   declined one is canceled first with `--cancel-intent`. `--force "<reason>"` overrides, with
+//!   the reason kept.
 //!
 //! Each write appends an [`AuditEntry`] to the record's history in the same conditional write,
 //! with the caller's IAM identity from STS (`--by` is only an extra label).
@@ -26,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_once::executor::plan;
 use charge_once::ports::{
-    ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
-    Recorded, Reschedule, StoreError, UnreadableRecord,
+    CancelPaymentIntent, ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
+    PaymentGateway, Recorded, Reschedule, StoreError, UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};
 use charge_once::telemetry::ErrorChain;
@@ -490,15 +492,18 @@ fn refused_write(
     }
 }
 
-/// Checks Stripe before an operator declares an outcome. `Ok(())` when Stripe agrees; the
-/// refusal's reasons otherwise.
+/// Checks Stripe before an operator declares an outcome. `Ok` when Stripe agrees, with the
+/// declined PaymentIntents it canceled on the way (`cancel_declined`, for `--failed` only, once
+/// every other check passed); the refusal's reasons otherwise.
 async fn check_stripe(
     gateway: &dyn PaymentGateway,
     op: &Operation,
     succeeded: Option<&PaymentIntentId>,
+    cancel_declined: bool,
     now: Timestamp,
-) -> Result<(), Vec<String>> {
+) -> Result<Vec<PaymentIntentId>, Vec<String>> {
     let mut problems = Vec::new();
+    let mut declined = Vec::new();
     match succeeded {
         Some(pi_id) => {
             match gateway.retrieve(pi_id).await {
@@ -544,21 +549,49 @@ async fn check_stripe(
                 }
             }
             for (pi, how) in seen {
-                if pi.status == PaymentIntentStatus::Succeeded {
-                    problems.push(format!("{} succeeded for this operation ({how})", pi.id));
-                } else if !is_final_failure(&pi.status) {
-                    // Not final: it may still take the money. Declared failed now, the order
-                    // service would ask for another card, and both could charge.
-                    problems.push(format!(
+                match pi.status {
+                    PaymentIntentStatus::Succeeded => {
+                        problems.push(format!("{} succeeded for this operation ({how})", pi.id))
+                    }
+                    PaymentIntentStatus::Canceled => {}
+                    PaymentIntentStatus::RequiresPaymentMethod if cancel_declined => {
+                        declined.push(pi.id)
+                    }
+                    // Declined, but the customer can still confirm it (Stripe's recovery for
+                    // `authentication_required`): declared failed now, the order service would
+                    // ask for another card, and both could charge.
+                    PaymentIntentStatus::RequiresPaymentMethod => problems.push(format!(
+                        "{} is {} at Stripe ({how}): declined, but the customer can still confirm \
+                         it; cancel it first (repeat with --cancel-intent)",
+                        pi.id, pi.status
+                    )),
+                    // Not final: it may still take the money.
+                    _ => problems.push(format!(
                         "{} is {} at Stripe ({how}): not final, it may still succeed",
                         pi.id, pi.status
-                    ));
+                    )),
                 }
             }
         }
     }
+    if !problems.is_empty() {
+        // A refused resolve changes nothing, at Stripe either.
+        return Err(problems);
+    }
+    let mut canceled = Vec::new();
+    for id in declined {
+        let req = CancelPaymentIntent::for_operation(op, id.clone());
+        match gateway.cancel(&req).await {
+            Ok(pi) if pi.status == PaymentIntentStatus::Canceled => canceled.push(id),
+            Ok(pi) => problems.push(format!(
+                "{id} is {} after its cancel, not canceled",
+                pi.status
+            )),
+            Err(e) => problems.push(format!("cannot cancel {id} at Stripe: {e}")),
+        }
+    }
     if problems.is_empty() {
-        Ok(())
+        Ok(canceled)
     } else {
         Err(problems)
     }
@@ -656,15 +689,6 @@ fn describe_mismatch(
 /// How far behind Stripe search may be during incidents (docs.stripe.com/search: "up to an hour").
 pub const SEARCH_LAG_BOUND: Duration = Duration::from_secs(3600);
 
-/// A state that will never take the money: `canceled`, or `requires_payment_method` (declined; a
-/// new confirmation would need our create, which the key window rules).
-fn is_final_failure(status: &PaymentIntentStatus) -> bool {
-    matches!(
-        status,
-        PaymentIntentStatus::Canceled | PaymentIntentStatus::RequiresPaymentMethod
-    )
-}
-
 /// Everything `resolve` talks to.
 pub struct ResolveDeps<'a> {
     pub store: &'a dyn OperationStore,
@@ -701,8 +725,24 @@ pub async fn resolve(
         Some(pi) => (OperationStatus::Succeeded, Some(pi.clone())),
         None => (OperationStatus::Failed, None),
     };
-    let forced = match check_stripe(deps.gateway, &op, external_id.as_ref(), now).await {
-        Ok(()) => None,
+    let checked = check_stripe(
+        deps.gateway,
+        &op,
+        external_id.as_ref(),
+        args.cancel_intent,
+        now,
+    )
+    .await;
+    let forced = match checked {
+        Ok(canceled) => {
+            for id in canceled {
+                writeln!(
+                    console.err,
+                    "canceled {id} at Stripe: declined, and nobody can confirm it any more"
+                )?;
+            }
+            None
+        }
         Err(problems) => match &args.force {
             Some(reason) => {
                 writeln!(
@@ -867,7 +907,7 @@ mod tests {
 
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CreatePaymentIntent, OutcomeRecord};
+    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, OutcomeRecord};
     use charge_once::testing;
     use charge_once::{GatewayError, LeaseToken, ManualClock, PaymentIntent, Review};
 
@@ -993,8 +1033,24 @@ mod tests {
         assert_eq!(c.err().trim(), "no operations in review");
     }
 
-    /// Stripe as a fixed list of PaymentIntents.
-    struct StubStripe(Vec<PaymentIntent>);
+    /// Stripe as a list of PaymentIntents; a cancel cancels a declined one.
+    struct StubStripe(std::sync::Mutex<Vec<PaymentIntent>>);
+
+    impl StubStripe {
+        fn new(intents: Vec<PaymentIntent>) -> Self {
+            Self(std::sync::Mutex::new(intents))
+        }
+
+        fn status_of(&self, id: &str) -> PaymentIntentStatus {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|p| p.id == id)
+                .map(|p| p.status.clone())
+                .unwrap()
+        }
+    }
 
     #[async_trait]
     impl PaymentGateway for StubStripe {
@@ -1006,6 +1062,8 @@ mod tests {
         }
         async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
             self.0
+                .lock()
+                .unwrap()
                 .iter()
                 .find(|p| p.id == *id)
                 .cloned()
@@ -1021,10 +1079,23 @@ mod tests {
             let id = id.to_string();
             Ok(self
                 .0
+                .lock()
+                .unwrap()
                 .iter()
                 .filter(|p| p.operation_id.as_deref() == Some(id.as_str()))
                 .cloned()
                 .collect())
+        }
+        async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+            let mut intents = self.0.lock().unwrap();
+            let pi = intents.iter_mut().find(|p| p.id == req.id).unwrap();
+            if pi.status != PaymentIntentStatus::RequiresPaymentMethod {
+                return Err(GatewayError::UnexpectedState {
+                    detail: format!("status of {}", pi.status),
+                });
+            }
+            pi.status = PaymentIntentStatus::Canceled;
+            Ok(pi.clone())
         }
     }
 
@@ -1054,6 +1125,7 @@ mod tests {
                 expect_version: None,
             },
             force: None,
+            cancel_intent: false,
         }
     }
 
@@ -1073,7 +1145,7 @@ mod tests {
             T0,
         )
         .await;
-        let stripe = StubStripe(vec![
+        let stripe = StubStripe::new(vec![
             pi(
                 "pi_declined",
                 &open,
@@ -1105,8 +1177,9 @@ mod tests {
         assert!(text.contains("the last attempt was 10 min ago"), "{text}");
         assert!(text.contains("pi_slow is processing at Stripe"), "{text}");
         assert!(
-            !text.contains("pi_declined"),
-            "a declined intent is final: {text}"
+            text.contains("pi_declined is requires_payment_method at Stripe")
+                && text.contains("--cancel-intent"),
+            "a declined intent can still be confirmed: {text}"
         );
         // Past the search-lag bound the processing intent alone still refuses.
         clock.set(T0.plus(SEARCH_LAG_BOUND));
@@ -1144,6 +1217,88 @@ mod tests {
         assert_eq!(now.review, None);
     }
 
+    /// `--failed` requires Stripe to hold every intent canceled: a declined one refuses unless
+    /// `--cancel-intent` cancels it, which it does only once nothing else refuses.
+    #[tokio::test]
+    async fn resolve_failed_cancels_a_declined_intent_only_when_asked_and_only_when_all_else_agrees(
+    ) {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let open = op("open-declined", T0);
+        store.create_if_absent(&open).await.unwrap();
+        let t = claim(&store, &open, T0).await;
+        record(
+            &store,
+            &open,
+            t,
+            OperationStatus::Unknown,
+            Some("0 matches"),
+            T0,
+        )
+        .await;
+        let stripe = StubStripe::new(vec![
+            pi(
+                "pi_declined",
+                &open,
+                PaymentIntentStatus::RequiresPaymentMethod,
+                1250,
+            ),
+            pi("pi_slow", &open, PaymentIntentStatus::Processing, 1250),
+        ]);
+        let identity = FixedIdentity(ALICE.into());
+        let deps = ResolveDeps {
+            store: &store,
+            gateway: &stripe,
+            identity: &identity,
+            clock: &clock,
+        };
+        clock.set(T0.plus(SEARCH_LAG_BOUND));
+        let before = store.get(&open.key()).await.unwrap().unwrap();
+        let mut c = Captured::new();
+        let cancel = ResolveArgs {
+            cancel_intent: true,
+            ..resolve_args(open.operation_id, None)
+        };
+        // Another intent still processing: refused, and nothing canceled at Stripe.
+        let err = resolve(&deps, &cancel, &mut c.console()).await.unwrap_err();
+        assert!(err.to_string().contains("pi_slow is processing"), "{err}");
+        assert_eq!(
+            stripe.status_of("pi_declined"),
+            PaymentIntentStatus::RequiresPaymentMethod
+        );
+        assert_eq!(store.get(&open.key()).await.unwrap().unwrap(), before);
+
+        // Once that one failed too: without --cancel-intent, refused; with it, canceled, then
+        // failed.
+        stripe.0.lock().unwrap()[1].status = PaymentIntentStatus::Canceled;
+        let err = resolve(
+            &deps,
+            &resolve_args(open.operation_id, None),
+            &mut c.console(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("pi_declined is requires_payment_method"),
+            "{err}"
+        );
+        assert_eq!(store.get(&open.key()).await.unwrap().unwrap(), before);
+        resolve(&deps, &cancel, &mut c.console()).await.unwrap();
+        assert_eq!(
+            stripe.status_of("pi_declined"),
+            PaymentIntentStatus::Canceled
+        );
+        assert!(
+            c.err().contains("canceled pi_declined at Stripe"),
+            "{}",
+            c.err()
+        );
+        let now = store.get(&open.key()).await.unwrap().unwrap();
+        assert_eq!(now.status, OperationStatus::Failed);
+        assert_eq!(now.history[0].forced, None);
+    }
+
     #[tokio::test]
     async fn resolve_refuses_settled_leased_stale_and_unconfirmed_and_settles_otherwise() {
         let store = MemoryStore::new();
@@ -1169,7 +1324,7 @@ mod tests {
         .await;
         // pi_other_amount is canceled: a succeeded one would be a second charge of the operation
         // (its metadata names it), and settling as pi_found would be refused for it.
-        let stripe = StubStripe(vec![
+        let stripe = StubStripe::new(vec![
             pi("pi_found", &open, PaymentIntentStatus::Succeeded, 1250),
             pi("pi_other_amount", &open, PaymentIntentStatus::Canceled, 999),
             pi(
@@ -1302,7 +1457,7 @@ mod tests {
         let clock = ManualClock::new(T0);
         let o = op("forced", T0);
         store.create_if_absent(&o).await.unwrap();
-        let stripe = StubStripe(vec![pi(
+        let stripe = StubStripe::new(vec![pi(
             "pi_paid",
             &o,
             PaymentIntentStatus::Succeeded,

@@ -534,6 +534,31 @@ impl Stripe {
             .id
             .to_string()
     }
+
+    /// A declined PaymentIntent for `op` at the simulator, as the charge function's create leaves
+    /// it (`requires_payment_method`: the customer could still confirm it).
+    async fn declined_intent_for(&self, op: &Operation) -> String {
+        let mut req = CreatePaymentIntent::for_operation(op);
+        req.params.payment_method =
+            charge_once::PaymentMethodId::parse("pm_card_chargeDeclined").unwrap();
+        match self.side.gateway().create(&req).await {
+            Err(charge_once::GatewayError::Declined {
+                payment_intent_id: Some(id),
+                ..
+            }) => id.to_string(),
+            other => panic!("not declined: {other:?}"),
+        }
+    }
+
+    fn status_at_stripe(&self, pi: &str) -> String {
+        self.side
+            .sim
+            .ledger()
+            .into_iter()
+            .find(|e| e.id == pi)
+            .expect("in the ledger")
+            .status
+    }
 }
 
 impl Fixture {
@@ -911,6 +936,66 @@ async fn resolve_succeeded_refuses_while_search_shows_another_succeeded_intent()
     let after = f.get(&op).await;
     assert_eq!(after.status, OperationStatus::Succeeded);
     assert_eq!(after.external_id.as_deref(), Some(first.as_str()));
+}
+
+/// `--failed` means Stripe can never take the money: a declined intent (which the customer can
+/// still confirm) refuses it and stays as it is, unless `--cancel-intent` cancels it at Stripe;
+/// then the operation is failed and the customer's later confirm is refused by Stripe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_failed_requires_a_declined_intent_canceled_and_cancels_it_when_asked() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let id = f.pending.operation_id.to_string();
+    let declined = stripe.declined_intent_for(&f.pending).await;
+    // Search, which is not read-after-write, shows it.
+    stripe.side.clock.advance(HOUR);
+    let before = f.get(&f.pending).await;
+
+    let out = f.run_with(&stripe, &["resolve", &id, "--failed", "--note", "n"]);
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{declined} is requires_payment_method at Stripe (found by search): declined, but the customer can still confirm it"
+        )) && err.contains("--cancel-intent"),
+        "{err}"
+    );
+    assert_eq!(f.get(&f.pending).await, before, "nothing written");
+    assert_eq!(
+        stripe.status_at_stripe(&declined),
+        "requires_payment_method",
+        "nothing canceled"
+    );
+    assert_eq!(stripe.side.sim.request_counts().cancel, 0);
+
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--failed",
+            "--cancel-intent",
+            "--note",
+            "declined; the customer will not be asked again",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stderr(&out).contains(&format!("canceled {declined} at Stripe")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stripe.status_at_stripe(&declined), "canceled");
+    assert_eq!(stripe.side.sim.request_counts().cancel, 1);
+    let after = f.get(&f.pending).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert_eq!(
+        after.history[0].forced, None,
+        "confirmed by Stripe, not forced"
+    );
+    // The customer's later confirm of that intent no longer takes the money.
+    assert!(stripe.side.sim.confirm_as_customer(&declined).is_err());
+    assert_eq!(stripe.status_at_stripe(&declined), "canceled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

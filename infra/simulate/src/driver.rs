@@ -78,6 +78,8 @@ pub struct Pipeline {
     pub webhooks: Option<Arc<crate::webhooks::Webhooks>>,
     /// The memory store, where an operator repairs unreadable records (`None` on `--backend aws`).
     pub operator: Option<Arc<crate::store::SimStore>>,
+    /// Customers coming back to pay a declined intent (`customer_confirms_declined`).
+    pub confirms: Arc<crate::faults::Confirms>,
 }
 
 /// One order as submitted.
@@ -464,10 +466,15 @@ impl Pipeline {
             None => self.first_due(now).await?,
         };
         let repair = self.operator.as_ref().and_then(|s| s.next_repair());
-        let wake = [due, self.blackouts.next_end(now), repair]
-            .into_iter()
-            .flatten()
-            .min();
+        let wake = [
+            due,
+            self.blackouts.next_end(now),
+            repair,
+            self.confirms.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         Ok((any, wake))
     }
 
@@ -521,6 +528,7 @@ impl Pipeline {
             self.drain(counts).await?;
             self.clock.advance(Duration::from_secs(1));
             self.repair_due();
+            self.confirms.visit_due().await;
             if self.clock.now().since(last_tick) >= TICK_EVERY {
                 self.tick(counts).await;
                 last_tick = self.clock.now();
@@ -550,7 +558,9 @@ impl Pipeline {
             self.drain(counts).await?;
             let (unsettled, wake) = self.outlook().await?;
             let now = self.clock.now();
-            if !unsettled || now >= deadline {
+            // A customer still to come back keeps the run going: what they pay must be judged.
+            let customers = self.confirms.next_due().is_some();
+            if (!unsettled && !customers) || now >= deadline {
                 break;
             }
             let depth = self.source.depth().await?;
@@ -574,6 +584,8 @@ impl Pipeline {
                 self.clock.advance(STEP);
             }
             self.repair_due();
+            self.stripe.sync_clock(&self.clock).await?;
+            self.confirms.visit_due().await;
             if self.clock.now().since(last_tick) >= TICK_EVERY {
                 self.stripe.sync_clock(&self.clock).await?;
                 self.tick(counts).await;

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
-    Reschedule, StoreError,
+    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
+    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
+    QueuedCharge, Recorded, Reschedule, StoreError,
 };
 use charge_once::{
     Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
@@ -78,10 +78,16 @@ pub enum Kind {
     /// repairs it [`crate::store::REPAIR_AFTER`] later; it must then settle like any other.
     /// Memory backend only.
     UnreadableRecord,
+    /// The customer of a declined order comes back and confirms that same PaymentIntent with its
+    /// client secret (Stripe's recovery for `authentication_required`), at once (before our
+    /// cancel) or minutes later, if Stripe still allows it ([`Confirms`]). Drawn per declined
+    /// order; counted per visit. No operation may end `failed` while Stripe holds a succeeded
+    /// intent for it (`failed_but_paid`).
+    CustomerConfirmsDeclined,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -101,6 +107,7 @@ impl Kind {
         Kind::ForgedEvent,
         Kind::LegacyRecord,
         Kind::UnreadableRecord,
+        Kind::CustomerConfirmsDeclined,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -124,6 +131,7 @@ impl Kind {
             Kind::ForgedEvent => "forged_event",
             Kind::LegacyRecord => "legacy_record",
             Kind::UnreadableRecord => "unreadable_record",
+            Kind::CustomerConfirmsDeclined => "customer_confirms_declined",
         }
     }
 
@@ -131,6 +139,8 @@ impl Kind {
     /// promise holding under every fault at once.
     pub fn default_rate(&self) -> f64 {
         match self {
+            // Of the declined orders only: half their customers come back to pay.
+            Kind::CustomerConfirmsDeclined => 0.5,
             Kind::Decline | Kind::Processing => 0.05,
             Kind::Timeout | Kind::KeyPruned | Kind::Stuck => 0.002,
             Kind::SearchLag => 1.0,
@@ -232,14 +242,25 @@ impl Faults {
         if rate <= 0.0 {
             return false;
         }
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ self.seed ^ (kind as u64).wrapping_mul(0x9e37);
+        (self.hash(kind, subject, 0) as f64 / u64::MAX as f64) < rate
+    }
+
+    /// One of `n` choices fixed by (seed, kind, subject), apart from [`Faults::fixed`]'s decision
+    /// (another salt): e.g. when a customer comes back.
+    pub fn fixed_choice(&self, kind: Kind, subject: &str, n: u64) -> u64 {
+        self.hash(kind, subject, 0x5a17_c401_ce00_0001) % n.max(1)
+    }
+
+    fn hash(&self, kind: Kind, subject: &str, salt: u64) -> u64 {
+        let mut h: u64 =
+            0xcbf2_9ce4_8422_2325 ^ self.seed ^ (kind as u64).wrapping_mul(0x9e37) ^ salt;
         for b in subject.bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
         h ^= h >> 33;
         h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^= h >> 33;
-        (h as f64 / u64::MAX as f64) < rate
+        h
     }
 
     pub fn count(&self, kind: Kind) {
@@ -292,6 +313,135 @@ impl Blackouts {
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
             .is_some_and(|start| now < start.plus(BLACKOUT))
+    }
+}
+
+/// Customers who come back to pay a declined PaymentIntent (the `customer_confirms_declined`
+/// fault): drawn per order when its create is declined, the visit made at once (after Stripe's
+/// 402, before the executor can cancel) or [`CONFIRM_LATER`] later, through Stripe, which refuses
+/// a canceled intent. Each visit is counted, and whether the customer paid.
+pub struct Confirms {
+    stripe: Arc<crate::stripe::SimStripe>,
+    faults: Arc<Faults>,
+    trace: Arc<Trace>,
+    clock: Arc<dyn Clock>,
+    /// Operations whose decline was seen (one visit each, however often the 402 is replayed).
+    seen: Mutex<FxHashSet<OperationId>>,
+    /// Visits to come, by (due in ms, sequence): (order, PaymentIntent).
+    due: Mutex<BTreeMap<(i64, u64), (String, String)>>,
+    seq: AtomicU64,
+    /// Visits where the customer paid (Stripe still allowed it) and where Stripe refused.
+    pub paid: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// When a customer who does not confirm at once comes back: minutes later (a retried 3-D Secure
+/// page), or half an hour later (an e-mail asking to authenticate).
+pub const CONFIRM_LATER: [Duration; 2] = [Duration::from_secs(120), Duration::from_secs(1800)];
+
+impl Confirms {
+    pub fn new(
+        stripe: Arc<crate::stripe::SimStripe>,
+        faults: Arc<Faults>,
+        trace: Arc<Trace>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            stripe,
+            faults,
+            trace,
+            clock,
+            seen: Mutex::new(Default::default()),
+            due: Mutex::new(BTreeMap::new()),
+            seq: AtomicU64::new(0),
+            paid: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// A create for `order` was declined, leaving the PaymentIntent `pi`: whether and when its
+    /// customer comes back to confirm it.
+    pub async fn declined(&self, operation_id: OperationId, order: &str, pi: &str) {
+        if !self.faults.fixed(Kind::CustomerConfirmsDeclined, order) {
+            return;
+        }
+        let first = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(operation_id);
+        if !first {
+            return;
+        }
+        let choice = self.faults.fixed_choice(
+            Kind::CustomerConfirmsDeclined,
+            order,
+            1 + CONFIRM_LATER.len() as u64,
+        );
+        match choice.checked_sub(1) {
+            None => self.visit(order, pi).await,
+            Some(later) => {
+                let at = self.clock.now().plus(CONFIRM_LATER[later as usize]);
+                let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                self.due
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((at.as_millis(), seq), (order.to_owned(), pi.to_owned()));
+            }
+        }
+    }
+
+    /// The visits due now, in the order they were due.
+    pub async fn visit_due(&self) {
+        let now = self.clock.now().as_millis();
+        loop {
+            let next = {
+                let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+                match due.first_key_value() {
+                    Some((key, _)) if key.0 <= now => due.pop_first(),
+                    _ => None,
+                }
+            };
+            let Some((_, (order, pi))) = next else { return };
+            self.visit(&order, &pi).await;
+        }
+    }
+
+    /// When the next visit is due.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .next()
+            .map(|(at, _)| Timestamp::from_millis(*at))
+    }
+
+    async fn visit(&self, order: &str, pi: &str) {
+        self.faults.count(Kind::CustomerConfirmsDeclined);
+        match self.stripe.confirm_as_customer(pi).await {
+            Ok(true) => {
+                self.paid.fetch_add(1, Ordering::Relaxed);
+                self.trace.event(
+                    order,
+                    "customer",
+                    format_args!("FAULT customer_confirms_declined: {pi} confirmed, paid"),
+                );
+            }
+            Ok(false) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                self.trace.event(
+                    order,
+                    "customer",
+                    format_args!("FAULT customer_confirms_declined: {pi} refused by Stripe"),
+                );
+            }
+            Err(e) => self.trace.event(
+                order,
+                "customer",
+                format_args!("customer_confirms_declined: {pi}: error: {e}"),
+            ),
+        }
     }
 }
 
@@ -627,6 +777,8 @@ pub struct SimGateway {
     pub no_retry: bool,
     /// The `key_pruned` operations whose first create was made.
     first_create_seen: Mutex<FxHashSet<OperationId>>,
+    /// Customers who come back to a declined intent (`customer_confirms_declined`).
+    pub confirms: Option<Arc<Confirms>>,
 }
 
 /// A gateway's answer as the trace says it.
@@ -666,6 +818,7 @@ impl SimGateway {
             no_idempotency_key,
             no_retry,
             first_create_seen: Mutex::new(Default::default()),
+            confirms: None,
         }
     }
 
@@ -709,8 +862,13 @@ impl PaymentGateway for SimGateway {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(req.operation_id);
         let result = self.inner.create(&req).await;
-        if let Ok(pi) = &result {
-            self.trace.alias(&op, &pi.id);
+        match &result {
+            Ok(pi) => self.trace.alias(&op, &pi.id),
+            Err(GatewayError::Declined {
+                payment_intent_id: Some(id),
+                ..
+            }) => self.trace.alias(&op, id),
+            Err(_) => {}
         }
         if first && result.is_ok() {
             self.faults.count(Kind::KeyPruned);
@@ -737,6 +895,18 @@ impl PaymentGateway for SimGateway {
                 AnswerText(&result)
             ),
         );
+        if let (
+            Some(confirms),
+            Err(GatewayError::Declined {
+                payment_intent_id: Some(id),
+                ..
+            }),
+        ) = (&self.confirms, &result)
+        {
+            confirms
+                .declined(req.operation_id, req.order_id.as_str(), id)
+                .await;
+        }
         self.naive(result)
     }
 
@@ -781,6 +951,21 @@ impl PaymentGateway for SimGateway {
             Err(e) => self.naive(Err(e)).map(|pi| vec![pi]),
             ok => ok,
         }
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        yield_now().await;
+        let result = self.inner.cancel(req).await;
+        self.trace.event(
+            &req.id,
+            "stripe.cancel",
+            format_args!(
+                "{} -> {}",
+                req.idempotency_key.as_str(),
+                AnswerText(&result)
+            ),
+        );
+        self.naive(result)
     }
 }
 

@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::adapters::stripe::{
-    parse_payment_intent, parse_search, settle_answer, worth_retrying, Answer, SecretKey,
+    cancel_form, parse_payment_intent, parse_search, settle_answer, worth_retrying, Answer,
+    SecretKey,
 };
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
@@ -186,5 +187,20 @@ impl PaymentGateway for InProcessGateway {
             .call(|| wire(self.sim.search_in_process(&query)).into())
             .await?;
         parse_search(&body)
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let form = cancel_form(req);
+        let key = req.idempotency_key.as_str();
+        let (body, replayed) = self
+            .call(|| {
+                completed(
+                    self.sim
+                        .cancel_in_process(req.id.as_str(), Some(key), &form),
+                )
+                .into()
+            })
+            .await?;
+        parse_payment_intent(&body, replayed)
     }
 }

@@ -65,7 +65,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use driver::{LoopCounts, Pipeline};
-use faults::{parse_fault, Blackouts, Faults, FaultyQueue, FaultyStore, Kind, SimGateway};
+use faults::{
+    parse_fault, Blackouts, Confirms, Faults, FaultyQueue, FaultyStore, Kind, SimGateway,
+};
 use report::Report;
 use source::{EventSource, MemorySource, SqsSource};
 use stripe::SimStripe;
@@ -218,8 +220,10 @@ pub struct SimulateArgs {
     /// stuck, forged_event (beside a real Stripe event, a validly delivered one naming a state
     /// Stripe does not hold), legacy_record (a record stored in release 2026-11-29's shape, read
     /// through the real DynamoDB mapping), unreadable_record (a record corrupted after its put,
-    /// set aside by the reconciler's page, repaired by an operator 2 h later). Every kind is on at
-    /// a modest rate unless --no-faults.
+    /// set aside by the reconciler's page, repaired by an operator 2 h later),
+    /// customer_confirms_declined (of the declined orders, this share of customers come back and
+    /// confirm the declined PaymentIntent, at once or minutes later, if Stripe still allows it).
+    /// Every kind is on at a modest rate unless --no-faults.
     #[arg(long = "fault", value_name = "KIND=RATE", value_parser = parse_fault)]
     pub faults: Vec<(Kind, f64)>,
 
@@ -737,7 +741,13 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             may_crash,
         })
     };
-    let sim_gateway: Arc<dyn PaymentGateway> = Arc::new(SimGateway::new(
+    let confirms = Arc::new(Confirms::new(
+        stripe.clone(),
+        faults.clone(),
+        trace.clone(),
+        clock_arc.clone(),
+    ));
+    let mut sim_gateway = SimGateway::new(
         gateway,
         faults.clone(),
         blackouts.clone(),
@@ -745,7 +755,14 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         trace.clone(),
         args.no_idempotency_key,
         args.no_retry,
-    ));
+    );
+    sim_gateway.confirms = Some(confirms.clone());
+    let sim_gateway: Arc<dyn PaymentGateway> = match args.mutation {
+        Some(Mutation::FailedWithoutCancel) => {
+            Arc::new(mutations::CancelNotMade(Arc::new(sim_gateway)))
+        }
+        _ => Arc::new(sim_gateway),
+    };
     let charge = ChargeDeps {
         store: faulty_store.clone(),
         gateway: sim_gateway.clone(),
@@ -873,6 +890,7 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         stripe: stripe.clone(),
         webhooks: webhooks.clone(),
         operator: sim_store.clone(),
+        confirms: confirms.clone(),
     };
 
     pipeline.run(args.orders, &counts).await?;
@@ -893,6 +911,8 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             .unwrap_or_else(|p| p.into_inner())
             .clone(),
         unreadable_counted: counts.unreadable_counted.load(Ordering::Relaxed),
+        customer_confirms_paid: confirms.paid.load(Ordering::Relaxed),
+        customer_confirms_refused: confirms.refused.load(Ordering::Relaxed),
         mutation: args.mutation.map(|m| m.name()),
         ..Report::default()
     };
@@ -1008,13 +1028,17 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-    let stripe_calls = stripe_requests.create + stripe_requests.retrieve + stripe_requests.search;
+    let stripe_calls = stripe_requests.create
+        + stripe_requests.retrieve
+        + stripe_requests.search
+        + stripe_requests.cancel;
     report.requests_total = BTreeMap::from([
         ("dynamodb_reads".to_owned(), reads),
         ("dynamodb_writes".to_owned(), writes),
         ("sqs_sends".to_owned(), sends),
         ("stripe_calls".to_owned(), stripe_calls),
         ("stripe_creates".to_owned(), stripe_requests.create),
+        ("stripe_cancels".to_owned(), stripe_requests.cancel),
     ]);
     let n = args.orders.max(1) as f64;
     report.requests_per_charge = report

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded,
-    Reschedule, StoreError,
+    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
+    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
+    QueuedCharge, Recorded, Reschedule, StoreError,
 };
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
@@ -42,10 +42,13 @@ pub enum Mutation {
     /// The reconciler's index page fails on a record it cannot read instead of setting it aside
     /// (`Page::unreadable`): every tick fails while one is due.
     UnreadableFailsPage,
+    /// A declined intent is recorded `failed` without being canceled: Stripe's cancel is never
+    /// sent, and answered as if it had been ([`CancelNotMade`]), so the customer can still pay.
+    FailedWithoutCancel,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -56,6 +59,7 @@ impl Mutation {
         Mutation::RelayLosesOutcomes,
         Mutation::TrustEventPayload,
         Mutation::UnreadableFailsPage,
+        Mutation::FailedWithoutCancel,
     ];
 
     pub fn name(&self) -> String {
@@ -196,5 +200,39 @@ impl PaymentGateway for TrustEventPayload {
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
+    }
+}
+
+/// Stripe as `failed-without-cancel` sees it: a cancel is never sent; it is answered with the
+/// intent as Stripe holds it (read back) marked `canceled`, so the executor records `failed` while
+/// the intent stays confirmable.
+pub struct CancelNotMade(pub Arc<dyn PaymentGateway>);
+
+#[async_trait]
+impl PaymentGateway for CancelNotMade {
+    fn livemode(&self) -> bool {
+        self.0.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.0.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.0.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.0.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let pi = self.0.retrieve(&req.id).await?;
+        Ok(PaymentIntent {
+            status: charge_once::PaymentIntentStatus::Canceled,
+            ..pi
+        })
     }
 }

@@ -6,7 +6,10 @@
 //!    (`double_charges`);
 //! 2. every accepted order ends succeeded, failed or in review (`unconverged`), and an order whose
 //!    card works is charged unless a person holds it in review (`lost_charges`);
-//! 3. our record agrees with Stripe for every settled order (`record_mismatches`);
+//! 3. our record agrees with Stripe for every settled order (`record_mismatches`), and in
+//!    particular no operation ends `failed` while Stripe holds a succeeded PaymentIntent for it
+//!    (`failed_but_paid`, counted apart: a declined intent the customer could still confirm, and
+//!    did — `customer_confirms_declined` — must have been canceled before `failed` was recorded);
 //! 4. review only where a person is needed: never when exactly one PaymentIntent exists under our
 //!    key, which search would have found (`needless_reviews`) — unless that intent is stuck
 //!    (`requires_action` / `processing` past the stuck bound), which only a person can unblock.
@@ -58,6 +61,9 @@ pub struct Report {
     pub lost_charges: u64,
     pub unconverged: u64,
     pub record_mismatches: u64,
+    /// Invariant: operations that ended `failed` while Stripe holds a succeeded PaymentIntent for
+    /// them (their customer paid a declined intent nobody canceled). Must stay 0.
+    pub failed_but_paid: u64,
     pub needless_reviews: u64,
     /// Poison messages the charge function parked on the dead-letter queue.
     pub poison_messages: u64,
@@ -139,6 +145,11 @@ pub struct Report {
     pub unreadable_counted: u64,
     /// Unreadable records an operator repaired (after `store::REPAIR_AFTER`).
     pub unreadable_repaired: u64,
+    /// Customers who came back to a declined PaymentIntent (`customer_confirms_declined`) and
+    /// paid it (Stripe still allowed it: they came before our cancel), and those Stripe refused
+    /// (canceled).
+    pub customer_confirms_paid: u64,
+    pub customer_confirms_refused: u64,
     /// Invariant: orders whose record could not be read after the run. Must stay 0.
     pub unreadable_at_end: u64,
     /// How long operations that went `unknown` took to settle (virtual time).
@@ -345,7 +356,10 @@ impl<'a> Judge<'a> {
             OperationStatus::Failed => pis.succeeded == 0,
             _ => true,
         };
-        if !agrees {
+        if op.status == OperationStatus::Failed && pis.succeeded > 0 {
+            report.failed_but_paid += 1;
+            violation(report, "failed but paid");
+        } else if !agrees {
             report.record_mismatches += 1;
             violation(report, "record disagrees with Stripe");
         }
@@ -484,6 +498,7 @@ impl<'a> Judge<'a> {
             && report.lost_charges == 0
             && report.unconverged == 0
             && report.record_mismatches == 0
+            && report.failed_but_paid == 0
             && report.needless_reviews == 0
             && report.orphan_charges == 0
             && report.unpublished_outcomes == 0
@@ -554,8 +569,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  needless reviews {}  orphan charges {}  forged settles {}  failed ticks {}",
-            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.needless_reviews, self.orphan_charges, self.forged_settles, self.failed_ticks
+            "  invariants      double charges {}  lost charges {}  unconverged {}  record mismatches {}  failed but paid {}  needless reviews {}  orphan charges {}  forged settles {}  failed ticks {}",
+            self.double_charges, self.lost_charges, self.unconverged, self.record_mismatches, self.failed_but_paid, self.needless_reviews, self.orphan_charges, self.forged_settles, self.failed_ticks
         );
         let _ = writeln!(
             s,
@@ -596,6 +611,13 @@ impl Report {
             self.unreadable_repaired,
             self.unreadable_counted,
             self.unreadable_at_end
+        );
+        let _ = writeln!(
+            s,
+            "  customers       came back to a declined intent {}: paid {} (Stripe still allowed it), refused by Stripe {} (canceled)",
+            injected("customer_confirms_declined"),
+            self.customer_confirms_paid,
+            self.customer_confirms_refused
         );
         let _ = writeln!(
             s,

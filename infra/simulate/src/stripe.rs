@@ -114,6 +114,7 @@ pub struct StripeCallCounts {
     pub create: u64,
     pub retrieve: u64,
     pub search: u64,
+    pub cancel: u64,
 }
 
 pub enum SimStripe {
@@ -284,6 +285,31 @@ impl SimStripe {
         Ok(())
     }
 
+    /// The customer confirms the declined PaymentIntent `pi` with its client secret: true when
+    /// it paid, false when Stripe refused (it was canceled, or moved on).
+    pub async fn confirm_as_customer(&self, pi: &str) -> Result<bool, BoxError> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => {
+                match sim.confirm_as_customer(pi) {
+                    Ok(()) => Ok(true),
+                    Err(e) if e.status == 400 => Ok(false),
+                    Err(e) => Err(format!("confirm of {pi}: {}", e.message).into()),
+                }
+            }
+            Self::Remote { base, http } => {
+                let resp = http
+                    .post(format!("{base}/_sim/payment_intents/{pi}/confirm"))
+                    .send()
+                    .await?;
+                match resp.status().as_u16() {
+                    200 => Ok(true),
+                    400 => Ok(false),
+                    s => Err(format!("stripe-sim confirm of {pi}: HTTP {s}").into()),
+                }
+            }
+        }
+    }
+
     /// The ledger (every PaymentIntent created), read in place when the simulator runs in this
     /// process.
     pub async fn ledger(&self) -> Result<Box<dyn Ledger>, BoxError> {
@@ -337,6 +363,7 @@ impl SimStripe {
                         create: r.create,
                         retrieve: r.retrieve,
                         search: r.search,
+                        cancel: r.cancel,
                     },
                     injected,
                 ))
@@ -357,6 +384,7 @@ impl SimStripe {
                         create: n("create"),
                         retrieve: n("retrieve"),
                         search: n("search"),
+                        cancel: n("cancel"),
                     },
                     injected,
                 ))

@@ -12,13 +12,15 @@
 //! The `forged_event` fault: beside a real event, at its rate, a validly delivered event (signed
 //! with the endpoint's secret, or in a proper envelope) that names a state Stripe does not hold:
 //! `canceled` for a PaymentIntent that succeeded (or is processing, which only succeeds),
-//! `succeeded` for one that was declined or waits for an action that never comes, or `succeeded`
-//! for a PaymentIntent id Stripe never created. None can ever become true, so an honest events
+//! `succeeded` for one that was canceled or waits for an action that never comes, or `succeeded`
+//! for a PaymentIntent id Stripe never created (the only forgery beside a declined intent's event:
+//! its customer may still pay it, and we cancel it, so either final state may come true). None
+//! can ever become true, so an honest events
 //! function must never move a record on one ([`Forged`] counts what it did).
 //!
 //! The events function gets the same faulty store and gateway as the charge function, wrapped
-//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates,
-//! which must stay 0.
+//! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates and
+//! cancels, which must stay 0 (it records a declined intent for the charge path to cancel).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +31,9 @@ use aws_lambda_events::encodings::Body;
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
-    Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule, StoreError,
+    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
+    ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule,
+    StoreError,
 };
 use charge_once::webhook::wire::{EventFields, Shaped};
 use charge_once::webhook::{EventBridgeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
@@ -53,6 +56,7 @@ pub struct WebhookCalls {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub retrieves: AtomicU64,
+    pub cancels: AtomicU64,
     pub creates: AtomicU64,
 }
 
@@ -140,6 +144,10 @@ impl PaymentGateway for CountingGateway {
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.calls.cancels.fetch_add(1, Ordering::Relaxed);
+        self.inner.cancel(req).await
     }
 }
 
@@ -394,9 +402,13 @@ impl Webhooks {
         let status = read.status()?;
         let contradiction = match status {
             // Final, or only ever succeeds: `canceled` can never be true.
-            "succeeded" | "processing" => "canceled",
-            // Declined, or waiting for an action off-session never takes: never `succeeded`.
-            "requires_payment_method" | "requires_action" => "succeeded",
+            "succeeded" | "processing" => Some("canceled"),
+            // Canceled (final), or waiting for an action off-session never takes: never
+            // `succeeded`.
+            "canceled" | "requires_action" => Some("succeeded"),
+            // Declined: its customer may still pay it (`customer_confirms_declined`) and we cancel
+            // it, so either final state may come true. Only an intent Stripe never created.
+            "requires_payment_method" => None,
             _ => return None,
         };
         if !self.faults.roll(Kind::ForgedEvent) {
@@ -411,11 +423,12 @@ impl Webhooks {
         let real = event_json(d);
         let mut pi = real["data"]["object"].clone();
         // Every third names a PaymentIntent Stripe never created.
-        let (claimed, unknown) = if n % 3 == 0 {
-            pi["id"] = Value::from(format!("pi_Forged{n:015}"));
-            ("succeeded", true)
-        } else {
-            (contradiction, false)
+        let (claimed, unknown) = match contradiction {
+            Some(claimed) if n % 3 != 0 => (claimed, false),
+            _ => {
+                pi["id"] = Value::from(format!("pi_Forged{n:015}"));
+                ("succeeded", true)
+            }
         };
         pi["status"] = Value::from(claimed);
         pi["amount_received"] = if claimed == "succeeded" {
@@ -627,6 +640,10 @@ impl Webhooks {
             (
                 "stripe_retrieves".to_owned(),
                 self.calls.retrieves.load(Ordering::Relaxed),
+            ),
+            (
+                "stripe_cancels".to_owned(),
+                self.calls.cancels.load(Ordering::Relaxed),
             ),
             (
                 "stripe_creates".to_owned(),

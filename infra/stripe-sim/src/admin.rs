@@ -56,7 +56,7 @@ where
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct CapacityUpdate {
-    /// First set all four rates to Stripe's defaults (`true`) ...
+    /// First set all five rates to Stripe's defaults (`true`) ...
     stripe_defaults: Option<bool>,
     /// ... or to unlimited (`true`); then the single rates below apply.
     unlimited: Option<bool>,
@@ -66,6 +66,8 @@ struct CapacityUpdate {
     retrieve_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     search_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    cancel_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     account_per_sec: Option<Option<u32>>,
     clock: Option<CapacityClock>,
@@ -116,11 +118,12 @@ pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) 
         (&Method::GET, "webhooks") => Ok(webhooks_json(sim)),
         (&Method::POST, "webhooks") => update_webhooks(sim, body),
         (&Method::POST, "webhooks/inject") => inject_event(sim, body),
-        (&Method::POST, r) => match r
-            .strip_prefix("payment_intents/")
-            .and_then(|r| r.strip_suffix("/status"))
-        {
-            Some(id) => set_status(sim, id, body),
+        (&Method::POST, r) => match r.strip_prefix("payment_intents/") {
+            Some(r) => match (r.strip_suffix("/status"), r.strip_suffix("/confirm")) {
+                (Some(id), _) => set_status(sim, id, body),
+                (_, Some(id)) => confirm(sim, id),
+                _ => Err(not_found(method, rest)),
+            },
             None => Err(not_found(method, rest)),
         },
         _ => Err(not_found(method, rest)),
@@ -214,6 +217,7 @@ fn capacity_json(sim: &StripeSim) -> Reply {
             "create_per_sec": c.create_per_sec,
             "retrieve_per_sec": c.retrieve_per_sec,
             "search_per_sec": c.search_per_sec,
+            "cancel_per_sec": c.cancel_per_sec,
             "account_per_sec": c.account_per_sec,
             "clock": c.clock,
             "create_latency": c.create_latency.map(|l| json!({
@@ -244,12 +248,14 @@ fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         c.create_per_sec = b.create_per_sec;
         c.retrieve_per_sec = b.retrieve_per_sec;
         c.search_per_sec = b.search_per_sec;
+        c.cancel_per_sec = b.cancel_per_sec;
         c.account_per_sec = b.account_per_sec;
     }
     let rates = [
         (u.create_per_sec, &mut c.create_per_sec),
         (u.retrieve_per_sec, &mut c.retrieve_per_sec),
         (u.search_per_sec, &mut c.search_per_sec),
+        (u.cancel_per_sec, &mut c.cancel_per_sec),
         (u.account_per_sec, &mut c.account_per_sec),
     ];
     for (new, field) in rates {
@@ -355,6 +361,17 @@ fn set_status(sim: &StripeSim, id: &str, body: &[u8]) -> Result<Reply, Reply> {
             404,
             &json!({ "error": { "type": "invalid_request_error", "code": "resource_missing", "message": format!("No such payment_intent: '{id}'") } }),
         ))
+    }
+}
+
+/// `POST /_sim/payment_intents/{id}/confirm`: the customer confirms a declined intent and pays.
+fn confirm(sim: &StripeSim, id: &str) -> Result<Reply, Reply> {
+    match sim.confirm_as_customer(id) {
+        Ok(()) => Ok(Reply::json(
+            200,
+            &json!({ "id": id, "status": "succeeded" }),
+        )),
+        Err(e) => Err(Reply::error(&e)),
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! # Rate limits
 //! Stripe counts each named operation as its own endpoint (`POST /v1/payment_intents`,
-//! `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents/search` are three), each with its
-//! own limit, and every request also counts against the account's overall limit. Stripe's
+//! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
+//! `POST /v1/payment_intents/{id}/cancel` are four), each with its own limit, and every request also counts against the account's overall limit. Stripe's
 //! documented defaults (<https://docs.stripe.com/rate-limits>): 25 requests/s per endpoint, 20/s
 //! for search, 100 operations/s per live-mode account (25/s in test mode/sandboxes).
 //!
@@ -143,7 +143,9 @@ pub struct Capacity {
     pub retrieve_per_sec: Option<u32>,
     /// `GET /v1/payment_intents/search`, requests/s.
     pub search_per_sec: Option<u32>,
-    /// The account overall (all three endpoints together), requests/s.
+    /// `POST /v1/payment_intents/{id}/cancel`, requests/s.
+    pub cancel_per_sec: Option<u32>,
+    /// The account overall (all endpoints together), requests/s.
     pub account_per_sec: Option<u32>,
     /// What time refills the buckets.
     pub clock: CapacityClock,
@@ -164,14 +166,15 @@ impl Capacity {
     /// Stripe's overall limit in test mode (sandboxes): 25 operations/s.
     pub const STRIPE_TEST_MODE_ACCOUNT_PER_SEC: u32 = 25;
 
-    /// Stripe's documented limits (live mode): create 25/s, retrieve 25/s, search 20/s, account
-    /// 100/s, on the simulated clock, no create latency (add it with
+    /// Stripe's documented limits (live mode): create 25/s, retrieve 25/s, search 20/s, cancel
+    /// 25/s, account 100/s, on the simulated clock, no create latency (add it with
     /// [`Capacity::with_create_latency`]).
     pub fn stripe_defaults() -> Self {
         Capacity {
             create_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             retrieve_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             search_per_sec: Some(Self::STRIPE_SEARCH_PER_SEC),
+            cancel_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             account_per_sec: Some(Self::STRIPE_ACCOUNT_PER_SEC),
             clock: CapacityClock::Simulated,
             create_latency: None,
@@ -192,6 +195,7 @@ impl Capacity {
             create_per_sec: None,
             retrieve_per_sec: None,
             search_per_sec: None,
+            cancel_per_sec: None,
             account_per_sec: None,
             clock: CapacityClock::Simulated,
             create_latency: None,
@@ -215,6 +219,7 @@ impl Capacity {
         self.create_per_sec.is_none()
             && self.retrieve_per_sec.is_none()
             && self.search_per_sec.is_none()
+            && self.cancel_per_sec.is_none()
             && self.account_per_sec.is_none()
     }
 
@@ -243,6 +248,8 @@ pub struct Capacity429s {
     pub retrieve: u64,
     /// `GET /v1/payment_intents/search` refused.
     pub search: u64,
+    /// `POST /v1/payment_intents/{id}/cancel` refused.
+    pub cancel: u64,
     /// Of the above (any endpoint), how many the account bucket refused while the endpoint's own
     /// bucket had a token.
     pub account: u64,
@@ -251,7 +258,7 @@ pub struct Capacity429s {
 impl Capacity429s {
     /// All capacity 429s.
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search
+        self.create + self.retrieve + self.search + self.cancel
     }
 }
 
@@ -261,6 +268,7 @@ pub(crate) enum Api {
     Create,
     Retrieve,
     Search,
+    Cancel,
 }
 
 /// Which bucket refused a request.
@@ -351,6 +359,7 @@ pub struct CapacityTokens {
     pub create: Option<f64>,
     pub retrieve: Option<f64>,
     pub search: Option<f64>,
+    pub cancel: Option<f64>,
     pub account: Option<f64>,
 }
 
@@ -360,6 +369,7 @@ pub(crate) struct CapacityState {
     create: Bucket,
     retrieve: Bucket,
     search: Bucket,
+    cancel: Bucket,
     account: Bucket,
     pub(crate) refused: Capacity429s,
     latency_rng: SmallRng,
@@ -375,6 +385,7 @@ impl CapacityState {
             create: Bucket::new(None),
             retrieve: Bucket::new(None),
             search: Bucket::new(None),
+            cancel: Bucket::new(None),
             account: Bucket::new(None),
             refused: Capacity429s::default(),
             latency_rng: SmallRng::seed_from_u64(seed ^ LATENCY_SEED),
@@ -392,6 +403,7 @@ impl CapacityState {
         self.create = Bucket::new(config.create_per_sec);
         self.retrieve = Bucket::new(config.retrieve_per_sec);
         self.search = Bucket::new(config.search_per_sec);
+        self.cancel = Bucket::new(config.cancel_per_sec);
         self.account = Bucket::new(config.account_per_sec);
         self.config = config;
     }
@@ -402,6 +414,7 @@ impl CapacityState {
             Api::Create => &mut self.create,
             Api::Retrieve => &mut self.retrieve,
             Api::Search => &mut self.search,
+            Api::Cancel => &mut self.cancel,
         };
         endpoint.refill(now_ms);
         self.account.refill(now_ms);
@@ -424,6 +437,7 @@ impl CapacityState {
                     Api::Create => r.create += 1,
                     Api::Retrieve => r.retrieve += 1,
                     Api::Search => r.search += 1,
+                    Api::Cancel => r.cancel += 1,
                 }
                 if limiter == Limiter::Account {
                     r.account += 1;
@@ -439,6 +453,7 @@ impl CapacityState {
             create: self.create.tokens_at(now_ms),
             retrieve: self.retrieve.tokens_at(now_ms),
             search: self.search.tokens_at(now_ms),
+            cancel: self.cancel.tokens_at(now_ms),
             account: self.account.tokens_at(now_ms),
         }
     }

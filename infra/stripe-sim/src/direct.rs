@@ -133,6 +133,19 @@ impl StripeSim {
         answer(self, http::retrieve(self, id))
     }
 
+    /// `POST /v1/payment_intents/{id}/cancel` with this form and `Idempotency-Key`, in process.
+    pub fn cancel_in_process(
+        &self,
+        id: &str,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> Outcome {
+        finish(
+            self,
+            http::cancel(self, id, idempotency_key.map(str::to_owned), form),
+        )
+    }
+
     /// `GET /v1/payment_intents/search?query=…`, in process (`query` unencoded).
     pub fn search_in_process(&self, query: &str) -> Answer {
         let encoded = form_urlencoded::Serializer::new(String::new())

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::capacity::{Capacity, CapacityState};
 use crate::faults::{FaultConfig, FaultState};
 use crate::fx::{Fx, FxHasher};
-use crate::pi::{CreateOutcome, CreateParams, PaymentIntent, STATUSES};
+use crate::pi::{cancelable, confirmable, CreateOutcome, CreateParams, PaymentIntent, STATUSES};
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
@@ -246,6 +246,8 @@ pub struct RequestCounts {
     pub retrieve: u64,
     /// `GET /v1/payment_intents/search`
     pub search: u64,
+    /// `POST /v1/payment_intents/{id}/cancel`
+    pub cancel: u64,
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
@@ -619,6 +621,64 @@ impl Engine {
         let at = self.position(id)?;
         self.settle_at(at, now_ms);
         Some(self.pis.json(at))
+    }
+
+    /// Cancels the PaymentIntent `id` (settled as of `now_ms` first), if its status allows it:
+    /// its JSON after the cancel, and a `payment_intent.canceled` event.
+    pub(crate) fn cancel(
+        &mut self,
+        id: &str,
+        reason: Option<&'static str>,
+        now_ms: i64,
+    ) -> Result<String, ApiError> {
+        let at = self
+            .position(id)
+            .ok_or_else(|| ApiError::no_such_payment_intent(id))?;
+        self.settle_at(at, now_ms);
+        let status = self.pis[at].status;
+        if !cancelable(status) {
+            return Err(ApiError::unexpected_state(
+                "cancel",
+                status,
+                "requires_payment_method, requires_capture, requires_confirmation, requires_action",
+            ));
+        }
+        self.freeze_answer(at);
+        self.pis[at].cancel(reason, now_ms);
+        let json = self.pis[at].json_string();
+        self.pis.keep_json(at, &json);
+        self.webhooks.emit("canceled", &json, false, now_ms);
+        Ok(json)
+    }
+
+    /// The customer confirms the PaymentIntent `id` with its client secret and pays (Stripe's
+    /// recovery for a declined off-session payment, `authentication_required`): from
+    /// `requires_payment_method`, `requires_confirmation` or `requires_action` to `succeeded`,
+    /// with a `payment_intent.succeeded` event. A canceled (or any other) intent is refused.
+    pub(crate) fn confirm_by_customer(
+        &mut self,
+        id: &str,
+        now_ms: i64,
+    ) -> Result<String, ApiError> {
+        let at = self
+            .position(id)
+            .ok_or_else(|| ApiError::no_such_payment_intent(id))?;
+        self.settle_at(at, now_ms);
+        let status = self.pis[at].status;
+        if !confirmable(status) {
+            return Err(ApiError::unexpected_state(
+                "confirm",
+                status,
+                "requires_payment_method, requires_confirmation, requires_action",
+            ));
+        }
+        let charge = random_id(&mut self.ids, "ch_", 24);
+        self.freeze_answer(at);
+        self.pis[at].confirm_by_customer(charge);
+        let json = self.pis[at].json_string();
+        self.pis.keep_json(at, &json);
+        self.webhooks.emit("succeeded", &json, false, now_ms);
+        Ok(json)
     }
 
     /// Matching PaymentIntents visible to search (older than the lag),

@@ -145,6 +145,10 @@ impl FaultConfig {
 pub(crate) enum Endpoint {
     Create,
     Read,
+    /// A cancel: a keyed write like a create, faulted at the same rates (never by the script,
+    /// which is for creates, and never `latency`, which only a create's in-process path models:
+    /// a cancel's lost answer is `drop_after_commit`).
+    Cancel,
 }
 
 /// Mutable fault state: config, remaining script, RNG, counters.
@@ -231,7 +235,25 @@ impl FaultState {
                 self.roll(&[FaultKind::RateLimit, FaultKind::ServerErrorBeforeCommit])
             }
             Endpoint::Read => None,
+            Endpoint::Cancel => self.roll(&[
+                FaultKind::RateLimit,
+                FaultKind::ServerErrorBeforeCommit,
+                FaultKind::KeyInUse,
+            ]),
         };
+        if let Some(k) = kind {
+            *self.injected.entry(k).or_default() += 1;
+        }
+        kind
+    }
+
+    /// Decision for a cancel that is about to execute: `drop_after_commit` or
+    /// `server_error_after_commit`. A returned kind is already counted as injected.
+    pub(crate) fn decide_exec_cancel(&mut self) -> Option<FaultKind> {
+        let kind = self.roll(&[
+            FaultKind::DropAfterCommit,
+            FaultKind::ServerErrorAfterCommit,
+        ]);
         if let Some(k) = kind {
             *self.injected.entry(k).or_default() += 1;
         }

@@ -135,6 +135,17 @@ async fn route_v1(
     }
     Ok(match (method, rest) {
         (&Method::POST, "payment_intents") => return create(sim, headers, &body).await,
+        (&Method::POST, r) => match r
+            .strip_prefix("payment_intents/")
+            .and_then(|r| r.strip_suffix("/cancel"))
+        {
+            Some(id) if !id.is_empty() && !id.contains('/') => {
+                let form: Vec<(String, String)> =
+                    form_urlencoded::parse(&body).into_owned().collect();
+                return cancel(sim, id, idempotency_key(headers), &form);
+            }
+            _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
+        },
         (&Method::GET, "payment_intents/search") => search(sim, query),
         (&Method::GET, r) => match r.strip_prefix("payment_intents/") {
             Some(id) if !id.is_empty() && !id.contains('/') => retrieve(sim, id),
@@ -232,6 +243,7 @@ fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
         Api::Create => c.create += 1,
         Api::Retrieve => c.retrieve += 1,
         Api::Search => c.search += 1,
+        Api::Cancel => c.cancel += 1,
     }
     let at = now.on(eng.capacity.config().clock);
     if let Err(limiter) = eng.capacity.admit(api, at) {
@@ -240,6 +252,7 @@ fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
     let ep = match api {
         Api::Create => Endpoint::Create,
         Api::Retrieve | Api::Search => Endpoint::Read,
+        Api::Cancel => Endpoint::Cancel,
     };
     eng.faults.decide_pre(ep).map(pre_fault_reply)
 }
@@ -378,10 +391,7 @@ async fn create(
     body: &Bytes,
 ) -> Result<Reply, DropConnection> {
     let form: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
-    let key = headers
-        .get("idempotency-key")
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string());
-    let ex = match create_begin(sim, key, &form) {
+    let ex = match create_begin(sim, idempotency_key(headers), &form) {
         Ok(ex) => ex,
         Err(reply) => return Ok(reply),
     };
@@ -390,6 +400,91 @@ async fn create(
         tokio::time::sleep(ex.delay()).await;
     }
     create_exec(sim, ex)
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).to_string())
+}
+
+/// `POST /v1/payment_intents/{id}/cancel`: the gate (capacity, faults before the idempotency
+/// layer), the idempotency layer (the same key and form replays the first answer; the key is
+/// compared with the intent it was used on, so another request under it is an
+/// `idempotency_error`), validation, then the cancel, which may meet `drop_after_commit` or
+/// `server_error_after_commit`. A refusal (unknown intent, a status Stripe does not cancel from)
+/// is not saved under the key. `Err(DropConnection)`: canceled, but no answer goes back.
+pub(crate) fn cancel(
+    sim: &StripeSim,
+    id: &str,
+    idempotency_key: Option<String>,
+    form: &[(String, String)],
+) -> Result<Reply, DropConnection> {
+    if let Some(reply) = gate(sim, Api::Cancel) {
+        return Ok(reply);
+    }
+    let mut guard = KeyGuard {
+        sim: sim.clone(),
+        key: None,
+    };
+    if let Some(k) = &idempotency_key {
+        if k.chars().count() > 255 {
+            return Ok(Reply::error(&ApiError::idempotency_key_too_long(
+                k.chars().count(),
+            )));
+        }
+        let mut keyed = form.to_vec();
+        keyed.push(("(request)".into(), format!("cancel {id}")));
+        let now = sim.now_ms();
+        let decision = sim.engine().begin_key(k, &keyed, now);
+        match decision {
+            Idem::Proceed => guard.key = Some(k.clone()),
+            Idem::Replay(saved) => {
+                let mut r = Reply::saved(&saved, true);
+                r.headers.push(("idempotency-key", k.clone()));
+                return Ok(r);
+            }
+            Idem::Mismatch => return Ok(Reply::error(&ApiError::idempotency_mismatch(k))),
+            Idem::InFlight => return Ok(Reply::error(&ApiError::key_in_use())),
+        }
+    }
+    let reason = match crate::pi::parse_cancel(form) {
+        Ok(r) => r,
+        Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
+    };
+    let now = sim.now_ms();
+    let (saved, fault) = {
+        let mut eng = sim.engine();
+        let json = match eng.cancel(id, reason, now) {
+            Ok(json) => json,
+            Err(e) => {
+                drop(eng);
+                return Ok(Reply::error(&e)); // guard forgets the key
+            }
+        };
+        let fault = eng.faults.decide_exec_cancel();
+        let saved = if fault == Some(FaultKind::ServerErrorAfterCommit) {
+            Saved::from_error(&ApiError::server_error())
+        } else {
+            Saved {
+                status: 200,
+                body: Bytes::from(json),
+                should_retry: None,
+            }
+        };
+        if let Some(k) = guard.key.take() {
+            eng.finish_key(&k, saved.clone(), now);
+        }
+        (saved, fault)
+    };
+    if fault == Some(FaultKind::DropAfterCommit) {
+        return Err(DropConnection);
+    }
+    let mut r = Reply::saved(&saved, false);
+    if let Some(k) = idempotency_key {
+        r.headers.push(("idempotency-key", k));
+    }
+    Ok(r)
 }
 
 pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {

@@ -5,8 +5,12 @@
 //!
 //! It speaks Stripe's wire format (form-encoded bodies in, JSON out,
 //! `Authorization: Bearer sk_...`), serves `POST /v1/payment_intents`,
-//! `GET /v1/payment_intents/{id}` and `GET /v1/payment_intents/search`, and an
-//! unauthenticated admin API under `/_sim/`.
+//! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
+//! `POST /v1/payment_intents/{id}/cancel` (with Stripe's rules: canceled only from
+//! `requires_payment_method`, `requires_capture`, `requires_confirmation` or `requires_action`,
+//! otherwise `400 payment_intent_unexpected_state`; keyed like creates), and an
+//! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
+//! intent, [`StripeSim::confirm_as_customer`]).
 //!
 //! # Capacity (opt-in)
 //! [`SimConfig::capacity`] models Stripe's rate limits (token buckets per endpoint and for the
@@ -79,7 +83,7 @@ pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, LedgerRowView, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
-pub use pi::STATUSES;
+pub use pi::{CANCELLATION_REASONS, STATUSES};
 pub use webhooks::{
     eventbridge_envelope, signature_header, Delivery, DeliveryMode, WebhookConfig, WebhookCounts,
     WebhookFaults, DEFAULT_EVENT_SOURCE,
@@ -357,6 +361,16 @@ impl StripeSim {
     /// settle time and the capacity configuration (its buckets start full again).
     pub fn reset(&self) {
         self.engine().reset();
+    }
+
+    /// The customer confirms the declined PaymentIntent `pi_id` with its client secret and pays,
+    /// as Stripe's recovery for `authentication_required` does: `succeeded`, with its event, if
+    /// Stripe still allows it (`requires_payment_method`, `requires_confirmation`,
+    /// `requires_action`). A canceled intent is refused (`payment_intent_unexpected_state`), an
+    /// unknown one is `resource_missing`. `POST /_sim/payment_intents/{id}/confirm`.
+    pub fn confirm_as_customer(&self, pi_id: &str) -> Result<(), ApiError> {
+        let now = self.now_ms();
+        self.engine().confirm_by_customer(pi_id, now).map(|_| ())
     }
 
     /// Forces a PaymentIntent's status (one of [`STATUSES`]); cancels any

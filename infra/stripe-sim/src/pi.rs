@@ -1,5 +1,6 @@
 //! The PaymentIntent model: create-parameter validation, test payment
-//! methods, lazy settlement of `processing`, and the JSON representation.
+//! methods, lazy settlement of `processing`, cancel and the customer's later
+//! confirm, and the JSON representation.
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -17,6 +18,78 @@ pub const STATUSES: [&str; 7] = [
     "canceled",
     "succeeded",
 ];
+
+/// Stripe's `cancellation_reason` values a cancel may give.
+pub const CANCELLATION_REASONS: [&str; 4] = [
+    "duplicate",
+    "fraudulent",
+    "requested_by_customer",
+    "abandoned",
+];
+
+/// The statuses Stripe lets a PaymentIntent be canceled from. (`processing` only in cases this
+/// simulator does not model, so never here.)
+pub(crate) fn cancelable(status: &str) -> bool {
+    matches!(
+        status,
+        "requires_payment_method"
+            | "requires_capture"
+            | "requires_confirmation"
+            | "requires_action"
+    )
+}
+
+/// The statuses a customer's confirm (with the client secret, on Stripe.js) may start from.
+pub(crate) fn confirmable(status: &str) -> bool {
+    matches!(
+        status,
+        "requires_payment_method" | "requires_confirmation" | "requires_action"
+    )
+}
+
+/// Validated parameters of `POST /v1/payment_intents/{id}/cancel`.
+pub(crate) fn parse_cancel(form: &[(String, String)]) -> Result<Option<&'static str>, ApiError> {
+    let mut reason = None;
+    for (k, v) in form {
+        match k.as_str() {
+            "cancellation_reason" => {
+                reason = Some(
+                    CANCELLATION_REASONS
+                        .iter()
+                        .copied()
+                        .find(|r| r == v)
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                "parameter_invalid_string",
+                                k,
+                                format!(
+                                    "Invalid cancellation_reason: must be one of {}",
+                                    CANCELLATION_REASONS.join(", ")
+                                ),
+                            )
+                        })?,
+                )
+            }
+            "expand" => {}
+            _ if k.starts_with("expand[") => {}
+            _ => {
+                return Err(ApiError::invalid(
+                    "parameter_unknown",
+                    k,
+                    format!("Received unknown parameter: {k}"),
+                ))
+            }
+        }
+    }
+    Ok(reason)
+}
+
+/// When and why a PaymentIntent was canceled.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Cancellation {
+    pub at_ms: i64,
+    pub reason: Option<&'static str>,
+}
 
 /// Outcome class of a test payment method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,6 +362,8 @@ pub(crate) struct PaymentIntent {
     pub created_ms: i64,
     pub settlement: Option<Settlement>,
     pub idempotency_key: Option<String>,
+    /// Boxed: only a canceled PaymentIntent has one.
+    pub canceled: Option<Box<Cancellation>>,
 }
 
 /// The result of a create that executed.
@@ -324,6 +399,7 @@ impl PaymentIntent {
             settlement: None,
             idempotency_key,
             params,
+            canceled: None,
         };
         let card = pi.payment_method.as_deref().and_then(test_card);
         let mut outcome = CreateOutcome::Ok;
@@ -416,6 +492,28 @@ impl PaymentIntent {
         }
     }
 
+    /// Cancels it (the caller checked [`cancelable`]): no one can confirm it any more.
+    pub(crate) fn cancel(&mut self, reason: Option<&'static str>, now_ms: i64) {
+        self.status = "canceled";
+        self.settlement = None;
+        self.canceled = Some(Box::new(Cancellation {
+            at_ms: now_ms,
+            reason,
+        }));
+    }
+
+    /// The customer confirms it on Stripe.js with the client secret (the recovery Stripe
+    /// documents for `authentication_required`), with the payment method the intent was made
+    /// for, and the payment succeeds (the caller checked [`confirmable`]). `charge_id` is the
+    /// new charge.
+    pub(crate) fn confirm_by_customer(&mut self, charge_id: String) {
+        self.status = "succeeded";
+        self.payment_method = self.params.payment_method.clone();
+        self.last_payment_error = None;
+        self.latest_charge = Some(charge_id);
+        self.settlement = None;
+    }
+
     /// Stripe's JSON representation as text: the bytes `self.to_json().to_string()` writes,
     /// without building the tree.
     pub(crate) fn json_string(&self) -> String {
@@ -433,8 +531,8 @@ impl PaymentIntent {
             } else {
                 0
             },
-            canceled_at: None,
-            cancellation_reason: None,
+            canceled_at: self.canceled.as_ref().map(|c| c.at_ms.div_euclid(1000)),
+            cancellation_reason: self.canceled.as_ref().and_then(|c| c.reason),
             capture_method: "automatic",
             client_secret: &self.client_secret,
             confirmation_method: "automatic",
@@ -477,8 +575,8 @@ impl PaymentIntent {
             "amount": p.amount,
             "amount_capturable": 0,
             "amount_received": if self.status == "succeeded" { p.amount } else { 0 },
-            "canceled_at": null,
-            "cancellation_reason": null,
+            "canceled_at": self.canceled.as_ref().map(|c| c.at_ms.div_euclid(1000)),
+            "cancellation_reason": self.canceled.as_ref().and_then(|c| c.reason),
             "capture_method": "automatic",
             "client_secret": self.client_secret,
             "confirmation_method": "automatic",
@@ -507,8 +605,8 @@ pub(crate) struct PaymentIntentJson<'a> {
     amount: i64,
     amount_capturable: i64,
     amount_received: i64,
-    canceled_at: Option<()>,
-    cancellation_reason: Option<()>,
+    canceled_at: Option<i64>,
+    cancellation_reason: Option<&'static str>,
     capture_method: &'static str,
     client_secret: &'a str,
     confirmation_method: &'static str,
@@ -585,8 +683,17 @@ mod tests {
                     600_000,
                 );
                 assert_eq!(pi.json_string(), pi.to_json().to_string(), "{pm}");
+                let mut canceled = pi.clone();
                 pi.settle(1_800_000_000_000);
                 assert_eq!(pi.json_string(), pi.to_json().to_string(), "{pm} settled");
+                canceled.cancel(Some("abandoned"), 1_700_000_100_999);
+                assert_eq!(
+                    canceled.json_string(),
+                    canceled.to_json().to_string(),
+                    "{pm} canceled"
+                );
+                assert_eq!(canceled.to_json()["canceled_at"], 1_700_000_100);
+                assert_eq!(canceled.to_json()["cancellation_reason"], "abandoned");
             }
         }
         let bare = CreateParams::parse(&form(&[("amount", "5"), ("currency", "usd")])).unwrap();

@@ -160,6 +160,7 @@ fn the_account_bucket_caps_the_sum_across_endpoints() {
             create: 0,
             retrieve: 5,
             search: 1,
+            cancel: 0,
             account: 6,
         }
     );
@@ -263,7 +264,7 @@ async fn capacity_429s_have_stripes_shape_and_are_counted_apart_from_the_fault()
     let stats = h.admin_get("stats").await;
     assert_eq!(
         stats["capacity_429s"],
-        serde_json::json!({"create":1,"retrieve":0,"search":0,"account":0})
+        serde_json::json!({"create":1,"retrieve":0,"search":0,"cancel":0,"account":0})
     );
     assert_eq!(stats["injected"]["rate_limit"], 1);
     assert_eq!(h.admin_get("ledger").await["capacity_429s"]["create"], 1);

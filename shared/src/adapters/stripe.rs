@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CreatePaymentIntent, PaymentGateway};
+use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use crate::webhook::wire::{MetadataFields, Shaped};
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
@@ -156,6 +156,7 @@ pub struct StripeRequests {
     pub create: AtomicU64,
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
+    pub cancel: AtomicU64,
 }
 
 impl StripeRequests {
@@ -163,6 +164,7 @@ impl StripeRequests {
         self.create.load(Ordering::Relaxed)
             + self.retrieve.load(Ordering::Relaxed)
             + self.search.load(Ordering::Relaxed)
+            + self.cancel.load(Ordering::Relaxed)
     }
 }
 
@@ -560,6 +562,9 @@ fn classify(answer: Answer, key: &SecretKey) -> Result<(Vec<u8>, bool), GatewayE
                 .and_then(|pi| PaymentIntentId::parse(&pi.id).ok()),
         },
         400 if kind == "idempotency_error" => GatewayError::KeyMisuse { detail },
+        400 if code == "payment_intent_unexpected_state" => {
+            GatewayError::UnexpectedState { detail }
+        }
         409 if code == "idempotency_key_in_use" => GatewayError::RetryLater {
             cause: RetryCause::KeyInUse,
             detail,
@@ -603,6 +608,14 @@ pub fn parse_search(body: &[u8]) -> Result<Vec<PaymentIntent>, GatewayError> {
         .into_iter()
         .map(|pi| pi.into_domain(false))
         .collect())
+}
+
+/// The form of a cancel: Stripe's `cancellation_reason`, the only parameter sent.
+pub fn cancel_form(req: &CancelPaymentIntent) -> Vec<(String, String)> {
+    vec![(
+        "cancellation_reason".to_owned(),
+        req.reason.as_str().to_owned(),
+    )]
 }
 
 /// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
@@ -690,6 +703,32 @@ impl PaymentGateway for StripeGateway {
             })
             .await?;
         parse_search(&body)
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
+        let path = format!("/v1/payment_intents/{}/cancel", req.id);
+        let form_body = Bytes::from(
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(cancel_form(req))
+                .finish(),
+        );
+        let (body, replayed) = self
+            .send(&self.requests.cancel, || {
+                let mut r = self.request(
+                    Method::POST,
+                    &path,
+                    Some("application/x-www-form-urlencoded"),
+                    form_body.clone(),
+                )?;
+                r.headers_mut().insert(
+                    "Idempotency-Key",
+                    HeaderValue::from_str(req.idempotency_key.as_str())?,
+                );
+                Ok(r)
+            })
+            .await?;
+        parse_payment_intent(&body, replayed)
     }
 }
 
@@ -833,6 +872,13 @@ mod tests {
         assert!(matches!(
             err(400, r#"{"error":{"type":"invalid_request_error","code":"resource_missing","param":"customer"}}"#),
             GatewayError::Rejected { param: Some(ref p), .. } if p == "customer"
+        ));
+        assert!(matches!(
+            err(
+                400,
+                r#"{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"You cannot cancel this PaymentIntent because it has a status of succeeded."}}"#
+            ),
+            GatewayError::UnexpectedState { ref detail } if detail.contains("status of succeeded")
         ));
         assert!(matches!(
             err(500, r#"{"error":{"type":"api_error"}}"#),

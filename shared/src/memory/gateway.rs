@@ -1,9 +1,9 @@
 //! [`FakeGateway`]: the seed's `FakeStripe`, a model of Stripe's idempotency layer in memory.
 //!
 //! Same key and same parameters replay the first answer (errors included); same key and other
-//! parameters is a key misuse; faults are scripted per create call; keys can be pruned as Stripe does
-//! after 24 h; statuses can change later. Every PaymentIntent actually created is kept, so a test
-//! asserts how many charges really happened.
+//! parameters is a key misuse; faults are scripted per create call (and, apart, per cancel call);
+//! keys can be pruned as Stripe does after 24 h; statuses can change later. Every PaymentIntent
+//! actually created is kept, so a test asserts how many charges really happened.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use crate::domain::{Fingerprint, OperationId, PaymentIntentId};
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CreatePaymentIntent, PaymentGateway};
+use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 
 /// A fault applied to the next create call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,7 @@ pub struct GatewayCalls {
     pub create: AtomicU64,
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
+    pub cancel: AtomicU64,
 }
 
 impl GatewayCalls {
@@ -90,6 +91,7 @@ impl GatewayCalls {
         self.create.load(Ordering::SeqCst)
             + self.retrieve.load(Ordering::SeqCst)
             + self.search.load(Ordering::SeqCst)
+            + self.cancel.load(Ordering::SeqCst)
     }
 }
 
@@ -104,6 +106,9 @@ struct State {
     next_id: u64,
     first_status: PaymentIntentStatus,
     script: VecDeque<FakeFault>,
+    /// Faults for the next cancel calls: `RateLimited`, `ServerErrorBeforeCommit`,
+    /// `LoseResponse` (canceled, answer lost), `Rejected`.
+    cancel_script: VecDeque<FakeFault>,
     in_flight: HashMap<String, u32>,
 }
 
@@ -134,6 +139,7 @@ impl FakeGateway {
                 next_id: 0,
                 first_status,
                 script: VecDeque::new(),
+                cancel_script: VecDeque::new(),
                 in_flight: HashMap::new(),
             }),
             create_delay: Mutex::new(None),
@@ -154,6 +160,11 @@ impl FakeGateway {
     /// Applies `fault` to the next create call (queued after earlier ones).
     pub fn script(&self, fault: FakeFault) {
         self.lock().script.push_back(fault);
+    }
+
+    /// Applies `fault` to the next cancel call (queued after earlier ones).
+    pub fn script_cancel(&self, fault: FakeFault) {
+        self.lock().cancel_script.push_back(fault);
     }
 
     /// Makes every create take this long inside the call (to make races real).
@@ -321,6 +332,98 @@ impl FakeGateway {
     }
 }
 
+/// Stripe's rule for a cancel: allowed while nobody has taken the money and it is not canceled
+/// already (`processing` only in cases this code never makes, so never here).
+pub fn cancelable(status: &PaymentIntentStatus) -> bool {
+    matches!(
+        status,
+        PaymentIntentStatus::RequiresPaymentMethod
+            | PaymentIntentStatus::RequiresCapture
+            | PaymentIntentStatus::RequiresConfirmation
+            | PaymentIntentStatus::RequiresAction
+    )
+}
+
+impl FakeGateway {
+    fn cancel_answer(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let mut st = self.lock();
+        let fault = st.cancel_script.pop_front();
+        match fault {
+            Some(FakeFault::RateLimited) => {
+                return Err(GatewayError::RetryLater {
+                    cause: RetryCause::RateLimited,
+                    detail: "429 rate_limit".into(),
+                })
+            }
+            Some(FakeFault::ServerErrorBeforeCommit) => {
+                return Err(GatewayError::Ambiguous {
+                    detail: "500 api_error".into(),
+                })
+            }
+            Some(FakeFault::Rejected) => {
+                return Err(GatewayError::Rejected {
+                    detail: "400 invalid_request_error".into(),
+                    param: None,
+                })
+            }
+            _ => {}
+        }
+        // The key is saved with its request (the intent and the reason, Stripe's parameters).
+        let key = req.idempotency_key.as_str().to_owned();
+        let fingerprint =
+            Fingerprint::from_stored(format!("cancel {} {}", req.id, req.reason.as_str()));
+        if let Some(saved) = st.saved.get(&key) {
+            if saved.fingerprint != fingerprint {
+                return Err(GatewayError::KeyMisuse {
+                    detail: "400 idempotency_error: keys can only be used with the same parameters"
+                        .into(),
+                });
+            }
+            return match &saved.answer {
+                Ok(pi) => Ok(PaymentIntent {
+                    replayed: true,
+                    ..pi.clone()
+                }),
+                Err(e) => Err(e.clone()),
+            };
+        }
+        let answer = match st.charges.get_mut(req.id.as_str()) {
+            None => Err(GatewayError::Rejected {
+                detail: format!("404 resource_missing: No such payment_intent: '{}'", req.id),
+                param: Some("intent".into()),
+            }),
+            Some(c) if cancelable(&c.status) => {
+                c.status = PaymentIntentStatus::Canceled;
+                Ok(c.intent(req.id.as_str()))
+            }
+            // Not saved under the key: Stripe does not keep a refusal of this kind.
+            Some(c) => {
+                return Err(GatewayError::UnexpectedState {
+                    detail: format!(
+                        "400 payment_intent_unexpected_state: You cannot cancel this PaymentIntent because it has a status of {}.",
+                        c.status
+                    ),
+                })
+            }
+        };
+        if answer.is_ok() {
+            st.saved.insert(
+                key,
+                Saved {
+                    fingerprint,
+                    answer: answer.clone(),
+                },
+            );
+        }
+        match (fault, answer) {
+            (Some(FakeFault::LoseResponse), Ok(_)) => Err(GatewayError::Ambiguous {
+                detail: "connection reset".into(),
+            }),
+            (_, answer) => answer,
+        }
+    }
+}
+
 /// The fake's ids (`pi_fake<n>`) are valid PaymentIntent ids by construction.
 fn fake_id(id: &str) -> PaymentIntentId {
     PaymentIntentId::parse(id).expect("pi_fake<n> is a PaymentIntent id")
@@ -374,5 +477,10 @@ impl PaymentGateway for FakeGateway {
             .filter(|(_, c)| c.operation_id == *operation_id)
             .map(|(id, c)| c.intent(id))
             .collect())
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.calls.cancel.fetch_add(1, Ordering::SeqCst);
+        self.cancel_answer(req)
     }
 }

@@ -1,5 +1,6 @@
 //! Stripe's PaymentIntents API as the core uses it: create with the operation's idempotency key,
-//! retrieve, search by operation id. Its errors are already classified ([`GatewayError`]).
+//! retrieve, search by operation id, cancel a declined intent. Its errors are already classified
+//! ([`GatewayError`]).
 
 use async_trait::async_trait;
 
@@ -29,6 +30,46 @@ impl CreatePaymentIntent {
     }
 }
 
+/// A cancel request: the operation's PaymentIntent, the reason Stripe records, and the cancel key
+/// derived from the operation id (never the create's key).
+#[derive(Debug, Clone)]
+pub struct CancelPaymentIntent {
+    pub id: PaymentIntentId,
+    pub idempotency_key: IdempotencyKey,
+    pub reason: CancellationReason,
+}
+
+impl CancelPaymentIntent {
+    /// The cancel of `id`, the operation's declined intent: `abandoned`, as nobody will pay it.
+    pub fn for_operation(op: &Operation, id: PaymentIntentId) -> Self {
+        Self {
+            id,
+            idempotency_key: op.operation_id.cancel_idempotency_key(),
+            reason: CancellationReason::Abandoned,
+        }
+    }
+}
+
+/// Stripe's `cancellation_reason` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancellationReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+    Abandoned,
+}
+
+impl CancellationReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CancellationReason::Duplicate => "duplicate",
+            CancellationReason::Fraudulent => "fraudulent",
+            CancellationReason::RequestedByCustomer => "requested_by_customer",
+            CancellationReason::Abandoned => "abandoned",
+        }
+    }
+}
+
 /// Stripe's PaymentIntents API as the core uses it.
 #[async_trait]
 pub trait PaymentGateway: Send + Sync {
@@ -48,4 +89,9 @@ pub trait PaymentGateway: Send + Sync {
         &self,
         operation_id: &OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError>;
+
+    /// Cancels a PaymentIntent (`POST /v1/payment_intents/{id}/cancel`) with the cancel key, so
+    /// nobody can confirm it any more. Stripe answers the intent, `canceled`; an intent that
+    /// succeeded or was canceled meanwhile is refused as [`GatewayError::UnexpectedState`].
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError>;
 }

@@ -28,7 +28,7 @@ mod queue;
 mod store;
 
 pub use clock::{Clock, Sleeper};
-pub use gateway::{CreatePaymentIntent, PaymentGateway};
+pub use gateway::{CancelPaymentIntent, CancellationReason, CreatePaymentIntent, PaymentGateway};
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};

@@ -22,7 +22,9 @@
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
 //!    on the claimed record with Stripe's answer ([`crate::executor::plan::after_event`]), record
 //!    fenced on that lease and an unsettled status. A settled record is never written; Stripe
-//!    contradicting it pages. Nothing here creates or confirms anything at Stripe.
+//!    contradicting it pages. Nothing here creates, confirms or cancels anything at Stripe (its
+//!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
+//!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
 //!
 //! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
 //! charge function holding the lease, the invocation's time running out), the inbox entry is
