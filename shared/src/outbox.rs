@@ -277,6 +277,7 @@ mod tests {
             label: None,
             forced: Some("refunded by support".into()),
             review: None,
+            replaced_external_id: None,
         });
         assert_eq!(status(&forced), Value::Null, "forced: not proven canceled");
         // The event id is what it was: consumers deduplicate on it, the field is additive.

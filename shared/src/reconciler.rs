@@ -591,9 +591,14 @@ mod tests {
             queue: Arc::new(Queue::default()),
             page_size: 10,
         };
-        let report = reconcile_tick(&deps, &|| Duration::from_secs(60), Duration::from_secs(1))
-            .await
-            .unwrap();
+        let report = reconcile_tick(
+            &deps,
+            &|| Duration::from_secs(60),
+            Duration::from_secs(1),
+            &crate::telemetry::DiscardMetrics,
+        )
+        .await
+        .unwrap();
         assert_eq!(report.settled, 1, "{report:?}");
         let after = store.get(&op.key()).await.unwrap().unwrap();
         assert_eq!(after.status, OperationStatus::Failed);

@@ -868,6 +868,12 @@ mod tests {
         ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
             self.0.search_by_operation(id).await
         }
+        async fn cancel(
+            &self,
+            req: &charge_once::ports::CancelPaymentIntent,
+        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            self.0.cancel(req).await
+        }
     }
 
     /// The invocation as `cargo lambda watch` makes it settles the sample's operation, by either
