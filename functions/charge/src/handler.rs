@@ -166,8 +166,7 @@ impl BatchTally {
 pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatchResponse {
     let records = &event.payload.records;
     let groups = message_groups(records);
-    let deadline = (event.context.deadline > 0)
-        .then(|| Timestamp::from_millis(i64::try_from(event.context.deadline).unwrap_or(i64::MAX)));
+    let deadline = invocation_deadline(event.context.deadline, f.charge.clock.now());
     let done = join_all(
         groups
             .into_iter()
@@ -418,6 +417,32 @@ pub const WORST_MESSAGE: Duration = Duration::from_secs(27);
 /// How long a message waits for its slot when the invocation's deadline is unknown (tests).
 const UNBOUNDED_WAIT: Duration = Duration::from_secs(10);
 
+/// Lambda's longest function timeout: a deadline further ahead than this was not sent by Lambda.
+const LAMBDA_MAX_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The invocation's deadline, when the context carries one Lambda could have sent: milliseconds
+/// since the epoch, ahead of `now` by at most Lambda's longest timeout. Anything else is unknown,
+/// and a non-zero one is said in a log line: `cargo lambda watch` sends 600000 (a duration: ten
+/// minutes after 1970), which read as a time would leave no message any time to wait for its
+/// Stripe slot.
+fn invocation_deadline(deadline_ms: u64, now: Timestamp) -> Option<Timestamp> {
+    if deadline_ms == 0 {
+        return None;
+    }
+    let deadline = Timestamp::from_millis(i64::try_from(deadline_ms).unwrap_or(i64::MAX));
+    let ahead = deadline.since(now);
+    if ahead.is_zero() || ahead > LAMBDA_MAX_TIMEOUT {
+        warn!(
+            deadline_ms,
+            now_ms = now.as_millis(),
+            "the invocation's deadline is not a time within Lambda's longest timeout (a local \
+             runtime); each message waits for its Stripe slot as if it had none"
+        );
+        return None;
+    }
+    Some(deadline)
+}
+
 /// Waits for this environment's next Stripe slot, as long as the invocation can afford: its
 /// deadline less one worst message. Nothing is claimed yet, so a refusal changes nothing.
 async fn take_slot(
@@ -560,6 +585,31 @@ mod tests {
         dlq: Arc<MemoryDeadLetters>,
         metrics: Arc<CapturedMetrics>,
         returned: Arc<Returned>,
+    }
+
+    /// A deadline Lambda could have sent is kept; none, one already past, and the duration
+    /// `cargo lambda watch` sends are unknown (each message then waits as without a deadline).
+    #[test]
+    fn a_deadline_that_is_not_a_time_ahead_is_unknown() {
+        let now = Timestamp::from_millis(1_764_000_000_000);
+        let real = now.plus(Duration::from_secs(300));
+        assert_eq!(
+            invocation_deadline(real.as_millis() as u64, now),
+            Some(real)
+        );
+        assert_eq!(invocation_deadline(0, now), None);
+        assert_eq!(
+            invocation_deadline(600_000, now),
+            None,
+            "cargo lambda watch"
+        );
+        assert_eq!(
+            invocation_deadline(now.as_millis() as u64 - 1, now),
+            None,
+            "past"
+        );
+        let far = now.plus(Duration::from_secs(901));
+        assert_eq!(invocation_deadline(far.as_millis() as u64, now), None);
     }
 
     /// Records each `return_after` (receipt handle, delay).

@@ -40,6 +40,31 @@ pub fn remaining_until(deadline_ms: u64) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
+/// Lambda's longest function timeout: a deadline further ahead than this was not sent by Lambda.
+const LAMBDA_MAX_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The tick's deadline (ms since the epoch): the context's when Lambda could have sent it (ahead
+/// of `now_ms` by at most Lambda's longest timeout), else [`DEFAULT_BUDGET`] from now. None (0),
+/// a time already past, or a duration — `cargo lambda watch` sends 600000, ten minutes after
+/// 1970, which read as a time would leave the tick no time at all — is no deadline, and a
+/// non-zero one is said in a log line.
+pub fn tick_deadline(deadline_ms: u64, now_ms: u64) -> u64 {
+    let ahead = deadline_ms.saturating_sub(now_ms);
+    if ahead > 0 && ahead <= LAMBDA_MAX_TIMEOUT.as_millis() as u64 {
+        return deadline_ms;
+    }
+    if deadline_ms != 0 {
+        tracing::warn!(
+            deadline_ms,
+            now_ms,
+            budget_ms = DEFAULT_BUDGET.as_millis() as u64,
+            "the invocation's deadline is not a time within Lambda's longest timeout (a local \
+             runtime); the tick works to its default budget instead"
+        );
+    }
+    now_ms + DEFAULT_BUDGET.as_millis() as u64
+}
+
 /// One tick; its EMF metrics lines go to the function's [`MetricsSink`]: the due work's as soon as
 /// it is done, the REVIEW partition's after it (a tick that fails on the way answers the error,
 /// with what it emitted before).
@@ -48,16 +73,11 @@ pub async fn handle(
     event: LambdaEvent<EventBridgeEvent<Value>>,
 ) -> Result<Value, Error> {
     let deps = &f.reconciler;
-    let deadline = match event.context.deadline {
-        0 => {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0)
-                + DEFAULT_BUDGET.as_millis() as u64
-        }
-        d => d,
-    };
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let deadline = tick_deadline(event.context.deadline, now_ms);
     let remaining = move || remaining_until(deadline);
     // With a short budget (a small timeout, a local invoke) keep half of it as the margin rather
     // than doing nothing: stopping mid-operation is safe anyway (the lease expires, the operation
@@ -95,6 +115,19 @@ mod tests {
     use charge_once::testing;
     use charge_once::{Clock, ManualClock, Timestamp};
     use lambda_runtime::Context;
+
+    /// A deadline Lambda could have sent is the tick's; none, one already past, and the
+    /// duration `cargo lambda watch` sends give the default budget from now.
+    #[test]
+    fn a_deadline_that_is_not_a_time_ahead_gives_the_default_budget() {
+        let now = 1_764_000_000_000u64;
+        let default = now + DEFAULT_BUDGET.as_millis() as u64;
+        assert_eq!(tick_deadline(now + 300_000, now), now + 300_000);
+        assert_eq!(tick_deadline(0, now), default);
+        assert_eq!(tick_deadline(600_000, now), default, "cargo lambda watch");
+        assert_eq!(tick_deadline(now - 1, now), default, "past");
+        assert_eq!(tick_deadline(now + 901_000, now), default);
+    }
 
     fn scheduled() -> EventBridgeEvent<Value> {
         let path = concat!(
