@@ -112,6 +112,31 @@ struct State {
     in_flight: HashMap<String, u32>,
 }
 
+impl State {
+    /// Stripe's idempotency layer: a key seen before replays its first answer when the request
+    /// is the same, and is refused (`idempotency_error`) when it is not; `None` for a new key.
+    fn replay(
+        &self,
+        key: &str,
+        fingerprint: &Fingerprint,
+    ) -> Option<Result<PaymentIntent, GatewayError>> {
+        let saved = self.saved.get(key)?;
+        if saved.fingerprint != *fingerprint {
+            return Some(Err(GatewayError::KeyMisuse {
+                detail: "400 idempotency_error: keys can only be used with the same parameters"
+                    .into(),
+            }));
+        }
+        Some(match &saved.answer {
+            Ok(pi) => Ok(PaymentIntent {
+                replayed: true,
+                ..pi.clone()
+            }),
+            Err(e) => Err(e.clone()),
+        })
+    }
+}
+
 pub struct FakeGateway {
     state: Mutex<State>,
     create_delay: Mutex<Option<Duration>>,
@@ -262,20 +287,8 @@ impl FakeGateway {
         }
         let key = req.idempotency_key.as_str().to_owned();
         let fingerprint = req.params.fingerprint();
-        if let Some(saved) = st.saved.get(&key) {
-            if saved.fingerprint != fingerprint {
-                return Err(GatewayError::KeyMisuse {
-                    detail: "400 idempotency_error: keys can only be used with the same parameters"
-                        .into(),
-                });
-            }
-            return match &saved.answer {
-                Ok(pi) => Ok(PaymentIntent {
-                    replayed: true,
-                    ..pi.clone()
-                }),
-                Err(e) => Err(e.clone()),
-            };
+        if let Some(answer) = st.replay(&key, &fingerprint) {
+            return answer;
         }
         if fault == Some(FakeFault::KeyInUse) || st.in_flight.get(&key).copied().unwrap_or(0) > 1 {
             return Err(GatewayError::RetryLater {
@@ -372,20 +385,8 @@ impl FakeGateway {
         let key = req.idempotency_key.as_str().to_owned();
         let fingerprint =
             Fingerprint::from_stored(format!("cancel {} {}", req.id, req.reason.as_str()));
-        if let Some(saved) = st.saved.get(&key) {
-            if saved.fingerprint != fingerprint {
-                return Err(GatewayError::KeyMisuse {
-                    detail: "400 idempotency_error: keys can only be used with the same parameters"
-                        .into(),
-                });
-            }
-            return match &saved.answer {
-                Ok(pi) => Ok(PaymentIntent {
-                    replayed: true,
-                    ..pi.clone()
-                }),
-                Err(e) => Err(e.clone()),
-            };
+        if let Some(answer) = st.replay(&key, &fingerprint) {
+            return answer;
         }
         let answer = match st.charges.get_mut(req.id.as_str()) {
             None => Err(GatewayError::Rejected {
