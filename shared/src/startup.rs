@@ -31,6 +31,16 @@ pub const INIT_ERROR_TYPE: &str = "Runtime.InitError";
 /// The most the report may take: the process exits after it either way.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// What `main` wired, or its error told to the runtime API too ([`report_init_error`]), so the
+/// invoke that started this environment gets the reason instead of waiting on a process that has
+/// exited.
+pub async fn started<D>(wired: Result<D, BoxError>) -> Result<D, BoxError> {
+    match wired {
+        Ok(deps) => Ok(deps),
+        Err(e) => Err(report_init_error(e).await),
+    }
+}
+
 /// Logs the init failure, reports it to the runtime API named by `AWS_LAMBDA_RUNTIME_API` (set by
 /// Lambda and by `cargo lambda watch`; nothing is sent without it), and gives the error back for
 /// `main` to return.

@@ -12,19 +12,14 @@ use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, TokioSleeper};
-use charge_once::startup::report_init_error;
+use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
-    let deps = match wire().await {
-        Ok(deps) => deps,
-        // Told to the runtime API too, so the invoke that started this environment gets the
-        // reason instead of waiting on a process that has exited.
-        Err(e) => return Err(report_init_error(e).await),
-    };
+    let deps = started(wire().await).await?;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
         Ok::<_, Error>(handle(deps, event).await)

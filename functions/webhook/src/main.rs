@@ -16,7 +16,7 @@ use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::executor::ChargeDeps;
 use charge_once::pacing::TokioSleeper;
-use charge_once::startup::report_init_error;
+use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::{Clock, SystemClock};
@@ -27,12 +27,7 @@ use webhook::WebhookConfig;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     charge_once::logging::init_subscriber();
-    let deps = match wire().await {
-        Ok(deps) => deps,
-        // Told to the runtime API too, so the invoke that started this environment gets the
-        // reason instead of waiting on a process that has exited.
-        Err(e) => return Err(report_init_error(e).await),
-    };
+    let deps = started(wire().await).await?;
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| async move {
         handle(deps, event).await
