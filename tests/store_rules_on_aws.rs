@@ -14,7 +14,7 @@
 //! The same table runs again on a client that never asks for `ReturnValuesOnConditionCheckFailure`
 //! (an SDK interceptor takes it off every request, as a server without the feature, dynalite,
 //! would ignore it) with a store built `reading_refusals`: the answers are the same, each refused
-//! write paying one read (issue 26.5).
+//! write paying one read (the store must not depend on a feature some servers lack).
 //! Last, the unknown index on moto (which applies the INCLUDE projection) shows `status`, and a
 //! claim leaves an operation's entry exactly as it was (issue 26.6).
 
