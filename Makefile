@@ -25,10 +25,11 @@ lint:
 fmt:
 	cargo fmt --all
 
-# One HTTP/TLS stack per function (cargo tree) and cargo deny (advisories against the RustSec
+# One HTTP/TLS stack per function (cargo tree), the rules crate free of I/O crates, and cargo deny (advisories against the RustSec
 # snapshot in ../shared/advisory-db, bans, licenses, sources), offline; CI runs both.
 supply-chain:
 	infra/supply-chain/one-stack.sh
+	infra/supply-chain/core-is-pure.sh
 	infra/supply-chain/deny.sh
 
 # cfn-lint, sam validate --lint and the IAM check after the SAM transform (pinned tools in

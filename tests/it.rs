@@ -15,6 +15,7 @@ mod local_stack;
 mod memory_inbox_contract;
 mod memory_queue_contract;
 mod memory_store_contract;
+mod module_layers;
 mod observability_rules;
 mod outcomes_on_aws;
 mod reconciler_on_aws;

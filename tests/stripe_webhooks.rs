@@ -17,7 +17,7 @@ use std::time::Duration;
 use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
-use charge_once::testing;
+use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::{OperationStatus, PaymentIntentId, PaymentIntentStatus, SystemClock, Timestamp};

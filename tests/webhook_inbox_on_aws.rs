@@ -6,7 +6,7 @@
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
 use charge_once::ports::{Admitted, OperationStore, PaymentGateway, WebhookInbox, INBOX_TTL};
-use charge_once::testing;
+use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{receive, Ignored, Reception, WebhookDeps, DEFAULT_TOLERANCE};
 use charge_once::{Clock, Operation, OperationStatus, Timestamp};

@@ -11,88 +11,23 @@
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
 
-pub mod plan;
+pub use charge_core::charge_plan as plan;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use charge_core::event_plan::{self, Action};
 use tracing::{error, info, warn};
 
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
-use crate::outcome::{PaymentIntent, RetryCause};
+use crate::outcome::PaymentIntent;
 use crate::ports::Clock;
 use crate::ports::{
     CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord,
     PaymentGateway, Recorded, StoreError,
 };
 
-pub use plan::{Decision, FollowUp, ReviewClass, Step};
-
-/// The timings that govern execution and reconciliation.
-#[derive(Debug, Clone)]
-pub struct ChargePolicy {
-    /// How long after `first_attempted_at` a create may be re-sent with the same key. Stripe may prune
-    /// keys once they are 24 h old; 23 h leaves a margin (our judgement, not Stripe's guarantee).
-    pub key_window: Duration,
-    /// How long after the key window before we trust Stripe search (which is not read-after-write).
-    pub search_min_age: Duration,
-    /// How long a claim protects the Stripe call. Longer than the HTTP client's total timeout.
-    pub lease_ttl: Duration,
-    /// How long a fresh `pending` operation may wait for its queue message before the reconciler
-    /// re-sends it.
-    pub pending_grace: Duration,
-    /// When to look again after "nothing happened, retry later" (429, 409, auth).
-    pub retry_after: Duration,
-    /// Backoff for unknown outcomes: `base * 2^(attempts-1)`, capped at `max`.
-    pub unknown_backoff_base: Duration,
-    pub unknown_backoff_max: Duration,
-    /// How long after the first attempt a PaymentIntent may stay `requires_action` or
-    /// `processing` before the operation goes to review (`stuck_<status>`).
-    pub stuck_after: Duration,
-}
-
-impl Default for ChargePolicy {
-    fn default() -> Self {
-        Self {
-            key_window: Duration::from_secs(23 * 3600),
-            search_min_age: Duration::from_secs(10 * 60),
-            lease_ttl: Duration::from_secs(60),
-            pending_grace: Duration::from_secs(5 * 60),
-            retry_after: Duration::from_secs(60),
-            unknown_backoff_base: Duration::from_secs(60),
-            unknown_backoff_max: Duration::from_secs(3600),
-            stuck_after: Duration::from_secs(72 * 3600),
-        }
-    }
-}
-
-/// What the caller should do with the message that asked for this execution.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Disposition {
-    /// It was settled before we came: nothing was called.
-    AlreadySettled,
-    /// We settled it now.
-    Settled,
-    /// Recorded as unknown (or still pending); the unknown index schedules the next look.
-    Scheduled,
-    /// Nothing happened at Stripe and the store is unchanged but for the error: retry the message.
-    RetryLater(RetryCause),
-    /// Someone else holds a live lease on it: retry the message later.
-    Busy,
-    /// A person must look at it; the reason is recorded on the operation.
-    InReview(String),
-    /// Our outcome was refused because someone else's write came first (lease lost, or settled
-    /// meanwhile). The other writer's record stands.
-    Superseded,
-}
-
-impl Disposition {
-    /// True when the triggering message should be retried (reported as a batch item failure).
-    pub fn wants_retry(&self) -> bool {
-        matches!(self, Disposition::RetryLater(_) | Disposition::Busy)
-    }
-}
+pub use plan::{ChargePolicy, Decision, Disposition, FollowUp, ReviewClass, Step};
 
 /// What one execution did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +43,20 @@ pub struct ChargeReport {
     pub sent_to_review: Option<ReviewClass>,
     /// Stripe answered with `Idempotent-Replayed: true`: our key had been used before.
     pub replayed: bool,
+    /// The record as the shell last saw it: as written; as the claim found it when it was not
+    /// ours to change (settled, leased, in review); the current one when our write lost to
+    /// another (`None` if it is gone). A caller that must compare something with what stands
+    /// reads it here, not from the table again.
+    pub record: Option<Operation>,
+}
+
+/// What applying one Stripe event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventReport {
+    pub report: ChargeReport,
+    /// What the event rule decided on the record as claimed; `None` when the shell could not
+    /// claim it (then `report.record` is the record as found).
+    pub action: Option<Action>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,74 +90,89 @@ pub async fn execute_charge(
     key: &OperationKey,
     operation_id: &OperationId,
 ) -> Result<ChargeReport, ExecuteError> {
-    let livemode = deps.gateway.livemode();
-    run_claimed(deps, key, operation_id, |op| async move {
-        let now = deps.clock.now();
-        let step = plan::next_step(&op, now, &deps.policy);
-        let mut replayed = false;
+    let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
+        let step = plan::next_step(&op, deps.clock.now(), &deps.policy);
+        let (decision, replayed) = act(deps, &op, &step).await;
         let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
-        let decision = match &step {
-            Step::Create => {
-                let result = deps
-                    .gateway
-                    .create(&CreatePaymentIntent::for_operation(&op))
-                    .await;
-                replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
-                plan::after_create(&op, result, deps.clock.now(), &deps.policy, livemode)
-            }
-            Step::Retrieve(id) => {
-                let result = deps.gateway.retrieve(id).await;
-                plan::after_retrieve(&op, result, deps.clock.now(), &deps.policy, livemode)
-            }
-            Step::Search => {
-                let result = deps.gateway.search_by_operation(&op.operation_id).await;
-                plan::after_search(&op, result, deps.clock.now(), &deps.policy, livemode)
-            }
-            Step::WaitForSearch(until) => plan::wait_for_search(&op, *until),
-        };
+        let livemode = deps.gateway.livemode();
         let decision = follow_up(deps, &op, decision, livemode, &mut gateway_calls).await;
-        Planned {
+        let planned = Planned {
             step: step.name(),
             gateway_calls,
             decision,
             replayed,
-        }
+        };
+        (planned, ())
     })
-    .await
+    .await?;
+    Ok(report)
+}
+
+/// The step's one call to Stripe, and what its answer decides (with whether Stripe replayed it).
+async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool) {
+    let (policy, livemode) = (&deps.policy, deps.gateway.livemode());
+    match step {
+        Step::Create => {
+            let result = deps
+                .gateway
+                .create(&CreatePaymentIntent::for_operation(op))
+                .await;
+            let replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
+            let now = deps.clock.now();
+            (
+                plan::after_create(op, result, now, policy, livemode),
+                replayed,
+            )
+        }
+        Step::Retrieve(id) => {
+            let result = deps.gateway.retrieve(id).await;
+            let now = deps.clock.now();
+            (
+                plan::after_retrieve(op, result, now, policy, livemode),
+                false,
+            )
+        }
+        Step::Search => {
+            let result = deps.gateway.search_by_operation(&op.operation_id).await;
+            let now = deps.clock.now();
+            (plan::after_search(op, result, now, policy, livemode), false)
+        }
+        Step::WaitForSearch(until) => (plan::wait_for_search(op, *until), false),
+    }
 }
 
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
-/// [`execute_charge`]: the decision ([`plan::after_event`]) is made on the record as claimed.
+/// [`execute_charge`]: the event rule ([`event_plan::after_event`]) decides on the record as
+/// claimed, once; the report hands back that decision and the record as the shell last saw it.
 ///
 /// No call but the caller's retrieve: the events function may hold a read-only key (its
 /// restricted `PaymentIntents: Read` key). An intent Stripe holds declined is therefore recorded
 /// as the plan's decision stands before its cancel: unknown, with the intent's id, due now; the
 /// charge path (or the reconciler's re-drive) retrieves it and cancels it before `failed`.
-/// `decided` receives the event's action on that record, for the caller's report.
 pub async fn apply_event(
     deps: &ChargeDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     pi: PaymentIntent,
-    decided: &mut Option<crate::webhook::Action>,
-) -> Result<ChargeReport, ExecuteError> {
+) -> Result<EventReport, ExecuteError> {
     let livemode = deps.gateway.livemode();
-    run_claimed(deps, key, operation_id, |op| async move {
-        let (action, mut decision) =
-            plan::after_event(&op, pi, deps.clock.now(), &deps.policy, livemode);
+    let (report, action) = run_claimed(deps, key, operation_id, |op| async move {
+        let now = deps.clock.now();
+        let (action, mut decision) = event_plan::after_event(&op, pi, now, &deps.policy, livemode);
         // The cancel is the charge path's to make (see above): what stands without it is
         // recorded.
         decision.then = None;
-        *decided = Some(action);
-        Planned {
+        let planned = Planned {
             step: "event",
             decision,
             gateway_calls: 0,
             replayed: false,
-        }
+        };
+        (planned, action)
     })
-    .await
+    .await?;
+    Ok(EventReport { report, action })
 }
 
 /// What the middle of the shell decided, with what it cost.
@@ -262,121 +226,109 @@ async fn follow_up(
 /// The one shell every transition of an operation goes through: **claim** (one conditional write;
 /// a settled, leased, in-review or missing operation returns here with `decide` never called),
 /// **decide** on the record as claimed (`decide` may call Stripe, under the lease), **record**
-/// the decision fenced on the lease and an unsettled status.
-async fn run_claimed<F, Fut>(
+/// the decision fenced on the lease and an unsettled status. `decide` may hand back a value of
+/// its own (`T`: the event rule's action), returned beside the report when it ran.
+async fn run_claimed<F, Fut, T>(
     deps: &ChargeDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     decide: F,
-) -> Result<ChargeReport, ExecuteError>
+) -> Result<(ChargeReport, Option<T>), ExecuteError>
 where
     F: FnOnce(Operation) -> Fut,
-    Fut: std::future::Future<Output = Planned>,
+    Fut: std::future::Future<Output = (Planned, T)>,
 {
     let now = deps.clock.now();
     let lease = Lease {
         token: LeaseToken::new_random(),
         expires_at: now.plus(deps.policy.lease_ttl),
     };
-    let claim = deps
-        .store
-        .claim(&ClaimRequest {
-            key: key.clone(),
-            operation_id: *operation_id,
-            lease,
-            now,
-        })
-        .await?;
-    let op = match claim {
-        Claim::Claimed(op) => op,
+    let request = ClaimRequest {
+        key: key.clone(),
+        operation_id: *operation_id,
+        lease,
+        now,
+    };
+    let op = match claim(deps, &request).await? {
+        Ok(op) => op,
+        Err(not_ours) => return Ok((not_ours, None)),
+    };
+    let (planned, extra) = decide(op).await;
+    debug_assert!(
+        planned.decision.then.is_none(),
+        "a call asked for was not made"
+    );
+    let report = record(deps, key, operation_id, lease.token, planned).await?;
+    Ok((report, Some(extra)))
+}
+
+/// Takes the lease on the operation: the record as claimed, or the report of why it is not
+/// ours to change (settled, leased elsewhere, in review), with the record as found.
+async fn claim(
+    deps: &ChargeDeps,
+    request: &ClaimRequest,
+) -> Result<Result<Operation, ChargeReport>, ExecuteError> {
+    let (op, disposition) = match deps.store.claim(request).await? {
+        Claim::Claimed(op) => return Ok(Ok(op)),
         Claim::Settled(op) => {
             info!(status = %op.status, "already settled; no gateway call");
-            return Ok(report(
-                op.status,
-                op.external_id,
-                Disposition::AlreadySettled,
-                0,
-            ));
+            (op, Disposition::AlreadySettled)
         }
         Claim::Leased(op) => {
             info!("another execution holds the lease");
-            return Ok(report(op.status, op.external_id, Disposition::Busy, 0));
+            (op, Disposition::Busy)
         }
         Claim::InReview(op) => {
-            let reason = op.review.map(|r| r.reason).unwrap_or_default();
+            let reason = op.review.clone().map(|r| r.reason).unwrap_or_default();
             info!(%reason, "in review; left for an operator");
-            return Ok(report(
-                op.status,
-                op.external_id,
-                Disposition::InReview(reason),
-                0,
-            ));
+            (op, Disposition::InReview(reason))
         }
         Claim::NotFound => {
             return Err(ExecuteError::NotFound {
-                order_id: key.order_id.to_string(),
-                operation_id: *operation_id,
+                order_id: request.key.order_id.to_string(),
+                operation_id: request.operation_id,
             })
         }
     };
+    Ok(Err(report(Some(op), disposition, 0)))
+}
 
+/// Records the decision, fenced on our lease and an unsettled status.
+async fn record(
+    deps: &ChargeDeps,
+    key: &OperationKey,
+    operation_id: &OperationId,
+    lease_token: LeaseToken,
+    planned: Planned,
+) -> Result<ChargeReport, ExecuteError> {
     let Planned {
         step,
         decision,
         gateway_calls,
         replayed,
-    } = decide(op).await;
-    debug_assert!(decision.then.is_none(), "a call asked for was not made");
-
+    } = planned;
     let now = deps.clock.now();
-    let recorded = deps
-        .store
-        .record(&OutcomeRecord {
-            key: key.clone(),
-            operation_id: *operation_id,
-            lease_token: lease.token,
-            status: decision.status,
-            external_id: decision.external_id.clone(),
-            last_error: decision.last_error.clone(),
-            review: decision.review.as_ref().map(|(_, reason)| Review {
-                reason: reason.clone(),
-                flagged_at: now,
-            }),
-            next_due_at: decision.next_due_at,
-            now,
-        })
-        .await?;
-    match recorded {
+    let outcome = OutcomeRecord {
+        key: key.clone(),
+        operation_id: *operation_id,
+        lease_token,
+        status: decision.status,
+        external_id: decision.external_id.clone(),
+        last_error: decision.last_error.clone(),
+        review: decision.review.as_ref().map(|(_, reason)| Review {
+            reason: reason.clone(),
+            flagged_at: now,
+        }),
+        next_due_at: decision.next_due_at,
+        now,
+    };
+    let report = match deps.store.record(&outcome).await? {
         Recorded::Written(op) => {
-            info!(
-                step,
-                status = %op.status,
-                external_id = op.external_id.as_deref().unwrap_or(""),
-                error = op.last_error.as_deref().unwrap_or(""),
-                replayed,
-                "recorded"
-            );
-            if let Some((class, reason)) = &decision.review {
-                // Loud on purpose: an order that needs a person must never sit unnoticed. The
-                // caller turns `sent_to_review` into the `SentToReview` metric (alarmed).
-                error!(
-                    order_id = %op.order_id,
-                    operation_id = %op.operation_id,
-                    reason_class = class.as_str(),
-                    %reason,
-                    "sent to review: an operator must settle this operation (chargectl unknowns --review)"
-                );
-            }
-            Ok(ChargeReport {
+            log_recorded(step, &op, &decision, replayed);
+            ChargeReport {
                 sent_to_review: decision.review.as_ref().map(|(class, _)| *class),
-                replayed,
-                ..report(
-                    op.status,
-                    op.external_id,
-                    decision.disposition(),
-                    gateway_calls,
-                )
-            })
+                ..report(Some(op), decision.disposition(), gateway_calls)
+            }
         }
         Recorded::Refused(current) => {
             warn!(
@@ -384,29 +336,50 @@ where
                 wanted = %decision.status,
                 "outcome refused by the store: lease lost or already settled"
             );
-            let (status, external_id) = current
-                .map(|op| (op.status, op.external_id))
-                .unwrap_or((decision.status, decision.external_id));
-            Ok(ChargeReport {
-                replayed,
-                ..report(status, external_id, Disposition::Superseded, gateway_calls)
-            })
+            let mut report = report(current, Disposition::Superseded, gateway_calls);
+            if report.record.is_none() {
+                (report.status, report.external_id) = (decision.status, decision.external_id);
+            }
+            report
         }
+    };
+    Ok(ChargeReport { replayed, ..report })
+}
+
+/// The log line of a written outcome; loud when it sent the operation to review.
+fn log_recorded(step: &str, op: &Operation, decision: &Decision, replayed: bool) {
+    info!(
+        step,
+        status = %op.status,
+        external_id = op.external_id.as_deref().unwrap_or(""),
+        error = op.last_error.as_deref().unwrap_or(""),
+        replayed,
+        "recorded"
+    );
+    if let Some((class, reason)) = &decision.review {
+        // Loud on purpose: an order that needs a person must never sit unnoticed. The caller
+        // turns `sent_to_review` into the `SentToReview` metric (alarmed).
+        error!(
+            order_id = %op.order_id,
+            operation_id = %op.operation_id,
+            reason_class = class.as_str(),
+            %reason,
+            "sent to review: an operator must settle this operation (chargectl unknowns --review)"
+        );
     }
 }
 
-fn report(
-    status: OperationStatus,
-    external_id: Option<PaymentIntentId>,
-    disposition: Disposition,
-    gateway_calls: u32,
-) -> ChargeReport {
+/// A report of `disposition` over `record` (its status and PaymentIntent, or none).
+fn report(record: Option<Operation>, disposition: Disposition, gateway_calls: u32) -> ChargeReport {
     ChargeReport {
-        status,
-        external_id,
+        status: record
+            .as_ref()
+            .map_or(OperationStatus::Pending, |op| op.status),
+        external_id: record.as_ref().and_then(|op| op.external_id.clone()),
         disposition,
         gateway_calls,
         sent_to_review: None,
         replayed: false,
+        record,
     }
 }

@@ -35,25 +35,21 @@
 //!
 //! Domain logic never imports an AWS or HTTP type; adapters never decide business outcomes.
 
+// The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
+pub use charge_core::{domain, ids, operation, outbox, outcome, store_rules, time};
+
 pub mod adapters;
 pub mod config;
-pub mod domain;
 pub mod executor;
-pub mod ids;
 pub mod logging;
 pub mod memory;
-pub mod operation;
-pub mod outbox;
-pub mod outcome;
 pub mod pacing;
 pub mod ports;
 pub mod reconciler;
 pub mod startup;
-pub mod store_rules;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod time;
 pub mod webhook;
 
 pub use domain::{

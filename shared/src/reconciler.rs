@@ -41,7 +41,7 @@ use crate::ports::{
 use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
 use crate::time::Timestamp;
 
-pub mod plan;
+pub use charge_core::reconcile_plan as plan;
 
 pub use plan::{plan, redrive_due_at, Action};
 

@@ -12,7 +12,7 @@ use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::ports::{Claim, OperationStore};
-use charge_once::testing;
+use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
     receive, receive_eventbridge, Deferred, EventMismatch, Ignored, Reception, Rejection,

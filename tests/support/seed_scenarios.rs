@@ -17,7 +17,7 @@ use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
     CancelPaymentIntent, Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded,
 };
-use charge_once::testing::{self, claim_request, outcome, T0};
+use charge_once::testing::{self, claim_request, outcome, CreateIn as _, T0};
 use charge_once::{
     Amount, Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationId, OperationKey,
     OperationStatus, PaymentIntent, PaymentIntentStatus, RetryCause, Timestamp,

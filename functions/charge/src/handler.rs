@@ -56,14 +56,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use charge_once::executor::Disposition;
+use charge_core::message_plan::{fate, Fate, Receive, Seen};
 use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClass};
 use charge_once::pacing::Budget;
 use charge_once::ports::{
     ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
 };
 use charge_once::telemetry::{emf_line, sent_to_review_line};
-use charge_once::{RetryCause, Timestamp};
+use charge_once::Timestamp;
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use std::time::Duration;
@@ -115,29 +115,9 @@ impl ChargeFunction {
     }
 }
 
-/// What happened to one record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemOutcome {
-    /// Done with it (settled, recorded as unknown and scheduled, in review, or superseded).
-    Acknowledged,
-    /// A message no retry can fix, copied to the DLQ with this reason and acknowledged.
-    Poisoned(&'static str),
-    /// Report as a batch item failure: SQS delivers it again after its visibility timeout.
-    Retry(&'static str),
-    /// Report as a batch item failure and bring it back in seconds
-    /// ([`charge_once::pacing::return_after`]): nothing happened, and trying again shortly can
-    /// work (rate limit, key in use, lease held elsewhere).
-    RetrySoon(&'static str),
-    /// Refused as [`ItemOutcome::RetrySoon`] at the queue's last receive: acknowledged, the
-    /// operation (read by the executor: unsettled, due) left to the reconciler.
-    LeftToReconciler(&'static str),
-}
-
-impl ItemOutcome {
-    fn is_retry(&self) -> bool {
-        matches!(self, ItemOutcome::Retry(_) | ItemOutcome::RetrySoon(_))
-    }
-}
+/// What happened to one record: the message plan's [`Item`] (its table is the specification of
+/// the rules in the module docs).
+pub use charge_core::message_plan::Item as ItemOutcome;
 
 /// What a batch did, for its metrics line.
 #[derive(Debug, Default)]
@@ -258,12 +238,8 @@ async fn run_group(
             let outcome = match &failed {
                 Some(first) => {
                     info!(%message_id, "an earlier message of this group failed; keeping order");
-                    match first {
-                        ItemOutcome::RetrySoon(_) => {
-                            ItemOutcome::RetrySoon("earlier message in group comes back soon")
-                        }
-                        _ => ItemOutcome::Retry("earlier message in group failed"),
-                    }
+                    let soon = matches!(first, ItemOutcome::RetrySoon(_));
+                    decided(fate(&Seen::BehindFailed { soon }, receive(record)))
                 }
                 None => process(f, record, &message_id, &mut tally, deadline).await,
             };
@@ -308,6 +284,8 @@ struct Poison {
     detail: String,
 }
 
+/// One message: read it, wait for its Stripe slot, run the executor, each answer asking the
+/// message plan ([`fate`]) what becomes of the message.
 async fn process(
     f: &ChargeFunction,
     record: &SqsMessage,
@@ -319,16 +297,14 @@ async fn process(
         Ok(m) => m,
         Err(poison) => return park(f, record, message_id, poison).await,
     };
-    let last_receive = receives(record) >= crate::EVENT_SOURCE.max_receive_count;
     if let Err(saturated) = take_slot(f, deadline).await {
-        if last_receive {
-            // Refusing now would park it in the DLQ; one call over the budget is cheaper, and
-            // Stripe's own 429 is the backstop.
-            warn!(%message_id, %saturated, "Stripe budget saturated at the last receive; calling anyway");
-        } else {
+        if fate(&Seen::BudgetSaturated, receive(record)) != Fate::Charge {
             info!(%message_id, %saturated, "Stripe budget saturated; back soon");
-            return ItemOutcome::RetrySoon("stripe budget saturated");
+            return decided(fate(&Seen::BudgetSaturated, receive(record)));
         }
+        // Refusing now would park it in the DLQ; one call over the budget is cheaper, and
+        // Stripe's own 429 is the backstop.
+        warn!(%message_id, %saturated, "Stripe budget saturated at the last receive; calling anyway");
     }
     let span = tracing::info_span!(
         "charge_message",
@@ -337,77 +313,80 @@ async fn process(
         operation_id = %message.operation_id
     );
     async {
-        match execute_charge(&f.charge, &message.key(), &message.operation_id).await {
+        let executed = execute_charge(&f.charge, &message.key(), &message.operation_id).await;
+        let seen = match executed {
             Ok(report) => {
-                if report.replayed {
-                    tally.replays += 1;
-                }
+                tally.replays += u64::from(report.replayed);
                 if let Some(class) = report.sent_to_review {
                     *tally.reviews.entry(class).or_default() += 1;
                 }
-                if report.disposition.wants_retry() {
-                    let soon = match report.disposition {
-                        Disposition::RetryLater(RetryCause::RateLimited) => Some("rate limited"),
-                        Disposition::RetryLater(RetryCause::KeyInUse) => {
-                            Some("idempotency key in use")
-                        }
-                        Disposition::Busy => Some("leased elsewhere"),
-                        _ => None,
-                    };
-                    match soon {
-                        Some(reason) if last_receive => {
-                            info!(disposition = ?report.disposition, reason, "nothing happened at the last receive; left to the reconciler");
-                            ItemOutcome::LeftToReconciler(reason)
-                        }
-                        Some(reason) => {
-                            info!(disposition = ?report.disposition, "nothing happened; the message comes back soon");
-                            ItemOutcome::RetrySoon(reason)
-                        }
-                        None => {
-                            info!(disposition = ?report.disposition, "nothing happened; the message will come back");
-                            ItemOutcome::Retry("retry later")
-                        }
-                    }
-                } else {
-                    info!(status = %report.status, disposition = ?report.disposition, gateway_calls = report.gateway_calls, replayed = report.replayed, "done");
-                    ItemOutcome::Acknowledged
-                }
+                info!(status = %report.status, disposition = ?report.disposition,
+                    gateway_calls = report.gateway_calls, replayed = report.replayed, "executed");
+                Seen::Executed(report.disposition)
             }
-            Err(ExecuteError::NotFound { .. }) => {
-                let poison = Poison {
-                    reason: "no_such_operation",
-                    detail: format!(
-                        "no operation {} for order {}",
-                        message.operation_id, message.order_id
-                    ),
-                };
-                park(f, record, message_id, poison).await
-            }
-            // The record exists but this release cannot read it (a hand edit, a rollback past
-            // the release that wrote it): no retry reads it better, and five receives at the
-            // visibility timeout would only delay the page. The claim may have committed (a
-            // condition cannot check what parsing checks), so the key window has started; the
-            // operation stays in the unknown index, where the reconciler counts it unreadable
-            // every tick and drives it again once repaired.
-            Err(ExecuteError::Store(e)) if e.unreadable.is_some() => {
-                let poison = Poison {
-                    reason: "unreadable_record",
-                    detail: format!(
-                        "record {} cannot be read by this release: {}",
-                        e.unreadable.as_deref().unwrap_or_default(),
-                        charge_once::telemetry::ErrorChain(&e)
-                    ),
-                };
-                park(f, record, message_id, poison).await
-            }
-            Err(ExecuteError::Store(e)) => {
-                warn!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-                ItemOutcome::Retry("store unavailable")
-            }
-        }
+            Err(e) => return failed(f, record, message_id, &message, e).await,
+        };
+        let outcome = decided(fate(&seen, receive(record)));
+        info!(?outcome, "done with the message");
+        outcome
     }
     .instrument(span)
     .await
+}
+
+/// The executor could not run the message: poison (no such operation, a record this release
+/// cannot read) or the store unavailable.
+async fn failed(
+    f: &ChargeFunction,
+    record: &SqsMessage,
+    message_id: &str,
+    message: &ChargeMessage,
+    e: ExecuteError,
+) -> ItemOutcome {
+    let (seen, detail) = match e {
+        ExecuteError::NotFound { .. } => (
+            Seen::NoSuchOperation,
+            format!(
+                "no operation {} for order {}",
+                message.operation_id, message.order_id
+            ),
+        ),
+        // The record exists but this release cannot read it (a hand edit, a rollback past the
+        // release that wrote it): no retry reads it better, and five receives at the visibility
+        // timeout would only delay the page. The claim may have committed (a condition cannot
+        // check what parsing checks), so the key window has started; the operation stays in the
+        // unknown index, where the reconciler counts it unreadable every tick and drives it again
+        // once repaired.
+        ExecuteError::Store(e) if e.unreadable.is_some() => (
+            Seen::UnreadableRecord,
+            format!(
+                "record {} cannot be read by this release: {}",
+                e.unreadable.as_deref().unwrap_or_default(),
+                charge_once::telemetry::ErrorChain(&e)
+            ),
+        ),
+        ExecuteError::Store(e) => {
+            warn!(%message_id, error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+            (Seen::StoreUnavailable, String::new())
+        }
+    };
+    match fate(&seen, receive(record)) {
+        Fate::Park(reason) => park(f, record, message_id, Poison { reason, detail }).await,
+        other => decided(other),
+    }
+}
+
+/// A fate that needs no more work from the shell. A fate asking for more work (charge, park) is
+/// the shell's to do before it reports; if one reaches here, failing the item is the safe
+/// reading (SQS delivers it again).
+fn decided(fate: Fate) -> ItemOutcome {
+    match fate {
+        Fate::Done(item) => item,
+        Fate::Charge | Fate::Park(_) => {
+            debug_assert!(false, "undone fate {fate:?}");
+            ItemOutcome::Retry("retry later")
+        }
+    }
 }
 
 /// The longest one message can take once it has its slot: a claim and a record (3 s each at
@@ -468,6 +447,14 @@ fn receives(record: &SqsMessage) -> u32 {
         .unwrap_or(1)
 }
 
+/// Which receive of the queue's limit this is.
+fn receive(record: &SqsMessage) -> Receive {
+    Receive {
+        count: receives(record),
+        limit: crate::EVENT_SOURCE.max_receive_count,
+    }
+}
+
 /// Makes a record visible again in seconds; `false` (logged) if it could not be: it then waits
 /// the queue's visibility timeout, as before.
 async fn return_soon(f: &ChargeFunction, record: &SqsMessage, reason: &'static str) -> bool {
@@ -522,7 +509,7 @@ async fn park(
                 error = %charge_once::telemetry::ErrorChain(&e),
                 "poison message, but the dead-letter queue is unavailable: failing the item"
             );
-            ItemOutcome::Retry("dead-letter queue unavailable")
+            decided(fate(&Seen::DeadLetterUnavailable, receive(record)))
         }
     }
 }
@@ -566,7 +553,7 @@ mod tests {
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::ports::DeadLetter;
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing;
+    use charge_once::testing::{self, CreateIn as _};
     use charge_once::{Clock, ManualClock, OperationId, OperationStatus, Timestamp};
     use lambda_runtime::Context;
 

@@ -864,7 +864,7 @@ mod tests {
         ] {
             let e = outcome_of(Some(&before), &after).unwrap();
             assert!(types.contains(&e.outcome.detail_type()));
-            let detail = e.detail();
+            let detail = serde_json::to_value(e.detail()).unwrap();
             let keys: Vec<&str> = detail
                 .as_object()
                 .unwrap()

@@ -112,7 +112,7 @@ mod tests {
     use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing;
+    use charge_once::testing::{self, CreateIn as _};
     use charge_once::{Clock, ManualClock, Timestamp};
     use lambda_runtime::Context;
 

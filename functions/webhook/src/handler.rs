@@ -374,7 +374,7 @@ mod tests {
     use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing;
+    use charge_once::testing::{self, CreateIn as _};
     use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT};
     use charge_once::{
         Clock, ManualClock, Operation, OperationStatus, PaymentIntentId, PaymentIntentStatus,

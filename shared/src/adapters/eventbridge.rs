@@ -53,14 +53,16 @@ impl OutcomePublisher for EventBridgePublisher {
         let entries = events
             .iter()
             .map(|e| {
-                PutEventsRequestEntry::builder()
+                let detail = serde_json::to_string(&e.detail())
+                    .map_err(|err| PublishError::with_source("outcome event detail", err))?;
+                Ok(PutEventsRequestEntry::builder()
                     .event_bus_name(&self.bus)
                     .source(SOURCE)
                     .detail_type(e.outcome.detail_type())
-                    .detail(e.detail().to_string())
-                    .build()
+                    .detail(detail)
+                    .build())
             })
-            .collect::<Vec<_>>();
+            .collect::<Result<Vec<_>, PublishError>>()?;
         self.calls.fetch_add(1, Ordering::Relaxed);
         let out = self
             .client

@@ -6,12 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::time::Timestamp;
-
-/// Where the core gets "now" from.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> Timestamp;
-}
+pub use charge_core::time::Clock;
 
 /// Waits. Production sleeps on tokio's timer; a simulation on its virtual clock.
 pub trait Sleeper: Send + Sync {

@@ -43,7 +43,7 @@ use tracing::{error, info, warn, Instrument};
 
 use crate::domain::{OperationId, PaymentIntentId};
 use crate::executor::{
-    self, plan, ChargeDeps, ChargeReport, Disposition, ExecuteError, ReviewClass,
+    self, plan, ChargeDeps, Disposition, EventReport, ExecuteError, ReviewClass,
 };
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
@@ -425,25 +425,17 @@ async fn act(
             Ok(Reception::SettledConflict { reason })
         }
         Action::Settle { .. } | Action::RecordIntent { .. } | Action::Review { .. } => {
-            let pi_id = pi.id.clone();
-            let mut decided = None;
-            let report = executor::apply_event(
-                &deps.charge,
-                &target.key,
-                &target.operation_id,
-                pi.clone(),
-                &mut decided,
-            )
-            .await;
-            let report = match report {
-                Ok(report) => report,
+            let applied =
+                executor::apply_event(&deps.charge, &target.key, &target.operation_id, pi.clone())
+                    .await;
+            match applied {
+                Ok(applied) => Ok(reception(&pi, applied)?),
                 // Gone since our read: the shell reports a missing operation as an error.
                 Err(ExecuteError::NotFound { .. }) => {
-                    return Ok(Reception::Ignored(Ignored::UnknownOperation))
+                    Ok(Reception::Ignored(Ignored::UnknownOperation))
                 }
-                Err(ExecuteError::Store(e)) => return Err(ActError::Store(e)),
-            };
-            applied(deps, target, &pi, &pi_id, report, decided).await
+                Err(ExecuteError::Store(e)) => Err(ActError::Store(e)),
+            }
         }
     }
 }
@@ -459,25 +451,20 @@ async fn read(deps: &WebhookDeps, target: &Target) -> Result<Option<Operation>, 
         .filter(|op| op.operation_id == target.operation_id))
 }
 
-/// What the shell's report means for the event.
-async fn applied(
-    deps: &WebhookDeps,
-    target: &Target,
-    pi: &PaymentIntent,
-    pi_id: &PaymentIntentId,
-    report: ChargeReport,
-    decided: Option<Action>,
-) -> Result<Reception, ActError> {
+/// What the shell's report means for the event: its decision on the record as claimed, or, when
+/// it could not claim it or our write lost, the record as the shell last saw it.
+fn reception(pi: &PaymentIntent, applied: EventReport) -> Result<Reception, ActError> {
+    let EventReport { report, action } = applied;
     // The record as claimed said there was nothing to change (it moved since our read): the
     // shell released the lease and wrote nothing else.
-    match decided {
+    match action {
         Some(Action::Ignore(why)) => return Ok(Reception::Ignored(why)),
         Some(Action::PageSettled { .. }) => return Ok(Reception::Ignored(Ignored::NothingNew)),
         _ => {}
     }
     Ok(match report.disposition {
         Disposition::Settled | Disposition::Scheduled => {
-            info!(status = %report.status, payment_intent = pi_id.as_str(), "applied");
+            info!(status = %report.status, payment_intent = pi.id.as_str(), "applied");
             Reception::Applied {
                 status: report.status,
                 review: None,
@@ -487,8 +474,8 @@ async fn applied(
             status: report.status,
             review: report.sent_to_review,
         },
-        Disposition::InReview(_) => match read(deps, target).await? {
-            Some(op) => in_review(&op, pi_id, &pi.status),
+        Disposition::InReview(_) => match &report.record {
+            Some(op) => in_review(op, &pi.id, &pi.status),
             None => Reception::Ignored(Ignored::InReview),
         },
         // The charge function holds the lease: nothing written, the event's retry comes back.
@@ -497,10 +484,10 @@ async fn applied(
         Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
         // Settled since our read (the shell's claim found it so), or our write lost to one that
         // settled it: compare Stripe's answer with what stands.
-        Disposition::AlreadySettled | Disposition::Superseded => match read(deps, target).await? {
-            Some(op) if op.status.is_settled() => match event::decide(&op, &pi.id, &pi.status) {
+        Disposition::AlreadySettled | Disposition::Superseded => match &report.record {
+            Some(op) if op.status.is_settled() => match event::decide(op, &pi.id, &pi.status) {
                 Action::PageSettled { reason } => {
-                    page_settled(&op, pi_id, reason);
+                    page_settled(op, &pi.id, reason);
                     Reception::SettledConflict { reason }
                 }
                 _ => Reception::Ignored(Ignored::AlreadySettled),

@@ -1,6 +1,6 @@
 //! The store's rules, written once: which conditional write may change a record, and how.
 //!
-//! Each write of [`OperationStore`](crate::ports::OperationStore) (claim, record, reschedule,
+//! Each write of the `OperationStore` port (claim, record, reschedule,
 //! resolve) is a [`Transition`]: a list of [`Guard`]s, what must hold of the stored record, and a
 //! change, what the write does to it. [`apply`] is the write as a pure function of the record:
 //! the record after it, or the guard that refused it. The in-memory stores (`MemoryStore`, the
@@ -19,7 +19,7 @@
 
 use crate::domain::OperationId;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
-use crate::ports::{Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, Reschedule};
+use crate::store::{Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, Reschedule};
 use crate::time::Timestamp;
 
 /// One condition a write is guarded by. The first that does not hold is the reason it was refused.

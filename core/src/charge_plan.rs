@@ -10,13 +10,77 @@
 //! [`after_cancel_refused`]) and settled by what Stripe holds. The executor's shell makes the calls
 //! a decision asks for before recording it: at most two after the first.
 
+use std::time::Duration;
+
 use crate::domain::PaymentIntentId;
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::time::Timestamp;
 
-use super::{ChargePolicy, Disposition};
-use crate::webhook::event::{decide, Action};
+/// The timings that govern execution and reconciliation.
+#[derive(Debug, Clone)]
+pub struct ChargePolicy {
+    /// How long after `first_attempted_at` a create may be re-sent with the same key. Stripe may prune
+    /// keys once they are 24 h old; 23 h leaves a margin (our judgement, not Stripe's guarantee).
+    pub key_window: Duration,
+    /// How long after the key window before we trust Stripe search (which is not read-after-write).
+    pub search_min_age: Duration,
+    /// How long a claim protects the Stripe call. Longer than the HTTP client's total timeout.
+    pub lease_ttl: Duration,
+    /// How long a fresh `pending` operation may wait for its queue message before the reconciler
+    /// re-sends it.
+    pub pending_grace: Duration,
+    /// When to look again after "nothing happened, retry later" (429, 409, auth).
+    pub retry_after: Duration,
+    /// Backoff for unknown outcomes: `base * 2^(attempts-1)`, capped at `max`.
+    pub unknown_backoff_base: Duration,
+    pub unknown_backoff_max: Duration,
+    /// How long after the first attempt a PaymentIntent may stay `requires_action` or
+    /// `processing` before the operation goes to review (`stuck_<status>`).
+    pub stuck_after: Duration,
+}
+
+impl Default for ChargePolicy {
+    fn default() -> Self {
+        Self {
+            key_window: Duration::from_secs(23 * 3600),
+            search_min_age: Duration::from_secs(10 * 60),
+            lease_ttl: Duration::from_secs(60),
+            pending_grace: Duration::from_secs(5 * 60),
+            retry_after: Duration::from_secs(60),
+            unknown_backoff_base: Duration::from_secs(60),
+            unknown_backoff_max: Duration::from_secs(3600),
+            stuck_after: Duration::from_secs(72 * 3600),
+        }
+    }
+}
+
+/// What the caller should do with the message that asked for this execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// It was settled before we came: nothing was called.
+    AlreadySettled,
+    /// We settled it now.
+    Settled,
+    /// Recorded as unknown (or still pending); the unknown index schedules the next look.
+    Scheduled,
+    /// Nothing happened at Stripe and the store is unchanged but for the error: retry the message.
+    RetryLater(RetryCause),
+    /// Someone else holds a live lease on it: retry the message later.
+    Busy,
+    /// A person must look at it; the reason is recorded on the operation.
+    InReview(String),
+    /// Our outcome was refused because someone else's write came first (lease lost, or settled
+    /// meanwhile). The other writer's record stands.
+    Superseded,
+}
+
+impl Disposition {
+    /// True when the triggering message should be retried (reported as a batch item failure).
+    pub fn wants_retry(&self) -> bool {
+        matches!(self, Disposition::RetryLater(_) | Disposition::Busy)
+    }
+}
 
 /// What to do with a claimed operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,7 +298,7 @@ impl Decision {
 
     /// What a PaymentIntent Stripe just answered with means for the operation: checked to be the
     /// operation's first ([`intent_mismatch`]), then settled, reviewed as stuck, or looked at again.
-    fn from_payment_intent(
+    pub(crate) fn from_payment_intent(
         op: &Operation,
         pi: PaymentIntent,
         now: Timestamp,
@@ -355,7 +419,12 @@ impl Decision {
     }
 
     /// Flags for review; the index orders review items by when they were flagged.
-    fn review(status: OperationStatus, reason: String, class: ReviewClass, now: Timestamp) -> Self {
+    pub(crate) fn review(
+        status: OperationStatus,
+        reason: String,
+        class: ReviewClass,
+        now: Timestamp,
+    ) -> Self {
         Decision {
             status,
             external_id: None,
@@ -672,7 +741,7 @@ pub fn wait_for_search(op: &Operation, until: Timestamp) -> Decision {
 }
 
 /// Releases the lease and changes nothing else but the next look.
-fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
+pub(crate) fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
     Decision {
         status: op.status,
         external_id: None,
@@ -682,41 +751,6 @@ fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
         retry: None,
         then: None,
     }
-}
-
-/// After a Stripe event made us retrieve one of the operation's PaymentIntents (`pi` is Stripe's
-/// answer, never the event's copy), on the record as claimed: the event rule
-/// ([`crate::webhook::event::decide`]) says what it means, and the same answer rules as the
-/// executor's (`Decision::from_payment_intent`: the intent is checked to be the operation's,
-/// then settled, reviewed as stuck or recorded as unknown; a declined one asks for its cancel
-/// first) make the record. Nothing that is not new changes the record, not even its next look.
-pub fn after_event(
-    op: &Operation,
-    pi: PaymentIntent,
-    now: Timestamp,
-    policy: &ChargePolicy,
-    livemode: bool,
-) -> (Action, Decision) {
-    let action = decide(op, &pi.id, &pi.status);
-    let decision = match &action {
-        Action::Settle { .. } | Action::RecordIntent { .. } => {
-            Decision::from_payment_intent(op, pi, now, policy, livemode)
-        }
-        Action::Review { external_id } => Decision::review(
-            op.status,
-            format!(
-                "{}: payment intent {external_id} succeeded; recorded {}",
-                ReviewClass::SecondPaymentIntent.as_str(),
-                op.external_id.as_deref().unwrap_or("none")
-            ),
-            ReviewClass::SecondPaymentIntent,
-            now,
-        ),
-        Action::Ignore(_) | Action::PageSettled { .. } => {
-            release(op, op.next_due_at.unwrap_or(now))
-        }
-    };
-    (action, decision)
 }
 
 #[cfg(test)]
@@ -736,21 +770,27 @@ mod tests {
     /// intent (or an error), search a list (or an error); empty when the step makes no call.
     type Answer = Vec<Result<Vec<PaymentIntent>, GatewayError>>;
 
-    /// One line of the specification: (what it says; the record as claimed, now, Stripe's
-    /// answers; then the calls made, the status, the PaymentIntent id recorded, a part of the
-    /// error recorded, the next look, what it means for the message).
-    type Row<'a> = (
-        &'a str,
-        Operation,
-        Timestamp,
-        Answer,
-        &'a str,
-        OperationStatus,
-        Option<&'a str>,
-        Option<&'a str>,
-        Option<Timestamp>,
-        Then,
-    );
+    /// One line of the specification: (the record as claimed, Stripe's answers, now) → (the
+    /// calls made, the next record, what it means for the message).
+    struct Row {
+        /// The line, as a sentence.
+        says: &'static str,
+        /// The record as the claim handed it over.
+        found: Operation,
+        now: Timestamp,
+        /// Stripe's answers to the calls made, in order.
+        stripe: Answer,
+        /// The calls made, in order ("create, cancel").
+        calls: &'static str,
+        /// The next record: its status, the PaymentIntent id recorded, a part of the error
+        /// recorded, the next look.
+        status: OperationStatus,
+        intent: Option<&'static str>,
+        error: Option<&'static str>,
+        next_look: Option<Timestamp>,
+        /// What it means for the message that asked.
+        then: Then,
+    }
 
     /// What the decision means for the message, with the review's class.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -929,77 +969,748 @@ mod tests {
         let none = Answer::new;
         let pi_1 = Some("pi_1");
         use Then::*;
-        #[rustfmt::skip]
         let cases: Vec<Row> = vec![
             // Inside the key window: create with the operation's key.
-            ("new, create succeeded: succeeded, its id recorded, settled", fresh(), T0, one(ours(Pi::Succeeded)), "create", Succeeded, pi_1, None, None, Settled),
+            Row {
+                says: "new, create succeeded: succeeded, its id recorded, settled",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::Succeeded)),
+                calls: "create",
+                status: Succeeded,
+                intent: pi_1,
+                error: None,
+                next_look: None,
+                then: Settled,
+            },
             // Declined: the customer could still confirm the intent, so it is canceled before
             // `failed` is recorded, and only Stripe's `canceled` records it.
-            ("new, create requires_payment_method: canceled first, then failed, settled", fresh(), T0, [one(ours(Pi::RequiresPaymentMethod)), one(ours(Pi::Canceled))].concat(), "create, cancel", Failed, pi_1, Some("payment intent requires_payment_method; payment intent pi_1 canceled"), None, Settled),
-            ("new, create canceled: failed, settled", fresh(), T0, one(ours(Pi::Canceled)), "create", Failed, pi_1, Some("payment intent canceled"), None, Settled),
-            ("new, create processing: unknown, id recorded, look again after the base back-off", fresh(), T0, one(ours(Pi::Processing)), "create", Unknown, pi_1, Some("payment intent processing"), Some(T0.plus(MIN)), Scheduled),
-            ("new, create requires_action: unknown, id recorded, back off", fresh(), T0, one(ours(Pi::RequiresAction)), "create", Unknown, pi_1, Some("payment intent requires_action"), Some(T0.plus(MIN)), Scheduled),
-            ("new, create requires_capture: unknown, id recorded, back off", fresh(), T0, one(ours(Pi::RequiresCapture)), "create", Unknown, pi_1, Some("payment intent requires_capture"), Some(T0.plus(MIN)), Scheduled),
-            ("new, create in a status this code does not know: unknown, back off", fresh(), T0, one(ours(Pi::Other("new".into()))), "create", Unknown, pi_1, Some("payment intent new"), Some(T0.plus(MIN)), Scheduled),
-            ("new, create answers someone else's intent: status kept, its id not recorded, review", fresh(), T0, one(theirs()), "create", Pending, None, Some("intent_mismatch: payment intent pi_1"), Some(T0), Review(ReviewClass::IntentMismatch)),
-            ("new, create declined with its intent: canceled first, then failed, that id recorded, settled", fresh(), T0, [fails(declined(pi_1)), one(ours(Pi::Canceled))].concat(), "create, cancel", Failed, pi_1, Some("declined: insufficient_funds; payment intent pi_1 canceled"), None, Settled),
-            ("new, create declined without an intent: nothing to cancel, failed, no id, settled", fresh(), T0, fails(declined(None)), "create", Failed, None, Some("declined"), None, Settled),
-            ("declined, cancel times out: unknown (never failed), its id recorded, back off", fresh(), T0, [fails(declined(pi_1)), fails(timeout())].concat(), "create, cancel", Unknown, pi_1, Some("declined: insufficient_funds; cancel of pi_1: outcome unknown: timed out"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, cancel rate limited: unknown, its id recorded, message retried", fresh(), T0, [fails(declined(pi_1)), fails(retry(RetryCause::RateLimited))].concat(), "create, cancel", Unknown, pi_1, Some("cancel of pi_1: retry later (rate_limited)"), Some(T0.plus(MIN)), Retry(RetryCause::RateLimited)),
-            ("declined, cancel answered still requires_payment_method: unknown, back off", fresh(), T0, [fails(declined(pi_1)), one(ours(Pi::RequiresPaymentMethod))].concat(), "create, cancel", Unknown, pi_1, Some("cancel of pi_1 answered requires_payment_method"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, the customer paid it meanwhile: cancel refused, read back succeeded: succeeded", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Succeeded))].concat(), "create, cancel, retrieve", Succeeded, pi_1, None, None, Settled),
-            ("declined, cancel refused, read back canceled: failed", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Canceled))].concat(), "create, cancel, retrieve", Failed, pi_1, Some("payment intent canceled"), None, Settled),
-            ("declined, cancel refused, read back processing: unknown, back off", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Processing))].concat(), "create, cancel, retrieve", Unknown, pi_1, Some("payment intent processing"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, cancel refused, read back requires_action: unknown, back off", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::RequiresAction))].concat(), "create, cancel, retrieve", Unknown, pi_1, Some("payment intent requires_action"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, cancel refused, read back declined again: unknown (never failed), back off", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::RequiresPaymentMethod))].concat(), "create, cancel, retrieve", Unknown, pi_1, Some("requires_payment_method again"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, cancel refused, read back times out: unknown, its id recorded, back off", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), fails(timeout())].concat(), "create, cancel, retrieve", Unknown, pi_1, Some("then its retrieve: outcome unknown"), Some(T0.plus(MIN)), Scheduled),
-            ("declined, cancel refused, read back refused: unknown, its id recorded, review", fresh(), T0, [fails(declined(pi_1)), fails(unexpected()), fails(rejected())].concat(), "create, cancel, retrieve", Unknown, pi_1, Some("then its retrieve: request rejected"), Some(T0), Review(ReviewClass::RetrieveFailed)),
-            ("declined, cancel meets idempotency_error: unknown, its id recorded, review key_misuse", fresh(), T0, [fails(declined(pi_1)), fails(misuse())].concat(), "create, cancel", Unknown, pi_1, Some("idempotency key misuse"), Some(T0), Review(ReviewClass::KeyMisuse)),
-            ("declined, cancel refused as invalid (404): unknown, its id recorded, review cancel_failed", fresh(), T0, [fails(declined(pi_1)), fails(rejected())].concat(), "create, cancel", Unknown, pi_1, Some("cancel_failed: declined: insufficient_funds; cancel of pi_1: request rejected"), Some(T0), Review(ReviewClass::CancelFailed)),
-            ("declined, cancel answers someone else's intent: status kept, review", fresh(), T0, [fails(declined(pi_1)), one(theirs())].concat(), "create, cancel", Pending, None, Some("intent_mismatch"), Some(T0), Review(ReviewClass::IntentMismatch)),
-            ("new, create rate limited: status kept, message retried, look again after retry_after", fresh(), T0, fails(retry(RetryCause::RateLimited)), "create", Pending, None, Some("retry later (rate_limited)"), Some(T0.plus(MIN)), Retry(RetryCause::RateLimited)),
-            ("new, create finds the key in use: status kept, message retried", fresh(), T0, fails(retry(RetryCause::KeyInUse)), "create", Pending, None, Some("idempotency_key_in_use"), Some(T0.plus(MIN)), Retry(RetryCause::KeyInUse)),
-            ("new, create refused for our API key: status kept, message retried", fresh(), T0, fails(retry(RetryCause::Configuration)), "create", Pending, None, Some("configuration"), Some(T0.plus(MIN)), Retry(RetryCause::Configuration)),
-            ("new, create times out: unknown (never failed), back off base", fresh(), T0, fails(timeout()), "create", Unknown, None, Some("outcome unknown: timed out"), Some(T0.plus(MIN)), Scheduled),
-            ("third claim, create times out: unknown, back off base * 4", unknown(3), T0.plus(HOUR), fails(timeout()), "create", Unknown, None, Some("outcome unknown"), Some(T0.plus(HOUR + 4 * MIN)), Scheduled),
-            ("late in the window, create times out: the back-off stops where search opens", unknown(10), window.minus(MIN), fails(timeout()), "create", Unknown, None, Some("outcome unknown"), Some(search), Scheduled),
-            ("new, create meets idempotency_error: unknown, review key_misuse", fresh(), T0, fails(misuse()), "create", Unknown, None, Some("idempotency key misuse"), Some(T0), Review(ReviewClass::KeyMisuse)),
-            ("new, create rejected as invalid: status kept (not failed), review rejected", fresh(), T0, fails(rejected()), "create", Pending, None, Some("request rejected"), Some(T0), Review(ReviewClass::Rejected)),
-            ("unknown, a moment before the window ends: still create", unknown(2), window.minus(MS), one(ours(Pi::Succeeded)), "create", Succeeded, pi_1, None, None, Settled),
+            Row {
+                says: "new, create requires_payment_method: canceled first, then failed, settled",
+                found: fresh(),
+                now: T0,
+                stripe: [one(ours(Pi::RequiresPaymentMethod)), one(ours(Pi::Canceled))].concat(),
+                calls: "create, cancel",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent requires_payment_method; payment intent pi_1 canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "new, create canceled: failed, settled",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::Canceled)),
+                calls: "create",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "new, create processing: unknown, id recorded, look again after the base back-off",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::Processing)),
+                calls: "create",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent processing"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "new, create requires_action: unknown, id recorded, back off",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::RequiresAction)),
+                calls: "create",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent requires_action"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "new, create requires_capture: unknown, id recorded, back off",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::RequiresCapture)),
+                calls: "create",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent requires_capture"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "new, create in a status this code does not know: unknown, back off",
+                found: fresh(),
+                now: T0,
+                stripe: one(ours(Pi::Other("new".into()))),
+                calls: "create",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent new"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "new, create answers someone else's intent: status kept, its id not recorded, review",
+                found: fresh(),
+                now: T0,
+                stripe: one(theirs()),
+                calls: "create",
+                status: Pending,
+                intent: None,
+                error: Some("intent_mismatch: payment intent pi_1"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::IntentMismatch),
+            },
+            Row {
+                says: "new, create declined with its intent: canceled first, then failed, that id recorded, settled",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), one(ours(Pi::Canceled))].concat(),
+                calls: "create, cancel",
+                status: Failed,
+                intent: pi_1,
+                error: Some("declined: insufficient_funds; payment intent pi_1 canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "new, create declined without an intent: nothing to cancel, failed, no id, settled",
+                found: fresh(),
+                now: T0,
+                stripe: fails(declined(None)),
+                calls: "create",
+                status: Failed,
+                intent: None,
+                error: Some("declined"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "declined, cancel times out: unknown (never failed), its id recorded, back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(timeout())].concat(),
+                calls: "create, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("declined: insufficient_funds; cancel of pi_1: outcome unknown: timed out"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, cancel rate limited: unknown, its id recorded, message retried",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(retry(RetryCause::RateLimited))].concat(),
+                calls: "create, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("cancel of pi_1: retry later (rate_limited)"),
+                next_look: Some(T0.plus(MIN)),
+                then: Retry(RetryCause::RateLimited),
+            },
+            Row {
+                says: "declined, cancel answered still requires_payment_method: unknown, back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), one(ours(Pi::RequiresPaymentMethod))].concat(),
+                calls: "create, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("cancel of pi_1 answered requires_payment_method"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, the customer paid it meanwhile: cancel refused, read back succeeded: succeeded",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Succeeded))].concat(),
+                calls: "create, cancel, retrieve",
+                status: Succeeded,
+                intent: pi_1,
+                error: None,
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "declined, cancel refused, read back canceled: failed",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Canceled))].concat(),
+                calls: "create, cancel, retrieve",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "declined, cancel refused, read back processing: unknown, back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::Processing))].concat(),
+                calls: "create, cancel, retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent processing"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, cancel refused, read back requires_action: unknown, back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::RequiresAction))].concat(),
+                calls: "create, cancel, retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent requires_action"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, cancel refused, read back declined again: unknown (never failed), back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), one(ours(Pi::RequiresPaymentMethod))].concat(),
+                calls: "create, cancel, retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("requires_payment_method again"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, cancel refused, read back times out: unknown, its id recorded, back off",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), fails(timeout())].concat(),
+                calls: "create, cancel, retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("then its retrieve: outcome unknown"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "declined, cancel refused, read back refused: unknown, its id recorded, review",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(unexpected()), fails(rejected())].concat(),
+                calls: "create, cancel, retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("then its retrieve: request rejected"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::RetrieveFailed),
+            },
+            Row {
+                says: "declined, cancel meets idempotency_error: unknown, its id recorded, review key_misuse",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(misuse())].concat(),
+                calls: "create, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("idempotency key misuse"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::KeyMisuse),
+            },
+            Row {
+                says: "declined, cancel refused as invalid (404): unknown, its id recorded, review cancel_failed",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), fails(rejected())].concat(),
+                calls: "create, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("cancel_failed: declined: insufficient_funds; cancel of pi_1: request rejected"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::CancelFailed),
+            },
+            Row {
+                says: "declined, cancel answers someone else's intent: status kept, review",
+                found: fresh(),
+                now: T0,
+                stripe: [fails(declined(pi_1)), one(theirs())].concat(),
+                calls: "create, cancel",
+                status: Pending,
+                intent: None,
+                error: Some("intent_mismatch"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::IntentMismatch),
+            },
+            Row {
+                says: "new, create rate limited: status kept, message retried, look again after retry_after",
+                found: fresh(),
+                now: T0,
+                stripe: fails(retry(RetryCause::RateLimited)),
+                calls: "create",
+                status: Pending,
+                intent: None,
+                error: Some("retry later (rate_limited)"),
+                next_look: Some(T0.plus(MIN)),
+                then: Retry(RetryCause::RateLimited),
+            },
+            Row {
+                says: "new, create finds the key in use: status kept, message retried",
+                found: fresh(),
+                now: T0,
+                stripe: fails(retry(RetryCause::KeyInUse)),
+                calls: "create",
+                status: Pending,
+                intent: None,
+                error: Some("idempotency_key_in_use"),
+                next_look: Some(T0.plus(MIN)),
+                then: Retry(RetryCause::KeyInUse),
+            },
+            Row {
+                says: "new, create refused for our API key: status kept, message retried",
+                found: fresh(),
+                now: T0,
+                stripe: fails(retry(RetryCause::Configuration)),
+                calls: "create",
+                status: Pending,
+                intent: None,
+                error: Some("configuration"),
+                next_look: Some(T0.plus(MIN)),
+                then: Retry(RetryCause::Configuration),
+            },
+            Row {
+                says: "new, create times out: unknown (never failed), back off base",
+                found: fresh(),
+                now: T0,
+                stripe: fails(timeout()),
+                calls: "create",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown: timed out"),
+                next_look: Some(T0.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "third claim, create times out: unknown, back off base * 4",
+                found: unknown(3),
+                now: T0.plus(HOUR),
+                stripe: fails(timeout()),
+                calls: "create",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown"),
+                next_look: Some(T0.plus(HOUR + 4 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "late in the window, create times out: the back-off stops where search opens",
+                found: unknown(10),
+                now: window.minus(MIN),
+                stripe: fails(timeout()),
+                calls: "create",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown"),
+                next_look: Some(search),
+                then: Scheduled,
+            },
+            Row {
+                says: "new, create meets idempotency_error: unknown, review key_misuse",
+                found: fresh(),
+                now: T0,
+                stripe: fails(misuse()),
+                calls: "create",
+                status: Unknown,
+                intent: None,
+                error: Some("idempotency key misuse"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::KeyMisuse),
+            },
+            Row {
+                says: "new, create rejected as invalid: status kept (not failed), review rejected",
+                found: fresh(),
+                now: T0,
+                stripe: fails(rejected()),
+                calls: "create",
+                status: Pending,
+                intent: None,
+                error: Some("request rejected"),
+                next_look: Some(T0),
+                then: Review(ReviewClass::Rejected),
+            },
+            Row {
+                says: "unknown, a moment before the window ends: still create",
+                found: unknown(2),
+                now: window.minus(MS),
+                stripe: one(ours(Pi::Succeeded)),
+                calls: "create",
+                status: Succeeded,
+                intent: pi_1,
+                error: None,
+                next_look: None,
+                then: Settled,
+            },
             // Past the key window, no id recorded: never create; search once search may be trusted.
-            ("unknown, as the window ends: no call, wait until search opens", unknown(2), window, none(), "wait_for_search", Unknown, None, Some("outcome unknown: earlier"), Some(search), Scheduled),
-            ("unknown, a moment before search opens: still wait", unknown(2), search.minus(MS), none(), "wait_for_search", Unknown, None, Some("outcome unknown: earlier"), Some(search), Scheduled),
-            ("unknown, search open, finds it succeeded: settled, its id recorded", unknown(2), search, found(vec![ours(Pi::Succeeded)]), "search", Succeeded, pi_1, None, None, Settled),
-            ("unknown, search finds it declined: canceled first, then failed", unknown(2), search, [found(vec![ours(Pi::RequiresPaymentMethod)]), one(ours(Pi::Canceled))].concat(), "search, cancel", Failed, pi_1, Some("payment intent pi_1 canceled"), None, Settled),
-            ("unknown, search finds it processing: unknown, id recorded, back off", unknown(2), search, found(vec![ours(Pi::Processing)]), "search", Unknown, pi_1, Some("payment intent processing"), Some(search.plus(2 * MIN)), Scheduled),
-            ("unknown, search finds someone else's intent: its id not recorded, review", unknown(2), search, found(vec![theirs()]), "search", Unknown, None, Some("intent_mismatch"), Some(search), Review(ReviewClass::IntentMismatch)),
-            ("unknown, search finds none: unknown (not failed), review", unknown(2), search, found(vec![]), "search", Unknown, None, Some("search found 0"), Some(search), Review(ReviewClass::SearchAmbiguous)),
-            ("unknown, search finds two: review", unknown(2), search, found(vec![ours(Pi::Succeeded), ours(Pi::Canceled)]), "search", Unknown, None, Some("search found 2"), Some(search), Review(ReviewClass::SearchAmbiguous)),
-            ("pending past the window (every create retried later), search finds none: unknown, review", claimed(Pending, 5), search, found(vec![]), "search", Unknown, None, Some("search found 0"), Some(search), Review(ReviewClass::SearchAmbiguous)),
-            ("unknown, search rate limited: status kept, look again after retry_after, message not retried", unknown(2), search, fails(retry(RetryCause::RateLimited)), "search", Unknown, None, Some("retry later"), Some(search.plus(MIN)), Scheduled),
-            ("unknown, search times out: status kept, look again after retry_after", unknown(2), search, fails(timeout()), "search", Unknown, None, Some("outcome unknown: timed out"), Some(search.plus(MIN)), Scheduled),
-            ("unknown, search refused: review", unknown(2), search, fails(rejected()), "search", Unknown, None, Some("search failed: request rejected"), Some(search), Review(ReviewClass::SearchFailed)),
-            ("unknown, at the stuck bound search finds it processing: its id recorded, review", unknown(2), stuck, found(vec![ours(Pi::Processing)]), "search", Unknown, pi_1, Some("stuck_processing: payment intent pi_1 still processing 72 h"), Some(stuck), Review(ReviewClass::StuckProcessing)),
+            Row {
+                says: "unknown, as the window ends: no call, wait until search opens",
+                found: unknown(2),
+                now: window,
+                stripe: none(),
+                calls: "wait_for_search",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown: earlier"),
+                next_look: Some(search),
+                then: Scheduled,
+            },
+            Row {
+                says: "unknown, a moment before search opens: still wait",
+                found: unknown(2),
+                now: search.minus(MS),
+                stripe: none(),
+                calls: "wait_for_search",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown: earlier"),
+                next_look: Some(search),
+                then: Scheduled,
+            },
+            Row {
+                says: "unknown, search open, finds it succeeded: settled, its id recorded",
+                found: unknown(2),
+                now: search,
+                stripe: found(vec![ours(Pi::Succeeded)]),
+                calls: "search",
+                status: Succeeded,
+                intent: pi_1,
+                error: None,
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "unknown, search finds it declined: canceled first, then failed",
+                found: unknown(2),
+                now: search,
+                stripe: [found(vec![ours(Pi::RequiresPaymentMethod)]), one(ours(Pi::Canceled))].concat(),
+                calls: "search, cancel",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent pi_1 canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "unknown, search finds it processing: unknown, id recorded, back off",
+                found: unknown(2),
+                now: search,
+                stripe: found(vec![ours(Pi::Processing)]),
+                calls: "search",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent processing"),
+                next_look: Some(search.plus(2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "unknown, search finds someone else's intent: its id not recorded, review",
+                found: unknown(2),
+                now: search,
+                stripe: found(vec![theirs()]),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("intent_mismatch"),
+                next_look: Some(search),
+                then: Review(ReviewClass::IntentMismatch),
+            },
+            Row {
+                says: "unknown, search finds none: unknown (not failed), review",
+                found: unknown(2),
+                now: search,
+                stripe: found(vec![]),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("search found 0"),
+                next_look: Some(search),
+                then: Review(ReviewClass::SearchAmbiguous),
+            },
+            Row {
+                says: "unknown, search finds two: review",
+                found: unknown(2),
+                now: search,
+                stripe: found(vec![ours(Pi::Succeeded), ours(Pi::Canceled)]),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("search found 2"),
+                next_look: Some(search),
+                then: Review(ReviewClass::SearchAmbiguous),
+            },
+            Row {
+                says: "pending past the window (every create retried later), search finds none: unknown, review",
+                found: claimed(Pending, 5),
+                now: search,
+                stripe: found(vec![]),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("search found 0"),
+                next_look: Some(search),
+                then: Review(ReviewClass::SearchAmbiguous),
+            },
+            Row {
+                says: "unknown, search rate limited: status kept, look again after retry_after, message not retried",
+                found: unknown(2),
+                now: search,
+                stripe: fails(retry(RetryCause::RateLimited)),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("retry later"),
+                next_look: Some(search.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "unknown, search times out: status kept, look again after retry_after",
+                found: unknown(2),
+                now: search,
+                stripe: fails(timeout()),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown: timed out"),
+                next_look: Some(search.plus(MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "unknown, search refused: review",
+                found: unknown(2),
+                now: search,
+                stripe: fails(rejected()),
+                calls: "search",
+                status: Unknown,
+                intent: None,
+                error: Some("search failed: request rejected"),
+                next_look: Some(search),
+                then: Review(ReviewClass::SearchFailed),
+            },
+            Row {
+                says: "unknown, at the stuck bound search finds it processing: its id recorded, review",
+                found: unknown(2),
+                now: stuck,
+                stripe: found(vec![ours(Pi::Processing)]),
+                calls: "search",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("stuck_processing: payment intent pi_1 still processing 72 h"),
+                next_look: Some(stuck),
+                then: Review(ReviewClass::StuckProcessing),
+            },
             // An id recorded: read it back, inside the window or past it; never create or search.
-            ("id recorded, in the window, retrieve succeeded: settled", recorded(2), T0.plus(HOUR), one(ours(Pi::Succeeded)), "retrieve", Succeeded, pi_1, None, None, Settled),
-            ("id recorded, past the window: still retrieve; canceled: failed, no cancel", recorded(2), search.plus(HOUR), one(ours(Pi::Canceled)), "retrieve", Failed, pi_1, Some("payment intent canceled"), None, Settled),
-            ("id recorded, retrieve requires_payment_method: canceled first, then failed", recorded(2), T0.plus(HOUR), [one(ours(Pi::RequiresPaymentMethod)), one(ours(Pi::Canceled))].concat(), "retrieve, cancel", Failed, pi_1, Some("payment intent requires_payment_method; payment intent pi_1 canceled"), None, Settled),
-            ("id recorded, declined, its cancel times out again: unknown, back off base * 2", recorded(2), T0.plus(HOUR), [one(ours(Pi::RequiresPaymentMethod)), fails(timeout())].concat(), "retrieve, cancel", Unknown, pi_1, Some("cancel of pi_1: outcome unknown"), Some(T0.plus(HOUR + 2 * MIN)), Scheduled),
-            ("id recorded, retrieve processing: unknown, back off base * 2", recorded(2), T0.plus(HOUR), one(ours(Pi::Processing)), "retrieve", Unknown, pi_1, Some("payment intent processing"), Some(T0.plus(HOUR + 2 * MIN)), Scheduled),
-            ("id recorded, requires_action a moment before the stuck bound: back off", recorded(2), stuck.minus(MS), one(ours(Pi::RequiresAction)), "retrieve", Unknown, pi_1, Some("payment intent requires_action"), Some(stuck.minus(MS).plus(2 * MIN)), Scheduled),
-            ("id recorded, requires_action at the stuck bound: review", recorded(2), stuck, one(ours(Pi::RequiresAction)), "retrieve", Unknown, pi_1, Some("stuck_requires_action"), Some(stuck), Review(ReviewClass::StuckRequiresAction)),
-            ("id recorded, processing at the stuck bound: review", recorded(2), stuck, one(ours(Pi::Processing)), "retrieve", Unknown, pi_1, Some("stuck_processing"), Some(stuck), Review(ReviewClass::StuckProcessing)),
-            ("id recorded, requires_capture at the stuck bound: not stuck (we, not others, must act), back off", recorded(2), stuck, one(ours(Pi::RequiresCapture)), "retrieve", Unknown, pi_1, Some("payment intent requires_capture"), Some(stuck.plus(2 * MIN)), Scheduled),
-            ("id recorded, retrieve answers someone else's intent: review", recorded(2), T0.plus(HOUR), one(theirs()), "retrieve", Unknown, None, Some("intent_mismatch"), Some(T0.plus(HOUR)), Review(ReviewClass::IntentMismatch)),
-            ("id recorded, retrieve rate limited: status kept, message retried", recorded(2), T0.plus(HOUR), fails(retry(RetryCause::RateLimited)), "retrieve", Unknown, None, Some("retry later"), Some(T0.plus(HOUR + MIN)), Retry(RetryCause::RateLimited)),
-            ("id recorded, retrieve times out: status kept, back off", recorded(2), T0.plus(HOUR), fails(timeout()), "retrieve", Unknown, None, Some("outcome unknown: timed out"), Some(T0.plus(HOUR + 2 * MIN)), Scheduled),
-            ("id recorded, Stripe does not know it (404): review", recorded(2), T0.plus(HOUR), fails(rejected()), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: request rejected"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
-            ("id recorded, retrieve answers 402: review", recorded(2), T0.plus(HOUR), fails(declined(pi_1)), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: declined"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
-            ("id recorded, retrieve answers idempotency_error: review", recorded(2), T0.plus(HOUR), fails(misuse()), "retrieve", Unknown, None, Some("retrieve of pi_1 failed: idempotency key misuse"), Some(T0.plus(HOUR)), Review(ReviewClass::RetrieveFailed)),
+            Row {
+                says: "id recorded, in the window, retrieve succeeded: settled",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: one(ours(Pi::Succeeded)),
+                calls: "retrieve",
+                status: Succeeded,
+                intent: pi_1,
+                error: None,
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "id recorded, past the window: still retrieve; canceled: failed, no cancel",
+                found: recorded(2),
+                now: search.plus(HOUR),
+                stripe: one(ours(Pi::Canceled)),
+                calls: "retrieve",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "id recorded, retrieve requires_payment_method: canceled first, then failed",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: [one(ours(Pi::RequiresPaymentMethod)), one(ours(Pi::Canceled))].concat(),
+                calls: "retrieve, cancel",
+                status: Failed,
+                intent: pi_1,
+                error: Some("payment intent requires_payment_method; payment intent pi_1 canceled"),
+                next_look: None,
+                then: Settled,
+            },
+            Row {
+                says: "id recorded, declined, its cancel times out again: unknown, back off base * 2",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: [one(ours(Pi::RequiresPaymentMethod)), fails(timeout())].concat(),
+                calls: "retrieve, cancel",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("cancel of pi_1: outcome unknown"),
+                next_look: Some(T0.plus(HOUR + 2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "id recorded, retrieve processing: unknown, back off base * 2",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: one(ours(Pi::Processing)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent processing"),
+                next_look: Some(T0.plus(HOUR + 2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "id recorded, requires_action a moment before the stuck bound: back off",
+                found: recorded(2),
+                now: stuck.minus(MS),
+                stripe: one(ours(Pi::RequiresAction)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent requires_action"),
+                next_look: Some(stuck.minus(MS).plus(2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "id recorded, requires_action at the stuck bound: review",
+                found: recorded(2),
+                now: stuck,
+                stripe: one(ours(Pi::RequiresAction)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("stuck_requires_action"),
+                next_look: Some(stuck),
+                then: Review(ReviewClass::StuckRequiresAction),
+            },
+            Row {
+                says: "id recorded, processing at the stuck bound: review",
+                found: recorded(2),
+                now: stuck,
+                stripe: one(ours(Pi::Processing)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("stuck_processing"),
+                next_look: Some(stuck),
+                then: Review(ReviewClass::StuckProcessing),
+            },
+            Row {
+                says: "id recorded, requires_capture at the stuck bound: not stuck (we, not others, must act), back off",
+                found: recorded(2),
+                now: stuck,
+                stripe: one(ours(Pi::RequiresCapture)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: pi_1,
+                error: Some("payment intent requires_capture"),
+                next_look: Some(stuck.plus(2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "id recorded, retrieve answers someone else's intent: review",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: one(theirs()),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("intent_mismatch"),
+                next_look: Some(T0.plus(HOUR)),
+                then: Review(ReviewClass::IntentMismatch),
+            },
+            Row {
+                says: "id recorded, retrieve rate limited: status kept, message retried",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: fails(retry(RetryCause::RateLimited)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("retry later"),
+                next_look: Some(T0.plus(HOUR + MIN)),
+                then: Retry(RetryCause::RateLimited),
+            },
+            Row {
+                says: "id recorded, retrieve times out: status kept, back off",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: fails(timeout()),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("outcome unknown: timed out"),
+                next_look: Some(T0.plus(HOUR + 2 * MIN)),
+                then: Scheduled,
+            },
+            Row {
+                says: "id recorded, Stripe does not know it (404): review",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: fails(rejected()),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("retrieve of pi_1 failed: request rejected"),
+                next_look: Some(T0.plus(HOUR)),
+                then: Review(ReviewClass::RetrieveFailed),
+            },
+            Row {
+                says: "id recorded, retrieve answers 402: review",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: fails(declined(pi_1)),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("retrieve of pi_1 failed: declined"),
+                next_look: Some(T0.plus(HOUR)),
+                then: Review(ReviewClass::RetrieveFailed),
+            },
+            Row {
+                says: "id recorded, retrieve answers idempotency_error: review",
+                found: recorded(2),
+                now: T0.plus(HOUR),
+                stripe: fails(misuse()),
+                calls: "retrieve",
+                status: Unknown,
+                intent: None,
+                error: Some("retrieve of pi_1 failed: idempotency key misuse"),
+                next_look: Some(T0.plus(HOUR)),
+                then: Review(ReviewClass::RetrieveFailed),
+            },
         ];
         // Every row is checked and every wrong one named, so a broken arm shows all it breaks.
         let mut wrong = Vec::new();
-        for (spec, op, now, answers, step, status, external_id, error, due, want) in cases {
+        for row in cases {
+            let Row {
+                says: spec,
+                found: op,
+                now,
+                stripe: answers,
+                calls: step,
+                status,
+                intent: external_id,
+                error,
+                next_look: due,
+                then: want,
+            } = row;
             let took = next_step(&op, now, &policy);
             if !step.starts_with(took.name()) {
                 wrong.push(format!("{spec}: step {}, wanted {step}", took.name()));

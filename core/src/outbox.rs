@@ -14,9 +14,10 @@
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
 
-use serde_json::{json, Value};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::domain::PaymentIntentId;
 use crate::operation::{Operation, OperationStatus};
 
 /// `source` of every outcome event.
@@ -72,31 +73,54 @@ impl OutcomeEvent {
 
     /// The event's `detail` (schema: docs/outcome-event.schema.json). No customer or card data
     /// beyond the ids the order service sent.
-    pub fn detail(&self) -> Value {
+    pub fn detail(&self) -> Detail<'_> {
         let op = &self.operation;
-        let mut detail = json!({
-            "v": SCHEMA_VERSION,
-            "event_id": self.event_id,
-            "order_id": op.order_id.as_str(),
-            "operation_id": op.operation_id.to_string(),
-            "status": self.outcome.status(),
-            "payment_intent": op.external_id,
-            "amount": op.params.amount.minor_units(),
-            "currency": op.params.currency.as_str(),
-            "occurred_at": op.updated_at.to_rfc3339(),
-        });
-        if self.outcome == Outcome::NeedsReview {
-            detail["review_reason"] = json!(op.review.as_ref().map(|r| r.reason.as_str()));
+        let review_reason = (self.outcome == Outcome::NeedsReview)
+            .then(|| op.review.as_ref().map(|r| r.reason.as_str()));
+        // Stripe can no longer take the money: `failed` over a PaymentIntent is recorded only
+        // once Stripe holds it canceled (the executor cancels a declined one first; chargectl's
+        // `resolve --failed` requires it). The order service may ask for another card, and must
+        // never confirm this intent again.
+        let canceled =
+            self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op);
+        Detail {
+            amount: op.params.amount.minor_units(),
+            currency: op.params.currency.as_str(),
+            event_id: &self.event_id,
+            occurred_at: op.updated_at.to_rfc3339(),
+            operation_id: op.operation_id.to_string(),
+            order_id: op.order_id.as_str(),
+            payment_intent: op.external_id.as_ref(),
+            payment_intent_status: canceled.then_some("canceled"),
+            review_reason,
+            status: self.outcome.status(),
+            v: SCHEMA_VERSION,
         }
-        if self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op) {
-            // Stripe can no longer take the money: `failed` over a PaymentIntent is recorded only
-            // once Stripe holds it canceled (the executor cancels a declined one first; chargectl's
-            // `resolve --failed` requires it). The order service may ask for another card, and
-            // must never confirm this intent again.
-            detail["payment_intent_status"] = json!("canceled");
-        }
-        detail
     }
+}
+
+/// An outcome event's `detail`, as published. The fields are in alphabetical order, the order
+/// every release has published them in (consumers must not depend on it, but a byte-for-byte
+/// comparison of one release's events with another's then shows only real differences).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Detail<'a> {
+    /// Minor units.
+    pub amount: i64,
+    pub currency: &'a str,
+    pub event_id: &'a str,
+    pub occurred_at: String,
+    pub operation_id: String,
+    pub order_id: &'a str,
+    /// `null` when the operation has no PaymentIntent.
+    pub payment_intent: Option<&'a PaymentIntentId>,
+    /// `"canceled"` on a `ChargeFailed` over a PaymentIntent; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_intent_status: Option<&'static str>,
+    /// On `ChargeNeedsReview` only (`null` if the record has no reason); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review_reason: Option<Option<&'a str>>,
+    pub status: &'static str,
+    pub v: u32,
 }
 
 /// Settled `failed` by an operator overriding the Stripe check (`resolve --failed --force`): the
@@ -136,10 +160,33 @@ pub fn outcome_change(before: Option<&Operation>, after: &Operation) -> Option<O
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
     use crate::operation::Review;
     use crate::testing;
     use std::time::Duration;
+
+    /// The detail as the publisher sends it.
+    fn detail(event: &OutcomeEvent) -> Value {
+        serde_json::to_value(event.detail()).unwrap()
+    }
+
+    /// The published bytes: every field in alphabetical order (as a JSON object map renders
+    /// them), `payment_intent` present as `null` when there is none, the optional ones absent.
+    #[test]
+    fn the_detail_is_published_with_its_fields_in_order() {
+        let before = op(OperationStatus::Unknown);
+        let event = outcome_of(Some(&before), &op(OperationStatus::Succeeded)).unwrap();
+        let bytes = serde_json::to_string(&event.detail()).unwrap();
+        assert_eq!(
+            bytes,
+            detail(&event).to_string(),
+            "the same bytes as the sorted map"
+        );
+        assert!(bytes.contains(r#""payment_intent":null"#), "{bytes}");
+        assert!(!bytes.contains("review_reason") && !bytes.contains("payment_intent_status"));
+    }
 
     fn op(status: OperationStatus) -> Operation {
         testing::order("ord-outbox").status(status).build()
@@ -227,23 +274,23 @@ mod tests {
             a.event_id
         );
 
-        let detail = a.detail();
-        assert_eq!(detail["v"], 1);
-        assert_eq!(detail["event_id"], a.event_id.as_str());
-        assert_eq!(detail["order_id"], "ord-outbox");
-        assert_eq!(detail["operation_id"], after.operation_id.to_string());
-        assert_eq!(detail["status"], "succeeded");
-        assert_eq!(detail["payment_intent"], "pi_1");
-        assert_eq!(detail["amount"], 1250);
-        assert_eq!(detail["currency"], "usd");
-        assert!(detail.get("review_reason").is_none());
-        assert!(detail.get("customer_id").is_none() && detail.get("payment_method").is_none());
+        let d = detail(&a);
+        assert_eq!(d["v"], 1);
+        assert_eq!(d["event_id"], a.event_id.as_str());
+        assert_eq!(d["order_id"], "ord-outbox");
+        assert_eq!(d["operation_id"], after.operation_id.to_string());
+        assert_eq!(d["status"], "succeeded");
+        assert_eq!(d["payment_intent"], "pi_1");
+        assert_eq!(d["amount"], 1250);
+        assert_eq!(d["currency"], "usd");
+        assert!(d.get("review_reason").is_none());
+        assert!(d.get("customer_id").is_none() && d.get("payment_method").is_none());
 
         let review = outcome_of(Some(&before), &reviewed(before.clone())).unwrap();
         assert_eq!(review.outcome.detail_type(), "ChargeNeedsReview");
-        assert_eq!(review.detail()["review_reason"], "search found 2");
-        assert_eq!(review.detail()["status"], "needs_review");
-        assert!(review.detail().get("payment_intent_status").is_none());
+        assert_eq!(detail(&review)["review_reason"], "search found 2");
+        assert_eq!(detail(&review)["status"], "needs_review");
+        assert!(detail(&review).get("payment_intent_status").is_none());
     }
 
     /// A failed charge's event says its PaymentIntent is canceled at Stripe, so the order service
@@ -259,7 +306,7 @@ mod tests {
             after
         };
         let status = |after: &Operation| {
-            outcome_of(Some(&before), after).unwrap().detail()["payment_intent_status"].clone()
+            detail(&outcome_of(Some(&before), after).unwrap())["payment_intent_status"].clone()
         };
         assert_eq!(status(&failed_with(Some("pi_1"))), "canceled");
         assert_eq!(status(&failed_with(None)), Value::Null, "no intent");

@@ -1,5 +1,5 @@
-//! Time as the core sees it: a millisecond [`Timestamp`], and the two [`Clock`]s (the port is in
-//! [`crate::ports`]): the wall clock and a manual one.
+//! Time as the core sees it: a millisecond [`Timestamp`], where "now" comes from ([`Clock`]), and
+//! the two clocks: the wall clock and a manual one.
 //!
 //! Nothing in the core reads the system time directly, so a test (or the simulation) can jump past
 //! Stripe's 24 h idempotency-key lifetime with [`ManualClock::advance`].
@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ports::Clock;
+/// Where the core gets "now" from.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
 
 /// Milliseconds since the Unix epoch, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -614,7 +614,7 @@ impl<'de> Deserialize<'de> for Principal {
 
 /// `bytes` in lowercase hex, two digits a byte: the request fingerprint, the outcome event id and
 /// the webhook signature all write their digests so.
-pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+pub fn lower_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(2 * bytes.len());
     for b in bytes {

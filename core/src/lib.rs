@@ -1,0 +1,53 @@
+//! # charge-core: the rules, without I/O
+//!
+//! One confirmed order must become **exactly one** charge at Stripe, although every hop under it
+//! delivers at least once. This crate holds every rule that decides what happens, as plain values
+//! and functions: no async, no network, no AWS, no JSON. The shells that call Stripe, DynamoDB and
+//! SQS (`charge_once`, in `shared/`) ask it what to do and do it; Cargo keeps the wall, since
+//! nothing here can import them.
+//!
+//! The values:
+//! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
+//!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
+//! - [`ids`]: where fresh UUIDs come from (a per-thread seam the deterministic simulation seeds).
+//! - [`time`]: `Timestamp` (milliseconds since the epoch), the [`Clock`] trait, the system and the
+//!   manual clock.
+//! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
+//! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
+//! - [`store`]: the store's conditional writes as requests and answers.
+//!
+//! The rules, each a table of its own (read them as the specification):
+//! - [`store_rules`]: each conditional write as guards in refusal order, then the change; the
+//!   DynamoDB adapter compiles the same guards into condition expressions.
+//! - [`charge_plan`]: (record as claimed, Stripe's answer, now) → the next record.
+//! - [`event_plan`]: (record as claimed, what Stripe holds for an event's intent, now) → the next
+//!   record, or why nothing changes.
+//! - [`reconcile_plan`]: (record as found by the reconciler, now) → re-enqueue, re-drive, settle.
+//! - [`message_plan`]: (what the shell did with a queue message, its receive count, the budget)
+//!   → what happens to the message.
+//! - [`outbox`]: which committed change is an outcome the order service must learn.
+
+pub mod charge_plan;
+pub mod domain;
+pub mod event_plan;
+pub mod ids;
+pub mod message_plan;
+pub mod operation;
+pub mod outbox;
+pub mod outcome;
+pub mod reconcile_plan;
+pub mod store;
+pub mod store_rules;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod time;
+
+pub use domain::{
+    Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
+    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, ValidationError,
+};
+pub use operation::{
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+};
+pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};

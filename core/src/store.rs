@@ -1,0 +1,137 @@
+//! The store's writes as values: what each conditional write asks ([`ClaimRequest`],
+//! [`OutcomeRecord`], [`Reschedule`], [`ManualResolution`]) and what it answers ([`Created`],
+//! [`Claim`], [`Recorded`]). A refused condition is an answer, never an error. The rules that decide
+//! the answers are [`crate::store_rules`]; the trait that sends them to a store is the shell's
+//! (`charge_once::ports::OperationStore`).
+
+use crate::domain::{OperationId, PaymentIntentId};
+use crate::operation::{
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+};
+use crate::time::Timestamp;
+
+/// Result of `OperationStore::create_if_absent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// Our record was written.
+    New(Operation),
+    /// A record for the same business identity already existed; this is it, unchanged.
+    Existing(Operation),
+}
+
+/// A request to take the lease on an operation before calling Stripe.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub key: OperationKey,
+    /// The claim only matches the record with this id (a message for an older operation that was
+    /// somehow replaced must not drive the new one).
+    pub operation_id: OperationId,
+    pub lease: Lease,
+    pub now: Timestamp,
+}
+
+/// Result of `OperationStore::claim`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// We hold the lease. `attempts` was incremented and `first_attempted_at` set if it was absent,
+    /// durably, before any Stripe call.
+    Claimed(Operation),
+    /// Already `succeeded` or `failed`: nothing to do.
+    Settled(Operation),
+    /// Someone else holds a live lease.
+    Leased(Operation),
+    /// Unsettled, but flagged for review: only an operator settles it.
+    InReview(Operation),
+    /// No record with this key and operation id.
+    NotFound,
+}
+
+/// The outcome of an attempt, written only by the lease holder and only over an unsettled record.
+#[derive(Debug, Clone)]
+pub struct OutcomeRecord {
+    pub key: OperationKey,
+    pub operation_id: OperationId,
+    pub lease_token: LeaseToken,
+    pub status: OperationStatus,
+    /// Set when we learned the PaymentIntent id; `None` keeps whatever is stored.
+    pub external_id: Option<PaymentIntentId>,
+    /// Replaces the stored last error (`None` clears it).
+    pub last_error: Option<String>,
+    /// Flags the operation for review (`None` leaves the flag as it is).
+    pub review: Option<Review>,
+    /// When the reconciler should look again. Must be `Some` for an unsettled status (asserted
+    /// in debug builds, `store_rules::due_after`; a release build makes it due at once rather
+    /// than never) and is ignored for a settled one (settling removes the index attributes).
+    pub next_due_at: Option<Timestamp>,
+    pub now: Timestamp,
+}
+
+/// Result of a fenced write (`OperationStore::record`, `OperationStore::reschedule`,
+/// `OperationStore::resolve`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    Written(Operation),
+    /// The condition failed: the lease was lost, the status moved on or the record was settled.
+    /// This is the current record, untouched (`None` if it does not exist).
+    Refused(Option<Operation>),
+}
+
+/// A re-drive by the reconciler or an operator: a change of schedule made without a lease and
+/// guarded by the status and `updated_at` read before, so a concurrent writer always wins over it.
+/// Every reschedule counts one more re-drive (`redrives`, the next dedup id suffix).
+#[derive(Debug, Clone)]
+pub struct Reschedule {
+    pub key: OperationKey,
+    pub operation_id: OperationId,
+    pub expected_status: OperationStatus,
+    pub expected_updated_at: Timestamp,
+    pub next_due_at: Timestamp,
+    /// Takes the operation out of review and back to automatic work (an operator's re-drive).
+    pub clear_review: bool,
+    pub now: Timestamp,
+    /// An operator's re-drive: refuse while a lease may still be live (see
+    /// [`OperatorGuard::lease_cutoff`]) and append this entry to the history.
+    pub operator: Option<OperatorGuard>,
+}
+
+impl Reschedule {
+    /// The reconciler's re-drive of `op` as read: guarded by its status and `updated_at`, due
+    /// again at `next_due_at`. An operator's re-drive adds `clear_review`
+    /// and an [`OperatorGuard`].
+    pub fn redrive(op: &Operation, next_due_at: Timestamp, now: Timestamp) -> Self {
+        Self {
+            key: op.key(),
+            operation_id: op.operation_id,
+            expected_status: op.status,
+            expected_updated_at: op.updated_at,
+            next_due_at,
+            clear_review: false,
+            now,
+            operator: None,
+        }
+    }
+}
+
+/// What guards an operator's write besides `updated_at`: a lease counts as live until its own
+/// expiry plus a safety margin, so a laptop clock a little ahead cannot see it expired early.
+#[derive(Debug, Clone)]
+pub struct OperatorGuard {
+    /// The write is refused if the record holds a lease expiring after this time (the operator's
+    /// now minus the margin).
+    pub lease_cutoff: Timestamp,
+    pub audit: AuditEntry,
+}
+
+/// An operator settling an operation by hand (`chargectl resolve`): only if nobody wrote since
+/// the operator read it (`expected_updated_at`), it is unsettled, and no lease may be live. The
+/// record's review leaves it: the caller copies the reason into the audit entry
+/// (`AuditEntry::review`).
+#[derive(Debug, Clone)]
+pub struct ManualResolution {
+    pub key: OperationKey,
+    pub operation_id: OperationId,
+    pub status: OperationStatus,
+    pub external_id: Option<PaymentIntentId>,
+    pub expected_updated_at: Timestamp,
+    pub guard: OperatorGuard,
+}
