@@ -369,77 +369,93 @@ async fn handle_one(
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
         }
-        Action::Reenqueue | Action::Redrive => {
-            let decision = action.as_str();
-            let request =
-                Reschedule::redrive(op, redrive_due_at(op, now, &deps.charge.policy), now);
-            match redrive(&*deps.charge.store, &*deps.queue, request).await {
-                Ok(Redriven::Sent { op: moved, message }) => {
-                    info!(decision, dedup_id = %message.dedup_id, next_due_at = %moved.next_due_at.unwrap_or(now), "sent");
-                    if action == Action::Reenqueue {
-                        report.reenqueued += 1;
-                    } else {
-                        report.redriven += 1;
-                    }
-                }
-                Ok(Redriven::Refused(_)) => {
-                    info!(
-                        decision = "skip",
-                        "changed since read; another writer got there first"
-                    );
-                    report.skipped += 1;
-                }
-                Ok(Redriven::NotSent { error, .. }) => {
-                    // Still due at its new time: the next tick after it tries again.
-                    warn!(decision, error = %ErrorChain(&error), "send failed; will retry at the next due time");
-                    report.send_failures += 1;
-                }
-                Err(e) => {
-                    warn!(error = %ErrorChain(&e), "cannot reschedule this tick");
-                    report.skipped += 1;
-                    report.failures += 1;
-                }
+        Action::Reenqueue | Action::Redrive => send_again(deps, op, action, now, report).await,
+        Action::Settle => settle(deps, op, report).await,
+    }
+}
+
+/// Re-enqueues a never-attempted operation, or re-drives one attempted inside the key window,
+/// through the queue: rescheduled first (guarded by what was read), then sent.
+async fn send_again(
+    deps: &ReconcilerDeps,
+    op: &Operation,
+    action: Action,
+    now: Timestamp,
+    report: &mut TickReport,
+) {
+    let decision = action.as_str();
+    let request = Reschedule::redrive(op, redrive_due_at(op, now, &deps.charge.policy), now);
+    match redrive(&*deps.charge.store, &*deps.queue, request).await {
+        Ok(Redriven::Sent { op: moved, message }) => {
+            info!(decision, dedup_id = %message.dedup_id, next_due_at = %moved.next_due_at.unwrap_or(now), "sent");
+            if action == Action::Reenqueue {
+                report.reenqueued += 1;
+            } else {
+                report.redriven += 1;
             }
         }
-        Action::Settle => match execute_charge(&deps.charge, &op.key(), &op.operation_id).await {
-            Ok(r) => match r.disposition {
-                Disposition::AlreadySettled => {
-                    info!(decision = "skip", status = %r.status, "settled meanwhile by another run");
-                    report.skipped += 1;
-                }
-                Disposition::Settled => {
-                    info!(decision = "settle", status = %r.status, external_id = r.external_id.as_deref().unwrap_or(""), "settled");
-                    report.settled += 1;
-                }
-                Disposition::InReview(reason) => {
-                    info!(decision = "review", %reason, "sent to review");
-                    if let Some(class) = r.sent_to_review {
-                        report.sent_to_review += 1;
-                        *report.review_classes.entry(class).or_default() += 1;
-                    } else {
-                        report.skipped += 1;
-                    }
-                }
-                Disposition::Scheduled => {
-                    info!(decision = "wait", status = %r.status, "not settled yet");
-                    report.still_unknown += 1;
-                }
-                other => {
-                    info!(decision = "skip", disposition = ?other, "not settled this tick");
-                    report.skipped += 1;
-                    if matches!(other, Disposition::RetryLater(_)) {
-                        report.failures += 1;
-                    }
-                }
-            },
-            Err(e) => {
-                // One operation's failure (the store throttled, the record vanished) must not
-                // stop the tick: it stays due and the next tick tries again.
-                warn!(error = %ErrorChain(&e), "cannot settle this tick");
+        Ok(Redriven::Refused(_)) => {
+            info!(
+                decision = "skip",
+                "changed since read; another writer got there first"
+            );
+            report.skipped += 1;
+        }
+        Ok(Redriven::NotSent { error, .. }) => {
+            // Still due at its new time: the next tick after it tries again.
+            warn!(decision, error = %ErrorChain(&error), "send failed; will retry at the next due time");
+            report.send_failures += 1;
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot reschedule this tick");
+            report.skipped += 1;
+            report.failures += 1;
+        }
+    }
+}
+
+/// Settles an operation past the key window through the executor (which never creates then).
+async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) {
+    let r = match execute_charge(&deps.charge, &op.key(), &op.operation_id).await {
+        Ok(r) => r,
+        Err(e) => {
+            // One operation's failure (the store throttled, the record vanished) must not
+            // stop the tick: it stays due and the next tick tries again.
+            warn!(error = %ErrorChain(&e), "cannot settle this tick");
+            report.skipped += 1;
+            report.failures += 1;
+            return;
+        }
+    };
+    match r.disposition {
+        Disposition::AlreadySettled => {
+            info!(decision = "skip", status = %r.status, "settled meanwhile by another run");
+            report.skipped += 1;
+        }
+        Disposition::Settled => {
+            info!(decision = "settle", status = %r.status, external_id = r.external_id.as_deref().unwrap_or(""), "settled");
+            report.settled += 1;
+        }
+        Disposition::InReview(reason) => {
+            info!(decision = "review", %reason, "sent to review");
+            if let Some(class) = r.sent_to_review {
+                report.sent_to_review += 1;
+                *report.review_classes.entry(class).or_default() += 1;
+            } else {
                 report.skipped += 1;
+            }
+        }
+        Disposition::Scheduled => {
+            info!(decision = "wait", status = %r.status, "not settled yet");
+            report.still_unknown += 1;
+        }
+        other => {
+            info!(decision = "skip", disposition = ?other, "not settled this tick");
+            report.skipped += 1;
+            if matches!(other, Disposition::RetryLater(_)) {
                 report.failures += 1;
             }
-        },
+        }
     }
 }
 

@@ -144,17 +144,7 @@ type Answer = Result<Reply, Reply>;
 
 async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     // Before anything else: an unauthenticated caller learns nothing, not even which paths exist.
-    let requested_by = match principal_of(req) {
-        Some(Ok(principal)) => principal,
-        Some(Err(e)) => {
-            warn!(error = %charge_once::telemetry::ErrorChain(&e), "authorizer context names an unusable principal; refused");
-            return Err(unauthenticated());
-        }
-        None => {
-            warn!("no authenticated principal in the request context; refused");
-            return Err(unauthenticated());
-        }
-    };
+    let requested_by = authenticated(req)?;
     let span = tracing::Span::current();
     span.record("requested_by", tracing::field::display(&requested_by));
     let method = &req.request_context.http.method;
@@ -184,9 +174,7 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
             None,
         ));
     }
-    let body = body_text(req)?;
-    let params = parse_params(&body)?;
-
+    let params = parse_params(&body_text(req)?)?;
     let op = Operation::new(
         order_id,
         params,
@@ -194,50 +182,67 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         deps.clock.now(),
         deps.pending_grace,
     );
+    record(deps, op, &requested_by).await
+}
+
+/// The caller the authorizer vouched for; refused (401) without one.
+fn authenticated(req: &ApiGatewayV2httpRequest) -> Result<Principal, Reply> {
+    match principal_of(req) {
+        Some(Ok(principal)) => Ok(principal),
+        Some(Err(e)) => {
+            warn!(error = %charge_once::telemetry::ErrorChain(&e), "authorizer context names an unusable principal; refused");
+            Err(unauthenticated())
+        }
+        None => {
+            warn!("no authenticated principal in the request context; refused");
+            Err(unauthenticated())
+        }
+    }
+}
+
+/// Records the operation with one conditional put and queues it: a new order is accepted (202);
+/// the same order again is the existing operation (200), queued again while no attempt was made;
+/// the same order with other parameters, or another caller's, is refused (409).
+async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Answer {
+    let span = tracing::Span::current();
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
         error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
     })?;
-    match created {
+    let existing = match created {
         Created::New(op) => {
             span.record("operation_id", tracing::field::display(op.operation_id));
             send(deps, &op).await?;
             info!(status = 202, "operation recorded and queued");
-            Ok(Reply {
+            return Ok(Reply {
                 logged: true,
                 ..accepted(202, &op)
-            })
+            });
         }
-        Created::Existing(existing) if !created_by(&existing, &requested_by) => {
-            // Another caller's order: the same refusal as for other parameters, so the answer
-            // says neither the operation nor where it stands.
-            warn!(
-                operation_id = %existing.operation_id,
-                "order created by another caller re-submitted; refused"
-            );
-            Err(order_conflict())
-        }
-        Created::Existing(existing) if existing.fingerprint != op.fingerprint => {
-            span.record(
-                "operation_id",
-                tracing::field::display(existing.operation_id),
-            );
-            warn!("same order re-submitted with different parameters; refused");
-            Err(order_conflict())
-        }
-        Created::Existing(existing) => {
-            span.record(
-                "operation_id",
-                tracing::field::display(existing.operation_id),
-            );
-            if existing.status == OperationStatus::Pending && existing.first_attempted_at.is_none()
-            {
-                send(deps, &existing).await?;
-                info!("existing pending operation queued again");
-            }
-            Ok(accepted(200, &existing))
-        }
+        Created::Existing(existing) => existing,
+    };
+    if !created_by(&existing, requested_by) {
+        // Another caller's order: the same refusal as for other parameters, so the answer says
+        // neither the operation nor where it stands.
+        warn!(
+            operation_id = %existing.operation_id,
+            "order created by another caller re-submitted; refused"
+        );
+        return Err(order_conflict());
     }
+    span.record(
+        "operation_id",
+        tracing::field::display(existing.operation_id),
+    );
+    if existing.fingerprint != op.fingerprint {
+        warn!("same order re-submitted with different parameters; refused");
+        return Err(order_conflict());
+    }
+    if existing.status == OperationStatus::Pending && existing.first_attempted_at.is_none() {
+        send(deps, &existing).await?;
+        info!("existing pending operation queued again");
+    }
+    Ok(accepted(200, &existing))
 }
 
 /// Whether `caller` may see `op`: it was requested by the same caller ([`Principal::owner`]: any

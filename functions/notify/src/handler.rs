@@ -114,10 +114,37 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
 /// record neither published nor copied.
 pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResponse, BatchReport) {
     let mut report = BatchReport::default();
-    // (position, sequence number, event) for each outcome, in stream order.
-    let mut pending: Vec<(usize, String, OutcomeEvent)> = Vec::new();
-    // (position, record, DLQ reason, detail) for each record to copy, in stream order.
-    let mut to_park: Vec<(usize, &EventRecord, &'static str, String)> = Vec::new();
+    let (pending, mut to_park) = outcomes_of(records, &mut report);
+    let (confirmed, mut first_failure) =
+        confirm(deps, records, pending, &mut to_park, &mut report).await;
+    // Every confirmed record precedes a failed read-back: a failed publish is the earliest.
+    if let Some(failed) = publish(deps, &confirmed, &mut report).await {
+        first_failure = Some(failed);
+    }
+    park(deps, to_park, &mut first_failure, &mut report).await;
+    let mut response = DynamoDbEventResponse::default();
+    if let Some((_, seq)) = first_failure {
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = Some(seq);
+        response.batch_item_failures.push(failure);
+    }
+    (response, report)
+}
+
+/// (position, sequence number, event) of an outcome, in stream order.
+type Pending = (usize, String, OutcomeEvent);
+/// (position, record, DLQ reason, detail) of a record to copy to the DLQ, in stream order.
+type ToPark<'a> = (usize, &'a EventRecord, &'static str, String);
+/// (position, sequence number) of the first record to retry from.
+type Failure = (usize, String);
+
+/// What each record is: an outcome to publish, nothing to publish, or unreadable (to copy).
+fn outcomes_of<'a>(
+    records: &'a [EventRecord],
+    report: &mut BatchReport,
+) -> (Vec<Pending>, Vec<ToPark<'a>>) {
+    let mut pending = Vec::new();
+    let mut to_park = Vec::new();
     for (at, record) in records.iter().enumerate() {
         let seq = record.change.sequence_number.clone().unwrap_or_default();
         match outcome_in(record) {
@@ -129,8 +156,18 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
             }
         }
     }
-    // (position, sequence number) of the first record to retry from.
-    let mut first_failure: Option<(usize, String)> = None;
+    (pending, to_park)
+}
+
+/// Reads each outcome back from the table: those it holds are confirmed; those it does not are
+/// copied to the DLQ, never published; a failed read ends the batch there.
+async fn confirm<'a>(
+    deps: &Notify,
+    records: &'a [EventRecord],
+    pending: Vec<Pending>,
+    to_park: &mut Vec<ToPark<'a>>,
+    report: &mut BatchReport,
+) -> (Vec<Pending>, Option<Failure>) {
     let held = join_all(
         pending
             .iter()
@@ -154,11 +191,20 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
                 warn!(order_id = %event.operation.order_id, operation_id = %event.operation.operation_id,
                     error = %charge_once::telemetry::ErrorChain(&e),
                     "could not read the record back; the batch resumes here");
-                first_failure = Some((at, seq));
-                break;
+                return (confirmed, Some((at, seq)));
             }
         }
     }
+    (confirmed, None)
+}
+
+/// Publishes the confirmed outcomes in order, in PutEvents batches; the first not published, if
+/// any, is where the batch resumes.
+async fn publish(
+    deps: &Notify,
+    confirmed: &[Pending],
+    report: &mut BatchReport,
+) -> Option<Failure> {
     for chunk in confirmed.chunks(MAX_BATCH) {
         let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, _, e)| e.clone()).collect();
         let failed_at = match deps.publisher.publish(&events).await {
@@ -168,27 +214,32 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
                 Some(0)
             }
         };
-        match failed_at {
-            None => {
-                for (_, _, e) in chunk {
-                    info!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
-                        event_id = %e.event_id, outcome = e.outcome.detail_type(), "outcome published");
-                }
-                report.published += chunk.len();
+        let Some(i) = failed_at else {
+            for (_, _, e) in chunk {
+                info!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
+                    event_id = %e.event_id, outcome = e.outcome.detail_type(), "outcome published");
             }
-            Some(i) => {
-                report.published += i;
-                report.failed += chunk.len() - i;
-                let (at, seq, e) = &chunk[i];
-                warn!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
-                    event_id = %e.event_id, "outcome not published; the batch resumes here");
-                // Every confirmed record precedes a failed read-back: this one is the earliest.
-                first_failure = Some((*at, seq.clone()));
-                break;
-            }
-        }
+            report.published += chunk.len();
+            continue;
+        };
+        report.published += i;
+        report.failed += chunk.len() - i;
+        let (at, seq, e) = &chunk[i];
+        warn!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
+            event_id = %e.event_id, "outcome not published; the batch resumes here");
+        return Some((*at, seq.clone()));
     }
-    // The records to copy before the first unpublished one: the rest come back with the retry.
+    None
+}
+
+/// Copies the records to park that come before the first unpublished one (the rest come back
+/// with the retry); a failed copy becomes the first failure when it is earlier.
+async fn park(
+    deps: &Notify,
+    mut to_park: Vec<ToPark<'_>>,
+    first_failure: &mut Option<Failure>,
+    report: &mut BatchReport,
+) {
     to_park.sort_by_key(|(at, ..)| *at);
     for (at, record, kind, reason) in to_park {
         if first_failure.as_ref().is_some_and(|(f, _)| *f < at) {
@@ -213,18 +264,11 @@ pub async fn relay(deps: &Notify, records: &[EventRecord]) -> (DynamoDbEventResp
                     error = %charge_once::telemetry::ErrorChain(&e),
                     "stream record not published and the relay DLQ is unavailable: the batch resumes here");
                 // The earliest failure wins: it precedes any unpublished record (see above).
-                first_failure = Some((at, seq));
+                *first_failure = Some((at, seq));
                 break;
             }
         }
     }
-    let mut response = DynamoDbEventResponse::default();
-    if let Some((_, seq)) = first_failure {
-        let mut failure = DynamoDbBatchItemFailure::default();
-        failure.item_identifier = Some(seq);
-        response.batch_item_failures.push(failure);
-    }
-    (response, report)
 }
 
 /// Why a settled outcome is not what the table holds, read back strongly consistent; `None` when

@@ -20,9 +20,12 @@
 //!    and an event claiming a final state must find Stripe holding it. Otherwise nothing moves,
 //!    and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
-//!    on the claimed record with Stripe's answer ([`crate::executor::plan::after_event`]), record
-//!    fenced on that lease and an unsettled status. A settled record is never written; Stripe
-//!    contradicting it pages. Nothing here creates, confirms or cancels anything at Stripe (its
+//!    on the claimed record with Stripe's answer ([`charge_core::event_plan::after_event`]), record
+//!    fenced on that lease and an unsettled status. The shell hands back its decision and the
+//!    record it last saw (as written, as found settled or in review, or the one that beat our
+//!    write), so nothing is read or decided again after it. (The record as read in step 4 is
+//!    decided on first only to spare the claim's write when the event can change nothing.) A
+//!    settled record is never written; Stripe contradicting it pages. Nothing here creates, confirms or cancels anything at Stripe (its
 //!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
 //!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
 //!
@@ -383,38 +386,12 @@ async fn act(
         );
         return Ok(Reception::Ignored(Ignored::AlreadySettled));
     }
-    let claimed = &target.intent;
-    *gateway_calls += 1;
-    let pi = match deps.charge.gateway.retrieve(&claimed.id).await {
+    let pi = match confirmed(deps, &op, &target.intent, gateway_calls).await? {
         Ok(pi) => pi,
-        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-            return Err(ActError::Retrieve {
-                id: claimed.id.clone(),
-                source: e,
-            })
-        }
-        Err(e) => {
-            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve");
-            return Ok(mismatch(
-                &op,
-                claimed,
-                None,
-                EventMismatch::UnknownPaymentIntent,
-            ));
-        }
+        Err(refused) => return Ok(refused),
     };
-    info!(payment_intent = %pi.id, status = %pi.status, "retrieved the latest state");
-    if let Some(m) = plan::intent_mismatch(&op, &pi, deps.charge.gateway.livemode()) {
-        return Ok(mismatch(&op, claimed, Some(&pi), EventMismatch::Intent(m)));
-    }
-    if event::is_final(&claimed.status) && pi.status != claimed.status {
-        return Ok(mismatch(
-            &op,
-            claimed,
-            Some(&pi),
-            EventMismatch::StatusContradicted,
-        ));
-    }
+    // Decided on the record as read only to spare the claim's write when the event can change
+    // nothing; the decision that is recorded is the shell's, on the record as claimed.
     match event::decide(&op, &pi.id, &pi.status) {
         Action::Ignore(why) => {
             info!(reason = why.as_str(), "nothing to change");
@@ -438,6 +415,46 @@ async fn act(
             }
         }
     }
+}
+
+/// Stripe's PaymentIntent for the event's claim, retrieved and checked to be the operation's
+/// and, for a final state, to hold what the event claims; or the reception of an event Stripe
+/// does not confirm (paged).
+async fn confirmed(
+    deps: &WebhookDeps,
+    op: &Operation,
+    claimed: &EventIntent,
+    gateway_calls: &mut u32,
+) -> Result<Result<PaymentIntent, Reception>, ActError> {
+    *gateway_calls += 1;
+    let pi = match deps.charge.gateway.retrieve(&claimed.id).await {
+        Ok(pi) => pi,
+        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            return Err(ActError::Retrieve {
+                id: claimed.id.clone(),
+                source: e,
+            })
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve");
+            let why = EventMismatch::UnknownPaymentIntent;
+            return Ok(Err(mismatch(op, claimed, None, why)));
+        }
+    };
+    info!(payment_intent = %pi.id, status = %pi.status, "retrieved the latest state");
+    if let Some(m) = plan::intent_mismatch(op, &pi, deps.charge.gateway.livemode()) {
+        return Ok(Err(mismatch(
+            op,
+            claimed,
+            Some(&pi),
+            EventMismatch::Intent(m),
+        )));
+    }
+    if event::is_final(&claimed.status) && pi.status != claimed.status {
+        let why = EventMismatch::StatusContradicted;
+        return Ok(Err(mismatch(op, claimed, Some(&pi), why)));
+    }
+    Ok(Ok(pi))
 }
 
 /// The record the event names, or `None` when there is no such operation.

@@ -227,53 +227,13 @@ impl DynamoStore {
         &self,
         entries: &[(String, IndexPosition)],
     ) -> Result<(Vec<Operation>, Vec<UnreadableRecord>), StoreError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         // DynamoDB's limit per BatchGetItem.
         const CHUNK: usize = 100;
-        // Unprocessed keys (throttling) are asked again this many times before giving up; the
-        // reconciler then skips the tick's rest and the next tick reads them.
-        const ROUNDS: usize = 5;
         let mut found: HashMap<(String, String), Attrs> = HashMap::new();
         for chunk in entries.chunks(CHUNK) {
             let mut keys: Vec<Attrs> = chunk.iter().map(|(_, p)| item::table_key(p)).collect();
             keys.dedup();
-            for _ in 0..ROUNDS {
-                if keys.is_empty() {
-                    break;
-                }
-                self.calls.read();
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut keys)))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| StoreError::with_source("bad BatchGetItem request", e))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| self.sdk_error("BatchGetItem", e))?;
-                for item in out
-                    .responses()
-                    .and_then(|r| r.get(&self.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    let pk = item::req_key(item, schema::PK)?;
-                    let sk = item::req_key(item, schema::SK)?;
-                    found.insert((pk, sk), item.clone());
-                }
-                if let Some(left) = out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
-                    keys = left.keys().to_vec();
-                }
-            }
-            if !keys.is_empty() {
-                return Err(StoreError::new(format!(
-                    "BatchGetItem: {} keys still unprocessed after {ROUNDS} rounds",
-                    keys.len()
-                )));
-            }
+            self.batch_get(keys, &mut found).await?;
         }
         let mut ops = Vec::with_capacity(entries.len());
         let mut unreadable = Vec::new();
@@ -294,6 +254,57 @@ impl DynamoStore {
             }
         }
         Ok((ops, unreadable))
+    }
+
+    /// Reads `keys` (at most 100) with BatchGetItem into `found`, by (pk, sk), asking again for
+    /// the keys DynamoDB left unprocessed (throttling).
+    async fn batch_get(
+        &self,
+        mut keys: Vec<Attrs>,
+        found: &mut HashMap<(String, String), Attrs>,
+    ) -> Result<(), StoreError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        // Unprocessed keys are asked again this many times before giving up; the reconciler
+        // then skips the tick's rest and the next tick reads them.
+        const ROUNDS: usize = 5;
+        for _ in 0..ROUNDS {
+            if keys.is_empty() {
+                return Ok(());
+            }
+            self.calls.read();
+            let request = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut keys)))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| StoreError::with_source("bad BatchGetItem request", e))?;
+            let out = self
+                .client
+                .batch_get_item()
+                .request_items(&self.table, request)
+                .send()
+                .await
+                .map_err(|e| self.sdk_error("BatchGetItem", e))?;
+            for item in out
+                .responses()
+                .and_then(|r| r.get(&self.table))
+                .into_iter()
+                .flatten()
+            {
+                let pk = item::req_key(item, schema::PK)?;
+                let sk = item::req_key(item, schema::SK)?;
+                found.insert((pk, sk), item.clone());
+            }
+            if let Some(left) = out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                keys = left.keys().to_vec();
+            }
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::new(format!(
+            "BatchGetItem: {} keys still unprocessed after {ROUNDS} rounds",
+            keys.len()
+        )))
     }
 
     /// Every conditional UpdateItem here: `write`'s guards as the condition and its change as the
