@@ -204,7 +204,7 @@ impl Mismatch {
 /// executor's create, retrieve and search answers, and every Stripe event): `metadata.operation_id`
 /// and `metadata.order_id` as our create set them, the amount and currency of the record, and the
 /// mode of our key. A fact Stripe's answer lacks counts as different (an intent we cannot confirm
-/// is not ours), with one exception: `metadata.order_id`, which releases before issue 17 did not
+/// is not ours), with one exception: `metadata.order_id`, which releases before 2026-11-30 did not
 /// send, so their intents are still theirs without it (an event without it finds no operation
 /// anyway). The first difference found, in that order; `None` when all agree.
 pub fn intent_mismatch(op: &Operation, pi: &PaymentIntent, livemode: bool) -> Option<Mismatch> {
@@ -1767,7 +1767,7 @@ mod tests {
                 None,
             ),
             (
-                "before issue 17: no order_id",
+                "an older release's intent: no order_id",
                 |p| p.order_id = None,
                 false,
                 None,

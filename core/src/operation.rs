@@ -134,7 +134,7 @@ pub struct AuditEntry {
     /// Set when the operator overrode a Stripe check (`--force`): the reason they gave.
     pub forced: Option<String>,
     /// The review reason the record carried when the operator resolved or re-drove it: the
-    /// evidence moves here, off the record (issue 24). Absent in entries written before it
+    /// evidence moves here, off the record, so a settled record carries no review. Absent in entries written before it
     /// existed: none was kept.
     pub review: Option<String>,
     /// The PaymentIntent the record held before a `resolve --succeeded` replaced it with another:

@@ -11,7 +11,7 @@
 //! (`join_all`: no spawned tasks, so the spans and the borrowed ports stay as they are). A message
 //! of a group starts only after the previous one of that group has finished. Why: an invocation
 //! is billed for its duration, and that duration is almost all waiting on Stripe; a batch of n
-//! orders then costs about one Stripe call of time instead of n (issue 15, BENCHMARKS.md), and the
+//! orders then costs about one Stripe call of time instead of n (measured in BENCHMARKS.md), and the
 //! slowest group bounds the invocation. Failures are reported in batch order.
 //!
 //! **Poison never blocks.** A message no retry can fix — an unreadable body, an unknown version,

@@ -67,8 +67,8 @@ pub struct Checkout {
 /// Every log line of the request carries `request_id` and, once authenticated, `requested_by`
 /// (and `order_id` / `operation_id` once known): one span for the whole request. One INFO line
 /// per answer: `checkout answered` with its status, or for a new operation `operation recorded
-/// and queued` (status 202) alone, which says all the other would (issue 27: a line per charge
-/// less in CloudWatch Logs).
+/// and queued` (status 202) alone, which says all the other would (a line per charge less
+/// in CloudWatch Logs, which bills by the byte).
 pub async fn handle(
     deps: &Checkout,
     event: LambdaEvent<ApiGatewayV2httpRequest>,
