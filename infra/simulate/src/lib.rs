@@ -32,6 +32,7 @@ pub mod fx;
 pub mod gateway;
 pub mod load;
 pub mod mutations;
+pub mod pacing;
 pub mod queue;
 pub mod report;
 pub mod sched;
@@ -54,7 +55,6 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::pacing::{Budget, PacedGateway};
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
@@ -68,6 +68,7 @@ use driver::{LoopCounts, Pipeline};
 use faults::{
     parse_fault, Blackouts, Confirms, Faults, FaultyQueue, FaultyStore, Kind, SimGateway,
 };
+use pacing::Pacing;
 use report::Report;
 use source::{EventSource, MemorySource, SqsSource};
 use stripe::SimStripe;
@@ -897,7 +898,7 @@ fn wire(
         policy,
     };
     let webhooks = events_function(args, world, &charge)?;
-    let pacing = Pacing::new(args, world, &ports.clock);
+    let pacing = Pacing::new(args.stripe_rps, args.charge_concurrency, &world.clock);
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
     Ok(Pipeline {
         clock: world.clock.clone(),
@@ -954,46 +955,6 @@ fn events_function(
     Ok(Some(Arc::new(events)))
 }
 
-/// The Stripe budget as the charge function's and the reconciler's main.rs split it; sleeping
-/// for a slot moves the virtual clock (no timers here: one caller at a time).
-struct Pacing {
-    budget: charge_once::config::StripeBudget,
-    clock: Arc<dyn charge_once::Clock>,
-    sleeper: Arc<sched::SchedSleeper>,
-}
-
-impl Pacing {
-    fn new(args: &SimulateArgs, world: &World, clock: &Arc<dyn charge_once::Clock>) -> Self {
-        Self {
-            budget: charge_once::config::StripeBudget {
-                per_second: args.stripe_rps,
-                charge_concurrency: u64::from(args.charge_concurrency),
-            },
-            clock: clock.clone(),
-            sleeper: Arc::new(sched::SchedSleeper(world.clock.clone())),
-        }
-    }
-
-    fn paced(&self, per_second: f64, burst: u32) -> Arc<Budget> {
-        Arc::new(Budget::new(
-            per_second,
-            burst,
-            self.clock.clone(),
-            self.sleeper.clone(),
-        ))
-    }
-
-    /// The reconciler's gateway: paced to its share, search to its own.
-    fn reconciler(&self, gateway: Arc<dyn PaymentGateway>) -> Arc<dyn PaymentGateway> {
-        Arc::new(PacedGateway::new(
-            gateway,
-            self.paced(self.budget.reconciler_share(), 1),
-            Some(self.paced(self.budget.reconciler_search_share(), 1)),
-            Duration::from_secs(10),
-        ))
-    }
-}
-
 /// The reconciler on the faulty ports, paced (unless `--no-pacing`), with the page mutations.
 fn reconciler_deps(
     args: &SimulateArgs,
@@ -1048,8 +1009,7 @@ fn charge_function(
         } else {
             world.backing.visibility.clone()
         },
-        budget: (!args.no_pacing)
-            .then(|| pacing.paced(pacing.budget.charge_share(), args.charge_burst)),
+        budget: (!args.no_pacing).then(|| pacing.charge(args.charge_burst)),
         metrics: Arc::new(driver::ChargeMetrics(counts.clone())),
     }
 }

@@ -159,7 +159,94 @@ pub struct Report {
     pub time_to_settle_final_at_stripe: TimeToSettle,
     /// The load model's figures (`--arrival-rate`), absent in the default mode.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub load: Option<crate::load::LoadReport>,
+    pub load: Option<LoadReport>,
+}
+
+/// What a load run measured (virtual time throughout).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub orders: u64,
+    pub arrival_rate: f64,
+    pub charge_concurrency: u32,
+    pub create_limit: u32,
+    pub stripe_rps: u64,
+    pub pacing: bool,
+    /// Orders whose operation settled (succeeded, failed or review) before the run's bound.
+    pub settled: u64,
+    /// First arrival → last settled, s.
+    pub drain_secs: f64,
+    /// N / L: the drain at exactly Stripe's create limit, s.
+    pub ideal_drain_secs: f64,
+    /// `drain_secs / ideal_drain_secs`.
+    pub drain_ratio: f64,
+    /// Checkout → settled, s.
+    pub latency_p50_secs: f64,
+    pub latency_p99_secs: f64,
+    pub latency_max_secs: f64,
+    /// Requests Stripe refused for capacity (its own counter, not a fault).
+    pub capacity_429s: u64,
+    /// Creates that reached Stripe, refused ones included.
+    pub stripe_creates: u64,
+    /// `stripe_creates / orders`.
+    pub creates_per_charge: f64,
+    /// Retrieves and searches that reached Stripe.
+    pub stripe_reads: u64,
+    /// The age of the oldest message in the queue, at its worst, s.
+    pub oldest_message_age_secs: f64,
+    /// Orders one of whose messages was received again ≥ the visibility timeout after its
+    /// previous receive.
+    pub waited_visibility_timeout: u64,
+    /// Messages the charge function brought back in seconds (`ChangeMessageVisibility`).
+    pub returned_soon: u64,
+    /// The slowest create latency drawn in the run, s.
+    pub max_create_latency_secs: f64,
+    pub batches: u64,
+    pub reconciler_ticks: u64,
+    /// Messages deleted at the receive limit (the DLQ's).
+    pub dead_lettered: u64,
+    /// Checkouts not answered 2xx.
+    pub checkout_errors: u64,
+    /// FNV-1a over the settle log and Stripe's counters: equal for equal runs.
+    pub fingerprint: String,
+}
+
+impl LoadReport {
+    pub fn render(&self) -> String {
+        format!(
+            "  load            {} orders at {}/s, charge concurrency {}, create limit {}/s, budget {}/s, pacing {}\n\
+             \x20 drain           {:.1} s (N/L {:.1} s, ratio {:.3}); settled {}\n\
+             \x20 checkout→settled p50 {:.2} s  p99 {:.2} s  max {:.2} s (slowest create {:.2} s)\n\
+             \x20 at Stripe       creates {} ({:.3} per charge), reads {}, capacity 429s {}\n\
+             \x20 queue           oldest message {:.1} s, orders that waited a visibility timeout {}, returned soon {}, batches {}, dead-lettered {}\n\
+             \x20 reconciler      {} ticks; checkout errors {}; fingerprint {}\n",
+            self.orders,
+            self.arrival_rate,
+            self.charge_concurrency,
+            self.create_limit,
+            self.stripe_rps,
+            if self.pacing { "on" } else { "off" },
+            self.drain_secs,
+            self.ideal_drain_secs,
+            self.drain_ratio,
+            self.settled,
+            self.latency_p50_secs,
+            self.latency_p99_secs,
+            self.latency_max_secs,
+            self.max_create_latency_secs,
+            self.stripe_creates,
+            self.creates_per_charge,
+            self.stripe_reads,
+            self.capacity_429s,
+            self.oldest_message_age_secs,
+            self.waited_visibility_timeout,
+            self.returned_soon,
+            self.batches,
+            self.dead_lettered,
+            self.reconciler_ticks,
+            self.checkout_errors,
+            self.fingerprint,
+        )
+    }
 }
 
 /// Time to settle of the operations that went `unknown` (memory backend only).
