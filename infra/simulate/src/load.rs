@@ -619,110 +619,147 @@ fn fnv(h: &mut u64, x: i64) {
 /// The run over virtual time: queue depth (visible), in flight, settled, capacity 429s per
 /// second; hand-written polylines.
 fn svg(samples: &[Sample], load: &LoadReport) -> String {
-    use std::fmt::Write as _;
-    let (w, h, pad) = (960.0_f64, 420.0_f64, 50.0_f64);
-    let t_max = samples.last().map_or(1.0, |s| s.at_s).max(1.0);
-    let count_max = samples
-        .iter()
-        .map(|s| s.visible.max(s.in_flight).max(s.settled))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
     let per_sec: Vec<f64> = samples
         .windows(2)
         .map(|p| p[1].r429.saturating_sub(p[0].r429) as f64)
         .collect();
-    let r_max = per_sec.iter().copied().fold(1.0_f64, f64::max);
-    let x = |t: f64| pad + (w - 2.0 * pad) * t / t_max;
-    let y = |v: f64, max: f64| h - pad - (h - 2.0 * pad) * v / max;
-    let line = |pts: Vec<(f64, f64)>, color: &str| {
-        let mut p = String::new();
-        for (a, b) in pts {
-            let _ = write!(p, "{a:.1},{b:.1} ");
-        }
-        format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{p}\"/>\n"
-        )
+    let plot = Plot::new(samples, &per_sec);
+    let count_max = plot.count_max;
+    let mut s = plot.frame(load);
+    let count = |v: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
+        samples
+            .iter()
+            .map(|p| (plot.x(p.at_s), plot.y(v(p) as f64, count_max)))
+            .collect()
     };
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">"
-    );
-    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
-    let _ = writeln!(
-        s,
-        "<text x=\"{pad}\" y=\"20\">{} orders at {}/s, create limit {}/s, concurrency {}, pacing {}: drain {:.0} s (N/L {:.0} s)</text>",
-        load.orders,
-        load.arrival_rate,
-        load.create_limit,
-        load.charge_concurrency,
-        if load.pacing { "on" } else { "off" },
-        load.drain_secs,
-        load.ideal_drain_secs
-    );
-    let _ = writeln!(
-        s,
-        "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{0}\" stroke=\"black\"/>",
-        h - pad,
-        w - pad
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"{}\">{t_max:.0} s</text><text x=\"4\" y=\"{}\">{count_max:.0}</text>",
-        w - pad - 30.0,
-        h - pad + 16.0,
-        pad + 4.0
-    );
-    s.push_str(&line(
-        samples
-            .iter()
-            .map(|p| (x(p.at_s), y(p.visible as f64, count_max)))
-            .collect(),
-        "steelblue",
-    ));
-    s.push_str(&line(
-        samples
-            .iter()
-            .map(|p| (x(p.at_s), y(p.in_flight as f64, count_max)))
-            .collect(),
-        "darkorange",
-    ));
-    s.push_str(&line(
-        samples
-            .iter()
-            .map(|p| (x(p.at_s), y(p.settled as f64, count_max)))
-            .collect(),
-        "seagreen",
-    ));
+    s.push_str(&line(count(|p| p.visible), "steelblue"));
+    s.push_str(&line(count(|p| p.in_flight), "darkorange"));
+    s.push_str(&line(count(|p| p.settled), "seagreen"));
     s.push_str(&line(
         samples
             .iter()
             .skip(1)
             .zip(&per_sec)
-            .map(|(p, r)| (x(p.at_s), y(*r, r_max)))
+            .map(|(p, r)| (plot.x(p.at_s), plot.y(*r, plot.r_max)))
             .collect(),
         "crimson",
     ));
-    for (i, (name, color)) in [
-        ("queue depth (visible)", "steelblue"),
-        ("in flight", "darkorange"),
-        ("settled", "seagreen"),
-        (&*format!("capacity 429s per s (max {r_max:.0})"), "crimson"),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let ly = 40.0 + 16.0 * i as f64;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{name}</text>",
-            w - 260.0,
-            ly - 9.0,
-            w - 245.0,
-            ly
-        );
-    }
+    plot.legend(&mut s);
     s.push_str("</svg>\n");
     s
+}
+
+/// The SVG's size and scales: virtual seconds across; counts, and capacity 429s per second, up.
+struct Plot {
+    w: f64,
+    h: f64,
+    pad: f64,
+    t_max: f64,
+    count_max: f64,
+    r_max: f64,
+}
+
+impl Plot {
+    fn new(samples: &[Sample], per_sec: &[f64]) -> Self {
+        Self {
+            w: 960.0,
+            h: 420.0,
+            pad: 50.0,
+            t_max: samples.last().map_or(1.0, |s| s.at_s).max(1.0),
+            count_max: samples
+                .iter()
+                .map(|s| s.visible.max(s.in_flight).max(s.settled))
+                .max()
+                .unwrap_or(1)
+                .max(1) as f64,
+            r_max: per_sec.iter().copied().fold(1.0_f64, f64::max),
+        }
+    }
+
+    fn x(&self, t: f64) -> f64 {
+        self.pad + (self.w - 2.0 * self.pad) * t / self.t_max
+    }
+
+    fn y(&self, v: f64, max: f64) -> f64 {
+        self.h - self.pad - (self.h - 2.0 * self.pad) * v / max
+    }
+
+    /// The opening tag, the background, the run's title and the axes.
+    fn frame(&self, load: &LoadReport) -> String {
+        use std::fmt::Write as _;
+        let Self {
+            w,
+            h,
+            pad,
+            t_max,
+            count_max,
+            ..
+        } = *self;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">"
+        );
+        let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+        let _ = writeln!(
+            s,
+            "<text x=\"{pad}\" y=\"20\">{} orders at {}/s, create limit {}/s, concurrency {}, pacing {}: drain {:.0} s (N/L {:.0} s)</text>",
+            load.orders,
+            load.arrival_rate,
+            load.create_limit,
+            load.charge_concurrency,
+            if load.pacing { "on" } else { "off" },
+            load.drain_secs,
+            load.ideal_drain_secs
+        );
+        let _ = writeln!(
+            s,
+            "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{0}\" stroke=\"black\"/>",
+            h - pad,
+            w - pad
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\">{t_max:.0} s</text><text x=\"4\" y=\"{}\">{count_max:.0}</text>",
+            w - pad - 30.0,
+            h - pad + 16.0,
+            pad + 4.0
+        );
+        s
+    }
+
+    /// Which line is which.
+    fn legend(&self, s: &mut String) {
+        use std::fmt::Write as _;
+        let r_max = self.r_max;
+        for (i, (name, color)) in [
+            ("queue depth (visible)", "steelblue"),
+            ("in flight", "darkorange"),
+            ("settled", "seagreen"),
+            (&*format!("capacity 429s per s (max {r_max:.0})"), "crimson"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let ly = 40.0 + 16.0 * i as f64;
+            let _ = writeln!(
+                s,
+                "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{name}</text>",
+                self.w - 260.0,
+                ly - 9.0,
+                self.w - 245.0,
+                ly
+            );
+        }
+    }
+}
+
+/// One series as a polyline.
+fn line(pts: Vec<(f64, f64)>, color: &str) -> String {
+    use std::fmt::Write as _;
+    let mut p = String::new();
+    for (a, b) in pts {
+        let _ = write!(p, "{a:.1},{b:.1} ");
+    }
+    format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{p}\"/>\n")
 }
