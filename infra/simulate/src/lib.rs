@@ -1295,7 +1295,25 @@ where
             return ExitCode::from(1);
         }
     };
-    let report = outcome.report;
+    if let Err(code) = print(&args, &outcome) {
+        return code;
+    }
+    let report = &outcome.report;
+    if report.invariants_hold {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "simulate: invariant broken: {}; replay with --seed {} (and --trace ORDER_ID to read it)",
+            report.first_violation.as_deref().unwrap_or("?"),
+            report.seed
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Prints the traced order's timeline, the report, and with `--json` the report as one JSON line.
+fn print(args: &SimulateArgs, outcome: &Outcome) -> Result<(), ExitCode> {
+    let report = &outcome.report;
     let mut out = std::io::stdout().lock();
     if let Some(order) = &args.trace {
         let _ = writeln!(out, "timeline of order {order} (seed {}):", args.seed);
@@ -1311,25 +1329,16 @@ where
     }
     let _ = write!(out, "{}", report.render());
     if args.json {
-        match serde_json::to_string(&report) {
+        match serde_json::to_string(report) {
             Ok(line) => {
                 let _ = writeln!(out, "{line}");
             }
             Err(e) => {
                 eprintln!("simulate: report: {}", ErrorChain(&e));
-                return ExitCode::from(1);
+                return Err(ExitCode::from(1));
             }
         }
     }
     let _ = out.flush();
-    if report.invariants_hold {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!(
-            "simulate: invariant broken: {}; replay with --seed {} (and --trace ORDER_ID to read it)",
-            report.first_violation.as_deref().unwrap_or("?"),
-            report.seed
-        );
-        ExitCode::from(1)
-    }
+    Ok(())
 }
