@@ -683,6 +683,10 @@ struct BackendCounts {
     foreign_dedup_ids: u64,
 }
 
+/// The audits' first orders (`"stale"`, `"dedup"`), and the order an operation id was minted for
+/// (memory backend).
+type Audits = Box<dyn Fn(&str) -> Option<String>>;
+
 /// Where operations and messages live: the raw store and queue (no faults injected), the queue's
 /// consumer side and its `ChangeMessageVisibility`, and what the run reads of them at its end.
 struct Backing {
@@ -691,9 +695,7 @@ struct Backing {
     source: Arc<dyn EventSource>,
     visibility: Arc<dyn MessageVisibility>,
     counters: Box<dyn Fn() -> BackendCounts>,
-    /// The audits' first orders (`"stale"`, `"dedup"`), and the order an operation id was
-    /// minted for (memory backend).
-    audits: Box<dyn Fn(&str) -> Option<String>>,
+    audits: Audits,
     /// The memory store: the stream stand-in (what the outcome relay published), its audits of
     /// settled records and time to settle, and the operator's repairs (none on `--backend aws`).
     sim_store: Option<Arc<store::SimStore>>,
@@ -734,7 +736,7 @@ impl Backing {
             foreign_dedup_ids: q.foreign_dedup_ids.load(Ordering::Relaxed),
         });
         let (s, q) = (store.clone(), queue.clone());
-        let audits = Box::new(move |what: &str| {
+        let audits: Audits = Box::new(move |what| {
             let first =
                 |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
             match what {
