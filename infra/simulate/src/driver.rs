@@ -352,71 +352,10 @@ impl Pipeline {
                 ),
             );
         }
-        let mut event = SqsEvent::default();
-        event.records = batch.iter().map(Delivered::to_record).collect();
-        let invoke = |event: SqsEvent| {
-            charge::handler::handle(&self.charge, LambdaEvent::new(event, Context::default()))
-        };
-        let failed: Vec<String> = if self.faults.roll(Kind::ConcurrentInvocation) {
-            // The same batch in two invocations at once; a message is done if either finished it.
-            self.trace.event(
-                "",
-                "fault",
-                format_args!("concurrent_invocation of batch {batch_no}"),
-            );
-            for d in &batch {
-                self.trace.event(
-                    &d.group_id,
-                    "fault",
-                    format_args!("concurrent_invocation: batch {batch_no} runs twice at once"),
-                );
-            }
-            self.freezer.arm();
-            let mut both =
-                run_all(&self.scheduler, vec![invoke(event.clone()), invoke(event)]).await;
-            self.freezer.disarm();
-            let b = both.pop().unwrap_or_default();
-            let a = both.pop().unwrap_or_default();
-            let b_failed: Vec<_> = b
-                .batch_item_failures
-                .iter()
-                .map(|f| &f.item_identifier)
-                .collect();
-            a.batch_item_failures
-                .iter()
-                .filter(|f| b_failed.contains(&&f.item_identifier))
-                .map(|f| f.item_identifier.clone())
-                .collect()
-        } else {
-            invoke(event)
-                .await
-                .batch_item_failures
-                .into_iter()
-                .map(|f| f.item_identifier)
-                .collect()
-        };
+        let failed = self.invoke(&batch, batch_no).await;
         for d in &batch {
             let item_failed = failed.iter().any(|id| *id == d.message_id || id.is_empty());
-            let what = if self.no_retry {
-                // Naive consumer: whatever happened, the message is gone.
-                self.source.delete(&d.receipt).await?;
-                "deleted (naive consumer)"
-            } else if !item_failed {
-                if self.faults.roll(Kind::DuplicateDelivery) {
-                    // Not deleted (a delete lost, a consumer that died): delivered again later.
-                    "acknowledged, FAULT duplicate_delivery: not deleted"
-                } else {
-                    self.source.delete(&d.receipt).await?;
-                    "acknowledged, deleted"
-                }
-            } else if d.receive_count >= MAX_RECEIVES {
-                // The DLQ takes it; the operation is still in the unknown index.
-                counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                self.source.delete(&d.receipt).await?;
-                "batch item failure, receive limit: to the DLQ"
-            } else {
-                "batch item failure: visible again after the timeout"
-            };
+            let what = self.acknowledge(d, item_failed, counts).await?;
             self.trace.event(
                 &d.group_id,
                 "delivered",
@@ -424,6 +363,83 @@ impl Pipeline {
             );
         }
         Ok(true)
+    }
+
+    /// The charge handler on the batch; with the `concurrent_invocation` fault, the same batch
+    /// in two invocations at once. Returns the batch item failures (a message is done if either
+    /// invocation finished it).
+    async fn invoke(&self, batch: &[Delivered], batch_no: u64) -> Vec<String> {
+        let mut event = SqsEvent::default();
+        event.records = batch.iter().map(Delivered::to_record).collect();
+        let invoke = |event: SqsEvent| {
+            charge::handler::handle(&self.charge, LambdaEvent::new(event, Context::default()))
+        };
+        if !self.faults.roll(Kind::ConcurrentInvocation) {
+            return invoke(event)
+                .await
+                .batch_item_failures
+                .into_iter()
+                .map(|f| f.item_identifier)
+                .collect();
+        }
+        self.trace.event(
+            "",
+            "fault",
+            format_args!("concurrent_invocation of batch {batch_no}"),
+        );
+        for d in batch {
+            self.trace.event(
+                &d.group_id,
+                "fault",
+                format_args!("concurrent_invocation: batch {batch_no} runs twice at once"),
+            );
+        }
+        self.freezer.arm();
+        let mut both = run_all(&self.scheduler, vec![invoke(event.clone()), invoke(event)]).await;
+        self.freezer.disarm();
+        let b = both.pop().unwrap_or_default();
+        let a = both.pop().unwrap_or_default();
+        let b_failed: Vec<_> = b
+            .batch_item_failures
+            .iter()
+            .map(|f| &f.item_identifier)
+            .collect();
+        a.batch_item_failures
+            .iter()
+            .filter(|f| b_failed.contains(&&f.item_identifier))
+            .map(|f| f.item_identifier.clone())
+            .collect()
+    }
+
+    /// What the event-source mapping does with one message after the invocation: deleted,
+    /// visible again after the timeout, or to the DLQ at the receive limit. Returns it, for the
+    /// trace.
+    async fn acknowledge(
+        &self,
+        d: &Delivered,
+        item_failed: bool,
+        counts: &LoopCounts,
+    ) -> Result<&'static str, BoxError> {
+        Ok(if self.no_retry {
+            // Naive consumer: whatever happened, the message is gone.
+            self.source.delete(&d.receipt).await?;
+            "deleted (naive consumer)"
+        } else if !item_failed {
+            if self.faults.roll(Kind::DuplicateDelivery) {
+                // Not deleted (a delete lost, a consumer that died): delivered again later.
+                "acknowledged, FAULT duplicate_delivery: not deleted"
+            } else {
+                self.source.delete(&d.receipt).await?;
+                "acknowledged, deleted"
+            }
+        } else if d.receive_count >= MAX_RECEIVES {
+            // The DLQ takes it; the operation is still in the unknown index.
+            counts.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            self.source.delete(&d.receipt).await?;
+            "batch item failure, receive limit: to the DLQ"
+        } else {
+            "batch item failure: visible again after the timeout"
+        })
     }
 
     /// Batches until nothing is visible, `concurrency` consumers at once, and Stripe's due
@@ -507,6 +523,17 @@ impl Pipeline {
     /// Runs the orders through, then lets time pass until every operation has converged or the
     /// bound (the key window, search's lag, the longest blackout and two hours of ticks) is hit.
     pub async fn run(&self, orders: u64, counts: &LoopCounts) -> Result<(), BoxError> {
+        let last_tick = self.arrive(orders, counts).await?;
+        self.settle(last_tick, counts).await?;
+        counts
+            .virtual_end
+            .store(self.clock.now().as_millis() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The orders, a group at a time through checkout, each group's messages drained before a
+    /// second passes. Returns when the reconciler last ticked.
+    async fn arrive(&self, orders: u64, counts: &LoopCounts) -> Result<Timestamp, BoxError> {
         let progress = std::io::stderr().is_terminal() && orders >= 1000;
         let chunk = (self.concurrency as u64 * 10).max(10);
         let mut last_tick = self.clock.now();
@@ -540,19 +567,14 @@ impl Pipeline {
         if progress {
             eprintln!();
         }
-        let policy = &self.charge.charge.policy;
-        // Long enough for a stuck intent to reach review (the stuck bound), past every other wait,
-        // counted from an unreadable record's repair (its first attempt may come only then).
-        let deadline = self
-            .clock
-            .now()
-            .plus(
-                BLACKOUT
-                    .max(policy.key_window + policy.search_min_age)
-                    .max(policy.stuck_after),
-            )
-            .plus(crate::store::REPAIR_AFTER)
-            .plus(Duration::from_secs(2 * 3600));
+        Ok(last_tick)
+    }
+
+    /// Time passes, in steps while messages are in flight and in jumps to the next thing due
+    /// otherwise, until nothing is left to settle and no customer is still to come back, or the
+    /// bound.
+    async fn settle(&self, mut last_tick: Timestamp, counts: &LoopCounts) -> Result<(), BoxError> {
+        let deadline = self.settle_deadline();
         loop {
             self.stripe.sync_clock(&self.clock).await?;
             self.drain(counts).await?;
@@ -561,11 +583,11 @@ impl Pipeline {
             // A customer still to come back keeps the run going: what they pay must be judged.
             let customers = self.confirms.next_due().is_some();
             if (!unsettled && !customers) || now >= deadline {
-                break;
+                return Ok(());
             }
             let depth = self.source.depth().await?;
             if self.no_retry && depth == 0 {
-                break;
+                return Ok(());
             }
             if depth == 0 {
                 // Nothing in flight: jump to the next scheduled tick at which anything is due,
@@ -592,10 +614,21 @@ impl Pipeline {
                 last_tick = self.clock.now();
             }
         }
-        counts
-            .virtual_end
-            .store(self.clock.now().as_millis() as u64, Ordering::Relaxed);
-        Ok(())
+    }
+
+    /// Long enough for a stuck intent to reach review (the stuck bound), past every other wait,
+    /// counted from an unreadable record's repair (its first attempt may come only then).
+    fn settle_deadline(&self) -> Timestamp {
+        let policy = &self.charge.charge.policy;
+        self.clock
+            .now()
+            .plus(
+                BLACKOUT
+                    .max(policy.key_window + policy.search_min_age)
+                    .max(policy.stuck_after),
+            )
+            .plus(crate::store::REPAIR_AFTER)
+            .plus(Duration::from_secs(2 * 3600))
     }
 }
 

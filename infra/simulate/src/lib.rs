@@ -32,6 +32,7 @@ pub mod fx;
 pub mod gateway;
 pub mod load;
 pub mod mutations;
+pub mod pacing;
 pub mod queue;
 pub mod report;
 pub mod sched;
@@ -54,7 +55,6 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::{ChargeDeps, ChargePolicy};
-use charge_once::pacing::{Budget, PacedGateway};
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
@@ -68,30 +68,13 @@ use driver::{LoopCounts, Pipeline};
 use faults::{
     parse_fault, Blackouts, Confirms, Faults, FaultyQueue, FaultyStore, Kind, SimGateway,
 };
+use pacing::Pacing;
 use report::Report;
 use source::{EventSource, MemorySource, SqsSource};
 use stripe::SimStripe;
 use trace::Trace;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Reads of the request counters: (DynamoDB reads, DynamoDB writes, SQS sends, stale lease
-/// writes, foreign dedup ids).
-type Counters = Box<dyn Fn() -> (u64, u64, u64, u64, u64)>;
-/// The audits' first orders, and the order an operation id was minted for (memory backend).
-type Audits = Box<dyn Fn(&str) -> Option<String>>;
-/// The raw store, the raw queue, its consumer side (and its `ChangeMessageVisibility`), and
-/// the counters.
-type Backing = (
-    Arc<dyn OperationStore>,
-    Arc<dyn ChargeQueue>,
-    Arc<dyn EventSource>,
-    Arc<dyn MessageVisibility>,
-    Counters,
-    Audits,
-    // The stream stand-in (memory backend): what the outcome relay published.
-    Option<Arc<store::SimStore>>,
-);
 
 /// What to size the simulated store's and Stripe's maps for up front: one entry per order and
 /// a tenth more (replaced records, pruned keys), so a long run does not rehash millions of them.
@@ -120,9 +103,9 @@ impl MessageVisibility for CappedVisibility {
     }
 }
 
-/// `--no-pacing`: the path before issue 25, where a refused message waits the queue's visibility
-/// timeout. Refusing the change (rather than pretending it happened) keeps the function's
-/// `ReturnedSoon` true: 0.
+/// `--no-pacing`: the charge path without its pacing, where a refused message waits the queue's
+/// visibility timeout (the stall pacing removes, kept to show it). Refusing the change (rather
+/// than pretending it happened) keeps the function's `ReturnedSoon` true: 0.
 struct NoVisibilityChange;
 
 #[async_trait::async_trait]
@@ -299,7 +282,7 @@ pub struct SimulateArgs {
     pub create_latency_p50_ms: u64,
 
     /// No pacing in the charge path (no budget; refused messages wait the queue's visibility
-    /// timeout), as before issue 25: in the load model and in the fault simulation.
+    /// timeout, the stall pacing removes): in the load model and in the fault simulation.
     #[arg(long)]
     pub no_pacing: bool,
 
@@ -331,6 +314,18 @@ impl SimulateArgs {
         } else {
             self.events
         }
+    }
+
+    /// These arguments with the flags a mutation stands for: the seeds' first two mistakes are
+    /// `--no-idempotency-key` and `--no-retry`.
+    fn with_mutation_flags(&self) -> Self {
+        let mut args = self.clone();
+        match args.mutation {
+            Some(mutations::Mutation::FreshKeyPerAttempt) => args.no_idempotency_key = true,
+            Some(mutations::Mutation::TimeoutAsFailed) => args.no_retry = true,
+            _ => {}
+        }
+        args
     }
 
     /// Whether this run is deterministic (memory backend, Stripe in process).
@@ -542,65 +537,128 @@ pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
     }
 }
 
-/// [`run`] on the table and queue `args` names (`--backend aws`) or in memory.
+/// [`run`] on the table and queue `args` names (`--backend aws`) or in memory, phase by phase:
+/// build the world, wire the functions into it, drive the orders through until they settle,
+/// judge every order against Stripe's ledger, count what it cost.
 async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
-    use mutations::Mutation;
     if let Some(rate) = args.arrival_rate {
-        if !args.deterministic() {
-            return Err("--arrival-rate runs in memory with Stripe in process only".into());
-        }
-        let cfg = load::LoadConfig {
-            orders: args.orders,
-            arrival_rate: rate,
-            seed: args.seed,
-            charge_concurrency: args.charge_concurrency,
-            create_limit: args.create_limit,
-            stripe_rps: args.stripe_rps,
-            create_latency_p50: Duration::from_millis(args.create_latency_p50_ms),
-            pacing: !args.no_pacing,
-            svg: args.svg.clone(),
-            burst: args.charge_burst,
-        };
-        return Ok(Outcome {
-            report: load::run(&cfg).await?,
-            timeline: Vec::new(),
-        });
+        return run_load(args, rate).await;
     }
-    let mut args = args.clone();
-    match args.mutation {
-        Some(Mutation::FreshKeyPerAttempt) => args.no_idempotency_key = true,
-        Some(Mutation::TimeoutAsFailed) => args.no_retry = true,
-        _ => {}
-    }
-    let args = &args;
+    let args = &args.with_mutation_flags();
     let started = Instant::now();
     let cpu_start = cpu_secs();
     let _ids = SeededIds::install(args.seed);
-    let faults = Arc::new(Faults::new(args.seed, rates(args)));
-    let clock = ManualClock::new(driver::virtual_start());
-    let trace = Arc::new(Trace::new(clock.clone(), args.trace.clone()));
-    let blackouts = Arc::new(Blackouts::default());
-    let stripe = Arc::new(match (&args.stripe_url, args.stripe) {
-        (Some(url), _) => SimStripe::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?,
-        (None, StripeMode::Http) => {
-            SimStripe::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
-        }
-        (None, StripeMode::InProcess) => {
-            SimStripe::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
-        }
-    });
+    let world = World::build(args).await?;
+    let counts = Arc::new(LoopCounts::default());
+    let run = Wired {
+        pipeline: wire(args, &world, &counts)?,
+        world,
+        counts,
+    };
+    run.pipeline.run(args.orders, &run.counts).await?;
+    // Read before the judge reads every record by key, which the counters would count.
+    let at_end = AtEnd::read(&run.world).await?;
+    let (mut report, planned) = run.judge(args, &at_end).await?;
+    run.count(&mut report, args, at_end, planned);
+    let wall = started.elapsed();
+    report.wall_secs = wall.as_secs_f64();
+    report.cpu_secs = (cpu_secs() - cpu_start).max(0.0);
+    report.orders_per_sec = args.orders.max(1) as f64 / wall.as_secs_f64().max(1e-9);
+    report.set_rates();
+    Ok(Outcome {
+        report,
+        timeline: run.world.trace.lines(),
+    })
+}
+
+/// `--arrival-rate`: the load model instead of the fault simulation.
+async fn run_load(args: &SimulateArgs, rate: f64) -> Result<Outcome, BoxError> {
+    if !args.deterministic() {
+        return Err("--arrival-rate runs in memory with Stripe in process only".into());
+    }
+    let cfg = load::LoadConfig {
+        orders: args.orders,
+        arrival_rate: rate,
+        seed: args.seed,
+        charge_concurrency: args.charge_concurrency,
+        create_limit: args.create_limit,
+        stripe_rps: args.stripe_rps,
+        create_latency_p50: Duration::from_millis(args.create_latency_p50_ms),
+        pacing: !args.no_pacing,
+        svg: args.svg.clone(),
+        burst: args.charge_burst,
+    };
+    Ok(Outcome {
+        report: load::run(&cfg).await?,
+        timeline: Vec::new(),
+    })
+}
+
+/// The world a run happens in, before any function is wired into it: the virtual clock, the
+/// faults, the decision log, Stripe, and where operations and messages live.
+struct World {
+    clock: ManualClock,
+    faults: Arc<Faults>,
+    trace: Arc<Trace>,
+    blackouts: Arc<Blackouts>,
+    stripe: Arc<SimStripe>,
+    /// Stripe as the functions' client reaches it, before any fault is injected.
+    gateway: Arc<dyn PaymentGateway>,
+    backing: Backing,
+}
+
+impl World {
+    async fn build(args: &SimulateArgs) -> Result<Self, BoxError> {
+        let faults = Arc::new(Faults::new(args.seed, rates(args)));
+        let clock = ManualClock::new(driver::virtual_start());
+        let trace = Arc::new(Trace::new(clock.clone(), args.trace.clone()));
+        let blackouts = Arc::new(Blackouts::default());
+        let stripe = Arc::new(match (&args.stripe_url, args.stripe) {
+            (Some(url), _) => {
+                SimStripe::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?
+            }
+            (None, StripeMode::Http) => {
+                SimStripe::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
+            }
+            (None, StripeMode::InProcess) => {
+                SimStripe::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
+            }
+        });
+        let gateway = stripe_client(args, &stripe)?;
+        let backing = match args.backend {
+            Backend::Memory => Backing::memory(args, &clock, &faults, &trace),
+            Backend::Aws => Backing::aws(args).await?,
+        };
+        Ok(Self {
+            clock,
+            faults,
+            trace,
+            blackouts,
+            stripe,
+            gateway,
+            backing,
+        })
+    }
+}
+
+/// The functions' Stripe client: the engine called in process, or the production client on the
+/// simulator's HTTP.
+fn stripe_client(
+    args: &SimulateArgs,
+    stripe: &SimStripe,
+) -> Result<Arc<dyn PaymentGateway>, BoxError> {
     let max_retries = if args.no_retry { 0 } else { 1 };
-    let gateway: Arc<dyn PaymentGateway> = match (stripe.as_ref(), stripe.base_url()) {
+    match (stripe, stripe.base_url()) {
         (SimStripe::InProcess { sim }, _) => {
             // About one PaymentIntent per order (a few more where a key was pruned), each with
             // the client's two metadata pairs (operation_id, order_id).
             sim.reserve(capacity_for(args.orders), 2);
-            Arc::new(gateway::InProcessGateway {
+            Ok(Arc::new(gateway::InProcessGateway {
                 sim: sim.clone(),
                 max_retries,
                 timeout: CLIENT_TIMEOUT,
                 slowest_create_us: Default::default(),
-            })
+            }))
         }
         (_, Some(base)) => {
             let mut cfg = StripeConfig::new(base, SecretKey::new(stripe_sim::DEFAULT_API_KEY));
@@ -608,345 +666,523 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
             cfg.connect_timeout = CLIENT_TIMEOUT;
             cfg.retry_backoff = Duration::from_millis(5);
             cfg.max_network_retries = max_retries;
-            Arc::new(StripeGateway::new(cfg)?)
+            Ok(Arc::new(StripeGateway::new(cfg)?))
         }
-        (_, None) => return Err("a Stripe over HTTP without a base URL".into()),
-    };
-
-    // The memory store's audits of settled records and time to settle (none on --backend aws).
-    let mut sim_store: Option<Arc<store::SimStore>> = None;
-    let (store, mut queue, source, visibility, counters, audits, outbox): Backing = match args
-        .backend
-    {
-        Backend::Memory => {
-            let mut store = store::SimStore::new();
-            store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
-            store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
-            if args.mutation == Some(Mutation::RelayLosesOutcomes) {
-                store.lose_every_nth_outcome(50);
-            }
-            store.faults = Some(faults.clone());
-            store.trace = Some(trace.clone());
-            store.reserve(capacity_for(args.orders));
-            let store = Arc::new(store);
-            sim_store = Some(store.clone());
-            let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
-            let source = Arc::new(MemorySource {
-                queue: queue.clone(),
-                // The template's: six times the charge function's 300 s timeout.
-                visibility: Duration::from_secs(charge::EVENT_SOURCE.visibility_timeout_secs),
-            });
-            let (s, q) = (store.clone(), queue.clone());
-            let counters = Box::new(move || {
-                (
-                    s.calls.reads.load(Ordering::Relaxed) + s.calls.queries.load(Ordering::Relaxed),
-                    s.calls.writes.load(Ordering::Relaxed),
-                    q.sends.load(Ordering::Relaxed),
-                    s.stale_lease_writes.load(Ordering::Relaxed),
-                    q.foreign_dedup_ids.load(Ordering::Relaxed),
-                )
-            });
-            let (s, q) = (store.clone(), queue.clone());
-            let audits: Audits = Box::new(move |what| {
-                let first =
-                    |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                match what {
-                    "stale" => first(&s.first_stale_write),
-                    "dedup" => first(&q.first_foreign),
-                    op => charge_once::OperationId::parse(op)
-                        .ok()
-                        .and_then(|id| s.order_of(&id)),
-                }
-            });
-            (
-                store.clone(),
-                queue.clone(),
-                source,
-                queue,
-                counters,
-                audits,
-                Some(store),
-            )
-        }
-        Backend::Aws => {
-            // `run` named both (created for this run unless given).
-            let (Some(table), Some(queue_url)) = (args.table.clone(), args.queue_url.clone())
-            else {
-                return Err("--backend aws: no table or queue (run provisions them)".into());
-            };
-            let config = aws_config(args).await;
-            let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), table);
-            let sqs = aws_sdk_sqs::Client::new(&config);
-            let queue = Arc::new(SqsQueue::new(sqs.clone(), &queue_url));
-            let source = Arc::new(SqsSource {
-                client: sqs,
-                queue_url,
-                visibility_secs: 1,
-                calls: Default::default(),
-            });
-            let store = Arc::new(store);
-            let (s, q) = (store.clone(), queue.clone());
-            let counters = Box::new(move || {
-                let c = s.calls();
-                (
-                    c.reads.load(Ordering::Relaxed) + c.queries.load(Ordering::Relaxed),
-                    c.writes.load(Ordering::Relaxed),
-                    q.sends.load(Ordering::Relaxed),
-                    0,
-                    0,
-                )
-            });
-            (
-                store,
-                queue.clone(),
-                source,
-                Arc::new(CappedVisibility {
-                    inner: queue,
-                    cap: Duration::from_secs(1),
-                }),
-                counters,
-                Box::new(|_: &str| None),
-                None,
-            )
-        }
-    };
-
-    if args.mutation == Some(Mutation::RandomDedupId) {
-        queue = Arc::new(mutations::RandomDedup(queue));
+        (_, None) => Err("a Stripe over HTTP without a base URL".into()),
     }
+}
+
+/// Request counters read at the end of a run.
+struct BackendCounts {
+    dynamodb_reads: u64,
+    dynamodb_writes: u64,
+    sqs_sends: u64,
+    /// Audit at the store: outcome writes from a writer without the current lease.
+    stale_lease_writes: u64,
+    /// Audit at the queue: sends whose dedup id is not derived from the operation id.
+    foreign_dedup_ids: u64,
+}
+
+/// The audits' first orders (`"stale"`, `"dedup"`), and the order an operation id was minted for
+/// (memory backend).
+type Audits = Box<dyn Fn(&str) -> Option<String>>;
+
+/// Where operations and messages live: the raw store and queue (no faults injected), the queue's
+/// consumer side and its `ChangeMessageVisibility`, and what the run reads of them at its end.
+struct Backing {
+    store: Arc<dyn OperationStore>,
+    queue: Arc<dyn ChargeQueue>,
+    source: Arc<dyn EventSource>,
+    visibility: Arc<dyn MessageVisibility>,
+    counters: Box<dyn Fn() -> BackendCounts>,
+    audits: Audits,
+    /// The memory store: the stream stand-in (what the outcome relay published), its audits of
+    /// settled records and time to settle, and the operator's repairs (none on `--backend aws`).
+    sim_store: Option<Arc<store::SimStore>>,
+}
+
+impl Backing {
+    /// The indexed in-memory DynamoDB and SQS FIFO, with the mutations that live in the store.
+    fn memory(
+        args: &SimulateArgs,
+        clock: &ManualClock,
+        faults: &Arc<Faults>,
+        trace: &Arc<Trace>,
+    ) -> Self {
+        use mutations::Mutation;
+        let mut store = store::SimStore::new();
+        store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
+        store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+        if args.mutation == Some(Mutation::RelayLosesOutcomes) {
+            store.lose_every_nth_outcome(50);
+        }
+        store.faults = Some(faults.clone());
+        store.trace = Some(trace.clone());
+        store.reserve(capacity_for(args.orders));
+        let store = Arc::new(store);
+        let queue = Arc::new(queue::SimQueue::new(Arc::new(clock.clone())));
+        let source = Arc::new(MemorySource {
+            queue: queue.clone(),
+            // The template's: six times the charge function's 300 s timeout.
+            visibility: Duration::from_secs(charge::EVENT_SOURCE.visibility_timeout_secs),
+        });
+        let (s, q) = (store.clone(), queue.clone());
+        let counters = Box::new(move || BackendCounts {
+            dynamodb_reads: s.calls.reads.load(Ordering::Relaxed)
+                + s.calls.queries.load(Ordering::Relaxed),
+            dynamodb_writes: s.calls.writes.load(Ordering::Relaxed),
+            sqs_sends: q.sends.load(Ordering::Relaxed),
+            stale_lease_writes: s.stale_lease_writes.load(Ordering::Relaxed),
+            foreign_dedup_ids: q.foreign_dedup_ids.load(Ordering::Relaxed),
+        });
+        let (s, q) = (store.clone(), queue.clone());
+        let audits: Audits = Box::new(move |what| {
+            let first =
+                |m: &Mutex<Option<String>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            match what {
+                "stale" => first(&s.first_stale_write),
+                "dedup" => first(&q.first_foreign),
+                op => charge_once::OperationId::parse(op)
+                    .ok()
+                    .and_then(|id| s.order_of(&id)),
+            }
+        });
+        Self {
+            store: store.clone(),
+            queue: queue.clone(),
+            source,
+            visibility: queue,
+            counters,
+            audits,
+            sim_store: Some(store),
+        }
+    }
+
+    /// DynamoDB and SQS on the table and queue `args` names.
+    async fn aws(args: &SimulateArgs) -> Result<Self, BoxError> {
+        // `run` named both (created for this run unless given).
+        let (Some(table), Some(queue_url)) = (args.table.clone(), args.queue_url.clone()) else {
+            return Err("--backend aws: no table or queue (run provisions them)".into());
+        };
+        let config = aws_config(args).await;
+        let store = Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            table,
+        ));
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let queue = Arc::new(SqsQueue::new(sqs.clone(), &queue_url));
+        let source = Arc::new(SqsSource {
+            client: sqs,
+            queue_url,
+            visibility_secs: 1,
+            calls: Default::default(),
+        });
+        let (s, q) = (store.clone(), queue.clone());
+        let counters = Box::new(move || {
+            let c = s.calls();
+            BackendCounts {
+                dynamodb_reads: c.reads.load(Ordering::Relaxed) + c.queries.load(Ordering::Relaxed),
+                dynamodb_writes: c.writes.load(Ordering::Relaxed),
+                sqs_sends: q.sends.load(Ordering::Relaxed),
+                stale_lease_writes: 0,
+                foreign_dedup_ids: 0,
+            }
+        });
+        Ok(Self {
+            store,
+            queue: queue.clone(),
+            source,
+            visibility: Arc::new(CappedVisibility {
+                inner: queue,
+                cap: Duration::from_secs(1),
+            }),
+            counters,
+            audits: Box::new(|_: &str| None),
+            sim_store: None,
+        })
+    }
+}
+
+/// The ports as the functions see them: every call may meet an injected fault or a blackout.
+struct FaultyPorts<'w> {
+    world: &'w World,
+    clock: Arc<dyn charge_once::Clock>,
+    store: Arc<dyn OperationStore>,
+    /// The raw queue the senders wrap (with the `random-dedup-id` mutation's ids).
+    queue: Arc<dyn ChargeQueue>,
+}
+
+impl<'w> FaultyPorts<'w> {
+    fn new(args: &SimulateArgs, world: &'w World, freezer: &Arc<faults::Freezer>) -> Self {
+        let mut queue = world.backing.queue.clone();
+        if args.mutation == Some(mutations::Mutation::RandomDedupId) {
+            queue = Arc::new(mutations::RandomDedup(queue));
+        }
+        let clock: Arc<dyn charge_once::Clock> = Arc::new(world.clock.clone());
+        let store = Arc::new(FaultyStore {
+            inner: world.backing.store.clone(),
+            faults: world.faults.clone(),
+            blackouts: world.blackouts.clone(),
+            clock: clock.clone(),
+            trace: world.trace.clone(),
+            freezer: freezer.clone(),
+        });
+        Self {
+            world,
+            clock,
+            store,
+            queue,
+        }
+    }
+
+    /// A sender to the charge queue; checkout's `may_crash` between its put and its send.
+    fn sender(&self, may_crash: bool) -> Arc<dyn ChargeQueue> {
+        Arc::new(FaultyQueue {
+            inner: self.queue.clone(),
+            faults: self.world.faults.clone(),
+            blackouts: self.world.blackouts.clone(),
+            clock: self.clock.clone(),
+            trace: self.world.trace.clone(),
+            may_crash,
+        })
+    }
+
+    /// Stripe with faults injected (and the customers who come back to a declined intent), as
+    /// the mutation asks.
+    fn gateway(&self, args: &SimulateArgs, confirms: &Arc<Confirms>) -> Arc<dyn PaymentGateway> {
+        let world = self.world;
+        let mut gateway = SimGateway::new(
+            world.gateway.clone(),
+            world.faults.clone(),
+            world.blackouts.clone(),
+            self.clock.clone(),
+            world.trace.clone(),
+            args.no_idempotency_key,
+            args.no_retry,
+        );
+        gateway.confirms = Some(confirms.clone());
+        match args.mutation {
+            Some(mutations::Mutation::FailedWithoutCancel) => {
+                Arc::new(mutations::CancelNotMade(Arc::new(gateway)))
+            }
+            _ => Arc::new(gateway),
+        }
+    }
+}
+
+/// Wires the real checkout, charge, reconciler and events functions into the world, on the
+/// faulty ports, paced as their main.rs files pace them.
+fn wire(
+    args: &SimulateArgs,
+    world: &World,
+    counts: &Arc<LoopCounts>,
+) -> Result<Pipeline, BoxError> {
+    use mutations::Mutation;
     let mut policy = ChargePolicy::default();
     if args.mutation == Some(Mutation::CreatePastKeyWindow) {
         policy.key_window = Duration::from_secs(30 * 24 * 3600);
     }
     let freezer = Arc::new(faults::Freezer::new(
-        clock.clone(),
+        world.clock.clone(),
         policy.lease_ttl + Duration::from_secs(30),
     ));
-    let clock_arc: Arc<dyn charge_once::Clock> = Arc::new(clock.clone());
-    let faulty_store: Arc<dyn OperationStore> = Arc::new(FaultyStore {
-        inner: store.clone(),
-        faults: faults.clone(),
-        blackouts: blackouts.clone(),
-        clock: clock_arc.clone(),
-        trace: trace.clone(),
-        freezer: freezer.clone(),
-    });
-    let sender = |may_crash| -> Arc<dyn ChargeQueue> {
-        Arc::new(FaultyQueue {
-            inner: queue.clone(),
-            faults: faults.clone(),
-            blackouts: blackouts.clone(),
-            clock: clock_arc.clone(),
-            trace: trace.clone(),
-            may_crash,
-        })
-    };
+    let ports = FaultyPorts::new(args, world, &freezer);
     let confirms = Arc::new(Confirms::new(
-        stripe.clone(),
-        faults.clone(),
-        trace.clone(),
-        clock_arc.clone(),
+        world.stripe.clone(),
+        world.faults.clone(),
+        world.trace.clone(),
+        ports.clock.clone(),
     ));
-    let mut sim_gateway = SimGateway::new(
-        gateway,
-        faults.clone(),
-        blackouts.clone(),
-        clock_arc.clone(),
-        trace.clone(),
-        args.no_idempotency_key,
-        args.no_retry,
-    );
-    sim_gateway.confirms = Some(confirms.clone());
-    let sim_gateway: Arc<dyn PaymentGateway> = match args.mutation {
-        Some(Mutation::FailedWithoutCancel) => {
-            Arc::new(mutations::CancelNotMade(Arc::new(sim_gateway)))
-        }
-        _ => Arc::new(sim_gateway),
-    };
     let charge = ChargeDeps {
-        store: faulty_store.clone(),
-        gateway: sim_gateway.clone(),
-        clock: clock_arc.clone(),
-        policy: policy.clone(),
+        store: ports.store.clone(),
+        gateway: ports.gateway(args, &confirms),
+        clock: ports.clock.clone(),
+        policy,
     };
-    // Stripe's events, from the simulator in this process, to the real events function on the
-    // same faulty store and gateway as the charge function.
-    let mode = match args.events_source() {
-        EventsSource::Eventbridge => Some(stripe_sim::DeliveryMode::EventBridge),
-        EventsSource::Webhook => Some(stripe_sim::DeliveryMode::Webhook),
-        EventsSource::None => None,
-    };
-    let webhooks = match (mode, stripe.local_sim()) {
-        (Some(mode), Some(sim)) => Some(Arc::new(webhooks::Webhooks::new(
-            sim.clone(),
-            webhooks::Setup {
-                mode,
-                delivery_faults: webhooks::default_faults(!args.no_faults),
-                faults: faults.clone(),
-                trust_payload: args.mutation == Some(Mutation::TrustEventPayload),
-            },
-            ChargeDeps {
-                store: faulty_store.clone(),
-                gateway: sim_gateway.clone(),
-                clock: clock_arc.clone(),
-                policy: policy.clone(),
-            },
-            trace.clone(),
-        )?)),
-        _ => None,
-    };
-
-    // The budget as the charge function's and the reconciler's main.rs split it; sleeping for a
-    // slot moves the virtual clock (no timers here: one caller at a time).
-    let stripe_budget = charge_once::config::StripeBudget {
-        per_second: args.stripe_rps,
-        charge_concurrency: u64::from(args.charge_concurrency),
-    };
-    let sleeper = Arc::new(sched::SchedSleeper(clock.clone()));
-    let paced = |per_second: f64| {
-        Arc::new(Budget::new(
-            per_second,
-            1,
-            clock_arc.clone(),
-            sleeper.clone(),
-        ))
-    };
-    let paced_reconciler = |gateway: Arc<dyn PaymentGateway>| -> Arc<dyn PaymentGateway> {
-        Arc::new(PacedGateway::new(
-            gateway,
-            paced(stripe_budget.reconciler_share()),
-            Some(paced(stripe_budget.reconciler_search_share())),
-            Duration::from_secs(10),
-        ))
-    };
-    let reconciler_charge = if args.no_pacing {
-        charge.clone()
-    } else {
-        ChargeDeps {
-            gateway: paced_reconciler(sim_gateway.clone()),
-            ..charge.clone()
-        }
-    };
+    let webhooks = events_function(args, world, &charge)?;
+    let pacing = Pacing::new(args.stripe_rps, args.charge_concurrency, &world.clock);
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
-    let counts = Arc::new(LoopCounts::default());
-    let pipeline = Pipeline {
-        clock: clock.clone(),
-        faults: faults.clone(),
-        blackouts: blackouts.clone(),
-        trace: trace.clone(),
-        freezer: freezer.clone(),
+    Ok(Pipeline {
+        clock: world.clock.clone(),
+        faults: world.faults.clone(),
+        blackouts: world.blackouts.clone(),
+        trace: world.trace.clone(),
+        freezer,
         late: Mutex::new(Vec::new()),
         scheduler: Mutex::new(SmallRng::seed_from_u64(args.seed ^ 0x5c4e_d01e)),
         seed: args.seed,
         checkout: Checkout {
-            store: faulty_store.clone(),
-            queue: sender(true),
-            clock: clock_arc.clone(),
-            pending_grace: policy.pending_grace,
+            store: ports.store.clone(),
+            queue: ports.sender(true),
+            clock: ports.clock.clone(),
+            pending_grace: charge.policy.pending_grace,
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         },
-        reconciler: ReconcilerDeps {
-            charge: match args.mutation {
-                Some(Mutation::ReconcilerSkipsPending) => ChargeDeps {
-                    store: Arc::new(mutations::EditedPages::skip_pending(faulty_store.clone())),
-                    ..reconciler_charge.clone()
-                },
-                Some(Mutation::UnreadableFailsPage) => ChargeDeps {
-                    store: Arc::new(mutations::EditedPages::fail_on_unreadable(
-                        faulty_store.clone(),
-                    )),
-                    ..reconciler_charge.clone()
-                },
-                _ => reconciler_charge,
-            },
-            queue: sender(false),
-            page_size: 100,
-        },
-        charge: charge::handler::ChargeFunction {
-            charge,
-            dead_letters: dead_letters.clone(),
-            // Paced as main.rs wires it: one environment's share of the budget, refusals back
-            // in seconds through the queue; `--no-pacing` is the path before issue 25.
-            visibility: if args.no_pacing {
-                Arc::new(NoVisibilityChange)
-            } else {
-                visibility
-            },
-            budget: (!args.no_pacing).then(|| {
-                Arc::new(Budget::new(
-                    stripe_budget.charge_share(),
-                    args.charge_burst,
-                    clock_arc.clone(),
-                    sleeper.clone(),
-                ))
-            }),
-            metrics: Arc::new(driver::ChargeMetrics(counts.clone())),
-        },
-        dead_letters: dead_letters.clone(),
-        source,
-        store: store.clone(),
+        reconciler: reconciler_deps(args, &ports, &charge, &pacing),
+        charge: charge_function(args, world, charge, &pacing, &dead_letters, counts),
+        dead_letters,
+        source: world.backing.source.clone(),
+        store: world.backing.store.clone(),
         no_retry: args.no_retry,
         concurrency: args.concurrency as usize,
-        stripe: stripe.clone(),
-        webhooks: webhooks.clone(),
-        operator: sim_store.clone(),
-        confirms: confirms.clone(),
-    };
+        stripe: world.stripe.clone(),
+        webhooks,
+        operator: world.backing.sim_store.clone(),
+        confirms,
+    })
+}
 
-    pipeline.run(args.orders, &counts).await?;
-    let (reads, writes, sends, stale_lease_writes, foreign_dedup_ids) = counters();
-    let (stripe_requests, injected) = stripe.snapshot().await?;
-    let ledger = stripe.ledger().await?;
-
-    // Our records, read by key after the run (not counted above), judged against the ledger.
-    let mut report = Report {
-        seed: args.seed,
-        backend: format!("{:?}", args.backend).to_lowercase(),
-        stale_lease_writes,
-        foreign_dedup_ids,
-        failed_ticks: counts.failed_ticks.load(Ordering::Relaxed),
-        first_failed_tick: counts
-            .first_failed_tick
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone(),
-        unreadable_counted: counts.unreadable_counted.load(Ordering::Relaxed),
-        customer_confirms_paid: confirms.paid.load(Ordering::Relaxed),
-        customer_confirms_refused: confirms.refused.load(Ordering::Relaxed),
-        mutation: args.mutation.map(|m| m.name()),
-        ..Report::default()
+/// Stripe's events, from the simulator in this process, to the real events function on the
+/// same faulty store and gateway as the charge function (none from a separate simulator).
+fn events_function(
+    args: &SimulateArgs,
+    world: &World,
+    charge: &ChargeDeps,
+) -> Result<Option<Arc<webhooks::Webhooks>>, BoxError> {
+    let mode = match args.events_source() {
+        EventsSource::Eventbridge => stripe_sim::DeliveryMode::EventBridge,
+        EventsSource::Webhook => stripe_sim::DeliveryMode::Webhook,
+        EventsSource::None => return Ok(None),
     };
-    // The orders whose record a forged event moved (see `webhooks::Forged`).
-    let forged = webhooks.as_ref().map(|w| w.forged()).unwrap_or_default();
-    // The memory store says which operations are an order's record now (no set of them kept).
-    let ours = sim_store.clone().map(|s| -> Box<dyn Fn(&str) -> bool> {
-        Box::new(move |op| charge_once::OperationId::parse(op).is_ok_and(|id| s.is_current(&id)))
-    });
-    let mut judge = report::Judge::new(ledger.as_ref(), forged.moved, ours);
-    let mut planned_decline = 0;
-    let mut planned_processing = 0;
-    let mut planned_stuck = 0;
+    let Some(sim) = world.stripe.local_sim() else {
+        return Ok(None);
+    };
+    let setup = webhooks::Setup {
+        mode,
+        delivery_faults: webhooks::default_faults(!args.no_faults),
+        faults: world.faults.clone(),
+        trust_payload: args.mutation == Some(mutations::Mutation::TrustEventPayload),
+    };
+    let events = webhooks::Webhooks::new(sim.clone(), setup, charge.clone(), world.trace.clone())?;
+    Ok(Some(Arc::new(events)))
+}
+
+/// The reconciler on the faulty ports, paced (unless `--no-pacing`), with the page mutations.
+fn reconciler_deps(
+    args: &SimulateArgs,
+    ports: &FaultyPorts<'_>,
+    charge: &ChargeDeps,
+    pacing: &Pacing,
+) -> ReconcilerDeps {
+    use mutations::{EditedPages, Mutation};
+    let paced = if args.no_pacing {
+        charge.clone()
+    } else {
+        ChargeDeps {
+            gateway: pacing.reconciler(charge.gateway.clone()),
+            ..charge.clone()
+        }
+    };
+    let store: Option<Arc<dyn OperationStore>> = match args.mutation {
+        Some(Mutation::ReconcilerSkipsPending) => {
+            Some(Arc::new(EditedPages::skip_pending(ports.store.clone())))
+        }
+        Some(Mutation::UnreadableFailsPage) => Some(Arc::new(EditedPages::fail_on_unreadable(
+            ports.store.clone(),
+        ))),
+        _ => None,
+    };
+    ReconcilerDeps {
+        charge: match store {
+            Some(store) => ChargeDeps { store, ..paced },
+            None => paced,
+        },
+        queue: ports.sender(false),
+        page_size: 100,
+    }
+}
+
+/// The charge function as main.rs wires it: one environment's share of the budget, refusals
+/// back in seconds through the queue; `--no-pacing` takes neither, so a refused message waits
+/// the queue's visibility timeout.
+fn charge_function(
+    args: &SimulateArgs,
+    world: &World,
+    charge: ChargeDeps,
+    pacing: &Pacing,
+    dead_letters: &Arc<charge_once::memory::MemoryDeadLetters>,
+    counts: &Arc<LoopCounts>,
+) -> charge::handler::ChargeFunction {
+    charge::handler::ChargeFunction {
+        charge,
+        dead_letters: dead_letters.clone(),
+        visibility: if args.no_pacing {
+            Arc::new(NoVisibilityChange)
+        } else {
+            world.backing.visibility.clone()
+        },
+        budget: (!args.no_pacing).then(|| pacing.charge(args.charge_burst)),
+        metrics: Arc::new(driver::ChargeMetrics(counts.clone())),
+    }
+}
+
+/// What the run left, read once it is over and before the judge reads the records.
+struct AtEnd {
+    counts: BackendCounts,
+    stripe_requests: stripe::StripeCallCounts,
+    /// Faults the Stripe simulator injected, by its own names.
+    stripe_injected: BTreeMap<String, u64>,
+    ledger: Box<dyn stripe::Ledger>,
+}
+
+impl AtEnd {
+    async fn read(world: &World) -> Result<Self, BoxError> {
+        let counts = (world.backing.counters)();
+        let (stripe_requests, stripe_injected) = world.stripe.snapshot().await?;
+        let ledger = world.stripe.ledger().await?;
+        Ok(Self {
+            counts,
+            stripe_requests,
+            stripe_injected,
+            ledger,
+        })
+    }
+}
+
+/// The cards the seed planned (faults fixed per order rather than injected along the way).
+#[derive(Default)]
+struct Planned {
+    decline: u64,
+    processing: u64,
+    stuck: u64,
+}
+
+/// The world with the functions wired into it: what driving, judging and counting share.
+struct Wired {
+    world: World,
+    pipeline: Pipeline,
+    counts: Arc<LoopCounts>,
+}
+
+impl Wired {
+    /// Judges every order's record, read by key after the run, against Stripe's ledger, and gives
+    /// the verdict.
+    async fn judge(
+        &self,
+        args: &SimulateArgs,
+        at_end: &AtEnd,
+    ) -> Result<(Report, Planned), BoxError> {
+        let (world, pipeline, counts) = (&self.world, &self.pipeline, &self.counts);
+        let mut report = Report {
+            seed: args.seed,
+            backend: format!("{:?}", args.backend).to_lowercase(),
+            stale_lease_writes: at_end.counts.stale_lease_writes,
+            foreign_dedup_ids: at_end.counts.foreign_dedup_ids,
+            failed_ticks: counts.failed_ticks.load(Ordering::Relaxed),
+            first_failed_tick: counts
+                .first_failed_tick
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            unreadable_counted: counts.unreadable_counted.load(Ordering::Relaxed),
+            customer_confirms_paid: pipeline.confirms.paid.load(Ordering::Relaxed),
+            customer_confirms_refused: pipeline.confirms.refused.load(Ordering::Relaxed),
+            mutation: args.mutation.map(|m| m.name()),
+            ..Report::default()
+        };
+        // The orders whose record a forged event moved (see `webhooks::Forged`).
+        let forged = pipeline
+            .webhooks
+            .as_ref()
+            .map(|w| w.forged())
+            .unwrap_or_default();
+        // The memory store says which operations are an order's record now (no set of them kept).
+        let ours = world
+            .backing
+            .sim_store
+            .clone()
+            .map(|s| -> report::IsOurs<'_> {
+                Box::new(move |op| {
+                    charge_once::OperationId::parse(op).is_ok_and(|id| s.is_current(&id))
+                })
+            });
+        let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours);
+        let planned = judge_orders(args, world, &mut judge, &mut report).await?;
+        note_events(&mut report, pipeline, forged.mismatches);
+        if let Some(s) = &world.backing.sim_store {
+            note_settling(&mut report, s, &world.faults);
+        }
+        let audits = &world.backing.audits;
+        let publishers = world.backing.sim_store.as_ref().map(|o| o.outcome_events());
+        report.outcome_events = publishers.as_ref().map(|(n, _)| *n);
+        judge.finish(
+            &mut report,
+            audits,
+            (audits("stale"), audits("dedup")),
+            publishers.as_ref().map(|(_, ops)| ops.as_slice()),
+        );
+        Ok((report, planned))
+    }
+
+    /// What the run cost and met: faults injected, the loop's counts, requests, the decision log.
+    fn count(&self, report: &mut Report, args: &SimulateArgs, at_end: AtEnd, planned: Planned) {
+        let (world, pipeline, counts) = (&self.world, &self.pipeline, &self.counts);
+        report.faults_injected = faults_injected(world, &at_end, planned);
+        report.poison_messages = pipeline.dead_letters.letters().len() as u64;
+        report.loop_counts = driver::count_map(counts)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        let (backend, stripe) = (&at_end.counts, &at_end.stripe_requests);
+        report.requests_total = BTreeMap::from([
+            ("dynamodb_reads".to_owned(), backend.dynamodb_reads),
+            ("dynamodb_writes".to_owned(), backend.dynamodb_writes),
+            ("sqs_sends".to_owned(), backend.sqs_sends),
+            (
+                "stripe_calls".to_owned(),
+                stripe.create + stripe.retrieve + stripe.search + stripe.cancel,
+            ),
+            ("stripe_creates".to_owned(), stripe.create),
+            ("stripe_cancels".to_owned(), stripe.cancel),
+        ]);
+        let n = args.orders.max(1) as f64;
+        report.requests_per_charge = report
+            .requests_total
+            .iter()
+            .map(|(k, v)| (k.clone(), *v as f64 / n))
+            .collect();
+        report.virtual_hours = driver::elapsed_virtual(counts).as_secs_f64() / 3600.0;
+        report.deterministic = args.deterministic();
+        report.trace_events = world.trace.events();
+        report.trace_hash = world.trace.hash_hex();
+    }
+}
+
+/// Each order of the seed, planned again, and its record as the store holds it now.
+async fn judge_orders(
+    args: &SimulateArgs,
+    world: &World,
+    judge: &mut report::Judge<'_>,
+    report: &mut Report,
+) -> Result<Planned, BoxError> {
+    let mut planned = Planned::default();
     for i in 0..args.orders {
-        let order = driver::plan_order(i, args.seed, &faults);
-        planned_decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
-        planned_stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
-        planned_processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
+        let order = driver::plan_order(i, args.seed, &world.faults);
+        planned.decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
+        planned.stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
+        planned.processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
-        let record = match store.get(&key).await {
+        let record = match world.backing.store.get(&key).await {
             Ok(record) => record,
             Err(e) if e.unreadable.is_some() => {
-                judge.unreadable(&mut report, &order, &e);
+                judge.unreadable(report, &order, &e);
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
-        let published = match (&outbox, &record) {
+        let published = match (&world.backing.sim_store, &record) {
             (Some(outbox), Some(op)) => Some(outbox.published(&op.operation_id)),
             _ => None,
         };
-        judge.order(&mut report, &order, record.as_ref(), published);
+        judge.order(report, &order, record.as_ref(), published);
     }
-    report.events = webhooks
+    Ok(planned)
+}
+
+/// Where Stripe's events came from and what the events function did with them.
+fn note_events(report: &mut Report, pipeline: &Pipeline, forged_mismatches: u64) {
+    report.events = pipeline
+        .webhooks
         .as_ref()
         .map_or("none", |w| match w.mode() {
             stripe_sim::DeliveryMode::EventBridge => EventsSource::Eventbridge.name(),
@@ -954,111 +1190,71 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
         })
         .to_owned();
     report.webhooks = report.events == EventsSource::Webhook.name();
-    if let Some(s) = &sim_store {
-        report.settled_changes = s.settled_changes();
-        report.unreadable_repaired = s.unreadable_counts().0;
-        // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
-        // answer (not a `processing` card, which Stripe itself settles 10 minutes later).
-        let (open, times) = s.settle_times();
-        let processing = |id: &charge_once::OperationId| {
-            s.order_of(id).is_some_and(|order| {
-                driver::card_of(&order, &faults).0 == "pm_card_processing_succeeds"
-            })
-        };
-        report.time_to_settle = report::TimeToSettle::of(
-            (open.len() + times.len()) as u64,
-            times.iter().map(|(_, t)| *t).collect(),
-        );
-        report.time_to_settle_final_at_stripe = report::TimeToSettle::of(
-            (open.iter().filter(|id| !processing(id)).count()
-                + times.iter().filter(|(id, _)| !processing(id)).count()) as u64,
-            times
-                .iter()
-                .filter(|(id, _)| !processing(id))
-                .map(|(_, t)| *t)
-                .collect(),
-        );
-    }
-    if let Some(w) = &webhooks {
+    if let Some(w) = &pipeline.webhooks {
         report.webhook_counts = w.counts();
         report.webhook_creates = w.calls.creates.load(Ordering::Relaxed);
-        report.event_mismatches = forged.mismatches;
+        report.event_mismatches = forged_mismatches;
         report.events_dead_lettered = w.dead_lettered();
     }
-    let publishers = outbox.as_ref().map(|o| o.outcome_events());
-    report.outcome_events = publishers.as_ref().map(|(n, _)| *n);
-    judge.finish(
-        &mut report,
-        &audits,
-        (audits("stale"), audits("dedup")),
-        publishers.as_ref().map(|(_, ops)| ops.as_slice()),
-    );
+}
 
-    let mut injected_all: BTreeMap<String, u64> = faults
+/// The memory store's audit of settled records, its repairs, and how long unknowns took to
+/// settle.
+fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults) {
+    report.settled_changes = s.settled_changes();
+    report.unreadable_repaired = s.unreadable_counts().0;
+    // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
+    // answer (not a `processing` card, which Stripe itself settles 10 minutes later).
+    let (open, times) = s.settle_times();
+    let processing = |id: &charge_once::OperationId| {
+        s.order_of(id)
+            .is_some_and(|order| driver::card_of(&order, faults).0 == "pm_card_processing_succeeds")
+    };
+    report.time_to_settle = report::TimeToSettle::of(
+        (open.len() + times.len()) as u64,
+        times.iter().map(|(_, t)| *t).collect(),
+    );
+    report.time_to_settle_final_at_stripe = report::TimeToSettle::of(
+        (open.iter().filter(|id| !processing(id)).count()
+            + times.iter().filter(|(id, _)| !processing(id)).count()) as u64,
+        times
+            .iter()
+            .filter(|(id, _)| !processing(id))
+            .map(|(_, t)| *t)
+            .collect(),
+    );
+}
+
+/// Every fault kind with how often it happened: injected here, injected by the Stripe simulator
+/// (under its own names, [`stripe::STRIPE_FAULTS`]), or planned into the orders' cards.
+fn faults_injected(world: &World, at_end: &AtEnd, planned: Planned) -> BTreeMap<String, u64> {
+    let mut injected: BTreeMap<String, u64> = world
+        .faults
         .counted()
         .into_iter()
         .map(|(k, n)| (k.name().to_owned(), n))
         .collect();
-    let sim_names = [
-        ("drop_after_commit", Kind::LostResponse),
-        ("server_error_before_commit", Kind::ServerErrorBeforeCommit),
-        ("server_error_after_commit", Kind::ServerErrorAfterCommit),
-        ("rate_limit", Kind::RateLimit),
-        ("key_in_use", Kind::KeyInUse),
-        ("latency", Kind::Timeout),
-    ];
-    for (sim_name, kind) in sim_names {
-        let n = injected.get(sim_name).copied().unwrap_or(0);
-        *injected_all.entry(kind.name().to_owned()).or_default() += n;
+    for (kind, at_stripe) in stripe::STRIPE_FAULTS {
+        let n = at_end
+            .stripe_injected
+            .get(at_stripe.as_str())
+            .copied()
+            .unwrap_or(0);
+        *injected.entry(kind.name().to_owned()).or_default() += n;
     }
-    injected_all.insert("decline".into(), planned_decline);
-    injected_all.insert("processing".into(), planned_processing);
-    injected_all.insert("stuck".into(), planned_stuck);
-    injected_all.insert(
+    injected.insert("decline".into(), planned.decline);
+    injected.insert("processing".into(), planned.processing);
+    injected.insert("stuck".into(), planned.stuck);
+    let search_lag = world.faults.rate(Kind::SearchLag) > 0.0;
+    injected.insert(
         "search_lag".into(),
-        if faults.rate(Kind::SearchLag) > 0.0 {
-            stripe_requests.search
+        if search_lag {
+            at_end.stripe_requests.search
         } else {
             0
         },
     );
-    report.faults_injected = injected_all;
-    report.poison_messages = pipeline.dead_letters.letters().len() as u64;
-    report.loop_counts = driver::count_map(&counts)
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-    let stripe_calls = stripe_requests.create
-        + stripe_requests.retrieve
-        + stripe_requests.search
-        + stripe_requests.cancel;
-    report.requests_total = BTreeMap::from([
-        ("dynamodb_reads".to_owned(), reads),
-        ("dynamodb_writes".to_owned(), writes),
-        ("sqs_sends".to_owned(), sends),
-        ("stripe_calls".to_owned(), stripe_calls),
-        ("stripe_creates".to_owned(), stripe_requests.create),
-        ("stripe_cancels".to_owned(), stripe_requests.cancel),
-    ]);
-    let n = args.orders.max(1) as f64;
-    report.requests_per_charge = report
-        .requests_total
-        .iter()
-        .map(|(k, v)| (k.clone(), *v as f64 / n))
-        .collect();
-    report.virtual_hours = driver::elapsed_virtual(&counts).as_secs_f64() / 3600.0;
-    report.deterministic = args.deterministic();
-    report.trace_events = trace.events();
-    report.trace_hash = trace.hash_hex();
-    let wall = started.elapsed();
-    report.wall_secs = wall.as_secs_f64();
-    report.cpu_secs = (cpu_secs() - cpu_start).max(0.0);
-    report.orders_per_sec = n / wall.as_secs_f64().max(1e-9);
-    report.set_rates();
-    Ok(Outcome {
-        report,
-        timeline: trace.lines(),
-    })
+    injected
 }
 
 /// Parses `args` (the first is the program name), runs, prints, returns the exit code.
@@ -1101,7 +1297,25 @@ where
             return ExitCode::from(1);
         }
     };
-    let report = outcome.report;
+    if let Err(code) = print(&args, &outcome) {
+        return code;
+    }
+    let report = &outcome.report;
+    if report.invariants_hold {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "simulate: invariant broken: {}; replay with --seed {} (and --trace ORDER_ID to read it)",
+            report.first_violation.as_deref().unwrap_or("?"),
+            report.seed
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// Prints the traced order's timeline, the report, and with `--json` the report as one JSON line.
+fn print(args: &SimulateArgs, outcome: &Outcome) -> Result<(), ExitCode> {
+    let report = &outcome.report;
     let mut out = std::io::stdout().lock();
     if let Some(order) = &args.trace {
         let _ = writeln!(out, "timeline of order {order} (seed {}):", args.seed);
@@ -1117,25 +1331,16 @@ where
     }
     let _ = write!(out, "{}", report.render());
     if args.json {
-        match serde_json::to_string(&report) {
+        match serde_json::to_string(report) {
             Ok(line) => {
                 let _ = writeln!(out, "{line}");
             }
             Err(e) => {
                 eprintln!("simulate: report: {}", ErrorChain(&e));
-                return ExitCode::from(1);
+                return Err(ExitCode::from(1));
             }
         }
     }
     let _ = out.flush();
-    if report.invariants_hold {
-        ExitCode::SUCCESS
-    } else {
-        eprintln!(
-            "simulate: invariant broken: {}; replay with --seed {} (and --trace ORDER_ID to read it)",
-            report.first_violation.as_deref().unwrap_or("?"),
-            report.seed
-        );
-        ExitCode::from(1)
-    }
+    Ok(())
 }

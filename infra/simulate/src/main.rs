@@ -22,9 +22,8 @@ const PR_SET_THP_DISABLE: std::ffi::c_int = 41;
 
 /// No transparent huge pages for this process: mimalloc's arenas asked for them, and each first
 /// touch then zeroed 2 MB, most of it never used; 100,000 orders faulted in ~930 MB for a 260 MB
-/// peak, and the kernel's page clearing was 13 % of the profile (issue 27, part 2). With 4 KB
-/// pages it zeroes what is touched. (mimalloc's own `allow_thp` is read only at its start, before
-/// `main`.)
+/// peak, and the kernel's page clearing was 13 % of the profile. With 4 KB pages it zeroes what
+/// is touched. (mimalloc's own `allow_thp` is read only at its start, before `main`.)
 fn no_huge_pages() {
     #[cfg(target_os = "linux")]
     // SAFETY: a plain syscall wrapper with integer arguments; on failure nothing changes.
@@ -46,10 +45,10 @@ const MI_OPTION_PURGE_DELAY: i32 = 15;
 const MI_DEFAULT_PURGE_DELAY: std::ffi::c_long = 1000;
 
 /// The run only grows: memory mimalloc gives back to the OS (purges) is faulted in again, zeroed,
-/// a moment later. Never purging took 5 % off a 1,000,000-order run's CPU seconds (issue 27,
-/// part 2: 53 vs 56 s, most of it system time), at ~4 % more peak RSS. Only mimalloc's own
-/// default is changed: a value from `MIMALLOC_PURGE_DELAY`, or an option numbered otherwise in
-/// another mimalloc, is left alone.
+/// a moment later. Never purging took 5 % off a 1,000,000-order run's CPU seconds (53 vs 56 s,
+/// most of it system time), at ~4 % more peak RSS. Only mimalloc's own default is changed: a
+/// value from `MIMALLOC_PURGE_DELAY`, or an option numbered otherwise in another mimalloc, is
+/// left alone.
 fn never_purge() {
     // SAFETY: plain C calls on an option number; mimalloc ignores numbers it does not know.
     unsafe {

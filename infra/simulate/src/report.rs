@@ -14,19 +14,19 @@
 //!    key, which search would have found (`needless_reviews`) — unless that intent is stuck
 //!    (`requires_action` / `processing` past the stuck bound), which only a person can unblock.
 //!
-//! 5. the order service learns every outcome, and nothing else (issue 16): every settled operation
+//! 5. the order service learns every outcome, and nothing else: every settled operation
 //!    published its outcome's `event_id`, and no operation published a settled outcome its record
 //!    does not hold, nor any outcome once it stopped being its order's record
 //!    (`unpublished_outcomes`, `false_outcome_events`). Checked where the store plays the table's
 //!    stream (the memory backend); `outcome_events` is then the number published.
 //!
-//! 6. an event is a hint, Stripe the proof (issue 23): no forged event — validly delivered, signed
-//!    or in a proper EventBridge envelope, naming a state Stripe does not hold — moved a record
+//! 6. an event is a hint, Stripe the proof: no forged event — validly delivered, signed or in a
+//!    proper EventBridge envelope, naming a state Stripe does not hold — moved a record
 //!    (`forged_settles`: the operations whose record a forged delivery was answered as applied
 //!    on, see [`crate::webhooks::Forged`]). The refusals are counted (`event_mismatches`: forged
 //!    events refused and paged), which proves the fault really happened.
 //!
-//! 7. the reconciler never fails a tick (issue 24): not on a record in an earlier release's shape
+//! 7. the reconciler never fails a tick: not on a record in an earlier release's shape
 //!    (`legacy_record`), not on one nobody can read (`unreadable_record`: its page sets it aside
 //!    and settles the rest) — `failed_ticks` must be 0; and every record is readable at the end,
 //!    once the operator repaired the unreadable ones (`unreadable_at_end`).
@@ -71,7 +71,7 @@ pub struct Report {
     pub stuck_reviews: u64,
     /// PaymentIntents whose operation is no order's record: money taken that nothing accounts for.
     pub orphan_charges: u64,
-    /// Outcome events the relay published (issue 16), when the run can see the stream.
+    /// Outcome events the relay published to the order service, when the run can see the stream.
     pub outcome_events: Option<u64>,
     /// Settled operations whose outcome event was never published.
     pub unpublished_outcomes: u64,
@@ -159,7 +159,94 @@ pub struct Report {
     pub time_to_settle_final_at_stripe: TimeToSettle,
     /// The load model's figures (`--arrival-rate`), absent in the default mode.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub load: Option<crate::load::LoadReport>,
+    pub load: Option<LoadReport>,
+}
+
+/// What a load run measured (virtual time throughout).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LoadReport {
+    pub orders: u64,
+    pub arrival_rate: f64,
+    pub charge_concurrency: u32,
+    pub create_limit: u32,
+    pub stripe_rps: u64,
+    pub pacing: bool,
+    /// Orders whose operation settled (succeeded, failed or review) before the run's bound.
+    pub settled: u64,
+    /// First arrival → last settled, s.
+    pub drain_secs: f64,
+    /// N / L: the drain at exactly Stripe's create limit, s.
+    pub ideal_drain_secs: f64,
+    /// `drain_secs / ideal_drain_secs`.
+    pub drain_ratio: f64,
+    /// Checkout → settled, s.
+    pub latency_p50_secs: f64,
+    pub latency_p99_secs: f64,
+    pub latency_max_secs: f64,
+    /// Requests Stripe refused for capacity (its own counter, not a fault).
+    pub capacity_429s: u64,
+    /// Creates that reached Stripe, refused ones included.
+    pub stripe_creates: u64,
+    /// `stripe_creates / orders`.
+    pub creates_per_charge: f64,
+    /// Retrieves and searches that reached Stripe.
+    pub stripe_reads: u64,
+    /// The age of the oldest message in the queue, at its worst, s.
+    pub oldest_message_age_secs: f64,
+    /// Orders one of whose messages was received again ≥ the visibility timeout after its
+    /// previous receive.
+    pub waited_visibility_timeout: u64,
+    /// Messages the charge function brought back in seconds (`ChangeMessageVisibility`).
+    pub returned_soon: u64,
+    /// The slowest create latency drawn in the run, s.
+    pub max_create_latency_secs: f64,
+    pub batches: u64,
+    pub reconciler_ticks: u64,
+    /// Messages deleted at the receive limit (the DLQ's).
+    pub dead_lettered: u64,
+    /// Checkouts not answered 2xx.
+    pub checkout_errors: u64,
+    /// FNV-1a over the settle log and Stripe's counters: equal for equal runs.
+    pub fingerprint: String,
+}
+
+impl LoadReport {
+    pub fn render(&self) -> String {
+        format!(
+            "  load            {} orders at {}/s, charge concurrency {}, create limit {}/s, budget {}/s, pacing {}\n\
+             \x20 drain           {:.1} s (N/L {:.1} s, ratio {:.3}); settled {}\n\
+             \x20 checkout→settled p50 {:.2} s  p99 {:.2} s  max {:.2} s (slowest create {:.2} s)\n\
+             \x20 at Stripe       creates {} ({:.3} per charge), reads {}, capacity 429s {}\n\
+             \x20 queue           oldest message {:.1} s, orders that waited a visibility timeout {}, returned soon {}, batches {}, dead-lettered {}\n\
+             \x20 reconciler      {} ticks; checkout errors {}; fingerprint {}\n",
+            self.orders,
+            self.arrival_rate,
+            self.charge_concurrency,
+            self.create_limit,
+            self.stripe_rps,
+            if self.pacing { "on" } else { "off" },
+            self.drain_secs,
+            self.ideal_drain_secs,
+            self.drain_ratio,
+            self.settled,
+            self.latency_p50_secs,
+            self.latency_p99_secs,
+            self.latency_max_secs,
+            self.max_create_latency_secs,
+            self.stripe_creates,
+            self.creates_per_charge,
+            self.stripe_reads,
+            self.capacity_429s,
+            self.oldest_message_age_secs,
+            self.waited_visibility_timeout,
+            self.returned_soon,
+            self.batches,
+            self.dead_lettered,
+            self.reconciler_ticks,
+            self.checkout_errors,
+            self.fingerprint,
+        )
+    }
 }
 
 /// Time to settle of the operations that went `unknown` (memory backend only).
@@ -290,14 +377,9 @@ impl<'a> Judge<'a> {
         published: Option<Published>,
     ) {
         report.orders += 1;
-        let violation = |report: &mut Report, what: &str| {
-            if report.first_violation.is_none() {
-                report.first_violation = Some(format!("{what}: order {}", order.order_id));
-            }
-        };
         if self.forged.contains(&order.order_id) {
             report.forged_settles += 1;
-            violation(report, "a forged event moved the record");
+            violated(report, order, "a forged event moved the record");
         }
         let Some(op) = record else { return };
         report.accepted += 1;
@@ -308,82 +390,20 @@ impl<'a> Judge<'a> {
         if let Ours::Collected(set) = &mut self.ours {
             set.insert(id);
         }
-        let stuck = op
-            .review
-            .as_ref()
-            .is_some_and(|r| r.reason.starts_with("stuck_"));
-        if stuck {
-            report.stuck_reviews += 1;
-        }
-        if let Some(review) = &op.review {
-            // A stuck intent's reason names its PaymentIntent: group those by class.
-            let key = if stuck {
-                review
-                    .reason
-                    .split(':')
-                    .next()
-                    .unwrap_or("stuck")
-                    .to_owned()
-            } else {
-                format!(
-                    "{} (last error: {})",
-                    review.reason,
-                    op.last_error.as_deref().unwrap_or("-")
-                )
-            };
-            *report.review_reasons.entry(key).or_default() += 1;
-        }
+        let stuck = count_review(report, op);
         match op.status {
             OperationStatus::Succeeded => report.succeeded += 1,
             OperationStatus::Failed => report.failed += 1,
             _ if op.review.is_some() => report.in_review += 1,
             _ => {}
         }
-        if pis.succeeded > 1 || pis.other_keys {
-            report.double_charges += 1;
-            violation(report, "double charge");
-        }
-        if !op.status.is_settled() && op.review.is_none() {
-            report.unconverged += 1;
-            violation(report, "unconverged");
-        }
-        if order.should_succeed && pis.succeeded == 0 && op.review.is_none() {
-            report.lost_charges += 1;
-            violation(report, "lost charge");
-        }
-        let agrees = match op.status {
-            OperationStatus::Succeeded => pis.external_succeeded,
-            OperationStatus::Failed => pis.succeeded == 0,
-            _ => true,
-        };
-        if op.status == OperationStatus::Failed && pis.succeeded > 0 {
-            report.failed_but_paid += 1;
-            violation(report, "failed but paid");
-        } else if !agrees {
-            report.record_mismatches += 1;
-            violation(report, "record disagrees with Stripe");
-        }
+        check_against_stripe(report, order, op, &pis);
         if let Some(published) = published {
-            let settled_as = match op.status {
-                OperationStatus::Succeeded => Some(Outcome::Succeeded),
-                OperationStatus::Failed => Some(Outcome::Failed),
-                _ => None,
-            };
-            if settled_as.is_some_and(|o| !published.contains(o)) {
-                report.unpublished_outcomes += 1;
-                violation(report, "outcome never published");
-            }
-            let false_event = [Outcome::Succeeded, Outcome::Failed]
-                .into_iter()
-                .any(|o| published.contains(o) && settled_as != Some(o));
-            if false_event {
-                report.false_outcome_events += 1;
-                violation(report, "outcome event contradicts the record");
-            }
+            check_published(report, order, op, published);
         }
         if op.review.is_some() && !stuck && !op.status.is_settled() && pis.only_ours {
             report.needless_reviews += 1;
-            violation(report, "needless review");
+            violated(report, order, "needless review");
         }
     }
 
@@ -418,24 +438,7 @@ impl<'a> Judge<'a> {
         publishers: Option<&[OperationId]>,
     ) {
         report.payment_intents_created = self.ledger.created();
-        let mut orphans: Vec<LedgerRow> = Vec::new();
-        // Every succeeded PaymentIntent naming an operation is a judged record's (counted as
-        // each was judged) or an orphan: only where the counts differ is each one's operation
-        // looked up, to find and name the orphans. Operation ids are unique (a seeded UUID per
-        // operation), so a record's PaymentIntents are counted once.
-        let mut succeeded_all = 0u64;
-        self.ledger.each(&mut |row| {
-            succeeded_all += u64::from(row.operation_id.is_some() && row.status == "succeeded");
-        });
-        if succeeded_all != self.succeeded_ours {
-            self.ledger.each(&mut |row| {
-                let theirs = row.operation_id.is_some_and(|op| !self.ours.contains(op));
-                if theirs && row.status == "succeeded" {
-                    orphans.push(LedgerRow::from(row));
-                }
-            });
-        }
-        orphans.sort_by(|a, b| a.id.cmp(&b.id));
+        let orphans = self.orphans();
         report.orphan_charges = orphans.len() as u64;
         if let (None, Some(row)) = (&report.first_violation, orphans.first()) {
             let op = row.operation_id.as_deref().unwrap_or("?");
@@ -460,56 +463,159 @@ impl<'a> Judge<'a> {
                 order_of(op).unwrap_or_else(|| "?".into()),
             ));
         }
-        if report.first_violation.is_none() && report.stale_lease_writes > 0 {
-            report.first_violation = Some(format!(
-                "stale lease write (store audit): order {}",
-                audits.0.as_deref().unwrap_or("?")
-            ));
-        }
-        if report.first_violation.is_none() && report.settled_changes > 0 {
-            report.first_violation = Some(format!(
-                "{} write(s) changed a settled record (store audit)",
-                report.settled_changes
-            ));
-        }
-        if report.first_violation.is_none() && report.webhook_creates > 0 {
-            report.first_violation = Some(format!(
-                "the webhook function called Stripe's create {} time(s)",
-                report.webhook_creates
-            ));
-        }
-        if let (None, true) = (&report.first_violation, report.failed_ticks > 0) {
-            let error = report.first_failed_tick.as_deref().unwrap_or("?");
-            let n = report.failed_ticks;
-            report.first_violation = Some(match order_named_in(error) {
-                Some(order) => {
-                    format!("failed reconciler tick ({n} in all): order {order} ({error})")
+        name_audit_violation(report, audits);
+        report.invariants_hold = report.every_invariant_holds();
+    }
+
+    /// The succeeded PaymentIntents whose operation is no order's record, by id.
+    fn orphans(&self) -> Vec<LedgerRow> {
+        let mut orphans: Vec<LedgerRow> = Vec::new();
+        // Every succeeded PaymentIntent naming an operation is a judged record's (counted as
+        // each was judged) or an orphan: only where the counts differ is each one's operation
+        // looked up, to find and name the orphans. Operation ids are unique (a seeded UUID per
+        // operation), so a record's PaymentIntents are counted once.
+        let mut succeeded_all = 0u64;
+        self.ledger.each(&mut |row| {
+            succeeded_all += u64::from(row.operation_id.is_some() && row.status == "succeeded");
+        });
+        if succeeded_all != self.succeeded_ours {
+            self.ledger.each(&mut |row| {
+                let theirs = row.operation_id.is_some_and(|op| !self.ours.contains(op));
+                if theirs && row.status == "succeeded" {
+                    orphans.push(LedgerRow::from(row));
                 }
-                None => format!("failed reconciler tick ({n} in all): {error}"),
             });
         }
-        if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
-            report.first_violation = Some(format!(
-                "dedup id not derived from the operation (queue audit): order {}",
-                audits.1.as_deref().unwrap_or("?")
-            ));
-        }
-        report.invariants_hold = report.double_charges == 0
-            && report.lost_charges == 0
-            && report.unconverged == 0
-            && report.record_mismatches == 0
-            && report.failed_but_paid == 0
-            && report.needless_reviews == 0
-            && report.orphan_charges == 0
-            && report.unpublished_outcomes == 0
-            && report.false_outcome_events == 0
-            && report.stale_lease_writes == 0
-            && report.foreign_dedup_ids == 0
-            && report.settled_changes == 0
-            && report.webhook_creates == 0
-            && report.forged_settles == 0
-            && report.failed_ticks == 0
-            && report.unreadable_at_end == 0;
+        orphans.sort_by(|a, b| a.id.cmp(&b.id));
+        orphans
+    }
+}
+
+/// The first violation, when no order broke an invariant but an audit or a tick did.
+fn name_audit_violation(report: &mut Report, audits: (Option<String>, Option<String>)) {
+    if report.first_violation.is_none() && report.stale_lease_writes > 0 {
+        report.first_violation = Some(format!(
+            "stale lease write (store audit): order {}",
+            audits.0.as_deref().unwrap_or("?")
+        ));
+    }
+    if report.first_violation.is_none() && report.settled_changes > 0 {
+        report.first_violation = Some(format!(
+            "{} write(s) changed a settled record (store audit)",
+            report.settled_changes
+        ));
+    }
+    if report.first_violation.is_none() && report.webhook_creates > 0 {
+        report.first_violation = Some(format!(
+            "the webhook function called Stripe's create {} time(s)",
+            report.webhook_creates
+        ));
+    }
+    if let (None, true) = (&report.first_violation, report.failed_ticks > 0) {
+        let error = report.first_failed_tick.as_deref().unwrap_or("?");
+        let n = report.failed_ticks;
+        report.first_violation = Some(match order_named_in(error) {
+            Some(order) => {
+                format!("failed reconciler tick ({n} in all): order {order} ({error})")
+            }
+            None => format!("failed reconciler tick ({n} in all): {error}"),
+        });
+    }
+    if report.first_violation.is_none() && report.foreign_dedup_ids > 0 {
+        report.first_violation = Some(format!(
+            "dedup id not derived from the operation (queue audit): order {}",
+            audits.1.as_deref().unwrap_or("?")
+        ));
+    }
+}
+
+/// Names the first broken invariant and its order.
+fn violated(report: &mut Report, order: &Order, what: &str) {
+    if report.first_violation.is_none() {
+        report.first_violation = Some(format!("{what}: order {}", order.order_id));
+    }
+}
+
+/// Counts a record's review by its reason; returns whether it is a stuck intent's.
+fn count_review(report: &mut Report, op: &Operation) -> bool {
+    let stuck = op
+        .review
+        .as_ref()
+        .is_some_and(|r| r.reason.starts_with("stuck_"));
+    if stuck {
+        report.stuck_reviews += 1;
+    }
+    if let Some(review) = &op.review {
+        // A stuck intent's reason names its PaymentIntent: group those by class.
+        let key = if stuck {
+            review
+                .reason
+                .split(':')
+                .next()
+                .unwrap_or("stuck")
+                .to_owned()
+        } else {
+            format!(
+                "{} (last error: {})",
+                review.reason,
+                op.last_error.as_deref().unwrap_or("-")
+            )
+        };
+        *report.review_reasons.entry(key).or_default() += 1;
+    }
+    stuck
+}
+
+/// Invariants 1 to 3: our record against the PaymentIntents Stripe holds for its operation.
+fn check_against_stripe(
+    report: &mut Report,
+    order: &Order,
+    op: &Operation,
+    pis: &OperationsIntents,
+) {
+    if pis.succeeded > 1 || pis.other_keys {
+        report.double_charges += 1;
+        violated(report, order, "double charge");
+    }
+    if !op.status.is_settled() && op.review.is_none() {
+        report.unconverged += 1;
+        violated(report, order, "unconverged");
+    }
+    if order.should_succeed && pis.succeeded == 0 && op.review.is_none() {
+        report.lost_charges += 1;
+        violated(report, order, "lost charge");
+    }
+    let agrees = match op.status {
+        OperationStatus::Succeeded => pis.external_succeeded,
+        OperationStatus::Failed => pis.succeeded == 0,
+        _ => true,
+    };
+    if op.status == OperationStatus::Failed && pis.succeeded > 0 {
+        report.failed_but_paid += 1;
+        violated(report, order, "failed but paid");
+    } else if !agrees {
+        report.record_mismatches += 1;
+        violated(report, order, "record disagrees with Stripe");
+    }
+}
+
+/// Invariant 5 for one record: its settled outcome published, and no other.
+fn check_published(report: &mut Report, order: &Order, op: &Operation, published: Published) {
+    let settled_as = match op.status {
+        OperationStatus::Succeeded => Some(Outcome::Succeeded),
+        OperationStatus::Failed => Some(Outcome::Failed),
+        _ => None,
+    };
+    if settled_as.is_some_and(|o| !published.contains(o)) {
+        report.unpublished_outcomes += 1;
+        violated(report, order, "outcome never published");
+    }
+    let false_event = [Outcome::Succeeded, Outcome::Failed]
+        .into_iter()
+        .any(|o| published.contains(o) && settled_as != Some(o));
+    if false_event {
+        report.false_outcome_events += 1;
+        violated(report, order, "outcome event contradicts the record");
     }
 }
 
@@ -536,6 +642,26 @@ pub fn peak_rss_mb() -> f64 {
 }
 
 impl Report {
+    /// Every invariant and audit at zero.
+    fn every_invariant_holds(&self) -> bool {
+        self.double_charges == 0
+            && self.lost_charges == 0
+            && self.unconverged == 0
+            && self.record_mismatches == 0
+            && self.failed_but_paid == 0
+            && self.needless_reviews == 0
+            && self.orphan_charges == 0
+            && self.unpublished_outcomes == 0
+            && self.false_outcome_events == 0
+            && self.stale_lease_writes == 0
+            && self.foreign_dedup_ids == 0
+            && self.settled_changes == 0
+            && self.webhook_creates == 0
+            && self.forged_settles == 0
+            && self.failed_ticks == 0
+            && self.unreadable_at_end == 0
+    }
+
     /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
     /// memory.
     pub fn set_rates(&mut self) {
@@ -552,6 +678,18 @@ impl Report {
     /// The human-readable report.
     pub fn render(&self) -> String {
         let mut s = String::new();
+        self.render_outcomes(&mut s);
+        self.render_faults(&mut s);
+        self.render_pipeline(&mut s);
+        self.render_costs(&mut s);
+        if let Some(load) = &self.load {
+            s.push_str(&load.render());
+        }
+        s
+    }
+
+    /// Outcomes, the invariants and the audits.
+    fn render_outcomes(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "charge-once simulation: seed {}, backend {}, {} orders",
@@ -591,6 +729,10 @@ impl Report {
                 .map(|m| format!("  (MUTATION {m})"))
                 .unwrap_or_default()
         );
+    }
+
+    /// What needs a person, the records, the customers and the faults injected.
+    fn render_faults(&self, s: &mut String) {
         let faults: Vec<String> = self
             .faults_injected
             .iter()
@@ -631,6 +773,10 @@ impl Report {
         for (reason, n) in &self.review_reasons {
             let _ = writeln!(s, "  in review       {n} × {reason}");
         }
+    }
+
+    /// The pipeline's counts, time to settle and what the events function did.
+    fn render_pipeline(&self, s: &mut String) {
         let loops: Vec<String> = self
             .loop_counts
             .iter()
@@ -667,6 +813,10 @@ impl Report {
             "  audits (17)     settled records changed {}  webhook creates {}",
             self.settled_changes, self.webhook_creates
         );
+    }
+
+    /// Requests per charge, time, the trace and the verdict.
+    fn render_costs(&self, s: &mut String) {
         let per: Vec<String> = self
             .requests_per_charge
             .iter()
@@ -712,9 +862,5 @@ impl Report {
                 )
             }
         );
-        if let Some(load) = &self.load {
-            s.push_str(&load.render());
-        }
-        s
     }
 }

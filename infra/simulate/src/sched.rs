@@ -196,6 +196,16 @@ struct Parent {
     polling: AtomicBool,
 }
 
+impl Parent {
+    /// `run_all` is to be woken through `waker` (kept unless it would wake the same task).
+    fn wake_with(&self, waker: &Waker) {
+        let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
+        if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *w = Some(waker.clone());
+        }
+    }
+}
+
 struct TaskWaker {
     ready: AtomicBool,
     parent: Arc<Parent>,
@@ -222,6 +232,39 @@ impl Wake for TaskWaker {
     }
 }
 
+/// This thread's place in nested [`run_all`]s while one polls: only the outermost moves the
+/// virtual clock to the next timer.
+struct Depth;
+
+impl Depth {
+    fn enter() -> Self {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Depth
+    }
+
+    fn outermost(&self) -> bool {
+        DEPTH.with(|d| d.get()) == 1
+    }
+}
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// The runnable task to poll next: the seed's choice among them.
+fn pick(rng: &Mutex<SmallRng>, runnable: &[usize]) -> usize {
+    if runnable.len() == 1 {
+        return runnable[0];
+    }
+    let n = runnable.len();
+    runnable[rng
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .random_range(0..n)]
+}
+
 /// Runs every future to completion, choosing the next one to poll with `rng`; returns their
 /// outputs in the order given.
 pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F::Output> {
@@ -245,22 +288,10 @@ pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F
     let mut left = tasks.len();
     let mut runnable: Vec<usize> = Vec::with_capacity(tasks.len());
     std::future::poll_fn(|cx| {
-        {
-            let mut w = parent.waker.lock().unwrap_or_else(|p| p.into_inner());
-            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *w = Some(cx.waker().clone());
-            }
-        }
+        parent.wake_with(cx.waker());
         parent.polling.store(true, Ordering::Release);
-        DEPTH.with(|d| d.set(d.get() + 1));
-        struct Leave;
-        impl Drop for Leave {
-            fn drop(&mut self) {
-                DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-            }
-        }
-        let _leave = Leave;
-        let outermost = DEPTH.with(|d| d.get()) == 1;
+        let depth = Depth::enter();
+        let outermost = depth.outermost();
         loop {
             if left == 0 {
                 parent.polling.store(false, Ordering::Release);
@@ -288,15 +319,7 @@ pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F
                 }
                 parent.polling.store(true, Ordering::Release);
             }
-            let pick = if runnable.len() == 1 {
-                runnable[0]
-            } else {
-                let n = runnable.len();
-                runnable[rng
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .random_range(0..n)]
-            };
+            let pick = pick(rng, &runnable);
             wakers[pick].ready.store(false, Ordering::Release);
             let mut task_cx = Context::from_waker(&task_wakers[pick]);
             if let Some(task) = tasks[pick].as_mut() {

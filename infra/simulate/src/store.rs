@@ -5,14 +5,14 @@
 //! (a page costs its length, not the table's), and lookups by operation id use a map instead of a
 //! scan. It passes the store contract suite (`tests/store_contract.rs`).
 //!
-//! It also stands in for the table's stream and the `notify` relay (issue 16): every committed
+//! It also stands in for the table's stream and the `notify` relay: every committed
 //! write is offered to the relay's decision (`outcome_of`'s, as [`outcome_change`]) with the
 //! images before and after it, under the same lock, in commit order, and the outcome events that
 //! would be published are counted per operation. The
 //! judge then checks that every settled operation published its outcome's `event_id` and that no
 //! event contradicts the record.
 //!
-//! Records of other shapes (issue 24): with the `legacy_record` fault, an order's record is kept
+//! Records of other shapes: with the `legacy_record` fault, an order's record is kept
 //! as the DynamoDB item release 2026-11-29 wrote (the attributes of `operation_to_item`, without
 //! `requested_by`, which that release did not record) and what the store answers for it is always
 //! what the real reader, `operation_from_item`, makes of that item: parsed at the put and again

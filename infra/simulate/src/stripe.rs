@@ -137,23 +137,26 @@ pub enum SimStripe {
 /// search waits 10 minutes past the key window, so this must never cause a wrong review).
 const SEARCH_LAG: Duration = Duration::from_secs(300);
 
+/// The faults the Stripe simulator injects, each under the simulation's name and its own: the
+/// rates given to it, and what it reports injecting, go through this table.
+pub const STRIPE_FAULTS: [(Kind, FaultKind); 6] = [
+    (Kind::LostResponse, FaultKind::DropAfterCommit),
+    (
+        Kind::ServerErrorBeforeCommit,
+        FaultKind::ServerErrorBeforeCommit,
+    ),
+    (
+        Kind::ServerErrorAfterCommit,
+        FaultKind::ServerErrorAfterCommit,
+    ),
+    (Kind::RateLimit, FaultKind::RateLimit),
+    (Kind::KeyInUse, FaultKind::KeyInUse),
+    (Kind::Timeout, FaultKind::Latency),
+];
+
 fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
-    let map = [
-        (Kind::LostResponse, FaultKind::DropAfterCommit),
-        (
-            Kind::ServerErrorBeforeCommit,
-            FaultKind::ServerErrorBeforeCommit,
-        ),
-        (
-            Kind::ServerErrorAfterCommit,
-            FaultKind::ServerErrorAfterCommit,
-        ),
-        (Kind::RateLimit, FaultKind::RateLimit),
-        (Kind::KeyInUse, FaultKind::KeyInUse),
-        (Kind::Timeout, FaultKind::Latency),
-    ];
     FaultConfig {
-        rates: map
+        rates: STRIPE_FAULTS
             .iter()
             .filter(|(k, _)| faults.rate(*k) > 0.0)
             .map(|(k, f)| (*f, faults.rate(*k)))

@@ -256,6 +256,67 @@ pub struct Webhooks {
     trace: Arc<Trace>,
 }
 
+/// Has `sim` queue the events the stack subscribes to, in `setup.mode`, with its delivery
+/// faults; nothing is sent until [`Webhooks::deliver_due`] asks.
+fn configure(sim: &StripeSim, setup: &Setup) -> Result<(), String> {
+    let webhook = setup.mode == DeliveryMode::Webhook;
+    sim.set_webhooks(WebhookConfig {
+        url: None,
+        // A webhook endpoint's secret; an event destination to EventBridge needs none.
+        secret: webhook.then(|| SECRET.to_owned()),
+        faults: setup.delivery_faults.clone(),
+        max_attempts: 0,
+        // The types docs/deploy.md selects (the dashboard's webhook endpoint, or the event
+        // destination and the stack's rule).
+        enabled_events: Some(
+            charge_once::webhook::HANDLED_TYPES
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect(),
+        ),
+        mode: setup.mode,
+        ..WebhookConfig::default()
+    })
+}
+
+/// The events function as its main.rs wires it, its store and gateway calls counted.
+fn events_function(
+    webhook: bool,
+    ports: ChargeDeps,
+    calls: &Arc<WebhookCalls>,
+    inbox: &Arc<MemoryInbox>,
+) -> Result<WebhookFunction, String> {
+    Ok(WebhookFunction {
+        webhook: WebhookDeps {
+            charge: ChargeDeps {
+                store: Arc::new(CountingStore {
+                    inner: ports.store,
+                    calls: calls.clone(),
+                }),
+                gateway: Arc::new(CountingGateway {
+                    inner: ports.gateway,
+                    calls: calls.clone(),
+                }),
+                clock: ports.clock,
+                policy: ports.policy,
+            },
+            inbox: inbox.clone(),
+            // The stack's parameters: the webhook route only with a webhook secret; with
+            // EventBridge, the partner event source named.
+            secrets: if webhook {
+                Some(vec![
+                    WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?
+                ])
+            } else {
+                None
+            },
+            tolerance: DEFAULT_TOLERANCE,
+            event_source: (!webhook).then(|| stripe_sim::DEFAULT_EVENT_SOURCE.to_owned()),
+        },
+        metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+    })
+}
+
 impl Webhooks {
     /// Configures `sim` to queue events in `setup.mode` (no URL: delivered by
     /// [`Webhooks::deliver_due`]) and builds the events function on the given (faulty) ports.
@@ -265,64 +326,21 @@ impl Webhooks {
         ports: ChargeDeps,
         trace: Arc<Trace>,
     ) -> Result<Self, String> {
-        let webhook = setup.mode == DeliveryMode::Webhook;
-        sim.set_webhooks(WebhookConfig {
-            url: None,
-            // A webhook endpoint's secret; an event destination to EventBridge needs none.
-            secret: webhook.then(|| SECRET.to_owned()),
-            faults: setup.delivery_faults,
-            max_attempts: 0,
-            // The types docs/deploy.md selects (the dashboard's webhook endpoint, or the event
-            // destination and the stack's rule).
-            enabled_events: Some(
-                charge_once::webhook::HANDLED_TYPES
-                    .iter()
-                    .map(|t| (*t).to_owned())
-                    .collect(),
-            ),
-            mode: setup.mode,
-            ..WebhookConfig::default()
-        })?;
+        configure(&sim, &setup)?;
         let calls = Arc::new(WebhookCalls::default());
         let inbox = Arc::new(MemoryInbox::new());
         let claimed = setup.trust_payload.then(|| Arc::new(Claimed::default()));
         let gateway: Arc<dyn PaymentGateway> = match &claimed {
             Some(claimed) => Arc::new(TrustEventPayload {
-                inner: ports.gateway,
+                inner: ports.gateway.clone(),
                 claimed: claimed.clone(),
             }),
-            None => ports.gateway,
+            None => ports.gateway.clone(),
         };
         let clock = ports.clock.clone();
-        let function = WebhookFunction {
-            webhook: WebhookDeps {
-                charge: ChargeDeps {
-                    store: Arc::new(CountingStore {
-                        inner: ports.store,
-                        calls: calls.clone(),
-                    }),
-                    gateway: Arc::new(CountingGateway {
-                        inner: gateway,
-                        calls: calls.clone(),
-                    }),
-                    clock: ports.clock,
-                    policy: ports.policy,
-                },
-                inbox: inbox.clone(),
-                // The stack's parameters: the webhook route only with a webhook secret; with
-                // EventBridge, the partner event source named.
-                secrets: if webhook {
-                    Some(vec![
-                        WebhookSecret::parse(SECRET).map_err(|e| e.to_string())?
-                    ])
-                } else {
-                    None
-                },
-                tolerance: DEFAULT_TOLERANCE,
-                event_source: (!webhook).then(|| stripe_sim::DEFAULT_EVENT_SOURCE.to_owned()),
-            },
-            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
-        };
+        let webhook = setup.mode == DeliveryMode::Webhook;
+        let ports = ChargeDeps { gateway, ..ports };
+        let function = events_function(webhook, ports, &calls, &inbox)?;
         Ok(Self {
             sim,
             mode: setup.mode,

@@ -63,7 +63,7 @@ fn the_same_seed_replays_exactly_and_another_seed_does_not() {
     assert_ne!(a.trace_hash, c.trace_hash, "another seed, another run");
 }
 
-/// Issue 25: the fault simulation runs the charge path as production wires it, paced to its
+/// The fault simulation runs the charge path as production wires it, paced to its
 /// share of the Stripe budget, refusals back through ChangeMessageVisibility in seconds, the
 /// reconciler paced too. With every fault kind on, on two seeds, the promise holds, the run
 /// replays, and it is not the unpaced path (`--no-pacing`) under another name.
@@ -152,12 +152,12 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
         assert_eq!(report.lost_charges, 0);
         assert_eq!(report.unconverged, 0);
         assert_eq!(report.accepted, 5_000);
-        // Issue 16: every outcome reached the order service, and nothing false did. Each settled
-        // or reviewed operation published at least one event; a review later settled, two.
+        // Every outcome reached the order service, and nothing false did. Each settled or
+        // reviewed operation published at least one event; a review later settled, two.
         assert_eq!(report.unpublished_outcomes, 0);
         assert_eq!(report.false_outcome_events, 0);
-        // Issue 23: forged events (EventBridge, the default source) moved nothing, and were
-        // refused and paged.
+        // Forged events (EventBridge, the default source) moved nothing, and were refused and
+        // paged.
         assert_eq!(report.events, "eventbridge");
         assert_eq!(report.forged_settles, 0);
         assert!(report.event_mismatches > 0, "{}", report.render());
@@ -169,7 +169,7 @@ fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
             published >= outcomes && published <= 2 * outcomes,
             "{published} events for {outcomes} outcomes"
         );
-        // Issue 24: no tick failed; every unreadable record was set aside, repaired, settled.
+        // No tick failed; every unreadable record was set aside, repaired, settled.
         assert_eq!(report.failed_ticks, 0, "{}", report.render());
         assert_eq!(report.unreadable_at_end, 0);
         assert_eq!(
@@ -281,7 +281,7 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
     // The local stack (moto) from `make test`; a Stripe simulator this process did not configure:
     // simulate drives it through its admin API only. 200 orders, not the 500 of before: the run
     // is bound by moto's ~10 ms per request (about 50 requests per order, and a fixed part for
-    // the ticks of 73 virtual hours), and at 500 it was CI's longest test by minutes (issue 27).
+    // the ticks of 73 virtual hours), and at 500 it was CI's longest test by minutes.
     // `make bench` runs 2,000 over the wire.
     let rt = current_thread();
     rt.block_on(async {
@@ -309,7 +309,7 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
     });
 }
 
-/// Issue 24: records in release 2026-11-29's shape (read through the real DynamoDB mapping) and
+/// Records in release 2026-11-29's shape (read through the real DynamoDB mapping) and
 /// records nobody can read (set aside by the reconciler's page, repaired by an operator 2 h later)
 /// at high rates: every invariant holds, no tick fails, and every order settles.
 #[test]
@@ -548,7 +548,7 @@ fn bad_simulation_arguments_are_refused() {
     }
 }
 
-/// Issue 17 and 23: Stripe's events, by EventBridge (the default) or by webhook, settle unknowns
+/// Stripe's events, by EventBridge (the default) or by webhook, settle unknowns
 /// sooner than the reconciler alone, never create, never change a settled record, and no forged
 /// event (validly delivered, naming a state Stripe does not hold) ever moves a record: every one
 /// is refused and paged.

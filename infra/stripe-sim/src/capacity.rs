@@ -214,15 +214,6 @@ impl Capacity {
         self
     }
 
-    /// No rate limit at all (latency aside).
-    pub fn is_unlimited(&self) -> bool {
-        self.create_per_sec.is_none()
-            && self.retrieve_per_sec.is_none()
-            && self.search_per_sec.is_none()
-            && self.cancel_per_sec.is_none()
-            && self.account_per_sec.is_none()
-    }
-
     /// Checks the latency model.
     pub fn validate(&self) -> Result<(), String> {
         self.create_latency

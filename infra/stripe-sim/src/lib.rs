@@ -260,20 +260,9 @@ impl StripeSim {
         self.engine().faults.script.extend(faults);
     }
 
-    /// Restarts the fault RNG from `seed`.
-    pub fn reseed(&self, seed: u64) {
-        self.engine().faults.reseed(seed);
-    }
-
     /// Sets the search visibility lag (simulated time).
     pub fn set_search_lag(&self, d: Duration) {
         self.engine().search_lag_ms = dur_ms(d);
-    }
-
-    /// Sets how long `processing` takes to settle, for PaymentIntents
-    /// created from now on.
-    pub fn set_processing_settle(&self, d: Duration) {
-        self.engine().settle_ms = dur_ms(d);
     }
 
     /// Replaces the capacity (rate limits, their clock, create latency); every bucket starts full

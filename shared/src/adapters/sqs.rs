@@ -157,11 +157,6 @@ impl SqsDeadLetters {
             queue_url,
         }
     }
-
-    /// Whether the queue is FIFO (its URL ends in `.fifo`).
-    pub fn is_fifo(&self) -> bool {
-        self.fifo
-    }
 }
 
 /// A FIFO queue's URL ends in its name, which ends in `.fifo` (a trailing `/` tolerated).

@@ -1,0 +1,59 @@
+//! Stripe's budget as the charge function's and the reconciler's main.rs split it, on the
+//! virtual clock: waiting for a slot sleeps on the scheduler's timers ([`SchedSleeper`]), or
+//! moves the clock where no timers are installed (one caller at a time).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_once::config::StripeBudget;
+use charge_once::pacing::{Budget, PacedGateway};
+use charge_once::ports::PaymentGateway;
+use charge_once::{Clock, ManualClock};
+
+use crate::sched::SchedSleeper;
+
+/// The budget's shares, each a [`Budget`] on the virtual clock.
+pub struct Pacing {
+    budget: StripeBudget,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<SchedSleeper>,
+}
+
+impl Pacing {
+    /// `StripeRequestsPerSecond` split over `ChargeMaxConcurrency` environments and the
+    /// reconciler.
+    pub fn new(per_second: u64, charge_concurrency: u32, clock: &ManualClock) -> Self {
+        Self {
+            budget: StripeBudget {
+                per_second,
+                charge_concurrency: u64::from(charge_concurrency),
+            },
+            clock: Arc::new(clock.clone()),
+            sleeper: Arc::new(SchedSleeper(clock.clone())),
+        }
+    }
+
+    fn paced(&self, per_second: f64, burst: u32) -> Arc<Budget> {
+        Arc::new(Budget::new(
+            per_second,
+            burst,
+            self.clock.clone(),
+            self.sleeper.clone(),
+        ))
+    }
+
+    /// One charge environment's share, with its burst.
+    pub fn charge(&self, burst: u32) -> Arc<Budget> {
+        self.paced(self.budget.charge_share(), burst)
+    }
+
+    /// The reconciler's gateway: paced to its share, search to its own.
+    pub fn reconciler(&self, gateway: Arc<dyn PaymentGateway>) -> Arc<dyn PaymentGateway> {
+        Arc::new(PacedGateway::new(
+            gateway,
+            self.paced(self.budget.reconciler_share(), 1),
+            Some(self.paced(self.budget.reconciler_search_share(), 1)),
+            Duration::from_secs(10),
+        ))
+    }
+}
