@@ -9,9 +9,10 @@
 //! This file holds what stays the same from release to release: the cases, the order of their
 //! steps, and the files read back. What a release's API does differently (how an operation is built,
 //! what an operator's resolve and redrive write, whether there are an inbox and outcome events) is
-//! the [`Release`] trait, implemented by the adapter. The other files here (`operator.rs`, `inbox.rs`,
-//! `outcome_events.rs`) are written against the API of 2026-11-30; an adapter whose release still has
-//! that API declares them as its own modules, so only the ones it declares are compiled.
+//! the [`Release`] trait, implemented by the adapter (`release::Adapter`). The other files here
+//! (`operator.rs`, `inbox.rs`, `outcome_events.rs`, `relay.rs`) are written against the API of
+//! 2026-11-30; an adapter whose release still has that API declares them as its own modules, so
+//! only the ones it declares are compiled.
 //!
 //! What it does: drives one operation per case into its state with the release's own code
 //! (`DynamoStore::create_table`, `create_if_absent`, `claim`, `SqsQueue` sends, the executor
@@ -43,8 +44,10 @@ use charge_once::{
 use serde_json::{json, Value};
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config};
 
+use release::Adapter;
+
 /// What differs between releases, implemented by `release.rs` with its release's API.
-trait Release: Sized {
+trait Release {
     /// Built before the first case, after the world.
     fn new() -> Self;
 
@@ -95,37 +98,27 @@ const REQUESTED_BY: &str = "arn:aws:sts::123456789012:assumed-role/order-service
 const OPERATOR_ARN: &str = "arn:aws:sts::123456789012:assumed-role/oncall/alice";
 const OPERATOR_LABEL: &str = "alice";
 
-/// (case, operation id). The same ids in every release, so keys compare across releases.
-const CASES: &[(&str, &str)] = &[
-    ("pending", "f1f1f1f1-0000-4000-8000-000000000001"),
-    (
-        "pending_lost_enqueue",
-        "f1f1f1f1-0000-4000-8000-000000000002",
-    ),
-    (
-        "unknown_with_intent",
-        "f1f1f1f1-0000-4000-8000-000000000003",
-    ),
-    (
-        "unknown_without_intent",
-        "f1f1f1f1-0000-4000-8000-000000000004",
-    ),
-    ("leased", "f1f1f1f1-0000-4000-8000-000000000005"),
-    ("succeeded", "f1f1f1f1-0000-4000-8000-000000000006"),
-    ("failed", "f1f1f1f1-0000-4000-8000-000000000007"),
-    ("in_review", "f1f1f1f1-0000-4000-8000-000000000008"),
-    (
-        "resolved_by_operator",
-        "f1f1f1f1-0000-4000-8000-000000000009",
-    ),
-    ("redriven", "f1f1f1f1-0000-4000-8000-000000000010"),
+/// The cases, in order. Case `i` is operation `f1f1f1f1-0000-4000-8000-0000000000NN` (NN = i + 1,
+/// decimal): the same ids in every release, so keys compare across releases.
+const CASES: &[&str] = &[
+    "pending",
+    "pending_lost_enqueue",
+    "unknown_with_intent",
+    "unknown_without_intent",
+    "leased",
+    "succeeded",
+    "failed",
+    "in_review",
+    "resolved_by_operator",
+    "redriven",
 ];
 
 fn case_index(case: &str) -> usize {
-    CASES
-        .iter()
-        .position(|(c, _)| *c == case)
-        .expect("known case")
+    CASES.iter().position(|c| *c == case).expect("known case")
+}
+
+fn operation_id(i: usize) -> OperationId {
+    OperationId::parse(&format!("f1f1f1f1-0000-4000-8000-{:012}", i + 1)).unwrap()
 }
 
 fn case_of_order(order_id: &str) -> String {
@@ -187,24 +180,24 @@ impl World {
         self.clock.advance(d);
     }
 
-    fn operation<R: Release>(&self, case: &str) -> Operation {
+    fn operation(&self, case: &str) -> Operation {
         let i = case_index(case);
         self.clock
             .set(Timestamp::from_millis(T0 + i as i64 * 3 * 3600 * 1000));
         let order_id = OrderId::parse(&format!("ord-fx-{case}")).unwrap();
-        let mut op = R::operation(
+        let mut op = Adapter::operation(
             order_id,
             params(i),
             self.clock.now(),
             self.policy.pending_grace,
         );
-        op.operation_id = OperationId::parse(CASES[i].1).unwrap();
+        op.operation_id = operation_id(i);
         op
     }
 
     /// What checkout does: the record, then (unless `lose_enqueue`) the first message.
-    async fn checkout<R: Release>(&self, case: &str, lose_enqueue: bool) -> Operation {
-        let op = self.operation::<R>(case);
+    async fn checkout(&self, case: &str, lose_enqueue: bool) -> Operation {
+        let op = self.operation(case);
         match self.store.create_if_absent(&op).await.unwrap() {
             Created::New(_) => {}
             Created::Existing(e) => panic!("{case}: record existed: {e:?}"),
@@ -236,8 +229,8 @@ impl World {
     }
 
     /// A record Stripe refused as invalid (400, no such customer): in review.
-    async fn reviewed<R: Release>(&self, case: &str) -> Operation {
-        let op = self.checkout::<R>(case, false).await;
+    async fn reviewed(&self, case: &str) -> Operation {
+        let op = self.checkout(case, false).await;
         self.gateway.script(FakeFault::Rejected);
         let after = self.execute(&op).await;
         assert!(after.review.is_some());
@@ -247,38 +240,34 @@ impl World {
 
 #[tokio::test]
 async fn write_release_fixtures() {
-    write_fixtures::<release::Adapter>().await;
-}
-
-async fn write_fixtures<R: Release>() {
     let out = std::path::PathBuf::from(
         std::env::var("FX_OUT").expect("FX_OUT: the fixture directory (set by generate.sh)"),
     );
     std::fs::create_dir_all(&out).unwrap();
     let w = World::new().await;
-    let release = R::new();
+    let release = Adapter::new();
 
     // pending: checked out, enqueued, never charged.
-    w.checkout::<R>("pending", false).await;
+    w.checkout("pending", false).await;
 
     // pending_lost_enqueue: the record was written, the SendMessage never happened.
-    w.checkout::<R>("pending_lost_enqueue", true).await;
+    w.checkout("pending_lost_enqueue", true).await;
 
     // unknown_with_intent: Stripe answered the create with a `processing` PaymentIntent.
-    let op = w.checkout::<R>("unknown_with_intent", false).await;
+    let op = w.checkout("unknown_with_intent", false).await;
     let after = release.execute_processing(&w, &op).await;
     assert_eq!(after.status, OperationStatus::Unknown);
     assert!(after.external_id.is_some());
 
     // unknown_without_intent: Stripe created the PaymentIntent, the response was lost (reset).
-    let op = w.checkout::<R>("unknown_without_intent", false).await;
+    let op = w.checkout("unknown_without_intent", false).await;
     w.gateway.script(FakeFault::LoseResponse);
     let after = w.execute(&op).await;
     assert_eq!(after.status, OperationStatus::Unknown);
     assert!(after.external_id.is_none());
 
     // leased: claimed by the charge function, the Stripe call in flight (lease held).
-    let op = w.checkout::<R>("leased", false).await;
+    let op = w.checkout("leased", false).await;
     w.advance(Duration::from_secs(2));
     let now = w.clock.now();
     let claim = w
@@ -297,27 +286,27 @@ async fn write_fixtures<R: Release>() {
     assert!(matches!(claim, Claim::Claimed(_)), "{claim:?}");
 
     // succeeded: the happy path.
-    let op = w.checkout::<R>("succeeded", false).await;
+    let op = w.checkout("succeeded", false).await;
     let after = w.execute(&op).await;
     assert_eq!(after.status, OperationStatus::Succeeded);
 
     // failed: the card was declined.
-    let op = w.checkout::<R>("failed", false).await;
+    let op = w.checkout("failed", false).await;
     w.gateway.script(FakeFault::Decline("card_declined"));
     let after = w.execute(&op).await;
     assert_eq!(after.status, OperationStatus::Failed);
 
     // in_review: Stripe refused the request as invalid (400, no such customer): review.
-    w.reviewed::<R>("in_review").await;
+    w.reviewed("in_review").await;
 
     // resolved_by_operator: in review, then `chargectl resolve --failed` 2 h later.
-    let reviewed = w.reviewed::<R>("resolved_by_operator").await;
+    let reviewed = w.reviewed("resolved_by_operator").await;
     w.advance(Duration::from_secs(2 * 3600));
     let note = "no such customer at Stripe; order cancelled";
     release.resolve_failed(&w, &reviewed, note).await;
 
     // redriven: in review, then `chargectl redrive` 2 h later.
-    let reviewed = w.reviewed::<R>("redriven").await;
+    let reviewed = w.reviewed("redriven").await;
     w.advance(Duration::from_secs(2 * 3600));
     let note = "customer re-attached at Stripe; try again";
     release.redrive(&w, &reviewed, note).await;
