@@ -5,10 +5,12 @@
 #   infra/release-fixtures/generate.sh 2026-12-01 2f357ea
 #
 # 1. a detached git worktree of <commit> under a temp dir;
-# 2. infra/release-fixtures/writers/<release-name>.rs (of the repo this script lives in) copied into
-#    it as tests/tests/release_fixture_writer.rs: Cargo discovers it as an integration test of the
-#    worktree's `integration-tests` crate (tests/Cargo.toml is not touched, nor anything else of the
-#    release);
+# 2. the writer (of the repo this script lives in) copied into it as the directory
+#    tests/tests/release_fixture_writer/: infra/release-fixtures/writers/common/*.rs (main.rs, the
+#    steps every release runs, and the parts an adapter may declare) and the release's adapter
+#    writers/<release-name>.rs as release.rs. Cargo discovers the directory (its main.rs) as an
+#    integration test of the worktree's `integration-tests` crate (tests/Cargo.toml is not touched,
+#    nor anything else of the release);
 # 3. `cargo test -p integration-tests --test release_fixture_writer` run under the worktree's own
 #    infra/local/with-stack.sh (moto in server mode, AWS_ENDPOINT_URL etc.), with the Python venv of
 #    this repo (CHARGE_ONCE_VENV, default <repo>/.venv: nothing reinstalls while the releases'
@@ -35,7 +37,7 @@ repo="$(git -C "$here" rev-parse --show-toplevel)"
 writer_rel="infra/release-fixtures/writers/$release.rs"
 writer="$repo/$writer_rel"
 if [ ! -f "$writer" ]; then
-  echo "generate: no writer $writer_rel (copy the newest writer and adapt it to the release's API)" >&2
+  echo "generate: no adapter $writer_rel (copy the newest adapter and adapt it to the release's API)" >&2
   exit 2
 fi
 sha="$(git -C "$repo" rev-parse --verify --quiet "$commit^{commit}")" || {
@@ -65,8 +67,10 @@ for need in tests/Cargo.toml infra/local/with-stack.sh; do
     exit 1
   fi
 done
-mkdir -p "$wt/tests/tests"
-cp "$writer" "$wt/tests/tests/release_fixture_writer.rs"
+into="$wt/tests/tests/release_fixture_writer"
+mkdir -p "$into"
+cp "$here"/writers/common/*.rs "$into/"
+cp "$writer" "$into/release.rs"
 
 offline=()
 if (cd "$wt" && cargo fetch --locked --offline >/dev/null 2>&1); then
