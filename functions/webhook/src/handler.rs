@@ -35,6 +35,7 @@
 //! (an event Stripe does not confirm), `SentToReview` (`ReasonClass`) and
 //! `WebhookSettledConflict`, all alarmed (paged).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,13 +47,13 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{emf_line_classed, sent_to_review_line, ErrorChain};
-use charge_once::webhook::wire::{read_object, ObjectReader};
 use charge_once::webhook::{
     receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
     WebhookDeps, WebhookReport, MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
-use serde::de::{Deserialize, Deserializer, MapAccess};
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn, Instrument};
 
@@ -84,48 +85,27 @@ pub struct NotActedOn {
     pub outcome: &'static str,
 }
 
-/// What the runtime hands the function, read in one pass: an EventBridge event (it has a
-/// `detail-type`), read only as far as the function uses it ([`EventBridgeEvent`]: the Stripe
-/// event's other fields are skipped, not built into a tree), or anything else, kept as JSON for
-/// the HTTP API request reader. Reading it never fails on valid JSON: what is missing or
+/// What the runtime hands the function: an EventBridge event (an object with a `detail-type`, of
+/// any value), kept as its JSON text for [`EventBridgeEvent`]'s reader, or anything else as JSON
+/// for the HTTP API request reader. Reading it never fails on valid JSON: what is missing or
 /// mistyped is the function's own `unreadable` answer, with its metric and log line.
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // One per invocation, moved once into its handler.
 pub enum Incoming {
     EventBridge(EventBridgeEvent),
-    /// An object without `detail-type` (its other keys), or `Value::Null` for a payload that is
-    /// not an object.
+    /// An object without `detail-type`, or `Value::Null` for a payload that is not an object.
     Other(Value),
 }
 
 impl<'de> Deserialize<'de> for Incoming {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        read_object(d, IncomingReader)
-    }
-}
-
-struct IncomingReader;
-
-impl<'de> ObjectReader<'de> for IncomingReader {
-    type Out = Incoming;
-
-    fn object<A: MapAccess<'de>>(self, mut map: A) -> Result<Incoming, A::Error> {
-        let mut event = EventBridgeEvent::default();
-        let mut rest = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if !event.take(&key, &mut map)? {
-                rest.insert(key, map.next_value()?);
-            }
-        }
-        Ok(if event.has_detail_type() {
-            Incoming::EventBridge(event)
-        } else {
-            Incoming::Other(Value::Object(rest))
+        let json = Box::<RawValue>::deserialize(d)?;
+        // The keys of an object (of anything else: an error), their values skipped.
+        let keys = serde_json::from_str::<HashMap<String, IgnoredAny>>(json.get());
+        Ok(match keys {
+            Ok(keys) if keys.contains_key("detail-type") => Incoming::EventBridge(json.into()),
+            Ok(_) => Incoming::Other(serde_json::from_str(json.get()).map_err(de::Error::custom)?),
+            Err(_) => Incoming::Other(Value::Null),
         })
-    }
-
-    fn not_object(self, _: &'static str) -> Incoming {
-        Incoming::Other(Value::Null)
     }
 }
 

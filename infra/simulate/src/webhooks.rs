@@ -35,8 +35,9 @@ use charge_once::ports::{
     ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule,
     StoreError,
 };
-use charge_once::webhook::wire::{EventFields, Shaped};
-use charge_once::webhook::{EventBridgeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
+use charge_once::webhook::{
+    EventBridgeEvent, EventIntent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
+};
 use charge_once::{Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
@@ -415,9 +416,9 @@ impl Webhooks {
     /// A forged event beside the one `d` delivers (`read`: as far as read), when the
     /// `forged_event` fault fires for it: a validly delivered event claiming a state Stripe does
     /// not hold (see the module docs).
-    fn forge(&self, d: &Delivery, read: &EventFields) -> Option<Delivery> {
-        let order = read.order_id()?;
-        let status = read.status()?;
+    fn forge(&self, d: &Delivery, read: &EventIntent) -> Option<Delivery> {
+        let order = read.order_id.as_ref()?.as_str();
+        let status = read.status.as_str();
         let contradiction = match status {
             // Final, or only ever succeeds: `canceled` can never be true.
             "succeeded" | "processing" => Some("canceled"),
@@ -484,7 +485,7 @@ impl Webhooks {
     /// goes.
     async fn deliver(&self, d: Delivery, read: Read) {
         let order = order_of(read.event());
-        if let Read::EventBridge(payload) = read {
+        if let Read::EventBridge(payload, _) = read {
             // The event destination's put was accepted: Stripe is done with it. What happens to
             // the invocation is Lambda's affair.
             self.sim.webhook_result(&d, true);
@@ -684,27 +685,29 @@ impl Webhooks {
     }
 }
 
-/// A delivery's body, read once: as the events function's runtime reads an EventBridge
-/// invocation's payload ([`Incoming`]), or a webhook's body as far as the simulation looks at it
-/// (the function reads the signed bytes itself).
+/// A delivery's body, read once as the events function reads it: an EventBridge invocation's
+/// payload as its runtime does ([`Incoming`]), with the Stripe event in it, or a webhook's body.
 enum Read {
-    EventBridge(EventBridgeEvent),
-    Webhook(Option<Shaped<EventFields>>),
+    EventBridge(EventBridgeEvent, Option<StripeEvent>),
+    Webhook(Option<StripeEvent>),
 }
 
 impl Read {
     fn of(d: &Delivery) -> Self {
         match d.mode {
-            DeliveryMode::EventBridge => Read::EventBridge(read_envelope(&d.body)),
-            DeliveryMode::Webhook => Read::Webhook(serde_json::from_str(&d.body).ok()),
+            DeliveryMode::EventBridge => {
+                let payload = read_envelope(&d.body);
+                let event = StripeEvent::from_eventbridge(&payload, None).ok();
+                Read::EventBridge(payload, event)
+            }
+            DeliveryMode::Webhook => Read::Webhook(StripeEvent::parse(d.body.as_bytes()).ok()),
         }
     }
 
-    /// The Stripe event it carries.
-    fn event(&self) -> Option<&EventFields> {
+    /// The PaymentIntent of the Stripe event it carries.
+    fn event(&self) -> Option<&EventIntent> {
         match self {
-            Read::EventBridge(e) => e.detail(),
-            Read::Webhook(e) => e.as_ref()?.object(),
+            Read::EventBridge(_, e) | Read::Webhook(e) => e.as_ref()?.intent.as_ref(),
         }
     }
 }
@@ -733,11 +736,10 @@ fn parse_in(body: &str, mode: DeliveryMode) -> Value {
 }
 
 /// The order a Stripe event's PaymentIntent names (`metadata.order_id`), or "".
-fn order_of(event: Option<&EventFields>) -> String {
+fn order_of(event: Option<&EventIntent>) -> String {
     event
-        .and_then(EventFields::order_id)
-        .unwrap_or_default()
-        .to_owned()
+        .and_then(|e| e.order_id.as_ref())
+        .map_or_else(String::new, |o| o.as_str().to_owned())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

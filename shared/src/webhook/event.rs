@@ -10,7 +10,10 @@ pub use charge_core::event_plan::{
 use crate::domain::{OperationId, OrderId, PaymentIntentId};
 use crate::outcome::PaymentIntentStatus;
 
-use super::wire::{DataFields, EventBridgeEvent, EventFields, Shaped};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 /// The event types the endpoint acts on (the ones to select in Stripe's dashboard).
 pub const HANDLED_TYPES: &[&str] = &[
@@ -38,38 +41,98 @@ pub struct EventParseError(pub String);
 /// The prefix of every Stripe partner event source on EventBridge.
 pub const STRIPE_PARTNER_SOURCE_PREFIX: &str = "aws.partner/stripe.com/";
 
+/// An EventBridge event as the runtime hands it to the events function: its JSON text, read by
+/// [`StripeEvent::from_eventbridge`]. Any JSON value reads as one, so an event of the wrong shape
+/// gets the function's own `unreadable` answer (its metric and log line) instead of failing in
+/// the runtime. The default, `{}`, is refused as unreadable.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(transparent)]
+pub struct EventBridgeEvent(Box<RawValue>);
+
+impl Default for EventBridgeEvent {
+    fn default() -> Self {
+        Self(RawValue::from_string("{}".to_owned()).expect("`{}` is JSON"))
+    }
+}
+
+impl From<Box<RawValue>> for EventBridgeEvent {
+    fn from(json: Box<RawValue>) -> Self {
+        Self(json)
+    }
+}
+
+/// An EventBridge event from a Stripe event destination, as far as it is read: the Stripe event
+/// is its `detail`, exactly what a webhook body carries.
+#[derive(Deserialize)]
+struct Envelope<T> {
+    source: String,
+    #[serde(rename = "detail-type")]
+    detail_type: String,
+    detail: T,
+}
+
+/// What every Stripe event has. Its `data` is skipped here and read ([`IntentEvent`]) only for a
+/// `payment_intent.*` event: an event of a type we do not act on is acknowledged whatever its
+/// `data` holds.
+#[derive(Deserialize)]
+struct EventHead {
+    id: String,
+    #[serde(rename = "type")]
+    event_type: String,
+}
+
+/// A `payment_intent.*` event, as far as its PaymentIntent.
+#[derive(Deserialize)]
+struct IntentEvent {
+    data: IntentData,
+}
+
+#[derive(Deserialize)]
+struct IntentData {
+    object: Intent,
+}
+
+#[derive(Deserialize)]
+struct Intent {
+    id: PaymentIntentId,
+    status: String,
+    /// Absent: none. `null`, or anything but an object, makes the event unreadable.
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+/// The two keys our create sets; the others are skipped unread. A value that is not a string is
+/// not ours.
+#[derive(Default, Deserialize)]
+struct Metadata {
+    order_id: Option<Value>,
+    operation_id: Option<Value>,
+}
+
 impl StripeEvent {
-    /// Reads a (verified) body. Fields this code does not use are skipped unread
-    /// ([`super::wire`]); a PaymentIntent event without a readable intent is an error.
+    /// Reads a (verified) body: its `id` and `type`, and for a `payment_intent.*` event the
+    /// PaymentIntent in `data.object` (an event without a readable one is an error). Fields this
+    /// code does not use are skipped unread.
     pub fn parse(body: &[u8]) -> Result<Self, EventParseError> {
-        let fields: Shaped<EventFields> =
-            serde_json::from_slice(body).map_err(|e| EventParseError(e.to_string()))?;
-        Self::from_fields(fields)
+        let head: EventHead = from_json(body)?;
+        Self::from_head(head, "", || {
+            from_json::<IntentEvent>(body).map(|e| e.data.object)
+        })
     }
 
     /// Reads an EventBridge event from Stripe's partner event source. AWS authenticated the
     /// delivery; we still refuse one that is not from a Stripe source (or not from `source` when
     /// the deployment names it) or whose `detail-type` is not its event's type.
     pub fn from_eventbridge(
-        envelope: EventBridgeEvent,
+        envelope: &EventBridgeEvent,
         source: Option<&str>,
     ) -> Result<Self, EventParseError> {
-        if let Some(kind) = envelope.not_object {
-            return Err(EventParseError(format!(
-                "the event is {kind}, not an object"
-            )));
-        }
-        let wire_source = envelope
-            .source
-            .required("source")
-            .map_err(EventParseError)?;
-        let detail_type = envelope
-            .detail_type
-            .required("detail-type")
-            .map_err(EventParseError)?;
-        let detail = envelope
-            .detail
-            .ok_or_else(|| EventParseError("missing field `detail`".into()))?;
+        let json = envelope.0.get().as_bytes();
+        let Envelope {
+            source: wire_source,
+            detail_type,
+            detail,
+        } = from_json::<Envelope<EventHead>>(json)?;
         if !wire_source.starts_with(STRIPE_PARTNER_SOURCE_PREFIX) {
             return Err(EventParseError(format!(
                 "source {wire_source:?} is not a Stripe partner event source"
@@ -80,8 +143,9 @@ impl StripeEvent {
                 "source {wire_source:?} is not the configured Stripe event source"
             )));
         }
-        let event =
-            Self::from_fields(detail).map_err(|e| EventParseError(format!("detail: {}", e.0)))?;
+        let event = Self::from_head(detail, "detail.", || {
+            from_json::<Envelope<IntentEvent>>(json).map(|e| e.detail.data.object)
+        })?;
         if detail_type != event.event_type {
             return Err(EventParseError(format!(
                 "detail-type {detail_type:?} is not the event's type {:?}",
@@ -91,66 +155,60 @@ impl StripeEvent {
         Ok(event)
     }
 
-    fn from_fields(wire: Shaped<EventFields>) -> Result<Self, EventParseError> {
-        let wire = wire
-            .into_object()
-            .map_err(|kind| EventParseError(format!("the event is {kind}, not an object")))?;
-        let id = wire.id.required("id").map_err(EventParseError)?;
-        let event_type = wire.event_type.required("type").map_err(EventParseError)?;
-        if !id.starts_with("evt_") || id.len() > 255 {
-            return Err(EventParseError("id must be an evt_ id".into()));
+    /// The event `head` begins (at `at` in its JSON), with the PaymentIntent `intent` reads for a
+    /// `payment_intent.*` event.
+    fn from_head(
+        head: EventHead,
+        at: &str,
+        intent: impl FnOnce() -> Result<Intent, EventParseError>,
+    ) -> Result<Self, EventParseError> {
+        if !head.id.starts_with("evt_") || head.id.len() > 255 {
+            return Err(EventParseError(format!("{at}id must be an evt_ id")));
         }
-        let intent = if event_type.starts_with("payment_intent.") {
-            Some(
-                Self::intent(wire.data)
-                    .map_err(|e| EventParseError(format!("data.object: {e}")))?,
-            )
+        let intent = if head.event_type.starts_with("payment_intent.") {
+            let Intent {
+                id,
+                status,
+                metadata,
+            } = intent()?;
+            let Metadata {
+                order_id,
+                operation_id,
+            } = metadata;
+            Some(EventIntent {
+                id,
+                status: PaymentIntentStatus::parse(&status),
+                order_id: order_id
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .and_then(|v| OrderId::parse(v).ok()),
+                operation_id: operation_id
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .and_then(|v| OperationId::parse(v).ok()),
+            })
         } else {
             None
         };
         Ok(Self {
-            id,
-            event_type,
+            id: head.id,
+            event_type: head.event_type,
             intent,
-        })
-    }
-
-    /// The PaymentIntent of a `payment_intent.*` event.
-    fn intent(data: Option<Shaped<DataFields>>) -> Result<EventIntent, String> {
-        let object = data
-            .and_then(|d| d.into_object().ok())
-            .and_then(|d| d.object)
-            .ok_or("missing")?
-            .into_object()
-            .map_err(|kind| format!("{kind}, not an object"))?;
-        let id = object.id.required("id")?;
-        let id = PaymentIntentId::parse(&id).map_err(|e| format!("`id`: {e}"))?;
-        let status = object.status.required("status")?;
-        let (order_id, operation_id) = match object.metadata {
-            None => (None, None),
-            Some(meta) => {
-                let meta = meta
-                    .into_object()
-                    .map_err(|kind| format!("`metadata` is {kind}, not an object"))?;
-                (
-                    meta.order_id.as_str().and_then(|v| OrderId::parse(v).ok()),
-                    meta.operation_id
-                        .as_str()
-                        .and_then(|v| OperationId::parse(v).ok()),
-                )
-            }
-        };
-        Ok(EventIntent {
-            id,
-            status: PaymentIntentStatus::parse(&status),
-            order_id,
-            operation_id,
         })
     }
 
     pub fn is_handled(&self) -> bool {
         HANDLED_TYPES.contains(&self.event_type.as_str()) && self.intent.is_some()
     }
+}
+
+/// `T` from JSON; an error names where in it (`data.object.id: invalid type: …`).
+fn from_json<T: DeserializeOwned>(json: &[u8]) -> Result<T, EventParseError> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| EventParseError(e.to_string()))?;
+    de.end().map_err(|e| EventParseError(e.to_string()))?;
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -191,7 +249,7 @@ mod tests {
     }
 
     /// Only the fields used are read: the rest of any shape is skipped; under a type we do not
-    /// act on, even `data` is never required; a key given twice counts the last time.
+    /// act on, even `data` is never required.
     #[test]
     fn events_are_read_as_far_as_used() {
         let odd = [
@@ -205,31 +263,60 @@ mod tests {
             assert!(!ev.is_handled(), "{}", String::from_utf8_lossy(body));
             assert_eq!(ev.intent, None);
         }
-        let twice = br#"{"id":"evt_5","type":"payment_intent.succeeded","data":{"object":{
-            "id":"pi_1","status":"processing","status":"succeeded","amount":100,"charges":{"data":[{"x":1}]},
-            "metadata":{"order_id":"order-old","operation_id":"6f1c2a4e-8a3b-4c5d-9e0f-112233445566","order_id":"order-new","note":"\u00e9"}}}}"#;
-        let pi = StripeEvent::parse(twice).unwrap().intent.unwrap();
+        let unused = br#"{"id":"evt_5","type":"payment_intent.succeeded","data":{"object":{
+            "id":"pi_1","status":"succeeded","amount":100,"charges":{"data":[{"x":1}]},
+            "metadata":{"order_id":"order-new","operation_id":"6f1c2a4e-8a3b-4c5d-9e0f-112233445566","note":"\u00e9"}}}}"#;
+        let pi = StripeEvent::parse(unused).unwrap().intent.unwrap();
         assert_eq!(pi.status, PaymentIntentStatus::Succeeded);
         assert_eq!(pi.order_id.unwrap().as_str(), "order-new");
-        // A metadata value that is not a string is not ours; metadata that is not an object,
-        // or a PaymentIntent that is not one, is unreadable.
-        let number = br#"{"id":"evt_6","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded","metadata":{"order_id":7}}}}"#;
-        assert_eq!(
-            StripeEvent::parse(number).unwrap().intent.unwrap().order_id,
-            None
-        );
+        assert!(pi.operation_id.is_some());
+        // A metadata value that is not a string is not ours (absent and `null` neither); metadata
+        // that is not an object, or a PaymentIntent that is not one, is unreadable.
+        for metadata in [
+            r#""metadata":{"order_id":7}"#,
+            r#""metadata":{"order_id":null,"operation_id":["x"]}"#,
+            r#""metadata":{}"#,
+            r#""other":1"#,
+        ] {
+            let body = format!(
+                r#"{{"id":"evt_6","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_1","status":"succeeded",{metadata}}}}}}}"#
+            );
+            let pi = StripeEvent::parse(body.as_bytes()).unwrap().intent.unwrap();
+            assert_eq!((pi.order_id, pi.operation_id), (None, None), "{body}");
+        }
         for (bad, says) in [
-            (&br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded","metadata":null}}}"#[..], "`metadata` is null"),
-            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":"pi_1"}}"#, "a string, not an object"),
-            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":7,"status":"succeeded"}}}"#, "`id` is a number"),
-            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"ch_1","status":"succeeded"}}}"#, "`id`"),
-            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{}}"#, "data.object: missing"),
-            (br#"["evt_7"]"#, "an array, not an object"),
-            (br#"{"id":null,"type":"payment_intent.succeeded"}"#, "`id` is null"),
+            (&br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded","metadata":null}}}"#[..], "data.object.metadata: invalid type: null"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded","metadata":"x"}}}"#, "data.object.metadata: invalid type: string"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":"pi_1"}}"#, "data.object: invalid type: string"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":7,"status":"succeeded"}}}"#, "data.object.id: invalid type: integer"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"ch_1","status":"succeeded"}}}"#, "data.object.id: "),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}"#, "data.object: missing field `status`"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{}}"#, "data: missing field `object`"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":null}"#, "data: invalid type: null"),
+            (br#"["evt_7"]"#, "invalid length 1"),
+            (br#""evt_7""#, "invalid type: string"),
+            (br#"{"id":null,"type":"payment_intent.succeeded"}"#, "id: invalid type: null"),
+            (br#"{"id":"evt_7","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded"}}} x"#, "trailing characters"),
         ] {
             let e = StripeEvent::parse(bad).unwrap_err();
             assert!(e.0.contains(says), "{}: {e}", String::from_utf8_lossy(bad));
         }
+    }
+
+    /// A field this code reads, given twice, is refused: JSON readers differ on which of the two
+    /// counts, and Stripe never sends one. A key it skips may come any number of times.
+    #[test]
+    fn a_field_given_twice_is_refused() {
+        for (body, says) in [
+            (&br#"{"id":"evt_1","id":"evt_2","type":"charge.refunded"}"#[..], "duplicate field `id`"),
+            (br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"processing","status":"succeeded"}}}"#, "data.object: duplicate field `status`"),
+            (br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","status":"succeeded","metadata":{"order_id":"a","order_id":"b"}}}}"#, "data.object.metadata: duplicate field `order_id`"),
+        ] {
+            let e = StripeEvent::parse(body).unwrap_err();
+            assert!(e.0.contains(says), "{}: {e}", String::from_utf8_lossy(body));
+        }
+        let skipped = br#"{"id":"evt_1","type":"payment_intent.succeeded","created":1,"created":2,"data":{"object":{"id":"pi_1","status":"succeeded","amount":1,"amount":2,"metadata":{"note":"a","note":"b"}}}}"#;
+        assert!(StripeEvent::parse(skipped).unwrap().is_handled());
     }
 
     /// The same reader from bytes and from a parsed tree (as a test or a tool holds an event).
@@ -242,39 +329,56 @@ mod tests {
         let from_bytes: EventBridgeEvent =
             serde_json::from_slice(&serde_json::to_vec(&envelope).unwrap()).unwrap();
         let from_tree = EventBridgeEvent::deserialize(&envelope).unwrap();
-        let a = StripeEvent::from_eventbridge(from_bytes, None).unwrap();
-        assert_eq!(a, StripeEvent::from_eventbridge(from_tree, None).unwrap());
+        let a = StripeEvent::from_eventbridge(&from_bytes, None).unwrap();
+        assert_eq!(a, StripeEvent::from_eventbridge(&from_tree, None).unwrap());
         assert_eq!(a.intent.unwrap().order_id.unwrap().as_str(), "order-8");
-        for (mut bad, says) in [
-            (envelope.clone(), ""),
-            (serde_json::json!("x"), "a string, not an object"),
+        let with = |key: &str, value: serde_json::Value| {
+            let mut e = envelope.clone();
+            e[key] = value;
+            e
+        };
+        let mut wrong_id = envelope.clone();
+        wrong_id["detail"]["id"] = "x_8".into();
+        let mut wrong_intent = envelope.clone();
+        wrong_intent["detail"]["data"]["object"]["id"] = 8.into();
+        for (bad, says) in [
+            (with("source", "aws.events".into()), "not a Stripe partner"),
+            (
+                with("detail-type", "payment_intent.canceled".into()),
+                "is not the event's type",
+            ),
+            (serde_json::json!("x"), "invalid type: string"),
             (
                 serde_json::json!({"detail-type":"payment_intent.succeeded","source":"aws.partner/stripe.com/x"}),
                 "missing field `detail`",
             ),
             (
-                serde_json::json!({"detail-type":"payment_intent.succeeded","source":"aws.partner/stripe.com/x","detail":[]}),
-                "detail: the event is an array",
+                with("detail", serde_json::json!([])),
+                "detail: invalid length 0",
             ),
             (
-                serde_json::json!({"detail-type":7,"source":"aws.partner/stripe.com/x","detail":{}}),
-                "`detail-type` is a number",
+                with("detail-type", 7.into()),
+                "detail-type: invalid type: integer",
             ),
+            (
+                with("source", serde_json::Value::Null),
+                "source: invalid type: null",
+            ),
+            (wrong_id, "detail.id must be an evt_ id"),
+            (wrong_intent, "detail.data.object.id: invalid type: integer"),
+            (serde_json::json!({}), "missing field `source`"),
         ] {
-            if says.is_empty() {
-                bad["source"] = "aws.events".into();
-                bad["detail-type"] = "payment_intent.canceled".into();
-            }
             let read = EventBridgeEvent::deserialize(&bad).unwrap();
-            let e = StripeEvent::from_eventbridge(read, None).unwrap_err();
-            assert!(
-                e.0.contains(if says.is_empty() {
-                    "not a Stripe partner"
-                } else {
-                    says
-                }),
-                "{bad}: {e}"
-            );
+            let e = StripeEvent::from_eventbridge(&read, None).unwrap_err();
+            assert!(e.0.contains(says), "{bad}: {e}");
         }
+        let e = StripeEvent::from_eventbridge(&EventBridgeEvent::default(), None).unwrap_err();
+        assert!(e.0.contains("missing field `source`"), "{e}");
+        let e = StripeEvent::from_eventbridge(&from_bytes, Some("aws.partner/stripe.com/other"))
+            .unwrap_err();
+        assert!(
+            e.0.contains("not the configured Stripe event source"),
+            "{e}"
+        );
     }
 }

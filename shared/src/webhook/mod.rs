@@ -37,7 +37,6 @@
 
 pub mod event;
 pub mod signature;
-pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,11 +54,10 @@ use crate::telemetry::ErrorChain;
 use crate::time::Timestamp;
 
 pub use event::{
-    Action, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES, SECOND_PAYMENT_INTENT,
-    STRIPE_PARTNER_SOURCE_PREFIX,
+    Action, EventBridgeEvent, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES,
+    SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
 };
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
-pub use wire::EventBridgeEvent;
 
 /// Everything one event needs, built once per process.
 #[derive(Clone)]
@@ -249,14 +247,15 @@ pub async fn receive(
 }
 
 /// Handles one EventBridge event from Stripe's partner event source (the whole envelope, as the
-/// runtime handed it to the function, read as far as [`wire::EventBridgeEvent`] reads). The same path as a webhook after the authentication. No size check
-/// here: EventBridge refuses an event over 256 KB (`MAX_BODY_BYTES`) before it is delivered.
+/// runtime handed it to the function). The same path as a webhook after the authentication. No
+/// size check here: EventBridge refuses an event over 256 KB (`MAX_BODY_BYTES`) before it is
+/// delivered.
 pub async fn receive_eventbridge(
     deps: &WebhookDeps,
-    envelope: wire::EventBridgeEvent,
+    envelope: EventBridgeEvent,
     budget: Option<Duration>,
 ) -> WebhookReport {
-    let event = StripeEvent::from_eventbridge(envelope, deps.event_source.as_deref());
+    let event = StripeEvent::from_eventbridge(&envelope, deps.event_source.as_deref());
     accept(deps, event, budget).await
 }
 
