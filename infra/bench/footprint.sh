@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The footprint step of `make bench` (BENCHMARKS.md section 4; issues 15 and 27), for all five
+# The footprint step of `make bench` (BENCHMARKS.md section 4), for all five
 # functions:
 #   - arm64 (the template's architecture), as `sam build` makes it: `cargo lambda build --release
 #     --arm64` in each function's directory (what SAM's rust-cargolambda build method runs), then
@@ -53,7 +53,7 @@ if [ "${FOOTPRINT_NO_BUILD:-}" != 1 ]; then
   done
 fi
 
-# zip -9 of FILE as `bootstrap`, as run.sh did for issue 15 (and as sam/Lambda take it).
+# zip -9 of FILE as `bootstrap` (as sam and Lambda take it).
 zip_bytes() {
   local tmp; tmp="$(mktemp -d)"
   cp "$1" "$tmp/bootstrap"
@@ -81,9 +81,9 @@ print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
-    # Per-crate overrides of the release profile (inherited by every fp-* profile too).
-    crates="$(grep -c "^\[profile\.release\.package\." Cargo.toml || true)"
-    if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.release.package.*] in Cargo.toml)"; fi
+    # Per-crate overrides: the profile's own and the release profile's (which it inherits).
+    crates="$(grep -cE "^\[profile\.($p|release)\.package\." Cargo.toml || true)"
+    if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.*.package.*] in Cargo.toml)"; fi
     rows=()
     for f in checkout charge reconciler webhook notify; do
       row="\"function\":\"$f\""
