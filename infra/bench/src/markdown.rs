@@ -1,12 +1,11 @@
 //! The Markdown building blocks every section uses: the templates in `infra/bench/templates/`
-//! filled from values, tables, numbers, and one section replaced in place.
+//! filled from values, table rows (each table's header is its template's), numbers, and one
+//! section replaced in place.
 //!
 //! A template file holds one or more parts. A part starts at a line `<!-- part: NAME -->` and runs
 //! to the next such line or the end; text before the first marker is the part `main`. In a part,
 //! `{{key}}` is replaced by the value given for `key`. A key without a value, or a value no key
 //! asks for, is an error: the template and the code that fills it cannot drift apart unnoticed.
-
-use std::fmt::Write as _;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -79,25 +78,11 @@ pub fn fill(text: &str, values: &[(&str, String)]) -> Result<String, String> {
     }
 }
 
-/// A Markdown table: the header, its rule, one line per row of cells.
-pub fn table(
-    w: &mut String,
-    header: &[&str],
-    rows: impl IntoIterator<Item = Vec<String>>,
-) -> std::fmt::Result {
-    writeln!(w, "| {} |", header.join(" | "))?;
-    writeln!(w, "|{}", "---|".repeat(header.len()))?;
-    for row in rows {
-        writeln!(w, "| {} |", row.join(" | "))?;
-    }
-    Ok(())
-}
-
-/// [`table`] into a new string.
-pub fn table_string(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
-    let mut w = String::new();
-    table(&mut w, header, rows).expect("writing to a String");
-    w
+/// The rows of a Markdown table, one line each (the header and its rule are the template's).
+pub fn rows_string(rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    rows.into_iter()
+        .map(|row| format!("| {} |\n", row.join(" | ")))
+        .collect()
 }
 
 /// `1000` as `1,000`.
@@ -195,8 +180,11 @@ mod tests {
 
     #[test]
     fn tables_numbers_and_paragraphs() {
-        let w = table_string(&["a", "b"], [vec!["1".into(), "x / y".into()]]);
-        assert_eq!(w, "| a | b |\n|---|---|\n| 1 | x / y |\n");
+        let w = rows_string([
+            vec!["1".into(), "x / y".into()],
+            vec!["2".into(), String::new()],
+        ]);
+        assert_eq!(w, "| 1 | x / y |\n| 2 |  |\n");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_234_567), "1,234,567");

@@ -6,7 +6,7 @@ use serde_json::Value;
 use stripe_sim::{Capacity, CreateLatency};
 
 use crate::burst::{BurstRun, Role};
-use crate::markdown::{paragraph, table_string, thousands, Template};
+use crate::markdown::{paragraph, rows_string, thousands, Template};
 use crate::records::{f, u};
 use crate::template;
 
@@ -91,17 +91,6 @@ fn reference_part(
         .iter()
         .filter(|(r, _)| r.role != Role::BelowLimit)
         .map(|(r, v)| row(r, v));
-    let header = [
-        "run",
-        "flags",
-        "seed",
-        "drain",
-        "drain ÷ N/L",
-        "p99 checkout → settled",
-        "capacity 429s",
-        "creates per charge",
-        "waited a visibility timeout",
-    ];
     TEMPLATE.fill(
         "reference",
         &[
@@ -109,7 +98,7 @@ fn reference_part(
             ("rate", run.arrival_rate.to_string()),
             ("limit", u(&load["create_limit"]).to_string()),
             ("ideal", f(&load["ideal_drain_secs"]).to_string()),
-            ("table", table_string(&header, rows)),
+            ("table", rows_string(rows)),
         ],
     )
 }

@@ -12,7 +12,7 @@ use crate::cost::{
     types, Batching, Inputs, Item, Totals, AWS_CALL_MS, COLD_START_SHARE, FUNCTIONS,
     LAMBDA_ARM_GB_S, LOGS_PER_GB, MEMORY_COMPARED_MB, STRIPE_CALL_MS,
 };
-use crate::markdown::{table_string, Template};
+use crate::markdown::{rows_string, Template};
 use crate::records::read_opt;
 use crate::template;
 
@@ -128,16 +128,7 @@ fn counts_table(record: &BillRecord) -> Result<String, Error> {
             ),
         ]);
     }
-    Ok(table_string(
-        &[
-            "event source",
-            "checkout",
-            "charge",
-            "events in (per charge)",
-            "relay (per charge)",
-        ],
-        rows,
-    ))
+    Ok(rows_string(rows))
 }
 
 /// The totals of each configuration at each batching.
@@ -158,19 +149,7 @@ fn summary_table(bill: &Bill) -> Result<String, Error> {
             ]);
         }
     }
-    Ok(table_string(
-        &[
-            "event source",
-            "batches",
-            "Lambda + DynamoDB + SQS, charge path",
-            "relay (notify + PutEvents)",
-            "events in",
-            "logs",
-            "Lambda + DynamoDB + SQS, every function",
-            "all-in",
-        ],
-        rows,
-    ))
+    Ok(rows_string(rows))
 }
 
 /// Every line of the bill, at one message per batch and at full batches.
@@ -209,18 +188,7 @@ fn detail_table(bill: &Bill) -> Result<String, Error> {
             format!("${:.3}", b.cost_per_million()),
         ]
     });
-    Ok(table_string(
-        &[
-            "item",
-            "applies to",
-            "quantity, one per batch",
-            "quantity, full",
-            "unit price",
-            "per 1M, one per batch",
-            "per 1M, full",
-        ],
-        rows,
-    ))
+    Ok(rows_string(rows))
 }
 
 /// The phases whose log lines section 5 compares: checkout, charge, notify, the events function
@@ -291,19 +259,9 @@ fn logs_part(bill: &Bill, lambda_subscriber: &BillRecord) -> Result<String, Erro
             ],
         )?;
     }
-    let header = [
-        "function",
-        "lines",
-        "lambda_runtime's subscriber",
-        "ours",
-        "saved",
-    ];
     TEMPLATE.fill(
         "logs",
-        &[
-            ("table", table_string(&header, rows)),
-            ("per_million", lines),
-        ],
+        &[("table", rows_string(rows)), ("per_million", lines)],
     )
 }
 
@@ -377,21 +335,12 @@ fn memory_part(bill: &Bill) -> Result<String, Error> {
             format!("{:.0} MB", bill.memory(f)),
         ]);
     }
-    let header = [
-        "function",
-        "CPU µs per invocation (full core)",
-        "waits ms (**assumed**)",
-        "128 MB",
-        "256 MB",
-        "512 MB",
-        "template now",
-    ];
     let (low, full) = (&bill.low, &bill.full);
     let path = |t: Totals| money(t.charge_path);
     TEMPLATE.fill(
         "memory",
         &[
-            ("table", table_string(&header, rows)),
+            ("table", rows_string(rows)),
             ("slower", slower.join(", ")),
             ("low_256", path(bill.totals_at_256(Source::None, low)?)),
             ("low_now", path(bill.totals(Source::None, low)?)),
@@ -433,18 +382,12 @@ fn relay_part(bill: &Bill) -> Result<String, Error> {
             format!("{window:.0} s"),
         ]);
     }
-    let header = [
-        "MaximumBatchingWindowInSeconds".to_owned(),
-        format!("outcomes per invocation at {:.0}/s", ceiling_rate()),
-        "relay per 1M charges (Lambda + PutEvents)".to_owned(),
-        "outcome delay added, at most".to_owned(),
-    ];
-    let header: Vec<&str> = header.iter().map(String::as_str).collect();
     TEMPLATE.fill(
         "relay",
         &[
             ("max_batch", charge_once::ports::MAX_BATCH.to_string()),
-            ("table", table_string(&header, rows)),
+            ("ceiling", format!("{:.0}", ceiling_rate())),
+            ("table", rows_string(rows)),
         ],
     )
 }

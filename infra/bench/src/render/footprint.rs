@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::markdown::{table_string, Template};
+use crate::markdown::{rows_string, Template};
 use crate::records::{f, u, RssRecord};
 use crate::template;
 
@@ -65,16 +65,7 @@ fn functions_table(now: Option<&Value>, previous: &Value) -> String {
             change(init(before), init(after), |v| format!("{v:.1} ms")),
         ]
     });
-    table_string(
-        &[
-            "function",
-            "arm64 zip, before → now",
-            "x86-64 zip, before → now",
-            "x86-64 bootstrap (stripped)",
-            "init median (x86-64), before → now",
-        ],
-        rows,
-    )
+    rows_string(rows)
 }
 
 /// The rows of one build in the per-profile table: each function, then its CPU per charge.
@@ -161,20 +152,7 @@ pub fn section(
                 "cpu",
                 change(Some(cpu(previous)), now.map(cpu), |v| format!("{v:.1} µs")),
             ),
-            (
-                "profiles",
-                table_string(
-                    &[
-                        "build",
-                        "settings",
-                        "function",
-                        "stripped bootstrap",
-                        "zip",
-                        "init ms, median (min–max)",
-                    ],
-                    rows,
-                ),
-            ),
+            ("profiles", rows_string(rows)),
         ],
     )?;
     let rss = now

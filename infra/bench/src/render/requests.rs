@@ -2,7 +2,7 @@
 //! from `wire.json`, and section 6 (reconciler reads) from `index.json`.
 
 use crate::index_cost::{IndexRow, PAGE_SIZE};
-use crate::markdown::{table_string, thousands, Template};
+use crate::markdown::{rows_string, thousands, Template};
 use crate::records::WireRow;
 use crate::template;
 use crate::wire::counter::WireTally;
@@ -50,27 +50,17 @@ fn ratio(a: u64, b: u64) -> String {
 }
 
 fn counts_table(rows: &[WireRow]) -> String {
-    table_string(
-        &[
-            "scenario",
-            "DynamoDB requests",
-            "reads / writes",
-            "our SQS",
-            "event source SQS",
-            "Stripe requests",
-        ],
-        rows.iter().map(|r| {
-            let o = &r.ours;
-            vec![
-                r.label.clone(),
-                by_op(&o.dynamodb),
-                format!("{} / {}", o.dynamodb_reads(), o.dynamodb_writes()),
-                by_op(&o.sqs),
-                by_op(&o.source),
-                stripe_str(&o.stripe),
-            ]
-        }),
-    )
+    rows_string(rows.iter().map(|r| {
+        let o = &r.ours;
+        vec![
+            r.label.clone(),
+            by_op(&o.dynamodb),
+            format!("{} / {}", o.dynamodb_reads(), o.dynamodb_writes()),
+            by_op(&o.sqs),
+            by_op(&o.source),
+            stripe_str(&o.stripe),
+        ]
+    }))
 }
 
 /// The happy path's and the settled duplicate's counts against their targets.
@@ -89,54 +79,42 @@ fn targets_table(rows: &[WireRow]) -> Result<String, Error> {
         && ho.stripe.total() == 1;
     let dup_ok = dup.dynamodb.total() == 1 && dup.stripe.total() == 0;
     let met = |ok: bool| if ok { "yes" } else { "**no**" }.to_owned();
-    Ok(table_string(
-        &["target", "measured", "met"],
-        [
-            vec![
-                "happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call".into(),
-                format!(
-                    "{} writes, {} reads, {} SendMessage, {} Stripe",
-                    ho.dynamodb_writes(),
-                    ho.dynamodb_reads(),
-                    ho.sqs.get("SendMessage"),
-                    ho.stripe.total()
-                ),
-                met(happy_ok),
-            ],
-            vec![
-                "settled duplicate: 1 DynamoDB call, 0 Stripe calls".into(),
-                format!(
-                    "{} DynamoDB ({}), {} Stripe",
-                    dup.dynamodb.total(),
-                    by_op(&dup.dynamodb),
-                    dup.stripe.total()
-                ),
-                met(dup_ok),
-            ],
+    Ok(rows_string([
+        vec![
+            "happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call".into(),
+            format!(
+                "{} writes, {} reads, {} SendMessage, {} Stripe",
+                ho.dynamodb_writes(),
+                ho.dynamodb_reads(),
+                ho.sqs.get("SendMessage"),
+                ho.stripe.total()
+            ),
+            met(happy_ok),
         ],
-    ))
+        vec![
+            "settled duplicate: 1 DynamoDB call, 0 Stripe calls".into(),
+            format!(
+                "{} DynamoDB ({}), {} Stripe",
+                dup.dynamodb.total(),
+                by_op(&dup.dynamodb),
+                dup.stripe.total()
+            ),
+            met(dup_ok),
+        ],
+    ]))
 }
 
 fn ratios_table(rows: &[WireRow]) -> String {
-    table_string(
-        &[
-            "scenario",
-            "seed DynamoDB requests",
-            "DynamoDB ours/seed",
-            "SQS (ours) ours/seed",
-            "Stripe ours/seed",
-        ],
-        rows.iter().map(|r| {
-            let (o, s) = (&r.ours, &r.seed);
-            vec![
-                r.label.clone(),
-                by_op(&s.dynamodb),
-                ratio(o.dynamodb.total(), s.dynamodb.total()),
-                ratio(o.sqs.total(), s.sqs.total()),
-                ratio(o.stripe.total(), s.stripe.total()),
-            ]
-        }),
-    )
+    rows_string(rows.iter().map(|r| {
+        let (o, s) = (&r.ours, &r.seed);
+        vec![
+            r.label.clone(),
+            by_op(&s.dynamodb),
+            ratio(o.dynamodb.total(), s.dynamodb.total()),
+            ratio(o.sqs.total(), s.sqs.total()),
+            ratio(o.stripe.total(), s.stripe.total()),
+        ]
+    }))
 }
 
 /// Sections 1 and 2 from `wire.json`'s rows.
@@ -154,32 +132,19 @@ pub fn requests(rows: &[WireRow]) -> Result<String, Error> {
 /// Section 6 from `index.json`'s rows.
 pub fn reads(mut index: Vec<IndexRow>) -> Result<String, Error> {
     index.sort_by_key(|r| (r.unsettled, r.settled));
-    let table = table_string(
-        &[
-            "settled",
-            "unsettled",
-            "pages",
-            "Query requests",
-            "BatchGetItem requests",
-            "items read",
-            "read units",
-            "seed Scan requests",
-            "seed Scan read units",
-        ],
-        index.iter().map(|r| {
-            vec![
-                r.settled.to_string(),
-                r.unsettled.to_string(),
-                r.pages.to_string(),
-                r.queries.to_string(),
-                r.batch_gets.to_string(),
-                r.items_read.to_string(),
-                format!("{:.1}", r.read_units),
-                r.scan_requests.to_string(),
-                format!("{:.1}", r.scan_read_units),
-            ]
-        }),
-    );
+    let table = rows_string(index.iter().map(|r| {
+        vec![
+            r.settled.to_string(),
+            r.unsettled.to_string(),
+            r.pages.to_string(),
+            r.queries.to_string(),
+            r.batch_gets.to_string(),
+            r.items_read.to_string(),
+            format!("{:.1}", r.read_units),
+            r.scan_requests.to_string(),
+            format!("{:.1}", r.scan_read_units),
+        ]
+    }));
     READS.fill(
         "main",
         &[("page_size", thousands(PAGE_SIZE as u64)), ("reads", table)],

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::markdown::{table_string, Template};
+use crate::markdown::{rows_string, Template};
 use crate::records::{f, read_all, read_opt, u, CpuRecord};
 use crate::template;
 
@@ -82,99 +82,61 @@ fn row_or_not(name: &str, s: &Value, width: usize, cells: impl Fn() -> Vec<Strin
 }
 
 fn runs_table(runs: &[(&str, &Value)]) -> String {
-    let header = [
-        "run",
-        "orders",
-        "orders/s (wall)",
-        "wall s",
-        "CPU s",
-        "orders / CPU s",
-        "virtual h",
-        "invariants",
-        "trace_hash",
-    ];
-    table_string(
-        &header,
-        runs.iter().map(|(name, s)| {
-            row_or_not(name, s, header.len(), || {
-                let cpu = f(&s["cpu_secs"]);
-                vec![
-                    u(&s["orders"]).to_string(),
-                    format!("{:.0}", f(&s["orders_per_sec"])),
-                    format!("{:.1}", f(&s["wall_secs"])),
-                    format!("{cpu:.1}"),
-                    format!("{:.0}", u(&s["orders"]) as f64 / cpu.max(1e-9)),
-                    format!("{:.1}", f(&s["virtual_hours"])),
-                    invariants(s, |s| {
-                        format!("BROKEN: {}", s["first_violation"].as_str().unwrap_or("?"))
-                    }),
-                    format!("`{}`", s["trace_hash"].as_str().unwrap_or("-")),
-                ]
-            })
-        }),
-    )
-}
-
-fn rates_table(runs: &[(&str, &Value)]) -> String {
-    let header = [
-        "run",
-        "simulated s / wall s",
-        "messages / s",
-        "store calls / s",
-        "Stripe calls / s",
-        "decisions / s",
-        "peak RSS MB",
-        "KB / order",
-    ];
-    table_string(
-        &header,
-        runs.iter().map(|(name, s)| {
-            let measured = if s.get("sim_secs_per_wall_sec").is_none() {
-                &Value::Null
-            } else {
-                *s
-            };
-            row_or_not(name, measured, header.len(), || {
-                let rss = f(&s["peak_rss_mb"]);
-                vec![
-                    format!("{:.0}", f(&s["sim_secs_per_wall_sec"])),
-                    format!("{:.0}", f(&s["messages_per_wall_sec"])),
-                    format!("{:.0}", f(&s["store_calls_per_wall_sec"])),
-                    format!("{:.0}", f(&s["stripe_calls_per_wall_sec"])),
-                    format!("{:.0}", f(&s["decisions_per_wall_sec"])),
-                    format!("{rss:.0}"),
-                    format!("{:.2}", rss * 1024.0 / (u(&s["orders"]).max(1) as f64)),
-                ]
-            })
-        }),
-    )
-}
-
-fn scale_table(scale: &[Value]) -> String {
-    table_string(
-        &[
-            "orders",
-            "peak RSS MB",
-            "KB / order",
-            "CPU s",
-            "orders / CPU s",
-            "invariants",
-            "trace_hash",
-        ],
-        scale.iter().map(|s| {
-            let rss = f(&s["peak_rss_mb"]);
+    rows_string(runs.iter().map(|(name, s)| {
+        row_or_not(name, s, 9, || {
             let cpu = f(&s["cpu_secs"]);
             vec![
                 u(&s["orders"]).to_string(),
-                format!("{rss:.0}"),
-                format!("{:.2}", rss * 1024.0 / (u(&s["orders"]).max(1) as f64)),
+                format!("{:.0}", f(&s["orders_per_sec"])),
+                format!("{:.1}", f(&s["wall_secs"])),
                 format!("{cpu:.1}"),
                 format!("{:.0}", u(&s["orders"]) as f64 / cpu.max(1e-9)),
-                invariants(s, |_| "BROKEN".to_owned()),
+                format!("{:.1}", f(&s["virtual_hours"])),
+                invariants(s, |s| {
+                    format!("BROKEN: {}", s["first_violation"].as_str().unwrap_or("?"))
+                }),
                 format!("`{}`", s["trace_hash"].as_str().unwrap_or("-")),
             ]
-        }),
-    )
+        })
+    }))
+}
+
+fn rates_table(runs: &[(&str, &Value)]) -> String {
+    rows_string(runs.iter().map(|(name, s)| {
+        let measured = if s.get("sim_secs_per_wall_sec").is_none() {
+            &Value::Null
+        } else {
+            *s
+        };
+        row_or_not(name, measured, 8, || {
+            let rss = f(&s["peak_rss_mb"]);
+            vec![
+                format!("{:.0}", f(&s["sim_secs_per_wall_sec"])),
+                format!("{:.0}", f(&s["messages_per_wall_sec"])),
+                format!("{:.0}", f(&s["store_calls_per_wall_sec"])),
+                format!("{:.0}", f(&s["stripe_calls_per_wall_sec"])),
+                format!("{:.0}", f(&s["decisions_per_wall_sec"])),
+                format!("{rss:.0}"),
+                format!("{:.2}", rss * 1024.0 / (u(&s["orders"]).max(1) as f64)),
+            ]
+        })
+    }))
+}
+
+fn scale_table(scale: &[Value]) -> String {
+    rows_string(scale.iter().map(|s| {
+        let rss = f(&s["peak_rss_mb"]);
+        let cpu = f(&s["cpu_secs"]);
+        vec![
+            u(&s["orders"]).to_string(),
+            format!("{rss:.0}"),
+            format!("{:.2}", rss * 1024.0 / (u(&s["orders"]).max(1) as f64)),
+            format!("{cpu:.1}"),
+            format!("{:.0}", u(&s["orders"]) as f64 / cpu.max(1e-9)),
+            invariants(s, |_| "BROKEN".to_owned()),
+            format!("`{}`", s["trace_hash"].as_str().unwrap_or("-")),
+        ]
+    }))
 }
 
 /// The target paragraph, on the faulted run's CPU seconds (the run is one thread).
@@ -195,39 +157,23 @@ fn target(faults: &Value) -> Result<String, Error> {
 }
 
 fn settle_table(rows: &[(&str, &Value)]) -> String {
-    let header = [
-        "run",
-        "unknowns",
-        "settled",
-        "median s",
-        "p99 s",
-        "final at Stripe: median s",
-        "p99 s",
-        "Stripe creates / order",
-        "forged settles",
-        "invariants",
-        "trace_hash",
-    ];
-    table_string(
-        &header,
-        rows.iter().map(|(name, s)| {
-            row_or_not(name, s, header.len(), || {
-                let (t, fin) = (&s["time_to_settle"], &s["time_to_settle_final_at_stripe"]);
-                vec![
-                    u(&t["went_unknown"]).to_string(),
-                    u(&t["settled"]).to_string(),
-                    format!("{:.0}", f(&t["median_secs"])),
-                    format!("{:.0}", f(&t["p99_secs"])),
-                    format!("{:.0}", f(&fin["median_secs"])),
-                    format!("{:.0}", f(&fin["p99_secs"])),
-                    format!("{:.3}", f(&s["requests_per_charge"]["stripe_creates"])),
-                    u(&s["forged_settles"]).to_string(),
-                    invariants(s, |_| "BROKEN".to_owned()),
-                    format!("`{}`", s["trace_hash"].as_str().unwrap_or("-")),
-                ]
-            })
-        }),
-    )
+    rows_string(rows.iter().map(|(name, s)| {
+        row_or_not(name, s, 11, || {
+            let (t, fin) = (&s["time_to_settle"], &s["time_to_settle_final_at_stripe"]);
+            vec![
+                u(&t["went_unknown"]).to_string(),
+                u(&t["settled"]).to_string(),
+                format!("{:.0}", f(&t["median_secs"])),
+                format!("{:.0}", f(&t["p99_secs"])),
+                format!("{:.0}", f(&fin["median_secs"])),
+                format!("{:.0}", f(&fin["p99_secs"])),
+                format!("{:.3}", f(&s["requests_per_charge"]["stripe_creates"])),
+                u(&s["forged_settles"]).to_string(),
+                invariants(s, |_| "BROKEN".to_owned()),
+                format!("`{}`", s["trace_hash"].as_str().unwrap_or("-")),
+            ]
+        })
+    }))
 }
 
 /// The line on what one delivery of `name` (`EventBridge` or `webhook`) cost in run `s`.
@@ -297,8 +243,7 @@ fn time_to_settle(t: &Throughput) -> Result<String, Error> {
     if rows.iter().all(|(_, s)| s.is_null()) {
         return Ok(out + TEMPLATE.part("not-measured")?);
     }
-    out += &settle_table(&rows);
-    out.push('\n');
+    out += &TEMPLATE.fill("settle-table", &[("rows", settle_table(&rows))])?;
     for (name, s) in [("EventBridge", &t.eventbridge), ("webhook", &t.webhooks)] {
         if !s.is_null() {
             out += &delivery(name, s)?;
@@ -308,14 +253,7 @@ fn time_to_settle(t: &Throughput) -> Result<String, Error> {
 }
 
 fn cpu_table(t: &Throughput) -> String {
-    table_string(
-        &[
-            "logging",
-            "charges",
-            "batch",
-            "CPU µs / charge",
-            "wall µs / charge",
-        ],
+    rows_string(
         [
             ("no subscriber", &t.cpu),
             ("the functions' subscriber → sink", &t.cpu_logs),
