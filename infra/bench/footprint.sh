@@ -64,18 +64,10 @@ zip_bytes() {
 
 infra/local/with-stack.sh bash -c '
   set -euo pipefail
-  # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
+  # The table, FIFO queue, inbox, bus and the Stripe key and webhook signing secret on this moto
+  # (provision.py prints KEY=VALUE lines): the events function reads both secrets at init.
   while IFS= read -r line; do export "$line"; done < <(
     "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
-  # The events function as deployed with a webhook route: its signing secret, read at init (a
-  # second GetSecretValue). The inbox table and the outcome bus are only names at init.
-  STRIPE_WEBHOOK_SECRET_ARN="$("$CHARGE_ONCE_VENV/bin/python" -c "
-import boto3, sys
-s = boto3.session.Session(aws_access_key_id=\"testing\", aws_secret_access_key=\"testing\", region_name=\"us-east-1\")
-c = s.client(\"secretsmanager\", endpoint_url=sys.argv[1])
-print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_0footprint1footprint2footprint3footprint4\")[\"ARN\"])
-" "$AWS_ENDPOINT_URL")"
-  export STRIPE_WEBHOOK_SECRET_ARN INBOX_TABLE_NAME=charge-once-local-inbox EVENT_BUS_NAME=charge-once-local
   target="$1"; arm_target="$2"; out="$3"; runs="$4"; charges="$5"; batch="$6"; zip_bytes="$7"; shift 7
   eval "$zip_bytes"
   for p in "$@"; do
