@@ -73,7 +73,7 @@ infra/local/with-stack.sh bash -c '
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
-    # Per-crate overrides: the profile's own and the release profile's (which it inherits).
+    # Per-crate overrides: those of the profile itself and those of release (which it inherits).
     crates="$(grep -cE "^\[profile\.($p|release)\.package\." Cargo.toml || true)"
     if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.*.package.*] in Cargo.toml)"; fi
     rows=()

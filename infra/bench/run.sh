@@ -3,8 +3,8 @@
 #   - request counts (ours and the seed's port) and reconciler reads: against moto, started by
 #     infra/local/with-stack.sh (DynamoDB + SQS), with an embedded stripe-sim;
 #   - CPU time per charge and peak RSS: the charge handler on in-memory ports (release build);
-#   - the simulation (`simulate`, built with the `sim` profile: opt-level 3, a test tool built for
-#     speed): 1,000,000 orders with every fault kind on (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
+#   - the simulation (`simulate`, built with the `sim` profile: the release profile with its
+#     symbols): 1,000,000 orders with every fault kind on (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
 #     wire (moto + a separately started stripe-sim over HTTP, with faults).
 #   - footprint (infra/bench/footprint.sh) of all five functions: the arm64 zip as `sam build`
 #     makes it (cargo lambda build --release --arm64), and per release profile (BENCH_PROFILES,
@@ -43,8 +43,9 @@ settled="${BENCH_SETTLED:-10000}"
 orders="${BENCH_ORDERS:-1000000}"
 wire_orders="${BENCH_WIRE_ORDERS:-2000}"
 charges="${BENCH_CHARGES:-200000}"
-# Release-profile candidates for the footprint table (Cargo.toml defines fp-*); `release` is the
-# one the functions ship with. Each is a full optimised build of the three functions and `bench`.
+# Profiles for the footprint table: `release` is the one the functions ship with; a candidate is
+# any other profile defined in Cargo.toml (each is a full optimised build of the five functions
+# and `footprint`).
 profiles="${BENCH_PROFILES:-release}"
 init_runs="${BENCH_INIT_RUNS:-20}"
 # CPU per charge and peak RSS are measured over batches of the template's BatchSize
