@@ -287,7 +287,6 @@ fn log_bytes(p: &Phase, per_invocation: f64, fixed: &Fixed, charges_per_invocati
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     run: &'a BillRun,
-    logs: &'a BillRun,
     inputs: &'a Inputs,
     /// Messages per charge invocation.
     n: f64,
@@ -319,14 +318,12 @@ fn item(
 /// The bill of one configuration at one batching, `memory` giving each function's MB.
 pub fn items(
     run: &BillRun,
-    logs: &BillRun,
     inputs: &Inputs,
     b: &Batching,
     memory: &dyn Fn(&str) -> f64,
 ) -> Vec<Item> {
     let ctx = Ctx {
         run,
-        logs,
         inputs,
         n: b.charge,
         k: b.relay,
@@ -550,9 +547,7 @@ fn events_in(ctx: &Ctx, ev: &EventsIn, out: &mut Vec<Item>) {
 
 /// Stripe's events in: the inbox, the table, Stripe, Secrets Manager and the logs.
 fn events_in_store(ctx: &Ctx, ev: &EventsIn, out: &mut Vec<Item>) {
-    let Ctx {
-        run, logs, inputs, ..
-    } = *ctx;
+    let Ctx { run, inputs, .. } = *ctx;
     let fixed = &inputs.fixed;
     let applies = match run.source {
         Source::Webhook => "webhook",
@@ -602,22 +597,21 @@ fn events_in_store(ctx: &Ctx, ev: &EventsIn, out: &mut Vec<Item>) {
     } else {
         0.0
     };
-    let lp = logs.events_in.as_ref().map_or(p, |e| &e.phase);
-    let bytes = log_bytes(lp, 1.0, fixed, 1.0 / deliveries.max(1.0)) + access;
+    let bytes = log_bytes(p, 1.0, fixed, 1.0 / deliveries.max(1.0)) + access;
     out.push(item("logs", applies, format!("CloudWatch Logs, webhook function: {bytes:.0} B per charge (measured lines + EMF{}, platform records)", if access > 0.0 { " + the route's access-log line" } else { "" }), bytes / 1073741824.0, LOGS_PER_GB, "GB", false));
 }
 
 /// Logs (measured lines of the chosen subscriber's run) and the rest.
 fn logs_and_rest(ctx: &Ctx, out: &mut Vec<Item>) {
     let Ctx {
-        logs, n, inputs, k, ..
+        run, n, inputs, k, ..
     } = *ctx;
     let fixed = &inputs.fixed;
-    let lc = log_bytes(&logs.checkout, 1.0, fixed, 1.0) + fixed.checkout_access_line;
+    let lc = log_bytes(&run.checkout, 1.0, fixed, 1.0) + fixed.checkout_access_line;
     out.push(item("logs", "all", format!("CloudWatch Logs, checkout: {lc:.0} B per charge (measured lines, platform records, the access-log line)"), lc / 1073741824.0, LOGS_PER_GB, "GB", false));
-    let lch = log_bytes(&logs.charge, 1.0, fixed, n);
+    let lch = log_bytes(&run.charge, 1.0, fixed, n);
     out.push(item("logs", "all", format!("CloudWatch Logs, charge: {lch:.0} B per charge (measured lines per message; EMF line and platform records per batch ÷ {n:.0})"), lch / 1073741824.0, LOGS_PER_GB, "GB", false));
-    let ln = log_bytes(&logs.relay.phase, 1.0, fixed, k);
+    let ln = log_bytes(&run.relay.phase, 1.0, fixed, k);
     out.push(item("logs", "all", format!("CloudWatch Logs, notify: {ln:.0} B per charge (measured line per outcome; batch line, EMF and platform records ÷ {k:.0})"), ln / 1073741824.0, LOGS_PER_GB, "GB", false));
     out.push(item(
         "other",

@@ -40,27 +40,19 @@ impl Bill<'_> {
         self.inputs.template.memory(function)
     }
 
-    /// The bill of source `s` at batching `b`, each function at `memory` MB, with the log lines
-    /// of `logs`' run.
+    /// The bill of source `s` at batching `b`, each function at `memory` MB.
     fn items_with(
         &self,
         s: Source,
         b: &Batching,
-        logs: &BillRecord,
         memory: &dyn Fn(&str) -> f64,
     ) -> Result<Vec<Item>, Error> {
-        Ok(items(
-            run_of(self.record, s)?,
-            run_of(logs, s)?,
-            &self.inputs,
-            b,
-            memory,
-        ))
+        Ok(items(run_of(self.record, s)?, &self.inputs, b, memory))
     }
 
     /// The bill of source `s` at batching `b` as the template sizes the functions.
     fn items(&self, s: Source, b: &Batching) -> Result<Vec<Item>, Error> {
-        self.items_with(s, b, self.record, &|f| self.memory(f))
+        self.items_with(s, b, &|f| self.memory(f))
     }
 
     fn totals(&self, s: Source, b: &Batching) -> Result<Totals, Error> {
@@ -69,9 +61,7 @@ impl Bill<'_> {
 
     /// The totals with every function at 256 MB.
     fn totals_at_256(&self, s: Source, b: &Batching) -> Result<Totals, Error> {
-        Ok(totals(
-            &self.items_with(s, b, self.record, &|_| MEMORY_COMPARED_MB)?,
-        ))
+        Ok(totals(&self.items_with(s, b, &|_| MEMORY_COMPARED_MB)?))
     }
 }
 
@@ -426,7 +416,7 @@ fn target_part(bill: &Bill) -> Result<String, Error> {
         ..bill.inputs.clone()
     };
     let none = run_of(bill.record, Source::None)?;
-    let lower_items = items(none, none, &lower, full, &|f| bill.memory(f));
+    let lower_items = items(none, &lower, full, &|f| bill.memory(f));
     let all = |b: &Batching| -> Result<String, Error> {
         let each: Result<Vec<String>, Error> = Source::ALL
             .iter()
