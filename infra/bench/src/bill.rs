@@ -496,20 +496,7 @@ impl World {
             Some(function) => Some(self.events_in(function).await),
         };
 
-        let before = self.mark(&self.metrics.notify);
-        let (records, filtered) = self.new_stream_records().await;
-        let stream_records = records as u64;
-        let t = cpu_ns();
-        let event: aws_lambda_events::dynamodb::Event =
-            serde_json::from_value(json!({ "Records": filtered }))
-                .expect("a Lambda DynamoDB stream event");
-        let filtered_in = event.records.len() as u64;
-        let resp =
-            notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation())).await;
-        let cpu = cpu_ns() - t;
-        assert!(resp.batch_item_failures.is_empty(), "the relay failed");
-        let phase = self.phase(before, &self.metrics.notify, 1, cpu);
-        let published = phase.put_events.entries;
+        let relay = self.relay().await;
         let op = self
             .store
             .get(&charge_once::OperationKey::charge(
@@ -524,12 +511,30 @@ impl World {
             checkout,
             charge,
             events_in,
-            relay: Relay {
-                stream_records,
-                filtered_in,
-                published,
-                phase,
-            },
+            relay,
+        }
+    }
+
+    /// The relay of the order's new stream records, through the template's filter, to notify.
+    async fn relay(&mut self) -> Relay {
+        let before = self.mark(&self.metrics.notify);
+        let (records, filtered) = self.new_stream_records().await;
+        let stream_records = records as u64;
+        let t = cpu_ns();
+        let event: aws_lambda_events::dynamodb::Event =
+            serde_json::from_value(json!({ "Records": filtered }))
+                .expect("a Lambda DynamoDB stream event");
+        let filtered_in = event.records.len() as u64;
+        let resp =
+            notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation())).await;
+        let cpu = cpu_ns() - t;
+        assert!(resp.batch_item_failures.is_empty(), "the relay failed");
+        let phase = self.phase(before, &self.metrics.notify, 1, cpu);
+        Relay {
+            stream_records,
+            filtered_in,
+            published: phase.put_events.entries,
+            phase,
         }
     }
 
