@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The footprint step of `make bench` (BENCHMARKS.md section 4; issues 15 and 27), for all five
+# The footprint step of `make bench` (BENCHMARKS.md section 4), for all five
 # functions:
 #   - arm64 (the template's architecture), as `sam build` makes it: `cargo lambda build --release
 #     --arm64` in each function's directory (what SAM's rust-cargolambda build method runs), then
@@ -53,7 +53,7 @@ if [ "${FOOTPRINT_NO_BUILD:-}" != 1 ]; then
   done
 fi
 
-# zip -9 of FILE as `bootstrap`, as run.sh did for issue 15 (and as sam/Lambda take it).
+# zip -9 of FILE as `bootstrap` (as sam and Lambda take it).
 zip_bytes() {
   local tmp; tmp="$(mktemp -d)"
   cp "$1" "$tmp/bootstrap"
@@ -64,26 +64,18 @@ zip_bytes() {
 
 infra/local/with-stack.sh bash -c '
   set -euo pipefail
-  # The table, FIFO queue and Stripe secret on this moto (provision.py prints KEY=VALUE lines).
+  # The table, FIFO queue, inbox, bus and the Stripe key and webhook signing secret on this moto
+  # (provision.py prints KEY=VALUE lines): the events function reads both secrets at init.
   while IFS= read -r line; do export "$line"; done < <(
     "$CHARGE_ONCE_VENV/bin/python" infra/local/provision.py "$AWS_ENDPOINT_URL" http://127.0.0.1:12111)
-  # The events function as deployed with a webhook route: its signing secret, read at init (a
-  # second GetSecretValue). The inbox table and the outcome bus are only names at init.
-  STRIPE_WEBHOOK_SECRET_ARN="$("$CHARGE_ONCE_VENV/bin/python" -c "
-import boto3, sys
-s = boto3.session.Session(aws_access_key_id=\"testing\", aws_secret_access_key=\"testing\", region_name=\"us-east-1\")
-c = s.client(\"secretsmanager\", endpoint_url=sys.argv[1])
-print(c.create_secret(Name=\"charge-once/stripe-webhook\", SecretString=\"whsec_0footprint1footprint2footprint3footprint4\")[\"ARN\"])
-" "$AWS_ENDPOINT_URL")"
-  export STRIPE_WEBHOOK_SECRET_ARN INBOX_TABLE_NAME=charge-once-local-inbox EVENT_BUS_NAME=charge-once-local
   target="$1"; arm_target="$2"; out="$3"; runs="$4"; charges="$5"; batch="$6"; zip_bytes="$7"; shift 7
   eval "$zip_bytes"
   for p in "$@"; do
     dir="$target/$p"
     settings="$(sed -n "/^\[profile\.$p\]/,/^\[/p" Cargo.toml | grep -vE "^\[|^#|^\s*$|inherits" | sed "s/ = /=/; s/\"//g" | paste -sd, - | sed "s/,/, /g")"
-    # Per-crate overrides of the release profile (inherited by every fp-* profile too).
-    crates="$(grep -c "^\[profile\.release\.package\." Cargo.toml || true)"
-    if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.release.package.*] in Cargo.toml)"; fi
+    # Per-crate overrides: those of the profile itself and those of release (which it inherits).
+    crates="$(grep -cE "^\[profile\.($p|release)\.package\." Cargo.toml || true)"
+    if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.*.package.*] in Cargo.toml)"; fi
     rows=()
     for f in checkout charge reconciler webhook notify; do
       row="\"function\":\"$f\""

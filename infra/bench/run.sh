@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# The body of `make bench`: runs every measurement of issues 8 and 15 and writes BENCHMARKS.md.
+# The body of `make bench`: runs every measurement and writes BENCHMARKS.md.
 #   - request counts (ours and the seed's port) and reconciler reads: against moto, started by
 #     infra/local/with-stack.sh (DynamoDB + SQS), with an embedded stripe-sim;
 #   - CPU time per charge and peak RSS: the charge handler on in-memory ports (release build);
-#   - the simulation (`simulate`, built with the `sim` profile: opt-level 3, not the functions' "z"): 1,000,000 orders with every fault kind on
-#     (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
+#   - the simulation (`simulate`, built with the `sim` profile: the release profile with its
+#     symbols): 1,000,000 orders with every fault kind on (deterministic: in memory, Stripe in process), 20,000 without faults, and 2,000 over the real
 #     wire (moto + a separately started stripe-sim over HTTP, with faults).
 #   - footprint (infra/bench/footprint.sh) of all five functions: the arm64 zip as `sam build`
 #     makes it (cargo lambda build --release --arm64), and per release profile (BENCH_PROFILES,
 #     default `release`) on this x86-64 host: stripped binary, zip, init ms (exec to the first
 #     invocation/next against a local Runtime API, moto for the secrets) and CPU per charge, from
-#     a real build of each function (issues 15, 27); the previous release's figures beside them
-#     come from infra/bench/previous-footprint.json;
+#     a real build of each function; the figures they are compared with come from
+#     infra/bench/previous-footprint.json;
 #   - section 5, the whole bill: `bench bill` counts every request of one charge by function on
 #     moto (checkout, charge, the events function with each event source, the notify relay's
 #     PutEvents), with our log lines and EMF lines, under the functions' subscriber and again
-#     under lambda_runtime's default one (the logs before issue 27);
+#     under lambda_runtime's default one (section 5 compares the two);
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (sim build, virtual time, in memory) once per row of
 #     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
@@ -43,8 +43,9 @@ settled="${BENCH_SETTLED:-10000}"
 orders="${BENCH_ORDERS:-1000000}"
 wire_orders="${BENCH_WIRE_ORDERS:-2000}"
 charges="${BENCH_CHARGES:-200000}"
-# Release-profile candidates for the footprint table (Cargo.toml defines fp-*); `release` is the
-# one the functions ship with. Each is a full optimised build of the three functions and `bench`.
+# Profiles for the footprint table: `release` is the one the functions ship with; a candidate is
+# any other profile defined in Cargo.toml (each is a full optimised build of the five functions
+# and `footprint`).
 profiles="${BENCH_PROFILES:-release}"
 init_runs="${BENCH_INIT_RUNS:-20}"
 # CPU per charge and peak RSS are measured over batches of the template's BatchSize
@@ -117,7 +118,7 @@ if step sim; then
     [ "$n" = "$orders" ] || "$simulate" --orders "$n" --json | tail -n 1 > "$out/sim-scale-$n.json"
   done
   "$simulate" --orders 20000 --no-faults --json | tail -n 1 > "$out/sim-nofaults.json"
-  echo "== 3: time to settle, 20000 orders with EventBridge events, webhooks and neither (issues 17, 23)" >&2
+  echo "== 3: time to settle, 20000 orders with EventBridge events, webhooks and neither" >&2
   "$simulate" --orders 20000 --events eventbridge --json | tail -n 1 > "$out/sim-eventbridge.json"
   "$simulate" --orders 20000 --events webhook --json | tail -n 1 > "$out/sim-webhooks.json"
   "$simulate" --orders 20000 --events none --json | tail -n 1 > "$out/sim-no-webhooks.json"

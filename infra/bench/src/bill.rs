@@ -1,4 +1,4 @@
-//! The whole bill of one charge, counted on the wire (issue 27, part 4): every request the
+//! The whole bill of one charge, counted on the wire: every request the
 //! deployed stack makes for one happy-path charge, by function, with each way Stripe's events
 //! come in (none, a signed webhook, an EventBridge partner event) and the outcome relay.
 //!
@@ -282,6 +282,80 @@ struct Metrics {
     notify: Arc<CapturedMetrics>,
 }
 
+/// The stream of the operations table.
+async fn stream_arn(stack: &Stack, table: &str) -> String {
+    stack
+        .plain_dynamo
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .expect("DescribeTable")
+        .table()
+        .and_then(|t| t.latest_stream_arn())
+        .expect("the table has a stream")
+        .to_owned()
+}
+
+/// A fresh event bus, and a client whose `PutEvents` are counted.
+async fn event_bus(
+    config: &aws_config::SdkConfig,
+) -> (String, PutEventsCounter, aws_sdk_eventbridge::Client) {
+    let bus = unique("charge-once");
+    aws_sdk_eventbridge::Client::new(config)
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("CreateEventBus on moto");
+    let events = PutEventsCounter::default();
+    let client = aws_sdk_eventbridge::Client::from_conf(
+        aws_sdk_eventbridge::config::Builder::from(config)
+            .interceptor(events.clone())
+            .build(),
+    );
+    (bus, events, client)
+}
+
+/// Stripe's events on in the simulator, delivered as `source` delivers them.
+fn events_on(stack: &Stack, source: Source) {
+    stack
+        .side
+        .sim
+        .set_webhooks(WebhookConfig {
+            url: None,
+            secret: (source == Source::Webhook).then(|| SECRET.to_owned()),
+            enabled_events: Some(HANDLED_TYPES.iter().map(|t| (*t).to_owned()).collect()),
+            mode: if source == Source::Webhook {
+                DeliveryMode::Webhook
+            } else {
+                DeliveryMode::EventBridge
+            },
+            ..WebhookConfig::default()
+        })
+        .expect("stripe-sim events on");
+}
+
+/// The events function as `source` configures it.
+fn webhook_function(
+    source: Source,
+    charge: ChargeDeps,
+    inbox: DynamoInbox,
+    metrics: Arc<CapturedMetrics>,
+) -> webhook::handler::WebhookFunction {
+    webhook::handler::WebhookFunction {
+        webhook: WebhookDeps {
+            charge,
+            inbox: Arc::new(inbox),
+            secrets: (source == Source::Webhook)
+                .then(|| vec![WebhookSecret::parse(SECRET).expect("a secret of Stripe's form")]),
+            tolerance: DEFAULT_TOLERANCE,
+            event_source: (source == Source::EventBridge).then(|| DEFAULT_EVENT_SOURCE.to_owned()),
+        },
+        metrics,
+    }
+}
+
 impl World {
     async fn new(source: Source) -> Self {
         let stack = Stack::new().await;
@@ -295,31 +369,8 @@ impl World {
         let inbox = DynamoInbox::new(counted_dynamodb(&config, &inbox_counter), unique("inbox"));
         inbox.create_table().await.expect("create inbox on moto");
         wait_until_active(&stack.plain_dynamo, inbox.table_name()).await;
-        let stream_arn = stack
-            .plain_dynamo
-            .describe_table()
-            .table_name(store.table())
-            .send()
-            .await
-            .expect("DescribeTable")
-            .table()
-            .and_then(|t| t.latest_stream_arn())
-            .expect("the table has a stream")
-            .to_owned();
-        let bus = unique("charge-once");
-        let plain_events = aws_sdk_eventbridge::Client::new(&config);
-        plain_events
-            .create_event_bus()
-            .name(&bus)
-            .send()
-            .await
-            .expect("CreateEventBus on moto");
-        let events = PutEventsCounter::default();
-        let events_client = aws_sdk_eventbridge::Client::from_conf(
-            aws_sdk_eventbridge::config::Builder::from(&config)
-                .interceptor(events.clone())
-                .build(),
-        );
+        let stream_arn = stream_arn(&stack, store.table()).await;
+        let (bus, events, events_client) = event_bus(&config).await;
         let plain_sqs = aws_sdk_sqs::Client::new(&config);
         let notify_dlq = testkit::aws::fresh_queue(&plain_sqs, "notify-dlq").await;
         let metrics = Metrics {
@@ -340,36 +391,10 @@ impl World {
         let queue = Arc::new(SqsQueue::new(stack.sqs_client.clone(), &stack.queue_url));
         let mut charge = charge::handler::ChargeFunction::local(deps.clone());
         charge.metrics = metrics.charge.clone();
-        let webhook = (source != Source::None).then(|| webhook::handler::WebhookFunction {
-            webhook: WebhookDeps {
-                charge: deps.clone(),
-                inbox: Arc::new(inbox),
-                secrets: (source == Source::Webhook).then(|| {
-                    vec![WebhookSecret::parse(SECRET).expect("a secret of Stripe's form")]
-                }),
-                tolerance: DEFAULT_TOLERANCE,
-                event_source: (source == Source::EventBridge)
-                    .then(|| DEFAULT_EVENT_SOURCE.to_owned()),
-            },
-            metrics: metrics.webhook.clone(),
+        let webhook = (source != Source::None).then(|| {
+            events_on(&stack, source);
+            webhook_function(source, deps.clone(), inbox, metrics.webhook.clone())
         });
-        if source != Source::None {
-            stack
-                .side
-                .sim
-                .set_webhooks(WebhookConfig {
-                    url: None,
-                    secret: (source == Source::Webhook).then(|| SECRET.to_owned()),
-                    enabled_events: Some(HANDLED_TYPES.iter().map(|t| (*t).to_owned()).collect()),
-                    mode: if source == Source::Webhook {
-                        DeliveryMode::Webhook
-                    } else {
-                        DeliveryMode::EventBridge
-                    },
-                    ..WebhookConfig::default()
-                })
-                .expect("stripe-sim events on");
-        }
         Self {
             source,
             checkout: checkout::handler::Checkout {
@@ -471,20 +496,7 @@ impl World {
             Some(function) => Some(self.events_in(function).await),
         };
 
-        let before = self.mark(&self.metrics.notify);
-        let (records, filtered) = self.new_stream_records().await;
-        let stream_records = records as u64;
-        let t = cpu_ns();
-        let event: aws_lambda_events::dynamodb::Event =
-            serde_json::from_value(json!({ "Records": filtered }))
-                .expect("a Lambda DynamoDB stream event");
-        let filtered_in = event.records.len() as u64;
-        let resp =
-            notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation())).await;
-        let cpu = cpu_ns() - t;
-        assert!(resp.batch_item_failures.is_empty(), "the relay failed");
-        let phase = self.phase(before, &self.metrics.notify, 1, cpu);
-        let published = phase.put_events.entries;
+        let relay = self.relay().await;
         let op = self
             .store
             .get(&charge_once::OperationKey::charge(
@@ -499,12 +511,30 @@ impl World {
             checkout,
             charge,
             events_in,
-            relay: Relay {
-                stream_records,
-                filtered_in,
-                published,
-                phase,
-            },
+            relay,
+        }
+    }
+
+    /// The relay of the order's new stream records, through the template's filter, to notify.
+    async fn relay(&mut self) -> Relay {
+        let before = self.mark(&self.metrics.notify);
+        let (records, filtered) = self.new_stream_records().await;
+        let stream_records = records as u64;
+        let t = cpu_ns();
+        let event: aws_lambda_events::dynamodb::Event =
+            serde_json::from_value(json!({ "Records": filtered }))
+                .expect("a Lambda DynamoDB stream event");
+        let filtered_in = event.records.len() as u64;
+        let resp =
+            notify::handler::handle(&self.notify, LambdaEvent::new(event, invocation())).await;
+        let cpu = cpu_ns() - t;
+        assert!(resp.batch_item_failures.is_empty(), "the relay failed");
+        let phase = self.phase(before, &self.metrics.notify, 1, cpu);
+        Relay {
+            stream_records,
+            filtered_in,
+            published: phase.put_events.entries,
+            phase,
         }
     }
 

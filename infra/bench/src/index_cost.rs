@@ -1,12 +1,12 @@
-//! What a reconciler tick reads, as unsettled and settled operations grow (item 6).
+//! What a reconciler tick reads, as unsettled and settled operations grow.
 //!
 //! One table on moto, filled with BatchWriteItem (25 items a call, through an uncounted client):
 //! settled operations as the charge function leaves them (no index attributes), unsettled ones as
 //! it leaves an `unknown` (index attributes set, due now). Then exactly what a tick reads:
 //! [`DynamoStore::query_index`] with [`IndexQuery::DueBy`] and the reconciler's page size, page by
 //! page, through a client counted on the wire: the index Queries (entries: keys and
-//! `operation_id`) and the BatchGetItems that read the page's records (issue 15: the index no
-//! longer projects them). Read units are computed from the items in each answer (see
+//! `operation_id`) and the BatchGetItems that read the page's records (the index does not
+//! project them). Read units are computed from the items in each answer (see
 //! [`crate::wire::counter`]); moto's `ConsumedCapacity` is a constant 1.0.
 //!
 //! For contrast, the seed's straight port finds its work with a Scan: its computed read units are

@@ -1,7 +1,7 @@
-//! CloudWatch Logs bytes, for section 5 (issue 15 part 6; issue 27 part 4).
+//! CloudWatch Logs bytes, for section 5.
 //!
 //! [`install_capture`] puts a subscriber (the functions' own, `charge_once::logging`, or
-//! lambda_runtime's default they used before) in front of an in-memory writer, with
+//! lambda_runtime's default, to compare with) in front of an in-memory writer, with
 //! `AWS_LAMBDA_LOG_FORMAT` as the template sets it (JSON); [`take_lines`] hands back what was
 //! written since, less the test harness's own lines (stripe-sim, the test kit, this crate): the AWS
 //! SDK's and the HTTP client's lines would reach CloudWatch in the real function, so they count.
@@ -39,9 +39,9 @@ const HARNESS: &[&str] = &["stripe_sim", "testkit", "integration_tests", "bench"
 /// Which subscriber writes the captured lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subscriber {
-    /// The functions' own ([`charge_once::logging`], since issue 27).
+    /// The functions' own ([`charge_once::logging`]).
     Ours,
-    /// lambda_runtime's default, which the functions used before (every span twice per line).
+    /// lambda_runtime's default (every span twice per line).
     LambdaDefault,
 }
 

@@ -18,7 +18,7 @@
 
 use std::path::Path;
 
-use bench::report::{RssRecord, WireRow};
+use bench::records::{RssRecord, WireRow};
 use bench::wire::scenarios::{Ours, Scenario, Seed};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -34,179 +34,170 @@ fn arg(args: &[String], i: usize, what: &str) -> Result<String, Error> {
         .ok_or_else(|| format!("missing {what}; see the usage in infra/bench/src/main.rs").into())
 }
 
+/// `bench wire OUT.json`.
+fn wire(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let rows = rt.block_on(async {
+        let mut rows = Vec::new();
+        for scenario in Scenario::ALL {
+            let ours = Ours::run(scenario).await;
+            let seed = Seed::run(scenario).await;
+            eprintln!("{scenario:?}: ours {ours:?}\n  seed {seed:?}");
+            rows.push(WireRow {
+                scenario: format!("{scenario:?}"),
+                label: scenario.label().to_owned(),
+                ours,
+                seed,
+            });
+        }
+        rows
+    });
+    write_json(&out, &serde_json::to_value(&rows)?)
+}
+
+/// `bench index OUT.json SETTLED`.
+fn index(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let settled: usize = arg(args, 3, "SETTLED")?.parse()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let rows = rt.block_on(async {
+        use bench::index_cost::IndexTable;
+        let mut rows = Vec::new();
+        // The same 1,000 unsettled among fewer settled operations, then among `settled`.
+        let mut small = IndexTable::new().await;
+        small.settled_to(settled / 10).await;
+        small.unsettled_to(1_000).await;
+        rows.push(small.measure().await);
+        let mut big = IndexTable::new().await;
+        let t = std::time::Instant::now();
+        big.settled_to(settled).await;
+        eprintln!("{settled} settled items written in {:?}", t.elapsed());
+        for n in [10, 100, 1_000] {
+            big.unsettled_to(n).await;
+            rows.push(big.measure().await);
+        }
+        rows
+    });
+    for r in &rows {
+        eprintln!("{r:?}");
+    }
+    write_json(&out, &serde_json::to_value(&rows)?)
+}
+
+/// `bench cpu OUT.json CHARGES BATCH [logs|stderr]`.
+fn cpu(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let charges: usize = arg(args, 3, "CHARGES")?.parse()?;
+    let batch: usize = arg(args, 4, "BATCH")?.parse()?;
+    let mode = args.get(5).map(String::as_str).unwrap_or("");
+    let with_logs = mode == "logs" || mode == "stderr";
+    if mode == "logs" {
+        // The functions' own subscriber, writing nowhere.
+        charge_once::logging::init_subscriber_with_writer(std::io::sink);
+    } else if mode == "stderr" {
+        // The same, writing to stderr (to see the lines a charge logs).
+        charge_once::logging::init_subscriber_with_writer(std::io::stderr);
+    }
+    // A warm-up round, as a warm Lambda environment has had.
+    bench::cpu::measure(charges.min(1_000), batch, with_logs);
+    let r = bench::cpu::measure(charges, batch, with_logs);
+    eprintln!(
+        "{} charges, batch {}: {:.2} us CPU / charge, {:.2} us wall / charge",
+        r.charges,
+        r.batch_size,
+        r.cpu_us_per_charge(),
+        r.wall_us_per_charge()
+    );
+    write_json(&out, &r.to_json())
+}
+
+/// `bench rss OUT.json BATCH`.
+fn rss(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let batch: usize = arg(args, 3, "BATCH")?.parse()?;
+    charge_once::logging::init_subscriber_with_writer(std::io::sink);
+    let kb = bench::cpu::rss_after_one_batch(batch);
+    eprintln!("peak RSS after one batch of {batch}: {kb} kB");
+    write_json(
+        &out,
+        &serde_json::to_value(RssRecord {
+            batch_size: batch,
+            vm_hwm_kb: kb,
+        })?,
+    )
+}
+
+/// `bench init OUT.json FUNCTION BOOTSTRAP RUNS`.
+fn init(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let function = arg(args, 3, "FUNCTION")?;
+    let bootstrap = arg(args, 4, "BOOTSTRAP")?;
+    let runs: usize = arg(args, 5, "RUNS")?.parse()?;
+    let r = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
+    eprintln!("{function} ({bootstrap}): init {r}");
+    write_json(&out, &r)
+}
+
+/// `bench bill OUT.json [lambda_runtime]`.
+fn bill(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    // One thread: the CPU time around each handler call is the thread's (see bill.rs).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // `lambda_runtime`: lambda_runtime's own subscriber, the one section 5 compares ours with.
+    let subscriber = match args.get(3).map(String::as_str) {
+        Some("lambda_runtime") => bench::logs::Subscriber::LambdaDefault,
+        _ => bench::logs::Subscriber::Ours,
+    };
+    let record = rt.block_on(bench::bill::measure(subscriber));
+    write_json(&out, &serde_json::to_value(&record)?)
+}
+
+/// `bench render DIR OUT.md`.
+fn render(args: &[String]) -> Result<(), Error> {
+    let dir = arg(args, 2, "DIR")?;
+    let out = arg(args, 3, "OUT.md")?;
+    let md = bench::render::render(Path::new(&dir), &bench::render::Run::from_env())?;
+    std::fs::write(&out, md)?;
+    eprintln!("wrote {out}");
+    Ok(())
+}
+
+/// `bench burst DIR SIMULATE SVG_DIR`.
+fn burst(args: &[String]) -> Result<(), Error> {
+    let dir = arg(args, 2, "DIR")?;
+    let simulate = arg(args, 3, "SIMULATE")?;
+    let svg_dir = arg(args, 4, "SVG_DIR")?;
+    bench::burst::run_all(Path::new(&simulate), Path::new(&dir), Path::new(&svg_dir))
+}
+
+/// `bench render-section SECTION DIR FILE.md`.
+fn render_section(args: &[String]) -> Result<(), Error> {
+    let name = arg(args, 2, "SECTION")?;
+    let dir = arg(args, 3, "DIR")?;
+    let file = arg(args, 4, "FILE.md")?;
+    let doc = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
+    let run = bench::render::Run::from_env();
+    let (doc, number) = bench::render::render_section(&name, Path::new(&dir), &run, &doc)?;
+    std::fs::write(&file, doc)?;
+    eprintln!("replaced section {number} ({name}) of {file}");
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
-    let cmd = arg(&args, 1, "command")?;
-    match cmd.as_str() {
-        "wire" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let rt = tokio::runtime::Runtime::new()?;
-            let rows = rt.block_on(async {
-                let mut rows = Vec::new();
-                for scenario in Scenario::ALL {
-                    let ours = Ours::run(scenario).await;
-                    let seed = Seed::run(scenario).await;
-                    eprintln!("{scenario:?}: ours {ours:?}\n  seed {seed:?}");
-                    rows.push(WireRow {
-                        scenario: format!("{scenario:?}"),
-                        label: scenario.label().to_owned(),
-                        ours,
-                        seed,
-                    });
-                }
-                rows
-            });
-            write_json(&out, &serde_json::to_value(&rows)?)
-        }
-        "index" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let settled: usize = arg(&args, 3, "SETTLED")?.parse()?;
-            let rt = tokio::runtime::Runtime::new()?;
-            let rows = rt.block_on(async {
-                use bench::index_cost::IndexTable;
-                let mut rows = Vec::new();
-                // The same 1,000 unsettled among fewer settled operations, then among `settled`.
-                let mut small = IndexTable::new().await;
-                small.settled_to(settled / 10).await;
-                small.unsettled_to(1_000).await;
-                rows.push(small.measure().await);
-                let mut big = IndexTable::new().await;
-                let t = std::time::Instant::now();
-                big.settled_to(settled).await;
-                eprintln!("{settled} settled items written in {:?}", t.elapsed());
-                for n in [10, 100, 1_000] {
-                    big.unsettled_to(n).await;
-                    rows.push(big.measure().await);
-                }
-                rows
-            });
-            for r in &rows {
-                eprintln!("{r:?}");
-            }
-            write_json(&out, &serde_json::to_value(&rows)?)
-        }
-        "cpu" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let charges: usize = arg(&args, 3, "CHARGES")?.parse()?;
-            let batch: usize = arg(&args, 4, "BATCH")?.parse()?;
-            let mode = args.get(5).map(String::as_str).unwrap_or("");
-            let with_logs = mode == "logs" || mode == "stderr";
-            if mode == "logs" {
-                // The functions' own subscriber, writing nowhere.
-                charge_once::logging::init_subscriber_with_writer(std::io::sink);
-            } else if mode == "stderr" {
-                // The same, writing to stderr (to see the lines a charge logs).
-                charge_once::logging::init_subscriber_with_writer(std::io::stderr);
-            }
-            // A warm-up round, as a warm Lambda environment has had.
-            bench::cpu::measure(charges.min(1_000), batch, with_logs);
-            let r = bench::cpu::measure(charges, batch, with_logs);
-            eprintln!(
-                "{} charges, batch {}: {:.2} us CPU / charge, {:.2} us wall / charge",
-                r.charges,
-                r.batch_size,
-                r.cpu_us_per_charge(),
-                r.wall_us_per_charge()
-            );
-            write_json(&out, &r.to_json())
-        }
-        "rss" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let batch: usize = arg(&args, 3, "BATCH")?.parse()?;
-            charge_once::logging::init_subscriber_with_writer(std::io::sink);
-            let kb = bench::cpu::rss_after_one_batch(batch);
-            eprintln!("peak RSS after one batch of {batch}: {kb} kB");
-            write_json(
-                &out,
-                &serde_json::to_value(RssRecord {
-                    batch_size: batch,
-                    vm_hwm_kb: kb,
-                })?,
-            )
-        }
-        "init" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            let function = arg(&args, 3, "FUNCTION")?;
-            let bootstrap = arg(&args, 4, "BOOTSTRAP")?;
-            let runs: usize = arg(&args, 5, "RUNS")?.parse()?;
-            let r = bench::init::measure(Path::new(&bootstrap), &function, runs)?;
-            eprintln!("{function} ({bootstrap}): init {r}");
-            write_json(&out, &r)
-        }
-        "bill" => {
-            let out = arg(&args, 2, "OUT.json")?;
-            // One thread: the CPU time around each handler call is the thread's (see bill.rs).
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            // `lambda_runtime`: the subscriber the functions had before issue 27 (the "before" logs).
-            let subscriber = match args.get(3).map(String::as_str) {
-                Some("lambda_runtime") => bench::logs::Subscriber::LambdaDefault,
-                _ => bench::logs::Subscriber::Ours,
-            };
-            let record = rt.block_on(bench::bill::measure(subscriber));
-            write_json(&out, &serde_json::to_value(&record)?)
-        }
-        "render" => {
-            let dir = arg(&args, 2, "DIR")?;
-            let out = arg(&args, 3, "OUT.md")?;
-            let md = bench::report::render(Path::new(&dir))?;
-            std::fs::write(&out, md)?;
-            eprintln!("wrote {out}");
-            Ok(())
-        }
-        "burst" => {
-            let dir = arg(&args, 2, "DIR")?;
-            let simulate = arg(&args, 3, "SIMULATE")?;
-            let svg_dir = arg(&args, 4, "SVG_DIR")?;
-            bench::burst::run_all(Path::new(&simulate), Path::new(&dir), Path::new(&svg_dir))
-        }
-        "render-section" => {
-            let name = arg(&args, 2, "SECTION")?;
-            let dir = arg(&args, 3, "DIR")?;
-            let file = arg(&args, 4, "FILE.md")?;
-            let date = std::env::var("BENCH_DATE").unwrap_or_else(|_| "unknown".into());
-            let doc = std::fs::read_to_string(&file).map_err(|e| format!("{file}: {e}"))?;
-            let mut section = String::new();
-            let (doc, number) = match name.as_str() {
-                "burst" => {
-                    bench::burst::section(
-                        &mut section,
-                        &bench::burst::read_reports(Path::new(&dir))?,
-                        &date,
-                    )?;
-                    (bench::burst::splice(&doc, &section)?, 7)
-                }
-                "footprint" => {
-                    let dir = Path::new(&dir);
-                    bench::footprint_table::section(
-                        &mut section,
-                        &bench::report::read_footprints(dir)?,
-                        &bench::footprint_table::previous()?,
-                        bench::report::read_opt(dir, "rss.json")?,
-                        &date,
-                    )?;
-                    (bench::footprint_table::splice(&doc, &section)?, 4)
-                }
-                "cost" => {
-                    let section = bench::cost::render_alone(Path::new(&dir))?;
-                    (bench::cost::splice(&doc, &section)?, 5)
-                }
-                "sim" => {
-                    let section = bench::report::render_throughput(Path::new(&dir))?;
-                    (bench::report::replace_section(&doc, 3, &section)?, 3)
-                }
-                _ => {
-                    return Err(format!(
-                        "unknown section {name:?}: `sim` (3), `footprint` (4), `cost` (5) and `burst` (7) render alone"
-                    )
-                    .into())
-                }
-            };
-            std::fs::write(&file, doc)?;
-            eprintln!("replaced section {number} ({name}) of {file}");
-            Ok(())
-        }
+    match arg(&args, 1, "command")?.as_str() {
+        "wire" => wire(&args),
+        "index" => index(&args),
+        "cpu" => cpu(&args),
+        "rss" => rss(&args),
+        "init" => init(&args),
+        "bill" => bill(&args),
+        "render" => render(&args),
+        "burst" => burst(&args),
+        "render-section" => render_section(&args),
         other => Err(format!("unknown command {other:?}; see infra/bench/src/main.rs").into()),
     }
 }

@@ -1,4 +1,4 @@
-//! Init time of a function (issue 15, part 3): from the exec of its `bootstrap` to its first
+//! Init time of a function: from the exec of its `bootstrap` to its first
 //! `GET /2018-06-01/runtime/invocation/next`, against a tiny Runtime API on loopback.
 //!
 //! The bootstrap runs as Lambda runs it: the Lambda variables (`AWS_LAMBDA_RUNTIME_API`, function

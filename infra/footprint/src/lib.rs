@@ -1,4 +1,4 @@
-//! The measurements `make bench` repeats for each candidate release profile (issue 15, part 3):
+//! The measurements `make bench` repeats for each candidate release profile:
 //!
 //! - [`cpu`]: CPU time per charge and peak RSS of the charge handler on in-memory ports.
 //! - [`init`]: init time of a function's `bootstrap` against a tiny local Runtime API.

@@ -1,0 +1,363 @@
+//! Section 7 of BENCHMARKS.md: the reference burst at Stripe's rate limit, from the reports of
+//! [`crate::burst::RUNS`] (as [`crate::burst::read_reports`] gives them).
+
+use charge_once::config::StripeBudget;
+use serde_json::Value;
+use stripe_sim::{Capacity, CreateLatency};
+
+use crate::burst::{BurstRun, Role};
+use crate::markdown::{paragraph, rows_string, thousands, Template};
+use crate::records::{f, u};
+use crate::template;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const TEMPLATE: Template = template!("7-burst.md");
+
+/// Seconds: `4,375 s` from 1,000 up, `918.7 s` below.
+fn secs(s: f64) -> String {
+    if s >= 1_000.0 {
+        format!("{} s", thousands(s.round() as u64))
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// A part that is one sentence, without its line end.
+fn sentence(part: &str, values: &[(&str, String)]) -> Result<String, Error> {
+    Ok(TEMPLATE.fill(part, values)?.trim_end().to_owned())
+}
+
+/// Why a run does not count, if it does not: broken invariants, orders unsettled, checkouts refused.
+fn fault(run: &BurstRun, report: &Value) -> Option<String> {
+    let load = &report["load"];
+    let mut faults = Vec::new();
+    if report["invariants_hold"].as_bool() != Some(true) {
+        faults.push(format!(
+            "invariant broken: {}",
+            report["first_violation"].as_str().unwrap_or("?")
+        ));
+    }
+    if u(&load["settled"]) != run.orders {
+        faults.push(format!(
+            "{} of {} orders settled",
+            u(&load["settled"]),
+            run.orders
+        ));
+    }
+    if u(&load["checkout_errors"]) > 0 {
+        faults.push(format!("{} checkout errors", u(&load["checkout_errors"])));
+    }
+    (!faults.is_empty()).then(|| faults.join(", "))
+}
+
+fn row(run: &BurstRun, report: &Option<Value>) -> Vec<String> {
+    let label = match (run.role, report) {
+        (Role::Unpaced, _) => "no pacing".to_owned(),
+        (_, Some(v)) => format!(
+            "paced, `ChargeMaxConcurrency` {}",
+            u(&v["load"]["charge_concurrency"])
+        ),
+        (_, None) => "paced".to_owned(),
+    };
+    let mut row = vec![label, run.flags(), run.seed.to_string()];
+    match report {
+        None => row.push("not measured in this run".into()),
+        Some(v) => {
+            let l = &v["load"];
+            row.extend([
+                secs(f(&l["drain_secs"])),
+                format!("{:.3}", f(&l["drain_ratio"])),
+                secs(f(&l["latency_p99_secs"])),
+                thousands(u(&l["capacity_429s"])),
+                format!("{:.4}", f(&l["creates_per_charge"])),
+                thousands(u(&l["waited_visibility_timeout"])),
+            ]);
+            if let Some(why) = fault(run, v) {
+                row[0] = format!("{} (**{why}**)", row[0]);
+            }
+        }
+    }
+    row.resize(9, String::new());
+    row
+}
+
+fn reference_part(
+    runs: &[(BurstRun, Option<Value>)],
+    run: &BurstRun,
+    load: &Value,
+) -> Result<String, Error> {
+    let rows = runs
+        .iter()
+        .filter(|(r, _)| r.role != Role::BelowLimit)
+        .map(|(r, v)| row(r, v));
+    TEMPLATE.fill(
+        "reference",
+        &[
+            ("orders", thousands(run.orders)),
+            ("rate", run.arrival_rate.to_string()),
+            ("limit", u(&load["create_limit"]).to_string()),
+            ("ideal", f(&load["ideal_drain_secs"]).to_string()),
+            ("table", rows_string(rows)),
+        ],
+    )
+}
+
+/// The links to the runs drawn with `--svg`, if any was measured.
+fn drawn_part(runs: &[(BurstRun, Option<Value>)]) -> Result<String, Error> {
+    let drawn: Vec<(&BurstRun, &str)> = runs
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .filter_map(|(r, _)| Some((r, r.svg?)))
+        .collect();
+    let Some((first, _)) = drawn.first() else {
+        return Ok(String::new());
+    };
+    let links: Vec<String> = drawn
+        .iter()
+        .map(|(r, svg)| {
+            let name = if r.pacing() { "paced" } else { "no pacing" };
+            format!("[{name}](docs/bench/{svg})")
+        })
+        .collect();
+    let what = if drawn.len() == 1 { "run" } else { "two runs" };
+    TEMPLATE.fill(
+        "drawn",
+        &[
+            ("what", what.into()),
+            ("seed", first.seed.to_string()),
+            ("links", links.join(", ")),
+        ],
+    )
+}
+
+/// Below the limit, and what bounds the paced drain.
+fn limits_paragraph(
+    runs: &[(BurstRun, Option<Value>)],
+    reference: &Value,
+) -> Result<String, Error> {
+    let measured = |role: Role| {
+        runs.iter()
+            .filter(move |(r, _)| r.role == role)
+            .filter_map(|(r, v)| v.as_ref().map(|v| (r, &v["load"])))
+    };
+    let mut notes = Vec::new();
+    if let Some((run, l)) = measured(Role::BelowLimit).next() {
+        let s = |key: &str| format!("{:.2}", f(&l[key]));
+        notes.push(sentence(
+            "below-limit",
+            &[
+                ("orders", thousands(run.orders)),
+                ("rate", run.arrival_rate.to_string()),
+                ("p50", s("latency_p50_secs")),
+                ("p99", s("latency_p99_secs")),
+                ("max", s("latency_max_secs")),
+                ("slowest", s("max_create_latency_secs")),
+                ("capacity_429s", thousands(u(&l["capacity_429s"]))),
+            ],
+        )?);
+    }
+    // The charge environments together get what the reconciler and the events function leave
+    // of the budget (`StripeBudget`, the split the functions make at init).
+    let budget = StripeBudget {
+        per_second: u(&reference["stripe_rps"]),
+        charge_concurrency: u(&reference["charge_concurrency"]),
+    };
+    let charges = budget.charge_share() * budget.charge_concurrency as f64;
+    let limit = u(&reference["create_limit"]) as f64;
+    notes.push(sentence(
+        "floor",
+        &[
+            ("limit", limit.to_string()),
+            ("charges", charges.to_string()),
+            ("floor", format!("{:.3}", limit / charges)),
+            ("budget", budget.per_second.to_string()),
+            (
+                "kept",
+                (budget.reconciler_share() + budget.events_share()).to_string(),
+            ),
+        ],
+    )?);
+    let drains: Vec<String> = measured(Role::Variant)
+        .filter_map(|(r, l)| Some((r.charge_burst?, l)))
+        .enumerate()
+        .map(|(i, (b, l))| {
+            let (was, unit) = if i == 0 {
+                (" the drain was", " × N/L")
+            } else {
+                ("", "")
+            };
+            format!("with {b}{was} {:.2}{unit}", f(&l["drain_ratio"]))
+        })
+        .collect();
+    if !drains.is_empty() {
+        notes.push(sentence(
+            "burst",
+            &[
+                ("burst", charge::BURST.to_string()),
+                ("drains", drains.join(", ")),
+            ],
+        )?);
+    }
+    Ok(paragraph(&notes.join(" ")))
+}
+
+/// Whether the runs count, and what they took.
+fn runs_paragraph(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<String, Error> {
+    let measured: Vec<(&BurstRun, &Value)> = runs
+        .iter()
+        .filter_map(|(r, v)| Some((r, v.as_ref()?)))
+        .collect();
+    let faulty: Vec<String> = measured
+        .iter()
+        .filter_map(|(r, v)| Some(format!("{}: {}", r.name, fault(r, v)?)))
+        .collect();
+    let counted = if faulty.is_empty() {
+        sentence("all-count", &[("runs", measured.len().to_string())])?
+    } else {
+        sentence("some-do-not-count", &[("faulty", faulty.join("; "))])?
+    };
+    let wall: f64 = measured.iter().map(|(_, v)| f(&v["wall_secs"])).sum();
+    let unpaced_wall: f64 = measured
+        .iter()
+        .filter(|(r, _)| r.role == Role::Unpaced)
+        .map(|(_, v)| f(&v["wall_secs"]))
+        .sum();
+    let took = sentence(
+        "wall",
+        &[
+            ("wall", format!("{wall:.0}")),
+            ("date", date.to_owned()),
+            ("unpaced_wall", format!("{unpaced_wall:.0}")),
+        ],
+    )?;
+    Ok(paragraph(&format!("{counted} {took}")))
+}
+
+/// Section 7 from the runs' reports. `date` is when they ran.
+pub fn section(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<String, Error> {
+    let reference = runs
+        .iter()
+        .find(|(r, v)| r.role == Role::Paced && v.is_some())
+        .and_then(|(r, v)| Some((r, &v.as_ref()?["load"])));
+    let es = charge::EVENT_SOURCE;
+    // The limit the runs were given (in every report), else the one they would be.
+    let limit = reference.map_or(u64::from(Capacity::STRIPE_ENDPOINT_PER_SEC), |(_, l)| {
+        u(&l["create_limit"])
+    });
+    let mut out = TEMPLATE.fill(
+        "main",
+        &[
+            ("limit", limit.to_string()),
+            ("account", Capacity::STRIPE_ACCOUNT_PER_SEC.to_string()),
+            ("p50_ms", CreateLatency::DEFAULT_P50.as_millis().to_string()),
+            ("batch", es.batch_size.to_string()),
+            ("visibility", thousands(es.visibility_timeout_secs)),
+        ],
+    )?;
+    let Some((run, load)) = reference else {
+        return Ok(out + TEMPLATE.part("not-measured")?);
+    };
+    out += &reference_part(runs, run, load)?;
+    out += &drawn_part(runs)?;
+    out += &limits_paragraph(runs, load)?;
+    out.push('\n');
+    out += &runs_paragraph(runs, date)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::burst::{test_report as report, RUNS};
+
+    fn all_runs() -> Vec<(BurstRun, Option<Value>)> {
+        RUNS.iter()
+            .map(|r| (*r, Some(report(r, 918.7, 810.5, 1.0002))))
+            .collect()
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_reference_run_with_its_ratio() {
+        let mut runs = all_runs();
+        runs[0].1 = Some(report(&RUNS[0], 4375.4, 4160.77, 1.7672));
+        runs[8].1 = Some(report(&RUNS[8], 1267.5, 1155.5, 1.0));
+        let w = section(&runs, "today").unwrap();
+        // The prose is wrapped: compare it as one line.
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 1 + 10, "{w}");
+        assert_eq!(
+            rows[1],
+            "| no pacing | `--no-pacing` | 1 | 4,375 s | 5.469 | 4,161 s | 15,343 | 1.7672 | 0 |"
+        );
+        assert!(
+            rows[3].starts_with(
+                "| paced, `ChargeMaxConcurrency` 2 | — | 1 | 918.7 s | 1.148 | 810.5 s |"
+            ),
+            "{w}"
+        );
+        assert!(
+            rows[5]
+                .starts_with("| paced, `ChargeMaxConcurrency` 5 | `--charge-concurrency 5` | 1 |"),
+            "{w}"
+        );
+        assert!(flat.contains("so N/L = 800 s."), "{w}");
+        assert!(flat.contains("25/22 = 1.136 × N/L"), "{w}");
+        assert!(
+            flat.contains("the reconciler and the events function keep 2."),
+            "{w}"
+        );
+        assert!(
+            flat.contains("with 2 the drain was 1.58 × N/L, with 10 1.15, because"),
+            "{w}"
+        );
+        assert!(
+            flat.contains("Below the limit (2,000 orders at 10/s): p50 0.47 s"),
+            "{w}"
+        );
+        assert!(
+            flat.contains(
+                "[no pacing](docs/bench/burst-unpaced.svg), [paced](docs/bench/burst-paced.svg)"
+            ),
+            "{w}"
+        );
+        assert!(
+            flat.contains("In each of the 11 runs every invariant held"),
+            "{w}"
+        );
+        assert!(
+            flat.contains("took 22 s of wall time in all on today (the unpaced ones 4 s"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_broken_or_missing_run_shows() {
+        let mut runs = all_runs();
+        let broken = runs[3].1.as_mut().unwrap();
+        broken["invariants_hold"] = false.into();
+        broken["first_violation"] = "double charge".into();
+        broken["load"]["settled"] = 19_999.into();
+        runs[1].1 = None;
+        let w = section(&runs, "today").unwrap();
+        // The prose is wrapped: compare it as one line.
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("| no pacing | `--no-pacing` | 2 | not measured in this run |"),
+            "{w}"
+        );
+        assert!(
+            flat.contains(
+                "(**invariant broken: double charge, 19999 of 20000 orders settled**) | — | 2 |"
+            ),
+            "{w}"
+        );
+        assert!(
+            flat.contains("**Runs that do not count**: paced-seed2: invariant broken"),
+            "{w}"
+        );
+        let none = section(&RUNS.map(|r| (r, None)), "today").unwrap();
+        assert!(none.ends_with("Not measured in this run.\n"), "{none}");
+    }
+}

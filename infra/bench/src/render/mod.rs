@@ -1,0 +1,120 @@
+//! BENCHMARKS.md from the JSON `make bench` writes: each section's figures read from the output
+//! directory and filled into its template (`infra/bench/templates/`, see [`crate::markdown`]).
+//! `render` writes the whole file; `render_section` replaces one section of an existing one.
+
+use std::path::Path;
+
+use crate::index_cost::IndexRow;
+use crate::markdown::{replace_section, Template};
+use crate::records::{read, read_footprints, read_opt, WireRow};
+use crate::template;
+
+pub mod burst;
+pub mod cost;
+pub mod footprint;
+pub mod requests;
+pub mod throughput;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const HEADER: Template = template!("header.md");
+
+/// The hand-written profile notes section 3 splices in as they are, when there.
+fn profile_notes() -> Option<String> {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profile.md")).ok()
+}
+
+/// When the measurements ran and on what.
+pub struct Run {
+    /// `BENCH_DATE`.
+    pub date: String,
+    /// `BENCH_SIM_PROFILE`: the profile `simulate` was built with.
+    pub sim_profile: String,
+    pub cores: usize,
+    pub model: String,
+}
+
+impl Run {
+    /// From the environment `infra/bench/run.sh` sets, and this machine.
+    pub fn from_env() -> Self {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name") || l.starts_with("Model"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        Self {
+            date: std::env::var("BENCH_DATE").unwrap_or_else(|_| "unknown".into()),
+            sim_profile: std::env::var("BENCH_SIM_PROFILE").unwrap_or_else(|_| "sim".into()),
+            cores,
+            model,
+        }
+    }
+}
+
+fn throughput(dir: &Path, run: &Run) -> Result<String, Error> {
+    let t = throughput::Throughput::read(dir, &run.sim_profile)?;
+    throughput::section(&t, profile_notes().as_deref())
+}
+
+fn footprint(dir: &Path, run: &Run) -> Result<String, Error> {
+    footprint::section(
+        &read_footprints(dir)?,
+        &footprint::previous()?,
+        read_opt(dir, "rss.json")?,
+        &run.date,
+    )
+}
+
+fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
+    burst::section(&crate::burst::read_reports(dir)?, &run.date)
+}
+
+/// The whole of BENCHMARKS.md from `dir`. Steps left out of a run (`BENCH_STEPS`) whose JSON is
+/// absent render as "not measured"; sections 1, 2 and 6 need theirs.
+pub fn render(dir: &Path, run: &Run) -> Result<String, Error> {
+    let rows: Vec<WireRow> = read(dir, "wire.json")?;
+    let index: Vec<IndexRow> = read(dir, "index.json")?;
+    let mut md = HEADER.fill(
+        "main",
+        &[
+            ("date", run.date.clone()),
+            ("cores", run.cores.to_string()),
+            ("model", run.model.clone()),
+        ],
+    )?;
+    md += &requests::requests(&rows)?;
+    md += &throughput(dir, run)?;
+    md += &footprint(dir, run)?;
+    md += &cost::section(dir, &read_footprints(dir)?)?;
+    md += &requests::reads(index)?;
+    md += &burst(dir, run)?;
+    Ok(md)
+}
+
+/// `doc` with the section `name` (`sim`, `footprint`, `cost` or `burst`) rendered again from
+/// `dir`, and that section's number.
+pub fn render_section(
+    name: &str,
+    dir: &Path,
+    run: &Run,
+    doc: &str,
+) -> Result<(String, u32), Error> {
+    let (section, number) = match name {
+        "sim" => (throughput(dir, run)?, 3),
+        "footprint" => (footprint(dir, run)?, 4),
+        "cost" => (cost::section(dir, &read_footprints(dir)?)?, 5),
+        "burst" => (burst(dir, run)?, 7),
+        _ => {
+            return Err(format!(
+                "unknown section {name:?}: `sim` (3), `footprint` (4), `cost` (5) and `burst` (7) render alone"
+            )
+            .into())
+        }
+    };
+    Ok((replace_section(doc, number, &section)?, number))
+}
