@@ -135,7 +135,7 @@ fn the_default_run_is_pinned() {
     );
 }
 
-const PINNED_SEED_1: &str = "b465f7a17fa17cf8";
+const PINNED_SEED_1: &str = "69f216760fbd2595";
 const PINNED_SEED_2: &str = "0a894571416fcbb9";
 
 #[test]

@@ -18,6 +18,8 @@ pub mod throughput;
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 const HEADER: Template = template!("header.md");
+/// Section 8: counted by hand for the change it describes, rendered as written.
+const CODE: Template = template!("8-code.md");
 
 /// The hand-written profile notes section 3 splices in as they are, when there.
 fn profile_notes() -> Option<String> {
@@ -93,6 +95,7 @@ pub fn render(dir: &Path, run: &Run) -> Result<String, Error> {
     md += &cost::section(dir, &read_footprints(dir)?)?;
     md += &requests::reads(index)?;
     md += &burst(dir, run)?;
+    md += &CODE.fill("main", &[])?;
     Ok(md)
 }
 
