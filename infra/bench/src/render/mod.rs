@@ -72,8 +72,9 @@ fn footprint(dir: &Path, run: &Run) -> Result<String, Error> {
     )
 }
 
+/// Section 7, ending with a blank line as every section before the last does.
 fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
-    burst::section(&crate::burst::read_reports(dir)?, &run.date)
+    Ok(burst::section(&crate::burst::read_reports(dir)?, &run.date)? + "\n")
 }
 
 /// The whole of BENCHMARKS.md from `dir`. Steps left out of a run (`BENCH_STEPS`) whose JSON is
