@@ -219,11 +219,13 @@ impl StripeEvent {
 
 /// `T` from JSON; an error names where in it (`data.object.id: invalid type: …`).
 fn from_json<T: DeserializeOwned>(json: &[u8]) -> Result<T, EventParseError> {
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let value =
-        serde_path_to_error::deserialize(&mut de).map_err(|e| EventParseError(e.to_string()))?;
-    de.end().map_err(|e| EventParseError(e.to_string()))?;
-    Ok(value)
+    serde_json::from_slice(json).map_err(|e| {
+        // Read again only to name where: tracking the path on every read would copy every key.
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let e = serde_path_to_error::deserialize::<_, T>(&mut de)
+            .map_or_else(|e| e.to_string(), |_| e.to_string());
+        EventParseError(e)
+    })
 }
 
 /// Why Stripe does not confirm what an event says (the `Reason` of the `EventMismatch` metric):
