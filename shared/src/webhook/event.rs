@@ -170,8 +170,8 @@ impl StripeEvent {
         Ok(event)
     }
 
-    /// The event `head` begins (at `at` in its JSON), with the PaymentIntent `intent` reads for a
-    /// `payment_intent.*` event.
+    /// The event with `head`'s id and type (`at`: where the event is in its JSON, for an error),
+    /// and for a `payment_intent.*` event the PaymentIntent that `intent` reads.
     fn from_head(
         head: EventHead,
         at: &str,
