@@ -35,7 +35,7 @@
 //! (an event Stripe does not confirm), `SentToReview` (`ReasonClass`) and
 //! `WebhookSettledConflict`, all alarmed (paged).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -100,7 +100,7 @@ impl<'de> Deserialize<'de> for Incoming {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let json = Box::<RawValue>::deserialize(d)?;
         // The keys of an object (of anything else: an error), their values skipped.
-        let keys = serde_json::from_str::<HashMap<String, IgnoredAny>>(json.get());
+        let keys = serde_json::from_str::<BTreeMap<String, IgnoredAny>>(json.get());
         Ok(match keys {
             Ok(keys) if keys.contains_key("detail-type") => Incoming::EventBridge(json.into()),
             Ok(_) => Incoming::Other(serde_json::from_str(json.get()).map_err(de::Error::custom)?),

@@ -155,8 +155,8 @@ impl StripeEvent {
         Ok(event)
     }
 
-    /// The event `head` begins (at `at` in its JSON), with the PaymentIntent `intent` reads for a
-    /// `payment_intent.*` event.
+    /// The event with `head`'s id and type (`at`: where the event is in its JSON, for an error),
+    /// and for a `payment_intent.*` event the PaymentIntent that `intent` reads.
     fn from_head(
         head: EventHead,
         at: &str,
@@ -204,11 +204,13 @@ impl StripeEvent {
 
 /// `T` from JSON; an error names where in it (`data.object.id: invalid type: …`).
 fn from_json<T: DeserializeOwned>(json: &[u8]) -> Result<T, EventParseError> {
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let value =
-        serde_path_to_error::deserialize(&mut de).map_err(|e| EventParseError(e.to_string()))?;
-    de.end().map_err(|e| EventParseError(e.to_string()))?;
-    Ok(value)
+    serde_json::from_slice(json).map_err(|e| {
+        // Read again only to name where: tracking the path on every read would copy every key.
+        let mut de = serde_json::Deserializer::from_slice(json);
+        let e = serde_path_to_error::deserialize::<_, T>(&mut de)
+            .map_or_else(|e| e.to_string(), |_| e.to_string());
+        EventParseError(e)
+    })
 }
 
 #[cfg(test)]
