@@ -1,39 +1,37 @@
-//! # charge-once: the charge core
+//! # charge-once: the shells and the adapters
 //!
 //! One confirmed order must become **exactly one** charge at Stripe, although every hop under it
-//! (API retries, SQS, Lambda, the network) delivers at least once. This crate holds everything that
-//! decides what happens; the Lambda functions under `functions/` only wire it to AWS.
+//! (API retries, SQS, Lambda, the network) delivers at least once. The rules that decide what
+//! happens are the crate `charge_core` (`core/`: no I/O); this crate runs them against the world:
+//! the ports, the async shells that call Stripe, DynamoDB and SQS as a plan says, and the adapters.
+//! The Lambda functions under `functions/` only wire it to AWS.
+//!
+//! Re-exported from `charge_core` under the paths the shells have always used: [`domain`],
+//! [`ids`], [`time`], [`operation`], [`outcome`], [`outbox`], [`store_rules`] (and the plans, as
+//! [`executor::plan`] and [`reconciler::plan`]).
 //!
 //! Map of the crate:
-//! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
-//!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
-//! - [`ids`]: where fresh UUIDs come from (a per-thread seam the deterministic simulation seeds).
-//! - [`time`]: `Timestamp` (milliseconds since the epoch), the system and the manual clock.
-//! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
-//! - [`outcome`]: Stripe's answers, classified once: [`outcome::outcome_for`] and [`outcome::GatewayError`].
-//! - [`outbox`]: which committed change is an outcome the order service must learn, the event
-//!   that says it (stable `event_id`).
-//! - [`ports`]: every trait the core needs from the world, in one place: [`ports::OperationStore`],
+//! - [`ports`]: every trait the shells need from the world, in one place: [`ports::OperationStore`],
 //!   [`ports::ChargeQueue`], [`ports::PaymentGateway`], [`ports::WebhookInbox`],
 //!   [`ports::OutcomePublisher`], the [`Clock`], ... (its module doc maps each to its adapters).
-//! - [`store_rules`]: the store's conditional writes as pure transitions (guards, then the change),
-//!   called by the in-memory stores and sent by the DynamoDB adapter as condition expressions.
-//! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation,
-//!   built on the pure decisions in [`executor::plan`].
+//! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation:
+//!   claim, act as the charge plan decides, record fenced.
 //! - [`adapters`]: the real adapters: Stripe over HTTPS (hyper-util), DynamoDB, SQS FIFO.
 //! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
-//! - [`webhook`]: Stripe's webhooks as an idempotent inbox: signature, event → transition,
+//! - [`webhook`]: Stripe's events as an idempotent inbox: signature, parsing,
 //!   [`webhook::receive`] on the ports (settles, never creates).
+//! - [`pacing`]: the Stripe request budget shared by an environment's calls.
 //! - [`config`]: typed configuration from the environment, read once at init.
 //! - [`startup`]: a function that cannot start reports why to the Lambda runtime API, so the
 //!   invoker hears it.
 //! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
-//! - `testing` (tests only: this crate's unit tests and the `testing` feature): the fixtures every
-//!   test builds orders, operations and store writes from.
+//! - `testing` (tests only: this crate's unit tests and the `testing` feature): the rules' fixtures
+//!   and the helpers that write them to a store.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
 //!   fake gateway, for fast tests and the embedded simulation.
 //!
-//! Domain logic never imports an AWS or HTTP type; adapters never decide business outcomes.
+//! Adapters never decide business outcomes; the rules cannot import an adapter (Cargo keeps them
+//! apart) and `tests/module_layers.rs` keeps this crate's modules from importing each other back.
 
 // The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
 pub use charge_core::{domain, ids, operation, outbox, outcome, store_rules, time};
