@@ -1,0 +1,118 @@
+//! The docs stay true to the tree: every relative link in every Markdown file of the repository
+//! resolves to a file or folder that exists (a moved module, a renamed doc, a link written against
+//! an older layout fails here). Links to the web, to `mailto:` and to anchors of the same page are
+//! not checked; a link's own `#anchor` is not checked either, only the file it names.
+
+use std::path::{Path, PathBuf};
+
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let files = markdown_files(root);
+    assert!(files.len() > 5, "only {} Markdown files found", files.len());
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        // bench's expected render is BENCHMARKS.md as `make bench` writes it at the root: its links
+        // are the root's.
+        let base = if file.ends_with("infra/bench/tests/render/expected.md") {
+            root
+        } else {
+            file.parent().unwrap()
+        };
+        for (line, target) in broken_links(&text, base) {
+            let shown = file.strip_prefix(root).unwrap().display();
+            broken.push(format!("{shown}:{line}: {target}"));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "links that resolve to nothing:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// The twin: a link to a missing file is reported with its line, one to a present file, a web
+/// address, an anchor or a link inside a code block is not.
+#[test]
+fn a_link_to_a_missing_file_is_found_and_the_others_are_not() {
+    let dir = std::env::temp_dir().join(format!("docs-links-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(dir.join("docs/here.md"), "# Here\n").unwrap();
+    let text = "see [here](docs/here.md#here) and [web](https://example.com/x.md)\n\
+                and [top](#top), then [gone](docs/gone.md \"title\")\n\
+                ```\n[in code](nowhere.md)\n```\n\
+                [ref]: ./docs/missing.md\n";
+    let found = broken_links(text, &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        found,
+        vec![
+            (2, "docs/gone.md".to_string()),
+            (6, "./docs/missing.md".to_string())
+        ]
+    );
+}
+
+/// (line, target) of each relative link in `text` that names nothing under `base`.
+fn broken_links(text: &str, base: &Path) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        for target in link_targets(line) {
+            let path = target.split('#').next().unwrap();
+            if path.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            if !base.join(path).exists() {
+                out.push((n + 1, target));
+            }
+        }
+    }
+    out
+}
+
+/// The targets of `[text](target "title")` links and `[ref]: target` definitions on one line,
+/// leaving out what sits between backticks.
+fn link_targets(line: &str) -> Vec<String> {
+    let line: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    let mut rest = line.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let end = after.find(')').unwrap_or(after.len());
+        let target = after[..end].split_whitespace().next().unwrap_or("");
+        out.push(target.trim_matches(|c| c == '<' || c == '>').to_string());
+        rest = &after[end..];
+    }
+    let trimmed = line.trim_start();
+    if trimmed.starts_with('[') {
+        if let Some((_, target)) = trimmed.split_once("]: ") {
+            out.push(target.split_whitespace().next().unwrap_or("").to_string());
+        }
+    }
+    out
+}
+
+fn markdown_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        let skipped = name.starts_with('.') || name.starts_with("target") || name == "node_modules";
+        if path.is_dir() && !skipped && !path.is_symlink() {
+            out.extend(markdown_files(&path));
+        } else if path.extension().is_some_and(|e| e == "md") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
