@@ -2,13 +2,16 @@
 .PHONY: run test walkthrough lint fmt template-check bench supply-chain
 
 # The main job: the whole pipeline locally, with faults, checked against the Stripe simulator.
+# Flags go in ARGS: `make run ARGS='--orders 5 --seed 2'` (or run `cargo run -p simulate -- --help`).
 run:
-	cargo run -q -p simulate --
+	@echo "make run: builds the simulation first (several minutes the first time), then runs it" >&2
+	cargo run -p simulate -- $(ARGS)
 
 # Starts moto (DynamoDB + SQS + Secrets Manager) on a free port for the duration of the tests,
 # installing it into .venv on first use; the Stripe simulator is embedded in the tests that need it.
+# The last line adds up every test binary's result: passed, failed, ignored.
 test:
-	infra/local/with-stack.sh cargo test --workspace
+	infra/local/with-stack.sh infra/local/test-summary.sh cargo test --workspace
 
 # The README's "Invoke the functions locally", every step asserted: up.sh (moto, stripe-sim,
 # cargo lambda watch on free ports), one order charged once, one dropped response settled by the
