@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's "Invoke the functions locally", run command by command (the same commands; files
-# in a temporary directory instead of /tmp/*.json) against the local stack
+# in a temporary directory of its own, as the README's `w`) against the local stack
 # (infra/local/up.sh: moto, stripe-sim, `cargo lambda watch` on free ports, in a temporary
 # directory), with every step's outcome asserted. CI runs it (.ci/run) so the README cannot rot.
 #
