@@ -34,19 +34,23 @@ pub fn human_age(age: Duration) -> String {
 }
 
 /// One line of text for a table cell: control characters (newlines, tabs) become spaces, and
-/// anything past `max` characters is cut and marked with `…`.
+/// anything past `max` characters is cut, at the last space when one is in the second half (a word
+/// is never shown half), and marked with `…`.
 pub fn cell(text: &str, max: usize) -> String {
     let clean: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     if clean.chars().count() <= max {
-        clean
-    } else {
-        let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
+        return clean;
     }
+    let mut cut: String = clean.chars().take(max.saturating_sub(1)).collect();
+    let half = cut.len() / 2;
+    if let Some(space) = cut.rfind(' ').filter(|&at| at >= half) {
+        cut.truncate(space);
+    }
+    cut.push('…');
+    cut
 }
 
 /// `1250 usd`.
@@ -397,6 +401,12 @@ mod tests {
         assert!(cut.ends_with('…'));
         // Multi-byte characters are never split.
         assert_eq!(cell("ééééé", 3), "éé…");
+        // Nor words, where a space is near the end.
+        assert_eq!(cell("outcome unknown: timed out", 20), "outcome unknown:…");
+        assert_eq!(
+            cell("outcome unknown: timed out", 26),
+            "outcome unknown: timed out"
+        );
     }
 
     #[test]
