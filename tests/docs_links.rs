@@ -1,7 +1,10 @@
-//! The docs stay true to the tree: every relative link in every Markdown file of the repository
-//! resolves to a file or folder that exists (a moved module, a renamed doc, a link written against
-//! an older layout fails here). Links to the web, to `mailto:` and to anchors of the same page are
-//! not checked; a link's own `#anchor` is not checked either, only the file it names.
+//! The docs stay true to the tree:
+//! - every relative link in every Markdown file of the repository resolves to a file or folder that
+//!   exists (a moved module, a renamed doc, a link written against an older layout fails here).
+//!   Links to the web, to `mailto:` and to anchors of the same page are not checked; a link's own
+//!   `#anchor` is not checked either, only the file it names;
+//! - wherever the docs count the functions ("three functions"), the count is the template's, and
+//!   the template's functions are the crates under `functions/`, each named in the README.
 
 use std::path::{Path, PathBuf};
 
@@ -114,5 +117,119 @@ fn markdown_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out.sort();
+    out
+}
+
+#[test]
+fn the_docs_count_and_name_the_template_s_functions() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
+    let names = template_functions(&template);
+    assert_eq!(names.len(), 5, "the template's functions: {names:?}");
+    let mut crates: Vec<String> = std::fs::read_dir(root.join("functions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    assert_eq!(
+        crates, names,
+        "functions/ holds one crate per function of the template"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for name in &names {
+        assert!(
+            readme.contains(&format!("{name}/")),
+            "README.md does not name {name}/"
+        );
+    }
+    let mut wrong = Vec::new();
+    for file in markdown_files(root) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (line, count) in function_counts(&text) {
+            if count != names.len() {
+                let shown = file.strip_prefix(root).unwrap().display();
+                wrong.push(format!("{shown}:{line}: {count} functions"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the template has {} functions:\n{}",
+        names.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The twin: a count in words or digits before "functions" (with words that describe a function
+/// between) is read; other numbers are not.
+#[test]
+fn a_function_count_is_read_in_words_or_digits() {
+    let text =
+        "three arm64 `provided.al2023` functions\nthe 5 functions\nfive orders, two retries\n";
+    assert_eq!(function_counts(text), vec![(1, 3), (2, 5)]);
+    let yaml = "  CheckoutFunction:\n    Type: AWS::Serverless::Function\n  Queue:\n    Type: AWS::SQS::Queue\n";
+    assert_eq!(template_functions(yaml), vec!["checkout".to_string()]);
+}
+
+/// The template's functions by resource name (`CheckoutFunction` → `checkout`), sorted.
+fn template_functions(template: &str) -> Vec<String> {
+    let lines: Vec<&str> = template.lines().collect();
+    let mut names: Vec<String> = lines
+        .windows(2)
+        .filter(|w| w[1].trim() == "Type: AWS::Serverless::Function")
+        .map(|w| {
+            w[0].trim()
+                .trim_end_matches(':')
+                .trim_end_matches("Function")
+                .to_lowercase()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// (line, count) of each "N … functions" in `text`: a number (a word up to ten, or digits), then
+/// only words that describe a function (arm64, Lambda, Rust, ...), then "functions".
+fn function_counts(text: &str) -> Vec<(usize, usize)> {
+    const DESCRIBING: [&str; 7] = [
+        "arm64",
+        "lambda",
+        "rust",
+        "provided.al2023",
+        "deployed",
+        "aws",
+        "x86-64",
+    ];
+    const WORDS: [&str; 11] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    ];
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let words: Vec<String> = line
+            .split_whitespace()
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase()
+            })
+            .collect();
+        for (i, word) in words.iter().enumerate() {
+            let count = WORDS
+                .iter()
+                .position(|w| w == word)
+                .or_else(|| word.parse().ok());
+            let Some(count) = count else { continue };
+            // Only the words that describe a function may stand between ("five arm64 functions").
+            let between: Vec<&String> = words[i + 1..]
+                .iter()
+                .take_while(|w| DESCRIBING.contains(&w.as_str()))
+                .collect();
+            if words
+                .get(i + 1 + between.len())
+                .is_some_and(|w| w == "functions")
+            {
+                out.push((n + 1, count));
+            }
+        }
+    }
     out
 }
