@@ -13,7 +13,7 @@ run:
 test:
 	infra/local/with-stack.sh infra/local/test-summary.sh cargo test --workspace
 
-# The README's "Invoke the functions locally", every step asserted: up.sh (moto, stripe-sim,
+# docs/local.md, every step asserted: up.sh (moto, stripe-sim,
 # cargo lambda watch on free ports), one order charged once, one dropped response settled by the
 # reconciler's re-drive, one by Stripe's event (EventBridge form) and one by a signed webhook to
 # the events function, a function that cannot start answering why, down.sh. About 3 minutes over

@@ -4,7 +4,9 @@
 //!   Links to the web, to `mailto:` and to anchors of the same page are not checked; a link's own
 //!   `#anchor` is not checked either, only the file it names;
 //! - wherever the docs count the functions ("three functions"), the count is the template's, and
-//!   the template's functions are the crates under `functions/`, each named in the README.
+//!   the template's functions are the crates under `functions/`, each named in the README (its flow);
+//! - every alarm of the template has its row in the runbook (`docs/operations.md`), and no other
+//!   doc keeps a second alarm table to drift from it.
 
 use std::path::{Path, PathBuf};
 
@@ -137,10 +139,10 @@ fn the_docs_count_and_name_the_template_s_functions() {
     );
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     for name in &names {
-        assert!(
-            readme.contains(&format!("{name}/")),
-            "README.md does not name {name}/"
-        );
+        let named = readme
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|word| word == name);
+        assert!(named, "README.md does not name the {name} function");
     }
     let mut wrong = Vec::new();
     for file in markdown_files(root) {
@@ -232,4 +234,78 @@ fn function_counts(text: &str) -> Vec<(usize, usize)> {
         }
     }
     out
+}
+
+#[test]
+fn every_alarm_of_the_template_is_in_the_runbook_once() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
+    let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
+    assert!(alarms.len() >= 20, "the template's alarms: {alarms:?}");
+    let runbook = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let missing: Vec<&String> = alarms
+        .iter()
+        .filter(|a| {
+            !table_rows(&runbook)
+                .iter()
+                .any(|row| row.contains(&format!("`{a}`")))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "alarms with no row in docs/operations.md: {missing:?}"
+    );
+    for file in markdown_files(root) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let tables = text.lines().filter(|l| is_alarm_table_header(l)).count();
+        let allowed = usize::from(file.ends_with("docs/operations.md"));
+        assert!(
+            tables <= allowed,
+            "{} keeps an alarm table of its own: link to docs/operations.md instead",
+            file.strip_prefix(root).unwrap().display()
+        );
+    }
+}
+
+/// The header of a table of alarms: its first column is `alarm`.
+fn is_alarm_table_header(line: &str) -> bool {
+    line.trim_start()
+        .strip_prefix('|')
+        .and_then(|rest| rest.split('|').next())
+        .is_some_and(|first| first.trim().eq_ignore_ascii_case("alarm"))
+}
+
+/// The twin: an alarm resource is read by name; a table row names it; a missing row is seen.
+#[test]
+fn an_alarm_without_a_runbook_row_is_seen() {
+    let yaml =
+        "  QueueAgeAlarm:\n    Type: AWS::CloudWatch::Alarm\n  Q:\n    Type: AWS::SQS::Queue\n";
+    assert_eq!(
+        resources_of_type(yaml, "AWS::CloudWatch::Alarm"),
+        vec!["QueueAgeAlarm"]
+    );
+    let runbook = "| alarm | means |\n|---|---|\n| `QueueAgeAlarm` | old |\nprose `OtherAlarm`\n";
+    let rows = table_rows(runbook);
+    assert!(rows.iter().any(|r| r.contains("`QueueAgeAlarm`")));
+    assert!(
+        !rows.iter().any(|r| r.contains("`OtherAlarm`")),
+        "prose is not a row"
+    );
+}
+
+/// The lines of `text` that are rows of a Markdown table.
+fn table_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('|'))
+        .collect()
+}
+
+/// The names of the template's resources of `kind`, in order.
+fn resources_of_type(template: &str, kind: &str) -> Vec<String> {
+    let lines: Vec<&str> = template.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[1].trim() == format!("Type: {kind}"))
+        .map(|w| w[0].trim().trim_end_matches(':').to_string())
+        .collect()
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's "Invoke the functions locally", run command by command (the same commands; files
-# in a temporary directory of its own, as the README's `w`) against the local stack
+# docs/local.md (invoking the functions locally), run command by command (the same commands; files
+# in a temporary directory of its own, as the doc's `w`) against the local stack
 # (infra/local/up.sh: moto, stripe-sim, `cargo lambda watch` on free ports, in a temporary
-# directory), with every step's outcome asserted. CI runs it (.ci/run) so the README cannot rot.
+# directory), with every step's outcome asserted. CI runs it (.ci/run) so the doc cannot rot.
 #
 # Exits non-zero, naming the step, when any outcome is wrong. Stops what it started — up.sh's
 # PIDs and watch's process group, through down.sh — whether it passes or fails.
@@ -79,7 +79,7 @@ invoke() {
 body() { value "$1" 'json.dumps(json.loads(j["body"]))' >"$1.body"; }
 
 infra/local/up.sh >"$work/up.log" 2>&1 || { cat "$work/up.log" >&2; fail "up.sh failed"; }
-# What the README has the user do after up.sh.
+# What docs/local.md has the user do after up.sh.
 set -a
 # shellcheck disable=SC1091
 . "$work/.local-stack.env"

@@ -116,7 +116,7 @@ fn the_fault_simulation_runs_the_paced_charge_path() {
 }
 
 /// The default run's `trace_hash` for seeds 1 and 2, pinned: a change that moves a decision
-/// (on purpose or not) moves it, and must say so here and in the README's report.
+/// (on purpose or not) moves it, and must say so here and in the simulation's README (its report).
 #[test]
 fn the_default_run_is_pinned() {
     let rt = current_thread();
@@ -128,10 +128,10 @@ fn the_default_run_is_pinned() {
     let (one, two) = (hash(1), hash(2));
     assert_eq!((one.as_str(), two.as_str()), (PINNED_SEED_1, PINNED_SEED_2));
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     assert!(
         readme.contains(&format!("hash {PINNED_SEED_1}")),
-        "README's simulation report shows seed 1's hash {PINNED_SEED_1}"
+        "infra/simulate/README.md's report shows seed 1's hash {PINNED_SEED_1}"
     );
 }
 
