@@ -1,4 +1,4 @@
-//! What every earlier release stored, read and settled by this one (issue 24.1).
+//! What every earlier release stored, read and settled by this one.
 //!
 //! `tests/fixtures/releases/<release>/` holds what a release wrote, generated from that release's
 //! own commit by its own adapters (`infra/release-fixtures/`, which says how the next release adds

@@ -1,4 +1,4 @@
-//! Requests per operation, counted on the wire (issue 8): an interceptor on the DynamoDB and SQS
+//! Requests per operation, counted on the wire: an interceptor on the DynamoDB and SQS
 //! clients counts every attempt by its `X-Amz-Target`, and the embedded stripe-sim counts what it
 //! receives. The real handlers run against moto. A regression in any count fails here; the
 //! published figures (`BENCHMARKS.md`, `make bench`) come from the same scenario code, compiled in
@@ -27,9 +27,10 @@ async fn happy_path_is_three_writes_no_read_one_send_one_stripe_call() {
     let c = Ours::run(Scenario::HappyPath).await;
     // Checkout: conditional PutItem (create). Charge: UpdateItem (claim, lease + first_attempted_at),
     // POST /v1/payment_intents, UpdateItem (record, fenced). Checkout's one SendMessage.
-    // Unchanged by issue 15 on the wire; what changed is off the wire: of these 3 writes only the
-    // put and the settling record write the unknown index (the claim changes nothing it
-    // projects), and no by-operation-id index exists: 5 write units, not 7 (BENCHMARKS.md §5).
+    // The same on the wire whatever the index projects; what changed is off the wire: of these 3
+    // writes only the put and the settling record write the unknown index (the claim changes
+    // nothing it projects), and no by-operation-id index exists: 5 write units, not 7
+    // (BENCHMARKS.md §5).
     assert_eq!(
         c.dynamodb.requests,
         ops(&[("PutItem", 1), ("UpdateItem", 2)])
@@ -70,7 +71,7 @@ async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
     // Checkout: PutItem + SendMessage. Delivery 1: claim + create (response lost, no in-call
     // retry) + record `unknown` = 2 UpdateItem, 1 POST. Tick after the 60 s backoff: one Query per
     // index shard (8) + one of the REVIEW partition (InReview) + one BatchGetItem reading the due
-    // operation's record (issue 15: the index projects keys and operation_id only; the REVIEW
+    // operation's record (the index projects keys and operation_id only; the REVIEW
     // partition is empty, so no read for it) + the guarded reschedule (1 UpdateItem) + the
     // re-drive SendMessage.
     // Delivery 2: claim + create (replayed by the key) + record `succeeded` = 2 UpdateItem, 1 POST.
@@ -92,7 +93,7 @@ async fn reconciliation_past_the_window_searches_and_never_creates() {
     let c = Ours::run(Scenario::ReconcilePastWindow).await;
     // One tick 23 h 11 min after the first attempt (a replayed 500 kept it unknown): 8 Queries
     // (one per index shard) + 1 of the REVIEW partition, 1 BatchGetItem for the due record (the
-    // index carries keys only since issue 15), claim (UpdateItem), search by operation id (GET),
+    // index carries no record), claim (UpdateItem), search by operation id (GET),
     // record (UpdateItem). No create, no SendMessage.
     assert_eq!(
         c.dynamodb.requests,

@@ -16,7 +16,7 @@
 //! would ignore it) with a store built `reading_refusals`: the answers are the same, each refused
 //! write paying one read (the store must not depend on a feature some servers lack).
 //! Last, the unknown index on moto (which applies the INCLUDE projection) shows `status`, and a
-//! claim leaves an operation's entry exactly as it was (issue 26.6).
+//! claim leaves an operation's entry exactly as it was.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,7 +12,7 @@
 //! - the door: every HTTP route has an IAM or JWT authorizer in every configuration (IAM by
 //!   default, no unauthenticated choice), the invoke grant names exactly the checkout route and the
 //!   caller-role parameter, the API writes JSON access logs and pages on 5xx;
-//! - Stripe events in (issue 23), per parameter set ([`configured`] evaluates the template's
+//! - Stripe events in, per parameter set ([`configured`] evaluates the template's
 //!   `Conditions` and drops what they exclude): with default parameters no route lacks an
 //!   authorizer and nothing receives Stripe events; with `StripeWebhookSecretArn` exactly one
 //!   route has none, `POST /stripe/webhook`, throttled on its own; with `StripeEventSourceName` a
@@ -109,8 +109,8 @@ fn env_names(t: &Value, function: &Value) -> BTreeSet<String> {
     names
 }
 
-/// Variables the template sets for the events function ahead of the code: issue 23's contract
-/// (`/work/notes/i23-contract.md`) has its `from_env` read them. Until `WebhookConfig::env_vars()`
+/// Variables the template sets for the events function ahead of the code: the events
+/// function's `from_env` is to read them. Until `WebhookConfig::env_vars()`
 /// lists them they are added to what it reads; once it does, this adds nothing.
 #[test]
 fn each_function_gets_exactly_the_variables_its_config_reads() {
@@ -460,7 +460,7 @@ fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
 #[test]
 fn the_table_is_the_one_the_store_queries() {
     let t = template();
-    // The operations table; the webhook inbox (issue 17) has its own test below.
+    // The operations table; the webhook inbox has its own test below.
     let tables: Vec<_> = of_type(&t, "AWS::DynamoDB::Table")
         .into_iter()
         .filter(|(id, _)| id != "WebhookInboxTable")
@@ -500,7 +500,7 @@ fn the_table_is_the_one_the_store_queries() {
     assert_eq!(
         indexes.keys().map(String::as_str).collect::<Vec<_>>(),
         [UNKNOWN_INDEX],
-        "one index: no index by operation id (issue 15)"
+        "one index: no index by operation id (it would cost a write per operation)"
     );
     let unknown = indexes[UNKNOWN_INDEX];
     assert_eq!(
@@ -1071,7 +1071,8 @@ fn every_route_is_authenticated_and_iam_is_the_default() {
     }
 
     // In every configuration, IAM and JWT: the checkout routes are authenticated, and the only
-    // route without an authorizer is Stripe's webhook, when its secret is set (issues 17, 23).
+    // route without an authorizer is Stripe's webhook, when its secret is set (Stripe
+    // cannot present IAM or JWT credentials; the events function verifies Stripe's signature).
     for (name, set) in CONFIGURATIONS {
         for auth in [DEFAULTS, JWT] {
             let c = config(&and(set, auth));
@@ -1464,7 +1465,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
     // Every alarm exists in this configuration (the webhook's only with events in).
     let t = config(&and(EVERYTHING, ALARM_TOPIC));
     // (1) review is loud, (2) every failure class, (4) poison. The API 5xx alarm belongs to the
-    // API section (issue 11) and is not asserted here.
+    // API section and is not asserted here.
     let wanted = [
         ("ChargeOnce", "InReview", ("Function", "reconciler")),
         // The reconciler's heartbeat.
@@ -1482,7 +1483,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             ("QueueName", "ChargeQueue"),
         ),
         ("ChargeOnce", "SendFailures", ("Function", "reconciler")),
-        // Issue 24: a record this release cannot read is skipped and pages.
+        // A record this release cannot read is skipped and pages.
         (
             "ChargeOnce",
             "UnreadableRecords",
@@ -1500,7 +1501,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "Throttles",
             ("FunctionName", "ChargeFunction"),
         ),
-        // Issue 17: the webhook's refusals, its suspected double charges, and Stripe
+        // The webhook's refusals, its suspected double charges, and Stripe
         // contradicting a settled record.
         ("ChargeOnce", "WebhookRejected", ("Function", "webhook")),
         ("ChargeOnce", "SentToReview", ("Function", "webhook")),
@@ -1510,7 +1511,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             ("Function", "webhook"),
         ),
         ("AWS/Lambda", "Errors", ("FunctionName", "WebhookFunction")),
-        // Issue 23: an event Stripe does not confirm, and events not processed after the retries.
+        // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
         (
             "AWS/SQS",
@@ -2109,7 +2110,7 @@ fn every_reference_resolves_in_every_configuration() {
 
 #[test]
 fn with_default_parameters_no_route_is_public_and_nothing_receives_stripe_events() {
-    // Issue 23: neither event source is the default; the reconciler alone settles.
+    // Neither event source is the default; the reconciler alone settles.
     for p in [
         "StripeEventSourceName",
         "StripeWebhookSecretArn",

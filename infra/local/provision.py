@@ -43,8 +43,8 @@ if table not in ddb.list_tables()["TableNames"]:
                     {"AttributeName": "due_shard", "KeyType": "HASH"},
                     {"AttributeName": "due_at", "KeyType": "RANGE"},
                 ],
-                # As template.yaml: nothing a claim changes is projected (issue 15); status only
-                # changes with due_at, so operators see it at no extra index write (issue 26).
+                # As template.yaml: nothing a claim changes is projected (so a claim writes no index
+                # entry); status only changes with due_at, so operators see it at no extra index write.
                 "Projection": {
                     "ProjectionType": "INCLUDE",
                     "NonKeyAttributes": ["operation_id", "status"],

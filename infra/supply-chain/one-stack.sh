@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# One HTTP/TLS stack per function (issue 15). For each Lambda package, as it is built for the
-# host and for Lambda's arm64 (`cargo tree -e normal`: what ends up in the bootstrap), fails if
+# One HTTP/TLS stack per function (a second one is dead weight in the zip). For each Lambda
+# package, as it is built for the host and for Lambda's arm64 (`cargo tree -e normal`: what ends
+# up in the bootstrap), fails if
 #   - hyper, h2, http, rustls, rustls-webpki, hyper-rustls or tokio-rustls appears in more than one version;
 #   - the crypto backend is not exactly one ring (aws-lc-rs, aws-lc-sys, openssl-sys or native-tls
-#     present). Ring, not aws-lc-rs (issue 27): measured, aws-lc-rs was the largest piece left in
+#     present). Ring, not aws-lc-rs: measured, aws-lc-rs was the largest piece left in
 #     every function's zip (BENCHMARKS.md section 4). deny.toml bans aws-lc-rs from the whole
 #     workspace (the tools use the same client); this checks each function as it is built alone.
-#   - reqwest is present: a second HTTP client (issue 27: the Stripe client speaks to hyper-util
+#   - reqwest is present: a second HTTP client (the Stripe client speaks to hyper-util
 #     directly, with the SDK's own stack; reqwest is for the tools);
 #   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
 #     is for the relay only).

@@ -11,11 +11,11 @@
 //!   the current one, is last), not a second time as `span`. lambda_runtime's subscriber writes
 //!   both, so every line repeated its innermost span's fields (the order and operation ids, the
 //!   caller's ARN at checkout): a third of the bytes a charge logged at INFO, paid per charge in
-//!   CloudWatch Logs ingestion (issue 27, BENCHMARKS.md section 5). No field is dropped: `spans`
+//!   CloudWatch Logs ingestion (BENCHMARKS.md section 5). No field is dropped: `spans`
 //!   holds every span's fields, the current one's included.
 //! - `RUST_LOG` is one level (`debug`), not `EnvFilter` directives per target
 //!   (`info,aws_smithy_runtime=debug`): tracing-subscriber's `env-filter` links a regex engine
-//!   (regex-automata, regex-syntax) into every function (issue 27, BENCHMARKS.md section 4).
+//!   (regex-automata, regex-syntax) into every function (BENCHMARKS.md section 4).
 //! - Other crates' lines stop at DEBUG whatever the level ([`filter`]): lambda_runtime (1.5) logs
 //!   every raw event at TRACE ("raw JSON event received from Lambda", its
 //!   `layers/api_response.rs`): a checkout's bearer token and body, a whole Stripe event, a stream

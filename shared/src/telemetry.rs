@@ -115,7 +115,7 @@ pub fn sent_to_review_line(function: &str, class: ReviewClass, n: u64, at: Times
 /// printing that gives (the reference in the tests): keys in `Map`'s sorted order, a later key
 /// replacing an earlier one of the same name, strings escaped and numbers printed by serde_json.
 /// Built as a `Value` it was the largest part of an EMF line's cost: about 30 allocations for one
-/// line, once per batch in every function (issue 27).
+/// line, once per batch in every function.
 fn emf_line_with(
     function: &str,
     class: Option<(&str, &str)>,

@@ -64,7 +64,8 @@ pub async fn get_of_a_missing_record_is_none(store: Arc<dyn OperationStore>) {
 }
 
 /// Operators find unsettled work by operation id (the unknown index lists it); once settled, an
-/// operation is found by its order id only (no index by operation id: issue 15).
+/// operation is found by its order id only (no index by operation id: it would cost a write per
+/// operation).
 pub async fn get_by_operation_id_finds_unsettled_records_only(store: Arc<dyn OperationStore>) {
     let op = operation("contract-by-id", 1000, T0);
     store.create_if_absent(&op).await.unwrap();

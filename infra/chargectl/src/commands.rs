@@ -204,8 +204,8 @@ pub async fn unknowns(
 }
 
 /// Reads one unsettled operation by its id, or refuses with "no operation ...". Settled ones are
-/// not found by id (no index by operation id, issue 15): there is nothing left to resolve or
-/// re-drive on them, and `show` finds them by order id.
+/// not found by id (no index by operation id: it would cost a write per operation): there is
+/// nothing left to resolve or re-drive on them, and `show` finds them by order id.
 async fn fetch(store: &dyn OperationStore, id: &OperationId) -> Result<Operation, Failure> {
     store
         .get_by_operation_id(id)

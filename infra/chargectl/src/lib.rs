@@ -190,8 +190,8 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     /// The module order of the crate doc: each module uses (`crate::<name>`) only modules after
-    /// it, and nothing of the crate root, so there is no cycle (issue 26: `cli` ↔ `commands` ↔
-    /// `dev` was one).
+    /// it, and nothing of the crate root, so there is no cycle (there was one: `cli` ↔ `commands` ↔
+    /// `dev`).
     #[test]
     fn modules_depend_one_way() {
         let order = ["dev", "aws", "commands", "render", "cli", "duration"];

@@ -623,7 +623,7 @@ async fn resolve_settles_once_stripe_confirms_and_appends_history_with_the_calle
         )
     );
 
-    // Settled now: shown by its order id (no index by operation id, issue 15).
+    // Settled now: shown by its order id (there is no index by operation id).
     let show = f.run(&["show", f.review.order_id.as_str()]);
     assert_exit(&show, 0);
     let text = stdout(&show);
@@ -1377,7 +1377,7 @@ fn docs_queries() -> Vec<DocQuery> {
 }
 
 /// Runs `q` as the AWS CLI would (every page, every shard) and returns each operation id with the
-/// status the index entry shows (the index projects it, issue 26).
+/// status the index entry shows (the index projects it).
 async fn run_doc_query(
     client: &aws_sdk_dynamodb::Client,
     table: &str,

@@ -99,7 +99,7 @@ impl AwsTimeouts {
     ///
     /// Not [`Self::load`]'s whole chain (profile files, SSO, web identity through STS, IMDS,
     /// container credentials, per-service endpoint variables): a function uses none of it, and
-    /// linking it made every function's zip larger (issue 27, BENCHMARKS.md section 4). Operators'
+    /// linking it made every function's zip larger (BENCHMARKS.md section 4). Operators'
     /// tools (`chargectl`) keep the chain.
     pub fn lambda(&self, env: &dyn Env) -> Result<aws_config::SdkConfig, ConfigError> {
         let region = env

@@ -1,6 +1,6 @@
 //! [`StripeGateway`]: the [`PaymentGateway`] over Stripe's HTTP API (HTTP/1.1 over rustls on
-//! ring, with the hyper client the AWS SDK already links; issue 27: reqwest, a second HTTP client,
-//! was about 100 KB of every zip).
+//! ring, with the hyper client the AWS SDK already links; not reqwest, a second HTTP client,
+//! which was about 100 KB of every zip).
 //!
 //! Every answer is classified here, once, into [`GatewayError`]; nothing downstream sees an HTTP
 //! status. Any retry inside a call re-sends the **same** request with the **same** idempotency key,

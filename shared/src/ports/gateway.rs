@@ -14,7 +14,7 @@ pub struct CreatePaymentIntent {
     pub idempotency_key: IdempotencyKey,
     pub operation_id: OperationId,
     /// Sent as `metadata[order_id]`: Stripe's webhooks find the operation by it, on the table
-    /// key (issue 17).
+    /// key.
     pub order_id: OrderId,
     pub params: ChargeParams,
 }

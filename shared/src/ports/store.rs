@@ -136,7 +136,7 @@ pub trait OperationStore: Send + Sync {
     /// Finds an **unsettled** record by its operation id (for operators acting on unsettled work;
     /// not on the charge path). A settled record is not found this way: it is read by its order id
     /// ([`get`](Self::get)), which Stripe's metadata also carries. Why: an index by operation id
-    /// would cost a write per operation (issue 15); the unknown index already lists every
+    /// would cost a write per operation; the unknown index already lists every
     /// unsettled one.
     async fn get_by_operation_id(
         &self,

@@ -12,7 +12,7 @@
 //! unsettled work only and its size — and what the reconciler and operators read — never grows
 //! with settled operations.
 //!
-//! **Why not projection ALL (issue 15).** DynamoDB writes a GSI entry whenever a table write puts
+//! **Why not projection ALL.** DynamoDB writes a GSI entry whenever a table write puts
 //! it, deletes it, changes its key, or changes an attribute *projected* into it; a write that
 //! touches none of these costs the index nothing (developer guide, "Provisioned throughput
 //! considerations for global secondary indexes", GSI.Writes). With ALL, the claim (lease fields,

@@ -45,7 +45,7 @@ pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
 /// only in writes that also move or remove the entry (a record sets `due_at` or removes it, a
 /// resolve removes it), and a claim changes neither, so projecting it costs no index write and
 /// operators reading the index see states, not only ids. Nothing a claim changes may be projected
-/// (see [`super`], issue 15; `writes`' tests hold it).
+/// (see [`super`]; `writes`' tests hold it).
 pub const UNKNOWN_INDEX_PROJECTED: &[&str] = &[OPERATION_ID, STATUS];
 /// How many `DUE#<n>` partitions the index is spread over (see [`super`]: why shards).
 pub const DUE_SHARDS: u32 = 8;

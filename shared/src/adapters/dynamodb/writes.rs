@@ -375,7 +375,7 @@ mod tests {
     }
 
     /// DynamoDB writes an index entry only when a write puts, deletes or moves it or changes an
-    /// attribute projected into it (issue 15). A claim touches neither the index keys nor anything
+    /// attribute projected into it. A claim touches neither the index keys nor anything
     /// projected, so it costs the index nothing: projecting anything a claim changes (`attempts`,
     /// `updated_at`, the lease) fails here, as does a claim that sets `status` or `due_at`.
     #[test]
