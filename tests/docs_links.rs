@@ -5,8 +5,10 @@
 //!   `#anchor` is not checked either, only the file it names;
 //! - wherever the docs count the functions ("three functions"), the count is the template's, and
 //!   the template's functions are the crates under `functions/`, each named in the README (its flow);
-//! - every alarm of the template has its row in the runbook (`docs/operations.md`), and no other
-//!   doc keeps a second alarm table to drift from it.
+//! - the runbook's alarm table (`docs/operations.md`) is the template's alarms, each with its own
+//!   `AlarmDescription`, in the template's order (`DOCS_WRITE=1` writes it again from the
+//!   template), and no other doc keeps a second alarm table to drift from it;
+//! - the README's table of figures is rows of BENCHMARKS.md's opening table, as they are there.
 
 use std::path::{Path, PathBuf};
 
@@ -236,24 +238,28 @@ fn function_counts(text: &str) -> Vec<(usize, usize)> {
     out
 }
 
+const ALARMS_BEGIN: &str = "<!-- alarms: from template.yaml";
+const ALARMS_END: &str = "<!-- /alarms -->";
+
 #[test]
-fn every_alarm_of_the_template_is_in_the_runbook_once() {
+fn the_runbook_s_alarm_table_is_the_template_s_alarms_as_described_there() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
-    let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
+    let alarms = alarm_descriptions(&template);
     assert!(alarms.len() >= 20, "the template's alarms: {alarms:?}");
-    let runbook = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
-    let missing: Vec<&String> = alarms
-        .iter()
-        .filter(|a| {
-            !table_rows(&runbook)
-                .iter()
-                .any(|row| row.contains(&format!("`{a}`")))
-        })
-        .collect();
+    let path = root.join("docs/operations.md");
+    let runbook = std::fs::read_to_string(&path).unwrap();
+    let expected = alarm_table(&alarms);
+    let (before, table, after) = alarms_block(&runbook).expect("docs/operations.md's alarm block");
+    if table != expected && std::env::var_os("DOCS_WRITE").is_some() {
+        std::fs::write(&path, format!("{before}{expected}{after}")).unwrap();
+        return;
+    }
+    let differ = differing_rows(table, &expected);
     assert!(
-        missing.is_empty(),
-        "alarms with no row in docs/operations.md: {missing:?}"
+        differ.is_empty(),
+        "docs/operations.md's alarm table differs from template.yaml (write it again with \
+         `DOCS_WRITE=1 cargo test -p integration-tests --test it docs_links`): {differ:#?}"
     );
     for file in markdown_files(root) {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -267,6 +273,108 @@ fn every_alarm_of_the_template_is_in_the_runbook_once() {
     }
 }
 
+/// The twin: a row missing, a description reworded and an alarm the template lacks are each seen;
+/// the table written from the template is accepted.
+#[test]
+fn a_runbook_row_missing_or_worded_otherwise_is_seen() {
+    let yaml = "  QueueAgeAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n      AlarmDescription: >-\n        The oldest message is\n        old. First run: x.\n      Namespace: AWS/SQS\n  Q:\n    Type: AWS::SQS::Queue\n  DlqAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n      AlarmDescription: >-\n        The DLQ holds a message.\n";
+    let alarms = alarm_descriptions(yaml);
+    assert_eq!(
+        alarms,
+        vec![
+            (
+                "QueueAgeAlarm".to_owned(),
+                "The oldest message is old. First run: x.".to_owned()
+            ),
+            ("DlqAlarm".to_owned(), "The DLQ holds a message.".to_owned()),
+        ]
+    );
+    let good = alarm_table(&alarms);
+    let doc = format!("# Runbook\n{ALARMS_BEGIN} -->\n{good}{ALARMS_END}\nmore\n");
+    let (_, table, _) = alarms_block(&doc).unwrap();
+    assert!(differing_rows(table, &good).is_empty());
+    let reworded = good.replace("is old.", "is stale.");
+    let missing: String = good
+        .lines()
+        .filter(|l| !l.contains("Dlq"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let extra = format!("{good}| `GoneAlarm` | removed from the template |\n");
+    for wrong in [reworded, missing, extra] {
+        assert!(!differing_rows(&wrong, &good).is_empty(), "{wrong}");
+    }
+}
+
+/// Each `AWS::CloudWatch::Alarm` of the template with its `AlarmDescription` (a folded `>-`
+/// scalar: its lines joined by spaces), in the template's order.
+fn alarm_descriptions(template: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = template.lines().collect();
+    let mut out = Vec::new();
+    for (i, w) in lines.windows(2).enumerate() {
+        if w[1].trim() != "Type: AWS::CloudWatch::Alarm" {
+            continue;
+        }
+        let name = w[0].trim().trim_end_matches(':').to_owned();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        let resource_indent = indent(w[0]);
+        let body = lines[i + 1..]
+            .iter()
+            .take_while(|l| l.trim().is_empty() || indent(l) > resource_indent);
+        let mut description = None::<Vec<&str>>;
+        let mut key_indent = 0;
+        for l in body {
+            match &mut description {
+                None if l.trim() == "AlarmDescription: >-" => {
+                    key_indent = indent(l);
+                    description = Some(Vec::new());
+                }
+                Some(words) if indent(l) > key_indent => words.push(l.trim()),
+                Some(_) => break,
+                None => {}
+            }
+        }
+        out.push((name, description.unwrap_or_default().join(" ")));
+    }
+    out
+}
+
+/// The runbook's table, as the template describes its alarms.
+fn alarm_table(alarms: &[(String, String)]) -> String {
+    let mut out = String::from(
+        "| alarm | what it means, and the first command (its `AlarmDescription`) |\n|---|---|\n",
+    );
+    for (name, description) in alarms {
+        out += &format!("| `{name}` | {} |\n", description.replace('|', "\\|"));
+    }
+    out
+}
+
+/// `doc` cut around its alarm block: the text up to and including the opening marker's line, the
+/// table, and the text from the closing marker on.
+fn alarms_block(doc: &str) -> Option<(&str, &str, &str)> {
+    let begin = doc.find(ALARMS_BEGIN)?;
+    let table_start = begin + doc[begin..].find('\n')? + 1;
+    let end = table_start + doc[table_start..].find(ALARMS_END)?;
+    Some((&doc[..table_start], &doc[table_start..end], &doc[end..]))
+}
+
+/// The rows of `table` that `expected` lacks, and those of `expected` that `table` lacks.
+fn differing_rows(table: &str, expected: &str) -> Vec<String> {
+    let rows = |t: &str| t.lines().map(str::to_owned).collect::<Vec<_>>();
+    let (have, want) = (rows(table), rows(expected));
+    let mut out: Vec<String> = want
+        .iter()
+        .filter(|r| !have.contains(r))
+        .map(|r| format!("missing or worded otherwise: {r}"))
+        .collect();
+    out.extend(
+        have.iter()
+            .filter(|r| !want.contains(r))
+            .map(|r| format!("not the template's: {r}")),
+    );
+    out
+}
+
 /// The header of a table of alarms: its first column is `alarm`.
 fn is_alarm_table_header(line: &str) -> bool {
     line.trim_start()
@@ -275,37 +383,68 @@ fn is_alarm_table_header(line: &str) -> bool {
         .is_some_and(|first| first.trim().eq_ignore_ascii_case("alarm"))
 }
 
-/// The twin: an alarm resource is read by name; a table row names it; a missing row is seen.
+const FIGURES_BEGIN: &str = "<!-- figures: rows of BENCHMARKS.md's opening table";
+const FIGURES_END: &str = "<!-- /figures -->";
+
 #[test]
-fn an_alarm_without_a_runbook_row_is_seen() {
-    let yaml =
-        "  QueueAgeAlarm:\n    Type: AWS::CloudWatch::Alarm\n  Q:\n    Type: AWS::SQS::Queue\n";
-    assert_eq!(
-        resources_of_type(yaml, "AWS::CloudWatch::Alarm"),
-        vec!["QueueAgeAlarm"]
-    );
-    let runbook = "| alarm | means |\n|---|---|\n| `QueueAgeAlarm` | old |\nprose `OtherAlarm`\n";
-    let rows = table_rows(runbook);
-    assert!(rows.iter().any(|r| r.contains("`QueueAgeAlarm`")));
+fn the_readme_s_figures_are_benchmarks_md_s() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+    let quoted = figure_rows(&readme);
     assert!(
-        !rows.iter().any(|r| r.contains("`OtherAlarm`")),
-        "prose is not a row"
+        quoted.len() >= 3,
+        "the README quotes no figures: {quoted:?}"
+    );
+    let stale = rows_not_in_opening_table(&quoted, &benchmarks);
+    assert!(
+        stale.is_empty(),
+        "README.md quotes figures BENCHMARKS.md's opening table does not have (copy its rows again): {stale:#?}"
     );
 }
 
-/// The lines of `text` that are rows of a Markdown table.
-fn table_rows(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|l| l.trim_start().starts_with('|'))
+/// The twin: a figure changed in the README, or a row from a later section, is seen.
+#[test]
+fn a_readme_figure_other_than_benchmarks_md_s_is_seen() {
+    let bench = "# B\n\n| target | measured | met |\n|---|---|---|\n| drain ≤ 1.15 × N/L | 1.148 × N/L | yes |\n\n## 1. x\n\n| later | 1 | yes |\n";
+    let readme = |row: &str| {
+        format!("intro\n{FIGURES_BEGIN} -->\n| target | measured | met |\n|---|---|---|\n{row}\n{FIGURES_END}\n")
+    };
+    let rows = figure_rows(&readme("| drain ≤ 1.15 × N/L | 1.148 × N/L | yes |"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows_not_in_opening_table(&rows, bench).is_empty());
+    for wrong in [
+        "| drain ≤ 1.15 × N/L | 1.100 × N/L | yes |",
+        "| later | 1 | yes |",
+    ] {
+        let rows = figure_rows(&readme(wrong));
+        assert_eq!(
+            rows_not_in_opening_table(&rows, bench),
+            vec![wrong.to_owned()]
+        );
+    }
+}
+
+/// The data rows of the README's figures block (its header and separator left out).
+fn figure_rows(readme: &str) -> Vec<String> {
+    let Some(begin) = readme.find(FIGURES_BEGIN) else {
+        return Vec::new();
+    };
+    let block = &readme[begin..];
+    let block = &block[..block.find(FIGURES_END).unwrap_or(block.len())];
+    block
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---") && !l.starts_with("| target |"))
+        .map(str::to_owned)
         .collect()
 }
 
-/// The names of the template's resources of `kind`, in order.
-fn resources_of_type(template: &str, kind: &str) -> Vec<String> {
-    let lines: Vec<&str> = template.lines().collect();
-    lines
-        .windows(2)
-        .filter(|w| w[1].trim() == format!("Type: {kind}"))
-        .map(|w| w[0].trim().trim_end_matches(':').to_string())
+/// The rows of `rows` that BENCHMARKS.md's opening table (the text before its section 1) lacks.
+fn rows_not_in_opening_table(rows: &[String], benchmarks: &str) -> Vec<String> {
+    let opening = &benchmarks[..benchmarks.find("\n## 1.").unwrap_or(benchmarks.len())];
+    let table: Vec<&str> = opening.lines().filter(|l| l.starts_with('|')).collect();
+    rows.iter()
+        .filter(|r| !table.contains(&r.as_str()))
+        .cloned()
         .collect()
 }

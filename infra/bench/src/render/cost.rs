@@ -485,11 +485,14 @@ fn main_part(bill: &Bill) -> Result<String, Error> {
     )
 }
 
-/// Section 5 from `DIR/bill.json` (and `bill-lambda-subscriber.json` when there), section 3's
-/// CPU (`cpu-logs.json`) and the init of `footprints`' release build.
-pub fn section(dir: &Path, footprints: &[Value]) -> Result<String, Error> {
+/// The bill of `dir`'s run handed to `body`, or `None` when the run wrote no bill.json.
+fn with_bill<T>(
+    dir: &Path,
+    footprints: &[Value],
+    body: impl FnOnce(&Bill) -> Result<T, Error>,
+) -> Result<Option<T>, Error> {
     let Some(record) = read_opt::<BillRecord>(dir, "bill.json")? else {
-        return TEMPLATE.fill("missing", &[]);
+        return Ok(None);
     };
     let template =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml"))?;
@@ -501,12 +504,32 @@ pub fn section(dir: &Path, footprints: &[Value]) -> Result<String, Error> {
         low,
         full,
     };
-    let mut out = main_part(&bill)?;
-    if let Some(lambda_subscriber) = read_opt::<BillRecord>(dir, "bill-lambda-subscriber.json")? {
-        out += &logs_part(&bill, &lambda_subscriber)?;
+    body(&bill).map(Some)
+}
+
+/// The charge path's Lambda + DynamoDB + SQS per 1M charges at full batches (the $4.00 target).
+pub fn charge_path_full(dir: &Path, footprints: &[Value]) -> Result<Option<f64>, Error> {
+    with_bill(dir, footprints, |bill| {
+        Ok(bill.totals(Source::None, &bill.full)?.charge_path)
+    })
+}
+
+/// Section 5 from `DIR/bill.json` (and `bill-lambda-subscriber.json` when there), section 3's
+/// CPU (`cpu-logs.json`) and the init of `footprints`' release build.
+pub fn section(dir: &Path, footprints: &[Value]) -> Result<String, Error> {
+    let lambda_subscriber = read_opt::<BillRecord>(dir, "bill-lambda-subscriber.json")?;
+    let out = with_bill(dir, footprints, |bill| {
+        let mut out = main_part(bill)?;
+        if let Some(lambda_subscriber) = &lambda_subscriber {
+            out += &logs_part(bill, lambda_subscriber)?;
+        }
+        out += &memory_part(bill)?;
+        out += &relay_part(bill)?;
+        out += &target_part(bill)?;
+        Ok(out)
+    })?;
+    match out {
+        Some(out) => Ok(out),
+        None => TEMPLATE.fill("missing", &[]),
     }
-    out += &memory_part(&bill)?;
-    out += &relay_part(&bill)?;
-    out += &target_part(&bill)?;
-    Ok(out)
 }

@@ -13,6 +13,7 @@ pub mod burst;
 pub mod cost;
 pub mod footprint;
 pub mod requests;
+pub mod targets;
 pub mod throughput;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -20,11 +21,6 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 const HEADER: Template = template!("header.md");
 /// Section 8: counted by hand for the change it describes, rendered as written.
 const CODE: Template = template!("8-code.md");
-
-/// The hand-written profile notes section 3 splices in as they are, when there.
-fn profile_notes() -> Option<String> {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profile.md")).ok()
-}
 
 /// When the measurements ran and on what.
 pub struct Run {
@@ -60,7 +56,7 @@ impl Run {
 
 fn throughput(dir: &Path, run: &Run) -> Result<String, Error> {
     let t = throughput::Throughput::read(dir, &run.sim_profile)?;
-    throughput::section(&t, profile_notes().as_deref())
+    throughput::section(&t)
 }
 
 fn footprint(dir: &Path, run: &Run) -> Result<String, Error> {
@@ -77,31 +73,43 @@ fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
     Ok(burst::section(&crate::burst::read_reports(dir)?, &run.date)? + "\n")
 }
 
-/// The whole of BENCHMARKS.md from `dir`. Steps left out of a run (`BENCH_STEPS`) whose JSON is
-/// absent render as "not measured"; sections 1, 2 and 6 need theirs.
-pub fn render(dir: &Path, run: &Run) -> Result<String, Error> {
+/// The opening: when and where the run was made, and every target against it.
+fn header(dir: &Path, run: &Run) -> Result<String, Error> {
     let rows: Vec<WireRow> = read(dir, "wire.json")?;
     let index: Vec<IndexRow> = read(dir, "index.json")?;
-    let mut md = HEADER.fill(
+    let footprints = read_footprints(dir)?;
+    let faults = throughput::Throughput::read(dir, &run.sim_profile)?.faults;
+    let charge_path = cost::charge_path_full(dir, &footprints)?;
+    let targets = targets::all(dir, &rows, &index, &faults, &footprints, charge_path)?;
+    HEADER.fill(
         "main",
         &[
             ("date", run.date.clone()),
             ("cores", run.cores.to_string()),
             ("model", run.model.clone()),
+            ("targets", targets::table(&targets)),
         ],
-    )?;
-    md += &requests::requests(&rows)?;
+    )
+}
+
+/// The whole of BENCHMARKS.md from `dir`, opening with every target against this run. Steps left
+/// out of a run (`BENCH_STEPS`) whose JSON is absent render as "not measured"; sections 1, 2 and 6
+/// need theirs.
+pub fn render(dir: &Path, run: &Run) -> Result<String, Error> {
+    let mut md = header(dir, run)?;
+    md += &requests::requests(&read::<Vec<WireRow>>(dir, "wire.json")?)?;
     md += &throughput(dir, run)?;
     md += &footprint(dir, run)?;
     md += &cost::section(dir, &read_footprints(dir)?)?;
-    md += &requests::reads(index)?;
+    md += &requests::reads(read::<Vec<IndexRow>>(dir, "index.json")?)?;
     md += &burst(dir, run)?;
     md += &CODE.fill("main", &[])?;
     Ok(md)
 }
 
 /// `doc` with the section `name` (`sim`, `footprint`, `cost` or `burst`) rendered again from
-/// `dir`, and that section's number.
+/// `dir`, and that section's number. The opening table is rendered again too, from every report
+/// in `dir` (the section's new ones and the last full run's others), so it never lags a section.
 pub fn render_section(
     name: &str,
     dir: &Path,
@@ -120,5 +128,15 @@ pub fn render_section(
             .into())
         }
     };
-    Ok((replace_section(doc, number, &section)?, number))
+    let doc = replace_section(doc, number, &section)?;
+    let first = doc
+        .find("\n## 1.")
+        .ok_or("BENCHMARKS.md has no section 1; run `make bench` in full")?;
+    let header = header(dir, run).map_err(|e| {
+        format!(
+            "the opening table needs a full run's reports in {}: {e}",
+            dir.display()
+        )
+    })?;
+    Ok((header + &doc[first + 1..], number))
 }

@@ -63,47 +63,6 @@ fn counts_table(rows: &[WireRow]) -> String {
     }))
 }
 
-/// The happy path's and the settled duplicate's counts against their targets.
-fn targets_table(rows: &[WireRow]) -> Result<String, Error> {
-    let scenario = |name: &str| {
-        rows.iter()
-            .find(|r| r.scenario == name)
-            .ok_or_else(|| format!("wire.json has no {name} scenario"))
-    };
-    let ho = &scenario("HappyPath")?.ours;
-    let dup = &scenario("SettledDuplicate")?.ours;
-    let happy_ok = ho.dynamodb_writes() == 3
-        && ho.dynamodb_reads() == 0
-        && ho.sqs.get("SendMessage") == 1
-        && ho.sqs.total() == 1
-        && ho.stripe.total() == 1;
-    let dup_ok = dup.dynamodb.total() == 1 && dup.stripe.total() == 0;
-    let met = |ok: bool| if ok { "yes" } else { "**no**" }.to_owned();
-    Ok(rows_string([
-        vec![
-            "happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call".into(),
-            format!(
-                "{} writes, {} reads, {} SendMessage, {} Stripe",
-                ho.dynamodb_writes(),
-                ho.dynamodb_reads(),
-                ho.sqs.get("SendMessage"),
-                ho.stripe.total()
-            ),
-            met(happy_ok),
-        ],
-        vec![
-            "settled duplicate: 1 DynamoDB call, 0 Stripe calls".into(),
-            format!(
-                "{} DynamoDB ({}), {} Stripe",
-                dup.dynamodb.total(),
-                by_op(&dup.dynamodb),
-                dup.stripe.total()
-            ),
-            met(dup_ok),
-        ],
-    ]))
-}
-
 fn ratios_table(rows: &[WireRow]) -> String {
     rows_string(rows.iter().map(|r| {
         let (o, s) = (&r.ours, &r.seed);
@@ -123,7 +82,6 @@ pub fn requests(rows: &[WireRow]) -> Result<String, Error> {
         "main",
         &[
             ("counts", counts_table(rows)),
-            ("targets", targets_table(rows)?),
             ("ratios", ratios_table(rows)),
         ],
     )

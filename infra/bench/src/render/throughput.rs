@@ -1,6 +1,5 @@
 //! Section 3 of BENCHMARKS.md (core throughput) from the `sim-*.json` reports `simulate --json`
-//! writes (their keys read as they are) and `cpu*.json`; the hand-written profile notes of
-//! `infra/bench/profile.md` are spliced in as they are.
+//! writes (their keys read as they are) and `cpu*.json`.
 
 use std::path::Path;
 
@@ -277,8 +276,8 @@ fn cpu_table(t: &Throughput) -> String {
     )
 }
 
-/// Section 3; `profile_notes` is `infra/bench/profile.md`'s text, when there.
-pub fn section(t: &Throughput, profile_notes: Option<&str>) -> Result<String, Error> {
+/// Section 3.
+pub fn section(t: &Throughput) -> Result<String, Error> {
     let runs = t.runs();
     let mut out = TEMPLATE.fill(
         "main",
@@ -295,10 +294,6 @@ pub fn section(t: &Throughput, profile_notes: Option<&str>) -> Result<String, Er
         out += &TEMPLATE.fill("scale", &[("scale", scale_table(&t.scale))])?;
     }
     out += &time_to_settle(t)?;
-    if let Some(notes) = profile_notes {
-        out += notes.trim_end();
-        out += "\n\n";
-    }
     out += &TEMPLATE.fill("cpu", &[("cpu", cpu_table(t))])?;
     Ok(out)
 }
