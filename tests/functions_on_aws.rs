@@ -51,7 +51,7 @@ async fn mismatch_is_409_and_the_item_is_unchanged() {
     let resp = post(&deps, "checkout-mismatch.json").await;
     assert_eq!(resp.status_code, 409);
     assert_eq!(s.store.get(&order_1001()).await.unwrap().unwrap(), before);
-    assert_eq!(before.params.amount.minor_units(), 1250);
+    assert_eq!(before.params.amount().minor_units(), 1250);
     assert_eq!(s.depth().await, 1);
 }
 

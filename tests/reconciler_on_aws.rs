@@ -180,7 +180,7 @@ async fn zero_or_two_matches_go_to_review_with_a_reason() {
         .await
         .unwrap();
     // A second PaymentIntent for the same operation, made by hand under another key.
-    let mut by_hand = CreatePaymentIntent::for_operation(&two);
+    let mut by_hand = CreatePaymentIntent::for_operation(&two).expect("a charge operation");
     by_hand.idempotency_key = charge_once::OperationId::new_random().idempotency_key();
     s.side.gateway().create(&by_hand).await.unwrap();
 
@@ -216,7 +216,8 @@ async fn zero_or_two_matches_go_to_review_with_a_reason() {
 async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     let s = Stack::spawn().await;
     let mut op = operation("rec-stuck", 1500, s.side.clock.now());
-    op.params.payment_method = PaymentMethodId::parse("pm_card_sim_requiresAction").unwrap();
+    op.params.charge_mut().expect("a charge").payment_method =
+        PaymentMethodId::parse("pm_card_sim_requiresAction").unwrap();
     s.store.create_if_absent(&op).await.unwrap();
     let first = execute_charge(&s.charge_deps(), &op.key(), &op.operation_id)
         .await

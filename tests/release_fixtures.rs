@@ -148,7 +148,7 @@ async fn operations_settle(s: &Stack, release: &str, dir: &Path) {
         if case == "unknown_with_intent" {
             // Stripe holds the PaymentIntent the release's attempt created, under its key.
             let pi = gateway
-                .create(&CreatePaymentIntent::for_operation(&stored))
+                .create(&CreatePaymentIntent::for_operation(&stored).expect("a charge operation"))
                 .await
                 .unwrap();
             item.insert("external_id".into(), AttributeValue::S(pi.id.to_string()));

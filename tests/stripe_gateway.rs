@@ -19,6 +19,7 @@ fn create_req(pm: &str, amount: i64) -> CreatePaymentIntent {
             .payment_method(pm)
             .build(),
     )
+    .expect("a charge operation")
 }
 
 #[tokio::test]
@@ -184,7 +185,9 @@ async fn a_declined_intent_is_canceled_with_its_own_key() {
     let Err(GatewayError::Declined {
         payment_intent_id: Some(id),
         ..
-    }) = gw.create(&CreatePaymentIntent::for_operation(&op)).await
+    }) = gw
+        .create(&CreatePaymentIntent::for_operation(&op).expect("a charge operation"))
+        .await
     else {
         panic!("declined")
     };
@@ -216,7 +219,7 @@ async fn a_declined_intent_is_canceled_with_its_own_key() {
         .payment_method("pm_card_visa")
         .build();
     let pi = gw
-        .create(&CreatePaymentIntent::for_operation(&paid))
+        .create(&CreatePaymentIntent::for_operation(&paid).expect("a charge operation"))
         .await
         .unwrap();
     let err = gw
@@ -261,7 +264,9 @@ async fn a_cancels_faults_are_classified_as_any_calls() {
         let Err(GatewayError::Declined {
             payment_intent_id: Some(id),
             ..
-        }) = gw.create(&CreatePaymentIntent::for_operation(&op)).await
+        }) = gw
+            .create(&CreatePaymentIntent::for_operation(&op).expect("a charge operation"))
+            .await
         else {
             panic!("declined")
         };

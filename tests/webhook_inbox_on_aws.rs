@@ -78,7 +78,10 @@ async fn a_stale_event_settles_on_real_components_once() {
     // The charge did happen at Stripe (its answer was lost): the PaymentIntent succeeded.
     let pi = stripe
         .gateway()
-        .create(&charge_once::ports::CreatePaymentIntent::for_operation(&op))
+        .create(
+            &charge_once::ports::CreatePaymentIntent::for_operation(&op)
+                .expect("a charge operation"),
+        )
         .await
         .unwrap();
     let creates_before = stripe.sim.request_counts().create;

@@ -219,10 +219,10 @@ pub fn intent_mismatch(op: &Operation, pi: &PaymentIntent, livemode: bool) -> Op
     {
         return Some(Mismatch::OrderId);
     }
-    if pi.amount != Some(op.params.amount.minor_units()) {
+    if pi.amount != Some(op.params.amount().minor_units()) {
         return Some(Mismatch::Amount);
     }
-    if pi.currency.as_deref() != Some(op.params.currency.as_str()) {
+    if pi.currency.as_deref() != Some(op.params.currency().as_str()) {
         return Some(Mismatch::Currency);
     }
     if pi.livemode != Some(livemode) {
@@ -735,6 +735,22 @@ pub fn after_search(
     }
 }
 
+/// An operation that is not a charge reached the charge plan's create (a refund, say, driven by
+/// a release that does not execute its kind): nothing is called, and a person looks, the record
+/// left unsettled as it was.
+pub fn not_a_charge(op: &Operation, now: Timestamp) -> Decision {
+    Decision::review(
+        op.status,
+        format!(
+            "{}: a {} operation is not created as a payment intent",
+            ReviewClass::Rejected.as_str(),
+            op.kind.as_str()
+        ),
+        ReviewClass::Rejected,
+        now,
+    )
+}
+
 /// Past the key window but before search can be trusted: release the lease and come back then.
 pub fn wait_for_search(op: &Operation, until: Timestamp) -> Decision {
     release(op, until)
@@ -952,8 +968,8 @@ mod tests {
             ..unknown(attempts)
         };
         let ours = |status| PaymentIntent {
-            amount: Some(base.params.amount.minor_units()),
-            currency: Some(base.params.currency.as_str().into()),
+            amount: Some(base.params.amount().minor_units()),
+            currency: Some(base.params.currency().as_str().into()),
             operation_id: Some(base.operation_id.to_string()),
             order_id: Some(base.order_id.as_str().into()),
             livemode: Some(false),

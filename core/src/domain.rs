@@ -106,6 +106,17 @@ impl OperationId {
         IdempotencyKey(format!("{}{}", IdempotencyKey::PREFIX, self.0.hyphenated()))
     }
 
+    /// The Stripe idempotency key for every create of this refund operation's refund: a namespace
+    /// of its own, so no refund key can ever equal a charge's (Stripe would replay the charge's
+    /// answer, or refuse the key as used on another endpoint).
+    pub fn refund_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!(
+            "{}{}",
+            IdempotencyKey::REFUND_PREFIX,
+            self.0.hyphenated()
+        ))
+    }
+
     /// The Stripe idempotency key for every cancel of this operation's PaymentIntent: its own,
     /// because Stripe refuses a key used on another endpoint (`idempotency_error`), and the same
     /// on every attempt, so a cancel whose answer was lost replays its first answer.
@@ -125,7 +136,8 @@ impl fmt::Display for OperationId {
 }
 
 /// `Idempotency-Key` sent to Stripe: `payment-op:<operation_id>` for creates,
-/// `payment-op-cancel:<operation_id>` for the cancel of a declined intent.
+/// `payment-op-cancel:<operation_id>` for the cancel of a declined intent,
+/// `refund-op:<operation_id>` for a refund's create.
 ///
 /// Only constructible from an [`OperationId`], so it never carries personal data, is at most 54
 /// characters (Stripe allows 255) and is the same on every attempt of the operation.
@@ -135,6 +147,7 @@ pub struct IdempotencyKey(String);
 impl IdempotencyKey {
     pub const PREFIX: &'static str = "payment-op:";
     pub const CANCEL_PREFIX: &'static str = "payment-op-cancel:";
+    pub const REFUND_PREFIX: &'static str = "refund-op:";
     pub const MAX_LEN: usize = 255;
 
     pub fn as_str(&self) -> &str {
@@ -342,24 +355,106 @@ stripe_id!(
     ["pi_"]
 );
 
-/// What kind of effect an operation is. Part of the business identity `(order_id, kind)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+stripe_id!(
+    /// A Stripe refund id (`re_…`, or `pyr_…` for some payment methods' refunds): what a refund
+    /// operation records once Stripe named it, and what its retrieve names in the URL path.
+    StripeRefundId,
+    "refund",
+    ["re_", "pyr_"]
+);
+
+/// The merchant's identity of one refund action (`POST /orders/{order_id}/refunds/{refund_id}`):
+/// the same id again is the same refund; two ids are two refunds, even for the same amount.
+///
+/// Non-empty, at most 128 characters, letters, digits and `-`, `_`, `.` (it is part of the
+/// record's key and of URL paths).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct RefundId(String);
+
+impl RefundId {
+    pub const MAX_LEN: usize = 128;
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        const FIELD: &str = "refund_id";
+        if raw.is_empty() || raw.len() > Self::MAX_LEN {
+            return Err(ValidationError::new(
+                FIELD,
+                format!("must be 1 to {} characters", Self::MAX_LEN),
+            ));
+        }
+        if !raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(ValidationError::new(
+                FIELD,
+                "must be letters, digits, '-', '_' or '.'",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RefundId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for RefundId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// What kind of effect an operation is. Part of the business identity `(order_id, kind)`: one
+/// charge per order, one refund per merchant refund id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     Charge,
+    /// A refund of the order's charge, named by the merchant's refund id.
+    Refund(RefundId),
 }
 
 impl OperationKind {
+    /// The kind's name, for logs, metrics and the queue message (`charge`, `refund`).
     pub fn as_str(&self) -> &'static str {
         match self {
             OperationKind::Charge => "charge",
+            OperationKind::Refund(_) => "refund",
         }
     }
 
+    /// The record's sort key: `charge`, or `refund#<refund_id>`.
+    pub fn sort_key(&self) -> String {
+        match self {
+            OperationKind::Charge => "charge".to_owned(),
+            OperationKind::Refund(id) => format!("refund#{id}"),
+        }
+    }
+
+    /// Reads a sort key back ([`Self::sort_key`]).
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        match raw {
-            "charge" => Ok(OperationKind::Charge),
-            _ => Err(ValidationError::new("kind", "must be \"charge\"")),
+        match raw.split_once('#') {
+            None if raw == "charge" => Ok(OperationKind::Charge),
+            Some(("refund", id)) => Ok(OperationKind::Refund(RefundId::parse(id)?)),
+            _ => Err(ValidationError::new(
+                "kind",
+                "must be \"charge\" or \"refund#<refund_id>\"",
+            )),
+        }
+    }
+
+    pub fn refund_id(&self) -> Option<&RefundId> {
+        match self {
+            OperationKind::Refund(id) => Some(id),
+            OperationKind::Charge => None,
         }
     }
 }
@@ -493,6 +588,14 @@ impl ChargeParams {
 pub struct Fingerprint(String);
 
 impl Fingerprint {
+    /// The digest of a request's canonical text (each kind writes its own, versioned).
+    pub(crate) fn of(canonical: &str) -> Self {
+        Fingerprint(format!(
+            "sha256:{}",
+            lower_hex(&Sha256::digest(canonical.as_bytes()))
+        ))
+    }
+
     /// Takes a stored fingerprint back as it was written.
     pub fn from_stored(raw: String) -> Self {
         Self(raw)

@@ -295,8 +295,8 @@ mod tests {
         };
         let base = claimed(Unknown, None);
         let ours = |status| PaymentIntent {
-            amount: Some(base.params.amount.minor_units()),
-            currency: Some(base.params.currency.as_str().into()),
+            amount: Some(base.params.amount().minor_units()),
+            currency: Some(base.params.currency().as_str().into()),
             operation_id: Some(base.operation_id.to_string()),
             order_id: Some(base.order_id.as_str().into()),
             livemode: Some(false),

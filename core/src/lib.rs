@@ -15,6 +15,8 @@
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
 //! - [`store`]: the store's conditional writes as requests and answers.
+//! - [`refund`]: what a refund asks, Stripe's refund statuses, and the reservation that keeps an
+//!   order's refunds within what was charged.
 //!
 //! The rules, each a table of its own (read them as the specification):
 //! - [`store_rules`]: each conditional write as guards in refusal order, then the change; the
@@ -36,6 +38,7 @@ pub mod operation;
 pub mod outbox;
 pub mod outcome;
 pub mod reconcile_plan;
+pub mod refund;
 pub mod store;
 pub mod store_rules;
 #[cfg(any(test, feature = "testing"))]
@@ -44,10 +47,11 @@ pub mod time;
 
 pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, ValidationError,
+    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, RefundId, StripeRefundId,
+    ValidationError,
 };
 pub use operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
 pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};

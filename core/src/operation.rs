@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::{
-    ChargeParams, Fingerprint, IdempotencyKey, OperationId, OperationKind, OrderId,
-    PaymentIntentId, Principal, ValidationError,
+    Amount, ChargeParams, Currency, Fingerprint, IdempotencyKey, OperationId, OperationKind,
+    OrderId, PaymentIntentId, Principal, RefundId, StripeRefundId, ValidationError,
 };
+use crate::refund::{RefundParams, RefundRequest};
 use crate::time::Timestamp;
 
 /// Where an operation stands.
@@ -74,6 +75,72 @@ impl OperationKey {
             order_id,
             kind: OperationKind::Charge,
         }
+    }
+
+    pub fn refund(order_id: OrderId, refund_id: RefundId) -> Self {
+        Self {
+            order_id,
+            kind: OperationKind::Refund(refund_id),
+        }
+    }
+
+    /// The order's charge: what a refund of the same order reserves against.
+    pub fn charge_of_order(&self) -> Self {
+        Self::charge(self.order_id.clone())
+    }
+}
+
+/// What an operation sends to Stripe on every attempt, by kind. Written as the kind's own fields
+/// (untagged): a charge's `params` read as they always have (`chargectl show --json`'s
+/// `params.amount`, ...); the record's kind says which it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Params {
+    Charge(ChargeParams),
+    Refund(RefundParams),
+}
+
+impl Params {
+    /// The amount this operation moves: charged, or refunded.
+    pub fn amount(&self) -> Amount {
+        match self {
+            Params::Charge(p) => p.amount,
+            Params::Refund(p) => p.amount,
+        }
+    }
+
+    pub fn currency(&self) -> &Currency {
+        match self {
+            Params::Charge(p) => &p.currency,
+            Params::Refund(p) => &p.currency,
+        }
+    }
+
+    pub fn charge(&self) -> Option<&ChargeParams> {
+        match self {
+            Params::Charge(p) => Some(p),
+            Params::Refund(_) => None,
+        }
+    }
+
+    pub fn charge_mut(&mut self) -> Option<&mut ChargeParams> {
+        match self {
+            Params::Charge(p) => Some(p),
+            Params::Refund(_) => None,
+        }
+    }
+
+    pub fn refund(&self) -> Option<&RefundParams> {
+        match self {
+            Params::Refund(p) => Some(p),
+            Params::Charge(_) => None,
+        }
+    }
+}
+
+impl From<ChargeParams> for Params {
+    fn from(p: ChargeParams) -> Self {
+        Params::Charge(p)
     }
 }
 
@@ -149,7 +216,9 @@ pub struct Operation {
     pub order_id: OrderId,
     pub kind: OperationKind,
     pub operation_id: OperationId,
-    pub params: ChargeParams,
+    pub params: Params,
+    /// The request's fingerprint: a second request for the same identity is accepted only with
+    /// the same one (the charge's parameters; a refund's request as asked).
     pub fingerprint: Fingerprint,
     /// Who asked for the charge (the authenticated caller of checkout), for the audit trail. Not
     /// part of the fingerprint: a retried caller re-sending the same order is the same order.
@@ -178,10 +247,17 @@ pub struct Operation {
     pub redrives: u32,
     /// Operator actions, oldest first (append-only).
     pub history: Vec<AuditEntry>,
+    /// A charge's refunds, in minor units: the sum of the amounts its refund operations reserved
+    /// and did not give back (those not `failed`). Never more than the amount charged; 0 for a
+    /// refund, and for records written before refunds existed. The one field a settled charge's
+    /// writes may still change: settled is final for its outcome, not for its refunds.
+    pub refund_reserved: i64,
+    /// A refund's Stripe id (`re_…`) once Stripe named it; `None` for a charge.
+    pub stripe_refund_id: Option<StripeRefundId>,
 }
 
 impl Operation {
-    /// A fresh `pending` operation, due for the reconciler after `pending_grace` in case the queue
+    /// A fresh `pending` charge, due for the reconciler after `pending_grace` in case the queue
     /// message never gets sent.
     pub fn new(
         order_id: OrderId,
@@ -191,37 +267,52 @@ impl Operation {
         pending_grace: Duration,
     ) -> Self {
         let fingerprint = params.fingerprint();
-        Self {
+        let fresh = Fresh {
+            requested_by,
+            now,
+            pending_grace,
+        };
+        fresh.operation(order_id, OperationKind::Charge, params.into(), fingerprint)
+    }
+
+    /// A fresh `pending` refund of `order_id`'s charge, for `request` as the merchant asked it
+    /// and `params` as the door resolved it (the amount reserved, the charge's intent).
+    pub fn new_refund(
+        order_id: OrderId,
+        refund_id: RefundId,
+        request: &RefundRequest,
+        params: RefundParams,
+        requested_by: Principal,
+        now: Timestamp,
+        pending_grace: Duration,
+    ) -> Self {
+        let fresh = Fresh {
+            requested_by,
+            now,
+            pending_grace,
+        };
+        fresh.operation(
             order_id,
-            kind: OperationKind::Charge,
-            operation_id: OperationId::new_random(),
-            params,
-            fingerprint,
-            requested_by: Some(requested_by),
-            status: OperationStatus::Pending,
-            external_id: None,
-            attempts: 0,
-            first_attempted_at: None,
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-            lease: None,
-            review: None,
-            next_due_at: Some(now.plus(pending_grace)),
-            redrives: 0,
-            history: Vec::new(),
-        }
+            OperationKind::Refund(refund_id),
+            Params::Refund(params),
+            request.fingerprint(),
+        )
     }
 
     pub fn key(&self) -> OperationKey {
         OperationKey {
             order_id: self.order_id.clone(),
-            kind: self.kind,
+            kind: self.kind.clone(),
         }
     }
 
+    /// The key every Stripe create of this operation carries: `payment-op:` for a charge,
+    /// `refund-op:` for a refund, then the operation id.
     pub fn idempotency_key(&self) -> IdempotencyKey {
-        self.operation_id.idempotency_key()
+        match self.kind {
+            OperationKind::Charge => self.operation_id.idempotency_key(),
+            OperationKind::Refund(_) => self.operation_id.refund_idempotency_key(),
+        }
     }
 
     /// True while someone holds an unexpired lease.
@@ -238,5 +329,45 @@ impl Operation {
     pub fn key_window_passed(&self, now: Timestamp, key_window: Duration) -> bool {
         self.key_window_ends_at(key_window)
             .is_some_and(|end| now >= end)
+    }
+}
+
+/// Who asked and when: what every fresh operation starts from.
+struct Fresh {
+    requested_by: Principal,
+    now: Timestamp,
+    pending_grace: Duration,
+}
+
+impl Fresh {
+    fn operation(
+        self,
+        order_id: OrderId,
+        kind: OperationKind,
+        params: Params,
+        fingerprint: Fingerprint,
+    ) -> Operation {
+        Operation {
+            order_id,
+            kind,
+            operation_id: OperationId::new_random(),
+            params,
+            fingerprint,
+            requested_by: Some(self.requested_by),
+            status: OperationStatus::Pending,
+            external_id: None,
+            attempts: 0,
+            first_attempted_at: None,
+            last_error: None,
+            created_at: self.now,
+            updated_at: self.now,
+            lease: None,
+            review: None,
+            next_due_at: Some(self.now.plus(self.pending_grace)),
+            redrives: 0,
+            history: Vec::new(),
+            refund_reserved: 0,
+            stripe_refund_id: None,
+        }
     }
 }

@@ -84,8 +84,8 @@ impl OutcomeEvent {
         let canceled =
             self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op);
         Detail {
-            amount: op.params.amount.minor_units(),
-            currency: op.params.currency.as_str(),
+            amount: op.params.amount().minor_units(),
+            currency: op.params.currency().as_str(),
             event_id: &self.event_id,
             occurred_at: op.updated_at.to_rfc3339(),
             operation_id: op.operation_id.to_string(),

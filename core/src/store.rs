@@ -4,7 +4,7 @@
 //! the answers are [`crate::store_rules`]; the trait that sends them to a store is the shell's
 //! (`charge_once::ports::OperationStore`).
 
-use crate::domain::{OperationId, PaymentIntentId};
+use crate::domain::{Amount, OperationId, PaymentIntentId};
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
@@ -134,4 +134,55 @@ pub struct ManualResolution {
     pub external_id: Option<PaymentIntentId>,
     pub expected_updated_at: Timestamp,
     pub guard: OperatorGuard,
+}
+
+/// A refund's amount taken from what is left of its order's charge: written in the same
+/// conditional write that creates the refund (`OperationStore::create_refund`), so two refunds
+/// accepted at once can never together exceed the charge. Guarded by
+/// [`crate::store_rules`]: the charge read is the one written to, still succeeded, and its
+/// reservations leave room for this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveRefund {
+    /// The order's charge.
+    pub charge: OperationKey,
+    /// The charge's operation id as read.
+    pub charge_operation_id: OperationId,
+    pub amount: Amount,
+    /// The amount charged, as read (it never changes).
+    pub charged: Amount,
+    pub now: Timestamp,
+}
+
+impl ReserveRefund {
+    /// The most the charge may have reserved before this write for the refund to fit. A store
+    /// whose condition cannot add (DynamoDB) checks `refund_reserved <= charged - amount`, which
+    /// is `refund_reserved + amount <= charged`.
+    pub fn max_reserved_before(&self) -> i64 {
+        self.charged.minor_units() - self.amount.minor_units()
+    }
+}
+
+/// A refund that ended `failed` or `canceled` gives its reservation back to its charge, in the
+/// same conditional write that records the refund's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseRefund {
+    pub charge: OperationKey,
+    pub amount: Amount,
+    pub now: Timestamp,
+}
+
+/// Result of `OperationStore::create_refund`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundCreated {
+    /// The refund was written and its amount reserved on the charge (the charge as written).
+    New {
+        refund: Operation,
+        charge: Operation,
+    },
+    /// A refund with the same merchant refund id already existed; this is it, unchanged. Nothing
+    /// was reserved.
+    Existing(Operation),
+    /// The charge refused the reservation (its record as it is now, and why): it moved since it
+    /// was read (another refund reserved meanwhile) or there is no room. Nothing was written.
+    ChargeRefused(Option<(Operation, crate::store_rules::Guard)>),
 }

@@ -18,8 +18,12 @@
 //! ([`Operation::next_due_at`]); an attempted record has `first_attempted_at`.
 
 use crate::domain::OperationId;
+use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
-use crate::store::{Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, Reschedule};
+use crate::store::{
+    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, ReleaseRefund, Reschedule,
+    ReserveRefund,
+};
 use crate::time::Timestamp;
 
 /// One condition a write is guarded by. The first that does not hold is the reason it was refused.
@@ -47,6 +51,11 @@ pub enum Guard {
     /// The status asked for is settled (a resolution settles). A guard on the request, not on the
     /// record: DynamoDB checks it before sending anything.
     Settles(OperationStatus),
+    /// The record is a charge (what refunds reserve against).
+    IsCharge,
+    /// The charge's refunds have reserved at most this much (minor units): room is left for the
+    /// refund being reserved.
+    ReservedAtMost(i64),
 }
 
 impl Guard {
@@ -62,6 +71,8 @@ impl Guard {
             Guard::UpdatedAt(t) => op.updated_at == t,
             Guard::Scheduled => op.next_due_at.is_some(),
             Guard::Settles(status) => status.is_settled(),
+            Guard::IsCharge => op.kind == OperationKind::Charge,
+            Guard::ReservedAtMost(max) => op.refund_reserved <= max,
         }
     }
 
@@ -77,6 +88,8 @@ impl Guard {
             Guard::UpdatedAt(_) => "updated_at",
             Guard::Scheduled => "scheduled",
             Guard::Settles(_) => "settles",
+            Guard::IsCharge => "is_charge",
+            Guard::ReservedAtMost(_) => "reserved_at_most",
         }
     }
 }
@@ -169,7 +182,9 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::StatusIs(_)
         | Guard::UpdatedAt(_)
         | Guard::Scheduled
-        | Guard::Settles(_) => Claim::Leased(current),
+        | Guard::Settles(_)
+        | Guard::IsCharge
+        | Guard::ReservedAtMost(_) => Claim::Leased(current),
     }
 }
 
@@ -188,6 +203,39 @@ pub fn due_after(rec: &OutcomeRecord) -> Option<Timestamp> {
         rec.status
     );
     Some(rec.next_due_at.unwrap_or(rec.now))
+}
+
+/// Refunds reserve against a settled charge: the one write that changes a settled record, and
+/// only its `refund_reserved`. "Settled is final" is for the charge's outcome; its status is a
+/// guard here (only money taken is refunded), never a change.
+impl Transition for ReserveRefund {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.charge_operation_id),
+            Guard::IsCharge,
+            Guard::StatusIs(OperationStatus::Succeeded),
+            Guard::ReservedAtMost(self.max_reserved_before()),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.refund_reserved += self.amount.minor_units();
+        op.updated_at = self.now;
+    }
+}
+
+/// A failed or canceled refund's amount back to its charge. No guard but the kind: the refund's
+/// own fenced outcome write, in the same transaction, makes it happen once; a count that would go
+/// below zero (a record edited by hand) stops at zero.
+impl Transition for ReleaseRefund {
+    fn guards(&self) -> Vec<Guard> {
+        vec![Guard::IsCharge]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.refund_reserved = (op.refund_reserved - self.amount.minor_units()).max(0);
+        op.updated_at = self.now;
+    }
 }
 
 impl Transition for ClaimRequest {

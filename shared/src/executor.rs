@@ -113,10 +113,10 @@ async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool)
     let (policy, livemode) = (&deps.policy, deps.gateway.livemode());
     match step {
         Step::Create => {
-            let result = deps
-                .gateway
-                .create(&CreatePaymentIntent::for_operation(op))
-                .await;
+            let Some(create) = CreatePaymentIntent::for_operation(op) else {
+                return (plan::not_a_charge(op, deps.clock.now()), false);
+            };
+            let result = deps.gateway.create(&create).await;
             let replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
             let now = deps.clock.now();
             (

@@ -34,7 +34,7 @@
 //! apart) and `tests/module_layers.rs` keeps this crate's modules from importing each other back.
 
 // The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
-pub use charge_core::{domain, ids, operation, outbox, outcome, store_rules, time};
+pub use charge_core::{domain, ids, operation, outbox, outcome, refund, store_rules, time};
 
 pub mod adapters;
 pub mod config;
@@ -52,10 +52,11 @@ pub mod webhook;
 
 pub use domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, ValidationError,
+    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, RefundId, StripeRefundId,
+    ValidationError,
 };
 pub use operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
 pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 pub use ports::Clock;

@@ -303,7 +303,7 @@ impl StripeUnderTest for HttpSide {
     }
 
     async fn another_charge_by_hand(&self, op: &Operation) {
-        let mut manual = CreatePaymentIntent::for_operation(op);
+        let mut manual = CreatePaymentIntent::for_operation(op).expect("a charge operation");
         manual.idempotency_key = OperationId::new_random().idempotency_key();
         self.by_hand.fetch_add(1, Ordering::SeqCst);
         self.gateway.create(&manual).await.unwrap();
@@ -638,7 +638,7 @@ pub async fn key_misuse_goes_to_review_and_is_never_retried_with_another_key<S: 
     let w = World::<S>::new().await;
     let op = w.new_op("ord-misuse", Card::Succeeds).await;
     // A bug elsewhere used our key with other parameters first.
-    let mut wrong = CreatePaymentIntent::for_operation(&op);
+    let mut wrong = CreatePaymentIntent::for_operation(&op).expect("a charge operation");
     wrong.params.amount = Amount::new(9999).unwrap();
     w.side.gateway().create(&wrong).await.unwrap();
 

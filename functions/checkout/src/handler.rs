@@ -298,8 +298,8 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
         "operation_id": op.operation_id.to_string(),
         "status": op.status.as_str(),
         "payment_intent": op.external_id,
-        "amount": op.params.amount.minor_units(),
-        "currency": op.params.currency.as_str(),
+        "amount": op.params.amount().minor_units(),
+        "currency": op.params.currency().as_str(),
         "updated_at": op.updated_at.to_rfc3339(),
     });
     if let Some(review) = &op.review {
@@ -961,7 +961,7 @@ mod tests {
         assert_eq!(status, 202, "{body}");
         let op = f.store.all().pop().unwrap();
         assert_eq!(op.order_id.as_str(), "ord-sam-1");
-        assert_eq!(op.params.amount.minor_units(), 990);
+        assert_eq!(op.params.amount().minor_units(), 990);
         assert_eq!(
             op.requested_by
                 .as_ref()

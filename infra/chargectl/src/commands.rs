@@ -668,12 +668,12 @@ fn describe_mismatch(
         plan::Mismatch::Amount => format!(
             "{pi_id} is for amount {}, the operation for {}",
             or_unknown(pi.amount.map(|a| a.to_string())),
-            op.params.amount.minor_units()
+            op.params.amount().minor_units()
         ),
         plan::Mismatch::Currency => format!(
             "{pi_id} is in {}, the operation in {}",
             or_unknown(pi.currency.clone()),
-            op.params.currency.as_str()
+            op.params.currency().as_str()
         ),
         plan::Mismatch::Livemode => format!(
             "{pi_id} is {} mode, our key is not",

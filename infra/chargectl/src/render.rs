@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use charge_once::operation::Params;
 use charge_once::ports::UnreadableRecord;
 use charge_once::{AuditEntry, Operation, Timestamp};
 use serde::Serialize;
@@ -57,8 +58,8 @@ pub fn cell(text: &str, max: usize) -> String {
 pub fn money(op: &Operation) -> String {
     format!(
         "{} {}",
-        op.params.amount.minor_units(),
-        op.params.currency.as_str()
+        op.params.amount().minor_units(),
+        op.params.currency().as_str()
     )
 }
 
@@ -85,8 +86,8 @@ impl<'a> UnknownLine<'a> {
         Self {
             operation_id: op.operation_id.to_string(),
             order_id: op.order_id.as_str(),
-            amount: op.params.amount.minor_units(),
-            currency: op.params.currency.as_str(),
+            amount: op.params.amount().minor_units(),
+            currency: op.params.currency().as_str(),
             status: op.status.as_str(),
             age_secs: now.since(op.created_at).as_secs(),
             attempts: op.attempts,
@@ -222,17 +223,25 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
         None => "-".to_owned(),
         Some(r) => format!("{} (flagged {})", r.reason, r.flagged_at.to_rfc3339()),
     };
+    // What only its kind has: a charge's customer and card, a refund's intent and reason.
+    let what: [(&str, String); 2] = match &op.params {
+        Params::Charge(p) => [
+            ("customer", p.customer_id.as_str().to_owned()),
+            ("payment method", p.payment_method.as_str().to_owned()),
+        ],
+        Params::Refund(p) => [
+            ("refund of", p.payment_intent.as_str().to_owned()),
+            ("reason", dash(p.reason.map(|r| r.as_str()))),
+        ],
+    };
     let fields: Vec<(&str, String)> = vec![
         ("operation", op.operation_id.to_string()),
         ("order", op.order_id.to_string()),
         ("kind", op.kind.as_str().to_owned()),
         ("status", op.status.to_string()),
         ("amount", money(op)),
-        ("customer", op.params.customer_id.as_str().to_owned()),
-        (
-            "payment method",
-            op.params.payment_method.as_str().to_owned(),
-        ),
+        what[0].clone(),
+        what[1].clone(),
         ("fingerprint", op.fingerprint.as_str().to_owned()),
         (
             "requested by",

@@ -512,14 +512,17 @@ impl Stripe {
     /// A PaymentIntent for `op` at the simulator, created as the charge function would (its key,
     /// its parameters), with `payment_method` instead of the operation's.
     async fn intent_for(&self, op: &Operation, payment_method: &str) -> String {
-        self.create(CreatePaymentIntent::for_operation(op), payment_method)
-            .await
+        self.create(
+            CreatePaymentIntent::for_operation(op).expect("a charge operation"),
+            payment_method,
+        )
+        .await
     }
 
     /// Another PaymentIntent for `op` (its metadata and amount, another idempotency key): what a
     /// second charge for the same operation looks like at Stripe.
     async fn second_intent_for(&self, op: &Operation, payment_method: &str) -> String {
-        let mut req = CreatePaymentIntent::for_operation(op);
+        let mut req = CreatePaymentIntent::for_operation(op).expect("a charge operation");
         req.idempotency_key = charge_once::OperationId::new_random().idempotency_key();
         self.create(req, payment_method).await
     }
@@ -538,7 +541,7 @@ impl Stripe {
     /// A declined PaymentIntent for `op` at the simulator, as the charge function's create leaves
     /// it (`requires_payment_method`: the customer could still confirm it).
     async fn declined_intent_for(&self, op: &Operation) -> String {
-        let mut req = CreatePaymentIntent::for_operation(op);
+        let mut req = CreatePaymentIntent::for_operation(op).expect("a charge operation");
         req.params.payment_method =
             charge_once::PaymentMethodId::parse("pm_card_chargeDeclined").unwrap();
         match self.side.gateway().create(&req).await {

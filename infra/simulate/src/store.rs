@@ -32,16 +32,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
-use charge_once::operation::{AuditEntry, Lease, Review};
+use charge_once::operation::{AuditEntry, Lease, Params, Review};
 use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
 };
+use charge_once::refund::RefundParams;
 use charge_once::store_rules::{self, Guard, Transition, Written};
 use charge_once::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, Operation, OperationId, OperationKey,
-    OperationStatus, PaymentIntentId, PaymentMethodId, Principal, Timestamp,
+    OperationStatus, PaymentIntentId, PaymentMethodId, Principal, StripeRefundId, Timestamp,
 };
 
 use crate::faults::{Faults, Kind};
@@ -171,7 +172,9 @@ impl Interner {
 struct Packed {
     operation_id: OperationId,
     amount: Amount,
-    shared: u32,
+    what: What,
+    /// A charge's refunds' reservations.
+    refund_reserved: i64,
     status: OperationStatus,
     attempts: u32,
     redrives: u32,
@@ -188,6 +191,21 @@ struct Packed {
     history: Option<Box<Vec<AuditEntry>>>,
 }
 
+/// What kind of record it is, with what only its kind has: a charge's strings are shared (by
+/// number, see [`Interner`]); a refund's are its own, boxed (8 bytes in the record).
+enum What {
+    Charge(u32),
+    Refund(Box<RefundRest>),
+}
+
+/// The fields of a refund record a charge does not have, or does not share.
+struct RefundRest {
+    params: RefundParams,
+    fingerprint: Fingerprint,
+    requested_by: Option<Principal>,
+    stripe_refund_id: Option<StripeRefundId>,
+}
+
 impl Packed {
     /// `same`: the number of the shared strings the record held before, if it was stored
     /// ([`Interner::number`]).
@@ -196,13 +214,7 @@ impl Packed {
             order_id: _,
             kind: _,
             operation_id,
-            params:
-                ChargeParams {
-                    amount,
-                    currency,
-                    customer_id,
-                    payment_method,
-                },
+            params,
             fingerprint,
             requested_by,
             status,
@@ -217,20 +229,40 @@ impl Packed {
             next_due_at,
             redrives,
             history,
+            refund_reserved,
+            stripe_refund_id,
         } = op;
-        Packed {
-            operation_id,
-            amount,
-            shared: strings.number(
-                Shared {
+        let (amount, what) = match params {
+            Params::Charge(ChargeParams {
+                amount,
+                currency,
+                customer_id,
+                payment_method,
+            }) => {
+                let shared = Shared {
                     currency,
                     customer_id,
                     payment_method,
                     fingerprint,
                     requested_by,
-                },
-                same,
+                };
+                (amount, What::Charge(strings.number(shared, same)))
+            }
+            Params::Refund(params) => (
+                params.amount,
+                What::Refund(Box::new(RefundRest {
+                    params,
+                    fingerprint,
+                    requested_by,
+                    stripe_refund_id,
+                })),
             ),
+        };
+        Packed {
+            operation_id,
+            amount,
+            what,
+            refund_reserved,
             status,
             attempts,
             redrives,
@@ -247,19 +279,32 @@ impl Packed {
     }
 
     fn unpack(&self, key: &OperationKey, strings: &Interner) -> Operation {
-        let shared = &strings.values[self.shared as usize];
+        let (params, fingerprint, requested_by, stripe_refund_id) = match &self.what {
+            What::Charge(n) => {
+                let shared = &strings.values[*n as usize];
+                let params = ChargeParams {
+                    amount: self.amount,
+                    currency: shared.currency.clone(),
+                    customer_id: shared.customer_id.clone(),
+                    payment_method: shared.payment_method.clone(),
+                };
+                let (fingerprint, by) = (shared.fingerprint.clone(), shared.requested_by.clone());
+                (Params::Charge(params), fingerprint, by, None)
+            }
+            What::Refund(r) => (
+                Params::Refund(r.params.clone()),
+                r.fingerprint.clone(),
+                r.requested_by.clone(),
+                r.stripe_refund_id.clone(),
+            ),
+        };
         Operation {
             order_id: key.order_id.clone(),
-            kind: key.kind,
+            kind: key.kind.clone(),
             operation_id: self.operation_id,
-            params: ChargeParams {
-                amount: self.amount,
-                currency: shared.currency.clone(),
-                customer_id: shared.customer_id.clone(),
-                payment_method: shared.payment_method.clone(),
-            },
-            fingerprint: shared.fingerprint.clone(),
-            requested_by: shared.requested_by.clone(),
+            params,
+            fingerprint,
+            requested_by,
             status: self.status,
             external_id: self.external_id.clone(),
             attempts: self.attempts,
@@ -272,6 +317,8 @@ impl Packed {
             next_due_at: self.next_due_at,
             redrives: self.redrives,
             history: self.history.as_deref().cloned().unwrap_or_default(),
+            refund_reserved: self.refund_reserved,
+            stripe_refund_id,
         }
     }
 
@@ -451,7 +498,10 @@ impl Table {
     fn store(&mut self, op: Operation) -> usize {
         let key = op.key();
         let at = self.slot(&key);
-        let same = at.map(|at| self.slots[at].record.shared);
+        let same = at.and_then(|at| match self.slots[at].record.what {
+            What::Charge(n) => Some(n),
+            What::Refund(_) => None,
+        });
         let packed = Packed::pack(op, &mut self.strings, same);
         match at {
             Some(at) => {

@@ -213,7 +213,7 @@ impl FakeGateway {
     /// through this gateway's create (a duplicate made by hand in the dashboard, say).
     pub fn insert_charge(&self, op: &Operation, status: PaymentIntentStatus) -> PaymentIntentId {
         self.insert_intent(FakeCharge::of(
-            &CreatePaymentIntent::for_operation(op),
+            &CreatePaymentIntent::for_operation(op).expect("a charge operation"),
             status,
             "",
         ))
@@ -235,7 +235,11 @@ impl FakeGateway {
 
     /// The facts a create for `op` would leave at Stripe, to alter and [`Self::insert_intent`].
     pub fn charge_for(op: &Operation, status: PaymentIntentStatus) -> FakeCharge {
-        FakeCharge::of(&CreatePaymentIntent::for_operation(op), status, "")
+        FakeCharge::of(
+            &CreatePaymentIntent::for_operation(op).expect("a charge operation"),
+            status,
+            "",
+        )
     }
 
     /// Every PaymentIntent created, by id: the external side effect.

@@ -20,13 +20,15 @@ pub struct CreatePaymentIntent {
 }
 
 impl CreatePaymentIntent {
-    pub fn for_operation(op: &Operation) -> Self {
-        Self {
+    /// The create of a charge operation; `None` for any other kind (a refund is never created as
+    /// a PaymentIntent).
+    pub fn for_operation(op: &Operation) -> Option<Self> {
+        Some(Self {
             idempotency_key: op.idempotency_key(),
             operation_id: op.operation_id,
             order_id: op.order_id.clone(),
-            params: op.params.clone(),
-        }
+            params: op.params.charge()?.clone(),
+        })
     }
 }
 

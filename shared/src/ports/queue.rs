@@ -27,14 +27,14 @@ impl ChargeMessage {
             v: Self::VERSION,
             operation_id: op.operation_id,
             order_id: op.order_id.clone(),
-            kind: op.kind,
+            kind: op.kind.clone(),
         }
     }
 
     pub fn key(&self) -> OperationKey {
         OperationKey {
             order_id: self.order_id.clone(),
-            kind: self.kind,
+            kind: self.kind.clone(),
         }
     }
 }

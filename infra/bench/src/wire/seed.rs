@@ -231,7 +231,7 @@ impl SeedPort {
         self.mark_attempt_started(key).await?;
         match self
             .gateway
-            .create(&CreatePaymentIntent::for_operation(&op))
+            .create(&CreatePaymentIntent::for_operation(&op).expect("a charge operation"))
             .await
         {
             Ok(pi) => self.record_charge(key, &pi).await,

@@ -342,7 +342,7 @@ async fn operations(w: &World, sent_keys: HashMap<String, String>) -> Vec<Value>
     let mut intents = Vec::new();
     for item in &scan(&w.dynamo, w.store.table()).await {
         let op = operation_from_item(item).expect("the release reads back what it wrote");
-        let key = CreatePaymentIntent::for_operation(&op).idempotency_key;
+        let key = CreatePaymentIntent::for_operation(&op).expect("a charge operation").idempotency_key;
         if let Some(sent) = sent_keys.get(&op.operation_id.to_string()) {
             assert_eq!(
                 sent,

@@ -3,10 +3,14 @@
 //!
 //! | attribute | type | |
 //! |---|---|---|
-//! | `pk`, `sk` | S | `ORDER#<order_id>`, `<kind>` |
+//! | `pk`, `sk` | S | `ORDER#<order_id>`, `charge` or `refund#<refund_id>` |
 //! | `operation_id` | S | uuid |
-//! | `amount` | N | minor units |
-//! | `currency`, `customer_id`, `payment_method`, `fingerprint` | S | |
+//! | `amount` | N | minor units: charged, or refunded |
+//! | `currency`, `fingerprint` | S | |
+//! | `customer_id`, `payment_method` | S | a charge's |
+//! | `payment_intent` (S), `refund_reason` (S, optional) | | a refund's: the charge's intent, Stripe's reason |
+//! | `refund_reserved` | N | a charge's: what its refunds reserved and did not give back; absent (0) on records written before refunds |
+//! | `stripe_refund_id` | S | a refund's `re_…`, once Stripe named it |
 //! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`); absent on records of releases before 2026-11-30: "not recorded" |
 //! | `status` | S | `pending`, `unknown`, `succeeded`, `failed` |
 //! | `external_id`, `last_error` | S | optional |
@@ -23,19 +27,20 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::domain::{
     Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, OperationKind, OrderId,
-    PaymentIntentId, PaymentMethodId, Principal,
+    PaymentIntentId, PaymentMethodId, Principal, StripeRefundId,
 };
 use crate::operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
 use crate::ports::StoreError;
 use crate::time::Timestamp;
+use charge_core::refund::{RefundParams, RefundReason};
 
 use super::paging::IndexPosition;
 use super::schema::{
     due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
-    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
-    REVIEW_SHARD, SK, STATUS, UPDATED_AT,
+    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
+    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, UPDATED_AT,
 };
 
 pub type Attrs = HashMap<String, AttributeValue>;
@@ -52,10 +57,7 @@ pub fn attr_n(n: impl ToString) -> AttributeValue {
 
 /// The table key of an operation.
 pub fn key_of(key: &OperationKey) -> (String, String) {
-    (
-        format!("{PK_PREFIX}{}", key.order_id),
-        key.kind.as_str().to_owned(),
-    )
+    (format!("{PK_PREFIX}{}", key.order_id), key.kind.sort_key())
 }
 
 /// The order id in a partition key (`ORDER#<order_id>`): the inverse of [`key_of`].
@@ -76,16 +78,11 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             attr_s(&op.operation_id.to_string()),
         ),
         ("order_id".to_owned(), attr_s(op.order_id.as_str())),
-        ("amount".to_owned(), attr_n(op.params.amount.minor_units())),
-        ("currency".to_owned(), attr_s(op.params.currency.as_str())),
         (
-            "customer_id".to_owned(),
-            attr_s(op.params.customer_id.as_str()),
+            "amount".to_owned(),
+            attr_n(op.params.amount().minor_units()),
         ),
-        (
-            "payment_method".to_owned(),
-            attr_s(op.params.payment_method.as_str()),
-        ),
+        ("currency".to_owned(), attr_s(op.params.currency().as_str())),
         ("fingerprint".to_owned(), attr_s(op.fingerprint.as_str())),
         (STATUS.to_owned(), attr_s(op.status.as_str())),
         (ATTEMPTS.to_owned(), attr_n(op.attempts)),
@@ -102,6 +99,21 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         "requested_by",
         op.requested_by.as_ref().map(|p| attr_s(p.as_str())),
     );
+    match &op.params {
+        Params::Charge(p) => {
+            put("customer_id", Some(attr_s(p.customer_id.as_str())));
+            put("payment_method", Some(attr_s(p.payment_method.as_str())));
+        }
+        Params::Refund(p) => {
+            put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
+            put("refund_reason", p.reason.map(|r| attr_s(r.as_str())));
+        }
+    }
+    put(
+        REFUND_RESERVED,
+        (op.refund_reserved != 0).then(|| attr_n(op.refund_reserved)),
+    );
+    put(STRIPE_REFUND_ID, op.stripe_refund_id.as_deref().map(attr_s));
     put(EXTERNAL_ID, op.external_id.as_deref().map(attr_s));
     put(LAST_ERROR, op.last_error.as_deref().map(attr_s));
     put(
@@ -376,22 +388,12 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         }),
         None => None,
     };
+    let kind = domain(SK, OperationKind::parse(req_s(item, SK)?))?;
     Ok(Operation {
         order_id,
-        kind: domain(SK, OperationKind::parse(req_s(item, SK)?))?,
+        params: params_from_item(item, &kind)?,
+        kind,
         operation_id: domain(OPERATION_ID, OperationId::parse(req_s(item, OPERATION_ID)?))?,
-        params: ChargeParams {
-            amount: domain("amount", Amount::new(req_n(item, "amount")?))?,
-            currency: domain("currency", Currency::parse(req_s(item, "currency")?))?,
-            customer_id: domain(
-                "customer_id",
-                CustomerId::parse(req_s(item, "customer_id")?),
-            )?,
-            payment_method: domain(
-                "payment_method",
-                PaymentMethodId::parse(req_s(item, "payment_method")?),
-            )?,
-        },
         fingerprint: Fingerprint::from_stored(req_s(item, "fingerprint")?.to_owned()),
         requested_by: get_s(item, "requested_by")?
             .map(|p| domain("requested_by", Principal::parse(p)))
@@ -410,6 +412,41 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         next_due_at: get_t(item, DUE_AT)?,
         redrives: get_n(item, REDRIVES)?.unwrap_or(0),
         history: history_from_item(item)?,
+        refund_reserved: get_n(item, REFUND_RESERVED)?.unwrap_or(0),
+        stripe_refund_id: get_s(item, STRIPE_REFUND_ID)?
+            .map(|id| domain(STRIPE_REFUND_ID, StripeRefundId::parse(id)))
+            .transpose()?,
+    })
+}
+
+/// What the operation sends to Stripe, by its kind (its sort key).
+fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreError> {
+    let amount = domain("amount", Amount::new(req_n(item, "amount")?))?;
+    let currency = domain("currency", Currency::parse(req_s(item, "currency")?))?;
+    Ok(match kind {
+        OperationKind::Charge => Params::Charge(ChargeParams {
+            amount,
+            currency,
+            customer_id: domain(
+                "customer_id",
+                CustomerId::parse(req_s(item, "customer_id")?),
+            )?,
+            payment_method: domain(
+                "payment_method",
+                PaymentMethodId::parse(req_s(item, "payment_method")?),
+            )?,
+        }),
+        OperationKind::Refund(_) => Params::Refund(RefundParams {
+            amount,
+            currency,
+            payment_intent: domain(
+                "payment_intent",
+                PaymentIntentId::parse(req_s(item, "payment_intent")?),
+            )?,
+            reason: get_s(item, "refund_reason")?
+                .map(|r| domain("refund_reason", RefundReason::parse(r)))
+                .transpose()?,
+        }),
     })
 }
 

@@ -37,6 +37,9 @@ pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
 pub const REVIEW_REASON: &str = "review_reason";
 pub const REVIEW_FLAGGED_AT: &str = "review_flagged_at";
 pub const HISTORY: &str = "history";
+/// A charge's refunds' reservations (minor units); absent means 0.
+pub const REFUND_RESERVED: &str = "refund_reserved";
+pub const STRIPE_REFUND_ID: &str = "stripe_refund_id";
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";

@@ -42,7 +42,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(read.operation_id, op.operation_id);
-        assert_eq!(read.params.amount, op.params.amount);
+        assert_eq!(read.params.amount(), op.params.amount());
         assert_eq!(read.status, op.status);
     }
 

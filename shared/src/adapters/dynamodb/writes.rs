@@ -21,8 +21,8 @@ use crate::store_rules::{self, Guard, Transition};
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
-    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REVIEW_FLAGGED_AT, REVIEW_REASON,
-    REVIEW_SHARD, SK, STATUS, UPDATED_AT,
+    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
+    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, UPDATED_AT,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -163,6 +163,22 @@ impl Expression {
                 return match status.is_settled() {
                     true => Ok(()),
                     false => Err(*guard),
+                }
+            }
+            // A charge's sort key is exactly `charge` (a refund's is `refund#<id>`).
+            Guard::IsCharge => {
+                let n = self.name(SK);
+                let v = self.value(":if_charge", attr_s("charge"));
+                format!("{n} = {v}")
+            }
+            // An absent count is 0 (records written before refunds).
+            Guard::ReservedAtMost(max) => {
+                let n = self.name(REFUND_RESERVED);
+                let v = self.value(":if_reserved_at_most", attr_n(max));
+                if max >= 0 {
+                    format!("(attribute_not_exists({n}) OR {n} <= {v})")
+                } else {
+                    format!("{n} <= {v}")
                 }
             }
         };

@@ -1,0 +1,480 @@
+//! Refunds: what the merchant asks for, what Stripe's refund statuses mean for the operation, and
+//! the rule that keeps an order's refunds within what was charged.
+//!
+//! A refund is an operation of its own (kind `refund`, one per merchant refund id), executed like
+//! a charge: persisted first, created at Stripe with a key derived from its operation id
+//! (`refund-op:<operation_id>`), `unknown` never rounded, settled by retrieve or by listing the
+//! PaymentIntent's refunds. What it adds is money conservation across operations: accepting a
+//! refund **reserves** its amount on the order's charge record in the same conditional write that
+//! creates the refund ([`reserve`]), so concurrent refunds can never together exceed the charge;
+//! a refund that ends `failed` or `canceled` releases its reservation ([`release`]).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::OperationKind;
+use crate::domain::{
+    Amount, Currency, Fingerprint, PaymentIntentId, StripeRefundId, ValidationError,
+};
+use crate::operation::{Operation, OperationStatus};
+use crate::store::ReserveRefund;
+use crate::time::Timestamp;
+
+/// Why the merchant refunds, as Stripe names it (`reason` on `POST /v1/refunds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+}
+
+impl RefundReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Fraudulent => "fraudulent",
+            Self::RequestedByCustomer => "requested_by_customer",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw {
+            "duplicate" => Ok(Self::Duplicate),
+            "fraudulent" => Ok(Self::Fraudulent),
+            "requested_by_customer" => Ok(Self::RequestedByCustomer),
+            _ => Err(ValidationError::new(
+                "reason",
+                "must be duplicate, fraudulent or requested_by_customer",
+            )),
+        }
+    }
+}
+
+/// What the merchant asked for: an amount (none: all that is left of the charge) and a reason.
+///
+/// Its fingerprint is of the request as asked, not of the amount it resolved to: the same request
+/// sent again after other refunds changed what is left is still the same refund.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RefundRequest {
+    pub amount: Option<Amount>,
+    pub reason: Option<RefundReason>,
+}
+
+impl RefundRequest {
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&format!(
+            "refund-v1\n{}\n{}",
+            self.amount
+                .map_or("all".to_owned(), |a| a.minor_units().to_string()),
+            self.reason.map_or("-", |r| r.as_str())
+        ))
+    }
+}
+
+/// What a refund operation sends to Stripe on every attempt: the amount it reserved, in the
+/// charge's currency, against the charge's PaymentIntent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundParams {
+    pub amount: Amount,
+    pub currency: Currency,
+    pub payment_intent: PaymentIntentId,
+    pub reason: Option<RefundReason>,
+}
+
+/// A refund's `status` as Stripe reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RefundStatus {
+    Pending,
+    RequiresAction,
+    Succeeded,
+    Failed,
+    Canceled,
+    /// A status this code does not know: not settled, never success or failure.
+    Other(String),
+}
+
+impl RefundStatus {
+    pub fn parse(raw: &str) -> Self {
+        match raw {
+            "pending" => Self::Pending,
+            "requires_action" => Self::RequiresAction,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "canceled" => Self::Canceled,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Pending => "pending",
+            Self::RequiresAction => "requires_action",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for RefundStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a refund's status means for its operation. `succeeded` is money returned; `failed` and
+/// `canceled` are money not returned (the reservation is released). `pending` and
+/// `requires_action` are not settled: the refund may still succeed or fail, look again.
+///
+/// `succeeded` is final for everything but Stripe's own word that it failed later (a closed
+/// card): that one transition, `succeeded → failed`, is taken only from a retrieve.
+pub fn refund_outcome_for(status: &RefundStatus) -> OperationStatus {
+    match status {
+        RefundStatus::Succeeded => OperationStatus::Succeeded,
+        RefundStatus::Failed | RefundStatus::Canceled => OperationStatus::Failed,
+        _ => OperationStatus::Unknown,
+    }
+}
+
+/// A refund as far as the core needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeRefund {
+    pub id: StripeRefundId,
+    pub status: RefundStatus,
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub payment_intent: Option<String>,
+    /// `metadata[operation_id]`: whose refund it is.
+    pub operation_id: Option<String>,
+    /// Why Stripe says it failed (`lost_or_stolen_card`, `expired_or_canceled_card`, `unknown`).
+    pub failure_reason: Option<String>,
+}
+
+/// Why a refund is refused at the door. Nothing is written for any of them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefundRefusal {
+    #[error("the order has no charge")]
+    NoCharge,
+    #[error("the order's charge is {0}, not succeeded: only money taken can be refunded")]
+    NotSucceeded(OperationStatus),
+    #[error("the order's charge has no PaymentIntent recorded")]
+    NoPaymentIntent,
+    #[error("the order's charge is refunded in full: nothing is left to refund")]
+    NothingLeft,
+    #[error("amount {asked} is over what is left to refund, {left} (minor units)")]
+    OverWhatIsLeft { asked: i64, left: i64 },
+}
+
+/// What is left to refund of `charge`: the amount charged less what its refunds reserved.
+pub fn refundable(charge: &Operation) -> i64 {
+    charge.params.amount().minor_units() - charge.refund_reserved
+}
+
+/// What the door decides for `request` against the order's `charge` as read: the refund's
+/// parameters and the reservation to write with it, or why it may not be made. A charge record is
+/// the only thing refunded: a succeeded charge with its PaymentIntent; the amount (all that is left
+/// when the request names none) must fit in what is left. The store's write checks the same room
+/// again atomically ([`crate::store_rules`]), so a refund reserved meanwhile is never exceeded.
+pub fn reserve(
+    charge: &Operation,
+    request: &RefundRequest,
+    now: Timestamp,
+) -> Result<(RefundParams, ReserveRefund), RefundRefusal> {
+    if charge.kind != OperationKind::Charge {
+        return Err(RefundRefusal::NoCharge);
+    }
+    if charge.status != OperationStatus::Succeeded {
+        return Err(RefundRefusal::NotSucceeded(charge.status));
+    }
+    let payment_intent = charge
+        .external_id
+        .clone()
+        .ok_or(RefundRefusal::NoPaymentIntent)?;
+    let left = refundable(charge);
+    if left <= 0 {
+        return Err(RefundRefusal::NothingLeft);
+    }
+    let asked = request.amount.map_or(left, |a| a.minor_units());
+    if asked > left {
+        return Err(RefundRefusal::OverWhatIsLeft { asked, left });
+    }
+    let amount = Amount::new(asked).map_err(|_| RefundRefusal::NothingLeft)?;
+    let params = RefundParams {
+        amount,
+        currency: charge.params.currency().clone(),
+        payment_intent,
+        reason: request.reason,
+    };
+    let reservation = ReserveRefund {
+        charge: charge.key(),
+        charge_operation_id: charge.operation_id,
+        amount,
+        charged: charge.params.amount(),
+        now,
+    };
+    Ok((params, reservation))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{OperationId, RefundId};
+    use crate::operation::OperationKey;
+    use crate::store_rules::{apply, Guard, Transition};
+    use crate::testing::{order, T0};
+
+    /// A succeeded charge of 1000 usd with its intent, `reserved` already taken by refunds.
+    fn charge(reserved: i64) -> Operation {
+        let mut op = order("ord-r")
+            .amount(1000)
+            .status(OperationStatus::Succeeded)
+            .external_id("pi_r")
+            .build();
+        op.next_due_at = None;
+        op.refund_reserved = reserved;
+        op
+    }
+
+    fn ask(amount: Option<i64>) -> RefundRequest {
+        RefundRequest {
+            amount: amount.map(|a| Amount::new(a).unwrap()),
+            reason: None,
+        }
+    }
+
+    /// One line of the door's rule: (the charge as read, the request) → the amount reserved, or
+    /// the refusal.
+    struct Row {
+        says: &'static str,
+        charge: Operation,
+        asked: Option<i64>,
+        then: Result<i64, RefundRefusal>,
+    }
+
+    #[test]
+    fn reserve_table() {
+        let unsettled = |status| Operation {
+            status,
+            ..charge(0)
+        };
+        let rows = [
+            Row {
+                says: "a partial refund of a succeeded charge reserves what it asks",
+                charge: charge(0),
+                asked: Some(400),
+                then: Ok(400),
+            },
+            Row {
+                says: "no amount: all that is left, the charge less what its refunds reserved",
+                charge: charge(300),
+                asked: None,
+                then: Ok(700),
+            },
+            Row {
+                says: "exactly what is left is accepted",
+                charge: charge(300),
+                asked: Some(700),
+                then: Ok(700),
+            },
+            Row {
+                says: "one unit over what is left is refused, with both figures",
+                charge: charge(300),
+                asked: Some(701),
+                then: Err(RefundRefusal::OverWhatIsLeft {
+                    asked: 701,
+                    left: 700,
+                }),
+            },
+            Row {
+                says: "a charge refunded in full has nothing left, asked for an amount or not",
+                charge: charge(1000),
+                asked: Some(1),
+                then: Err(RefundRefusal::NothingLeft),
+            },
+            Row {
+                says: "nothing left, all of it asked: refused, not a refund of 0",
+                charge: charge(1000),
+                asked: None,
+                then: Err(RefundRefusal::NothingLeft),
+            },
+            Row {
+                says: "a charge still unknown may have taken nothing: refused",
+                charge: unsettled(OperationStatus::Unknown),
+                asked: None,
+                then: Err(RefundRefusal::NotSucceeded(OperationStatus::Unknown)),
+            },
+            Row {
+                says: "a failed charge took nothing: refused",
+                charge: unsettled(OperationStatus::Failed),
+                asked: Some(1),
+                then: Err(RefundRefusal::NotSucceeded(OperationStatus::Failed)),
+            },
+            Row {
+                says: "a succeeded charge without its intent cannot be named to Stripe: refused",
+                charge: Operation {
+                    external_id: None,
+                    ..charge(0)
+                },
+                asked: Some(1),
+                then: Err(RefundRefusal::NoPaymentIntent),
+            },
+            Row {
+                says: "a refund is never refunded: only a charge is",
+                charge: Operation {
+                    kind: OperationKind::Refund(RefundId::parse("r-1").unwrap()),
+                    ..charge(0)
+                },
+                asked: Some(1),
+                then: Err(RefundRefusal::NoCharge),
+            },
+        ];
+        for row in rows {
+            let got = reserve(&row.charge, &ask(row.asked), T0);
+            match (&got, &row.then) {
+                (Ok((params, reservation)), Ok(amount)) => {
+                    assert_eq!(params.amount.minor_units(), *amount, "{}", row.says);
+                    assert_eq!(reservation.amount, params.amount, "{}", row.says);
+                    assert_eq!(params.payment_intent, "pi_r", "{}", row.says);
+                    assert_eq!(params.currency.as_str(), "usd", "{}", row.says);
+                }
+                (Err(e), Err(want)) => assert_eq!(e, want, "{}", row.says),
+                _ => panic!("{}: got {got:?}, want {:?}", row.says, row.then),
+            }
+        }
+    }
+
+    /// Two refunds decided from the same read: the store's guard lets the second in only if both
+    /// fit, whatever order they are written in.
+    #[test]
+    fn two_reservations_from_one_read_never_exceed_the_charge() {
+        let read = charge(0);
+        let (_, first) = reserve(&read, &ask(Some(600)), T0).unwrap();
+        let (_, too_much) = reserve(&read, &ask(Some(600)), T0).unwrap();
+        let (_, fits) = reserve(&read, &ask(Some(400)), T0).unwrap();
+        let after_first = apply(&read, &first).unwrap();
+        assert_eq!(after_first.refund_reserved, 600);
+        assert_eq!(
+            apply(&after_first, &too_much).unwrap_err(),
+            Guard::ReservedAtMost(400),
+            "600 + 600 > 1000"
+        );
+        let both = apply(&after_first, &fits).unwrap();
+        assert_eq!(both.refund_reserved, 1000, "600 + 400 = 1000 fits");
+        assert_eq!(
+            both.status,
+            OperationStatus::Succeeded,
+            "the outcome is untouched"
+        );
+        assert_eq!(
+            both.next_due_at, None,
+            "a settled charge stays out of the index"
+        );
+    }
+
+    #[test]
+    fn a_reservation_is_refused_by_a_charge_replaced_or_no_longer_succeeded() {
+        let read = charge(0);
+        let (_, r) = reserve(&read, &ask(Some(100)), T0).unwrap();
+        let replaced = Operation {
+            operation_id: OperationId::new_random(),
+            ..read.clone()
+        };
+        assert!(matches!(apply(&replaced, &r), Err(Guard::IsOperation(_))));
+        let reverted = Operation {
+            status: OperationStatus::Unknown,
+            ..read.clone()
+        };
+        assert_eq!(
+            apply(&reverted, &r).unwrap_err(),
+            Guard::StatusIs(OperationStatus::Succeeded)
+        );
+        assert!(apply(&read, &r).is_ok(), "the charge as read accepts it");
+    }
+
+    #[test]
+    fn a_released_reservation_gives_room_back_and_never_goes_below_zero() {
+        let release = |amount| crate::store::ReleaseRefund {
+            charge: OperationKey::charge(charge(0).order_id),
+            amount: Amount::new(amount).unwrap(),
+            now: T0,
+        };
+        assert_eq!(
+            apply(&charge(900), &release(600)).unwrap().refund_reserved,
+            300
+        );
+        assert_eq!(
+            apply(&charge(100), &release(600)).unwrap().refund_reserved,
+            0
+        );
+        let refund = Operation {
+            kind: OperationKind::Refund(RefundId::parse("r-1").unwrap()),
+            ..charge(0)
+        };
+        assert_eq!(release(1).guards(), vec![Guard::IsCharge]);
+        assert_eq!(apply(&refund, &release(1)).unwrap_err(), Guard::IsCharge);
+    }
+
+    #[test]
+    fn the_request_is_fingerprinted_as_asked() {
+        let all = ask(None);
+        assert_eq!(all.fingerprint(), ask(None).fingerprint());
+        assert_ne!(
+            all.fingerprint(),
+            ask(Some(1000)).fingerprint(),
+            "all ≠ 1000"
+        );
+        assert_ne!(ask(Some(1)).fingerprint(), ask(Some(2)).fingerprint());
+        let fraud = RefundRequest {
+            reason: Some(RefundReason::Fraudulent),
+            ..ask(Some(1))
+        };
+        assert_ne!(fraud.fingerprint(), ask(Some(1)).fingerprint());
+    }
+
+    #[test]
+    fn a_refund_s_key_is_never_in_the_charge_s_namespace() {
+        let read = charge(0);
+        let request = ask(Some(100));
+        let (params, _) = reserve(&read, &request, T0).unwrap();
+        let mut refund = Operation::new_refund(
+            read.order_id.clone(),
+            RefundId::parse("r-1").unwrap(),
+            &request,
+            params,
+            crate::domain::Principal::jwt("support").unwrap(),
+            T0,
+            std::time::Duration::from_secs(300),
+        );
+        refund.operation_id = read.operation_id;
+        assert!(refund.idempotency_key().as_str().starts_with("refund-op:"));
+        assert_ne!(refund.idempotency_key(), read.idempotency_key());
+        assert_eq!(refund.key().kind.sort_key(), "refund#r-1");
+        assert_eq!(OperationKind::parse("refund#r-1").unwrap(), refund.kind);
+        assert_eq!(
+            OperationKind::parse("charge").unwrap(),
+            OperationKind::Charge
+        );
+        for bad in ["refund#", "refund#a b", "refund", "charge#x", "refunds#r"] {
+            assert!(OperationKind::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refund_statuses_mean_what_stripe_says() {
+        use OperationStatus::*;
+        for (raw, want) in [
+            ("succeeded", Succeeded),
+            ("failed", Failed),
+            ("canceled", Failed),
+            ("pending", Unknown),
+            ("requires_action", Unknown),
+            ("something_new", Unknown),
+        ] {
+            assert_eq!(refund_outcome_for(&RefundStatus::parse(raw)), want, "{raw}");
+            assert_eq!(RefundStatus::parse(raw).as_str(), raw);
+        }
+    }
+}
