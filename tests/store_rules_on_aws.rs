@@ -741,3 +741,61 @@ async fn the_unknown_index_shows_the_status_and_a_claim_leaves_the_entry_as_it_w
     assert_eq!(entry.get(schema::STATUS), Some(&attr_s("unknown")));
     assert_ne!(entry.get(schema::DUE_AT), created.get(schema::DUE_AT));
 }
+
+/// The refund reservation's guards, each as the clause DynamoDB checks, hold of the stored item
+/// exactly when the rule says: on charges with no count (written before refunds), part and all
+/// of it reserved, and on a refund record.
+#[tokio::test]
+async fn the_reservation_s_clauses_are_its_guards() {
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let charge = |reserved: i64| {
+        let mut op = state::settled(OperationStatus::Succeeded);
+        op.refund_reserved = reserved;
+        op
+    };
+    let refund = {
+        let mut op = charge(0);
+        op.kind = charge_once::OperationKind::Refund(charge_once::RefundId::parse("r-1").unwrap());
+        op.params = charge_once::Params::Refund(charge_once::refund::RefundParams {
+            amount: charge_once::Amount::new(500).unwrap(),
+            currency: charge_once::Currency::parse("usd").unwrap(),
+            payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
+            reason: None,
+        });
+        op
+    };
+    let guards = [
+        Guard::IsCharge,
+        Guard::ReservedAtMost(400),
+        Guard::ReservedAtMost(600),
+        Guard::ReservedAtMost(0),
+        Guard::ReservedAtMost(-1),
+        Guard::ReservedAtLeast(600),
+        Guard::ReservedAtLeast(601),
+        Guard::ReservedAtLeast(0),
+        Guard::StatusIs(OperationStatus::Succeeded),
+    ];
+    let mut checked = 0;
+    for stored in [charge(0), charge(600), charge(1000), refund] {
+        put(&client, store.table(), &stored).await;
+        assert_eq!(
+            store.get(&stored.key()).await.unwrap().as_ref(),
+            Some(&stored)
+        );
+        for guard in guards {
+            let holds = clause_holds(&client, store.table(), &stored, guard)
+                .await
+                .expect("every reservation guard has a clause");
+            assert_eq!(
+                holds,
+                guard.holds(&stored),
+                "{guard:?} on {} reserved {}",
+                stored.kind.sort_key(),
+                stored.refund_reserved
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 36);
+}

@@ -223,7 +223,7 @@ mod tests {
     use super::*;
     use crate::domain::{OperationId, RefundId};
     use crate::operation::OperationKey;
-    use crate::store_rules::{apply, Guard, Transition};
+    use crate::store_rules::{apply, Guard};
     use crate::testing::{order, T0};
 
     /// A succeeded charge of 1000 usd with its intent, `reserved` already taken by refunds.
@@ -395,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn a_released_reservation_gives_room_back_and_never_goes_below_zero() {
+    fn a_released_reservation_gives_room_back_and_only_what_is_there() {
         let release = |amount| crate::store::ReleaseRefund {
             charge: OperationKey::charge(charge(0).order_id),
             amount: Amount::new(amount).unwrap(),
@@ -406,15 +406,57 @@ mod tests {
             300
         );
         assert_eq!(
-            apply(&charge(100), &release(600)).unwrap().refund_reserved,
+            apply(&charge(600), &release(600)).unwrap().refund_reserved,
             0
+        );
+        assert_eq!(
+            apply(&charge(100), &release(600)).unwrap_err(),
+            Guard::ReservedAtLeast(600),
+            "a count below the amount does not add up: refused, not clamped"
         );
         let refund = Operation {
             kind: OperationKind::Refund(RefundId::parse("r-1").unwrap()),
-            ..charge(0)
+            ..charge(600)
         };
-        assert_eq!(release(1).guards(), vec![Guard::IsCharge]);
         assert_eq!(apply(&refund, &release(1)).unwrap_err(), Guard::IsCharge);
+    }
+
+    #[test]
+    fn a_refund_asked_again_is_the_one_there_and_reserves_nothing() {
+        let read = charge(0);
+        let request = ask(Some(700));
+        let (params, reserve_it) = reserve(&read, &request, T0).unwrap();
+        let refund = Operation::new_refund(
+            read.order_id.clone(),
+            RefundId::parse("r-1").unwrap(),
+            &request,
+            params,
+            crate::domain::Principal::jwt("support").unwrap(),
+            T0,
+            std::time::Duration::from_secs(300),
+        );
+        let (created, after) =
+            crate::store_rules::create_refund(None, Some(&read), &refund, &reserve_it);
+        assert_eq!(created, crate::store::RefundCreated::New(refund.clone()));
+        let after = after.expect("the charge as written");
+        assert_eq!(after.refund_reserved, 700);
+        // The same request again: the refund there is the answer, whatever the charge says now.
+        assert_eq!(
+            crate::store_rules::create_refund(Some(&refund), Some(&after), &refund, &reserve_it),
+            (crate::store::RefundCreated::Existing(refund.clone()), None)
+        );
+        // Another refund id for 700 more: the charge refuses it.
+        assert!(matches!(
+            crate::store_rules::create_refund(None, Some(&after), &refund, &reserve_it),
+            (
+                crate::store::RefundCreated::ChargeRefused(Some((_, Guard::ReservedAtMost(300)))),
+                None
+            )
+        ));
+        assert_eq!(
+            crate::store_rules::create_refund(None, None, &refund, &reserve_it),
+            (crate::store::RefundCreated::ChargeRefused(None), None)
+        );
     }
 
     #[test]

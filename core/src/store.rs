@@ -174,11 +174,8 @@ pub struct ReleaseRefund {
 /// Result of `OperationStore::create_refund`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RefundCreated {
-    /// The refund was written and its amount reserved on the charge (the charge as written).
-    New {
-        refund: Operation,
-        charge: Operation,
-    },
+    /// The refund was written and its amount reserved on the charge.
+    New(Operation),
     /// A refund with the same merchant refund id already existed; this is it, unchanged. Nothing
     /// was reserved.
     Existing(Operation),

@@ -21,8 +21,8 @@ use crate::domain::OperationId;
 use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
 use crate::store::{
-    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, ReleaseRefund, Reschedule,
-    ReserveRefund,
+    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundCreated, ReleaseRefund,
+    Reschedule, ReserveRefund,
 };
 use crate::time::Timestamp;
 
@@ -56,6 +56,9 @@ pub enum Guard {
     /// The charge's refunds have reserved at most this much (minor units): room is left for the
     /// refund being reserved.
     ReservedAtMost(i64),
+    /// The charge's refunds have reserved at least this much: the reservation being given back
+    /// is there to give back.
+    ReservedAtLeast(i64),
 }
 
 impl Guard {
@@ -73,6 +76,7 @@ impl Guard {
             Guard::Settles(status) => status.is_settled(),
             Guard::IsCharge => op.kind == OperationKind::Charge,
             Guard::ReservedAtMost(max) => op.refund_reserved <= max,
+            Guard::ReservedAtLeast(min) => op.refund_reserved >= min,
         }
     }
 
@@ -90,6 +94,7 @@ impl Guard {
             Guard::Settles(_) => "settles",
             Guard::IsCharge => "is_charge",
             Guard::ReservedAtMost(_) => "reserved_at_most",
+            Guard::ReservedAtLeast(_) => "reserved_at_least",
         }
     }
 }
@@ -184,7 +189,8 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::Scheduled
         | Guard::Settles(_)
         | Guard::IsCharge
-        | Guard::ReservedAtMost(_) => Claim::Leased(current),
+        | Guard::ReservedAtMost(_)
+        | Guard::ReservedAtLeast(_) => Claim::Leased(current),
     }
 }
 
@@ -224,17 +230,46 @@ impl Transition for ReserveRefund {
     }
 }
 
-/// A failed or canceled refund's amount back to its charge. No guard but the kind: the refund's
-/// own fenced outcome write, in the same transaction, makes it happen once; a count that would go
-/// below zero (a record edited by hand) stops at zero.
+/// A failed or canceled refund's amount back to its charge. Its refund's fenced outcome write, in
+/// the same transaction, makes it happen once; a charge whose count is below the amount (a record
+/// edited by hand) refuses it, and a person looks, rather than a count that no longer adds up.
 impl Transition for ReleaseRefund {
     fn guards(&self) -> Vec<Guard> {
-        vec![Guard::IsCharge]
+        vec![
+            Guard::IsCharge,
+            Guard::ReservedAtLeast(self.amount.minor_units()),
+        ]
     }
 
     fn change(&self, op: &mut Operation) {
-        op.refund_reserved = (op.refund_reserved - self.amount.minor_units()).max(0);
+        op.refund_reserved -= self.amount.minor_units();
         op.updated_at = self.now;
+    }
+}
+
+/// A refund's create with its reservation, as one write over both records, all or nothing: a
+/// refund with the same key already there is the answer (nothing reserved: the same refund asked
+/// again); else the charge's guards decide ([`ReserveRefund`]). `existing` and `charge` are the
+/// records at the two keys as the write finds them; the charge after the write comes back with
+/// the answer, for a store to keep.
+pub fn create_refund(
+    existing: Option<&Operation>,
+    charge: Option<&Operation>,
+    refund: &Operation,
+    reserve: &ReserveRefund,
+) -> (RefundCreated, Option<Operation>) {
+    if let Some(existing) = existing {
+        return (RefundCreated::Existing(existing.clone()), None);
+    }
+    let Some(charge) = charge else {
+        return (RefundCreated::ChargeRefused(None), None);
+    };
+    match apply(charge, reserve) {
+        Ok(next) => (RefundCreated::New(refund.clone()), Some(next)),
+        Err(by) => (
+            RefundCreated::ChargeRefused(Some((charge.clone(), by))),
+            None,
+        ),
     }
 }
 

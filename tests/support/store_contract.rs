@@ -8,9 +8,12 @@ use charge_once::operation::AuditEntry;
 use charge_once::ports::OperatorGuard;
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Recorded, Reschedule,
+    Recorded, RefundCreated, Reschedule, ReserveRefund,
 };
+use charge_once::refund::{self, RefundRefusal, RefundRequest};
+use charge_once::store_rules::Guard;
 use charge_once::testing::{self, claim, claim_request, GRACE, LEASE};
+use charge_once::RefundId;
 use charge_once::{Lease, LeaseToken, Operation, OperationId, OperationStatus, Review, Timestamp};
 
 /// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
@@ -631,6 +634,185 @@ pub async fn count_in_review_counts_the_review_partition_by_pages(store: Arc<dyn
     assert_eq!((whole.entries, whole.next), (3, None));
 }
 
+/// A succeeded charge of `amount` for `order`, with its intent, written to `store`.
+async fn succeeded_charge(store: &Arc<dyn OperationStore>, order: &str, amount: i64) -> Operation {
+    let mut op = operation(order, amount, T0);
+    op.status = OperationStatus::Succeeded;
+    op.external_id = Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap());
+    op.attempts = 1;
+    op.first_attempted_at = Some(T0);
+    op.next_due_at = None;
+    store.create_if_absent(&op).await.unwrap();
+    op
+}
+
+/// The refund `refund_id` of `amount` (all that is left when `None`) against `charge` as read.
+fn refund_of(
+    charge: &Operation,
+    refund_id: &str,
+    amount: Option<i64>,
+) -> Result<(Operation, ReserveRefund), RefundRefusal> {
+    let request = RefundRequest {
+        amount: amount.map(|a| charge_once::Amount::new(a).unwrap()),
+        reason: None,
+    };
+    let (params, reserve) = refund::reserve(charge, &request, T0.plus(LEASE))?;
+    let op = Operation::new_refund(
+        charge.order_id.clone(),
+        RefundId::parse(refund_id).unwrap(),
+        &request,
+        params,
+        charge_once::Principal::jwt("support").unwrap(),
+        T0.plus(LEASE),
+        GRACE,
+    );
+    Ok((op, reserve))
+}
+
+async fn reserved(store: &Arc<dyn OperationStore>, charge: &Operation) -> i64 {
+    store
+        .get(&charge.key())
+        .await
+        .unwrap()
+        .expect("the charge")
+        .refund_reserved
+}
+
+pub async fn a_refund_reserves_its_amount_on_the_charge_in_the_same_write(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = succeeded_charge(&store, "contract-refund", 1000).await;
+    let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
+    assert_eq!(
+        store.create_refund(&refund, &reserve).await.unwrap(),
+        RefundCreated::New(refund.clone())
+    );
+    assert_eq!(
+        store.get(&refund.key()).await.unwrap(),
+        Some(refund.clone())
+    );
+    let after = store.get(&charge.key()).await.unwrap().unwrap();
+    assert_eq!(after.refund_reserved, 400);
+    assert_eq!(
+        (after.status, after.next_due_at, &after.external_id),
+        (charge.status, None, &charge.external_id),
+        "the charge's outcome is untouched"
+    );
+    // All that is left, from the charge as it is now: the rest, 600.
+    let (rest, reserve) = refund_of(&after, "r-2", None).unwrap();
+    assert_eq!(rest.params.amount().minor_units(), 600);
+    assert!(matches!(
+        store.create_refund(&rest, &reserve).await.unwrap(),
+        RefundCreated::New(_)
+    ));
+    assert_eq!(reserved(&store, &charge).await, 1000);
+}
+
+pub async fn a_refund_asked_again_is_the_existing_one_and_reserves_nothing(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = succeeded_charge(&store, "contract-refund-again", 1000).await;
+    let (first, reserve) = refund_of(&charge, "r-1", Some(300)).unwrap();
+    store.create_refund(&first, &reserve).await.unwrap();
+    // The same refund id again, from a read before the first (its own fresh operation id).
+    let (again, reserve) = refund_of(&charge, "r-1", Some(300)).unwrap();
+    assert_ne!(again.operation_id, first.operation_id);
+    assert_eq!(
+        store.create_refund(&again, &reserve).await.unwrap(),
+        RefundCreated::Existing(first.clone())
+    );
+    assert_eq!(reserved(&store, &charge).await, 300, "reserved once");
+}
+
+pub async fn a_refund_over_what_is_left_writes_nothing_and_its_twin_fits(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = succeeded_charge(&store, "contract-refund-over", 1000).await;
+    let (first, reserve) = refund_of(&charge, "r-1", Some(700)).unwrap();
+    store.create_refund(&first, &reserve).await.unwrap();
+    // Decided from the stale read (1000 left), 400 more no longer fits: 700 + 400 > 1000.
+    let (over, reserve) = refund_of(&charge, "r-2", Some(400)).unwrap();
+    match store.create_refund(&over, &reserve).await.unwrap() {
+        RefundCreated::ChargeRefused(Some((current, by))) => {
+            assert_eq!(current.refund_reserved, 700);
+            assert_eq!(by, Guard::ReservedAtMost(600));
+        }
+        other => panic!("expected the charge's refusal, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(&over.key()).await.unwrap(),
+        None,
+        "no refund written"
+    );
+    assert_eq!(reserved(&store, &charge).await, 700, "nothing reserved");
+    // The twin: 300, what is left, fits from the same stale read.
+    let (fits, reserve) = refund_of(&charge, "r-3", Some(300)).unwrap();
+    assert!(matches!(
+        store.create_refund(&fits, &reserve).await.unwrap(),
+        RefundCreated::New(_)
+    ));
+    assert_eq!(reserved(&store, &charge).await, 1000);
+}
+
+pub async fn a_refund_of_a_charge_no_longer_as_read_writes_nothing(store: Arc<dyn OperationStore>) {
+    let charge = succeeded_charge(&store, "contract-refund-moved", 1000).await;
+    let (refund, reserve) = refund_of(&charge, "r-1", Some(100)).unwrap();
+    // The record at the charge's key is another operation now (replaced by hand).
+    let mut other = charge.clone();
+    other.operation_id = charge_once::OperationId::new_random();
+    let (_, elsewhere) = refund_of(&other, "r-x", Some(100)).unwrap();
+    let crossed = ReserveRefund {
+        charge_operation_id: other.operation_id,
+        ..elsewhere
+    };
+    match store.create_refund(&refund, &crossed).await.unwrap() {
+        RefundCreated::ChargeRefused(Some((_, Guard::IsOperation(_)))) => {}
+        got => panic!("expected is_operation, got {got:?}"),
+    }
+    assert_eq!(store.get(&refund.key()).await.unwrap(), None);
+    // And with no charge at the key at all.
+    let missing = ReserveRefund {
+        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("no-such").unwrap()),
+        ..reserve.clone()
+    };
+    assert_eq!(
+        store.create_refund(&refund, &missing).await.unwrap(),
+        RefundCreated::ChargeRefused(None)
+    );
+    assert_eq!(store.get(&refund.key()).await.unwrap(), None);
+    // The twin: the reservation as read.
+    assert!(matches!(
+        store.create_refund(&refund, &reserve).await.unwrap(),
+        RefundCreated::New(_)
+    ));
+}
+
+pub async fn concurrent_refunds_never_reserve_more_than_the_charge(store: Arc<dyn OperationStore>) {
+    let charge = succeeded_charge(&store, "contract-refund-race", 1000).await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        let (refund, reserve) = refund_of(&charge, &format!("r-{i}"), Some(300)).unwrap();
+        tasks.push(tokio::spawn(async move {
+            store.create_refund(&refund, &reserve).await.unwrap()
+        }));
+    }
+    let (mut new, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            RefundCreated::New(_) => new += 1,
+            RefundCreated::ChargeRefused(Some(_)) => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        (new, refused),
+        (3, 5),
+        "3 × 300 fit in 1000, a fourth does not"
+    );
+    assert_eq!(reserved(&store, &charge).await, 900);
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -651,6 +833,11 @@ macro_rules! store_contract_tests {
             resolve_settles_once_and_refuses_a_settled_record,
             resolve_is_guarded_by_what_was_read_and_by_the_lease,
             count_in_review_counts_the_review_partition_by_pages,
+            a_refund_reserves_its_amount_on_the_charge_in_the_same_write,
+            a_refund_asked_again_is_the_existing_one_and_reserves_nothing,
+            a_refund_over_what_is_left_writes_nothing_and_its_twin_fits,
+            a_refund_of_a_charge_no_longer_as_read_writes_nothing,
+            concurrent_refunds_never_reserve_more_than_the_charge,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

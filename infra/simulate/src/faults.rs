@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, Reschedule, StoreError,
+    QueuedCharge, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreError,
 };
 use charge_once::{
     Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
@@ -552,6 +552,16 @@ impl OperationStore for FaultyStore {
                 .event(order, "store.create", format_args!("error: {e}")),
         }
         r
+    }
+
+    /// Refunds are not driven by the simulation yet: passed through, without faults.
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        yield_now().await;
+        self.inner.create_refund(refund, reserve).await
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, Reschedule, StoreError,
+    QueuedCharge, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreError,
 };
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
@@ -122,6 +122,13 @@ impl EditedPages {
 impl OperationStore for EditedPages {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.inner.create_if_absent(op).await
+    }
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        self.inner.create_refund(refund, reserve).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.inner.get(key).await

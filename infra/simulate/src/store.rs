@@ -36,7 +36,8 @@ use charge_once::operation::{AuditEntry, Lease, Params, Review};
 use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreCalls, StoreError, UnreadableRecord,
+    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreCalls, StoreError,
+    UnreadableRecord,
 };
 use charge_once::refund::RefundParams;
 use charge_once::store_rules::{self, Guard, Transition, Written};
@@ -1021,6 +1022,35 @@ impl OperationStore for SimStore {
         t.publish(event);
         self.after_put(&mut t, op);
         Ok(Created::New(op.clone()))
+    }
+
+    /// The refund and its charge's reservation under one lock, by the store's rules. The charge
+    /// is settled, so it stays out of the index and its outcome is unchanged (nothing published
+    /// for it); the refund is indexed and published as a new operation is.
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        self.write();
+        let mut t = self.lock();
+        let (created, charge) = store_rules::create_refund(
+            t.get(&refund.key()).as_ref(),
+            t.get(&reserve.charge).as_ref(),
+            refund,
+            reserve,
+        );
+        if let Some(charge) = charge {
+            t.store(charge);
+            let at = t.store(refund.clone());
+            let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+            t.by_operation_id.insert(refund.operation_id, at32);
+            t.index(at);
+            let event = outcome_change(None, refund).map(|o| (refund.operation_id, o));
+            t.publish(event);
+            self.after_put(&mut t, refund);
+        }
+        Ok(created)
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {

@@ -32,8 +32,8 @@ use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
     CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
-    ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, Reschedule,
-    StoreError,
+    ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, RefundCreated,
+    Reschedule, ReserveRefund, StoreError,
 };
 use charge_once::webhook::{
     EventBridgeEvent, EventIntent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
@@ -80,6 +80,14 @@ impl OperationStore for CountingStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.write();
         self.inner.create_if_absent(op).await
+    }
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        self.write();
+        self.inner.create_refund(refund, reserve).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.read();

@@ -11,7 +11,7 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, StoreCalls, StoreError,
+    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreCalls, StoreError,
 };
 use crate::store_rules::{self, Transition, Written};
 
@@ -96,6 +96,27 @@ impl OperationStore for MemoryStore {
         }
         items.insert(key, op.clone());
         Ok(Created::New(op.clone()))
+    }
+
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let key = refund.key();
+        let (created, charge) = store_rules::create_refund(
+            items.get(&key),
+            items.get(&reserve.charge),
+            refund,
+            reserve,
+        );
+        if let Some(charge) = charge {
+            items.insert(key, refund.clone());
+            items.insert(reserve.charge.clone(), charge);
+        }
+        Ok(created)
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {

@@ -38,6 +38,6 @@ pub use queue::{
 };
 pub use store::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
-    OutcomeRecord, Page, Recorded, Reschedule, ReviewCount, StoreCalls, StoreError,
-    UnreadableRecord,
+    OutcomeRecord, Page, Recorded, RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
+    ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };

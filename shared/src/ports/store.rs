@@ -12,7 +12,7 @@ use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
 pub use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OperatorGuard, OutcomeRecord, Recorded,
-    Reschedule,
+    RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
 };
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
@@ -129,6 +129,16 @@ impl StoreCalls {
 pub trait OperationStore: Send + Sync {
     /// Writes `op` unless a record with the same business identity exists; then returns that one.
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError>;
+
+    /// Writes the refund `refund` and reserves its amount on the order's charge (`reserve`), in one
+    /// write over both records, all or nothing ([`crate::store_rules::create_refund`]): a refund
+    /// with the same key already there is returned and nothing is reserved; a charge whose guards
+    /// refuse the reservation (moved since read, or no room) leaves both untouched.
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError>;
 
     /// Reads one record by its business identity (strongly consistent).
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError>;

@@ -65,15 +65,20 @@ use std::fmt;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    CancellationReason, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
 use aws_sdk_dynamodb::Client;
 
 use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, Reschedule, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, ReviewCount, StoreCalls, StoreError,
+    UnreadableRecord,
 };
 use crate::store_rules::{self, Transition};
 use crate::time::Timestamp;
@@ -356,6 +361,91 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// The refund's Put (only where no record is) and the charge's reservation (its guards as the
+    /// condition), as the two items of one TransactWriteItems.
+    fn refund_transaction(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<[TransactWriteItem; 2], StoreError> {
+        let invalid = |e: aws_sdk_dynamodb::error::BuildError| {
+            StoreError::new(format!("TransactWriteItems: {e}"))
+        };
+        // A reservation's guards are all on the record: it always has an expression.
+        let w = writes::write(reserve).map_err(|g| {
+            StoreError::new(format!("reservation refused as asked: {}", g.as_str()))
+        })?;
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item::stored_item(refund)))
+            .condition_expression(format!("attribute_not_exists({})", schema::PK))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid)?;
+        let (pk, sk) = key_of(&reserve.charge);
+        let update = Update::builder()
+            .table_name(&self.table)
+            .key(schema::PK, attr_s(&pk))
+            .key(schema::SK, attr_s(&sk))
+            .update_expression(w.update)
+            .condition_expression(w.condition)
+            .set_expression_attribute_names(Some(w.names))
+            .set_expression_attribute_values(Some(w.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(invalid)?;
+        Ok([
+            TransactWriteItem::builder().put(put).build(),
+            TransactWriteItem::builder().update(update).build(),
+        ])
+    }
+
+    /// What a canceled refund transaction found: the refund already there, or the charge and the
+    /// first of its guards that refused (read back when the reason carries no item).
+    async fn refund_refused(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+        reasons: &[CancellationReason],
+    ) -> Result<RefundCreated, StoreError> {
+        let failed = |i: usize| {
+            reasons
+                .get(i)
+                .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        };
+        let item_or_read = |i: usize, key: OperationKey| async move {
+            match reasons.get(i).and_then(CancellationReason::item) {
+                Some(item) => readable(item, &key).map(Some),
+                None => self.get(&key).await,
+            }
+        };
+        if failed(0) {
+            return match item_or_read(0, refund.key()).await? {
+                Some(existing) => Ok(RefundCreated::Existing(existing)),
+                None => Err(StoreError::new(
+                    "TransactWriteItems: the refund's put was refused but no refund was found",
+                )),
+            };
+        }
+        if failed(1) {
+            let charge = item_or_read(1, reserve.charge.clone()).await?;
+            let refused = charge.map(|c| {
+                let by = store_rules::check(&c, &reserve.guards()).err().unwrap_or(
+                    store_rules::Guard::ReservedAtMost(reserve.max_reserved_before()),
+                );
+                (c, by)
+            });
+            return Ok(RefundCreated::ChargeRefused(refused));
+        }
+        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+        Err(StoreError::new(format!(
+            "TransactWriteItems canceled: {}",
+            codes.join(", ")
+        )))
+    }
+}
+
 /// The record an item holds, or an error naming the stored key as unreadable
 /// ([`StoreError::unreadable`]): whoever reads it, a claim's ALL_NEW included, can tell "this record
 /// cannot be read" (park the message, count the record) from "the store failed" (retry).
@@ -397,6 +487,37 @@ impl OperationStore for DynamoStore {
                     )),
                 },
                 _ => Err(self.sdk_error("PutItem", err)),
+            },
+        }
+    }
+
+    /// One TransactWriteItems: DynamoDB bills it as two writes of each item (a transactional
+    /// write costs twice a plain one), counted as two writes here. The operation id is its client
+    /// request token, so the SDK's own retry of a transaction whose answer was lost is answered
+    /// as the first was.
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        let items = self.refund_transaction(refund, reserve)?;
+        self.calls.write();
+        self.calls.write();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .client_request_token(refund.operation_id.to_string())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(RefundCreated::New(refund.clone())),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                    self.refund_refused(refund, reserve, e.cancellation_reasons())
+                        .await
+                }
+                _ => Err(self.sdk_error("TransactWriteItems", err)),
             },
         }
     }

@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::operation::{AuditEntry, OperationStatus};
-use crate::ports::{ClaimRequest, ManualResolution, OutcomeRecord, Reschedule};
+use crate::ports::{ClaimRequest, ManualResolution, OutcomeRecord, Reschedule, ReserveRefund};
 use crate::store_rules::{self, Guard, Transition};
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
@@ -181,6 +181,15 @@ impl Expression {
                     format!("{n} <= {v}")
                 }
             }
+            Guard::ReservedAtLeast(min) => {
+                let n = self.name(REFUND_RESERVED);
+                let v = self.value(":if_reserved_at_least", attr_n(min));
+                if min <= 0 {
+                    format!("(attribute_not_exists({n}) OR {n} >= {v})")
+                } else {
+                    format!("{n} >= {v}")
+                }
+            }
         };
         self.clauses.push(clause);
         Ok(())
@@ -258,6 +267,20 @@ impl Update for ClaimRequest {
             format!("if_not_exists({n}, {now})")
         });
         e.add_one(ATTEMPTS);
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+    }
+}
+
+impl Update for ReserveRefund {
+    fn update(&self, e: &mut Expression) {
+        let none = e.value(":no_refund_reserved", attr_n(0));
+        let amount = e.value(
+            &format!(":{REFUND_RESERVED}"),
+            attr_n(self.amount.minor_units()),
+        );
+        e.set_to(REFUND_RESERVED, |_, n| {
+            format!("if_not_exists({n}, {none}) + {amount}")
+        });
         e.set(UPDATED_AT, attr_n(self.now.as_millis()));
     }
 }
