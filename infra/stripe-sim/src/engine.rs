@@ -853,7 +853,14 @@ mod tests {
     /// each decline card, with and without a charge.
     #[test]
     fn a_declined_answer_is_the_api_errors_text() {
-        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000, 60_000);
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+        );
         for pm in [
             "pm_card_chargeDeclined",
             "pm_card_chargeDeclinedInsufficientFunds",
@@ -899,7 +906,14 @@ mod tests {
     /// forced status, and for positions that share a slot.
     #[test]
     fn a_retrieve_answers_the_current_state_through_the_kept_text() {
-        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000, 60_000);
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+        );
         let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
         let id = e.pis[0].id.clone();
         let text = |e: &mut Engine, now| -> Value {

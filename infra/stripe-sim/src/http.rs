@@ -260,7 +260,12 @@ fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
 }
 
 /// [`gate`] with the request counted by `count` and faulted as `ep`.
-fn gate_as(sim: &StripeSim, api: Api, ep: Endpoint, count: fn(&mut RequestCounts)) -> Option<Reply> {
+fn gate_as(
+    sim: &StripeSim,
+    api: Api,
+    ep: Endpoint,
+    count: fn(&mut RequestCounts),
+) -> Option<Reply> {
     let now = sim.capacity_now();
     let mut eng = sim.engine();
     count(&mut eng.requests);

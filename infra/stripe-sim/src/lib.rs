@@ -1,4 +1,4 @@
-//! `stripe-sim`: a local simulator of Stripe's PaymentIntents API and its
+//! `stripe-sim`: a local simulator of Stripe's PaymentIntents and Refunds APIs and their
 //! idempotency layer, with deterministic fault injection and a simulated
 //! clock. Use it embedded in Rust tests ([`StripeSim::start`]) or as the
 //! `stripe-sim` binary.
@@ -8,7 +8,10 @@
 //! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
 //! `POST /v1/payment_intents/{id}/cancel` (with Stripe's rules: canceled only from
 //! `requires_payment_method`, `requires_capture`, `requires_confirmation` or `requires_action`,
-//! otherwise `400 payment_intent_unexpected_state`; keyed like creates), and an
+//! otherwise `400 payment_intent_unexpected_state`; keyed like creates), the Refunds API
+//! (`POST /v1/refunds`, `GET /v1/refunds/{id}`, `GET /v1/refunds`, `POST /v1/refunds/{id}/cancel`:
+//! partial refunds up to the charge, Stripe's refusals, pending, `requires_action` and
+//! late-failing refunds by test card; keyed and faulted like creates), and an
 //! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
 //! intent, [`StripeSim::confirm_as_customer`]).
 //!

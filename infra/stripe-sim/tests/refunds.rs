@@ -108,13 +108,29 @@ async fn partial_refunds_repeat_until_the_charge_is_fully_refunded() {
     assert!(r1["created"].as_i64().unwrap() > 0);
     let charge = charge_of(&h, &pi).await;
     assert_eq!(charge["id"], r1["charge"]);
-    assert_eq!((charge["amount_refunded"].as_i64(), charge["refunded"].as_bool()), (Some(300), Some(false)));
+    assert_eq!(
+        (
+            charge["amount_refunded"].as_i64(),
+            charge["refunded"].as_bool()
+        ),
+        (Some(300), Some(false))
+    );
 
     assert_eq!(refund(&h, None, &refund_of(&pi, Some(300))).await.0, 200);
     let (s, rest) = refund(&h, None, &refund_of(&pi, None)).await;
-    assert_eq!((s, rest["amount"].as_i64()), (200, Some(400)), "the default is what is left");
+    assert_eq!(
+        (s, rest["amount"].as_i64()),
+        (200, Some(400)),
+        "the default is what is left"
+    );
     let charge = charge_of(&h, &pi).await;
-    assert_eq!((charge["amount_refunded"].as_i64(), charge["refunded"].as_bool()), (Some(1000), Some(true)));
+    assert_eq!(
+        (
+            charge["amount_refunded"].as_i64(),
+            charge["refunded"].as_bool()
+        ),
+        (Some(1000), Some(true))
+    );
     assert_eq!(h.sim.amount_refunded(&pi), Some(1000));
 
     for amount in [Some(1), None] {
@@ -147,29 +163,52 @@ async fn an_over_refund_is_refused_with_nothing_changed_and_its_twin_accepted() 
 async fn refunds_of_unpaid_unknown_intents_and_bad_amounts_are_refused() {
     let h = start().await;
     let pending = {
-        let r = h.create(None, &charge("op-a", "pm_card_sim_requiresAction")).await;
+        let r = h
+            .create(None, &charge("op-a", "pm_card_sim_requiresAction"))
+            .await;
         let v: Value = r.json().await.unwrap();
         v["id"].as_str().unwrap().to_owned()
     };
     let (s, e) = refund(&h, None, &refund_of(&pending, None)).await;
-    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("payment_intent_unexpected_state")));
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("payment_intent_unexpected_state"))
+    );
     let uncaptured = paid(&h, "op-b", "pm_card_visa").await;
     assert!(h.sim.set_status(&uncaptured, "requires_capture"));
     let (s, e) = refund(&h, None, &refund_of(&uncaptured, None)).await;
-    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("payment_intent_unexpected_state")));
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("payment_intent_unexpected_state"))
+    );
     assert!(h.sim.set_status(&uncaptured, "canceled"));
     assert_eq!(refund(&h, None, &refund_of(&uncaptured, None)).await.0, 400);
 
     let (s, e) = refund(&h, None, &refund_of("pi_nope", None)).await;
-    assert_eq!((s, e["error"]["code"].as_str()), (404, Some("resource_missing")));
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (404, Some("resource_missing"))
+    );
     assert_eq!(e["error"]["param"], "payment_intent");
     let good = paid(&h, "op-c", "pm_card_visa").await;
     for bad in ["0", "-5", "1.5"] {
-        let (s, e) = refund(&h, None, &form(&[("payment_intent", &good), ("amount", bad)])).await;
-        assert_eq!((s, e["error"]["param"].as_str()), (400, Some("amount")), "{bad}");
+        let (s, e) = refund(
+            &h,
+            None,
+            &form(&[("payment_intent", &good), ("amount", bad)]),
+        )
+        .await;
+        assert_eq!(
+            (s, e["error"]["param"].as_str()),
+            (400, Some("amount")),
+            "{bad}"
+        );
     }
     let (s, e) = refund(&h, None, &form(&[("amount", "5")])).await;
-    assert_eq!((s, e["error"]["param"].as_str()), (400, Some("payment_intent")));
+    assert_eq!(
+        (s, e["error"]["param"].as_str()),
+        (400, Some("payment_intent"))
+    );
     assert_eq!(h.sim.refunds_created(), 0);
     // The twin: the same intent, paid, a positive amount.
     assert_eq!(refund(&h, None, &refund_of(&good, Some(1))).await.0, 200);
@@ -179,17 +218,24 @@ async fn refunds_of_unpaid_unknown_intents_and_bad_amounts_are_refused() {
 async fn the_same_key_replays_and_other_params_are_an_idempotency_error() {
     let h = start().await;
     let pi = paid(&h, "op-1", "pm_card_visa").await;
-    let first = try_refund(&h, Some("rk"), &refund_of(&pi, Some(100))).await.unwrap();
+    let first = try_refund(&h, Some("rk"), &refund_of(&pi, Some(100)))
+        .await
+        .unwrap();
     assert!(!replayed(&first));
     let first = first.text().await.unwrap();
-    let again = try_refund(&h, Some("rk"), &refund_of(&pi, Some(100))).await.unwrap();
+    let again = try_refund(&h, Some("rk"), &refund_of(&pi, Some(100)))
+        .await
+        .unwrap();
     assert_eq!(again.status(), 200);
     assert!(replayed(&again));
     assert_eq!(again.text().await.unwrap(), first, "byte for byte");
     assert_eq!(h.sim.refunds_created(), 1);
 
     let (s, e) = refund(&h, Some("rk"), &refund_of(&pi, Some(200))).await;
-    assert_eq!((s, e["error"]["type"].as_str()), (400, Some("idempotency_error")));
+    assert_eq!(
+        (s, e["error"]["type"].as_str()),
+        (400, Some("idempotency_error"))
+    );
     // A key is bound to its endpoint: the refund's key on a PaymentIntent create is refused.
     assert_eq!(h.create(Some("rk"), &visa("op-2")).await.status(), 400);
     assert_eq!(h.sim.refunds_created(), 1);
@@ -226,7 +272,10 @@ async fn refunds_list_by_payment_intent_newest_first_in_pages() {
     for expect_more in [true, true, false] {
         let (s, v) = get(&h, &page(after.as_deref())).await;
         assert_eq!(s, 200);
-        assert_eq!((v["object"].as_str(), v["url"].as_str()), (Some("list"), Some("/v1/refunds")));
+        assert_eq!(
+            (v["object"].as_str(), v["url"].as_str()),
+            (Some("list"), Some("/v1/refunds"))
+        );
         assert_eq!(v["has_more"], expect_more);
         for r in v["data"].as_array().unwrap() {
             assert_eq!(r["payment_intent"], pi.as_str());
@@ -234,7 +283,10 @@ async fn refunds_list_by_payment_intent_newest_first_in_pages() {
         }
         after = seen.last().cloned();
     }
-    assert_eq!(seen, ids, "newest first, every refund once, none of the other intent's");
+    assert_eq!(
+        seen, ids,
+        "newest first, every refund once, none of the other intent's"
+    );
     let (s, v) = get(&h, "/v1/refunds?limit=100").await;
     assert_eq!((s, v["data"].as_array().unwrap().len()), (200, 10));
     let (s, _) = get(&h, "/v1/refunds?limit=0").await;
@@ -242,7 +294,10 @@ async fn refunds_list_by_payment_intent_newest_first_in_pages() {
     let (s, e) = get(&h, &format!("/v1/refunds/{}", ids[0])).await;
     assert_eq!((s, e["id"].as_str()), (200, Some(ids[0].as_str())));
     let (s, e) = get(&h, "/v1/refunds/re_nope").await;
-    assert_eq!((s, e["error"]["code"].as_str()), (404, Some("resource_missing")));
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (404, Some("resource_missing"))
+    );
 }
 
 #[tokio::test]
@@ -254,14 +309,24 @@ async fn only_a_requires_action_refund_can_be_canceled() {
     assert_eq!(r["next_action"]["type"], "display_details");
     assert_eq!(h.sim.amount_refunded(&pi), Some(0), "no money moved yet");
     let (s, e) = refund(&h, None, &refund_of(&pi, Some(1))).await;
-    assert_eq!((s, e["error"]["code"].as_str()), (400, Some("charge_already_refunded")), "held");
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("charge_already_refunded")),
+        "held"
+    );
 
     let id = r["id"].as_str().unwrap();
     let (s, c) = post(&h, &format!("/v1/refunds/{id}/cancel")).await;
     assert_eq!((s, c["status"].as_str()), (200, Some("canceled")));
     let (s, e) = post(&h, &format!("/v1/refunds/{id}/cancel")).await;
-    assert_eq!((s, e["error"]["type"].as_str()), (400, Some("invalid_request_error")));
-    assert_eq!(get(&h, &format!("/v1/refunds/{id}")).await.1["status"], "canceled");
+    assert_eq!(
+        (s, e["error"]["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+    assert_eq!(
+        get(&h, &format!("/v1/refunds/{id}")).await.1["status"],
+        "canceled"
+    );
 
     // The cancel gave the amount back; a succeeded refund cannot be canceled.
     let visa_pi = paid(&h, "op-2", "pm_card_visa").await;
@@ -269,16 +334,28 @@ async fn only_a_requires_action_refund_can_be_canceled() {
     let done = done["id"].as_str().unwrap();
     let (s, e) = post(&h, &format!("/v1/refunds/{done}/cancel")).await;
     assert_eq!(s, 400, "{e}");
-    assert_eq!(get(&h, &format!("/v1/refunds/{done}")).await.1["status"], "succeeded");
+    assert_eq!(
+        get(&h, &format!("/v1/refunds/{done}")).await.1["status"],
+        "succeeded"
+    );
     assert_eq!(post(&h, "/v1/refunds/re_nope/cancel").await.0, 404);
     let (s, again) = refund(&h, None, &refund_of(&pi, None)).await;
-    assert_eq!((s, again["amount"].as_i64()), (200, Some(1000)), "the canceled amount is free");
+    assert_eq!(
+        (s, again["amount"].as_i64()),
+        (200, Some(1000)),
+        "the canceled amount is free"
+    );
 }
 
 fn events(sim: &StripeSim) -> Vec<(String, Value)> {
     sim.take_due_webhooks()
         .iter()
-        .map(|d| (d.event_type.clone(), d.event().unwrap()["data"]["object"].clone()))
+        .map(|d| {
+            (
+                d.event_type.clone(),
+                d.event().unwrap()["data"]["object"].clone(),
+            )
+        })
         .collect()
 }
 
@@ -308,18 +385,29 @@ async fn a_refund_fails_late_and_the_money_comes_back() {
 
     let id = r["id"].as_str().unwrap();
     h.sim.advance(Duration::from_secs(119));
-    assert_eq!(get(&h, &format!("/v1/refunds/{id}")).await.1["status"], "succeeded");
+    assert_eq!(
+        get(&h, &format!("/v1/refunds/{id}")).await.1["status"],
+        "succeeded"
+    );
     h.sim.advance(Duration::from_secs(1));
     let (_, failed) = get(&h, &format!("/v1/refunds/{id}")).await;
     assert_eq!(failed["status"], "failed");
     assert_eq!(failed["failure_reason"], "expired_or_canceled_card");
-    assert!(failed["failure_balance_transaction"].as_str().unwrap().starts_with("txn_"));
+    assert!(failed["failure_balance_transaction"]
+        .as_str()
+        .unwrap()
+        .starts_with("txn_"));
     assert_eq!(h.sim.amount_refunded(&pi), Some(0), "the money is back");
     assert_eq!(charge_of(&h, &pi).await["amount_refunded"], 0);
     let later = events(&h.sim);
     let kinds: Vec<&str> = later.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(kinds, ["refund.updated", "refund.failed", "charge.refund.updated"]);
-    assert!(later.iter().all(|(_, o)| o["status"] == "failed" && o["id"] == id));
+    assert_eq!(
+        kinds,
+        ["refund.updated", "refund.failed", "charge.refund.updated"]
+    );
+    assert!(later
+        .iter()
+        .all(|(_, o)| o["status"] == "failed" && o["id"] == id));
     // What came back may be refunded again.
     assert_eq!(refund(&h, None, &refund_of(&pi, None)).await.0, 200);
 }
@@ -332,19 +420,34 @@ async fn a_pending_refund_succeeds_on_the_simulated_clock() {
     let pi = paid(&h, "op-1", "pm_card_pendingRefund").await;
     events(&h.sim);
     let (_, r) = refund(&h, None, &refund_of(&pi, Some(250))).await;
-    assert_eq!((r["status"].as_str(), r["pending_reason"].as_str()), (Some("pending"), Some("processing")));
-    assert_eq!(h.sim.amount_refunded(&pi), Some(250), "pending counts as refunded");
+    assert_eq!(
+        (r["status"].as_str(), r["pending_reason"].as_str()),
+        (Some("pending"), Some("processing"))
+    );
+    assert_eq!(
+        h.sim.amount_refunded(&pi),
+        Some(250),
+        "pending counts as refunded"
+    );
     let id = r["id"].as_str().unwrap();
     h.sim.advance(Duration::from_secs(59));
     let list = get(&h, &format!("/v1/refunds?payment_intent={pi}")).await.1;
     assert_eq!(list["data"][0]["status"], "pending");
     h.sim.advance(Duration::from_secs(1));
     let (_, done) = get(&h, &format!("/v1/refunds/{id}")).await;
-    assert_eq!((done["status"].as_str(), done["pending_reason"].as_str()), (Some("succeeded"), None));
+    assert_eq!(
+        (done["status"].as_str(), done["pending_reason"].as_str()),
+        (Some("succeeded"), None)
+    );
     let kinds: Vec<String> = events(&h.sim).into_iter().map(|(k, _)| k).collect();
     assert_eq!(
         kinds,
-        ["refund.created", "charge.refunded", "refund.updated", "charge.refund.updated"]
+        [
+            "refund.created",
+            "charge.refunded",
+            "refund.updated",
+            "charge.refund.updated"
+        ]
     );
 }
 
@@ -357,19 +460,38 @@ async fn a_dropped_refund_was_made_and_its_key_replays_it() {
         .await
         .expect_err("no HTTP response must arrive");
     assert!(err.status().is_none());
-    assert_eq!(h.sim.injected()[&FaultKind::DropAfterCommit], 1, "the fault happened");
+    assert_eq!(
+        h.sim.injected()[&FaultKind::DropAfterCommit],
+        1,
+        "the fault happened"
+    );
     assert_eq!(h.sim.refunds_created(), 1, "committed before the drop");
-    let r = try_refund(&h, Some("k"), &refund_of(&pi, Some(100))).await.unwrap();
+    let r = try_refund(&h, Some("k"), &refund_of(&pi, Some(100)))
+        .await
+        .unwrap();
     assert!(replayed(&r));
     assert_eq!(h.sim.refunds_created(), 1);
     assert_eq!(h.sim.amount_refunded(&pi), Some(100));
 
-    h.sim.push_script([FaultKind::ServerErrorBeforeCommit, FaultKind::ServerErrorAfterCommit]);
+    h.sim.push_script([
+        FaultKind::ServerErrorBeforeCommit,
+        FaultKind::ServerErrorAfterCommit,
+    ]);
     let (s, _) = refund(&h, Some("k2"), &refund_of(&pi, Some(100))).await;
-    assert_eq!((s, h.sim.refunds_created()), (500, 1), "before commit: nothing made");
+    assert_eq!(
+        (s, h.sim.refunds_created()),
+        (500, 1),
+        "before commit: nothing made"
+    );
     let (s, _) = refund(&h, Some("k2"), &refund_of(&pi, Some(100))).await;
-    assert_eq!((s, h.sim.refunds_created()), (500, 2), "after commit: made, 500 saved");
-    let r = try_refund(&h, Some("k2"), &refund_of(&pi, Some(100))).await.unwrap();
+    assert_eq!(
+        (s, h.sim.refunds_created()),
+        (500, 2),
+        "after commit: made, 500 saved"
+    );
+    let r = try_refund(&h, Some("k2"), &refund_of(&pi, Some(100)))
+        .await
+        .unwrap();
     assert_eq!((r.status().as_u16(), replayed(&r)), (500, true));
     let injected = h.sim.injected();
     assert_eq!(injected[&FaultKind::ServerErrorBeforeCommit], 1);
@@ -391,18 +513,32 @@ async fn refunds_have_their_own_rate_limit() {
     let pi = paid(&h, "op-1", "pm_card_visa").await;
     let pi2 = paid(&h, "op-2", "pm_card_visa").await;
     assert_eq!(refund(&h, None, &refund_of(&pi, Some(1))).await.0, 200);
-    let r = try_refund(&h, Some("k"), &refund_of(&pi, Some(1))).await.unwrap();
+    let r = try_refund(&h, Some("k"), &refund_of(&pi, Some(1)))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
-    assert_eq!(header(&r, "stripe-rate-limited-reason"), Some("endpoint-rate"));
+    assert_eq!(
+        header(&r, "stripe-rate-limited-reason"),
+        Some("endpoint-rate")
+    );
     assert_eq!(h.sim.capacity_429s().refund, 1, "counted");
     assert_eq!(h.sim.refunds_created(), 1);
     // PaymentIntent creates do not share the refunds' bucket; reads have their own.
     assert_eq!(h.create(None, &visa("op-3")).await.status(), 200);
-    assert_eq!(get(&h, &format!("/v1/refunds?payment_intent={pi2}")).await.0, 200);
+    assert_eq!(
+        get(&h, &format!("/v1/refunds?payment_intent={pi2}"))
+            .await
+            .0,
+        200
+    );
     assert_eq!(get(&h, "/v1/refunds").await.0, 429);
     assert_eq!(h.sim.capacity_429s().refund_read, 1);
     h.sim.advance(Duration::from_secs(1));
-    assert_eq!(refund(&h, Some("k"), &refund_of(&pi, Some(1))).await.0, 200, "refilled");
+    assert_eq!(
+        refund(&h, Some("k"), &refund_of(&pi, Some(1))).await.0,
+        200,
+        "refilled"
+    );
     let counts = h.sim.request_counts();
     assert_eq!((counts.refund, counts.refund_read), (3, 2));
 }
@@ -410,10 +546,11 @@ async fn refunds_have_their_own_rate_limit() {
 #[test]
 fn the_refund_calls_work_in_process() {
     let sim = StripeSim::new(SimConfig::default());
-    let created = match sim.create_in_process(None, charge("op-1", "pm_card_sim_refundRequiresAction")) {
-        CreateStart::Done(Outcome::Answered(a)) => a,
-        _ => panic!("a plain create answers at once"),
-    };
+    let created =
+        match sim.create_in_process(None, charge("op-1", "pm_card_sim_refundRequiresAction")) {
+            CreateStart::Done(Outcome::Answered(a)) => a,
+            _ => panic!("a plain create answers at once"),
+        };
     let pi: Value = serde_json::from_slice(&created.body).unwrap();
     let pi = pi["id"].as_str().unwrap();
     let refund = match sim.refund_in_process(Some("rk"), &refund_of(pi, Some(400))) {
@@ -426,7 +563,10 @@ fn the_refund_calls_work_in_process() {
     assert_eq!(sim.retrieve_refund_in_process(id).body, refund.body);
     let list = sim.list_refunds_in_process(Some(pi), Some(1), None);
     let list: Value = serde_json::from_slice(&list.body).unwrap();
-    assert_eq!((list["data"][0]["id"].as_str(), list["has_more"].as_bool()), (Some(id), Some(false)));
+    assert_eq!(
+        (list["data"][0]["id"].as_str(), list["has_more"].as_bool()),
+        (Some(id), Some(false))
+    );
     match sim.cancel_refund_in_process(id, None, &[]) {
         Outcome::Answered(a) => assert_eq!(a.status, 200),
         Outcome::Dropped => panic!("no fault"),
@@ -446,7 +586,10 @@ fn the_refund_calls_work_in_process() {
     match slow.complete() {
         Outcome::Answered(a) => {
             let r: Value = serde_json::from_slice(&a.body).unwrap();
-            assert_eq!((a.status, r["status"].as_str()), (200, Some("requires_action")));
+            assert_eq!(
+                (a.status, r["status"].as_str()),
+                (200, Some("requires_action"))
+            );
         }
         Outcome::Dropped => panic!("no drop"),
     }

@@ -183,7 +183,8 @@ impl Engine {
         self.webhooks.emit_object("refund.created", json, now_ms);
         if self.refunds.all[r].refunded() {
             if let Some(charge) = self.charge_json(at, now_ms) {
-                self.webhooks.emit_object("charge.refunded", &charge, now_ms);
+                self.webhooks
+                    .emit_object("charge.refunded", &charge, now_ms);
             }
         }
         let failure_txn = random_id(&mut self.ids, "txn_", 24);
@@ -254,10 +255,18 @@ impl Engine {
                     .by_id
                     .get(id)
                     .ok_or_else(|| refund::no_such_refund(id, "starting_after"))?;
-                newest_first.iter().position(|x| x == r).map_or(0, |i| i + 1)
+                newest_first
+                    .iter()
+                    .position(|x| x == r)
+                    .map_or(0, |i| i + 1)
             }
         };
-        let page: Vec<usize> = newest_first.iter().skip(skip).take(limit).copied().collect();
+        let page: Vec<usize> = newest_first
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .copied()
+            .collect();
         let data = page
             .iter()
             .map(|r| {

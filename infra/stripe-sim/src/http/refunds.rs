@@ -10,9 +10,7 @@ use bytes::Bytes;
 use hyper::header::HeaderMap;
 use hyper::Method;
 
-use super::{
-    create_exec, gate_as, idempotency_key, DropConnection, Executing, Job, KeyGuard,
-};
+use super::{create_exec, gate_as, idempotency_key, DropConnection, Executing, Job, KeyGuard};
 use crate::capacity::Api;
 use crate::engine::{Idem, Saved};
 use crate::faults::{Endpoint, FaultKind};
@@ -147,16 +145,18 @@ pub(crate) fn cancel(
     idempotency_key: Option<String>,
     form: &[(String, String)],
 ) -> Result<Reply, DropConnection> {
-    if let Some(reply) = gate_as(sim, Api::Refund, Endpoint::Cancel, |c| {
-        c.refund_cancel += 1
-    }) {
+    if let Some(reply) = gate_as(sim, Api::Refund, Endpoint::Cancel, |c| c.refund_cancel += 1) {
         return Ok(reply);
     }
-    let mut guard =
-        match begin_keyed(sim, idempotency_key.as_deref(), form, format!("cancel {id}")) {
-            Ok(g) => g,
-            Err(reply) => return Ok(reply),
-        };
+    let mut guard = match begin_keyed(
+        sim,
+        idempotency_key.as_deref(),
+        form,
+        format!("cancel {id}"),
+    ) {
+        Ok(g) => g,
+        Err(reply) => return Ok(reply),
+    };
     if let Some((k, _)) = form.iter().find(|(k, _)| !k.starts_with("expand")) {
         return Ok(Reply::error(&ApiError::invalid(
             "parameter_unknown",
