@@ -329,6 +329,7 @@ fn ledger_json(sim: &StripeSim) -> Reply {
         200,
         &json!({
             "payment_intents": ledger,
+            "refunds": eng.refund_ledger(now),
             "requests": eng.requests,
             "injected": kind_map(&eng.faults.injected),
             "capacity_429s": eng.capacity.refused,
@@ -348,6 +349,7 @@ fn stats_json(sim: &StripeSim) -> Reply {
             "injected": kind_map(&eng.faults.injected),
             "capacity_429s": eng.capacity.refused,
             "payment_intents": count,
+            "refunds": eng.refunds.len(),
             "idempotency_keys": eng.key_count(),
             "now_ms": now,
         }),

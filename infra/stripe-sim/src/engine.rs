@@ -18,6 +18,7 @@ use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
 mod refunds;
+pub use refunds::RefundEntry;
 pub(crate) use refunds::Refunds;
 
 /// How long Stripe keeps idempotency keys: 24 hours.

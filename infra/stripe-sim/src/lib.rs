@@ -87,7 +87,7 @@ use tokio::task::JoinHandle;
 pub use capacity::{Capacity, Capacity429s, CapacityClock, CapacityTokens, CreateLatency};
 pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
-pub use engine::{LedgerEntry, LedgerRowView, RequestCounts, KEY_TTL_MS};
+pub use engine::{LedgerEntry, LedgerRowView, RefundEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::{CANCELLATION_REASONS, STATUSES};
 pub use refund::{LATE_FAILURE_REASON, REFUND_REASONS};
@@ -347,6 +347,13 @@ impl StripeSim {
     /// (simulated time; refunds made from now on).
     pub fn set_refund_settle(&self, d: Duration) {
         self.engine().refunds.settle_ms = dur_ms(d);
+    }
+
+    /// Every refund ever created (oldest first), statuses settled: what a check that each
+    /// operation was refunded at most once reads.
+    pub fn refund_ledger(&self) -> Vec<RefundEntry> {
+        let now = self.now_ms();
+        self.engine().refund_ledger(now)
     }
 
     /// How many refunds were ever created.

@@ -140,6 +140,15 @@ async fn partial_refunds_repeat_until_the_charge_is_fully_refunded() {
         assert_eq!(e["error"]["code"], "charge_already_refunded");
     }
     assert_eq!(h.sim.refunds_created(), 3);
+    let ledger = h.admin_get("ledger").await;
+    let rows = ledger["refunds"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        (rows[0]["id"].as_str(), rows[0]["operation_id"].as_str()),
+        (r1["id"].as_str(), Some("op-r1"))
+    );
+    assert_eq!(h.sim.refund_ledger()[2].amount, 400);
+    assert_eq!(h.admin_get("stats").await["refunds"], 3);
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use serde::Serialize;
+
 use super::Engine;
 use crate::fx::Fx;
 use crate::refund::{self, ChargeJson, Refund, RefundParams, RefundPath, Transition};
@@ -33,6 +35,23 @@ impl Refunds {
     pub(crate) fn len(&self) -> usize {
         self.all.len()
     }
+}
+
+/// One row of the refund ledger: every refund ever created ([`crate::StripeSim::refund_ledger`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RefundEntry {
+    /// `re_...`
+    pub id: String,
+    /// The refunded PaymentIntent.
+    pub payment_intent: String,
+    /// Amount in the smallest currency unit.
+    pub amount: i64,
+    /// Current status (after lazy transitions).
+    pub status: String,
+    /// `metadata[operation_id]`, if given.
+    pub operation_id: Option<String>,
+    /// Simulated creation time, unix milliseconds.
+    pub created_ms: i64,
 }
 
 /// One page of `GET /v1/refunds`: the refunds' JSON, newest first, and whether more follow.
@@ -278,6 +297,24 @@ impl Engine {
             data,
             has_more: newest_first.len() > skip + page.len(),
         })
+    }
+
+    /// Every refund ever created, oldest first, settled as of `now_ms`.
+    pub(crate) fn refund_ledger(&mut self, now_ms: i64) -> Vec<RefundEntry> {
+        (0..self.refunds.all.len())
+            .map(|r| {
+                self.settle_refund(r, now_ms);
+                let refund = &self.refunds.all[r];
+                RefundEntry {
+                    id: refund.id.clone(),
+                    payment_intent: refund.payment_intent.clone(),
+                    amount: refund.amount,
+                    status: refund.status.to_owned(),
+                    operation_id: refund.metadata.get("operation_id").cloned(),
+                    created_ms: refund.created_ms,
+                }
+            })
+            .collect()
     }
 
     /// The `amount_refunded` of the PaymentIntent `id`'s charge (`pending` and `succeeded`
