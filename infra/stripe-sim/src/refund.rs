@@ -141,11 +141,14 @@ pub(crate) fn refund_path(pm: Option<&str>) -> RefundPath {
 }
 
 /// A refund's due change of status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Transition {
     pub at_ms: i64,
     /// `succeeded` (from `pending`) or `failed` (from `succeeded`).
     pub to: &'static str,
+    /// A failure's balance transaction (the money given back), chosen when the refund is made,
+    /// so its event queued then and a later retrieve name the same one.
+    pub failure_balance_transaction: Option<String>,
 }
 
 /// One stored refund.
@@ -178,29 +181,22 @@ impl Refund {
         matches!(self.status, "pending" | "succeeded")
     }
 
-    /// Applies a due transition; true if the status changed. `failure_txn`: the balance
-    /// transaction id of a failure.
-    pub(crate) fn settle(&mut self, now_ms: i64, failure_txn: impl FnOnce() -> String) -> bool {
-        match self.transition {
-            Some(t) if now_ms >= t.at_ms => {
-                self.transition = None;
+    /// Applies a due transition.
+    pub(crate) fn settle(&mut self, now_ms: i64) {
+        if self.transition.as_ref().is_some_and(|t| now_ms >= t.at_ms) {
+            if let Some(t) = self.transition.take() {
                 self.status = t.to;
-                if t.to == "failed" {
-                    self.failure_balance_transaction = Some(failure_txn());
-                }
-                true
+                self.failure_balance_transaction = t.failure_balance_transaction;
             }
-            _ => false,
         }
     }
 
-    /// The status it would have at `at_ms` after its transition (the state its scheduled event
-    /// carries).
-    pub(crate) fn settled_copy(&self, failure_txn: String) -> Option<Refund> {
-        let t = self.transition?;
+    /// It as it will be after its transition, and when (the state its scheduled events carry).
+    pub(crate) fn settled_copy(&self) -> Option<(Refund, i64)> {
+        let at_ms = self.transition.as_ref()?.at_ms;
         let mut later = self.clone();
-        later.settle(t.at_ms, || failure_txn);
-        Some(later)
+        later.settle(at_ms);
+        Some((later, at_ms))
     }
 
     /// Stripe's JSON representation as text.

@@ -417,6 +417,10 @@ async fn a_refund_fails_late_and_the_money_comes_back() {
     assert!(later
         .iter()
         .all(|(_, o)| o["status"] == "failed" && o["id"] == id));
+    assert_eq!(
+        later[0].1["failure_balance_transaction"], failed["failure_balance_transaction"],
+        "the event and the refund name the same balance transaction"
+    );
     // What came back may be refunded again.
     assert_eq!(refund(&h, None, &refund_of(&pi, None)).await.0, 200);
 }

@@ -63,8 +63,7 @@ pub(crate) struct RefundPage {
 impl Engine {
     /// Applies the due transition of the refund at `r`.
     fn settle_refund(&mut self, r: usize, now_ms: i64) {
-        let ids = &mut self.ids;
-        self.refunds.all[r].settle(now_ms, || random_id(ids, "txn_", 24));
+        self.refunds.all[r].settle(now_ms);
     }
 
     /// The refunds of the PaymentIntent at `at`, settled as of `now_ms`, oldest first.
@@ -163,13 +162,18 @@ impl Engine {
         let payment_intent = pi.id.clone();
         let charge = pi.latest_charge.clone().unwrap_or_default();
         let due = now_ms.saturating_add(self.refunds.settle_ms);
-        let later = |to| Some(Transition { at_ms: due, to });
         let (status, transition) = match path {
             RefundPath::Succeeds => ("succeeded", None),
-            RefundPath::PendingThenSucceeds => ("pending", later("succeeded")),
-            RefundPath::SucceedsThenFails => ("succeeded", later("failed")),
+            RefundPath::PendingThenSucceeds => ("pending", Some((due, "succeeded"))),
+            RefundPath::SucceedsThenFails => ("succeeded", Some((due, "failed"))),
             RefundPath::RequiresAction => ("requires_action", None),
         };
+        let transition = transition.map(|(at_ms, to)| Transition {
+            at_ms,
+            to,
+            failure_balance_transaction: (to == "failed")
+                .then(|| random_id(&mut self.ids, "txn_", 24)),
+        });
         let refund = Refund {
             id: random_id(&mut self.ids, "re_", 24),
             amount,
@@ -206,9 +210,7 @@ impl Engine {
                     .emit_object("charge.refunded", &charge, now_ms);
             }
         }
-        let failure_txn = random_id(&mut self.ids, "txn_", 24);
-        if let Some(later) = self.refunds.all[r].settled_copy(failure_txn) {
-            let at_ms = self.refunds.all[r].transition.map_or(now_ms, |t| t.at_ms);
+        if let Some((later, at_ms)) = self.refunds.all[r].settled_copy() {
             self.emit_refund_change(&later, at_ms);
         }
     }
