@@ -282,8 +282,28 @@ mod tests {
         assert_eq!(s.account_per_sec, Some(25));
         assert_eq!(s.create_latency.unwrap().sigma, 0.0);
         assert_eq!(s.create_latency.unwrap().p50, CreateLatency::DEFAULT_P50);
+        let r = parse(&[
+            "--refund-rps",
+            "7",
+            "--refund-read-rps=unlimited",
+            "--refund-settle-secs",
+            "90",
+        ])
+        .unwrap()
+        .cfg;
+        assert_eq!(
+            (r.capacity.refund_per_sec, r.capacity.refund_read_per_sec),
+            (Some(7), None)
+        );
+        assert_eq!(r.refund_settle, Duration::from_secs(90));
+        assert_eq!(d.refund_per_sec, Some(Capacity::STRIPE_ENDPOINT_PER_SEC));
+        assert_eq!(
+            a.refund_per_sec, None,
+            "--unlimited lifts the refund buckets too"
+        );
         for bad in [
-            &["--create-rps", "-1"][..],
+            &["--refund-rps", "many"][..],
+            &["--create-rps", "-1"],
             &["--create-rps", "lots"],
             &["--unlimited=yes"],
             &["--capacity-clock", "sundial"],

@@ -10,8 +10,8 @@ use common::*;
 use reqwest::Response;
 use serde_json::Value;
 use stripe_sim::{
-    Capacity, CreateStart, DeliveryMode, FaultKind, Outcome, SimConfig, StripeSim, WebhookConfig,
-    DEFAULT_API_KEY, KEY_TTL_MS,
+    Capacity, CreateStart, DeliveryMode, FaultConfig, FaultKind, Outcome, SimConfig, StripeSim,
+    WebhookConfig, DEFAULT_API_KEY, KEY_TTL_MS,
 };
 
 fn form(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -388,8 +388,22 @@ async fn a_refund_fails_late_and_the_money_comes_back() {
     events(&h.sim);
     let (s, r) = refund(&h, None, &refund_of(&pi, None)).await;
     assert_eq!((s, r["status"].as_str()), (200, Some("succeeded")));
-    let kinds: Vec<String> = events(&h.sim).into_iter().map(|(k, _)| k).collect();
+    let now = events(&h.sim);
+    let kinds: Vec<&str> = now.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(kinds, ["refund.created", "charge.refunded"]);
+    assert_eq!(now[0].1["id"], r["id"]);
+    let charge = &now[1].1;
+    assert_eq!(
+        (charge["object"].as_str(), charge["payment_intent"].as_str()),
+        (Some("charge"), Some(pi.as_str()))
+    );
+    assert_eq!(
+        (
+            charge["amount_refunded"].as_i64(),
+            charge["refunded"].as_bool()
+        ),
+        (Some(1000), Some(true))
+    );
     assert_eq!(h.sim.amount_refunded(&pi), Some(1000));
 
     let id = r["id"].as_str().unwrap();
@@ -510,6 +524,66 @@ async fn a_dropped_refund_was_made_and_its_key_replays_it() {
     assert_eq!(injected[&FaultKind::ServerErrorBeforeCommit], 1);
     assert_eq!(injected[&FaultKind::ServerErrorAfterCommit], 1);
     assert_eq!(h.sim.amount_refunded(&pi), Some(200));
+}
+
+/// A `latency` fault holds a refund create, its key in flight (a same-key retry meanwhile is a
+/// `409`), then makes it; a refund cancel meets `drop_after_commit` at its rate and is canceled.
+#[tokio::test]
+async fn latency_holds_the_key_and_a_dropped_cancel_still_cancels() {
+    let h = start().await;
+    let pi = paid(&h, "op-1", "pm_card_sim_refundRequiresAction").await;
+    h.sim.set_faults(FaultConfig {
+        latency: Duration::from_millis(400),
+        script: vec![FaultKind::Latency],
+        ..FaultConfig::default()
+    });
+    let slow = {
+        let f = refund_of(&pi, Some(100));
+        let h2 = (h.client.clone(), h.base.clone());
+        tokio::spawn(async move {
+            h2.0.post(format!("{}/v1/refunds", h2.1))
+                .bearer_auth(DEFAULT_API_KEY)
+                .header("Idempotency-Key", "slow")
+                .form(&f)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (s, e) = refund(&h, Some("slow"), &refund_of(&pi, Some(100))).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (409, Some("idempotency_key_in_use"))
+    );
+    assert_eq!(slow.await.unwrap(), 200);
+    assert_eq!(
+        h.sim.injected()[&FaultKind::Latency],
+        1,
+        "the fault happened"
+    );
+    assert_eq!(h.sim.refunds_created(), 1);
+
+    let id = h.sim.refund_ledger()[0].id.clone();
+    h.sim.set_faults(FaultConfig {
+        rates: [(FaultKind::DropAfterCommit, 1.0)].into(),
+        ..FaultConfig::default()
+    });
+    let dropped = h
+        .client
+        .post(format!("{}/v1/refunds/{id}/cancel", h.base))
+        .bearer_auth(DEFAULT_API_KEY)
+        .send()
+        .await;
+    assert!(dropped.is_err(), "no answer");
+    assert_eq!(h.sim.injected()[&FaultKind::DropAfterCommit], 1);
+    h.sim.set_faults(FaultConfig::default());
+    assert_eq!(
+        get(&h, &format!("/v1/refunds/{id}")).await.1["status"],
+        "canceled"
+    );
 }
 
 #[tokio::test]
