@@ -40,6 +40,8 @@ struct FaultsUpdate {
     search_lag_ms: Option<u64>,
     processing_settle_secs: Option<u64>,
     processing_settle_ms: Option<u64>,
+    refund_settle_secs: Option<u64>,
+    refund_settle_ms: Option<u64>,
     seed: Option<u64>,
 }
 
@@ -68,6 +70,10 @@ struct CapacityUpdate {
     search_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     cancel_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    refund_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    refund_read_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     account_per_sec: Option<Option<u32>>,
     clock: Option<CapacityClock>,
@@ -160,6 +166,8 @@ fn faults_json(sim: &StripeSim) -> Reply {
             "search_lag_ms": eng.search_lag_ms,
             "processing_settle_secs": eng.settle_ms / 1000,
             "processing_settle_ms": eng.settle_ms,
+            "refund_settle_secs": eng.refunds.settle_ms / 1000,
+            "refund_settle_ms": eng.refunds.settle_ms,
             "seed": f.seed,
             "injected": kind_map(&f.injected),
         }),
@@ -205,6 +213,9 @@ fn update_faults(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         if let Some(v) = ms(u.processing_settle_secs, u.processing_settle_ms) {
             eng.settle_ms = v;
         }
+        if let Some(v) = ms(u.refund_settle_secs, u.refund_settle_ms) {
+            eng.refunds.settle_ms = v;
+        }
     }
     Ok(faults_json(sim))
 }
@@ -218,6 +229,8 @@ fn capacity_json(sim: &StripeSim) -> Reply {
             "retrieve_per_sec": c.retrieve_per_sec,
             "search_per_sec": c.search_per_sec,
             "cancel_per_sec": c.cancel_per_sec,
+            "refund_per_sec": c.refund_per_sec,
+            "refund_read_per_sec": c.refund_read_per_sec,
             "account_per_sec": c.account_per_sec,
             "clock": c.clock,
             "create_latency": c.create_latency.map(|l| json!({
@@ -249,6 +262,8 @@ fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         c.retrieve_per_sec = b.retrieve_per_sec;
         c.search_per_sec = b.search_per_sec;
         c.cancel_per_sec = b.cancel_per_sec;
+        c.refund_per_sec = b.refund_per_sec;
+        c.refund_read_per_sec = b.refund_read_per_sec;
         c.account_per_sec = b.account_per_sec;
     }
     let rates = [
@@ -256,6 +271,8 @@ fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         (u.retrieve_per_sec, &mut c.retrieve_per_sec),
         (u.search_per_sec, &mut c.search_per_sec),
         (u.cancel_per_sec, &mut c.cancel_per_sec),
+        (u.refund_per_sec, &mut c.refund_per_sec),
+        (u.refund_read_per_sec, &mut c.refund_read_per_sec),
         (u.account_per_sec, &mut c.account_per_sec),
     ];
     for (new, field) in rates {
@@ -312,6 +329,7 @@ fn ledger_json(sim: &StripeSim) -> Reply {
         200,
         &json!({
             "payment_intents": ledger,
+            "refunds": eng.refund_ledger(now),
             "requests": eng.requests,
             "injected": kind_map(&eng.faults.injected),
             "capacity_429s": eng.capacity.refused,
@@ -331,6 +349,7 @@ fn stats_json(sim: &StripeSim) -> Reply {
             "injected": kind_map(&eng.faults.injected),
             "capacity_429s": eng.capacity.refused,
             "payment_intents": count,
+            "refunds": eng.refunds.len(),
             "idempotency_keys": eng.key_count(),
             "now_ms": now,
         }),

@@ -4,7 +4,8 @@
 //! # Rate limits
 //! Stripe counts each named operation as its own endpoint (`POST /v1/payment_intents`,
 //! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
-//! `POST /v1/payment_intents/{id}/cancel` are four), each with its own limit, and every request also counts against the account's overall limit. Stripe's
+//! `POST /v1/payment_intents/{id}/cancel` are four; refunds are two more: create (with cancel) and
+//! reads (retrieve with list)), each with its own limit, and every request also counts against the account's overall limit. Stripe's
 //! documented defaults (<https://docs.stripe.com/rate-limits>): 25 requests/s per endpoint, 20/s
 //! for search, 100 operations/s per live-mode account (25/s in test mode/sandboxes).
 //!
@@ -145,6 +146,10 @@ pub struct Capacity {
     pub search_per_sec: Option<u32>,
     /// `POST /v1/payment_intents/{id}/cancel`, requests/s.
     pub cancel_per_sec: Option<u32>,
+    /// `POST /v1/refunds` (and `POST /v1/refunds/{id}/cancel`), requests/s.
+    pub refund_per_sec: Option<u32>,
+    /// `GET /v1/refunds/{id}` and `GET /v1/refunds` together, requests/s.
+    pub refund_read_per_sec: Option<u32>,
     /// The account overall (all endpoints together), requests/s.
     pub account_per_sec: Option<u32>,
     /// What time refills the buckets.
@@ -175,6 +180,8 @@ impl Capacity {
             retrieve_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             search_per_sec: Some(Self::STRIPE_SEARCH_PER_SEC),
             cancel_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
+            refund_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
+            refund_read_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             account_per_sec: Some(Self::STRIPE_ACCOUNT_PER_SEC),
             clock: CapacityClock::Simulated,
             create_latency: None,
@@ -196,6 +203,8 @@ impl Capacity {
             retrieve_per_sec: None,
             search_per_sec: None,
             cancel_per_sec: None,
+            refund_per_sec: None,
+            refund_read_per_sec: None,
             account_per_sec: None,
             clock: CapacityClock::Simulated,
             create_latency: None,
@@ -241,6 +250,10 @@ pub struct Capacity429s {
     pub search: u64,
     /// `POST /v1/payment_intents/{id}/cancel` refused.
     pub cancel: u64,
+    /// `POST /v1/refunds` and `POST /v1/refunds/{id}/cancel` refused.
+    pub refund: u64,
+    /// `GET /v1/refunds/{id}` and `GET /v1/refunds` refused.
+    pub refund_read: u64,
     /// Of the above (any endpoint), how many the account bucket refused while the endpoint's own
     /// bucket had a token.
     pub account: u64,
@@ -249,7 +262,7 @@ pub struct Capacity429s {
 impl Capacity429s {
     /// All capacity 429s.
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search + self.cancel
+        self.create + self.retrieve + self.search + self.cancel + self.refund + self.refund_read
     }
 }
 
@@ -260,6 +273,10 @@ pub(crate) enum Api {
     Retrieve,
     Search,
     Cancel,
+    /// Refund create and cancel.
+    Refund,
+    /// Refund retrieve and list.
+    RefundRead,
 }
 
 /// Which bucket refused a request.
@@ -351,6 +368,8 @@ pub struct CapacityTokens {
     pub retrieve: Option<f64>,
     pub search: Option<f64>,
     pub cancel: Option<f64>,
+    pub refund: Option<f64>,
+    pub refund_read: Option<f64>,
     pub account: Option<f64>,
 }
 
@@ -361,6 +380,8 @@ pub(crate) struct CapacityState {
     retrieve: Bucket,
     search: Bucket,
     cancel: Bucket,
+    refund: Bucket,
+    refund_read: Bucket,
     account: Bucket,
     pub(crate) refused: Capacity429s,
     latency_rng: SmallRng,
@@ -377,6 +398,8 @@ impl CapacityState {
             retrieve: Bucket::new(None),
             search: Bucket::new(None),
             cancel: Bucket::new(None),
+            refund: Bucket::new(None),
+            refund_read: Bucket::new(None),
             account: Bucket::new(None),
             refused: Capacity429s::default(),
             latency_rng: SmallRng::seed_from_u64(seed ^ LATENCY_SEED),
@@ -395,6 +418,8 @@ impl CapacityState {
         self.retrieve = Bucket::new(config.retrieve_per_sec);
         self.search = Bucket::new(config.search_per_sec);
         self.cancel = Bucket::new(config.cancel_per_sec);
+        self.refund = Bucket::new(config.refund_per_sec);
+        self.refund_read = Bucket::new(config.refund_read_per_sec);
         self.account = Bucket::new(config.account_per_sec);
         self.config = config;
     }
@@ -406,6 +431,8 @@ impl CapacityState {
             Api::Retrieve => &mut self.retrieve,
             Api::Search => &mut self.search,
             Api::Cancel => &mut self.cancel,
+            Api::Refund => &mut self.refund,
+            Api::RefundRead => &mut self.refund_read,
         };
         endpoint.refill(now_ms);
         self.account.refill(now_ms);
@@ -429,6 +456,8 @@ impl CapacityState {
                     Api::Retrieve => r.retrieve += 1,
                     Api::Search => r.search += 1,
                     Api::Cancel => r.cancel += 1,
+                    Api::Refund => r.refund += 1,
+                    Api::RefundRead => r.refund_read += 1,
                 }
                 if limiter == Limiter::Account {
                     r.account += 1;
@@ -445,6 +474,8 @@ impl CapacityState {
             retrieve: self.retrieve.tokens_at(now_ms),
             search: self.search.tokens_at(now_ms),
             cancel: self.cancel.tokens_at(now_ms),
+            refund: self.refund.tokens_at(now_ms),
+            refund_read: self.refund_read.tokens_at(now_ms),
             account: self.account.tokens_at(now_ms),
         }
     }

@@ -37,7 +37,7 @@ pub enum Outcome {
     Dropped,
 }
 
-/// A create delayed by the `latency` fault, its key in flight. Dropping it forgets the key
+/// A create (of a PaymentIntent or a refund) delayed by the `latency` fault, its key in flight. Dropping it forgets the key
 /// without creating anything (the client went away and the server gave up).
 pub struct SlowCreate {
     sim: StripeSim,
@@ -143,6 +143,62 @@ impl StripeSim {
         finish(
             self,
             http::cancel(self, id, idempotency_key.map(str::to_owned), form),
+        )
+    }
+
+    /// `POST /v1/refunds` with this form and `Idempotency-Key`, in process: faulted as a
+    /// create (a `latency` fault comes back as [`CreateStart::Slow`]; create latency is for
+    /// PaymentIntents only).
+    pub fn refund_in_process(
+        &self,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> CreateStart {
+        match http::refund_begin(self, idempotency_key.map(str::to_owned), form) {
+            Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
+            Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
+                sim: self.clone(),
+                ex,
+            }),
+            Ok(ex) => CreateStart::Done(finish(self, http::create_exec(self, ex))),
+        }
+    }
+
+    /// `GET /v1/refunds/{id}`, in process.
+    pub fn retrieve_refund_in_process(&self, id: &str) -> Answer {
+        answer(self, http::retrieve_refund(self, id))
+    }
+
+    /// `GET /v1/refunds?payment_intent=…&limit=…&starting_after=…`, in process.
+    pub fn list_refunds_in_process(
+        &self,
+        payment_intent: Option<&str>,
+        limit: Option<usize>,
+        starting_after: Option<&str>,
+    ) -> Answer {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if let Some(pi) = payment_intent {
+            q.append_pair("payment_intent", pi);
+        }
+        if let Some(n) = limit {
+            q.append_pair("limit", &n.to_string());
+        }
+        if let Some(after) = starting_after {
+            q.append_pair("starting_after", after);
+        }
+        answer(self, http::list_refunds(self, &q.finish()))
+    }
+
+    /// `POST /v1/refunds/{id}/cancel` with this form and `Idempotency-Key`, in process.
+    pub fn cancel_refund_in_process(
+        &self,
+        id: &str,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> Outcome {
+        finish(
+            self,
+            http::cancel_refund(self, id, idempotency_key.map(str::to_owned), form),
         )
     }
 

@@ -17,6 +17,10 @@ use crate::pi::{cancelable, confirmable, CreateOutcome, CreateParams, PaymentInt
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
+mod refunds;
+pub use refunds::RefundEntry;
+pub(crate) use refunds::Refunds;
+
 /// How long Stripe keeps idempotency keys: 24 hours.
 pub const KEY_TTL_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -29,6 +33,15 @@ pub(crate) struct Saved {
 }
 
 impl Saved {
+    /// A `200` with this JSON body.
+    pub(crate) fn ok(json: String) -> Self {
+        Saved {
+            status: 200,
+            body: Bytes::from(json),
+            should_retry: None,
+        }
+    }
+
     pub(crate) fn from_error(e: &ApiError) -> Self {
         Saved {
             status: e.status,
@@ -248,6 +261,12 @@ pub struct RequestCounts {
     pub search: u64,
     /// `POST /v1/payment_intents/{id}/cancel`
     pub cancel: u64,
+    /// `POST /v1/refunds`
+    pub refund: u64,
+    /// `POST /v1/refunds/{id}/cancel`
+    pub refund_cancel: u64,
+    /// `GET /v1/refunds/{id}` and `GET /v1/refunds`
+    pub refund_read: u64,
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
@@ -348,6 +367,8 @@ pub(crate) struct Engine {
     ids: SmallRng,
     /// Webhook events waiting for delivery (see [`crate::webhooks`]).
     pub(crate) webhooks: Outbox,
+    /// Refunds and how long their transitions take.
+    pub(crate) refunds: Refunds,
 }
 
 impl Engine {
@@ -357,8 +378,10 @@ impl Engine {
         capacity: Capacity,
         search_lag_ms: i64,
         settle_ms: i64,
+        refund_settle_ms: i64,
     ) -> Self {
         Engine {
+            refunds: Refunds::new(refund_settle_ms),
             pis: Intents::default(),
             index: HashMap::default(),
             keys: HashMap::default(),
@@ -391,6 +414,7 @@ impl Engine {
             capacity,
             self.search_lag_ms,
             self.settle_ms,
+            self.refunds.settle_ms,
         );
         // The endpoint and its secret survive a reset, like the API key.
         self.webhooks = webhooks;
@@ -830,7 +854,14 @@ mod tests {
     /// each decline card, with and without a charge.
     #[test]
     fn a_declined_answer_is_the_api_errors_text() {
-        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000);
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+        );
         for pm in [
             "pm_card_chargeDeclined",
             "pm_card_chargeDeclinedInsufficientFunds",
@@ -876,7 +907,14 @@ mod tests {
     /// forced status, and for positions that share a slot.
     #[test]
     fn a_retrieve_answers_the_current_state_through_the_kept_text() {
-        let mut e = Engine::new(1, FaultConfig::default(), Capacity::default(), 0, 60_000);
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+        );
         let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
         let id = e.pis[0].id.clone();
         let text = |e: &mut Engine, now| -> Value {

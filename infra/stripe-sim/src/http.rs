@@ -19,12 +19,18 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::capacity::{Api, Limiter};
-use crate::engine::{Idem, Saved};
+use crate::engine::{Idem, RequestCounts, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
+use crate::refund::RefundParams;
 use crate::reply::Reply;
 use crate::wire::{parse_search_query, ApiError};
 use crate::StripeSim;
+
+mod refunds;
+pub(crate) use refunds::{
+    cancel as cancel_refund, list as list_refunds, refund_begin, retrieve as retrieve_refund,
+};
 
 const MAX_BODY: usize = 1 << 20;
 
@@ -133,6 +139,9 @@ async fn route_v1(
     if let Err(e) = authenticate(sim.api_key(), headers) {
         return Ok(Reply::error(&e));
     }
+    if let Some(reply) = refunds::route(sim, method, rest, query, headers, &body).await {
+        return reply;
+    }
     Ok(match (method, rest) {
         (&Method::POST, "payment_intents") => return create(sim, headers, &body).await,
         (&Method::POST, r) => match r
@@ -148,7 +157,9 @@ async fn route_v1(
         },
         (&Method::GET, "payment_intents/search") => search(sim, query),
         (&Method::GET, r) => match r.strip_prefix("payment_intents/") {
-            Some(id) if !id.is_empty() && !id.contains('/') => retrieve(sim, id),
+            Some(id) if !id.is_empty() && !id.contains('/') => {
+                retrieve_expanding(sim, id, expands_latest_charge(query))
+            }
             _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
         },
         _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
@@ -236,24 +247,32 @@ fn capacity_reply(limiter: Limiter) -> Reply {
 /// Counts the request, then the capacity check and the random faults decided before the
 /// idempotency layer, in that order. `Some` is the final answer.
 fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
+    let (ep, count): (Endpoint, fn(&mut RequestCounts)) = match api {
+        Api::Create => (Endpoint::Create, |c| c.create += 1),
+        Api::Retrieve => (Endpoint::Read, |c| c.retrieve += 1),
+        Api::Search => (Endpoint::Read, |c| c.search += 1),
+        Api::Cancel => (Endpoint::Cancel, |c| c.cancel += 1),
+        // Refund routes name their own counter and fault endpoint (`gate_as`).
+        Api::Refund => (Endpoint::Create, |c| c.refund += 1),
+        Api::RefundRead => (Endpoint::Read, |c| c.refund_read += 1),
+    };
+    gate_as(sim, api, ep, count)
+}
+
+/// [`gate`] with the request counted by `count` and faulted as `ep`.
+fn gate_as(
+    sim: &StripeSim,
+    api: Api,
+    ep: Endpoint,
+    count: fn(&mut RequestCounts),
+) -> Option<Reply> {
     let now = sim.capacity_now();
     let mut eng = sim.engine();
-    let c = &mut eng.requests;
-    match api {
-        Api::Create => c.create += 1,
-        Api::Retrieve => c.retrieve += 1,
-        Api::Search => c.search += 1,
-        Api::Cancel => c.cancel += 1,
-    }
+    count(&mut eng.requests);
     let at = now.on(eng.capacity.config().clock);
     if let Err(limiter) = eng.capacity.admit(api, at) {
         return Some(capacity_reply(limiter));
     }
-    let ep = match api {
-        Api::Create => Endpoint::Create,
-        Api::Retrieve | Api::Search => Endpoint::Read,
-        Api::Cancel => Endpoint::Cancel,
-    };
     eng.faults.decide_pre(ep).map(pre_fault_reply)
 }
 
@@ -265,10 +284,16 @@ fn pre_fault_reply(kind: FaultKind) -> Reply {
     }
 }
 
+/// What an executing create makes.
+enum Job {
+    PaymentIntent(CreateParams),
+    Refund(RefundParams),
+}
+
 /// A create past the idempotency layer and validation, about to execute: the key (if any) is in
 /// flight until [`create_exec`] saves it or the value is dropped (which forgets the key).
 pub(crate) struct Executing {
-    params: CreateParams,
+    job: Job,
     key: Option<String>,
     guard: KeyGuard,
     /// The execution fault decided for it, if any.
@@ -345,7 +370,7 @@ pub(crate) fn create_begin(
         )
     };
     Ok(Executing {
-        params,
+        job: Job::PaymentIntent(params),
         key: idempotency_key,
         guard,
         fault,
@@ -360,7 +385,21 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
     let saved = {
         let now = sim.now_ms();
         let mut eng = sim.engine();
-        let (saved, created) = eng.create(ex.params, ex.key.as_deref(), now);
+        let (saved, created) = match ex.job {
+            Job::PaymentIntent(params) => {
+                let (saved, created) = eng.create(params, ex.key.as_deref(), now);
+                (saved, Some(created))
+            }
+            Job::Refund(params) => match eng.refund(params, now) {
+                Ok(json) => (Saved::ok(json), None),
+                // Refused now (another refund took the rest meanwhile): not saved; the guard
+                // forgets the key once the engine is released.
+                Err(e) => {
+                    drop(eng);
+                    return Ok(Reply::error(&e));
+                }
+            },
+        };
         let key = ex.guard.key.take();
         if ex.fault == Some(FaultKind::ServerErrorAfterCommit) {
             let saved = Saved::from_error(&ApiError::server_error());
@@ -369,8 +408,10 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
             }
             saved
         } else {
-            if let Some(k) = key {
-                eng.finish_key_created(&k, created, now);
+            match (key, created) {
+                (Some(k), Some(created)) => eng.finish_key_created(&k, created, now),
+                (Some(k), None) => eng.finish_key(&k, saved.clone(), now),
+                (None, _) => {}
             }
             saved
         }
@@ -488,11 +529,28 @@ pub(crate) fn cancel(
 }
 
 pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
+    retrieve_expanding(sim, id, false)
+}
+
+/// Whether a query asks for `expand[]=latest_charge` (the charge object, with its
+/// `amount_refunded`, instead of its id).
+fn expands_latest_charge(query: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes())
+        .any(|(k, v)| k.starts_with("expand") && v == "latest_charge")
+}
+
+/// `GET /v1/payment_intents/{id}`, with `latest_charge` expanded if asked.
+pub(crate) fn retrieve_expanding(sim: &StripeSim, id: &str, expand_charge: bool) -> Reply {
     if let Some(r) = gate(sim, Api::Retrieve) {
         return r;
     }
     let now = sim.now_ms();
-    match sim.engine().retrieve(id, now) {
+    let found = if expand_charge {
+        sim.engine().retrieve_expanded(id, now)
+    } else {
+        sim.engine().retrieve(id, now)
+    };
+    match found {
         Some(pi) => Reply::text(200, pi),
         None => Reply::error(&ApiError::no_such_payment_intent(id)),
     }

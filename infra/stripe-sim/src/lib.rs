@@ -1,4 +1,4 @@
-//! `stripe-sim`: a local simulator of Stripe's PaymentIntents API and its
+//! `stripe-sim`: a local simulator of Stripe's PaymentIntents and Refunds APIs and their
 //! idempotency layer, with deterministic fault injection and a simulated
 //! clock. Use it embedded in Rust tests ([`StripeSim::start`]) or as the
 //! `stripe-sim` binary.
@@ -8,7 +8,10 @@
 //! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
 //! `POST /v1/payment_intents/{id}/cancel` (with Stripe's rules: canceled only from
 //! `requires_payment_method`, `requires_capture`, `requires_confirmation` or `requires_action`,
-//! otherwise `400 payment_intent_unexpected_state`; keyed like creates), and an
+//! otherwise `400 payment_intent_unexpected_state`; keyed like creates), the Refunds API
+//! (`POST /v1/refunds`, `GET /v1/refunds/{id}`, `GET /v1/refunds`, `POST /v1/refunds/{id}/cancel`:
+//! partial refunds up to the charge, Stripe's refusals, pending, `requires_action` and
+//! late-failing refunds by test card; keyed and faulted like creates), and an
 //! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
 //! intent, [`StripeSim::confirm_as_customer`]).
 //!
@@ -28,6 +31,8 @@
 //! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
 //! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
 //! - `pi`: the PaymentIntent model, test payment methods, lazy settlement.
+//! - `refund`: the Refund model (`POST /v1/refunds`, retrieve, list, cancel), its paths by test
+//!   payment method, lazy transitions; `engine::refunds` keeps them beside their intents.
 //! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).
 //! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
 //! - `direct`: the same routes in process ([`StripeSim::create_in_process`], ...), no sockets.
@@ -66,6 +71,7 @@ mod direct;
 mod engine;
 mod http;
 mod pi;
+mod refund;
 mod reply;
 
 use std::collections::BTreeMap;
@@ -81,9 +87,10 @@ use tokio::task::JoinHandle;
 pub use capacity::{Capacity, Capacity429s, CapacityClock, CapacityTokens, CreateLatency};
 pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
-pub use engine::{LedgerEntry, LedgerRowView, RequestCounts, KEY_TTL_MS};
+pub use engine::{LedgerEntry, LedgerRowView, RefundEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::{CANCELLATION_REASONS, STATUSES};
+pub use refund::{LATE_FAILURE_REASON, REFUND_REASONS};
 pub use webhooks::{
     eventbridge_envelope, signature_header, Delivery, DeliveryMode, WebhookConfig, WebhookCounts,
     WebhookFaults, DEFAULT_EVENT_SOURCE,
@@ -114,6 +121,9 @@ pub struct SimConfig {
     pub time_source: Option<TimeSource>,
     /// Start of the simulated clock in unix ms (default: real wall time).
     pub start_ms: Option<i64>,
+    /// How long a `pending` refund takes to succeed, and a late-failing refund to fail
+    /// (simulated time, default 10 min).
+    pub refund_settle: Duration,
     /// Initial fault settings (default: none).
     pub faults: FaultConfig,
     /// Rate limits and create latency. Default: [`Capacity::unlimited`] (nothing limited, creates
@@ -129,6 +139,7 @@ impl Default for SimConfig {
             seed: 0,
             search_lag: Duration::from_secs(30),
             processing_settle: Duration::from_secs(600),
+            refund_settle: Duration::from_secs(600),
             time_source: None,
             start_ms: None,
             faults: FaultConfig::default(),
@@ -144,6 +155,7 @@ impl fmt::Debug for SimConfig {
             .field("seed", &self.seed)
             .field("search_lag", &self.search_lag)
             .field("processing_settle", &self.processing_settle)
+            .field("refund_settle", &self.refund_settle)
             .field(
                 "time_source",
                 &self.time_source.as_ref().map(|_| "external"),
@@ -192,6 +204,7 @@ impl StripeSim {
                     capacity,
                     dur_ms(cfg.search_lag),
                     dur_ms(cfg.processing_settle),
+                    dur_ms(cfg.refund_settle),
                 )),
             }),
         }
@@ -328,6 +341,31 @@ impl StripeSim {
     /// Changes no answer.
     pub fn reserve(&self, payment_intents: usize, metadata_keys: usize) {
         self.engine().reserve(payment_intents, metadata_keys);
+    }
+
+    /// Sets how long a `pending` refund takes to succeed and a late-failing one to fail
+    /// (simulated time; refunds made from now on).
+    pub fn set_refund_settle(&self, d: Duration) {
+        self.engine().refunds.settle_ms = dur_ms(d);
+    }
+
+    /// Every refund ever created (oldest first), statuses settled: what a check that each
+    /// operation was refunded at most once reads.
+    pub fn refund_ledger(&self) -> Vec<RefundEntry> {
+        let now = self.now_ms();
+        self.engine().refund_ledger(now)
+    }
+
+    /// How many refunds were ever created.
+    pub fn refunds_created(&self) -> usize {
+        self.engine().refunds.len()
+    }
+
+    /// The `amount_refunded` of the charge of PaymentIntent `pi_id` (its `pending` and
+    /// `succeeded` refunds, as of now); `None` if the intent is unknown.
+    pub fn amount_refunded(&self, pi_id: &str) -> Option<i64> {
+        let now = self.now_ms();
+        self.engine().amount_refunded(pi_id, now)
     }
 
     /// How many PaymentIntents were ever created.

@@ -9,10 +9,11 @@ use stripe_sim::{
 };
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
-[--search-lag-secs N] [--processing-settle-secs N] [--latency-ms N] \
+[--search-lag-secs N] [--processing-settle-secs N] [--refund-settle-secs N] [--latency-ms N] \
 [--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
 [--event-source aws.partner/stripe.com/...] \
-[--create-rps N] [--retrieve-rps N] [--search-rps N] [--account-rps N] [--unlimited] \
+[--create-rps N] [--retrieve-rps N] [--search-rps N] [--refund-rps N] [--refund-read-rps N] \
+[--account-rps N] [--unlimited] \
 [--capacity-clock real|simulated] [--create-latency-p50-ms N] [--create-latency-sigma X]
 
   --port N                     port on 127.0.0.1 (0 = ephemeral, default 12111)
@@ -20,6 +21,7 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --seed N                     seed for fault decisions and ids (default 0)
   --search-lag-secs N          search visibility lag, simulated (default 30)
   --processing-settle-secs N   processing -> final status, simulated (default 600)
+  --refund-settle-secs N       pending refund -> succeeded, late refund failure, simulated (default 600)
   --latency-ms N               real sleep of the `latency` fault (default 12000)
   --webhook-url URL            send webhook events to this loopback URL (also POST /_sim/webhooks)
   --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)
@@ -30,6 +32,8 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --create-rps N               POST /v1/payment_intents limit, requests/s (default 25; `unlimited`)
   --retrieve-rps N             GET /v1/payment_intents/{id} limit (default 25; `unlimited`)
   --search-rps N               GET /v1/payment_intents/search limit (default 20; `unlimited`)
+  --refund-rps N               POST /v1/refunds (and its cancel) limit (default 25; `unlimited`)
+  --refund-read-rps N          GET /v1/refunds/{id} and GET /v1/refunds together (default 25)
   --account-rps N              the account's overall limit (default 100, Stripe's live mode; 25 is
                                test mode's; `unlimited`). Over a limit: 429 rate_limit
   --unlimited                  no rate limit at all (later --*-rps flags still apply)
@@ -77,6 +81,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             c.create_per_sec = None;
             c.retrieve_per_sec = None;
             c.search_per_sec = None;
+            c.refund_per_sec = None;
+            c.refund_read_per_sec = None;
             c.account_per_sec = None;
             continue;
         }
@@ -100,6 +106,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--create-rps" => out.cfg.capacity.create_per_sec = rps(&value)?,
             "--retrieve-rps" => out.cfg.capacity.retrieve_per_sec = rps(&value)?,
             "--search-rps" => out.cfg.capacity.search_per_sec = rps(&value)?,
+            "--refund-rps" => out.cfg.capacity.refund_per_sec = rps(&value)?,
+            "--refund-read-rps" => out.cfg.capacity.refund_read_per_sec = rps(&value)?,
             "--account-rps" => out.cfg.capacity.account_per_sec = rps(&value)?,
             "--capacity-clock" => out.cfg.capacity.clock = value.parse()?,
             "--create-latency-p50-ms" => {
@@ -124,6 +132,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--processing-settle-secs" => {
                 out.cfg.processing_settle = Duration::from_secs(num(&value)?)
             }
+            "--refund-settle-secs" => out.cfg.refund_settle = Duration::from_secs(num(&value)?),
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
             "--webhook-url" => {
                 stripe_sim::webhooks::check_url(&value)?;
@@ -273,8 +282,28 @@ mod tests {
         assert_eq!(s.account_per_sec, Some(25));
         assert_eq!(s.create_latency.unwrap().sigma, 0.0);
         assert_eq!(s.create_latency.unwrap().p50, CreateLatency::DEFAULT_P50);
+        let r = parse(&[
+            "--refund-rps",
+            "7",
+            "--refund-read-rps=unlimited",
+            "--refund-settle-secs",
+            "90",
+        ])
+        .unwrap()
+        .cfg;
+        assert_eq!(
+            (r.capacity.refund_per_sec, r.capacity.refund_read_per_sec),
+            (Some(7), None)
+        );
+        assert_eq!(r.refund_settle, Duration::from_secs(90));
+        assert_eq!(d.refund_per_sec, Some(Capacity::STRIPE_ENDPOINT_PER_SEC));
+        assert_eq!(
+            a.refund_per_sec, None,
+            "--unlimited lifts the refund buckets too"
+        );
         for bad in [
-            &["--create-rps", "-1"][..],
+            &["--refund-rps", "many"][..],
+            &["--create-rps", "-1"],
             &["--create-rps", "lots"],
             &["--unlimited=yes"],
             &["--capacity-clock", "sundial"],

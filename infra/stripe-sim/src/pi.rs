@@ -112,6 +112,10 @@ pub(crate) enum TestCard {
 pub(crate) fn test_card(pm: &str) -> Option<TestCard> {
     Some(match pm {
         "pm_card_visa" | "pm_card_mastercard" | "pm_card_amex" | "pm_card_us" => TestCard::Succeeds,
+        // Pay like a Visa; their refunds take the paths of `crate::refund::refund_path`.
+        "pm_card_pendingRefund" | "pm_card_refundFail" | "pm_card_sim_refundRequiresAction" => {
+            TestCard::Succeeds
+        }
         "pm_card_chargeDeclined" | "pm_card_visa_chargeDeclined" => TestCard::Declined {
             decline_code: "generic_decline",
             message: "Your card was declined.",
@@ -218,6 +222,34 @@ fn parse_bool(param: &str, v: &str) -> Result<bool, ApiError> {
     }
 }
 
+/// Applies a `metadata[KEY]` (or an empty `metadata`) form parameter as Stripe does (an empty
+/// value unsets the key); false if `k` is not a metadata parameter.
+pub(crate) fn metadata_param(metadata: &mut Metadata, k: &str, v: &str) -> Result<bool, ApiError> {
+    if let Some(mk) = k
+        .strip_prefix("metadata[")
+        .and_then(|r| r.strip_suffix(']'))
+    {
+        if mk.is_empty() || mk.len() > 40 {
+            return Err(ApiError::invalid(
+                "parameter_invalid_string",
+                k,
+                "Metadata keys must be 1 to 40 characters.",
+            ));
+        }
+        if v.is_empty() {
+            metadata.remove(mk);
+        } else {
+            metadata.insert(mk.to_string(), v.to_string());
+        }
+        Ok(true)
+    } else if k == "metadata" && v.is_empty() {
+        metadata.clear();
+        Ok(true)
+    } else {
+        Ok(false)
+    }
+}
+
 impl CreateParams {
     /// Validates the decoded form. Errors are `400`s that Stripe would not
     /// save under an idempotency key.
@@ -256,24 +288,7 @@ impl CreateParams {
                     ))
                 }
                 _ => {
-                    if let Some(mk) = k
-                        .strip_prefix("metadata[")
-                        .and_then(|r| r.strip_suffix(']'))
-                    {
-                        if mk.is_empty() || mk.len() > 40 {
-                            return Err(ApiError::invalid(
-                                "parameter_invalid_string",
-                                k,
-                                "Metadata keys must be 1 to 40 characters.",
-                            ));
-                        }
-                        if v.is_empty() {
-                            p.metadata.remove(mk);
-                        } else {
-                            p.metadata.insert(mk.to_string(), v.clone());
-                        }
-                    } else if k == "metadata" && v.is_empty() {
-                        p.metadata.clear();
+                    if metadata_param(&mut p.metadata, k, v)? {
                     } else if !IGNORED_PARAMS
                         .iter()
                         .any(|ig| k == ig || k.starts_with(&format!("{ig}[")))

@@ -422,6 +422,14 @@ impl Outbox {
         }
     }
 
+    /// Queues one event of type `kind` about `object` (its JSON) at `at_ms`: the refund and
+    /// charge events, whose object is not a PaymentIntent.
+    pub(crate) fn emit_object(&mut self, kind: &str, object: &str, at_ms: i64) {
+        if self.enabled() {
+            self.push_event(kind, object, at_ms);
+        }
+    }
+
     fn push_event(&mut self, kind: &str, intent: &str, at_ms: i64) {
         if let Some(enabled) = &self.config.enabled_events {
             if !enabled.iter().any(|e| e == kind) {

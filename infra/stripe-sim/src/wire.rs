@@ -20,7 +20,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, kind: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             kind,
@@ -30,12 +30,12 @@ impl ApiError {
         }
     }
 
-    fn code(mut self, code: &'static str) -> Self {
+    pub(crate) fn code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
     }
 
-    fn param(mut self, param: impl Into<String>) -> Self {
+    pub(crate) fn param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }

@@ -5,7 +5,8 @@ Usage:
 Optional: STRIPE_SIM_KEY (default sk_test_charge_once).
 Exits non-zero on the first failed check. Uses the admin API to advance the
 simulated clock, inject one drop_after_commit and one rate_limit fault, and set
-a tiny create rate limit (then lifts it).
+a tiny create rate limit (then lifts it). Ends with refunds of the last PaymentIntent
+(create, replay, retrieve, list with paging, amount_too_large, charge_already_refunded).
 """
 
 import json
@@ -131,7 +132,45 @@ def main():
     check(len(ledger) == 5
           and [p["id"] for p in ledger if p["idempotency_key"] == "py-5"] == [created.id],
           "neither 429 saved anything under the key: the retry creates")
+    refunds_checks(client, created.id)
     print("official client: all checks passed")
+
+
+def refunds_checks(client, pi_id):
+    """Refund create (keyed, replayed), retrieve and list by payment_intent with paging, and
+    Stripe's refusal of more than is left, through the official client's Refund resource."""
+    refunds = client.v1.refunds if hasattr(client, "v1") else client.refunds
+    first = refunds.create(params={"payment_intent": pi_id, "amount": 200,
+                                   "reason": "requested_by_customer",
+                                   "metadata": {"operation_id": "op-refund-1"}},
+                           options={"idempotency_key": "py-r1"})
+    check(first.object == "refund" and first.id.startswith("re_") and first.status == "succeeded"
+          and first.amount == 200 and first.payment_intent == pi_id, "refund create")
+    again = refunds.create(params={"payment_intent": pi_id, "amount": 200,
+                                   "reason": "requested_by_customer",
+                                   "metadata": {"operation_id": "op-refund-1"}},
+                           options={"idempotency_key": "py-r1"})
+    check(again.id == first.id, "refund replay returns the same refund")
+    got = refunds.retrieve(first.id)
+    check(got.id == first.id and got.metadata["operation_id"] == "op-refund-1", "refund retrieve")
+    second = refunds.create(params={"payment_intent": pi_id, "amount": 300})
+    page = refunds.list(params={"payment_intent": pi_id, "limit": 1})
+    check([r.id for r in page.data] == [second.id] and page.has_more, "refund list, newest first")
+    page = refunds.list(params={"payment_intent": pi_id, "limit": 1, "starting_after": second.id})
+    check([r.id for r in page.data] == [first.id] and not page.has_more, "refund list, next page")
+    try:
+        refunds.create(params={"payment_intent": pi_id, "amount": 1234})
+        check(False, "an over-refund raises InvalidRequestError")
+    except stripe.InvalidRequestError as e:
+        check(e.code == "amount_too_large" and e.param == "amount",
+              "an over-refund raises InvalidRequestError amount_too_large")
+    rest = refunds.create(params={"payment_intent": pi_id})
+    check(rest.amount == 1234 - 500, "a refund without amount takes what is left")
+    try:
+        refunds.create(params={"payment_intent": pi_id})
+        check(False, "a fully refunded charge raises InvalidRequestError")
+    except stripe.InvalidRequestError as e:
+        check(e.code == "charge_already_refunded", "charge_already_refunded")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,335 @@
+//! Refunds in the engine: stored beside the PaymentIntents they refund, settled lazily on the
+//! simulated clock like `processing` intents, their events queued when they happen (and, for a
+//! refund that will change later, queued for that moment, as a settling intent's are).
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::Engine;
+use crate::fx::Fx;
+use crate::refund::{self, ChargeJson, Refund, RefundParams, RefundPath, Transition};
+use crate::wire::{random_id, ApiError};
+
+/// Every refund, oldest first, with its indexes.
+pub(crate) struct Refunds {
+    all: Vec<Refund>,
+    by_id: HashMap<String, usize, Fx>,
+    /// Refund positions of each refunded PaymentIntent (by its position), oldest first.
+    of_intent: HashMap<usize, Vec<usize>, Fx>,
+    /// How long a `pending` refund takes to succeed, and a late-failing one to fail (simulated).
+    pub(crate) settle_ms: i64,
+}
+
+impl Refunds {
+    pub(crate) fn new(settle_ms: i64) -> Self {
+        Refunds {
+            all: Vec::new(),
+            by_id: HashMap::default(),
+            of_intent: HashMap::default(),
+            settle_ms,
+        }
+    }
+
+    /// How many refunds were ever created.
+    pub(crate) fn len(&self) -> usize {
+        self.all.len()
+    }
+}
+
+/// One row of the refund ledger: every refund ever created ([`crate::StripeSim::refund_ledger`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RefundEntry {
+    /// `re_...`
+    pub id: String,
+    /// The refunded PaymentIntent.
+    pub payment_intent: String,
+    /// Amount in the smallest currency unit.
+    pub amount: i64,
+    /// Current status (after lazy transitions).
+    pub status: String,
+    /// `metadata[operation_id]`, if given.
+    pub operation_id: Option<String>,
+    /// Simulated creation time, unix milliseconds.
+    pub created_ms: i64,
+}
+
+/// One page of `GET /v1/refunds`: the refunds' JSON, newest first, and whether more follow.
+pub(crate) struct RefundPage {
+    pub data: Vec<String>,
+    pub has_more: bool,
+}
+
+impl Engine {
+    /// Applies the due transition of the refund at `r`.
+    fn settle_refund(&mut self, r: usize, now_ms: i64) {
+        self.refunds.all[r].settle(now_ms);
+    }
+
+    /// The refunds of the PaymentIntent at `at`, settled as of `now_ms`, oldest first.
+    fn refunds_of(&mut self, at: usize, now_ms: i64) -> Vec<usize> {
+        let of = self.refunds.of_intent.get(&at).cloned().unwrap_or_default();
+        for r in &of {
+            self.settle_refund(*r, now_ms);
+        }
+        of
+    }
+
+    /// The charge of the PaymentIntent at `at` as its refunds leave it, settled as of `now_ms`.
+    pub(crate) fn charge_json(&mut self, at: usize, now_ms: i64) -> Option<String> {
+        let of = self.refunds_of(at, now_ms);
+        let refunded: i64 = of
+            .iter()
+            .map(|r| &self.refunds.all[*r])
+            .filter(|r| r.refunded())
+            .map(|r| r.amount)
+            .sum();
+        let pi = &self.pis[at];
+        let paid = pi.status == "succeeded";
+        let charge = ChargeJson {
+            amount: pi.params.amount,
+            amount_captured: if paid { pi.params.amount } else { 0 },
+            amount_refunded: refunded,
+            captured: paid,
+            created: pi.created_ms.div_euclid(1000),
+            currency: &pi.params.currency,
+            id: pi.latest_charge.as_deref()?,
+            object: "charge",
+            paid,
+            payment_intent: &pi.id,
+            refunded: paid && refunded == pi.params.amount,
+            status: match pi.status {
+                "succeeded" => "succeeded",
+                "processing" => "pending",
+                _ => "failed",
+            },
+        };
+        serde_json::to_string(&charge).ok()
+    }
+
+    /// `GET /v1/payment_intents/{id}?expand[]=latest_charge`: the intent with its charge object.
+    pub(crate) fn retrieve_expanded(&mut self, id: &str, now_ms: i64) -> Option<String> {
+        let text = self.retrieve(id, now_ms)?;
+        let at = self.position(id)?;
+        let Some(charge) = self.charge_json(at, now_ms) else {
+            return Some(text);
+        };
+        let mut pi: serde_json::Value = serde_json::from_str(&text).ok()?;
+        pi["latest_charge"] = serde_json::from_str(&charge).ok()?;
+        Some(pi.to_string())
+    }
+
+    /// The PaymentIntent a refund may be made of, and the amount it refunds, or Stripe's
+    /// refusal, first failing check first: unknown intent, no successful charge, nothing left,
+    /// more asked than is left.
+    pub(crate) fn refund_plan(
+        &mut self,
+        p: &RefundParams,
+        now_ms: i64,
+    ) -> Result<(usize, i64), ApiError> {
+        let at = self.position(&p.payment_intent).ok_or_else(|| {
+            ApiError::no_such_payment_intent(&p.payment_intent).param("payment_intent")
+        })?;
+        self.settle_at(at, now_ms);
+        let status = self.pis[at].status;
+        let charge = match &self.pis[at].latest_charge {
+            Some(c) if status == "succeeded" => c.clone(),
+            _ => return Err(refund::nothing_to_refund(&p.payment_intent, status)),
+        };
+        let held: i64 = self
+            .refunds_of(at, now_ms)
+            .iter()
+            .map(|r| &self.refunds.all[*r])
+            .filter(|r| r.holds())
+            .map(|r| r.amount)
+            .sum();
+        let left = self.pis[at].params.amount - held;
+        let currency = &self.pis[at].params.currency;
+        match p.amount {
+            _ if left <= 0 => Err(refund::already_refunded(&charge)),
+            Some(asked) if asked > left => Err(refund::amount_too_large(asked, left, currency)),
+            asked => Ok((at, asked.unwrap_or(left))),
+        }
+    }
+
+    /// `POST /v1/refunds`: checks as [`Engine::refund_plan`], then creates the refund and queues
+    /// its events. Its JSON as created.
+    pub(crate) fn refund(&mut self, p: RefundParams, now_ms: i64) -> Result<String, ApiError> {
+        let (at, amount) = self.refund_plan(&p, now_ms)?;
+        let pi = &self.pis[at];
+        let path = refund::refund_path(pi.params.payment_method.as_deref());
+        let currency = pi.params.currency.clone();
+        let payment_intent = pi.id.clone();
+        let charge = pi.latest_charge.clone().unwrap_or_default();
+        let due = now_ms.saturating_add(self.refunds.settle_ms);
+        let (status, transition) = match path {
+            RefundPath::Succeeds => ("succeeded", None),
+            RefundPath::PendingThenSucceeds => ("pending", Some((due, "succeeded"))),
+            RefundPath::SucceedsThenFails => ("succeeded", Some((due, "failed"))),
+            RefundPath::RequiresAction => ("requires_action", None),
+        };
+        let transition = transition.map(|(at_ms, to)| Transition {
+            at_ms,
+            to,
+            failure_balance_transaction: (to == "failed")
+                .then(|| random_id(&mut self.ids, "txn_", 24)),
+        });
+        let refund = Refund {
+            id: random_id(&mut self.ids, "re_", 24),
+            amount,
+            currency,
+            payment_intent,
+            charge,
+            balance_transaction: random_id(&mut self.ids, "txn_", 24),
+            failure_balance_transaction: None,
+            reason: p.reason,
+            metadata: p.metadata,
+            created_ms: now_ms,
+            status,
+            transition,
+        };
+        let json = refund.json_string();
+        let r = self.refunds.all.len();
+        self.refunds.by_id.insert(refund.id.clone(), r);
+        self.refunds.of_intent.entry(at).or_default().push(r);
+        self.refunds.all.push(refund);
+        self.emit_refund_events(at, r, &json, now_ms);
+        Ok(json)
+    }
+
+    /// `refund.created`, `charge.refunded` when money moved, and the events of its later
+    /// transition, queued for that moment.
+    fn emit_refund_events(&mut self, at: usize, r: usize, json: &str, now_ms: i64) {
+        if !self.webhooks.enabled() {
+            return;
+        }
+        self.webhooks.emit_object("refund.created", json, now_ms);
+        if self.refunds.all[r].refunded() {
+            if let Some(charge) = self.charge_json(at, now_ms) {
+                self.webhooks
+                    .emit_object("charge.refunded", &charge, now_ms);
+            }
+        }
+        if let Some((later, at_ms)) = self.refunds.all[r].settled_copy() {
+            self.emit_refund_change(&later, at_ms);
+        }
+    }
+
+    /// The events of a refund whose status just changed (`refund`: as it is now).
+    fn emit_refund_change(&mut self, refund: &Refund, at_ms: i64) {
+        let json = refund.json_string();
+        self.webhooks.emit_object("refund.updated", &json, at_ms);
+        if refund.status == "failed" {
+            self.webhooks.emit_object("refund.failed", &json, at_ms);
+        }
+        self.webhooks
+            .emit_object("charge.refund.updated", &json, at_ms);
+    }
+
+    /// `GET /v1/refunds/{id}`, settled as of `now_ms`.
+    pub(crate) fn retrieve_refund(&mut self, id: &str, now_ms: i64) -> Option<String> {
+        let r = *self.refunds.by_id.get(id)?;
+        self.settle_refund(r, now_ms);
+        Some(self.refunds.all[r].json_string())
+    }
+
+    /// `POST /v1/refunds/{id}/cancel`: only a `requires_action` refund may be canceled.
+    pub(crate) fn cancel_refund(&mut self, id: &str, now_ms: i64) -> Result<String, ApiError> {
+        let r = *self
+            .refunds
+            .by_id
+            .get(id)
+            .ok_or_else(|| refund::no_such_refund(id, "refund"))?;
+        self.settle_refund(r, now_ms);
+        let status = self.refunds.all[r].status;
+        if status != "requires_action" {
+            return Err(refund::not_cancelable(id, status));
+        }
+        self.refunds.all[r].status = "canceled";
+        let refund = self.refunds.all[r].clone();
+        self.emit_refund_change(&refund, now_ms);
+        Ok(refund.json_string())
+    }
+
+    /// `GET /v1/refunds`: an intent's refunds (or all), newest first, at most `limit`, after
+    /// the refund `starting_after` (newer than it) if given. Not delayed: lists read the
+    /// current state, unlike search.
+    pub(crate) fn list_refunds(
+        &mut self,
+        payment_intent: Option<&str>,
+        limit: usize,
+        starting_after: Option<&str>,
+        now_ms: i64,
+    ) -> Result<RefundPage, ApiError> {
+        let newest_first: Vec<usize> = match payment_intent {
+            Some(pi) => match self.position(pi) {
+                Some(at) => self.refunds_of(at, now_ms).into_iter().rev().collect(),
+                None => Vec::new(),
+            },
+            None => (0..self.refunds.all.len()).rev().collect(),
+        };
+        let skip = match starting_after {
+            None => 0,
+            Some(id) => {
+                let r = self
+                    .refunds
+                    .by_id
+                    .get(id)
+                    .ok_or_else(|| refund::no_such_refund(id, "starting_after"))?;
+                newest_first
+                    .iter()
+                    .position(|x| x == r)
+                    .map_or(0, |i| i + 1)
+            }
+        };
+        let page: Vec<usize> = newest_first
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .copied()
+            .collect();
+        let data = page
+            .iter()
+            .map(|r| {
+                self.settle_refund(*r, now_ms);
+                self.refunds.all[*r].json_string()
+            })
+            .collect();
+        Ok(RefundPage {
+            data,
+            has_more: newest_first.len() > skip + page.len(),
+        })
+    }
+
+    /// Every refund ever created, oldest first, settled as of `now_ms`.
+    pub(crate) fn refund_ledger(&mut self, now_ms: i64) -> Vec<RefundEntry> {
+        (0..self.refunds.all.len())
+            .map(|r| {
+                self.settle_refund(r, now_ms);
+                let refund = &self.refunds.all[r];
+                RefundEntry {
+                    id: refund.id.clone(),
+                    payment_intent: refund.payment_intent.clone(),
+                    amount: refund.amount,
+                    status: refund.status.to_owned(),
+                    operation_id: refund.metadata.get("operation_id").cloned(),
+                    created_ms: refund.created_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// The `amount_refunded` of the PaymentIntent `id`'s charge (`pending` and `succeeded`
+    /// refunds), settled as of `now_ms`.
+    pub(crate) fn amount_refunded(&mut self, id: &str, now_ms: i64) -> Option<i64> {
+        let at = self.position(id)?;
+        let of = self.refunds_of(at, now_ms);
+        Some(
+            of.iter()
+                .map(|r| &self.refunds.all[*r])
+                .filter(|r| r.refunded())
+                .map(|r| r.amount)
+                .sum(),
+        )
+    }
+}
