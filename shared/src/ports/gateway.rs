@@ -1,12 +1,15 @@
-//! Stripe's PaymentIntents API as the core uses it: create with the operation's idempotency key,
-//! retrieve, search by operation id, cancel a declined intent. Its errors are already classified
-//! ([`GatewayError`]).
+//! Stripe's PaymentIntents and Refunds APIs as the core uses them: create with the operation's
+//! idempotency key, retrieve, search by operation id, cancel a declined intent; create, retrieve
+//! and list refunds. Its errors are already classified ([`GatewayError`]).
 
 use async_trait::async_trait;
 
-use crate::domain::{ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId};
+use crate::domain::{
+    ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,
+};
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent};
+use crate::refund::{RefundParams, StripeRefund};
 
 /// A create request: the parameters plus the key derived from the operation id.
 #[derive(Debug, Clone)]
@@ -72,7 +75,42 @@ impl CancellationReason {
     }
 }
 
-/// Stripe's PaymentIntents API as the core uses it.
+/// A refund create (`POST /v1/refunds`): the refund operation's amount against its charge's
+/// PaymentIntent, with `metadata[operation_id]`, `metadata[order_id]` and the refund key
+/// (`refund-op:<operation_id>`), the same on every attempt.
+#[derive(Debug, Clone)]
+pub struct CreateRefund {
+    pub idempotency_key: IdempotencyKey,
+    pub operation_id: OperationId,
+    pub order_id: OrderId,
+    pub params: RefundParams,
+}
+
+impl CreateRefund {
+    /// The create of a refund operation; `None` for any other kind.
+    pub fn for_operation(op: &Operation) -> Option<Self> {
+        Some(Self {
+            idempotency_key: op.idempotency_key(),
+            operation_id: op.operation_id,
+            order_id: op.order_id.clone(),
+            params: op.params.refund()?.clone(),
+        })
+    }
+}
+
+/// What a gateway answers for a refund call it does not make (a test double that only charges).
+pub fn refunds_not_supported(what: &str) -> GatewayError {
+    GatewayError::Rejected {
+        detail: format!("this gateway does not make {what}"),
+        param: None,
+    }
+}
+
+/// Stripe's PaymentIntents and Refunds APIs as the core uses them.
+///
+/// The refund calls have default bodies that refuse ([`refunds_not_supported`]), for the test
+/// doubles that only charge; every gateway on a production path (the Stripe client, the pacing
+/// wrapper, the fakes and the simulation's) makes them.
 #[async_trait]
 pub trait PaymentGateway: Send + Sync {
     /// The mode of the key this gateway calls Stripe with (`sk_live_…`: true). A PaymentIntent
@@ -96,4 +134,28 @@ pub trait PaymentGateway: Send + Sync {
     /// nobody can confirm it any more. Stripe answers the intent, `canceled`; an intent that
     /// succeeded or was canceled meanwhile is refused as [`GatewayError::UnexpectedState`].
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError>;
+
+    /// Creates a refund (`POST /v1/refunds`) with the refund key: a lost answer re-sent under the
+    /// same key replays the first.
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let _ = req;
+        Err(refunds_not_supported("refund creates"))
+    }
+
+    /// Reads a refund's current state (`GET /v1/refunds/{id}`): the only word a late failure
+    /// (`succeeded` then `failed`) is taken on.
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        let _ = id;
+        Err(refunds_not_supported("refund retrieves"))
+    }
+
+    /// Every refund of a PaymentIntent (`GET /v1/refunds?payment_intent=…`, all pages). Lists are
+    /// not delayed as search is: what settles a refund whose id was never learned.
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        let _ = payment_intent;
+        Err(refunds_not_supported("refund lists"))
+    }
 }

@@ -28,7 +28,10 @@ mod queue;
 mod store;
 
 pub use clock::{Clock, Sleeper};
-pub use gateway::{CancelPaymentIntent, CancellationReason, CreatePaymentIntent, PaymentGateway};
+pub use gateway::{
+    refunds_not_supported, CancelPaymentIntent, CancellationReason, CreatePaymentIntent,
+    CreateRefund, PaymentGateway,
+};
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
