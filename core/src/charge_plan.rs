@@ -158,6 +158,12 @@ pub enum ReviewClass {
     /// Stripe refused to cancel the operation's declined PaymentIntent for a reason other than
     /// its state (unknown to Stripe, invalid): it may still be confirmed, so it is not failed.
     CancelFailed,
+    /// Stripe answered with a refund that is not this refund operation's.
+    RefundMismatch,
+    /// Past the key window, the intent's refunds list none or several for the operation.
+    RefundListAmbiguous,
+    /// A refund stayed `pending` or `requires_action` past the stuck bound.
+    StuckRefund,
 }
 
 impl ReviewClass {
@@ -173,6 +179,9 @@ impl ReviewClass {
             ReviewClass::IntentMismatch => "intent_mismatch",
             ReviewClass::SecondPaymentIntent => "second_payment_intent",
             ReviewClass::CancelFailed => "cancel_failed",
+            ReviewClass::RefundMismatch => "refund_mismatch",
+            ReviewClass::RefundListAmbiguous => "refund_list_ambiguous",
+            ReviewClass::StuckRefund => "stuck_refund",
         }
     }
 }

@@ -25,6 +25,8 @@
 //! - [`event_plan`]: (record as claimed, what Stripe holds for an event's intent, now) → the next
 //!   record, or why nothing changes.
 //! - [`reconcile_plan`]: (record as found by the reconciler, now) → re-enqueue, re-drive, settle.
+//! - [`refund_plan`]: (refund record as claimed, Stripe's answer, now) → the next record, and
+//!   whether its reservation goes back to the charge.
 //! - [`message_plan`]: (what the shell did with a queue message, its receive count, the budget)
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
@@ -39,6 +41,7 @@ pub mod outbox;
 pub mod outcome;
 pub mod reconcile_plan;
 pub mod refund;
+pub mod refund_plan;
 pub mod store;
 pub mod store_rules;
 #[cfg(any(test, feature = "testing"))]
