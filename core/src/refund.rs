@@ -144,6 +144,8 @@ pub fn refund_outcome_for(status: &RefundStatus) -> OperationStatus {
 pub struct StripeRefund {
     pub id: StripeRefundId,
     pub status: RefundStatus,
+    /// The answer was a replay of an earlier create under the same key (`Idempotent-Replayed`).
+    pub replayed: bool,
     pub amount: Option<i64>,
     pub currency: Option<String>,
     pub payment_intent: Option<String>,

@@ -344,6 +344,7 @@ mod tests {
         StripeRefund {
             id: StripeRefundId::parse("re_1").unwrap(),
             status: RefundStatus::parse(status),
+            replayed: false,
             amount: Some(400),
             currency: Some("usd".into()),
             payment_intent: Some("pi_r".into()),

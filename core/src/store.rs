@@ -4,7 +4,7 @@
 //! the answers are [`crate::store_rules`]; the trait that sends them to a store is the shell's
 //! (`charge_once::ports::OperationStore`).
 
-use crate::domain::{Amount, OperationId, PaymentIntentId};
+use crate::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
@@ -64,6 +64,11 @@ pub struct OutcomeRecord {
     /// than never) and is ignored for a settled one (settling removes the index attributes).
     pub next_due_at: Option<Timestamp>,
     pub now: Timestamp,
+    /// A refund's Stripe id, once learned; `None` keeps whatever is stored.
+    pub stripe_refund_id: Option<StripeRefundId>,
+    /// A refund that ended without returning money gives its reservation back to its charge, in
+    /// the same write (all or nothing): the fenced outcome makes it happen once.
+    pub release: Option<ReleaseRefund>,
 }
 
 /// Result of a fenced write (`OperationStore::record`, `OperationStore::reschedule`,

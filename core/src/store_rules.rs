@@ -247,6 +247,13 @@ impl Transition for ReleaseRefund {
     }
 }
 
+/// Why a refund's outcome that gives its reservation back cannot be written: its charge is gone,
+/// or holds less than the refund reserved (a record edited by hand). Not a refusal the shell can
+/// settle: the store answers it as an error, the message is retried and, still refused, parks on
+/// the dead-letter queue, which pages.
+pub const RELEASE_REFUSED: &str =
+    "a refund's reservation cannot go back to its charge: the charge is missing or holds less than the refund reserved";
+
 /// A refund's create with its reservation, as one write over both records, all or nothing: a
 /// refund with the same key already there is the answer (nothing reserved: the same refund asked
 /// again); else the charge's guards decide ([`ReserveRefund`]). `existing` and `charge` are the
@@ -313,6 +320,9 @@ impl Transition for OutcomeRecord {
         op.status = self.status;
         if let Some(id) = &self.external_id {
             op.external_id = Some(id.clone());
+        }
+        if let Some(id) = &self.stripe_refund_id {
+            op.stripe_refund_id = Some(id.clone());
         }
         op.last_error = self.last_error.clone();
         if let Some(review) = &self.review {

@@ -179,5 +179,7 @@ pub fn outcome(
         review: None,
         next_due_at: (!status.is_settled()).then(|| now.plus(Duration::from_secs(60))),
         now,
+        stripe_refund_id: None,
+        release: None,
     }
 }

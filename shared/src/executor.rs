@@ -10,21 +10,26 @@
 //!    recorded (the calls a decision asks for, [`plan::FollowUp`], still under the lease).
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
+//!
+//! A refund operation runs the same shell with its own plan ([`refund_plan`]): retrieve its
+//! refund, create it with the refund key, or list the intent's refunds past the key window; a
+//! refund that ends without returning money gives its reservation back in the recording write.
 
 pub use charge_core::charge_plan as plan;
 
 use std::sync::Arc;
 
 use charge_core::event_plan::{self, Action};
+use charge_core::refund_plan::{self, RefundStep};
 use tracing::{error, info, warn};
 
-use crate::domain::{OperationId, PaymentIntentId};
+use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
 use crate::outcome::PaymentIntent;
 use crate::ports::Clock;
 use crate::ports::{
-    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, OperationStore, OutcomeRecord,
-    PaymentGateway, Recorded, StoreError,
+    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, CreateRefund, OperationStore,
+    OutcomeRecord, PaymentGateway, Recorded, ReleaseRefund, StoreError,
 };
 
 pub use plan::{ChargePolicy, Decision, Disposition, FollowUp, ReviewClass, Step};
@@ -91,6 +96,9 @@ pub async fn execute_charge(
     operation_id: &OperationId,
 ) -> Result<ChargeReport, ExecuteError> {
     let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
+        if op.params.refund().is_some() {
+            return (refund(deps, &op).await, ());
+        }
         let step = plan::next_step(&op, deps.clock.now(), &deps.policy);
         let (decision, replayed) = act(deps, &op, &step).await;
         let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
@@ -101,6 +109,7 @@ pub async fn execute_charge(
             gateway_calls,
             decision,
             replayed,
+            refund: None,
         };
         (planned, ())
     })
@@ -141,6 +150,59 @@ async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool)
     }
 }
 
+/// A claimed refund operation's one call to Stripe ([`refund_plan::next_step`]) and what its
+/// answer decides ([`refund_plan`]): the refund's id to record, and its reservation given back to
+/// the charge when no money went back.
+async fn refund(deps: &ChargeDeps, op: &Operation) -> Planned {
+    let policy = &deps.policy;
+    let step = refund_plan::next_step(op, deps.clock.now(), policy);
+    let (decided, replayed) = match &step {
+        RefundStep::Create => {
+            // `next_step` only plans a refund's steps for a refund: it has its create.
+            let Some(create) = CreateRefund::for_operation(op) else {
+                let now = deps.clock.now();
+                return planned_without_refund(&step, plan::not_a_charge(op, now));
+            };
+            let result = deps.gateway.create_refund(&create).await;
+            let replayed = result.as_ref().is_ok_and(|r| r.replayed);
+            let now = deps.clock.now();
+            (refund_plan::after_create(op, result, now, policy), replayed)
+        }
+        RefundStep::Retrieve(id) => {
+            let result = deps.gateway.retrieve_refund(id).await;
+            let now = deps.clock.now();
+            (refund_plan::after_retrieve(op, result, now, policy), false)
+        }
+        RefundStep::List(intent) => {
+            let result = deps.gateway.list_refunds(intent).await;
+            let now = deps.clock.now();
+            (refund_plan::after_list(op, result, now, policy), false)
+        }
+    };
+    let release = decided.release.then(|| ReleaseRefund {
+        charge: op.key().charge_of_order(),
+        amount: op.params.amount(),
+        now: deps.clock.now(),
+    });
+    Planned {
+        step: step.name(),
+        decision: decided.decision,
+        gateway_calls: 1,
+        replayed,
+        refund: Some((decided.refund_id, release)),
+    }
+}
+
+fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {
+    Planned {
+        step: step.name(),
+        decision,
+        gateway_calls: 0,
+        replayed: false,
+        refund: None,
+    }
+}
+
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
 /// [`execute_charge`]: the event rule ([`event_plan::after_event`]) decides on the record as
@@ -168,6 +230,7 @@ pub async fn apply_event(
             decision,
             gateway_calls: 0,
             replayed: false,
+            refund: None,
         };
         (planned, action)
     })
@@ -182,6 +245,8 @@ pub struct Planned {
     pub decision: Decision,
     pub gateway_calls: u32,
     pub replayed: bool,
+    /// A refund's Stripe id to record, and its reservation to give back, if any.
+    pub refund: Option<(Option<StripeRefundId>, Option<ReleaseRefund>)>,
 }
 
 /// The calls `decision` asks for before it may be recorded ([`plan::FollowUp`]: the cancel of a
@@ -306,7 +371,9 @@ async fn record(
         decision,
         gateway_calls,
         replayed,
+        refund,
     } = planned;
+    let (stripe_refund_id, release) = refund.unwrap_or_default();
     let now = deps.clock.now();
     let outcome = OutcomeRecord {
         key: key.clone(),
@@ -321,6 +388,8 @@ async fn record(
         }),
         next_due_at: decision.next_due_at,
         now,
+        stripe_refund_id,
+        release,
     };
     let report = match deps.store.record(&outcome).await? {
         Recorded::Written(op) => {

@@ -8,7 +8,7 @@ use charge_once::operation::AuditEntry;
 use charge_once::ports::OperatorGuard;
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Recorded, RefundCreated, Reschedule, ReserveRefund,
+    Recorded, RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
 };
 use charge_once::refund::{self, RefundRefusal, RefundRequest};
 use charge_once::store_rules::Guard;
@@ -813,6 +813,109 @@ pub async fn concurrent_refunds_never_reserve_more_than_the_charge(store: Arc<dy
     assert_eq!(reserved(&store, &charge).await, 900);
 }
 
+/// A refund of 400 of a succeeded 1000 charge for `order`, created, then claimed with `token`.
+async fn claimed_refund(
+    store: &Arc<dyn OperationStore>,
+    order: &str,
+    token: LeaseToken,
+) -> (Operation, Operation) {
+    let charge = succeeded_charge(store, order, 1000).await;
+    let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
+    store.create_refund(&refund, &reserve).await.unwrap();
+    let now = T0.plus(LEASE).plus(LEASE);
+    let Claim::Claimed(claimed) = store
+        .claim(&claim_request(&refund, token, now))
+        .await
+        .unwrap()
+    else {
+        panic!("the refund is claimed");
+    };
+    (charge, claimed)
+}
+
+/// The refund's outcome by the lease holder, giving the reservation back when `release`.
+fn refund_outcome(
+    refund: &Operation,
+    token: LeaseToken,
+    status: OperationStatus,
+    release: bool,
+) -> OutcomeRecord {
+    let now = T0.plus(LEASE).plus(LEASE).plus(LEASE);
+    OutcomeRecord {
+        stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_contract").unwrap()),
+        last_error: None,
+        release: release.then(|| ReleaseRefund {
+            charge: refund.key().charge_of_order(),
+            amount: refund.params.amount(),
+            now,
+        }),
+        ..testing::outcome(refund, token, status, now)
+    }
+}
+
+pub async fn a_failed_refund_gives_its_reservation_back_in_the_same_write(
+    store: Arc<dyn OperationStore>,
+) {
+    let token = LeaseToken::new_random();
+    let (charge, refund) = claimed_refund(&store, "contract-refund-failed", token).await;
+    assert_eq!(reserved(&store, &charge).await, 400);
+    let rec = refund_outcome(&refund, token, OperationStatus::Failed, true);
+    let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
+        panic!("the holder's outcome is written");
+    };
+    assert_eq!(written.status, OperationStatus::Failed);
+    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_contract"));
+    assert_eq!(store.get(&refund.key()).await.unwrap(), Some(written));
+    assert_eq!(reserved(&store, &charge).await, 0, "the 400 is back");
+    // The twin: a succeeded refund keeps its reservation.
+    let token = LeaseToken::new_random();
+    let (charge, refund) = claimed_refund(&store, "contract-refund-kept", token).await;
+    let rec = refund_outcome(&refund, token, OperationStatus::Succeeded, false);
+    assert!(matches!(
+        store.record(&rec).await.unwrap(),
+        Recorded::Written(_)
+    ));
+    assert_eq!(reserved(&store, &charge).await, 400);
+}
+
+pub async fn a_release_is_fenced_with_its_refund_s_outcome(store: Arc<dyn OperationStore>) {
+    let token = LeaseToken::new_random();
+    let (charge, refund) = claimed_refund(&store, "contract-refund-fenced", token).await;
+    // Another lease's outcome: refused, and nothing given back.
+    let stale = refund_outcome(
+        &refund,
+        LeaseToken::new_random(),
+        OperationStatus::Failed,
+        true,
+    );
+    match store.record(&stale).await.unwrap() {
+        Recorded::Refused(Some(current)) => assert_eq!(current.status, refund.status),
+        other => panic!("expected the fence to refuse, got {other:?}"),
+    }
+    assert_eq!(reserved(&store, &charge).await, 400);
+    // A release of more than the charge holds (as after a hand edit of its count): an error,
+    // and nothing written, the refund's outcome included.
+    let mut rec = refund_outcome(&refund, token, OperationStatus::Failed, true);
+    if let Some(release) = rec.release.as_mut() {
+        release.amount = charge_once::Amount::new(500).unwrap();
+    }
+    let err = store.record(&rec).await.unwrap_err();
+    assert!(err.to_string().contains("reservation"), "{err}");
+    assert_eq!(
+        store.get(&refund.key()).await.unwrap().unwrap().status,
+        refund.status,
+        "the refund's outcome is not written without its release"
+    );
+    assert_eq!(reserved(&store, &charge).await, 400);
+    // The twin: the holder's release of what it reserved is written.
+    let rec = refund_outcome(&refund, token, OperationStatus::Failed, true);
+    assert!(matches!(
+        store.record(&rec).await.unwrap(),
+        Recorded::Written(_)
+    ));
+    assert_eq!(reserved(&store, &charge).await, 0);
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -838,6 +941,8 @@ macro_rules! store_contract_tests {
             a_refund_over_what_is_left_writes_nothing_and_its_twin_fits,
             a_refund_of_a_charge_no_longer_as_read_writes_nothing,
             concurrent_refunds_never_reserve_more_than_the_charge,
+            a_failed_refund_gives_its_reservation_back_in_the_same_write,
+            a_release_is_fenced_with_its_refund_s_outcome,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

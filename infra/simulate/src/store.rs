@@ -1084,8 +1084,22 @@ impl OperationStore for SimStore {
         Ok(store_rules::claimed(self.conditional(&req.key, req)?))
     }
 
+    /// With a refund's release: the charge's guards checked first, then the refund's write and
+    /// the charge's, with no await between (nothing else runs in the simulation meanwhile), so
+    /// the two are one write, both or neither.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        Ok(store_rules::recorded(self.conditional(&rec.key, rec)?))
+        if let Some(release) = &rec.release {
+            let charge = self.lock().get(&release.charge);
+            if !charge.is_some_and(|c| store_rules::check(&c, &release.guards()).is_ok()) {
+                return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+            }
+        }
+        let written = self.conditional(&rec.key, rec)?;
+        if let (Ok(_), Some(release)) = (&written, &rec.release) {
+            self.conditional(&release.charge, release)?
+                .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        }
+        Ok(store_rules::recorded(written))
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
@@ -1235,6 +1249,8 @@ mod tests {
             review: None,
             next_due_at: None,
             now: Timestamp::from_millis(T0 + 2_000),
+            stripe_refund_id: None,
+            release: None,
         };
         let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
             panic!("refused");

@@ -146,7 +146,26 @@ impl OperationStore for MemoryStore {
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.conditional(&rec.key, rec).map(store_rules::recorded)
+        let Some(release) = &rec.release else {
+            return self.conditional(&rec.key, rec).map(store_rules::recorded);
+        };
+        // The refund's outcome and its charge's release, both or neither, under one lock.
+        self.calls.write();
+        let mut items = self.lock();
+        let Some(op) = items.get(&rec.key) else {
+            return Ok(Recorded::Refused(None));
+        };
+        let Ok(next) = store_rules::apply(op, rec) else {
+            return Ok(Recorded::Refused(Some(op.clone())));
+        };
+        let charge = items
+            .get(&release.charge)
+            .ok_or_else(|| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        let charge = store_rules::apply(charge, release)
+            .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        items.insert(release.charge.clone(), charge);
+        items.insert(rec.key.clone(), next.clone());
+        Ok(Recorded::Written(next))
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {

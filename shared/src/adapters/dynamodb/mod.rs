@@ -362,28 +362,16 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
-    /// The refund's Put (only where no record is) and the charge's reservation (its guards as the
-    /// condition), as the two items of one TransactWriteItems.
-    fn refund_transaction(
+    /// `write` at `key` as an item of a TransactWriteItems: its guards as the condition, its
+    /// change as the update, the item as it was on a failed condition.
+    fn transact_update(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<[TransactWriteItem; 2], StoreError> {
-        let invalid = |e: aws_sdk_dynamodb::error::BuildError| {
-            StoreError::new(format!("TransactWriteItems: {e}"))
-        };
-        // A reservation's guards are all on the record: it always has an expression.
-        let w = writes::write(reserve).map_err(|g| {
-            StoreError::new(format!("reservation refused as asked: {}", g.as_str()))
-        })?;
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item::stored_item(refund)))
-            .condition_expression(format!("attribute_not_exists({})", schema::PK))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(invalid)?;
-        let (pk, sk) = key_of(&reserve.charge);
+        key: &OperationKey,
+        write: &impl writes::Update,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let w = writes::write(write)
+            .map_err(|g| StoreError::new(format!("write refused as asked: {}", g.as_str())))?;
+        let (pk, sk) = key_of(key);
         let update = Update::builder()
             .table_name(&self.table)
             .key(schema::PK, attr_s(&pk))
@@ -394,10 +382,30 @@ impl DynamoStore {
             .set_expression_attribute_values(Some(w.values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
+            .map_err(|e| StoreError::new(format!("TransactWriteItems: {e}")))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// The refund's Put (only where no record is) and the charge's reservation (its guards as the
+    /// condition), as the two items of one TransactWriteItems.
+    fn refund_transaction(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<[TransactWriteItem; 2], StoreError> {
+        let invalid = |e: aws_sdk_dynamodb::error::BuildError| {
+            StoreError::new(format!("TransactWriteItems: {e}"))
+        };
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item::stored_item(refund)))
+            .condition_expression(format!("attribute_not_exists({})", schema::PK))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
             .map_err(invalid)?;
         Ok([
             TransactWriteItem::builder().put(put).build(),
-            TransactWriteItem::builder().update(update).build(),
+            self.transact_update(&reserve.charge, reserve)?,
         ])
     }
 
@@ -587,9 +595,55 @@ impl OperationStore for DynamoStore {
         })
     }
 
+    /// A refund's outcome that gives its reservation back is one TransactWriteItems of the two
+    /// updates (counted as four writes: a transactional write costs twice); any other, one
+    /// conditional UpdateItem.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.conditional_update("UpdateItem (record)", &rec.key, rec)
-            .await
+        let Some(release) = &rec.release else {
+            return self
+                .conditional_update("UpdateItem (record)", &rec.key, rec)
+                .await;
+        };
+        let items = [
+            self.transact_update(&rec.key, rec)?,
+            self.transact_update(&release.charge, release)?,
+        ];
+        for _ in 0..4 {
+            self.calls.write();
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Recorded::Written(self.get(&rec.key).await?.ok_or_else(
+                || StoreError::new("TransactWriteItems (record): the record is gone"),
+            )?)),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                    let reasons = e.cancellation_reasons();
+                    let failed = |i: usize| {
+                        reasons
+                            .get(i)
+                            .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+                    };
+                    if failed(0) {
+                        let current = match reasons[0].item() {
+                            Some(item) => Some(readable(item, &rec.key)?),
+                            None => self.get(&rec.key).await?,
+                        };
+                        return Ok(Recorded::Refused(current));
+                    }
+                    if failed(1) {
+                        return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+                    }
+                    Err(self.sdk_error("TransactWriteItems (record)", err))
+                }
+                _ => Err(self.sdk_error("TransactWriteItems (record)", err)),
+            },
+        }
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {

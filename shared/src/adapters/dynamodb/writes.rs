@@ -15,14 +15,16 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::operation::{AuditEntry, OperationStatus};
-use crate::ports::{ClaimRequest, ManualResolution, OutcomeRecord, Reschedule, ReserveRefund};
+use crate::ports::{
+    ClaimRequest, ManualResolution, OutcomeRecord, ReleaseRefund, Reschedule, ReserveRefund,
+};
 use crate::store_rules::{self, Guard, Transition};
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
     LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
-    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, UPDATED_AT,
+    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, UPDATED_AT,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -285,12 +287,26 @@ impl Update for ReserveRefund {
     }
 }
 
+impl Update for ReleaseRefund {
+    fn update(&self, e: &mut Expression) {
+        let amount = e.value(
+            &format!(":{REFUND_RESERVED}"),
+            attr_n(self.amount.minor_units()),
+        );
+        e.set_to(REFUND_RESERVED, |_, n| format!("{n} - {amount}"));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+    }
+}
+
 impl Update for OutcomeRecord {
     fn update(&self, e: &mut Expression) {
         e.set(STATUS, attr_s(self.status.as_str()));
         e.set(UPDATED_AT, attr_n(self.now.as_millis()));
         if let Some(id) = &self.external_id {
             e.set(EXTERNAL_ID, attr_s(id));
+        }
+        if let Some(id) = &self.stripe_refund_id {
+            e.set(STRIPE_REFUND_ID, attr_s(id));
         }
         match &self.last_error {
             Some(err) => e.set(LAST_ERROR, attr_s(err)),
