@@ -6,12 +6,16 @@ use std::error::Error as StdError;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{OperationId, OperationKind, OrderId};
+use crate::domain::{OperationId, OperationKind, OrderId, RefundId};
 use crate::operation::{Operation, OperationKey};
 
-/// The body of a charge message. Versioned; carries no amount and no card data, only what
-/// identifies the operation, which the charge function reads back from the store.
+/// The body of a message of the charge queue. Versioned by kind; carries no amount and no card
+/// data, only what identifies the operation, which the charge function reads back from the store:
+/// version 1 a charge (`kind: "charge"`), version 2 a refund (`kind: "refund"`, with its
+/// `refund_id`). A release that knows only version 1 parks a refund's message as
+/// `unsupported_version` on the dead-letter queue, and the reconciler re-sends the operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "MessageBody", into = "MessageBody")]
 pub struct ChargeMessage {
     pub v: u32,
     pub operation_id: OperationId,
@@ -19,12 +23,74 @@ pub struct ChargeMessage {
     pub kind: OperationKind,
 }
 
+/// The message as it is written on the queue.
+#[derive(Serialize, Deserialize)]
+struct MessageBody {
+    v: u32,
+    operation_id: OperationId,
+    order_id: OrderId,
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refund_id: Option<RefundId>,
+}
+
+impl TryFrom<MessageBody> for ChargeMessage {
+    type Error = String;
+
+    fn try_from(b: MessageBody) -> Result<Self, String> {
+        let kind = match (b.kind.as_str(), b.refund_id) {
+            ("charge", None) => OperationKind::Charge,
+            ("refund", Some(id)) => OperationKind::Refund(id),
+            (kind, id) => {
+                return Err(format!(
+                    "kind {kind:?} with{} a refund_id",
+                    if id.is_some() { "" } else { "out" }
+                ))
+            }
+        };
+        Ok(Self {
+            v: b.v,
+            operation_id: b.operation_id,
+            order_id: b.order_id,
+            kind,
+        })
+    }
+}
+
+impl From<ChargeMessage> for MessageBody {
+    fn from(m: ChargeMessage) -> Self {
+        Self {
+            v: m.v,
+            operation_id: m.operation_id,
+            order_id: m.order_id,
+            kind: m.kind.as_str().to_owned(),
+            refund_id: m.kind.refund_id().cloned(),
+        }
+    }
+}
+
 impl ChargeMessage {
+    /// A charge's message version.
     pub const VERSION: u32 = 1;
+    /// A refund's message version.
+    pub const REFUND_VERSION: u32 = 2;
+
+    /// The version a message of `kind` is written with.
+    pub fn version_of(kind: &OperationKind) -> u32 {
+        match kind {
+            OperationKind::Charge => Self::VERSION,
+            OperationKind::Refund(_) => Self::REFUND_VERSION,
+        }
+    }
+
+    /// Whether `v` is a version this release reads.
+    pub fn known_version(v: u64) -> bool {
+        v == u64::from(Self::VERSION) || v == u64::from(Self::REFUND_VERSION)
+    }
 
     pub fn for_operation(op: &Operation) -> Self {
         Self {
-            v: Self::VERSION,
+            v: Self::version_of(&op.kind),
             operation_id: op.operation_id,
             order_id: op.order_id.clone(),
             kind: op.kind.clone(),
