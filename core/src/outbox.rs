@@ -13,11 +13,14 @@
 //! | anything but `failed` → `failed` | `ChargeFailed` (its PaymentIntent, if any, `canceled`) |
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
+//!
+//! A refund operation's changes are the same outcomes under the refund's names
+//! ([`OutcomeEvent::detail_type`]): `RefundSucceeded`, `RefundFailed`, `RefundNeedsReview`.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::domain::PaymentIntentId;
+use crate::domain::{OperationKind, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
 
 /// `source` of every outcome event.
@@ -34,7 +37,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// EventBridge `detail-type`.
+    /// EventBridge `detail-type` of a charge's outcome (a refund's: [`OutcomeEvent::detail_type`]).
     pub fn detail_type(&self) -> &'static str {
         match self {
             Outcome::Succeeded => "ChargeSucceeded",
@@ -63,6 +66,16 @@ pub struct OutcomeEvent {
 }
 
 impl OutcomeEvent {
+    /// EventBridge `detail-type`: the outcome under its operation's kind.
+    pub fn detail_type(&self) -> &'static str {
+        match (&self.operation.kind, self.outcome) {
+            (OperationKind::Charge, o) => o.detail_type(),
+            (OperationKind::Refund(_), Outcome::Succeeded) => "RefundSucceeded",
+            (OperationKind::Refund(_), Outcome::Failed) => "RefundFailed",
+            (OperationKind::Refund(_), Outcome::NeedsReview) => "RefundNeedsReview",
+        }
+    }
+
     pub fn new(outcome: Outcome, operation: Operation) -> Self {
         Self {
             event_id: event_id(&operation, outcome),
@@ -83,6 +96,7 @@ impl OutcomeEvent {
         // never confirm this intent again.
         let canceled =
             self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op);
+        let refund = op.params.refund();
         Detail {
             amount: op.params.amount().minor_units(),
             currency: op.params.currency().as_str(),
@@ -90,10 +104,12 @@ impl OutcomeEvent {
             occurred_at: op.updated_at.to_rfc3339(),
             operation_id: op.operation_id.to_string(),
             order_id: op.order_id.as_str(),
-            payment_intent: op.external_id.as_ref(),
-            payment_intent_status: canceled.then_some("canceled"),
+            payment_intent: refund.map_or(op.external_id.as_ref(), |r| Some(&r.payment_intent)),
+            payment_intent_status: (canceled && refund.is_none()).then_some("canceled"),
+            refund_id: op.kind.refund_id().map(|id| id.as_str()),
             review_reason,
             status: self.outcome.status(),
+            stripe_refund_id: op.stripe_refund_id.as_deref(),
             v: SCHEMA_VERSION,
         }
     }
@@ -111,15 +127,22 @@ pub struct Detail<'a> {
     pub occurred_at: String,
     pub operation_id: String,
     pub order_id: &'a str,
-    /// `null` when the operation has no PaymentIntent.
+    /// `null` when the operation has no PaymentIntent; a refund's is the intent it refunds.
     pub payment_intent: Option<&'a PaymentIntentId>,
     /// `"canceled"` on a `ChargeFailed` over a PaymentIntent; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payment_intent_status: Option<&'static str>,
-    /// On `ChargeNeedsReview` only (`null` if the record has no reason); absent otherwise.
+    /// A refund's: the merchant's refund id; absent on a charge's events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_id: Option<&'a str>,
+    /// On `ChargeNeedsReview` / `RefundNeedsReview` only (`null` if the record has no reason);
+    /// absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review_reason: Option<Option<&'a str>>,
     pub status: &'static str,
+    /// A refund's Stripe id (`re_…`) once Stripe named it; absent on a charge's events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripe_refund_id: Option<&'a str>,
     pub v: u32,
 }
 
@@ -296,6 +319,57 @@ mod tests {
     /// A failed charge's event says its PaymentIntent is canceled at Stripe, so the order service
     /// knows nobody can pay it any more; not when there is none, not for a success, and not when
     /// an operator forced `failed` past the Stripe check.
+    /// A refund's outcomes are the same transitions under the refund's names, with the refund's
+    /// ids and the intent it refunds; a charge's detail has none of the refund's fields.
+    #[test]
+    fn a_refund_s_events_are_named_for_refunds_and_carry_its_ids() {
+        use crate::domain::{Amount, RefundId, StripeRefundId};
+        use crate::refund::{reserve, RefundRequest};
+        let mut charge = testing::order("ord-outbox-r")
+            .status(OperationStatus::Succeeded)
+            .external_id("pi_charged")
+            .build();
+        charge.next_due_at = None;
+        let request = RefundRequest {
+            amount: Some(Amount::new(300).unwrap()),
+            reason: None,
+        };
+        let (params, _) = reserve(&charge, &request, charge.created_at).unwrap();
+        let before = Operation::new_refund(
+            charge.order_id.clone(),
+            RefundId::parse("r-9").unwrap(),
+            &request,
+            params,
+            crate::domain::Principal::jwt("support").unwrap(),
+            charge.created_at,
+            Duration::from_secs(300),
+        );
+        let mut after = before.clone();
+        after.status = OperationStatus::Failed;
+        after.next_due_at = None;
+        after.stripe_refund_id = Some(StripeRefundId::parse("re_9").unwrap());
+        let failed = outcome_of(Some(&before), &after).unwrap();
+        assert_eq!(failed.detail_type(), "RefundFailed");
+        let d = detail(&failed);
+        assert_eq!(d["refund_id"], "r-9");
+        assert_eq!(d["stripe_refund_id"], "re_9");
+        assert_eq!(d["payment_intent"], "pi_charged");
+        assert_eq!(d["amount"], 300);
+        assert!(d.get("payment_intent_status").is_none(), "{d}");
+        after.status = OperationStatus::Succeeded;
+        assert_eq!(
+            outcome_of(Some(&before), &after).unwrap().detail_type(),
+            "RefundSucceeded"
+        );
+        let charged = outcome_of(None, &charge).unwrap();
+        assert_eq!(charged.detail_type(), "ChargeSucceeded");
+        let d = detail(&charged);
+        assert!(
+            d.get("refund_id").is_none() && d.get("stripe_refund_id").is_none(),
+            "{d}"
+        );
+    }
+
     #[test]
     fn a_failed_charges_event_says_its_intent_is_canceled() {
         let before = op(OperationStatus::Unknown);

@@ -1440,11 +1440,17 @@ mod tests {
             format!(r#"{{"v":1,"v":2,{fields}}}"#),
             format!(r#"{{"v":1,{fields},"extra":[1,2]}}"#),
             format!(r#"{{"v":1,{fields},"kind":"refund"}}"#),
-            format!(r#"{{"v":2,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"r-1"}}"#),
-            format!(r#"{{"v":1,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"r-1"}}"#),
+            format!(
+                r#"{{"v":2,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"r-1"}}"#
+            ),
+            format!(
+                r#"{{"v":1,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"r-1"}}"#
+            ),
             format!(r#"{{"v":2,"operation_id":"{op}","order_id":"ord-1","kind":"refund"}}"#),
             format!(r#"{{"v":1,{fields},"refund_id":"r-1"}}"#),
-            format!(r#"{{"v":2,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"a b"}}"#),
+            format!(
+                r#"{{"v":2,"operation_id":"{op}","order_id":"ord-1","kind":"refund","refund_id":"a b"}}"#
+            ),
             r#"{"v":3}"#.to_owned(),
             r#"{"v":1}"#.to_owned(),
             r#"{"operation_id":"not-a-uuid","order_id":"ord-1","kind":"charge","v":1}"#.to_owned(),

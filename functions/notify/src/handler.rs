@@ -181,7 +181,7 @@ async fn confirm<'a>(
             Ok(Some(why)) => {
                 report.not_in_table += 1;
                 error!(order_id = %event.operation.order_id, operation_id = %event.operation.operation_id,
-                    event_id = %event.event_id, outcome = event.outcome.detail_type(),
+                    event_id = %event.event_id, outcome = event.detail_type(),
                     stream_event_id = %records[at].event_id, reason = %why,
                     "an outcome the table does not hold (an invocation that did not come from the \
                      table's stream?): not published; copied to the relay DLQ");
@@ -217,7 +217,7 @@ async fn publish(
         let Some(i) = failed_at else {
             for (_, _, e) in chunk {
                 info!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
-                    event_id = %e.event_id, outcome = e.outcome.detail_type(), "outcome published");
+                    event_id = %e.event_id, outcome = e.detail_type(), "outcome published");
             }
             report.published += chunk.len();
             continue;
@@ -540,7 +540,7 @@ mod tests {
             }
         );
         let published = recorder.published.lock().unwrap().clone();
-        let kinds: Vec<_> = published.iter().map(|e| e.outcome.detail_type()).collect();
+        let kinds: Vec<_> = published.iter().map(|e| e.detail_type()).collect();
         assert_eq!(kinds, ["ChargeSucceeded", "ChargeNeedsReview"]);
         // (The index attributes are the store's, not the item mapping's: compare the rest.)
         assert_eq!(published[0].operation.operation_id, a_done.operation_id);
@@ -673,7 +673,7 @@ mod tests {
             .lock()
             .unwrap()
             .iter()
-            .map(|e| e.outcome.detail_type())
+            .map(|e| e.detail_type())
             .collect();
         assert_eq!(kinds, ["ChargeSucceeded", "ChargeNeedsReview"]);
         assert_eq!(dlq.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -907,7 +907,7 @@ mod tests {
             (a.clone(), reviewed),
         ] {
             let e = outcome_of(Some(&before), &after).unwrap();
-            assert!(types.contains(&e.outcome.detail_type()));
+            assert!(types.contains(&e.detail_type()));
             let detail = serde_json::to_value(e.detail()).unwrap();
             let keys: Vec<&str> = detail
                 .as_object()

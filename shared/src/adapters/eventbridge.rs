@@ -58,7 +58,7 @@ impl OutcomePublisher for EventBridgePublisher {
                 Ok(PutEventsRequestEntry::builder()
                     .event_bus_name(&self.bus)
                     .source(SOURCE)
-                    .detail_type(e.outcome.detail_type())
+                    .detail_type(e.detail_type())
                     .detail(detail)
                     .build())
             })
