@@ -1084,6 +1084,8 @@ fn every_route_is_authenticated_and_iam_is_the_default() {
             for key in [
                 "POST /orders/{order_id}/charge",
                 "GET /orders/{order_id}/charge",
+                "POST /orders/{order_id}/refunds/{refund_id}",
+                "GET /orders/{order_id}/refunds/{refund_id}",
             ] {
                 assert!(
                     checked.iter().any(|k| k == key),
@@ -2725,5 +2727,60 @@ fn the_review_alarms_fit_every_reconciler_cadence() {
         // SentToReview sums what any tick reports: one period of any length catches it.
         let s = period_for(&t, sent, minutes);
         assert!(s % 60 == 0 && s > 0);
+    }
+}
+
+/// Checkout's role: the conditional create and the reads it decides on, the queue, and one
+/// UpdateItem, a refund's reservation, that may name exactly the attributes that write names
+/// (the key, its guards' and the count's): never the charge's amount, status or outcome.
+#[test]
+fn checkout_updates_nothing_but_a_refund_s_reservation() {
+    use charge_once::adapters::dynamodb::writes;
+    let p = |a: &str, r: &str| (a.to_owned(), r.to_owned());
+    let t = template();
+    assert_eq!(
+        grant_pairs(&t, "checkout"),
+        BTreeSet::from([
+            p("dynamodb:GetItem", "OperationsTable"),
+            p("dynamodb:PutItem", "OperationsTable"),
+            p("dynamodb:UpdateItem", "OperationsTable"),
+            p("sqs:SendMessage", "ChargeQueue"),
+        ])
+    );
+    let reserve = charge_once::ports::ReserveRefund {
+        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap()),
+        charge_operation_id: charge_once::OperationId::new_random(),
+        amount: charge_once::Amount::new(1).unwrap(),
+        charged: charge_once::Amount::new(2).unwrap(),
+        now: charge_once::Timestamp::from_millis(0),
+    };
+    let write = writes::write(&reserve).expect("a reservation has its expressions");
+    let mut want: BTreeSet<String> = write.names.values().cloned().collect();
+    want.extend(["pk".to_owned(), "sk".to_owned()]);
+    let (_, f) = function(&t, "checkout");
+    let mut found = Vec::new();
+    statements(f, "checkout".into(), &mut found);
+    let update = found
+        .iter()
+        .find(|(_, st)| str_at(st, "Action") == Some("dynamodb:UpdateItem"))
+        .map(|(_, st)| st.clone())
+        .expect("checkout's UpdateItem statement");
+    let mut listed = Vec::new();
+    strings(
+        get(
+            get(
+                get(&update, "Condition").unwrap(),
+                "ForAllValues:StringEquals",
+            )
+            .unwrap(),
+            "dynamodb:Attributes",
+        )
+        .unwrap(),
+        &mut listed,
+    );
+    let listed: BTreeSet<String> = listed.into_iter().collect();
+    assert_eq!(listed, want, "exactly what the reservation names");
+    for never in ["amount", "external_id", "due_at", "lease_token"] {
+        assert!(!listed.contains(never), "{never}");
     }
 }

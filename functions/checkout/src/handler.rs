@@ -38,14 +38,16 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
-use charge_once::OperationKey;
 use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
     PaymentMethodId, Principal, ValidationError,
 };
+use charge_once::{OperationKey, RefundId};
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
+
+use crate::refunds;
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -118,12 +120,12 @@ fn non_empty(v: Option<&String>) -> Option<&str> {
 
 /// An HTTP answer before it becomes API Gateway's response type.
 #[derive(Debug)]
-struct Reply {
-    status: i64,
-    body: Value,
-    header: Option<(HeaderName, &'static str)>,
+pub(crate) struct Reply {
+    pub(crate) status: i64,
+    pub(crate) body: Value,
+    pub(crate) header: Option<(HeaderName, &'static str)>,
     /// The answer's line is already logged (a new operation's): `handle` logs no other.
-    logged: bool,
+    pub(crate) logged: bool,
 }
 
 impl Reply {
@@ -140,7 +142,7 @@ impl Reply {
     }
 }
 
-type Answer = Result<Reply, Reply>;
+pub(crate) type Answer = Result<Reply, Reply>;
 
 async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     // Before anything else: an unauthenticated caller learns nothing, not even which paths exist.
@@ -153,16 +155,27 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         reply.header = Some((ALLOW, "POST, GET"));
         return Err(reply);
     }
-    let raw_order = order_id_from(req).ok_or_else(|| {
+    let (raw_order, raw_refund) = route_of(req).ok_or_else(|| {
         error(
             404,
             "not_found",
-            "POST or GET /orders/{order_id}/charge",
+            "POST or GET /orders/{order_id}/charge or /orders/{order_id}/refunds/{refund_id}",
             None,
         )
     })?;
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
     span.record("order_id", tracing::field::display(&order_id));
+    if let Some(raw_refund) = raw_refund {
+        let refund_id = RefundId::parse(&raw_refund).map_err(|e| invalid(vec![e]))?;
+        if *method == Method::GET {
+            return refunds::status(deps, order_id, refund_id, &requested_by).await;
+        }
+        if !media_type_is_json(req) {
+            return Err(not_json());
+        }
+        let body = body_text(req)?;
+        return refunds::create(deps, order_id, refund_id, &body, &requested_by).await;
+    }
     if *method == Method::GET {
         return status_of(deps, order_id, &requested_by).await;
     }
@@ -249,7 +262,7 @@ async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Ans
 /// session of the same role), or by nobody recorded. Records of releases before 2026-11-30 have
 /// no `requested_by` (their route authenticated nobody), so any authenticated caller still sees
 /// them, as before; every record written since has one.
-fn created_by(op: &Operation, caller: &Principal) -> bool {
+pub(crate) fn created_by(op: &Operation, caller: &Principal) -> bool {
     op.requested_by
         .as_ref()
         .is_none_or(|owner| owner.same_owner(caller))
@@ -325,17 +338,31 @@ async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
         })
 }
 
-fn order_id_from(req: &ApiGatewayV2httpRequest) -> Option<String> {
+/// The order id, and the refund id on a refund's path: from the route's path parameters, else the
+/// raw path (`/orders/{order_id}/charge` or `/orders/{order_id}/refunds/{refund_id}`).
+fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Option<String>)> {
     if let Some(id) = req.path_parameters.get("order_id") {
-        return Some(id.clone());
+        return Some((id.clone(), req.path_parameters.get("refund_id").cloned()));
     }
     let path = req
         .raw_path
         .as_deref()
         .or(req.request_context.http.path.as_deref())?;
     let rest = path.strip_prefix("/orders/")?;
-    let id = rest.strip_suffix("/charge")?;
-    (!id.contains('/')).then(|| id.to_owned())
+    if let Some(id) = rest.strip_suffix("/charge") {
+        return (!id.contains('/')).then(|| (id.to_owned(), None));
+    }
+    let (id, refund) = rest.split_once("/refunds/")?;
+    (!id.contains('/') && !refund.contains('/')).then(|| (id.to_owned(), Some(refund.to_owned())))
+}
+
+fn not_json() -> Reply {
+    error(
+        415,
+        "unsupported_media_type",
+        "send the body as application/json",
+        None,
+    )
 }
 
 /// The declared media type is JSON, or none is declared (the body must then parse as JSON anyway).
@@ -479,7 +506,7 @@ fn accepted(status: i64, op: &Operation) -> Reply {
     }
 }
 
-fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply {
+pub(crate) fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply {
     let mut err = json!({"code": code, "message": message});
     if let Some(fields) = fields {
         err["fields"] = fields;
@@ -492,7 +519,7 @@ fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply
     }
 }
 
-fn invalid(problems: Vec<ValidationError>) -> Reply {
+pub(crate) fn invalid(problems: Vec<ValidationError>) -> Reply {
     let message = problems
         .iter()
         .map(|p| p.to_string())
@@ -515,7 +542,7 @@ fn unauthenticated() -> Reply {
 }
 
 /// A 503, counted: one `CheckoutUnavailable` EMF line (with what failed, `store` or `queue`).
-fn unavailable(deps: &Checkout, cause: &str) -> Reply {
+pub(crate) fn unavailable(deps: &Checkout, cause: &str) -> Reply {
     deps.metrics.emit(charge_once::telemetry::emf_line_classed(
         "checkout",
         ("Cause", cause),
@@ -572,6 +599,157 @@ mod tests {
             other => panic!("expected a JSON body, got {other:?}"),
         };
         (resp.status_code, body)
+    }
+
+    /// `event`'s refund request for `refund_id` of ord-1001 with `body`.
+    fn refund_event(refund_id: &str, body: Value) -> ApiGatewayV2httpRequest {
+        let mut req = event("refund-valid.json");
+        req.path_parameters
+            .insert("refund_id".into(), refund_id.to_owned());
+        req.body = Some(body.to_string());
+        req
+    }
+
+    /// ord-1001's charge, as the charge function leaves a succeeded one: 1250 usd, `pi_1001`.
+    async fn charged(f: &Fixture) -> Operation {
+        let (status, _) = call(f, event("checkout-valid.json")).await;
+        assert_eq!(status, 202);
+        let mut op = f.store.all().remove(0);
+        op.status = OperationStatus::Succeeded;
+        op.external_id = Some(charge_once::PaymentIntentId::parse("pi_1001").unwrap());
+        op.next_due_at = None;
+        f.store.put_for_tests(op.clone());
+        op
+    }
+
+    fn reserved(f: &Fixture) -> i64 {
+        f.store
+            .all()
+            .iter()
+            .find(|op| op.kind == charge_once::OperationKind::Charge)
+            .map_or(0, |op| op.refund_reserved)
+    }
+
+    #[tokio::test]
+    async fn a_refund_is_recorded_reserved_and_queued_once() {
+        let f = fixture();
+        charged(&f).await;
+        let (status, body) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(
+            (body["amount"].as_i64(), body["refund_id"].as_str()),
+            (Some(500), Some("refund-1"))
+        );
+        assert_eq!(reserved(&f), 500);
+        assert_eq!(f.queue.len(), 2, "the charge's message and the refund's");
+        // The same request again: the same refund, nothing more reserved.
+        let (status, again) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(again["operation_id"], body["operation_id"]);
+        assert_eq!(reserved(&f), 500);
+        // The same refund id with another amount: a conflict, nothing written.
+        let (status, conflict) = call(&f, refund_event("refund-1", json!({"amount": 400}))).await;
+        assert_eq!(
+            (status, &conflict["error"]["code"]),
+            (409, &json!("refund_conflict"))
+        );
+        // Another refund id for the same amount is another refund.
+        let (status, second) = call(&f, refund_event("refund-2", json!({"amount": 500}))).await;
+        assert_eq!(status, 202, "{second}");
+        assert_ne!(second["operation_id"], body["operation_id"]);
+        assert_eq!(reserved(&f), 1000);
+        // GET says where each stands.
+        let mut get = refund_event("refund-2", json!({}));
+        get.request_context.http.method = Method::GET;
+        let (status, got) = call(&f, get).await;
+        assert_eq!(
+            (status, got["status"].as_str()),
+            (200, Some("pending")),
+            "{got}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refund_over_what_is_left_or_of_no_succeeded_charge_writes_nothing() {
+        let f = fixture();
+        // No charge at all: 404; a pending charge: 409. Nothing written either time.
+        let (status, _) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(status, 404);
+        call(&f, event("checkout-valid.json")).await;
+        let (status, body) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (409, &json!("charge_not_succeeded"))
+        );
+        assert_eq!(f.store.all().len(), 1, "only the charge");
+        // Succeeded, 1250: 1000 fits, then 300 more does not (250 left), then 250 does.
+        let f = fixture();
+        charged(&f).await;
+        let (status, _) = call(&f, refund_event("r-a", json!({"amount": 1000}))).await;
+        assert_eq!(status, 202);
+        let (status, over) = call(&f, refund_event("r-b", json!({"amount": 300}))).await;
+        assert_eq!(
+            (status, &over["error"]["code"]),
+            (409, &json!("over_refund")),
+            "{over}"
+        );
+        assert_eq!(over["error"]["left"], 250);
+        assert_eq!(
+            f.store.all().len(),
+            2,
+            "the charge and the first refund only"
+        );
+        let (status, rest) = call(&f, refund_event("r-c", json!({}))).await;
+        assert_eq!(
+            (status, rest["amount"].as_i64()),
+            (202, Some(250)),
+            "{rest}"
+        );
+        let (status, none) = call(&f, refund_event("r-d", json!({}))).await;
+        assert_eq!(
+            (status, &none["error"]["code"]),
+            (409, &json!("nothing_left_to_refund"))
+        );
+        assert_eq!(reserved(&f), 1250);
+        // Bad input: 400, nothing written.
+        for (id, body) in [
+            ("r e", json!({})),
+            ("r-e", json!({"amount": 0})),
+            ("r-e", json!({"amount": -5})),
+            ("r-e", json!({"amount": 1.5})),
+            ("r-e", json!({"reason": "because"})),
+            ("r-e", json!({"amount": 1, "currency": "eur"})),
+        ] {
+            let (status, bad) = call(&f, refund_event(id, body.clone())).await;
+            assert_eq!(status, 400, "{id} {body}: {bad}");
+        }
+        assert_eq!(f.store.all().len(), 3, "the charge, r-a and r-c");
+    }
+
+    /// Ten refund requests racing for one 1250 charge, 300 each: four fit, never a fifth.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn racing_refunds_never_exceed_the_charge() {
+        let f = Arc::new(fixture());
+        charged(&f).await;
+        let mut tasks = Vec::new();
+        for i in 0..10 {
+            let f = f.clone();
+            tasks.push(tokio::spawn(async move {
+                call(
+                    &f,
+                    refund_event(&format!("race-{i}"), json!({"amount": 300})),
+                )
+                .await
+                .0
+            }));
+        }
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.unwrap());
+        }
+        statuses.sort();
+        assert_eq!(statuses, [202, 202, 202, 202, 409, 409, 409, 409, 409, 409]);
+        assert_eq!(reserved(&f), 1200);
     }
 
     #[tokio::test]

@@ -1,10 +1,13 @@
-//! The checkout function: `POST /orders/{order_id}/charge` (API Gateway HTTP API, payload v2).
+//! The checkout function: `POST /orders/{order_id}/charge` and
+//! `POST /orders/{order_id}/refunds/{refund_id}` (API Gateway HTTP API, payload v2).
 //!
 //! - [`handler`]: validate → create-if-absent → send; every answer an HTTP response, never a panic
 //!   and never internals.
+//! - `refunds`: a refund of the order's charge, its amount reserved in the same write.
 //! - [`CheckoutConfig`]: what it reads from the environment, once, at init.
 
 pub mod handler;
+mod refunds;
 
 use std::time::Duration;
 
