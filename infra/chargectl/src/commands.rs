@@ -713,6 +713,14 @@ pub async fn resolve(
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
     let op = read_for_write(deps.store, &args.operation_id, &args.audit, "changed").await?;
+    if let Some(refund_id) = op.kind.refund_id() {
+        // Its Stripe check reads PaymentIntents; a refund's would read the intent's refunds.
+        return Err(Failure::Refused(format!(
+            "operation {} is refund {refund_id} of order {}: resolve checks charges only; nothing \
+             changed. Re-drive it (chargectl redrive) to have the charge function read it at Stripe",
+            op.operation_id, op.order_id
+        )));
+    }
     let now = deps.clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "changed"));
@@ -1297,6 +1305,53 @@ mod tests {
         let now = store.get(&open.key()).await.unwrap().unwrap();
         assert_eq!(now.status, OperationStatus::Failed);
         assert_eq!(now.history[0].forced, None);
+    }
+
+    /// A refund is not resolved by a charge's Stripe check: refused, nothing changed; the twin,
+    /// the charge it refunds, is resolvable in the same setup.
+    #[tokio::test]
+    async fn resolve_refuses_a_refund_and_changes_nothing() {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let mut charge = op("refunded", T0);
+        charge.status = OperationStatus::Unknown;
+        let mut refund = charge.clone();
+        refund.operation_id = OperationId::new_random();
+        refund.kind =
+            charge_once::OperationKind::Refund(charge_once::RefundId::parse("r-1").unwrap());
+        store.put_for_tests(refund.clone());
+        store.create_if_absent(&charge).await.unwrap();
+        let stripe = StubStripe::new(vec![pi(
+            "pi_found",
+            &charge,
+            PaymentIntentStatus::Succeeded,
+            1250,
+        )]);
+        let identity = FixedIdentity(ALICE.into());
+        let deps = ResolveDeps {
+            store: &store,
+            gateway: &stripe,
+            identity: &identity,
+            clock: &clock,
+        };
+        let mut c = Captured::new();
+        let err = resolve(
+            &deps,
+            &resolve_args(refund.operation_id, Some("pi_found")),
+            &mut c.console(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("refund r-1"), "{err}");
+        assert_eq!(store.get(&refund.key()).await.unwrap(), Some(refund));
+        clock.set(T0.plus(Duration::from_secs(3600)));
+        resolve(
+            &deps,
+            &resolve_args(charge.operation_id, Some("pi_found")),
+            &mut c.console(),
+        )
+        .await
+        .expect("the charge is resolved");
     }
 
     #[tokio::test]
