@@ -767,6 +767,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
     };
     let guards = [
         Guard::IsCharge,
+        Guard::IsRefund,
         Guard::ReservedAtMost(400),
         Guard::ReservedAtMost(600),
         Guard::ReservedAtMost(0),
@@ -797,5 +798,5 @@ async fn the_reservation_s_clauses_are_its_guards() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 36);
+    assert_eq!(checked, 40);
 }

@@ -462,6 +462,45 @@ mod tests {
     }
 
     #[test]
+    fn only_a_succeeded_refund_fails_later_and_only_a_refund() {
+        let refund = |status| Operation {
+            kind: OperationKind::Refund(RefundId::parse("r-1").unwrap()),
+            status,
+            next_due_at: None,
+            ..charge(0)
+        };
+        let later = |op: &Operation| crate::store::RefundFailedLater {
+            key: op.key(),
+            operation_id: op.operation_id,
+            failure_reason: "expired_or_canceled_card".into(),
+            release: crate::store::ReleaseRefund {
+                charge: OperationKey::charge(op.order_id.clone()),
+                amount: Amount::new(400).unwrap(),
+                now: T0,
+            },
+            now: T0,
+        };
+        let succeeded = refund(OperationStatus::Succeeded);
+        let failed = apply(&succeeded, &later(&succeeded)).unwrap();
+        assert_eq!(failed.status, OperationStatus::Failed);
+        assert_eq!(failed.next_due_at, None, "settled, out of the index");
+        assert!(failed
+            .last_error
+            .unwrap()
+            .contains("expired_or_canceled_card"));
+        let already = refund(OperationStatus::Failed);
+        assert_eq!(
+            apply(&already, &later(&already)).unwrap_err(),
+            Guard::StatusIs(OperationStatus::Succeeded)
+        );
+        let a_charge = charge(0);
+        assert_eq!(
+            apply(&a_charge, &later(&a_charge)).unwrap_err(),
+            Guard::IsRefund
+        );
+    }
+
+    #[test]
     fn the_request_is_fingerprinted_as_asked() {
         let all = ask(None);
         assert_eq!(all.fingerprint(), ask(None).fingerprint());

@@ -188,3 +188,17 @@ pub enum RefundCreated {
     /// was read (another refund reserved meanwhile) or there is no room. Nothing was written.
     ChargeRefused(Option<(Operation, crate::store_rules::Guard)>),
 }
+
+/// Stripe's word, read by retrieve, that a refund recorded `succeeded` failed later (the card was
+/// closed, lost or expired: Stripe returned the money to the balance). The one transition a
+/// settled record takes: `succeeded → failed`, for a refund only, with its reservation given back
+/// to the charge in the same write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundFailedLater {
+    pub key: OperationKey,
+    pub operation_id: OperationId,
+    /// Stripe's `failure_reason` (`expired_or_canceled_card`, ...).
+    pub failure_reason: String,
+    pub release: ReleaseRefund,
+    pub now: Timestamp,
+}

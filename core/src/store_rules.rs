@@ -21,8 +21,8 @@ use crate::domain::OperationId;
 use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
 use crate::store::{
-    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundCreated, ReleaseRefund,
-    Reschedule, ReserveRefund,
+    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundCreated,
+    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
 };
 use crate::time::Timestamp;
 
@@ -59,6 +59,8 @@ pub enum Guard {
     /// The charge's refunds have reserved at least this much: the reservation being given back
     /// is there to give back.
     ReservedAtLeast(i64),
+    /// The record is a refund.
+    IsRefund,
 }
 
 impl Guard {
@@ -77,6 +79,7 @@ impl Guard {
             Guard::IsCharge => op.kind == OperationKind::Charge,
             Guard::ReservedAtMost(max) => op.refund_reserved <= max,
             Guard::ReservedAtLeast(min) => op.refund_reserved >= min,
+            Guard::IsRefund => matches!(op.kind, OperationKind::Refund(_)),
         }
     }
 
@@ -95,6 +98,7 @@ impl Guard {
             Guard::IsCharge => "is_charge",
             Guard::ReservedAtMost(_) => "reserved_at_most",
             Guard::ReservedAtLeast(_) => "reserved_at_least",
+            Guard::IsRefund => "is_refund",
         }
     }
 }
@@ -190,7 +194,8 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::Settles(_)
         | Guard::IsCharge
         | Guard::ReservedAtMost(_)
-        | Guard::ReservedAtLeast(_) => Claim::Leased(current),
+        | Guard::ReservedAtLeast(_)
+        | Guard::IsRefund => Claim::Leased(current),
     }
 }
 
@@ -253,6 +258,28 @@ impl Transition for ReleaseRefund {
 /// the dead-letter queue, which pages.
 pub const RELEASE_REFUSED: &str =
     "a refund's reservation cannot go back to its charge: the charge is missing or holds less than the refund reserved";
+
+/// The one change of a settled record: a succeeded refund that Stripe says failed later. Its
+/// reservation goes back in the same write ([`RefundFailedLater::release`]); it stays out of the
+/// index (settled), and the outbox publishes `RefundFailed`.
+impl Transition for RefundFailedLater {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.operation_id),
+            Guard::IsRefund,
+            Guard::StatusIs(OperationStatus::Succeeded),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.status = OperationStatus::Failed;
+        op.last_error = Some(format!(
+            "refund failed after it succeeded: {}",
+            self.failure_reason
+        ));
+        op.updated_at = self.now;
+    }
+}
 
 /// A refund's create with its reservation, as one write over both records, all or nothing: a
 /// refund with the same key already there is the answer (nothing reserved: the same refund asked

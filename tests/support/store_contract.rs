@@ -8,7 +8,7 @@ use charge_once::operation::AuditEntry;
 use charge_once::ports::OperatorGuard;
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Recorded, RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
+    Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
 };
 use charge_once::refund::{self, RefundRefusal, RefundRequest};
 use charge_once::store_rules::Guard;
@@ -916,6 +916,46 @@ pub async fn a_release_is_fenced_with_its_refund_s_outcome(store: Arc<dyn Operat
     assert_eq!(reserved(&store, &charge).await, 0);
 }
 
+pub async fn a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back(
+    store: Arc<dyn OperationStore>,
+) {
+    let token = LeaseToken::new_random();
+    let (charge, refund) = claimed_refund(&store, "contract-refund-later", token).await;
+    let rec = refund_outcome(&refund, token, OperationStatus::Succeeded, false);
+    let Recorded::Written(succeeded) = store.record(&rec).await.unwrap() else {
+        panic!("succeeded is written");
+    };
+    let later = |op: &Operation| RefundFailedLater {
+        key: op.key(),
+        operation_id: op.operation_id,
+        failure_reason: "expired_or_canceled_card".into(),
+        release: ReleaseRefund {
+            charge: charge.key(),
+            amount: op.params.amount(),
+            now: T0.plus(LEASE).plus(LEASE).plus(LEASE).plus(LEASE),
+        },
+        now: T0.plus(LEASE).plus(LEASE).plus(LEASE).plus(LEASE),
+    };
+    let Recorded::Written(failed) = store.fail_refund_later(&later(&succeeded)).await.unwrap()
+    else {
+        panic!("Stripe's word is written");
+    };
+    assert_eq!(failed.status, OperationStatus::Failed);
+    assert!(failed
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("expired_or_canceled_card"));
+    assert_eq!(failed.next_due_at, None, "settled, out of the index");
+    assert_eq!(reserved(&store, &charge).await, 0, "the 400 is back");
+    // Once only: it is failed now (a charge never fails later: the rule's own test).
+    match store.fail_refund_later(&later(&succeeded)).await.unwrap() {
+        Recorded::Refused(Some(current)) => assert_eq!(current.status, OperationStatus::Failed),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(reserved(&store, &charge).await, 0, "given back once");
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -943,6 +983,7 @@ macro_rules! store_contract_tests {
             concurrent_refunds_never_reserve_more_than_the_charge,
             a_failed_refund_gives_its_reservation_back_in_the_same_write,
             a_release_is_fenced_with_its_refund_s_outcome,
+            a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

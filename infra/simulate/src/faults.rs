@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreError,
+    QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
+    StoreError,
 };
 use charge_once::{
     Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
@@ -555,6 +556,10 @@ impl OperationStore for FaultyStore {
     }
 
     /// Refunds are not driven by the simulation yet: passed through, without faults.
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        yield_now().await;
+        self.inner.fail_refund_later(req).await
+    }
     async fn create_refund(
         &self,
         refund: &Operation,

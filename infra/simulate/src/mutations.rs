@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreError,
+    QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
+    StoreError,
 };
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
@@ -122,6 +123,9 @@ impl EditedPages {
 impl OperationStore for EditedPages {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.inner.create_if_absent(op).await
+    }
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.inner.fail_refund_later(req).await
     }
     async fn create_refund(
         &self,

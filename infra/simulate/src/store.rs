@@ -36,8 +36,8 @@ use charge_once::operation::{AuditEntry, Lease, Params, Review};
 use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreCalls, StoreError,
-    UnreadableRecord,
+    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    StoreCalls, StoreError, UnreadableRecord,
 };
 use charge_once::refund::RefundParams;
 use charge_once::store_rules::{self, Guard, Transition, Written};
@@ -720,6 +720,27 @@ impl SimStore {
     /// One conditional write under the lock, by the store's rules (`charge_once::store_rules`),
     /// keeping the index and the outbox in step ([`Table::update`]); the record written is
     /// returned as read back (for a legacy record, through the real reader).
+    /// `write` at `key` and the charge's `release`: the charge's guards checked first, then the
+    /// two writes with no await between (nothing else runs in the simulation meanwhile), so the
+    /// two are one write, both or neither.
+    fn with_release(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+        release: &ReleaseRefund,
+    ) -> Result<Recorded, StoreError> {
+        let charge = self.lock().get(&release.charge);
+        if !charge.is_some_and(|c| store_rules::check(&c, &release.guards()).is_ok()) {
+            return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+        }
+        let written = self.conditional(key, write)?;
+        if written.is_ok() {
+            self.conditional(&release.charge, release)?
+                .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        }
+        Ok(store_rules::recorded(written))
+    }
+
     fn conditional(
         &self,
         key: &OperationKey,
@@ -1088,18 +1109,14 @@ impl OperationStore for SimStore {
     /// the charge's, with no await between (nothing else runs in the simulation meanwhile), so
     /// the two are one write, both or neither.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        if let Some(release) = &rec.release {
-            let charge = self.lock().get(&release.charge);
-            if !charge.is_some_and(|c| store_rules::check(&c, &release.guards()).is_ok()) {
-                return Err(StoreError::new(store_rules::RELEASE_REFUSED));
-            }
+        match &rec.release {
+            None => Ok(store_rules::recorded(self.conditional(&rec.key, rec)?)),
+            Some(release) => self.with_release(&rec.key, rec, release),
         }
-        let written = self.conditional(&rec.key, rec)?;
-        if let (Ok(_), Some(release)) = (&written, &rec.release) {
-            self.conditional(&release.charge, release)?
-                .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
-        }
-        Ok(store_rules::recorded(written))
+    }
+
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.with_release(&req.key, req, &req.release)
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {

@@ -33,7 +33,7 @@ use charge_once::memory::MemoryInbox;
 use charge_once::ports::{
     CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
     ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, RefundCreated,
-    Reschedule, ReserveRefund, StoreError,
+    RefundFailedLater, Reschedule, ReserveRefund, StoreError,
 };
 use charge_once::webhook::{
     EventBridgeEvent, EventIntent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
@@ -80,6 +80,10 @@ impl OperationStore for CountingStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.write();
         self.inner.create_if_absent(op).await
+    }
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.write();
+        self.inner.fail_refund_later(req).await
     }
     async fn create_refund(
         &self,

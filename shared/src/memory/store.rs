@@ -11,7 +11,8 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, StoreCalls, StoreError,
+    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    StoreCalls, StoreError,
 };
 use crate::store_rules::{self, Transition, Written};
 
@@ -55,6 +56,31 @@ impl MemoryStore {
             }
             Err(by) => Err(Some((op.clone(), by))),
         })
+    }
+
+    /// `write` at `key` and the charge's `release`, both or neither, under one lock.
+    fn with_release(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+        release: &ReleaseRefund,
+    ) -> Result<Recorded, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let Some(op) = items.get(key) else {
+            return Ok(Recorded::Refused(None));
+        };
+        let Ok(next) = store_rules::apply(op, write) else {
+            return Ok(Recorded::Refused(Some(op.clone())));
+        };
+        let charge = items
+            .get(&release.charge)
+            .ok_or_else(|| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        let charge = store_rules::apply(charge, release)
+            .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
+        items.insert(release.charge.clone(), charge);
+        items.insert(key.clone(), next.clone());
+        Ok(Recorded::Written(next))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<OperationKey, Operation>> {
@@ -146,26 +172,14 @@ impl OperationStore for MemoryStore {
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        let Some(release) = &rec.release else {
-            return self.conditional(&rec.key, rec).map(store_rules::recorded);
-        };
-        // The refund's outcome and its charge's release, both or neither, under one lock.
-        self.calls.write();
-        let mut items = self.lock();
-        let Some(op) = items.get(&rec.key) else {
-            return Ok(Recorded::Refused(None));
-        };
-        let Ok(next) = store_rules::apply(op, rec) else {
-            return Ok(Recorded::Refused(Some(op.clone())));
-        };
-        let charge = items
-            .get(&release.charge)
-            .ok_or_else(|| StoreError::new(store_rules::RELEASE_REFUSED))?;
-        let charge = store_rules::apply(charge, release)
-            .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
-        items.insert(release.charge.clone(), charge);
-        items.insert(rec.key.clone(), next.clone());
-        Ok(Recorded::Written(next))
+        match &rec.release {
+            None => self.conditional(&rec.key, rec).map(store_rules::recorded),
+            Some(release) => self.with_release(&rec.key, rec, release),
+        }
+    }
+
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.with_release(&req.key, req, &req.release)
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {

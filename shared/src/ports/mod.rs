@@ -41,6 +41,6 @@ pub use queue::{
 };
 pub use store::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
-    OutcomeRecord, Page, Recorded, RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
-    ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    OutcomeRecord, Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule,
+    ReserveRefund, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };

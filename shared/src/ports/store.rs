@@ -12,7 +12,7 @@ use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
 pub use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OperatorGuard, OutcomeRecord, Recorded,
-    RefundCreated, ReleaseRefund, Reschedule, ReserveRefund,
+    RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
 };
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
@@ -159,6 +159,11 @@ pub trait OperationStore: Send + Sync {
 
     /// Records an outcome, fenced on the lease token and on an unsettled status. Clears the lease.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError>;
+
+    /// A succeeded refund that Stripe says failed later: `failed`, its reservation given back to
+    /// the charge in the same write, both or neither. Refused (the record as it is) unless the
+    /// record is that refund, succeeded; a release the charge cannot take is an error.
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError>;
 
     /// Moves the next due time (and counts a re-drive), only if nobody wrote since it was read.
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError>;

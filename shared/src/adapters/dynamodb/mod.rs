@@ -77,8 +77,8 @@ use crate::domain::OperationId;
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, Reschedule, ReserveRefund, ReviewCount, StoreCalls, StoreError,
-    UnreadableRecord,
+    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };
 use crate::store_rules::{self, Transition};
 use crate::time::Timestamp;
@@ -362,6 +362,62 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
+    /// `write` at `key` and the charge's `release`, as one TransactWriteItems (counted as four
+    /// writes: a transactional write costs twice). Refused by `write`'s guards: the record as it
+    /// is (from the cancellation's item, or read); refused by the release's: an error
+    /// ([`store_rules::RELEASE_REFUSED`]), nothing written.
+    async fn with_release(
+        &self,
+        what: &'static str,
+        key: &OperationKey,
+        write: &impl writes::Update,
+        release: &ReleaseRefund,
+    ) -> Result<Recorded, StoreError> {
+        let items = [
+            self.transact_update(key, write)?,
+            self.transact_update(&release.charge, release)?,
+        ];
+        for _ in 0..4 {
+            self.calls.write();
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => {
+                let written = self.get(key).await?;
+                return written
+                    .map(Recorded::Written)
+                    .ok_or_else(|| StoreError::new(format!("{what}: the record is gone")));
+            }
+            Err(err) => err,
+        };
+        let Some(TransactWriteItemsError::TransactionCanceledException(e)) = err.as_service_error()
+        else {
+            return Err(self.sdk_error(what, err));
+        };
+        let reasons = e.cancellation_reasons();
+        let failed = |i: usize| {
+            reasons
+                .get(i)
+                .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        };
+        if failed(0) {
+            let current = match reasons[0].item() {
+                Some(item) => Some(readable(item, key)?),
+                None => self.get(key).await?,
+            };
+            return Ok(Recorded::Refused(current));
+        }
+        if failed(1) {
+            return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+        }
+        Err(self.sdk_error(what, err))
+    }
+
     /// `write` at `key` as an item of a TransactWriteItems: its guards as the condition, its
     /// change as the update, the item as it was on a failed condition.
     fn transact_update(
@@ -604,46 +660,18 @@ impl OperationStore for DynamoStore {
                 .conditional_update("UpdateItem (record)", &rec.key, rec)
                 .await;
         };
-        let items = [
-            self.transact_update(&rec.key, rec)?,
-            self.transact_update(&release.charge, release)?,
-        ];
-        for _ in 0..4 {
-            self.calls.write();
-        }
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items.to_vec()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(Recorded::Written(self.get(&rec.key).await?.ok_or_else(
-                || StoreError::new("TransactWriteItems (record): the record is gone"),
-            )?)),
-            Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
-                    let reasons = e.cancellation_reasons();
-                    let failed = |i: usize| {
-                        reasons
-                            .get(i)
-                            .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
-                    };
-                    if failed(0) {
-                        let current = match reasons[0].item() {
-                            Some(item) => Some(readable(item, &rec.key)?),
-                            None => self.get(&rec.key).await?,
-                        };
-                        return Ok(Recorded::Refused(current));
-                    }
-                    if failed(1) {
-                        return Err(StoreError::new(store_rules::RELEASE_REFUSED));
-                    }
-                    Err(self.sdk_error("TransactWriteItems (record)", err))
-                }
-                _ => Err(self.sdk_error("TransactWriteItems (record)", err)),
-            },
-        }
+        self.with_release("TransactWriteItems (record)", &rec.key, rec, release)
+            .await
+    }
+
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.with_release(
+            "TransactWriteItems (refund failed later)",
+            &req.key,
+            req,
+            &req.release,
+        )
+        .await
     }
 
     async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {

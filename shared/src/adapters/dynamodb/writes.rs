@@ -16,7 +16,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::operation::{AuditEntry, OperationStatus};
 use crate::ports::{
-    ClaimRequest, ManualResolution, OutcomeRecord, ReleaseRefund, Reschedule, ReserveRefund,
+    ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater, ReleaseRefund, Reschedule,
+    ReserveRefund,
 };
 use crate::store_rules::{self, Guard, Transition};
 
@@ -167,6 +168,11 @@ impl Expression {
                     false => Err(*guard),
                 }
             }
+            Guard::IsRefund => {
+                let n = self.name(SK);
+                let v = self.value(":if_refund", attr_s("refund#"));
+                format!("begins_with({n}, {v})")
+            }
             // A charge's sort key is exactly `charge` (a refund's is `refund#<id>`).
             Guard::IsCharge => {
                 let n = self.name(SK);
@@ -294,6 +300,20 @@ impl Update for ReleaseRefund {
             attr_n(self.amount.minor_units()),
         );
         e.set_to(REFUND_RESERVED, |_, n| format!("{n} - {amount}"));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+    }
+}
+
+impl Update for RefundFailedLater {
+    fn update(&self, e: &mut Expression) {
+        e.set(STATUS, attr_s(OperationStatus::Failed.as_str()));
+        e.set(
+            LAST_ERROR,
+            attr_s(&format!(
+                "refund failed after it succeeded: {}",
+                self.failure_reason
+            )),
+        );
         e.set(UPDATED_AT, attr_n(self.now.as_millis()));
     }
 }
