@@ -2743,6 +2743,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation() {
         BTreeSet::from([
             p("dynamodb:GetItem", "OperationsTable"),
             p("dynamodb:PutItem", "OperationsTable"),
+            p("dynamodb:Query", "OperationsTable"),
             p("dynamodb:UpdateItem", "OperationsTable"),
             p("sqs:SendMessage", "ChargeQueue"),
         ])

@@ -956,6 +956,30 @@ pub async fn a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_
     assert_eq!(reserved(&store, &charge).await, 0, "given back once");
 }
 
+pub async fn refunds_of_lists_an_order_s_refunds_by_refund_id(store: Arc<dyn OperationStore>) {
+    let charge = succeeded_charge(&store, "contract-refunds-of", 1000).await;
+    let other = succeeded_charge(&store, "contract-refunds-of-2", 1000).await;
+    for (c, id) in [(&charge, "r-b"), (&charge, "r-a"), (&other, "r-c")] {
+        let current = store.get(&c.key()).await.unwrap().unwrap();
+        let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
+        store.create_refund(&refund, &reserve).await.unwrap();
+    }
+    let listed: Vec<String> = store
+        .refunds_of(&charge.order_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|op| op.kind.sort_key())
+        .collect();
+    assert_eq!(
+        listed,
+        ["refund#r-a", "refund#r-b"],
+        "this order's, not the charge"
+    );
+    let none = operation("contract-refunds-of-none", 1000, T0);
+    assert!(store.refunds_of(&none.order_id).await.unwrap().is_empty());
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -984,6 +1008,7 @@ macro_rules! store_contract_tests {
             a_failed_refund_gives_its_reservation_back_in_the_same_write,
             a_release_is_fenced_with_its_refund_s_outcome,
             a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
+            refunds_of_lists_an_order_s_refunds_by_refund_id,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

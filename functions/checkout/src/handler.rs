@@ -12,7 +12,7 @@
 //! | answer | when | what changed |
 //! |---|---|---|
 //! | 401 | no authenticated principal in `requestContext.authorizer` (POST or GET) | nothing |
-//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?}` | the order has a charge | nothing (one consistent GetItem) |
+//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?, refunds}` | the order has a charge (`refunds`: each refund's `{operation_id, refund_id, status, amount, currency}`) | nothing (one consistent GetItem, one Query of the order's refunds) |
 //! | GET 404 | no charge for this order, or one another caller created (a caller sees only its own orders: same role, any session; records without `requested_by`, from before 2026-11-30, are seen by every caller) | nothing |
 //! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
 //! | 200 `{operation_id, status}` | same order, same parameters, same caller | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
@@ -318,6 +318,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
     if let Some(review) = &op.review {
         body["review_reason"] = json!(review.reason);
     }
+    body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
     Ok(Reply {
         status: 200,
         body,
@@ -667,6 +668,16 @@ mod tests {
             (200, Some("pending")),
             "{got}"
         );
+        // The charge's status lists both, by refund id.
+        let (status, charge) = call(&f, event("checkout-status.json")).await;
+        assert_eq!(status, 200, "{charge}");
+        let ids: Vec<&str> = charge["refunds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["refund_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["refund-1", "refund-2"], "{charge}");
     }
 
     #[tokio::test]

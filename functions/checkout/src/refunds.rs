@@ -117,6 +117,15 @@ pub(crate) async fn status(
     Ok(reply(200, body))
 }
 
+/// The order's refunds as `GET /orders/{order_id}/charge` lists them.
+pub(crate) async fn of_order(deps: &Checkout, order_id: &OrderId) -> Result<Value, Reply> {
+    let refunds = deps.store.refunds_of(order_id).await.map_err(|e| {
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+        unavailable(deps, "store")
+    })?;
+    Ok(Value::Array(refunds.iter().map(summary).collect()))
+}
+
 /// The body's `amount` (optional: all that is left) and `reason` (Stripe's), nothing else.
 fn parse(body: &str) -> Result<RefundRequest, Reply> {
     let body = if body.trim().is_empty() { "{}" } else { body };

@@ -560,6 +560,13 @@ impl OperationStore for FaultyStore {
         yield_now().await;
         self.inner.fail_refund_later(req).await
     }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        yield_now().await;
+        self.inner.refunds_of(order_id).await
+    }
     async fn create_refund(
         &self,
         refund: &Operation,

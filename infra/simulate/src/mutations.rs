@@ -127,6 +127,12 @@ impl OperationStore for EditedPages {
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         self.inner.fail_refund_later(req).await
     }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.inner.refunds_of(order_id).await
+    }
     async fn create_refund(
         &self,
         refund: &Operation,

@@ -1079,6 +1079,27 @@ impl OperationStore for SimStore {
         self.lock().read(key)
     }
 
+    /// A scan of the slots: the simulation does not make refunds yet, so no run pays for it.
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        let t = self.lock();
+        let keys: Vec<OperationKey> = t
+            .slots
+            .iter()
+            .map(|slot| &slot.key)
+            .filter(|k| k.order_id == *order_id && k.kind.refund_id().is_some())
+            .cloned()
+            .collect();
+        let mut refunds = Vec::new();
+        for key in keys {
+            refunds.extend(t.read(&key)?);
+        }
+        Ok(refunds)
+    }
+
     async fn get_by_operation_id(
         &self,
         operation_id: &OperationId,

@@ -85,6 +85,13 @@ impl OperationStore for CountingStore {
         self.write();
         self.inner.fail_refund_later(req).await
     }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.read();
+        self.inner.refunds_of(order_id).await
+    }
     async fn create_refund(
         &self,
         refund: &Operation,

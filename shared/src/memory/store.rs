@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::OperationId;
+use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -148,6 +148,16 @@ impl OperationStore for MemoryStore {
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
         Ok(self.lock().get(key).cloned())
+    }
+
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        Ok(self
+            .lock()
+            .values()
+            .filter(|op| op.order_id == *order_id && op.kind.refund_id().is_some())
+            .cloned()
+            .collect())
     }
 
     async fn get_by_operation_id(

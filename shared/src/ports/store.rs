@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use crate::domain::OperationId;
+use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
 pub use charge_core::store::{
@@ -139,6 +139,10 @@ pub trait OperationStore: Send + Sync {
         refund: &Operation,
         reserve: &ReserveRefund,
     ) -> Result<RefundCreated, StoreError>;
+
+    /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
+    /// partition, paged). A refund this release cannot read is an error naming it.
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
 
     /// Reads one record by its business identity (strongly consistent).
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError>;

@@ -73,7 +73,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use crate::domain::OperationId;
+use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -583,6 +583,36 @@ impl OperationStore for DynamoStore {
                 }
                 _ => Err(self.sdk_error("TransactWriteItems", err)),
             },
+        }
+    }
+
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        let (pk, _) = key_of(&OperationKey::charge(order_id.clone()));
+        let mut refunds = Vec::new();
+        let mut start = None;
+        loop {
+            self.calls.query();
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :refund)")
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#sk", schema::SK)
+                .expression_attribute_values(":pk", attr_s(&pk))
+                .expression_attribute_values(":refund", attr_s("refund#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.sdk_error("Query refunds", e))?;
+            for item in out.items() {
+                refunds.push(operation_from_item(item)?);
+            }
+            match out.last_evaluated_key() {
+                Some(last) => start = Some(last.clone()),
+                None => return Ok(refunds),
+            }
         }
     }
 
