@@ -1839,6 +1839,8 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
             "dynamodb:Query".to_owned(),
             table(&format!("/index/{UNKNOWN_INDEX}")),
         ),
+        // show of a charge: its refunds, on the order's partition of the table.
+        ("dynamodb:Query".to_owned(), table("")),
         ("dynamodb:GetItem".to_owned(), "OperationsTable".to_owned()),
         (
             "dynamodb:BatchGetItem".to_owned(),

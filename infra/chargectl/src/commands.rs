@@ -267,14 +267,34 @@ pub async fn show(
             args.id
         ))
     })?;
+    // A charge's refunds are listed with it (`refunds`), each as `show` prints a record.
+    let refunds = match op.kind {
+        charge_once::OperationKind::Charge => store
+            .refunds_of(&op.order_id)
+            .await
+            .map_err(|e| Failure::infra("cannot list the order's refunds", e))?,
+        charge_once::OperationKind::Refund(_) => Vec::new(),
+    };
     if args.json {
-        let value =
+        let mut value =
             render::show_json(&op).map_err(|e| Failure::infra("cannot encode the record", e))?;
+        let listed = refunds
+            .iter()
+            .map(render::show_json)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::infra("cannot encode a refund", e))?;
+        value["refunds"] = serde_json::Value::Array(listed);
         writeln!(console.out, "{value}")?;
     } else {
         console
             .out
             .write_all(render::show_text(&op, clock.now()).as_bytes())?;
+        if !refunds.is_empty() {
+            writeln!(console.out, "refunds ({}):", refunds.len())?;
+            for refund in &refunds {
+                writeln!(console.out, "  {}", render::refund_line(refund))?;
+            }
+        }
     }
     Ok(())
 }
@@ -1305,6 +1325,73 @@ mod tests {
         let now = store.get(&open.key()).await.unwrap().unwrap();
         assert_eq!(now.status, OperationStatus::Failed);
         assert_eq!(now.history[0].forced, None);
+    }
+
+    /// No raw reads: every record of the test is readable.
+    struct NoRaw;
+
+    #[async_trait::async_trait]
+    impl RawRecords for NoRaw {
+        async fn raw(&self, _: &str) -> Result<Option<serde_json::Value>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    /// `show` of a charge lists its refunds (text and `--json`'s `refunds`); of an order without
+    /// refunds, none.
+    #[tokio::test]
+    async fn show_lists_a_charge_s_refunds() {
+        let store = MemoryStore::new();
+        let clock = ManualClock::new(T0);
+        let mut charge = op("with-refunds", T0);
+        charge.status = OperationStatus::Succeeded;
+        charge.external_id = Some(charge_once::PaymentIntentId::parse("pi_r").unwrap());
+        charge.next_due_at = None;
+        store.create_if_absent(&charge).await.unwrap();
+        let request = charge_once::refund::RefundRequest {
+            amount: Some(charge_once::Amount::new(300).unwrap()),
+            reason: None,
+        };
+        let (params, reserve) = charge_once::refund::reserve(&charge, &request, T0).unwrap();
+        let refund = Operation::new_refund(
+            charge.order_id.clone(),
+            charge_once::RefundId::parse("r-7").unwrap(),
+            &request,
+            params,
+            charge_once::Principal::jwt("support").unwrap(),
+            T0,
+            Duration::from_secs(300),
+        );
+        store.create_refund(&refund, &reserve).await.unwrap();
+        let args = |json| ShowArgs {
+            id: "with-refunds".into(),
+            json,
+        };
+        let mut c = Captured::new();
+        show(&store, &NoRaw, &clock, &args(false), &mut c.console())
+            .await
+            .unwrap();
+        let out = c.out();
+        assert!(out.contains("refunds (1):"), "{out}");
+        assert!(out.contains("r-7  pending  300 usd  -  operation"), "{out}");
+        let mut c = Captured::new();
+        show(&store, &NoRaw, &clock, &args(true), &mut c.console())
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_str(c.out().trim()).unwrap();
+        assert_eq!(json["refunds"].as_array().map(Vec::len), Some(1), "{json}");
+        assert_eq!(json["refund_reserved"], 300);
+        // The twin: an order without refunds lists none.
+        store.create_if_absent(&op("without", T0)).await.unwrap();
+        let mut c = Captured::new();
+        let none = ShowArgs {
+            id: "without".into(),
+            json: false,
+        };
+        show(&store, &NoRaw, &clock, &none, &mut c.console())
+            .await
+            .unwrap();
+        assert!(!c.out().contains("refunds ("), "{}", c.out());
     }
 
     /// A refund is not resolved by a charge's Stripe check: refused, nothing changed; the twin,

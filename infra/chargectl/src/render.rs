@@ -295,6 +295,18 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
     out
 }
 
+/// One refund of a charge on one line: its refund id, status, amount, Stripe id and operation.
+pub fn refund_line(op: &Operation) -> String {
+    format!(
+        "{}  {}  {}  {}  operation {}",
+        op.kind.refund_id().map_or("-", |id| id.as_str()),
+        op.status,
+        money(op),
+        op.stripe_refund_id.as_deref().unwrap_or("-"),
+        op.operation_id
+    )
+}
+
 /// One history entry on one line: when, who, what, why.
 pub fn history_line(e: &AuditEntry) -> String {
     let label = e
