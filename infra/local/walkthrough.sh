@@ -137,6 +137,39 @@ begin "chargectl show ord-1001: succeeded, with the PaymentIntent of the ledger"
 chargectl show ord-1001 --json >"$work/show1.json" || fail "chargectl show ord-1001"
 check "$work/show1.json" "j['status'] == 'succeeded' and j['external_id'] == '$pi1'" "ord-1001 succeeded with $pi1"
 
+w_refund2="$work/refund-2.json"
+# --- 1b. A refund of ord-1001: once per refund id, never more than was charged -----------------
+begin "refund 500 of ord-1001 (events/refund-valid.json): 202; the same request again: 200, the same refund"
+invoke checkout events/refund-valid.json "$work/refund.out"
+check "$work/refund.out" 'j["statusCode"] == 202' "the refund is accepted"
+body "$work/refund.out"
+check "$work/refund.out.body" 'j["amount"] == 500 and j["refund_id"] == "refund-1" and j["status"] == "pending"' "a pending refund of 500"
+rf1="$(value "$work/refund.out.body" 'j["operation_id"]')"
+invoke checkout events/refund-valid.json "$work/refund-again.out"
+check "$work/refund-again.out" "j['statusCode'] == 200 and json.loads(j['body'])['operation_id'] == '$rf1'" "the same refund id is the same refund"
+
+begin "another refund id for 800: refused, 750 is what is left of the 1250 charged"
+sed -e 's/refund-1/refund-2/g' -e 's/\\"amount\\": 500/\\"amount\\": 800/' events/refund-valid.json >"$w_refund2"
+invoke checkout "$w_refund2" "$work/refund-over.out"
+check "$work/refund-over.out" "j['statusCode'] == 409 and json.loads(j['body'])['error']['code'] == 'over_refund' and json.loads(j['body'])['error']['left'] == 750" \
+  "409 over_refund, 750 left"
+
+begin "execute the refund's message: one refund at stripe-sim, with the operation's metadata"
+chargectl dev sqs-event >"$work/refund.json" 2>"$work/refund.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/refund.json.err")"
+check "$work/refund.json" "[json.loads(r['body'])['kind'] for r in j['Records']] == ['refund']" "one record, the refund's (message version 2)"
+invoke charge "$work/refund.json" "$work/refund-charge.out"
+check "$work/refund-charge.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
+chargectl dev sqs-ack --event "$work/refund.json" --response "$work/refund-charge.out" >"$work/ack-refund.out" \
+  || fail "sqs-ack: $(cat "$work/ack-refund.out")"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger-refund.json" || fail "GET /_sim/ledger"
+check "$work/ledger-refund.json" "len(j['refunds']) == 1 and j['refunds'][0]['operation_id'] == '$rf1' and j['refunds'][0]['amount'] == 500 and j['refunds'][0]['status'] == 'succeeded' and j['refunds'][0]['payment_intent'] == '$pi1'" \
+  "one succeeded refund of 500 of $pi1, for the refund's operation"
+
+begin "chargectl show ord-1001: the charge holds 500 for its refund, succeeded"
+chargectl show ord-1001 --json >"$work/show-refund.json" || fail "chargectl show ord-1001"
+check "$work/show-refund.json" "j['refund_reserved'] == 500 and [r['status'] for r in j['refunds']] == ['succeeded']" "500 reserved, one refund succeeded"
+
 # --- 2. A dropped Stripe response, recorded unknown, settled by the key's replay ----------------
 begin "a second order: events/checkout-valid.json with ord-1002 (authorizer block kept as is)"
 sed 's/ord-1001/ord-1002/g' events/checkout-valid.json >"$work/checkout-ord-1002.json"
