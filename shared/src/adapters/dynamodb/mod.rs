@@ -400,22 +400,28 @@ impl DynamoStore {
             return Err(self.sdk_error(what, err));
         };
         let reasons = e.cancellation_reasons();
-        let failed = |i: usize| {
-            reasons
-                .get(i)
-                .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
-        };
-        if failed(0) {
-            let current = match reasons[0].item() {
-                Some(item) => Some(readable(item, key)?),
-                None => self.get(key).await?,
-            };
+        if condition_failed(reasons, 0) {
+            let current = self.refused_item(reasons, 0, key).await?;
             return Ok(Recorded::Refused(current));
         }
-        if failed(1) {
+        if condition_failed(reasons, 1) {
             return Err(StoreError::new(store_rules::RELEASE_REFUSED));
         }
         Err(self.sdk_error(what, err))
+    }
+
+    /// The record at `key` as the `i`th item of a canceled transaction found it (ALL_OLD), or
+    /// read when the reason carries no item.
+    async fn refused_item(
+        &self,
+        reasons: &[CancellationReason],
+        i: usize,
+        key: &OperationKey,
+    ) -> Result<Option<Operation>, StoreError> {
+        match reasons.get(i).and_then(CancellationReason::item) {
+            Some(item) => readable(item, key).map(Some),
+            None => self.get(key).await,
+        }
     }
 
     /// `write` at `key` as an item of a TransactWriteItems: its guards as the condition, its
@@ -473,27 +479,16 @@ impl DynamoStore {
         reserve: &ReserveRefund,
         reasons: &[CancellationReason],
     ) -> Result<RefundCreated, StoreError> {
-        let failed = |i: usize| {
-            reasons
-                .get(i)
-                .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
-        };
-        let item_or_read = |i: usize, key: OperationKey| async move {
-            match reasons.get(i).and_then(CancellationReason::item) {
-                Some(item) => readable(item, &key).map(Some),
-                None => self.get(&key).await,
-            }
-        };
-        if failed(0) {
-            return match item_or_read(0, refund.key()).await? {
+        if condition_failed(reasons, 0) {
+            return match self.refused_item(reasons, 0, &refund.key()).await? {
                 Some(existing) => Ok(RefundCreated::Existing(existing)),
                 None => Err(StoreError::new(
                     "TransactWriteItems: the refund's put was refused but no refund was found",
                 )),
             };
         }
-        if failed(1) {
-            let charge = item_or_read(1, reserve.charge.clone()).await?;
+        if condition_failed(reasons, 1) {
+            let charge = self.refused_item(reasons, 1, &reserve.charge).await?;
             let refused = charge.map(|c| {
                 let by = store_rules::check(&c, &reserve.guards()).err().unwrap_or(
                     store_rules::Guard::ReservedAtMost(reserve.max_reserved_before()),
@@ -508,6 +503,13 @@ impl DynamoStore {
             codes.join(", ")
         )))
     }
+}
+
+/// Whether the `i`th item of a canceled transaction was refused by its condition.
+fn condition_failed(reasons: &[CancellationReason], i: usize) -> bool {
+    reasons
+        .get(i)
+        .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
 }
 
 /// The record an item holds, or an error naming the stored key as unreadable
