@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::adapters::stripe::{
-    cancel_form, parse_payment_intent, parse_search, settle_answer, worth_retrying, Answer,
-    SecretKey,
+    cancel_form, collect_refund_pages, parse_payment_intent, parse_refund, parse_refund_page,
+    parse_search, refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
 };
-use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use charge_once::domain::StripeRefundId;
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use charge_once::refund::StripeRefund;
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
@@ -202,5 +204,47 @@ impl PaymentGateway for InProcessGateway {
             })
             .await?;
         parse_payment_intent(&body, replayed)
+    }
+
+    /// As the client's: the same form and key, the same retry rule (a `latency` fault holds the
+    /// key as a slow create does), the same reader.
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let form = refund_form(req);
+        let key = req.idempotency_key.as_str();
+        let (body, _) = self
+            .call(|| match self.sim.refund_in_process(Some(key), &form) {
+                CreateStart::Done(o) => Step::Done(completed(o)),
+                CreateStart::Slow(s) => Step::Slow(s),
+            })
+            .await?;
+        parse_refund(&body)
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        let (body, _) = self
+            .call(|| wire(self.sim.retrieve_refund_in_process(id)).into())
+            .await?;
+        parse_refund(&body)
+    }
+
+    /// Page after page at the client's page size, within the client's bound on pages.
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        collect_refund_pages(|after| async move {
+            let (body, _) = self
+                .call(|| {
+                    wire(self.sim.list_refunds_in_process(
+                        Some(payment_intent.as_str()),
+                        Some(REFUND_PAGE_SIZE as usize),
+                        after.as_deref(),
+                    ))
+                    .into()
+                })
+                .await?;
+            parse_refund_page(&body)
+        })
+        .await
     }
 }
