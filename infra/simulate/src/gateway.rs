@@ -248,3 +248,52 @@ impl PaymentGateway for InProcessGateway {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charge_once::refund::RefundStatus;
+    use charge_once::testing::{order, refund_create};
+    use stripe_sim::{FaultKind, SimConfig};
+
+    /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused
+    /// past what is left, a lost answer found by the retry, read back and listed.
+    #[tokio::test]
+    async fn refunds_in_process_answer_as_over_http() {
+        let g = InProcessGateway {
+            sim: StripeSim::new(SimConfig::default()),
+            max_retries: 0,
+            timeout: Duration::from_secs(10),
+            slowest_create_us: AtomicU64::new(0),
+        };
+        let op = order("ord-in-process").amount(1000).build();
+        let pi = g
+            .create(&CreatePaymentIntent::for_operation(&op).unwrap())
+            .await
+            .unwrap()
+            .id;
+        let req = refund_create(&pi, 600);
+        let made = g.create_refund(&req).await.unwrap();
+        assert_eq!(made.status, RefundStatus::Succeeded);
+        assert_eq!(g.create_refund(&req).await.unwrap(), made);
+        assert_eq!(g.sim.refunds_created(), 1);
+        let over = g.create_refund(&refund_create(&pi, 401)).await;
+        assert!(
+            matches!(&over, Err(GatewayError::Rejected { detail, .. }) if detail.contains("amount_too_large")),
+            "{over:?}"
+        );
+        assert_eq!(g.sim.refunds_created(), 1);
+
+        g.sim.push_script([FaultKind::DropAfterCommit]);
+        let lost = refund_create(&pi, 400);
+        assert!(matches!(
+            g.create_refund(&lost).await,
+            Err(GatewayError::Ambiguous { .. })
+        ));
+        assert_eq!(g.sim.injected()[&FaultKind::DropAfterCommit], 1);
+        let found = g.create_refund(&lost).await.unwrap();
+        assert_eq!(g.sim.refunds_created(), 2);
+        assert_eq!(g.retrieve_refund(&found.id).await.unwrap(), found);
+        assert_eq!(g.list_refunds(&pi).await.unwrap(), vec![found, made]);
+    }
+}

@@ -259,7 +259,7 @@ impl FakeGateway {
                 Some((n, r.refund(&fake_refund_id(n))))
             })
             .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|r| std::cmp::Reverse(r.0));
         found.into_iter().map(|(_, r)| r).collect()
     }
 }
