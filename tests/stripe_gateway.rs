@@ -534,6 +534,18 @@ async fn the_secret_never_appears_in_logs() {
     })
     .unwrap();
     let _ = wrong.create(&create_req("pm_card_visa", 300)).await;
+    // The refund calls log through the same client: a replayed refund and a refused key.
+    let pi = gw
+        .create(&create_req("pm_card_visa", 300))
+        .await
+        .unwrap()
+        .id;
+    s.sim.push_script([FaultKind::DropAfterCommit]);
+    gw.create_refund(&testing::refund_create(&pi, 100))
+        .await
+        .unwrap();
+    let _ = wrong.create_refund(&testing::refund_create(&pi, 100)).await;
+    let _ = wrong.list_refunds(&pi).await;
     tracing::info!(gateway = ?gw, "done");
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
@@ -544,6 +556,11 @@ async fn the_secret_never_appears_in_logs() {
     assert!(
         logs.contains("retrying the same request"),
         "client logs were captured"
+    );
+    assert_eq!(s.sim.refunds_created(), 1);
+    assert!(
+        logs.contains("refund=re_"),
+        "the refund's replay was logged"
     );
     assert!(
         !logs.contains(stripe_sim::DEFAULT_API_KEY),

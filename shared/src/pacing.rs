@@ -27,9 +27,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{OperationId, PaymentIntentId};
+use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
-use crate::ports::{CancelPaymentIntent, Clock, CreatePaymentIntent, PaymentGateway, Sleeper};
+use crate::ports::{
+    CancelPaymentIntent, Clock, CreatePaymentIntent, CreateRefund, PaymentGateway, Sleeper,
+};
+use crate::refund::StripeRefund;
 
 /// Tokio's timer.
 #[derive(Debug, Default, Clone, Copy)]
@@ -191,6 +194,28 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.cancel(req).await
     }
+
+    // Refund calls are calls of the same account: each takes a slot of the same budget.
+
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.create_refund(req).await
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.retrieve_refund(id).await
+    }
+
+    /// One slot for the whole list, though it may take several pages: a list of more than one
+    /// page is a charge refunded more than a hundred times, not a load to pace.
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.list_refunds(payment_intent).await
+    }
 }
 
 /// How long a message that met Stripe's rate limit (or a budget that is full) stays away before
@@ -312,6 +337,55 @@ mod tests {
             1
         );
         assert_eq!(fake.calls.total(), 1);
+    }
+
+    /// Refund calls are calls of the same account: each takes a slot of the one budget, and one
+    /// refused for the budget never reaches Stripe.
+    #[tokio::test]
+    async fn refund_calls_take_slots_of_the_same_budget() {
+        use crate::testing::refund_create;
+        let (b, clock) = budget(10.0, 1);
+        let fake = Arc::new(crate::memory::FakeGateway::new());
+        let paced = PacedGateway::new(fake.clone(), Arc::new(b), None, Duration::ZERO);
+        let pi = PaymentIntentId::parse("pi_unknown").unwrap();
+        let re = StripeRefundId::parse("re_unknown").unwrap();
+        // The first reaches Stripe (which knows no such intent).
+        assert!(matches!(
+            paced.create_refund(&refund_create(&pi, 10)).await,
+            Err(GatewayError::Rejected { .. })
+        ));
+        let refused = [
+            paced
+                .create_refund(&refund_create(&pi, 10))
+                .await
+                .map(|_| ()),
+            paced.retrieve_refund(&re).await.map(|_| ()),
+            paced.list_refunds(&pi).await.map(|_| ()),
+        ];
+        for r in refused {
+            assert!(
+                matches!(
+                    r,
+                    Err(GatewayError::RetryLater {
+                        cause: RetryCause::RateLimited,
+                        ..
+                    })
+                ),
+                "{r:?}"
+            );
+        }
+        assert_eq!(fake.calls.total(), 1);
+        // A slot later, each passes to Stripe.
+        clock.advance(Duration::from_millis(100));
+        assert!(paced.list_refunds(&pi).await.unwrap().is_empty());
+        clock.advance(Duration::from_millis(100));
+        assert!(paced.retrieve_refund(&re).await.is_err());
+        assert_eq!(
+            fake.calls
+                .refund_read
+                .load(std::sync::atomic::Ordering::SeqCst),
+            2
+        );
     }
 
     #[test]

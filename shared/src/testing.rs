@@ -85,3 +85,20 @@ pub fn webhook_secret(label: &str) -> crate::webhook::WebhookSecret {
     crate::webhook::WebhookSecret::parse(&format!("whsec_{hex}"))
         .expect("a SHA-256 in hex has Stripe's form")
 }
+
+/// A refund create of `amount` (usd) against `payment_intent`, for a new refund operation of
+/// order `ord-refund`: its own operation id and refund key each time.
+pub fn refund_create(payment_intent: &PaymentIntentId, amount: i64) -> crate::ports::CreateRefund {
+    let operation_id = crate::domain::OperationId::new_random();
+    crate::ports::CreateRefund {
+        idempotency_key: operation_id.refund_idempotency_key(),
+        operation_id,
+        order_id: crate::domain::OrderId::parse("ord-refund").expect("a valid order id"),
+        params: crate::refund::RefundParams {
+            amount: crate::domain::Amount::new(amount).expect("a valid amount"),
+            currency: crate::domain::Currency::parse("usd").expect("usd"),
+            payment_intent: payment_intent.clone(),
+            reason: None,
+        },
+    }
+}

@@ -10,12 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_once::domain::StripeRefundId;
+use charge_once::ports::CreateRefund;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
     QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
     StoreError,
 };
+use charge_once::refund::StripeRefund;
 use charge_once::{
     Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
     Timestamp,
@@ -821,6 +824,18 @@ impl std::fmt::Display for AnswerText<'_> {
     }
 }
 
+/// A refund answer as the trace says it.
+struct RefundText<'a>(&'a Result<StripeRefund, GatewayError>);
+
+impl std::fmt::Display for RefundText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Ok(r) => write!(f, "{} {}", r.id, r.status),
+            Err(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 impl SimGateway {
     pub fn new(
         inner: Arc<dyn PaymentGateway>,
@@ -844,10 +859,7 @@ impl SimGateway {
         }
     }
 
-    fn naive(
-        &self,
-        result: Result<PaymentIntent, GatewayError>,
-    ) -> Result<PaymentIntent, GatewayError> {
+    fn naive<T>(&self, result: Result<T, GatewayError>) -> Result<T, GatewayError> {
         match result {
             Err(GatewayError::Ambiguous { detail } | GatewayError::RetryLater { detail, .. })
                 if self.no_retry =>
@@ -986,6 +998,67 @@ impl PaymentGateway for SimGateway {
                 req.idempotency_key.as_str(),
                 AnswerText(&result)
             ),
+        );
+        self.naive(result)
+    }
+
+    // Refunds get the switches that are simple to mirror (a fresh key with
+    // `--no-idempotency-key`, every error final with `--no-retry`) and a trace line; the fault
+    // scenarios (`key_pruned`, a customer confirming) are about charges and are not rolled here.
+
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        yield_now().await;
+        let mut req = req.clone();
+        if self.no_idempotency_key {
+            req.idempotency_key =
+                OperationId::from_uuid(charge_once::ids::fresh_uuid()).refund_idempotency_key();
+        }
+        let op = req.operation_id.to_string();
+        let result = self.inner.create_refund(&req).await;
+        if let Ok(r) = &result {
+            self.trace.alias(&op, &r.id);
+        }
+        self.trace.event(
+            &op,
+            "stripe.refund",
+            format_args!(
+                "{} -> {}",
+                req.idempotency_key.as_str(),
+                RefundText(&result)
+            ),
+        );
+        self.naive(result)
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        yield_now().await;
+        let result = self.inner.retrieve_refund(id).await;
+        self.trace.event(
+            id,
+            "stripe.retrieve_refund",
+            format_args!("{}", RefundText(&result)),
+        );
+        self.naive(result)
+    }
+
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        yield_now().await;
+        let result = self.inner.list_refunds(payment_intent).await;
+        let text = match &result {
+            Ok(found) => found
+                .iter()
+                .map(|r| format!("{} {}", r.id, r.status))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => e.to_string(),
+        };
+        self.trace.event(
+            payment_intent,
+            "stripe.list_refunds",
+            format_args!("{text}"),
         );
         self.naive(result)
     }

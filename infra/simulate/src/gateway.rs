@@ -22,10 +22,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::adapters::stripe::{
-    cancel_form, parse_payment_intent, parse_search, settle_answer, worth_retrying, Answer,
-    SecretKey,
+    cancel_form, collect_refund_pages, parse_payment_intent, parse_refund, parse_refund_page,
+    parse_search, refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
 };
-use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use charge_once::domain::StripeRefundId;
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use charge_once::refund::StripeRefund;
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
@@ -202,5 +204,96 @@ impl PaymentGateway for InProcessGateway {
             })
             .await?;
         parse_payment_intent(&body, replayed)
+    }
+
+    /// As the client's: the same form and key, the same retry rule (a `latency` fault holds the
+    /// key as a slow create does), the same reader.
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let form = refund_form(req);
+        let key = req.idempotency_key.as_str();
+        let (body, _) = self
+            .call(|| match self.sim.refund_in_process(Some(key), &form) {
+                CreateStart::Done(o) => Step::Done(completed(o)),
+                CreateStart::Slow(s) => Step::Slow(s),
+            })
+            .await?;
+        parse_refund(&body)
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        let (body, _) = self
+            .call(|| wire(self.sim.retrieve_refund_in_process(id)).into())
+            .await?;
+        parse_refund(&body)
+    }
+
+    /// Page after page at the client's page size, within the client's bound on pages.
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        collect_refund_pages(|after| async move {
+            let (body, _) = self
+                .call(|| {
+                    wire(self.sim.list_refunds_in_process(
+                        Some(payment_intent.as_str()),
+                        Some(REFUND_PAGE_SIZE as usize),
+                        after.as_deref(),
+                    ))
+                    .into()
+                })
+                .await?;
+            parse_refund_page(&body)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use charge_once::refund::RefundStatus;
+    use charge_once::testing::{order, refund_create};
+    use stripe_sim::{FaultKind, SimConfig};
+
+    /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused
+    /// past what is left, a lost answer found by the retry, read back and listed.
+    #[tokio::test]
+    async fn refunds_in_process_answer_as_over_http() {
+        let g = InProcessGateway {
+            sim: StripeSim::new(SimConfig::default()),
+            max_retries: 0,
+            timeout: Duration::from_secs(10),
+            slowest_create_us: AtomicU64::new(0),
+        };
+        let op = order("ord-in-process").amount(1000).build();
+        let pi = g
+            .create(&CreatePaymentIntent::for_operation(&op).unwrap())
+            .await
+            .unwrap()
+            .id;
+        let req = refund_create(&pi, 600);
+        let made = g.create_refund(&req).await.unwrap();
+        assert_eq!(made.status, RefundStatus::Succeeded);
+        assert_eq!(g.create_refund(&req).await.unwrap(), made);
+        assert_eq!(g.sim.refunds_created(), 1);
+        let over = g.create_refund(&refund_create(&pi, 401)).await;
+        assert!(
+            matches!(&over, Err(GatewayError::Rejected { detail, .. }) if detail.contains("amount_too_large")),
+            "{over:?}"
+        );
+        assert_eq!(g.sim.refunds_created(), 1);
+
+        g.sim.push_script([FaultKind::DropAfterCommit]);
+        let lost = refund_create(&pi, 400);
+        assert!(matches!(
+            g.create_refund(&lost).await,
+            Err(GatewayError::Ambiguous { .. })
+        ));
+        assert_eq!(g.sim.injected()[&FaultKind::DropAfterCommit], 1);
+        let found = g.create_refund(&lost).await.unwrap();
+        assert_eq!(g.sim.refunds_created(), 2);
+        assert_eq!(g.retrieve_refund(&found.id).await.unwrap(), found);
+        assert_eq!(g.list_refunds(&pi).await.unwrap(), vec![found, made]);
     }
 }

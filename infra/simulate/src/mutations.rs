@@ -6,12 +6,15 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use charge_once::domain::StripeRefundId;
+use charge_once::ports::CreateRefund;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
     QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
     StoreError,
 };
+use charge_once::refund::StripeRefund;
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
     PaymentIntentId,
@@ -221,6 +224,19 @@ impl PaymentGateway for TrustEventPayload {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
     }
+    // The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.inner.create_refund(req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.inner.retrieve_refund(id).await
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.inner.list_refunds(payment_intent).await
+    }
 }
 
 /// Stripe as `failed-without-cancel` sees it: a cancel is never sent; it is answered with the
@@ -251,5 +267,18 @@ impl PaymentGateway for CancelNotMade {
             status: charge_once::PaymentIntentStatus::Canceled,
             ..pi
         })
+    }
+    // The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.0.create_refund(req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.0.retrieve_refund(id).await
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.0.list_refunds(payment_intent).await
     }
 }

@@ -28,9 +28,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::domain::{OperationId, PaymentIntentId};
+use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use crate::refund::{RefundStatus, StripeRefund};
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
 pub const STRIPE_VERSION: &str = "2024-06-20";
@@ -157,6 +158,10 @@ pub struct StripeRequests {
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
     pub cancel: AtomicU64,
+    /// `POST /v1/refunds`.
+    pub refund_create: AtomicU64,
+    /// `GET /v1/refunds/{id}` and every page of `GET /v1/refunds`.
+    pub refund_read: AtomicU64,
 }
 
 impl StripeRequests {
@@ -165,6 +170,8 @@ impl StripeRequests {
             + self.retrieve.load(Ordering::Relaxed)
             + self.search.load(Ordering::Relaxed)
             + self.cancel.load(Ordering::Relaxed)
+            + self.refund_create.load(Ordering::Relaxed)
+            + self.refund_read.load(Ordering::Relaxed)
     }
 }
 
@@ -178,6 +185,8 @@ pub struct StripeGateway {
     livemode: bool,
     max_retries: u32,
     retry_backoff: Duration,
+    /// `limit` of each page of a refund list (Stripe's most, 100, unless a test asks for less).
+    list_page_size: u32,
     pub requests: StripeRequests,
 }
 
@@ -203,8 +212,16 @@ impl StripeGateway {
             key: cfg.secret_key,
             max_retries: cfg.max_network_retries,
             retry_backoff: cfg.retry_backoff,
+            list_page_size: REFUND_PAGE_SIZE,
             requests: StripeRequests::default(),
         })
+    }
+
+    /// Lists refunds `size` to a page (clamped to Stripe's 1..=100) instead of 100: lets a test
+    /// walk several pages without making a hundred refunds.
+    pub fn with_list_page_size(mut self, size: u32) -> Self {
+        self.list_page_size = size.clamp(1, REFUND_PAGE_SIZE);
+        self
     }
 
     /// A request to `path_and_query` with the headers every request carries: the key as a bearer
@@ -631,6 +648,162 @@ pub fn search_query(operation_id: &OperationId) -> String {
     format!("metadata['operation_id']:'{value}'")
 }
 
+/// Stripe's largest page (`limit`), what a refund list asks for.
+pub const REFUND_PAGE_SIZE: u32 = 100;
+
+/// The most pages one refund list follows: 10 000 refunds of one PaymentIntent at 100 a page,
+/// far past any real charge. Past it the answer is refused rather than followed forever (a
+/// server whose `has_more` never ends).
+pub const MAX_REFUND_PAGES: usize = 100;
+
+#[derive(Debug, Deserialize)]
+struct WireRefund {
+    /// Parsed as it arrives: an answer naming no valid refund id is unreadable.
+    id: StripeRefundId,
+    /// Stripe documents it nullable: absent or `null` is a status this code does not know.
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    currency: Option<String>,
+    /// The id, as we never expand it; an expanded object makes the answer unreadable.
+    #[serde(default)]
+    payment_intent: Option<String>,
+    #[serde(default)]
+    metadata: Option<WireMetadata>,
+    #[serde(default)]
+    failure_reason: Option<String>,
+}
+
+impl WireRefund {
+    fn into_domain(self) -> StripeRefund {
+        let operation_id = self.metadata.and_then(|m| string(m.operation_id));
+        StripeRefund {
+            id: self.id,
+            status: RefundStatus::parse(self.status.as_deref().unwrap_or("null")),
+            amount: self.amount,
+            currency: self.currency.map(|c| c.to_ascii_lowercase()),
+            payment_intent: self.payment_intent,
+            operation_id,
+            failure_reason: self.failure_reason,
+        }
+    }
+}
+
+/// One page of `GET /v1/refunds`. `has_more` is required: without it the end is not known.
+#[derive(Debug, Deserialize)]
+struct WireRefundList {
+    data: Vec<WireRefund>,
+    has_more: bool,
+}
+
+/// One page of a refund list: its refunds, and where the next page starts (`None`: the last).
+#[derive(Debug)]
+pub struct RefundPage {
+    pub refunds: Vec<StripeRefund>,
+    pub next: Option<StripeRefundId>,
+}
+
+/// The form of a refund create: the intent, the amount, the reason if any, and the metadata that
+/// names the operation and its order.
+pub fn refund_form(req: &CreateRefund) -> Vec<(String, String)> {
+    let mut form = vec![
+        (
+            "payment_intent".to_owned(),
+            req.params.payment_intent.as_str().to_owned(),
+        ),
+        (
+            "amount".to_owned(),
+            req.params.amount.minor_units().to_string(),
+        ),
+    ];
+    if let Some(reason) = req.params.reason {
+        form.push(("reason".to_owned(), reason.as_str().to_owned()));
+    }
+    form.push((
+        "metadata[operation_id]".to_owned(),
+        req.operation_id.to_string(),
+    ));
+    form.push((
+        "metadata[order_id]".to_owned(),
+        req.order_id.as_str().to_owned(),
+    ));
+    form
+}
+
+/// A 2xx refund body; unreadable (or naming no valid refund id) is ambiguous: a refund may have
+/// been made.
+pub fn parse_refund(body: &[u8]) -> Result<StripeRefund, GatewayError> {
+    let refund: WireRefund = serde_json::from_slice(body).map_err(|_| {
+        warn!("a refund call answered 2xx with an unreadable body");
+        GatewayError::Ambiguous {
+            detail: "2xx with an unreadable refund body".into(),
+        }
+    })?;
+    Ok(refund.into_domain())
+}
+
+/// A 2xx page of a refund list; unreadable is ambiguous. A page that says more follow but holds
+/// nothing to start the next one after is refused too: following it would loop.
+pub fn parse_refund_page(body: &[u8]) -> Result<RefundPage, GatewayError> {
+    let page: WireRefundList = serde_json::from_slice(body).map_err(|_| {
+        warn!("a refund list answered 2xx with an unreadable body");
+        GatewayError::Ambiguous {
+            detail: "2xx with an unreadable refund list body".into(),
+        }
+    })?;
+    let refunds: Vec<StripeRefund> = page.data.into_iter().map(WireRefund::into_domain).collect();
+    let next = match (page.has_more, refunds.last()) {
+        (false, _) => None,
+        (true, Some(last)) => Some(last.id.clone()),
+        (true, None) => {
+            return Err(GatewayError::Ambiguous {
+                detail: "a refund list page says has_more but is empty".into(),
+            })
+        }
+    };
+    Ok(RefundPage { refunds, next })
+}
+
+/// The query of one page of `payment_intent`'s refunds: `limit` a page, after `starting_after`.
+pub fn refund_list_query(
+    payment_intent: &PaymentIntentId,
+    limit: u32,
+    starting_after: Option<&StripeRefundId>,
+) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    q.append_pair("payment_intent", payment_intent.as_str())
+        .append_pair("limit", &limit.to_string());
+    if let Some(after) = starting_after {
+        q.append_pair("starting_after", after.as_str());
+    }
+    q.finish()
+}
+
+/// Every refund of a list, page after page from `fetch(starting_after)`, at most
+/// [`MAX_REFUND_PAGES`] pages: a list that has not ended by then is refused (ambiguous), never cut
+/// short, since a refund left off could be the one looked for.
+pub async fn collect_refund_pages<F, Fut>(mut fetch: F) -> Result<Vec<StripeRefund>, GatewayError>
+where
+    F: FnMut(Option<StripeRefundId>) -> Fut,
+    Fut: std::future::Future<Output = Result<RefundPage, GatewayError>>,
+{
+    let mut all = Vec::new();
+    let mut after = None;
+    for _ in 0..MAX_REFUND_PAGES {
+        let page = fetch(after.take()).await?;
+        all.extend(page.refunds);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(all),
+        }
+    }
+    Err(GatewayError::Ambiguous {
+        detail: format!("the refund list did not end within {MAX_REFUND_PAGES} pages"),
+    })
+}
+
 #[async_trait]
 impl PaymentGateway for StripeGateway {
     fn livemode(&self) -> bool {
@@ -733,6 +906,64 @@ impl PaymentGateway for StripeGateway {
             })
             .await?;
         parse_payment_intent(&body, replayed)
+    }
+
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let form_body = Bytes::from(
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(refund_form(req))
+                .finish(),
+        );
+        let (body, replayed) = self
+            .send(&self.requests.refund_create, || {
+                let mut r = self.request(
+                    Method::POST,
+                    "/v1/refunds",
+                    Some("application/x-www-form-urlencoded"),
+                    form_body.clone(),
+                )?;
+                r.headers_mut().insert(
+                    "Idempotency-Key",
+                    HeaderValue::from_str(req.idempotency_key.as_str())?,
+                );
+                Ok(r)
+            })
+            .await?;
+        let refund = parse_refund(&body)?;
+        if replayed {
+            debug!(refund = %refund.id, "idempotent replay");
+        }
+        Ok(refund)
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        // A `StripeRefundId` holds only letters, digits and `_` after its prefix: safe in a path.
+        let path = format!("/v1/refunds/{id}");
+        let (body, _) = self
+            .send(&self.requests.refund_read, || {
+                self.request(Method::GET, &path, None, Bytes::new())
+            })
+            .await?;
+        parse_refund(&body)
+    }
+
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        collect_refund_pages(|after| async move {
+            let path = format!(
+                "/v1/refunds?{}",
+                refund_list_query(payment_intent, self.list_page_size, after.as_ref())
+            );
+            let (body, _) = self
+                .send(&self.requests.refund_read, || {
+                    self.request(Method::GET, &path, None, Bytes::new())
+                })
+                .await?;
+            parse_refund_page(&body)
+        })
+        .await
     }
 }
 
@@ -980,6 +1211,148 @@ mod tests {
         assert!(!text.contains("abcdef123456"), "{text}");
         assert!(!text.contains("sk_live_XYZ"), "{text}");
         assert!(text.contains("[redacted]"));
+    }
+
+    #[test]
+    fn refund_answers_are_read_or_refused_as_unreadable() {
+        let r = parse_refund(
+            br#"{"id":"re_3Abc","object":"refund","amount":400,"currency":"USD","payment_intent":"pi_1","status":"failed","failure_reason":"expired_or_canceled_card","metadata":{"operation_id":"op-1","order_id":"ord-1","x":"y"}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.id, "re_3Abc");
+        assert_eq!(r.status, RefundStatus::Failed);
+        assert_eq!(r.amount, Some(400));
+        assert_eq!(r.currency.as_deref(), Some("usd"));
+        assert_eq!(r.payment_intent.as_deref(), Some("pi_1"));
+        assert_eq!(r.operation_id.as_deref(), Some("op-1"));
+        assert_eq!(
+            r.failure_reason.as_deref(),
+            Some("expired_or_canceled_card")
+        );
+        // Stripe documents the status nullable: read, as a status not known (never settled).
+        let r = parse_refund(br#"{"id":"pyr_1","status":null}"#).unwrap();
+        assert!(matches!(r.status, RefundStatus::Other(_)));
+        for body in [
+            r#"{"id":"pi_1","status":"succeeded"}"#,
+            r#"{"id":"re_../x","status":"succeeded"}"#,
+            r#"{"status":"succeeded"}"#,
+            r#"{"id":"re_1","status":"succeeded","payment_intent":{"id":"pi_1"}}"#,
+            r#"{"id":"re_1","sta"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_refund(body.as_bytes()),
+                    Err(GatewayError::Ambiguous { .. })
+                ),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refund_list_page_says_where_the_next_starts() {
+        let page = |data: &str, more: &str| {
+            format!(r#"{{"object":"list","data":[{data}],"has_more":{more},"url":"/v1/refunds"}}"#)
+        };
+        let two = r#"{"id":"re_2","status":"pending"},{"id":"re_1","status":"succeeded"}"#;
+        let last = parse_refund_page(page(two, "false").as_bytes()).unwrap();
+        assert_eq!(last.refunds.len(), 2);
+        assert!(last.next.is_none());
+        let more = parse_refund_page(page(two, "true").as_bytes()).unwrap();
+        assert_eq!(more.next.unwrap(), "re_1");
+        for body in [
+            page("", "true"),
+            r#"{"object":"list","data":[]}"#.to_owned(),
+            page(r#"{"id":"ch_1","status":"pending"}"#, "false"),
+        ] {
+            assert!(
+                matches!(
+                    parse_refund_page(body.as_bytes()),
+                    Err(GatewayError::Ambiguous { .. })
+                ),
+                "{body}"
+            );
+        }
+        assert!(parse_refund_page(page("", "false").as_bytes())
+            .unwrap()
+            .refunds
+            .is_empty());
+    }
+
+    #[test]
+    fn the_refund_form_and_list_query() {
+        let pi = PaymentIntentId::parse("pi_9").unwrap();
+        let mut req = crate::testing::refund_create(&pi, 250);
+        req.params.reason = Some(crate::refund::RefundReason::RequestedByCustomer);
+        let form = refund_form(&req);
+        let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("payment_intent"), Some("pi_9"));
+        assert_eq!(get("amount"), Some("250"));
+        assert_eq!(get("reason"), Some("requested_by_customer"));
+        assert_eq!(
+            get("metadata[operation_id]"),
+            Some(req.operation_id.to_string().as_str())
+        );
+        assert_eq!(get("metadata[order_id]"), Some("ord-refund"));
+        req.params.reason = None;
+        assert_eq!(
+            refund_form(&req).len(),
+            4,
+            "no reason sent when none is asked"
+        );
+        let after = StripeRefundId::parse("re_5").unwrap();
+        assert_eq!(
+            refund_list_query(&pi, 100, Some(&after)),
+            "payment_intent=pi_9&limit=100&starting_after=re_5"
+        );
+        assert_eq!(
+            refund_list_query(&pi, 3, None),
+            "payment_intent=pi_9&limit=3"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refund_list_that_never_ends_is_refused_at_the_bound() {
+        let fetched = std::sync::atomic::AtomicUsize::new(0);
+        let endless = collect_refund_pages(|_| {
+            let n = fetched.fetch_add(1, Ordering::Relaxed);
+            async move {
+                parse_refund_page(
+                    format!(
+                        r#"{{"data":[{{"id":"re_{n}","status":"succeeded"}}],"has_more":true}}"#
+                    )
+                    .as_bytes(),
+                )
+            }
+        })
+        .await;
+        assert!(
+            matches!(endless, Err(GatewayError::Ambiguous { .. })),
+            "{endless:?}"
+        );
+        assert_eq!(fetched.load(Ordering::Relaxed), MAX_REFUND_PAGES);
+        // Its twin that ends after three pages is read whole, each page after the last one's end.
+        let asked = std::sync::Mutex::new(Vec::new());
+        let all = collect_refund_pages(|after| {
+            asked.lock().unwrap().push(after.map(|a| a.to_string()));
+            let n = asked.lock().unwrap().len();
+            async move {
+                parse_refund_page(
+                    format!(
+                        r#"{{"data":[{{"id":"re_{n}","status":"succeeded"}}],"has_more":{}}}"#,
+                        n < 3
+                    )
+                    .as_bytes(),
+                )
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![None, Some("re_1".to_owned()), Some("re_2".to_owned())]
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Same key and same parameters replay the first answer (errors included); same key and other
 //! parameters is a key misuse; faults are scripted per create call (and, apart, per cancel call);
 //! keys can be pruned as Stripe does after 24 h; statuses can change later. Every PaymentIntent
-//! actually created is kept, so a test asserts how many charges really happened.
+//! actually created is kept, so a test asserts how many charges really happened. Refunds the same
+//! way ([`refunds`]): keyed, refused as Stripe refuses them, kept, their statuses scripted.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,10 +13,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{Fingerprint, OperationId, PaymentIntentId};
+use crate::domain::{Fingerprint, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use crate::refund::{RefundStatus, StripeRefund};
+
+mod refunds;
+
+pub use refunds::FakeRefund;
 
 /// A fault applied to the next create call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +90,9 @@ pub struct GatewayCalls {
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
     pub cancel: AtomicU64,
+    pub refund_create: AtomicU64,
+    /// Refund retrieves and lists.
+    pub refund_read: AtomicU64,
 }
 
 impl GatewayCalls {
@@ -92,6 +101,8 @@ impl GatewayCalls {
             + self.retrieve.load(Ordering::SeqCst)
             + self.search.load(Ordering::SeqCst)
             + self.cancel.load(Ordering::SeqCst)
+            + self.refund_create.load(Ordering::SeqCst)
+            + self.refund_read.load(Ordering::SeqCst)
     }
 }
 
@@ -110,6 +121,13 @@ struct State {
     /// `LoseResponse` (canceled, answer lost), `Rejected`.
     cancel_script: VecDeque<FakeFault>,
     in_flight: HashMap<String, u32>,
+    /// Refund keys and the answers they replay (apart from the creates' keys, which a refund
+    /// create may not reuse).
+    refunds_saved: HashMap<String, refunds::SavedRefund>,
+    refunds: BTreeMap<String, FakeRefund>,
+    next_refund_id: u64,
+    refund_first_status: RefundStatus,
+    refund_script: VecDeque<FakeFault>,
 }
 
 impl State {
@@ -166,6 +184,11 @@ impl FakeGateway {
                 script: VecDeque::new(),
                 cancel_script: VecDeque::new(),
                 in_flight: HashMap::new(),
+                refunds_saved: HashMap::new(),
+                refunds: BTreeMap::new(),
+                next_refund_id: 0,
+                refund_first_status: RefundStatus::Succeeded,
+                refund_script: VecDeque::new(),
             }),
             create_delay: Mutex::new(None),
             calls: GatewayCalls::default(),
@@ -199,7 +222,9 @@ impl FakeGateway {
 
     /// Forgets every saved key, as Stripe may once keys are 24 h old: the same key creates anew.
     pub fn prune_keys(&self) {
-        self.lock().saved.clear();
+        let mut st = self.lock();
+        st.saved.clear();
+        st.refunds_saved.clear();
     }
 
     /// Changes a PaymentIntent's status, as Stripe does when `processing` settles.
@@ -487,5 +512,23 @@ impl PaymentGateway for FakeGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.cancel.fetch_add(1, Ordering::SeqCst);
         self.cancel_answer(req)
+    }
+
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.calls.refund_create.fetch_add(1, Ordering::SeqCst);
+        self.refund_answer(req)
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.calls.refund_read.fetch_add(1, Ordering::SeqCst);
+        self.refund_read(id)
+    }
+
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.calls.refund_read.fetch_add(1, Ordering::SeqCst);
+        Ok(self.refund_list(payment_intent))
     }
 }

@@ -8,7 +8,7 @@ mod inbox;
 mod queue;
 mod store;
 
-pub use gateway::{FakeCharge, FakeFault, FakeGateway, GatewayCalls};
+pub use gateway::{FakeCharge, FakeFault, FakeGateway, FakeRefund, GatewayCalls};
 pub use inbox::MemoryInbox;
 pub use queue::{MemoryDeadLetters, MemoryQueue, ReceivedMessage};
 pub use store::MemoryStore;
