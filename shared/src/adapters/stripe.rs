@@ -684,6 +684,7 @@ impl WireRefund {
             status: RefundStatus::parse(self.status.as_deref().unwrap_or("null")),
             amount: self.amount,
             currency: self.currency.map(|c| c.to_ascii_lowercase()),
+            replayed: false,
             payment_intent: self.payment_intent,
             operation_id,
             failure_reason: self.failure_reason,
@@ -933,7 +934,7 @@ impl PaymentGateway for StripeGateway {
         if replayed {
             debug!(refund = %refund.id, "idempotent replay");
         }
-        Ok(refund)
+        Ok(StripeRefund { replayed, ..refund })
     }
 
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {

@@ -28,6 +28,7 @@ impl FakeRefund {
         StripeRefund {
             id: id.clone(),
             status: self.status.clone(),
+            replayed: false,
             amount: Some(self.amount),
             currency: Some(self.currency.clone()),
             payment_intent: Some(self.payment_intent.as_str().to_owned()),
