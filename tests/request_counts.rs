@@ -102,3 +102,18 @@ async fn reconciliation_past_the_window_searches_and_never_creates() {
     assert_eq!(c.sqs.total(), 0);
     assert_eq!(stripe(&c), (0, 0, 1));
 }
+
+#[tokio::test]
+async fn a_refund_is_one_read_one_transaction_two_updates_one_send_one_stripe_call() {
+    let c = Ours::refund().await;
+    // The door: GetItem (the charge as it is), TransactWriteItems (the refund's conditional Put and
+    // the charge's guarded reservation), SendMessage. The charge function: UpdateItem (claim),
+    // POST /v1/refunds, UpdateItem (record, fenced).
+    assert_eq!(
+        c.dynamodb.requests,
+        ops(&[("GetItem", 1), ("TransactWriteItems", 1), ("UpdateItem", 2)])
+    );
+    assert_eq!((c.dynamodb_writes(), c.dynamodb_reads()), (3, 1));
+    assert_eq!(c.sqs.requests, ops(&[("SendMessage", 1)]));
+    assert_eq!((c.stripe.refund, c.stripe.total()), (1, 1));
+}

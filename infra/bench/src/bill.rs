@@ -615,6 +615,8 @@ fn since(after: &Counts, before: &Counts) -> Counts {
             create: after.stripe.create - before.stripe.create,
             retrieve: after.stripe.retrieve - before.stripe.retrieve,
             search: after.stripe.search - before.stripe.search,
+            refund: after.stripe.refund - before.stripe.refund,
+            refund_read: after.stripe.refund_read - before.stripe.refund_read,
         },
     }
 }

@@ -48,9 +48,17 @@ fn wire(args: &[String]) -> Result<(), Error> {
                 scenario: format!("{scenario:?}"),
                 label: scenario.label().to_owned(),
                 ours,
-                seed,
+                seed: Some(seed),
             });
         }
+        let refund = Ours::refund().await;
+        eprintln!("Refund: ours {refund:?}");
+        rows.push(WireRow {
+            scenario: "Refund".into(),
+            label: "a refund of the happy path's charge (the door + 1 delivery)".into(),
+            ours: refund,
+            seed: None,
+        });
         rows
     });
     write_json(&out, &serde_json::to_value(&rows)?)

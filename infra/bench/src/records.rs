@@ -18,7 +18,8 @@ pub struct WireRow {
     pub scenario: String,
     pub label: String,
     pub ours: Counts,
-    pub seed: Counts,
+    /// The seed's straight port on the same scenario; `None` where it has none (refunds).
+    pub seed: Option<Counts>,
 }
 
 /// `rss.json`.

@@ -71,10 +71,32 @@ pub fn requests(rows: &[WireRow]) -> Result<Vec<Target>, Error> {
         dup.stripe.total()
     );
     let dup_ok = dup.dynamodb.total() == 1 && dup.stripe.total() == 0;
+    let refund = rows.iter().find(|r| r.scenario == "Refund").map(|r| {
+        let o = &r.ours;
+        let requests = |c: &crate::wire::scenarios::Counts| c.dynamodb.total();
+        (
+            format!(
+                "{} DynamoDB requests ({} reads), {} SendMessage, {} Stripe; the charge's: {}",
+                requests(o),
+                o.dynamodb_reads(),
+                o.sqs.get("SendMessage"),
+                o.stripe.total(),
+                requests(ho)
+            ),
+            requests(o) <= requests(ho)
+                && o.dynamodb_reads() <= ho.dynamodb_reads()
+                && o.sqs.total() <= ho.sqs.total()
+                && o.stripe.total() <= ho.stripe.total(),
+        )
+    });
     Ok(vec![
         Target::new(
             "happy path: 3 DynamoDB writes, 0 reads, 1 SQS send, 1 Stripe call (section 1)",
             Some((happy, happy_ok)),
+        ),
+        Target::new(
+            "a refund: as lean as the charge's happy path (section 1)",
+            refund,
         ),
         Target::new(
             "settled duplicate: 1 DynamoDB call, 0 Stripe calls (section 1)",

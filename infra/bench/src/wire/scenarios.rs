@@ -34,6 +34,8 @@ use super::seed::SeedPort;
 
 /// The sample checkout (order `ord-1001`, 12.50 USD, `pm_card_visa`).
 const CHECKOUT_EVENT: &str = include_str!("../../../../events/checkout-valid.json");
+/// The sample refund of it (5.00 USD, refund id `refund-1`).
+const REFUND_EVENT: &str = include_str!("../../../../events/refund-valid.json");
 /// Index page size and safety margin of the reconciler function, as it runs.
 const PAGE_SIZE: usize = reconciler::handler::PAGE_SIZE;
 const SAFETY: Duration = reconciler::handler::SAFETY_MARGIN;
@@ -80,11 +82,17 @@ pub struct StripeCounts {
     pub create: u64,
     pub retrieve: u64,
     pub search: u64,
+    /// `POST /v1/refunds` (absent from runs before refunds: 0).
+    #[serde(default)]
+    pub refund: u64,
+    /// `GET /v1/refunds/{id}` and `GET /v1/refunds` (absent from runs before refunds: 0).
+    #[serde(default)]
+    pub refund_read: u64,
 }
 
 impl StripeCounts {
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search
+        self.create + self.retrieve + self.search + self.refund + self.refund_read
     }
 }
 
@@ -108,11 +116,18 @@ impl Counts {
             .sum()
     }
 
+    /// Write requests (a TransactWriteItems is one request, of two items).
     pub fn dynamodb_writes(&self) -> u64 {
-        ["PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem"]
-            .iter()
-            .map(|op| self.dynamodb.get(op))
-            .sum()
+        [
+            "PutItem",
+            "UpdateItem",
+            "DeleteItem",
+            "BatchWriteItem",
+            "TransactWriteItems",
+        ]
+        .iter()
+        .map(|op| self.dynamodb.get(op))
+        .sum()
     }
 
     fn since(&self, before: &Counts) -> Counts {
@@ -124,6 +139,8 @@ impl Counts {
                 create: self.stripe.create - before.stripe.create,
                 retrieve: self.stripe.retrieve - before.stripe.retrieve,
                 search: self.stripe.search - before.stripe.search,
+                refund: self.stripe.refund - before.stripe.refund,
+                refund_read: self.stripe.refund_read - before.stripe.refund_read,
             },
         }
     }
@@ -171,6 +188,8 @@ impl Stack {
                 create: s.create,
                 retrieve: s.retrieve,
                 search: s.search,
+                refund: s.refund,
+                refund_read: s.refund_read,
             },
         }
     }
@@ -376,6 +395,33 @@ impl Ours {
         let status = s.status().await;
         assert_eq!(status, OperationStatus::Succeeded, "{scenario:?}");
         assert_eq!(side.sim.ledger().len(), 1, "exactly one PaymentIntent");
+        counts
+    }
+}
+
+impl Ours {
+    /// A refund of the happy path's charge: the door (`events/refund-valid.json`: the charge
+    /// read, the refund and its reservation in one transaction, the message) and one delivery
+    /// (claim, `POST /v1/refunds`, record). Counted from the refund request to the refund
+    /// settled; the charge before it is not counted. The seed has no refunds to compare with.
+    pub async fn refund() -> Counts {
+        let s = Self::new().await;
+        s.checkout().await;
+        s.deliver(&s.charge).await;
+        let before = s.stack.snapshot();
+        let request: ApiGatewayV2httpRequest =
+            serde_json::from_str(REFUND_EVENT).expect("events/refund-valid.json");
+        let resp =
+            checkout::handler::handle(&s.checkout, LambdaEvent::new(request, Context::default()))
+                .await;
+        assert_eq!(resp.status_code, 202, "refund: {:?}", resp.body);
+        s.deliver(&s.charge).await;
+        let counts = s.stack.snapshot().since(&before);
+        let order = OrderId::parse("ord-1001").expect("order id");
+        let refunds = s.inspect.refunds_of(&order).await.expect("Query");
+        assert_eq!(refunds.len(), 1);
+        assert_eq!(refunds[0].status, OperationStatus::Succeeded);
+        assert_eq!(s.stack.side.sim.refunds_created(), 1, "exactly one refund");
         counts
     }
 }
