@@ -1297,7 +1297,7 @@ fn without_credentials_the_error_says_none_were_found() {
     std::fs::remove_dir_all(&home).ok();
 }
 
-/// One `aws dynamodb query` of docs/deploy.md's operator section, as written there.
+/// One `aws dynamodb query` of docs/operations.md's operator section, as written there.
 #[derive(Debug)]
 struct DocQuery {
     index: String,
@@ -1318,10 +1318,10 @@ fn quoted_after(command: &str, flag: &str) -> Option<String> {
 
 /// The `aws dynamodb query` commands of the "Reading the unknown index" section, in order.
 fn docs_queries() -> Vec<DocQuery> {
-    let doc = include_str!("../../../docs/deploy.md");
+    let doc = include_str!("../../../docs/operations.md");
     let start = doc
         .find("## Reading the unknown index")
-        .expect("docs/deploy.md has the operators' section");
+        .expect("docs/operations.md has the operators' section");
     let section = &doc[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let mut queries = Vec::new();
