@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
-use charge_once::refund::{RefundReason, RefundStatus};
+use charge_once::refund::{RefundReason, RefundStatus, StripeRefund};
 use charge_once::testing::{self, refund_create};
 use charge_once::{GatewayError, PaymentIntentId, PaymentIntentStatus};
 use stripe_sim::FaultKind;
@@ -60,7 +60,17 @@ async fn the_same_key_replays_the_refund_and_another_request_under_it_is_misuse(
     let req = refund_create(&pi, 300);
     let first = gw.create_refund(&req).await.unwrap();
     let again = gw.create_refund(&req).await.unwrap();
-    assert_eq!(again, first);
+    assert!(
+        !first.replayed && again.replayed,
+        "Stripe says which answer is a replay"
+    );
+    assert_eq!(
+        StripeRefund {
+            replayed: false,
+            ..again
+        },
+        first
+    );
     assert_eq!(s.sim.request_counts().refund, 2, "both reached Stripe");
     assert_eq!(s.sim.refunds_created(), 1, "the second was a replay");
 

@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 use crate::domain::{
     Amount, ChargeParams, Currency, Fingerprint, IdempotencyKey, OperationId, OperationKind,
-    OrderId, PaymentIntentId, Principal, RefundId, StripeRefundId, ValidationError,
+    OrderId, PaymentIntentId, Principal, RefundId, RefundParams, RefundRequest, StripeRefundId,
+    ValidationError,
 };
-use crate::refund::{RefundParams, RefundRequest};
 use crate::time::Timestamp;
 
 /// Where an operation stands.

@@ -76,7 +76,7 @@ pub fn requests(rows: &[WireRow]) -> Result<Vec<Target>, Error> {
         let requests = |c: &crate::wire::scenarios::Counts| c.dynamodb.total();
         (
             format!(
-                "{} DynamoDB requests ({} reads), {} SendMessage, {} Stripe; the charge's: {}",
+                "{} DynamoDB requests ({} a read), {} SendMessage, {} Stripe; the charge's: {}",
                 requests(o),
                 o.dynamodb_reads(),
                 o.sqs.get("SendMessage"),
@@ -169,12 +169,14 @@ pub fn reads(index: &[IndexRow]) -> Target {
     let measured = match (units(1_000), units(10_000)) {
         (Some(small), Some(large)) => Some((
             format!("1,000 unsettled: {small:.1} read units among 1,000 settled, {large:.1} among 10,000"),
-            large <= small,
+            // Within 1 %: the index entries' sizes round to read units differently; a Scan
+            // reads ten times as much.
+            large <= small * 1.01,
         )),
         _ => None,
     };
     Target::new(
-        "a reconciler tick's reads do not grow with settled operations (section 6)",
+        "a reconciler tick's reads do not grow with settled operations (within 1 %; section 6)",
         measured,
     )
 }
