@@ -730,7 +730,7 @@ impl SimStore {
         release: &ReleaseRefund,
     ) -> Result<Recorded, StoreError> {
         let charge = self.lock().get(&release.charge);
-        if !charge.is_some_and(|c| store_rules::check(&c, &release.guards()).is_ok()) {
+        if charge.is_none_or(|c| store_rules::check(&c, &release.guards()).is_err()) {
             return Err(StoreError::new(store_rules::RELEASE_REFUSED));
         }
         let written = self.conditional(key, write)?;
