@@ -374,25 +374,34 @@ mod tests {
         );
         let (created, after) =
             crate::store_rules::create_refund(None, Some(&read), &refund, &reserve_it);
-        assert_eq!(created, crate::store::RefundCreated::New(refund.clone()));
+        assert_eq!(
+            created,
+            crate::store_rules::RefundCreated::New(refund.clone())
+        );
         let after = after.expect("the charge as written");
         assert_eq!(after.refund_reserved, 700);
         // The same request again: the refund there is the answer, whatever the charge says now.
         assert_eq!(
             crate::store_rules::create_refund(Some(&refund), Some(&after), &refund, &reserve_it),
-            (crate::store::RefundCreated::Existing(refund.clone()), None)
+            (
+                crate::store_rules::RefundCreated::Existing(refund.clone()),
+                None
+            )
         );
         // Another refund id for 700 more: the charge refuses it.
         assert!(matches!(
             crate::store_rules::create_refund(None, Some(&after), &refund, &reserve_it),
             (
-                crate::store::RefundCreated::ChargeRefused(Some((_, Guard::ReservedAtMost(300)))),
+                crate::store_rules::RefundCreated::ChargeRefused(Some((
+                    _,
+                    Guard::ReservedAtMost(300)
+                ))),
                 None
             )
         ));
         assert_eq!(
             crate::store_rules::create_refund(None, None, &refund, &reserve_it),
-            (crate::store::RefundCreated::ChargeRefused(None), None)
+            (crate::store_rules::RefundCreated::ChargeRefused(None), None)
         );
     }
 

@@ -176,19 +176,6 @@ pub struct ReleaseRefund {
     pub now: Timestamp,
 }
 
-/// Result of `OperationStore::create_refund`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefundCreated {
-    /// The refund was written and its amount reserved on the charge.
-    New(Operation),
-    /// A refund with the same merchant refund id already existed; this is it, unchanged. Nothing
-    /// was reserved.
-    Existing(Operation),
-    /// The charge refused the reservation (its record as it is now, and why): it moved since it
-    /// was read (another refund reserved meanwhile) or there is no room. Nothing was written.
-    ChargeRefused(Option<(Operation, crate::store_rules::Guard)>),
-}
-
 /// Stripe's word, read by retrieve, that a refund recorded `succeeded` failed later (the card was
 /// closed, lost or expired: Stripe returned the money to the balance). The one transition a
 /// settled record takes: `succeeded → failed`, for a refund only, with its reservation given back

@@ -21,8 +21,8 @@ use crate::domain::OperationId;
 use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
 use crate::store::{
-    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundCreated,
-    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    ReleaseRefund, Reschedule, ReserveRefund,
 };
 use crate::time::Timestamp;
 
@@ -258,6 +258,19 @@ impl Transition for ReleaseRefund {
 /// the dead-letter queue, which pages.
 pub const RELEASE_REFUSED: &str =
     "a refund's reservation cannot go back to its charge: the charge is missing or holds less than the refund reserved";
+
+/// Result of `OperationStore::create_refund`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundCreated {
+    /// The refund was written and its amount reserved on the charge.
+    New(Operation),
+    /// A refund with the same merchant refund id already existed; this is it, unchanged. Nothing
+    /// was reserved.
+    Existing(Operation),
+    /// The charge refused the reservation (its record as it is now, and why): it moved since it
+    /// was read (another refund reserved meanwhile) or there is no room. Nothing was written.
+    ChargeRefused(Option<(Operation, Guard)>),
+}
 
 /// The one change of a settled record: a succeeded refund that Stripe says failed later. Its
 /// reservation goes back in the same write ([`RefundFailedLater::release`]); it stays out of the

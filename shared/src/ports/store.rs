@@ -12,8 +12,9 @@ use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
 pub use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OperatorGuard, OutcomeRecord, Recorded,
-    RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
 };
+pub use charge_core::store_rules::RefundCreated;
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
 /// conditional-check failures come back as values, not errors.
