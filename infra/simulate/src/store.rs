@@ -729,8 +729,14 @@ impl SimStore {
         write: &impl Transition,
         release: &ReleaseRefund,
     ) -> Result<Recorded, StoreError> {
-        let charge = self.lock().get(&release.charge);
-        if charge.is_none_or(|c| store_rules::check(&c, &release.guards()).is_err()) {
+        // The write's own refusal first (the record as it is, nothing written), as DynamoDB
+        // names the first item of a transaction.
+        let (current, charge) = {
+            let t = self.lock();
+            (t.get(key), t.get(&release.charge))
+        };
+        let writes = current.is_some_and(|op| store_rules::check(&op, &write.guards()).is_ok());
+        if writes && charge.is_none_or(|c| store_rules::check(&c, &release.guards()).is_err()) {
             return Err(StoreError::new(store_rules::RELEASE_REFUSED));
         }
         let written = self.conditional(key, write)?;
@@ -1097,6 +1103,8 @@ impl OperationStore for SimStore {
         for key in keys {
             refunds.extend(t.read(&key)?);
         }
+        // As DynamoDB's Query returns them: by sort key.
+        refunds.sort_by_key(|op| op.kind.sort_key());
         Ok(refunds)
     }
 
