@@ -118,14 +118,11 @@ impl StripeSim {
         idempotency_key: Option<&str>,
         form: &[(String, String)],
     ) -> CreateStart {
-        match http::create_begin(self, idempotency_key.map(str::to_owned), form) {
-            Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
-            Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
-                sim: self.clone(),
-                ex,
-            }),
-            Ok(ex) => CreateStart::Done(finish(self, http::create_exec(self, ex))),
-        }
+        self.create_started(http::create_begin(
+            self,
+            idempotency_key.map(str::to_owned),
+            form,
+        ))
     }
 
     /// `GET /v1/payment_intents/{id}`, in process.
@@ -154,7 +151,17 @@ impl StripeSim {
         idempotency_key: Option<&str>,
         form: &[(String, String)],
     ) -> CreateStart {
-        match http::refund_begin(self, idempotency_key.map(str::to_owned), form) {
+        self.create_started(http::refund_begin(
+            self,
+            idempotency_key.map(str::to_owned),
+            form,
+        ))
+    }
+
+    /// A create begun (a PaymentIntent's or a refund's): refused at the gate, held by a
+    /// `latency` fault, or executed now.
+    fn create_started(&self, begun: Result<Executing, Reply>) -> CreateStart {
+        match begun {
             Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
             Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
                 sim: self.clone(),

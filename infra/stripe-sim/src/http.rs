@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::capacity::{Api, Limiter};
-use crate::engine::{Idem, RequestCounts, Saved};
+use crate::engine::{Engine, Idem, RequestCounts, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
 use crate::refund::RefundParams;
@@ -464,39 +464,38 @@ pub(crate) fn cancel(
     if let Some(reply) = gate(sim, Api::Cancel) {
         return Ok(reply);
     }
-    let mut guard = KeyGuard {
-        sim: sim.clone(),
-        key: None,
+    let guard = match begin_keyed(
+        sim,
+        idempotency_key.as_deref(),
+        form,
+        format!("cancel {id}"),
+    ) {
+        Ok(g) => g,
+        Err(reply) => return Ok(reply),
     };
-    if let Some(k) = &idempotency_key {
-        if k.chars().count() > 255 {
-            return Ok(Reply::error(&ApiError::idempotency_key_too_long(
-                k.chars().count(),
-            )));
-        }
-        let mut keyed = form.to_vec();
-        keyed.push(("(request)".into(), format!("cancel {id}")));
-        let now = sim.now_ms();
-        let decision = sim.engine().begin_key(k, &keyed, now);
-        match decision {
-            Idem::Proceed => guard.key = Some(k.clone()),
-            Idem::Replay(saved) => {
-                let mut r = Reply::saved(&saved, true);
-                r.headers.push(("idempotency-key", k.clone()));
-                return Ok(r);
-            }
-            Idem::Mismatch => return Ok(Reply::error(&ApiError::idempotency_mismatch(k))),
-            Idem::InFlight => return Ok(Reply::error(&ApiError::key_in_use())),
-        }
-    }
     let reason = match crate::pi::parse_cancel(form) {
         Ok(r) => r,
         Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
     };
+    commit_cancel(sim, guard, idempotency_key, |eng, now| {
+        eng.cancel(id, reason, now)
+    })
+}
+
+/// The second half of a keyed cancel (a PaymentIntent's or a refund's): `cancel` runs under the
+/// engine's lock; its refusal is answered and not saved under the key (the guard forgets it);
+/// otherwise the fault engine may answer `500` after the commit (saved so) or drop the
+/// connection after it (`Err(DropConnection)`: canceled, but no answer goes back).
+pub(crate) fn commit_cancel(
+    sim: &StripeSim,
+    mut guard: KeyGuard,
+    idempotency_key: Option<String>,
+    cancel: impl FnOnce(&mut Engine, i64) -> Result<String, ApiError>,
+) -> Result<Reply, DropConnection> {
     let now = sim.now_ms();
     let (saved, fault) = {
         let mut eng = sim.engine();
-        let json = match eng.cancel(id, reason, now) {
+        let json = match cancel(&mut eng, now) {
             Ok(json) => json,
             Err(e) => {
                 drop(eng);
@@ -507,11 +506,7 @@ pub(crate) fn cancel(
         let saved = if fault == Some(FaultKind::ServerErrorAfterCommit) {
             Saved::from_error(&ApiError::server_error())
         } else {
-            Saved {
-                status: 200,
-                body: Bytes::from(json),
-                should_retry: None,
-            }
+            Saved::ok(json)
         };
         if let Some(k) = guard.key.take() {
             eng.finish_key(&k, saved.clone(), now);
@@ -526,6 +521,44 @@ pub(crate) fn cancel(
         r.headers.push(("idempotency-key", k));
     }
     Ok(r)
+}
+
+/// The idempotency layer for a keyed request (a cancel, a refund): `Ok` with the key in flight (forgotten
+/// when the guard drops unless saved), or the final answer (replay, mismatch, in flight, too
+/// long). `request` names the endpoint, so a key used on another one is an `idempotency_error`.
+pub(crate) fn begin_keyed(
+    sim: &StripeSim,
+    key: Option<&str>,
+    form: &[(String, String)],
+    request: String,
+) -> Result<KeyGuard, Reply> {
+    let mut guard = KeyGuard {
+        sim: sim.clone(),
+        key: None,
+    };
+    let Some(k) = key else { return Ok(guard) };
+    if k.chars().count() > 255 {
+        return Err(Reply::error(&ApiError::idempotency_key_too_long(
+            k.chars().count(),
+        )));
+    }
+    let mut keyed = form.to_vec();
+    keyed.push(("(request)".into(), request));
+    let now = sim.now_ms();
+    let decision = sim.engine().begin_key(k, &keyed, now);
+    match decision {
+        Idem::Proceed => {
+            guard.key = Some(k.to_owned());
+            Ok(guard)
+        }
+        Idem::Replay(saved) => {
+            let mut r = Reply::saved(&saved, true);
+            r.headers.push(("idempotency-key", k.to_owned()));
+            Err(r)
+        }
+        Idem::Mismatch => Err(Reply::error(&ApiError::idempotency_mismatch(k))),
+        Idem::InFlight => Err(Reply::error(&ApiError::key_in_use())),
+    }
 }
 
 pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
