@@ -143,6 +143,21 @@ impl StripeSim {
         )
     }
 
+    /// `POST /v1/payment_intents/{id}/capture` with this form (`amount_to_capture`,
+    /// `metadata[...]`) and `Idempotency-Key`, in process: keyed and faulted as a cancel, its
+    /// refusal from the intent's state saved under the key.
+    pub fn capture_in_process(
+        &self,
+        id: &str,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> Outcome {
+        finish(
+            self,
+            http::capture(self, id, idempotency_key.map(str::to_owned), form),
+        )
+    }
+
     /// `POST /v1/refunds` with this form and `Idempotency-Key`, in process: faulted as a
     /// create (a `latency` fault comes back as [`CreateStart::Slow`]; create latency is for
     /// PaymentIntents only).
