@@ -4,7 +4,7 @@
 //! # Rate limits
 //! Stripe counts each named operation as its own endpoint (`POST /v1/payment_intents`,
 //! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
-//! `POST /v1/payment_intents/{id}/cancel` are four; refunds are two more: create (with cancel) and
+//! `POST /v1/payment_intents/{id}/cancel` and `POST /v1/payment_intents/{id}/capture` are five; refunds are two more: create (with cancel) and
 //! reads (retrieve with list)), each with its own limit, and every request also counts against the account's overall limit. Stripe's
 //! documented defaults (<https://docs.stripe.com/rate-limits>): 25 requests/s per endpoint, 20/s
 //! for search, 100 operations/s per live-mode account (25/s in test mode/sandboxes).
@@ -174,7 +174,7 @@ impl Capacity {
     pub const STRIPE_TEST_MODE_ACCOUNT_PER_SEC: u32 = 25;
 
     /// Stripe's documented limits (live mode): create 25/s, retrieve 25/s, search 20/s, cancel
-    /// 25/s, account 100/s, on the simulated clock, no create latency (add it with
+    /// 25/s, capture 25/s, account 100/s, on the simulated clock, no create latency (add it with
     /// [`Capacity::with_create_latency`]).
     pub fn stripe_defaults() -> Self {
         Capacity {

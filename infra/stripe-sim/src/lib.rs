@@ -11,7 +11,11 @@
 //! otherwise `400 payment_intent_unexpected_state`; keyed like creates), the Refunds API
 //! (`POST /v1/refunds`, `GET /v1/refunds/{id}`, `GET /v1/refunds`, `POST /v1/refunds/{id}/cancel`:
 //! partial refunds up to the charge, Stripe's refusals, pending, `requires_action` and
-//! late-failing refunds by test card; keyed and faulted like creates), and an
+//! late-failing refunds by test card; keyed and faulted like creates), manual capture
+//! (`capture_method=manual` waits in `requires_capture` with the card's `capture_before`;
+//! `POST /v1/payment_intents/{id}/capture`, [`StripeSim::capture_in_process`]: keyed like a cancel,
+//! its state refusals saved under the key; uncaptured intents canceled `automatic` at the earlier
+//! of 7 days and `capture_before`, on the simulated clock), and an
 //! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
 //! intent, [`StripeSim::confirm_as_customer`]).
 //!
@@ -30,7 +34,8 @@
 //! - [`clock`]: simulated clock (manual, or an external [`TimeSource`]).
 //! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
 //! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
-//! - `pi`: the PaymentIntent model, test payment methods, lazy settlement.
+//! - `pi`: the PaymentIntent model, test payment methods, lazy settlement, the hold of a manual
+//!   capture and its deadline.
 //! - `refund`: the Refund model (`POST /v1/refunds`, retrieve, list, cancel), its paths by test
 //!   payment method, lazy transitions; `engine::refunds` keeps them beside their intents.
 //! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).

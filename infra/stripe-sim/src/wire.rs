@@ -72,7 +72,7 @@ impl ApiError {
         ApiError::new(
             404,
             "invalid_request_error",
-            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, search and cancel."),
+            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, search, cancel and capture, and Refunds."),
         )
     }
 

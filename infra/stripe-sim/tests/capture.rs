@@ -683,3 +683,36 @@ async fn capture_over_http_with_capture_before_on_the_expanded_charge() {
     let counts = h.admin_get("ledger").await;
     assert_eq!(counts["requests"]["capture"], 3);
 }
+
+#[tokio::test]
+async fn the_admin_api_sets_the_expiry_window_and_the_capture_limit() {
+    let h = start_with(SimConfig {
+        start_ms: Some(T0),
+        ..SimConfig::default()
+    })
+    .await;
+    let (status, faults) = h
+        .admin_post("faults", r#"{"uncaptured_expiry_secs":60}"#)
+        .await;
+    assert_eq!(
+        (status, faults["uncaptured_expiry_ms"].as_i64()),
+        (200, Some(60_000))
+    );
+    let (status, cap) = h.admin_post("capacity", r#"{"capture_per_sec":2}"#).await;
+    assert_eq!((status, cap["capture_per_sec"].as_i64()), (200, Some(2)));
+    assert_eq!(cap["tokens"]["capture"], 2.0);
+    let created: Value = h
+        .create(None, &manual("op-1", "pm_card_visa", true))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap();
+    // Advancing the clock past the minute cancels it, before anyone reads it.
+    let (status, _) = h.admin_post("clock", r#"{"advance_secs":60}"#).await;
+    assert_eq!(status, 200);
+    assert_eq!(h.sim.ledger()[0].status, "canceled");
+    let v: Value = h.retrieve(id).await.json().await.unwrap();
+    assert_eq!(v["cancellation_reason"], "automatic");
+    assert_eq!(v["canceled_at"], T0 / 1000 + 60);
+}
