@@ -340,6 +340,53 @@ pub(crate) fn metadata_param(metadata: &mut Metadata, k: &str, v: &str) -> Resul
     }
 }
 
+/// Whether a `capture_method` asks for a manual capture (`automatic_async` captures by itself,
+/// as `automatic` does).
+fn parse_manual_capture(v: &str) -> Result<bool, ApiError> {
+    match v {
+        "automatic" | "automatic_async" => Ok(false),
+        "manual" => Ok(true),
+        _ => Err(ApiError::invalid(
+            "parameter_invalid_string",
+            "capture_method",
+            format!("Invalid capture_method: must be one of automatic, automatic_async, manual (got {v})"),
+        )),
+    }
+}
+
+/// `amount`: required, an integer of at least 1 minor unit.
+fn parse_create_amount(amount: Option<&str>) -> Result<i64, ApiError> {
+    let amount = amount.ok_or_else(|| ApiError::missing("amount"))?;
+    let parsed = amount.parse::<i64>().map_err(|_| {
+        ApiError::invalid(
+            "parameter_invalid_integer",
+            "amount",
+            format!("Invalid integer: {amount}"),
+        )
+    })?;
+    if parsed < 1 {
+        return Err(ApiError::invalid(
+            "amount_too_small",
+            "amount",
+            "Amount must be at least 1 (in the currency's smallest unit).",
+        ));
+    }
+    Ok(parsed)
+}
+
+/// `currency`: required, three ASCII letters, kept lowercase as Stripe answers it.
+fn parse_currency(currency: Option<&str>) -> Result<String, ApiError> {
+    let currency = currency.ok_or_else(|| ApiError::missing("currency"))?;
+    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Err(ApiError::invalid(
+            "parameter_invalid_string",
+            "currency",
+            format!("Invalid currency: {currency}"),
+        ));
+    }
+    Ok(currency.to_ascii_lowercase())
+}
+
 impl CreateParams {
     /// Validates the decoded form. Errors are `400`s that Stripe would not
     /// save under an idempotency key.
@@ -371,19 +418,7 @@ impl CreateParams {
                     }
                 }
                 "description" => p.description = Some(v.clone()),
-                "capture_method" => {
-                    p.manual_capture = match v.as_str() {
-                        "automatic" | "automatic_async" => false,
-                        "manual" => true,
-                        _ => {
-                            return Err(ApiError::invalid(
-                                "parameter_invalid_string",
-                                k,
-                                format!("Invalid capture_method: must be one of automatic, automatic_async, manual (got {v})"),
-                            ))
-                        }
-                    }
-                }
+                "capture_method" => p.manual_capture = parse_manual_capture(v)?,
                 _ => {
                     if metadata_param(&mut p.metadata, k, v)? {
                     } else if !IGNORED_PARAMS
@@ -399,30 +434,8 @@ impl CreateParams {
                 }
             }
         }
-        let amount = amount.ok_or_else(|| ApiError::missing("amount"))?;
-        p.amount = amount.parse::<i64>().map_err(|_| {
-            ApiError::invalid(
-                "parameter_invalid_integer",
-                "amount",
-                format!("Invalid integer: {amount}"),
-            )
-        })?;
-        if p.amount < 1 {
-            return Err(ApiError::invalid(
-                "amount_too_small",
-                "amount",
-                "Amount must be at least 1 (in the currency's smallest unit).",
-            ));
-        }
-        let currency = currency.ok_or_else(|| ApiError::missing("currency"))?;
-        if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
-            return Err(ApiError::invalid(
-                "parameter_invalid_string",
-                "currency",
-                format!("Invalid currency: {currency}"),
-            ));
-        }
-        p.currency = currency.to_ascii_lowercase();
+        p.amount = parse_create_amount(amount)?;
+        p.currency = parse_currency(currency)?;
         if p.off_session && !p.confirm {
             return Err(ApiError::invalid(
                 "parameter_invalid_string",
