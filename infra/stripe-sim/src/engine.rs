@@ -609,7 +609,8 @@ impl Engine {
 
     /// Stripe cancels an uncaptured PaymentIntent at its hold's expiry (`cancellation_reason:
     /// automatic`, the hold released): done here when it is first touched at or after that
-    /// moment, dated the moment itself, with its `payment_intent.canceled` event.
+    /// moment, dated the moment itself, with its `payment_intent.canceled` and `charge.expired`
+    /// events.
     fn expire_if_due(&mut self, at: usize, now_ms: i64) {
         let pi = &self.pis[at];
         let Some(expires) = pi.hold.as_ref().map(|h| h.expires_ms) else {
@@ -623,6 +624,13 @@ impl Engine {
         self.pis[at].cancel(Some("automatic"), expires);
         let json = self.pis[at].json_string();
         self.webhooks.emit("canceled", &json, false, expires);
+        // Stripe's event for an uncaptured charge that expired.
+        if self.webhooks.enabled() {
+            if let Some(charge) = self.charge_json(at, expires) {
+                self.webhooks
+                    .emit_object("charge.expired", &charge, expires);
+            }
+        }
     }
 
     /// Cancels every uncaptured PaymentIntent whose hold expired by `now_ms` (the clock moved).

@@ -462,7 +462,15 @@ fn an_uncaptured_intent_expires_at_its_cards_deadline_on_the_clock() {
     sim.advance(Duration::from_secs(1));
     let due = sim.take_due_webhooks();
     let types: Vec<&str> = due.iter().map(|d| d.event_type.as_str()).collect();
-    assert_eq!(types, ["payment_intent.canceled"]);
+    assert_eq!(types, ["payment_intent.canceled", "charge.expired"]);
+    let charge = due[1].event().unwrap()["data"]["object"].clone();
+    assert_eq!(
+        (
+            charge["captured"].as_bool(),
+            charge["amount_refunded"].as_i64()
+        ),
+        (Some(false), Some(1000))
+    );
     let v = due[0].event().unwrap()["data"]["object"].clone();
     assert_eq!(
         (v["id"].as_str(), v["cancellation_reason"].as_str()),
