@@ -29,6 +29,16 @@
 //!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
 //!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
 //!
+//! A refund event (`refund.created`, `refund.updated`, `refund.failed`,
+//! `charge.refund.updated`) takes the same steps with its refund: found among the order's refunds
+//! by `metadata.order_id` and `metadata.operation_id` (the order's partition, strongly
+//! consistent; a settled refund too, which the unknown index no longer lists), the refund
+//! retrieved at Stripe, and [`charge_core::refund_event_plan::decide`] deciding: an unsettled
+//! refund settles through the executor's shell on the refund plan's own rules
+//! ([`crate::executor::apply_refund_event`]); a succeeded refund that Stripe says failed later
+//! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
+//! on the charge, [`Reception::RefundFailedLater`]); every other contradiction pages, unwritten.
+//!
 //! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
 //! charge function holding the lease, the invocation's time running out), the inbox entry is
 //! forgotten and the answer asks for a retry (non-2xx, or a failed invocation), so Stripe's or
