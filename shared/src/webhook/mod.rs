@@ -307,7 +307,8 @@ async fn accept(
     // (tracing documents that as giving wrong traces under concurrency); the rest is instrumented.
     if let (Some(refund), true) = (&event.refund, event.is_handled()) {
         let refund = refund.clone();
-        report.reception = accept_refund(deps, &event.id, refund, budget, &mut report, &span).await;
+        let calls = &mut report.gateway_calls;
+        report.reception = accept_refund(deps, &event.id, refund, budget, calls, &span).await;
         return report;
     }
     let (intent, order_id, operation_id) = {
@@ -352,7 +353,7 @@ async fn accept_refund(
     event_id: &str,
     refund: EventRefund,
     budget: Option<Duration>,
-    report: &mut WebhookReport,
+    gateway_calls: &mut u32,
     span: &tracing::Span,
 ) -> Reception {
     let (Some(order_id), Some(operation_id)) = (refund.order_id.clone(), refund.operation_id)
@@ -372,7 +373,7 @@ async fn accept_refund(
         operation_id,
         refund,
     };
-    let acting = act_refund(deps, &target, &mut report.gateway_calls);
+    let acting = act_refund(deps, &target, gateway_calls);
     admitted(deps, event_id, budget, acting)
         .instrument(op_span)
         .await
