@@ -1513,6 +1513,12 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             ("Function", "webhook"),
         ),
         ("AWS/Lambda", "Errors", ("FunctionName", "WebhookFunction")),
+        // A refund Stripe failed after it succeeded: the customer was told wrongly.
+        (
+            "ChargeOnce",
+            "RefundFailedAfterSuccess",
+            ("Function", "webhook"),
+        ),
         // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
         (

@@ -272,6 +272,20 @@ pub enum RefundCreated {
     ChargeRefused(Option<(Operation, Guard)>),
 }
 
+/// How a late failure's `last_error` begins, Stripe's `failure_reason` after it: the record
+/// itself says it failed after succeeding ([`failed_later_reason`]), so the outbox can say so
+/// from the stream's image alone, on every replay.
+pub const FAILED_LATER_PREFIX: &str = "refund failed after it succeeded: ";
+
+/// Stripe's `failure_reason` when `op` is a refund that failed after it succeeded
+/// ([`RefundFailedLater`]); `None` for every other record.
+pub fn failed_later_reason(op: &Operation) -> Option<&str> {
+    if op.status != OperationStatus::Failed || op.params.refund().is_none() {
+        return None;
+    }
+    op.last_error.as_deref()?.strip_prefix(FAILED_LATER_PREFIX)
+}
+
 /// The one change of a settled record: a succeeded refund that Stripe says failed later. Its
 /// reservation goes back in the same write ([`RefundFailedLater::release`]); it stays out of the
 /// index (settled), and the outbox publishes `RefundFailed`.
@@ -286,10 +300,7 @@ impl Transition for RefundFailedLater {
 
     fn change(&self, op: &mut Operation) {
         op.status = OperationStatus::Failed;
-        op.last_error = Some(format!(
-            "refund failed after it succeeded: {}",
-            self.failure_reason
-        ));
+        op.last_error = Some(format!("{FAILED_LATER_PREFIX}{}", self.failure_reason));
         op.updated_at = self.now;
     }
 }
