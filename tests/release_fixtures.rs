@@ -303,6 +303,8 @@ async fn resolve_failed(store: &DynamoStore, op: &Operation, now: Timestamp) -> 
             status: OperationStatus::Failed,
             external_id: None,
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: now,
                 audit,

@@ -404,19 +404,27 @@ impl Transition for Reschedule {
 
 impl Transition for ManualResolution {
     fn guards(&self) -> Vec<Guard> {
-        vec![
+        let mut guards = vec![
             Guard::Settles(self.status),
             Guard::IsOperation(self.operation_id),
             Guard::Unsettled,
             Guard::UpdatedAt(self.expected_updated_at),
             Guard::NoLeaseAfter(self.guard.lease_cutoff),
-        ]
+        ];
+        // Only a refund holds a reservation to give back: a charge's resolution never releases.
+        if self.release.is_some() {
+            guards.push(Guard::IsRefund);
+        }
+        guards
     }
 
     fn change(&self, op: &mut Operation) {
         op.status = self.status;
         if let Some(id) = &self.external_id {
             op.external_id = Some(id.clone());
+        }
+        if let Some(id) = &self.stripe_refund_id {
+            op.stripe_refund_id = Some(id.clone());
         }
         op.history.push(self.guard.audit.clone());
         // The review evidence moves into the history entry (the caller copied it there).
