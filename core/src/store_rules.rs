@@ -472,6 +472,55 @@ mod tests {
         );
     }
 
+    /// An operator's resolution that gives a reservation back is a refund's only: over a charge
+    /// it is refused (a charge holds reservations, it never gives one back); the twin, the same
+    /// resolution without a release, settles the charge.
+    #[test]
+    fn only_a_refund_s_resolution_gives_a_reservation_back() {
+        use crate::operation::AuditEntry;
+        use crate::store::{OperatorGuard, ReleaseRefund};
+        let op = testing::order("ord-rules")
+            .status(OperationStatus::Unknown)
+            .build();
+        let with_release = ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status: OperationStatus::Failed,
+            external_id: None,
+            expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: Some(ReleaseRefund {
+                charge: op.key().charge_of_order(),
+                amount: op.params.amount(),
+                now: T0,
+            }),
+            guard: OperatorGuard {
+                lease_cutoff: T0,
+                audit: AuditEntry {
+                    action: "resolve_failed".into(),
+                    previous_status: OperationStatus::Unknown,
+                    new_status: OperationStatus::Failed,
+                    note: "n".into(),
+                    at: T0,
+                    caller: "arn".into(),
+                    label: None,
+                    forced: None,
+                    review: None,
+                    replaced_external_id: None,
+                },
+            },
+        };
+        assert_eq!(apply(&op, &with_release), Err(Guard::IsRefund));
+        let without = ManualResolution {
+            release: None,
+            ..with_release
+        };
+        assert_eq!(
+            apply(&op, &without).unwrap().status,
+            OperationStatus::Failed
+        );
+    }
+
     #[test]
     #[cfg(debug_assertions)]
     #[should_panic(expected = "an unsettled outcome (unknown) without a due time")]

@@ -1028,17 +1028,6 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
         store.get(&refund.key()).await.unwrap(),
         Some(refund.clone())
     );
-    // A release with a charge's resolution: refused by the refund guard, nothing given back.
-    let current = store.get(&charge.key()).await.unwrap().unwrap();
-    let mut on_charge = refund_resolution(&refund, OperationStatus::Failed, true);
-    on_charge.key = current.key();
-    on_charge.operation_id = current.operation_id;
-    on_charge.expected_updated_at = current.updated_at;
-    assert!(matches!(
-        store.resolve(&on_charge).await.unwrap(),
-        Recorded::Refused(Some(_))
-    ));
-    assert_eq!(reserved(&store, &charge).await, 400);
     // The refund as read: failed, its Stripe id recorded, the 400 back, out of the index.
     let req = refund_resolution(&refund, OperationStatus::Failed, true);
     let Recorded::Written(written) = store.resolve(&req).await.unwrap() else {

@@ -91,7 +91,10 @@ pub enum Command {
     /// confirm it) unless --cancel-intent cancels it at Stripe first; and while the last attempt
     /// is younger than an hour (Stripe search may lag that much). --force "<reason>" overrides a
     /// failed check, with the
-    /// reason kept on the record. The record's review reason moves into the history entry. Refused if the record changed since it
+    /// reason kept on the record. A refund (--succeeded re_... or --failed) is read at Stripe by
+    /// the charge function's rules (retrieved by its recorded id, else found in its
+    /// PaymentIntent's refunds by metadata.operation_id) and resolved only as Stripe holds it;
+    /// failed gives its reservation back to the charge; --force does not apply. The record's review reason moves into the history entry. Refused if the record changed since it
     /// was read (or since --expect-version), if it is settled, or while a lease may be live. The
     /// action is appended to the record's history with your IAM identity.
     Resolve(ResolveArgs),

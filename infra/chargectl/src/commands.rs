@@ -884,13 +884,7 @@ async fn resolve_refund(
         None => (OperationStatus::Failed, None),
     };
     let caller = caller(deps.identity).await?;
-    let read = match refund_plan::operator_step(op) {
-        Some(RefundStep::Retrieve(id)) => {
-            OperatorRead::Retrieved(deps.gateway.retrieve_refund(&id).await)
-        }
-        Some(RefundStep::List(pi)) => OperatorRead::Listed(deps.gateway.list_refunds(&pi).await),
-        _ => OperatorRead::Listed(Ok(Vec::new())),
-    };
+    let read = read_refund_at_stripe(deps.gateway, op, &what).await?;
     let now = deps.clock.now();
     let policy = plan::ChargePolicy::default();
     let confirmed = refund_plan::confirm_by_hand(op, claimed, claimed_id, read, now, &policy)
@@ -940,22 +934,59 @@ async fn resolve_refund(
         Recorded::Written(written) => written,
         Recorded::Refused(current) => return Err(refused_write(op, current, now, "changed")),
     };
+    let released = confirmed.release.then(|| render::money(op));
+    print_refund_resolution(console, op, &written, released, &audit)
+}
+
+/// Where an operator's check of a refund reads at Stripe ([`refund_plan::operator_step`]): the
+/// refund by its recorded id, else the intent's refunds.
+async fn read_refund_at_stripe(
+    gateway: &dyn PaymentGateway,
+    op: &Operation,
+    what: &str,
+) -> Result<OperatorRead, Failure> {
+    Ok(match refund_plan::operator_step(op) {
+        Some(RefundStep::Retrieve(id)) => {
+            OperatorRead::Retrieved(gateway.retrieve_refund(&id).await)
+        }
+        Some(RefundStep::List(pi)) => OperatorRead::Listed(gateway.list_refunds(&pi).await),
+        // Only a record that is not a refund's has no intent to read (never a create).
+        Some(RefundStep::Create) | None => {
+            return Err(Failure::Refused(format!(
+                "operation {} ({what}) names no PaymentIntent to read its refunds from; nothing \
+                 changed",
+                op.operation_id
+            )))
+        }
+    })
+}
+
+/// What a refund's resolution did: the transition, its Stripe id, the amount given back to the
+/// charge (`released`), and the history entry.
+fn print_refund_resolution(
+    console: &mut Console<'_>,
+    read: &Operation,
+    written: &Operation,
+    released: Option<String>,
+    audit: &AuditEntry,
+) -> Result<(), Failure> {
     let stripe_id = written
         .stripe_refund_id
         .as_deref()
         .map(|id| format!(" (Stripe refund {id})"))
         .unwrap_or_default();
-    let released = if confirmed.release {
-        format!("; {} given back to the charge", render::money(op))
-    } else {
-        String::new()
-    };
+    let released = released
+        .map(|money| format!("; {money} given back to the charge"))
+        .unwrap_or_default();
     writeln!(
         console.out,
-        "operation {} ({what}): {} -> {}{stripe_id}{released}",
-        written.operation_id, op.status, written.status,
+        "operation {} ({}): {} -> {}{stripe_id}{released}",
+        written.operation_id,
+        describe(written),
+        read.status,
+        written.status,
     )?;
-    writeln!(console.out, "history: {}", render::history_line(&audit))?;
+    writeln!(console.out, "history: {}", render::history_line(audit))?;
     Ok(())
 }
 
