@@ -488,7 +488,7 @@ mod tests {
     }
 
     /// An operator's claim against Stripe's answer: (the record, the claim, what was read) →
-    /// confirmed as (status, release), or refused with a reason containing `refused`.
+    /// confirmed as (status, release), or refused with its reason.
     #[test]
     fn an_operator_s_claim_is_confirmed_only_as_stripe_holds_it() {
         use OperatorRead::{Listed, Retrieved};
@@ -504,15 +504,18 @@ mod tests {
             r
         };
         let re = |id: &str| StripeRefundId::parse(id).unwrap();
+        // Confirmed as (status, release), or refused with a reason containing the text.
         type Want = Result<(OperationStatus, bool), &'static str>;
-        let rows: Vec<(
-            &str,
-            &Operation,
+        // (says, the record, the claim, the id claimed, what was read, the answer).
+        type Row<'a> = (
+            &'static str,
+            &'a Operation,
             OperationStatus,
             Option<StripeRefundId>,
             OperatorRead,
             Want,
-        )> = vec![
+        );
+        let rows: Vec<Row> = vec![
             (
                 "retrieved succeeded, claimed succeeded",
                 &known,
