@@ -1973,6 +1973,8 @@ fn the_webhook_role_settles_and_remembers_events_only_and_its_inbox_expires() {
     // and the forget after a failure. Nothing else, but:
     let always = [
         p("dynamodb:GetItem", "OperationsTable"),
+        // A refund event's operation, among its order's refunds.
+        p("dynamodb:Query", "OperationsTable"),
         p("dynamodb:UpdateItem", "OperationsTable"),
         p("dynamodb:PutItem", "WebhookInboxTable"),
         p("dynamodb:DeleteItem", "WebhookInboxTable"),
