@@ -122,3 +122,48 @@ async fn a_wrong_table_or_queue_is_named_in_the_error() {
         .await
         .expect("the queue that exists takes it");
 }
+
+/// One refund record this release cannot read (a hand edit removed its amount) is left out of
+/// the order's refunds, not allowed to hide the others or fail the list; its twin: readable, it
+/// is listed.
+#[tokio::test]
+async fn an_unreadable_refund_is_left_out_of_the_order_s_refunds() {
+    use std::sync::Arc;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use testkit::store_contract::{refund_of, succeeded_charge};
+
+    let dynamo = testkit::aws::fresh_store().await;
+    let table = dynamo.table().to_owned();
+    let store: Arc<dyn OperationStore> = Arc::new(dynamo);
+    let charge = succeeded_charge(&store, "dyn-refunds-unreadable", 1000).await;
+    for id in ["r-a", "r-b"] {
+        let current = store.get(&charge.key()).await.unwrap().unwrap();
+        let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
+        store.create_refund(&refund, &reserve).await.unwrap();
+    }
+    let listed = |ops: Vec<charge_once::Operation>| -> Vec<String> {
+        ops.iter().map(|op| op.kind.sort_key()).collect()
+    };
+    let refunds = store.refunds_of(&charge.order_id).await.unwrap();
+    assert_eq!(listed(refunds), ["refund#r-a", "refund#r-b"]);
+    let client = aws_sdk_dynamodb::Client::new(&testkit::aws::sdk_config().await);
+    client
+        .update_item()
+        .table_name(&table)
+        .key(
+            "pk",
+            AttributeValue::S(format!("ORDER#{}", charge.order_id)),
+        )
+        .key("sk", AttributeValue::S("refund#r-a".into()))
+        .update_expression("REMOVE amount")
+        .send()
+        .await
+        .unwrap();
+    let refunds = store.refunds_of(&charge.order_id).await.unwrap();
+    assert_eq!(
+        listed(refunds),
+        ["refund#r-b"],
+        "the unreadable one left out"
+    );
+}

@@ -105,9 +105,18 @@ fn from_refund(
     now: Timestamp,
     policy: &ChargePolicy,
 ) -> RefundDecision {
-    if let Some(fact) = refund_mismatch(op, &refund) {
+    // Once a refund is recorded, only that refund settles the operation: a second one carrying
+    // our operation id (an event's retrieve can name one) must not settle, or release, it.
+    let other = op
+        .stripe_refund_id
+        .as_ref()
+        .filter(|id| **id != refund.id)
+        .map(|id| format!("it is not {id}, the one recorded"));
+    if let Some(why) =
+        other.or_else(|| refund_mismatch(op, &refund).map(|fact| format!("{fact} differs")))
+    {
         let reason = format!(
-            "{}: refund {} is not this operation's ({fact} differs)",
+            "{}: refund {} is not this operation's ({why})",
             ReviewClass::RefundMismatch.as_str(),
             refund.id
         );
@@ -819,6 +828,21 @@ mod tests {
                     Answer::One(Ok(stripe(&op, "succeeded"))),
                     "retrieve_refund",
                     Succeeded,
+                )
+            },
+            Row {
+                review: Some(ReviewClass::RefundMismatch),
+                ..row(
+                    "id known, Stripe's answer is another refund with our operation id: review, \
+                     nothing released, the recorded id kept",
+                    &known,
+                    T0.plus(HOUR),
+                    Answer::One(Ok(StripeRefund {
+                        id: StripeRefundId::parse("re_2").unwrap(),
+                        ..stripe(&op, "failed")
+                    })),
+                    "retrieve_refund",
+                    Unknown,
                 )
             },
             Row {

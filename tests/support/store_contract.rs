@@ -637,7 +637,11 @@ pub async fn count_in_review_counts_the_review_partition_by_pages(store: Arc<dyn
 }
 
 /// A succeeded charge of `amount` for `order`, with its intent, written to `store`.
-async fn succeeded_charge(store: &Arc<dyn OperationStore>, order: &str, amount: i64) -> Operation {
+pub async fn succeeded_charge(
+    store: &Arc<dyn OperationStore>,
+    order: &str,
+    amount: i64,
+) -> Operation {
     let mut op = operation(order, amount, T0);
     op.status = OperationStatus::Succeeded;
     op.external_id = Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap());
@@ -649,7 +653,7 @@ async fn succeeded_charge(store: &Arc<dyn OperationStore>, order: &str, amount: 
 }
 
 /// The refund `refund_id` of `amount` (all that is left when `None`) against `charge` as read.
-fn refund_of(
+pub fn refund_of(
     charge: &Operation,
     refund_id: &str,
     amount: Option<i64>,

@@ -550,12 +550,7 @@ fn unauthenticated() -> Reply {
 
 /// A 503, counted: one `CheckoutUnavailable` EMF line (with what failed, `store` or `queue`).
 pub(crate) fn unavailable(deps: &Checkout, cause: &str) -> Reply {
-    deps.metrics.emit(charge_once::telemetry::emf_line_classed(
-        "checkout",
-        ("Cause", cause),
-        deps.clock.now(),
-        &[("CheckoutUnavailable", 1.0, "Count")],
-    ));
+    count_unavailable(deps, cause);
     let mut reply = error(
         503,
         "temporarily_unavailable",
@@ -564,6 +559,16 @@ pub(crate) fn unavailable(deps: &Checkout, cause: &str) -> Reply {
     );
     reply.header = Some((RETRY_AFTER, "2"));
     reply
+}
+
+/// One `CheckoutUnavailable` EMF line: `cause` (`store` or `queue`) failed this request.
+pub(crate) fn count_unavailable(deps: &Checkout, cause: &str) {
+    deps.metrics.emit(charge_once::telemetry::emf_line_classed(
+        "checkout",
+        ("Cause", cause),
+        deps.clock.now(),
+        &[("CheckoutUnavailable", 1.0, "Count")],
+    ));
 }
 
 #[cfg(test)]
@@ -1233,6 +1238,45 @@ mod tests {
         async fn send(&self, _: &QueuedCharge) -> Result<(), charge_once::ports::QueueError> {
             Err(charge_once::ports::QueueError::new("connection refused"))
         }
+    }
+
+    /// A refund written before the queue failed is accepted (202, `queued: false`, counted):
+    /// the reconciler re-sends it, and an error would invite a retry under a new refund id (a
+    /// second refund). Its twin: with the queue up, `queued: true`.
+    #[tokio::test]
+    async fn a_refund_recorded_while_the_queue_is_down_is_accepted_and_counted() {
+        let mut f = fixture();
+        charged(&f).await;
+        let metrics = Arc::new(charge_once::telemetry::CapturedMetrics::new());
+        f.deps.metrics = metrics.clone();
+        let up = f.deps.queue.clone();
+        f.deps.queue = Arc::new(DownQueue);
+        let (status, body) = call(&f, refund_event("r-down", json!({"amount": 400}))).await;
+        assert_eq!(
+            (status, body["queued"].as_bool(), body["status"].as_str()),
+            (202, Some(false), Some("pending")),
+            "{body}"
+        );
+        assert_eq!(reserved(&f), 400, "recorded and reserved");
+        let unavailable = || {
+            metrics.sum(
+                "CheckoutUnavailable",
+                &[("Function", "checkout"), ("Cause", "queue")],
+            )
+        };
+        assert_eq!(unavailable(), 1.0);
+        // The same request again, the queue still down: the same refund, nothing more reserved.
+        let (status, again) = call(&f, refund_event("r-down", json!({"amount": 400}))).await;
+        assert_eq!((status, again["queued"].as_bool()), (200, Some(false)));
+        assert_eq!(again["operation_id"], body["operation_id"]);
+        assert_eq!(reserved(&f), 400);
+        // The queue back: the same request sends it.
+        f.deps.queue = up;
+        let before = f.queue.len();
+        let (status, sent) = call(&f, refund_event("r-down", json!({"amount": 400}))).await;
+        assert_eq!((status, sent["queued"].as_bool()), (200, Some(true)));
+        assert_eq!(f.queue.len(), before + 1);
+        assert_eq!(unavailable(), 2.0, "the second try counted, the third not");
     }
 
     #[tokio::test]

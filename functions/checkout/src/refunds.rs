@@ -27,7 +27,8 @@ use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
 use crate::handler::{
-    created_by, error, invalid, json_object, unavailable, Answer, Checkout, Reply,
+    count_unavailable, created_by, error, invalid, json_object, unavailable, Answer, Checkout,
+    Reply,
 };
 
 /// How many times a refund is decided again when its charge moved between the read and the write
@@ -219,36 +220,44 @@ async fn existing_refund(
             None,
         ));
     }
+    let mut body = summary(&existing);
     if existing.first_attempted_at.is_none() && !existing.status.is_settled() {
-        send(deps, &existing).await?;
+        body["queued"] = Value::Bool(send(deps, &existing).await);
     }
-    Ok(reply(200, summary(&existing)))
+    Ok(reply(200, body))
 }
 
 async fn queued(deps: &Checkout, op: Operation) -> Answer {
     tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
-    send(deps, &op).await?;
+    let sent = send(deps, &op).await;
     info!(
         status = 202,
         amount = op.params.amount().minor_units(),
-        "refund recorded and queued"
+        queued = sent,
+        "refund recorded"
     );
+    let mut body = summary(&op);
+    body["queued"] = Value::Bool(sent);
     Ok(Reply {
         logged: true,
-        ..reply(202, summary(&op))
+        ..reply(202, body)
     })
 }
 
-async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
-    deps.queue
-        .send(&QueuedCharge::first(op))
-        .await
-        .map_err(|e| {
-            // Written and `pending`: the same request again re-sends it, and the reconciler does
-            // after the grace period if nobody does.
-            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable");
-            unavailable(deps, "queue")
-        })
+/// Sends the refund's message; false when the queue is down. The refund is recorded by then
+/// (its amount reserved on the charge), so it is accepted all the same: the reconciler sends a
+/// `pending` refund's message again after the grace period, and the same request again sends it
+/// too. An error answer here would invite a retry under a *new* refund id, which is a second
+/// refund. Counted as `CheckoutUnavailable` (`queue`), as a charge's 503 is.
+async fn send(deps: &Checkout, op: &Operation) -> bool {
+    match deps.queue.send(&QueuedCharge::first(op)).await {
+        Ok(()) => true,
+        Err(e) => {
+            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends the refund");
+            count_unavailable(deps, "queue");
+            false
+        }
+    }
 }
 
 fn summary(op: &Operation) -> Value {

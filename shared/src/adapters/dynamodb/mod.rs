@@ -380,6 +380,9 @@ impl DynamoStore {
         for _ in 0..4 {
             self.calls.write();
         }
+        // No ClientRequestToken of ours: the SDK fills one in once per call, before its retry
+        // loop, so a retry of a transaction that committed is answered as committed. Across
+        // calls the fence (the lease, the status) refuses a second write.
         let result = self
             .client
             .transact_write_items()
@@ -609,7 +612,22 @@ impl OperationStore for DynamoStore {
                 .await
                 .map_err(|e| self.sdk_error("Query refunds", e))?;
             for item in out.items() {
-                refunds.push(operation_from_item(item)?);
+                // One refund this release cannot read must not hide the order's others (nor
+                // fail a status answer or an event's lookup): it is logged with its key and
+                // reason and left out. The reconciler's index read counts it (UnreadableRecords)
+                // while it is unsettled.
+                match operation_from_item(item) {
+                    Ok(op) => refunds.push(op),
+                    Err(e) => tracing::error!(
+                        pk = %pk,
+                        sk = item
+                            .get(schema::SK)
+                            .and_then(|v| v.as_s().ok())
+                            .map_or("?", String::as_str),
+                        reason = %crate::telemetry::ErrorChain(&e),
+                        "unreadable refund record left out of the order's refunds"
+                    ),
+                }
             }
             match out.last_evaluated_key() {
                 Some(last) => start = Some(last.clone()),

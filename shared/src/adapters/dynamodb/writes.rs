@@ -312,8 +312,10 @@ impl Update for RefundFailedLater {
         e.set(STATUS, attr_s(OperationStatus::Failed.as_str()));
         e.set(
             LAST_ERROR,
+            // The prefix the outbox reads `failed_after_success` from: one constant.
             attr_s(&format!(
-                "refund failed after it succeeded: {}",
+                "{}{}",
+                store_rules::FAILED_LATER_PREFIX,
                 self.failure_reason
             )),
         );
