@@ -349,12 +349,10 @@ mod tests {
             let refund = StripeEvent::parse(body.as_bytes()).unwrap().refund.unwrap();
             assert!(matches!(refund.status, RefundStatus::Other(_)), "{object}");
         }
-        for (bad, says) in [
-            (&br#"{"id":"evt_r","type":"refund.failed","data":{"object":{"id":"pi_1","status":"failed"}}}"#[..], "data.object.id: "),
-        ] {
-            let e = StripeEvent::parse(bad).unwrap_err();
-            assert!(e.0.contains(says), "{}: {e}", String::from_utf8_lossy(bad));
-        }
+        // An object that is not a refund (its id) makes the event unreadable.
+        let bad = br#"{"id":"evt_r","type":"refund.failed","data":{"object":{"id":"pi_1","status":"failed"}}}"#;
+        let e = StripeEvent::parse(bad).unwrap_err();
+        assert!(e.0.contains("data.object.id: "), "{e}");
     }
 
     /// Only the fields used are read: the rest of any shape is skipped; under a type we do not
