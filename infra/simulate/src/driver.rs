@@ -648,7 +648,8 @@ impl Pipeline {
                 .collect();
             let retries = late.iter().map(|(i, o)| self.resubmit(*i, o)).collect();
             run_all(&self.scheduler, retries).await;
-            self.ask_due_refunds(self.group.load(Ordering::Relaxed)).await;
+            self.ask_due_refunds(self.group.load(Ordering::Relaxed))
+                .await;
             run_all(&self.scheduler, submissions).await;
             self.end_group(&mut last_tick, counts).await?;
             if progress && next % (chunk * 64) < chunk {
@@ -661,7 +662,8 @@ impl Pipeline {
         // The refund requests of the last groups, a group's second apart, as if orders went on.
         while self.refunds_waiting() {
             self.stripe.sync_clock(&self.clock).await?;
-            self.ask_due_refunds(self.group.load(Ordering::Relaxed)).await;
+            self.ask_due_refunds(self.group.load(Ordering::Relaxed))
+                .await;
             self.end_group(&mut last_tick, counts).await?;
         }
         Ok(last_tick)

@@ -1160,7 +1160,12 @@ impl Wired {
                 })
             });
         let refund_ledger = (args.refund_rate > 0.0)
-            .then(|| world.stripe.local_sim().map(|s| report::RefundLedger::new(s.refund_ledger())))
+            .then(|| {
+                world
+                    .stripe
+                    .local_sim()
+                    .map(|s| report::RefundLedger::new(s.refund_ledger()))
+            })
             .flatten();
         let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours)
             .with_refunds(refund_ledger);
@@ -1246,7 +1251,16 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
-        judge_refunds(args, world, pipeline, judge, report, (i, &order), record.as_ref()).await?;
+        judge_refunds(
+            args,
+            world,
+            pipeline,
+            judge,
+            report,
+            (i, &order),
+            record.as_ref(),
+        )
+        .await?;
     }
     Ok(planned)
 }
@@ -1272,11 +1286,12 @@ async fn judge_refunds(
         let key = OperationKey::refund(order_id.clone(), charge_once::RefundId::parse(&refund_id)?);
         records.extend(world.backing.store.get(&key).await?);
     }
-    let published = world
-        .backing
-        .sim_store
-        .as_ref()
-        .map(|s| records.iter().map(|r| s.published(&r.operation_id)).collect());
+    let published = world.backing.sim_store.as_ref().map(|s| {
+        records
+            .iter()
+            .map(|r| s.published(&r.operation_id))
+            .collect()
+    });
     let accepted = pipeline.refund_answers.accepted_of(&order.order_id);
     let of = report::OrderRefunds {
         charge,
@@ -1315,16 +1330,26 @@ fn note_refunds(report: &mut Report, args: &SimulateArgs, world: &World, pipelin
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     let (over_writes, first_over) = world.backing.sim_store.as_ref().map_or((0, None), |s| {
-        let first = s.first_over_reserved.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let first = s
+            .first_over_reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         (s.over_reserved_writes.load(Ordering::Relaxed), first)
     });
     r.over_reserved_writes = over_writes;
     r.over_refunds += over_writes + r.refused_over;
     if report.first_violation.is_none() {
         report.first_violation = match (first_over, first_refused, changed) {
-            (Some(order), _, _) => Some(format!("over-refund: a write reserved past the charge: order {order}")),
-            (None, Some(order), _) => Some(format!("over-refund: Stripe refused a refund as over what is left: order {order}")),
-            (None, None, n) if n > 0 => Some(format!("double refund: {n} refund id(s) answered with two operations")),
+            (Some(order), _, _) => Some(format!(
+                "over-refund: a write reserved past the charge: order {order}"
+            )),
+            (None, Some(order), _) => Some(format!(
+                "over-refund: Stripe refused a refund as over what is left: order {order}"
+            )),
+            (None, None, n) if n > 0 => Some(format!(
+                "double refund: {n} refund id(s) answered with two operations"
+            )),
             _ => None,
         };
     }

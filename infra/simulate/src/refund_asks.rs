@@ -112,7 +112,10 @@ pub fn plan(seed: u64, index: u64, order_id: &str, charged: i64, rate: f64) -> O
     let wave = &mut plan.waves[0];
     wave.push(ask("part-1", Some(first)));
     for k in 2..=rng.random_range(1..=3u32) {
-        wave.push(ask(&format!("part-{k}"), Some(rng.random_range(1..=quarter))));
+        wave.push(ask(
+            &format!("part-{k}"),
+            Some(rng.random_range(1..=quarter)),
+        ));
     }
     if rng.random_bool(0.4) {
         wave.push(ask("part-1", Some(first)));

@@ -44,9 +44,9 @@ use charge_once::{Operation, OperationId, OperationStatus};
 use serde::Serialize;
 
 use super::driver::Order;
-use crate::fx::FxHashMap;
 use super::store::Published;
 use super::stripe::{Ledger, LedgerRow};
+use crate::fx::FxHashMap;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -182,6 +182,9 @@ pub struct Report {
 /// - `unconverged`: a refund record neither settled nor in review at the end;
 /// - `record_mismatches`: a refund record that disagrees with Stripe (`succeeded` without its
 ///   succeeded refund there, `failed` while Stripe holds one not failed);
+/// - `needless_reviews`: a refund in review for anything but a refund stuck at Stripe past the
+///   bound (`stuck_refund`): nothing else in the simulation needs a person (Stripe refuses no
+///   refund a right reservation asks for);
 /// - `orphans`: refunds at Stripe that no refund record accounts for;
 /// - `event_mismatches`: a settled refund whose outcome event was not published, or that
 ///   published an outcome its record does not hold.
@@ -214,6 +217,7 @@ pub struct RefundReport {
     pub lost_refunds: u64,
     pub unconverged: u64,
     pub record_mismatches: u64,
+    pub needless_reviews: u64,
     pub orphans: u64,
     pub event_mismatches: u64,
     /// Whether Stripe's refunds could be read (Stripe in this process).
@@ -228,6 +232,7 @@ impl RefundReport {
             && self.lost_refunds == 0
             && self.unconverged == 0
             && self.record_mismatches == 0
+            && self.needless_reviews == 0
             && self.orphans == 0
             && self.event_mismatches == 0
     }
@@ -262,11 +267,15 @@ impl RefundReport {
             s,
             "  refund calls    {} to Stripe; errors met: {}",
             self.stripe_calls,
-            if errors.is_empty() { "none".to_owned() } else { errors.join(", ") }
+            if errors.is_empty() {
+                "none".to_owned()
+            } else {
+                errors.join(", ")
+            }
         );
         let _ = writeln!(
             s,
-            "  refund invariants double refunds {}  over-refunds {} (over-reserved writes {}, refused by Stripe as over {})  reservation mismatches {}  lost refunds {}  unconverged {}  record mismatches {}  orphan refunds {}  event mismatches {}",
+            "  refund invariants double refunds {}  over-refunds {} (over-reserved writes {}, refused by Stripe as over {})  reservation mismatches {}  lost refunds {}  unconverged {}  record mismatches {}  needless reviews {}  orphan refunds {}  event mismatches {}",
             self.double_refunds,
             self.over_refunds,
             self.over_reserved_writes,
@@ -275,6 +284,7 @@ impl RefundReport {
             self.lost_refunds,
             self.unconverged,
             self.record_mismatches,
+            self.needless_reviews,
             self.orphans,
             self.event_mismatches
         );
@@ -578,16 +588,20 @@ impl<'a> Judge<'a> {
             self.reservation(report, order, charge, of.records);
         }
         for (refund_id, accepted) in of.accepted {
-            let record = of
-                .records
-                .iter()
-                .find(|r| r.kind.refund_id().is_some_and(|id| id.as_str() == refund_id));
+            let record = of.records.iter().find(|r| {
+                r.kind
+                    .refund_id()
+                    .is_some_and(|id| id.as_str() == refund_id)
+            });
             let lost = match record {
                 None => true,
                 Some(r) if r.operation_id.to_string() != accepted.operation_id => true,
-                Some(r) if r.status == OperationStatus::Failed => self.refunds.as_ref().is_some_and(
-                    |l| !l.of_operation(&r.operation_id.to_string()).any(|s| !holds(&s.status)),
-                ),
+                Some(r) if r.status == OperationStatus::Failed => {
+                    self.refunds.as_ref().is_some_and(|l| {
+                        !l.of_operation(&r.operation_id.to_string())
+                            .any(|s| !holds(&s.status))
+                    })
+                }
                 Some(_) => false,
             };
             if lost {
@@ -610,6 +624,15 @@ impl<'a> Judge<'a> {
             rr.unconverged += 1;
             violated(report, order, "refund unconverged");
         }
+        let stuck = r.review.as_ref().is_some_and(|v| {
+            v.reason
+                .starts_with(charge_once::executor::ReviewClass::StuckRefund.as_str())
+        });
+        if r.review.is_some() && !stuck {
+            report.refunds.needless_reviews += 1;
+            let reason = r.review.as_ref().map_or("", |v| v.reason.as_str());
+            violated(report, order, &format!("needless refund review ({reason})"));
+        }
         let Some(ledger) = &self.refunds else { return };
         let op = r.operation_id.to_string();
         let at_stripe: Vec<&stripe_sim::RefundEntry> = ledger.of_operation(&op).collect();
@@ -621,7 +644,9 @@ impl<'a> Judge<'a> {
         let agrees = match r.status {
             OperationStatus::Succeeded => at_stripe.iter().any(|s| {
                 s.status == "succeeded"
-                    && r.stripe_refund_id.as_ref().is_some_and(|id| id.as_str() == s.id)
+                    && r.stripe_refund_id
+                        .as_ref()
+                        .is_some_and(|id| id.as_str() == s.id)
             }),
             OperationStatus::Failed => at_stripe.iter().all(|s| !holds(&s.status)),
             _ => true,
@@ -634,7 +659,13 @@ impl<'a> Judge<'a> {
 
     /// The charge's reservation is the sum of its refunds not failed, within what was charged;
     /// and Stripe holds no more refunded than was charged.
-    fn reservation(&self, report: &mut Report, order: &Order, charge: &Operation, records: &[Operation]) {
+    fn reservation(
+        &self,
+        report: &mut Report,
+        order: &Order,
+        charge: &Operation,
+        records: &[Operation],
+    ) {
         let charged = charge.params.amount().minor_units();
         let live: i64 = records
             .iter()
@@ -643,7 +674,11 @@ impl<'a> Judge<'a> {
             .sum();
         if charge.refund_reserved != live {
             report.refunds.reservation_mismatches += 1;
-            violated(report, order, "refund reservation is not the sum of its refunds");
+            violated(
+                report,
+                order,
+                "refund reservation is not the sum of its refunds",
+            );
         }
         let at_stripe = match (&self.refunds, &charge.external_id) {
             (Some(ledger), Some(pi)) => ledger.held_of_intent(pi),
@@ -657,7 +692,13 @@ impl<'a> Judge<'a> {
 
     /// A settled refund published its outcome, and no other (a refund that failed after it
     /// succeeded, at Stripe, published both).
-    fn refund_published(&self, report: &mut Report, order: &Order, r: &Operation, published: Published) {
+    fn refund_published(
+        &self,
+        report: &mut Report,
+        order: &Order,
+        r: &Operation,
+        published: Published,
+    ) {
         let settled_as = match r.status {
             OperationStatus::Succeeded => Some(Outcome::Succeeded),
             OperationStatus::Failed => Some(Outcome::Failed),
@@ -672,7 +713,11 @@ impl<'a> Judge<'a> {
         });
         if unpublished || false_event {
             report.refunds.event_mismatches += 1;
-            violated(report, order, "refund outcome event disagrees with the record");
+            violated(
+                report,
+                order,
+                "refund outcome event disagrees with the record",
+            );
         }
     }
 
