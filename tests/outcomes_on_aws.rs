@@ -11,20 +11,27 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
-use charge_once::ports::OperationStore;
-use charge_once::{testing, OperationStatus};
+use charge_once::executor::execute_charge;
+use charge_once::ports::{OperationStore, RefundCreated};
+use charge_once::refund::{self, RefundRequest};
+use charge_once::telemetry::CapturedMetrics;
+use charge_once::testing::CreateIn as _;
+use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
+use charge_once::{testing, Clock as _, OperationStatus};
 use lambda_runtime::{Context, LambdaEvent};
 use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
 use testkit::streams::{lambda_record, read_all};
+use webhook::handler::WebhookFunction;
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,
@@ -547,4 +554,230 @@ async fn get_answers_200_or_404_behind_the_same_door() {
     let resp =
         checkout::handler::handle(&deps, LambdaEvent::new(anonymous, Context::default())).await;
     assert_eq!(resp.status_code, 401);
+}
+
+/// The signing secret of the refund tests' webhook endpoint at stripe-sim (a fixture).
+const REFUND_SECRET: &str = "whsec_RefundLateFailure0123456789abcdef";
+
+/// A refund that Stripe fails after it succeeded, end to end on the local stack: the charge and
+/// its refund made over HTTP at stripe-sim (paid with Stripe's `pm_card_refundFail`), recorded
+/// on moto; stripe-sim's late failure and its events, delivered signed to the events function;
+/// the refund recorded failed with its 400 back on the charge (a new refund of all 1000 accepted:
+/// the twin of the refusal before), `RefundFailedAfterSuccess` counted, and the stream's relay
+/// publishing a `RefundFailed` saying so beside the earlier `RefundSucceeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_stripe_fails_later_is_recorded_released_counted_and_published() {
+    let s = Outcomes::spawn().await;
+    let (charge, refund) = refunded_at_sim(&s, "ord-late-aws", "pm_card_refundFail").await;
+    assert_eq!(s.current(&refund).await.status, OperationStatus::Succeeded);
+    // The relay runs as the stream delivers: the refund's success is published first (the relay
+    // publishes what the table holds when it reads).
+    let (deps, _) = s.notify(&s.bus);
+    let _ = relay(&deps, &s.stream_records().await.records).await;
+    let mut delivered = s.delivered().await;
+    // Before: only 600 is left, and asking for all 1000 is refused.
+    assert!(ask_refund(&s, &charge, "r-all", 1000).await.is_err());
+    s.side.clock.advance(REFUND_SETTLE + Duration::from_secs(1));
+    let (events, metrics) = deliver_refund_events(&s).await;
+    assert!(
+        events.iter().any(|(t, _)| t == "refund.failed"),
+        "{events:?}"
+    );
+    let failed = s.current(&refund).await;
+    assert_eq!(failed.status, OperationStatus::Failed);
+    assert!(failed
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("expired_or_canceled_card"));
+    assert_eq!(
+        s.current(&charge).await.refund_reserved,
+        0,
+        "the 400 is back"
+    );
+    assert_eq!(
+        metrics.sum("RefundFailedAfterSuccess", &[("Function", "webhook")]),
+        1.0,
+        "counted once, however many of its events came: {events:?}"
+    );
+    // The twin: the released amount is refundable again, all of it.
+    assert!(ask_refund(&s, &charge, "r-all", 1000).await.is_ok());
+    // The outbox: the relay publishes the late failure as its own RefundFailed.
+    let _ = relay(&deps, &s.stream_records().await.records).await;
+    delivered.extend(s.delivered().await);
+    let of_refund = |kind: &str| {
+        delivered
+            .iter()
+            .filter(|e| e["detail-type"] == kind)
+            .filter(|e| e["detail"]["operation_id"] == refund.operation_id.to_string())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (succeeded, failed) = (of_refund("RefundSucceeded"), of_refund("RefundFailed"));
+    assert_eq!((succeeded.len(), failed.len()), (1, 1), "{delivered:?}");
+    let detail = &failed[0]["detail"];
+    assert_eq!(detail["failed_after_success"], true, "{detail}");
+    assert_eq!(detail["failure_reason"], "expired_or_canceled_card");
+    assert_ne!(detail["event_id"], succeeded[0]["detail"]["event_id"]);
+}
+
+/// The twin of the late failure: an event that says a refund failed while Stripe holds it
+/// succeeded (forged, with a valid signature) changes nothing, is paged as a mismatch, and is not
+/// counted as a late failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_refund_failure_changes_nothing_on_the_local_stack() {
+    let s = Outcomes::spawn().await;
+    let (charge, refund) = refunded_at_sim(&s, "ord-forged-aws", "pm_card_visa").await;
+    let before = s.current(&refund).await;
+    assert_eq!(before.status, OperationStatus::Succeeded);
+    let _ = deliver_refund_events(&s).await;
+    let forged = json!({
+        "id": "evt_forged_refund_failed", "object": "event", "type": "refund.failed",
+        "created": 1_800_000_000,
+        "data": {"object": {
+            "id": before.stripe_refund_id.as_deref().unwrap(), "object": "refund",
+            "status": "failed", "failure_reason": "lost_or_stolen_card", "amount": 400,
+            "currency": "usd",
+            "metadata": {
+                "order_id": refund.order_id.as_str(),
+                "operation_id": refund.operation_id.to_string(),
+            },
+        }},
+    });
+    let (f, metrics) = webhook_function(&s);
+    let body = forged.to_string();
+    let now = s.side.clock.now().as_millis() / 1000;
+    let secret = charge_once::webhook::WebhookSecret::parse(REFUND_SECRET).unwrap();
+    let signature = charge_once::webhook::signature::sign_header(&secret, now, body.as_bytes());
+    let resp = webhook::handler::handle_http(
+        &f,
+        LambdaEvent::new(
+            webhook::handler::delivery_request(&body, &signature),
+            Context::default(),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status_code, 200);
+    assert_eq!(json_body(&resp)["outcome"], "status_contradicted");
+    assert_eq!(s.current(&refund).await, before, "nothing written");
+    assert_eq!(s.current(&charge).await.refund_reserved, 400);
+    assert_eq!(
+        metrics.sum("EventMismatch", &[("Function", "webhook")]),
+        1.0
+    );
+    assert_eq!(
+        metrics.sum("RefundFailedAfterSuccess", &[("Function", "webhook")]),
+        0.0
+    );
+    assert!(ask_refund(&s, &charge, "r-more", 601).await.is_err());
+}
+
+/// How long stripe-sim takes to fail a `pm_card_refundFail` refund (simulated time).
+const REFUND_SETTLE: Duration = Duration::from_secs(600);
+
+/// A charge of 1000 usd paid with `pm`, and a refund of 400 of it, both executed over HTTP at
+/// stripe-sim and recorded on moto; stripe-sim's webhooks on (in process, signed).
+async fn refunded_at_sim(
+    s: &Outcomes,
+    order: &str,
+    pm: &str,
+) -> (charge_once::Operation, charge_once::Operation) {
+    s.side.sim.set_refund_settle(REFUND_SETTLE);
+    s.side
+        .sim
+        .set_webhooks(stripe_sim::WebhookConfig {
+            secret: Some(REFUND_SECRET.to_owned()),
+            ..stripe_sim::WebhookConfig::default()
+        })
+        .unwrap();
+    let deps = s.charge_deps();
+    let charge = testing::order(order)
+        .amount(1000)
+        .payment_method(pm)
+        .at(s.clock().now())
+        .create_in(s.store.as_ref())
+        .await;
+    let r = execute_charge(&deps, &charge.key(), &charge.operation_id)
+        .await
+        .unwrap();
+    assert_eq!(r.status, OperationStatus::Succeeded);
+    let refund = ask_refund(s, &charge, "r-1", 400).await.unwrap();
+    execute_charge(&deps, &refund.key(), &refund.operation_id)
+        .await
+        .unwrap();
+    (s.current(&charge).await, s.current(&refund).await)
+}
+
+/// The refund `id` of `amount` of `charge` as stored now, as the door accepts it, or its refusal.
+async fn ask_refund(
+    s: &Outcomes,
+    charge: &charge_once::Operation,
+    id: &str,
+    amount: i64,
+) -> Result<charge_once::Operation, String> {
+    let charge = s.current(charge).await;
+    let request = RefundRequest {
+        amount: Some(charge_once::Amount::new(amount).unwrap()),
+        reason: None,
+    };
+    let now = s.clock().now();
+    let (params, reserve) = refund::reserve(&charge, &request, now).map_err(|e| e.to_string())?;
+    let op = charge_once::Operation::new_refund(
+        charge.order_id.clone(),
+        charge_once::RefundId::parse(id).unwrap(),
+        &request,
+        params,
+        charge_once::Principal::jwt("support").unwrap(),
+        now,
+        Duration::from_secs(300),
+    );
+    match s.store.create_refund(&op, &reserve).await.unwrap() {
+        RefundCreated::New(op) => Ok(op),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// The events function as deployed (webhook route), its metrics captured, on the stack's store,
+/// a fresh inbox and stripe-sim.
+fn webhook_function(s: &Outcomes) -> (WebhookFunction, Arc<CapturedMetrics>) {
+    let metrics = Arc::new(CapturedMetrics::new());
+    let f = WebhookFunction {
+        webhook: WebhookDeps {
+            charge: s.charge_deps(),
+            inbox: s.inbox.clone(),
+            secrets: Some(vec![charge_once::webhook::WebhookSecret::parse(
+                REFUND_SECRET,
+            )
+            .unwrap()]),
+            tolerance: DEFAULT_TOLERANCE,
+            event_source: None,
+        },
+        metrics: metrics.clone(),
+    };
+    (f, metrics)
+}
+
+/// Every event stripe-sim has due now, delivered signed to the events function as Stripe posts
+/// it: (type, outcome) of each, and the function's metrics.
+async fn deliver_refund_events(s: &Outcomes) -> (Vec<(String, String)>, Arc<CapturedMetrics>) {
+    let (f, metrics) = webhook_function(s);
+    let mut seen = Vec::new();
+    for d in s.side.sim.take_due_webhooks() {
+        let req = webhook::handler::delivery_request(&d.body, &d.signature);
+        let resp =
+            webhook::handler::handle_http(&f, LambdaEvent::new(req, Context::default())).await;
+        assert_eq!(
+            resp.status_code,
+            200,
+            "{}: {}",
+            d.event_type,
+            json_body(&resp)
+        );
+        let outcome = json_body(&resp)["outcome"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        seen.push((d.event_type, outcome));
+    }
+    (seen, metrics)
 }

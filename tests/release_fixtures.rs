@@ -29,7 +29,8 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
 use charge_once::ports::{Admitted, WebhookInbox};
 use charge_once::ports::{
-    CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard, PaymentGateway,
+    ChargeMessage, CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard,
+    PaymentGateway,
 };
 use charge_once::{AuditEntry, Clock, Operation, OperationStatus, Timestamp};
 use serde_json::Value;
@@ -124,6 +125,110 @@ async fn every_earlier_release_s_records_are_read_and_settled() {
         operations_settle(&s, &release, dir).await;
         inbox_items_deduplicate(&s, &release, dir).await;
         outcome_events_keep_their_ids(&release, dir);
+    }
+}
+
+/// The refund cases of the releases that have refunds (`refunds.json`), each with what its
+/// record must show: (case, status, a Stripe refund id recorded).
+const REFUND_CASES: [(&str, OperationStatus, bool); 9] = [
+    ("refund_pending", OperationStatus::Pending, false),
+    ("refund_unknown_with_id", OperationStatus::Unknown, true),
+    ("refund_unknown_without_id", OperationStatus::Unknown, false),
+    ("refund_leased", OperationStatus::Pending, false),
+    ("refund_succeeded", OperationStatus::Succeeded, true),
+    ("refund_failed", OperationStatus::Failed, true),
+    ("refund_failed_later", OperationStatus::Failed, true),
+    ("refund_in_review", OperationStatus::Pending, false),
+    ("refund_redriven", OperationStatus::Pending, false),
+];
+
+/// A release's refunds and the charge they reserve against, read by today's code: every record
+/// parses with the key its Stripe creates carried (a refund's in its own namespace), each case is
+/// in its state, the charge's `refund_reserved` is what its refunds still hold (a failed one gave
+/// its 300 back), and every queued refund message is a version today's charge function reads.
+#[test]
+fn every_release_s_refunds_are_read_and_held_to_their_charge() {
+    let with_refunds: Vec<PathBuf> = releases()
+        .into_iter()
+        .filter(|dir| dir.join("refunds.json").exists())
+        .collect();
+    assert!(
+        !with_refunds.is_empty(),
+        "the release that added refunds has its fixtures"
+    );
+    for dir in &with_refunds {
+        let release = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let mut charge: Option<Operation> = None;
+        let mut held = 0;
+        let mut cases = BTreeMap::new();
+        for entry in read(dir, "refunds.json").expect("refunds.json") {
+            let case = case(&entry);
+            let item = item_from_json(&entry["item"]).unwrap();
+            let op = operation_from_item(&item)
+                .unwrap_or_else(|e| panic!("{release}/{case}: today's code cannot read it: {e}"));
+            assert_eq!(
+                Some(op.idempotency_key().to_string().as_str()),
+                entry["idempotency_key"].as_str(),
+                "{release}/{case}: the idempotency key changed across releases"
+            );
+            if op.kind.refund_id().is_none() {
+                charge = Some(op);
+                continue;
+            }
+            assert!(op.idempotency_key().as_str().starts_with("refund-op:"));
+            if op.status != OperationStatus::Failed {
+                held += op.params.amount().minor_units();
+            }
+            cases.insert(case, op);
+        }
+        let charge = charge.unwrap_or_else(|| panic!("{release}: no charge in refunds.json"));
+        assert_eq!(charge.status, OperationStatus::Succeeded, "{release}");
+        assert_eq!(
+            charge.refund_reserved, held,
+            "{release}: the charge holds its refunds'"
+        );
+        for (case, status, with_id) in REFUND_CASES {
+            let op = cases
+                .get(case)
+                .unwrap_or_else(|| panic!("{release}: no {case} record"));
+            assert_eq!(op.status, status, "{release}/{case}");
+            assert_eq!(op.stripe_refund_id.is_some(), with_id, "{release}/{case}");
+            assert_eq!(
+                op.kind.sort_key(),
+                format!("refund#{}", op.kind.refund_id().unwrap())
+            );
+            assert_eq!(op.order_id, charge.order_id, "{release}/{case}");
+        }
+        assert!(cases["refund_leased"].lease.is_some(), "{release}");
+        assert!(cases["refund_in_review"].review.is_some(), "{release}");
+        let redriven = &cases["refund_redriven"];
+        assert_eq!(
+            (redriven.redrives, redriven.review.is_none()),
+            (1, true),
+            "{release}"
+        );
+        assert!(cases["refund_failed_later"]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("after it succeeded")));
+
+        let messages = read(dir, "refund_messages.json").expect("refund_messages.json");
+        assert!(!messages.is_empty(), "{release}: no refund messages");
+        for m in messages {
+            let body = m["body"].as_str().expect("a body");
+            let message: ChargeMessage = serde_json::from_str(body)
+                .unwrap_or_else(|e| panic!("{release}: {body}: today's code cannot read it: {e}"));
+            assert!(
+                ChargeMessage::known_version(u64::from(message.v)),
+                "{release}: {body}"
+            );
+            assert!(
+                cases
+                    .values()
+                    .any(|op| op.key() == message.key() && op.operation_id == message.operation_id),
+                "{release}: {body} is none of its refunds"
+            );
+        }
     }
 }
 
@@ -303,6 +408,8 @@ async fn resolve_failed(store: &DynamoStore, op: &Operation, now: Timestamp) -> 
             status: OperationStatus::Failed,
             external_id: None,
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: now,
                 audit,

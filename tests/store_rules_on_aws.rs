@@ -256,6 +256,8 @@ fn resolve(
             status,
             external_id: pi("pi_by_hand"),
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: at(25),
                 audit: audit(&format!("resolve_{status}"), op.status, status),

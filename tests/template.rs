@@ -1513,6 +1513,12 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             ("Function", "webhook"),
         ),
         ("AWS/Lambda", "Errors", ("FunctionName", "WebhookFunction")),
+        // A refund Stripe failed after it succeeded: the customer was told wrongly.
+        (
+            "ChargeOnce",
+            "RefundFailedAfterSuccess",
+            ("Function", "webhook"),
+        ),
         // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
         (
@@ -1850,6 +1856,11 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
             "dynamodb:UpdateItem".to_owned(),
             "OperationsTable".to_owned(),
         ),
+        // resolve of a failed refund: its record and its charge's in one transaction.
+        (
+            "dynamodb:UpdateItem".to_owned(),
+            "OperationsTable".to_owned(),
+        ),
         ("sqs:SendMessage".to_owned(), "ChargeQueue".to_owned()),
         (
             "secretsmanager:GetSecretValue".to_owned(),
@@ -1863,7 +1874,7 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
     // adapter's list, so the two cannot drift) and the record back as ALL_NEW. Everything else
     // in the policy has no condition.
     use charge_once::adapters::dynamodb::writes::OPERATOR_WRITE_ATTRIBUTES;
-    let mut updates = 0;
+    let (mut updates, mut plain, mut in_transaction) = (0, 0, 0);
     for (_, st) in &found {
         let mut actions = Vec::new();
         strings(get(st, "Action").unwrap(), &mut actions);
@@ -1898,16 +1909,41 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
         let listed: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
         let want: BTreeSet<&str> = OPERATOR_WRITE_ATTRIBUTES.iter().copied().collect();
         assert_eq!(listed, want, "{id}: exactly what chargectl's writes name");
-        assert_eq!(
-            str_at(
-                get(condition, "StringEquals").unwrap(),
-                "dynamodb:ReturnValues"
-            ),
-            Some(charge_once::adapters::dynamodb::UPDATE_RETURNS.as_str()),
-            "{id}: what the adapter asks for"
-        );
+        // Either a plain UpdateItem returning what the adapter asks for, or one inside a
+        // transaction (which carries no ReturnValues): never one without either.
+        let equals = get(condition, "StringEquals").unwrap();
+        let keys: Vec<&str> = equals
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .filter_map(Value::as_str)
+            .collect();
+        match keys.as_slice() {
+            ["dynamodb:ReturnValues"] => {
+                plain += 1;
+                assert_eq!(
+                    str_at(equals, "dynamodb:ReturnValues"),
+                    Some(charge_once::adapters::dynamodb::UPDATE_RETURNS.as_str()),
+                    "{id}: what the adapter asks for"
+                );
+            }
+            ["dynamodb:EnclosingOperation"] => {
+                in_transaction += 1;
+                assert_eq!(
+                    str_at(equals, "dynamodb:EnclosingOperation"),
+                    Some("TransactWriteItems"),
+                    "{id}: only inside a transaction"
+                );
+            }
+            other => panic!("{id}: an UpdateItem conditioned on {other:?}"),
+        }
     }
-    assert_eq!(updates, 1, "{id}: one UpdateItem statement");
+    assert_eq!(updates, 2, "{id}: two UpdateItem statements");
+    assert_eq!(
+        (plain, in_transaction),
+        (1, 1),
+        "{id}: one plain, one in a transaction"
+    );
 }
 
 /// `(action, resource)` of every statement of a function's inline policies, the resource as the
@@ -1937,6 +1973,8 @@ fn the_webhook_role_settles_and_remembers_events_only_and_its_inbox_expires() {
     // and the forget after a failure. Nothing else, but:
     let always = [
         p("dynamodb:GetItem", "OperationsTable"),
+        // A refund event's operation, among its order's refunds.
+        p("dynamodb:Query", "OperationsTable"),
         p("dynamodb:UpdateItem", "OperationsTable"),
         p("dynamodb:PutItem", "WebhookInboxTable"),
         p("dynamodb:DeleteItem", "WebhookInboxTable"),

@@ -39,6 +39,11 @@ pub enum EventMismatch {
     StatusContradicted,
     /// Stripe has no such PaymentIntent for our key.
     UnknownPaymentIntent,
+    /// Stripe's refund is not the operation's (metadata, intent, amount or currency), or not
+    /// the one the event names.
+    RefundNotOurs,
+    /// Stripe has no such refund.
+    UnknownRefund,
 }
 
 impl EventMismatch {
@@ -47,6 +52,8 @@ impl EventMismatch {
             EventMismatch::Intent(m) => m.as_str(),
             EventMismatch::StatusContradicted => "status_contradicted",
             EventMismatch::UnknownPaymentIntent => "unknown_payment_intent",
+            EventMismatch::RefundNotOurs => "refund_not_ours",
+            EventMismatch::UnknownRefund => "unknown_refund",
         }
     }
 }

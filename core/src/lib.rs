@@ -27,6 +27,8 @@
 //! - [`reconcile_plan`]: (record as found by the reconciler, now) → re-enqueue, re-drive, settle.
 //! - [`refund_plan`]: (refund record as claimed, Stripe's answer, now) → the next record, and
 //!   whether its reservation goes back to the charge.
+//! - [`refund_event_plan`]: (refund record as read, what a refund event claims, Stripe's answer)
+//!   → settle through the refund plan, fail a succeeded refund later, or why nothing changes.
 //! - [`message_plan`]: (what the shell did with a queue message, its receive count, the budget)
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
@@ -41,6 +43,7 @@ pub mod outbox;
 pub mod outcome;
 pub mod reconcile_plan;
 pub mod refund;
+pub mod refund_event_plan;
 pub mod refund_plan;
 pub mod store;
 pub mod store_rules;

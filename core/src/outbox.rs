@@ -11,6 +11,7 @@
 //! |---|---|
 //! | anything but `succeeded` → `succeeded` | `ChargeSucceeded` |
 //! | anything but `failed` → `failed` | `ChargeFailed` (its PaymentIntent, if any, `canceled`) |
+//! | a refund `succeeded` → `failed` (Stripe's late failure) | `RefundFailed` with `failed_after_success` and Stripe's `failure_reason`, its own event id (the earlier `RefundSucceeded` keeps its own) |
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
 //!
@@ -97,10 +98,15 @@ impl OutcomeEvent {
         let canceled =
             self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op);
         let refund = op.params.refund();
+        let failed_later = (self.outcome == Outcome::Failed)
+            .then(|| crate::store_rules::failed_later_reason(op))
+            .flatten();
         Detail {
             amount: op.params.amount().minor_units(),
             currency: op.params.currency().as_str(),
             event_id: &self.event_id,
+            failed_after_success: failed_later.map(|_| true),
+            failure_reason: failed_later,
             occurred_at: op.updated_at.to_rfc3339(),
             operation_id: op.operation_id.to_string(),
             order_id: op.order_id.as_str(),
@@ -124,6 +130,15 @@ pub struct Detail<'a> {
     pub amount: i64,
     pub currency: &'a str,
     pub event_id: &'a str,
+    /// `true` on a `RefundFailed` of a refund that had succeeded (Stripe returned the money to
+    /// the balance later: a closed or lost card); absent otherwise. The merchant's customer did
+    /// not get the money back after all, although a `RefundSucceeded` said so before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_after_success: Option<bool>,
+    /// Stripe's `failure_reason` (`expired_or_canceled_card`, `lost_or_stolen_card`, `unknown`)
+    /// with `failed_after_success`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<&'a str>,
     pub occurred_at: String,
     pub operation_id: String,
     pub order_id: &'a str,
@@ -361,6 +376,7 @@ mod tests {
             outcome_of(Some(&before), &after).unwrap().detail_type(),
             "RefundSucceeded"
         );
+        assert!(d.get("failed_after_success").is_none(), "{d}");
         let charged = outcome_of(None, &charge).unwrap();
         assert_eq!(charged.detail_type(), "ChargeSucceeded");
         let d = detail(&charged);
@@ -368,6 +384,67 @@ mod tests {
             d.get("refund_id").is_none() && d.get("stripe_refund_id").is_none(),
             "{d}"
         );
+    }
+
+    /// A refund Stripe fails after it succeeded: the store's one settled transition
+    /// ([`crate::store::RefundFailedLater`]) is a `RefundFailed` of its own (an id distinct from
+    /// the `RefundSucceeded` before it), saying so with Stripe's reason; a refund that failed
+    /// the ordinary way says neither.
+    #[test]
+    fn a_refund_failed_after_success_says_so_with_its_reason() {
+        use crate::domain::{Amount, RefundId};
+        use crate::refund::{reserve, RefundRequest};
+        use crate::store::{RefundFailedLater, ReleaseRefund};
+        let mut charge = testing::order("ord-outbox-late")
+            .status(OperationStatus::Succeeded)
+            .external_id("pi_charged")
+            .build();
+        charge.next_due_at = None;
+        let request = RefundRequest {
+            amount: Some(Amount::new(300).unwrap()),
+            reason: None,
+        };
+        let (params, _) = reserve(&charge, &request, charge.created_at).unwrap();
+        let mut succeeded = Operation::new_refund(
+            charge.order_id.clone(),
+            RefundId::parse("r-late").unwrap(),
+            &request,
+            params,
+            crate::domain::Principal::jwt("support").unwrap(),
+            charge.created_at,
+            Duration::from_secs(300),
+        );
+        succeeded.status = OperationStatus::Succeeded;
+        succeeded.next_due_at = None;
+        let later = RefundFailedLater {
+            key: succeeded.key(),
+            operation_id: succeeded.operation_id,
+            failure_reason: "lost_or_stolen_card".into(),
+            release: ReleaseRefund {
+                charge: charge.key(),
+                amount: succeeded.params.amount(),
+                now: succeeded.created_at,
+            },
+            now: succeeded.created_at,
+        };
+        let failed = crate::store_rules::apply(&succeeded, &later).unwrap();
+        let event = outcome_of(Some(&succeeded), &failed).unwrap();
+        assert_eq!(event.detail_type(), "RefundFailed");
+        let first = outcome_of(None, &succeeded).unwrap();
+        assert_ne!(event.event_id, first.event_id, "its own id");
+        let d = detail(&event);
+        assert_eq!(d["failed_after_success"], true, "{d}");
+        assert_eq!(d["failure_reason"], "lost_or_stolen_card", "{d}");
+        assert_eq!(d["status"], "failed");
+        // The same change replayed by the stream: the same event.
+        assert_eq!(outcome_of(Some(&succeeded), &failed).unwrap(), event);
+        // The twin: a refund that failed the ordinary way.
+        let mut ordinary = succeeded.clone();
+        ordinary.status = OperationStatus::Failed;
+        ordinary.last_error = Some("refund failed: lost_or_stolen_card".into());
+        let d = detail(&outcome_of(None, &ordinary).unwrap());
+        assert!(d.get("failed_after_success").is_none(), "{d}");
+        assert!(d.get("failure_reason").is_none(), "{d}");
     }
 
     #[test]

@@ -280,6 +280,102 @@ pub fn after_list(
     }
 }
 
+/// What an operator read at Stripe to check a claim about a refund (`chargectl resolve`): the
+/// refund itself when its Stripe id is recorded, else the intent's refunds, as the executor
+/// reads them ([`operator_step`]).
+#[derive(Debug, Clone)]
+pub enum OperatorRead {
+    Retrieved(Result<StripeRefund, GatewayError>),
+    Listed(Result<Vec<StripeRefund>, GatewayError>),
+}
+
+/// Where an operator's check of a refund reads: never a create (an operator never makes money
+/// move), otherwise the executor's own step.
+pub fn operator_step(op: &Operation) -> Option<RefundStep> {
+    match &op.stripe_refund_id {
+        Some(id) => Some(RefundStep::Retrieve(id.clone())),
+        None => Some(RefundStep::List(op.params.refund()?.payment_intent.clone())),
+    }
+}
+
+/// What Stripe confirmed of an operator's claim: the status to record, the refund's Stripe id,
+/// and whether the reservation goes back to the charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confirmed {
+    pub status: OperationStatus,
+    pub refund_id: Option<StripeRefundId>,
+    pub release: bool,
+}
+
+/// An operator's claim about a refund (`claimed`: succeeded or failed, with the Stripe refund id
+/// they saw, if any) held to what Stripe answered, by the executor's own rules ([`after_retrieve`],
+/// [`after_list`]): confirmed only when those rules settle the refund as claimed; the reason
+/// otherwise. One more answer settles by hand what the executor leaves to a person: the intent
+/// lists **none** of the operation's refunds and the operator says failed. Lists are not delayed
+/// and the resolution is refused while a lease may be live, so no refund of ours exists and, once
+/// settled, none is ever created: nothing went back, the reservation is released.
+pub fn confirm_by_hand(
+    op: &Operation,
+    claimed: OperationStatus,
+    claimed_id: Option<&StripeRefundId>,
+    read: OperatorRead,
+    now: Timestamp,
+    policy: &ChargePolicy,
+) -> Result<Confirmed, String> {
+    if let (Some(recorded), Some(claimed)) = (&op.stripe_refund_id, claimed_id) {
+        if recorded != claimed {
+            return Err(format!(
+                "the operation records refund {recorded}, not {claimed}"
+            ));
+        }
+    }
+    let decided = match read {
+        OperatorRead::Retrieved(result) => after_retrieve(op, result, now, policy),
+        OperatorRead::Listed(Ok(all))
+            if claimed == OperationStatus::Failed && none_ours(op, &all) =>
+        {
+            return Ok(Confirmed {
+                status: OperationStatus::Failed,
+                refund_id: None,
+                release: true,
+            });
+        }
+        OperatorRead::Listed(result) => after_list(op, result, now, policy),
+    };
+    let d = &decided.decision;
+    if let Some((_, reason)) = &d.review {
+        return Err(reason.clone());
+    }
+    if !d.status.is_settled() {
+        let why = d.last_error.as_deref().unwrap_or("not settled at Stripe");
+        return Err(format!("Stripe does not hold it settled yet: {why}"));
+    }
+    let id = decided.refund_id.as_ref().or(op.stripe_refund_id.as_ref());
+    if d.status != claimed {
+        let id = id.map_or_else(|| "the refund".to_owned(), ToString::to_string);
+        return Err(format!("Stripe holds {id} {}, not {claimed}", d.status));
+    }
+    if let (Some(id), Some(claimed)) = (id, claimed_id) {
+        if id != claimed {
+            return Err(format!(
+                "the operation's refund at Stripe is {id}, not {claimed}"
+            ));
+        }
+    }
+    Ok(Confirmed {
+        status: d.status,
+        refund_id: decided.refund_id,
+        release: decided.release,
+    })
+}
+
+/// No refund in `all` carries this operation's id.
+fn none_ours(op: &Operation, all: &[StripeRefund]) -> bool {
+    let id = op.operation_id.to_string();
+    !all.iter()
+        .any(|r| r.operation_id.as_deref() == Some(id.as_str()))
+}
+
 /// The status stays; only the error and the next look change (with `retry`, the message is
 /// retried).
 fn unchanged(
@@ -389,6 +485,160 @@ mod tests {
             (RefundStep::List(_), Answer::List(r)) => after_list(op, r.clone(), now, policy),
             (step, _) => panic!("{}: step {} with the wrong answer", row.says, step.name()),
         }
+    }
+
+    /// An operator's claim against Stripe's answer: (the record, the claim, what was read) →
+    /// confirmed as (status, release), or refused with its reason.
+    #[test]
+    fn an_operator_s_claim_is_confirmed_only_as_stripe_holds_it() {
+        use OperatorRead::{Listed, Retrieved};
+        let policy = ChargePolicy::default();
+        let op = claimed();
+        let known = Operation {
+            stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
+            status: Unknown,
+            ..op.clone()
+        };
+        let other = |mut r: StripeRefund| {
+            r.operation_id = Some("someone-else".into());
+            r
+        };
+        let re = |id: &str| StripeRefundId::parse(id).unwrap();
+        // Confirmed as (status, release), or refused with a reason containing the text.
+        type Want = Result<(OperationStatus, bool), &'static str>;
+        // (says, the record, the claim, the id claimed, what was read, the answer).
+        type Row<'a> = (
+            &'static str,
+            &'a Operation,
+            OperationStatus,
+            Option<StripeRefundId>,
+            OperatorRead,
+            Want,
+        );
+        let rows: Vec<Row> = vec![
+            (
+                "retrieved succeeded, claimed succeeded",
+                &known,
+                Succeeded,
+                Some(re("re_1")),
+                Retrieved(Ok(stripe(&op, "succeeded"))),
+                Ok((Succeeded, false)),
+            ),
+            (
+                "retrieved failed, claimed failed: released",
+                &known,
+                Failed,
+                None,
+                Retrieved(Ok(stripe(&op, "failed"))),
+                Ok((Failed, true)),
+            ),
+            (
+                "retrieved canceled, claimed failed: released",
+                &known,
+                Failed,
+                None,
+                Retrieved(Ok(stripe(&op, "canceled"))),
+                Ok((Failed, true)),
+            ),
+            (
+                "retrieved succeeded, claimed failed: refused",
+                &known,
+                Failed,
+                None,
+                Retrieved(Ok(stripe(&op, "succeeded"))),
+                Err("Stripe holds re_1 succeeded, not failed"),
+            ),
+            (
+                "retrieved pending: refused, not settled",
+                &known,
+                Succeeded,
+                None,
+                Retrieved(Ok(stripe(&op, "pending"))),
+                Err("settled yet: refund pending"),
+            ),
+            (
+                "retrieved someone else's: refused",
+                &known,
+                Succeeded,
+                None,
+                Retrieved(Ok(other(stripe(&op, "succeeded")))),
+                Err("not this operation's"),
+            ),
+            (
+                "claimed another id than recorded: refused",
+                &known,
+                Succeeded,
+                Some(re("re_9")),
+                Retrieved(Ok(stripe(&op, "succeeded"))),
+                Err("records refund re_1, not re_9"),
+            ),
+            (
+                "listed ours succeeded among others",
+                &op,
+                Succeeded,
+                Some(re("re_1")),
+                Listed(Ok(vec![
+                    other(stripe(&op, "failed")),
+                    stripe(&op, "succeeded"),
+                ])),
+                Ok((Succeeded, false)),
+            ),
+            (
+                "listed ours, but another id claimed: refused",
+                &op,
+                Succeeded,
+                Some(re("re_2")),
+                Listed(Ok(vec![stripe(&op, "succeeded")])),
+                Err("is re_1, not re_2"),
+            ),
+            (
+                "listed none of ours, claimed failed: nothing went back, released",
+                &op,
+                Failed,
+                None,
+                Listed(Ok(vec![other(stripe(&op, "succeeded"))])),
+                Ok((Failed, true)),
+            ),
+            (
+                "listed none of ours, claimed succeeded: refused",
+                &op,
+                Succeeded,
+                None,
+                Listed(Ok(vec![])),
+                Err("lists 0 refunds"),
+            ),
+            (
+                "listed two of ours: refused whatever the claim",
+                &op,
+                Failed,
+                None,
+                Listed(Ok(vec![stripe(&op, "failed"), stripe(&op, "failed")])),
+                Err("lists 2 refunds"),
+            ),
+            (
+                "the list timed out: refused",
+                &op,
+                Failed,
+                None,
+                Listed(Err(ambiguous())),
+                Err("timeout"),
+            ),
+        ];
+        for (says, found, claim, id, read, want) in rows {
+            let got = confirm_by_hand(found, claim, id.as_ref(), read, T0.plus(HOUR), &policy);
+            match (&got, &want) {
+                (Ok(c), Ok((status, release))) => {
+                    assert_eq!((c.status, c.release), (*status, *release), "{says}");
+                }
+                (Err(e), Err(part)) => assert!(e.contains(part), "{says}: {e}"),
+                _ => panic!("{says}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(
+            operator_step(&known),
+            Some(RefundStep::Retrieve(re("re_1")))
+        );
+        assert!(matches!(operator_step(&op), Some(RefundStep::List(_))));
     }
 
     #[test]

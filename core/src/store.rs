@@ -139,6 +139,12 @@ pub struct ManualResolution {
     pub external_id: Option<PaymentIntentId>,
     pub expected_updated_at: Timestamp,
     pub guard: OperatorGuard,
+    /// A refund's Stripe id as Stripe confirmed it; `None` keeps whatever is stored.
+    pub stripe_refund_id: Option<StripeRefundId>,
+    /// A refund resolved `failed` (Stripe holds it failed or canceled, or holds none) gives its
+    /// reservation back to its charge in the same write, as the executor's outcome does: a
+    /// resolution without it would leave the charge's refundable amount short for good.
+    pub release: Option<ReleaseRefund>,
 }
 
 /// A refund's amount taken from what is left of its order's charge: written in the same

@@ -272,6 +272,20 @@ pub enum RefundCreated {
     ChargeRefused(Option<(Operation, Guard)>),
 }
 
+/// How a late failure's `last_error` begins, Stripe's `failure_reason` after it: the record
+/// itself says it failed after succeeding ([`failed_later_reason`]), so the outbox can say so
+/// from the stream's image alone, on every replay.
+pub const FAILED_LATER_PREFIX: &str = "refund failed after it succeeded: ";
+
+/// Stripe's `failure_reason` when `op` is a refund that failed after it succeeded
+/// ([`RefundFailedLater`]); `None` for every other record.
+pub fn failed_later_reason(op: &Operation) -> Option<&str> {
+    if op.status != OperationStatus::Failed || op.params.refund().is_none() {
+        return None;
+    }
+    op.last_error.as_deref()?.strip_prefix(FAILED_LATER_PREFIX)
+}
+
 /// The one change of a settled record: a succeeded refund that Stripe says failed later. Its
 /// reservation goes back in the same write ([`RefundFailedLater::release`]); it stays out of the
 /// index (settled), and the outbox publishes `RefundFailed`.
@@ -286,10 +300,7 @@ impl Transition for RefundFailedLater {
 
     fn change(&self, op: &mut Operation) {
         op.status = OperationStatus::Failed;
-        op.last_error = Some(format!(
-            "refund failed after it succeeded: {}",
-            self.failure_reason
-        ));
+        op.last_error = Some(format!("{FAILED_LATER_PREFIX}{}", self.failure_reason));
         op.updated_at = self.now;
     }
 }
@@ -404,19 +415,27 @@ impl Transition for Reschedule {
 
 impl Transition for ManualResolution {
     fn guards(&self) -> Vec<Guard> {
-        vec![
+        let mut guards = vec![
             Guard::Settles(self.status),
             Guard::IsOperation(self.operation_id),
             Guard::Unsettled,
             Guard::UpdatedAt(self.expected_updated_at),
             Guard::NoLeaseAfter(self.guard.lease_cutoff),
-        ]
+        ];
+        // Only a refund holds a reservation to give back: a charge's resolution never releases.
+        if self.release.is_some() {
+            guards.push(Guard::IsRefund);
+        }
+        guards
     }
 
     fn change(&self, op: &mut Operation) {
         op.status = self.status;
         if let Some(id) = &self.external_id {
             op.external_id = Some(id.clone());
+        }
+        if let Some(id) = &self.stripe_refund_id {
+            op.stripe_refund_id = Some(id.clone());
         }
         op.history.push(self.guard.audit.clone());
         // The review evidence moves into the history entry (the caller copied it there).
@@ -461,6 +480,55 @@ mod tests {
         assert_eq!(
             refused_claim(settled.clone(), Guard::Unsettled),
             Claim::Settled(settled)
+        );
+    }
+
+    /// An operator's resolution that gives a reservation back is a refund's only: over a charge
+    /// it is refused (a charge holds reservations, it never gives one back); the twin, the same
+    /// resolution without a release, settles the charge.
+    #[test]
+    fn only_a_refund_s_resolution_gives_a_reservation_back() {
+        use crate::operation::AuditEntry;
+        use crate::store::{OperatorGuard, ReleaseRefund};
+        let op = testing::order("ord-rules")
+            .status(OperationStatus::Unknown)
+            .build();
+        let with_release = ManualResolution {
+            key: op.key(),
+            operation_id: op.operation_id,
+            status: OperationStatus::Failed,
+            external_id: None,
+            expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: Some(ReleaseRefund {
+                charge: op.key().charge_of_order(),
+                amount: op.params.amount(),
+                now: T0,
+            }),
+            guard: OperatorGuard {
+                lease_cutoff: T0,
+                audit: AuditEntry {
+                    action: "resolve_failed".into(),
+                    previous_status: OperationStatus::Unknown,
+                    new_status: OperationStatus::Failed,
+                    note: "n".into(),
+                    at: T0,
+                    caller: "arn".into(),
+                    label: None,
+                    forced: None,
+                    review: None,
+                    replaced_external_id: None,
+                },
+            },
+        };
+        assert_eq!(apply(&op, &with_release), Err(Guard::IsRefund));
+        let without = ManualResolution {
+            release: None,
+            ..with_release
+        };
+        assert_eq!(
+            apply(&op, &without).unwrap().status,
+            OperationStatus::Failed
         );
     }
 

@@ -31,6 +31,7 @@ use crate::ports::{
     CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, CreateRefund, OperationStore,
     OutcomeRecord, PaymentGateway, Recorded, ReleaseRefund, StoreError,
 };
+use crate::refund::StripeRefund;
 
 pub use plan::{ChargePolicy, Decision, Disposition, FollowUp, ReviewClass, Step};
 
@@ -179,18 +180,54 @@ async fn refund(deps: &ChargeDeps, op: &Operation) -> Planned {
             (refund_plan::after_list(op, result, now, policy), false)
         }
     };
+    refund_planned(deps, op, step.name(), decided, replayed, 1)
+}
+
+/// A refund plan's decision as the shell records it: the refund's id, and its reservation given
+/// back to the charge when no money went back.
+fn refund_planned(
+    deps: &ChargeDeps,
+    op: &Operation,
+    step: &'static str,
+    decided: refund_plan::RefundDecision,
+    replayed: bool,
+    gateway_calls: u32,
+) -> Planned {
     let release = decided.release.then(|| ReleaseRefund {
         charge: op.key().charge_of_order(),
         amount: op.params.amount(),
         now: deps.clock.now(),
     });
     Planned {
-        step: step.name(),
+        step,
         decision: decided.decision,
-        gateway_calls: 1,
+        gateway_calls,
         replayed,
         refund: Some((decided.refund_id, release)),
     }
+}
+
+/// Applies what Stripe said of a refund operation's refund when an event told us to look
+/// (`refund` is the retrieved refund, never the event's copy), through the same shell and the
+/// same rules as the executor's own retrieve ([`refund_plan::after_retrieve`]): settled (its
+/// reservation given back when no money went back), its id recorded, or reviewed as stuck. No
+/// call to Stripe but the caller's retrieve. The report's record is the one the shell last saw.
+pub async fn apply_refund_event(
+    deps: &ChargeDeps,
+    key: &OperationKey,
+    operation_id: &OperationId,
+    refund: StripeRefund,
+) -> Result<ChargeReport, ExecuteError> {
+    let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
+        let now = deps.clock.now();
+        let decided = refund_plan::after_retrieve(&op, Ok(refund), now, &deps.policy);
+        (
+            refund_planned(deps, &op, "refund_event", decided, false, 0),
+            (),
+        )
+    })
+    .await?;
+    Ok(report)
 }
 
 fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {

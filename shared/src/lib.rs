@@ -34,7 +34,9 @@
 //! apart) and `tests/module_layers.rs` keeps this crate's modules from importing each other back.
 
 // The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
-pub use charge_core::{domain, ids, operation, outbox, outcome, refund, store_rules, time};
+pub use charge_core::{
+    domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, time,
+};
 
 pub mod adapters;
 pub mod config;

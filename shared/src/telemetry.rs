@@ -111,6 +111,17 @@ pub fn sent_to_review_line(function: &str, class: ReviewClass, n: u64, at: Times
     )
 }
 
+/// One `RefundFailedAfterSuccess` line: `n` refunds recorded `succeeded` that Stripe then said
+/// failed (a closed or lost card), recorded `failed` with their amount refundable again. Alarmed
+/// (paged): the merchant told a customer the money was returned, and it was not.
+pub fn refund_failed_after_success_line(function: &str, n: u64, at: Timestamp) -> String {
+    emf_line(
+        function,
+        at,
+        &[("RefundFailedAfterSuccess", n as f64, "Count")],
+    )
+}
+
 /// Writes the line directly, byte for byte what building it as a `serde_json::Value` and
 /// printing that gives (the reference in the tests): keys in `Map`'s sorted order, a later key
 /// replacing an earlier one of the same name, strings escaped and numbers printed by serde_json.

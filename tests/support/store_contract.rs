@@ -479,6 +479,8 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
         status,
         external_id: Some(charge_once::PaymentIntentId::parse("pi_by_hand").unwrap()),
         expected_updated_at: op.updated_at,
+        stripe_refund_id: None,
+        release: None,
         guard: OperatorGuard {
             lease_cutoff: at,
             audit: audit(&format!("resolve_{status}"), op.status, status, at),
@@ -980,6 +982,82 @@ pub async fn refunds_of_lists_an_order_s_refunds_by_refund_id(store: Arc<dyn Ope
     assert!(store.refunds_of(&none.order_id).await.unwrap().is_empty());
 }
 
+/// An operator's resolution of the unsettled refund `refund` as read, `status`, with its Stripe
+/// id and, when `release`, its reservation given back.
+fn refund_resolution(
+    refund: &Operation,
+    status: OperationStatus,
+    release: bool,
+) -> ManualResolution {
+    let at = T0.plus(LEASE).plus(LEASE);
+    ManualResolution {
+        stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_by_hand").unwrap()),
+        release: release.then(|| ReleaseRefund {
+            charge: refund.key().charge_of_order(),
+            amount: refund.params.amount(),
+            now: at,
+        }),
+        external_id: None,
+        ..resolution(refund, status, at)
+    }
+}
+
+pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = succeeded_charge(&store, "contract-refund-resolve", 1000).await;
+    let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
+    store.create_refund(&refund, &reserve).await.unwrap();
+    // An operator finds the unsettled refund by its operation id, as a charge.
+    assert_eq!(
+        store
+            .get_by_operation_id(&refund.operation_id)
+            .await
+            .unwrap(),
+        Some(refund.clone())
+    );
+    // A stale read: refused, and nothing given back.
+    let mut stale = refund_resolution(&refund, OperationStatus::Failed, true);
+    stale.expected_updated_at = refund.updated_at.minus(Duration::from_millis(1));
+    assert!(matches!(
+        store.resolve(&stale).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+    assert_eq!(reserved(&store, &charge).await, 400);
+    assert_eq!(
+        store.get(&refund.key()).await.unwrap(),
+        Some(refund.clone())
+    );
+    // The refund as read: failed, its Stripe id recorded, the 400 back, out of the index.
+    let req = refund_resolution(&refund, OperationStatus::Failed, true);
+    let Recorded::Written(written) = store.resolve(&req).await.unwrap() else {
+        panic!("the operator's resolution is written");
+    };
+    assert_eq!(written.status, OperationStatus::Failed);
+    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_by_hand"));
+    assert_eq!(written.next_due_at, None);
+    assert_eq!(written.history.len(), 1);
+    assert_eq!(store.get(&refund.key()).await.unwrap(), Some(written));
+    assert_eq!(reserved(&store, &charge).await, 0, "the 400 is back");
+    // Once only: settled now, refused, nothing given back twice.
+    assert!(matches!(
+        store.resolve(&req).await.unwrap(),
+        Recorded::Refused(Some(_))
+    ));
+    assert_eq!(reserved(&store, &charge).await, 0);
+    // The twin: a refund resolved succeeded keeps its reservation.
+    let current = store.get(&charge.key()).await.unwrap().unwrap();
+    let (kept, reserve) = refund_of(&current, "r-2", Some(300)).unwrap();
+    store.create_refund(&kept, &reserve).await.unwrap();
+    let req = refund_resolution(&kept, OperationStatus::Succeeded, false);
+    let Recorded::Written(written) = store.resolve(&req).await.unwrap() else {
+        panic!("the operator's resolution is written");
+    };
+    assert_eq!(written.status, OperationStatus::Succeeded);
+    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_by_hand"));
+    assert_eq!(reserved(&store, &charge).await, 300);
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -1009,6 +1087,7 @@ macro_rules! store_contract_tests {
             a_release_is_fenced_with_its_refund_s_outcome,
             a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
             refunds_of_lists_an_order_s_refunds_by_refund_id,
+            an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

@@ -411,17 +411,23 @@ fn body_text(req: &ApiGatewayV2httpRequest) -> Result<String, Reply> {
         .map_err(|_| error(400, "invalid_json", "the body is not UTF-8 JSON", None))
 }
 
-fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
+/// The body as a JSON object, or the 400 that says why it is not one.
+pub(crate) fn json_object(body: &str) -> Result<serde_json::Map<String, Value>, Reply> {
     let value: Value = serde_json::from_str(body)
         .map_err(|_| error(400, "invalid_json", "the body is not valid JSON", None))?;
-    let Value::Object(obj) = value else {
-        return Err(error(
+    match value {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(error(
             400,
             "invalid_json",
             "the body must be a JSON object",
             None,
-        ));
-    };
+        )),
+    }
+}
+
+fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
+    let obj = json_object(body)?;
     let mut problems = Vec::new();
     for key in obj.keys() {
         if !FIELDS.contains(&key.as_str()) {

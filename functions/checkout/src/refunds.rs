@@ -26,7 +26,9 @@ use charge_once::{Amount, Operation, OperationKey, OrderId, Principal, RefundId,
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
-use crate::handler::{created_by, error, invalid, unavailable, Answer, Checkout, Reply};
+use crate::handler::{
+    created_by, error, invalid, json_object, unavailable, Answer, Checkout, Reply,
+};
 
 /// How many times a refund is decided again when its charge moved between the read and the write
 /// (another refund of the same order reserved meanwhile).
@@ -129,16 +131,7 @@ pub(crate) async fn of_order(deps: &Checkout, order_id: &OrderId) -> Result<Valu
 /// The body's `amount` (optional: all that is left) and `reason` (Stripe's), nothing else.
 fn parse(body: &str) -> Result<RefundRequest, Reply> {
     let body = if body.trim().is_empty() { "{}" } else { body };
-    let value: Value = serde_json::from_str(body)
-        .map_err(|_| error(400, "invalid_json", "the body is not valid JSON", None))?;
-    let Value::Object(obj) = value else {
-        return Err(error(
-            400,
-            "invalid_json",
-            "the body must be a JSON object",
-            None,
-        ));
-    };
+    let obj = json_object(body)?;
     let mut problems = Vec::new();
     for key in obj
         .keys()

@@ -32,8 +32,9 @@
 //!
 //! Metrics (EMF, `Function=webhook`): `WebhookRejected` (alarmed on a rate), `WebhookApplied`,
 //! `WebhookIgnored`, `WebhookRetryLater`, all with a `Reason`/`Outcome` class; `EventMismatch`
-//! (an event Stripe does not confirm), `SentToReview` (`ReasonClass`) and
-//! `WebhookSettledConflict`, all alarmed (paged).
+//! (an event Stripe does not confirm), `SentToReview` (`ReasonClass`),
+//! `WebhookSettledConflict` and `RefundFailedAfterSuccess` (a refund Stripe failed after it
+//! succeeded: recorded failed, its amount refundable again), all alarmed (paged).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,7 +47,9 @@ use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
-use charge_once::telemetry::{emf_line_classed, sent_to_review_line, ErrorChain};
+use charge_once::telemetry::{
+    emf_line_classed, refund_failed_after_success_line, sent_to_review_line, ErrorChain,
+};
 use charge_once::webhook::{
     receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
     WebhookDeps, WebhookReport, MAX_BODY_BYTES,
@@ -294,6 +297,7 @@ fn outcome_label(r: &Reception) -> &'static str {
             review: Some(_), ..
         } => "review",
         Reception::Applied { status, .. } => status.as_str(),
+        Reception::RefundFailedLater => "failed_after_success",
         Reception::SettledConflict { reason } => reason,
         Reception::Mismatch(why) => why.as_str(),
         Reception::RetryLater(why) => why.as_str(),
@@ -316,7 +320,7 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
     let (name, class) = match &report.reception {
         Reception::Rejected(_) => ("WebhookRejected", "Reason"),
         Reception::Ignored(_) => ("WebhookIgnored", "Reason"),
-        Reception::Applied { .. } => ("WebhookApplied", "Outcome"),
+        Reception::Applied { .. } | Reception::RefundFailedLater => ("WebhookApplied", "Outcome"),
         Reception::SettledConflict { .. } => ("WebhookSettledConflict", "Reason"),
         Reception::Mismatch(_) => ("EventMismatch", "Reason"),
         Reception::RetryLater(_) => ("WebhookRetryLater", "Reason"),
@@ -327,6 +331,10 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
         now,
         &[(name, 1.0, "Count")],
     ));
+    if report.reception == Reception::RefundFailedLater {
+        deps.metrics
+            .emit(refund_failed_after_success_line(FUNCTION, 1, now));
+    }
     if let Reception::Applied {
         review: Some(class),
         ..
@@ -351,11 +359,13 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use charge_once::executor::{ChargeDeps, ChargePolicy};
-    use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+    use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
+    use charge_once::refund::{self, RefundRequest, RefundStatus};
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::{self, CreateIn as _};
     use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT};
+    use charge_once::{Amount, OperationId, Principal, RefundId, StripeRefundId};
     use charge_once::{
         Clock, ManualClock, Operation, OperationStatus, PaymentIntentId, PaymentIntentStatus,
         Timestamp,
@@ -582,6 +592,135 @@ mod tests {
         let resp: ApiGatewayV2httpResponse = serde_json::from_value(out).unwrap();
         // Signed with the sample secret at the fixture's clock; the event is new to the inbox.
         assert_eq!(resp.status_code, 200, "{:?}", resp.body);
+    }
+
+    /// The refund the refund samples name (`re_3SampleRefund0001` of `ord-1001`, 500 of the
+    /// 1250 charged), recorded succeeded, and at Stripe in `status`: the order's charge succeeded
+    /// with 500 reserved, and the refund.
+    async fn sample_refund(f: &Fixture, status: RefundStatus) -> (Operation, Operation) {
+        let body: Value = serde_json::from_str(
+            read_sample("webhook-refund-failed.json")
+                .body
+                .as_deref()
+                .unwrap(),
+        )
+        .unwrap();
+        let object = &body["data"]["object"];
+        let mut charge = testing::order(object["metadata"]["order_id"].as_str().unwrap())
+            .status(OperationStatus::Succeeded)
+            .external_id(SAMPLE_INTENT)
+            .at(f.clock.now())
+            .build();
+        charge.next_due_at = None;
+        f.store.create_if_absent(&charge).await.unwrap();
+        let request = RefundRequest {
+            amount: Some(Amount::new(500).unwrap()),
+            reason: None,
+        };
+        let (params, reserve) = refund::reserve(&charge, &request, f.clock.now()).unwrap();
+        let mut op = Operation::new_refund(
+            charge.order_id.clone(),
+            RefundId::parse("refund-1").unwrap(),
+            &request,
+            params,
+            Principal::jwt("support").unwrap(),
+            f.clock.now(),
+            Duration::from_secs(300),
+        );
+        op.operation_id =
+            OperationId::parse(object["metadata"]["operation_id"].as_str().unwrap()).unwrap();
+        let re = StripeRefundId::parse(object["id"].as_str().unwrap()).unwrap();
+        op.status = OperationStatus::Succeeded;
+        op.stripe_refund_id = Some(re.clone());
+        op.next_due_at = None;
+        f.store.create_refund(&op, &reserve).await.unwrap();
+        f.gateway.insert_refund_as(
+            &re,
+            FakeRefund {
+                status,
+                payment_intent: PaymentIntentId::parse(SAMPLE_INTENT).unwrap(),
+                amount: 500,
+                currency: "usd".into(),
+                operation_id: op.operation_id.to_string(),
+                order_id: op.order_id.as_str().to_owned(),
+                idempotency_key: format!("refund-op:{}", op.operation_id),
+                failure_reason: Some("expired_or_canceled_card".into()),
+            },
+        );
+        (charge, op)
+    }
+
+    fn read_sample(name: &str) -> ApiGatewayV2httpRequest {
+        let path = format!("{}/../../events/{name}", env!("CARGO_MANIFEST_DIR"));
+        let raw = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The refund samples: Stripe's late failure of a succeeded refund is recorded failed, its
+    /// 500 refundable again, and counted (`RefundFailedAfterSuccess`, paged); the EventBridge
+    /// sample of the same news changes nothing more.
+    #[tokio::test]
+    async fn the_refund_failed_samples_record_a_late_failure_once_and_count_it() {
+        let f = fixture();
+        let (charge, refund) = sample_refund(&f, RefundStatus::Failed).await;
+        let (status, body) = call(&f, read_sample("webhook-refund-failed.json")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["outcome"], "failed_after_success");
+        let now = f.store.get(&refund.key()).await.unwrap().unwrap();
+        assert_eq!(now.status, OperationStatus::Failed);
+        let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
+        assert_eq!(charge_now.refund_reserved, 0, "the 500 is back");
+        assert_eq!(
+            f.metrics
+                .sum("RefundFailedAfterSuccess", &[("Function", FUNCTION)]),
+            1.0
+        );
+        let path = format!(
+            "{}/../../events/stripe-eventbridge-refund-failed.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let raw = std::fs::read(&path).unwrap();
+        let bridge: Incoming =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&raw))
+                .unwrap();
+        let out = handle(&f.deps, LambdaEvent::new(bridge, Context::default()))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "already_settled", "{out}");
+        assert_eq!(
+            f.metrics
+                .sum("RefundFailedAfterSuccess", &[("Function", FUNCTION)]),
+            1.0,
+            "counted once"
+        );
+    }
+
+    /// The twin: the same sample when Stripe holds the refund succeeded (a forged failure):
+    /// nothing moves, paged as a mismatch, nothing counted as a late failure.
+    #[tokio::test]
+    async fn the_refund_failed_sample_changes_nothing_when_stripe_says_succeeded() {
+        let f = fixture();
+        let (charge, refund) = sample_refund(&f, RefundStatus::Succeeded).await;
+        let (status, body) = call(&f, read_sample("webhook-refund-failed.json")).await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (200, Some("status_contradicted"))
+        );
+        assert_eq!(
+            f.store.get(&refund.key()).await.unwrap().unwrap().status,
+            OperationStatus::Succeeded
+        );
+        let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
+        assert_eq!(charge_now.refund_reserved, 500);
+        assert_eq!(
+            f.metrics.sum("EventMismatch", &[("Function", FUNCTION)]),
+            1.0
+        );
+        assert_eq!(
+            f.metrics
+                .sum("RefundFailedAfterSuccess", &[("Function", FUNCTION)]),
+            0.0
+        );
     }
 
     /// Whatever JSON the runtime hands the function is read, never a deserialization failure:

@@ -3,7 +3,7 @@
 //! come in (none, a signed webhook, an EventBridge partner event) and the outcome relay.
 //!
 //! One order through the real handlers against moto (DynamoDB, its stream, SQS FIFO, EventBridge)
-//! and an embedded stripe-sim whose events are on, subscribed to the five types the template's
+//! and an embedded stripe-sim whose events are on, subscribed to the types the template's
 //! rule and docs/deploy.md enable ([`charge_once::webhook::HANDLED_TYPES`]):
 //! 1. checkout (`events/checkout-valid.json`, for a fresh order id), then one charge delivery
 //!    (receive, invoke, delete, as the event source does);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use charge_once::{OperationId, PaymentIntentId};
+use charge_once::{OperationId, PaymentIntentId, StripeRefundId};
 use clap::{Args, Parser, Subcommand};
 
 use crate::duration::parse_duration;
@@ -91,7 +91,10 @@ pub enum Command {
     /// confirm it) unless --cancel-intent cancels it at Stripe first; and while the last attempt
     /// is younger than an hour (Stripe search may lag that much). --force "<reason>" overrides a
     /// failed check, with the
-    /// reason kept on the record. The record's review reason moves into the history entry. Refused if the record changed since it
+    /// reason kept on the record. A refund (--succeeded re_... or --failed) is read at Stripe by
+    /// the charge function's rules (retrieved by its recorded id, else found in its
+    /// PaymentIntent's refunds by metadata.operation_id) and resolved only as Stripe holds it;
+    /// failed gives its reservation back to the charge; --force does not apply. The record's review reason moves into the history entry. Refused if the record changed since it
     /// was read (or since --expect-version), if it is settled, or while a lease may be live. The
     /// action is appended to the record's history with your IAM identity.
     Resolve(ResolveArgs),
@@ -195,17 +198,47 @@ pub struct AuditArgs {
     pub expect_version: Option<i64>,
 }
 
-/// Exactly one of `--succeeded <pi_id>` or `--failed`.
+/// Exactly one of `--succeeded <pi_id|re_id>` or `--failed`.
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
 pub struct ResolveOutcome {
-    /// The customer was charged: the PaymentIntent that succeeded (pi_...).
-    #[arg(long, value_name = "PI_ID", value_parser = parse_payment_intent_id)]
-    pub succeeded: Option<PaymentIntentId>,
+    /// A charge: the customer was charged, by this PaymentIntent (pi_...). A refund: the money
+    /// went back, by this Stripe refund (re_...).
+    #[arg(long, value_name = "PI_ID|RE_ID", value_parser = parse_succeeded_as)]
+    pub succeeded: Option<SucceededAs>,
 
-    /// The customer was not charged.
+    /// A charge: the customer was not charged. A refund: no money went back.
     #[arg(long)]
     pub failed: bool,
+}
+
+/// The Stripe object an operator names as the one that succeeded: a charge's PaymentIntent or a
+/// refund's Stripe refund, told apart by Stripe's own prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SucceededAs {
+    PaymentIntent(PaymentIntentId),
+    Refund(StripeRefundId),
+}
+
+impl SucceededAs {
+    pub fn as_str(&self) -> &str {
+        match self {
+            SucceededAs::PaymentIntent(id) => id,
+            SucceededAs::Refund(id) => id.as_str(),
+        }
+    }
+}
+
+/// `--succeeded`'s value: a refund id (`re_…`) or a PaymentIntent id.
+pub fn parse_succeeded_as(raw: &str) -> Result<SucceededAs, String> {
+    if raw.starts_with("re_") {
+        return StripeRefundId::parse(raw)
+            .map(SucceededAs::Refund)
+            .map_err(|e| format!("{raw:?} is not a Stripe refund id ({})", e.message));
+    }
+    parse_payment_intent_id(raw)
+        .map(SucceededAs::PaymentIntent)
+        .map_err(|e| format!("{e}, nor a Stripe refund id (re_...)"))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -329,7 +362,22 @@ mod tests {
         let Command::Resolve(args) = ok.command else {
             panic!("resolve")
         };
-        assert_eq!(args.outcome.succeeded.as_deref(), Some("pi_3Abc_12"));
+        assert_eq!(
+            args.outcome.succeeded.as_ref().map(SucceededAs::as_str),
+            Some("pi_3Abc_12")
+        );
+        // A refund's Stripe id is told apart by its prefix.
+        let Command::Resolve(refund_args) =
+            parse(&["resolve", OP, "--succeeded", "re_3Abc", "--note", "n"])
+                .unwrap()
+                .command
+        else {
+            panic!("resolve")
+        };
+        assert!(matches!(
+            refund_args.outcome.succeeded,
+            Some(SucceededAs::Refund(_))
+        ));
         assert!(!args.outcome.failed);
         assert_eq!(args.audit.by.as_deref(), Some("alice"));
         assert_eq!(args.force, None);

@@ -29,16 +29,17 @@ use async_trait::async_trait;
 use charge_once::executor::plan;
 use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
-    PaymentGateway, Recorded, Reschedule, StoreError, UnreadableRecord,
+    PaymentGateway, Recorded, ReleaseRefund, Reschedule, StoreError, UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};
+use charge_once::refund_plan::{self, OperatorRead, RefundStep};
 use charge_once::telemetry::ErrorChain;
 use charge_once::{
     AuditEntry, Clock, Operation, OperationId, OperationKey, OperationKind, OperationStatus,
     OrderId, PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
 };
 
-use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, UnknownsArgs};
+use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, SucceededAs, UnknownsArgs};
 use crate::render;
 
 /// How long past its own expiry a lease still counts as live for an operator's write: covers the
@@ -733,14 +734,6 @@ pub async fn resolve(
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
     let op = read_for_write(deps.store, &args.operation_id, &args.audit, "changed").await?;
-    if let Some(refund_id) = op.kind.refund_id() {
-        // Its Stripe check reads PaymentIntents; a refund's would read the intent's refunds.
-        return Err(Failure::Refused(format!(
-            "operation {} is refund {refund_id} of order {}: resolve checks charges only; nothing \
-             changed. Re-drive it (chargectl redrive) to have the charge function read it at Stripe",
-            op.operation_id, op.order_id
-        )));
-    }
     let now = deps.clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "changed"));
@@ -748,11 +741,21 @@ pub async fn resolve(
     if lease_may_be_live(&op, now) {
         return Err(leased(&op));
     }
-    let caller = caller(deps.identity).await?;
+    if op.kind.refund_id().is_some() {
+        return resolve_refund(deps, args, &op, console).await;
+    }
     let (status, external_id) = match &args.outcome.succeeded {
-        Some(pi) => (OperationStatus::Succeeded, Some(pi.clone())),
+        Some(SucceededAs::PaymentIntent(pi)) => (OperationStatus::Succeeded, Some(pi.clone())),
+        Some(SucceededAs::Refund(re)) => {
+            return Err(Failure::Refused(format!(
+                "operation {} is a charge: it succeeded by a PaymentIntent (pi_...), not by \
+                 refund {re}; nothing changed",
+                op.operation_id
+            )))
+        }
         None => (OperationStatus::Failed, None),
     };
+    let caller = caller(deps.identity).await?;
     let checked = check_stripe(
         deps.gateway,
         &op,
@@ -812,6 +815,8 @@ pub async fn resolve(
         status,
         external_id,
         expected_updated_at: op.updated_at,
+        stripe_refund_id: None,
+        release: None,
         guard: OperatorGuard {
             lease_cutoff: now.minus(LEASE_MARGIN),
             audit: audit.clone(),
@@ -845,6 +850,152 @@ pub async fn resolve(
         )?;
     }
     Ok(())
+}
+
+/// `chargectl resolve` of a refund: the operator's claim is a hint, held to what Stripe answers
+/// by the executor's own rules ([`refund_plan::confirm_by_hand`]): the refund retrieved when its
+/// Stripe id is recorded, else the charge's PaymentIntent's refunds listed and matched by
+/// `metadata.operation_id`. Only what Stripe confirms is recorded; a refund resolved `failed`
+/// gives its reservation back to the charge in the same write. No `--force`: a forced outcome
+/// would move the charge's refundable amount on a person's word alone.
+async fn resolve_refund(
+    deps: &ResolveDeps<'_>,
+    args: &ResolveArgs,
+    op: &Operation,
+    console: &mut Console<'_>,
+) -> Result<(), Failure> {
+    let what = describe(op);
+    if args.force.is_some() || args.cancel_intent {
+        return Err(Failure::Refused(format!(
+            "operation {} is {what}: a refund is resolved only as Stripe confirms it (--force \
+             and --cancel-intent are for charges); nothing changed",
+            op.operation_id
+        )));
+    }
+    let (claimed, claimed_id) = match &args.outcome.succeeded {
+        Some(SucceededAs::Refund(re)) => (OperationStatus::Succeeded, Some(re)),
+        Some(SucceededAs::PaymentIntent(pi)) => {
+            return Err(Failure::Refused(format!(
+                "operation {} is {what}: it succeeded by a Stripe refund (re_...), not by \
+                 PaymentIntent {pi}; nothing changed",
+                op.operation_id
+            )))
+        }
+        None => (OperationStatus::Failed, None),
+    };
+    let caller = caller(deps.identity).await?;
+    let read = read_refund_at_stripe(deps.gateway, op, &what).await?;
+    let now = deps.clock.now();
+    let policy = plan::ChargePolicy::default();
+    let confirmed = refund_plan::confirm_by_hand(op, claimed, claimed_id, read, now, &policy)
+        .map_err(|why| {
+            Failure::Refused(format!(
+                "Stripe does not confirm operation {} ({what}) as {claimed}; nothing changed:\n  \
+                 {why}\nLook at the refund in the Stripe dashboard, or re-drive it (chargectl \
+                 redrive) to have the charge function read it again",
+                op.operation_id
+            ))
+        })?;
+    let audit = AuditEntry {
+        action: format!("resolve_{}", confirmed.status),
+        previous_status: op.status,
+        new_status: confirmed.status,
+        note: args.note.clone(),
+        at: now,
+        caller,
+        label: args.audit.by.clone(),
+        forced: None,
+        review: op.review.as_ref().map(|r| r.reason.clone()),
+        replaced_external_id: None,
+    };
+    let request = ManualResolution {
+        key: op.key(),
+        operation_id: op.operation_id,
+        status: confirmed.status,
+        external_id: None,
+        expected_updated_at: op.updated_at,
+        stripe_refund_id: confirmed.refund_id.clone(),
+        release: confirmed.release.then(|| ReleaseRefund {
+            charge: op.key().charge_of_order(),
+            amount: op.params.amount(),
+            now,
+        }),
+        guard: OperatorGuard {
+            lease_cutoff: now.minus(LEASE_MARGIN),
+            audit: audit.clone(),
+        },
+    };
+    let written = match deps
+        .store
+        .resolve(&request)
+        .await
+        .map_err(|e| Failure::infra(format!("resolving operation {}", op.operation_id), e))?
+    {
+        Recorded::Written(written) => written,
+        Recorded::Refused(current) => return Err(refused_write(op, current, now, "changed")),
+    };
+    let released = confirmed.release.then(|| render::money(op));
+    print_refund_resolution(console, op, &written, released, &audit)
+}
+
+/// Where an operator's check of a refund reads at Stripe ([`refund_plan::operator_step`]): the
+/// refund by its recorded id, else the intent's refunds.
+async fn read_refund_at_stripe(
+    gateway: &dyn PaymentGateway,
+    op: &Operation,
+    what: &str,
+) -> Result<OperatorRead, Failure> {
+    Ok(match refund_plan::operator_step(op) {
+        Some(RefundStep::Retrieve(id)) => {
+            OperatorRead::Retrieved(gateway.retrieve_refund(&id).await)
+        }
+        Some(RefundStep::List(pi)) => OperatorRead::Listed(gateway.list_refunds(&pi).await),
+        // Only a record that is not a refund's has no intent to read (never a create).
+        Some(RefundStep::Create) | None => {
+            return Err(Failure::Refused(format!(
+                "operation {} ({what}) names no PaymentIntent to read its refunds from; nothing \
+                 changed",
+                op.operation_id
+            )))
+        }
+    })
+}
+
+/// What a refund's resolution did: the transition, its Stripe id, the amount given back to the
+/// charge (`released`), and the history entry.
+fn print_refund_resolution(
+    console: &mut Console<'_>,
+    read: &Operation,
+    written: &Operation,
+    released: Option<String>,
+    audit: &AuditEntry,
+) -> Result<(), Failure> {
+    let stripe_id = written
+        .stripe_refund_id
+        .as_deref()
+        .map(|id| format!(" (Stripe refund {id})"))
+        .unwrap_or_default();
+    let released = released
+        .map(|money| format!("; {money} given back to the charge"))
+        .unwrap_or_default();
+    writeln!(
+        console.out,
+        "operation {} ({}): {} -> {}{stripe_id}{released}",
+        written.operation_id,
+        describe(written),
+        read.status,
+        written.status,
+    )?;
+    writeln!(console.out, "history: {}", render::history_line(audit))?;
+    Ok(())
+}
+
+/// `order O` for a charge, `refund R of order O` for a refund.
+fn describe(op: &Operation) -> String {
+    match op.kind.refund_id() {
+        Some(id) => format!("refund {id} of order {}", op.order_id),
+        None => format!("order {}", op.order_id),
+    }
 }
 
 /// `chargectl redrive`: moves the due time (guarded by the `updated_at` just read and by the
@@ -918,9 +1069,9 @@ pub async fn redrive(
         .unwrap_or_default();
     writeln!(
         console.out,
-        "operation {} (order {}, {}) re-driven: message {} sent{review}; next due {}",
+        "operation {} ({}, {}) re-driven: message {} sent{review}; next due {}",
         written.operation_id,
-        written.order_id,
+        describe(&written),
         written.status,
         message.dedup_id,
         next_due_at.to_rfc3339()
@@ -1144,7 +1295,7 @@ mod tests {
         ResolveArgs {
             operation_id: id,
             outcome: ResolveOutcome {
-                succeeded: succeeded.map(|id| PaymentIntentId::parse(id).unwrap()),
+                succeeded: succeeded.map(|id| crate::cli::parse_succeeded_as(id).unwrap()),
                 failed: succeeded.is_none(),
             },
             note: "seen in dashboard".into(),
@@ -1394,10 +1545,10 @@ mod tests {
         assert!(!c.out().contains("refunds ("), "{}", c.out());
     }
 
-    /// A refund is not resolved by a charge's Stripe check: refused, nothing changed; the twin,
-    /// the charge it refunds, is resolvable in the same setup.
+    /// A refund does not succeed by a PaymentIntent: refused, nothing changed; the twin, the
+    /// charge it refunds, is resolvable by it in the same setup.
     #[tokio::test]
-    async fn resolve_refuses_a_refund_and_changes_nothing() {
+    async fn resolve_refuses_a_refund_named_by_a_payment_intent_and_changes_nothing() {
         let store = MemoryStore::new();
         let clock = ManualClock::new(T0);
         let mut charge = op("refunded", T0);

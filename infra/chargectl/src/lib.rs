@@ -7,7 +7,8 @@
 //!   (or those waiting in review) from the sparse unknown index, oldest first;
 //! - `chargectl show <order_id|operation_id>` — one record, with its history of operator actions;
 //! - `chargectl resolve <operation_id> (--succeeded <pi_id> | --failed) --note … [--by …]
-//!   [--expect-version N] [--force "<why>"]` — settle by hand once Stripe confirms it;
+//!   [--expect-version N] [--force "<why>"]` — settle by hand once Stripe confirms it; a refund
+//!   with `--succeeded <re_id> | --failed`, only as Stripe holds it (no `--force`);
 //! - `chargectl redrive <operation_id> --note … [--by …] [--expect-version N]` — back on the
 //!   charge queue, out of review;
 //! - `chargectl simulate …` — an alias of the `simulate` binary (crate `infra/simulate`), which

@@ -79,6 +79,10 @@ pub struct UnknownLine<'a> {
     pub next_due_at: Option<String>,
     pub external_id: Option<&'a str>,
     pub redrives: u32,
+    /// `charge` or `refund` (added with refunds; the keys above keep their names).
+    pub kind: &'static str,
+    /// The merchant's refund id of a refund; null for a charge.
+    pub refund_id: Option<&'a str>,
 }
 
 impl<'a> UnknownLine<'a> {
@@ -97,6 +101,8 @@ impl<'a> UnknownLine<'a> {
             next_due_at: op.next_due_at.map(|t| t.to_rfc3339()),
             external_id: op.external_id.as_deref(),
             redrives: op.redrives,
+            kind: op.kind.as_str(),
+            refund_id: op.kind.refund_id().map(|id| id.as_str()),
         }
     }
 }
@@ -114,9 +120,10 @@ pub fn unknowns_json_lines(ops: &[Operation], now: Timestamp) -> String {
         .collect()
 }
 
-const TABLE_HEADER: [&str; 8] = [
+const TABLE_HEADER: [&str; 9] = [
     "OPERATION",
     "ORDER",
+    "KIND",
     "AMOUNT",
     "STATUS",
     "AGE",
@@ -127,12 +134,13 @@ const TABLE_HEADER: [&str; 8] = [
 
 /// The `unknowns` table: a header and one aligned row per operation.
 pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
-    let rows: Vec<[String; 8]> = ops
+    let rows: Vec<[String; 9]> = ops
         .iter()
         .map(|op| {
             [
                 op.operation_id.to_string(),
                 cell(op.order_id.as_str(), 128),
+                kind_cell(op),
                 money(op),
                 op.status.to_string(),
                 human_age(now.since(op.created_at)),
@@ -147,6 +155,14 @@ pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
         })
         .collect();
     aligned(TABLE_HEADER, &rows)
+}
+
+/// `charge`, or `refund <refund id>`.
+pub fn kind_cell(op: &Operation) -> String {
+    match op.kind.refund_id() {
+        Some(id) => format!("refund {}", cell(id.as_str(), 64)),
+        None => op.kind.as_str().to_owned(),
+    }
 }
 
 /// Records `unknowns` could not read, after its table: the stored key and why, on one line each
@@ -251,6 +267,7 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
         ),
         ("idempotency key", op.idempotency_key().to_string()),
         ("payment intent", dash(op.external_id.as_deref())),
+        ("stripe refund", dash(op.stripe_refund_id.as_deref())),
         ("attempts", op.attempts.to_string()),
         ("redrives", op.redrives.to_string()),
         (

@@ -12,7 +12,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{
-    Claim, CreatePaymentIntent, OperationStore, OutcomeRecord, PaymentGateway,
+    Claim, CreatePaymentIntent, CreateRefund, OperationStore, OutcomeRecord, PaymentGateway,
+    RefundCreated,
 };
 use charge_once::testing;
 use charge_once::{Clock, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp};
@@ -1527,4 +1528,328 @@ async fn the_docs_aws_cli_queries_list_what_chargectl_lists() {
         review.into_keys().collect::<Vec<_>>(),
         [f.review.operation_id.to_string()]
     );
+}
+
+// ---- refunds ----
+
+/// A charge of 1250 usd for `order`, succeeded (`pi_settled_1`), through the store's own writes.
+async fn charged(store: &DynamoStore, order: &str) -> Operation {
+    let op = create(store, order, SystemClock.now().minus(3 * HOUR)).await;
+    charged_as(store, &op, "pi_settled_1").await
+}
+
+/// The refund `refund_id` of `amount` of `charge` as stored now, accepted as the door accepts it:
+/// the refund written and its amount reserved on the charge in one write.
+async fn refund(
+    store: &DynamoStore,
+    charge: &Operation,
+    refund_id: &str,
+    amount: i64,
+) -> Operation {
+    use charge_once::refund::{reserve, RefundRequest};
+    let charge = store.get(&charge.key()).await.unwrap().unwrap();
+    let request = RefundRequest {
+        amount: Some(charge_once::Amount::new(amount).unwrap()),
+        reason: None,
+    };
+    let now = SystemClock.now();
+    let (params, reservation) = reserve(&charge, &request, now).unwrap();
+    let op = Operation::new_refund(
+        charge.order_id.clone(),
+        charge_once::RefundId::parse(refund_id).unwrap(),
+        &request,
+        params,
+        charge_once::Principal::jwt("support").unwrap(),
+        now,
+        Duration::from_secs(300),
+    );
+    let created = store.create_refund(&op, &reservation).await.unwrap();
+    assert!(matches!(created, RefundCreated::New(_)), "{created:?}");
+    op
+}
+
+/// One attempt of `refund` recorded unknown (a lost answer), with its Stripe id when learned.
+async fn refund_unknown(
+    store: &DynamoStore,
+    refund: &Operation,
+    stripe_id: Option<&str>,
+) -> Operation {
+    let (token, _) = claim(store, refund).await;
+    let rec = OutcomeRecord {
+        stripe_refund_id: stripe_id.map(|id| charge_once::StripeRefundId::parse(id).unwrap()),
+        last_error: Some("timeout after 10s waiting for api.stripe.com".into()),
+        ..testing::outcome(refund, token, OperationStatus::Unknown, SystemClock.now())
+    };
+    testing::record(store, &rec).await
+}
+
+async fn reserved(f: &Fixture, charge: &Operation) -> i64 {
+    f.get(charge).await.refund_reserved
+}
+
+impl Stripe {
+    /// `refund` made at the simulator as the charge function makes it (its key, its parameters):
+    /// the Stripe refund's id.
+    async fn refund_for(&self, refund: &Operation) -> String {
+        let req = CreateRefund::for_operation(refund).expect("a refund operation");
+        self.side
+            .gateway()
+            .create_refund(&req)
+            .await
+            .expect("refund create")
+            .id
+            .to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknowns_lists_a_refund_with_its_kind() {
+    let f = Fixture::new().await;
+    let charge = charged(&f.store, &unique("o-refunded")).await;
+    let r = refund(&f.store, &charge, "r-1", 400).await;
+
+    let out = f.run(&["unknowns"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].contains("KIND"), "{text}");
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with(&r.operation_id.to_string()))
+        .unwrap_or_else(|| panic!("the refund is listed:\n{text}"));
+    assert!(
+        row.contains("refund r-1") && row.contains("400 usd"),
+        "{row}"
+    );
+    let charge_row = lines
+        .iter()
+        .find(|l| l.starts_with(&f.pending.operation_id.to_string()))
+        .unwrap();
+    assert!(charge_row.contains(" charge "), "{charge_row}");
+
+    let out = f.run(&["unknowns", "--json"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    let listed = lines
+        .iter()
+        .find(|l| l["operation_id"] == r.operation_id.to_string())
+        .expect("the refund in --json");
+    assert_eq!(listed["kind"], "refund");
+    assert_eq!(listed["refund_id"], "r-1");
+    assert_eq!(listed["amount"], 400);
+    assert_eq!(listed["order_id"], charge.order_id.as_str());
+    let charge_line = lines
+        .iter()
+        .find(|l| l["operation_id"] == f.pending.operation_id.to_string())
+        .unwrap();
+    assert_eq!(charge_line["kind"], "charge");
+    assert_eq!(charge_line["refund_id"], Value::Null);
+}
+
+/// Its Stripe id recorded: the refund is retrieved. The operator's `--failed` is contradicted
+/// (Stripe holds it succeeded): refused, nothing changed; `--succeeded` with its id is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_of_a_refund_with_its_stripe_id_records_what_stripe_holds() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let charge = create(&f.store, &unique("o-refund-known"), SystemClock.now()).await;
+    let pi = stripe.intent_for(&charge, "pm_card_visa").await;
+    let charge_order = charge.order_id.to_string();
+    let charge = charged_as(&f.store, &charge, &pi).await;
+    let r = refund(&f.store, &charge, "r-1", 400).await;
+    let re = stripe.refund_for(&r).await;
+    let r = refund_unknown(&f.store, &r, Some(&re)).await;
+    let id = r.operation_id.to_string();
+
+    let out = f.run_with(
+        &stripe,
+        &["resolve", &id, "--failed", "--note", "bank says no"],
+    );
+    assert_exit(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("Stripe holds {re} succeeded, not failed")),
+        "{err}"
+    );
+    assert!(err.contains("nothing changed"), "{err}");
+    assert_eq!(f.get(&r).await, r, "refused: the refund untouched");
+    assert_eq!(reserved(&f, &charge).await, 400, "nothing given back");
+
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--succeeded",
+            &re,
+            "--note",
+            "seen in the dashboard",
+            "--by",
+            "alice",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!(
+            "(refund r-1 of order {charge_order}): unknown -> succeeded (Stripe refund {re})"
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let after = f.get(&r).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.stripe_refund_id.as_deref(), Some(re.as_str()));
+    assert_eq!(after.next_due_at, None);
+    let entry = &after.history[0];
+    assert_eq!(entry.action, "resolve_succeeded");
+    assert!(entry.caller.starts_with("arn:aws:"), "{}", entry.caller);
+    assert_eq!(entry.label.as_deref(), Some("alice"));
+    assert_eq!(
+        reserved(&f, &charge).await,
+        400,
+        "a succeeded refund keeps it"
+    );
+}
+
+/// Its Stripe id never learned: the intent's refunds are listed and ours found by
+/// `metadata.operation_id`. A refund Stripe made is settled as it holds it; one that never
+/// reached Stripe is resolved failed with its reservation given back, but not claimed succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_of_a_refund_without_its_stripe_id_lists_the_intent_s_refunds() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+    let charge = create(&f.store, &unique("o-refund-list"), SystemClock.now()).await;
+    let pi = stripe.intent_for(&charge, "pm_card_visa").await;
+    let charge = charged_as(&f.store, &charge, &pi).await;
+    let made = refund(&f.store, &charge, "r-1", 400).await;
+    let re = stripe.refund_for(&made).await;
+    let made = refund_unknown(&f.store, &made, None).await;
+    let never = refund(&f.store, &charge, "r-2", 200).await;
+    assert_eq!(reserved(&f, &charge).await, 600);
+
+    // r-2 is not at Stripe: claiming it succeeded (by r-1's refund) is refused.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &never.operation_id.to_string(),
+            "--succeeded",
+            &re,
+            "--note",
+            "n",
+        ],
+    );
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("lists 0 refunds"), "{}", stderr(&out));
+    assert_eq!(f.get(&never).await, never);
+    assert_eq!(reserved(&f, &charge).await, 600);
+
+    // r-1 is: settled by the list, its Stripe id recorded.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &made.operation_id.to_string(),
+            "--succeeded",
+            &re,
+            "--note",
+            "n",
+        ],
+    );
+    assert_exit(&out, 0);
+    let after = f.get(&made).await;
+    assert_eq!(after.status, OperationStatus::Succeeded);
+    assert_eq!(after.stripe_refund_id.as_deref(), Some(re.as_str()));
+
+    // r-2 failed: nothing went back, its 200 is given back to the charge in the same write.
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &never.operation_id.to_string(),
+            "--failed",
+            "--note",
+            "never sent",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("200 usd given back to the charge"),
+        "{}",
+        stdout(&out)
+    );
+    let after = f.get(&never).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert_eq!(after.history[0].action, "resolve_failed");
+    assert_eq!(reserved(&f, &charge).await, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_sends_a_refund_s_message_as_version_2() {
+    let f = Fixture::new().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let queue_url = fresh_fifo_queue(&sqs).await;
+    let charge = charged(&f.store, &unique("o-refund-redrive")).await;
+    let r = refund(&f.store, &charge, "r-1", 400).await;
+    let r = refund_unknown(&f.store, &r, None).await;
+    let id = r.operation_id.to_string();
+
+    let out = f.run(&[
+        "--queue-url",
+        &queue_url,
+        "redrive",
+        &id,
+        "--note",
+        "Stripe is back",
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("(refund r-1 of order"),
+        "{}",
+        stdout(&out)
+    );
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1);
+    let body: Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(body["v"], 2);
+    assert_eq!(body["kind"], "refund");
+    assert_eq!(body["refund_id"], "r-1");
+    assert_eq!(body["operation_id"], id);
+    assert_eq!(body["order_id"], charge.order_id.as_str());
+    let attrs = messages[0].attributes().expect("system attributes");
+    assert_eq!(
+        attrs
+            .get(&MessageSystemAttributeName::MessageDeduplicationId)
+            .map(String::as_str),
+        Some(format!("{id}:1").as_str())
+    );
+    let after = f.get(&r).await;
+    assert_eq!(after.redrives, 1);
+    assert_eq!(after.history[0].action, "redrive");
+    assert!(after.history[0].caller.starts_with("arn:aws:"));
+    assert_eq!(
+        reserved(&f, &charge).await,
+        400,
+        "a re-drive moves no money"
+    );
+}
+
+/// `op` recorded succeeded with the PaymentIntent `pi`.
+async fn charged_as(store: &DynamoStore, op: &Operation, pi: &str) -> Operation {
+    let (token, _) = claim(store, op).await;
+    let rec = OutcomeRecord {
+        external_id: Some(charge_once::PaymentIntentId::parse(pi).unwrap()),
+        last_error: None,
+        ..testing::outcome(op, token, OperationStatus::Succeeded, SystemClock.now())
+    };
+    testing::record(store, &rec).await
 }

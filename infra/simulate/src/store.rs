@@ -1166,8 +1166,12 @@ impl OperationStore for SimStore {
         Ok(store_rules::recorded(self.conditional(&req.key, req)?))
     }
 
+    /// With a refund's release: as [`record`](Self::record)'s, one write, both or neither.
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        Ok(store_rules::recorded(self.conditional(&req.key, req)?))
+        match &req.release {
+            None => Ok(store_rules::recorded(self.conditional(&req.key, req)?)),
+            Some(release) => self.with_release(&req.key, req, release),
+        }
     }
 
     async fn query_index(

@@ -174,8 +174,8 @@ impl PaymentGateway for CountingGateway {
         self.calls.cancels.fetch_add(1, Ordering::Relaxed);
         self.inner.cancel(req).await
     }
-    // Not counted: the counts are of the charge calls the events function makes, and it makes
-    // no refund call yet.
+    // Not counted: the counts are of the charge calls the events function makes; its one refund
+    // call (a refund event's retrieve) is left out of them.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.inner.create_refund(req).await
     }

@@ -42,6 +42,8 @@ struct FaultsUpdate {
     processing_settle_ms: Option<u64>,
     refund_settle_secs: Option<u64>,
     refund_settle_ms: Option<u64>,
+    uncaptured_expiry_secs: Option<u64>,
+    uncaptured_expiry_ms: Option<u64>,
     seed: Option<u64>,
 }
 
@@ -70,6 +72,8 @@ struct CapacityUpdate {
     search_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     cancel_per_sec: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "nullable")]
+    capture_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     refund_per_sec: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
@@ -168,6 +172,8 @@ fn faults_json(sim: &StripeSim) -> Reply {
             "processing_settle_ms": eng.settle_ms,
             "refund_settle_secs": eng.refunds.settle_ms / 1000,
             "refund_settle_ms": eng.refunds.settle_ms,
+            "uncaptured_expiry_secs": eng.uncaptured_expiry_ms / 1000,
+            "uncaptured_expiry_ms": eng.uncaptured_expiry_ms,
             "seed": f.seed,
             "injected": kind_map(&f.injected),
         }),
@@ -216,6 +222,9 @@ fn update_faults(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         if let Some(v) = ms(u.refund_settle_secs, u.refund_settle_ms) {
             eng.refunds.settle_ms = v;
         }
+        if let Some(v) = ms(u.uncaptured_expiry_secs, u.uncaptured_expiry_ms) {
+            eng.uncaptured_expiry_ms = v;
+        }
     }
     Ok(faults_json(sim))
 }
@@ -229,6 +238,7 @@ fn capacity_json(sim: &StripeSim) -> Reply {
             "retrieve_per_sec": c.retrieve_per_sec,
             "search_per_sec": c.search_per_sec,
             "cancel_per_sec": c.cancel_per_sec,
+            "capture_per_sec": c.capture_per_sec,
             "refund_per_sec": c.refund_per_sec,
             "refund_read_per_sec": c.refund_read_per_sec,
             "account_per_sec": c.account_per_sec,
@@ -262,6 +272,7 @@ fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         c.retrieve_per_sec = b.retrieve_per_sec;
         c.search_per_sec = b.search_per_sec;
         c.cancel_per_sec = b.cancel_per_sec;
+        c.capture_per_sec = b.capture_per_sec;
         c.refund_per_sec = b.refund_per_sec;
         c.refund_read_per_sec = b.refund_read_per_sec;
         c.account_per_sec = b.account_per_sec;
@@ -271,6 +282,7 @@ fn update_capacity(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         (u.retrieve_per_sec, &mut c.retrieve_per_sec),
         (u.search_per_sec, &mut c.search_per_sec),
         (u.cancel_per_sec, &mut c.cancel_per_sec),
+        (u.capture_per_sec, &mut c.capture_per_sec),
         (u.refund_per_sec, &mut c.refund_per_sec),
         (u.refund_read_per_sec, &mut c.refund_read_per_sec),
         (u.account_per_sec, &mut c.account_per_sec),
@@ -318,6 +330,8 @@ fn update_clock(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         .saturating_mul(1000)
         .saturating_add(u.advance_ms.unwrap_or(0));
     sim.inner.clock.advance_ms(adv);
+    // Uncaptured PaymentIntents whose hold expired meanwhile are canceled now.
+    sim.expire_due();
     Ok(clock_json(sim))
 }
 

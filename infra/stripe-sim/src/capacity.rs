@@ -4,7 +4,7 @@
 //! # Rate limits
 //! Stripe counts each named operation as its own endpoint (`POST /v1/payment_intents`,
 //! `GET /v1/payment_intents/{id}`, `GET /v1/payment_intents/search` and
-//! `POST /v1/payment_intents/{id}/cancel` are four; refunds are two more: create (with cancel) and
+//! `POST /v1/payment_intents/{id}/cancel` and `POST /v1/payment_intents/{id}/capture` are five; refunds are two more: create (with cancel) and
 //! reads (retrieve with list)), each with its own limit, and every request also counts against the account's overall limit. Stripe's
 //! documented defaults (<https://docs.stripe.com/rate-limits>): 25 requests/s per endpoint, 20/s
 //! for search, 100 operations/s per live-mode account (25/s in test mode/sandboxes).
@@ -146,6 +146,8 @@ pub struct Capacity {
     pub search_per_sec: Option<u32>,
     /// `POST /v1/payment_intents/{id}/cancel`, requests/s.
     pub cancel_per_sec: Option<u32>,
+    /// `POST /v1/payment_intents/{id}/capture`, requests/s.
+    pub capture_per_sec: Option<u32>,
     /// `POST /v1/refunds` (and `POST /v1/refunds/{id}/cancel`), requests/s.
     pub refund_per_sec: Option<u32>,
     /// `GET /v1/refunds/{id}` and `GET /v1/refunds` together, requests/s.
@@ -172,7 +174,7 @@ impl Capacity {
     pub const STRIPE_TEST_MODE_ACCOUNT_PER_SEC: u32 = 25;
 
     /// Stripe's documented limits (live mode): create 25/s, retrieve 25/s, search 20/s, cancel
-    /// 25/s, account 100/s, on the simulated clock, no create latency (add it with
+    /// 25/s, capture 25/s, account 100/s, on the simulated clock, no create latency (add it with
     /// [`Capacity::with_create_latency`]).
     pub fn stripe_defaults() -> Self {
         Capacity {
@@ -180,6 +182,7 @@ impl Capacity {
             retrieve_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             search_per_sec: Some(Self::STRIPE_SEARCH_PER_SEC),
             cancel_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
+            capture_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             refund_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             refund_read_per_sec: Some(Self::STRIPE_ENDPOINT_PER_SEC),
             account_per_sec: Some(Self::STRIPE_ACCOUNT_PER_SEC),
@@ -203,6 +206,7 @@ impl Capacity {
             retrieve_per_sec: None,
             search_per_sec: None,
             cancel_per_sec: None,
+            capture_per_sec: None,
             refund_per_sec: None,
             refund_read_per_sec: None,
             account_per_sec: None,
@@ -250,6 +254,8 @@ pub struct Capacity429s {
     pub search: u64,
     /// `POST /v1/payment_intents/{id}/cancel` refused.
     pub cancel: u64,
+    /// `POST /v1/payment_intents/{id}/capture` refused.
+    pub capture: u64,
     /// `POST /v1/refunds` and `POST /v1/refunds/{id}/cancel` refused.
     pub refund: u64,
     /// `GET /v1/refunds/{id}` and `GET /v1/refunds` refused.
@@ -262,7 +268,13 @@ pub struct Capacity429s {
 impl Capacity429s {
     /// All capacity 429s.
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search + self.cancel + self.refund + self.refund_read
+        self.create
+            + self.retrieve
+            + self.search
+            + self.cancel
+            + self.capture
+            + self.refund
+            + self.refund_read
     }
 }
 
@@ -273,6 +285,7 @@ pub(crate) enum Api {
     Retrieve,
     Search,
     Cancel,
+    Capture,
     /// Refund create and cancel.
     Refund,
     /// Refund retrieve and list.
@@ -368,6 +381,7 @@ pub struct CapacityTokens {
     pub retrieve: Option<f64>,
     pub search: Option<f64>,
     pub cancel: Option<f64>,
+    pub capture: Option<f64>,
     pub refund: Option<f64>,
     pub refund_read: Option<f64>,
     pub account: Option<f64>,
@@ -380,6 +394,7 @@ pub(crate) struct CapacityState {
     retrieve: Bucket,
     search: Bucket,
     cancel: Bucket,
+    capture: Bucket,
     refund: Bucket,
     refund_read: Bucket,
     account: Bucket,
@@ -398,6 +413,7 @@ impl CapacityState {
             retrieve: Bucket::new(None),
             search: Bucket::new(None),
             cancel: Bucket::new(None),
+            capture: Bucket::new(None),
             refund: Bucket::new(None),
             refund_read: Bucket::new(None),
             account: Bucket::new(None),
@@ -418,6 +434,7 @@ impl CapacityState {
         self.retrieve = Bucket::new(config.retrieve_per_sec);
         self.search = Bucket::new(config.search_per_sec);
         self.cancel = Bucket::new(config.cancel_per_sec);
+        self.capture = Bucket::new(config.capture_per_sec);
         self.refund = Bucket::new(config.refund_per_sec);
         self.refund_read = Bucket::new(config.refund_read_per_sec);
         self.account = Bucket::new(config.account_per_sec);
@@ -431,6 +448,7 @@ impl CapacityState {
             Api::Retrieve => &mut self.retrieve,
             Api::Search => &mut self.search,
             Api::Cancel => &mut self.cancel,
+            Api::Capture => &mut self.capture,
             Api::Refund => &mut self.refund,
             Api::RefundRead => &mut self.refund_read,
         };
@@ -456,6 +474,7 @@ impl CapacityState {
                     Api::Retrieve => r.retrieve += 1,
                     Api::Search => r.search += 1,
                     Api::Cancel => r.cancel += 1,
+                    Api::Capture => r.capture += 1,
                     Api::Refund => r.refund += 1,
                     Api::RefundRead => r.refund_read += 1,
                 }
@@ -474,6 +493,7 @@ impl CapacityState {
             retrieve: self.retrieve.tokens_at(now_ms),
             search: self.search.tokens_at(now_ms),
             cancel: self.cancel.tokens_at(now_ms),
+            capture: self.capture.tokens_at(now_ms),
             refund: self.refund.tokens_at(now_ms),
             refund_read: self.refund_read.tokens_at(now_ms),
             account: self.account.tokens_at(now_ms),

@@ -118,14 +118,11 @@ impl StripeSim {
         idempotency_key: Option<&str>,
         form: &[(String, String)],
     ) -> CreateStart {
-        match http::create_begin(self, idempotency_key.map(str::to_owned), form) {
-            Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
-            Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
-                sim: self.clone(),
-                ex,
-            }),
-            Ok(ex) => CreateStart::Done(finish(self, http::create_exec(self, ex))),
-        }
+        self.create_started(http::create_begin(
+            self,
+            idempotency_key.map(str::to_owned),
+            form,
+        ))
     }
 
     /// `GET /v1/payment_intents/{id}`, in process.
@@ -146,6 +143,21 @@ impl StripeSim {
         )
     }
 
+    /// `POST /v1/payment_intents/{id}/capture` with this form (`amount_to_capture`,
+    /// `metadata[...]`) and `Idempotency-Key`, in process: keyed and faulted as a cancel, its
+    /// refusal from the intent's state saved under the key.
+    pub fn capture_in_process(
+        &self,
+        id: &str,
+        idempotency_key: Option<&str>,
+        form: &[(String, String)],
+    ) -> Outcome {
+        finish(
+            self,
+            http::capture(self, id, idempotency_key.map(str::to_owned), form),
+        )
+    }
+
     /// `POST /v1/refunds` with this form and `Idempotency-Key`, in process: faulted as a
     /// create (a `latency` fault comes back as [`CreateStart::Slow`]; create latency is for
     /// PaymentIntents only).
@@ -154,7 +166,17 @@ impl StripeSim {
         idempotency_key: Option<&str>,
         form: &[(String, String)],
     ) -> CreateStart {
-        match http::refund_begin(self, idempotency_key.map(str::to_owned), form) {
+        self.create_started(http::refund_begin(
+            self,
+            idempotency_key.map(str::to_owned),
+            form,
+        ))
+    }
+
+    /// A create begun (a PaymentIntent's or a refund's): refused at the gate, held by a
+    /// `latency` fault, or executed now.
+    fn create_started(&self, begun: Result<Executing, Reply>) -> CreateStart {
+        match begun {
             Err(reply) => CreateStart::Done(Outcome::Answered(answer(self, reply))),
             Ok(ex) if ex.is_slow() => CreateStart::Slow(SlowCreate {
                 sim: self.clone(),

@@ -1,7 +1,7 @@
 //! Pure simulator state: PaymentIntents, idempotency keys, faults, counters.
 //! No I/O and no clock reads: every method takes `now_ms`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -13,7 +13,9 @@ use serde::Serialize;
 use crate::capacity::{Capacity, CapacityState};
 use crate::faults::{FaultConfig, FaultState};
 use crate::fx::{Fx, FxHasher};
-use crate::pi::{cancelable, confirmable, CreateOutcome, CreateParams, PaymentIntent, STATUSES};
+use crate::pi::{
+    cancelable, confirmable, CaptureParams, CreateOutcome, CreateParams, PaymentIntent, STATUSES,
+};
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
@@ -151,6 +153,17 @@ fn add_position(index: &mut HashMap<u64, Positions, Fx>, hash: u64, at: u32) {
         .or_insert(Positions::One(at));
 }
 
+/// Why a keyed write (a cancel, a capture) did not happen, and whether its answer is kept under
+/// the request's key.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Not saved (the key is forgotten): an unknown intent, or a refusal Stripe does not keep.
+    Forget(ApiError),
+    /// Saved under the key, as Stripe saves the answer of a request that started executing: a
+    /// retry with the same key replays this error even once the state would allow the request.
+    Save(ApiError),
+}
+
 /// What the idempotency layer decided for a keyed request.
 pub(crate) enum Idem {
     /// New key, now marked in flight: execute, then [`Engine::finish_key`]
@@ -261,6 +274,8 @@ pub struct RequestCounts {
     pub search: u64,
     /// `POST /v1/payment_intents/{id}/cancel`
     pub cancel: u64,
+    /// `POST /v1/payment_intents/{id}/capture`
+    pub capture: u64,
     /// `POST /v1/refunds`
     pub refund: u64,
     /// `POST /v1/refunds/{id}/cancel`
@@ -369,6 +384,11 @@ pub(crate) struct Engine {
     pub(crate) webhooks: Outbox,
     /// Refunds and how long their transitions take.
     pub(crate) refunds: Refunds,
+    /// How long after its creation Stripe cancels an uncaptured PaymentIntent (7 days).
+    pub(crate) uncaptured_expiry_ms: i64,
+    /// Authorizations waiting for a capture, by (expiry, position): the clock's advance cancels
+    /// the due ones without scanning every intent.
+    holds: BTreeSet<(i64, u32)>,
 }
 
 impl Engine {
@@ -379,8 +399,11 @@ impl Engine {
         search_lag_ms: i64,
         settle_ms: i64,
         refund_settle_ms: i64,
+        uncaptured_expiry_ms: i64,
     ) -> Self {
         Engine {
+            uncaptured_expiry_ms,
+            holds: BTreeSet::new(),
             refunds: Refunds::new(refund_settle_ms),
             pis: Intents::default(),
             index: HashMap::default(),
@@ -415,6 +438,7 @@ impl Engine {
             self.search_lag_ms,
             self.settle_ms,
             self.refunds.settle_ms,
+            self.uncaptured_expiry_ms,
         );
         // The endpoint and its secret survive a reset, like the API key.
         self.webhooks = webhooks;
@@ -560,8 +584,69 @@ impl Engine {
             .is_some_and(|s| now_ms >= s.at_ms);
         if due {
             self.freeze_answer(at);
+            let settled_at = self.pis[at].settlement.as_ref().map_or(now_ms, |s| s.at_ms);
             self.pis[at].settle(now_ms);
+            self.track_hold(at, settled_at);
         }
+        self.expire_if_due(at, now_ms);
+    }
+
+    /// Records the hold of the PaymentIntent at `at` if it was just authorized (at `now_ms`) for
+    /// a manual capture, so its expiry can find it.
+    fn track_hold(&mut self, at: usize, now_ms: i64) {
+        let expiry = self.uncaptured_expiry_ms;
+        if let Some(expires) = self.pis[at].hold_authorized(now_ms, expiry) {
+            self.holds.insert((expires, at as u32));
+        }
+    }
+
+    /// Forgets the hold of the PaymentIntent at `at` (captured or canceled: it no longer expires).
+    fn release_hold(&mut self, at: usize) {
+        if let Some(hold) = &self.pis[at].hold {
+            self.holds.remove(&(hold.expires_ms, at as u32));
+        }
+    }
+
+    /// Stripe cancels an uncaptured PaymentIntent at its hold's expiry (`cancellation_reason:
+    /// automatic`, the hold released): done here when it is first touched at or after that
+    /// moment, dated the moment itself, with its `payment_intent.canceled` and `charge.expired`
+    /// events.
+    fn expire_if_due(&mut self, at: usize, now_ms: i64) {
+        let pi = &self.pis[at];
+        let Some(expires) = pi.hold.as_ref().map(|h| h.expires_ms) else {
+            return;
+        };
+        if pi.status != "requires_capture" || now_ms < expires {
+            return;
+        }
+        self.release_hold(at);
+        self.freeze_answer(at);
+        self.pis[at].cancel(Some("automatic"), expires);
+        let json = self.pis[at].json_string();
+        self.webhooks.emit("canceled", &json, false, expires);
+        // Stripe's event for an uncaptured charge that expired.
+        if self.webhooks.enabled() {
+            if let Some(charge) = self.charge_json(at, expires) {
+                self.webhooks
+                    .emit_object("charge.expired", &charge, expires);
+            }
+        }
+    }
+
+    /// Cancels every uncaptured PaymentIntent whose hold expired by `now_ms` (the clock moved).
+    pub(crate) fn expire_due(&mut self, now_ms: i64) {
+        while let Some(&(expires, at)) = self.holds.first() {
+            if expires > now_ms {
+                break;
+            }
+            self.holds.pop_first();
+            self.settle_at(at as usize, now_ms);
+        }
+    }
+
+    /// When the next uncaptured PaymentIntent expires (simulated unix ms), if any waits.
+    pub(crate) fn next_expiry_ms(&self) -> Option<i64> {
+        self.holds.first().map(|(expires, _)| *expires)
     }
 
     /// The position of the PaymentIntent `id`.
@@ -585,7 +670,7 @@ impl Engine {
         let id = random_id(&mut self.ids, "pi_", 24);
         let secret = random_id(&mut self.ids, &format!("{id}_secret_"), 25);
         let charge = random_id(&mut self.ids, "ch_", 24);
-        let (pi, outcome) = PaymentIntent::create(
+        let (mut pi, outcome) = PaymentIntent::create(
             id,
             secret,
             charge,
@@ -594,6 +679,7 @@ impl Engine {
             now_ms,
             self.settle_ms,
         );
+        let expires = pi.hold_authorized(now_ms, self.uncaptured_expiry_ms);
         let at = self.pis.len();
         let at32 = u32::try_from(at).unwrap_or(u32::MAX);
         for (k, v) in pi.params.metadata.iter() {
@@ -630,6 +716,9 @@ impl Engine {
         };
         self.pis.push(pi);
         self.pis.keep_json(at, &json);
+        if let Some(expires) = expires {
+            self.holds.insert((expires, at32));
+        }
         let saved = created_answer(&self.pis[at], json, declined);
         (
             saved,
@@ -668,6 +757,8 @@ impl Engine {
             ));
         }
         self.freeze_answer(at);
+        // Canceling an authorization releases its hold.
+        self.release_hold(at);
         self.pis[at].cancel(reason, now_ms);
         let json = self.pis[at].json_string();
         self.pis.keep_json(at, &json);
@@ -699,10 +790,84 @@ impl Engine {
         let charge = random_id(&mut self.ids, "ch_", 24);
         self.freeze_answer(at);
         self.pis[at].confirm_by_customer(charge);
+        self.track_hold(at, now_ms);
+        let json = self.pis[at].json_string();
+        self.pis.keep_json(at, &json);
+        let status = self.pis[at].status;
+        self.webhooks.emit(status, &json, false, now_ms);
+        Ok(json)
+    }
+
+    /// `POST /v1/payment_intents/{id}/capture`: captures `amount_to_capture` (default: all) of a
+    /// `requires_capture` intent, settled and expired as of `now_ms` first: `succeeded`, the
+    /// rest of the hold released, `amount_received` the captured amount, with the
+    /// `payment_intent.succeeded` and `charge.captured` events. An unknown intent is not saved
+    /// under the key; a status that cannot be captured (captured, canceled, expired) or more than
+    /// is capturable is Stripe's `400`, saved under it.
+    pub(crate) fn capture(
+        &mut self,
+        id: &str,
+        p: CaptureParams,
+        now_ms: i64,
+    ) -> Result<String, Refusal> {
+        let at = self
+            .position(id)
+            .ok_or_else(|| Refusal::Forget(ApiError::no_such_payment_intent(id)))?;
+        self.settle_at(at, now_ms);
+        let pi = &self.pis[at];
+        if pi.status != "requires_capture" {
+            return Err(Refusal::Save(ApiError::unexpected_state(
+                "capture",
+                pi.status,
+                "requires_capture",
+            )));
+        }
+        let capturable = pi.amount_capturable();
+        let amount = p.amount_to_capture.unwrap_or(capturable);
+        if amount > capturable {
+            return Err(Refusal::Save(ApiError::invalid(
+                "amount_too_large",
+                "amount_to_capture",
+                format!("The amount to capture ({amount}) is greater than the amount capturable ({capturable})."),
+            )));
+        }
+        self.freeze_answer(at);
+        self.release_hold(at);
+        self.merge_metadata(at, &p.metadata);
+        self.pis[at].capture(amount);
         let json = self.pis[at].json_string();
         self.pis.keep_json(at, &json);
         self.webhooks.emit("succeeded", &json, false, now_ms);
+        if self.webhooks.enabled() {
+            if let Some(charge) = self.charge_json(at, now_ms) {
+                self.webhooks
+                    .emit_object("charge.captured", &charge, now_ms);
+            }
+        }
         Ok(json)
+    }
+
+    /// Applies checked `metadata[...]` parameters to the PaymentIntent at `at`, indexing the
+    /// pairs it did not have for search (an intent is indexed once per pair).
+    fn merge_metadata(&mut self, at: usize, metadata: &[(String, String)]) {
+        let at32 = u32::try_from(at).unwrap_or(u32::MAX);
+        for (k, v) in metadata {
+            let mine = &mut self.pis[at].params.metadata;
+            let before = mine
+                .iter()
+                .map(|(k, v)| hash_of(&[k, v]))
+                .collect::<Vec<_>>();
+            // Checked by `parse_capture`: cannot fail.
+            let _ = crate::pi::metadata_param(mine, k, v);
+            let added: Vec<u64> = mine
+                .iter()
+                .map(|(k, v)| hash_of(&[k, v]))
+                .filter(|h| !before.contains(h))
+                .collect();
+            for hash in added {
+                add_position(&mut self.by_metadata, hash, at32);
+            }
+        }
     }
 
     /// Matching PaymentIntents visible to search (older than the lag),
@@ -861,6 +1026,7 @@ mod tests {
             0,
             60_000,
             60_000,
+            crate::pi::UNCAPTURED_EXPIRY_MS,
         );
         for pm in [
             "pm_card_chargeDeclined",
@@ -914,6 +1080,7 @@ mod tests {
             0,
             60_000,
             60_000,
+            crate::pi::UNCAPTURED_EXPIRY_MS,
         );
         let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
         let id = e.pis[0].id.clone();

@@ -145,7 +145,7 @@ impl FaultConfig {
 pub(crate) enum Endpoint {
     Create,
     Read,
-    /// A cancel: a keyed write like a create, faulted at the same rates (never by the script,
+    /// A cancel (or a capture): a keyed write like a create, faulted at the same rates (never by the script,
     /// which is for creates, and never `latency`, which only a create's in-process path models:
     /// a cancel's lost answer is `drop_after_commit`).
     Cancel,

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::capacity::{Api, Limiter};
-use crate::engine::{Idem, RequestCounts, Saved};
+use crate::engine::{Engine, Idem, Refusal, RequestCounts, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
 use crate::refund::RefundParams;
@@ -146,12 +146,17 @@ async fn route_v1(
         (&Method::POST, "payment_intents") => return create(sim, headers, &body).await,
         (&Method::POST, r) => match r
             .strip_prefix("payment_intents/")
-            .and_then(|r| r.strip_suffix("/cancel"))
+            .and_then(|r| r.split_once('/'))
         {
-            Some(id) if !id.is_empty() && !id.contains('/') => {
+            Some((id, action @ ("cancel" | "capture"))) if !id.is_empty() => {
                 let form: Vec<(String, String)> =
                     form_urlencoded::parse(&body).into_owned().collect();
-                return cancel(sim, id, idempotency_key(headers), &form);
+                let key = idempotency_key(headers);
+                return if action == "cancel" {
+                    cancel(sim, id, key, &form)
+                } else {
+                    capture(sim, id, key, &form)
+                };
             }
             _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
         },
@@ -252,6 +257,8 @@ fn gate(sim: &StripeSim, api: Api) -> Option<Reply> {
         Api::Retrieve => (Endpoint::Read, |c| c.retrieve += 1),
         Api::Search => (Endpoint::Read, |c| c.search += 1),
         Api::Cancel => (Endpoint::Cancel, |c| c.cancel += 1),
+        // A capture is a keyed write faulted as a cancel is.
+        Api::Capture => (Endpoint::Cancel, |c| c.capture += 1),
         // Refund routes name their own counter and fault endpoint (`gate_as`).
         Api::Refund => (Endpoint::Create, |c| c.refund += 1),
         Api::RefundRead => (Endpoint::Read, |c| c.refund_read += 1),
@@ -464,41 +471,91 @@ pub(crate) fn cancel(
     if let Some(reply) = gate(sim, Api::Cancel) {
         return Ok(reply);
     }
-    let mut guard = KeyGuard {
-        sim: sim.clone(),
-        key: None,
+    let guard = match begin_keyed(
+        sim,
+        idempotency_key.as_deref(),
+        form,
+        format!("cancel {id}"),
+    ) {
+        Ok(g) => g,
+        Err(reply) => return Ok(reply),
     };
-    if let Some(k) = &idempotency_key {
-        if k.chars().count() > 255 {
-            return Ok(Reply::error(&ApiError::idempotency_key_too_long(
-                k.chars().count(),
-            )));
-        }
-        let mut keyed = form.to_vec();
-        keyed.push(("(request)".into(), format!("cancel {id}")));
-        let now = sim.now_ms();
-        let decision = sim.engine().begin_key(k, &keyed, now);
-        match decision {
-            Idem::Proceed => guard.key = Some(k.clone()),
-            Idem::Replay(saved) => {
-                let mut r = Reply::saved(&saved, true);
-                r.headers.push(("idempotency-key", k.clone()));
-                return Ok(r);
-            }
-            Idem::Mismatch => return Ok(Reply::error(&ApiError::idempotency_mismatch(k))),
-            Idem::InFlight => return Ok(Reply::error(&ApiError::key_in_use())),
-        }
-    }
     let reason = match crate::pi::parse_cancel(form) {
         Ok(r) => r,
         Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
     };
+    commit_cancel(sim, guard, idempotency_key, |eng, now| {
+        eng.cancel(id, reason, now)
+    })
+}
+
+/// `POST /v1/payment_intents/{id}/capture`: as a cancel (the gate with its own rate-limit bucket
+/// and the cancel's faults, the idempotency layer binding the key to this intent's capture,
+/// validation that forgets the key), then the capture. Unlike a cancel's, a capture's refusal
+/// from the intent's state (captured, canceled or expired meanwhile; more than is capturable) is
+/// saved under the key, as Stripe saves it: a retry with that key replays the `400` until the
+/// key expires. `Err(DropConnection)`: the answer (a success or a saved refusal) is kept, but
+/// none goes back.
+pub(crate) fn capture(
+    sim: &StripeSim,
+    id: &str,
+    idempotency_key: Option<String>,
+    form: &[(String, String)],
+) -> Result<Reply, DropConnection> {
+    if let Some(reply) = gate(sim, Api::Capture) {
+        return Ok(reply);
+    }
+    let guard = match begin_keyed(
+        sim,
+        idempotency_key.as_deref(),
+        form,
+        format!("capture {id}"),
+    ) {
+        Ok(g) => g,
+        Err(reply) => return Ok(reply),
+    };
+    let params = match crate::pi::parse_capture(form) {
+        Ok(p) => p,
+        Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
+    };
+    commit_keyed(sim, guard, idempotency_key, |eng, now| {
+        eng.capture(id, params, now)
+    })
+}
+
+/// The second half of a keyed cancel (a PaymentIntent's or a refund's): `cancel` runs under the
+/// engine's lock; its refusal is answered and not saved under the key (the guard forgets it);
+/// otherwise the fault engine may answer `500` after the commit (saved so) or drop the
+/// connection after it (`Err(DropConnection)`: canceled, but no answer goes back).
+pub(crate) fn commit_cancel(
+    sim: &StripeSim,
+    guard: KeyGuard,
+    idempotency_key: Option<String>,
+    cancel: impl FnOnce(&mut Engine, i64) -> Result<String, ApiError>,
+) -> Result<Reply, DropConnection> {
+    commit_keyed(sim, guard, idempotency_key, |eng, now| {
+        cancel(eng, now).map_err(Refusal::Forget)
+    })
+}
+
+/// The second half of a keyed write: `write` runs under the engine's lock. A
+/// [`Refusal::Forget`] is answered and not saved (the guard forgets the key). Any other answer —
+/// the write's JSON or a [`Refusal::Save`] error — is saved under the key after the fault engine
+/// had its say: `500` after the commit (saved so), or the connection dropped after it
+/// (`Err(DropConnection)`: done, but no answer goes back).
+fn commit_keyed(
+    sim: &StripeSim,
+    mut guard: KeyGuard,
+    idempotency_key: Option<String>,
+    write: impl FnOnce(&mut Engine, i64) -> Result<String, Refusal>,
+) -> Result<Reply, DropConnection> {
     let now = sim.now_ms();
     let (saved, fault) = {
         let mut eng = sim.engine();
-        let json = match eng.cancel(id, reason, now) {
-            Ok(json) => json,
-            Err(e) => {
+        let answer = match write(&mut eng, now) {
+            Ok(json) => Saved::ok(json),
+            Err(Refusal::Save(e)) => Saved::from_error(&e),
+            Err(Refusal::Forget(e)) => {
                 drop(eng);
                 return Ok(Reply::error(&e)); // guard forgets the key
             }
@@ -507,11 +564,7 @@ pub(crate) fn cancel(
         let saved = if fault == Some(FaultKind::ServerErrorAfterCommit) {
             Saved::from_error(&ApiError::server_error())
         } else {
-            Saved {
-                status: 200,
-                body: Bytes::from(json),
-                should_retry: None,
-            }
+            answer
         };
         if let Some(k) = guard.key.take() {
             eng.finish_key(&k, saved.clone(), now);
@@ -526,6 +579,44 @@ pub(crate) fn cancel(
         r.headers.push(("idempotency-key", k));
     }
     Ok(r)
+}
+
+/// The idempotency layer for a keyed request (a cancel, a refund): `Ok` with the key in flight (forgotten
+/// when the guard drops unless saved), or the final answer (replay, mismatch, in flight, too
+/// long). `request` names the endpoint, so a key used on another one is an `idempotency_error`.
+pub(crate) fn begin_keyed(
+    sim: &StripeSim,
+    key: Option<&str>,
+    form: &[(String, String)],
+    request: String,
+) -> Result<KeyGuard, Reply> {
+    let mut guard = KeyGuard {
+        sim: sim.clone(),
+        key: None,
+    };
+    let Some(k) = key else { return Ok(guard) };
+    if k.chars().count() > 255 {
+        return Err(Reply::error(&ApiError::idempotency_key_too_long(
+            k.chars().count(),
+        )));
+    }
+    let mut keyed = form.to_vec();
+    keyed.push(("(request)".into(), request));
+    let now = sim.now_ms();
+    let decision = sim.engine().begin_key(k, &keyed, now);
+    match decision {
+        Idem::Proceed => {
+            guard.key = Some(k.to_owned());
+            Ok(guard)
+        }
+        Idem::Replay(saved) => {
+            let mut r = Reply::saved(&saved, true);
+            r.headers.push(("idempotency-key", k.to_owned()));
+            Err(r)
+        }
+        Idem::Mismatch => Err(Reply::error(&ApiError::idempotency_mismatch(k))),
+        Idem::InFlight => Err(Reply::error(&ApiError::key_in_use())),
+    }
 }
 
 pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {

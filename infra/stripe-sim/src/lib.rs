@@ -11,7 +11,11 @@
 //! otherwise `400 payment_intent_unexpected_state`; keyed like creates), the Refunds API
 //! (`POST /v1/refunds`, `GET /v1/refunds/{id}`, `GET /v1/refunds`, `POST /v1/refunds/{id}/cancel`:
 //! partial refunds up to the charge, Stripe's refusals, pending, `requires_action` and
-//! late-failing refunds by test card; keyed and faulted like creates), and an
+//! late-failing refunds by test card; keyed and faulted like creates), manual capture
+//! (`capture_method=manual` waits in `requires_capture` with the card's `capture_before`;
+//! `POST /v1/payment_intents/{id}/capture`, [`StripeSim::capture_in_process`]: keyed like a cancel,
+//! its state refusals saved under the key; uncaptured intents canceled `automatic` at the earlier
+//! of 7 days and `capture_before`, on the simulated clock), and an
 //! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
 //! intent, [`StripeSim::confirm_as_customer`]).
 //!
@@ -30,7 +34,8 @@
 //! - [`clock`]: simulated clock (manual, or an external [`TimeSource`]).
 //! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
 //! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
-//! - `pi`: the PaymentIntent model, test payment methods, lazy settlement.
+//! - `pi`: the PaymentIntent model, test payment methods, lazy settlement, the hold of a manual
+//!   capture and its deadline.
 //! - `refund`: the Refund model (`POST /v1/refunds`, retrieve, list, cancel), its paths by test
 //!   payment method, lazy transitions; `engine::refunds` keeps them beside their intents.
 //! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).
@@ -89,7 +94,7 @@ pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use engine::{LedgerEntry, LedgerRowView, RefundEntry, RequestCounts, KEY_TTL_MS};
 pub use faults::{FaultConfig, FaultKind};
-pub use pi::{CANCELLATION_REASONS, STATUSES};
+pub use pi::{CANCELLATION_REASONS, STATUSES, UNCAPTURED_EXPIRY_MS, VISA_MIT_CAPTURE_WINDOW_MS};
 pub use refund::{LATE_FAILURE_REASON, REFUND_REASONS};
 pub use webhooks::{
     eventbridge_envelope, signature_header, Delivery, DeliveryMode, WebhookConfig, WebhookCounts,
@@ -124,6 +129,10 @@ pub struct SimConfig {
     /// How long a `pending` refund takes to succeed, and a late-failing refund to fail
     /// (simulated time, default 10 min).
     pub refund_settle: Duration,
+    /// How long after its creation Stripe cancels a PaymentIntent still waiting for its capture
+    /// (`capture_method=manual`, `cancellation_reason: automatic`), unless the card's own
+    /// `capture_before` comes first (simulated time, default 7 days).
+    pub uncaptured_expiry: Duration,
     /// Initial fault settings (default: none).
     pub faults: FaultConfig,
     /// Rate limits and create latency. Default: [`Capacity::unlimited`] (nothing limited, creates
@@ -140,6 +149,7 @@ impl Default for SimConfig {
             search_lag: Duration::from_secs(30),
             processing_settle: Duration::from_secs(600),
             refund_settle: Duration::from_secs(600),
+            uncaptured_expiry: Duration::from_millis(pi::UNCAPTURED_EXPIRY_MS as u64),
             time_source: None,
             start_ms: None,
             faults: FaultConfig::default(),
@@ -156,6 +166,7 @@ impl fmt::Debug for SimConfig {
             .field("search_lag", &self.search_lag)
             .field("processing_settle", &self.processing_settle)
             .field("refund_settle", &self.refund_settle)
+            .field("uncaptured_expiry", &self.uncaptured_expiry)
             .field(
                 "time_source",
                 &self.time_source.as_ref().map(|_| "external"),
@@ -205,6 +216,7 @@ impl StripeSim {
                     dur_ms(cfg.search_lag),
                     dur_ms(cfg.processing_settle),
                     dur_ms(cfg.refund_settle),
+                    dur_ms(cfg.uncaptured_expiry),
                 )),
             }),
         }
@@ -245,14 +257,36 @@ impl StripeSim {
     }
 
     /// Moves simulated time forward (with an external source: adds to the
-    /// offset applied on top of it).
+    /// offset applied on top of it). Uncaptured PaymentIntents whose hold expired by then are
+    /// canceled, with their events.
     pub fn advance(&self, d: Duration) {
         self.inner.clock.advance_ms(dur_ms(d));
+        self.expire_due();
     }
 
-    /// Sets simulated time (with an external source: adjusts the offset).
+    /// Sets simulated time (with an external source: adjusts the offset), and cancels the
+    /// uncaptured PaymentIntents whose hold expired by then.
     pub fn set_now_ms(&self, ms: i64) {
         self.inner.clock.set_ms(ms);
+        self.expire_due();
+    }
+
+    /// Cancels (`automatic`) every uncaptured PaymentIntent whose hold expired by now. Any read
+    /// or write of one does it too; this is for a clock that moved while no one looked.
+    pub fn expire_due(&self) {
+        let now = self.now_ms();
+        self.engine().expire_due(now);
+    }
+
+    /// When the next uncaptured PaymentIntent expires (simulated unix ms), if one waits.
+    pub fn next_expiry_ms(&self) -> Option<i64> {
+        self.engine().next_expiry_ms()
+    }
+
+    /// Sets how long after its creation an uncaptured PaymentIntent is canceled (unless the
+    /// card's `capture_before` comes first; authorizations made from now on).
+    pub fn set_uncaptured_expiry(&self, d: Duration) {
+        self.engine().uncaptured_expiry_ms = dur_ms(d);
     }
 
     /// Replaces rates, latency, script and the reads flag. Rates are clamped
@@ -435,7 +469,10 @@ impl StripeSim {
     /// result with [`StripeSim::webhook_result`], or it is neither retried nor counted delivered.
     pub fn take_due_webhooks(&self) -> Vec<Delivery> {
         let now = self.now_ms();
-        self.engine().webhooks.take_due(now)
+        let mut eng = self.engine();
+        // An expiry that fell due is an event to deliver now.
+        eng.expire_due(now);
+        eng.webhooks.take_due(now)
     }
 
     /// The endpoint's answer for a delivery: `ok` = 2xx. A failure is retried with back-off.
@@ -465,8 +502,15 @@ impl StripeSim {
     }
 
     /// When the next webhook delivery is due (simulated unix ms), if any.
+    /// With events on, an uncaptured PaymentIntent's expiry counts: its
+    /// `payment_intent.canceled` is due then.
     pub fn next_webhook_due_ms(&self) -> Option<i64> {
-        self.engine().webhooks.next_due()
+        let eng = self.engine();
+        let expiry = eng.next_expiry_ms().filter(|_| eng.webhooks.enabled());
+        match (eng.webhooks.next_due(), expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// What happened to webhook events so far.

@@ -9,10 +9,12 @@ use stripe_sim::{
 };
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
-[--search-lag-secs N] [--processing-settle-secs N] [--refund-settle-secs N] [--latency-ms N] \
+[--search-lag-secs N] [--processing-settle-secs N] [--refund-settle-secs N] \
+[--uncaptured-expiry-secs N] [--latency-ms N] \
 [--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
 [--event-source aws.partner/stripe.com/...] \
-[--create-rps N] [--retrieve-rps N] [--search-rps N] [--refund-rps N] [--refund-read-rps N] \
+[--create-rps N] [--retrieve-rps N] [--search-rps N] [--capture-rps N] [--refund-rps N] \
+[--refund-read-rps N] \
 [--account-rps N] [--unlimited] \
 [--capacity-clock real|simulated] [--create-latency-p50-ms N] [--create-latency-sigma X]
 
@@ -22,6 +24,9 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --search-lag-secs N          search visibility lag, simulated (default 30)
   --processing-settle-secs N   processing -> final status, simulated (default 600)
   --refund-settle-secs N       pending refund -> succeeded, late refund failure, simulated (default 600)
+  --uncaptured-expiry-secs N   an uncaptured (capture_method=manual) PaymentIntent is canceled this
+                               long after creation, or at its card's capture_before if earlier
+                               (default 604800: 7 days)
   --latency-ms N               real sleep of the `latency` fault (default 12000)
   --webhook-url URL            send webhook events to this loopback URL (also POST /_sim/webhooks)
   --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)
@@ -32,6 +37,7 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --create-rps N               POST /v1/payment_intents limit, requests/s (default 25; `unlimited`)
   --retrieve-rps N             GET /v1/payment_intents/{id} limit (default 25; `unlimited`)
   --search-rps N               GET /v1/payment_intents/search limit (default 20; `unlimited`)
+  --capture-rps N              POST /v1/payment_intents/{id}/capture limit (default 25; `unlimited`)
   --refund-rps N               POST /v1/refunds (and its cancel) limit (default 25; `unlimited`)
   --refund-read-rps N          GET /v1/refunds/{id} and GET /v1/refunds together (default 25)
   --account-rps N              the account's overall limit (default 100, Stripe's live mode; 25 is
@@ -81,6 +87,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             c.create_per_sec = None;
             c.retrieve_per_sec = None;
             c.search_per_sec = None;
+            c.cancel_per_sec = None;
+            c.capture_per_sec = None;
             c.refund_per_sec = None;
             c.refund_read_per_sec = None;
             c.account_per_sec = None;
@@ -106,6 +114,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--create-rps" => out.cfg.capacity.create_per_sec = rps(&value)?,
             "--retrieve-rps" => out.cfg.capacity.retrieve_per_sec = rps(&value)?,
             "--search-rps" => out.cfg.capacity.search_per_sec = rps(&value)?,
+            "--capture-rps" => out.cfg.capacity.capture_per_sec = rps(&value)?,
             "--refund-rps" => out.cfg.capacity.refund_per_sec = rps(&value)?,
             "--refund-read-rps" => out.cfg.capacity.refund_read_per_sec = rps(&value)?,
             "--account-rps" => out.cfg.capacity.account_per_sec = rps(&value)?,
@@ -133,6 +142,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 out.cfg.processing_settle = Duration::from_secs(num(&value)?)
             }
             "--refund-settle-secs" => out.cfg.refund_settle = Duration::from_secs(num(&value)?),
+            "--uncaptured-expiry-secs" => {
+                out.cfg.uncaptured_expiry = Duration::from_secs(num(&value)?)
+            }
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
             "--webhook-url" => {
                 stripe_sim::webhooks::check_url(&value)?;
@@ -296,6 +308,17 @@ mod tests {
             (Some(7), None)
         );
         assert_eq!(r.refund_settle, Duration::from_secs(90));
+        let m = parse(&["--capture-rps", "3", "--uncaptured-expiry-secs", "3600"])
+            .unwrap()
+            .cfg;
+        assert_eq!(m.capacity.capture_per_sec, Some(3));
+        assert_eq!(m.uncaptured_expiry, Duration::from_secs(3600));
+        assert_eq!(d.capture_per_sec, Some(Capacity::STRIPE_ENDPOINT_PER_SEC));
+        assert_eq!(
+            (a.capture_per_sec, a.cancel_per_sec),
+            (None, None),
+            "--unlimited lifts the capture and cancel buckets too"
+        );
         assert_eq!(d.refund_per_sec, Some(Capacity::STRIPE_ENDPOINT_PER_SEC));
         assert_eq!(
             a.refund_per_sec, None,

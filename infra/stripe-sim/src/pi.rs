@@ -84,6 +84,94 @@ pub(crate) fn parse_cancel(form: &[(String, String)]) -> Result<Option<&'static 
     Ok(reason)
 }
 
+/// Validated parameters of `POST /v1/payment_intents/{id}/capture`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct CaptureParams {
+    /// `None`: all of `amount_capturable`.
+    pub amount_to_capture: Option<i64>,
+    /// `metadata[...]` parameters, checked, applied to the intent's metadata as on create (an
+    /// empty value unsets a key).
+    pub metadata: Vec<(String, String)>,
+}
+
+/// Validates the form of a capture: `amount_to_capture` (integer ≥ 1), `metadata[...]`,
+/// `expand[]`; anything else is Stripe's `parameter_unknown`.
+pub(crate) fn parse_capture(form: &[(String, String)]) -> Result<CaptureParams, ApiError> {
+    let mut p = CaptureParams::default();
+    for (k, v) in form {
+        match k.as_str() {
+            "amount_to_capture" => {
+                let amount = v.parse::<i64>().map_err(|_| {
+                    ApiError::invalid(
+                        "parameter_invalid_integer",
+                        k,
+                        format!("Invalid integer: {v}"),
+                    )
+                })?;
+                if amount < 1 {
+                    return Err(ApiError::invalid(
+                        "amount_too_small",
+                        k,
+                        "Amount must be at least 1 (in the currency's smallest unit).",
+                    ));
+                }
+                p.amount_to_capture = Some(amount);
+            }
+            "expand" => {}
+            _ if k.starts_with("expand[") => {}
+            _ if metadata_param(&mut Metadata::default(), k, v)? => {
+                p.metadata.push((k.clone(), v.clone()))
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    "parameter_unknown",
+                    k,
+                    format!("Received unknown parameter: {k}"),
+                ))
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// How long Stripe keeps an uncaptured PaymentIntent before canceling it (`automatic`): 7 days.
+pub const UNCAPTURED_EXPIRY_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// The card network's capture window of a Visa merchant-initiated (off-session) authorization:
+/// 4 days 18 hours, shorter than Stripe's 7 days.
+pub const VISA_MIT_CAPTURE_WINDOW_MS: i64 = (4 * 24 + 18) * 3600 * 1000;
+
+/// The card brand of a test payment method (the simulator's cards are Visa unless named).
+pub(crate) fn card_brand(pm: Option<&str>) -> &'static str {
+    match pm {
+        Some("pm_card_mastercard") => "mastercard",
+        Some("pm_card_amex") => "amex",
+        _ => "visa",
+    }
+}
+
+/// How long the card network lets an authorization wait for its capture: a Visa
+/// merchant-initiated one 4 days 18 hours, any other 7 days (the charge's `capture_before`).
+pub(crate) fn capture_window_ms(pm: Option<&str>, off_session: bool) -> i64 {
+    if off_session && card_brand(pm) == "visa" {
+        VISA_MIT_CAPTURE_WINDOW_MS
+    } else {
+        UNCAPTURED_EXPIRY_MS
+    }
+}
+
+/// An authorization waiting for its capture (`capture_method=manual`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Hold {
+    /// The card network's deadline: the charge's `payment_method_details.card.capture_before`.
+    pub capture_before_ms: i64,
+    /// When Stripe cancels the intent if still uncaptured: the earlier of its creation plus the
+    /// uncaptured expiry (7 days by default) and `capture_before`.
+    pub expires_ms: i64,
+    /// The amount captured, once it is.
+    pub captured: Option<i64>,
+}
+
 /// When and why a PaymentIntent was canceled.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Cancellation {
@@ -146,6 +234,8 @@ pub(crate) struct CreateParams {
     pub off_session: bool,
     pub description: Option<String>,
     pub metadata: Metadata,
+    /// `capture_method=manual`: an authorization waits in `requires_capture` for a capture.
+    pub manual_capture: bool,
 }
 
 /// A PaymentIntent's metadata: (key, value) pairs sorted by key, serialized as a JSON object in
@@ -250,6 +340,53 @@ pub(crate) fn metadata_param(metadata: &mut Metadata, k: &str, v: &str) -> Resul
     }
 }
 
+/// Whether a `capture_method` asks for a manual capture (`automatic_async` captures by itself,
+/// as `automatic` does).
+fn parse_manual_capture(v: &str) -> Result<bool, ApiError> {
+    match v {
+        "automatic" | "automatic_async" => Ok(false),
+        "manual" => Ok(true),
+        _ => Err(ApiError::invalid(
+            "parameter_invalid_string",
+            "capture_method",
+            format!("Invalid capture_method: must be one of automatic, automatic_async, manual (got {v})"),
+        )),
+    }
+}
+
+/// `amount`: required, an integer of at least 1 minor unit.
+fn parse_create_amount(amount: Option<&str>) -> Result<i64, ApiError> {
+    let amount = amount.ok_or_else(|| ApiError::missing("amount"))?;
+    let parsed = amount.parse::<i64>().map_err(|_| {
+        ApiError::invalid(
+            "parameter_invalid_integer",
+            "amount",
+            format!("Invalid integer: {amount}"),
+        )
+    })?;
+    if parsed < 1 {
+        return Err(ApiError::invalid(
+            "amount_too_small",
+            "amount",
+            "Amount must be at least 1 (in the currency's smallest unit).",
+        ));
+    }
+    Ok(parsed)
+}
+
+/// `currency`: required, three ASCII letters, kept lowercase as Stripe answers it.
+fn parse_currency(currency: Option<&str>) -> Result<String, ApiError> {
+    let currency = currency.ok_or_else(|| ApiError::missing("currency"))?;
+    if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
+        return Err(ApiError::invalid(
+            "parameter_invalid_string",
+            "currency",
+            format!("Invalid currency: {currency}"),
+        ));
+    }
+    Ok(currency.to_ascii_lowercase())
+}
+
 impl CreateParams {
     /// Validates the decoded form. Errors are `400`s that Stripe would not
     /// save under an idempotency key.
@@ -265,6 +402,7 @@ impl CreateParams {
             off_session: false,
             description: None,
             metadata: Metadata::default(),
+            manual_capture: false,
         };
         for (k, v) in form {
             match k.as_str() {
@@ -280,13 +418,7 @@ impl CreateParams {
                     }
                 }
                 "description" => p.description = Some(v.clone()),
-                "capture_method" if v != "automatic" && v != "automatic_async" => {
-                    return Err(ApiError::invalid(
-                        "parameter_invalid_string",
-                        k,
-                        "stripe-sim supports only capture_method=automatic.",
-                    ))
-                }
+                "capture_method" => p.manual_capture = parse_manual_capture(v)?,
                 _ => {
                     if metadata_param(&mut p.metadata, k, v)? {
                     } else if !IGNORED_PARAMS
@@ -302,30 +434,8 @@ impl CreateParams {
                 }
             }
         }
-        let amount = amount.ok_or_else(|| ApiError::missing("amount"))?;
-        p.amount = amount.parse::<i64>().map_err(|_| {
-            ApiError::invalid(
-                "parameter_invalid_integer",
-                "amount",
-                format!("Invalid integer: {amount}"),
-            )
-        })?;
-        if p.amount < 1 {
-            return Err(ApiError::invalid(
-                "amount_too_small",
-                "amount",
-                "Amount must be at least 1 (in the currency's smallest unit).",
-            ));
-        }
-        let currency = currency.ok_or_else(|| ApiError::missing("currency"))?;
-        if currency.len() != 3 || !currency.chars().all(|c| c.is_ascii_alphabetic()) {
-            return Err(ApiError::invalid(
-                "parameter_invalid_string",
-                "currency",
-                format!("Invalid currency: {currency}"),
-            ));
-        }
-        p.currency = currency.to_ascii_lowercase();
+        p.amount = parse_create_amount(amount)?;
+        p.currency = parse_currency(currency)?;
         if p.off_session && !p.confirm {
             return Err(ApiError::invalid(
                 "parameter_invalid_string",
@@ -379,6 +489,8 @@ pub(crate) struct PaymentIntent {
     pub idempotency_key: Option<String>,
     /// Boxed: only a canceled PaymentIntent has one.
     pub canceled: Option<Box<Cancellation>>,
+    /// Boxed: only an authorized `capture_method=manual` PaymentIntent has one.
+    pub hold: Option<Box<Hold>>,
 }
 
 /// The result of a create that executed.
@@ -415,6 +527,7 @@ impl PaymentIntent {
             idempotency_key,
             params,
             canceled: None,
+            hold: None,
         };
         let card = pi.payment_method.as_deref().and_then(test_card);
         let mut outcome = CreateOutcome::Ok;
@@ -423,7 +536,7 @@ impl PaymentIntent {
             (false, Some(_)) => "requires_confirmation",
             (true, Some(TestCard::Succeeds)) => {
                 pi.latest_charge = Some(charge_id);
-                "succeeded"
+                pi.paid_status()
             }
             (true, Some(TestCard::ProcessingThen { succeeds })) => {
                 pi.latest_charge = Some(charge_id);
@@ -493,7 +606,7 @@ impl PaymentIntent {
                 let succeeds = s.succeeds;
                 self.settlement = None;
                 if succeeds {
-                    self.status = "succeeded";
+                    self.status = self.paid_status();
                 } else {
                     self.fail(
                         self.latest_charge.clone(),
@@ -504,6 +617,78 @@ impl PaymentIntent {
                     self.status = "requires_payment_method";
                 }
             }
+        }
+    }
+
+    /// The status of a payment the card accepted: `succeeded`, or `requires_capture` for a
+    /// `capture_method=manual` intent (authorized, not captured).
+    fn paid_status(&self) -> &'static str {
+        if self.params.manual_capture {
+            "requires_capture"
+        } else {
+            "succeeded"
+        }
+    }
+
+    /// Records the authorization of a `requires_capture` intent made at `now_ms` (once): the
+    /// card's `capture_before` and the moment Stripe cancels it uncaptured (the earlier of
+    /// `created + expiry_ms` and `capture_before`). Its expiry, if it has a new hold.
+    pub(crate) fn hold_authorized(&mut self, now_ms: i64, expiry_ms: i64) -> Option<i64> {
+        if self.status != "requires_capture" || self.hold.is_some() {
+            return None;
+        }
+        let window = capture_window_ms(
+            self.params.payment_method.as_deref(),
+            self.params.off_session,
+        );
+        let capture_before_ms = now_ms.saturating_add(window);
+        let expires_ms = self
+            .created_ms
+            .saturating_add(expiry_ms)
+            .min(capture_before_ms);
+        self.hold = Some(Box::new(Hold {
+            capture_before_ms,
+            expires_ms,
+            captured: None,
+        }));
+        Some(expires_ms)
+    }
+
+    /// What the charge received: the captured amount, all of it for an automatic payment that
+    /// succeeded, else nothing.
+    pub(crate) fn amount_received(&self) -> i64 {
+        match self.hold.as_ref().and_then(|h| h.captured) {
+            Some(captured) => captured,
+            None if self.status == "succeeded" => self.params.amount,
+            None => 0,
+        }
+    }
+
+    /// What the charge gave back without a refund: the uncaptured rest of a partial capture, or
+    /// the whole authorization once canceled (or expired) uncaptured.
+    pub(crate) fn amount_released(&self) -> i64 {
+        match self.hold.as_ref().map(|h| h.captured) {
+            Some(Some(captured)) => self.params.amount - captured,
+            Some(None) if self.status == "canceled" => self.params.amount,
+            _ => 0,
+        }
+    }
+
+    /// What a capture may still take: the whole amount while `requires_capture`.
+    pub(crate) fn amount_capturable(&self) -> i64 {
+        if self.status == "requires_capture" {
+            self.params.amount
+        } else {
+            0
+        }
+    }
+
+    /// Captures `amount` of the authorization (the caller checked the status and the amount):
+    /// `succeeded`, the rest of the hold released.
+    pub(crate) fn capture(&mut self, amount: i64) {
+        self.status = "succeeded";
+        if let Some(hold) = &mut self.hold {
+            hold.captured = Some(amount);
         }
     }
 
@@ -522,11 +707,20 @@ impl PaymentIntent {
     /// for, and the payment succeeds (the caller checked [`confirmable`]). `charge_id` is the
     /// new charge.
     pub(crate) fn confirm_by_customer(&mut self, charge_id: String) {
-        self.status = "succeeded";
+        self.status = self.paid_status();
         self.payment_method = self.params.payment_method.clone();
         self.last_payment_error = None;
         self.latest_charge = Some(charge_id);
         self.settlement = None;
+    }
+
+    /// `manual` or `automatic`.
+    pub(crate) fn capture_method(&self) -> &'static str {
+        if self.params.manual_capture {
+            "manual"
+        } else {
+            "automatic"
+        }
     }
 
     /// Stripe's JSON representation as text: the bytes `self.to_json().to_string()` writes,
@@ -540,15 +734,11 @@ impl PaymentIntent {
         let p = &self.params;
         PaymentIntentJson {
             amount: p.amount,
-            amount_capturable: 0,
-            amount_received: if self.status == "succeeded" {
-                p.amount
-            } else {
-                0
-            },
+            amount_capturable: self.amount_capturable(),
+            amount_received: self.amount_received(),
             canceled_at: self.canceled.as_ref().map(|c| c.at_ms.div_euclid(1000)),
             cancellation_reason: self.canceled.as_ref().and_then(|c| c.reason),
-            capture_method: "automatic",
+            capture_method: self.capture_method(),
             client_secret: &self.client_secret,
             confirmation_method: "automatic",
             created: self.created_ms.div_euclid(1000),
@@ -588,11 +778,15 @@ impl PaymentIntent {
             "id": self.id,
             "object": "payment_intent",
             "amount": p.amount,
-            "amount_capturable": 0,
-            "amount_received": if self.status == "succeeded" { p.amount } else { 0 },
+            "amount_capturable": if self.status == "requires_capture" { p.amount } else { 0 },
+            "amount_received": match self.hold.as_ref().and_then(|h| h.captured) {
+                Some(captured) => captured,
+                None if self.status == "succeeded" => p.amount,
+                None => 0,
+            },
             "canceled_at": self.canceled.as_ref().map(|c| c.at_ms.div_euclid(1000)),
             "cancellation_reason": self.canceled.as_ref().and_then(|c| c.reason),
-            "capture_method": "automatic",
+            "capture_method": if p.manual_capture { "manual" } else { "automatic" },
             "client_secret": self.client_secret,
             "confirmation_method": "automatic",
             "created": self.created_ms.div_euclid(1000),
@@ -754,6 +948,55 @@ mod tests {
             assert_eq!(e.status, 400);
             assert_eq!(e.param.as_deref(), Some(*param), "{f:?}");
         }
+    }
+
+    /// A manual capture's states (authorized, partly captured, expired) write the tree's bytes,
+    /// and its hold's deadline is the earlier of the window and the card's `capture_before`.
+    #[test]
+    fn a_manual_capture_writes_the_trees_json_and_holds_until_its_deadline() {
+        let f = |pm: &str, off: &str| {
+            let mut f = form(&[
+                ("amount", "1000"),
+                ("currency", "usd"),
+                ("payment_method", pm),
+                ("confirm", "true"),
+                ("off_session", off),
+                ("capture_method", "manual"),
+            ]);
+            f.sort();
+            CreateParams::parse(&f).unwrap()
+        };
+        let make =
+            |p| PaymentIntent::create("pi_1".into(), "s".into(), "ch".into(), p, None, 0, 0).0;
+        let mut pi = make(f("pm_card_visa", "true"));
+        assert_eq!(pi.status, "requires_capture");
+        assert_eq!(
+            pi.hold_authorized(0, UNCAPTURED_EXPIRY_MS),
+            Some(VISA_MIT_CAPTURE_WINDOW_MS)
+        );
+        assert_eq!(pi.hold_authorized(0, UNCAPTURED_EXPIRY_MS), None, "once");
+        assert_eq!(pi.json_string(), pi.to_json().to_string());
+        assert_eq!(pi.to_json()["amount_capturable"], 1000);
+        let mut expired = pi.clone();
+        pi.capture(400);
+        assert_eq!(pi.json_string(), pi.to_json().to_string());
+        assert_eq!((pi.amount_received(), pi.amount_released()), (400, 600));
+        expired.cancel(Some("automatic"), 5);
+        assert_eq!(expired.json_string(), expired.to_json().to_string());
+        assert_eq!(
+            (expired.amount_received(), expired.amount_released()),
+            (0, 1000)
+        );
+        let mut on_session = make(f("pm_card_amex", "false"));
+        assert_eq!(
+            on_session.hold_authorized(0, 3_600_000),
+            Some(3_600_000),
+            "the window first"
+        );
+        assert_eq!(
+            on_session.hold.unwrap().capture_before_ms,
+            UNCAPTURED_EXPIRY_MS
+        );
     }
 
     #[test]

@@ -284,8 +284,25 @@ pub(crate) struct ChargeJson<'a> {
     pub object: &'static str,
     pub paid: bool,
     pub payment_intent: &'a str,
+    pub payment_method_details: PaymentMethodDetails,
     pub refunded: bool,
     pub status: &'static str,
+}
+
+/// The charge's `payment_method_details` (a card, the only kind the simulator pays with).
+#[derive(Serialize)]
+pub(crate) struct PaymentMethodDetails {
+    pub card: CardDetails,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+/// `payment_method_details.card`: its brand, and for an authorization awaiting capture the card
+/// network's deadline (`capture_before`, unix seconds), `null` otherwise.
+#[derive(Serialize)]
+pub(crate) struct CardDetails {
+    pub brand: &'static str,
+    pub capture_before: Option<i64>,
 }
 
 /// Stripe's `amount_too_large` for a refund of more than is left.

@@ -381,6 +381,8 @@ pub fn event_type_for(status: &str) -> Option<&'static str> {
         "requires_action" => Some("payment_intent.requires_action"),
         "requires_payment_method" => Some("payment_intent.payment_failed"),
         "canceled" => Some("payment_intent.canceled"),
+        // An authorization waiting for its capture (`capture_method=manual`).
+        "requires_capture" => Some("payment_intent.amount_capturable_updated"),
         _ => None,
     }
 }

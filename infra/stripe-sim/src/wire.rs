@@ -72,19 +72,20 @@ impl ApiError {
         ApiError::new(
             404,
             "invalid_request_error",
-            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, search and cancel."),
+            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, search, cancel and capture, and Refunds."),
         )
     }
 
     /// `400 payment_intent_unexpected_state`: the PaymentIntent's status does not allow `action`
     /// (e.g. a cancel of one that succeeded or was canceled already).
     pub fn unexpected_state(action: &str, status: &str, allowed: &str) -> Self {
+        let done = if action.ends_with('e') { "d" } else { "ed" };
         ApiError::new(
             400,
             "invalid_request_error",
             format!(
                 "You cannot {action} this PaymentIntent because it has a status of {status}. \
-                 Only a PaymentIntent with one of the following statuses may be {action}ed: {allowed}."
+                 Only a PaymentIntent with one of the following statuses may be {action}{done}: {allowed}."
             ),
         )
         .code("payment_intent_unexpected_state")

@@ -265,7 +265,7 @@ async fn capacity_429s_have_stripes_shape_and_are_counted_apart_from_the_fault()
     let stats = h.admin_get("stats").await;
     assert_eq!(
         stats["capacity_429s"],
-        serde_json::json!({"create":1,"retrieve":0,"search":0,"cancel":0,"refund":0,"refund_read":0,"account":0})
+        serde_json::json!({"create":1,"retrieve":0,"search":0,"cancel":0,"capture":0,"refund":0,"refund_read":0,"account":0})
     );
     assert_eq!(stats["injected"]["rate_limit"], 1);
     assert_eq!(h.admin_get("ledger").await["capacity_429s"]["create"], 1);

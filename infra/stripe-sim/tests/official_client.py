@@ -6,7 +6,9 @@ Optional: STRIPE_SIM_KEY (default sk_test_charge_once).
 Exits non-zero on the first failed check. Uses the admin API to advance the
 simulated clock, inject one drop_after_commit and one rate_limit fault, and set
 a tiny create rate limit (then lifts it). Ends with refunds of the last PaymentIntent
-(create, replay, retrieve, list with paging, amount_too_large, charge_already_refunded).
+(create, replay, retrieve, list with paging, amount_too_large, charge_already_refunded), and
+manual capture (authorize, partial capture with a replay, a second capture refused, a cancel
+releasing an authorization, the expiry on the simulated clock).
 """
 
 import json
@@ -133,6 +135,7 @@ def main():
           and [p["id"] for p in ledger if p["idempotency_key"] == "py-5"] == [created.id],
           "neither 429 saved anything under the key: the retry creates")
     refunds_checks(client, created.id)
+    capture_checks(client)
     print("official client: all checks passed")
 
 
@@ -171,6 +174,54 @@ def refunds_checks(client, pi_id):
         check(False, "a fully refunded charge raises InvalidRequestError")
     except stripe.InvalidRequestError as e:
         check(e.code == "charge_already_refunded", "charge_already_refunded")
+
+
+def capture_checks(client):
+    """capture_method=manual through the official client: requires_capture, a partial capture
+    (replayed under its key), a second capture refused with payment_intent_unexpected_state,
+    capture_before on the expanded charge, a cancel of an authorization, and an authorization
+    canceled (automatic) once the simulated clock passes its deadline."""
+    pis = client.v1.payment_intents if hasattr(client, "v1") else client.payment_intents
+    params = {
+        "amount": 1000,
+        "currency": "usd",
+        "payment_method": "pm_card_visa",
+        "confirm": True,
+        "off_session": True,
+        "capture_method": "manual",
+    }
+    held = pis.create(params=params, options={"idempotency_key": "py-m1"})
+    check(held.status == "requires_capture" and held.amount_capturable == 1000
+          and held.capture_method == "manual", "a manual intent waits for its capture")
+    charge = pis.retrieve(held.id, params={"expand": ["latest_charge"]}).latest_charge
+    before = charge.payment_method_details.card.capture_before
+    check(0 < before - held.created <= 7 * 24 * 3600, "capture_before within 7 days")
+    got = pis.capture(held.id, params={"amount_to_capture": 600},
+                      options={"idempotency_key": "py-c1"})
+    check(got.status == "succeeded" and got.amount_received == 600, "a partial capture")
+    again = pis.capture(held.id, params={"amount_to_capture": 600},
+                        options={"idempotency_key": "py-c1"})
+    check(again.amount_received == 600, "the capture replayed under its key")
+    try:
+        pis.capture(held.id, options={"idempotency_key": "py-c2"})
+        check(False, "a second capture raises InvalidRequestError")
+    except stripe.InvalidRequestError as e:
+        check(e.code == "payment_intent_unexpected_state",
+              "a second capture raises payment_intent_unexpected_state")
+    released = pis.create(params=params, options={"idempotency_key": "py-m2"})
+    gone = pis.cancel(released.id, options={"idempotency_key": "py-x2"})
+    check(gone.status == "canceled" and gone.amount_capturable == 0,
+          "a cancel releases an authorization")
+    expiring = pis.create(params=params, options={"idempotency_key": "py-m3"})
+    admin("clock", {"advance_secs": 7 * 24 * 3600})
+    late = pis.retrieve(expiring.id)
+    check(late.status == "canceled" and late.cancellation_reason == "automatic",
+          "an uncaptured intent expires on the simulated clock")
+    try:
+        pis.capture(expiring.id)
+        check(False, "an expired intent raises InvalidRequestError")
+    except stripe.InvalidRequestError as e:
+        check(e.code == "payment_intent_unexpected_state", "an expired intent is not captured")
 
 
 if __name__ == "__main__":

@@ -279,6 +279,41 @@ impl StripeGateway {
         }
     }
 
+    /// POSTs `form` to `path` under `Idempotency-Key: idempotency_key` through [`Self::send`]
+    /// (every retry sends the same body under the same key): the answer's body and whether Stripe
+    /// says it replayed it.
+    async fn post_form<I, K, V>(
+        &self,
+        counter: &AtomicU64,
+        path: &str,
+        form: I,
+        idempotency_key: &str,
+    ) -> Result<(Vec<u8>, bool), GatewayError>
+    where
+        I: IntoIterator,
+        I::Item: std::borrow::Borrow<(K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let form_body = Bytes::from(
+            form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(form)
+                .finish(),
+        );
+        self.send(counter, || {
+            let mut r = self.request(
+                Method::POST,
+                path,
+                Some("application/x-www-form-urlencoded"),
+                form_body.clone(),
+            )?;
+            r.headers_mut()
+                .insert("Idempotency-Key", HeaderValue::from_str(idempotency_key)?);
+            Ok(r)
+        })
+        .await
+    }
+
     /// Sends the request built by `build` (the same request every time), retrying within the bound
     /// while the answer says a retry is safe and useful.
     async fn send(
@@ -825,25 +860,13 @@ impl PaymentGateway for StripeGateway {
             ("metadata[operation_id]", req.operation_id.to_string()),
             ("metadata[order_id]", req.order_id.as_str().to_owned()),
         ];
-        let form_body = Bytes::from(
-            form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(form.iter())
-                .finish(),
-        );
         let (body, replayed) = self
-            .send(&self.requests.create, || {
-                let mut r = self.request(
-                    Method::POST,
-                    "/v1/payment_intents",
-                    Some("application/x-www-form-urlencoded"),
-                    form_body.clone(),
-                )?;
-                r.headers_mut().insert(
-                    "Idempotency-Key",
-                    HeaderValue::from_str(req.idempotency_key.as_str())?,
-                );
-                Ok(r)
-            })
+            .post_form(
+                &self.requests.create,
+                "/v1/payment_intents",
+                form.iter(),
+                req.idempotency_key.as_str(),
+            )
             .await?;
         let pi = parse_payment_intent(&body, replayed)?;
         if pi.replayed {
@@ -886,49 +909,25 @@ impl PaymentGateway for StripeGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/cancel", req.id);
-        let form_body = Bytes::from(
-            form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(cancel_form(req))
-                .finish(),
-        );
         let (body, replayed) = self
-            .send(&self.requests.cancel, || {
-                let mut r = self.request(
-                    Method::POST,
-                    &path,
-                    Some("application/x-www-form-urlencoded"),
-                    form_body.clone(),
-                )?;
-                r.headers_mut().insert(
-                    "Idempotency-Key",
-                    HeaderValue::from_str(req.idempotency_key.as_str())?,
-                );
-                Ok(r)
-            })
+            .post_form(
+                &self.requests.cancel,
+                &path,
+                cancel_form(req),
+                req.idempotency_key.as_str(),
+            )
             .await?;
         parse_payment_intent(&body, replayed)
     }
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        let form_body = Bytes::from(
-            form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(refund_form(req))
-                .finish(),
-        );
         let (body, replayed) = self
-            .send(&self.requests.refund_create, || {
-                let mut r = self.request(
-                    Method::POST,
-                    "/v1/refunds",
-                    Some("application/x-www-form-urlencoded"),
-                    form_body.clone(),
-                )?;
-                r.headers_mut().insert(
-                    "Idempotency-Key",
-                    HeaderValue::from_str(req.idempotency_key.as_str())?,
-                );
-                Ok(r)
-            })
+            .post_form(
+                &self.requests.refund_create,
+                "/v1/refunds",
+                refund_form(req),
+                req.idempotency_key.as_str(),
+            )
             .await?;
         let refund = parse_refund(&body)?;
         if replayed {

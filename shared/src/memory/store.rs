@@ -197,7 +197,10 @@ impl OperationStore for MemoryStore {
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.conditional(&req.key, req).map(store_rules::recorded)
+        match &req.release {
+            None => self.conditional(&req.key, req).map(store_rules::recorded),
+            Some(release) => self.with_release(&req.key, req, release),
+        }
     }
 
     async fn query_index(

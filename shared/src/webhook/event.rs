@@ -1,14 +1,18 @@
-//! A Stripe event as the events function reads it: its id, type and the PaymentIntent it names.
-//! What an event may then do to an operation is a rule of the core
-//! ([`charge_core::event_plan`], re-exported here).
+//! A Stripe event as the events function reads it: its id, type and the PaymentIntent or the
+//! refund it names. What an event may then do to an operation is a rule of the core
+//! ([`charge_core::event_plan`], re-exported here, and [`charge_core::refund_event_plan`] for a
+//! refund).
 
 pub use charge_core::event_plan::{
     decide, is_final, needs_no_check, Action, EventIntent, EventMismatch, Ignored,
     SECOND_PAYMENT_INTENT,
 };
 
-use crate::domain::{OperationId, OrderId, PaymentIntentId};
+pub use charge_core::refund_event_plan::EventRefund;
+
+use crate::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
 use crate::outcome::PaymentIntentStatus;
+use crate::refund::RefundStatus;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -22,7 +26,17 @@ pub const HANDLED_TYPES: &[&str] = &[
     "payment_intent.canceled",
     "payment_intent.processing",
     "payment_intent.requires_action",
+    "refund.created",
+    "refund.updated",
+    "refund.failed",
+    "charge.refund.updated",
 ];
+
+/// The event types whose `data.object` is a refund (`charge.refund.updated` too: its object is
+/// the refund, not the charge).
+fn names_a_refund(event_type: &str) -> bool {
+    event_type.starts_with("refund.") || event_type == "charge.refund.updated"
+}
 
 /// A Stripe event, as far as the webhook reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +46,8 @@ pub struct StripeEvent {
     pub event_type: String,
     /// The PaymentIntent in `data.object`, for `payment_intent.*` events.
     pub intent: Option<EventIntent>,
+    /// The refund in `data.object`, for `refund.*` and `charge.refund.updated` events.
+    pub refund: Option<EventRefund>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,15 +97,25 @@ struct EventHead {
     event_type: String,
 }
 
-/// A `payment_intent.*` event, as far as its PaymentIntent.
+/// A `payment_intent.*` or refund event, as far as its object (`Intent`, `Refund`).
 #[derive(Deserialize)]
-struct IntentEvent {
-    data: IntentData,
+struct ObjectEvent<T> {
+    data: ObjectData<T>,
 }
 
 #[derive(Deserialize)]
-struct IntentData {
-    object: Intent,
+struct ObjectData<T> {
+    object: T,
+}
+
+/// A refund event's refund, as far as it is read.
+#[derive(Deserialize)]
+struct Refund {
+    id: StripeRefundId,
+    status: String,
+    /// Absent: none. `null`, or anything but an object, makes the event unreadable.
+    #[serde(default)]
+    metadata: Metadata,
 }
 
 #[derive(Deserialize)]
@@ -115,9 +141,12 @@ impl StripeEvent {
     /// code does not use are skipped unread.
     pub fn parse(body: &[u8]) -> Result<Self, EventParseError> {
         let head: EventHead = from_json(body)?;
-        Self::from_head(head, "", || {
-            from_json::<IntentEvent>(body).map(|e| e.data.object)
-        })
+        Self::from_head(
+            head,
+            "",
+            || from_json::<ObjectEvent<Intent>>(body).map(|e| e.data.object),
+            || from_json::<ObjectEvent<Refund>>(body).map(|e| e.data.object),
+        )
     }
 
     /// Reads an EventBridge event from Stripe's partner event source. AWS authenticated the
@@ -143,9 +172,12 @@ impl StripeEvent {
                 "source {wire_source:?} is not the configured Stripe event source"
             )));
         }
-        let event = Self::from_head(detail, "detail.", || {
-            from_json::<Envelope<IntentEvent>>(json).map(|e| e.detail.data.object)
-        })?;
+        let event = Self::from_head(
+            detail,
+            "detail.",
+            || from_json::<Envelope<ObjectEvent<Intent>>>(json).map(|e| e.detail.data.object),
+            || from_json::<Envelope<ObjectEvent<Refund>>>(json).map(|e| e.detail.data.object),
+        )?;
         if detail_type != event.event_type {
             return Err(EventParseError(format!(
                 "detail-type {detail_type:?} is not the event's type {:?}",
@@ -156,11 +188,13 @@ impl StripeEvent {
     }
 
     /// The event with `head`'s id and type (`at`: where the event is in its JSON, for an error),
-    /// and for a `payment_intent.*` event the PaymentIntent that `intent` reads.
+    /// and for a `payment_intent.*` event the PaymentIntent that `intent` reads, for a refund
+    /// event the refund that `refund` reads.
     fn from_head(
         head: EventHead,
         at: &str,
         intent: impl FnOnce() -> Result<Intent, EventParseError>,
+        refund: impl FnOnce() -> Result<Refund, EventParseError>,
     ) -> Result<Self, EventParseError> {
         if !head.id.starts_with("evt_") || head.id.len() > 255 {
             return Err(EventParseError(format!("{at}id must be an evt_ id")));
@@ -178,14 +212,23 @@ impl StripeEvent {
             Some(EventIntent {
                 id,
                 status: PaymentIntentStatus::parse(&status),
-                order_id: order_id
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .and_then(|v| OrderId::parse(v).ok()),
-                operation_id: operation_id
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .and_then(|v| OperationId::parse(v).ok()),
+                order_id: order_id_of(&order_id),
+                operation_id: operation_id_of(&operation_id),
+            })
+        } else {
+            None
+        };
+        let refund = if names_a_refund(&head.event_type) {
+            let Refund {
+                id,
+                status,
+                metadata,
+            } = refund()?;
+            Some(EventRefund {
+                id,
+                status: RefundStatus::parse(&status),
+                order_id: order_id_of(&metadata.order_id),
+                operation_id: operation_id_of(&metadata.operation_id),
             })
         } else {
             None
@@ -194,12 +237,30 @@ impl StripeEvent {
             id: head.id,
             event_type: head.event_type,
             intent,
+            refund,
         })
     }
 
     pub fn is_handled(&self) -> bool {
-        HANDLED_TYPES.contains(&self.event_type.as_str()) && self.intent.is_some()
+        HANDLED_TYPES.contains(&self.event_type.as_str())
+            && (self.intent.is_some() || self.refund.is_some())
     }
+}
+
+/// `metadata.order_id` when it is a string and an order id; else not ours.
+fn order_id_of(value: &Option<Value>) -> Option<OrderId> {
+    value
+        .as_ref()
+        .and_then(Value::as_str)
+        .and_then(|v| OrderId::parse(v).ok())
+}
+
+/// `metadata.operation_id` when it is a string and an operation id; else not ours.
+fn operation_id_of(value: &Option<Value>) -> Option<OperationId> {
+    value
+        .as_ref()
+        .and_then(Value::as_str)
+        .and_then(|v| OperationId::parse(v).ok())
 }
 
 /// `T` from JSON; an error names where in it (`data.object.id: invalid type: …`).
@@ -247,6 +308,43 @@ mod tests {
             br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"status":"succeeded"}}}"#,
         ] {
             assert!(StripeEvent::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// A refund event's refund is read from `data.object` (for `charge.refund.updated` too);
+    /// `charge.refunded` (its object is the charge) is not acted on.
+    #[test]
+    fn refund_events_name_their_refund() {
+        for event_type in [
+            "refund.created",
+            "refund.updated",
+            "refund.failed",
+            "charge.refund.updated",
+        ] {
+            let body = format!(
+                r#"{{"id":"evt_r","type":"{event_type}","data":{{"object":{{"id":"re_1","object":"refund","status":"failed","amount":400,
+                "metadata":{{"order_id":"order-1","operation_id":"6f1c2a4e-8a3b-4c5d-9e0f-112233445566"}}}}}}}}"#
+            );
+            let ev = StripeEvent::parse(body.as_bytes()).unwrap();
+            assert!(ev.is_handled(), "{event_type}");
+            assert_eq!(ev.intent, None);
+            let refund = ev.refund.unwrap();
+            assert_eq!(refund.id, "re_1");
+            assert_eq!(refund.status, RefundStatus::Failed);
+            assert_eq!(refund.order_id.unwrap().as_str(), "order-1");
+            assert!(refund.operation_id.is_some());
+        }
+        let foreign = StripeEvent::parse(
+            br#"{"id":"evt_r","type":"refund.updated","data":{"object":{"id":"re_2","status":"succeeded"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(foreign.refund.unwrap().operation_id, None);
+        for (bad, says) in [
+            (&br#"{"id":"evt_r","type":"refund.failed","data":{"object":{"id":"pi_1","status":"failed"}}}"#[..], "data.object.id: "),
+            (br#"{"id":"evt_r","type":"refund.failed","data":{"object":{"id":"re_1"}}}"#, "data.object: missing field `status`"),
+        ] {
+            let e = StripeEvent::parse(bad).unwrap_err();
+            assert!(e.0.contains(says), "{}: {e}", String::from_utf8_lossy(bad));
         }
     }
 

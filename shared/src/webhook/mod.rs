@@ -29,6 +29,16 @@
 //!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
 //!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
 //!
+//! A refund event (`refund.created`, `refund.updated`, `refund.failed`,
+//! `charge.refund.updated`) takes the same steps with its refund: found among the order's refunds
+//! by `metadata.order_id` and `metadata.operation_id` (the order's partition, strongly
+//! consistent; a settled refund too, which the unknown index no longer lists), the refund
+//! retrieved at Stripe, and [`charge_core::refund_event_plan::decide`] deciding: an unsettled
+//! refund settles through the executor's shell on the refund plan's own rules
+//! ([`crate::executor::apply_refund_event`]); a succeeded refund that Stripe says failed later
+//! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
+//! on the charge, [`Reception::RefundFailedLater`]); every other contradiction pages, unwritten.
+//!
 //! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
 //! charge function holding the lease, the invocation's time running out), the inbox entry is
 //! forgotten and the answer asks for a retry (non-2xx, or a failed invocation), so Stripe's or
@@ -43,19 +53,23 @@ use std::time::Duration;
 
 use tracing::{error, info, warn, Instrument};
 
-use crate::domain::{OperationId, PaymentIntentId};
+use charge_core::refund_event_plan::{self, RefundEventAction};
+
+use crate::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
 use crate::executor::{
     self, plan, ChargeDeps, Disposition, EventReport, ExecuteError, ReviewClass,
 };
 use crate::operation::{Operation, OperationKey, OperationStatus};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
-use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
+use crate::ports::RefundFailedLater;
+use crate::ports::{Admitted, Recorded, StoreError, WebhookInbox, INBOX_TTL};
+use crate::refund::StripeRefund;
 use crate::telemetry::ErrorChain;
 use crate::time::Timestamp;
 
 pub use event::{
-    Action, EventBridgeEvent, EventIntent, EventMismatch, Ignored, StripeEvent, HANDLED_TYPES,
-    SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
+    Action, EventBridgeEvent, EventIntent, EventMismatch, EventRefund, Ignored, StripeEvent,
+    HANDLED_TYPES, SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
 };
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
 
@@ -135,6 +149,10 @@ pub enum Reception {
         /// Sent to review by this event, for this class of reason.
         review: Option<ReviewClass>,
     },
+    /// Acknowledged: Stripe says a refund recorded `succeeded` failed later; recorded `failed`
+    /// with its reservation given back to the charge (`RefundFailedAfterSuccess`, paged: the
+    /// customer did not get the money back after all).
+    RefundFailedLater,
     /// Acknowledged: Stripe contradicts a settled record; nothing written, a person is paged.
     SettledConflict { reason: &'static str },
     /// Acknowledged: Stripe does not confirm what the event says; nothing written, a person is
@@ -152,6 +170,7 @@ impl Reception {
             Reception::Rejected(_) => 400,
             Reception::Ignored(_)
             | Reception::Applied { .. }
+            | Reception::RefundFailedLater
             | Reception::SettledConflict { .. }
             | Reception::Mismatch(_) => 200,
             // 409: the charge function is mid-call on this operation; Stripe retries later.
@@ -201,6 +220,12 @@ enum ActError {
         #[source]
         source: GatewayError,
     },
+    #[error("Stripe's retrieve of refund {id} did not answer")]
+    RetrieveRefund {
+        id: StripeRefundId,
+        #[source]
+        source: GatewayError,
+    },
     #[error("the fenced write was refused (lease lost)")]
     LeaseLost,
     #[error("the charge function holds the lease")]
@@ -213,7 +238,7 @@ impl ActError {
     fn deferred(&self) -> Deferred {
         match self {
             ActError::Inbox(_) | ActError::Store(_) => Deferred::Store,
-            ActError::Retrieve { .. } => Deferred::Stripe,
+            ActError::Retrieve { .. } | ActError::RetrieveRefund { .. } => Deferred::Stripe,
             ActError::LeaseLost => Deferred::LeaseLost,
             ActError::Busy => Deferred::Busy,
             ActError::Deadline(_) => Deferred::Deadline,
@@ -280,6 +305,12 @@ async fn accept(
     let span = tracing::info_span!("event", event_id = %event.id, event_type = %event.event_type);
     // Entered only for these synchronous checks: a span guard is never held across an `.await`
     // (tracing documents that as giving wrong traces under concurrency); the rest is instrumented.
+    if let (Some(refund), true) = (&event.refund, event.is_handled()) {
+        let refund = refund.clone();
+        let calls = &mut report.gateway_calls;
+        report.reception = accept_refund(deps, &event.id, refund, budget, calls, &span).await;
+        return report;
+    }
     let (intent, order_id, operation_id) = {
         let _entered = span.enter();
         let intent = match (&event.intent, event.is_handled()) {
@@ -308,10 +339,44 @@ async fn accept(
         operation_id,
         intent,
     };
-    report.reception = admitted(deps, &event.id, &target, budget, &mut report.gateway_calls)
+    let acting = act(deps, &target, &mut report.gateway_calls);
+    report.reception = admitted(deps, &event.id, budget, acting)
         .instrument(op_span)
         .await;
     report
+}
+
+/// A refund event from its filter on: not ours unless it carries our metadata; then the inbox
+/// and the refund's rules ([`act_refund`]).
+async fn accept_refund(
+    deps: &WebhookDeps,
+    event_id: &str,
+    refund: EventRefund,
+    budget: Option<Duration>,
+    gateway_calls: &mut u32,
+    span: &tracing::Span,
+) -> Reception {
+    let (Some(order_id), Some(operation_id)) = (refund.order_id.clone(), refund.operation_id)
+    else {
+        let _entered = span.enter();
+        info!(refund = %refund.id, "refund without our metadata; ignored");
+        return Reception::Ignored(Ignored::NotOurs);
+    };
+    let op_span = tracing::info_span!(
+        parent: span,
+        "operation",
+        order_id = %order_id,
+        operation_id = %operation_id
+    );
+    let target = RefundTarget {
+        order_id,
+        operation_id,
+        refund,
+    };
+    let acting = act_refund(deps, &target, gateway_calls);
+    admitted(deps, event_id, budget, acting)
+        .instrument(op_span)
+        .await
 }
 
 /// The operation an event names, and what it claims about its PaymentIntent.
@@ -321,13 +386,20 @@ struct Target {
     intent: EventIntent,
 }
 
-/// The inbox, then the transition within the budget; an event not acted on is forgotten.
+/// The refund operation a refund event names, and what it claims about the refund.
+struct RefundTarget {
+    order_id: OrderId,
+    operation_id: OperationId,
+    refund: EventRefund,
+}
+
+/// The inbox, then `acting` (run only once admitted) within the budget; an event not acted on is
+/// forgotten.
 async fn admitted(
     deps: &WebhookDeps,
     event_id: &str,
-    target: &Target,
     budget: Option<Duration>,
-    gateway_calls: &mut u32,
+    acting: impl std::future::Future<Output = Result<Reception, ActError>>,
 ) -> Reception {
     let now = deps.charge.clock.now();
     match deps.inbox.admit(event_id, now, now.plus(INBOX_TTL)).await {
@@ -342,7 +414,6 @@ async fn admitted(
             return Reception::RetryLater(e.deferred());
         }
     }
-    let acting = act(deps, target, gateway_calls);
     let result = match budget {
         None => acting.await,
         Some(budget) => tokio::time::timeout(budget, acting)
@@ -414,6 +485,204 @@ async fn act(
             }
         }
     }
+}
+
+/// Steps 4 to 6 of the module docs for a refund event: find the refund operation (by the
+/// order's refunds, strongly consistent: a settled one too, which `get_by_operation_id` does not
+/// list), retrieve the refund at Stripe unless the event could change nothing, decide with
+/// [`refund_event_plan::decide`].
+async fn act_refund(
+    deps: &WebhookDeps,
+    target: &RefundTarget,
+    gateway_calls: &mut u32,
+) -> Result<Reception, ActError> {
+    let Some(op) = read_refund(deps, target).await? else {
+        info!("no such refund operation; ignored");
+        return Ok(Reception::Ignored(Ignored::UnknownOperation));
+    };
+    if refund_event_plan::needs_no_check(&op, &target.refund) {
+        let why = if op.status.is_settled() {
+            Ignored::AlreadySettled
+        } else {
+            Ignored::InReview
+        };
+        info!(
+            reason = why.as_str(),
+            "nothing the event could change; Stripe not asked"
+        );
+        return Ok(Reception::Ignored(why));
+    }
+    *gateway_calls += 1;
+    let stripe = match deps.charge.gateway.retrieve_refund(&target.refund.id).await {
+        Ok(refund) => refund,
+        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            return Err(ActError::RetrieveRefund {
+                id: target.refund.id.clone(),
+                source: e,
+            })
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "Stripe refused the refund's retrieve");
+            let why = EventMismatch::UnknownRefund;
+            return Ok(refund_mismatch(&op, &target.refund, None, why));
+        }
+    };
+    info!(refund = %stripe.id, status = %stripe.status, "retrieved the refund's latest state");
+    let now = deps.charge.clock.now();
+    match refund_event_plan::decide(&op, &target.refund, &stripe, now) {
+        RefundEventAction::Settle => settle_refund(deps, &op.key(), target, stripe).await,
+        other => unclaimed(deps, &op, target, &stripe, other).await,
+    }
+}
+
+/// The refund operation the event names, or `None` when there is none.
+async fn read_refund(
+    deps: &WebhookDeps,
+    target: &RefundTarget,
+) -> Result<Option<Operation>, ActError> {
+    let refunds = deps
+        .charge
+        .store
+        .refunds_of(&target.order_id)
+        .await
+        .map_err(ActError::Store)?;
+    Ok(refunds
+        .into_iter()
+        .find(|op| op.operation_id == target.operation_id))
+}
+
+/// An unsettled refund operation settled (or its refund recorded) through the executor's shell;
+/// when the shell finds it settled meanwhile, the rule decides again on the record it saw.
+async fn settle_refund(
+    deps: &WebhookDeps,
+    key: &OperationKey,
+    target: &RefundTarget,
+    stripe: StripeRefund,
+) -> Result<Reception, ActError> {
+    let applied =
+        executor::apply_refund_event(&deps.charge, key, &target.operation_id, stripe.clone()).await;
+    let report = match applied {
+        Ok(report) => report,
+        Err(ExecuteError::NotFound { .. }) => {
+            return Ok(Reception::Ignored(Ignored::UnknownOperation))
+        }
+        Err(ExecuteError::Store(e)) => return Err(ActError::Store(e)),
+    };
+    Ok(match report.disposition {
+        Disposition::Settled | Disposition::Scheduled => {
+            info!(status = %report.status, refund = %stripe.id, "applied");
+            Reception::Applied {
+                status: report.status,
+                review: None,
+            }
+        }
+        Disposition::InReview(_) if report.sent_to_review.is_some() => Reception::Applied {
+            status: report.status,
+            review: report.sent_to_review,
+        },
+        Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
+        Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
+        Disposition::AlreadySettled | Disposition::Superseded => match report.record {
+            Some(op) if op.status.is_settled() => {
+                let now = deps.charge.clock.now();
+                match refund_event_plan::decide(&op, &target.refund, &stripe, now) {
+                    RefundEventAction::Settle => return Err(ActError::LeaseLost),
+                    other => return unclaimed(deps, &op, target, &stripe, other).await,
+                }
+            }
+            Some(_) => return Err(ActError::LeaseLost),
+            None => Reception::Ignored(Ignored::UnknownOperation),
+        },
+    })
+}
+
+/// What the refund rule decided that needs no claim: nothing, a page, or the late failure's one
+/// write (not leased: its guards, a succeeded refund, are the whole condition).
+async fn unclaimed(
+    deps: &WebhookDeps,
+    op: &Operation,
+    target: &RefundTarget,
+    stripe: &StripeRefund,
+    action: RefundEventAction,
+) -> Result<Reception, ActError> {
+    Ok(match action {
+        RefundEventAction::Ignore(why) => {
+            info!(reason = why.as_str(), "nothing to change");
+            Reception::Ignored(why)
+        }
+        RefundEventAction::Mismatch(why) => refund_mismatch(op, &target.refund, Some(stripe), why),
+        RefundEventAction::PageSettled { reason } => {
+            page_settled_refund(op, stripe, reason);
+            Reception::SettledConflict { reason }
+        }
+        RefundEventAction::FailLater(write) => return fail_later(deps, &write).await,
+        // Only an unsettled record settles, in the shell.
+        RefundEventAction::Settle => return Err(ActError::LeaseLost),
+    })
+}
+
+/// Stripe's word that a succeeded refund failed later, written with its reservation given back.
+async fn fail_later(deps: &WebhookDeps, write: &RefundFailedLater) -> Result<Reception, ActError> {
+    let recorded = deps
+        .charge
+        .store
+        .fail_refund_later(write)
+        .await
+        .map_err(ActError::Store)?;
+    Ok(match recorded {
+        Recorded::Written(op) => {
+            // Loud on purpose: the merchant told the customer the money was returned.
+            error!(
+                order_id = %op.order_id,
+                operation_id = %op.operation_id,
+                refund = op.stripe_refund_id.as_deref().unwrap_or(""),
+                failure_reason = %write.failure_reason,
+                amount = op.params.amount().minor_units(),
+                "a refund failed after it succeeded: recorded failed, its amount is refundable \
+                 again; RefundFailed published, the customer did not get the money back"
+            );
+            Reception::RefundFailedLater
+        }
+        // Failed already (another delivery of the same news won): nothing more.
+        Recorded::Refused(Some(op)) if op.status == OperationStatus::Failed => {
+            Reception::Ignored(Ignored::AlreadySettled)
+        }
+        Recorded::Refused(Some(_)) => return Err(ActError::LeaseLost),
+        Recorded::Refused(None) => Reception::Ignored(Ignored::UnknownOperation),
+    })
+}
+
+fn refund_mismatch(
+    op: &Operation,
+    claimed: &EventRefund,
+    stripe: Option<&StripeRefund>,
+    why: EventMismatch,
+) -> Reception {
+    error!(
+        order_id = %op.order_id,
+        operation_id = %op.operation_id,
+        refund = claimed.id.as_str(),
+        claimed_status = %claimed.status,
+        stripe_status = stripe.map_or("(none)", |r| r.status.as_str()),
+        reason = why.as_str(),
+        "event mismatch: Stripe does not confirm what the refund event says (forged or \
+         misrouted event, or a leaked secret); nothing written, a person must check it"
+    );
+    Reception::Mismatch(why)
+}
+
+fn page_settled_refund(op: &Operation, stripe: &StripeRefund, reason: &'static str) {
+    error!(
+        order_id = %op.order_id,
+        operation_id = %op.operation_id,
+        status = %op.status,
+        recorded = op.stripe_refund_id.as_deref().unwrap_or(""),
+        refund = stripe.id.as_str(),
+        stripe_status = %stripe.status,
+        %reason,
+        "Stripe contradicts a refund operation; nothing written, an operator must check it at \
+         Stripe"
+    );
 }
 
 /// Stripe's PaymentIntent for the event's claim, retrieved and checked to be the operation's

@@ -8,7 +8,10 @@ use serde::Serialize;
 
 use super::Engine;
 use crate::fx::Fx;
-use crate::refund::{self, ChargeJson, Refund, RefundParams, RefundPath, Transition};
+use crate::refund::{
+    self, CardDetails, ChargeJson, PaymentMethodDetails, Refund, RefundParams, RefundPath,
+    Transition,
+};
 use crate::wire::{random_id, ApiError};
 
 /// Every refund, oldest first, with its indexes.
@@ -76,35 +79,54 @@ impl Engine {
     }
 
     /// The charge of the PaymentIntent at `at` as its refunds leave it, settled as of `now_ms`.
+    /// An authorization (`capture_method=manual`) is a paid, uncaptured charge until captured;
+    /// its released part (all of it once canceled or expired, the rest after a partial capture)
+    /// counts in `amount_refunded`, as Stripe shows it.
     pub(crate) fn charge_json(&mut self, at: usize, now_ms: i64) -> Option<String> {
-        let of = self.refunds_of(at, now_ms);
-        let refunded: i64 = of
-            .iter()
-            .map(|r| &self.refunds.all[*r])
-            .filter(|r| r.refunded())
-            .map(|r| r.amount)
-            .sum();
+        let refunded = self.refunded_of(at, now_ms);
         let pi = &self.pis[at];
-        let paid = pi.status == "succeeded";
+        let captured = pi.status == "succeeded";
+        let paid = captured || pi.hold.is_some();
+        let amount_refunded = refunded + pi.amount_released();
         let charge = ChargeJson {
             amount: pi.params.amount,
-            amount_captured: if paid { pi.params.amount } else { 0 },
-            amount_refunded: refunded,
-            captured: paid,
+            amount_captured: pi.amount_received(),
+            amount_refunded,
+            captured,
             created: pi.created_ms.div_euclid(1000),
             currency: &pi.params.currency,
             id: pi.latest_charge.as_deref()?,
             object: "charge",
             paid,
             payment_intent: &pi.id,
-            refunded: paid && refunded == pi.params.amount,
+            payment_method_details: PaymentMethodDetails {
+                card: CardDetails {
+                    brand: crate::pi::card_brand(pi.params.payment_method.as_deref()),
+                    capture_before: pi
+                        .hold
+                        .as_ref()
+                        .map(|h| h.capture_before_ms.div_euclid(1000)),
+                },
+                kind: "card",
+            },
+            refunded: paid && amount_refunded == pi.params.amount,
             status: match pi.status {
-                "succeeded" => "succeeded",
                 "processing" => "pending",
+                _ if paid => "succeeded",
                 _ => "failed",
             },
         };
         serde_json::to_string(&charge).ok()
+    }
+
+    /// What the refunds of the PaymentIntent at `at` took back (`pending` and `succeeded`).
+    fn refunded_of(&mut self, at: usize, now_ms: i64) -> i64 {
+        self.refunds_of(at, now_ms)
+            .iter()
+            .map(|r| &self.refunds.all[*r])
+            .filter(|r| r.refunded())
+            .map(|r| r.amount)
+            .sum()
     }
 
     /// `GET /v1/payment_intents/{id}?expand[]=latest_charge`: the intent with its charge object.
@@ -143,7 +165,8 @@ impl Engine {
             .filter(|r| r.holds())
             .map(|r| r.amount)
             .sum();
-        let left = self.pis[at].params.amount - held;
+        // What the charge received: a partial capture bounds its refunds.
+        let left = self.pis[at].amount_received() - held;
         let currency = &self.pis[at].params.currency;
         match p.amount {
             _ if left <= 0 => Err(refund::already_refunded(&charge)),
@@ -323,13 +346,7 @@ impl Engine {
     /// refunds), settled as of `now_ms`.
     pub(crate) fn amount_refunded(&mut self, id: &str, now_ms: i64) -> Option<i64> {
         let at = self.position(id)?;
-        let of = self.refunds_of(at, now_ms);
-        Some(
-            of.iter()
-                .map(|r| &self.refunds.all[*r])
-                .filter(|r| r.refunded())
-                .map(|r| r.amount)
-                .sum(),
-        )
+        self.settle_at(at, now_ms);
+        Some(self.refunded_of(at, now_ms) + self.pis[at].amount_released())
     }
 }

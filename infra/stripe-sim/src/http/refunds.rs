@@ -10,10 +10,12 @@ use bytes::Bytes;
 use hyper::header::HeaderMap;
 use hyper::Method;
 
-use super::{create_exec, gate_as, idempotency_key, DropConnection, Executing, Job, KeyGuard};
+use super::{
+    begin_keyed, commit_cancel, create_exec, gate_as, idempotency_key, DropConnection, Executing,
+    Job,
+};
 use crate::capacity::Api;
-use crate::engine::{Idem, Saved};
-use crate::faults::{Endpoint, FaultKind};
+use crate::faults::Endpoint;
 use crate::refund::{self, RefundParams};
 use crate::reply::Reply;
 use crate::wire::ApiError;
@@ -51,44 +53,6 @@ pub(super) async fn route(
             }
         }
     })
-}
-
-/// The idempotency layer for a keyed refund request: `Ok` with the key in flight (forgotten
-/// when the guard drops unless saved), or the final answer (replay, mismatch, in flight, too
-/// long). `request` names the endpoint, so a key used on another one is an `idempotency_error`.
-fn begin_keyed(
-    sim: &StripeSim,
-    key: Option<&str>,
-    form: &[(String, String)],
-    request: String,
-) -> Result<KeyGuard, Reply> {
-    let mut guard = KeyGuard {
-        sim: sim.clone(),
-        key: None,
-    };
-    let Some(k) = key else { return Ok(guard) };
-    if k.chars().count() > 255 {
-        return Err(Reply::error(&ApiError::idempotency_key_too_long(
-            k.chars().count(),
-        )));
-    }
-    let mut keyed = form.to_vec();
-    keyed.push(("(request)".into(), request));
-    let now = sim.now_ms();
-    let decision = sim.engine().begin_key(k, &keyed, now);
-    match decision {
-        Idem::Proceed => {
-            guard.key = Some(k.to_owned());
-            Ok(guard)
-        }
-        Idem::Replay(saved) => {
-            let mut r = Reply::saved(&saved, true);
-            r.headers.push(("idempotency-key", k.to_owned()));
-            Err(r)
-        }
-        Idem::Mismatch => Err(Reply::error(&ApiError::idempotency_mismatch(k))),
-        Idem::InFlight => Err(Reply::error(&ApiError::key_in_use())),
-    }
 }
 
 /// The first half of a refund create, up to the execution fault decision (as
@@ -148,7 +112,7 @@ pub(crate) fn cancel(
     if let Some(reply) = gate_as(sim, Api::Refund, Endpoint::Cancel, |c| c.refund_cancel += 1) {
         return Ok(reply);
     }
-    let mut guard = match begin_keyed(
+    let guard = match begin_keyed(
         sim,
         idempotency_key.as_deref(),
         form,
@@ -164,35 +128,9 @@ pub(crate) fn cancel(
             format!("Received unknown parameter: {k}"),
         )));
     }
-    let now = sim.now_ms();
-    let (saved, fault) = {
-        let mut eng = sim.engine();
-        let json = match eng.cancel_refund(id, now) {
-            Ok(json) => json,
-            Err(e) => {
-                drop(eng);
-                return Ok(Reply::error(&e)); // guard forgets the key
-            }
-        };
-        let fault = eng.faults.decide_exec_cancel();
-        let saved = if fault == Some(FaultKind::ServerErrorAfterCommit) {
-            Saved::from_error(&ApiError::server_error())
-        } else {
-            Saved::ok(json)
-        };
-        if let Some(k) = guard.key.take() {
-            eng.finish_key(&k, saved.clone(), now);
-        }
-        (saved, fault)
-    };
-    if fault == Some(FaultKind::DropAfterCommit) {
-        return Err(DropConnection);
-    }
-    let mut r = Reply::saved(&saved, false);
-    if let Some(k) = idempotency_key {
-        r.headers.push(("idempotency-key", k));
-    }
-    Ok(r)
+    commit_cancel(sim, guard, idempotency_key, |eng, now| {
+        eng.cancel_refund(id, now)
+    })
 }
 
 fn read_gate(sim: &StripeSim) -> Option<Reply> {

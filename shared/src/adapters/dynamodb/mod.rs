@@ -73,7 +73,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use crate::domain::{OperationId, OrderId};
+use crate::domain::{OperationId, OperationKind, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -649,8 +649,15 @@ impl OperationStore for DynamoStore {
                     .await
                     .map_err(|e| self.sdk_error("Query unknown index by operation id", e))?;
                 if let Some(entry) = out.items().first() {
+                    // An index entry carries the table's keys: the sort key says whether it is
+                    // the order's charge or one of its refunds.
                     let pk = item::req_key(entry, schema::PK)?;
-                    let key = OperationKey::charge(item::order_id_of_pk(&pk)?);
+                    let sk = item::req_key(entry, schema::SK)?;
+                    let key = OperationKey {
+                        order_id: item::order_id_of_pk(&pk)?,
+                        kind: OperationKind::parse(&sk)
+                            .map_err(|e| StoreError::new(format!("index entry {pk}/{sk}: {e}")))?,
+                    };
                     // The GSI is eventually consistent; the table read that follows is not.
                     return Ok(self
                         .get(&key)
@@ -711,8 +718,15 @@ impl OperationStore for DynamoStore {
             .await
     }
 
+    /// A refund resolved with its reservation given back is one TransactWriteItems of the two
+    /// updates, as a refund's outcome is; any other resolution, one conditional UpdateItem.
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.conditional_update("UpdateItem (resolve)", &req.key, req)
+        let Some(release) = &req.release else {
+            return self
+                .conditional_update("UpdateItem (resolve)", &req.key, req)
+                .await;
+        };
+        self.with_release("TransactWriteItems (resolve)", &req.key, req, release)
             .await
     }
 

@@ -52,6 +52,9 @@ pub const OPERATOR_WRITE_ATTRIBUTES: &[&str] = &[
     REVIEW_FLAGGED_AT,
     REDRIVES,
     HISTORY,
+    // A refund's resolution: its Stripe id, and the charge's reservation it gives back.
+    STRIPE_REFUND_ID,
+    REFUND_RESERVED,
 ];
 
 /// A condition expression with its placeholders.
@@ -382,6 +385,9 @@ impl Update for ManualResolution {
         if let Some(id) = &self.external_id {
             e.set(EXTERNAL_ID, attr_s(id));
         }
+        if let Some(id) = &self.stripe_refund_id {
+            e.set(STRIPE_REFUND_ID, attr_s(id));
+        }
         // The review evidence moves into the history entry (the caller copied it there).
         for attr in [
             DUE_SHARD,
@@ -483,6 +489,8 @@ mod tests {
             status: OperationStatus::Succeeded,
             external_id: None,
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: T0,
                 audit,
@@ -534,6 +542,8 @@ mod tests {
             status,
             external_id: external_id.map(|id| crate::domain::PaymentIntentId::parse(id).unwrap()),
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: T0,
                 audit: audit("resolve"),
@@ -548,10 +558,24 @@ mod tests {
             }),
             ..Reschedule::redrive(&op, T0.plus(Duration::from_secs(300)), T0)
         };
+        // `chargectl resolve` of a refund: its Stripe id as confirmed, and, failed, its
+        // reservation given back to the charge in the same transaction.
+        let release = ReleaseRefund {
+            charge: op.key().charge_of_order(),
+            amount: op.params.amount(),
+            now: T0,
+        };
+        let refund = ManualResolution {
+            stripe_refund_id: Some(crate::domain::StripeRefundId::parse("re_1").unwrap()),
+            release: Some(release.clone()),
+            ..resolve(OperationStatus::Failed, None)
+        };
         let writes = [
             write(&resolve(OperationStatus::Succeeded, Some("pi_1"))).unwrap(),
             write(&resolve(OperationStatus::Failed, None)).unwrap(),
             write(&redrive).unwrap(),
+            write(&refund).unwrap(),
+            write(&release).unwrap(),
         ];
         let mut named: BTreeSet<&str> = [PK, SK, DUE_SHARD, DUE_AT].into();
         for w in &writes {
@@ -587,6 +611,8 @@ mod tests {
             status: OperationStatus::Unknown,
             external_id: None,
             expected_updated_at: op.updated_at,
+            stripe_refund_id: None,
+            release: None,
             guard: OperatorGuard {
                 lease_cutoff: T0,
                 audit: audit("resolve_unknown"),

@@ -201,6 +201,12 @@ impl FakeGateway {
         }
     }
 
+    /// A refund that exists at the fake Stripe under `id`, made elsewhere (a sample event's
+    /// refund, with the id the sample names).
+    pub fn insert_refund_as(&self, id: &StripeRefundId, refund: FakeRefund) {
+        self.lock().refunds.insert(id.as_str().to_owned(), refund);
+    }
+
     /// Every refund made, by id: the external side effect.
     pub fn refunds(&self) -> std::collections::BTreeMap<String, FakeRefund> {
         self.lock().refunds.clone()
