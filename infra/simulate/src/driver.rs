@@ -172,6 +172,9 @@ pub fn card_of(order_id: &str, faults: &Faults) -> (&'static str, bool) {
     } else if faults.fixed(Kind::RefundCanceled, order_id) {
         // Pays like a Visa; its refunds wait on the bank, which cancels them.
         ("pm_card_sim_refundRequiresAction", true)
+    } else if faults.fixed(Kind::RefundFailsLater, order_id) {
+        // Pays like a Visa; its refunds succeed, then fail 10 minutes later.
+        ("pm_card_refundFail", true)
     } else if faults.fixed(Kind::RefundPending, order_id) {
         // Pays like a Visa; its refunds are `pending` for 10 minutes, then succeed.
         ("pm_card_pendingRefund", true)

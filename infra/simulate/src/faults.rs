@@ -96,10 +96,14 @@ pub enum Kind {
     /// The order pays with Stripe's `pm_card_pendingRefund`: its refunds are `pending`, then
     /// succeed 10 minutes later, so each must be looked at again until it settles.
     RefundPending,
+    /// The order pays with Stripe's `pm_card_refundFail`: its refunds succeed, then fail 10
+    /// minutes later (a closed card). Only Stripe's events tell (`charge.refund.updated`,
+    /// `refund.failed`): each such refund must end `failed`, its reservation given back.
+    RefundFailsLater,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 22] = [
+    pub const ALL: [Kind; 23] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -122,6 +126,7 @@ impl Kind {
         Kind::CustomerConfirmsDeclined,
         Kind::RefundCanceled,
         Kind::RefundPending,
+        Kind::RefundFailsLater,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -148,6 +153,7 @@ impl Kind {
             Kind::CustomerConfirmsDeclined => "customer_confirms_declined",
             Kind::RefundCanceled => "refund_canceled",
             Kind::RefundPending => "refund_pending",
+            Kind::RefundFailsLater => "refund_fails_later",
         }
     }
 
@@ -158,7 +164,7 @@ impl Kind {
             // Of the declined orders only: half their customers come back to pay.
             Kind::CustomerConfirmsDeclined => 0.5,
             Kind::Decline | Kind::Processing | Kind::RefundPending => 0.05,
-            Kind::RefundCanceled => 0.03,
+            Kind::RefundCanceled | Kind::RefundFailsLater => 0.03,
             Kind::Timeout | Kind::KeyPruned | Kind::Stuck => 0.002,
             Kind::SearchLag => 1.0,
             _ => 0.02,

@@ -362,6 +362,11 @@ fn rates(args: &SimulateArgs) -> BTreeMap<Kind, f64> {
         Kind::ALL.iter().map(|k| (*k, k.default_rate())).collect()
     };
     rates.extend(args.faults.iter().copied());
+    if args.events_source() == EventsSource::None {
+        // A refund that fails after it succeeded is told by Stripe's events only (nothing
+        // looks at a settled refund again): without events, no such card.
+        rates.remove(&Kind::RefundFailsLater);
+    }
     rates
 }
 
@@ -1108,6 +1113,7 @@ struct Planned {
     processing: u64,
     stuck: u64,
     refund_pending: u64,
+    refund_fails_later: u64,
 }
 
 /// The world with the functions wired into it: what driving, judging and counting share.
@@ -1237,6 +1243,7 @@ async fn judge_orders(
         planned.stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
         planned.processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
         planned.refund_pending += u64::from(order.payment_method == "pm_card_pendingRefund");
+        planned.refund_fails_later += u64::from(order.payment_method == "pm_card_refundFail");
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
         let record = match world.backing.store.get(&key).await {
             Ok(record) => record,
@@ -1422,6 +1429,7 @@ fn faults_injected(world: &World, at_end: &AtEnd, planned: Planned) -> BTreeMap<
     injected.insert("processing".into(), planned.processing);
     injected.insert("stuck".into(), planned.stuck);
     injected.insert("refund_pending".into(), planned.refund_pending);
+    injected.insert("refund_fails_later".into(), planned.refund_fails_later);
     let search_lag = world.faults.rate(Kind::SearchLag) > 0.0;
     injected.insert(
         "search_lag".into(),

@@ -206,6 +206,10 @@ pub struct RefundReport {
     pub in_review: u64,
     /// Refunds at Stripe (by the simulator's refund ledger).
     pub at_stripe: u64,
+    /// Refunds that succeeded and then failed at Stripe (`refund_fails_later`), and the records
+    /// of those that ended `failed` (their reservation given back: `reservation_mismatches`).
+    pub failed_late_at_stripe: u64,
+    pub failed_late_recorded: u64,
     /// Refund calls to Stripe (create, retrieve, list) and the errors they met, by class.
     pub stripe_calls: u64,
     pub stripe_errors: BTreeMap<String, u64>,
@@ -245,7 +249,7 @@ impl RefundReport {
             .collect();
         let _ = writeln!(
             s,
-            "  refunds         rate {}: {} orders, {} asked, {} accepted; records {}: succeeded {}  failed {}  in review {}; at Stripe {}{}",
+            "  refunds         rate {}: {} orders, {} asked, {} accepted; records {}: succeeded {}  failed {} (late {} of {} failed late at Stripe)  in review {}; at Stripe {}{}",
             self.rate,
             self.orders,
             self.asked,
@@ -253,6 +257,8 @@ impl RefundReport {
             self.records,
             self.succeeded,
             self.failed,
+            self.failed_late_recorded,
+            self.failed_late_at_stripe,
             self.in_review,
             self.at_stripe,
             if self.judged_at_stripe { "" } else { " (not read: Stripe not in this process)" }
@@ -637,6 +643,10 @@ impl<'a> Judge<'a> {
         let op = r.operation_id.to_string();
         let at_stripe: Vec<&stripe_sim::RefundEntry> = ledger.of_operation(&op).collect();
         self.refunds_ours += at_stripe.len() as u64;
+        let late = at_stripe.iter().any(|s| s.status == "failed");
+        report.refunds.failed_late_at_stripe += u64::from(late);
+        report.refunds.failed_late_recorded +=
+            u64::from(late && r.status == OperationStatus::Failed);
         if at_stripe.len() > 1 {
             report.refunds.double_refunds += 1;
             violated(report, order, "double refund");

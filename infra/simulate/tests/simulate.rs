@@ -140,8 +140,8 @@ fn the_default_run_is_pinned() {
     );
 }
 
-const PINNED_SEED_1: &str = "5358766edd14e61f";
-const PINNED_SEED_2: &str = "ca091756c3cedc5d";
+const PINNED_SEED_1: &str = "b77084edc17ff238";
+const PINNED_SEED_2: &str = "f6485151c6a5e078";
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
@@ -691,6 +691,10 @@ fn refunds_are_asked_every_way_and_every_refund_invariant_holds() {
         "the bank's cancels end failed: {}",
         report.render()
     );
+    // Refunds that failed after they succeeded, told by Stripe's events: each ended failed,
+    // its reservation given back (no reservation mismatch above).
+    assert!(r.failed_late_at_stripe > 0, "{}", report.render());
+    assert_eq!(r.failed_late_recorded, r.failed_late_at_stripe);
     assert!(
         r.stripe_errors.values().sum::<u64>() > 0,
         "refund calls met Stripe's faults: {}",
