@@ -35,6 +35,7 @@ use serde_json::json;
 use rand::rngs::SmallRng;
 
 use crate::faults::{Blackouts, Faults, Kind, BLACKOUT};
+use crate::refund_asks::Ask;
 use crate::sched::run_all;
 use crate::source::{Delivered, EventSource};
 use crate::stripe::SimStripe;
@@ -80,6 +81,16 @@ pub struct Pipeline {
     pub operator: Option<Arc<crate::store::SimStore>>,
     /// Customers coming back to pay a declined intent (`customer_confirms_declined`).
     pub confirms: Arc<crate::faults::Confirms>,
+    /// `--refunds`: the share of orders that get refund requests (0: none).
+    pub refund_rate: f64,
+    /// The refund door's answers, and the refunds it accepted.
+    pub refund_answers: Arc<crate::refund_asks::Answers>,
+    /// Refund requests waiting for their group (by group number).
+    pub refunds_due: Mutex<BTreeMap<u64, Vec<(Order, Ask)>>>,
+    /// The group of orders being submitted.
+    pub group: AtomicU64,
+    /// The bank behind `refund_canceled` cards: cancels their refunds waiting on it.
+    pub bank: Option<crate::faults::Bank>,
 }
 
 /// One order as submitted.
@@ -158,6 +169,15 @@ pub fn card_of(order_id: &str, faults: &Faults) -> (&'static str, bool) {
         ("pm_card_sim_requiresAction", false)
     } else if faults.fixed(Kind::Processing, order_id) {
         ("pm_card_processing_succeeds", true)
+    } else if faults.fixed(Kind::RefundCanceled, order_id) {
+        // Pays like a Visa; its refunds wait on the bank, which cancels them.
+        ("pm_card_sim_refundRequiresAction", true)
+    } else if faults.fixed(Kind::RefundFailsLater, order_id) {
+        // Pays like a Visa; its refunds succeed, then fail 10 minutes later.
+        ("pm_card_refundFail", true)
+    } else if faults.fixed(Kind::RefundPending, order_id) {
+        // Pays like a Visa; its refunds are `pending` for 10 minutes, then succeed.
+        ("pm_card_pendingRefund", true)
     } else {
         ("pm_card_visa", true)
     }
@@ -193,9 +213,86 @@ fn checkout_body(payment_method: &str, amount: i64) -> String {
     )
 }
 
+/// What order `index` is charged, minor units.
+pub fn charged(index: u64) -> i64 {
+    1_000 + (index % 9_000) as i64
+}
+
 impl Pipeline {
     async fn submit(&self, index: u64, order: &Order, counts: &LoopCounts) {
-        let amount = 1_000 + (index % 9_000) as i64;
+        let amount = charged(index);
+        self.submit_charge(index, order, amount, counts).await;
+        self.plan_refunds(index, order).await;
+    }
+
+    /// The order's refund requests: those asked at once (its charge still pending) now, the
+    /// others queued for their group.
+    async fn plan_refunds(&self, index: u64, order: &Order) {
+        let Some(plan) = crate::refund_asks::plan(
+            self.seed,
+            index,
+            &order.order_id,
+            charged(index),
+            self.refund_rate,
+        ) else {
+            return;
+        };
+        for ask in &plan.early {
+            self.ask_refund(order, ask).await;
+        }
+        let group = self.group.load(Ordering::Relaxed);
+        let mut due = self.refunds_due.lock().unwrap_or_else(|p| p.into_inner());
+        for (wave, delay) in plan.waves.into_iter().zip(crate::refund_asks::WAVE_DELAYS) {
+            let asks = due.entry(group + delay).or_default();
+            asks.extend(wave.into_iter().map(|a| (order.clone(), a)));
+        }
+    }
+
+    /// One refund request through the real door; a 503 is sent again once, as a client does.
+    async fn ask_refund(&self, order: &Order, ask: &Ask) {
+        let send = || async {
+            let response = checkout::handler::handle(
+                &self.checkout,
+                LambdaEvent::new(ask.request(order), Context::default()),
+            )
+            .await;
+            let status = self.refund_answers.note(ask, &response);
+            self.trace.event(
+                &order.order_id,
+                "refund",
+                format_args!("{} {:?} HTTP {status}", ask.refund_id, ask.amount),
+            );
+            status
+        };
+        if send().await == 503 {
+            send().await;
+        }
+    }
+
+    /// The refund requests due by group `group`, all at once (the scheduler interleaves them).
+    async fn ask_due_refunds(&self, group: u64) {
+        let asks: Vec<(Order, Ask)> = {
+            let mut due = self.refunds_due.lock().unwrap_or_else(|p| p.into_inner());
+            let later = due.split_off(&(group + 1));
+            std::mem::replace(&mut *due, later)
+                .into_values()
+                .flatten()
+                .collect()
+        };
+        let futures = asks.iter().map(|(o, a)| self.ask_refund(o, a)).collect();
+        run_all(&self.scheduler, futures).await;
+    }
+
+    /// Whether refund requests are still to be asked.
+    fn refunds_waiting(&self) -> bool {
+        !self
+            .refunds_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    async fn submit_charge(&self, index: u64, order: &Order, amount: i64, counts: &LoopCounts) {
         let submit = || async {
             let status = checkout::handler::handle(
                 &self.checkout,
@@ -254,7 +351,7 @@ impl Pipeline {
 
     /// A checkout retried later: the same request, nothing else.
     async fn resubmit(&self, index: u64, order: &Order) {
-        let amount = 1_000 + (index % 9_000) as i64;
+        let amount = charged(index);
         let status = checkout::handler::handle(
             &self.checkout,
             LambdaEvent::new(checkout_request(order, amount), Context::default()),
@@ -271,6 +368,9 @@ impl Pipeline {
     /// One scheduled reconciler invocation. A failed one is counted, not fatal: the schedule
     /// invokes it again 5 minutes later.
     async fn tick(&self, counts: &LoopCounts) {
+        if let Some(bank) = &self.bank {
+            bank.cancel_waiting(self.clock.now());
+        }
         if self.no_retry {
             return;
         }
@@ -551,15 +651,10 @@ impl Pipeline {
                 .collect();
             let retries = late.iter().map(|(i, o)| self.resubmit(*i, o)).collect();
             run_all(&self.scheduler, retries).await;
+            self.ask_due_refunds(self.group.load(Ordering::Relaxed))
+                .await;
             run_all(&self.scheduler, submissions).await;
-            self.drain(counts).await?;
-            self.clock.advance(Duration::from_secs(1));
-            self.repair_due();
-            self.confirms.visit_due().await;
-            if self.clock.now().since(last_tick) >= TICK_EVERY {
-                self.tick(counts).await;
-                last_tick = self.clock.now();
-            }
+            self.end_group(&mut last_tick, counts).await?;
             if progress && next % (chunk * 64) < chunk {
                 eprint!("\rorders {next:>8}/{orders}");
             }
@@ -567,7 +662,32 @@ impl Pipeline {
         if progress {
             eprintln!();
         }
+        // The refund requests of the last groups, a group's second apart, as if orders went on.
+        while self.refunds_waiting() {
+            self.stripe.sync_clock(&self.clock).await?;
+            self.ask_due_refunds(self.group.load(Ordering::Relaxed))
+                .await;
+            self.end_group(&mut last_tick, counts).await?;
+        }
         Ok(last_tick)
+    }
+
+    /// After a group's requests: its messages drained, a second passes, what is due happens.
+    async fn end_group(
+        &self,
+        last_tick: &mut Timestamp,
+        counts: &LoopCounts,
+    ) -> Result<(), BoxError> {
+        self.drain(counts).await?;
+        self.clock.advance(Duration::from_secs(1));
+        self.group.fetch_add(1, Ordering::Relaxed);
+        self.repair_due();
+        self.confirms.visit_due().await;
+        if self.clock.now().since(*last_tick) >= TICK_EVERY {
+            self.tick(counts).await;
+            *last_tick = self.clock.now();
+        }
+        Ok(())
     }
 
     /// Time passes, in steps while messages are in flight and in jumps to the next thing due

@@ -88,10 +88,22 @@ pub enum Kind {
     /// order; counted per visit. No operation may end `failed` while Stripe holds a succeeded
     /// intent for it (`failed_but_paid`).
     CustomerConfirmsDeclined,
+    /// The order pays with a card whose refunds wait on the bank (`requires_action`, Stripe's
+    /// simulator-only `pm_card_sim_refundRequiresAction`), and the bank cancels them
+    /// ([`Bank`]) half an hour later: each such refund must end `failed`, its reservation given
+    /// back. Counted per refund canceled.
+    RefundCanceled,
+    /// The order pays with Stripe's `pm_card_pendingRefund`: its refunds are `pending`, then
+    /// succeed 10 minutes later, so each must be looked at again until it settles.
+    RefundPending,
+    /// The order pays with Stripe's `pm_card_refundFail`: its refunds succeed, then fail 10
+    /// minutes later (a closed card). Only Stripe's events tell (`charge.refund.updated`,
+    /// `refund.failed`): each such refund must end `failed`, its reservation given back.
+    RefundFailsLater,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 23] = [
         Kind::LostResponse,
         Kind::ServerErrorBeforeCommit,
         Kind::ServerErrorAfterCommit,
@@ -112,6 +124,9 @@ impl Kind {
         Kind::LegacyRecord,
         Kind::UnreadableRecord,
         Kind::CustomerConfirmsDeclined,
+        Kind::RefundCanceled,
+        Kind::RefundPending,
+        Kind::RefundFailsLater,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -136,6 +151,9 @@ impl Kind {
             Kind::LegacyRecord => "legacy_record",
             Kind::UnreadableRecord => "unreadable_record",
             Kind::CustomerConfirmsDeclined => "customer_confirms_declined",
+            Kind::RefundCanceled => "refund_canceled",
+            Kind::RefundPending => "refund_pending",
+            Kind::RefundFailsLater => "refund_fails_later",
         }
     }
 
@@ -145,7 +163,8 @@ impl Kind {
         match self {
             // Of the declined orders only: half their customers come back to pay.
             Kind::CustomerConfirmsDeclined => 0.5,
-            Kind::Decline | Kind::Processing => 0.05,
+            Kind::Decline | Kind::Processing | Kind::RefundPending => 0.05,
+            Kind::RefundCanceled | Kind::RefundFailsLater => 0.03,
             Kind::Timeout | Kind::KeyPruned | Kind::Stuck => 0.002,
             Kind::SearchLag => 1.0,
             _ => 0.02,
@@ -483,6 +502,81 @@ impl Freezer {
     }
 }
 
+/// The bank behind `refund_canceled` cards ([`Kind::RefundCanceled`]): their refunds wait on it
+/// (`requires_action`), and it cancels each one [`Bank::AFTER`] after it was made, at Stripe.
+pub struct Bank {
+    pub sim: stripe_sim::StripeSim,
+    pub faults: Arc<Faults>,
+    pub trace: Arc<Trace>,
+}
+
+impl Bank {
+    /// How long a refund waits on the bank before it is canceled.
+    pub const AFTER: Duration = Duration::from_secs(30 * 60);
+
+    /// Cancels the refunds waiting on the bank for [`Bank::AFTER`] by `now`; a cancel Stripe
+    /// did not answer is tried again at the next call.
+    pub fn cancel_waiting(&self, now: Timestamp) {
+        let due = now.as_millis() - Self::AFTER.as_millis() as i64;
+        for r in self.sim.refund_ledger() {
+            if r.status != "requires_action" || r.created_ms > due {
+                continue;
+            }
+            let key = format!("bank-cancel-{}", r.id);
+            let answer = self.sim.cancel_refund_in_process(&r.id, Some(&key), &[]);
+            if let stripe_sim::Outcome::Answered(a) = answer {
+                if a.status == 200 {
+                    self.faults.count(Kind::RefundCanceled);
+                    self.trace.event(
+                        r.operation_id.as_deref().unwrap_or_default(),
+                        "bank",
+                        format_args!("FAULT refund_canceled: {} canceled by the bank", r.id),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// What refund calls met at Stripe, counted by the simulation's gateway: errors by class (the
+/// fault kinds as the client sees them), and creates Stripe refused as more than is left (which
+/// a correct reservation never asks: an invariant).
+#[derive(Debug, Default)]
+pub struct RefundAudit {
+    pub calls: AtomicU64,
+    pub errors: Mutex<BTreeMap<&'static str, u64>>,
+    pub refused_over: AtomicU64,
+    /// The first order whose refund Stripe refused as over what is left.
+    pub first_refused_over: Mutex<Option<String>>,
+}
+
+impl RefundAudit {
+    fn note<T>(&self, order: &str, result: &Result<T, GatewayError>) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let Err(e) = result else { return };
+        let class = match e {
+            GatewayError::Ambiguous { .. } => "ambiguous",
+            GatewayError::RetryLater { .. } => "retry_later",
+            GatewayError::Rejected { .. } => "rejected",
+            _ => "other",
+        };
+        *self
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(class)
+            .or_default() += 1;
+        let text = e.to_string();
+        if text.contains("amount_too_large") || text.contains("charge_already_refunded") {
+            self.refused_over.fetch_add(1, Ordering::Relaxed);
+            self.first_refused_over
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| order.to_owned());
+        }
+    }
+}
+
 /// The store as the functions see it: crashes between steps, and blacked-out operations hidden
 /// from the reconciler's index reads. Every call is a scheduling point and a logged decision.
 pub struct FaultyStore {
@@ -558,7 +652,6 @@ impl OperationStore for FaultyStore {
         r
     }
 
-    /// Refunds are not driven by the simulation yet: passed through, without faults.
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         yield_now().await;
         self.inner.fail_refund_later(req).await
@@ -570,13 +663,37 @@ impl OperationStore for FaultyStore {
         yield_now().await;
         self.inner.refunds_of(order_id).await
     }
+    /// The refund and its reservation written, then (a `crash` fault) the door dies before it
+    /// answers: the client sees a 503 for a refund that is recorded.
     async fn create_refund(
         &self,
         refund: &Operation,
         reserve: &ReserveRefund,
     ) -> Result<RefundCreated, StoreError> {
         yield_now().await;
-        self.inner.create_refund(refund, reserve).await
+        let r = self.inner.create_refund(refund, reserve).await;
+        let order = refund.order_id.as_str();
+        let what = match &r {
+            Ok(RefundCreated::New(op)) => {
+                let id = op.operation_id.to_string();
+                self.trace.alias(order, &id);
+                format!("new {id}")
+            }
+            Ok(RefundCreated::Existing(op)) => format!("existing {}", op.status),
+            Ok(RefundCreated::ChargeRefused(_)) => "charge refused".to_owned(),
+            Err(e) => format!("error: {e}"),
+        };
+        if matches!(r, Ok(RefundCreated::New(_))) && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.create_refund",
+                format_args!("{what}, then FAULT crash before the answer"),
+            );
+            return Err(crash("after the refund's write, before the answer"));
+        }
+        self.trace
+            .event(order, "store.create_refund", format_args!("{what}"));
+        r
     }
 
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
@@ -804,6 +921,8 @@ pub struct SimGateway {
     first_create_seen: Mutex<FxHashSet<OperationId>>,
     /// Customers who come back to a declined intent (`customer_confirms_declined`).
     pub confirms: Option<Arc<Confirms>>,
+    /// What refund calls met.
+    pub refund_audit: Arc<RefundAudit>,
 }
 
 /// A gateway's answer as the trace says it.
@@ -856,6 +975,7 @@ impl SimGateway {
             no_retry,
             first_create_seen: Mutex::new(Default::default()),
             confirms: None,
+            refund_audit: Arc::default(),
         }
     }
 
@@ -1002,9 +1122,10 @@ impl PaymentGateway for SimGateway {
         self.naive(result)
     }
 
-    // Refunds get the switches that are simple to mirror (a fresh key with
-    // `--no-idempotency-key`, every error final with `--no-retry`) and a trace line; the fault
-    // scenarios (`key_pruned`, a customer confirming) are about charges and are not rolled here.
+    // Refunds get the switches (a fresh key with `--no-idempotency-key`, every error final with
+    // `--no-retry`), the `key_pruned` scenario as a charge does, and Stripe's own faults from the
+    // simulator's engine (its refund create is faulted as a create, its reads as reads); what
+    // each call met is counted ([`RefundAudit`]).
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         yield_now().await;
@@ -1014,9 +1135,32 @@ impl PaymentGateway for SimGateway {
                 OperationId::from_uuid(charge_once::ids::fresh_uuid()).refund_idempotency_key();
         }
         let op = req.operation_id.to_string();
+        let first = self.faults.fixed(Kind::KeyPruned, &op)
+            && self
+                .first_create_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(req.operation_id);
         let result = self.inner.create_refund(&req).await;
+        self.refund_audit.note(req.order_id.as_str(), &result);
         if let Ok(r) = &result {
             self.trace.alias(&op, &r.id);
+        }
+        if first && result.is_ok() {
+            self.faults.count(Kind::KeyPruned);
+            self.blackouts.start(req.operation_id, self.clock.now());
+            self.trace.event(
+                &op,
+                "stripe.refund",
+                format_args!(
+                    "{} -> {}, then FAULT key_pruned: answer lost, unreachable past 24 h",
+                    req.idempotency_key.as_str(),
+                    RefundText(&result)
+                ),
+            );
+            return self.naive(Err(GatewayError::Ambiguous {
+                detail: "connection lost (key_pruned scenario)".into(),
+            }));
         }
         self.trace.event(
             &op,
@@ -1033,6 +1177,7 @@ impl PaymentGateway for SimGateway {
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
         yield_now().await;
         let result = self.inner.retrieve_refund(id).await;
+        self.refund_audit.note("", &result);
         self.trace.event(
             id,
             "stripe.retrieve_refund",
@@ -1047,6 +1192,7 @@ impl PaymentGateway for SimGateway {
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         yield_now().await;
         let result = self.inner.list_refunds(payment_intent).await;
+        self.refund_audit.note("", &result);
         let text = match &result {
             Ok(found) => found
                 .iter()

@@ -34,6 +34,7 @@ pub mod load;
 pub mod mutations;
 pub mod pacing;
 pub mod queue;
+pub mod refund_asks;
 pub mod report;
 pub mod sched;
 pub mod source;
@@ -233,6 +234,12 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_retry: bool,
 
+    /// The share of orders that get refund requests through the refund door (partial, several,
+    /// the same refund id again, two ids for one amount, ids racing past the charge, "all that
+    /// is left", and one asked while the charge is still pending); 0: no refunds.
+    #[arg(long = "refunds", value_name = "RATE", default_value_t = refund_asks::DEFAULT_RATE, value_parser = parse_rate)]
+    pub refund_rate: f64,
+
     /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
     #[arg(long, value_enum, value_name = "NAME")]
     pub mutation: Option<mutations::Mutation>,
@@ -336,6 +343,14 @@ impl SimulateArgs {
     }
 }
 
+/// A share in [0, 1].
+fn parse_rate(raw: &str) -> Result<f64, String> {
+    match raw.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("a rate is a number in [0, 1], got {raw:?}")),
+    }
+}
+
 /// Client timeout of the simulation's Stripe client, and the `timeout` fault's answer time.
 const CLIENT_TIMEOUT: Duration = Duration::from_millis(800);
 const SLOW_ANSWER: Duration = Duration::from_millis(1_000);
@@ -347,6 +362,11 @@ fn rates(args: &SimulateArgs) -> BTreeMap<Kind, f64> {
         Kind::ALL.iter().map(|k| (*k, k.default_rate())).collect()
     };
     rates.extend(args.faults.iter().copied());
+    if args.events_source() == EventsSource::None {
+        // A refund that fails after it succeeded is told by Stripe's events only (nothing
+        // looks at a settled refund again): without events, no such card.
+        rates.remove(&Kind::RefundFailsLater);
+    }
     rates
 }
 
@@ -605,6 +625,8 @@ struct World {
     /// Stripe as the functions' client reaches it, before any fault is injected.
     gateway: Arc<dyn PaymentGateway>,
     backing: Backing,
+    /// What the functions' refund calls met at Stripe.
+    refund_audit: Arc<faults::RefundAudit>,
 }
 
 impl World {
@@ -637,6 +659,7 @@ impl World {
             stripe,
             gateway,
             backing,
+            refund_audit: Arc::default(),
         })
     }
 }
@@ -861,9 +884,16 @@ impl<'w> FaultyPorts<'w> {
             args.no_retry,
         );
         gateway.confirms = Some(confirms.clone());
+        gateway.refund_audit = world.refund_audit.clone();
         match args.mutation {
             Some(mutations::Mutation::FailedWithoutCancel) => {
                 Arc::new(mutations::CancelNotMade(Arc::new(gateway)))
+            }
+            Some(mutations::Mutation::RefundKeyOfCharge) => {
+                Arc::new(mutations::RefundUnderChargeKey {
+                    inner: Arc::new(gateway),
+                    store: world.backing.store.clone(),
+                })
             }
             _ => Arc::new(gateway),
         }
@@ -894,7 +924,7 @@ fn wire(
         ports.clock.clone(),
     ));
     let charge = ChargeDeps {
-        store: ports.store.clone(),
+        store: refund_store_bug(args, world, ports.store.clone(), false)?,
         gateway: ports.gateway(args, &confirms),
         clock: ports.clock.clone(),
         policy,
@@ -912,7 +942,7 @@ fn wire(
         scheduler: Mutex::new(SmallRng::seed_from_u64(args.seed ^ 0x5c4e_d01e)),
         seed: args.seed,
         checkout: Checkout {
-            store: ports.store.clone(),
+            store: refund_store_bug(args, world, ports.store.clone(), true)?,
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
@@ -929,7 +959,44 @@ fn wire(
         webhooks,
         operator: world.backing.sim_store.clone(),
         confirms,
+        refund_rate: args.refund_rate,
+        refund_answers: Arc::default(),
+        refunds_due: Mutex::new(BTreeMap::new()),
+        group: Default::default(),
+        bank: bank(args, world),
     })
+}
+
+/// The bank that cancels the refunds of `refund_canceled` cards (Stripe in this process only).
+fn bank(args: &SimulateArgs, world: &World) -> Option<faults::Bank> {
+    let on = args.refund_rate > 0.0 && world.faults.rate(Kind::RefundCanceled) > 0.0;
+    let sim = world.stripe.local_sim().filter(|_| on)?;
+    Some(faults::Bank {
+        sim: sim.clone(),
+        faults: world.faults.clone(),
+        trace: world.trace.clone(),
+    })
+}
+
+/// `store` with the refund mutation that lives at the door's store (`door`) or the charge
+/// function's, if the run simulates one.
+fn refund_store_bug(
+    args: &SimulateArgs,
+    world: &World,
+    store: Arc<dyn OperationStore>,
+    door: bool,
+) -> Result<Arc<dyn OperationStore>, BoxError> {
+    use mutations::{Mutation, RefundStoreBug};
+    let bug = match (args.mutation, door) {
+        (Some(Mutation::RefundDedupByAmount), true) => RefundStoreBug::DedupByAmount,
+        (Some(Mutation::RefundLeftFromStripe), true) => match world.stripe.local_sim() {
+            Some(sim) => RefundStoreBug::LeftFromStripe(sim.clone()),
+            None => return Err("refund-left-from-stripe needs Stripe in this process".into()),
+        },
+        (Some(Mutation::RefundNotReleased), false) => RefundStoreBug::NoRelease,
+        _ => return Ok(store),
+    };
+    Ok(Arc::new(mutations::RefundStore { inner: store, bug }))
 }
 
 /// Stripe's events, from the simulator in this process, to the real events function on the
@@ -1045,6 +1112,8 @@ struct Planned {
     decline: u64,
     processing: u64,
     stuck: u64,
+    refund_pending: u64,
+    refund_fails_later: u64,
 }
 
 /// The world with the functions wired into it: what driving, judging and counting share.
@@ -1096,8 +1165,18 @@ impl Wired {
                     charge_once::OperationId::parse(op).is_ok_and(|id| s.is_current(&id))
                 })
             });
-        let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours);
-        let planned = judge_orders(args, world, &mut judge, &mut report).await?;
+        let refund_ledger = (args.refund_rate > 0.0)
+            .then(|| {
+                world
+                    .stripe
+                    .local_sim()
+                    .map(|s| report::RefundLedger::new(s.refund_ledger()))
+            })
+            .flatten();
+        let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours)
+            .with_refunds(refund_ledger);
+        let planned = judge_orders(args, world, pipeline, &mut judge, &mut report).await?;
+        note_refunds(&mut report, args, world, pipeline);
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {
             note_settling(&mut report, s, &world.faults);
@@ -1148,10 +1227,12 @@ impl Wired {
     }
 }
 
-/// Each order of the seed, planned again, and its record as the store holds it now.
+/// Each order of the seed, planned again, and its record (and its refunds') as the store holds
+/// it now.
 async fn judge_orders(
     args: &SimulateArgs,
     world: &World,
+    pipeline: &Pipeline,
     judge: &mut report::Judge<'_>,
     report: &mut Report,
 ) -> Result<Planned, BoxError> {
@@ -1161,6 +1242,8 @@ async fn judge_orders(
         planned.decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
         planned.stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
         planned.processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
+        planned.refund_pending += u64::from(order.payment_method == "pm_card_pendingRefund");
+        planned.refund_fails_later += u64::from(order.payment_method == "pm_card_refundFail");
         let key = OperationKey::charge(OrderId::parse(&order.order_id)?);
         let record = match world.backing.store.get(&key).await {
             Ok(record) => record,
@@ -1175,8 +1258,108 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
+        judge_refunds(
+            args,
+            world,
+            pipeline,
+            judge,
+            report,
+            (i, &order),
+            record.as_ref(),
+        )
+        .await?;
     }
     Ok(planned)
+}
+
+/// The refunds of order `i` (if it was asked any): each refund id it was asked, read by key.
+async fn judge_refunds(
+    args: &SimulateArgs,
+    world: &World,
+    pipeline: &Pipeline,
+    judge: &mut report::Judge<'_>,
+    report: &mut Report,
+    (i, order): (u64, &driver::Order),
+    charge: Option<&charge_once::Operation>,
+) -> Result<(), BoxError> {
+    let charged = driver::charged(i);
+    let Some(plan) = refund_asks::plan(args.seed, i, &order.order_id, charged, args.refund_rate)
+    else {
+        return Ok(());
+    };
+    let order_id = OrderId::parse(&order.order_id)?;
+    let mut records = Vec::new();
+    for refund_id in plan.refund_ids() {
+        let key = OperationKey::refund(order_id.clone(), charge_once::RefundId::parse(&refund_id)?);
+        records.extend(world.backing.store.get(&key).await?);
+    }
+    let published = world.backing.sim_store.as_ref().map(|s| {
+        records
+            .iter()
+            .map(|r| s.published(&r.operation_id))
+            .collect()
+    });
+    let accepted = pipeline.refund_answers.accepted_of(&order.order_id);
+    let of = report::OrderRefunds {
+        charge,
+        records: &records,
+        accepted: &accepted,
+        published,
+    };
+    judge.refunds(report, order, of);
+    Ok(())
+}
+
+/// The door's answers, what refund calls met at Stripe, and the audits that count over-refunds
+/// as they happen (a write reserving past the charge, a create Stripe refused as over).
+fn note_refunds(report: &mut Report, args: &SimulateArgs, world: &World, pipeline: &Pipeline) {
+    let r = &mut report.refunds;
+    let answers = &pipeline.refund_answers;
+    r.rate = args.refund_rate;
+    r.asked = answers.asked.load(Ordering::Relaxed);
+    r.answers = answers.counts();
+    r.accepted = answers.accepted_count();
+    let audit = &world.refund_audit;
+    r.stripe_calls = audit.calls.load(Ordering::Relaxed);
+    r.stripe_errors = audit
+        .errors
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, n)| ((*k).to_owned(), *n))
+        .collect();
+    let changed = answers.answer_changed.load(Ordering::Relaxed);
+    r.double_refunds += changed;
+    r.refused_over = audit.refused_over.load(Ordering::Relaxed);
+    let first_refused = audit
+        .first_refused_over
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let (over_writes, first_over) = world.backing.sim_store.as_ref().map_or((0, None), |s| {
+        let first = s
+            .first_over_reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (s.over_reserved_writes.load(Ordering::Relaxed), first)
+    });
+    r.over_reserved_writes = over_writes;
+    r.over_refunds += over_writes + r.refused_over;
+    if report.first_violation.is_none() {
+        report.first_violation = match (first_over, first_refused, changed) {
+            (Some(order), _, _) => Some(format!(
+                "over-refund: a write reserved past the charge: order {order}"
+            )),
+            (None, Some(order), _) => Some(format!(
+                "over-refund: Stripe refused a refund as over what is left: order {order}"
+            )),
+            (None, None, n) if n > 0 => Some(format!(
+                "double refund: {n} refund id(s) answered with two operations"
+            )),
+            _ => None,
+        };
+    }
 }
 
 /// Where Stripe's events came from and what the events function did with them.
@@ -1245,6 +1428,8 @@ fn faults_injected(world: &World, at_end: &AtEnd, planned: Planned) -> BTreeMap<
     injected.insert("decline".into(), planned.decline);
     injected.insert("processing".into(), planned.processing);
     injected.insert("stuck".into(), planned.stuck);
+    injected.insert("refund_pending".into(), planned.refund_pending);
+    injected.insert("refund_fails_later".into(), planned.refund_fails_later);
     let search_lag = world.faults.rate(Kind::SearchLag) > 0.0;
     injected.insert(
         "search_lag".into(),

@@ -49,10 +49,24 @@ pub enum Mutation {
     /// A declined intent is recorded `failed` without being canceled: Stripe's cancel is never
     /// sent, and answered as if it had been ([`CancelNotMade`]), so the customer can still pay.
     FailedWithoutCancel,
+    /// The refund door deduplicates a refund on (order, amount) instead of its refund id: a
+    /// second refund id for the same amount is answered with the first refund
+    /// ([`RefundStoreBug::DedupByAmount`]), so the refund the merchant asked for is never made.
+    RefundDedupByAmount,
+    /// The refund door takes what is left from Stripe's `amount_refunded` (money already moved)
+    /// instead of our reservations ([`RefundStoreBug::LeftFromStripe`]): refunds reserved but not yet made at
+    /// Stripe are not counted, so racing refunds are accepted past the charge.
+    RefundLeftFromStripe,
+    /// A refund created at Stripe under its charge's idempotency key (`payment-op:<charge
+    /// operation id>`) instead of its own `refund-op:` key ([`RefundUnderChargeKey`]).
+    RefundKeyOfCharge,
+    /// A refund that ends `failed` keeps its reservation: the recording write's release is left
+    /// out ([`RefundStoreBug::NoRelease`]).
+    RefundNotReleased,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -64,6 +78,10 @@ impl Mutation {
         Mutation::TrustEventPayload,
         Mutation::UnreadableFailsPage,
         Mutation::FailedWithoutCancel,
+        Mutation::RefundDedupByAmount,
+        Mutation::RefundLeftFromStripe,
+        Mutation::RefundKeyOfCharge,
+        Mutation::RefundNotReleased,
     ];
 
     pub fn name(&self) -> String {
@@ -280,5 +298,187 @@ impl PaymentGateway for CancelNotMade {
         payment_intent: &PaymentIntentId,
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         self.0.list_refunds(payment_intent).await
+    }
+}
+
+/// The refund mutations that live in the store, each changing one call: the door's store
+/// (`refund-dedup-by-amount`, `refund-left-from-stripe`) or the charge function's
+/// (`refund-not-released`).
+pub enum RefundStoreBug {
+    /// A new refund is answered with an existing refund of the same order for the same amount,
+    /// whatever its refund id.
+    DedupByAmount,
+    /// A charge's reservation is read as Stripe's `amount_refunded` of its PaymentIntent, and
+    /// the write checks the room the same way (the charge's amount as the door saw it, its real
+    /// reservation added back).
+    LeftFromStripe(stripe_sim::StripeSim),
+    /// A refund's failed outcome is recorded without its release.
+    NoRelease,
+}
+
+/// A store with one of the [`RefundStoreBug`]s; every other call passed through.
+pub struct RefundStore {
+    pub inner: Arc<dyn OperationStore>,
+    pub bug: RefundStoreBug,
+}
+
+impl RefundStore {
+    /// Stripe's `amount_refunded` of `charge`'s PaymentIntent (`refund-left-from-stripe`).
+    fn refunded_at_stripe(&self, charge: &Operation) -> Option<i64> {
+        let RefundStoreBug::LeftFromStripe(sim) = &self.bug else {
+            return None;
+        };
+        Some(
+            charge
+                .external_id
+                .as_deref()
+                .and_then(|pi| sim.amount_refunded(pi))
+                .unwrap_or(0),
+        )
+    }
+
+    async fn dedup_by_amount(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        let same = self
+            .inner
+            .refunds_of(&refund.order_id)
+            .await?
+            .into_iter()
+            .find(|r| r.params.amount() == refund.params.amount());
+        match same {
+            Some(existing) => Ok(RefundCreated::Existing(existing)),
+            None => self.inner.create_refund(refund, reserve).await,
+        }
+    }
+
+    async fn room_from_stripe(&self, reserve: &ReserveRefund) -> Result<ReserveRefund, StoreError> {
+        let mut reserve = reserve.clone();
+        if let Some(charge) = self.inner.get(&reserve.charge).await? {
+            let at_stripe = self.refunded_at_stripe(&charge).unwrap_or(0);
+            let unseen = (charge.refund_reserved - at_stripe).max(0);
+            if let Ok(room) = charge_once::Amount::new(reserve.charged.minor_units() + unseen) {
+                reserve.charged = room;
+            }
+        }
+        Ok(reserve)
+    }
+}
+
+#[async_trait]
+impl OperationStore for RefundStore {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.inner.create_if_absent(op).await
+    }
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.inner.fail_refund_later(req).await
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.inner.refunds_of(order_id).await
+    }
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        match &self.bug {
+            RefundStoreBug::DedupByAmount => self.dedup_by_amount(refund, reserve).await,
+            RefundStoreBug::LeftFromStripe(_) => {
+                let reserve = self.room_from_stripe(reserve).await?;
+                self.inner.create_refund(refund, &reserve).await
+            }
+            RefundStoreBug::NoRelease => self.inner.create_refund(refund, reserve).await,
+        }
+    }
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let mut op = self.inner.get(key).await?;
+        if let Some(charge) = op.as_mut().filter(|o| o.kind.refund_id().is_none()) {
+            if let Some(at_stripe) = self.refunded_at_stripe(charge) {
+                charge.refund_reserved = at_stripe;
+            }
+        }
+        Ok(op)
+    }
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.inner.get_by_operation_id(operation_id).await
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.inner.claim(req).await
+    }
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        if matches!(self.bug, RefundStoreBug::NoRelease) && rec.release.is_some() {
+            let mut rec = rec.clone();
+            rec.release = None;
+            return self.inner.record(&rec).await;
+        }
+        self.inner.record(rec).await
+    }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.inner.reschedule(req).await
+    }
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.inner.resolve(req).await
+    }
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.inner.query_index(query, cursor, limit).await
+    }
+}
+
+/// `refund-key-of-charge`: Stripe as the charge function sees it, creating each refund under
+/// its order's charge's idempotency key (read from the store, as the charge's record holds it).
+pub struct RefundUnderChargeKey {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub store: Arc<dyn OperationStore>,
+}
+
+#[async_trait]
+impl PaymentGateway for RefundUnderChargeKey {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.inner.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
+    }
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let mut req = req.clone();
+        let charge = OperationKey::charge(req.order_id.clone());
+        if let Ok(Some(charge)) = self.store.get(&charge).await {
+            req.idempotency_key = charge.idempotency_key();
+        }
+        self.inner.create_refund(&req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.inner.retrieve_refund(id).await
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.inner.list_refunds(payment_intent).await
     }
 }

@@ -46,6 +46,7 @@ use serde::Serialize;
 use super::driver::Order;
 use super::store::Published;
 use super::stripe::{Ledger, LedgerRow};
+use crate::fx::FxHashMap;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
@@ -157,9 +158,209 @@ pub struct Report {
     /// The same, for the unknowns whose PaymentIntent was already final at Stripe (a lost or
     /// failed answer, not a `processing` payment that Stripe settles minutes later).
     pub time_to_settle_final_at_stripe: TimeToSettle,
+    /// Refunds (`--refunds`): what was asked, what the door answered, and the refund invariants.
+    pub refunds: RefundReport,
     /// The load model's figures (`--arrival-rate`), absent in the default mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadReport>,
+}
+
+/// Refunds asked through the door and judged against Stripe's refunds.
+///
+/// Invariants (each must stay 0):
+/// - `double_refunds`: refund operations with more than one refund at Stripe (by its
+///   `metadata[operation_id]`), or a refund id the door answered with two operations;
+/// - `over_refunds`: PaymentIntents whose refunds at Stripe that are not failed or canceled add
+///   up to more than was charged; charge records reserving more than was charged at the end, or
+///   at any write (`over_reserved_writes`, the store's audit); refund creates Stripe refused as
+///   more than is left (`refused_over`: a right reservation never asks it);
+/// - `reservation_mismatches`: a charge record whose reservation is not the sum of its refunds
+///   that are not `failed`;
+/// - `lost_refunds`: a refund the door accepted (2xx) whose record is missing, names another
+///   operation, or ended `failed` without Stripe having failed or canceled a refund of it (money
+///   promised and never returned);
+/// - `unconverged`: a refund record neither settled nor in review at the end;
+/// - `record_mismatches`: a refund record that disagrees with Stripe (`succeeded` without its
+///   succeeded refund there, `failed` while Stripe holds one not failed);
+/// - `needless_reviews`: a refund in review for anything but a refund stuck at Stripe past the
+///   bound (`stuck_refund`): nothing else in the simulation needs a person (Stripe refuses no
+///   refund a right reservation asks for);
+/// - `orphans`: refunds at Stripe that no refund record accounts for;
+/// - `event_mismatches`: a settled refund whose outcome event was not published, or that
+///   published an outcome its record does not hold.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RefundReport {
+    /// `--refunds`: the share of orders asked for refunds.
+    pub rate: f64,
+    /// Orders that got refund requests.
+    pub orders: u64,
+    /// Requests sent to the door (a 503 sent again counted twice).
+    pub asked: u64,
+    /// The door's answers by status and error code.
+    pub answers: BTreeMap<String, u64>,
+    /// Distinct refunds (order, refund id) the door accepted.
+    pub accepted: u64,
+    pub records: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub in_review: u64,
+    /// Refunds at Stripe (by the simulator's refund ledger).
+    pub at_stripe: u64,
+    /// Refunds that succeeded and then failed at Stripe (`refund_fails_later`), and the records
+    /// of those that ended `failed` (their reservation given back: `reservation_mismatches`).
+    pub failed_late_at_stripe: u64,
+    pub failed_late_recorded: u64,
+    /// Refund calls to Stripe (create, retrieve, list) and the errors they met, by class.
+    pub stripe_calls: u64,
+    pub stripe_errors: BTreeMap<String, u64>,
+    pub double_refunds: u64,
+    pub over_refunds: u64,
+    pub over_reserved_writes: u64,
+    pub refused_over: u64,
+    pub reservation_mismatches: u64,
+    pub lost_refunds: u64,
+    pub unconverged: u64,
+    pub record_mismatches: u64,
+    pub needless_reviews: u64,
+    pub orphans: u64,
+    pub event_mismatches: u64,
+    /// Whether Stripe's refunds could be read (Stripe in this process).
+    pub judged_at_stripe: bool,
+}
+
+impl RefundReport {
+    pub fn holds(&self) -> bool {
+        self.double_refunds == 0
+            && self.over_refunds == 0
+            && self.reservation_mismatches == 0
+            && self.lost_refunds == 0
+            && self.unconverged == 0
+            && self.record_mismatches == 0
+            && self.needless_reviews == 0
+            && self.orphans == 0
+            && self.event_mismatches == 0
+    }
+
+    fn render(&self, s: &mut String) {
+        let answers: Vec<String> = self
+            .answers
+            .iter()
+            .map(|(k, n)| format!("{k} × {n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  refunds         rate {}: {} orders, {} asked, {} accepted; records {}: succeeded {}  failed {} (late {} of {} failed late at Stripe)  in review {}; at Stripe {}{}",
+            self.rate,
+            self.orders,
+            self.asked,
+            self.accepted,
+            self.records,
+            self.succeeded,
+            self.failed,
+            self.failed_late_recorded,
+            self.failed_late_at_stripe,
+            self.in_review,
+            self.at_stripe,
+            if self.judged_at_stripe { "" } else { " (not read: Stripe not in this process)" }
+        );
+        let _ = writeln!(s, "  refund answers  {}", answers.join(", "));
+        let errors: Vec<String> = self
+            .stripe_errors
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  refund calls    {} to Stripe; errors met: {}",
+            self.stripe_calls,
+            if errors.is_empty() {
+                "none".to_owned()
+            } else {
+                errors.join(", ")
+            }
+        );
+        let _ = writeln!(
+            s,
+            "  refund invariants double refunds {}  over-refunds {} (over-reserved writes {}, refused by Stripe as over {})  reservation mismatches {}  lost refunds {}  unconverged {}  record mismatches {}  needless reviews {}  orphan refunds {}  event mismatches {}",
+            self.double_refunds,
+            self.over_refunds,
+            self.over_reserved_writes,
+            self.refused_over,
+            self.reservation_mismatches,
+            self.lost_refunds,
+            self.unconverged,
+            self.record_mismatches,
+            self.needless_reviews,
+            self.orphans,
+            self.event_mismatches
+        );
+    }
+}
+
+/// Stripe's refunds, indexed by the operation that made them and the PaymentIntent refunded.
+#[derive(Default)]
+pub struct RefundLedger {
+    all: Vec<stripe_sim::RefundEntry>,
+    by_operation: FxHashMap<String, Vec<usize>>,
+    by_intent: FxHashMap<String, Vec<usize>>,
+}
+
+impl RefundLedger {
+    pub fn new(all: Vec<stripe_sim::RefundEntry>) -> Self {
+        let mut ledger = Self::default();
+        for (i, r) in all.iter().enumerate() {
+            if let Some(op) = &r.operation_id {
+                ledger.by_operation.entry(op.clone()).or_default().push(i);
+            }
+            ledger
+                .by_intent
+                .entry(r.payment_intent.clone())
+                .or_default()
+                .push(i);
+        }
+        ledger.all = all;
+        ledger
+    }
+
+    fn of_operation(&self, op: &str) -> impl Iterator<Item = &stripe_sim::RefundEntry> {
+        self.by_operation
+            .get(op)
+            .into_iter()
+            .flatten()
+            .map(|i| &self.all[*i])
+    }
+
+    /// What the refunds of `pi` that hold money (not failed, not canceled) add up to.
+    fn held_of_intent(&self, pi: &str) -> i64 {
+        self.by_intent
+            .get(pi)
+            .into_iter()
+            .flatten()
+            .map(|i| &self.all[*i])
+            .filter(|r| holds(&r.status))
+            .map(|r| r.amount)
+            .sum()
+    }
+
+    fn with_operation(&self) -> u64 {
+        self.by_operation.values().map(|v| v.len() as u64).sum()
+    }
+}
+
+/// A Stripe refund in this status holds money (counted in `amount_refunded`).
+fn holds(status: &str) -> bool {
+    !matches!(status, "failed" | "canceled")
+}
+
+/// One order's refunds as the judge reads them.
+pub struct OrderRefunds<'r> {
+    pub charge: Option<&'r Operation>,
+    /// The order's refund records (one per refund id asked that has one).
+    pub records: &'r [Operation],
+    /// The refunds the door accepted, by refund id.
+    pub accepted: &'r [(String, crate::refund_asks::Accepted)],
+    /// The outcomes each record published, where the run can see them (same order as `records`).
+    pub published: Option<Vec<Published>>,
 }
 
 /// What a load run measured (virtual time throughout).
@@ -291,6 +492,10 @@ pub struct Judge<'a> {
     forged: BTreeSet<String>,
     /// Succeeded PaymentIntents of the records judged (each under its record's operation id).
     succeeded_ours: u64,
+    /// Stripe's refunds, where they can be read.
+    refunds: Option<RefundLedger>,
+    /// Stripe refunds naming a judged refund record's operation.
+    refunds_ours: u64,
 }
 
 /// What the judge needs of the PaymentIntents an operation's metadata names, read borrowed.
@@ -364,6 +569,165 @@ impl<'a> Judge<'a> {
             ours: ours.map_or_else(|| Ours::Collected(HashSet::new()), Ours::Asked),
             forged,
             succeeded_ours: 0,
+            refunds: None,
+            refunds_ours: 0,
+        }
+    }
+
+    /// Judges refunds against these refunds at Stripe.
+    pub fn with_refunds(mut self, ledger: Option<RefundLedger>) -> Self {
+        self.refunds = ledger;
+        self
+    }
+
+    /// One order's refunds: each record against Stripe and its events, the charge's reservation
+    /// against its refunds and what was charged, and every refund the door accepted.
+    pub fn refunds(&mut self, report: &mut Report, order: &Order, of: OrderRefunds<'_>) {
+        report.refunds.orders += 1;
+        for (i, r) in of.records.iter().enumerate() {
+            self.refund_record(report, order, r);
+            if let Some(published) = of.published.as_ref().and_then(|p| p.get(i)) {
+                self.refund_published(report, order, r, *published);
+            }
+        }
+        if let Some(charge) = of.charge {
+            self.reservation(report, order, charge, of.records);
+        }
+        for (refund_id, accepted) in of.accepted {
+            let record = of.records.iter().find(|r| {
+                r.kind
+                    .refund_id()
+                    .is_some_and(|id| id.as_str() == refund_id)
+            });
+            let lost = match record {
+                None => true,
+                Some(r) if r.operation_id.to_string() != accepted.operation_id => true,
+                Some(r) if r.status == OperationStatus::Failed => {
+                    self.refunds.as_ref().is_some_and(|l| {
+                        !l.of_operation(&r.operation_id.to_string())
+                            .any(|s| !holds(&s.status))
+                    })
+                }
+                Some(_) => false,
+            };
+            if lost {
+                report.refunds.lost_refunds += 1;
+                violated(report, order, &format!("lost refund {refund_id}"));
+            }
+        }
+    }
+
+    fn refund_record(&mut self, report: &mut Report, order: &Order, r: &Operation) {
+        let rr = &mut report.refunds;
+        rr.records += 1;
+        match r.status {
+            OperationStatus::Succeeded => rr.succeeded += 1,
+            OperationStatus::Failed => rr.failed += 1,
+            _ if r.review.is_some() => rr.in_review += 1,
+            _ => {}
+        }
+        if !r.status.is_settled() && r.review.is_none() {
+            rr.unconverged += 1;
+            violated(report, order, "refund unconverged");
+        }
+        let stuck = r.review.as_ref().is_some_and(|v| {
+            v.reason
+                .starts_with(charge_once::executor::ReviewClass::StuckRefund.as_str())
+        });
+        if r.review.is_some() && !stuck {
+            report.refunds.needless_reviews += 1;
+            let reason = r.review.as_ref().map_or("", |v| v.reason.as_str());
+            violated(report, order, &format!("needless refund review ({reason})"));
+        }
+        let Some(ledger) = &self.refunds else { return };
+        let op = r.operation_id.to_string();
+        let at_stripe: Vec<&stripe_sim::RefundEntry> = ledger.of_operation(&op).collect();
+        self.refunds_ours += at_stripe.len() as u64;
+        let late = at_stripe.iter().any(|s| s.status == "failed");
+        report.refunds.failed_late_at_stripe += u64::from(late);
+        report.refunds.failed_late_recorded +=
+            u64::from(late && r.status == OperationStatus::Failed);
+        if at_stripe.len() > 1 {
+            report.refunds.double_refunds += 1;
+            violated(report, order, "double refund");
+        }
+        let agrees = match r.status {
+            OperationStatus::Succeeded => at_stripe.iter().any(|s| {
+                s.status == "succeeded"
+                    && r.stripe_refund_id
+                        .as_ref()
+                        .is_some_and(|id| id.as_str() == s.id)
+            }),
+            OperationStatus::Failed => at_stripe.iter().all(|s| !holds(&s.status)),
+            _ => true,
+        };
+        if !agrees {
+            report.refunds.record_mismatches += 1;
+            violated(report, order, "refund record disagrees with Stripe");
+        }
+    }
+
+    /// The charge's reservation is the sum of its refunds not failed, within what was charged;
+    /// and Stripe holds no more refunded than was charged.
+    fn reservation(
+        &self,
+        report: &mut Report,
+        order: &Order,
+        charge: &Operation,
+        records: &[Operation],
+    ) {
+        let charged = charge.params.amount().minor_units();
+        let live: i64 = records
+            .iter()
+            .filter(|r| r.status != OperationStatus::Failed)
+            .map(|r| r.params.amount().minor_units())
+            .sum();
+        if charge.refund_reserved != live {
+            report.refunds.reservation_mismatches += 1;
+            violated(
+                report,
+                order,
+                "refund reservation is not the sum of its refunds",
+            );
+        }
+        let at_stripe = match (&self.refunds, &charge.external_id) {
+            (Some(ledger), Some(pi)) => ledger.held_of_intent(pi),
+            _ => 0,
+        };
+        if charge.refund_reserved > charged || at_stripe > charged {
+            report.refunds.over_refunds += 1;
+            violated(report, order, "over-refund");
+        }
+    }
+
+    /// A settled refund published its outcome, and no other (a refund that failed after it
+    /// succeeded, at Stripe, published both).
+    fn refund_published(
+        &self,
+        report: &mut Report,
+        order: &Order,
+        r: &Operation,
+        published: Published,
+    ) {
+        let settled_as = match r.status {
+            OperationStatus::Succeeded => Some(Outcome::Succeeded),
+            OperationStatus::Failed => Some(Outcome::Failed),
+            _ => None,
+        };
+        let unpublished = settled_as.is_some_and(|o| !published.contains(o));
+        let failed_late = r.status == OperationStatus::Failed && r.stripe_refund_id.is_some();
+        let false_event = [Outcome::Succeeded, Outcome::Failed].into_iter().any(|o| {
+            published.contains(o)
+                && settled_as != Some(o)
+                && !(failed_late && o == Outcome::Succeeded)
+        });
+        if unpublished || false_event {
+            report.refunds.event_mismatches += 1;
+            violated(
+                report,
+                order,
+                "refund outcome event disagrees with the record",
+            );
         }
     }
 
@@ -462,6 +826,17 @@ impl<'a> Judge<'a> {
                 "outcome event contradicts the record: order {} (operation {op} published an outcome, then stopped being the order's record)",
                 order_of(op).unwrap_or_else(|| "?".into()),
             ));
+        }
+        if let Some(ledger) = &self.refunds {
+            report.refunds.judged_at_stripe = true;
+            report.refunds.at_stripe = ledger.all.len() as u64;
+            report.refunds.orphans = ledger.with_operation().saturating_sub(self.refunds_ours);
+            if report.refunds.orphans > 0 && report.first_violation.is_none() {
+                report.first_violation = Some(format!(
+                    "{} refund(s) at Stripe that no refund record accounts for",
+                    report.refunds.orphans
+                ));
+            }
         }
         name_audit_violation(report, audits);
         report.invariants_hold = report.every_invariant_holds();
@@ -660,6 +1035,7 @@ impl Report {
             && self.forged_settles == 0
             && self.failed_ticks == 0
             && self.unreadable_at_end == 0
+            && self.refunds.holds()
     }
 
     /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
@@ -679,6 +1055,7 @@ impl Report {
     pub fn render(&self) -> String {
         let mut s = String::new();
         self.render_outcomes(&mut s);
+        self.refunds.render(&mut s);
         self.render_faults(&mut s);
         self.render_pipeline(&mut s);
         self.render_costs(&mut s);

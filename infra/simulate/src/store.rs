@@ -590,7 +590,13 @@ impl Table {
     fn update(&mut self, key: &OperationKey, before: &Operation, next: Operation) -> Operation {
         self.unindex(before);
         let after = self.reshape(next);
+        // A refund that succeeded and then failed at Stripe (a late failure, taken only from a
+        // retrieve) is the one change a settled record may see.
+        let failed_late = before.kind.refund_id().is_some()
+            && before.status == OperationStatus::Succeeded
+            && after.status == OperationStatus::Failed;
         if before.status.is_settled()
+            && !failed_late
             && (after.status != before.status || after.external_id != before.external_id)
         {
             self.settled_changes += 1;
@@ -673,6 +679,10 @@ pub struct SimStore {
     pub conditional_put: bool,
     /// Audit, as a DynamoDB stream would show it: outcome writes that landed although the writer
     /// did not hold the current lease. Must stay 0.
+    /// Audit: refund writes that left a charge reserving more than it charged. Must stay 0.
+    pub over_reserved_writes: AtomicU64,
+    /// The first order such a write was made for.
+    pub first_over_reserved: Mutex<Option<String>>,
     pub stale_lease_writes: AtomicU64,
     /// The order of the first one.
     pub first_stale_write: Mutex<Option<String>>,
@@ -688,6 +698,8 @@ impl Default for SimStore {
             calls: StoreCalls::default(),
             lease_fence: true,
             conditional_put: true,
+            over_reserved_writes: AtomicU64::new(0),
+            first_over_reserved: Mutex::new(None),
             stale_lease_writes: AtomicU64::new(0),
             first_stale_write: Mutex::new(None),
             faults: None,
@@ -1068,6 +1080,13 @@ impl OperationStore for SimStore {
             reserve,
         );
         if let Some(charge) = charge {
+            if charge.refund_reserved > charge.params.amount().minor_units() {
+                self.over_reserved_writes.fetch_add(1, Ordering::Relaxed);
+                self.first_over_reserved
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(|| charge.order_id.as_str().to_owned());
+            }
             t.store(charge);
             let at = t.store(refund.clone());
             let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
@@ -1085,7 +1104,8 @@ impl OperationStore for SimStore {
         self.lock().read(key)
     }
 
-    /// A scan of the slots: the simulation does not make refunds yet, so no run pays for it.
+    /// A scan of the slots: only the `refund-dedup-by-amount` mutation reads an order's refunds
+    /// (the judge reads each refund by its key), so no other run pays for it.
     async fn refunds_of(
         &self,
         order_id: &charge_once::OrderId,

@@ -1,7 +1,9 @@
 //! The checker is proven: for each deliberately broken variant (a wrapper around a port or a
 //! policy switch in the simulator, never a branch in the production core) the simulation reports
 //! a violation, with the order and the invariant, within a bounded number of orders; the unbroken
-//! build holds every invariant on the same seeds.
+//! build holds every invariant on the same seeds. The refund variants (a refund deduplicated on
+//! its amount, what is left taken from Stripe, a refund under its charge's key, a failed refund
+//! keeping its reservation) are each caught by the refund invariant they break.
 
 use simulate::faults::Kind;
 use simulate::mutations::Mutation;
@@ -53,6 +55,32 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
             if mutation == Mutation::FailedWithoutCancel {
                 assert!(report.failed_but_paid > 0, "{}", report.render());
                 assert!(why.starts_with("failed but paid"), "{why}");
+            }
+            let refunds = &report.refunds;
+            match mutation {
+                Mutation::RefundDedupByAmount => {
+                    assert!(refunds.lost_refunds > 0, "{}", report.render());
+                    assert!(why.starts_with("lost refund "), "{why}");
+                }
+                Mutation::RefundLeftFromStripe => {
+                    assert!(refunds.over_refunds > 0, "{}", report.render());
+                    assert!(refunds.over_reserved_writes > 0, "{}", report.render());
+                    // The first order's first symptom: its reservation past the charge, or
+                    // the refund Stripe refused as more than is left (sent to a person).
+                    assert!(
+                        why.starts_with("over-refund") || why.contains("amount_too_large"),
+                        "{why}"
+                    );
+                }
+                Mutation::RefundKeyOfCharge => {
+                    assert!(refunds.needless_reviews > 0, "{}", report.render());
+                    assert!(why.contains("idempotency_error"), "{why}");
+                }
+                Mutation::RefundNotReleased => {
+                    assert!(refunds.reservation_mismatches > 0, "{}", report.render());
+                    assert!(why.starts_with("refund reservation"), "{why}");
+                }
+                _ => {}
             }
             caught.push(format!("{} seed {seed}: {why}", mutation.name()));
         }
