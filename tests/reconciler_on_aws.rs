@@ -581,3 +581,57 @@ async fn a_review_storm_is_counted_from_the_index_within_the_time_left() {
     assert_eq!(lines[0]["Ticks"], 1.0);
     assert_eq!(lines[1]["InReview"], 100.0);
 }
+
+/// A refund whose create answered a 500 after Stripe made it (saved under its key, replayed):
+/// unknown, and no Stripe id to retrieve. Inside the window nothing creates it again under
+/// another key; past it the reconciler lists the intent's refunds (not delayed like search) and
+/// settles by the one carrying our operation id: one refund at Stripe, recorded succeeded with
+/// its id, the reservation kept.
+#[tokio::test]
+async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent_s_list() {
+    use testkit::store_contract::refund_of;
+
+    let s = Stack::spawn().await;
+    let charge = pending(&s, "rec-refund-list").await;
+    execute_charge(&s.charge_deps(), &charge.key(), &charge.operation_id)
+        .await
+        .unwrap();
+    let charge = s.current(&charge).await;
+    assert_eq!(charge.status, OperationStatus::Succeeded);
+
+    let (refund, reserve) = refund_of(&charge, "r-lost", Some(600)).unwrap();
+    s.store.create_refund(&refund, &reserve).await.unwrap();
+    s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
+    execute_charge(&s.charge_deps(), &refund.key(), &refund.operation_id)
+        .await
+        .unwrap();
+    assert_eq!(s.side.sim.injected()[&FaultKind::ServerErrorAfterCommit], 1);
+    let lost = s.current(&refund).await;
+    assert_eq!(
+        (lost.status, lost.stripe_refund_id.as_ref()),
+        (OperationStatus::Unknown, None),
+        "made at Stripe, the answer lost: unknown, no id to retrieve"
+    );
+    assert_eq!(s.side.sim.refunds_created(), 1);
+
+    // Inside the key window: re-driven, the key replays the saved 500, still unknown.
+    s.side.clock.advance(2 * HOUR);
+    tick(&s).await;
+    while s.deliver().await > 0 {}
+    assert_eq!(s.current(&refund).await.status, OperationStatus::Unknown);
+
+    // Past it: listed and settled by our operation id, never created again.
+    s.side.clock.advance(22 * HOUR);
+    let report = tick(&s).await;
+    while s.deliver().await > 0 {}
+    let settled = s.current(&refund).await;
+    assert_eq!(settled.status, OperationStatus::Succeeded, "{report:?}");
+    assert!(settled.stripe_refund_id.is_some(), "its Stripe id recorded");
+    assert_eq!(settled.next_due_at, None, "left the unknown index");
+    assert_eq!(s.side.sim.refunds_created(), 1, "one refund at Stripe");
+    assert_eq!(
+        s.current(&charge).await.refund_reserved,
+        600,
+        "the reservation stays: the money went back"
+    );
+}
