@@ -12,9 +12,10 @@
 
 use std::time::Duration;
 
-use crate::domain::PaymentIntentId;
+use crate::domain::{Amount, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use crate::store_rules::{AUTHORIZATION_EXPIRED, CANCELED_BY_MERCHANT};
 use crate::time::Timestamp;
 
 /// The timings that govern execution and reconciliation.
@@ -38,6 +39,9 @@ pub struct ChargePolicy {
     /// How long after the first attempt a PaymentIntent may stay `requires_action` or
     /// `processing` before the operation goes to review (`stuck_<status>`).
     pub stuck_after: Duration,
+    /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
+    /// one pages: the time a person has to capture or cancel it before the money is lost.
+    pub authorization_page_lead: Duration,
 }
 
 impl Default for ChargePolicy {
@@ -51,6 +55,7 @@ impl Default for ChargePolicy {
             unknown_backoff_base: Duration::from_secs(60),
             unknown_backoff_max: Duration::from_secs(3600),
             stuck_after: Duration::from_secs(72 * 3600),
+            authorization_page_lead: Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -164,6 +169,9 @@ pub enum ReviewClass {
     RefundListAmbiguous,
     /// A refund stayed `pending` or `requires_action` past the stuck bound.
     StuckRefund,
+    /// Stripe refused a capture or a cancel for a reason other than the intent's state, or a
+    /// cancel found the intent captured (by something other than this engine).
+    TakeRefused,
 }
 
 impl ReviewClass {
@@ -182,6 +190,7 @@ impl ReviewClass {
             ReviewClass::RefundMismatch => "refund_mismatch",
             ReviewClass::RefundListAmbiguous => "refund_list_ambiguous",
             ReviewClass::StuckRefund => "stuck_refund",
+            ReviewClass::TakeRefused => "take_refused",
         }
     }
 }
@@ -259,6 +268,9 @@ pub enum FollowUp {
     /// Read `id` back after Stripe refused its cancel because the intent moved on, then
     /// [`after_cancel_refused`].
     Retrieve { id: PaymentIntentId, why: String },
+    /// Read the authorization `id` (with its charge) for the deadline its create's answer did
+    /// not state, then [`after_retrieve`].
+    ReadDeadline { id: PaymentIntentId },
 }
 
 impl FollowUp {
@@ -266,6 +278,7 @@ impl FollowUp {
         match self {
             FollowUp::Cancel { .. } => "cancel",
             FollowUp::Retrieve { .. } => "retrieve",
+            FollowUp::ReadDeadline { .. } => "read_deadline",
         }
     }
 }
@@ -288,6 +301,20 @@ pub struct Decision {
     /// A call to make before recording: its answer makes the decision that is recorded. This
     /// decision (unsettled, due now) is what stands if the call is never made.
     pub then: Option<FollowUp>,
+    /// What an authorization's record learns besides its status (`None`: nothing).
+    pub authorization: Option<Hold>,
+}
+
+/// What a manual capture's charge learns from Stripe besides its status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hold {
+    /// Stripe's deadline for the capture, when this answer stated it.
+    pub capture_before: Option<Timestamp>,
+    /// What Stripe took, once it holds the intent captured.
+    pub amount_captured: Option<Amount>,
+    /// Uncaptured, with its deadline less than the policy's lead away (or passed): a person
+    /// must be paged (`AuthorizationNearDeadline`) before the money is lost.
+    pub deadline_near: bool,
 }
 
 impl Decision {
@@ -329,6 +356,11 @@ impl Decision {
             let why = format!("payment intent {}", pi.status);
             return Decision::cancel_first(pi.id, why, now);
         }
+        if op.is_manual_capture() {
+            if let Some(d) = Decision::from_authorization(op, &pi, now, policy) {
+                return d;
+            }
+        }
         let status = outcome_for(&pi.status);
         if status.is_settled() {
             Decision {
@@ -340,6 +372,7 @@ impl Decision {
                 next_due_at: None,
                 retry: None,
                 then: None,
+                authorization: None,
             }
         } else if let Some(class) = stuck_class(&pi.status).filter(|_| stuck(op, now, policy)) {
             // Someone or something outside us must act (the customer's 3-D Secure, the bank's
@@ -365,7 +398,85 @@ impl Decision {
                 next_due_at: Some(unknown_due_at(op, now, policy)),
                 retry: None,
                 then: None,
+                authorization: None,
             }
+        }
+    }
+
+    /// What a manual capture's intent means for its charge, where it differs from an automatic
+    /// one's: `requires_capture` is `authorized` (money held), watched until its deadline;
+    /// `succeeded` is captured, with what was taken; `canceled` once authorized is the hold's end
+    /// (lapsed when Stripe canceled it, `cancellation_reason: automatic`; else canceled). `None`:
+    /// any other status, decided as for any charge.
+    fn from_authorization(
+        op: &Operation,
+        pi: &PaymentIntent,
+        now: Timestamp,
+        policy: &ChargePolicy,
+    ) -> Option<Self> {
+        let settled = |status, error: Option<&str>, amount_captured| Decision {
+            status,
+            external_id: Some(pi.id.clone()),
+            last_error: error.map(str::to_owned),
+            review: None,
+            next_due_at: None,
+            retry: None,
+            then: None,
+            authorization: Some(Hold {
+                amount_captured,
+                ..Hold::default()
+            }),
+        };
+        match pi.status {
+            PaymentIntentStatus::RequiresCapture => Some(Decision::authorized(op, pi, now, policy)),
+            PaymentIntentStatus::Succeeded => {
+                let taken = pi
+                    .amount_received
+                    .or(pi.amount)
+                    .and_then(|a| Amount::new(a).ok());
+                Some(settled(OperationStatus::Succeeded, None, taken))
+            }
+            PaymentIntentStatus::Canceled if op.status == OperationStatus::Authorized => {
+                let error = match pi.cancellation_reason.as_deref() {
+                    Some("automatic") => AUTHORIZATION_EXPIRED,
+                    _ => CANCELED_BY_MERCHANT,
+                };
+                Some(settled(OperationStatus::Failed, Some(error), None))
+            }
+            _ => None,
+        }
+    }
+
+    /// Held, not taken: `authorized` with Stripe's deadline (this answer's, else the one
+    /// recorded), due again when the page must go out, then just after the deadline to see the
+    /// lapse. A deadline no answer stated yet is read at once ([`FollowUp::ReadDeadline`]),
+    /// due again soon if that read is never made.
+    fn authorized(
+        op: &Operation,
+        pi: &PaymentIntent,
+        now: Timestamp,
+        policy: &ChargePolicy,
+    ) -> Self {
+        let capture_before = pi.capture_before.or(op.capture_before);
+        let (next_due_at, deadline_near) = match capture_before {
+            None => (now.plus(policy.retry_after), false),
+            Some(deadline) => watch_deadline(op, deadline, now, policy),
+        };
+        Decision {
+            status: OperationStatus::Authorized,
+            external_id: Some(pi.id.clone()),
+            last_error: None,
+            review: None,
+            next_due_at: Some(next_due_at),
+            retry: None,
+            then: capture_before
+                .is_none()
+                .then(|| FollowUp::ReadDeadline { id: pi.id.clone() }),
+            authorization: Some(Hold {
+                capture_before,
+                amount_captured: None,
+                deadline_near,
+            }),
         }
     }
 
@@ -405,6 +516,7 @@ impl Decision {
             next_due_at: Some(next_due_at),
             retry,
             then: None,
+            authorization: None,
         }
     }
 
@@ -424,6 +536,7 @@ impl Decision {
             next_due_at: Some(next_due_at),
             retry,
             then: None,
+            authorization: None,
         }
     }
 
@@ -442,7 +555,27 @@ impl Decision {
             next_due_at: Some(now),
             retry: None,
             then: None,
+            authorization: None,
         }
+    }
+}
+
+/// When an authorization with `deadline` is looked at next, and whether it pages now: before the
+/// page's moment (the deadline less the policy's lead), due then; from then on it pages, due just
+/// after the deadline to see it captured, canceled or lapsed (past it, on the back-off).
+pub fn watch_deadline(
+    op: &Operation,
+    deadline: Timestamp,
+    now: Timestamp,
+    policy: &ChargePolicy,
+) -> (Timestamp, bool) {
+    let page_at = deadline.minus(policy.authorization_page_lead);
+    if now < page_at {
+        (page_at, false)
+    } else if now < deadline {
+        (deadline.plus(policy.retry_after), true)
+    } else {
+        (unknown_due_at(op, now, policy), true)
     }
 }
 
@@ -515,6 +648,7 @@ pub fn after_create(
             next_due_at: None,
             retry: None,
             then: None,
+            authorization: None,
         },
         // Certainly nothing happened: keep the status, come back soon with the same key.
         GatewayError::RetryLater { cause, .. } => {
@@ -529,6 +663,7 @@ pub fn after_create(
             next_due_at: Some(unknown_due_at(op, now, policy)),
             retry: None,
             then: None,
+            authorization: None,
         },
         // Our key met different parameters: something under this key exists and our key derivation
         // is wrong. Never retried with another key; a person decides.
@@ -576,6 +711,7 @@ pub fn after_cancel(
                     next_due_at: None,
                     retry: None,
                     then: None,
+                    authorization: None,
                 },
                 // Answered, yet still confirmable: never failed; the next look cancels again.
                 PaymentIntentStatus::RequiresPaymentMethod => Decision::waiting_for_cancel(
@@ -775,6 +911,7 @@ pub(crate) fn release(op: &Operation, next_due_at: Timestamp) -> Decision {
         next_due_at: Some(next_due_at),
         retry: None,
         then: None,
+        authorization: None,
     }
 }
 
@@ -882,6 +1019,9 @@ mod tests {
                 }
                 FollowUp::Retrieve { id, why } => {
                     after_cancel_refused(op, &id, &why, one(&mut answers), now, policy, false)
+                }
+                FollowUp::ReadDeadline { .. } => {
+                    after_retrieve(op, one(&mut answers), now, policy, false)
                 }
             };
         }

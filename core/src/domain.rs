@@ -117,6 +117,27 @@ impl OperationId {
         ))
     }
 
+    /// The Stripe idempotency key for every capture of a capture operation: its own namespace
+    /// (Stripe refuses a key used on another endpoint), the same on every attempt.
+    pub fn capture_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!(
+            "{}{}",
+            IdempotencyKey::CAPTURE_PREFIX,
+            self.0.hyphenated()
+        ))
+    }
+
+    /// The Stripe idempotency key for every cancel made by a cancel operation (the merchant's
+    /// `POST /orders/{id}/cancel`): apart from `payment-op-cancel:`, which is the charge's own
+    /// cancel of a declined intent, derived from the charge's operation id.
+    pub fn cancel_op_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!(
+            "{}{}",
+            IdempotencyKey::CANCEL_OP_PREFIX,
+            self.0.hyphenated()
+        ))
+    }
+
     /// The Stripe idempotency key for every cancel of this operation's PaymentIntent: its own,
     /// because Stripe refuses a key used on another endpoint (`idempotency_error`), and the same
     /// on every attempt, so a cancel whose answer was lost replays its first answer.
@@ -148,6 +169,8 @@ impl IdempotencyKey {
     pub const PREFIX: &'static str = "payment-op:";
     pub const CANCEL_PREFIX: &'static str = "payment-op-cancel:";
     pub const REFUND_PREFIX: &'static str = "refund-op:";
+    pub const CAPTURE_PREFIX: &'static str = "capture-op:";
+    pub const CANCEL_OP_PREFIX: &'static str = "cancel-op:";
     pub const MAX_LEN: usize = 255;
 
     pub fn as_str(&self) -> &str {
@@ -420,6 +443,11 @@ pub enum OperationKind {
     Charge,
     /// A refund of the order's charge, named by the merchant's refund id.
     Refund(RefundId),
+    /// The capture of the order's authorization (a charge made with `capture: manual`): one per
+    /// order, as Stripe captures an intent once.
+    Capture,
+    /// The cancel of the order's charge: before it was sent, or of its authorization.
+    Cancel,
 }
 
 impl OperationKind {
@@ -428,14 +456,16 @@ impl OperationKind {
         match self {
             OperationKind::Charge => "charge",
             OperationKind::Refund(_) => "refund",
+            OperationKind::Capture => "capture",
+            OperationKind::Cancel => "cancel",
         }
     }
 
-    /// The record's sort key: `charge`, or `refund#<refund_id>`.
+    /// The record's sort key: `charge`, `capture`, `cancel`, or `refund#<refund_id>`.
     pub fn sort_key(&self) -> String {
         match self {
-            OperationKind::Charge => "charge".to_owned(),
             OperationKind::Refund(id) => format!("refund#{id}"),
+            other => other.as_str().to_owned(),
         }
     }
 
@@ -443,10 +473,12 @@ impl OperationKind {
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
         match raw.split_once('#') {
             None if raw == "charge" => Ok(OperationKind::Charge),
+            None if raw == "capture" => Ok(OperationKind::Capture),
+            None if raw == "cancel" => Ok(OperationKind::Cancel),
             Some(("refund", id)) => Ok(OperationKind::Refund(RefundId::parse(id)?)),
             _ => Err(ValidationError::new(
                 "kind",
-                "must be \"charge\" or \"refund#<refund_id>\"",
+                "must be \"charge\", \"capture\", \"cancel\" or \"refund#<refund_id>\"",
             )),
         }
     }
@@ -454,8 +486,14 @@ impl OperationKind {
     pub fn refund_id(&self) -> Option<&RefundId> {
         match self {
             OperationKind::Refund(id) => Some(id),
-            OperationKind::Charge => None,
+            _ => None,
         }
+    }
+
+    /// A capture or a cancel: an operation that takes the order's authorization (or stops its
+    /// charge before it was sent), fenced against the other by the charge record.
+    pub fn takes_authorization(&self) -> bool {
+        matches!(self, OperationKind::Capture | OperationKind::Cancel)
     }
 }
 
@@ -528,6 +566,132 @@ pub struct ChargeParams {
     pub currency: Currency,
     pub customer_id: CustomerId,
     pub payment_method: PaymentMethodId,
+    /// When the money is taken: at once (`automatic`, the default and every record written
+    /// before authorizations existed), or held at checkout and taken by a later capture
+    /// (`manual`). Absent from a stored charge means automatic.
+    #[serde(default, skip_serializing_if = "CaptureMethod::is_automatic")]
+    pub capture_method: CaptureMethod,
+}
+
+/// Stripe's `capture_method` for a charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureMethod {
+    /// Charged at once: the create's `succeeded` is money taken.
+    #[default]
+    Automatic,
+    /// Authorized at once (`requires_capture`: money held, not taken), captured or canceled later.
+    Manual,
+}
+
+impl CaptureMethod {
+    pub fn is_automatic(&self) -> bool {
+        *self == CaptureMethod::Automatic
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Automatic => "automatic",
+            Self::Manual => "manual",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw {
+            "automatic" => Ok(Self::Automatic),
+            "manual" => Ok(Self::Manual),
+            _ => Err(ValidationError::new(
+                "capture",
+                "must be \"automatic\" or \"manual\"",
+            )),
+        }
+    }
+}
+
+/// What the merchant asks of an authorization's capture: an amount (none: all that was
+/// authorized), never more than was authorized.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CaptureRequest {
+    pub amount: Option<Amount>,
+}
+
+impl CaptureRequest {
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&format!(
+            "capture-v1\n{}",
+            self.amount
+                .map_or("all".to_owned(), |a| a.minor_units().to_string())
+        ))
+    }
+}
+
+/// Why the merchant cancels, as Stripe names it (`cancellation_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancellationReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+    Abandoned,
+}
+
+impl CancellationReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Duplicate => "duplicate",
+            Self::Fraudulent => "fraudulent",
+            Self::RequestedByCustomer => "requested_by_customer",
+            Self::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        match raw {
+            "duplicate" => Ok(Self::Duplicate),
+            "fraudulent" => Ok(Self::Fraudulent),
+            "requested_by_customer" => Ok(Self::RequestedByCustomer),
+            "abandoned" => Ok(Self::Abandoned),
+            _ => Err(ValidationError::new(
+                "reason",
+                "must be duplicate, fraudulent, requested_by_customer or abandoned",
+            )),
+        }
+    }
+}
+
+/// What the merchant asks of a cancel: a reason, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CancelRequest {
+    pub reason: Option<CancellationReason>,
+}
+
+impl CancelRequest {
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&format!(
+            "cancel-v1\n{}",
+            self.reason.map_or("-", |r| r.as_str())
+        ))
+    }
+}
+
+/// What a capture operation sends to Stripe on every attempt: the amount to capture (never more
+/// than was authorized), in the charge's currency, of the charge's PaymentIntent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureParams {
+    pub amount_to_capture: Amount,
+    pub currency: Currency,
+    pub payment_intent: PaymentIntentId,
+}
+
+/// What a cancel operation asks: the charge's authorization released (its PaymentIntent
+/// canceled), or, when the charge was never sent, nothing of Stripe (`payment_intent` absent).
+/// `amount_released` is what the charge held or would have taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelParams {
+    pub amount_released: Amount,
+    pub currency: Currency,
+    pub payment_intent: Option<PaymentIntentId>,
+    pub cancellation_reason: Option<CancellationReason>,
 }
 
 /// What Stripe refuses to charge, by currency (docs.stripe.com/currencies, read 2026-12-01, as
@@ -631,14 +795,21 @@ impl ChargeParams {
 
     /// A stable digest of the parameters. A second checkout for the same order is accepted only with
     /// the same fingerprint; anything else is a different request and is refused.
+    ///
+    /// A manual capture is part of it (the same order asked once for an authorization and once
+    /// for a charge is two different requests); an automatic one adds nothing, so the
+    /// fingerprints stored before authorizations existed still match their orders.
     pub fn fingerprint(&self) -> Fingerprint {
-        let canonical = format!(
+        let mut canonical = format!(
             "v1\n{}\n{}\n{}\n{}",
             self.amount.minor_units(),
             self.currency.as_str(),
             self.customer_id.as_str(),
             self.payment_method.as_str()
         );
+        if self.capture_method == CaptureMethod::Manual {
+            canonical.push_str("\ncapture=manual");
+        }
         let digest = Sha256::digest(canonical.as_bytes());
         Fingerprint(format!("sha256:{}", lower_hex(&digest)))
     }

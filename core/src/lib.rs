@@ -29,6 +29,8 @@
 //!   whether its reservation goes back to the charge.
 //! - [`refund_event_plan`]: (refund record as read, what a refund event claims, Stripe's answer)
 //!   → settle through the refund plan, fail a succeeded refund later, or why nothing changes.
+//! - [`take_plan`]: (capture or cancel record as claimed, Stripe's answer, now) → the next
+//!   record, and how the charge's authorization ends (captured, canceled, lapsed).
 //! - [`message_plan`]: (what the shell did with a queue message, its receive count, the budget)
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
@@ -47,6 +49,7 @@ pub mod refund_event_plan;
 pub mod refund_plan;
 pub mod store;
 pub mod store_rules;
+pub mod take_plan;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;

@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::{
-    Amount, ChargeParams, Currency, Fingerprint, IdempotencyKey, OperationId, OperationKind,
-    OrderId, PaymentIntentId, Principal, RefundId, RefundParams, RefundRequest, StripeRefundId,
-    ValidationError,
+    Amount, CancelParams, CaptureMethod, CaptureParams, ChargeParams, Currency, Fingerprint,
+    IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId, Principal, RefundId,
+    RefundParams, RefundRequest, StripeRefundId, ValidationError,
 };
 use crate::time::Timestamp;
 
@@ -18,11 +18,16 @@ use crate::time::Timestamp;
 ///
 /// `Unknown` is a state, not a failure: a timeout, a reset or a 5xx may have charged the customer,
 /// so it is kept apart until Stripe tells us. `Succeeded` and `Failed` are settled and final.
+///
+/// `Authorized` is a charge made with `capture: manual` that Stripe holds as `requires_capture`:
+/// money held, not taken. Not settled: it ends `succeeded` when captured, `failed` when canceled
+/// or when the hold lapsed, and stays in the unknown index, due when its deadline nears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStatus {
     Pending,
     Unknown,
+    Authorized,
     Succeeded,
     Failed,
 }
@@ -36,6 +41,7 @@ impl OperationStatus {
         match self {
             OperationStatus::Pending => "pending",
             OperationStatus::Unknown => "unknown",
+            OperationStatus::Authorized => "authorized",
             OperationStatus::Succeeded => "succeeded",
             OperationStatus::Failed => "failed",
         }
@@ -45,11 +51,12 @@ impl OperationStatus {
         match raw {
             "pending" => Ok(Self::Pending),
             "unknown" => Ok(Self::Unknown),
+            "authorized" => Ok(Self::Authorized),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
             _ => Err(ValidationError::new(
                 "status",
-                "must be pending, unknown, succeeded or failed",
+                "must be pending, unknown, authorized, succeeded or failed",
             )),
         }
     }
@@ -84,6 +91,11 @@ impl OperationKey {
         }
     }
 
+    /// The order's capture, or its cancel (`kind` is one of the two).
+    pub fn of_kind(order_id: OrderId, kind: OperationKind) -> Self {
+        Self { order_id, kind }
+    }
+
     /// The order's charge: what a refund of the same order reserves against.
     pub fn charge_of_order(&self) -> Self {
         Self::charge(self.order_id.clone())
@@ -95,17 +107,26 @@ impl OperationKey {
 /// `params.amount`, ...); the record's kind says which it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
+///
+/// The variants are told apart by their required fields, tried in this order: a charge has
+/// `customer_id`, a refund `amount` and `payment_intent`, a capture `amount_to_capture`, a cancel
+/// `amount_released`.
 pub enum Params {
     Charge(ChargeParams),
     Refund(RefundParams),
+    Capture(CaptureParams),
+    Cancel(CancelParams),
 }
 
 impl Params {
-    /// The amount this operation moves: charged, or refunded.
+    /// The amount this operation moves: charged (or authorized), refunded, captured, or released
+    /// by a cancel.
     pub fn amount(&self) -> Amount {
         match self {
             Params::Charge(p) => p.amount,
             Params::Refund(p) => p.amount,
+            Params::Capture(p) => p.amount_to_capture,
+            Params::Cancel(p) => p.amount_released,
         }
     }
 
@@ -113,28 +134,115 @@ impl Params {
         match self {
             Params::Charge(p) => &p.currency,
             Params::Refund(p) => &p.currency,
+            Params::Capture(p) => &p.currency,
+            Params::Cancel(p) => &p.currency,
         }
     }
 
     pub fn charge(&self) -> Option<&ChargeParams> {
         match self {
             Params::Charge(p) => Some(p),
-            Params::Refund(_) => None,
+            _ => None,
         }
     }
 
     pub fn charge_mut(&mut self) -> Option<&mut ChargeParams> {
         match self {
             Params::Charge(p) => Some(p),
-            Params::Refund(_) => None,
+            _ => None,
         }
     }
 
     pub fn refund(&self) -> Option<&RefundParams> {
         match self {
             Params::Refund(p) => Some(p),
-            Params::Charge(_) => None,
+            _ => None,
         }
+    }
+
+    pub fn capture(&self) -> Option<&CaptureParams> {
+        match self {
+            Params::Capture(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub fn cancel(&self) -> Option<&CancelParams> {
+        match self {
+            Params::Cancel(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The PaymentIntent a refund, capture or cancel acts on (`None` for a charge, and for a
+    /// cancel of a charge that was never sent).
+    pub fn payment_intent(&self) -> Option<&PaymentIntentId> {
+        match self {
+            Params::Charge(_) => None,
+            Params::Refund(p) => Some(&p.payment_intent),
+            Params::Capture(p) => Some(&p.payment_intent),
+            Params::Cancel(p) => p.payment_intent.as_ref(),
+        }
+    }
+}
+
+/// The capture or cancel operation that took a charge's authorization: the charge record names
+/// it (`taken_by`), so a second one is refused by the store's condition, never by timing.
+/// Stored as `capture:<operation_id>` or `cancel:<operation_id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Taker {
+    /// [`OperationKind::Capture`] or [`OperationKind::Cancel`]: true for a capture.
+    pub capture: bool,
+    pub operation_id: OperationId,
+}
+
+impl Taker {
+    pub fn kind(&self) -> OperationKind {
+        if self.capture {
+            OperationKind::Capture
+        } else {
+            OperationKind::Cancel
+        }
+    }
+
+    pub fn of(op: &Operation) -> Option<Self> {
+        op.kind.takes_authorization().then_some(Self {
+            capture: op.kind == OperationKind::Capture,
+            operation_id: op.operation_id,
+        })
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        let bad = || ValidationError::new("taken_by", "must be capture:<uuid> or cancel:<uuid>");
+        let (kind, id) = raw.split_once(':').ok_or_else(bad)?;
+        let capture = match kind {
+            "capture" => true,
+            "cancel" => false,
+            _ => return Err(bad()),
+        };
+        let operation_id = OperationId::parse(id).map_err(|_| bad())?;
+        Ok(Self {
+            capture,
+            operation_id,
+        })
+    }
+}
+
+impl fmt::Display for Taker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind().as_str(), self.operation_id)
+    }
+}
+
+impl Serialize for Taker {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Taker {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 
@@ -254,6 +362,18 @@ pub struct Operation {
     pub refund_reserved: i64,
     /// A refund's Stripe id (`re_…`) once Stripe named it; `None` for a charge.
     pub stripe_refund_id: Option<StripeRefundId>,
+    /// An authorized charge's deadline as Stripe states it (the charge's
+    /// `payment_method_details.card.capture_before`): uncaptured by then, Stripe cancels it. Read
+    /// from Stripe, never computed from the creation time (card networks' windows differ).
+    pub capture_before: Option<Timestamp>,
+    /// What a capture took of an authorized charge, in minor units (at most what was
+    /// authorized; the rest of the hold was released). `None` for an automatic charge, whose
+    /// amount is what was taken.
+    pub amount_captured: Option<Amount>,
+    /// The capture or cancel that took this charge's authorization (or stopped it before it
+    /// was sent). Set once, by the write that created that operation; never cleared but by its
+    /// own outcome giving the authorization back.
+    pub taken_by: Option<Taker>,
 }
 
 impl Operation {
@@ -299,6 +419,38 @@ impl Operation {
         )
     }
 
+    /// A fresh `pending` capture or cancel (`kind`) of `order_id`'s charge, for the request's
+    /// `fingerprint`, with `params` as the door resolved them.
+    pub fn new_taking(
+        order_id: OrderId,
+        kind: OperationKind,
+        fingerprint: Fingerprint,
+        params: Params,
+        requested_by: Principal,
+        now: Timestamp,
+        pending_grace: Duration,
+    ) -> Self {
+        let fresh = Fresh {
+            requested_by,
+            now,
+            pending_grace,
+        };
+        fresh.operation(order_id, kind, params, fingerprint)
+    }
+
+    /// What was taken of a succeeded charge: the captured amount of an authorization, else the
+    /// amount charged. Refunds reserve against it.
+    pub fn amount_taken(&self) -> Amount {
+        self.amount_captured.unwrap_or(self.params.amount())
+    }
+
+    /// A charge made with `capture: manual`.
+    pub fn is_manual_capture(&self) -> bool {
+        self.params
+            .charge()
+            .is_some_and(|p| p.capture_method == CaptureMethod::Manual)
+    }
+
     pub fn key(&self) -> OperationKey {
         OperationKey {
             order_id: self.order_id.clone(),
@@ -312,6 +464,8 @@ impl Operation {
         match self.kind {
             OperationKind::Charge => self.operation_id.idempotency_key(),
             OperationKind::Refund(_) => self.operation_id.refund_idempotency_key(),
+            OperationKind::Capture => self.operation_id.capture_idempotency_key(),
+            OperationKind::Cancel => self.operation_id.cancel_op_idempotency_key(),
         }
     }
 
@@ -368,6 +522,9 @@ impl Fresh {
             history: Vec::new(),
             refund_reserved: 0,
             stripe_refund_id: None,
+            capture_before: None,
+            amount_captured: None,
+            taken_by: None,
         }
     }
 }

@@ -9,20 +9,25 @@
 //!
 //! | change (before → after) | event |
 //! |---|---|
-//! | anything but `succeeded` → `succeeded` | `ChargeSucceeded` |
-//! | anything but `failed` → `failed` | `ChargeFailed` (its PaymentIntent, if any, `canceled`) |
+//! | anything but `authorized` → `authorized` (a manual capture's hold) | `ChargeAuthorized` (with `capture_before`) |
+//! | anything but `succeeded` → `succeeded` | `ChargeSucceeded`; `ChargeCaptured` for an authorization captured (with `amount_captured`) |
+//! | anything but `failed` → `failed` | `ChargeFailed` (its PaymentIntent, if any, `canceled`); `ChargeCanceled` when a cancel ended it, `AuthorizationExpired` when its hold lapsed |
 //! | a refund `succeeded` → `failed` (Stripe's late failure) | `RefundFailed` with `failed_after_success` and Stripe's `failure_reason`, its own event id (the earlier `RefundSucceeded` keeps its own) |
 //! | unsettled, not in review → unsettled, in review | `ChargeNeedsReview` (with the reason) |
 //! | anything else (a claim, a reschedule, an unknown recorded, a settled record rewritten) | none |
 //!
 //! A refund operation's changes are the same outcomes under the refund's names
 //! ([`OutcomeEvent::detail_type`]): `RefundSucceeded`, `RefundFailed`, `RefundNeedsReview`.
+//! A capture's or a cancel's outcome is told by its charge's event (the charge record changes in
+//! the same write); of their own changes only review is published (`CaptureNeedsReview`,
+//! `CancelNeedsReview`).
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{OperationKind, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
+use crate::store_rules::{authorization_end, AuthorizationEnd};
 
 /// `source` of every outcome event.
 pub const SOURCE: &str = "charge-once";
@@ -35,6 +40,8 @@ pub enum Outcome {
     Succeeded,
     Failed,
     NeedsReview,
+    /// A manual capture's charge holds the money (`requires_capture`).
+    Authorized,
 }
 
 impl Outcome {
@@ -44,6 +51,7 @@ impl Outcome {
             Outcome::Succeeded => "ChargeSucceeded",
             Outcome::Failed => "ChargeFailed",
             Outcome::NeedsReview => "ChargeNeedsReview",
+            Outcome::Authorized => "ChargeAuthorized",
         }
     }
 
@@ -53,6 +61,7 @@ impl Outcome {
             Outcome::Succeeded => "succeeded",
             Outcome::Failed => "failed",
             Outcome::NeedsReview => "needs_review",
+            Outcome::Authorized => "authorized",
         }
     }
 }
@@ -69,11 +78,24 @@ pub struct OutcomeEvent {
 impl OutcomeEvent {
     /// EventBridge `detail-type`: the outcome under its operation's kind.
     pub fn detail_type(&self) -> &'static str {
-        match (&self.operation.kind, self.outcome) {
+        let op = &self.operation;
+        match (&op.kind, self.outcome) {
+            (OperationKind::Charge, Outcome::Succeeded) if op.amount_captured.is_some() => {
+                "ChargeCaptured"
+            }
+            (OperationKind::Charge, Outcome::Failed) => match authorization_end(op) {
+                Some(AuthorizationEnd::Expired) => "AuthorizationExpired",
+                Some(AuthorizationEnd::Canceled) => "ChargeCanceled",
+                None => "ChargeFailed",
+            },
             (OperationKind::Charge, o) => o.detail_type(),
+            (OperationKind::Capture, _) => "CaptureNeedsReview",
+            (OperationKind::Cancel, _) => "CancelNeedsReview",
             (OperationKind::Refund(_), Outcome::Succeeded) => "RefundSucceeded",
             (OperationKind::Refund(_), Outcome::Failed) => "RefundFailed",
-            (OperationKind::Refund(_), Outcome::NeedsReview) => "RefundNeedsReview",
+            (OperationKind::Refund(_), Outcome::NeedsReview | Outcome::Authorized) => {
+                "RefundNeedsReview"
+            }
         }
     }
 
@@ -103,6 +125,12 @@ impl OutcomeEvent {
             .flatten();
         Detail {
             amount: op.params.amount().minor_units(),
+            amount_captured: (self.outcome == Outcome::Succeeded)
+                .then(|| op.amount_captured.map(|a| a.minor_units()))
+                .flatten(),
+            capture_before: (self.outcome == Outcome::Authorized)
+                .then(|| op.capture_before.map(|t| t.to_rfc3339()))
+                .flatten(),
             currency: op.params.currency().as_str(),
             event_id: &self.event_id,
             failed_after_success: failed_later.map(|_| true),
@@ -128,6 +156,12 @@ impl OutcomeEvent {
 pub struct Detail<'a> {
     /// Minor units.
     pub amount: i64,
+    /// On `ChargeCaptured`: what the capture took (at most `amount`, what was authorized).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount_captured: Option<i64>,
+    /// On `ChargeAuthorized`: Stripe's deadline for the capture (RFC 3339), when Stripe stated it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_before: Option<String>,
     pub currency: &'a str,
     pub event_id: &'a str,
     /// `true` on a `RefundFailed` of a refund that had succeeded (Stripe returned the money to
@@ -184,11 +218,19 @@ pub fn outcome_of(before: Option<&Operation>, after: &Operation) -> Option<Outco
 /// without building the event (the simulation's stream stand-in needs only this).
 pub fn outcome_change(before: Option<&Operation>, after: &Operation) -> Option<Outcome> {
     let was = |status: OperationStatus| before.is_some_and(|b| b.status == status);
+    let newly_in_review = || after.review.is_some() && before.is_none_or(|b| b.review.is_none());
+    if after.kind.takes_authorization() {
+        // Its outcome is its charge's event; only a person's attention is its own.
+        return (!after.status.is_settled() && newly_in_review()).then_some(Outcome::NeedsReview);
+    }
     match after.status {
+        OperationStatus::Authorized if !was(OperationStatus::Authorized) => {
+            Some(Outcome::Authorized)
+        }
         OperationStatus::Succeeded if !was(OperationStatus::Succeeded) => Some(Outcome::Succeeded),
         OperationStatus::Failed if !was(OperationStatus::Failed) => Some(Outcome::Failed),
-        OperationStatus::Pending | OperationStatus::Unknown
-            if after.review.is_some() && before.is_none_or(|b| b.review.is_none()) =>
+        OperationStatus::Pending | OperationStatus::Unknown | OperationStatus::Authorized
+            if newly_in_review() =>
         {
             Some(Outcome::NeedsReview)
         }

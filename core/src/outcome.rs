@@ -91,6 +91,13 @@ pub struct PaymentIntent {
     pub operation_id: Option<String>,
     pub order_id: Option<String>,
     pub livemode: Option<bool>,
+    /// What was taken (`amount_received`): a captured authorization's captured amount.
+    pub amount_received: Option<i64>,
+    /// Why it was canceled (`automatic`: Stripe canceled an uncaptured hold at its expiry).
+    pub cancellation_reason: Option<String>,
+    /// An authorization's deadline: its charge's `payment_method_details.card.capture_before`,
+    /// present when the answer expanded `latest_charge`.
+    pub capture_before: Option<crate::time::Timestamp>,
 }
 
 impl PaymentIntent {
@@ -105,6 +112,9 @@ impl PaymentIntent {
             operation_id: None,
             order_id: None,
             livemode: None,
+            amount_received: None,
+            cancellation_reason: None,
+            capture_before: None,
         }
     }
 }

@@ -105,9 +105,10 @@ pub enum RefundRefusal {
     OverWhatIsLeft { asked: i64, left: i64 },
 }
 
-/// What is left to refund of `charge`: the amount charged less what its refunds reserved.
+/// What is left to refund of `charge`: the amount taken (charged, or captured of an
+/// authorization) less what its refunds reserved.
 pub fn refundable(charge: &Operation) -> i64 {
-    charge.params.amount().minor_units() - charge.refund_reserved
+    charge.amount_taken().minor_units() - charge.refund_reserved
 }
 
 /// What the door decides for `request` against the order's `charge` as read: the refund's
@@ -149,7 +150,7 @@ pub fn reserve(
         charge: charge.key(),
         charge_operation_id: charge.operation_id,
         amount,
-        charged: charge.params.amount(),
+        charged: charge.amount_taken(),
         now,
     };
     Ok((params, reservation))

@@ -142,6 +142,7 @@ fn from_refund(
             next_due_at: None,
             retry: None,
             then: None,
+            authorization: None,
         }
     } else if charge_plan::stuck(op, now, policy) {
         // Waiting on the customer's bank (`requires_action`) or Stripe's balance for days: a
@@ -163,6 +164,7 @@ fn from_refund(
             next_due_at: Some(charge_plan::unknown_due_at(op, now, policy)),
             retry: None,
             then: None,
+            authorization: None,
         }
     };
     RefundDecision {
@@ -197,6 +199,7 @@ pub fn after_create(
             next_due_at: Some(charge_plan::unknown_due_at(op, now, policy)),
             retry: None,
             then: None,
+            authorization: None,
         },
         GatewayError::KeyMisuse { .. } => Decision::review(
             OperationStatus::Unknown,
@@ -401,6 +404,7 @@ fn unchanged(
         next_due_at: Some(next_due_at),
         retry,
         then: None,
+        authorization: None,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
 };
 use crate::time::Timestamp;
 
@@ -69,6 +69,14 @@ pub struct OutcomeRecord {
     /// A refund that ended without returning money gives its reservation back to its charge, in
     /// the same write (all or nothing): the fenced outcome makes it happen once.
     pub release: Option<ReleaseRefund>,
+    /// A capture's or a cancel's outcome ends (or gives back) its charge's authorization in the
+    /// same write.
+    pub authorization: Option<SettleAuthorization>,
+    /// An authorized charge's deadline as Stripe stated it; `None` keeps whatever is stored.
+    pub capture_before: Option<Timestamp>,
+    /// What was taken of an authorized charge, once Stripe holds it captured; `None` keeps
+    /// whatever is stored.
+    pub amount_captured: Option<Amount>,
 }
 
 /// Result of a fenced write (`OperationStore::record`, `OperationStore::reschedule`,
@@ -193,5 +201,56 @@ pub struct RefundFailedLater {
     /// Stripe's `failure_reason` (`expired_or_canceled_card`, ...).
     pub failure_reason: String,
     pub release: ReleaseRefund,
+    pub now: Timestamp,
+}
+
+/// Where a capture or cancel takes a charge from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeFrom {
+    /// An authorized charge (Stripe holds it `requires_capture`): a capture or a cancel.
+    Authorized,
+    /// A charge never sent to Stripe (pending, never claimed for a call): a cancel stops it
+    /// here, settled `failed` in the same write, before Stripe is ever called.
+    NeverSent,
+}
+
+/// A capture's or a cancel's claim on its order's charge, written in the same conditional write
+/// that creates the capture or cancel operation (`OperationStore::create_taking`): the charge
+/// names its taker, so a capture and a cancel asked at once can never both be accepted — the
+/// store decides, not timing. Guarded by [`crate::store_rules`]: the charge read is the one
+/// written to, no one took it before, and it is where `from` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeAuthorization {
+    /// The order's charge.
+    pub charge: OperationKey,
+    /// The charge's operation id as read.
+    pub charge_operation_id: OperationId,
+    pub taker: Taker,
+    pub from: TakeFrom,
+    pub now: Timestamp,
+}
+
+/// How a capture's or a cancel's outcome ends its charge's authorization, in the same write
+/// that records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationOutcome {
+    /// Captured: the charge `succeeded`, this much taken (the rest of the hold released).
+    Captured(Amount),
+    /// Canceled by our cancel: the charge `failed`, nothing taken.
+    Canceled,
+    /// Stripe canceled the hold at its deadline before it was captured: the charge `failed`.
+    Expired,
+    /// The capture or cancel ended without changing the hold (refused by Stripe for a reason
+    /// of its own): the charge stays `authorized`, free for another capture or cancel.
+    GivenBack,
+}
+
+/// The charge side of a capture's or a cancel's outcome ([`AuthorizationOutcome`]), written with
+/// the operation's fenced outcome (all or nothing): the fence makes it happen once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettleAuthorization {
+    pub charge: OperationKey,
+    pub taker: Taker,
+    pub outcome: AuthorizationOutcome,
     pub now: Timestamp,
 }

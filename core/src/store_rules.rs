@@ -21,8 +21,9 @@ use crate::domain::OperationId;
 use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationStatus};
 use crate::store::{
-    Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-    ReleaseRefund, Reschedule, ReserveRefund,
+    AuthorizationOutcome, Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded,
+    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
+    TakeAuthorization, TakeFrom,
 };
 use crate::time::Timestamp;
 
@@ -32,7 +33,7 @@ pub enum Guard {
     /// The record is this operation's: a message for an older operation that was replaced must
     /// not drive the new one.
     IsOperation(OperationId),
-    /// Pending or unknown: a settled record is final.
+    /// Pending, unknown or authorized: a settled record is final.
     Unsettled,
     /// Not waiting for a person: only an operator acts on a record in review.
     NotInReview,
@@ -61,6 +62,15 @@ pub enum Guard {
     ReservedAtLeast(i64),
     /// The record is a refund.
     IsRefund,
+    /// No capture or cancel took the charge (`taken_by` absent).
+    NotTaken,
+    /// The capture or cancel with this operation id took the charge.
+    TakenBy(OperationId),
+    /// Never claimed for a Stripe call (`first_attempted_at` absent): nothing was ever sent.
+    NeverAttempted,
+    /// `authorized`, or already this status (a capture's or cancel's outcome over a charge whose
+    /// own look at Stripe recorded the same end first).
+    AuthorizedOr(OperationStatus),
 }
 
 impl Guard {
@@ -80,6 +90,12 @@ impl Guard {
             Guard::ReservedAtMost(max) => op.refund_reserved <= max,
             Guard::ReservedAtLeast(min) => op.refund_reserved >= min,
             Guard::IsRefund => matches!(op.kind, OperationKind::Refund(_)),
+            Guard::NotTaken => op.taken_by.is_none(),
+            Guard::TakenBy(id) => op.taken_by.is_some_and(|t| t.operation_id == id),
+            Guard::NeverAttempted => op.first_attempted_at.is_none(),
+            Guard::AuthorizedOr(status) => {
+                op.status == OperationStatus::Authorized || op.status == status
+            }
         }
     }
 
@@ -99,6 +115,10 @@ impl Guard {
             Guard::ReservedAtMost(_) => "reserved_at_most",
             Guard::ReservedAtLeast(_) => "reserved_at_least",
             Guard::IsRefund => "is_refund",
+            Guard::NotTaken => "not_taken",
+            Guard::TakenBy(_) => "taken_by",
+            Guard::NeverAttempted => "never_attempted",
+            Guard::AuthorizedOr(_) => "authorized_or",
         }
     }
 }
@@ -195,7 +215,11 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::IsCharge
         | Guard::ReservedAtMost(_)
         | Guard::ReservedAtLeast(_)
-        | Guard::IsRefund => Claim::Leased(current),
+        | Guard::IsRefund
+        | Guard::NotTaken
+        | Guard::TakenBy(_)
+        | Guard::NeverAttempted
+        | Guard::AuthorizedOr(_) => Claim::Leased(current),
     }
 }
 
@@ -331,6 +355,150 @@ pub fn create_refund(
     }
 }
 
+/// How an authorization's end reads in its charge's `last_error`: the record itself says how it
+/// ended ([`authorization_end`]), so the outbox can tell a cancel from a lapse from the stream's
+/// image alone, on every replay.
+pub const CANCELED_BEFORE_SENT: &str =
+    "canceled: stopped by the merchant before it was sent to Stripe";
+pub const CANCELED_BY_MERCHANT: &str =
+    "canceled: the authorization was released by the merchant's cancel";
+pub const AUTHORIZATION_EXPIRED: &str =
+    "authorization expired: Stripe canceled the hold uncaptured at its deadline";
+
+/// How a failed charge's authorization ended, when it was one that a cancel or a lapse ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationEnd {
+    Canceled,
+    Expired,
+}
+
+/// How `op`'s authorization ended ([`AuthorizationEnd`]); `None` for any other record.
+pub fn authorization_end(op: &Operation) -> Option<AuthorizationEnd> {
+    if op.status != OperationStatus::Failed || op.kind != OperationKind::Charge {
+        return None;
+    }
+    match op.last_error.as_deref()? {
+        CANCELED_BEFORE_SENT | CANCELED_BY_MERCHANT => Some(AuthorizationEnd::Canceled),
+        AUTHORIZATION_EXPIRED => Some(AuthorizationEnd::Expired),
+        _ => None,
+    }
+}
+
+/// A capture or cancel takes its order's charge ([`TakeAuthorization`]): only the charge read,
+/// only if nobody took it before, and only from where the door found it — authorized, or never
+/// sent (then the cancel settles it `failed` here, before any Stripe call can be claimed: a claim
+/// after it finds it settled, a claim before it made it attempted and this write refused).
+impl Transition for TakeAuthorization {
+    fn guards(&self) -> Vec<Guard> {
+        let mut guards = vec![
+            Guard::IsOperation(self.charge_operation_id),
+            Guard::IsCharge,
+            Guard::NotTaken,
+        ];
+        match self.from {
+            TakeFrom::Authorized => guards.push(Guard::StatusIs(OperationStatus::Authorized)),
+            TakeFrom::NeverSent => guards.extend([
+                Guard::StatusIs(OperationStatus::Pending),
+                Guard::NeverAttempted,
+                Guard::NoLeaseAfter(self.now),
+            ]),
+        }
+        guards
+    }
+
+    fn change(&self, op: &mut Operation) {
+        op.taken_by = Some(self.taker);
+        if self.from == TakeFrom::NeverSent {
+            op.status = OperationStatus::Failed;
+            op.last_error = Some(CANCELED_BEFORE_SENT.to_owned());
+            op.next_due_at = None;
+            op.review = None;
+        }
+        op.updated_at = self.now;
+    }
+}
+
+/// A capture's or a cancel's outcome on its charge ([`SettleAuthorization`]): only by the
+/// operation that took it, and only over an authorized charge (or one whose own look at Stripe
+/// already recorded the same end). Captured: `succeeded` with the amount taken; canceled or
+/// lapsed: `failed`; given back: still authorized, free again.
+impl Transition for SettleAuthorization {
+    fn guards(&self) -> Vec<Guard> {
+        let status = match self.outcome {
+            AuthorizationOutcome::Captured(_) => OperationStatus::Succeeded,
+            AuthorizationOutcome::Canceled | AuthorizationOutcome::Expired => {
+                OperationStatus::Failed
+            }
+            AuthorizationOutcome::GivenBack => OperationStatus::Authorized,
+        };
+        vec![
+            Guard::IsCharge,
+            Guard::TakenBy(self.taker.operation_id),
+            Guard::AuthorizedOr(status),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        let ended = |op: &mut Operation, status, error: Option<&str>| {
+            op.status = status;
+            op.last_error = error.map(str::to_owned);
+            op.next_due_at = None;
+            op.lease = None;
+            op.review = None;
+        };
+        match self.outcome {
+            AuthorizationOutcome::Captured(amount) => {
+                op.amount_captured = Some(amount);
+                ended(op, OperationStatus::Succeeded, None);
+            }
+            AuthorizationOutcome::Canceled => {
+                ended(op, OperationStatus::Failed, Some(CANCELED_BY_MERCHANT))
+            }
+            AuthorizationOutcome::Expired => {
+                ended(op, OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED))
+            }
+            AuthorizationOutcome::GivenBack => op.taken_by = None,
+        }
+        op.updated_at = self.now;
+    }
+}
+
+/// Result of `OperationStore::create_taking`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TakingCreated {
+    /// The capture or cancel was written and took the charge.
+    New(Operation),
+    /// One of the same kind already existed for the order; this is it, unchanged.
+    Existing(Operation),
+    /// The charge refused (its record as it is now, and why): another took it, it moved on
+    /// since it was read, or it is gone. Nothing was written.
+    ChargeRefused(Option<(Operation, Guard)>),
+}
+
+/// A capture's or cancel's create with its claim on the charge, as one write over both records,
+/// all or nothing: one of the same kind already there is the answer; else the charge's guards
+/// decide ([`TakeAuthorization`]). The charge after the write comes back with the answer.
+pub fn create_taking(
+    existing: Option<&Operation>,
+    charge: Option<&Operation>,
+    taking: &Operation,
+    take: &TakeAuthorization,
+) -> (TakingCreated, Option<Operation>) {
+    if let Some(existing) = existing {
+        return (TakingCreated::Existing(existing.clone()), None);
+    }
+    let Some(charge) = charge else {
+        return (TakingCreated::ChargeRefused(None), None);
+    };
+    match apply(charge, take) {
+        Ok(next) => (TakingCreated::New(taking.clone()), Some(next)),
+        Err(by) => (
+            TakingCreated::ChargeRefused(Some((charge.clone(), by))),
+            None,
+        ),
+    }
+}
+
 impl Transition for ClaimRequest {
     fn guards(&self) -> Vec<Guard> {
         vec![
@@ -374,6 +542,12 @@ impl Transition for OutcomeRecord {
         }
         if let Some(id) = &self.stripe_refund_id {
             op.stripe_refund_id = Some(id.clone());
+        }
+        if let Some(t) = self.capture_before {
+            op.capture_before = Some(t);
+        }
+        if let Some(a) = self.amount_captured {
+            op.amount_captured = Some(a);
         }
         op.last_error = self.last_error.clone();
         if let Some(review) = &self.review {

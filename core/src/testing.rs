@@ -36,6 +36,7 @@ pub fn charge_params() -> ChargeParams {
         currency: Currency::parse("usd").expect("valid currency"),
         customer_id: CustomerId::parse("cus_1").expect("valid customer id"),
         payment_method: PaymentMethodId::parse("pm_card_visa").expect("valid payment method"),
+        capture_method: Default::default(),
     }
 }
 
@@ -181,5 +182,8 @@ pub fn outcome(
         now,
         stripe_refund_id: None,
         release: None,
+        authorization: None,
+        capture_before: None,
+        amount_captured: None,
     }
 }

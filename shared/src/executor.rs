@@ -14,6 +14,10 @@
 //! A refund operation runs the same shell with its own plan ([`refund_plan`]): retrieve its
 //! refund, create it with the refund key, or list the intent's refunds past the key window; a
 //! refund that ends without returning money gives its reservation back in the recording write.
+//!
+//! A capture or a cancel runs it with [`take_plan`]: act on the first attempt, read the intent
+//! first on every later one (a lost capture's answer replays under its key, an error too), and
+//! end its charge's authorization in the recording write (captured, canceled, lapsed).
 
 pub use charge_core::charge_plan as plan;
 
@@ -21,15 +25,19 @@ use std::sync::Arc;
 
 use charge_core::event_plan::{self, Action};
 use charge_core::refund_plan::{self, RefundStep};
+use charge_core::take_plan::{self, TakeDecision, TakeStep};
 use tracing::{error, info, warn};
 
 use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
-use crate::operation::{Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review};
+use crate::operation::{
+    Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
+};
 use crate::outcome::PaymentIntent;
 use crate::ports::Clock;
 use crate::ports::{
-    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, CreateRefund, OperationStore,
-    OutcomeRecord, PaymentGateway, Recorded, ReleaseRefund, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent,
+    CreateRefund, OperationStore, OutcomeRecord, PaymentGateway, Recorded, ReleaseRefund,
+    SettleAuthorization, StoreError,
 };
 use crate::refund::StripeRefund;
 
@@ -49,6 +57,9 @@ pub struct ChargeReport {
     pub sent_to_review: Option<ReviewClass>,
     /// Stripe answered with `Idempotent-Replayed: true`: our key had been used before.
     pub replayed: bool,
+    /// This execution recorded an authorization uncaptured with its deadline near (or passed):
+    /// the caller pages (`AuthorizationNearDeadline`).
+    pub deadline_near: bool,
     /// The record as the shell last saw it: as written; as the claim found it when it was not
     /// ours to change (settled, leased, in review); the current one when our write lost to
     /// another (`None` if it is gone). A caller that must compare something with what stands
@@ -100,6 +111,9 @@ pub async fn execute_charge(
         if op.params.refund().is_some() {
             return (refund(deps, &op).await, ());
         }
+        if op.kind.takes_authorization() {
+            return (take(deps, &op).await, ());
+        }
         let step = plan::next_step(&op, deps.clock.now(), &deps.policy);
         let (decision, replayed) = act(deps, &op, &step).await;
         let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
@@ -111,11 +125,85 @@ pub async fn execute_charge(
             decision,
             replayed,
             refund: None,
+            authorization: None,
         };
         (planned, ())
     })
     .await?;
     Ok(report)
+}
+
+/// The most calls one capture or cancel execution makes: act, read, act again (or read, act,
+/// read). Past it what stands is recorded (unknown, due), and the next attempt reads first.
+const MAX_TAKE_CALLS: u32 = 3;
+
+/// A claimed capture's or cancel's calls to Stripe ([`take_plan`]), and the end of its charge's
+/// authorization to record with its outcome.
+async fn take(deps: &ChargeDeps, op: &Operation) -> Planned {
+    let policy = &deps.policy;
+    let mut step = take_plan::next_step(op);
+    let first = step.name(&op.kind);
+    let mut gateway_calls = 0;
+    let mut decided: TakeDecision;
+    loop {
+        decided = match &step {
+            TakeStep::Nothing => take_plan::nothing_to_act_on(op, deps.clock.now()),
+            TakeStep::Act(_) => {
+                let result = act_on_intent(deps, op).await;
+                take_plan::after_act(op, result, deps.clock.now(), policy)
+            }
+            TakeStep::Retrieve(id) => {
+                let result = deps.gateway.retrieve(id).await;
+                take_plan::after_retrieve(op, result, deps.clock.now(), policy)
+            }
+        };
+        gateway_calls += u32::from(!matches!(step, TakeStep::Nothing));
+        match decided.then.take() {
+            Some(next) if gateway_calls < MAX_TAKE_CALLS => step = next,
+            _ => break,
+        }
+    }
+    let now = deps.clock.now();
+    let authorization = decided.authorization.and_then(|outcome| {
+        Some(SettleAuthorization {
+            charge: op.key().charge_of_order(),
+            taker: Taker::of(op)?,
+            outcome,
+            now,
+        })
+    });
+    Planned {
+        step: first,
+        decision: decided.decision,
+        gateway_calls,
+        replayed: false,
+        refund: None,
+        authorization,
+    }
+}
+
+/// The capture or the cancel itself, under the operation's own key.
+async fn act_on_intent(
+    deps: &ChargeDeps,
+    op: &Operation,
+) -> Result<crate::outcome::PaymentIntent, crate::outcome::GatewayError> {
+    let missing = || crate::outcome::GatewayError::Rejected {
+        detail: format!(
+            "a {} operation without its payment intent",
+            op.kind.as_str()
+        ),
+        param: None,
+    };
+    match op.kind {
+        crate::domain::OperationKind::Capture => {
+            let req = CapturePaymentIntent::for_operation(op).ok_or_else(missing)?;
+            deps.gateway.capture(&req).await
+        }
+        _ => {
+            let req = CancelPaymentIntent::for_cancel_operation(op).ok_or_else(missing)?;
+            deps.gateway.cancel(&req).await
+        }
+    }
 }
 
 /// The step's one call to Stripe, and what its answer decides (with whether Stripe replayed it).
@@ -204,6 +292,7 @@ fn refund_planned(
         gateway_calls,
         replayed,
         refund: Some((decided.refund_id, release)),
+        authorization: None,
     }
 }
 
@@ -237,6 +326,7 @@ fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {
         gateway_calls: 0,
         replayed: false,
         refund: None,
+        authorization: None,
     }
 }
 
@@ -268,6 +358,7 @@ pub async fn apply_event(
             gateway_calls: 0,
             replayed: false,
             refund: None,
+            authorization: None,
         };
         (planned, action)
     })
@@ -284,6 +375,8 @@ pub struct Planned {
     pub replayed: bool,
     /// A refund's Stripe id to record, and its reservation to give back, if any.
     pub refund: Option<(Option<StripeRefundId>, Option<ReleaseRefund>)>,
+    /// A capture's or cancel's end of its charge's authorization, if any.
+    pub authorization: Option<SettleAuthorization>,
 }
 
 /// The calls `decision` asks for before it may be recorded ([`plan::FollowUp`]: the cancel of a
@@ -316,6 +409,11 @@ async fn follow_up(
                 let result = deps.gateway.retrieve(&id).await;
                 let now = deps.clock.now();
                 plan::after_cancel_refused(op, &id, &why, result, now, &deps.policy, livemode)
+            }
+            FollowUp::ReadDeadline { id } => {
+                let result = deps.gateway.retrieve(&id).await;
+                let now = deps.clock.now();
+                plan::after_retrieve(op, result, now, &deps.policy, livemode)
             }
         };
     }
@@ -409,7 +507,9 @@ async fn record(
         gateway_calls,
         replayed,
         refund,
+        authorization,
     } = planned;
+    let hold = decision.authorization.unwrap_or_default();
     let (stripe_refund_id, release) = refund.unwrap_or_default();
     let now = deps.clock.now();
     let outcome = OutcomeRecord {
@@ -427,12 +527,16 @@ async fn record(
         now,
         stripe_refund_id,
         release,
+        authorization,
+        capture_before: hold.capture_before,
+        amount_captured: hold.amount_captured,
     };
     let report = match deps.store.record(&outcome).await? {
         Recorded::Written(op) => {
             log_recorded(step, &op, &decision, replayed);
             ChargeReport {
                 sent_to_review: decision.review.as_ref().map(|(class, _)| *class),
+                deadline_near: hold.deadline_near,
                 ..report(Some(op), decision.disposition(), gateway_calls)
             }
         }
@@ -486,6 +590,7 @@ fn report(record: Option<Operation>, disposition: Disposition, gateway_calls: u3
         gateway_calls,
         sent_to_review: None,
         replayed: false,
+        deadline_near: false,
         record,
     }
 }

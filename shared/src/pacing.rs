@@ -30,7 +30,8 @@ use async_trait::async_trait;
 use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
 use crate::ports::{
-    CancelPaymentIntent, Clock, CreatePaymentIntent, CreateRefund, PaymentGateway, Sleeper,
+    CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent, CreateRefund,
+    PaymentGateway, Sleeper,
 };
 use crate::refund::StripeRefund;
 
@@ -195,6 +196,11 @@ impl PaymentGateway for PacedGateway {
         self.inner.cancel(req).await
     }
 
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.capture(req).await
+    }
+
     // Refund calls are calls of the same account: each takes a slot of the same budget.
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -311,7 +317,7 @@ mod tests {
         let req = CancelPaymentIntent {
             id: PaymentIntentId::parse("pi_unknown").unwrap(),
             idempotency_key: OperationId::new_random().cancel_idempotency_key(),
-            reason: CancellationReason::Abandoned,
+            reason: Some(CancellationReason::Abandoned),
         };
         // The first reaches Stripe (which knows no such intent).
         assert!(matches!(

@@ -36,6 +36,7 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TY
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_once::domain::CaptureMethod;
 use charge_once::ports::MetricsSink;
 use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
 use charge_once::{
@@ -51,7 +52,13 @@ use crate::refunds;
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
-const FIELDS: [&str; 4] = ["amount", "currency", "customer_id", "payment_method"];
+const FIELDS: [&str; 5] = [
+    "amount",
+    "currency",
+    "customer_id",
+    "payment_method",
+    "capture",
+];
 
 /// What the handler needs, built once in `main`.
 pub struct Checkout {
@@ -452,14 +459,30 @@ fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
         &mut problems,
         PaymentMethodId::parse,
     );
+    // Optional: absent or null is automatic, as before authorizations existed.
+    let capture_method = match obj.get("capture") {
+        None | Some(Value::Null) => Some(CaptureMethod::Automatic),
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| ValidationError::new("capture", "must be a string"))
+            .and_then(CaptureMethod::parse)
+            .map_err(|e| problems.push(e))
+            .ok(),
+    };
     if let (Some(amount), Some(currency)) = (amount, &currency) {
         // Stripe would refuse it (400) and the order would end in review; refuse it here.
         if let Err(e) = ChargeParams::check_chargeable(amount, currency) {
             problems.push(e);
         }
     }
-    match (amount, currency, customer_id, payment_method) {
-        (Some(amount), Some(currency), Some(customer_id), Some(payment_method))
+    match (
+        amount,
+        currency,
+        customer_id,
+        payment_method,
+        capture_method,
+    ) {
+        (Some(amount), Some(currency), Some(customer_id), Some(payment_method), Some(capture))
             if problems.is_empty() =>
         {
             Ok(ChargeParams {
@@ -467,6 +490,7 @@ fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
                 currency,
                 customer_id,
                 payment_method,
+                capture_method: capture,
             })
         }
         _ => Err(invalid(problems)),

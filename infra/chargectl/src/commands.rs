@@ -274,7 +274,7 @@ pub async fn show(
             .refunds_of(&op.order_id)
             .await
             .map_err(|e| Failure::infra("cannot list the order's refunds", e))?,
-        charge_once::OperationKind::Refund(_) => Vec::new(),
+        _ => Vec::new(),
     };
     if args.json {
         let mut value =

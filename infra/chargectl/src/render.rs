@@ -249,6 +249,17 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             ("refund of", p.payment_intent.as_str().to_owned()),
             ("reason", dash(p.reason.map(|r| r.as_str()))),
         ],
+        Params::Capture(p) => [
+            ("capture of", p.payment_intent.as_str().to_owned()),
+            ("reason", "-".to_owned()),
+        ],
+        Params::Cancel(p) => [
+            (
+                "cancel of",
+                dash(p.payment_intent.as_ref().map(|id| id.as_str())),
+            ),
+            ("reason", dash(p.cancellation_reason.map(|r| r.as_str()))),
+        ],
     };
     let fields: Vec<(&str, String)> = vec![
         ("operation", op.operation_id.to_string()),

@@ -76,6 +76,7 @@ fn params() -> ChargeParams {
         currency: Currency::parse("usd").expect("currency"),
         customer_id: CustomerId::parse("cus_Q8xYz12AbC").expect("customer"),
         payment_method: PaymentMethodId::parse("pm_card_visa").expect("payment method"),
+        capture_method: Default::default(),
     }
 }
 

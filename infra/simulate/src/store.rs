@@ -32,7 +32,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
-use charge_once::operation::{AuditEntry, Lease, Params, Review};
+use charge_once::domain::CaptureMethod;
+use charge_once::operation::{AuditEntry, Lease, Params, Review, Taker};
 use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
@@ -190,6 +191,17 @@ struct Packed {
     /// Boxed on purpose: 8 bytes in every packed record, where nearly none has a history.
     #[allow(clippy::box_collection)]
     history: Option<Box<Vec<AuditEntry>>>,
+    /// An authorization's facts (a charge made with `capture: manual`); `None` for every other
+    /// record: 8 bytes where nearly none has one.
+    hold: Option<Box<HoldRest>>,
+}
+
+/// What only an authorized charge has.
+struct HoldRest {
+    capture_method: CaptureMethod,
+    capture_before: Option<Timestamp>,
+    amount_captured: Option<Amount>,
+    taken_by: Option<Taker>,
 }
 
 /// What kind of record it is, with what only its kind has: a charge's strings are shared (by
@@ -197,6 +209,15 @@ struct Packed {
 enum What {
     Charge(u32),
     Refund(Box<RefundRest>),
+    /// A capture or a cancel: its own parameters, boxed.
+    Taking(Box<TakingRest>),
+}
+
+/// The fields of a capture or cancel record.
+struct TakingRest {
+    params: Params,
+    fingerprint: Fingerprint,
+    requested_by: Option<Principal>,
 }
 
 /// The fields of a refund record a charge does not have, or does not share.
@@ -232,14 +253,40 @@ impl Packed {
             history,
             refund_reserved,
             stripe_refund_id,
+            capture_before,
+            amount_captured,
+            taken_by,
         } = op;
+        let mut hold = (capture_before.is_some()
+            || amount_captured.is_some()
+            || taken_by.is_some())
+        .then(|| {
+            Box::new(HoldRest {
+                capture_method: CaptureMethod::Automatic,
+                capture_before,
+                amount_captured,
+                taken_by,
+            })
+        });
         let (amount, what) = match params {
             Params::Charge(ChargeParams {
                 amount,
                 currency,
                 customer_id,
                 payment_method,
+                capture_method,
             }) => {
+                if capture_method == CaptureMethod::Manual {
+                    hold.get_or_insert_with(|| {
+                        Box::new(HoldRest {
+                            capture_method,
+                            capture_before: None,
+                            amount_captured: None,
+                            taken_by: None,
+                        })
+                    })
+                    .capture_method = capture_method;
+                }
                 let shared = Shared {
                     currency,
                     customer_id,
@@ -256,6 +303,14 @@ impl Packed {
                     fingerprint,
                     requested_by,
                     stripe_refund_id,
+                })),
+            ),
+            taking @ (Params::Capture(_) | Params::Cancel(_)) => (
+                taking.amount(),
+                What::Taking(Box::new(TakingRest {
+                    params: taking,
+                    fingerprint,
+                    requested_by,
                 })),
             ),
         };
@@ -276,6 +331,7 @@ impl Packed {
             last_error: last_error.map(String::into_boxed_str),
             review: review.map(Box::new),
             history: (!history.is_empty()).then(|| Box::new(history)),
+            hold,
         }
     }
 
@@ -288,6 +344,10 @@ impl Packed {
                     currency: shared.currency.clone(),
                     customer_id: shared.customer_id.clone(),
                     payment_method: shared.payment_method.clone(),
+                    capture_method: self
+                        .hold
+                        .as_ref()
+                        .map_or(CaptureMethod::Automatic, |h| h.capture_method),
                 };
                 let (fingerprint, by) = (shared.fingerprint.clone(), shared.requested_by.clone());
                 (Params::Charge(params), fingerprint, by, None)
@@ -297,6 +357,12 @@ impl Packed {
                 r.fingerprint.clone(),
                 r.requested_by.clone(),
                 r.stripe_refund_id.clone(),
+            ),
+            What::Taking(t) => (
+                t.params.clone(),
+                t.fingerprint.clone(),
+                t.requested_by.clone(),
+                None,
             ),
         };
         Operation {
@@ -320,6 +386,9 @@ impl Packed {
             history: self.history.as_deref().cloned().unwrap_or_default(),
             refund_reserved: self.refund_reserved,
             stripe_refund_id,
+            capture_before: self.hold.as_ref().and_then(|h| h.capture_before),
+            amount_captured: self.hold.as_ref().and_then(|h| h.amount_captured),
+            taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
         }
     }
 
@@ -451,6 +520,7 @@ impl Published {
             Outcome::Succeeded => 1,
             Outcome::Failed => 2,
             Outcome::NeedsReview => 4,
+            Outcome::Authorized => 8,
         }
     }
 
@@ -501,7 +571,7 @@ impl Table {
         let at = self.slot(&key);
         let same = at.and_then(|at| match self.slots[at].record.what {
             What::Charge(n) => Some(n),
-            What::Refund(_) => None,
+            What::Refund(_) | What::Taking(_) => None,
         });
         let packed = Packed::pack(op, &mut self.strings, same);
         match at {
@@ -1262,6 +1332,7 @@ mod tests {
                 currency: Currency::parse("eur").unwrap(),
                 customer_id: CustomerId::parse("cus_1").unwrap(),
                 payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
+                capture_method: Default::default(),
             },
             Principal::iam("arn:aws:sts::000000000000:assumed-role/order-service/t").unwrap(),
             Timestamp::from_millis(T0),
@@ -1321,6 +1392,9 @@ mod tests {
             now: Timestamp::from_millis(T0 + 2_000),
             stripe_refund_id: None,
             release: None,
+            amount_captured: None,
+            authorization: None,
+            capture_before: None,
         };
         let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
             panic!("refused");

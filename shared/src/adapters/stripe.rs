@@ -28,10 +28,13 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
+use crate::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use crate::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway,
+};
 use crate::refund::{RefundStatus, StripeRefund};
+use crate::time::Timestamp;
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
 pub const STRIPE_VERSION: &str = "2024-06-20";
@@ -158,6 +161,8 @@ pub struct StripeRequests {
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
     pub cancel: AtomicU64,
+    /// `POST /v1/payment_intents/{id}/capture`.
+    pub capture: AtomicU64,
     /// `POST /v1/refunds`.
     pub refund_create: AtomicU64,
     /// `GET /v1/refunds/{id}` and every page of `GET /v1/refunds`.
@@ -170,6 +175,7 @@ impl StripeRequests {
             + self.retrieve.load(Ordering::Relaxed)
             + self.search.load(Ordering::Relaxed)
             + self.cancel.load(Ordering::Relaxed)
+            + self.capture.load(Ordering::Relaxed)
             + self.refund_create.load(Ordering::Relaxed)
             + self.refund_read.load(Ordering::Relaxed)
     }
@@ -500,6 +506,56 @@ struct WirePaymentIntent {
     metadata: Option<WireMetadata>,
     #[serde(default)]
     livemode: Option<bool>,
+    #[serde(default)]
+    amount_received: Option<i64>,
+    #[serde(default)]
+    cancellation_reason: Option<String>,
+    /// The charge's id, or (asked with `expand[]=latest_charge`) the charge itself, whose card
+    /// details carry an authorization's deadline.
+    #[serde(default)]
+    latest_charge: Option<WireLatestCharge>,
+}
+
+/// `latest_charge`: an id, or the expanded charge. Anything else makes the answer unreadable.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum WireLatestCharge {
+    Id(#[allow(dead_code)] String),
+    Expanded(WireCharge),
+}
+
+#[derive(Debug, Deserialize)]
+struct WireCharge {
+    #[serde(default)]
+    payment_method_details: Option<WirePaymentMethodDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WirePaymentMethodDetails {
+    #[serde(default)]
+    card: Option<WireCard>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireCard {
+    /// Seconds since the epoch: the card network's deadline for the capture.
+    #[serde(default)]
+    capture_before: Option<i64>,
+}
+
+impl WireLatestCharge {
+    fn capture_before(&self) -> Option<Timestamp> {
+        match self {
+            WireLatestCharge::Id(_) => None,
+            WireLatestCharge::Expanded(c) => c
+                .payment_method_details
+                .as_ref()?
+                .card
+                .as_ref()?
+                .capture_before
+                .map(|s| Timestamp::from_millis(s.saturating_mul(1000))),
+        }
+    }
 }
 
 /// The two keys our create sets; the others are skipped unread. Stripe's metadata values are
@@ -516,7 +572,11 @@ impl WirePaymentIntent {
             Some(m) => (string(m.operation_id), string(m.order_id)),
             None => (None, None),
         };
+        let capture_before = self.latest_charge.as_ref().and_then(|c| c.capture_before());
         PaymentIntent {
+            amount_received: self.amount_received,
+            cancellation_reason: self.cancellation_reason,
+            capture_before,
             status: PaymentIntentStatus::parse(&self.status),
             operation_id,
             order_id,
@@ -666,12 +726,13 @@ pub fn parse_search(body: &[u8]) -> Result<Vec<PaymentIntent>, GatewayError> {
         .collect())
 }
 
-/// The form of a cancel: Stripe's `cancellation_reason`, the only parameter sent.
+/// The form of a cancel: Stripe's `cancellation_reason` (none when the merchant gave none), the
+/// only parameter sent.
 pub fn cancel_form(req: &CancelPaymentIntent) -> Vec<(String, String)> {
-    vec![(
-        "cancellation_reason".to_owned(),
-        req.reason.as_str().to_owned(),
-    )]
+    req.reason
+        .map(|r| ("cancellation_reason".to_owned(), r.as_str().to_owned()))
+        .into_iter()
+        .collect()
 }
 
 /// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
@@ -847,7 +908,7 @@ impl PaymentGateway for StripeGateway {
     }
 
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        let form = [
+        let mut form = vec![
             ("amount", req.params.amount.minor_units().to_string()),
             ("currency", req.params.currency.as_str().to_owned()),
             ("customer", req.params.customer_id.as_str().to_owned()),
@@ -860,6 +921,11 @@ impl PaymentGateway for StripeGateway {
             ("metadata[operation_id]", req.operation_id.to_string()),
             ("metadata[order_id]", req.order_id.as_str().to_owned()),
         ];
+        if req.params.capture_method == CaptureMethod::Manual {
+            // Held, not taken; the charge expanded, so the answer states the hold's deadline.
+            form.push(("capture_method", "manual".to_owned()));
+            form.push(("expand[]", "latest_charge".to_owned()));
+        }
         let (body, replayed) = self
             .post_form(
                 &self.requests.create,
@@ -877,7 +943,8 @@ impl PaymentGateway for StripeGateway {
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
-        let path = format!("/v1/payment_intents/{id}");
+        // The charge expanded: an authorization's deadline is on it (`capture_before`).
+        let path = format!("/v1/payment_intents/{id}?expand%5B%5D=latest_charge");
         let (body, _) = self
             .send(&self.requests.retrieve, || {
                 self.request(Method::GET, &path, None, Bytes::new())
@@ -914,6 +981,24 @@ impl PaymentGateway for StripeGateway {
                 &self.requests.cancel,
                 &path,
                 cancel_form(req),
+                req.idempotency_key.as_str(),
+            )
+            .await?;
+        parse_payment_intent(&body, replayed)
+    }
+
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
+        let path = format!("/v1/payment_intents/{}/capture", req.id);
+        let form = [(
+            "amount_to_capture",
+            req.amount_to_capture.minor_units().to_string(),
+        )];
+        let (body, replayed) = self
+            .post_form(
+                &self.requests.capture,
+                &path,
+                form.iter(),
                 req.idempotency_key.as_str(),
             )
             .await?;
@@ -1004,6 +1089,9 @@ mod tests {
             amount: old.amount,
             currency: old.currency.clone().map(|c| c.to_ascii_lowercase()),
             livemode: old.livemode,
+            amount_received: None,
+            cancellation_reason: None,
+            capture_before: None,
         })
     }
 
@@ -1474,7 +1562,9 @@ mod tests {
         // What went out: the pinned version, the key as a bearer token, our user agent.
         let request = server.await.unwrap().to_ascii_lowercase();
         assert!(
-            request.starts_with("get /v1/payment_intents/pi_transport http/1.1\r\n"),
+            request.starts_with(
+                "get /v1/payment_intents/pi_transport?expand%5b%5d=latest_charge http/1.1\r\n"
+            ),
             "{request}"
         );
         assert!(

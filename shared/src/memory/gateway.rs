@@ -412,8 +412,11 @@ impl FakeGateway {
         }
         // The key is saved with its request (the intent and the reason, Stripe's parameters).
         let key = req.idempotency_key.as_str().to_owned();
-        let fingerprint =
-            Fingerprint::from_stored(format!("cancel {} {}", req.id, req.reason.as_str()));
+        let fingerprint = Fingerprint::from_stored(format!(
+            "cancel {} {}",
+            req.id,
+            req.reason.map_or("-", |r| r.as_str())
+        ));
         if let Some(answer) = st.replay(&key, &fingerprint) {
             return answer;
         }

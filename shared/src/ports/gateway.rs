@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 
 use crate::domain::{
-    ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,
+    Amount, ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,
 };
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent};
@@ -35,13 +35,13 @@ impl CreatePaymentIntent {
     }
 }
 
-/// A cancel request: the operation's PaymentIntent, the reason Stripe records, and the cancel key
-/// derived from the operation id (never the create's key).
+/// A cancel request: the operation's PaymentIntent, the reason Stripe records (none: Stripe
+/// records none), and the cancel key derived from the operation id (never the create's key).
 #[derive(Debug, Clone)]
 pub struct CancelPaymentIntent {
     pub id: PaymentIntentId,
     pub idempotency_key: IdempotencyKey,
-    pub reason: CancellationReason,
+    pub reason: Option<CancellationReason>,
 }
 
 impl CancelPaymentIntent {
@@ -50,28 +50,44 @@ impl CancelPaymentIntent {
         Self {
             id,
             idempotency_key: op.operation_id.cancel_idempotency_key(),
-            reason: CancellationReason::Abandoned,
+            reason: Some(CancellationReason::Abandoned),
         }
+    }
+
+    /// The merchant's cancel operation's: its charge's intent, with the reason it asked, under
+    /// the cancel operation's own key (`cancel-op:<operation_id>`). `None` for any other kind,
+    /// and for a cancel of a charge never sent (nothing at Stripe to cancel).
+    pub fn for_cancel_operation(op: &Operation) -> Option<Self> {
+        let params = op.params.cancel()?;
+        Some(Self {
+            id: params.payment_intent.clone()?,
+            idempotency_key: op.idempotency_key(),
+            reason: params.cancellation_reason,
+        })
     }
 }
 
-/// Stripe's `cancellation_reason` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancellationReason {
-    Duplicate,
-    Fraudulent,
-    RequestedByCustomer,
-    Abandoned,
+pub use crate::domain::CancellationReason;
+
+/// A capture request (`POST /v1/payment_intents/{id}/capture`): the capture operation's amount of
+/// its charge's intent, under the capture key (`capture-op:<operation_id>`), the same on every
+/// attempt.
+#[derive(Debug, Clone)]
+pub struct CapturePaymentIntent {
+    pub id: PaymentIntentId,
+    pub idempotency_key: IdempotencyKey,
+    pub amount_to_capture: Amount,
 }
 
-impl CancellationReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CancellationReason::Duplicate => "duplicate",
-            CancellationReason::Fraudulent => "fraudulent",
-            CancellationReason::RequestedByCustomer => "requested_by_customer",
-            CancellationReason::Abandoned => "abandoned",
-        }
+impl CapturePaymentIntent {
+    /// The capture of a capture operation; `None` for any other kind.
+    pub fn for_operation(op: &Operation) -> Option<Self> {
+        let params = op.params.capture()?;
+        Some(Self {
+            id: params.payment_intent.clone(),
+            idempotency_key: op.idempotency_key(),
+            amount_to_capture: params.amount_to_capture,
+        })
     }
 }
 
@@ -134,6 +150,15 @@ pub trait PaymentGateway: Send + Sync {
     /// nobody can confirm it any more. Stripe answers the intent, `canceled`; an intent that
     /// succeeded or was canceled meanwhile is refused as [`GatewayError::UnexpectedState`].
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError>;
+
+    /// Captures an authorized PaymentIntent (`POST /v1/payment_intents/{id}/capture`) with the
+    /// capture key. Stripe answers the intent, `succeeded` with `amount_received`; an intent
+    /// captured, canceled or lapsed meanwhile is refused as [`GatewayError::UnexpectedState`]
+    /// (and that refusal is replayed under the same key until it expires: read the intent).
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let _ = req;
+        Err(refunds_not_supported("captures"))
+    }
 
     /// Creates a refund (`POST /v1/refunds`) with the refund key: a lost answer re-sent under the
     /// same key replays the first.

@@ -29,8 +29,8 @@ mod store;
 
 pub use clock::{Clock, Sleeper};
 pub use gateway::{
-    refunds_not_supported, CancelPaymentIntent, CancellationReason, CreatePaymentIntent,
-    CreateRefund, PaymentGateway,
+    refunds_not_supported, CancelPaymentIntent, CancellationReason, CapturePaymentIntent,
+    CreatePaymentIntent, CreateRefund, PaymentGateway,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
@@ -40,7 +40,8 @@ pub use queue::{
     QueuedCharge,
 };
 pub use store::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
-    OutcomeRecord, Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule,
-    ReserveRefund, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,
+    OperationStore, OperatorGuard, OutcomeRecord, Page, Recorded, RefundCreated, RefundFailedLater,
+    ReleaseRefund, Reschedule, ReserveRefund, ReviewCount, SettleAuthorization, StoreCalls,
+    StoreError, TakeAuthorization, TakeFrom, TakingCreated, UnreadableRecord,
 };

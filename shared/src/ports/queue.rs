@@ -12,7 +12,8 @@ use crate::operation::{Operation, OperationKey};
 /// The body of a message of the charge queue. Versioned by kind; carries no amount and no card
 /// data, only what identifies the operation, which the charge function reads back from the store:
 /// version 1 a charge (`kind: "charge"`), version 2 a refund (`kind: "refund"`, with its
-/// `refund_id`). A release that knows only version 1 parks a refund's message as
+/// `refund_id`), version 3 a capture or a cancel of the order's authorization (`kind: "capture"`,
+/// `"cancel"`). A release that does not know a version parks its message as
 /// `unsupported_version` on the dead-letter queue, and the reconciler re-sends the operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MessageBody", into = "MessageBody")]
@@ -41,6 +42,8 @@ impl TryFrom<MessageBody> for ChargeMessage {
         let kind = match (b.kind.as_str(), b.refund_id) {
             ("charge", None) => OperationKind::Charge,
             ("refund", Some(id)) => OperationKind::Refund(id),
+            ("capture", None) => OperationKind::Capture,
+            ("cancel", None) => OperationKind::Cancel,
             (kind, id) => {
                 return Err(format!(
                     "kind {kind:?} with{} a refund_id",
@@ -74,18 +77,23 @@ impl ChargeMessage {
     pub const VERSION: u32 = 1;
     /// A refund's message version.
     pub const REFUND_VERSION: u32 = 2;
+    /// A capture's or a cancel's message version.
+    pub const TAKE_VERSION: u32 = 3;
 
     /// The version a message of `kind` is written with.
     pub fn version_of(kind: &OperationKind) -> u32 {
         match kind {
             OperationKind::Charge => Self::VERSION,
             OperationKind::Refund(_) => Self::REFUND_VERSION,
+            OperationKind::Capture | OperationKind::Cancel => Self::TAKE_VERSION,
         }
     }
 
     /// Whether `v` is a version this release reads.
     pub fn known_version(v: u64) -> bool {
-        v == u64::from(Self::VERSION) || v == u64::from(Self::REFUND_VERSION)
+        [Self::VERSION, Self::REFUND_VERSION, Self::TAKE_VERSION]
+            .iter()
+            .any(|known| v == u64::from(*known))
     }
 
     pub fn for_operation(op: &Operation) -> Self {

@@ -11,10 +11,11 @@ use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
 pub use charge_core::store::{
-    Claim, ClaimRequest, Created, ManualResolution, OperatorGuard, OutcomeRecord, Recorded,
-    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OperatorGuard,
+    OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    SettleAuthorization, TakeAuthorization, TakeFrom,
 };
-pub use charge_core::store_rules::RefundCreated;
+pub use charge_core::store_rules::{RefundCreated, TakingCreated};
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
 /// conditional-check failures come back as values, not errors.
@@ -140,6 +141,22 @@ pub trait OperationStore: Send + Sync {
         refund: &Operation,
         reserve: &ReserveRefund,
     ) -> Result<RefundCreated, StoreError>;
+
+    /// Writes the capture or cancel `taking` and names it on the order's charge (`take`), in one
+    /// write over both records, all or nothing ([`crate::store_rules::create_taking`]): one of
+    /// the same kind already there is returned and the charge is untouched; a charge whose guards
+    /// refuse (taken by the other, moved since read) leaves both untouched. The default refuses,
+    /// for stores that predate authorizations (test doubles); every production store writes it.
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        let _ = (taking, take);
+        Err(StoreError::new(
+            "this store does not take authorizations (captures and cancels)",
+        ))
+    }
 
     /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
     /// partition, paged). A refund this release cannot read is an error naming it.

@@ -477,6 +477,7 @@ impl Seed {
                 body["payment_method"].as_str().unwrap_or(""),
             )
             .expect("payment method"),
+            capture_method: Default::default(),
         };
         let op = charge_once::Operation::new(
             OrderId::parse("ord-1001").expect("order id"),

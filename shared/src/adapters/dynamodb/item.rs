@@ -11,8 +11,11 @@
 //! | `payment_intent` (S), `refund_reason` (S, optional) | | a refund's: the charge's intent, Stripe's reason |
 //! | `refund_reserved` | N | a charge's: what its refunds reserved and did not give back; absent (0) on records written before refunds |
 //! | `stripe_refund_id` | S | a refund's `re_…`, once Stripe named it |
+//! | `capture_method` | S | a charge's: `manual` when authorized at checkout and captured later; absent: automatic (every record before authorizations) |
+//! | `capture_before` (N), `amount_captured` (N), `taken_by` (S) | | an authorized charge's: Stripe's deadline (ms), what its capture took, the capture or cancel that took it (`capture:<uuid>`, `cancel:<uuid>`) |
+//! | `amount_to_capture` | | a capture's is its `amount`; a cancel's `amount` is what it released, `payment_intent` absent when the charge was never sent, `cancellation_reason` (S, optional) |
 //! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`); absent on records of releases before 2026-11-30: "not recorded" |
-//! | `status` | S | `pending`, `unknown`, `succeeded`, `failed` |
+//! | `status` | S | `pending`, `unknown`, `authorized`, `succeeded`, `failed` |
 //! | `external_id`, `last_error` | S | optional |
 //! | `attempts`, `redrives` | N | |
 //! | `first_attempted_at`, `created_at`, `updated_at` | N | ms since the epoch |
@@ -26,11 +29,12 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::domain::{
-    Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, OperationKind, OrderId,
-    PaymentIntentId, PaymentMethodId, Principal, StripeRefundId,
+    Amount, CancelParams, CancellationReason, CaptureMethod, CaptureParams, ChargeParams, Currency,
+    CustomerId, Fingerprint, OperationId, OperationKind, OrderId, PaymentIntentId, PaymentMethodId,
+    Principal, StripeRefundId,
 };
 use crate::operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review, Taker,
 };
 use crate::ports::StoreError;
 use crate::time::Timestamp;
@@ -38,9 +42,10 @@ use charge_core::refund::{RefundParams, RefundReason};
 
 use super::paging::IndexPosition;
 use super::schema::{
-    due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
-    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
-    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, UPDATED_AT,
+    due_shard, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD, EXTERNAL_ID,
+    FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK,
+    REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD, SK, STATUS,
+    STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 
 pub type Attrs = HashMap<String, AttributeValue>;
@@ -103,12 +108,33 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         Params::Charge(p) => {
             put("customer_id", Some(attr_s(p.customer_id.as_str())));
             put("payment_method", Some(attr_s(p.payment_method.as_str())));
+            put(
+                "capture_method",
+                (!p.capture_method.is_automatic()).then(|| attr_s(p.capture_method.as_str())),
+            );
         }
         Params::Refund(p) => {
             put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
             put("refund_reason", p.reason.map(|r| attr_s(r.as_str())));
         }
+        Params::Capture(p) => put("payment_intent", Some(attr_s(p.payment_intent.as_str()))),
+        Params::Cancel(p) => {
+            put("payment_intent", p.payment_intent.as_deref().map(attr_s));
+            put(
+                "cancellation_reason",
+                p.cancellation_reason.map(|r| attr_s(r.as_str())),
+            );
+        }
     }
+    put(
+        CAPTURE_BEFORE,
+        op.capture_before.map(|t| attr_n(t.as_millis())),
+    );
+    put(
+        AMOUNT_CAPTURED,
+        op.amount_captured.map(|a| attr_n(a.minor_units())),
+    );
+    put(TAKEN_BY, op.taken_by.map(|t| attr_s(&t.to_string())));
     put(
         REFUND_RESERVED,
         (op.refund_reserved != 0).then(|| attr_n(op.refund_reserved)),
@@ -416,6 +442,13 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         stripe_refund_id: get_s(item, STRIPE_REFUND_ID)?
             .map(|id| domain(STRIPE_REFUND_ID, StripeRefundId::parse(id)))
             .transpose()?,
+        capture_before: get_t(item, CAPTURE_BEFORE)?,
+        amount_captured: get_n(item, AMOUNT_CAPTURED)?
+            .map(|a| domain(AMOUNT_CAPTURED, Amount::new(a)))
+            .transpose()?,
+        taken_by: get_s(item, TAKEN_BY)?
+            .map(|t| domain(TAKEN_BY, Taker::parse(t)))
+            .transpose()?,
     })
 }
 
@@ -435,6 +468,10 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 "payment_method",
                 PaymentMethodId::parse(req_s(item, "payment_method")?),
             )?,
+            capture_method: get_s(item, "capture_method")?
+                .map(|m| domain("capture_method", CaptureMethod::parse(m)))
+                .transpose()?
+                .unwrap_or_default(),
         }),
         OperationKind::Refund(_) => Params::Refund(RefundParams {
             amount,
@@ -445,6 +482,24 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
             )?,
             reason: get_s(item, "refund_reason")?
                 .map(|r| domain("refund_reason", RefundReason::parse(r)))
+                .transpose()?,
+        }),
+        OperationKind::Capture => Params::Capture(CaptureParams {
+            amount_to_capture: amount,
+            currency,
+            payment_intent: domain(
+                "payment_intent",
+                PaymentIntentId::parse(req_s(item, "payment_intent")?),
+            )?,
+        }),
+        OperationKind::Cancel => Params::Cancel(CancelParams {
+            amount_released: amount,
+            currency,
+            payment_intent: get_s(item, "payment_intent")?
+                .map(|id| domain("payment_intent", PaymentIntentId::parse(id)))
+                .transpose()?,
+            cancellation_reason: get_s(item, "cancellation_reason")?
+                .map(|r| domain("cancellation_reason", CancellationReason::parse(r)))
                 .transpose()?,
         }),
     })

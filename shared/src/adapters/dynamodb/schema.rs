@@ -40,6 +40,11 @@ pub const HISTORY: &str = "history";
 /// A charge's refunds' reservations (minor units); absent means 0.
 pub const REFUND_RESERVED: &str = "refund_reserved";
 pub const STRIPE_REFUND_ID: &str = "stripe_refund_id";
+/// An authorized charge's: Stripe's capture deadline (ms), what a capture took (minor units),
+/// and the capture or cancel that took it (`capture:<uuid>` / `cancel:<uuid>`).
+pub const CAPTURE_BEFORE: &str = "capture_before";
+pub const AMOUNT_CAPTURED: &str = "amount_captured";
+pub const TAKEN_BY: &str = "taken_by";
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";

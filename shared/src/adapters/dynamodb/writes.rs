@@ -25,7 +25,7 @@ use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
     LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
-    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, UPDATED_AT,
+    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -140,7 +140,11 @@ impl Expression {
                 let n = self.name(STATUS);
                 let pending = self.value(":if_pending", attr_s(OperationStatus::Pending.as_str()));
                 let unknown = self.value(":if_unknown", attr_s(OperationStatus::Unknown.as_str()));
-                format!("{n} IN ({pending}, {unknown})")
+                let authorized = self.value(
+                    ":if_authorized",
+                    attr_s(OperationStatus::Authorized.as_str()),
+                );
+                format!("{n} IN ({pending}, {unknown}, {authorized})")
             }
             Guard::NotInReview => format!("attribute_not_exists({})", self.name(REVIEW_REASON)),
             Guard::NoLeaseAfter(t) => {
@@ -181,6 +185,25 @@ impl Expression {
                 let n = self.name(SK);
                 let v = self.value(":if_charge", attr_s("charge"));
                 format!("{n} = {v}")
+            }
+            Guard::NotTaken => format!("attribute_not_exists({})", self.name(TAKEN_BY)),
+            Guard::TakenBy(id) => {
+                let n = self.name(TAKEN_BY);
+                let capture = self.value(":if_taken_by_capture", attr_s(&format!("capture:{id}")));
+                let cancel = self.value(":if_taken_by_cancel", attr_s(&format!("cancel:{id}")));
+                format!("{n} IN ({capture}, {cancel})")
+            }
+            Guard::NeverAttempted => {
+                format!("attribute_not_exists({})", self.name(FIRST_ATTEMPTED_AT))
+            }
+            Guard::AuthorizedOr(status) => {
+                let n = self.name(STATUS);
+                let a = self.value(
+                    ":if_authorized_or_a",
+                    attr_s(OperationStatus::Authorized.as_str()),
+                );
+                let b = self.value(":if_authorized_or_b", attr_s(status.as_str()));
+                format!("{n} IN ({a}, {b})")
             }
             // An absent count is 0 (records written before refunds).
             Guard::ReservedAtMost(max) => {
