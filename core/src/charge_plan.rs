@@ -2014,4 +2014,92 @@ mod tests {
         assert_eq!(d.status, op.status, "not settled");
         assert_eq!(d.external_id, None, "its id is not recorded");
     }
+
+    /// An authorization (`capture: manual`) as the plan reads Stripe's answers: `requires_capture`
+    /// is `authorized` with Stripe's deadline, due at the page's moment; within the lead it pages
+    /// and is due just after the deadline; lapsed is `failed` (expired); captured is `succeeded`
+    /// with what was taken. The twin: the same answers for an automatic charge keep their rules.
+    #[test]
+    fn an_authorization_is_watched_until_its_deadline() {
+        let policy = ChargePolicy::default();
+        let deadline = T0.plus(96 * HOUR);
+        let manual = || {
+            let mut op = testing::order("ord-auth").manual().amount(1000).build();
+            op.attempts = 1;
+            op.first_attempted_at = Some(T0);
+            op
+        };
+        let held = |capture_before: Option<Timestamp>| {
+            let op = manual();
+            let mut pi = PaymentIntent::new(
+                PaymentIntentId::parse("pi_auth").unwrap(),
+                Pi::RequiresCapture,
+            );
+            pi.amount = Some(1000);
+            pi.currency = Some("usd".into());
+            pi.operation_id = Some(op.operation_id.to_string());
+            pi.order_id = Some("ord-auth".into());
+            pi.livemode = Some(false);
+            pi.capture_before = capture_before;
+            (op, pi)
+        };
+        // Created: authorized, the deadline from Stripe, due when the page must go out.
+        let (op, pi) = held(Some(deadline));
+        let d = after_create(&op, Ok(pi.clone()), T0, &policy, false);
+        assert_eq!(d.status, OperationStatus::Authorized);
+        assert_eq!(
+            d.next_due_at,
+            Some(deadline.minus(policy.authorization_page_lead))
+        );
+        let hold = d.authorization.unwrap();
+        assert_eq!(
+            (hold.capture_before, hold.deadline_near),
+            (Some(deadline), false)
+        );
+        assert_eq!(d.then, None);
+        // The answer states no deadline: it is read at once.
+        let undated = PaymentIntent {
+            capture_before: None,
+            ..pi.clone()
+        };
+        let d = after_create(&op, Ok(undated), T0, &policy, false);
+        assert!(matches!(d.then, Some(FollowUp::ReadDeadline { .. })));
+        assert_eq!(d.status, OperationStatus::Authorized);
+        // Looked at within the lead: pages, due just after the deadline.
+        let authorized = Operation {
+            status: OperationStatus::Authorized,
+            external_id: Some(pi.id.clone()),
+            capture_before: Some(deadline),
+            ..op.clone()
+        };
+        let late = deadline.minus(HOUR);
+        let d = after_retrieve(&authorized, Ok(pi.clone()), late, &policy, false);
+        assert!(d.authorization.unwrap().deadline_near);
+        assert_eq!(d.next_due_at, Some(deadline.plus(policy.retry_after)));
+        // Lapsed: Stripe canceled it at the deadline.
+        let mut lapsed = pi.clone();
+        lapsed.status = Pi::Canceled;
+        lapsed.cancellation_reason = Some("automatic".into());
+        let d = after_retrieve(&authorized, Ok(lapsed), deadline.plus(MIN), &policy, false);
+        assert_eq!(d.status, OperationStatus::Failed);
+        assert_eq!(d.last_error.as_deref(), Some(AUTHORIZATION_EXPIRED));
+        // Captured (by our capture, or seen before its write): succeeded, with what was taken.
+        let mut captured = pi.clone();
+        captured.status = Pi::Succeeded;
+        captured.amount_received = Some(700);
+        let d = after_retrieve(&authorized, Ok(captured), late, &policy, false);
+        assert_eq!(d.status, OperationStatus::Succeeded);
+        assert_eq!(
+            d.authorization.unwrap().amount_captured,
+            Some(crate::domain::Amount::new(700).unwrap())
+        );
+        // The twin: an automatic charge's `requires_capture` is no authorization of ours.
+        let automatic = Operation {
+            params: testing::order("ord-auth").amount(1000).build().params,
+            ..op
+        };
+        let d = after_create(&automatic, Ok(pi), T0, &policy, false);
+        assert_eq!(d.status, OperationStatus::Unknown);
+        assert_eq!(d.authorization, None);
+    }
 }

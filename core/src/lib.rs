@@ -15,6 +15,8 @@
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
 //! - [`store`]: the store's conditional writes as requests and answers.
+//! - [`take`]: what a capture or a cancel asks, and the door's rule over the order's charge
+//!   (only one of them ever takes an authorization).
 //! - [`refund`]: what a refund asks, Stripe's refund statuses, and the reservation that keeps an
 //!   order's refunds within what was charged.
 //!
@@ -49,6 +51,7 @@ pub mod refund_event_plan;
 pub mod refund_plan;
 pub mod store;
 pub mod store_rules;
+pub mod take;
 pub mod take_plan;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

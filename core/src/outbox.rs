@@ -531,3 +531,51 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod authorization_tests {
+    use super::*;
+    use crate::domain::Amount;
+    use crate::store_rules::{AUTHORIZATION_EXPIRED, CANCELED_BY_MERCHANT};
+    use crate::testing::{order, T0};
+
+    fn manual(status: OperationStatus) -> Operation {
+        let mut op = order("ord-ob").manual().amount(1000).status(status).build();
+        op.capture_before = Some(T0.plus(std::time::Duration::from_secs(3600)));
+        op
+    }
+
+    /// An authorization's changes are their own outcomes: held, captured, canceled, lapsed; the
+    /// twin, an automatic charge's same changes, keep the charge's names.
+    #[test]
+    fn an_authorization_s_outcomes_say_what_happened_to_the_hold() {
+        let authorized = manual(OperationStatus::Authorized);
+        let e = outcome_of(Some(&manual(OperationStatus::Unknown)), &authorized).unwrap();
+        assert_eq!(e.detail_type(), "ChargeAuthorized");
+        assert!(e.detail().capture_before.is_some());
+        // Looked at again, still held: no event.
+        assert_eq!(outcome_of(Some(&authorized), &authorized), None);
+        let captured = Operation {
+            status: OperationStatus::Succeeded,
+            amount_captured: Some(Amount::new(700).unwrap()),
+            ..authorized.clone()
+        };
+        let e = outcome_of(Some(&authorized), &captured).unwrap();
+        assert_eq!(e.detail_type(), "ChargeCaptured");
+        assert_eq!(e.detail().amount_captured, Some(700));
+        let ended = |error: &str| Operation {
+            status: OperationStatus::Failed,
+            last_error: Some(error.to_owned()),
+            ..authorized.clone()
+        };
+        let canceled = outcome_of(Some(&authorized), &ended(CANCELED_BY_MERCHANT)).unwrap();
+        assert_eq!(canceled.detail_type(), "ChargeCanceled");
+        let expired = outcome_of(Some(&authorized), &ended(AUTHORIZATION_EXPIRED)).unwrap();
+        assert_eq!(expired.detail_type(), "AuthorizationExpired");
+        // The twin: an automatic charge.
+        let automatic = order("ord-ob").status(OperationStatus::Succeeded).build();
+        let e = outcome_of(Some(&order("ord-ob").build()), &automatic).unwrap();
+        assert_eq!(e.detail_type(), "ChargeSucceeded");
+        assert_eq!(e.detail().amount_captured, None);
+    }
+}

@@ -274,3 +274,280 @@ fn unknown(op: &Operation, error: String, now: Timestamp, policy: &ChargePolicy)
         authorization: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::{CancelRequest, CaptureRequest};
+    use crate::operation::OperationStatus::{Authorized, Failed, Pending, Succeeded, Unknown};
+    use crate::operation::Taker;
+    use crate::outcome::RetryCause;
+    use crate::take::{take, TakeRequest};
+    use crate::testing::{order, T0};
+
+    /// A 1000 usd authorization (`pi_a`), as the door reads it.
+    fn authorization() -> Operation {
+        let mut op = order("ord-tp")
+            .manual()
+            .amount(1000)
+            .status(Authorized)
+            .external_id("pi_a")
+            .build();
+        op.capture_before = Some(T0.plus(Duration::from_secs(7 * 24 * 3600)));
+        op
+    }
+
+    /// A capture (of 600) or a cancel of it, claimed for its `attempt`-th time.
+    fn claimed(capture: bool, attempt: u32) -> Operation {
+        let request = if capture {
+            TakeRequest::Capture(CaptureRequest {
+                amount: Some(Amount::new(600).unwrap()),
+            })
+        } else {
+            TakeRequest::Cancel(CancelRequest::default())
+        };
+        let operation_id = crate::domain::OperationId::new_random();
+        let taker = Taker {
+            capture,
+            operation_id,
+        };
+        let taking = take(&authorization(), &request, taker, T0).unwrap();
+        let mut op = Operation::new_taking(
+            authorization().order_id,
+            request.kind(),
+            request.fingerprint(),
+            taking.params,
+            crate::domain::Principal::jwt("shop").unwrap(),
+            T0,
+            Duration::from_secs(300),
+        );
+        op.operation_id = operation_id;
+        op.attempts = attempt;
+        op.first_attempted_at = Some(T0);
+        op.status = if attempt > 1 { Unknown } else { Pending };
+        op
+    }
+
+    fn intent(status: &str, reason: Option<&str>) -> PaymentIntent {
+        let mut pi = PaymentIntent::new(
+            PaymentIntentId::parse("pi_a").unwrap(),
+            PaymentIntentStatus::parse(status),
+        );
+        pi.amount = Some(1000);
+        pi.amount_received = (status == "succeeded").then_some(600);
+        pi.cancellation_reason = reason.map(str::to_owned);
+        pi
+    }
+
+    fn unexpected() -> GatewayError {
+        GatewayError::UnexpectedState {
+            detail: "payment_intent_unexpected_state".into(),
+        }
+    }
+
+    fn timeout() -> GatewayError {
+        GatewayError::Ambiguous {
+            detail: "timeout".into(),
+        }
+    }
+
+    /// One line of the specification: (capture or cancel, its attempt, Stripe's answers to the
+    /// calls made in order) → (the calls, the status recorded, the end of the authorization).
+    struct Row {
+        says: &'static str,
+        capture: bool,
+        attempt: u32,
+        answers: Vec<Result<PaymentIntent, GatewayError>>,
+        calls: &'static str,
+        status: OperationStatus,
+        end: Option<AuthorizationOutcome>,
+    }
+
+    /// Runs the plan as the executor's shell does: the step, then every call a decision asks for.
+    fn run(
+        op: &Operation,
+        answers: Vec<Result<PaymentIntent, GatewayError>>,
+    ) -> (String, TakeDecision) {
+        let policy = ChargePolicy::default();
+        let mut answers = answers.into_iter();
+        let mut calls = Vec::new();
+        let mut step = next_step(op);
+        loop {
+            calls.push(step.name(&op.kind));
+            let answer = answers.next().expect("an answer for every call");
+            let mut d = match step {
+                TakeStep::Act(_) => after_act(op, answer, T0, &policy),
+                TakeStep::Retrieve(_) => after_retrieve(op, answer, T0, &policy),
+                TakeStep::Nothing => unreachable!("every fixture has an intent"),
+            };
+            match d.then.take() {
+                Some(next) if calls.len() < 3 => step = next,
+                _ => {
+                    assert!(answers.next().is_none(), "an answer for a call not made");
+                    return (calls.join(", "), d);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn take_table() {
+        let captured = Some(AuthorizationOutcome::Captured(Amount::new(600).unwrap()));
+        let rows = [
+            Row {
+                says: "first capture, captured",
+                capture: true,
+                attempt: 1,
+                answers: vec![Ok(intent("succeeded", None))],
+                calls: "capture",
+                status: Succeeded,
+                end: captured,
+            },
+            Row {
+                says: "first capture, answer lost: unknown, the next attempt reads first",
+                capture: true,
+                attempt: 1,
+                answers: vec![Err(timeout())],
+                calls: "capture",
+                status: Unknown,
+                end: None,
+            },
+            Row {
+                says: "a later attempt reads first; captured already: settled, no second capture",
+                capture: true,
+                attempt: 2,
+                answers: vec![Ok(intent("succeeded", None))],
+                calls: "retrieve",
+                status: Succeeded,
+                end: captured,
+            },
+            Row {
+                says: "a later attempt reads first; still capturable: captures",
+                capture: true,
+                attempt: 2,
+                answers: vec![
+                    Ok(intent("requires_capture", None)),
+                    Ok(intent("succeeded", None)),
+                ],
+                calls: "retrieve, capture",
+                status: Succeeded,
+                end: captured,
+            },
+            Row {
+                says: "the replayed refusal is never believed: read, and Stripe holds it captured",
+                capture: true,
+                attempt: 1,
+                answers: vec![Err(unexpected()), Ok(intent("succeeded", None))],
+                calls: "capture, retrieve",
+                status: Succeeded,
+                end: captured,
+            },
+            Row {
+                says: "the hold lapsed before the capture: failed, the charge expired",
+                capture: true,
+                attempt: 1,
+                answers: vec![Err(unexpected()), Ok(intent("canceled", Some("automatic")))],
+                calls: "capture, retrieve",
+                status: Failed,
+                end: Some(AuthorizationOutcome::Expired),
+            },
+            Row {
+                says: "canceled by someone else first: failed, the charge canceled",
+                capture: true,
+                attempt: 2,
+                answers: vec![Ok(intent("canceled", Some("requested_by_customer")))],
+                calls: "retrieve",
+                status: Failed,
+                end: Some(AuthorizationOutcome::Canceled),
+            },
+            Row {
+                says: "429: nothing happened, retried, the charge still taken",
+                capture: true,
+                attempt: 1,
+                answers: vec![Err(GatewayError::RetryLater {
+                    cause: RetryCause::RateLimited,
+                    detail: "429".into(),
+                })],
+                calls: "capture",
+                status: Pending,
+                end: None,
+            },
+            Row {
+                says: "first cancel, canceled",
+                capture: false,
+                attempt: 1,
+                answers: vec![Ok(intent("canceled", Some("requested_by_customer")))],
+                calls: "cancel",
+                status: Succeeded,
+                end: Some(AuthorizationOutcome::Canceled),
+            },
+            Row {
+                says: "a later cancel reads first; lapsed meanwhile: done, the charge expired",
+                capture: false,
+                attempt: 3,
+                answers: vec![Ok(intent("canceled", Some("automatic")))],
+                calls: "retrieve",
+                status: Succeeded,
+                end: Some(AuthorizationOutcome::Expired),
+            },
+            Row {
+                says: "a cancel that finds it captured: a person looks, the charge left taken",
+                capture: false,
+                attempt: 1,
+                answers: vec![Err(unexpected()), Ok(intent("succeeded", None))],
+                calls: "cancel, retrieve",
+                status: Pending,
+                end: None,
+            },
+            Row {
+                says: "a later cancel reads first; still held: cancels",
+                capture: false,
+                attempt: 2,
+                answers: vec![
+                    Ok(intent("requires_capture", None)),
+                    Ok(intent("canceled", None)),
+                ],
+                calls: "retrieve, cancel",
+                status: Succeeded,
+                end: Some(AuthorizationOutcome::Canceled),
+            },
+        ];
+        for row in rows {
+            let op = claimed(row.capture, row.attempt);
+            let (calls, d) = run(&op, row.answers);
+            assert_eq!(calls, row.calls, "{}", row.says);
+            assert_eq!(d.decision.status, row.status, "{}", row.says);
+            assert_eq!(d.authorization, row.end, "{}", row.says);
+            assert_eq!(
+                d.decision.next_due_at.is_none(),
+                d.decision.status.is_settled(),
+                "{}: due exactly while unsettled",
+                row.says
+            );
+        }
+    }
+
+    /// A cancel that finds the intent captured goes to a person, never settles; its twin, a
+    /// capture reading the same intent, settles captured.
+    #[test]
+    fn a_cancel_never_settles_over_a_captured_intent() {
+        let (_, d) = run(&claimed(false, 2), vec![Ok(intent("succeeded", None))]);
+        assert!(d.decision.review.is_some());
+        assert_eq!(d.authorization, None);
+        let (_, d) = run(&claimed(true, 2), vec![Ok(intent("succeeded", None))]);
+        assert!(d.decision.review.is_none());
+        assert_eq!(d.decision.status, Succeeded);
+    }
+
+    /// An intent that is not the one the capture takes settles nothing.
+    #[test]
+    fn another_intent_settles_nothing() {
+        let mut other = intent("succeeded", None);
+        other.id = PaymentIntentId::parse("pi_other").unwrap();
+        let (_, d) = run(&claimed(true, 2), vec![Ok(other)]);
+        assert_eq!(d.authorization, None);
+        assert!(d.decision.review.is_some());
+    }
+}

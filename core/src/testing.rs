@@ -126,6 +126,12 @@ impl OrderBuilder {
         self
     }
 
+    /// Authorized at checkout, captured later (`capture: manual`).
+    pub fn manual(mut self) -> Self {
+        self.params.capture_method = crate::domain::CaptureMethod::Manual;
+        self
+    }
+
     /// The charge parameters so far.
     pub fn params(&self) -> ChargeParams {
         self.params.clone()

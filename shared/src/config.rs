@@ -65,6 +65,8 @@ pub const PENDING_GRACE_SECS: &str = "PENDING_GRACE_SECS";
 pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
+/// How many hours before an authorization's deadline an uncaptured one pages.
+pub const AUTHORIZATION_PAGE_LEAD_HOURS: &str = "AUTHORIZATION_PAGE_LEAD_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 /// The account's Stripe budget (calls per second) the charge functions and the reconciler share.
 pub const STRIPE_REQUESTS_PER_SECOND: &str = "STRIPE_REQUESTS_PER_SECOND";
@@ -124,6 +126,7 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (LEASE_TTL_SECS, "60"),
     (SEARCH_MIN_AGE_SECS, "600"),
     (STUCK_INTENT_HOURS, "72"),
+    (AUTHORIZATION_PAGE_LEAD_HOURS, "12"),
 ];
 
 /// A function's configuration, read once at init.
@@ -302,8 +305,23 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
             )?
             .saturating_mul(3600),
         ),
+        authorization_page_lead: Duration::from_secs(
+            number(
+                env,
+                AUTHORIZATION_PAGE_LEAD_HOURS,
+                defaults.authorization_page_lead.as_secs() / 3600,
+            )?
+            .saturating_mul(3600),
+        ),
         ..defaults
     };
+    if policy.authorization_page_lead.is_zero() {
+        // A page at the deadline itself comes too late to capture anything.
+        return Err(ConfigError::Invalid {
+            name: AUTHORIZATION_PAGE_LEAD_HOURS,
+            reason: "must be at least 1 (hours before an authorization's deadline)".into(),
+        });
+    }
     if policy.stuck_after <= policy.key_window {
         // Before the key window closes an unsettled intent is still being re-driven with its key;
         // a bound inside it would page for intents that are simply slow.

@@ -33,7 +33,7 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use crate::executor::{execute_charge, ChargeDeps, Disposition, ReviewClass};
-use crate::operation::Operation;
+use crate::operation::{Operation, OperationStatus};
 use crate::ports::{
     ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
     Reschedule, StoreError,
@@ -144,6 +144,11 @@ pub struct TickReport {
     pub stopped_early: bool,
     /// Age of the oldest operation seen due in this tick.
     pub oldest_due_age: Duration,
+    /// Authorizations looked at and still held uncaptured (due again at their deadline's page).
+    pub authorized: u64,
+    /// Of those, paged: uncaptured with the deadline less than the policy's lead away
+    /// (`AuthorizationNearDeadline`, alarmed).
+    pub deadline_near: u64,
 }
 
 impl TickReport {
@@ -163,6 +168,11 @@ impl TickReport {
                     "Count",
                 ),
                 ("StillUnknown", self.still_unknown as f64, "Count"),
+                (
+                    "AuthorizationNearDeadline",
+                    self.deadline_near as f64,
+                    "Count",
+                ),
                 ("SendFailures", self.send_failures as f64, "Count"),
                 ("UnreadableRecords", self.unreadable as f64, "Count"),
                 ("SkippedOnError", self.failures as f64, "Count"),
@@ -443,6 +453,21 @@ async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) 
                 *report.review_classes.entry(class).or_default() += 1;
             } else {
                 report.skipped += 1;
+            }
+        }
+        Disposition::Scheduled if r.status == OperationStatus::Authorized => {
+            report.authorized += 1;
+            report.deadline_near += u64::from(r.deadline_near);
+            if r.deadline_near {
+                error!(decision = "page", order_id = %op.order_id, operation_id = %op.operation_id,
+                    capture_before = ?r.record.as_ref().and_then(|o| o.capture_before).map(|t| t.to_rfc3339()),
+                    "an authorization is not captured and its deadline is near: capture or cancel it \
+                     (POST /orders/{{order_id}}/capture or /cancel) before Stripe cancels it");
+            } else {
+                info!(
+                    decision = "watch",
+                    "authorized; due again when its deadline nears"
+                );
             }
         }
         Disposition::Scheduled => {

@@ -126,6 +126,8 @@ struct BatchTally {
     replays: u64,
     returned_soon: u64,
     left_to_reconciler: u64,
+    /// Authorizations found uncaptured with their deadline near (paged).
+    deadline_near: u64,
     reviews: BTreeMap<ReviewClass, u64>,
 }
 
@@ -136,6 +138,7 @@ impl BatchTally {
         self.replays += group.replays;
         self.returned_soon += group.returned_soon;
         self.left_to_reconciler += group.left_to_reconciler;
+        self.deadline_near += group.deadline_near;
         for (class, n) in group.reviews {
             *self.reviews.entry(class).or_default() += n;
         }
@@ -270,6 +273,11 @@ fn emit(f: &ChargeFunction, tally: &BatchTally) {
             ("StripeReplays", tally.replays as f64, "Count"),
             ("ReturnedSoon", tally.returned_soon as f64, "Count"),
             ("LeftToReconciler", tally.left_to_reconciler as f64, "Count"),
+            (
+                "AuthorizationNearDeadline",
+                tally.deadline_near as f64,
+                "Count",
+            ),
         ],
     ));
     for (class, n) in &tally.reviews {
@@ -317,6 +325,15 @@ async fn process(
         let seen = match executed {
             Ok(report) => {
                 tally.replays += u64::from(report.replayed);
+                if report.deadline_near {
+                    tally.deadline_near += 1;
+                    error!(
+                        capture_before = ?report.record.as_ref().and_then(|o| o.capture_before).map(|t| t.to_rfc3339()),
+                        "an authorization is not captured and its deadline is near: capture or \
+                         cancel it (POST /orders/{{order_id}}/capture or /cancel) before Stripe \
+                         cancels it"
+                    );
+                }
                 if let Some(class) = report.sent_to_review {
                     *tally.reviews.entry(class).or_default() += 1;
                 }
@@ -716,7 +733,7 @@ mod tests {
         );
         let mut future = event.records[0].clone();
         future.message_id = Some("future-version".into());
-        future.body = Some(r#"{"v":3,"anything":"new"}"#.into());
+        future.body = Some(r#"{"v":4,"anything":"new"}"#.into());
         event.records.splice(0..0, [poison, missing, future]);
         let resp = handle(&w.f, LambdaEvent::new(event.clone(), Context::default())).await;
         assert!(failed(&resp).is_empty(), "{:?}", failed(&resp));

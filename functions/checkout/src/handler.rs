@@ -1,5 +1,8 @@
-//! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`,
-//! and `GET /orders/{order_id}/charge` for where that charge stands.
+//! `POST /orders/{order_id}/charge` with `{"amount","currency","customer_id","payment_method"}`
+//! and optionally `"capture": "automatic" | "manual"` (manual: authorized now, `status:
+//! "authorized"` once Stripe holds the money, captured or canceled later by
+//! `POST /orders/{order_id}/capture` / `cancel`, see `takes`), and `GET /orders/{order_id}/charge`
+//! for where that charge stands.
 //!
 //! Who may call: the route is authenticated by API Gateway (IAM/SigV4 by default, or a JWT
 //! authorizer; see template.yaml's `CheckoutAuth`). The caller is the merchant's order service and is
@@ -12,7 +15,7 @@
 //! | answer | when | what changed |
 //! |---|---|---|
 //! | 401 | no authenticated principal in `requestContext.authorizer` (POST or GET) | nothing |
-//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?, refunds}` | the order has a charge (`refunds`: each refund's `{operation_id, refund_id, status, amount, currency}`) | nothing (one consistent GetItem, one Query of the order's refunds) |
+//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?, refunds}` | the order has a charge (`refunds`: each refund's `{operation_id, refund_id, status, amount, currency}`; an authorization adds `capture: "manual"`, `capture_before`, `amount_captured`, `taken_by`) | nothing (one consistent GetItem, one Query of the order's refunds) |
 //! | GET 404 | no charge for this order, or one another caller created (a caller sees only its own orders: same role, any session; records without `requested_by`, from before 2026-11-30, are seen by every caller) | nothing |
 //! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
 //! | 200 `{operation_id, status}` | same order, same parameters, same caller | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
@@ -43,12 +46,12 @@ use charge_once::{
     Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
     PaymentMethodId, Principal, ValidationError,
 };
-use charge_once::{OperationKey, RefundId};
+use charge_once::{OperationKey, OperationKind, RefundId};
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
 
-use crate::refunds;
+use crate::{refunds, takes};
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -162,17 +165,28 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
         reply.header = Some((ALLOW, "POST, GET"));
         return Err(reply);
     }
-    let (raw_order, raw_refund) = route_of(req).ok_or_else(|| {
+    let (raw_order, route) = route_of(req).ok_or_else(|| {
         error(
             404,
             "not_found",
-            "POST or GET /orders/{order_id}/charge or /orders/{order_id}/refunds/{refund_id}",
+            "POST or GET /orders/{order_id}/charge, /orders/{order_id}/capture, \
+             /orders/{order_id}/cancel or /orders/{order_id}/refunds/{refund_id}",
             None,
         )
     })?;
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
     span.record("order_id", tracing::field::display(&order_id));
-    if let Some(raw_refund) = raw_refund {
+    if let Route::Take(kind) = route {
+        if *method == Method::GET {
+            return takes::status(deps, order_id, kind, &requested_by).await;
+        }
+        if !media_type_is_json(req) {
+            return Err(not_json());
+        }
+        let body = body_text(req)?;
+        return takes::create(deps, order_id, kind, &body, &requested_by).await;
+    }
+    if let Route::Refund(raw_refund) = route {
         let refund_id = RefundId::parse(&raw_refund).map_err(|e| invalid(vec![e]))?;
         if *method == Method::GET {
             return refunds::status(deps, order_id, refund_id, &requested_by).await;
@@ -325,6 +339,13 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
     if let Some(review) = &op.review {
         body["review_reason"] = json!(review.reason);
     }
+    if op.is_manual_capture() {
+        // An authorization's: its deadline, what was captured, which capture or cancel took it.
+        body["capture"] = json!("manual");
+        body["capture_before"] = json!(op.capture_before.map(|t| t.to_rfc3339()));
+        body["amount_captured"] = json!(op.amount_captured.map(|a| a.minor_units()));
+        body["taken_by"] = json!(op.taken_by.map(|t| t.kind().as_str()));
+    }
     body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
     Ok(Reply {
         status: 200,
@@ -346,22 +367,44 @@ async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
         })
 }
 
-/// The order id, and the refund id on a refund's path: from the route's path parameters, else the
-/// raw path (`/orders/{order_id}/charge` or `/orders/{order_id}/refunds/{refund_id}`).
-fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Option<String>)> {
-    if let Some(id) = req.path_parameters.get("order_id") {
-        return Some((id.clone(), req.path_parameters.get("refund_id").cloned()));
-    }
+/// Which of the order's operations a path names.
+enum Route {
+    Charge,
+    Refund(String),
+    /// A capture or a cancel.
+    Take(OperationKind),
+}
+
+/// The order id and the operation its path names: from the route's path parameters (the path's
+/// last segment telling a capture or a cancel from the charge), else from the raw path
+/// (`/orders/{order_id}/charge`, `/capture`, `/cancel` or `/refunds/{refund_id}`).
+fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route)> {
     let path = req
         .raw_path
         .as_deref()
-        .or(req.request_context.http.path.as_deref())?;
-    let rest = path.strip_prefix("/orders/")?;
-    if let Some(id) = rest.strip_suffix("/charge") {
-        return (!id.contains('/')).then(|| (id.to_owned(), None));
+        .or(req.request_context.http.path.as_deref());
+    if let Some(id) = req.path_parameters.get("order_id") {
+        let route = match (req.path_parameters.get("refund_id"), path) {
+            (Some(refund), _) => Route::Refund(refund.clone()),
+            (None, Some(p)) if p.ends_with("/capture") => Route::Take(OperationKind::Capture),
+            (None, Some(p)) if p.ends_with("/cancel") => Route::Take(OperationKind::Cancel),
+            (None, _) => Route::Charge,
+        };
+        return Some((id.clone(), route));
+    }
+    let rest = path?.strip_prefix("/orders/")?;
+    for (suffix, route) in [
+        ("/charge", Route::Charge),
+        ("/capture", Route::Take(OperationKind::Capture)),
+        ("/cancel", Route::Take(OperationKind::Cancel)),
+    ] {
+        if let Some(id) = rest.strip_suffix(suffix) {
+            return (!id.contains('/')).then(|| (id.to_owned(), route));
+        }
     }
     let (id, refund) = rest.split_once("/refunds/")?;
-    (!id.contains('/') && !refund.contains('/')).then(|| (id.to_owned(), Some(refund.to_owned())))
+    (!id.contains('/') && !refund.contains('/'))
+        .then(|| (id.to_owned(), Route::Refund(refund.to_owned())))
 }
 
 fn not_json() -> Reply {

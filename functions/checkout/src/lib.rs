@@ -8,6 +8,7 @@
 
 pub mod handler;
 mod refunds;
+mod takes;
 
 use std::time::Duration;
 

@@ -66,6 +66,9 @@ pub struct BatchReport {
     /// Settled outcomes the table does not hold (not published; copied to the relay's DLQ).
     pub not_in_table: usize,
     pub failed: usize,
+    /// Of `published`, `AuthorizationExpired` outcomes: authorizations Stripe canceled uncaptured
+    /// at their deadline (alarmed: money the merchant did not take).
+    pub authorizations_expired: usize,
 }
 
 /// The `reason` message attribute of an unreadable stream record on the relay's DLQ.
@@ -95,6 +98,11 @@ pub async fn handle(deps: &Notify, event: LambdaEvent<Event>) -> DynamoDbEventRe
                 "Count",
             ),
             ("OutcomesNotInTable", report.not_in_table as f64, "Count"),
+            (
+                "AuthorizationsExpired",
+                report.authorizations_expired as f64,
+                "Count",
+            ),
         ],
     ));
     info!(
@@ -214,7 +222,14 @@ async fn publish(
                 Some(0)
             }
         };
+        let expired = |events: &[Pending]| {
+            events
+                .iter()
+                .filter(|(_, _, e)| e.detail_type() == "AuthorizationExpired")
+                .count()
+        };
         let Some(i) = failed_at else {
+            report.authorizations_expired += expired(chunk);
             for (_, _, e) in chunk {
                 info!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
                     event_id = %e.event_id, outcome = e.detail_type(), "outcome published");
@@ -223,6 +238,7 @@ async fn publish(
             continue;
         };
         report.published += i;
+        report.authorizations_expired += expired(&chunk[..i]);
         report.failed += chunk.len() - i;
         let (at, seq, e) = &chunk[i];
         warn!(order_id = %e.operation.order_id, operation_id = %e.operation.operation_id,
@@ -536,7 +552,8 @@ mod tests {
                 malformed: 0,
                 parked: 0,
                 not_in_table: 0,
-                failed: 0
+                failed: 0,
+                authorizations_expired: 0,
             }
         );
         let published = recorder.published.lock().unwrap().clone();
@@ -664,7 +681,8 @@ mod tests {
                 malformed: 1,
                 parked: 1,
                 not_in_table: 0,
-                failed: 0
+                failed: 0,
+                authorizations_expired: 0,
             }
         );
         // The outcome after the bad record (b's review) is published too.
