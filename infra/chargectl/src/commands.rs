@@ -744,6 +744,20 @@ pub async fn resolve(
     if op.kind.refund_id().is_some() {
         return resolve_refund(deps, args, &op, console).await;
     }
+    if op.kind.takes_authorization() {
+        // Its outcome is written with its charge's (the hold captured, released or lapsed) in
+        // one write, which only the capture's or cancel's own execution makes; it reads the
+        // intent first, so running it again settles it by what Stripe holds.
+        return Err(Failure::Refused(format!(
+            "operation {} is a {} of order {}: it is settled by its own execution, which reads \
+             the PaymentIntent first; run `chargectl redrive {}` to have it settle by what \
+             Stripe holds, or resolve the order's charge; nothing changed",
+            op.operation_id,
+            op.kind.as_str(),
+            op.order_id,
+            op.operation_id
+        )));
+    }
     let (status, external_id) = match &args.outcome.succeeded {
         Some(SucceededAs::PaymentIntent(pi)) => (OperationStatus::Succeeded, Some(pi.clone())),
         Some(SucceededAs::Refund(re)) => {
@@ -990,11 +1004,12 @@ fn print_refund_resolution(
     Ok(())
 }
 
-/// `order O` for a charge, `refund R of order O` for a refund.
+/// `order O` for a charge, `refund R of order O` for a refund, `capture of order O`.
 fn describe(op: &Operation) -> String {
-    match op.kind.refund_id() {
-        Some(id) => format!("refund {id} of order {}", op.order_id),
-        None => format!("order {}", op.order_id),
+    match &op.kind {
+        OperationKind::Refund(id) => format!("refund {id} of order {}", op.order_id),
+        OperationKind::Charge => format!("order {}", op.order_id),
+        other => format!("{} of order {}", other.as_str(), op.order_id),
     }
 }
 

@@ -26,11 +26,17 @@ pub const HANDLED_TYPES: &[&str] = &[
     "payment_intent.canceled",
     "payment_intent.processing",
     "payment_intent.requires_action",
+    "payment_intent.amount_capturable_updated",
+    CHARGE_CAPTURED,
     "refund.created",
     "refund.updated",
     "refund.failed",
     "charge.refund.updated",
 ];
+
+/// An authorization's capture, told of its charge (`data.object` is the charge): read as a hint
+/// that its PaymentIntent (`payment_intent`) succeeded.
+pub const CHARGE_CAPTURED: &str = "charge.captured";
 
 /// The event types whose `data.object` is a refund (`charge.refund.updated` too: its object is
 /// the refund, not the charge).
@@ -121,6 +127,25 @@ struct Refund {
     metadata: Metadata,
 }
 
+/// A `charge.captured` event's charge, as far as it is read: its PaymentIntent and metadata.
+#[derive(Deserialize)]
+struct CapturedCharge {
+    payment_intent: PaymentIntentId,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+impl From<CapturedCharge> for Intent {
+    /// The charge's intent, claimed captured (`succeeded`); checked at Stripe like any claim.
+    fn from(c: CapturedCharge) -> Self {
+        Intent {
+            id: c.payment_intent,
+            status: "succeeded".to_owned(),
+            metadata: c.metadata,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Intent {
     id: PaymentIntentId,
@@ -144,10 +169,14 @@ impl StripeEvent {
     /// code does not use are skipped unread.
     pub fn parse(body: &[u8]) -> Result<Self, EventParseError> {
         let head: EventHead = from_json(body)?;
+        let captured = head.event_type == CHARGE_CAPTURED;
         Self::from_head(
             head,
             "",
-            || from_json::<ObjectEvent<Intent>>(body).map(|e| e.data.object),
+            || match captured {
+                true => from_json::<ObjectEvent<CapturedCharge>>(body).map(|e| e.data.object.into()),
+                false => from_json::<ObjectEvent<Intent>>(body).map(|e| e.data.object),
+            },
             || from_json::<ObjectEvent<Refund>>(body).map(|e| e.data.object),
         )
     }
@@ -175,10 +204,17 @@ impl StripeEvent {
                 "source {wire_source:?} is not the configured Stripe event source"
             )));
         }
+        let captured = detail.event_type == CHARGE_CAPTURED;
         let event = Self::from_head(
             detail,
             "detail.",
-            || from_json::<Envelope<ObjectEvent<Intent>>>(json).map(|e| e.detail.data.object),
+            || match captured {
+                true => from_json::<Envelope<ObjectEvent<CapturedCharge>>>(json)
+                    .map(|e| e.detail.data.object.into()),
+                false => {
+                    from_json::<Envelope<ObjectEvent<Intent>>>(json).map(|e| e.detail.data.object)
+                }
+            },
             || from_json::<Envelope<ObjectEvent<Refund>>>(json).map(|e| e.detail.data.object),
         )?;
         if detail_type != event.event_type {
@@ -202,7 +238,9 @@ impl StripeEvent {
         if !head.id.starts_with("evt_") || head.id.len() > 255 {
             return Err(EventParseError(format!("{at}id must be an evt_ id")));
         }
-        let intent = if head.event_type.starts_with("payment_intent.") {
+        let names_an_intent =
+            head.event_type.starts_with("payment_intent.") || head.event_type == CHARGE_CAPTURED;
+        let intent = if names_an_intent {
             let Intent {
                 id,
                 status,
@@ -488,4 +526,27 @@ mod tests {
             "{e}"
         );
     }
+
+    /// An authorization's events: `amount_capturable_updated` names its intent like any
+    /// `payment_intent.*` event; `charge.captured` names the charge, read as a claim that its
+    /// `payment_intent` succeeded (no metadata of ours: the events function asks Stripe whose it
+    /// is). A `charge.captured` whose charge names no intent is unreadable, as any event whose
+    /// object is not what its type says.
+    #[test]
+    fn an_authorization_s_events_name_its_intent() {
+        let held = StripeEvent::parse(br#"{"id":"evt_h","type":"payment_intent.amount_capturable_updated","data":{"object":{"id":"pi_h","status":"requires_capture","metadata":{"order_id":"ord-1"}}}}"#).unwrap();
+        assert!(held.is_handled());
+        let intent = held.intent.unwrap();
+        assert_eq!(intent.status, PaymentIntentStatus::RequiresCapture);
+        assert_eq!(intent.order_id.map(|o| o.to_string()).as_deref(), Some("ord-1"));
+        let captured = StripeEvent::parse(br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_h","captured":true}}}"#).unwrap();
+        assert!(captured.is_handled());
+        let intent = captured.intent.unwrap();
+        assert_eq!(intent.id.as_str(), "pi_h");
+        assert_eq!(intent.status, PaymentIntentStatus::Succeeded);
+        assert_eq!(intent.operation_id, None, "a charge carries no metadata of ours");
+        let no_intent = br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1"}}}"#;
+        assert!(StripeEvent::parse(no_intent).is_err());
+    }
 }
+

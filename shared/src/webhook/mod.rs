@@ -311,15 +311,30 @@ async fn accept(
         report.reception = accept_refund(deps, &event.id, refund, budget, calls, &span).await;
         return report;
     }
-    let (intent, order_id, operation_id) = {
+    let mut intent = {
         let _entered = span.enter();
-        let intent = match (&event.intent, event.is_handled()) {
+        match (&event.intent, event.is_handled()) {
             (Some(intent), true) => intent.clone(),
             _ => {
                 info!("event type not handled; ignored");
                 return report;
             }
-        };
+        }
+    };
+    if event.event_type == event::CHARGE_CAPTURED && intent.operation_id.is_none() {
+        // A charge carries no metadata of ours: its intent does. Stripe's word names the
+        // operation; the claim is still checked like any other once the operation is found.
+        let calls = &mut report.gateway_calls;
+        match ours_by_intent(deps, &intent.id, calls).instrument(span.clone()).await {
+            Ok(found) => (intent.order_id, intent.operation_id) = found,
+            Err(deferred) => {
+                report.reception = deferred;
+                return report;
+            }
+        }
+    }
+    let (intent, order_id, operation_id) = {
+        let _entered = span.enter();
         let (Some(order_id), Some(operation_id)) = (intent.order_id.clone(), intent.operation_id)
         else {
             info!(payment_intent = %intent.id, "PaymentIntent without our metadata; ignored");
@@ -344,6 +359,36 @@ async fn accept(
         .instrument(op_span)
         .await;
     report
+}
+
+/// The order and operation a PaymentIntent's own metadata names (a `charge.captured` event's
+/// charge carries none), read at Stripe; none when it is not ours. A read that may succeed later
+/// defers the event.
+async fn ours_by_intent(
+    deps: &WebhookDeps,
+    id: &PaymentIntentId,
+    gateway_calls: &mut u32,
+) -> Result<(Option<OrderId>, Option<OperationId>), Reception> {
+    *gateway_calls += 1;
+    match deps.charge.gateway.retrieve(id).await {
+        Ok(pi) => Ok((
+            pi.order_id.as_deref().and_then(|o| OrderId::parse(o).ok()),
+            pi.operation_id
+                .as_deref()
+                .and_then(|o| OperationId::parse(o).ok()),
+        )),
+        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            let deferred = ActError::Retrieve {
+                id: id.clone(),
+                source: e,
+            };
+            Err(Reception::RetryLater(deferred.deferred()))
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve of a captured charge's intent");
+            Ok((None, None))
+        }
+    }
 }
 
 /// A refund event from its filter on: not ours unless it carries our metadata; then the inbox
