@@ -170,6 +170,53 @@ begin "chargectl show ord-1001: the charge holds 500 for its refund, succeeded"
 chargectl show ord-1001 --json >"$work/show-refund.json" || fail "chargectl show ord-1001"
 check "$work/show-refund.json" "j['refund_reserved'] == 500 and [r['status'] for r in j['refunds']] == ['succeeded']" "500 reserved, one refund succeeded"
 
+# --- 1c. Authorize now, capture later ------------------------------------------------------------
+begin "checkout events/checkout-authorize.json (capture manual): 202, charged as an authorization"
+invoke checkout events/checkout-authorize.json "$work/authorize.out"
+check "$work/authorize.out" 'j["statusCode"] == 202' "checkout answers 202"
+body "$work/authorize.out"
+op3="$(value "$work/authorize.out.body" 'j["operation_id"]')"
+chargectl dev sqs-event >"$work/authorize.json" 2>"$work/authorize.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/authorize.json.err")"
+check "$work/authorize.json" "[json.loads(r['body'])['operation_id'] for r in j['Records']] == ['$op3']" "one record, for ord-3003"
+invoke charge "$work/authorize.json" "$work/authorize-charge.out"
+check "$work/authorize-charge.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
+chargectl dev sqs-ack --event "$work/authorize.json" --response "$work/authorize-charge.out" >"$work/ack-authorize.out" \
+  || fail "sqs-ack: $(cat "$work/ack-authorize.out")"
+
+begin "GET ord-3003: authorized, with Stripe's deadline; stripe-sim holds it requires_capture"
+sed 's/ord-1001/ord-3003/g' events/checkout-status.json >"$work/status-ord-3003.json"
+invoke checkout "$work/status-ord-3003.json" "$work/status3.out"
+body "$work/status3.out"
+check "$work/status3.out.body" 'j["status"] == "authorized" and j["capture"] == "manual" and j["capture_before"] and j["amount_captured"] is None' \
+  "authorized, capture_before read from Stripe"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger-auth.json" || fail "GET /_sim/ledger"
+check "$work/ledger-auth.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op3'] == ['requires_capture']" \
+  "one PaymentIntent for ord-3003, requires_capture"
+
+begin "capture 1000 of the 1250 (events/capture-valid.json): 202, then captured once at stripe-sim"
+invoke checkout events/capture-valid.json "$work/capture.out"
+check "$work/capture.out" 'j["statusCode"] == 202' "the capture is accepted"
+body "$work/capture.out"
+check "$work/capture.out.body" 'j["kind"] == "capture" and j["amount"] == 1000 and j["status"] == "pending"' "a pending capture of 1000"
+chargectl dev sqs-event >"$work/capture.json" 2>"$work/capture.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/capture.json.err")"
+check "$work/capture.json" "[(json.loads(r['body'])['kind'], json.loads(r['body'])['v']) for r in j['Records']] == [('capture', 3)]" \
+  "one record, the capture's (message version 3)"
+invoke charge "$work/capture.json" "$work/capture-charge.out"
+check "$work/capture-charge.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
+chargectl dev sqs-ack --event "$work/capture.json" --response "$work/capture-charge.out" >"$work/ack-capture.out" \
+  || fail "sqs-ack: $(cat "$work/ack-capture.out")"
+chargectl show ord-3003 --json >"$work/show-capture.json" || fail "chargectl show ord-3003"
+check "$work/show-capture.json" 'j["status"] == "succeeded" and j["amount_captured"] == 1000' "ord-3003 succeeded, 1000 captured"
+curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger-capture.json" || fail "GET /_sim/ledger"
+check "$work/ledger-capture.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op3'] == ['succeeded']" \
+  "the PaymentIntent is captured"
+
+begin "cancel the captured order (events/cancel-valid.json): 409 captured, nothing changes"
+invoke checkout events/cancel-valid.json "$work/cancel.out"
+check "$work/cancel.out" "j['statusCode'] == 409 and json.loads(j['body'])['error']['code'] == 'captured'" "409 captured: refund it instead"
+
 # --- 2. A dropped Stripe response, recorded unknown, settled by the key's replay ----------------
 begin "a second order: events/checkout-valid.json with ord-1002 (authorizer block kept as is)"
 sed 's/ord-1001/ord-1002/g' events/checkout-valid.json >"$work/checkout-ord-1002.json"

@@ -261,7 +261,7 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             ("reason", dash(p.cancellation_reason.map(|r| r.as_str()))),
         ],
     };
-    let fields: Vec<(&str, String)> = vec![
+    let mut fields: Vec<(&str, String)> = vec![
         ("operation", op.operation_id.to_string()),
         ("order", op.order_id.to_string()),
         ("kind", op.kind.as_str().to_owned()),
@@ -312,6 +312,29 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             },
         ),
     ];
+    if op.is_manual_capture() {
+        // An authorization's: when Stripe cancels it uncaptured, what was captured, who took it.
+        let deadline = op.capture_before.map(|t| {
+            let left = if t > now {
+                t.since(now)
+            } else {
+                std::time::Duration::ZERO
+            };
+            format!("{} (in {})", t.to_rfc3339(), human_age(left))
+        });
+        let captured = op.amount_captured.map(|a| a.minor_units().to_string());
+        let taker = op.taken_by.map(|t| t.to_string());
+        // Before the history, which the entries follow.
+        let at = fields.len() - 1;
+        fields.splice(
+            at..at,
+            [
+                ("capture before", dash(deadline.as_deref())),
+                ("amount captured", dash(captured.as_deref())),
+                ("taken by", dash(taker.as_deref())),
+            ],
+        );
+    }
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out: String = fields
         .into_iter()
@@ -372,11 +395,12 @@ pub fn history_line(e: &AuditEntry) -> String {
 /// each time field holds its RFC 3339 string (the stored milliseconds are under `<field>_ms`).
 pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
     let mut value = serde_json::to_value(op)?;
-    let times: [(&[&str], Option<Timestamp>); 6] = [
+    let times: [(&[&str], Option<Timestamp>); 7] = [
         (&["created_at"], Some(op.created_at)),
         (&["updated_at"], Some(op.updated_at)),
         (&["first_attempted_at"], op.first_attempted_at),
         (&["next_due_at"], op.next_due_at),
+        (&["capture_before"], op.capture_before),
         (&["lease", "expires_at"], op.lease.map(|l| l.expires_at)),
         (
             &["review", "flagged_at"],

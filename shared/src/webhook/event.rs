@@ -174,7 +174,9 @@ impl StripeEvent {
             head,
             "",
             || match captured {
-                true => from_json::<ObjectEvent<CapturedCharge>>(body).map(|e| e.data.object.into()),
+                true => {
+                    from_json::<ObjectEvent<CapturedCharge>>(body).map(|e| e.data.object.into())
+                }
                 false => from_json::<ObjectEvent<Intent>>(body).map(|e| e.data.object),
             },
             || from_json::<ObjectEvent<Refund>>(body).map(|e| e.data.object),
@@ -538,15 +540,21 @@ mod tests {
         assert!(held.is_handled());
         let intent = held.intent.unwrap();
         assert_eq!(intent.status, PaymentIntentStatus::RequiresCapture);
-        assert_eq!(intent.order_id.map(|o| o.to_string()).as_deref(), Some("ord-1"));
+        assert_eq!(
+            intent.order_id.map(|o| o.to_string()).as_deref(),
+            Some("ord-1")
+        );
         let captured = StripeEvent::parse(br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1","object":"charge","payment_intent":"pi_h","captured":true}}}"#).unwrap();
         assert!(captured.is_handled());
         let intent = captured.intent.unwrap();
         assert_eq!(intent.id.as_str(), "pi_h");
         assert_eq!(intent.status, PaymentIntentStatus::Succeeded);
-        assert_eq!(intent.operation_id, None, "a charge carries no metadata of ours");
-        let no_intent = br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1"}}}"#;
+        assert_eq!(
+            intent.operation_id, None,
+            "a charge carries no metadata of ours"
+        );
+        let no_intent =
+            br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1"}}}"#;
         assert!(StripeEvent::parse(no_intent).is_err());
     }
 }
-

@@ -325,7 +325,10 @@ async fn accept(
         // A charge carries no metadata of ours: its intent does. Stripe's word names the
         // operation; the claim is still checked like any other once the operation is found.
         let calls = &mut report.gateway_calls;
-        match ours_by_intent(deps, &intent.id, calls).instrument(span.clone()).await {
+        match ours_by_intent(deps, &intent.id, calls)
+            .instrument(span.clone())
+            .await
+        {
             Ok(found) => (intent.order_id, intent.operation_id) = found,
             Err(deferred) => {
                 report.reception = deferred;
