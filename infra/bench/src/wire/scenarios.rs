@@ -36,6 +36,8 @@ use super::seed::SeedPort;
 const CHECKOUT_EVENT: &str = include_str!("../../../../events/checkout-valid.json");
 /// The sample refund of it (5.00 USD, refund id `refund-1`).
 const REFUND_EVENT: &str = include_str!("../../../../events/refund-valid.json");
+const AUTHORIZE_EVENT: &str = include_str!("../../../../events/checkout-authorize.json");
+const CAPTURE_EVENT: &str = include_str!("../../../../events/capture-valid.json");
 /// Index page size and safety margin of the reconciler function, as it runs.
 const PAGE_SIZE: usize = reconciler::handler::PAGE_SIZE;
 const SAFETY: Duration = reconciler::handler::SAFETY_MARGIN;
@@ -88,11 +90,23 @@ pub struct StripeCounts {
     /// `GET /v1/refunds/{id}` and `GET /v1/refunds` (absent from runs before refunds: 0).
     #[serde(default)]
     pub refund_read: u64,
+    /// `POST /v1/payment_intents/{id}/capture` (absent from runs before captures: 0).
+    #[serde(default)]
+    pub capture: u64,
+    /// `POST /v1/payment_intents/{id}/cancel` (absent from runs before it was counted: 0).
+    #[serde(default)]
+    pub cancel: u64,
 }
 
 impl StripeCounts {
     pub fn total(&self) -> u64 {
-        self.create + self.retrieve + self.search + self.refund + self.refund_read
+        self.create
+            + self.retrieve
+            + self.search
+            + self.refund
+            + self.refund_read
+            + self.capture
+            + self.cancel
     }
 }
 
@@ -141,6 +155,8 @@ impl Counts {
                 search: self.stripe.search - before.stripe.search,
                 refund: self.stripe.refund - before.stripe.refund,
                 refund_read: self.stripe.refund_read - before.stripe.refund_read,
+                capture: self.stripe.capture - before.stripe.capture,
+                cancel: self.stripe.cancel - before.stripe.cancel,
             },
         }
     }
@@ -190,6 +206,8 @@ impl Stack {
                 search: s.search,
                 refund: s.refund,
                 refund_read: s.refund_read,
+                capture: s.capture,
+                cancel: s.cancel,
             },
         }
     }
@@ -423,6 +441,41 @@ impl Ours {
         assert_eq!(refunds[0].status, OperationStatus::Succeeded);
         assert_eq!(s.stack.side.sim.refunds_created(), 1, "exactly one refund");
         counts
+    }
+}
+
+impl Ours {
+    /// An authorization (`events/checkout-authorize.json` and its delivery), then, counted, its
+    /// capture: `events/capture-valid.json` through the checkout function and one delivery.
+    /// Returns (the authorization's counts, the capture's), each checked against stripe-sim:
+    /// one PaymentIntent, held, then captured once.
+    pub async fn authorize_and_capture() -> (Counts, Counts) {
+        let s = Self::new().await;
+        let before = s.stack.snapshot();
+        s.answer(AUTHORIZE_EVENT, 202).await;
+        s.deliver(&s.charge).await;
+        let authorized = s.stack.snapshot().since(&before);
+        let key = OperationKey::charge(OrderId::parse("ord-3003").expect("order id"));
+        let charge = s.inspect.get(&key).await.expect("GetItem").expect("the charge");
+        assert_eq!(charge.status, OperationStatus::Authorized);
+        assert!(charge.capture_before.is_some(), "the deadline, read from Stripe");
+        let before = s.stack.snapshot();
+        s.answer(CAPTURE_EVENT, 202).await;
+        s.deliver(&s.charge).await;
+        let captured = s.stack.snapshot().since(&before);
+        let charge = s.inspect.get(&key).await.expect("GetItem").expect("the charge");
+        assert_eq!(charge.status, OperationStatus::Succeeded);
+        assert_eq!(charge.amount_captured.map(|a| a.minor_units()), Some(1000));
+        (authorized, captured)
+    }
+
+    /// Sends a sample event through the checkout function; asserts its status.
+    async fn answer(&self, event: &str, status: i64) {
+        let request: ApiGatewayV2httpRequest = serde_json::from_str(event).expect("sample event");
+        let resp =
+            checkout::handler::handle(&self.checkout, LambdaEvent::new(request, Context::default()))
+                .await;
+        assert_eq!(resp.status_code, status, "{:?}", resp.body);
     }
 }
 
