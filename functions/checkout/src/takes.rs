@@ -316,3 +316,271 @@ fn reply(status: i64, body: Value) -> Reply {
         logged: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+    use aws_lambda_events::encodings::Body;
+    use aws_lambda_events::http::Method;
+    use charge_once::memory::{MemoryQueue, MemoryStore};
+    use charge_once::ports::{Claim, ClaimRequest, OperationStore};
+    use charge_once::store_rules::CANCELED_BEFORE_SENT;
+    use charge_once::{Lease, LeaseToken, ManualClock, OperationStatus, PaymentIntentId, Timestamp};
+    use lambda_runtime::{Context, LambdaEvent};
+
+    use super::*;
+    use crate::handler::handle;
+
+    const T: Timestamp = Timestamp::from_millis(1_800_000_000_000);
+
+    fn event(file: &str) -> ApiGatewayV2httpRequest {
+        let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));
+        let raw = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn with_body(file: &str, body: Value) -> ApiGatewayV2httpRequest {
+        let mut req = event(file);
+        req.body = Some(body.to_string());
+        req
+    }
+
+    fn get(file: &str) -> ApiGatewayV2httpRequest {
+        let mut req = event(file);
+        req.request_context.http.method = Method::GET;
+        req.body = None;
+        req
+    }
+
+    struct Fixture {
+        store: Arc<MemoryStore>,
+        queue: Arc<MemoryQueue>,
+        deps: Checkout,
+    }
+
+    fn fixture() -> Fixture {
+        let clock = Arc::new(ManualClock::new(T));
+        let store = Arc::new(MemoryStore::new());
+        let queue = Arc::new(MemoryQueue::new(clock.clone()));
+        let deps = Checkout {
+            store: store.clone(),
+            queue: queue.clone(),
+            clock,
+            pending_grace: Duration::from_secs(300),
+            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        };
+        Fixture { store, queue, deps }
+    }
+
+    async fn call(f: &Fixture, req: ApiGatewayV2httpRequest) -> (i64, Value) {
+        let resp = handle(&f.deps, LambdaEvent::new(req, Context::default())).await;
+        let body = match resp.body {
+            Some(Body::Text(t)) => serde_json::from_str(&t).unwrap(),
+            other => panic!("expected a JSON body, got {other:?}"),
+        };
+        (resp.status_code, body)
+    }
+
+    fn charge(f: &Fixture) -> Operation {
+        f.store
+            .all()
+            .into_iter()
+            .find(|op| op.kind == OperationKind::Charge)
+            .expect("the order's charge")
+    }
+
+    /// ord-3003 checked out with `capture: manual`, as the charge function leaves it once Stripe
+    /// holds it: authorized, 1250 usd, `pi_3003`, its deadline a week away.
+    async fn authorized(f: &Fixture) -> Operation {
+        let (status, body) = call(f, event("checkout-authorize.json")).await;
+        assert_eq!(status, 202, "{body}");
+        let mut op = charge(f);
+        op.status = OperationStatus::Authorized;
+        op.external_id = Some(PaymentIntentId::parse("pi_3003").unwrap());
+        op.first_attempted_at = Some(T);
+        op.attempts = 1;
+        op.capture_before = Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+        op.next_due_at = op.capture_before;
+        f.store.put_for_tests(op.clone());
+        op
+    }
+
+    #[tokio::test]
+    async fn an_authorization_is_captured_once_and_never_also_canceled() {
+        let f = fixture();
+        authorized(&f).await;
+        let (status, body) = call(&f, event("capture-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(
+            (body["kind"].as_str(), body["amount"].as_i64(), body["queued"].as_bool()),
+            (Some("capture"), Some(1000), Some(true))
+        );
+        assert_eq!(f.queue.len(), 2, "the charge's message and the capture's");
+        let taken = charge(&f).taken_by.expect("the capture took the charge");
+        assert!(taken.capture);
+        assert_eq!(taken.operation_id.to_string(), body["operation_id"].as_str().unwrap());
+        // The same request again: the same capture.
+        let (status, again) = call(&f, event("capture-valid.json")).await;
+        assert_eq!((status, &again["operation_id"]), (200, &body["operation_id"]));
+        // Another amount: a conflict. A cancel now: refused, the capture took it. Nothing written.
+        let before = f.store.all();
+        let (status, other) = call(&f, with_body("capture-valid.json", json!({"amount": 900}))).await;
+        assert_eq!((status, other["error"]["code"].as_str()), (409, Some("take_conflict")));
+        let (status, cancel) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!((status, cancel["error"]["code"].as_str()), (409, Some("taken")), "{cancel}");
+        assert_eq!(f.store.all(), before, "nothing written by either refusal");
+        // GET says where it stands; the charge's status names who took it.
+        let (status, got) = call(&f, get("capture-valid.json")).await;
+        assert_eq!((status, got["status"].as_str()), (200, Some("pending")), "{got}");
+        let (_, charge_status) = call(&f, {
+            let mut r = get("checkout-status.json");
+            r.path_parameters.insert("order_id".into(), "ord-3003".into());
+            r.raw_path = Some("/orders/ord-3003/charge".into());
+            r
+        })
+        .await;
+        assert_eq!(
+            (charge_status["status"].as_str(), charge_status["taken_by"].as_str()),
+            (Some("authorized"), Some("capture")),
+            "{charge_status}"
+        );
+    }
+
+    /// Bad input and the wrong states are refused and write nothing; each has its twin accepted
+    /// in the same setup.
+    #[tokio::test]
+    async fn refusals_write_nothing_and_their_twins_are_accepted() {
+        let f = fixture();
+        let (status, _) = call(&f, event("checkout-authorize.json")).await;
+        assert_eq!(status, 202);
+        let before = f.store.all();
+        // Not authorized yet (pending): a capture waits for it.
+        let (status, body) = call(&f, event("capture-valid.json")).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("not_authorized_yet")));
+        assert_eq!(f.store.all(), before);
+        authorized(&f).await;
+        let before = f.store.all();
+        let cases = [
+            (json!({"amount": 1251}), 400, "over_authorized"),
+            (json!({"amount": 0}), 400, "invalid_request"),
+            (json!({"amount": 10, "reason": "x"}), 400, "invalid_request"),
+            (json!({"amount": "10"}), 400, "invalid_request"),
+        ];
+        for (body, status, code) in cases {
+            let (got, answer) = call(&f, with_body("capture-valid.json", body.clone())).await;
+            assert_eq!(got, status, "{body}: {answer}");
+            if code != "invalid_request" {
+                assert_eq!(answer["error"]["code"].as_str(), Some(code), "{answer}");
+            }
+            assert_eq!(f.store.all(), before, "{body}: nothing written");
+        }
+        let (status, bad) = call(&f, with_body("cancel-valid.json", json!({"reason": "bored"}))).await;
+        assert_eq!(status, 400, "{bad}");
+        assert_eq!(f.store.all(), before);
+        // The twin: all that was authorized, asked without an amount.
+        let (status, ok) = call(&f, with_body("capture-valid.json", json!({}))).await;
+        assert_eq!((status, ok["amount"].as_i64()), (202, Some(1250)), "{ok}");
+    }
+
+    #[tokio::test]
+    async fn a_capture_of_an_automatic_charge_is_refused() {
+        let f = fixture();
+        let (status, _) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(status, 202);
+        let mut op = charge(&f);
+        op.status = OperationStatus::Succeeded;
+        op.external_id = Some(PaymentIntentId::parse("pi_1001").unwrap());
+        op.next_due_at = None;
+        f.store.put_for_tests(op);
+        let mut capture = event("capture-valid.json");
+        capture.path_parameters.insert("order_id".into(), "ord-1001".into());
+        capture.raw_path = Some("/orders/ord-1001/capture".into());
+        let (status, body) = call(&f, capture).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("automatic_capture")));
+        let mut cancel = event("cancel-valid.json");
+        cancel.path_parameters.insert("order_id".into(), "ord-1001".into());
+        cancel.raw_path = Some("/orders/ord-1001/cancel".into());
+        let (status, body) = call(&f, cancel).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("captured")), "{body}");
+    }
+
+    /// A cancel of a charge never sent stops it in the door's own write: the charge `failed`, the
+    /// cancel `succeeded`, nothing queued; a claim afterwards finds it settled and calls nobody.
+    /// The twin: once a claim made the charge attempted, the cancel is refused (in flight).
+    #[tokio::test]
+    async fn a_cancel_before_the_charge_is_sent_stops_it() {
+        let f = fixture();
+        let (status, _) = call(&f, event("checkout-authorize.json")).await;
+        assert_eq!(status, 202);
+        let queued = f.queue.len();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("succeeded")), "{body}");
+        assert_eq!(f.queue.len(), queued, "nothing queued");
+        let stopped = charge(&f);
+        assert_eq!(stopped.status, OperationStatus::Failed);
+        assert_eq!(stopped.last_error.as_deref(), Some(CANCELED_BEFORE_SENT));
+        let claim = ClaimRequest {
+            key: stopped.key(),
+            operation_id: stopped.operation_id,
+            lease: Lease {
+                token: LeaseToken::new_random(),
+                expires_at: T.plus(Duration::from_secs(60)),
+            },
+            now: T,
+        };
+        assert!(matches!(f.store.claim(&claim).await.unwrap(), Claim::Settled(_)));
+        // The same cancel again: the same, settled.
+        let (status, again) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!((status, &again["operation_id"]), (200, &body["operation_id"]));
+
+        let f = fixture();
+        let (status, _) = call(&f, event("checkout-authorize.json")).await;
+        assert_eq!(status, 202);
+        let op = charge(&f);
+        let claim = ClaimRequest {
+            key: op.key(),
+            operation_id: op.operation_id,
+            lease: Lease {
+                token: LeaseToken::new_random(),
+                expires_at: T.plus(Duration::from_secs(60)),
+            },
+            now: T,
+        };
+        assert!(matches!(f.store.claim(&claim).await.unwrap(), Claim::Claimed(_)));
+        let before = f.store.all();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("in_flight")), "{body}");
+        assert_eq!(f.store.all(), before);
+    }
+
+    /// A capture and a cancel asked at once: exactly one takes the authorization, whatever the
+    /// order they interleave in; the other is refused and writes nothing.
+    #[tokio::test]
+    async fn a_capture_and_a_cancel_at_once_never_both_take() {
+        for capture_first in [true, false] {
+            let f = fixture();
+            authorized(&f).await;
+            let capture = call(&f, event("capture-valid.json"));
+            let cancel = call(&f, event("cancel-valid.json"));
+            let ((a, _), (b, _)) = if capture_first {
+                tokio::join!(capture, cancel)
+            } else {
+                let (b, a) = tokio::join!(cancel, capture);
+                (a, b)
+            };
+            let mut statuses = [a, b];
+            statuses.sort();
+            assert_eq!(statuses, [202, 409], "one takes it, the other is refused");
+            let takers = f
+                .store
+                .all()
+                .iter()
+                .filter(|op| op.kind.takes_authorization())
+                .count();
+            assert_eq!(takers, 1, "one operation written");
+        }
+    }
+}
