@@ -128,7 +128,10 @@ async fn an_authorization_costs_a_charge_and_its_capture_a_read_two_transactions
         ops(&[("PutItem", 1), ("UpdateItem", 2)])
     );
     assert_eq!(authorized.sqs.requests, ops(&[("SendMessage", 1)]));
-    assert_eq!((authorized.stripe.create, authorized.stripe.total()), (1, 1));
+    assert_eq!(
+        (authorized.stripe.create, authorized.stripe.total()),
+        (1, 1)
+    );
     // Captured: the door reads the charge (GetItem) and writes the capture with its claim on the
     // charge (TransactWriteItems), one SendMessage; the charge function claims (UpdateItem),
     // captures (one POST), and records the capture with the charge's end in one

@@ -328,7 +328,9 @@ mod tests {
     use charge_once::memory::{MemoryQueue, MemoryStore};
     use charge_once::ports::{Claim, ClaimRequest, OperationStore};
     use charge_once::store_rules::CANCELED_BEFORE_SENT;
-    use charge_once::{Lease, LeaseToken, ManualClock, OperationStatus, PaymentIntentId, Timestamp};
+    use charge_once::{
+        Lease, LeaseToken, ManualClock, OperationStatus, PaymentIntentId, Timestamp,
+    };
     use lambda_runtime::{Context, LambdaEvent};
 
     use super::*;
@@ -415,35 +417,61 @@ mod tests {
         let (status, body) = call(&f, event("capture-valid.json")).await;
         assert_eq!(status, 202, "{body}");
         assert_eq!(
-            (body["kind"].as_str(), body["amount"].as_i64(), body["queued"].as_bool()),
+            (
+                body["kind"].as_str(),
+                body["amount"].as_i64(),
+                body["queued"].as_bool()
+            ),
             (Some("capture"), Some(1000), Some(true))
         );
         assert_eq!(f.queue.len(), 2, "the charge's message and the capture's");
         let taken = charge(&f).taken_by.expect("the capture took the charge");
         assert!(taken.capture);
-        assert_eq!(taken.operation_id.to_string(), body["operation_id"].as_str().unwrap());
+        assert_eq!(
+            taken.operation_id.to_string(),
+            body["operation_id"].as_str().unwrap()
+        );
         // The same request again: the same capture.
         let (status, again) = call(&f, event("capture-valid.json")).await;
-        assert_eq!((status, &again["operation_id"]), (200, &body["operation_id"]));
+        assert_eq!(
+            (status, &again["operation_id"]),
+            (200, &body["operation_id"])
+        );
         // Another amount: a conflict. A cancel now: refused, the capture took it. Nothing written.
         let before = f.store.all();
-        let (status, other) = call(&f, with_body("capture-valid.json", json!({"amount": 900}))).await;
-        assert_eq!((status, other["error"]["code"].as_str()), (409, Some("take_conflict")));
+        let (status, other) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 900}))).await;
+        assert_eq!(
+            (status, other["error"]["code"].as_str()),
+            (409, Some("take_conflict"))
+        );
         let (status, cancel) = call(&f, event("cancel-valid.json")).await;
-        assert_eq!((status, cancel["error"]["code"].as_str()), (409, Some("taken")), "{cancel}");
+        assert_eq!(
+            (status, cancel["error"]["code"].as_str()),
+            (409, Some("taken")),
+            "{cancel}"
+        );
         assert_eq!(f.store.all(), before, "nothing written by either refusal");
         // GET says where it stands; the charge's status names who took it.
         let (status, got) = call(&f, get("capture-valid.json")).await;
-        assert_eq!((status, got["status"].as_str()), (200, Some("pending")), "{got}");
+        assert_eq!(
+            (status, got["status"].as_str()),
+            (200, Some("pending")),
+            "{got}"
+        );
         let (_, charge_status) = call(&f, {
             let mut r = get("checkout-status.json");
-            r.path_parameters.insert("order_id".into(), "ord-3003".into());
+            r.path_parameters
+                .insert("order_id".into(), "ord-3003".into());
             r.raw_path = Some("/orders/ord-3003/charge".into());
             r
         })
         .await;
         assert_eq!(
-            (charge_status["status"].as_str(), charge_status["taken_by"].as_str()),
+            (
+                charge_status["status"].as_str(),
+                charge_status["taken_by"].as_str()
+            ),
             (Some("authorized"), Some("capture")),
             "{charge_status}"
         );
@@ -459,7 +487,10 @@ mod tests {
         let before = f.store.all();
         // Not authorized yet (pending): a capture waits for it.
         let (status, body) = call(&f, event("capture-valid.json")).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("not_authorized_yet")));
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("not_authorized_yet"))
+        );
         assert_eq!(f.store.all(), before);
         authorized(&f).await;
         let before = f.store.all();
@@ -477,7 +508,11 @@ mod tests {
             }
             assert_eq!(f.store.all(), before, "{body}: nothing written");
         }
-        let (status, bad) = call(&f, with_body("cancel-valid.json", json!({"reason": "bored"}))).await;
+        let (status, bad) = call(
+            &f,
+            with_body("cancel-valid.json", json!({"reason": "bored"})),
+        )
+        .await;
         assert_eq!(status, 400, "{bad}");
         assert_eq!(f.store.all(), before);
         // The twin: all that was authorized, asked without an amount.
@@ -496,15 +531,26 @@ mod tests {
         op.next_due_at = None;
         f.store.put_for_tests(op);
         let mut capture = event("capture-valid.json");
-        capture.path_parameters.insert("order_id".into(), "ord-1001".into());
+        capture
+            .path_parameters
+            .insert("order_id".into(), "ord-1001".into());
         capture.raw_path = Some("/orders/ord-1001/capture".into());
         let (status, body) = call(&f, capture).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("automatic_capture")));
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("automatic_capture"))
+        );
         let mut cancel = event("cancel-valid.json");
-        cancel.path_parameters.insert("order_id".into(), "ord-1001".into());
+        cancel
+            .path_parameters
+            .insert("order_id".into(), "ord-1001".into());
         cancel.raw_path = Some("/orders/ord-1001/cancel".into());
         let (status, body) = call(&f, cancel).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("captured")), "{body}");
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("captured")),
+            "{body}"
+        );
     }
 
     /// A cancel of a charge never sent stops it in the door's own write: the charge `failed`, the
@@ -517,7 +563,11 @@ mod tests {
         assert_eq!(status, 202);
         let queued = f.queue.len();
         let (status, body) = call(&f, event("cancel-valid.json")).await;
-        assert_eq!((status, body["status"].as_str()), (200, Some("succeeded")), "{body}");
+        assert_eq!(
+            (status, body["status"].as_str()),
+            (200, Some("succeeded")),
+            "{body}"
+        );
         assert_eq!(f.queue.len(), queued, "nothing queued");
         let stopped = charge(&f);
         assert_eq!(stopped.status, OperationStatus::Failed);
@@ -531,10 +581,16 @@ mod tests {
             },
             now: T,
         };
-        assert!(matches!(f.store.claim(&claim).await.unwrap(), Claim::Settled(_)));
+        assert!(matches!(
+            f.store.claim(&claim).await.unwrap(),
+            Claim::Settled(_)
+        ));
         // The same cancel again: the same, settled.
         let (status, again) = call(&f, event("cancel-valid.json")).await;
-        assert_eq!((status, &again["operation_id"]), (200, &body["operation_id"]));
+        assert_eq!(
+            (status, &again["operation_id"]),
+            (200, &body["operation_id"])
+        );
 
         let f = fixture();
         let (status, _) = call(&f, event("checkout-authorize.json")).await;
@@ -549,10 +605,17 @@ mod tests {
             },
             now: T,
         };
-        assert!(matches!(f.store.claim(&claim).await.unwrap(), Claim::Claimed(_)));
+        assert!(matches!(
+            f.store.claim(&claim).await.unwrap(),
+            Claim::Claimed(_)
+        ));
         let before = f.store.all();
         let (status, body) = call(&f, event("cancel-valid.json")).await;
-        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("in_flight")), "{body}");
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("in_flight")),
+            "{body}"
+        );
         assert_eq!(f.store.all(), before);
     }
 

@@ -456,14 +456,27 @@ impl Ours {
         s.deliver(&s.charge).await;
         let authorized = s.stack.snapshot().since(&before);
         let key = OperationKey::charge(OrderId::parse("ord-3003").expect("order id"));
-        let charge = s.inspect.get(&key).await.expect("GetItem").expect("the charge");
+        let charge = s
+            .inspect
+            .get(&key)
+            .await
+            .expect("GetItem")
+            .expect("the charge");
         assert_eq!(charge.status, OperationStatus::Authorized);
-        assert!(charge.capture_before.is_some(), "the deadline, read from Stripe");
+        assert!(
+            charge.capture_before.is_some(),
+            "the deadline, read from Stripe"
+        );
         let before = s.stack.snapshot();
         s.answer(CAPTURE_EVENT, 202).await;
         s.deliver(&s.charge).await;
         let captured = s.stack.snapshot().since(&before);
-        let charge = s.inspect.get(&key).await.expect("GetItem").expect("the charge");
+        let charge = s
+            .inspect
+            .get(&key)
+            .await
+            .expect("GetItem")
+            .expect("the charge");
         assert_eq!(charge.status, OperationStatus::Succeeded);
         assert_eq!(charge.amount_captured.map(|a| a.minor_units()), Some(1000));
         (authorized, captured)
@@ -472,9 +485,11 @@ impl Ours {
     /// Sends a sample event through the checkout function; asserts its status.
     async fn answer(&self, event: &str, status: i64) {
         let request: ApiGatewayV2httpRequest = serde_json::from_str(event).expect("sample event");
-        let resp =
-            checkout::handler::handle(&self.checkout, LambdaEvent::new(request, Context::default()))
-                .await;
+        let resp = checkout::handler::handle(
+            &self.checkout,
+            LambdaEvent::new(request, Context::default()),
+        )
+        .await;
         assert_eq!(resp.status_code, status, "{:?}", resp.body);
     }
 }

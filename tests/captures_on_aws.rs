@@ -1,0 +1,244 @@
+//! Authorize now, capture later, through the real handlers against moto (DynamoDB, SQS FIFO) and
+//! stripe-sim over HTTP (on the core's clock): an authorization captured once, a capture whose
+//! answer was lost settled by reading the intent (never by the replayed error), a capture and a
+//! cancel asked at once of which exactly one takes effect, and an authorization nobody captures
+//! paged before its deadline, then settled as expired.
+
+use std::time::Duration;
+
+use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
+use charge_once::ports::OperationStore;
+use charge_once::store_rules::AUTHORIZATION_EXPIRED;
+use charge_once::{Clock, Operation, OperationKey, OperationKind, OperationStatus, OrderId};
+use checkout::handler::Checkout;
+use lambda_runtime::{Context, LambdaEvent};
+use stripe_sim::FaultKind;
+use testkit::stack::{api_event, json_body, Stack};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+async fn post(deps: &Checkout, file: &str) -> ApiGatewayV2httpResponse {
+    checkout::handler::handle(deps, LambdaEvent::new(api_event(file), Context::default())).await
+}
+
+fn key(kind: OperationKind) -> OperationKey {
+    OperationKey::of_kind(OrderId::parse("ord-3003").unwrap(), kind)
+}
+
+async fn record(s: &Stack, kind: OperationKind) -> Operation {
+    s.store.get(&key(kind)).await.unwrap().expect("the record")
+}
+
+/// ord-3003 checked out with `capture: manual` and its message delivered: authorized, with the
+/// deadline stripe-sim states.
+async fn authorized(s: &Stack) -> Operation {
+    assert_eq!(
+        post(&s.checkout(), "checkout-authorize.json")
+            .await
+            .status_code,
+        202
+    );
+    assert_eq!(s.deliver().await, 1);
+    let charge = record(s, OperationKind::Charge).await;
+    assert_eq!(charge.status, OperationStatus::Authorized, "{charge:?}");
+    charge
+}
+
+/// The PaymentIntent's status at stripe-sim, by the charge's key.
+fn stripe_status(s: &Stack, charge: &Operation) -> String {
+    let key = format!("payment-op:{}", charge.operation_id);
+    let found: Vec<_> = s
+        .side
+        .sim
+        .ledger()
+        .into_iter()
+        .filter(|p| p.idempotency_key.as_deref() == Some(key.as_str()))
+        .collect();
+    assert_eq!(found.len(), 1, "one PaymentIntent for the order");
+    found[0].status.clone()
+}
+
+#[tokio::test]
+async fn an_authorization_is_held_then_captured_once() {
+    let s = Stack::spawn().await;
+    let charge = authorized(&s).await;
+    let deadline = charge
+        .capture_before
+        .expect("the deadline, read from Stripe's answer");
+    assert!(deadline > s.clock().now() && deadline <= s.clock().now().plus(7 * 24 * HOUR));
+    assert_eq!(
+        charge.next_due_at,
+        Some(deadline.minus(12 * HOUR)),
+        "due when the page must go"
+    );
+    assert_eq!(stripe_status(&s, &charge), "requires_capture");
+
+    let resp = post(&s.checkout(), "capture-valid.json").await;
+    assert_eq!(resp.status_code, 202, "{:?}", resp.body);
+    assert_eq!(s.deliver().await, 1);
+    let charge = record(&s, OperationKind::Charge).await;
+    assert_eq!(
+        (
+            charge.status,
+            charge.amount_captured.map(|a| a.minor_units())
+        ),
+        (OperationStatus::Succeeded, Some(1000))
+    );
+    assert_eq!(charge.next_due_at, None, "left the unknown index");
+    assert_eq!(
+        record(&s, OperationKind::Capture).await.status,
+        OperationStatus::Succeeded
+    );
+    assert_eq!(stripe_status(&s, &charge), "succeeded");
+    // The same request again: the same capture, nothing sent to Stripe.
+    let again = post(&s.checkout(), "capture-valid.json").await;
+    assert_eq!(again.status_code, 200, "{:?}", again.body);
+    assert_eq!(
+        s.side.sim.request_counts().capture,
+        1,
+        "one capture at Stripe"
+    );
+    // A cancel of the captured order: refused, refund it instead.
+    let cancel = post(&s.checkout(), "cancel-valid.json").await;
+    assert_eq!(
+        (
+            cancel.status_code,
+            json_body(&cancel)["error"]["code"].clone()
+        ),
+        (409, serde_json::json!("captured"))
+    );
+}
+
+/// The capture is made at Stripe but its answer is a 500 (saved under the key: a retry with it
+/// would replay the 500 until the key expires, and a fresh capture would be refused as already
+/// captured). The next attempt reads the intent first and settles by what Stripe holds:
+/// captured, with no second capture request.
+#[tokio::test]
+async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
+    let s = Stack::spawn().await;
+    authorized(&s).await;
+    assert_eq!(
+        post(&s.checkout(), "capture-valid.json").await.status_code,
+        202
+    );
+    s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
+    assert_eq!(s.deliver().await, 1);
+    assert_eq!(
+        s.side.sim.injected()[&FaultKind::ServerErrorAfterCommit],
+        1,
+        "the fault happened"
+    );
+    let lost = record(&s, OperationKind::Capture).await;
+    assert_eq!(
+        lost.status,
+        OperationStatus::Unknown,
+        "never rounded to failed"
+    );
+    assert_eq!(
+        record(&s, OperationKind::Charge).await.status,
+        OperationStatus::Authorized
+    );
+
+    s.clock().advance(Duration::from_secs(600));
+    s.tick().await.unwrap();
+    while s.deliver().await > 0 {}
+    let capture = record(&s, OperationKind::Capture).await;
+    let charge = record(&s, OperationKind::Charge).await;
+    assert_eq!(capture.status, OperationStatus::Succeeded, "{capture:?}");
+    assert_eq!(
+        (
+            charge.status,
+            charge.amount_captured.map(|a| a.minor_units())
+        ),
+        (OperationStatus::Succeeded, Some(1000))
+    );
+    assert_eq!(
+        s.side.sim.request_counts().capture,
+        1,
+        "read, not captured again"
+    );
+}
+
+/// A capture and a cancel asked at once: exactly one is accepted (the store's condition on the
+/// charge decides), and only its effect reaches Stripe.
+#[tokio::test]
+async fn a_capture_and_a_cancel_at_once_never_both_take_effect() {
+    let s = Stack::spawn().await;
+    let charge = authorized(&s).await;
+    let checkout = s.checkout();
+    let (capture, cancel) = tokio::join!(
+        post(&checkout, "capture-valid.json"),
+        post(&checkout, "cancel-valid.json")
+    );
+    let mut statuses = [capture.status_code, cancel.status_code];
+    statuses.sort();
+    assert_eq!(statuses, [202, 409], "one accepted, the other refused");
+    while s.deliver().await > 0 {}
+    let charge_now = record(&s, OperationKind::Charge).await;
+    let at_stripe = stripe_status(&s, &charge);
+    if capture.status_code == 202 {
+        assert_eq!(
+            (charge_now.status, at_stripe.as_str()),
+            (OperationStatus::Succeeded, "succeeded")
+        );
+        assert!(s
+            .store
+            .get(&key(OperationKind::Cancel))
+            .await
+            .unwrap()
+            .is_none());
+    } else {
+        assert_eq!(
+            (charge_now.status, at_stripe.as_str()),
+            (OperationStatus::Failed, "canceled")
+        );
+        assert!(s
+            .store
+            .get(&key(OperationKind::Capture))
+            .await
+            .unwrap()
+            .is_none());
+    }
+    let counts = s.side.sim.request_counts();
+    assert_eq!(
+        counts.capture + counts.cancel,
+        1,
+        "one of them reached Stripe"
+    );
+}
+
+/// Nobody captures: the reconciler finds it uncaptured less than 12 h before Stripe's deadline and
+/// pages (`AuthorizationNearDeadline`); past the deadline Stripe canceled it (stripe-sim's hold
+/// expires on the shared clock) and the next look settles it failed, expired.
+#[tokio::test]
+async fn an_authorization_nobody_captures_pages_before_its_deadline_then_expires() {
+    let s = Stack::spawn().await;
+    let charge = authorized(&s).await;
+    let deadline = charge.capture_before.unwrap();
+    // Before the page's moment nothing is due.
+    s.clock().set(deadline.minus(13 * HOUR));
+    let report = s.tick().await.unwrap();
+    assert_eq!(report.deadline_near, 0, "{report:?}");
+    // Within 12 h of it: paged, once, by the look that found it uncaptured.
+    s.clock().set(deadline.minus(11 * HOUR));
+    let report = s.tick().await.unwrap();
+    while s.deliver().await > 0 {}
+    let paged = report.deadline_near
+        + s.metrics
+            .sum("AuthorizationNearDeadline", &[("Function", "charge")]) as u64;
+    assert_eq!(paged, 1, "{report:?}");
+    assert_eq!(
+        record(&s, OperationKind::Charge).await.status,
+        OperationStatus::Authorized
+    );
+    // Past the deadline: Stripe canceled the hold; the next look settles it expired.
+    s.clock().set(deadline.plus(Duration::from_secs(120)));
+    s.tick().await.unwrap();
+    while s.deliver().await > 0 {}
+    let expired = record(&s, OperationKind::Charge).await;
+    assert_eq!(
+        (expired.status, expired.last_error.as_deref()),
+        (OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED))
+    );
+    assert_eq!(stripe_status(&s, &charge), "canceled");
+}
