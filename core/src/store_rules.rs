@@ -463,6 +463,14 @@ impl Transition for SettleAuthorization {
     }
 }
 
+/// Why a capture's or a cancel's outcome that ends its charge's authorization cannot be written:
+/// the charge is gone, names another taker, or already ended otherwise (its own look at Stripe
+/// recorded a different end). Not a refusal the shell can settle, as [`RELEASE_REFUSED`]: the
+/// store answers it as an error and writes neither record, the message is retried and, still
+/// refused, parks on the dead-letter queue, which pages.
+pub const AUTHORIZATION_REFUSED: &str =
+    "a capture's or cancel's outcome cannot end its charge's authorization: the charge is missing, taken by another, or ended otherwise";
+
 /// Result of `OperationStore::create_taking`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakingCreated {
@@ -625,7 +633,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::operation::LeaseToken;
+    use crate::operation::{LeaseToken, Taker};
     use crate::testing::{self, T0};
 
     fn leased() -> (Operation, LeaseToken) {
@@ -703,6 +711,201 @@ mod tests {
         assert_eq!(
             apply(&op, &without).unwrap().status,
             OperationStatus::Failed
+        );
+    }
+
+    /// An authorized charge as Stripe's answer left it: attempted once, due again, not taken.
+    fn authorized() -> Operation {
+        let mut op = testing::order("ord-take")
+            .status(OperationStatus::Authorized)
+            .build();
+        op.attempts = 1;
+        op.first_attempted_at = Some(T0);
+        op
+    }
+
+    fn taker(capture: bool) -> Taker {
+        Taker {
+            capture,
+            operation_id: OperationId::new_random(),
+        }
+    }
+
+    fn take(charge: &Operation, taker: Taker, from: TakeFrom) -> TakeAuthorization {
+        TakeAuthorization {
+            charge: charge.key(),
+            charge_operation_id: charge.operation_id,
+            taker,
+            from,
+            now: T0,
+        }
+    }
+
+    fn settle(
+        charge: &Operation,
+        taker: Taker,
+        outcome: AuthorizationOutcome,
+    ) -> SettleAuthorization {
+        SettleAuthorization {
+            charge: charge.key(),
+            taker,
+            outcome,
+            now: T0.plus(Duration::from_secs(1)),
+        }
+    }
+
+    /// A capture takes an authorized charge once: the charge names it and stays authorized
+    /// (still due, the deadline watched). The other of the pair, asked after, is refused by
+    /// `not_taken`; a charge not (yet) authorized by `status_is`; another operation at the
+    /// charge's key by `is_operation`.
+    #[test]
+    fn an_authorized_charge_is_taken_once() {
+        let charge = authorized();
+        let capture = taker(true);
+        let taken = apply(&charge, &take(&charge, capture, TakeFrom::Authorized)).unwrap();
+        assert_eq!(taken.taken_by, Some(capture));
+        assert_eq!(taken.status, OperationStatus::Authorized);
+        assert_eq!(taken.next_due_at, charge.next_due_at);
+        let cancel = take(&charge, taker(false), TakeFrom::Authorized);
+        assert_eq!(apply(&taken, &cancel), Err(Guard::NotTaken));
+        // The twin of that refusal: the cancel alone is accepted.
+        assert!(apply(&charge, &cancel).is_ok());
+        let pending = testing::order("ord-take").build();
+        assert_eq!(
+            apply(&pending, &take(&pending, capture, TakeFrom::Authorized)),
+            Err(Guard::StatusIs(OperationStatus::Authorized))
+        );
+        let elsewhere = TakeAuthorization {
+            charge_operation_id: OperationId::new_random(),
+            ..take(&charge, capture, TakeFrom::Authorized)
+        };
+        assert!(matches!(
+            apply(&charge, &elsewhere),
+            Err(Guard::IsOperation(_))
+        ));
+    }
+
+    /// A cancel of a charge never sent settles it `failed` in the same write: out of the index,
+    /// saying it was stopped before Stripe. Once claimed (attempted) it is refused by
+    /// `never_attempted`; a live lease by `no_lease_after`; an authorized charge is not "never
+    /// sent" (`status_is`).
+    #[test]
+    fn a_cancel_stops_a_charge_never_sent_and_only_that() {
+        let pending = testing::order("ord-never").build();
+        let cancel = taker(false);
+        let stopped = apply(&pending, &take(&pending, cancel, TakeFrom::NeverSent)).unwrap();
+        assert_eq!(stopped.status, OperationStatus::Failed);
+        assert_eq!(stopped.last_error.as_deref(), Some(CANCELED_BEFORE_SENT));
+        assert_eq!(stopped.next_due_at, None);
+        assert_eq!(stopped.taken_by, Some(cancel));
+        assert_eq!(
+            authorization_end(&stopped),
+            Some(AuthorizationEnd::Canceled)
+        );
+        let token = LeaseToken::new_random();
+        let claimed = apply(&pending, &testing::claim_request(&pending, token, T0)).unwrap();
+        let after_lease = Operation {
+            lease: None,
+            ..claimed.clone()
+        };
+        assert_eq!(
+            apply(
+                &after_lease,
+                &take(&after_lease, cancel, TakeFrom::NeverSent)
+            ),
+            Err(Guard::NeverAttempted)
+        );
+        // A lease on a record never attempted is not reachable by a claim; the guard stands alone.
+        let leased = Operation {
+            first_attempted_at: None,
+            attempts: 0,
+            ..claimed
+        };
+        assert!(matches!(
+            apply(&leased, &take(&leased, cancel, TakeFrom::NeverSent)),
+            Err(Guard::NoLeaseAfter(_))
+        ));
+        let charge = authorized();
+        assert_eq!(
+            apply(&charge, &take(&charge, cancel, TakeFrom::NeverSent)),
+            Err(Guard::StatusIs(OperationStatus::Pending))
+        );
+    }
+
+    /// Each end of a taken authorization as its taker's outcome writes it to the charge; another
+    /// taker is refused by `taken_by`, and a charge already ended otherwise by `authorized_or`.
+    #[test]
+    fn a_taken_authorization_ends_as_its_taker_s_outcome_says() {
+        let charge = authorized();
+        let capture = taker(true);
+        let taken = apply(&charge, &take(&charge, capture, TakeFrom::Authorized)).unwrap();
+        let amount = crate::domain::Amount::new(800).unwrap();
+        let captured = apply(
+            &taken,
+            &settle(&taken, capture, AuthorizationOutcome::Captured(amount)),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                captured.status,
+                captured.amount_captured,
+                captured.next_due_at
+            ),
+            (OperationStatus::Succeeded, Some(amount), None)
+        );
+        assert_eq!(captured.amount_taken(), amount);
+        for (outcome, end, error) in [
+            (
+                AuthorizationOutcome::Canceled,
+                AuthorizationEnd::Canceled,
+                CANCELED_BY_MERCHANT,
+            ),
+            (
+                AuthorizationOutcome::Expired,
+                AuthorizationEnd::Expired,
+                AUTHORIZATION_EXPIRED,
+            ),
+        ] {
+            let ended = apply(&taken, &settle(&taken, capture, outcome)).unwrap();
+            assert_eq!(ended.status, OperationStatus::Failed);
+            assert_eq!(ended.last_error.as_deref(), Some(error));
+            assert_eq!(ended.next_due_at, None);
+            assert_eq!(authorization_end(&ended), Some(end));
+        }
+        let given_back = apply(
+            &taken,
+            &settle(&taken, capture, AuthorizationOutcome::GivenBack),
+        )
+        .unwrap();
+        assert_eq!(given_back.taken_by, None);
+        assert_eq!(given_back.status, OperationStatus::Authorized);
+        assert!(given_back.next_due_at.is_some(), "still watched");
+        let other = taker(false);
+        assert_eq!(
+            apply(
+                &taken,
+                &settle(&taken, other, AuthorizationOutcome::Canceled)
+            ),
+            Err(Guard::TakenBy(other.operation_id))
+        );
+        // The charge's own look at Stripe recorded the lapse first: the same end is accepted,
+        // a capture over it refused.
+        let lapsed = Operation {
+            status: OperationStatus::Failed,
+            next_due_at: None,
+            ..taken
+        };
+        assert!(apply(
+            &lapsed,
+            &settle(&lapsed, capture, AuthorizationOutcome::Expired)
+        )
+        .is_ok());
+        assert_eq!(
+            apply(
+                &lapsed,
+                &settle(&lapsed, capture, AuthorizationOutcome::Captured(amount))
+            ),
+            Err(Guard::AuthorizedOr(OperationStatus::Succeeded))
         );
     }
 

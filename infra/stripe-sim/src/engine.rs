@@ -180,6 +180,21 @@ pub(crate) enum Idem {
 /// How a create's answer is kept under its key (see [`Engine::finish_key_created`]).
 pub(crate) struct Created(Kept);
 
+impl Created {
+    /// An answer kept as sent (an expanded one: see [`Engine::create_expanded`]).
+    fn answer(saved: Saved) -> Self {
+        Created(Kept::Answer(Box::new(saved)))
+    }
+
+    /// The created PaymentIntent's position, while the answer is kept as that intent.
+    fn position(&self) -> Option<usize> {
+        match &self.0 {
+            Kept::Created { at, .. } => Some(*at as usize),
+            Kept::Answer(_) => None,
+        }
+    }
+}
+
 /// A create's answer: the PaymentIntent's JSON (`json`, its text), or the card error carrying it.
 fn created_answer(pi: &PaymentIntent, json: String, declined: Option<Decline>) -> Saved {
     match declined {
@@ -734,6 +749,58 @@ impl Engine {
         let at = self.position(id)?;
         self.settle_at(at, now_ms);
         Some(self.pis.json(at))
+    }
+
+    /// `text`, the JSON of the PaymentIntent `id`, with its `latest_charge` expanded into the
+    /// charge object when `expand` (a request's `expand[]=latest_charge`); as it is when not
+    /// asked, or when there is no charge to expand.
+    pub(crate) fn expanding(
+        &mut self,
+        id: &str,
+        text: String,
+        expand: bool,
+        now_ms: i64,
+    ) -> String {
+        if !expand {
+            return text;
+        }
+        let Some(at) = self.position(id) else {
+            return text;
+        };
+        self.with_charge(at, &text, now_ms).unwrap_or(text)
+    }
+
+    /// `text` (the JSON of the PaymentIntent at `at`) with the charge object in `latest_charge`;
+    /// `None` when it has no charge.
+    fn with_charge(&mut self, at: usize, text: &str, now_ms: i64) -> Option<String> {
+        let charge = self.charge_json(at, now_ms)?;
+        let mut pi: serde_json::Value = serde_json::from_str(text).ok()?;
+        pi["latest_charge"] = serde_json::from_str(&charge).ok()?;
+        Some(pi.to_string())
+    }
+
+    /// [`Engine::create`] answering with `latest_charge` expanded (`expand[]=latest_charge`), as
+    /// Stripe expands on any call: a manual create's answer states its `capture_before`. The
+    /// expanded answer is kept under the key as sent (not re-rendered from the intent, whose
+    /// charge changes with refunds while the intent does not), so a replay answers the same
+    /// bytes. A declined create's `402` carries the intent unexpanded.
+    pub(crate) fn create_expanded(
+        &mut self,
+        params: CreateParams,
+        idempotency_key: Option<&str>,
+        now_ms: i64,
+    ) -> (Saved, Created) {
+        let (saved, created) = self.create(params, idempotency_key, now_ms);
+        let Some(at) = created.position().filter(|_| saved.status == 200) else {
+            return (saved, created);
+        };
+        let text = String::from_utf8_lossy(&saved.body).into_owned();
+        let Some(expanded) = self.with_charge(at, &text, now_ms) else {
+            return (saved, created);
+        };
+        let saved = Saved::ok(expanded);
+        let kept = Created::answer(saved.clone());
+        (saved, kept)
     }
 
     /// Cancels the PaymentIntent `id` (settled as of `now_ms` first), if its status allows it:

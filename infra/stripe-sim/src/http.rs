@@ -293,7 +293,12 @@ fn pre_fault_reply(kind: FaultKind) -> Reply {
 
 /// What an executing create makes.
 enum Job {
-    PaymentIntent(CreateParams),
+    /// A PaymentIntent; `expand_charge`: the request asked `expand[]=latest_charge`, so the
+    /// answer carries the charge object (an authorization's `capture_before` is on it).
+    PaymentIntent {
+        params: CreateParams,
+        expand_charge: bool,
+    },
     Refund(RefundParams),
 }
 
@@ -377,7 +382,10 @@ pub(crate) fn create_begin(
         )
     };
     Ok(Executing {
-        job: Job::PaymentIntent(params),
+        job: Job::PaymentIntent {
+            params,
+            expand_charge: form_expands_latest_charge(form),
+        },
         key: idempotency_key,
         guard,
         fault,
@@ -393,8 +401,15 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
         let now = sim.now_ms();
         let mut eng = sim.engine();
         let (saved, created) = match ex.job {
-            Job::PaymentIntent(params) => {
-                let (saved, created) = eng.create(params, ex.key.as_deref(), now);
+            Job::PaymentIntent {
+                params,
+                expand_charge,
+            } => {
+                let (saved, created) = if expand_charge {
+                    eng.create_expanded(params, ex.key.as_deref(), now)
+                } else {
+                    eng.create(params, ex.key.as_deref(), now)
+                };
                 (saved, Some(created))
             }
             Job::Refund(params) => match eng.refund(params, now) {
@@ -461,7 +476,8 @@ fn idempotency_key(headers: &HeaderMap) -> Option<String> {
 /// compared with the intent it was used on, so another request under it is an
 /// `idempotency_error`), validation, then the cancel, which may meet `drop_after_commit` or
 /// `server_error_after_commit`. A refusal (unknown intent, a status Stripe does not cancel from)
-/// is not saved under the key. `Err(DropConnection)`: canceled, but no answer goes back.
+/// is not saved under the key. `expand[]=latest_charge` answers (and saves) the intent with its
+/// charge object. `Err(DropConnection)`: canceled, but no answer goes back.
 pub(crate) fn cancel(
     sim: &StripeSim,
     id: &str,
@@ -484,8 +500,10 @@ pub(crate) fn cancel(
         Ok(r) => r,
         Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
     };
+    let expand_charge = form_expands_latest_charge(form);
     commit_cancel(sim, guard, idempotency_key, |eng, now| {
-        eng.cancel(id, reason, now)
+        let json = eng.cancel(id, reason, now)?;
+        Ok(eng.expanding(id, json, expand_charge, now))
     })
 }
 
@@ -494,8 +512,8 @@ pub(crate) fn cancel(
 /// validation that forgets the key), then the capture. Unlike a cancel's, a capture's refusal
 /// from the intent's state (captured, canceled or expired meanwhile; more than is capturable) is
 /// saved under the key, as Stripe saves it: a retry with that key replays the `400` until the
-/// key expires. `Err(DropConnection)`: the answer (a success or a saved refusal) is kept, but
-/// none goes back.
+/// key expires. `expand[]=latest_charge` answers (and saves) a success with the charge object.
+/// `Err(DropConnection)`: the answer (a success or a saved refusal) is kept, but none goes back.
 pub(crate) fn capture(
     sim: &StripeSim,
     id: &str,
@@ -518,8 +536,10 @@ pub(crate) fn capture(
         Ok(p) => p,
         Err(e) => return Ok(Reply::error(&e)), // guard forgets the key
     };
+    let expand_charge = form_expands_latest_charge(form);
     commit_keyed(sim, guard, idempotency_key, |eng, now| {
-        eng.capture(id, params, now)
+        let json = eng.capture(id, params, now)?;
+        Ok(eng.expanding(id, json, expand_charge, now))
     })
 }
 
@@ -627,6 +647,13 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
 /// `amount_refunded`, instead of its id).
 fn expands_latest_charge(query: &str) -> bool {
     form_urlencoded::parse(query.as_bytes())
+        .any(|(k, v)| k.starts_with("expand") && v == "latest_charge")
+}
+
+/// Whether a POST's form asks for `expand[]=latest_charge`: Stripe expands on any call, so a
+/// manual create's own answer states the hold's `capture_before` without a second read.
+fn form_expands_latest_charge(form: &[(String, String)]) -> bool {
+    form.iter()
         .any(|(k, v)| k.starts_with("expand") && v == "latest_charge")
 }
 

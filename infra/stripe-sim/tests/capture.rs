@@ -724,3 +724,89 @@ async fn the_admin_api_sets_the_expiry_window_and_the_capture_limit() {
     assert_eq!(v["cancellation_reason"], "automatic");
     assert_eq!(v["canceled_at"], T0 / 1000 + 60);
 }
+
+/// `f` asking for the charge object in the answer, as the charge-once client asks on a manual
+/// create.
+fn expanding(mut f: Vec<(String, String)>) -> Vec<(String, String)> {
+    f.push(("expand[]".into(), "latest_charge".into()));
+    f
+}
+
+#[test]
+fn a_manual_create_that_expands_its_charge_states_capture_before_and_replays_the_same_body() {
+    let sim = sim();
+    let f = expanding(manual("op-1", "pm_card_visa", true));
+    let a = create(&sim, Some("create:op-1"), f.clone());
+    assert_eq!((a.status, a.replayed), (200, false), "{:?}", json(&a));
+    let v = json(&a);
+    assert_eq!(v["status"], "requires_capture");
+    let charge = &v["latest_charge"];
+    assert_eq!(charge["object"], "charge");
+    assert_eq!(
+        charge["payment_method_details"]["card"]["capture_before"].as_i64(),
+        Some((T0 + VISA_MIT_CAPTURE_WINDOW_MS) / 1000),
+        "a Visa merchant-initiated hold: 4 days 18 hours"
+    );
+    // The intent changes (captured); the key still replays the first answer, expanded.
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(capture(&sim, &id, None, &[]).status, 200);
+    let again = create(&sim, Some("create:op-1"), f);
+    assert!(again.replayed);
+    assert_eq!(again.body, a.body, "the same bytes as the first answer");
+    assert_eq!(sim.ledger().len(), 1, "one PaymentIntent");
+
+    // Twin: not asked, the answer names the charge by its id, and so does its replay.
+    let plain = manual("op-2", "pm_card_visa", true);
+    let b = create(&sim, Some("create:op-2"), plain.clone());
+    assert!(json(&b)["latest_charge"]
+        .as_str()
+        .unwrap()
+        .starts_with("ch_"));
+    let b_again = create(&sim, Some("create:op-2"), plain);
+    assert_eq!((b_again.replayed, b_again.body), (true, b.body));
+}
+
+#[test]
+fn a_declined_create_asking_to_expand_answers_its_card_error() {
+    let sim = sim();
+    let f = expanding(manual("op-1", "pm_card_chargeDeclined", true));
+    let a = create(&sim, Some("create:op-1"), f.clone());
+    assert_eq!((a.status, code(&a)), (402, "card_declined".into()));
+    let again = create(&sim, Some("create:op-1"), f);
+    assert_eq!((again.replayed, again.body), (true, a.body));
+}
+
+#[test]
+fn captures_and_cancels_that_expand_answer_and_replay_the_charge_object() {
+    let sim = sim();
+    let pi = authorized(&sim, "op-1");
+    let f = expanding(form(&[("amount_to_capture", "600")]));
+    let a = capture(&sim, &pi, Some("capture:op-1"), &f);
+    assert_eq!(a.status, 200, "{:?}", json(&a));
+    let charge = &json(&a)["latest_charge"];
+    assert_eq!(
+        (
+            charge["captured"].as_bool(),
+            charge["amount_captured"].as_i64(),
+            charge["amount_refunded"].as_i64()
+        ),
+        (Some(true), Some(600), Some(400)),
+        "the rest released"
+    );
+    let again = capture(&sim, &pi, Some("capture:op-1"), &f);
+    assert_eq!((again.replayed, &again.body), (true, &a.body));
+
+    let other = authorized(&sim, "op-2");
+    let f = expanding(form(&[("cancellation_reason", "requested_by_customer")]));
+    let c = answered(sim.cancel_in_process(&other, Some("cancel:op-2"), &f));
+    assert_eq!(c.status, 200, "{:?}", json(&c));
+    let v = json(&c);
+    assert_eq!(v["cancellation_reason"], "requested_by_customer");
+    assert_eq!(v["latest_charge"]["amount_refunded"].as_i64(), Some(1000));
+    let c_again = answered(sim.cancel_in_process(&other, Some("cancel:op-2"), &f));
+    assert_eq!((c_again.replayed, c_again.body), (true, c.body));
+    // Twin: not asked, the capture's answer names the charge by its id.
+    let third = authorized(&sim, "op-3");
+    let plain = capture(&sim, &third, None, &[]);
+    assert!(json(&plain)["latest_charge"].is_string());
+}

@@ -5,22 +5,30 @@
 //! keys can be pruned as Stripe does after 24 h; statuses can change later. Every PaymentIntent
 //! actually created is kept, so a test asserts how many charges really happened. Refunds the same
 //! way ([`refunds`]): keyed, refused as Stripe refuses them, kept, their statuses scripted.
+//! Authorizations too ([`captures`]): a manual charge waits in `requires_capture` until it is
+//! captured (all or part), canceled, or its deadline passes on the fake's clock.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{Fingerprint, OperationId, PaymentIntentId, StripeRefundId};
+use crate::domain::{CaptureMethod, Fingerprint, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use crate::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent, CreateRefund,
+    PaymentGateway,
+};
 use crate::refund::{RefundStatus, StripeRefund};
+use crate::time::{SystemClock, Timestamp};
 
+mod captures;
 mod refunds;
 
+pub use captures::FAKE_CAPTURE_WINDOW;
 pub use refunds::FakeRefund;
 
 /// A fault applied to the next create call.
@@ -55,6 +63,13 @@ pub struct FakeCharge {
     /// The fake is a test-mode account unless a test says otherwise.
     pub livemode: bool,
     pub idempotency_key: String,
+    /// What a capture took (`amount_received`); `None` until one did.
+    pub amount_received: Option<i64>,
+    /// Why it was canceled (`automatic`: its authorization lapsed uncaptured).
+    pub cancellation_reason: Option<String>,
+    /// A manual charge's deadline (the charge's `capture_before`): uncaptured by then, the fake
+    /// cancels it as Stripe does.
+    pub capture_before: Option<Timestamp>,
 }
 
 impl FakeCharge {
@@ -67,6 +82,9 @@ impl FakeCharge {
             currency: req.params.currency.as_str().to_owned(),
             livemode: false,
             idempotency_key: key.to_owned(),
+            amount_received: None,
+            cancellation_reason: None,
+            capture_before: None,
         }
     }
 
@@ -78,6 +96,9 @@ impl FakeCharge {
             operation_id: Some(self.operation_id.to_string()),
             order_id: Some(self.order_id.clone()),
             livemode: Some(self.livemode),
+            amount_received: self.amount_received,
+            cancellation_reason: self.cancellation_reason.clone(),
+            capture_before: self.capture_before,
             ..PaymentIntent::new(fake_id(id), self.status.clone())
         }
     }
@@ -90,6 +111,7 @@ pub struct GatewayCalls {
     pub retrieve: AtomicU64,
     pub search: AtomicU64,
     pub cancel: AtomicU64,
+    pub capture: AtomicU64,
     pub refund_create: AtomicU64,
     /// Refund retrieves and lists.
     pub refund_read: AtomicU64,
@@ -101,6 +123,7 @@ impl GatewayCalls {
             + self.retrieve.load(Ordering::SeqCst)
             + self.search.load(Ordering::SeqCst)
             + self.cancel.load(Ordering::SeqCst)
+            + self.capture.load(Ordering::SeqCst)
             + self.refund_create.load(Ordering::SeqCst)
             + self.refund_read.load(Ordering::SeqCst)
     }
@@ -120,6 +143,10 @@ struct State {
     /// Faults for the next cancel calls: `RateLimited`, `ServerErrorBeforeCommit`,
     /// `LoseResponse` (canceled, answer lost), `Rejected`.
     cancel_script: VecDeque<FakeFault>,
+    /// Faults for the next capture calls (see [`FakeGateway::script_capture`]).
+    capture_script: VecDeque<FakeFault>,
+    /// How long a manual charge's authorization waits for its capture.
+    capture_window: Duration,
     in_flight: HashMap<String, u32>,
     /// Refund keys and the answers they replay (apart from the creates' keys, which a refund
     /// create may not reuse).
@@ -158,6 +185,9 @@ impl State {
 pub struct FakeGateway {
     state: Mutex<State>,
     create_delay: Mutex<Option<Duration>>,
+    /// When a manual charge was authorized and when its hold lapses (the wall clock unless a
+    /// test shares its own, [`FakeGateway::set_clock`]).
+    clock: Mutex<Arc<dyn Clock>>,
     pub calls: GatewayCalls,
 }
 
@@ -183,6 +213,8 @@ impl FakeGateway {
                 first_status,
                 script: VecDeque::new(),
                 cancel_script: VecDeque::new(),
+                capture_script: VecDeque::new(),
+                capture_window: FAKE_CAPTURE_WINDOW,
                 in_flight: HashMap::new(),
                 refunds_saved: HashMap::new(),
                 refunds: BTreeMap::new(),
@@ -191,12 +223,32 @@ impl FakeGateway {
                 refund_script: VecDeque::new(),
             }),
             create_delay: Mutex::new(None),
+            clock: Mutex::new(Arc::new(SystemClock)),
             calls: GatewayCalls::default(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state with every authorization whose deadline passed by the fake's clock lapsed
+    /// (canceled, `automatic`), as Stripe cancels them: what any call then sees.
+    fn lock_now(&self) -> (std::sync::MutexGuard<'_, State>, Timestamp) {
+        let now = self.now();
+        let mut st = self.lock();
+        st.lapse_holds(now);
+        (st, now)
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.lock().unwrap_or_else(|p| p.into_inner()).now()
+    }
+
+    /// From now on, the fake dates authorizations and lapses them by `clock` (a test's
+    /// [`crate::time::ManualClock`], shared with the code under test).
+    pub fn set_clock(&self, clock: Arc<dyn Clock>) {
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = clock;
     }
 
     /// From now on, creates return this status unless a fault says otherwise (as
@@ -269,28 +321,38 @@ impl FakeGateway {
 
     /// Every PaymentIntent created, by id: the external side effect.
     pub fn charges(&self) -> BTreeMap<String, FakeCharge> {
-        self.lock().charges.clone()
+        self.lock_now().0.charges.clone()
     }
 
     pub fn charge_count(&self) -> usize {
         self.lock().charges.len()
     }
 
+    /// Makes the PaymentIntent a create asked for, `status` unless it is a manual charge the
+    /// fake would have charged: that one is authorized (`requires_capture`), its deadline
+    /// `now` plus the capture window.
     fn commit(
         st: &mut State,
         req: &CreatePaymentIntent,
         status: PaymentIntentStatus,
+        now: Timestamp,
     ) -> PaymentIntent {
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
-        let charge = FakeCharge::of(req, status, req.idempotency_key.as_str());
+        let mut charge = FakeCharge::of(req, status, req.idempotency_key.as_str());
+        if req.params.capture_method == CaptureMethod::Manual {
+            if charge.status == PaymentIntentStatus::Succeeded {
+                charge.status = PaymentIntentStatus::RequiresCapture;
+            }
+            charge.capture_before = Some(now.plus(st.capture_window));
+        }
         let pi = charge.intent(&id);
         st.charges.insert(id, charge);
         pi
     }
 
     fn answer(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        let mut st = self.lock();
+        let (mut st, now) = self.lock_now();
         let fault = st.script.pop_front();
         // Rate limiting, auth and validation run before the idempotency layer: nothing is saved.
         match &fault {
@@ -332,7 +394,12 @@ impl FakeGateway {
         }
         let (answer, returned) = match fault {
             Some(FakeFault::Decline(code)) => {
-                let pi = Self::commit(&mut st, req, PaymentIntentStatus::RequiresPaymentMethod);
+                let pi = Self::commit(
+                    &mut st,
+                    req,
+                    PaymentIntentStatus::RequiresPaymentMethod,
+                    now,
+                );
                 let e = GatewayError::Declined {
                     code: code.to_owned(),
                     payment_intent_id: Some(pi.id),
@@ -341,7 +408,7 @@ impl FakeGateway {
             }
             Some(FakeFault::ServerErrorAfterCommit) => {
                 let status = st.first_status.clone();
-                Self::commit(&mut st, req, status);
+                Self::commit(&mut st, req, status, now);
                 let e = GatewayError::Ambiguous {
                     detail: "500 api_error".into(),
                 };
@@ -349,7 +416,7 @@ impl FakeGateway {
             }
             Some(FakeFault::LoseResponse) => {
                 let status = st.first_status.clone();
-                let pi = Self::commit(&mut st, req, status);
+                let pi = Self::commit(&mut st, req, status, now);
                 (
                     Ok(pi),
                     Err(GatewayError::Ambiguous {
@@ -359,7 +426,7 @@ impl FakeGateway {
             }
             _ => {
                 let status = st.first_status.clone();
-                let pi = Self::commit(&mut st, req, status);
+                let pi = Self::commit(&mut st, req, status, now);
                 (Ok(pi.clone()), Ok(pi))
             }
         };
@@ -388,7 +455,7 @@ pub fn cancelable(status: &PaymentIntentStatus) -> bool {
 
 impl FakeGateway {
     fn cancel_answer(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        let mut st = self.lock();
+        let (mut st, _) = self.lock_now();
         let fault = st.cancel_script.pop_front();
         match fault {
             Some(FakeFault::RateLimited) => {
@@ -426,7 +493,9 @@ impl FakeGateway {
                 param: Some("intent".into()),
             }),
             Some(c) if cancelable(&c.status) => {
+                // Canceling an authorization releases its hold.
                 c.status = PaymentIntentStatus::Canceled;
+                c.cancellation_reason = req.reason.map(|r| r.as_str().to_owned());
                 Ok(c.intent(req.id.as_str()))
             }
             // Not saved under the key: Stripe does not keep a refusal of this kind.
@@ -454,6 +523,21 @@ impl FakeGateway {
             }),
             (_, answer) => answer,
         }
+    }
+}
+
+/// A fault that stops a keyed write (a refund create, a capture) before Stripe's idempotency
+/// layer: nothing made or saved.
+pub(super) fn before_the_key(fault: &Option<FakeFault>) -> Option<GatewayError> {
+    match fault {
+        Some(FakeFault::RateLimited) => Some(GatewayError::RetryLater {
+            cause: RetryCause::RateLimited,
+            detail: "429 rate_limit".into(),
+        }),
+        Some(FakeFault::ServerErrorBeforeCommit) => Some(GatewayError::Ambiguous {
+            detail: "500 api_error".into(),
+        }),
+        _ => None,
     }
 }
 
@@ -489,7 +573,7 @@ impl PaymentGateway for FakeGateway {
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
-        match self.lock().charges.get(id.as_str()) {
+        match self.lock_now().0.charges.get(id.as_str()) {
             Some(c) => Ok(c.intent(id.as_str())),
             None => Err(GatewayError::Rejected {
                 detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
@@ -504,7 +588,8 @@ impl PaymentGateway for FakeGateway {
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.calls.search.fetch_add(1, Ordering::SeqCst);
         Ok(self
-            .lock()
+            .lock_now()
+            .0
             .charges
             .iter()
             .filter(|(_, c)| c.operation_id == *operation_id)
@@ -515,6 +600,11 @@ impl PaymentGateway for FakeGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.cancel.fetch_add(1, Ordering::SeqCst);
         self.cancel_answer(req)
+    }
+
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.calls.capture.fetch_add(1, Ordering::SeqCst);
+        self.capture_answer(req)
     }
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {

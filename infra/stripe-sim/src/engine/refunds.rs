@@ -132,13 +132,7 @@ impl Engine {
     /// `GET /v1/payment_intents/{id}?expand[]=latest_charge`: the intent with its charge object.
     pub(crate) fn retrieve_expanded(&mut self, id: &str, now_ms: i64) -> Option<String> {
         let text = self.retrieve(id, now_ms)?;
-        let at = self.position(id)?;
-        let Some(charge) = self.charge_json(at, now_ms) else {
-            return Some(text);
-        };
-        let mut pi: serde_json::Value = serde_json::from_str(&text).ok()?;
-        pi["latest_charge"] = serde_json::from_str(&charge).ok()?;
-        Some(pi.to_string())
+        Some(self.expanding(id, text, true, now_ms))
     }
 
     /// The PaymentIntent a refund may be made of, and the amount it refunds, or Stripe's

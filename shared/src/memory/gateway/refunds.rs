@@ -3,11 +3,11 @@
 //! list; a test scripts a refund's first status, a later change of it, and faults.
 
 use crate::domain::{Fingerprint, PaymentIntentId, StripeRefundId};
-use crate::outcome::{GatewayError, PaymentIntentStatus, RetryCause};
+use crate::outcome::{GatewayError, PaymentIntentStatus};
 use crate::ports::CreateRefund;
 use crate::refund::{RefundStatus, StripeRefund};
 
-use super::{FakeFault, FakeGateway, State};
+use super::{before_the_key, FakeFault, FakeGateway, State};
 
 /// A refund that exists at the fake Stripe, with the facts its answers carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +116,8 @@ impl State {
             .filter(|r| r.payment_intent == *pi && r.holds_money())
             .map(|r| r.amount)
             .sum();
-        let left = charge.amount - held;
+        // A captured authorization refunds what its capture took, not what it held.
+        let left = charge.amount_received.unwrap_or(charge.amount) - held;
         if left <= 0 {
             return Err(rejected(
                 format!("400 invalid_request_error/charge_already_refunded: {pi} is refunded"),
@@ -158,20 +159,6 @@ impl State {
 /// The fake's refund ids (`re_fake<n>`) are valid refund ids by construction.
 fn fake_refund_id(n: u64) -> StripeRefundId {
     StripeRefundId::parse(&format!("re_fake{n}")).expect("re_fake<n> is a refund id")
-}
-
-/// A fault that stops a refund create before Stripe's idempotency layer: nothing made or saved.
-fn before_the_key(fault: &Option<FakeFault>) -> Option<GatewayError> {
-    match fault {
-        Some(FakeFault::RateLimited) => Some(GatewayError::RetryLater {
-            cause: RetryCause::RateLimited,
-            detail: "429 rate_limit".into(),
-        }),
-        Some(FakeFault::ServerErrorBeforeCommit) => Some(GatewayError::Ambiguous {
-            detail: "500 api_error".into(),
-        }),
-        _ => None,
-    }
 }
 
 impl FakeGateway {
@@ -217,7 +204,7 @@ impl FakeGateway {
     }
 
     pub(super) fn refund_answer(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        let mut st = self.lock();
+        let (mut st, _) = self.lock_now();
         let fault = st.refund_script.pop_front();
         if let Some(e) = before_the_key(&fault) {
             return Err(e);
