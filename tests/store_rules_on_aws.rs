@@ -802,3 +802,174 @@ async fn the_reservation_s_clauses_are_its_guards() {
     }
     assert_eq!(checked, 40);
 }
+
+/// The records a capture's or cancel's guards are checked on: an authorized charge free, taken
+/// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
+mod taking {
+    use super::*;
+    use charge_once::domain::{CaptureMethod, CaptureParams};
+    use charge_once::operation::Taker;
+
+    pub fn authorized(taken_by: Option<Taker>) -> Operation {
+        let mut op = state::unknown();
+        if let Some(p) = op.params.charge_mut() {
+            p.capture_method = CaptureMethod::Manual;
+        }
+        op.status = OperationStatus::Authorized;
+        op.external_id = pi("pi_held");
+        op.last_error = None;
+        op.capture_before = Some(at(7 * 24 * 3600));
+        op.taken_by = taken_by;
+        op
+    }
+
+    pub fn taker(capture: bool) -> Taker {
+        Taker {
+            capture,
+            operation_id: charge_once::OperationId::new_random(),
+        }
+    }
+
+    /// A capture of `charge`, claimed with `token` (put as it is, no write's history).
+    pub fn capture_of(charge: &Operation, taker: Taker, token: LeaseToken) -> Operation {
+        let mut op = state::leased(token);
+        op.order_id = charge.order_id.clone();
+        op.kind = charge_once::OperationKind::Capture;
+        op.operation_id = taker.operation_id;
+        op.params = charge_once::Params::Capture(CaptureParams {
+            amount_to_capture: charge.params.amount(),
+            currency: charge.params.currency().clone(),
+            payment_intent: PaymentIntentId::parse("pi_held").unwrap(),
+        });
+        op.next_due_at = Some(at(120));
+        op
+    }
+}
+
+/// A capture's or cancel's guards on its charge, each as the clause DynamoDB checks, hold of the
+/// stored item exactly when the rule says.
+#[tokio::test]
+async fn the_taking_s_clauses_are_its_guards() {
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let (capture, cancel) = (taking::taker(true), taking::taker(false));
+    let stored = [
+        taking::authorized(None),
+        taking::authorized(Some(capture)),
+        taking::authorized(Some(cancel)),
+        state::pending(),
+        state::leased(LeaseToken::new_random()),
+        state::settled(OperationStatus::Failed),
+        taking::capture_of(&state::pending(), capture, LeaseToken::new_random()),
+    ];
+    let guards = [
+        Guard::IsCharge,
+        Guard::NotTaken,
+        Guard::TakenBy(capture.operation_id),
+        Guard::TakenBy(cancel.operation_id),
+        Guard::TakenBy(charge_once::OperationId::new_random()),
+        Guard::NeverAttempted,
+        Guard::NoLeaseAfter(at(30)),
+        Guard::StatusIs(OperationStatus::Authorized),
+        Guard::StatusIs(OperationStatus::Pending),
+        Guard::AuthorizedOr(OperationStatus::Succeeded),
+        Guard::AuthorizedOr(OperationStatus::Failed),
+        Guard::AuthorizedOr(OperationStatus::Authorized),
+        Guard::Unsettled,
+    ];
+    let mut checked = 0;
+    for op in &stored {
+        put(&client, store.table(), op).await;
+        assert_eq!(store.get(&op.key()).await.unwrap().as_ref(), Some(op));
+        for guard in guards {
+            let holds = clause_holds(&client, store.table(), op, guard)
+                .await
+                .expect("every taking guard has a clause");
+            assert_eq!(
+                holds,
+                guard.holds(op),
+                "{guard:?} on {} {} taken by {:?}",
+                op.kind.sort_key(),
+                op.status,
+                op.taken_by
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, stored.len() * guards.len());
+}
+
+/// Each change a capture or cancel makes to its charge, as the update DynamoDB applies, is the
+/// rule's: the charge taken (or stopped, never sent), and each end of its authorization written
+/// with the taker's outcome.
+#[tokio::test]
+async fn the_taking_s_changes_are_its_updates() {
+    use charge_once::ports::{
+        AuthorizationOutcome, SettleAuthorization, TakeAuthorization, TakeFrom,
+    };
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let take = |charge: &Operation, taker, from| TakeAuthorization {
+        charge: charge.key(),
+        charge_operation_id: charge.operation_id,
+        taker,
+        from,
+        now: at(40),
+    };
+    for (charge, from) in [
+        (taking::authorized(None), TakeFrom::Authorized),
+        (state::pending(), TakeFrom::NeverSent),
+    ] {
+        put(&client, store.table(), &charge).await;
+        let taker = taking::taker(from == TakeFrom::Authorized);
+        let write = take(&charge, taker, from);
+        let want = store_rules::apply(&charge, &write).expect("the rule accepts");
+        let mut op = taking::capture_of(&charge, taker, LeaseToken::new_random());
+        if !taker.capture {
+            op.kind = charge_once::OperationKind::Cancel;
+        }
+        let created = store.create_taking(&op, &write).await.unwrap();
+        assert!(matches!(created, charge_once::ports::TakingCreated::New(_)));
+        assert_eq!(
+            store.get(&charge.key()).await.unwrap(),
+            Some(want),
+            "{from:?}"
+        );
+    }
+    let amount = charge_once::Amount::new(900).unwrap();
+    for outcome in [
+        AuthorizationOutcome::Captured(amount),
+        AuthorizationOutcome::Canceled,
+        AuthorizationOutcome::Expired,
+        AuthorizationOutcome::GivenBack,
+    ] {
+        let taker = taking::taker(true);
+        let charge = taking::authorized(Some(taker));
+        let token = LeaseToken::new_random();
+        let capture = taking::capture_of(&charge, taker, token);
+        put(&client, store.table(), &charge).await;
+        put(&client, store.table(), &capture).await;
+        let settle = SettleAuthorization {
+            charge: charge.key(),
+            taker,
+            outcome,
+            now: at(50),
+        };
+        let want = store_rules::apply(&charge, &settle).expect("the rule accepts");
+        let rec = OutcomeRecord {
+            authorization: Some(settle),
+            ..testing::outcome(&capture, token, OperationStatus::Succeeded, at(50))
+        };
+        let want_op = store_rules::apply(&capture, &rec).expect("the fence holds");
+        assert_eq!(
+            store.record(&rec).await.unwrap(),
+            Recorded::Written(want_op),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            store.get(&charge.key()).await.unwrap(),
+            Some(want),
+            "{outcome:?}"
+        );
+    }
+}

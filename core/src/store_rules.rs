@@ -471,6 +471,11 @@ impl Transition for SettleAuthorization {
 pub const AUTHORIZATION_REFUSED: &str =
     "a capture's or cancel's outcome cannot end its charge's authorization: the charge is missing, taken by another, or ended otherwise";
 
+/// An outcome that both gives a refund's reservation back and ends an authorization: no
+/// operation is both a refund and a capture or cancel, so it is a writer's bug, refused whole.
+pub const RELEASE_AND_AUTHORIZATION: &str =
+    "an outcome gives a refund's reservation back or ends an authorization, never both";
+
 /// Result of `OperationStore::create_taking`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakingCreated {

@@ -4,17 +4,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_once::domain::{
+    CancelParams, CancelRequest, CaptureMethod, CaptureParams, CaptureRequest,
+};
 use charge_once::operation::AuditEntry;
+use charge_once::operation::Taker;
 use charge_once::ports::OperatorGuard;
 use charge_once::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
+    AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,
+    OperationStore, OutcomeRecord, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund,
+    Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom, TakingCreated,
 };
 use charge_once::refund::{self, RefundRefusal, RefundRequest};
-use charge_once::store_rules::Guard;
+use charge_once::store_rules::{self, Guard};
 use charge_once::testing::{self, claim, claim_request, GRACE, LEASE};
 use charge_once::RefundId;
-use charge_once::{Lease, LeaseToken, Operation, OperationId, OperationStatus, Review, Timestamp};
+use charge_once::{
+    Lease, LeaseToken, Operation, OperationId, OperationKind, OperationStatus, Params, Review,
+    Timestamp,
+};
 
 /// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
 pub use charge_once::testing::T0;
@@ -1062,6 +1070,386 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
     assert_eq!(reserved(&store, &charge).await, 300);
 }
 
+/// An authorized charge of `amount` for `order` (made with `capture: manual`, Stripe holding it
+/// `requires_capture`), written to `store`: attempted once, due again, taken by nobody.
+pub async fn authorized_charge(
+    store: &Arc<dyn OperationStore>,
+    order: &str,
+    amount: i64,
+) -> Operation {
+    let mut op = operation(order, amount, T0);
+    if let Some(p) = op.params.charge_mut() {
+        p.capture_method = CaptureMethod::Manual;
+    }
+    op.status = OperationStatus::Authorized;
+    op.external_id = Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap());
+    op.attempts = 1;
+    op.first_attempted_at = Some(T0);
+    op.next_due_at = Some(T0.plus(Duration::from_secs(3600)));
+    store.create_if_absent(&op).await.unwrap();
+    op
+}
+
+/// A fresh capture (`capture`) or cancel of `charge` as read, taking it `from` where it is.
+pub fn taking_of(
+    charge: &Operation,
+    capture: bool,
+    from: TakeFrom,
+) -> (Operation, TakeAuthorization) {
+    let currency = charge.params.currency().clone();
+    let (kind, fingerprint, params) = if capture {
+        let params = Params::Capture(CaptureParams {
+            amount_to_capture: charge.params.amount(),
+            currency,
+            payment_intent: charge
+                .external_id
+                .clone()
+                .expect("an authorized charge's intent"),
+        });
+        (
+            OperationKind::Capture,
+            CaptureRequest::default().fingerprint(),
+            params,
+        )
+    } else {
+        let params = Params::Cancel(CancelParams {
+            amount_released: charge.params.amount(),
+            currency,
+            payment_intent: charge.external_id.clone(),
+            cancellation_reason: None,
+        });
+        (
+            OperationKind::Cancel,
+            CancelRequest::default().fingerprint(),
+            params,
+        )
+    };
+    let now = T0.plus(LEASE);
+    let op = Operation::new_taking(
+        charge.order_id.clone(),
+        kind,
+        fingerprint,
+        params,
+        charge_once::Principal::jwt("order-service").unwrap(),
+        now,
+        GRACE,
+    );
+    let take = TakeAuthorization {
+        charge: charge.key(),
+        charge_operation_id: charge.operation_id,
+        taker: Taker::of(&op).expect("a capture or cancel"),
+        from,
+        now,
+    };
+    (op, take)
+}
+
+async fn stored(store: &Arc<dyn OperationStore>, op: &Operation) -> Option<Operation> {
+    store.get(&op.key()).await.unwrap()
+}
+
+pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = authorized_charge(&store, "contract-take", 1000).await;
+    let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
+    assert_eq!(
+        store.create_taking(&capture, &take).await.unwrap(),
+        TakingCreated::New(capture.clone())
+    );
+    assert_eq!(stored(&store, &capture).await, Some(capture.clone()));
+    let taken = stored(&store, &charge).await.unwrap();
+    assert_eq!(taken.taken_by, Some(take.taker));
+    assert_eq!(
+        (taken.status, taken.next_due_at),
+        (OperationStatus::Authorized, charge.next_due_at),
+        "still authorized, its deadline still watched"
+    );
+    // The same capture asked again (its own fresh operation id): the first, the charge as it was.
+    let (again, take_again) = taking_of(&charge, true, TakeFrom::Authorized);
+    assert_eq!(
+        store.create_taking(&again, &take_again).await.unwrap(),
+        TakingCreated::Existing(capture.clone())
+    );
+    assert_eq!(stored(&store, &charge).await, Some(taken.clone()));
+    // The cancel, decided from the same read: the charge refuses it, nothing is written.
+    let (cancel, take_cancel) = taking_of(&charge, false, TakeFrom::Authorized);
+    match store.create_taking(&cancel, &take_cancel).await.unwrap() {
+        TakingCreated::ChargeRefused(Some((current, Guard::NotTaken))) => {
+            assert_eq!(current, taken)
+        }
+        other => panic!("expected not_taken, got {other:?}"),
+    }
+    assert_eq!(stored(&store, &cancel).await, None, "no cancel written");
+    assert_eq!(stored(&store, &charge).await, Some(taken));
+    // The twin: on an order nobody took, the cancel alone is accepted.
+    let other = authorized_charge(&store, "contract-take-cancel", 1000).await;
+    let (cancel, take_cancel) = taking_of(&other, false, TakeFrom::Authorized);
+    assert_eq!(
+        store.create_taking(&cancel, &take_cancel).await.unwrap(),
+        TakingCreated::New(cancel.clone())
+    );
+    let missing = TakeAuthorization {
+        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("no-such").unwrap()),
+        ..take_cancel
+    };
+    let (lost, _) = taking_of(&charge, false, TakeFrom::Authorized);
+    assert_eq!(
+        store.create_taking(&lost, &missing).await.unwrap(),
+        TakingCreated::ChargeRefused(None)
+    );
+}
+
+pub async fn a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it(
+    store: Arc<dyn OperationStore>,
+) {
+    let pending = operation("contract-stop", 1000, T0);
+    store.create_if_absent(&pending).await.unwrap();
+    let (cancel, take) = taking_of(&pending, false, TakeFrom::NeverSent);
+    assert_eq!(
+        store.create_taking(&cancel, &take).await.unwrap(),
+        TakingCreated::New(cancel.clone())
+    );
+    let stopped = stored(&store, &pending).await.unwrap();
+    assert_eq!(stopped.status, OperationStatus::Failed);
+    assert_eq!(
+        stopped.last_error.as_deref(),
+        Some(store_rules::CANCELED_BEFORE_SENT)
+    );
+    assert_eq!(
+        (stopped.next_due_at, stopped.taken_by),
+        (None, Some(take.taker))
+    );
+    // Out of the index: a claim now finds it settled and calls nobody.
+    assert_eq!(
+        store
+            .get_by_operation_id(&pending.operation_id)
+            .await
+            .unwrap(),
+        None
+    );
+    let late = claim_request(&pending, LeaseToken::new_random(), T0.plus(LEASE));
+    assert!(matches!(
+        store.claim(&late).await.unwrap(),
+        Claim::Settled(_)
+    ));
+    // A charge claimed for a Stripe call (attempted) is no longer "never sent".
+    let sent = operation("contract-stop-sent", 1000, T0);
+    store.create_if_absent(&sent).await.unwrap();
+    let token = LeaseToken::new_random();
+    let Claim::Claimed(claimed) = store.claim(&claim_request(&sent, token, T0)).await.unwrap()
+    else {
+        panic!("claimed");
+    };
+    let (cancel, take) = taking_of(&sent, false, TakeFrom::NeverSent);
+    match store.create_taking(&cancel, &take).await.unwrap() {
+        TakingCreated::ChargeRefused(Some((current, Guard::NeverAttempted))) => {
+            assert_eq!(current, claimed)
+        }
+        other => panic!("expected never_attempted, got {other:?}"),
+    }
+    assert_eq!(stored(&store, &cancel).await, None);
+    assert_eq!(stored(&store, &sent).await, Some(claimed));
+}
+
+/// `taking` claimed with `token`, after its create.
+async fn claimed_taking(
+    store: &Arc<dyn OperationStore>,
+    taking: &Operation,
+    token: LeaseToken,
+) -> Operation {
+    let now = T0.plus(LEASE).plus(LEASE);
+    match store
+        .claim(&claim_request(taking, token, now))
+        .await
+        .unwrap()
+    {
+        Claim::Claimed(op) => op,
+        other => panic!("the capture or cancel is claimed, got {other:?}"),
+    }
+}
+
+/// The taking's outcome `status` by the lease holder, ending the charge's authorization as
+/// `outcome` says.
+fn taking_outcome(
+    taking: &Operation,
+    token: LeaseToken,
+    status: OperationStatus,
+    outcome: AuthorizationOutcome,
+) -> OutcomeRecord {
+    let now = T0.plus(LEASE).plus(LEASE).plus(LEASE);
+    OutcomeRecord {
+        last_error: None,
+        authorization: Some(SettleAuthorization {
+            charge: taking.key().charge_of_order(),
+            taker: Taker::of(taking).unwrap(),
+            outcome,
+            now,
+        }),
+        ..testing::outcome(taking, token, status, now)
+    }
+}
+
+pub async fn a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_write(
+    store: Arc<dyn OperationStore>,
+) {
+    let captured = charge_once::Amount::new(600).unwrap();
+    let cases = [
+        (
+            true,
+            OperationStatus::Succeeded,
+            AuthorizationOutcome::Captured(captured),
+        ),
+        (
+            false,
+            OperationStatus::Succeeded,
+            AuthorizationOutcome::Canceled,
+        ),
+        (true, OperationStatus::Failed, AuthorizationOutcome::Expired),
+        (
+            true,
+            OperationStatus::Failed,
+            AuthorizationOutcome::GivenBack,
+        ),
+    ];
+    for (i, (capture, status, outcome)) in cases.into_iter().enumerate() {
+        let charge = authorized_charge(&store, &format!("contract-end-{i}"), 1000).await;
+        let (taking, take) = taking_of(&charge, capture, TakeFrom::Authorized);
+        store.create_taking(&taking, &take).await.unwrap();
+        let token = LeaseToken::new_random();
+        claimed_taking(&store, &taking, token).await;
+        let rec = taking_outcome(&taking, token, status, outcome);
+        let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
+            panic!("{outcome:?}: the holder's outcome is written");
+        };
+        assert_eq!(written.status, status, "{outcome:?}");
+        assert_eq!(stored(&store, &taking).await, Some(written));
+        let after = stored(&store, &charge).await.unwrap();
+        let want = match outcome {
+            AuthorizationOutcome::Captured(_) => (OperationStatus::Succeeded, None, None),
+            AuthorizationOutcome::Canceled => (
+                OperationStatus::Failed,
+                Some(store_rules::CANCELED_BY_MERCHANT),
+                None,
+            ),
+            AuthorizationOutcome::Expired => (
+                OperationStatus::Failed,
+                Some(store_rules::AUTHORIZATION_EXPIRED),
+                None,
+            ),
+            // Free again for another capture or cancel, still watched.
+            AuthorizationOutcome::GivenBack => {
+                (OperationStatus::Authorized, None, charge.next_due_at)
+            }
+        };
+        assert_eq!(
+            (after.status, after.last_error.as_deref(), after.next_due_at),
+            want,
+            "{outcome:?}"
+        );
+        let taken_by = (outcome != AuthorizationOutcome::GivenBack).then_some(take.taker);
+        assert_eq!(after.taken_by, taken_by, "{outcome:?}");
+        let amount_captured =
+            matches!(outcome, AuthorizationOutcome::Captured(_)).then_some(captured);
+        assert_eq!(after.amount_captured, amount_captured, "{outcome:?}");
+    }
+}
+
+pub async fn a_refused_authorization_end_leaves_both_records_unchanged(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = authorized_charge(&store, "contract-end-refused", 1000).await;
+    let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
+    store.create_taking(&capture, &take).await.unwrap();
+    let token = LeaseToken::new_random();
+    let claimed = claimed_taking(&store, &capture, token).await;
+    let taken = stored(&store, &charge).await.unwrap();
+    let amount = charge_once::Amount::new(1000).unwrap();
+    // The charge names another taker (as after a hand edit): an error, and neither is written.
+    let mut rec = taking_outcome(
+        &capture,
+        token,
+        OperationStatus::Succeeded,
+        AuthorizationOutcome::Captured(amount),
+    );
+    if let Some(settle) = rec.authorization.as_mut() {
+        settle.taker.operation_id = OperationId::new_random();
+    }
+    let err = store.record(&rec).await.unwrap_err();
+    assert!(err.to_string().contains("authorization"), "{err}");
+    assert_eq!(stored(&store, &capture).await, Some(claimed.clone()));
+    assert_eq!(stored(&store, &charge).await, Some(taken.clone()));
+    // Another lease's outcome: refused by the fence, the charge untouched.
+    let stale = taking_outcome(
+        &capture,
+        LeaseToken::new_random(),
+        OperationStatus::Succeeded,
+        AuthorizationOutcome::Captured(amount),
+    );
+    match store.record(&stale).await.unwrap() {
+        Recorded::Refused(Some(current)) => assert_eq!(current, claimed),
+        other => panic!("expected the fence to refuse, got {other:?}"),
+    }
+    assert_eq!(stored(&store, &charge).await, Some(taken));
+    // The twin: the holder's outcome, naming itself, is written with the charge's end.
+    let rec = taking_outcome(
+        &capture,
+        token,
+        OperationStatus::Succeeded,
+        AuthorizationOutcome::Captured(amount),
+    );
+    assert!(matches!(
+        store.record(&rec).await.unwrap(),
+        Recorded::Written(_)
+    ));
+    let after = stored(&store, &charge).await.unwrap();
+    assert_eq!(
+        (after.status, after.amount_captured),
+        (OperationStatus::Succeeded, Some(amount))
+    );
+}
+
+/// The charge's own outcome keeps what Stripe said of its authorization: the deadline and,
+/// once captured, the amount taken; an outcome that says nothing of them keeps them.
+pub async fn an_outcome_writes_stripe_s_deadline_and_the_amount_captured(
+    store: Arc<dyn OperationStore>,
+) {
+    let op = operation("contract-deadline", 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let token = LeaseToken::new_random();
+    store.claim(&claim_request(&op, token, T0)).await.unwrap();
+    let deadline = T0.plus(Duration::from_secs(7 * 24 * 3600));
+    let rec = OutcomeRecord {
+        capture_before: Some(deadline),
+        ..outcome(&op, token, OperationStatus::Authorized, T0)
+    };
+    let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
+        panic!("written");
+    };
+    assert_eq!(written.capture_before, Some(deadline));
+    assert_eq!(stored(&store, &op).await, Some(written));
+    // A second look, as the lease holder, records it captured: the deadline stays.
+    let token = LeaseToken::new_random();
+    let later = T0.plus(LEASE).plus(LEASE);
+    store
+        .claim(&claim_request(&op, token, later))
+        .await
+        .unwrap();
+    let amount = charge_once::Amount::new(700).unwrap();
+    let rec = OutcomeRecord {
+        amount_captured: Some(amount),
+        ..outcome(&op, token, OperationStatus::Succeeded, later)
+    };
+    let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
+        panic!("written");
+    };
+    assert_eq!(
+        (written.capture_before, written.amount_captured),
+        (Some(deadline), Some(amount))
+    );
+    assert_eq!(stored(&store, &op).await, Some(written));
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -1092,6 +1480,11 @@ macro_rules! store_contract_tests {
             a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
             refunds_of_lists_an_order_s_refunds_by_refund_id,
             an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
+            a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing,
+            a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it,
+            a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_write,
+            a_refused_authorization_end_leaves_both_records_unchanged,
+            an_outcome_writes_stripe_s_deadline_and_the_amount_captured,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

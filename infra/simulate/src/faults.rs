@@ -16,7 +16,7 @@ use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
     QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    StoreError,
+    StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{
@@ -693,6 +693,42 @@ impl OperationStore for FaultyStore {
         }
         self.trace
             .event(order, "store.create_refund", format_args!("{what}"));
+        r
+    }
+
+    /// The capture or cancel and its claim on the charge written, then (a `crash` fault) the
+    /// door dies before it answers: the client sees a 503 for a capture or cancel that is
+    /// recorded, as for a refund.
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        yield_now().await;
+        let r = self.inner.create_taking(taking, take).await;
+        let order = taking.order_id.as_str();
+        let what = match &r {
+            Ok(TakingCreated::New(op)) => {
+                let id = op.operation_id.to_string();
+                self.trace.alias(order, &id);
+                format!("new {} {id}", op.kind.sort_key())
+            }
+            Ok(TakingCreated::Existing(op)) => format!("existing {}", op.status),
+            Ok(TakingCreated::ChargeRefused(_)) => "charge refused".to_owned(),
+            Err(e) => format!("error: {e}"),
+        };
+        if matches!(r, Ok(TakingCreated::New(_))) && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.create_taking",
+                format_args!("{what}, then FAULT crash before the answer"),
+            );
+            return Err(crash(
+                "after the capture's or cancel's write, before the answer",
+            ));
+        }
+        self.trace
+            .event(order, "store.create_taking", format_args!("{what}"));
         r
     }
 

@@ -12,7 +12,7 @@ use charge_once::ports::{
     CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
     IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
     QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    StoreError,
+    StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{
@@ -160,6 +160,13 @@ impl OperationStore for EditedPages {
         reserve: &ReserveRefund,
     ) -> Result<RefundCreated, StoreError> {
         self.inner.create_refund(refund, reserve).await
+    }
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        self.inner.create_taking(taking, take).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.inner.get(key).await
@@ -394,6 +401,13 @@ impl OperationStore for RefundStore {
             }
             RefundStoreBug::NoRelease => self.inner.create_refund(refund, reserve).await,
         }
+    }
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        self.inner.create_taking(taking, take).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         let mut op = self.inner.get(key).await?;

@@ -38,7 +38,7 @@ use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    StoreCalls, StoreError, UnreadableRecord,
+    StoreCalls, StoreError, TakeAuthorization, TakingCreated, UnreadableRecord,
 };
 use charge_once::refund::RefundParams;
 use charge_once::store_rules::{self, Guard, Transition, Written};
@@ -811,20 +811,35 @@ impl SimStore {
         write: &impl Transition,
         release: &ReleaseRefund,
     ) -> Result<Recorded, StoreError> {
+        let refused = store_rules::RELEASE_REFUSED;
+        self.with_charge(key, write, &release.charge, release, refused)
+    }
+
+    /// `write` at `key` and `on_charge` at `charge`, as [`Self::with_release`]: the charge's
+    /// refusal is the error `refused`, and nothing is written.
+    fn with_charge(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+        charge: &OperationKey,
+        on_charge: &impl Transition,
+        refused: &'static str,
+    ) -> Result<Recorded, StoreError> {
         // The write's own refusal first (the record as it is, nothing written), as DynamoDB
         // names the first item of a transaction.
-        let (current, charge) = {
+        let (current, charge_now) = {
             let t = self.lock();
-            (t.get(key), t.get(&release.charge))
+            (t.get(key), t.get(charge))
         };
         let writes = current.is_some_and(|op| store_rules::check(&op, &write.guards()).is_ok());
-        if writes && charge.is_none_or(|c| store_rules::check(&c, &release.guards()).is_err()) {
-            return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+        if writes && charge_now.is_none_or(|c| store_rules::check(&c, &on_charge.guards()).is_err())
+        {
+            return Err(StoreError::new(refused));
         }
         let written = self.conditional(key, write)?;
         if written.is_ok() {
-            self.conditional(&release.charge, release)?
-                .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
+            self.conditional(charge, on_charge)?
+                .map_err(|_| StoreError::new(refused))?;
         }
         Ok(store_rules::recorded(written))
     }
@@ -1169,6 +1184,37 @@ impl OperationStore for SimStore {
         Ok(created)
     }
 
+    /// The capture or cancel and its claim on the charge under one lock, by the store's rules.
+    /// The charge is written as any update is ([`Table::update`]): a cancel of a charge never
+    /// sent settles it, which takes it out of the index and publishes its end; the capture or
+    /// cancel is indexed and published as a new operation is.
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        self.write();
+        let mut t = self.lock();
+        let before = t.get(&take.charge);
+        let (created, charge) = store_rules::create_taking(
+            t.get(&taking.key()).as_ref(),
+            before.as_ref(),
+            taking,
+            take,
+        );
+        if let (Some(charge), Some(before)) = (charge, before) {
+            t.update(&take.charge, &before, charge);
+            let at = t.store(taking.clone());
+            let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+            t.by_operation_id.insert(taking.operation_id, at32);
+            t.index(at);
+            let event = outcome_change(None, taking).map(|o| (taking.operation_id, o));
+            t.publish(event);
+            self.after_put(&mut t, taking);
+        }
+        Ok(created)
+    }
+
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
         self.lock().read(key)
@@ -1224,13 +1270,21 @@ impl OperationStore for SimStore {
         Ok(store_rules::claimed(self.conditional(&req.key, req)?))
     }
 
-    /// With a refund's release: the charge's guards checked first, then the refund's write and
-    /// the charge's, with no await between (nothing else runs in the simulation meanwhile), so
+    /// With a refund's release or an authorization's end: the charge's guards checked first,
+    /// then the operation's write and the charge's, with no await between (nothing else runs in the simulation meanwhile), so
     /// the two are one write, both or neither.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        match &rec.release {
-            None => Ok(store_rules::recorded(self.conditional(&rec.key, rec)?)),
-            Some(release) => self.with_release(&rec.key, rec, release),
+        match (&rec.release, &rec.authorization) {
+            (None, None) => Ok(store_rules::recorded(self.conditional(&rec.key, rec)?)),
+            (Some(release), None) => self.with_release(&rec.key, rec, release),
+            (None, Some(settle)) => self.with_charge(
+                &rec.key,
+                rec,
+                &settle.charge,
+                settle,
+                store_rules::AUTHORIZATION_REFUSED,
+            ),
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
         }
     }
 

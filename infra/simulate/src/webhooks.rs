@@ -35,7 +35,7 @@ use charge_once::ports::CreateRefund;
 use charge_once::ports::{
     CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
     ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, RefundCreated,
-    RefundFailedLater, Reschedule, ReserveRefund, StoreError,
+    RefundFailedLater, Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::webhook::{
@@ -104,6 +104,14 @@ impl OperationStore for CountingStore {
     ) -> Result<RefundCreated, StoreError> {
         self.write();
         self.inner.create_refund(refund, reserve).await
+    }
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        self.write();
+        self.inner.create_taking(taking, take).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.read();

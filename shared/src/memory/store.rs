@@ -12,7 +12,7 @@ use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    StoreCalls, StoreError,
+    StoreCalls, StoreError, TakeAuthorization, TakingCreated,
 };
 use crate::store_rules::{self, Transition, Written};
 
@@ -58,12 +58,16 @@ impl MemoryStore {
         })
     }
 
-    /// `write` at `key` and the charge's `release`, both or neither, under one lock.
-    fn with_release(
+    /// `write` at `key` and `on_charge` at `charge`, both or neither, under one lock: refused by
+    /// `write`'s guards, the record as it is; refused by the charge's, the error `refused`
+    /// (nothing written).
+    fn with_charge(
         &self,
         key: &OperationKey,
         write: &impl Transition,
-        release: &ReleaseRefund,
+        charge: &OperationKey,
+        on_charge: &impl Transition,
+        refused: &'static str,
     ) -> Result<Recorded, StoreError> {
         self.calls.write();
         let mut items = self.lock();
@@ -73,14 +77,23 @@ impl MemoryStore {
         let Ok(next) = store_rules::apply(op, write) else {
             return Ok(Recorded::Refused(Some(op.clone())));
         };
-        let charge = items
-            .get(&release.charge)
-            .ok_or_else(|| StoreError::new(store_rules::RELEASE_REFUSED))?;
-        let charge = store_rules::apply(charge, release)
-            .map_err(|_| StoreError::new(store_rules::RELEASE_REFUSED))?;
-        items.insert(release.charge.clone(), charge);
+        let charge_next = items.get(charge).ok_or_else(|| StoreError::new(refused))?;
+        let charge_next =
+            store_rules::apply(charge_next, on_charge).map_err(|_| StoreError::new(refused))?;
+        items.insert(charge.clone(), charge_next);
         items.insert(key.clone(), next.clone());
         Ok(Recorded::Written(next))
+    }
+
+    /// `write` at `key` and the charge's `release`, both or neither.
+    fn with_release(
+        &self,
+        key: &OperationKey,
+        write: &impl Transition,
+        release: &ReleaseRefund,
+    ) -> Result<Recorded, StoreError> {
+        let refused = store_rules::RELEASE_REFUSED;
+        self.with_charge(key, write, &release.charge, release, refused)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<OperationKey, Operation>> {
@@ -145,6 +158,23 @@ impl OperationStore for MemoryStore {
         Ok(created)
     }
 
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let key = taking.key();
+        let (created, charge) =
+            store_rules::create_taking(items.get(&key), items.get(&take.charge), taking, take);
+        if let Some(charge) = charge {
+            items.insert(key, taking.clone());
+            items.insert(take.charge.clone(), charge);
+        }
+        Ok(created)
+    }
+
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.calls.read();
         Ok(self.lock().get(key).cloned())
@@ -182,9 +212,17 @@ impl OperationStore for MemoryStore {
     }
 
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        match &rec.release {
-            None => self.conditional(&rec.key, rec).map(store_rules::recorded),
-            Some(release) => self.with_release(&rec.key, rec, release),
+        match (&rec.release, &rec.authorization) {
+            (None, None) => self.conditional(&rec.key, rec).map(store_rules::recorded),
+            (Some(release), None) => self.with_release(&rec.key, rec, release),
+            (None, Some(settle)) => self.with_charge(
+                &rec.key,
+                rec,
+                &settle.charge,
+                settle,
+                store_rules::AUTHORIZATION_REFUSED,
+            ),
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
         }
     }
 

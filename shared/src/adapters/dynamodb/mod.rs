@@ -78,7 +78,7 @@ use crate::operation::{Operation, OperationKey};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    ReviewCount, StoreCalls, StoreError, TakeAuthorization, TakingCreated, UnreadableRecord,
 };
 use crate::store_rules::{self, Transition};
 use crate::time::Timestamp;
@@ -362,10 +362,8 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
-    /// `write` at `key` and the charge's `release`, as one TransactWriteItems (counted as four
-    /// writes: a transactional write costs twice). Refused by `write`'s guards: the record as it
-    /// is (from the cancellation's item, or read); refused by the release's: an error
-    /// ([`store_rules::RELEASE_REFUSED`]), nothing written.
+    /// `write` at `key` and the charge's `release`, as one TransactWriteItems: see
+    /// [`Self::with_charge`]; the charge's refusal is [`store_rules::RELEASE_REFUSED`].
     async fn with_release(
         &self,
         what: &'static str,
@@ -373,9 +371,27 @@ impl DynamoStore {
         write: &impl writes::Update,
         release: &ReleaseRefund,
     ) -> Result<Recorded, StoreError> {
+        let refused = store_rules::RELEASE_REFUSED;
+        self.with_charge(what, key, write, &release.charge, release, refused)
+            .await
+    }
+
+    /// `write` at `key` and `on_charge` at `charge`, as one TransactWriteItems (counted as four
+    /// writes: a transactional write costs twice). Refused by `write`'s guards: the record as it
+    /// is (from the cancellation's item, or read); refused by the charge's: the error `refused`,
+    /// nothing written.
+    async fn with_charge(
+        &self,
+        what: &'static str,
+        key: &OperationKey,
+        write: &impl writes::Update,
+        charge: &OperationKey,
+        on_charge: &impl writes::Update,
+        refused: &'static str,
+    ) -> Result<Recorded, StoreError> {
         let items = [
             self.transact_update(key, write)?,
-            self.transact_update(&release.charge, release)?,
+            self.transact_update(charge, on_charge)?,
         ];
         for _ in 0..4 {
             self.calls.write();
@@ -408,7 +424,7 @@ impl DynamoStore {
             return Ok(Recorded::Refused(current));
         }
         if condition_failed(reasons, 1) {
-            return Err(StoreError::new(store_rules::RELEASE_REFUSED));
+            return Err(StoreError::new(refused));
         }
         Err(self.sdk_error(what, err))
     }
@@ -508,6 +524,65 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// The capture's or cancel's Put (only where no record is) and the charge's claim (its
+    /// guards as the condition, its change as the update), as the two items of one
+    /// TransactWriteItems.
+    fn taking_transaction(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<[TransactWriteItem; 2], StoreError> {
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item::stored_item(taking)))
+            .condition_expression(format!("attribute_not_exists({})", schema::PK))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::new(format!("TransactWriteItems: {e}")))?;
+        Ok([
+            TransactWriteItem::builder().put(put).build(),
+            self.transact_update(&take.charge, take)?,
+        ])
+    }
+
+    /// What a canceled taking transaction found: one of the same kind already there, or the
+    /// charge and the first of its guards that refused (read back when the reason carries no
+    /// item).
+    async fn taking_refused(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+        reasons: &[CancellationReason],
+    ) -> Result<TakingCreated, StoreError> {
+        if condition_failed(reasons, 0) {
+            return match self.refused_item(reasons, 0, &taking.key()).await? {
+                Some(existing) => Ok(TakingCreated::Existing(existing)),
+                None => Err(StoreError::new(
+                    "TransactWriteItems: the capture's or cancel's put was refused but none was found",
+                )),
+            };
+        }
+        if condition_failed(reasons, 1) {
+            let charge = self.refused_item(reasons, 1, &take.charge).await?;
+            // A charge read after the refusal may pass every guard (another writer moved it in
+            // between): "taken" is the answer that makes no call to Stripe.
+            let refused = charge.map(|c| {
+                let by = store_rules::check(&c, &take.guards())
+                    .err()
+                    .unwrap_or(store_rules::Guard::NotTaken);
+                (c, by)
+            });
+            return Ok(TakingCreated::ChargeRefused(refused));
+        }
+        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
+        Err(StoreError::new(format!(
+            "TransactWriteItems canceled: {}",
+            codes.join(", ")
+        )))
+    }
+}
+
 /// Whether the `i`th item of a canceled transaction was refused by its condition.
 fn condition_failed(reasons: &[CancellationReason], i: usize) -> bool {
     reasons
@@ -587,6 +662,36 @@ impl OperationStore for DynamoStore {
                         .await
                 }
                 _ => Err(self.sdk_error("TransactWriteItems", err)),
+            },
+        }
+    }
+
+    /// One TransactWriteItems, counted and tokened as [`Self::create_refund`]'s: the operation id
+    /// is its client request token, so the SDK's own retry of a transaction whose answer was lost
+    /// is answered as the first was.
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        let items = self.taking_transaction(taking, take)?;
+        self.calls.write();
+        self.calls.write();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items.to_vec()))
+            .client_request_token(taking.operation_id.to_string())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(TakingCreated::New(taking.clone())),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
+                    self.taking_refused(taking, take, e.cancellation_reasons())
+                        .await
+                }
+                _ => Err(self.sdk_error("TransactWriteItems (create taking)", err)),
             },
         }
     }
@@ -708,17 +813,25 @@ impl OperationStore for DynamoStore {
         })
     }
 
-    /// A refund's outcome that gives its reservation back is one TransactWriteItems of the two
+    /// A refund's outcome that gives its reservation back, and a capture's or cancel's that
+    /// ends (or gives back) its charge's authorization, is one TransactWriteItems of the two
     /// updates (counted as four writes: a transactional write costs twice); any other, one
     /// conditional UpdateItem.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        let Some(release) = &rec.release else {
-            return self
-                .conditional_update("UpdateItem (record)", &rec.key, rec)
-                .await;
-        };
-        self.with_release("TransactWriteItems (record)", &rec.key, rec, release)
-            .await
+        const WHAT: &str = "TransactWriteItems (record)";
+        match (&rec.release, &rec.authorization) {
+            (None, None) => {
+                self.conditional_update("UpdateItem (record)", &rec.key, rec)
+                    .await
+            }
+            (Some(release), None) => self.with_release(WHAT, &rec.key, rec, release).await,
+            (None, Some(settle)) => {
+                let refused = store_rules::AUTHORIZATION_REFUSED;
+                self.with_charge(WHAT, &rec.key, rec, &settle.charge, settle, refused)
+                    .await
+            }
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
+        }
     }
 
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {

@@ -16,16 +16,17 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::operation::{AuditEntry, OperationStatus};
 use crate::ports::{
-    ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater, ReleaseRefund, Reschedule,
-    ReserveRefund,
+    AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
+    ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
 };
 use crate::store_rules::{self, Guard, Transition};
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
-    due_shard, ATTEMPTS, DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR,
-    LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT,
-    REVIEW_REASON, REVIEW_SHARD, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
+    due_shard, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD, EXTERNAL_ID,
+    FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK,
+    REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD, SK, STATUS,
+    STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -356,6 +357,12 @@ impl Update for OutcomeRecord {
         if let Some(id) = &self.stripe_refund_id {
             e.set(STRIPE_REFUND_ID, attr_s(id));
         }
+        if let Some(t) = self.capture_before {
+            e.set(CAPTURE_BEFORE, attr_n(t.as_millis()));
+        }
+        if let Some(amount) = self.amount_captured {
+            e.set(AMOUNT_CAPTURED, attr_n(amount.minor_units()));
+        }
         match &self.last_error {
             Some(err) => e.set(LAST_ERROR, attr_s(err)),
             None => e.remove(LAST_ERROR),
@@ -381,6 +388,67 @@ impl Update for OutcomeRecord {
                 e.set(DUE_SHARD, attr_s(&shard));
                 e.set(DUE_AT, attr_n(due.as_millis()));
             }
+        }
+    }
+}
+
+/// A settled record leaves the index and keeps no lease or review: a resolution's REMOVE, and
+/// the charge side of a capture's or cancel's end.
+fn remove_settled(e: &mut Expression) {
+    for attr in [
+        DUE_SHARD,
+        DUE_AT,
+        LEASE_TOKEN,
+        LEASE_EXPIRES_AT,
+        REVIEW_REASON,
+        REVIEW_FLAGGED_AT,
+    ] {
+        e.remove(attr);
+    }
+}
+
+impl Update for TakeAuthorization {
+    fn update(&self, e: &mut Expression) {
+        e.set(TAKEN_BY, attr_s(&self.taker.to_string()));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        if self.from == TakeFrom::NeverSent {
+            e.set(STATUS, attr_s(OperationStatus::Failed.as_str()));
+            e.set(LAST_ERROR, attr_s(store_rules::CANCELED_BEFORE_SENT));
+            // Never attempted: there is no lease to remove (the rule leaves it as it is).
+            for attr in [DUE_SHARD, DUE_AT, REVIEW_REASON, REVIEW_FLAGGED_AT] {
+                e.remove(attr);
+            }
+        }
+    }
+}
+
+impl Update for SettleAuthorization {
+    fn update(&self, e: &mut Expression) {
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        let ended = |e: &mut Expression, status: OperationStatus, error: Option<&str>| {
+            e.set(STATUS, attr_s(status.as_str()));
+            match error {
+                Some(error) => e.set(LAST_ERROR, attr_s(error)),
+                None => e.remove(LAST_ERROR),
+            }
+            remove_settled(e);
+        };
+        match self.outcome {
+            AuthorizationOutcome::Captured(amount) => {
+                e.set(AMOUNT_CAPTURED, attr_n(amount.minor_units()));
+                ended(e, OperationStatus::Succeeded, None);
+            }
+            AuthorizationOutcome::Canceled => ended(
+                e,
+                OperationStatus::Failed,
+                Some(store_rules::CANCELED_BY_MERCHANT),
+            ),
+            AuthorizationOutcome::Expired => ended(
+                e,
+                OperationStatus::Failed,
+                Some(store_rules::AUTHORIZATION_EXPIRED),
+            ),
+            AuthorizationOutcome::GivenBack => e.remove(TAKEN_BY),
         }
     }
 }
@@ -414,16 +482,7 @@ impl Update for ManualResolution {
             e.set(STRIPE_REFUND_ID, attr_s(id));
         }
         // The review evidence moves into the history entry (the caller copied it there).
-        for attr in [
-            DUE_SHARD,
-            DUE_AT,
-            LEASE_TOKEN,
-            LEASE_EXPIRES_AT,
-            REVIEW_REASON,
-            REVIEW_FLAGGED_AT,
-        ] {
-            e.remove(attr);
-        }
+        remove_settled(e);
     }
 }
 
