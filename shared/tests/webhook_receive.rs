@@ -548,6 +548,12 @@ impl PaymentGateway for SlowRetrieve {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
     }
+    async fn capture(
+        &self,
+        req: &charge_once::ports::CapturePaymentIntent,
+    ) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
+    }
 }
 
 #[tokio::test]

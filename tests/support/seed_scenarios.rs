@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, ChargeReport, Disposition};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
-    CancelPaymentIntent, Claim, CreatePaymentIntent, OperationStore, PaymentGateway, Recorded,
+    CancelPaymentIntent, CapturePaymentIntent, Claim, CreatePaymentIntent, OperationStore,
+    PaymentGateway, Recorded,
 };
 use charge_once::testing::{self, claim_request, outcome, CreateIn as _, T0};
 use charge_once::{
@@ -768,6 +769,9 @@ impl PaymentGateway for AroundCancel {
             None => self.inner.cancel(req).await,
         }
     }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
+    }
 }
 
 impl<S: StripeUnderTest> World<S> {
@@ -880,6 +884,9 @@ impl PaymentGateway for Observer {
     }
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
+    }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
     }
 }
 

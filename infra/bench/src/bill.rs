@@ -617,6 +617,8 @@ fn since(after: &Counts, before: &Counts) -> Counts {
             search: after.stripe.search - before.stripe.search,
             refund: after.stripe.refund - before.stripe.refund,
             refund_read: after.stripe.refund_read - before.stripe.refund_read,
+            cancel: 0,
+            capture: 0,
         },
     }
 }

@@ -13,10 +13,10 @@ use async_trait::async_trait;
 use charge_once::domain::StripeRefundId;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
-    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    StoreError, TakeAuthorization, TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, Claim, ClaimRequest,
+    CreatePaymentIntent, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
+    Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundCreated, RefundFailedLater,
+    Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{
@@ -1152,6 +1152,26 @@ impl PaymentGateway for SimGateway {
             format_args!(
                 "{} -> {}",
                 req.idempotency_key.as_str(),
+                AnswerText(&result)
+            ),
+        );
+        self.naive(result)
+    }
+
+    /// Traced as a cancel is. Stripe's transport faults reach a capture from the simulator's
+    /// engine, which faults it as a cancel (a `429` or a `500` before it executes, the answer
+    /// lost or a `500` after it did; each counted in its injected faults), and the in-process
+    /// client retries it under the same key.
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        yield_now().await;
+        let result = self.inner.capture(req).await;
+        self.trace.event(
+            &req.id,
+            "stripe.capture",
+            format_args!(
+                "{} {} -> {}",
+                req.idempotency_key.as_str(),
+                req.amount_to_capture.minor_units(),
                 AnswerText(&result)
             ),
         );

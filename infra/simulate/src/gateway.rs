@@ -22,11 +22,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::adapters::stripe::{
-    cancel_form, collect_refund_pages, parse_payment_intent, parse_refund, parse_refund_page,
-    parse_search, refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
+    cancel_form, capture_form, collect_refund_pages, parse_payment_intent, parse_refund,
+    parse_refund_page, parse_search, refund_form, settle_answer, worth_retrying, Answer, SecretKey,
+    REFUND_PAGE_SIZE,
 };
-use charge_once::domain::StripeRefundId;
-use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway};
+use charge_once::domain::{CaptureMethod, StripeRefundId};
+use charge_once::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway,
+};
 use charge_once::refund::StripeRefund;
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
@@ -135,7 +138,7 @@ impl PaymentGateway for InProcessGateway {
         SecretKey::new(stripe_sim::DEFAULT_API_KEY).is_live()
     }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        let form = vec![
+        let mut form = vec![
             (
                 "amount".to_owned(),
                 req.params.amount.minor_units().to_string(),
@@ -163,6 +166,11 @@ impl PaymentGateway for InProcessGateway {
                 req.order_id.as_str().to_owned(),
             ),
         ];
+        if req.params.capture_method == CaptureMethod::Manual {
+            // As the client: held, not taken, and the answer states the hold's deadline.
+            form.push(("capture_method".to_owned(), "manual".to_owned()));
+            form.push(("expand[]".to_owned(), "latest_charge".to_owned()));
+        }
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
             .call(|| match self.sim.create_in_process_with(Some(key), &form) {
@@ -173,9 +181,10 @@ impl PaymentGateway for InProcessGateway {
         parse_payment_intent(&body, replayed)
     }
 
+    /// As the client's: the charge expanded (an authorization's deadline is on it).
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         let (body, _) = self
-            .call(|| wire(self.sim.retrieve_in_process(id)).into())
+            .call(|| wire(self.sim.retrieve_expanded_in_process(id)).into())
             .await?;
         parse_payment_intent(&body, false)
     }
@@ -199,6 +208,23 @@ impl PaymentGateway for InProcessGateway {
                 completed(
                     self.sim
                         .cancel_in_process(req.id.as_str(), Some(key), &form),
+                )
+                .into()
+            })
+            .await?;
+        parse_payment_intent(&body, replayed)
+    }
+
+    /// As the client's: the same form and key, the same retry rule (a lost answer retried under
+    /// the key replays what was saved, a refusal included), the same reader.
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let form = capture_form(req);
+        let key = req.idempotency_key.as_str();
+        let (body, replayed) = self
+            .call(|| {
+                completed(
+                    self.sim
+                        .capture_in_process(req.id.as_str(), Some(key), &form),
                 )
                 .into()
             })
@@ -252,9 +278,11 @@ impl PaymentGateway for InProcessGateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_once::domain::{Amount, CancellationReason};
     use charge_once::refund::RefundStatus;
     use charge_once::testing::{order, refund_create};
-    use stripe_sim::{FaultKind, SimConfig};
+    use charge_once::PaymentIntentStatus;
+    use stripe_sim::{FaultConfig, FaultKind, SimConfig};
 
     /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused
     /// past what is left, a lost answer found by the retry, read back and listed.
@@ -295,5 +323,74 @@ mod tests {
         assert_eq!(g.sim.refunds_created(), 2);
         assert_eq!(g.retrieve_refund(&found.id).await.unwrap(), found);
         assert_eq!(g.list_refunds(&pi).await.unwrap(), vec![found, made]);
+    }
+
+    /// Authorizations in process answer as the client's over HTTP: a manual create is held with
+    /// its deadline read from the create's own answer and from a read; a capture whose answer
+    /// was lost is replayed under its key; a second capture is refused; a cancel carries its
+    /// reason.
+    #[tokio::test]
+    async fn captures_in_process_answer_as_over_http() {
+        let g = InProcessGateway {
+            sim: StripeSim::new(SimConfig::default()),
+            max_retries: 0,
+            timeout: Duration::from_secs(10),
+            slowest_create_us: AtomicU64::new(0),
+        };
+        let authorize = |order_id: &'static str| {
+            let op = order(order_id).amount(1000).build();
+            let mut req = CreatePaymentIntent::for_operation(&op).unwrap();
+            req.params.capture_method = CaptureMethod::Manual;
+            req
+        };
+        let held = g.create(&authorize("ord-held")).await.unwrap();
+        assert_eq!(held.status, PaymentIntentStatus::RequiresCapture);
+        assert!(held.capture_before.is_some(), "stated by the create");
+        let read = g.retrieve(&held.id).await.unwrap();
+        assert_eq!(read.capture_before, held.capture_before);
+
+        let capture = CapturePaymentIntent {
+            id: held.id.clone(),
+            idempotency_key: OperationId::new_random().capture_idempotency_key(),
+            amount_to_capture: Amount::new(600).unwrap(),
+        };
+        // A capture is faulted at the fault engine's rates (the script is the creates').
+        g.sim.set_faults(FaultConfig {
+            rates: [(FaultKind::DropAfterCommit, 1.0)].into(),
+            faults_on_reads: false,
+            ..FaultConfig::default()
+        });
+        assert!(matches!(
+            g.capture(&capture).await,
+            Err(GatewayError::Ambiguous { .. })
+        ));
+        assert_eq!(g.sim.injected()[&FaultKind::DropAfterCommit], 1);
+        g.sim.set_faults(FaultConfig::default());
+        let replayed = g.capture(&capture).await.unwrap();
+        assert_eq!(
+            (replayed.replayed, replayed.status, replayed.amount_received),
+            (true, PaymentIntentStatus::Succeeded, Some(600))
+        );
+        let again = CapturePaymentIntent {
+            idempotency_key: OperationId::new_random().capture_idempotency_key(),
+            ..capture
+        };
+        assert!(matches!(
+            g.capture(&again).await,
+            Err(GatewayError::UnexpectedState { .. })
+        ));
+        assert_eq!(g.sim.request_counts().capture, 3);
+
+        let other = g.create(&authorize("ord-other")).await.unwrap();
+        let cancel = CancelPaymentIntent {
+            id: other.id.clone(),
+            idempotency_key: OperationId::new_random().cancel_op_idempotency_key(),
+            reason: Some(CancellationReason::RequestedByCustomer),
+        };
+        let canceled = g.cancel(&cancel).await.unwrap();
+        assert_eq!(
+            (canceled.status, canceled.cancellation_reason.as_deref()),
+            (PaymentIntentStatus::Canceled, Some("requested_by_customer"))
+        );
     }
 }

@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use charge_once::domain::StripeRefundId;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, ChargeQueue, Claim, ClaimRequest, CreatePaymentIntent, Created,
-    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, QueueError,
-    QueuedCharge, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    StoreError, TakeAuthorization, TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, Claim, ClaimRequest,
+    CreatePaymentIntent, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
+    Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundCreated, RefundFailedLater,
+    Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{
@@ -249,6 +249,9 @@ impl PaymentGateway for TrustEventPayload {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
     }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
+    }
     // The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.inner.create_refund(req).await
@@ -292,6 +295,10 @@ impl PaymentGateway for CancelNotMade {
             status: charge_once::PaymentIntentStatus::Canceled,
             ..pi
         })
+    }
+    // The mutation is about a declined intent's cancel: a capture goes to Stripe as it is.
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.0.capture(req).await
     }
     // The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -477,6 +484,9 @@ impl PaymentGateway for RefundUnderChargeKey {
     }
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
+    }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
     }
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         let mut req = req.clone();

@@ -33,9 +33,10 @@ use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created, IndexQuery,
-    ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, RefundCreated,
-    RefundFailedLater, Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created,
+    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded,
+    RefundCreated, RefundFailedLater, Reschedule, ReserveRefund, StoreError, TakeAuthorization,
+    TakingCreated,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::webhook::{
@@ -181,6 +182,10 @@ impl PaymentGateway for CountingGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.cancels.fetch_add(1, Ordering::Relaxed);
         self.inner.cancel(req).await
+    }
+    // Not counted: the events function reads and cancels; it never captures.
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await
     }
     // Not counted: the counts are of the charge calls the events function makes; its one refund
     // call (a refund event's retrieve) is left out of them.

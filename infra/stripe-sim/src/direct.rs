@@ -130,6 +130,13 @@ impl StripeSim {
         answer(self, http::retrieve(self, id))
     }
 
+    /// `GET /v1/payment_intents/{id}?expand[]=latest_charge`, in process: the intent with its
+    /// charge object (an authorization's `capture_before` is on it), as the charge-once client
+    /// reads every intent.
+    pub fn retrieve_expanded_in_process(&self, id: &str) -> Answer {
+        answer(self, http::retrieve_expanding(self, id, true))
+    }
+
     /// `POST /v1/payment_intents/{id}/cancel` with this form and `Idempotency-Key`, in process.
     pub fn cancel_in_process(
         &self,

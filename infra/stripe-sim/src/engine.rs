@@ -774,6 +774,13 @@ impl Engine {
     /// `None` when it has no charge.
     fn with_charge(&mut self, at: usize, text: &str, now_ms: i64) -> Option<String> {
         let charge = self.charge_json(at, now_ms)?;
+        // The charge's id appears once, as `latest_charge`'s value: spliced as text (every
+        // retrieve of the charge-once client expands; a simulation makes millions of them).
+        let id = self.pis[at].latest_charge.as_deref()?;
+        let named = format!("\"latest_charge\":\"{id}\"");
+        if text.contains(&named) {
+            return Some(text.replacen(&named, &format!("\"latest_charge\":{charge}"), 1));
+        }
         let mut pi: serde_json::Value = serde_json::from_str(text).ok()?;
         pi["latest_charge"] = serde_json::from_str(&charge).ok()?;
         Some(pi.to_string())
@@ -1133,6 +1140,40 @@ mod tests {
                 assert_eq!((new.status, new.should_retry), (402, None));
             }
             assert_eq!(saved.status, 402);
+        }
+    }
+
+    /// The charge spliced into an intent's text as text is what splicing it into the parsed
+    /// JSON gave: for an automatic charge, an authorization, and a partial capture.
+    #[test]
+    fn an_expanded_charge_spliced_as_text_is_the_parsed_splice() {
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+            crate::pi::UNCAPTURED_EXPIRY_MS,
+        );
+        let mut manual = params("pm_card_visa", "o-manual");
+        manual.manual_capture = true;
+        e.create(params("pm_card_visa", "o-auto"), None, 1_000);
+        e.create(manual.clone(), None, 1_000);
+        e.create(manual, None, 1_000);
+        let third = e.pis[2].id.clone();
+        let capture = CaptureParams {
+            amount_to_capture: Some(600),
+            ..CaptureParams::default()
+        };
+        assert!(e.capture(&third, capture, 2_000).is_ok());
+        for at in 0..3 {
+            let id = e.pis[at].id.clone();
+            let text = e.retrieve(&id, 3_000).unwrap();
+            let charge = e.charge_json(at, 3_000).unwrap();
+            let mut oracle: Value = serde_json::from_str(&text).unwrap();
+            oracle["latest_charge"] = serde_json::from_str(&charge).unwrap();
+            assert_eq!(e.retrieve_expanded(&id, 3_000).unwrap(), oracle.to_string());
         }
     }
 

@@ -179,8 +179,9 @@ def refunds_checks(client, pi_id):
 def capture_checks(client):
     """capture_method=manual through the official client: requires_capture, a partial capture
     (replayed under its key), a second capture refused with payment_intent_unexpected_state,
-    capture_before on the expanded charge, a cancel of an authorization, and an authorization
-    canceled (automatic) once the simulated clock passes its deadline."""
+    capture_before on the expanded charge (a retrieve's and a create's), a cancel of an
+    authorization with its reason, and an authorization canceled (automatic) once the simulated
+    clock passes its deadline."""
     pis = client.v1.payment_intents if hasattr(client, "v1") else client.payment_intents
     params = {
         "amount": 1000,
@@ -208,10 +209,17 @@ def capture_checks(client):
     except stripe.InvalidRequestError as e:
         check(e.code == "payment_intent_unexpected_state",
               "a second capture raises payment_intent_unexpected_state")
+    expanded = pis.create(params={**params, "expand": ["latest_charge"]},
+                          options={"idempotency_key": "py-m4"})
+    card = expanded.latest_charge.payment_method_details.card
+    check(0 < card.capture_before - expanded.created <= 7 * 24 * 3600,
+          "a create asked to expand its charge states capture_before")
     released = pis.create(params=params, options={"idempotency_key": "py-m2"})
-    gone = pis.cancel(released.id, options={"idempotency_key": "py-x2"})
-    check(gone.status == "canceled" and gone.amount_capturable == 0,
-          "a cancel releases an authorization")
+    gone = pis.cancel(released.id, params={"cancellation_reason": "requested_by_customer"},
+                      options={"idempotency_key": "py-x2"})
+    check(gone.status == "canceled" and gone.amount_capturable == 0
+          and gone.cancellation_reason == "requested_by_customer",
+          "a cancel releases an authorization, with its reason")
     expiring = pis.create(params=params, options={"idempotency_key": "py-m3"})
     admin("clock", {"advance_secs": 7 * 24 * 3600})
     late = pis.retrieve(expiring.id)

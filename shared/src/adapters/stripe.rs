@@ -735,6 +735,14 @@ pub fn cancel_form(req: &CancelPaymentIntent) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The form of a capture: the amount it takes (the rest of the hold is released).
+pub fn capture_form(req: &CapturePaymentIntent) -> Vec<(String, String)> {
+    vec![(
+        "amount_to_capture".to_owned(),
+        req.amount_to_capture.minor_units().to_string(),
+    )]
+}
+
 /// `metadata['operation_id']:'<id>'` with Stripe's search escaping (backslash before `'` and `\`).
 pub fn search_query(operation_id: &OperationId) -> String {
     let value = operation_id
@@ -990,15 +998,11 @@ impl PaymentGateway for StripeGateway {
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/capture", req.id);
-        let form = [(
-            "amount_to_capture",
-            req.amount_to_capture.minor_units().to_string(),
-        )];
         let (body, replayed) = self
             .post_form(
                 &self.requests.capture,
                 &path,
-                form.iter(),
+                capture_form(req),
                 req.idempotency_key.as_str(),
             )
             .await?;
