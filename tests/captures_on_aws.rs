@@ -12,7 +12,7 @@ use charge_once::store_rules::AUTHORIZATION_EXPIRED;
 use charge_once::{Clock, Operation, OperationKey, OperationKind, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
-use stripe_sim::FaultKind;
+use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stack::{api_event, json_body, Stack};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -121,8 +121,13 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
         post(&s.checkout(), "capture-valid.json").await.status_code,
         202
     );
-    s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
+    // Captures are faulted by rate (the script is for creates): every capture made, its answer a
+    // saved 500, for this delivery only.
+    let mut faults = FaultConfig::default();
+    faults.rates.insert(FaultKind::ServerErrorAfterCommit, 1.0);
+    s.side.sim.set_faults(faults);
     assert_eq!(s.deliver().await, 1);
+    s.side.sim.set_faults(FaultConfig::default());
     assert_eq!(
         s.side.sim.injected()[&FaultKind::ServerErrorAfterCommit],
         1,

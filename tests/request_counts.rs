@@ -119,7 +119,7 @@ async fn a_refund_is_one_read_one_transaction_two_updates_one_send_one_stripe_ca
 }
 
 #[tokio::test]
-async fn an_authorization_costs_a_charge_and_its_capture_a_read_two_transactions_and_one_call() {
+async fn an_authorization_costs_a_charge_and_its_capture_two_reads_two_transactions_one_call() {
     let (authorized, captured) = Ours::authorize_and_capture().await;
     // Authorized: the charge's happy path (PutItem, claim, record), one create that states the
     // deadline (`expand[]=latest_charge`), no second read of it.
@@ -135,10 +135,10 @@ async fn an_authorization_costs_a_charge_and_its_capture_a_read_two_transactions
     // Captured: the door reads the charge (GetItem) and writes the capture with its claim on the
     // charge (TransactWriteItems), one SendMessage; the charge function claims (UpdateItem),
     // captures (one POST), and records the capture with the charge's end in one
-    // TransactWriteItems.
+    // TransactWriteItems, which returns no item: the record is read back (a second GetItem).
     assert_eq!(
         captured.dynamodb.requests,
-        ops(&[("GetItem", 1), ("TransactWriteItems", 2), ("UpdateItem", 1)])
+        ops(&[("GetItem", 2), ("TransactWriteItems", 2), ("UpdateItem", 1)])
     );
     assert_eq!(captured.sqs.requests, ops(&[("SendMessage", 1)]));
     assert_eq!((captured.stripe.capture, captured.stripe.total()), (1, 1));
