@@ -961,10 +961,17 @@ async fn the_taking_s_changes_are_its_updates() {
             ..testing::outcome(&capture, token, OperationStatus::Succeeded, at(50))
         };
         let want_op = store_rules::apply(&capture, &rec).expect("the fence holds");
+        let reads = store.calls().reads.load(Ordering::Relaxed);
         assert_eq!(
             store.record(&rec).await.unwrap(),
             Recorded::Written(want_op),
             "{outcome:?}"
+        );
+        // The charge function's role has no GetItem: the written record comes back unread.
+        assert_eq!(
+            store.calls().reads.load(Ordering::Relaxed),
+            reads,
+            "no read"
         );
         assert_eq!(
             store.get(&charge.key()).await.unwrap(),

@@ -377,9 +377,10 @@ impl DynamoStore {
     }
 
     /// `write` at `key` and `on_charge` at `charge`, as one TransactWriteItems (counted as four
-    /// writes: a transactional write costs twice). Refused by `write`'s guards: the record as it
-    /// is (from the cancellation's item, or read); refused by the charge's: the error `refused`,
-    /// nothing written.
+    /// writes: a transactional write costs twice), the record written read back without a read
+    /// ([`Self::written_by_transaction`], one write more). Refused by `write`'s guards: the
+    /// record as it is (from the cancellation's item, or read); refused by the charge's: the
+    /// error `refused`, nothing written.
     async fn with_charge(
         &self,
         what: &'static str,
@@ -407,10 +408,10 @@ impl DynamoStore {
             .await;
         let err = match result {
             Ok(_) => {
-                let written = self.get(key).await?;
-                return written
+                return self
+                    .written_by_transaction(what, key)
+                    .await
                     .map(Recorded::Written)
-                    .ok_or_else(|| StoreError::new(format!("{what}: the record is gone")));
             }
             Err(err) => err,
         };
@@ -427,6 +428,46 @@ impl DynamoStore {
             return Err(StoreError::new(refused));
         }
         Err(self.sdk_error(what, err))
+    }
+
+    /// The record a committed transaction wrote at `key`. A transaction returns no item, and
+    /// the charge and reconciler roles have no GetItem (least privilege: `tests/template.rs`), so
+    /// it is read back with the one call they have, an UpdateItem returning the item (ALL_NEW)
+    /// whose update changes nothing (`updated_at` set to itself): DynamoDB Streams writes no
+    /// record for an update that changes no data, so the outbox sees nothing, and it costs one
+    /// write unit where a consistent read would cost one read unit. Another writer after the
+    /// transaction is seen, as a read would see it.
+    async fn written_by_transaction(
+        &self,
+        what: &'static str,
+        key: &OperationKey,
+    ) -> Result<Operation, StoreError> {
+        self.calls.write();
+        let (pk, sk) = key_of(key);
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(schema::PK, attr_s(&pk))
+            .key(schema::SK, attr_s(&sk))
+            .update_expression("SET #updated_at = #updated_at")
+            .condition_expression("attribute_exists(#updated_at)")
+            .expression_attribute_names("#updated_at", schema::UPDATED_AT)
+            .return_values(UPDATE_RETURNS)
+            .send()
+            .await;
+        match out {
+            Ok(out) => match out.attributes() {
+                Some(item) => readable(item, key),
+                None => Err(StoreError::new(format!("{what}: no item returned"))),
+            },
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => {
+                    Err(StoreError::new(format!("{what}: the record is gone")))
+                }
+                _ => Err(self.sdk_error(what, err)),
+            },
+        }
     }
 
     /// The record at `key` as the `i`th item of a canceled transaction found it (ALL_OLD), or
