@@ -961,10 +961,18 @@ async fn the_taking_s_changes_are_its_updates() {
             ..testing::outcome(&capture, token, OperationStatus::Succeeded, at(50))
         };
         let want_op = store_rules::apply(&capture, &rec).expect("the fence holds");
+        let reads = store.calls().reads.load(Ordering::Relaxed);
         assert_eq!(
             store.record(&rec).await.unwrap(),
             Recorded::Written(want_op),
             "{outcome:?}"
+        );
+        // A transaction returns no item: the written record is read back, once (the charge
+        // function's and the reconciler's roles may GetItem the table for it).
+        assert_eq!(
+            store.calls().reads.load(Ordering::Relaxed),
+            reads + 1,
+            "one read back"
         );
         assert_eq!(
             store.get(&charge.key()).await.unwrap(),

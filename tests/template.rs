@@ -2773,12 +2773,14 @@ fn the_review_alarms_fit_every_reconciler_cadence() {
     }
 }
 
-/// Checkout's role: the conditional create and the reads it decides on, the queue, and one
-/// UpdateItem, a refund's reservation, that may name exactly the attributes that write names
-/// (the key, its guards' and the count's): never the charge's amount, status or outcome.
+/// Checkout's role: the conditional create and the reads it decides on, the queue, and two
+/// UpdateItems, a refund's reservation and a capture's or cancel's claim on its charge, each of
+/// which may name exactly the attributes its write names (the key, its guards' and its change's):
+/// never the charge's amount, intent or lease, nor, for a reservation, its status or outcome.
 #[test]
-fn checkout_updates_nothing_but_a_refund_s_reservation() {
+fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     use charge_once::adapters::dynamodb::writes;
+    use charge_once::ports::{TakeAuthorization, TakeFrom};
     let p = |a: &str, r: &str| (a.to_owned(), r.to_owned());
     let t = template();
     assert_eq!(
@@ -2791,40 +2793,73 @@ fn checkout_updates_nothing_but_a_refund_s_reservation() {
             p("sqs:SendMessage", "ChargeQueue"),
         ])
     );
+    let charge = charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap());
+    let now = charge_once::Timestamp::from_millis(0);
     let reserve = charge_once::ports::ReserveRefund {
-        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap()),
+        charge: charge.clone(),
         charge_operation_id: charge_once::OperationId::new_random(),
         amount: charge_once::Amount::new(1).unwrap(),
         charged: charge_once::Amount::new(2).unwrap(),
-        now: charge_once::Timestamp::from_millis(0),
+        now,
     };
-    let write = writes::write(&reserve).expect("a reservation has its expressions");
-    let mut want: BTreeSet<String> = write.names.values().cloned().collect();
-    want.extend(["pk".to_owned(), "sk".to_owned()]);
+    let names = |w: writes::Write| -> BTreeSet<String> {
+        let mut names: BTreeSet<String> = w.names.values().cloned().collect();
+        names.extend(["pk".to_owned(), "sk".to_owned()]);
+        names
+    };
+    let reservation = names(writes::write(&reserve).expect("a reservation has its expressions"));
+    // Both ways a capture or cancel takes a charge, in one statement.
+    let mut taking = BTreeSet::new();
+    for from in [TakeFrom::Authorized, TakeFrom::NeverSent] {
+        let take = TakeAuthorization {
+            charge: charge.clone(),
+            charge_operation_id: charge_once::OperationId::new_random(),
+            taker: charge_once::operation::Taker::parse(&format!(
+                "cancel:{}",
+                charge_once::OperationId::new_random()
+            ))
+            .unwrap(),
+            from,
+            now,
+        };
+        taking.extend(names(
+            writes::write(&take).expect("a claim has its expressions"),
+        ));
+    }
     let (_, f) = function(&t, "checkout");
     let mut found = Vec::new();
     statements(f, "checkout".into(), &mut found);
-    let update = found
+    let listed: BTreeSet<BTreeSet<String>> = found
         .iter()
-        .find(|(_, st)| str_at(st, "Action") == Some("dynamodb:UpdateItem"))
-        .map(|(_, st)| st.clone())
-        .expect("checkout's UpdateItem statement");
-    let mut listed = Vec::new();
-    strings(
-        get(
-            get(
-                get(&update, "Condition").unwrap(),
-                "ForAllValues:StringEquals",
-            )
-            .unwrap(),
-            "dynamodb:Attributes",
-        )
-        .unwrap(),
-        &mut listed,
+        .filter(|(_, st)| str_at(st, "Action") == Some("dynamodb:UpdateItem"))
+        .map(|(_, st)| {
+            let mut listed = Vec::new();
+            strings(
+                get(
+                    get(get(st, "Condition").unwrap(), "ForAllValues:StringEquals").unwrap(),
+                    "dynamodb:Attributes",
+                )
+                .unwrap(),
+                &mut listed,
+            );
+            listed.into_iter().collect()
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        BTreeSet::from([reservation.clone(), taking.clone()]),
+        "exactly what the reservation and the claim name"
     );
-    let listed: BTreeSet<String> = listed.into_iter().collect();
-    assert_eq!(listed, want, "exactly what the reservation names");
     for never in ["amount", "external_id", "due_at", "lease_token"] {
-        assert!(!listed.contains(never), "{never}");
+        assert!(!reservation.contains(never), "{never}");
+    }
+    for never in [
+        "amount",
+        "external_id",
+        "lease_token",
+        "refund_reserved",
+        "attempts",
+    ] {
+        assert!(!taking.contains(never), "{never}");
     }
 }

@@ -180,6 +180,10 @@ pub trait OperationStore: Send + Sync {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError>;
 
     /// Records an outcome, fenced on the lease token and on an unsettled status. Clears the lease.
+    /// A refund's `release` or a capture's or cancel's `authorization` changes the order's charge
+    /// in the same write, both or neither: refused by the fence, the record as it is; refused by
+    /// the charge, an error ([`crate::store_rules::RELEASE_REFUSED`],
+    /// [`crate::store_rules::AUTHORIZATION_REFUSED`]) and nothing written.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError>;
 
     /// A succeeded refund that Stripe says failed later: `failed`, its reservation given back to

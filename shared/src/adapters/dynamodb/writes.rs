@@ -590,12 +590,64 @@ mod tests {
         assert!(!write(&redrive).unwrap().touched.contains(STATUS));
     }
 
+    /// A capture's or cancel's writes on its charge: both ways of taking it, each end.
+    fn takings() -> Vec<Write> {
+        use crate::operation::Taker;
+        let op = testing::order("ord-w").build();
+        let taker = Taker {
+            capture: true,
+            operation_id: crate::domain::OperationId::new_random(),
+        };
+        let mut found = Vec::new();
+        for from in [TakeFrom::Authorized, TakeFrom::NeverSent] {
+            let take = TakeAuthorization {
+                charge: op.key(),
+                charge_operation_id: op.operation_id,
+                taker,
+                from,
+                now: T0,
+            };
+            found.push(write(&take).unwrap());
+        }
+        for outcome in [
+            AuthorizationOutcome::Captured(op.params.amount()),
+            AuthorizationOutcome::Canceled,
+            AuthorizationOutcome::Expired,
+            AuthorizationOutcome::GivenBack,
+        ] {
+            let settle = SettleAuthorization {
+                charge: op.key(),
+                taker,
+                outcome,
+                now: T0,
+            };
+            found.push(write(&settle).unwrap());
+        }
+        found
+    }
+
+    /// A capture's or cancel's write that changes the charge's status (a cancel of a charge
+    /// never sent, an end) takes it out of the index in the same write; one that does not (a
+    /// claim, a give-back) leaves the entry where it is.
+    #[test]
+    fn a_taking_s_write_that_changes_the_status_removes_the_index_entry() {
+        for w in takings() {
+            assert_eq!(
+                w.touched.contains(STATUS),
+                w.touched.contains(DUE_AT),
+                "{}",
+                w.update
+            );
+        }
+    }
+
     #[test]
     fn every_placeholder_is_declared_and_every_declared_one_used() {
         let op = testing::order("ord-w").build();
         let mut writes: Vec<Write> = outcomes().iter().map(|r| write(r).unwrap()).collect();
         writes.push(write(&claim()).unwrap());
         writes.push(write(&Reschedule::redrive(&op, T0, T0)).unwrap());
+        writes.extend(takings());
         for w in &writes {
             let text = format!("{} {}", w.update, w.condition);
             for placeholder in w.names.keys().chain(w.values.keys()) {
