@@ -399,6 +399,12 @@ mod tests {
     async fn authorized(f: &Fixture) -> Operation {
         let (status, body) = call(f, event("checkout-authorize.json")).await;
         assert_eq!(status, 202, "{body}");
+        held(f)
+    }
+
+    /// The order's charge as the charge function leaves it once Stripe holds it (see
+    /// [`authorized`]).
+    fn held(f: &Fixture) -> Operation {
         let mut op = charge(f);
         op.status = OperationStatus::Authorized;
         op.external_id = Some(PaymentIntentId::parse("pi_3003").unwrap());
@@ -492,7 +498,7 @@ mod tests {
             (409, Some("not_authorized_yet"))
         );
         assert_eq!(f.store.all(), before);
-        authorized(&f).await;
+        held(&f);
         let before = f.store.all();
         let cases = [
             (json!({"amount": 1251}), 400, "over_authorized"),
