@@ -850,3 +850,82 @@ async fn an_event_for_an_operation_in_review_names_its_intent_for_the_operator()
     assert!(!log.contains("operation in review"), "{log}");
     assert_eq!(w.retrieves(), 1);
 }
+
+/// An authorization's events are hints like any other: `payment_intent.amount_capturable_updated`
+/// for a manual charge whose create answer was lost records it `authorized` with the deadline
+/// Stripe states (read at Stripe, not from the event); `charge.captured` (its object the charge,
+/// which carries no metadata of ours) finds the operation through its intent's own metadata at
+/// Stripe and settles it captured, with the amount Stripe took. The twin: the same capture event
+/// while Stripe still holds the intent uncaptured moves nothing (the claim is not confirmed).
+#[tokio::test]
+async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at_stripe() {
+    use charge_once::ports::CapturePaymentIntent;
+    let w = World::new();
+    let op = testing::order("order-auth")
+        .manual()
+        .requested_by("webhook-tests")
+        .at(w.clock.now())
+        .create_in(w.store.as_ref())
+        .await;
+    let op = w.write(&op, OperationStatus::Unknown, None).await;
+    // Stripe holds it (the create's answer was lost).
+    let create = CreatePaymentIntent::for_operation(&op).unwrap();
+    let held = w.gateway.create(&create).await.unwrap();
+    assert_eq!(held.status, PaymentIntentStatus::RequiresCapture);
+    let body = event(
+        "evt_held",
+        "payment_intent.amount_capturable_updated",
+        &held.id,
+        "requires_capture",
+        &op,
+    );
+    assert!(matches!(
+        w.deliver(&body).await,
+        Reception::Applied {
+            status: OperationStatus::Authorized,
+            ..
+        }
+    ));
+    let now = w.current(&op).await;
+    assert_eq!(now.status, OperationStatus::Authorized);
+    assert_eq!(now.external_id.as_ref(), Some(&held.id));
+    assert!(
+        now.capture_before.is_some(),
+        "the deadline, as Stripe states it"
+    );
+
+    let captured_event = |id: &str| {
+        serde_json::json!({
+            "id": id, "object": "event", "type": "charge.captured", "created": 1_800_000_000,
+            "data": {"object": {"id": "ch_1", "object": "charge", "payment_intent": held.id.as_str(), "captured": true}},
+        })
+        .to_string()
+        .into_bytes()
+    };
+    // The twin first: Stripe has not captured it; the event's claim is not confirmed.
+    let reception = w.deliver(&captured_event("evt_cap_early")).await;
+    assert!(matches!(reception, Reception::Mismatch(_)), "{reception:?}");
+    assert_eq!(w.current(&op).await.status, OperationStatus::Authorized);
+    // Captured (700 of the 1250) outside this engine, say in the dashboard: the event settles it.
+    let capture = CapturePaymentIntent {
+        id: held.id.clone(),
+        idempotency_key: op.operation_id.capture_idempotency_key(),
+        amount_to_capture: charge_once::Amount::new(700).unwrap(),
+    };
+    w.gateway.capture(&capture).await.unwrap();
+    let reception = w.deliver(&captured_event("evt_cap")).await;
+    assert!(
+        matches!(
+            reception,
+            Reception::Applied {
+                status: OperationStatus::Succeeded,
+                ..
+            }
+        ),
+        "{reception:?}"
+    );
+    let now = w.current(&op).await;
+    assert_eq!(now.status, OperationStatus::Succeeded);
+    assert_eq!(now.amount_captured.map(|a| a.minor_units()), Some(700));
+    assert_eq!(w.creates(), 1, "only the test's own create");
+}
