@@ -293,12 +293,7 @@ fn pre_fault_reply(kind: FaultKind) -> Reply {
 
 /// What an executing create makes.
 enum Job {
-    /// A PaymentIntent; `expand_charge`: the request asked `expand[]=latest_charge`, so the
-    /// answer carries the charge object (an authorization's `capture_before` is on it).
-    PaymentIntent {
-        params: CreateParams,
-        expand_charge: bool,
-    },
+    PaymentIntent(CreateParams),
     Refund(RefundParams),
 }
 
@@ -310,6 +305,9 @@ pub(crate) struct Executing {
     guard: KeyGuard,
     /// The execution fault decided for it, if any.
     pub(crate) fault: Option<FaultKind>,
+    /// The request asked `expand[]=latest_charge`: a PaymentIntent's answer carries the charge
+    /// object (an authorization's `capture_before` is on it).
+    expand_charge: bool,
     /// The latency fault's delay.
     pub(crate) latency: std::time::Duration,
     /// The create latency drawn for it, when [`crate::Capacity::create_latency`] is on.
@@ -382,10 +380,8 @@ pub(crate) fn create_begin(
         )
     };
     Ok(Executing {
-        job: Job::PaymentIntent {
-            params,
-            expand_charge: form_expands_latest_charge(form),
-        },
+        job: Job::PaymentIntent(params),
+        expand_charge: form_expands_latest_charge(form),
         key: idempotency_key,
         guard,
         fault,
@@ -401,11 +397,8 @@ pub(crate) fn create_exec(sim: &StripeSim, mut ex: Executing) -> Result<Reply, D
         let now = sim.now_ms();
         let mut eng = sim.engine();
         let (saved, created) = match ex.job {
-            Job::PaymentIntent {
-                params,
-                expand_charge,
-            } => {
-                let (saved, created) = if expand_charge {
+            Job::PaymentIntent(params) => {
+                let (saved, created) = if ex.expand_charge {
                     eng.create_expanded(params, ex.key.as_deref(), now)
                 } else {
                     eng.create(params, ex.key.as_deref(), now)

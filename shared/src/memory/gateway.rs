@@ -1,10 +1,11 @@
 //! [`FakeGateway`]: the seed's `FakeStripe`, a model of Stripe's idempotency layer in memory.
 //!
 //! Same key and same parameters replay the first answer (errors included); same key and other
-//! parameters is a key misuse; faults are scripted per create call (and, apart, per cancel call);
-//! keys can be pruned as Stripe does after 24 h; statuses can change later. Every PaymentIntent
-//! actually created is kept, so a test asserts how many charges really happened. Refunds the same
-//! way ([`refunds`]): keyed, refused as Stripe refuses them, kept, their statuses scripted.
+//! parameters is a key misuse; faults are scripted per create call (and, apart, per cancel and per
+//! capture call); keys can be pruned as Stripe does after 24 h; statuses can change later. Every
+//! PaymentIntent actually created is kept, so a test asserts how many charges really happened.
+//! Refunds the same way ([`refunds`]): keyed, refused as Stripe refuses them, kept, their statuses
+//! scripted.
 //! Authorizations too ([`captures`]): a manual charge waits in `requires_capture` until it is
 //! captured (all or part), canceled, or its deadline passes on the fake's clock.
 

@@ -80,6 +80,7 @@ pub(crate) fn refund_begin(
         key: idempotency_key,
         guard,
         fault,
+        expand_charge: false,
         latency,
         create_latency: None,
     })
