@@ -34,6 +34,7 @@ use serde_json::json;
 
 use rand::rngs::SmallRng;
 
+use crate::auth_asks::{Fate, Next, TakeAsk};
 use crate::faults::{Blackouts, Faults, Kind, BLACKOUT};
 use crate::refund_asks::Ask;
 use crate::sched::run_all;
@@ -48,6 +49,8 @@ pub const MAX_RECEIVES: u32 = 5;
 pub const TICK_EVERY: Duration = Duration::from_secs(300);
 /// How far virtual time moves while messages are in flight.
 const STEP: Duration = Duration::from_secs(30);
+/// The longest Stripe holds an uncaptured authorization before it cancels it.
+const LONGEST_HOLD: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What the loop needs: the handlers' dependencies (checkout, charge, reconciler; the events
 /// function in `webhooks`) and the queue's consumer side.
@@ -91,15 +94,29 @@ pub struct Pipeline {
     pub group: AtomicU64,
     /// The bank behind `refund_canceled` cards: cancels their refunds waiting on it.
     pub bank: Option<crate::faults::Bank>,
+    /// `--authorizations`: the share of orders checked out with `"capture": "manual"` (0: none).
+    pub auth_rate: f64,
+    /// The capture and cancel door's answers.
+    pub take_answers: Arc<crate::auth_asks::Answers>,
+    /// Captures and cancels waiting for their group (by group number), each with how many times
+    /// it was asked already.
+    pub takes_due: Mutex<BTreeMap<u64, Vec<DueTake>>>,
 }
+
+/// A capture or cancel waiting for its group: the order, the request, and how many times it
+/// was asked already.
+pub type DueTake = (Order, TakeAsk, usize);
 
 /// One order as submitted.
 #[derive(Debug, Clone)]
 pub struct Order {
     pub order_id: String,
     pub payment_method: &'static str,
-    /// The card would be charged if everything worked.
+    /// The card would be charged if everything worked (an authorization: never counted as
+    /// charged, whether it is captured is the merchant's call).
     pub should_succeed: bool,
+    /// Checked out with `"capture": "manual"`, and what becomes of the authorization.
+    pub authorization: Option<Fate>,
 }
 
 /// Counts from the loop itself.
@@ -122,6 +139,10 @@ pub struct LoopCounts {
     /// Refusals at the last receive it acknowledged and left to the reconciler
     /// (`LeftToReconciler`, summed).
     pub left_to_reconciler: AtomicU64,
+    /// Authorizations paged, their deadline near (`AuthorizationNearDeadline`, summed): by the
+    /// charge function and by the reconciler's ticks.
+    pub pages_charge: AtomicU64,
+    pub pages_reconciler: AtomicU64,
 }
 
 /// The charge function's metrics sink: its EMF lines' `ReturnedSoon` and `LeftToReconciler`,
@@ -144,19 +165,42 @@ impl charge_once::ports::MetricsSink for ChargeMetrics {
         self.0
             .left_to_reconciler
             .fetch_add(n("LeftToReconciler"), Ordering::Relaxed);
+        self.0
+            .pages_charge
+            .fetch_add(n("AuthorizationNearDeadline"), Ordering::Relaxed);
     }
 }
 
 /// The `index`-th order of a seed: its id and card, fixed by (seed, index) whatever the
 /// interleaving, so orders are made when needed and never held.
 pub fn plan_order(index: u64, seed: u64, faults: &Faults) -> Order {
+    plan_order_with(index, seed, faults, 0.0)
+}
+
+/// [`plan_order`] with `auth_rate` of the orders authorized (`--authorizations`): those pay with
+/// a Visa off-session (Stripe's deadline 4 days 18 hours) or, for half of them, a card Stripe
+/// holds 7 days.
+pub fn plan_order_with(index: u64, seed: u64, faults: &Faults, auth_rate: f64) -> Order {
     let order_id = format!("sim-{seed}-{index:06}");
-    let (payment_method, should_succeed) = card_of(&order_id, faults);
+    let (mut payment_method, should_succeed) = card_of(&order_id, faults);
+    let authorization = crate::auth_asks::plan(seed, index, charged(index), auth_rate);
+    if authorization.is_some()
+        && payment_method == "pm_card_visa"
+        && crate::auth_asks::seven_day_card(seed, index)
+    {
+        payment_method = crate::auth_asks::SEVEN_DAY_CARD;
+    }
     Order {
         order_id,
         payment_method,
-        should_succeed,
+        should_succeed: should_succeed && authorization.is_none(),
+        authorization,
     }
+}
+
+/// The index of order `order_id` of `seed` (`sim-<seed>-<index>`).
+pub fn index_of(order_id: &str, seed: u64) -> Option<u64> {
+    order_id.strip_prefix(&format!("sim-{seed}-"))?.parse().ok()
 }
 
 /// The card an order pays with, fixed by its id: (payment method, whether it would be charged
@@ -200,16 +244,22 @@ pub fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
     let mut authorizer = ApiGatewayRequestAuthorizer::default();
     authorizer.iam = Some(iam);
     req.request_context.authorizer = Some(authorizer);
-    req.body = Some(checkout_body(order.payment_method, amount));
+    req.body = Some(checkout_body(
+        order.payment_method,
+        amount,
+        order.authorization.is_some(),
+    ));
     req
 }
 
 /// The checkout request's JSON body, written directly: the bytes `json!({...}).to_string()`
-/// writes (keys in order, the card's name escaped as JSON), without building the tree per order.
-fn checkout_body(payment_method: &str, amount: i64) -> String {
+/// writes (keys in order, the card's name escaped as JSON), without building the tree per order;
+/// `manual`: with `"capture": "manual"`.
+fn checkout_body(payment_method: &str, amount: i64, manual: bool) -> String {
     let card = serde_json::to_string(payment_method).unwrap_or_default();
+    let capture = if manual { r#""capture":"manual","# } else { "" };
     format!(
-        r#"{{"amount":{amount},"currency":"usd","customer_id":"cus_simulated","payment_method":{card}}}"#
+        r#"{{"amount":{amount},{capture}"currency":"usd","customer_id":"cus_simulated","payment_method":{card}}}"#
     )
 }
 
@@ -223,11 +273,97 @@ impl Pipeline {
         let amount = charged(index);
         self.submit_charge(index, order, amount, counts).await;
         self.plan_refunds(index, order).await;
+        self.plan_takes(order).await;
+    }
+
+    /// The order's captures and cancels: a cancel before the charge is sent now, the others
+    /// queued for their group.
+    async fn plan_takes(&self, order: &Order) {
+        let Some(fate) = order.authorization else {
+            return;
+        };
+        if fate == Fate::CancelAtCheckout {
+            if self.ask_take(order, &TakeAsk::Cancel).await == Next::AskAgain {
+                self.take_later(order, TakeAsk::Cancel, 1);
+            }
+            return;
+        }
+        for ask in fate.later_asks() {
+            self.take_later(order, ask, 0);
+        }
+    }
+
+    /// Queues `ask` for the group its `attempt` waits for (none past the last).
+    fn take_later(&self, order: &Order, ask: TakeAsk, attempt: usize) {
+        let Some(delay) = crate::auth_asks::ASK_DELAYS.get(attempt) else {
+            return;
+        };
+        let group = self.group.load(Ordering::Relaxed) + delay;
+        let mut due = self.takes_due.lock().unwrap_or_else(|p| p.into_inner());
+        due.entry(group)
+            .or_default()
+            .push((order.clone(), ask, attempt + 1));
+    }
+
+    /// One capture or cancel through the real door; a 503 is sent again once, as a client does.
+    async fn ask_take(&self, order: &Order, ask: &TakeAsk) -> Next {
+        let send = || async {
+            let response = checkout::handler::handle(
+                &self.checkout,
+                LambdaEvent::new(ask.request(order), Context::default()),
+            )
+            .await;
+            let next = self.take_answers.note(&order.order_id, ask, &response);
+            self.trace.event(
+                &order.order_id,
+                ask.kind(),
+                format_args!("{ask:?} HTTP {}", response.status_code),
+            );
+            (response.status_code, next)
+        };
+        match send().await {
+            (503, _) => send().await.1,
+            (_, next) => next,
+        }
+    }
+
+    /// The captures and cancels due by group `group`, all at once (the scheduler interleaves
+    /// them: a race's capture and cancel among them); those the door answers "not yet" are
+    /// asked again later.
+    async fn ask_due_takes(&self, group: u64) {
+        let asks: Vec<(Order, TakeAsk, usize)> = {
+            let mut due = self.takes_due.lock().unwrap_or_else(|p| p.into_inner());
+            let later = due.split_off(&(group + 1));
+            std::mem::replace(&mut *due, later)
+                .into_values()
+                .flatten()
+                .collect()
+        };
+        let futures = asks.iter().map(|(o, a, _)| self.ask_take(o, a)).collect();
+        let answers = run_all(&self.scheduler, futures).await;
+        for ((order, ask, attempt), next) in asks.into_iter().zip(answers) {
+            if next == Next::AskAgain {
+                self.take_later(&order, ask, attempt);
+            }
+        }
+    }
+
+    /// Whether captures or cancels are still to be asked.
+    fn takes_waiting(&self) -> bool {
+        !self
+            .takes_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// The order's refund requests: those asked at once (its charge still pending) now, the
     /// others queued for their group.
     async fn plan_refunds(&self, index: u64, order: &Order) {
+        if order.authorization.is_some() {
+            // An authorization is captured or canceled, not refunded.
+            return;
+        }
         let Some(plan) = crate::refund_asks::plan(
             self.seed,
             index,
@@ -392,6 +528,8 @@ impl Pipeline {
             Ok(_) => {
                 counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
                 let unreadable = metrics.sum("UnreadableRecords", &[]) as u64;
+                let pages = metrics.sum("AuthorizationNearDeadline", &[]) as u64;
+                counts.pages_reconciler.fetch_add(pages, Ordering::Relaxed);
                 counts
                     .unreadable_counted
                     .fetch_add(unreadable, Ordering::Relaxed);
@@ -640,7 +778,12 @@ impl Pipeline {
         let mut next = 0u64;
         while next < orders {
             let group: Vec<(u64, Order)> = (next..(next + chunk).min(orders))
-                .map(|i| (i, plan_order(i, self.seed, &self.faults)))
+                .map(|i| {
+                    (
+                        i,
+                        plan_order_with(i, self.seed, &self.faults, self.auth_rate),
+                    )
+                })
                 .collect();
             next += group.len() as u64;
             self.stripe.sync_clock(&self.clock).await?;
@@ -653,6 +796,7 @@ impl Pipeline {
             run_all(&self.scheduler, retries).await;
             self.ask_due_refunds(self.group.load(Ordering::Relaxed))
                 .await;
+            self.ask_due_takes(self.group.load(Ordering::Relaxed)).await;
             run_all(&self.scheduler, submissions).await;
             self.end_group(&mut last_tick, counts).await?;
             if progress && next % (chunk * 64) < chunk {
@@ -662,11 +806,13 @@ impl Pipeline {
         if progress {
             eprintln!();
         }
-        // The refund requests of the last groups, a group's second apart, as if orders went on.
-        while self.refunds_waiting() {
+        // The refund, capture and cancel requests of the last groups, a group's second apart,
+        // as if orders went on.
+        while self.refunds_waiting() || self.takes_waiting() {
             self.stripe.sync_clock(&self.clock).await?;
-            self.ask_due_refunds(self.group.load(Ordering::Relaxed))
-                .await;
+            let group = self.group.load(Ordering::Relaxed);
+            self.ask_due_refunds(group).await;
+            self.ask_due_takes(group).await;
             self.end_group(&mut last_tick, counts).await?;
         }
         Ok(last_tick)
@@ -737,15 +883,23 @@ impl Pipeline {
     }
 
     /// Long enough for a stuck intent to reach review (the stuck bound), past every other wait,
-    /// counted from an unreadable record's repair (its first attempt may come only then).
+    /// counted from an unreadable record's repair (its first attempt may come only then); with
+    /// authorizations, past the longest hold Stripe keeps uncaptured (7 days), so every
+    /// forgotten one lapses, is paged before and settled after.
     fn settle_deadline(&self) -> Timestamp {
         let policy = &self.charge.charge.policy;
+        let holds = if self.auth_rate > 0.0 {
+            LONGEST_HOLD
+        } else {
+            Duration::ZERO
+        };
         self.clock
             .now()
             .plus(
                 BLACKOUT
                     .max(policy.key_window + policy.search_min_age)
-                    .max(policy.stuck_after),
+                    .max(policy.stuck_after)
+                    .max(holds),
             )
             .plus(crate::store::REPAIR_AFTER)
             .plus(Duration::from_secs(2 * 3600))
@@ -803,14 +957,15 @@ mod tests {
             "pm_\"quoted\"\\slash",
         ] {
             for amount in [0, 1_000, 9_999, i64::MAX] {
-                let tree = json!({
+                let mut tree = json!({
                     "amount": amount,
                     "currency": "usd",
                     "customer_id": "cus_simulated",
                     "payment_method": pm,
-                })
-                .to_string();
-                assert_eq!(checkout_body(pm, amount), tree);
+                });
+                assert_eq!(checkout_body(pm, amount, false), tree.to_string());
+                tree["capture"] = json!("manual");
+                assert_eq!(checkout_body(pm, amount, true), tree.to_string());
             }
         }
     }

@@ -26,6 +26,8 @@
 //! (`--arrival-rate`: a burst at Stripe's limit on the scheduler's timers, measured in virtual
 //! time).
 
+pub mod auth_asks;
+pub mod auth_watch;
 pub mod driver;
 pub mod faults;
 pub mod fx;
@@ -239,6 +241,13 @@ pub struct SimulateArgs {
     /// is left", and one asked while the charge is still pending); 0: no refunds.
     #[arg(long = "refunds", value_name = "RATE", default_value_t = refund_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub refund_rate: f64,
+
+    /// The share of orders checked out with `"capture": "manual"` (authorized, not taken), then
+    /// captured in full or in part, canceled, raced (a capture and a cancel at once), canceled
+    /// before the charge is sent, or forgotten until Stripe lets the hold lapse (the run goes on
+    /// for days of virtual time); 0: none.
+    #[arg(long = "authorizations", value_name = "RATE", default_value_t = auth_asks::DEFAULT_RATE, value_parser = parse_rate)]
+    pub auth_rate: f64,
 
     /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
     #[arg(long, value_enum, value_name = "NAME")]
@@ -627,6 +636,10 @@ struct World {
     backing: Backing,
     /// What the functions' refund calls met at Stripe.
     refund_audit: Arc<faults::RefundAudit>,
+    /// The authorizations paged, as the functions wrote them.
+    pages: Arc<auth_watch::Pages>,
+    /// The functions' capture and cancel calls.
+    take_calls: Arc<auth_watch::TakeCalls>,
 }
 
 impl World {
@@ -660,6 +673,8 @@ impl World {
             gateway,
             backing,
             refund_audit: Arc::default(),
+            pages: Arc::default(),
+            take_calls: Arc::default(),
         })
     }
 }
@@ -895,6 +910,12 @@ impl<'w> FaultyPorts<'w> {
                     store: world.backing.store.clone(),
                 })
             }
+            Some(mutations::Mutation::CaptureSettledByReplay) => {
+                Arc::new(mutations::CaptureSettledByReplay::new(Arc::new(gateway)))
+            }
+            Some(mutations::Mutation::DeadlineFromCreation) => Arc::new(
+                mutations::DeadlineFromCreation::new(Arc::new(gateway), self.clock.clone()),
+            ),
             _ => Arc::new(gateway),
         }
     }
@@ -924,8 +945,14 @@ fn wire(
         ports.clock.clone(),
     ));
     let charge = ChargeDeps {
-        store: refund_store_bug(args, world, ports.store.clone(), false)?,
-        gateway: ports.gateway(args, &confirms),
+        store: Arc::new(auth_watch::PageWatch {
+            inner: refund_store_bug(args, world, ports.store.clone(), false)?,
+            pages: world.pages.clone(),
+        }),
+        gateway: Arc::new(auth_watch::CountingTakes {
+            inner: ports.gateway(args, &confirms),
+            calls: world.take_calls.clone(),
+        }),
         clock: ports.clock.clone(),
         policy,
     };
@@ -942,7 +969,10 @@ fn wire(
         scheduler: Mutex::new(SmallRng::seed_from_u64(args.seed ^ 0x5c4e_d01e)),
         seed: args.seed,
         checkout: Checkout {
-            store: refund_store_bug(args, world, ports.store.clone(), true)?,
+            store: door_store(
+                args,
+                refund_store_bug(args, world, ports.store.clone(), true)?,
+            ),
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
@@ -964,6 +994,9 @@ fn wire(
         refunds_due: Mutex::new(BTreeMap::new()),
         group: Default::default(),
         bank: bank(args, world),
+        auth_rate: args.auth_rate,
+        take_answers: Arc::default(),
+        takes_due: Mutex::new(BTreeMap::new()),
     })
 }
 
@@ -976,6 +1009,15 @@ fn bank(args: &SimulateArgs, world: &World) -> Option<faults::Bank> {
         faults: world.faults.clone(),
         trace: world.trace.clone(),
     })
+}
+
+/// The door's `store`, with the fence between a capture and a cancel gone if the run simulates
+/// `takes-not-fenced`.
+fn door_store(args: &SimulateArgs, store: Arc<dyn OperationStore>) -> Arc<dyn OperationStore> {
+    match args.mutation {
+        Some(mutations::Mutation::TakesNotFenced) => Arc::new(mutations::TakesNotFenced(store)),
+        _ => store,
+    }
 }
 
 /// `store` with the refund mutation that lives at the door's store (`door`) or the charge
@@ -1051,7 +1093,13 @@ fn reconciler_deps(
     };
     ReconcilerDeps {
         charge: match store {
-            Some(store) => ChargeDeps { store, ..paced },
+            Some(inner) => ChargeDeps {
+                store: Arc::new(auth_watch::PageWatch {
+                    inner,
+                    pages: ports.world.pages.clone(),
+                }),
+                ..paced
+            },
             None => paced,
         },
         queue: ports.sender(false),
@@ -1175,11 +1223,16 @@ impl Wired {
             .flatten();
         let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours)
             .with_refunds(refund_ledger);
+        if let Some(sim) = world.stripe.local_sim() {
+            // The judge reads each authorization's intent as it stands: no fault from here on.
+            sim.set_faults(stripe_sim::FaultConfig::default());
+        }
         let planned = judge_orders(args, world, pipeline, &mut judge, &mut report).await?;
         note_refunds(&mut report, args, world, pipeline);
+        note_authorizations(&mut report, args, world, pipeline, counts);
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {
-            note_settling(&mut report, s, &world.faults);
+            note_settling(&mut report, s, &world.faults, args);
         }
         let audits = &world.backing.audits;
         let publishers = world.backing.sim_store.as_ref().map(|o| o.outcome_events());
@@ -1238,7 +1291,7 @@ async fn judge_orders(
 ) -> Result<Planned, BoxError> {
     let mut planned = Planned::default();
     for i in 0..args.orders {
-        let order = driver::plan_order(i, args.seed, &world.faults);
+        let order = driver::plan_order_with(i, args.seed, &world.faults, args.auth_rate);
         planned.decline += u64::from(order.payment_method == "pm_card_chargeDeclined");
         planned.stuck += u64::from(order.payment_method == "pm_card_sim_requiresAction");
         planned.processing += u64::from(order.payment_method == "pm_card_processing_succeeds");
@@ -1258,6 +1311,7 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
+        judge_authorization(world, report, &order, record.as_ref()).await?;
         judge_refunds(
             args,
             world,
@@ -1284,6 +1338,7 @@ async fn judge_refunds(
 ) -> Result<(), BoxError> {
     let charged = driver::charged(i);
     let Some(plan) = refund_asks::plan(args.seed, i, &order.order_id, charged, args.refund_rate)
+        .filter(|_| order.authorization.is_none())
     else {
         return Ok(());
     };
@@ -1308,6 +1363,95 @@ async fn judge_refunds(
     };
     judge.refunds(report, order, of);
     Ok(())
+}
+
+/// An authorized order (if `order` is one): its charge, its capture's and cancel's records, and
+/// the intents Stripe holds for the charge, read now; its first page as the functions wrote it.
+async fn judge_authorization(
+    world: &World,
+    report: &mut Report,
+    order: &driver::Order,
+    charge: Option<&charge_once::Operation>,
+) -> Result<(), BoxError> {
+    let Some(fate) = order.authorization else {
+        return Ok(());
+    };
+    let order_id = OrderId::parse(&order.order_id)?;
+    let take = |kind| OperationKey::of_kind(order_id.clone(), kind);
+    let capture = world
+        .backing
+        .store
+        .get(&take(charge_once::OperationKind::Capture))
+        .await?;
+    let cancel = world
+        .backing
+        .store
+        .get(&take(charge_once::OperationKind::Cancel))
+        .await?;
+    let intents = charge
+        .map(|op| intents_of(world, &op.operation_id.to_string()))
+        .unwrap_or_default();
+    let published = match (&world.backing.sim_store, charge) {
+        (Some(outbox), Some(op)) => Some(outbox.published(&op.operation_id)),
+        _ => None,
+    };
+    let of = report::OrderAuthorization {
+        fate,
+        charge,
+        capture: capture.as_ref(),
+        cancel: cancel.as_ref(),
+        intents: &intents,
+        first_page_ms: world.pages.first(&order.order_id),
+        published,
+        at_stripe: world.stripe.local_sim().is_some(),
+    };
+    report::judge_authorization(report, order, &of);
+    Ok(())
+}
+
+/// The PaymentIntents Stripe holds for `operation_id`, each read as Stripe answers it now
+/// (Stripe in this process only: none otherwise).
+fn intents_of(world: &World, operation_id: &str) -> Vec<report::IntentAtStripe> {
+    let Some(sim) = world.stripe.local_sim() else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    sim.each_ledger_row(Some(("operation_id", operation_id)), &mut |row| {
+        ids.push(row.id.to_owned())
+    });
+    ids.iter()
+        .filter_map(|id| report::IntentAtStripe::parse(&sim.retrieve_in_process(id).body))
+        .collect()
+}
+
+/// The door's answers for captures and cancels, the pages, and what the take calls cost.
+fn note_authorizations(
+    report: &mut Report,
+    args: &SimulateArgs,
+    world: &World,
+    pipeline: &Pipeline,
+    counts: &LoopCounts,
+) {
+    let a = &mut report.authorizations;
+    let answers = &pipeline.take_answers;
+    a.rate = args.auth_rate;
+    a.asked = answers.asked.load(Ordering::Relaxed);
+    a.answers = answers.counts();
+    a.accepted = answers.accepted_count();
+    a.answers_changed = answers.answer_changed.load(Ordering::Relaxed);
+    a.paged_orders = world.pages.orders();
+    a.page_writes = world.pages.writes.load(Ordering::Relaxed);
+    a.pages_metric_charge = counts.pages_charge.load(Ordering::Relaxed);
+    a.pages_metric_reconciler = counts.pages_reconciler.load(Ordering::Relaxed);
+    a.stripe_capture_calls = world.take_calls.captures.load(Ordering::Relaxed);
+    a.stripe_cancel_calls = world.take_calls.cancels.load(Ordering::Relaxed);
+    a.stripe_calls_per_capture = a.stripe_capture_calls as f64 / a.capture_ops.max(1) as f64;
+    if a.answers_changed > 0 && report.first_violation.is_none() {
+        report.first_violation = Some(format!(
+            "{} capture or cancel answered with two operations",
+            a.answers_changed
+        ));
+    }
 }
 
 /// The door's answers, what refund calls met at Stripe, and the audits that count over-refunds
@@ -1383,12 +1527,22 @@ fn note_events(report: &mut Report, pipeline: &Pipeline, forged_mismatches: u64)
 
 /// The memory store's audit of settled records, its repairs, and how long unknowns took to
 /// settle.
-fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults) {
+fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults, args: &SimulateArgs) {
     report.settled_changes = s.settled_changes();
     report.unreadable_repaired = s.unreadable_counts().0;
     // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
-    // answer (not a `processing` card, which Stripe itself settles 10 minutes later).
-    let (open, times) = s.settle_times();
+    // answer (not a `processing` card, which Stripe itself settles 10 minutes later). An
+    // authorized order's are left out: its charge waits, held, for the merchant's capture.
+    let authorized = |id: &charge_once::OperationId| {
+        s.order_of(id)
+            .and_then(|order| driver::index_of(&order, args.seed))
+            .is_some_and(|i| {
+                auth_asks::plan(args.seed, i, driver::charged(i), args.auth_rate).is_some()
+            })
+    };
+    let (mut open, mut times) = s.settle_times();
+    open.retain(|id| !authorized(id));
+    times.retain(|(id, _)| !authorized(id));
     let processing = |id: &charge_once::OperationId| {
         s.order_of(id)
             .is_some_and(|order| driver::card_of(&order, faults).0 == "pm_card_processing_succeeds")

@@ -15,9 +15,10 @@ use charge_once::ports::{
     Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
 };
 use charge_once::refund::StripeRefund;
+use charge_once::store_rules::Guard;
 use charge_once::{
     GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
-    PaymentIntentId,
+    PaymentIntentId, PaymentIntentStatus,
 };
 use clap::ValueEnum;
 
@@ -63,10 +64,22 @@ pub enum Mutation {
     /// A refund that ends `failed` keeps its reservation: the recording write's release is left
     /// out ([`RefundStoreBug::NoRelease`]).
     RefundNotReleased,
+    /// A capture looked at again is settled by sending it again instead of reading the intent:
+    /// the capture's key long gone (as a retry after it expired), Stripe refuses the intent as
+    /// already captured, and that refusal is taken as the capture's failure
+    /// ([`CaptureSettledByReplay`]).
+    CaptureSettledByReplay,
+    /// Capture and cancel not fenced against each other: the door reads the charge as if nobody
+    /// took it, and a taking the charge refuses as taken is written all the same, without its
+    /// claim on the charge ([`TakesNotFenced`]).
+    TakesNotFenced,
+    /// An authorization's deadline read from its creation (7 days after the intent was first
+    /// seen) instead of Stripe's `capture_before` ([`DeadlineFromCreation`]).
+    DeadlineFromCreation,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -82,6 +95,9 @@ impl Mutation {
         Mutation::RefundLeftFromStripe,
         Mutation::RefundKeyOfCharge,
         Mutation::RefundNotReleased,
+        Mutation::CaptureSettledByReplay,
+        Mutation::TakesNotFenced,
+        Mutation::DeadlineFromCreation,
     ];
 
     pub fn name(&self) -> String {
@@ -504,5 +520,232 @@ impl PaymentGateway for RefundUnderChargeKey {
         payment_intent: &PaymentIntentId,
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         self.inner.list_refunds(payment_intent).await
+    }
+}
+
+/// `capture-settled-by-replay`: Stripe as the charge function sees it, where a read of an intent
+/// this process sent a capture for is replaced by the capture sent again, under a fresh key (the
+/// first one expired, as a late retry finds it), and a refusal of it is read as the capture's
+/// end: the intent `canceled`. Stripe refuses a capture of a captured intent, so a capture that
+/// was made but not recorded (its answer lost, its writer crashed) ends `failed` over the money
+/// taken.
+pub struct CaptureSettledByReplay {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub sent: Mutex<std::collections::HashMap<String, CapturePaymentIntent>>,
+}
+
+impl CaptureSettledByReplay {
+    pub fn new(inner: Arc<dyn PaymentGateway>) -> Self {
+        Self {
+            inner,
+            sent: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for CaptureSettledByReplay {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        let sent = self
+            .sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id.as_str())
+            .cloned();
+        let Some(mut again) = sent else {
+            return self.inner.retrieve(id).await;
+        };
+        again.idempotency_key =
+            OperationId::from_uuid(charge_once::ids::fresh_uuid()).capture_idempotency_key();
+        match self.inner.capture(&again).await {
+            Err(GatewayError::UnexpectedState { .. } | GatewayError::Rejected { .. }) => Ok(
+                PaymentIntent::new(id.clone(), PaymentIntentStatus::Canceled),
+            ),
+            other => other,
+        }
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(operation_id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
+    }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.id.as_str().to_owned(), req.clone());
+        self.inner.capture(req).await
+    }
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.inner.create_refund(req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.inner.retrieve_refund(id).await
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.inner.list_refunds(payment_intent).await
+    }
+}
+
+/// `deadline-from-creation`: every intent Stripe answers with a deadline is given one 7 days
+/// after this process first saw it (its creation, unless that answer was lost), as if the
+/// deadline were computed from the creation time and Stripe's default expiry.
+pub struct DeadlineFromCreation {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub clock: Arc<dyn charge_once::Clock>,
+    pub first_seen: Mutex<std::collections::HashMap<String, charge_once::Timestamp>>,
+}
+
+impl DeadlineFromCreation {
+    pub fn new(inner: Arc<dyn PaymentGateway>, clock: Arc<dyn charge_once::Clock>) -> Self {
+        Self {
+            inner,
+            clock,
+            first_seen: Mutex::default(),
+        }
+    }
+
+    fn edit(&self, mut pi: PaymentIntent) -> PaymentIntent {
+        let now = self.clock.now();
+        let seen = *self
+            .first_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(pi.id.as_str().to_owned())
+            .or_insert(now);
+        if pi.capture_before.is_some() {
+            pi.capture_before = Some(seen.plus(std::time::Duration::from_secs(7 * 24 * 3600)));
+        }
+        pi
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for DeadlineFromCreation {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await.map(|pi| self.edit(pi))
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.inner.retrieve(id).await.map(|pi| self.edit(pi))
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        let found = self.inner.search_by_operation(operation_id).await?;
+        Ok(found.into_iter().map(|pi| self.edit(pi)).collect())
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await.map(|pi| self.edit(pi))
+    }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.capture(req).await.map(|pi| self.edit(pi))
+    }
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.inner.create_refund(req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.inner.retrieve_refund(id).await
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.inner.list_refunds(payment_intent).await
+    }
+}
+
+/// `takes-not-fenced`: the door's store with the fence between a capture and a cancel gone. The
+/// charge is read as if nobody took it, and a taking the charge refuses because another took
+/// it is written on its own (no claim on the charge): both go on to Stripe.
+pub struct TakesNotFenced(pub Arc<dyn OperationStore>);
+
+#[async_trait]
+impl OperationStore for TakesNotFenced {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.0.create_if_absent(op).await
+    }
+    async fn create_refund(
+        &self,
+        refund: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<RefundCreated, StoreError> {
+        self.0.create_refund(refund, reserve).await
+    }
+    async fn create_taking(
+        &self,
+        taking: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<TakingCreated, StoreError> {
+        match self.0.create_taking(taking, take).await? {
+            TakingCreated::ChargeRefused(Some((_, Guard::NotTaken))) => {
+                Ok(match self.0.create_if_absent(taking).await? {
+                    Created::New(op) => TakingCreated::New(op),
+                    Created::Existing(op) => TakingCreated::Existing(op),
+                })
+            }
+            other => Ok(other),
+        }
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_once::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.0.refunds_of(order_id).await
+    }
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let mut op = self.0.get(key).await?;
+        if let Some(charge) = op
+            .as_mut()
+            .filter(|o| o.kind == charge_once::OperationKind::Charge)
+        {
+            charge.taken_by = None;
+        }
+        Ok(op)
+    }
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.0.get_by_operation_id(operation_id).await
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        self.0.record(rec).await
+    }
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.0.fail_refund_later(req).await
+    }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.0.reschedule(req).await
+    }
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.0.resolve(req).await
+    }
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.0.query_index(query, cursor, limit).await
     }
 }

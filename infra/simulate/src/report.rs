@@ -31,10 +31,21 @@
 //!    and settles the rest) — `failed_ticks` must be 0; and every record is readable at the end,
 //!    once the operator repaired the unreadable ones (`unreadable_at_end`).
 //!
+//! 8. authorizations (`--authorizations`): no capture over the authorization, never both
+//!    captured and canceled, every capture and cancel converges, no authorization lapses without
+//!    a page before its deadline, records agree with Stripe's holds and their `ChargeAuthorized`
+//!    events with the records ([`AuthorizationReport`]).
+//!
 //! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
 //! its group went on), stuck intents sent to review (`stuck_reviews`), and EventBridge events
 //! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
 //! reconciler still settles their operations).
+
+mod authorizations;
+
+pub use authorizations::{
+    judge as judge_authorization, AuthorizationReport, IntentAtStripe, OrderAuthorization,
+};
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
@@ -160,6 +171,9 @@ pub struct Report {
     pub time_to_settle_final_at_stripe: TimeToSettle,
     /// Refunds (`--refunds`): what was asked, what the door answered, and the refund invariants.
     pub refunds: RefundReport,
+    /// Authorizations (`--authorizations`): captured, canceled, raced or forgotten, and their
+    /// invariants.
+    pub authorizations: AuthorizationReport,
     /// The load model's figures (`--arrival-rate`), absent in the default mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadReport>,
@@ -952,7 +966,9 @@ fn check_against_stripe(
         report.double_charges += 1;
         violated(report, order, "double charge");
     }
-    if !op.status.is_settled() && op.review.is_none() {
+    // An authorization still held is judged against Stripe's hold (`authorizations`).
+    let held = op.status == OperationStatus::Authorized;
+    if !op.status.is_settled() && op.review.is_none() && !held {
         report.unconverged += 1;
         violated(report, order, "unconverged");
     }
@@ -1036,6 +1052,7 @@ impl Report {
             && self.failed_ticks == 0
             && self.unreadable_at_end == 0
             && self.refunds.holds()
+            && self.authorizations.holds()
     }
 
     /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
@@ -1056,6 +1073,7 @@ impl Report {
         let mut s = String::new();
         self.render_outcomes(&mut s);
         self.refunds.render(&mut s);
+        self.authorizations.render(&mut s);
         self.render_faults(&mut s);
         self.render_pipeline(&mut s);
         self.render_costs(&mut s);

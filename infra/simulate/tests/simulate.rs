@@ -140,8 +140,8 @@ fn the_default_run_is_pinned() {
     );
 }
 
-const PINNED_SEED_1: &str = "9505fd93321d5aa9";
-const PINNED_SEED_2: &str = "6704bb9ff4aa4637";
+const PINNED_SEED_1: &str = "796be72eac04f427";
+const PINNED_SEED_2: &str = "de28499d72d15e6b";
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
@@ -303,6 +303,10 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
         let running = sim.start(0).await.unwrap();
         let mut a = args(200, 21, Backend::Aws);
         a.stripe_url = Some(running.base_url());
+        // Authorizations are judged where Stripe's intents can be read (in this process); here
+        // their seven days of holds would only add ticks at moto's ~10 ms per request. Captures
+        // and cancels on DynamoDB have their own tests on moto (tests/captures_on_aws.rs).
+        a.auth_rate = 0.0;
         let report = simulate(&a).await.unwrap();
         assert!(report.invariants_hold, "{}", report.render());
         assert!(!report.deterministic);
@@ -707,4 +711,80 @@ fn refunds_are_asked_every_way_and_every_refund_invariant_holds() {
     assert!(report.invariants_hold, "{}", report.render());
     assert_eq!((report.refunds.asked, report.refunds.records), (0, 0));
     assert!(report.refunds.answers.is_empty());
+}
+
+/// Authorizations (`--authorizations`, on by default) are captured in full and in part,
+/// canceled, raced, stopped before they are sent and forgotten, through the door, with every
+/// fault: each kind of answer happened (accepted, the same request again, "not authorized yet",
+/// the race's loser refused as taken), each end happened at Stripe (captured, in part, canceled,
+/// lapsed), every lapse was paged before its deadline, each race had one winner, and every
+/// authorization invariant holds. Its twin: `--authorizations 0` authorizes nothing and judges
+/// nothing.
+#[test]
+fn authorizations_are_captured_canceled_raced_and_forgotten_and_every_invariant_holds() {
+    let rt = current_thread();
+    let mut a = args(2_000, 5, Backend::Memory);
+    a.refund_rate = 0.0;
+    let report = rt.block_on(simulate(&a)).unwrap();
+    let r = &report.authorizations;
+    assert!(report.invariants_hold, "{}", report.render());
+    assert!(r.holds(), "{}", report.render());
+    for answer in [
+        "capture 202",
+        "cancel 202",
+        "cancel 200",
+        "capture 409 not_authorized_yet",
+        "capture 409 taken",
+        "cancel 409 taken",
+        "cancel 409 in_flight",
+    ] {
+        assert!(
+            r.answers.get(answer).copied().unwrap_or(0) > 0,
+            "no {answer}: {:?}",
+            r.answers
+        );
+    }
+    assert_eq!(r.fates.len(), 6, "{:?}", r.fates);
+    assert!(
+        r.captured > 0 && r.captured_part > 0 && r.canceled > 0 && r.lapsed > 0,
+        "{}",
+        report.render()
+    );
+    assert!(r.canceled_before_sent > 0, "{}", report.render());
+    // Every lapse paged before its deadline, and counted by the functions' metric (the events
+    // function may write a page too, without the metric).
+    assert_eq!(r.lapsed_paged, r.lapsed);
+    assert!(r.paged_orders >= r.lapsed);
+    let metric = r.pages_metric_charge + r.pages_metric_reconciler;
+    assert!(
+        metric >= r.lapsed && r.page_writes >= metric,
+        "{}",
+        report.render()
+    );
+    // A race has one winner at most (none when the charge never held).
+    assert!(
+        r.races_captured > 0 && r.races_canceled > 0,
+        "{}",
+        report.render()
+    );
+    assert!(r.races_captured + r.races_canceled <= r.races);
+    assert_eq!(r.held_at_end, 0, "the run goes past every hold");
+    assert_eq!(
+        r.take_succeeded + r.take_failed + r.take_in_review,
+        r.capture_ops + r.cancel_ops
+    );
+    // Captures met Stripe's faults: some were sent more than once.
+    assert!(
+        r.stripe_capture_calls > r.capture_ops,
+        "{}",
+        report.render()
+    );
+
+    let mut none = args(300, 5, Backend::Memory);
+    none.auth_rate = 0.0;
+    let report = rt.block_on(simulate(&none)).unwrap();
+    assert!(report.invariants_hold, "{}", report.render());
+    let r = &report.authorizations;
+    assert_eq!((r.orders, r.asked, r.capture_ops), (0, 0, 0));
+    assert!(r.answers.is_empty());
 }
