@@ -781,3 +781,62 @@ async fn deliver_refund_events(s: &Outcomes) -> (Vec<(String, String)>, Arc<Capt
     }
     (seen, metrics)
 }
+
+/// An authorization and its capture through the real functions: the relay publishes
+/// `ChargeAuthorized` (with Stripe's deadline) when the charge is held, then `ChargeCaptured` (with
+/// what was taken) when the capture ends it; the capture's own record publishes nothing (its
+/// outcome is the charge's), and a replay of the stream publishes the same event ids.
+#[tokio::test]
+async fn an_authorization_publishes_authorized_then_captured() {
+    let s = Outcomes::spawn().await;
+    let checkout = s.checkout();
+    let post = |file: &'static str| {
+        let checkout = &checkout;
+        async move {
+            let resp = checkout::handler::handle(
+                checkout,
+                LambdaEvent::new(api_event(file), Context::default()),
+            )
+            .await;
+            assert_eq!(resp.status_code, 202, "{}", json_body(&resp));
+        }
+    };
+    post("checkout-authorize.json").await;
+    s.deliver_charges().await;
+    post("capture-valid.json").await;
+    s.deliver_charges().await;
+
+    let stream = s.stream_records().await;
+    let (deps, _) = s.notify(&s.bus);
+    let (response, report) = relay(&deps, &stream.records).await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(report.published, 2, "{report:?}");
+    let delivered = s.delivered().await;
+    let types: Vec<&str> = delivered
+        .iter()
+        .map(|e| e["detail-type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["ChargeAuthorized", "ChargeCaptured"]);
+    let (held, captured) = (&delivered[0]["detail"], &delivered[1]["detail"]);
+    assert_eq!(held["status"], "authorized");
+    assert!(held["capture_before"].is_string(), "{held}");
+    assert_eq!(captured["status"], "succeeded");
+    assert_eq!(
+        (
+            captured["amount"].clone(),
+            captured["amount_captured"].clone()
+        ),
+        (1250.into(), 1000.into())
+    );
+    assert_eq!(
+        held["operation_id"], captured["operation_id"],
+        "both are the charge's"
+    );
+
+    let (_, again) = relay(&deps, &stream.records).await;
+    assert_eq!(again.published, 2);
+    let replayed = s.delivered().await;
+    let ids =
+        |d: &[Value]| -> Vec<Value> { d.iter().map(|e| e["detail"]["event_id"].clone()).collect() };
+    assert_eq!(ids(&replayed), ids(&delivered));
+}

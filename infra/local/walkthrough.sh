@@ -175,10 +175,10 @@ begin "checkout events/checkout-authorize.json (capture manual): 202, charged as
 invoke checkout events/checkout-authorize.json "$work/authorize.out"
 check "$work/authorize.out" 'j["statusCode"] == 202' "checkout answers 202"
 body "$work/authorize.out"
-op3="$(value "$work/authorize.out.body" 'j["operation_id"]')"
+opa="$(value "$work/authorize.out.body" 'j["operation_id"]')"
 chargectl dev sqs-event >"$work/authorize.json" 2>"$work/authorize.json.err" \
   || fail "chargectl dev sqs-event: $(cat "$work/authorize.json.err")"
-check "$work/authorize.json" "[json.loads(r['body'])['operation_id'] for r in j['Records']] == ['$op3']" "one record, for ord-3003"
+check "$work/authorize.json" "[json.loads(r['body'])['operation_id'] for r in j['Records']] == ['$opa']" "one record, for ord-3003"
 invoke charge "$work/authorize.json" "$work/authorize-charge.out"
 check "$work/authorize-charge.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
 chargectl dev sqs-ack --event "$work/authorize.json" --response "$work/authorize-charge.out" >"$work/ack-authorize.out" \
@@ -191,7 +191,7 @@ body "$work/status3.out"
 check "$work/status3.out.body" 'j["status"] == "authorized" and j["capture"] == "manual" and j["capture_before"] and j["amount_captured"] is None' \
   "authorized, capture_before read from Stripe"
 curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger-auth.json" || fail "GET /_sim/ledger"
-check "$work/ledger-auth.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op3'] == ['requires_capture']" \
+check "$work/ledger-auth.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$opa'] == ['requires_capture']" \
   "one PaymentIntent for ord-3003, requires_capture"
 
 begin "capture 1000 of the 1250 (events/capture-valid.json): 202, then captured once at stripe-sim"
@@ -210,7 +210,7 @@ chargectl dev sqs-ack --event "$work/capture.json" --response "$work/capture-cha
 chargectl show ord-3003 --json >"$work/show-capture.json" || fail "chargectl show ord-3003"
 check "$work/show-capture.json" 'j["status"] == "succeeded" and j["amount_captured"] == 1000' "ord-3003 succeeded, 1000 captured"
 curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger-capture.json" || fail "GET /_sim/ledger"
-check "$work/ledger-capture.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op3'] == ['succeeded']" \
+check "$work/ledger-capture.json" "[p['status'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$opa'] == ['succeeded']" \
   "the PaymentIntent is captured"
 
 begin "cancel the captured order (events/cancel-valid.json): 409 captured, nothing changes"
@@ -272,8 +272,8 @@ chargectl dev sqs-ack --event "$work/charge3.json" --response "$work/charge3.out
 
 begin "chargectl show ord-1002: succeeded, one PaymentIntent per order in the ledger"
 curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger4.json" || fail "GET /_sim/ledger"
-check "$work/ledger4.json" "sorted(p['idempotency_key'] for p in j['payment_intents']) == sorted(['payment-op:$op1', 'payment-op:$op2']) and all(p['status'] == 'succeeded' for p in j['payment_intents'])" \
-  "exactly two PaymentIntents, one per operation, both succeeded"
+check "$work/ledger4.json" "sorted(p['idempotency_key'] for p in j['payment_intents']) == sorted(['payment-op:$op1', 'payment-op:$op2', 'payment-op:$opa']) and all(p['status'] == 'succeeded' for p in j['payment_intents'])" \
+  "exactly three PaymentIntents, one per operation (ord-1001, ord-1002, ord-3003), all succeeded"
 pi2="$(value "$work/ledger4.json" "[p['id'] for p in j['payment_intents'] if p['idempotency_key'] == 'payment-op:$op2'][0]")"
 chargectl show ord-1002 --json >"$work/show3.json" || fail "chargectl show ord-1002"
 check "$work/show3.json" "j['status'] == 'succeeded' and j['external_id'] == '$pi2'" "ord-1002 succeeded with $pi2"

@@ -300,9 +300,16 @@ pub async fn not_in_table(
     let Some(held) = store.get(&claimed.key()).await? else {
         return Ok(Some("the table holds no record for this order".into()));
     };
+    // An authorization is a state the charge leaves (captured, canceled, lapsed): the hold is
+    // confirmed by the table holding it, or having held it — the same intent and deadline.
+    let held_since = event.outcome == Outcome::Authorized
+        && held.capture_before.is_some()
+        && held.capture_before == claimed.capture_before;
     let why = if held.operation_id != claimed.operation_id {
         format!("the table holds operation {}", held.operation_id)
-    } else if held.status != claimed.status || held.external_id != claimed.external_id {
+    } else if (held.status != claimed.status && !held_since)
+        || held.external_id != claimed.external_id
+    {
         format!(
             "the table holds status {} with PaymentIntent {}",
             held.status,
@@ -954,5 +961,27 @@ mod tests {
         for k in &required {
             assert!(example["detail"].get(*k).is_some(), "example lacks {k}");
         }
+    }
+
+    /// `ChargeAuthorized` is confirmed by a table that holds the hold, or held it: the same
+    /// charge with the same deadline, captured since. A claim of another deadline (a forged or
+    /// misrouted stream record) is not what the table holds.
+    #[tokio::test]
+    async fn an_authorization_is_confirmed_by_the_hold_the_table_held() {
+        use charge_once::outbox::{Outcome, OutcomeEvent};
+        let table = MemoryStore::new();
+        let mut held = charge_once::testing::order("ord-n-auth").manual().build();
+        held.status = OperationStatus::Authorized;
+        held.capture_before = Some(charge_once::Timestamp::from_millis(1_900_000_000_000));
+        let event = OutcomeEvent::new(Outcome::Authorized, held.clone());
+        let mut captured = held.clone();
+        captured.status = OperationStatus::Succeeded;
+        captured.next_due_at = None;
+        table.put_for_tests(captured);
+        assert_eq!(not_in_table(&table, &event).await.unwrap(), None);
+        let mut forged = held;
+        forged.capture_before = Some(charge_once::Timestamp::from_millis(1_900_000_000_001));
+        let forged = OutcomeEvent::new(Outcome::Authorized, forged);
+        assert!(not_in_table(&table, &forged).await.unwrap().is_some());
     }
 }

@@ -59,6 +59,20 @@ fn wire(args: &[String]) -> Result<(), Error> {
             ours: refund,
             seed: None,
         });
+        let (authorized, captured) = Ours::authorize_and_capture().await;
+        eprintln!("Authorize: ours {authorized:?}\n  Capture: ours {captured:?}");
+        rows.push(WireRow {
+            scenario: "Authorize".into(),
+            label: "an authorization (checkout with capture manual + 1 delivery)".into(),
+            ours: authorized,
+            seed: None,
+        });
+        rows.push(WireRow {
+            scenario: "Capture".into(),
+            label: "its capture (the door + 1 delivery)".into(),
+            ours: captured,
+            seed: None,
+        });
         rows
     });
     write_json(&out, &serde_json::to_value(&rows)?)

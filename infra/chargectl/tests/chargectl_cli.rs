@@ -1853,3 +1853,114 @@ async fn charged_as(store: &DynamoStore, op: &Operation, pi: &str) -> Operation 
     };
     testing::record(store, &rec).await
 }
+
+/// A capture whose answer was lost (unknown): `resolve` refuses it (its outcome ends its charge's
+/// authorization in the same write, which only its own execution makes) and names the way,
+/// `redrive`, which sends its message as version 3; the charge is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_is_redriven_not_resolved_by_hand() {
+    use charge_once::take::{take, TakeRequest};
+    let f = Fixture::new().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let queue_url = fresh_fifo_queue(&sqs).await;
+    let order = unique("o-capture");
+    let mut charge = operation(&order, 1250, SystemClock.now().minus(3 * HOUR));
+    charge.params.charge_mut().unwrap().capture_method = charge_once::domain::CaptureMethod::Manual;
+    f.store.create_if_absent(&charge).await.unwrap();
+    // Authorized, as the charge function leaves it once Stripe holds it.
+    let (token, _) = claim(&f.store, &charge).await;
+    let held = OutcomeRecord {
+        external_id: Some(charge_once::PaymentIntentId::parse("pi_held_1").unwrap()),
+        last_error: None,
+        next_due_at: Some(SystemClock.now().plus(96 * HOUR)),
+        ..testing::outcome(
+            &charge,
+            token,
+            OperationStatus::Authorized,
+            SystemClock.now(),
+        )
+    };
+    charge = testing::record(&f.store, &held).await;
+    let request = TakeRequest::Capture(Default::default());
+    let operation_id = charge_once::OperationId::new_random();
+    let taker = charge_once::operation::Taker {
+        capture: true,
+        operation_id,
+    };
+    let taking = take(&charge, &request, taker, SystemClock.now()).unwrap();
+    let capture = Operation {
+        operation_id,
+        ..Operation::new_taking(
+            charge.order_id.clone(),
+            request.kind(),
+            request.fingerprint(),
+            taking.params.clone(),
+            charge_once::Principal::jwt("shop").unwrap(),
+            SystemClock.now(),
+            Duration::from_secs(300),
+        )
+    };
+    f.store.create_taking(&capture, &taking.take).await.unwrap();
+    let (token, _) = claim(&f.store, &capture).await;
+    let lost = OutcomeRecord {
+        last_error: Some("timeout after 10s waiting for api.stripe.com".into()),
+        ..testing::outcome(&capture, token, OperationStatus::Unknown, SystemClock.now())
+    };
+    let capture = testing::record(&f.store, &lost).await;
+    let id = capture.operation_id.to_string();
+
+    let stripe = Stripe::new().await;
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--succeeded",
+            "pi_held_1",
+            "--note",
+            "captured",
+        ],
+    );
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("chargectl redrive"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&capture).await, capture, "nothing changed");
+
+    let out = f.run(&[
+        "--queue-url",
+        &queue_url,
+        "redrive",
+        &id,
+        "--note",
+        "Stripe is back",
+    ]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).contains("capture of order"),
+        "{}",
+        stdout(&out)
+    );
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let messages = received.messages();
+    assert_eq!(messages.len(), 1);
+    let body: Value = serde_json::from_str(messages[0].body().unwrap()).unwrap();
+    assert_eq!(
+        (body["v"].clone(), body["kind"].clone()),
+        (3.into(), "capture".into())
+    );
+    assert_eq!(
+        f.get(&charge).await.status,
+        OperationStatus::Authorized,
+        "the charge as it was"
+    );
+}

@@ -31,6 +31,8 @@ fn stripe_str(s: &StripeCounts) -> String {
         ("search", s.search),
         ("refund", s.refund),
         ("refund read", s.refund_read),
+        ("capture", s.capture),
+        ("cancel", s.cancel),
     ]
     .iter()
     .filter(|(_, n)| *n > 0)
