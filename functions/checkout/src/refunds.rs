@@ -67,7 +67,7 @@ pub(crate) async fn create(
             deps.pending_grace,
         );
         match deps.store.create_refund(&op, &reserve).await {
-            Ok(RefundCreated::New(op)) => return queued(deps, op).await,
+            Ok(RefundCreated::New(op)) => return queued(deps, op, summary).await,
             Ok(RefundCreated::Existing(existing)) => {
                 return existing_refund(deps, existing, &request, caller).await
             }
@@ -168,7 +168,8 @@ fn parse(body: &str) -> Result<RefundRequest, Reply> {
     Ok(RefundRequest { amount, reason })
 }
 
-async fn read(deps: &Checkout, key: &OperationKey) -> Result<Option<Operation>, Reply> {
+/// One record, strongly consistent; a 503 when the store is down.
+pub(crate) async fn read(deps: &Checkout, key: &OperationKey) -> Result<Option<Operation>, Reply> {
     deps.store.get(key).await.map_err(|e| {
         error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
@@ -227,14 +228,21 @@ async fn existing_refund(
     Ok(reply(200, body))
 }
 
-async fn queued(deps: &Checkout, op: Operation) -> Answer {
+/// A new operation (a refund, a capture, a cancel), recorded: its message sent, answered 202 with
+/// `summary` of it and whether the message went out.
+pub(crate) async fn queued(
+    deps: &Checkout,
+    op: Operation,
+    summary: fn(&Operation) -> Value,
+) -> Answer {
     tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
     let sent = send(deps, &op).await;
     info!(
         status = 202,
+        kind = op.kind.as_str(),
         amount = op.params.amount().minor_units(),
         queued = sent,
-        "refund recorded"
+        "recorded"
     );
     let mut body = summary(&op);
     body["queued"] = Value::Bool(sent);
@@ -244,16 +252,17 @@ async fn queued(deps: &Checkout, op: Operation) -> Answer {
     })
 }
 
-/// Sends the refund's message; false when the queue is down. The refund is recorded by then
-/// (its amount reserved on the charge), so it is accepted all the same: the reconciler sends a
-/// `pending` refund's message again after the grace period, and the same request again sends it
-/// too. An error answer here would invite a retry under a *new* refund id, which is a second
-/// refund. Counted as `CheckoutUnavailable` (`queue`), as a charge's 503 is.
-async fn send(deps: &Checkout, op: &Operation) -> bool {
+/// Sends a refund's (a capture's, a cancel's) message; false when the queue is down. The
+/// operation is recorded by then (a refund's amount reserved on the charge, a capture's claim on
+/// it), so it is accepted all the same: the reconciler sends a `pending` operation's message
+/// again after the grace period, and the same request again sends it too. An error answer here
+/// would invite a retry under a *new* refund id, which is a second refund. Counted as
+/// `CheckoutUnavailable` (`queue`), as a charge's 503 is.
+pub(crate) async fn send(deps: &Checkout, op: &Operation) -> bool {
     match deps.queue.send(&QueuedCharge::first(op)).await {
         Ok(()) => true,
         Err(e) => {
-            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends the refund");
+            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends it");
             count_unavailable(deps, "queue");
             false
         }
@@ -271,7 +280,7 @@ fn summary(op: &Operation) -> Value {
     })
 }
 
-fn no_charge() -> Reply {
+pub(crate) fn no_charge() -> Reply {
     error(
         404,
         "order_not_found",
@@ -280,7 +289,7 @@ fn no_charge() -> Reply {
     )
 }
 
-fn reply(status: i64, body: Value) -> Reply {
+pub(crate) fn reply(status: i64, body: Value) -> Reply {
     Reply {
         status,
         body,

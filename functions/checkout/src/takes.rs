@@ -28,7 +28,7 @@
 
 use charge_once::domain::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_once::operation::Taker;
-use charge_once::ports::{QueuedCharge, TakingCreated};
+use charge_once::ports::TakingCreated;
 use charge_once::store_rules::Guard;
 use charge_once::take::{self, TakeRefusal, TakeRequest};
 use charge_once::{
@@ -39,9 +39,9 @@ use serde_json::{json, Value};
 use tracing::{error, info, warn};
 
 use crate::handler::{
-    count_unavailable, created_by, error, invalid, json_object, unavailable, Answer, Checkout,
-    Reply,
+    created_by, error, invalid, json_object, unavailable, Answer, Checkout, Reply,
 };
+use crate::refunds::{no_charge, queued, read, reply, send};
 
 /// How many times the door decides again when the charge moved between the read and the write.
 const ATTEMPTS: usize = 3;
@@ -94,7 +94,7 @@ pub(crate) async fn create(
                     ..reply(200, summary(&op))
                 });
             }
-            Ok(TakingCreated::New(op)) => return queued(deps, op).await,
+            Ok(TakingCreated::New(op)) => return queued(deps, op, summary).await,
             Ok(TakingCreated::Existing(existing)) => {
                 return existing_one(deps, existing, &request, caller).await
             }
@@ -194,13 +194,6 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
     Ok(request)
 }
 
-async fn read(deps: &Checkout, key: &OperationKey) -> Result<Option<Operation>, Reply> {
-    deps.store.get(key).await.map_err(|e| {
-        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-        unavailable(deps, "store")
-    })
-}
-
 /// A refusal of the door, unless the same operation already exists (then it is the answer).
 async fn again_or(
     deps: &Checkout,
@@ -255,39 +248,6 @@ async fn existing_one(
     Ok(reply(200, body))
 }
 
-async fn queued(deps: &Checkout, op: Operation) -> Answer {
-    tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
-    let sent = send(deps, &op).await;
-    info!(
-        status = 202,
-        kind = op.kind.as_str(),
-        amount = op.params.amount().minor_units(),
-        queued = sent,
-        "recorded"
-    );
-    let mut body = summary(&op);
-    body["queued"] = Value::Bool(sent);
-    Ok(Reply {
-        logged: true,
-        ..reply(202, body)
-    })
-}
-
-/// Sends the operation's message; false when the queue is down. It is recorded by then (the
-/// charge taken), so it is accepted all the same: the reconciler sends a `pending` operation's
-/// message again after the grace period, and the same request again sends it too. Counted as
-/// `CheckoutUnavailable` (`queue`).
-async fn send(deps: &Checkout, op: &Operation) -> bool {
-    match deps.queue.send(&QueuedCharge::first(op)).await {
-        Ok(()) => true,
-        Err(e) => {
-            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends it");
-            count_unavailable(deps, "queue");
-            false
-        }
-    }
-}
-
 fn summary(op: &Operation) -> Value {
     json!({
         "operation_id": op.operation_id.to_string(),
@@ -297,24 +257,6 @@ fn summary(op: &Operation) -> Value {
         "amount": op.params.amount().minor_units(),
         "currency": op.params.currency().as_str(),
     })
-}
-
-fn no_charge() -> Reply {
-    error(
-        404,
-        "order_not_found",
-        "no charge was made for this order",
-        None,
-    )
-}
-
-fn reply(status: i64, body: Value) -> Reply {
-    Reply {
-        status,
-        body,
-        header: None,
-        logged: false,
-    }
 }
 
 #[cfg(test)]

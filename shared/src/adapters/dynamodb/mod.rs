@@ -467,26 +467,25 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
-    /// The refund's Put (only where no record is) and the charge's reservation (its guards as the
-    /// condition), as the two items of one TransactWriteItems.
-    fn refund_transaction(
+    /// A new operation's Put (only where no record is) and its charge's change (its guards as the
+    /// condition, its change as the update: a refund's reservation, a capture's or cancel's
+    /// claim), as the two items of one TransactWriteItems.
+    fn put_with_charge(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
+        op: &Operation,
+        charge: &OperationKey,
+        on_charge: &impl writes::Update,
     ) -> Result<[TransactWriteItem; 2], StoreError> {
-        let invalid = |e: aws_sdk_dynamodb::error::BuildError| {
-            StoreError::new(format!("TransactWriteItems: {e}"))
-        };
         let put = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(item::stored_item(refund)))
+            .set_item(Some(item::stored_item(op)))
             .condition_expression(format!("attribute_not_exists({})", schema::PK))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(invalid)?;
+            .map_err(|e| StoreError::new(format!("TransactWriteItems: {e}")))?;
         Ok([
             TransactWriteItem::builder().put(put).build(),
-            self.transact_update(&reserve.charge, reserve)?,
+            self.transact_update(charge, on_charge)?,
         ])
     }
 
@@ -525,27 +524,6 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
-    /// The capture's or cancel's Put (only where no record is) and the charge's claim (its
-    /// guards as the condition, its change as the update), as the two items of one
-    /// TransactWriteItems.
-    fn taking_transaction(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<[TransactWriteItem; 2], StoreError> {
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item::stored_item(taking)))
-            .condition_expression(format!("attribute_not_exists({})", schema::PK))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .build()
-            .map_err(|e| StoreError::new(format!("TransactWriteItems: {e}")))?;
-        Ok([
-            TransactWriteItem::builder().put(put).build(),
-            self.transact_update(&take.charge, take)?,
-        ])
-    }
-
     /// What a canceled taking transaction found: one of the same kind already there, or the
     /// charge and the first of its guards that refused (read back when the reason carries no
     /// item).
@@ -644,7 +622,7 @@ impl OperationStore for DynamoStore {
         refund: &Operation,
         reserve: &ReserveRefund,
     ) -> Result<RefundCreated, StoreError> {
-        let items = self.refund_transaction(refund, reserve)?;
+        let items = self.put_with_charge(refund, &reserve.charge, reserve)?;
         self.calls.write();
         self.calls.write();
         let result = self
@@ -674,7 +652,7 @@ impl OperationStore for DynamoStore {
         taking: &Operation,
         take: &TakeAuthorization,
     ) -> Result<TakingCreated, StoreError> {
-        let items = self.taking_transaction(taking, take)?;
+        let items = self.put_with_charge(taking, &take.charge, take)?;
         self.calls.write();
         self.calls.write();
         let result = self
