@@ -683,6 +683,43 @@ pub fn refund_of(
     Ok((op, reserve))
 }
 
+/// One order's operations due at the same millisecond (three refunds of one charge, as a
+/// capture and its charge can be): paged one at a time, each is listed once, none skipped at a
+/// page boundary.
+pub async fn one_order_s_operations_due_at_once_are_each_listed_once_by_pages(
+    store: Arc<dyn OperationStore>,
+) {
+    let charge = succeeded_charge(&store, "contract-same-due", 1000).await;
+    let mut want = Vec::new();
+    for id in ["r-a", "r-b", "r-c"] {
+        let now = store.get(&charge.key()).await.unwrap().unwrap();
+        let (refund, reserve) = refund_of(&now, id, Some(100)).unwrap();
+        store.create_refund(&refund, &reserve).await.unwrap();
+        want.push(refund.operation_id);
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .query_index(IndexQuery::Unsettled, cursor, 1)
+            .await
+            .unwrap();
+        seen.extend(
+            page.operations
+                .iter()
+                .filter(|op| op.order_id == charge.order_id)
+                .map(|op| op.operation_id),
+        );
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    seen.sort();
+    want.sort();
+    assert_eq!(seen, want, "each of the order's due operations once");
+}
+
 async fn reserved(store: &Arc<dyn OperationStore>, charge: &Operation) -> i64 {
     store
         .get(&charge.key())
@@ -1466,6 +1503,7 @@ macro_rules! store_contract_tests {
             concurrent_claims_have_exactly_one_winner,
             concurrent_creates_have_exactly_one_winner,
             index_lists_due_unsettled_work_in_due_order_by_pages,
+            one_order_s_operations_due_at_once_are_each_listed_once_by_pages,
             reschedule_is_guarded_by_what_was_read,
             resolve_settles_once_and_refuses_a_settled_record,
             resolve_is_guarded_by_what_was_read_and_by_the_lease,

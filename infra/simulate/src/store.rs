@@ -1092,20 +1092,20 @@ impl SimStore {
     }
 }
 
+/// The position as JSON (due, order, sort key): the whole key, so an order's operations due at
+/// the same millisecond (a charge and its capture, its refunds) are each listed once.
 fn encode_cursor(pos: &Position) -> String {
-    format!("{}|{}", pos.0, pos.1.order_id.as_str())
+    let (due, key) = pos;
+    serde_json::to_string(&(due, key.order_id.as_str(), key.kind.sort_key())).unwrap_or_default()
 }
 
 fn decode_cursor(cursor: &str) -> Result<Position, StoreError> {
-    let (due, order) = cursor
-        .split_once('|')
-        .ok_or_else(|| StoreError::new("malformed page cursor"))?;
-    let due = due
-        .parse()
-        .map_err(|_| StoreError::new("malformed page cursor"))?;
-    let order =
-        charge_once::OrderId::parse(order).map_err(|_| StoreError::new("malformed page cursor"))?;
-    Ok((due, OperationKey::charge(order)))
+    let malformed = || StoreError::new("malformed page cursor");
+    let (due, order, sk): (i64, String, String) =
+        serde_json::from_str(cursor).map_err(|_| malformed())?;
+    let order = charge_once::OrderId::parse(&order).map_err(|_| malformed())?;
+    let kind = charge_once::OperationKind::parse(&sk).map_err(|_| malformed())?;
+    Ok((due, OperationKey::of_kind(order, kind)))
 }
 
 #[async_trait]

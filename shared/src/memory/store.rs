@@ -103,25 +103,21 @@ impl MemoryStore {
     }
 }
 
-/// Position in the index: due time, then the business key.
-fn index_position(op: &Operation) -> (i64, String) {
+/// Position in the index: due time, then the whole business key (order and kind: an order's
+/// charge and its refunds, capture or cancel may be due at the same millisecond, and a cursor
+/// without the kind would skip all but one of them at a page boundary).
+fn index_position(op: &Operation) -> (i64, String, String) {
     let due = op.next_due_at.map(|t| t.as_millis()).unwrap_or(i64::MAX);
-    (due, op.order_id.as_str().to_owned())
+    (due, op.order_id.as_str().to_owned(), op.kind.sort_key())
 }
 
+/// The position as JSON: order ids and sort keys may hold any printable character.
 fn encode_cursor(op: &Operation) -> String {
-    let (due, order) = index_position(op);
-    format!("{due}|{order}")
+    serde_json::to_string(&index_position(op)).unwrap_or_default()
 }
 
-fn decode_cursor(cursor: &str) -> Result<(i64, String), StoreError> {
-    let (due, order) = cursor
-        .split_once('|')
-        .ok_or_else(|| StoreError::new("malformed page cursor"))?;
-    let due = due
-        .parse()
-        .map_err(|_| StoreError::new("malformed page cursor"))?;
-    Ok((due, order.to_owned()))
+fn decode_cursor(cursor: &str) -> Result<(i64, String, String), StoreError> {
+    serde_json::from_str(cursor).map_err(|_| StoreError::new("malformed page cursor"))
 }
 
 #[async_trait]
