@@ -861,6 +861,8 @@ async fn an_event_for_an_operation_in_review_names_its_intent_for_the_operator()
 async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at_stripe() {
     use charge_once::ports::CapturePaymentIntent;
     let w = World::new();
+    // The hold's deadline and its lapse on the test's clock, not the wall's.
+    w.gateway.set_clock(Arc::new(w.clock.clone()));
     let op = testing::order("order-auth")
         .manual()
         .requested_by("webhook-tests")
