@@ -21,6 +21,8 @@
 //!   order's refunds within what was charged.
 //!
 //! The rules, each a table of its own (read them as the specification):
+//! - [`audit`]: (what Stripe created in a window, the records settled in it) → matched, in
+//!   flight, or a drift class; the audit never changes a record.
 //! - [`store_rules`]: each conditional write as guards in refusal order, then the change; the
 //!   DynamoDB adapter compiles the same guards into condition expressions.
 //! - [`charge_plan`]: (record as claimed, Stripe's answer, now) → the next record.
@@ -37,6 +39,7 @@
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
 
+pub mod audit;
 pub mod charge_plan;
 pub mod domain;
 pub mod event_plan;

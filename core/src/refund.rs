@@ -86,6 +86,8 @@ pub struct StripeRefund {
     pub payment_intent: Option<String>,
     /// `metadata[operation_id]`: whose refund it is.
     pub operation_id: Option<String>,
+    /// `metadata[order_id]`: the order whose records hold it (the audit finds the record by it).
+    pub order_id: Option<String>,
     /// Why Stripe says it failed (`lost_or_stolen_card`, `expired_or_canceled_card`, `unknown`).
     pub failure_reason: Option<String>,
 }

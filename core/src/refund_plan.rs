@@ -459,6 +459,7 @@ mod tests {
             payment_intent: Some("pi_r".into()),
             operation_id: Some(op.operation_id.to_string()),
             failure_reason: (status == "failed").then(|| "expired_or_canceled_card".into()),
+            order_id: None,
         }
     }
 

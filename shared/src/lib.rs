@@ -35,8 +35,8 @@
 
 // The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
 pub use charge_core::{
-    domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, take, take_plan,
-    time,
+    audit, domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, take,
+    take_plan, time,
 };
 
 pub mod adapters;

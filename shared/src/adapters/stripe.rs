@@ -782,7 +782,10 @@ struct WireRefund {
 
 impl WireRefund {
     fn into_domain(self) -> StripeRefund {
-        let operation_id = self.metadata.and_then(|m| string(m.operation_id));
+        let (operation_id, order_id) = match self.metadata {
+            Some(m) => (string(m.operation_id), string(m.order_id)),
+            None => (None, None),
+        };
         StripeRefund {
             id: self.id,
             status: RefundStatus::parse(self.status.as_deref().unwrap_or("null")),
@@ -791,6 +794,7 @@ impl WireRefund {
             replayed: false,
             payment_intent: self.payment_intent,
             operation_id,
+            order_id,
             failure_reason: self.failure_reason,
         }
     }

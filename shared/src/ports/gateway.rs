@@ -10,6 +10,15 @@ use crate::domain::{
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent};
 use crate::refund::{RefundParams, StripeRefund};
+pub use charge_core::audit::AuditWindow;
+
+/// One page of a Stripe list, newest first as Stripe lists them. `next` is the last object's id,
+/// passed back as `starting_after` for the next page; `None` when Stripe said `has_more: false`.
+#[derive(Debug, Clone)]
+pub struct ListPage<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
 
 /// A create request: the parameters plus the key derived from the operation id.
 #[derive(Debug, Clone)]
@@ -182,5 +191,30 @@ pub trait PaymentGateway: Send + Sync {
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         let _ = payment_intent;
         Err(refunds_not_supported("refund lists"))
+    }
+
+    /// One page (up to 100) of the PaymentIntents created in `window`
+    /// (`GET /v1/payment_intents?created[gte]=…&created[lt]=…&limit=100[&starting_after=…]`),
+    /// every one, ours or not: the audit decides by their metadata. Lists are not delayed as
+    /// search is.
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        let _ = (window, starting_after);
+        Err(refunds_not_supported("PaymentIntent lists"))
+    }
+
+    /// One page (up to 100) of the refunds created in `window`
+    /// (`GET /v1/refunds?created[gte]=…&created[lt]=…&limit=100[&starting_after=…]`), with or
+    /// without our metadata (a refund made in the dashboard has none).
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        let _ = (window, starting_after);
+        Err(refunds_not_supported("refund lists by creation time"))
     }
 }

@@ -10,6 +10,7 @@
 //! | [`ChargeQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
 //! | [`PaymentGateway`] | Stripe's PaymentIntents | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
+//! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`WebhookInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
 //! | [`Clock`], [`Sleeper`] | now, and waiting | `time::SystemClock`, `pacing::TokioSleeper` | `time::ManualClock` | |
@@ -19,6 +20,7 @@
 //! errors ([`StoreError`], [`QueueError`], [`PublishError`]) are the adapter failing, with their
 //! `#[source]`. One file per port family; all of them are used from here (`ports::OperationStore`).
 
+mod audit;
 mod clock;
 mod gateway;
 mod inbox;
@@ -27,10 +29,11 @@ mod outbox;
 mod queue;
 mod store;
 
+pub use audit::{AuditLog, StoredReports};
 pub use clock::{Clock, Sleeper};
 pub use gateway::{
     refunds_not_supported, CancelPaymentIntent, CancellationReason, CapturePaymentIntent,
-    CreatePaymentIntent, CreateRefund, PaymentGateway,
+    CreatePaymentIntent, CreateRefund, ListPage, PaymentGateway,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;

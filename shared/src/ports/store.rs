@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::time::Timestamp;
+use charge_core::audit::AuditWindow;
 pub use charge_core::store::{
     AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OperatorGuard,
     OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
@@ -205,6 +206,20 @@ pub trait OperationStore: Send + Sync {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError>;
+
+    /// One page of the records **settled** (status became `succeeded` or `failed`) in `window`,
+    /// any kind, oldest settle first: what the drift audit matches to Stripe. A record settled
+    /// by a release that did not keep the settle time is not listed (its window predates the
+    /// audit). The default refuses, for wrappers and doubles that never audit.
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let _ = (window, cursor, limit);
+        Err(StoreError::new("this store does not list settled records"))
+    }
 
     /// Counts the operations waiting for a person, up to `limit` index entries of the REVIEW
     /// partition per page, from the entries alone: no record is read, so a review storm costs

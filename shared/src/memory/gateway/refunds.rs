@@ -33,6 +33,7 @@ impl FakeRefund {
             currency: Some(self.currency.clone()),
             payment_intent: Some(self.payment_intent.as_str().to_owned()),
             operation_id: Some(self.operation_id.clone()),
+            order_id: Some(self.order_id.clone()),
             failure_reason: self.failure_reason.clone(),
         }
     }
