@@ -12,11 +12,15 @@
 //! capture deadline, an operation unsettled past the key window). Both page; a clean day has 0 of
 //! either.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::OperationKind;
+use crate::operation::{Operation, OperationStatus};
+use crate::outcome::{PaymentIntent, PaymentIntentStatus};
+use crate::refund::{RefundStatus, StripeRefund};
 use crate::time::Timestamp;
 
 /// The window an audit covers: Stripe objects created, and records settled, in `[from, to)`.
@@ -152,6 +156,12 @@ pub struct AuditCounts {
     /// Stripe objects whose record is still unsettled (the engine's work, not drift); a record
     /// settled later is matched in the window it settles in.
     pub in_flight: u64,
+    /// Objects and records with a finding (a mismatch between a settled record and a listed
+    /// object counts on both sides, and is one finding).
+    pub drifted: u64,
+    /// Objects and records whose other side could not be read this time (Stripe refused or
+    /// timed out): the report is then not complete.
+    pub unchecked: u64,
     /// Records unsettled and waiting for a person (already paged by `InReview`).
     pub in_review: u64,
     /// Records this release cannot read: counted and skipped.
@@ -198,5 +208,1206 @@ impl AuditReport {
 
     pub fn count(&self, class: DriftClass) -> u64 {
         self.by_class.get(&class).copied().unwrap_or(0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rules
+// ---------------------------------------------------------------------------------------------
+
+/// The audit's two bounds, from the stack's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditPolicy {
+    /// Stripe keeps an idempotency key 24 h; the engine trusts it 23 h. An operation whose
+    /// outcome is still unknown after that is the safety net failing.
+    pub key_window: Duration,
+    /// How long before an authorization's capture deadline a person is paged
+    /// (`AuthorizationPageLeadHours`).
+    pub page_lead: Duration,
+}
+
+/// What the shell read for one audit, everything the rules judge.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub window: AuditWindow,
+    pub now: Timestamp,
+    /// The mode of our key: an object of the other mode is not ours.
+    pub livemode: bool,
+    /// What Stripe listed as created in the window.
+    pub intents: Vec<PaymentIntent>,
+    pub refunds: Vec<StripeRefund>,
+    /// The records settled in the window.
+    pub settled: Vec<Operation>,
+    /// Other records read because something named their order ([`orders_to_read`]).
+    pub related: Vec<Operation>,
+    /// Orders whose every refund was read (so their sum can be checked).
+    pub refunds_read: BTreeSet<String>,
+    /// Objects read by id because a record or a refund named them ([`objects_to_retrieve`]):
+    /// `None` when Stripe has no such object.
+    pub retrieved_intents: BTreeMap<String, Option<PaymentIntent>>,
+    pub retrieved_refunds: BTreeMap<String, Option<StripeRefund>>,
+    /// Every unsettled record (the unknown index).
+    pub unsettled: Vec<Operation>,
+    /// Records this release could not read (counted, skipped).
+    pub unreadable: u64,
+}
+
+/// What to read of an order's records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrderReads {
+    /// Its charge (a Stripe object or a settled capture, cancel or refund names the order).
+    pub charge: bool,
+    /// All its refunds (a refund names the order: the sum is checked).
+    pub refunds: bool,
+}
+
+/// The orders whose records the audit must read, besides the ones settled in the window: every
+/// order Stripe's metadata names, and the charge of every settled capture, cancel and refund.
+pub fn orders_to_read(
+    intents: &[PaymentIntent],
+    refunds: &[StripeRefund],
+    settled: &[Operation],
+) -> BTreeMap<String, OrderReads> {
+    let mut reads: BTreeMap<String, OrderReads> = BTreeMap::new();
+    for order in intents.iter().filter_map(|pi| pi.order_id.clone()) {
+        reads.entry(order).or_default().charge = true;
+    }
+    for order in refunds.iter().filter_map(|re| re.order_id.clone()) {
+        let r = reads.entry(order).or_default();
+        r.charge = true;
+        r.refunds = true;
+    }
+    for op in settled {
+        let r = reads.entry(op.order_id.as_str().to_owned()).or_default();
+        r.charge |= op.kind != OperationKind::Charge;
+        r.refunds |= matches!(op.kind, OperationKind::Refund(_));
+    }
+    reads
+}
+
+/// The Stripe objects to read by id: the object of every settled record that the lists did not
+/// show (created before the window), and the intent of every metadata-less refund whose intent
+/// is not known yet (is it a refund of one of our charges?).
+pub fn objects_to_retrieve(
+    intents: &[PaymentIntent],
+    refunds: &[StripeRefund],
+    settled: &[Operation],
+    related: &[Operation],
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let listed_intents: BTreeSet<&str> = intents.iter().map(|pi| pi.id.as_str()).collect();
+    let listed_refunds: BTreeSet<&str> = refunds.iter().map(|re| re.id.as_str()).collect();
+    let known_intents: BTreeSet<&str> = settled
+        .iter()
+        .chain(related)
+        .filter_map(|op| op.external_id.as_ref().map(|id| id.as_str()))
+        .chain(listed_intents.iter().copied())
+        .collect();
+    let mut want_intents = BTreeSet::new();
+    let mut want_refunds = BTreeSet::new();
+    for op in settled {
+        if let Some(id) = object_intent(op) {
+            if !listed_intents.contains(id.as_str()) {
+                want_intents.insert(id);
+            }
+        }
+        if let Some(id) = &op.stripe_refund_id {
+            if !listed_refunds.contains(id.as_str()) {
+                want_refunds.insert(id.as_str().to_owned());
+            }
+        }
+    }
+    for re in refunds.iter().filter(|re| re.operation_id.is_none()) {
+        if let Some(pi) = &re.payment_intent {
+            if !known_intents.contains(pi.as_str()) {
+                want_intents.insert(pi.clone());
+            }
+        }
+    }
+    (want_intents, want_refunds)
+}
+
+/// The PaymentIntent a settled record speaks for: a charge's own; a capture's or cancel's (its
+/// charge's intent). A refund speaks for its refund object, not an intent.
+fn object_intent(op: &Operation) -> Option<String> {
+    match &op.kind {
+        OperationKind::Charge => op.external_id.as_ref().map(|id| id.as_str().to_owned()),
+        OperationKind::Capture => op
+            .params
+            .capture()
+            .map(|p| p.payment_intent.as_str().to_owned()),
+        OperationKind::Cancel => op
+            .params
+            .cancel()
+            .and_then(|p| p.payment_intent.as_ref())
+            .map(|id| id.as_str().to_owned()),
+        OperationKind::Refund(_) => None,
+    }
+}
+
+/// The verdicts of one audit: its counts and its findings, every class present in `by_class`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Judgement {
+    pub counts: AuditCounts,
+    pub by_class: BTreeMap<DriftClass, u64>,
+    pub findings: Vec<Finding>,
+}
+
+impl Judgement {
+    /// Every listed object and every settled record has exactly one verdict.
+    pub fn unexplained(&self) -> i64 {
+        let c = &self.counts;
+        (c.intents + c.refunds + c.settled_records) as i64
+            - (c.not_ours + c.matched + c.in_flight + c.unchecked + c.drifted) as i64
+    }
+
+    /// The report kept for the window: the first [`FINDINGS_KEPT`] findings, the rest counted.
+    pub fn into_report(self, window: AuditWindow, ran_at: Timestamp, ran_by: &str) -> AuditReport {
+        let left_out = self.findings.len().saturating_sub(FINDINGS_KEPT) as u64;
+        let mut findings = self.findings;
+        findings.truncate(FINDINGS_KEPT);
+        AuditReport {
+            window,
+            ran_at,
+            ran_by: ran_by.to_owned(),
+            counts: self.counts,
+            by_class: self.by_class,
+            findings,
+            findings_left_out: left_out,
+            complete: true,
+        }
+    }
+}
+
+/// One item's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    NotOurs,
+    Matched,
+    InFlight,
+    /// The other side could not be read (Stripe refused or timed out): not vouched for.
+    Unchecked,
+    Drift(Box<Finding>),
+}
+
+fn drift(finding: Finding) -> Verdict {
+    Verdict::Drift(Box::new(finding))
+}
+
+/// Judges everything read: each listed object and each settled record gets one verdict; the
+/// unsettled records are watched for their deadlines; orders whose refunds were all read are
+/// checked for refunds over what was taken.
+pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
+    let book = Book::new(ev);
+    let mut j = Judgement {
+        by_class: DriftClass::ALL.iter().map(|c| (*c, 0)).collect(),
+        ..Judgement::default()
+    };
+    j.counts.unreadable = ev.unreadable;
+    // Record side first: a mismatch between a settled record and a listed object is one finding,
+    // and the object takes the record's verdict (counted on both sides, reported once).
+    let mut object_verdicts: HashMap<String, bool> = HashMap::new();
+    for op in &ev.settled {
+        j.counts.settled_records += 1;
+        let (object, verdict) = book.judge_record(op);
+        if let Some(object) = object {
+            object_verdicts.insert(object, !matches!(verdict, Verdict::Drift(_)));
+        }
+        j.tally(verdict);
+    }
+    for pi in &ev.intents {
+        j.counts.intents += 1;
+        let verdict = match object_verdicts.get(pi.id.as_str()) {
+            Some(true) => Verdict::Matched,
+            Some(false) => {
+                j.counts.drifted += 1;
+                continue;
+            }
+            None => book.judge_intent(pi),
+        };
+        j.tally(verdict);
+    }
+    for re in &ev.refunds {
+        j.counts.refunds += 1;
+        let verdict = match object_verdicts.get(re.id.as_str()) {
+            Some(true) => Verdict::Matched,
+            Some(false) => {
+                j.counts.drifted += 1;
+                continue;
+            }
+            None => book.judge_refund(re),
+        };
+        j.tally(verdict);
+    }
+    for finding in book.over_refunded() {
+        j.add(finding);
+    }
+    for op in &ev.unsettled {
+        if op.review.is_some() {
+            j.counts.in_review += 1;
+        } else if let Some(finding) = watch(op, ev.now, policy) {
+            j.add(finding);
+        }
+    }
+    j
+}
+
+impl Judgement {
+    fn tally(&mut self, verdict: Verdict) {
+        match verdict {
+            Verdict::NotOurs => self.counts.not_ours += 1,
+            Verdict::Matched => self.counts.matched += 1,
+            Verdict::InFlight => self.counts.in_flight += 1,
+            Verdict::Unchecked => self.counts.unchecked += 1,
+            Verdict::Drift(finding) => {
+                self.counts.drifted += 1;
+                self.add(*finding);
+            }
+        }
+    }
+
+    fn add(&mut self, finding: Finding) {
+        *self.by_class.entry(finding.class).or_insert(0) += 1;
+        self.findings.push(finding);
+    }
+}
+
+/// A deadline close or passed on an unsettled record not in review.
+fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding> {
+    if op.status == OperationStatus::Authorized {
+        let deadline = op.capture_before?;
+        if deadline.minus(policy.page_lead) > now {
+            return None;
+        }
+        let detail = if deadline <= now {
+            format!(
+                "authorization past its capture deadline {}",
+                deadline.to_rfc3339()
+            )
+        } else {
+            format!(
+                "authorized, uncaptured; Stripe releases the hold at {}",
+                deadline.to_rfc3339()
+            )
+        };
+        return Some(finding(
+            DriftClass::AuthorizationNearDeadline,
+            op,
+            None,
+            detail,
+        ));
+    }
+    // Only an outcome nobody knows is the safety net failing: a charge with no intent id, a
+    // refund with no refund id, a capture or cancel not done. A known object still moving at
+    // Stripe (a refund pending for days) is Stripe's time, not ours.
+    let unknown_object = match op.kind {
+        OperationKind::Charge => op.external_id.is_none(),
+        OperationKind::Refund(_) => op.stripe_refund_id.is_none(),
+        OperationKind::Capture | OperationKind::Cancel => true,
+    };
+    let since = op.first_attempted_at.unwrap_or(op.created_at);
+    if !unknown_object || since.plus(policy.key_window) > now {
+        return None;
+    }
+    Some(finding(
+        DriftClass::UnsettledPastKeyWindow,
+        op,
+        None,
+        format!(
+            "{} since {}, past the {} h key window",
+            op.status.as_str(),
+            since.to_rfc3339(),
+            policy.key_window.as_secs() / 3600
+        ),
+    ))
+}
+
+fn finding(class: DriftClass, op: &Operation, stripe_id: Option<&str>, detail: String) -> Finding {
+    Finding {
+        class,
+        order_id: Some(op.order_id.as_str().to_owned()),
+        operation_id: Some(op.operation_id.to_string()),
+        kind: Some(op.kind.as_str().to_owned()),
+        stripe_id: stripe_id.map(str::to_owned),
+        detail,
+    }
+}
+
+fn stripe_finding(
+    class: DriftClass,
+    operation_id: Option<&str>,
+    order_id: Option<&str>,
+    stripe_id: &str,
+    detail: String,
+) -> Finding {
+    Finding {
+        class,
+        order_id: order_id.map(str::to_owned),
+        operation_id: operation_id.map(str::to_owned),
+        kind: None,
+        stripe_id: Some(stripe_id.to_owned()),
+        detail,
+    }
+}
+
+/// The records and Stripe objects of one audit, indexed.
+struct Book<'a> {
+    livemode: bool,
+    records: HashMap<String, &'a Operation>,
+    charges: HashMap<&'a str, &'a Operation>,
+    refunds_by_order: HashMap<&'a str, Vec<&'a Operation>>,
+    refunds_read: &'a BTreeSet<String>,
+    intents: HashMap<&'a str, &'a PaymentIntent>,
+    refunds: HashMap<&'a str, &'a StripeRefund>,
+    /// Objects read by id that Stripe does not have.
+    absent: BTreeSet<&'a str>,
+}
+
+impl<'a> Book<'a> {
+    fn new(ev: &'a Evidence) -> Self {
+        let all = ev.settled.iter().chain(&ev.related).chain(&ev.unsettled);
+        let mut book = Book {
+            livemode: ev.livemode,
+            records: HashMap::new(),
+            charges: HashMap::new(),
+            refunds_by_order: HashMap::new(),
+            refunds_read: &ev.refunds_read,
+            intents: HashMap::new(),
+            refunds: HashMap::new(),
+            absent: BTreeSet::new(),
+        };
+        for op in all {
+            if book
+                .records
+                .insert(op.operation_id.to_string(), op)
+                .is_some()
+            {
+                continue;
+            }
+            match op.kind {
+                OperationKind::Charge => {
+                    book.charges.insert(op.order_id.as_str(), op);
+                }
+                OperationKind::Refund(_) => book
+                    .refunds_by_order
+                    .entry(op.order_id.as_str())
+                    .or_default()
+                    .push(op),
+                _ => {}
+            }
+        }
+        for pi in &ev.intents {
+            book.intents.insert(pi.id.as_str(), pi);
+        }
+        for re in &ev.refunds {
+            book.refunds.insert(re.id.as_str(), re);
+        }
+        for (id, pi) in &ev.retrieved_intents {
+            match pi {
+                Some(pi) => {
+                    book.intents.insert(id.as_str(), pi);
+                }
+                None => {
+                    book.absent.insert(id.as_str());
+                }
+            }
+        }
+        for (id, re) in &ev.retrieved_refunds {
+            match re {
+                Some(re) => {
+                    book.refunds.insert(id.as_str(), re);
+                }
+                None => {
+                    book.absent.insert(id.as_str());
+                }
+            }
+        }
+        book
+    }
+
+    /// The intent `id` as Stripe shows it; `Err(verdict)` when it is absent or was not read.
+    fn intent(&self, op: &Operation, id: &str) -> Result<&'a PaymentIntent, Verdict> {
+        if let Some(pi) = self.intents.get(id) {
+            return Ok(pi);
+        }
+        if self.absent.contains(id) {
+            return Err(drift(finding(
+                DriftClass::HereNotAtStripe,
+                op,
+                Some(id),
+                format!(
+                    "record {} names {id}, which Stripe does not have",
+                    op.status.as_str()
+                ),
+            )));
+        }
+        Err(Verdict::Unchecked)
+    }
+
+    /// A settled record's verdict, and the Stripe object it speaks for (its verdict is the
+    /// object's too).
+    fn judge_record(&self, op: &Operation) -> (Option<String>, Verdict) {
+        match &op.kind {
+            OperationKind::Charge => match &op.external_id {
+                Some(id) => {
+                    let verdict = match self.intent(op, id.as_str()) {
+                        Ok(pi) => compare_charge(op, pi),
+                        Err(v) => v,
+                    };
+                    (Some(id.as_str().to_owned()), verdict)
+                }
+                None => (None, no_object(op, "PaymentIntent")),
+            },
+            OperationKind::Refund(_) => match &op.stripe_refund_id {
+                Some(id) => {
+                    let verdict = match self.refunds.get(id.as_str()) {
+                        Some(re) => compare_refund(op, re),
+                        None if self.absent.contains(id.as_str()) => drift(finding(
+                            DriftClass::HereNotAtStripe,
+                            op,
+                            Some(id.as_str()),
+                            format!(
+                                "record {} names {id}, which Stripe does not have",
+                                op.status.as_str()
+                            ),
+                        )),
+                        None => Verdict::Unchecked,
+                    };
+                    (Some(id.as_str().to_owned()), verdict)
+                }
+                None => (None, no_object(op, "refund")),
+            },
+            OperationKind::Capture | OperationKind::Cancel => (None, self.judge_taking(op)),
+        }
+    }
+
+    /// A settled capture or cancel against its charge's intent.
+    fn judge_taking(&self, op: &Operation) -> Verdict {
+        let Some(id) = object_intent(op) else {
+            // A cancel of a charge never sent: nothing at Stripe to hold.
+            return Verdict::Matched;
+        };
+        let pi = match self.intent(op, &id) {
+            Ok(pi) => pi,
+            Err(v) => return v,
+        };
+        let differs = |class, detail: String| drift(finding(class, op, Some(&id), detail));
+        match (op.kind.clone(), op.status) {
+            (OperationKind::Capture, OperationStatus::Succeeded) => {
+                if pi.status != PaymentIntentStatus::Succeeded {
+                    return differs(
+                        DriftClass::StatusDiffers,
+                        format!("capture succeeded, Stripe's intent {}", pi.status.as_str()),
+                    );
+                }
+                let asked = op
+                    .params
+                    .capture()
+                    .map(|p| p.amount_to_capture.minor_units());
+                match (asked, pi.amount_received) {
+                    (Some(a), Some(r)) if a != r => differs(
+                        DriftClass::AmountDiffers,
+                        format!("captured {a} here, {r} received at Stripe"),
+                    ),
+                    _ => Verdict::Matched,
+                }
+            }
+            (OperationKind::Capture, _) if pi.status == PaymentIntentStatus::Succeeded => differs(
+                DriftClass::StatusDiffers,
+                "capture failed, Stripe's intent succeeded (captured)".to_owned(),
+            ),
+            (OperationKind::Cancel, OperationStatus::Succeeded)
+                if pi.status != PaymentIntentStatus::Canceled =>
+            {
+                differs(
+                    DriftClass::StatusDiffers,
+                    format!("cancel succeeded, Stripe's intent {}", pi.status.as_str()),
+                )
+            }
+            _ => Verdict::Matched,
+        }
+    }
+
+    /// A listed intent not spoken for by a settled record of the window.
+    fn judge_intent(&self, pi: &PaymentIntent) -> Verdict {
+        let Some(op_id) = self.ours(pi) else {
+            return Verdict::NotOurs;
+        };
+        let Some(op) = self
+            .records
+            .get(op_id)
+            .filter(|op| op.kind == OperationKind::Charge)
+        else {
+            return drift(stripe_finding(
+                DriftClass::AtStripeNotHere,
+                Some(op_id),
+                pi.order_id.as_deref(),
+                pi.id.as_str(),
+                format!(
+                    "intent {} ({}) names operation {op_id}, which no charge record has",
+                    pi.id.as_str(),
+                    pi.status.as_str()
+                ),
+            ));
+        };
+        if !op.status.is_settled() {
+            return Verdict::InFlight;
+        }
+        match op.external_id.as_ref().map(|id| id.as_str()) {
+            Some(own) if own != pi.id.as_str() => {
+                let own_succeeded = self
+                    .intents
+                    .get(own)
+                    .map(|o| o.status == PaymentIntentStatus::Succeeded)
+                    .unwrap_or(op.status == OperationStatus::Succeeded);
+                let class = if pi.status == PaymentIntentStatus::Succeeded && own_succeeded {
+                    DriftClass::DuplicateSuccess
+                } else {
+                    DriftClass::AtStripeNotHere
+                };
+                drift(finding(
+                    class,
+                    op,
+                    Some(pi.id.as_str()),
+                    format!(
+                        "a second intent for the operation ({}), besides the record's {own}",
+                        pi.status.as_str()
+                    ),
+                ))
+            }
+            _ => compare_charge(op, pi),
+        }
+    }
+
+    /// A listed refund not spoken for by a settled record of the window.
+    fn judge_refund(&self, re: &StripeRefund) -> Verdict {
+        let Some(op_id) = re.operation_id.as_deref() else {
+            return match re.payment_intent.as_deref() {
+                Some(pi) if self.is_our_intent(pi) => drift(stripe_finding(
+                    DriftClass::AtStripeNotHere,
+                    None,
+                    None,
+                    re.id.as_str(),
+                    format!("a refund of our intent {pi} made outside the engine (no operation id), {} {}", re.amount.unwrap_or(0), re.status.as_str()),
+                )),
+                _ => Verdict::NotOurs,
+            };
+        };
+        let Some(op) = self
+            .records
+            .get(op_id)
+            .filter(|op| matches!(op.kind, OperationKind::Refund(_)))
+        else {
+            return drift(stripe_finding(
+                DriftClass::AtStripeNotHere,
+                Some(op_id),
+                re.order_id.as_deref(),
+                re.id.as_str(),
+                format!("refund names operation {op_id}, which no refund record has"),
+            ));
+        };
+        if !op.status.is_settled() {
+            return Verdict::InFlight;
+        }
+        match op.stripe_refund_id.as_ref().map(|id| id.as_str()) {
+            Some(own) if own != re.id.as_str() => drift(finding(
+                DriftClass::AtStripeNotHere,
+                op,
+                Some(re.id.as_str()),
+                format!("a second refund for the operation, besides the record's {own}"),
+            )),
+            _ => compare_refund(op, re),
+        }
+    }
+
+    /// Our operation id on an intent of our mode.
+    fn ours<'p>(&self, pi: &'p PaymentIntent) -> Option<&'p str> {
+        if pi.livemode.is_some_and(|m| m != self.livemode) {
+            return None;
+        }
+        pi.operation_id.as_deref()
+    }
+
+    fn is_our_intent(&self, id: &str) -> bool {
+        self.intents
+            .get(id)
+            .is_some_and(|pi| self.ours(pi).is_some())
+            || self
+                .charges
+                .values()
+                .any(|op| op.external_id.as_ref().is_some_and(|e| e.as_str() == id))
+    }
+
+    /// Orders whose succeeded refunds exceed what their charge took.
+    fn over_refunded(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for order in self.refunds_read {
+            let refunded: i64 = self
+                .refunds_by_order
+                .get(order.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|op| op.status == OperationStatus::Succeeded)
+                .filter_map(|op| op.params.refund().map(|p| p.amount.minor_units()))
+                .sum();
+            if refunded == 0 {
+                continue;
+            }
+            let charge = self.charges.get(order.as_str());
+            let taken = charge.map(|c| taken(c)).unwrap_or(0);
+            if refunded > taken {
+                let detail = format!("refunds succeeded {refunded}, the charge took {taken}");
+                out.push(match charge {
+                    Some(c) => finding(
+                        DriftClass::OverRefunded,
+                        c,
+                        c.external_id.as_ref().map(|i| i.as_str()),
+                        detail,
+                    ),
+                    None => Finding {
+                        class: DriftClass::OverRefunded,
+                        order_id: Some(order.clone()),
+                        operation_id: None,
+                        kind: None,
+                        stripe_id: None,
+                        detail,
+                    },
+                });
+            }
+        }
+        out
+    }
+}
+
+/// What a charge record says was taken: the captured amount, or the amount if it succeeded.
+fn taken(charge: &Operation) -> i64 {
+    if charge.status != OperationStatus::Succeeded {
+        return 0;
+    }
+    charge
+        .amount_captured
+        .map(|a| a.minor_units())
+        .or_else(|| charge.params.charge().map(|p| p.amount.minor_units()))
+        .unwrap_or(0)
+}
+
+/// A settled record that names no Stripe object: fine if it failed (never reached Stripe), drift
+/// if it says money moved.
+fn no_object(op: &Operation, what: &str) -> Verdict {
+    if op.status == OperationStatus::Succeeded {
+        drift(finding(
+            DriftClass::HereNotAtStripe,
+            op,
+            None,
+            format!("record succeeded with no {what} recorded"),
+        ))
+    } else {
+        Verdict::Matched
+    }
+}
+
+/// A settled charge against its intent: status, then amount and currency, then what was taken.
+fn compare_charge(op: &Operation, pi: &PaymentIntent) -> Verdict {
+    let id = pi.id.as_str();
+    let differs = |class, detail: String| drift(finding(class, op, Some(id), detail));
+    if let Some(other) = pi
+        .operation_id
+        .as_deref()
+        .filter(|o| *o != op.operation_id.to_string())
+    {
+        return differs(
+            DriftClass::HereNotAtStripe,
+            format!("the record's intent carries operation {other}"),
+        );
+    }
+    let agrees = match op.status {
+        OperationStatus::Succeeded => pi.status == PaymentIntentStatus::Succeeded,
+        _ => matches!(
+            pi.status,
+            PaymentIntentStatus::Canceled | PaymentIntentStatus::RequiresPaymentMethod
+        ),
+    };
+    if !agrees {
+        return differs(
+            DriftClass::StatusDiffers,
+            format!(
+                "record {}, Stripe {}",
+                op.status.as_str(),
+                pi.status.as_str()
+            ),
+        );
+    }
+    let Some(params) = op.params.charge() else {
+        return Verdict::Matched;
+    };
+    let currency_differs = pi
+        .currency
+        .as_deref()
+        .is_some_and(|c| !c.eq_ignore_ascii_case(params.currency.as_str()));
+    if pi.amount.is_some_and(|a| a != params.amount.minor_units()) || currency_differs {
+        return differs(
+            DriftClass::AmountDiffers,
+            format!(
+                "record {} {}, Stripe {} {}",
+                params.amount.minor_units(),
+                params.currency.as_str(),
+                pi.amount.unwrap_or(0),
+                pi.currency.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    let received = pi
+        .amount_received
+        .filter(|_| op.status == OperationStatus::Succeeded);
+    match received {
+        Some(r) if r != taken(op) => differs(
+            DriftClass::AmountDiffers,
+            format!("record took {}, Stripe received {r}", taken(op)),
+        ),
+        _ => Verdict::Matched,
+    }
+}
+
+/// A settled refund against Stripe's refund: status, then amount and currency.
+fn compare_refund(op: &Operation, re: &StripeRefund) -> Verdict {
+    let id = re.id.as_str();
+    let differs = |class, detail: String| drift(finding(class, op, Some(id), detail));
+    let agrees = match op.status {
+        OperationStatus::Succeeded => re.status == RefundStatus::Succeeded,
+        _ => matches!(re.status, RefundStatus::Failed | RefundStatus::Canceled),
+    };
+    if !agrees {
+        return differs(
+            DriftClass::StatusDiffers,
+            format!(
+                "record {}, Stripe {}",
+                op.status.as_str(),
+                re.status.as_str()
+            ),
+        );
+    }
+    let Some(params) = op.params.refund() else {
+        return Verdict::Matched;
+    };
+    let currency_differs = re
+        .currency
+        .as_deref()
+        .is_some_and(|c| !c.eq_ignore_ascii_case(params.currency.as_str()));
+    if re.amount.is_some_and(|a| a != params.amount.minor_units()) || currency_differs {
+        return differs(
+            DriftClass::AmountDiffers,
+            format!(
+                "record {} {}, Stripe {} {}",
+                params.amount.minor_units(),
+                params.currency.as_str(),
+                re.amount.unwrap_or(0),
+                re.currency.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    Verdict::Matched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Amount, PaymentIntentId, Principal, RefundId, StripeRefundId};
+    use crate::operation::OperationStatus::{Failed, Succeeded, Unknown};
+    use crate::refund::{reserve, RefundRequest};
+    use crate::testing::{order, T0};
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const POLICY: AuditPolicy = AuditPolicy {
+        key_window: Duration::from_secs(23 * 3600),
+        page_lead: Duration::from_secs(12 * 3600),
+    };
+
+    fn window() -> AuditWindow {
+        AuditWindow::ending_at(T0.plus(24 * HOUR), 24 * HOUR)
+    }
+
+    fn evidence() -> Evidence {
+        Evidence {
+            window: window(),
+            now: T0.plus(24 * HOUR),
+            livemode: false,
+            intents: vec![],
+            refunds: vec![],
+            settled: vec![],
+            related: vec![],
+            refunds_read: BTreeSet::new(),
+            retrieved_intents: BTreeMap::new(),
+            retrieved_refunds: BTreeMap::new(),
+            unsettled: vec![],
+            unreadable: 0,
+        }
+    }
+
+    /// A 1000 usd charge of `order_id`, settled `status` with intent `pi`.
+    fn charge(order_id: &str, status: OperationStatus, pi: Option<&str>) -> Operation {
+        let mut b = order(order_id).amount(1000).status(status);
+        if let Some(pi) = pi {
+            b = b.external_id(pi);
+        }
+        let mut op = b.build();
+        if status.is_settled() {
+            op.next_due_at = None;
+        }
+        op
+    }
+
+    /// Stripe's view of `op`'s intent `id`.
+    fn intent(op: &Operation, id: &str, status: &str) -> PaymentIntent {
+        let mut pi = PaymentIntent::new(
+            PaymentIntentId::parse(id).unwrap(),
+            PaymentIntentStatus::parse(status),
+        );
+        pi.amount = Some(1000);
+        pi.currency = Some("usd".into());
+        pi.operation_id = Some(op.operation_id.to_string());
+        pi.order_id = Some(op.order_id.as_str().to_owned());
+        pi.livemode = Some(false);
+        pi.amount_received = Some(if status == "succeeded" { 1000 } else { 0 });
+        pi
+    }
+
+    /// A refund of `amount` of `charge` (its intent `pi_<order>`), `status`, refund `re`.
+    fn refund(
+        charge: &Operation,
+        id: &str,
+        amount: i64,
+        status: OperationStatus,
+        re: Option<&str>,
+    ) -> Operation {
+        let request = RefundRequest {
+            amount: Some(Amount::new(amount).unwrap()),
+            reason: None,
+        };
+        let (params, _) = reserve(charge, &request, T0).unwrap();
+        let mut op = Operation::new_refund(
+            charge.order_id.clone(),
+            RefundId::parse(id).unwrap(),
+            &request,
+            params,
+            Principal::jwt("support").unwrap(),
+            T0,
+            Duration::from_secs(300),
+        );
+        op.status = status;
+        op.stripe_refund_id = re.map(|r| StripeRefundId::parse(r).unwrap());
+        if status.is_settled() {
+            op.next_due_at = None;
+        }
+        op
+    }
+
+    fn stripe_refund(
+        op: Option<&Operation>,
+        id: &str,
+        pi: &str,
+        amount: i64,
+        status: &str,
+    ) -> StripeRefund {
+        StripeRefund {
+            id: StripeRefundId::parse(id).unwrap(),
+            status: RefundStatus::parse(status),
+            replayed: false,
+            amount: Some(amount),
+            currency: Some("usd".into()),
+            payment_intent: Some(pi.into()),
+            operation_id: op.map(|o| o.operation_id.to_string()),
+            order_id: op.map(|o| o.order_id.as_str().to_owned()),
+            failure_reason: None,
+        }
+    }
+
+    fn classes(j: &Judgement) -> Vec<DriftClass> {
+        j.findings.iter().map(|f| f.class).collect()
+    }
+
+    #[test]
+    fn a_clean_window_matches_both_sides_once() {
+        let paid = charge("ord-1", Succeeded, Some("pi_1"));
+        let declined = charge("ord-2", Failed, Some("pi_2"));
+        let mut ev = evidence();
+        ev.intents = vec![
+            intent(&paid, "pi_1", "succeeded"),
+            intent(&declined, "pi_2", "canceled"),
+        ];
+        ev.settled = vec![paid, declined];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![]);
+        assert_eq!(j.counts.matched, 4, "{:?}", j.counts);
+        assert_eq!(j.unexplained(), 0);
+    }
+
+    #[test]
+    fn each_mismatch_of_a_charge_has_its_class() {
+        let cases: Vec<(
+            &str,
+            Box<dyn Fn(&mut Operation, &mut PaymentIntent)>,
+            DriftClass,
+        )> = vec![
+            (
+                "record failed, Stripe succeeded",
+                Box::new(|op, _| op.status = Failed),
+                DriftClass::StatusDiffers,
+            ),
+            (
+                "record succeeded, Stripe canceled",
+                Box::new(|_, pi| pi.status = PaymentIntentStatus::Canceled),
+                DriftClass::StatusDiffers,
+            ),
+            (
+                "amount edited",
+                Box::new(|op, _| {
+                    op.params.charge_mut().unwrap().amount = Amount::new(999).unwrap()
+                }),
+                DriftClass::AmountDiffers,
+            ),
+            (
+                "currency differs",
+                Box::new(|_, pi| pi.currency = Some("eur".into())),
+                DriftClass::AmountDiffers,
+            ),
+            (
+                "received less",
+                Box::new(|_, pi| pi.amount_received = Some(10)),
+                DriftClass::AmountDiffers,
+            ),
+        ];
+        for (name, edit, class) in cases {
+            let mut op = charge("ord-1", Succeeded, Some("pi_1"));
+            let mut pi = intent(&op, "pi_1", "succeeded");
+            edit(&mut op, &mut pi);
+            let mut ev = evidence();
+            ev.intents = vec![pi];
+            ev.settled = vec![op];
+            let j = judge(&ev, &POLICY);
+            assert_eq!(classes(&j), vec![class], "{name}");
+            assert_eq!(j.counts.drifted, 2, "{name}: both sides, one finding");
+            assert_eq!(j.unexplained(), 0, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_intent_with_our_metadata_and_no_record_is_at_stripe_not_here_and_others_are_not_ours() {
+        let ghost = charge("ord-9", Succeeded, Some("pi_9"));
+        let mut foreign = intent(&ghost, "pi_f", "succeeded");
+        foreign.operation_id = None;
+        let mut other_mode = intent(&ghost, "pi_l", "succeeded");
+        other_mode.livemode = Some(true);
+        let mut ev = evidence();
+        ev.intents = vec![intent(&ghost, "pi_9", "succeeded"), foreign, other_mode];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![DriftClass::AtStripeNotHere]);
+        assert_eq!(j.counts.not_ours, 2);
+        // Twin: the same intent with its record in flight is the engine's work.
+        let mut in_flight = ghost.clone();
+        in_flight.status = Unknown;
+        ev.intents.truncate(1);
+        ev.related = vec![in_flight];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![]);
+        assert_eq!(j.counts.in_flight, 1);
+    }
+
+    #[test]
+    fn a_second_succeeded_intent_for_one_operation_is_a_duplicate() {
+        let op = charge("ord-1", Succeeded, Some("pi_1"));
+        let mut ev = evidence();
+        ev.intents = vec![
+            intent(&op, "pi_1", "succeeded"),
+            intent(&op, "pi_2", "succeeded"),
+        ];
+        ev.related = vec![op.clone()];
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![DriftClass::DuplicateSuccess]
+        );
+        // Twin: a second intent that did not succeed is not a duplicate, but still not ours.
+        ev.intents[1].status = PaymentIntentStatus::Canceled;
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![DriftClass::AtStripeNotHere]
+        );
+    }
+
+    #[test]
+    fn a_record_whose_intent_stripe_does_not_have_is_here_not_at_stripe() {
+        let op = charge("ord-1", Succeeded, Some("pi_old"));
+        let (want, _) = objects_to_retrieve(&[], &[], std::slice::from_ref(&op), &[]);
+        assert_eq!(want, BTreeSet::from(["pi_old".to_owned()]));
+        let mut ev = evidence();
+        ev.settled = vec![op.clone()];
+        ev.retrieved_intents.insert("pi_old".into(), None);
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![DriftClass::HereNotAtStripe]
+        );
+        // Twin: created before the window, read by id, agrees.
+        ev.retrieved_intents
+            .insert("pi_old".into(), Some(intent(&op, "pi_old", "succeeded")));
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![]);
+        assert_eq!(j.counts.matched, 1);
+        // Not read (Stripe refused): not vouched for, and not drift.
+        ev.retrieved_intents.clear();
+        let j = judge(&ev, &POLICY);
+        assert_eq!((classes(&j), j.counts.unchecked), (vec![], 1));
+        // A succeeded record naming no intent at all; a failed one never sent is fine.
+        let mut ev = evidence();
+        ev.settled = vec![
+            charge("ord-2", Succeeded, None),
+            charge("ord-3", Failed, None),
+        ];
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![DriftClass::HereNotAtStripe]
+        );
+    }
+
+    #[test]
+    fn refunds_match_and_a_dashboard_refund_of_our_charge_is_found() {
+        let paid = charge("ord-1", Succeeded, Some("pi_1"));
+        let ours = refund(&paid, "r-1", 400, Succeeded, Some("re_1"));
+        let mut ev = evidence();
+        ev.refunds = vec![
+            stripe_refund(Some(&ours), "re_1", "pi_1", 400, "succeeded"),
+            stripe_refund(None, "re_dash", "pi_1", 100, "succeeded"),
+            stripe_refund(None, "re_other", "pi_x", 100, "succeeded"),
+        ];
+        ev.settled = vec![ours.clone()];
+        let reads = orders_to_read(&ev.intents, &ev.refunds, &ev.settled);
+        assert_eq!(
+            reads.get("ord-1"),
+            Some(&OrderReads {
+                charge: true,
+                refunds: true
+            })
+        );
+        let (want, _) = objects_to_retrieve(&ev.intents, &ev.refunds, &ev.settled, &[paid.clone()]);
+        assert_eq!(
+            want,
+            BTreeSet::from(["pi_x".to_owned()]),
+            "pi_1 is known from the charge"
+        );
+        ev.related = vec![paid.clone()];
+        ev.refunds_read.insert("ord-1".into());
+        ev.retrieved_intents.insert(
+            "pi_x".into(),
+            Some(PaymentIntent::new(
+                PaymentIntentId::parse("pi_x").unwrap(),
+                PaymentIntentStatus::Succeeded,
+            )),
+        );
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![DriftClass::AtStripeNotHere]);
+        assert_eq!(j.findings[0].stripe_id.as_deref(), Some("re_dash"));
+        assert_eq!((j.counts.not_ours, j.unexplained()), (1, 0));
+        // The refund's record edited to another amount.
+        let mut edited = ours.clone();
+        edited.params = {
+            let mut p = edited.params.refund().unwrap().clone();
+            p.amount = Amount::new(300).unwrap();
+            crate::operation::Params::Refund(p)
+        };
+        ev.settled = vec![edited];
+        assert!(classes(&judge(&ev, &POLICY)).contains(&DriftClass::AmountDiffers));
+    }
+
+    #[test]
+    fn refunds_over_what_the_charge_took_are_over_refunded() {
+        let paid = charge("ord-1", Succeeded, Some("pi_1"));
+        let a = refund(&paid, "r-1", 600, Succeeded, Some("re_1"));
+        let mut b = refund(&paid, "r-2", 400, Succeeded, Some("re_2"));
+        let mut ev = evidence();
+        ev.related = vec![paid.clone(), a.clone(), b.clone()];
+        ev.refunds_read.insert("ord-1".into());
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![],
+            "1000 of 1000: within"
+        );
+        b.params = {
+            let mut p = b.params.refund().unwrap().clone();
+            p.amount = Amount::new(401).unwrap();
+            crate::operation::Params::Refund(p)
+        };
+        ev.related = vec![paid, a, b];
+        assert_eq!(
+            classes(&judge(&ev, &POLICY)),
+            vec![DriftClass::OverRefunded]
+        );
+    }
+
+    #[test]
+    fn deadlines_are_watched_but_review_is_not_drift() {
+        let now = T0.plus(24 * HOUR);
+        let mut held = charge("ord-1", OperationStatus::Authorized, Some("pi_1"));
+        held.capture_before = Some(now.plus(11 * HOUR));
+        let mut far = held.clone();
+        far.capture_before = Some(now.plus(13 * HOUR));
+        let mut lost = charge("ord-2", Unknown, None);
+        lost.first_attempted_at = Some(now.minus(23 * HOUR + Duration::from_secs(1)));
+        let mut young = lost.clone();
+        young.first_attempted_at = Some(now.minus(22 * HOUR));
+        let mut known = lost.clone();
+        known.external_id = Some(PaymentIntentId::parse("pi_2").unwrap());
+        let mut reviewed = lost.clone();
+        reviewed.review = Some(crate::operation::Review {
+            reason: "x".into(),
+            flagged_at: now,
+        });
+        let mut ev = evidence();
+        ev.unsettled = vec![held, far, lost, young, known, reviewed];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(
+            classes(&j),
+            vec![
+                DriftClass::AuthorizationNearDeadline,
+                DriftClass::UnsettledPastKeyWindow
+            ]
+        );
+        assert_eq!(j.counts.in_review, 1);
+        let report = j.into_report(window(), now, "schedule");
+        assert_eq!(report.drift(), 0, "watch classes are not drift");
+        assert_eq!(report.count(DriftClass::UnsettledPastKeyWindow), 1);
+    }
+
+    #[test]
+    fn a_report_keeps_its_first_findings_and_counts_the_rest() {
+        let mut ev = evidence();
+        ev.settled = (0..FINDINGS_KEPT + 3)
+            .map(|i| charge(&format!("ord-{i}"), Succeeded, None))
+            .collect();
+        let report = judge(&ev, &POLICY).into_report(window(), T0, "schedule");
+        assert_eq!(report.findings.len(), FINDINGS_KEPT);
+        assert_eq!(report.findings_left_out, 3);
+        assert_eq!(
+            report.count(DriftClass::HereNotAtStripe),
+            FINDINGS_KEPT as u64 + 3
+        );
+    }
+
+    #[test]
+    fn a_report_reads_back_from_its_json_and_names_classes_as_the_metric_does() {
+        let mut ev = evidence();
+        ev.settled = vec![charge("ord-2", Succeeded, None)];
+        let report = judge(&ev, &POLICY).into_report(window(), T0, "arn:aws:iam::1:user/op");
+        let json = serde_json::to_string(&report).unwrap();
+        assert!(json.contains("\"here_not_at_stripe\""), "{json}");
+        assert_eq!(serde_json::from_str::<AuditReport>(&json).unwrap(), report);
+        for class in DriftClass::ALL {
+            assert_eq!(DriftClass::parse(class.as_str()), Some(class));
+        }
+    }
+
+    #[test]
+    fn windows_are_whole_seconds_and_half_open() {
+        let w = AuditWindow::ending_at(Timestamp::from_millis(10_500), Duration::from_secs(5));
+        assert_eq!((w.from.as_millis(), w.to.as_millis()), (5_000, 10_000));
+        assert_eq!((w.from_secs(), w.to_secs()), (5, 10));
+        assert!(w.contains(Timestamp::from_millis(5_000)));
+        assert!(!w.contains(Timestamp::from_millis(10_000)));
     }
 }
