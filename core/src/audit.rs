@@ -1016,6 +1016,8 @@ mod tests {
     use crate::testing::{order, T0};
 
     const HOUR: Duration = Duration::from_secs(3600);
+
+    type Edit = Box<dyn Fn(&mut Operation, &mut PaymentIntent)>;
     const POLICY: AuditPolicy = AuditPolicy {
         key_window: Duration::from_secs(23 * 3600),
         page_lead: Duration::from_secs(12 * 3600),
@@ -1142,11 +1144,7 @@ mod tests {
 
     #[test]
     fn each_mismatch_of_a_charge_has_its_class() {
-        let cases: Vec<(
-            &str,
-            Box<dyn Fn(&mut Operation, &mut PaymentIntent)>,
-            DriftClass,
-        )> = vec![
+        let cases: Vec<(&str, Edit, DriftClass)> = vec![
             (
                 "record failed, Stripe succeeded",
                 Box::new(|op, _| op.status = Failed),
@@ -1285,7 +1283,12 @@ mod tests {
                 refunds: true
             })
         );
-        let (want, _) = objects_to_retrieve(&ev.intents, &ev.refunds, &ev.settled, &[paid.clone()]);
+        let (want, _) = objects_to_retrieve(
+            &ev.intents,
+            &ev.refunds,
+            &ev.settled,
+            std::slice::from_ref(&paid),
+        );
         assert_eq!(
             want,
             BTreeSet::from(["pi_x".to_owned()]),
