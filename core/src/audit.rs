@@ -166,6 +166,9 @@ pub struct AuditCounts {
     pub in_review: u64,
     /// Records this release cannot read: counted and skipped.
     pub unreadable: u64,
+    /// Stripe calls the audit made (lists and reads by id): its cost.
+    #[serde(default)]
+    pub stripe_calls: u64,
 }
 
 /// What an audit found: the result kept, one per window, for a person to work through.
@@ -187,6 +190,9 @@ pub struct AuditReport {
     /// refused; what it read is reported, the rest is not vouched for).
     #[serde(default = "complete_default")]
     pub complete: bool,
+    /// Why it is not complete, when it stopped before it could judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_by: Option<String>,
 }
 
 fn complete_default() -> bool {
@@ -246,8 +252,10 @@ pub struct Evidence {
     /// `None` when Stripe has no such object.
     pub retrieved_intents: BTreeMap<String, Option<PaymentIntent>>,
     pub retrieved_refunds: BTreeMap<String, Option<StripeRefund>>,
-    /// Every unsettled record (the unknown index).
+    /// Every unsettled record not in review (the unknown index).
     pub unsettled: Vec<Operation>,
+    /// Records waiting for a person (counted from the index's REVIEW partition).
+    pub in_review: u64,
     /// Records this release could not read (counted, skipped).
     pub unreadable: u64,
 }
@@ -374,6 +382,7 @@ impl Judgement {
             findings,
             findings_left_out: left_out,
             complete: true,
+            stopped_by: None,
         }
     }
 }
@@ -403,6 +412,7 @@ pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
         ..Judgement::default()
     };
     j.counts.unreadable = ev.unreadable;
+    j.counts.in_review = ev.in_review;
     // Record side first: a mismatch between a settled record and a listed object is one finding,
     // and the object takes the record's verdict (counted on both sides, reported once).
     let mut object_verdicts: HashMap<String, bool> = HashMap::new();
@@ -1040,6 +1050,7 @@ mod tests {
             retrieved_intents: BTreeMap::new(),
             retrieved_refunds: BTreeMap::new(),
             unsettled: vec![],
+            in_review: 0,
             unreadable: 0,
         }
     }

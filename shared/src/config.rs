@@ -83,6 +83,13 @@ pub const STRIPE_EVENT_SOURCE_NAME: &str = "STRIPE_EVENT_SOURCE_NAME";
 /// The webhook function: the inbox table of processed Stripe event ids.
 pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 
+/// The audit function: how many hours before its run one audit's window starts (its schedule's
+/// period, so windows tile).
+pub const AUDIT_WINDOW_HOURS: &str = "AUDIT_WINDOW_HOURS";
+/// The audit function: its Stripe calls per second (lists and reads by id), beside the budget the
+/// charge path and the reconciler share.
+pub const AUDIT_REQUESTS_PER_SECOND: &str = "AUDIT_REQUESTS_PER_SECOND";
+
 /// The notify function: the EventBridge bus outcome events go to.
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
 
@@ -127,6 +134,8 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (SEARCH_MIN_AGE_SECS, "600"),
     (STUCK_INTENT_HOURS, "72"),
     (AUTHORIZATION_PAGE_LEAD_HOURS, "12"),
+    (AUDIT_WINDOW_HOURS, "24"),
+    (AUDIT_REQUESTS_PER_SECOND, "1"),
 ];
 
 /// A function's configuration, read once at init.
@@ -410,6 +419,35 @@ pub fn stripe_budget(env: &dyn Env) -> Result<StripeBudget, ConfigError> {
         });
     }
     Ok(budget)
+}
+
+/// The audit's window and its Stripe pace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AuditSettings {
+    pub window: Duration,
+    pub requests_per_second: f64,
+}
+
+/// `AUDIT_WINDOW_HOURS` (1 to 168) and `AUDIT_REQUESTS_PER_SECOND` (1 to 100).
+pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
+    let hours = number(env, AUDIT_WINDOW_HOURS, 24)?;
+    if !(1..=168).contains(&hours) {
+        return Err(ConfigError::Invalid {
+            name: AUDIT_WINDOW_HOURS,
+            reason: format!("{hours} is not 1 to 168 hours"),
+        });
+    }
+    let rate = number(env, AUDIT_REQUESTS_PER_SECOND, 1)?;
+    if !(1..=100).contains(&rate) {
+        return Err(ConfigError::Invalid {
+            name: AUDIT_REQUESTS_PER_SECOND,
+            reason: format!("{rate} is not 1 to 100 calls per second"),
+        });
+    }
+    Ok(AuditSettings {
+        window: Duration::from_secs(hours * 3600),
+        requests_per_second: rate as f64,
+    })
 }
 
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).

@@ -35,11 +35,12 @@
 
 // The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
 pub use charge_core::{
-    audit, domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, take,
-    take_plan, time,
+    domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, take, take_plan,
+    time,
 };
 
 pub mod adapters;
+pub mod audit;
 pub mod config;
 pub mod executor;
 pub mod logging;

@@ -1,0 +1,405 @@
+//! The drift audit's shell: reads both sides of a window, asks the rules
+//! ([`charge_core::audit`]) for the verdicts, keeps the report and emits one metric per class.
+//!
+//! It never changes an operation record. What it reads, in order:
+//! 1. Stripe's lists of PaymentIntents and refunds **created** in the window (every page; lists
+//!    are not delayed as search is);
+//! 2. the records **settled** in the window (the store's settled-by-day index);
+//! 3. the records Stripe's metadata names and the charges of settled refunds, captures and
+//!    cancels ([`orders_to_read`]): one read per order, all of an order's refunds where a refund
+//!    is involved;
+//! 4. by id, the Stripe objects of records whose object was created before the window, and the
+//!    intent of a refund made without our metadata ([`objects_to_retrieve`]);
+//! 5. the unknown index (unsettled records: deadlines), and the REVIEW count.
+//!
+//! A failure before step 3 is done leaves nothing to judge fairly (an intent whose record was
+//! not read would look foreign): the report is kept as incomplete, with what was listed, and
+//! `AuditIncomplete` pages. A retrieve that fails later leaves its item unchecked, not drift.
+//! Every Stripe call goes through the gateway it is given (in production paced to the audit's
+//! share, so a charge never meets a 429 of the audit's making); the audit stops reading at its
+//! deadline.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tracing::{info, warn};
+
+pub use charge_core::audit::{
+    judge, objects_to_retrieve, orders_to_read, AuditCounts, AuditPolicy, AuditReport, AuditWindow,
+    DriftClass, Evidence, Finding, Judgement,
+};
+
+use crate::domain::{OrderId, PaymentIntentId, StripeRefundId};
+use crate::operation::{Operation, OperationKey};
+use crate::outcome::GatewayError;
+use crate::ports::{
+    AuditLog, Clock, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError,
+};
+use crate::telemetry::{emf_line, emf_line_classed, ErrorChain};
+use crate::time::Timestamp;
+
+/// The `Function` dimension of the audit's metrics.
+pub const FUNCTION: &str = "audit";
+
+/// Records per page of the store's reads.
+pub const PAGE_SIZE: usize = 500;
+
+/// What the audit needs.
+pub struct AuditDeps<'a> {
+    pub store: &'a dyn OperationStore,
+    pub log: &'a dyn AuditLog,
+    /// Paced to the audit's share of the Stripe budget.
+    pub gateway: &'a dyn PaymentGateway,
+    pub clock: &'a dyn Clock,
+    pub metrics: &'a dyn MetricsSink,
+}
+
+/// One audit's request.
+#[derive(Debug, Clone)]
+pub struct AuditRun {
+    pub window: AuditWindow,
+    pub policy: AuditPolicy,
+    /// Who asked: `schedule`, or the operator's IAM identity.
+    pub ran_by: String,
+    /// Stop reading at this time (the invocation's deadline less a margin).
+    pub deadline: Timestamp,
+}
+
+/// Why an audit read stopped.
+#[derive(Debug, thiserror::Error)]
+enum Stopped {
+    #[error("Stripe: {0}")]
+    Stripe(#[from] GatewayError),
+    #[error("{}", ErrorChain(.0))]
+    Store(#[from] StoreError),
+    #[error("the audit's deadline came before it read everything")]
+    Deadline,
+}
+
+/// Runs one audit: reads, judges, keeps the report (one per window) and emits its metrics. The
+/// report is returned even when it could not be kept (the error is logged and counted).
+pub async fn run_audit(deps: &AuditDeps<'_>, run: &AuditRun) -> AuditReport {
+    let started = deps.clock.now();
+    let mut reader = Reader {
+        deps,
+        run,
+        stripe_calls: 0,
+    };
+    let mut ev = empty_evidence(run.window, started, deps.gateway.livemode());
+    let report = match reader.read(&mut ev).await {
+        Ok(()) => {
+            let mut judgement = judge(&ev, &run.policy);
+            judgement.counts.stripe_calls = reader.stripe_calls;
+            let complete = judgement.counts.unchecked == 0;
+            let mut report = judgement.into_report(run.window, started, &run.ran_by);
+            report.complete = complete;
+            report
+        }
+        Err(stopped) => {
+            warn!(error = %stopped, window_from = %run.window.from.to_rfc3339(), "the audit could not read the whole window; its report is incomplete and judges nothing");
+            incomplete(&ev, run, started, reader.stripe_calls, &stopped)
+        }
+    };
+    let kept = match deps.log.put_report(&report).await {
+        Ok(()) => true,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "the audit's report could not be kept");
+            false
+        }
+    };
+    emit(deps, &report, kept);
+    info!(
+        drift = report.drift(),
+        complete = report.complete,
+        intents = report.counts.intents,
+        refunds = report.counts.refunds,
+        settled_records = report.counts.settled_records,
+        stripe_calls = report.counts.stripe_calls,
+        "audit done"
+    );
+    report
+}
+
+fn empty_evidence(window: AuditWindow, now: Timestamp, livemode: bool) -> Evidence {
+    Evidence {
+        window,
+        now,
+        livemode,
+        intents: vec![],
+        refunds: vec![],
+        settled: vec![],
+        related: vec![],
+        refunds_read: BTreeSet::new(),
+        retrieved_intents: BTreeMap::new(),
+        retrieved_refunds: BTreeMap::new(),
+        unsettled: vec![],
+        in_review: 0,
+        unreadable: 0,
+    }
+}
+
+/// The report of an audit that could not read enough to judge: what it listed, no findings.
+fn incomplete(
+    ev: &Evidence,
+    run: &AuditRun,
+    ran_at: Timestamp,
+    stripe_calls: u64,
+    why: &Stopped,
+) -> AuditReport {
+    AuditReport {
+        window: run.window,
+        ran_at,
+        ran_by: run.ran_by.clone(),
+        counts: AuditCounts {
+            intents: ev.intents.len() as u64,
+            refunds: ev.refunds.len() as u64,
+            settled_records: ev.settled.len() as u64,
+            unreadable: ev.unreadable,
+            stripe_calls,
+            ..AuditCounts::default()
+        },
+        by_class: DriftClass::ALL.iter().map(|c| (*c, 0)).collect(),
+        findings: vec![],
+        findings_left_out: 0,
+        complete: false,
+        stopped_by: Some(why.to_string()),
+    }
+}
+
+/// The metrics: one line per class (`AuditDrift`, 0 included, so a clean day draws as 0), the
+/// run itself (`AuditRuns`), and `AuditIncomplete` (the window is not vouched for: not read
+/// whole, or its report not kept where a person would look).
+fn emit(deps: &AuditDeps<'_>, report: &AuditReport, kept: bool) {
+    let at = deps.clock.now();
+    for class in DriftClass::ALL {
+        deps.metrics.emit(emf_line_classed(
+            FUNCTION,
+            ("DriftClass", class.as_str()),
+            at,
+            &[("AuditDrift", report.count(class) as f64, "Count")],
+        ));
+    }
+    deps.metrics.emit(emf_line(
+        FUNCTION,
+        at,
+        &[
+            ("AuditRuns", 1.0, "Count"),
+            ("AuditIncomplete", f64::from(!report.complete || !kept), "Count"),
+            (
+                "AuditStripeCalls",
+                report.counts.stripe_calls as f64,
+                "Count",
+            ),
+            (
+                "UnreadableRecords",
+                report.counts.unreadable as f64,
+                "Count",
+            ),
+        ],
+    ));
+}
+
+/// Reads the evidence, counting Stripe calls and minding the deadline.
+struct Reader<'d, 'a> {
+    deps: &'d AuditDeps<'a>,
+    run: &'d AuditRun,
+    stripe_calls: u64,
+}
+
+impl Reader<'_, '_> {
+    async fn read(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        self.list_stripe(ev).await?;
+        self.settled_records(ev).await?;
+        self.related_records(ev).await?;
+        self.retrieve_objects(ev).await;
+        self.unsettled_records(ev).await?;
+        Ok(())
+    }
+
+    fn mind_deadline(&self) -> Result<(), Stopped> {
+        if self.deps.clock.now() >= self.run.deadline {
+            return Err(Stopped::Deadline);
+        }
+        Ok(())
+    }
+
+    async fn list_stripe(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        let window = self.run.window;
+        let mut after: Option<String> = None;
+        loop {
+            self.mind_deadline()?;
+            self.stripe_calls += 1;
+            let page = self
+                .deps
+                .gateway
+                .list_intents_created(&window, after.as_deref())
+                .await?;
+            ev.intents.extend(page.items);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let mut after: Option<String> = None;
+        loop {
+            self.mind_deadline()?;
+            self.stripe_calls += 1;
+            let page = self
+                .deps
+                .gateway
+                .list_refunds_created(&window, after.as_deref())
+                .await?;
+            ev.refunds.extend(page.items);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    async fn settled_records(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        let mut cursor = None;
+        loop {
+            self.mind_deadline()?;
+            let page = self
+                .deps
+                .store
+                .settled_between(&self.run.window, cursor, PAGE_SIZE)
+                .await?;
+            ev.settled.extend(page.operations);
+            ev.unreadable += unreadable(&page.unreadable);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The records of every order something named (see the module docs, step 3).
+    async fn related_records(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        let have: BTreeSet<(String, String)> = ev.settled.iter().map(record_key).collect();
+        for (order, reads) in orders_to_read(&ev.intents, &ev.refunds, &ev.settled) {
+            self.mind_deadline()?;
+            let Ok(order_id) = OrderId::parse(&order) else {
+                // Metadata naming no valid order: no record can have it; the rules find the
+                // object has no record.
+                continue;
+            };
+            if reads.charge && !have.contains(&(order.clone(), "charge".to_owned())) {
+                match self
+                    .deps
+                    .store
+                    .get(&OperationKey::charge(order_id.clone()))
+                    .await
+                {
+                    Ok(Some(op)) => ev.related.push(op),
+                    Ok(None) => {}
+                    Err(e) if e.unreadable.is_some() => ev.unreadable += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if reads.refunds {
+                match self.deps.store.refunds_of(&order_id).await {
+                    Ok(refunds) => {
+                        ev.related.extend(refunds);
+                        ev.refunds_read.insert(order);
+                    }
+                    Err(e) if e.unreadable.is_some() => ev.unreadable += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Objects read by id; Stripe's refusal of an id (it has no such object) is an answer, any
+    /// other failure leaves the item unchecked.
+    async fn retrieve_objects(&mut self, ev: &mut Evidence) {
+        let (intents, refunds) =
+            objects_to_retrieve(&ev.intents, &ev.refunds, &ev.settled, &ev.related);
+        for id in intents {
+            if self.mind_deadline().is_err() {
+                return;
+            }
+            let Ok(pi_id) = PaymentIntentId::parse(&id) else {
+                ev.retrieved_intents.insert(id, None);
+                continue;
+            };
+            self.stripe_calls += 1;
+            match self.deps.gateway.retrieve(&pi_id).await {
+                Ok(pi) => {
+                    ev.retrieved_intents.insert(id, Some(pi));
+                }
+                Err(GatewayError::Rejected { .. }) => {
+                    ev.retrieved_intents.insert(id, None);
+                }
+                Err(e) => {
+                    warn!(payment_intent = %id, error = %e, "the audit could not read an intent; left unchecked")
+                }
+            }
+        }
+        for id in refunds {
+            if self.mind_deadline().is_err() {
+                return;
+            }
+            let Ok(re_id) = StripeRefundId::parse(&id) else {
+                ev.retrieved_refunds.insert(id, None);
+                continue;
+            };
+            self.stripe_calls += 1;
+            match self.deps.gateway.retrieve_refund(&re_id).await {
+                Ok(re) => {
+                    ev.retrieved_refunds.insert(id, Some(re));
+                }
+                Err(GatewayError::Rejected { .. }) => {
+                    ev.retrieved_refunds.insert(id, None);
+                }
+                Err(e) => {
+                    warn!(refund = %id, error = %e, "the audit could not read a refund; left unchecked")
+                }
+            }
+        }
+    }
+
+    /// The unknown index (deadlines) and the REVIEW count.
+    async fn unsettled_records(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        let mut cursor = None;
+        loop {
+            self.mind_deadline()?;
+            let page = self
+                .deps
+                .store
+                .query_index(IndexQuery::Unsettled, cursor, PAGE_SIZE)
+                .await?;
+            ev.unsettled.extend(page.operations);
+            ev.unreadable += unreadable(&page.unreadable);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let mut cursor = None;
+        loop {
+            self.mind_deadline()?;
+            let page = self.deps.store.count_in_review(cursor, PAGE_SIZE).await?;
+            ev.in_review += page.entries;
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Unreadable records of a page, logged by key (never their contents) and counted.
+fn unreadable(records: &[crate::ports::UnreadableRecord]) -> u64 {
+    for r in records {
+        warn!(key = %r.key, reason = %r.reason, "the audit skipped a record this release cannot read");
+    }
+    records.len() as u64
+}
+
+/// A record's table key, as `(order id, sort key)`.
+fn record_key(op: &Operation) -> (String, String) {
+    (op.order_id.as_str().to_owned(), op.kind.sort_key())
+}
