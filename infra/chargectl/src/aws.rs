@@ -40,11 +40,11 @@ impl CallerIdentity for StsIdentity {
 
 /// The Stripe client, with the key read the way the functions read it: from the Secrets Manager
 /// secret named by `--stripe-secret-arn` / `STRIPE_SECRET_ARN`.
-pub async fn stripe_gateway(global: &GlobalArgs) -> Result<StripeGateway, Failure> {
+pub async fn stripe_gateway(global: &GlobalArgs, command: &str) -> Result<StripeGateway, Failure> {
     let arn = required(
         &global.stripe_secret_arn,
-        "--stripe-secret-arn (or STRIPE_SECRET_ARN), to check Stripe before resolving",
-        "resolve",
+        "--stripe-secret-arn (or STRIPE_SECRET_ARN), to read Stripe",
+        command,
     )?;
     let mut vars = std::collections::HashMap::from([(config::STRIPE_SECRET_ARN, arn)]);
     if let Some(base) = global.stripe_api_base.as_deref() {

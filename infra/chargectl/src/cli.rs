@@ -111,6 +111,19 @@ pub enum Command {
     /// The operation becomes due for the reconciler again 5 minutes from now.
     Redrive(RedriveArgs),
 
+    /// The drift audit: match Stripe's objects and the settled records of a window, or show the
+    /// reports kept.
+    ///
+    /// `--since 24h` runs the production audit over the 24 hours before now: every PaymentIntent
+    /// and refund Stripe lists as created in the window, and every record settled in it, matched
+    /// to the other side; a mismatch is a finding with its class (at_stripe_not_here,
+    /// here_not_at_stripe, status_differs, amount_differs, duplicate_success, over_refunded,
+    /// authorization_near_deadline, unsettled_past_key_window). It changes no operation record;
+    /// its report is kept (one per window, with your IAM identity), as the scheduled audit's is.
+    /// `--show` prints the latest kept reports instead (`--last N`). Needs the Stripe key
+    /// (--stripe-secret-arn) to run, only the table to show.
+    Audit(DriftAuditArgs),
+
     /// Run checkout → queue → charge → reconciler end to end on this machine, with faults, and
     /// check the promise against what exists at (simulated) Stripe.
     ///
@@ -184,6 +197,25 @@ pub struct ResolveArgs {
     /// every other check passed.
     #[arg(long, conflicts_with = "succeeded")]
     pub cancel_intent: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DriftAuditArgs {
+    /// The window: this long before now.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, conflicts_with = "show")]
+    pub since: Duration,
+
+    /// Print the latest kept reports instead of running an audit.
+    #[arg(long)]
+    pub show: bool,
+
+    /// With --show: how many reports, newest window first.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "show", value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub last: u16,
+
+    /// One JSON object per report.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What every operator write takes besides its own arguments.

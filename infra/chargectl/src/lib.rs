@@ -11,6 +11,8 @@
 //!   with `--succeeded <re_id> | --failed`, only as Stripe holds it (no `--force`);
 //! - `chargectl redrive <operation_id> --note … [--by …] [--expect-version N]` — back on the
 //!   charge queue, out of review;
+//! - `chargectl audit [--since 24h] [--json]` / `audit --show [--last N] [--json]` — the drift
+//!   audit on demand, or the reports kept (see [`drift`]);
 //! - `chargectl simulate …` — an alias of the `simulate` binary (crate `infra/simulate`), which
 //!   runs the whole pipeline locally with faults; chargectl itself does not link the handlers;
 //! - `chargectl dev sqs-event` / `dev sqs-ack` — Lambda's SQS poller by hand, for
@@ -22,6 +24,7 @@
 //! Modules, each using only those after it (no module reaches back up):
 //! - here: [`main_with_args`] and [`run`], which dispatch a parsed command;
 //! - [`dev`]: the `dev` subcommands (the SQS poller by hand);
+//! - [`drift`]: `audit`, the drift audit on demand and its kept reports;
 //! - [`aws`]: the AWS clients from the global flags (table, queue, Stripe key, caller identity);
 //! - [`commands`]: the operator subcommands against the ports, [`Console`], [`Failure`];
 //! - [`render`] (table, JSON) and [`cli`] (the clap types of every subcommand, `dev`'s too),
@@ -36,6 +39,7 @@ pub mod aws;
 pub mod cli;
 pub mod commands;
 pub mod dev;
+pub mod drift;
 pub mod duration;
 pub mod render;
 
@@ -136,6 +140,17 @@ fn simulate_alias(args: &[OsString]) -> Option<ExitCode> {
     }
 }
 
+/// The on-demand audit's Stripe pace: the template's default `AuditRequestsPerSecond` (1/s),
+/// outside the charge path's budget, so an operator's audit never takes a charge's slot.
+fn audit_budget() -> std::sync::Arc<charge_once::pacing::Budget> {
+    std::sync::Arc::new(charge_once::pacing::Budget::new(
+        1.0,
+        1,
+        std::sync::Arc::new(SystemClock),
+        std::sync::Arc::new(charge_once::pacing::TokioSleeper),
+    ))
+}
+
 /// Runs a parsed command against AWS and reports a failure on the console's `err`.
 pub async fn run(cli: Cli, console: &mut Console<'_>) -> ExitCode {
     match dispatch(cli, console).await {
@@ -161,7 +176,7 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
         }
         Command::Resolve(args) => {
             let store = dynamo_store(&global, "resolve").await?;
-            let gateway = stripe_gateway(&global).await?;
+            let gateway = stripe_gateway(&global, "resolve").await?;
             let identity = StsIdentity(aws_sdk_sts::Client::new(&aws_config(&global).await));
             let deps = commands::ResolveDeps {
                 store: &store,
@@ -181,6 +196,29 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             let identity = StsIdentity(aws_sdk_sts::Client::new(&config));
             commands::redrive(&store, &queue, &identity, &SystemClock, &args, console).await
         }
+        Command::Audit(args) if args.show => {
+            let store = dynamo_store(&global, "audit --show").await?;
+            drift::show(&store, usize::from(args.last), args.json, console).await
+        }
+        Command::Audit(args) => {
+            let store = dynamo_store(&global, "audit").await?;
+            let gateway = stripe_gateway(&global, "audit").await?;
+            let gateway = charge_once::pacing::PacedGateway::new(
+                std::sync::Arc::new(gateway),
+                audit_budget(),
+                Some(audit_budget()),
+                std::time::Duration::from_secs(30),
+            );
+            let identity = StsIdentity(aws_sdk_sts::Client::new(&aws_config(&global).await));
+            let deps = drift::DriftDeps {
+                store: &store,
+                log: &store,
+                gateway: &gateway,
+                identity: &identity,
+                clock: &SystemClock,
+            };
+            drift::run(&deps, args.since, args.json, console).await
+        }
         Command::Dev(args) => dev::run(&global, args, console).await,
         Command::Simulate(_) => Err(Failure::Usage(
             "`simulate` is the separate `simulate` binary".into(),
@@ -195,7 +233,9 @@ mod tests {
     /// `dev`).
     #[test]
     fn modules_depend_one_way() {
-        let order = ["dev", "aws", "commands", "render", "cli", "duration"];
+        let order = [
+            "dev", "aws", "drift", "commands", "render", "cli", "duration",
+        ];
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
         for (i, module) in order.iter().enumerate() {
             let text = std::fs::read_to_string(format!("{src}/{module}.rs")).unwrap();
