@@ -562,7 +562,7 @@ fn the_table_is_the_one_the_store_queries() {
 #[test]
 fn functions_are_arm64_cargo_lambda_builds_with_json_logs() {
     let t = template();
-    for dir in ["checkout", "charge", "reconciler", "notify", "webhook"] {
+    for dir in ["checkout", "charge", "reconciler", "notify", "webhook", "audit"] {
         let (id, f) = function(&t, dir);
         let prop = |k: &str| {
             function_prop(&t, f, k)
@@ -1668,7 +1668,7 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         "/../shared/src/adapters/aws.rs"
     ))
     .unwrap();
-    for dir in ["checkout", "charge", "events", "reconciler", "notify"] {
+    for dir in ["checkout", "charge", "events", "reconciler", "notify", "audit"] {
         let secs = timeout(if dir == "events" { "webhook" } else { dir });
         assert!(
             doc.contains(&format!("//! - {dir} ({secs} s")),
@@ -2014,7 +2014,7 @@ fn the_webhook_role_settles_and_remembers_events_only_and_its_inbox_expires() {
     }
     let t = template();
     // The webhook secret and the events key are the events function's alone.
-    for dir in ["checkout", "charge", "reconciler", "notify"] {
+    for dir in ["checkout", "charge", "reconciler", "notify", "audit"] {
         for (_, resources) in function_grants(&t, dir) {
             for secret in ["StripeWebhookSecretArn", "StripeEventsKeySecretArn"] {
                 assert!(

@@ -11,14 +11,14 @@
 #     directly, with the SDK's own stack; reqwest is for the tools);
 #   - a function other than notify links the EventBridge SDK (charge-once's `eventbridge` feature
 #     is for the relay only).
-#   - the five functions, each built on its own, do not build their shared dependencies with the
-#     same features (one build of the tree for all five).
+#   - the six functions, each built on its own, do not build their shared dependencies with the
+#     same features (one build of the tree for all six).
 # Prints `cargo tree -d -e normal`'s duplicate crates per function for the record.
 # Needs only cargo and the lockfile (`--locked`); runs in a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-functions=(checkout charge reconciler notify webhook)
+functions=(checkout charge reconciler notify webhook audit)
 one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls ring)
 forbidden=(aws-lc-rs aws-lc-sys openssl-sys native-tls reqwest)
 targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
@@ -59,7 +59,7 @@ for fn in "${functions[@]}"; do
     done
 done
 
-# One build of the dependency tree for all five functions (host target): a dependency with other
+# One build of the dependency tree for all six functions (host target): a dependency with other
 # features in one function than in another is a second build of it and of everything above it
 # (tokio, hyper, the SDK...) whenever a function is built on its own, `-p FUNCTION`, as `make
 # bench`'s footprint step and `cargo lambda build -p` do. Workspace crates are left out (only
@@ -86,10 +86,10 @@ sys.exit(1 if bad else 0)
 PY
 then
     echo "one-stack: the functions build a dependency with different features; give the workspace" >&2
-    echo "  dependency (root Cargo.toml) the union, so all five share one build." >&2
+    echo "  dependency (root Cargo.toml) the union, so all six share one build." >&2
     failed=1
 else
-    echo "ok    one dependency build for all five functions (every shared crate, the same features)"
+    echo "ok    one dependency build for all six functions (every shared crate, the same features)"
 fi
 
 if [ "$failed" -ne 0 ]; then

@@ -31,7 +31,14 @@ use tracing_subscriber::layer::SubscriberExt;
 
 /// The crates whose lines follow the level asked for: this workspace's (a target is a module path,
 /// matched by prefix: `charge` covers `charge_once` too).
-const OWN_CRATES: &[&str] = &["charge", "checkout", "reconciler", "notify", "webhook"];
+const OWN_CRATES: &[&str] = &[
+    "charge",
+    "checkout",
+    "reconciler",
+    "notify",
+    "webhook",
+    "audit",
+];
 
 /// The most any other crate may log, whatever the level asked for.
 const OTHER_CRATES_AT_MOST: LevelFilter = LevelFilter::DEBUG;

@@ -24,6 +24,8 @@
 //! - notify (65 s): a batch of up to 100 stream records: its settled outcomes read back from the
 //!   table at once (≤ 3 s), then published in PutEvents calls of 10 entries, in order:
 //!   ≤ 10 × 3 s = 30 s, and 30 s more for DLQ copies of records not published: 63 s.
+//! - audit (900 s, Lambda's longest): it reads until 20 s before its deadline (one Stripe call at
+//!   its worst 21 s is what may run over), then keeps its report with one PutItem (≤ 3 s).
 //! - DynamoDB and SQS answer in milliseconds; a 1 s attempt leaves room for a slow one, and the
 //!   SDK's standard retries (3 attempts) fit inside the 3 s operation bound.
 //! - An operator on a laptop over a VPN gets looser bounds; nothing there races a Lambda timeout.
