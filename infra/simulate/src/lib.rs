@@ -29,6 +29,7 @@
 pub mod auth_asks;
 pub mod auth_watch;
 pub mod driver;
+pub mod drift;
 pub mod faults;
 pub mod fx;
 pub mod gateway;
@@ -1243,7 +1244,50 @@ impl Wired {
             (audits("stale"), audits("dedup")),
             publishers.as_ref().map(|(_, ops)| ops.as_slice()),
         );
+        self.drift_audit(args, &mut report).await?;
         Ok((report, planned))
+    }
+
+    /// The production audit as the second judge ([`drift`]), after the ledger judge: the drift
+    /// only it can see injected (unless `--no-faults`), then every 24 h window audited. Runs on
+    /// the memory store with Stripe in this process (what it edits by hand and refunds in the
+    /// dashboard lives there).
+    async fn drift_audit(&self, args: &SimulateArgs, report: &mut Report) -> Result<(), BoxError> {
+        let world = &self.world;
+        let (Some(store), Some(sim)) = (&world.backing.sim_store, world.stripe.local_sim()) else {
+            return Ok(());
+        };
+        let orders: Vec<String> = (0..args.orders)
+            .map(|i| format!("sim-{}-{i:06}", args.seed))
+            .collect();
+        let injected = if args.no_faults {
+            Vec::new()
+        } else {
+            drift::inject(store, sim, world.gateway.as_ref(), &orders, args.seed).await?
+        };
+        let reports = drift::audit_windows(
+            store.as_ref(),
+            store.as_ref(),
+            world.gateway.as_ref(),
+            &world.clock,
+            driver::virtual_start(),
+        )
+        .await;
+        let summary = drift::judge(&reports, injected);
+        if !summary.holds() && report.first_violation.is_none() {
+            report.first_violation = Some(match &summary.first_unexpected {
+                Some(first) => format!("audit drift: {first}"),
+                None => format!(
+                    "audit: {} injected drift missed, {} unexplained, complete {}",
+                    summary.missed(),
+                    summary.unexplained,
+                    summary.complete
+                ),
+            });
+        }
+        report.invariants_hold &= summary.holds();
+        report.audit = Some(summary);
+        Ok(())
     }
 
     /// What the run cost and met: faults injected, the loop's counts, requests, the decision log.

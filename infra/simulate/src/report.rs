@@ -174,6 +174,10 @@ pub struct Report {
     /// Authorizations (`--authorizations`): captured, canceled, raced or forgotten, and their
     /// invariants.
     pub authorizations: AuthorizationReport,
+    /// The production drift audit over the run's windows, against the drift injected (memory
+    /// store, Stripe in this process; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::drift::AuditSummary>,
     /// The load model's figures (`--arrival-rate`), absent in the default mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadReport>,
@@ -1124,6 +1128,27 @@ impl Report {
                 .map(|m| format!("  (MUTATION {m})"))
                 .unwrap_or_default()
         );
+        if let Some(a) = &self.audit {
+            let classes: Vec<String> = a
+                .by_class
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(c, n)| format!("{c} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  drift audit     {} windows: {} intents, {} refunds, {} settled records; matched {}, in flight {}, not ours {}, unchecked {}, unexplained {}; {} Stripe calls",
+                a.windows, a.intents, a.refunds, a.settled_records, a.matched, a.in_flight, a.not_ours, a.unchecked, a.unexplained, a.stripe_calls
+            );
+            let _ = writeln!(
+                s,
+                "                  findings: {}; injected drift found {} of {}; unexpected {}",
+                if classes.is_empty() { "none".to_owned() } else { classes.join(", ") },
+                a.injected.len() as u64 - a.missed(),
+                a.injected.len(),
+                a.unexpected
+            );
+        }
     }
 
     /// What needs a person, the records, the customers and the faults injected.
