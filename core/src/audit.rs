@@ -324,6 +324,25 @@ pub fn objects_to_retrieve(
             }
         }
     }
+    // An intent naming an operation whose record holds another one: read the record's, to tell
+    // a second payment (both succeeded) from a stray attempt.
+    let records: BTreeMap<String, &Operation> = settled
+        .iter()
+        .chain(related)
+        .map(|op| (op.operation_id.to_string(), op))
+        .collect();
+    for pi in intents {
+        let own = pi
+            .operation_id
+            .as_ref()
+            .and_then(|id| records.get(id))
+            .and_then(|op| op.external_id.as_ref());
+        if let Some(own) = own.filter(|own| own.as_str() != pi.id.as_str()) {
+            if !listed_intents.contains(own.as_str()) {
+                want_intents.insert(own.as_str().to_owned());
+            }
+        }
+    }
     for re in refunds.iter().filter(|re| re.operation_id.is_none()) {
         if let Some(pi) = &re.payment_intent {
             if !known_intents.contains(pi.as_str()) {
@@ -764,11 +783,12 @@ impl<'a> Book<'a> {
         }
         match op.external_id.as_ref().map(|id| id.as_str()) {
             Some(own) if own != pi.id.as_str() => {
+                // Only what Stripe shows: a record's intent Stripe does not have makes this one
+                // not a second payment but the only one, which the record does not name.
                 let own_succeeded = self
                     .intents
                     .get(own)
-                    .map(|o| o.status == PaymentIntentStatus::Succeeded)
-                    .unwrap_or(op.status == OperationStatus::Succeeded);
+                    .is_some_and(|o| o.status == PaymentIntentStatus::Succeeded);
                 let class = if pi.status == PaymentIntentStatus::Succeeded && own_succeeded {
                     DriftClass::DuplicateSuccess
                 } else {

@@ -84,3 +84,33 @@ pub async fn handle(
         "stripe_calls": report.counts.stripe_calls,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scheduled() -> EventBridgeEvent<Value> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/audit-scheduled.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_sample_event_audits_the_day_before_the_whole_hour_of_its_time() {
+        let e = scheduled();
+        assert_eq!(e.detail_type, "Scheduled Event");
+        let at = Timestamp::from_millis(e.time.unwrap().timestamp_millis());
+        let w = window_for(at, Duration::from_secs(24 * 3600));
+        assert_eq!(w.from.to_rfc3339(), "2026-11-29T00:00:00.000Z");
+        assert_eq!(w.to.to_rfc3339(), "2026-11-30T00:00:00.000Z");
+    }
+
+    #[test]
+    fn the_deadline_keeps_a_margin_and_a_local_invoke_gets_the_default_budget() {
+        let now = Timestamp::from_millis(1_800_000_000_000);
+        let lambda = now.as_millis() as u64 + 900_000;
+        assert_eq!(read_deadline(lambda, now), now.plus(Duration::from_secs(880)));
+        assert_eq!(read_deadline(0, now), now.plus(DEFAULT_BUDGET));
+        assert_eq!(read_deadline(600_000, now), now.plus(DEFAULT_BUDGET), "cargo lambda watch");
+        assert_eq!(read_deadline(lambda + 1_000_000, now), now.plus(DEFAULT_BUDGET));
+    }
+}
