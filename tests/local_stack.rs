@@ -67,6 +67,7 @@ async fn every_function_starts_on_the_local_stacks_environment() {
         reconciler::ReconcilerConfig::from_env(&env).map(drop),
     );
     ok("notify", notify::NotifyConfig::from_env(&env).map(drop));
+    ok("audit", audit::AuditConfig::from_env(&env).map(drop));
     let events = webhook::WebhookConfig::from_env(&env)
         .unwrap_or_else(|e| panic!("the events function cannot start on the local stack: {e}"));
 

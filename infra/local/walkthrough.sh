@@ -374,6 +374,31 @@ curl -sf "$STRIPE_SIM_URL/_sim/webhooks" >"$work/webhooks.json" || fail "GET /_s
 check "$work/webhooks.json" 'j["counts"]["delivered"] >= 1' "stripe-sim saw its delivery accepted"
 curl -sf "$STRIPE_SIM_URL/_sim/webhooks" -d '{}' >/dev/null || fail "turning stripe-sim's webhooks off"
 
+# --- 4b. The drift audit: every Stripe object and settled record matched, then a drift found -----
+begin "chargectl audit --since 1h: the walk-through's objects and settled records all matched, no drift"
+chargectl audit --since 1h --json >"$work/audit1.json" 2>"$work/audit1.err" \
+  || fail "chargectl audit: $(cat "$work/audit1.err")"
+check "$work/audit1.json" 'j["complete"] and j["drift"] == 0 and not j["findings"]' "a complete report with no finding"
+check "$work/audit1.json" 'j["counts"]["intents"] >= 4 and j["counts"]["refunds"] == 1 and j["counts"]["matched"] >= 8' \
+  "it looked at every intent and the refund, and matched them with their records"
+check "$work/audit1.json" 'j["ran_by"].startswith("arn:aws:")' "the report names who ran it"
+
+begin "a refund made in stripe-sim as in the dashboard (no metadata): the audit finds it at_stripe_not_here"
+curl -sf -u sk_test_charge_once: "$STRIPE_SIM_URL/v1/refunds" -d payment_intent="$pi1" -d amount=100 \
+  >"$work/dashboard-refund.json" || fail "POST /v1/refunds"
+re_dash="$(value "$work/dashboard-refund.json" 'j["id"]')"
+chargectl audit --since 1h --json >"$work/audit2.json" 2>"$work/audit2.err" \
+  || fail "chargectl audit: $(cat "$work/audit2.err")"
+check "$work/audit2.json" "j['by_class']['at_stripe_not_here'] == 1 and [f['stripe_id'] for f in j['findings']] == ['$re_dash']" \
+  "one finding, the dashboard refund, in its class"
+chargectl audit --show --json >"$work/audit-show.json" || fail "chargectl audit --show"
+check "$work/audit-show.json" "j['findings'][0]['stripe_id'] == '$re_dash'" "the kept report is the latest run's"
+
+begin "the audit function on its sample scheduled event: the day of 2026-11-29, empty here, drift 0"
+invoke audit events/audit-scheduled.json "$work/audit-fn.out"
+check "$work/audit-fn.out" 'j["window_from"].startswith("2026-11-29T00:00:00") and j["complete"] and j["drift"] == 0 and j["intents"] == 0' \
+  "an empty window, read whole"
+
 # --- 5. The static sample batch: a malformed record is reported, never dropped ------------------
 begin "events/charge-sqs-batch.json: poison records are parked on the DLQ with their reason, none blocks"
 invoke charge events/charge-sqs-batch.json "$work/sample.out"
