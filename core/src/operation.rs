@@ -374,6 +374,12 @@ pub struct Operation {
     /// was sent). Set once, by the write that created that operation; never cleared but by its
     /// own outcome giving the authorization back.
     pub taken_by: Option<Taker>,
+    /// When the record became settled (`succeeded` or `failed`): what the drift audit selects a
+    /// window's records by. Set once, by the write that settles it (a refund that fails after it
+    /// succeeded keeps its first). `None` while unsettled, and on records settled by releases
+    /// before 2026-12-04, which had no settle time: those are read and shown as any other, only
+    /// never listed by a window.
+    pub settled_at: Option<Timestamp>,
 }
 
 impl Operation {
@@ -525,6 +531,7 @@ impl Fresh {
             capture_before: None,
             amount_captured: None,
             taken_by: None,
+            settled_at: None,
         }
     }
 }

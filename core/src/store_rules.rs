@@ -155,8 +155,19 @@ pub fn apply_guarded(
     check(op, guards)?;
     let mut next = op.clone();
     write.change(&mut next);
+    stamp_settled(op, &mut next);
     debug_assert_invariants(&next);
     Ok(next)
+}
+
+/// Every write that settles a record (unsettled before, `succeeded` or `failed` after) stamps its
+/// settle time, here in one place rather than in each transition's change: the write's own time,
+/// the `updated_at` it sets. A settled record's later writes (a refund's reservation, a refund
+/// failed after it succeeded) keep the first.
+pub fn stamp_settled(before: &Operation, after: &mut Operation) {
+    if !before.status.is_settled() && after.status.is_settled() {
+        after.settled_at = Some(after.updated_at);
+    }
 }
 
 /// The invariants every record a transition writes keeps (see the module doc).
@@ -668,6 +679,49 @@ mod tests {
             refused_claim(settled.clone(), Guard::Unsettled),
             Claim::Settled(settled)
         );
+    }
+
+    /// The write that settles stamps its own time once: an unknown outcome does not, the
+    /// settling one does, and a later write of the settled record (a late failure) keeps it.
+    #[test]
+    fn the_settling_write_stamps_the_settle_time_once() {
+        use crate::store::ReleaseRefund;
+        let (op, token) = leased();
+        let t1 = T0.plus(Duration::from_secs(5));
+        let unknown = apply(
+            &op,
+            &testing::outcome(&op, token, OperationStatus::Unknown, t1),
+        )
+        .unwrap();
+        assert_eq!(unknown.settled_at, None, "unknown is not settled");
+        let t2 = T0.plus(Duration::from_secs(9));
+        let token = LeaseToken::new_random();
+        let again = apply(&unknown, &testing::claim_request(&unknown, token, t2)).unwrap();
+        let settled = apply(
+            &again,
+            &testing::outcome(&again, token, OperationStatus::Succeeded, t2),
+        )
+        .unwrap();
+        assert_eq!(settled.settled_at, Some(t2));
+        // A succeeded refund that fails later keeps its first settle time.
+        let refund = Operation {
+            kind: OperationKind::Refund(crate::domain::RefundId::parse("rf_1").unwrap()),
+            ..settled.clone()
+        };
+        let later = RefundFailedLater {
+            key: refund.key(),
+            operation_id: refund.operation_id,
+            failure_reason: "expired_or_canceled_card".into(),
+            release: ReleaseRefund {
+                charge: refund.key().charge_of_order(),
+                amount: refund.params.amount(),
+                now: t2.plus(Duration::from_secs(60)),
+            },
+            now: t2.plus(Duration::from_secs(60)),
+        };
+        let failed = apply(&refund, &later).unwrap();
+        assert_eq!(failed.status, OperationStatus::Failed);
+        assert_eq!(failed.settled_at, Some(t2));
     }
 
     /// An operator's resolution that gives a reservation back is a refund's only: over a charge

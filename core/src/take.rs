@@ -174,6 +174,7 @@ pub fn initial(mut op: Operation, taking: &Taking) -> Operation {
     if taking.settled_at_the_door {
         op.status = OperationStatus::Succeeded;
         op.next_due_at = None;
+        op.settled_at = Some(op.updated_at);
     }
     op
 }

@@ -5,6 +5,7 @@
 //! | INSERT / MODIFY whose change is an outcome ([`outcome_of`]) | published (a settled one only once the table confirms it, below) |
 //! | INSERT / MODIFY whose change is a settled outcome the table does not hold | not published: copied to the relay's DLQ with the reason ([`NOT_IN_TABLE_REASON`]; alarmed), counted (`OutcomesNotInTable`), and the batch goes on |
 //! | INSERT / MODIFY that is not an outcome (a claim, a reschedule, …), REMOVE | skipped, counted |
+//! | a drift audit's report (`pk = AUDIT`, [`is_audit_report`]): the table holds them, they are not operations | skipped, counted |
 //! | an image that does not parse as an operation | copied to the relay's DLQ with the reason ([`unreadable_letter`]; alarmed), counted, and the batch goes on; if that copy fails, reported failed (retried, never dropped) |
 //! | a publish that fails (the call or one entry), or a read-back that fails | reported failed from the first such record on |
 //!
@@ -27,7 +28,7 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use charge_once::adapters::dynamodb::stream::operation_from_image;
+use charge_once::adapters::dynamodb::stream::{is_audit_report, operation_from_image};
 use charge_once::outbox::{outcome_of, Outcome, OutcomeEvent};
 use charge_once::ports::{
     DeadLetter, DeadLetterQueue, MetricsSink, OperationStore, OutcomePublisher, StoreError,
@@ -378,6 +379,9 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
     if !matches!(record.event_name.as_str(), "INSERT" | "MODIFY") {
         return Ok(None);
     }
+    if is_audit_report(&record.change.keys) || is_audit_report(&record.change.new_image) {
+        return Ok(None);
+    }
     let after = operation_from_image(&record.change.new_image)?.ok_or("no new image")?;
     // An old image this release cannot read (the write that repaired a corrupted record) is
     // decided on the new image alone: at worst an outcome is published again, with the same
@@ -643,6 +647,47 @@ mod tests {
         bad["amount"] = json!({"N": "-5"});
         records.insert(4, record(7, "MODIFY", None, Some(bad)));
         records
+    }
+
+    /// A drift audit's report written, then replaced by a re-run of its window: items of the
+    /// table that are not operations. Skipped as a claim is, never parked as unreadable.
+    #[tokio::test]
+    async fn an_audit_report_is_skipped_not_parked() {
+        let recorder = Arc::new(Recorder::default());
+        let dlq = Arc::new(Parker::default());
+        let report = json!({
+            "pk": {"S": "AUDIT"},
+            "sk": {"S": "2026-12-04T00:00:00.000Z/2026-12-03T00:00:00.000Z"},
+            "drift": {"N": "0"},
+            "report": {"S": "{}"},
+        });
+        let mut records = Vec::new();
+        for (seq, name) in [(1, "INSERT"), (2, "MODIFY")] {
+            let mut raw =
+                serde_json::to_value(record(seq, name, None, Some(report.clone()))).unwrap();
+            raw["dynamodb"]["Keys"] = json!({"pk": report["pk"], "sk": report["sk"]});
+            if name == "MODIFY" {
+                raw["dynamodb"]["OldImage"] = report.clone();
+            }
+            records.push(serde_json::from_value::<EventRecord>(raw).unwrap());
+        }
+        // Its twin: the same batch with an operation's image that does not parse is parked.
+        let mut bad = image_json(&operation_to_item(&op("ord-c")));
+        bad["amount"] = json!({"N": "-5"});
+        records.push(record(3, "INSERT", None, Some(bad)));
+        let (response, report) = relay(&deps_with(&recorder, &dlq, &records), &records).await;
+        assert!(response.batch_item_failures.is_empty());
+        assert_eq!(
+            (
+                report.skipped,
+                report.malformed,
+                report.parked,
+                report.published
+            ),
+            (2, 1, 1, 0)
+        );
+        assert_eq!(dlq.letters.lock().unwrap().len(), 1, "only the operation's");
+        assert!(recorder.published.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

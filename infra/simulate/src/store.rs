@@ -32,9 +32,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
+use charge_once::audit::{AuditReport, AuditWindow};
 use charge_once::domain::CaptureMethod;
 use charge_once::operation::{AuditEntry, Lease, Params, Review, Taker};
 use charge_once::outbox::{outcome_change, Outcome};
+use charge_once::ports::{AuditLog, StoredReports};
 use charge_once::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
@@ -194,6 +196,8 @@ struct Packed {
     /// An authorization's facts (a charge made with `capture: manual`); `None` for every other
     /// record: 8 bytes where nearly none has one.
     hold: Option<Box<HoldRest>>,
+    /// When it settled (what the audit's window selects by).
+    settled_at: Option<Timestamp>,
 }
 
 /// What only an authorized charge has.
@@ -256,6 +260,7 @@ impl Packed {
             capture_before,
             amount_captured,
             taken_by,
+            settled_at,
         } = op;
         let mut hold = (capture_before.is_some()
             || amount_captured.is_some()
@@ -332,6 +337,7 @@ impl Packed {
             review: review.map(Box::new),
             history: (!history.is_empty()).then(|| Box::new(history)),
             hold,
+            settled_at,
         }
     }
 
@@ -389,6 +395,7 @@ impl Packed {
             capture_before: self.hold.as_ref().and_then(|h| h.capture_before),
             amount_captured: self.hold.as_ref().and_then(|h| h.amount_captured),
             taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
+            settled_at: self.settled_at,
         }
     }
 
@@ -759,6 +766,9 @@ pub struct SimStore {
     /// Where `legacy_record` and `unreadable_record` are decided and counted (none: neither).
     pub faults: Option<Arc<Faults>>,
     pub trace: Option<Arc<Trace>>,
+    /// The drift audit's reports, as `charge_once::memory::MemoryStore` keeps them (JSON by
+    /// window end, then start).
+    reports: Mutex<BTreeMap<(Timestamp, Timestamp), String>>,
 }
 
 impl Default for SimStore {
@@ -774,6 +784,7 @@ impl Default for SimStore {
             first_stale_write: Mutex::new(None),
             faults: None,
             trace: None,
+            reports: Mutex::default(),
         }
     }
 }
@@ -1108,6 +1119,46 @@ fn decode_cursor(cursor: &str) -> Result<Position, StoreError> {
     Ok((due, OperationKey::of_kind(order, kind)))
 }
 
+impl SimStore {
+    /// Stores `raw` as the report of `window`, as given: for a test of a report this release
+    /// cannot read.
+    pub fn put_raw_report_for_tests(&self, window: &AuditWindow, raw: &str) {
+        self.lock_reports()
+            .insert((window.to, window.from), raw.to_owned());
+    }
+
+    fn lock_reports(&self) -> MutexGuard<'_, BTreeMap<(Timestamp, Timestamp), String>> {
+        self.reports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl AuditLog for SimStore {
+    async fn put_report(&self, report: &AuditReport) -> Result<(), StoreError> {
+        self.calls.write();
+        let raw = serde_json::to_string(report)
+            .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
+        self.lock_reports()
+            .insert((report.window.to, report.window.from), raw);
+        Ok(())
+    }
+
+    async fn latest_reports(&self, limit: usize) -> Result<StoredReports, StoreError> {
+        self.calls.query();
+        let mut stored = StoredReports::default();
+        for ((to, from), raw) in self.lock_reports().iter().rev().take(limit.max(1)) {
+            match serde_json::from_str(raw) {
+                Ok(report) => stored.reports.push(report),
+                Err(e) => stored.unreadable.push(UnreadableRecord {
+                    key: format!("AUDIT/{}/{}", to.to_rfc3339(), from.to_rfc3339()),
+                    reason: format!("report: {e}"),
+                }),
+            }
+        }
+        Ok(stored)
+    }
+}
+
 #[async_trait]
 impl OperationStore for SimStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
@@ -1302,6 +1353,53 @@ impl OperationStore for SimStore {
             None => Ok(store_rules::recorded(self.conditional(&req.key, req)?)),
             Some(release) => self.with_release(&req.key, req, release),
         }
+    }
+
+    /// A scan of the slots, as `refunds_of`'s: the simulation runs no audit, so no run pays
+    /// for a settled index kept on every write.
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.calls.query();
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        let t = self.lock();
+        let mut positions: Vec<(Position, u32)> = t
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(at, slot)| {
+                let settled = slot.record.settled_at.filter(|s| window.contains(*s))?;
+                let position = (settled.as_millis(), slot.key.clone());
+                let at = u32::try_from(at).ok()?;
+                Some((position, at))
+            })
+            .filter(|(p, _)| after.as_ref().is_none_or(|a| p > a))
+            .collect();
+        positions.sort();
+        let limit = limit.max(1);
+        let more = positions.len() > limit;
+        positions.truncate(limit);
+        let next = match (more, positions.last()) {
+            (true, Some((p, _))) => Some(encode_cursor(p)),
+            _ => None,
+        };
+        let mut page = Page {
+            next,
+            ..Page::default()
+        };
+        for ((_, key), at) in &positions {
+            match t.read_at(key, *at) {
+                Ok(op) => page.operations.push(op),
+                Err(e) => page.unreadable.push(UnreadableRecord {
+                    key: e.unreadable.clone().unwrap_or_default(),
+                    reason: charge_once::telemetry::ErrorChain(&e).to_string(),
+                }),
+            }
+        }
+        Ok(page)
     }
 
     async fn query_index(

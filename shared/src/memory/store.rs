@@ -9,16 +9,22 @@ use async_trait::async_trait;
 
 use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
+use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
 use crate::ports::{
     Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
     Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
     StoreCalls, StoreError, TakeAuthorization, TakingCreated,
 };
 use crate::store_rules::{self, Transition, Written};
+use crate::time::Timestamp;
+use charge_core::audit::{AuditReport, AuditWindow};
 
 #[derive(Default)]
 pub struct MemoryStore {
     items: Mutex<BTreeMap<OperationKey, Operation>>,
+    /// The drift audit's reports as DynamoDB keeps them: JSON by window (end, then start), read
+    /// back through the same parse, so a report this release cannot read is set aside as there.
+    reports: Mutex<BTreeMap<(Timestamp, Timestamp), String>>,
     pub calls: StoreCalls,
 }
 
@@ -31,6 +37,17 @@ impl MemoryStore {
     /// up a test in a state the ports would take many steps to reach.
     pub fn put_for_tests(&self, op: Operation) {
         self.lock().insert(op.key(), op);
+    }
+
+    /// Stores `raw` as the report of `window`, as given (a report another release wrote, or a
+    /// hand edit): for a test of what [`AuditLog::latest_reports`] does with one it cannot read.
+    pub fn put_raw_report_for_tests(&self, window: &AuditWindow, raw: &str) {
+        self.lock_reports()
+            .insert((window.to, window.from), raw.to_owned());
+    }
+
+    fn lock_reports(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Timestamp, Timestamp), String>> {
+        self.reports.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every record, for assertions and reports.
@@ -118,6 +135,40 @@ fn encode_cursor(op: &Operation) -> String {
 
 fn decode_cursor(cursor: &str) -> Result<(i64, String, String), StoreError> {
     serde_json::from_str(cursor).map_err(|_| StoreError::new("malformed page cursor"))
+}
+
+/// Position in the settled index: settle time, then the whole business key (as
+/// [`index_position`], and for the same reason).
+fn settled_position(op: &Operation) -> (i64, String, String) {
+    let at = op.settled_at.map(|t| t.as_millis()).unwrap_or(i64::MAX);
+    (at, op.order_id.as_str().to_owned(), op.kind.sort_key())
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn put_report(&self, report: &AuditReport) -> Result<(), StoreError> {
+        self.calls.write();
+        let raw = serde_json::to_string(report)
+            .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
+        self.lock_reports()
+            .insert((report.window.to, report.window.from), raw);
+        Ok(())
+    }
+
+    async fn latest_reports(&self, limit: usize) -> Result<StoredReports, StoreError> {
+        self.calls.query();
+        let mut stored = StoredReports::default();
+        for ((to, from), raw) in self.lock_reports().iter().rev().take(limit.max(1)) {
+            match serde_json::from_str(raw) {
+                Ok(report) => stored.reports.push(report),
+                Err(e) => stored.unreadable.push(UnreadableRecord {
+                    key: format!("AUDIT/{}/{}", to.to_rfc3339(), from.to_rfc3339()),
+                    reason: format!("report: {e}"),
+                }),
+            }
+        }
+        Ok(stored)
+    }
 }
 
 #[async_trait]
@@ -235,6 +286,38 @@ impl OperationStore for MemoryStore {
             None => self.conditional(&req.key, req).map(store_rules::recorded),
             Some(release) => self.with_release(&req.key, req, release),
         }
+    }
+
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.calls.query();
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        let items = self.lock();
+        let mut matching: Vec<&Operation> = items
+            .values()
+            .filter(|op| op.settled_at.is_some_and(|t| window.contains(t)))
+            .filter(|op| after.as_ref().is_none_or(|a| settled_position(op) > *a))
+            .collect();
+        matching.sort_by_key(|op| settled_position(op));
+        let limit = limit.max(1);
+        let more = matching.len() > limit;
+        matching.truncate(limit);
+        let next = match (more, matching.last()) {
+            (true, Some(op)) => Some(
+                serde_json::to_string(&settled_position(op))
+                    .map_err(|e| StoreError::with_source("cannot encode page cursor", e))?,
+            ),
+            _ => None,
+        };
+        Ok(Page {
+            operations: matching.into_iter().cloned().collect(),
+            unreadable: Vec::new(),
+            next,
+        })
     }
 
     async fn query_index(

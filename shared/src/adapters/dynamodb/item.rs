@@ -23,6 +23,11 @@
 //! | `review_reason` (S), `review_flagged_at` (N) | | only when flagged |
 //! | `history` | L of M | operator actions, appended by `resolve`/`redrive`: `action`, `previous_status`, `new_status`, `note`, `caller` (S), `at` (N), `label`, `forced`, `review`, `replaced_external_id` (S, optional) |
 //! | `due_shard` (S), `due_at` (N) | | the unknown index; only while unsettled |
+//! | `settled_on` (S), `settled_at` (N) | | the settled index (`settled-by-day`): the UTC day `YYYY-MM-DD` and the time (ms) the record settled; set by the write that settles it, never changed after; absent while unsettled and on records settled before 2026-12-04 |
+//!
+//! The drift audit's reports share the table under `pk = AUDIT` (never an operation's: those are
+//! `ORDER#…`), `sk = <window end>/<window start>` (RFC 3339), with `window_from`, `window_to`,
+//! `ran_at` (N, ms), `drift` (N) and `report` (S, the report as JSON): [`report_to_item`].
 
 use std::collections::HashMap;
 
@@ -36,16 +41,18 @@ use crate::domain::{
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review, Taker,
 };
-use crate::ports::StoreError;
+use crate::ports::{StoreError, UnreadableRecord};
 use crate::time::Timestamp;
+use charge_core::audit::AuditReport;
 use charge_core::refund::{RefundParams, RefundReason};
 
 use super::paging::IndexPosition;
 use super::schema::{
-    due_shard, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD, EXTERNAL_ID,
-    FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK,
-    REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD, SK, STATUS,
-    STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
+    audit_sort_key, due_shard, settled_day, IndexKeys, AMOUNT_CAPTURED, ATTEMPTS, AUDIT_DRIFT,
+    AUDIT_PK, AUDIT_RAN_AT, AUDIT_REPORT, AUDIT_WINDOW_FROM, AUDIT_WINDOW_TO, CAPTURE_BEFORE,
+    DUE_AT, DUE_SHARD, EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT,
+    LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON,
+    REVIEW_SHARD, SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 
 pub type Attrs = HashMap<String, AttributeValue>;
@@ -140,6 +147,8 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         (op.refund_reserved != 0).then(|| attr_n(op.refund_reserved)),
     );
     put(STRIPE_REFUND_ID, op.stripe_refund_id.as_deref().map(attr_s));
+    put(SETTLED_AT, op.settled_at.map(|t| attr_n(t.as_millis())));
+    put(SETTLED_ON, op.settled_at.map(|t| attr_s(&settled_day(t))));
     put(EXTERNAL_ID, op.external_id.as_deref().map(attr_s));
     put(LAST_ERROR, op.last_error.as_deref().map(attr_s));
     put(
@@ -449,6 +458,7 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         taken_by: get_s(item, TAKEN_BY)?
             .map(|t| domain(TAKEN_BY, Taker::parse(t)))
             .transpose()?,
+        settled_at: get_t(item, SETTLED_AT)?,
     })
 }
 
@@ -505,12 +515,54 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
     })
 }
 
-/// The position of an index entry as a Query returns it (table keys and `due_at`).
-pub(super) fn index_position(entry: &Attrs) -> Result<IndexPosition, StoreError> {
+/// A drift audit's report as its item (see the module doc): replaced whole by the next report of
+/// the same window, which has the same key.
+pub fn report_to_item(report: &AuditReport) -> Result<Attrs, StoreError> {
+    let json = serde_json::to_string(report)
+        .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
+    Ok(HashMap::from([
+        (PK.to_owned(), attr_s(AUDIT_PK)),
+        (SK.to_owned(), attr_s(&audit_sort_key(&report.window))),
+        (
+            AUDIT_WINDOW_FROM.to_owned(),
+            attr_n(report.window.from.as_millis()),
+        ),
+        (
+            AUDIT_WINDOW_TO.to_owned(),
+            attr_n(report.window.to.as_millis()),
+        ),
+        (AUDIT_RAN_AT.to_owned(), attr_n(report.ran_at.as_millis())),
+        (AUDIT_DRIFT.to_owned(), attr_n(report.drift())),
+        (AUDIT_REPORT.to_owned(), attr_s(&json)),
+    ]))
+}
+
+/// The report a stored item holds, or why it cannot be read (named by its key, `AUDIT/<sk>`).
+pub fn report_from_item(item: &Attrs) -> Result<AuditReport, UnreadableRecord> {
+    let key = format!(
+        "{AUDIT_PK}/{}",
+        get_s(item, SK).ok().flatten().unwrap_or("?")
+    );
+    let unreadable = |reason: String| UnreadableRecord {
+        key: key.clone(),
+        reason,
+    };
+    let raw = req_s(item, AUDIT_REPORT).map_err(|e| unreadable(e.message))?;
+    serde_json::from_str(raw).map_err(|e| unreadable(format!("{AUDIT_REPORT}: {e}")))
+}
+
+/// Whether an item is one of the drift audit's reports (not an operation).
+pub fn is_audit_item(item: &Attrs) -> bool {
+    matches!(item.get(PK), Some(AttributeValue::S(pk)) if pk == AUDIT_PK)
+}
+
+/// The position of an entry of the index `keys` as a Query returns it (table keys and the
+/// index's sort key).
+pub(super) fn index_position(keys: IndexKeys, entry: &Attrs) -> Result<IndexPosition, StoreError> {
     Ok(IndexPosition {
         pk: req_key(entry, PK)?,
         sk: req_key(entry, SK)?,
-        due: req_n(entry, DUE_AT)?,
+        due: req_n(entry, keys.sort)?,
     })
 }
 
@@ -522,19 +574,21 @@ pub(super) fn table_key(p: &IndexPosition) -> Attrs {
     ])
 }
 
-/// Where a Query of index partition `shard` resumes after `p` (its `ExclusiveStartKey`).
-pub(super) fn index_start_key(shard: &str, p: &IndexPosition) -> Attrs {
+/// Where a Query of partition `partition` of the index `keys` resumes after `p` (its
+/// `ExclusiveStartKey`).
+pub(super) fn index_start_key(keys: IndexKeys, partition: &str, p: &IndexPosition) -> Attrs {
     let mut key = table_key(p);
-    key.insert(DUE_SHARD.to_owned(), attr_s(shard));
-    key.insert(DUE_AT.to_owned(), attr_n(p.due));
+    key.insert(keys.partition.to_owned(), attr_s(partition));
+    key.insert(keys.sort.to_owned(), attr_n(p.due));
     key
 }
 
-/// Whether a record still sits at index position `p` of partition `shard` (it did not settle,
-/// move to another due time, or move to or from review since the index listed it).
-pub(super) fn is_at(item: &Attrs, shard: &str, p: &IndexPosition) -> bool {
-    matches!(item.get(DUE_SHARD), Some(AttributeValue::S(s)) if s == shard)
-        && matches!(item.get(DUE_AT), Some(AttributeValue::N(n)) if n.parse::<i64>().ok() == Some(p.due))
+/// Whether a record still sits at position `p` of partition `partition` of the index `keys` (for
+/// the unknown index: it did not settle, move to another due time, or move to or from review
+/// since the index listed it; the settled index's keys never change once set).
+pub(super) fn is_at(keys: IndexKeys, item: &Attrs, partition: &str, p: &IndexPosition) -> bool {
+    matches!(item.get(keys.partition), Some(AttributeValue::S(s)) if s == partition)
+        && matches!(item.get(keys.sort), Some(AttributeValue::N(n)) if n.parse::<i64>().ok() == Some(p.due))
 }
 
 #[cfg(test)]
@@ -593,6 +647,25 @@ mod tests {
         // The index attributes are written by the store, not by the mapping.
         item.insert("due_at".into(), attr_n(op.next_due_at.unwrap().as_millis()));
         assert_eq!(operation_from_item(&item).unwrap(), op);
+    }
+
+    #[test]
+    fn a_settled_record_keeps_its_settle_time_and_day() {
+        let mut op = crate::testing::order("ord-settled")
+            .status(OperationStatus::Succeeded)
+            .build();
+        op.settled_at = Some(Timestamp::from_millis(1_796_342_400_000));
+        op.next_due_at = None;
+        let item = operation_to_item(&op);
+        assert_eq!(item.get(SETTLED_ON), Some(&attr_s("2026-12-04")));
+        assert_eq!(item.get(SETTLED_AT), Some(&attr_n(1_796_342_400_000_i64)));
+        assert_eq!(operation_from_item(&item).unwrap(), op);
+        // Unsettled, or settled by a release before the settle time: neither attribute, and
+        // the record reads with none.
+        op.settled_at = None;
+        let item = operation_to_item(&op);
+        assert!(!item.contains_key(SETTLED_ON) && !item.contains_key(SETTLED_AT));
+        assert_eq!(operation_from_item(&item).unwrap().settled_at, None);
     }
 
     #[test]

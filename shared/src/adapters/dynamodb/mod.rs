@@ -82,10 +82,13 @@ use crate::ports::{
 };
 use crate::store_rules::{self, Transition};
 use crate::time::Timestamp;
+use charge_core::audit::AuditWindow;
 
+mod audit_log;
 pub mod item;
 mod paging;
 pub mod schema;
+mod settled;
 pub mod stream;
 pub mod writes;
 
@@ -191,7 +194,7 @@ impl DynamoStore {
         after: Option<&IndexPosition>,
         limit: usize,
     ) -> Result<ShardPage, StoreError> {
-        let start = after.map(|p| item::index_start_key(shard, p));
+        let start = after.map(|p| item::index_start_key(schema::UNKNOWN_KEYS, shard, p));
         let mut values = HashMap::from([(":shard".to_owned(), attr_s(shard))]);
         let condition = match due_by {
             Some(now) => {
@@ -218,7 +221,7 @@ impl DynamoStore {
             entries: out
                 .items()
                 .iter()
-                .map(item::index_position)
+                .map(|e| item::index_position(schema::UNKNOWN_KEYS, e))
                 .collect::<Result<Vec<_>, _>>()?,
             complete: out.last_evaluated_key().is_none(),
         })
@@ -230,6 +233,7 @@ impl DynamoStore {
     /// out: it changed after the index answered, and the next read finds it where it is now.
     async fn records_of(
         &self,
+        keys: schema::IndexKeys,
         entries: &[(String, IndexPosition)],
     ) -> Result<(Vec<Operation>, Vec<UnreadableRecord>), StoreError> {
         // DynamoDB's limit per BatchGetItem.
@@ -246,7 +250,7 @@ impl DynamoStore {
             let Some(item) = found.get(&(p.pk.clone(), p.sk.clone())) else {
                 continue;
             };
-            if item::is_at(item, shard, p) {
+            if item::is_at(keys, item, shard, p) {
                 // One record this release cannot read must not stop the page: it is set aside
                 // with its key and reason, and the caller counts it (UnreadableRecords, alarmed).
                 match operation_from_item(item) {
@@ -864,12 +868,22 @@ impl OperationStore for DynamoStore {
             .into_iter()
             .map(|(i, entry)| (shards[i].clone(), entry))
             .collect();
-        let (operations, unreadable) = self.records_of(&entries).await?;
+        let (operations, unreadable) = self.records_of(schema::UNKNOWN_KEYS, &entries).await?;
         Ok(Page {
             operations,
             unreadable,
             next,
         })
+    }
+
+    /// The settled index, a day's partition after another ([`settled`]).
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.settled_page(window, cursor, limit).await
     }
 
     /// The REVIEW partition's entries as the index holds them (keys and `due_at`), one Query per

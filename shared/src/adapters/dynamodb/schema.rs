@@ -20,6 +20,66 @@ pub const DUE_SHARD: &str = "due_shard";
 /// The unknown index's sort key: when the operation is next due (ms); only while unsettled.
 pub const DUE_AT: &str = "due_at";
 
+/// The settled index's partition key: the UTC day (`YYYY-MM-DD`, [`settled_day`]) the record
+/// settled on; set by the write that settles it, with [`SETTLED_AT`], never changed after.
+pub const SETTLED_ON: &str = "settled_on";
+/// When the record settled (ms): [`crate::operation::Operation::settled_at`], and the settled
+/// index's sort key.
+pub const SETTLED_AT: &str = "settled_at";
+
+/// Name of the index over settled operations by settle time: what the drift audit reads a
+/// window's records from.
+pub const SETTLED_INDEX: &str = "settled-by-day";
+
+/// A secondary index's name and key attributes: what a paged read of it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexKeys {
+    pub name: &'static str,
+    pub partition: &'static str,
+    pub sort: &'static str,
+}
+
+/// The unknown index's keys.
+pub const UNKNOWN_KEYS: IndexKeys = IndexKeys {
+    name: UNKNOWN_INDEX,
+    partition: DUE_SHARD,
+    sort: DUE_AT,
+};
+
+/// The settled index's keys.
+pub const SETTLED_KEYS: IndexKeys = IndexKeys {
+    name: SETTLED_INDEX,
+    partition: SETTLED_ON,
+    sort: SETTLED_AT,
+};
+
+/// The partition of the drift audit's reports in the table (`pk`); `sk` is the window, end then
+/// start ([`audit_sort_key`]). No order id makes it (`ORDER#…`), and its items have neither
+/// index's keys, so no index lists them.
+pub const AUDIT_PK: &str = "AUDIT";
+/// A stored report's attributes (the report itself is [`AUDIT_REPORT`], JSON); the others say
+/// at a glance, in the console, which window it covers and how much drift it found.
+pub const AUDIT_WINDOW_FROM: &str = "window_from";
+pub const AUDIT_WINDOW_TO: &str = "window_to";
+pub const AUDIT_RAN_AT: &str = "ran_at";
+pub const AUDIT_DRIFT: &str = "drift";
+pub const AUDIT_REPORT: &str = "report";
+
+/// The settled index's partition of a settle time: its UTC day, `YYYY-MM-DD`. A day per
+/// partition keeps a day's audit to one or two Queries, and at 1,000 settles/s a partition
+/// value takes about 1,000 writes/s (the day's writes land in one; see [`super`] on shards).
+pub fn settled_day(at: crate::time::Timestamp) -> String {
+    let mut day = at.to_rfc3339();
+    day.truncate(10);
+    day
+}
+
+/// The sort key of a report of the window `[from, to)`: the end, then the start (RFC 3339), so
+/// the newest window end sorts last and a Query read backwards gives the newest first.
+pub fn audit_sort_key(window: &charge_core::audit::AuditWindow) -> String {
+    format!("{}/{}", window.to.to_rfc3339(), window.from.to_rfc3339())
+}
+
 /// The record's attributes that the conditional writes check or change ([`super::writes`]); the
 /// rest of the record is in [`super::item`].
 pub const OPERATION_ID: &str = "operation_id";
@@ -119,15 +179,29 @@ pub(super) fn define_table(
         )
         .build()
         .map_err(|e| StoreError::with_source("bad index definition", e))?;
+    let settled = GlobalSecondaryIndex::builder()
+        .index_name(SETTLED_INDEX)
+        .key_schema(key(SETTLED_ON, KeyType::Hash)?)
+        .key_schema(key(SETTLED_AT, KeyType::Range)?)
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+        )
+        .build()
+        .map_err(|e| StoreError::with_source("bad index definition", e))?;
     Ok(request
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(def(PK, ScalarAttributeType::S)?)
         .attribute_definitions(def(SK, ScalarAttributeType::S)?)
         .attribute_definitions(def(DUE_SHARD, ScalarAttributeType::S)?)
         .attribute_definitions(def(DUE_AT, ScalarAttributeType::N)?)
+        .attribute_definitions(def(SETTLED_ON, ScalarAttributeType::S)?)
+        .attribute_definitions(def(SETTLED_AT, ScalarAttributeType::N)?)
         .key_schema(key(PK, KeyType::Hash)?)
         .key_schema(key(SK, KeyType::Range)?)
         .global_secondary_indexes(index)
+        .global_secondary_indexes(settled)
         // The outbox: the notify function reads old and new images of every write.
         .stream_specification(
             StreamSpecification::builder()
@@ -141,6 +215,35 @@ pub(super) fn define_table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_settle_time_s_day_is_its_utc_date() {
+        use crate::time::Timestamp;
+        // 2026-12-04T00:00:00Z and the millisecond before it.
+        let midnight = Timestamp::from_millis(1_796_342_400_000);
+        assert_eq!(settled_day(midnight), "2026-12-04");
+        assert_eq!(
+            settled_day(Timestamp::from_millis(midnight.as_millis() - 1)),
+            "2026-12-03"
+        );
+    }
+
+    #[test]
+    fn a_later_window_end_sorts_after() {
+        use crate::time::Timestamp;
+        use charge_core::audit::AuditWindow;
+        let w = |from: i64, to: i64| AuditWindow {
+            from: Timestamp::from_millis(from),
+            to: Timestamp::from_millis(to),
+        };
+        let day = 86_400_000;
+        let (a, b) = (w(0, day), w(day, 2 * day));
+        assert_eq!(
+            audit_sort_key(&a),
+            "1970-01-02T00:00:00.000Z/1970-01-01T00:00:00.000Z"
+        );
+        assert!(audit_sort_key(&a) < audit_sort_key(&b));
+    }
 
     #[test]
     fn shard_names() {

@@ -9,7 +9,15 @@
 use serde::Serialize;
 
 use super::item::{item_from_json, operation_from_item};
+use super::schema::{AUDIT_PK, PK};
 use crate::operation::Operation;
+
+/// Whether a stream image (or a record's `Keys`) is one of the drift audit's reports (`pk =
+/// AUDIT`): an item of the table that is not an operation, and never an outcome. The relay skips
+/// it as it skips a claim: it is neither unreadable nor anything to park.
+pub fn is_audit_report(image: &impl Serialize) -> bool {
+    serde_json::to_value(image).is_ok_and(|json| json[PK]["S"] == AUDIT_PK)
+}
 
 /// The operation an image holds. `Ok(None)` when there is no image (an empty map: the old image of
 /// an INSERT, the new image of a REMOVE); `Err` with the reason when the image is not an operation
@@ -44,6 +52,17 @@ mod tests {
         assert_eq!(read.operation_id, op.operation_id);
         assert_eq!(read.params.amount(), op.params.amount());
         assert_eq!(read.status, op.status);
+    }
+
+    #[test]
+    fn an_audit_report_is_told_from_an_operation() {
+        let op = item_json(&operation_to_item(&testing::order("ord-audit").build()));
+        assert!(!is_audit_report(&op));
+        let report = json!({"pk": {"S": "AUDIT"}, "sk": {"S": "2026-12-04T00:00:00.000Z/x"}});
+        assert!(is_audit_report(&report));
+        assert!(!is_audit_report(&json!({})));
+        // An operation whose order id is AUDIT is stored under ORDER#AUDIT: still an operation.
+        assert!(!is_audit_report(&json!({"pk": {"S": "ORDER#AUDIT"}})));
     }
 
     #[test]

@@ -20,13 +20,14 @@ use crate::ports::{
     ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
 };
 use crate::store_rules::{self, Guard, Transition};
+use crate::time::Timestamp;
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
-    due_shard, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD, EXTERNAL_ID,
-    FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN, OPERATION_ID, PK,
-    REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD, SK, STATUS,
-    STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
+    due_shard, settled_day, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD,
+    EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN,
+    OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD,
+    SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -56,6 +57,9 @@ pub const OPERATOR_WRITE_ATTRIBUTES: &[&str] = &[
     // A refund's resolution: its Stripe id, and the charge's reservation it gives back.
     STRIPE_REFUND_ID,
     REFUND_RESERVED,
+    // A resolution settles: the settle time and day (the settled index's keys).
+    SETTLED_AT,
+    SETTLED_ON,
 ];
 
 /// A condition expression with its placeholders.
@@ -266,6 +270,16 @@ impl Expression {
         });
     }
 
+    /// The settle time and its day (the settled index's keys), unless the record has them: the
+    /// first settle is the one kept ([`store_rules::stamp_settled`]). Every write that settles
+    /// calls it; `now` is the `updated_at` it sets.
+    fn settle_at(&mut self, now: Timestamp) {
+        let at = self.value(&format!(":{SETTLED_AT}"), attr_n(now.as_millis()));
+        self.set_to(SETTLED_AT, |_, n| format!("if_not_exists({n}, {at})"));
+        let day = self.value(&format!(":{SETTLED_ON}"), attr_s(&settled_day(now)));
+        self.set_to(SETTLED_ON, |_, n| format!("if_not_exists({n}, {day})"));
+    }
+
     fn remove(&mut self, attr: &'static str) {
         let n = self.name(attr);
         self.remove.push(n);
@@ -377,6 +391,7 @@ impl Update for OutcomeRecord {
             None => {
                 e.remove(DUE_SHARD);
                 e.remove(DUE_AT);
+                e.settle_at(self.now);
             }
             Some(due) => {
                 // The partition depends on the review flag, which only this write can set (claims
@@ -414,6 +429,7 @@ impl Update for TakeAuthorization {
         if self.from == TakeFrom::NeverSent {
             e.set(STATUS, attr_s(OperationStatus::Failed.as_str()));
             e.set(LAST_ERROR, attr_s(store_rules::CANCELED_BEFORE_SENT));
+            e.settle_at(self.now);
             // Never attempted: there is no lease to remove (the rule leaves it as it is).
             for attr in [DUE_SHARD, DUE_AT, REVIEW_REASON, REVIEW_FLAGGED_AT] {
                 e.remove(attr);
@@ -425,8 +441,11 @@ impl Update for TakeAuthorization {
 impl Update for SettleAuthorization {
     fn update(&self, e: &mut Expression) {
         e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        let now = self.now;
         let ended = |e: &mut Expression, status: OperationStatus, error: Option<&str>| {
             e.set(STATUS, attr_s(status.as_str()));
+            // A charge whose own look at Stripe recorded this end first keeps that settle time.
+            e.settle_at(now);
             match error {
                 Some(error) => e.set(LAST_ERROR, attr_s(error)),
                 None => e.remove(LAST_ERROR),
@@ -475,6 +494,7 @@ impl Update for ManualResolution {
         e.set(STATUS, attr_s(self.status.as_str()));
         e.set(UPDATED_AT, attr_n(self.guard.audit.at.as_millis()));
         e.append_history(&self.guard.audit);
+        e.settle_at(self.guard.audit.at);
         if let Some(id) = &self.external_id {
             e.set(EXTERNAL_ID, attr_s(id));
         }
