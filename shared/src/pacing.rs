@@ -30,8 +30,8 @@ use async_trait::async_trait;
 use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent, CreateRefund,
-    PaymentGateway, Sleeper,
+    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent,
+    CreateRefund, ListPage, PaymentGateway, Sleeper,
 };
 use crate::refund::StripeRefund;
 
@@ -221,6 +221,26 @@ impl PaymentGateway for PacedGateway {
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         self.slot(&self.calls).await?;
         self.inner.list_refunds(payment_intent).await
+    }
+
+    // The audit's lists: one slot a page, each page one request.
+
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.list_intents_created(window, starting_after).await
+    }
+
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.list_refunds_created(window, starting_after).await
     }
 }
 

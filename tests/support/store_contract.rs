@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_once::audit::AuditWindow;
 use charge_once::domain::{
     CancelParams, CancelRequest, CaptureMethod, CaptureParams, CaptureRequest,
 };
@@ -1487,6 +1488,230 @@ pub async fn an_outcome_writes_stripe_s_deadline_and_the_amount_captured(
     assert_eq!(stored(&store, &op).await, Some(written));
 }
 
+/// A charge of `order` created at `T0`, claimed and settled by its holder's outcome `status` at
+/// `at` (or left `unknown`, due again, when `status` is not settled).
+async fn settled_by_record(
+    store: &Arc<dyn OperationStore>,
+    order: &str,
+    status: OperationStatus,
+    at: Timestamp,
+) -> Operation {
+    let op = operation(order, 1000, T0);
+    store.create_if_absent(&op).await.unwrap();
+    let token = LeaseToken::new_random();
+    store.claim(&claim_request(&op, token, T0)).await.unwrap();
+    match store
+        .record(&outcome(&op, token, status, at))
+        .await
+        .unwrap()
+    {
+        Recorded::Written(written) => written,
+        other => panic!("{order}: the holder's outcome is written, got {other:?}"),
+    }
+}
+
+/// Every record `settled_between` lists for `window`, `limit` a page, in the order listed.
+async fn settled_in(
+    store: &Arc<dyn OperationStore>,
+    window: &AuditWindow,
+    limit: usize,
+) -> Vec<Operation> {
+    let mut all = Vec::new();
+    let mut cursor = None;
+    for _ in 0..100 {
+        let page = store.settled_between(window, cursor, limit).await.unwrap();
+        assert!(page.unreadable.is_empty(), "{:?}", page.unreadable);
+        assert!(page.operations.len() <= limit);
+        all.extend(page.operations);
+        cursor = page.next;
+        if cursor.is_none() {
+            return all;
+        }
+    }
+    panic!("settled_between never ended");
+}
+
+fn keys(ops: &[Operation]) -> Vec<(String, String)> {
+    let mut keys: Vec<_> = ops
+        .iter()
+        .map(|op| (op.order_id.as_str().to_owned(), op.kind.sort_key()))
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// What the drift audit reads: every record settled in the window, whatever settled it (an
+/// outcome, an operator, a capture's end of its charge, a cancel before the charge was sent),
+/// once each across pages, oldest settle first; never an unsettled record, one settled outside
+/// the window, or one a release before the settle time settled.
+pub async fn settled_between_lists_what_settled_in_the_window_once_by_pages(
+    store: Arc<dyn OperationStore>,
+) {
+    let s = Duration::from_secs;
+    let window = AuditWindow {
+        from: T0.plus(s(30)),
+        to: T0.plus(s(180)).plus(Duration::from_millis(1)),
+    };
+    let first = settled_by_record(
+        &store,
+        "contract-settled-a",
+        OperationStatus::Succeeded,
+        window.from,
+    )
+    .await;
+    assert_eq!(
+        first.settled_at,
+        Some(window.from),
+        "the settling write's time"
+    );
+    let before = window.from.minus(Duration::from_millis(1));
+    let early = settled_by_record(
+        &store,
+        "contract-settled-b",
+        OperationStatus::Failed,
+        before,
+    )
+    .await;
+    assert_eq!(
+        stored(&store, &early).await.unwrap().settled_at,
+        Some(before)
+    );
+    settled_by_record(
+        &store,
+        "contract-settled-c",
+        OperationStatus::Succeeded,
+        window.to,
+    )
+    .await;
+    let unknown = settled_by_record(
+        &store,
+        "contract-settled-d",
+        OperationStatus::Unknown,
+        T0.plus(s(60)),
+    )
+    .await;
+    assert_eq!(unknown.settled_at, None);
+    // An operator's resolution.
+    let by_hand = operation("contract-settled-e", 1000, T0);
+    store.create_if_absent(&by_hand).await.unwrap();
+    let resolved_at = T0.plus(s(90));
+    let req = resolution(&by_hand, OperationStatus::Succeeded, resolved_at);
+    let Recorded::Written(resolved) = store.resolve(&req).await.unwrap() else {
+        panic!("resolved");
+    };
+    assert_eq!(resolved.settled_at, Some(resolved_at));
+    // A cancel before the charge was sent: the charge settles `failed` in the cancel's write,
+    // and the cancel is written settled (as the door writes it).
+    let pending = operation("contract-settled-f", 1000, T0);
+    store.create_if_absent(&pending).await.unwrap();
+    let (mut cancel, take) = taking_of(&pending, false, TakeFrom::NeverSent);
+    cancel.status = OperationStatus::Succeeded;
+    cancel.next_due_at = None;
+    cancel.settled_at = Some(take.now);
+    store.create_taking(&cancel, &take).await.unwrap();
+    assert_eq!(
+        stored(&store, &pending).await.unwrap().settled_at,
+        Some(take.now)
+    );
+    // A capture's outcome ends its charge's authorization: both settle at the same millisecond.
+    let charge = authorized_charge(&store, "contract-settled-g", 1000).await;
+    let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
+    store.create_taking(&capture, &take).await.unwrap();
+    let token = LeaseToken::new_random();
+    claimed_taking(&store, &capture, token).await;
+    let captured = charge_once::Amount::new(1000).unwrap();
+    let rec = taking_outcome(
+        &capture,
+        token,
+        OperationStatus::Succeeded,
+        AuthorizationOutcome::Captured(captured),
+    );
+    store.record(&rec).await.unwrap();
+    // Settled by a release before the settle time: read as any other, never listed.
+    let old = succeeded_charge(&store, "contract-settled-h", 1000).await;
+    assert_eq!(stored(&store, &old).await.unwrap().settled_at, None);
+
+    let want = vec![
+        ("contract-settled-a".to_owned(), "charge".to_owned()),
+        ("contract-settled-e".to_owned(), "charge".to_owned()),
+        ("contract-settled-f".to_owned(), "cancel".to_owned()),
+        ("contract-settled-f".to_owned(), "charge".to_owned()),
+        ("contract-settled-g".to_owned(), "capture".to_owned()),
+        ("contract-settled-g".to_owned(), "charge".to_owned()),
+    ];
+    for limit in [1, 2, 4, 100] {
+        let listed = settled_in(&store, &window, limit).await;
+        assert_eq!(keys(&listed), want, "limit {limit}: each once");
+        let times: Vec<Timestamp> = listed.iter().map(|op| op.settled_at.unwrap()).collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "oldest first: {times:?}"
+        );
+        assert!(listed.iter().all(|op| op.status.is_settled()));
+    }
+    let g = settled_in(&store, &window, 100).await;
+    let g_times: Vec<Timestamp> = g
+        .iter()
+        .filter(|op| op.order_id.as_str() == "contract-settled-g")
+        .map(|op| op.settled_at.unwrap())
+        .collect();
+    assert_eq!(g_times, [rec.now, rec.now]);
+}
+
+/// The window is `[from, to)` to the millisecond, also where it crosses midnight UTC (DynamoDB
+/// keeps a day per index partition).
+pub async fn settled_between_is_half_open_across_midnight(store: Arc<dyn OperationStore>) {
+    const DAY_MS: i64 = 86_400_000;
+    let midnight = Timestamp::from_millis((T0.as_millis() / DAY_MS + 1) * DAY_MS);
+    let ten = Duration::from_secs(10);
+    let ms = Duration::from_millis(1);
+    let at = [
+        midnight.minus(ten),
+        midnight.minus(ms),
+        midnight,
+        midnight.plus(ten),
+    ];
+    for (i, t) in at.iter().enumerate() {
+        settled_by_record(
+            &store,
+            &format!("contract-midnight-{i}"),
+            OperationStatus::Succeeded,
+            *t,
+        )
+        .await;
+    }
+    let orders = |ops: Vec<Operation>| -> Vec<String> {
+        ops.iter()
+            .map(|op| op.order_id.as_str().to_owned())
+            .collect()
+    };
+    let window = |from: Timestamp, to: Timestamp| AuditWindow { from, to };
+    for limit in [1, 3] {
+        assert_eq!(
+            orders(settled_in(&store, &window(at[0], at[3]), limit).await),
+            [
+                "contract-midnight-0",
+                "contract-midnight-1",
+                "contract-midnight-2"
+            ],
+            "limit {limit}"
+        );
+    }
+    assert_eq!(
+        orders(settled_in(&store, &window(midnight, at[3]), 5).await),
+        ["contract-midnight-2"]
+    );
+    assert_eq!(
+        orders(settled_in(&store, &window(at[0], midnight), 5).await),
+        ["contract-midnight-0", "contract-midnight-1"]
+    );
+    let empty = store
+        .settled_between(&window(midnight, midnight), None, 5)
+        .await
+        .unwrap();
+    assert!(empty.operations.is_empty() && empty.next.is_none());
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -1523,6 +1748,8 @@ macro_rules! store_contract_tests {
             a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_write,
             a_refused_authorization_end_leaves_both_records_unchanged,
             an_outcome_writes_stripe_s_deadline_and_the_amount_captured,
+            settled_between_lists_what_settled_in_the_window_once_by_pages,
+            settled_between_is_half_open_across_midnight,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

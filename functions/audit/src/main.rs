@@ -30,6 +30,10 @@ async fn main() -> Result<(), Error> {
 async fn wire() -> Result<AuditFunction, Error> {
     let config = AuditConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
+    let policy = AuditPolicy {
+        key_window: config.policy.key_window,
+        page_lead: config.policy.authorization_page_lead,
+    };
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
     let budget = Arc::new(Budget::new(
         config.audit.requests_per_second,
@@ -54,10 +58,7 @@ async fn wire() -> Result<AuditFunction, Error> {
         gateway,
         clock: charge.clock,
         metrics: Arc::new(StdoutMetrics),
-        policy: AuditPolicy {
-            key_window: config.policy.key_window,
-            page_lead: config.policy.authorization_page_lead,
-        },
+        policy,
         window: config.audit.window,
     })
 }

@@ -423,6 +423,11 @@ fn charge_path_store(ctx: &Ctx, out: &mut Vec<Item>) {
     // Index writes are not on the wire: the create's put enters the unknown index, the settling
     // record's REMOVE leaves it; the claim changes nothing the index projects.
     out.push(item("charge path", "all", "DynamoDB unknown-index writes (derived: the create puts the entry, the settling record removes it)".into(), puts + 1.0, DDB_PER_WRU, "WRU", true));
+    // The drift audit's record side: each settling write stamps its day (`settled_on`), one
+    // entry of the keys-only settled-by-day index; the daily audit reads the entry and the record
+    // once (BatchGetItem, strongly consistent, one item < 4 KB).
+    out.push(item("drift audit", "all", "DynamoDB settled-by-day index write (derived: the settling record stamps its day)".into(), 1.0, DDB_PER_WRU, "WRU", true));
+    out.push(item("drift audit", "all", "DynamoDB audit reads (derived: the daily audit reads each settled record once)".into(), 1.0, DDB_PER_RRU, "RRU", true));
     out.push(item(
         "charge path",
         "all",

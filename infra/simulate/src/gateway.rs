@@ -22,13 +22,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_once::adapters::stripe::{
-    cancel_form, capture_form, collect_refund_pages, parse_payment_intent, parse_refund,
-    parse_refund_page, parse_search, refund_form, settle_answer, worth_retrying, Answer, SecretKey,
-    REFUND_PAGE_SIZE,
+    cancel_form, capture_form, collect_refund_pages, created_list_query, parse_intent_list,
+    parse_payment_intent, parse_refund, parse_refund_list, parse_refund_page, parse_search,
+    refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
 };
 use charge_once::domain::{CaptureMethod, StripeRefundId};
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway,
+    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund,
+    ListPage, PaymentGateway,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
@@ -272,6 +273,31 @@ impl PaymentGateway for InProcessGateway {
             parse_refund_page(&body)
         })
         .await
+    }
+
+    /// As the client's: the same query and reader, one request a page.
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        let query = created_list_query(window, REFUND_PAGE_SIZE, starting_after);
+        let (body, _) = self
+            .call(|| wire(self.sim.list_intents_in_process(&query)).into())
+            .await?;
+        parse_intent_list(&body)
+    }
+
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        let query = created_list_query(window, REFUND_PAGE_SIZE, starting_after);
+        let (body, _) = self
+            .call(|| wire(self.sim.list_refunds_query_in_process(&query)).into())
+            .await?;
+        parse_refund_list(&body)
     }
 }
 

@@ -514,6 +514,10 @@ struct Table {
     unreadable: FxHashMap<OperationKey, Unreadable>,
     /// Unreadable records an operator repaired.
     repaired: u64,
+    /// Every settled record's (settle time in ms, slot), sorted: built by the first audit read
+    /// after a write ([`OperationStore::settled_between`]), dropped by the next write, so a run
+    /// pays for it only when audited.
+    settled_sorted: Option<Vec<(i64, u32)>>,
 }
 
 /// The outcomes published for one operation. The event id is a function of the operation id and
@@ -574,6 +578,7 @@ impl Table {
 
     /// Stores `op` as the record at its key (a new slot if the key has none); returns the slot.
     fn store(&mut self, op: Operation) -> usize {
+        self.settled_sorted = None;
         let key = op.key();
         let at = self.slot(&key);
         let same = at.and_then(|at| match self.slots[at].record.what {
@@ -1093,6 +1098,21 @@ impl SimStore {
         }
     }
 
+    /// Changes the record at `key` as a person with write access to the table would: no rule,
+    /// no condition, no outcome published, its settle time kept (the drift the audit exists to
+    /// find). False when there is no such record.
+    pub fn edit_by_hand(&self, key: &OperationKey, edit: impl FnOnce(&mut Operation)) -> bool {
+        let mut t = self.lock();
+        let Some(mut op) = t.get(key) else {
+            return false;
+        };
+        t.unindex(&op);
+        edit(&mut op);
+        let at = t.store(op);
+        t.index(at);
+        true
+    }
+
     /// Records in the table.
     pub fn len(&self) -> usize {
         self.lock().slots.len()
@@ -1355,8 +1375,8 @@ impl OperationStore for SimStore {
         }
     }
 
-    /// A scan of the slots, as `refunds_of`'s: the simulation runs no audit, so no run pays
-    /// for a settled index kept on every write.
+    /// From a sorted list of every settled record, built on the first read after a write: a
+    /// run that is not audited pays nothing, and an audit's pages cost their own length.
     async fn settled_between(
         &self,
         window: &AuditWindow,
@@ -1365,33 +1385,50 @@ impl OperationStore for SimStore {
     ) -> Result<Page, StoreError> {
         self.calls.query();
         let after = cursor.as_deref().map(decode_cursor).transpose()?;
-        let t = self.lock();
-        let mut positions: Vec<(Position, u32)> = t
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(at, slot)| {
-                let settled = slot.record.settled_at.filter(|s| window.contains(*s))?;
-                let position = (settled.as_millis(), slot.key.clone());
-                let at = u32::try_from(at).ok()?;
-                Some((position, at))
-            })
-            .filter(|(p, _)| after.as_ref().is_none_or(|a| p > a))
-            .collect();
-        positions.sort();
+        let mut t = self.lock();
+        if t.settled_sorted.is_none() {
+            let mut all: Vec<(i64, u32)> = t
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(at, slot)| {
+                    let settled = slot.record.settled_at?;
+                    Some((settled.as_millis(), u32::try_from(at).ok()?))
+                })
+                .collect();
+            all.sort_unstable();
+            t.settled_sorted = Some(all);
+        }
+        let t = &*t;
+        let sorted = t.settled_sorted.as_deref().unwrap_or_default();
+        // The cursor names (settle time, key); its key's slot places it in the sorted list.
+        let start = match &after {
+            Some((ms, key)) => {
+                let slot = t.slot(key).and_then(|at| u32::try_from(at).ok());
+                sorted.partition_point(|(m, at)| (*m, Some(*at)) <= (*ms, slot))
+            }
+            None => sorted.partition_point(|(m, _)| *m < window.from.as_millis()),
+        };
         let limit = limit.max(1);
-        let more = positions.len() > limit;
-        positions.truncate(limit);
+        let in_window: Vec<(i64, u32)> = sorted[start..]
+            .iter()
+            .take_while(|(m, _)| *m < window.to.as_millis())
+            .take(limit + 1)
+            .copied()
+            .collect();
+        let more = in_window.len() > limit;
+        let positions = &in_window[..in_window.len().min(limit)];
+        let key_at = |at: u32| t.slots[at as usize].key.clone();
         let next = match (more, positions.last()) {
-            (true, Some((p, _))) => Some(encode_cursor(p)),
+            (true, Some((ms, at))) => Some(encode_cursor(&(*ms, key_at(*at)))),
             _ => None,
         };
         let mut page = Page {
             next,
             ..Page::default()
         };
-        for ((_, key), at) in &positions {
-            match t.read_at(key, *at) {
+        for (_, at) in positions {
+            match t.read_at(&key_at(*at), *at) {
                 Ok(op) => page.operations.push(op),
                 Err(e) => page.unreadable.push(UnreadableRecord {
                     key: e.unreadable.clone().unwrap_or_default(),

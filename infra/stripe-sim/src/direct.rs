@@ -218,6 +218,17 @@ impl StripeSim {
         answer(self, http::list_refunds(self, &q.finish()))
     }
 
+    /// `GET /v1/refunds?…` with this query (already encoded: `created[gte]=…` and the rest),
+    /// in process.
+    pub fn list_refunds_query_in_process(&self, query: &str) -> Answer {
+        answer(self, http::list_refunds(self, query))
+    }
+
+    /// `GET /v1/payment_intents?…` with this query (already encoded), in process.
+    pub fn list_intents_in_process(&self, query: &str) -> Answer {
+        answer(self, http::list_intents(self, query))
+    }
+
     /// `POST /v1/refunds/{id}/cancel` with this form and `Idempotency-Key`, in process.
     pub fn cancel_refund_in_process(
         &self,

@@ -19,6 +19,8 @@ use crate::pi::{
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
+mod lists;
+pub(crate) use lists::CreatedRange;
 mod refunds;
 pub use refunds::RefundEntry;
 pub(crate) use refunds::Refunds;
@@ -297,6 +299,8 @@ pub struct RequestCounts {
     pub refund_cancel: u64,
     /// `GET /v1/refunds/{id}` and `GET /v1/refunds`
     pub refund_read: u64,
+    /// `GET /v1/payment_intents` (a list by creation time)
+    pub list: u64,
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
@@ -311,6 +315,9 @@ struct Intents {
     chunks: Vec<Vec<PaymentIntent>>,
     len: usize,
     json: Vec<Option<(usize, String)>>,
+    /// Whether creation times never went down from one intent to the next (the clock was never
+    /// set back between creates): a list by creation time then finds its range by bisection.
+    out_of_order: bool,
 }
 
 const CHUNK: usize = 1 << 14;
@@ -324,6 +331,9 @@ impl Intents {
     }
 
     fn push(&mut self, pi: PaymentIntent) {
+        if self.len > 0 && pi.created_ms < self[self.len - 1].created_ms {
+            self.out_of_order = true;
+        }
         if self.len % CHUNK == 0 {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }

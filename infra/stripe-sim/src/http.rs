@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::capacity::{Api, Limiter};
-use crate::engine::{Engine, Idem, Refusal, RequestCounts, Saved};
+use crate::engine::{CreatedRange, Engine, Idem, Refusal, RequestCounts, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
 use crate::refund::RefundParams;
@@ -161,6 +161,7 @@ async fn route_v1(
             _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
         },
         (&Method::GET, "payment_intents/search") => search(sim, query),
+        (&Method::GET, "payment_intents") => list_intents(sim, query),
         (&Method::GET, r) => match r.strip_prefix("payment_intents/") {
             Some(id) if !id.is_empty() && !id.contains('/') => {
                 retrieve_expanding(sim, id, expands_latest_charge(query))
@@ -664,6 +665,68 @@ pub(crate) fn retrieve_expanding(sim: &StripeSim, id: &str, expand_charge: bool)
     match found {
         Some(pi) => Reply::text(200, pi),
         None => Reply::error(&ApiError::no_such_payment_intent(id)),
+    }
+}
+
+/// `GET /v1/payment_intents?created[gte]=…&created[lt]=…&limit=…&starting_after=…`: every
+/// PaymentIntent created in the range, newest first, current (a list is not delayed as search
+/// is). Counted as a list, limited as a read.
+pub(crate) fn list_intents(sim: &StripeSim, query: &str) -> Reply {
+    if let Some(r) = gate_as(sim, Api::Retrieve, Endpoint::Read, |c| c.list += 1) {
+        return r;
+    }
+    let mut created = CreatedRange::default();
+    let mut limit = refunds::DEFAULT_LIMIT;
+    let mut starting_after = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
+        let known = match k.as_str() {
+            "starting_after" => {
+                starting_after = Some(v);
+                Ok(true)
+            }
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if (1..=refunds::MAX_LIMIT).contains(&n) => {
+                    limit = n;
+                    Ok(true)
+                }
+                _ => Err(ApiError::invalid(
+                    "parameter_invalid_integer",
+                    "limit",
+                    format!(
+                        "Invalid limit: must be an integer from 1 to {}",
+                        refunds::MAX_LIMIT
+                    ),
+                )),
+            },
+            _ if k.starts_with("expand") => Ok(true),
+            _ => created.narrow(&k, &v),
+        };
+        match known {
+            Ok(true) => {}
+            Ok(false) => {
+                return Reply::error(&ApiError::invalid(
+                    "parameter_unknown",
+                    &k,
+                    format!("Received unknown parameter: {k} (stripe-sim lists PaymentIntents by created, limit and starting_after)"),
+                ))
+            }
+            Err(e) => return Reply::error(&e),
+        }
+    }
+    let now = sim.now_ms();
+    let page = sim
+        .engine()
+        .list_intents(created, limit, starting_after.as_deref(), now);
+    match page {
+        Ok(page) => Reply::text(
+            200,
+            format!(
+                "{{\"data\":[{}],\"has_more\":{},\"object\":\"list\",\"url\":\"/v1/payment_intents\"}}",
+                page.data.join(","),
+                page.has_more
+            ),
+        ),
+        Err(e) => Reply::error(&e),
     }
 }
 

@@ -72,7 +72,7 @@ impl ApiError {
         ApiError::new(
             404,
             "invalid_request_error",
-            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, search, cancel and capture, and Refunds."),
+            format!("Unrecognized request URL ({method}: {path}). stripe-sim implements only PaymentIntents create, retrieve, list, search, cancel and capture, and Refunds."),
         )
     }
 

@@ -31,7 +31,8 @@ use tracing::{debug, warn};
 use crate::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, PaymentGateway,
+    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund,
+    ListPage, PaymentGateway,
 };
 use crate::refund::{RefundStatus, StripeRefund};
 use crate::time::Timestamp;
@@ -167,6 +168,8 @@ pub struct StripeRequests {
     pub refund_create: AtomicU64,
     /// `GET /v1/refunds/{id}` and every page of `GET /v1/refunds`.
     pub refund_read: AtomicU64,
+    /// Every page of `GET /v1/payment_intents` (the audit's list by creation time).
+    pub list: AtomicU64,
 }
 
 impl StripeRequests {
@@ -178,6 +181,7 @@ impl StripeRequests {
             + self.capture.load(Ordering::Relaxed)
             + self.refund_create.load(Ordering::Relaxed)
             + self.refund_read.load(Ordering::Relaxed)
+            + self.list.load(Ordering::Relaxed)
     }
 }
 
@@ -913,6 +917,69 @@ where
     })
 }
 
+/// The query of one page of a list by creation time (the audit's): the window in whole seconds
+/// (`created[gte]`, `created[lt]`), `limit` a page, after `starting_after`.
+pub fn created_list_query(window: &AuditWindow, limit: u32, starting_after: Option<&str>) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    q.append_pair("created[gte]", &window.from_secs().to_string())
+        .append_pair("created[lt]", &window.to_secs().to_string())
+        .append_pair("limit", &limit.to_string());
+    if let Some(after) = starting_after {
+        q.append_pair("starting_after", after);
+    }
+    q.finish()
+}
+
+/// One page of `GET /v1/payment_intents`. `has_more` is required: without it the end is not
+/// known.
+#[derive(Debug, Deserialize)]
+struct WireIntentList {
+    data: Vec<WirePaymentIntent>,
+    has_more: bool,
+}
+
+/// Where the next page of a list starts: after its last object, when it says more follow; a
+/// page that says more follow but holds nothing is refused (following it would loop).
+fn next_after(has_more: bool, last: Option<&str>, what: &str) -> Result<Option<String>, GatewayError> {
+    match (has_more, last) {
+        (false, _) => Ok(None),
+        (true, Some(last)) => Ok(Some(last.to_owned())),
+        (true, None) => Err(GatewayError::Ambiguous {
+            detail: format!("a {what} list page says has_more but is empty"),
+        }),
+    }
+}
+
+/// A 2xx page of a PaymentIntent list; unreadable is ambiguous (the audit then stops, incomplete).
+pub fn parse_intent_list(body: &[u8]) -> Result<ListPage<PaymentIntent>, GatewayError> {
+    let page: WireIntentList = serde_json::from_slice(body).map_err(|_| {
+        warn!("a PaymentIntent list answered 2xx with an unreadable body");
+        GatewayError::Ambiguous {
+            detail: "2xx with an unreadable PaymentIntent list body".into(),
+        }
+    })?;
+    let items: Vec<PaymentIntent> = page
+        .data
+        .into_iter()
+        .map(|pi| pi.into_domain(false))
+        .collect();
+    let next = next_after(
+        page.has_more,
+        items.last().map(|pi| pi.id.as_str()),
+        "PaymentIntent",
+    )?;
+    Ok(ListPage { items, next })
+}
+
+/// A 2xx page of a refund list, as a [`ListPage`].
+pub fn parse_refund_list(body: &[u8]) -> Result<ListPage<StripeRefund>, GatewayError> {
+    let page = parse_refund_page(body)?;
+    Ok(ListPage {
+        items: page.refunds,
+        next: page.next.map(|id| id.as_str().to_owned()),
+    })
+}
+
 #[async_trait]
 impl PaymentGateway for StripeGateway {
     fn livemode(&self) -> bool {
@@ -1057,6 +1124,40 @@ impl PaymentGateway for StripeGateway {
             parse_refund_page(&body)
         })
         .await
+    }
+
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        let path = format!(
+            "/v1/payment_intents?{}",
+            created_list_query(window, self.list_page_size, starting_after)
+        );
+        let (body, _) = self
+            .send(&self.requests.list, || {
+                self.request(Method::GET, &path, None, Bytes::new())
+            })
+            .await?;
+        parse_intent_list(&body)
+    }
+
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        let path = format!(
+            "/v1/refunds?{}",
+            created_list_query(window, self.list_page_size, starting_after)
+        );
+        let (body, _) = self
+            .send(&self.requests.refund_read, || {
+                self.request(Method::GET, &path, None, Bytes::new())
+            })
+            .await?;
+        parse_refund_list(&body)
     }
 }
 

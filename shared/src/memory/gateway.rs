@@ -20,8 +20,8 @@ use crate::domain::{CaptureMethod, Fingerprint, OperationId, PaymentIntentId, St
 use crate::operation::Operation;
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent, CreateRefund,
-    PaymentGateway,
+    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent,
+    CreateRefund, ListPage, PaymentGateway,
 };
 use crate::refund::{RefundStatus, StripeRefund};
 use crate::time::{SystemClock, Timestamp};
@@ -116,6 +116,8 @@ pub struct GatewayCalls {
     pub refund_create: AtomicU64,
     /// Refund retrieves and lists.
     pub refund_read: AtomicU64,
+    /// PaymentIntent lists by creation time (the audit's).
+    pub list: AtomicU64,
 }
 
 impl GatewayCalls {
@@ -127,6 +129,7 @@ impl GatewayCalls {
             + self.capture.load(Ordering::SeqCst)
             + self.refund_create.load(Ordering::SeqCst)
             + self.refund_read.load(Ordering::SeqCst)
+            + self.list.load(Ordering::SeqCst)
     }
 }
 
@@ -156,6 +159,9 @@ struct State {
     next_refund_id: u64,
     refund_first_status: RefundStatus,
     refund_script: VecDeque<FakeFault>,
+    /// When each PaymentIntent and refund was made, by id, on the fake's clock: what a list by
+    /// creation time filters on.
+    created: HashMap<String, Timestamp>,
 }
 
 impl State {
@@ -222,6 +228,7 @@ impl FakeGateway {
                 next_refund_id: 0,
                 refund_first_status: RefundStatus::Succeeded,
                 refund_script: VecDeque::new(),
+                created: HashMap::new(),
             }),
             create_delay: Mutex::new(None),
             clock: Mutex::new(Arc::new(SystemClock)),
@@ -299,16 +306,21 @@ impl FakeGateway {
 
     /// Adds this PaymentIntent as it is (to model one that is not what its metadata claims).
     pub fn insert_intent(&self, charge: FakeCharge) -> PaymentIntentId {
+        let now = self.now();
         let mut st = self.lock();
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
+        st.created.insert(id.clone(), now);
         st.charges.insert(id.clone(), charge);
         fake_id(&id)
     }
 
     /// Adds this PaymentIntent under a given id (the one a sample event names).
     pub fn insert_intent_as(&self, id: &PaymentIntentId, charge: FakeCharge) {
-        self.lock().charges.insert(id.as_str().to_owned(), charge);
+        let now = self.now();
+        let mut st = self.lock();
+        st.created.insert(id.as_str().to_owned(), now);
+        st.charges.insert(id.as_str().to_owned(), charge);
     }
 
     /// The facts a create for `op` would leave at Stripe, to alter and [`Self::insert_intent`].
@@ -348,6 +360,7 @@ impl FakeGateway {
             charge.capture_before = Some(now.plus(st.capture_window));
         }
         let pi = charge.intent(&id);
+        st.created.insert(id.clone(), now);
         st.charges.insert(id, charge);
         pi
     }
@@ -625,4 +638,59 @@ impl PaymentGateway for FakeGateway {
         self.calls.refund_read.fetch_add(1, Ordering::SeqCst);
         Ok(self.refund_list(payment_intent))
     }
+
+    /// Every PaymentIntent made in the window, newest first, on one page.
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        self.calls.list.fetch_add(1, Ordering::SeqCst);
+        let (st, _) = self.lock_now();
+        let ids = newest_first(&st.created, st.charges.keys(), window, starting_after);
+        let items = ids.iter().map(|id| st.charges[*id].intent(id)).collect();
+        Ok(ListPage { items, next: None })
+    }
+
+    /// Every refund made in the window, newest first, on one page.
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        self.calls.refund_read.fetch_add(1, Ordering::SeqCst);
+        let st = self.lock();
+        let ids = newest_first(&st.created, st.refunds.keys(), window, starting_after);
+        let items = ids
+            .iter()
+            .filter_map(|id| Some(st.refunds[*id].refund(&StripeRefundId::parse(id).ok()?)))
+            .collect();
+        Ok(ListPage { items, next: None })
+    }
+}
+
+/// The ids made in `window` (by `created`), newest first (by time, then by the number in the
+/// id), those after `starting_after` when given.
+fn newest_first<'a>(
+    created: &HashMap<String, Timestamp>,
+    ids: impl Iterator<Item = &'a String>,
+    window: &AuditWindow,
+    starting_after: Option<&str>,
+) -> Vec<&'a String> {
+    let number = |id: &str| -> u64 {
+        id.trim_start_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap_or(0)
+    };
+    let mut found: Vec<(Timestamp, u64, &String)> = ids
+        .filter_map(|id| {
+            let at = *created.get(id)?;
+            window.contains(at).then(|| (at, number(id), id))
+        })
+        .collect();
+    found.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    let skip = starting_after
+        .and_then(|after| found.iter().position(|(_, _, id)| id.as_str() == after))
+        .map_or(0, |i| i + 1);
+    found.into_iter().skip(skip).map(|(_, _, id)| id).collect()
 }

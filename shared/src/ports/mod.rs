@@ -32,8 +32,8 @@ mod store;
 pub use audit::{AuditLog, StoredReports};
 pub use clock::{Clock, Sleeper};
 pub use gateway::{
-    refunds_not_supported, CancelPaymentIntent, CancellationReason, CapturePaymentIntent,
-    CreatePaymentIntent, CreateRefund, ListPage, PaymentGateway,
+    refunds_not_supported, AuditWindow, CancelPaymentIntent, CancellationReason,
+    CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage, PaymentGateway,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::lists::{page_by_created, CreatedRange};
 use super::Engine;
 use crate::fx::Fx;
 use crate::refund::{
@@ -22,6 +23,9 @@ pub(crate) struct Refunds {
     of_intent: HashMap<usize, Vec<usize>, Fx>,
     /// How long a `pending` refund takes to succeed, and a late-failing one to fail (simulated).
     pub(crate) settle_ms: i64,
+    /// Whether a refund was ever created earlier than the one before it (the clock set back):
+    /// a list by creation time then scans instead of bisecting.
+    out_of_order: bool,
 }
 
 impl Refunds {
@@ -31,6 +35,7 @@ impl Refunds {
             by_id: HashMap::default(),
             of_intent: HashMap::default(),
             settle_ms,
+            out_of_order: false,
         }
     }
 
@@ -207,6 +212,9 @@ impl Engine {
         };
         let json = refund.json_string();
         let r = self.refunds.all.len();
+        if self.refunds.all.last().is_some_and(|l| now_ms < l.created_ms) {
+            self.refunds.out_of_order = true;
+        }
         self.refunds.by_id.insert(refund.id.clone(), r);
         self.refunds.of_intent.entry(at).or_default().push(r);
         self.refunds.all.push(refund);
@@ -274,37 +282,55 @@ impl Engine {
     pub(crate) fn list_refunds(
         &mut self,
         payment_intent: Option<&str>,
+        created: CreatedRange,
         limit: usize,
         starting_after: Option<&str>,
         now_ms: i64,
     ) -> Result<RefundPage, ApiError> {
-        let newest_first: Vec<usize> = match payment_intent {
-            Some(pi) => match self.position(pi) {
-                Some(at) => self.refunds_of(at, now_ms).into_iter().rev().collect(),
-                None => Vec::new(),
-            },
-            None => (0..self.refunds.all.len()).rev().collect(),
-        };
-        let skip = match starting_after {
-            None => 0,
-            Some(id) => {
-                let r = self
+        let after = match starting_after {
+            None => None,
+            Some(id) => Some(
+                *self
                     .refunds
                     .by_id
                     .get(id)
-                    .ok_or_else(|| refund::no_such_refund(id, "starting_after"))?;
-                newest_first
-                    .iter()
-                    .position(|x| x == r)
-                    .map_or(0, |i| i + 1)
+                    .ok_or_else(|| refund::no_such_refund(id, "starting_after"))?,
+            ),
+        };
+        let (page, has_more) = match payment_intent {
+            // One intent's refunds: few, filtered as they are.
+            Some(pi) => {
+                let of = match self.position(pi) {
+                    Some(at) => self.refunds_of(at, now_ms),
+                    None => Vec::new(),
+                };
+                let all = &self.refunds.all;
+                let mut newest_first: Vec<usize> = of
+                    .into_iter()
+                    .rev()
+                    .filter(|r| after.is_none_or(|a| *r < a))
+                    .filter(|r| {
+                        created.from_ms <= all[*r].created_ms
+                            && all[*r].created_ms < created.until_ms
+                    })
+                    .take(limit + 1)
+                    .collect();
+                let more = newest_first.len() > limit;
+                newest_first.truncate(limit);
+                (newest_first, more)
+            }
+            None => {
+                let all = &self.refunds.all;
+                page_by_created(
+                    all.len(),
+                    !self.refunds.out_of_order,
+                    |r| all[r].created_ms,
+                    created,
+                    after,
+                    limit,
+                )
             }
         };
-        let page: Vec<usize> = newest_first
-            .iter()
-            .skip(skip)
-            .take(limit)
-            .copied()
-            .collect();
         let data = page
             .iter()
             .map(|r| {
@@ -312,10 +338,7 @@ impl Engine {
                 self.refunds.all[*r].json_string()
             })
             .collect();
-        Ok(RefundPage {
-            data,
-            has_more: newest_first.len() > skip + page.len(),
-        })
+        Ok(RefundPage { data, has_more })
     }
 
     /// Every refund ever created, oldest first, settled as of `now_ms`.

@@ -15,6 +15,7 @@ use super::{
     Job,
 };
 use crate::capacity::Api;
+use crate::engine::CreatedRange;
 use crate::faults::Endpoint;
 use crate::refund::{self, RefundParams};
 use crate::reply::Reply;
@@ -22,8 +23,8 @@ use crate::wire::ApiError;
 use crate::StripeSim;
 
 /// Stripe's default and largest page of a list.
-const DEFAULT_LIMIT: usize = 10;
-const MAX_LIMIT: usize = 100;
+pub(super) const DEFAULT_LIMIT: usize = 10;
+pub(super) const MAX_LIMIT: usize = 100;
 
 /// The refund routes; `None` for any other path.
 pub(super) async fn route(
@@ -153,6 +154,7 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
 /// The parameters of `GET /v1/refunds`.
 struct ListQuery {
     payment_intent: Option<String>,
+    created: CreatedRange,
     limit: usize,
     starting_after: Option<String>,
 }
@@ -160,6 +162,7 @@ struct ListQuery {
 fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
     let mut q = ListQuery {
         payment_intent: None,
+        created: CreatedRange::default(),
         limit: DEFAULT_LIMIT,
         starting_after: None,
     };
@@ -181,11 +184,12 @@ fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
                     })?
             }
             _ if k.starts_with("expand") => {}
+            _ if q.created.narrow(&k, &v)? => {}
             _ => {
                 return Err(ApiError::invalid(
                     "parameter_unknown",
                     &k,
-                    format!("Received unknown parameter: {k} (stripe-sim lists by payment_intent, limit and starting_after)"),
+                    format!("Received unknown parameter: {k} (stripe-sim lists by payment_intent, created, limit and starting_after)"),
                 ))
             }
         }
@@ -193,7 +197,7 @@ fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
     Ok(q)
 }
 
-/// `GET /v1/refunds?payment_intent=…&limit=…&starting_after=…`: newest first, current (lists
+/// `GET /v1/refunds?payment_intent=…&created[gte]=…&limit=…&starting_after=…`: newest first, current (lists
 /// are not delayed as search is).
 pub(crate) fn list(sim: &StripeSim, query: &str) -> Reply {
     if let Some(r) = read_gate(sim) {
@@ -206,6 +210,7 @@ pub(crate) fn list(sim: &StripeSim, query: &str) -> Reply {
     let now = sim.now_ms();
     let page = sim.engine().list_refunds(
         q.payment_intent.as_deref(),
+        q.created,
         q.limit,
         q.starting_after.as_deref(),
         now,

@@ -6,6 +6,7 @@ use crate::domain::{Fingerprint, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntentStatus};
 use crate::ports::CreateRefund;
 use crate::refund::{RefundStatus, StripeRefund};
+use crate::time::Timestamp;
 
 use super::{before_the_key, FakeFault, FakeGateway, State};
 
@@ -24,7 +25,7 @@ pub struct FakeRefund {
 
 impl FakeRefund {
     /// The refund as Stripe's answers show it.
-    fn refund(&self, id: &StripeRefundId) -> StripeRefund {
+    pub(super) fn refund(&self, id: &StripeRefundId) -> StripeRefund {
         StripeRefund {
             id: id.clone(),
             status: self.status.clone(),
@@ -138,7 +139,7 @@ impl State {
         Ok(())
     }
 
-    fn commit_refund(&mut self, req: &CreateRefund) -> StripeRefund {
+    fn commit_refund(&mut self, req: &CreateRefund, now: Timestamp) -> StripeRefund {
         self.next_refund_id += 1;
         let id = fake_refund_id(self.next_refund_id);
         let refund = FakeRefund {
@@ -152,6 +153,7 @@ impl State {
             failure_reason: None,
         };
         let answer = refund.refund(&id);
+        self.created.insert(id.as_str().to_owned(), now);
         self.refunds.insert(id.as_str().to_owned(), refund);
         answer
     }
@@ -192,7 +194,10 @@ impl FakeGateway {
     /// A refund that exists at the fake Stripe under `id`, made elsewhere (a sample event's
     /// refund, with the id the sample names).
     pub fn insert_refund_as(&self, id: &StripeRefundId, refund: FakeRefund) {
-        self.lock().refunds.insert(id.as_str().to_owned(), refund);
+        let now = self.now();
+        let mut st = self.lock();
+        st.created.insert(id.as_str().to_owned(), now);
+        st.refunds.insert(id.as_str().to_owned(), refund);
     }
 
     /// Every refund made, by id: the external side effect.
@@ -205,7 +210,7 @@ impl FakeGateway {
     }
 
     pub(super) fn refund_answer(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        let (mut st, _) = self.lock_now();
+        let (mut st, now) = self.lock_now();
         let fault = st.refund_script.pop_front();
         if let Some(e) = before_the_key(&fault) {
             return Err(e);
@@ -216,7 +221,7 @@ impl FakeGateway {
             return answer;
         }
         st.refuse_refund(req)?;
-        let answer = st.commit_refund(req);
+        let answer = st.commit_refund(req, now);
         st.refunds_saved.insert(
             key,
             SavedRefund {
