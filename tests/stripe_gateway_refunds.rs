@@ -238,3 +238,108 @@ async fn an_unknown_refund_or_intent_is_rejected() {
     ));
     assert_eq!(s.sim.refunds_created(), 0);
 }
+
+/// The audit's lists by creation time, over HTTP: every PaymentIntent and refund created in the
+/// window and none outside it (whole seconds, `created[gte]` to `created[lt]`), newest first,
+/// page after page until Stripe says no more follow, each page one request; a dashboard refund
+/// (no metadata) listed beside ours.
+#[tokio::test]
+async fn lists_by_creation_time_page_through_the_window_and_nothing_else() {
+    use charge_once::ports::AuditWindow;
+    use charge_once::Clock;
+    let s = StripeSide::with_new_clock().await;
+    let gw = s.gateway().with_list_page_size(2);
+    let before = charged(&gw, "pm_card_visa", 1000).await;
+    s.clock.advance(Duration::from_secs(60));
+    let from = s.clock.now();
+    let mut inside = Vec::new();
+    for _ in 0..5 {
+        inside.push(charged(&gw, "pm_card_visa", 1000).await);
+        s.clock.advance(Duration::from_millis(400));
+    }
+    let ours = gw.create_refund(&refund_create(&inside[0], 300)).await.unwrap();
+    let dashboard = s.sim.refund_in_process(
+        None,
+        &[
+            ("payment_intent".to_owned(), inside[1].as_str().to_owned()),
+            ("amount".to_owned(), "200".to_owned()),
+        ],
+    );
+    assert!(matches!(
+        dashboard,
+        stripe_sim::CreateStart::Done(stripe_sim::Outcome::Answered(_))
+    ));
+    s.clock.advance(Duration::from_secs(60));
+    let window = AuditWindow {
+        from,
+        to: s.clock.now(),
+    };
+    let after = charged(&gw, "pm_card_visa", 1000).await;
+
+    let lists_before = gw.requests.list.load(std::sync::atomic::Ordering::Relaxed);
+    let mut listed = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let page = gw
+            .list_intents_created(&window, next.as_deref())
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 2);
+        listed.extend(page.items.into_iter().map(|pi| pi.id));
+        match page.next {
+            Some(n) => next = Some(n),
+            None => break,
+        }
+    }
+    let mut want = inside.clone();
+    want.reverse();
+    assert_eq!(listed, want);
+    assert!(!listed.contains(&before) && !listed.contains(&after));
+    // Five intents at two a page: three requests, counted at both ends.
+    assert_eq!(
+        gw.requests.list.load(std::sync::atomic::Ordering::Relaxed) - lists_before,
+        3
+    );
+    assert_eq!(s.sim.request_counts().list, 3);
+
+    let page = gw.list_refunds_created(&window, None).await.unwrap();
+    assert_eq!(page.items.len(), 2);
+    assert!(page.next.is_none());
+    assert_eq!(page.items[1], ours);
+    assert_eq!(page.items[0].operation_id, None, "the dashboard's refund has no metadata");
+    assert_eq!(page.items[0].payment_intent.as_deref(), Some(inside[1].as_str()));
+    // A window before anything was made lists nothing.
+    let empty = AuditWindow {
+        from: from.minus(Duration::from_secs(3600)),
+        to: from.minus(Duration::from_secs(1800)),
+    };
+    assert!(gw.list_intents_created(&empty, None).await.unwrap().items.is_empty());
+    assert!(gw.list_refunds_created(&empty, None).await.unwrap().items.is_empty());
+}
+
+/// A list's parameters are checked as Stripe checks them: an unknown one, a created filter that
+/// is not a number, a cursor naming nothing are refused with Stripe's codes; the genuine query
+/// in the same setup is answered (the route's own handler, called in process).
+#[tokio::test]
+async fn a_malformed_list_is_refused_and_the_genuine_one_answered() {
+    let s = StripeSide::with_new_clock().await;
+    let gw = s.gateway();
+    charged(&gw, "pm_card_visa", 1000).await;
+    let client = |query: &str| {
+        let a = s.sim.list_intents_in_process(query);
+        (a.status, String::from_utf8_lossy(&a.body).into_owned())
+    };
+    for (query, code) in [
+        ("created%5Bgte%5D=soon", "parameter_invalid_integer"),
+        ("colour=red", "parameter_unknown"),
+        ("starting_after=pi_nothing", "resource_missing"),
+        ("limit=101", "parameter_invalid_integer"),
+    ] {
+        let (status, body) = client(query);
+        assert_eq!(status / 100, 4, "{query}: {body}");
+        assert!(body.contains(code), "{query}: {body}");
+    }
+    let (status, body) = client("created%5Bgte%5D=0&limit=10");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"object\":\"list\"") && body.contains("pi_"), "{body}");
+}

@@ -34,7 +34,7 @@ use crate::outcome::GatewayError;
 use crate::ports::{
     AuditLog, Clock, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError,
 };
-use crate::telemetry::{emf_line, emf_line_classed, ErrorChain};
+use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 use crate::time::Timestamp;
 
 /// The `Function` dimension of the audit's metrics.
@@ -177,6 +177,11 @@ fn emit(deps: &AuditDeps<'_>, report: &AuditReport, kept: bool) {
             at,
             &[("AuditDrift", report.count(class) as f64, "Count")],
         ));
+    }
+    if let Some(requests) = deps.gateway.requests() {
+        for line in stripe_requests_lines(FUNCTION, &requests.since_last_report(), at) {
+            deps.metrics.emit(line);
+        }
     }
     deps.metrics.emit(emf_line(
         FUNCTION,

@@ -170,6 +170,10 @@ impl PaymentGateway for PacedGateway {
         self.inner.livemode()
     }
 
+    fn requests(&self) -> Option<&crate::ports::StripeRequests> {
+        self.inner.requests()
+    }
+
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.slot(&self.calls).await?;
         self.inner.create(req).await

@@ -38,7 +38,7 @@ use crate::ports::{
     ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
     Reschedule, StoreError,
 };
-use crate::telemetry::{emf_line, sent_to_review_line, ErrorChain};
+use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
 use crate::time::Timestamp;
 
 pub use charge_core::reconcile_plan as plan;
@@ -277,6 +277,16 @@ pub async fn read_review(
     Ok(())
 }
 
+/// The tick's Stripe requests by endpoint (`StripeRequests`), when its gateway counts them.
+fn emit_stripe_requests(deps: &ReconcilerDeps, metrics: &dyn MetricsSink) {
+    if let Some(requests) = deps.charge.gateway.requests() {
+        let sent = requests.since_last_report();
+        for line in stripe_requests_lines("reconciler", &sent, deps.charge.clock.now()) {
+            metrics.emit(line);
+        }
+    }
+}
+
 /// Runs one tick. `remaining` tells how much time is left; the tick stops taking new work once it
 /// is below `safety` (one Stripe call and a write must still fit). The due work's metrics go into
 /// `metrics` as soon as it is done, then the REVIEW partition is read ([`read_review`], within
@@ -293,6 +303,7 @@ pub async fn reconcile_tick(
     // Out before the REVIEW read: however large the review backlog, a tick that did its work
     // is seen to have done it (the heartbeat).
     report.emit_work_metrics(metrics, deps.charge.clock.now());
+    emit_stripe_requests(deps, metrics);
     read_review(deps, remaining, &mut report).await?;
     report.emit_review_metrics(metrics, deps.charge.clock.now());
     info!(

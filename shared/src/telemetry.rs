@@ -122,6 +122,37 @@ pub fn refund_failed_after_success_line(function: &str, n: u64, at: Timestamp) -
     )
 }
 
+/// The `StripeRequests` lines of one invocation: per endpoint that was called, the requests
+/// sent (every in-call retry counts) under `Function` and `Function, Endpoint`, beside the 429s
+/// met (`StripeRateLimited`, under `Function`). Nothing when no request was sent.
+pub fn stripe_requests_lines(
+    function: &str,
+    sent: &crate::ports::RequestTotals,
+    at: Timestamp,
+) -> Vec<String> {
+    let mut lines: Vec<String> = sent
+        .by_endpoint()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(endpoint, n)| {
+            emf_line_classed(
+                function,
+                ("Endpoint", endpoint),
+                at,
+                &[("StripeRequests", n as f64, "Count")],
+            )
+        })
+        .collect();
+    if !lines.is_empty() {
+        lines.push(emf_line(
+            function,
+            at,
+            &[("StripeRateLimited", sent.rate_limited as f64, "Count")],
+        ));
+    }
+    lines
+}
+
 /// Writes the line directly, byte for byte what building it as a `serde_json::Value` and
 /// printing that gives (the reference in the tests): keys in `Map`'s sorted order, a later key
 /// replacing an earlier one of the same name, strings escaped and numbers printed by serde_json.

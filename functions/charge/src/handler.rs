@@ -62,7 +62,7 @@ use charge_once::pacing::Budget;
 use charge_once::ports::{
     ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
 };
-use charge_once::telemetry::{emf_line, sent_to_review_line};
+use charge_once::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines};
 use charge_once::Timestamp;
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
@@ -283,6 +283,11 @@ fn emit(f: &ChargeFunction, tally: &BatchTally) {
     for (class, n) in &tally.reviews {
         f.metrics
             .emit(sent_to_review_line(FUNCTION, *class, *n, now));
+    }
+    if let Some(requests) = f.charge.gateway.requests() {
+        for line in stripe_requests_lines(FUNCTION, &requests.since_last_report(), now) {
+            f.metrics.emit(line);
+        }
     }
 }
 

@@ -48,6 +48,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{
+    stripe_requests_lines,
     emf_line_classed, refund_failed_after_success_line, sent_to_review_line, ErrorChain,
 };
 use charge_once::webhook::{
@@ -342,6 +343,11 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
     {
         deps.metrics
             .emit(sent_to_review_line(FUNCTION, class, 1, now));
+    }
+    if let Some(requests) = deps.webhook.charge.gateway.requests() {
+        for line in stripe_requests_lines(FUNCTION, &requests.since_last_report(), now) {
+            deps.metrics.emit(line);
+        }
     }
 }
 

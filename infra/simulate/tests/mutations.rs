@@ -49,6 +49,28 @@ fn is_about_authorizations(m: &Mutation) -> bool {
     )
 }
 
+/// The drift class in which the audit finds a variant that leaves a record disagreeing with
+/// Stripe; `None` for a variant whose records agree with Stripe.
+fn audit_finds(m: Mutation) -> Option<&'static str> {
+    Some(match m {
+        // Two succeeded intents for one operation.
+        Mutation::FreshKeyPerAttempt | Mutation::CreatePastKeyWindow => "duplicate_success",
+        // Recorded failed, succeeded at Stripe.
+        Mutation::TimeoutAsFailed
+        | Mutation::FailedWithoutCancel
+        | Mutation::CaptureSettledByReplay => "status_differs",
+        // The record replaced: its intent at Stripe names an operation the table lost.
+        Mutation::SettledOverwritten => "at_stripe_not_here",
+        // Settled from a forged payload: an intent that is not what the record says.
+        Mutation::TrustEventPayload => "here_not_at_stripe",
+        // Left unsettled past Stripe's key window.
+        Mutation::ReconcilerSkipsPending | Mutation::TakesNotFenced => {
+            "unsettled_past_key_window"
+        }
+        _ => return None,
+    })
+}
+
 #[test]
 fn every_broken_variant_is_caught_with_its_order_and_invariant() {
     let mut caught = Vec::new();
@@ -123,6 +145,31 @@ fn every_broken_variant_is_caught_with_its_order_and_invariant() {
                     );
                 }
                 _ => {}
+            }
+            // The production audit, run over the simulated Stripe, finds every variant that
+            // leaves a record disagreeing with Stripe, in the class the record breaks; the others
+            // leave records that agree with Stripe (their harm is elsewhere: a reservation, a
+            // page, a published event, a refund never asked), and the audit must say nothing
+            // beyond the drift injected on purpose.
+            let audit = report.audit.as_ref().expect("the audit judged the run");
+            let injected_in = |class: &str| {
+                audit
+                    .injected
+                    .iter()
+                    .filter(|(i, _)| i.class.as_str() == class)
+                    .count() as u64
+            };
+            match audit_finds(mutation) {
+                Some(class) => {
+                    let found = audit.by_class.get(class).copied().unwrap_or(0);
+                    assert!(
+                        found > injected_in(class) && audit.unexpected > 0,
+                        "{} seed {seed}: the audit did not find it as {class}:\n{}",
+                        mutation.name(),
+                        report.render()
+                    );
+                }
+                None => assert_eq!(audit.unexpected, 0, "{}", report.render()),
             }
             caught.push(format!("{} seed {seed}: {why}", mutation.name()));
         }

@@ -155,35 +155,7 @@ pub enum StripeInitError {
     Client(String),
 }
 
-/// Requests sent, by endpoint (every in-call retry counts), for the benchmarks.
-#[derive(Debug, Default)]
-pub struct StripeRequests {
-    pub create: AtomicU64,
-    pub retrieve: AtomicU64,
-    pub search: AtomicU64,
-    pub cancel: AtomicU64,
-    /// `POST /v1/payment_intents/{id}/capture`.
-    pub capture: AtomicU64,
-    /// `POST /v1/refunds`.
-    pub refund_create: AtomicU64,
-    /// `GET /v1/refunds/{id}` and every page of `GET /v1/refunds`.
-    pub refund_read: AtomicU64,
-    /// Every page of `GET /v1/payment_intents` (the audit's list by creation time).
-    pub list: AtomicU64,
-}
-
-impl StripeRequests {
-    pub fn total(&self) -> u64 {
-        self.create.load(Ordering::Relaxed)
-            + self.retrieve.load(Ordering::Relaxed)
-            + self.search.load(Ordering::Relaxed)
-            + self.cancel.load(Ordering::Relaxed)
-            + self.capture.load(Ordering::Relaxed)
-            + self.refund_create.load(Ordering::Relaxed)
-            + self.refund_read.load(Ordering::Relaxed)
-            + self.list.load(Ordering::Relaxed)
-    }
-}
+pub use crate::ports::{RequestTotals, StripeRequests};
 
 /// The Stripe adapter. Build once per process and share.
 pub struct StripeGateway {
@@ -345,6 +317,9 @@ impl StripeGateway {
                     })
                 }
             };
+            if matches!(&answer, Ok(a) if a.status == StatusCode::TOO_MANY_REQUESTS) {
+                self.requests.rate_limited.fetch_add(1, Ordering::Relaxed);
+            }
             let retry = attempt < self.max_retries && worth_retrying(&answer);
             if !retry {
                 return settle_answer(answer, earlier_lost, &self.key);
@@ -984,6 +959,10 @@ pub fn parse_refund_list(body: &[u8]) -> Result<ListPage<StripeRefund>, GatewayE
 impl PaymentGateway for StripeGateway {
     fn livemode(&self) -> bool {
         self.livemode
+    }
+
+    fn requests(&self) -> Option<&StripeRequests> {
+        Some(&self.requests)
     }
 
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {

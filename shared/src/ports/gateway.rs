@@ -2,6 +2,8 @@
 //! idempotency key, retrieve, search by operation id, cancel a declined intent; create, retrieve
 //! and list refunds. Its errors are already classified ([`GatewayError`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use async_trait::async_trait;
 
 use crate::domain::{
@@ -142,6 +144,13 @@ pub trait PaymentGateway: Send + Sync {
     /// whose `livemode` differs is not one of ours, whatever its metadata says.
     fn livemode(&self) -> bool;
 
+    /// The requests this gateway sent to Stripe, by endpoint, when it counts them (the Stripe
+    /// client does, and a wrapper around it forwards them): what a function reports as its
+    /// `StripeRequests` metric. `None` for a gateway that does not call Stripe.
+    fn requests(&self) -> Option<&StripeRequests> {
+        None
+    }
+
     /// Creates and confirms off-session, with `metadata[operation_id]` and the idempotency key.
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
 
@@ -218,3 +227,111 @@ pub trait PaymentGateway: Send + Sync {
         Err(refunds_not_supported("refund lists by creation time"))
     }
 }
+
+/// Requests sent, by endpoint (every in-call retry counts), for the benchmarks and the
+/// functions' `StripeRequests` metric.
+#[derive(Debug, Default)]
+pub struct StripeRequests {
+    pub create: AtomicU64,
+    pub retrieve: AtomicU64,
+    pub search: AtomicU64,
+    pub cancel: AtomicU64,
+    /// `POST /v1/payment_intents/{id}/capture`.
+    pub capture: AtomicU64,
+    /// `POST /v1/refunds`.
+    pub refund_create: AtomicU64,
+    /// `GET /v1/refunds/{id}` and every page of `GET /v1/refunds`.
+    pub refund_read: AtomicU64,
+    /// Every page of `GET /v1/payment_intents` (the audit's list by creation time).
+    pub list: AtomicU64,
+    /// Answers that were Stripe's 429 (`rate_limit`), any endpoint.
+    pub rate_limited: AtomicU64,
+    /// What [`StripeRequests::since_last_report`] last returned, as totals.
+    reported: std::sync::Mutex<RequestTotals>,
+}
+
+/// Requests sent per endpoint and 429s met: totals, or the change since the last report.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RequestTotals {
+    pub create: u64,
+    pub retrieve: u64,
+    pub search: u64,
+    pub cancel: u64,
+    pub capture: u64,
+    pub refund_create: u64,
+    pub refund_read: u64,
+    pub list: u64,
+    pub rate_limited: u64,
+}
+
+impl RequestTotals {
+    /// (endpoint, requests) for each endpoint, in a fixed order: the `Endpoint` dimension of
+    /// the `StripeRequests` metric.
+    pub fn by_endpoint(&self) -> [(&'static str, u64); 8] {
+        [
+            ("create", self.create),
+            ("retrieve", self.retrieve),
+            ("search", self.search),
+            ("cancel", self.cancel),
+            ("capture", self.capture),
+            ("refund_create", self.refund_create),
+            ("refund_read", self.refund_read),
+            ("list", self.list),
+        ]
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.by_endpoint().iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl StripeRequests {
+    /// The totals so far.
+    pub fn totals(&self) -> RequestTotals {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RequestTotals {
+            create: n(&self.create),
+            retrieve: n(&self.retrieve),
+            search: n(&self.search),
+            cancel: n(&self.cancel),
+            capture: n(&self.capture),
+            refund_create: n(&self.refund_create),
+            refund_read: n(&self.refund_read),
+            list: n(&self.list),
+            rate_limited: n(&self.rate_limited),
+        }
+    }
+
+    /// What was sent since the previous call (since start, the first time): a function reports
+    /// it once per invocation, as its `StripeRequests` metric.
+    pub fn since_last_report(&self) -> RequestTotals {
+        let now = self.totals();
+        let mut last = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        let delta = RequestTotals {
+            create: d(now.create, last.create),
+            retrieve: d(now.retrieve, last.retrieve),
+            search: d(now.search, last.search),
+            cancel: d(now.cancel, last.cancel),
+            capture: d(now.capture, last.capture),
+            refund_create: d(now.refund_create, last.refund_create),
+            refund_read: d(now.refund_read, last.refund_read),
+            list: d(now.list, last.list),
+            rate_limited: d(now.rate_limited, last.rate_limited),
+        };
+        *last = now;
+        delta
+    }
+
+    pub fn total(&self) -> u64 {
+        self.create.load(Ordering::Relaxed)
+            + self.retrieve.load(Ordering::Relaxed)
+            + self.search.load(Ordering::Relaxed)
+            + self.cancel.load(Ordering::Relaxed)
+            + self.capture.load(Ordering::Relaxed)
+            + self.refund_create.load(Ordering::Relaxed)
+            + self.refund_read.load(Ordering::Relaxed)
+            + self.list.load(Ordering::Relaxed)
+    }
+}
+

@@ -34,6 +34,7 @@ pub use clock::{Clock, Sleeper};
 pub use gateway::{
     refunds_not_supported, AuditWindow, CancelPaymentIntent, CancellationReason,
     CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage, PaymentGateway,
+    RequestTotals, StripeRequests,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
