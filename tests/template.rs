@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use charge_once::adapters::dynamodb::{UNKNOWN_INDEX, UNKNOWN_INDEX_PROJECTED};
+use charge_once::adapters::dynamodb::{SETTLED_INDEX, UNKNOWN_INDEX, UNKNOWN_INDEX_PROJECTED};
 use serde_norway::value::TaggedValue;
 use serde_norway::{Mapping, Value};
 
@@ -486,6 +486,8 @@ fn the_table_is_the_one_the_store_queries() {
         ("sk", "S"),
         ("due_shard", "S"),
         ("due_at", "N"),
+        ("settled_on", "S"),
+        ("settled_at", "N"),
     ])
     .into_iter()
     .collect();
@@ -499,8 +501,19 @@ fn the_table_is_the_one_the_store_queries() {
         .collect();
     assert_eq!(
         indexes.keys().map(String::as_str).collect::<Vec<_>>(),
-        [UNKNOWN_INDEX],
-        "one index: no index by operation id (it would cost a write per operation)"
+        [SETTLED_INDEX, UNKNOWN_INDEX],
+        "two indexes: no index by operation id (it would cost a write per operation)"
+    );
+    // The audit's: each record once, on the day it settled, keys only (one small write per
+    // settle, nothing written again while it stays settled).
+    let settled = indexes[SETTLED_INDEX];
+    assert_eq!(
+        key_schema(settled),
+        pairs(&[("settled_on", "HASH"), ("settled_at", "RANGE")])
+    );
+    assert_eq!(
+        get(settled, "Projection").and_then(|p| str_at(p, "ProjectionType")),
+        Some("KEYS_ONLY")
     );
     let unknown = indexes[UNKNOWN_INDEX];
     assert_eq!(
@@ -2060,19 +2073,23 @@ fn collect_references(v: &Value, out: &mut BTreeSet<String>) {
                 return;
             }
             "Sub" => {
+                // `!Sub [text, {name: value}]`: the names it defines are not references.
+                let mut defined = BTreeSet::new();
                 let text = match plain(arg) {
                     Value::Sequence(items) => {
-                        items
-                            .iter()
-                            .skip(1)
-                            .for_each(|i| collect_references(i, out));
+                        items.iter().skip(1).for_each(|i| {
+                            collect_references(i, out);
+                            if let Some(m) = plain(i).as_mapping() {
+                                defined.extend(m.keys().filter_map(|k| k.as_str()).map(str::to_owned));
+                            }
+                        });
                         items.first().map(scalar_text).unwrap_or_default()
                     }
                     other => scalar_text(other),
                 };
                 for part in text.split("${").skip(1) {
                     let name = part.split('}').next().unwrap_or_default();
-                    if !name.starts_with('!') {
+                    if !name.starts_with('!') && !defined.contains(name) {
                         out.insert(name.split('.').next().unwrap().to_owned());
                     }
                 }
@@ -2862,4 +2879,353 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     ] {
         assert!(!taking.contains(never), "{never}");
     }
+}
+
+// ---- The operator's dashboard ----
+
+/// The workspace root.
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Every `.rs` file under `dir`, its text up to its first `#[cfg(test)]` (what ships).
+fn shipped_sources(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            shipped_sources(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let shipped = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+            out.push((path, shipped));
+        }
+    }
+}
+
+/// The text of the call whose `(` is at `open`: its arguments, without the parentheses.
+fn call_args(text: &str, open: usize) -> &str {
+    let bytes = text.as_bytes();
+    let (mut depth, mut in_str, mut i) = (0usize, false, open);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if in_str => i += 1,
+            b'"' => in_str = !in_str,
+            b'(' | b'[' if !in_str => depth += 1,
+            b')' | b']' if !in_str => {
+                depth -= 1;
+                if depth == 0 {
+                    return &text[open + 1..i];
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    &text[open + 1..]
+}
+
+/// Splits at commas outside parentheses, brackets and strings.
+fn top_level_args(args: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth, mut in_str) = (Vec::new(), String::new(), 0i32, false);
+    let mut chars = args.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if in_str => {
+                cur.push(c);
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+                continue;
+            }
+            '"' => in_str = !in_str,
+            '(' | '[' if !in_str => depth += 1,
+            ')' | ']' if !in_str => depth -= 1,
+            ',' if !in_str && depth == 0 => {
+                out.push(cur.trim().to_owned());
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_owned());
+    }
+    out
+}
+
+/// The string literal an argument is, if it is one (`"charge"` → `charge`).
+fn literal(arg: &str) -> Option<String> {
+    let a = arg.trim();
+    (a.len() >= 2 && a.starts_with('"') && a.ends_with('"')).then(|| a[1..a.len() - 1].to_owned())
+}
+
+const UNITS: [&str; 5] = ["Count", "Seconds", "Milliseconds", "Bytes", "None"];
+
+/// The metric names of a metrics argument: each `("Name", value, "Unit")` tuple in it (on one
+/// line or several).
+fn metric_names(arg: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (open, _) in arg.match_indices('(') {
+        if !arg[open + 1..].trim_start().starts_with('"') {
+            continue;
+        }
+        let tuple = top_level_args(call_args(arg, open));
+        if let (Some(name), Some(unit)) = (
+            tuple.first().and_then(|a| literal(a)),
+            tuple.last().and_then(|a| literal(a)),
+        ) {
+            if tuple.len() == 3 && UNITS.contains(&unit.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// What the code emits, read from every shipped source of the functions and the shells: for
+/// each `emf_line(function, at, metrics)` and `emf_line_classed(function, (class, _), at,
+/// metrics)` call, its function (a literal, or the file's `FUNCTION` constant; `*` when it is a
+/// helper's parameter, as `sent_to_review_line(function, …)`'s), and each metric in it with its
+/// dimension sets: `[Function]`, and `[Function, <class>]` for a classed line. Also the names the
+/// code gives functions.
+struct Emitted {
+    metrics: BTreeMap<(String, String), BTreeSet<Vec<String>>>,
+    functions: BTreeSet<String>,
+}
+
+fn emitted() -> Emitted {
+    let root = workspace_root();
+    let mut sources = Vec::new();
+    shipped_sources(&root.join("shared/src"), &mut sources);
+    shipped_sources(&root.join("functions"), &mut sources);
+    let mut e = Emitted {
+        metrics: BTreeMap::new(),
+        functions: BTreeSet::new(),
+    };
+    for (_, text) in &sources {
+        let own = text.find("const FUNCTION: &str = \"").and_then(|i| {
+            let rest = &text[i + "const FUNCTION: &str = \"".len()..];
+            rest.split('"').next().map(str::to_owned)
+        });
+        for (call, classed) in [("emf_line(", false), ("emf_line_classed(", true)] {
+            let mut at = 0;
+            while let Some(i) = text[at..].find(call) {
+                let start = at + i;
+                at = start + call.len();
+                let before = &text[..start];
+                if before.ends_with("fn ") || before.ends_with('_') {
+                    continue;
+                }
+                let args = top_level_args(call_args(text, start + call.len() - 1));
+                let function = match args.first().map(String::as_str) {
+                    Some("FUNCTION") => own.clone().unwrap_or_else(|| "*".to_owned()),
+                    Some(a) => literal(a).unwrap_or_else(|| "*".to_owned()),
+                    None => continue,
+                };
+                if function != "*" {
+                    e.functions.insert(function.clone());
+                }
+                let mut dims = vec![vec!["Function".to_owned()]];
+                if classed {
+                    let class = args
+                        .get(1)
+                        .map(|a| top_level_args(a.trim().trim_start_matches('(').trim_end_matches(')')))
+                        .and_then(|t| t.first().and_then(|k| literal(k)))
+                        .unwrap_or_else(|| "?".to_owned());
+                    dims.push(vec!["Function".to_owned(), class]);
+                }
+                let metrics_arg = args.last().map(String::as_str).unwrap_or("");
+                for name in metric_names(metrics_arg) {
+                    let entry = e.metrics.entry((function.clone(), name)).or_default();
+                    for d in &dims {
+                        let mut d = d.clone();
+                        d.sort();
+                        entry.insert(d);
+                    }
+                }
+            }
+        }
+    }
+    e
+}
+
+/// Why one widget metric (`[namespace, name, key, value, …, {options}?]`) is not one the code
+/// emits with these dimensions; `None` when it is. A `SEARCH` expression names its namespace,
+/// dimension keys and metric: those are held the same way, for any function.
+fn widget_metric_problem(m: &serde_json::Value, e: &Emitted) -> Option<String> {
+    if let Some(expr) = m.get(0).and_then(|o| o.get("expression")).and_then(|x| x.as_str()) {
+        let Some(schema) = expr.split_once("SEARCH('{").map(|(_, r)| r) else {
+            return None; // arithmetic over the other metrics of the widget, held one by one
+        };
+        let (keys, rest) = schema.split_once('}')?;
+        let mut keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
+        let namespace = keys.remove(0);
+        let name = rest.split("MetricName=\"").nth(1)?.split('"').next()?.to_owned();
+        keys.sort();
+        let found = e
+            .metrics
+            .iter()
+            .any(|((_, n), dims)| *n == name && dims.contains(&keys));
+        return (namespace != "ChargeOnce" || !found)
+            .then(|| format!("SEARCH of {namespace} {name} by {keys:?}: not emitted so"));
+    }
+    let parts: Vec<&serde_json::Value> = m.as_array()?.iter().collect();
+    let text = |i: usize| parts.get(i).and_then(|v| v.as_str()).unwrap_or("");
+    let namespace = text(0);
+    let name = text(1).to_owned();
+    let mut pairs = BTreeMap::new();
+    let mut i = 2;
+    while i + 1 < parts.len() && parts[i].is_string() {
+        pairs.insert(text(i).to_owned(), text(i + 1).to_owned());
+        i += 2;
+    }
+    if namespace != "ChargeOnce" {
+        return None;
+    }
+    let Some(function) = pairs.get("Function") else {
+        return Some(format!("{name}: no Function dimension"));
+    };
+    if !e.functions.contains(function) {
+        return Some(format!("{name}: Function={function} is no function's name"));
+    }
+    let mut keys: Vec<String> = pairs.keys().cloned().collect();
+    keys.sort();
+    let emitted_so = [function.as_str(), "*"].iter().any(|f| {
+        e.metrics
+            .get(&(f.to_string(), name.clone()))
+            .is_some_and(|dims| dims.contains(&keys))
+    });
+    if !emitted_so {
+        return Some(format!(
+            "{name} with {pairs:?}: the code emits no such metric with these dimensions"
+        ));
+    }
+    let known = |key: &str, value: &str| match key {
+        "DriftClass" => charge_once::audit::DriftClass::parse(value).is_some(),
+        "Kind" => charge_once::audit::KINDS.contains(&value),
+        _ => true,
+    };
+    pairs
+        .iter()
+        .find(|(k, v)| !known(k, v))
+        .map(|(k, v)| format!("{name}: {k}={v} is not a value the code gives it"))
+}
+
+/// The dashboard's body with its substitutions made: the budget parameter as its default, every
+/// other `${…}` (the region, a queue's name) as a placeholder string.
+fn dashboard_widgets(t: &Value) -> (Vec<serde_json::Value>, String) {
+    let (_, dash) = of_type(t, "AWS::CloudWatch::Dashboard")
+        .into_iter()
+        .find(|(id, _)| id == "OperatorDashboard")
+        .expect("the OperatorDashboard resource");
+    // `!Sub [text, {name: value}]`: the JSON text, and the names it substitutes beside the
+    // stack's own references.
+    let sub = get(props(dash), "DashboardBody").expect("a DashboardBody");
+    let raw = match sub {
+        Value::Sequence(parts) => scalar_text(&parts[0]),
+        other => scalar_text(other),
+    };
+    let budget = scalar_text(get(parameter(t, "StripeRequestsPerSecond"), "Default").unwrap());
+    let mut body = raw.replace("${StripeRequestsPerSecond}", &budget);
+    while let Some(i) = body.find("${") {
+        let end = body[i..].find('}').map_or(body.len(), |e| i + e + 1);
+        body.replace_range(i..end, "substituted");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&body).expect("the dashboard body is JSON once substituted");
+    let widgets = json["widgets"].as_array().cloned().expect("widgets");
+    (widgets, raw)
+}
+
+/// The operator's dashboard: every ChargeOnce metric a widget draws is one the code emits, with
+/// the same dimensions (and class values the code gives); every queue it draws is one of the
+/// stack's; each widget has a title and its axes say their units.
+#[test]
+fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
+    let t = template();
+    let e = emitted();
+    // The scan found what it must: the audit's classed drift and the reconciler's ages.
+    assert!(e.metrics[&("audit".into(), "AuditDrift".into())]
+        .contains(&vec!["DriftClass".to_owned(), "Function".to_owned()]));
+    assert!(
+        e.metrics.contains_key(&("reconciler".into(), "OldestUnsettledAge".into())),
+        "{:?}",
+        e.metrics.keys().collect::<Vec<_>>()
+    );
+    let (widgets, raw) = dashboard_widgets(&t);
+    assert!(widgets.len() >= 10, "{} widgets", widgets.len());
+    let mut problems = Vec::new();
+    let mut drawn = 0;
+    for w in &widgets {
+        let p = &w["properties"];
+        let title = p["title"].as_str().unwrap_or("");
+        assert!(!title.is_empty(), "a widget without a title: {w}");
+        assert!(
+            p["yAxis"]["left"]["label"].as_str().is_some_and(|l| !l.is_empty()),
+            "{title}: its left axis says no unit"
+        );
+        for m in p["metrics"].as_array().expect("metrics") {
+            drawn += 1;
+            if let Some(why) = widget_metric_problem(m, &e) {
+                problems.push(format!("{title}: {why}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(drawn > 40, "{drawn} metrics drawn");
+    // The queues it draws are the stack's.
+    let queues: BTreeSet<String> = of_type(&t, "AWS::SQS::Queue")
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let mut named = 0;
+    for part in raw.split("${").skip(1) {
+        if let Some(id) = part.split('}').next().and_then(|r| r.strip_suffix(".QueueName")) {
+            assert!(queues.contains(id), "the dashboard draws {id}, no queue of the stack");
+            named += 1;
+        }
+    }
+    // The events' queue, by its variable: the stack's queue when events come in.
+    let dash = resource(&t, "OperatorDashboard").unwrap();
+    let vars = match get(props(dash), "DashboardBody") {
+        Some(Value::Sequence(parts)) => parts[1].clone(),
+        other => panic!("DashboardBody is not !Sub [text, variables]: {other:?}"),
+    };
+    let events = get(&vars, "EventsDeadLetterQueueName").expect("the events queue's variable");
+    let text = format!("{events:?}");
+    assert!(text.contains("StripeEventsDeadLetterQueue.QueueName"), "{text}");
+    assert!(raw.contains("${EventsDeadLetterQueueName}"));
+    assert_eq!(named, 2, "the charge and notify dead-letter queues by their own names");
+}
+
+/// The twin: a metric nobody emits, one under dimensions it is not emitted with, a function that
+/// does not exist and a class value the code never gives are each refused; the genuine metric
+/// in the same setup is accepted.
+#[test]
+fn the_dashboard_check_refuses_what_the_code_does_not_emit() {
+    let e = emitted();
+    let check = |m: serde_json::Value| widget_metric_problem(&m, &e);
+    let genuine = serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "DriftClass", "status_differs"]);
+    assert_eq!(check(genuine), None);
+    for bad in [
+        serde_json::json!(["ChargeOnce", "NobodyEmitsThis", "Function", "audit"]),
+        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "Kind", "charge"]),
+        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "auditor", "DriftClass", "status_differs"]),
+        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "DriftClass", "slightly_off"]),
+        serde_json::json!([{"expression": "SEARCH('{ChargeOnce,Function,Shard} MetricName=\"StripeRequests\"', 'Sum', 60)"}]),
+    ] {
+        assert!(check(bad.clone()).is_some(), "{bad} accepted");
+    }
+    assert_eq!(
+        check(serde_json::json!([{"expression": "SEARCH('{ChargeOnce,Function,Endpoint} MetricName=\"StripeRequests\"', 'Sum', 60)"}])),
+        None
+    );
 }

@@ -193,6 +193,87 @@ pub struct AuditReport {
     /// Why it is not complete, when it stopped before it could judge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_by: Option<String>,
+    /// How long the records settled in the window took, per kind (`charge`, `refund`,
+    /// `capture`, `cancel`). Absent from reports kept before it was measured.
+    #[serde(default)]
+    pub settle_times: BTreeMap<String, SettleTimes>,
+    /// What was unsettled when the audit ran, per kind, in review or not (the refunds pending
+    /// among them). Absent from reports kept before it was measured.
+    #[serde(default)]
+    pub unsettled: BTreeMap<String, UnsettledKind>,
+}
+
+/// How long one kind's records took from created to settled, in whole seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettleTimes {
+    pub count: u64,
+    pub p50_secs: u64,
+    pub p99_secs: u64,
+    pub max_secs: u64,
+}
+
+impl SettleTimes {
+    /// From the durations (seconds), in any order: the nearest-rank percentiles.
+    pub fn of(mut secs: Vec<u64>) -> Self {
+        if secs.is_empty() {
+            return Self::default();
+        }
+        secs.sort_unstable();
+        let rank = |p: u64| {
+            let n = secs.len() as u64;
+            let at = (p * n).div_ceil(100).clamp(1, n) - 1;
+            secs[at as usize]
+        };
+        Self {
+            count: secs.len() as u64,
+            p50_secs: rank(50),
+            p99_secs: rank(99),
+            max_secs: secs[secs.len() - 1],
+        }
+    }
+}
+
+/// One kind's unsettled records when the audit ran: how many, the oldest one's age, and how
+/// many of them wait for a person.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsettledKind {
+    pub count: u64,
+    pub oldest_age_secs: u64,
+    pub in_review: u64,
+}
+
+/// The operator's picture from the evidence: settle times per kind of the records settled in
+/// the window, and what is unsettled now per kind (the unknown index and the review partition
+/// as read; a record settled without a settle time, from before it was stamped, is left out of
+/// the times).
+pub fn picture(
+    settled: &[Operation],
+    unsettled: &[Operation],
+    now: Timestamp,
+) -> (BTreeMap<String, SettleTimes>, BTreeMap<String, UnsettledKind>) {
+    let mut durations: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for op in settled {
+        if let Some(at) = op.settled_at {
+            let secs = at.as_millis().saturating_sub(op.created_at.as_millis()).max(0) / 1000;
+            durations
+                .entry(op.kind.as_str().to_owned())
+                .or_default()
+                .push(secs as u64);
+        }
+    }
+    let times = durations
+        .into_iter()
+        .map(|(kind, secs)| (kind, SettleTimes::of(secs)))
+        .collect();
+    let mut open: BTreeMap<String, UnsettledKind> = BTreeMap::new();
+    for op in unsettled {
+        let k = open.entry(op.kind.as_str().to_owned()).or_default();
+        k.count += 1;
+        k.in_review += u64::from(op.review.is_some());
+        let age = now.as_millis().saturating_sub(op.created_at.as_millis()).max(0) / 1000;
+        k.oldest_age_secs = k.oldest_age_secs.max(age as u64);
+    }
+    (times, open)
 }
 
 fn complete_default() -> bool {
@@ -377,6 +458,8 @@ pub struct Judgement {
     pub counts: AuditCounts,
     pub by_class: BTreeMap<DriftClass, u64>,
     pub findings: Vec<Finding>,
+    pub settle_times: BTreeMap<String, SettleTimes>,
+    pub unsettled: BTreeMap<String, UnsettledKind>,
 }
 
 impl Judgement {
@@ -402,6 +485,8 @@ impl Judgement {
             findings_left_out: left_out,
             complete: true,
             stopped_by: None,
+            settle_times: self.settle_times,
+            unsettled: self.unsettled,
         }
     }
 }
@@ -477,6 +562,7 @@ pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
             j.add(finding);
         }
     }
+    (j.settle_times, j.unsettled) = picture(&ev.settled, &ev.unsettled, ev.now);
     j
 }
 
@@ -1443,5 +1529,59 @@ mod tests {
         assert_eq!((w.from_secs(), w.to_secs()), (5, 10));
         assert!(w.contains(Timestamp::from_millis(5_000)));
         assert!(!w.contains(Timestamp::from_millis(10_000)));
+    }
+
+    /// Nearest-rank percentiles: 100 durations 1..=100 s have p50 50 s and p99 99 s; one
+    /// duration is every percentile; none is all zero.
+    #[test]
+    fn settle_times_are_nearest_rank_percentiles() {
+        let t = SettleTimes::of((1..=100).rev().collect());
+        assert_eq!((t.count, t.p50_secs, t.p99_secs, t.max_secs), (100, 50, 99, 100));
+        let one = SettleTimes::of(vec![7]);
+        assert_eq!((one.p50_secs, one.p99_secs, one.max_secs), (7, 7, 7));
+        assert_eq!(SettleTimes::of(vec![]), SettleTimes::default());
+    }
+
+    /// The picture per kind: a charge that took an hour, another that took three, counted by
+    /// their settle times; an unsettled charge two hours old and one in review, counted with the
+    /// oldest's age; a settled record without a settle time (kept before it was stamped) left
+    /// out of the times; and it reaches the report.
+    #[test]
+    fn the_picture_counts_settle_times_and_what_is_open_per_kind() {
+        let mut fast = charge("ord-fast", Succeeded, Some("pi_fast"));
+        fast.settled_at = Some(fast.created_at.plus(HOUR));
+        let mut slow = charge("ord-slow", Failed, Some("pi_slow"));
+        slow.settled_at = Some(slow.created_at.plus(3 * HOUR));
+        let unstamped = charge("ord-old", Succeeded, Some("pi_old"));
+        let mut open = charge("ord-open", Unknown, None);
+        open.created_at = T0.plus(22 * HOUR);
+        let mut reviewed = charge("ord-review", Unknown, None);
+        reviewed.created_at = T0.plus(23 * HOUR);
+        reviewed.review = Some(crate::operation::Review {
+            reason: "stuck".into(),
+            flagged_at: reviewed.created_at,
+        });
+        let now = T0.plus(24 * HOUR);
+        let (times, unsettled) = picture(
+            &[fast, slow, unstamped],
+            &[open.clone(), reviewed.clone()],
+            now,
+        );
+        let c = times["charge"];
+        assert_eq!((c.count, c.p50_secs, c.max_secs), (2, 3600, 3 * 3600));
+        let u = unsettled["charge"];
+        assert_eq!((u.count, u.in_review, u.oldest_age_secs), (2, 1, 2 * 3600));
+        assert!(!times.contains_key("refund") && !unsettled.contains_key("refund"));
+
+        let mut ev = evidence();
+        ev.unsettled = vec![open];
+        let report = judge(&ev, &POLICY).into_report(window(), now, "test");
+        assert_eq!(report.unsettled["charge"].count, 1);
+        // A report kept before the picture existed reads with none.
+        let mut old = serde_json::to_value(&report).unwrap();
+        old.as_object_mut().unwrap().remove("settle_times");
+        old.as_object_mut().unwrap().remove("unsettled");
+        let read: AuditReport = serde_json::from_value(old).unwrap();
+        assert!(read.settle_times.is_empty() && read.unsettled.is_empty());
     }
 }

@@ -40,6 +40,9 @@ use crate::time::Timestamp;
 /// The `Function` dimension of the audit's metrics.
 pub const FUNCTION: &str = "audit";
 
+/// The kinds of operation, as the `Kind` dimension names them.
+pub const KINDS: [&str; 4] = ["charge", "refund", "capture", "cancel"];
+
 /// Records per page of the store's reads.
 pub const PAGE_SIZE: usize = 500;
 
@@ -162,6 +165,8 @@ fn incomplete(
         findings_left_out: 0,
         complete: false,
         stopped_by: Some(why.to_string()),
+        settle_times: BTreeMap::new(),
+        unsettled: BTreeMap::new(),
     }
 }
 
@@ -177,6 +182,36 @@ fn emit(deps: &AuditDeps<'_>, report: &AuditReport, kept: bool) {
             at,
             &[("AuditDrift", report.count(class) as f64, "Count")],
         ));
+    }
+    // The operator's picture per kind: settle times of the window's settled records (none
+    // emitted for a kind that settled nothing: no time is not a time of 0), and what is
+    // unsettled now (0 included).
+    for kind in KINDS {
+        let open = report.unsettled.get(kind).copied().unwrap_or_default();
+        deps.metrics.emit(emf_line_classed(
+            FUNCTION,
+            ("Kind", kind),
+            at,
+            &[
+                ("UnsettledAtAudit", open.count as f64, "Count"),
+                (
+                    "OldestUnsettledAtAuditAge",
+                    open.oldest_age_secs as f64,
+                    "Seconds",
+                ),
+            ],
+        ));
+        if let Some(t) = report.settle_times.get(kind).filter(|t| t.count > 0) {
+            deps.metrics.emit(emf_line_classed(
+                FUNCTION,
+                ("Kind", kind),
+                at,
+                &[
+                    ("SettleP50Seconds", t.p50_secs as f64, "Seconds"),
+                    ("SettleP99Seconds", t.p99_secs as f64, "Seconds"),
+                ],
+            ));
+        }
     }
     if let Some(requests) = deps.gateway.requests() {
         for line in stripe_requests_lines(FUNCTION, &requests.since_last_report(), at) {

@@ -134,6 +134,7 @@ fn summary_table(bill: &Bill) -> Result<String, Error> {
                 money(t.relay),
                 money(t.events_in),
                 money(t.logs),
+                money(t.audit),
                 money(t.core),
                 format!("**{}**", money(t.all_in)),
             ]);

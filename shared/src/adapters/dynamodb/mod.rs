@@ -95,7 +95,7 @@ pub mod writes;
 use item::{attr_n, attr_s, key_of, operation_from_item, Attrs};
 use paging::{IndexCursor, IndexPosition, ShardPage};
 pub use schema::{
-    due_shard, due_shards, shard_name, DUE_SHARDS, REVIEW_SHARD, UNKNOWN_INDEX,
+    due_shard, due_shards, shard_name, DUE_SHARDS, REVIEW_SHARD, SETTLED_INDEX, UNKNOWN_INDEX,
     UNKNOWN_INDEX_PROJECTED,
 };
 
