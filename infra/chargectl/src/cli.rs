@@ -124,6 +124,14 @@ pub enum Command {
     /// (--stripe-secret-arn) to run, only the table to show.
     Audit(DriftAuditArgs),
 
+    /// The operator's picture in the terminal: unsettled operations per kind and the oldest
+    /// one's age against the 23 h key window, those in review, authorizations near their
+    /// capture deadline, operations unsettled past the key window, unreadable records, the
+    /// latest audit's drift per class and settle times per kind, and each dead-letter queue's
+    /// depth (--dead-letter-queue, repeatable: the stack's outputs name them). The same numbers
+    /// the dashboard draws; Stripe's requests and 429s are on the dashboard only. Reads only.
+    Summary(SummaryArgs),
+
     /// Run checkout → queue → charge → reconciler end to end on this machine, with faults, and
     /// check the promise against what exists at (simulated) Stripe.
     ///
@@ -197,6 +205,18 @@ pub struct ResolveArgs {
     /// every other check passed.
     #[arg(long, conflicts_with = "succeeded")]
     pub cancel_intent: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SummaryArgs {
+    /// A dead-letter queue whose depth to show (repeatable): the stack's DeadLetterQueueUrl,
+    /// NotifyDeadLetterQueueUrl and StripeEventsDeadLetterQueueUrl outputs.
+    #[arg(long, value_name = "URL")]
+    pub dead_letter_queue: Vec<String>,
+
+    /// One JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

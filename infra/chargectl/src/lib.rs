@@ -42,6 +42,7 @@ pub mod dev;
 pub mod drift;
 pub mod duration;
 pub mod render;
+pub mod summary;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -151,6 +152,30 @@ fn audit_budget() -> std::sync::Arc<charge_once::pacing::Budget> {
     ))
 }
 
+/// A queue's depth from SQS (`GetQueueAttributes ApproximateNumberOfMessages`).
+struct SqsDepth(aws_sdk_sqs::Client);
+
+#[async_trait::async_trait]
+impl summary::QueueDepth for SqsDepth {
+    async fn depth(
+        &self,
+        queue_url: &str,
+    ) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+        let attrs = self
+            .0
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await?;
+        let n = attrs
+            .attributes()
+            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
+            .ok_or("SQS answered without ApproximateNumberOfMessages")?;
+        Ok(n.parse()?)
+    }
+}
+
 /// Runs a parsed command against AWS and reports a failure on the console's `err`.
 pub async fn run(cli: Cli, console: &mut Console<'_>) -> ExitCode {
     match dispatch(cli, console).await {
@@ -219,6 +244,17 @@ async fn dispatch(cli: Cli, console: &mut Console<'_>) -> Result<(), Failure> {
             };
             drift::run(&deps, args.since, args.json, console).await
         }
+        Command::Summary(args) => {
+            let store = dynamo_store(&global, "summary").await?;
+            let queues = SqsDepth(aws_sdk_sqs::Client::new(&aws_config(&global).await));
+            let deps = summary::SummaryDeps {
+                store: &store,
+                log: &store,
+                queues: &queues,
+                clock: &SystemClock,
+            };
+            summary::run(&deps, &args.dead_letter_queue, args.json, console).await
+        }
         Command::Dev(args) => dev::run(&global, args, console).await,
         Command::Simulate(_) => Err(Failure::Usage(
             "`simulate` is the separate `simulate` binary".into(),
@@ -234,7 +270,7 @@ mod tests {
     #[test]
     fn modules_depend_one_way() {
         let order = [
-            "dev", "aws", "drift", "commands", "render", "cli", "duration",
+            "dev", "aws", "drift", "summary", "commands", "render", "cli", "duration",
         ];
         let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
         for (i, module) in order.iter().enumerate() {

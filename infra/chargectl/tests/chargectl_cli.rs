@@ -1964,3 +1964,39 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
         "the charge as it was"
     );
 }
+
+/// `summary` on moto: the fixture's unsettled operations per kind with the oldest's age, the
+/// one in review, and a dead-letter queue's depth read from SQS (two messages sent to it), as
+/// text and as JSON; a queue URL SQS does not know fails with its URL, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summary_shows_what_is_open_and_a_dead_letter_queues_depth() {
+    let f = Fixture::new().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let dlq = fresh_fifo_queue(&sqs).await;
+    for i in 0..2 {
+        sqs.send_message()
+            .queue_url(&dlq)
+            .message_body(format!("{{\"poison\":{i}}}"))
+            .message_group_id("g")
+            .message_deduplication_id(format!("d{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let out = f.run(&["summary", "--json", "--dead-letter-queue", &dlq]);
+    assert_exit(&out, 0);
+    let p: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    // The fixture's table is its own: pending and unknown are automatic work, one in review.
+    assert_eq!(p["unsettled"]["charge"]["count"], 3, "{p}");
+    assert_eq!(p["in_review"]["count"], 1, "{p}");
+    assert!(p["in_review"]["oldest_age_secs"].as_u64().unwrap() >= 26 * 3600, "{p}");
+    assert_eq!(p["dead_letter_queues"][&dlq], 2, "{p}");
+    let text = f.run(&["summary", "--dead-letter-queue", &dlq]);
+    assert_exit(&text, 0);
+    assert!(stdout(&text).contains("in review       1"), "{}", stdout(&text));
+
+    let missing = format!("{dlq}-missing");
+    let out = f.run(&["summary", "--dead-letter-queue", &missing]);
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains(&missing), "{}", stderr(&out));
+}
