@@ -1,5 +1,5 @@
 # The README's commands. `make test` is what CI runs (through .ci/run).
-.PHONY: run test walkthrough lint fmt template-check bench supply-chain
+.PHONY: run test walkthrough lint fmt template-check bench supply-chain dashboard
 
 # The main job: the whole pipeline locally, with faults, checked against the Stripe simulator.
 # Flags go in ARGS: `make run ARGS='--orders 5 --seed 2'` (or run `cargo run -p simulate -- --help`).
@@ -37,6 +37,11 @@ supply-chain:
 
 # cfn-lint, sam validate --lint and the IAM check after the SAM transform (pinned tools in
 # .venv-template), then the template held to the code.
+# Draws docs/operations-dashboard.svg: the template's OperatorDashboard from a simulation run's
+# metrics (every EMF line the functions and the audit emitted, on the virtual clock).
+dashboard:
+	cargo run -q -p simulate -- --seed 1 --dashboard docs/operations-dashboard.svg
+
 template-check:
 	infra/template-check/check.sh
 	cargo test -p integration-tests --test it template::

@@ -56,9 +56,15 @@ async fn audit(s: &Stack, metrics: &CapturedMetrics) -> AuditReport {
 
 /// ord-1001 charged and refunded 500 of it, both through the real functions.
 async fn charged_and_refunded(s: &Stack) {
-    assert_eq!(post(&s.checkout(), "checkout-valid.json").await.status_code, 202);
+    assert_eq!(
+        post(&s.checkout(), "checkout-valid.json").await.status_code,
+        202
+    );
     assert_eq!(s.deliver().await, 1);
-    assert_eq!(post(&s.checkout(), "refund-valid.json").await.status_code, 202);
+    assert_eq!(
+        post(&s.checkout(), "refund-valid.json").await.status_code,
+        202
+    );
     assert_eq!(s.deliver().await, 1);
     let charge = s.store.get(&charge_key("ord-1001")).await.unwrap().unwrap();
     assert_eq!(charge.status, OperationStatus::Succeeded);
@@ -98,7 +104,11 @@ async fn a_clean_window_matches_everything_and_is_kept_with_its_metrics() {
     assert_eq!(report.drift(), 0, "{:?}", report.findings);
     assert!(report.findings.is_empty(), "{:?}", report.findings);
     let c = &report.counts;
-    assert_eq!((c.intents, c.refunds, c.settled_records), (1, 1, 2), "{c:?}");
+    assert_eq!(
+        (c.intents, c.refunds, c.settled_records),
+        (1, 1, 2),
+        "{c:?}"
+    );
     assert_eq!(c.matched, 4, "both objects and both records: {c:?}");
     assert!(c.stripe_calls >= 2, "a list of each: {c:?}");
     // Kept, readable back; the records untouched.
@@ -108,12 +118,18 @@ async fn a_clean_window_matches_everything_and_is_kept_with_its_metrics() {
     // One line per class, 0 included, and the run's own.
     for class in DriftClass::ALL {
         assert_eq!(
-            metrics.sum("AuditDrift", &[("Function", "audit"), ("DriftClass", class.as_str())]),
+            metrics.sum(
+                "AuditDrift",
+                &[("Function", "audit"), ("DriftClass", class.as_str())]
+            ),
             0.0
         );
     }
     assert_eq!(metrics.sum("AuditRuns", &[("Function", "audit")]), 1.0);
-    assert_eq!(metrics.sum("AuditIncomplete", &[("Function", "audit")]), 0.0);
+    assert_eq!(
+        metrics.sum("AuditIncomplete", &[("Function", "audit")]),
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -155,11 +171,22 @@ async fn an_intent_with_our_metadata_and_a_dashboard_refund_are_at_stripe_not_he
     };
     let metrics = CapturedMetrics::new();
     let report = audit(&s, &metrics).await;
-    assert!(found(&report, DriftClass::AtStripeNotHere, pi.id.as_str()), "{:?}", report.findings);
-    assert!(found(&report, DriftClass::AtStripeNotHere, &dashboard), "{:?}", report.findings);
+    assert!(
+        found(&report, DriftClass::AtStripeNotHere, pi.id.as_str()),
+        "{:?}",
+        report.findings
+    );
+    assert!(
+        found(&report, DriftClass::AtStripeNotHere, &dashboard),
+        "{:?}",
+        report.findings
+    );
     assert_eq!(report.drift(), 2, "{:?}", report.findings);
     assert_eq!(
-        metrics.sum("AuditDrift", &[("Function", "audit"), ("DriftClass", "at_stripe_not_here")]),
+        metrics.sum(
+            "AuditDrift",
+            &[("Function", "audit"), ("DriftClass", "at_stripe_not_here")]
+        ),
         2.0
     );
 }
@@ -167,8 +194,18 @@ async fn an_intent_with_our_metadata_and_a_dashboard_refund_are_at_stripe_not_he
 #[tokio::test]
 async fn a_record_edited_by_hand_is_found_by_what_was_edited() {
     let cases: [(&str, &str, AttributeValue, DriftClass); 3] = [
-        ("charge", "status", AttributeValue::S("failed".into()), DriftClass::StatusDiffers),
-        ("charge", "amount", AttributeValue::N("999".into()), DriftClass::AmountDiffers),
+        (
+            "charge",
+            "status",
+            AttributeValue::S("failed".into()),
+            DriftClass::StatusDiffers,
+        ),
+        (
+            "charge",
+            "amount",
+            AttributeValue::N("999".into()),
+            DriftClass::AmountDiffers,
+        ),
         (
             "charge",
             "external_id",
@@ -183,7 +220,11 @@ async fn a_record_edited_by_hand_is_found_by_what_was_edited() {
         assert_eq!(audit(&s, &metrics).await.drift(), 0, "{attr}: clean first");
         edit(&s, sk, attr, value).await;
         let report = audit(&s, &metrics).await;
-        assert!(found(&report, class, "ord-1001"), "{attr}: {:?}", report.findings);
+        assert!(
+            found(&report, class, "ord-1001"),
+            "{attr}: {:?}",
+            report.findings
+        );
     }
 }
 
@@ -207,34 +248,82 @@ async fn a_second_succeeded_intent_and_refunds_over_the_charge_are_found() {
         .await
         .unwrap();
     // The refund's record says more went back than the charge took.
-    edit(&s, "refund#refund-1", "amount", AttributeValue::N("5000".into())).await;
+    edit(
+        &s,
+        "refund#refund-1",
+        "amount",
+        AttributeValue::N("5000".into()),
+    )
+    .await;
     let report = audit(&s, &metrics).await;
-    assert!(found(&report, DriftClass::DuplicateSuccess, twin.id.as_str()), "{:?}", report.findings);
-    assert!(found(&report, DriftClass::OverRefunded, "ord-1001"), "{:?}", report.findings);
-    assert!(found(&report, DriftClass::AmountDiffers, "ord-1001"), "the refund's amount: {:?}", report.findings);
+    assert!(
+        found(&report, DriftClass::DuplicateSuccess, twin.id.as_str()),
+        "{:?}",
+        report.findings
+    );
+    assert!(
+        found(&report, DriftClass::OverRefunded, "ord-1001"),
+        "{:?}",
+        report.findings
+    );
+    assert!(
+        found(&report, DriftClass::AmountDiffers, "ord-1001"),
+        "the refund's amount: {:?}",
+        report.findings
+    );
 }
 
 #[tokio::test]
 async fn deadlines_are_watched_an_authorization_near_its_own_and_an_unknown_past_the_key_window() {
     let s = Stack::spawn().await;
-    assert_eq!(post(&s.checkout(), "checkout-authorize.json").await.status_code, 202);
+    assert_eq!(
+        post(&s.checkout(), "checkout-authorize.json")
+            .await
+            .status_code,
+        202
+    );
     assert_eq!(s.deliver().await, 1);
     let held = s.store.get(&charge_key("ord-3003")).await.unwrap().unwrap();
     let deadline = held.capture_before.expect("Stripe's deadline");
     // A checkout whose message is never delivered: pending, no intent.
-    assert_eq!(post(&s.checkout(), "checkout-valid.json").await.status_code, 202);
+    assert_eq!(
+        post(&s.checkout(), "checkout-valid.json").await.status_code,
+        202
+    );
     let metrics = CapturedMetrics::new();
     let report = audit(&s, &metrics).await;
-    assert_eq!(report.by_class.values().sum::<u64>(), 0, "{:?}", report.findings);
+    assert_eq!(
+        report.by_class.values().sum::<u64>(),
+        0,
+        "{:?}",
+        report.findings
+    );
     // A day later: past the key window, and (for a hold of a few days) not yet near its deadline.
     s.clock().advance(24 * HOUR);
     let report = audit(&s, &metrics).await;
-    assert!(found(&report, DriftClass::UnsettledPastKeyWindow, "ord-1001"), "{:?}", report.findings);
-    assert!(!found(&report, DriftClass::AuthorizationNearDeadline, "ord-3003"));
+    assert!(
+        found(&report, DriftClass::UnsettledPastKeyWindow, "ord-1001"),
+        "{:?}",
+        report.findings
+    );
+    assert!(!found(
+        &report,
+        DriftClass::AuthorizationNearDeadline,
+        "ord-3003"
+    ));
     // Eleven hours before the deadline.
     let now = s.clock().now();
     s.clock().advance(deadline.minus(11 * HOUR).since(now));
     let report = audit(&s, &metrics).await;
-    assert!(found(&report, DriftClass::AuthorizationNearDeadline, "ord-3003"), "{:?}", report.findings);
-    assert_eq!(report.drift(), 0, "watch classes are not drift: {:?}", report.findings);
+    assert!(
+        found(&report, DriftClass::AuthorizationNearDeadline, "ord-3003"),
+        "{:?}",
+        report.findings
+    );
+    assert_eq!(
+        report.drift(),
+        0,
+        "watch classes are not drift: {:?}",
+        report.findings
+    );
 }

@@ -37,7 +37,14 @@ fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
 fn covered() -> Vec<(PathBuf, String)> {
     let root = root();
     let mut all = sources(&root.join("shared/src"));
-    for function in ["checkout", "charge", "reconciler", "notify", "webhook", "audit"] {
+    for function in [
+        "checkout",
+        "charge",
+        "reconciler",
+        "notify",
+        "webhook",
+        "audit",
+    ] {
         all.extend(sources(&root.join("functions").join(function).join("src")));
     }
     all.extend(sources(&root.join("infra/chargectl/src")));

@@ -257,7 +257,10 @@ async fn lists_by_creation_time_page_through_the_window_and_nothing_else() {
         inside.push(charged(&gw, "pm_card_visa", 1000).await);
         s.clock.advance(Duration::from_millis(400));
     }
-    let ours = gw.create_refund(&refund_create(&inside[0], 300)).await.unwrap();
+    let ours = gw
+        .create_refund(&refund_create(&inside[0], 300))
+        .await
+        .unwrap();
     let dashboard = s.sim.refund_in_process(
         None,
         &[
@@ -306,15 +309,31 @@ async fn lists_by_creation_time_page_through_the_window_and_nothing_else() {
     assert_eq!(page.items.len(), 2);
     assert!(page.next.is_none());
     assert_eq!(page.items[1], ours);
-    assert_eq!(page.items[0].operation_id, None, "the dashboard's refund has no metadata");
-    assert_eq!(page.items[0].payment_intent.as_deref(), Some(inside[1].as_str()));
+    assert_eq!(
+        page.items[0].operation_id, None,
+        "the dashboard's refund has no metadata"
+    );
+    assert_eq!(
+        page.items[0].payment_intent.as_deref(),
+        Some(inside[1].as_str())
+    );
     // A window before anything was made lists nothing.
     let empty = AuditWindow {
         from: from.minus(Duration::from_secs(3600)),
         to: from.minus(Duration::from_secs(1800)),
     };
-    assert!(gw.list_intents_created(&empty, None).await.unwrap().items.is_empty());
-    assert!(gw.list_refunds_created(&empty, None).await.unwrap().items.is_empty());
+    assert!(gw
+        .list_intents_created(&empty, None)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    assert!(gw
+        .list_refunds_created(&empty, None)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
 }
 
 /// A list's parameters are checked as Stripe checks them: an unknown one, a created filter that
@@ -341,5 +360,8 @@ async fn a_malformed_list_is_refused_and_the_genuine_one_answered() {
     }
     let (status, body) = client("created%5Bgte%5D=0&limit=10");
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"object\":\"list\"") && body.contains("pi_"), "{body}");
+    assert!(
+        body.contains("\"object\":\"list\"") && body.contains("pi_"),
+        "{body}"
+    );
 }

@@ -575,7 +575,14 @@ fn the_table_is_the_one_the_store_queries() {
 #[test]
 fn functions_are_arm64_cargo_lambda_builds_with_json_logs() {
     let t = template();
-    for dir in ["checkout", "charge", "reconciler", "notify", "webhook", "audit"] {
+    for dir in [
+        "checkout",
+        "charge",
+        "reconciler",
+        "notify",
+        "webhook",
+        "audit",
+    ] {
         let (id, f) = function(&t, dir);
         let prop = |k: &str| {
             function_prop(&t, f, k)
@@ -1681,7 +1688,14 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
         "/../shared/src/adapters/aws.rs"
     ))
     .unwrap();
-    for dir in ["checkout", "charge", "events", "reconciler", "notify", "audit"] {
+    for dir in [
+        "checkout",
+        "charge",
+        "events",
+        "reconciler",
+        "notify",
+        "audit",
+    ] {
         let secs = timeout(if dir == "events" { "webhook" } else { dir });
         assert!(
             doc.contains(&format!("//! - {dir} ({secs} s")),
@@ -2080,7 +2094,8 @@ fn collect_references(v: &Value, out: &mut BTreeSet<String>) {
                         items.iter().skip(1).for_each(|i| {
                             collect_references(i, out);
                             if let Some(m) = plain(i).as_mapping() {
-                                defined.extend(m.keys().filter_map(|k| k.as_str()).map(str::to_owned));
+                                defined
+                                    .extend(m.keys().filter_map(|k| k.as_str()).map(str::to_owned));
                             }
                         });
                         items.first().map(scalar_text).unwrap_or_default()
@@ -3037,7 +3052,9 @@ fn emitted() -> Emitted {
                 if classed {
                     let class = args
                         .get(1)
-                        .map(|a| top_level_args(a.trim().trim_start_matches('(').trim_end_matches(')')))
+                        .map(|a| {
+                            top_level_args(a.trim().trim_start_matches('(').trim_end_matches(')'))
+                        })
                         .and_then(|t| t.first().and_then(|k| literal(k)))
                         .unwrap_or_else(|| "?".to_owned());
                     dims.push(vec!["Function".to_owned(), class]);
@@ -3061,14 +3078,28 @@ fn emitted() -> Emitted {
 /// emits with these dimensions; `None` when it is. A `SEARCH` expression names its namespace,
 /// dimension keys and metric: those are held the same way, for any function.
 fn widget_metric_problem(m: &serde_json::Value, e: &Emitted) -> Option<String> {
-    if let Some(expr) = m.get(0).and_then(|o| o.get("expression")).and_then(|x| x.as_str()) {
+    if !m.is_array() {
+        return Some(format!(
+            "{m}: CloudWatch takes each metric, expressions too, as an array"
+        ));
+    }
+    if let Some(expr) = m
+        .get(0)
+        .and_then(|o| o.get("expression"))
+        .and_then(|x| x.as_str())
+    {
         let Some(schema) = expr.split_once("SEARCH('{").map(|(_, r)| r) else {
             return None; // arithmetic over the other metrics of the widget, held one by one
         };
         let (keys, rest) = schema.split_once('}')?;
         let mut keys: Vec<String> = keys.split(',').map(|k| k.trim().to_owned()).collect();
         let namespace = keys.remove(0);
-        let name = rest.split("MetricName=\"").nth(1)?.split('"').next()?.to_owned();
+        let name = rest
+            .split("MetricName=\"")
+            .nth(1)?
+            .split('"')
+            .next()?
+            .to_owned();
         keys.sort();
         let found = e
             .metrics
@@ -3156,7 +3187,8 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
     assert!(e.metrics[&("audit".into(), "AuditDrift".into())]
         .contains(&vec!["DriftClass".to_owned(), "Function".to_owned()]));
     assert!(
-        e.metrics.contains_key(&("reconciler".into(), "OldestUnsettledAge".into())),
+        e.metrics
+            .contains_key(&("reconciler".into(), "OldestUnsettledAge".into())),
         "{:?}",
         e.metrics.keys().collect::<Vec<_>>()
     );
@@ -3169,13 +3201,37 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
         let title = p["title"].as_str().unwrap_or("");
         assert!(!title.is_empty(), "a widget without a title: {w}");
         assert!(
-            p["yAxis"]["left"]["label"].as_str().is_some_and(|l| !l.is_empty()),
+            p["yAxis"]["left"]["label"]
+                .as_str()
+                .is_some_and(|l| !l.is_empty()),
             "{title}: its left axis says no unit"
         );
-        for m in p["metrics"].as_array().expect("metrics") {
+        let metrics = p["metrics"].as_array().expect("metrics");
+        let ids: BTreeSet<&str> = metrics
+            .iter()
+            .filter_map(|m| m.as_array()?.last()?.get("id")?.as_str())
+            .collect();
+        for m in metrics {
             drawn += 1;
             if let Some(why) = widget_metric_problem(m, &e) {
                 problems.push(format!("{title}: {why}"));
+            }
+            // An expression over the widget's metrics names only metrics it has.
+            let expr = m
+                .get(0)
+                .and_then(|o| o.get("expression"))
+                .and_then(|x| x.as_str());
+            if let Some(list) = expr
+                .and_then(|x| x.split_once("SUM(["))
+                .and_then(|(_, r)| r.split_once(']'))
+            {
+                for id in list.0.split(',').map(str::trim) {
+                    if !ids.contains(id) {
+                        problems.push(format!(
+                            "{title}: the expression names {id}, no metric's id"
+                        ));
+                    }
+                }
             }
         }
     }
@@ -3188,8 +3244,15 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
         .collect();
     let mut named = 0;
     for part in raw.split("${").skip(1) {
-        if let Some(id) = part.split('}').next().and_then(|r| r.strip_suffix(".QueueName")) {
-            assert!(queues.contains(id), "the dashboard draws {id}, no queue of the stack");
+        if let Some(id) = part
+            .split('}')
+            .next()
+            .and_then(|r| r.strip_suffix(".QueueName"))
+        {
+            assert!(
+                queues.contains(id),
+                "the dashboard draws {id}, no queue of the stack"
+            );
             named += 1;
         }
     }
@@ -3201,9 +3264,15 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
     };
     let events = get(&vars, "EventsDeadLetterQueueName").expect("the events queue's variable");
     let text = format!("{events:?}");
-    assert!(text.contains("StripeEventsDeadLetterQueue.QueueName"), "{text}");
+    assert!(
+        text.contains("StripeEventsDeadLetterQueue.QueueName"),
+        "{text}"
+    );
     assert!(raw.contains("${EventsDeadLetterQueueName}"));
-    assert_eq!(named, 2, "the charge and notify dead-letter queues by their own names");
+    assert_eq!(
+        named, 2,
+        "the charge and notify dead-letter queues by their own names"
+    );
 }
 
 /// The twin: a metric nobody emits, one under dimensions it is not emitted with, a function that
@@ -3213,19 +3282,76 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
 fn the_dashboard_check_refuses_what_the_code_does_not_emit() {
     let e = emitted();
     let check = |m: serde_json::Value| widget_metric_problem(&m, &e);
-    let genuine = serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "DriftClass", "status_differs"]);
+    let genuine = serde_json::json!([
+        "ChargeOnce",
+        "AuditDrift",
+        "Function",
+        "audit",
+        "DriftClass",
+        "status_differs"
+    ]);
     assert_eq!(check(genuine), None);
     for bad in [
+        serde_json::json!({"expression": "SEARCH('{ChargeOnce,Function,Endpoint} MetricName=\"StripeRequests\"', 'Sum', 60)"}),
         serde_json::json!(["ChargeOnce", "NobodyEmitsThis", "Function", "audit"]),
-        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "Kind", "charge"]),
-        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "auditor", "DriftClass", "status_differs"]),
-        serde_json::json!(["ChargeOnce", "AuditDrift", "Function", "audit", "DriftClass", "slightly_off"]),
+        serde_json::json!([
+            "ChargeOnce",
+            "AuditDrift",
+            "Function",
+            "audit",
+            "Kind",
+            "charge"
+        ]),
+        serde_json::json!([
+            "ChargeOnce",
+            "AuditDrift",
+            "Function",
+            "auditor",
+            "DriftClass",
+            "status_differs"
+        ]),
+        serde_json::json!([
+            "ChargeOnce",
+            "AuditDrift",
+            "Function",
+            "audit",
+            "DriftClass",
+            "slightly_off"
+        ]),
         serde_json::json!([{"expression": "SEARCH('{ChargeOnce,Function,Shard} MetricName=\"StripeRequests\"', 'Sum', 60)"}]),
     ] {
         assert!(check(bad.clone()).is_some(), "{bad} accepted");
     }
     assert_eq!(
-        check(serde_json::json!([{"expression": "SEARCH('{ChargeOnce,Function,Endpoint} MetricName=\"StripeRequests\"', 'Sum', 60)"}])),
+        check(
+            serde_json::json!([{"expression": "SEARCH('{ChargeOnce,Function,Endpoint} MetricName=\"StripeRequests\"', 'Sum', 60)"}])
+        ),
         None
     );
+}
+
+/// The picture of the dashboard in the docs is this dashboard: drawn by `simulate --dashboard`
+/// from a run (its title names the run), every widget of the template in it by its title. Made
+/// again with `make dashboard` after the dashboard changes.
+#[test]
+fn the_dashboard_picture_in_the_docs_draws_every_widget_of_the_template() {
+    let t = template();
+    let (widgets, _) = dashboard_widgets(&t);
+    let svg = std::fs::read_to_string(workspace_root().join("docs/operations-dashboard.svg"))
+        .expect("docs/operations-dashboard.svg (make dashboard)");
+    assert!(
+        svg.contains("drawn from `simulate --seed"),
+        "not drawn from a simulation run"
+    );
+    for w in &widgets {
+        let title = w["properties"]["title"].as_str().unwrap();
+        let escaped = title
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        assert!(
+            svg.contains(&format!(">{escaped}</text>")),
+            "the picture lacks the widget {title:?}: run make dashboard"
+        );
+    }
 }

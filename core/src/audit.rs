@@ -250,11 +250,18 @@ pub fn picture(
     settled: &[Operation],
     unsettled: &[Operation],
     now: Timestamp,
-) -> (BTreeMap<String, SettleTimes>, BTreeMap<String, UnsettledKind>) {
+) -> (
+    BTreeMap<String, SettleTimes>,
+    BTreeMap<String, UnsettledKind>,
+) {
     let mut durations: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for op in settled {
         if let Some(at) = op.settled_at {
-            let secs = at.as_millis().saturating_sub(op.created_at.as_millis()).max(0) / 1000;
+            let secs = at
+                .as_millis()
+                .saturating_sub(op.created_at.as_millis())
+                .max(0)
+                / 1000;
             durations
                 .entry(op.kind.as_str().to_owned())
                 .or_default()
@@ -270,7 +277,11 @@ pub fn picture(
         let k = open.entry(op.kind.as_str().to_owned()).or_default();
         k.count += 1;
         k.in_review += u64::from(op.review.is_some());
-        let age = now.as_millis().saturating_sub(op.created_at.as_millis()).max(0) / 1000;
+        let age = now
+            .as_millis()
+            .saturating_sub(op.created_at.as_millis())
+            .max(0)
+            / 1000;
         k.oldest_age_secs = k.oldest_age_secs.max(age as u64);
     }
     (times, open)
@@ -1536,7 +1547,10 @@ mod tests {
     #[test]
     fn settle_times_are_nearest_rank_percentiles() {
         let t = SettleTimes::of((1..=100).rev().collect());
-        assert_eq!((t.count, t.p50_secs, t.p99_secs, t.max_secs), (100, 50, 99, 100));
+        assert_eq!(
+            (t.count, t.p50_secs, t.p99_secs, t.max_secs),
+            (100, 50, 99, 100)
+        );
         let one = SettleTimes::of(vec![7]);
         assert_eq!((one.p50_secs, one.p99_secs, one.max_secs), (7, 7, 7));
         assert_eq!(SettleTimes::of(vec![]), SettleTimes::default());

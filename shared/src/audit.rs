@@ -223,7 +223,11 @@ fn emit(deps: &AuditDeps<'_>, report: &AuditReport, kept: bool) {
         at,
         &[
             ("AuditRuns", 1.0, "Count"),
-            ("AuditIncomplete", f64::from(!report.complete || !kept), "Count"),
+            (
+                "AuditIncomplete",
+                f64::from(!report.complete || !kept),
+                "Count",
+            ),
             (
                 "AuditStripeCalls",
                 report.counts.stripe_calls as f64,

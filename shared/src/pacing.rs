@@ -235,7 +235,9 @@ impl PaymentGateway for PacedGateway {
         starting_after: Option<&str>,
     ) -> Result<ListPage<PaymentIntent>, GatewayError> {
         self.slot(&self.calls).await?;
-        self.inner.list_intents_created(window, starting_after).await
+        self.inner
+            .list_intents_created(window, starting_after)
+            .await
     }
 
     async fn list_refunds_created(
@@ -244,7 +246,9 @@ impl PaymentGateway for PacedGateway {
         starting_after: Option<&str>,
     ) -> Result<ListPage<StripeRefund>, GatewayError> {
         self.slot(&self.calls).await?;
-        self.inner.list_refunds_created(window, starting_after).await
+        self.inner
+            .list_refunds_created(window, starting_after)
+            .await
     }
 }
 

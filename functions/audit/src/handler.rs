@@ -90,7 +90,10 @@ mod tests {
     use super::*;
 
     fn scheduled() -> EventBridgeEvent<Value> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/audit-scheduled.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../events/audit-scheduled.json"
+        );
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
@@ -108,9 +111,19 @@ mod tests {
     fn the_deadline_keeps_a_margin_and_a_local_invoke_gets_the_default_budget() {
         let now = Timestamp::from_millis(1_800_000_000_000);
         let lambda = now.as_millis() as u64 + 900_000;
-        assert_eq!(read_deadline(lambda, now), now.plus(Duration::from_secs(880)));
+        assert_eq!(
+            read_deadline(lambda, now),
+            now.plus(Duration::from_secs(880))
+        );
         assert_eq!(read_deadline(0, now), now.plus(DEFAULT_BUDGET));
-        assert_eq!(read_deadline(600_000, now), now.plus(DEFAULT_BUDGET), "cargo lambda watch");
-        assert_eq!(read_deadline(lambda + 1_000_000, now), now.plus(DEFAULT_BUDGET));
+        assert_eq!(
+            read_deadline(600_000, now),
+            now.plus(DEFAULT_BUDGET),
+            "cargo lambda watch"
+        );
+        assert_eq!(
+            read_deadline(lambda + 1_000_000, now),
+            now.plus(DEFAULT_BUDGET)
+        );
     }
 }

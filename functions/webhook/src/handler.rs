@@ -48,8 +48,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{
-    stripe_requests_lines,
-    emf_line_classed, refund_failed_after_success_line, sent_to_review_line, ErrorChain,
+    emf_line_classed, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
+    ErrorChain,
 };
 use charge_once::webhook::{
     receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,

@@ -427,8 +427,24 @@ fn charge_path_store(ctx: &Ctx, out: &mut Vec<Item>) {
     // entry of the keys-only settled-by-day index; the daily audit reads the entry and the record
     // once (BatchGetItem, strongly consistent, one item < 4 KB). Its own group, outside the
     // charge path's target: what the audit adds is read off on its own lines.
-    out.push(item("drift audit", "all", "DynamoDB settled-by-day index write (derived: the settling record stamps its day)".into(), 1.0, DDB_PER_WRU, "WRU", false));
-    out.push(item("drift audit", "all", "DynamoDB audit reads (derived: the daily audit reads each settled record once)".into(), 1.0, DDB_PER_RRU, "RRU", false));
+    out.push(item(
+        "drift audit",
+        "all",
+        "DynamoDB settled-by-day index write (derived: the settling record stamps its day)".into(),
+        1.0,
+        DDB_PER_WRU,
+        "WRU",
+        false,
+    ));
+    out.push(item(
+        "drift audit",
+        "all",
+        "DynamoDB audit reads (derived: the daily audit reads each settled record once)".into(),
+        1.0,
+        DDB_PER_RRU,
+        "RRU",
+        false,
+    ));
     out.push(item(
         "charge path",
         "all",

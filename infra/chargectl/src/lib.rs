@@ -170,7 +170,9 @@ impl summary::QueueDepth for SqsDepth {
             .await?;
         let n = attrs
             .attributes()
-            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
+            .and_then(|a| {
+                a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            })
             .ok_or("SQS answered without ApproximateNumberOfMessages")?;
         Ok(n.parse()?)
     }

@@ -22,7 +22,8 @@ use crate::commands::{Console, Failure, INDEX_PAGE};
 /// How many messages wait in a queue (SQS `ApproximateNumberOfMessages`).
 #[async_trait]
 pub trait QueueDepth: Send + Sync {
-    async fn depth(&self, queue_url: &str) -> Result<u64, Box<dyn std::error::Error + Send + Sync>>;
+    async fn depth(&self, queue_url: &str)
+        -> Result<u64, Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// What `summary` reads.
@@ -54,7 +55,10 @@ async fn all_of(
 }
 
 /// The picture as one JSON object (what `--json` prints; the text is drawn from it).
-pub async fn picture(deps: &SummaryDeps<'_>, dead_letter_queues: &[String]) -> Result<Value, Failure> {
+pub async fn picture(
+    deps: &SummaryDeps<'_>,
+    dead_letter_queues: &[String],
+) -> Result<Value, Failure> {
     let now = deps.clock.now();
     let (mut unsettled, unreadable_open) = all_of(deps.store, IndexQuery::Unsettled).await?;
     let (review, unreadable_review) = all_of(deps.store, IndexQuery::InReview).await?;
@@ -153,7 +157,11 @@ pub async fn run(
     let out = &mut console.out;
     let hours = |secs: &Value| format!("{:.1} h", secs.as_f64().unwrap_or(0.0) / 3600.0);
     writeln!(out, "charge-once at {}", p["at"].as_str().unwrap_or(""))?;
-    writeln!(out, "unsettled (key window {})", hours(&p["key_window_secs"]))?;
+    writeln!(
+        out,
+        "unsettled (key window {})",
+        hours(&p["key_window_secs"])
+    )?;
     let open = p["unsettled"].as_object().cloned().unwrap_or_default();
     if open.is_empty() {
         writeln!(out, "  none")?;
@@ -179,7 +187,10 @@ pub async fn run(
         p["authorizations_near_deadline"], p["unsettled_past_key_window"], p["unreadable"]
     )?;
     match p["latest_audit"].as_object() {
-        None => writeln!(out, "latest audit  none kept yet (chargectl audit --since 24h)")?,
+        None => writeln!(
+            out,
+            "latest audit  none kept yet (chargectl audit --since 24h)"
+        )?,
         Some(a) => {
             writeln!(
                 out,
@@ -187,7 +198,11 @@ pub async fn run(
                 a["window_from"].as_str().unwrap_or(""),
                 a["window_to"].as_str().unwrap_or(""),
                 a["drift"],
-                if a["complete"] == json!(true) { "" } else { "  (incomplete: not vouched for)" }
+                if a["complete"] == json!(true) {
+                    ""
+                } else {
+                    "  (incomplete: not vouched for)"
+                }
             )?;
             let classes: Vec<String> = a["by_class"]
                 .as_object()
@@ -267,9 +282,7 @@ mod tests {
         assert_eq!(clean["latest_audit"], Value::Null);
 
         for (id, age_h) in [("ord-young", 1u64), ("ord-old", 30)] {
-            let mut op = order(id)
-                .status(OperationStatus::Unknown)
-                .build();
+            let mut op = order(id).status(OperationStatus::Unknown).build();
             op.created_at = T0.minus(Duration::from_secs(age_h * 3600));
             op.next_due_at = Some(T0);
             store.put_for_tests(op);
@@ -280,7 +293,9 @@ mod tests {
         assert_eq!(p["unsettled_past_key_window"], 1);
         assert_eq!(p["dead_letter_queues"]["https://dlq"], 3);
         // A queue that cannot be read fails the command with its URL; nothing is guessed.
-        let e = picture(&deps, &["https://gone".to_owned()]).await.unwrap_err();
+        let e = picture(&deps, &["https://gone".to_owned()])
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("https://gone"), "{e}");
         let mut out = Vec::new();
         let mut err = Vec::new();
@@ -294,6 +309,9 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("unsettled past the key window 1"), "{text}");
         assert!(text.contains("dead letters      3  https://dlq"), "{text}");
-        assert!(text.contains("  charge        2  oldest   30.0 h"), "{text}");
+        assert!(
+            text.contains("  charge        2  oldest   30.0 h"),
+            "{text}"
+        );
     }
 }

@@ -1989,11 +1989,18 @@ async fn summary_shows_what_is_open_and_a_dead_letter_queues_depth() {
     // The fixture's table is its own: pending and unknown are automatic work, one in review.
     assert_eq!(p["unsettled"]["charge"]["count"], 3, "{p}");
     assert_eq!(p["in_review"]["count"], 1, "{p}");
-    assert!(p["in_review"]["oldest_age_secs"].as_u64().unwrap() >= 26 * 3600, "{p}");
+    assert!(
+        p["in_review"]["oldest_age_secs"].as_u64().unwrap() >= 26 * 3600,
+        "{p}"
+    );
     assert_eq!(p["dead_letter_queues"][&dlq], 2, "{p}");
     let text = f.run(&["summary", "--dead-letter-queue", &dlq]);
     assert_exit(&text, 0);
-    assert!(stdout(&text).contains("in review       1"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains("in review       1"),
+        "{}",
+        stdout(&text)
+    );
 
     let missing = format!("{dlq}-missing");
     let out = f.run(&["summary", "--dead-letter-queue", &missing]);

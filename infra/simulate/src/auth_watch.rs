@@ -164,6 +164,9 @@ impl PaymentGateway for CountingTakes {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
+        self.inner.requests()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }

@@ -18,10 +18,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use charge_once::audit::{run_audit, AuditDeps, AuditPolicy, AuditReport, AuditRun, AuditWindow, DriftClass, Finding};
+use charge_once::audit::{
+    run_audit, AuditDeps, AuditPolicy, AuditReport, AuditRun, AuditWindow, DriftClass, Finding,
+};
 use charge_once::executor::ChargePolicy;
+use charge_once::ports::MetricsSink;
 use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
-use charge_once::telemetry::DiscardMetrics;
 use charge_once::{
     Clock, ManualClock, OperationId, OperationKey, OperationStatus, OrderId, Timestamp,
 };
@@ -155,7 +157,11 @@ async fn outside_intent(
 ) -> Result<Injected, BoxError> {
     let key = OperationKey::charge(OrderId::parse(order)?);
     let op = store.get(&key).await?.ok_or("the picked charge is gone")?;
-    let params = op.params.charge().ok_or("the picked charge has no params")?.clone();
+    let params = op
+        .params
+        .charge()
+        .ok_or("the picked charge has no params")?
+        .clone();
     let operation_id = OperationId::new_random();
     let req = CreatePaymentIntent {
         idempotency_key: operation_id.idempotency_key(),
@@ -189,7 +195,9 @@ async fn dashboard_refund(
         _ => return Err("the dashboard refund got no answer".into()),
     };
     let body: serde_json::Value = serde_json::from_slice(&answer.body)?;
-    let id = body["id"].as_str().ok_or("the dashboard refund has no id")?;
+    let id = body["id"]
+        .as_str()
+        .ok_or("the dashboard refund has no id")?;
     Ok(Injected {
         what: "a refund made in the dashboard (no metadata)",
         class: DriftClass::AtStripeNotHere,
@@ -206,6 +214,7 @@ pub async fn audit_windows(
     gateway: &dyn PaymentGateway,
     clock: &ManualClock,
     start: Timestamp,
+    metrics: &dyn MetricsSink,
 ) -> Vec<AuditReport> {
     let policy = ChargePolicy::default();
     let policy = AuditPolicy {
@@ -213,19 +222,25 @@ pub async fn audit_windows(
         page_lead: policy.authorization_page_lead,
     };
     let end = clock.now().plus(Duration::from_secs(1));
-    let deps = AuditDeps {
-        store,
-        log,
-        gateway,
-        clock,
-        metrics: &DiscardMetrics,
-    };
     let mut reports = Vec::new();
     let mut from = start;
     while from < end {
         let window = AuditWindow {
             from,
             to: from.plus(WINDOW),
+        };
+        // Its metrics dated when the daily schedule would have run it (the window's end), not
+        // when the run's end audits them all.
+        let dated = AtTime {
+            inner: metrics,
+            at: window.to.min(end),
+        };
+        let deps = AuditDeps {
+            store,
+            log,
+            gateway,
+            clock,
+            metrics: &dated,
         };
         let run = AuditRun {
             window,
@@ -237,6 +252,24 @@ pub async fn audit_windows(
         from = window.to;
     }
     reports
+}
+
+/// A sink that dates every line `at`.
+struct AtTime<'a> {
+    inner: &'a dyn MetricsSink,
+    at: Timestamp,
+}
+
+impl MetricsSink for AtTime<'_> {
+    fn emit(&self, line: String) {
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(mut v) if v["_aws"].is_object() => {
+                v["_aws"]["Timestamp"] = self.at.as_millis().into();
+                self.inner.emit(v.to_string());
+            }
+            _ => self.inner.emit(line),
+        }
+    }
 }
 
 /// The reports against the injected drift.

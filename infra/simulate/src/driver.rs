@@ -70,6 +70,8 @@ pub struct Pipeline {
     /// Where the charge function parks poison messages.
     pub dead_letters: Arc<MemoryDeadLetters>,
     pub reconciler: ReconcilerDeps,
+    /// Every metric the functions emitted, when the run draws its dashboard.
+    pub tape: Option<Arc<crate::dashboard::MetricsTape>>,
     pub source: Arc<dyn EventSource>,
     /// The store without injected faults, for the loop's own bookkeeping.
     pub store: Arc<dyn OperationStore>,
@@ -526,6 +528,11 @@ impl Pipeline {
                 .await;
         match result {
             Ok(_) => {
+                if let Some(tape) = &self.tape {
+                    for line in metrics.lines() {
+                        tape.record(&line);
+                    }
+                }
                 counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
                 let unreadable = metrics.sum("UnreadableRecords", &[]) as u64;
                 let pages = metrics.sum("AuthorizationNearDeadline", &[]) as u64;

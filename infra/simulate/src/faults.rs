@@ -1035,6 +1035,9 @@ impl PaymentGateway for SimGateway {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
+        self.inner.requests()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         yield_now().await;
         let mut req = req.clone();

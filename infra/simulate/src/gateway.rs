@@ -18,6 +18,7 @@
 //! makes the client give up after the timeout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +30,7 @@ use charge_once::adapters::stripe::{
 use charge_once::domain::{CaptureMethod, StripeRefundId};
 use charge_once::ports::{
     AuditWindow, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund,
-    ListPage, PaymentGateway,
+    ListPage, PaymentGateway, StripeRequests,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
@@ -45,6 +46,9 @@ pub struct InProcessGateway {
     pub timeout: Duration,
     /// The longest create latency drawn so far, µs (the load model's report).
     pub slowest_create_us: AtomicU64,
+    /// Requests by endpoint (every attempt) and 429s met, as the client counts them: what the
+    /// functions report as `StripeRequests`.
+    pub requests: StripeRequests,
 }
 
 type Attempt = Result<Answer, GatewayError>;
@@ -87,6 +91,7 @@ impl InProcessGateway {
     /// One call with the client's retry rule; `attempt` sends the request once.
     async fn call(
         &self,
+        counter: &AtomicU64,
         mut attempt: impl FnMut() -> Step,
     ) -> Result<(Vec<u8>, bool), GatewayError> {
         let key = SecretKey::new(stripe_sim::DEFAULT_API_KEY);
@@ -95,6 +100,7 @@ impl InProcessGateway {
         let mut earlier_lost = false;
         let timed = timers_installed();
         let result = loop {
+            counter.fetch_add(1, Ordering::Relaxed);
             let step = attempt();
             if let Step::Slow(s) = &step {
                 let us = s.create_latency().unwrap_or_default().as_micros() as u64;
@@ -116,6 +122,9 @@ impl InProcessGateway {
                     completed(s.complete())
                 }
             };
+            if matches!(&answer, Ok(a) if a.status.as_u16() == 429) {
+                self.requests.rate_limited.fetch_add(1, Ordering::Relaxed);
+            }
             if !(tries < self.max_retries && worth_retrying(&answer)) {
                 break settle_answer(answer, earlier_lost, &key);
             }
@@ -137,6 +146,10 @@ impl PaymentGateway for InProcessGateway {
     /// The simulator's key is a test-mode key, and its PaymentIntents say `livemode: false`.
     fn livemode(&self) -> bool {
         SecretKey::new(stripe_sim::DEFAULT_API_KEY).is_live()
+    }
+
+    fn requests(&self) -> Option<&StripeRequests> {
+        Some(&self.requests)
     }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let mut form = vec![
@@ -174,9 +187,11 @@ impl PaymentGateway for InProcessGateway {
         }
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
-            .call(|| match self.sim.create_in_process_with(Some(key), &form) {
-                CreateStart::Done(o) => Step::Done(completed(o)),
-                CreateStart::Slow(s) => Step::Slow(s),
+            .call(&self.requests.create, || {
+                match self.sim.create_in_process_with(Some(key), &form) {
+                    CreateStart::Done(o) => Step::Done(completed(o)),
+                    CreateStart::Slow(s) => Step::Slow(s),
+                }
             })
             .await?;
         parse_payment_intent(&body, replayed)
@@ -185,7 +200,9 @@ impl PaymentGateway for InProcessGateway {
     /// As the client's: the charge expanded (an authorization's deadline is on it).
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         let (body, _) = self
-            .call(|| wire(self.sim.retrieve_expanded_in_process(id)).into())
+            .call(&self.requests.retrieve, || {
+                wire(self.sim.retrieve_expanded_in_process(id)).into()
+            })
             .await?;
         parse_payment_intent(&body, false)
     }
@@ -196,7 +213,9 @@ impl PaymentGateway for InProcessGateway {
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         let query = charge_once::adapters::stripe::search_query(operation_id);
         let (body, _) = self
-            .call(|| wire(self.sim.search_in_process(&query)).into())
+            .call(&self.requests.search, || {
+                wire(self.sim.search_in_process(&query)).into()
+            })
             .await?;
         parse_search(&body)
     }
@@ -205,7 +224,7 @@ impl PaymentGateway for InProcessGateway {
         let form = cancel_form(req);
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
-            .call(|| {
+            .call(&self.requests.cancel, || {
                 completed(
                     self.sim
                         .cancel_in_process(req.id.as_str(), Some(key), &form),
@@ -222,7 +241,7 @@ impl PaymentGateway for InProcessGateway {
         let form = capture_form(req);
         let key = req.idempotency_key.as_str();
         let (body, replayed) = self
-            .call(|| {
+            .call(&self.requests.capture, || {
                 completed(
                     self.sim
                         .capture_in_process(req.id.as_str(), Some(key), &form),
@@ -239,9 +258,11 @@ impl PaymentGateway for InProcessGateway {
         let form = refund_form(req);
         let key = req.idempotency_key.as_str();
         let (body, _) = self
-            .call(|| match self.sim.refund_in_process(Some(key), &form) {
-                CreateStart::Done(o) => Step::Done(completed(o)),
-                CreateStart::Slow(s) => Step::Slow(s),
+            .call(&self.requests.refund_create, || {
+                match self.sim.refund_in_process(Some(key), &form) {
+                    CreateStart::Done(o) => Step::Done(completed(o)),
+                    CreateStart::Slow(s) => Step::Slow(s),
+                }
             })
             .await?;
         parse_refund(&body)
@@ -249,7 +270,9 @@ impl PaymentGateway for InProcessGateway {
 
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
         let (body, _) = self
-            .call(|| wire(self.sim.retrieve_refund_in_process(id)).into())
+            .call(&self.requests.refund_read, || {
+                wire(self.sim.retrieve_refund_in_process(id)).into()
+            })
             .await?;
         parse_refund(&body)
     }
@@ -261,7 +284,7 @@ impl PaymentGateway for InProcessGateway {
     ) -> Result<Vec<StripeRefund>, GatewayError> {
         collect_refund_pages(|after| async move {
             let (body, _) = self
-                .call(|| {
+                .call(&self.requests.refund_read, || {
                     wire(self.sim.list_refunds_in_process(
                         Some(payment_intent.as_str()),
                         Some(REFUND_PAGE_SIZE as usize),
@@ -283,7 +306,9 @@ impl PaymentGateway for InProcessGateway {
     ) -> Result<ListPage<PaymentIntent>, GatewayError> {
         let query = created_list_query(window, REFUND_PAGE_SIZE, starting_after);
         let (body, _) = self
-            .call(|| wire(self.sim.list_intents_in_process(&query)).into())
+            .call(&self.requests.list, || {
+                wire(self.sim.list_intents_in_process(&query)).into()
+            })
             .await?;
         parse_intent_list(&body)
     }
@@ -295,9 +320,113 @@ impl PaymentGateway for InProcessGateway {
     ) -> Result<ListPage<StripeRefund>, GatewayError> {
         let query = created_list_query(window, REFUND_PAGE_SIZE, starting_after);
         let (body, _) = self
-            .call(|| wire(self.sim.list_refunds_query_in_process(&query)).into())
+            .call(&self.requests.refund_read, || {
+                wire(self.sim.list_refunds_query_in_process(&query)).into()
+            })
             .await?;
         parse_refund_list(&body)
+    }
+}
+
+/// One function's own count of its Stripe requests (by endpoint, and the 429s it met), as its
+/// process's client would keep it: in the simulation every function shares one in-process
+/// Stripe, so each is given this in front of it for its `StripeRequests` metric. Counts calls
+/// (an in-call retry is one), which is what the dashboard's picture needs.
+pub struct FunctionRequests {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub requests: StripeRequests,
+}
+
+impl FunctionRequests {
+    pub fn wrap(inner: Arc<dyn PaymentGateway>) -> Arc<dyn PaymentGateway> {
+        Arc::new(Self {
+            inner,
+            requests: StripeRequests::default(),
+        })
+    }
+
+    fn count<T>(&self, counter: &AtomicU64, r: Result<T, GatewayError>) -> Result<T, GatewayError> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if matches!(
+            &r,
+            Err(GatewayError::RetryLater {
+                cause: charge_once::RetryCause::RateLimited,
+                ..
+            })
+        ) {
+            self.requests.rate_limited.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for FunctionRequests {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    fn requests(&self) -> Option<&StripeRequests> {
+        Some(&self.requests)
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let r = self.inner.create(req).await;
+        self.count(&self.requests.create, r)
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        let r = self.inner.retrieve(id).await;
+        self.count(&self.requests.retrieve, r)
+    }
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        let r = self.inner.search_by_operation(operation_id).await;
+        self.count(&self.requests.search, r)
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let r = self.inner.cancel(req).await;
+        self.count(&self.requests.cancel, r)
+    }
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        let r = self.inner.capture(req).await;
+        self.count(&self.requests.capture, r)
+    }
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        let r = self.inner.create_refund(req).await;
+        self.count(&self.requests.refund_create, r)
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        let r = self.inner.retrieve_refund(id).await;
+        self.count(&self.requests.refund_read, r)
+    }
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        let r = self.inner.list_refunds(payment_intent).await;
+        self.count(&self.requests.refund_read, r)
+    }
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        let r = self
+            .inner
+            .list_intents_created(window, starting_after)
+            .await;
+        self.count(&self.requests.list, r)
+    }
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        let r = self
+            .inner
+            .list_refunds_created(window, starting_after)
+            .await;
+        self.count(&self.requests.refund_read, r)
     }
 }
 
@@ -319,6 +448,7 @@ mod tests {
             max_retries: 0,
             timeout: Duration::from_secs(10),
             slowest_create_us: AtomicU64::new(0),
+            requests: Default::default(),
         };
         let op = order("ord-in-process").amount(1000).build();
         let pi = g
@@ -362,6 +492,7 @@ mod tests {
             max_retries: 0,
             timeout: Duration::from_secs(10),
             slowest_create_us: AtomicU64::new(0),
+            requests: Default::default(),
         };
         let authorize = |order_id: &'static str| {
             let op = order(order_id).amount(1000).build();

@@ -28,8 +28,9 @@
 
 pub mod auth_asks;
 pub mod auth_watch;
-pub mod driver;
+pub mod dashboard;
 pub mod drift;
+pub mod driver;
 pub mod faults;
 pub mod fx;
 pub mod gateway;
@@ -261,6 +262,12 @@ pub struct SimulateArgs {
     /// Print the report as one JSON object on the last line as well.
     #[arg(long)]
     pub json: bool,
+
+    /// Draw the template's operator dashboard from this run's metrics (every EMF line the
+    /// functions and the audit emitted, on the virtual clock) into this SVG file
+    /// (docs/operations-dashboard.svg is one).
+    #[arg(long, value_name = "PATH")]
+    pub dashboard: Option<std::path::PathBuf>,
 
     /// The DynamoDB table for --backend aws (default: a fresh one, deleted when the run ends).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
@@ -639,6 +646,8 @@ struct World {
     refund_audit: Arc<faults::RefundAudit>,
     /// The authorizations paged, as the functions wrote them.
     pages: Arc<auth_watch::Pages>,
+    /// Every metric the functions emitted, when the run draws its dashboard (`--dashboard`).
+    tape: Option<Arc<dashboard::MetricsTape>>,
     /// The functions' capture and cancel calls.
     take_calls: Arc<auth_watch::TakeCalls>,
 }
@@ -675,6 +684,7 @@ impl World {
             backing,
             refund_audit: Arc::default(),
             pages: Arc::default(),
+            tape: args.dashboard.is_some().then(Arc::default),
             take_calls: Arc::default(),
         })
     }
@@ -697,6 +707,7 @@ fn stripe_client(
                 max_retries,
                 timeout: CLIENT_TIMEOUT,
                 slowest_create_us: Default::default(),
+                requests: Default::default(),
             }))
         }
         (_, Some(base)) => {
@@ -977,9 +988,13 @@ fn wire(
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
-            metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+            metrics: dashboard::taped(
+                Arc::new(charge_once::telemetry::DiscardMetrics),
+                &world.tape,
+            ),
         },
         reconciler: reconciler_deps(args, &ports, &charge, &pacing),
+        tape: world.tape.clone(),
         charge: charge_function(args, world, charge, &pacing, &dead_letters, counts),
         dead_letters,
         source: world.backing.source.clone(),
@@ -1062,6 +1077,10 @@ fn events_function(
         delivery_faults: webhooks::default_faults(!args.no_faults),
         faults: world.faults.clone(),
         trust_payload: args.mutation == Some(mutations::Mutation::TrustEventPayload),
+        metrics: dashboard::taped(
+            Arc::new(charge_once::telemetry::DiscardMetrics),
+            &world.tape,
+        ),
     };
     let events = webhooks::Webhooks::new(sim.clone(), setup, charge.clone(), world.trace.clone())?;
     Ok(Some(Arc::new(events)))
@@ -1079,7 +1098,7 @@ fn reconciler_deps(
         charge.clone()
     } else {
         ChargeDeps {
-            gateway: pacing.reconciler(charge.gateway.clone()),
+            gateway: gateway::FunctionRequests::wrap(pacing.reconciler(charge.gateway.clone())),
             ..charge.clone()
         }
     };
@@ -1119,6 +1138,10 @@ fn charge_function(
     dead_letters: &Arc<charge_once::memory::MemoryDeadLetters>,
     counts: &Arc<LoopCounts>,
 ) -> charge::handler::ChargeFunction {
+    let charge = ChargeDeps {
+        gateway: gateway::FunctionRequests::wrap(charge.gateway),
+        ..charge
+    };
     charge::handler::ChargeFunction {
         charge,
         dead_letters: dead_letters.clone(),
@@ -1128,7 +1151,7 @@ fn charge_function(
             world.backing.visibility.clone()
         },
         budget: (!args.no_pacing).then(|| pacing.charge(args.charge_burst)),
-        metrics: Arc::new(driver::ChargeMetrics(counts.clone())),
+        metrics: dashboard::taped(Arc::new(driver::ChargeMetrics(counts.clone())), &world.tape),
     }
 }
 
@@ -1265,14 +1288,38 @@ impl Wired {
         } else {
             drift::inject(store, sim, world.gateway.as_ref(), &orders, args.seed).await?
         };
+        let metrics = dashboard::taped(
+            Arc::new(charge_once::telemetry::DiscardMetrics),
+            &world.tape,
+        );
+        let audit_gateway = gateway::FunctionRequests::wrap(world.gateway.clone());
         let reports = drift::audit_windows(
             store.as_ref(),
             store.as_ref(),
-            world.gateway.as_ref(),
+            audit_gateway.as_ref(),
             &world.clock,
             driver::virtual_start(),
+            metrics.as_ref(),
         )
         .await;
+        if let (Some(path), Some(tape)) = (&args.dashboard, &world.tape) {
+            let widgets = dashboard::template_widgets(include_str!("../../../template.yaml"))?;
+            let title = format!(
+                "The operator's dashboard (template.yaml OperatorDashboard), drawn from `simulate --seed {} --orders {}`{}: {} series",
+                args.seed,
+                args.orders,
+                if args.no_faults { " --no-faults" } else { ", every fault on" },
+                tape.len()
+            );
+            let svg = dashboard::render(
+                &widgets,
+                tape,
+                driver::virtual_start().as_millis(),
+                charge_once::Clock::now(&world.clock).as_millis(),
+                &title,
+            );
+            std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         let summary = drift::judge(&reports, injected);
         if !summary.holds() && report.first_violation.is_none() {
             report.first_violation = Some(match &summary.first_unexpected {

@@ -389,6 +389,7 @@ impl Run {
             max_retries: 1,
             timeout: Duration::from_secs(10),
             slowest_create_us: AtomicU64::new(0),
+            requests: Default::default(),
         });
         let store = Arc::new(SimStore::new());
         store.keep_settle_log();

@@ -1143,7 +1143,11 @@ impl Report {
             let _ = writeln!(
                 s,
                 "                  findings: {}; injected drift found {} of {}; unexpected {}",
-                if classes.is_empty() { "none".to_owned() } else { classes.join(", ") },
+                if classes.is_empty() {
+                    "none".to_owned()
+                } else {
+                    classes.join(", ")
+                },
                 a.injected.len() as u64 - a.missed(),
                 a.injected.len(),
                 a.unexpected

@@ -162,6 +162,9 @@ impl PaymentGateway for CountingGateway {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
+        self.inner.requests()
+    }
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.creates.fetch_add(1, Ordering::Relaxed);
         self.inner.create(req).await
@@ -231,6 +234,8 @@ pub struct Setup {
     pub faults: Arc<Faults>,
     /// The `trust-event-payload` mutation: the function's `retrieve` answers with the payload.
     pub trust_payload: bool,
+    /// Where the function's metrics go (nowhere, or the dashboard's tape).
+    pub metrics: Arc<dyn charge_once::ports::MetricsSink>,
 }
 
 /// What forged events did. `forged_settles` is the number of operations (by order) whose record a
@@ -337,6 +342,7 @@ fn events_function(
     ports: ChargeDeps,
     calls: &Arc<WebhookCalls>,
     inbox: &Arc<MemoryInbox>,
+    metrics: Arc<dyn charge_once::ports::MetricsSink>,
 ) -> Result<WebhookFunction, String> {
     Ok(WebhookFunction {
         webhook: WebhookDeps {
@@ -345,10 +351,10 @@ fn events_function(
                     inner: ports.store,
                     calls: calls.clone(),
                 }),
-                gateway: Arc::new(CountingGateway {
+                gateway: crate::gateway::FunctionRequests::wrap(Arc::new(CountingGateway {
                     inner: ports.gateway,
                     calls: calls.clone(),
-                }),
+                })),
                 clock: ports.clock,
                 policy: ports.policy,
             },
@@ -365,7 +371,7 @@ fn events_function(
             tolerance: DEFAULT_TOLERANCE,
             event_source: (!webhook).then(|| stripe_sim::DEFAULT_EVENT_SOURCE.to_owned()),
         },
-        metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
+        metrics,
     })
 }
 
@@ -392,7 +398,7 @@ impl Webhooks {
         let clock = ports.clock.clone();
         let webhook = setup.mode == DeliveryMode::Webhook;
         let ports = ChargeDeps { gateway, ..ports };
-        let function = events_function(webhook, ports, &calls, &inbox)?;
+        let function = events_function(webhook, ports, &calls, &inbox, setup.metrics.clone())?;
         Ok(Self {
             sim,
             mode: setup.mode,

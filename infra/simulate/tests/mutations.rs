@@ -64,9 +64,7 @@ fn audit_finds(m: Mutation) -> Option<&'static str> {
         // Settled from a forged payload: an intent that is not what the record says.
         Mutation::TrustEventPayload => "here_not_at_stripe",
         // Left unsettled past Stripe's key window.
-        Mutation::ReconcilerSkipsPending | Mutation::TakesNotFenced => {
-            "unsettled_past_key_window"
-        }
+        Mutation::ReconcilerSkipsPending | Mutation::TakesNotFenced => "unsettled_past_key_window",
         _ => return None,
     })
 }

@@ -894,7 +894,11 @@ where
 
 /// The query of one page of a list by creation time (the audit's): the window in whole seconds
 /// (`created[gte]`, `created[lt]`), `limit` a page, after `starting_after`.
-pub fn created_list_query(window: &AuditWindow, limit: u32, starting_after: Option<&str>) -> String {
+pub fn created_list_query(
+    window: &AuditWindow,
+    limit: u32,
+    starting_after: Option<&str>,
+) -> String {
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("created[gte]", &window.from_secs().to_string())
         .append_pair("created[lt]", &window.to_secs().to_string())
@@ -915,7 +919,11 @@ struct WireIntentList {
 
 /// Where the next page of a list starts: after its last object, when it says more follow; a
 /// page that says more follow but holds nothing is refused (following it would loop).
-fn next_after(has_more: bool, last: Option<&str>, what: &str) -> Result<Option<String>, GatewayError> {
+fn next_after(
+    has_more: bool,
+    last: Option<&str>,
+    what: &str,
+) -> Result<Option<String>, GatewayError> {
     match (has_more, last) {
         (false, _) => Ok(None),
         (true, Some(last)) => Ok(Some(last.to_owned())),

@@ -334,4 +334,3 @@ impl StripeRequests {
             + self.list.load(Ordering::Relaxed)
     }
 }
-

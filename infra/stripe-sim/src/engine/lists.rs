@@ -126,9 +126,10 @@ impl Engine {
     ) -> Result<ListedPage, ApiError> {
         let after = match starting_after {
             None => None,
-            Some(id) => Some(self.position(id).ok_or_else(|| {
-                ApiError::no_such_payment_intent(id).param("starting_after")
-            })?),
+            Some(id) => Some(
+                self.position(id)
+                    .ok_or_else(|| ApiError::no_such_payment_intent(id).param("starting_after"))?,
+            ),
         };
         let pis = &self.pis;
         let (page, has_more) = page_by_created(
@@ -204,7 +205,16 @@ mod tests {
             let want: Vec<usize> = (10..=30).rev().collect();
             assert_eq!(seen, want, "in_order {in_order}");
         }
-        let (p, more) = page(&times, true, CreatedRange { from_ms: 9_000, until_ms: 9_999 }, None, 7);
+        let (p, more) = page(
+            &times,
+            true,
+            CreatedRange {
+                from_ms: 9_000,
+                until_ms: 9_999,
+            },
+            None,
+            7,
+        );
         assert!(p.is_empty() && !more);
     }
 

@@ -212,7 +212,12 @@ impl Engine {
         };
         let json = refund.json_string();
         let r = self.refunds.all.len();
-        if self.refunds.all.last().is_some_and(|l| now_ms < l.created_ms) {
+        if self
+            .refunds
+            .all
+            .last()
+            .is_some_and(|l| now_ms < l.created_ms)
+        {
             self.refunds.out_of_order = true;
         }
         self.refunds.by_id.insert(refund.id.clone(), r);
