@@ -404,6 +404,12 @@ begin "events/charge-sqs-batch.json: poison records are parked on the DLQ with t
 invoke charge events/charge-sqs-batch.json "$work/sample.out"
 check "$work/sample.out" 'not (j or {}).get("batchItemFailures")' \
   "all three are acknowledged: none can ever succeed, so none blocks its group"
+begin "chargectl summary: the operator's picture (the latest audit's drift, the DLQ's depth)"
+chargectl summary --dead-letter-queue "$DEAD_LETTER_QUEUE_URL" --json >"$work/summary.json" 2>"$work/summary.err" \
+  || fail "chargectl summary: $(cat "$work/summary.err")"
+check "$work/summary.json" "j['dead_letter_queues']['$DEAD_LETTER_QUEUE_URL'] >= 3" "the three parked messages wait on the DLQ"
+check "$work/summary.json" "j['latest_audit']['by_class']['at_stripe_not_here'] == 1 and j['unsettled_past_key_window'] == 0" \
+  "the latest audit's finding, and nothing past the key window"
 chargectl --queue-url "$DEAD_LETTER_QUEUE_URL" dev sqs-event >"$work/dlq.json" 2>"$work/dlq.json.err" \
   || fail "chargectl dev sqs-event on the DLQ: $(cat "$work/dlq.json.err")"
 check "$work/dlq.json" 'sorted(r["messageAttributes"]["reason"]["stringValue"] for r in j["Records"]) == ["no_such_operation", "no_such_operation", "unparseable"]' \
