@@ -34,6 +34,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::audit::{AuditReport, AuditWindow};
 use charge_once::domain::CaptureMethod;
+use charge_once::memory::ReportShelf;
 use charge_once::operation::{AuditEntry, Lease, Params, Review, Taker};
 use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{AuditLog, StoredReports};
@@ -771,9 +772,8 @@ pub struct SimStore {
     /// Where `legacy_record` and `unreadable_record` are decided and counted (none: neither).
     pub faults: Option<Arc<Faults>>,
     pub trace: Option<Arc<Trace>>,
-    /// The drift audit's reports, as `charge_once::memory::MemoryStore` keeps them (JSON by
-    /// window end, then start).
-    reports: Mutex<BTreeMap<(Timestamp, Timestamp), String>>,
+    /// The drift audit's reports, as the memory store keeps them.
+    reports: ReportShelf,
 }
 
 impl Default for SimStore {
@@ -789,7 +789,7 @@ impl Default for SimStore {
             first_stale_write: Mutex::new(None),
             faults: None,
             trace: None,
-            reports: Mutex::default(),
+            reports: ReportShelf::default(),
         }
     }
 }
@@ -1143,12 +1143,7 @@ impl SimStore {
     /// Stores `raw` as the report of `window`, as given: for a test of a report this release
     /// cannot read.
     pub fn put_raw_report_for_tests(&self, window: &AuditWindow, raw: &str) {
-        self.lock_reports()
-            .insert((window.to, window.from), raw.to_owned());
-    }
-
-    fn lock_reports(&self) -> MutexGuard<'_, BTreeMap<(Timestamp, Timestamp), String>> {
-        self.reports.lock().unwrap_or_else(|p| p.into_inner())
+        self.reports.put_raw(window, raw);
     }
 }
 
@@ -1156,26 +1151,12 @@ impl SimStore {
 impl AuditLog for SimStore {
     async fn put_report(&self, report: &AuditReport) -> Result<(), StoreError> {
         self.calls.write();
-        let raw = serde_json::to_string(report)
-            .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
-        self.lock_reports()
-            .insert((report.window.to, report.window.from), raw);
-        Ok(())
+        self.reports.put(report)
     }
 
     async fn latest_reports(&self, limit: usize) -> Result<StoredReports, StoreError> {
         self.calls.query();
-        let mut stored = StoredReports::default();
-        for ((to, from), raw) in self.lock_reports().iter().rev().take(limit.max(1)) {
-            match serde_json::from_str(raw) {
-                Ok(report) => stored.reports.push(report),
-                Err(e) => stored.unreadable.push(UnreadableRecord {
-                    key: format!("AUDIT/{}/{}", to.to_rfc3339(), from.to_rfc3339()),
-                    reason: format!("report: {e}"),
-                }),
-            }
-        }
-        Ok(stored)
+        Ok(self.reports.latest(limit))
     }
 }
 

@@ -22,10 +22,51 @@ use charge_core::audit::{AuditReport, AuditWindow};
 #[derive(Default)]
 pub struct MemoryStore {
     items: Mutex<BTreeMap<OperationKey, Operation>>,
-    /// The drift audit's reports as DynamoDB keeps them: JSON by window (end, then start), read
-    /// back through the same parse, so a report this release cannot read is set aside as there.
-    reports: Mutex<BTreeMap<(Timestamp, Timestamp), String>>,
+    reports: ReportShelf,
     pub calls: StoreCalls,
+}
+
+/// The drift audit's reports as DynamoDB keeps them: JSON by window (end, then start), read back
+/// through the same parse, so a report this release cannot read is set aside as there. The
+/// memory store's and the simulation's.
+#[derive(Default)]
+pub struct ReportShelf(Mutex<BTreeMap<(Timestamp, Timestamp), String>>);
+
+impl ReportShelf {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Timestamp, Timestamp), String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `report` as its window's, replacing an earlier run's.
+    pub fn put(&self, report: &AuditReport) -> Result<(), StoreError> {
+        let raw = serde_json::to_string(report)
+            .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
+        self.lock()
+            .insert((report.window.to, report.window.from), raw);
+        Ok(())
+    }
+
+    /// Stores `raw` as the report of `window`, as given (a report another release wrote, or a
+    /// hand edit): for a test of what a read does with one it cannot read.
+    pub fn put_raw(&self, window: &AuditWindow, raw: &str) {
+        self.lock().insert((window.to, window.from), raw.to_owned());
+    }
+
+    /// The latest `limit` reports, newest window end first; one that cannot be read is counted
+    /// with its key and why.
+    pub fn latest(&self, limit: usize) -> StoredReports {
+        let mut stored = StoredReports::default();
+        for ((to, from), raw) in self.lock().iter().rev().take(limit.max(1)) {
+            match serde_json::from_str(raw) {
+                Ok(report) => stored.reports.push(report),
+                Err(e) => stored.unreadable.push(UnreadableRecord {
+                    key: format!("AUDIT/{}/{}", to.to_rfc3339(), from.to_rfc3339()),
+                    reason: format!("report: {e}"),
+                }),
+            }
+        }
+        stored
+    }
 }
 
 impl MemoryStore {
@@ -42,12 +83,7 @@ impl MemoryStore {
     /// Stores `raw` as the report of `window`, as given (a report another release wrote, or a
     /// hand edit): for a test of what [`AuditLog::latest_reports`] does with one it cannot read.
     pub fn put_raw_report_for_tests(&self, window: &AuditWindow, raw: &str) {
-        self.lock_reports()
-            .insert((window.to, window.from), raw.to_owned());
-    }
-
-    fn lock_reports(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Timestamp, Timestamp), String>> {
-        self.reports.lock().unwrap_or_else(|p| p.into_inner())
+        self.reports.put_raw(window, raw);
     }
 
     /// Every record, for assertions and reports.
@@ -148,26 +184,12 @@ fn settled_position(op: &Operation) -> (i64, String, String) {
 impl AuditLog for MemoryStore {
     async fn put_report(&self, report: &AuditReport) -> Result<(), StoreError> {
         self.calls.write();
-        let raw = serde_json::to_string(report)
-            .map_err(|e| StoreError::with_source("cannot encode the audit report", e))?;
-        self.lock_reports()
-            .insert((report.window.to, report.window.from), raw);
-        Ok(())
+        self.reports.put(report)
     }
 
     async fn latest_reports(&self, limit: usize) -> Result<StoredReports, StoreError> {
         self.calls.query();
-        let mut stored = StoredReports::default();
-        for ((to, from), raw) in self.lock_reports().iter().rev().take(limit.max(1)) {
-            match serde_json::from_str(raw) {
-                Ok(report) => stored.reports.push(report),
-                Err(e) => stored.unreadable.push(UnreadableRecord {
-                    key: format!("AUDIT/{}/{}", to.to_rfc3339(), from.to_rfc3339()),
-                    reason: format!("report: {e}"),
-                }),
-            }
-        }
-        Ok(stored)
+        Ok(self.reports.latest(limit))
     }
 }
 
