@@ -694,6 +694,7 @@ mod tests {
         stripe_env(&env).unwrap();
         charge_policy(&env).unwrap();
         stripe_budget(&env).unwrap();
+        audit_settings(&env).unwrap();
         for name in [
             TABLE_NAME,
             QUEUE_URL,
