@@ -258,13 +258,18 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     );
     assert_eq!(s.ledger_for(&op), 1, "never created again");
 
-    // The tick's EMF lines: the due work's (the heartbeat), SentToReview by reason class, then
-    // the REVIEW partition's InReview / OldestInReviewAge.
+    // The tick's EMF lines: the due work's (the heartbeat), SentToReview by reason class, its
+    // Stripe requests (the one retrieve, and the 429s met: none), then the REVIEW partition's
+    // InReview / OldestInReviewAge.
     let lines: Vec<serde_json::Value> = s.metrics.lines()[before..]
         .iter()
         .filter_map(|l| charge_once::telemetry::parse_emf(l))
         .collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[2]["StripeRequests"], 1.0);
+    assert_eq!(lines[2]["Endpoint"], "retrieve");
+    assert_eq!(lines[3]["StripeRateLimited"], 0.0);
+    let lines = [lines[0].clone(), lines[1].clone(), lines[4].clone()];
     assert_eq!(lines[0]["Ticks"], 1.0);
     assert!(
         lines[0].get("SentToReview").is_none(),

@@ -98,7 +98,7 @@ pub async fn run_audit(deps: &AuditDeps<'_>, run: &AuditRun) -> AuditReport {
             report
         }
         Err(stopped) => {
-            warn!(error = %stopped, window_from = %run.window.from.to_rfc3339(), "the audit could not read the whole window; its report is incomplete and judges nothing");
+            warn!(error = %ErrorChain(&stopped), window_from = %run.window.from.to_rfc3339(), "the audit could not read the whole window; its report is incomplete and judges nothing");
             incomplete(&ev, run, started, reader.stripe_calls, &stopped)
         }
     };
@@ -378,7 +378,7 @@ impl Reader<'_, '_> {
                     ev.retrieved_intents.insert(id, None);
                 }
                 Err(e) => {
-                    warn!(payment_intent = %id, error = %e, "the audit could not read an intent; left unchecked")
+                    warn!(payment_intent = %id, error = %ErrorChain(&e), "the audit could not read an intent; left unchecked")
                 }
             }
         }
@@ -399,7 +399,7 @@ impl Reader<'_, '_> {
                     ev.retrieved_refunds.insert(id, None);
                 }
                 Err(e) => {
-                    warn!(refund = %id, error = %e, "the audit could not read a refund; left unchecked")
+                    warn!(refund = %id, error = %ErrorChain(&e), "the audit could not read a refund; left unchecked")
                 }
             }
         }
