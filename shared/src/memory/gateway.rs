@@ -688,7 +688,7 @@ fn newest_first<'a>(
             window.contains(at).then(|| (at, number(id), id))
         })
         .collect();
-    found.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    found.sort_by_key(|f| std::cmp::Reverse((f.0, f.1)));
     let skip = starting_after
         .and_then(|after| found.iter().position(|(_, _, id)| id.as_str() == after))
         .map_or(0, |i| i + 1);
