@@ -352,6 +352,27 @@ pub struct Evidence {
     pub unreadable: u64,
 }
 
+impl Evidence {
+    /// Nothing read yet: the window, the time it is judged at, and the key's mode.
+    pub fn empty(window: AuditWindow, now: Timestamp, livemode: bool) -> Self {
+        Evidence {
+            window,
+            now,
+            livemode,
+            intents: vec![],
+            refunds: vec![],
+            settled: vec![],
+            related: vec![],
+            refunds_read: BTreeSet::new(),
+            retrieved_intents: BTreeMap::new(),
+            retrieved_refunds: BTreeMap::new(),
+            unsettled: vec![],
+            in_review: 0,
+            unreadable: 0,
+        }
+    }
+}
+
 /// What to read of an order's records.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OrderReads {
@@ -1155,21 +1176,7 @@ mod tests {
     }
 
     fn evidence() -> Evidence {
-        Evidence {
-            window: window(),
-            now: T0.plus(24 * HOUR),
-            livemode: false,
-            intents: vec![],
-            refunds: vec![],
-            settled: vec![],
-            related: vec![],
-            refunds_read: BTreeSet::new(),
-            retrieved_intents: BTreeMap::new(),
-            retrieved_refunds: BTreeMap::new(),
-            unsettled: vec![],
-            in_review: 0,
-            unreadable: 0,
-        }
+        Evidence::empty(window(), T0.plus(24 * HOUR), false)
     }
 
     /// A 1000 usd charge of `order_id`, settled `status` with intent `pi`.

@@ -87,7 +87,7 @@ pub async fn run_audit(deps: &AuditDeps<'_>, run: &AuditRun) -> AuditReport {
         run,
         stripe_calls: 0,
     };
-    let mut ev = empty_evidence(run.window, started, deps.gateway.livemode());
+    let mut ev = Evidence::empty(run.window, started, deps.gateway.livemode());
     let report = match reader.read(&mut ev).await {
         Ok(()) => {
             let mut judgement = judge(&ev, &run.policy);
@@ -120,24 +120,6 @@ pub async fn run_audit(deps: &AuditDeps<'_>, run: &AuditRun) -> AuditReport {
         "audit done"
     );
     report
-}
-
-fn empty_evidence(window: AuditWindow, now: Timestamp, livemode: bool) -> Evidence {
-    Evidence {
-        window,
-        now,
-        livemode,
-        intents: vec![],
-        refunds: vec![],
-        settled: vec![],
-        related: vec![],
-        refunds_read: BTreeSet::new(),
-        retrieved_intents: BTreeMap::new(),
-        retrieved_refunds: BTreeMap::new(),
-        unsettled: vec![],
-        in_review: 0,
-        unreadable: 0,
-    }
 }
 
 /// The report of an audit that could not read enough to judge: what it listed, no findings.

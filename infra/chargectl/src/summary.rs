@@ -77,19 +77,8 @@ pub async fn picture(
         page_lead: policy.authorization_page_lead,
     };
     let evidence = Evidence {
-        window: AuditWindow { from: now, to: now },
-        now,
-        livemode: false,
-        intents: vec![],
-        refunds: vec![],
-        settled: vec![],
-        related: vec![],
-        refunds_read: Default::default(),
-        retrieved_intents: Default::default(),
-        retrieved_refunds: Default::default(),
         unsettled,
-        in_review: 0,
-        unreadable: 0,
+        ..Evidence::empty(AuditWindow { from: now, to: now }, now, false)
     };
     let judged = judge(&evidence, &policy);
     let open: BTreeMap<&str, Value> = judged
