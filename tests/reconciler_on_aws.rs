@@ -15,7 +15,9 @@ use aws_sdk_dynamodb::operation::query::QueryInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::{execute_charge, ReviewClass};
-use charge_once::ports::{CreatePaymentIntent, OperationStore, PaymentGateway};
+use charge_once::ports::{
+    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueueDepth, QueuedCharge,
+};
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};
 use charge_once::{Clock, ManualClock, Operation, OperationStatus, PaymentMethodId, Review};
@@ -103,6 +105,57 @@ async fn a_lost_send_message_is_recovered() {
     assert_eq!(s.deliver().await, 1);
     assert_eq!(s.current(&op).await.status, OperationStatus::Succeeded);
     assert_eq!(s.ledger_for(&op), 1);
+}
+
+/// A long queue is told from a lost message by SQS's own counts: while more messages wait than
+/// the charge environments take at once (the default 2 × 10), a pending operation past its grace
+/// is left to the queue (no send, counted `WaitedForQueue`); once the queue is worked through,
+/// the same operation, its message lost, is re-enqueued and charged once.
+#[tokio::test]
+async fn a_lost_send_waits_while_the_queue_is_behind_then_is_recovered() {
+    let s = Stack::spawn().await;
+    let lost = pending(&s, "rec-behind-lost").await;
+    let queue = s.queue();
+    for i in 0..25 {
+        let op = pending(&s, &format!("rec-behind-{i}")).await;
+        queue.send(&QueuedCharge::first(&op)).await.unwrap();
+    }
+    assert_eq!(s.depth().await, 25);
+    s.side.clock.advance(Duration::from_secs(301));
+
+    let report = tick(&s).await;
+    assert_eq!(
+        report.queue_depth,
+        Some(QueueDepth {
+            visible: 25,
+            in_flight: 0
+        }),
+        "read from SQS"
+    );
+    // The 25 others are due too (their messages wait on the queue): nothing is sent for any.
+    assert_eq!(
+        (report.waited_for_queue, report.reenqueued),
+        (26, 0),
+        "{report:?}"
+    );
+    assert_eq!(s.depth().await, 25, "nothing sent");
+    assert_eq!(s.current(&lost).await.redrives, 0);
+    assert_eq!(emitted_since(&s.metrics, 0, "WaitedForQueue"), 26.0);
+
+    // The charge environments work through the queue.
+    while s.deliver().await > 0 {}
+    assert_eq!(s.depth().await, 0);
+    s.side.clock.advance(Duration::from_secs(300));
+    let report = tick(&s).await;
+    assert_eq!(
+        (report.waited_for_queue, report.reenqueued),
+        (0, 1),
+        "{report:?}"
+    );
+    assert_eq!(s.depth().await, 1);
+    assert_eq!(s.deliver().await, 1);
+    assert_eq!(s.current(&lost).await.status, OperationStatus::Succeeded);
+    assert_eq!(s.ledger_for(&lost), 1);
 }
 
 #[tokio::test]
@@ -357,16 +410,21 @@ async fn a_tick_pages_through_the_index_and_stops_before_its_time_runs_out() {
     .unwrap();
     assert!(first.stopped_early);
     assert!(first.reenqueued > 0 && first.reenqueued < 120, "{first:?}");
+    assert_eq!(s.depth().await, first.reenqueued);
 
+    // The charge function works through what the first tick sent (a queue more than its
+    // environments take at once would be waited for), then the next tick sends the rest.
+    while s.deliver().await > 0 {}
     let second = tick(&s).await;
     assert!(!second.stopped_early);
+    assert_eq!(second.waited_for_queue, 0, "{second:?}");
     assert_eq!(
         first.reenqueued + second.reenqueued,
         120,
         "nothing lost, nothing twice"
     );
     assert!(second.pages >= 2, "paged: {second:?}");
-    assert_eq!(s.depth().await, 120);
+    assert_eq!(s.depth().await, 120 - first.reenqueued);
 }
 
 /// `n` operations waiting for a person, stored as a review leaves them (unknown, attempted,

@@ -1,6 +1,8 @@
 //! The reconciler's decisions as pure functions of (record, now, policy): what to do with one due
 //! operation, and when it is due again after a re-drive. No I/O, so every edge is a table test.
 
+use std::time::Duration;
+
 use crate::charge_plan::{backoff_due_at, ChargePolicy};
 use crate::operation::Operation;
 use crate::time::Timestamp;
@@ -48,10 +50,92 @@ pub fn redrive_due_at(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> 
     backoff_due_at(op, now, policy, op.redrives)
 }
 
+/// How fast the charge path takes messages off the queue, from its configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChargeThroughput {
+    /// Messages the charge environments hold at once (their number × the batch size).
+    pub in_flight: u64,
+    /// Messages per second when Stripe's budget is the bound.
+    pub per_second: f64,
+}
+
+impl ChargeThroughput {
+    /// The queue as deep as `depth`, against this throughput.
+    pub fn with_depth(self, depth: QueueDepth) -> QueueBacklog {
+        QueueBacklog {
+            depth,
+            in_flight_capacity: self.in_flight,
+            drain_per_second: self.per_second,
+        }
+    }
+}
+
+/// What a queue holds, as it approximates it (SQS's `ApproximateNumberOfMessages` and
+/// `ApproximateNumberOfMessagesNotVisible`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueDepth {
+    /// Messages a receive could take now.
+    pub visible: u64,
+    /// Messages received and not yet deleted, or returned to come back later.
+    pub in_flight: u64,
+}
+
+/// The charge queue as the reconciler finds it at the start of a tick: how many messages it holds
+/// (visible and in flight, SQS's approximate counts) and how fast the charge path drains them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueueBacklog {
+    pub depth: QueueDepth,
+    /// What the charge environments take at once when every one is busy (their number × the
+    /// batch size).
+    pub in_flight_capacity: u64,
+    /// Messages per second the charge path takes when it is the bound: its Stripe budget.
+    pub drain_per_second: f64,
+}
+
+impl QueueBacklog {
+    /// The longest a re-enqueue waits for a long queue before the reconciler looks again: a
+    /// sale's queue hours deep is waited for in a few looks, not one a tick (each look is a
+    /// write).
+    pub const LONGEST_WAIT: Duration = Duration::from_secs(6 * 3600);
+
+    /// Behind: more messages waiting to be received than the charge environments take at once.
+    /// Only visible ones count: a message in flight is being worked, or comes back on its own
+    /// (a crashed invocation's, after the visibility timeout), so in-flight ones never hold a
+    /// lost message's recovery back for long.
+    pub fn is_behind(&self) -> bool {
+        self.depth.visible > self.in_flight_capacity
+    }
+
+    /// How long the charge path takes to work through what is on the queue now.
+    pub fn drain_time(&self) -> Duration {
+        let messages = self.depth.visible + self.depth.in_flight;
+        let secs = messages as f64 / self.drain_per_second.max(0.001);
+        Duration::from_secs_f64(secs.min(Self::LONGEST_WAIT.as_secs_f64()))
+    }
+}
+
+/// Tells a lost message from a long queue: a never-attempted operation past its grace is
+/// re-enqueued only when the queue is not behind. While it is, its message is most likely still
+/// waiting there (the checkout's send succeeded; a burst is ahead of it), and a second message
+/// would only lengthen the queue it is waiting in: the operation is looked at again once the
+/// charge path has worked through what the queue holds now (at most [`QueueBacklog::LONGEST_WAIT`]),
+/// and re-enqueued then if it is still pending. A lost message is so recovered at the first tick
+/// after the queue catches up. `None` (not behind, or the queue could not say): re-enqueue now.
+/// An attempted operation is never held back: its re-drive's timing is the key window's.
+pub fn wait_for_queue(
+    op: &Operation,
+    now: Timestamp,
+    backlog: Option<&QueueBacklog>,
+) -> Option<Timestamp> {
+    let backlog = backlog.filter(|b| b.is_behind())?;
+    if op.first_attempted_at.is_some() {
+        return None;
+    }
+    Some(now.plus(backlog.drain_time()))
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::operation::{Lease, LeaseToken, OperationStatus};
     use crate::testing::{order, T0};
@@ -191,6 +275,50 @@ mod tests {
         for row in cases {
             assert_eq!(plan(&row.found, row.now, &policy), row.then, "{}", row.says);
         }
+    }
+
+    #[test]
+    fn a_pending_operation_waits_for_a_queue_behind_and_not_for_one_at_work() {
+        let now = T0.plus(10 * MIN);
+        // 20 environments x 10 take 200 at once.
+        let throughput = ChargeThroughput {
+            in_flight: 200,
+            per_second: 20.0,
+        };
+        let queue = |visible| {
+            throughput.with_depth(QueueDepth {
+                visible,
+                in_flight: 200,
+            })
+        };
+        // 11,800 waiting and 200 in flight at 20/s: looked at again in 600 s.
+        assert_eq!(
+            wait_for_queue(&op(), now, Some(&queue(11_800))),
+            Some(now.plus(Duration::from_secs(600)))
+        );
+        // The twin: no more waiting than the environments take at once, so a pending operation
+        // past its grace lost its message, and is re-enqueued now.
+        assert_eq!(wait_for_queue(&op(), now, Some(&queue(200))), None);
+        assert_eq!(wait_for_queue(&op(), now, Some(&queue(0))), None);
+        // However many are in flight (a crashed invocation's come back only after the
+        // visibility timeout), they never hold a re-enqueue back.
+        let stuck = throughput.with_depth(QueueDepth {
+            visible: 0,
+            in_flight: 5_000,
+        });
+        assert_eq!(wait_for_queue(&op(), now, Some(&stuck)), None);
+        // The queue could not say: re-enqueue, as before.
+        assert_eq!(wait_for_queue(&op(), now, None), None);
+        // An attempted operation keeps its re-drive's timing (the key window's).
+        assert_eq!(
+            wait_for_queue(&attempted(T0), now, Some(&queue(11_800))),
+            None
+        );
+        // However deep the queue, the wait is bounded.
+        assert_eq!(
+            wait_for_queue(&op(), now, Some(&queue(10_000_000))),
+            Some(now.plus(QueueBacklog::LONGEST_WAIT))
+        );
     }
 
     #[test]

@@ -91,7 +91,8 @@ pub enum Recorded {
 
 /// A re-drive by the reconciler or an operator: a change of schedule made without a lease and
 /// guarded by the status and `updated_at` read before, so a concurrent writer always wins over it.
-/// Every reschedule counts one more re-drive (`redrives`, the next dedup id suffix).
+/// A reschedule that sends counts one more re-drive (`redrives`, the next dedup id suffix); the
+/// reconciler's wait for a long queue sends nothing and counts none.
 #[derive(Debug, Clone)]
 pub struct Reschedule {
     pub key: OperationKey,
@@ -105,6 +106,9 @@ pub struct Reschedule {
     /// An operator's re-drive: refuse while a lease may still be live (see
     /// [`OperatorGuard::lease_cutoff`]) and append this entry to the history.
     pub operator: Option<OperatorGuard>,
+    /// A message goes out with it: counted in `redrives`, which the message's dedup id ends
+    /// with. False for a reconciler's wait on a long queue (nothing sent).
+    pub sends: bool,
 }
 
 impl Reschedule {
@@ -121,6 +125,15 @@ impl Reschedule {
             clear_review: false,
             now,
             operator: None,
+            sends: true,
+        }
+    }
+
+    /// The reconciler waiting for a long queue: due again at `next_due_at`, nothing sent.
+    pub fn wait(op: &Operation, next_due_at: Timestamp, now: Timestamp) -> Self {
+        Self {
+            sends: false,
+            ..Self::redrive(op, next_due_at, now)
         }
     }
 }

@@ -603,7 +603,9 @@ impl Transition for Reschedule {
             op.history.push(operator.audit.clone());
         }
         op.next_due_at = Some(self.next_due_at);
-        op.redrives += 1;
+        if self.sends {
+            op.redrives += 1;
+        }
         if self.clear_review {
             op.review = None;
         }

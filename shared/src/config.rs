@@ -342,6 +342,10 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
     Ok(policy)
 }
 
+/// The charge function's event source `BatchSize`: records per invocation (10, the FIFO
+/// maximum); `tests/template.rs` holds the template to it.
+pub const CHARGE_BATCH_SIZE: u64 = 10;
+
 /// The account's Stripe request budget and its split (see [`crate::pacing`]): a twelfth (at least
 /// 1/s) is kept for the reconciler and the events function, half each; each of the
 /// `charge_concurrency` charge environments gets an equal part of the rest.
@@ -383,6 +387,24 @@ impl StripeBudget {
     /// One charge environment's share.
     pub fn charge_share(&self) -> f64 {
         (self.per_second as f64 - self.kept_aside()) / self.charge_concurrency as f64
+    }
+
+    /// [`Self::charge_throughput`] of the template's defaults.
+    pub fn default_throughput() -> crate::reconciler::ChargeThroughput {
+        Self {
+            per_second: Self::DEFAULT_PER_SECOND,
+            charge_concurrency: Self::DEFAULT_CONCURRENCY,
+        }
+        .charge_throughput()
+    }
+
+    /// How fast the charge environments take messages off the queue when the budget is the
+    /// bound, and how many they hold at once: what the reconciler weighs the queue's depth by.
+    pub fn charge_throughput(&self) -> crate::reconciler::ChargeThroughput {
+        crate::reconciler::ChargeThroughput {
+            in_flight: self.charge_concurrency * CHARGE_BATCH_SIZE,
+            per_second: self.per_second as f64 - self.kept_aside(),
+        }
     }
 }
 

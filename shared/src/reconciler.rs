@@ -3,7 +3,10 @@
 //! One tick reads the unknown index for operations due now (never the table), page by page, and for
 //! each decides with [`plan()`]:
 //! - `pending`, never attempted, past the grace period → **re-enqueue** (the SendMessage after the
-//!   checkout's PutItem was lost);
+//!   checkout's PutItem was lost), unless the queue is behind ([`wait_for_queue`]: more messages
+//!   waiting than the charge environments take at once, read once a tick): then its message is
+//!   most likely still waiting there, and the operation is due again once the charge path has
+//!   worked through the queue, nothing sent;
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**
 //!   through the queue with a fresh dedup id `operation_id:<n>` and an exponential backoff recorded
 //!   as the next due time;
@@ -43,7 +46,9 @@ use crate::time::Timestamp;
 
 pub use charge_core::reconcile_plan as plan;
 
-pub use plan::{plan, redrive_due_at, Action};
+pub use plan::{
+    plan, redrive_due_at, wait_for_queue, Action, ChargeThroughput, QueueBacklog, QueueDepth,
+};
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -102,6 +107,9 @@ pub struct ReconcilerDeps {
     pub queue: Arc<dyn ChargeQueue>,
     /// Index page size.
     pub page_size: usize,
+    /// How fast the charge path drains the queue: a tick that finds more on it than the charge
+    /// environments hold at once waits for it before re-enqueuing ([`wait_for_queue`]).
+    pub charge_throughput: ChargeThroughput,
 }
 
 /// What one tick did, for the log and the metrics.
@@ -136,6 +144,12 @@ pub struct TickReport {
     pub unreadable_in_review: u64,
     /// Queue sends that failed (the operation stays due and is retried next tick).
     pub send_failures: u64,
+    /// Never-attempted operations past their grace left to a queue that is behind: due again
+    /// once the charge path has worked through it, nothing sent (`WaitedForQueue`).
+    pub waited_for_queue: u64,
+    /// The queue's depth (visible and in flight) read at the tick's start; `None` if it could
+    /// not say.
+    pub queue_depth: Option<QueueDepth>,
     /// Due records this release could not read: counted, logged with their key, skipped; the
     /// rest of their page is worked as usual. Alarmed: `UnreadableRecords`.
     pub unreadable: u64,
@@ -174,6 +188,7 @@ impl TickReport {
                     "Count",
                 ),
                 ("SendFailures", self.send_failures as f64, "Count"),
+                ("WaitedForQueue", self.waited_for_queue as f64, "Count"),
                 ("UnreadableRecords", self.unreadable as f64, "Count"),
                 ("SkippedOnError", self.failures as f64, "Count"),
                 (
@@ -310,6 +325,9 @@ pub async fn reconcile_tick(
         examined = report.examined,
         reenqueued = report.reenqueued,
         redriven = report.redriven,
+        waited_for_queue = report.waited_for_queue,
+        queue_visible = report.queue_depth.map(|d| d.visible),
+        queue_in_flight = report.queue_depth.map(|d| d.in_flight),
         settled = report.settled,
         sent_to_review = report.sent_to_review,
         still_unknown = report.still_unknown,
@@ -335,6 +353,17 @@ async fn work_due(
     report: &mut TickReport,
 ) -> Result<(), StoreError> {
     let now = deps.charge.clock.now();
+    // One read of the queue's depth a tick: a long queue is told from a lost message by it.
+    report.queue_depth = match deps.queue.depth().await {
+        Ok(depth) => depth,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot read the queue's depth; re-enqueuing as if it were not behind");
+            None
+        }
+    };
+    let backlog = report
+        .queue_depth
+        .map(|depth| deps.charge_throughput.with_depth(depth));
     let mut cursor = None;
     'pages: loop {
         if remaining() < safety {
@@ -363,7 +392,7 @@ async fn work_due(
             }
             report.examined += 1;
             report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
-            handle_one(deps, op, now, report).await;
+            handle_one(deps, op, now, backlog.as_ref(), report).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -382,9 +411,15 @@ async fn handle_one(
     deps: &ReconcilerDeps,
     op: &Operation,
     now: Timestamp,
+    backlog: Option<&QueueBacklog>,
     report: &mut TickReport,
 ) {
     let action = plan(op, now, &deps.charge.policy);
+    if action == Action::Reenqueue {
+        if let Some(next_due_at) = wait_for_queue(op, now, backlog) {
+            return wait(deps, op, next_due_at, now, report).await;
+        }
+    }
     match action {
         Action::Skip => {
             info!(decision = "skip", "leased by another execution");
@@ -392,6 +427,40 @@ async fn handle_one(
         }
         Action::Reenqueue | Action::Redrive => send_again(deps, op, action, now, report).await,
         Action::Settle => settle(deps, op, report).await,
+    }
+}
+
+/// Leaves a never-attempted operation to a queue that is behind: due again at `next_due_at`,
+/// guarded by what was read, nothing sent.
+async fn wait(
+    deps: &ReconcilerDeps,
+    op: &Operation,
+    next_due_at: Timestamp,
+    now: Timestamp,
+    report: &mut TickReport,
+) {
+    match deps
+        .charge
+        .store
+        .reschedule(&Reschedule::wait(op, next_due_at, now))
+        .await
+    {
+        Ok(Recorded::Written(_)) => {
+            info!(decision = "wait_for_queue", %next_due_at, "the queue is behind; its message is most likely waiting there");
+            report.waited_for_queue += 1;
+        }
+        Ok(Recorded::Refused(_)) => {
+            info!(
+                decision = "skip",
+                "changed since read; another writer got there first"
+            );
+            report.skipped += 1;
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot reschedule this tick");
+            report.skipped += 1;
+            report.failures += 1;
+        }
     }
 }
 
@@ -507,12 +576,14 @@ mod tests {
     use crate::ports::Created;
     use crate::testing::{order, T0};
 
-    /// Records what was sent; refuses every send while `failing`.
+    /// Records what was sent; refuses every send while `failing`; says it is `depth` deep.
     #[derive(Default)]
     struct Queue {
         sent: Mutex<Vec<QueuedCharge>>,
         refused: AtomicU32,
         failing: bool,
+        depth: Option<QueueDepth>,
+        depth_reads: AtomicU32,
     }
 
     #[async_trait]
@@ -525,6 +596,90 @@ mod tests {
             self.sent.lock().unwrap().push(charge.clone());
             Ok(())
         }
+
+        async fn depth(&self) -> Result<Option<QueueDepth>, QueueError> {
+            self.depth_reads.fetch_add(1, Ordering::Relaxed);
+            Ok(self.depth)
+        }
+    }
+
+    /// One tick over `store` with `queue`, at `now`, the template's default throughput (2
+    /// environments × 10 at once, 22 messages/s).
+    async fn tick_with(store: Arc<MemoryStore>, queue: Arc<Queue>, now: Timestamp) -> TickReport {
+        let deps = ReconcilerDeps {
+            charge: ChargeDeps {
+                store,
+                gateway: Arc::new(crate::memory::FakeGateway::new()),
+                clock: Arc::new(crate::time::ManualClock::new(now)),
+                policy: crate::executor::ChargePolicy::default(),
+            },
+            queue,
+            page_size: 10,
+            charge_throughput: crate::config::StripeBudget::default_throughput(),
+        };
+        reconcile_tick(
+            &deps,
+            &|| Duration::from_secs(60),
+            Duration::from_secs(1),
+            &crate::telemetry::DiscardMetrics,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A pending operation past its grace, with 2,200 messages waiting ahead of the charge
+    /// environments' 20: its message is most likely among them. The tick sends nothing and looks
+    /// again once the charge path has worked through them (2,220 at 22/s: 101 s).
+    #[tokio::test]
+    async fn a_pending_operation_waits_for_a_queue_that_is_behind() {
+        let (store, op) = stored().await;
+        let store = Arc::new(store);
+        let queue = Arc::new(Queue {
+            depth: Some(QueueDepth {
+                visible: 2_200,
+                in_flight: 20,
+            }),
+            ..Queue::default()
+        });
+        let now = op.created_at.plus(Duration::from_secs(301));
+        let report = tick_with(store.clone(), queue.clone(), now).await;
+        assert_eq!(queue.depth_reads.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            (report.waited_for_queue, report.reenqueued),
+            (1, 0),
+            "{report:?}"
+        );
+        assert!(queue.sent.lock().unwrap().is_empty());
+        let stored = store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(stored.redrives, 0, "nothing sent, nothing counted");
+        assert_eq!(
+            stored.next_due_at,
+            Some(now.plus(Duration::from_secs_f64(2_220.0 / 22.0)))
+        );
+    }
+
+    /// The twin: the same operation with no more waiting than the environments take at once lost
+    /// its message, and is re-enqueued at once.
+    #[tokio::test]
+    async fn a_pending_operation_is_reenqueued_when_the_queue_is_not_behind() {
+        let (store, op) = stored().await;
+        let store = Arc::new(store);
+        let queue = Arc::new(Queue {
+            depth: Some(QueueDepth {
+                visible: 20,
+                in_flight: 20,
+            }),
+            ..Queue::default()
+        });
+        let now = op.created_at.plus(Duration::from_secs(301));
+        let report = tick_with(store.clone(), queue.clone(), now).await;
+        assert_eq!(
+            (report.waited_for_queue, report.reenqueued),
+            (0, 1),
+            "{report:?}"
+        );
+        assert_eq!(queue.sent.lock().unwrap().len(), 1);
+        assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
     }
 
     async fn stored() -> (MemoryStore, Operation) {
@@ -642,6 +797,7 @@ mod tests {
             },
             queue: Arc::new(Queue::default()),
             page_size: 10,
+            charge_throughput: crate::config::StripeBudget::default_throughput(),
         };
         let report = reconcile_tick(
             &deps,

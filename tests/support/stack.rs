@@ -126,6 +126,7 @@ impl Stack {
             charge: self.charge_deps(),
             queue: self.queue(),
             page_size: 50,
+            charge_throughput: charge_once::config::StripeBudget::default_throughput(),
         }
     }
 

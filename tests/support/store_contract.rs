@@ -139,6 +139,7 @@ pub async fn an_operator_redrive_takes_an_operation_out_of_review(store: Arc<dyn
         expected_updated_at: flagged.updated_at,
         next_due_at: later,
         clear_review: true,
+        sends: true,
         now: later,
         operator: Some(OperatorGuard {
             lease_cutoff: later,
@@ -464,6 +465,21 @@ pub async fn reschedule_is_guarded_by_what_was_read(store: Arc<dyn OperationStor
         Recorded::Refused(Some(_))
     ));
     assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
+
+    // The reconciler waiting for a long queue moves the due time and sends nothing: the count
+    // the next message's dedup id ends with stays as it was.
+    let waited = Reschedule::wait(
+        &rec,
+        T0.plus(Duration::from_secs(1800)),
+        T0.plus(Duration::from_secs(2)),
+    );
+    let Recorded::Written(rec) = store.reschedule(&waited).await.unwrap() else {
+        panic!("a wait on a fresh read must land");
+    };
+    assert_eq!(rec.redrives, 1);
+    assert_eq!(rec.next_due_at, Some(T0.plus(Duration::from_secs(1800))));
+    let stored = store.get(&op.key()).await.unwrap().unwrap();
+    assert_eq!((stored.redrives, stored.next_due_at), (1, rec.next_due_at));
 }
 
 fn audit(action: &str, from: OperationStatus, to: OperationStatus, at: Timestamp) -> AuditEntry {

@@ -68,7 +68,7 @@ pub struct EventSource {
 
 /// The charge function's event source (see [`EventSource`]).
 pub const EVENT_SOURCE: EventSource = EventSource {
-    batch_size: 10,
+    batch_size: config::CHARGE_BATCH_SIZE as usize,
     visibility_timeout_secs: 1_800,
     max_batching_window_secs: 0,
     function_timeout_secs: 300,

@@ -88,6 +88,9 @@ pub async fn handle(
         "examined": report.examined,
         "reenqueued": report.reenqueued,
         "redriven": report.redriven,
+        "waited_for_queue": report.waited_for_queue,
+        "queue_visible": report.queue_depth.map(|d| d.visible),
+        "queue_in_flight": report.queue_depth.map(|d| d.in_flight),
         "settled": report.settled,
         "sent_to_review": report.sent_to_review,
         "still_unknown": report.still_unknown,
@@ -160,6 +163,7 @@ mod tests {
                 },
                 queue: queue.clone(),
                 page_size: 10,
+                charge_throughput: charge_once::config::StripeBudget::default_throughput(),
             },
             metrics: metrics.clone(),
         };

@@ -61,6 +61,7 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
                 &config.queue_url,
             )),
             page_size: PAGE_SIZE,
+            charge_throughput: config.budget.charge_throughput(),
         },
         metrics: Arc::new(StdoutMetrics),
     })

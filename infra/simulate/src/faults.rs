@@ -939,6 +939,10 @@ impl ChargeQueue for FaultyQueue {
         }
         r
     }
+
+    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+        self.inner.depth().await
+    }
 }
 
 /// Stripe as the charge function sees it, with the simulation's switches: the seeds' two

@@ -127,6 +127,10 @@ impl ChargeQueue for Notifying {
         self.waiters.wake_all();
         r
     }
+
+    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+        self.queue.depth().await
+    }
 }
 
 /// One second of the run, for the SVG.
@@ -145,6 +149,7 @@ struct Tally {
     arrived: AtomicU64,
     batches: AtomicU64,
     ticks: AtomicU64,
+    waited_for_queue: AtomicU64,
     dead_lettered: AtomicU64,
     checkout_errors: AtomicU64,
     oldest_ms: AtomicU64,
@@ -294,11 +299,17 @@ impl Run {
             event.detail_type = "Scheduled Event".into();
             event.source = "aws.events".into();
             event.detail = serde_json::json!({});
-            let _ = reconciler::handler::handle(
+            let answer = reconciler::handler::handle(
                 &self.reconciler,
                 LambdaEvent::new(event, Context::default()),
             )
             .await;
+            if let Ok(answer) = answer {
+                let waited = answer["waited_for_queue"].as_u64().unwrap_or(0);
+                self.tally
+                    .waited_for_queue
+                    .fetch_add(waited, Ordering::Relaxed);
+            }
             self.tally.ticks.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -418,6 +429,7 @@ impl Run {
             },
             queue: sender.clone(),
             page_size: 100,
+            charge_throughput: pacing.budget().charge_throughput(),
         };
         Self {
             cfg: cfg.clone(),
@@ -522,6 +534,10 @@ impl Run {
             batches: tally.batches.load(Ordering::Relaxed),
             reconciler_ticks: tally.ticks.load(Ordering::Relaxed),
             dead_lettered: tally.dead_lettered.load(Ordering::Relaxed),
+            sqs_sends: self.queue.sends.load(Ordering::Relaxed),
+            sends_per_order: self.queue.sends.load(Ordering::Relaxed) as f64
+                / cfg.orders.max(1) as f64,
+            waited_for_queue: tally.waited_for_queue.load(Ordering::Relaxed),
             checkout_errors: tally.checkout_errors.load(Ordering::Relaxed),
             fingerprint: fingerprint(&log, &requests, refused),
         }

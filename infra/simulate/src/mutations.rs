@@ -117,6 +117,10 @@ impl ChargeQueue for RandomDedup {
         charge.dedup_id = charge_once::ids::fresh_uuid().to_string();
         self.0.send(&charge).await
     }
+
+    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+        self.0.depth().await
+    }
 }
 
 /// The store as the reconciler sees it, with every index page passed through `edit`: the two

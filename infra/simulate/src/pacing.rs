@@ -42,6 +42,11 @@ impl Pacing {
         ))
     }
 
+    /// The budget as configured.
+    pub fn budget(&self) -> StripeBudget {
+        self.budget
+    }
+
     /// One charge environment's share, with its burst.
     pub fn charge(&self, burst: u32) -> Arc<Budget> {
         self.paced(self.budget.charge_share(), burst)

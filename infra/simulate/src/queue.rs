@@ -386,6 +386,11 @@ impl ChargeQueue for SimQueue {
         self.send_raw(&body, &charge.group_id, &charge.dedup_id);
         Ok(())
     }
+
+    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+        let (visible, in_flight) = self.visible_and_in_flight();
+        Ok(Some(charge_once::ports::QueueDepth { visible, in_flight }))
+    }
 }
 
 /// `ChangeMessageVisibility` on the simulated queue: the charge function's refused messages come

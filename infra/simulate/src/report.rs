@@ -423,6 +423,13 @@ pub struct LoadReport {
     pub reconciler_ticks: u64,
     /// Messages deleted at the receive limit (the DLQ's).
     pub dead_lettered: u64,
+    /// `SendMessage` calls to the charge queue: checkout's, the reconciler's re-enqueues and
+    /// re-drives.
+    pub sqs_sends: u64,
+    /// `sqs_sends / orders`: 1 when nothing is sent twice.
+    pub sends_per_order: f64,
+    /// Operations the reconciler left to a queue that was behind instead of re-enqueuing.
+    pub waited_for_queue: u64,
     /// Checkouts not answered 2xx.
     pub checkout_errors: u64,
     /// FNV-1a over the settle log and Stripe's counters: equal for equal runs.
@@ -437,6 +444,7 @@ impl LoadReport {
              \x20 checkout→settled p50 {:.2} s  p99 {:.2} s  max {:.2} s (slowest create {:.2} s)\n\
              \x20 at Stripe       creates {} ({:.3} per charge), reads {}, capacity 429s {}\n\
              \x20 queue           oldest message {:.1} s, orders that waited a visibility timeout {}, returned soon {}, batches {}, dead-lettered {}\n\
+             \x20 sends           {} to the charge queue ({:.3} per order); left to the queue by the reconciler {}\n\
              \x20 reconciler      {} ticks; checkout errors {}; fingerprint {}\n",
             self.orders,
             self.arrival_rate,
@@ -461,6 +469,9 @@ impl LoadReport {
             self.returned_soon,
             self.batches,
             self.dead_lettered,
+            self.sqs_sends,
+            self.sends_per_order,
+            self.waited_for_queue,
             self.reconciler_ticks,
             self.checkout_errors,
             self.fingerprint,

@@ -42,6 +42,10 @@ async fn the_reference_burst_drains_at_stripes_limit_on_two_seeds() {
         );
         assert_eq!(r.waited_visibility_timeout, 0, "seed {seed}: {r:?}");
         assert!(r.creates_per_charge <= 1.05, "seed {seed}: {r:?}");
+        // The queue stays minutes deep: the reconciler finds pending operations past their
+        // grace at every tick, and waits for the queue instead of sending them again.
+        assert!(r.waited_for_queue > 1_000, "seed {seed}: {r:?}");
+        assert!(r.sends_per_order <= 1.05, "seed {seed}: {r:?}");
         // Not faster than Stripe allows: the model really is at the limit.
         assert!(r.drain_secs >= ideal, "seed {seed}: {r:?}");
     }

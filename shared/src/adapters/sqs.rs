@@ -15,7 +15,8 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth, QueueError,
+    QueuedCharge,
 };
 
 pub struct SqsQueue {
@@ -99,6 +100,32 @@ impl ChargeQueue for SqsQueue {
             .await
             .map_err(|e| self.sdk_error("SendMessage", e))?;
         Ok(())
+    }
+
+    async fn depth(&self) -> Result<Option<QueueDepth>, QueueError> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|e| self.sdk_error("GetQueueAttributes", e))?;
+        let count = |name: &A| -> Result<u64, QueueError> {
+            let value = out.attributes().and_then(|a| a.get(name));
+            value.and_then(|v| v.parse().ok()).ok_or_else(|| {
+                QueueError::new(format!(
+                    "GetQueueAttributes on queue {} answered {name} as {value:?}, not a count",
+                    self.queue_url
+                ))
+            })
+        };
+        Ok(Some(QueueDepth {
+            visible: count(&A::ApproximateNumberOfMessages)?,
+            in_flight: count(&A::ApproximateNumberOfMessagesNotVisible)?,
+        }))
     }
 }
 

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use crate::ports::Clock;
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth, QueueError,
+    QueuedCharge,
 };
 use crate::time::Timestamp;
 
@@ -190,6 +191,20 @@ impl ChargeQueue for MemoryQueue {
             .map_err(|e| QueueError::with_source("cannot encode message", e))?;
         self.send_raw(&body, &charge.group_id, &charge.dedup_id);
         Ok(())
+    }
+
+    async fn depth(&self) -> Result<Option<QueueDepth>, QueueError> {
+        let now = self.clock.now();
+        let st = self.lock();
+        let in_flight = st
+            .messages
+            .iter()
+            .filter(|m| m.receipt.is_some() && m.visible_at > now)
+            .count() as u64;
+        Ok(Some(QueueDepth {
+            visible: st.messages.len() as u64 - in_flight,
+            in_flight,
+        }))
     }
 }
 

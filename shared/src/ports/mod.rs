@@ -40,8 +40,8 @@ pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 pub use queue::{
-    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError,
-    QueuedCharge,
+    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth,
+    QueueError, QueuedCharge,
 };
 pub use store::{
     AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,

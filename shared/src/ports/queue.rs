@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::{OperationId, OperationKind, OrderId, RefundId};
 use crate::operation::{Operation, OperationKey};
 
+pub use charge_core::reconcile_plan::QueueDepth;
+
 /// The body of a message of the charge queue. Versioned by kind; carries no amount and no card
 /// data, only what identifies the operation, which the charge function reads back from the store:
 /// version 1 a charge (`kind: "charge"`), version 2 a refund (`kind: "refund"`, with its
@@ -173,6 +175,13 @@ impl QueueError {
 #[async_trait]
 pub trait ChargeQueue: Send + Sync {
     async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError>;
+
+    /// What the queue holds, visible and in flight, as it approximates it (SQS's
+    /// `ApproximateNumberOfMessages` and `…NotVisible`); `None` from a queue that cannot say,
+    /// which the reconciler reads as "not behind".
+    async fn depth(&self) -> Result<Option<QueueDepth>, QueueError> {
+        Ok(None)
+    }
 }
 
 /// A message the charge function cannot act on, whatever the number of retries (unreadable,

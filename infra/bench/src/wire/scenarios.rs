@@ -300,6 +300,7 @@ impl Ours {
                 charge: charge.clone(),
                 queue,
                 page_size: PAGE_SIZE,
+                charge_throughput: charge_once::config::StripeBudget::default_throughput(),
             },
             charge,
             charge_no_retry,

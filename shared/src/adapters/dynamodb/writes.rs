@@ -476,7 +476,9 @@ impl Update for Reschedule {
     fn update(&self, e: &mut Expression) {
         e.set(DUE_AT, attr_n(self.next_due_at.as_millis()));
         e.set(UPDATED_AT, attr_n(self.now.as_millis()));
-        e.add_one(REDRIVES);
+        if self.sends {
+            e.add_one(REDRIVES);
+        }
         if self.clear_review {
             // Out of review: back to its automatic-work partition.
             e.set(DUE_SHARD, attr_s(&due_shard(&self.operation_id)));
