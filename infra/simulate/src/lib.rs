@@ -669,7 +669,7 @@ impl World {
                 SimStripe::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
             }
         });
-        let gateway = stripe_client(args, &stripe)?;
+        let gateway = stripe_client(args, &stripe, &clock)?;
         let backing = match args.backend {
             Backend::Memory => Backing::memory(args, &clock, &faults, &trace),
             Backend::Aws => Backing::aws(args).await?,
@@ -694,10 +694,11 @@ impl World {
 /// simulator's HTTP.
 fn stripe_client(
     args: &SimulateArgs,
-    stripe: &SimStripe,
+    stripe: &Arc<SimStripe>,
+    clock: &ManualClock,
 ) -> Result<Arc<dyn PaymentGateway>, BoxError> {
     let max_retries = if args.no_retry { 0 } else { 1 };
-    match (stripe, stripe.base_url()) {
+    match (stripe.as_ref(), stripe.base_url()) {
         (SimStripe::InProcess { sim }, _) => {
             // About one PaymentIntent per order (a few more where a key was pruned), each with
             // the client's two metadata pairs (operation_id, order_id).
@@ -716,7 +717,15 @@ fn stripe_client(
             cfg.connect_timeout = CLIENT_TIMEOUT;
             cfg.retry_backoff = Duration::from_millis(5);
             cfg.max_network_retries = max_retries;
-            Ok(Arc::new(StripeGateway::new(cfg)?))
+            let client: Arc<dyn PaymentGateway> = Arc::new(StripeGateway::new(cfg)?);
+            Ok(match stripe.as_ref() {
+                SimStripe::Remote { .. } => Arc::new(gateway::ClockSynced {
+                    inner: client,
+                    stripe: stripe.clone(),
+                    clock: clock.clone(),
+                }),
+                _ => client,
+            })
         }
         (_, None) => Err("a Stripe over HTTP without a base URL".into()),
     }
@@ -1365,6 +1374,18 @@ impl Wired {
             .iter()
             .map(|(k, v)| (k.clone(), *v as f64 / n))
             .collect();
+        report.capacity_429s = stripe.capacity_429s;
+        report.stripe_capacity = world.stripe.capacity_found().map(str::to_owned);
+        if stripe.capacity_429s * 20 > args.orders {
+            report.flagged = Some(format!(
+                "Stripe refused {} calls for capacity ({:.2} per order), more than one in twenty \
+                 orders: the calls went over the limits of the Stripe this run talks to, so the \
+                 counts per charge and the paths the orders took are not the system's at its \
+                 budget",
+                stripe.capacity_429s,
+                stripe.capacity_429s as f64 / n
+            ));
+        }
         report.virtual_hours = driver::elapsed_virtual(counts).as_secs_f64() / 3600.0;
         report.deterministic = args.deterministic();
         report.trace_events = world.trace.events();

@@ -106,6 +106,17 @@ pub struct Report {
     pub wall_secs: f64,
     pub orders_per_sec: f64,
     pub invariants_hold: bool,
+    /// Calls Stripe refused for capacity (a remote `stripe-sim`'s own rate limits, not an
+    /// injected fault).
+    pub capacity_429s: u64,
+    /// A remote `stripe-sim`'s rate limits as the run found them and ran them (`None`: Stripe in
+    /// process or embedded, without limits).
+    pub stripe_capacity: Option<String>,
+    /// Why this run's counts are not to be read as the system's although every invariant held:
+    /// Stripe refused more than one call in twenty orders for capacity (the functions' calls
+    /// went over its limits: pacing on another clock than its limits refill on sent 88 calls
+    /// per charge, every one but the first refused).
+    pub flagged: Option<String>,
     /// The first order that broke an invariant, and how.
     pub first_violation: Option<String>,
     /// CPU seconds of the process during the run (user + system): the honest figure on a shared box.
@@ -1284,11 +1295,23 @@ impl Report {
                 " (real sockets: not deterministic)"
             }
         );
+        if self.stripe_capacity.is_some() || self.capacity_429s > 0 {
+            let _ = writeln!(
+                s,
+                "  stripe capacity {}: refused {} ({:.3} per order)",
+                self.stripe_capacity.as_deref().unwrap_or("in process"),
+                self.capacity_429s,
+                self.capacity_429s as f64 / self.orders.max(1) as f64
+            );
+        }
         let _ = writeln!(
             s,
             "  verdict         {}",
             if self.invariants_hold {
-                "every invariant holds".to_owned()
+                match &self.flagged {
+                    None => "every invariant holds".to_owned(),
+                    Some(why) => format!("every invariant holds, but FLAGGED: {why}"),
+                }
             } else {
                 format!(
                     "INVARIANT BROKEN ({}); replay with --seed {}",

@@ -115,22 +115,38 @@ pub struct StripeCallCounts {
     pub retrieve: u64,
     pub search: u64,
     pub cancel: u64,
+    /// Calls refused for capacity (the simulator's rate limits), every endpoint.
+    pub capacity_429s: u64,
 }
 
 pub enum SimStripe {
     /// The simulator's engine called in process (no sockets): the deterministic default.
-    InProcess {
-        sim: StripeSim,
-    },
+    InProcess { sim: StripeSim },
     /// The simulator on loopback HTTP, reached through the real `StripeGateway` (`--stripe http`).
-    Embedded {
-        sim: StripeSim,
-        running: RunningSim,
-    },
+    Embedded { sim: StripeSim, running: RunningSim },
+    /// A separately started `stripe-sim`. Its rate limits, if any, refill on the simulation's
+    /// clock: set so at the start if they were on real time (the simulation's hours of virtual
+    /// time pass in seconds of wall time, so pacing on one clock against limits on the other
+    /// sends tens of calls per charge into 429s), and its clock is moved to the simulation's
+    /// before every call ([`ClockSynced`]).
     Remote {
         base: String,
         http: reqwest::Client,
+        /// What its capacity was when the run found it, for the report.
+        capacity_found: String,
     },
+}
+
+/// The limits `GET /_sim/capacity` shows, as `create 25/s, account 25/s` (empty: unlimited).
+fn describe_capacity(found: &Value) -> String {
+    let limits: Vec<String> = found
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.strip_suffix("_per_sec")?, v.as_u64()?)))
+        .map(|(name, rate)| format!("{name} {rate}/s"))
+        .collect();
+    limits.join(", ")
 }
 
 /// Search lag when the `search_lag` fault is on: visible to search only after 5 minutes (our
@@ -226,7 +242,11 @@ impl SimStripe {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()?;
-        let side = Self::Remote { base, http };
+        let mut side = Self::Remote {
+            base,
+            http,
+            capacity_found: String::new(),
+        };
         side.admin("reset", json!({ "set_clock_ms": clock.now().as_millis() }))
             .await?;
         let cfg = sim_faults(faults, latency);
@@ -250,11 +270,49 @@ impl SimStripe {
             }),
         )
         .await?;
+        let found = side.admin_get("capacity").await?;
+        let described = describe_capacity(&found);
+        let on_real_time = found["clock"].as_str() != Some("simulated");
+        let note = if described.is_empty() {
+            "unlimited".to_owned()
+        } else if on_real_time {
+            // The limits stay; what refills them becomes the run's clock.
+            side.admin("capacity", json!({ "clock": "simulated" }))
+                .await?;
+            format!("{described}, found on real time, run on the simulation's clock")
+        } else {
+            format!("{described}, on the simulation's clock")
+        };
+        if let Self::Remote { capacity_found, .. } = &mut side {
+            *capacity_found = note;
+        }
         Ok(side)
     }
 
+    /// A remote simulator's capacity as the run found it (`None` in process or embedded: no
+    /// limits there).
+    pub fn capacity_found(&self) -> Option<&str> {
+        match self {
+            Self::Remote { capacity_found, .. } => Some(capacity_found),
+            _ => None,
+        }
+    }
+
+    async fn admin_get(&self, path: &str) -> Result<Value, BoxError> {
+        let Self::Remote { base, http, .. } = self else {
+            return Err("admin API is for a remote simulator".into());
+        };
+        let resp = http.get(format!("{base}/_sim/{path}")).send().await?;
+        let status = resp.status();
+        let value: Value = resp.json().await?;
+        if !status.is_success() {
+            return Err(format!("stripe-sim GET /_sim/{path}: {status}: {value}").into());
+        }
+        Ok(value)
+    }
+
     async fn admin(&self, path: &str, body: Value) -> Result<Value, BoxError> {
-        let Self::Remote { base, http } = self else {
+        let Self::Remote { base, http, .. } = self else {
             return Err("admin API is for a remote simulator".into());
         };
         let resp = http
@@ -299,7 +357,7 @@ impl SimStripe {
                     Err(e) => Err(format!("confirm of {pi}: {}", e.message).into()),
                 }
             }
-            Self::Remote { base, http } => {
+            Self::Remote { base, http, .. } => {
                 let resp = http
                     .post(format!("{base}/_sim/payment_intents/{pi}/confirm"))
                     .send()
@@ -340,7 +398,7 @@ impl SimStripe {
     }
 
     async fn remote_ledger(&self) -> Result<Value, BoxError> {
-        let Self::Remote { base, http } = self else {
+        let Self::Remote { base, http, .. } = self else {
             return Err("not a remote simulator".into());
         };
         Ok(http
@@ -367,6 +425,7 @@ impl SimStripe {
                         retrieve: r.retrieve,
                         search: r.search,
                         cancel: r.cancel,
+                        capacity_429s: sim.capacity_429s().total(),
                     },
                     injected,
                 ))
@@ -388,6 +447,10 @@ impl SimStripe {
                         retrieve: n("retrieve"),
                         search: n("search"),
                         cancel: n("cancel"),
+                        capacity_429s: v["capacity_429s"]
+                            .as_object()
+                            .map(|by_endpoint| by_endpoint.values().filter_map(Value::as_u64).sum())
+                            .unwrap_or(0),
                     },
                     injected,
                 ))

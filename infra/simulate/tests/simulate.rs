@@ -326,6 +326,69 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
     });
 }
 
+/// A separately started `stripe-sim` as its binary starts: Stripe's limits, refilled on real time.
+/// The run's hours of virtual time pass in seconds of wall time, so pacing on the simulation's
+/// clock against those limits sent 88 creates per charge, every one but the first refused, and the
+/// report said nothing. Now the run moves the limits onto its own clock (synced before every
+/// call), counts what Stripe refused at both ends, and flags a run over its limits; the twin, an
+/// unlimited simulator, is run as found and never flagged.
+#[test]
+fn a_separate_stripe_sim_with_limits_on_real_time_is_run_on_the_simulations_clock() {
+    let rt = current_thread();
+    rt.block_on(async {
+        let limited =
+            stripe_sim::Capacity::stripe_defaults().with_clock(stripe_sim::CapacityClock::Real);
+        for (capacity, on_real_time) in
+            [(limited, true), (stripe_sim::Capacity::unlimited(), false)]
+        {
+            let sim = stripe_sim::StripeSim::new(stripe_sim::SimConfig {
+                capacity,
+                ..stripe_sim::SimConfig::default()
+            });
+            let running = sim.start(0).await.unwrap();
+            let mut a = args(200, 3, Backend::Memory);
+            a.no_faults = true;
+            a.stripe_url = Some(running.base_url());
+            let report = simulate(&a).await.unwrap();
+            assert!(report.invariants_hold, "{}", report.render());
+            let found = report.stripe_capacity.clone().unwrap();
+            assert_eq!(
+                report.capacity_429s,
+                sim.capacity_429s().total(),
+                "counted at both ends"
+            );
+            if on_real_time {
+                assert!(found.contains("create 25/s"), "{found}");
+                assert!(
+                    found.ends_with("found on real time, run on the simulation's clock"),
+                    "{found}"
+                );
+                assert_eq!(sim.capacity().clock, stripe_sim::CapacityClock::Simulated);
+                assert!(
+                    report.requests_per_charge["stripe_creates"] < 3.0,
+                    "{}",
+                    report.render()
+                );
+            } else {
+                assert_eq!(found, "unlimited");
+                assert_eq!(report.capacity_429s, 0);
+            }
+            assert_eq!(
+                report.flagged.is_some(),
+                report.capacity_429s * 20 > 200,
+                "{}",
+                report.render()
+            );
+            assert_eq!(
+                report.render().contains("FLAGGED"),
+                report.flagged.is_some(),
+                "{}",
+                report.render()
+            );
+        }
+    });
+}
+
 /// Records in release 2026-11-29's shape (read through the real DynamoDB mapping) and
 /// records nobody can read (set aside by the reconciler's page, repaired by an operator 2 h later)
 /// at high rates: every invariant holds, no tick fails, and every order settles.
