@@ -430,6 +430,101 @@ impl PaymentGateway for FunctionRequests {
     }
 }
 
+/// A separately started `stripe-sim` on the simulation's clock: before every call its clock is
+/// moved to the simulation's, so its rate limits refill on the same time the functions pace on
+/// (see [`crate::stripe::SimStripe::Remote`]). A failed move is not an answer of Stripe's: the
+/// call goes out anyway, and meets whatever kept the move from landing.
+pub struct ClockSynced {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub stripe: Arc<crate::stripe::SimStripe>,
+    pub clock: charge_once::ManualClock,
+}
+
+impl ClockSynced {
+    async fn sync(&self) {
+        let _ = self.stripe.sync_clock(&self.clock).await;
+    }
+}
+
+#[async_trait]
+impl PaymentGateway for ClockSynced {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+
+    fn requests(&self) -> Option<&StripeRequests> {
+        self.inner.requests()
+    }
+
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.sync().await;
+        self.inner.create(req).await
+    }
+
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.sync().await;
+        self.inner.retrieve(id).await
+    }
+
+    async fn search_by_operation(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.sync().await;
+        self.inner.search_by_operation(operation_id).await
+    }
+
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.sync().await;
+        self.inner.cancel(req).await
+    }
+
+    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.sync().await;
+        self.inner.capture(req).await
+    }
+
+    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
+        self.sync().await;
+        self.inner.create_refund(req).await
+    }
+
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        self.sync().await;
+        self.inner.retrieve_refund(id).await
+    }
+
+    async fn list_refunds(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeRefund>, GatewayError> {
+        self.sync().await;
+        self.inner.list_refunds(payment_intent).await
+    }
+
+    async fn list_intents_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
+        self.sync().await;
+        self.inner
+            .list_intents_created(window, starting_after)
+            .await
+    }
+
+    async fn list_refunds_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeRefund>, GatewayError> {
+        self.sync().await;
+        self.inner
+            .list_refunds_created(window, starting_after)
+            .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,100 +644,5 @@ mod tests {
             (canceled.status, canceled.cancellation_reason.as_deref()),
             (PaymentIntentStatus::Canceled, Some("requested_by_customer"))
         );
-    }
-}
-
-/// A separately started `stripe-sim` on the simulation's clock: before every call its clock is
-/// moved to the simulation's, so its rate limits refill on the same time the functions pace on
-/// (see [`crate::stripe::SimStripe::Remote`]). A failed move is not an answer of Stripe's: the
-/// call goes out anyway, and meets whatever kept the move from landing.
-pub struct ClockSynced {
-    pub inner: Arc<dyn PaymentGateway>,
-    pub stripe: Arc<crate::stripe::SimStripe>,
-    pub clock: charge_once::ManualClock,
-}
-
-impl ClockSynced {
-    async fn sync(&self) {
-        let _ = self.stripe.sync_clock(&self.clock).await;
-    }
-}
-
-#[async_trait]
-impl PaymentGateway for ClockSynced {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-
-    fn requests(&self) -> Option<&StripeRequests> {
-        self.inner.requests()
-    }
-
-    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.create(req).await
-    }
-
-    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.retrieve(id).await
-    }
-
-    async fn search_by_operation(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Vec<PaymentIntent>, GatewayError> {
-        self.sync().await;
-        self.inner.search_by_operation(operation_id).await
-    }
-
-    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.cancel(req).await
-    }
-
-    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.capture(req).await
-    }
-
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.sync().await;
-        self.inner.create_refund(req).await
-    }
-
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.sync().await;
-        self.inner.retrieve_refund(id).await
-    }
-
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.sync().await;
-        self.inner.list_refunds(payment_intent).await
-    }
-
-    async fn list_intents_created(
-        &self,
-        window: &AuditWindow,
-        starting_after: Option<&str>,
-    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
-        self.sync().await;
-        self.inner
-            .list_intents_created(window, starting_after)
-            .await
-    }
-
-    async fn list_refunds_created(
-        &self,
-        window: &AuditWindow,
-        starting_after: Option<&str>,
-    ) -> Result<ListPage<StripeRefund>, GatewayError> {
-        self.sync().await;
-        self.inner
-            .list_refunds_created(window, starting_after)
-            .await
     }
 }
