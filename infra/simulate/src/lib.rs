@@ -978,7 +978,11 @@ fn wire(
         policy,
     };
     let webhooks = events_function(args, world, &charge)?;
-    let pacing = Pacing::new(args.stripe_rps, args.charge_concurrency, &world.clock);
+    let pacing = if world.stripe.limits_on_real_time() {
+        Pacing::on_real_time(args.stripe_rps, args.charge_concurrency)
+    } else {
+        Pacing::new(args.stripe_rps, args.charge_concurrency, &world.clock)
+    };
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
     Ok(Pipeline {
         clock: world.clock.clone(),

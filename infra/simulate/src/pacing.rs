@@ -1,13 +1,15 @@
 //! Stripe's budget as the charge function's and the reconciler's main.rs split it, on the
 //! virtual clock: waiting for a slot sleeps on the scheduler's timers ([`SchedSleeper`]), or
-//! moves the clock where no timers are installed (one caller at a time).
+//! moves the clock where no timers are installed (one caller at a time). Against a Stripe whose
+//! limits refill on real time, on this machine's clock instead ([`Pacing::on_real_time`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::config::StripeBudget;
-use charge_once::pacing::{Budget, PacedGateway};
+use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::ports::PaymentGateway;
+use charge_once::ports::Sleeper;
 use charge_once::{Clock, ManualClock};
 
 use crate::sched::SchedSleeper;
@@ -16,7 +18,7 @@ use crate::sched::SchedSleeper;
 pub struct Pacing {
     budget: StripeBudget,
     clock: Arc<dyn Clock>,
-    sleeper: Arc<SchedSleeper>,
+    sleeper: Arc<dyn Sleeper>,
 }
 
 impl Pacing {
@@ -30,6 +32,20 @@ impl Pacing {
             },
             clock: Arc::new(clock.clone()),
             sleeper: Arc::new(SchedSleeper(clock.clone())),
+        }
+    }
+
+    /// The same split on this machine's clock, waiting real time for a slot: for a Stripe whose
+    /// limits refill on real time (a separately started `stripe-sim`, as its binary starts), so
+    /// the functions pace on the clock its limits keep.
+    pub fn on_real_time(per_second: u64, charge_concurrency: u32) -> Self {
+        Self {
+            budget: StripeBudget {
+                per_second,
+                charge_concurrency: u64::from(charge_concurrency),
+            },
+            clock: Arc::new(charge_once::time::SystemClock),
+            sleeper: Arc::new(TokioSleeper),
         }
     }
 

@@ -124,16 +124,18 @@ pub enum SimStripe {
     InProcess { sim: StripeSim },
     /// The simulator on loopback HTTP, reached through the real `StripeGateway` (`--stripe http`).
     Embedded { sim: StripeSim, running: RunningSim },
-    /// A separately started `stripe-sim`. Its rate limits, if any, refill on the simulation's
-    /// clock: set so at the start if they were on real time (the simulation's hours of virtual
-    /// time pass in seconds of wall time, so pacing on one clock against limits on the other
-    /// sends tens of calls per charge into 429s), and its clock is moved to the simulation's
-    /// before every call ([`ClockSynced`]).
+    /// A separately started `stripe-sim`, its clock moved to the simulation's before every call
+    /// ([`crate::gateway::ClockSynced`]). Its rate limits are left as found: limits that refill
+    /// on real time (as the binary starts) are paced on real time by the functions
+    /// ([`crate::pacing::Pacing::on_real_time`]); pacing on the simulation's clock against them,
+    /// whose hours pass in seconds of wall time, sent 88 creates per charge into 429s.
     Remote {
         base: String,
         http: reqwest::Client,
-        /// What its capacity was when the run found it, for the report.
+        /// Its capacity as the run found it, for the report.
         capacity_found: String,
+        /// Some limit is set and refills on real time.
+        limits_on_real_time: bool,
     },
 }
 
@@ -246,6 +248,7 @@ impl SimStripe {
             base,
             http,
             capacity_found: String::new(),
+            limits_on_real_time: false,
         };
         side.admin("reset", json!({ "set_clock_ms": clock.now().as_millis() }))
             .await?;
@@ -272,21 +275,33 @@ impl SimStripe {
         .await?;
         let found = side.admin_get("capacity").await?;
         let described = describe_capacity(&found);
-        let on_real_time = found["clock"].as_str() != Some("simulated");
-        let note = if described.is_empty() {
-            "unlimited".to_owned()
-        } else if on_real_time {
-            // The limits stay; what refills them becomes the run's clock.
-            side.admin("capacity", json!({ "clock": "simulated" }))
-                .await?;
-            format!("{described}, found on real time, run on the simulation's clock")
-        } else {
-            format!("{described}, on the simulation's clock")
+        let real_time = !described.is_empty() && found["clock"].as_str() != Some("simulated");
+        let note = match (described.is_empty(), real_time) {
+            (true, _) => "unlimited".to_owned(),
+            (false, true) => format!("{described} on real time (paced on real time)"),
+            (false, false) => format!("{described} on the simulation's clock"),
         };
-        if let Self::Remote { capacity_found, .. } = &mut side {
+        if let Self::Remote {
+            capacity_found,
+            limits_on_real_time,
+            ..
+        } = &mut side
+        {
             *capacity_found = note;
+            *limits_on_real_time = real_time;
         }
         Ok(side)
+    }
+
+    /// A remote simulator whose limits refill on real time: the functions must pace on it.
+    pub fn limits_on_real_time(&self) -> bool {
+        matches!(
+            self,
+            Self::Remote {
+                limits_on_real_time: true,
+                ..
+            }
+        )
     }
 
     /// A remote simulator's capacity as the run found it (`None` in process or embedded: no

@@ -329,24 +329,31 @@ fn two_hundred_orders_on_moto_and_a_separate_stripe_sim_over_http() {
 /// A separately started `stripe-sim` as its binary starts: Stripe's limits, refilled on real time.
 /// The run's hours of virtual time pass in seconds of wall time, so pacing on the simulation's
 /// clock against those limits sent 88 creates per charge, every one but the first refused, and the
-/// report said nothing. Now the run moves the limits onto its own clock (synced before every
-/// call), counts what Stripe refused at both ends, and flags a run over its limits; the twin, an
-/// unlimited simulator, is run as found and never flagged.
+/// report said nothing. Now the functions pace on real time against such limits (60 orders take
+/// about 15 s of wall time), Stripe's refusals are counted at both ends and a run with more than
+/// one in twenty orders refused is flagged; the twins: an unlimited simulator, paced on the
+/// simulation's clock as before, and limits on the simulation's clock, which this mode's time
+/// (moved in jumps, each wait moving it for everyone) bunches calls against: that run is flagged.
 #[test]
-fn a_separate_stripe_sim_with_limits_on_real_time_is_run_on_the_simulations_clock() {
+fn a_separate_stripe_sim_with_limits_on_real_time_is_paced_on_real_time() {
     let rt = current_thread();
     rt.block_on(async {
-        let limited =
-            stripe_sim::Capacity::stripe_defaults().with_clock(stripe_sim::CapacityClock::Real);
-        for (capacity, on_real_time) in
-            [(limited, true), (stripe_sim::Capacity::unlimited(), false)]
-        {
+        let limits = stripe_sim::Capacity::stripe_defaults;
+        let real = limits().with_clock(stripe_sim::CapacityClock::Real);
+        let simulated = limits().with_clock(stripe_sim::CapacityClock::Simulated);
+        let unlimited = stripe_sim::Capacity::unlimited();
+        for (capacity, note, flagged) in [
+            (real, "on real time (paced on real time)", false),
+            (unlimited, "unlimited", false),
+            (simulated, "on the simulation's clock", true),
+        ] {
+            let clock = capacity.clock;
             let sim = stripe_sim::StripeSim::new(stripe_sim::SimConfig {
                 capacity,
                 ..stripe_sim::SimConfig::default()
             });
             let running = sim.start(0).await.unwrap();
-            let mut a = args(200, 3, Backend::Memory);
+            let mut a = args(60, 3, Backend::Memory);
             a.no_faults = true;
             a.stripe_url = Some(running.base_url());
             let report = simulate(&a).await.unwrap();
@@ -357,34 +364,17 @@ fn a_separate_stripe_sim_with_limits_on_real_time_is_run_on_the_simulations_cloc
                 sim.capacity_429s().total(),
                 "counted at both ends"
             );
-            if on_real_time {
-                assert!(found.contains("create 25/s"), "{found}");
-                assert!(
-                    found.ends_with("found on real time, run on the simulation's clock"),
-                    "{found}"
-                );
-                assert_eq!(sim.capacity().clock, stripe_sim::CapacityClock::Simulated);
-                assert!(
-                    report.requests_per_charge["stripe_creates"] < 3.0,
-                    "{}",
-                    report.render()
-                );
-            } else {
-                assert_eq!(found, "unlimited");
-                assert_eq!(report.capacity_429s, 0);
+            assert!(found.ends_with(note), "{found}");
+            assert_eq!(sim.capacity().clock, clock, "left as found");
+            assert_eq!(report.flagged.is_some(), flagged, "{}", report.render());
+            assert_eq!(report.render().contains("FLAGGED"), flagged);
+            if !flagged {
+                // No more than a handful refused: the run's counts are the system's (about one
+                // create per charge).
+                assert!(report.capacity_429s * 20 <= 60, "{}", report.render());
+                let creates = report.requests_per_charge["stripe_creates"];
+                assert!(creates < 1.2, "{}", report.render());
             }
-            assert_eq!(
-                report.flagged.is_some(),
-                report.capacity_429s * 20 > 200,
-                "{}",
-                report.render()
-            );
-            assert_eq!(
-                report.render().contains("FLAGGED"),
-                report.flagged.is_some(),
-                "{}",
-                report.render()
-            );
         }
     });
 }
