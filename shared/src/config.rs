@@ -68,8 +68,10 @@ pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
 /// How many hours before an authorization's deadline an uncaptured one pages.
 pub const AUTHORIZATION_PAGE_LEAD_HOURS: &str = "AUTHORIZATION_PAGE_LEAD_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
-/// The account's Stripe budget (calls per second) the charge functions and the reconciler share.
+/// The account's Stripe budget (calls per second) every function's calls come out of.
 pub const STRIPE_REQUESTS_PER_SECOND: &str = "STRIPE_REQUESTS_PER_SECOND";
+/// The Stripe calls per second the stack may make to any one endpoint (see [`StripeBudget`]).
+pub const STRIPE_ENDPOINT_REQUESTS_PER_SECOND: &str = "STRIPE_ENDPOINT_REQUESTS_PER_SECOND";
 /// The charge event source's `MaximumConcurrency`: how many environments split the budget.
 pub const CHARGE_MAX_CONCURRENCY: &str = "CHARGE_MAX_CONCURRENCY";
 /// The webhook function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
@@ -86,9 +88,6 @@ pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 /// The audit function: how many hours before its run one audit's window starts (its schedule's
 /// period, so windows tile).
 pub const AUDIT_WINDOW_HOURS: &str = "AUDIT_WINDOW_HOURS";
-/// The audit function: its Stripe calls per second (lists and reads by id), beside the budget the
-/// charge path and the reconciler share.
-pub const AUDIT_REQUESTS_PER_SECOND: &str = "AUDIT_REQUESTS_PER_SECOND";
 
 /// The notify function: the EventBridge bus outcome events go to.
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
@@ -107,6 +106,7 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     ),
     (INBOX_TABLE_NAME, "charge-once-webhook-inbox"),
     (STRIPE_REQUESTS_PER_SECOND, "24"),
+    (STRIPE_ENDPOINT_REQUESTS_PER_SECOND, "24"),
     (CHARGE_MAX_CONCURRENCY, "2"),
     (EVENT_BUS_NAME, "charge-once-outcomes"),
     (STRIPE_API_BASE, DEFAULT_API_BASE),
@@ -135,7 +135,6 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (STUCK_INTENT_HOURS, "72"),
     (AUTHORIZATION_PAGE_LEAD_HOURS, "12"),
     (AUDIT_WINDOW_HOURS, "24"),
-    (AUDIT_REQUESTS_PER_SECOND, "1"),
 ];
 
 /// A function's configuration, read once at init.
@@ -346,29 +345,46 @@ pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
 /// maximum); `tests/template.rs` holds the template to it.
 pub const CHARGE_BATCH_SIZE: u64 = 10;
 
-/// The account's Stripe request budget and its split (see [`crate::pacing`]): a twelfth (at least
-/// 1/s) is kept for the reconciler and the events function, half each; each of the
-/// `charge_concurrency` charge environments gets an equal part of the rest.
+/// The Stripe budget every function's calls come out of (see [`crate::pacing`]): the account's
+/// overall limit (`per_second`) and each endpoint's (`endpoint_per_second`), both less headroom.
+/// A twelfth of the account's (at least 1/s) is kept for the work that can wait, a third each for
+/// the reconciler, the events function and the audit; each of the `charge_concurrency` charge
+/// environments, the work a customer waits for, gets an equal part of the rest, and an equal
+/// part of each endpoint's limit for the call its message makes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StripeBudget {
     pub per_second: u64,
+    pub endpoint_per_second: u64,
     pub charge_concurrency: u64,
 }
 
 impl StripeBudget {
-    /// Stripe's default limit per endpoint is 25/s (creates are the one endpoint a burst uses);
-    /// 24 keeps one call a second of headroom for the dashboard and other clients of the key.
+    /// Stripe's overall limit in test mode is 25/s (100/s live); 24 keeps one call a second of
+    /// headroom for the dashboard and other clients of the key.
     pub const DEFAULT_PER_SECOND: u64 = 24;
+    /// Stripe's default limit per endpoint is 25/s; the same headroom.
+    pub const DEFAULT_ENDPOINT_PER_SECOND: u64 = 24;
     /// The template's default `ChargeMaxConcurrency` (the AWS minimum).
     pub const DEFAULT_CONCURRENCY: u64 = 2;
+
+    /// The account's budget `per_second`, endpoints at the default, over `charge_concurrency`
+    /// environments.
+    pub fn new(per_second: u64, charge_concurrency: u64) -> Self {
+        Self {
+            per_second,
+            endpoint_per_second: Self::DEFAULT_ENDPOINT_PER_SECOND,
+            charge_concurrency,
+        }
+    }
 
     /// What the charge environments leave: a twelfth of the budget, at least 1/s.
     fn kept_aside(&self) -> f64 {
         (self.per_second as f64 / 12.0).max(1.0)
     }
 
+    /// The reconciler's share: a third of what is kept aside.
     pub fn reconciler_share(&self) -> f64 {
-        self.kept_aside() / 2.0
+        self.kept_aside() / 3.0
     }
 
     /// The reconciler's search share: Stripe's search limit is 20/s.
@@ -378,24 +394,32 @@ impl StripeBudget {
 
     /// The events function's share (per environment): its retrieves, one per event for an
     /// unsettled operation (an event for a settled one calls nothing), are calls of the same
-    /// account, and in test mode every endpoint shares 25/s. Taken from the reconciler's twelfth,
-    /// not from the charges: a burst's creates still run at the budget.
+    /// account. A third of what is kept aside, not taken from the charges: a burst's creates
+    /// still run at the budget.
     pub fn events_share(&self) -> f64 {
-        self.kept_aside() / 2.0
+        self.kept_aside() / 3.0
     }
 
-    /// One charge environment's share.
+    /// The audit's share: its lists and retrieves are calls of the same account (a third of what
+    /// is kept aside; `chargectl audit` paces to it too).
+    pub fn audit_share(&self) -> f64 {
+        self.kept_aside() / 3.0
+    }
+
+    /// One charge environment's share of the account's budget.
     pub fn charge_share(&self) -> f64 {
         (self.per_second as f64 - self.kept_aside()) / self.charge_concurrency as f64
     }
 
+    /// One charge environment's share of each endpoint's limit (never more than its share of
+    /// the account's).
+    pub fn charge_endpoint_share(&self) -> f64 {
+        (self.endpoint_per_second as f64 / self.charge_concurrency as f64).min(self.charge_share())
+    }
+
     /// [`Self::charge_throughput`] of the template's defaults.
     pub fn default_throughput() -> crate::reconciler::ChargeThroughput {
-        Self {
-            per_second: Self::DEFAULT_PER_SECOND,
-            charge_concurrency: Self::DEFAULT_CONCURRENCY,
-        }
-        .charge_throughput()
+        Self::new(Self::DEFAULT_PER_SECOND, Self::DEFAULT_CONCURRENCY).charge_throughput()
     }
 
     /// How fast the charge environments take messages off the queue when the budget is the
@@ -403,18 +427,25 @@ impl StripeBudget {
     pub fn charge_throughput(&self) -> crate::reconciler::ChargeThroughput {
         crate::reconciler::ChargeThroughput {
             in_flight: self.charge_concurrency * CHARGE_BATCH_SIZE,
-            per_second: self.per_second as f64 - self.kept_aside(),
+            per_second: (self.per_second as f64 - self.kept_aside())
+                .min(self.endpoint_per_second as f64),
         }
     }
 }
 
-/// `STRIPE_REQUESTS_PER_SECOND` and `CHARGE_MAX_CONCURRENCY`.
+/// `STRIPE_REQUESTS_PER_SECOND`, `STRIPE_ENDPOINT_REQUESTS_PER_SECOND` and
+/// `CHARGE_MAX_CONCURRENCY`.
 pub fn stripe_budget(env: &dyn Env) -> Result<StripeBudget, ConfigError> {
     let budget = StripeBudget {
         per_second: number(
             env,
             STRIPE_REQUESTS_PER_SECOND,
             StripeBudget::DEFAULT_PER_SECOND,
+        )?,
+        endpoint_per_second: number(
+            env,
+            STRIPE_ENDPOINT_REQUESTS_PER_SECOND,
+            StripeBudget::DEFAULT_ENDPOINT_PER_SECOND,
         )?,
         charge_concurrency: number(
             env,
@@ -440,17 +471,28 @@ pub fn stripe_budget(env: &dyn Env) -> Result<StripeBudget, ConfigError> {
             ),
         });
     }
+    if budget.charge_endpoint_share() < 0.5 {
+        return Err(ConfigError::Invalid {
+            name: STRIPE_ENDPOINT_REQUESTS_PER_SECOND,
+            reason: format!(
+                "{} leaves each of the {} charge environments {:.2} calls/s at an endpoint; at \
+                 least 0.5 is needed (raise it, or lower ChargeMaxConcurrency)",
+                budget.endpoint_per_second,
+                budget.charge_concurrency,
+                budget.charge_endpoint_share()
+            ),
+        });
+    }
     Ok(budget)
 }
 
-/// The audit's window and its Stripe pace.
+/// The audit's window (its Stripe pace is its share of the budget, [`StripeBudget::audit_share`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AuditSettings {
     pub window: Duration,
-    pub requests_per_second: f64,
 }
 
-/// `AUDIT_WINDOW_HOURS` (1 to 168) and `AUDIT_REQUESTS_PER_SECOND` (1 to 100).
+/// `AUDIT_WINDOW_HOURS` (1 to 168).
 pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
     let hours = number(env, AUDIT_WINDOW_HOURS, 24)?;
     if !(1..=168).contains(&hours) {
@@ -459,16 +501,8 @@ pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
             reason: format!("{hours} is not 1 to 168 hours"),
         });
     }
-    let rate = number(env, AUDIT_REQUESTS_PER_SECOND, 1)?;
-    if !(1..=100).contains(&rate) {
-        return Err(ConfigError::Invalid {
-            name: AUDIT_REQUESTS_PER_SECOND,
-            reason: format!("{rate} is not 1 to 100 calls per second"),
-        });
-    }
     Ok(AuditSettings {
         window: Duration::from_secs(hours * 3600),
-        requests_per_second: rate as f64,
     })
 }
 
@@ -659,29 +693,52 @@ mod tests {
             stripe_budget(&MapEnv(map))
         };
         let b = env(&[]).unwrap();
-        assert_eq!((b.per_second, b.charge_concurrency), (24, 2));
-        assert_eq!(b.reconciler_share(), 1.0);
-        assert_eq!(b.events_share(), 1.0);
+        assert_eq!(
+            (b.per_second, b.endpoint_per_second, b.charge_concurrency),
+            (24, 24, 2)
+        );
+        // 2 of 24 kept for the work that can wait, a third each.
+        let third = 2.0 / 3.0;
+        assert_eq!(
+            (b.reconciler_share(), b.events_share(), b.audit_share()),
+            (third, third, third)
+        );
         assert_eq!(b.charge_share(), 11.0);
+        assert_eq!(b.charge_endpoint_share(), 11.0);
+        // A live account: 96 of its 100/s overall, 24 of each endpoint's 25/s, 4 environments.
         let b = env(&[
-            (STRIPE_REQUESTS_PER_SECOND, "90"),
-            (CHARGE_MAX_CONCURRENCY, "5"),
+            (STRIPE_REQUESTS_PER_SECOND, "96"),
+            (STRIPE_ENDPOINT_REQUESTS_PER_SECOND, "24"),
+            (CHARGE_MAX_CONCURRENCY, "4"),
         ])
         .unwrap();
-        assert_eq!(b.charge_share(), 16.5);
-        assert_eq!(b.events_share(), 3.75);
-        // The shares never add up to more than the budget: the events function's is counted.
-        for (per_second, concurrency) in [(2, 2), (24, 2), (25, 7), (90, 5), (1000, 100)] {
+        assert_eq!(b.charge_share(), 22.0);
+        assert_eq!(b.charge_endpoint_share(), 6.0);
+        assert_eq!(b.audit_share(), 8.0 / 3.0);
+        // The shares never add up to more than the account's budget (every caller counted), nor
+        // the charge environments' to more than an endpoint's.
+        for (per_second, endpoint, concurrency) in [
+            (2, 2, 2),
+            (24, 24, 2),
+            (25, 25, 7),
+            (96, 24, 4),
+            (90, 40, 5),
+            (1000, 300, 100),
+        ] {
             let b = StripeBudget {
                 per_second,
+                endpoint_per_second: endpoint,
                 charge_concurrency: concurrency,
             };
-            let sum =
-                b.reconciler_share() + b.events_share() + b.charge_share() * concurrency as f64;
+            let sum = b.reconciler_share()
+                + b.events_share()
+                + b.audit_share()
+                + b.charge_share() * concurrency as f64;
             assert!(
                 sum <= per_second as f64 + 1e-9,
                 "{per_second}/{concurrency}"
             );
+            assert!(b.charge_endpoint_share() * concurrency as f64 <= endpoint as f64 + 1e-9);
         }
         assert!(matches!(
             env(&[
@@ -690,6 +747,17 @@ mod tests {
             ]),
             Err(ConfigError::Invalid {
                 name: STRIPE_REQUESTS_PER_SECOND,
+                ..
+            })
+        ));
+        assert!(matches!(
+            env(&[
+                (STRIPE_REQUESTS_PER_SECOND, "96"),
+                (STRIPE_ENDPOINT_REQUESTS_PER_SECOND, "5"),
+                (CHARGE_MAX_CONCURRENCY, "20")
+            ]),
+            Err(ConfigError::Invalid {
+                name: STRIPE_ENDPOINT_REQUESTS_PER_SECOND,
                 ..
             })
         ));

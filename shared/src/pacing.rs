@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
+use crate::domain::{OperationId, OperationKind, PaymentIntentId, StripeRefundId};
 use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
 use crate::ports::{
     AuditWindow, CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent,
@@ -118,6 +118,77 @@ impl Budget {
             return Err(Saturated { wait, max_wait });
         }
         *tat = start + self.interval_us;
+        Ok(wait)
+    }
+}
+
+/// A charge environment's shares of Stripe's limits: one of the account's overall budget, and one
+/// of each endpoint's for the call a message is about to make (a charge creates, a refund
+/// refunds, a capture captures, a cancel cancels). A message takes a slot of both before its
+/// claim: in test mode, where every endpoint shares the account's 25/s, the account's binds; on
+/// a live account (100/s overall, 25/s per endpoint) a burst of one kind is held to its
+/// endpoint's limit while the other kinds run beside it.
+pub struct MessageBudget {
+    account: Arc<Budget>,
+    /// Create, refund, capture, cancel; `None`: the account's budget alone.
+    endpoints: Option<[Arc<Budget>; 4]>,
+}
+
+impl std::fmt::Debug for MessageBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageBudget")
+            .field("account", &self.account)
+            .field(
+                "endpoints",
+                &self.endpoints.as_ref().map(|e| e[0].per_second()),
+            )
+            .finish()
+    }
+}
+
+impl MessageBudget {
+    /// The account's share and, per endpoint, a budget made by `endpoint`.
+    pub fn new(account: Arc<Budget>, endpoint: impl Fn() -> Arc<Budget>) -> Self {
+        Self {
+            account,
+            endpoints: Some([endpoint(), endpoint(), endpoint(), endpoint()]),
+        }
+    }
+
+    /// The account's share only (a test, or a simulation that models one endpoint).
+    pub fn account_only(account: Arc<Budget>) -> Self {
+        Self {
+            account,
+            endpoints: None,
+        }
+    }
+
+    fn endpoint(&self, kind: &OperationKind) -> Option<&Budget> {
+        let endpoints = self.endpoints.as_ref()?;
+        Some(match kind {
+            OperationKind::Charge => &endpoints[0],
+            OperationKind::Refund(_) => &endpoints[1],
+            OperationKind::Capture => &endpoints[2],
+            OperationKind::Cancel => &endpoints[3],
+        })
+    }
+
+    /// Takes the next slot of the endpoint's share and of the account's, waiting for the later
+    /// of the two; refuses if either is more than `max_wait` away (an endpoint slot already
+    /// taken is then spent: one call less at that endpoint, never one more).
+    pub async fn acquire(
+        &self,
+        kind: &OperationKind,
+        max_wait: Duration,
+    ) -> Result<Duration, Saturated> {
+        let at_endpoint = match self.endpoint(kind) {
+            Some(budget) => budget.reserve(max_wait)?,
+            None => Duration::ZERO,
+        };
+        let wait = self.account.reserve(max_wait)?.max(at_endpoint);
+        if !wait.is_zero() {
+            self.account.sleeper.sleep(wait).await;
+        }
         Ok(wait)
     }
 }
@@ -314,6 +385,49 @@ mod tests {
         }
         // 100 calls: 5 at once, 95 at 20/s → 4.75 s.
         assert_eq!(clock.now().since(start), Duration::from_millis(4750));
+    }
+
+    /// A live account: 40 calls/s overall, 10/s per endpoint (one environment's shares). A burst
+    /// of creates is held to the create endpoint's pace while refunds run beside it on theirs;
+    /// the account's share bounds both together.
+    #[tokio::test]
+    async fn a_message_waits_for_its_endpoints_share_and_the_accounts() {
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let make = |per_second: f64| {
+            Arc::new(Budget::new(
+                per_second,
+                1,
+                Arc::new(clock.clone()),
+                Arc::new(ClockSleeper(clock.clone())),
+            ))
+        };
+        let budgets = MessageBudget::new(make(40.0), || make(10.0));
+        let refund = OperationKind::Refund(crate::domain::RefundId::parse("r-1").unwrap());
+        let wait = Duration::from_secs(10);
+        let start = clock.now();
+        // Creates alone: 10/s, the endpoint's pace (one interval of 100 ms each after the first).
+        for _ in 0..10 {
+            budgets.acquire(&OperationKind::Charge, wait).await.unwrap();
+        }
+        assert_eq!(clock.now().since(start), Duration::from_millis(900));
+        // A refund now does not wait behind the creates: its endpoint is idle, the account's
+        // share has room.
+        assert_eq!(budgets.acquire(&refund, wait).await, Ok(Duration::ZERO));
+        // A create is refused when its endpoint's next slot is further away than it may wait.
+        assert!(budgets
+            .acquire(&OperationKind::Charge, Duration::ZERO)
+            .await
+            .is_err());
+        // The twin: on the account's share alone, a refund waits behind the creates like any
+        // call.
+        let one = MessageBudget::account_only(make(10.0));
+        for _ in 0..10 {
+            one.acquire(&OperationKind::Charge, wait).await.unwrap();
+        }
+        assert_eq!(
+            one.acquire(&refund, wait).await,
+            Ok(Duration::from_millis(100))
+        );
     }
 
     #[test]

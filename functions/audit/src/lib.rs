@@ -17,6 +17,8 @@ pub struct AuditConfig {
     /// watches the deadlines the engine keeps.
     pub policy: ChargePolicy,
     pub audit: AuditSettings,
+    /// The audit paces its Stripe calls to its share of the account's budget.
+    pub budget: config::StripeBudget,
 }
 
 impl FromEnv for AuditConfig {
@@ -26,6 +28,7 @@ impl FromEnv for AuditConfig {
             stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
             audit: config::audit_settings(env)?,
+            budget: config::stripe_budget(env)?,
         })
     }
 }

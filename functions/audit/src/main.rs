@@ -1,5 +1,5 @@
 //! Wires the audit: configuration, the Stripe key from Secrets Manager, DynamoDB and a Stripe
-//! client paced to the audit's own share (all once per execution environment), tracing, then the
+//! client paced to the audit's share of the account's budget (all once per execution environment), tracing, then the
 //! runtime loop. An init that fails is reported to the runtime API before the process exits.
 
 use std::sync::Arc;
@@ -36,7 +36,7 @@ async fn wire() -> Result<AuditFunction, Error> {
     };
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
     let budget = Arc::new(Budget::new(
-        config.audit.requests_per_second,
+        config.budget.audit_share(),
         1,
         charge.clock.clone(),
         Arc::new(TokioSleeper),

@@ -58,7 +58,7 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use charge_core::message_plan::{fate, Fate, Receive, Seen};
 use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClass};
-use charge_once::pacing::Budget;
+use charge_once::pacing::MessageBudget;
 use charge_once::ports::{
     ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
 };
@@ -80,9 +80,9 @@ pub struct ChargeFunction {
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     /// The charge queue, to bring a message refused at the rate limit back in seconds.
     pub visibility: Arc<dyn MessageVisibility>,
-    /// This environment's share of the account's Stripe budget: each message takes a slot
-    /// before its claim (`None`: unpaced).
-    pub budget: Option<Arc<Budget>>,
+    /// This environment's shares of the account's Stripe budget and of each endpoint's: each
+    /// message takes a slot of both, for the call it makes, before its claim (`None`: unpaced).
+    pub budget: Option<Arc<MessageBudget>>,
     pub metrics: Arc<dyn MetricsSink>,
 }
 
@@ -310,7 +310,7 @@ async fn process(
         Ok(m) => m,
         Err(poison) => return park(f, record, message_id, poison).await,
     };
-    if let Err(saturated) = take_slot(f, deadline).await {
+    if let Err(saturated) = take_slot(f, &message.kind, deadline).await {
         if fate(&Seen::BudgetSaturated, receive(record)) != Fate::Charge {
             info!(%message_id, %saturated, "Stripe budget saturated; back soon");
             return decided(fate(&Seen::BudgetSaturated, receive(record)));
@@ -448,6 +448,7 @@ fn invocation_deadline(deadline_ms: u64, now: Timestamp) -> Option<Timestamp> {
 /// deadline less one worst message. Nothing is claimed yet, so a refusal changes nothing.
 async fn take_slot(
     f: &ChargeFunction,
+    kind: &charge_once::domain::OperationKind,
     deadline: Option<Timestamp>,
 ) -> Result<(), charge_once::pacing::Saturated> {
     let Some(budget) = &f.budget else {
@@ -457,7 +458,7 @@ async fn take_slot(
         Some(d) => d.since(f.charge.clock.now()).saturating_sub(WORST_MESSAGE),
         None => UNBOUNDED_WAIT,
     };
-    budget.acquire(max_wait).await.map(|_| ())
+    budget.acquire(kind, max_wait).await.map(|_| ())
 }
 
 /// The record's `ApproximateReceiveCount` (1 if absent or unreadable: never taken for the last).
@@ -568,6 +569,7 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_once::pacing::Budget;
     use std::collections::HashSet;
     use std::sync::Arc;
 
@@ -911,12 +913,14 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         w.f.charge.clock = Arc::new(clock.clone());
         // One call per 10 s and the invocation cannot wait: every message but the first is refused.
-        w.f.budget = Some(Arc::new(Budget::new(
-            0.1,
-            1,
-            Arc::new(clock.clone()),
-            Arc::new(ClockSleeper(clock.clone())),
-        )));
+        w.f.budget = Some(Arc::new(MessageBudget::account_only(Arc::new(
+            Budget::new(
+                0.1,
+                1,
+                Arc::new(clock.clone()),
+                Arc::new(ClockSleeper(clock.clone())),
+            ),
+        ))));
         let mut ctx = Context::default();
         ctx.deadline = clock.now().plus(WORST_MESSAGE).as_millis() as u64;
         let resp = handle(&w.f, LambdaEvent::new(batch_at_receive(2), ctx.clone())).await;
@@ -960,12 +964,14 @@ mod tests {
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         w.f.charge.clock = Arc::new(clock.clone());
         // 2 calls/s, one at a time: slots at 0, 500 and 1,000 ms.
-        w.f.budget = Some(Arc::new(Budget::new(
-            2.0,
-            1,
-            Arc::new(clock.clone()),
-            Arc::new(ClockSleeper(clock.clone())),
-        )));
+        w.f.budget = Some(Arc::new(MessageBudget::account_only(Arc::new(
+            Budget::new(
+                2.0,
+                1,
+                Arc::new(clock.clone()),
+                Arc::new(ClockSleeper(clock.clone())),
+            ),
+        ))));
         let mut event = SqsEvent::default();
         for (i, (order, id)) in orders.iter().enumerate() {
             let mut r = SqsMessage::default();

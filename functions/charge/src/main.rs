@@ -11,7 +11,7 @@ use charge::BURST;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
-use charge_once::pacing::{Budget, TokioSleeper};
+use charge_once::pacing::{Budget, MessageBudget, TokioSleeper};
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
@@ -32,13 +32,20 @@ async fn wire() -> Result<ChargeFunction, Error> {
     let config = ChargeConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
-    // Each message takes a slot of this environment's share of the account's Stripe budget
-    // before its claim; a slot further away than the invocation can wait sends it back soon.
-    let budget = Arc::new(Budget::new(
-        config.budget.charge_share(),
-        BURST,
-        charge.clock.clone(),
-        Arc::new(TokioSleeper),
+    // Each message takes a slot of this environment's share of the account's Stripe budget and
+    // of the endpoint's its call goes to, before its claim; a slot further away than the
+    // invocation can wait sends it back soon.
+    let share = |per_second: f64| {
+        Arc::new(Budget::new(
+            per_second,
+            BURST,
+            charge.clock.clone(),
+            Arc::new(TokioSleeper),
+        ))
+    };
+    let budget = Arc::new(MessageBudget::new(
+        share(config.budget.charge_share()),
+        || share(config.budget.charge_endpoint_share()),
     ));
     let sqs = aws_sdk_sqs::Client::new(&aws);
     Ok(ChargeFunction {

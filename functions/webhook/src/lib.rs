@@ -201,10 +201,10 @@ mod tests {
         let stripe = Arc::new(FakeGateway::new());
         let op = charge_once::testing::order("ord-paced").build();
         let pi = stripe.insert_charge(&op, PaymentIntentStatus::Succeeded);
-        let budget = StripeBudget {
-            per_second: StripeBudget::DEFAULT_PER_SECOND,
-            charge_concurrency: StripeBudget::DEFAULT_CONCURRENCY,
-        };
+        let budget = StripeBudget::new(
+            StripeBudget::DEFAULT_PER_SECOND,
+            StripeBudget::DEFAULT_CONCURRENCY,
+        );
         let wired = |w: &Waits| {
             paced(
                 stripe.clone(),

@@ -145,12 +145,14 @@ pub fn template_facts(template: &str) -> Result<TemplateFacts, Error> {
 }
 
 /// Charges per second the stack can make at most: the template's default Stripe budget less the
-/// twelfth kept for the reconciler and the events function ([`charge_once::config::StripeBudget`]).
+/// twelfth kept for the reconciler, the events function and the audit
+/// ([`charge_once::config::StripeBudget`]).
 pub fn ceiling_rate() -> f64 {
-    let b = charge_once::config::StripeBudget {
-        per_second: charge_once::config::StripeBudget::DEFAULT_PER_SECOND,
-        charge_concurrency: charge_once::config::StripeBudget::DEFAULT_CONCURRENCY,
-    };
+    use charge_once::config::StripeBudget;
+    let b = StripeBudget::new(
+        StripeBudget::DEFAULT_PER_SECOND,
+        StripeBudget::DEFAULT_CONCURRENCY,
+    );
     b.charge_share() * b.charge_concurrency as f64
 }
 

@@ -141,11 +141,17 @@ fn simulate_alias(args: &[OsString]) -> Option<ExitCode> {
     }
 }
 
-/// The on-demand audit's Stripe pace: the template's default `AuditRequestsPerSecond` (1/s),
-/// outside the charge path's budget, so an operator's audit never takes a charge's slot.
+/// The on-demand audit's Stripe pace: the audit's share of the template's default budget
+/// (`StripeBudget::audit_share`), so an operator's audit never takes a charge's slot. Run while
+/// the scheduled audit runs, the two together take two thirds of what is kept aside.
 fn audit_budget() -> std::sync::Arc<charge_once::pacing::Budget> {
+    use charge_once::config::StripeBudget;
+    let budget = StripeBudget::new(
+        StripeBudget::DEFAULT_PER_SECOND,
+        StripeBudget::DEFAULT_CONCURRENCY,
+    );
     std::sync::Arc::new(charge_once::pacing::Budget::new(
-        1.0,
+        budget.audit_share(),
         1,
         std::sync::Arc::new(SystemClock),
         std::sync::Arc::new(charge_once::pacing::TokioSleeper),

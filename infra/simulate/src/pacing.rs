@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::config::StripeBudget;
-use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
+use charge_once::pacing::{Budget, MessageBudget, PacedGateway, TokioSleeper};
 use charge_once::ports::PaymentGateway;
 use charge_once::ports::Sleeper;
 use charge_once::{Clock, ManualClock};
@@ -26,10 +26,7 @@ impl Pacing {
     /// reconciler.
     pub fn new(per_second: u64, charge_concurrency: u32, clock: &ManualClock) -> Self {
         Self {
-            budget: StripeBudget {
-                per_second,
-                charge_concurrency: u64::from(charge_concurrency),
-            },
+            budget: StripeBudget::new(per_second, u64::from(charge_concurrency)),
             clock: Arc::new(clock.clone()),
             sleeper: Arc::new(SchedSleeper(clock.clone())),
         }
@@ -40,10 +37,7 @@ impl Pacing {
     /// the functions pace on the clock its limits keep.
     pub fn on_real_time(per_second: u64, charge_concurrency: u32) -> Self {
         Self {
-            budget: StripeBudget {
-                per_second,
-                charge_concurrency: u64::from(charge_concurrency),
-            },
+            budget: StripeBudget::new(per_second, u64::from(charge_concurrency)),
             clock: Arc::new(charge_once::time::SystemClock),
             sleeper: Arc::new(TokioSleeper),
         }
@@ -63,9 +57,12 @@ impl Pacing {
         self.budget
     }
 
-    /// One charge environment's share, with its burst.
-    pub fn charge(&self, burst: u32) -> Arc<Budget> {
-        self.paced(self.budget.charge_share(), burst)
+    /// One charge environment's shares (the account's, each endpoint's), with its burst.
+    pub fn charge(&self, burst: u32) -> Arc<MessageBudget> {
+        Arc::new(MessageBudget::new(
+            self.paced(self.budget.charge_share(), burst),
+            || self.paced(self.budget.charge_endpoint_share(), burst),
+        ))
     }
 
     /// The reconciler's gateway: paced to its share, search to its own.

@@ -157,12 +157,12 @@ fn limits_paragraph(
             ],
         )?);
     }
-    // The charge environments together get what the reconciler and the events function leave
-    // of the budget (`StripeBudget`, the split the functions make at init).
-    let budget = StripeBudget {
-        per_second: u(&reference["stripe_rps"]),
-        charge_concurrency: u(&reference["charge_concurrency"]),
-    };
+    // The charge environments together get what the reconciler, the events function and the
+    // audit leave of the budget (`StripeBudget`, the split the functions make at init).
+    let budget = StripeBudget::new(
+        u(&reference["stripe_rps"]),
+        u(&reference["charge_concurrency"]),
+    );
     let charges = budget.charge_share() * budget.charge_concurrency as f64;
     let limit = u(&reference["create_limit"]) as f64;
     notes.push(sentence(
@@ -174,7 +174,8 @@ fn limits_paragraph(
             ("budget", budget.per_second.to_string()),
             (
                 "kept",
-                (budget.reconciler_share() + budget.events_share()).to_string(),
+                (budget.reconciler_share() + budget.events_share() + budget.audit_share())
+                    .to_string(),
             ),
         ],
     )?);
@@ -305,7 +306,7 @@ mod tests {
         assert!(flat.contains("so N/L = 800 s."), "{w}");
         assert!(flat.contains("25/22 = 1.136 × N/L"), "{w}");
         assert!(
-            flat.contains("the reconciler and the events function keep 2."),
+            flat.contains("the reconciler, the events function and the audit keep 2."),
             "{w}"
         );
         assert!(
