@@ -4,7 +4,8 @@
 //! each decides with [`plan()`]:
 //! - `pending`, never attempted, past the grace period → **re-enqueue** (the SendMessage after the
 //!   checkout's PutItem was lost), unless the queue is behind ([`wait_for_queue`]: more messages
-//!   waiting than the charge environments take at once, read once a tick): then its message is
+//!   waiting than the charge environments take at once, read once a tick when one is due): then
+//!   its message is
 //!   most likely still waiting there, and the operation is due again once the charge path has
 //!   worked through the queue, nothing sent;
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**
@@ -147,8 +148,8 @@ pub struct TickReport {
     /// Never-attempted operations past their grace left to a queue that is behind: due again
     /// once the charge path has worked through it, nothing sent (`WaitedForQueue`).
     pub waited_for_queue: u64,
-    /// The queue's depth (visible and in flight) read at the tick's start; `None` if it could
-    /// not say.
+    /// The queue's depth (visible and in flight), read at the tick's first re-enqueue; `None` if
+    /// none was due or the queue could not say.
     pub queue_depth: Option<QueueDepth>,
     /// Due records this release could not read: counted, logged with their key, skipped; the
     /// rest of their page is worked as usual. Alarmed: `UnreadableRecords`.
@@ -353,17 +354,9 @@ async fn work_due(
     report: &mut TickReport,
 ) -> Result<(), StoreError> {
     let now = deps.charge.clock.now();
-    // One read of the queue's depth a tick: a long queue is told from a lost message by it.
-    report.queue_depth = match deps.queue.depth().await {
-        Ok(depth) => depth,
-        Err(e) => {
-            warn!(error = %ErrorChain(&e), "cannot read the queue's depth; re-enqueuing as if it were not behind");
-            None
-        }
-    };
-    let backlog = report
-        .queue_depth
-        .map(|depth| deps.charge_throughput.with_depth(depth));
+    // The queue's depth tells a long queue from a lost message: read once a tick, at the first
+    // operation it decides (a tick with nothing to re-enqueue does not read it).
+    let mut backlog: Option<Option<QueueBacklog>> = None;
     let mut cursor = None;
     'pages: loop {
         if remaining() < safety {
@@ -392,7 +385,10 @@ async fn work_due(
             }
             report.examined += 1;
             report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
-            handle_one(deps, op, now, backlog.as_ref(), report).await;
+            if backlog.is_none() && plan(op, now, &deps.charge.policy) == Action::Reenqueue {
+                backlog = Some(read_backlog(deps, report).await);
+            }
+            handle_one(deps, op, now, backlog.flatten().as_ref(), report).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -400,6 +396,21 @@ async fn work_due(
         }
     }
     Ok(())
+}
+
+/// The queue's depth (into the report) against the charge path's throughput; `None` when the
+/// queue cannot say, which re-enqueues as before.
+async fn read_backlog(deps: &ReconcilerDeps, report: &mut TickReport) -> Option<QueueBacklog> {
+    report.queue_depth = match deps.queue.depth().await {
+        Ok(depth) => depth,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot read the queue's depth; re-enqueuing as if it were not behind");
+            None
+        }
+    };
+    report
+        .queue_depth
+        .map(|depth| deps.charge_throughput.with_depth(depth))
 }
 
 #[tracing::instrument(

@@ -140,8 +140,8 @@ fn the_default_run_is_pinned() {
     );
 }
 
-const PINNED_SEED_1: &str = "70505ea2055d1f5f";
-const PINNED_SEED_2: &str = "d1126eda858272bf";
+const PINNED_SEED_1: &str = "b7b0872ee891d6e1";
+const PINNED_SEED_2: &str = "21ad85c8310361be";
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {

@@ -58,29 +58,36 @@ impl SqsQueue {
 
     /// Messages in the queue, visible or in flight, as SQS approximates them.
     pub async fn approximate_depth(&self) -> Result<u64, QueueError> {
-        use aws_sdk_sqs::types::QueueAttributeName;
+        let depth = self.attributes_depth().await?;
+        Ok(depth.visible + depth.in_flight)
+    }
+
+    /// `GetQueueAttributes` for the two approximate counts; a count SQS does not give is an
+    /// error, not a 0 (a 0 would read as "not behind").
+    async fn attributes_depth(&self) -> Result<QueueDepth, QueueError> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
         let out = self
             .client
             .get_queue_attributes()
             .queue_url(&self.queue_url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
             .send()
             .await
             .map_err(|e| self.sdk_error("GetQueueAttributes", e))?;
-        let attrs = out.attributes().cloned().unwrap_or_default();
-        Ok([
-            QueueAttributeName::ApproximateNumberOfMessages,
-            QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
-        ]
-        .iter()
-        .map(|k| {
-            attrs
-                .get(k)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
+        let count = |name: &A| -> Result<u64, QueueError> {
+            let value = out.attributes().and_then(|a| a.get(name));
+            value.and_then(|v| v.parse().ok()).ok_or_else(|| {
+                QueueError::new(format!(
+                    "GetQueueAttributes on queue {} answered {name} as {value:?}, not a count",
+                    self.queue_url
+                ))
+            })
+        };
+        Ok(QueueDepth {
+            visible: count(&A::ApproximateNumberOfMessages)?,
+            in_flight: count(&A::ApproximateNumberOfMessagesNotVisible)?,
         })
-        .sum())
     }
 }
 
@@ -103,29 +110,7 @@ impl ChargeQueue for SqsQueue {
     }
 
     async fn depth(&self) -> Result<Option<QueueDepth>, QueueError> {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(&self.queue_url)
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-            .map_err(|e| self.sdk_error("GetQueueAttributes", e))?;
-        let count = |name: &A| -> Result<u64, QueueError> {
-            let value = out.attributes().and_then(|a| a.get(name));
-            value.and_then(|v| v.parse().ok()).ok_or_else(|| {
-                QueueError::new(format!(
-                    "GetQueueAttributes on queue {} answered {name} as {value:?}, not a count",
-                    self.queue_url
-                ))
-            })
-        };
-        Ok(Some(QueueDepth {
-            visible: count(&A::ApproximateNumberOfMessages)?,
-            in_flight: count(&A::ApproximateNumberOfMessagesNotVisible)?,
-        }))
+        self.attributes_depth().await.map(Some)
     }
 }
 
