@@ -158,7 +158,7 @@ mod tests {
         );
         assert_eq!(c.stripe_key_arn(), "arn:aws:secretsmanager:z");
         assert_eq!(c.inbox_table_name, "inbox");
-        assert_eq!(c.budget.events_share(), 1.0);
+        assert_eq!(c.budget.events_share(), 2.0 / 3.0);
     }
 
     /// The waits a caller was asked for; each moves the clock when `moves` (one caller at a
@@ -218,10 +218,11 @@ mod tests {
         for _ in 0..4 {
             gateway.retrieve(&pi).await.unwrap();
         }
+        // Its share of the default budget: a third of the 2/s kept aside, one call every 1.5 s.
         assert_eq!(
             *one_at_a_time.asked.lock().unwrap(),
-            [Duration::from_secs(1); 3],
-            "the first at once, then one a second"
+            [Duration::from_millis(1500); 3],
+            "the first at once, then one every 1.5 s"
         );
         let calls = || {
             stripe
@@ -230,14 +231,18 @@ mod tests {
                 .load(std::sync::atomic::Ordering::SeqCst)
         };
         assert_eq!(calls(), 4);
-        // Callers at once (the clock stands still while they wait): each takes the next slot, a
-        // second further; the one whose slot is more than 5 s away is refused without a call.
+        // Callers at once (the clock stands still while they wait): each takes the next slot,
+        // 1.5 s further (0, 1.5, 3 and 4.5 s); the one whose slot is more than 5 s away is refused
+        // without a call.
         let at_once = waits(false);
         let gateway = wired(&at_once);
-        for _ in 0..6 {
+        for _ in 0..4 {
             gateway.retrieve(&pi).await.unwrap();
         }
-        assert_eq!(at_once.asked.lock().unwrap().last(), Some(&PACING_MAX_WAIT));
+        assert_eq!(
+            at_once.asked.lock().unwrap().last(),
+            Some(&Duration::from_millis(4500))
+        );
         let refused = gateway.retrieve(&pi).await.unwrap_err();
         assert!(
             matches!(
@@ -249,6 +254,6 @@ mod tests {
             ),
             "{refused:?}"
         );
-        assert_eq!(calls(), 4 + 6, "the refused call never reached Stripe");
+        assert_eq!(calls(), 4 + 4, "the refused call never reached Stripe");
     }
 }
