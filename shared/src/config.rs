@@ -427,8 +427,8 @@ impl StripeBudget {
     pub fn charge_throughput(&self) -> crate::reconciler::ChargeThroughput {
         crate::reconciler::ChargeThroughput {
             in_flight: self.charge_concurrency * CHARGE_BATCH_SIZE,
-            per_second: (self.per_second as f64 - self.kept_aside())
-                .min(self.endpoint_per_second as f64),
+            // A burst is of charges: each environment at its create endpoint's share.
+            per_second: self.charge_endpoint_share() * self.charge_concurrency as f64,
         }
     }
 }

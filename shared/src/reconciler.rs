@@ -5,9 +5,8 @@
 //! - `pending`, never attempted, past the grace period → **re-enqueue** (the SendMessage after the
 //!   checkout's PutItem was lost), unless the queue is behind ([`wait_for_queue`]: more messages
 //!   waiting than the charge environments take at once, read once a tick when one is due): then
-//!   its message is
-//!   most likely still waiting there, and the operation is due again once the charge path has
-//!   worked through the queue, nothing sent;
+//!   its message is most likely still waiting there, and the operation is due again once the
+//!   charge path has worked through the queue, nothing sent;
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**
 //!   through the queue with a fresh dedup id `operation_id:<n>` and an exponential backoff recorded
 //!   as the next due time;
@@ -385,10 +384,11 @@ async fn work_due(
             }
             report.examined += 1;
             report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
-            if backlog.is_none() && plan(op, now, &deps.charge.policy) == Action::Reenqueue {
+            let action = plan(op, now, &deps.charge.policy);
+            if action == Action::Reenqueue && backlog.is_none() {
                 backlog = Some(read_backlog(deps, report).await);
             }
-            handle_one(deps, op, now, backlog.flatten().as_ref(), report).await;
+            handle_one(deps, op, action, now, backlog.flatten().as_ref(), report).await;
         }
         match page.next {
             Some(next) => cursor = Some(next),
@@ -421,22 +421,21 @@ async fn read_backlog(deps: &ReconcilerDeps, report: &mut TickReport) -> Option<
 async fn handle_one(
     deps: &ReconcilerDeps,
     op: &Operation,
+    action: Action,
     now: Timestamp,
     backlog: Option<&QueueBacklog>,
     report: &mut TickReport,
 ) {
-    let action = plan(op, now, &deps.charge.policy);
-    if action == Action::Reenqueue {
-        if let Some(next_due_at) = wait_for_queue(op, now, backlog) {
-            return wait(deps, op, next_due_at, now, report).await;
-        }
-    }
     match action {
         Action::Skip => {
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
         }
-        Action::Reenqueue | Action::Redrive => send_again(deps, op, action, now, report).await,
+        Action::Reenqueue => match wait_for_queue(op, now, backlog) {
+            Some(next_due_at) => wait(deps, op, next_due_at, now, report).await,
+            None => send_again(deps, op, action, now, report).await,
+        },
+        Action::Redrive => send_again(deps, op, action, now, report).await,
         Action::Settle => settle(deps, op, report).await,
     }
 }
