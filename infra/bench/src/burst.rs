@@ -195,47 +195,67 @@ impl BurstRun {
 }
 
 /// `bench burst`: every run of [`RUNS`] through `simulate` (the `sim` build), its report's last
-/// line (the `--json` object) to `out_dir/burst-<name>.json`, the SVGs to `svg_dir`. Fails on the
-/// first run whose invariants break (simulate exits 1), after keeping its report.
+/// line (the `--json` object) to `out_dir/burst-<name>.json`, the SVGs to `svg_dir`; then the
+/// grid ([`crate::grid`]). Fails on the first run whose invariants break (simulate exits 1),
+/// after keeping its report.
 pub fn run_all(simulate: &Path, out_dir: &Path, svg_dir: &Path) -> Result<(), Error> {
     for run in &RUNS {
-        let mut cmd = Command::new(simulate);
-        cmd.args(run.args()).arg("--json");
-        if let Some(svg) = run.svg {
-            cmd.arg("--svg").arg(svg_dir.join(svg));
-        }
-        let started = Instant::now();
-        let output = cmd
-            .output()
-            .map_err(|e| format!("{}: {e}", simulate.display()))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let last = stdout.lines().last().unwrap_or("");
-        let report: Value = serde_json::from_str(last).map_err(|e| {
-            format!(
-                "simulate {}: no JSON report on its last line ({e}); stderr: {}",
-                run.args().join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })?;
-        std::fs::write(out_dir.join(run.file()), format!("{last}\n"))?;
-        let load = &report["load"];
-        eprintln!(
-            "{}: drain {:.1} s ({:.3} N/L), {} capacity 429s; {:.1} s wall",
+        let svg = run.svg.map(|svg| svg_dir.join(svg));
+        run_simulate(
+            simulate,
+            &run.args(),
+            svg.as_deref(),
+            &out_dir.join(run.file()),
             run.name,
-            load["drain_secs"].as_f64().unwrap_or(f64::NAN),
-            load["drain_ratio"].as_f64().unwrap_or(f64::NAN),
-            load["capacity_429s"],
-            started.elapsed().as_secs_f64()
-        );
-        if !output.status.success() {
-            return Err(format!(
-                "simulate {} failed ({}): {}",
-                run.args().join(" "),
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            )
-            .into());
-        }
+        )?;
+    }
+    crate::grid::run_all(simulate, out_dir)
+}
+
+/// One `simulate ARGS --json [--svg SVG]` run: its report (the last line of its output) to
+/// `out`, a line on stderr with its drain; an error when it has no report or fails.
+pub(crate) fn run_simulate(
+    simulate: &Path,
+    args: &[String],
+    svg: Option<&Path>,
+    out: &Path,
+    name: &str,
+) -> Result<(), Error> {
+    let mut cmd = Command::new(simulate);
+    cmd.args(args).arg("--json");
+    if let Some(svg) = svg {
+        cmd.arg("--svg").arg(svg);
+    }
+    let started = Instant::now();
+    let output = cmd
+        .output()
+        .map_err(|e| format!("{}: {e}", simulate.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or("");
+    let report: Value = serde_json::from_str(last).map_err(|e| {
+        format!(
+            "simulate {}: no JSON report on its last line ({e}); stderr: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })?;
+    std::fs::write(out, format!("{last}\n"))?;
+    let load = &report["load"];
+    eprintln!(
+        "{name}: drain {:.1} s ({:.3} N/L), {} capacity 429s; {:.1} s wall",
+        load["drain_secs"].as_f64().unwrap_or(f64::NAN),
+        load["drain_ratio"].as_f64().unwrap_or(f64::NAN),
+        load["capacity_429s"],
+        started.elapsed().as_secs_f64()
+    );
+    if !output.status.success() {
+        return Err(format!(
+            "simulate {} failed ({}): {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
     }
     Ok(())
 }

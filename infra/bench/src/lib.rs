@@ -9,7 +9,8 @@
 //! - [`logs`]: the log capture and the platform and access-log lines section 5 prices.
 //! - [`bill`]: every request of one charge by function, with each event source and the relay;
 //!   [`cost`] prices it per 1M charges.
-//! - [`burst`]: the reference burst at Stripe's rate limit (`simulate --arrival-rate`).
+//! - [`burst`]: the reference burst at Stripe's rate limit (`simulate --arrival-rate`), and
+//!   [`grid`]: bursts at other limits, latencies and concurrencies.
 //!
 //! Rendering: [`records`] reads the JSON back, [`render`] fills each section's template
 //! (`infra/bench/templates/`) with [`markdown`]'s building blocks.
@@ -18,6 +19,7 @@ pub use footprint::{cpu, init};
 pub mod bill;
 pub mod burst;
 pub mod cost;
+pub mod grid;
 pub mod index_cost;
 pub mod logs;
 pub mod markdown;

@@ -28,6 +28,7 @@
 
 pub mod auth_asks;
 pub mod auth_watch;
+mod burst_svg;
 pub mod dashboard;
 pub mod drift;
 pub mod driver;
@@ -297,9 +298,13 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = stripe_sim::Capacity::STRIPE_ENDPOINT_PER_SEC)]
     pub create_limit: u32,
 
-    /// Load model: StripeRequestsPerSecond, the budget the functions pace to.
+    /// StripeRequestsPerSecond, the account's budget the functions pace to.
     #[arg(long, default_value_t = charge_once::config::StripeBudget::DEFAULT_PER_SECOND)]
     pub stripe_rps: u64,
+
+    /// StripeEndpointRequestsPerSecond, each endpoint's budget the functions pace to.
+    #[arg(long, default_value_t = charge_once::config::StripeBudget::DEFAULT_ENDPOINT_PER_SECOND)]
+    pub stripe_endpoint_rps: u64,
 
     /// Load model: the create latency's median, ms.
     #[arg(long, default_value_t = 300)]
@@ -350,6 +355,18 @@ impl SimulateArgs {
             _ => {}
         }
         args
+    }
+
+    /// The budget the functions pace to: the account's and each endpoint's, over the charge
+    /// environments.
+    pub fn stripe_budget(&self) -> charge_once::config::StripeBudget {
+        charge_once::config::StripeBudget {
+            endpoint_per_second: self.stripe_endpoint_rps,
+            ..charge_once::config::StripeBudget::new(
+                self.stripe_rps,
+                u64::from(self.charge_concurrency),
+            )
+        }
     }
 
     /// Whether this run is deterministic (memory backend, Stripe in process).
@@ -620,6 +637,7 @@ async fn run_load(args: &SimulateArgs, rate: f64) -> Result<Outcome, BoxError> {
         charge_concurrency: args.charge_concurrency,
         create_limit: args.create_limit,
         stripe_rps: args.stripe_rps,
+        stripe_endpoint_rps: args.stripe_endpoint_rps,
         create_latency_p50: Duration::from_millis(args.create_latency_p50_ms),
         pacing: !args.no_pacing,
         svg: args.svg.clone(),
@@ -979,9 +997,9 @@ fn wire(
     };
     let webhooks = events_function(args, world, &charge)?;
     let pacing = if world.stripe.limits_on_real_time() {
-        Pacing::on_real_time(args.stripe_rps, args.charge_concurrency)
+        Pacing::on_real_time(args.stripe_budget())
     } else {
-        Pacing::new(args.stripe_rps, args.charge_concurrency, &world.clock)
+        Pacing::new(args.stripe_budget(), &world.clock)
     };
     let dead_letters = Arc::new(charge_once::memory::MemoryDeadLetters::new());
     Ok(Pipeline {

@@ -47,6 +47,7 @@ use rand::SeedableRng;
 use reconciler::handler::ReconcilerFunction;
 use stripe_sim::{Capacity, CreateLatency, RequestCounts, SimConfig, StripeSim};
 
+use crate::burst_svg::Sample;
 use crate::driver::{self, TICK_EVERY};
 use crate::faults::Faults;
 use crate::gateway::InProcessGateway;
@@ -71,8 +72,10 @@ pub struct LoadConfig {
     pub charge_concurrency: u32,
     /// Stripe's create limit, requests/s.
     pub create_limit: u32,
-    /// `StripeRequestsPerSecond`: the budget the functions pace to.
+    /// `StripeRequestsPerSecond`: the account's budget the functions pace to.
     pub stripe_rps: u64,
+    /// `StripeEndpointRequestsPerSecond`: each endpoint's.
+    pub stripe_endpoint_rps: u64,
     /// The create latency's median.
     pub create_latency_p50: Duration,
     /// Pacing on (a Budget per environment, refusals back in seconds), or today's stall.
@@ -84,6 +87,14 @@ pub struct LoadConfig {
 }
 
 impl LoadConfig {
+    /// The budget the functions pace to, split over the charge environments.
+    pub fn budget(&self) -> StripeBudget {
+        StripeBudget {
+            endpoint_per_second: self.stripe_endpoint_rps,
+            ..StripeBudget::new(self.stripe_rps, u64::from(self.charge_concurrency))
+        }
+    }
+
     /// The reference burst's settings for `orders` at `arrival_rate`.
     pub fn new(orders: u64, arrival_rate: f64, seed: u64) -> Self {
         Self {
@@ -93,6 +104,7 @@ impl LoadConfig {
             charge_concurrency: charge::EVENT_SOURCE.default_max_concurrency,
             create_limit: Capacity::STRIPE_ENDPOINT_PER_SEC,
             stripe_rps: StripeBudget::DEFAULT_PER_SECOND,
+            stripe_endpoint_rps: StripeBudget::DEFAULT_ENDPOINT_PER_SECOND,
             create_latency_p50: CreateLatency::DEFAULT_P50,
             pacing: true,
             svg: None,
@@ -131,16 +143,6 @@ impl ChargeQueue for Notifying {
     async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
         self.queue.depth().await
     }
-}
-
-/// One second of the run, for the SVG.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    at_s: f64,
-    visible: u64,
-    in_flight: u64,
-    settled: u64,
-    r429: u64,
 }
 
 /// What the tasks count while the run goes.
@@ -357,7 +359,7 @@ pub async fn run(cfg: &LoadConfig) -> Result<Report, BoxError> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        std::fs::write(path, svg(&samples, &load))?;
+        std::fs::write(path, crate::burst_svg::draw(&samples, &title(&load)))?;
     }
     let mut report = run.judge().await?;
     report.trace_hash = load.fingerprint.clone();
@@ -415,7 +417,7 @@ impl Run {
             waiters: waiters.clone(),
         });
         let policy = ChargePolicy::default();
-        let pacing = Pacing::new(cfg.stripe_rps, cfg.charge_concurrency, &clock);
+        let pacing = Pacing::new(cfg.budget(), &clock);
         let charge = ChargeDeps {
             store: store.clone() as Arc<dyn OperationStore>,
             gateway: stripe.clone(),
@@ -513,7 +515,9 @@ impl Run {
             arrival_rate: cfg.arrival_rate,
             charge_concurrency: cfg.charge_concurrency,
             create_limit: cfg.create_limit,
+            create_latency_p50_ms: cfg.create_latency_p50.as_millis() as u64,
             stripe_rps: cfg.stripe_rps,
+            stripe_endpoint_rps: cfg.stripe_endpoint_rps,
             pacing: cfg.pacing,
             settled: log.len() as u64,
             drain_secs: drain,
@@ -633,150 +637,17 @@ fn fnv(h: &mut u64, x: i64) {
     }
 }
 
-/// The run over virtual time: queue depth (visible), in flight, settled, capacity 429s per
-/// second; hand-written polylines.
-fn svg(samples: &[Sample], load: &LoadReport) -> String {
-    let per_sec: Vec<f64> = samples
-        .windows(2)
-        .map(|p| p[1].r429.saturating_sub(p[0].r429) as f64)
-        .collect();
-    let plot = Plot::new(samples, &per_sec);
-    let count_max = plot.count_max;
-    let mut s = plot.frame(load);
-    let count = |v: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
-        samples
-            .iter()
-            .map(|p| (plot.x(p.at_s), plot.y(v(p) as f64, count_max)))
-            .collect()
-    };
-    s.push_str(&line(count(|p| p.visible), "steelblue"));
-    s.push_str(&line(count(|p| p.in_flight), "darkorange"));
-    s.push_str(&line(count(|p| p.settled), "seagreen"));
-    s.push_str(&line(
-        samples
-            .iter()
-            .skip(1)
-            .zip(&per_sec)
-            .map(|(p, r)| (plot.x(p.at_s), plot.y(*r, plot.r_max)))
-            .collect(),
-        "crimson",
-    ));
-    plot.legend(&mut s);
-    s.push_str("</svg>\n");
-    s
-}
-
-/// The SVG's size and scales: virtual seconds across; counts, and capacity 429s per second, up.
-struct Plot {
-    w: f64,
-    h: f64,
-    pad: f64,
-    t_max: f64,
-    count_max: f64,
-    r_max: f64,
-}
-
-impl Plot {
-    fn new(samples: &[Sample], per_sec: &[f64]) -> Self {
-        Self {
-            w: 960.0,
-            h: 420.0,
-            pad: 50.0,
-            t_max: samples.last().map_or(1.0, |s| s.at_s).max(1.0),
-            count_max: samples
-                .iter()
-                .map(|s| s.visible.max(s.in_flight).max(s.settled))
-                .max()
-                .unwrap_or(1)
-                .max(1) as f64,
-            r_max: per_sec.iter().copied().fold(1.0_f64, f64::max),
-        }
-    }
-
-    fn x(&self, t: f64) -> f64 {
-        self.pad + (self.w - 2.0 * self.pad) * t / self.t_max
-    }
-
-    fn y(&self, v: f64, max: f64) -> f64 {
-        self.h - self.pad - (self.h - 2.0 * self.pad) * v / max
-    }
-
-    /// The opening tag, the background, the run's title and the axes.
-    fn frame(&self, load: &LoadReport) -> String {
-        use std::fmt::Write as _;
-        let Self {
-            w,
-            h,
-            pad,
-            t_max,
-            count_max,
-            ..
-        } = *self;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">"
-        );
-        let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
-        let _ = writeln!(
-            s,
-            "<text x=\"{pad}\" y=\"20\">{} orders at {}/s, create limit {}/s, concurrency {}, pacing {}: drain {:.0} s (N/L {:.0} s)</text>",
-            load.orders,
-            load.arrival_rate,
-            load.create_limit,
-            load.charge_concurrency,
-            if load.pacing { "on" } else { "off" },
-            load.drain_secs,
-            load.ideal_drain_secs
-        );
-        let _ = writeln!(
-            s,
-            "<line x1=\"{pad}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{0}\" stroke=\"black\"/>",
-            h - pad,
-            w - pad
-        );
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\">{t_max:.0} s</text><text x=\"4\" y=\"{}\">{count_max:.0}</text>",
-            w - pad - 30.0,
-            h - pad + 16.0,
-            pad + 4.0
-        );
-        s
-    }
-
-    /// Which line is which.
-    fn legend(&self, s: &mut String) {
-        use std::fmt::Write as _;
-        let r_max = self.r_max;
-        for (i, (name, color)) in [
-            ("queue depth (visible)", "steelblue"),
-            ("in flight", "darkorange"),
-            ("settled", "seagreen"),
-            (&*format!("capacity 429s per s (max {r_max:.0})"), "crimson"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let ly = 40.0 + 16.0 * i as f64;
-            let _ = writeln!(
-                s,
-                "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{name}</text>",
-                self.w - 260.0,
-                ly - 9.0,
-                self.w - 245.0,
-                ly
-            );
-        }
-    }
-}
-
-/// One series as a polyline.
-fn line(pts: Vec<(f64, f64)>, color: &str) -> String {
-    use std::fmt::Write as _;
-    let mut p = String::new();
-    for (a, b) in pts {
-        let _ = write!(p, "{a:.1},{b:.1} ");
-    }
-    format!("<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{p}\"/>\n")
+/// The run's title on its picture: what ran and how long it took to drain.
+fn title(load: &LoadReport) -> String {
+    format!(
+        "{} orders at {}/s, limit {}/s, median {} ms, {} environments, {}: drain {:.0} s = {:.3} × N/L",
+        load.orders,
+        load.arrival_rate,
+        load.create_limit,
+        load.create_latency_p50_ms,
+        load.charge_concurrency,
+        if load.pacing { "paced" } else { "not paced" },
+        load.drain_secs,
+        load.drain_ratio
+    )
 }

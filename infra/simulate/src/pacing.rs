@@ -22,11 +22,11 @@ pub struct Pacing {
 }
 
 impl Pacing {
-    /// `StripeRequestsPerSecond` split over `ChargeMaxConcurrency` environments and the
-    /// reconciler.
-    pub fn new(per_second: u64, charge_concurrency: u32, clock: &ManualClock) -> Self {
+    /// The budget (`StripeRequestsPerSecond`, `StripeEndpointRequestsPerSecond`) split over
+    /// `ChargeMaxConcurrency` environments and the callers of work that can wait.
+    pub fn new(budget: StripeBudget, clock: &ManualClock) -> Self {
         Self {
-            budget: StripeBudget::new(per_second, u64::from(charge_concurrency)),
+            budget,
             clock: Arc::new(clock.clone()),
             sleeper: Arc::new(SchedSleeper(clock.clone())),
         }
@@ -35,9 +35,9 @@ impl Pacing {
     /// The same split on this machine's clock, waiting real time for a slot: for a Stripe whose
     /// limits refill on real time (a separately started `stripe-sim`, as its binary starts), so
     /// the functions pace on the clock its limits keep.
-    pub fn on_real_time(per_second: u64, charge_concurrency: u32) -> Self {
+    pub fn on_real_time(budget: StripeBudget) -> Self {
         Self {
-            budget: StripeBudget::new(per_second, u64::from(charge_concurrency)),
+            budget,
             clock: Arc::new(charge_once::time::SystemClock),
             sleeper: Arc::new(TokioSleeper),
         }

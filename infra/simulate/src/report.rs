@@ -399,7 +399,12 @@ pub struct LoadReport {
     pub arrival_rate: f64,
     pub charge_concurrency: u32,
     pub create_limit: u32,
+    /// The create latency's median, ms.
+    pub create_latency_p50_ms: u64,
+    /// The account's budget (`StripeRequestsPerSecond`).
     pub stripe_rps: u64,
+    /// Each endpoint's budget (`StripeEndpointRequestsPerSecond`).
+    pub stripe_endpoint_rps: u64,
     pub pacing: bool,
     /// Orders whose operation settled (succeeded, failed or review) before the run's bound.
     pub settled: u64,
@@ -450,7 +455,7 @@ pub struct LoadReport {
 impl LoadReport {
     pub fn render(&self) -> String {
         format!(
-            "  load            {} orders at {}/s, charge concurrency {}, create limit {}/s, budget {}/s, pacing {}\n\
+            "  load            {} orders at {}/s, charge concurrency {}, create limit {}/s (p50 {} ms), budget {}/s (each endpoint {}/s), pacing {}\n\
              \x20 drain           {:.1} s (N/L {:.1} s, ratio {:.3}); settled {}\n\
              \x20 checkout→settled p50 {:.2} s  p99 {:.2} s  max {:.2} s (slowest create {:.2} s)\n\
              \x20 at Stripe       creates {} ({:.3} per charge), reads {}, capacity 429s {}\n\
@@ -461,7 +466,9 @@ impl LoadReport {
             self.arrival_rate,
             self.charge_concurrency,
             self.create_limit,
+            self.create_latency_p50_ms,
             self.stripe_rps,
+            self.stripe_endpoint_rps,
             if self.pacing { "on" } else { "off" },
             self.drain_secs,
             self.ideal_drain_secs,

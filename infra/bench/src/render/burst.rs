@@ -6,6 +6,7 @@ use serde_json::Value;
 use stripe_sim::{Capacity, CreateLatency};
 
 use crate::burst::{BurstRun, Role};
+use crate::grid::{self, GridPoint};
 use crate::markdown::{paragraph, rows_string, thousands, Template};
 use crate::records::{f, u};
 use crate::template;
@@ -131,6 +132,175 @@ fn drawn_part(runs: &[(BurstRun, Option<Value>)]) -> Result<String, Error> {
     )
 }
 
+/// The drain's floor at `point`: L over what the charge environments get of its budget.
+fn floor(point: &GridPoint) -> f64 {
+    let budget = StripeBudget {
+        endpoint_per_second: point.budget(),
+        ..StripeBudget::new(point.budget(), u64::from(point.concurrency))
+    };
+    f64::from(point.limit) / (budget.charge_endpoint_share() * budget.charge_concurrency as f64)
+}
+
+/// The grid's table and what it says of the goals; empty when no point was measured.
+fn grid_part(points: &[(GridPoint, Option<Value>)]) -> Result<String, Error> {
+    let measured: Vec<(&GridPoint, &Value)> = points
+        .iter()
+        .filter_map(|(p, v)| Some((p, &v.as_ref()?["load"])))
+        .collect();
+    if measured.is_empty() {
+        return Ok(String::new());
+    }
+    let rows = points.iter().map(|(p, v)| {
+        let mut row = vec![
+            format!("{}/s", p.limit),
+            format!("{} ms", p.p50_ms),
+            format!(
+                "{} ({})",
+                p.concurrency,
+                if p.at_rule { "the rule" } else { "twice" }
+            ),
+        ];
+        match v {
+            None => row.push("not measured in this run".into()),
+            Some(v) => {
+                let l = &v["load"];
+                let ideal = f(&l["ideal_drain_secs"]).max(1e-9);
+                row.extend([
+                    format!("{:.3}", f(&l["drain_ratio"])),
+                    format!("{:.3}", floor(p)),
+                    format!("{:.3}", f(&l["latency_p99_secs"]) / ideal),
+                    format!("{:.4}", f(&l["creates_per_charge"])),
+                    thousands(u(&l["capacity_429s"])),
+                    format!("{:.3}", f(&l["sends_per_order"])),
+                    thousands(u(&l["waited_visibility_timeout"])),
+                ]);
+                if let Some(why) = grid_fault(p, v) {
+                    row[0] = format!("{} (**{why}**)", row[0]);
+                }
+            }
+        }
+        row.resize(10, String::new());
+        row
+    });
+    let mut out = TEMPLATE.fill(
+        "grid",
+        &[
+            ("seconds", grid::SECONDS_AT_LIMIT.to_string()),
+            ("arrival", grid::ARRIVAL_OVER_LIMIT.to_string()),
+            ("seed", grid::SEED.to_string()),
+            ("table", rows_string(rows)),
+        ],
+    )?;
+    let worst = |key: &str| {
+        measured.iter().map(|(p, l)| (*p, f(&l[key]))).fold(
+            None,
+            |acc: Option<(&GridPoint, f64)>, (p, x)| match acc {
+                Some((_, y)) if y >= x => acc,
+                _ => Some((p, x)),
+            },
+        )
+    };
+    let p99 = |l: &Value| f(&l["latency_p99_secs"]) / f(&l["ideal_drain_secs"]).max(1e-9);
+    let count = |pred: &dyn Fn(&Value) -> bool| measured.iter().filter(|(_, l)| pred(l)).count();
+    let (drain_at, worst_drain) = worst("drain_ratio").unwrap_or((measured[0].0, 0.0));
+    let worst_over_floor = measured
+        .iter()
+        .map(|(p, l)| f(&l["drain_ratio"]) / floor(p))
+        .fold(0.0, f64::max);
+    // Each limit and latency: the rule's concurrency against twice it.
+    let pairs: Vec<(&GridPoint, f64, f64)> = measured
+        .iter()
+        .filter(|(p, _)| p.at_rule)
+        .filter_map(|(p, l)| {
+            let (_, twice) = measured
+                .iter()
+                .find(|(q, _)| !q.at_rule && q.limit == p.limit && q.p50_ms == p.p50_ms)?;
+            Some((*p, f(&l["drain_ratio"]), f(&twice["drain_ratio"])))
+        })
+        .collect();
+    let worse: Vec<String> = pairs
+        .iter()
+        .filter(|(_, at, twice)| *twice > at * 1.01)
+        .map(|(p, at, twice)| format!("L = {}/s, {} ms: {at:.3} → {twice:.3}", p.limit, p.p50_ms))
+        .collect();
+    out += &TEMPLATE.fill(
+        "grid-goals",
+        &[
+            ("points", measured.len().to_string()),
+            ("worst_drain", format!("{worst_drain:.3}")),
+            (
+                "worst_drain_at",
+                format!(
+                    "L = {}/s, {} ms, {} environments",
+                    drain_at.limit, drain_at.p50_ms, drain_at.concurrency
+                ),
+            ),
+            (
+                "drain_within",
+                count(&|l| f(&l["drain_ratio"]) <= 1.10).to_string(),
+            ),
+            ("worst_over_floor", format!("{worst_over_floor:.3}")),
+            (
+                "worst_p99",
+                format!(
+                    "{:.3}",
+                    measured.iter().map(|(_, l)| p99(l)).fold(0.0, f64::max)
+                ),
+            ),
+            ("p99_within", count(&|l| p99(l) <= 1.15).to_string()),
+            (
+                "worst_creates",
+                format!("{:.4}", worst("creates_per_charge").map_or(0.0, |w| w.1)),
+            ),
+            (
+                "waited",
+                thousands(
+                    measured
+                        .iter()
+                        .map(|(_, l)| u(&l["waited_visibility_timeout"]))
+                        .sum(),
+                ),
+            ),
+            (
+                "worst_sends",
+                format!("{:.3}", worst("sends_per_order").map_or(0.0, |w| w.1)),
+            ),
+            ("worse", worse.len().to_string()),
+            ("pairs", pairs.len().to_string()),
+            (
+                "worse_at",
+                if worse.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", worse.join("; "))
+                },
+            ),
+        ],
+    )?;
+    out.push('\n');
+    Ok(out)
+}
+
+/// Why a grid point does not count, if it does not.
+fn grid_fault(point: &GridPoint, report: &Value) -> Option<String> {
+    let load = &report["load"];
+    let mut faults = Vec::new();
+    if report["invariants_hold"].as_bool() != Some(true) {
+        faults.push(format!(
+            "invariant broken: {}",
+            report["first_violation"].as_str().unwrap_or("?")
+        ));
+    }
+    if u(&load["settled"]) != point.orders() {
+        faults.push(format!(
+            "{} of {} orders settled",
+            u(&load["settled"]),
+            point.orders()
+        ));
+    }
+    (!faults.is_empty()).then(|| faults.join(", "))
+}
+
 /// Below the limit, and what bounds the paced drain.
 fn limits_paragraph(
     runs: &[(BurstRun, Option<Value>)],
@@ -235,8 +405,12 @@ fn runs_paragraph(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<Stri
     Ok(paragraph(&format!("{counted} {took}")))
 }
 
-/// Section 7 from the runs' reports. `date` is when they ran.
-pub fn section(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<String, Error> {
+/// Section 7 from the runs' reports and the grid's. `date` is when they ran.
+pub fn section(
+    runs: &[(BurstRun, Option<Value>)],
+    grid: &[(GridPoint, Option<Value>)],
+    date: &str,
+) -> Result<String, Error> {
     let reference = runs
         .iter()
         .find(|(r, v)| r.role == Role::Paced && v.is_some())
@@ -261,6 +435,7 @@ pub fn section(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<String,
     };
     out += &reference_part(runs, run, load)?;
     out += &drawn_part(runs)?;
+    out += &grid_part(grid)?;
     out += &limits_paragraph(runs, load)?;
     out.push('\n');
     out += &runs_paragraph(runs, date)?;
@@ -283,7 +458,7 @@ mod tests {
         let mut runs = all_runs();
         runs[0].1 = Some(report(&RUNS[0], 4375.4, 4160.77, 1.7672));
         runs[8].1 = Some(report(&RUNS[8], 1267.5, 1155.5, 1.0));
-        let w = section(&runs, "today").unwrap();
+        let w = section(&runs, &[], "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
@@ -341,7 +516,7 @@ mod tests {
         broken["first_violation"] = "double charge".into();
         broken["load"]["settled"] = 19_999.into();
         runs[1].1 = None;
-        let w = section(&runs, "today").unwrap();
+        let w = section(&runs, &[], "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
@@ -358,7 +533,69 @@ mod tests {
             flat.contains("**Runs that do not count**: paced-seed2: invariant broken"),
             "{w}"
         );
-        let none = section(&RUNS.map(|r| (r, None)), "today").unwrap();
+        let none = section(&RUNS.map(|r| (r, None)), &[], "today").unwrap();
         assert!(none.ends_with("Not measured in this run.\n"), "{none}");
+    }
+
+    /// A grid point's report with this drain and p99 (× N/L).
+    fn grid_report(p: &GridPoint, drain: f64, p99: f64) -> Value {
+        let ideal = p.orders() as f64 / f64::from(p.limit);
+        serde_json::json!({
+            "seed": grid::SEED, "invariants_hold": true, "first_violation": null,
+            "load": {
+                "orders": p.orders(), "settled": p.orders(), "create_limit": p.limit,
+                "create_latency_p50_ms": p.p50_ms, "charge_concurrency": p.concurrency,
+                "stripe_rps": p.budget(), "stripe_endpoint_rps": p.budget(),
+                "drain_ratio": drain, "ideal_drain_secs": ideal,
+                "latency_p99_secs": p99 * ideal, "creates_per_charge": 1.004,
+                "capacity_429s": 3, "sends_per_order": 1.0, "waited_visibility_timeout": 0,
+            }
+        })
+    }
+
+    #[test]
+    fn the_grid_has_a_row_per_point_and_says_where_more_concurrency_drained_slower() {
+        let grid: Vec<(GridPoint, Option<Value>)> = grid::points()
+            .into_iter()
+            .map(|p| {
+                // Twice the rule's concurrency drains slower at L = 50/s, 300 ms only.
+                let drain = if !p.at_rule && p.limit == 50 && p.p50_ms == 300 {
+                    1.5
+                } else {
+                    1.08 + f64::from(p.limit) / 10_000.0
+                };
+                let v = grid_report(&p, drain, drain * 0.9);
+                (p, Some(v))
+            })
+            .collect();
+        let w = section(&all_runs(), &grid, "today").unwrap();
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| 10/s")).collect();
+        assert_eq!(rows.len(), 6, "{w}");
+        assert!(
+            rows[0].starts_with(
+                "| 10/s | 150 ms | 2 (the rule) | 1.081 | 1.250 | 0.973 | 1.0040 | 3 | 1.000 | 0 |"
+            ),
+            "{w}"
+        );
+        assert!(flat.contains("Over the 24 points: drain at most 1.500 × N/L (L = 50/s, 300 ms, 12 environments; 23 of 24 within 1.10)"), "{w}");
+        assert!(
+            flat.contains("slower than the rule's (by more than 1 %) at 1 of 12 points (L = 50/s, 300 ms: 1.085 → 1.500)"),
+            "{w}"
+        );
+        // Its twin: without that point, no pair is worse.
+        let fair: Vec<(GridPoint, Option<Value>)> = grid
+            .iter()
+            .map(|(p, _)| (*p, Some(grid_report(p, 1.1, 1.0))))
+            .collect();
+        let w = section(&all_runs(), &fair, "today").unwrap();
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("at 0 of 12 points."), "{w}");
+        // None measured: no grid part at all.
+        let none: Vec<(GridPoint, Option<Value>)> =
+            grid::points().into_iter().map(|p| (p, None)).collect();
+        assert!(!section(&all_runs(), &none, "today")
+            .unwrap()
+            .contains("The grid"));
     }
 }

@@ -70,7 +70,11 @@ fn footprint(dir: &Path, run: &Run) -> Result<String, Error> {
 
 /// Section 7, ending with a blank line as every section before the last does.
 fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
-    Ok(burst::section(&crate::burst::read_reports(dir)?, &run.date)? + "\n")
+    Ok(burst::section(
+        &crate::burst::read_reports(dir)?,
+        &crate::grid::read_reports(dir)?,
+        &run.date,
+    )? + "\n")
 }
 
 /// The opening: when and where the run was made, and every target against it.
