@@ -35,15 +35,6 @@ impl FromEnv for ChargeConfig {
     }
 }
 
-/// Calls one environment may bank and make back to back: two batches' worth. An environment
-/// takes no slot while its invocation waits for the batch's slowest create (its tail), and a
-/// smaller burst loses that time for good: measured by `simulate --arrival-rate` (20,000 orders
-/// at 200/s, create limit 25/s, latency p50 300 ms, 2 environments), the drain takes 1.58 x N/L
-/// with a burst of 2, 1.19 with 10, 1.15 with 20, the floor being 25/22 = 1.14 (the charge
-/// side's 22 of the 24 calls/s). The environments' bursts together can exceed Stripe's
-/// one-second bucket only after an idle spell; the few 429s then come back in seconds.
-pub const BURST: u32 = 20;
-
 /// How the SQS event source feeds this function, as the template configures it (the
 /// `ChargeQueueEventSource` mapping and the `ChargeQueue` it reads). One place for the numbers:
 /// `tests/template.rs` holds the template to them, and the simulator's load model
@@ -72,6 +63,6 @@ pub const EVENT_SOURCE: EventSource = EventSource {
     visibility_timeout_secs: 1_800,
     max_batching_window_secs: 0,
     function_timeout_secs: 300,
-    default_max_concurrency: 2,
+    default_max_concurrency: config::StripeBudget::DEFAULT_CONCURRENCY as u32,
     max_receive_count: 5,
 };

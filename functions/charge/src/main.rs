@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use charge::handler::{handle, ChargeFunction};
 use charge::ChargeConfig;
-use charge::BURST;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::config::{FromEnv, ProcessEnv};
@@ -38,7 +37,7 @@ async fn wire() -> Result<ChargeFunction, Error> {
     let share = |per_second: f64| {
         Arc::new(Budget::new(
             per_second,
-            BURST,
+            config.budget.charge_burst(),
             charge.clock.clone(),
             Arc::new(TokioSleeper),
         ))

@@ -30,6 +30,20 @@ pub enum Role {
     Variant,
     /// Well below Stripe's limit: latency, not drain.
     BelowLimit,
+    /// The reference burst mixed with captures and refunds the order service asks of it.
+    Mixed,
+}
+
+/// A mixed burst's settings: the account's limit and budget, the shares captured and refunded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mix {
+    /// `--account-limit`: Stripe's overall limit of the account, requests/s.
+    pub account_limit: u32,
+    /// `--stripe-rps`: the account's budget.
+    pub stripe_rps: u64,
+    /// `--burst-captures` and `--burst-refunds`.
+    pub captures: f64,
+    pub refunds: f64,
 }
 
 /// One `simulate --arrival-rate` run of the section.
@@ -43,10 +57,13 @@ pub struct BurstRun {
     pub seed: u64,
     /// `--charge-concurrency`; `None`: the template's default (`charge::EVENT_SOURCE`).
     pub charge_concurrency: Option<u32>,
-    /// `--charge-burst`; `None`: the charge function's `charge::BURST`. Not in the report.
+    /// `--charge-burst`; `None`: the charge function's (`StripeBudget::charge_burst`). Not in the
+    /// report.
     pub charge_burst: Option<u32>,
     /// `--svg`, a file name in the SVG directory (`docs/bench`).
     pub svg: Option<&'static str>,
+    /// A mixed burst's settings (`Role::Mixed`).
+    pub mix: Option<Mix>,
 }
 
 const fn reference(name: &'static str, role: Role, seed: u64) -> BurstRun {
@@ -59,15 +76,18 @@ const fn reference(name: &'static str, role: Role, seed: u64) -> BurstRun {
         charge_concurrency: None,
         charge_burst: None,
         svg: None,
+        mix: None,
     }
 }
 
 /// The section's runs, in the table's order: the reference burst (20,000 orders at 200/s, 8 ×
-/// the create limit) without and with pacing on two seeds, with more charge environments and
-/// smaller budget bursts; then 2,000 orders at 10/s. The two unpaced runs are most of the time
+/// the create limit) without and with pacing on two seeds, with more charge environments, and
+/// with each environment banking 20 calls instead of one second of its share; then 2,000 orders
+/// at 10/s; then the reference burst mixed with captures and refunds, in test mode (the account's
+/// 25/s binds every call) and on a live account (100/s, budget 96). The two unpaced runs are most of the time
 /// (about 60 and 100 s in a release build, less in the `sim` build `make bench` uses): they wait
 /// out 1,800 s visibility timeouts with thousands of messages queued.
-pub const RUNS: [BurstRun; 11] = [
+pub const RUNS: [BurstRun; 13] = [
     BurstRun {
         svg: Some("burst-unpaced.svg"),
         ..reference("unpaced-seed1", Role::Unpaced, 1)
@@ -95,12 +115,13 @@ pub const RUNS: [BurstRun; 11] = [
         ..reference("concurrency20-seed2", Role::Variant, 2)
     },
     BurstRun {
-        charge_burst: Some(2),
-        ..reference("burst2-seed1", Role::Variant, 1)
+        charge_burst: Some(20),
+        ..reference("bank20-seed1", Role::Variant, 1)
     },
     BurstRun {
-        charge_burst: Some(10),
-        ..reference("burst10-seed1", Role::Variant, 1)
+        charge_burst: Some(20),
+        charge_concurrency: Some(20),
+        ..reference("bank20-concurrency20-seed1", Role::Variant, 1)
     },
     BurstRun {
         name: "below-limit-seed1",
@@ -111,6 +132,25 @@ pub const RUNS: [BurstRun; 11] = [
         charge_concurrency: None,
         charge_burst: None,
         svg: None,
+        mix: None,
+    },
+    BurstRun {
+        mix: Some(Mix {
+            account_limit: 25,
+            stripe_rps: 24,
+            captures: 0.3,
+            refunds: 0.3,
+        }),
+        ..reference("mixed-test-mode-seed1", Role::Mixed, 1)
+    },
+    BurstRun {
+        mix: Some(Mix {
+            account_limit: 100,
+            stripe_rps: 96,
+            captures: 0.3,
+            refunds: 0.3,
+        }),
+        ..reference("mixed-live-seed1", Role::Mixed, 1)
     },
 ];
 
@@ -145,6 +185,18 @@ impl BurstRun {
         if !self.pacing() {
             args.push("--no-pacing".to_owned());
         }
+        if let Some(m) = self.mix {
+            args.extend([
+                "--account-limit".to_owned(),
+                m.account_limit.to_string(),
+                "--stripe-rps".to_owned(),
+                m.stripe_rps.to_string(),
+                "--burst-captures".to_owned(),
+                m.captures.to_string(),
+                "--burst-refunds".to_owned(),
+                m.refunds.to_string(),
+            ]);
+        }
         args
     }
 
@@ -178,7 +230,9 @@ impl BurstRun {
             && load["orders"].as_u64() == Some(self.orders)
             && load["arrival_rate"].as_f64() == Some(self.arrival_rate)
             && load["charge_concurrency"].as_u64() == Some(u64::from(concurrency))
-            && load["pacing"].as_bool() == Some(self.pacing());
+            && load["pacing"].as_bool() == Some(self.pacing())
+            && load["mix"]["account_limit"].as_u64()
+                == self.mix.map(|m| u64::from(m.account_limit));
         if matches {
             Ok(())
         } else {
@@ -280,14 +334,20 @@ pub(crate) fn test_report(run: &BurstRun, drain: f64, p99: f64, creates: f64) ->
         "seed": run.seed, "invariants_hold": true, "first_violation": null, "wall_secs": 2.0,
         "load": {
             "orders": run.orders, "arrival_rate": run.arrival_rate,
-            "charge_concurrency": run.charge_concurrency.unwrap_or(2),
-            "create_limit": 25, "stripe_rps": 24, "pacing": run.pacing(),
+            "charge_concurrency": run.charge_concurrency.unwrap_or(charge::EVENT_SOURCE.default_max_concurrency),
+            "create_limit": 25, "stripe_rps": run.mix.map_or(24, |m| m.stripe_rps), "pacing": run.pacing(),
             "settled": run.orders, "checkout_errors": 0,
             "drain_secs": drain, "ideal_drain_secs": run.orders as f64 / 25.0,
             "drain_ratio": drain / (run.orders as f64 / 25.0),
             "latency_p50_secs": 0.47, "latency_p99_secs": p99, "latency_max_secs": 2.37,
             "max_create_latency_secs": 2.01, "capacity_429s": 15343,
             "creates_per_charge": creates, "waited_visibility_timeout": 0,
+            "mix": run.mix.map(|m| serde_json::json!({
+                "account_limit": m.account_limit, "charges_done_secs": 0.9 * drain,
+                "captures_accepted": 0, "refunds_accepted": 0, "refunds_at_stripe": 0,
+                "over_refunded": 0, "create_429s": 0, "capture_429s": 0, "refund_429s": 0,
+                "account_429s": 0,
+            })),
         }
     })
 }

@@ -315,9 +315,24 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_pacing: bool,
 
-    /// Load model: each charge environment's budget burst (default: the charge function's BURST).
-    #[arg(long, default_value_t = charge::BURST, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub charge_burst: u32,
+    /// Each charge environment's budget burst, the calls it may bank (default: the charge
+    /// function's, one second of its share: `StripeBudget::charge_burst`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub charge_burst: Option<u32>,
+
+    /// Load model: Stripe's overall limit of the account, requests/s (live 100, test mode 25).
+    #[arg(long, default_value_t = stripe_sim::Capacity::STRIPE_ACCOUNT_PER_SEC)]
+    pub account_limit: u32,
+
+    /// Load model, a mixed burst: the share of orders checked out with `"capture": "manual"`,
+    /// which the order service captures in full 10 s after it hears they are authorized.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub burst_captures: f64,
+
+    /// Load model, a mixed burst: the share of the other orders the order service refunds in
+    /// full 10 s after it hears they succeeded.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub burst_refunds: f64,
 
     /// Load model: draw the run (queue depth, in flight, settled, 429s per second) as an SVG.
     #[arg(long, value_name = "PATH")]
@@ -642,6 +657,9 @@ async fn run_load(args: &SimulateArgs, rate: f64) -> Result<Outcome, BoxError> {
         pacing: !args.no_pacing,
         svg: args.svg.clone(),
         burst: args.charge_burst,
+        account_limit: args.account_limit,
+        capture_share: args.burst_captures,
+        refund_share: args.burst_refunds,
     };
     Ok(Outcome {
         report: load::run(&cfg).await?,

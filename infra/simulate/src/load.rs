@@ -35,15 +35,16 @@ use charge::handler::ChargeFunction;
 use charge_once::config::StripeBudget;
 use charge_once::executor::{ChargeDeps, ChargePolicy};
 use charge_once::memory::MemoryDeadLetters;
+use charge_once::outbox::Outcome;
 use charge_once::ports::{
     ChargeQueue, MessageVisibility, OperationStore, QueueError, QueuedCharge,
 };
 use charge_once::reconciler::ReconcilerDeps;
-use charge_once::{Clock, ManualClock, OperationKey, OrderId, Timestamp};
+use charge_once::{Clock, ManualClock, OperationKey, OperationKind, OrderId, Timestamp};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use reconciler::handler::ReconcilerFunction;
 use stripe_sim::{Capacity, CreateLatency, RequestCounts, SimConfig, StripeSim};
 
@@ -82,11 +83,38 @@ pub struct LoadConfig {
     pub pacing: bool,
     /// Draw the run as an SVG here.
     pub svg: Option<std::path::PathBuf>,
-    /// Each environment's budget burst (the charge function's [`charge::BURST`]).
-    pub burst: u32,
+    /// Each environment's budget burst (`None`: the charge function's,
+    /// [`StripeBudget::charge_burst`]).
+    pub burst: Option<u32>,
+    /// Stripe's overall limit of the account, requests/s (live 100, test mode 25).
+    pub account_limit: u32,
+    /// A mixed burst: the share of orders checked out for manual capture, which the order
+    /// service captures in full once it hears they are authorized.
+    pub capture_share: f64,
+    /// A mixed burst: the share of orders (others than the captured ones) the order service
+    /// refunds in full once it hears they succeeded.
+    pub refund_share: f64,
 }
 
 impl LoadConfig {
+    /// What the order service asks of order `index` once it hears of its charge, in a mixed
+    /// burst: fixed by (seed, index).
+    fn ask_of(&self, index: u64) -> Option<Ask> {
+        if self.capture_share <= 0.0 && self.refund_share <= 0.0 {
+            return None;
+        }
+        let mut rng =
+            SmallRng::seed_from_u64(self.seed ^ 0x0313_a5c0 ^ index.wrapping_mul(0x9e37_79b9));
+        let u: f64 = rng.random();
+        if u < self.capture_share {
+            Some(Ask::Capture)
+        } else if u < self.capture_share + self.refund_share {
+            Some(Ask::Refund)
+        } else {
+            None
+        }
+    }
+
     /// The budget the functions pace to, split over the charge environments.
     pub fn budget(&self) -> StripeBudget {
         StripeBudget {
@@ -108,10 +136,27 @@ impl LoadConfig {
             create_latency_p50: CreateLatency::DEFAULT_P50,
             pacing: true,
             svg: None,
-            burst: charge::BURST,
+            burst: None,
+            account_limit: Capacity::STRIPE_ACCOUNT_PER_SEC,
+            capture_share: 0.0,
+            refund_share: 0.0,
         }
     }
 }
+
+/// What the order service asks of an order in a mixed burst, through the real door.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// `POST /orders/{id}/capture`, all of it, once the charge is authorized.
+    Capture,
+    /// `POST /orders/{id}/refunds/{refund_id}`, all of it, once the charge succeeded.
+    Refund,
+}
+
+/// The order service reacts this long after it hears an outcome.
+const ASK_DELAY: Duration = Duration::from_secs(10);
+/// And asks again this long after the door answered "not yet" (409) or "unavailable" (503).
+const ASK_AGAIN: Duration = Duration::from_secs(5);
 
 /// Wakes idle pollers when a message is sent.
 #[derive(Default)]
@@ -155,6 +200,19 @@ struct Tally {
     dead_lettered: AtomicU64,
     checkout_errors: AtomicU64,
     oldest_ms: AtomicU64,
+    /// Orders of a mixed burst that get an ask, and of those, how many the order service heard
+    /// the charge's outcome of.
+    mix_orders: AtomicU64,
+    mix_heard: AtomicU64,
+    /// Asks not answered 2xx for good yet (waiting their delay, or to be asked again).
+    asks_open: AtomicU64,
+    captures_accepted: AtomicU64,
+    refunds_accepted: AtomicU64,
+    /// Asks the door refused for good (not a 2xx, a 409 "not yet" or a 503).
+    ask_errors: AtomicU64,
+    /// When the last charge was authorized or settled, virtual ms.
+    charges_done_ms: AtomicU64,
+
     samples: Mutex<Vec<Sample>>,
 }
 
@@ -186,8 +244,14 @@ type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 impl Run {
     fn done(&self) -> bool {
-        (self.tally.arrived.load(Ordering::Relaxed) >= self.cfg.orders
-            && self.store.settled_count() as u64 >= self.cfg.orders)
+        let t = &self.tally;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // Every order's charge settled, and every capture and refund asked of them.
+        let settles = self.cfg.orders + load(&t.captures_accepted) + load(&t.refunds_accepted);
+        (load(&t.arrived) >= self.cfg.orders
+            && load(&t.mix_heard) >= load(&t.mix_orders)
+            && load(&t.asks_open) == 0
+            && self.store.settled_count() as u64 >= settles)
             || self.clock.now() >= self.bound
     }
 
@@ -205,7 +269,15 @@ impl Run {
                 .start
                 .plus(Duration::from_millis((i as f64 / per_ms) as u64));
             sleep_until(at).await;
-            let order = driver::plan_order(i, self.cfg.seed, &self.faults);
+            let mut order = driver::plan_order(i, self.cfg.seed, &self.faults);
+            let ask = self.cfg.ask_of(i);
+            if ask == Some(Ask::Capture) {
+                // Checked out with `"capture": "manual"`.
+                order.authorization = Some(crate::auth_asks::Fate::CaptureAll);
+            }
+            if ask.is_some() {
+                self.tally.mix_orders.fetch_add(1, Ordering::Relaxed);
+            }
             let amount = 1_000 + (i % 9_000) as i64;
             let status = checkout::handler::handle(
                 &self.checkout,
@@ -316,6 +388,90 @@ impl Run {
         }
     }
 
+    /// The order service of a mixed burst: hears each charge's outcome (the table's stream, as
+    /// the notify function relays it) and, [`ASK_DELAY`] later, captures an authorized order
+    /// or refunds a charged one through the real door, asking again while the door answers
+    /// "not yet".
+    async fn order_service(&self) {
+        let t = &self.tally;
+        let mut due: Vec<(Timestamp, u64, Ask)> = Vec::new();
+        while !self.done() {
+            crate::sched::sleep(&self.clock, Duration::from_secs(1)).await;
+            for (key, outcome, at_ms) in self.store.take_outcomes() {
+                if key.kind != OperationKind::Charge {
+                    continue;
+                }
+                let Some(index) = driver::index_of(key.order_id.as_str(), self.cfg.seed) else {
+                    continue;
+                };
+                let ask = self.cfg.ask_of(index);
+                // A charge is done when it is authorized or settled, whichever comes first (a
+                // manual one's later success is its capture's).
+                let charge_done = match outcome {
+                    Outcome::Authorized | Outcome::Failed => true,
+                    Outcome::Succeeded => ask != Some(Ask::Capture),
+                    Outcome::NeedsReview => false,
+                };
+                if charge_done {
+                    t.charges_done_ms.fetch_max(at_ms as u64, Ordering::Relaxed);
+                }
+                let heard = match (ask, outcome) {
+                    (Some(Ask::Capture), Outcome::Authorized) => Some(Some(Ask::Capture)),
+                    (Some(Ask::Refund), Outcome::Succeeded) => Some(Some(Ask::Refund)),
+                    (Some(Ask::Capture | Ask::Refund), Outcome::Failed) => Some(None),
+                    _ => None,
+                };
+                if let Some(ask) = heard {
+                    t.mix_heard.fetch_add(1, Ordering::Relaxed);
+                    if let Some(ask) = ask {
+                        t.asks_open.fetch_add(1, Ordering::Relaxed);
+                        due.push((Timestamp::from_millis(at_ms).plus(ASK_DELAY), index, ask));
+                    }
+                }
+            }
+            let now = self.clock.now();
+            let mut later = Vec::new();
+            for (at, index, ask) in std::mem::take(&mut due) {
+                if at > now {
+                    later.push((at, index, ask));
+                    continue;
+                }
+                let order = driver::plan_order(index, self.cfg.seed, &self.faults);
+                let request = match ask {
+                    Ask::Capture => crate::auth_asks::TakeAsk::Capture(None).request(&order),
+                    Ask::Refund => crate::refund_asks::Ask {
+                        order_id: order.order_id.clone(),
+                        refund_id: "returned".into(),
+                        amount: None,
+                    }
+                    .request(&order),
+                };
+                let status = checkout::handler::handle(
+                    &self.checkout,
+                    LambdaEvent::new(request, Context::default()),
+                )
+                .await
+                .status_code;
+                match status {
+                    200..=299 => {
+                        let accepted = match ask {
+                            Ask::Capture => &t.captures_accepted,
+                            Ask::Refund => &t.refunds_accepted,
+                        };
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                        t.asks_open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    409 | 503 => later.push((now.plus(ASK_AGAIN), index, ask)),
+                    _ => {
+                        t.ask_errors.fetch_add(1, Ordering::Relaxed);
+                        t.asks_open.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            due = later;
+        }
+    }
+
     /// Once a virtual second: the oldest message's age, and the SVG's samples.
     async fn monitor(&self) {
         while !self.done() {
@@ -381,6 +537,7 @@ fn stripe_at_capacity(cfg: &LoadConfig, clock: &ManualClock) -> StripeSim {
         time_source: Some(Arc::new(move || source.now().as_millis())),
         capacity: Capacity {
             create_per_sec: Some(cfg.create_limit),
+            account_per_sec: Some(cfg.account_limit),
             ..Capacity::stripe_defaults()
         }
         .with_create_latency(CreateLatency::with_p50(cfg.create_latency_p50)),
@@ -406,6 +563,9 @@ impl Run {
         });
         let store = Arc::new(SimStore::new());
         store.keep_settle_log();
+        if cfg.capture_share > 0.0 || cfg.refund_share > 0.0 {
+            store.keep_outcome_log();
+        }
         let mut queue = SimQueue::new(clock_arc.clone());
         queue.long_wait = Some(Duration::from_secs(
             charge::EVENT_SOURCE.visibility_timeout_secs,
@@ -488,6 +648,9 @@ impl Run {
             Box::pin(self.ticker()),
             Box::pin(self.monitor()),
         ];
+        if self.cfg.capture_share > 0.0 || self.cfg.refund_share > 0.0 {
+            tasks.push(Box::pin(self.order_service()));
+        }
         for _ in 0..self.cfg.charge_concurrency {
             tasks.push(Box::pin(self.poller(self.charge_function())));
         }
@@ -544,6 +707,45 @@ impl Run {
             waited_for_queue: tally.waited_for_queue.load(Ordering::Relaxed),
             checkout_errors: tally.checkout_errors.load(Ordering::Relaxed),
             fingerprint: fingerprint(&log, &requests, refused),
+            mix: (cfg.capture_share > 0.0 || cfg.refund_share > 0.0).then(|| self.mix()),
+        }
+    }
+
+    /// A mixed burst's figures: what was asked, what Stripe's ledger holds, and the endpoints'
+    /// and the account's peaks and refusals.
+    fn mix(&self) -> crate::report::MixReport {
+        let t = &self.tally;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let ledger = self.sim.ledger();
+        let amounts: BTreeMap<&str, i64> =
+            ledger.iter().map(|e| (e.id.as_str(), e.amount)).collect();
+        let refunds = self.sim.refund_ledger();
+        let mut refunded: BTreeMap<&str, (i64, u64)> = BTreeMap::new();
+        for r in &refunds {
+            let e = refunded.entry(r.payment_intent.as_str()).or_default();
+            e.0 += r.amount;
+            e.1 += 1;
+        }
+        let over_refunded = refunded
+            .iter()
+            .filter(|(pi, (sum, n))| *n > 1 || *sum > amounts.get(*pi).copied().unwrap_or(0))
+            .count() as u64;
+        let refused = self.sim.capacity_429s();
+        crate::report::MixReport {
+            account_limit: self.cfg.account_limit,
+            captures_accepted: load(&t.captures_accepted),
+            refunds_accepted: load(&t.refunds_accepted),
+            ask_errors: load(&t.ask_errors),
+            refunds_at_stripe: refunds.len() as u64,
+            over_refunded,
+            succeeded_at_stripe: ledger.iter().filter(|e| e.status == "succeeded").count() as u64,
+            charges_done_secs: (load(&t.charges_done_ms) as i64 - self.start.as_millis()).max(0)
+                as f64
+                / 1000.0,
+            create_429s: refused.create,
+            refund_429s: refused.refund,
+            capture_429s: refused.capture,
+            account_429s: refused.account,
         }
     }
 

@@ -57,8 +57,10 @@ impl Pacing {
         self.budget
     }
 
-    /// One charge environment's shares (the account's, each endpoint's), with its burst.
-    pub fn charge(&self, burst: u32) -> Arc<MessageBudget> {
+    /// One charge environment's shares (the account's, each endpoint's), with its burst (`None`:
+    /// the charge function's, [`StripeBudget::charge_burst`]).
+    pub fn charge(&self, burst: Option<u32>) -> Arc<MessageBudget> {
+        let burst = burst.unwrap_or_else(|| self.budget.charge_burst());
         Arc::new(MessageBudget::new(
             self.paced(self.budget.charge_share(), burst),
             || self.paced(self.budget.charge_endpoint_share(), burst),

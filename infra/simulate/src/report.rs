@@ -406,7 +406,8 @@ pub struct LoadReport {
     /// Each endpoint's budget (`StripeEndpointRequestsPerSecond`).
     pub stripe_endpoint_rps: u64,
     pub pacing: bool,
-    /// Orders whose operation settled (succeeded, failed or review) before the run's bound.
+    /// Operations that settled (succeeded, failed or review) before the run's bound: the
+    /// orders' charges, and in a mixed burst the captures and refunds asked of them.
     pub settled: u64,
     /// First arrival → last settled, s.
     pub drain_secs: f64,
@@ -450,6 +451,57 @@ pub struct LoadReport {
     pub checkout_errors: u64,
     /// FNV-1a over the settle log and Stripe's counters: equal for equal runs.
     pub fingerprint: String,
+    /// A mixed burst's captures and refunds, and Stripe's endpoints and account under them.
+    pub mix: Option<MixReport>,
+}
+
+/// A mixed burst: captures and refunds the order service asked while the charges ran, and what
+/// every endpoint and the account took.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MixReport {
+    /// Stripe's overall limit of the account in the run, requests/s.
+    pub account_limit: u32,
+    /// Captures and refunds the door accepted (each asked again until it was).
+    pub captures_accepted: u64,
+    pub refunds_accepted: u64,
+    /// Asks the door refused for good.
+    pub ask_errors: u64,
+    /// Refunds Stripe made (its ledger).
+    pub refunds_at_stripe: u64,
+    /// PaymentIntents refunded more than their amount, or by more than one refund: must be 0.
+    pub over_refunded: u64,
+    /// PaymentIntents that ended `succeeded` (charged, or authorized and captured): one per
+    /// order.
+    pub succeeded_at_stripe: u64,
+    /// First arrival → the last charge authorized or settled, s.
+    pub charges_done_secs: f64,
+    /// Capacity 429s by endpoint, and those the account's bucket refused: Stripe's own judgement
+    /// of whether each endpoint and the account stayed under its limit.
+    pub create_429s: u64,
+    pub refund_429s: u64,
+    pub capture_429s: u64,
+    pub account_429s: u64,
+}
+
+impl MixReport {
+    pub fn render(&self) -> String {
+        format!(
+            "  mixed           captures {} and refunds {} accepted ({} refused for good); at Stripe {} refunds, {} over-refunded, {} PaymentIntents succeeded\n\
+             \x20 charges done    {:.1} s (the last authorized or settled); capacity 429s create {}, refund {}, capture {}, account {} (account limit {}/s)\n",
+            self.captures_accepted,
+            self.refunds_accepted,
+            self.ask_errors,
+            self.refunds_at_stripe,
+            self.over_refunded,
+            self.succeeded_at_stripe,
+            self.charges_done_secs,
+            self.create_429s,
+            self.refund_429s,
+            self.capture_429s,
+            self.account_429s,
+            self.account_limit,
+        )
+    }
 }
 
 impl LoadReport {
@@ -493,7 +545,7 @@ impl LoadReport {
             self.reconciler_ticks,
             self.checkout_errors,
             self.fingerprint,
-        )
+        ) + &self.mix.as_ref().map(MixReport::render).unwrap_or_default()
     }
 }
 

@@ -506,6 +506,9 @@ struct Table {
     /// Every operation that settled: (created, first settled) in virtual ms, in settle order
     /// (kept only with [`SimStore::keep_settle_log`]).
     settle_log: Option<Vec<(i64, i64)>>,
+    /// Every outcome offered to the relay, with its operation's key and when (virtual ms), not
+    /// yet taken (kept only with [`SimStore::keep_outcome_log`]): what the order service hears.
+    outcome_log: Option<Vec<(OperationKey, Outcome, i64)>>,
     /// Records kept as release 2026-11-29's items (`legacy_record`): their record is always
     /// what `operation_from_item` read from that item, [`legacy_item`] of the record written
     /// (the item itself is not kept: it is that function of the record, see
@@ -701,6 +704,9 @@ impl Table {
             _ => {}
         }
         let event = outcome_change(Some(before), &after).map(|o| (after.operation_id, o));
+        if let (Some(log), Some((_, outcome))) = (&mut self.outcome_log, event) {
+            log.push((key.clone(), outcome, now));
+        }
         let at = self.store(after.clone());
         self.index(at);
         self.publish(event);
@@ -973,6 +979,21 @@ impl SimStore {
     /// Keeps [`SimStore::settle_log`] from now on (the load model's latencies).
     pub fn keep_settle_log(&self) {
         self.lock().settle_log.get_or_insert_with(Vec::new);
+    }
+
+    /// Keeps the outcomes published from now on, for [`SimStore::take_outcomes`].
+    pub fn keep_outcome_log(&self) {
+        self.lock().outcome_log.get_or_insert_with(Vec::new);
+    }
+
+    /// The outcomes published since the last call, in order: (the operation's key, the
+    /// outcome, when in virtual ms).
+    pub fn take_outcomes(&self) -> Vec<(OperationKey, Outcome, i64)> {
+        self.lock()
+            .outcome_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Writes that changed a settled record (an audit that must read 0).

@@ -29,8 +29,9 @@ fn sentence(part: &str, values: &[(&str, String)]) -> Result<String, Error> {
     Ok(TEMPLATE.fill(part, values)?.trim_end().to_owned())
 }
 
-/// Why a run does not count, if it does not: broken invariants, orders unsettled, checkouts refused.
-fn fault(run: &BurstRun, report: &Value) -> Option<String> {
+/// Why a run of `orders` does not count, if it does not: broken invariants, orders unsettled,
+/// checkouts refused.
+fn fault(orders: u64, report: &Value) -> Option<String> {
     let load = &report["load"];
     let mut faults = Vec::new();
     if report["invariants_hold"].as_bool() != Some(true) {
@@ -39,11 +40,13 @@ fn fault(run: &BurstRun, report: &Value) -> Option<String> {
             report["first_violation"].as_str().unwrap_or("?")
         ));
     }
-    if u(&load["settled"]) != run.orders {
+    // Every order's charge, and in a mixed burst the captures and refunds asked of them.
+    let asks = u(&load["mix"]["captures_accepted"]) + u(&load["mix"]["refunds_accepted"]);
+    if u(&load["settled"]) != orders + asks {
         faults.push(format!(
-            "{} of {} orders settled",
+            "{} of {} operations settled",
             u(&load["settled"]),
-            run.orders
+            orders + asks
         ));
     }
     if u(&load["checkout_errors"]) > 0 {
@@ -74,7 +77,7 @@ fn row(run: &BurstRun, report: &Option<Value>) -> Vec<String> {
                 format!("{:.4}", f(&l["creates_per_charge"])),
                 thousands(u(&l["waited_visibility_timeout"])),
             ]);
-            if let Some(why) = fault(run, v) {
+            if let Some(why) = fault(run.orders, v) {
                 row[0] = format!("{} (**{why}**)", row[0]);
             }
         }
@@ -90,7 +93,7 @@ fn reference_part(
 ) -> Result<String, Error> {
     let rows = runs
         .iter()
-        .filter(|(r, _)| r.role != Role::BelowLimit)
+        .filter(|(r, _)| !matches!(r.role, Role::BelowLimit | Role::Mixed))
         .map(|(r, v)| row(r, v));
     TEMPLATE.fill(
         "reference",
@@ -128,6 +131,69 @@ fn drawn_part(runs: &[(BurstRun, Option<Value>)]) -> Result<String, Error> {
             ("what", what.into()),
             ("seed", first.seed.to_string()),
             ("links", links.join(", ")),
+        ],
+    )
+}
+
+/// The mixed bursts' table; empty when none was measured.
+fn mixed_part(runs: &[(BurstRun, Option<Value>)]) -> Result<String, Error> {
+    let measured: Vec<(&BurstRun, &Value)> = runs
+        .iter()
+        .filter(|(r, _)| r.role == Role::Mixed)
+        .filter_map(|(r, v)| Some((r, v.as_ref()?)))
+        .collect();
+    let Some((first, _)) = measured.first() else {
+        return Ok(String::new());
+    };
+    let Some(shares) = first.mix else {
+        return Ok(String::new());
+    };
+    let rows = measured.iter().map(|(run, v)| {
+        let (l, m) = (&v["load"], &v["load"]["mix"]);
+        let account = u(&m["account_limit"]);
+        let mode = if account <= u64::from(Capacity::STRIPE_TEST_MODE_ACCOUNT_PER_SEC) {
+            "test mode"
+        } else {
+            "live"
+        };
+        let mut label = format!("{mode}, {account}/s");
+        if let Some(why) = fault(run.orders, v) {
+            label = format!("{label} (**{why}**)");
+        }
+        vec![
+            label,
+            format!("{}/s", u(&l["stripe_rps"])),
+            secs(f(&m["charges_done_secs"])),
+            format!(
+                "{:.3}",
+                f(&m["charges_done_secs"]) / f(&l["ideal_drain_secs"]).max(1e-9)
+            ),
+            secs(f(&l["drain_secs"])),
+            format!(
+                "{}, {}",
+                thousands(u(&m["captures_accepted"])),
+                thousands(u(&m["refunds_accepted"]))
+            ),
+            format!(
+                "{}, {}, {}, {}",
+                u(&m["create_429s"]),
+                u(&m["capture_429s"]),
+                u(&m["refund_429s"]),
+                u(&m["account_429s"])
+            ),
+            format!(
+                "{} ({})",
+                thousands(u(&m["refunds_at_stripe"])),
+                u(&m["over_refunded"])
+            ),
+        ]
+    });
+    TEMPLATE.fill(
+        "mixed",
+        &[
+            ("captures", format!("{:.0} %", shares.captures * 100.0)),
+            ("refunds", format!("{:.0} %", shares.refunds * 100.0)),
+            ("table", rows_string(rows)),
         ],
     )
 }
@@ -174,7 +240,7 @@ fn grid_part(points: &[(GridPoint, Option<Value>)]) -> Result<String, Error> {
                     format!("{:.3}", f(&l["sends_per_order"])),
                     thousands(u(&l["waited_visibility_timeout"])),
                 ]);
-                if let Some(why) = grid_fault(p, v) {
+                if let Some(why) = fault(p.orders(), v) {
                     row[0] = format!("{} (**{why}**)", row[0]);
                 }
             }
@@ -281,26 +347,6 @@ fn grid_part(points: &[(GridPoint, Option<Value>)]) -> Result<String, Error> {
     Ok(out)
 }
 
-/// Why a grid point does not count, if it does not.
-fn grid_fault(point: &GridPoint, report: &Value) -> Option<String> {
-    let load = &report["load"];
-    let mut faults = Vec::new();
-    if report["invariants_hold"].as_bool() != Some(true) {
-        faults.push(format!(
-            "invariant broken: {}",
-            report["first_violation"].as_str().unwrap_or("?")
-        ));
-    }
-    if u(&load["settled"]) != point.orders() {
-        faults.push(format!(
-            "{} of {} orders settled",
-            u(&load["settled"]),
-            point.orders()
-        ));
-    }
-    (!faults.is_empty()).then(|| faults.join(", "))
-}
-
 /// Below the limit, and what bounds the paced drain.
 fn limits_paragraph(
     runs: &[(BurstRun, Option<Value>)],
@@ -349,24 +395,26 @@ fn limits_paragraph(
             ),
         ],
     )?);
-    let drains: Vec<String> = measured(Role::Variant)
+    // The rows run with a fixed bank instead of the budget's one second of share.
+    let fixed: Vec<String> = measured(Role::Variant)
         .filter_map(|(r, l)| Some((r.charge_burst?, l)))
-        .enumerate()
-        .map(|(i, (b, l))| {
-            let (was, unit) = if i == 0 {
-                (" the drain was", " × N/L")
-            } else {
-                ("", "")
-            };
-            format!("with {b}{was} {:.2}{unit}", f(&l["drain_ratio"]))
+        .map(|(b, l)| {
+            format!(
+                "{b} calls at {} environments met {} capacity 429s ({:.3} creates per charge, drain {:.3} × N/L)",
+                u(&l["charge_concurrency"]),
+                thousands(u(&l["capacity_429s"])),
+                f(&l["creates_per_charge"]),
+                f(&l["drain_ratio"])
+            )
         })
         .collect();
-    if !drains.is_empty() {
+    if !fixed.is_empty() {
         notes.push(sentence(
             "burst",
             &[
-                ("burst", charge::BURST.to_string()),
-                ("drains", drains.join(", ")),
+                ("burst", budget.charge_burst().to_string()),
+                ("concurrency", budget.charge_concurrency.to_string()),
+                ("fixed", fixed.join("; ")),
             ],
         )?);
     }
@@ -381,7 +429,7 @@ fn runs_paragraph(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<Stri
         .collect();
     let faulty: Vec<String> = measured
         .iter()
-        .filter_map(|(r, v)| Some(format!("{}: {}", r.name, fault(r, v)?)))
+        .filter_map(|(r, v)| Some(format!("{}: {}", r.name, fault(r.orders, v)?)))
         .collect();
     let counted = if faulty.is_empty() {
         sentence("all-count", &[("runs", measured.len().to_string())])?
@@ -436,6 +484,7 @@ pub fn section(
     out += &reference_part(runs, run, load)?;
     out += &drawn_part(runs)?;
     out += &grid_part(grid)?;
+    out += &mixed_part(runs)?;
     out += &limits_paragraph(runs, load)?;
     out.push('\n');
     out += &runs_paragraph(runs, date)?;
@@ -462,14 +511,20 @@ mod tests {
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
-        assert_eq!(rows.len(), 1 + 10, "{w}");
+        // The reference runs, then the two mixed bursts.
+        assert_eq!(rows.len(), 1 + 10 + 1 + 2, "{w}");
+        assert_eq!(
+            rows[12],
+            "| test mode, 25/s | 24/s | 826.8 s | 1.034 | 918.7 s | 0, 0 | 0, 0, 0, 0 | 0 (0) |"
+        );
+        assert!(rows[13].starts_with("| live, 100/s | 96/s |"), "{w}");
         assert_eq!(
             rows[1],
             "| no pacing | `--no-pacing` | 1 | 4,375 s | 5.469 | 4,161 s | 15,343 | 1.7672 | 0 |"
         );
         assert!(
             rows[3].starts_with(
-                "| paced, `ChargeMaxConcurrency` 2 | — | 1 | 918.7 s | 1.148 | 810.5 s |"
+                "| paced, `ChargeMaxConcurrency` 3 | — | 1 | 918.7 s | 1.148 | 810.5 s |"
             ),
             "{w}"
         );
@@ -485,7 +540,11 @@ mod tests {
             "{w}"
         );
         assert!(
-            flat.contains("with 2 the drain was 1.58 × N/L, with 10 1.15, because"),
+            flat.contains("banks one second of its share, 7 calls at 3 environments (`StripeBudget::charge_burst`)"),
+            "{w}"
+        );
+        assert!(
+            flat.contains("a fixed bank of 20 calls at 3 environments met 15,343 capacity 429s (1.000 creates per charge, drain 1.584 × N/L); 20 calls at 20 environments met"),
             "{w}"
         );
         assert!(
@@ -499,11 +558,11 @@ mod tests {
             "{w}"
         );
         assert!(
-            flat.contains("In each of the 11 runs every invariant held"),
+            flat.contains("In each of the 13 runs every invariant held"),
             "{w}"
         );
         assert!(
-            flat.contains("took 22 s of wall time in all on today (the unpaced ones 4 s"),
+            flat.contains("took 26 s of wall time in all on today (the unpaced ones 4 s"),
             "{w}"
         );
     }
@@ -525,7 +584,7 @@ mod tests {
         );
         assert!(
             flat.contains(
-                "(**invariant broken: double charge, 19999 of 20000 orders settled**) | — | 2 |"
+                "(**invariant broken: double charge, 19999 of 20000 operations settled**) | — | 2 |"
             ),
             "{w}"
         );
