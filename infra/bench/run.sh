@@ -18,8 +18,10 @@
 #     under lambda_runtime's default one (section 5 compares the two);
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (sim build, virtual time, in memory) once per row of
-#     infra/bench/src/burst.rs's RUNS and draws docs/bench/burst-{paced,unpaced}.svg. About 3
-#     minutes, the two unpaced runs nearly all of it.
+#     infra/bench/src/burst.rs's RUNS and per point of infra/bench/src/grid.rs, and draws
+#     docs/bench/burst-{paced,unpaced}.svg; then a burst of 500 orders over the wire on the
+#     real clock (moto + a separate stripe-sim). About 6 minutes, the two unpaced runs and the
+#     wire burst most of it.
 # Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 10 minutes on 2 cores once built
 # (the 10,000-item table on moto and the burst's unpaced runs are most of it; BENCH_SETTLED=N uses
 # a smaller table).
@@ -138,8 +140,24 @@ if step sim; then
 fi
 
 if step burst; then
-  echo "== 7: the reference burst at Stripe's rate limit (simulate --arrival-rate, virtual time)" >&2
+  echo "== 7: the reference burst at Stripe's rate limit, the grid, the mixed bursts (simulate --arrival-rate, virtual time)" >&2
   "$bench" burst "$out" "$simulate" docs/bench
+  echo "== 7: a burst over the wire on the real clock (moto + a separate stripe-sim, create 5/s; about 2 minutes)" >&2
+  # Create 5/s, arrivals at 6/s: moto binds before Stripe's limit on this machine (one Python
+  # process; its SQS receive walks the whole queue and its writes slow as the table grows: at 10
+  # orders/s it served 13 requests a second). A live account's budgets (96 overall, the
+  # endpoint's whole 5/s: no other client shares this simulator's key): the charges run at the
+  # create endpoint's.
+  infra/local/with-stack.sh bash -c "
+    set -euo pipefail
+    '$target/release/stripe-sim' --port 0 --create-rps 5 --create-latency-p50-ms 300 > '$out/stripe-sim-burst.log' 2>&1 &
+    sim_pid=\$!
+    trap 'kill \$sim_pid' EXIT
+    for _ in \$(seq 50); do grep -q listening '$out/stripe-sim-burst.log' && break; sleep 0.1; done
+    url=http://\$(grep -o 'listening on [0-9.:]*' '$out/stripe-sim-burst.log' | head -n 1 | cut -d' ' -f3)
+    '$simulate' --backend aws --stripe-url \"\$url\" --orders '${BENCH_WIRE_BURST_ORDERS:-500}' --arrival-rate 6 \\
+      --stripe-rps 96 --stripe-endpoint-rps 5 --json | tail -n 1 > '$out/burst-wire.json'
+  "
 fi
 
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -366,8 +366,11 @@ impl StripeBudget {
     pub const DEFAULT_ENDPOINT_PER_SECOND: u64 = 24;
     /// The template's default `ChargeMaxConcurrency`: docs/deploy.md's sizing rule (0.4 × the
     /// create limit × Stripe's median create latency in seconds) at Stripe's defaults, 0.4 × 25 ×
-    /// 0.3 s.
-    pub const DEFAULT_CONCURRENCY: u64 = 3;
+    /// 0.3 s = 3, and one more: the fewer the environments, the larger each one's share and
+    /// carry ([`Self::charge_carry`]), and in the load model's reference burst (20,000 orders at
+    /// 200/s) 2 environments met 34 capacity 429s, 3 met 1, 4 none (each drained it within
+    /// 1.139 × N/L).
+    pub const DEFAULT_CONCURRENCY: u64 = 4;
 
     /// The account's budget `per_second`, endpoints at the default, over `charge_concurrency`
     /// environments.
@@ -425,11 +428,27 @@ impl StripeBudget {
     /// idle spell, every environment spending its bank at once, is not refused. A larger bank
     /// lets a lone environment catch up after a slow batch, but with more environments their banks
     /// pass Stripe's bucket: measured by the load model (`simulate --arrival-rate`, 20,000 orders
-    /// at 200/s, create limit 25/s), a bank of 20 per environment met 26 capacity 429s at 3
-    /// environments and 364 at 20 (1.018 creates per charge); one second of the share met none,
-    /// for a drain of 1.153 × N/L at 3 environments where a bank of 20 drained in 1.136.
+    /// at 200/s, create limit 25/s), a bank of 20 per environment met 48 capacity 429s at 4
+    /// environments and 364 at 20 (1.018 creates per charge); one second of the share, with the
+    /// carry, met none and drained in 1.136 × N/L, the budget's floor.
     pub fn charge_burst(&self) -> u32 {
         (self.charge_endpoint_share().floor() as u32).max(1)
+    }
+
+    /// How long a charge environment's wait between slots may be made up: a batch holds its
+    /// environment until its slowest call returns, about 2.7 × Stripe's median create latency in
+    /// the load model, and slots not taken meanwhile would be lost to a one-second bank. Three
+    /// seconds cover a median up to about 1.1 s.
+    pub const CHARGE_CARRY: Duration = Duration::from_secs(3);
+
+    /// What a charge environment paced to `per_second` banks beyond its burst while it keeps
+    /// taking slots ([`crate::pacing::Budget::with_carry`]): [`Self::CHARGE_CARRY`] of it. Lost
+    /// after an idle spell, so environments coming back together spend their bursts only, within
+    /// Stripe's one-second bucket. Measured by the load model at an 800 ms median (25/s, 8
+    /// environments): the drain took 1.345 × N/L without a carry, 1.158 with it, and no
+    /// capacity 429 either way; the reference burst 1.149 and 1.136 (its floor).
+    pub fn charge_carry(per_second: f64) -> u32 {
+        (per_second * Self::CHARGE_CARRY.as_secs_f64()).floor() as u32
     }
 
     /// [`Self::charge_throughput`] of the template's defaults.
@@ -710,7 +729,7 @@ mod tests {
         let b = env(&[]).unwrap();
         assert_eq!(
             (b.per_second, b.endpoint_per_second, b.charge_concurrency),
-            (24, 24, 3)
+            (24, 24, 4)
         );
         // 2 of 24 kept for the work that can wait, a third each.
         let third = 2.0 / 3.0;
@@ -718,10 +737,10 @@ mod tests {
             (b.reconciler_share(), b.events_share(), b.audit_share()),
             (third, third, third)
         );
-        assert_eq!(b.charge_share(), 22.0 / 3.0);
-        assert_eq!(b.charge_endpoint_share(), 22.0 / 3.0);
+        assert_eq!(b.charge_share(), 5.5);
+        assert_eq!(b.charge_endpoint_share(), 5.5);
         // Each environment banks one second of its share, whole calls.
-        assert_eq!(b.charge_burst(), 7);
+        assert_eq!(b.charge_burst(), 5);
         // A live account: 96 of its 100/s overall, 24 of each endpoint's 25/s, 4 environments.
         let b = env(&[
             (STRIPE_REQUESTS_PER_SECOND, "96"),

@@ -61,6 +61,9 @@ pub struct Budget {
     tolerance_us: i64,
     /// The theoretical arrival time of the next call, µs since the epoch.
     tat_us: Mutex<i64>,
+    /// What a caller that keeps coming back may bank beyond `burst` (µs of slots): kept while it
+    /// takes slots, lost after an idle spell as long as the carry itself ([`Budget::with_carry`]).
+    carry_us: i64,
     clock: Arc<dyn Clock>,
     sleeper: Arc<dyn Sleeper>,
 }
@@ -88,9 +91,19 @@ impl Budget {
             interval_us,
             tolerance_us: interval_us * i64::from(burst.max(1) - 1),
             tat_us: Mutex::new(i64::MIN),
+            carry_us: 0,
             clock,
             sleeper,
         }
+    }
+
+    /// The same budget, banking `calls` more than its burst while its caller keeps taking slots:
+    /// time its caller spends waiting between takes (a batch's slowest call) is not lost up to
+    /// that many calls. After an idle spell (no slot for as long as the carry lasts) the bank
+    /// restarts at the burst, so callers coming back together spend no more than their bursts.
+    pub fn with_carry(mut self, calls: u32) -> Self {
+        self.carry_us = self.interval_us * i64::from(calls);
+        self
     }
 
     pub fn per_second(&self) -> f64 {
@@ -111,8 +124,15 @@ impl Budget {
     pub fn reserve(&self, max_wait: Duration) -> Result<Duration, Saturated> {
         let now_us = self.clock.now().as_millis() * 1000;
         let mut tat = self.tat_us.lock().unwrap_or_else(|p| p.into_inner());
-        let start = (*tat).max(now_us);
-        let wait_us = (start - self.tolerance_us - now_us).max(0);
+        let tolerance = self.tolerance_us + self.carry_us;
+        // Idle for longer than the carry lasts: the bank restarts at the burst alone.
+        let idle = self.carry_us > 0 && *tat < now_us.saturating_sub(self.carry_us);
+        let start = if idle {
+            now_us + self.carry_us
+        } else {
+            (*tat).max(now_us)
+        };
+        let wait_us = (start - tolerance - now_us).max(0);
         let wait = Duration::from_micros(wait_us as u64);
         if wait > max_wait {
             return Err(Saturated { wait, max_wait });
@@ -428,6 +448,38 @@ mod tests {
             one.acquire(&refund, wait).await,
             Ok(Duration::from_millis(100))
         );
+    }
+
+    #[test]
+    fn a_carry_keeps_what_a_caller_waited_for_and_an_idle_spell_loses_it() {
+        // 10/s, a burst of 2, a carry of 3 more.
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let carried = Budget::new(
+            10.0,
+            2,
+            Arc::new(clock.clone()),
+            Arc::new(ClockSleeper(clock.clone())),
+        )
+        .with_carry(3);
+        let (plain, plain_clock) = budget(10.0, 2);
+        let free = |b: &Budget| {
+            let mut n = 0;
+            while b.reserve(Duration::ZERO).is_ok() {
+                n += 1;
+            }
+            n
+        };
+        // Both start with their burst only.
+        assert_eq!((free(&carried), free(&plain)), (2, 2));
+        // A caller that comes back after 400 ms (a batch's slowest call): four slots accrued;
+        // the carry keeps them all, the plain budget only its burst.
+        clock.advance(Duration::from_millis(400));
+        plain_clock.advance(Duration::from_millis(400));
+        assert_eq!((free(&carried), free(&plain)), (4, 2));
+        // After an idle spell longer than the carry lasts (300 ms), the bank is the burst again.
+        clock.advance(Duration::from_secs(5));
+        plain_clock.advance(Duration::from_secs(5));
+        assert_eq!((free(&carried), free(&plain)), (2, 2));
     }
 
     #[test]

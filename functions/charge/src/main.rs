@@ -9,7 +9,7 @@ use charge::handler::{handle, ChargeFunction};
 use charge::ChargeConfig;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::config::{FromEnv, ProcessEnv, StripeBudget};
 use charge_once::pacing::{Budget, MessageBudget, TokioSleeper};
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
@@ -35,12 +35,15 @@ async fn wire() -> Result<ChargeFunction, Error> {
     // of the endpoint's its call goes to, before its claim; a slot further away than the
     // invocation can wait sends it back soon.
     let share = |per_second: f64| {
-        Arc::new(Budget::new(
-            per_second,
-            config.budget.charge_burst(),
-            charge.clock.clone(),
-            Arc::new(TokioSleeper),
-        ))
+        Arc::new(
+            Budget::new(
+                per_second,
+                config.budget.charge_burst(),
+                charge.clock.clone(),
+                Arc::new(TokioSleeper),
+            )
+            .with_carry(StripeBudget::charge_carry(per_second)),
+        )
     };
     let budget = Arc::new(MessageBudget::new(
         share(config.budget.charge_share()),

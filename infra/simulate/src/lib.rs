@@ -36,6 +36,7 @@ pub mod faults;
 pub mod fx;
 pub mod gateway;
 pub mod load;
+mod load_wire;
 pub mod mutations;
 pub mod pacing;
 pub mod queue;
@@ -287,6 +288,8 @@ pub struct SimulateArgs {
     /// R/s) through checkout, the event source's MaximumConcurrency pollers take batches of 10,
     /// Stripe has its capacity (create 25/s) and creates take their latency (p50 300 ms) of
     /// virtual time. Reports drain time, checkout→settled latency, capacity 429s. No faults.
+    /// With --backend aws and --stripe-url (a separately started stripe-sim, its limits on real
+    /// time): the same burst on the real clock, through the real DynamoDB and SQS adapters.
     #[arg(long, value_name = "R")]
     pub arrival_rate: Option<f64>,
 
@@ -592,7 +595,7 @@ pub async fn simulate(args: &SimulateArgs) -> Result<Report, BoxError> {
 /// only with an explicit endpoint ([`aws_endpoint`]), and the table and queue it creates for the
 /// run are deleted at its end, whether it passed or failed.
 pub async fn run(args: &SimulateArgs) -> Result<Outcome, BoxError> {
-    if args.backend != Backend::Aws || args.arrival_rate.is_some() {
+    if args.backend != Backend::Aws {
         return run_on(args).await;
     }
     aws_endpoint(args)?;
@@ -642,8 +645,18 @@ async fn run_on(args: &SimulateArgs) -> Result<Outcome, BoxError> {
 
 /// `--arrival-rate`: the load model instead of the fault simulation.
 async fn run_load(args: &SimulateArgs, rate: f64) -> Result<Outcome, BoxError> {
+    if args.backend == Backend::Aws && args.stripe_url.is_some() {
+        return Ok(Outcome {
+            report: load_wire::run(args, rate).await?,
+            timeline: Vec::new(),
+        });
+    }
     if !args.deterministic() {
-        return Err("--arrival-rate runs in memory with Stripe in process only".into());
+        return Err(
+            "--arrival-rate runs in memory with Stripe in process, or over the wire \
+                    with --backend aws and --stripe-url (real time)"
+                .into(),
+        );
     }
     let cfg = load::LoadConfig {
         orders: args.orders,

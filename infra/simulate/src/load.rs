@@ -811,7 +811,7 @@ impl Run {
 }
 
 /// Nearest-rank percentile of sorted `v` (ms), in s.
-fn rank(v: &[i64], p: f64) -> f64 {
+pub(crate) fn rank(v: &[i64], p: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }

@@ -57,13 +57,29 @@ impl Pacing {
         self.budget
     }
 
-    /// One charge environment's shares (the account's, each endpoint's), with its burst (`None`:
-    /// the charge function's, [`StripeBudget::charge_burst`]).
+    /// One charge environment's shares (the account's, each endpoint's), with its burst and carry
+    /// as the charge function has them ([`StripeBudget::charge_burst`],
+    /// [`StripeBudget::charge_carry`]), or a fixed burst and no carry.
     pub fn charge(&self, burst: Option<u32>) -> Arc<MessageBudget> {
-        let burst = burst.unwrap_or_else(|| self.budget.charge_burst());
+        // A fixed burst stands for a bank as it was before the carry: none.
+        let (burst, carried) = match burst {
+            Some(b) => (b, false),
+            None => (self.budget.charge_burst(), true),
+        };
+        let share = |per_second: f64| {
+            let carry = if carried {
+                StripeBudget::charge_carry(per_second)
+            } else {
+                0
+            };
+            Arc::new(
+                Budget::new(per_second, burst, self.clock.clone(), self.sleeper.clone())
+                    .with_carry(carry),
+            )
+        };
         Arc::new(MessageBudget::new(
-            self.paced(self.budget.charge_share(), burst),
-            || self.paced(self.budget.charge_endpoint_share(), burst),
+            share(self.budget.charge_share()),
+            || share(self.budget.charge_endpoint_share()),
         ))
     }
 

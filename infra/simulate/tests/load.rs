@@ -44,9 +44,8 @@ async fn the_reference_burst_drains_at_stripes_limit_on_two_seeds() {
         let r = load(reference(seed)).await;
         let ideal = 20_000.0 / 25.0;
         assert_eq!(r.ideal_drain_secs, ideal);
-        // The floor is 25/22 = 1.136 (the charge environments get 22 of the 24 calls/s); within
-        // 2 % of it.
-        assert!(r.drain_secs <= 1.16 * ideal, "seed {seed}: drain {r:?}");
+        // The floor is 25/22 = 1.136 (the charge environments get 22 of the 24 calls/s).
+        assert!(r.drain_secs <= 1.15 * ideal, "seed {seed}: drain {r:?}");
         assert!(
             r.latency_p99_secs <= 1.2 * ideal,
             "seed {seed}: p99 checkout -> settled {r:?}"
@@ -73,8 +72,10 @@ async fn more_charge_environments_are_never_worse_than_the_default() {
             ..reference(1)
         })
         .await;
+        // Within 1 %: each environment's carry is a smaller share's (the reference burst:
+        // 1.136 × N/L at 4 environments, 1.140 at 20).
         assert!(
-            r.drain_secs <= default.drain_secs,
+            r.drain_secs <= 1.01 * default.drain_secs,
             "{concurrency} environments: {} s against {} s with {}",
             r.drain_secs,
             default.drain_secs,
@@ -102,8 +103,10 @@ async fn below_the_limit_an_order_settles_within_one_stripe_call() {
 
 #[tokio::test]
 async fn without_pacing_the_burst_stalls_on_visibility_timeouts() {
+    // At 2 environments, as the stall was first measured: more only add 429s and waits.
     let cfg = LoadConfig {
         pacing: false,
+        charge_concurrency: 2,
         ..LoadConfig::new(4_000, 200.0, 1)
     };
     let r = load(cfg).await;
@@ -112,6 +115,7 @@ async fn without_pacing_the_burst_stalls_on_visibility_timeouts() {
     assert!(r.capacity_429s > 0, "{r:?}");
     // The same burst paced does not.
     let paced = load(LoadConfig::new(4_000, 200.0, 1)).await;
+    // A fifth of the reference burst: its first seconds (banks filling) weigh more (1.151).
     assert!(
         paced.drain_secs <= 1.16 * paced.ideal_drain_secs,
         "{paced:?}"

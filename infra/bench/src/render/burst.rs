@@ -188,9 +188,21 @@ fn mixed_part(runs: &[(BurstRun, Option<Value>)]) -> Result<String, Error> {
             ),
         ]
     });
+    let alone = runs
+        .iter()
+        .find(|(r, v)| r.role == Role::Paced && r.seed == first.seed && v.is_some())
+        .and_then(|(_, v)| v.as_ref())
+        .map_or("(not measured in this run)".to_owned(), |v| {
+            format!(
+                "{}, {:.3} × N/L",
+                secs(f(&v["load"]["drain_secs"])),
+                f(&v["load"]["drain_ratio"])
+            )
+        });
     TEMPLATE.fill(
         "mixed",
         &[
+            ("alone", alone),
             ("captures", format!("{:.0} %", shares.captures * 100.0)),
             ("refunds", format!("{:.0} %", shares.refunds * 100.0)),
             ("table", rows_string(rows)),
@@ -289,7 +301,7 @@ fn grid_part(points: &[(GridPoint, Option<Value>)]) -> Result<String, Error> {
         .filter(|(_, at, twice)| *twice > at * 1.01)
         .map(|(p, at, twice)| format!("L = {}/s, {} ms: {at:.3} → {twice:.3}", p.limit, p.p50_ms))
         .collect();
-    out += &TEMPLATE.fill(
+    let goals = sentence(
         "grid-goals",
         &[
             ("points", measured.len().to_string()),
@@ -343,6 +355,7 @@ fn grid_part(points: &[(GridPoint, Option<Value>)]) -> Result<String, Error> {
             ),
         ],
     )?;
+    out += &paragraph(&goals);
     out.push('\n');
     Ok(out)
 }
@@ -453,10 +466,60 @@ fn runs_paragraph(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<Stri
     Ok(paragraph(&format!("{counted} {took}")))
 }
 
-/// Section 7 from the runs' reports and the grid's. `date` is when they ran.
+/// The burst over the wire on the real clock, if it was measured.
+fn wire_part(wire: Option<&Value>) -> Result<String, Error> {
+    let Some(v) = wire else {
+        return Ok(String::new());
+    };
+    let l = &v["load"];
+    let budget = StripeBudget {
+        endpoint_per_second: u(&l["stripe_endpoint_rps"]),
+        ..StripeBudget::new(u(&l["stripe_rps"]), u(&l["charge_concurrency"]))
+    };
+    let charges = budget.charge_endpoint_share() * budget.charge_concurrency as f64;
+    let verdict = match fault(u(&l["orders"]), v) {
+        None => "every order charged once, every invariant held".to_owned(),
+        Some(why) => format!("**{why}**"),
+    };
+    let text = sentence(
+        "wire",
+        &[
+            ("orders", thousands(u(&l["orders"]))),
+            ("rate", f(&l["arrival_rate"]).to_string()),
+            ("concurrency", u(&l["charge_concurrency"]).to_string()),
+            (
+                "capacity",
+                v["stripe_capacity"].as_str().unwrap_or("?").to_owned(),
+            ),
+            (
+                "budgets",
+                format!(
+                    "{}/s for the account and {}/s an endpoint",
+                    budget.per_second, budget.endpoint_per_second
+                ),
+            ),
+            ("drain", secs(f(&l["drain_secs"]))),
+            ("ratio", format!("{:.3}", f(&l["drain_ratio"]))),
+            ("ideal", secs(f(&l["ideal_drain_secs"]))),
+            (
+                "floor",
+                format!("{:.3}", f(&l["create_limit"]) / charges.max(1e-9)),
+            ),
+            ("p99", secs(f(&l["latency_p99_secs"]))),
+            ("creates", format!("{:.3}", f(&l["creates_per_charge"]))),
+            ("refused", thousands(u(&l["capacity_429s"]))),
+            ("verdict", verdict),
+        ],
+    )?;
+    Ok(paragraph(&text.replace('\n', " ")) + "\n")
+}
+
+/// Section 7 from the runs' reports, the grid's and the burst over the wire. `date` is when
+/// they ran.
 pub fn section(
     runs: &[(BurstRun, Option<Value>)],
     grid: &[(GridPoint, Option<Value>)],
+    wire: Option<&Value>,
     date: &str,
 ) -> Result<String, Error> {
     let reference = runs
@@ -485,6 +548,7 @@ pub fn section(
     out += &drawn_part(runs)?;
     out += &grid_part(grid)?;
     out += &mixed_part(runs)?;
+    out += &wire_part(wire)?;
     out += &limits_paragraph(runs, load)?;
     out.push('\n');
     out += &runs_paragraph(runs, date)?;
@@ -507,7 +571,7 @@ mod tests {
         let mut runs = all_runs();
         runs[0].1 = Some(report(&RUNS[0], 4375.4, 4160.77, 1.7672));
         runs[8].1 = Some(report(&RUNS[8], 1267.5, 1155.5, 1.0));
-        let w = section(&runs, &[], "today").unwrap();
+        let w = section(&runs, &[], None, "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
@@ -520,11 +584,11 @@ mod tests {
         assert!(rows[13].starts_with("| live, 100/s | 96/s |"), "{w}");
         assert_eq!(
             rows[1],
-            "| no pacing | `--no-pacing` | 1 | 4,375 s | 5.469 | 4,161 s | 15,343 | 1.7672 | 0 |"
+            "| no pacing | `--no-pacing --charge-concurrency 2` | 1 | 4,375 s | 5.469 | 4,161 s | 15,343 | 1.7672 | 0 |"
         );
         assert!(
             rows[3].starts_with(
-                "| paced, `ChargeMaxConcurrency` 3 | — | 1 | 918.7 s | 1.148 | 810.5 s |"
+                "| paced, `ChargeMaxConcurrency` 4 | — | 1 | 918.7 s | 1.148 | 810.5 s |"
             ),
             "{w}"
         );
@@ -540,11 +604,11 @@ mod tests {
             "{w}"
         );
         assert!(
-            flat.contains("banks one second of its share, 7 calls at 3 environments (`StripeBudget::charge_burst`)"),
+            flat.contains("banks one second of its share, 5 calls at 4 environments (`StripeBudget::charge_burst`)"),
             "{w}"
         );
         assert!(
-            flat.contains("a fixed bank of 20 calls at 3 environments met 15,343 capacity 429s (1.000 creates per charge, drain 1.584 × N/L); 20 calls at 20 environments met"),
+            flat.contains("a fixed bank of 20 calls at 4 environments met 15,343 capacity 429s (1.000 creates per charge, drain 1.584 × N/L); 20 calls at 20 environments met"),
             "{w}"
         );
         assert!(
@@ -575,11 +639,11 @@ mod tests {
         broken["first_violation"] = "double charge".into();
         broken["load"]["settled"] = 19_999.into();
         runs[1].1 = None;
-        let w = section(&runs, &[], "today").unwrap();
+        let w = section(&runs, &[], None, "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            flat.contains("| no pacing | `--no-pacing` | 2 | not measured in this run |"),
+            flat.contains("| no pacing | `--no-pacing --charge-concurrency 2` | 2 | not measured in this run |"),
             "{w}"
         );
         assert!(
@@ -592,7 +656,7 @@ mod tests {
             flat.contains("**Runs that do not count**: paced-seed2: invariant broken"),
             "{w}"
         );
-        let none = section(&RUNS.map(|r| (r, None)), &[], "today").unwrap();
+        let none = section(&RUNS.map(|r| (r, None)), &[], None, "today").unwrap();
         assert!(none.ends_with("Not measured in this run.\n"), "{none}");
     }
 
@@ -627,7 +691,7 @@ mod tests {
                 (p, Some(v))
             })
             .collect();
-        let w = section(&all_runs(), &grid, "today").unwrap();
+        let w = section(&all_runs(), &grid, None, "today").unwrap();
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| 10/s")).collect();
         assert_eq!(rows.len(), 6, "{w}");
@@ -647,14 +711,48 @@ mod tests {
             .iter()
             .map(|(p, _)| (*p, Some(grid_report(p, 1.1, 1.0))))
             .collect();
-        let w = section(&all_runs(), &fair, "today").unwrap();
+        let w = section(&all_runs(), &fair, None, "today").unwrap();
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(flat.contains("at 0 of 12 points."), "{w}");
         // None measured: no grid part at all.
         let none: Vec<(GridPoint, Option<Value>)> =
             grid::points().into_iter().map(|p| (p, None)).collect();
-        assert!(!section(&all_runs(), &none, "today")
+        assert!(!section(&all_runs(), &none, None, "today")
             .unwrap()
             .contains("The grid"));
+    }
+
+    #[test]
+    fn the_burst_over_the_wire_shows_its_drain_against_its_floor() {
+        let wire = serde_json::json!({
+            "invariants_hold": true, "stripe_capacity": "create 10/s on real time",
+            "load": {
+                "orders": 2000, "settled": 2000, "arrival_rate": 40.0, "charge_concurrency": 4,
+                "create_limit": 10, "stripe_rps": 96, "stripe_endpoint_rps": 9,
+                "drain_secs": 226.0, "ideal_drain_secs": 200.0, "drain_ratio": 1.13,
+                "latency_p99_secs": 180.0, "creates_per_charge": 1.0, "capacity_429s": 2,
+            }
+        });
+        let w = section(&all_runs(), &[], Some(&wire), "today").unwrap();
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(
+                "drained in 226.0 s, 1.130 × N/L (N/L = 200.0 s; the budget's floor 1.111 × N/L)"
+            ),
+            "{w}"
+        );
+        assert!(
+            flat.contains("every order charged once, every invariant held"),
+            "{w}"
+        );
+        // Its twin: a run that broke an invariant says so.
+        let mut broken = wire.clone();
+        broken["invariants_hold"] = false.into();
+        broken["first_violation"] = "1 double charges".into();
+        let w = section(&all_runs(), &[], Some(&broken), "today").unwrap();
+        assert!(w.contains("**invariant broken: 1 double charges**"), "{w}");
+        // Not measured: no paragraph.
+        let w = section(&all_runs(), &[], None, "today").unwrap();
+        assert!(!w.contains("Over the wire"), "{w}");
     }
 }
