@@ -116,31 +116,36 @@ async fn a_lost_send_waits_while_the_queue_is_behind_then_is_recovered() {
     let s = Stack::spawn().await;
     let lost = pending(&s, "rec-behind-lost").await;
     let queue = s.queue();
-    for i in 0..25 {
+    // More waiting than the charge environments take at once (the template's default: 4 × 10).
+    let waiting = charge_once::config::StripeBudget::default_throughput().in_flight + 5;
+    for i in 0..waiting {
         let op = pending(&s, &format!("rec-behind-{i}")).await;
         queue.send(&QueuedCharge::first(&op)).await.unwrap();
     }
-    assert_eq!(s.depth().await, 25);
+    assert_eq!(s.depth().await, waiting);
     s.side.clock.advance(Duration::from_secs(301));
 
     let report = tick(&s).await;
     assert_eq!(
         report.queue_depth,
         Some(QueueDepth {
-            visible: 25,
+            visible: waiting,
             in_flight: 0
         }),
         "read from SQS"
     );
-    // The 25 others are due too (their messages wait on the queue): nothing is sent for any.
+    // The others are due too (their messages wait on the queue): nothing is sent for any.
     assert_eq!(
         (report.waited_for_queue, report.reenqueued),
-        (26, 0),
+        (waiting + 1, 0),
         "{report:?}"
     );
-    assert_eq!(s.depth().await, 25, "nothing sent");
+    assert_eq!(s.depth().await, waiting, "nothing sent");
     assert_eq!(s.current(&lost).await.redrives, 0);
-    assert_eq!(emitted_since(&s.metrics, 0, "WaitedForQueue"), 26.0);
+    assert_eq!(
+        emitted_since(&s.metrics, 0, "WaitedForQueue"),
+        (waiting + 1) as f64
+    );
 
     // The charge environments work through the queue.
     while s.deliver().await > 0 {}
