@@ -36,6 +36,10 @@ use crate::BoxError;
 /// One audit window: what the scheduled audit covers by default.
 pub const WINDOW: Duration = Duration::from_secs(24 * 3600);
 
+/// [`Injected::what`] of a refund that failed late at Stripe while every event about it went to
+/// the events DLQ: not injected by the audit's set-up, but drift it must report all the same.
+pub const LATE_FAILURE_IN_EVENTS_DLQ: &str = "late_failure_in_events_dlq";
+
 /// A drift injected, and how the audit must report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Injected {

@@ -1308,8 +1308,14 @@ impl Wired {
                     .map(|s| report::RefundLedger::new(s.refund_ledger()))
             })
             .flatten();
+        let dead_lettered_refunds = pipeline
+            .webhooks
+            .as_ref()
+            .map(|w| w.dead_lettered_refunds())
+            .unwrap_or_default();
         let mut judge = report::Judge::new(at_end.ledger.as_ref(), forged.moved, ours)
-            .with_refunds(refund_ledger);
+            .with_refunds(refund_ledger)
+            .with_dead_lettered_refunds(dead_lettered_refunds);
         if let Some(sim) = world.stripe.local_sim() {
             // The judge reads each authorization's intent as it stands: no fault from here on.
             sim.set_faults(stripe_sim::FaultConfig::default());
@@ -1346,11 +1352,19 @@ impl Wired {
         let orders: Vec<String> = (0..args.orders)
             .map(|i| format!("sim-{}-{i:06}", args.seed))
             .collect();
-        let injected = if args.no_faults {
+        let mut injected = if args.no_faults {
             Vec::new()
         } else {
             drift::inject(store, sim, world.gateway.as_ref(), &orders, args.seed).await?
         };
+        // Late refund failures left in the events DLQ are drift the audit must report.
+        injected.extend(report.refunds.failed_late_in_events_dlq.iter().map(|id| {
+            drift::Injected {
+                what: drift::LATE_FAILURE_IN_EVENTS_DLQ,
+                class: charge_once::audit::DriftClass::StatusDiffers,
+                names: id.clone(),
+            }
+        }));
         let metrics = dashboard::taped(
             Arc::new(charge_once::telemetry::DiscardMetrics),
             &world.tape,

@@ -39,7 +39,9 @@
 //! Also counted: poison messages parked on the dead-letter queue (each acknowledged at once, so
 //! its group went on), stuck intents sent to review (`stuck_reviews`), and EventBridge events
 //! whose invocation failed three times (`events_dead_lettered`: on the events function's DLQ; the
-//! reconciler still settles their operations).
+//! reconciler still settles their operations). A refund that failed late at Stripe while every
+//! event saying so went there stays recorded `succeeded` for a person to replay: counted
+//! (`failed_late_in_events_dlq`), not a mismatch, and the drift audit must report it.
 
 mod authorizations;
 
@@ -239,6 +241,11 @@ pub struct RefundReport {
     /// of those that ended `failed` (their reservation given back: `reservation_mismatches`).
     pub failed_late_at_stripe: u64,
     pub failed_late_recorded: u64,
+    /// Of those still recorded `succeeded`, the ones whose every chance to be told was an
+    /// event that went to the events DLQ (its invocation failed three times): a person replays
+    /// them (`StripeEventsDeadLetterAlarm`), and the drift audit must report each
+    /// (`status_differs`). Their Stripe refund ids.
+    pub failed_late_in_events_dlq: Vec<String>,
     /// Refund calls to Stripe (create, retrieve, list) and the errors they met, by class.
     pub stripe_calls: u64,
     pub stripe_errors: BTreeMap<String, u64>,
@@ -278,7 +285,7 @@ impl RefundReport {
             .collect();
         let _ = writeln!(
             s,
-            "  refunds         rate {}: {} orders, {} asked, {} accepted; records {}: succeeded {}  failed {} (late {} of {} failed late at Stripe)  in review {}; at Stripe {}{}",
+            "  refunds         rate {}: {} orders, {} asked, {} accepted; records {}: succeeded {}  failed {} (late {} of {} failed late at Stripe{})  in review {}; at Stripe {}{}",
             self.rate,
             self.orders,
             self.asked,
@@ -288,6 +295,10 @@ impl RefundReport {
             self.failed,
             self.failed_late_recorded,
             self.failed_late_at_stripe,
+            match self.failed_late_in_events_dlq.len() {
+                0 => String::new(),
+                n => format!("; {n} only in the events DLQ, for a person"),
+            },
             self.in_review,
             self.at_stripe,
             if self.judged_at_stripe { "" } else { " (not read: Stripe not in this process)" }
@@ -595,6 +606,8 @@ pub struct Judge<'a> {
     refunds: Option<RefundLedger>,
     /// Stripe refunds naming a judged refund record's operation.
     refunds_ours: u64,
+    /// Stripe refunds an event about which went to the events DLQ.
+    dead_lettered_refunds: BTreeSet<String>,
 }
 
 /// What the judge needs of the PaymentIntents an operation's metadata names, read borrowed.
@@ -670,12 +683,19 @@ impl<'a> Judge<'a> {
             succeeded_ours: 0,
             refunds: None,
             refunds_ours: 0,
+            dead_lettered_refunds: BTreeSet::new(),
         }
     }
 
     /// Judges refunds against these refunds at Stripe.
     pub fn with_refunds(mut self, ledger: Option<RefundLedger>) -> Self {
         self.refunds = ledger;
+        self
+    }
+
+    /// The Stripe refunds an event about which went to the events DLQ.
+    pub fn with_dead_lettered_refunds(mut self, refunds: BTreeSet<String>) -> Self {
+        self.dead_lettered_refunds = refunds;
         self
     }
 
@@ -760,7 +780,17 @@ impl<'a> Judge<'a> {
             OperationStatus::Failed => at_stripe.iter().all(|s| !holds(&s.status)),
             _ => true,
         };
-        if !agrees {
+        // A late failure the events function never took because its events went to the DLQ
+        // (Lambda's retries spent) waits for a person's replay; the audit must report it.
+        let for_a_person = late
+            && r.status == OperationStatus::Succeeded
+            && r.stripe_refund_id
+                .as_ref()
+                .is_some_and(|id| self.dead_lettered_refunds.contains(id.as_str()));
+        if !agrees && for_a_person {
+            let id = r.stripe_refund_id.as_ref().map(|id| id.as_str().to_owned());
+            report.refunds.failed_late_in_events_dlq.extend(id);
+        } else if !agrees {
             report.refunds.record_mismatches += 1;
             violated(report, order, "refund record disagrees with Stripe");
         }
@@ -1216,6 +1246,10 @@ impl Report {
                 .filter(|(_, n)| **n > 0)
                 .map(|(c, n)| format!("{c} {n}"))
                 .collect();
+            let (dlq, planted): (Vec<_>, Vec<_>) = a
+                .injected
+                .iter()
+                .partition(|(i, _)| i.what == crate::drift::LATE_FAILURE_IN_EVENTS_DLQ);
             let _ = writeln!(
                 s,
                 "  drift audit     {} windows: {} intents, {} refunds, {} settled records; matched {}, in flight {}, not ours {}, unchecked {}, unexplained {}; {} Stripe calls",
@@ -1223,14 +1257,23 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "                  findings: {}; injected drift found {} of {}; unexpected {}",
+                "                  findings: {}; injected drift found {} of {}{}; unexpected {}",
                 if classes.is_empty() {
                     "none".to_owned()
                 } else {
                     classes.join(", ")
                 },
-                a.injected.len() as u64 - a.missed(),
-                a.injected.len(),
+                planted.iter().filter(|(_, found)| *found).count(),
+                planted.len(),
+                if dlq.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; late refund failures left in the events DLQ found {} of {}",
+                        dlq.iter().filter(|(_, found)| *found).count(),
+                        dlq.len()
+                    )
+                },
                 a.unexpected
             );
         }

@@ -307,6 +307,10 @@ pub struct Webhooks {
     retry_seq: AtomicU64,
     lambda_retries: AtomicU64,
     dead_lettered: AtomicU64,
+    /// The Stripe refunds (`re_...`) that an event saying `failed` was about, by whether one
+    /// such event's invocation succeeded (`true`) or each went to the DLQ: only a person
+    /// replaying the DLQ applies what a dead-lettered event says of a settled refund.
+    failed_refunds_told: Mutex<BTreeMap<String, bool>>,
     forged: Mutex<Forged>,
     /// `trust-event-payload`: the PaymentIntent the delivery in hand carries.
     claimed: Option<Arc<Claimed>>,
@@ -412,6 +416,7 @@ impl Webhooks {
             retry_seq: AtomicU64::new(0),
             lambda_retries: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            failed_refunds_told: Mutex::new(BTreeMap::new()),
             forged: Mutex::new(Forged::default()),
             claimed,
             trace,
@@ -617,6 +622,10 @@ impl Webhooks {
         );
         if inv.forged {
             self.tally_forged(&inv.order, &outcome);
+        } else if ok || inv.attempt > LAMBDA_ASYNC_RETRIES {
+            if let Some(refund) = failed_refund_of(&inv.envelope) {
+                *lock(&self.failed_refunds_told).entry(refund).or_default() |= ok;
+            }
         }
         let what = if ok {
             format!("ok: {outcome}")
@@ -687,6 +696,15 @@ impl Webhooks {
     /// EventBridge invocations that failed three times (to the function's on-failure DLQ).
     pub fn dead_lettered(&self) -> u64 {
         self.dead_lettered.load(Ordering::Relaxed)
+    }
+
+    /// The refunds whose every event saying `failed` went to the DLQ.
+    pub fn dead_lettered_refunds(&self) -> BTreeSet<String> {
+        lock(&self.failed_refunds_told)
+            .iter()
+            .filter(|(_, told)| !**told)
+            .map(|(refund, _)| refund.clone())
+            .collect()
     }
 
     /// Counts for the report.
@@ -776,6 +794,16 @@ fn read_envelope(body: &str) -> EventBridgeEvent {
         Ok(Incoming::EventBridge(e)) => e,
         _ => EventBridgeEvent::default(),
     }
+}
+
+/// The refund an EventBridge envelope's event says `failed` (`refund.*`,
+/// `charge.refund.updated`: their object is the refund), or `None`.
+fn failed_refund_of(envelope: &str) -> Option<String> {
+    let event = parse_in(envelope, DeliveryMode::EventBridge);
+    let object = &event["data"]["object"];
+    (object["object"] == "refund" && object["status"] == "failed")
+        .then(|| object["id"].as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// The whole Stripe event a delivery carries, parsed: the body itself (webhook) or the

@@ -107,14 +107,27 @@ fn the_fault_simulation_runs_the_paced_charge_path() {
     }
     // Half of all Stripe calls refused: messages reach the receive limit in seconds, and are
     // left to the reconciler there rather than paging through the DLQ; every order still settles.
-    // Seed 2. Seed 1 (with 4 charge environments, each carrying slots) breaks an invariant there,
-    // an open finding: a refund that fails at Stripe 10 minutes after it succeeded is retrieved
-    // as failed at that moment and stays recorded `succeeded` (replay: `simulate --orders 2000
-    // --seed 1 --fault rate_limit=0.5 --trace sim-1-001613`).
-    let mut a = args(2_000, 2, Backend::Memory);
+    // On seed 1 a refund fails at Stripe after it succeeded, and each event saying so meets
+    // refusals on all three invocations and goes to the events DLQ: the record stays
+    // `succeeded`, counted for a person's replay, and the drift audit reports it (an invariant:
+    // a late failure it missed breaks the run).
+    let mut a = args(2_000, 1, Backend::Memory);
     a.faults = vec![(Kind::RateLimit, 0.5)];
     let r = rt.block_on(simulate(&a)).unwrap();
     assert!(r.invariants_hold, "{}", r.render());
+    assert!(
+        !r.refunds.failed_late_in_events_dlq.is_empty(),
+        "{}",
+        r.render()
+    );
+    let audit = r.audit.as_ref().unwrap();
+    let dlq = |(i, found): &&(simulate::drift::Injected, bool)| {
+        i.what == simulate::drift::LATE_FAILURE_IN_EVENTS_DLQ && *found
+    };
+    assert_eq!(
+        audit.injected.iter().filter(dlq).count(),
+        r.refunds.failed_late_in_events_dlq.len()
+    );
     assert_eq!((r.unconverged, r.lost_charges), (0, 0));
     let (left, dead) = (
         r.loop_counts["left_to_reconciler"],
