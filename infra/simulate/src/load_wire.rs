@@ -191,9 +191,11 @@ pub async fn run(args: &SimulateArgs, rate: f64) -> Result<Report, BoxError> {
             }
         }
     };
+    // Every order checkout accepted is acknowledged (a refused one never reaches the queue).
     let done = || {
         (arrived.load(Ordering::Relaxed) >= args.orders
-            && tally.acknowledged.load(Ordering::Relaxed) >= args.orders)
+            && tally.acknowledged.load(Ordering::Relaxed)
+                >= args.orders - tally.checkout_errors.load(Ordering::Relaxed))
             || start.elapsed() > Duration::from_secs_f64(args.orders as f64 / rate) + GIVE_UP_AFTER
     };
     let poller = |f: ChargeFunction| {
@@ -304,6 +306,7 @@ async fn judge(
         ..Report::default()
     };
     let (mut settled, mut double, mut lost, mut mismatched) = (0u64, 0u64, 0u64, 0u64);
+    let checkout_errors = tally.checkout_errors.load(Ordering::Relaxed);
     let faults = Faults::new(args.seed, BTreeMap::new());
     for i in 0..args.orders {
         let order = driver::plan_order(i, args.seed, &faults);
@@ -324,6 +327,12 @@ async fn judge(
         if record.status.is_settled() {
             settled += 1;
         }
+        match record.status {
+            OperationStatus::Succeeded => report.succeeded += 1,
+            OperationStatus::Failed => report.failed += 1,
+            _ if record.review.is_some() => report.in_review += 1,
+            _ => report.unconverged += 1,
+        }
         let agrees = match (record.status, succeeded.first()) {
             (OperationStatus::Succeeded, Some((id, _))) => {
                 record.external_id.as_deref() == Some(id.as_str())
@@ -336,13 +345,22 @@ async fn judge(
             mismatched += 1;
         }
     }
+    report.orders = args.orders;
+    report.accepted = args.orders - checkout_errors;
+    report.payment_intents_created = ledger["payment_intents"]
+        .as_array()
+        .map_or(0, |all| all.len() as u64);
     report.double_charges = double;
-    report.lost_charges = lost;
+    // An order checkout refused has no record, and is no lost charge.
+    report.lost_charges = lost.saturating_sub(checkout_errors);
     report.record_mismatches = mismatched;
-    report.invariants_hold = double == 0 && lost == 0 && mismatched == 0;
+    let unconverged = report.unconverged;
+    report.invariants_hold =
+        double == 0 && report.lost_charges == 0 && mismatched == 0 && unconverged == 0;
     if !report.invariants_hold {
         report.first_violation = Some(format!(
-            "{double} double charges, {lost} orders without a record, {mismatched} records that disagree with Stripe"
+            "{double} double charges, {} orders without a record, {mismatched} records that disagree with Stripe, {unconverged} not settled when the run ended",
+            report.lost_charges
         ));
     }
     let requests = &ledger["requests"];
