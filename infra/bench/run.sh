@@ -19,9 +19,9 @@
 #   - section 7, the reference burst at Stripe's rate limit: `bench burst` runs `simulate
 #     --arrival-rate` (sim build, virtual time, in memory) once per row of
 #     infra/bench/src/burst.rs's RUNS and per point of infra/bench/src/grid.rs, and draws
-#     docs/bench/burst-{paced,unpaced}.svg; then a burst of 500 orders over the wire on the
-#     real clock (moto + a separate stripe-sim). About 6 minutes, the two unpaced runs and the
-#     wire burst most of it.
+#     docs/bench/burst-{paced,unpaced}.svg; then a burst of 2,000 orders over the wire on the
+#     real clock (moto + a separate stripe-sim). About 12 minutes, the wire burst (about 7) and
+#     the two unpaced runs most of it.
 # Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 10 minutes on 2 cores once built
 # (the 10,000-item table on moto and the burst's unpaced runs are most of it; BENCH_SETTLED=N uses
 # a smaller table).
@@ -142,7 +142,7 @@ fi
 if step burst; then
   echo "== 7: the reference burst at Stripe's rate limit, the grid, the mixed bursts (simulate --arrival-rate, virtual time)" >&2
   "$bench" burst "$out" "$simulate" docs/bench
-  echo "== 7: a burst over the wire on the real clock (moto + a separate stripe-sim, create 5/s; about 2 minutes)" >&2
+  echo "== 7: a burst over the wire on the real clock (moto + a separate stripe-sim, create 5/s; about 7 minutes)" >&2
   # Create 5/s, arrivals at 6/s: moto binds before Stripe's limit on this machine (one Python
   # process; its SQS receive walks the whole queue and its writes slow as the table grows: at 10
   # orders/s it served 13 requests a second). A live account's budgets (96 overall, the
@@ -155,7 +155,7 @@ if step burst; then
     trap 'kill \$sim_pid' EXIT
     for _ in \$(seq 50); do grep -q listening '$out/stripe-sim-burst.log' && break; sleep 0.1; done
     url=http://\$(grep -o 'listening on [0-9.:]*' '$out/stripe-sim-burst.log' | head -n 1 | cut -d' ' -f3)
-    '$simulate' --backend aws --stripe-url \"\$url\" --orders '${BENCH_WIRE_BURST_ORDERS:-500}' --arrival-rate 6 \\
+    '$simulate' --backend aws --stripe-url \"\$url\" --orders '${BENCH_WIRE_BURST_ORDERS:-2000}' --arrival-rate 6 \\
       --stripe-rps 96 --stripe-endpoint-rps 5 --json | tail -n 1 > '$out/burst-wire.json'
   "
 fi
