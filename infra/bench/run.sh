@@ -142,22 +142,26 @@ fi
 if step burst; then
   echo "== 7: the reference burst at Stripe's rate limit, the grid, the mixed bursts (simulate --arrival-rate, virtual time)" >&2
   "$bench" burst "$out" "$simulate" docs/bench
-  echo "== 7: a burst over the wire on the real clock (moto + a separate stripe-sim, create 5/s; about 7 minutes)" >&2
+  echo "== 7: a burst over the wire on the real clock, with the carry and without (moto + a separate stripe-sim, create 5/s; about 7 minutes each)" >&2
   # Create 5/s, arrivals at 6/s: moto binds before Stripe's limit on this machine (one Python
   # process; its SQS receive walks the whole queue and its writes slow as the table grows: at 10
   # orders/s it served 13 requests a second). A live account's budgets (96 overall, the
   # endpoint's whole 5/s: no other client shares this simulator's key): the charges run at the
-  # create endpoint's.
-  infra/local/with-stack.sh bash -c "
-    set -euo pipefail
-    '$target/release/stripe-sim' --port 0 --create-rps 5 --create-latency-p50-ms 300 > '$out/stripe-sim-burst.log' 2>&1 &
-    sim_pid=\$!
-    trap 'kill \$sim_pid' EXIT
-    for _ in \$(seq 50); do grep -q listening '$out/stripe-sim-burst.log' && break; sleep 0.1; done
-    url=http://\$(grep -o 'listening on [0-9.:]*' '$out/stripe-sim-burst.log' | head -n 1 | cut -d' ' -f3)
-    '$simulate' --backend aws --stripe-url \"\$url\" --orders '${BENCH_WIRE_BURST_ORDERS:-2000}' --arrival-rate 6 \\
-      --stripe-rps 96 --stripe-endpoint-rps 5 --json | tail -n 1 > '$out/burst-wire.json'
-  "
+  # create endpoint's. The second run is the same without the carry (a bank of one call), to tell
+  # what its capacity 429s come from; each on a fresh stack and a fresh stripe-sim.
+  for variant in "burst-wire:" "burst-wire-no-carry:--charge-burst 1"; do
+    name="${variant%%:*}" flags="${variant#*:}"
+    infra/local/with-stack.sh bash -c "
+      set -euo pipefail
+      '$target/release/stripe-sim' --port 0 --create-rps 5 --create-latency-p50-ms 300 > '$out/stripe-sim-$name.log' 2>&1 &
+      sim_pid=\$!
+      trap 'kill \$sim_pid' EXIT
+      for _ in \$(seq 50); do grep -q listening '$out/stripe-sim-$name.log' && break; sleep 0.1; done
+      url=http://\$(grep -o 'listening on [0-9.:]*' '$out/stripe-sim-$name.log' | head -n 1 | cut -d' ' -f3)
+      '$simulate' --backend aws --stripe-url \"\$url\" --orders '${BENCH_WIRE_BURST_ORDERS:-2000}' --arrival-rate 6 \\
+        --stripe-rps 96 --stripe-endpoint-rps 5 $flags --json | tail -n 1 > '$out/$name.json'
+    "
+  done
 fi
 
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"

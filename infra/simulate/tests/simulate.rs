@@ -901,6 +901,8 @@ fn a_burst_over_the_wire_is_paced_on_real_time() {
         assert_eq!(sim.ledger().len(), 150, "one intent per order at Stripe");
         assert!(load.capacity_429s <= 5, "{}", report.render());
         assert!(load.creates_per_charge <= 1.05, "{}", report.render());
+        // Counted at the queue's adapter: checkout sent each order once, nothing sent again.
+        assert_eq!(load.sqs_sends, 150, "{}", report.render());
         // Not faster than Stripe's limit allows (25/s): the limit was really met.
         assert!(load.drain_secs >= 150.0 / 25.0, "{}", report.render());
         for refused in [

@@ -466,8 +466,9 @@ fn runs_paragraph(runs: &[(BurstRun, Option<Value>)], date: &str) -> Result<Stri
     Ok(paragraph(&format!("{counted} {took}")))
 }
 
-/// The burst over the wire on the real clock, if it was measured.
-fn wire_part(wire: Option<&Value>) -> Result<String, Error> {
+/// The burst over the wire on the real clock, if it was measured, and the same burst without the
+/// carry (what its capacity 429s come from), if that was.
+fn wire_part(wire: Option<&Value>, no_carry: Option<&Value>) -> Result<String, Error> {
     let Some(v) = wire else {
         return Ok(String::new());
     };
@@ -511,7 +512,35 @@ fn wire_part(wire: Option<&Value>) -> Result<String, Error> {
             ("verdict", verdict),
         ],
     )?;
-    Ok(paragraph(&text.replace('\n', " ")) + "\n")
+    let text = match no_carry {
+        None => text,
+        Some(n) => {
+            let l = &n["load"];
+            let verdict = match fault(u(&l["orders"]), n) {
+                None => "every invariant held".to_owned(),
+                Some(why) => format!("**{why}**"),
+            };
+            let no_carry = sentence(
+                "wire-no-carry",
+                &[
+                    ("drain", secs(f(&l["drain_secs"]))),
+                    ("ratio", format!("{:.3}", f(&l["drain_ratio"]))),
+                    ("refused", thousands(u(&l["capacity_429s"]))),
+                    ("creates", format!("{:.3}", f(&l["creates_per_charge"]))),
+                    ("verdict", verdict),
+                ],
+            )?;
+            // What the carry changes: fewer 429s without it says they are the carry's.
+            let cause = if u(&l["capacity_429s"]) < u(&v["load"]["capacity_429s"]) {
+                "wire-carry-cause"
+            } else {
+                "wire-carry-not-cause"
+            };
+            format!("{text} {no_carry} {}", sentence(cause, &[])?)
+        }
+    };
+    let tail = sentence("wire-moto", &[])?;
+    Ok(paragraph(&format!("{text} {tail}").replace('\n', " ")) + "\n")
 }
 
 /// Section 7 from the runs' reports, the grid's and the burst over the wire. `date` is when
@@ -520,6 +549,7 @@ pub fn section(
     runs: &[(BurstRun, Option<Value>)],
     grid: &[(GridPoint, Option<Value>)],
     wire: Option<&Value>,
+    wire_no_carry: Option<&Value>,
     date: &str,
 ) -> Result<String, Error> {
     let reference = runs
@@ -548,7 +578,7 @@ pub fn section(
     out += &drawn_part(runs)?;
     out += &grid_part(grid)?;
     out += &mixed_part(runs)?;
-    out += &wire_part(wire)?;
+    out += &wire_part(wire, wire_no_carry)?;
     out += &limits_paragraph(runs, load)?;
     out.push('\n');
     out += &runs_paragraph(runs, date)?;
@@ -571,7 +601,7 @@ mod tests {
         let mut runs = all_runs();
         runs[0].1 = Some(report(&RUNS[0], 4375.4, 4160.77, 1.7672));
         runs[8].1 = Some(report(&RUNS[8], 1267.5, 1155.5, 1.0));
-        let w = section(&runs, &[], None, "today").unwrap();
+        let w = section(&runs, &[], None, None, "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| ")).collect();
@@ -639,7 +669,7 @@ mod tests {
         broken["first_violation"] = "double charge".into();
         broken["load"]["settled"] = 19_999.into();
         runs[1].1 = None;
-        let w = section(&runs, &[], None, "today").unwrap();
+        let w = section(&runs, &[], None, None, "today").unwrap();
         // The prose is wrapped: compare it as one line.
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
@@ -656,7 +686,7 @@ mod tests {
             flat.contains("**Runs that do not count**: paced-seed2: invariant broken"),
             "{w}"
         );
-        let none = section(&RUNS.map(|r| (r, None)), &[], None, "today").unwrap();
+        let none = section(&RUNS.map(|r| (r, None)), &[], None, None, "today").unwrap();
         assert!(none.ends_with("Not measured in this run.\n"), "{none}");
     }
 
@@ -691,7 +721,7 @@ mod tests {
                 (p, Some(v))
             })
             .collect();
-        let w = section(&all_runs(), &grid, None, "today").unwrap();
+        let w = section(&all_runs(), &grid, None, None, "today").unwrap();
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         let rows: Vec<&str> = w.lines().filter(|l| l.starts_with("| 10/s")).collect();
         assert_eq!(rows.len(), 6, "{w}");
@@ -711,13 +741,13 @@ mod tests {
             .iter()
             .map(|(p, _)| (*p, Some(grid_report(p, 1.1, 1.0))))
             .collect();
-        let w = section(&all_runs(), &fair, None, "today").unwrap();
+        let w = section(&all_runs(), &fair, None, None, "today").unwrap();
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(flat.contains("at 0 of 12 points."), "{w}");
         // None measured: no grid part at all.
         let none: Vec<(GridPoint, Option<Value>)> =
             grid::points().into_iter().map(|p| (p, None)).collect();
-        assert!(!section(&all_runs(), &none, None, "today")
+        assert!(!section(&all_runs(), &none, None, None, "today")
             .unwrap()
             .contains("The grid"));
     }
@@ -733,7 +763,7 @@ mod tests {
                 "latency_p99_secs": 180.0, "creates_per_charge": 1.0, "capacity_429s": 2,
             }
         });
-        let w = section(&all_runs(), &[], Some(&wire), "today").unwrap();
+        let w = section(&all_runs(), &[], Some(&wire), None, "today").unwrap();
         let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             flat.contains(
@@ -749,10 +779,26 @@ mod tests {
         let mut broken = wire.clone();
         broken["invariants_hold"] = false.into();
         broken["first_violation"] = "1 double charges".into();
-        let w = section(&all_runs(), &[], Some(&broken), "today").unwrap();
+        let w = section(&all_runs(), &[], Some(&broken), None, "today").unwrap();
         assert!(w.contains("**invariant broken: 1 double charges**"), "{w}");
         // Not measured: no paragraph.
-        let w = section(&all_runs(), &[], None, "today").unwrap();
+        let w = section(&all_runs(), &[], None, None, "today").unwrap();
         assert!(!w.contains("Over the wire"), "{w}");
+        // The same burst without the carry: fewer 429s name the carry as their source; as many
+        // (its twin) say it is not.
+        let mut no_carry = wire.clone();
+        no_carry["load"]["capacity_429s"] = 0.into();
+        no_carry["load"]["drain_secs"] = 228.0.into();
+        let w = section(&all_runs(), &[], Some(&wire), Some(&no_carry), "today").unwrap();
+        let flat = w.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("no carry (`--charge-burst 1`) drained in 228.0 s"),
+            "{w}"
+        );
+        assert!(flat.contains("come from the carry"), "{w}");
+        no_carry["load"]["capacity_429s"] = 2.into();
+        let w = section(&all_runs(), &[], Some(&wire), Some(&no_carry), "today").unwrap();
+        assert!(w.contains("the carry is not what"), "{w}");
+        assert!(!w.contains("come from the carry"), "{w}");
     }
 }

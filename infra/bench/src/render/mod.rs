@@ -74,6 +74,7 @@ fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
         &crate::burst::read_reports(dir)?,
         &crate::grid::read_reports(dir)?,
         read_opt::<serde_json::Value>(dir, "burst-wire.json")?.as_ref(),
+        read_opt::<serde_json::Value>(dir, "burst-wire-no-carry.json")?.as_ref(),
         &run.date,
     )? + "\n")
 }
