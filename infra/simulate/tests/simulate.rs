@@ -870,6 +870,12 @@ fn authorizations_are_captured_canceled_raced_and_forgotten_and_every_invariant_
 /// machine's clock. Every order charged once, no more than a handful refused for capacity; the
 /// drain on wall time is `make bench`'s to measure, not a test's. Its twins: a stripe-sim whose
 /// limits refill on its simulated clock, or that has none, is refused before anything is sent.
+///
+/// The environments bank one second of their shares and carry nothing more: moto holds all four
+/// up at once, and with the default carry they then spend their carries together, past Stripe's
+/// bucket (8, 0 and 9 capacity 429s in three runs of this burst, against 0, 0 and 0 with the bank
+/// alone, at the same drain). `make bench` measures both over a longer burst (BENCHMARKS.md
+/// section 7); a bound on the carry's 429s would make this test depend on the machine's timing.
 #[test]
 fn a_burst_over_the_wire_is_paced_on_real_time() {
     let _one = ON_MOTO.lock().unwrap_or_else(|p| p.into_inner());
@@ -888,6 +894,8 @@ fn a_burst_over_the_wire_is_paced_on_real_time() {
             let mut a = args(150, 5, Backend::Aws);
             a.stripe_url = Some(url);
             a.arrival_rate = Some(50.0);
+            // The bank the charge function has, without the carry (see above).
+            a.charge_burst = Some(a.stripe_budget().charge_burst());
             a
         };
         let real = stripe_sim::Capacity::stripe_defaults()
