@@ -318,8 +318,9 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub no_pacing: bool,
 
-    /// Each charge environment's budget burst, the calls it may bank (default: the charge
-    /// function's, one second of its share: `StripeBudget::charge_burst`).
+    /// Each charge environment's budget burst, the calls it may bank, and no carry (default: the
+    /// charge function's, one second of its share, `StripeBudget::charge_burst`, with its carry,
+    /// `StripeBudget::charge_carry`).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub charge_burst: Option<u32>,
 
