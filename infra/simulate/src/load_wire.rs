@@ -61,8 +61,6 @@ struct Tally {
     acknowledged: AtomicU64,
     batches: AtomicU64,
     checkout_errors: AtomicU64,
-    /// Messages checkout sent to the charge queue, read from the queue's adapter at the end.
-    sqs_sends: AtomicU64,
     /// Wall ms since the start of the last acknowledgement.
     last_ack_ms: AtomicU64,
     /// Order → checkout answered, wall ms since the start.
@@ -231,10 +229,14 @@ pub async fn run(args: &SimulateArgs, rate: f64) -> Result<Report, BoxError> {
     let order = Mutex::new(SmallRng::seed_from_u64(args.seed));
     crate::sched::run_all(&order, tasks).await;
 
-    tally
-        .sqs_sends
-        .store(queue.sends.load(Ordering::Relaxed), Ordering::Relaxed);
-    judge(args, rate, &capacity, &tally, store.as_ref(), &admin, start).await
+    let mut report = judge(args, rate, &capacity, &tally, store.as_ref(), &admin, start).await?;
+    // Checkout's sends, counted at the queue's adapter (no reconciler runs here, so nothing is
+    // sent again).
+    if let Some(load) = report.load.as_mut() {
+        load.sqs_sends = queue.sends.load(Ordering::Relaxed);
+        load.sends_per_order = load.sqs_sends as f64 / args.orders.max(1) as f64;
+    }
+    Ok(report)
 }
 
 /// One invocation: the batch as the event source hands it over, with the function's deadline;
@@ -406,10 +408,7 @@ async fn judge(
         stripe_reads: requests["retrieve"].as_u64().unwrap_or(0)
             + requests["search"].as_u64().unwrap_or(0),
         batches: tally.batches.load(Ordering::Relaxed),
-        // Checkout's sends (no reconciler runs here, so nothing is sent again).
-        sqs_sends: tally.sqs_sends.load(Ordering::Relaxed),
-        sends_per_order: tally.sqs_sends.load(Ordering::Relaxed) as f64 / args.orders.max(1) as f64,
-        checkout_errors: tally.checkout_errors.load(Ordering::Relaxed),
+        checkout_errors,
         ..LoadReport::default()
     });
     report.wall_secs = wall;
