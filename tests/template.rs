@@ -670,7 +670,7 @@ fn statement_branches(st: &Value) -> Vec<&Value> {
 // ---------------------------------------------------------------------------------------------
 // Configurations: the template as CloudFormation would deploy it for one parameter set. The
 // `Conditions` are evaluated (Equals / Not / And / Or / Condition over parameter Refs, with
-// `!Join` for list parameters), resources and outputs whose `Condition` is false are dropped, every
+// `!Join` for list parameters; the Rules' EachMemberEquals), resources and outputs whose `Condition` is false are dropped, every
 // `!If` is replaced by its branch and `AWS::NoValue` removed. The `Rules` are checked too, so a
 // configuration here is one CloudFormation would accept.
 // ---------------------------------------------------------------------------------------------
@@ -871,6 +871,11 @@ impl Configuration {
                 vs?.into_iter().any(|b| b)
             }
             "Condition" => *self.conditions.get(plain(arg).as_str().expect("a name"))?,
+            // A rule function (Rules only): every member of the list equals the value.
+            "EachMemberEquals" => {
+                let value = self.text(&args()[1]);
+                self.list(&args()[0]).iter().all(|m| *m == value)
+            }
             other => panic!("condition function {other} is not evaluated here"),
         })
     }
