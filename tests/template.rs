@@ -1911,7 +1911,11 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
             // show and audit: an order's refunds (refunds_of); audit --show and summary: the kept
             // reports (AuditLog::latest_reports, the AUDIT partition).
             ("show, audit, summary", "dynamodb:Query", table("")),
-            ("show, resolve, redrive, audit", "dynamodb:GetItem", "OperationsTable".into()),
+            (
+                "show, resolve, redrive, audit",
+                "dynamodb:GetItem",
+                "OperationsTable".into(),
+            ),
             // An index page's records (records_of).
             (
                 "unknowns, summary, audit",
@@ -1919,7 +1923,11 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
                 "OperationsTable".into(),
             ),
             // resolve and redrive: a conditional UpdateItem returning the record (ALL_NEW).
-            ("resolve, redrive", "dynamodb:UpdateItem", "OperationsTable".into()),
+            (
+                "resolve, redrive",
+                "dynamodb:UpdateItem",
+                "OperationsTable".into(),
+            ),
             // resolve of a failed refund: its record and its charge's in one transaction.
             ("resolve", "dynamodb:UpdateItem", "OperationsTable".into()),
             // audit keeps its report (AuditLog::put_report), under the AUDIT partition only.
@@ -1985,7 +1993,11 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
     assert_eq!(grants.len(), 2, "two UpdateItem statements");
     let mut how: Vec<(String, String)> = Vec::new();
     for g in &grants {
-        assert_eq!(g.attributes, want, "{}: exactly what chargectl's writes name", g.sid);
+        assert_eq!(
+            g.attributes, want,
+            "{}: exactly what chargectl's writes name",
+            g.sid
+        );
         assert_eq!(g.equals.len(), 1, "{}: {:?}", g.sid, g.equals);
         how.extend(g.equals.clone());
     }
@@ -2884,7 +2896,11 @@ fn update_grants(policies: &Value, whose: &str) -> Vec<UpdateGrant> {
             continue;
         }
         let sid = str_at(st, "Sid").unwrap_or(path).to_owned();
-        assert_eq!(actions, ["dynamodb:UpdateItem"], "{whose} {sid}: its own statement");
+        assert_eq!(
+            actions,
+            ["dynamodb:UpdateItem"],
+            "{whose} {sid}: its own statement"
+        );
         let condition = get(st, "Condition")
             .unwrap_or_else(|| panic!("{whose} {sid}: UpdateItem on any attribute"));
         let keys: BTreeSet<&str> = condition
@@ -2895,7 +2911,10 @@ fn update_grants(policies: &Value, whose: &str) -> Vec<UpdateGrant> {
             .collect();
         assert!(
             keys.contains("ForAllValues:StringEquals")
-                && keys.is_subset(&BTreeSet::from(["ForAllValues:StringEquals", "StringEquals"])),
+                && keys.is_subset(&BTreeSet::from([
+                    "ForAllValues:StringEquals",
+                    "StringEquals"
+                ])),
             "{whose} {sid}: conditioned on {keys:?}"
         );
         let all = get(condition, "ForAllValues:StringEquals").unwrap();
@@ -2906,7 +2925,11 @@ fn update_grants(policies: &Value, whose: &str) -> Vec<UpdateGrant> {
             &mut listed,
         );
         let attributes: BTreeSet<String> = listed.iter().cloned().collect();
-        assert_eq!(attributes.len(), listed.len(), "{whose} {sid}: a name twice");
+        assert_eq!(
+            attributes.len(),
+            listed.len(),
+            "{whose} {sid}: a name twice"
+        );
         let equals = get(condition, "StringEquals")
             .and_then(Value::as_mapping)
             .map(|m| {
@@ -3010,8 +3033,14 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     assert_eq!(
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
-            ["create_if_absent", "create_refund", "create_taking", "get", "refunds_of"]
-                .map(str::to_owned)
+            [
+                "create_if_absent",
+                "create_refund",
+                "create_taking",
+                "get",
+                "refunds_of"
+            ]
+            .map(str::to_owned)
         )
     );
     let charge = charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap());
@@ -3101,7 +3130,9 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
             root.join("shared/src/webhook"),
             root.join("shared/src/executor.rs"),
         ]),
-        BTreeSet::from(["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned))
+        BTreeSet::from(
+            ["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned)
+        )
     );
     let op = testing::order("ord-events").manual().build();
     let token = LeaseToken::new_random();
@@ -3275,15 +3306,16 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
         key_window: std::time::Duration::from_secs(23 * 3600),
         page_lead: std::time::Duration::from_secs(3600),
     };
-    let report = judge(&Evidence::empty(window, window.to, false), &policy).into_report(
-        window,
-        window.to,
-        "audit",
-    );
+    let report = judge(&Evidence::empty(window, window.to, false), &policy)
+        .into_report(window, window.to, "audit");
     let item = report_to_item(&report).unwrap();
     assert_eq!(item[PK], attr_s(AUDIT_PK), "the report's partition");
     let order = charge_once::OperationKey::charge(charge_once::OrderId::parse(AUDIT_PK).unwrap());
-    assert_ne!(key_of(&order).0, AUDIT_PK, "an order named AUDIT is not there");
+    assert_ne!(
+        key_of(&order).0,
+        AUDIT_PK,
+        "an order named AUDIT is not there"
+    );
 
     // PutItem statements: each exactly `ForAllValues:StringEquals: dynamodb:LeadingKeys: [AUDIT]`.
     let held_to_audit = |policies: &Value, whose: &str| {
@@ -3294,7 +3326,11 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
         strings(get(st, "Action").unwrap(), &mut actions);
         assert_eq!(actions, ["dynamodb:PutItem"], "{whose}: its own statement");
         let condition = get(st, "Condition").expect("PutItem is conditioned");
-        assert_eq!(condition.as_mapping().unwrap().len(), 1, "{whose}: {condition:?}");
+        assert_eq!(
+            condition.as_mapping().unwrap().len(),
+            1,
+            "{whose}: {condition:?}"
+        );
         let all = get(condition, "ForAllValues:StringEquals").expect("ForAllValues");
         assert_eq!(all.as_mapping().unwrap().len(), 1, "{whose}: {all:?}");
         let mut keys = Vec::new();
@@ -3309,7 +3345,10 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
         "dynamodb:DeleteItem",
         "dynamodb:BatchWriteItem",
     ] {
-        assert!(statements_allowing(audit, never).is_empty(), "audit: {never}");
+        assert!(
+            statements_allowing(audit, never).is_empty(),
+            "audit: {never}"
+        );
     }
     held_to_audit(
         props(resource(&t, "OperatorPolicy").expect("OperatorPolicy")),
@@ -3330,6 +3369,399 @@ fn statements_allowing(policies: &Value, action: &str) -> Vec<Value> {
             actions.iter().any(|a| a == action)
         })
         .collect()
+}
+
+/// CloudFormation's rule functions (template reference, "Rule functions"): the only functions a
+/// `Rules` block may use. Any other one (`Fn::Join`, `Fn::If`, `Fn::Sub`, …) makes CloudFormation
+/// refuse the whole template ("Following functions are not supported in the Rules block"), which
+/// no configuration evaluated here would show.
+const RULE_FUNCTIONS: &[&str] = &[
+    "Fn::And",
+    "Fn::Contains",
+    "Fn::EachMemberEquals",
+    "Fn::EachMemberIn",
+    "Fn::Equals",
+    "Fn::Not",
+    "Fn::Or",
+    "Fn::RefAll",
+    "Fn::ValueOf",
+    "Fn::ValueOfAll",
+    "Ref",
+];
+
+/// Every function used under `v`, long form (`Fn::Join: …`) or short tag (`!Join`, read as
+/// `Fn::Join`), with where it is.
+fn functions_in(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let name = tag.trim_start_matches('!');
+            // `!Ref` and `!Condition` are `Ref:` and `Condition:`; every other tag is `Fn::<tag>`.
+            let long = if name == "Ref" || name == "Condition" {
+                name.to_owned()
+            } else {
+                format!("Fn::{name}")
+            };
+            out.push((long, path.to_owned()));
+            functions_in(&t.value, path, out);
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                functions_in(item, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Mapping(m) => {
+            for (k, item) in m {
+                let key = k.as_str().unwrap_or("?");
+                if key == "Ref" || key.starts_with("Fn::") || key == "Condition" {
+                    out.push((key.to_owned(), path.to_owned()));
+                }
+                functions_in(item, &format!("{path}/{key}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The functions of a template's `Rules` that are not rule functions, with where they are; and
+/// how many functions the rules use in all.
+fn non_rule_functions(t: &Value) -> (Vec<(String, String)>, usize) {
+    let mut found = Vec::new();
+    if let Some(rules) = get(t, "Rules") {
+        functions_in(rules, "Rules", &mut found);
+    }
+    let all = found.len();
+    found.retain(|(f, _)| !RULE_FUNCTIONS.contains(&f.as_str()));
+    (found, all)
+}
+
+/// CloudFormation accepts the template's Rules: rule functions only, in either form. A refused
+/// function there stops every deploy of the template, whatever the parameters. The rules still
+/// do their work (the JWT rule, read with EachMemberEquals, refuses the default empty audience).
+#[test]
+fn the_rules_use_rule_functions_only() {
+    let t = template();
+    let (refused, all) = non_rule_functions(&t);
+    assert!(refused.is_empty(), "not rule functions: {refused:?}");
+    assert!(all >= 10, "the rules' functions are seen: {all}");
+    // The JWT rule: the default audience list ([""]) is refused, one audience or more is not.
+    let (_, refused) = Configuration::checked(
+        &t,
+        &[
+            ("CheckoutAuth", "JWT"),
+            ("JwtIssuer", "https://auth.example.com/"),
+        ],
+    );
+    assert_eq!(
+        refused,
+        [(
+            "JwtNeedsIssuerAndAudience".to_owned(),
+            "CheckoutAuth=JWT needs JwtAudience".to_owned()
+        )]
+    );
+    for audience in ["charge-once", "charge-once,orders"] {
+        let set: Vec<_> = JWT
+            .iter()
+            .copied()
+            .chain([("JwtAudience", audience)])
+            .collect();
+        let (_, refused) = Configuration::checked(&t, &set);
+        assert!(refused.is_empty(), "{audience}: {refused:?}");
+    }
+}
+
+/// The check refuses what CloudFormation refuses: `!Join` (what rule JwtNeedsIssuerAndAudience
+/// used until CloudFormation refused the template), its long form, `!If`, `!Sub`, `!Condition`,
+/// and accepts the rule functions in both forms.
+#[test]
+fn the_rules_check_refuses_functions_that_are_not_rule_functions() {
+    let refused_in = |fragment: &str| -> Vec<String> {
+        let t: Value = serde_norway::from_str(fragment).expect("a YAML fragment");
+        non_rule_functions(&t)
+            .0
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
+    };
+    for (fragment, function) in [
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Not [!Equals [!Join [\"\", !Ref JwtAudience], \"\"]]\n",
+            "Fn::Join",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert:\n          Fn::Not:\n            - Fn::Equals:\n                - Fn::Join: [\"\", {Ref: JwtAudience}]\n                - \"\"\n",
+            "Fn::Join",
+        ),
+        (
+            "Rules:\n  R:\n    RuleCondition: !If [C, !Equals [a, a], !Equals [a, b]]\n    Assertions: []\n",
+            "Fn::If",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Equals [!Sub \"${Stage}\", prod]\n",
+            "Fn::Sub",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Condition UseJwtAuth\n",
+            "Condition",
+        ),
+    ] {
+        assert_eq!(refused_in(fragment), [function], "{fragment}");
+    }
+    let accepted = "Rules:\n  R:\n    RuleCondition: !Equals [!Ref CheckoutAuth, JWT]\n    Assertions:\n      - Assert: !And [!Not [!EachMemberEquals [!Ref JwtAudience, \"\"]], {\"Fn::Contains\": [[a, b], {Ref: Stage}]}]\n";
+    assert_eq!(refused_in(accepted), Vec::<String>::new());
+}
+
+// ---- The outbox's stream filter ----
+
+/// Whether a Lambda event filter pattern matches `record`, for the part of EventBridge's pattern
+/// syntax notify's filter uses: nested objects, and at a leaf a list of alternatives, each an
+/// exact string or `{"exists": true|false}`. Anything else panics rather than be judged wrongly.
+fn pattern_matches(pattern: &serde_json::Value, record: &serde_json::Value) -> bool {
+    use serde_json::Value as J;
+    let fields = pattern.as_object().expect("a pattern is an object");
+    fields.iter().all(|(key, want)| {
+        let got = record.get(key);
+        match want {
+            J::Object(_) => got.is_some_and(|g| g.is_object() && pattern_matches(want, g)),
+            J::Array(alternatives) => alternatives.iter().any(|alt| match alt {
+                J::String(s) => got.and_then(J::as_str) == Some(s.as_str()),
+                J::Object(o) if o.len() == 1 && o.contains_key("exists") => {
+                    got.is_some() == o["exists"].as_bool().expect("exists: a bool")
+                }
+                other => panic!("pattern syntax not evaluated here: {other}"),
+            }),
+            other => panic!("pattern syntax not evaluated here: {other}"),
+        }
+    })
+}
+
+/// notify's event source mapping's filter patterns, parsed.
+fn notify_filter_patterns(t: &Value) -> Vec<String> {
+    let (notify_id, _) = function(t, "notify");
+    let mappings: Vec<_> = of_type(t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .filter(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&notify_id))
+        .collect();
+    assert_eq!(mappings.len(), 1);
+    let filters = get(props(mappings[0].1), "FilterCriteria")
+        .and_then(|f| get(f, "Filters"))
+        .and_then(Value::as_sequence)
+        .expect("FilterCriteria.Filters");
+    filters
+        .iter()
+        .map(|f| str_at(f, "Pattern").expect("a Pattern").to_owned())
+        .collect()
+}
+
+/// A stream record of the table (NEW_AND_OLD_IMAGES) for the write from `before` to `after`,
+/// its images as the DynamoDB adapter writes the records (`stored_item`: the real attribute
+/// names, the index keys while unsettled), in DynamoDB JSON as Lambda's event carries them.
+fn stream_record(
+    before: Option<&charge_once::Operation>,
+    after: &charge_once::Operation,
+) -> serde_json::Value {
+    use charge_once::adapters::dynamodb::item::{item_json, stored_item};
+    let mut dynamodb = serde_json::json!({ "NewImage": item_json(&stored_item(after)) });
+    if let Some(b) = before {
+        dynamodb["OldImage"] = item_json(&stored_item(b));
+    }
+    serde_json::json!({
+        "eventName": if before.is_some() { "MODIFY" } else { "INSERT" },
+        "eventSource": "aws:dynamodb",
+        "dynamodb": dynamodb,
+    })
+}
+
+/// A write as the stream carries it: what it is, the record before (none for an insert), after.
+type StreamWrite = (
+    String,
+    Option<charge_once::Operation>,
+    charge_once::Operation,
+);
+
+/// Every write the outbox could be asked about, as (what, before, after): a charge paid at once,
+/// one authorized first, and a refund, each inserted or moved from every status, with and without
+/// a review flag, to every status, with and without one.
+fn every_write() -> Vec<StreamWrite> {
+    use charge_once::testing::{self, T0};
+    use charge_once::{Operation, OperationStatus, OperationStatus::*, Review};
+    let statuses = [Pending, Unknown, Authorized, Succeeded, Failed];
+    // A status added to OperationStatus fails to compile here until it is in the list above.
+    for s in statuses {
+        match s {
+            Pending | Unknown | Authorized | Succeeded | Failed => {}
+        }
+    }
+    let refund = {
+        let charge = testing::order("ord-filter-r")
+            .status(Succeeded)
+            .external_id("pi_f")
+            .build();
+        let request = charge_once::domain::RefundRequest {
+            amount: Some(charge_once::Amount::new(100).unwrap()),
+            reason: None,
+        };
+        let (params, _) = charge_once::refund::reserve(&charge, &request, T0).unwrap();
+        Operation::new_refund(
+            charge.order_id.clone(),
+            charge_once::RefundId::parse("r-1").unwrap(),
+            &request,
+            params,
+            charge_once::Principal::jwt("support").unwrap(),
+            T0,
+            testing::GRACE,
+        )
+    };
+    let kinds = [
+        ("charge", testing::order("ord-filter").build()),
+        (
+            "manual charge",
+            testing::order("ord-filter-m").manual().build(),
+        ),
+        ("refund", refund),
+    ];
+    let at = |op: &Operation, status: OperationStatus, reviewed: bool| {
+        let mut op = op.clone();
+        op.status = status;
+        if status.is_settled() {
+            op.next_due_at = None;
+            op.settled_at = Some(T0);
+        }
+        op.review = reviewed.then(|| Review {
+            reason: "search found 2".into(),
+            flagged_at: T0,
+        });
+        op
+    };
+    let mut writes = Vec::new();
+    for (kind, op) in &kinds {
+        for status in statuses {
+            for reviewed in [false, true] {
+                let after = at(op, status, reviewed);
+                let flag = |r: bool| if r { " (in review)" } else { "" };
+                writes.push((
+                    format!("{kind}: insert {status}{}", flag(reviewed)),
+                    None,
+                    after.clone(),
+                ));
+                for was in statuses {
+                    for was_reviewed in [false, true] {
+                        writes.push((
+                            format!(
+                                "{kind}: {was}{} -> {status}{}",
+                                flag(was_reviewed),
+                                flag(reviewed)
+                            ),
+                            Some(at(op, was, was_reviewed)),
+                            after.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    writes
+}
+
+/// The outcome writes (those `outcome_change` turns into an outcome) no pattern lets through.
+fn outcomes_filtered_out(patterns: &[String]) -> Vec<String> {
+    let patterns: Vec<serde_json::Value> = patterns
+        .iter()
+        .map(|p| serde_json::from_str(p).expect("a pattern is JSON"))
+        .collect();
+    let mut lost = Vec::new();
+    for (what, before, after) in every_write() {
+        let Some(outcome) = charge_once::outbox::outcome_change(before.as_ref(), &after) else {
+            continue;
+        };
+        let record = stream_record(before.as_ref(), &after);
+        if !patterns.iter().any(|p| pattern_matches(p, &record)) {
+            lost.push(format!("{what} ({outcome:?})"));
+        }
+    }
+    lost
+}
+
+/// Lambda drops a stream record no filter pattern matches before notify sees it, so a write the
+/// outbox would publish and the filter drops is an outcome never published (ChargeAuthorized was,
+/// while `authorized` was missing from the status list). Every write `outcome_change` turns into
+/// an outcome passes at least one of the template's patterns; and the filter does filter.
+#[test]
+fn the_notify_stream_filter_passes_every_outcome_write() {
+    let patterns = notify_filter_patterns(&template());
+    assert_eq!(patterns.len(), 2, "{patterns:?}");
+    let writes = every_write();
+    let outcomes = writes
+        .iter()
+        .filter(|(_, b, a)| charge_once::outbox::outcome_change(b.as_ref(), a).is_some())
+        .count();
+    assert!(outcomes >= 50, "outcome writes enumerated: {outcomes}");
+    assert_eq!(outcomes_filtered_out(&patterns), Vec::<String>::new());
+
+    // Not vacuous: writes that are no outcome are dropped (a claim of a pending charge, an
+    // unknown one re-scheduled), by every pattern.
+    let parsed: Vec<serde_json::Value> = patterns
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let mut passes: BTreeMap<&str, bool> = BTreeMap::new();
+    let mut dropped = 0;
+    for (what, before, after) in &writes {
+        let record = stream_record(before.as_ref(), after);
+        let through = parsed.iter().any(|p| pattern_matches(p, &record));
+        if charge_once::outbox::outcome_change(before.as_ref(), after).is_none() && !through {
+            dropped += 1;
+        }
+        passes.insert(what, through);
+    }
+    assert!(dropped > 0);
+    for example in [
+        "charge: pending -> pending",
+        "charge: unknown -> unknown",
+        "refund: insert pending",
+    ] {
+        assert_eq!(
+            passes.get(example),
+            Some(&false),
+            "{example} is no outcome and is filtered out"
+        );
+    }
+}
+
+/// The check fails on the filter as it was: without `authorized` in the status list, every write
+/// that newly authorizes a manual charge (ChargeAuthorized) is dropped.
+#[test]
+fn the_stream_filter_check_finds_the_authorized_writes_a_filter_without_them_drops() {
+    let patterns = notify_filter_patterns(&template());
+    let without: Vec<String> = patterns
+        .iter()
+        .map(|p| p.replace(r#""authorized","#, ""))
+        .collect();
+    assert_ne!(without, patterns, "the template lists authorized");
+    let lost = outcomes_filtered_out(&without);
+    assert!(!lost.is_empty());
+    assert!(
+        lost.iter()
+            .all(|w| w.contains("-> authorized") || w.contains("insert authorized")),
+        "{lost:?}"
+    );
+    assert!(
+        lost.iter()
+            .any(|w| w.starts_with("manual charge: pending -> authorized")),
+        "{lost:?}"
+    );
+    // And the matcher itself: exact strings, exists, nesting.
+    let p = serde_json::json!({"a": {"b": ["x", "y"]}, "c": [{"exists": true}]});
+    assert!(pattern_matches(
+        &p,
+        &serde_json::json!({"a": {"b": "y"}, "c": 1})
+    ));
+    assert!(!pattern_matches(
+        &p,
+        &serde_json::json!({"a": {"b": "z"}, "c": 1})
+    ));
+    assert!(!pattern_matches(&p, &serde_json::json!({"a": {"b": "x"}})));
+    assert!(!pattern_matches(&p, &serde_json::json!({"a": "x", "c": 1})));
 }
 
 // ---- The operator's dashboard ----
