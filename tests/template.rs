@@ -17,7 +17,14 @@
 //!   authorizer and nothing receives Stripe events; with `StripeWebhookSecretArn` exactly one
 //!   route has none, `POST /stripe/webhook`, throttled on its own; with `StripeEventSourceName` a
 //!   partner bus, a rule on the handled types, a target with retries and a DLQ, a permission
-//!   scoped to the rule and a least-privilege role; every reference resolves in each of them.
+//!   scoped to the rule and a least-privilege role; every reference resolves in each of them;
+//! - what the emulators do not evaluate, held statically: every UpdateItem's `dynamodb:Attributes`
+//!   is exactly what the role's writes name (derived from the write builders, both ways), checkout's
+//!   only inside its transactions; the audit's and the operator's PutItem only under the AUDIT
+//!   partition the report writer puts to; the operator policy grants what each chargectl command
+//!   calls;
+//! - the `Rules` use CloudFormation's rule functions only, and notify's stream filter passes every
+//!   write the outbox turns into an outcome.
 //!
 //! CloudFormation's short tags (`!Ref`, `!GetAtt`, `!Sub`, …) parse as tagged values; [`plain`]
 //! looks through them.
@@ -670,8 +677,9 @@ fn statement_branches(st: &Value) -> Vec<&Value> {
 // ---------------------------------------------------------------------------------------------
 // Configurations: the template as CloudFormation would deploy it for one parameter set. The
 // `Conditions` are evaluated (Equals / Not / And / Or / Condition over parameter Refs, with
-// `!Join` for list parameters), resources and outputs whose `Condition` is false are dropped, every
-// `!If` is replaced by its branch and `AWS::NoValue` removed. The `Rules` are checked too, so a
+// `!Join` for list parameters; the Rules' EachMemberEquals), resources and outputs whose
+// `Condition` is false are dropped, every `!If` is replaced by its branch and `AWS::NoValue`
+// removed. The `Rules` are checked too, so a
 // configuration here is one CloudFormation would accept.
 // ---------------------------------------------------------------------------------------------
 
@@ -871,6 +879,11 @@ impl Configuration {
                 vs?.into_iter().any(|b| b)
             }
             "Condition" => *self.conditions.get(plain(arg).as_str().expect("a name"))?,
+            // A rule function (Rules only): every member of the list equals the value.
+            "EachMemberEquals" => {
+                let value = self.text(&args()[1]);
+                self.list(&args()[0]).iter().all(|m| *m == value)
+            }
             other => panic!("condition function {other} is not evaluated here"),
         })
     }
@@ -1832,11 +1845,12 @@ fn least_privilege_the_charge_role_sends_only_to_the_dlq_and_nobody_reads_items_
     );
 }
 
-#[test]
-fn the_operator_policy_has_exactly_what_chargectl_needs() {
-    let t = template();
+/// The operator policy's id and the `(action, resource)` of each of its statements in
+/// configuration `t`: a lone resource as the logical id it names, a list's items as their text
+/// (`ChargeQueue.Arn`, `${OperationsTable.Arn}/index/…`).
+fn operator_grants(t: &Value) -> (String, Vec<(String, String)>) {
     // The other managed policy is the route grant (CheckoutInvokePolicy, its own test).
-    let policies: Vec<_> = of_type(&t, "AWS::IAM::ManagedPolicy")
+    let policies: Vec<_> = of_type(t, "AWS::IAM::ManagedPolicy")
         .into_iter()
         .filter(|(id, _)| id.contains("Operator"))
         .collect();
@@ -1869,111 +1883,165 @@ fn the_operator_policy_has_exactly_what_chargectl_needs() {
         }
     }
     grants.sort();
+    (id.clone(), grants)
+}
+
+/// The operator policy grants what chargectl's commands call (infra/chargectl/src/lib.rs
+/// `dispatch`, through the store's, the audit log's, SQS's and Secrets Manager's adapters), each
+/// grant tied below to the commands that need it, and nothing else. STS GetCallerIdentity (who
+/// resolves, re-drives or runs an audit) needs no permission.
+#[test]
+fn the_operator_policy_has_exactly_what_chargectl_needs() {
     let table = |suffix: &str| format!("${{OperationsTable.Arn}}{suffix}");
-    let mut want = vec![
-        (
-            "dynamodb:Query".to_owned(),
-            table(&format!("/index/{UNKNOWN_INDEX}")),
-        ),
-        // show of a charge: its refunds, on the order's partition of the table.
-        ("dynamodb:Query".to_owned(), table("")),
-        ("dynamodb:GetItem".to_owned(), "OperationsTable".to_owned()),
-        (
-            "dynamodb:BatchGetItem".to_owned(),
-            "OperationsTable".to_owned(),
-        ),
-        (
-            "dynamodb:UpdateItem".to_owned(),
-            "OperationsTable".to_owned(),
-        ),
-        // resolve of a failed refund: its record and its charge's in one transaction.
-        (
-            "dynamodb:UpdateItem".to_owned(),
-            "OperationsTable".to_owned(),
-        ),
-        ("sqs:SendMessage".to_owned(), "ChargeQueue".to_owned()),
-        (
-            "secretsmanager:GetSecretValue".to_owned(),
-            "StripeSecretArn".to_owned(),
-        ),
-    ];
-    want.sort();
-    assert_eq!(grants, want, "{id}");
+    let needs = |dead_letter_queues: &[&str]| {
+        let mut needs: Vec<(&str, &str, String)> = vec![
+            // unknowns, summary (open and in review), show/resolve/redrive by operation id, audit
+            // (deadlines, the REVIEW count): DynamoStore::query_index, get_by_operation_id,
+            // count_in_review.
+            (
+                "unknowns, summary, show, resolve, redrive, audit",
+                "dynamodb:Query",
+                table(&format!("/index/{UNKNOWN_INDEX}")),
+            ),
+            // audit: the records settled in its window (DynamoStore::settled_between).
+            (
+                "audit",
+                "dynamodb:Query",
+                table(&format!("/index/{SETTLED_INDEX}")),
+            ),
+            // show and audit: an order's refunds (refunds_of); audit --show and summary: the kept
+            // reports (AuditLog::latest_reports, the AUDIT partition).
+            ("show, audit, summary", "dynamodb:Query", table("")),
+            (
+                "show, resolve, redrive, audit",
+                "dynamodb:GetItem",
+                "OperationsTable".into(),
+            ),
+            // An index page's records (records_of).
+            (
+                "unknowns, summary, audit",
+                "dynamodb:BatchGetItem",
+                "OperationsTable".into(),
+            ),
+            // resolve and redrive: a conditional UpdateItem returning the record (ALL_NEW).
+            (
+                "resolve, redrive",
+                "dynamodb:UpdateItem",
+                "OperationsTable".into(),
+            ),
+            // resolve of a failed refund: its record and its charge's in one transaction.
+            ("resolve", "dynamodb:UpdateItem", "OperationsTable".into()),
+            // audit keeps its report (AuditLog::put_report), under the AUDIT partition only.
+            ("audit", "dynamodb:PutItem", "OperationsTable".into()),
+            ("redrive", "sqs:SendMessage", "ChargeQueue".into()),
+            // resolve checks Stripe; audit lists and retrieves.
+            (
+                "resolve, audit",
+                "secretsmanager:GetSecretValue",
+                "StripeSecretArn".into(),
+            ),
+        ];
+        // summary --dead-letter-queue: each queue's ApproximateNumberOfMessages (SqsDepth).
+        for q in dead_letter_queues {
+            needs.push(("summary", "sqs:GetQueueAttributes", format!("{q}.Arn")));
+        }
+        needs
+    };
+    for (name, set) in [("defaults", DEFAULTS), ("event source", EVENT_SOURCE)] {
+        let t = config(set);
+        let (id, grants) = operator_grants(&t);
+        // Every dead-letter queue of the stack, each with the output that gives its URL.
+        let queues: Vec<String> = of_type(&t, "AWS::SQS::Queue")
+            .into_iter()
+            .map(|(q, _)| q)
+            .filter(|q| q.ends_with("DeadLetterQueue"))
+            .collect();
+        assert!(queues.len() >= 2, "{name}: {queues:?}");
+        let outputs = get(&t, "Outputs").and_then(Value::as_mapping).unwrap();
+        for q in &queues {
+            assert!(
+                outputs
+                    .values()
+                    .any(|o| logical_id_of(raw(o, "Value")).as_deref() == Some(q)),
+                "{name}: no output gives the URL of {q}"
+            );
+        }
+        let queues: Vec<&str> = queues.iter().map(String::as_str).collect();
+        let needs = needs(&queues);
+        for (commands, action, resource) in &needs {
+            assert!(
+                grants.contains(&((*action).to_owned(), resource.clone())),
+                "{name} {id}: {commands} need {action} on {resource}"
+            );
+        }
+        // And nothing no command needs.
+        let mut want: Vec<(String, String)> = needs
+            .into_iter()
+            .map(|(_, a, r)| (a.to_owned(), r))
+            .collect();
+        want.sort();
+        assert_eq!(grants, want, "{name} {id}");
+    }
+    // The events DLQ exists only with the event source: its depth is granted only then.
+    let (_, defaults) = operator_grants(&config(DEFAULTS));
+    assert!(!defaults
+        .iter()
+        .any(|(_, r)| r.starts_with("StripeEventsDeadLetterQueue")));
 
     // UpdateItem only as chargectl's resolve and redrive send it: the attributes they name (the
-    // adapter's list, so the two cannot drift) and the record back as ALL_NEW. Everything else
-    // in the policy has no condition.
+    // adapter's list, held to the writes by the_operator_updates_name_exactly_what_resolve_and_
+    // redrive_name) and the record back as ALL_NEW, or inside a transaction.
     use charge_once::adapters::dynamodb::writes::OPERATOR_WRITE_ATTRIBUTES;
-    let (mut updates, mut plain, mut in_transaction) = (0, 0, 0);
+    let t = template();
+    let policy = props(resource(&t, "OperatorPolicy").expect("OperatorPolicy"));
+    let want: BTreeSet<String> = OPERATOR_WRITE_ATTRIBUTES
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+    let grants = update_grants(policy, "OperatorPolicy");
+    assert_eq!(grants.len(), 2, "two UpdateItem statements");
+    let mut how: Vec<(String, String)> = Vec::new();
+    for g in &grants {
+        assert_eq!(
+            g.attributes, want,
+            "{}: exactly what chargectl's writes name",
+            g.sid
+        );
+        assert_eq!(g.equals.len(), 1, "{}: {:?}", g.sid, g.equals);
+        how.extend(g.equals.clone());
+    }
+    how.sort();
+    // Either a plain UpdateItem returning what the adapter asks for, or one inside a transaction
+    // (which carries no ReturnValues): never one without either.
+    assert_eq!(
+        how,
+        [
+            (
+                "dynamodb:EnclosingOperation".to_owned(),
+                "TransactWriteItems".to_owned()
+            ),
+            (
+                "dynamodb:ReturnValues".to_owned(),
+                charge_once::adapters::dynamodb::UPDATE_RETURNS
+                    .as_str()
+                    .to_owned()
+            ),
+        ]
+    );
+    // The report's PutItem is held to the AUDIT partition (with the audit function's, in
+    // the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to); every other statement
+    // but the UpdateItems has no condition.
+    let mut found = Vec::new();
+    statements(policy, String::new(), &mut found);
     for (_, st) in &found {
         let mut actions = Vec::new();
         strings(get(st, "Action").unwrap(), &mut actions);
-        let condition = get(st, "Condition");
-        if !actions.iter().any(|a| a == "dynamodb:UpdateItem") {
-            assert!(condition.is_none(), "{id}: {actions:?}");
-            continue;
-        }
-        updates += 1;
-        assert_eq!(actions, ["dynamodb:UpdateItem"], "{id}: its own statement");
-        let condition = condition.expect("UpdateItem is conditioned");
-        let keys: BTreeSet<&str> = condition
-            .as_mapping()
-            .unwrap()
-            .keys()
-            .filter_map(Value::as_str)
-            .collect();
-        assert_eq!(
-            keys,
-            BTreeSet::from(["ForAllValues:StringEquals", "StringEquals"]),
-            "{id}: no IfExists, no ForAnyValue: every request is checked"
-        );
-        let mut listed = Vec::new();
-        strings(
-            get(
-                get(condition, "ForAllValues:StringEquals").unwrap(),
-                "dynamodb:Attributes",
-            )
-            .expect("dynamodb:Attributes"),
-            &mut listed,
-        );
-        let listed: BTreeSet<&str> = listed.iter().map(String::as_str).collect();
-        let want: BTreeSet<&str> = OPERATOR_WRITE_ATTRIBUTES.iter().copied().collect();
-        assert_eq!(listed, want, "{id}: exactly what chargectl's writes name");
-        // Either a plain UpdateItem returning what the adapter asks for, or one inside a
-        // transaction (which carries no ReturnValues): never one without either.
-        let equals = get(condition, "StringEquals").unwrap();
-        let keys: Vec<&str> = equals
-            .as_mapping()
-            .unwrap()
-            .keys()
-            .filter_map(Value::as_str)
-            .collect();
-        match keys.as_slice() {
-            ["dynamodb:ReturnValues"] => {
-                plain += 1;
-                assert_eq!(
-                    str_at(equals, "dynamodb:ReturnValues"),
-                    Some(charge_once::adapters::dynamodb::UPDATE_RETURNS.as_str()),
-                    "{id}: what the adapter asks for"
-                );
-            }
-            ["dynamodb:EnclosingOperation"] => {
-                in_transaction += 1;
-                assert_eq!(
-                    str_at(equals, "dynamodb:EnclosingOperation"),
-                    Some("TransactWriteItems"),
-                    "{id}: only inside a transaction"
-                );
-            }
-            other => panic!("{id}: an UpdateItem conditioned on {other:?}"),
-        }
+        let conditioned = get(st, "Condition").is_some();
+        let put_or_update = actions
+            .iter()
+            .any(|a| a == "dynamodb:UpdateItem" || a == "dynamodb:PutItem");
+        assert_eq!(conditioned, put_or_update, "{actions:?}");
     }
-    assert_eq!(updates, 2, "{id}: two UpdateItem statements");
-    assert_eq!(
-        (plain, in_transaction),
-        (1, 1),
-        "{id}: one plain, one in a transaction"
-    );
 }
 
 /// `(action, resource)` of every statement of a function's inline policies, the resource as the
@@ -2805,10 +2873,150 @@ fn the_review_alarms_fit_every_reconciler_cadence() {
     }
 }
 
+/// Every attribute an UpdateItem built from `w` names, as IAM's `dynamodb:Attributes` counts them:
+/// the placeholders of its condition and of its update, and the table's key (its `Key`).
+fn write_names(w: &charge_once::adapters::dynamodb::writes::Write) -> BTreeSet<String> {
+    use charge_once::adapters::dynamodb::schema::{PK, SK};
+    let mut names: BTreeSet<String> = w.names.values().cloned().collect();
+    names.extend([PK.to_owned(), SK.to_owned()]);
+    names
+}
+
+/// One UpdateItem statement of a role: its Sid, the attributes it may name, and its
+/// `StringEquals` conditions (`dynamodb:EnclosingOperation`, `dynamodb:ReturnValues`).
+#[derive(Debug)]
+struct UpdateGrant {
+    sid: String,
+    attributes: BTreeSet<String>,
+    equals: BTreeMap<String, String>,
+}
+
+/// Every statement of `policies` that allows UpdateItem: each its own statement, conditioned on
+/// an attribute list for every request (`ForAllValues:StringEquals`, no IfExists, no
+/// ForAnyValue) and on nothing but that and `StringEquals`.
+fn update_grants(policies: &Value, whose: &str) -> Vec<UpdateGrant> {
+    let mut found = Vec::new();
+    statements(policies, String::new(), &mut found);
+    let mut grants = Vec::new();
+    for (path, st) in &found {
+        let mut actions = Vec::new();
+        strings(get(st, "Action").unwrap(), &mut actions);
+        if !actions.iter().any(|a| a == "dynamodb:UpdateItem") {
+            continue;
+        }
+        let sid = str_at(st, "Sid").unwrap_or(path).to_owned();
+        assert_eq!(
+            actions,
+            ["dynamodb:UpdateItem"],
+            "{whose} {sid}: its own statement"
+        );
+        let condition = get(st, "Condition")
+            .unwrap_or_else(|| panic!("{whose} {sid}: UpdateItem on any attribute"));
+        let keys: BTreeSet<&str> = condition
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            keys.contains("ForAllValues:StringEquals")
+                && keys.is_subset(&BTreeSet::from([
+                    "ForAllValues:StringEquals",
+                    "StringEquals"
+                ])),
+            "{whose} {sid}: conditioned on {keys:?}"
+        );
+        let all = get(condition, "ForAllValues:StringEquals").unwrap();
+        let mut listed = Vec::new();
+        strings(
+            get(all, "dynamodb:Attributes")
+                .unwrap_or_else(|| panic!("{whose} {sid}: no dynamodb:Attributes")),
+            &mut listed,
+        );
+        let attributes: BTreeSet<String> = listed.iter().cloned().collect();
+        assert_eq!(
+            attributes.len(),
+            listed.len(),
+            "{whose} {sid}: a name twice"
+        );
+        let equals = get(condition, "StringEquals")
+            .and_then(Value::as_mapping)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.as_str().unwrap().to_owned(), scalar_text(v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        grants.push(UpdateGrant {
+            sid,
+            attributes,
+            equals,
+        });
+    }
+    grants
+}
+
+/// A function's inline policies.
+fn policies_of<'a>(t: &'a Value, dir: &str) -> &'a Value {
+    get(props(function(t, dir).1), "Policies").expect("Policies")
+}
+
+/// The [`OperationStore`](charge_once::ports::OperationStore) methods the shipped code in `files`
+/// calls: `….store.<method>(`, with whitespace and line breaks inside a call chain ignored and
+/// `//` comments left out. What IAM must allow follows from these (each method's DynamoDB calls
+/// are in shared/src/adapters/dynamodb/mod.rs).
+fn store_calls(files: &[std::path::PathBuf]) -> BTreeSet<String> {
+    let mut sources = Vec::new();
+    for f in files {
+        if f.is_dir() {
+            shipped_sources(f, &mut sources);
+        } else {
+            let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            let shipped = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+            sources.push((f.clone(), shipped));
+        }
+    }
+    assert!(!sources.is_empty(), "no source in {files:?}");
+    let mut calls = BTreeSet::new();
+    for (_, text) in sources {
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // `deps\n    .store\n    .get(` as `deps.store.get(`.
+        let mut joined = String::with_capacity(code.len());
+        let chars: Vec<char> = code.chars().collect();
+        for (i, c) in chars.iter().enumerate() {
+            if c.is_whitespace() {
+                let next = chars[i..].iter().find(|c| !c.is_whitespace());
+                if joined.ends_with('.') || next == Some(&'.') {
+                    continue;
+                }
+            }
+            joined.push(*c);
+        }
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        for (at, _) in joined.match_indices("store.") {
+            if joined[..at].chars().next_back().is_some_and(ident) {
+                continue;
+            }
+            let rest = &joined[at + "store.".len()..];
+            let method: String = rest.chars().take_while(|c| ident(*c)).collect();
+            if rest[method.len()..].starts_with('(') {
+                calls.insert(method);
+            }
+        }
+    }
+    calls
+}
+
 /// Checkout's role: the conditional create and the reads it decides on, the queue, and two
-/// UpdateItems, a refund's reservation and a capture's or cancel's claim on its charge, each of
-/// which may name exactly the attributes its write names (the key, its guards' and its change's):
-/// never the charge's amount, intent or lease, nor, for a reservation, its status or outcome.
+/// UpdateItems, a refund's reservation and a capture's or cancel's claim on its charge, each
+/// only inside their TransactWriteItems (a bare UpdateItem under this role is refused) and each
+/// naming exactly what its write names (the key, its guards' and its change's): never the
+/// charge's amount, intent or lease token, nor, for a reservation, its outcome. IAM cannot tell a
+/// guard's attribute from an updated one, so `status` is on both lists (template.yaml says so).
 #[test]
 fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     use charge_once::adapters::dynamodb::writes;
@@ -2825,6 +3033,25 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             p("sqs:SendMessage", "ChargeQueue"),
         ])
     );
+    // What the checkout code asks of the store. Of these only create_refund and create_taking
+    // update a record, and each sends its Put and its charge's UpdateItem as one
+    // TransactWriteItems (DynamoStore::put_with_charge); create_if_absent is a plain PutItem.
+    // A new call here (a claim, a record, a resolve: plain UpdateItems) fails this until the
+    // role's conditions are looked at again.
+    let root = workspace_root();
+    assert_eq!(
+        store_calls(&[root.join("functions/checkout/src")]),
+        BTreeSet::from(
+            [
+                "create_if_absent",
+                "create_refund",
+                "create_taking",
+                "get",
+                "refunds_of"
+            ]
+            .map(str::to_owned)
+        )
+    );
     let charge = charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap());
     let now = charge_once::Timestamp::from_millis(0);
     let reserve = charge_once::ports::ReserveRefund {
@@ -2834,12 +3061,8 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         charged: charge_once::Amount::new(2).unwrap(),
         now,
     };
-    let names = |w: writes::Write| -> BTreeSet<String> {
-        let mut names: BTreeSet<String> = w.names.values().cloned().collect();
-        names.extend(["pk".to_owned(), "sk".to_owned()]);
-        names
-    };
-    let reservation = names(writes::write(&reserve).expect("a reservation has its expressions"));
+    let reservation =
+        write_names(&writes::write(&reserve).expect("a reservation has its expressions"));
     // Both ways a capture or cancel takes a charge, in one statement.
     let mut taking = BTreeSet::new();
     for from in [TakeFrom::Authorized, TakeFrom::NeverSent] {
@@ -2854,35 +3077,30 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             from,
             now,
         };
-        taking.extend(names(
-            writes::write(&take).expect("a claim has its expressions"),
+        taking.extend(write_names(
+            &writes::write(&take).expect("a claim has its expressions"),
         ));
     }
-    let (_, f) = function(&t, "checkout");
-    let mut found = Vec::new();
-    statements(f, "checkout".into(), &mut found);
-    let listed: BTreeSet<BTreeSet<String>> = found
-        .iter()
-        .filter(|(_, st)| str_at(st, "Action") == Some("dynamodb:UpdateItem"))
-        .map(|(_, st)| {
-            let mut listed = Vec::new();
-            strings(
-                get(
-                    get(get(st, "Condition").unwrap(), "ForAllValues:StringEquals").unwrap(),
-                    "dynamodb:Attributes",
-                )
-                .unwrap(),
-                &mut listed,
-            );
-            listed.into_iter().collect()
-        })
-        .collect();
+    let grants = update_grants(policies_of(&t, "checkout"), "checkout");
+    let listed: BTreeSet<BTreeSet<String>> = grants.iter().map(|g| g.attributes.clone()).collect();
     assert_eq!(
         listed,
         BTreeSet::from([reservation.clone(), taking.clone()]),
         "exactly what the reservation and the claim name"
     );
-    for never in ["amount", "external_id", "due_at", "lease_token"] {
+    assert_eq!(grants.len(), 2);
+    for g in &grants {
+        assert_eq!(
+            g.equals,
+            BTreeMap::from([(
+                "dynamodb:EnclosingOperation".to_owned(),
+                "TransactWriteItems".to_owned()
+            )]),
+            "checkout {}: only inside its transaction",
+            g.sid
+        );
+    }
+    for never in ["amount", "external_id", "due_at", "lease_token", "taken_by"] {
         assert!(!reservation.contains(never), "{never}");
     }
     for never in [
@@ -2894,6 +3112,661 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     ] {
         assert!(!taking.contains(never), "{never}");
     }
+}
+
+/// The events function (behind the public route when the webhook is on) updates a record only
+/// through the executor's writes, the charge function's own: the claim, the fenced record of any
+/// outcome (a refund's with its charge's release), and a refund's late failure with its release.
+/// Its UpdateItem names exactly what those writes name, derived from the write builders: a write
+/// naming anything else would be refused by IAM in production (the emulators do not evaluate
+/// `dynamodb:Attributes` of expressions), an attribute listed but never named is a grant nobody
+/// needs. It never names the amount, the currency, the customer, the payment method, who asked,
+/// a taker, the history or the redrives.
+#[test]
+fn the_events_function_updates_only_what_the_executor_s_writes_name() {
+    use charge_once::adapters::dynamodb::writes;
+    use charge_once::operation::LeaseToken;
+    use charge_once::ports::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
+    use charge_once::testing::{self, T0};
+    use charge_once::OperationStatus::*;
+    // What the events path asks of the store: a read, an order's refunds, and the three writes.
+    // The executor (shared/src/executor.rs) is the charge function's too; the events function
+    // reaches it through apply_event and apply_refund_event only.
+    let root = workspace_root();
+    assert_eq!(
+        store_calls(&[
+            root.join("functions/webhook/src"),
+            root.join("shared/src/webhook"),
+            root.join("shared/src/executor.rs"),
+        ]),
+        BTreeSet::from(
+            ["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned)
+        )
+    );
+    let op = testing::order("ord-events").manual().build();
+    let token = LeaseToken::new_random();
+    let release = ReleaseRefund {
+        charge: op.key().charge_of_order(),
+        amount: op.params.amount(),
+        now: T0,
+    };
+    let mut named = BTreeSet::new();
+    named.extend(write_names(
+        &writes::write(&testing::claim_request(&op, token, T0)).unwrap(),
+    ));
+    // Every status an outcome records, with every optional part and with none (a record without
+    // an error REMOVEs it; settled, it leaves the index and stamps its settle time; unsettled, it
+    // moves in it).
+    for status in [Pending, Unknown, Authorized, Succeeded, Failed] {
+        let bare = OutcomeRecord {
+            last_error: None,
+            ..testing::outcome(&op, token, status, T0)
+        };
+        let full = OutcomeRecord {
+            external_id: Some(charge_once::PaymentIntentId::parse("pi_1").unwrap()),
+            stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_1").unwrap()),
+            capture_before: Some(T0),
+            amount_captured: Some(op.params.amount()),
+            review: Some(charge_once::Review {
+                reason: "stuck".into(),
+                flagged_at: T0,
+            }),
+            release: Some(release.clone()),
+            ..testing::outcome(&op, token, status, T0)
+        };
+        for rec in [bare, full] {
+            named.extend(write_names(&writes::write(&rec).unwrap()));
+        }
+    }
+    named.extend(write_names(&writes::write(&release).unwrap()));
+    let late = RefundFailedLater {
+        key: op.key(),
+        operation_id: op.operation_id,
+        failure_reason: "expired_or_canceled_card".into(),
+        release: release.clone(),
+        now: T0,
+    };
+    named.extend(write_names(&writes::write(&late).unwrap()));
+
+    for (name, set) in [("webhook", WEBHOOK), ("event source", EVENT_SOURCE)] {
+        let t = config(set);
+        let grants = update_grants(policies_of(&t, "webhook"), "webhook");
+        assert_eq!(grants.len(), 1, "{name}: one UpdateItem statement");
+        let g = &grants[0];
+        assert_eq!(
+            g.attributes,
+            named,
+            "{name} {}: listed but never named {:?}, named but not listed {:?}",
+            g.sid,
+            g.attributes.difference(&named).collect::<Vec<_>>(),
+            named.difference(&g.attributes).collect::<Vec<_>>()
+        );
+        // Claims and records are plain UpdateItems: no EnclosingOperation.
+        assert!(g.equals.is_empty(), "{name}: {:?}", g.equals);
+    }
+    for never in [
+        "amount",
+        "currency",
+        "customer_id",
+        "payment_method",
+        "payment_intent",
+        "requested_by",
+        "taken_by",
+        "history",
+        "redrives",
+        "fingerprint",
+    ] {
+        assert!(!named.contains(never), "{never}");
+    }
+}
+
+/// The operator policy's two UpdateItem lists are exactly what resolve's and redrive's writes
+/// name, from the builders, with no constant in between: the operator policy test holds the lists
+/// to `OPERATOR_WRITE_ATTRIBUTES` and writes.rs's
+/// `the_operator_attributes_are_exactly_what_the_operator_writes_name` the constant to the writes
+/// (adding the keys by hand, where here they come from the write's `Key`).
+#[test]
+fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
+    use charge_once::adapters::dynamodb::schema::{DUE_AT, DUE_SHARD};
+    use charge_once::adapters::dynamodb::writes;
+    use charge_once::ports::{ManualResolution, OperatorGuard, ReleaseRefund, Reschedule};
+    use charge_once::testing::{self, T0};
+    use charge_once::OperationStatus::*;
+    let op = testing::order("ord-operator").status(Unknown).build();
+    let audit = charge_once::AuditEntry {
+        action: "resolve".into(),
+        previous_status: Unknown,
+        new_status: Succeeded,
+        note: "checked".into(),
+        at: T0,
+        caller: "arn:aws:iam::000000000000:user/alice".into(),
+        label: None,
+        forced: None,
+        review: None,
+        replaced_external_id: None,
+    };
+    let guard = OperatorGuard {
+        lease_cutoff: T0,
+        audit,
+    };
+    let release = ReleaseRefund {
+        charge: op.key().charge_of_order(),
+        amount: op.params.amount(),
+        now: T0,
+    };
+    let resolve = |status, with: bool| ManualResolution {
+        key: op.key(),
+        operation_id: op.operation_id,
+        status,
+        external_id: with.then(|| charge_once::PaymentIntentId::parse("pi_1").unwrap()),
+        expected_updated_at: op.updated_at,
+        stripe_refund_id: with.then(|| charge_once::StripeRefundId::parse("re_1").unwrap()),
+        release: with.then(|| release.clone()),
+        guard: guard.clone(),
+    };
+    let mut named = BTreeSet::new();
+    for status in [Succeeded, Failed] {
+        for with in [false, true] {
+            named.extend(write_names(&writes::write(&resolve(status, with)).unwrap()));
+        }
+    }
+    for clear_review in [false, true] {
+        let redrive = Reschedule {
+            clear_review,
+            operator: Some(guard.clone()),
+            ..Reschedule::redrive(&op, T0, T0)
+        };
+        named.extend(write_names(&writes::write(&redrive).unwrap()));
+    }
+    named.extend(write_names(&writes::write(&release).unwrap()));
+    // The index's keys are named by every one of them (a resolution removes them, a re-drive
+    // moves them), listed by the constant in any case.
+    assert!(named.contains(DUE_SHARD) && named.contains(DUE_AT));
+    let t = template();
+    let policy = resource(&t, "OperatorPolicy").expect("OperatorPolicy");
+    let grants = update_grants(props(policy), "OperatorPolicy");
+    assert_eq!(grants.len(), 2);
+    for g in &grants {
+        assert_eq!(g.attributes, named, "OperatorPolicy {}", g.sid);
+    }
+}
+
+/// The audit's one write is its report, and IAM keeps it there: PutItem only under
+/// `dynamodb:LeadingKeys` = [`AUDIT_PK`](charge_once::adapters::dynamodb::schema::AUDIT_PK), the
+/// partition the report writer really puts to (`report_to_item`), which no operation's key can
+/// be (`ORDER#<id>`). The emulators do not evaluate LeadingKeys, so nothing else would notice the
+/// literal and the constant parting, or the writer moving its reports. The same condition holds
+/// the operator policy's PutItem (`chargectl audit` keeps its report).
+#[test]
+fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
+    use charge_once::adapters::dynamodb::item::{attr_s, key_of, report_to_item};
+    use charge_once::adapters::dynamodb::schema::{AUDIT_PK, PK};
+    use charge_once::audit::{judge, AuditPolicy, AuditWindow, Evidence};
+    use charge_once::testing::T0;
+    let window = AuditWindow {
+        from: T0,
+        to: T0.plus(std::time::Duration::from_secs(86_400)),
+    };
+    let policy = AuditPolicy {
+        key_window: std::time::Duration::from_secs(23 * 3600),
+        page_lead: std::time::Duration::from_secs(3600),
+    };
+    let report = judge(&Evidence::empty(window, window.to, false), &policy)
+        .into_report(window, window.to, "audit");
+    let item = report_to_item(&report).unwrap();
+    assert_eq!(item[PK], attr_s(AUDIT_PK), "the report's partition");
+    let order = charge_once::OperationKey::charge(charge_once::OrderId::parse(AUDIT_PK).unwrap());
+    assert_ne!(
+        key_of(&order).0,
+        AUDIT_PK,
+        "an order named AUDIT is not there"
+    );
+
+    // PutItem statements: each exactly `ForAllValues:StringEquals: dynamodb:LeadingKeys: [AUDIT]`.
+    let held_to_audit = |policies: &Value, whose: &str| {
+        let puts = statements_allowing(policies, "dynamodb:PutItem");
+        assert_eq!(puts.len(), 1, "{whose}: one PutItem statement");
+        let st = &puts[0];
+        let mut actions = Vec::new();
+        strings(get(st, "Action").unwrap(), &mut actions);
+        assert_eq!(actions, ["dynamodb:PutItem"], "{whose}: its own statement");
+        let condition = get(st, "Condition").expect("PutItem is conditioned");
+        assert_eq!(
+            condition.as_mapping().unwrap().len(),
+            1,
+            "{whose}: {condition:?}"
+        );
+        let all = get(condition, "ForAllValues:StringEquals").expect("ForAllValues");
+        assert_eq!(all.as_mapping().unwrap().len(), 1, "{whose}: {all:?}");
+        let mut keys = Vec::new();
+        strings(get(all, "dynamodb:LeadingKeys").unwrap(), &mut keys);
+        assert_eq!(keys, [AUDIT_PK], "{whose}: the AUDIT partition only");
+    };
+    let t = template();
+    let audit = policies_of(&t, "audit");
+    held_to_audit(audit, "audit");
+    for never in [
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ] {
+        assert!(
+            statements_allowing(audit, never).is_empty(),
+            "audit: {never}"
+        );
+    }
+    held_to_audit(
+        props(resource(&t, "OperatorPolicy").expect("OperatorPolicy")),
+        "OperatorPolicy",
+    );
+}
+
+/// The statements under `policies` that allow `action`.
+fn statements_allowing(policies: &Value, action: &str) -> Vec<Value> {
+    let mut found = Vec::new();
+    statements(policies, String::new(), &mut found);
+    found
+        .into_iter()
+        .map(|(_, st)| st)
+        .filter(|st| {
+            let mut actions = Vec::new();
+            strings(get(st, "Action").unwrap(), &mut actions);
+            actions.iter().any(|a| a == action)
+        })
+        .collect()
+}
+
+/// CloudFormation's rule functions (template reference, "Rule functions"): the only functions a
+/// `Rules` block may use. Any other one (`Fn::Join`, `Fn::If`, `Fn::Sub`, …) makes CloudFormation
+/// refuse the whole template ("Following functions are not supported in the Rules block"), which
+/// no configuration evaluated here would show.
+const RULE_FUNCTIONS: &[&str] = &[
+    "Fn::And",
+    "Fn::Contains",
+    "Fn::EachMemberEquals",
+    "Fn::EachMemberIn",
+    "Fn::Equals",
+    "Fn::Not",
+    "Fn::Or",
+    "Fn::RefAll",
+    "Fn::ValueOf",
+    "Fn::ValueOfAll",
+    "Ref",
+];
+
+/// Every function used under `v`, long form (`Fn::Join: …`) or short tag (`!Join`, read as
+/// `Fn::Join`), with where it is.
+fn functions_in(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let name = tag.trim_start_matches('!');
+            // `!Ref` and `!Condition` are `Ref:` and `Condition:`; every other tag is `Fn::<tag>`.
+            let long = if name == "Ref" || name == "Condition" {
+                name.to_owned()
+            } else {
+                format!("Fn::{name}")
+            };
+            out.push((long, path.to_owned()));
+            functions_in(&t.value, path, out);
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                functions_in(item, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Mapping(m) => {
+            for (k, item) in m {
+                let key = k.as_str().unwrap_or("?");
+                if key == "Ref" || key.starts_with("Fn::") || key == "Condition" {
+                    out.push((key.to_owned(), path.to_owned()));
+                }
+                functions_in(item, &format!("{path}/{key}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The functions of a template's `Rules` that are not rule functions, with where they are; and
+/// how many functions the rules use in all.
+fn non_rule_functions(t: &Value) -> (Vec<(String, String)>, usize) {
+    let mut found = Vec::new();
+    if let Some(rules) = get(t, "Rules") {
+        functions_in(rules, "Rules", &mut found);
+    }
+    let all = found.len();
+    found.retain(|(f, _)| !RULE_FUNCTIONS.contains(&f.as_str()));
+    (found, all)
+}
+
+/// CloudFormation accepts the template's Rules: rule functions only, in either form. A refused
+/// function there stops every deploy of the template, whatever the parameters. The rules still
+/// do their work (the JWT rule, read with EachMemberEquals, refuses the default empty audience).
+#[test]
+fn the_rules_use_rule_functions_only() {
+    let t = template();
+    let (refused, all) = non_rule_functions(&t);
+    assert!(refused.is_empty(), "not rule functions: {refused:?}");
+    assert!(all >= 10, "the rules' functions are seen: {all}");
+    // The JWT rule: the default audience list ([""]) is refused, one audience or more is not.
+    let (_, refused) = Configuration::checked(
+        &t,
+        &[
+            ("CheckoutAuth", "JWT"),
+            ("JwtIssuer", "https://auth.example.com/"),
+        ],
+    );
+    assert_eq!(
+        refused,
+        [(
+            "JwtNeedsIssuerAndAudience".to_owned(),
+            "CheckoutAuth=JWT needs JwtAudience".to_owned()
+        )]
+    );
+    for audience in ["charge-once", "charge-once,orders"] {
+        let set: Vec<_> = JWT
+            .iter()
+            .copied()
+            .chain([("JwtAudience", audience)])
+            .collect();
+        let (_, refused) = Configuration::checked(&t, &set);
+        assert!(refused.is_empty(), "{audience}: {refused:?}");
+    }
+}
+
+/// The check refuses what CloudFormation refuses: `!Join` (what rule JwtNeedsIssuerAndAudience
+/// used until CloudFormation refused the template), its long form, `!If`, `!Sub`, `!Condition`,
+/// and accepts the rule functions in both forms.
+#[test]
+fn the_rules_check_refuses_functions_that_are_not_rule_functions() {
+    let refused_in = |fragment: &str| -> Vec<String> {
+        let t: Value = serde_norway::from_str(fragment).expect("a YAML fragment");
+        non_rule_functions(&t)
+            .0
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect()
+    };
+    for (fragment, function) in [
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Not [!Equals [!Join [\"\", !Ref JwtAudience], \"\"]]\n",
+            "Fn::Join",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert:\n          Fn::Not:\n            - Fn::Equals:\n                - Fn::Join: [\"\", {Ref: JwtAudience}]\n                - \"\"\n",
+            "Fn::Join",
+        ),
+        (
+            "Rules:\n  R:\n    RuleCondition: !If [C, !Equals [a, a], !Equals [a, b]]\n    Assertions: []\n",
+            "Fn::If",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Equals [!Sub \"${Stage}\", prod]\n",
+            "Fn::Sub",
+        ),
+        (
+            "Rules:\n  R:\n    Assertions:\n      - Assert: !Condition UseJwtAuth\n",
+            "Condition",
+        ),
+    ] {
+        assert_eq!(refused_in(fragment), [function], "{fragment}");
+    }
+    let accepted = "Rules:\n  R:\n    RuleCondition: !Equals [!Ref CheckoutAuth, JWT]\n    Assertions:\n      - Assert: !And [!Not [!EachMemberEquals [!Ref JwtAudience, \"\"]], {\"Fn::Contains\": [[a, b], {Ref: Stage}]}]\n";
+    assert_eq!(refused_in(accepted), Vec::<String>::new());
+}
+
+// ---- The outbox's stream filter ----
+
+/// Whether a Lambda event filter pattern matches `record`, for the part of EventBridge's pattern
+/// syntax notify's filter uses: nested objects, and at a leaf a list of alternatives, each an
+/// exact string or `{"exists": true|false}`. Anything else panics rather than be judged wrongly.
+fn pattern_matches(pattern: &serde_json::Value, record: &serde_json::Value) -> bool {
+    use serde_json::Value as J;
+    let fields = pattern.as_object().expect("a pattern is an object");
+    fields.iter().all(|(key, want)| {
+        let got = record.get(key);
+        match want {
+            J::Object(_) => got.is_some_and(|g| g.is_object() && pattern_matches(want, g)),
+            J::Array(alternatives) => alternatives.iter().any(|alt| match alt {
+                J::String(s) => got.and_then(J::as_str) == Some(s.as_str()),
+                J::Object(o) if o.len() == 1 && o.contains_key("exists") => {
+                    got.is_some() == o["exists"].as_bool().expect("exists: a bool")
+                }
+                other => panic!("pattern syntax not evaluated here: {other}"),
+            }),
+            other => panic!("pattern syntax not evaluated here: {other}"),
+        }
+    })
+}
+
+/// notify's event source mapping's filter patterns, parsed.
+fn notify_filter_patterns(t: &Value) -> Vec<String> {
+    let (notify_id, _) = function(t, "notify");
+    let mappings: Vec<_> = of_type(t, "AWS::Lambda::EventSourceMapping")
+        .into_iter()
+        .filter(|(_, m)| logical_id_of(raw_prop(m, "FunctionName")).as_deref() == Some(&notify_id))
+        .collect();
+    assert_eq!(mappings.len(), 1);
+    let filters = get(props(mappings[0].1), "FilterCriteria")
+        .and_then(|f| get(f, "Filters"))
+        .and_then(Value::as_sequence)
+        .expect("FilterCriteria.Filters");
+    filters
+        .iter()
+        .map(|f| str_at(f, "Pattern").expect("a Pattern").to_owned())
+        .collect()
+}
+
+/// A stream record of the table (NEW_AND_OLD_IMAGES) for the write from `before` to `after`,
+/// its images as the DynamoDB adapter writes the records (`stored_item`: the real attribute
+/// names, the index keys while unsettled), in DynamoDB JSON as Lambda's event carries them.
+fn stream_record(
+    before: Option<&charge_once::Operation>,
+    after: &charge_once::Operation,
+) -> serde_json::Value {
+    use charge_once::adapters::dynamodb::item::{item_json, stored_item};
+    let mut dynamodb = serde_json::json!({ "NewImage": item_json(&stored_item(after)) });
+    if let Some(b) = before {
+        dynamodb["OldImage"] = item_json(&stored_item(b));
+    }
+    serde_json::json!({
+        "eventName": if before.is_some() { "MODIFY" } else { "INSERT" },
+        "eventSource": "aws:dynamodb",
+        "dynamodb": dynamodb,
+    })
+}
+
+/// A write as the stream carries it: what it is, the record before (none for an insert), after.
+type StreamWrite = (
+    String,
+    Option<charge_once::Operation>,
+    charge_once::Operation,
+);
+
+/// Every write the outbox could be asked about, as (what, before, after): a charge paid at once,
+/// one authorized first, and a refund, each inserted or moved from every status, with and without
+/// a review flag, to every status, with and without one.
+fn every_write() -> Vec<StreamWrite> {
+    use charge_once::testing::{self, T0};
+    use charge_once::{Operation, OperationStatus, OperationStatus::*, Review};
+    let statuses = [Pending, Unknown, Authorized, Succeeded, Failed];
+    // A status added to OperationStatus fails to compile here until it is in the list above.
+    for s in statuses {
+        match s {
+            Pending | Unknown | Authorized | Succeeded | Failed => {}
+        }
+    }
+    let refund = {
+        let charge = testing::order("ord-filter-r")
+            .status(Succeeded)
+            .external_id("pi_f")
+            .build();
+        let request = charge_once::domain::RefundRequest {
+            amount: Some(charge_once::Amount::new(100).unwrap()),
+            reason: None,
+        };
+        let (params, _) = charge_once::refund::reserve(&charge, &request, T0).unwrap();
+        Operation::new_refund(
+            charge.order_id.clone(),
+            charge_once::RefundId::parse("r-1").unwrap(),
+            &request,
+            params,
+            charge_once::Principal::jwt("support").unwrap(),
+            T0,
+            testing::GRACE,
+        )
+    };
+    let kinds = [
+        ("charge", testing::order("ord-filter").build()),
+        (
+            "manual charge",
+            testing::order("ord-filter-m").manual().build(),
+        ),
+        ("refund", refund),
+    ];
+    let at = |op: &Operation, status: OperationStatus, reviewed: bool| {
+        let mut op = op.clone();
+        op.status = status;
+        if status.is_settled() {
+            op.next_due_at = None;
+            op.settled_at = Some(T0);
+        }
+        op.review = reviewed.then(|| Review {
+            reason: "search found 2".into(),
+            flagged_at: T0,
+        });
+        op
+    };
+    let mut writes = Vec::new();
+    for (kind, op) in &kinds {
+        for status in statuses {
+            for reviewed in [false, true] {
+                let after = at(op, status, reviewed);
+                let flag = |r: bool| if r { " (in review)" } else { "" };
+                writes.push((
+                    format!("{kind}: insert {status}{}", flag(reviewed)),
+                    None,
+                    after.clone(),
+                ));
+                for was in statuses {
+                    for was_reviewed in [false, true] {
+                        writes.push((
+                            format!(
+                                "{kind}: {was}{} -> {status}{}",
+                                flag(was_reviewed),
+                                flag(reviewed)
+                            ),
+                            Some(at(op, was, was_reviewed)),
+                            after.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    writes
+}
+
+/// The outcome writes (those `outcome_change` turns into an outcome) no pattern lets through.
+fn outcomes_filtered_out(patterns: &[String]) -> Vec<String> {
+    let patterns: Vec<serde_json::Value> = patterns
+        .iter()
+        .map(|p| serde_json::from_str(p).expect("a pattern is JSON"))
+        .collect();
+    let mut lost = Vec::new();
+    for (what, before, after) in every_write() {
+        let Some(outcome) = charge_once::outbox::outcome_change(before.as_ref(), &after) else {
+            continue;
+        };
+        let record = stream_record(before.as_ref(), &after);
+        if !patterns.iter().any(|p| pattern_matches(p, &record)) {
+            lost.push(format!("{what} ({outcome:?})"));
+        }
+    }
+    lost
+}
+
+/// Lambda drops a stream record no filter pattern matches before notify sees it, so a write the
+/// outbox would publish and the filter drops is an outcome never published (ChargeAuthorized was,
+/// while `authorized` was missing from the status list). Every write `outcome_change` turns into
+/// an outcome passes at least one of the template's patterns; and the filter does filter.
+#[test]
+fn the_notify_stream_filter_passes_every_outcome_write() {
+    let patterns = notify_filter_patterns(&template());
+    assert_eq!(patterns.len(), 2, "{patterns:?}");
+    let writes = every_write();
+    let outcomes = writes
+        .iter()
+        .filter(|(_, b, a)| charge_once::outbox::outcome_change(b.as_ref(), a).is_some())
+        .count();
+    assert!(outcomes >= 50, "outcome writes enumerated: {outcomes}");
+    assert_eq!(outcomes_filtered_out(&patterns), Vec::<String>::new());
+
+    // Not vacuous: writes that are no outcome are dropped (a claim of a pending charge, an
+    // unknown one re-scheduled), by every pattern.
+    let parsed: Vec<serde_json::Value> = patterns
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let mut passes: BTreeMap<&str, bool> = BTreeMap::new();
+    let mut dropped = 0;
+    for (what, before, after) in &writes {
+        let record = stream_record(before.as_ref(), after);
+        let through = parsed.iter().any(|p| pattern_matches(p, &record));
+        if charge_once::outbox::outcome_change(before.as_ref(), after).is_none() && !through {
+            dropped += 1;
+        }
+        passes.insert(what, through);
+    }
+    assert!(dropped > 0);
+    for example in [
+        "charge: pending -> pending",
+        "charge: unknown -> unknown",
+        "refund: insert pending",
+    ] {
+        assert_eq!(
+            passes.get(example),
+            Some(&false),
+            "{example} is no outcome and is filtered out"
+        );
+    }
+}
+
+/// The check fails on the filter as it was: without `authorized` in the status list, every write
+/// that newly authorizes a manual charge (ChargeAuthorized) is dropped.
+#[test]
+fn the_stream_filter_check_finds_the_authorized_writes_a_filter_without_them_drops() {
+    let patterns = notify_filter_patterns(&template());
+    let without: Vec<String> = patterns
+        .iter()
+        .map(|p| p.replace(r#""authorized","#, ""))
+        .collect();
+    assert_ne!(without, patterns, "the template lists authorized");
+    let lost = outcomes_filtered_out(&without);
+    assert!(!lost.is_empty());
+    assert!(
+        lost.iter()
+            .all(|w| w.contains("-> authorized") || w.contains("insert authorized")),
+        "{lost:?}"
+    );
+    assert!(
+        lost.iter()
+            .any(|w| w.starts_with("manual charge: pending -> authorized")),
+        "{lost:?}"
+    );
+    // And the matcher itself: exact strings, exists, nesting.
+    let p = serde_json::json!({"a": {"b": ["x", "y"]}, "c": [{"exists": true}]});
+    assert!(pattern_matches(
+        &p,
+        &serde_json::json!({"a": {"b": "y"}, "c": 1})
+    ));
+    assert!(!pattern_matches(
+        &p,
+        &serde_json::json!({"a": {"b": "z"}, "c": 1})
+    ));
+    assert!(!pattern_matches(&p, &serde_json::json!({"a": {"b": "x"}})));
+    assert!(!pattern_matches(&p, &serde_json::json!({"a": "x", "c": 1})));
 }
 
 // ---- The operator's dashboard ----
