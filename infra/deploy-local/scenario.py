@@ -507,6 +507,15 @@ def main():
                                                 ExpressionAttributeNames={"#s": "status"},
                                                 ExpressionAttributeValues={":s": {"S": "succeeded"}}, ReturnValues="ALL_NEW", **absent)
 
+    def reserve(fn_name, in_transaction):
+        """A refund's reservation on a charge: refund_reserved, as checkout's ReserveRefund names."""
+        update = {"TableName": table, "Key": key, "UpdateExpression": "SET #r = :r",
+                  "ExpressionAttributeNames": {"#r": "refund_reserved"},
+                  "ExpressionAttributeValues": {":r": {"N": "1"}}, **absent}
+        if in_transaction:
+            return lambda: ddb(fn_name).transact_write_items(TransactItems=[{"Update": update}])
+        return lambda: ddb(fn_name).update_item(**update)
+
     def delete(fn_name):
         return lambda: ddb(fn_name).delete_item(TableName=table, Key=key, **absent)
 
@@ -521,7 +530,9 @@ def main():
 
     cases = [
         # (role, what it must not do, its genuine twin)
-        ("CheckoutFunction", "UpdateItem outside a transaction / DeleteItem", delete("CheckoutFunction"), put("CheckoutFunction")),
+        ("CheckoutFunction", "DeleteItem", delete("CheckoutFunction"), put("CheckoutFunction")),
+        ("CheckoutFunction", "a reservation's UpdateItem outside a transaction", reserve("CheckoutFunction", False),
+         reserve("CheckoutFunction", True)),
         ("ChargeFunction", "PutItem (it never creates an operation)", put("ChargeFunction"), update("ChargeFunction")),
         ("ChargeFunction", "PutEvents on the outcome bus", publish("ChargeFunction"), send("ChargeFunction", stack.out["DeadLetterQueueUrl"])),
         ("ReconcilerFunction", "PutItem", put("ReconcilerFunction"), update("ReconcilerFunction")),
