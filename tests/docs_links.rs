@@ -448,3 +448,116 @@ fn rows_not_in_opening_table(rows: &[String], benchmarks: &str) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+const GAPS_BEGIN: &str = "<!-- emulator gaps: rendered from infra/deploy-local/gaps.json";
+const GAPS_END: &str = "<!-- /emulator gaps -->";
+
+/// The emulator gaps `make deploy-local` meets (infra/deploy-local/gaps.json, which deploy.py
+/// reads to name them in its output and to leave out what cannot be provisioned) are the table of
+/// docs/deploy.md, each with the emulator's reason, its source line and what holds that part
+/// instead (`DOCS_WRITE=1` writes it again from the file).
+#[test]
+fn docs_deploy_lists_every_emulator_gap_the_deploy_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let gaps: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("infra/deploy-local/gaps.json")).unwrap(),
+    )
+    .unwrap();
+    let expected = gaps_table(&gaps);
+    assert!(
+        expected.lines().count() >= 2 + 6,
+        "every kind of gap has its rows: {expected}"
+    );
+    let path = root.join("docs/deploy.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (before, table, after) =
+        block(&doc, GAPS_BEGIN, GAPS_END).expect("docs/deploy.md's emulator gaps block");
+    if table != expected && std::env::var_os("DOCS_WRITE").is_some() {
+        std::fs::write(&path, format!("{before}{expected}{after}")).unwrap();
+        return;
+    }
+    let differ = differing_rows(table, &expected);
+    assert!(
+        differ.is_empty(),
+        "docs/deploy.md's emulator gaps differ from infra/deploy-local/gaps.json (write them again \
+         with `DOCS_WRITE=1 cargo test -p integration-tests --test it docs_links`): {differ:#?}"
+    );
+    // Every resource left out names one the template has, of the type it says.
+    let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
+    for gap in gaps["not_provisioned"].as_array().unwrap() {
+        let name = gap["resource"].as_str().unwrap();
+        let start = template
+            .find(&format!("\n  {name}:\n"))
+            .unwrap_or_else(|| panic!("gaps.json leaves out {name}, which template.yaml lacks"));
+        let ty = gap["type"].as_str().unwrap().split(' ').next().unwrap();
+        let type_line = template[start + 1..]
+            .lines()
+            .find(|l| l.trim_start().starts_with("Type:"))
+            .unwrap();
+        assert_eq!(type_line.trim(), format!("Type: {ty}"), "{name}");
+    }
+}
+
+/// The twin: a gap missing from the doc, or reworded there, is seen.
+#[test]
+fn an_emulator_gap_missing_from_the_doc_is_seen() {
+    let gaps = serde_json::json!({
+        "not_provisioned": [{"resource": "R", "type": "AWS::X::Y", "emulator": "refused", "source": "a.py:1", "held_by": "a test"}],
+        "stand_ins": [{"what": "K", "emulator": "a list", "source": "b.py:2", "held_by": "a shim"}],
+        "not_evaluated": [{"what": "L", "emulator": "ignored", "source": "c.py:3", "held_by": "a static test"}],
+    });
+    let good = gaps_table(&gaps);
+    assert!(good.contains("`R`") && good.contains("b.py:2") && good.contains("a static test"));
+    let doc = format!("x\n{GAPS_BEGIN} -->\n{good}{GAPS_END}\n");
+    let (_, table, _) = block(&doc, GAPS_BEGIN, GAPS_END).unwrap();
+    assert!(differing_rows(table, &good).is_empty());
+    let missing: String = good
+        .lines()
+        .filter(|l| !l.contains("`R`"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(differing_rows(&missing, &good).len(), 1);
+    assert_eq!(
+        differing_rows(&good.replace("refused", "ignored"), &good).len(),
+        2
+    );
+}
+
+/// docs/deploy.md's table of the emulator's gaps, from gaps.json.
+fn gaps_table(gaps: &serde_json::Value) -> String {
+    let mut out = String::from(
+        "| gap | what | the emulator | source (ministack) | what holds it instead |\n|---|---|---|---|---|\n",
+    );
+    let cell = |s: &str| s.replace('|', "\\|");
+    for (kind, label, what) in [
+        ("not_provisioned", "not provisioned", "resource"),
+        ("stand_ins", "stood in for", "what"),
+        ("not_evaluated", "not evaluated", "what"),
+    ] {
+        for gap in gaps[kind].as_array().into_iter().flatten() {
+            let named = gap[what].as_str().unwrap_or_default();
+            let named = if kind == "not_provisioned" {
+                format!("`{named}` ({})", gap["type"].as_str().unwrap_or_default())
+            } else {
+                named.to_owned()
+            };
+            out += &format!(
+                "| {label} | {} | {} | {} | {} |\n",
+                cell(&named),
+                cell(gap["emulator"].as_str().unwrap_or_default()),
+                cell(gap["source"].as_str().unwrap_or_default()),
+                cell(gap["held_by"].as_str().unwrap_or_default()),
+            );
+        }
+    }
+    out
+}
+
+/// `doc` cut around a generated block: up to and including the opening marker's line, the block,
+/// and from the closing marker on.
+fn block<'a>(doc: &'a str, begin: &str, end: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let at = doc.find(begin)?;
+    let start = at + doc[at..].find('\n')? + 1;
+    let stop = start + doc[start..].find(end)?;
+    Some((&doc[..start], &doc[start..stop], &doc[stop..]))
+}

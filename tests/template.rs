@@ -1429,12 +1429,27 @@ fn stripe_is_reached_over_tls_only() {
     let t = template();
     let base = parameter(&t, "StripeApiBase");
     assert!(str_at(base, "Default").unwrap().starts_with("https://"));
-    assert!(
-        str_at(base, "AllowedPattern")
-            .unwrap()
-            .starts_with("^https://"),
-        "the parameter admits https:// only"
+    // https:// to any host; plain http:// only to a loopback simulator (what `make deploy-local`
+    // points the stack at), and only to hosts the functions' own check also lets through.
+    let pattern = str_at(base, "AllowedPattern").unwrap();
+    let alternatives: Vec<&str> = pattern.split("$|").collect();
+    assert_eq!(
+        alternatives,
+        [
+            "^https://[A-Za-z0-9.-]+(:[0-9]+)?/?",
+            r"^http://(127\.0\.0\.1|localhost)(:[0-9]+)?/?$"
+        ],
+        "the parameter admits https://, and http:// to loopback only"
     );
+    for host in ["127.0.0.1", "localhost"] {
+        let url = format!("http://{host}:12111");
+        assert_eq!(
+            charge_once::adapters::stripe::check_api_base(&url),
+            Ok(()),
+            "{url}"
+        );
+    }
+    assert!(charge_once::adapters::stripe::check_api_base("http://stripe.example:80").is_err());
 }
 
 /// The alarms of the stack by logical id.

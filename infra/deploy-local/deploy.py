@@ -255,6 +255,8 @@ def main():
         "stripe_key": STRIPE_KEY,
         "webhook_secret": WEBHOOK_SECRET,
         "event_source": EVENT_SOURCE,
+        # The packaged template as deployed (less what the emulator cannot provision).
+        "template_url": f"{args.endpoint}/{BUCKET}/template.yaml",
     }
     with open(args.state, "w") as f:
         json.dump(state, f, indent=1)
