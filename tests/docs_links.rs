@@ -247,19 +247,11 @@ fn the_runbook_s_alarm_table_is_the_template_s_alarms_as_described_there() {
     let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
     let alarms = alarm_descriptions(&template);
     assert!(alarms.len() >= 20, "the template's alarms: {alarms:?}");
-    let path = root.join("docs/operations.md");
-    let runbook = std::fs::read_to_string(&path).unwrap();
-    let expected = alarm_table(&alarms);
-    let (before, table, after) = alarms_block(&runbook).expect("docs/operations.md's alarm block");
-    if table != expected && std::env::var_os("DOCS_WRITE").is_some() {
-        std::fs::write(&path, format!("{before}{expected}{after}")).unwrap();
-        return;
-    }
-    let differ = differing_rows(table, &expected);
-    assert!(
-        differ.is_empty(),
-        "docs/operations.md's alarm table differs from template.yaml (write it again with \
-         `DOCS_WRITE=1 cargo test -p integration-tests --test it docs_links`): {differ:#?}"
+    hold_generated_block(
+        &root.join("docs/operations.md"),
+        (ALARMS_BEGIN, ALARMS_END),
+        &alarm_table(&alarms),
+        "template.yaml",
     );
     for file in markdown_files(root) {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -291,7 +283,7 @@ fn a_runbook_row_missing_or_worded_otherwise_is_seen() {
     );
     let good = alarm_table(&alarms);
     let doc = format!("# Runbook\n{ALARMS_BEGIN} -->\n{good}{ALARMS_END}\nmore\n");
-    let (_, table, _) = alarms_block(&doc).unwrap();
+    let (_, table, _) = block(&doc, ALARMS_BEGIN, ALARMS_END).unwrap();
     assert!(differing_rows(table, &good).is_empty());
     let reworded = good.replace("is old.", "is stale.");
     let missing: String = good
@@ -347,15 +339,6 @@ fn alarm_table(alarms: &[(String, String)]) -> String {
         out += &format!("| `{name}` | {} |\n", description.replace('|', "\\|"));
     }
     out
-}
-
-/// `doc` cut around its alarm block: the text up to and including the opening marker's line, the
-/// table, and the text from the closing marker on.
-fn alarms_block(doc: &str) -> Option<(&str, &str, &str)> {
-    let begin = doc.find(ALARMS_BEGIN)?;
-    let table_start = begin + doc[begin..].find('\n')? + 1;
-    let end = table_start + doc[table_start..].find(ALARMS_END)?;
-    Some((&doc[..table_start], &doc[table_start..end], &doc[end..]))
 }
 
 /// The rows of `table` that `expected` lacks, and those of `expected` that `table` lacks.
@@ -468,19 +451,11 @@ fn docs_deploy_lists_every_emulator_gap_the_deploy_names() {
         expected.lines().count() >= 2 + 6,
         "every kind of gap has its rows: {expected}"
     );
-    let path = root.join("docs/deploy.md");
-    let doc = std::fs::read_to_string(&path).unwrap();
-    let (before, table, after) =
-        block(&doc, GAPS_BEGIN, GAPS_END).expect("docs/deploy.md's emulator gaps block");
-    if table != expected && std::env::var_os("DOCS_WRITE").is_some() {
-        std::fs::write(&path, format!("{before}{expected}{after}")).unwrap();
-        return;
-    }
-    let differ = differing_rows(table, &expected);
-    assert!(
-        differ.is_empty(),
-        "docs/deploy.md's emulator gaps differ from infra/deploy-local/gaps.json (write them again \
-         with `DOCS_WRITE=1 cargo test -p integration-tests --test it docs_links`): {differ:#?}"
+    hold_generated_block(
+        &root.join("docs/deploy.md"),
+        (GAPS_BEGIN, GAPS_END),
+        &expected,
+        "infra/deploy-local/gaps.json",
     );
     // Every resource left out names one the template has, of the type it says.
     let template = std::fs::read_to_string(root.join("template.yaml")).unwrap();
@@ -551,6 +526,25 @@ fn gaps_table(gaps: &serde_json::Value) -> String {
         }
     }
     out
+}
+
+/// Holds the block of `path` between `markers` to `expected` (rendered from `source`), row by row;
+/// with `DOCS_WRITE` set, writes it again instead.
+fn hold_generated_block(path: &Path, markers: (&str, &str), expected: &str, source: &str) {
+    let doc = std::fs::read_to_string(path).unwrap();
+    let shown = path.display();
+    let (before, table, after) = block(&doc, markers.0, markers.1)
+        .unwrap_or_else(|| panic!("{shown} lacks its block {}", markers.0));
+    if table != expected && std::env::var_os("DOCS_WRITE").is_some() {
+        std::fs::write(path, format!("{before}{expected}{after}")).unwrap();
+        return;
+    }
+    let differ = differing_rows(table, expected);
+    assert!(
+        differ.is_empty(),
+        "{shown}'s table differs from {source} (write it again with \
+         `DOCS_WRITE=1 cargo test -p integration-tests --test it docs_links`): {differ:#?}"
+    );
 }
 
 /// `doc` cut around a generated block: up to and including the opening marker's line, the block,

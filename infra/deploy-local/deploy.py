@@ -64,7 +64,9 @@ def say(msg):
 def packaged_template(bucket):
     """template.yaml with each function's CodeUri pointing at its uploaded zip, as `sam package`
     writes it; nothing else changes."""
-    with open(os.path.join(ROOT, "template.yaml")) as f:
+    # CHARGE_ONCE_TEMPLATE: deploy a variant instead (a change tried before it is made, or one
+    # statement removed to see the scenario fail without it).
+    with open(os.environ.get("CHARGE_ONCE_TEMPLATE") or os.path.join(ROOT, "template.yaml")) as f:
         text = f.read()
     for name in FUNCTIONS:
         text, n = re.subn(

@@ -18,32 +18,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
 import boto3
 
+import scenario
+from scenario import begin, check, wait_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-T0 = time.time()
-STEP = "start"
-
-
-class Failed(Exception):
-    pass
-
-
-def begin(name):
-    global STEP
-    STEP = name
-    print(f"jwt-scenario: [{time.time() - T0:5.0f} s] {name}", file=sys.stderr, flush=True)
-
-
-def check(cond, what):
-    if not cond:
-        raise Failed(what)
-    print(f"jwt-scenario:          ok: {what}", file=sys.stderr, flush=True)
 
 
 def main():
@@ -136,28 +120,14 @@ def main():
     code, body = call("POST", "/orders/ord-jwt-1/charge", bearer, order)
     check(code == 202, f"202: {code} {body}")
     op = body["operation_id"]
-    deadline = time.time() + 60
-    while True:
-        code, got = call("GET", "/orders/ord-jwt-1/charge", bearer)
-        if code == 200 and got["status"] == "succeeded":
-            break
-        if time.time() > deadline:
-            raise Failed(f"ord-jwt-1 not succeeded within 60 s: {code} {got}")
-        time.sleep(1)
+    wait_for("ord-jwt-1 succeeded", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
+        *call("GET", "/orders/ord-jwt-1/charge", bearer)), 60)
     with urllib.request.urlopen(f"{first['stripe_url']}/_sim/ledger", timeout=10) as resp:
         ledger = json.loads(resp.read())
     check(len([p for p in ledger["payment_intents"] if p.get("operation_id") == op]) == 1, "one PaymentIntent")
     code, _ = call("GET", "/orders/ord-jwt-x/charge", bearer)
     check(code == 404, f"the refused requests wrote nothing: {code}")
-    print(f"jwt-scenario: passed in {time.time() - T0:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failed as e:
-        print(f"jwt-scenario: FAILED at step '{STEP}': {e}", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:
-        print(f"jwt-scenario: FAILED at step '{STEP}': {type(e).__name__}: {e}", file=sys.stderr)
-        sys.exit(1)
+    scenario.run(main, "jwt-scenario")

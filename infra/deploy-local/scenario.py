@@ -38,13 +38,14 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 T0 = time.time()
 STEP = "start"
 STEPS = 0
+NAME = "scenario"
 
 
 def begin(name):
     global STEP, STEPS
     STEP = name
     STEPS += 1
-    print(f"scenario: [{time.time() - T0:5.0f} s] {name}", file=sys.stderr, flush=True)
+    print(f"{NAME}: [{time.time() - T0:5.0f} s] {name}", file=sys.stderr, flush=True)
 
 
 class Failed(Exception):
@@ -54,7 +55,23 @@ class Failed(Exception):
 def check(cond, what):
     if not cond:
         raise Failed(what)
-    print(f"scenario:          ok: {what}", file=sys.stderr, flush=True)
+    print(f"{NAME}:          ok: {what}", file=sys.stderr, flush=True)
+
+
+def run(main, name):
+    """Runs a scenario's main: a failure names its step and exits 1."""
+    global NAME
+    NAME = name
+    try:
+        main()
+    except Failed as e:
+        print(f"{name}: FAILED at step '{STEP}': {e} (after {time.time() - T0:.0f} s)", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # an unexpected answer is a failure of the step it came in
+        print(f"{name}: FAILED at step '{STEP}': {type(e).__name__}: {e} (after {time.time() - T0:.0f} s)",
+              file=sys.stderr)
+        sys.exit(1)
+    print(f"{name}: passed, {STEPS} steps in {time.time() - T0:.0f} s", file=sys.stderr)
 
 
 def wait_for(what, fn, timeout, every=1.0):
@@ -548,16 +565,7 @@ def main():
         check(code is not None, f"{role}: {what}: refused ({code})")
         check(denied(twin) is None, f"{role}: its twin allowed")
 
-    print(f"scenario: passed, {STEPS} steps in {time.time() - T0:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failed as e:
-        print(f"scenario: FAILED at step '{STEP}': {e} (after {time.time() - T0:.0f} s)", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # an unexpected answer is a failure of the step it came in
-        print(f"scenario: FAILED at step '{STEP}': {type(e).__name__}: {e} (after {time.time() - T0:.0f} s)",
-              file=sys.stderr)
-        sys.exit(1)
+    run(main, "scenario")
