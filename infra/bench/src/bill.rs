@@ -223,12 +223,12 @@ impl Intercept for PutEventsCounter {
 /// The template's `NotifyStreamSource` `FilterCriteria` patterns, as [`passes_filter`] applies
 /// them (a test holds these to template.yaml).
 pub const FILTER_PATTERNS: [&str; 2] = [
-    r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"status":{"S":["succeeded","failed"]}}}}"#,
+    r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"status":{"S":["authorized","succeeded","failed"]}}}}"#,
     r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"review_reason":{"S":[{"exists":true}]}}}}"#,
 ];
 
 /// Whether Lambda's event filtering passes `record` to the relay ([`FILTER_PATTERNS`]): an
-/// INSERT or MODIFY whose new image is settled, or carries a review reason.
+/// INSERT or MODIFY whose new image is authorized or settled, or carries a review reason.
 pub fn passes_filter(record: &aws_sdk_dynamodbstreams::types::Record) -> bool {
     use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType};
     if !matches!(
@@ -240,7 +240,7 @@ pub fn passes_filter(record: &aws_sdk_dynamodbstreams::types::Record) -> bool {
     let Some(image) = record.dynamodb().and_then(|d| d.new_image()) else {
         return false;
     };
-    let settled = matches!(image.get("status"), Some(AttributeValue::S(s)) if s == "succeeded" || s == "failed");
+    let settled = matches!(image.get("status"), Some(AttributeValue::S(s)) if s == "authorized" || s == "succeeded" || s == "failed");
     let review = matches!(image.get("review_reason"), Some(AttributeValue::S(_)));
     settled || review
 }
@@ -703,6 +703,10 @@ mod tests {
         assert!(passes_filter(&record(
             OperationType::Insert,
             &[("status", "failed")]
+        )));
+        assert!(passes_filter(&record(
+            OperationType::Modify,
+            &[("status", "authorized")]
         )));
         assert!(passes_filter(&record(
             OperationType::Modify,
