@@ -8,7 +8,10 @@
 //! - the runbook's alarm table (`docs/operations.md`) is the template's alarms, each with its own
 //!   `AlarmDescription`, in the template's order (`DOCS_WRITE=1` writes it again from the
 //!   template), and no other doc keeps a second alarm table to drift from it;
-//! - the README's table of figures is rows of BENCHMARKS.md's opening table, as they are there.
+//! - the README's table of figures is rows of BENCHMARKS.md's opening table, as they are there;
+//! - docs/deploy.md's table of emulator gaps is `infra/deploy-local/gaps.json`, the file the
+//!   deploy names them from (`DOCS_WRITE=1` writes it again), and each resource it leaves out is
+//!   one the template has, of the type it says.
 
 use std::path::{Path, PathBuf};
 

@@ -168,7 +168,13 @@ async fn over_http_configured_by_the_admin_api_unsigned_and_retried() {
 
     assert_eq!(h.create(Some("k1"), &visa("op-1")).await.status(), 200);
     wait_until("the first post", || endpoint.count() == 1).await;
-    // The first post failed: retried after 10 s of simulated time.
+    // The first post failed: retried after 10 s of simulated time. The clock moves only once the
+    // simulator has counted the failure (its retry is scheduled then): moved before, the retry
+    // would be due 10 s after the moved clock and never come (a CI run timed out so).
+    wait_until("the first post's failure", || {
+        h.sim.webhook_counts().failed == 1
+    })
+    .await;
     h.sim.advance(Duration::from_secs(10));
     wait_until("the retry", || endpoint.count() == 2).await;
     for got in endpoint.received() {
