@@ -4243,3 +4243,77 @@ fn the_dashboard_picture_in_the_docs_draws_every_widget_of_the_template() {
         );
     }
 }
+
+// ---- What the deployed stack's emulator does not ask: the pollers' grants ----
+
+/// What an event source mapping's poller must be allowed on its source, by the function's own
+/// role: AWS documents ReceiveMessage, DeleteMessage and GetQueueAttributes for an SQS source,
+/// and DescribeStream, GetRecords, GetShardIterator and ListStreams for a DynamoDB stream.
+fn poller_actions(source: &str) -> &'static [&'static str] {
+    if source.ends_with(".StreamArn") {
+        &[
+            "dynamodb:DescribeStream",
+            "dynamodb:GetRecords",
+            "dynamodb:GetShardIterator",
+            "dynamodb:ListStreams",
+        ]
+    } else {
+        &[
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+        ]
+    }
+}
+
+/// Every poller action a mapping needs that its function's role does not grant on its source,
+/// as `mapping: action on source`.
+fn missing_poller_grants(t: &Value) -> Vec<String> {
+    let resources = get(t, "Resources").unwrap();
+    let mut missing = Vec::new();
+    let mappings = of_type(t, "AWS::Lambda::EventSourceMapping");
+    assert!(mappings.len() >= 2, "the charge queue's and the stream's");
+    for (id, m) in mappings {
+        let function = logical_id_of(raw_prop(m, "FunctionName")).expect("FunctionName");
+        let code = str_at(props(get(resources, &function).unwrap()), "CodeUri").unwrap();
+        let dir = code.trim_start_matches("functions/").trim_end_matches('/');
+        let mut source = Vec::new();
+        strings(raw_prop(m, "EventSourceArn"), &mut source);
+        let source = source.join("");
+        let grants = function_grants(t, dir);
+        for action in poller_actions(&source) {
+            let granted = grants
+                .iter()
+                .any(|(a, r)| a.iter().any(|x| x == action) && r.iter().any(|x| *x == source));
+            if !granted {
+                missing.push(format!("{id}: {action} on {source}"));
+            }
+        }
+    }
+    missing
+}
+
+/// The emulator `make deploy-local` runs on polls the queue and the stream as itself and never
+/// asks the function's role (a sweep that took each statement away found the charge function's
+/// PollChargeQueue unneeded there): so this holds them, for every mapping.
+#[test]
+fn every_event_source_mapping_s_function_may_poll_its_source() {
+    let missing = missing_poller_grants(&template());
+    assert!(missing.is_empty(), "{missing:#?}");
+}
+
+/// The twin: the same check over a template whose charge role lost ReceiveMessage names it.
+#[test]
+fn a_poller_grant_taken_away_is_named() {
+    let edited = TEMPLATE.replacen(
+        "Action: [sqs:ReceiveMessage, sqs:DeleteMessage",
+        "Action: [sqs:DeleteMessage",
+        1,
+    );
+    assert_ne!(edited, TEMPLATE, "the charge function's poller statement");
+    let t: Value = serde_norway::from_str(&edited).unwrap();
+    assert_eq!(
+        missing_poller_grants(&t),
+        ["ChargeQueueEventSource: sqs:ReceiveMessage on ChargeQueue.Arn"]
+    );
+}
