@@ -348,6 +348,8 @@ def main():
     check(ev.get("amount_captured", 1000) == 1000, f"ChargeCaptured: {ev}")
     code, body = stack.api("POST", "/orders/ord-dl-3/cancel", {}, who="order_service")
     check(code == 409, f"cancel after the capture: 409 ({code} {body})")
+    code, body = stack.api("GET", "/orders/ord-dl-3/cancel", who="order_service")
+    check(code == 404, f"the refused cancel recorded nothing: GET /cancel 404 ({code} {body})")
 
     # ---- 5. A lost answer, left to the reconciler's own schedule ---------------------------------
     begin("ord-dl-4 while stripe-sim loses its answer (dropped, then a 500 to the retry): recorded unknown, charged once at Stripe")
@@ -495,10 +497,22 @@ def main():
           f"complete, drift 0: {str(report)[:400]}")
     check(report.get("intents", 0) >= 8, f"it read the scenario's intents: {report.get('intents')}")
 
-    begin("chargectl audit --since 1h and summary, as the operator")
+    begin("chargectl audit --since 1h, audit --show and summary, as the operator")
     audit = json.loads(ctl("audit", "--since", "1h", "--json").stdout)
     check(audit["complete"] and audit["drift"] == 0 and audit["ran_by"].startswith("arn:aws:sts::")
           and "charge-once-operator" in audit["ran_by"], f"complete, no drift, run by the operator: {str(audit)[:300]}")
+    # Both runs kept their reports (an audit whose report cannot be kept still answers, and says
+    # so only in its log and a metric): the operator's window, and the function's.
+    text = ctl("audit", "--show", "--last", "5", "--json").stdout
+    try:
+        kept = json.loads(text)
+        kept = kept if isinstance(kept, list) else [kept]
+    except ValueError:
+        kept = [json.loads(line) for line in text.splitlines() if line.strip()]
+    by = [r.get("ran_by", "") for r in kept]
+    check(any("charge-once-operator" in b for b in by), f"the operator's report is kept: {by}")
+    check(any(r.get("ran_by") == "schedule" and r.get("window_from") == report.get("window_from") for r in kept),
+          f"the audit function's report is kept (ran by the schedule, its window): {by}")
     dlqs = [stack.out["DeadLetterQueueUrl"], stack.out["NotifyDeadLetterQueueUrl"], stack.out["StripeEventsDeadLetterQueueUrl"]]
     summary = json.loads(ctl("summary", *sum((["--dead-letter-queue", q] for q in dlqs), []), "--json").stdout)
     check(all(summary["dead_letter_queues"][q] == 0 for q in dlqs), f"every DLQ empty: {summary['dead_letter_queues']}")
