@@ -4284,7 +4284,7 @@ fn missing_poller_grants(t: &Value) -> Vec<String> {
         for action in poller_actions(&source) {
             let granted = grants
                 .iter()
-                .any(|(a, r)| a.iter().any(|x| x == action) && r.iter().any(|x| *x == source));
+                .any(|(a, r)| a.iter().any(|x| x == action) && r.contains(&source));
             if !granted {
                 missing.push(format!("{id}: {action} on {source}"));
             }
