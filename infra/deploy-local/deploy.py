@@ -97,9 +97,9 @@ def without_unprovisionable(text, gaps):
         if f"Type: {gap['type'].split(' ')[0]}" not in removed:
             raise SystemExit(f"deploy-local: {name} is not a {gap['type']} in template.yaml")
         del lines[start[0]:end]
-        rest = "\n".join(lines)
-        if re.search(rf"\b{name}\b", rest.split("\nResources:", 1)[1].replace(f"#", "\n#")) and \
-                re.search(rf"(!Ref|!GetAtt|Ref:|DependsOn:.*)\s*{name}\b", rest):
+        # Nothing left may refer to it (by Ref, GetAtt, DependsOn or a Sub's ${...}).
+        if re.search(rf"(!Ref|!GetAtt|Ref:|Fn::GetAtt:|DependsOn:.*)\s*\[?{name}\b|\$\{{{name}[.}}]",
+                     "\n".join(lines)):
             raise SystemExit(f"deploy-local: {name} is referenced elsewhere in template.yaml")
         say(f"emulator gap, not provisioned: {name} ({gap['type']}): {gap['emulator']} "
             f"[{gap['source']}]; held instead by {gap['held_by']}")

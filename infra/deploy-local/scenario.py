@@ -140,6 +140,14 @@ class Stack:
             return code, text.decode(errors="replace")
 
 
+    def wait_status(self, what, path, status, timeout=60, every=1.0):
+        """GET `path` as the order service until it answers 200 with `status`; that answer."""
+        def found():
+            code, body = self.api("GET", path, who="order_service")
+            return body if code == 200 and body["status"] == status else None
+        return wait_for(what, found, timeout, every)
+
+
 class Sim:
     """stripe-sim's admin API: the ledger of what really exists at "Stripe", faults, clock."""
 
@@ -284,8 +292,7 @@ def main():
     op1 = body["operation_id"]
 
     begin("the SQS mapping runs charge, stripe-sim charges once, GET says succeeded")
-    got = wait_for("ord-dl-1 succeeded", lambda: (lambda c, b: b if c == 200 and b["status"] == "succeeded" else None)(
-        *stack.api("GET", "/orders/ord-dl-1/charge", who="order_service")), 60)
+    got = stack.wait_status("ord-dl-1 succeeded", "/orders/ord-dl-1/charge", "succeeded", 60)
     pis = sim.intents_of(op1)
     check(len(pis) == 1 and pis[0]["status"] == "succeeded" and pis[0]["idempotency_key"] == f"payment-op:{op1}",
           f"exactly one PaymentIntent at Stripe, with the operation's key: {pis}")
@@ -320,8 +327,7 @@ def main():
     begin("a refund of 500 of ord-dl-1: 202, refunded once at stripe-sim, RefundSucceeded")
     code, body = stack.api("POST", "/orders/ord-dl-1/refunds/rf-1", {"amount": 500}, who="order_service")
     check(code == 202, f"202 ({code} {body})")
-    wait_for("rf-1 succeeded", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-1/refunds/rf-1", who="order_service")), 60)
+    stack.wait_status("rf-1 succeeded", "/orders/ord-dl-1/refunds/rf-1", "succeeded", 60)
     refunds = [r for r in sim.ledger()["refunds"] if r.get("payment_intent") == pis[0]["id"]]
     check(len(refunds) == 1 and refunds[0]["amount"] == 500, f"one refund of 500 at Stripe: {refunds}")
     outcomes.wait("RefundSucceeded", "ord-dl-1")
@@ -331,8 +337,7 @@ def main():
     code, body = stack.api("POST", "/orders/ord-dl-3/charge", {**order, "capture": "manual"}, who="order_service")
     check(code == 202, f"202 ({code} {body})")
     op3 = body["operation_id"]
-    wait_for("ord-dl-3 authorized", lambda: (lambda c, b: c == 200 and b["status"] == "authorized")(
-        *stack.api("GET", "/orders/ord-dl-3/charge", who="order_service")), 60)
+    stack.wait_status("ord-dl-3 authorized", "/orders/ord-dl-3/charge", "authorized", 60)
     check([p["status"] for p in sim.intents_of(op3)] == ["requires_capture"], "stripe-sim holds it requires_capture")
     ev = outcomes.wait("ChargeAuthorized", "ord-dl-3")
     check(ev["status"] == "authorized", f"ChargeAuthorized: {ev}")
@@ -340,8 +345,7 @@ def main():
     begin("capture 1000 of the 1250: 202, captured once, ChargeCaptured; a cancel after it refused")
     code, body = stack.api("POST", "/orders/ord-dl-3/capture", {"amount": 1000}, who="order_service")
     check(code == 202, f"202 ({code} {body})")
-    wait_for("the capture succeeded", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-3/capture", who="order_service")), 60)
+    stack.wait_status("the capture succeeded", "/orders/ord-dl-3/capture", "succeeded", 60)
     pi3 = sim.intents_of(op3)
     check(len(pi3) == 1 and pi3[0]["status"] == "succeeded", f"captured at Stripe: {pi3}")
     ev = outcomes.wait("ChargeCaptured", "ord-dl-3")
@@ -357,8 +361,7 @@ def main():
     code, body = stack.api("POST", "/orders/ord-dl-4/charge", order, who="order_service")
     check(code == 202, f"202 ({code})")
     op4 = body["operation_id"]
-    wait_for("ord-dl-4 unknown", lambda: (lambda c, b: c == 200 and b["status"] == "unknown")(
-        *stack.api("GET", "/orders/ord-dl-4/charge", who="order_service")), 60)
+    stack.wait_status("ord-dl-4 unknown", "/orders/ord-dl-4/charge", "unknown", 60)
     check([p["status"] for p in sim.intents_of(op4)] == ["succeeded"], "Stripe made it (only the answer was lost)")
     unknown_at = time.time()
 
@@ -374,12 +377,10 @@ def main():
     sim.lose_next_answer()
     code, body = stack.api("POST", "/orders/ord-dl-5/charge", order, who="order_service")
     op5 = body["operation_id"]
-    wait_for("ord-dl-5 unknown", lambda: (lambda c, b: c == 200 and b["status"] == "unknown")(
-        *stack.api("GET", "/orders/ord-dl-5/charge", who="order_service")), 60)
+    stack.wait_status("ord-dl-5 unknown", "/orders/ord-dl-5/charge", "unknown", 60)
     check(not relay.forwarded, "no event yet while the charge function had it")
     sim.post("/_sim/clock", {"advance_secs": 5})
-    wait_for("ord-dl-5 settled by the event", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-5/charge", who="order_service")), 90)
+    stack.wait_status("ord-dl-5 settled by the event", "/orders/ord-dl-5/charge", "succeeded", 90)
     pi5 = sim.intents_of(op5)
     check(len(pi5) == 1, f"one PaymentIntent: {pi5}")
     check(any(e["data"]["object"].get("id") == pi5[0]["id"] for e in relay.forwarded),
@@ -395,11 +396,9 @@ def main():
     sim.lose_next_answer()
     code, body = stack.api("POST", "/orders/ord-dl-6/charge", order, who="order_service")
     op6 = body["operation_id"]
-    wait_for("ord-dl-6 unknown", lambda: (lambda c, b: c == 200 and b["status"] == "unknown")(
-        *stack.api("GET", "/orders/ord-dl-6/charge", who="order_service")), 60)
+    stack.wait_status("ord-dl-6 unknown", "/orders/ord-dl-6/charge", "unknown", 60)
     sim.post("/_sim/clock", {"advance_secs": 5})
-    wait_for("ord-dl-6 settled by the webhook", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-6/charge", who="order_service")), 90)
+    stack.wait_status("ord-dl-6 settled by the webhook", "/orders/ord-dl-6/charge", "succeeded", 90)
     check(sim.get("/_sim/webhooks")["counts"]["delivered"] >= 1, "stripe-sim's delivery was accepted")
     check(len(sim.intents_of(op6)) == 1, "one PaymentIntent")
     sim.post("/_sim/webhooks", {})
@@ -443,8 +442,7 @@ def main():
         sim.lose_next_answer()
         code, body = stack.api("POST", f"/orders/{o}/charge", order, who="order_service")
         ops[o] = body["operation_id"]
-        wait_for(f"{o} unknown", lambda o=o: (lambda c, b: c == 200 and b["status"] == "unknown")(
-            *stack.api("GET", f"/orders/{o}/charge", who="order_service")), 60)
+        stack.wait_status(f"{o} unknown", f"/orders/{o}/charge", "unknown", 60)
     listed_ids = {json.loads(line)["operation_id"] for line in ctl("unknowns", "--json").stdout.splitlines() if line.strip()}
     check({ops["ord-dl-7"], ops["ord-dl-8"], op4} <= listed_ids, f"unknowns lists them: {sorted(listed_ids)}")
 
@@ -463,8 +461,7 @@ def main():
 
     begin("chargectl redrive: ord-dl-8 back on the queue, settled by the charge function")
     ctl("redrive", ops["ord-dl-8"], "--note", "answer lost; same key")
-    wait_for("ord-dl-8 succeeded", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-8/charge", who="order_service")), 60)
+    stack.wait_status("ord-dl-8 succeeded", "/orders/ord-dl-8/charge", "succeeded", 60)
     check(len(sim.intents_of(ops["ord-dl-8"])) == 1, "still one PaymentIntent (same key)")
 
     begin("refusal twin: chargectl unknowns as a role without OperatorPolicy fails, nothing read")
@@ -476,8 +473,7 @@ def main():
 
     # ---- 8. The reconciler, fired by its own schedule --------------------------------------------
     begin("the reconciler's scheduled tick settles ord-dl-4 (nobody invokes it; the test waits)")
-    wait_for("ord-dl-4 settled by the reconciler", lambda: (lambda c, b: c == 200 and b["status"] == "succeeded")(
-        *stack.api("GET", "/orders/ord-dl-4/charge", who="order_service")), 330, every=3)
+    stack.wait_status("ord-dl-4 settled by the reconciler", "/orders/ord-dl-4/charge", "succeeded", 330, every=3)
     check(len(sim.intents_of(op4)) == 1, "never created again: one PaymentIntent")
     with open(ms_log, errors="replace") as f:
         log = f.read()

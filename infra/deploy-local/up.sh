@@ -60,8 +60,9 @@ fail() {
   exit 1
 }
 
-# stripe-sim's own clock runs on real time here: the deployed functions sign nothing with it,
-# but the webhook deliveries it signs are checked against this machine's clock.
+# stripe-sim's clock starts at this machine's time and stands still until told: the scenario
+# sets it to now before a signed delivery (checked against this machine's clock) and moves it on
+# to release the events it holds.
 target/debug/stripe-sim --port "$sim_port" >"$dir/stripe-sim.log" 2>&1 &
 started stripe-sim $!
 sim_pid=$!
