@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
 use aws_sdk_dynamodb::types::AttributeValue;
-use charge_once::audit::{
-    run_audit, AuditDeps, AuditPolicy, AuditReport, AuditRun, AuditWindow, DriftClass,
+use charge_core::audit::{AuditPolicy, AuditReport, AuditWindow, DriftClass};
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::{OperationId, OrderId},
+    operation::{OperationKey, OperationStatus},
+    time::Clock,
 };
-use charge_once::executor::ChargePolicy;
+use charge_once::audit::{run_audit, AuditDeps, AuditRun};
 use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
 use charge_once::telemetry::CapturedMetrics;
-use charge_once::{Clock, OperationId, OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::stack::{api_event, Stack};
@@ -34,7 +37,7 @@ fn charge_key(order: &str) -> OperationKey {
 async fn audit(s: &Stack, metrics: &CapturedMetrics) -> AuditReport {
     let now = s.clock().now();
     let gateway = s.side.gateway();
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     let deps = AuditDeps {
         store: s.store.as_ref(),
         log: s.store.as_ref(),

@@ -7,9 +7,13 @@
 use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
+use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+use charge_core::{
+    domain::{OperationKind, OrderId},
+    operation::{Operation, OperationKey, OperationStatus},
+    time::Clock,
+};
 use charge_once::ports::OperationStore;
-use charge_once::store_rules::AUTHORIZATION_EXPIRED;
-use charge_once::{Clock, Operation, OperationKey, OperationKind, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::{FaultConfig, FaultKind};

@@ -5,9 +5,10 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use charge_once::ports::{Created, IndexQuery, OperationStore, OutcomeRecord};
+use charge_core::operation::OperationStatus;
+use charge_core::store::{Created, OutcomeRecord};
+use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::testing;
-use charge_once::OperationStatus;
 use testkit::store_contract::{operation, T0};
 
 #[tokio::test]
@@ -43,9 +44,9 @@ async fn sharded_index_pages_in_due_order_and_skips_settled() {
         if i % 3 == 0 {
             let (token, _) = testing::claim(&store, &op, T0).await;
             let settled = OutcomeRecord {
-                external_id: Some(charge_once::PaymentIntentId::parse("pi_x").unwrap()),
+                external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_x").unwrap()),
                 last_error: None,
-                ..testing::outcome(&op, token, OperationStatus::Succeeded, T0)
+                ..charge_core::testing::outcome(&op, token, OperationStatus::Succeeded, T0)
             };
             store.record(&settled).await.unwrap();
         } else {
@@ -142,7 +143,7 @@ async fn an_unreadable_refund_is_left_out_of_the_order_s_refunds() {
         let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
         store.create_refund(&refund, &reserve).await.unwrap();
     }
-    let listed = |ops: Vec<charge_once::Operation>| -> Vec<String> {
+    let listed = |ops: Vec<charge_core::operation::Operation>| -> Vec<String> {
         ops.iter().map(|op| op.kind.sort_key()).collect()
     };
     let refunds = store.refunds_of(&charge.order_id).await.unwrap();

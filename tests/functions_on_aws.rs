@@ -9,10 +9,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
+use charge_core::{
+    domain::OrderId,
+    operation::{OperationKey, OperationStatus},
+    time::Clock,
+};
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
-use charge_once::{Clock, OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::aws::sdk_config;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::time::ManualClock;
 use charge_once::memory::{MemoryQueue, ReceivedMessage};
 use charge_once::ports::{ChargeQueue, MessageVisibility};
-use charge_once::ManualClock;
 use testkit::queue_contract::QueueHarness;
 
 /// What SQS does with the charge queue's receives here: `fresh_fifo_queue`'s 30 s.
@@ -45,7 +45,7 @@ impl QueueHarness for Memory {
 }
 
 async fn memory_queue() -> Arc<dyn QueueHarness> {
-    let clock = ManualClock::new(charge_once::testing::T0);
+    let clock = ManualClock::new(charge_core::testing::T0);
     Arc::new(Memory {
         queue: MemoryQueue::new(Arc::new(clock.clone())),
         clock,

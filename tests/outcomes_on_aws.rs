@@ -15,16 +15,17 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
+use charge_core::refund::{self, RefundRequest};
+use charge_core::store_rules::RefundCreated;
+use charge_core::{operation::OperationStatus, time::Clock as _};
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::executor::execute_charge;
-use charge_once::ports::{OperationStore, RefundCreated};
-use charge_once::refund::{self, RefundRequest};
+use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
-use charge_once::{testing, Clock as _, OperationStatus};
 use lambda_runtime::{Context, LambdaEvent};
 use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
@@ -307,7 +308,7 @@ async fn one_unreadable_record_in_twenty_is_parked_with_its_reason_and_nineteen_
     let mut bad_pk = String::new();
     for i in 0..20 {
         let order = format!("ord-batch-{i:02}");
-        let op = testing::order(&order)
+        let op = charge_core::testing::order(&order)
             .status(OperationStatus::Succeeded)
             .external_id(&format!("pi_batch{i:02}"))
             .build();
@@ -416,7 +417,7 @@ async fn a_forged_stream_event_publishes_nothing_the_table_does_not_hold() {
     let genuine = s.stream_records().await;
     let arn = genuine.records[0].event_source_arn.clone();
     let forged = |seq: u32, order: &str, operation_id: Option<&str>| {
-        let mut op = testing::order(order)
+        let mut op = charge_core::testing::order(order)
             .status(OperationStatus::Succeeded)
             .external_id("pi_3ForgedIntent0000000001");
         if let Some(id) = operation_id {
@@ -484,8 +485,8 @@ async fn a_forged_stream_event_publishes_nothing_the_table_does_not_hold() {
     // The uncharged order is still pending; nothing was written.
     let still = s
         .store
-        .get(&charge_once::OperationKey::charge(
-            charge_once::OrderId::parse("ord-out-uncharged").unwrap(),
+        .get(&charge_core::operation::OperationKey::charge(
+            charge_core::domain::OrderId::parse("ord-out-uncharged").unwrap(),
         ))
         .await
         .unwrap()
@@ -681,7 +682,10 @@ async fn refunded_at_sim(
     s: &Outcomes,
     order: &str,
     pm: &str,
-) -> (charge_once::Operation, charge_once::Operation) {
+) -> (
+    charge_core::operation::Operation,
+    charge_core::operation::Operation,
+) {
     s.side.sim.set_refund_settle(REFUND_SETTLE);
     s.side
         .sim
@@ -691,7 +695,7 @@ async fn refunded_at_sim(
         })
         .unwrap();
     let deps = s.charge_deps();
-    let charge = testing::order(order)
+    let charge = charge_core::testing::order(order)
         .amount(1000)
         .payment_method(pm)
         .at(s.clock().now())
@@ -711,23 +715,23 @@ async fn refunded_at_sim(
 /// The refund `id` of `amount` of `charge` as stored now, as the door accepts it, or its refusal.
 async fn ask_refund(
     s: &Outcomes,
-    charge: &charge_once::Operation,
+    charge: &charge_core::operation::Operation,
     id: &str,
     amount: i64,
-) -> Result<charge_once::Operation, String> {
+) -> Result<charge_core::operation::Operation, String> {
     let charge = s.current(charge).await;
     let request = RefundRequest {
-        amount: Some(charge_once::Amount::new(amount).unwrap()),
+        amount: Some(charge_core::domain::Amount::new(amount).unwrap()),
         reason: None,
     };
     let now = s.clock().now();
     let (params, reserve) = refund::reserve(&charge, &request, now).map_err(|e| e.to_string())?;
-    let op = charge_once::Operation::new_refund(
+    let op = charge_core::operation::Operation::new_refund(
         charge.order_id.clone(),
-        charge_once::RefundId::parse(id).unwrap(),
+        charge_core::domain::RefundId::parse(id).unwrap(),
         &request,
         params,
-        charge_once::Principal::jwt("support").unwrap(),
+        charge_core::domain::Principal::jwt("support").unwrap(),
         now,
         Duration::from_secs(300),
     );

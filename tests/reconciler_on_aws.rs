@@ -13,14 +13,20 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemInput;
 use aws_sdk_dynamodb::operation::query::QueryInput;
 use aws_sdk_dynamodb::types::AttributeValue;
+use charge_core::plan::ReviewClass;
+use charge_core::reconcile_plan::QueueDepth;
+use charge_core::{
+    domain::PaymentMethodId,
+    operation::{Operation, OperationStatus, Review},
+    time::{Clock, ManualClock},
+};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::executor::{execute_charge, ReviewClass};
+use charge_once::executor::execute_charge;
 use charge_once::ports::{
-    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueueDepth, QueuedCharge,
+    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueuedCharge,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};
-use charge_once::{Clock, ManualClock, Operation, OperationStatus, PaymentMethodId, Review};
 use stripe_sim::FaultKind;
 use testkit::aws::sdk_config;
 use testkit::stack::{Stack, TICK_BUDGET};
@@ -239,7 +245,7 @@ async fn zero_or_two_matches_go_to_review_with_a_reason() {
         .unwrap();
     // A second PaymentIntent for the same operation, made by hand under another key.
     let mut by_hand = CreatePaymentIntent::for_operation(&two).expect("a charge operation");
-    by_hand.idempotency_key = charge_once::OperationId::new_random().idempotency_key();
+    by_hand.idempotency_key = charge_core::domain::OperationId::new_random().idempotency_key();
     s.side.gateway().create(&by_hand).await.unwrap();
 
     s.side.clock.advance(24 * HOUR);

@@ -24,15 +24,16 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
+use charge_core::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
+use charge_core::store::{ManualResolution, OperatorGuard};
+use charge_core::{
+    operation::{AuditEntry, Operation, OperationStatus},
+    time::{Clock, Timestamp},
+};
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
 use charge_once::ports::{Admitted, WebhookInbox};
-use charge_once::ports::{
-    ChargeMessage, CreatePaymentIntent, ManualResolution, OperationStore, OperatorGuard,
-    PaymentGateway,
-};
-use charge_once::{AuditEntry, Clock, Operation, OperationStatus, Timestamp};
+use charge_once::ports::{ChargeMessage, CreatePaymentIntent, OperationStore, PaymentGateway};
 use serde_json::Value;
 use testkit::stack::Stack;
 

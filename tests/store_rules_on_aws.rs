@@ -1,4 +1,4 @@
-//! The store's rules (`charge_once::store_rules`) against the conditions the DynamoDB adapter
+//! The store's rules (`charge_core::store_rules`) against the conditions the DynamoDB adapter
 //! sends, on moto: one table of (stored record, write, answer), every rule's accept and refuse
 //! cases with the guard that refuses. For each row:
 //!
@@ -29,19 +29,23 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::put_item::PutItemInput;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
+use charge_core::operation::AuditEntry;
+use charge_core::store::{
+    Claim, ClaimRequest, ManualResolution, OperatorGuard, OutcomeRecord, Recorded, Reschedule,
+};
+use charge_core::store_rules::{self, Guard, Transition, Written};
+use charge_core::testing::{claim_request, LEASE, T0};
+use charge_core::{
+    domain::PaymentIntentId,
+    operation::{Lease, LeaseToken, Operation, OperationStatus, Review},
+};
 use charge_once::adapters::dynamodb::item::{attr_s, key_of, stored_item, Attrs};
 use charge_once::adapters::dynamodb::{due_shard, schema, writes, DynamoStore, UNKNOWN_INDEX};
-use charge_once::operation::AuditEntry;
-use charge_once::ports::{
-    Claim, ClaimRequest, ManualResolution, OperationStore, OperatorGuard, OutcomeRecord, Recorded,
-    Reschedule,
-};
-use charge_once::store_rules::{self, Guard, Transition, Written};
-use charge_once::testing::{self, claim_request, LEASE, T0};
-use charge_once::{Lease, LeaseToken, Operation, OperationStatus, PaymentIntentId, Review};
+use charge_once::ports::OperationStore;
+use charge_once::testing;
 use testkit::aws::{sdk_config, unique};
 
-fn at(secs: u64) -> charge_once::Timestamp {
+fn at(secs: u64) -> charge_core::time::Timestamp {
     T0.plus(Duration::from_secs(secs))
 }
 
@@ -69,7 +73,7 @@ mod state {
     use super::*;
 
     pub fn pending() -> Operation {
-        testing::order(&unique("rules")).at(T0).build()
+        charge_core::testing::order(&unique("rules")).at(T0).build()
     }
 
     /// Claimed at 1 s with `token`, the lease running to 61 s.
@@ -221,7 +225,7 @@ fn outcome(
     move |op| {
         let mut rec = OutcomeRecord {
             external_id: status.is_settled().then(|| pi("pi_rules")).flatten(),
-            ..testing::outcome(op, token, status, at(10))
+            ..charge_core::testing::outcome(op, token, status, at(10))
         };
         change(&mut rec);
         Request::Record(rec)
@@ -270,7 +274,7 @@ fn resolve(
 
 fn other_operation(op: &Operation) -> Operation {
     let mut other = op.clone();
-    other.operation_id = charge_once::OperationId::new_random();
+    other.operation_id = charge_core::domain::OperationId::new_random();
     other
 }
 
@@ -681,12 +685,12 @@ async fn every_rule_holds_on_a_server_without_return_values_on_condition_check_f
     let first = state::pending();
     store.create_if_absent(&first).await.unwrap();
     let second = Operation {
-        operation_id: charge_once::OperationId::new_random(),
+        operation_id: charge_core::domain::OperationId::new_random(),
         ..first.clone()
     };
     assert_eq!(
         store.create_if_absent(&second).await.unwrap(),
-        charge_once::ports::Created::Existing(first)
+        charge_core::store::Created::Existing(first)
     );
 }
 
@@ -720,7 +724,7 @@ async fn index_entry(client: &aws_sdk_dynamodb::Client, table: &str, op: &Operat
 async fn the_unknown_index_shows_the_status_and_a_claim_leaves_the_entry_as_it_was() {
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
     let store = store_on(client.clone()).await;
-    let op = testing::order(&unique("index")).at(T0).build();
+    let op = charge_core::testing::order(&unique("index")).at(T0).build();
     store.create_if_absent(&op).await.unwrap();
 
     let created = index_entry(&client, store.table(), &op).await;
@@ -737,7 +741,7 @@ async fn the_unknown_index_shows_the_status_and_a_claim_leaves_the_entry_as_it_w
     assert_eq!(index_entry(&client, store.table(), &op).await, created);
 
     // The outcome moves the entry and shows the new status.
-    let rec = testing::outcome(&op, token, OperationStatus::Unknown, at(2));
+    let rec = charge_core::testing::outcome(&op, token, OperationStatus::Unknown, at(2));
     let unknown = testing::record(&store, &rec).await;
     let entry = index_entry(&client, store.table(), &unknown).await;
     assert_eq!(entry.get(schema::STATUS), Some(&attr_s("unknown")));
@@ -758,10 +762,12 @@ async fn the_reservation_s_clauses_are_its_guards() {
     };
     let refund = {
         let mut op = charge(0);
-        op.kind = charge_once::OperationKind::Refund(charge_once::RefundId::parse("r-1").unwrap());
-        op.params = charge_once::Params::Refund(charge_once::refund::RefundParams {
-            amount: charge_once::Amount::new(500).unwrap(),
-            currency: charge_once::Currency::parse("usd").unwrap(),
+        op.kind = charge_core::domain::OperationKind::Refund(
+            charge_core::domain::RefundId::parse("r-1").unwrap(),
+        );
+        op.params = charge_core::operation::Params::Refund(charge_core::refund::RefundParams {
+            amount: charge_core::domain::Amount::new(500).unwrap(),
+            currency: charge_core::domain::Currency::parse("usd").unwrap(),
             payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
             reason: None,
         });
@@ -807,8 +813,8 @@ async fn the_reservation_s_clauses_are_its_guards() {
 /// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
 mod taking {
     use super::*;
-    use charge_once::domain::{CaptureMethod, CaptureParams};
-    use charge_once::operation::Taker;
+    use charge_core::domain::{CaptureMethod, CaptureParams};
+    use charge_core::operation::Taker;
 
     pub fn authorized(taken_by: Option<Taker>) -> Operation {
         let mut op = state::unknown();
@@ -826,7 +832,7 @@ mod taking {
     pub fn taker(capture: bool) -> Taker {
         Taker {
             capture,
-            operation_id: charge_once::OperationId::new_random(),
+            operation_id: charge_core::domain::OperationId::new_random(),
         }
     }
 
@@ -834,9 +840,9 @@ mod taking {
     pub fn capture_of(charge: &Operation, taker: Taker, token: LeaseToken) -> Operation {
         let mut op = state::leased(token);
         op.order_id = charge.order_id.clone();
-        op.kind = charge_once::OperationKind::Capture;
+        op.kind = charge_core::domain::OperationKind::Capture;
         op.operation_id = taker.operation_id;
-        op.params = charge_once::Params::Capture(CaptureParams {
+        op.params = charge_core::operation::Params::Capture(CaptureParams {
             amount_to_capture: charge.params.amount(),
             currency: charge.params.currency().clone(),
             payment_intent: PaymentIntentId::parse("pi_held").unwrap(),
@@ -867,7 +873,7 @@ async fn the_taking_s_clauses_are_its_guards() {
         Guard::NotTaken,
         Guard::TakenBy(capture.operation_id),
         Guard::TakenBy(cancel.operation_id),
-        Guard::TakenBy(charge_once::OperationId::new_random()),
+        Guard::TakenBy(charge_core::domain::OperationId::new_random()),
         Guard::NeverAttempted,
         Guard::NoLeaseAfter(at(30)),
         Guard::StatusIs(OperationStatus::Authorized),
@@ -904,7 +910,7 @@ async fn the_taking_s_clauses_are_its_guards() {
 /// with the taker's outcome.
 #[tokio::test]
 async fn the_taking_s_changes_are_its_updates() {
-    use charge_once::ports::{
+    use charge_core::store::{
         AuthorizationOutcome, SettleAuthorization, TakeAuthorization, TakeFrom,
     };
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
@@ -926,17 +932,20 @@ async fn the_taking_s_changes_are_its_updates() {
         let want = store_rules::apply(&charge, &write).expect("the rule accepts");
         let mut op = taking::capture_of(&charge, taker, LeaseToken::new_random());
         if !taker.capture {
-            op.kind = charge_once::OperationKind::Cancel;
+            op.kind = charge_core::domain::OperationKind::Cancel;
         }
         let created = store.create_taking(&op, &write).await.unwrap();
-        assert!(matches!(created, charge_once::ports::TakingCreated::New(_)));
+        assert!(matches!(
+            created,
+            charge_core::store_rules::TakingCreated::New(_)
+        ));
         assert_eq!(
             store.get(&charge.key()).await.unwrap(),
             Some(want),
             "{from:?}"
         );
     }
-    let amount = charge_once::Amount::new(900).unwrap();
+    let amount = charge_core::domain::Amount::new(900).unwrap();
     for outcome in [
         AuthorizationOutcome::Captured(amount),
         AuthorizationOutcome::Canceled,
@@ -958,7 +967,7 @@ async fn the_taking_s_changes_are_its_updates() {
         let want = store_rules::apply(&charge, &settle).expect("the rule accepts");
         let rec = OutcomeRecord {
             authorization: Some(settle),
-            ..testing::outcome(&capture, token, OperationStatus::Succeeded, at(50))
+            ..charge_core::testing::outcome(&capture, token, OperationStatus::Succeeded, at(50))
         };
         let want_op = store_rules::apply(&capture, &rec).expect("the fence holds");
         let reads = store.calls().reads.load(Ordering::Relaxed);

@@ -5,16 +5,19 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use charge_core::{
+    domain::{Amount, OperationId},
+    outcome::{GatewayError, PaymentIntentStatus, RetryCause},
+};
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::testing;
-use charge_once::{Amount, GatewayError, OperationId, PaymentIntentStatus, RetryCause};
 use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stripe::StripeSide;
 
 fn create_req(pm: &str, amount: i64) -> CreatePaymentIntent {
     CreatePaymentIntent::for_operation(
-        &testing::order("order-gateway-test")
+        &charge_core::testing::order("order-gateway-test")
             .amount(amount)
             .payment_method(pm)
             .build(),
@@ -178,7 +181,7 @@ async fn declines_are_settled_with_the_payment_intent() {
 async fn a_declined_intent_is_canceled_with_its_own_key() {
     let s = StripeSide::with_new_clock().await;
     let gw = s.gateway();
-    let op = testing::order("order-cancel")
+    let op = charge_core::testing::order("order-cancel")
         .amount(900)
         .payment_method("pm_card_chargeDeclined")
         .build();
@@ -215,7 +218,7 @@ async fn a_declined_intent_is_canceled_with_its_own_key() {
     assert_eq!(entry.status, "canceled");
 
     // A paid intent is not canceled: Stripe says it moved on.
-    let paid = testing::order("order-paid")
+    let paid = charge_core::testing::order("order-paid")
         .payment_method("pm_card_visa")
         .build();
     let pi = gw
@@ -240,7 +243,7 @@ async fn a_declined_intent_is_canceled_with_its_own_key() {
         "succeeded"
     );
     // An intent Stripe does not know: rejected.
-    let unknown = charge_once::PaymentIntentId::parse("pi_doesNotExist").unwrap();
+    let unknown = charge_core::domain::PaymentIntentId::parse("pi_doesNotExist").unwrap();
     let err = gw
         .cancel(&CancelPaymentIntent::for_operation(&paid, unknown))
         .await
@@ -258,7 +261,7 @@ async fn a_cancels_faults_are_classified_as_any_calls() {
     ] {
         let s = StripeSide::with_new_clock().await;
         let gw = s.gateway_with(|c| c.max_network_retries = 0);
-        let op = testing::order("order-cancel-fault")
+        let op = charge_core::testing::order("order-cancel-fault")
             .payment_method("pm_card_chargeDeclined")
             .build();
         let Err(GatewayError::Declined {
@@ -410,7 +413,7 @@ async fn invalid_requests_are_rejected_and_nothing_exists() {
     }
     assert_eq!(s.sim.ledger().len(), 0);
     assert!(matches!(
-        gw.retrieve(&charge_once::PaymentIntentId::parse("pi_doesNotExist").unwrap())
+        gw.retrieve(&charge_core::domain::PaymentIntentId::parse("pi_doesNotExist").unwrap())
             .await,
         Err(GatewayError::Rejected { .. })
     ));

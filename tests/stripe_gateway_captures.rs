@@ -5,15 +5,15 @@
 
 use std::time::Duration;
 
+use charge_core::domain::{CancellationReason, CaptureMethod};
+use charge_core::{
+    domain::{Amount, OperationId, PaymentIntentId},
+    outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
+    time::Timestamp,
+};
 use charge_once::adapters::stripe::StripeGateway;
-use charge_once::domain::{CancellationReason, CaptureMethod};
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, PaymentGateway,
-};
-use charge_once::testing;
-use charge_once::{
-    Amount, GatewayError, OperationId, PaymentIntent, PaymentIntentId, PaymentIntentStatus,
-    Timestamp,
 };
 use stripe_sim::{FaultConfig, FaultKind, VISA_MIT_CAPTURE_WINDOW_MS};
 use testkit::stripe::StripeSide;
@@ -23,7 +23,7 @@ const T0: i64 = 1_800_000_000_000;
 
 /// An authorization of 1000 usd (`capture_method=manual`, Visa, off-session): the create's answer.
 async fn authorized(gw: &StripeGateway, order_id: &str) -> PaymentIntent {
-    let op = testing::order(order_id).amount(1000).build();
+    let op = charge_core::testing::order(order_id).amount(1000).build();
     let mut req = CreatePaymentIntent::for_operation(&op).expect("a charge operation");
     req.params.capture_method = CaptureMethod::Manual;
     gw.create(&req).await.expect("the authorization is made")
@@ -66,7 +66,9 @@ async fn a_manual_create_is_held_with_the_deadline_its_own_answer_states() {
         Some(deadline)
     );
     // Twin: an automatic charge is taken at once and states no deadline.
-    let op = testing::order("order-now").amount(1000).build();
+    let op = charge_core::testing::order("order-now")
+        .amount(1000)
+        .build();
     let now = gw
         .create(&CreatePaymentIntent::for_operation(&op).unwrap())
         .await

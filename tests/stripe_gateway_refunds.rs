@@ -3,17 +3,20 @@
 
 use std::time::Duration;
 
+use charge_core::refund::{RefundReason, RefundStatus, StripeRefund};
+use charge_core::{
+    domain::PaymentIntentId,
+    outcome::{GatewayError, PaymentIntentStatus},
+};
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
-use charge_once::refund::{RefundReason, RefundStatus, StripeRefund};
-use charge_once::testing::{self, refund_create};
-use charge_once::{GatewayError, PaymentIntentId, PaymentIntentStatus};
+use charge_once::testing::refund_create;
 use stripe_sim::FaultKind;
 use testkit::stripe::StripeSide;
 
 /// A succeeded charge of `amount` usd paid with `pm`: its PaymentIntent.
 async fn charged(gw: &StripeGateway, pm: &str, amount: i64) -> PaymentIntentId {
-    let op = testing::order("order-refund-test")
+    let op = charge_core::testing::order("order-refund-test")
         .amount(amount)
         .payment_method(pm)
         .build();
@@ -75,7 +78,7 @@ async fn the_same_key_replays_the_refund_and_another_request_under_it_is_misuse(
     assert_eq!(s.sim.refunds_created(), 1, "the second was a replay");
 
     let mut other = req.clone();
-    other.params.amount = charge_once::Amount::new(200).unwrap();
+    other.params.amount = charge_core::domain::Amount::new(200).unwrap();
     let err = gw.create_refund(&other).await.unwrap_err();
     assert!(matches!(err, GatewayError::KeyMisuse { .. }), "{err:?}");
     assert_eq!(s.sim.refunds_created(), 1);
@@ -226,7 +229,7 @@ async fn a_late_failure_and_a_pending_refund_are_read_by_retrieve() {
 async fn an_unknown_refund_or_intent_is_rejected() {
     let s = StripeSide::with_new_clock().await;
     let gw = s.gateway();
-    let unknown = charge_once::domain::StripeRefundId::parse("re_nothing").unwrap();
+    let unknown = charge_core::domain::StripeRefundId::parse("re_nothing").unwrap();
     assert!(matches!(
         gw.retrieve_refund(&unknown).await,
         Err(GatewayError::Rejected { .. })
@@ -245,8 +248,8 @@ async fn an_unknown_refund_or_intent_is_rejected() {
 /// (no metadata) listed beside ours.
 #[tokio::test]
 async fn lists_by_creation_time_page_through_the_window_and_nothing_else() {
-    use charge_once::ports::AuditWindow;
-    use charge_once::Clock;
+    use charge_core::audit::AuditWindow;
+    use charge_core::time::Clock;
     let s = StripeSide::with_new_clock().await;
     let gw = s.gateway().with_list_page_size(2);
     let before = charged(&gw, "pm_card_visa", 1000).await;

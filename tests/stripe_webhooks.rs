@@ -14,13 +14,19 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::PaymentIntentId,
+    operation::OperationStatus,
+    outcome::PaymentIntentStatus,
+    time::{SystemClock, Timestamp},
+};
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
-use charge_once::testing::{self, CreateIn as _};
+use charge_once::testing::CreateIn as _;
 use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
-use charge_once::{OperationStatus, PaymentIntentId, PaymentIntentStatus, SystemClock, Timestamp};
 use serde_json::{json, Value};
 use stripe_sim::receiver::{wait_until, Receiver};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
@@ -178,7 +184,7 @@ async fn the_function_accepts_what_the_official_helper_signs() {
     // The whole function: the sample's operation settles.
     let store = Arc::new(MemoryStore::new());
     let meta = &serde_json::from_str::<Value>(&payload).unwrap()["data"]["object"]["metadata"];
-    let op = testing::order(meta["order_id"].as_str().unwrap())
+    let op = charge_core::testing::order(meta["order_id"].as_str().unwrap())
         .operation_id(meta["operation_id"].as_str().unwrap())
         .status(OperationStatus::Unknown)
         .at(now)
@@ -201,7 +207,7 @@ async fn the_function_accepts_what_the_official_helper_signs() {
                 store: store.clone(),
                 gateway,
                 clock: Arc::new(SystemClock),
-                policy: ChargePolicy::default(),
+                policy: Policy::default(),
             },
             inbox: Arc::new(MemoryInbox::new()),
             secrets: Some(vec![secret]),

@@ -3034,8 +3034,8 @@ fn store_calls(files: &[std::path::PathBuf]) -> BTreeSet<String> {
 /// guard's attribute from an updated one, so `status` is on both lists (template.yaml says so).
 #[test]
 fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
+    use charge_core::store::{TakeAuthorization, TakeFrom};
     use charge_once::adapters::dynamodb::writes;
-    use charge_once::ports::{TakeAuthorization, TakeFrom};
     let p = |a: &str, r: &str| (a.to_owned(), r.to_owned());
     let t = template();
     assert_eq!(
@@ -3067,13 +3067,15 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             .map(str::to_owned)
         )
     );
-    let charge = charge_once::OperationKey::charge(charge_once::OrderId::parse("o").unwrap());
-    let now = charge_once::Timestamp::from_millis(0);
-    let reserve = charge_once::ports::ReserveRefund {
+    let charge = charge_core::operation::OperationKey::charge(
+        charge_core::domain::OrderId::parse("o").unwrap(),
+    );
+    let now = charge_core::time::Timestamp::from_millis(0);
+    let reserve = charge_core::store::ReserveRefund {
         charge: charge.clone(),
-        charge_operation_id: charge_once::OperationId::new_random(),
-        amount: charge_once::Amount::new(1).unwrap(),
-        charged: charge_once::Amount::new(2).unwrap(),
+        charge_operation_id: charge_core::domain::OperationId::new_random(),
+        amount: charge_core::domain::Amount::new(1).unwrap(),
+        charged: charge_core::domain::Amount::new(2).unwrap(),
         now,
     };
     let reservation =
@@ -3083,10 +3085,10 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     for from in [TakeFrom::Authorized, TakeFrom::NeverSent] {
         let take = TakeAuthorization {
             charge: charge.clone(),
-            charge_operation_id: charge_once::OperationId::new_random(),
-            taker: charge_once::operation::Taker::parse(&format!(
+            charge_operation_id: charge_core::domain::OperationId::new_random(),
+            taker: charge_core::operation::Taker::parse(&format!(
                 "cancel:{}",
-                charge_once::OperationId::new_random()
+                charge_core::domain::OperationId::new_random()
             ))
             .unwrap(),
             from,
@@ -3139,11 +3141,11 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
 /// a taker, the history or the redrives.
 #[test]
 fn the_events_function_updates_only_what_the_executor_s_writes_name() {
+    use charge_core::operation::LeaseToken;
+    use charge_core::operation::OperationStatus::*;
+    use charge_core::store::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
+    use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::writes;
-    use charge_once::operation::LeaseToken;
-    use charge_once::ports::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
-    use charge_once::testing::{self, T0};
-    use charge_once::OperationStatus::*;
     // What the events path asks of the store: a read, an order's refunds, and the three writes.
     // The executor (shared/src/executor.rs) is the charge function's too; the events function
     // reaches it through apply_event and apply_refund_event only.
@@ -3158,7 +3160,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
             ["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned)
         )
     );
-    let op = testing::order("ord-events").manual().build();
+    let op = charge_core::testing::order("ord-events").manual().build();
     let token = LeaseToken::new_random();
     let release = ReleaseRefund {
         charge: op.key().charge_of_order(),
@@ -3167,7 +3169,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     };
     let mut named = BTreeSet::new();
     named.extend(write_names(
-        &writes::write(&testing::claim_request(&op, token, T0)).unwrap(),
+        &writes::write(&charge_core::testing::claim_request(&op, token, T0)).unwrap(),
     ));
     // Every status an outcome records, with every optional part and with none (a record without
     // an error REMOVEs it; settled, it leaves the index and stamps its settle time; unsettled, it
@@ -3175,19 +3177,19 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     for status in [Pending, Unknown, Authorized, Succeeded, Failed] {
         let bare = OutcomeRecord {
             last_error: None,
-            ..testing::outcome(&op, token, status, T0)
+            ..charge_core::testing::outcome(&op, token, status, T0)
         };
         let full = OutcomeRecord {
-            external_id: Some(charge_once::PaymentIntentId::parse("pi_1").unwrap()),
-            stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_1").unwrap()),
+            external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_1").unwrap()),
+            stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
             capture_before: Some(T0),
             amount_captured: Some(op.params.amount()),
-            review: Some(charge_once::Review {
+            review: Some(charge_core::operation::Review {
                 reason: "stuck".into(),
                 flagged_at: T0,
             }),
             release: Some(release.clone()),
-            ..testing::outcome(&op, token, status, T0)
+            ..charge_core::testing::outcome(&op, token, status, T0)
         };
         for rec in [bare, full] {
             named.extend(write_names(&writes::write(&rec).unwrap()));
@@ -3242,13 +3244,15 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
 /// (adding the keys by hand, where here they come from the write's `Key`).
 #[test]
 fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
+    use charge_core::operation::OperationStatus::*;
+    use charge_core::store::{ManualResolution, OperatorGuard, ReleaseRefund, Reschedule};
+    use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::schema::{DUE_AT, DUE_SHARD};
     use charge_once::adapters::dynamodb::writes;
-    use charge_once::ports::{ManualResolution, OperatorGuard, ReleaseRefund, Reschedule};
-    use charge_once::testing::{self, T0};
-    use charge_once::OperationStatus::*;
-    let op = testing::order("ord-operator").status(Unknown).build();
-    let audit = charge_once::AuditEntry {
+    let op = charge_core::testing::order("ord-operator")
+        .status(Unknown)
+        .build();
+    let audit = charge_core::operation::AuditEntry {
         action: "resolve".into(),
         previous_status: Unknown,
         new_status: Succeeded,
@@ -3273,9 +3277,9 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         key: op.key(),
         operation_id: op.operation_id,
         status,
-        external_id: with.then(|| charge_once::PaymentIntentId::parse("pi_1").unwrap()),
+        external_id: with.then(|| charge_core::domain::PaymentIntentId::parse("pi_1").unwrap()),
         expected_updated_at: op.updated_at,
-        stripe_refund_id: with.then(|| charge_once::StripeRefundId::parse("re_1").unwrap()),
+        stripe_refund_id: with.then(|| charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
         release: with.then(|| release.clone()),
         guard: guard.clone(),
     };
@@ -3314,10 +3318,10 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
 /// the operator policy's PutItem (`chargectl audit` keeps its report).
 #[test]
 fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
+    use charge_core::audit::{judge, AuditPolicy, AuditWindow, Evidence};
+    use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::item::{attr_s, key_of, report_to_item};
     use charge_once::adapters::dynamodb::schema::{AUDIT_PK, PK};
-    use charge_once::audit::{judge, AuditPolicy, AuditWindow, Evidence};
-    use charge_once::testing::T0;
     let window = AuditWindow {
         from: T0,
         to: T0.plus(std::time::Duration::from_secs(86_400)),
@@ -3330,7 +3334,9 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
         .into_report(window, window.to, "audit");
     let item = report_to_item(&report).unwrap();
     assert_eq!(item[PK], attr_s(AUDIT_PK), "the report's partition");
-    let order = charge_once::OperationKey::charge(charge_once::OrderId::parse(AUDIT_PK).unwrap());
+    let order = charge_core::operation::OperationKey::charge(
+        charge_core::domain::OrderId::parse(AUDIT_PK).unwrap(),
+    );
     assert_ne!(
         key_of(&order).0,
         AUDIT_PK,
@@ -3577,8 +3583,8 @@ fn notify_filter_patterns(t: &Value) -> Vec<String> {
 /// its images as the DynamoDB adapter writes the records (`stored_item`: the real attribute
 /// names, the index keys while unsettled), in DynamoDB JSON as Lambda's event carries them.
 fn stream_record(
-    before: Option<&charge_once::Operation>,
-    after: &charge_once::Operation,
+    before: Option<&charge_core::operation::Operation>,
+    after: &charge_core::operation::Operation,
 ) -> serde_json::Value {
     use charge_once::adapters::dynamodb::item::{item_json, stored_item};
     let mut dynamodb = serde_json::json!({ "NewImage": item_json(&stored_item(after)) });
@@ -3595,16 +3601,20 @@ fn stream_record(
 /// A write as the stream carries it: what it is, the record before (none for an insert), after.
 type StreamWrite = (
     String,
-    Option<charge_once::Operation>,
-    charge_once::Operation,
+    Option<charge_core::operation::Operation>,
+    charge_core::operation::Operation,
 );
 
 /// Every write the outbox could be asked about, as (what, before, after): a charge paid at once,
 /// one authorized first, and a refund, each inserted or moved from every status, with and without
 /// a review flag, to every status, with and without one.
 fn every_write() -> Vec<StreamWrite> {
-    use charge_once::testing::{self, T0};
-    use charge_once::{Operation, OperationStatus, OperationStatus::*, Review};
+    use charge_core::operation::{
+        Operation,
+        OperationStatus::{self, *},
+        Review,
+    };
+    use charge_core::testing::T0;
     let statuses = [Pending, Unknown, Authorized, Succeeded, Failed];
     // A status added to OperationStatus fails to compile here until it is in the list above.
     for s in statuses {
@@ -3613,30 +3623,30 @@ fn every_write() -> Vec<StreamWrite> {
         }
     }
     let refund = {
-        let charge = testing::order("ord-filter-r")
+        let charge = charge_core::testing::order("ord-filter-r")
             .status(Succeeded)
             .external_id("pi_f")
             .build();
-        let request = charge_once::domain::RefundRequest {
-            amount: Some(charge_once::Amount::new(100).unwrap()),
+        let request = charge_core::domain::RefundRequest {
+            amount: Some(charge_core::domain::Amount::new(100).unwrap()),
             reason: None,
         };
-        let (params, _) = charge_once::refund::reserve(&charge, &request, T0).unwrap();
+        let (params, _) = charge_core::refund::reserve(&charge, &request, T0).unwrap();
         Operation::new_refund(
             charge.order_id.clone(),
-            charge_once::RefundId::parse("r-1").unwrap(),
+            charge_core::domain::RefundId::parse("r-1").unwrap(),
             &request,
             params,
-            charge_once::Principal::jwt("support").unwrap(),
+            charge_core::domain::Principal::jwt("support").unwrap(),
             T0,
-            testing::GRACE,
+            charge_core::testing::GRACE,
         )
     };
     let kinds = [
-        ("charge", testing::order("ord-filter").build()),
+        ("charge", charge_core::testing::order("ord-filter").build()),
         (
             "manual charge",
-            testing::order("ord-filter-m").manual().build(),
+            charge_core::testing::order("ord-filter-m").manual().build(),
         ),
         ("refund", refund),
     ];
@@ -3691,7 +3701,7 @@ fn outcomes_filtered_out(patterns: &[String]) -> Vec<String> {
         .collect();
     let mut lost = Vec::new();
     for (what, before, after) in every_write() {
-        let Some(outcome) = charge_once::outbox::outcome_change(before.as_ref(), &after) else {
+        let Some(outcome) = charge_core::outbox::outcome_change(before.as_ref(), &after) else {
             continue;
         };
         let record = stream_record(before.as_ref(), &after);
@@ -3713,7 +3723,7 @@ fn the_notify_stream_filter_passes_every_outcome_write() {
     let writes = every_write();
     let outcomes = writes
         .iter()
-        .filter(|(_, b, a)| charge_once::outbox::outcome_change(b.as_ref(), a).is_some())
+        .filter(|(_, b, a)| charge_core::outbox::outcome_change(b.as_ref(), a).is_some())
         .count();
     assert!(outcomes >= 50, "outcome writes enumerated: {outcomes}");
     assert_eq!(outcomes_filtered_out(&patterns), Vec::<String>::new());
@@ -3729,7 +3739,7 @@ fn the_notify_stream_filter_passes_every_outcome_write() {
     for (what, before, after) in &writes {
         let record = stream_record(before.as_ref(), after);
         let through = parsed.iter().any(|p| pattern_matches(p, &record));
-        if charge_once::outbox::outcome_change(before.as_ref(), after).is_none() && !through {
+        if charge_core::outbox::outcome_change(before.as_ref(), after).is_none() && !through {
             dropped += 1;
         }
         passes.insert(what, through);
@@ -4028,7 +4038,7 @@ fn widget_metric_problem(m: &serde_json::Value, e: &Emitted) -> Option<String> {
         ));
     }
     let known = |key: &str, value: &str| match key {
-        "DriftClass" => charge_once::audit::DriftClass::parse(value).is_some(),
+        "DriftClass" => charge_core::audit::DriftClass::parse(value).is_some(),
         "Kind" => charge_once::audit::KINDS.contains(&value),
         _ => true,
     };

@@ -3,13 +3,17 @@
 //! the DynamoDB store and inbox on moto, Stripe's retrieve over HTTP to stripe-sim, a delivery
 //! signed as Stripe signs it.
 
+use charge_core::charge::event_plan::Ignored;
+use charge_core::{
+    operation::{Operation, OperationStatus},
+    time::{Clock, Timestamp},
+};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
 use charge_once::ports::{Admitted, OperationStore, PaymentGateway, WebhookInbox, INBOX_TTL};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
-use charge_once::webhook::{receive, Ignored, Reception, WebhookDeps, DEFAULT_TOLERANCE};
-use charge_once::{Clock, Operation, OperationStatus, Timestamp};
+use charge_once::webhook::{receive, Reception, WebhookDeps, DEFAULT_TOLERANCE};
 use testkit::aws::fresh_inbox;
 use testkit::stack::Stack;
 
@@ -61,7 +65,7 @@ async fn the_ttl_attribute_is_in_seconds_and_the_table_expires_on_it() {
 
 /// An operation whose charge went `unknown` (the answer was lost).
 async fn unknown_op(store: &DynamoStore, order: &str, now: Timestamp) -> Operation {
-    let op = testing::order(order)
+    let op = charge_core::testing::order(order)
         .requested_by("webhook-tests")
         .at(now)
         .create_in(store)

@@ -10,63 +10,55 @@
 //! - [`domain`]: parse-don't-validate newtypes for what arrives from outside (`OrderId`, `Amount`,
 //!   `Currency`, ...), the charge parameters and their fingerprint, the idempotency key.
 //! - [`ids`]: where fresh UUIDs come from (a per-thread seam the deterministic simulation seeds).
-//! - [`time`]: `Timestamp` (milliseconds since the epoch), the [`Clock`] trait, the system and the
-//!   manual clock.
+//! - [`time`]: `Timestamp` (milliseconds since the epoch), the [`time::Clock`] trait, the system
+//!   and the manual clock.
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
 //! - [`store`]: the store's conditional writes as requests and answers.
-//! - [`take`]: what a capture or a cancel asks, and the door's rule over the order's charge
-//!   (only one of them ever takes an authorization).
-//! - [`refund`]: what a refund asks, Stripe's refund statuses, and the reservation that keeps an
-//!   order's refunds within what was charged.
 //!
-//! The rules, each a table of its own (read them as the specification):
+//! The engine, one for every kind: [`plan`] holds what every plan shares (the [`plan::Decision`]
+//! each answers with, the [`plan::Policy`] they run on, the [`plan::ReviewClass`] of what a
+//! person must look at, the back-off).
+//!
+//! Each kind of money movement in a room of its own, its door rule, plan and event plan side by
+//! side:
+//! - [`charge`]: [`charge::plan`] (record as claimed, Stripe's answer, now) → the next record;
+//!   [`charge::event_plan`] (record as claimed, what Stripe holds for an event's intent, now) →
+//!   the next record, or why nothing changes.
+//! - [`refund`]: what a refund asks, Stripe's refund statuses, and the reservation that keeps an
+//!   order's refunds within what was charged; [`refund::plan`] (refund record as claimed,
+//!   Stripe's answer, now) → the next record, and whether its reservation goes back to the charge;
+//!   [`refund::event_plan`] (refund record as read, what a refund event claims, Stripe's answer)
+//!   → settle through the refund plan, fail a succeeded refund later, or why nothing changes.
+//! - [`take`]: what a capture or a cancel asks, and the door's rule over the order's charge (only
+//!   one of them ever takes an authorization); [`take::plan`] (capture or cancel record as
+//!   claimed, Stripe's answer, now) → the next record, and how the charge's authorization ends
+//!   (captured, canceled, lapsed).
+//!
+//! The rules over every kind, each a table of its own (read them as the specification):
 //! - [`audit`]: (what Stripe created in a window, the records settled in it) → matched, in
 //!   flight, or a drift class; the audit never changes a record.
 //! - [`store_rules`]: each conditional write as guards in refusal order, then the change; the
 //!   DynamoDB adapter compiles the same guards into condition expressions.
-//! - [`charge_plan`]: (record as claimed, Stripe's answer, now) → the next record.
-//! - [`event_plan`]: (record as claimed, what Stripe holds for an event's intent, now) → the next
-//!   record, or why nothing changes.
 //! - [`reconcile_plan`]: (record as found by the reconciler, now) → re-enqueue, re-drive, settle.
-//! - [`refund_plan`]: (refund record as claimed, Stripe's answer, now) → the next record, and
-//!   whether its reservation goes back to the charge.
-//! - [`refund_event_plan`]: (refund record as read, what a refund event claims, Stripe's answer)
-//!   → settle through the refund plan, fail a succeeded refund later, or why nothing changes.
-//! - [`take_plan`]: (capture or cancel record as claimed, Stripe's answer, now) → the next
-//!   record, and how the charge's authorization ends (captured, canceled, lapsed).
 //! - [`message_plan`]: (what the shell did with a queue message, its receive count, the budget)
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
 
 pub mod audit;
-pub mod charge_plan;
+pub mod charge;
 pub mod domain;
-pub mod event_plan;
 pub mod ids;
 pub mod message_plan;
 pub mod operation;
 pub mod outbox;
 pub mod outcome;
+pub mod plan;
 pub mod reconcile_plan;
 pub mod refund;
-pub mod refund_event_plan;
-pub mod refund_plan;
 pub mod store;
 pub mod store_rules;
 pub mod take;
-pub mod take_plan;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
-
-pub use domain::{
-    Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, RefundId, StripeRefundId,
-    ValidationError,
-};
-pub use operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
-};
-pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-pub use time::{Clock, ManualClock, SystemClock, Timestamp};

@@ -20,8 +20,8 @@
 //! - **Everything else is acknowledged**: settled, recorded as unknown and scheduled (the unknown
 //!   index drives its retries, not SQS), in review, or superseded by another writer.
 
-use crate::charge_plan::Disposition;
 use crate::outcome::RetryCause;
+use crate::plan::Disposition;
 
 /// What the shell knows of the message when it asks what to do with it.
 #[derive(Debug, Clone, PartialEq, Eq)]

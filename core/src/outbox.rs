@@ -334,7 +334,7 @@ mod tests {
         let before = op(OperationStatus::Unknown);
         let mut after = op(OperationStatus::Succeeded);
         after.operation_id = before.operation_id;
-        after.external_id = Some(crate::PaymentIntentId::parse("pi_1").unwrap());
+        after.external_id = Some(crate::domain::PaymentIntentId::parse("pi_1").unwrap());
         let a = outcome_of(Some(&before), &after).unwrap();
         let mut later = after.clone();
         later.updated_at = later.updated_at.plus(Duration::from_secs(60));
@@ -495,7 +495,7 @@ mod tests {
         let failed_with = |pi: Option<&str>| {
             let mut after = op(OperationStatus::Failed);
             after.operation_id = before.operation_id;
-            after.external_id = pi.map(|id| crate::PaymentIntentId::parse(id).unwrap());
+            after.external_id = pi.map(|id| crate::domain::PaymentIntentId::parse(id).unwrap());
             after
         };
         let status = |after: &Operation| {

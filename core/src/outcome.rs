@@ -63,7 +63,7 @@ impl fmt::Display for PaymentIntentStatus {
 /// `requires_payment_method` is a failure of this attempt, not yet a final one: the customer can
 /// still confirm that intent (Stripe's recovery for `authentication_required`). `failed` is
 /// recorded only once the intent is canceled: the executor cancels it first
-/// ([`crate::charge_plan`]).
+/// ([`crate::charge::plan`]).
 pub fn outcome_for(status: &PaymentIntentStatus) -> OperationStatus {
     match status {
         PaymentIntentStatus::Succeeded => OperationStatus::Succeeded,
@@ -84,7 +84,7 @@ pub struct PaymentIntent {
     /// What Stripe says was charged (minor units and lower-case currency), for which operation and
     /// order (`metadata.operation_id`, `metadata.order_id`) and in which mode (`livemode`), when
     /// the answer carried them. Before an intent settles an operation the core checks every one
-    /// of them against the record ([`crate::charge_plan::intent_mismatch`]); an absent fact
+    /// of them against the record ([`crate::charge::plan::intent_mismatch`]); an absent fact
     /// counts as a mismatch.
     pub amount: Option<i64>,
     pub currency: Option<String>,

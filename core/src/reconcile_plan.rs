@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::charge_plan::{backoff_due_at, ChargePolicy};
 use crate::operation::Operation;
+use crate::plan::{backoff_due_at, Policy};
 use crate::time::Timestamp;
 
 /// What to do with one due operation.
@@ -32,7 +32,7 @@ impl Action {
     }
 }
 
-pub fn plan(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Action {
+pub fn plan(op: &Operation, now: Timestamp, policy: &Policy) -> Action {
     if op.status.is_settled() || op.has_live_lease(now) {
         return Action::Skip;
     }
@@ -46,7 +46,7 @@ pub fn plan(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Action {
 /// The next due time after a re-drive or re-enqueue: the executor's back-off with one step per
 /// re-drive already made (`base * 2^redrives`, capped), never past the moment search may settle
 /// an attempted operation.
-pub fn redrive_due_at(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> Timestamp {
+pub fn redrive_due_at(op: &Operation, now: Timestamp, policy: &Policy) -> Timestamp {
     backoff_due_at(op, now, policy, op.redrives)
 }
 
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn plan_table() {
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let live = Lease {
             token: LeaseToken::new_random(),
             expires_at: T0.plus(HOUR),
@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn redrive_backoff_table() {
-        let policy = ChargePolicy::default(); // base 1 min, max 1 h, search at window + 10 min
+        let policy = Policy::default(); // base 1 min, max 1 h, search at window + 10 min
         let search_at = T0.plus(policy.key_window).plus(policy.search_min_age);
         let due_cases = [
             DueRow {
@@ -404,7 +404,7 @@ mod tests {
     fn redrive_and_unknown_back_off_on_one_curve() {
         // The executor backs off by attempts (2^(attempts-1)), the reconciler by re-drives (2^n):
         // the same curve, one step apart.
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let now = T0.plus(HOUR);
         for n in 0..8u32 {
             let reconciler = Operation {
@@ -417,7 +417,7 @@ mod tests {
             };
             assert_eq!(
                 redrive_due_at(&reconciler, now, &policy),
-                crate::charge_plan::unknown_due_at(&executor, now, &policy),
+                crate::plan::unknown_due_at(&executor, now, &policy),
                 "step {n}"
             );
         }

@@ -23,19 +23,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{info, warn};
 
-pub use charge_core::audit::{
+use charge_core::audit::{
     judge, objects_to_retrieve, orders_to_read, AuditCounts, AuditPolicy, AuditReport, AuditWindow,
-    DriftClass, Evidence, Finding, Judgement,
+    DriftClass, Evidence,
 };
 
-use crate::domain::{OrderId, PaymentIntentId, StripeRefundId};
-use crate::operation::{Operation, OperationKey};
-use crate::outcome::GatewayError;
-use crate::ports::{
-    AuditLog, Clock, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError,
-};
+use crate::ports::{AuditLog, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError};
 use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
-use crate::time::Timestamp;
+use charge_core::domain::{OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::operation::{Operation, OperationKey};
+use charge_core::outcome::GatewayError;
+use charge_core::time::Clock;
+use charge_core::time::Timestamp;
 
 /// The `Function` dimension of the audit's metrics.
 pub const FUNCTION: &str = "audit";

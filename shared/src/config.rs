@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
-use crate::executor::ChargePolicy;
+use charge_core::plan::Policy;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -297,11 +297,11 @@ pub fn parse_webhook_secrets(raw: &str) -> Result<Vec<crate::webhook::WebhookSec
         .collect()
 }
 
-/// The timings of [`ChargePolicy`] that operators may tune. The 23 h key window is not one of
+/// The timings of [`Policy`] that operators may tune. The 23 h key window is not one of
 /// them: it is tied to Stripe's 24 h key lifetime, not to a deployment.
-pub fn charge_policy(env: &dyn Env) -> Result<ChargePolicy, ConfigError> {
-    let defaults = ChargePolicy::default();
-    let policy = ChargePolicy {
+pub fn charge_policy(env: &dyn Env) -> Result<Policy, ConfigError> {
+    let defaults = Policy::default();
+    let policy = Policy {
         pending_grace: pending_grace(env)?,
         lease_ttl: lease_ttl(env)?,
         search_min_age: secs(env, SEARCH_MIN_AGE_SECS, defaults.search_min_age)?,
@@ -457,14 +457,14 @@ impl StripeBudget {
     }
 
     /// [`Self::charge_throughput`] of the template's defaults.
-    pub fn default_throughput() -> crate::reconciler::ChargeThroughput {
+    pub fn default_throughput() -> charge_core::reconcile_plan::ChargeThroughput {
         Self::new(Self::DEFAULT_PER_SECOND, Self::DEFAULT_CONCURRENCY).charge_throughput()
     }
 
     /// How fast the charge environments take messages off the queue when the budget is the
     /// bound, and how many they hold at once: what the reconciler weighs the queue's depth by.
-    pub fn charge_throughput(&self) -> crate::reconciler::ChargeThroughput {
-        crate::reconciler::ChargeThroughput {
+    pub fn charge_throughput(&self) -> charge_core::reconcile_plan::ChargeThroughput {
+        charge_core::reconcile_plan::ChargeThroughput {
             in_flight: self.charge_concurrency * CHARGE_BATCH_SIZE,
             // A burst is of charges: each environment at its create endpoint's share.
             per_second: self.charge_endpoint_share() * self.charge_concurrency as f64,
@@ -547,16 +547,12 @@ pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
 
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).
 pub fn pending_grace(env: &dyn Env) -> Result<Duration, ConfigError> {
-    secs(
-        env,
-        PENDING_GRACE_SECS,
-        ChargePolicy::default().pending_grace,
-    )
+    secs(env, PENDING_GRACE_SECS, Policy::default().pending_grace)
 }
 
 /// `LEASE_TTL_SECS` alone (the webhook's claims need nothing else of the policy): at least 15 s.
 pub fn lease_ttl(env: &dyn Env) -> Result<Duration, ConfigError> {
-    let ttl = secs(env, LEASE_TTL_SECS, ChargePolicy::default().lease_ttl)?;
+    let ttl = secs(env, LEASE_TTL_SECS, Policy::default().lease_ttl)?;
     if ttl < Duration::from_secs(15) {
         return Err(ConfigError::Invalid {
             name: LEASE_TTL_SECS,

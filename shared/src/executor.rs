@@ -4,44 +4,46 @@
 //! 1. **Claim** the operation in one conditional write (unsettled, not in review, no live lease);
 //!    `first_attempted_at` is durable before Stripe is called. A settled operation returns here
 //!    with zero gateway calls.
-//! 2. **Act**, as [`plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
+//! 2. **Act**, as [`charge::plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
 //!    `metadata['operation_id']` once the key window has passed (never create then); otherwise create
 //!    with the key derived from the operation id. A declined intent is canceled before `failed` is
-//!    recorded (the calls a decision asks for, [`plan::FollowUp`], still under the lease).
+//!    recorded (the calls a decision asks for, [`charge::plan::FollowUp`], still under the lease).
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
 //!
-//! A refund operation runs the same shell with its own plan ([`refund_plan`]): retrieve its
+//! A refund operation runs the same shell with its own plan ([`refund::plan`]): retrieve its
 //! refund, create it with the refund key, or list the intent's refunds past the key window; a
 //! refund that ends without returning money gives its reservation back in the recording write.
 //!
-//! A capture or a cancel runs it with [`take_plan`]: act on the first attempt, read the intent
+//! A capture or a cancel runs it with [`take::plan`]: act on the first attempt, read the intent
 //! first on every later one (a lost capture's answer replays under its key, an error too), and
 //! end its charge's authorization in the recording write (captured, canceled, lapsed).
 
-pub use charge_core::charge_plan as plan;
-
 use std::sync::Arc;
 
-use charge_core::event_plan::{self, Action};
-use charge_core::refund_plan::{self, RefundStep};
-use charge_core::take_plan::{self, TakeDecision, TakeStep};
+use charge_core::charge::event_plan::{self, Action};
+use charge_core::refund::plan::RefundStep;
+use charge_core::take::plan::{TakeDecision, TakeStep};
+use charge_core::{charge, refund, take};
 use tracing::{error, info, warn};
 
-use crate::domain::{OperationId, PaymentIntentId, StripeRefundId};
-use crate::operation::{
+use crate::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, OperationStore,
+    PaymentGateway, StoreError,
+};
+use charge_core::domain::{OperationId, PaymentIntentId, StripeRefundId};
+use charge_core::operation::{
     Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
 };
-use crate::outcome::PaymentIntent;
-use crate::ports::Clock;
-use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent,
-    CreateRefund, OperationStore, OutcomeRecord, PaymentGateway, Recorded, ReleaseRefund,
-    SettleAuthorization, StoreError,
+use charge_core::outcome::PaymentIntent;
+use charge_core::refund::StripeRefund;
+use charge_core::store::{
+    Claim, ClaimRequest, OutcomeRecord, Recorded, ReleaseRefund, SettleAuthorization,
 };
-use crate::refund::StripeRefund;
+use charge_core::time::Clock;
 
-pub use plan::{ChargePolicy, Decision, Disposition, FollowUp, ReviewClass, Step};
+use charge_core::charge::plan::Step;
+use charge_core::plan::{Decision, Disposition, FollowUp, Policy, ReviewClass};
 
 /// What one execution did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +95,7 @@ pub struct ChargeDeps {
     pub store: Arc<dyn OperationStore>,
     pub gateway: Arc<dyn PaymentGateway>,
     pub clock: Arc<dyn Clock>,
-    pub policy: ChargePolicy,
+    pub policy: Policy,
 }
 
 /// Runs one operation as far as it can go now. See the module docs for the steps.
@@ -114,7 +116,7 @@ pub async fn execute_charge(
         if op.kind.takes_authorization() {
             return (take(deps, &op).await, ());
         }
-        let step = plan::next_step(&op, deps.clock.now(), &deps.policy);
+        let step = charge::plan::next_step(&op, deps.clock.now(), &deps.policy);
         let (decision, replayed) = act(deps, &op, &step).await;
         let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
         let livemode = deps.gateway.livemode();
@@ -137,24 +139,24 @@ pub async fn execute_charge(
 /// read). Past it what stands is recorded (unknown, due), and the next attempt reads first.
 const MAX_TAKE_CALLS: u32 = 3;
 
-/// A claimed capture's or cancel's calls to Stripe ([`take_plan`]), and the end of its charge's
+/// A claimed capture's or cancel's calls to Stripe ([`take::plan`]), and the end of its charge's
 /// authorization to record with its outcome.
 async fn take(deps: &ChargeDeps, op: &Operation) -> Planned {
     let policy = &deps.policy;
-    let mut step = take_plan::next_step(op);
+    let mut step = take::plan::next_step(op);
     let first = step.name(&op.kind);
     let mut gateway_calls = 0;
     let mut decided: TakeDecision;
     loop {
         decided = match &step {
-            TakeStep::Nothing => take_plan::nothing_to_act_on(op, deps.clock.now()),
+            TakeStep::Nothing => take::plan::nothing_to_act_on(op, deps.clock.now()),
             TakeStep::Act(_) => {
                 let result = act_on_intent(deps, op).await;
-                take_plan::after_act(op, result, deps.clock.now(), policy)
+                take::plan::after_act(op, result, deps.clock.now(), policy)
             }
             TakeStep::Retrieve(id) => {
                 let result = deps.gateway.retrieve(id).await;
-                take_plan::after_retrieve(op, result, deps.clock.now(), policy)
+                take::plan::after_retrieve(op, result, deps.clock.now(), policy)
             }
         };
         gateway_calls += u32::from(!matches!(step, TakeStep::Nothing));
@@ -186,8 +188,8 @@ async fn take(deps: &ChargeDeps, op: &Operation) -> Planned {
 async fn act_on_intent(
     deps: &ChargeDeps,
     op: &Operation,
-) -> Result<crate::outcome::PaymentIntent, crate::outcome::GatewayError> {
-    let missing = || crate::outcome::GatewayError::Rejected {
+) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError> {
+    let missing = || charge_core::outcome::GatewayError::Rejected {
         detail: format!(
             "a {} operation without its payment intent",
             op.kind.as_str()
@@ -195,7 +197,7 @@ async fn act_on_intent(
         param: None,
     };
     match op.kind {
-        crate::domain::OperationKind::Capture => {
+        charge_core::domain::OperationKind::Capture => {
             let req = CapturePaymentIntent::for_operation(op).ok_or_else(missing)?;
             deps.gateway.capture(&req).await
         }
@@ -212,13 +214,13 @@ async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool)
     match step {
         Step::Create => {
             let Some(create) = CreatePaymentIntent::for_operation(op) else {
-                return (plan::not_a_charge(op, deps.clock.now()), false);
+                return (charge::plan::not_a_charge(op, deps.clock.now()), false);
             };
             let result = deps.gateway.create(&create).await;
             let replayed = result.as_ref().is_ok_and(|pi| pi.replayed);
             let now = deps.clock.now();
             (
-                plan::after_create(op, result, now, policy, livemode),
+                charge::plan::after_create(op, result, now, policy, livemode),
                 replayed,
             )
         }
@@ -226,46 +228,52 @@ async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool)
             let result = deps.gateway.retrieve(id).await;
             let now = deps.clock.now();
             (
-                plan::after_retrieve(op, result, now, policy, livemode),
+                charge::plan::after_retrieve(op, result, now, policy, livemode),
                 false,
             )
         }
         Step::Search => {
             let result = deps.gateway.search_by_operation(&op.operation_id).await;
             let now = deps.clock.now();
-            (plan::after_search(op, result, now, policy, livemode), false)
+            (
+                charge::plan::after_search(op, result, now, policy, livemode),
+                false,
+            )
         }
-        Step::WaitForSearch(until) => (plan::wait_for_search(op, *until), false),
+        Step::WaitForSearch(until) => (charge::plan::wait_for_search(op, *until), false),
     }
 }
 
-/// A claimed refund operation's one call to Stripe ([`refund_plan::next_step`]) and what its
-/// answer decides ([`refund_plan`]): the refund's id to record, and its reservation given back to
+/// A claimed refund operation's one call to Stripe ([`refund::plan::next_step`]) and what its
+/// answer decides ([`refund::plan`]): the refund's id to record, and its reservation given back to
 /// the charge when no money went back.
 async fn refund(deps: &ChargeDeps, op: &Operation) -> Planned {
     let policy = &deps.policy;
-    let step = refund_plan::next_step(op, deps.clock.now(), policy);
+    let step = refund::plan::next_step(op, deps.clock.now(), policy);
     let (decided, replayed) = match &step {
         RefundStep::Create => {
             // `next_step` only plans a refund's steps for a refund: it has its create.
             let Some(create) = CreateRefund::for_operation(op) else {
                 let now = deps.clock.now();
-                return planned_without_refund(&step, plan::not_a_charge(op, now));
+                return planned_without_refund(&step, charge::plan::not_a_charge(op, now));
             };
             let result = deps.gateway.create_refund(&create).await;
             let replayed = result.as_ref().is_ok_and(|r| r.replayed);
             let now = deps.clock.now();
-            (refund_plan::after_create(op, result, now, policy), replayed)
+            (
+                refund::plan::after_create(op, result, now, policy),
+                replayed,
+            )
         }
         RefundStep::Retrieve(id) => {
             let result = deps.gateway.retrieve_refund(id).await;
             let now = deps.clock.now();
-            (refund_plan::after_retrieve(op, result, now, policy), false)
+            (refund::plan::after_retrieve(op, result, now, policy), false)
         }
         RefundStep::List(intent) => {
             let result = deps.gateway.list_refunds(intent).await;
             let now = deps.clock.now();
-            (refund_plan::after_list(op, result, now, policy), false)
+            (refund::plan::after_list(op, result, now, policy), false)
         }
     };
     refund_planned(deps, op, step.name(), decided, replayed, 1)
@@ -277,7 +285,7 @@ fn refund_planned(
     deps: &ChargeDeps,
     op: &Operation,
     step: &'static str,
-    decided: refund_plan::RefundDecision,
+    decided: refund::plan::RefundDecision,
     replayed: bool,
     gateway_calls: u32,
 ) -> Planned {
@@ -298,7 +306,7 @@ fn refund_planned(
 
 /// Applies what Stripe said of a refund operation's refund when an event told us to look
 /// (`refund` is the retrieved refund, never the event's copy), through the same shell and the
-/// same rules as the executor's own retrieve ([`refund_plan::after_retrieve`]): settled (its
+/// same rules as the executor's own retrieve ([`refund::plan::after_retrieve`]): settled (its
 /// reservation given back when no money went back), its id recorded, or reviewed as stuck. No
 /// call to Stripe but the caller's retrieve. The report's record is the one the shell last saw.
 pub async fn apply_refund_event(
@@ -309,7 +317,7 @@ pub async fn apply_refund_event(
 ) -> Result<ChargeReport, ExecuteError> {
     let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
         let now = deps.clock.now();
-        let decided = refund_plan::after_retrieve(&op, Ok(refund), now, &deps.policy);
+        let decided = refund::plan::after_retrieve(&op, Ok(refund), now, &deps.policy);
         (
             refund_planned(deps, &op, "refund_event", decided, false, 0),
             (),
@@ -379,7 +387,7 @@ pub struct Planned {
     pub authorization: Option<SettleAuthorization>,
 }
 
-/// The calls `decision` asks for before it may be recorded ([`plan::FollowUp`]: the cancel of a
+/// The calls `decision` asks for before it may be recorded ([`charge::plan::FollowUp`]: the cancel of a
 /// declined intent, the read of one whose cancel was refused), each answer deciding anew, on the
 /// record as claimed. Bounded: the plan asks at most for a cancel and then a read (neither of their
 /// decisions asks for a cancel again); the bound holds it if that ever changed.
@@ -403,17 +411,25 @@ async fn follow_up(
                     .cancel(&CancelPaymentIntent::for_operation(op, id.clone()))
                     .await;
                 let now = deps.clock.now();
-                plan::after_cancel(op, &id, &why, result, now, &deps.policy, livemode)
+                charge::plan::after_cancel(op, &id, &why, result, now, &deps.policy, livemode)
             }
             FollowUp::Retrieve { id, why } => {
                 let result = deps.gateway.retrieve(&id).await;
                 let now = deps.clock.now();
-                plan::after_cancel_refused(op, &id, &why, result, now, &deps.policy, livemode)
+                charge::plan::after_cancel_refused(
+                    op,
+                    &id,
+                    &why,
+                    result,
+                    now,
+                    &deps.policy,
+                    livemode,
+                )
             }
             FollowUp::ReadDeadline { id } => {
                 let result = deps.gateway.retrieve(&id).await;
                 let now = deps.clock.now();
-                plan::after_retrieve(op, result, now, &deps.policy, livemode)
+                charge::plan::after_retrieve(op, result, now, &deps.policy, livemode)
             }
         };
     }

@@ -33,12 +33,6 @@
 //! Adapters never decide business outcomes; the rules cannot import an adapter (Cargo keeps them
 //! apart) and `tests/module_layers.rs` keeps this crate's modules from importing each other back.
 
-// The rules, re-exported where the shells have always found them (`charge_once::domain`, ...).
-pub use charge_core::{
-    domain, ids, operation, outbox, outcome, refund, refund_plan, store_rules, take, take_plan,
-    time,
-};
-
 pub mod adapters;
 pub mod audit;
 pub mod config;
@@ -53,15 +47,3 @@ pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod webhook;
-
-pub use domain::{
-    Amount, ChargeParams, Currency, CustomerId, Fingerprint, IdempotencyKey, OperationId,
-    OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, RefundId, StripeRefundId,
-    ValidationError,
-};
-pub use operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
-};
-pub use outcome::{outcome_for, GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-pub use ports::Clock;
-pub use time::{ManualClock, SystemClock, Timestamp};

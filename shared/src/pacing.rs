@@ -27,13 +27,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{OperationId, OperationKind, PaymentIntentId, StripeRefundId};
-use crate::outcome::{GatewayError, PaymentIntent, RetryCause};
 use crate::ports::{
-    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent,
-    CreateRefund, ListPage, PaymentGateway, Sleeper,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    PaymentGateway, Sleeper,
 };
-use crate::refund::StripeRefund;
+use charge_core::domain::{OperationId, OperationKind, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::{GatewayError, PaymentIntent, RetryCause};
+use charge_core::refund::StripeRefund;
+use charge_core::{audit::AuditWindow, time::Clock};
 
 /// Tokio's timer.
 #[derive(Debug, Default, Clone, Copy)]
@@ -364,7 +365,7 @@ pub fn return_after(message_id: &str, receive_count: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::{ManualClock, Timestamp};
+    use charge_core::time::{ManualClock, Timestamp};
 
     /// Sleeping moves the manual clock: one caller at a time, as in a test.
     struct ClockSleeper(ManualClock);
@@ -422,7 +423,7 @@ mod tests {
             ))
         };
         let budgets = MessageBudget::new(make(40.0), || make(10.0));
-        let refund = OperationKind::Refund(crate::domain::RefundId::parse("r-1").unwrap());
+        let refund = OperationKind::Refund(charge_core::domain::RefundId::parse("r-1").unwrap());
         let wait = Duration::from_secs(10);
         let start = clock.now();
         // Creates alone: 10/s, the endpoint's pace (one interval of 100 ms each after the first).
@@ -503,8 +504,8 @@ mod tests {
     /// refused for the budget never reaches Stripe.
     #[tokio::test]
     async fn a_cancel_takes_a_slot_of_the_same_budget() {
-        use crate::domain::OperationId;
-        use crate::ports::CancellationReason;
+        use charge_core::domain::CancellationReason;
+        use charge_core::domain::OperationId;
         let (b, _clock) = budget(10.0, 1);
         let fake = Arc::new(crate::memory::FakeGateway::new());
         let paced = PacedGateway::new(fake.clone(), Arc::new(b), None, Duration::ZERO);

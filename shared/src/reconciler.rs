@@ -35,18 +35,17 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::executor::{execute_charge, ChargeDeps, Disposition, ReviewClass};
-use crate::operation::{Operation, OperationStatus};
+use crate::executor::{execute_charge, ChargeDeps};
 use crate::ports::{
-    ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, Recorded,
-    Reschedule, StoreError,
+    ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, StoreError,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
-use crate::time::Timestamp;
+use charge_core::operation::{Operation, OperationStatus};
+use charge_core::plan::{Disposition, ReviewClass};
+use charge_core::store::{Recorded, Reschedule};
+use charge_core::time::Timestamp;
 
-pub use charge_core::reconcile_plan as plan;
-
-pub use plan::{
+use charge_core::reconcile_plan::{
     plan, redrive_due_at, wait_for_queue, Action, ChargeThroughput, QueueBacklog, QueueDepth,
 };
 
@@ -583,8 +582,8 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::ports::Created;
-    use crate::testing::{order, T0};
+    use charge_core::store::Created;
+    use charge_core::testing::{order, T0};
 
     /// Records what was sent; refuses every send while `failing`; says it is `depth` deep.
     #[derive(Default)]
@@ -620,8 +619,8 @@ mod tests {
             charge: ChargeDeps {
                 store,
                 gateway: Arc::new(crate::memory::FakeGateway::new()),
-                clock: Arc::new(crate::time::ManualClock::new(now)),
-                policy: crate::executor::ChargePolicy::default(),
+                clock: Arc::new(charge_core::time::ManualClock::new(now)),
+                policy: charge_core::plan::Policy::default(),
             },
             queue,
             page_size: 10,
@@ -781,9 +780,9 @@ mod tests {
     #[tokio::test]
     async fn past_the_window_a_declined_intent_is_canceled_before_failed() {
         use crate::memory::FakeGateway;
-        use crate::outcome::PaymentIntentStatus;
-        use crate::time::ManualClock;
-        use crate::OperationStatus;
+        use charge_core::operation::OperationStatus;
+        use charge_core::outcome::PaymentIntentStatus;
+        use charge_core::time::ManualClock;
 
         let (store, op) = stored().await;
         let store = Arc::new(store);
@@ -803,7 +802,7 @@ mod tests {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock),
-                policy: crate::executor::ChargePolicy::default(),
+                policy: charge_core::plan::Policy::default(),
             },
             queue: Arc::new(Queue::default()),
             page_size: 10,

@@ -16,9 +16,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::executor::ReviewClass;
 use crate::ports::MetricsSink;
-use crate::time::Timestamp;
+use charge_core::plan::ReviewClass;
+use charge_core::time::Timestamp;
 
 pub const NAMESPACE: &str = "ChargeOnce";
 

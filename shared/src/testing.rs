@@ -1,19 +1,21 @@
-//! Test fixtures, one copy for every test in the workspace: the pure ones of
-//! [`charge_core::testing`] (an order, its operation, the claim and outcome writes), re-exported,
-//! and the helpers that send those writes to an [`OperationStore`] ([`CreateIn::create_in`], [`claim`],
-//! [`record`], [`settle_as`]), and a webhook secret of Stripe's form.
+//! Test fixtures beside the pure ones of [`charge_core::testing`] (an order, its operation, the
+//! claim and outcome writes; tests import those from there): the helpers that send those writes
+//! to an [`OperationStore`] ([`CreateIn::create_in`], [`claim`], [`record`], [`settle_as`]), and a
+//! webhook secret of Stripe's form. Test code that uses both asks for `charge-core` with its
+//! `testing` feature too.
 //!
 //! For tests only. Compiled for this crate's own unit tests, and elsewhere behind the `testing`
 //! feature, which test code asks for from its `[dev-dependencies]`
 //! (`charge-once = { workspace = true, features = ["testing"] }`; the integration tests' `testkit`
 //! from its own dependencies). A Lambda's build never has it.
 
-pub use charge_core::testing::*;
+use charge_core::testing::{claim_request, outcome, OrderBuilder};
 
-use crate::domain::PaymentIntentId;
-use crate::operation::{LeaseToken, Operation, OperationStatus};
-use crate::ports::{Claim, OperationStore, OutcomeRecord, Recorded};
-use crate::time::Timestamp;
+use crate::ports::OperationStore;
+use charge_core::domain::PaymentIntentId;
+use charge_core::operation::{LeaseToken, Operation, OperationStatus};
+use charge_core::store::{Claim, OutcomeRecord, Recorded};
+use charge_core::time::Timestamp;
 
 /// [`OrderBuilder::build`], then created in a store (as checkout does).
 #[allow(async_fn_in_trait)] // test fixtures: never used as `dyn`, never sent across threads.
@@ -81,7 +83,7 @@ pub async fn settle_as<S: OperationStore + ?Sized>(
 pub fn webhook_secret(label: &str) -> crate::webhook::WebhookSecret {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(label.as_bytes());
-    let hex = crate::domain::lower_hex(&digest);
+    let hex = charge_core::domain::lower_hex(&digest);
     crate::webhook::WebhookSecret::parse(&format!("whsec_{hex}"))
         .expect("a SHA-256 in hex has Stripe's form")
 }
@@ -89,14 +91,14 @@ pub fn webhook_secret(label: &str) -> crate::webhook::WebhookSecret {
 /// A refund create of `amount` (usd) against `payment_intent`, for a new refund operation of
 /// order `ord-refund`: its own operation id and refund key each time.
 pub fn refund_create(payment_intent: &PaymentIntentId, amount: i64) -> crate::ports::CreateRefund {
-    let operation_id = crate::domain::OperationId::new_random();
+    let operation_id = charge_core::domain::OperationId::new_random();
     crate::ports::CreateRefund {
         idempotency_key: operation_id.refund_idempotency_key(),
         operation_id,
-        order_id: crate::domain::OrderId::parse("ord-refund").expect("a valid order id"),
-        params: crate::refund::RefundParams {
-            amount: crate::domain::Amount::new(amount).expect("a valid amount"),
-            currency: crate::domain::Currency::parse("usd").expect("usd"),
+        order_id: charge_core::domain::OrderId::parse("ord-refund").expect("a valid order id"),
+        params: charge_core::refund::RefundParams {
+            amount: charge_core::domain::Amount::new(amount).expect("a valid amount"),
+            currency: charge_core::domain::Currency::parse("usd").expect("usd"),
             payment_intent: payment_intent.clone(),
             reason: None,
         },

@@ -7,19 +7,23 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy};
+use charge_core::charge::event_plan::{EventMismatch, Ignored};
+use charge_core::outbox::{outcome_of, Outcome};
+use charge_core::plan::Policy;
+use charge_core::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
+use charge_core::store_rules::RefundCreated;
+use charge_core::{
+    domain::{Amount, Principal, RefundId},
+    operation::{Operation, OperationStatus},
+    time::{Clock, ManualClock, Timestamp},
+};
+use charge_once::executor::{execute_charge, ChargeDeps};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::outbox::{outcome_of, Outcome};
-use charge_once::ports::{OperationStore, RefundCreated};
-use charge_once::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
+use charge_once::ports::OperationStore;
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{
-    receive, receive_eventbridge, EventMismatch, Ignored, Reception, WebhookDeps, WebhookSecret,
-    DEFAULT_TOLERANCE,
-};
-use charge_once::{
-    Amount, Clock, ManualClock, Operation, OperationStatus, Principal, RefundId, Timestamp,
+    receive, receive_eventbridge, Reception, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
 };
 
 struct World {
@@ -41,7 +45,7 @@ impl World {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock.clone()),
-                policy: ChargePolicy::default(),
+                policy: Policy::default(),
             },
             inbox: Arc::new(MemoryInbox::new()),
             secrets: Some(vec![secret.clone()]),
@@ -59,7 +63,7 @@ impl World {
 
     /// A charge of 1000 usd, executed: succeeded at the fake Stripe.
     async fn charged(&self, order: &str) -> Operation {
-        let op = testing::order(order)
+        let op = charge_core::testing::order(order)
             .amount(1000)
             .at(self.clock.now())
             .create_in(self.store.as_ref())

@@ -5,15 +5,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, Disposition, ReviewClass};
-use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::{OperationStore, RefundCreated};
-use charge_once::refund::{self, RefundRequest, RefundStatus};
-use charge_once::testing::{self, CreateIn as _};
-use charge_once::{
-    Amount, Clock, ManualClock, Operation, OperationStatus, PaymentIntentStatus, Principal,
-    RefundId, Timestamp,
+use charge_core::plan::{Disposition, Policy, ReviewClass};
+use charge_core::refund::{self, RefundRequest, RefundStatus};
+use charge_core::store_rules::RefundCreated;
+use charge_core::{
+    domain::{Amount, Principal, RefundId},
+    operation::{Operation, OperationStatus},
+    outcome::PaymentIntentStatus,
+    time::{Clock, ManualClock, Timestamp},
 };
+use charge_once::executor::{execute_charge, ChargeDeps};
+use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
+use charge_once::ports::OperationStore;
+use charge_once::testing::CreateIn as _;
 
 struct World {
     store: Arc<MemoryStore>,
@@ -31,7 +35,7 @@ impl World {
             store: store.clone(),
             gateway: gateway.clone(),
             clock: clock.clone(),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         };
         Self {
             store,
@@ -43,7 +47,7 @@ impl World {
 
     /// A charge of 1000 usd, executed: succeeded at the fake Stripe.
     async fn charged(&self, order: &str) -> Operation {
-        let op = testing::order(order)
+        let op = charge_core::testing::order(order)
             .amount(1000)
             .at(self.clock.now())
             .create_in(self.store.as_ref())
@@ -237,7 +241,7 @@ async fn past_the_key_window_with_no_refund_at_stripe_a_person_looks() {
 async fn a_charge_s_intent_declined_is_never_refunded() {
     let w = World::new();
     w.gateway.set_first_status(PaymentIntentStatus::Processing);
-    let op = testing::order("ord-r6")
+    let op = charge_core::testing::order("ord-r6")
         .amount(1000)
         .at(w.clock.now())
         .create_in(w.store.as_ref())

@@ -6,21 +6,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::executor::plan::Mismatch;
-use charge_once::executor::{ChargeDeps, ChargePolicy, ReviewClass};
+use charge_core::charge::event_plan::{EventMismatch, Ignored, SECOND_PAYMENT_INTENT};
+use charge_core::charge::plan::Mismatch;
+use charge_core::plan::{Policy, ReviewClass};
+use charge_core::store::Claim;
+use charge_core::{
+    domain::PaymentIntentId,
+    operation::{LeaseToken, Operation, OperationStatus},
+    outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
+    time::{Clock, ManualClock, Timestamp},
+};
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
+use charge_once::ports::OperationStore;
 use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
-use charge_once::ports::{Claim, OperationStore};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::{compute_v1, sign_header};
 use charge_once::webhook::{
-    receive, receive_eventbridge, Deferred, EventMismatch, Ignored, Reception, Rejection,
-    SignatureError, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT,
-};
-use charge_once::{
-    Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationStatus, PaymentIntent,
-    PaymentIntentId, PaymentIntentStatus, Timestamp,
+    receive, receive_eventbridge, Deferred, Reception, Rejection, SignatureError, WebhookDeps,
+    WebhookSecret, DEFAULT_TOLERANCE,
 };
 
 struct World {
@@ -44,7 +49,7 @@ impl World {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock.clone()),
-                policy: ChargePolicy::default(),
+                policy: Policy::default(),
             },
             inbox: inbox.clone(),
             secrets: Some(vec![secret.clone()]),
@@ -67,7 +72,7 @@ impl World {
 
     /// An operation whose charge went `unknown`, with `external_id` recorded if given.
     async fn unknown_op(&self, order: &str, external_id: Option<&str>) -> Operation {
-        let op = testing::order(order)
+        let op = charge_core::testing::order(order)
             .requested_by("webhook-tests")
             .at(self.clock.now())
             .create_in(self.store.as_ref())
@@ -397,7 +402,7 @@ async fn a_payment_failed_event_leaves_the_cancel_to_the_charge_path() {
 async fn a_second_succeeded_intent_goes_to_review_or_pages() {
     let w = World::new();
     let first = w.gateway.insert_charge(
-        &testing::order("order-two").build(),
+        &charge_core::testing::order("order-two").build(),
         PaymentIntentStatus::Processing,
     );
     let op = w.unknown_op("order-two", Some(&first)).await;
@@ -458,7 +463,7 @@ async fn unknown_operations_and_other_types_are_ignored() {
     let w = World::new();
     let op = w.unknown_op("order-known", None).await;
     let mut stranger = op.clone();
-    stranger.operation_id = charge_once::OperationId::new_random();
+    stranger.operation_id = charge_core::domain::OperationId::new_random();
     let body = event(
         "evt_stranger",
         "payment_intent.succeeded",
@@ -492,7 +497,11 @@ async fn a_busy_operation_is_retried_by_stripe_and_then_applied() {
     let now = w.clock.now();
     let claim = w
         .store
-        .claim(&testing::claim_request(&op, LeaseToken::new_random(), now))
+        .claim(&charge_core::testing::claim_request(
+            &op,
+            LeaseToken::new_random(),
+            now,
+        ))
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Claimed(_)));
@@ -541,7 +550,7 @@ impl PaymentGateway for SlowRetrieve {
     }
     async fn search_by_operation(
         &self,
-        id: &charge_once::OperationId,
+        id: &charge_core::domain::OperationId,
     ) -> Result<Vec<PaymentIntent>, GatewayError> {
         self.inner.search_by_operation(id).await
     }
@@ -635,7 +644,7 @@ async fn an_intent_that_is_not_the_operations_moves_nothing() {
         ),
         (
             "operation",
-            |c| c.operation_id = charge_once::OperationId::new_random(),
+            |c| c.operation_id = charge_core::domain::OperationId::new_random(),
             Mismatch::OperationId,
         ),
     ];
@@ -668,7 +677,7 @@ async fn a_hand_resolved_record_is_still_compared_with_stripe() {
     let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     // An operator resolved it failed; the record keeps the review evidence.
     let mut resolved = w.write(&op, OperationStatus::Failed, None).await;
-    resolved.review = Some(charge_once::Review {
+    resolved.review = Some(charge_core::operation::Review {
         reason: "search_ambiguous: search found 0 payment intents".into(),
         flagged_at: w.clock.now(),
     });
@@ -801,7 +810,7 @@ async fn an_event_for_an_operation_in_review_names_its_intent_for_the_operator()
     let op = w.unknown_op("order-review-evidence", None).await;
     let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
     let mut reviewed = w.current(&op).await;
-    reviewed.review = Some(charge_once::Review {
+    reviewed.review = Some(charge_core::operation::Review {
         reason: "search_ambiguous: search found 0 payment intents".into(),
         flagged_at: w.clock.now(),
     });
@@ -863,7 +872,7 @@ async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at
     let w = World::new();
     // The hold's deadline and its lapse on the test's clock, not the wall's.
     w.gateway.set_clock(Arc::new(w.clock.clone()));
-    let op = testing::order("order-auth")
+    let op = charge_core::testing::order("order-auth")
         .manual()
         .requested_by("webhook-tests")
         .at(w.clock.now())
@@ -912,7 +921,7 @@ async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at
     let capture = CapturePaymentIntent {
         id: held.id.clone(),
         idempotency_key: op.operation_id.capture_idempotency_key(),
-        amount_to_capture: charge_once::Amount::new(700).unwrap(),
+        amount_to_capture: charge_core::domain::Amount::new(700).unwrap(),
     };
     w.gateway.capture(&capture).await.unwrap();
     let reception = w.deliver(&captured_event("evt_cap")).await;

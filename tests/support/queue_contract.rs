@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::operation::Operation;
 use charge_once::memory::ReceivedMessage;
 use charge_once::ports::{ChargeMessage, ChargeQueue, MessageVisibility, QueuedCharge};
-use charge_once::{testing, Operation};
 
 /// A queue under the contract, and the consumer's side of it.
 #[async_trait]
@@ -44,7 +44,9 @@ pub trait QueueHarness: Send + Sync {
 }
 
 fn operation(order: &str) -> Operation {
-    testing::order(order).requested_by("contract-tests").build()
+    charge_core::testing::order(order)
+        .requested_by("contract-tests")
+        .build()
 }
 
 async fn send(h: &dyn QueueHarness, charge: &QueuedCharge) {

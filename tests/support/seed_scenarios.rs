@@ -12,17 +12,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, ChargeReport, Disposition};
+use charge_core::plan::{Disposition, Policy};
+use charge_core::store::{Claim, Recorded};
+use charge_core::testing::{claim_request, outcome, T0};
+use charge_core::{
+    domain::{Amount, OperationId},
+    operation::{LeaseToken, Operation, OperationKey, OperationStatus},
+    outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause},
+    time::{Clock, ManualClock, Timestamp},
+};
+use charge_once::executor::{execute_charge, ChargeDeps, ChargeReport};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, CreatePaymentIntent, OperationStore,
-    PaymentGateway, Recorded,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
 };
-use charge_once::testing::{self, claim_request, outcome, CreateIn as _, T0};
-use charge_once::{
-    Amount, Clock, GatewayError, LeaseToken, ManualClock, Operation, OperationId, OperationKey,
-    OperationStatus, PaymentIntent, PaymentIntentStatus, RetryCause, Timestamp,
-};
+use charge_once::testing::CreateIn as _;
 use stripe_sim::{FaultConfig, FaultKind};
 
 use crate::stripe::StripeSide;
@@ -345,7 +349,7 @@ impl<S: StripeUnderTest> World<S> {
             store: store.clone(),
             gateway: side.gateway(),
             clock: Arc::new(clock.clone()),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         };
         Self {
             side,
@@ -357,7 +361,7 @@ impl<S: StripeUnderTest> World<S> {
 
     /// A pending operation for `order`, paid with `card`, created in the store now.
     pub async fn new_op(&self, order: &str, card: Card) -> Operation {
-        testing::order(order)
+        charge_core::testing::order(order)
             .payment_method(self.side.card(card))
             .requested_by("seed-tests")
             .at(self.clock.now())
@@ -737,7 +741,7 @@ impl PaymentGateway for AroundCancel {
     }
     async fn retrieve(
         &self,
-        id: &charge_once::PaymentIntentId,
+        id: &charge_core::domain::PaymentIntentId,
     ) -> Result<PaymentIntent, GatewayError> {
         self.inner.retrieve(id).await
     }
@@ -872,7 +876,7 @@ impl PaymentGateway for Observer {
     }
     async fn retrieve(
         &self,
-        id: &charge_once::PaymentIntentId,
+        id: &charge_core::domain::PaymentIntentId,
     ) -> Result<PaymentIntent, GatewayError> {
         self.inner.retrieve(id).await
     }

@@ -14,14 +14,15 @@ use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::sqs::SqsEvent;
 use charge::handler::ChargeFunction;
+use charge_core::plan::Policy;
+use charge_core::{operation::Operation, time::ManualClock};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::ports::{ChargeQueue, OperationStore, StoreError};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
 use charge_once::telemetry::CapturedMetrics;
-use charge_once::{ManualClock, Operation};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -53,7 +54,7 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Tables, queues and stripe-sim, all new. The clock starts at `charge_once::testing::T0`.
+    /// Tables, queues and stripe-sim, all new. The clock starts at `charge_core::testing::T0`.
     pub async fn spawn() -> Self {
         let config = sdk_config().await;
         let sqs = aws_sdk_sqs::Client::new(&config);
@@ -88,7 +89,7 @@ impl Stack {
             store: self.store.clone(),
             gateway: Arc::new(self.side.gateway()),
             clock: Arc::new(self.side.clock.clone()),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         }
     }
 

@@ -4,33 +4,39 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::audit::AuditWindow;
-use charge_once::domain::{
+use charge_core::audit::AuditWindow;
+use charge_core::domain::RefundId;
+use charge_core::domain::{
     CancelParams, CancelRequest, CaptureMethod, CaptureParams, CaptureRequest,
 };
-use charge_once::operation::AuditEntry;
-use charge_once::operation::Taker;
-use charge_once::ports::OperatorGuard;
-use charge_once::ports::{
-    AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,
-    OperationStore, OutcomeRecord, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund,
-    Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom, TakingCreated,
+use charge_core::operation::AuditEntry;
+use charge_core::operation::Taker;
+use charge_core::refund::{self, RefundRefusal, RefundRequest};
+use charge_core::store::OperatorGuard;
+use charge_core::store_rules::{self, Guard};
+use charge_core::testing::{claim_request, GRACE, LEASE};
+use charge_core::{
+    domain::{OperationId, OperationKind},
+    operation::{Lease, LeaseToken, Operation, OperationStatus, Params, Review},
+    time::Timestamp,
 };
-use charge_once::refund::{self, RefundRefusal, RefundRequest};
-use charge_once::store_rules::{self, Guard};
-use charge_once::testing::{self, claim, claim_request, GRACE, LEASE};
-use charge_once::RefundId;
-use charge_once::{
-    Lease, LeaseToken, Operation, OperationId, OperationKind, OperationStatus, Params, Review,
-    Timestamp,
+use charge_core::{
+    store::{
+        AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord,
+        Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
+        TakeAuthorization, TakeFrom,
+    },
+    store_rules::{RefundCreated, TakingCreated},
 };
+use charge_once::ports::{IndexQuery, OperationStore};
+use charge_once::testing::claim;
 
 /// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
-pub use charge_once::testing::T0;
+pub use charge_core::testing::T0;
 
 /// The contract's operation for `order`, of `amount`, created at `now` (customer `cus_contract`).
 pub fn operation(order: &str, amount: i64, now: Timestamp) -> Operation {
-    testing::order(order)
+    charge_core::testing::order(order)
         .amount(amount)
         .customer("cus_contract")
         .requested_by("contract-tests")
@@ -46,9 +52,9 @@ fn outcome(
     now: Timestamp,
 ) -> OutcomeRecord {
     OutcomeRecord {
-        external_id: Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap()),
+        external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_contract").unwrap()),
         last_error: None,
-        ..testing::outcome(op, token, status, now)
+        ..charge_core::testing::outcome(op, token, status, now)
     }
 }
 
@@ -502,7 +508,7 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
         key: op.key(),
         operation_id: op.operation_id,
         status,
-        external_id: Some(charge_once::PaymentIntentId::parse("pi_by_hand").unwrap()),
+        external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_by_hand").unwrap()),
         expected_updated_at: op.updated_at,
         stripe_refund_id: None,
         release: None,
@@ -517,7 +523,7 @@ pub async fn resolve_settles_once_and_refuses_a_settled_record(store: Arc<dyn Op
     let mut op = operation("contract-resolve", 1000, T0);
     // In review when the operator resolves it: the reason leaves the record (the audit entry
     // carries it), so nothing later reads a settled record as "a person owns it".
-    op.review = Some(charge_once::Review {
+    op.review = Some(charge_core::operation::Review {
         reason: "search_ambiguous: found 0".into(),
         flagged_at: T0,
     });
@@ -669,7 +675,7 @@ pub async fn succeeded_charge(
 ) -> Operation {
     let mut op = operation(order, amount, T0);
     op.status = OperationStatus::Succeeded;
-    op.external_id = Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap());
+    op.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_contract").unwrap());
     op.attempts = 1;
     op.first_attempted_at = Some(T0);
     op.next_due_at = None;
@@ -684,7 +690,7 @@ pub fn refund_of(
     amount: Option<i64>,
 ) -> Result<(Operation, ReserveRefund), RefundRefusal> {
     let request = RefundRequest {
-        amount: amount.map(|a| charge_once::Amount::new(a).unwrap()),
+        amount: amount.map(|a| charge_core::domain::Amount::new(a).unwrap()),
         reason: None,
     };
     let (params, reserve) = refund::reserve(charge, &request, T0.plus(LEASE))?;
@@ -693,7 +699,7 @@ pub fn refund_of(
         RefundId::parse(refund_id).unwrap(),
         &request,
         params,
-        charge_once::Principal::jwt("support").unwrap(),
+        charge_core::domain::Principal::jwt("support").unwrap(),
         T0.plus(LEASE),
         GRACE,
     );
@@ -827,7 +833,7 @@ pub async fn a_refund_of_a_charge_no_longer_as_read_writes_nothing(store: Arc<dy
     let (refund, reserve) = refund_of(&charge, "r-1", Some(100)).unwrap();
     // The record at the charge's key is another operation now (replaced by hand).
     let mut other = charge.clone();
-    other.operation_id = charge_once::OperationId::new_random();
+    other.operation_id = charge_core::domain::OperationId::new_random();
     let (_, elsewhere) = refund_of(&other, "r-x", Some(100)).unwrap();
     let crossed = ReserveRefund {
         charge_operation_id: other.operation_id,
@@ -840,7 +846,9 @@ pub async fn a_refund_of_a_charge_no_longer_as_read_writes_nothing(store: Arc<dy
     assert_eq!(store.get(&refund.key()).await.unwrap(), None);
     // And with no charge at the key at all.
     let missing = ReserveRefund {
-        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("no-such").unwrap()),
+        charge: charge_core::operation::OperationKey::charge(
+            charge_core::domain::OrderId::parse("no-such").unwrap(),
+        ),
         ..reserve.clone()
     };
     assert_eq!(
@@ -910,14 +918,14 @@ fn refund_outcome(
 ) -> OutcomeRecord {
     let now = T0.plus(LEASE).plus(LEASE).plus(LEASE);
     OutcomeRecord {
-        stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_contract").unwrap()),
+        stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_contract").unwrap()),
         last_error: None,
         release: release.then(|| ReleaseRefund {
             charge: refund.key().charge_of_order(),
             amount: refund.params.amount(),
             now,
         }),
-        ..testing::outcome(refund, token, status, now)
+        ..charge_core::testing::outcome(refund, token, status, now)
     }
 }
 
@@ -965,7 +973,7 @@ pub async fn a_release_is_fenced_with_its_refund_s_outcome(store: Arc<dyn Operat
     // and nothing written, the refund's outcome included.
     let mut rec = refund_outcome(&refund, token, OperationStatus::Failed, true);
     if let Some(release) = rec.release.as_mut() {
-        release.amount = charge_once::Amount::new(500).unwrap();
+        release.amount = charge_core::domain::Amount::new(500).unwrap();
     }
     let err = store.record(&rec).await.unwrap_err();
     assert!(err.to_string().contains("reservation"), "{err}");
@@ -1057,7 +1065,7 @@ fn refund_resolution(
 ) -> ManualResolution {
     let at = T0.plus(LEASE).plus(LEASE);
     ManualResolution {
-        stripe_refund_id: Some(charge_once::StripeRefundId::parse("re_by_hand").unwrap()),
+        stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_by_hand").unwrap()),
         release: release.then(|| ReleaseRefund {
             charge: refund.key().charge_of_order(),
             amount: refund.params.amount(),
@@ -1136,7 +1144,7 @@ pub async fn authorized_charge(
         p.capture_method = CaptureMethod::Manual;
     }
     op.status = OperationStatus::Authorized;
-    op.external_id = Some(charge_once::PaymentIntentId::parse("pi_contract").unwrap());
+    op.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_contract").unwrap());
     op.attempts = 1;
     op.first_attempted_at = Some(T0);
     op.next_due_at = Some(T0.plus(Duration::from_secs(3600)));
@@ -1184,7 +1192,7 @@ pub fn taking_of(
         kind,
         fingerprint,
         params,
-        charge_once::Principal::jwt("order-service").unwrap(),
+        charge_core::domain::Principal::jwt("order-service").unwrap(),
         now,
         GRACE,
     );
@@ -1244,7 +1252,9 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
         TakingCreated::New(cancel.clone())
     );
     let missing = TakeAuthorization {
-        charge: charge_once::OperationKey::charge(charge_once::OrderId::parse("no-such").unwrap()),
+        charge: charge_core::operation::OperationKey::charge(
+            charge_core::domain::OrderId::parse("no-such").unwrap(),
+        ),
         ..take_cancel
     };
     let (lost, _) = taking_of(&charge, false, TakeFrom::Authorized);
@@ -1340,14 +1350,14 @@ fn taking_outcome(
             outcome,
             now,
         }),
-        ..testing::outcome(taking, token, status, now)
+        ..charge_core::testing::outcome(taking, token, status, now)
     }
 }
 
 pub async fn a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_write(
     store: Arc<dyn OperationStore>,
 ) {
-    let captured = charge_once::Amount::new(600).unwrap();
+    let captured = charge_core::domain::Amount::new(600).unwrap();
     let cases = [
         (
             true,
@@ -1418,7 +1428,7 @@ pub async fn a_refused_authorization_end_leaves_both_records_unchanged(
     let token = LeaseToken::new_random();
     let claimed = claimed_taking(&store, &capture, token).await;
     let taken = stored(&store, &charge).await.unwrap();
-    let amount = charge_once::Amount::new(1000).unwrap();
+    let amount = charge_core::domain::Amount::new(1000).unwrap();
     // The charge names another taker (as after a hand edit): an error, and neither is written.
     let mut rec = taking_outcome(
         &capture,
@@ -1489,7 +1499,7 @@ pub async fn an_outcome_writes_stripe_s_deadline_and_the_amount_captured(
         .claim(&claim_request(&op, token, later))
         .await
         .unwrap();
-    let amount = charge_once::Amount::new(700).unwrap();
+    let amount = charge_core::domain::Amount::new(700).unwrap();
     let rec = OutcomeRecord {
         amount_captured: Some(amount),
         ..outcome(&op, token, OperationStatus::Succeeded, later)
@@ -1635,7 +1645,7 @@ pub async fn settled_between_lists_what_settled_in_the_window_once_by_pages(
     store.create_taking(&capture, &take).await.unwrap();
     let token = LeaseToken::new_random();
     claimed_taking(&store, &capture, token).await;
-    let captured = charge_once::Amount::new(1000).unwrap();
+    let captured = charge_core::domain::Amount::new(1000).unwrap();
     let rec = taking_outcome(
         &capture,
         token,

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::time::{Clock, ManualClock, Timestamp};
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::{Clock, ManualClock, Timestamp};
 use stripe_sim::{RunningSim, SimConfig, StripeSim};
 
 pub struct StripeSide {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use charge_once::audit::{run_audit, AuditDeps, AuditPolicy, AuditRun, AuditWindow};
-use charge_once::ports::{AuditLog, Clock, MetricsSink, OperationStore, PaymentGateway};
-use charge_once::Timestamp;
+use charge_core::audit::{AuditPolicy, AuditWindow};
+use charge_core::time::Clock;
+use charge_core::time::Timestamp;
+use charge_once::audit::{run_audit, AuditDeps, AuditRun};
+use charge_once::ports::{AuditLog, MetricsSink, OperationStore, PaymentGateway};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{json, Value};
 

@@ -6,8 +6,8 @@
 
 pub mod handler;
 
+use charge_core::plan::Policy;
 use charge_once::config::{self, AuditSettings, ConfigError, Env, FromEnv};
-use charge_once::executor::ChargePolicy;
 
 #[derive(Debug, Clone)]
 pub struct AuditConfig {
@@ -15,7 +15,7 @@ pub struct AuditConfig {
     pub stripe: config::StripeEnv,
     /// The key window and the authorization page lead come from the charge policy, so the audit
     /// watches the deadlines the engine keeps.
-    pub policy: ChargePolicy,
+    pub policy: Policy,
     pub audit: AuditSettings,
     /// The audit paces its Stripe calls to its share of the account's budget.
     pub budget: config::StripeBudget,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use audit::handler::{handle, AuditFunction};
 use audit::AuditConfig;
+use charge_core::audit::AuditPolicy;
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::audit::AuditPolicy;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::startup::started;

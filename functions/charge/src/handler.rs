@@ -56,14 +56,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use charge_core::message_plan::{fate, Fate, Receive, Seen};
-use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError, ReviewClass};
+use charge_core::message_plan::{fate, Fate, Item, Receive, Seen};
+use charge_core::plan::ReviewClass;
+use charge_core::time::Timestamp;
+use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError};
 use charge_once::pacing::MessageBudget;
 use charge_once::ports::{
     ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
 };
 use charge_once::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines};
-use charge_once::Timestamp;
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use std::time::Duration;
@@ -115,10 +116,6 @@ impl ChargeFunction {
     }
 }
 
-/// What happened to one record: the message plan's [`Item`] (its table is the specification of
-/// the rules in the module docs).
-pub use charge_core::message_plan::Item as ItemOutcome;
-
 /// What a batch did, for its metrics line.
 #[derive(Debug, Default)]
 struct BatchTally {
@@ -157,7 +154,7 @@ pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatc
     )
     .await;
 
-    let mut outcomes: Vec<(usize, ItemOutcome)> = Vec::with_capacity(records.len());
+    let mut outcomes: Vec<(usize, Item)> = Vec::with_capacity(records.len());
     let mut tally = BatchTally::default();
     for (group_outcomes, group_tally) in done {
         outcomes.extend(group_outcomes);
@@ -167,7 +164,7 @@ pub async fn handle(f: &ChargeFunction, event: LambdaEvent<SqsEvent>) -> SqsBatc
 
     let mut response = SqsBatchResponse::default();
     for (index, outcome) in outcomes {
-        if let ItemOutcome::RetrySoon(reason) = outcome {
+        if let Item::RetrySoon(reason) = outcome {
             if return_soon(f, &records[index], reason).await {
                 tally.returned_soon += 1;
             }
@@ -224,7 +221,7 @@ async fn run_group(
     records: &[SqsMessage],
     group: MessageGroup,
     deadline: Option<Timestamp>,
-) -> (Vec<(usize, ItemOutcome)>, BatchTally) {
+) -> (Vec<(usize, Item)>, BatchTally) {
     let span = tracing::info_span!(
         "charge_group",
         group = group.id.as_deref().unwrap_or(""),
@@ -234,24 +231,24 @@ async fn run_group(
         let mut tally = BatchTally::default();
         let mut outcomes = Vec::with_capacity(group.records.len());
         // How the first failed item of the group comes back; the rest of the group follows it.
-        let mut failed: Option<ItemOutcome> = None;
+        let mut failed: Option<Item> = None;
         for index in group.records {
             let record = &records[index];
             let message_id = record.message_id.clone().unwrap_or_default();
             let outcome = match &failed {
                 Some(first) => {
                     info!(%message_id, "an earlier message of this group failed; keeping order");
-                    let soon = matches!(first, ItemOutcome::RetrySoon(_));
+                    let soon = matches!(first, Item::RetrySoon(_));
                     decided(fate(&Seen::BehindFailed { soon }, receive(record)))
                 }
                 None => process(f, record, &message_id, &mut tally, deadline).await,
             };
             match outcome {
-                ItemOutcome::Acknowledged => {}
-                ItemOutcome::Poisoned(_) => tally.poison += 1,
-                ItemOutcome::LeftToReconciler(_) => tally.left_to_reconciler += 1,
+                Item::Acknowledged => {}
+                Item::Poisoned(_) => tally.poison += 1,
+                Item::LeftToReconciler(_) => tally.left_to_reconciler += 1,
                 // The rest of this group waits for the next delivery, in order.
-                ItemOutcome::Retry(_) | ItemOutcome::RetrySoon(_) => {
+                Item::Retry(_) | Item::RetrySoon(_) => {
                     failed.get_or_insert(outcome.clone());
                 }
             }
@@ -305,7 +302,7 @@ async fn process(
     message_id: &str,
     tally: &mut BatchTally,
     deadline: Option<Timestamp>,
-) -> ItemOutcome {
+) -> Item {
     let message = match parse(record) {
         Ok(m) => m,
         Err(poison) => return park(f, record, message_id, poison).await,
@@ -364,7 +361,7 @@ async fn failed(
     message_id: &str,
     message: &ChargeMessage,
     e: ExecuteError,
-) -> ItemOutcome {
+) -> Item {
     let (seen, detail) = match e {
         ExecuteError::NotFound { .. } => (
             Seen::NoSuchOperation,
@@ -401,12 +398,12 @@ async fn failed(
 /// A fate that needs no more work from the shell. A fate asking for more work (charge, park) is
 /// the shell's to do before it reports; if one reaches here, failing the item is the safe
 /// reading (SQS delivers it again).
-fn decided(fate: Fate) -> ItemOutcome {
+fn decided(fate: Fate) -> Item {
     match fate {
         Fate::Done(item) => item,
         Fate::Charge | Fate::Park(_) => {
             debug_assert!(false, "undone fate {fate:?}");
-            ItemOutcome::Retry("retry later")
+            Item::Retry("retry later")
         }
     }
 }
@@ -448,7 +445,7 @@ fn invocation_deadline(deadline_ms: u64, now: Timestamp) -> Option<Timestamp> {
 /// deadline less one worst message. Nothing is claimed yet, so a refusal changes nothing.
 async fn take_slot(
     f: &ChargeFunction,
-    kind: &charge_once::domain::OperationKind,
+    kind: &charge_core::domain::OperationKind,
     deadline: Option<Timestamp>,
 ) -> Result<(), charge_once::pacing::Saturated> {
     let Some(budget) = &f.budget else {
@@ -501,12 +498,7 @@ async fn return_soon(f: &ChargeFunction, record: &SqsMessage, reason: &'static s
 }
 
 /// Copies a poison message to the DLQ and acknowledges it; fails the item if the copy fails.
-async fn park(
-    f: &ChargeFunction,
-    record: &SqsMessage,
-    message_id: &str,
-    poison: Poison,
-) -> ItemOutcome {
+async fn park(f: &ChargeFunction, record: &SqsMessage, message_id: &str, poison: Poison) -> Item {
     let letter = DeadLetter {
         body: record.body.clone().unwrap_or_default(),
         message_id: message_id.to_owned(),
@@ -523,7 +515,7 @@ async fn park(
                 detail = %letter.detail,
                 "poison message: copied to the dead-letter queue and acknowledged; its group goes on"
             );
-            ItemOutcome::Poisoned(poison.reason)
+            Item::Poisoned(poison.reason)
         }
         Err(e) => {
             error!(
@@ -573,12 +565,16 @@ mod tests {
     use std::collections::HashSet;
     use std::sync::Arc;
 
-    use charge_once::executor::ChargePolicy;
+    use charge_core::plan::Policy;
+    use charge_core::{
+        domain::OperationId,
+        operation::OperationStatus,
+        time::{Clock, ManualClock, Timestamp},
+    };
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::ports::DeadLetter;
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing::{self, CreateIn as _};
-    use charge_once::{Clock, ManualClock, OperationId, OperationStatus, Timestamp};
+    use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;
 
     fn batch() -> SqsEvent {
@@ -658,7 +654,7 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
         for (order, id) in orders.iter().copied() {
-            testing::order(order)
+            charge_core::testing::order(order)
                 .customer("cus_Q8xYz12AbC")
                 .operation_id(id)
                 .at(clock.now())
@@ -673,7 +669,7 @@ mod tests {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock),
-                policy: ChargePolicy::default(),
+                policy: Policy::default(),
             },
             dead_letters: dlq.clone(),
             visibility: returned.clone(),
@@ -1120,7 +1116,8 @@ mod tests {
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             let order = self.order_of[&req.operation_id].clone();
             self.timeline.push(format!("create {order} start"));
             if let Some(other) = self.wait_for.get(&order) {
@@ -1134,8 +1131,8 @@ mod tests {
             }
             let_others_run().await;
             let answer = if self.rate_limited.contains(&order) {
-                Err(charge_once::GatewayError::RetryLater {
-                    cause: charge_once::RetryCause::RateLimited,
+                Err(charge_core::outcome::GatewayError::RetryLater {
+                    cause: charge_core::outcome::RetryCause::RateLimited,
                     detail: "429".into(),
                 })
             } else {
@@ -1146,20 +1143,23 @@ mod tests {
         }
         async fn retrieve(
             &self,
-            id: &charge_once::PaymentIntentId,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+            id: &charge_core::domain::PaymentIntentId,
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             self.inner.retrieve(id).await
         }
         async fn search_by_operation(
             &self,
             operation_id: &OperationId,
-        ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
+        ) -> Result<Vec<charge_core::outcome::PaymentIntent>, charge_core::outcome::GatewayError>
+        {
             self.inner.search_by_operation(operation_id).await
         }
         async fn cancel(
             &self,
             req: &charge_once::ports::CancelPaymentIntent,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             self.inner.cancel(req).await
         }
     }

@@ -6,8 +6,8 @@
 
 pub mod handler;
 
+use charge_core::plan::Policy;
 use charge_once::config::{self, ConfigError, Env, FromEnv};
-use charge_once::executor::ChargePolicy;
 
 #[derive(Debug, Clone)]
 pub struct ChargeConfig {
@@ -17,7 +17,7 @@ pub struct ChargeConfig {
     /// The charge queue's dead-letter queue, where poison messages are copied.
     pub dead_letter_queue_url: String,
     pub stripe: config::StripeEnv,
-    pub policy: ChargePolicy,
+    pub policy: Policy,
     /// This environment paces its Stripe calls to `budget.charge_share()` per second.
     pub budget: config::StripeBudget,
 }

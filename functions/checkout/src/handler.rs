@@ -39,14 +39,22 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TY
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use charge_once::domain::CaptureMethod;
-use charge_once::ports::MetricsSink;
-use charge_once::ports::{ChargeQueue, Created, OperationStore, QueuedCharge};
-use charge_once::{
-    Amount, ChargeParams, Clock, Currency, CustomerId, Operation, OperationStatus, OrderId,
-    PaymentMethodId, Principal, ValidationError,
+use charge_core::domain::CaptureMethod;
+use charge_core::store::Created;
+use charge_core::{
+    domain::{
+        Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Principal,
+        ValidationError,
+    },
+    operation::{Operation, OperationStatus},
+    time::Clock,
 };
-use charge_once::{OperationKey, OperationKind, RefundId};
+use charge_core::{
+    domain::{OperationKind, RefundId},
+    operation::OperationKey,
+};
+use charge_once::ports::MetricsSink;
+use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
@@ -641,8 +649,8 @@ pub(crate) fn count_unavailable(deps: &Checkout, cause: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_core::time::{ManualClock, Timestamp};
     use charge_once::memory::{MemoryQueue, MemoryStore};
-    use charge_once::{ManualClock, Timestamp};
     use lambda_runtime::Context;
 
     fn event(file: &str) -> ApiGatewayV2httpRequest {
@@ -695,7 +703,7 @@ mod tests {
         assert_eq!(status, 202);
         let mut op = f.store.all().remove(0);
         op.status = OperationStatus::Succeeded;
-        op.external_id = Some(charge_once::PaymentIntentId::parse("pi_1001").unwrap());
+        op.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_1001").unwrap());
         op.next_due_at = None;
         f.store.put_for_tests(op.clone());
         op
@@ -705,7 +713,7 @@ mod tests {
         f.store
             .all()
             .iter()
-            .find(|op| op.kind == charge_once::OperationKind::Charge)
+            .find(|op| op.kind == charge_core::domain::OperationKind::Charge)
             .map_or(0, |op| op.refund_reserved)
     }
 
@@ -1274,8 +1282,8 @@ mod tests {
         // Settled and in review show what a person or the order service needs.
         let mut op = f.store.all().pop().unwrap();
         op.status = OperationStatus::Succeeded;
-        op.external_id = Some(charge_once::PaymentIntentId::parse("pi_3Q").unwrap());
-        op.review = Some(charge_once::Review {
+        op.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_3Q").unwrap());
+        op.review = Some(charge_core::operation::Review {
             reason: "search found 2".into(),
             flagged_at: op.created_at,
         });

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
+use charge_core::time::SystemClock;
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::startup::started;
-use charge_once::SystemClock;
 use checkout::handler::{handle, Checkout};
 use checkout::CheckoutConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};

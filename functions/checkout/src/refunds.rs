@@ -19,10 +19,14 @@
 //! | GET 200 / 404 | where the refund stands / no such refund of the caller's | nothing |
 //! | 503 | DynamoDB or SQS failed | possibly the refund (then `pending`: the reconciler sends it) |
 
-use charge_once::ports::{QueuedCharge, RefundCreated};
-use charge_once::refund::{self, RefundReason, RefundRefusal, RefundRequest};
-use charge_once::store_rules::Guard;
-use charge_once::{Amount, Operation, OperationKey, OrderId, Principal, RefundId, ValidationError};
+use charge_core::refund::{self, RefundReason, RefundRefusal, RefundRequest};
+use charge_core::store_rules::Guard;
+use charge_core::store_rules::RefundCreated;
+use charge_core::{
+    domain::{Amount, OrderId, Principal, RefundId, ValidationError},
+    operation::{Operation, OperationKey},
+};
+use charge_once::ports::QueuedCharge;
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
 

@@ -26,14 +26,14 @@
 //! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
-use charge_once::domain::{CancelRequest, CancellationReason, CaptureRequest};
-use charge_once::operation::Taker;
-use charge_once::ports::TakingCreated;
-use charge_once::store_rules::Guard;
-use charge_once::take::{self, TakeRefusal, TakeRequest};
-use charge_once::{
-    Amount, Operation, OperationId, OperationKey, OperationKind, OrderId, Principal,
-    ValidationError,
+use charge_core::domain::{CancelRequest, CancellationReason, CaptureRequest};
+use charge_core::operation::Taker;
+use charge_core::store_rules::Guard;
+use charge_core::store_rules::TakingCreated;
+use charge_core::take::{self, TakeRefusal, TakeRequest};
+use charge_core::{
+    domain::{Amount, OperationId, OperationKind, OrderId, Principal, ValidationError},
+    operation::{Operation, OperationKey},
 };
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
@@ -267,12 +267,15 @@ mod tests {
     use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
     use aws_lambda_events::encodings::Body;
     use aws_lambda_events::http::Method;
-    use charge_once::memory::{MemoryQueue, MemoryStore};
-    use charge_once::ports::{Claim, ClaimRequest, OperationStore};
-    use charge_once::store_rules::CANCELED_BEFORE_SENT;
-    use charge_once::{
-        Lease, LeaseToken, ManualClock, OperationStatus, PaymentIntentId, Timestamp,
+    use charge_core::store::{Claim, ClaimRequest};
+    use charge_core::store_rules::CANCELED_BEFORE_SENT;
+    use charge_core::{
+        domain::PaymentIntentId,
+        operation::{Lease, LeaseToken, OperationStatus},
+        time::{ManualClock, Timestamp},
     };
+    use charge_once::memory::{MemoryQueue, MemoryStore};
+    use charge_once::ports::OperationStore;
     use lambda_runtime::{Context, LambdaEvent};
 
     use super::*;

@@ -28,14 +28,14 @@
 
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use charge_core::outbox::{outcome_of, Outcome, OutcomeEvent};
+use charge_core::time::Clock;
 use charge_once::adapters::dynamodb::stream::{is_audit_report, operation_from_image};
-use charge_once::outbox::{outcome_of, Outcome, OutcomeEvent};
 use charge_once::ports::{
     DeadLetter, DeadLetterQueue, MetricsSink, OperationStore, OutcomePublisher, StoreError,
     MAX_BATCH,
 };
 use charge_once::telemetry::emf_line;
-use charge_once::Clock;
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
@@ -397,12 +397,14 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
 mod tests {
     use super::*;
     use async_trait::async_trait;
+    use charge_core::{
+        operation::{Operation, OperationStatus, Review},
+        time::{ManualClock, Timestamp},
+    };
     use charge_once::adapters::dynamodb::item::{item_json as image_json, operation_to_item};
     use charge_once::memory::MemoryStore;
     use charge_once::ports::{PublishError, Published, QueueError};
     use charge_once::telemetry::{CapturedMetrics, DiscardMetrics};
-    use charge_once::testing;
-    use charge_once::{ManualClock, Operation, OperationStatus, Review, Timestamp};
     use serde_json::json;
     use std::sync::Mutex;
     use std::time::Duration;
@@ -484,7 +486,7 @@ mod tests {
     }
 
     fn op(order: &str) -> Operation {
-        testing::order(order).build()
+        charge_core::testing::order(order).build()
     }
 
     fn with(op: &Operation, status: OperationStatus) -> Operation {
@@ -492,7 +494,7 @@ mod tests {
         next.status = status;
         next.updated_at = next.updated_at.plus(Duration::from_secs(1));
         if status.is_settled() {
-            next.external_id = Some(charge_once::PaymentIntentId::parse("pi_1").unwrap());
+            next.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_1").unwrap());
             next.next_due_at = None;
         }
         next
@@ -833,7 +835,8 @@ mod tests {
         // Forged: a success for an order the table holds pending; a success for an order it
         // does not hold at all; a failure naming another PaymentIntent than the recorded one.
         let mut other_intent = with(&genuine, OperationStatus::Failed);
-        other_intent.external_id = Some(charge_once::PaymentIntentId::parse("pi_forged").unwrap());
+        other_intent.external_id =
+            Some(charge_core::domain::PaymentIntentId::parse("pi_forged").unwrap());
         let records = vec![
             record(
                 1,
@@ -1002,7 +1005,7 @@ mod tests {
                 .unwrap(),
         )
         .unwrap();
-        assert_eq!(example["source"], charge_once::outbox::SOURCE);
+        assert_eq!(example["source"], charge_core::outbox::SOURCE);
         for k in &required {
             assert!(example["detail"].get(*k).is_some(), "example lacks {k}");
         }
@@ -1013,11 +1016,11 @@ mod tests {
     /// misrouted stream record) is not what the table holds.
     #[tokio::test]
     async fn an_authorization_is_confirmed_by_the_hold_the_table_held() {
-        use charge_once::outbox::{Outcome, OutcomeEvent};
+        use charge_core::outbox::{Outcome, OutcomeEvent};
         let table = MemoryStore::new();
-        let mut held = charge_once::testing::order("ord-n-auth").manual().build();
+        let mut held = charge_core::testing::order("ord-n-auth").manual().build();
         held.status = OperationStatus::Authorized;
-        held.capture_before = Some(charge_once::Timestamp::from_millis(1_900_000_000_000));
+        held.capture_before = Some(charge_core::time::Timestamp::from_millis(1_900_000_000_000));
         let event = OutcomeEvent::new(Outcome::Authorized, held.clone());
         let mut captured = held.clone();
         captured.status = OperationStatus::Succeeded;
@@ -1025,7 +1028,7 @@ mod tests {
         table.put_for_tests(captured);
         assert_eq!(not_in_table(&table, &event).await.unwrap(), None);
         let mut forged = held;
-        forged.capture_before = Some(charge_once::Timestamp::from_millis(1_900_000_000_001));
+        forged.capture_before = Some(charge_core::time::Timestamp::from_millis(1_900_000_000_001));
         let forged = OutcomeEvent::new(Outcome::Authorized, forged);
         assert!(not_in_table(&table, &forged).await.unwrap().is_some());
     }

@@ -2,7 +2,7 @@
 //! (old and new image of every committed write) and publishes each outcome — succeeded, failed, or
 //! into review — to the stack's EventBridge bus, at least once.
 //!
-//! - [`handler`]: stream batch → outcomes ([`charge_once::outbox::outcome_of`]) → settled ones
+//! - [`handler`]: stream batch → outcomes ([`charge_core::outbox::outcome_of`]) → settled ones
 //!   read back from the table (only what it holds is published) → PutEvents;
 //!   partial batch failures so Lambda retries from the first record not published; a record whose
 //!   image is not an operation is copied to the relay's DLQ with the reason and the batch goes on.

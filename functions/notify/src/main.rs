@@ -7,6 +7,7 @@ use notify::handler::{handle, Notify};
 use notify::NotifyConfig;
 use std::sync::Arc;
 
+use charge_core::time::SystemClock;
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
@@ -14,7 +15,6 @@ use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
-use charge_once::SystemClock;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]

@@ -112,11 +112,12 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use charge_once::executor::{ChargeDeps, ChargePolicy};
+    use charge_core::plan::Policy;
+    use charge_core::time::{Clock, ManualClock, Timestamp};
+    use charge_once::executor::ChargeDeps;
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing::{self, CreateIn as _};
-    use charge_once::{Clock, ManualClock, Timestamp};
+    use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;
 
     /// A deadline Lambda could have sent is the tick's; none, one already past, and the
@@ -159,7 +160,7 @@ mod tests {
                     store: store.clone(),
                     gateway: Arc::new(FakeGateway::new()),
                     clock: Arc::new(clock.clone()),
-                    policy: ChargePolicy::default(),
+                    policy: Policy::default(),
                 },
                 queue: queue.clone(),
                 page_size: 10,
@@ -167,7 +168,7 @@ mod tests {
             },
             metrics: metrics.clone(),
         };
-        testing::order("ord-lost-send")
+        charge_core::testing::order("ord-lost-send")
             .amount(100)
             .at(clock.now())
             .create_in(store.as_ref())

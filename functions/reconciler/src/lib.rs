@@ -6,15 +6,15 @@
 
 pub mod handler;
 
+use charge_core::plan::Policy;
 use charge_once::config::{self, ConfigError, Env, FromEnv};
-use charge_once::executor::ChargePolicy;
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
     pub table_name: String,
     pub queue_url: String,
     pub stripe: config::StripeEnv,
-    pub policy: ChargePolicy,
+    pub policy: Policy,
     /// The reconciler paces its Stripe calls to `budget.reconciler_share()` per second (search to
     /// `reconciler_search_share()`), beside the charge environments' shares.
     pub budget: config::StripeBudget,

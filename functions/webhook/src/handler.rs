@@ -364,18 +364,22 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use charge_once::executor::{ChargeDeps, ChargePolicy};
+    use charge_core::charge::event_plan::SECOND_PAYMENT_INTENT;
+    use charge_core::domain::{Amount, OperationId, Principal, RefundId, StripeRefundId};
+    use charge_core::plan::Policy;
+    use charge_core::refund::{self, RefundRequest, RefundStatus};
+    use charge_core::{
+        domain::PaymentIntentId,
+        operation::{Operation, OperationStatus},
+        outcome::PaymentIntentStatus,
+        time::{Clock, ManualClock, Timestamp},
+    };
+    use charge_once::executor::ChargeDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
-    use charge_once::refund::{self, RefundRequest, RefundStatus};
     use charge_once::telemetry::CapturedMetrics;
-    use charge_once::testing::{self, CreateIn as _};
-    use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE, SECOND_PAYMENT_INTENT};
-    use charge_once::{Amount, OperationId, Principal, RefundId, StripeRefundId};
-    use charge_once::{
-        Clock, ManualClock, Operation, OperationStatus, PaymentIntentId, PaymentIntentStatus,
-        Timestamp,
-    };
+    use charge_once::testing::CreateIn as _;
+    use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
 
     use super::*;
 
@@ -401,7 +405,7 @@ mod tests {
                     store: store.clone(),
                     gateway: gateway.clone(),
                     clock: Arc::new(clock.clone()),
-                    policy: ChargePolicy::default(),
+                    policy: Policy::default(),
                 },
                 inbox: inbox.clone(),
                 secrets: Some(vec![WebhookSecret::parse(SAMPLE_SECRET).unwrap()]),
@@ -484,7 +488,7 @@ mod tests {
     async fn sample_operation(f: &Fixture, status: PaymentIntentStatus) -> Operation {
         let body: Value = serde_json::from_str(sample().body.as_deref().unwrap()).unwrap();
         let meta = &body["data"]["object"]["metadata"];
-        let op = testing::order(meta["order_id"].as_str().unwrap())
+        let op = charge_core::testing::order(meta["order_id"].as_str().unwrap())
             .operation_id(meta["operation_id"].as_str().unwrap())
             .status(OperationStatus::Unknown)
             .at(f.clock.now())
@@ -612,11 +616,12 @@ mod tests {
         )
         .unwrap();
         let object = &body["data"]["object"];
-        let mut charge = testing::order(object["metadata"]["order_id"].as_str().unwrap())
-            .status(OperationStatus::Succeeded)
-            .external_id(SAMPLE_INTENT)
-            .at(f.clock.now())
-            .build();
+        let mut charge =
+            charge_core::testing::order(object["metadata"]["order_id"].as_str().unwrap())
+                .status(OperationStatus::Succeeded)
+                .external_id(SAMPLE_INTENT)
+                .at(f.clock.now())
+                .build();
         charge.next_due_at = None;
         f.store.create_if_absent(&charge).await.unwrap();
         let request = RefundRequest {
@@ -904,7 +909,7 @@ mod tests {
         let f = fixture();
         let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let mut reviewed = f.store.get(&op.key()).await.unwrap().unwrap();
-        reviewed.review = Some(charge_once::Review {
+        reviewed.review = Some(charge_core::operation::Review {
             reason: "search_ambiguous: search found 0 payment intents".into(),
             flagged_at: f.clock.now(),
         });
@@ -977,26 +982,30 @@ mod tests {
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             self.0.create(req).await
         }
         async fn retrieve(
             &self,
             id: &PaymentIntentId,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             tokio::time::sleep(Duration::from_millis(1)).await;
             self.0.retrieve(id).await
         }
         async fn search_by_operation(
             &self,
-            id: &charge_once::OperationId,
-        ) -> Result<Vec<charge_once::PaymentIntent>, charge_once::GatewayError> {
+            id: &charge_core::domain::OperationId,
+        ) -> Result<Vec<charge_core::outcome::PaymentIntent>, charge_core::outcome::GatewayError>
+        {
             self.0.search_by_operation(id).await
         }
         async fn cancel(
             &self,
             req: &charge_once::ports::CancelPaymentIntent,
-        ) -> Result<charge_once::PaymentIntent, charge_once::GatewayError> {
+        ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError>
+        {
             self.0.cancel(req).await
         }
     }

@@ -16,10 +16,11 @@ pub mod handler;
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::plan::Policy;
+use charge_core::time::Clock;
 use charge_once::config::{self, ConfigError, Env, FromEnv, StripeBudget};
-use charge_once::executor::ChargePolicy;
 use charge_once::pacing::{Budget, PacedGateway};
-use charge_once::ports::{Clock, PaymentGateway, Sleeper};
+use charge_once::ports::{PaymentGateway, Sleeper};
 use charge_once::webhook::STRIPE_PARTNER_SOURCE_PREFIX;
 
 /// Configuration of the events function.
@@ -38,7 +39,7 @@ pub struct WebhookConfig {
     /// The Stripe API (retrieve only) and its key's secret.
     pub stripe: config::StripeEnv,
     /// The executor's policy: events are decided by the executor's own plan.
-    pub policy: ChargePolicy,
+    pub policy: Policy,
     /// Its retrieves are paced to `budget.events_share()` per second, beside the charge
     /// environments' and the reconciler's shares.
     pub budget: StripeBudget,
@@ -165,7 +166,7 @@ mod tests {
     /// time), or leaves it standing (callers at once).
     #[derive(Clone)]
     struct Waits {
-        clock: charge_once::ManualClock,
+        clock: charge_core::time::ManualClock,
         moves: bool,
         asked: Arc<std::sync::Mutex<Vec<Duration>>>,
     }
@@ -189,17 +190,17 @@ mod tests {
     /// call).
     #[tokio::test]
     async fn the_events_functions_retrieves_are_paced_to_its_share() {
+        use charge_core::outcome::{GatewayError, PaymentIntentStatus, RetryCause};
         use charge_once::memory::FakeGateway;
-        use charge_once::{GatewayError, PaymentIntentStatus, RetryCause};
         let waits = |moves| Waits {
-            clock: charge_once::ManualClock::new(charge_once::Timestamp::from_millis(
+            clock: charge_core::time::ManualClock::new(charge_core::time::Timestamp::from_millis(
                 1_800_000_000_000,
             )),
             moves,
             asked: Default::default(),
         };
         let stripe = Arc::new(FakeGateway::new());
-        let op = charge_once::testing::order("ord-paced").build();
+        let op = charge_core::testing::order("ord-paced").build();
         let pi = stripe.insert_charge(&op, PaymentIntentStatus::Succeeded);
         let budget = StripeBudget::new(
             StripeBudget::DEFAULT_PER_SECOND,

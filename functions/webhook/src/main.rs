@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use charge_core::time::{Clock, SystemClock};
 use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
@@ -19,7 +20,6 @@ use charge_once::pacing::TokioSleeper;
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
-use charge_once::{Clock, SystemClock};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use webhook::handler::{handle, WebhookFunction};
 use webhook::WebhookConfig;

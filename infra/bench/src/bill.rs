@@ -30,15 +30,16 @@ use std::sync::{Arc, Mutex};
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_sdk_eventbridge::config::interceptors::BeforeSerializationInterceptorContextRef;
 use aws_sdk_eventbridge::config::{ConfigBag, Intercept, RuntimeComponents};
+use charge_core::plan::Policy;
+use charge_core::time::Clock;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
-use charge_once::Clock;
 use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -379,14 +380,14 @@ impl World {
             webhook: Arc::new(CapturedMetrics::new()),
             notify: Arc::new(CapturedMetrics::new()),
         };
-        let clock: Arc<dyn charge_once::Clock> = Arc::new(stack.side.clock.clone());
+        let clock: Arc<dyn charge_core::time::Clock> = Arc::new(stack.side.clock.clone());
         // The production client setting: one in-call retry with the same key.
         let gateway = Arc::new(stack.side.gateway_with(|c| c.max_network_retries = 1));
         let deps = ChargeDeps {
             store: store.clone(),
             gateway,
             clock: clock.clone(),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         };
         let queue = Arc::new(SqsQueue::new(stack.sqs_client.clone(), &stack.queue_url));
         let mut charge = charge::handler::ChargeFunction::local(deps.clone());
@@ -401,7 +402,7 @@ impl World {
                 store: store.clone(),
                 queue,
                 clock: clock.clone(),
-                pending_grace: ChargePolicy::default().pending_grace,
+                pending_grace: Policy::default().pending_grace,
                 metrics: metrics.checkout.clone(),
             },
             charge,
@@ -499,13 +500,16 @@ impl World {
         let relay = self.relay().await;
         let op = self
             .store
-            .get(&charge_once::OperationKey::charge(
-                charge_once::OrderId::parse(order).expect("order id"),
+            .get(&charge_core::operation::OperationKey::charge(
+                charge_core::domain::OrderId::parse(order).expect("order id"),
             ))
             .await
             .expect("GetItem")
             .expect("the operation");
-        assert_eq!(op.status, charge_once::OperationStatus::Succeeded);
+        assert_eq!(
+            op.status,
+            charge_core::operation::OperationStatus::Succeeded
+        );
         BillRun {
             source: self.source,
             checkout,

@@ -16,13 +16,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use charge_core::{
+    domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId},
+    operation::{Operation, OperationStatus},
+    time::Timestamp,
+};
 use charge_once::adapters::dynamodb::item::{attr_n, attr_s, operation_to_item};
 use charge_once::adapters::dynamodb::{due_shard, DynamoStore};
 use charge_once::ports::{IndexQuery, OperationStore};
-use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, Operation, OperationStatus, OrderId,
-    PaymentMethodId, Timestamp,
-};
 use testkit::aws::{sdk_config, unique};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter};
@@ -59,7 +60,7 @@ fn op(prefix: &str, i: usize) -> Operation {
     let mut op = Operation::new(
         OrderId::parse(&format!("{prefix}-{i}")).expect("order id"),
         params(),
-        charge_once::Principal::jwt("bench").expect("principal"),
+        charge_core::domain::Principal::jwt("bench").expect("principal"),
         T0,
         Duration::from_secs(300),
     );
@@ -72,7 +73,7 @@ fn op(prefix: &str, i: usize) -> Operation {
 fn settled_item(i: usize) -> HashMap<String, AttributeValue> {
     let mut op = op("bench-settled", i);
     op.status = OperationStatus::Succeeded;
-    op.external_id = charge_once::PaymentIntentId::parse(&format!("pi_bench{i:020}")).ok();
+    op.external_id = charge_core::domain::PaymentIntentId::parse(&format!("pi_bench{i:020}")).ok();
     op.next_due_at = None;
     operation_to_item(&op)
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use charge_once::{OperationId, PaymentIntentId, StripeRefundId};
+use charge_core::domain::{OperationId, PaymentIntentId, StripeRefundId};
 use clap::{Args, Parser, Subcommand};
 
 use crate::duration::parse_duration;

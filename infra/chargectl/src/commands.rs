@@ -26,18 +26,21 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use charge_once::executor::plan;
+use charge_core::refund::plan::{OperatorRead, RefundStep};
+use charge_core::store::{ManualResolution, OperatorGuard, Recorded, ReleaseRefund, Reschedule};
+use charge_core::{charge, refund};
+use charge_core::{
+    domain::{OperationId, OperationKind, OrderId, PaymentIntentId},
+    operation::{AuditEntry, Operation, OperationKey, OperationStatus},
+    outcome::{PaymentIntent, PaymentIntentStatus},
+    time::{Clock, Timestamp},
+};
 use charge_once::ports::{
-    CancelPaymentIntent, ChargeQueue, IndexQuery, ManualResolution, OperationStore, OperatorGuard,
-    PaymentGateway, Recorded, ReleaseRefund, Reschedule, StoreError, UnreadableRecord,
+    CancelPaymentIntent, ChargeQueue, IndexQuery, OperationStore, PaymentGateway, StoreError,
+    UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};
-use charge_once::refund_plan::{self, OperatorRead, RefundStep};
 use charge_once::telemetry::ErrorChain;
-use charge_once::{
-    AuditEntry, Clock, Operation, OperationId, OperationKey, OperationKind, OperationStatus,
-    OrderId, PaymentIntent, PaymentIntentId, PaymentIntentStatus, Timestamp,
-};
 
 use crate::cli::{AuditArgs, RedriveArgs, ResolveArgs, ShowArgs, SucceededAs, UnknownsArgs};
 use crate::render;
@@ -270,7 +273,7 @@ pub async fn show(
     })?;
     // A charge's refunds are listed with it (`refunds`), each as `show` prints a record.
     let refunds = match op.kind {
-        charge_once::OperationKind::Charge => store
+        charge_core::domain::OperationKind::Charge => store
             .refunds_of(&op.order_id)
             .await
             .map_err(|e| Failure::infra("cannot list the order's refunds", e))?,
@@ -534,7 +537,7 @@ async fn check_stripe(
                         problems.push(format!("{pi_id} is {}, not succeeded", pi.status));
                     }
                     // The same check the automatic path makes before it settles from an intent.
-                    if let Some(m) = plan::intent_mismatch(op, &pi, gateway.livemode()) {
+                    if let Some(m) = charge::plan::intent_mismatch(op, &pi, gateway.livemode()) {
                         problems.push(describe_mismatch(pi_id, &pi, op, m));
                     }
                 }
@@ -672,31 +675,31 @@ fn describe_mismatch(
     pi_id: &PaymentIntentId,
     pi: &PaymentIntent,
     op: &Operation,
-    m: plan::Mismatch,
+    m: charge::plan::Mismatch,
 ) -> String {
     let or_unknown = |v: Option<String>| v.unwrap_or_else(|| "?".into());
     match m {
-        plan::Mismatch::OperationId => format!(
+        charge::plan::Mismatch::OperationId => format!(
             "{pi_id} has metadata.operation_id {}, not {}",
             pi.operation_id.as_deref().unwrap_or("(none)"),
             op.operation_id
         ),
-        plan::Mismatch::OrderId => format!(
+        charge::plan::Mismatch::OrderId => format!(
             "{pi_id} has metadata.order_id {}, not {}",
             or_unknown(pi.order_id.clone()),
             op.order_id
         ),
-        plan::Mismatch::Amount => format!(
+        charge::plan::Mismatch::Amount => format!(
             "{pi_id} is for amount {}, the operation for {}",
             or_unknown(pi.amount.map(|a| a.to_string())),
             op.params.amount().minor_units()
         ),
-        plan::Mismatch::Currency => format!(
+        charge::plan::Mismatch::Currency => format!(
             "{pi_id} is in {}, the operation in {}",
             or_unknown(pi.currency.clone()),
             op.params.currency().as_str()
         ),
-        plan::Mismatch::Livemode => format!(
+        charge::plan::Mismatch::Livemode => format!(
             "{pi_id} is {} mode, our key is not",
             match pi.livemode {
                 Some(true) => "a live",
@@ -867,7 +870,7 @@ pub async fn resolve(
 }
 
 /// `chargectl resolve` of a refund: the operator's claim is a hint, held to what Stripe answers
-/// by the executor's own rules ([`refund_plan::confirm_by_hand`]): the refund retrieved when its
+/// by the executor's own rules ([`refund::plan::confirm_by_hand`]): the refund retrieved when its
 /// Stripe id is recorded, else the charge's PaymentIntent's refunds listed and matched by
 /// `metadata.operation_id`. Only what Stripe confirms is recorded; a refund resolved `failed`
 /// gives its reservation back to the charge in the same write. No `--force`: a forced outcome
@@ -900,8 +903,8 @@ async fn resolve_refund(
     let caller = caller(deps.identity).await?;
     let read = read_refund_at_stripe(deps.gateway, op, &what).await?;
     let now = deps.clock.now();
-    let policy = plan::ChargePolicy::default();
-    let confirmed = refund_plan::confirm_by_hand(op, claimed, claimed_id, read, now, &policy)
+    let policy = charge_core::plan::Policy::default();
+    let confirmed = refund::plan::confirm_by_hand(op, claimed, claimed_id, read, now, &policy)
         .map_err(|why| {
             Failure::Refused(format!(
                 "Stripe does not confirm operation {} ({what}) as {claimed}; nothing changed:\n  \
@@ -952,14 +955,14 @@ async fn resolve_refund(
     print_refund_resolution(console, op, &written, released, &audit)
 }
 
-/// Where an operator's check of a refund reads at Stripe ([`refund_plan::operator_step`]): the
+/// Where an operator's check of a refund reads at Stripe ([`refund::plan::operator_step`]): the
 /// refund by its recorded id, else the intent's refunds.
 async fn read_refund_at_stripe(
     gateway: &dyn PaymentGateway,
     op: &Operation,
     what: &str,
 ) -> Result<OperatorRead, Failure> {
-    Ok(match refund_plan::operator_step(op) {
+    Ok(match refund::plan::operator_step(op) {
         Some(RefundStep::Retrieve(id)) => {
             OperatorRead::Retrieved(gateway.retrieve_refund(&id).await)
         }
@@ -1099,11 +1102,16 @@ pub async fn redrive(
 mod tests {
     use std::sync::Arc;
 
+    use charge_core::store::OutcomeRecord;
+    use charge_core::{
+        operation::{LeaseToken, Review},
+        outcome::{GatewayError, PaymentIntent},
+        time::ManualClock,
+    };
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, OutcomeRecord};
+    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent};
     use charge_once::testing;
-    use charge_once::{GatewayError, LeaseToken, ManualClock, PaymentIntent, Review};
 
     use super::*;
     use crate::cli::ResolveOutcome;
@@ -1111,7 +1119,7 @@ mod tests {
     const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
     fn op(order: &str, created: Timestamp) -> Operation {
-        testing::order(order).at(created).build()
+        charge_core::testing::order(order).at(created).build()
     }
 
     struct Captured {
@@ -1157,7 +1165,7 @@ mod tests {
                 reason: r.into(),
                 flagged_at: now,
             }),
-            ..testing::outcome(op, token, status, now)
+            ..charge_core::testing::outcome(op, token, status, now)
         };
         testing::record(store, &rec).await;
     }
@@ -1511,20 +1519,20 @@ mod tests {
         let clock = ManualClock::new(T0);
         let mut charge = op("with-refunds", T0);
         charge.status = OperationStatus::Succeeded;
-        charge.external_id = Some(charge_once::PaymentIntentId::parse("pi_r").unwrap());
+        charge.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_r").unwrap());
         charge.next_due_at = None;
         store.create_if_absent(&charge).await.unwrap();
-        let request = charge_once::refund::RefundRequest {
-            amount: Some(charge_once::Amount::new(300).unwrap()),
+        let request = charge_core::refund::RefundRequest {
+            amount: Some(charge_core::domain::Amount::new(300).unwrap()),
             reason: None,
         };
-        let (params, reserve) = charge_once::refund::reserve(&charge, &request, T0).unwrap();
+        let (params, reserve) = charge_core::refund::reserve(&charge, &request, T0).unwrap();
         let refund = Operation::new_refund(
             charge.order_id.clone(),
-            charge_once::RefundId::parse("r-7").unwrap(),
+            charge_core::domain::RefundId::parse("r-7").unwrap(),
             &request,
             params,
-            charge_once::Principal::jwt("support").unwrap(),
+            charge_core::domain::Principal::jwt("support").unwrap(),
             T0,
             Duration::from_secs(300),
         );
@@ -1570,8 +1578,9 @@ mod tests {
         charge.status = OperationStatus::Unknown;
         let mut refund = charge.clone();
         refund.operation_id = OperationId::new_random();
-        refund.kind =
-            charge_once::OperationKind::Refund(charge_once::RefundId::parse("r-1").unwrap());
+        refund.kind = charge_core::domain::OperationKind::Refund(
+            charge_core::domain::RefundId::parse("r-1").unwrap(),
+        );
         store.put_for_tests(refund.clone());
         store.create_if_absent(&charge).await.unwrap();
         let stripe = StubStripe::new(vec![pi(
@@ -1799,7 +1808,7 @@ mod tests {
         store.create_if_absent(&o).await.unwrap();
         let mut current = o.clone();
         current.status = OperationStatus::Unknown;
-        current.external_id = Some(charge_once::PaymentIntentId::parse("pi_new").unwrap());
+        current.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_new").unwrap());
         current.updated_at = T0.plus(Duration::from_secs(5));
         let text = changes(&o, &current);
         assert!(text.contains("status: pending -> unknown"), "{text}");

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
-use charge_once::audit::{run_audit, AuditDeps, AuditPolicy, AuditReport, AuditRun, AuditWindow};
-use charge_once::executor::ChargePolicy;
-use charge_once::ports::{AuditLog, Clock, OperationStore, PaymentGateway};
+use charge_core::audit::{AuditPolicy, AuditReport, AuditWindow};
+use charge_core::plan::Policy;
+use charge_core::time::Clock;
+use charge_once::audit::{run_audit, AuditDeps, AuditRun};
+use charge_once::ports::{AuditLog, OperationStore, PaymentGateway};
 use charge_once::telemetry::DiscardMetrics;
 use serde_json::{json, Value};
 
@@ -42,7 +44,7 @@ pub async fn run(
         .await
         .map_err(|e| Failure::infra("finding who you are (STS GetCallerIdentity)", e))?;
     let now = deps.clock.now();
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     let run = AuditRun {
         window: AuditWindow::ending_at(now, since),
         policy: AuditPolicy {

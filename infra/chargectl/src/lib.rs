@@ -47,10 +47,10 @@ pub mod summary;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use charge_core::time::SystemClock;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::telemetry::ErrorChain;
-use charge_once::SystemClock;
 use clap::Parser;
 
 use aws::{aws_config, dynamo_store, required, stripe_gateway, StsIdentity};

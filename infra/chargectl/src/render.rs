@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
-use charge_once::operation::Params;
+use charge_core::operation::Params;
+use charge_core::{
+    operation::{AuditEntry, Operation},
+    time::Timestamp,
+};
 use charge_once::ports::UnreadableRecord;
-use charge_once::{AuditEntry, Operation, Timestamp};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -439,14 +442,15 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::testing;
-    use charge_once::Review;
-    use charge_once::{AuditEntry, OperationStatus};
+    use charge_core::operation::Review;
+    use charge_core::operation::{AuditEntry, OperationStatus};
 
     const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
     fn op(order: &str, age: Duration) -> Operation {
-        testing::order(order).at(NOW.minus(age)).build()
+        charge_core::testing::order(order)
+            .at(NOW.minus(age))
+            .build()
     }
 
     #[test]
@@ -516,7 +520,7 @@ mod tests {
     #[test]
     fn json_lines_have_every_key() {
         let mut a = op("order-a", Duration::from_secs(7200));
-        a.external_id = Some(charge_once::PaymentIntentId::parse("pi_1").unwrap());
+        a.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_1").unwrap());
         let out = unknowns_json_lines(&[a.clone(), op("order-b", Duration::ZERO)], NOW);
         let lines: Vec<Value> = out
             .lines()

@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use charge_once::audit::{judge, AuditPolicy, AuditReport, AuditWindow, DriftClass, Evidence};
-use charge_once::executor::ChargePolicy;
-use charge_once::operation::Operation;
-use charge_once::ports::{AuditLog, Clock, IndexQuery, OperationStore};
+use charge_core::audit::{judge, AuditPolicy, AuditReport, AuditWindow, DriftClass, Evidence};
+use charge_core::operation::Operation;
+use charge_core::plan::Policy;
+use charge_core::time::Clock;
+use charge_once::ports::{AuditLog, IndexQuery, OperationStore};
 use serde_json::{json, Value};
 
 use crate::commands::{Console, Failure, INDEX_PAGE};
@@ -71,7 +72,7 @@ pub async fn picture(
     unsettled.extend(review);
     // The audit's own rules over the index as it is now: no Stripe object, no settled record,
     // only the watch classes and the per-kind picture.
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     let policy = AuditPolicy {
         key_window: policy.key_window,
         page_lead: policy.authorization_page_lead,
@@ -231,9 +232,12 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_core::testing::order;
+    use charge_core::{
+        operation::OperationStatus,
+        time::{ManualClock, Timestamp},
+    };
     use charge_once::memory::MemoryStore;
-    use charge_once::testing::order;
-    use charge_once::{ManualClock, OperationStatus, Timestamp};
     use std::time::Duration;
 
     struct Depths;

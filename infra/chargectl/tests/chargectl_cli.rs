@@ -10,13 +10,17 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::ports::{
-    Claim, CreatePaymentIntent, CreateRefund, OperationStore, OutcomeRecord, PaymentGateway,
-    RefundCreated,
+use charge_core::{
+    operation::{LeaseToken, Operation, OperationStatus, Review},
+    time::{Clock, SystemClock, Timestamp},
 };
+use charge_core::{
+    store::{Claim, OutcomeRecord},
+    store_rules::RefundCreated,
+};
+use charge_once::adapters::dynamodb::DynamoStore;
+use charge_once::ports::{CreatePaymentIntent, CreateRefund, OperationStore, PaymentGateway};
 use charge_once::testing;
-use charge_once::{Clock, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp};
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config, unique};
 use testkit::store_contract::operation;
@@ -142,7 +146,7 @@ async fn create(store: &DynamoStore, order: &str, created: Timestamp) -> Operati
 async fn claim(store: &DynamoStore, op: &Operation) -> (LeaseToken, Operation) {
     let now = SystemClock.now();
     let token = LeaseToken::new_random();
-    let mut req = testing::claim_request(op, token, now);
+    let mut req = charge_core::testing::claim_request(op, token, now);
     req.lease.expires_at = now.plus(Duration::from_secs(600));
     match store.claim(&req).await.unwrap() {
         Claim::Claimed(op) => (token, op),
@@ -163,13 +167,13 @@ async fn attempt(
     let rec = OutcomeRecord {
         external_id: status
             .is_settled()
-            .then(|| charge_once::PaymentIntentId::parse("pi_settled_1").unwrap()),
+            .then(|| charge_core::domain::PaymentIntentId::parse("pi_settled_1").unwrap()),
         last_error: last_error.map(str::to_owned),
         review: review.map(|reason| Review {
             reason: reason.into(),
             flagged_at: now,
         }),
-        ..testing::outcome(op, token, status, now)
+        ..charge_core::testing::outcome(op, token, status, now)
     };
     testing::record(store, &rec).await
 }
@@ -473,7 +477,7 @@ async fn unknowns_lists_a_record_it_cannot_read_with_the_reason() {
 
 /// An operation id that is in no table.
 fn unique_op_id() -> String {
-    charge_once::OperationId::new_random().to_string()
+    charge_core::domain::OperationId::new_random().to_string()
 }
 
 /// Stripe for `resolve`: the simulator on loopback, and its key in a Secrets Manager secret on
@@ -524,12 +528,13 @@ impl Stripe {
     /// second charge for the same operation looks like at Stripe.
     async fn second_intent_for(&self, op: &Operation, payment_method: &str) -> String {
         let mut req = CreatePaymentIntent::for_operation(op).expect("a charge operation");
-        req.idempotency_key = charge_once::OperationId::new_random().idempotency_key();
+        req.idempotency_key = charge_core::domain::OperationId::new_random().idempotency_key();
         self.create(req, payment_method).await
     }
 
     async fn create(&self, mut req: CreatePaymentIntent, payment_method: &str) -> String {
-        req.params.payment_method = charge_once::PaymentMethodId::parse(payment_method).unwrap();
+        req.params.payment_method =
+            charge_core::domain::PaymentMethodId::parse(payment_method).unwrap();
         self.side
             .gateway()
             .create(&req)
@@ -544,9 +549,9 @@ impl Stripe {
     async fn declined_intent_for(&self, op: &Operation) -> String {
         let mut req = CreatePaymentIntent::for_operation(op).expect("a charge operation");
         req.params.payment_method =
-            charge_once::PaymentMethodId::parse("pm_card_chargeDeclined").unwrap();
+            charge_core::domain::PaymentMethodId::parse("pm_card_chargeDeclined").unwrap();
         match self.side.gateway().create(&req).await {
-            Err(charge_once::GatewayError::Declined {
+            Err(charge_core::outcome::GatewayError::Declined {
                 payment_intent_id: Some(id),
                 ..
             }) => id.to_string(),
@@ -764,8 +769,8 @@ async fn recorded_unknown(store: &DynamoStore, op: &Operation, pi: &str) -> Oper
     store.create_if_absent(op).await.unwrap();
     let (token, _) = claim(store, op).await;
     let rec = OutcomeRecord {
-        external_id: Some(charge_once::PaymentIntentId::parse(pi).unwrap()),
-        ..testing::outcome(op, token, OperationStatus::Unknown, SystemClock.now())
+        external_id: Some(charge_core::domain::PaymentIntentId::parse(pi).unwrap()),
+        ..charge_core::testing::outcome(op, token, OperationStatus::Unknown, SystemClock.now())
     };
     testing::record(store, &rec).await
 }
@@ -1546,20 +1551,20 @@ async fn refund(
     refund_id: &str,
     amount: i64,
 ) -> Operation {
-    use charge_once::refund::{reserve, RefundRequest};
+    use charge_core::refund::{reserve, RefundRequest};
     let charge = store.get(&charge.key()).await.unwrap().unwrap();
     let request = RefundRequest {
-        amount: Some(charge_once::Amount::new(amount).unwrap()),
+        amount: Some(charge_core::domain::Amount::new(amount).unwrap()),
         reason: None,
     };
     let now = SystemClock.now();
     let (params, reservation) = reserve(&charge, &request, now).unwrap();
     let op = Operation::new_refund(
         charge.order_id.clone(),
-        charge_once::RefundId::parse(refund_id).unwrap(),
+        charge_core::domain::RefundId::parse(refund_id).unwrap(),
         &request,
         params,
-        charge_once::Principal::jwt("support").unwrap(),
+        charge_core::domain::Principal::jwt("support").unwrap(),
         now,
         Duration::from_secs(300),
     );
@@ -1576,9 +1581,10 @@ async fn refund_unknown(
 ) -> Operation {
     let (token, _) = claim(store, refund).await;
     let rec = OutcomeRecord {
-        stripe_refund_id: stripe_id.map(|id| charge_once::StripeRefundId::parse(id).unwrap()),
+        stripe_refund_id: stripe_id
+            .map(|id| charge_core::domain::StripeRefundId::parse(id).unwrap()),
         last_error: Some("timeout after 10s waiting for api.stripe.com".into()),
-        ..testing::outcome(refund, token, OperationStatus::Unknown, SystemClock.now())
+        ..charge_core::testing::outcome(refund, token, OperationStatus::Unknown, SystemClock.now())
     };
     testing::record(store, &rec).await
 }
@@ -1847,9 +1853,9 @@ async fn redrive_sends_a_refund_s_message_as_version_2() {
 async fn charged_as(store: &DynamoStore, op: &Operation, pi: &str) -> Operation {
     let (token, _) = claim(store, op).await;
     let rec = OutcomeRecord {
-        external_id: Some(charge_once::PaymentIntentId::parse(pi).unwrap()),
+        external_id: Some(charge_core::domain::PaymentIntentId::parse(pi).unwrap()),
         last_error: None,
-        ..testing::outcome(op, token, OperationStatus::Succeeded, SystemClock.now())
+        ..charge_core::testing::outcome(op, token, OperationStatus::Succeeded, SystemClock.now())
     };
     testing::record(store, &rec).await
 }
@@ -1859,21 +1865,21 @@ async fn charged_as(store: &DynamoStore, op: &Operation, pi: &str) -> Operation 
 /// `redrive`, which sends its message as version 3; the charge is left as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capture_is_redriven_not_resolved_by_hand() {
-    use charge_once::take::{take, TakeRequest};
+    use charge_core::take::{take, TakeRequest};
     let f = Fixture::new().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
     let queue_url = fresh_fifo_queue(&sqs).await;
     let order = unique("o-capture");
     let mut charge = operation(&order, 1250, SystemClock.now().minus(3 * HOUR));
-    charge.params.charge_mut().unwrap().capture_method = charge_once::domain::CaptureMethod::Manual;
+    charge.params.charge_mut().unwrap().capture_method = charge_core::domain::CaptureMethod::Manual;
     f.store.create_if_absent(&charge).await.unwrap();
     // Authorized, as the charge function leaves it once Stripe holds it.
     let (token, _) = claim(&f.store, &charge).await;
     let held = OutcomeRecord {
-        external_id: Some(charge_once::PaymentIntentId::parse("pi_held_1").unwrap()),
+        external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_held_1").unwrap()),
         last_error: None,
         next_due_at: Some(SystemClock.now().plus(96 * HOUR)),
-        ..testing::outcome(
+        ..charge_core::testing::outcome(
             &charge,
             token,
             OperationStatus::Authorized,
@@ -1882,8 +1888,8 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
     };
     charge = testing::record(&f.store, &held).await;
     let request = TakeRequest::Capture(Default::default());
-    let operation_id = charge_once::OperationId::new_random();
-    let taker = charge_once::operation::Taker {
+    let operation_id = charge_core::domain::OperationId::new_random();
+    let taker = charge_core::operation::Taker {
         capture: true,
         operation_id,
     };
@@ -1895,7 +1901,7 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
             request.kind(),
             request.fingerprint(),
             taking.params.clone(),
-            charge_once::Principal::jwt("shop").unwrap(),
+            charge_core::domain::Principal::jwt("shop").unwrap(),
             SystemClock.now(),
             Duration::from_secs(300),
         )
@@ -1904,7 +1910,12 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
     let (token, _) = claim(&f.store, &capture).await;
     let lost = OutcomeRecord {
         last_error: Some("timeout after 10s waiting for api.stripe.com".into()),
-        ..testing::outcome(&capture, token, OperationStatus::Unknown, SystemClock.now())
+        ..charge_core::testing::outcome(
+            &capture,
+            token,
+            OperationStatus::Unknown,
+            SystemClock.now(),
+        )
     };
     let capture = testing::record(&f.store, &lost).await;
     let id = capture.operation_id.to_string();

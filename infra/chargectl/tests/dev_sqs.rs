@@ -5,9 +5,9 @@
 use std::process::{Command, Output};
 
 use aws_lambda_events::sqs::SqsEvent;
+use charge_core::time::{Clock, SystemClock};
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::ports::{ChargeQueue, QueuedCharge};
-use charge_once::{Clock, SystemClock};
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, queue_depth, sdk_config, unique};
 use testkit::store_contract::operation;
@@ -50,7 +50,7 @@ fn assert_exit(o: &Output, code: i32) {
 struct Queued {
     sqs: aws_sdk_sqs::Client,
     url: String,
-    ops: Vec<charge_once::Operation>,
+    ops: Vec<charge_core::operation::Operation>,
 }
 
 /// A fresh FIFO queue holding one first send per order, as checkout sends it.

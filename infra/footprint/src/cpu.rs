@@ -10,13 +10,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId},
+    operation::{Operation, OperationStatus},
+    time::{Clock, ManualClock, Timestamp},
+};
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::{FakeGateway, MemoryStore};
 use charge_once::ports::{ChargeMessage, OperationStore};
-use charge_once::{
-    Amount, ChargeParams, Clock, Currency, CustomerId, ManualClock, Operation, OperationStatus,
-    OrderId, PaymentMethodId, Timestamp,
-};
 use lambda_runtime::{Context, LambdaEvent};
 
 #[derive(Debug, Clone)]
@@ -89,9 +91,9 @@ async fn world(store: &MemoryStore, now: Timestamp, n: usize, batch_size: usize)
         let op = Operation::new(
             OrderId::parse(&format!("ord-bench-{i}")).expect("order id"),
             params(),
-            charge_once::Principal::jwt("bench").expect("principal"),
+            charge_core::domain::Principal::jwt("bench").expect("principal"),
             now,
-            ChargePolicy::default().pending_grace,
+            Policy::default().pending_grace,
         );
         store.create_if_absent(&op).await.expect("memory store");
         let mut record = SqsMessage::default();
@@ -131,7 +133,7 @@ pub fn measure(charges: usize, batch_size: usize, with_logs: bool) -> CpuResult 
             store: store.clone(),
             gateway: gateway.clone(),
             clock: Arc::new(clock),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         });
         let cpu0 = thread_cpu_ns();
         let wall0 = Instant::now();

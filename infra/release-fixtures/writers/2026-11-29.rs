@@ -11,13 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::memory::FakeGateway;
-use charge_once::operation::Resolution;
-use charge_once::ports::{
-    ChargeQueue, ManualResolution, OperationStore, QueuedCharge, Recorded, Reschedule,
-};
-use charge_once::{
-    ChargeParams, Clock, Operation, OperationStatus, OrderId, PaymentIntentStatus, Timestamp,
-};
+use charge_core::operation::Resolution;
+use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+use charge_core::store::{ManualResolution, Recorded, Reschedule};
+use charge_core::{domain::{ChargeParams, OrderId}, time::{Clock, Timestamp}, operation::{Operation, OperationStatus}, outcome::PaymentIntentStatus};
 
 use crate::{Release, World, OPERATOR_LABEL};
 

@@ -23,10 +23,7 @@ use aws_lambda_events::dynamodb::EventRecord;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::telemetry::DiscardMetrics;
-use charge_once::{
-    AuditEntry, ChargeParams, Clock, Operation, OperationStatus, OrderId, PaymentIntentStatus,
-    Principal, Timestamp,
-};
+use charge_core::{operation::{AuditEntry, Operation, OperationStatus}, domain::{ChargeParams, OrderId, Principal}, time::{Clock, Timestamp}, outcome::PaymentIntentStatus};
 use notify::handler::{relay, Notify};
 use serde_json::Value;
 use testkit::aws::fresh_queue;

@@ -24,10 +24,7 @@ use aws_lambda_events::dynamodb::EventRecord;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::telemetry::DiscardMetrics;
-use charge_once::{
-    AuditEntry, ChargeParams, Clock, Operation, OperationStatus, OrderId, PaymentIntentStatus,
-    Principal, Timestamp,
-};
+use charge_core::{operation::{AuditEntry, Operation, OperationStatus}, domain::{ChargeParams, OrderId, Principal}, time::{Clock, Timestamp}, outcome::PaymentIntentStatus};
 use notify::handler::{relay, Notify};
 use serde_json::Value;
 use testkit::aws::fresh_queue;
@@ -140,15 +137,10 @@ async fn publish(
 mod refunds {
     use std::time::Duration;
 
-    use charge_once::ports::{
-        ChargeQueue, Claim, ClaimRequest, OperationStore, QueuedCharge, RefundCreated,
-        RefundFailedLater, ReleaseRefund,
-    };
-    use charge_once::refund::{self, RefundRequest, RefundStatus};
-    use charge_once::{
-        Amount, Clock, Lease, LeaseToken, Operation, OperationId, OperationStatus, OrderId,
-        PaymentIntentStatus, Principal, RefundId, Timestamp,
-    };
+    use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+    use charge_core::{store::{Claim, ClaimRequest, RefundFailedLater, ReleaseRefund}, store_rules::RefundCreated};
+    use charge_core::refund::{self, RefundRequest, RefundStatus};
+    use charge_core::{domain::{Amount, OperationId, OrderId, Principal, RefundId}, time::{Clock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}, outcome::PaymentIntentStatus};
     use serde_json::{json, Value};
 
     use super::{Adapter, REQUESTED_BY};
@@ -307,7 +299,7 @@ mod refunds {
             .await
             .unwrap();
         assert!(
-            matches!(later, charge_once::ports::Recorded::Written(_)),
+            matches!(later, charge_core::store::Recorded::Written(_)),
             "{later:?}"
         );
 

@@ -13,17 +13,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use charge_once::domain::StripeRefundId;
-use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent,
-    CreateRefund, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page,
-    PaymentGateway, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    ReviewCount, StoreError, TakeAuthorization, TakingCreated,
+use charge_core::domain::StripeRefundId;
+use charge_core::refund::StripeRefund;
+use charge_core::{
+    domain::{OperationId, OperationKind, OrderId, PaymentIntentId},
+    operation::{Operation, OperationKey, OperationStatus},
+    outcome::{GatewayError, PaymentIntent},
+    time::Timestamp,
 };
-use charge_once::refund::StripeRefund;
-use charge_once::{
-    GatewayError, Operation, OperationId, OperationKey, OperationKind, OperationStatus, OrderId,
-    PaymentIntent, PaymentIntentId, Timestamp,
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
+use charge_once::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, IndexQuery,
+    OperationStore, Page, PaymentGateway, ReviewCount, StoreError,
 };
 
 /// The first page of each order's authorization (virtual ms), as written.
@@ -208,7 +215,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use charge_once::testing::{order, T0};
+    use charge_core::testing::{order, T0};
 
     /// A page is an authorized charge due again past its deadline; one due at the page's moment
     /// (before the deadline), one without a deadline, and any other status are not.

@@ -527,8 +527,8 @@ fn esc(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_core::time::Timestamp;
     use charge_once::telemetry::{emf_line, emf_line_classed};
-    use charge_once::Timestamp;
 
     const TEMPLATE: &str = include_str!("../../../template.yaml");
 

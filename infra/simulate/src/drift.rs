@@ -18,15 +18,16 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use charge_once::audit::{
-    run_audit, AuditDeps, AuditPolicy, AuditReport, AuditRun, AuditWindow, DriftClass, Finding,
+use charge_core::audit::{AuditPolicy, AuditReport, AuditWindow, DriftClass, Finding};
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::{OperationId, OrderId},
+    operation::{OperationKey, OperationStatus},
+    time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::ChargePolicy;
+use charge_once::audit::{run_audit, AuditDeps, AuditRun};
 use charge_once::ports::MetricsSink;
 use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
-use charge_once::{
-    Clock, ManualClock, OperationId, OperationKey, OperationStatus, OrderId, Timestamp,
-};
 use serde::Serialize;
 use stripe_sim::StripeSim;
 
@@ -221,7 +222,7 @@ pub async fn audit_windows(
     start: Timestamp,
     metrics: &dyn MetricsSink,
 ) -> Vec<AuditReport> {
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     let policy = AuditPolicy {
         key_window: policy.key_window,
         page_lead: policy.authorization_page_lead,

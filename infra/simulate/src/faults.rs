@@ -10,18 +10,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use charge_once::domain::StripeRefundId;
+use charge_core::domain::StripeRefundId;
+use charge_core::refund::StripeRefund;
+use charge_core::{
+    domain::{OperationId, PaymentIntentId},
+    operation::{Operation, OperationKey},
+    outcome::{GatewayError, PaymentIntent},
+    time::{Clock, Timestamp},
+};
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, Claim, ClaimRequest,
-    CreatePaymentIntent, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundCreated, RefundFailedLater,
-    Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
-};
-use charge_once::refund::StripeRefund;
-use charge_once::{
-    Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
-    Timestamp,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, IndexQuery,
+    OperationStore, Page, PaymentGateway, QueueError, QueuedCharge, StoreError,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -472,14 +479,14 @@ impl Confirms {
 /// its claim, past the lease's lifetime: the other invocation may then claim the same operation,
 /// and the frozen one comes back a stale lease holder. Armed by the `concurrent_invocation` fault.
 pub struct Freezer {
-    pub clock: charge_once::ManualClock,
+    pub clock: charge_core::time::ManualClock,
     /// Past the lease TTL.
     pub freeze_for: Duration,
     armed: AtomicU64,
 }
 
 impl Freezer {
-    pub fn new(clock: charge_once::ManualClock, freeze_for: Duration) -> Self {
+    pub fn new(clock: charge_core::time::ManualClock, freeze_for: Duration) -> Self {
         Self {
             clock,
             freeze_for,
@@ -658,7 +665,7 @@ impl OperationStore for FaultyStore {
     }
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         yield_now().await;
         self.inner.refunds_of(order_id).await
@@ -940,7 +947,7 @@ impl ChargeQueue for FaultyQueue {
         r
     }
 
-    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+    async fn depth(&self) -> Result<Option<charge_core::reconcile_plan::QueueDepth>, QueueError> {
         self.inner.depth().await
     }
 }
@@ -1047,7 +1054,7 @@ impl PaymentGateway for SimGateway {
         let mut req = req.clone();
         if self.no_idempotency_key {
             req.idempotency_key =
-                OperationId::from_uuid(charge_once::ids::fresh_uuid()).idempotency_key();
+                OperationId::from_uuid(charge_core::ids::fresh_uuid()).idempotency_key();
         }
         let op = req.operation_id.to_string();
         // Only the operations the scenario picks need their first create remembered.
@@ -1195,7 +1202,7 @@ impl PaymentGateway for SimGateway {
         let mut req = req.clone();
         if self.no_idempotency_key {
             req.idempotency_key =
-                OperationId::from_uuid(charge_once::ids::fresh_uuid()).refund_idempotency_key();
+                OperationId::from_uuid(charge_core::ids::fresh_uuid()).refund_idempotency_key();
         }
         let op = req.operation_id.to_string();
         let first = self.faults.fixed(Kind::KeyPruned, &op)

@@ -22,18 +22,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::audit::AuditWindow;
+use charge_core::domain::{CaptureMethod, StripeRefundId};
+use charge_core::refund::StripeRefund;
+use charge_core::{
+    domain::{OperationId, PaymentIntentId},
+    outcome::{GatewayError, PaymentIntent},
+};
 use charge_once::adapters::stripe::{
     cancel_form, capture_form, collect_refund_pages, created_list_query, parse_intent_list,
     parse_payment_intent, parse_refund, parse_refund_list, parse_refund_page, parse_search,
     refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
 };
-use charge_once::domain::{CaptureMethod, StripeRefundId};
 use charge_once::ports::{
-    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund,
-    ListPage, PaymentGateway, StripeRequests,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    PaymentGateway, StripeRequests,
 };
-use charge_once::refund::StripeRefund;
-use charge_once::{GatewayError, OperationId, PaymentIntent, PaymentIntentId};
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
 use crate::sched::{sleep_for, timers_installed, yield_now};
@@ -350,7 +354,7 @@ impl FunctionRequests {
         if matches!(
             &r,
             Err(GatewayError::RetryLater {
-                cause: charge_once::RetryCause::RateLimited,
+                cause: charge_core::outcome::RetryCause::RateLimited,
                 ..
             })
         ) {
@@ -437,7 +441,7 @@ impl PaymentGateway for FunctionRequests {
 pub struct ClockSynced {
     pub inner: Arc<dyn PaymentGateway>,
     pub stripe: Arc<crate::stripe::SimStripe>,
-    pub clock: charge_once::ManualClock,
+    pub clock: charge_core::time::ManualClock,
 }
 
 impl ClockSynced {
@@ -528,10 +532,11 @@ impl PaymentGateway for ClockSynced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use charge_once::domain::{Amount, CancellationReason};
-    use charge_once::refund::RefundStatus;
-    use charge_once::testing::{order, refund_create};
-    use charge_once::PaymentIntentStatus;
+    use charge_core::domain::{Amount, CancellationReason};
+    use charge_core::outcome::PaymentIntentStatus;
+    use charge_core::refund::RefundStatus;
+    use charge_core::testing::order;
+    use charge_once::testing::refund_create;
     use stripe_sim::{FaultConfig, FaultKind, SimConfig};
 
     /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused

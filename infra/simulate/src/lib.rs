@@ -12,7 +12,7 @@
 //! - Stripe is the `stripe-sim` engine called in process ([`gateway`]): the same idempotency
 //!   layer, ledger, search lag and fault engine as the HTTP server, without sockets.
 //! - Ids (operation ids, lease tokens) come from a seeded source installed for this thread
-//!   ([`charge_once::ids`]).
+//!   ([`charge_core::ids`]).
 //!
 //! Wire modes, not deterministic (real sockets and timers): `--stripe http` (the simulator on
 //! loopback through the production `StripeGateway`), `--stripe-url` (a separately
@@ -58,14 +58,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_config::BehaviorVersion;
+use charge_core::plan::Policy;
+use charge_core::{domain::OrderId, operation::OperationKey, time::ManualClock};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
-use charge_once::{ManualClock, OperationKey, OrderId};
 use checkout::handler::Checkout;
 use clap::{Parser, ValueEnum};
 use rand::rngs::SmallRng;
@@ -450,14 +451,14 @@ pub(crate) struct SeededIds;
 impl SeededIds {
     pub(crate) fn install(seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x1d50_f1d5_u64);
-        charge_once::ids::install_thread_source(Some(Box::new(move || rng.random::<u128>())));
+        charge_core::ids::install_thread_source(Some(Box::new(move || rng.random::<u128>())));
         SeededIds
     }
 }
 
 impl Drop for SeededIds {
     fn drop(&mut self) {
-        charge_once::ids::install_thread_source(None);
+        charge_core::ids::install_thread_source(None);
     }
 }
 
@@ -851,7 +852,7 @@ impl Backing {
             match what {
                 "stale" => first(&s.first_stale_write),
                 "dedup" => first(&q.first_foreign),
-                op => charge_once::OperationId::parse(op)
+                op => charge_core::domain::OperationId::parse(op)
                     .ok()
                     .and_then(|id| s.order_of(&id)),
             }
@@ -915,7 +916,7 @@ impl Backing {
 /// The ports as the functions see them: every call may meet an injected fault or a blackout.
 struct FaultyPorts<'w> {
     world: &'w World,
-    clock: Arc<dyn charge_once::Clock>,
+    clock: Arc<dyn charge_core::time::Clock>,
     store: Arc<dyn OperationStore>,
     /// The raw queue the senders wrap (with the `random-dedup-id` mutation's ids).
     queue: Arc<dyn ChargeQueue>,
@@ -927,7 +928,7 @@ impl<'w> FaultyPorts<'w> {
         if args.mutation == Some(mutations::Mutation::RandomDedupId) {
             queue = Arc::new(mutations::RandomDedup(queue));
         }
-        let clock: Arc<dyn charge_once::Clock> = Arc::new(world.clock.clone());
+        let clock: Arc<dyn charge_core::time::Clock> = Arc::new(world.clock.clone());
         let store = Arc::new(FaultyStore {
             inner: world.backing.store.clone(),
             faults: world.faults.clone(),
@@ -1000,7 +1001,7 @@ fn wire(
     counts: &Arc<LoopCounts>,
 ) -> Result<Pipeline, BoxError> {
     use mutations::Mutation;
-    let mut policy = ChargePolicy::default();
+    let mut policy = Policy::default();
     if args.mutation == Some(Mutation::CreatePastKeyWindow) {
         policy.key_window = Duration::from_secs(30 * 24 * 3600);
     }
@@ -1298,7 +1299,7 @@ impl Wired {
             .clone()
             .map(|s| -> report::IsOurs<'_> {
                 Box::new(move |op| {
-                    charge_once::OperationId::parse(op).is_ok_and(|id| s.is_current(&id))
+                    charge_core::domain::OperationId::parse(op).is_ok_and(|id| s.is_current(&id))
                 })
             });
         let refund_ledger = (args.refund_rate > 0.0)
@@ -1362,7 +1363,7 @@ impl Wired {
         injected.extend(report.refunds.failed_late_in_events_dlq.iter().map(|id| {
             drift::Injected {
                 what: drift::LATE_FAILURE_IN_EVENTS_DLQ,
-                class: charge_once::audit::DriftClass::StatusDiffers,
+                class: charge_core::audit::DriftClass::StatusDiffers,
                 names: id.clone(),
             }
         }));
@@ -1393,7 +1394,7 @@ impl Wired {
                 &widgets,
                 tape,
                 driver::virtual_start().as_millis(),
-                charge_once::Clock::now(&world.clock).as_millis(),
+                charge_core::time::Clock::now(&world.clock).as_millis(),
                 &title,
             );
             std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -1515,7 +1516,7 @@ async fn judge_refunds(
     judge: &mut report::Judge<'_>,
     report: &mut Report,
     (i, order): (u64, &driver::Order),
-    charge: Option<&charge_once::Operation>,
+    charge: Option<&charge_core::operation::Operation>,
 ) -> Result<(), BoxError> {
     let charged = driver::charged(i);
     let Some(plan) = refund_asks::plan(args.seed, i, &order.order_id, charged, args.refund_rate)
@@ -1526,7 +1527,10 @@ async fn judge_refunds(
     let order_id = OrderId::parse(&order.order_id)?;
     let mut records = Vec::new();
     for refund_id in plan.refund_ids() {
-        let key = OperationKey::refund(order_id.clone(), charge_once::RefundId::parse(&refund_id)?);
+        let key = OperationKey::refund(
+            order_id.clone(),
+            charge_core::domain::RefundId::parse(&refund_id)?,
+        );
         records.extend(world.backing.store.get(&key).await?);
     }
     let published = world.backing.sim_store.as_ref().map(|s| {
@@ -1552,7 +1556,7 @@ async fn judge_authorization(
     world: &World,
     report: &mut Report,
     order: &driver::Order,
-    charge: Option<&charge_once::Operation>,
+    charge: Option<&charge_core::operation::Operation>,
 ) -> Result<(), BoxError> {
     let Some(fate) = order.authorization else {
         return Ok(());
@@ -1562,12 +1566,12 @@ async fn judge_authorization(
     let capture = world
         .backing
         .store
-        .get(&take(charge_once::OperationKind::Capture))
+        .get(&take(charge_core::domain::OperationKind::Capture))
         .await?;
     let cancel = world
         .backing
         .store
-        .get(&take(charge_once::OperationKind::Cancel))
+        .get(&take(charge_core::domain::OperationKind::Cancel))
         .await?;
     let intents = charge
         .map(|op| intents_of(world, &op.operation_id.to_string()))
@@ -1714,7 +1718,7 @@ fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults, args
     // All unknowns, and those whose PaymentIntent was final at Stripe when we lost the
     // answer (not a `processing` card, which Stripe itself settles 10 minutes later). An
     // authorized order's are left out: its charge waits, held, for the merchant's capture.
-    let authorized = |id: &charge_once::OperationId| {
+    let authorized = |id: &charge_core::domain::OperationId| {
         s.order_of(id)
             .and_then(|order| driver::index_of(&order, args.seed))
             .is_some_and(|i| {
@@ -1724,7 +1728,7 @@ fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults, args
     let (mut open, mut times) = s.settle_times();
     open.retain(|id| !authorized(id));
     times.retain(|(id, _)| !authorized(id));
-    let processing = |id: &charge_once::OperationId| {
+    let processing = |id: &charge_core::domain::OperationId| {
         s.order_of(id)
             .is_some_and(|order| driver::card_of(&order, faults).0 == "pm_card_processing_succeeds")
     };

@@ -32,15 +32,20 @@ use async_trait::async_trait;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::SqsEvent;
 use charge::handler::ChargeFunction;
+use charge_core::outbox::Outcome;
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::{OperationKind, OrderId},
+    operation::OperationKey,
+    time::{Clock, ManualClock, Timestamp},
+};
 use charge_once::config::StripeBudget;
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryDeadLetters;
-use charge_once::outbox::Outcome;
 use charge_once::ports::{
     ChargeQueue, MessageVisibility, OperationStore, QueueError, QueuedCharge,
 };
 use charge_once::reconciler::ReconcilerDeps;
-use charge_once::{Clock, ManualClock, OperationKey, OperationKind, OrderId, Timestamp};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
@@ -185,7 +190,7 @@ impl ChargeQueue for Notifying {
         r
     }
 
-    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+    async fn depth(&self) -> Result<Option<charge_core::reconcile_plan::QueueDepth>, QueueError> {
         self.queue.depth().await
     }
 }
@@ -576,7 +581,7 @@ impl Run {
             queue: queue.clone(),
             waiters: waiters.clone(),
         });
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let pacing = Pacing::new(cfg.budget(), &clock);
         let charge = ChargeDeps {
             store: store.clone() as Arc<dyn OperationStore>,
@@ -765,7 +770,7 @@ impl Run {
             &ledger,
             Default::default(),
             Some(Box::new(move |op: &str| {
-                charge_once::OperationId::parse(op).is_ok_and(|id| current.is_current(&id))
+                charge_core::domain::OperationId::parse(op).is_ok_and(|id| current.is_current(&id))
             })),
         );
         for i in 0..cfg.orders {
@@ -779,7 +784,7 @@ impl Run {
         judge.finish(
             &mut report,
             |op: &str| {
-                charge_once::OperationId::parse(op)
+                charge_core::domain::OperationId::parse(op)
                     .ok()
                     .and_then(|id| store.order_of(&id))
             },

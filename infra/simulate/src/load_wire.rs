@@ -25,14 +25,19 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
 use charge::handler::ChargeFunction;
+use charge_core::plan::Policy;
+use charge_core::time::SystemClock;
+use charge_core::{
+    domain::OrderId,
+    operation::{OperationKey, OperationStatus},
+    time::Clock,
+};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
-use charge_once::time::SystemClock;
-use charge_once::{Clock, OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
@@ -139,7 +144,7 @@ pub async fn run(args: &SimulateArgs, rate: f64) -> Result<Report, BoxError> {
         base,
         SecretKey::new(stripe_sim::DEFAULT_API_KEY),
     ))?);
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     let checkout = Checkout {
         store: store.clone(),
         queue: queue.clone() as Arc<dyn ChargeQueue>,

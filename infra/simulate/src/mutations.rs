@@ -6,19 +6,25 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use charge_once::domain::StripeRefundId;
+use charge_core::domain::StripeRefundId;
+use charge_core::refund::StripeRefund;
+use charge_core::store_rules::Guard;
+use charge_core::{
+    domain::{OperationId, PaymentIntentId},
+    operation::{Operation, OperationKey, OperationStatus},
+    outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
+};
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, Claim, ClaimRequest,
-    CreatePaymentIntent, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundCreated, RefundFailedLater,
-    Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
-};
-use charge_once::refund::StripeRefund;
-use charge_once::store_rules::Guard;
-use charge_once::{
-    GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
-    PaymentIntentId, PaymentIntentStatus,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, IndexQuery,
+    OperationStore, Page, PaymentGateway, QueueError, QueuedCharge, StoreError,
 };
 use clap::ValueEnum;
 
@@ -114,11 +120,11 @@ pub struct RandomDedup(pub Arc<dyn ChargeQueue>);
 impl ChargeQueue for RandomDedup {
     async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
         let mut charge = charge.clone();
-        charge.dedup_id = charge_once::ids::fresh_uuid().to_string();
+        charge.dedup_id = charge_core::ids::fresh_uuid().to_string();
         self.0.send(&charge).await
     }
 
-    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+    async fn depth(&self) -> Result<Option<charge_core::reconcile_plan::QueueDepth>, QueueError> {
         self.0.depth().await
     }
 }
@@ -170,7 +176,7 @@ impl OperationStore for EditedPages {
     }
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
@@ -312,7 +318,7 @@ impl PaymentGateway for CancelNotMade {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let pi = self.0.retrieve(&req.id).await?;
         Ok(PaymentIntent {
-            status: charge_once::PaymentIntentStatus::Canceled,
+            status: charge_core::outcome::PaymentIntentStatus::Canceled,
             ..pi
         })
     }
@@ -393,7 +399,9 @@ impl RefundStore {
         if let Some(charge) = self.inner.get(&reserve.charge).await? {
             let at_stripe = self.refunded_at_stripe(&charge).unwrap_or(0);
             let unseen = (charge.refund_reserved - at_stripe).max(0);
-            if let Ok(room) = charge_once::Amount::new(reserve.charged.minor_units() + unseen) {
+            if let Ok(room) =
+                charge_core::domain::Amount::new(reserve.charged.minor_units() + unseen)
+            {
                 reserve.charged = room;
             }
         }
@@ -411,7 +419,7 @@ impl OperationStore for RefundStore {
     }
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
@@ -566,7 +574,7 @@ impl PaymentGateway for CaptureSettledByReplay {
             return self.inner.retrieve(id).await;
         };
         again.idempotency_key =
-            OperationId::from_uuid(charge_once::ids::fresh_uuid()).capture_idempotency_key();
+            OperationId::from_uuid(charge_core::ids::fresh_uuid()).capture_idempotency_key();
         match self.inner.capture(&again).await {
             Err(GatewayError::UnexpectedState { .. } | GatewayError::Rejected { .. }) => Ok(
                 PaymentIntent::new(id.clone(), PaymentIntentStatus::Canceled),
@@ -609,12 +617,12 @@ impl PaymentGateway for CaptureSettledByReplay {
 /// deadline were computed from the creation time and Stripe's default expiry.
 pub struct DeadlineFromCreation {
     pub inner: Arc<dyn PaymentGateway>,
-    pub clock: Arc<dyn charge_once::Clock>,
-    pub first_seen: Mutex<std::collections::HashMap<String, charge_once::Timestamp>>,
+    pub clock: Arc<dyn charge_core::time::Clock>,
+    pub first_seen: Mutex<std::collections::HashMap<String, charge_core::time::Timestamp>>,
 }
 
 impl DeadlineFromCreation {
-    pub fn new(inner: Arc<dyn PaymentGateway>, clock: Arc<dyn charge_once::Clock>) -> Self {
+    pub fn new(inner: Arc<dyn PaymentGateway>, clock: Arc<dyn charge_core::time::Clock>) -> Self {
         Self {
             inner,
             clock,
@@ -709,7 +717,7 @@ impl OperationStore for TakesNotFenced {
     }
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.0.refunds_of(order_id).await
     }
@@ -717,7 +725,7 @@ impl OperationStore for TakesNotFenced {
         let mut op = self.0.get(key).await?;
         if let Some(charge) = op
             .as_mut()
-            .filter(|o| o.kind == charge_once::OperationKind::Charge)
+            .filter(|o| o.kind == charge_core::domain::OperationKind::Charge)
         {
             charge.taken_by = None;
         }

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::time::{Clock, ManualClock};
 use charge_once::config::StripeBudget;
 use charge_once::pacing::{Budget, MessageBudget, PacedGateway, TokioSleeper};
 use charge_once::ports::PaymentGateway;
 use charge_once::ports::Sleeper;
-use charge_once::{Clock, ManualClock};
 
 use crate::sched::SchedSleeper;
 
@@ -38,7 +38,7 @@ impl Pacing {
     pub fn on_real_time(budget: StripeBudget) -> Self {
         Self {
             budget,
-            clock: Arc::new(charge_once::time::SystemClock),
+            clock: Arc::new(charge_core::time::SystemClock),
             sleeper: Arc::new(TokioSleeper),
         }
     }

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::time::{Clock, Timestamp};
 use charge_once::memory::ReceivedMessage;
 use charge_once::ports::{ChargeQueue, MessageVisibility, QueueError, QueuedCharge};
-use charge_once::{Clock, Timestamp};
 
 use crate::fx::{FxHashMap, FxHashSet};
 
@@ -387,9 +387,12 @@ impl ChargeQueue for SimQueue {
         Ok(())
     }
 
-    async fn depth(&self) -> Result<Option<charge_once::ports::QueueDepth>, QueueError> {
+    async fn depth(&self) -> Result<Option<charge_core::reconcile_plan::QueueDepth>, QueueError> {
         let (visible, in_flight) = self.visible_and_in_flight();
-        Ok(Some(charge_once::ports::QueueDepth { visible, in_flight }))
+        Ok(Some(charge_core::reconcile_plan::QueueDepth {
+            visible,
+            in_flight,
+        }))
     }
 }
 
@@ -406,8 +409,8 @@ impl MessageVisibility for SimQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use charge_core::time::ManualClock;
     use charge_once::memory::MemoryQueue;
-    use charge_once::ManualClock;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 

@@ -52,8 +52,11 @@ pub use authorizations::{
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 
-use charge_once::outbox::Outcome;
-use charge_once::{Operation, OperationId, OperationStatus};
+use charge_core::outbox::Outcome;
+use charge_core::{
+    domain::OperationId,
+    operation::{Operation, OperationStatus},
+};
 use serde::Serialize;
 
 use super::driver::Order;
@@ -751,7 +754,7 @@ impl<'a> Judge<'a> {
         }
         let stuck = r.review.as_ref().is_some_and(|v| {
             v.reason
-                .starts_with(charge_once::executor::ReviewClass::StuckRefund.as_str())
+                .starts_with(charge_core::plan::ReviewClass::StuckRefund.as_str())
         });
         if r.review.is_some() && !stuck {
             report.refunds.needless_reviews += 1;

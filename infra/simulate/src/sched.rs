@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use charge_once::{Clock, ManualClock, Timestamp};
+use charge_core::time::{Clock, ManualClock, Timestamp};
 use rand::rngs::SmallRng;
 use rand::Rng;
 

@@ -1,5 +1,5 @@
 //! [`SimStore`]: the operation table for a simulation of millions of orders. Its writes are the
-//! store's rules (`charge_once::store_rules`, which `charge_once::memory::MemoryStore` calls and
+//! store's rules (`charge_core::store_rules`, which `charge_once::memory::MemoryStore` calls and
 //! DynamoDB sends as condition expressions), applied under one lock; what it adds is what makes it
 //! scale: the unknown index is a sorted set kept up to date on every write
 //! (a page costs its length, not the table's), and lookups by operation id use a map instead of a
@@ -31,23 +31,32 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
+use charge_core::audit::{AuditReport, AuditWindow};
+use charge_core::domain::CaptureMethod;
+use charge_core::operation::{AuditEntry, Lease, Params, Review, Taker};
+use charge_core::outbox::{outcome_change, Outcome};
+use charge_core::refund::RefundParams;
+use charge_core::store_rules::{self, Guard, Transition, Written};
+use charge_core::{
+    domain::{
+        Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, PaymentIntentId,
+        PaymentMethodId, Principal, StripeRefundId,
+    },
+    operation::{Operation, OperationKey, OperationStatus},
+    time::Timestamp,
+};
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
-use charge_once::audit::{AuditReport, AuditWindow};
-use charge_once::domain::CaptureMethod;
 use charge_once::memory::ReportShelf;
-use charge_once::operation::{AuditEntry, Lease, Params, Review, Taker};
-use charge_once::outbox::{outcome_change, Outcome};
 use charge_once::ports::{AuditLog, StoredReports};
 use charge_once::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    StoreCalls, StoreError, TakeAuthorization, TakingCreated, UnreadableRecord,
-};
-use charge_once::refund::RefundParams;
-use charge_once::store_rules::{self, Guard, Transition, Written};
-use charge_once::{
-    Amount, ChargeParams, Currency, CustomerId, Fingerprint, Operation, OperationId, OperationKey,
-    OperationStatus, PaymentIntentId, PaymentMethodId, Principal, StripeRefundId, Timestamp,
+    IndexQuery, OperationStore, Page, StoreCalls, StoreError, UnreadableRecord,
 };
 
 use crate::faults::{Faults, Kind};
@@ -525,7 +534,7 @@ struct Table {
 }
 
 /// The outcomes published for one operation. The event id is a function of the operation id and
-/// the outcome (`charge_once::outbox`), so a set of outcomes is the set of event ids.
+/// the outcome (`charge_core::outbox`), so a set of outcomes is the set of event ids.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Published(u8);
 
@@ -689,7 +698,7 @@ impl Table {
         }
         let (id, now) = (after.operation_id, after.updated_at.as_millis());
         match after.status {
-            charge_once::OperationStatus::Unknown => {
+            charge_core::operation::OperationStatus::Unknown => {
                 self.unknown_since.entry(id).or_insert(now);
             }
             s if s.is_settled() && !before.status.is_settled() => {
@@ -821,7 +830,7 @@ impl SimStore {
         self.calls.write();
     }
 
-    /// One conditional write under the lock, by the store's rules (`charge_once::store_rules`),
+    /// One conditional write under the lock, by the store's rules (`charge_core::store_rules`),
     /// keeping the index and the outbox in step ([`Table::update`]); the record written is
     /// returned as read back (for a legacy record, through the real reader).
     /// `write` at `key` and the charge's `release`: the charge's guards checked first, then the
@@ -1155,8 +1164,8 @@ fn decode_cursor(cursor: &str) -> Result<Position, StoreError> {
     let malformed = || StoreError::new("malformed page cursor");
     let (due, order, sk): (i64, String, String) =
         serde_json::from_str(cursor).map_err(|_| malformed())?;
-    let order = charge_once::OrderId::parse(&order).map_err(|_| malformed())?;
-    let kind = charge_once::OperationKind::parse(&sk).map_err(|_| malformed())?;
+    let order = charge_core::domain::OrderId::parse(&order).map_err(|_| malformed())?;
+    let kind = charge_core::domain::OperationKind::parse(&sk).map_err(|_| malformed())?;
     Ok((due, OperationKey::of_kind(order, kind)))
 }
 
@@ -1297,7 +1306,7 @@ impl OperationStore for SimStore {
     /// (the judge reads each refund by its key), so no other run pays for it.
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.calls.query();
         let t = self.lock();
@@ -1499,11 +1508,11 @@ impl OperationStore for SimStore {
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
-    use charge_once::adapters::dynamodb::schema;
-    use charge_once::{
-        Amount, ChargeParams, Currency, CustomerId, Lease, LeaseToken, OperationStatus, OrderId,
-        PaymentMethodId, Principal,
+    use charge_core::{
+        domain::{Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Principal},
+        operation::{Lease, LeaseToken, OperationStatus},
     };
+    use charge_once::adapters::dynamodb::schema;
 
     use super::*;
 
@@ -1576,7 +1585,7 @@ mod tests {
             operation_id: op.operation_id,
             lease_token: req.lease.token,
             status: OperationStatus::Succeeded,
-            external_id: Some(charge_once::PaymentIntentId::parse("pi_1").unwrap()),
+            external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_1").unwrap()),
             last_error: None,
             review: None,
             next_due_at: None,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charge_once::{Clock, ManualClock};
+use charge_core::time::{Clock, ManualClock};
 use serde_json::{json, Value};
 use stripe_sim::{FaultConfig, FaultKind, LedgerRowView, RunningSim, SimConfig, StripeSim};
 

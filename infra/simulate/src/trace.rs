@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 
-use charge_once::{Clock, ManualClock};
+use charge_core::time::{Clock, ManualClock};
 
 /// FNV-1a, 64 bits: stable across platforms and releases (std's hashers are not promised to be).
 #[derive(Clone, Copy)]

@@ -28,22 +28,31 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_lambda_events::encodings::Body;
-use charge_once::domain::StripeRefundId;
+use charge_core::charge::event_plan::EventIntent;
+use charge_core::domain::StripeRefundId;
+use charge_core::refund::StripeRefund;
+use charge_core::{
+    domain::{OperationId, PaymentIntentId},
+    operation::{Operation, OperationKey},
+    outcome::{GatewayError, PaymentIntent},
+    time::Clock,
+};
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created,
-    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded,
-    RefundCreated, RefundFailedLater, Reschedule, ReserveRefund, StoreError, TakeAuthorization,
-    TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationStore,
+    Page, PaymentGateway, StoreError,
 };
-use charge_once::refund::StripeRefund;
 use charge_once::webhook::{
-    EventBridgeEvent, EventIntent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
-};
-use charge_once::{
-    Clock, GatewayError, Operation, OperationId, OperationKey, PaymentIntent, PaymentIntentId,
+    EventBridgeEvent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
 };
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
@@ -93,7 +102,7 @@ impl OperationStore for CountingStore {
     }
     async fn refunds_of(
         &self,
-        order_id: &charge_once::OrderId,
+        order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.read();
         self.inner.refunds_of(order_id).await
@@ -171,7 +180,7 @@ impl PaymentGateway for CountingGateway {
     }
     async fn retrieve(
         &self,
-        id: &charge_once::PaymentIntentId,
+        id: &charge_core::domain::PaymentIntentId,
     ) -> Result<PaymentIntent, GatewayError> {
         self.calls.retrieves.fetch_add(1, Ordering::Relaxed);
         self.inner.retrieve(id).await
@@ -833,9 +842,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use charge_once::executor::plan::Mismatch;
-    use charge_once::webhook::EventMismatch;
-    use charge_once::OperationStatus;
+    use charge_core::charge::event_plan::EventMismatch;
+    use charge_core::charge::plan::Mismatch;
+    use charge_core::operation::OperationStatus;
 
     use super::*;
 

@@ -46,8 +46,9 @@ use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::secrets::fetch_stripe_key;
 use crate::adapters::stripe::StripeGateway;
 use crate::config::{ConfigError, Env, StripeEnv};
-use crate::executor::{ChargeDeps, ChargePolicy};
-use crate::time::SystemClock;
+use crate::executor::ChargeDeps;
+use charge_core::plan::Policy;
+use charge_core::time::SystemClock;
 
 /// The time bounds of one process's AWS calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +202,7 @@ pub async fn charge_deps(
     aws: &aws_config::SdkConfig,
     table_name: &str,
     stripe: StripeEnv,
-    policy: ChargePolicy,
+    policy: Policy,
 ) -> Result<ChargeDeps, Box<dyn std::error::Error + Send + Sync>> {
     let secrets = aws_sdk_secretsmanager::Client::new(aws);
     let key = fetch_stripe_key(&secrets, &stripe.secret_arn).await?;
@@ -313,8 +314,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_without_credentials_fails_saying_so_and_naming_the_table() {
-        use crate::operation::OperationKey;
         use crate::ports::OperationStore;
+        use charge_core::operation::OperationKey;
         // No network needed: the request is signed before it is sent, and signing fails.
         let bare = aws_config::SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -327,7 +328,7 @@ mod tests {
             .build();
         let config = explaining_missing_credentials(bare);
         let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "orders-table");
-        let key = OperationKey::charge(crate::OrderId::parse("ord-1").unwrap());
+        let key = OperationKey::charge(charge_core::domain::OrderId::parse("ord-1").unwrap());
         let err = store.get(&key).await.unwrap_err();
         let text = crate::telemetry::ErrorChain(&err).to_string();
         assert!(text.contains("no AWS credentials found"), "{text}");

@@ -22,8 +22,8 @@ use aws_sdk_dynamodb::Client;
 
 use crate::ports::StoreError;
 use crate::ports::{Admitted, WebhookInbox};
-use crate::time::Timestamp;
 use crate::webhook::ttl_epoch_seconds;
+use charge_core::time::Timestamp;
 
 #[derive(Clone, Debug)]
 pub struct DynamoInbox {

@@ -15,9 +15,9 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth, QueueError,
-    QueuedCharge,
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
 };
+use charge_core::reconcile_plan::QueueDepth;
 
 pub struct SqsQueue {
     client: Client,

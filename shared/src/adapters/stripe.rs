@@ -28,14 +28,15 @@ use serde::Deserialize;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
-use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{
-    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund,
-    ListPage, PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    PaymentGateway,
 };
-use crate::refund::{RefundStatus, StripeRefund};
-use crate::time::Timestamp;
+use charge_core::audit::AuditWindow;
+use charge_core::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::time::Timestamp;
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
 pub const STRIPE_VERSION: &str = "2024-06-20";
@@ -1467,7 +1468,7 @@ mod tests {
     fn the_refund_form_and_list_query() {
         let pi = PaymentIntentId::parse("pi_9").unwrap();
         let mut req = crate::testing::refund_create(&pi, 250);
-        req.params.reason = Some(crate::refund::RefundReason::RequestedByCustomer);
+        req.params.reason = Some(charge_core::refund::RefundReason::RequestedByCustomer);
         let form = refund_form(&req);
         let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("payment_intent"), Some("pi_9"));

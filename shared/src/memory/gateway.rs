@@ -16,15 +16,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::domain::{CaptureMethod, Fingerprint, OperationId, PaymentIntentId, StripeRefundId};
-use crate::operation::Operation;
-use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::{
-    AuditWindow, CancelPaymentIntent, CapturePaymentIntent, Clock, CreatePaymentIntent,
-    CreateRefund, ListPage, PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    PaymentGateway,
 };
-use crate::refund::{RefundStatus, StripeRefund};
-use crate::time::{SystemClock, Timestamp};
+use charge_core::domain::{
+    CaptureMethod, Fingerprint, OperationId, PaymentIntentId, StripeRefundId,
+};
+use charge_core::operation::Operation;
+use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::time::{SystemClock, Timestamp};
+use charge_core::{audit::AuditWindow, time::Clock};
 
 mod captures;
 mod refunds;
@@ -254,7 +257,7 @@ impl FakeGateway {
     }
 
     /// From now on, the fake dates authorizations and lapses them by `clock` (a test's
-    /// [`crate::time::ManualClock`], shared with the code under test).
+    /// [`charge_core::time::ManualClock`], shared with the code under test).
     pub fn set_clock(&self, clock: Arc<dyn Clock>) {
         *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = clock;
     }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::ports::StoreError;
 use crate::ports::{Admitted, WebhookInbox};
-use crate::time::Timestamp;
+use charge_core::time::Timestamp;
 
 #[derive(Default)]
 pub struct MemoryInbox {

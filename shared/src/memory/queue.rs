@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::ports::Clock;
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth, QueueError,
-    QueuedCharge,
+    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
 };
-use crate::time::Timestamp;
+use charge_core::reconcile_plan::QueueDepth;
+use charge_core::time::Clock;
+use charge_core::time::Timestamp;
 
 /// SQS FIFO's deduplication interval.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60);
@@ -211,7 +211,7 @@ impl ChargeQueue for MemoryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::ManualClock;
+    use charge_core::time::ManualClock;
 
     fn queue() -> (MemoryQueue, ManualClock) {
         let clock = ManualClock::new(Timestamp::from_millis(1_000_000));

@@ -1,5 +1,5 @@
 //! [`MemoryStore`]: the operation table in a `Mutex<BTreeMap>`, every write checked under the lock
-//! by the store's rules ([`crate::store_rules`]), the guards DynamoDB checks as its condition
+//! by the store's rules ([`charge_core::store_rules`]), the guards DynamoDB checks as its condition
 //! expression.
 
 use std::collections::BTreeMap;
@@ -7,17 +7,20 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::domain::{OperationId, OrderId};
-use crate::operation::{Operation, OperationKey};
 use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
-use crate::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    StoreCalls, StoreError, TakeAuthorization, TakingCreated,
-};
-use crate::store_rules::{self, Transition, Written};
-use crate::time::Timestamp;
+use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 use charge_core::audit::{AuditReport, AuditWindow};
+use charge_core::domain::{OperationId, OrderId};
+use charge_core::operation::{Operation, OperationKey};
+use charge_core::store_rules::{self, Transition, Written};
+use charge_core::time::Timestamp;
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 
 #[derive(Default)]
 pub struct MemoryStore {

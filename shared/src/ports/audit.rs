@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 
 use crate::ports::{StoreError, UnreadableRecord};
-pub use charge_core::audit::AuditReport;
+use charge_core::audit::AuditReport;
 
 /// The reports read back, newest window first; a stored report this release cannot read is
 /// counted and skipped, never allowed to hide the rest.

@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use crate::domain::{
+use charge_core::audit::AuditWindow;
+use charge_core::domain::{
     Amount, ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,
 };
-use crate::operation::Operation;
-use crate::outcome::{GatewayError, PaymentIntent};
-use crate::refund::{RefundParams, StripeRefund};
-pub use charge_core::audit::AuditWindow;
+use charge_core::operation::Operation;
+use charge_core::outcome::{GatewayError, PaymentIntent};
+use charge_core::refund::{RefundParams, StripeRefund};
 
 /// One page of a Stripe list, newest first as Stripe lists them. `next` is the last object's id,
 /// passed back as `starting_after` for the next page; `None` when Stripe said `has_more: false`.
@@ -78,7 +78,7 @@ impl CancelPaymentIntent {
     }
 }
 
-pub use crate::domain::CancellationReason;
+use charge_core::domain::CancellationReason;
 
 /// A capture request (`POST /v1/payment_intents/{id}/capture`): the capture operation's amount of
 /// its charge's intent, under the capture key (`capture-op:<operation_id>`), the same on every

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::store::StoreError;
-use crate::time::Timestamp;
+use charge_core::time::Timestamp;
 
 /// How long an event id is remembered.
 pub const INBOX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);

@@ -1,6 +1,6 @@
 //! What the core needs from the world, as small traits: every port of the crate is declared here,
 //! and nowhere else. Each has a production adapter (under [`crate::adapters`]; the clocks are in
-//! [`crate::time`], the sleeper in [`crate::pacing`], the metrics sinks in [`crate::telemetry`])
+//! [`charge_core::time`], the sleeper in [`crate::pacing`], the metrics sinks in [`crate::telemetry`])
 //! and, for tests and the simulation, an in-memory one (mostly [`crate::memory`]); where both
 //! exist, one contract suite in `tests/support/` runs on each.
 //!
@@ -30,22 +30,18 @@ mod queue;
 mod store;
 
 pub use audit::{AuditLog, StoredReports};
-pub use clock::{Clock, Sleeper};
+pub use clock::Sleeper;
 pub use gateway::{
-    refunds_not_supported, AuditWindow, CancelPaymentIntent, CancellationReason,
-    CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage, PaymentGateway,
-    RequestTotals, StripeRequests,
+    refunds_not_supported, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
+    CreateRefund, ListPage, PaymentGateway, RequestTotals, StripeRequests,
 };
 pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 pub use queue::{
-    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueDepth,
-    QueueError, QueuedCharge,
+    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError,
+    QueuedCharge,
 };
 pub use store::{
-    AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,
-    OperationStore, OperatorGuard, OutcomeRecord, Page, Recorded, RefundCreated, RefundFailedLater,
-    ReleaseRefund, Reschedule, ReserveRefund, ReviewCount, SettleAuthorization, StoreCalls,
-    StoreError, TakeAuthorization, TakeFrom, TakingCreated, UnreadableRecord,
+    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };

@@ -1,11 +1,11 @@
 //! Where outcome events go (EventBridge in production): the relay's one port. What is an outcome,
-//! and the event that says it, is the domain's ([`crate::outbox`]).
+//! and the event that says it, is the domain's ([`charge_core::outbox`]).
 
 use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::outbox::OutcomeEvent;
+use charge_core::outbox::OutcomeEvent;
 
 /// Publishing failed for the whole call (the entries' own failures are [`Published::failed`]).
 #[derive(Debug, thiserror::Error)]

@@ -7,16 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use crate::domain::{OperationId, OrderId};
-use crate::operation::{Operation, OperationKey};
-use crate::time::Timestamp;
 use charge_core::audit::AuditWindow;
-pub use charge_core::store::{
-    AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OperatorGuard,
-    OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    SettleAuthorization, TakeAuthorization, TakeFrom,
+use charge_core::domain::{OperationId, OrderId};
+use charge_core::operation::{Operation, OperationKey};
+use charge_core::store::{
+    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    Reschedule, ReserveRefund, TakeAuthorization,
 };
-pub use charge_core::store_rules::{RefundCreated, TakingCreated};
+use charge_core::store_rules::{RefundCreated, TakingCreated};
+use charge_core::time::Timestamp;
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
 /// conditional-check failures come back as values, not errors.
@@ -134,7 +133,7 @@ pub trait OperationStore: Send + Sync {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError>;
 
     /// Writes the refund `refund` and reserves its amount on the order's charge (`reserve`), in one
-    /// write over both records, all or nothing ([`crate::store_rules::create_refund`]): a refund
+    /// write over both records, all or nothing ([`charge_core::store_rules::create_refund`]): a refund
     /// with the same key already there is returned and nothing is reserved; a charge whose guards
     /// refuse the reservation (moved since read, or no room) leaves both untouched.
     async fn create_refund(
@@ -144,7 +143,7 @@ pub trait OperationStore: Send + Sync {
     ) -> Result<RefundCreated, StoreError>;
 
     /// Writes the capture or cancel `taking` and names it on the order's charge (`take`), in one
-    /// write over both records, all or nothing ([`crate::store_rules::create_taking`]): one of
+    /// write over both records, all or nothing ([`charge_core::store_rules::create_taking`]): one of
     /// the same kind already there is returned and the charge is untouched; a charge whose guards
     /// refuse (taken by the other, moved since read) leaves both untouched. The default refuses,
     /// for stores that predate authorizations (test doubles); every production store writes it.
@@ -183,8 +182,8 @@ pub trait OperationStore: Send + Sync {
     /// Records an outcome, fenced on the lease token and on an unsettled status. Clears the lease.
     /// A refund's `release` or a capture's or cancel's `authorization` changes the order's charge
     /// in the same write, both or neither: refused by the fence, the record as it is; refused by
-    /// the charge, an error ([`crate::store_rules::RELEASE_REFUSED`],
-    /// [`crate::store_rules::AUTHORIZATION_REFUSED`]) and nothing written.
+    /// the charge, an error ([`charge_core::store_rules::RELEASE_REFUSED`],
+    /// [`charge_core::store_rules::AUTHORIZATION_REFUSED`]) and nothing written.
     async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError>;
 
     /// A succeeded refund that Stripe says failed later: `failed`, its reservation given back to

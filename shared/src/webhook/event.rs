@@ -1,18 +1,13 @@
 //! A Stripe event as the events function reads it: its id, type and the PaymentIntent or the
 //! refund it names. What an event may then do to an operation is a rule of the core
-//! ([`charge_core::event_plan`], re-exported here, and [`charge_core::refund_event_plan`] for a
-//! refund).
+//! ([`charge_core::charge::event_plan`], and [`charge_core::refund::event_plan`] for a refund).
 
-pub use charge_core::event_plan::{
-    decide, is_final, needs_no_check, Action, EventIntent, EventMismatch, Ignored,
-    SECOND_PAYMENT_INTENT,
-};
+use charge_core::charge::event_plan::EventIntent;
+use charge_core::refund::event_plan::EventRefund;
 
-pub use charge_core::refund_event_plan::EventRefund;
-
-use crate::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
-use crate::outcome::PaymentIntentStatus;
-use crate::refund::RefundStatus;
+use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::PaymentIntentStatus;
+use charge_core::refund::RefundStatus;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;

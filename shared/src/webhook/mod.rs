@@ -15,12 +15,12 @@
 //! 4. **Find** the operation on the table key from `metadata.order_id` (a strongly consistent
 //!    GetItem, no index) and check `metadata.operation_id` is the one recorded.
 //! 5. **Ask Stripe.** An event is a hint: what it says is never acted on. Unless it could change
-//!    nothing ([`event::needs_no_check`]), the PaymentIntent is retrieved and checked to be this
-//!    operation's ([`crate::executor::plan::intent_mismatch`]: metadata, amount, currency, mode),
+//!    nothing ([`charge::event_plan::needs_no_check`]), the PaymentIntent is retrieved and checked to be this
+//!    operation's ([`charge_core::charge::plan::intent_mismatch`]: metadata, amount, currency, mode),
 //!    and an event claiming a final state must find Stripe holding it. Otherwise nothing moves,
 //!    and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
-//!    on the claimed record with Stripe's answer ([`charge_core::event_plan::after_event`]), record
+//!    on the claimed record with Stripe's answer ([`charge_core::charge::event_plan::after_event`]), record
 //!    fenced on that lease and an unsettled status. The shell hands back its decision and the
 //!    record it last saw (as written, as found settled or in review, or the one that beat our
 //!    write), so nothing is read or decided again after it. (The record as read in step 4 is
@@ -33,7 +33,7 @@
 //! `charge.refund.updated`) takes the same steps with its refund: found among the order's refunds
 //! by `metadata.order_id` and `metadata.operation_id` (the order's partition, strongly
 //! consistent; a settled refund too, which the unknown index no longer lists), the refund
-//! retrieved at Stripe, and [`charge_core::refund_event_plan::decide`] deciding: an unsettled
+//! retrieved at Stripe, and [`charge_core::refund::event_plan::decide`] deciding: an unsettled
 //! refund settles through the executor's shell on the refund plan's own rules
 //! ([`crate::executor::apply_refund_event`]); a succeeded refund that Stripe says failed later
 //! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
@@ -53,24 +53,24 @@ use std::time::Duration;
 
 use tracing::{error, info, warn, Instrument};
 
-use charge_core::refund_event_plan::{self, RefundEventAction};
+use charge_core::refund::event_plan::RefundEventAction;
+use charge_core::{charge, refund};
 
-use crate::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
-use crate::executor::{
-    self, plan, ChargeDeps, Disposition, EventReport, ExecuteError, ReviewClass,
-};
-use crate::operation::{Operation, OperationKey, OperationStatus};
-use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
-use crate::ports::RefundFailedLater;
-use crate::ports::{Admitted, Recorded, StoreError, WebhookInbox, INBOX_TTL};
-use crate::refund::StripeRefund;
+use crate::executor::{self, ChargeDeps, EventReport, ExecuteError};
+use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
 use crate::telemetry::ErrorChain;
-use crate::time::Timestamp;
+use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
+use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::operation::{Operation, OperationKey, OperationStatus};
+use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
+use charge_core::plan::{Disposition, ReviewClass};
+use charge_core::refund::event_plan::EventRefund;
+use charge_core::refund::StripeRefund;
+use charge_core::store::Recorded;
+use charge_core::store::RefundFailedLater;
+use charge_core::time::Timestamp;
 
-pub use event::{
-    Action, EventBridgeEvent, EventIntent, EventMismatch, EventRefund, Ignored, StripeEvent,
-    HANDLED_TYPES, SECOND_PAYMENT_INTENT, STRIPE_PARTNER_SOURCE_PREFIX,
-};
+pub use event::{EventBridgeEvent, StripeEvent, HANDLED_TYPES, STRIPE_PARTNER_SOURCE_PREFIX};
 pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_BYTES};
 
 /// Everything one event needs, built once per process.
@@ -494,7 +494,7 @@ async fn act(
         info!("no such operation; ignored");
         return Ok(Reception::Ignored(Ignored::UnknownOperation));
     };
-    if event::needs_no_check(&op, &target.intent) {
+    if charge::event_plan::needs_no_check(&op, &target.intent) {
         if !op.status.is_settled() {
             return Ok(in_review(&op, &target.intent.id, &target.intent.status));
         }
@@ -510,7 +510,7 @@ async fn act(
     };
     // Decided on the record as read only to spare the claim's write when the event can change
     // nothing; the decision that is recorded is the shell's, on the record as claimed.
-    match event::decide(&op, &pi.id, &pi.status) {
+    match charge::event_plan::decide(&op, &pi.id, &pi.status) {
         Action::Ignore(why) => {
             info!(reason = why.as_str(), "nothing to change");
             Ok(Reception::Ignored(why))
@@ -538,7 +538,7 @@ async fn act(
 /// Steps 4 to 6 of the module docs for a refund event: find the refund operation (by the
 /// order's refunds, strongly consistent: a settled one too, which `get_by_operation_id` does not
 /// list), retrieve the refund at Stripe unless the event could change nothing, decide with
-/// [`refund_event_plan::decide`].
+/// [`refund::event_plan::decide`].
 async fn act_refund(
     deps: &WebhookDeps,
     target: &RefundTarget,
@@ -548,7 +548,7 @@ async fn act_refund(
         info!("no such refund operation; ignored");
         return Ok(Reception::Ignored(Ignored::UnknownOperation));
     };
-    if refund_event_plan::needs_no_check(&op, &target.refund) {
+    if refund::event_plan::needs_no_check(&op, &target.refund) {
         let why = if op.status.is_settled() {
             Ignored::AlreadySettled
         } else {
@@ -577,7 +577,7 @@ async fn act_refund(
     };
     info!(refund = %stripe.id, status = %stripe.status, "retrieved the refund's latest state");
     let now = deps.charge.clock.now();
-    match refund_event_plan::decide(&op, &target.refund, &stripe, now) {
+    match refund::event_plan::decide(&op, &target.refund, &stripe, now) {
         RefundEventAction::Settle => settle_refund(deps, &op.key(), target, stripe).await,
         other => unclaimed(deps, &op, target, &stripe, other).await,
     }
@@ -633,7 +633,7 @@ async fn settle_refund(
         Disposition::AlreadySettled | Disposition::Superseded => match report.record {
             Some(op) if op.status.is_settled() => {
                 let now = deps.charge.clock.now();
-                match refund_event_plan::decide(&op, &target.refund, &stripe, now) {
+                match refund::event_plan::decide(&op, &target.refund, &stripe, now) {
                     RefundEventAction::Settle => return Err(ActError::LeaseLost),
                     other => return unclaimed(deps, &op, target, &stripe, other).await,
                 }
@@ -758,7 +758,7 @@ async fn confirmed(
         }
     };
     info!(payment_intent = %pi.id, status = %pi.status, "retrieved the latest state");
-    if let Some(m) = plan::intent_mismatch(op, &pi, deps.charge.gateway.livemode()) {
+    if let Some(m) = charge::plan::intent_mismatch(op, &pi, deps.charge.gateway.livemode()) {
         return Ok(Err(mismatch(
             op,
             claimed,
@@ -766,7 +766,7 @@ async fn confirmed(
             EventMismatch::Intent(m),
         )));
     }
-    if event::is_final(&claimed.status) && pi.status != claimed.status {
+    if charge::event_plan::is_final(&claimed.status) && pi.status != claimed.status {
         let why = EventMismatch::StatusContradicted;
         return Ok(Err(mismatch(op, claimed, Some(&pi), why)));
     }
@@ -818,13 +818,15 @@ fn reception(pi: &PaymentIntent, applied: EventReport) -> Result<Reception, ActE
         // Settled since our read (the shell's claim found it so), or our write lost to one that
         // settled it: compare Stripe's answer with what stands.
         Disposition::AlreadySettled | Disposition::Superseded => match &report.record {
-            Some(op) if op.status.is_settled() => match event::decide(op, &pi.id, &pi.status) {
-                Action::PageSettled { reason } => {
-                    page_settled(op, &pi.id, reason);
-                    Reception::SettledConflict { reason }
+            Some(op) if op.status.is_settled() => {
+                match charge::event_plan::decide(op, &pi.id, &pi.status) {
+                    Action::PageSettled { reason } => {
+                        page_settled(op, &pi.id, reason);
+                        Reception::SettledConflict { reason }
+                    }
+                    _ => Reception::Ignored(Ignored::AlreadySettled),
                 }
-                _ => Reception::Ignored(Ignored::AlreadySettled),
-            },
+            }
             Some(_) => return Err(ActError::LeaseLost),
             None => Reception::Ignored(Ignored::UnknownOperation),
         },

@@ -19,7 +19,7 @@ use std::time::Duration;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::time::Timestamp;
+use charge_core::time::Timestamp;
 
 /// How far the signed timestamp may be from our clock.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
@@ -130,7 +130,7 @@ pub fn compute_v1(secret: &WebhookSecret, timestamp: i64, body: &[u8]) -> String
     mac.update(timestamp.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    crate::domain::lower_hex(&mac.finalize().into_bytes())
+    charge_core::domain::lower_hex(&mac.finalize().into_bytes())
 }
 
 /// The header Stripe would send for `body` at `timestamp` (what the simulator sends).

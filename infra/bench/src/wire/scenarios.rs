@@ -17,12 +17,17 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::sqs::SqsEvent;
+use charge_core::plan::Policy;
+use charge_core::{
+    domain::OrderId,
+    operation::{OperationKey, OperationStatus},
+    time::Clock,
+};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::{ChargeDeps, ChargePolicy};
+use charge_once::executor::ChargeDeps;
 use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
-use charge_once::{Clock, OperationKey, OperationStatus, OrderId};
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::FaultKind;
@@ -45,7 +50,7 @@ const PLENTY: Duration = Duration::from_secs(3600);
 
 /// A minute past the key window and the search lag of the default policy: search may settle.
 fn past_window() -> Duration {
-    let policy = ChargePolicy::default();
+    let policy = Policy::default();
     policy.key_window + policy.search_min_age + Duration::from_secs(60)
 }
 
@@ -281,7 +286,7 @@ impl Ours {
             store: store.clone(),
             gateway: stack.gateway(),
             clock: stack.clock(),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
         };
         let charge_no_retry = ChargeDeps {
             gateway: stack.gateway_no_retry(),
@@ -293,7 +298,7 @@ impl Ours {
                 store: store.clone(),
                 queue: queue.clone(),
                 clock: stack.clock(),
-                pending_grace: ChargePolicy::default().pending_grace,
+                pending_grace: Policy::default().pending_grace,
                 metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
             },
             reconciler: ReconcilerDeps {
@@ -536,24 +541,27 @@ impl Seed {
         let req = checkout_event();
         let body: serde_json::Value =
             serde_json::from_str(req.body.as_deref().unwrap_or("{}")).expect("checkout body");
-        let params = charge_once::ChargeParams {
-            amount: charge_once::Amount::new(body["amount"].as_i64().unwrap_or(0)).expect("amount"),
-            currency: charge_once::Currency::parse(body["currency"].as_str().unwrap_or(""))
+        let params = charge_core::domain::ChargeParams {
+            amount: charge_core::domain::Amount::new(body["amount"].as_i64().unwrap_or(0))
+                .expect("amount"),
+            currency: charge_core::domain::Currency::parse(body["currency"].as_str().unwrap_or(""))
                 .expect("currency"),
-            customer_id: charge_once::CustomerId::parse(body["customer_id"].as_str().unwrap_or(""))
-                .expect("customer"),
-            payment_method: charge_once::PaymentMethodId::parse(
+            customer_id: charge_core::domain::CustomerId::parse(
+                body["customer_id"].as_str().unwrap_or(""),
+            )
+            .expect("customer"),
+            payment_method: charge_core::domain::PaymentMethodId::parse(
                 body["payment_method"].as_str().unwrap_or(""),
             )
             .expect("payment method"),
             capture_method: Default::default(),
         };
-        let op = charge_once::Operation::new(
+        let op = charge_core::operation::Operation::new(
             OrderId::parse("ord-1001").expect("order id"),
             params,
-            charge_once::Principal::jwt("bench").expect("principal"),
+            charge_core::domain::Principal::jwt("bench").expect("principal"),
             self.stack.side.clock.now(),
-            ChargePolicy::default().pending_grace,
+            Policy::default().pending_grace,
         );
         self.port.request_charge(&op).await.expect("seed checkout");
     }

@@ -20,15 +20,18 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
+use charge_core::outcome::outcome_for;
+use charge_core::{
+    domain::OperationId,
+    operation::{Operation, OperationKey, OperationStatus},
+    outcome::{GatewayError, PaymentIntent},
+    time::Clock,
+};
 use charge_once::adapters::dynamodb::item::{
     attr_n, attr_s, key_of, operation_from_item, operation_to_item,
 };
-use charge_once::outcome_for;
 use charge_once::ports::{
     ChargeMessage, ChargeQueue, CreatePaymentIntent, PaymentGateway, QueuedCharge,
-};
-use charge_once::{
-    Clock, GatewayError, Operation, OperationId, OperationKey, OperationStatus, PaymentIntent,
 };
 
 /// The seed's key window: re-send with the same key only within 23 h of the first attempt.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::inbox::DynamoInbox;
-use charge_once::Timestamp;
+use charge_core::time::Timestamp;
 use serde_json::{json, Value};
 use testkit::aws::unique;
 

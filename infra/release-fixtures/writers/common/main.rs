@@ -32,15 +32,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::operation_from_item;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy};
+use charge_once::executor::{execute_charge, ChargeDeps};
+use charge_core::plan::Policy;
 use charge_once::memory::{FakeFault, FakeGateway};
-use charge_once::ports::{
-    ChargeQueue, Claim, ClaimRequest, Created, OperationStore, QueuedCharge,
-};
-use charge_once::{
-    Amount, ChargeParams, Clock, Currency, CustomerId, Lease, LeaseToken, ManualClock, Operation,
-    OperationId, OperationStatus, OrderId, PaymentMethodId, Timestamp,
-};
+use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+use charge_core::store::{Claim, ClaimRequest, Created};
+use charge_core::{domain::{Amount, ChargeParams, Currency, CustomerId, OperationId, OrderId, PaymentMethodId}, time::{Clock, ManualClock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config};
 
@@ -153,7 +150,7 @@ struct World {
     sqs: aws_sdk_sqs::Client,
     dynamo: aws_sdk_dynamodb::Client,
     clock: ManualClock,
-    policy: ChargePolicy,
+    policy: Policy,
     /// Creates answer `succeeded` unless a fault is scripted (or the adapter switches it).
     gateway: Arc<FakeGateway>,
 }
@@ -171,7 +168,7 @@ impl World {
             sqs,
             config,
             clock: ManualClock::new(Timestamp::from_millis(T0)),
-            policy: ChargePolicy::default(),
+            policy: Policy::default(),
             gateway: Arc::new(FakeGateway::new()),
         }
     }

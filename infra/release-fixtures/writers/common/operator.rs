@@ -3,9 +3,10 @@
 //! `LEASE_MARGIN`) that appends the adapter's `audit` entry to the record's `history`; the re-drive
 //! is the release's `reconciler::redrive` (the reschedule, then the message).
 
-use charge_once::ports::{ManualResolution, OperationStore, OperatorGuard, Recorded, Reschedule};
+use charge_core::store::{ManualResolution, OperatorGuard, Recorded, Reschedule};
+use charge_once::ports::OperationStore;
 use charge_once::reconciler::{redrive as reconciler_redrive, Redriven};
-use charge_once::{Clock, Operation, OperationStatus};
+use charge_core::{time::Clock, operation::{Operation, OperationStatus}};
 
 use super::{audit, LEASE_MARGIN, REDRIVE_DUE_IN};
 use crate::World;

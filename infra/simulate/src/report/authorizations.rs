@@ -25,9 +25,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use charge_once::outbox::Outcome;
-use charge_once::store_rules::{AUTHORIZATION_EXPIRED, CANCELED_BEFORE_SENT, CANCELED_BY_MERCHANT};
-use charge_once::{Operation, OperationStatus};
+use charge_core::operation::{Operation, OperationStatus};
+use charge_core::outbox::Outcome;
+use charge_core::store_rules::{AUTHORIZATION_EXPIRED, CANCELED_BEFORE_SENT, CANCELED_BY_MERCHANT};
 use serde::Serialize;
 
 use super::{violated, Report};

@@ -33,18 +33,18 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::domain::{
+use crate::ports::{StoreError, UnreadableRecord};
+use charge_core::audit::AuditReport;
+use charge_core::domain::{
     Amount, CancelParams, CancellationReason, CaptureMethod, CaptureParams, ChargeParams, Currency,
     CustomerId, Fingerprint, OperationId, OperationKind, OrderId, PaymentIntentId, PaymentMethodId,
     Principal, StripeRefundId,
 };
-use crate::operation::{
+use charge_core::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review, Taker,
 };
-use crate::ports::{StoreError, UnreadableRecord};
-use crate::time::Timestamp;
-use charge_core::audit::AuditReport;
 use charge_core::refund::{RefundParams, RefundReason};
+use charge_core::time::Timestamp;
 
 use super::paging::IndexPosition;
 use super::schema::{
@@ -607,7 +607,7 @@ mod tests {
     }
 
     fn sample() -> Operation {
-        let mut op = crate::testing::order("ord-item")
+        let mut op = charge_core::testing::order("ord-item")
             .amount(4200)
             .currency("eur")
             .status(OperationStatus::Unknown)
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn a_settled_record_keeps_its_settle_time_and_day() {
-        let mut op = crate::testing::order("ord-settled")
+        let mut op = charge_core::testing::order("ord-settled")
             .status(OperationStatus::Succeeded)
             .build();
         op.settled_at = Some(Timestamp::from_millis(1_796_342_400_000));

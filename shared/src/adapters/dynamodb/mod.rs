@@ -51,7 +51,7 @@
 //!   ([`shard_name`], [`due_shard`]), the table definition.
 //! - [`item`]: the record as an item and back, index entries' keys.
 //! - [`stream`]: the table's stream images (what the notify relay reads) as operation records.
-//! - [`writes`]: the store's rules ([`crate::store_rules`]) as condition and update expressions.
+//! - [`writes`]: the store's rules ([`charge_core::store_rules`]) as condition and update expressions.
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
 //! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
 //!   DynamoDB returns with it (ALL_OLD). DynamoDB returns one whenever the record exists, so a
@@ -73,16 +73,21 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use crate::domain::{OperationId, OperationKind, OrderId};
-use crate::operation::{Operation, OperationKey};
 use crate::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    ReviewCount, StoreCalls, StoreError, TakeAuthorization, TakingCreated, UnreadableRecord,
+    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };
-use crate::store_rules::{self, Transition};
-use crate::time::Timestamp;
 use charge_core::audit::AuditWindow;
+use charge_core::domain::{OperationId, OperationKind, OrderId};
+use charge_core::operation::{Operation, OperationKey};
+use charge_core::store_rules::{self, Transition};
+use charge_core::time::Timestamp;
+use charge_core::{
+    store::{
+        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
+    },
+    store_rules::{RefundCreated, TakingCreated},
+};
 
 mod audit_log;
 pub mod item;

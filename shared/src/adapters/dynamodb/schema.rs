@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
 };
 
-use crate::domain::OperationId;
 use crate::ports::StoreError;
+use charge_core::domain::OperationId;
 
 /// The table's partition key: `ORDER#<order_id>`.
 pub const PK: &str = "pk";
@@ -23,7 +23,7 @@ pub const DUE_AT: &str = "due_at";
 /// The settled index's partition key: the UTC day (`YYYY-MM-DD`, [`settled_day`]) the record
 /// settled on; set by the write that settles it, with [`SETTLED_AT`], never changed after.
 pub const SETTLED_ON: &str = "settled_on";
-/// When the record settled (ms): [`crate::operation::Operation::settled_at`], and the settled
+/// When the record settled (ms): [`charge_core::operation::Operation::settled_at`], and the settled
 /// index's sort key.
 pub const SETTLED_AT: &str = "settled_at";
 
@@ -68,7 +68,7 @@ pub const AUDIT_REPORT: &str = "report";
 /// The settled index's partition of a settle time: its UTC day, `YYYY-MM-DD`. A day per
 /// partition keeps a day's audit to one or two Queries, and at 1,000 settles/s a partition
 /// value takes about 1,000 writes/s (the day's writes land in one; see [`super`] on shards).
-pub fn settled_day(at: crate::time::Timestamp) -> String {
+pub fn settled_day(at: charge_core::time::Timestamp) -> String {
     let mut day = at.to_rfc3339();
     day.truncate(10);
     day
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_settle_time_s_day_is_its_utc_date() {
-        use crate::time::Timestamp;
+        use charge_core::time::Timestamp;
         // 2026-12-04T00:00:00Z and the millisecond before it.
         let midnight = Timestamp::from_millis(1_796_342_400_000);
         assert_eq!(settled_day(midnight), "2026-12-04");
@@ -230,8 +230,8 @@ mod tests {
 
     #[test]
     fn a_later_window_end_sorts_after() {
-        use crate::time::Timestamp;
         use charge_core::audit::AuditWindow;
+        use charge_core::time::Timestamp;
         let w = |from: i64, to: i64| AuditWindow {
             from: Timestamp::from_millis(from),
             to: Timestamp::from_millis(to),

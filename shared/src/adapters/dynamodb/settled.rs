@@ -19,8 +19,8 @@ use super::paging::IndexPosition;
 use super::schema::{settled_day, SETTLED_KEYS};
 use super::DynamoStore;
 use crate::ports::{Page, StoreError};
-use crate::time::Timestamp;
 use charge_core::audit::AuditWindow;
+use charge_core::time::Timestamp;
 
 const DAY_MS: i64 = 86_400_000;
 

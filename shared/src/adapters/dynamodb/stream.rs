@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::item::{item_from_json, operation_from_item};
 use super::schema::{AUDIT_PK, PK};
-use crate::operation::Operation;
+use charge_core::operation::Operation;
 
 /// Whether a stream image (or a record's `Keys`) is one of the drift audit's reports (`pk =
 /// AUDIT`): an item of the table that is not an operation, and never an outcome. The relay skips
@@ -40,12 +40,13 @@ pub fn operation_from_image(image: &impl Serialize) -> Result<Option<Operation>,
 mod tests {
     use super::*;
     use crate::adapters::dynamodb::item::{item_json, operation_to_item};
-    use crate::testing;
     use serde_json::json;
 
     #[test]
     fn an_image_reads_back_as_its_operation() {
-        let op = testing::order("ord-stream").amount(1234).build();
+        let op = charge_core::testing::order("ord-stream")
+            .amount(1234)
+            .build();
         let read = operation_from_image(&item_json(&operation_to_item(&op)))
             .unwrap()
             .unwrap();
@@ -56,7 +57,9 @@ mod tests {
 
     #[test]
     fn an_audit_report_is_told_from_an_operation() {
-        let op = item_json(&operation_to_item(&testing::order("ord-audit").build()));
+        let op = item_json(&operation_to_item(
+            &charge_core::testing::order("ord-audit").build(),
+        ));
         assert!(!is_audit_report(&op));
         let report = json!({"pk": {"S": "AUDIT"}, "sk": {"S": "2026-12-04T00:00:00.000Z/x"}});
         assert!(is_audit_report(&report));
@@ -68,7 +71,9 @@ mod tests {
     #[test]
     fn no_image_is_none_and_a_bad_one_names_its_field() {
         assert_eq!(operation_from_image(&json!({})), Ok(None));
-        let mut bad = item_json(&operation_to_item(&testing::order("ord-bad").build()));
+        let mut bad = item_json(&operation_to_item(
+            &charge_core::testing::order("ord-bad").build(),
+        ));
         bad["amount"] = json!({"N": "-5"});
         let reason = operation_from_image(&bad).unwrap_err();
         assert!(reason.contains("amount"), "{reason}");

@@ -1,5 +1,5 @@
 //! The store's conditional writes as DynamoDB expressions, built from the rules
-//! ([`crate::store_rules`]): a write's guards become its ConditionExpression, one clause per
+//! ([`charge_core::store_rules`]): a write's guards become its ConditionExpression, one clause per
 //! [`Guard`] ([`condition`]), and its change becomes the UpdateExpression ([`Update`], the
 //! DynamoDB half of [`Transition::change`]). Pure: [`super::DynamoStore`] sends what [`write()`]
 //! builds; `tests/store_rules_on_aws.rs` holds every clause to its guard and every update to its
@@ -14,13 +14,13 @@ use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::operation::{AuditEntry, OperationStatus};
-use crate::ports::{
+use charge_core::operation::{AuditEntry, OperationStatus};
+use charge_core::store::{
     AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
     ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
 };
-use crate::store_rules::{self, Guard, Transition};
-use crate::time::Timestamp;
+use charge_core::store_rules::{self, Guard, Transition};
+use charge_core::time::Timestamp;
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
@@ -514,9 +514,9 @@ mod tests {
 
     use super::super::schema::UNKNOWN_INDEX_PROJECTED;
     use super::*;
-    use crate::operation::{LeaseToken, Review};
-    use crate::ports::OperatorGuard;
-    use crate::testing::{self, T0};
+    use charge_core::operation::{LeaseToken, Review};
+    use charge_core::store::OperatorGuard;
+    use charge_core::testing::T0;
 
     fn audit(action: &str) -> AuditEntry {
         AuditEntry {
@@ -534,8 +534,8 @@ mod tests {
     }
 
     fn claim() -> ClaimRequest {
-        let op = testing::order("ord-w").build();
-        testing::claim_request(&op, LeaseToken::new_random(), T0)
+        let op = charge_core::testing::order("ord-w").build();
+        charge_core::testing::claim_request(&op, LeaseToken::new_random(), T0)
     }
 
     fn index_attributes() -> BTreeSet<&'static str> {
@@ -546,17 +546,17 @@ mod tests {
     }
 
     fn outcomes() -> Vec<OutcomeRecord> {
-        let op = testing::order("ord-w").build();
+        let op = charge_core::testing::order("ord-w").build();
         let token = LeaseToken::new_random();
-        let mut flagged = testing::outcome(&op, token, OperationStatus::Unknown, T0);
+        let mut flagged = charge_core::testing::outcome(&op, token, OperationStatus::Unknown, T0);
         flagged.review = Some(Review {
             reason: "stuck".into(),
             flagged_at: T0,
         });
         vec![
-            testing::outcome(&op, token, OperationStatus::Unknown, T0),
-            testing::outcome(&op, token, OperationStatus::Succeeded, T0),
-            testing::outcome(&op, token, OperationStatus::Failed, T0),
+            charge_core::testing::outcome(&op, token, OperationStatus::Unknown, T0),
+            charge_core::testing::outcome(&op, token, OperationStatus::Succeeded, T0),
+            charge_core::testing::outcome(&op, token, OperationStatus::Failed, T0),
             flagged,
         ]
     }
@@ -585,7 +585,7 @@ mod tests {
     #[test]
     fn a_write_that_changes_the_status_moves_or_removes_the_index_entry() {
         assert!(UNKNOWN_INDEX_PROJECTED.contains(&STATUS));
-        let op = testing::order("ord-w")
+        let op = charge_core::testing::order("ord-w")
             .status(OperationStatus::Unknown)
             .build();
         let audit = audit("resolve_succeeded");
@@ -614,11 +614,11 @@ mod tests {
 
     /// A capture's or cancel's writes on its charge: both ways of taking it, each end.
     fn takings() -> Vec<Write> {
-        use crate::operation::Taker;
-        let op = testing::order("ord-w").build();
+        use charge_core::operation::Taker;
+        let op = charge_core::testing::order("ord-w").build();
         let taker = Taker {
             capture: true,
-            operation_id: crate::domain::OperationId::new_random(),
+            operation_id: charge_core::domain::OperationId::new_random(),
         };
         let mut found = Vec::new();
         for from in [TakeFrom::Authorized, TakeFrom::NeverSent] {
@@ -665,7 +665,7 @@ mod tests {
 
     #[test]
     fn every_placeholder_is_declared_and_every_declared_one_used() {
-        let op = testing::order("ord-w").build();
+        let op = charge_core::testing::order("ord-w").build();
         let mut writes: Vec<Write> = outcomes().iter().map(|r| write(r).unwrap()).collect();
         writes.push(write(&claim()).unwrap());
         writes.push(write(&Reschedule::redrive(&op, T0, T0)).unwrap());
@@ -691,14 +691,15 @@ mod tests {
     /// listed but never named would be a grant nobody needs.
     #[test]
     fn the_operator_attributes_are_exactly_what_the_operator_writes_name() {
-        let op = testing::order("ord-w")
+        let op = charge_core::testing::order("ord-w")
             .status(OperationStatus::Unknown)
             .build();
         let resolve = |status, external_id: Option<&str>| ManualResolution {
             key: op.key(),
             operation_id: op.operation_id,
             status,
-            external_id: external_id.map(|id| crate::domain::PaymentIntentId::parse(id).unwrap()),
+            external_id: external_id
+                .map(|id| charge_core::domain::PaymentIntentId::parse(id).unwrap()),
             expected_updated_at: op.updated_at,
             stripe_refund_id: None,
             release: None,
@@ -724,7 +725,7 @@ mod tests {
             now: T0,
         };
         let refund = ManualResolution {
-            stripe_refund_id: Some(crate::domain::StripeRefundId::parse("re_1").unwrap()),
+            stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
             release: Some(release.clone()),
             ..resolve(OperationStatus::Failed, None)
         };
@@ -760,7 +761,7 @@ mod tests {
 
     #[test]
     fn a_resolution_to_an_unsettled_status_is_refused_before_sending() {
-        let op = testing::order("ord-w")
+        let op = charge_core::testing::order("ord-w")
             .status(OperationStatus::Unknown)
             .build();
         let resolve = ManualResolution {

@@ -10,10 +10,10 @@
 use std::time::Duration;
 
 use super::{before_the_key, FakeCharge, FakeFault, FakeGateway, Saved, State};
-use crate::domain::Fingerprint;
-use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use crate::ports::CapturePaymentIntent;
-use crate::time::Timestamp;
+use charge_core::domain::Fingerprint;
+use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use charge_core::time::Timestamp;
 
 /// How long a manual charge's authorization waits for its capture: Stripe cancels an uncaptured
 /// PaymentIntent 7 days after its creation by default.
@@ -139,11 +139,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::domain::{Amount, CancellationReason, CaptureMethod, OperationId};
     use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
-    use crate::testing::{order, refund_create};
-    use crate::time::ManualClock;
-    use crate::PaymentIntentId;
+    use crate::testing::refund_create;
+    use charge_core::domain::PaymentIntentId;
+    use charge_core::domain::{Amount, CancellationReason, CaptureMethod, OperationId};
+    use charge_core::testing::order;
+    use charge_core::time::ManualClock;
 
     const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 

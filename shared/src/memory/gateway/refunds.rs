@@ -2,11 +2,11 @@
 //! creates, with Stripe's refusals (in Stripe's order, none saved under the key), retrieve and
 //! list; a test scripts a refund's first status, a later change of it, and faults.
 
-use crate::domain::{Fingerprint, PaymentIntentId, StripeRefundId};
-use crate::outcome::{GatewayError, PaymentIntentStatus};
 use crate::ports::CreateRefund;
-use crate::refund::{RefundStatus, StripeRefund};
-use crate::time::Timestamp;
+use charge_core::domain::{Fingerprint, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::{GatewayError, PaymentIntentStatus};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::time::Timestamp;
 
 use super::{before_the_key, FakeFault, FakeGateway, State};
 
@@ -268,8 +268,9 @@ impl FakeGateway {
 mod tests {
     use super::*;
     use crate::ports::{CreatePaymentIntent, PaymentGateway};
-    use crate::refund::RefundReason;
-    use crate::testing::{order, refund_create};
+    use crate::testing::refund_create;
+    use charge_core::refund::RefundReason;
+    use charge_core::testing::order;
 
     /// A fake with one succeeded charge of 1000 usd; its intent.
     async fn charged() -> (FakeGateway, PaymentIntentId) {

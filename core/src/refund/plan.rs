@@ -13,10 +13,10 @@
 //! records it. A refund Stripe answers that is not this operation's (other metadata, amount,
 //! currency or intent) settles nothing.
 
-use crate::charge_plan::{self, ChargePolicy, Decision, ReviewClass};
 use crate::domain::{PaymentIntentId, StripeRefundId};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::GatewayError;
+use crate::plan::{stuck, unknown_due_at, Decision, Policy, ReviewClass};
 use crate::refund::{refund_outcome_for, RefundStatus, StripeRefund};
 use crate::time::Timestamp;
 
@@ -64,7 +64,7 @@ impl RefundDecision {
 }
 
 /// Decides the step for a refund operation we hold the lease on.
-pub fn next_step(op: &Operation, now: Timestamp, policy: &ChargePolicy) -> RefundStep {
+pub fn next_step(op: &Operation, now: Timestamp, policy: &Policy) -> RefundStep {
     if let Some(id) = &op.stripe_refund_id {
         return RefundStep::Retrieve(id.clone());
     }
@@ -103,7 +103,7 @@ fn from_refund(
     op: &Operation,
     refund: StripeRefund,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> RefundDecision {
     // Once a refund is recorded, only that refund settles the operation: a second one carrying
     // our operation id (an event's retrieve can name one) must not settle, or release, it.
@@ -144,7 +144,7 @@ fn from_refund(
             then: None,
             authorization: None,
         }
-    } else if charge_plan::stuck(op, now, policy) {
+    } else if stuck(op, now, policy) {
         // Waiting on the customer's bank (`requires_action`) or Stripe's balance for days: a
         // person decides, with the dashboard.
         let reason = format!(
@@ -161,7 +161,7 @@ fn from_refund(
             external_id: None,
             last_error: error,
             review: None,
-            next_due_at: Some(charge_plan::unknown_due_at(op, now, policy)),
+            next_due_at: Some(unknown_due_at(op, now, policy)),
             retry: None,
             then: None,
             authorization: None,
@@ -179,7 +179,7 @@ pub fn after_create(
     op: &Operation,
     result: Result<StripeRefund, GatewayError>,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> RefundDecision {
     let err = match result {
         Ok(refund) => return from_refund(op, refund, now, policy),
@@ -196,7 +196,7 @@ pub fn after_create(
             external_id: None,
             last_error: Some(err.to_string()),
             review: None,
-            next_due_at: Some(charge_plan::unknown_due_at(op, now, policy)),
+            next_due_at: Some(unknown_due_at(op, now, policy)),
             retry: None,
             then: None,
             authorization: None,
@@ -224,7 +224,7 @@ pub fn after_retrieve(
     op: &Operation,
     result: Result<StripeRefund, GatewayError>,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> RefundDecision {
     let err = match result {
         Ok(refund) => return from_refund(op, refund, now, policy),
@@ -235,7 +235,7 @@ pub fn after_retrieve(
             unchanged(op, &err, now.plus(policy.retry_after), Some(*cause))
         }
         GatewayError::Ambiguous { .. } => {
-            unchanged(op, &err, charge_plan::unknown_due_at(op, now, policy), None)
+            unchanged(op, &err, unknown_due_at(op, now, policy), None)
         }
         _ => Decision::review(
             op.status,
@@ -255,7 +255,7 @@ pub fn after_list(
     op: &Operation,
     result: Result<Vec<StripeRefund>, GatewayError>,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> RefundDecision {
     let operation_id = op.operation_id.to_string();
     match result {
@@ -332,7 +332,7 @@ pub fn confirm_by_hand(
     claimed_id: Option<&StripeRefundId>,
     read: OperatorRead,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> Result<Confirmed, String> {
     if let (Some(recorded), Some(claimed)) = (&op.stripe_refund_id, claimed_id) {
         if recorded != claimed {
@@ -491,7 +491,7 @@ mod tests {
         retry: Option<RetryCause>,
     }
 
-    fn decide(row: &Row, policy: &ChargePolicy) -> RefundDecision {
+    fn decide(row: &Row, policy: &Policy) -> RefundDecision {
         let (op, now) = (&row.found, row.now);
         match (next_step(op, now, policy), &row.answer) {
             (RefundStep::Create, Answer::One(r)) => after_create(op, r.clone(), now, policy),
@@ -506,7 +506,7 @@ mod tests {
     #[test]
     fn an_operator_s_claim_is_confirmed_only_as_stripe_holds_it() {
         use OperatorRead::{Listed, Retrieved};
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let op = claimed();
         let known = Operation {
             stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
@@ -657,7 +657,7 @@ mod tests {
 
     #[test]
     fn refund_table() {
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let op = claimed();
         // A refund Stripe holds pending: unknown here, its id recorded.
         let known = Operation {

@@ -5,16 +5,16 @@
 //!
 //! As for a PaymentIntent, an event is a hint: the events function retrieves the refund and
 //! decides here on Stripe's answer. An unsettled record settles through the refund plan's own
-//! rules ([`crate::refund_plan::after_retrieve`], in the executor's shell); a settled record
+//! rules ([`crate::refund::plan::after_retrieve`], in the executor's shell); a settled record
 //! takes one transition only, `succeeded → failed` when Stripe says the refund failed after it
 //! was issued (a closed or lost card), written with its reservation given back
 //! ([`RefundFailedLater`]). Every other disagreement changes nothing and pages.
 
+use crate::charge::event_plan::{EventMismatch, Ignored};
 use crate::domain::{OperationId, OrderId, StripeRefundId};
-use crate::event_plan::{EventMismatch, Ignored};
 use crate::operation::{Operation, OperationStatus};
+use crate::refund::plan::refund_mismatch;
 use crate::refund::{refund_outcome_for, RefundStatus, StripeRefund};
-use crate::refund_plan::refund_mismatch;
 use crate::store::{RefundFailedLater, ReleaseRefund};
 use crate::time::Timestamp;
 
@@ -41,7 +41,7 @@ pub struct EventRefund {
 pub enum RefundEventAction {
     Ignore(Ignored),
     /// The record is unsettled: Stripe's answer goes through the refund plan's rules
-    /// ([`crate::refund_plan::after_retrieve`]) in the executor's shell (claim, decide, fenced
+    /// ([`crate::refund::plan::after_retrieve`]) in the executor's shell (claim, decide, fenced
     /// record), as if the executor had retrieved it.
     Settle,
     /// Stripe says the succeeded refund failed later: write this (its reservation back to the

@@ -8,6 +8,15 @@
 //! refund **reserves** its amount on the order's charge record in the same conditional write that
 //! creates the refund ([`reserve`]), so concurrent refunds can never together exceed the charge;
 //! a refund that ends `failed` or `canceled` releases its reservation ([`release`]).
+//!
+//! This module is the refund's door rule; beside it:
+//! - [`plan`]: (refund record as claimed, Stripe's answer, now) → the next record, and whether its
+//!   reservation goes back to the charge.
+//! - [`event_plan`]: (refund record as read, what a refund event claims, Stripe's answer) → settle
+//!   through the refund plan, fail a succeeded refund later, or why nothing changes.
+
+pub mod event_plan;
+pub mod plan;
 
 use std::fmt;
 

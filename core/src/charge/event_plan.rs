@@ -7,10 +7,11 @@
 //! records ([`outcome_for`] decides what a status means), never creates or confirms anything, and
 //! never changes a settled record (a contradiction pages a person instead).
 
-use crate::charge_plan::{ChargePolicy, Decision, Mismatch, ReviewClass};
+use crate::charge::plan::Mismatch;
 use crate::domain::{OperationId, OrderId, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, PaymentIntent, PaymentIntentStatus};
+use crate::plan::{Decision, Policy, ReviewClass};
 use crate::time::Timestamp;
 
 /// The review reason for a succeeded PaymentIntent other than the one recorded: a suspected
@@ -131,7 +132,7 @@ pub fn is_final(status: &PaymentIntentStatus) -> bool {
 /// Decides, for the operation `op`, what the PaymentIntent `pi_id` in `status` means. `status`
 /// is Stripe's answer to a retrieve, never the event's copy (events are not ordered and are only
 /// a hint), and the intent has been checked to be the operation's
-/// ([`crate::charge_plan::intent_mismatch`]).
+/// ([`crate::charge::plan::intent_mismatch`]).
 ///
 /// A settled record is compared whatever else it carries: one resolved by hand keeps its
 /// `review` (the evidence), and Stripe contradicting it must still page.
@@ -200,7 +201,7 @@ pub fn after_event(
     op: &Operation,
     pi: PaymentIntent,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
     livemode: bool,
 ) -> (Action, Decision) {
     let action = decide(op, &pi.id, &pi.status);
@@ -219,7 +220,7 @@ pub fn after_event(
             now,
         ),
         Action::Ignore(_) | Action::PageSettled { .. } => {
-            crate::charge_plan::release(op, op.next_due_at.unwrap_or(now))
+            crate::charge::plan::release(op, op.next_due_at.unwrap_or(now))
         }
     };
     (action, decision)
@@ -288,7 +289,7 @@ mod tests {
         use OperationStatus::*;
         use PaymentIntentStatus as P;
         const MIN: Duration = Duration::from_secs(60);
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let now = T0.plus(60 * MIN);
         // One operation, as the shell's claim hands it over: attempted once at T0.
         let one = op(Unknown, None);

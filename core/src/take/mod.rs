@@ -7,6 +7,12 @@
 //! sent to Stripe stops it in that same write (the charge `failed`, the cancel `succeeded`), so
 //! no Stripe call is ever made for it: a claim after the write finds the charge settled; a claim
 //! before it made the charge attempted, and the write is refused.
+//!
+//! This module is the door's rule; beside it, [`plan`]: (capture or cancel record as claimed,
+//! Stripe's answer, now) → the next record, and how the charge's authorization ends (captured,
+//! canceled, lapsed).
+
+pub mod plan;
 
 use crate::domain::{
     CancelParams, CancelRequest, CaptureParams, CaptureRequest, Fingerprint, OperationKind,

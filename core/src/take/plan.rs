@@ -20,10 +20,10 @@
 //! captured (the charge `succeeded`, with the amount taken), canceled, or lapsed (Stripe canceled
 //! the hold at its deadline: `failed`). A refusal a person must look at leaves the charge taken.
 
-use crate::charge_plan::{unknown_due_at, ChargePolicy, Decision, ReviewClass};
 use crate::domain::{Amount, OperationKind, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
+use crate::plan::{unknown_due_at, Decision, Policy, ReviewClass};
 use crate::store::AuthorizationOutcome;
 use crate::time::Timestamp;
 
@@ -102,7 +102,7 @@ pub fn after_act(
     op: &Operation,
     result: Result<PaymentIntent, GatewayError>,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> TakeDecision {
     match result {
         Ok(pi) => from_intent(op, pi, true, now, policy),
@@ -123,7 +123,7 @@ pub fn after_retrieve(
     op: &Operation,
     result: Result<PaymentIntent, GatewayError>,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> TakeDecision {
     match result {
         Ok(pi) => from_intent(op, pi, false, now, policy),
@@ -139,7 +139,7 @@ fn after_error(
     err: GatewayError,
     class: ReviewClass,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> TakeDecision {
     let decision = match &err {
         GatewayError::RetryLater { cause, .. } => Decision {
@@ -168,7 +168,7 @@ fn from_intent(
     pi: PaymentIntent,
     acted: bool,
     now: Timestamp,
-    policy: &ChargePolicy,
+    policy: &Policy,
 ) -> TakeDecision {
     if op.params.payment_intent() != Some(&pi.id) {
         let reason = format!(
@@ -262,7 +262,7 @@ fn settled(
 }
 
 /// Unknown (it may have happened), looked at again on the back-off: the next attempt reads first.
-fn unknown(op: &Operation, error: String, now: Timestamp, policy: &ChargePolicy) -> Decision {
+fn unknown(op: &Operation, error: String, now: Timestamp, policy: &Policy) -> Decision {
     Decision {
         status: OperationStatus::Unknown,
         external_id: None,
@@ -370,7 +370,7 @@ mod tests {
         op: &Operation,
         answers: Vec<Result<PaymentIntent, GatewayError>>,
     ) -> (String, TakeDecision) {
-        let policy = ChargePolicy::default();
+        let policy = Policy::default();
         let mut answers = answers.into_iter();
         let mut calls = Vec::new();
         let mut step = next_step(op);
