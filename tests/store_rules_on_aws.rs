@@ -812,9 +812,10 @@ async fn the_reservation_s_clauses_are_its_guards() {
 /// The records a capture's or cancel's guards are checked on: an authorized charge free, taken
 /// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
 mod taking {
-    use super::*;
     use charge_core::domain::{CaptureMethod, CaptureParams};
     use charge_core::operation::Taker;
+
+    use super::*;
 
     pub fn authorized(taken_by: Option<Taker>) -> Operation {
         let mut op = state::unknown();

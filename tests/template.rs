@@ -1735,8 +1735,9 @@ fn the_sdk_timeouts_fit_inside_every_function_timeout() {
 /// The Stripe client configured from the template's `Stripe` mapping (the values the functions
 /// get as STRIPE_TIMEOUT_MS, STRIPE_CONNECT_TIMEOUT_MS, STRIPE_MAX_NETWORK_RETRIES).
 fn stripe_client_of_the_template(t: &Value) -> charge_once::adapters::stripe::StripeConfig {
-    use charge_once::adapters::stripe::{SecretKey, StripeConfig};
     use std::time::Duration;
+
+    use charge_once::adapters::stripe::{SecretKey, StripeConfig};
     let mapping = get(
         get(get(t, "Mappings").unwrap(), "Stripe").unwrap(),
         "Client",
@@ -1752,8 +1753,9 @@ fn stripe_client_of_the_template(t: &Value) -> charge_once::adapters::stripe::St
 
 #[test]
 fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call() {
-    use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
     use std::time::Duration;
+
+    use charge_once::adapters::aws::FUNCTION_TIMEOUTS;
     let t = config(EVERYTHING);
     let (id, f) = function(&t, "webhook");
     let timeout = Duration::from_secs(number(function_prop(&t, f, "Timeout").unwrap()));

@@ -21,20 +21,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tracing::{info, warn};
-
 use charge_core::audit::{
     judge, objects_to_retrieve, orders_to_read, AuditCounts, AuditPolicy, AuditReport, AuditWindow,
     DriftClass, Evidence,
 };
-
-use crate::ports::{AuditLog, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError};
-use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 use charge_core::domain::{OrderId, PaymentIntentId, StripeRefundId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::outcome::GatewayError;
 use charge_core::time::Clock;
 use charge_core::time::Timestamp;
+use tracing::{info, warn};
+
+use crate::ports::{AuditLog, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError};
+use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 
 /// The `Function` dimension of the audit's metrics.
 pub const FUNCTION: &str = "audit";

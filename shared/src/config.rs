@@ -9,8 +9,9 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
 use charge_core::plan::Policy;
+
+use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -568,8 +569,9 @@ fn secs(env: &dyn Env, name: &'static str, default: Duration) -> Result<Duration
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::collections::HashMap;
+
+    use super::*;
 
     const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-AbCdEf";
 

@@ -22,8 +22,20 @@
 use std::sync::Arc;
 
 use charge_core::charge::event_plan::{self, Action};
+use charge_core::charge::plan::Step;
+use charge_core::domain::{OperationId, PaymentIntentId, StripeRefundId};
+use charge_core::operation::{
+    Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
+};
+use charge_core::outcome::PaymentIntent;
+use charge_core::plan::{Decision, Disposition, FollowUp, Policy, ReviewClass};
 use charge_core::refund::plan::RefundStep;
+use charge_core::refund::StripeRefund;
+use charge_core::store::{
+    Claim, ClaimRequest, OutcomeRecord, Recorded, ReleaseRefund, SettleAuthorization,
+};
 use charge_core::take::plan::{TakeDecision, TakeStep};
+use charge_core::time::Clock;
 use charge_core::{charge, refund, take};
 use tracing::{error, info, warn};
 
@@ -31,19 +43,6 @@ use crate::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, OperationStore,
     PaymentGateway, StoreError,
 };
-use charge_core::domain::{OperationId, PaymentIntentId, StripeRefundId};
-use charge_core::operation::{
-    Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
-};
-use charge_core::outcome::PaymentIntent;
-use charge_core::refund::StripeRefund;
-use charge_core::store::{
-    Claim, ClaimRequest, OutcomeRecord, Recorded, ReleaseRefund, SettleAuthorization,
-};
-use charge_core::time::Clock;
-
-use charge_core::charge::plan::Step;
-use charge_core::plan::{Decision, Disposition, FollowUp, Policy, ReviewClass};
 
 /// What one execution did.
 #[derive(Debug, Clone, PartialEq, Eq)]

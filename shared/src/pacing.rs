@@ -26,15 +26,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::domain::{OperationId, OperationKind, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::{GatewayError, PaymentIntent, RetryCause};
+use charge_core::refund::StripeRefund;
+use charge_core::{audit::AuditWindow, time::Clock};
 
 use crate::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
     PaymentGateway, Sleeper,
 };
-use charge_core::domain::{OperationId, OperationKind, PaymentIntentId, StripeRefundId};
-use charge_core::outcome::{GatewayError, PaymentIntent, RetryCause};
-use charge_core::refund::StripeRefund;
-use charge_core::{audit::AuditWindow, time::Clock};
 
 /// Tokio's timer.
 #[derive(Debug, Default, Clone, Copy)]
@@ -364,8 +364,9 @@ pub fn return_after(message_id: &str, receive_count: u32) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::time::{ManualClock, Timestamp};
+
+    use super::*;
 
     /// Sleeping moves the manual clock: one caller at a time, as in a test.
     struct ClockSleeper(ManualClock);

@@ -33,6 +33,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::operation::{Operation, OperationStatus};
+use charge_core::plan::{Disposition, ReviewClass};
+use charge_core::reconcile_plan::{
+    plan, redrive_due_at, wait_for_queue, Action, ChargeThroughput, QueueBacklog, QueueDepth,
+};
+use charge_core::store::{Recorded, Reschedule};
+use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
 use crate::executor::{execute_charge, ChargeDeps};
@@ -40,14 +47,6 @@ use crate::ports::{
     ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, StoreError,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
-use charge_core::operation::{Operation, OperationStatus};
-use charge_core::plan::{Disposition, ReviewClass};
-use charge_core::store::{Recorded, Reschedule};
-use charge_core::time::Timestamp;
-
-use charge_core::reconcile_plan::{
-    plan, redrive_due_at, wait_for_queue, Action, ChargeThroughput, QueueBacklog, QueueDepth,
-};
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -579,11 +578,11 @@ mod tests {
     use std::sync::Mutex;
 
     use async_trait::async_trait;
+    use charge_core::store::Created;
+    use charge_core::testing::{order, T0};
 
     use super::*;
     use crate::memory::MemoryStore;
-    use charge_core::store::Created;
-    use charge_core::testing::{order, T0};
 
     /// Records what was sent; refuses every send while `failing`; says it is `depth` deep.
     #[derive(Default)]
@@ -779,10 +778,11 @@ mod tests {
     /// recorded.
     #[tokio::test]
     async fn past_the_window_a_declined_intent_is_canceled_before_failed() {
-        use crate::memory::FakeGateway;
         use charge_core::operation::OperationStatus;
         use charge_core::outcome::PaymentIntentStatus;
         use charge_core::time::ManualClock;
+
+        use crate::memory::FakeGateway;
 
         let (store, op) = stored().await;
         let store = Arc::new(store);

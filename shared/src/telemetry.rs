@@ -14,11 +14,11 @@
 use std::fmt;
 use std::sync::Mutex;
 
+use charge_core::plan::ReviewClass;
+use charge_core::time::Timestamp;
 use serde_json::Value;
 
 use crate::ports::MetricsSink;
-use charge_core::plan::ReviewClass;
-use charge_core::time::Timestamp;
 
 pub const NAMESPACE: &str = "ChargeOnce";
 
@@ -258,8 +258,9 @@ impl fmt::Display for ErrorChain<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::{json, Map};
+
+    use super::*;
 
     /// The line as it was built before: a `Value`, printed (the reference for `emf_line_with`).
     fn emf_line_as_value(

@@ -9,13 +9,13 @@
 //! (`charge-once = { workspace = true, features = ["testing"] }`; the integration tests' `testkit`
 //! from its own dependencies). A Lambda's build never has it.
 
-use charge_core::testing::{claim_request, outcome, OrderBuilder};
-
-use crate::ports::OperationStore;
 use charge_core::domain::PaymentIntentId;
 use charge_core::operation::{LeaseToken, Operation, OperationStatus};
 use charge_core::store::{Claim, OutcomeRecord, Recorded};
+use charge_core::testing::{claim_request, outcome, OrderBuilder};
 use charge_core::time::Timestamp;
+
+use crate::ports::OperationStore;
 
 /// [`OrderBuilder::build`], then created in a store (as checkout does).
 #[allow(async_fn_in_trait)] // test fixtures: never used as `dyn`, never sent across threads.

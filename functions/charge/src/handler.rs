@@ -54,6 +54,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use charge_core::message_plan::{fate, Fate, Item, Receive, Seen};
@@ -67,7 +68,6 @@ use charge_once::ports::{
 use charge_once::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines};
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
-use std::time::Duration;
 use tracing::{error, info, warn, Instrument};
 
 /// The `Function` dimension of this function's metrics.
@@ -560,8 +560,6 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use charge_once::pacing::Budget;
     use std::collections::HashSet;
     use std::sync::Arc;
 
@@ -572,10 +570,13 @@ mod tests {
         time::{Clock, ManualClock, Timestamp},
     };
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
+    use charge_once::pacing::Budget;
     use charge_once::ports::DeadLetter;
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;
+
+    use super::*;
 
     fn batch() -> SqsEvent {
         let path = concat!(

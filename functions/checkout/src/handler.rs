@@ -648,10 +648,11 @@ pub(crate) fn count_unavailable(deps: &Checkout, cause: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::time::{ManualClock, Timestamp};
     use charge_once::memory::{MemoryQueue, MemoryStore};
     use lambda_runtime::Context;
+
+    use super::*;
 
     fn event(file: &str) -> ApiGatewayV2httpRequest {
         let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));

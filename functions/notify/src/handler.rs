@@ -26,6 +26,8 @@
 //! those before the first unpublished record: the ones after it come back with the retry, and are
 //! copied then, once.
 
+use std::sync::Arc;
+
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use charge_core::outbox::{outcome_of, Outcome, OutcomeEvent};
@@ -39,7 +41,6 @@ use charge_once::telemetry::emf_line;
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
-use std::sync::Arc;
 use tracing::{error, info, warn};
 
 /// What the handler needs, built once in `main`.
@@ -395,7 +396,9 @@ pub fn outcome_in(record: &EventRecord) -> Result<Option<OutcomeEvent>, String> 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
     use async_trait::async_trait;
     use charge_core::{
         operation::{Operation, OperationStatus, Review},
@@ -406,8 +409,8 @@ mod tests {
     use charge_once::ports::{PublishError, Published, QueueError};
     use charge_once::telemetry::{CapturedMetrics, DiscardMetrics};
     use serde_json::json;
-    use std::sync::Mutex;
-    use std::time::Duration;
+
+    use super::*;
 
     /// Publishes into a list; refuses the entries whose event id is in `refuse` (as EventBridge
     /// refuses single entries), or the whole call when `down`.

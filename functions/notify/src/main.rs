@@ -3,8 +3,6 @@
 //! An init that fails is reported to the runtime API before the process exits, so the invoke
 //! hears why (`charge_once::startup`).
 
-use notify::handler::{handle, Notify};
-use notify::NotifyConfig;
 use std::sync::Arc;
 
 use charge_core::time::SystemClock;
@@ -16,6 +14,8 @@ use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
+use notify::handler::{handle, Notify};
+use notify::NotifyConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

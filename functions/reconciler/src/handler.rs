@@ -109,7 +109,6 @@ pub async fn handle(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::Arc;
 
     use charge_core::plan::Policy;
@@ -119,6 +118,8 @@ mod tests {
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;
+
+    use super::*;
 
     /// A deadline Lambda could have sent is the tick's; none, one already past, and the
     /// duration `cargo lambda watch` sends give the default budget from now.

@@ -383,9 +383,10 @@ pub struct SqsAckArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use clap::error::ErrorKind;
     use clap::CommandFactory;
+
+    use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("chargectl").chain(args.iter().copied()))

@@ -441,9 +441,10 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::operation::Review;
     use charge_core::operation::{AuditEntry, OperationStatus};
+
+    use super::*;
 
     const NOW: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 

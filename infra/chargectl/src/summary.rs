@@ -231,14 +231,16 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
+
     use charge_core::testing::order;
     use charge_core::{
         operation::OperationStatus,
         time::{ManualClock, Timestamp},
     };
     use charge_once::memory::MemoryStore;
-    use std::time::Duration;
+
+    use super::*;
 
     struct Depths;
 

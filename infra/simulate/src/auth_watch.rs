@@ -214,8 +214,9 @@ impl PaymentGateway for CountingTakes {
 mod tests {
     use std::time::Duration;
 
-    use super::*;
     use charge_core::testing::{order, T0};
+
+    use super::*;
 
     /// A page is an authorized charge due again past its deadline; one due at the page's moment
     /// (before the deadline), one without a deadline, and any other status are not.

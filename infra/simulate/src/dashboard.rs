@@ -526,9 +526,10 @@ fn esc(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::time::Timestamp;
     use charge_once::telemetry::{emf_line, emf_line_classed};
+
+    use super::*;
 
     const TEMPLATE: &str = include_str!("../../../template.yaml");
 

@@ -29,10 +29,9 @@ use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::CapturedMetrics;
 use checkout::handler::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
+use rand::rngs::SmallRng;
 use reconciler::handler::ReconcilerFunction;
 use serde_json::json;
-
-use rand::rngs::SmallRng;
 
 use crate::auth_asks::{Fate, Next, TakeAsk};
 use crate::faults::{Blackouts, Faults, Kind, BLACKOUT};

@@ -531,13 +531,14 @@ impl PaymentGateway for ClockSynced {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::domain::{Amount, CancellationReason};
     use charge_core::outcome::PaymentIntentStatus;
     use charge_core::refund::RefundStatus;
     use charge_core::testing::order;
     use charge_once::testing::refund_create;
     use stripe_sim::{FaultConfig, FaultKind, SimConfig};
+
+    use super::*;
 
     /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused
     /// past what is left, a lost answer found by the retry, read back and listed.

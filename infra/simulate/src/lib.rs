@@ -69,14 +69,13 @@ use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
 use checkout::handler::Checkout;
 use clap::{Parser, ValueEnum};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
 use driver::{LoopCounts, Pipeline};
 use faults::{
     parse_fault, Blackouts, Confirms, Faults, FaultyQueue, FaultyStore, Kind, SimGateway,
 };
 use pacing::Pacing;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use report::Report;
 use source::{EventSource, MemorySource, SqsSource};
 use stripe::SimStripe;

@@ -408,11 +408,12 @@ impl MessageVisibility for SimQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::time::ManualClock;
     use charge_once::memory::MemoryQueue;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
+
+    use super::*;
 
     /// Random operations on both queues give the same answers.
     #[test]

@@ -337,8 +337,9 @@ pub async fn run_all<F: Future>(rng: &Mutex<SmallRng>, futures: Vec<F>) -> Vec<F
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use rand::SeedableRng;
+
+    use super::*;
 
     fn order(seed: u64) -> Vec<u32> {
         let log = Mutex::new(Vec::new());

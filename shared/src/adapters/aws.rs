@@ -41,14 +41,14 @@ use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::future::ProvideCredentials as ProvideCredentialsFuture;
 use aws_sdk_dynamodb::config::{ProvideCredentials, SharedCredentialsProvider};
+use charge_core::plan::Policy;
+use charge_core::time::SystemClock;
 
 use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::secrets::fetch_stripe_key;
 use crate::adapters::stripe::StripeGateway;
 use crate::config::{ConfigError, Env, StripeEnv};
 use crate::executor::ChargeDeps;
-use charge_core::plan::Policy;
-use charge_core::time::SystemClock;
 
 /// The time bounds of one process's AWS calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,8 +314,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_without_credentials_fails_saying_so_and_naming_the_table() {
-        use crate::ports::OperationStore;
         use charge_core::operation::OperationKey;
+
+        use crate::ports::OperationStore;
         // No network needed: the request is signed before it is sent, and signing fails.
         let bare = aws_config::SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())

@@ -7,11 +7,12 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::ports::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 use async_trait::async_trait;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use aws_sdk_eventbridge::Client;
 use charge_core::outbox::{OutcomeEvent, SOURCE};
+
+use crate::ports::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 
 pub struct EventBridgePublisher {
     client: Client,

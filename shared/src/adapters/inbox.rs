@@ -19,11 +19,11 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use charge_core::time::Timestamp;
 
 use crate::ports::StoreError;
 use crate::ports::{Admitted, WebhookInbox};
 use crate::webhook::ttl_epoch_seconds;
-use charge_core::time::Timestamp;
 
 #[derive(Clone, Debug)]
 pub struct DynamoInbox {

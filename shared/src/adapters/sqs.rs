@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
+use charge_core::reconcile_plan::QueueDepth;
 
 use crate::ports::{
     ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
 };
-use charge_core::reconcile_plan::QueueDepth;
 
 pub struct SqsQueue {
     client: Client,

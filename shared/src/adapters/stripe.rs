@@ -11,12 +11,16 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use charge_core::audit::AuditWindow;
+use charge_core::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
+use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::time::Timestamp;
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -32,11 +36,6 @@ use crate::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
     PaymentGateway,
 };
-use charge_core::audit::AuditWindow;
-use charge_core::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
-use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use charge_core::refund::{RefundStatus, StripeRefund};
-use charge_core::time::Timestamp;
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
 pub const STRIPE_VERSION: &str = "2024-06-20";

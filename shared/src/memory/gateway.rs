@@ -15,11 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-
-use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway,
-};
 use charge_core::domain::{
     CaptureMethod, Fingerprint, OperationId, PaymentIntentId, StripeRefundId,
 };
@@ -28,6 +23,11 @@ use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, Ret
 use charge_core::refund::{RefundStatus, StripeRefund};
 use charge_core::time::{SystemClock, Timestamp};
 use charge_core::{audit::AuditWindow, time::Clock};
+
+use crate::ports::{
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    PaymentGateway,
+};
 
 mod captures;
 mod refunds;

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use charge_core::time::Timestamp;
 
 use crate::ports::StoreError;
 use crate::ports::{Admitted, WebhookInbox};
-use charge_core::time::Timestamp;
 
 #[derive(Default)]
 pub struct MemoryInbox {

@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::reconcile_plan::QueueDepth;
+use charge_core::time::Clock;
+use charge_core::time::Timestamp;
 
 use crate::ports::{
     ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
 };
-use charge_core::reconcile_plan::QueueDepth;
-use charge_core::time::Clock;
-use charge_core::time::Timestamp;
 
 /// SQS FIFO's deduplication interval.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(5 * 60);
@@ -210,8 +210,9 @@ impl ChargeQueue for MemoryQueue {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use charge_core::time::ManualClock;
+
+    use super::*;
 
     fn queue() -> (MemoryQueue, ManualClock) {
         let clock = ManualClock::new(Timestamp::from_millis(1_000_000));

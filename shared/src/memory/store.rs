@@ -6,9 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-
-use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
-use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 use charge_core::audit::{AuditReport, AuditWindow};
 use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -21,6 +18,9 @@ use charge_core::{
     },
     store_rules::{RefundCreated, TakingCreated},
 };
+
+use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
+use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 
 #[derive(Default)]
 pub struct MemoryStore {

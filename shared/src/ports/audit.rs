@@ -3,9 +3,9 @@
 //! partition (`AUDIT`), which no operation key can take and no index reads.
 
 use async_trait::async_trait;
+use charge_core::audit::AuditReport;
 
 use crate::ports::{StoreError, UnreadableRecord};
-use charge_core::audit::AuditReport;
 
 /// The reports read back, newest window first; a stored report this release cannot read is
 /// counted and skipped, never allowed to hide the rest.

@@ -5,7 +5,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{
     Amount, ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,

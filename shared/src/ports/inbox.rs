@@ -10,9 +10,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use charge_core::time::Timestamp;
 
 use super::store::StoreError;
-use charge_core::time::Timestamp;
 
 /// How long an event id is remembered.
 pub const INBOX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);

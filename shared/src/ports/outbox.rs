@@ -4,7 +4,6 @@
 use std::fmt;
 
 use async_trait::async_trait;
-
 use charge_core::outbox::OutcomeEvent;
 
 /// Publishing failed for the whole call (the entries' own failures are [`Published::failed`]).

@@ -4,12 +4,10 @@
 use std::error::Error as StdError;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
 use charge_core::domain::{OperationId, OperationKind, OrderId, RefundId};
 use charge_core::operation::{Operation, OperationKey};
-
 use charge_core::reconcile_plan::QueueDepth;
+use serde::{Deserialize, Serialize};
 
 /// The body of a message of the charge queue. Versioned by kind; carries no amount and no card
 /// data, only what identifies the operation, which the charge function reads back from the store:

@@ -6,7 +6,6 @@ use std::error::Error as StdError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};

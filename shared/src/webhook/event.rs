@@ -3,12 +3,10 @@
 //! ([`charge_core::charge::event_plan`], and [`charge_core::refund::event_plan`] for a refund).
 
 use charge_core::charge::event_plan::EventIntent;
-use charge_core::refund::event_plan::EventRefund;
-
 use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
 use charge_core::outcome::PaymentIntentStatus;
+use charge_core::refund::event_plan::EventRefund;
 use charge_core::refund::RefundStatus;
-
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -16,10 +16,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use charge_core::time::Timestamp;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
-
-use charge_core::time::Timestamp;
 
 /// How far the signed timestamp may be from our clock.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);

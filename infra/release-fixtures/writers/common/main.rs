@@ -40,7 +40,6 @@ use charge_core::store::{Claim, ClaimRequest, Created};
 use charge_core::{domain::{Amount, ChargeParams, Currency, CustomerId, OperationId, OrderId, PaymentMethodId}, time::{Clock, ManualClock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config};
-
 use release::Adapter;
 
 /// What differs between releases, implemented by `release.rs` with its release's API.

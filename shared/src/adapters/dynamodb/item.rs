@@ -32,8 +32,6 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-
-use crate::ports::{StoreError, UnreadableRecord};
 use charge_core::audit::AuditReport;
 use charge_core::domain::{
     Amount, CancelParams, CancellationReason, CaptureMethod, CaptureParams, ChargeParams, Currency,
@@ -54,6 +52,7 @@ use super::schema::{
     LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON,
     REVIEW_SHARD, SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
+use crate::ports::{StoreError, UnreadableRecord};
 
 pub type Attrs = HashMap<String, AttributeValue>;
 

@@ -72,10 +72,6 @@ use aws_sdk_dynamodb::types::{
     Update,
 };
 use aws_sdk_dynamodb::Client;
-
-use crate::ports::{
-    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
-};
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -87,6 +83,10 @@ use charge_core::{
         ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
     },
     store_rules::{RefundCreated, TakingCreated},
+};
+
+use crate::ports::{
+    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
 };
 
 mod audit_log;

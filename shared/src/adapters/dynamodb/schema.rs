@@ -7,9 +7,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
     ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
 };
+use charge_core::domain::OperationId;
 
 use crate::ports::StoreError;
-use charge_core::domain::OperationId;
 
 /// The table's partition key: `ORDER#<order_id>`.
 pub const PK: &str = "pk";

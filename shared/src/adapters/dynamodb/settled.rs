@@ -12,6 +12,8 @@
 
 use std::collections::HashMap;
 
+use charge_core::audit::AuditWindow;
+use charge_core::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::item::{self, attr_n, attr_s};
@@ -19,8 +21,6 @@ use super::paging::IndexPosition;
 use super::schema::{settled_day, SETTLED_KEYS};
 use super::DynamoStore;
 use crate::ports::{Page, StoreError};
-use charge_core::audit::AuditWindow;
-use charge_core::time::Timestamp;
 
 const DAY_MS: i64 = 86_400_000;
 

@@ -6,11 +6,11 @@
 //! ([`super::item::operation_from_item`]), so an image this release cannot read is an error that
 //! names the field, never an operation with a wrong status or amount.
 
+use charge_core::operation::Operation;
 use serde::Serialize;
 
 use super::item::{item_from_json, operation_from_item};
 use super::schema::{AUDIT_PK, PK};
-use charge_core::operation::Operation;
 
 /// Whether a stream image (or a record's `Keys`) is one of the drift audit's reports (`pk =
 /// AUDIT`): an item of the table that is not an operation, and never an outcome. The relay skips
@@ -38,9 +38,10 @@ pub fn operation_from_image(image: &impl Serialize) -> Result<Option<Operation>,
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::adapters::dynamodb::item::{item_json, operation_to_item};
-    use serde_json::json;
 
     #[test]
     fn an_image_reads_back_as_its_operation() {

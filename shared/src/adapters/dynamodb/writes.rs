@@ -13,7 +13,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-
 use charge_core::operation::{AuditEntry, OperationStatus};
 use charge_core::store::{
     AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
@@ -512,11 +511,12 @@ impl Update for ManualResolution {
 mod tests {
     use std::time::Duration;
 
-    use super::super::schema::UNKNOWN_INDEX_PROJECTED;
-    use super::*;
     use charge_core::operation::{LeaseToken, Review};
     use charge_core::store::OperatorGuard;
     use charge_core::testing::T0;
+
+    use super::super::schema::UNKNOWN_INDEX_PROJECTED;
+    use super::*;
 
     fn audit(action: &str) -> AuditEntry {
         AuditEntry {

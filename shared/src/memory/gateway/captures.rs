@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
-use super::{before_the_key, FakeCharge, FakeFault, FakeGateway, Saved, State};
-use crate::ports::CapturePaymentIntent;
 use charge_core::domain::Fingerprint;
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use charge_core::time::Timestamp;
+
+use super::{before_the_key, FakeCharge, FakeFault, FakeGateway, Saved, State};
+use crate::ports::CapturePaymentIntent;
 
 /// How long a manual charge's authorization waits for its capture: Stripe cancels an uncaptured
 /// PaymentIntent 7 days after its creation by default.
@@ -138,13 +139,14 @@ impl FakeGateway {
 mod tests {
     use std::sync::Arc;
 
-    use super::*;
-    use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
-    use crate::testing::refund_create;
     use charge_core::domain::PaymentIntentId;
     use charge_core::domain::{Amount, CancellationReason, CaptureMethod, OperationId};
     use charge_core::testing::order;
     use charge_core::time::ManualClock;
+
+    use super::*;
+    use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+    use crate::testing::refund_create;
 
     const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 

@@ -2,13 +2,13 @@
 //! creates, with Stripe's refusals (in Stripe's order, none saved under the key), retrieve and
 //! list; a test scripts a refund's first status, a later change of it, and faults.
 
-use crate::ports::CreateRefund;
 use charge_core::domain::{Fingerprint, PaymentIntentId, StripeRefundId};
 use charge_core::outcome::{GatewayError, PaymentIntentStatus};
 use charge_core::refund::{RefundStatus, StripeRefund};
 use charge_core::time::Timestamp;
 
 use super::{before_the_key, FakeFault, FakeGateway, State};
+use crate::ports::CreateRefund;
 
 /// A refund that exists at the fake Stripe, with the facts its answers carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,11 +266,12 @@ impl FakeGateway {
 
 #[cfg(test)]
 mod tests {
+    use charge_core::refund::RefundReason;
+    use charge_core::testing::order;
+
     use super::*;
     use crate::ports::{CreatePaymentIntent, PaymentGateway};
     use crate::testing::refund_create;
-    use charge_core::refund::RefundReason;
-    use charge_core::testing::order;
 
     /// A fake with one succeeded charge of 1000 usd; its intent.
     async fn charged() -> (FakeGateway, PaymentIntentId) {
