@@ -217,13 +217,13 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FollowUp {
     /// Cancel the operation's declined PaymentIntent `id` (`why`: what declined it), then
-    /// [`after_cancel`].
+    /// [`after_cancel`](crate::charge::plan::after_cancel).
     Cancel { id: PaymentIntentId, why: String },
     /// Read `id` back after Stripe refused its cancel because the intent moved on, then
-    /// [`after_cancel_refused`].
+    /// [`after_cancel_refused`](crate::charge::plan::after_cancel_refused).
     Retrieve { id: PaymentIntentId, why: String },
     /// Read the authorization `id` (with its charge) for the deadline its create's answer did
-    /// not state, then [`after_retrieve`].
+    /// not state, then [`after_retrieve`](crate::charge::plan::after_retrieve).
     ReadDeadline { id: PaymentIntentId },
 }
 

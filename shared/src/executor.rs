@@ -7,7 +7,7 @@
 //! 2. **Act**, as [`charge::plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
 //!    `metadata['operation_id']` once the key window has passed (never create then); otherwise create
 //!    with the key derived from the operation id. A declined intent is canceled before `failed` is
-//!    recorded (the calls a decision asks for, [`charge::plan::FollowUp`], still under the lease).
+//!    recorded (the calls a decision asks for, [`FollowUp`], still under the lease).
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
 //!
@@ -386,7 +386,7 @@ pub struct Planned {
     pub authorization: Option<SettleAuthorization>,
 }
 
-/// The calls `decision` asks for before it may be recorded ([`charge::plan::FollowUp`]: the cancel of a
+/// The calls `decision` asks for before it may be recorded ([`FollowUp`]: the cancel of a
 /// declined intent, the read of one whose cancel was refused), each answer deciding anew, on the
 /// record as claimed. Bounded: the plan asks at most for a cancel and then a read (neither of their
 /// decisions asks for a cancel again); the bound holds it if that ever changed.

@@ -6,14 +6,15 @@
 //! the ports, the async shells that call Stripe, DynamoDB and SQS as a plan says, and the adapters.
 //! The Lambda functions under `functions/` only wire it to AWS.
 //!
-//! Re-exported from `charge_core` under the paths the shells have always used: [`domain`],
-//! [`ids`], [`time`], [`operation`], [`outcome`], [`outbox`], [`store_rules`] (and the plans, as
-//! [`executor::plan`] and [`reconciler::plan`]).
+//! Nothing of `charge_core` is re-exported here: the shells, the functions and the tools name each
+//! rule and value where it lives (`charge_core::domain::OrderId`, `charge_core::plan::Decision`,
+//! `charge_core::charge::plan::after_create`, ...).
 //!
 //! Map of the crate:
 //! - [`ports`]: every trait the shells need from the world, in one place: [`ports::OperationStore`],
 //!   [`ports::ChargeQueue`], [`ports::PaymentGateway`], [`ports::WebhookInbox`],
-//!   [`ports::OutcomePublisher`], the [`Clock`], ... (its module doc maps each to its adapters).
+//!   [`ports::OutcomePublisher`], the [`Clock`](charge_core::time::Clock), ... (its module doc maps
+//!   each to its adapters).
 //! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation:
 //!   claim, act as the charge plan decides, record fenced.
 //! - [`adapters`]: the real adapters: Stripe over HTTPS (hyper-util), DynamoDB, SQS FIFO.
@@ -25,8 +26,8 @@
 //! - [`startup`]: a function that cannot start reports why to the Lambda runtime API, so the
 //!   invoker hears it.
 //! - [`telemetry`]: CloudWatch Embedded Metric Format lines.
-//! - `testing` (tests only: this crate's unit tests and the `testing` feature): the rules' fixtures
-//!   and the helpers that write them to a store.
+//! - `testing` (tests only: this crate's unit tests and the `testing` feature): the helpers that
+//!   write the rules' fixtures (`charge_core::testing`) to a store.
 //! - [`memory`]: in-memory adapters with the same conditional semantics as DynamoDB/SQS, a Stripe-like
 //!   fake gateway, for fast tests and the embedded simulation.
 //!

@@ -3,7 +3,7 @@
 //! (`take_table` below).
 //!
 //! A capture or a cancel "takes" its order's charge: the door's write names it on the charge
-//! record (`taken_by`), so the other is refused by the store. It then runs on the charge's shell
+//! record (`taken_by`), so the other is refused by the store. It then runs on the executor's shell
 //! (claim → act → fenced record) with its own steps:
 //! - the first attempt → **act**: capture (`capture-op:<operation_id>`) or cancel
 //!   (`cancel-op:<operation_id>`) the charge's PaymentIntent;
@@ -50,7 +50,7 @@ impl TakeStep {
     }
 }
 
-/// The next record for a capture or cancel: the charge plan's [`Decision`], the end of the
+/// The next record for a capture or cancel: the engine's [`Decision`], the end of the
 /// charge's authorization to write with it, and the call to make first, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakeDecision {

@@ -13,12 +13,16 @@
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`WebhookInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
-//! | [`Clock`], [`Sleeper`] | now, and waiting | `time::SystemClock`, `pacing::TokioSleeper` | `time::ManualClock` | |
+//! | [`Clock`](charge_core::time::Clock), [`Sleeper`] | now, and waiting | `time::SystemClock`, `pacing::TokioSleeper` | `time::ManualClock` | |
 //! | [`MetricsSink`] | CloudWatch EMF lines | `telemetry::StdoutMetrics` | `telemetry::CapturedMetrics`, `DiscardMetrics` | |
 //!
-//! A refused condition is a value ([`Claim::Settled`], [`Recorded::Refused`]), not an error; the
-//! errors ([`StoreError`], [`QueueError`], [`PublishError`]) are the adapter failing, with their
-//! `#[source]`. One file per port family; all of them are used from here (`ports::OperationStore`).
+//! A refused condition is a value ([`Claim::Settled`], [`Recorded::Refused`]: the store's answers
+//! are the rules' values, `charge_core::store`), not an error; the errors ([`StoreError`],
+//! [`QueueError`], [`PublishError`]) are the adapter failing, with their `#[source]`. One file per
+//! port family; all of them are used from here (`ports::OperationStore`).
+//!
+//! [`Claim::Settled`]: charge_core::store::Claim::Settled
+//! [`Recorded::Refused`]: charge_core::store::Recorded::Refused
 
 mod audit;
 mod clock;
