@@ -4,10 +4,11 @@
 //! 1. **Claim** the operation in one conditional write (unsettled, not in review, no live lease);
 //!    `first_attempted_at` is durable before Stripe is called. A settled operation returns here
 //!    with zero gateway calls.
-//! 2. **Act**, as [`charge::plan::next_step`] decides: retrieve when the PaymentIntent id is known; search by
-//!    `metadata['operation_id']` once the key window has passed (never create then); otherwise create
-//!    with the key derived from the operation id. A declined intent is canceled before `failed` is
-//!    recorded (the calls a decision asks for, [`FollowUp`], still under the lease).
+//! 2. **Act**, as [`charge::plan::next_step`] decides: retrieve when the PaymentIntent id is
+//!    known; search by `metadata['operation_id']` once the key window has passed (never create
+//!    then); otherwise create with the key derived from the operation id. A declined intent is
+//!    canceled before `failed` is recorded (the calls a decision asks for, [`FollowUp`], still
+//!    under the lease).
 //! 3. **Record**, fenced on our lease token and on an unsettled status, so a stale lease holder or a
 //!    late duplicate can never overwrite a settled record.
 //!

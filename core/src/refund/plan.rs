@@ -1,7 +1,8 @@
 //! The refund state machine as pure functions of (record, Stripe's answer, now): what a refund
 //! operation does next and what each answer means, read as its table (`refund_table` below).
 //!
-//! A refund runs on the executor's shell, as every kind does, (claim → act → fenced record) with its own steps:
+//! A refund runs on the executor's shell, as every kind does, (claim → act → fenced record) with
+//! its own steps:
 //! - its Stripe id known → **retrieve** it (re-sending the create would only replay);
 //! - inside the key window → **create** with the refund key (`refund-op:<operation_id>`);
 //! - past the key window → **list** the PaymentIntent's refunds and find the one whose

@@ -1,6 +1,6 @@
-//! Time, injected: "now" ([`Clock`](charge_core::time::Clock)) and waiting ([`Sleeper`]). Nothing in the core reads the
-//! system time or sleeps on a timer directly, so a test or the simulation runs on a virtual clock
-//! (and can jump past Stripe's 24 h idempotency-key lifetime).
+//! Time, injected: "now" ([`Clock`](charge_core::time::Clock)) and waiting ([`Sleeper`]). Nothing
+//! in the core reads the system time or sleeps on a timer directly, so a test or the simulation
+//! runs on a virtual clock (and can jump past Stripe's 24 h idempotency-key lifetime).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,8 +1,8 @@
 //! What the core needs from the world, as small traits: every port of the crate is declared here,
 //! and nowhere else. Each has a production adapter (under [`crate::adapters`]; the clocks are in
-//! [`charge_core::time`], the sleeper in [`crate::pacing`], the metrics sinks in [`crate::telemetry`])
-//! and, for tests and the simulation, an in-memory one (mostly [`crate::memory`]); where both
-//! exist, one contract suite in `tests/support/` runs on each.
+//! [`charge_core::time`], the sleeper in [`crate::pacing`], the metrics sinks in
+//! [`crate::telemetry`]) and, for tests and the simulation, an in-memory one (mostly
+//! [`crate::memory`]); where both exist, one contract suite in `tests/support/` runs on each.
 //!
 //! | port | what for | production | in memory | contract |
 //! |---|---|---|---|---|

@@ -132,9 +132,9 @@ pub trait OperationStore: Send + Sync {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError>;
 
     /// Writes the refund `refund` and reserves its amount on the order's charge (`reserve`), in one
-    /// write over both records, all or nothing ([`charge_core::store_rules::create_refund`]): a refund
-    /// with the same key already there is returned and nothing is reserved; a charge whose guards
-    /// refuse the reservation (moved since read, or no room) leaves both untouched.
+    /// write over both records, all or nothing ([`charge_core::store_rules::create_refund`]): a
+    /// refund with the same key already there is returned and nothing is reserved; a charge whose
+    /// guards refuse the reservation (moved since read, or no room) leaves both untouched.
     async fn create_refund(
         &self,
         refund: &Operation,
@@ -142,10 +142,11 @@ pub trait OperationStore: Send + Sync {
     ) -> Result<RefundCreated, StoreError>;
 
     /// Writes the capture or cancel `taking` and names it on the order's charge (`take`), in one
-    /// write over both records, all or nothing ([`charge_core::store_rules::create_taking`]): one of
-    /// the same kind already there is returned and the charge is untouched; a charge whose guards
-    /// refuse (taken by the other, moved since read) leaves both untouched. The default refuses,
-    /// for stores that predate authorizations (test doubles); every production store writes it.
+    /// write over both records, all or nothing ([`charge_core::store_rules::create_taking`]): one
+    /// of the same kind already there is returned and the charge is untouched; a charge whose
+    /// guards refuse (taken by the other, moved since read) leaves both untouched. The default
+    /// refuses, for stores that predate authorizations (test doubles); every production store
+    /// writes it.
     async fn create_taking(
         &self,
         taking: &Operation,

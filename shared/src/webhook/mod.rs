@@ -15,12 +15,12 @@
 //! 4. **Find** the operation on the table key from `metadata.order_id` (a strongly consistent
 //!    GetItem, no index) and check `metadata.operation_id` is the one recorded.
 //! 5. **Ask Stripe.** An event is a hint: what it says is never acted on. Unless it could change
-//!    nothing ([`charge::event_plan::needs_no_check`]), the PaymentIntent is retrieved and checked to be this
-//!    operation's ([`charge_core::charge::plan::intent_mismatch`]: metadata, amount, currency, mode),
-//!    and an event claiming a final state must find Stripe holding it. Otherwise nothing moves,
-//!    and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
+//!    nothing ([`charge::event_plan::needs_no_check`]), the PaymentIntent is retrieved and checked
+//!    to be this operation's ([`charge_core::charge::plan::intent_mismatch`]: metadata, amount,
+//!    currency, mode), and an event claiming a final state must find Stripe holding it. Otherwise
+//!    nothing moves, and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
-//!    on the claimed record with Stripe's answer ([`charge_core::charge::event_plan::after_event`]), record
+//!    on the claimed record with Stripe's answer ([`charge::event_plan::after_event`]), record
 //!    fenced on that lease and an unsettled status. The shell hands back its decision and the
 //!    record it last saw (as written, as found settled or in review, or the one that beat our
 //!    write), so nothing is read or decided again after it. (The record as read in step 4 is

@@ -51,7 +51,8 @@
 //!   ([`shard_name`], [`due_shard`]), the table definition.
 //! - [`item`]: the record as an item and back, index entries' keys.
 //! - [`stream`]: the table's stream images (what the notify relay reads) as operation records.
-//! - [`writes`]: the store's rules ([`charge_core::store_rules`]) as condition and update expressions.
+//! - [`writes`]: the store's rules ([`charge_core::store_rules`]) as condition and update
+//!   expressions.
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
 //! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
 //!   DynamoDB returns with it (ALL_OLD). DynamoDB returns one whenever the record exists, so a
