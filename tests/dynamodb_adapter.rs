@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use charge_core::operation::OperationStatus;
 use charge_core::store::{Created, OutcomeRecord};
+use charge_core::testing::T0;
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::testing;
-use testkit::store_contract::{operation, T0};
+use testkit::store_contract::operation;
 
 #[tokio::test]
 async fn conflict_returns_the_winner_without_a_read() {

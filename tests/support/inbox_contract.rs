@@ -10,10 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::testing::T0;
 use charge_core::time::Timestamp;
 use charge_once::ports::{Admitted, WebhookInbox, INBOX_TTL};
-
-pub use charge_core::testing::T0;
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)

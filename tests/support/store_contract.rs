@@ -14,7 +14,7 @@ use charge_core::operation::Taker;
 use charge_core::refund::{self, RefundRefusal, RefundRequest};
 use charge_core::store::OperatorGuard;
 use charge_core::store_rules::{self, Guard};
-use charge_core::testing::{claim_request, GRACE, LEASE};
+use charge_core::testing::{claim_request, GRACE, LEASE, T0};
 use charge_core::{
     domain::{OperationId, OperationKind},
     operation::{Lease, LeaseToken, Operation, OperationStatus, Params, Review},
@@ -30,9 +30,6 @@ use charge_core::{
 };
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::testing::claim;
-
-/// A fixed "now" for the contract: far from the epoch, so subtraction never underflows.
-pub use charge_core::testing::T0;
 
 /// The contract's operation for `order`, of `amount`, created at `now` (customer `cus_contract`).
 pub fn operation(order: &str, amount: i64, now: Timestamp) -> Operation {
