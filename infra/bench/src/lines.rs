@@ -34,12 +34,9 @@ pub const TOOLS: [&str; 6] = [
     "infra/release-fixtures",
     "infra/footprint",
 ];
-/// What a refund reads beyond the charge path: its door, its rule and its plan (a file or a folder).
-pub const REFUND: [&str; 3] = [
-    "functions/checkout/src/refunds.rs",
-    "core/src/refund.rs",
-    "core/src/refund_plan.rs",
-];
+/// Where a refund's own files are (its door, its rule, its plans): there, the files whose path
+/// names `refund` (`refund_plan.rs`, a `refund/` folder).
+pub const REFUND_IN: [&str; 2] = ["core/src", "functions/checkout/src"];
 
 /// Non-test lines in so many files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +171,21 @@ pub fn count(root: &Path, paths: &[impl AsRef<str>]) -> Result<Count, Error> {
     Ok(Count { files, lines })
 }
 
+/// A refund's own files under `root` (see [`REFUND_IN`]), as paths from `root`.
+pub fn refund_files(root: &Path) -> Result<Vec<String>, Error> {
+    let mut files = BTreeSet::new();
+    for dir in REFUND_IN {
+        rust_files(&root.join(dir), &mut files)?;
+    }
+    let named = |f: &Path| f.iter().any(|c| c.to_string_lossy().starts_with("refund"));
+    Ok(files
+        .iter()
+        .filter_map(|f| f.strip_prefix(root).ok())
+        .filter(|f| named(f))
+        .map(|f| f.to_string_lossy().into_owned())
+        .collect())
+}
+
 /// The four counts of the tree at `root`.
 pub fn count_tree(root: &Path) -> Result<Lines, Error> {
     let readme = std::fs::read_to_string(root.join("README.md"))?;
@@ -181,11 +193,7 @@ pub fn count_tree(root: &Path) -> Result<Lines, Error> {
     if charge.is_empty() {
         return Err("README.md: no reading list after \"Start reading here\"".into());
     }
-    let refund: Vec<String> = charge
-        .iter()
-        .cloned()
-        .chain(REFUND.map(String::from))
-        .collect();
+    let refund = [charge.clone(), refund_files(root)?].concat();
     Ok(Lines {
         charge_path: count(root, &charge)?,
         refund_path: count(root, &refund)?,
@@ -215,7 +223,7 @@ pub fn section(now: &Lines, date: &str) -> Result<String, Error> {
             ("date", date.to_owned()),
             ("commit", before.commit.clone()),
             ("how", paragraph(&before.how).trim_end().to_owned()),
-            ("refund", listed(&REFUND)),
+            ("refund", listed(&REFUND_IN)),
             ("product", listed(&PRODUCT)),
             ("tools", listed(&TOOLS)),
             ("charge_before", cell(b.charge_path)),
