@@ -55,15 +55,11 @@ pub struct Lines {
 }
 
 /// `lines-before.json`: [`Lines`] at `commit`, and how they were counted.
-#[derive(Debug, Deserialize)]
-pub struct Before {
-    pub commit: String,
-    pub how: String,
-    pub lines: Lines,
-}
-
-pub fn before() -> Result<Before, Error> {
-    Ok(serde_json::from_str(BEFORE).map_err(|e| format!("lines-before.json: {e}"))?)
+#[derive(Deserialize)]
+struct Before {
+    commit: String,
+    how: String,
+    lines: Lines,
 }
 
 /// The link targets of the README's reading list: the numbered list after "Start reading here".
@@ -203,17 +199,14 @@ pub fn count_tree(root: &Path) -> Result<Lines, Error> {
 }
 
 /// `a`, `b`, `c`.
-fn listed(paths: &[&str]) -> String {
-    paths
-        .iter()
-        .map(|p| format!("`{p}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
+fn listed<const N: usize>(paths: [&str; N]) -> String {
+    paths.map(|p| format!("`{p}`")).join(", ")
 }
 
 /// Section 8 from `now` (counted on `date`) and the recorded figures before.
 pub fn section(now: &Lines, date: &str) -> Result<String, Error> {
-    let before = before()?;
+    let before: Before =
+        serde_json::from_str(BEFORE).map_err(|e| format!("lines-before.json: {e}"))?;
     let cell = |c: Count| format!("{} ({} files)", thousands(c.lines as u64), c.files);
     let ratio = |l: &Lines| format!("{:.2}", l.tools.lines as f64 / l.product.lines as f64);
     let b = &before.lines;
@@ -223,9 +216,9 @@ pub fn section(now: &Lines, date: &str) -> Result<String, Error> {
             ("date", date.to_owned()),
             ("commit", before.commit.clone()),
             ("how", paragraph(&before.how).trim_end().to_owned()),
-            ("refund", listed(&REFUND_IN)),
-            ("product", listed(&PRODUCT)),
-            ("tools", listed(&TOOLS)),
+            ("refund", listed(REFUND_IN)),
+            ("product", listed(PRODUCT)),
+            ("tools", listed(TOOLS)),
             ("charge_before", cell(b.charge_path)),
             ("charge_now", cell(now.charge_path)),
             ("refund_before", cell(b.refund_path)),
