@@ -2,6 +2,8 @@
 //! full `make bench` writes) is the expected file, byte for byte: a change to a template or to the
 //! code that fills it shows here as a diff of `tests/render/expected.md`. After a deliberate
 //! change, write the new file with `BENCH_EXPECT_WRITE=1 cargo test -p bench --test render`.
+//! And the root's BENCHMARKS.md keeps no hand-written section 8: it is its template filled, from
+//! paths that `bench lines` finds in the tree.
 
 use std::path::Path;
 
