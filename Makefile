@@ -57,7 +57,9 @@ template-check:
 
 # Writes BENCHMARKS.md: request counts on the wire (moto + stripe-sim), throughput, footprint,
 # AWS cost, reconciler reads, the reference burst at Stripe's rate limit (simulate --arrival-rate,
-# and docs/bench/burst-*.svg). About 10 minutes on 2 cores once the release builds exist.
+# and docs/bench/burst-*.svg), the lines of the charge path, the product and the tools. About 10
+# minutes on 2 cores once the release builds exist.
 # `BENCH_ONLY=burst make bench` runs only the burst (about 3 minutes) and replaces only its section.
+# `BENCH_ONLY=lines make bench` counts only the lines of section 8 (seconds) and replaces it.
 bench:
 	infra/bench/run.sh

@@ -22,6 +22,8 @@
 #     docs/bench/burst-{paced,unpaced}.svg; then a burst of 2,000 orders over the wire on the
 #     real clock (moto + a separate stripe-sim). About 12 minutes, the wire burst (about 7) and
 #     the two unpaced runs most of it.
+#   - section 8, the non-test lines of the charge path (the README's reading list), the refund
+#     path, the product and the tools: `bench lines`, counted from the tree (under a second).
 # Intermediate JSON goes to $BENCH_OUT (default target/bench). Took 10 minutes on 2 cores once built
 # (the 10,000-item table on moto and the burst's unpaced runs are most of it; BENCH_SETTLED=N uses
 # a smaller table).
@@ -32,6 +34,7 @@
 # builds: five arm64, five x86-64 and `footprint`).
 # BENCH_ONLY=cost: only section 5: `bench bill` again, then that section replaced in place (it
 # also reads section 3's cpu-logs.json and section 4's footprint-*.json from $BENCH_OUT).
+# BENCH_ONLY=lines: only section 8 (the line counts), replaced in place.
 # BENCH_ONLY=sim: only section 3: CPU per charge and the simulation runs (1M orders, the
 # BENCH_SIM_SCALE sizes, the event sources, 2,000 orders on moto over HTTP: about 20 minutes,
 # most of it the moto run's waiting), then that section replaced in place.
@@ -55,7 +58,7 @@ init_runs="${BENCH_INIT_RUNS:-20}"
 batch="${BENCH_BATCH:-10}"
 # Steps to run (default all); a step left out reuses its JSON in $out from an earlier run.
 # (`logs` is the old name of `bill`.)
-steps=" ${BENCH_STEPS:-wire index cpu footprint bill sim burst} "
+steps=" ${BENCH_STEPS:-wire index cpu footprint bill sim burst lines} "
 only="${BENCH_ONLY:-}"
 case "$only" in
   "") ;;
@@ -63,7 +66,8 @@ case "$only" in
   footprint) steps=" footprint " ;;
   cost) steps=" bill " ;;
   sim) steps=" cpu sim " ;;
-  *) echo "BENCH_ONLY=$only: unknown section (sim, footprint, cost and burst render alone)" >&2; exit 2 ;;
+  lines) steps=" lines " ;;
+  *) echo "BENCH_ONLY=$only: unknown section (sim, footprint, cost, burst and lines render alone)" >&2; exit 2 ;;
 esac
 step() { [[ "$steps" == *" $1 "* ]] || { [[ "$1" == bill ]] && [[ "$steps" == *" logs "* ]]; }; }
 mkdir -p "$out"
@@ -162,6 +166,11 @@ if step burst; then
         --stripe-rps 96 --stripe-endpoint-rps 5 $flags --json | tail -n 1 > '$out/$name.json'
     "
   done
+fi
+
+if step lines; then
+  echo "== 8: non-test lines of the charge path, the refund path, the product and the tools" >&2
+  "$bench" lines "$out/lines.json"
 fi
 
 BENCH_DATE="$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -11,6 +11,7 @@
 //!   [`cost`] prices it per 1M charges.
 //! - [`burst`]: the reference burst at Stripe's rate limit (`simulate --arrival-rate`), and
 //!   [`grid`]: bursts at other limits, latencies and concurrencies.
+//! - [`lines`]: non-test lines of the charge path, the refund path, the product and the tools.
 //!
 //! Rendering: [`records`] reads the JSON back, [`render`] fills each section's template
 //! (`infra/bench/templates/`) with [`markdown`]'s building blocks.
@@ -21,6 +22,7 @@ pub mod burst;
 pub mod cost;
 pub mod grid;
 pub mod index_cost;
+pub mod lines;
 pub mod logs;
 pub mod markdown;
 pub mod records;

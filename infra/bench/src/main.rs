@@ -9,11 +9,13 @@
 //! bench init   OUT.json FUNCTION BOOTSTRAP RUNS  init ms: exec to first invocation/next (needs moto + provisioned env)
 //! bench bill   OUT.json [lambda_runtime]  every request of one charge by function, each event source and the relay (needs moto)
 //! bench burst  DIR SIMULATE SVG_DIR     section 7's simulate --arrival-rate runs: DIR/burst-*.json, SVG_DIR/*.svg
+//! bench lines  OUT.json [ROOT]          section 8's non-test lines of the tree at ROOT (default .)
 //! bench render DIR OUT.md               BENCHMARKS.md from DIR/*.json
 //! bench render-section burst DIR FILE.md  section 7 alone from DIR/burst-*.json, in place in FILE.md
 //! bench render-section footprint DIR FILE.md  section 4 alone from DIR/footprint-*.json, likewise
 //! bench render-section cost DIR FILE.md   section 5 alone from DIR/*.json, in place in FILE.md
 //! bench render-section sim DIR FILE.md    section 3 alone from DIR/sim-*.json and DIR/cpu*.json, likewise
+//! bench render-section lines DIR FILE.md  section 8 alone from DIR/lines.json, likewise
 //! ```
 
 use std::path::Path;
@@ -177,6 +179,15 @@ fn bill(args: &[String]) -> Result<(), Error> {
     write_json(&out, &serde_json::to_value(&record)?)
 }
 
+/// `bench lines OUT.json [ROOT]`.
+fn lines(args: &[String]) -> Result<(), Error> {
+    let out = arg(args, 2, "OUT.json")?;
+    let root = args.get(3).map_or(".", String::as_str);
+    let lines = bench::lines::count_tree(Path::new(root))?;
+    eprintln!("{lines:?}");
+    write_json(&out, &serde_json::to_value(&lines)?)
+}
+
 /// `bench render DIR OUT.md`.
 fn render(args: &[String]) -> Result<(), Error> {
     let dir = arg(args, 2, "DIR")?;
@@ -217,6 +228,7 @@ fn main() -> Result<(), Error> {
         "rss" => rss(&args),
         "init" => init(&args),
         "bill" => bill(&args),
+        "lines" => lines(&args),
         "render" => render(&args),
         "burst" => burst(&args),
         "render-section" => render_section(&args),

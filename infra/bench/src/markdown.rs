@@ -48,6 +48,35 @@ impl Template {
         fill(self.part(part)?, values)
             .map_err(|e| format!("template {} part {part}: {e}", self.name).into())
     }
+
+    /// Whether `text` is the part `part` filled with some values: its text between the keys, in
+    /// order, with in place of each key a value that opens no table cell and no paragraph (no `|`,
+    /// no blank line). What holds a rendered section to its template.
+    pub fn matches(&self, part: &str, text: &str) -> Result<bool, Error> {
+        let template = self.part(part)?;
+        let pieces: Vec<&str> = template
+            .split("{{")
+            .enumerate()
+            .map(|(i, p)| match i {
+                0 => p,
+                _ => p.split_once("}}").map_or(p, |(_, after)| after),
+            })
+            .collect();
+        let [first, middle @ .., last] = pieces.as_slice() else {
+            return Ok(text == template);
+        };
+        let Some(mut rest) = text.strip_prefix(first).and_then(|r| r.strip_suffix(last)) else {
+            return Ok(false);
+        };
+        let value = |v: &str| !v.contains('|') && !v.contains("\n\n");
+        for piece in middle {
+            match rest.find(piece) {
+                Some(i) if value(&rest[..i]) => rest = &rest[i + piece.len()..],
+                _ => return Ok(false),
+            }
+        }
+        Ok(value(rest))
+    }
 }
 
 /// `text` with every `{{key}}` replaced by its value in `values`; an error for a key without a
@@ -176,6 +205,30 @@ mod tests {
         assert_eq!(t.part("one").unwrap(), "first\n");
         assert_eq!(t.fill("two", &[("b", "B".into())]).unwrap(), "second B\n");
         assert!(t.part("three").is_err());
+    }
+
+    #[test]
+    fn a_filled_part_matches_its_template_and_an_edited_one_does_not() {
+        let t = Template {
+            name: "t.md",
+            text: "## 8. x\n\n| a | {{a}} |\n| b | {{b}} |\n",
+        };
+        let filled = t
+            .fill("main", &[("a", "1,000".into()), ("b", "2".into())])
+            .unwrap();
+        assert!(t.matches("main", &filled).unwrap());
+        assert!(!t
+            .matches("main", &filled.replace("| b |", "| c |"))
+            .unwrap());
+        assert!(!t
+            .matches("main", &filled.replace("## 8. x", "## 8. y"))
+            .unwrap());
+        assert!(!t
+            .matches("main", &(filled.clone() + "a line by hand\n"))
+            .unwrap());
+        assert!(!t
+            .matches("main", &(filled.clone() + "| c | 3 |\n"))
+            .unwrap());
     }
 
     #[test]

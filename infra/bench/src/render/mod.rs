@@ -19,8 +19,6 @@ pub mod throughput;
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 const HEADER: Template = template!("header.md");
-/// Section 8: counted by hand for the change it describes, rendered as written.
-const CODE: Template = template!("8-code.md");
 
 /// When the measurements ran and on what.
 pub struct Run {
@@ -79,6 +77,11 @@ fn burst(dir: &Path, run: &Run) -> Result<String, Error> {
     )? + "\n")
 }
 
+/// Section 8, from `lines.json`.
+fn lines(dir: &Path, run: &Run) -> Result<String, Error> {
+    crate::lines::section(&read(dir, "lines.json")?, &run.date)
+}
+
 /// The opening: when and where the run was made, and every target against it.
 fn header(dir: &Path, run: &Run) -> Result<String, Error> {
     let rows: Vec<WireRow> = read(dir, "wire.json")?;
@@ -109,13 +112,14 @@ pub fn render(dir: &Path, run: &Run) -> Result<String, Error> {
     md += &cost::section(dir, &read_footprints(dir)?)?;
     md += &requests::reads(read::<Vec<IndexRow>>(dir, "index.json")?)?;
     md += &burst(dir, run)?;
-    md += &CODE.fill("main", &[])?;
+    md += &lines(dir, run)?;
     Ok(md)
 }
 
-/// `doc` with the section `name` (`sim`, `footprint`, `cost` or `burst`) rendered again from
-/// `dir`, and that section's number. The opening table is rendered again too, from every report
-/// in `dir` (the section's new ones and the last full run's others), so it never lags a section.
+/// `doc` with the section `name` (`sim`, `footprint`, `cost`, `burst` or `lines`) rendered again
+/// from `dir`, and that section's number. The opening table is rendered again too, from every
+/// report in `dir` (the section's new ones and the last full run's others), so it never lags a
+/// section; but not for `lines`, which no target reads.
 pub fn render_section(
     name: &str,
     dir: &Path,
@@ -127,9 +131,10 @@ pub fn render_section(
         "footprint" => (footprint(dir, run)?, 4),
         "cost" => (cost::section(dir, &read_footprints(dir)?)?, 5),
         "burst" => (burst(dir, run)?, 7),
+        "lines" => return Ok((replace_section(doc, 8, &lines(dir, run)?)?, 8)),
         _ => {
             return Err(format!(
-                "unknown section {name:?}: `sim` (3), `footprint` (4), `cost` (5) and `burst` (7) render alone"
+                "unknown section {name:?}: `sim` (3), `footprint` (4), `cost` (5), `burst` (7) and `lines` (8) render alone"
             )
             .into())
         }
