@@ -46,7 +46,9 @@ use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
 
-use crate::door::{created_by, error, invalid, json_object, read, unavailable, Answer, Reply};
+use crate::door::{
+    created_by, error, invalid, json_object, read, reply, unavailable, Answer, Reply,
+};
 use crate::{refunds, takes};
 
 /// What the handler needs, built once in `main`; it lives with the doors, which all take it.
@@ -292,12 +294,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
         body["taken_by"] = json!(op.taken_by.map(|t| t.kind().as_str()));
     }
     body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
-    Ok(Reply {
-        status: 200,
-        body,
-        header: None,
-        logged: false,
-    })
+    Ok(reply(200, body))
 }
 
 async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
@@ -490,16 +487,12 @@ fn text<T>(
 }
 
 fn accepted(status: i64, op: &Operation) -> Reply {
-    Reply {
-        status,
-        body: json!({
-            "operation_id": op.operation_id.to_string(),
-            "order_id": op.order_id.as_str(),
-            "status": op.status.as_str(),
-        }),
-        header: None,
-        logged: false,
-    }
+    let body = json!({
+        "operation_id": op.operation_id.to_string(),
+        "order_id": op.order_id.as_str(),
+        "status": op.status.as_str(),
+    });
+    reply(status, body)
 }
 
 fn unauthenticated() -> Reply {
