@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use charge_once::adapters::dynamodb::{SETTLED_INDEX, UNKNOWN_INDEX, UNKNOWN_INDEX_PROJECTED};
 use serde_norway::value::TaggedValue;
 use serde_norway::{Mapping, Value};
+use testkit::streams::pattern_matches;
 
 const TEMPLATE: &str = include_str!("../template.yaml");
 
@@ -3540,28 +3541,6 @@ fn the_rules_check_refuses_functions_that_are_not_rule_functions() {
 }
 
 // ---- The outbox's stream filter ----
-
-/// Whether a Lambda event filter pattern matches `record`, for the part of EventBridge's pattern
-/// syntax notify's filter uses: nested objects, and at a leaf a list of alternatives, each an
-/// exact string or `{"exists": true|false}`. Anything else panics rather than be judged wrongly.
-fn pattern_matches(pattern: &serde_json::Value, record: &serde_json::Value) -> bool {
-    use serde_json::Value as J;
-    let fields = pattern.as_object().expect("a pattern is an object");
-    fields.iter().all(|(key, want)| {
-        let got = record.get(key);
-        match want {
-            J::Object(_) => got.is_some_and(|g| g.is_object() && pattern_matches(want, g)),
-            J::Array(alternatives) => alternatives.iter().any(|alt| match alt {
-                J::String(s) => got.and_then(J::as_str) == Some(s.as_str()),
-                J::Object(o) if o.len() == 1 && o.contains_key("exists") => {
-                    got.is_some() == o["exists"].as_bool().expect("exists: a bool")
-                }
-                other => panic!("pattern syntax not evaluated here: {other}"),
-            }),
-            other => panic!("pattern syntax not evaluated here: {other}"),
-        }
-    })
-}
 
 /// notify's event source mapping's filter patterns, parsed.
 fn notify_filter_patterns(t: &Value) -> Vec<String> {

@@ -1,4 +1,5 @@
-//! DynamoDB Streams records as the Lambda event the notify relay receives.
+//! DynamoDB Streams records as the Lambda event the notify relay receives, and the event filter
+//! Lambda applies to them before the relay sees one ([`pattern_matches`]).
 
 use aws_sdk_dynamodb::types::AttributeValue as D;
 use aws_sdk_dynamodbstreams::types::{AttributeValue as S, Record};
@@ -47,6 +48,28 @@ pub fn lambda_record(r: &Record, arn: &str) -> Value {
         "awsRegion": r.aws_region(),
         "dynamodb": change,
         "eventSourceARN": arn,
+    })
+}
+
+/// Whether a Lambda event filter pattern matches `record` (a record as [`lambda_record`] gives
+/// it), for the part of EventBridge's pattern syntax the notify relay's filter uses: nested
+/// objects, and at a leaf a list of alternatives, each an exact string or
+/// `{"exists": true|false}`. Anything else panics rather than be judged wrongly.
+pub fn pattern_matches(pattern: &Value, record: &Value) -> bool {
+    let fields = pattern.as_object().expect("a pattern is an object");
+    fields.iter().all(|(key, want)| {
+        let got = record.get(key);
+        match want {
+            Value::Object(_) => got.is_some_and(|g| g.is_object() && pattern_matches(want, g)),
+            Value::Array(alternatives) => alternatives.iter().any(|alt| match alt {
+                Value::String(s) => got.and_then(Value::as_str) == Some(s.as_str()),
+                Value::Object(o) if o.len() == 1 && o.contains_key("exists") => {
+                    got.is_some() == o["exists"].as_bool().expect("exists: a bool")
+                }
+                other => panic!("pattern syntax not evaluated here: {other}"),
+            }),
+            other => panic!("pattern syntax not evaluated here: {other}"),
+        }
     })
 }
 

@@ -28,14 +28,10 @@
 //! A 503 is an answer, not a Lambda error, so Lambda's `Errors` metric never sees it: each one
 //! also emits the EMF metric `CheckoutUnavailable` (`Function=checkout`), which is alarmed.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use aws_lambda_events::apigw::{
     ApiGatewayRequestAuthorizer, ApiGatewayV2httpRequest, ApiGatewayV2httpResponse,
 };
-use aws_lambda_events::encodings::Body;
-use aws_lambda_events::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use aws_lambda_events::http::header::{ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -47,19 +43,23 @@ use charge_core::{
         ValidationError,
     },
     operation::{Operation, OperationStatus},
-    time::Clock,
 };
 use charge_core::{
     domain::{OperationKind, RefundId},
     operation::OperationKey,
 };
-use charge_once::ports::MetricsSink;
-use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+use charge_once::ports::QueuedCharge;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
 
+use crate::door::{
+    created_by, error, invalid, json_object, read, reply, unavailable, Answer, Reply,
+};
 use crate::{refunds, takes};
+
+/// What the handler needs, built once in `main`; it lives with the doors, which all take it.
+pub use crate::door::Checkout;
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
@@ -70,16 +70,6 @@ const FIELDS: [&str; 5] = [
     "payment_method",
     "capture",
 ];
-
-/// What the handler needs, built once in `main`.
-pub struct Checkout {
-    pub store: Arc<dyn OperationStore>,
-    pub queue: Arc<dyn ChargeQueue>,
-    pub clock: Arc<dyn Clock>,
-    pub pending_grace: Duration,
-    /// Where `CheckoutUnavailable` goes (stdout in Lambda).
-    pub metrics: Arc<dyn MetricsSink>,
-}
 
 /// Handles one request. Always an HTTP answer: bad input and infrastructure failures are responses,
 /// not Lambda errors, so API Gateway never turns them into a bare 500.
@@ -136,32 +126,6 @@ fn non_empty(v: Option<&String>) -> Option<&str> {
     v.map(|s| s.trim()).filter(|s| !s.is_empty())
 }
 
-/// An HTTP answer before it becomes API Gateway's response type.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) status: i64,
-    pub(crate) body: Value,
-    pub(crate) header: Option<(HeaderName, &'static str)>,
-    /// The answer's line is already logged (a new operation's): `handle` logs no other.
-    pub(crate) logged: bool,
-}
-
-impl Reply {
-    fn into_response(self) -> ApiGatewayV2httpResponse {
-        let mut resp = ApiGatewayV2httpResponse::default();
-        resp.status_code = self.status;
-        resp.headers
-            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some((name, value)) = self.header {
-            resp.headers.insert(name, HeaderValue::from_static(value));
-        }
-        resp.body = Some(Body::Text(self.body.to_string()));
-        resp
-    }
-}
-
-pub(crate) type Answer = Result<Reply, Reply>;
-
 async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     // Before anything else: an unauthenticated caller learns nothing, not even which paths exist.
     let requested_by = authenticated(req)?;
@@ -184,29 +148,17 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
     })?;
     let order_id = OrderId::parse(&raw_order).map_err(|e| invalid(vec![e]))?;
     span.record("order_id", tracing::field::display(&order_id));
-    if let Route::Take(kind) = route {
-        if *method == Method::GET {
-            return takes::status(deps, order_id, kind, &requested_by).await;
-        }
-        if !media_type_is_json(req) {
-            return Err(not_json());
-        }
-        let body = body_text(req)?;
-        return takes::create(deps, order_id, kind, &body, &requested_by).await;
-    }
-    if let Route::Refund(raw_refund) = route {
-        let refund_id = RefundId::parse(&raw_refund).map_err(|e| invalid(vec![e]))?;
-        if *method == Method::GET {
-            return refunds::status(deps, order_id, refund_id, &requested_by).await;
-        }
-        if !media_type_is_json(req) {
-            return Err(not_json());
-        }
-        let body = body_text(req)?;
-        return refunds::create(deps, order_id, refund_id, &body, &requested_by).await;
-    }
+    let route = match route {
+        Route::Charge => Route::Charge,
+        Route::Take(kind) => Route::Take(kind),
+        Route::Refund(raw) => Route::Refund(RefundId::parse(&raw).map_err(|e| invalid(vec![e]))?),
+    };
     if *method == Method::GET {
-        return status_of(deps, order_id, &requested_by).await;
+        return match route {
+            Route::Charge => status_of(deps, order_id, &requested_by).await,
+            Route::Refund(id) => refunds::status(deps, order_id, id, &requested_by).await,
+            Route::Take(kind) => takes::status(deps, order_id, kind, &requested_by).await,
+        };
     }
     if !media_type_is_json(req) {
         return Err(error(
@@ -216,15 +168,22 @@ async fn accept(deps: &Checkout, req: &ApiGatewayV2httpRequest) -> Answer {
             None,
         ));
     }
-    let params = parse_params(&body_text(req)?)?;
-    let op = Operation::new(
-        order_id,
-        params,
-        requested_by.clone(),
-        deps.clock.now(),
-        deps.pending_grace,
-    );
-    record(deps, op, &requested_by).await
+    let body = body_text(req)?;
+    match route {
+        Route::Charge => {
+            let params = parse_params(&body)?;
+            let op = Operation::new(
+                order_id,
+                params,
+                requested_by.clone(),
+                deps.clock.now(),
+                deps.pending_grace,
+            );
+            record(deps, op, &requested_by).await
+        }
+        Route::Refund(id) => refunds::create(deps, order_id, id, &body, &requested_by).await,
+        Route::Take(kind) => takes::create(deps, order_id, kind, &body, &requested_by).await,
+    }
 }
 
 /// The caller the authorizer vouched for; refused (401) without one.
@@ -287,16 +246,6 @@ async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Ans
     Ok(accepted(200, &existing))
 }
 
-/// Whether `caller` may see `op`: it was requested by the same caller ([`Principal::owner`]: any
-/// session of the same role), or by nobody recorded. Records of releases before 2026-11-30 have
-/// no `requested_by` (their route authenticated nobody), so any authenticated caller still sees
-/// them, as before; every record written since has one.
-pub(crate) fn created_by(op: &Operation, caller: &Principal) -> bool {
-    op.requested_by
-        .as_ref()
-        .is_none_or(|owner| owner.same_owner(caller))
-}
-
 fn order_conflict() -> Reply {
     error(
         409,
@@ -312,10 +261,7 @@ fn order_conflict() -> Reply {
 /// they exist.
 async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> Answer {
     let key = OperationKey::charge(order_id);
-    let op = deps.store.get(&key).await.map_err(|e| {
-        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-        unavailable(deps, "store")
-    })?;
+    let op = read(deps, &key).await?;
     let not_found = || {
         error(
             404,
@@ -355,12 +301,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
         body["taken_by"] = json!(op.taken_by.map(|t| t.kind().as_str()));
     }
     body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
-    Ok(Reply {
-        status: 200,
-        body,
-        header: None,
-        logged: false,
-    })
+    Ok(reply(200, body))
 }
 
 async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
@@ -375,10 +316,11 @@ async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
         })
 }
 
-/// Which of the order's operations a path names.
-enum Route {
+/// Which of the order's operations a path names: a refund by its id as the path has it, then
+/// parsed.
+enum Route<Refund = RefundId> {
     Charge,
-    Refund(String),
+    Refund(Refund),
     /// A capture or a cancel.
     Take(OperationKind),
 }
@@ -386,7 +328,7 @@ enum Route {
 /// The order id and the operation its path names: from the route's path parameters (the path's
 /// last segment telling a capture or a cancel from the charge), else from the raw path
 /// (`/orders/{order_id}/charge`, `/capture`, `/cancel` or `/refunds/{refund_id}`).
-fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route)> {
+fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route<String>)> {
     let path = req
         .raw_path
         .as_deref()
@@ -413,15 +355,6 @@ fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route)> {
     let (id, refund) = rest.split_once("/refunds/")?;
     (!id.contains('/') && !refund.contains('/'))
         .then(|| (id.to_owned(), Route::Refund(refund.to_owned())))
-}
-
-fn not_json() -> Reply {
-    error(
-        415,
-        "unsupported_media_type",
-        "send the body as application/json",
-        None,
-    )
 }
 
 /// The declared media type is JSON, or none is declared (the body must then parse as JSON anyway).
@@ -467,21 +400,6 @@ fn body_text(req: &ApiGatewayV2httpRequest) -> Result<String, Reply> {
     }
     String::from_utf8(bytes)
         .map_err(|_| error(400, "invalid_json", "the body is not UTF-8 JSON", None))
-}
-
-/// The body as a JSON object, or the 400 that says why it is not one.
-pub(crate) fn json_object(body: &str) -> Result<serde_json::Map<String, Value>, Reply> {
-    let value: Value = serde_json::from_str(body)
-        .map_err(|_| error(400, "invalid_json", "the body is not valid JSON", None))?;
-    match value {
-        Value::Object(obj) => Ok(obj),
-        _ => Err(error(
-            400,
-            "invalid_json",
-            "the body must be a JSON object",
-            None,
-        )),
-    }
 }
 
 fn parse_params(body: &str) -> Result<ChargeParams, Reply> {
@@ -576,42 +494,12 @@ fn text<T>(
 }
 
 fn accepted(status: i64, op: &Operation) -> Reply {
-    Reply {
-        status,
-        body: json!({
-            "operation_id": op.operation_id.to_string(),
-            "order_id": op.order_id.as_str(),
-            "status": op.status.as_str(),
-        }),
-        header: None,
-        logged: false,
-    }
-}
-
-pub(crate) fn error(status: i64, code: &str, message: &str, fields: Option<Value>) -> Reply {
-    let mut err = json!({"code": code, "message": message});
-    if let Some(fields) = fields {
-        err["fields"] = fields;
-    }
-    Reply {
-        status,
-        body: json!({ "error": err }),
-        header: None,
-        logged: false,
-    }
-}
-
-pub(crate) fn invalid(problems: Vec<ValidationError>) -> Reply {
-    let message = problems
-        .iter()
-        .map(|p| p.to_string())
-        .collect::<Vec<_>>()
-        .join("; ");
-    let fields: Vec<Value> = problems
-        .iter()
-        .map(|p| json!({"field": p.field, "message": p.message}))
-        .collect();
-    error(400, "invalid_request", &message, Some(Value::Array(fields)))
+    let body = json!({
+        "operation_id": op.operation_id.to_string(),
+        "order_id": op.order_id.as_str(),
+        "status": op.status.as_str(),
+    });
+    reply(status, body)
 }
 
 fn unauthenticated() -> Reply {
@@ -623,36 +511,19 @@ fn unauthenticated() -> Reply {
     )
 }
 
-/// A 503, counted: one `CheckoutUnavailable` EMF line (with what failed, `store` or `queue`).
-pub(crate) fn unavailable(deps: &Checkout, cause: &str) -> Reply {
-    count_unavailable(deps, cause);
-    let mut reply = error(
-        503,
-        "temporarily_unavailable",
-        "the charge could not be recorded or queued right now; retry the same request",
-        None,
-    );
-    reply.header = Some((RETRY_AFTER, "2"));
-    reply
-}
-
-/// One `CheckoutUnavailable` EMF line: `cause` (`store` or `queue`) failed this request.
-pub(crate) fn count_unavailable(deps: &Checkout, cause: &str) {
-    deps.metrics.emit(charge_once::telemetry::emf_line_classed(
-        "checkout",
-        ("Cause", cause),
-        deps.clock.now(),
-        &[("CheckoutUnavailable", 1.0, "Count")],
-    ));
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use aws_lambda_events::encodings::Body;
+    use aws_lambda_events::http::header::HeaderValue;
+    use charge_once::ports::ChargeQueue;
+
+    use super::*;
     use charge_core::time::{ManualClock, Timestamp};
     use charge_once::memory::{MemoryQueue, MemoryStore};
     use lambda_runtime::Context;
-
-    use super::*;
 
     fn event(file: &str) -> ApiGatewayV2httpRequest {
         let path = format!("{}/../../events/{file}", env!("CARGO_MANIFEST_DIR"));

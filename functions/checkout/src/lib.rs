@@ -4,8 +4,12 @@
 //! - [`handler`]: validate → create-if-absent → send; every answer an HTTP response, never a panic
 //!   and never internals.
 //! - `refunds`: a refund of the order's charge, its amount reserved in the same write.
+//! - `takes`: the capture or the cancel of an authorization, each taking the charge in its write.
+//! - [`door`]: what they share: the dependencies ([`door::Checkout`]), the replies, and the
+//!   read/decide/write/queue loop of the doors that write beside the charge.
 //! - [`CheckoutConfig`]: what it reads from the environment, once, at init.
 
+pub mod door;
 pub mod handler;
 mod refunds;
 mod takes;

@@ -20,24 +20,21 @@
 //! | 503 | DynamoDB or SQS failed | possibly the refund (then `pending`: the reconciler sends it) |
 
 use charge_core::refund::{self, RefundReason, RefundRefusal, RefundRequest};
+use charge_core::store::ReserveRefund;
 use charge_core::store_rules::Guard;
-use charge_core::store_rules::RefundCreated;
 use charge_core::{
-    domain::{Amount, OrderId, Principal, RefundId, ValidationError},
+    domain::{Amount, Fingerprint, OrderId, Principal, RefundId, ValidationError},
     operation::{Operation, OperationKey},
+    time::Timestamp,
 };
-use charge_once::ports::QueuedCharge;
+use charge_once::ports::StoreError;
 use serde_json::{json, Value};
-use tracing::{error, info, warn};
+use tracing::error;
 
-use crate::handler::{
-    count_unavailable, created_by, error, invalid, json_object, unavailable, Answer, Checkout,
-    Reply,
+use crate::door::{
+    self, created_by, error, invalid, json_object, no_charge, read, reply, unavailable, Answer,
+    Beside, Checkout, Reply, Written,
 };
-
-/// How many times a refund is decided again when its charge moved between the read and the write
-/// (another refund of the same order reserved meanwhile).
-const ATTEMPTS: usize = 3;
 
 /// `POST`: the refund `refund_id` of `order_id`'s charge, as `body` asks.
 pub(crate) async fn create(
@@ -47,53 +44,96 @@ pub(crate) async fn create(
     body: &str,
     caller: &Principal,
 ) -> Answer {
-    let request = parse(body)?;
-    let charge_key = OperationKey::charge(order_id.clone());
-    let refund_key = OperationKey::refund(order_id, refund_id.clone());
-    for _ in 0..ATTEMPTS {
-        let charge = read(deps, &charge_key).await?;
-        let charge = charge
-            .filter(|c| created_by(c, caller))
-            .ok_or_else(no_charge)?;
-        let now = deps.clock.now();
-        let (params, reserve) = match refund::reserve(&charge, &request, now) {
-            Ok(decided) => decided,
-            // Asked again after it took the rest: the refund there is the answer.
-            Err(refusal) => return again_or(deps, &refund_key, &request, caller, refusal).await,
-        };
+    let door = Refund {
+        request: parse(body)?,
+        key: OperationKey::refund(order_id.clone(), refund_id.clone()),
+        refund_id,
+    };
+    door::create(deps, &door, &OperationKey::charge(order_id), caller).await
+}
+
+/// A refund asked: the merchant's refund id, its record's key, and the body.
+struct Refund {
+    refund_id: RefundId,
+    key: OperationKey,
+    request: RefundRequest,
+}
+
+/// A refund is recorded and its amount reserved on the charge in one write.
+impl Beside for Refund {
+    type Refusal = RefundRefusal;
+    type OnCharge = ReserveRefund;
+
+    fn key(&self) -> &OperationKey {
+        &self.key
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        self.request.fingerprint()
+    }
+
+    fn decide(
+        &self,
+        deps: &Checkout,
+        charge: &Operation,
+        caller: &Principal,
+        now: Timestamp,
+    ) -> Result<(Operation, ReserveRefund), RefundRefusal> {
+        let (params, reserve) = refund::reserve(charge, &self.request, now)?;
         let op = Operation::new_refund(
             charge.order_id.clone(),
-            refund_id.clone(),
-            &request,
+            self.refund_id.clone(),
+            &self.request,
             params,
             caller.clone(),
             now,
             deps.pending_grace,
         );
-        match deps.store.create_refund(&op, &reserve).await {
-            Ok(RefundCreated::New(op)) => return queued(deps, op, summary).await,
-            Ok(RefundCreated::Existing(existing)) => {
-                return existing_refund(deps, existing, &request, caller).await
+        Ok((op, reserve))
+    }
+
+    async fn write(
+        &self,
+        deps: &Checkout,
+        op: &Operation,
+        reserve: &ReserveRefund,
+    ) -> Result<Written, StoreError> {
+        Ok(deps.store.create_refund(op, reserve).await?.into())
+    }
+
+    /// Another refund of the same order reserved meanwhile, or the charge's status moved.
+    fn moved(guard: &Guard) -> bool {
+        matches!(guard, Guard::ReservedAtMost(_) | Guard::StatusIs(_))
+    }
+
+    fn refused(refusal: RefundRefusal) -> Reply {
+        let message = refusal.to_string();
+        match refusal {
+            RefundRefusal::NoCharge => no_charge(),
+            RefundRefusal::NotSucceeded(_) | RefundRefusal::NoPaymentIntent => {
+                error(409, "charge_not_succeeded", &message, None)
             }
-            // The charge moved since it was read: decide again on it as it is now.
-            Ok(RefundCreated::ChargeRefused(Some((_, by)))) => {
-                info!(
-                    refused_by = by.as_str(),
-                    "the charge moved since read; deciding again"
-                );
-                if !matches!(by, Guard::ReservedAtMost(_) | Guard::StatusIs(_)) {
-                    return Err(no_charge());
-                }
-            }
-            Ok(RefundCreated::ChargeRefused(None)) => return Err(no_charge()),
-            Err(e) => {
-                error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-                return Err(unavailable(deps, "store"));
+            RefundRefusal::NothingLeft => error(409, "nothing_left_to_refund", &message, None),
+            RefundRefusal::OverWhatIsLeft { left, .. } => {
+                let mut reply = error(409, "over_refund", &message, None);
+                reply.body["error"]["left"] = json!(left);
+                reply
             }
         }
     }
-    warn!("the charge kept moving under the refund; answered 503");
-    Err(unavailable(deps, "store"))
+
+    fn conflict(_: &Operation) -> Reply {
+        error(
+            409,
+            "refund_conflict",
+            "this refund id is already a refund with a different amount or reason",
+            None,
+        )
+    }
+
+    fn summary(op: &Operation) -> Value {
+        summary(op)
+    }
 }
 
 /// `GET`: where the refund stands, from one strongly consistent read.
@@ -172,107 +212,6 @@ fn parse(body: &str) -> Result<RefundRequest, Reply> {
     Ok(RefundRequest { amount, reason })
 }
 
-/// One record, strongly consistent; a 503 when the store is down.
-pub(crate) async fn read(deps: &Checkout, key: &OperationKey) -> Result<Option<Operation>, Reply> {
-    deps.store.get(key).await.map_err(|e| {
-        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-        unavailable(deps, "store")
-    })
-}
-
-/// A refusal of the door, unless the same refund already exists (then it is the answer).
-async fn again_or(
-    deps: &Checkout,
-    refund_key: &OperationKey,
-    request: &RefundRequest,
-    caller: &Principal,
-    refusal: RefundRefusal,
-) -> Answer {
-    if let Some(existing) = read(deps, refund_key).await? {
-        return existing_refund(deps, existing, request, caller).await;
-    }
-    warn!(%refusal, "refund refused; nothing written");
-    Err(match refusal {
-        RefundRefusal::NoCharge => no_charge(),
-        RefundRefusal::NotSucceeded(_) | RefundRefusal::NoPaymentIntent => {
-            error(409, "charge_not_succeeded", &refusal.to_string(), None)
-        }
-        RefundRefusal::NothingLeft => {
-            error(409, "nothing_left_to_refund", &refusal.to_string(), None)
-        }
-        RefundRefusal::OverWhatIsLeft { left, .. } => {
-            let mut reply = error(409, "over_refund", &refusal.to_string(), None);
-            reply.body["error"]["left"] = json!(left);
-            reply
-        }
-    })
-}
-
-/// The same refund id again: the same refund (200, queued again while never attempted), or a
-/// conflict for another body or another caller.
-async fn existing_refund(
-    deps: &Checkout,
-    existing: Operation,
-    request: &RefundRequest,
-    caller: &Principal,
-) -> Answer {
-    if !created_by(&existing, caller) || existing.fingerprint != request.fingerprint() {
-        warn!(operation_id = %existing.operation_id, "refund id re-used with another body or by another caller; refused");
-        return Err(error(
-            409,
-            "refund_conflict",
-            "this refund id is already a refund with a different amount or reason",
-            None,
-        ));
-    }
-    let mut body = summary(&existing);
-    if existing.first_attempted_at.is_none() && !existing.status.is_settled() {
-        body["queued"] = Value::Bool(send(deps, &existing).await);
-    }
-    Ok(reply(200, body))
-}
-
-/// A new operation (a refund, a capture, a cancel), recorded: its message sent, answered 202 with
-/// `summary` of it and whether the message went out.
-pub(crate) async fn queued(
-    deps: &Checkout,
-    op: Operation,
-    summary: fn(&Operation) -> Value,
-) -> Answer {
-    tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
-    let sent = send(deps, &op).await;
-    info!(
-        status = 202,
-        kind = op.kind.as_str(),
-        amount = op.params.amount().minor_units(),
-        queued = sent,
-        "recorded"
-    );
-    let mut body = summary(&op);
-    body["queued"] = Value::Bool(sent);
-    Ok(Reply {
-        logged: true,
-        ..reply(202, body)
-    })
-}
-
-/// Sends a refund's (a capture's, a cancel's) message; false when the queue is down. The
-/// operation is recorded by then (a refund's amount reserved on the charge, a capture's claim on
-/// it), so it is accepted all the same: the reconciler sends a `pending` operation's message
-/// again after the grace period, and the same request again sends it too. An error answer here
-/// would invite a retry under a *new* refund id, which is a second refund. Counted as
-/// `CheckoutUnavailable` (`queue`), as a charge's 503 is.
-pub(crate) async fn send(deps: &Checkout, op: &Operation) -> bool {
-    match deps.queue.send(&QueuedCharge::first(op)).await {
-        Ok(()) => true,
-        Err(e) => {
-            error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends it");
-            count_unavailable(deps, "queue");
-            false
-        }
-    }
-}
-
 fn summary(op: &Operation) -> Value {
     json!({
         "operation_id": op.operation_id.to_string(),
@@ -282,22 +221,4 @@ fn summary(op: &Operation) -> Value {
         "amount": op.params.amount().minor_units(),
         "currency": op.params.currency().as_str(),
     })
-}
-
-pub(crate) fn no_charge() -> Reply {
-    error(
-        404,
-        "order_not_found",
-        "no charge was made for this order",
-        None,
-    )
-}
-
-pub(crate) fn reply(status: i64, body: Value) -> Reply {
-    Reply {
-        status,
-        body,
-        header: None,
-        logged: false,
-    }
 }

@@ -28,23 +28,23 @@
 
 use charge_core::domain::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_core::operation::Taker;
+use charge_core::store::TakeAuthorization;
 use charge_core::store_rules::Guard;
-use charge_core::store_rules::TakingCreated;
 use charge_core::take::{self, TakeRefusal, TakeRequest};
 use charge_core::{
-    domain::{Amount, OperationId, OperationKind, OrderId, Principal, ValidationError},
+    domain::{
+        Amount, Fingerprint, OperationId, OperationKind, OrderId, Principal, ValidationError,
+    },
     operation::{Operation, OperationKey},
+    time::Timestamp,
 };
+use charge_once::ports::StoreError;
 use serde_json::{json, Value};
-use tracing::{error, info, warn};
 
-use crate::handler::{
-    created_by, error, invalid, json_object, unavailable, Answer, Checkout, Reply,
+use crate::door::{
+    self, created_by, error, invalid, json_object, no_charge, read, reply, Answer, Beside,
+    Checkout, Reply, Written,
 };
-use crate::refunds::{no_charge, queued, read, reply, send};
-
-/// How many times the door decides again when the charge moved between the read and the write.
-const ATTEMPTS: usize = 3;
 
 /// `POST`: a capture or a cancel (`kind`) of `order_id`'s charge, as `body` asks.
 pub(crate) async fn create(
@@ -54,69 +54,110 @@ pub(crate) async fn create(
     body: &str,
     caller: &Principal,
 ) -> Answer {
-    let request = parse(&kind, body)?;
-    let charge_key = OperationKey::charge(order_id.clone());
-    let key = OperationKey::of_kind(order_id, kind);
-    for _ in 0..ATTEMPTS {
-        let charge = read(deps, &charge_key)
-            .await?
-            .filter(|c| created_by(c, caller))
-            .ok_or_else(no_charge)?;
-        let now = deps.clock.now();
+    let door = Take {
+        request: parse(&kind, body)?,
+        key: OperationKey::of_kind(order_id.clone(), kind),
+    };
+    door::create(deps, &door, &OperationKey::charge(order_id), caller).await
+}
+
+/// A capture or a cancel asked: its record's key and the body.
+struct Take {
+    key: OperationKey,
+    request: TakeRequest,
+}
+
+/// A capture or a cancel is recorded and takes the charge in one write: of the two, the first
+/// to write is the one.
+impl Beside for Take {
+    type Refusal = TakeRefusal;
+    type OnCharge = TakeAuthorization;
+
+    fn key(&self) -> &OperationKey {
+        &self.key
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        self.request.fingerprint()
+    }
+
+    fn decide(
+        &self,
+        deps: &Checkout,
+        charge: &Operation,
+        caller: &Principal,
+        now: Timestamp,
+    ) -> Result<(Operation, TakeAuthorization), TakeRefusal> {
         let operation_id = OperationId::new_random();
         let taker = Taker {
-            capture: request.kind() == OperationKind::Capture,
+            capture: self.request.kind() == OperationKind::Capture,
             operation_id,
         };
-        let taking = match take::take(&charge, &request, taker, now) {
-            Ok(taking) => taking,
-            // Asked again after it took the charge: the operation there is the answer.
-            Err(refusal) => return again_or(deps, &key, &request, caller, refusal).await,
-        };
+        let taking = take::take(charge, &self.request, taker, now)?;
         let op = Operation {
             operation_id,
             ..Operation::new_taking(
                 charge.order_id.clone(),
-                request.kind(),
-                request.fingerprint(),
+                self.request.kind(),
+                self.request.fingerprint(),
                 taking.params.clone(),
                 caller.clone(),
                 now,
                 deps.pending_grace,
             )
         };
+        // A cancel of a charge never sent is settled by its write: nothing to queue.
         let op = take::initial(op, &taking);
-        match deps.store.create_taking(&op, &taking.take).await {
-            Ok(TakingCreated::New(op)) if op.status.is_settled() => {
-                info!(status = 200, "canceled before it was sent to Stripe");
-                return Ok(Reply {
-                    logged: true,
-                    ..reply(200, summary(&op))
-                });
+        Ok((op, taking.take))
+    }
+
+    async fn write(
+        &self,
+        deps: &Checkout,
+        op: &Operation,
+        take: &TakeAuthorization,
+    ) -> Result<Written, StoreError> {
+        Ok(deps.store.create_taking(op, take).await?.into())
+    }
+
+    /// The charge moved on since it was read; not when it is no longer the charge it was.
+    fn moved(guard: &Guard) -> bool {
+        !matches!(guard, Guard::IsOperation(_) | Guard::IsCharge)
+    }
+
+    fn refused(refusal: TakeRefusal) -> Reply {
+        let message = refusal.to_string();
+        match refusal {
+            TakeRefusal::NoCharge => no_charge(),
+            TakeRefusal::AutomaticCapture => error(409, "automatic_capture", &message, None),
+            TakeRefusal::NotAuthorizedYet(_) => error(409, "not_authorized_yet", &message, None),
+            TakeRefusal::InFlight(_) => error(409, "in_flight", &message, None),
+            TakeRefusal::Captured => error(409, "captured", &message, None),
+            TakeRefusal::Ended(_) | TakeRefusal::NoPaymentIntent => {
+                error(409, "ended", &message, None)
             }
-            Ok(TakingCreated::New(op)) => return queued(deps, op, summary).await,
-            Ok(TakingCreated::Existing(existing)) => {
-                return existing_one(deps, existing, &request, caller).await
-            }
-            // The charge moved since it was read: decide again on it as it is now.
-            Ok(TakingCreated::ChargeRefused(Some((_, by)))) => {
-                info!(
-                    refused_by = by.as_str(),
-                    "the charge moved since read; deciding again"
-                );
-                if matches!(by, Guard::IsOperation(_) | Guard::IsCharge) {
-                    return Err(no_charge());
-                }
-            }
-            Ok(TakingCreated::ChargeRefused(None)) => return Err(no_charge()),
-            Err(e) => {
-                error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-                return Err(unavailable(deps, "store"));
+            TakeRefusal::TakenBy(_) => error(409, "taken", &message, None),
+            TakeRefusal::OverAuthorized { authorized, .. } => {
+                let mut reply = error(400, "over_authorized", &message, None);
+                reply.body["error"]["authorized"] = json!(authorized);
+                reply
             }
         }
     }
-    warn!("the charge kept moving under the request; answered 503");
-    Err(unavailable(deps, "store"))
+
+    fn conflict(existing: &Operation) -> Reply {
+        let what = existing.kind.as_str();
+        error(
+            409,
+            "take_conflict",
+            &format!("this order already has a {what} with a different amount or reason"),
+            None,
+        )
+    }
+
+    fn summary(op: &Operation) -> Value {
+        summary(op)
+    }
 }
 
 /// `GET`: where the capture (cancel) stands, from one strongly consistent read.
@@ -192,60 +233,6 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
         return Err(invalid(problems));
     }
     Ok(request)
-}
-
-/// A refusal of the door, unless the same operation already exists (then it is the answer).
-async fn again_or(
-    deps: &Checkout,
-    key: &OperationKey,
-    request: &TakeRequest,
-    caller: &Principal,
-    refusal: TakeRefusal,
-) -> Answer {
-    if let Some(existing) = read(deps, key).await? {
-        return existing_one(deps, existing, request, caller).await;
-    }
-    warn!(%refusal, "refused; nothing written");
-    let message = refusal.to_string();
-    Err(match refusal {
-        TakeRefusal::NoCharge => no_charge(),
-        TakeRefusal::AutomaticCapture => error(409, "automatic_capture", &message, None),
-        TakeRefusal::NotAuthorizedYet(_) => error(409, "not_authorized_yet", &message, None),
-        TakeRefusal::InFlight(_) => error(409, "in_flight", &message, None),
-        TakeRefusal::Captured => error(409, "captured", &message, None),
-        TakeRefusal::Ended(_) | TakeRefusal::NoPaymentIntent => error(409, "ended", &message, None),
-        TakeRefusal::TakenBy(_) => error(409, "taken", &message, None),
-        TakeRefusal::OverAuthorized { authorized, .. } => {
-            let mut reply = error(400, "over_authorized", &message, None);
-            reply.body["error"]["authorized"] = json!(authorized);
-            reply
-        }
-    })
-}
-
-/// The same capture (cancel) asked again: the same operation (200, queued again while never
-/// attempted), or a conflict for another body or another caller.
-async fn existing_one(
-    deps: &Checkout,
-    existing: Operation,
-    request: &TakeRequest,
-    caller: &Principal,
-) -> Answer {
-    if !created_by(&existing, caller) || existing.fingerprint != request.fingerprint() {
-        warn!(operation_id = %existing.operation_id, "asked again with another body or by another caller; refused");
-        let what = existing.kind.as_str();
-        return Err(error(
-            409,
-            "take_conflict",
-            &format!("this order already has a {what} with a different amount or reason"),
-            None,
-        ));
-    }
-    let mut body = summary(&existing);
-    if existing.first_attempted_at.is_none() && !existing.status.is_settled() {
-        body["queued"] = Value::Bool(send(deps, &existing).await);
-    }
-    Ok(reply(200, body))
 }
 
 fn summary(op: &Operation) -> Value {

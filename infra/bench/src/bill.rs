@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use stripe_sim::{DeliveryMode, WebhookConfig, DEFAULT_EVENT_SOURCE};
 use testkit::aws::{receive_as_event, sdk_config, unique, wait_until_active};
-use testkit::streams::{lambda_record, read_all};
+use testkit::streams::{lambda_record, pattern_matches, read_all};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter, WireTally};
 use crate::wire::scenarios::{Counts, Stack, StripeCounts};
@@ -228,22 +228,14 @@ pub const FILTER_PATTERNS: [&str; 2] = [
     r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"review_reason":{"S":[{"exists":true}]}}}}"#,
 ];
 
-/// Whether Lambda's event filtering passes `record` to the relay ([`FILTER_PATTERNS`]): an
-/// INSERT or MODIFY whose new image is authorized or settled, or carries a review reason.
-pub fn passes_filter(record: &aws_sdk_dynamodbstreams::types::Record) -> bool {
-    use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType};
-    if !matches!(
-        record.event_name(),
-        Some(OperationType::Insert | OperationType::Modify)
-    ) {
-        return false;
-    }
-    let Some(image) = record.dynamodb().and_then(|d| d.new_image()) else {
-        return false;
-    };
-    let settled = matches!(image.get("status"), Some(AttributeValue::S(s)) if s == "authorized" || s == "succeeded" || s == "failed");
-    let review = matches!(image.get("review_reason"), Some(AttributeValue::S(_)));
-    settled || review
+/// Whether Lambda's event filtering passes `record` (the Lambda event's record) to the relay:
+/// one of [`FILTER_PATTERNS`] matches it, by the matcher the template's own filter is checked
+/// with (`tests/template.rs`).
+pub fn passes_filter(record: &Value) -> bool {
+    FILTER_PATTERNS.iter().any(|p| {
+        let pattern: Value = serde_json::from_str(p).expect("a filter pattern is JSON");
+        pattern_matches(&pattern, record)
+    })
 }
 
 /// A Lambda context with a request id of the real length (lines carry it in their spans).
@@ -603,8 +595,8 @@ impl World {
         self.relayed = all.len();
         let filtered = new
             .iter()
-            .filter(|r| passes_filter(r))
             .map(|r| lambda_record(r, &self.stream_arn))
+            .filter(passes_filter)
             .collect();
         (new.len(), filtered)
     }
@@ -695,10 +687,11 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), S::S((*v).to_owned())))
                 .collect();
-            Record::builder()
+            let record = Record::builder()
                 .event_name(name)
                 .dynamodb(StreamRecord::builder().set_new_image(Some(image)).build())
-                .build()
+                .build();
+            lambda_record(&record, "arn:aws:dynamodb:us-east-1:1:table/t/stream/s")
         };
         assert!(passes_filter(&record(
             OperationType::Modify,

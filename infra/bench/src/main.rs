@@ -198,12 +198,13 @@ fn render(args: &[String]) -> Result<(), Error> {
     Ok(())
 }
 
-/// `bench burst DIR SIMULATE SVG_DIR`.
+/// `bench burst DIR SIMULATE SVG_DIR`: the reference runs, then the grid.
 fn burst(args: &[String]) -> Result<(), Error> {
     let dir = arg(args, 2, "DIR")?;
     let simulate = arg(args, 3, "SIMULATE")?;
     let svg_dir = arg(args, 4, "SVG_DIR")?;
-    bench::burst::run_all(Path::new(&simulate), Path::new(&dir), Path::new(&svg_dir))
+    bench::burst::run_all(Path::new(&simulate), Path::new(&dir), Path::new(&svg_dir))?;
+    bench::grid::run_all(Path::new(&simulate), Path::new(&dir))
 }
 
 /// `bench render-section SECTION DIR FILE.md`.
