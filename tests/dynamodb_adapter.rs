@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use charge_once::ports::{Created, IndexQuery, OperationStore, OutcomeRecord};
+use charge_once::ports::{ChargeClaim, Created, IndexQuery, OperationStore, OutcomeRecord};
 use charge_once::testing;
 use charge_once::OperationStatus;
 use testkit::store_contract::{operation, T0};
@@ -140,7 +140,10 @@ async fn an_unreadable_refund_is_left_out_of_the_order_s_refunds() {
     for id in ["r-a", "r-b"] {
         let current = store.get(&charge.key()).await.unwrap().unwrap();
         let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
     }
     let listed = |ops: Vec<charge_once::Operation>| -> Vec<String> {
         ops.iter().map(|op| op.kind.sort_key()).collect()

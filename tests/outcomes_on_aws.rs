@@ -19,7 +19,7 @@ use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::executor::execute_charge;
-use charge_once::ports::{OperationStore, RefundCreated};
+use charge_once::ports::{ChargeClaim, CreatedBeside, OperationStore};
 use charge_once::refund::{self, RefundRequest};
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
@@ -731,8 +731,13 @@ async fn ask_refund(
         now,
         Duration::from_secs(300),
     );
-    match s.store.create_refund(&op, &reserve).await.unwrap() {
-        RefundCreated::New(op) => Ok(op),
+    match s
+        .store
+        .create_beside(&op, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::New(op) => Ok(op),
         other => Err(format!("{other:?}")),
     }
 }

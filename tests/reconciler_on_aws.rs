@@ -16,7 +16,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::{execute_charge, ReviewClass};
 use charge_once::ports::{
-    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueueDepth, QueuedCharge,
+    ChargeClaim, ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueueDepth,
+    QueuedCharge,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};
@@ -668,7 +669,10 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
     assert_eq!(charge.status, OperationStatus::Succeeded);
 
     let (refund, reserve) = refund_of(&charge, "r-lost", Some(600)).unwrap();
-    s.store.create_refund(&refund, &reserve).await.unwrap();
+    s.store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
     execute_charge(&s.charge_deps(), &refund.key(), &refund.operation_id)
         .await

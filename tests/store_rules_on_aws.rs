@@ -905,7 +905,8 @@ async fn the_taking_s_clauses_are_its_guards() {
 #[tokio::test]
 async fn the_taking_s_changes_are_its_updates() {
     use charge_once::ports::{
-        AuthorizationOutcome, SettleAuthorization, TakeAuthorization, TakeFrom,
+        AuthorizationOutcome, ChargeClaim, CreatedBeside, SettleAuthorization, TakeAuthorization,
+        TakeFrom,
     };
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
     let store = store_on(client.clone()).await;
@@ -928,8 +929,11 @@ async fn the_taking_s_changes_are_its_updates() {
         if !taker.capture {
             op.kind = charge_once::OperationKind::Cancel;
         }
-        let created = store.create_taking(&op, &write).await.unwrap();
-        assert!(matches!(created, charge_once::ports::TakingCreated::New(_)));
+        let created = store
+            .create_beside(&op, ChargeClaim::Take(&write))
+            .await
+            .unwrap();
+        assert!(matches!(created, CreatedBeside::New(_)));
         assert_eq!(
             store.get(&charge.key()).await.unwrap(),
             Some(want),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::outbox::{outcome_of, Outcome};
-use charge_once::ports::{OperationStore, RefundCreated};
+use charge_once::ports::{ChargeClaim, CreatedBeside, OperationStore};
 use charge_once::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
@@ -95,8 +95,12 @@ impl World {
             now,
             Duration::from_secs(300),
         );
-        let created = self.store.create_refund(&op, &reserve).await.unwrap();
-        assert_eq!(created, RefundCreated::New(op.clone()));
+        let created = self
+            .store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+        assert_eq!(created, CreatedBeside::New(op.clone()));
         Ok(op)
     }
 

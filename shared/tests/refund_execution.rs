@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use charge_once::executor::{execute_charge, ChargeDeps, ChargePolicy, Disposition, ReviewClass};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::{OperationStore, RefundCreated};
+use charge_once::ports::{ChargeClaim, CreatedBeside, OperationStore};
 use charge_once::refund::{self, RefundRequest, RefundStatus};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::{
@@ -73,8 +73,12 @@ impl World {
             now,
             Duration::from_secs(300),
         );
-        let created = self.store.create_refund(&op, &reserve).await.unwrap();
-        assert_eq!(created, RefundCreated::New(op.clone()));
+        let created = self
+            .store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+        assert_eq!(created, CreatedBeside::New(op.clone()));
         op
     }
 

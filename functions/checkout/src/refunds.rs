@@ -4,7 +4,7 @@
 //! `refund_id` is the merchant's identity of the refund action: the same id again is the same
 //! refund (same body → the existing operation; another body → 409), two ids are two refunds even
 //! for the same amount. The refund is recorded and its amount reserved on the charge in one
-//! conditional write (`OperationStore::create_refund`), then queued (message version 2); the
+//! conditional write (`OperationStore::create_beside`), then queued (message version 2); the
 //! charge function creates it at Stripe with the key `refund-op:<operation_id>`.
 //!
 //! | answer | when | what changed |
@@ -19,7 +19,7 @@
 //! | GET 200 / 404 | where the refund stands / no such refund of the caller's | nothing |
 //! | 503 | DynamoDB or SQS failed | possibly the refund (then `pending`: the reconciler sends it) |
 
-use charge_once::ports::{QueuedCharge, RefundCreated};
+use charge_once::ports::{ChargeClaim, CreatedBeside, QueuedCharge};
 use charge_once::refund::{self, RefundReason, RefundRefusal, RefundRequest};
 use charge_once::store_rules::Guard;
 use charge_once::{Amount, Operation, OperationKey, OrderId, Principal, RefundId, ValidationError};
@@ -66,13 +66,17 @@ pub(crate) async fn create(
             now,
             deps.pending_grace,
         );
-        match deps.store.create_refund(&op, &reserve).await {
-            Ok(RefundCreated::New(op)) => return queued(deps, op, summary).await,
-            Ok(RefundCreated::Existing(existing)) => {
+        match deps
+            .store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+        {
+            Ok(CreatedBeside::New(op)) => return queued(deps, op, summary).await,
+            Ok(CreatedBeside::Existing(existing)) => {
                 return existing_refund(deps, existing, &request, caller).await
             }
             // The charge moved since it was read: decide again on it as it is now.
-            Ok(RefundCreated::ChargeRefused(Some((_, by)))) => {
+            Ok(CreatedBeside::ChargeRefused(Some((_, by)))) => {
                 info!(
                     refused_by = by.as_str(),
                     "the charge moved since read; deciding again"
@@ -81,7 +85,7 @@ pub(crate) async fn create(
                     return Err(no_charge());
                 }
             }
-            Ok(RefundCreated::ChargeRefused(None)) => return Err(no_charge()),
+            Ok(CreatedBeside::ChargeRefused(None)) => return Err(no_charge()),
             Err(e) => {
                 error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
                 return Err(unavailable(deps, "store"));

@@ -4,7 +4,7 @@
 //! both.
 //!
 //! Each is an operation of its own (kind `capture` / `cancel`, one per order), recorded with its
-//! claim on the order's charge in one conditional write (`OperationStore::create_taking`): the
+//! claim on the order's charge in one conditional write (`OperationStore::create_beside`): the
 //! charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
 //! `capture-op:<operation_id>` / `cancel-op:<operation_id>`, reading the intent first on every
@@ -28,7 +28,7 @@
 
 use charge_once::domain::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_once::operation::Taker;
-use charge_once::ports::TakingCreated;
+use charge_once::ports::{ChargeClaim, CreatedBeside};
 use charge_once::store_rules::Guard;
 use charge_once::take::{self, TakeRefusal, TakeRequest};
 use charge_once::{
@@ -86,20 +86,24 @@ pub(crate) async fn create(
             )
         };
         let op = take::initial(op, &taking);
-        match deps.store.create_taking(&op, &taking.take).await {
-            Ok(TakingCreated::New(op)) if op.status.is_settled() => {
+        match deps
+            .store
+            .create_beside(&op, ChargeClaim::Take(&taking.take))
+            .await
+        {
+            Ok(CreatedBeside::New(op)) if op.status.is_settled() => {
                 info!(status = 200, "canceled before it was sent to Stripe");
                 return Ok(Reply {
                     logged: true,
                     ..reply(200, summary(&op))
                 });
             }
-            Ok(TakingCreated::New(op)) => return queued(deps, op, summary).await,
-            Ok(TakingCreated::Existing(existing)) => {
+            Ok(CreatedBeside::New(op)) => return queued(deps, op, summary).await,
+            Ok(CreatedBeside::Existing(existing)) => {
                 return existing_one(deps, existing, &request, caller).await
             }
             // The charge moved since it was read: decide again on it as it is now.
-            Ok(TakingCreated::ChargeRefused(Some((_, by)))) => {
+            Ok(CreatedBeside::ChargeRefused(Some((_, by)))) => {
                 info!(
                     refused_by = by.as_str(),
                     "the charge moved since read; deciding again"
@@ -108,7 +112,7 @@ pub(crate) async fn create(
                     return Err(no_charge());
                 }
             }
-            Ok(TakingCreated::ChargeRefused(None)) => return Err(no_charge()),
+            Ok(CreatedBeside::ChargeRefused(None)) => return Err(no_charge()),
             Err(e) => {
                 error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
                 return Err(unavailable(deps, "store"));

@@ -366,7 +366,7 @@ mod tests {
 
     use charge_once::executor::{ChargeDeps, ChargePolicy};
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
-    use charge_once::ports::OperationStore;
+    use charge_once::ports::{ChargeClaim, OperationStore};
     use charge_once::refund::{self, RefundRequest, RefundStatus};
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::{self, CreateIn as _};
@@ -639,7 +639,10 @@ mod tests {
         op.status = OperationStatus::Succeeded;
         op.stripe_refund_id = Some(re.clone());
         op.next_due_at = None;
-        f.store.create_refund(&op, &reserve).await.unwrap();
+        f.store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
         f.gateway.insert_refund_as(
             &re,
             FakeRefund {

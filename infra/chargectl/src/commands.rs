@@ -1101,7 +1101,9 @@ mod tests {
 
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, OutcomeRecord};
+    use charge_once::ports::{
+        CancelPaymentIntent, ChargeClaim, CreatePaymentIntent, OutcomeRecord,
+    };
     use charge_once::testing;
     use charge_once::{GatewayError, LeaseToken, ManualClock, PaymentIntent, Review};
 
@@ -1528,7 +1530,10 @@ mod tests {
             T0,
             Duration::from_secs(300),
         );
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
         let args = |json| ShowArgs {
             id: "with-refunds".into(),
             json,

@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{
-    Claim, CreatePaymentIntent, CreateRefund, OperationStore, OutcomeRecord, PaymentGateway,
-    RefundCreated,
+    ChargeClaim, Claim, CreatePaymentIntent, CreateRefund, CreatedBeside, OperationStore,
+    OutcomeRecord, PaymentGateway,
 };
 use charge_once::testing;
 use charge_once::{Clock, LeaseToken, Operation, OperationStatus, Review, SystemClock, Timestamp};
@@ -1563,8 +1563,11 @@ async fn refund(
         now,
         Duration::from_secs(300),
     );
-    let created = store.create_refund(&op, &reservation).await.unwrap();
-    assert!(matches!(created, RefundCreated::New(_)), "{created:?}");
+    let created = store
+        .create_beside(&op, ChargeClaim::Reserve(&reservation))
+        .await
+        .unwrap();
+    assert!(matches!(created, CreatedBeside::New(_)), "{created:?}");
     op
 }
 
@@ -1900,7 +1903,10 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
             Duration::from_secs(300),
         )
     };
-    f.store.create_taking(&capture, &taking.take).await.unwrap();
+    f.store
+        .create_beside(&capture, ChargeClaim::Take(&taking.take))
+        .await
+        .unwrap();
     let (token, _) = claim(&f.store, &capture).await;
     let lost = OutcomeRecord {
         last_error: Some("timeout after 10s waiting for api.stripe.com".into()),

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use charge_once::domain::StripeRefundId;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent,
-    CreateRefund, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page,
-    PaymentGateway, Recorded, RefundCreated, RefundFailedLater, Reschedule, ReserveRefund,
-    ReviewCount, StoreError, TakeAuthorization, TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeClaim, Claim, ClaimRequest,
+    CreatePaymentIntent, CreateRefund, Created, CreatedBeside, IndexQuery, ManualResolution,
+    OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded, RefundFailedLater, Reschedule,
+    ReviewCount, StoreError,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::{
@@ -81,19 +81,12 @@ impl OperationStore for PageWatch {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.inner.create_if_absent(op).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.inner.create_beside(op, claim).await
     }
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await

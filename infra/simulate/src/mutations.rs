@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use charge_once::domain::StripeRefundId;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, Claim, ClaimRequest,
-    CreatePaymentIntent, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundCreated, RefundFailedLater,
-    Reschedule, ReserveRefund, StoreError, TakeAuthorization, TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeClaim, ChargeQueue, Claim, ClaimRequest,
+    CreatePaymentIntent, Created, CreatedBeside, IndexQuery, ManualResolution, OperationStore,
+    OutcomeRecord, Page, PaymentGateway, QueueError, QueuedCharge, Recorded, RefundFailedLater,
+    Reschedule, ReserveRefund, StoreError,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::store_rules::Guard;
@@ -174,19 +174,12 @@ impl OperationStore for EditedPages {
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.inner.create_beside(op, claim).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.inner.get(key).await
@@ -375,7 +368,7 @@ impl RefundStore {
         &self,
         refund: &Operation,
         reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+    ) -> Result<CreatedBeside, StoreError> {
         let same = self
             .inner
             .refunds_of(&refund.order_id)
@@ -383,8 +376,11 @@ impl RefundStore {
             .into_iter()
             .find(|r| r.params.amount() == refund.params.amount());
         match same {
-            Some(existing) => Ok(RefundCreated::Existing(existing)),
-            None => self.inner.create_refund(refund, reserve).await,
+            Some(existing) => Ok(CreatedBeside::Existing(existing)),
+            None => {
+                let claim = ChargeClaim::Reserve(reserve);
+                self.inner.create_beside(refund, claim).await
+            }
         }
     }
 
@@ -415,26 +411,24 @@ impl OperationStore for RefundStore {
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    /// Only a refund's reservation has a bug here; a capture's or cancel's take passes through.
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        let ChargeClaim::Reserve(reserve) = claim else {
+            return self.inner.create_beside(op, claim).await;
+        };
         match &self.bug {
-            RefundStoreBug::DedupByAmount => self.dedup_by_amount(refund, reserve).await,
+            RefundStoreBug::DedupByAmount => self.dedup_by_amount(op, reserve).await,
             RefundStoreBug::LeftFromStripe(_) => {
                 let reserve = self.room_from_stripe(reserve).await?;
-                self.inner.create_refund(refund, &reserve).await
+                let claim = ChargeClaim::Reserve(&reserve);
+                self.inner.create_beside(op, claim).await
             }
-            RefundStoreBug::NoRelease => self.inner.create_refund(refund, reserve).await,
+            RefundStoreBug::NoRelease => self.inner.create_beside(op, claim).await,
         }
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         let mut op = self.inner.get(key).await?;
@@ -685,23 +679,16 @@ impl OperationStore for TakesNotFenced {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.0.create_if_absent(op).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.0.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        match self.0.create_taking(taking, take).await? {
-            TakingCreated::ChargeRefused(Some((_, Guard::NotTaken))) => {
-                Ok(match self.0.create_if_absent(taking).await? {
-                    Created::New(op) => TakingCreated::New(op),
-                    Created::Existing(op) => TakingCreated::Existing(op),
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        match self.0.create_beside(op, claim).await? {
+            CreatedBeside::ChargeRefused(Some((_, Guard::NotTaken))) => {
+                Ok(match self.0.create_if_absent(op).await? {
+                    Created::New(op) => CreatedBeside::New(op),
+                    Created::Existing(op) => CreatedBeside::Existing(op),
                 })
             }
             other => Ok(other),

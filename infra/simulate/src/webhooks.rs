@@ -33,10 +33,9 @@ use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, Claim, ClaimRequest, CreatePaymentIntent, Created,
-    IndexQuery, ManualResolution, OperationStore, OutcomeRecord, Page, PaymentGateway, Recorded,
-    RefundCreated, RefundFailedLater, Reschedule, ReserveRefund, StoreError, TakeAuthorization,
-    TakingCreated,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeClaim, Claim, ClaimRequest,
+    CreatePaymentIntent, Created, CreatedBeside, IndexQuery, ManualResolution, OperationStore,
+    OutcomeRecord, Page, PaymentGateway, Recorded, RefundFailedLater, Reschedule, StoreError,
 };
 use charge_once::refund::StripeRefund;
 use charge_once::webhook::{
@@ -98,21 +97,13 @@ impl OperationStore for CountingStore {
         self.read();
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         self.write();
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.write();
-        self.inner.create_taking(taking, take).await
+        self.inner.create_beside(op, claim).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.read();

@@ -11,9 +11,9 @@ use crate::domain::{OperationId, OrderId};
 use crate::operation::{Operation, OperationKey};
 use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
 use crate::ports::{
-    Claim, ClaimRequest, Created, IndexQuery, ManualResolution, OperationStore, OutcomeRecord,
-    Page, Recorded, RefundCreated, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund,
-    StoreCalls, StoreError, TakeAuthorization, TakingCreated,
+    ChargeClaim, Claim, ClaimRequest, Created, CreatedBeside, IndexQuery, ManualResolution,
+    OperationStore, OutcomeRecord, Page, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+    StoreCalls, StoreError,
 };
 use crate::store_rules::{self, Transition, Written};
 use crate::time::Timestamp;
@@ -206,40 +206,19 @@ impl OperationStore for MemoryStore {
         Ok(Created::New(op.clone()))
     }
 
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         self.calls.write();
         let mut items = self.lock();
-        let key = refund.key();
-        let (created, charge) = store_rules::create_refund(
-            items.get(&key),
-            items.get(&reserve.charge),
-            refund,
-            reserve,
-        );
-        if let Some(charge) = charge {
-            items.insert(key, refund.clone());
-            items.insert(reserve.charge.clone(), charge);
-        }
-        Ok(created)
-    }
-
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let key = taking.key();
+        let key = op.key();
         let (created, charge) =
-            store_rules::create_taking(items.get(&key), items.get(&take.charge), taking, take);
+            store_rules::create_beside(items.get(&key), items.get(claim.charge()), op, &claim);
         if let Some(charge) = charge {
-            items.insert(key, taking.clone());
-            items.insert(take.charge.clone(), charge);
+            items.insert(key, op.clone());
+            items.insert(claim.charge().clone(), charge);
         }
         Ok(created)
     }

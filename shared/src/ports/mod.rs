@@ -44,8 +44,8 @@ pub use queue::{
     QueueError, QueuedCharge,
 };
 pub use store::{
-    AuthorizationOutcome, Claim, ClaimRequest, Created, IndexQuery, ManualResolution,
-    OperationStore, OperatorGuard, OutcomeRecord, Page, Recorded, RefundCreated, RefundFailedLater,
-    ReleaseRefund, Reschedule, ReserveRefund, ReviewCount, SettleAuthorization, StoreCalls,
-    StoreError, TakeAuthorization, TakeFrom, TakingCreated, UnreadableRecord,
+    AuthorizationOutcome, ChargeClaim, Claim, ClaimRequest, Created, CreatedBeside, IndexQuery,
+    ManualResolution, OperationStore, OperatorGuard, OutcomeRecord, Page, Recorded,
+    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, ReviewCount, SettleAuthorization,
+    StoreCalls, StoreError, TakeAuthorization, TakeFrom, UnreadableRecord,
 };

@@ -16,8 +16,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::operation::{AuditEntry, OperationStatus};
 use crate::ports::{
-    AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
-    ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
+    AuthorizationOutcome, ChargeClaim, ClaimRequest, ManualResolution, OutcomeRecord,
+    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
+    TakeAuthorization, TakeFrom,
 };
 use crate::store_rules::{self, Guard, Transition};
 use crate::time::Timestamp;
@@ -434,6 +435,16 @@ impl Update for TakeAuthorization {
             for attr in [DUE_SHARD, DUE_AT, REVIEW_REASON, REVIEW_FLAGGED_AT] {
                 e.remove(attr);
             }
+        }
+    }
+}
+
+/// A claim on the charge beside a new operation: the claim's own update.
+impl Update for ChargeClaim<'_> {
+    fn update(&self, e: &mut Expression) {
+        match self {
+            ChargeClaim::Reserve(reserve) => reserve.update(e),
+            ChargeClaim::Take(take) => take.update(e),
         }
     }
 }
