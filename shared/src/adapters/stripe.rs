@@ -262,15 +262,17 @@ impl StripeGateway {
     }
 
     /// POSTs `form` to `path` under `Idempotency-Key: idempotency_key` through [`Self::send`]
-    /// (every retry sends the same body under the same key): the answer's body and whether Stripe
-    /// says it replayed it.
-    async fn post_form<I, K, V>(
+    /// (every retry sends the same body under the same key) and reads the object Stripe answers
+    /// with `read`, given whether Stripe says it replayed the first answer: every call that makes
+    /// or changes something at Stripe (a create, a capture, a cancel, a refund).
+    async fn post_object<T, I, K, V>(
         &self,
         counter: &AtomicU64,
         path: &str,
         form: I,
         idempotency_key: &str,
-    ) -> Result<(Vec<u8>, bool), GatewayError>
+        read: impl FnOnce(&[u8], bool) -> Result<T, GatewayError>,
+    ) -> Result<T, GatewayError>
     where
         I: IntoIterator,
         I::Item: std::borrow::Borrow<(K, V)>,
@@ -282,18 +284,23 @@ impl StripeGateway {
                 .extend_pairs(form)
                 .finish(),
         );
-        self.send(counter, || {
-            let mut r = self.request(
-                Method::POST,
-                path,
-                Some("application/x-www-form-urlencoded"),
-                form_body.clone(),
-            )?;
-            r.headers_mut()
-                .insert("Idempotency-Key", HeaderValue::from_str(idempotency_key)?);
-            Ok(r)
-        })
-        .await
+        let (body, replayed) = self
+            .send(counter, || {
+                let mut r = self.request(
+                    Method::POST,
+                    path,
+                    Some("application/x-www-form-urlencoded"),
+                    form_body.clone(),
+                )?;
+                r.headers_mut()
+                    .insert("Idempotency-Key", HeaderValue::from_str(idempotency_key)?);
+                Ok(r)
+            })
+            .await?;
+        if replayed {
+            debug!(path, idempotency_key, "idempotent replay");
+        }
+        read(&body, replayed)
     }
 
     /// Sends the request built by `build` (the same request every time), retrying within the bound
@@ -992,19 +999,14 @@ impl PaymentGateway for StripeGateway {
             form.push(("capture_method", "manual".to_owned()));
             form.push(("expand[]", "latest_charge".to_owned()));
         }
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.create,
-                "/v1/payment_intents",
-                form.iter(),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        let pi = parse_payment_intent(&body, replayed)?;
-        if pi.replayed {
-            debug!(payment_intent = %pi.id, "idempotent replay");
-        }
-        Ok(pi)
+        self.post_object(
+            &self.requests.create,
+            "/v1/payment_intents",
+            form.iter(),
+            req.idempotency_key.as_str(),
+            parse_payment_intent,
+        )
+        .await
     }
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
@@ -1042,45 +1044,43 @@ impl PaymentGateway for StripeGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/cancel", req.id);
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.cancel,
-                &path,
-                cancel_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        parse_payment_intent(&body, replayed)
+        self.post_object(
+            &self.requests.cancel,
+            &path,
+            cancel_form(req),
+            req.idempotency_key.as_str(),
+            parse_payment_intent,
+        )
+        .await
     }
 
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/capture", req.id);
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.capture,
-                &path,
-                capture_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        parse_payment_intent(&body, replayed)
+        self.post_object(
+            &self.requests.capture,
+            &path,
+            capture_form(req),
+            req.idempotency_key.as_str(),
+            parse_payment_intent,
+        )
+        .await
     }
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.refund_create,
-                "/v1/refunds",
-                refund_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        let refund = parse_refund(&body)?;
-        if replayed {
-            debug!(refund = %refund.id, "idempotent replay");
-        }
-        Ok(StripeRefund { replayed, ..refund })
+        self.post_object(
+            &self.requests.refund_create,
+            "/v1/refunds",
+            refund_form(req),
+            req.idempotency_key.as_str(),
+            |body, replayed| {
+                Ok(StripeRefund {
+                    replayed,
+                    ..parse_refund(body)?
+                })
+            },
+        )
+        .await
     }
 
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
