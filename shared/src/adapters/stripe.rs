@@ -263,17 +263,17 @@ impl StripeGateway {
 
     /// POSTs `form` to `path` under `Idempotency-Key: idempotency_key` through [`Self::send`]
     /// (every retry sends the same body under the same key) and reads the object Stripe answers
-    /// with `read`, given whether Stripe says it replayed the first answer: every call that makes
-    /// or changes something at Stripe (a create, a capture, a cancel, a refund).
+    /// with: every call that makes or changes something at Stripe (a create, a capture, a cancel,
+    /// a refund). A replayed answer is logged, naming the object.
     async fn post_object<T, I, K, V>(
         &self,
         counter: &AtomicU64,
         path: &str,
         form: I,
         idempotency_key: &str,
-        read: impl FnOnce(&[u8], bool) -> Result<T, GatewayError>,
     ) -> Result<T, GatewayError>
     where
+        T: Posted,
         I: IntoIterator,
         I::Item: std::borrow::Borrow<(K, V)>,
         K: AsRef<str>,
@@ -297,10 +297,11 @@ impl StripeGateway {
                 Ok(r)
             })
             .await?;
+        let object = T::read(&body, replayed)?;
         if replayed {
-            debug!(path, idempotency_key, "idempotent replay");
+            object.log_replay();
         }
-        read(&body, replayed)
+        Ok(object)
     }
 
     /// Sends the request built by `build` (the same request every time), retrying within the bound
@@ -697,6 +698,38 @@ pub fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent
     Ok(pi.into_domain(replayed))
 }
 
+/// What Stripe answers a POST with ([`StripeGateway::post_object`]), read from the body.
+trait Posted: Sized {
+    /// The object in a 2xx body; `replayed`: Stripe says it replayed its first answer.
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError>;
+
+    /// Logs that Stripe replayed it, naming it.
+    fn log_replay(&self);
+}
+
+impl Posted for PaymentIntent {
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError> {
+        parse_payment_intent(body, replayed)
+    }
+
+    fn log_replay(&self) {
+        debug!(payment_intent = %self.id, "idempotent replay");
+    }
+}
+
+impl Posted for StripeRefund {
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError> {
+        Ok(StripeRefund {
+            replayed,
+            ..parse_refund(body)?
+        })
+    }
+
+    fn log_replay(&self) {
+        debug!(refund = %self.id, "idempotent replay");
+    }
+}
+
 /// A 2xx search body: the PaymentIntents found; unreadable is ambiguous.
 pub fn parse_search(body: &[u8]) -> Result<Vec<PaymentIntent>, GatewayError> {
     let found: WireSearch = serde_json::from_slice(body).map_err(|_| {
@@ -1004,7 +1037,6 @@ impl PaymentGateway for StripeGateway {
             "/v1/payment_intents",
             form.iter(),
             req.idempotency_key.as_str(),
-            parse_payment_intent,
         )
         .await
     }
@@ -1049,7 +1081,6 @@ impl PaymentGateway for StripeGateway {
             &path,
             cancel_form(req),
             req.idempotency_key.as_str(),
-            parse_payment_intent,
         )
         .await
     }
@@ -1062,7 +1093,6 @@ impl PaymentGateway for StripeGateway {
             &path,
             capture_form(req),
             req.idempotency_key.as_str(),
-            parse_payment_intent,
         )
         .await
     }
@@ -1073,12 +1103,6 @@ impl PaymentGateway for StripeGateway {
             "/v1/refunds",
             refund_form(req),
             req.idempotency_key.as_str(),
-            |body, replayed| {
-                Ok(StripeRefund {
-                    replayed,
-                    ..parse_refund(body)?
-                })
-            },
         )
         .await
     }
