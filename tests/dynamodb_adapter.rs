@@ -1,13 +1,16 @@
 //! What only the DynamoDB adapter can show: the conflict answer comes back without another read
 //! (ALL_OLD), and the sharded index pages in global due order without scanning settled items.
 
+use charge_core::operation::OperationStatus;
+use charge_core::testing::T0;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use charge_core::operation::OperationStatus;
-use charge_core::store::{Created, OutcomeRecord};
-use charge_core::testing::T0;
+use charge_core::{
+    store::{Created, OutcomeRecord},
+    store_rules::ChargeClaim,
+};
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::testing;
 use testkit::store_contract::operation;
@@ -142,7 +145,10 @@ async fn an_unreadable_refund_is_left_out_of_the_order_s_refunds() {
     for id in ["r-a", "r-b"] {
         let current = store.get(&charge.key()).await.unwrap().unwrap();
         let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
     }
     let listed = |ops: Vec<charge_core::operation::Operation>| -> Vec<String> {
         ops.iter().map(|op| op.kind.sort_key()).collect()

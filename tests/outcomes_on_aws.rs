@@ -16,7 +16,7 @@ use std::time::Duration;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
 use charge_core::refund::{self, RefundRequest};
-use charge_core::store_rules::RefundCreated;
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{operation::OperationStatus, time::Clock as _};
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
@@ -735,8 +735,13 @@ async fn ask_refund(
         now,
         Duration::from_secs(300),
     );
-    match s.store.create_refund(&op, &reserve).await.unwrap() {
-        RefundCreated::New(op) => Ok(op),
+    match s
+        .store
+        .create_beside(&op, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::New(op) => Ok(op),
         other => Err(format!("{other:?}")),
     }
 }

@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::operation::query::QueryInput;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::plan::ReviewClass;
 use charge_core::reconcile_plan::QueueDepth;
+use charge_core::store_rules::ChargeClaim;
 use charge_core::{
     domain::PaymentMethodId,
     operation::{Operation, OperationStatus, Review},
@@ -674,7 +675,10 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
     assert_eq!(charge.status, OperationStatus::Succeeded);
 
     let (refund, reserve) = refund_of(&charge, "r-lost", Some(600)).unwrap();
-    s.store.create_refund(&refund, &reserve).await.unwrap();
+    s.store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
     execute_charge(&s.charge_deps(), &refund.key(), &refund.operation_id)
         .await

@@ -911,8 +911,9 @@ async fn the_taking_s_clauses_are_its_guards() {
 /// with the taker's outcome.
 #[tokio::test]
 async fn the_taking_s_changes_are_its_updates() {
-    use charge_core::store::{
-        AuthorizationOutcome, SettleAuthorization, TakeAuthorization, TakeFrom,
+    use charge_core::{
+        store::{AuthorizationOutcome, SettleAuthorization, TakeAuthorization, TakeFrom},
+        store_rules::{ChargeClaim, CreatedBeside},
     };
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
     let store = store_on(client.clone()).await;
@@ -935,11 +936,11 @@ async fn the_taking_s_changes_are_its_updates() {
         if !taker.capture {
             op.kind = charge_core::domain::OperationKind::Cancel;
         }
-        let created = store.create_taking(&op, &write).await.unwrap();
-        assert!(matches!(
-            created,
-            charge_core::store_rules::TakingCreated::New(_)
-        ));
+        let created = store
+            .create_beside(&op, ChargeClaim::Take(&write))
+            .await
+            .unwrap();
+        assert!(matches!(created, CreatedBeside::New(_)));
         assert_eq!(
             store.get(&charge.key()).await.unwrap(),
             Some(want),

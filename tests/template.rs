@@ -3051,23 +3051,16 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             p("sqs:SendMessage", "ChargeQueue"),
         ])
     );
-    // What the checkout code asks of the store. Of these only create_refund and create_taking
-    // update a record, and each sends its Put and its charge's UpdateItem as one
-    // TransactWriteItems (DynamoStore::put_with_charge); create_if_absent is a plain PutItem.
+    // What the checkout code asks of the store. Of these only create_beside updates a record
+    // (a refund's, a capture's or a cancel's charge), and sends its Put and its charge's
+    // UpdateItem as one TransactWriteItems (DynamoStore::put_with_charge); create_if_absent is a plain PutItem.
     // A new call here (a claim, a record, a resolve: plain UpdateItems) fails this until the
     // role's conditions are looked at again.
     let root = workspace_root();
     assert_eq!(
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
-            [
-                "create_if_absent",
-                "create_refund",
-                "create_taking",
-                "get",
-                "refunds_of"
-            ]
-            .map(str::to_owned)
+            ["create_beside", "create_if_absent", "get", "refunds_of"].map(str::to_owned)
         )
     );
     let charge = charge_core::operation::OperationKey::charge(

@@ -169,7 +169,7 @@ pub struct ManualResolution {
 }
 
 /// A refund's amount taken from what is left of its order's charge: written in the same
-/// conditional write that creates the refund (`OperationStore::create_refund`), so two refunds
+/// conditional write that creates the refund (`OperationStore::create_beside`), so two refunds
 /// accepted at once can never together exceed the charge. Guarded by
 /// [`crate::store_rules`]: the charge read is the one written to, still succeeded, and its
 /// reservations leave room for this one.
@@ -228,7 +228,7 @@ pub enum TakeFrom {
 }
 
 /// A capture's or a cancel's claim on its order's charge, written in the same conditional write
-/// that creates the capture or cancel operation (`OperationStore::create_taking`): the charge
+/// that creates the capture or cancel operation (`OperationStore::create_beside`): the charge
 /// names its taker, so a capture and a cancel asked at once can never both be accepted — the
 /// store decides, not timing. Guarded by [`crate::store_rules`]: the charge read is the one
 /// written to, no one took it before, and it is where `from` says.

@@ -19,7 +19,7 @@
 
 use crate::domain::OperationId;
 use crate::domain::OperationKind;
-use crate::operation::{LeaseToken, Operation, OperationStatus};
+use crate::operation::{LeaseToken, Operation, OperationKey, OperationStatus};
 use crate::store::{
     AuthorizationOutcome, Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded,
     RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
@@ -294,19 +294,6 @@ impl Transition for ReleaseRefund {
 pub const RELEASE_REFUSED: &str =
     "a refund's reservation cannot go back to its charge: the charge is missing or holds less than the refund reserved";
 
-/// Result of `OperationStore::create_refund`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RefundCreated {
-    /// The refund was written and its amount reserved on the charge.
-    New(Operation),
-    /// A refund with the same merchant refund id already existed; this is it, unchanged. Nothing
-    /// was reserved.
-    Existing(Operation),
-    /// The charge refused the reservation (its record as it is now, and why): it moved since it
-    /// was read (another refund reserved meanwhile) or there is no room. Nothing was written.
-    ChargeRefused(Option<(Operation, Guard)>),
-}
-
 /// How a late failure's `last_error` begins, Stripe's `failure_reason` after it: the record
 /// itself says it failed after succeeding ([`failed_later_reason`]), so the outbox can say so
 /// from the stream's image alone, on every replay.
@@ -337,32 +324,6 @@ impl Transition for RefundFailedLater {
         op.status = OperationStatus::Failed;
         op.last_error = Some(format!("{FAILED_LATER_PREFIX}{}", self.failure_reason));
         op.updated_at = self.now;
-    }
-}
-
-/// A refund's create with its reservation, as one write over both records, all or nothing: a
-/// refund with the same key already there is the answer (nothing reserved: the same refund asked
-/// again); else the charge's guards decide ([`ReserveRefund`]). `existing` and `charge` are the
-/// records at the two keys as the write finds them; the charge after the write comes back with
-/// the answer, for a store to keep.
-pub fn create_refund(
-    existing: Option<&Operation>,
-    charge: Option<&Operation>,
-    refund: &Operation,
-    reserve: &ReserveRefund,
-) -> (RefundCreated, Option<Operation>) {
-    if let Some(existing) = existing {
-        return (RefundCreated::Existing(existing.clone()), None);
-    }
-    let Some(charge) = charge else {
-        return (RefundCreated::ChargeRefused(None), None);
-    };
-    match apply(charge, reserve) {
-        Ok(next) => (RefundCreated::New(refund.clone()), Some(next)),
-        Err(by) => (
-            RefundCreated::ChargeRefused(Some((charge.clone(), by))),
-            None,
-        ),
     }
 }
 
@@ -487,37 +448,91 @@ pub const AUTHORIZATION_REFUSED: &str =
 pub const RELEASE_AND_AUTHORIZATION: &str =
     "an outcome gives a refund's reservation back or ends an authorization, never both";
 
-/// Result of `OperationStore::create_taking`.
+/// What a new operation claims on its order's charge in the write that creates it: a refund
+/// reserves its amount ([`ReserveRefund`]), a capture or cancel takes the authorization
+/// ([`TakeAuthorization`]). The charge's guards and change are the claim's own; the write around
+/// them is one ([`create_beside`], `OperationStore::create_beside`): the new record and the
+/// charge's change, all or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChargeClaim<'a> {
+    Reserve(&'a ReserveRefund),
+    Take(&'a TakeAuthorization),
+}
+
+impl ChargeClaim<'_> {
+    /// The order's charge the claim is on.
+    pub fn charge(&self) -> &OperationKey {
+        match self {
+            ChargeClaim::Reserve(reserve) => &reserve.charge,
+            ChargeClaim::Take(take) => &take.charge,
+        }
+    }
+
+    /// Why the charge refused the claim: the first of its guards that fails of `charge` as read
+    /// after the refusal. One read after may pass them all (another writer moved the charge in
+    /// between); it is then named by the guard two claims race for, the answer that makes no
+    /// call to Stripe: the room left (a refund), or the taker (a capture or cancel).
+    pub fn refused_by(&self, charge: &Operation) -> Guard {
+        check(charge, &self.guards()).err().unwrap_or(match self {
+            ChargeClaim::Reserve(reserve) => Guard::ReservedAtMost(reserve.max_reserved_before()),
+            ChargeClaim::Take(_) => Guard::NotTaken,
+        })
+    }
+}
+
+impl Transition for ChargeClaim<'_> {
+    fn guards(&self) -> Vec<Guard> {
+        match self {
+            ChargeClaim::Reserve(reserve) => reserve.guards(),
+            ChargeClaim::Take(take) => take.guards(),
+        }
+    }
+
+    fn change(&self, op: &mut Operation) {
+        match self {
+            ChargeClaim::Reserve(reserve) => reserve.change(op),
+            ChargeClaim::Take(take) => take.change(op),
+        }
+    }
+}
+
+/// Result of `OperationStore::create_beside`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TakingCreated {
-    /// The capture or cancel was written and took the charge.
+pub enum CreatedBeside {
+    /// The operation was written and its claim on the charge made (a refund's amount reserved,
+    /// a capture or cancel named as the charge's taker).
     New(Operation),
-    /// One of the same kind already existed for the order; this is it, unchanged.
+    /// An operation with the same key already existed (the same refund id, or a capture or
+    /// cancel of the order already asked); this is it, unchanged. Nothing was claimed.
     Existing(Operation),
-    /// The charge refused (its record as it is now, and why): another took it, it moved on
-    /// since it was read, or it is gone. Nothing was written.
+    /// The charge refused the claim (its record as it is now, and why): it moved since it was
+    /// read (another refund reserved, another capture or cancel took it), there is no room, or
+    /// it is gone (`None`). Nothing was written.
     ChargeRefused(Option<(Operation, Guard)>),
 }
 
-/// A capture's or cancel's create with its claim on the charge, as one write over both records,
-/// all or nothing: one of the same kind already there is the answer; else the charge's guards
-/// decide ([`TakeAuthorization`]). The charge after the write comes back with the answer.
-pub fn create_taking(
+/// A new operation's create with its claim on its order's charge, as one write over both
+/// records, all or nothing: one with the same key already there is the answer (nothing claimed:
+/// the same operation asked again); else the charge's guards decide (`claim`'s: a
+/// [`ReserveRefund`], a [`TakeAuthorization`], or the [`ChargeClaim`] holding one). `existing`
+/// and `charge` are the records at the two keys as the write finds them; the charge after the
+/// write comes back with the answer, for a store to keep.
+pub fn create_beside(
     existing: Option<&Operation>,
     charge: Option<&Operation>,
-    taking: &Operation,
-    take: &TakeAuthorization,
-) -> (TakingCreated, Option<Operation>) {
+    op: &Operation,
+    claim: &impl Transition,
+) -> (CreatedBeside, Option<Operation>) {
     if let Some(existing) = existing {
-        return (TakingCreated::Existing(existing.clone()), None);
+        return (CreatedBeside::Existing(existing.clone()), None);
     }
     let Some(charge) = charge else {
-        return (TakingCreated::ChargeRefused(None), None);
+        return (CreatedBeside::ChargeRefused(None), None);
     };
-    match apply(charge, take) {
-        Ok(next) => (TakingCreated::New(taking.clone()), Some(next)),
+    match apply(charge, claim) {
+        Ok(next) => (CreatedBeside::New(op.clone()), Some(next)),
         Err(by) => (
-            TakingCreated::ChargeRefused(Some((charge.clone(), by))),
+            CreatedBeside::ChargeRefused(Some((charge.clone(), by))),
             None,
         ),
     }
@@ -967,6 +982,87 @@ mod tests {
                 &settle(&lapsed, capture, AuthorizationOutcome::Captured(amount))
             ),
             Err(Guard::AuthorizedOr(OperationStatus::Succeeded))
+        );
+    }
+
+    /// A capture is created beside its charge by the one write a refund is: the charge taken in
+    /// the same answer; asked again, the capture there is the answer and the charge untouched;
+    /// the cancel after it refused by `not_taken`, with the charge as found; no charge, no record.
+    #[test]
+    fn a_capture_is_created_beside_its_charge_once() {
+        let charge = authorized();
+        let capture = taker(true);
+        let take_it = take(&charge, capture, TakeFrom::Authorized);
+        let op = Operation {
+            kind: OperationKind::Capture,
+            ..testing::order("ord-take").build()
+        };
+        let claim = ChargeClaim::Take(&take_it);
+        assert_eq!(claim.charge(), &charge.key());
+        let (created, taken) = create_beside(None, Some(&charge), &op, &claim);
+        assert_eq!(created, CreatedBeside::New(op.clone()));
+        let taken = taken.expect("the charge as written");
+        assert_eq!(taken.taken_by, Some(capture));
+        assert_eq!(
+            create_beside(Some(&op), Some(&taken), &op, &claim),
+            (CreatedBeside::Existing(op.clone()), None)
+        );
+        let cancel = take(&charge, taker(false), TakeFrom::Authorized);
+        assert_eq!(
+            create_beside(None, Some(&taken), &op, &ChargeClaim::Take(&cancel)),
+            (
+                CreatedBeside::ChargeRefused(Some((taken.clone(), Guard::NotTaken))),
+                None
+            )
+        );
+        assert_eq!(
+            create_beside(None, None, &op, &claim),
+            (CreatedBeside::ChargeRefused(None), None)
+        );
+    }
+
+    /// A refusal is named by the first guard that fails of the charge read after it; a charge
+    /// read after that passes them all (another writer moved it in between) is named by the
+    /// guard two claims race for: the room left for a refund, the taker for a capture or cancel.
+    #[test]
+    fn a_refusal_the_charge_read_after_does_not_explain_is_the_race_s_guard() {
+        let charge = authorized();
+        let take_it = take(&charge, taker(false), TakeFrom::Authorized);
+        let pending = Operation {
+            status: OperationStatus::Pending,
+            ..charge.clone()
+        };
+        assert_eq!(
+            ChargeClaim::Take(&take_it).refused_by(&pending),
+            Guard::StatusIs(OperationStatus::Authorized)
+        );
+        assert_eq!(
+            ChargeClaim::Take(&take_it).refused_by(&charge),
+            Guard::NotTaken
+        );
+        let mut succeeded = testing::order("ord-refund")
+            .status(OperationStatus::Succeeded)
+            .build();
+        let reserve = ReserveRefund {
+            charge: succeeded.key(),
+            charge_operation_id: succeeded.operation_id,
+            amount: crate::domain::Amount::new(300).unwrap(),
+            charged: succeeded.params.amount(),
+            now: T0,
+        };
+        let max = reserve.max_reserved_before();
+        assert_eq!(
+            ChargeClaim::Reserve(&reserve).refused_by(&succeeded),
+            Guard::ReservedAtMost(max)
+        );
+        succeeded.refund_reserved = max + 1;
+        assert_eq!(
+            ChargeClaim::Reserve(&reserve).refused_by(&succeeded),
+            Guard::ReservedAtMost(max)
+        );
+        assert_eq!(
+            ChargeClaim::Reserve(&reserve).refused_by(&pending),
+            Guard::IsOperation(reserve.charge_operation_id)
         );
     }
 

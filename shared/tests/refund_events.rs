@@ -11,7 +11,7 @@ use charge_core::charge::event_plan::{EventMismatch, Ignored};
 use charge_core::outbox::{outcome_of, Outcome};
 use charge_core::plan::Policy;
 use charge_core::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
-use charge_core::store_rules::RefundCreated;
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{Amount, Principal, RefundId},
     operation::{Operation, OperationStatus},
@@ -99,8 +99,12 @@ impl World {
             now,
             Duration::from_secs(300),
         );
-        let created = self.store.create_refund(&op, &reserve).await.unwrap();
-        assert_eq!(created, RefundCreated::New(op.clone()));
+        let created = self
+            .store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+        assert_eq!(created, CreatedBeside::New(op.clone()));
         Ok(op)
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use charge_core::plan::{Disposition, Policy, ReviewClass};
 use charge_core::refund::{self, RefundRequest, RefundStatus};
-use charge_core::store_rules::RefundCreated;
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{Amount, Principal, RefundId},
     operation::{Operation, OperationStatus},
@@ -77,8 +77,12 @@ impl World {
             now,
             Duration::from_secs(300),
         );
-        let created = self.store.create_refund(&op, &reserve).await.unwrap();
-        assert_eq!(created, RefundCreated::New(op.clone()));
+        let created = self
+            .store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+        assert_eq!(created, CreatedBeside::New(op.clone()));
         op
     }
 

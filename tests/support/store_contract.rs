@@ -1,6 +1,14 @@
 //! The `OperationStore` contract: every condition the charge core relies on, races included.
 //! Each case takes a fresh, empty store and uses order ids unique to the case.
 
+use charge_core::domain::{OperationId, OperationKind};
+use charge_core::operation::{Lease, Review};
+use charge_core::operation::{LeaseToken, Operation, OperationStatus, Params};
+use charge_core::refund::{self, RefundRefusal, RefundRequest};
+use charge_core::store_rules;
+use charge_core::store_rules::Guard;
+use charge_core::testing::{claim_request, GRACE, LEASE, T0};
+use charge_core::time::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,22 +19,14 @@ use charge_core::domain::{
 };
 use charge_core::operation::AuditEntry;
 use charge_core::operation::Taker;
-use charge_core::refund::{self, RefundRefusal, RefundRequest};
 use charge_core::store::OperatorGuard;
-use charge_core::store_rules::{self, Guard};
-use charge_core::testing::{claim_request, GRACE, LEASE, T0};
-use charge_core::{
-    domain::{OperationId, OperationKind},
-    operation::{Lease, LeaseToken, Operation, OperationStatus, Params, Review},
-    time::Timestamp,
-};
 use charge_core::{
     store::{
         AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord,
         Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
         TakeAuthorization, TakeFrom,
     },
-    store_rules::{RefundCreated, TakingCreated},
+    store_rules::{ChargeClaim, CreatedBeside},
 };
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::testing::claim;
@@ -714,7 +714,10 @@ pub async fn one_order_s_operations_due_at_once_are_each_listed_once_by_pages(
     for id in ["r-a", "r-b", "r-c"] {
         let now = store.get(&charge.key()).await.unwrap().unwrap();
         let (refund, reserve) = refund_of(&now, id, Some(100)).unwrap();
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
         want.push(refund.operation_id);
     }
     let mut seen = Vec::new();
@@ -755,8 +758,11 @@ pub async fn a_refund_reserves_its_amount_on_the_charge_in_the_same_write(
     let charge = succeeded_charge(&store, "contract-refund", 1000).await;
     let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
     assert_eq!(
-        store.create_refund(&refund, &reserve).await.unwrap(),
-        RefundCreated::New(refund.clone())
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::New(refund.clone())
     );
     assert_eq!(
         store.get(&refund.key()).await.unwrap(),
@@ -773,8 +779,11 @@ pub async fn a_refund_reserves_its_amount_on_the_charge_in_the_same_write(
     let (rest, reserve) = refund_of(&after, "r-2", None).unwrap();
     assert_eq!(rest.params.amount().minor_units(), 600);
     assert!(matches!(
-        store.create_refund(&rest, &reserve).await.unwrap(),
-        RefundCreated::New(_)
+        store
+            .create_beside(&rest, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
     ));
     assert_eq!(reserved(&store, &charge).await, 1000);
 }
@@ -784,13 +793,19 @@ pub async fn a_refund_asked_again_is_the_existing_one_and_reserves_nothing(
 ) {
     let charge = succeeded_charge(&store, "contract-refund-again", 1000).await;
     let (first, reserve) = refund_of(&charge, "r-1", Some(300)).unwrap();
-    store.create_refund(&first, &reserve).await.unwrap();
+    store
+        .create_beside(&first, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     // The same refund id again, from a read before the first (its own fresh operation id).
     let (again, reserve) = refund_of(&charge, "r-1", Some(300)).unwrap();
     assert_ne!(again.operation_id, first.operation_id);
     assert_eq!(
-        store.create_refund(&again, &reserve).await.unwrap(),
-        RefundCreated::Existing(first.clone())
+        store
+            .create_beside(&again, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::Existing(first.clone())
     );
     assert_eq!(reserved(&store, &charge).await, 300, "reserved once");
 }
@@ -800,11 +815,18 @@ pub async fn a_refund_over_what_is_left_writes_nothing_and_its_twin_fits(
 ) {
     let charge = succeeded_charge(&store, "contract-refund-over", 1000).await;
     let (first, reserve) = refund_of(&charge, "r-1", Some(700)).unwrap();
-    store.create_refund(&first, &reserve).await.unwrap();
+    store
+        .create_beside(&first, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     // Decided from the stale read (1000 left), 400 more no longer fits: 700 + 400 > 1000.
     let (over, reserve) = refund_of(&charge, "r-2", Some(400)).unwrap();
-    match store.create_refund(&over, &reserve).await.unwrap() {
-        RefundCreated::ChargeRefused(Some((current, by))) => {
+    match store
+        .create_beside(&over, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::ChargeRefused(Some((current, by))) => {
             assert_eq!(current.refund_reserved, 700);
             assert_eq!(by, Guard::ReservedAtMost(600));
         }
@@ -819,8 +841,11 @@ pub async fn a_refund_over_what_is_left_writes_nothing_and_its_twin_fits(
     // The twin: 300, what is left, fits from the same stale read.
     let (fits, reserve) = refund_of(&charge, "r-3", Some(300)).unwrap();
     assert!(matches!(
-        store.create_refund(&fits, &reserve).await.unwrap(),
-        RefundCreated::New(_)
+        store
+            .create_beside(&fits, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
     ));
     assert_eq!(reserved(&store, &charge).await, 1000);
 }
@@ -836,8 +861,12 @@ pub async fn a_refund_of_a_charge_no_longer_as_read_writes_nothing(store: Arc<dy
         charge_operation_id: other.operation_id,
         ..elsewhere
     };
-    match store.create_refund(&refund, &crossed).await.unwrap() {
-        RefundCreated::ChargeRefused(Some((_, Guard::IsOperation(_)))) => {}
+    match store
+        .create_beside(&refund, ChargeClaim::Reserve(&crossed))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::ChargeRefused(Some((_, Guard::IsOperation(_)))) => {}
         got => panic!("expected is_operation, got {got:?}"),
     }
     assert_eq!(store.get(&refund.key()).await.unwrap(), None);
@@ -849,14 +878,20 @@ pub async fn a_refund_of_a_charge_no_longer_as_read_writes_nothing(store: Arc<dy
         ..reserve.clone()
     };
     assert_eq!(
-        store.create_refund(&refund, &missing).await.unwrap(),
-        RefundCreated::ChargeRefused(None)
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&missing))
+            .await
+            .unwrap(),
+        CreatedBeside::ChargeRefused(None)
     );
     assert_eq!(store.get(&refund.key()).await.unwrap(), None);
     // The twin: the reservation as read.
     assert!(matches!(
-        store.create_refund(&refund, &reserve).await.unwrap(),
-        RefundCreated::New(_)
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
     ));
 }
 
@@ -867,14 +902,17 @@ pub async fn concurrent_refunds_never_reserve_more_than_the_charge(store: Arc<dy
         let store = store.clone();
         let (refund, reserve) = refund_of(&charge, &format!("r-{i}"), Some(300)).unwrap();
         tasks.push(tokio::spawn(async move {
-            store.create_refund(&refund, &reserve).await.unwrap()
+            store
+                .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+                .await
+                .unwrap()
         }));
     }
     let (mut new, mut refused) = (0, 0);
     for t in tasks {
         match t.await.unwrap() {
-            RefundCreated::New(_) => new += 1,
-            RefundCreated::ChargeRefused(Some(_)) => refused += 1,
+            CreatedBeside::New(_) => new += 1,
+            CreatedBeside::ChargeRefused(Some(_)) => refused += 1,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -894,7 +932,10 @@ async fn claimed_refund(
 ) -> (Operation, Operation) {
     let charge = succeeded_charge(store, order, 1000).await;
     let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
-    store.create_refund(&refund, &reserve).await.unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     let now = T0.plus(LEASE).plus(LEASE);
     let Claim::Claimed(claimed) = store
         .claim(&claim_request(&refund, token, now))
@@ -1035,7 +1076,10 @@ pub async fn refunds_of_lists_an_order_s_refunds_by_refund_id(store: Arc<dyn Ope
     for (c, id) in [(&charge, "r-b"), (&charge, "r-a"), (&other, "r-c")] {
         let current = store.get(&c.key()).await.unwrap().unwrap();
         let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
     }
     let listed: Vec<String> = store
         .refunds_of(&charge.order_id)
@@ -1078,7 +1122,10 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
 ) {
     let charge = succeeded_charge(&store, "contract-refund-resolve", 1000).await;
     let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
-    store.create_refund(&refund, &reserve).await.unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     // An operator finds the unsettled refund by its operation id, as a charge.
     assert_eq!(
         store
@@ -1119,7 +1166,10 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
     // The twin: a refund resolved succeeded keeps its reservation.
     let current = store.get(&charge.key()).await.unwrap().unwrap();
     let (kept, reserve) = refund_of(&current, "r-2", Some(300)).unwrap();
-    store.create_refund(&kept, &reserve).await.unwrap();
+    store
+        .create_beside(&kept, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     let req = refund_resolution(&kept, OperationStatus::Succeeded, false);
     let Recorded::Written(written) = store.resolve(&req).await.unwrap() else {
         panic!("the operator's resolution is written");
@@ -1213,8 +1263,11 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
     let charge = authorized_charge(&store, "contract-take", 1000).await;
     let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
     assert_eq!(
-        store.create_taking(&capture, &take).await.unwrap(),
-        TakingCreated::New(capture.clone())
+        store
+            .create_beside(&capture, ChargeClaim::Take(&take))
+            .await
+            .unwrap(),
+        CreatedBeside::New(capture.clone())
     );
     assert_eq!(stored(&store, &capture).await, Some(capture.clone()));
     let taken = stored(&store, &charge).await.unwrap();
@@ -1227,14 +1280,21 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
     // The same capture asked again (its own fresh operation id): the first, the charge as it was.
     let (again, take_again) = taking_of(&charge, true, TakeFrom::Authorized);
     assert_eq!(
-        store.create_taking(&again, &take_again).await.unwrap(),
-        TakingCreated::Existing(capture.clone())
+        store
+            .create_beside(&again, ChargeClaim::Take(&take_again))
+            .await
+            .unwrap(),
+        CreatedBeside::Existing(capture.clone())
     );
     assert_eq!(stored(&store, &charge).await, Some(taken.clone()));
     // The cancel, decided from the same read: the charge refuses it, nothing is written.
     let (cancel, take_cancel) = taking_of(&charge, false, TakeFrom::Authorized);
-    match store.create_taking(&cancel, &take_cancel).await.unwrap() {
-        TakingCreated::ChargeRefused(Some((current, Guard::NotTaken))) => {
+    match store
+        .create_beside(&cancel, ChargeClaim::Take(&take_cancel))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::ChargeRefused(Some((current, Guard::NotTaken))) => {
             assert_eq!(current, taken)
         }
         other => panic!("expected not_taken, got {other:?}"),
@@ -1245,8 +1305,11 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
     let other = authorized_charge(&store, "contract-take-cancel", 1000).await;
     let (cancel, take_cancel) = taking_of(&other, false, TakeFrom::Authorized);
     assert_eq!(
-        store.create_taking(&cancel, &take_cancel).await.unwrap(),
-        TakingCreated::New(cancel.clone())
+        store
+            .create_beside(&cancel, ChargeClaim::Take(&take_cancel))
+            .await
+            .unwrap(),
+        CreatedBeside::New(cancel.clone())
     );
     let missing = TakeAuthorization {
         charge: charge_core::operation::OperationKey::charge(
@@ -1256,8 +1319,11 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
     };
     let (lost, _) = taking_of(&charge, false, TakeFrom::Authorized);
     assert_eq!(
-        store.create_taking(&lost, &missing).await.unwrap(),
-        TakingCreated::ChargeRefused(None)
+        store
+            .create_beside(&lost, ChargeClaim::Take(&missing))
+            .await
+            .unwrap(),
+        CreatedBeside::ChargeRefused(None)
     );
 }
 
@@ -1268,8 +1334,11 @@ pub async fn a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it(
     store.create_if_absent(&pending).await.unwrap();
     let (cancel, take) = taking_of(&pending, false, TakeFrom::NeverSent);
     assert_eq!(
-        store.create_taking(&cancel, &take).await.unwrap(),
-        TakingCreated::New(cancel.clone())
+        store
+            .create_beside(&cancel, ChargeClaim::Take(&take))
+            .await
+            .unwrap(),
+        CreatedBeside::New(cancel.clone())
     );
     let stopped = stored(&store, &pending).await.unwrap();
     assert_eq!(stopped.status, OperationStatus::Failed);
@@ -1303,8 +1372,12 @@ pub async fn a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it(
         panic!("claimed");
     };
     let (cancel, take) = taking_of(&sent, false, TakeFrom::NeverSent);
-    match store.create_taking(&cancel, &take).await.unwrap() {
-        TakingCreated::ChargeRefused(Some((current, Guard::NeverAttempted))) => {
+    match store
+        .create_beside(&cancel, ChargeClaim::Take(&take))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::ChargeRefused(Some((current, Guard::NeverAttempted))) => {
             assert_eq!(current, claimed)
         }
         other => panic!("expected never_attempted, got {other:?}"),
@@ -1376,7 +1449,10 @@ pub async fn a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_writ
     for (i, (capture, status, outcome)) in cases.into_iter().enumerate() {
         let charge = authorized_charge(&store, &format!("contract-end-{i}"), 1000).await;
         let (taking, take) = taking_of(&charge, capture, TakeFrom::Authorized);
-        store.create_taking(&taking, &take).await.unwrap();
+        store
+            .create_beside(&taking, ChargeClaim::Take(&take))
+            .await
+            .unwrap();
         let token = LeaseToken::new_random();
         claimed_taking(&store, &taking, token).await;
         let rec = taking_outcome(&taking, token, status, outcome);
@@ -1421,7 +1497,10 @@ pub async fn a_refused_authorization_end_leaves_both_records_unchanged(
 ) {
     let charge = authorized_charge(&store, "contract-end-refused", 1000).await;
     let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
-    store.create_taking(&capture, &take).await.unwrap();
+    store
+        .create_beside(&capture, ChargeClaim::Take(&take))
+        .await
+        .unwrap();
     let token = LeaseToken::new_random();
     let claimed = claimed_taking(&store, &capture, token).await;
     let taken = stored(&store, &charge).await.unwrap();
@@ -1631,7 +1710,10 @@ pub async fn settled_between_lists_what_settled_in_the_window_once_by_pages(
     cancel.status = OperationStatus::Succeeded;
     cancel.next_due_at = None;
     cancel.settled_at = Some(take.now);
-    store.create_taking(&cancel, &take).await.unwrap();
+    store
+        .create_beside(&cancel, ChargeClaim::Take(&take))
+        .await
+        .unwrap();
     assert_eq!(
         stored(&store, &pending).await.unwrap().settled_at,
         Some(take.now)
@@ -1639,7 +1721,10 @@ pub async fn settled_between_lists_what_settled_in_the_window_once_by_pages(
     // A capture's outcome ends its charge's authorization: both settle at the same millisecond.
     let charge = authorized_charge(&store, "contract-settled-g", 1000).await;
     let (capture, take) = taking_of(&charge, true, TakeFrom::Authorized);
-    store.create_taking(&capture, &take).await.unwrap();
+    store
+        .create_beside(&capture, ChargeClaim::Take(&take))
+        .await
+        .unwrap();
     let token = LeaseToken::new_random();
     claimed_taking(&store, &capture, token).await;
     let captured = charge_core::domain::Amount::new(1000).unwrap();

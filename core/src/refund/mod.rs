@@ -385,26 +385,26 @@ mod tests {
             std::time::Duration::from_secs(300),
         );
         let (created, after) =
-            crate::store_rules::create_refund(None, Some(&read), &refund, &reserve_it);
+            crate::store_rules::create_beside(None, Some(&read), &refund, &reserve_it);
         assert_eq!(
             created,
-            crate::store_rules::RefundCreated::New(refund.clone())
+            crate::store_rules::CreatedBeside::New(refund.clone())
         );
         let after = after.expect("the charge as written");
         assert_eq!(after.refund_reserved, 700);
         // The same request again: the refund there is the answer, whatever the charge says now.
         assert_eq!(
-            crate::store_rules::create_refund(Some(&refund), Some(&after), &refund, &reserve_it),
+            crate::store_rules::create_beside(Some(&refund), Some(&after), &refund, &reserve_it),
             (
-                crate::store_rules::RefundCreated::Existing(refund.clone()),
+                crate::store_rules::CreatedBeside::Existing(refund.clone()),
                 None
             )
         );
         // Another refund id for 700 more: the charge refuses it.
         assert!(matches!(
-            crate::store_rules::create_refund(None, Some(&after), &refund, &reserve_it),
+            crate::store_rules::create_beside(None, Some(&after), &refund, &reserve_it),
             (
-                crate::store_rules::RefundCreated::ChargeRefused(Some((
+                crate::store_rules::CreatedBeside::ChargeRefused(Some((
                     _,
                     Guard::ReservedAtMost(300)
                 ))),
@@ -412,8 +412,8 @@ mod tests {
             )
         ));
         assert_eq!(
-            crate::store_rules::create_refund(None, None, &refund, &reserve_it),
-            (crate::store_rules::RefundCreated::ChargeRefused(None), None)
+            crate::store_rules::create_beside(None, None, &refund, &reserve_it),
+            (crate::store_rules::CreatedBeside::ChargeRefused(None), None)
         );
     }
 

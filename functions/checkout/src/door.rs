@@ -14,13 +14,13 @@ use aws_lambda_events::apigw::ApiGatewayV2httpResponse;
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use charge_core::store_rules::Guard;
-use charge_core::store_rules::{RefundCreated, TakingCreated};
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{Fingerprint, Principal, ValidationError},
     operation::{Operation, OperationKey},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::{ChargeQueue, MetricsSink, OperationStore, QueuedCharge, StoreError};
+use charge_once::ports::{ChargeQueue, MetricsSink, OperationStore, QueuedCharge};
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn};
 
@@ -183,13 +183,8 @@ pub(crate) trait Beside {
         caller: &Principal,
         now: Timestamp,
     ) -> Result<(Operation, Self::OnCharge), Self::Refusal>;
-    /// The one write of `op` and `on_charge`.
-    async fn write(
-        &self,
-        deps: &Checkout,
-        op: &Operation,
-        on_charge: &Self::OnCharge,
-    ) -> Result<Written, StoreError>;
+    /// What the one write of the operation claims on the charge.
+    fn claim(on_charge: &Self::OnCharge) -> ChargeClaim<'_>;
     /// Whether the charge refusing the write by `guard` means it moved since it was read (so the
     /// door decides again), rather than that it is not this caller's charge any more.
     fn moved(guard: &Guard) -> bool;
@@ -199,37 +194,6 @@ pub(crate) trait Beside {
     fn conflict(existing: &Operation) -> Reply;
     /// How the door shows one of its operations.
     fn summary(op: &Operation) -> Value;
-}
-
-/// What a door's write did.
-#[derive(Debug)]
-pub(crate) enum Written {
-    /// Both records written.
-    New(Operation),
-    /// The same request's operation was already there; nothing written.
-    Existing(Operation),
-    /// The charge refused (the guard that did, when it is there); nothing written.
-    ChargeRefused(Option<Guard>),
-}
-
-impl From<RefundCreated> for Written {
-    fn from(created: RefundCreated) -> Self {
-        match created {
-            RefundCreated::New(op) => Self::New(op),
-            RefundCreated::Existing(op) => Self::Existing(op),
-            RefundCreated::ChargeRefused(why) => Self::ChargeRefused(why.map(|(_, by)| by)),
-        }
-    }
-}
-
-impl From<TakingCreated> for Written {
-    fn from(created: TakingCreated) -> Self {
-        match created {
-            TakingCreated::New(op) => Self::New(op),
-            TakingCreated::Existing(op) => Self::Existing(op),
-            TakingCreated::ChargeRefused(why) => Self::ChargeRefused(why.map(|(_, by)| by)),
-        }
-    }
 }
 
 /// How many times a door decides again when the charge moved between the read and the write
@@ -254,25 +218,25 @@ pub(crate) async fn create<D: Beside>(
             Ok(decided) => decided,
             Err(refusal) => return again_or(deps, door, caller, refusal).await,
         };
-        match door.write(deps, &op, &on_charge).await {
-            Ok(Written::New(op)) if op.status.is_settled() => {
+        match deps.store.create_beside(&op, D::claim(&on_charge)).await {
+            Ok(CreatedBeside::New(op)) if op.status.is_settled() => {
                 info!(status = 200, "settled by its own write; nothing to queue");
                 return Ok(Reply {
                     logged: true,
                     ..reply(200, D::summary(&op))
                 });
             }
-            Ok(Written::New(op)) => return queued(deps, op, D::summary).await,
-            Ok(Written::Existing(existing)) => {
+            Ok(CreatedBeside::New(op)) => return queued(deps, op, D::summary).await,
+            Ok(CreatedBeside::Existing(existing)) => {
                 return existing_one(deps, door, existing, caller).await
             }
-            Ok(Written::ChargeRefused(Some(by))) if D::moved(&by) => {
+            Ok(CreatedBeside::ChargeRefused(Some((_, by)))) if D::moved(&by) => {
                 info!(
                     refused_by = by.as_str(),
                     "the charge moved since read; deciding again"
                 );
             }
-            Ok(Written::ChargeRefused(_)) => return Err(no_charge()),
+            Ok(CreatedBeside::ChargeRefused(_)) => return Err(no_charge()),
             Err(e) => {
                 error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
                 return Err(unavailable(deps, "store"));

@@ -4,7 +4,7 @@
 //! `refund_id` is the merchant's identity of the refund action: the same id again is the same
 //! refund (same body → the existing operation; another body → 409), two ids are two refunds even
 //! for the same amount. The refund is recorded and its amount reserved on the charge in one
-//! conditional write (`OperationStore::create_refund`), then queued (message version 2); the
+//! conditional write (`OperationStore::create_beside`), then queued (message version 2); the
 //! charge function creates it at Stripe with the key `refund-op:<operation_id>`.
 //!
 //! | answer | when | what changed |
@@ -21,19 +21,18 @@
 
 use charge_core::refund::{self, RefundReason, RefundRefusal, RefundRequest};
 use charge_core::store::ReserveRefund;
-use charge_core::store_rules::Guard;
+use charge_core::store_rules::{ChargeClaim, Guard};
 use charge_core::{
     domain::{Amount, Fingerprint, OrderId, Principal, RefundId, ValidationError},
     operation::{Operation, OperationKey},
     time::Timestamp,
 };
-use charge_once::ports::StoreError;
 use serde_json::{json, Value};
 use tracing::error;
 
 use crate::door::{
     self, created_by, error, invalid, json_object, no_charge, read, reply, unavailable, Answer,
-    Beside, Checkout, Reply, Written,
+    Beside, Checkout, Reply,
 };
 
 /// `POST`: the refund `refund_id` of `order_id`'s charge, as `body` asks.
@@ -92,13 +91,8 @@ impl Beside for Refund {
         Ok((op, reserve))
     }
 
-    async fn write(
-        &self,
-        deps: &Checkout,
-        op: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<Written, StoreError> {
-        Ok(deps.store.create_refund(op, reserve).await?.into())
+    fn claim(reserve: &ReserveRefund) -> ChargeClaim<'_> {
+        ChargeClaim::Reserve(reserve)
     }
 
     /// Another refund of the same order reserved meanwhile, or the charge's status moved.

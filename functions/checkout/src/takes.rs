@@ -4,7 +4,7 @@
 //! both.
 //!
 //! Each is an operation of its own (kind `capture` / `cancel`, one per order), recorded with its
-//! claim on the order's charge in one conditional write (`OperationStore::create_taking`): the
+//! claim on the order's charge in one conditional write (`OperationStore::create_beside`): the
 //! charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
 //! `capture-op:<operation_id>` / `cancel-op:<operation_id>`, reading the intent first on every
@@ -29,7 +29,7 @@
 use charge_core::domain::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_core::operation::Taker;
 use charge_core::store::TakeAuthorization;
-use charge_core::store_rules::Guard;
+use charge_core::store_rules::{ChargeClaim, Guard};
 use charge_core::take::{self, TakeRefusal, TakeRequest};
 use charge_core::{
     domain::{
@@ -38,12 +38,11 @@ use charge_core::{
     operation::{Operation, OperationKey},
     time::Timestamp,
 };
-use charge_once::ports::StoreError;
 use serde_json::{json, Value};
 
 use crate::door::{
     self, created_by, error, invalid, json_object, no_charge, read, reply, Answer, Beside,
-    Checkout, Reply, Written,
+    Checkout, Reply,
 };
 
 /// `POST`: a capture or a cancel (`kind`) of `order_id`'s charge, as `body` asks.
@@ -111,13 +110,8 @@ impl Beside for Take {
         Ok((op, taking.take))
     }
 
-    async fn write(
-        &self,
-        deps: &Checkout,
-        op: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<Written, StoreError> {
-        Ok(deps.store.create_taking(op, take).await?.into())
+    fn claim(take: &TakeAuthorization) -> ChargeClaim<'_> {
+        ChargeClaim::Take(take)
     }
 
     /// The charge moved on since it was read; not when it is no longer the charge it was.

@@ -368,6 +368,7 @@ mod tests {
     use charge_core::domain::{Amount, OperationId, Principal, RefundId, StripeRefundId};
     use charge_core::plan::Policy;
     use charge_core::refund::{self, RefundRequest, RefundStatus};
+    use charge_core::store_rules::ChargeClaim;
     use charge_core::{
         domain::PaymentIntentId,
         operation::{Operation, OperationStatus},
@@ -644,7 +645,10 @@ mod tests {
         op.status = OperationStatus::Succeeded;
         op.stripe_refund_id = Some(re.clone());
         op.next_due_at = None;
-        f.store.create_refund(&op, &reserve).await.unwrap();
+        f.store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
         f.gateway.insert_refund_as(
             &re,
             FakeRefund {

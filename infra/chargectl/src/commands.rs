@@ -1108,6 +1108,7 @@ mod tests {
         outcome::{GatewayError, PaymentIntent},
         time::ManualClock,
     };
+    use charge_core::store_rules::ChargeClaim;
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
     use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent};
@@ -1536,7 +1537,10 @@ mod tests {
             T0,
             Duration::from_secs(300),
         );
-        store.create_refund(&refund, &reserve).await.unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
         let args = |json| ShowArgs {
             id: "with-refunds".into(),
             json,

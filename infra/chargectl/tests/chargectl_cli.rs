@@ -5,18 +5,16 @@
 //! created, claimed, recorded unknown, flagged for review, settled — then runs the binary and checks
 //! its output, its exit code and what is (or is not) in the table and on the queue afterwards.
 
+use charge_core::operation::{LeaseToken, Operation, OperationStatus, Review};
+use charge_core::time::{Clock as _, SystemClock, Timestamp};
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_core::{
-    operation::{LeaseToken, Operation, OperationStatus, Review},
-    time::{Clock, SystemClock, Timestamp},
-};
-use charge_core::{
     store::{Claim, OutcomeRecord},
-    store_rules::RefundCreated,
+    store_rules::{ChargeClaim, CreatedBeside},
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{CreatePaymentIntent, CreateRefund, OperationStore, PaymentGateway};
@@ -1568,8 +1566,11 @@ async fn refund(
         now,
         Duration::from_secs(300),
     );
-    let created = store.create_refund(&op, &reservation).await.unwrap();
-    assert!(matches!(created, RefundCreated::New(_)), "{created:?}");
+    let created = store
+        .create_beside(&op, ChargeClaim::Reserve(&reservation))
+        .await
+        .unwrap();
+    assert!(matches!(created, CreatedBeside::New(_)), "{created:?}");
     op
 }
 
@@ -1906,7 +1907,10 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
             Duration::from_secs(300),
         )
     };
-    f.store.create_taking(&capture, &taking.take).await.unwrap();
+    f.store
+        .create_beside(&capture, ChargeClaim::Take(&taking.take))
+        .await
+        .unwrap();
     let (token, _) = claim(&f.store, &capture).await;
     let lost = OutcomeRecord {
         last_error: Some("timeout after 10s waiting for api.stripe.com".into()),

@@ -8,25 +8,23 @@
 //! sits on the store those functions write through and notes, per order, the first such write
 //! and its time; the metric's sums are counted beside it ([`crate::driver::LoopCounts`]).
 
+use charge_core::domain::{OperationId, OperationKind, OrderId, PaymentIntentId};
+use charge_core::operation::{Operation, OperationKey, OperationStatus};
+use charge_core::outcome::{GatewayError, PaymentIntent};
+use charge_core::refund::StripeRefund;
+use charge_core::time::Timestamp;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use charge_core::domain::StripeRefundId;
-use charge_core::refund::StripeRefund;
-use charge_core::{
-    domain::{OperationId, OperationKind, OrderId, PaymentIntentId},
-    operation::{Operation, OperationKey, OperationStatus},
-    outcome::{GatewayError, PaymentIntent},
-    time::Timestamp,
-};
 use charge_core::{
     store::{
         Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        Reschedule, ReserveRefund, TakeAuthorization,
+        Reschedule,
     },
-    store_rules::{RefundCreated, TakingCreated},
+    store_rules::{ChargeClaim, CreatedBeside},
 };
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, IndexQuery,
@@ -88,19 +86,12 @@ impl OperationStore for PageWatch {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.inner.create_if_absent(op).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.inner.create_beside(op, claim).await
     }
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await

@@ -12,18 +12,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::domain::StripeRefundId;
 use charge_core::refund::StripeRefund;
+use charge_core::store::{
+    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    Reschedule,
+};
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{OperationId, PaymentIntentId},
     operation::{Operation, OperationKey},
     outcome::{GatewayError, PaymentIntent},
     time::{Clock, Timestamp},
-};
-use charge_core::{
-    store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        Reschedule, ReserveRefund, TakeAuthorization,
-    },
-    store_rules::{RefundCreated, TakingCreated},
 };
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
@@ -670,72 +668,43 @@ impl OperationStore for FaultyStore {
         yield_now().await;
         self.inner.refunds_of(order_id).await
     }
-    /// The refund and its reservation written, then (a `crash` fault) the door dies before it
-    /// answers: the client sees a 503 for a refund that is recorded.
-    async fn create_refund(
+    /// The refund, capture or cancel and its claim on the charge written, then (a `crash`
+    /// fault) the door dies before it answers: the client sees a 503 for an operation that is
+    /// recorded. The trace names the write by its kind, as the pinned trace hashes hold it.
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         yield_now().await;
-        let r = self.inner.create_refund(refund, reserve).await;
-        let order = refund.order_id.as_str();
+        let r = self.inner.create_beside(op, claim).await;
+        let order = op.order_id.as_str();
+        let (call, written) = match claim {
+            ChargeClaim::Reserve(_) => ("store.create_refund", "the refund's write"),
+            ChargeClaim::Take(_) => ("store.create_taking", "the capture's or cancel's write"),
+        };
         let what = match &r {
-            Ok(RefundCreated::New(op)) => {
+            Ok(CreatedBeside::New(op)) => {
                 let id = op.operation_id.to_string();
                 self.trace.alias(order, &id);
-                format!("new {id}")
+                match claim {
+                    ChargeClaim::Reserve(_) => format!("new {id}"),
+                    ChargeClaim::Take(_) => format!("new {} {id}", op.kind.sort_key()),
+                }
             }
-            Ok(RefundCreated::Existing(op)) => format!("existing {}", op.status),
-            Ok(RefundCreated::ChargeRefused(_)) => "charge refused".to_owned(),
+            Ok(CreatedBeside::Existing(op)) => format!("existing {}", op.status),
+            Ok(CreatedBeside::ChargeRefused(_)) => "charge refused".to_owned(),
             Err(e) => format!("error: {e}"),
         };
-        if matches!(r, Ok(RefundCreated::New(_))) && self.faults.roll(Kind::Crash) {
+        if matches!(r, Ok(CreatedBeside::New(_))) && self.faults.roll(Kind::Crash) {
             self.trace.event(
                 order,
-                "store.create_refund",
+                call,
                 format_args!("{what}, then FAULT crash before the answer"),
             );
-            return Err(crash("after the refund's write, before the answer"));
+            return Err(crash(&format!("after {written}, before the answer")));
         }
-        self.trace
-            .event(order, "store.create_refund", format_args!("{what}"));
-        r
-    }
-
-    /// The capture or cancel and its claim on the charge written, then (a `crash` fault) the
-    /// door dies before it answers: the client sees a 503 for a capture or cancel that is
-    /// recorded, as for a refund.
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        yield_now().await;
-        let r = self.inner.create_taking(taking, take).await;
-        let order = taking.order_id.as_str();
-        let what = match &r {
-            Ok(TakingCreated::New(op)) => {
-                let id = op.operation_id.to_string();
-                self.trace.alias(order, &id);
-                format!("new {} {id}", op.kind.sort_key())
-            }
-            Ok(TakingCreated::Existing(op)) => format!("existing {}", op.status),
-            Ok(TakingCreated::ChargeRefused(_)) => "charge refused".to_owned(),
-            Err(e) => format!("error: {e}"),
-        };
-        if matches!(r, Ok(TakingCreated::New(_))) && self.faults.roll(Kind::Crash) {
-            self.trace.event(
-                order,
-                "store.create_taking",
-                format_args!("{what}, then FAULT crash before the answer"),
-            );
-            return Err(crash(
-                "after the capture's or cancel's write, before the answer",
-            ));
-        }
-        self.trace
-            .event(order, "store.create_taking", format_args!("{what}"));
+        self.trace.event(order, call, format_args!("{what}"));
         r
     }
 

@@ -8,18 +8,16 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use charge_core::domain::StripeRefundId;
 use charge_core::refund::StripeRefund;
+use charge_core::store::{
+    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    Reschedule, ReserveRefund,
+};
 use charge_core::store_rules::Guard;
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{OperationId, PaymentIntentId},
     operation::{Operation, OperationKey, OperationStatus},
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
-};
-use charge_core::{
-    store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        Reschedule, ReserveRefund, TakeAuthorization,
-    },
-    store_rules::{RefundCreated, TakingCreated},
 };
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
@@ -180,19 +178,12 @@ impl OperationStore for EditedPages {
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.inner.create_beside(op, claim).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.inner.get(key).await
@@ -381,7 +372,7 @@ impl RefundStore {
         &self,
         refund: &Operation,
         reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+    ) -> Result<CreatedBeside, StoreError> {
         let same = self
             .inner
             .refunds_of(&refund.order_id)
@@ -389,8 +380,11 @@ impl RefundStore {
             .into_iter()
             .find(|r| r.params.amount() == refund.params.amount());
         match same {
-            Some(existing) => Ok(RefundCreated::Existing(existing)),
-            None => self.inner.create_refund(refund, reserve).await,
+            Some(existing) => Ok(CreatedBeside::Existing(existing)),
+            None => {
+                let claim = ChargeClaim::Reserve(reserve);
+                self.inner.create_beside(refund, claim).await
+            }
         }
     }
 
@@ -423,26 +417,24 @@ impl OperationStore for RefundStore {
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    /// Only a refund's reservation has a bug here; a capture's or cancel's take passes through.
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        let ChargeClaim::Reserve(reserve) = claim else {
+            return self.inner.create_beside(op, claim).await;
+        };
         match &self.bug {
-            RefundStoreBug::DedupByAmount => self.dedup_by_amount(refund, reserve).await,
+            RefundStoreBug::DedupByAmount => self.dedup_by_amount(op, reserve).await,
             RefundStoreBug::LeftFromStripe(_) => {
                 let reserve = self.room_from_stripe(reserve).await?;
-                self.inner.create_refund(refund, &reserve).await
+                let claim = ChargeClaim::Reserve(&reserve);
+                self.inner.create_beside(op, claim).await
             }
-            RefundStoreBug::NoRelease => self.inner.create_refund(refund, reserve).await,
+            RefundStoreBug::NoRelease => self.inner.create_beside(op, claim).await,
         }
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.inner.create_taking(taking, take).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         let mut op = self.inner.get(key).await?;
@@ -693,23 +685,16 @@ impl OperationStore for TakesNotFenced {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.0.create_if_absent(op).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        self.0.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        match self.0.create_taking(taking, take).await? {
-            TakingCreated::ChargeRefused(Some((_, Guard::NotTaken))) => {
-                Ok(match self.0.create_if_absent(taking).await? {
-                    Created::New(op) => TakingCreated::New(op),
-                    Created::Existing(op) => TakingCreated::Existing(op),
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        match self.0.create_beside(op, claim).await? {
+            CreatedBeside::ChargeRefused(Some((_, Guard::NotTaken))) => {
+                Ok(match self.0.create_if_absent(op).await? {
+                    Created::New(op) => CreatedBeside::New(op),
+                    Created::Existing(op) => CreatedBeside::Existing(op),
                 })
             }
             other => Ok(other),

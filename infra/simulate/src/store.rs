@@ -36,7 +36,12 @@ use charge_core::domain::CaptureMethod;
 use charge_core::operation::{AuditEntry, Lease, Params, Review, Taker};
 use charge_core::outbox::{outcome_change, Outcome};
 use charge_core::refund::RefundParams;
+use charge_core::store::{
+    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    ReleaseRefund, Reschedule,
+};
 use charge_core::store_rules::{self, Guard, Transition, Written};
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{
         Amount, ChargeParams, Currency, CustomerId, Fingerprint, OperationId, PaymentIntentId,
@@ -44,13 +49,6 @@ use charge_core::{
     },
     operation::{Operation, OperationKey, OperationStatus},
     time::Timestamp,
-};
-use charge_core::{
-    store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
-    },
-    store_rules::{RefundCreated, TakingCreated},
 };
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::memory::ReportShelf;
@@ -1230,70 +1228,47 @@ impl OperationStore for SimStore {
         Ok(Created::New(op.clone()))
     }
 
-    /// The refund and its charge's reservation under one lock, by the store's rules. The charge
-    /// is settled, so it stays out of the index and its outcome is unchanged (nothing published
-    /// for it); the refund is indexed and published as a new operation is.
-    async fn create_refund(
+    /// The operation and its claim on the charge under one lock, by the store's rules; the
+    /// operation is indexed and published as a new operation is. A refund's reservation is kept
+    /// on its charge as written: the charge is settled, so it stays out of the index and its
+    /// outcome is unchanged (nothing published). A capture's or cancel's take is written as any
+    /// update is ([`Table::update`]): a cancel of a charge never sent settles it, which takes it
+    /// out of the index and publishes its end.
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         self.write();
         let mut t = self.lock();
-        let (created, charge) = store_rules::create_refund(
-            t.get(&refund.key()).as_ref(),
-            t.get(&reserve.charge).as_ref(),
-            refund,
-            reserve,
-        );
-        if let Some(charge) = charge {
-            if charge.refund_reserved > charge.params.amount().minor_units() {
-                self.over_reserved_writes.fetch_add(1, Ordering::Relaxed);
-                self.first_over_reserved
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert_with(|| charge.order_id.as_str().to_owned());
+        let before = t.get(claim.charge());
+        let (created, charge) =
+            store_rules::create_beside(t.get(&op.key()).as_ref(), before.as_ref(), op, &claim);
+        let (Some(charge), Some(before)) = (charge, before) else {
+            return Ok(created);
+        };
+        match claim {
+            ChargeClaim::Reserve(_) => {
+                if charge.refund_reserved > charge.params.amount().minor_units() {
+                    self.over_reserved_writes.fetch_add(1, Ordering::Relaxed);
+                    self.first_over_reserved
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert_with(|| charge.order_id.as_str().to_owned());
+                }
+                t.store(charge);
             }
-            t.store(charge);
-            let at = t.store(refund.clone());
-            let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
-            t.by_operation_id.insert(refund.operation_id, at32);
-            t.index(at);
-            let event = outcome_change(None, refund).map(|o| (refund.operation_id, o));
-            t.publish(event);
-            self.after_put(&mut t, refund);
+            ChargeClaim::Take(_) => {
+                t.update(claim.charge(), &before, charge);
+            }
         }
-        Ok(created)
-    }
-
-    /// The capture or cancel and its claim on the charge under one lock, by the store's rules.
-    /// The charge is written as any update is ([`Table::update`]): a cancel of a charge never
-    /// sent settles it, which takes it out of the index and publishes its end; the capture or
-    /// cancel is indexed and published as a new operation is.
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.write();
-        let mut t = self.lock();
-        let before = t.get(&take.charge);
-        let (created, charge) = store_rules::create_taking(
-            t.get(&taking.key()).as_ref(),
-            before.as_ref(),
-            taking,
-            take,
-        );
-        if let (Some(charge), Some(before)) = (charge, before) {
-            t.update(&take.charge, &before, charge);
-            let at = t.store(taking.clone());
-            let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
-            t.by_operation_id.insert(taking.operation_id, at32);
-            t.index(at);
-            let event = outcome_change(None, taking).map(|o| (taking.operation_id, o));
-            t.publish(event);
-            self.after_put(&mut t, taking);
-        }
+        let at = t.store(op.clone());
+        let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+        t.by_operation_id.insert(op.operation_id, at32);
+        t.index(at);
+        let event = outcome_change(None, op).map(|o| (op.operation_id, o));
+        t.publish(event);
+        self.after_put(&mut t, op);
         Ok(created)
     }
 

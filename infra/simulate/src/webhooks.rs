@@ -31,18 +31,16 @@ use aws_lambda_events::encodings::Body;
 use charge_core::charge::event_plan::EventIntent;
 use charge_core::domain::StripeRefundId;
 use charge_core::refund::StripeRefund;
+use charge_core::store::{
+    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
+    Reschedule,
+};
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{OperationId, PaymentIntentId},
     operation::{Operation, OperationKey},
     outcome::{GatewayError, PaymentIntent},
     time::Clock,
-};
-use charge_core::{
-    store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        Reschedule, ReserveRefund, TakeAuthorization,
-    },
-    store_rules::{RefundCreated, TakingCreated},
 };
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryInbox;
@@ -107,21 +105,13 @@ impl OperationStore for CountingStore {
         self.read();
         self.inner.refunds_of(order_id).await
     }
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         self.write();
-        self.inner.create_refund(refund, reserve).await
-    }
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.write();
-        self.inner.create_taking(taking, take).await
+        self.inner.create_beside(op, claim).await
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         self.read();

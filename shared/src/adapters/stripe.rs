@@ -262,16 +262,18 @@ impl StripeGateway {
     }
 
     /// POSTs `form` to `path` under `Idempotency-Key: idempotency_key` through [`Self::send`]
-    /// (every retry sends the same body under the same key): the answer's body and whether Stripe
-    /// says it replayed it.
-    async fn post_form<I, K, V>(
+    /// (every retry sends the same body under the same key) and reads the object Stripe answers
+    /// with: every call that makes or changes something at Stripe (a create, a capture, a cancel,
+    /// a refund). A replayed answer is logged, naming the object.
+    async fn post_object<T, I, K, V>(
         &self,
         counter: &AtomicU64,
         path: &str,
         form: I,
         idempotency_key: &str,
-    ) -> Result<(Vec<u8>, bool), GatewayError>
+    ) -> Result<T, GatewayError>
     where
+        T: Posted,
         I: IntoIterator,
         I::Item: std::borrow::Borrow<(K, V)>,
         K: AsRef<str>,
@@ -282,18 +284,24 @@ impl StripeGateway {
                 .extend_pairs(form)
                 .finish(),
         );
-        self.send(counter, || {
-            let mut r = self.request(
-                Method::POST,
-                path,
-                Some("application/x-www-form-urlencoded"),
-                form_body.clone(),
-            )?;
-            r.headers_mut()
-                .insert("Idempotency-Key", HeaderValue::from_str(idempotency_key)?);
-            Ok(r)
-        })
-        .await
+        let (body, replayed) = self
+            .send(counter, || {
+                let mut r = self.request(
+                    Method::POST,
+                    path,
+                    Some("application/x-www-form-urlencoded"),
+                    form_body.clone(),
+                )?;
+                r.headers_mut()
+                    .insert("Idempotency-Key", HeaderValue::from_str(idempotency_key)?);
+                Ok(r)
+            })
+            .await?;
+        let object = T::read(&body, replayed)?;
+        if replayed {
+            object.log_replay();
+        }
+        Ok(object)
     }
 
     /// Sends the request built by `build` (the same request every time), retrying within the bound
@@ -690,6 +698,38 @@ pub fn parse_payment_intent(body: &[u8], replayed: bool) -> Result<PaymentIntent
     Ok(pi.into_domain(replayed))
 }
 
+/// What Stripe answers a POST with ([`StripeGateway::post_object`]), read from the body.
+trait Posted: Sized {
+    /// The object in a 2xx body; `replayed`: Stripe says it replayed its first answer.
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError>;
+
+    /// Logs that Stripe replayed it, naming it.
+    fn log_replay(&self);
+}
+
+impl Posted for PaymentIntent {
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError> {
+        parse_payment_intent(body, replayed)
+    }
+
+    fn log_replay(&self) {
+        debug!(payment_intent = %self.id, "idempotent replay");
+    }
+}
+
+impl Posted for StripeRefund {
+    fn read(body: &[u8], replayed: bool) -> Result<Self, GatewayError> {
+        Ok(StripeRefund {
+            replayed,
+            ..parse_refund(body)?
+        })
+    }
+
+    fn log_replay(&self) {
+        debug!(refund = %self.id, "idempotent replay");
+    }
+}
+
 /// A 2xx search body: the PaymentIntents found; unreadable is ambiguous.
 pub fn parse_search(body: &[u8]) -> Result<Vec<PaymentIntent>, GatewayError> {
     let found: WireSearch = serde_json::from_slice(body).map_err(|_| {
@@ -992,19 +1032,13 @@ impl PaymentGateway for StripeGateway {
             form.push(("capture_method", "manual".to_owned()));
             form.push(("expand[]", "latest_charge".to_owned()));
         }
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.create,
-                "/v1/payment_intents",
-                form.iter(),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        let pi = parse_payment_intent(&body, replayed)?;
-        if pi.replayed {
-            debug!(payment_intent = %pi.id, "idempotent replay");
-        }
-        Ok(pi)
+        self.post_object(
+            &self.requests.create,
+            "/v1/payment_intents",
+            form.iter(),
+            req.idempotency_key.as_str(),
+        )
+        .await
     }
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
@@ -1042,45 +1076,35 @@ impl PaymentGateway for StripeGateway {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/cancel", req.id);
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.cancel,
-                &path,
-                cancel_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        parse_payment_intent(&body, replayed)
+        self.post_object(
+            &self.requests.cancel,
+            &path,
+            cancel_form(req),
+            req.idempotency_key.as_str(),
+        )
+        .await
     }
 
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         let path = format!("/v1/payment_intents/{}/capture", req.id);
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.capture,
-                &path,
-                capture_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        parse_payment_intent(&body, replayed)
+        self.post_object(
+            &self.requests.capture,
+            &path,
+            capture_form(req),
+            req.idempotency_key.as_str(),
+        )
+        .await
     }
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        let (body, replayed) = self
-            .post_form(
-                &self.requests.refund_create,
-                "/v1/refunds",
-                refund_form(req),
-                req.idempotency_key.as_str(),
-            )
-            .await?;
-        let refund = parse_refund(&body)?;
-        if replayed {
-            debug!(refund = %refund.id, "idempotent replay");
-        }
-        Ok(StripeRefund { replayed, ..refund })
+        self.post_object(
+            &self.requests.refund_create,
+            "/v1/refunds",
+            refund_form(req),
+            req.idempotency_key.as_str(),
+        )
+        .await
     }
 
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {

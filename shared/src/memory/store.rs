@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+
+use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
+use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 use charge_core::audit::{AuditReport, AuditWindow};
 use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -14,13 +17,10 @@ use charge_core::time::Timestamp;
 use charge_core::{
     store::{
         Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
+        ReleaseRefund, Reschedule,
     },
-    store_rules::{RefundCreated, TakingCreated},
+    store_rules::{ChargeClaim, CreatedBeside},
 };
-
-use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
-use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 
 #[derive(Default)]
 pub struct MemoryStore {
@@ -209,40 +209,19 @@ impl OperationStore for MemoryStore {
         Ok(Created::New(op.clone()))
     }
 
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
         self.calls.write();
         let mut items = self.lock();
-        let key = refund.key();
-        let (created, charge) = store_rules::create_refund(
-            items.get(&key),
-            items.get(&reserve.charge),
-            refund,
-            reserve,
-        );
-        if let Some(charge) = charge {
-            items.insert(key, refund.clone());
-            items.insert(reserve.charge.clone(), charge);
-        }
-        Ok(created)
-    }
-
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        self.calls.write();
-        let mut items = self.lock();
-        let key = taking.key();
+        let key = op.key();
         let (created, charge) =
-            store_rules::create_taking(items.get(&key), items.get(&take.charge), taking, take);
+            store_rules::create_beside(items.get(&key), items.get(claim.charge()), op, &claim);
         if let Some(charge) = charge {
-            items.insert(key, taking.clone());
-            items.insert(take.charge.clone(), charge);
+            items.insert(key, op.clone());
+            items.insert(claim.charge().clone(), charge);
         }
         Ok(created)
     }

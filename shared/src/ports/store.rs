@@ -11,9 +11,9 @@ use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-    Reschedule, ReserveRefund, TakeAuthorization,
+    Reschedule,
 };
-use charge_core::store_rules::{RefundCreated, TakingCreated};
+use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Timestamp;
 
 /// A failure of the store itself (network, throttling, a malformed item). Never a business outcome:
@@ -131,32 +131,16 @@ pub trait OperationStore: Send + Sync {
     /// Writes `op` unless a record with the same business identity exists; then returns that one.
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError>;
 
-    /// Writes the refund `refund` and reserves its amount on the order's charge (`reserve`), in one
-    /// write over both records, all or nothing ([`charge_core::store_rules::create_refund`]): a
-    /// refund with the same key already there is returned and nothing is reserved; a charge whose
-    /// guards refuse the reservation (moved since read, or no room) leaves both untouched.
-    async fn create_refund(
+    /// Writes `op` and makes its `claim` on the order's charge (a refund's reservation, a
+    /// capture's or cancel's take), in one write over both records, all or nothing
+    /// ([`charge_core::store_rules::create_beside`]): one with the same key already there is returned
+    /// and the charge is untouched; a charge whose guards refuse the claim (moved since read, no
+    /// room, taken by another) leaves both untouched.
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError>;
-
-    /// Writes the capture or cancel `taking` and names it on the order's charge (`take`), in one
-    /// write over both records, all or nothing ([`charge_core::store_rules::create_taking`]): one
-    /// of the same kind already there is returned and the charge is untouched; a charge whose
-    /// guards refuse (taken by the other, moved since read) leaves both untouched. The default
-    /// refuses, for stores that predate authorizations (test doubles); every production store
-    /// writes it.
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        let _ = (taking, take);
-        Err(StoreError::new(
-            "this store does not take authorizations (captures and cancels)",
-        ))
-    }
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError>;
 
     /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
     /// partition, paged). A refund this release cannot read is an error naming it.

@@ -73,6 +73,10 @@ use aws_sdk_dynamodb::types::{
     Update,
 };
 use aws_sdk_dynamodb::Client;
+
+use crate::ports::{
+    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+};
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -81,13 +85,9 @@ use charge_core::time::Timestamp;
 use charge_core::{
     store::{
         Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        ReleaseRefund, Reschedule, ReserveRefund, TakeAuthorization,
+        ReleaseRefund, Reschedule,
     },
-    store_rules::{RefundCreated, TakingCreated},
-};
-
-use crate::ports::{
-    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    store_rules::{ChargeClaim, CreatedBeside},
 };
 
 mod audit_log;
@@ -499,69 +499,31 @@ impl DynamoStore {
         ])
     }
 
-    /// What a canceled refund transaction found: the refund already there, or the charge and the
-    /// first of its guards that refused (read back when the reason carries no item).
-    async fn refund_refused(
+    /// What a canceled create-beside transaction found: the operation already there, or the
+    /// charge and the first of its guards that refused ([`ChargeClaim::refused_by`]; read back
+    /// when the reason carries no item).
+    async fn beside_refused(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
         reasons: &[CancellationReason],
-    ) -> Result<RefundCreated, StoreError> {
+    ) -> Result<CreatedBeside, StoreError> {
         if condition_failed(reasons, 0) {
-            return match self.refused_item(reasons, 0, &refund.key()).await? {
-                Some(existing) => Ok(RefundCreated::Existing(existing)),
-                None => Err(StoreError::new(
-                    "TransactWriteItems: the refund's put was refused but no refund was found",
-                )),
+            return match self.refused_item(reasons, 0, &op.key()).await? {
+                Some(existing) => Ok(CreatedBeside::Existing(existing)),
+                None => Err(StoreError::new(format!(
+                    "TransactWriteItems: the {}'s put was refused but none was found",
+                    op.kind.as_str()
+                ))),
             };
         }
         if condition_failed(reasons, 1) {
-            let charge = self.refused_item(reasons, 1, &reserve.charge).await?;
+            let charge = self.refused_item(reasons, 1, claim.charge()).await?;
             let refused = charge.map(|c| {
-                let by = store_rules::check(&c, &reserve.guards()).err().unwrap_or(
-                    store_rules::Guard::ReservedAtMost(reserve.max_reserved_before()),
-                );
+                let by = claim.refused_by(&c);
                 (c, by)
             });
-            return Ok(RefundCreated::ChargeRefused(refused));
-        }
-        let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
-        Err(StoreError::new(format!(
-            "TransactWriteItems canceled: {}",
-            codes.join(", ")
-        )))
-    }
-}
-
-impl DynamoStore {
-    /// What a canceled taking transaction found: one of the same kind already there, or the
-    /// charge and the first of its guards that refused (read back when the reason carries no
-    /// item).
-    async fn taking_refused(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-        reasons: &[CancellationReason],
-    ) -> Result<TakingCreated, StoreError> {
-        if condition_failed(reasons, 0) {
-            return match self.refused_item(reasons, 0, &taking.key()).await? {
-                Some(existing) => Ok(TakingCreated::Existing(existing)),
-                None => Err(StoreError::new(
-                    "TransactWriteItems: the capture's or cancel's put was refused but none was found",
-                )),
-            };
-        }
-        if condition_failed(reasons, 1) {
-            let charge = self.refused_item(reasons, 1, &take.charge).await?;
-            // A charge read after the refusal may pass every guard (another writer moved it in
-            // between): "taken" is the answer that makes no call to Stripe.
-            let refused = charge.map(|c| {
-                let by = store_rules::check(&c, &take.guards())
-                    .err()
-                    .unwrap_or(store_rules::Guard::NotTaken);
-                (c, by)
-            });
-            return Ok(TakingCreated::ChargeRefused(refused));
+            return Ok(CreatedBeside::ChargeRefused(refused));
         }
         let codes: Vec<&str> = reasons.iter().map(|r| r.code().unwrap_or("None")).collect();
         Err(StoreError::new(format!(
@@ -627,59 +589,29 @@ impl OperationStore for DynamoStore {
     /// write costs twice a plain one), counted as two writes here. The operation id is its client
     /// request token, so the SDK's own retry of a transaction whose answer was lost is answered
     /// as the first was.
-    async fn create_refund(
+    async fn create_beside(
         &self,
-        refund: &Operation,
-        reserve: &ReserveRefund,
-    ) -> Result<RefundCreated, StoreError> {
-        let items = self.put_with_charge(refund, &reserve.charge, reserve)?;
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        let items = self.put_with_charge(op, claim.charge(), &claim)?;
         self.calls.write();
         self.calls.write();
         let result = self
             .client
             .transact_write_items()
             .set_transact_items(Some(items.to_vec()))
-            .client_request_token(refund.operation_id.to_string())
+            .client_request_token(op.operation_id.to_string())
             .send()
             .await;
         match result {
-            Ok(_) => Ok(RefundCreated::New(refund.clone())),
+            Ok(_) => Ok(CreatedBeside::New(op.clone())),
             Err(err) => match err.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
-                    self.refund_refused(refund, reserve, e.cancellation_reasons())
+                    self.beside_refused(op, claim, e.cancellation_reasons())
                         .await
                 }
-                _ => Err(self.sdk_error("TransactWriteItems", err)),
-            },
-        }
-    }
-
-    /// One TransactWriteItems, counted and tokened as [`Self::create_refund`]'s: the operation id
-    /// is its client request token, so the SDK's own retry of a transaction whose answer was lost
-    /// is answered as the first was.
-    async fn create_taking(
-        &self,
-        taking: &Operation,
-        take: &TakeAuthorization,
-    ) -> Result<TakingCreated, StoreError> {
-        let items = self.put_with_charge(taking, &take.charge, take)?;
-        self.calls.write();
-        self.calls.write();
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items.to_vec()))
-            .client_request_token(taking.operation_id.to_string())
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(TakingCreated::New(taking.clone())),
-            Err(err) => match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(e)) => {
-                    self.taking_refused(taking, take, e.cancellation_reasons())
-                        .await
-                }
-                _ => Err(self.sdk_error("TransactWriteItems (create taking)", err)),
+                _ => Err(self.sdk_error("TransactWriteItems (create beside its charge)", err)),
             },
         }
     }

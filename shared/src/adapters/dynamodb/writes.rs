@@ -13,13 +13,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+
 use charge_core::operation::{AuditEntry, OperationStatus};
-use charge_core::store::{
-    AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
-    ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
-};
 use charge_core::store_rules::{self, Guard, Transition};
 use charge_core::time::Timestamp;
+use charge_core::{
+    store::{
+        AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
+        ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
+    },
+    store_rules::ChargeClaim,
+};
 
 use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
@@ -433,6 +437,16 @@ impl Update for TakeAuthorization {
             for attr in [DUE_SHARD, DUE_AT, REVIEW_REASON, REVIEW_FLAGGED_AT] {
                 e.remove(attr);
             }
+        }
+    }
+}
+
+/// A claim on the charge beside a new operation: the claim's own update.
+impl Update for ChargeClaim<'_> {
+    fn update(&self, e: &mut Expression) {
+        match self {
+            ChargeClaim::Reserve(reserve) => reserve.update(e),
+            ChargeClaim::Take(take) => take.update(e),
         }
     }
 }
