@@ -19,6 +19,8 @@
 //!   (only one of them ever takes an authorization).
 //! - [`refund`]: what a refund asks, Stripe's refund statuses, and the reservation that keeps an
 //!   order's refunds within what was charged.
+//! - [`stripe_object`]: what the audit and the events function compare of a Stripe object (a
+//!   PaymentIntent, a refund) with the record that made it, one trait for every kind.
 //!
 //! The rules, each a table of its own (read them as the specification):
 //! - [`audit`]: (what Stripe created in a window, the records settled in it) → matched, in
@@ -54,6 +56,7 @@ pub mod refund_event_plan;
 pub mod refund_plan;
 pub mod store;
 pub mod store_rules;
+pub mod stripe_object;
 pub mod take;
 pub mod take_plan;
 #[cfg(any(test, feature = "testing"))]
