@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 use crate::domain::OperationKind;
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{PaymentIntent, PaymentIntentStatus};
-use crate::refund::{RefundStatus, StripeRefund};
+use crate::refund::StripeRefund;
+use crate::stripe_object::StripeObject;
 use crate::time::Timestamp;
 
 /// The window an audit covers: Stripe objects created, and records settled, in `[from, to)`.
@@ -773,8 +774,19 @@ impl<'a> Book<'a> {
 
     /// The intent `id` as Stripe shows it; `Err(verdict)` when it is absent or was not read.
     fn intent(&self, op: &Operation, id: &str) -> Result<&'a PaymentIntent, Verdict> {
-        if let Some(pi) = self.intents.get(id) {
-            return Ok(pi);
+        self.object(&self.intents, op, id)
+    }
+
+    /// The object `id` among `objects` (what Stripe showed of its kind); `Err(verdict)` when it
+    /// is absent or was not read.
+    fn object<O>(
+        &self,
+        objects: &HashMap<&'a str, &'a O>,
+        op: &Operation,
+        id: &str,
+    ) -> Result<&'a O, Verdict> {
+        if let Some(object) = objects.get(id) {
+            return Ok(object);
         }
         if self.absent.contains(id) {
             return Err(drift(finding(
@@ -790,39 +802,34 @@ impl<'a> Book<'a> {
         Err(Verdict::Unchecked)
     }
 
+    /// A settled charge or refund against the object it names (`id`, of `objects`' kind), and
+    /// that object, whose verdict the record's is.
+    fn judge_object<O: StripeObject>(
+        &self,
+        op: &Operation,
+        id: Option<&str>,
+        objects: &HashMap<&'a str, &'a O>,
+    ) -> (Option<String>, Verdict) {
+        let Some(id) = id else {
+            return (None, no_object(op, O::NOUN));
+        };
+        let verdict = match self.object(objects, op, id) {
+            Ok(object) => compare(op, object),
+            Err(v) => v,
+        };
+        (Some(id.to_owned()), verdict)
+    }
+
     /// A settled record's verdict, and the Stripe object it speaks for (its verdict is the
     /// object's too).
     fn judge_record(&self, op: &Operation) -> (Option<String>, Verdict) {
         match &op.kind {
-            OperationKind::Charge => match &op.external_id {
-                Some(id) => {
-                    let verdict = match self.intent(op, id.as_str()) {
-                        Ok(pi) => compare_charge(op, pi),
-                        Err(v) => v,
-                    };
-                    (Some(id.as_str().to_owned()), verdict)
-                }
-                None => (None, no_object(op, "PaymentIntent")),
-            },
-            OperationKind::Refund(_) => match &op.stripe_refund_id {
-                Some(id) => {
-                    let verdict = match self.refunds.get(id.as_str()) {
-                        Some(re) => compare_refund(op, re),
-                        None if self.absent.contains(id.as_str()) => drift(finding(
-                            DriftClass::HereNotAtStripe,
-                            op,
-                            Some(id.as_str()),
-                            format!(
-                                "record {} names {id}, which Stripe does not have",
-                                op.status.as_str()
-                            ),
-                        )),
-                        None => Verdict::Unchecked,
-                    };
-                    (Some(id.as_str().to_owned()), verdict)
-                }
-                None => (None, no_object(op, "refund")),
-            },
+            OperationKind::Charge => {
+                self.judge_object(op, op.external_id.as_deref(), &self.intents)
+            }
+            OperationKind::Refund(_) => {
+                self.judge_object(op, op.stripe_refund_id.as_deref(), &self.refunds)
+            }
             OperationKind::Capture | OperationKind::Cancel => (None, self.judge_taking(op)),
         }
     }
@@ -922,7 +929,7 @@ impl<'a> Book<'a> {
                     ),
                 ))
             }
-            _ => compare_charge(op, pi),
+            _ => compare(op, pi),
         }
     }
 
@@ -963,7 +970,7 @@ impl<'a> Book<'a> {
                 Some(re.id.as_str()),
                 format!("a second refund for the operation, besides the record's {own}"),
             )),
-            _ => compare_refund(op, re),
+            _ => compare(op, re),
         }
     }
 
@@ -1053,58 +1060,54 @@ fn no_object(op: &Operation, what: &str) -> Verdict {
     }
 }
 
-/// A settled charge against its intent: status, then amount and currency, then what was taken.
-fn compare_charge(op: &Operation, pi: &PaymentIntent) -> Verdict {
-    let id = pi.id.as_str();
+/// A settled record against the Stripe object it names: whose the object is (its metadata), its
+/// status, then amount and currency, then what was taken (where the object tells).
+fn compare<O: StripeObject>(op: &Operation, object: &O) -> Verdict {
+    let id = object.id();
     let differs = |class, detail: String| drift(finding(class, op, Some(id), detail));
-    if let Some(other) = pi
-        .operation_id
-        .as_deref()
+    if let Some(other) = object
+        .operation_id()
         .filter(|o| *o != op.operation_id.to_string())
     {
         return differs(
             DriftClass::HereNotAtStripe,
-            format!("the record's intent carries operation {other}"),
+            format!("the record's {} carries operation {other}", O::NOUN),
         );
     }
-    let agrees = match op.status {
-        OperationStatus::Succeeded => pi.status == PaymentIntentStatus::Succeeded,
-        _ => matches!(
-            pi.status,
-            PaymentIntentStatus::Canceled | PaymentIntentStatus::RequiresPaymentMethod
-        ),
+    // Settled: succeeded agrees with money moved, failed with none moved.
+    let settled_as = match op.status {
+        OperationStatus::Succeeded => OperationStatus::Succeeded,
+        _ => OperationStatus::Failed,
     };
-    if !agrees {
+    if object.outcome() != settled_as {
         return differs(
             DriftClass::StatusDiffers,
             format!(
-                "record {}, Stripe {}",
+                "record {}, Stripe {}{}",
                 op.status.as_str(),
-                pi.status.as_str()
+                object.status_name(),
+                object.disagreement_note(op.status)
             ),
         );
     }
-    let Some(params) = op.params.charge() else {
+    let Some((amount, currency)) = O::asked(op) else {
         return Verdict::Matched;
     };
-    let currency_differs = pi
-        .currency
-        .as_deref()
-        .is_some_and(|c| !c.eq_ignore_ascii_case(params.currency.as_str()));
-    if pi.amount.is_some_and(|a| a != params.amount.minor_units()) || currency_differs {
+    let currency_differs = object
+        .currency()
+        .is_some_and(|c| !c.eq_ignore_ascii_case(currency));
+    if object.amount().is_some_and(|a| a != amount) || currency_differs {
         return differs(
             DriftClass::AmountDiffers,
             format!(
-                "record {} {}, Stripe {} {}",
-                params.amount.minor_units(),
-                params.currency.as_str(),
-                pi.amount.unwrap_or(0),
-                pi.currency.as_deref().unwrap_or("?")
+                "record {amount} {currency}, Stripe {} {}",
+                object.amount().unwrap_or(0),
+                object.currency().unwrap_or("?")
             ),
         );
     }
-    let received = pi
-        .amount_received
+    let received = object
+        .received()
         .filter(|_| op.status == OperationStatus::Succeeded);
     match received {
         Some(r) if r != taken(op) => differs(
@@ -1115,59 +1118,14 @@ fn compare_charge(op: &Operation, pi: &PaymentIntent) -> Verdict {
     }
 }
 
-/// A settled refund against Stripe's refund: status, then amount and currency.
-fn compare_refund(op: &Operation, re: &StripeRefund) -> Verdict {
-    let id = re.id.as_str();
-    let differs = |class, detail: String| drift(finding(class, op, Some(id), detail));
-    let agrees = match op.status {
-        OperationStatus::Succeeded => re.status == RefundStatus::Succeeded,
-        _ => matches!(re.status, RefundStatus::Failed | RefundStatus::Canceled),
-    };
-    if !agrees {
-        // The one change Stripe makes to a settled refund, told only by its events.
-        let late = if op.status == OperationStatus::Succeeded && re.status == RefundStatus::Failed {
-            " (a failure after success the events function never took: replay the refund's \
-             events from the events DLQ)"
-        } else {
-            ""
-        };
-        return differs(
-            DriftClass::StatusDiffers,
-            format!(
-                "record {}, Stripe {}{late}",
-                op.status.as_str(),
-                re.status.as_str()
-            ),
-        );
-    }
-    let Some(params) = op.params.refund() else {
-        return Verdict::Matched;
-    };
-    let currency_differs = re
-        .currency
-        .as_deref()
-        .is_some_and(|c| !c.eq_ignore_ascii_case(params.currency.as_str()));
-    if re.amount.is_some_and(|a| a != params.amount.minor_units()) || currency_differs {
-        return differs(
-            DriftClass::AmountDiffers,
-            format!(
-                "record {} {}, Stripe {} {}",
-                params.amount.minor_units(),
-                params.currency.as_str(),
-                re.amount.unwrap_or(0),
-                re.currency.as_deref().unwrap_or("?")
-            ),
-        );
-    }
-    Verdict::Matched
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Amount, PaymentIntentId, Principal, RefundId, StripeRefundId};
+    use crate::domain::{
+        Amount, OperationId, PaymentIntentId, Principal, RefundId, StripeRefundId,
+    };
     use crate::operation::OperationStatus::{Failed, Succeeded, Unknown};
-    use crate::refund::{reserve, RefundRequest};
+    use crate::refund::{reserve, RefundRequest, RefundStatus};
     use crate::testing::{order, T0};
 
     const HOUR: Duration = Duration::from_secs(3600);
@@ -1458,6 +1416,62 @@ mod tests {
         };
         ev.settled = vec![edited];
         assert!(classes(&judge(&ev, &POLICY)).contains(&DriftClass::AmountDiffers));
+    }
+
+    /// A settled refund is held against Stripe's refund as a charge against its intent: whose it
+    /// is, its status, its amount and currency.
+    #[test]
+    fn each_mismatch_of_a_refund_has_its_class() {
+        type RefundEdit = Box<dyn Fn(&mut Operation, &mut StripeRefund)>;
+        let cases: Vec<(&str, RefundEdit, DriftClass, &str)> = vec![
+            (
+                "Stripe's refund names another operation",
+                Box::new(|_, re| re.operation_id = Some(OperationId::new_random().to_string())),
+                DriftClass::HereNotAtStripe,
+                "the record's refund carries operation",
+            ),
+            (
+                "record succeeded, Stripe failed later",
+                Box::new(|_, re| re.status = RefundStatus::Failed),
+                DriftClass::StatusDiffers,
+                "replay the refund's events from the events DLQ",
+            ),
+            (
+                "record succeeded, Stripe canceled",
+                Box::new(|_, re| re.status = RefundStatus::Canceled),
+                DriftClass::StatusDiffers,
+                "record succeeded, Stripe canceled",
+            ),
+            (
+                "record failed, Stripe succeeded",
+                Box::new(|op, _| op.status = Failed),
+                DriftClass::StatusDiffers,
+                "record failed, Stripe succeeded",
+            ),
+            (
+                "currency differs",
+                Box::new(|_, re| re.currency = Some("eur".into())),
+                DriftClass::AmountDiffers,
+                "record 400 usd, Stripe 400 eur",
+            ),
+        ];
+        let paid = charge("ord-1", Succeeded, Some("pi_1"));
+        for (name, edit, class, detail) in cases {
+            let mut op = refund(&paid, "r-1", 400, Succeeded, Some("re_1"));
+            let mut re = stripe_refund(Some(&op), "re_1", "pi_1", 400, "succeeded");
+            edit(&mut op, &mut re);
+            let mut ev = evidence();
+            ev.refunds = vec![re];
+            ev.settled = vec![op];
+            let j = judge(&ev, &POLICY);
+            assert_eq!(classes(&j), vec![class], "{name}");
+            assert!(
+                j.findings[0].detail.contains(detail),
+                "{name}: {}",
+                j.findings[0].detail
+            );
+            assert_eq!(j.counts.drifted, 2, "{name}: both sides, one finding");
+        }
     }
 
     #[test]

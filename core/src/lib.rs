@@ -15,6 +15,8 @@
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
 //! - [`store`]: the store's conditional writes as requests and answers.
+//! - [`stripe_object`]: what the audit and the events function compare of a Stripe object (a
+//!   PaymentIntent, a refund) with the record that made it, one trait for every kind.
 //!
 //! The engine, one for every kind: [`plan`] holds what every plan shares (the [`plan::Decision`]
 //! each answers with, the [`plan::Policy`] they run on, the [`plan::ReviewClass`] of what a
@@ -58,6 +60,7 @@ pub mod reconcile_plan;
 pub mod refund;
 pub mod store;
 pub mod store_rules;
+pub mod stripe_object;
 pub mod take;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

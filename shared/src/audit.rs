@@ -32,6 +32,10 @@ use charge_core::time::Clock;
 use charge_core::time::Timestamp;
 use tracing::{info, warn};
 
+use charge_core::outcome::PaymentIntent;
+use charge_core::refund::StripeRefund;
+use charge_core::stripe_object::StripeObject;
+
 use crate::ports::{AuditLog, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError};
 use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 
@@ -336,50 +340,40 @@ impl Reader<'_, '_> {
         Ok(())
     }
 
-    /// Objects read by id; Stripe's refusal of an id (it has no such object) is an answer, any
-    /// other failure leaves the item unchecked.
+    /// Objects read by id (see the module docs, step 4).
     async fn retrieve_objects(&mut self, ev: &mut Evidence) {
         let (intents, refunds) =
             objects_to_retrieve(&ev.intents, &ev.refunds, &ev.settled, &ev.related);
-        for id in intents {
+        self.retrieve_each(intents, &mut ev.retrieved_intents).await;
+        self.retrieve_each(refunds, &mut ev.retrieved_refunds).await;
+    }
+
+    /// Each of `ids` read at Stripe into `found`, until the deadline. Stripe's refusal of an id
+    /// (it has no such object), or an id that is none of this kind, is an answer: `None`. Any
+    /// other failure leaves the item unchecked.
+    async fn retrieve_each<O: ReadById>(
+        &mut self,
+        ids: BTreeSet<String>,
+        found: &mut BTreeMap<String, Option<O>>,
+    ) {
+        for id in ids {
             if self.mind_deadline().is_err() {
                 return;
             }
-            let Ok(pi_id) = PaymentIntentId::parse(&id) else {
-                ev.retrieved_intents.insert(id, None);
+            let Some(parsed) = O::parse_id(&id) else {
+                found.insert(id, None);
                 continue;
             };
             self.stripe_calls += 1;
-            match self.deps.gateway.retrieve(&pi_id).await {
-                Ok(pi) => {
-                    ev.retrieved_intents.insert(id, Some(pi));
+            match O::retrieve(self.deps.gateway, &parsed).await {
+                Ok(object) => {
+                    found.insert(id, Some(object));
                 }
                 Err(GatewayError::Rejected { .. }) => {
-                    ev.retrieved_intents.insert(id, None);
+                    found.insert(id, None);
                 }
                 Err(e) => {
-                    warn!(payment_intent = %id, error = %ErrorChain(&e), "the audit could not read an intent; left unchecked")
-                }
-            }
-        }
-        for id in refunds {
-            if self.mind_deadline().is_err() {
-                return;
-            }
-            let Ok(re_id) = StripeRefundId::parse(&id) else {
-                ev.retrieved_refunds.insert(id, None);
-                continue;
-            };
-            self.stripe_calls += 1;
-            match self.deps.gateway.retrieve_refund(&re_id).await {
-                Ok(re) => {
-                    ev.retrieved_refunds.insert(id, Some(re));
-                }
-                Err(GatewayError::Rejected { .. }) => {
-                    ev.retrieved_refunds.insert(id, None);
-                }
-                Err(e) => {
-                    warn!(refund = %id, error = %ErrorChain(&e), "the audit could not read a refund; left unchecked")
+                    warn!(object = O::NOUN, id = %id, error = %ErrorChain(&e), "the audit could not read a Stripe object; left unchecked")
                 }
             }
         }
@@ -412,6 +406,41 @@ impl Reader<'_, '_> {
                 None => return Ok(()),
             }
         }
+    }
+}
+
+/// A kind of Stripe object the audit reads by id when a record or another object names one it
+/// did not list.
+trait ReadById: StripeObject + Sized {
+    type Id;
+
+    /// The id as this kind's, or `None` when it cannot be one (Stripe would have no such object).
+    fn parse_id(id: &str) -> Option<Self::Id>;
+
+    async fn retrieve(gateway: &dyn PaymentGateway, id: &Self::Id) -> Result<Self, GatewayError>;
+}
+
+impl ReadById for PaymentIntent {
+    type Id = PaymentIntentId;
+
+    fn parse_id(id: &str) -> Option<Self::Id> {
+        PaymentIntentId::parse(id).ok()
+    }
+
+    async fn retrieve(gateway: &dyn PaymentGateway, id: &Self::Id) -> Result<Self, GatewayError> {
+        gateway.retrieve(id).await
+    }
+}
+
+impl ReadById for StripeRefund {
+    type Id = StripeRefundId;
+
+    fn parse_id(id: &str) -> Option<Self::Id> {
+        StripeRefundId::parse(id).ok()
+    }
+
+    async fn retrieve(gateway: &dyn PaymentGateway, id: &Self::Id) -> Result<Self, GatewayError> {
+        gateway.retrieve_refund(id).await
     }
 }
 

@@ -30,6 +30,7 @@ use charge_core::operation::{
 };
 use charge_core::outcome::PaymentIntent;
 use charge_core::plan::{Decision, Disposition, FollowUp, Policy, ReviewClass};
+use charge_core::refund::event_plan::{EventRefund, RefundEventAction};
 use charge_core::refund::plan::RefundStep;
 use charge_core::refund::StripeRefund;
 use charge_core::store::{
@@ -69,13 +70,26 @@ pub struct ChargeReport {
     pub record: Option<Operation>,
 }
 
-/// What applying one Stripe event did.
+/// What applying one Stripe event did, with the event rule's answers: the edge reports them and
+/// decides nothing again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventReport {
     pub report: ChargeReport,
-    /// What the event rule decided on the record as claimed; `None` when the shell could not
-    /// claim it (then `report.record` is the record as found).
+    /// What the event rule decided on the record as claimed (what the shell recorded); `None`
+    /// when the shell could not claim it.
     pub action: Option<Action>,
+    /// What the event rule says of the settled record the shell ended with without writing it
+    /// ([`settled_unwritten`]); `None` when it ended with no such record.
+    pub settled: Option<Action>,
+}
+
+/// What applying one Stripe refund event did: the refund plan decided on the record as claimed
+/// ([`apply_refund_event`]), and the refund event rule on a settled record the shell ended with
+/// without writing it ([`settled_unwritten`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundEventReport {
+    pub report: ChargeReport,
+    pub settled: Option<RefundEventAction>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -305,16 +319,20 @@ fn refund_planned(
 }
 
 /// Applies what Stripe said of a refund operation's refund when an event told us to look
-/// (`refund` is the retrieved refund, never the event's copy), through the same shell and the
-/// same rules as the executor's own retrieve ([`refund::plan::after_retrieve`]): settled (its
-/// reservation given back when no money went back), its id recorded, or reviewed as stuck. No
-/// call to Stripe but the caller's retrieve. The report's record is the one the shell last saw.
+/// (`refund` is the retrieved refund, never the event's copy `claimed`), through the same shell
+/// and the same rules as the executor's own retrieve ([`refund::plan::after_retrieve`]): settled
+/// (its reservation given back when no money went back), its id recorded, or reviewed as stuck.
+/// No call to Stripe but the caller's retrieve. The report's record is the one the shell last
+/// saw; when that is a settled record the shell did not write, the refund event rule's answer
+/// for it ([`refund::event_plan::decide`]) comes back with it.
 pub async fn apply_refund_event(
     deps: &ChargeDeps,
     key: &OperationKey,
     operation_id: &OperationId,
+    claimed: &EventRefund,
     refund: StripeRefund,
-) -> Result<ChargeReport, ExecuteError> {
+) -> Result<RefundEventReport, ExecuteError> {
+    let stripe = refund.clone();
     let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
         let now = deps.clock.now();
         let decided = refund::plan::after_retrieve(&op, Ok(refund), now, &deps.policy);
@@ -324,7 +342,21 @@ pub async fn apply_refund_event(
         )
     })
     .await?;
-    Ok(report)
+    let settled = settled_unwritten(&report)
+        .map(|op| refund::event_plan::decide(op, claimed, &stripe, deps.clock.now()));
+    Ok(RefundEventReport { report, settled })
+}
+
+/// The settled record a shell ended with without writing it: settled before the claim (not ours
+/// to change), or by the write that beat ours. What an event says of it is the event rule's to
+/// answer: a settled record is never written here, and Stripe contradicting it pages.
+fn settled_unwritten(report: &ChargeReport) -> Option<&Operation> {
+    match report.disposition {
+        Disposition::AlreadySettled | Disposition::Superseded => {
+            report.record.as_ref().filter(|op| op.status.is_settled())
+        }
+        _ => None,
+    }
 }
 
 fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {
@@ -341,7 +373,8 @@ fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
 /// [`execute_charge`]: the event rule ([`event_plan::after_event`]) decides on the record as
-/// claimed, once; the report hands back that decision and the record as the shell last saw it.
+/// claimed, once; the report hands back that decision and the record as the shell last saw it,
+/// and, when that is a settled record the shell did not write, the rule's answer for it.
 ///
 /// No call but the caller's retrieve: the events function may hold a read-only key (its
 /// restricted `PaymentIntents: Read` key). An intent Stripe holds declined is therefore recorded
@@ -354,6 +387,7 @@ pub async fn apply_event(
     pi: PaymentIntent,
 ) -> Result<EventReport, ExecuteError> {
     let livemode = deps.gateway.livemode();
+    let (pi_id, pi_status) = (pi.id.clone(), pi.status.clone());
     let (report, action) = run_claimed(deps, key, operation_id, |op| async move {
         let now = deps.clock.now();
         let (action, mut decision) = event_plan::after_event(&op, pi, now, &deps.policy, livemode);
@@ -371,7 +405,12 @@ pub async fn apply_event(
         (planned, action)
     })
     .await?;
-    Ok(EventReport { report, action })
+    let settled = settled_unwritten(&report).map(|op| event_plan::decide(op, &pi_id, &pi_status));
+    Ok(EventReport {
+        report,
+        action,
+        settled,
+    })
 }
 
 /// What the middle of the shell decided, with what it cost.

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_core::charge::event_plan::{EventMismatch, Ignored};
+use charge_core::domain::{PaymentIntentId, StripeRefundId};
 use charge_core::outbox::{outcome_of, Outcome};
+use charge_core::outcome::{GatewayError, PaymentIntent};
 use charge_core::plan::Policy;
+use charge_core::refund::StripeRefund;
 use charge_core::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
@@ -19,7 +22,9 @@ use charge_core::{
 };
 use charge_once::executor::{execute_charge, ChargeDeps};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::OperationStore;
+use charge_once::ports::{
+    CancelPaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
+};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{
@@ -385,4 +390,91 @@ async fn a_refund_event_from_eventbridge_takes_the_same_path() {
     assert_eq!(w.reserved(&charge).await, 0);
     let again = receive_eventbridge(&w.deps, read(), None).await;
     assert_eq!(again.reception, Reception::Ignored(Ignored::Duplicate));
+}
+
+/// A gateway whose first refund retrieve lets the charge path settle the refund first (Stripe
+/// then says `succeeded`), and then answers what Stripe says after (`then`): the record the
+/// events function read was unsettled, the one its shell then claims is settled.
+struct SettledMeanwhile {
+    inner: Arc<FakeGateway>,
+    charge_path: ChargeDeps,
+    refund: std::sync::Mutex<Option<Operation>>,
+    then: RefundStatus,
+}
+
+#[async_trait::async_trait]
+impl PaymentGateway for SettledMeanwhile {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        self.inner.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        id: &charge_core::domain::OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
+    }
+    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
+        let refund = self.refund.lock().unwrap().take();
+        if let Some(refund) = refund {
+            self.inner
+                .set_refund_status(id, RefundStatus::Succeeded, None);
+            let r = execute_charge(&self.charge_path, &refund.key(), &refund.operation_id)
+                .await
+                .unwrap();
+            assert_eq!(r.status, OperationStatus::Succeeded, "settled meanwhile");
+            let why = (self.then == RefundStatus::Failed).then_some("expired_or_canceled_card");
+            self.inner.set_refund_status(id, self.then.clone(), why);
+        }
+        self.inner.retrieve_refund(id).await
+    }
+}
+
+/// The refund settles between the events function's read and its shell's claim: the shell finds
+/// it settled, and its answer for that record is what the event does. Stripe saying it failed
+/// after that is the one settled transition (failed, its 400 back on the charge); agreeing, it
+/// is a late event.
+#[tokio::test]
+async fn a_refund_settled_before_the_claim_is_answered_by_the_shell_on_what_stands() {
+    let cases = [
+        (
+            RefundStatus::Failed,
+            "failed",
+            Reception::RefundFailedLater,
+            OperationStatus::Failed,
+            0,
+        ),
+        (
+            RefundStatus::Succeeded,
+            "succeeded",
+            Reception::Ignored(Ignored::AlreadySettled),
+            OperationStatus::Succeeded,
+            400,
+        ),
+    ];
+    for (then, claims, want, stands, reserved) in cases {
+        let mut w = World::new();
+        let order = format!("ord-meanwhile-{claims}");
+        let (charge, pending) = w.refunded(&order, RefundStatus::Pending).await;
+        assert_eq!(pending.status, OperationStatus::Unknown);
+        w.deps.charge.gateway = Arc::new(SettledMeanwhile {
+            inner: w.gateway.clone(),
+            charge_path: w.deps.charge.clone(),
+            refund: std::sync::Mutex::new(Some(pending.clone())),
+            then,
+        });
+        let body = event("evt_meanwhile", "refund.updated", &pending, None, claims);
+        assert_eq!(w.deliver(&body).await, want, "{claims}");
+        assert_eq!(w.current(&pending).await.status, stands, "{claims}");
+        assert_eq!(w.reserved(&charge).await, reserved, "{claims}");
+        assert_eq!(w.gateway.refund_count(), 1, "an event never makes a refund");
+    }
 }

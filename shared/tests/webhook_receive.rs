@@ -940,3 +940,86 @@ async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at
     assert_eq!(now.amount_captured.map(|a| a.minor_units()), Some(700));
     assert_eq!(w.creates(), 1, "only the test's own create");
 }
+
+/// A gateway whose first retrieve lets the charge path settle the operation first (`status`,
+/// with the intent `pi` recorded): the record the events function read was unsettled, the one
+/// its shell then claims is settled.
+struct SettledMeanwhile {
+    inner: Arc<FakeGateway>,
+    store: Arc<MemoryStore>,
+    clock: ManualClock,
+    settle: std::sync::Mutex<Option<(Operation, OperationStatus, String)>>,
+}
+
+#[async_trait::async_trait]
+impl PaymentGateway for SettledMeanwhile {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.create(req).await
+    }
+    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
+        let settle = self.settle.lock().unwrap().take();
+        if let Some((op, status, pi)) = settle {
+            let now = self.clock.now();
+            testing::settle_as(self.store.as_ref(), &op, status, Some(&pi), now).await;
+        }
+        self.inner.retrieve(id).await
+    }
+    async fn search_by_operation(
+        &self,
+        id: &charge_core::domain::OperationId,
+    ) -> Result<Vec<PaymentIntent>, GatewayError> {
+        self.inner.search_by_operation(id).await
+    }
+    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
+        self.inner.cancel(req).await
+    }
+}
+
+/// The record settles between the events function's read and its shell's claim: the shell finds
+/// it settled, writes nothing, and its answer for that record is what the event reports. Stripe
+/// contradicting it (recorded failed, the intent succeeded) pages; agreeing, it is a late event.
+#[tokio::test]
+async fn a_record_settled_before_the_claim_is_answered_by_the_shell_on_what_stands() {
+    let cases = [
+        (
+            OperationStatus::Failed,
+            Reception::SettledConflict {
+                reason: "settled_failed_but_succeeded",
+            },
+        ),
+        (
+            OperationStatus::Succeeded,
+            Reception::Ignored(Ignored::AlreadySettled),
+        ),
+    ];
+    for (settled_as, want) in cases {
+        let mut w = World::new();
+        let order = format!("order-meanwhile-{}", settled_as.as_str());
+        let op = w.unknown_op(&order, None).await;
+        let pi = w.gateway.insert_charge(&op, PaymentIntentStatus::Succeeded);
+        w.deps.charge.gateway = Arc::new(SettledMeanwhile {
+            inner: w.gateway.clone(),
+            store: w.store.clone(),
+            clock: w.clock.clone(),
+            settle: std::sync::Mutex::new(Some((op.clone(), settled_as, pi.as_str().to_owned()))),
+        });
+        let body = event(
+            "evt_meanwhile",
+            "payment_intent.succeeded",
+            &pi,
+            "succeeded",
+            &op,
+        );
+        assert_eq!(w.deliver(&body).await, want, "settled {settled_as:?}");
+        let stands = w.current(&op).await;
+        assert_eq!(
+            stands.status, settled_as,
+            "the settled record is never written"
+        );
+        assert_eq!(w.retrieves(), 1);
+        assert_eq!(w.creates(), 0);
+    }
+}

@@ -1103,12 +1103,12 @@ mod tests {
     use std::sync::Arc;
 
     use charge_core::store::OutcomeRecord;
+    use charge_core::store_rules::ChargeClaim;
     use charge_core::{
         operation::{LeaseToken, Review},
         outcome::{GatewayError, PaymentIntent},
         time::ManualClock,
     };
-    use charge_core::store_rules::ChargeClaim;
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
     use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent};

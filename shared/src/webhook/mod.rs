@@ -21,10 +21,11 @@
 //!    nothing moves, and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
 //! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
 //!    on the claimed record with Stripe's answer ([`charge::event_plan::after_event`]), record
-//!    fenced on that lease and an unsettled status. The shell hands back its decision and the
-//!    record it last saw (as written, as found settled or in review, or the one that beat our
-//!    write), so nothing is read or decided again after it. (The record as read in step 4 is
-//!    decided on first only to spare the claim's write when the event can change nothing.) A
+//!    fenced on that lease and an unsettled status. The shell hands back the record it last saw
+//!    (as written, as found settled or in review, or the one that beat our write) and the rule's
+//!    answer for it (on the record as claimed; on a settled one it found and did not write), so
+//!    nothing is read or decided again after it. (The record as read in step 4 is decided on
+//!    first only to spare the claim's write when the event can change nothing.) A
 //!    settled record is never written; Stripe contradicting it pages. Nothing here creates, confirms or cancels anything at Stripe (its
 //!    key may be read-only): an intent Stripe holds declined is recorded unknown with its id,
 //!    due now, and the charge path (or the reconciler's re-drive) cancels it before `failed`.
@@ -35,7 +36,8 @@
 //! consistent; a settled refund too, which the unknown index no longer lists), the refund
 //! retrieved at Stripe, and [`charge_core::refund::event_plan::decide`] deciding: an unsettled
 //! refund settles through the executor's shell on the refund plan's own rules
-//! ([`crate::executor::apply_refund_event`]); a succeeded refund that Stripe says failed later
+//! ([`crate::executor::apply_refund_event`], which answers with the refund rule for a settled
+//! record it found and did not write); a succeeded refund that Stripe says failed later
 //! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
 //! on the charge, [`Reception::RefundFailedLater`]); every other contradiction pages, unwritten.
 //!
@@ -54,9 +56,10 @@ use std::time::Duration;
 use tracing::{error, info, warn, Instrument};
 
 use charge_core::refund::event_plan::RefundEventAction;
+use charge_core::stripe_object::{EventCopy, StripeObject};
 use charge_core::{charge, refund};
 
-use crate::executor::{self, ChargeDeps, EventReport, ExecuteError};
+use crate::executor::{self, ChargeDeps, EventReport, ExecuteError, RefundEventReport};
 use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
@@ -572,7 +575,7 @@ async fn act_refund(
         Err(e) => {
             warn!(error = %ErrorChain(&e), "Stripe refused the refund's retrieve");
             let why = EventMismatch::UnknownRefund;
-            return Ok(refund_mismatch(&op, &target.refund, None, why));
+            return Ok(mismatch(&op, &target.refund, None, why));
         }
     };
     info!(refund = %stripe.id, status = %stripe.status, "retrieved the refund's latest state");
@@ -600,17 +603,24 @@ async fn read_refund(
 }
 
 /// An unsettled refund operation settled (or its refund recorded) through the executor's shell;
-/// when the shell finds it settled meanwhile, the rule decides again on the record it saw.
+/// when the shell finds it settled meanwhile, the refund rule's answer for that record comes back
+/// with it.
 async fn settle_refund(
     deps: &WebhookDeps,
     key: &OperationKey,
     target: &RefundTarget,
     stripe: StripeRefund,
 ) -> Result<Reception, ActError> {
-    let applied =
-        executor::apply_refund_event(&deps.charge, key, &target.operation_id, stripe.clone()).await;
-    let report = match applied {
-        Ok(report) => report,
+    let applied = executor::apply_refund_event(
+        &deps.charge,
+        key,
+        &target.operation_id,
+        &target.refund,
+        stripe.clone(),
+    )
+    .await;
+    let RefundEventReport { report, settled } = match applied {
+        Ok(applied) => applied,
         Err(ExecuteError::NotFound { .. }) => {
             return Ok(Reception::Ignored(Ignored::UnknownOperation))
         }
@@ -630,16 +640,10 @@ async fn settle_refund(
         },
         Disposition::InReview(_) => Reception::Ignored(Ignored::InReview),
         Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
-        Disposition::AlreadySettled | Disposition::Superseded => match report.record {
-            Some(op) if op.status.is_settled() => {
-                let now = deps.charge.clock.now();
-                match refund::event_plan::decide(&op, &target.refund, &stripe, now) {
-                    RefundEventAction::Settle => return Err(ActError::LeaseLost),
-                    other => return unclaimed(deps, &op, target, &stripe, other).await,
-                }
-            }
-            Some(_) => return Err(ActError::LeaseLost),
-            None => Reception::Ignored(Ignored::UnknownOperation),
+        Disposition::AlreadySettled | Disposition::Superseded => match (&report.record, settled) {
+            (Some(op), Some(action)) => return unclaimed(deps, op, target, &stripe, action).await,
+            (Some(_), None) => return Err(ActError::LeaseLost),
+            (None, _) => Reception::Ignored(Ignored::UnknownOperation),
         },
     })
 }
@@ -658,7 +662,7 @@ async fn unclaimed(
             info!(reason = why.as_str(), "nothing to change");
             Reception::Ignored(why)
         }
-        RefundEventAction::Mismatch(why) => refund_mismatch(op, &target.refund, Some(stripe), why),
+        RefundEventAction::Mismatch(why) => mismatch(op, &target.refund, Some(stripe), why),
         RefundEventAction::PageSettled { reason } => {
             page_settled_refund(op, stripe, reason);
             Reception::SettledConflict { reason }
@@ -698,25 +702,6 @@ async fn fail_later(deps: &WebhookDeps, write: &RefundFailedLater) -> Result<Rec
         Recorded::Refused(Some(_)) => return Err(ActError::LeaseLost),
         Recorded::Refused(None) => Reception::Ignored(Ignored::UnknownOperation),
     })
-}
-
-fn refund_mismatch(
-    op: &Operation,
-    claimed: &EventRefund,
-    stripe: Option<&StripeRefund>,
-    why: EventMismatch,
-) -> Reception {
-    error!(
-        order_id = %op.order_id,
-        operation_id = %op.operation_id,
-        refund = claimed.id.as_str(),
-        claimed_status = %claimed.status,
-        stripe_status = stripe.map_or("(none)", |r| r.status.as_str()),
-        reason = why.as_str(),
-        "event mismatch: Stripe does not confirm what the refund event says (forged or \
-         misrouted event, or a leaked secret); nothing written, a person must check it"
-    );
-    Reception::Mismatch(why)
 }
 
 fn page_settled_refund(op: &Operation, stripe: &StripeRefund, reason: &'static str) {
@@ -785,9 +770,13 @@ async fn read(deps: &WebhookDeps, target: &Target) -> Result<Option<Operation>, 
 }
 
 /// What the shell's report means for the event: its decision on the record as claimed, or, when
-/// it could not claim it or our write lost, the record as the shell last saw it.
+/// it could not claim it or our write lost, its answer for the record it last saw.
 fn reception(pi: &PaymentIntent, applied: EventReport) -> Result<Reception, ActError> {
-    let EventReport { report, action } = applied;
+    let EventReport {
+        report,
+        action,
+        settled,
+    } = applied;
     // The record as claimed said there was nothing to change (it moved since our read): the
     // shell released the lease and wrote nothing else.
     match action {
@@ -816,19 +805,15 @@ fn reception(pi: &PaymentIntent, applied: EventReport) -> Result<Reception, ActE
         // Stripe call, and `after_event` decides nothing that is retried.)
         Disposition::Busy | Disposition::RetryLater(_) => return Err(ActError::Busy),
         // Settled since our read (the shell's claim found it so), or our write lost to one that
-        // settled it: compare Stripe's answer with what stands.
-        Disposition::AlreadySettled | Disposition::Superseded => match &report.record {
-            Some(op) if op.status.is_settled() => {
-                match charge::event_plan::decide(op, &pi.id, &pi.status) {
-                    Action::PageSettled { reason } => {
-                        page_settled(op, &pi.id, reason);
-                        Reception::SettledConflict { reason }
-                    }
-                    _ => Reception::Ignored(Ignored::AlreadySettled),
-                }
+        // settled it: the shell's answer compares Stripe's with what stands.
+        Disposition::AlreadySettled | Disposition::Superseded => match (&report.record, settled) {
+            (Some(op), Some(Action::PageSettled { reason })) => {
+                page_settled(op, &pi.id, reason);
+                Reception::SettledConflict { reason }
             }
-            Some(_) => return Err(ActError::LeaseLost),
-            None => Reception::Ignored(Ignored::UnknownOperation),
+            (Some(_), Some(_)) => Reception::Ignored(Ignored::AlreadySettled),
+            (Some(_), None) => return Err(ActError::LeaseLost),
+            (None, _) => Reception::Ignored(Ignored::UnknownOperation),
         },
     })
 }
@@ -853,18 +838,21 @@ fn in_review(op: &Operation, intent: &PaymentIntentId, status: &PaymentIntentSta
     Reception::Ignored(Ignored::InReview)
 }
 
-fn mismatch(
+/// An event Stripe does not confirm (its object, `stripe`, is not the operation's, or does not
+/// hold what the event claims, or is not there): nothing written, a person is paged.
+fn mismatch<C: EventCopy>(
     op: &Operation,
-    claimed: &EventIntent,
-    stripe: Option<&PaymentIntent>,
+    claimed: &C,
+    stripe: Option<&C::Object>,
     why: EventMismatch,
 ) -> Reception {
     error!(
         order_id = %op.order_id,
         operation_id = %op.operation_id,
-        payment_intent = claimed.id.as_str(),
-        claimed_status = %claimed.status,
-        stripe_status = stripe.map_or("(none)", |pi| pi.status.as_str()),
+        object = <C::Object as StripeObject>::NOUN,
+        stripe_id = claimed.id(),
+        claimed_status = claimed.status_name(),
+        stripe_status = stripe.map_or("(none)", |o| o.status_name()),
         reason = why.as_str(),
         "event mismatch: Stripe does not confirm what the event says (forged or misrouted event, \
          or a leaked secret); nothing written, a person must check it"
