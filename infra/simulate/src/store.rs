@@ -480,6 +480,10 @@ struct Table {
     by_key: FxHashMap<u64, u32>,
     /// The slot each operation id was minted in (also after its record was replaced).
     by_operation_id: FxHashMap<OperationId, u32>,
+    /// The refund slots of each order (by the hash of its order id, so orders whose ids hash
+    /// the same share a list), in slot order: an order's refunds are read as DynamoDB reads
+    /// one partition, not by a scan of the table.
+    refunds_by_order: FxHashMap<u64, Vec<u32>>,
     strings: Interner,
     /// Unsettled, due, not in review: each position with its record's slot (a page reads the
     /// record there, without looking its key up again).
@@ -602,6 +606,10 @@ impl Table {
                 let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
                 let head = self.by_key.entry(hash_one(&key)).or_insert(NO_SLOT);
                 let next = std::mem::replace(head, at32);
+                if key.kind.refund_id().is_some() {
+                    let order = hash_one(&key.order_id);
+                    self.refunds_by_order.entry(order).or_default().push(at32);
+                }
                 self.slots.push(Slot {
                     key,
                     record,
@@ -1293,24 +1301,19 @@ impl OperationStore for SimStore {
         self.lock().read(key)
     }
 
-    /// A scan of the slots: only the `refund-dedup-by-amount` mutation reads an order's refunds
-    /// (the judge reads each refund by its key), so no other run pays for it.
     async fn refunds_of(
         &self,
         order_id: &charge_once::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.calls.query();
         let t = self.lock();
-        let keys: Vec<OperationKey> = t
-            .slots
-            .iter()
-            .map(|slot| &slot.key)
-            .filter(|k| k.order_id == *order_id && k.kind.refund_id().is_some())
-            .cloned()
-            .collect();
         let mut refunds = Vec::new();
-        for key in keys {
-            refunds.extend(t.read(&key)?);
+        let slots = t.refunds_by_order.get(&hash_one(order_id));
+        for at in slots.into_iter().flatten() {
+            let key = &t.slots[*at as usize].key;
+            if key.order_id == *order_id {
+                refunds.push(t.read_at(key, *at)?);
+            }
         }
         // As DynamoDB's Query returns them: by sort key.
         refunds.sort_by_key(|op| op.kind.sort_key());
