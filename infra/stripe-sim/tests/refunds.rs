@@ -733,7 +733,7 @@ fn refunds_awaiting_action_are_the_ledger_s_waiting_ones_created_by_then_oldest_
     );
     assert_eq!(
         waiting(created(&c) - 1),
-        [a.clone()],
+        std::slice::from_ref(&a),
         "the canceled b is gone"
     );
     assert_eq!(waiting(created(&a) - 1), Vec::<String>::new());
