@@ -28,8 +28,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-use crate::driver::{checkout_request, Order};
-
 /// The default share of orders checked out with `"capture": "manual"`.
 pub const DEFAULT_RATE: f64 = 0.3;
 /// Groups after the checkout at which an authorization is captured or canceled, and at which it
@@ -121,15 +119,15 @@ impl TakeAsk {
         }
     }
 
-    /// The door's request: the checkout's (same caller, same headers) on the take's path.
-    pub fn request(&self, order: &Order) -> ApiGatewayV2httpRequest {
-        let mut req = checkout_request(order, 0);
-        req.raw_path = Some(format!("/orders/{}/{}", order.order_id, self.kind()));
-        req.body = Some(match self {
+    /// The door's request about order `order_id`: the checkout's (same caller, same headers)
+    /// on the take's path.
+    pub fn request(&self, order_id: &str) -> ApiGatewayV2httpRequest {
+        let path = format!("/orders/{order_id}/{}", self.kind());
+        let body = match self {
             TakeAsk::Capture(Some(a)) => format!(r#"{{"amount":{a}}}"#),
             TakeAsk::Capture(None) | TakeAsk::Cancel => "{}".to_owned(),
-        });
-        req
+        };
+        crate::order_service::request(order_id, path, body)
     }
 }
 

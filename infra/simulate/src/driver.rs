@@ -14,12 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_lambda_events::apigw::{
-    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerIamDescription, ApiGatewayV2httpRequest,
-};
+use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::eventbridge::EventBridgeEvent;
-use aws_lambda_events::http::header::{HeaderValue, CONTENT_TYPE};
-use aws_lambda_events::http::Method;
 use aws_lambda_events::sqs::SqsEvent;
 use charge::handler::ChargeFunction;
 use charge_core::time::{Clock, ManualClock, Timestamp};
@@ -228,29 +224,10 @@ pub fn card_of(order_id: &str, faults: &Faults) -> (&'static str, bool) {
     }
 }
 
-/// The order service as the simulated checkouts' authenticated caller.
-const SIMULATED_CALLER: &str = "arn:aws:sts::000000000000:assumed-role/order-service/simulate";
-
 pub fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
-    let mut req = ApiGatewayV2httpRequest::default();
-    req.request_context.http.method = Method::POST;
-    req.raw_path = Some(format!("/orders/{}/charge", order.order_id));
-    req.path_parameters
-        .insert("order_id".into(), order.order_id.clone());
-    req.headers
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    // As API Gateway's IAM authorizer delivers a signed request from the order service.
-    let mut iam = ApiGatewayRequestAuthorizerIamDescription::default();
-    iam.user_arn = Some(SIMULATED_CALLER.into());
-    let mut authorizer = ApiGatewayRequestAuthorizer::default();
-    authorizer.iam = Some(iam);
-    req.request_context.authorizer = Some(authorizer);
-    req.body = Some(checkout_body(
-        order.payment_method,
-        amount,
-        order.authorization.is_some(),
-    ));
-    req
+    let body = checkout_body(order.payment_method, amount, order.authorization.is_some());
+    let path = format!("/orders/{}/charge", order.order_id);
+    crate::order_service::request(&order.order_id, path, body)
 }
 
 /// The checkout request's JSON body, written directly: the bytes `json!({...}).to_string()`
@@ -311,7 +288,7 @@ impl Pipeline {
         let send = || async {
             let response = checkout::handler::handle(
                 &self.checkout,
-                LambdaEvent::new(ask.request(order), Context::default()),
+                LambdaEvent::new(ask.request(&order.order_id), Context::default()),
             )
             .await;
             let next = self.take_answers.note(&order.order_id, ask, &response);
@@ -390,7 +367,7 @@ impl Pipeline {
         let send = || async {
             let response = checkout::handler::handle(
                 &self.checkout,
-                LambdaEvent::new(ask.request(order), Context::default()),
+                LambdaEvent::new(ask.request(), Context::default()),
             )
             .await;
             let status = self.refund_answers.note(ask, &response);

@@ -30,10 +30,29 @@ use charge_once::ports::{
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use stripe_sim::{FaultConfig, FaultKind};
 
 use crate::fx::{FxHashMap, FxHashSet};
 use crate::sched::yield_now;
+use crate::stripe::{SimStripe, StripeFaults};
 use crate::trace::Trace;
+
+/// The faults the Stripe simulator injects, each under the simulation's name and its own: the
+/// rates given to it, and what it reports injecting, go through this table.
+pub const STRIPE_FAULTS: [(Kind, FaultKind); 6] = [
+    (Kind::LostResponse, FaultKind::DropAfterCommit),
+    (
+        Kind::ServerErrorBeforeCommit,
+        FaultKind::ServerErrorBeforeCommit,
+    ),
+    (
+        Kind::ServerErrorAfterCommit,
+        FaultKind::ServerErrorAfterCommit,
+    ),
+    (Kind::RateLimit, FaultKind::RateLimit),
+    (Kind::KeyInUse, FaultKind::KeyInUse),
+    (Kind::Timeout, FaultKind::Latency),
+];
 
 /// Every fault kind the simulation knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -238,6 +257,25 @@ impl Faults {
         &self.rates
     }
 
+    /// What the Stripe simulator is to inject of these faults: [`STRIPE_FAULTS`] (reads failing
+    /// too, at the same rates) and search lag; `latency`: how long an answer the `timeout`
+    /// fault delays takes.
+    pub fn at_stripe(&self, latency: Duration) -> StripeFaults {
+        StripeFaults {
+            config: FaultConfig {
+                rates: STRIPE_FAULTS
+                    .iter()
+                    .filter(|(k, _)| self.rate(*k) > 0.0)
+                    .map(|(k, f)| (*f, self.rate(*k)))
+                    .collect(),
+                latency,
+                script: Vec::new(),
+                faults_on_reads: true,
+            },
+            search_lag: self.rate(Kind::SearchLag) > 0.0,
+        }
+    }
+
     /// A random decision for an event of this kind; counted when it fires.
     pub fn roll(&self, kind: Kind) -> bool {
         let rate = self.rate(kind);
@@ -349,7 +387,7 @@ impl Blackouts {
 /// 402, before the executor can cancel) or [`CONFIRM_LATER`] later, through Stripe, which refuses
 /// a canceled intent. Each visit is counted, and whether the customer paid.
 pub struct Confirms {
-    stripe: Arc<crate::stripe::SimStripe>,
+    stripe: Arc<SimStripe>,
     faults: Arc<Faults>,
     trace: Arc<Trace>,
     clock: Arc<dyn Clock>,
@@ -369,7 +407,7 @@ pub const CONFIRM_LATER: [Duration; 2] = [Duration::from_secs(120), Duration::fr
 
 impl Confirms {
     pub fn new(
-        stripe: Arc<crate::stripe::SimStripe>,
+        stripe: Arc<SimStripe>,
         faults: Arc<Faults>,
         trace: Arc<Trace>,
         clock: Arc<dyn Clock>,
@@ -523,10 +561,7 @@ impl Bank {
     /// did not answer is tried again at the next call.
     pub fn cancel_waiting(&self, now: Timestamp) {
         let due = now.as_millis() - Self::AFTER.as_millis() as i64;
-        for r in self.sim.refund_ledger() {
-            if r.status != "requires_action" || r.created_ms > due {
-                continue;
-            }
+        for r in self.sim.refunds_awaiting_action(due) {
             let key = format!("bank-cancel-{}", r.id);
             let answer = self.sim.cancel_refund_in_process(&r.id, Some(&key), &[]);
             if let stripe_sim::Outcome::Answered(a) = answer {

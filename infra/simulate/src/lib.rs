@@ -38,6 +38,7 @@ pub mod gateway;
 pub mod load;
 mod load_wire;
 pub mod mutations;
+pub mod order_service;
 pub mod pacing;
 pub mod queue;
 pub mod refund_asks;
@@ -708,16 +709,11 @@ impl World {
         let clock = ManualClock::new(driver::virtual_start());
         let trace = Arc::new(Trace::new(clock.clone(), args.trace.clone()));
         let blackouts = Arc::new(Blackouts::default());
+        let at_stripe = faults.at_stripe(SLOW_ANSWER);
         let stripe = Arc::new(match (&args.stripe_url, args.stripe) {
-            (Some(url), _) => {
-                SimStripe::remote(url, &clock, &faults, args.seed, SLOW_ANSWER).await?
-            }
-            (None, StripeMode::Http) => {
-                SimStripe::embedded(&clock, &faults, args.seed, SLOW_ANSWER).await?
-            }
-            (None, StripeMode::InProcess) => {
-                SimStripe::in_process(&clock, &faults, args.seed, SLOW_ANSWER)
-            }
+            (Some(url), _) => SimStripe::remote(url, &clock, &at_stripe, args.seed).await?,
+            (None, StripeMode::Http) => SimStripe::embedded(&clock, &at_stripe, args.seed).await?,
+            (None, StripeMode::InProcess) => SimStripe::in_process(&clock, &at_stripe, args.seed),
         });
         let gateway = stripe_client(args, &stripe, &clock)?;
         let backing = match args.backend {
@@ -1747,7 +1743,7 @@ fn note_settling(report: &mut Report, s: &store::SimStore, faults: &Faults, args
 }
 
 /// Every fault kind with how often it happened: injected here, injected by the Stripe simulator
-/// (under its own names, [`stripe::STRIPE_FAULTS`]), or planned into the orders' cards.
+/// (under its own names, [`faults::STRIPE_FAULTS`]), or planned into the orders' cards.
 fn faults_injected(world: &World, at_end: &AtEnd, planned: Planned) -> BTreeMap<String, u64> {
     let mut injected: BTreeMap<String, u64> = world
         .faults
@@ -1755,7 +1751,7 @@ fn faults_injected(world: &World, at_end: &AtEnd, planned: Planned) -> BTreeMap<
         .into_iter()
         .map(|(k, n)| (k.name().to_owned(), n))
         .collect();
-    for (kind, at_stripe) in stripe::STRIPE_FAULTS {
+    for (kind, at_stripe) in faults::STRIPE_FAULTS {
         let n = at_end
             .stripe_injected
             .get(at_stripe.as_str())

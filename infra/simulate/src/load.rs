@@ -443,13 +443,15 @@ impl Run {
                 }
                 let order = driver::plan_order(index, self.cfg.seed, &self.faults);
                 let request = match ask {
-                    Ask::Capture => crate::auth_asks::TakeAsk::Capture(None).request(&order),
+                    Ask::Capture => {
+                        crate::auth_asks::TakeAsk::Capture(None).request(&order.order_id)
+                    }
                     Ask::Refund => crate::refund_asks::Ask {
                         order_id: order.order_id.clone(),
                         refund_id: "returned".into(),
                         amount: None,
                     }
-                    .request(&order),
+                    .request(),
                 };
                 let status = checkout::handler::handle(
                     &self.checkout,

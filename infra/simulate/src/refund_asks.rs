@@ -21,12 +21,9 @@ use std::sync::Mutex;
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::encodings::Body;
-use aws_lambda_events::http::Method;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-
-use crate::driver::{checkout_request, Order};
 
 /// The default share of orders that get refund requests.
 pub const DEFAULT_RATE: f64 = 0.3;
@@ -52,19 +49,15 @@ impl Ask {
     }
 
     /// The door's request: the checkout's (same caller, same headers) on the refund's path.
-    pub fn request(&self, order: &Order) -> ApiGatewayV2httpRequest {
-        let mut req = checkout_request(order, 0);
-        req.request_context.http.method = Method::POST;
-        req.raw_path = Some(format!(
-            "/orders/{}/refunds/{}",
-            self.order_id, self.refund_id
-        ));
-        req.path_parameters
-            .insert("refund_id".into(), self.refund_id.clone());
-        req.body = Some(match self.amount {
+    pub fn request(&self) -> ApiGatewayV2httpRequest {
+        let path = format!("/orders/{}/refunds/{}", self.order_id, self.refund_id);
+        let body = match self.amount {
             Some(a) => format!(r#"{{"amount":{a}}}"#),
             None => "{}".to_owned(),
-        });
+        };
+        let mut req = crate::order_service::request(&self.order_id, path, body);
+        req.path_parameters
+            .insert("refund_id".into(), self.refund_id.clone());
         req
     }
 }

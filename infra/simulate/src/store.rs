@@ -23,7 +23,7 @@
 //! instead of failing, as `DynamoStore` does. An operator repairs it [`REPAIR_AFTER`] later
 //! ([`SimStore::repair_due`], called by the driver): the attribute is restored, nothing else moved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -487,6 +487,10 @@ struct Table {
     by_key: FxHashMap<u64, u32>,
     /// The slot each operation id was minted in (also after its record was replaced).
     by_operation_id: FxHashMap<OperationId, u32>,
+    /// The refund slots of each order (by the hash of its order id, so orders whose ids hash
+    /// the same share a list), in slot order: an order's refunds are read as DynamoDB reads
+    /// one partition, not by a scan of the table.
+    refunds_by_order: FxHashMap<u64, Vec<u32>>,
     strings: Interner,
     /// Unsettled, due, not in review: each position with its record's slot (a page reads the
     /// record there, without looking its key up again).
@@ -525,10 +529,11 @@ struct Table {
     unreadable: FxHashMap<OperationKey, Unreadable>,
     /// Unreadable records an operator repaired.
     repaired: u64,
-    /// Every settled record's (settle time in ms, slot), sorted: built by the first audit read
-    /// after a write ([`OperationStore::settled_between`]), dropped by the next write, so a run
-    /// pays for it only when audited.
-    settled_sorted: Option<Vec<(i64, u32)>>,
+    /// Every settled record's (settle time in ms, slot), kept up to date on every write: the
+    /// audit's pages ([`OperationStore::settled_between`]) cost their own length. (Sorted again
+    /// on the first page after a write, it cost a sort of the table per page: quadratic in a run
+    /// audited while it goes on.)
+    settled_index: BTreeSet<(i64, u32)>,
 }
 
 /// The outcomes published for one operation. The event id is a function of the operation id and
@@ -589,7 +594,6 @@ impl Table {
 
     /// Stores `op` as the record at its key (a new slot if the key has none); returns the slot.
     fn store(&mut self, op: Operation) -> usize {
-        self.settled_sorted = None;
         let key = op.key();
         let at = self.slot(&key);
         let same = at.and_then(|at| match self.slots[at].record.what {
@@ -597,8 +601,17 @@ impl Table {
             What::Refund(_) | What::Taking(_) => None,
         });
         let packed = Packed::pack(op, &mut self.strings, same);
-        match at {
+        let settled = packed.settled_at;
+        let at = match at {
             Some(at) => {
+                if let Some(was) = self.slots[at]
+                    .record
+                    .settled_at
+                    .filter(|w| Some(*w) != settled)
+                {
+                    let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+                    self.settled_index.remove(&(was.as_millis(), at32));
+                }
                 // In place: no new allocation for a record written again.
                 self.slots[at].record = packed;
                 at
@@ -609,6 +622,10 @@ impl Table {
                 let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
                 let head = self.by_key.entry(hash_one(&key)).or_insert(NO_SLOT);
                 let next = std::mem::replace(head, at32);
+                if key.kind.refund_id().is_some() {
+                    let order = hash_one(&key.order_id);
+                    self.refunds_by_order.entry(order).or_default().push(at32);
+                }
                 self.slots.push(Slot {
                     key,
                     record,
@@ -617,7 +634,12 @@ impl Table {
                 });
                 at
             }
+        };
+        if let Some(settled) = settled {
+            self.settled_index
+                .insert((settled.as_millis(), u32::try_from(at).unwrap_or(NO_SLOT)));
         }
+        at
     }
 
     fn unindex(&mut self, op: &Operation) {
@@ -1277,24 +1299,19 @@ impl OperationStore for SimStore {
         self.lock().read(key)
     }
 
-    /// A scan of the slots: only the `refund-dedup-by-amount` mutation reads an order's refunds
-    /// (the judge reads each refund by its key), so no other run pays for it.
     async fn refunds_of(
         &self,
         order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.calls.query();
         let t = self.lock();
-        let keys: Vec<OperationKey> = t
-            .slots
-            .iter()
-            .map(|slot| &slot.key)
-            .filter(|k| k.order_id == *order_id && k.kind.refund_id().is_some())
-            .cloned()
-            .collect();
         let mut refunds = Vec::new();
-        for key in keys {
-            refunds.extend(t.read(&key)?);
+        let slots = t.refunds_by_order.get(&hash_one(order_id));
+        for at in slots.into_iter().flatten() {
+            let key = &t.slots[*at as usize].key;
+            if key.order_id == *order_id {
+                refunds.push(t.read_at(key, *at)?);
+            }
         }
         // As DynamoDB's Query returns them: by sort key.
         refunds.sort_by_key(|op| op.kind.sort_key());
@@ -1361,8 +1378,7 @@ impl OperationStore for SimStore {
         }
     }
 
-    /// From a sorted list of every settled record, built on the first read after a write: a
-    /// run that is not audited pays nothing, and an audit's pages cost their own length.
+    /// From the index of settled records ([`Table::settled_index`]): a page costs its length.
     async fn settled_between(
         &self,
         window: &AuditWindow,
@@ -1371,33 +1387,20 @@ impl OperationStore for SimStore {
     ) -> Result<Page, StoreError> {
         self.calls.query();
         let after = cursor.as_deref().map(decode_cursor).transpose()?;
-        let mut t = self.lock();
-        if t.settled_sorted.is_none() {
-            let mut all: Vec<(i64, u32)> = t
-                .slots
-                .iter()
-                .enumerate()
-                .filter_map(|(at, slot)| {
-                    let settled = slot.record.settled_at?;
-                    Some((settled.as_millis(), u32::try_from(at).ok()?))
-                })
-                .collect();
-            all.sort_unstable();
-            t.settled_sorted = Some(all);
-        }
-        let t = &*t;
-        let sorted = t.settled_sorted.as_deref().unwrap_or_default();
-        // The cursor names (settle time, key); its key's slot places it in the sorted list.
+        let t = &*self.lock();
+        // The cursor names (settle time, key): the page starts after its key's slot, or at its
+        // time if the key has none.
         let start = match &after {
-            Some((ms, key)) => {
-                let slot = t.slot(key).and_then(|at| u32::try_from(at).ok());
-                sorted.partition_point(|(m, at)| (*m, Some(*at)) <= (*ms, slot))
-            }
-            None => sorted.partition_point(|(m, _)| *m < window.from.as_millis()),
+            Some((ms, key)) => match t.slot(key).and_then(|at| u32::try_from(at).ok()) {
+                Some(at) => Bound::Excluded((*ms, at)),
+                None => Bound::Included((*ms, 0)),
+            },
+            None => Bound::Included((window.from.as_millis(), 0)),
         };
         let limit = limit.max(1);
-        let in_window: Vec<(i64, u32)> = sorted[start..]
-            .iter()
+        let in_window: Vec<(i64, u32)> = t
+            .settled_index
+            .range((start, Bound::Unbounded))
             .take_while(|(m, _)| *m < window.to.as_millis())
             .take(limit + 1)
             .copied()

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use charge_core::time::{Clock, ManualClock};
 use serde_json::{json, Value};
-use stripe_sim::{FaultConfig, FaultKind, LedgerRowView, RunningSim, SimConfig, StripeSim};
+use stripe_sim::{FaultConfig, LedgerRowView, RunningSim, SimConfig, StripeSim};
 
-use super::faults::{Faults, Kind};
 use super::BoxError;
 use crate::fx::FxHashMap;
 
@@ -155,34 +154,21 @@ fn describe_capacity(found: &Value) -> String {
 /// search waits 10 minutes past the key window, so this must never cause a wrong review).
 const SEARCH_LAG: Duration = Duration::from_secs(300);
 
-/// The faults the Stripe simulator injects, each under the simulation's name and its own: the
-/// rates given to it, and what it reports injecting, go through this table.
-pub const STRIPE_FAULTS: [(Kind, FaultKind); 6] = [
-    (Kind::LostResponse, FaultKind::DropAfterCommit),
-    (
-        Kind::ServerErrorBeforeCommit,
-        FaultKind::ServerErrorBeforeCommit,
-    ),
-    (
-        Kind::ServerErrorAfterCommit,
-        FaultKind::ServerErrorAfterCommit,
-    ),
-    (Kind::RateLimit, FaultKind::RateLimit),
-    (Kind::KeyInUse, FaultKind::KeyInUse),
-    (Kind::Timeout, FaultKind::Latency),
-];
+/// What the Stripe simulator is told to inject ([`crate::faults::Faults::at_stripe`]): its fault
+/// rates and answer latency, and whether search lags.
+#[derive(Debug, Clone)]
+pub struct StripeFaults {
+    pub config: FaultConfig,
+    pub search_lag: bool,
+}
 
-fn sim_faults(faults: &Faults, latency: Duration) -> FaultConfig {
-    FaultConfig {
-        rates: STRIPE_FAULTS
-            .iter()
-            .filter(|(k, _)| faults.rate(*k) > 0.0)
-            .map(|(k, f)| (*f, faults.rate(*k)))
-            .collect(),
-        latency,
-        script: Vec::new(),
-        // Reads (retrieve, search) fail too, at the same rates.
-        faults_on_reads: true,
+impl StripeFaults {
+    fn search_lag(&self) -> Duration {
+        if self.search_lag {
+            SEARCH_LAG
+        } else {
+            Duration::ZERO
+        }
     }
 }
 
@@ -196,23 +182,19 @@ impl SimStripe {
         }
     }
 
-    pub fn in_process(clock: &ManualClock, faults: &Faults, seed: u64, latency: Duration) -> Self {
+    pub fn in_process(clock: &ManualClock, faults: &StripeFaults, seed: u64) -> Self {
         Self::InProcess {
-            sim: Self::sim(clock, faults, seed, latency),
+            sim: Self::sim(clock, faults, seed),
         }
     }
 
-    fn sim(clock: &ManualClock, faults: &Faults, seed: u64, latency: Duration) -> StripeSim {
+    fn sim(clock: &ManualClock, faults: &StripeFaults, seed: u64) -> StripeSim {
         let source = clock.clone();
         StripeSim::new(SimConfig {
             seed,
-            search_lag: if faults.rate(Kind::SearchLag) > 0.0 {
-                SEARCH_LAG
-            } else {
-                Duration::ZERO
-            },
+            search_lag: faults.search_lag(),
             time_source: Some(Arc::new(move || source.now().as_millis())),
-            faults: sim_faults(faults, latency),
+            faults: faults.config.clone(),
             ..SimConfig::default()
         })
     }
@@ -220,11 +202,10 @@ impl SimStripe {
     /// An embedded simulator on loopback HTTP whose time is the simulation's virtual clock.
     pub async fn embedded(
         clock: &ManualClock,
-        faults: &Faults,
+        faults: &StripeFaults,
         seed: u64,
-        latency: Duration,
     ) -> Result<Self, BoxError> {
-        let sim = Self::sim(clock, faults, seed, latency);
+        let sim = Self::sim(clock, faults, seed);
         let running = sim.start(0).await?;
         Ok(Self::Embedded { sim, running })
     }
@@ -233,9 +214,8 @@ impl SimStripe {
     pub async fn remote(
         base: &str,
         clock: &ManualClock,
-        faults: &Faults,
+        faults: &StripeFaults,
         seed: u64,
-        latency: Duration,
     ) -> Result<Self, BoxError> {
         let base = base.trim_end_matches('/').to_owned();
         // reqwest runs rustls without a built-in provider (root Cargo.toml): ring, as the
@@ -252,22 +232,18 @@ impl SimStripe {
         };
         side.admin("reset", json!({ "set_clock_ms": clock.now().as_millis() }))
             .await?;
-        let cfg = sim_faults(faults, latency);
+        let cfg = &faults.config;
         let rates: BTreeMap<String, f64> = cfg
             .rates
             .iter()
             .map(|(k, v)| (k.as_str().to_owned(), *v))
             .collect();
-        let lag = if faults.rate(Kind::SearchLag) > 0.0 {
-            SEARCH_LAG.as_millis() as u64
-        } else {
-            0
-        };
+        let lag = faults.search_lag().as_millis() as u64;
         side.admin(
             "faults",
             json!({
                 "rates": rates,
-                "latency_ms": latency.as_millis() as u64,
+                "latency_ms": cfg.latency.as_millis() as u64,
                 "seed": seed,
                 "search_lag_ms": lag,
             }),

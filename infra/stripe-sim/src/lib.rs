@@ -390,6 +390,14 @@ impl StripeSim {
         self.engine().refund_ledger(now)
     }
 
+    /// The refunds in `requires_action` (waiting on the customer's bank) created at or before
+    /// `created_by_ms` (simulated unix milliseconds), oldest first: the ledger's entries a bank
+    /// acting on them would pick, at a cost of what it returns rather than of every refund
+    /// ever made.
+    pub fn refunds_awaiting_action(&self, created_by_ms: i64) -> Vec<RefundEntry> {
+        self.engine().awaiting_action(created_by_ms)
+    }
+
     /// How many refunds were ever created.
     pub fn refunds_created(&self) -> usize {
         self.engine().refunds.len()

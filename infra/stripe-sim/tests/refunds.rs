@@ -683,3 +683,63 @@ fn the_refund_calls_work_in_process() {
     assert_eq!(sim.refunds_created(), 2);
     assert_eq!(sim.injected()[&FaultKind::Latency], 1);
 }
+
+/// The id in an in-process call's answer (a 200).
+fn answered_id(start: CreateStart) -> String {
+    let CreateStart::Done(Outcome::Answered(a)) = start else {
+        panic!("no fault: answered at once");
+    };
+    assert_eq!(a.status, 200);
+    let body: Value = serde_json::from_slice(&a.body).unwrap();
+    body["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn refunds_awaiting_action_are_the_ledger_s_waiting_ones_created_by_then_oldest_first() {
+    let sim = StripeSim::new(SimConfig::default());
+    let refund_paid_with = |op: &str, pm: &str| {
+        let pi = answered_id(sim.create_in_process(None, charge(op, pm)));
+        answered_id(sim.refund_in_process(None, &refund_of(&pi, None)))
+    };
+    let waits = "pm_card_sim_refundRequiresAction";
+    let a = refund_paid_with("op-a", waits);
+    refund_paid_with("op-visa", "pm_card_visa");
+    sim.advance(Duration::from_secs(1));
+    let b = refund_paid_with("op-b", waits);
+    sim.advance(Duration::from_secs(1));
+    let c = refund_paid_with("op-c", waits);
+    match sim.cancel_refund_in_process(&b, None, &[]) {
+        Outcome::Answered(r) => assert_eq!(r.status, 200),
+        Outcome::Dropped => panic!("no fault"),
+    }
+    let ledger = sim.refund_ledger();
+    let created = |id: &str| ledger.iter().find(|r| r.id == id).unwrap().created_ms;
+    let waiting = |by: i64| -> Vec<String> {
+        let found = sim.refunds_awaiting_action(by);
+        found.into_iter().map(|r| r.id).collect()
+    };
+    // What a bank acting on them reads: the ledger's `requires_action` entries, in its order.
+    let in_ledger: Vec<String> = ledger
+        .iter()
+        .filter(|r| r.status == "requires_action")
+        .map(|r| r.id.clone())
+        .collect();
+    assert_eq!(in_ledger, [a.clone(), c.clone()]);
+    assert_eq!(waiting(i64::MAX), in_ledger);
+    assert_eq!(
+        waiting(created(&c)),
+        in_ledger,
+        "created at the cutoff counts"
+    );
+    assert_eq!(
+        waiting(created(&c) - 1),
+        std::slice::from_ref(&a),
+        "the canceled b is gone"
+    );
+    assert_eq!(waiting(created(&a) - 1), Vec::<String>::new());
+    match sim.cancel_refund_in_process(&a, None, &[]) {
+        Outcome::Answered(r) => assert_eq!(r.status, 200),
+        Outcome::Dropped => panic!("no fault"),
+    }
+    assert_eq!(waiting(i64::MAX), [c]);
+}

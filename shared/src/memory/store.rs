@@ -233,11 +233,14 @@ impl OperationStore for MemoryStore {
 
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
         self.calls.query();
+        // One order's records, as DynamoDB reads one partition: its charge's key sorts before
+        // every other key of the order.
         Ok(self
             .lock()
-            .values()
-            .filter(|op| op.order_id == *order_id && op.kind.refund_id().is_some())
-            .cloned()
+            .range(OperationKey::charge(order_id.clone())..)
+            .take_while(|(key, _)| key.order_id == *order_id)
+            .filter(|(key, _)| key.kind.refund_id().is_some())
+            .map(|(_, op)| op.clone())
             .collect())
     }
 

@@ -2,7 +2,7 @@
 //! simulated clock like `processing` intents, their events queued when they happen (and, for a
 //! refund that will change later, queued for that moment, as a settling intent's are).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -21,6 +21,9 @@ pub(crate) struct Refunds {
     by_id: HashMap<String, usize, Fx>,
     /// Refund positions of each refunded PaymentIntent (by its position), oldest first.
     of_intent: HashMap<usize, Vec<usize>, Fx>,
+    /// Positions of the refunds in `requires_action` (the only status a refund leaves by a
+    /// cancel alone, never by time): what the bank behind them looks at, without the ledger.
+    awaiting_action: BTreeSet<usize>,
     /// How long a `pending` refund takes to succeed, and a late-failing one to fail (simulated).
     pub(crate) settle_ms: i64,
     /// Whether a refund was ever created earlier than the one before it (the clock set back):
@@ -34,6 +37,7 @@ impl Refunds {
             all: Vec::new(),
             by_id: HashMap::default(),
             of_intent: HashMap::default(),
+            awaiting_action: BTreeSet::new(),
             settle_ms,
             out_of_order: false,
         }
@@ -222,6 +226,9 @@ impl Engine {
         }
         self.refunds.by_id.insert(refund.id.clone(), r);
         self.refunds.of_intent.entry(at).or_default().push(r);
+        if refund.status == "requires_action" {
+            self.refunds.awaiting_action.insert(r);
+        }
         self.refunds.all.push(refund);
         self.emit_refund_events(at, r, &json, now_ms);
         Ok(json)
@@ -276,6 +283,7 @@ impl Engine {
             return Err(refund::not_cancelable(id, status));
         }
         self.refunds.all[r].status = "canceled";
+        self.refunds.awaiting_action.remove(&r);
         let refund = self.refunds.all[r].clone();
         self.emit_refund_change(&refund, now_ms);
         Ok(refund.json_string())
@@ -351,16 +359,38 @@ impl Engine {
         (0..self.refunds.all.len())
             .map(|r| {
                 self.settle_refund(r, now_ms);
-                let refund = &self.refunds.all[r];
-                RefundEntry {
-                    id: refund.id.clone(),
-                    payment_intent: refund.payment_intent.clone(),
-                    amount: refund.amount,
-                    status: refund.status.to_owned(),
-                    operation_id: refund.metadata.get("operation_id").cloned(),
-                    created_ms: refund.created_ms,
-                }
+                self.refund_entry(r)
             })
+            .collect()
+    }
+
+    fn refund_entry(&self, r: usize) -> RefundEntry {
+        let refund = &self.refunds.all[r];
+        RefundEntry {
+            id: refund.id.clone(),
+            payment_intent: refund.payment_intent.clone(),
+            amount: refund.amount,
+            status: refund.status.to_owned(),
+            operation_id: refund.metadata.get("operation_id").cloned(),
+            created_ms: refund.created_ms,
+        }
+    }
+
+    /// The refunds in `requires_action` created at or before `created_by_ms`, oldest first (as
+    /// the ledger lists them). Costs the refunds it returns, plus one, while refunds were
+    /// created in clock order; a clock set back makes it look at every waiting refund.
+    pub(crate) fn awaiting_action(&self, created_by_ms: i64) -> Vec<RefundEntry> {
+        let all = &self.refunds.all;
+        let due = |r: &&usize| all[**r].created_ms <= created_by_ms;
+        let waiting = self.refunds.awaiting_action.iter();
+        let positions: Vec<usize> = if self.refunds.out_of_order {
+            waiting.filter(due).copied().collect()
+        } else {
+            waiting.take_while(due).copied().collect()
+        };
+        positions
+            .into_iter()
+            .map(|r| self.refund_entry(r))
             .collect()
     }
 
@@ -370,5 +400,63 @@ impl Engine {
         let at = self.position(id)?;
         self.settle_at(at, now_ms);
         Some(self.refunded_of(at, now_ms) + self.pis[at].amount_released())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CreateStart, Outcome, SimConfig, StripeSim};
+
+    fn id_of(start: CreateStart) -> String {
+        let CreateStart::Done(Outcome::Answered(a)) = start else {
+            panic!("no fault: answered at once");
+        };
+        let body: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    fn form(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// What a bank acting on waiting refunds visits each time stays the refunds still waiting,
+    /// not every refund ever made: a run's cost per tick would otherwise grow with the run.
+    #[test]
+    fn the_waiting_index_holds_only_the_refunds_still_waiting() {
+        let sim = StripeSim::new(SimConfig::default());
+        let mut waiting = Vec::new();
+        for (n, pm) in ["pm_card_sim_refundRequiresAction", "pm_card_visa"]
+            .iter()
+            .cycle()
+            .take(40)
+            .enumerate()
+        {
+            let op = format!("op-{n}");
+            let charge = form(&[
+                ("amount", "1000"),
+                ("currency", "usd"),
+                ("payment_method", pm),
+                ("confirm", "true"),
+                ("off_session", "true"),
+                ("metadata[operation_id]", &op),
+            ]);
+            let pi = id_of(sim.create_in_process(None, charge));
+            let refund = id_of(sim.refund_in_process(None, &form(&[("payment_intent", &pi)])));
+            if n % 2 == 0 {
+                waiting.push(refund);
+            }
+        }
+        assert_eq!(sim.engine().refunds.awaiting_action.len(), 20);
+        for id in &waiting[..19] {
+            let _ = sim.cancel_refund_in_process(id, None, &[]);
+        }
+        assert_eq!(sim.refunds_created(), 40);
+        assert_eq!(sim.engine().refunds.awaiting_action.len(), 1);
+        let left = sim.refunds_awaiting_action(i64::MAX);
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].id, waiting[19]);
     }
 }
