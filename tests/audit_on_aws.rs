@@ -18,7 +18,7 @@ use charge_core::{
 use charge_once::audit::{run_audit, AuditDeps, AuditRun};
 use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
 use charge_once::telemetry::CapturedMetrics;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::stack::{api_event, Stack};
 

@@ -14,7 +14,7 @@ use charge_core::{
     time::Clock,
 };
 use charge_once::ports::OperationStore;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stack::{api_event, json_body, Stack};

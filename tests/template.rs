@@ -3143,14 +3143,14 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::writes;
     // What the events path asks of the store: a read, an order's refunds, and the three writes.
-    // The executor (shared/src/executor.rs) is the charge function's too; the events function
-    // reaches it through apply_event and apply_refund_event only.
+    // The executor (shared/src/executor/) is the charge function's too; the events function
+    // reaches it through charge::apply_event and refund::apply_refund_event only.
     let root = workspace_root();
     assert_eq!(
         store_calls(&[
             root.join("functions/webhook/src"),
             root.join("shared/src/webhook"),
-            root.join("shared/src/executor.rs"),
+            root.join("shared/src/executor"),
         ]),
         BTreeSet::from(
             ["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned)

@@ -23,7 +23,7 @@ use charge_once::executor::ChargeDeps;
 use charge_once::ports::{ChargeQueue, OperationStore, StoreError};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
 use charge_once::telemetry::CapturedMetrics;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 
 use crate::aws::{

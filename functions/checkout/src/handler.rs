@@ -54,12 +54,11 @@ use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
 
 use crate::door::{
-    created_by, error, invalid, json_object, read, reply, unavailable, Answer, Reply,
+    created_by, error, invalid, json_object, read, reply, unavailable, Answer, Checkout, Reply,
 };
 use crate::{refunds, takes};
 
 /// What the handler needs, built once in `main`; it lives with the doors, which all take it.
-pub use crate::door::Checkout;
 
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;

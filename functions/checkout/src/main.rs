@@ -11,7 +11,8 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::startup::started;
-use checkout::handler::{handle, Checkout};
+use checkout::door::Checkout;
+use checkout::handler::handle;
 use checkout::CheckoutConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 

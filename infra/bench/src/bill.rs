@@ -258,7 +258,7 @@ struct World {
     events: PutEventsCounter,
     streams: aws_sdk_dynamodbstreams::Client,
     stream_arn: String,
-    checkout: checkout::handler::Checkout,
+    checkout: checkout::door::Checkout,
     charge: charge::handler::ChargeFunction,
     webhook: Option<webhook::handler::WebhookFunction>,
     notify: notify::handler::Notify,
@@ -390,7 +390,7 @@ impl World {
         });
         Self {
             source,
-            checkout: checkout::handler::Checkout {
+            checkout: checkout::door::Checkout {
                 store: store.clone(),
                 queue,
                 clock: clock.clone(),

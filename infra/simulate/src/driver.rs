@@ -23,7 +23,7 @@ use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{IndexQuery, OperationStore};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::CapturedMetrics;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
 use reconciler::handler::ReconcilerFunction;

@@ -68,7 +68,7 @@ use charge_once::executor::ChargeDeps;
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use clap::{Parser, ValueEnum};
 use driver::{LoopCounts, Pipeline};
 use faults::{

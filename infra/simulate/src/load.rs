@@ -46,7 +46,7 @@ use charge_once::ports::{
     ChargeQueue, MessageVisibility, OperationStore, QueueError, QueuedCharge,
 };
 use charge_once::reconciler::ReconcilerDeps;
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -38,7 +38,7 @@ use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;

@@ -19,7 +19,7 @@
 //!    to be this operation's ([`charge_core::charge::plan::intent_mismatch`]: metadata, amount,
 //!    currency, mode), and an event claiming a final state must find Stripe holding it. Otherwise
 //!    nothing moves, and a person is paged ([`Reception::Mismatch`], the `EventMismatch` metric).
-//! 6. **Apply** through the executor's own shell ([`crate::executor::apply_event`]): claim, decide
+//! 6. **Apply** through the executor's own shell ([`crate::executor::charge::apply_event`]): claim, decide
 //!    on the claimed record with Stripe's answer ([`charge::event_plan::after_event`]), record
 //!    fenced on that lease and an unsettled status. The shell hands back the record it last saw
 //!    (as written, as found settled or in review, or the one that beat our write) and the rule's
@@ -36,7 +36,7 @@
 //! consistent; a settled refund too, which the unknown index no longer lists), the refund
 //! retrieved at Stripe, and [`charge_core::refund::event_plan::decide`] deciding: an unsettled
 //! refund settles through the executor's shell on the refund plan's own rules
-//! ([`crate::executor::apply_refund_event`], which answers with the refund rule for a settled
+//! ([`crate::executor::refund::apply_refund_event`], which answers with the refund rule for a settled
 //! record it found and did not write); a succeeded refund that Stripe says failed later
 //! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
 //! on the charge, [`Reception::RefundFailedLater`]); every other contradiction pages, unwritten.
@@ -523,9 +523,13 @@ async fn act(
             Ok(Reception::SettledConflict { reason })
         }
         Action::Settle { .. } | Action::RecordIntent { .. } | Action::Review { .. } => {
-            let applied =
-                executor::apply_event(&deps.charge, &target.key, &target.operation_id, pi.clone())
-                    .await;
+            let applied = executor::charge::apply_event(
+                &deps.charge,
+                &target.key,
+                &target.operation_id,
+                pi.clone(),
+            )
+            .await;
             match applied {
                 Ok(applied) => Ok(reception(&pi, applied)?),
                 // Gone since our read: the shell reports a missing operation as an error.
@@ -611,7 +615,7 @@ async fn settle_refund(
     target: &RefundTarget,
     stripe: StripeRefund,
 ) -> Result<Reception, ActError> {
-    let applied = executor::apply_refund_event(
+    let applied = executor::refund::apply_refund_event(
         &deps.charge,
         key,
         &target.operation_id,

@@ -28,7 +28,7 @@ use charge_once::adapters::sqs::SqsQueue;
 use charge_once::executor::ChargeDeps;
 use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
-use checkout::handler::Checkout;
+use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::FaultKind;
 use testkit::aws::{fresh_fifo_queue, receive_as_event, sdk_config, unique};
