@@ -118,20 +118,35 @@ impl QueueBacklog {
 /// re-enqueued only when the queue is not behind. While it is, its message is most likely still
 /// waiting there (the checkout's send succeeded; a burst is ahead of it), and a second message
 /// would only lengthen the queue it is waiting in: the operation is looked at again once the
-/// charge path has worked through what the queue holds now (at most [`QueueBacklog::LONGEST_WAIT`]),
-/// and re-enqueued then if it is still pending. A lost message is so recovered at the first tick
-/// after the queue catches up. `None` (not behind, or the queue could not say): re-enqueue now.
-/// An attempted operation is never held back: its re-drive's timing is the key window's.
+/// charge path has worked through what the queue holds now, and re-enqueued then if it is still
+/// pending and the queue has caught up.
+///
+/// Each look is a write, so the waits lengthen as they repeat: one lasts at least as long as the
+/// operation has already waited past its grace (its overdue time doubles at every look), up to
+/// the back-off's longest step (`policy.unknown_backoff_max`, 1 h by default), and the queue's
+/// drain time bounds it from below (at most [`QueueBacklog::LONGEST_WAIT`]). A queue that stays
+/// a little behind for hours (a sale at Stripe's limit, its backlog worked through in seconds
+/// but never under the environments' capacity) so costs a waiting operation a few writes an
+/// hour, not one a tick. A lost message is recovered at its first look after the queue catches
+/// up: at most the back-off's longest step after (or its drain time, if longer). `None` (not
+/// behind, or the queue could not say): re-enqueue now. An attempted operation is never held
+/// back: its re-drive's timing is the key window's.
 pub fn wait_for_queue(
     op: &Operation,
     now: Timestamp,
     backlog: Option<&QueueBacklog>,
+    policy: &Policy,
 ) -> Option<Timestamp> {
     let backlog = backlog.filter(|b| b.is_behind())?;
     if op.first_attempted_at.is_some() {
         return None;
     }
-    Some(now.plus(backlog.drain_time()))
+    let overdue = now.since(op.created_at.plus(policy.pending_grace));
+    let wait = backlog
+        .drain_time()
+        .max(overdue.min(policy.unknown_backoff_max))
+        .min(QueueBacklog::LONGEST_WAIT);
+    Some(now.plus(wait))
 }
 
 #[cfg(test)]
@@ -277,48 +292,156 @@ mod tests {
         }
     }
 
+    /// One line of the specification: (the record as found, now, the queue as the tick read
+    /// it) → when it is looked at again without a send (`None`: re-enqueued now).
+    struct WaitRow {
+        says: &'static str,
+        found: Operation,
+        now: Timestamp,
+        queue: Option<QueueBacklog>,
+        next_look: Option<Timestamp>,
+    }
+
     #[test]
-    fn a_pending_operation_waits_for_a_queue_behind_and_not_for_one_at_work() {
+    fn wait_for_queue_table() {
+        let policy = Policy::default(); // grace 5 min: overdue from T0 + 5 min
         let now = T0.plus(10 * MIN);
         // 20 environments x 10 take 200 at once.
         let throughput = ChargeThroughput {
             in_flight: 200,
             per_second: 20.0,
         };
-        let queue = |visible| {
-            throughput.with_depth(QueueDepth {
-                visible,
-                in_flight: 200,
-            })
-        };
-        // 11,800 waiting and 200 in flight at 20/s: looked at again in 600 s.
-        assert_eq!(
-            wait_for_queue(&op(), now, Some(&queue(11_800))),
-            Some(now.plus(Duration::from_secs(600)))
-        );
-        // The twin: no more waiting than the environments take at once, so a pending operation
-        // past its grace lost its message, and is re-enqueued now.
-        assert_eq!(wait_for_queue(&op(), now, Some(&queue(200))), None);
-        assert_eq!(wait_for_queue(&op(), now, Some(&queue(0))), None);
-        // However many are in flight (a crashed invocation's come back only after the
-        // visibility timeout), they never hold a re-enqueue back.
-        let stuck = throughput.with_depth(QueueDepth {
-            visible: 0,
-            in_flight: 5_000,
+        let queue =
+            |visible, in_flight| Some(throughput.with_depth(QueueDepth { visible, in_flight }));
+        let secs = Duration::from_secs;
+        let cases = [
+            WaitRow {
+                says: "11,800 waiting and 200 in flight at 20/s, 5 min overdue: looked at again \
+                       once they are worked through, in 600 s",
+                found: op(),
+                now,
+                queue: queue(11_800, 200),
+                next_look: Some(now.plus(secs(600))),
+            },
+            WaitRow {
+                says: "no more waiting than the environments take at once: the message was lost, \
+                       re-enqueued now",
+                found: op(),
+                now,
+                queue: queue(200, 200),
+                next_look: None,
+            },
+            WaitRow {
+                says: "an empty queue: re-enqueued now",
+                found: op(),
+                now,
+                queue: queue(0, 200),
+                next_look: None,
+            },
+            WaitRow {
+                says: "however many are in flight (a crashed invocation's come back only after \
+                       the visibility timeout), they never hold a re-enqueue back",
+                found: op(),
+                now,
+                queue: queue(0, 5_000),
+                next_look: None,
+            },
+            WaitRow {
+                says: "the queue could not say: re-enqueued, as before",
+                found: op(),
+                now,
+                queue: None,
+                next_look: None,
+            },
+            WaitRow {
+                says: "an attempted operation keeps its re-drive's timing (the key window's)",
+                found: attempted(T0),
+                now,
+                queue: queue(11_800, 200),
+                next_look: None,
+            },
+            WaitRow {
+                says: "however deep the queue, the wait is bounded",
+                found: op(),
+                now,
+                queue: queue(10_000_000, 200),
+                next_look: Some(now.plus(QueueBacklog::LONGEST_WAIT)),
+            },
+            WaitRow {
+                says: "a queue a little behind (760 at 20/s: 39 s), just past the grace: the \
+                       queue's drain time",
+                found: op(),
+                now: T0.plus(5 * MIN).plus(secs(1)),
+                queue: queue(500, 260),
+                next_look: Some(T0.plus(5 * MIN).plus(secs(1 + 38))),
+            },
+            WaitRow {
+                says: "the same queue still behind an hour past the grace: the wait is as long \
+                       as the wait so far (the overdue time doubles), not one tick",
+                found: op(),
+                now: T0.plus(5 * MIN).plus(HOUR),
+                queue: queue(500, 260),
+                next_look: Some(T0.plus(5 * MIN).plus(2 * HOUR)),
+            },
+            WaitRow {
+                says: "a day past the grace: at most the back-off's longest step (1 h), so a \
+                       lost message is looked at within an hour of the queue catching up",
+                found: op(),
+                now: T0.plus(5 * MIN).plus(24 * HOUR),
+                queue: queue(500, 260),
+                next_look: Some(T0.plus(5 * MIN).plus(25 * HOUR)),
+            },
+            WaitRow {
+                says: "a day past the grace and the queue 10 h deep: its drain time, bounded by \
+                       the longest wait",
+                found: op(),
+                now: T0.plus(5 * MIN).plus(24 * HOUR),
+                queue: queue(720_000, 200),
+                next_look: Some(
+                    T0.plus(5 * MIN)
+                        .plus(24 * HOUR)
+                        .plus(QueueBacklog::LONGEST_WAIT),
+                ),
+            },
+            WaitRow {
+                says: "an hour past the grace but the queue caught up: re-enqueued now",
+                found: op(),
+                now: T0.plus(5 * MIN).plus(HOUR),
+                queue: queue(40, 260),
+                next_look: None,
+            },
+        ];
+        for row in cases {
+            let got = wait_for_queue(&row.found, row.now, row.queue.as_ref(), &policy);
+            assert_eq!(got, row.next_look, "{}", row.says);
+        }
+    }
+
+    /// Repeated looks at one operation under a queue that stays behind for a day: each look is a
+    /// write, and there are about one an hour, not one every 5-minute tick (288).
+    #[test]
+    fn a_queue_behind_for_a_day_costs_a_waiting_operation_a_few_writes() {
+        let policy = Policy::default();
+        let behind = ChargeThroughput {
+            in_flight: 40,
+            per_second: 22.0,
+        }
+        .with_depth(QueueDepth {
+            visible: 500,
+            in_flight: 280,
         });
-        assert_eq!(wait_for_queue(&op(), now, Some(&stuck)), None);
-        // The queue could not say: re-enqueue, as before.
-        assert_eq!(wait_for_queue(&op(), now, None), None);
-        // An attempted operation keeps its re-drive's timing (the key window's).
-        assert_eq!(
-            wait_for_queue(&attempted(T0), now, Some(&queue(11_800))),
-            None
-        );
-        // However deep the queue, the wait is bounded.
-        assert_eq!(
-            wait_for_queue(&op(), now, Some(&queue(10_000_000))),
-            Some(now.plus(QueueBacklog::LONGEST_WAIT))
-        );
+        let tick = 5 * MIN;
+        let mut due = T0.plus(policy.pending_grace);
+        let mut now = due;
+        let mut looks = 0;
+        while now < T0.plus(24 * HOUR) {
+            if now >= due {
+                looks += 1;
+                due = wait_for_queue(&op(), now, Some(&behind), &policy).unwrap();
+            }
+            now = now.plus(tick);
+        }
+        assert!(looks <= 30, "{looks} writes in a day");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!   checkout's PutItem was lost), unless the queue is behind ([`wait_for_queue`]: more messages
 //!   waiting than the charge environments take at once, read once a tick when one is due): then
 //!   its message is most likely still waiting there, and the operation is due again once the
-//!   charge path has worked through the queue, nothing sent;
+//!   charge path has worked through the queue (and no sooner than it has already waited, up to an
+//!   hour: a wait is a write), nothing sent;
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**
 //!   through the queue with a fresh dedup id `operation_id:<n>` and an exponential backoff recorded
 //!   as the next due time;
@@ -429,7 +430,7 @@ async fn handle_one(
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
         }
-        Action::Reenqueue => match wait_for_queue(op, now, backlog) {
+        Action::Reenqueue => match wait_for_queue(op, now, backlog, &deps.charge.policy) {
             Some(next_due_at) => wait(deps, op, next_due_at, now, report).await,
             None => send_again(deps, op, action, now, report).await,
         },

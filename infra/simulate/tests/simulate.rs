@@ -159,11 +159,13 @@ fn the_default_run_is_pinned() {
     );
 }
 
-// Last moved by the charge environments: 4 by default (the sizing rule at Stripe's defaults, and
-// one more), where there were 2, each banking one second of its share of the budget and carrying
-// 3 s more while it keeps taking slots, where each banked 20 calls.
-const PINNED_SEED_1: &str = "c5d1cb8e40d5c994";
-const PINNED_SEED_2: &str = "6f496819e58e5c8a";
+// Last moved by the reconciler's waits for a queue that is behind (`wait_for_queue`): a
+// never-attempted operation waits at least as long as it has already waited past its grace (up to
+// the back-off's 1 h), where it was looked at again at every tick while the queue read as behind.
+// Seed 1: ~960 fewer table writes over the run (dynamodb_writes 9.47 -> 8.99 per charge), the
+// faults and decisions after the first such wait shift; every invariant still 0.
+const PINNED_SEED_1: &str = "00927aa116a21255";
+const PINNED_SEED_2: &str = "78e3de6c86f070ae";
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
