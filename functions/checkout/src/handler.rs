@@ -58,8 +58,6 @@ use crate::door::{
 };
 use crate::{refunds, takes};
 
-/// What the handler needs, built once in `main`; it lives with the doors, which all take it.
-
 /// Larger bodies are refused before parsing.
 pub const MAX_BODY_BYTES: usize = 8 * 1024;
 const FIELDS: [&str; 5] = [
