@@ -29,10 +29,15 @@ use charge_core::{
     domain::{OperationId, PaymentIntentId},
     outcome::{GatewayError, PaymentIntent},
 };
+use charge_once::adapters::stripe::lists::{
+    created_list_query, parse_intent_list, parse_refund_list,
+};
+use charge_once::adapters::stripe::refunds::{
+    collect_refund_pages, parse_refund, parse_refund_page, refund_form,
+};
 use charge_once::adapters::stripe::{
-    cancel_form, capture_form, collect_refund_pages, created_list_query, parse_intent_list,
-    parse_payment_intent, parse_refund, parse_refund_list, parse_refund_page, parse_search,
-    refund_form, settle_answer, worth_retrying, Answer, SecretKey, REFUND_PAGE_SIZE,
+    cancel_form, capture_form, parse_payment_intent, parse_search, settle_answer, worth_retrying,
+    Answer, SecretKey, REFUND_PAGE_SIZE,
 };
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
-use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::refund::StripeRefund;
 use charge_core::time::Timestamp;
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request, StatusCode};
@@ -35,6 +35,14 @@ use tracing::{debug, warn};
 use crate::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
     PaymentGateway,
+};
+
+pub mod lists;
+pub mod refunds;
+
+use lists::{created_list_query, parse_intent_list, parse_refund_list};
+use refunds::{
+    collect_refund_pages, parse_refund, parse_refund_page, refund_form, refund_list_query,
 };
 
 /// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
@@ -774,235 +782,6 @@ pub fn search_query(operation_id: &OperationId) -> String {
 /// Stripe's largest page (`limit`), what a refund list asks for.
 pub const REFUND_PAGE_SIZE: u32 = 100;
 
-/// The most pages one refund list follows: 10 000 refunds of one PaymentIntent at 100 a page,
-/// far past any real charge. Past it the answer is refused rather than followed forever (a
-/// server whose `has_more` never ends).
-pub const MAX_REFUND_PAGES: usize = 100;
-
-#[derive(Debug, Deserialize)]
-struct WireRefund {
-    /// Parsed as it arrives: an answer naming no valid refund id is unreadable.
-    id: StripeRefundId,
-    /// Stripe documents it nullable: absent or `null` is a status this code does not know.
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    currency: Option<String>,
-    /// The id, as we never expand it; an expanded object makes the answer unreadable.
-    #[serde(default)]
-    payment_intent: Option<String>,
-    #[serde(default)]
-    metadata: Option<WireMetadata>,
-    #[serde(default)]
-    failure_reason: Option<String>,
-}
-
-impl WireRefund {
-    fn into_domain(self) -> StripeRefund {
-        let (operation_id, order_id) = match self.metadata {
-            Some(m) => (string(m.operation_id), string(m.order_id)),
-            None => (None, None),
-        };
-        StripeRefund {
-            id: self.id,
-            status: RefundStatus::parse(self.status.as_deref().unwrap_or("null")),
-            amount: self.amount,
-            currency: self.currency.map(|c| c.to_ascii_lowercase()),
-            replayed: false,
-            payment_intent: self.payment_intent,
-            operation_id,
-            order_id,
-            failure_reason: self.failure_reason,
-        }
-    }
-}
-
-/// One page of `GET /v1/refunds`. `has_more` is required: without it the end is not known.
-#[derive(Debug, Deserialize)]
-struct WireRefundList {
-    data: Vec<WireRefund>,
-    has_more: bool,
-}
-
-/// One page of a refund list: its refunds, and where the next page starts (`None`: the last).
-#[derive(Debug)]
-pub struct RefundPage {
-    pub refunds: Vec<StripeRefund>,
-    pub next: Option<StripeRefundId>,
-}
-
-/// The form of a refund create: the intent, the amount, the reason if any, and the metadata that
-/// names the operation and its order.
-pub fn refund_form(req: &CreateRefund) -> Vec<(String, String)> {
-    let mut form = vec![
-        (
-            "payment_intent".to_owned(),
-            req.params.payment_intent.as_str().to_owned(),
-        ),
-        (
-            "amount".to_owned(),
-            req.params.amount.minor_units().to_string(),
-        ),
-    ];
-    if let Some(reason) = req.params.reason {
-        form.push(("reason".to_owned(), reason.as_str().to_owned()));
-    }
-    form.push((
-        "metadata[operation_id]".to_owned(),
-        req.operation_id.to_string(),
-    ));
-    form.push((
-        "metadata[order_id]".to_owned(),
-        req.order_id.as_str().to_owned(),
-    ));
-    form
-}
-
-/// A 2xx refund body; unreadable (or naming no valid refund id) is ambiguous: a refund may have
-/// been made.
-pub fn parse_refund(body: &[u8]) -> Result<StripeRefund, GatewayError> {
-    let refund: WireRefund = serde_json::from_slice(body).map_err(|_| {
-        warn!("a refund call answered 2xx with an unreadable body");
-        GatewayError::Ambiguous {
-            detail: "2xx with an unreadable refund body".into(),
-        }
-    })?;
-    Ok(refund.into_domain())
-}
-
-/// A 2xx page of a refund list; unreadable is ambiguous. A page that says more follow but holds
-/// nothing to start the next one after is refused too: following it would loop.
-pub fn parse_refund_page(body: &[u8]) -> Result<RefundPage, GatewayError> {
-    let page: WireRefundList = serde_json::from_slice(body).map_err(|_| {
-        warn!("a refund list answered 2xx with an unreadable body");
-        GatewayError::Ambiguous {
-            detail: "2xx with an unreadable refund list body".into(),
-        }
-    })?;
-    let refunds: Vec<StripeRefund> = page.data.into_iter().map(WireRefund::into_domain).collect();
-    let next = match (page.has_more, refunds.last()) {
-        (false, _) => None,
-        (true, Some(last)) => Some(last.id.clone()),
-        (true, None) => {
-            return Err(GatewayError::Ambiguous {
-                detail: "a refund list page says has_more but is empty".into(),
-            })
-        }
-    };
-    Ok(RefundPage { refunds, next })
-}
-
-/// The query of one page of `payment_intent`'s refunds: `limit` a page, after `starting_after`.
-pub fn refund_list_query(
-    payment_intent: &PaymentIntentId,
-    limit: u32,
-    starting_after: Option<&StripeRefundId>,
-) -> String {
-    let mut q = form_urlencoded::Serializer::new(String::new());
-    q.append_pair("payment_intent", payment_intent.as_str())
-        .append_pair("limit", &limit.to_string());
-    if let Some(after) = starting_after {
-        q.append_pair("starting_after", after.as_str());
-    }
-    q.finish()
-}
-
-/// Every refund of a list, page after page from `fetch(starting_after)`, at most
-/// [`MAX_REFUND_PAGES`] pages: a list that has not ended by then is refused (ambiguous), never cut
-/// short, since a refund left off could be the one looked for.
-pub async fn collect_refund_pages<F, Fut>(mut fetch: F) -> Result<Vec<StripeRefund>, GatewayError>
-where
-    F: FnMut(Option<StripeRefundId>) -> Fut,
-    Fut: std::future::Future<Output = Result<RefundPage, GatewayError>>,
-{
-    let mut all = Vec::new();
-    let mut after = None;
-    for _ in 0..MAX_REFUND_PAGES {
-        let page = fetch(after.take()).await?;
-        all.extend(page.refunds);
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(all),
-        }
-    }
-    Err(GatewayError::Ambiguous {
-        detail: format!("the refund list did not end within {MAX_REFUND_PAGES} pages"),
-    })
-}
-
-/// The query of one page of a list by creation time (the audit's): the window in whole seconds
-/// (`created[gte]`, `created[lt]`), `limit` a page, after `starting_after`.
-pub fn created_list_query(
-    window: &AuditWindow,
-    limit: u32,
-    starting_after: Option<&str>,
-) -> String {
-    let mut q = form_urlencoded::Serializer::new(String::new());
-    q.append_pair("created[gte]", &window.from_secs().to_string())
-        .append_pair("created[lt]", &window.to_secs().to_string())
-        .append_pair("limit", &limit.to_string());
-    if let Some(after) = starting_after {
-        q.append_pair("starting_after", after);
-    }
-    q.finish()
-}
-
-/// One page of `GET /v1/payment_intents`. `has_more` is required: without it the end is not
-/// known.
-#[derive(Debug, Deserialize)]
-struct WireIntentList {
-    data: Vec<WirePaymentIntent>,
-    has_more: bool,
-}
-
-/// Where the next page of a list starts: after its last object, when it says more follow; a
-/// page that says more follow but holds nothing is refused (following it would loop).
-fn next_after(
-    has_more: bool,
-    last: Option<&str>,
-    what: &str,
-) -> Result<Option<String>, GatewayError> {
-    match (has_more, last) {
-        (false, _) => Ok(None),
-        (true, Some(last)) => Ok(Some(last.to_owned())),
-        (true, None) => Err(GatewayError::Ambiguous {
-            detail: format!("a {what} list page says has_more but is empty"),
-        }),
-    }
-}
-
-/// A 2xx page of a PaymentIntent list; unreadable is ambiguous (the audit then stops, incomplete).
-pub fn parse_intent_list(body: &[u8]) -> Result<ListPage<PaymentIntent>, GatewayError> {
-    let page: WireIntentList = serde_json::from_slice(body).map_err(|_| {
-        warn!("a PaymentIntent list answered 2xx with an unreadable body");
-        GatewayError::Ambiguous {
-            detail: "2xx with an unreadable PaymentIntent list body".into(),
-        }
-    })?;
-    let items: Vec<PaymentIntent> = page
-        .data
-        .into_iter()
-        .map(|pi| pi.into_domain(false))
-        .collect();
-    let next = next_after(
-        page.has_more,
-        items.last().map(|pi| pi.id.as_str()),
-        "PaymentIntent",
-    )?;
-    Ok(ListPage { items, next })
-}
-
-/// A 2xx page of a refund list, as a [`ListPage`].
-pub fn parse_refund_list(body: &[u8]) -> Result<ListPage<StripeRefund>, GatewayError> {
-    let page = parse_refund_page(body)?;
-    Ok(ListPage {
-        items: page.refunds,
-        next: page.next.map(|id| id.as_str().to_owned()),
-    })
-}
-
 #[async_trait]
 impl PaymentGateway for StripeGateway {
     fn livemode(&self) -> bool {
@@ -1174,7 +953,9 @@ impl PaymentGateway for StripeGateway {
 
 #[cfg(test)]
 mod tests {
+    use super::refunds::MAX_REFUND_PAGES;
     use super::*;
+    use charge_core::refund::RefundStatus;
 
     /// The answer's reader before `metadata` was read field by field: the whole map built as
     /// `Value`s. The reference [`parse_payment_intent`] is held to.
