@@ -174,21 +174,29 @@ fn a_function_count_is_read_in_words_or_digits() {
     let text =
         "three arm64 `provided.al2023` functions\nthe 5 functions\nfive orders, two retries\n";
     assert_eq!(function_counts(text), vec![(1, 3), (2, 5)]);
-    let yaml = "  CheckoutFunction:\n    Type: AWS::Serverless::Function\n  Queue:\n    Type: AWS::SQS::Queue\n";
+    let yaml = "  CheckoutFunction:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: functions/checkout\n  Queue:\n    Type: AWS::SQS::Queue\n";
     assert_eq!(template_functions(yaml), vec!["checkout".to_string()]);
 }
 
-/// The template's functions by resource name (`CheckoutFunction` → `checkout`), sorted.
+/// The template's functions by crate (`CodeUri: functions/checkout` → `checkout`), sorted: the
+/// crate, not the logical id, which for the events function stays `WebhookFunction` (deployed).
 fn template_functions(template: &str) -> Vec<String> {
     let lines: Vec<&str> = template.lines().collect();
     let mut names: Vec<String> = lines
-        .windows(2)
-        .filter(|w| w[1].trim() == "Type: AWS::Serverless::Function")
-        .map(|w| {
-            w[0].trim()
-                .trim_end_matches(':')
-                .trim_end_matches("Function")
-                .to_lowercase()
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.trim() == "Type: AWS::Serverless::Function")
+        .filter_map(|(i, _)| {
+            let uri = lines[i..]
+                .iter()
+                .find_map(|l| l.trim().strip_prefix("CodeUri:"))?;
+            Some(
+                uri.trim()
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()?
+                    .to_owned(),
+            )
         })
         .collect();
     names.sort();

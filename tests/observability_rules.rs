@@ -42,7 +42,7 @@ fn covered() -> Vec<(PathBuf, String)> {
         "charge",
         "reconciler",
         "notify",
-        "webhook",
+        "events",
         "audit",
     ] {
         all.extend(sources(&root.join("functions").join(function).join("src")));
