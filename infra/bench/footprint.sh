@@ -30,7 +30,9 @@ target="${CARGO_TARGET_DIR:-target}"
 # Absolute: the arm64 builds run in each function's directory, the reads from here (a relative
 # default once sent them to functions/<f>/target, and every zip read "not measured").
 arm_target="$(realpath -m "${FOOTPRINT_ARM64_TARGET_DIR:-$target}")"
-functions=(checkout charge reconciler webhook notify)
+# The crates; the events function's rows keep its deployed name, `webhook` (WebhookFunction, the
+# metric dimension Function=webhook), which the bill and the previous figures read.
+functions=(checkout charge reconciler events notify)
 mkdir -p "$out"
 rm -f "$out"/footprint-*.json
 
@@ -77,16 +79,17 @@ infra/local/with-stack.sh bash -c '
     crates="$(grep -cE "^\[profile\.($p|release)\.package\." Cargo.toml || true)"
     if [ "${crates:-0}" -gt 0 ]; then settings="$settings; per-crate opt-level for $crates crates ([profile.*.package.*] in Cargo.toml)"; fi
     rows=()
-    for f in checkout charge reconciler webhook notify; do
-      row="\"function\":\"$f\""
+    for f in checkout charge reconciler events notify; do
+      name="$f"; [ "$f" = events ] && name=webhook
+      row="\"function\":\"$name\""
       if [ "$p" = release ] && [ -f "$arm_target/lambda/$f/bootstrap" ]; then
         a="$arm_target/lambda/$f/bootstrap"
         row+=",\"arm64_binary_bytes\":$(stat -c %s "$a"),\"arm64_zip_bytes\":$(zip_bytes "$a")"
       fi
       if [ -x "$dir/$f" ]; then
-        "$dir/footprint" init "$out/init-$p-$f.json" "$f" "$dir/$f" "$runs"
+        "$dir/footprint" init "$out/init-$p-$f.json" "$name" "$dir/$f" "$runs"
         row+=",\"binary_bytes\":$(stat -c %s "$dir/$f"),\"zip_bytes\":$(zip_bytes "$dir/$f"),\"init\":$(cat "$out/init-$p-$f.json")"
-      elif [ "$row" = "\"function\":\"$f\"" ]; then
+      elif [ "$row" = "\"function\":\"$name\"" ]; then
         echo "footprint: $f not built ($dir/$f, $arm_target/lambda/$f): left out" >&2; continue
       else
         echo "footprint: $dir/$f not built: no init for $f" >&2
