@@ -341,7 +341,7 @@ curl -sf "$STRIPE_SIM_URL/_sim/clock" -d "{\"set_ms\": $(python3 -c 'import time
 python3 - "$STRIPE_SIM_URL" "$LAMBDA_PORT" "$LOCAL_STACK_DIR/.local-webhook-secret" <<'PY' || fail "POST /_sim/webhooks"
 import json, sys, urllib.request
 sim, port, secret_file = sys.argv[1:]
-config = {"url": f"http://127.0.0.1:{port}/lambda-url/webhook/stripe/webhook",
+config = {"url": f"http://127.0.0.1:{port}/lambda-url/events/stripe/webhook",
           "secret": open(secret_file).read().strip(), "enabled_events": ["payment_intent.succeeded"]}
 urllib.request.urlopen(urllib.request.Request(f"{sim}/_sim/webhooks", json.dumps(config).encode()), timeout=10)
 PY
