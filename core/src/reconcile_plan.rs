@@ -1,5 +1,5 @@
 //! The reconciler's decisions as pure functions of (record, now, policy): what to do with one due
-//! operation, and when it is due after a re-drive; the rules row by row: `tests/spec_reconcile_plan.rs`.
+//! operation, and when it is due after a re-drive; the rules: `tests/spec_reconcile_plan.rs`.
 
 use std::time::Duration;
 
