@@ -1,15 +1,15 @@
 //! The specification of the charge plan ([`charge_core::charge::plan`]): the record as the
 //! claim hands it over, Stripe's answers to the calls made, now → the calls made, the next
 //! record, and what it means for the message that asked. Every edge of the charge executor is a
-//! row.
+//! row; so is each fact that makes an intent not the operation's (`intent_mismatch`).
 
 mod spec;
 
 use std::time::Duration;
 
 use charge_core::charge::plan::{
-    after_cancel, after_cancel_refused, after_create, after_retrieve, after_search, next_step,
-    wait_for_search, Step,
+    after_cancel, after_cancel_refused, after_create, after_retrieve, after_search,
+    intent_mismatch, next_step, wait_for_search, Mismatch, Step,
 };
 use charge_core::domain::PaymentIntentId;
 use charge_core::operation::Operation;
@@ -1322,4 +1322,195 @@ fn a_table_missing_an_outcome_is_caught() {
         spec::uncovered(means, MEANINGS, variant),
         ["Review(StuckProcessing)", "Review(StuckRequiresAction)"]
     );
+}
+
+/// (the operation, Stripe's intent and whether our key is live) → the first fact that says the
+/// intent is not the operation's, if any.
+type MismatchRow = Row<Operation, Asked, (), Option<Mismatch>, ()>;
+
+/// Stripe's PaymentIntent, and whether the key that read it is a live one.
+struct Asked {
+    intent: PaymentIntent,
+    live_key: bool,
+}
+
+/// `value` with `edit` made to it.
+fn edited<T>(mut value: T, edit: impl FnOnce(&mut T)) -> T {
+    edit(&mut value);
+    value
+}
+
+fn mismatch_rows() -> Vec<MismatchRow> {
+    let op = testing::order("order-1").build();
+    let ours = || PaymentIntent {
+        amount: Some(1250),
+        currency: Some("usd".into()),
+        operation_id: Some(op.operation_id.to_string()),
+        order_id: Some("order-1".into()),
+        livemode: Some(false),
+        ..PaymentIntent::new(PaymentIntentId::parse("pi_1").unwrap(), Pi::Succeeded)
+    };
+    vec![
+        Row {
+            says: "ours",
+            found: op.clone(),
+            input: Asked {
+                intent: ours(),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "ours, live key and intent",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.livemode = Some(true)),
+                live_key: true,
+            },
+            now: (),
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "an older release's intent: no order_id",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.order_id = None),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "other operation",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.operation_id = Some("x".into())),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::OperationId),
+        },
+        Row {
+            says: "no operation id",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.operation_id = None),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::OperationId),
+        },
+        Row {
+            says: "other order",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.order_id = Some("order-2".into())),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::OrderId),
+        },
+        Row {
+            says: "other amount",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.amount = Some(1251)),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::Amount),
+        },
+        Row {
+            says: "no amount",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.amount = None),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::Amount),
+        },
+        Row {
+            says: "other currency",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.currency = Some("eur".into())),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::Currency),
+        },
+        Row {
+            says: "live intent, test key",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.livemode = Some(true)),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::Livemode),
+        },
+        Row {
+            says: "mode unknown",
+            found: op.clone(),
+            input: Asked {
+                intent: edited(ours(), |p| p.livemode = None),
+                live_key: false,
+            },
+            now: (),
+            next: (),
+            then: Some(Mismatch::Livemode),
+        },
+    ]
+}
+
+#[test]
+fn an_intent_is_the_operations_only_when_every_fact_agrees() {
+    let rows = mismatch_rows();
+    spec::holds(&rows, |op, asked, ()| {
+        ((), intent_mismatch(op, &asked.intent, asked.live_key))
+    });
+    let facts = rows.iter().map(|row| row.then);
+    spec::covers("intent_mismatch", facts, MISMATCHES, mismatch);
+}
+
+fn mismatch(m: &Option<Mismatch>) -> &'static str {
+    match m {
+        None => "None",
+        Some(Mismatch::OperationId) => "OperationId",
+        Some(Mismatch::OrderId) => "OrderId",
+        Some(Mismatch::Amount) => "Amount",
+        Some(Mismatch::Currency) => "Currency",
+        Some(Mismatch::Livemode) => "Livemode",
+    }
+}
+
+const MISMATCHES: &[&str] = &[
+    "None",
+    "OperationId",
+    "OrderId",
+    "Amount",
+    "Currency",
+    "Livemode",
+];
+
+/// The twin: a table without a currency row is caught, by name.
+#[test]
+fn a_mismatch_table_missing_a_fact_is_caught() {
+    let facts = mismatch_rows()
+        .into_iter()
+        .map(|row| row.then)
+        .filter(|m| *m != Some(Mismatch::Currency));
+    assert_eq!(spec::uncovered(facts, MISMATCHES, mismatch), ["Currency"]);
 }

@@ -39,6 +39,7 @@ pub fn holds<Found, Input, Next, Then, Now>(
     Then: PartialEq + Debug,
 {
     for row in rows {
+        let _naming = Naming(row.says);
         let (next, then) = plan(&row.found, &row.input, &row.now);
         assert_eq!(then, row.then, "{}: what happens", row.says);
         assert_eq!(next, row.next, "{}: the record after", row.says);
@@ -82,4 +83,15 @@ pub fn covers<T>(
         "no row of {plan}'s table shows: {}",
         missing.join(", ")
     );
+}
+
+/// Names the row a check inside the plan's closure failed in (the closure's own messages cannot).
+struct Naming(&'static str);
+
+impl Drop for Naming {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("in the row that says: {}", self.0);
+        }
+    }
 }
