@@ -145,7 +145,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, created succeeded: succeeded, its id recorded, settled",
             found: op.clone(),
-            input: Answer::One(Ok(stripe(&op, "succeeded"))),
+            input: Answer::One(Ok(stripe(op, "succeeded"))),
             now: T0,
             next: Next {
                 status: Succeeded,
@@ -161,7 +161,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, created pending: unknown (not settled), its id recorded, back off",
             found: op.clone(),
-            input: Answer::One(Ok(stripe(&op, "pending"))),
+            input: Answer::One(Ok(stripe(op, "pending"))),
             now: T0,
             next: Next {
                 status: Unknown,
@@ -177,7 +177,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, created requires_action: unknown, its id recorded",
             found: op.clone(),
-            input: Answer::One(Ok(stripe(&op, "requires_action"))),
+            input: Answer::One(Ok(stripe(op, "requires_action"))),
             now: T0,
             next: Next {
                 status: Unknown,
@@ -193,7 +193,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, created failed: failed, settled, the reservation given back",
             found: op.clone(),
-            input: Answer::One(Ok(stripe(&op, "failed"))),
+            input: Answer::One(Ok(stripe(op, "failed"))),
             now: T0,
             next: Next {
                 status: Failed,
@@ -209,7 +209,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, created canceled: failed, settled, the reservation given back",
             found: op.clone(),
-            input: Answer::One(Ok(stripe(&op, "canceled"))),
+            input: Answer::One(Ok(stripe(op, "canceled"))),
             now: T0,
             next: Next {
                 status: Failed,
@@ -297,7 +297,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "new, create answers someone else's refund: nothing settled, review",
             found: op.clone(),
-            input: Answer::One(Ok(other(stripe(&op, "succeeded")))),
+            input: Answer::One(Ok(other(stripe(op, "succeeded")))),
             now: T0,
             next: Next {
                 status: Pending,
@@ -313,7 +313,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "pending past the stuck bound: review, its id recorded",
             found: known.clone(),
-            input: Answer::One(Ok(stripe(&op, "pending"))),
+            input: Answer::One(Ok(stripe(op, "pending"))),
             now: T0.plus(73 * HOUR),
             next: Next {
                 status: Unknown,
@@ -329,7 +329,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "id known, retrieve says failed (Stripe's word): failed, released",
             found: known.clone(),
-            input: Answer::One(Ok(stripe(&op, "failed"))),
+            input: Answer::One(Ok(stripe(op, "failed"))),
             now: T0.plus(HOUR),
             next: Next {
                 status: Failed,
@@ -345,7 +345,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "id known, retrieve says succeeded: succeeded, settled",
             found: known.clone(),
-            input: Answer::One(Ok(stripe(&op, "succeeded"))),
+            input: Answer::One(Ok(stripe(op, "succeeded"))),
             now: T0.plus(HOUR),
             next: Next {
                 status: Succeeded,
@@ -364,7 +364,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
             found: known.clone(),
             input: Answer::One(Ok(StripeRefund {
                 id: StripeRefundId::parse("re_2").unwrap(),
-                ..stripe(&op, "failed")
+                ..stripe(op, "failed")
             })),
             now: T0.plus(HOUR),
             next: Next {
@@ -401,8 +401,8 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
             says: "past the key window, the list holds ours among others: settled by it",
             found: op.clone(),
             input: Answer::List(Ok(vec![
-                other(stripe(&op, "succeeded")),
-                stripe(&op, "succeeded"),
+                other(stripe(op, "succeeded")),
+                stripe(op, "succeeded"),
             ])),
             now: late,
             next: Next {
@@ -419,7 +419,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "past the key window, the list holds none of ours: review, never created again",
             found: op.clone(),
-            input: Answer::List(Ok(vec![other(stripe(&op, "succeeded"))])),
+            input: Answer::List(Ok(vec![other(stripe(op, "succeeded"))])),
             now: late,
             next: Next {
                 status: Unknown,
@@ -435,7 +435,7 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
         Row {
             says: "past the key window, the list holds two of ours: review",
             found: op.clone(),
-            input: Answer::List(Ok(vec![stripe(&op, "succeeded"), stripe(&op, "succeeded")])),
+            input: Answer::List(Ok(vec![stripe(op, "succeeded"), stripe(op, "succeeded")])),
             now: late,
             next: Next {
                 status: Unknown,
@@ -599,7 +599,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Succeeded,
                 id: Some(re("re_1")),
-                read: Retrieved(Ok(stripe(&op, "succeeded"))),
+                read: Retrieved(Ok(stripe(op, "succeeded"))),
             },
             now: (),
             next: (),
@@ -614,7 +614,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Failed,
                 id: None,
-                read: Retrieved(Ok(stripe(&op, "failed"))),
+                read: Retrieved(Ok(stripe(op, "failed"))),
             },
             now: (),
             next: (),
@@ -629,7 +629,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Failed,
                 id: None,
-                read: Retrieved(Ok(stripe(&op, "canceled"))),
+                read: Retrieved(Ok(stripe(op, "canceled"))),
             },
             now: (),
             next: (),
@@ -644,7 +644,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Failed,
                 id: None,
-                read: Retrieved(Ok(stripe(&op, "succeeded"))),
+                read: Retrieved(Ok(stripe(op, "succeeded"))),
             },
             now: (),
             next: (),
@@ -656,7 +656,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Succeeded,
                 id: None,
-                read: Retrieved(Ok(stripe(&op, "pending"))),
+                read: Retrieved(Ok(stripe(op, "pending"))),
             },
             now: (),
             next: (),
@@ -668,7 +668,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Succeeded,
                 id: None,
-                read: Retrieved(Ok(other(stripe(&op, "succeeded")))),
+                read: Retrieved(Ok(other(stripe(op, "succeeded")))),
             },
             now: (),
             next: (),
@@ -680,7 +680,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Succeeded,
                 id: Some(re("re_9")),
-                read: Retrieved(Ok(stripe(&op, "succeeded"))),
+                read: Retrieved(Ok(stripe(op, "succeeded"))),
             },
             now: (),
             next: (),
@@ -693,8 +693,8 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
                 status: Succeeded,
                 id: Some(re("re_1")),
                 read: Listed(Ok(vec![
-                    other(stripe(&op, "failed")),
-                    stripe(&op, "succeeded"),
+                    other(stripe(op, "failed")),
+                    stripe(op, "succeeded"),
                 ])),
             },
             now: (),
@@ -710,7 +710,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Succeeded,
                 id: Some(re("re_2")),
-                read: Listed(Ok(vec![stripe(&op, "succeeded")])),
+                read: Listed(Ok(vec![stripe(op, "succeeded")])),
             },
             now: (),
             next: (),
@@ -722,7 +722,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Failed,
                 id: None,
-                read: Listed(Ok(vec![other(stripe(&op, "succeeded"))])),
+                read: Listed(Ok(vec![other(stripe(op, "succeeded"))])),
             },
             now: (),
             next: (),
@@ -749,7 +749,7 @@ fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
             input: Claim {
                 status: Failed,
                 id: None,
-                read: Listed(Ok(vec![stripe(&op, "failed"), stripe(&op, "failed")])),
+                read: Listed(Ok(vec![stripe(op, "failed"), stripe(op, "failed")])),
             },
             now: (),
             next: (),

@@ -10,7 +10,6 @@
 
 #![allow(dead_code)] // the moto run uses what the pure run does not, and the other way round
 
-#[allow(clippy::duplicate_mod)] // also a module of the moto run's own spec helper
 mod spec;
 
 use std::sync::atomic::{AtomicU64, Ordering};
