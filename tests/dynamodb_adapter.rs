@@ -86,7 +86,7 @@ async fn a_wrong_table_or_queue_is_named_in_the_error() {
     use charge_once::adapters::dynamodb::DynamoStore;
     use charge_once::adapters::inbox::DynamoInbox;
     use charge_once::adapters::sqs::SqsQueue;
-    use charge_once::ports::{OperationQueue, QueuedOperation, EventInbox};
+    use charge_once::ports::{EventInbox, OperationQueue, QueuedOperation};
     use charge_once::telemetry::ErrorChain;
 
     let config = testkit::aws::sdk_config().await;

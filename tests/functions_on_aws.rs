@@ -238,7 +238,10 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
         .await
         .unwrap()
         .unwrap();
-    queue.send(&QueuedOperation::redrive(&ord_b, 1)).await.unwrap();
+    queue
+        .send(&QueuedOperation::redrive(&ord_b, 1))
+        .await
+        .unwrap();
 
     let batch = s.receive().await;
     assert_eq!(batch.records.len(), 5, "moto returned the whole batch");

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::time::ManualClock;
 use charge_once::memory::{MemoryQueue, ReceivedMessage};
-use charge_once::ports::{OperationQueue, MessageVisibility};
+use charge_once::ports::{MessageVisibility, OperationQueue};
 use testkit::queue_contract::QueueHarness;
 
 /// What SQS does with the charge queue's receives here: `fresh_fifo_queue`'s 30 s.

@@ -21,18 +21,18 @@ use charge_core::{operation::OperationStatus, time::Clock as _};
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
+use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
 use charge_once::executor::execute;
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
-use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
+use events::handler::EventsFunction;
 use lambda_runtime::{Context, LambdaEvent};
 use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
 use testkit::streams::{lambda_record, read_all};
-use events::handler::EventsFunction;
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,

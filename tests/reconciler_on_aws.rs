@@ -24,7 +24,7 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::execute;
 use charge_once::ports::{
-    OperationQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueuedOperation,
+    CreatePaymentIntent, OperationQueue, OperationStore, PaymentGateway, QueuedOperation,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};

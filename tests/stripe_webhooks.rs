@@ -21,12 +21,12 @@ use charge_core::{
     outcome::PaymentIntentStatus,
     time::{SystemClock, Timestamp},
 };
+use charge_once::events::signature::verify;
+use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::executor::EngineDeps;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
 use charge_once::testing::CreateIn as _;
-use charge_once::events::signature::verify;
-use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use serde_json::{json, Value};
 use stripe_sim::receiver::{wait_until, Receiver};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};

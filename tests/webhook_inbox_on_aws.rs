@@ -10,10 +10,10 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
-use charge_once::ports::{Admitted, OperationStore, PaymentGateway, EventInbox, INBOX_TTL};
-use charge_once::testing::{self, CreateIn as _};
 use charge_once::events::signature::sign_header;
-use charge_once::events::{receive, Reception, EventsDeps, DEFAULT_TOLERANCE};
+use charge_once::events::{receive, EventsDeps, Reception, DEFAULT_TOLERANCE};
+use charge_once::ports::{Admitted, EventInbox, OperationStore, PaymentGateway, INBOX_TTL};
+use charge_once::testing::{self, CreateIn as _};
 use testkit::aws::fresh_inbox;
 use testkit::stack::Stack;
 

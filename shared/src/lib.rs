@@ -37,6 +37,7 @@
 pub mod adapters;
 pub mod audit;
 pub mod config;
+pub mod events;
 pub mod executor;
 pub mod logging;
 pub mod memory;
@@ -47,4 +48,3 @@ pub mod startup;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod events;

@@ -45,7 +45,8 @@ use tracing::{error, info, warn};
 
 use crate::executor::{execute, EngineDeps};
 use crate::ports::{
-    OperationQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedOperation, StoreError,
+    IndexQuery, MetricsSink, OperationQueue, OperationStore, QueueError, QueuedOperation,
+    StoreError,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
 

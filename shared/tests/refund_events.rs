@@ -20,16 +20,16 @@ use charge_core::{
     operation::{Operation, OperationStatus},
     time::{Clock, ManualClock, Timestamp},
 };
+use charge_once::events::signature::sign_header;
+use charge_once::events::{
+    receive, receive_eventbridge, EventsDeps, Reception, WebhookSecret, DEFAULT_TOLERANCE,
+};
 use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::{
     CancelPaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
 };
 use charge_once::testing::{self, CreateIn as _};
-use charge_once::events::signature::sign_header;
-use charge_once::events::{
-    receive, receive_eventbridge, Reception, EventsDeps, WebhookSecret, DEFAULT_TOLERANCE,
-};
 
 struct World {
     store: Arc<MemoryStore>,

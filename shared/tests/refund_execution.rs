@@ -250,9 +250,7 @@ async fn a_charge_s_intent_declined_is_never_refunded() {
         .at(w.clock.now())
         .create_in(w.store.as_ref())
         .await;
-    execute(&w.deps, &op.key(), &op.operation_id)
-        .await
-        .unwrap();
+    execute(&w.deps, &op.key(), &op.operation_id).await.unwrap();
     let unknown = w.store.get(&op.key()).await.unwrap().unwrap();
     let request = RefundRequest::default();
     assert!(

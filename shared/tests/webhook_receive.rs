@@ -16,17 +16,17 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
     time::{Clock, ManualClock, Timestamp},
 };
+use charge_once::events::signature::{compute_v1, sign_header};
+use charge_once::events::{
+    receive, receive_eventbridge, Deferred, EventsDeps, Reception, Rejection, SignatureError,
+    WebhookSecret, DEFAULT_TOLERANCE,
+};
 use charge_once::executor::EngineDeps;
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
 use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::testing::{self, CreateIn as _};
-use charge_once::events::signature::{compute_v1, sign_header};
-use charge_once::events::{
-    receive, receive_eventbridge, Deferred, Reception, Rejection, SignatureError, EventsDeps,
-    WebhookSecret, DEFAULT_TOLERANCE,
-};
 
 struct World {
     store: Arc<MemoryStore>,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::operation::Operation;
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{OperationMessage, OperationQueue, MessageVisibility, QueuedOperation};
+use charge_once::ports::{MessageVisibility, OperationMessage, OperationQueue, QueuedOperation};
 
 /// A queue under the contract, and the consumer's side of it.
 #[async_trait]

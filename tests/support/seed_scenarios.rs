@@ -21,7 +21,7 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause},
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::{execute, EngineDeps, ChargeReport};
+use charge_once::executor::{execute, ChargeReport, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,

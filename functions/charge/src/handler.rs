@@ -63,7 +63,7 @@ use charge_core::time::Timestamp;
 use charge_once::executor::{execute, EngineDeps, ExecuteError};
 use charge_once::pacing::MessageBudget;
 use charge_once::ports::{
-    OperationMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
+    DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink, OperationMessage,
 };
 use charge_once::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines};
 use futures_util::future::join_all;

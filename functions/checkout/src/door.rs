@@ -20,7 +20,7 @@ use charge_core::{
     operation::{Operation, OperationKey},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::{OperationQueue, MetricsSink, OperationStore, QueuedOperation};
+use charge_once::ports::{MetricsSink, OperationQueue, OperationStore, QueuedOperation};
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn};
 

@@ -46,14 +46,14 @@ use aws_lambda_events::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_once::events::{
+    receive, receive_eventbridge, DeliveryReport, EventBridgeEvent, EventsDeps, Reception,
+    Rejection, SignatureError, MAX_BODY_BYTES,
+};
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{
     emf_line_classed, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
     ErrorChain,
-};
-use charge_once::events::{
-    receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
-    EventsDeps, DeliveryReport, MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny};
@@ -375,12 +375,12 @@ mod tests {
         outcome::PaymentIntentStatus,
         time::{Clock, ManualClock, Timestamp},
     };
+    use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::executor::EngineDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
-    use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
 
     use super::*;
 

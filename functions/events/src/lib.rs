@@ -19,9 +19,9 @@ use std::time::Duration;
 use charge_core::plan::Policy;
 use charge_core::time::Clock;
 use charge_once::config::{self, ConfigError, Env, FromEnv, StripeBudget};
+use charge_once::events::STRIPE_PARTNER_SOURCE_PREFIX;
 use charge_once::pacing::{Budget, PacedGateway};
 use charge_once::ports::{PaymentGateway, Sleeper};
-use charge_once::events::STRIPE_PARTNER_SOURCE_PREFIX;
 
 /// Configuration of the events function.
 #[derive(Debug, Clone)]

@@ -15,14 +15,14 @@ use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::secrets::{fetch_stripe_key, fetch_webhook_secrets};
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
 use charge_once::executor::EngineDeps;
 use charge_once::pacing::TokioSleeper;
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
-use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
-use lambda_runtime::{service_fn, Error, LambdaEvent};
 use events::handler::{handle, EventsFunction};
 use events::EventsConfig;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

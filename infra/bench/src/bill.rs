@@ -36,10 +36,10 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
+use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
 use charge_once::executor::EngineDeps;
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
-use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
 use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -567,11 +567,9 @@ impl World {
                     if r.is_ok() { "ok" } else { "failed" }.to_owned()
                 } else {
                     let req = events::handler::delivery_request(&d.body, &d.signature);
-                    let resp = events::handler::handle_http(
-                        function,
-                        LambdaEvent::new(req, invocation()),
-                    )
-                    .await;
+                    let resp =
+                        events::handler::handle_http(function, LambdaEvent::new(req, invocation()))
+                            .await;
                     sim.webhook_result(&d, (200..300).contains(&resp.status_code));
                     resp.status_code.to_string()
                 };

@@ -36,7 +36,7 @@ use charge_core::{
     time::{Clock, Timestamp},
 };
 use charge_once::ports::{
-    CancelPaymentIntent, OperationQueue, IndexQuery, OperationStore, PaymentGateway, StoreError,
+    CancelPaymentIntent, IndexQuery, OperationQueue, OperationStore, PaymentGateway, StoreError,
     UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};

@@ -65,7 +65,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::EngineDeps;
-use charge_once::ports::{OperationQueue, MessageVisibility, OperationStore, PaymentGateway};
+use charge_once::ports::{MessageVisibility, OperationQueue, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
 use checkout::door::Checkout;

@@ -37,7 +37,7 @@ use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
 use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryDeadLetters;
-use charge_once::ports::{OperationQueue, MessageVisibility, OperationStore, PaymentGateway};
+use charge_once::ports::{MessageVisibility, OperationQueue, OperationStore, PaymentGateway};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;

@@ -21,7 +21,7 @@ use charge_core::{
 };
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, OperationQueue, CreatePaymentIntent, IndexQuery,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationQueue,
     OperationStore, Page, PaymentGateway, QueueError, QueuedOperation, StoreError,
 };
 use clap::ValueEnum;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::time::{Clock, Timestamp};
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{OperationQueue, MessageVisibility, QueueError, QueuedOperation};
+use charge_once::ports::{MessageVisibility, OperationQueue, QueueError, QueuedOperation};
 
 use crate::fx::{FxHashMap, FxHashSet};
 

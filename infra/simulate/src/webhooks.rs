@@ -42,6 +42,9 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent},
     time::Clock,
 };
+use charge_once::events::{
+    EventBridgeEvent, EventsDeps, StripeEvent, WebhookSecret, DEFAULT_TOLERANCE,
+};
 use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::CreateRefund;
@@ -49,13 +52,10 @@ use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationStore,
     Page, PaymentGateway, StoreError,
 };
-use charge_once::events::{
-    EventBridgeEvent, StripeEvent, EventsDeps, WebhookSecret, DEFAULT_TOLERANCE,
-};
+use events::handler::{EventsFunction, Incoming};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use stripe_sim::{Delivery, DeliveryMode, StripeSim, WebhookConfig, WebhookFaults};
-use events::handler::{Incoming, EventsFunction};
 
 use crate::faults::{Faults, Kind};
 use crate::mutations::{Claimed, TrustEventPayload};
@@ -566,11 +566,9 @@ impl Webhooks {
         }
         let req = events::handler::delivery_request(&d.body, &d.signature);
         self.claim(Some((&d.body, DeliveryMode::Webhook)));
-        let resp = events::handler::handle_http(
-            &self.function,
-            LambdaEvent::new(req, Context::default()),
-        )
-        .await;
+        let resp =
+            events::handler::handle_http(&self.function, LambdaEvent::new(req, Context::default()))
+                .await;
         self.claim(None);
         let status = u16::try_from(resp.status_code).unwrap_or(0);
         self.count(format!("http_{status}"));

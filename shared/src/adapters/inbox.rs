@@ -21,9 +21,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use charge_core::time::Timestamp;
 
+use crate::events::ttl_epoch_seconds;
 use crate::ports::StoreError;
 use crate::ports::{Admitted, EventInbox};
-use crate::events::ttl_epoch_seconds;
 
 #[derive(Clone, Debug)]
 pub struct DynamoInbox {

@@ -16,7 +16,7 @@ use aws_sdk_sqs::Client;
 use charge_core::reconcile_plan::QueueDepth;
 
 use crate::ports::{
-    OperationQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedOperation,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationQueue, QueueError, QueuedOperation,
 };
 
 pub struct SqsQueue {

@@ -60,7 +60,7 @@ use charge_core::stripe_object::{EventCopy, StripeObject};
 use charge_core::{charge, refund};
 
 use crate::executor::{self, EngineDeps, EventReport, ExecuteError, RefundEventReport};
-use crate::ports::{Admitted, StoreError, EventInbox, INBOX_TTL};
+use crate::ports::{Admitted, EventInbox, StoreError, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
 use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};

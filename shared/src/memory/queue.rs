@@ -13,7 +13,7 @@ use charge_core::time::Clock;
 use charge_core::time::Timestamp;
 
 use crate::ports::{
-    OperationQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedOperation,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationQueue, QueueError, QueuedOperation,
 };
 
 /// SQS FIFO's deduplication interval.

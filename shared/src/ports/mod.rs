@@ -43,7 +43,7 @@ pub use inbox::{Admitted, EventInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 pub use queue::{
-    OperationMessage, OperationQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationMessage, OperationQueue, QueueError,
     QueuedOperation,
 };
 pub use store::{

@@ -31,7 +31,7 @@ use charge_once::adapters::dynamodb::item::{
     attr_n, attr_s, key_of, operation_from_item, operation_to_item,
 };
 use charge_once::ports::{
-    OperationMessage, OperationQueue, CreatePaymentIntent, PaymentGateway, QueuedOperation,
+    CreatePaymentIntent, OperationMessage, OperationQueue, PaymentGateway, QueuedOperation,
 };
 
 /// The seed's key window: re-send with the same key only within 23 h of the first attempt.
