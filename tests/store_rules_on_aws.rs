@@ -1,6 +1,7 @@
 //! The store's rules (`charge_core::store_rules`) against the conditions the DynamoDB adapter
-//! sends, on moto: one table of (stored record, write, answer), every rule's accept and refuse
-//! cases with the guard that refuses. For each row:
+//! sends, on moto: the specification's table (`core/tests/spec_store_rules.rs`, included here) of
+//! (stored record, write, answer), every rule's accept and refuse cases with the guard that
+//! refuses. For each row:
 //!
 //! - the pure rule ([`store_rules::apply`], what both in-memory stores run) gives the table's
 //!   answer;
@@ -21,7 +22,6 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextMut;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -29,15 +29,12 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::put_item::PutItemInput;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::AttributeValue;
-use charge_core::operation::AuditEntry;
-use charge_core::store::{
-    Claim, ClaimRequest, ManualResolution, OperatorGuard, OutcomeRecord, Recorded, Reschedule,
-};
-use charge_core::store_rules::{self, Guard, Transition, Written};
-use charge_core::testing::{claim_request, LEASE, T0};
+use charge_core::store::{OutcomeRecord, Recorded};
+use charge_core::store_rules::{self, Guard, Written};
+use charge_core::testing::T0;
 use charge_core::{
     domain::PaymentIntentId,
-    operation::{Lease, LeaseToken, Operation, OperationStatus, Review},
+    operation::{LeaseToken, Operation, OperationStatus},
 };
 use charge_once::adapters::dynamodb::item::{attr_s, key_of, stored_item, Attrs};
 use charge_once::adapters::dynamodb::{due_shard, schema, writes, DynamoStore, UNKNOWN_INDEX};
@@ -45,440 +42,19 @@ use charge_once::ports::OperationStore;
 use charge_once::testing;
 use testkit::aws::{sdk_config, unique};
 
-fn at(secs: u64) -> charge_core::time::Timestamp {
-    T0.plus(Duration::from_secs(secs))
-}
+#[path = "../core/tests/spec_store_rules.rs"]
+mod spec_store_rules;
 
-fn pi(id: &str) -> Option<PaymentIntentId> {
-    Some(PaymentIntentId::parse(id).unwrap())
-}
+use spec_store_rules::{at, pi, sent, state, table, Answer, Request, Then};
 
-fn audit(action: &str, from: OperationStatus, to: OperationStatus) -> AuditEntry {
-    AuditEntry {
-        action: action.into(),
-        previous_status: from,
-        new_status: to,
-        note: "checked in the dashboard".into(),
-        at: at(30),
-        caller: "arn:aws:sts::123456789012:assumed-role/oncall/alice".into(),
-        label: Some("alice".into()),
-        forced: None,
-        review: Some("search_ambiguous: found 0".into()),
-        replaced_external_id: None,
+/// What `DynamoStore` answers the write.
+async fn send(write: &Request, store: &DynamoStore) -> Answer {
+    match write {
+        Request::Claim(r) => Answer::Claim(store.claim(r).await.unwrap()),
+        Request::Record(r) => Answer::Recorded(store.record(r).await.unwrap()),
+        Request::Reschedule(r) => Answer::Recorded(store.reschedule(r).await.unwrap()),
+        Request::Resolve(r) => Answer::Recorded(store.resolve(r).await.unwrap()),
     }
-}
-
-/// The records the table starts from, each for a fresh order.
-mod state {
-    use super::*;
-
-    pub fn pending() -> Operation {
-        charge_core::testing::order(&unique("rules")).at(T0).build()
-    }
-
-    /// Claimed at 1 s with `token`, the lease running to 61 s.
-    pub fn leased(token: LeaseToken) -> Operation {
-        let mut op = pending();
-        op.attempts = 1;
-        op.first_attempted_at = Some(at(1));
-        op.lease = Some(Lease {
-            token,
-            expires_at: at(1).plus(LEASE),
-        });
-        op.updated_at = at(1);
-        op
-    }
-
-    /// Attempted once, the outcome unknown, due again at 120 s.
-    pub fn unknown() -> Operation {
-        let mut op = leased(LeaseToken::new_random());
-        op.lease = None;
-        op.status = OperationStatus::Unknown;
-        op.last_error = Some("timeout".into());
-        op.updated_at = at(2);
-        op.next_due_at = Some(at(120));
-        op
-    }
-
-    pub fn in_review() -> Operation {
-        let mut op = unknown();
-        op.review = Some(Review {
-            reason: "search_ambiguous: found 0".into(),
-            flagged_at: at(2),
-        });
-        op
-    }
-
-    pub fn settled(status: OperationStatus) -> Operation {
-        let mut op = unknown();
-        op.status = status;
-        op.external_id = pi("pi_settled");
-        op.last_error = None;
-        op.next_due_at = None;
-        op
-    }
-
-    /// A record no write leaves (a hand edit): settled, with a lease still on it.
-    pub fn settled_with_lease(token: LeaseToken) -> Operation {
-        let mut op = settled(OperationStatus::Succeeded);
-        op.lease = Some(Lease {
-            token,
-            expires_at: at(61),
-        });
-        op
-    }
-
-    /// A record no write leaves (a hand edit): unknown, out of the index.
-    pub fn unscheduled() -> Operation {
-        let mut op = unknown();
-        op.next_due_at = None;
-        op
-    }
-}
-
-/// One write of the table.
-#[derive(Debug, Clone)]
-enum Request {
-    Claim(ClaimRequest),
-    Record(OutcomeRecord),
-    Reschedule(Reschedule),
-    Resolve(ManualResolution),
-}
-
-/// What a store answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Answer {
-    Claim(Claim),
-    Recorded(Recorded),
-}
-
-impl Request {
-    fn guards(&self) -> Vec<Guard> {
-        match self {
-            Request::Claim(r) => r.guards(),
-            Request::Record(r) => r.guards(),
-            Request::Reschedule(r) => r.guards(),
-            Request::Resolve(r) => r.guards(),
-        }
-    }
-
-    /// The rule: the record after the write, or the guard that refuses it.
-    fn rule(&self, op: &Operation) -> Result<Operation, Guard> {
-        match self {
-            Request::Claim(r) => store_rules::apply(op, r),
-            Request::Record(r) => store_rules::apply(op, r),
-            Request::Reschedule(r) => store_rules::apply(op, r),
-            Request::Resolve(r) => store_rules::apply(op, r),
-        }
-    }
-
-    /// What a store following the rule answers, from the rule's verdict.
-    fn answer(&self, written: Written) -> Answer {
-        match self {
-            Request::Claim(_) => Answer::Claim(store_rules::claimed(written)),
-            _ => Answer::Recorded(store_rules::recorded(written)),
-        }
-    }
-
-    async fn send(&self, store: &DynamoStore) -> Answer {
-        match self {
-            Request::Claim(r) => Answer::Claim(store.claim(r).await.unwrap()),
-            Request::Record(r) => Answer::Recorded(store.record(r).await.unwrap()),
-            Request::Reschedule(r) => Answer::Recorded(store.reschedule(r).await.unwrap()),
-            Request::Resolve(r) => Answer::Recorded(store.resolve(r).await.unwrap()),
-        }
-    }
-}
-
-/// One row: the stored record (`None`: there is none), the write, and the rule's answer: `None`
-/// written, or the name of the guard that refuses it (`"no record"` without one).
-struct Row {
-    case: &'static str,
-    stored: Option<Operation>,
-    write: Request,
-    refused_by: Option<&'static str>,
-}
-
-fn row(
-    case: &'static str,
-    stored: Operation,
-    write: impl FnOnce(&Operation) -> Request,
-    refused_by: Option<&'static str>,
-) -> Row {
-    Row {
-        case,
-        write: write(&stored),
-        stored: Some(stored),
-        refused_by,
-    }
-}
-
-fn claim_at(secs: u64) -> impl FnOnce(&Operation) -> Request {
-    move |op| Request::Claim(claim_request(op, LeaseToken::new_random(), at(secs)))
-}
-
-fn outcome(
-    token: LeaseToken,
-    status: OperationStatus,
-    change: impl FnOnce(&mut OutcomeRecord),
-) -> impl FnOnce(&Operation) -> Request {
-    move |op| {
-        let mut rec = OutcomeRecord {
-            external_id: status.is_settled().then(|| pi("pi_rules")).flatten(),
-            ..charge_core::testing::outcome(op, token, status, at(10))
-        };
-        change(&mut rec);
-        Request::Record(rec)
-    }
-}
-
-fn redrive(change: impl FnOnce(&mut Reschedule)) -> impl FnOnce(&Operation) -> Request {
-    move |op| {
-        let mut req = Reschedule::redrive(op, at(900), at(20));
-        change(&mut req);
-        Request::Reschedule(req)
-    }
-}
-
-/// An operator's re-drive out of review, at 30 s, with a 5 s margin on leases.
-fn operator(req: &mut Reschedule) {
-    req.clear_review = true;
-    req.operator = Some(OperatorGuard {
-        lease_cutoff: at(25),
-        audit: audit("redrive", req.expected_status, req.expected_status),
-    });
-}
-
-fn resolve(
-    status: OperationStatus,
-    change: impl FnOnce(&mut ManualResolution),
-) -> impl FnOnce(&Operation) -> Request {
-    move |op| {
-        let mut req = ManualResolution {
-            key: op.key(),
-            operation_id: op.operation_id,
-            status,
-            external_id: pi("pi_by_hand"),
-            expected_updated_at: op.updated_at,
-            stripe_refund_id: None,
-            release: None,
-            guard: OperatorGuard {
-                lease_cutoff: at(25),
-                audit: audit(&format!("resolve_{status}"), op.status, status),
-            },
-        };
-        change(&mut req);
-        Request::Resolve(req)
-    }
-}
-
-fn other_operation(op: &Operation) -> Operation {
-    let mut other = op.clone();
-    other.operation_id = charge_core::domain::OperationId::new_random();
-    other
-}
-
-fn table() -> Vec<Row> {
-    use OperationStatus::{Failed, Pending, Succeeded, Unknown};
-    let holder = LeaseToken::new_random();
-    let nobody = |_: &mut OutcomeRecord| {};
-    vec![
-        // Claim: unsettled, not in review, no live lease, this operation.
-        row(
-            "claim a pending record",
-            state::pending(),
-            claim_at(5),
-            None,
-        ),
-        row(
-            "claim under a live lease",
-            state::leased(holder),
-            claim_at(30),
-            Some("no_lease_after"),
-        ),
-        row(
-            "claim as the lease expires (expires_at == now)",
-            state::leased(holder),
-            claim_at(61),
-            None,
-        ),
-        row(
-            "claim a record in review",
-            state::in_review(),
-            claim_at(30),
-            Some("not_in_review"),
-        ),
-        row(
-            "claim a succeeded record",
-            state::settled(Succeeded),
-            claim_at(30),
-            Some("unsettled"),
-        ),
-        row(
-            "claim a failed record",
-            state::settled(Failed),
-            claim_at(30),
-            Some("unsettled"),
-        ),
-        row(
-            "claim for another operation at the key",
-            state::pending(),
-            |op| claim_at(5)(&other_operation(op)),
-            Some("is_operation"),
-        ),
-        Row {
-            case: "claim with no record",
-            write: claim_at(5)(&state::pending()),
-            stored: None,
-            refused_by: Some("no record"),
-        },
-        // Record: the lease holder, over an unsettled record.
-        row(
-            "the holder records unknown",
-            state::leased(holder),
-            outcome(holder, Unknown, nobody),
-            None,
-        ),
-        row(
-            "the holder records succeeded",
-            state::leased(holder),
-            outcome(holder, Succeeded, nobody),
-            None,
-        ),
-        row(
-            "the holder records failed, keeping no error",
-            state::leased(holder),
-            outcome(holder, Failed, |r| r.last_error = None),
-            None,
-        ),
-        row(
-            "the holder flags it for review",
-            state::leased(holder),
-            outcome(holder, Unknown, |r| {
-                r.review = Some(Review {
-                    reason: "intent_mismatch: pi_x".into(),
-                    flagged_at: at(10),
-                })
-            }),
-            None,
-        ),
-        row(
-            "another token records",
-            state::leased(holder),
-            outcome(LeaseToken::new_random(), Succeeded, nobody),
-            Some("holds_lease"),
-        ),
-        row(
-            "a record without a lease",
-            state::unknown(),
-            outcome(holder, Succeeded, nobody),
-            Some("holds_lease"),
-        ),
-        row(
-            "the holder over a settled record (a lease left by hand)",
-            state::settled_with_lease(holder),
-            outcome(holder, Failed, nobody),
-            Some("unsettled"),
-        ),
-        row(
-            "the holder's token for another operation",
-            state::leased(holder),
-            |op| outcome(holder, Succeeded, nobody)(&other_operation(op)),
-            Some("is_operation"),
-        ),
-        Row {
-            case: "record with no record",
-            write: outcome(holder, Succeeded, nobody)(&state::pending()),
-            stored: None,
-            refused_by: Some("no record"),
-        },
-        // Reschedule: as read, unsettled, in the index; an operator's also not leased.
-        row(
-            "the reconciler re-drives an unknown",
-            state::unknown(),
-            redrive(|_| {}),
-            None,
-        ),
-        row(
-            "a re-drive of a status that moved",
-            state::unknown(),
-            redrive(|r| r.expected_status = Pending),
-            Some("status_is"),
-        ),
-        row(
-            "a re-drive after another write",
-            state::unknown(),
-            redrive(|r| r.expected_updated_at = at(1)),
-            Some("updated_at"),
-        ),
-        row(
-            "a re-drive of a record read as settled",
-            state::settled(Succeeded),
-            redrive(|_| {}),
-            Some("unsettled"),
-        ),
-        row(
-            "a re-drive of a record out of the index (a hand edit)",
-            state::unscheduled(),
-            redrive(|_| {}),
-            Some("scheduled"),
-        ),
-        row(
-            "an operator takes it out of review",
-            state::in_review(),
-            redrive(operator),
-            None,
-        ),
-        row(
-            "an operator re-drive under a lease live past the margin",
-            state::leased(holder),
-            redrive(operator),
-            Some("no_lease_after"),
-        ),
-        // Resolve: settles, as read, unsettled, no lease that may be live.
-        row(
-            "an operator resolves a review as succeeded",
-            state::in_review(),
-            resolve(Succeeded, |_| {}),
-            None,
-        ),
-        row(
-            "an operator resolves an unknown as failed",
-            state::unknown(),
-            resolve(Failed, |r| r.external_id = None),
-            None,
-        ),
-        row(
-            "a resolve under a lease live past the margin",
-            state::leased(holder),
-            resolve(Succeeded, |_| {}),
-            Some("no_lease_after"),
-        ),
-        row(
-            "a resolve of a settled record",
-            state::settled(Failed),
-            resolve(Succeeded, |_| {}),
-            Some("unsettled"),
-        ),
-        row(
-            "a resolve after another write",
-            state::in_review(),
-            resolve(Succeeded, |r| r.expected_updated_at = at(1)),
-            Some("updated_at"),
-        ),
-        row(
-            "a resolve to an unsettled status",
-            state::in_review(),
-            resolve(Unknown, |_| {}),
-            Some("settles"),
-        ),
-        row(
-            "a resolve for another operation",
-            state::in_review(),
-            |op| resolve(Succeeded, |_| {})(&other_operation(op)),
-            Some("is_operation"),
-        ),
-    ]
 }
 
 async fn put(client: &aws_sdk_dynamodb::Client, table: &str, op: &Operation) {
@@ -545,24 +121,22 @@ async fn run_table(
     client: &aws_sdk_dynamodb::Client,
     reads_refusals: bool,
 ) -> (u64, u64) {
-    let rows = table();
-    let cases: BTreeSet<&str> = rows.iter().map(|r| r.case).collect();
-    assert_eq!(cases.len(), rows.len(), "case names are unique");
+    let rows = sent(table());
     let (mut refused_sent, mut refusal_reads) = (0, 0);
     for row in rows {
-        let case = row.case;
-        let written: Written = match &row.stored {
+        let case = row.says;
+        let written: Written = match &row.found {
             None => Err(None),
-            Some(op) => row.write.rule(op).map_err(|by| Some((op.clone(), by))),
+            Some(op) => row.input.rule(op).map_err(|by| Some((op.clone(), by))),
         };
         let verdict = match &written {
-            Ok(_) => None,
-            Err(None) => Some("no record"),
-            Err(Some((_, by))) => Some(by.as_str()),
+            Ok(_) => Then::Written,
+            Err(None) => Then::Refused("no record"),
+            Err(Some((_, by))) => Then::Refused(by.as_str()),
         };
-        assert_eq!(verdict, row.refused_by, "{case}: the rule");
+        assert_eq!(verdict, row.then, "{case}: the rule");
 
-        let before = match &row.stored {
+        let before = match &row.found {
             Some(op) => {
                 put(client, store.table(), op).await;
                 assert_eq!(
@@ -570,7 +144,7 @@ async fn run_table(
                     Some(op),
                     "{case}: stored as it reads back"
                 );
-                for guard in row.write.guards() {
+                for guard in row.input.guards() {
                     if let Some(holds) = clause_holds(client, store.table(), op, guard).await {
                         assert_eq!(holds, guard.holds(op), "{case}: the clause of {guard:?}");
                     }
@@ -581,12 +155,12 @@ async fn run_table(
         };
 
         let reads = store.calls().reads.load(Ordering::Relaxed);
-        let got = row.write.send(store).await;
+        let got = send(&row.input, store).await;
         let reads = store.calls().reads.load(Ordering::Relaxed) - reads;
-        assert_eq!(got, row.write.answer(written.clone()), "{case}: DynamoDB");
+        assert_eq!(got, row.input.answer(written.clone()), "{case}: DynamoDB");
         match written {
             Ok(_) => assert_eq!(reads, 0, "{case}: ALL_NEW, no read"),
-            Err(_) if row.refused_by == Some("settles") => {
+            Err(_) if row.then == Then::Refused("settles") => {
                 assert_eq!(reads, 1, "{case}: refused before sending, the record read")
             }
             // DynamoDB returns the item whenever the record exists, so a refusal without one

@@ -37,7 +37,7 @@
 //!   claimed, Stripe's answer, now) → the next record, and how the charge's authorization ends
 //!   (captured, canceled, lapsed).
 //!
-//! The rules over every kind, each a table of its own (read them as the specification):
+//! The rules over every kind (each a table, the specification in full: `core/tests/spec_*.rs`):
 //! - [`audit`]: (what Stripe created in a window, the records settled in it) → matched, in
 //!   flight, or a drift class; the audit never changes a record.
 //! - [`store_rules`]: each conditional write as guards in refusal order, then the change; the

@@ -1,0 +1,645 @@
+//! The specification of the drift audit ([`charge_core::audit`]): what Stripe created in a
+//! window and the records settled in it → matched, in flight, or a drift class. Each mismatch of
+//! a charge or a refund with its Stripe object is a row (`each_mismatch_of_a_charge_has_its_class`,
+//! `each_mismatch_of_a_refund_has_its_class`); the classes that come of a missing side, a count
+//! or a watch are the tests below them. The audit never changes a record.
+
+mod spec;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use charge_core::audit::*;
+use charge_core::domain::{
+    Amount, OperationId, PaymentIntentId, Principal, RefundId, StripeRefundId,
+};
+use charge_core::operation::Operation;
+use charge_core::operation::OperationStatus::{self, Failed, Succeeded, Unknown};
+use charge_core::outcome::{PaymentIntent, PaymentIntentStatus};
+use charge_core::refund::{reserve, RefundRequest, RefundStatus, StripeRefund};
+use charge_core::testing::{order, T0};
+use charge_core::time::Timestamp;
+use spec::Row;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+const POLICY: AuditPolicy = AuditPolicy {
+    key_window: Duration::from_secs(23 * 3600),
+    page_lead: Duration::from_secs(12 * 3600),
+};
+
+fn window() -> AuditWindow {
+    AuditWindow::ending_at(T0.plus(24 * HOUR), 24 * HOUR)
+}
+
+fn evidence() -> Evidence {
+    Evidence::empty(window(), T0.plus(24 * HOUR), false)
+}
+
+/// A 1000 usd charge of `order_id`, settled `status` with intent `pi`.
+fn charge(order_id: &str, status: OperationStatus, pi: Option<&str>) -> Operation {
+    let mut b = order(order_id).amount(1000).status(status);
+    if let Some(pi) = pi {
+        b = b.external_id(pi);
+    }
+    let mut op = b.build();
+    if status.is_settled() {
+        op.next_due_at = None;
+    }
+    op
+}
+
+/// Stripe's view of `op`'s intent `id`.
+fn intent(op: &Operation, id: &str, status: &str) -> PaymentIntent {
+    let mut pi = PaymentIntent::new(
+        PaymentIntentId::parse(id).unwrap(),
+        PaymentIntentStatus::parse(status),
+    );
+    pi.amount = Some(1000);
+    pi.currency = Some("usd".into());
+    pi.operation_id = Some(op.operation_id.to_string());
+    pi.order_id = Some(op.order_id.as_str().to_owned());
+    pi.livemode = Some(false);
+    pi.amount_received = Some(if status == "succeeded" { 1000 } else { 0 });
+    pi
+}
+
+/// A refund of `amount` of `charge` (its intent `pi_<order>`), `status`, refund `re`.
+fn refund(
+    charge: &Operation,
+    id: &str,
+    amount: i64,
+    status: OperationStatus,
+    re: Option<&str>,
+) -> Operation {
+    let request = RefundRequest {
+        amount: Some(Amount::new(amount).unwrap()),
+        reason: None,
+    };
+    let (params, _) = reserve(charge, &request, T0).unwrap();
+    let mut op = Operation::new_refund(
+        charge.order_id.clone(),
+        RefundId::parse(id).unwrap(),
+        &request,
+        params,
+        Principal::jwt("support").unwrap(),
+        T0,
+        Duration::from_secs(300),
+    );
+    op.status = status;
+    op.stripe_refund_id = re.map(|r| StripeRefundId::parse(r).unwrap());
+    if status.is_settled() {
+        op.next_due_at = None;
+    }
+    op
+}
+
+fn stripe_refund(
+    op: Option<&Operation>,
+    id: &str,
+    pi: &str,
+    amount: i64,
+    status: &str,
+) -> StripeRefund {
+    StripeRefund {
+        id: StripeRefundId::parse(id).unwrap(),
+        status: RefundStatus::parse(status),
+        replayed: false,
+        amount: Some(amount),
+        currency: Some("usd".into()),
+        payment_intent: Some(pi.into()),
+        operation_id: op.map(|o| o.operation_id.to_string()),
+        order_id: op.map(|o| o.order_id.as_str().to_owned()),
+        failure_reason: None,
+    }
+}
+
+fn classes(j: &Judgement) -> Vec<DriftClass> {
+    j.findings.iter().map(|f| f.class).collect()
+}
+
+#[test]
+fn a_clean_window_matches_both_sides_once() {
+    let paid = charge("ord-1", Succeeded, Some("pi_1"));
+    let declined = charge("ord-2", Failed, Some("pi_2"));
+    let mut ev = evidence();
+    ev.intents = vec![
+        intent(&paid, "pi_1", "succeeded"),
+        intent(&declined, "pi_2", "canceled"),
+    ];
+    ev.settled = vec![paid, declined];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![]);
+    assert_eq!(j.counts.matched, 4, "{:?}", j.counts);
+    assert_eq!(j.unexplained(), 0);
+}
+
+/// (the charge as settled, Stripe's PaymentIntent) → the one drift class of the pair.
+type ChargeDriftRow = Row<Operation, PaymentIntent, (), DriftClass, ()>;
+
+/// The settled charge every charge row starts from: 1000 usd, succeeded, `pi_1`.
+fn ours() -> Operation {
+    charge("ord-1", Succeeded, Some("pi_1"))
+}
+
+/// `value` with `edit` made to it.
+fn edited<T>(mut value: T, edit: impl FnOnce(&mut T)) -> T {
+    edit(&mut value);
+    value
+}
+
+fn charge_drift_rows() -> Vec<ChargeDriftRow> {
+    let paid = ours();
+    vec![
+        Row {
+            says: "record failed, Stripe succeeded",
+            found: edited(paid.clone(), |op| op.status = Failed),
+            input: intent(&paid, "pi_1", "succeeded"),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
+            says: "record succeeded, Stripe canceled",
+            found: paid.clone(),
+            input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
+                pi.status = PaymentIntentStatus::Canceled
+            }),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
+            says: "amount edited",
+            found: edited(paid.clone(), |op| {
+                op.params.charge_mut().unwrap().amount = Amount::new(999).unwrap()
+            }),
+            input: intent(&paid, "pi_1", "succeeded"),
+            now: (),
+            next: (),
+            then: DriftClass::AmountDiffers,
+        },
+        Row {
+            says: "currency differs",
+            found: paid.clone(),
+            input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
+                pi.currency = Some("eur".into())
+            }),
+            now: (),
+            next: (),
+            then: DriftClass::AmountDiffers,
+        },
+        Row {
+            says: "received less",
+            found: paid.clone(),
+            input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
+                pi.amount_received = Some(10)
+            }),
+            now: (),
+            next: (),
+            then: DriftClass::AmountDiffers,
+        },
+    ]
+}
+
+#[test]
+fn each_mismatch_of_a_charge_has_its_class() {
+    spec::holds(&charge_drift_rows(), |op, pi, ()| {
+        let mut ev = evidence();
+        ev.intents = vec![pi.clone()];
+        ev.settled = vec![op.clone()];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(j.counts.drifted, 2, "both sides, one finding");
+        assert_eq!(j.unexplained(), 0);
+        let [class] = classes(&j)[..] else {
+            panic!("one finding, not {:?}", classes(&j));
+        };
+        ((), class)
+    });
+}
+
+#[test]
+fn an_intent_with_our_metadata_and_no_record_is_at_stripe_not_here_and_others_are_not_ours() {
+    let ghost = charge("ord-9", Succeeded, Some("pi_9"));
+    let mut foreign = intent(&ghost, "pi_f", "succeeded");
+    foreign.operation_id = None;
+    let mut other_mode = intent(&ghost, "pi_l", "succeeded");
+    other_mode.livemode = Some(true);
+    let mut ev = evidence();
+    ev.intents = vec![intent(&ghost, "pi_9", "succeeded"), foreign, other_mode];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![DriftClass::AtStripeNotHere]);
+    assert_eq!(j.counts.not_ours, 2);
+    // Twin: the same intent with its record in flight is the engine's work.
+    let mut in_flight = ghost.clone();
+    in_flight.status = Unknown;
+    ev.intents.truncate(1);
+    ev.related = vec![in_flight];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![]);
+    assert_eq!(j.counts.in_flight, 1);
+}
+
+#[test]
+fn a_second_succeeded_intent_for_one_operation_is_a_duplicate() {
+    let op = charge("ord-1", Succeeded, Some("pi_1"));
+    let mut ev = evidence();
+    ev.intents = vec![
+        intent(&op, "pi_1", "succeeded"),
+        intent(&op, "pi_2", "succeeded"),
+    ];
+    ev.related = vec![op.clone()];
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::DuplicateSuccess]
+    );
+    // Twin: a second intent that did not succeed is not a duplicate, but still not ours.
+    ev.intents[1].status = PaymentIntentStatus::Canceled;
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::AtStripeNotHere]
+    );
+}
+
+#[test]
+fn a_record_whose_intent_stripe_does_not_have_is_here_not_at_stripe() {
+    let op = charge("ord-1", Succeeded, Some("pi_old"));
+    let (want, _) = objects_to_retrieve(&[], &[], std::slice::from_ref(&op), &[]);
+    assert_eq!(want, BTreeSet::from(["pi_old".to_owned()]));
+    let mut ev = evidence();
+    ev.settled = vec![op.clone()];
+    ev.retrieved_intents.insert("pi_old".into(), None);
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::HereNotAtStripe]
+    );
+    // Twin: created before the window, read by id, agrees.
+    ev.retrieved_intents
+        .insert("pi_old".into(), Some(intent(&op, "pi_old", "succeeded")));
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![]);
+    assert_eq!(j.counts.matched, 1);
+    // Not read (Stripe refused): not vouched for, and not drift.
+    ev.retrieved_intents.clear();
+    let j = judge(&ev, &POLICY);
+    assert_eq!((classes(&j), j.counts.unchecked), (vec![], 1));
+    // A succeeded record naming no intent at all; a failed one never sent is fine.
+    let mut ev = evidence();
+    ev.settled = vec![
+        charge("ord-2", Succeeded, None),
+        charge("ord-3", Failed, None),
+    ];
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::HereNotAtStripe]
+    );
+}
+
+#[test]
+fn refunds_match_and_a_dashboard_refund_of_our_charge_is_found() {
+    let paid = charge("ord-1", Succeeded, Some("pi_1"));
+    let ours = refund(&paid, "r-1", 400, Succeeded, Some("re_1"));
+    let mut ev = evidence();
+    ev.refunds = vec![
+        stripe_refund(Some(&ours), "re_1", "pi_1", 400, "succeeded"),
+        stripe_refund(None, "re_dash", "pi_1", 100, "succeeded"),
+        stripe_refund(None, "re_other", "pi_x", 100, "succeeded"),
+    ];
+    ev.settled = vec![ours.clone()];
+    let reads = orders_to_read(&ev.intents, &ev.refunds, &ev.settled);
+    assert_eq!(
+        reads.get("ord-1"),
+        Some(&OrderReads {
+            charge: true,
+            refunds: true
+        })
+    );
+    let (want, _) = objects_to_retrieve(
+        &ev.intents,
+        &ev.refunds,
+        &ev.settled,
+        std::slice::from_ref(&paid),
+    );
+    assert_eq!(
+        want,
+        BTreeSet::from(["pi_x".to_owned()]),
+        "pi_1 is known from the charge"
+    );
+    ev.related = vec![paid.clone()];
+    ev.refunds_read.insert("ord-1".into());
+    ev.retrieved_intents.insert(
+        "pi_x".into(),
+        Some(PaymentIntent::new(
+            PaymentIntentId::parse("pi_x").unwrap(),
+            PaymentIntentStatus::Succeeded,
+        )),
+    );
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![DriftClass::AtStripeNotHere]);
+    assert_eq!(j.findings[0].stripe_id.as_deref(), Some("re_dash"));
+    assert_eq!((j.counts.not_ours, j.unexplained()), (1, 0));
+    // The refund's record edited to another amount.
+    let mut edited = ours.clone();
+    edited.params = {
+        let mut p = edited.params.refund().unwrap().clone();
+        p.amount = Amount::new(300).unwrap();
+        charge_core::operation::Params::Refund(p)
+    };
+    ev.settled = vec![edited];
+    assert!(classes(&judge(&ev, &POLICY)).contains(&DriftClass::AmountDiffers));
+}
+
+/// A settled refund is held against Stripe's refund as a charge against its intent: whose it
+/// is, its status, its amount and currency.
+/// (the refund as settled, Stripe's refund) → the one drift class of the pair, and a part of
+/// what its finding says.
+type RefundDriftRow = Row<Operation, StripeRefund, (), Drift, ()>;
+
+/// A drift class and a part of its finding's detail.
+#[derive(Debug)]
+struct Drift {
+    class: DriftClass,
+    detail: &'static str,
+}
+
+/// The settled refund every refund row starts from (400 of `ours()`, succeeded, `re_1`); Stripe's
+/// `re_1` of it is the other side.
+fn our_refund() -> Operation {
+    refund(&ours(), "r-1", 400, Succeeded, Some("re_1"))
+}
+
+fn refund_drift_rows() -> Vec<RefundDriftRow> {
+    let ours = our_refund();
+    let theirs = stripe_refund(Some(&ours), "re_1", "pi_1", 400, "succeeded");
+    vec![
+        Row {
+            says: "Stripe's refund names another operation",
+            found: ours.clone(),
+            input: edited(theirs.clone(), |re| {
+                re.operation_id = Some(OperationId::new_random().to_string())
+            }),
+            now: (),
+            next: (),
+            then: Drift {
+                class: DriftClass::HereNotAtStripe,
+                detail: "the record's refund carries operation",
+            },
+        },
+        Row {
+            says: "record succeeded, Stripe failed later",
+            found: ours.clone(),
+            input: edited(theirs.clone(), |re| re.status = RefundStatus::Failed),
+            now: (),
+            next: (),
+            then: Drift {
+                class: DriftClass::StatusDiffers,
+                detail: "replay the refund's events from the events DLQ",
+            },
+        },
+        Row {
+            says: "record succeeded, Stripe canceled",
+            found: ours.clone(),
+            input: edited(theirs.clone(), |re| re.status = RefundStatus::Canceled),
+            now: (),
+            next: (),
+            then: Drift {
+                class: DriftClass::StatusDiffers,
+                detail: "record succeeded, Stripe canceled",
+            },
+        },
+        Row {
+            says: "record failed, Stripe succeeded",
+            found: edited(ours.clone(), |op| op.status = Failed),
+            input: theirs.clone(),
+            now: (),
+            next: (),
+            then: Drift {
+                class: DriftClass::StatusDiffers,
+                detail: "record failed, Stripe succeeded",
+            },
+        },
+        Row {
+            says: "currency differs",
+            found: ours.clone(),
+            input: edited(theirs.clone(), |re| re.currency = Some("eur".into())),
+            now: (),
+            next: (),
+            then: Drift {
+                class: DriftClass::AmountDiffers,
+                detail: "record 400 usd, Stripe 400 eur",
+            },
+        },
+    ]
+}
+
+#[test]
+fn each_mismatch_of_a_refund_has_its_class() {
+    for row in refund_drift_rows() {
+        let name = row.says;
+        let mut ev = evidence();
+        ev.refunds = vec![row.input];
+        ev.settled = vec![row.found];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), vec![row.then.class], "{name}");
+        assert!(
+            j.findings[0].detail.contains(row.then.detail),
+            "{name}: {}",
+            j.findings[0].detail
+        );
+        assert_eq!(j.counts.drifted, 2, "{name}: both sides, one finding");
+    }
+}
+
+/// The name of each drift class a matched pair can show; the others come of a missing side, a
+/// count, or a watch (their own tests above).
+fn variant(class: &DriftClass) -> &'static str {
+    match class {
+        DriftClass::StatusDiffers => "StatusDiffers",
+        DriftClass::AmountDiffers => "AmountDiffers",
+        DriftClass::HereNotAtStripe => "HereNotAtStripe",
+        DriftClass::AtStripeNotHere
+        | DriftClass::DuplicateSuccess
+        | DriftClass::OverRefunded
+        | DriftClass::AuthorizationNearDeadline
+        | DriftClass::UnsettledPastKeyWindow => "not a pair's",
+    }
+}
+
+const PAIR_CLASSES: &[&str] = &["StatusDiffers", "AmountDiffers", "HereNotAtStripe"];
+
+fn pair_classes() -> Vec<DriftClass> {
+    let charges = charge_drift_rows().into_iter().map(|row| row.then);
+    charges
+        .chain(refund_drift_rows().into_iter().map(|row| row.then.class))
+        .collect()
+}
+
+#[test]
+fn every_class_of_a_pair_has_a_row() {
+    spec::covers("the audit's pairs", pair_classes(), PAIR_CLASSES, variant);
+}
+
+/// The twin: the tables without a refund that names another operation are caught.
+#[test]
+fn a_table_missing_a_class_is_caught() {
+    let kept = pair_classes()
+        .into_iter()
+        .filter(|c| *c != DriftClass::HereNotAtStripe);
+    assert_eq!(
+        spec::uncovered(kept, PAIR_CLASSES, variant),
+        ["HereNotAtStripe"]
+    );
+}
+
+#[test]
+fn refunds_over_what_the_charge_took_are_over_refunded() {
+    let paid = charge("ord-1", Succeeded, Some("pi_1"));
+    let a = refund(&paid, "r-1", 600, Succeeded, Some("re_1"));
+    let mut b = refund(&paid, "r-2", 400, Succeeded, Some("re_2"));
+    let mut ev = evidence();
+    ev.related = vec![paid.clone(), a.clone(), b.clone()];
+    ev.refunds_read.insert("ord-1".into());
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![],
+        "1000 of 1000: within"
+    );
+    b.params = {
+        let mut p = b.params.refund().unwrap().clone();
+        p.amount = Amount::new(401).unwrap();
+        charge_core::operation::Params::Refund(p)
+    };
+    ev.related = vec![paid, a, b];
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::OverRefunded]
+    );
+}
+
+#[test]
+fn deadlines_are_watched_but_review_is_not_drift() {
+    let now = T0.plus(24 * HOUR);
+    let mut held = charge("ord-1", OperationStatus::Authorized, Some("pi_1"));
+    held.capture_before = Some(now.plus(11 * HOUR));
+    let mut far = held.clone();
+    far.capture_before = Some(now.plus(13 * HOUR));
+    let mut lost = charge("ord-2", Unknown, None);
+    lost.first_attempted_at = Some(now.minus(23 * HOUR + Duration::from_secs(1)));
+    let mut young = lost.clone();
+    young.first_attempted_at = Some(now.minus(22 * HOUR));
+    let mut known = lost.clone();
+    known.external_id = Some(PaymentIntentId::parse("pi_2").unwrap());
+    let mut reviewed = lost.clone();
+    reviewed.review = Some(charge_core::operation::Review {
+        reason: "x".into(),
+        flagged_at: now,
+    });
+    let mut ev = evidence();
+    ev.unsettled = vec![held, far, lost, young, known, reviewed];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(
+        classes(&j),
+        vec![
+            DriftClass::AuthorizationNearDeadline,
+            DriftClass::UnsettledPastKeyWindow
+        ]
+    );
+    assert_eq!(j.counts.in_review, 1);
+    let report = j.into_report(window(), now, "schedule");
+    assert_eq!(report.drift(), 0, "watch classes are not drift");
+    assert_eq!(report.count(DriftClass::UnsettledPastKeyWindow), 1);
+}
+
+#[test]
+fn a_report_keeps_its_first_findings_and_counts_the_rest() {
+    let mut ev = evidence();
+    ev.settled = (0..FINDINGS_KEPT + 3)
+        .map(|i| charge(&format!("ord-{i}"), Succeeded, None))
+        .collect();
+    let report = judge(&ev, &POLICY).into_report(window(), T0, "schedule");
+    assert_eq!(report.findings.len(), FINDINGS_KEPT);
+    assert_eq!(report.findings_left_out, 3);
+    assert_eq!(
+        report.count(DriftClass::HereNotAtStripe),
+        FINDINGS_KEPT as u64 + 3
+    );
+}
+
+#[test]
+fn a_report_reads_back_from_its_json_and_names_classes_as_the_metric_does() {
+    let mut ev = evidence();
+    ev.settled = vec![charge("ord-2", Succeeded, None)];
+    let report = judge(&ev, &POLICY).into_report(window(), T0, "arn:aws:iam::1:user/op");
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("\"here_not_at_stripe\""), "{json}");
+    assert_eq!(serde_json::from_str::<AuditReport>(&json).unwrap(), report);
+    for class in DriftClass::ALL {
+        assert_eq!(DriftClass::parse(class.as_str()), Some(class));
+    }
+}
+
+#[test]
+fn windows_are_whole_seconds_and_half_open() {
+    let w = AuditWindow::ending_at(Timestamp::from_millis(10_500), Duration::from_secs(5));
+    assert_eq!((w.from.as_millis(), w.to.as_millis()), (5_000, 10_000));
+    assert_eq!((w.from_secs(), w.to_secs()), (5, 10));
+    assert!(w.contains(Timestamp::from_millis(5_000)));
+    assert!(!w.contains(Timestamp::from_millis(10_000)));
+}
+
+/// Nearest-rank percentiles: 100 durations 1..=100 s have p50 50 s and p99 99 s; one
+/// duration is every percentile; none is all zero.
+#[test]
+fn settle_times_are_nearest_rank_percentiles() {
+    let t = SettleTimes::of((1..=100).rev().collect());
+    assert_eq!(
+        (t.count, t.p50_secs, t.p99_secs, t.max_secs),
+        (100, 50, 99, 100)
+    );
+    let one = SettleTimes::of(vec![7]);
+    assert_eq!((one.p50_secs, one.p99_secs, one.max_secs), (7, 7, 7));
+    assert_eq!(SettleTimes::of(vec![]), SettleTimes::default());
+}
+
+/// The picture per kind: a charge that took an hour, another that took three, counted by
+/// their settle times; an unsettled charge two hours old and one in review, counted with the
+/// oldest's age; a settled record without a settle time (kept before it was stamped) left
+/// out of the times; and it reaches the report.
+#[test]
+fn the_picture_counts_settle_times_and_what_is_open_per_kind() {
+    let mut fast = charge("ord-fast", Succeeded, Some("pi_fast"));
+    fast.settled_at = Some(fast.created_at.plus(HOUR));
+    let mut slow = charge("ord-slow", Failed, Some("pi_slow"));
+    slow.settled_at = Some(slow.created_at.plus(3 * HOUR));
+    let unstamped = charge("ord-old", Succeeded, Some("pi_old"));
+    let mut open = charge("ord-open", Unknown, None);
+    open.created_at = T0.plus(22 * HOUR);
+    let mut reviewed = charge("ord-review", Unknown, None);
+    reviewed.created_at = T0.plus(23 * HOUR);
+    reviewed.review = Some(charge_core::operation::Review {
+        reason: "stuck".into(),
+        flagged_at: reviewed.created_at,
+    });
+    let now = T0.plus(24 * HOUR);
+    let (times, unsettled) = picture(
+        &[fast, slow, unstamped],
+        &[open.clone(), reviewed.clone()],
+        now,
+    );
+    let c = times["charge"];
+    assert_eq!((c.count, c.p50_secs, c.max_secs), (2, 3600, 3 * 3600));
+    let u = unsettled["charge"];
+    assert_eq!((u.count, u.in_review, u.oldest_age_secs), (2, 1, 2 * 3600));
+    assert!(!times.contains_key("refund") && !unsettled.contains_key("refund"));
+
+    let mut ev = evidence();
+    ev.unsettled = vec![open];
+    let report = judge(&ev, &POLICY).into_report(window(), now, "test");
+    assert_eq!(report.unsettled["charge"].count, 1);
+    // A report kept before the picture existed reads with none.
+    let mut old = serde_json::to_value(&report).unwrap();
+    old.as_object_mut().unwrap().remove("settle_times");
+    old.as_object_mut().unwrap().remove("unsettled");
+    let read: AuditReport = serde_json::from_value(old).unwrap();
+    assert!(read.settle_times.is_empty() && read.unsettled.is_empty());
+}
