@@ -432,7 +432,7 @@ for _ in $(seq 1 150); do
   python3 -c "import socket; socket.create_connection(('127.0.0.1', $broken_port), timeout=1)" 2>/dev/null && break
   sleep 0.2
 done
-timeout 120 cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$broken_port" webhook \
+timeout 120 cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$broken_port" events \
   --data-file events/stripe-eventbridge-payment-intent-succeeded.json >"$work/broken.out" 2>"$work/broken.out.err" \
   || fail "the invoke of a function that cannot start did not answer: $(cat "$work/broken.out.err")"
 check "$work/broken.out" 'j["errorType"] == "Runtime.InitError" and "INBOX_TABLE_NAME" in j["errorMessage"]' \
