@@ -3082,7 +3082,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         let take = TakeAuthorization {
             charge: charge.clone(),
             charge_operation_id: charge_core::domain::OperationId::new_random(),
-            taker: charge_core::operation::Taker::parse(&format!(
+            taker: charge_core::charge::state::Taker::parse(&format!(
                 "cancel:{}",
                 charge_core::domain::OperationId::new_random()
             ))

@@ -83,6 +83,13 @@ pub fn refund_outcome_for(status: &RefundStatus) -> OperationStatus {
     }
 }
 
+/// What only a refund's record holds beside its params (in [`crate::operation::Params::Refund`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefundState {
+    /// The refund's Stripe id (`re_…`) once Stripe named it.
+    pub stripe_refund_id: Option<StripeRefundId>,
+}
+
 /// A refund as far as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StripeRefund {
@@ -119,7 +126,7 @@ pub enum RefundRefusal {
 /// What is left to refund of `charge`: the amount taken (charged, or captured of an
 /// authorization) less what its refunds reserved.
 pub fn refundable(charge: &Operation) -> i64 {
-    charge.amount_taken().minor_units() - charge.refund_reserved
+    charge.amount_taken().minor_units() - charge.refund_reserved()
 }
 
 /// What the door decides for `request` against the order's `charge` as read: the refund's
@@ -183,7 +190,7 @@ mod tests {
             .external_id("pi_r")
             .build();
         op.next_due_at = None;
-        op.refund_reserved = reserved;
+        op.params.charge_state_mut().unwrap().refund_reserved = reserved;
         op
     }
 
@@ -304,14 +311,14 @@ mod tests {
         let (_, too_much) = reserve(&read, &ask(Some(600)), T0).unwrap();
         let (_, fits) = reserve(&read, &ask(Some(400)), T0).unwrap();
         let after_first = apply(&read, &first).unwrap();
-        assert_eq!(after_first.refund_reserved, 600);
+        assert_eq!(after_first.refund_reserved(), 600);
         assert_eq!(
             apply(&after_first, &too_much).unwrap_err(),
             Guard::ReservedAtMost(400),
             "600 + 600 > 1000"
         );
         let both = apply(&after_first, &fits).unwrap();
-        assert_eq!(both.refund_reserved, 1000, "600 + 400 = 1000 fits");
+        assert_eq!(both.refund_reserved(), 1000, "600 + 400 = 1000 fits");
         assert_eq!(
             both.status,
             OperationStatus::Succeeded,
@@ -351,11 +358,15 @@ mod tests {
             now: T0,
         };
         assert_eq!(
-            apply(&charge(900), &release(600)).unwrap().refund_reserved,
+            apply(&charge(900), &release(600))
+                .unwrap()
+                .refund_reserved(),
             300
         );
         assert_eq!(
-            apply(&charge(600), &release(600)).unwrap().refund_reserved,
+            apply(&charge(600), &release(600))
+                .unwrap()
+                .refund_reserved(),
             0
         );
         assert_eq!(
@@ -391,7 +402,7 @@ mod tests {
             crate::store_rules::CreatedBeside::New(refund.clone())
         );
         let after = after.expect("the charge as written");
-        assert_eq!(after.refund_reserved, 700);
+        assert_eq!(after.refund_reserved(), 700);
         // The same request again: the refund there is the answer, whatever the charge says now.
         assert_eq!(
             crate::store_rules::create_beside(Some(&refund), Some(&after), &refund, &reserve_it),

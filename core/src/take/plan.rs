@@ -280,9 +280,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::charge::state::Taker;
     use crate::domain::{CancelRequest, CaptureRequest};
     use crate::operation::OperationStatus::{Authorized, Failed, Pending, Succeeded, Unknown};
-    use crate::operation::Taker;
     use crate::outcome::RetryCause;
     use crate::take::{take, TakeRequest};
     use crate::testing::{order, T0};
@@ -295,7 +295,8 @@ mod tests {
             .status(Authorized)
             .external_id("pi_a")
             .build();
-        op.capture_before = Some(T0.plus(Duration::from_secs(7 * 24 * 3600)));
+        op.params.charge_state_mut().unwrap().capture_before =
+            Some(T0.plus(Duration::from_secs(7 * 24 * 3600)));
         op
     }
 

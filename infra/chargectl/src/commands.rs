@@ -988,7 +988,7 @@ fn print_refund_resolution(
     audit: &AuditEntry,
 ) -> Result<(), Failure> {
     let stripe_id = written
-        .stripe_refund_id
+        .stripe_refund_id()
         .as_deref()
         .map(|id| format!(" (Stripe refund {id})"))
         .unwrap_or_default();
