@@ -1,5 +1,12 @@
 //! The durable operation record: one per business identity `(order_id, kind)`, written before any
 //! side effect, and the only place where "did we charge this customer?" is answered.
+//!
+//! What only one kind records rides in that kind's [`Params`] variant, beside what it sends to
+//! Stripe: a charge's refunds and authorization ([`ChargeState`], in the charge's room) and a
+//! refund's Stripe id ([`RefundState`]). A refund with a capture deadline cannot be built, so no
+//! rule has to ask. In the variant rather than in a field of its own, because a second enum
+//! beside `params` could name another kind than `params` does; and read through [`Operation`]'s
+//! accessors, which answer for any kind, so a reader of the common rules never matches on kinds.
 
 use std::fmt;
 use std::time::Duration;
@@ -105,11 +112,8 @@ impl OperationKey {
 }
 
 /// What an operation sends to Stripe on every attempt, by kind, and beside a charge's and a
-/// refund's params what only that kind's record holds ([`ChargeState`], [`RefundState`]): a
-/// refund cannot carry a capture deadline, nor a capture a refund's reservations, because no
-/// variant has room for them. The kind's state sits in the variant rather than in a field of its
-/// own beside `params` so that the two can never disagree on the kind; captures and cancels have
-/// none. [`Operation`]'s accessors answer for any kind (`refund_reserved()` is 0 for a refund).
+/// refund's params what only that kind's record holds (see the module doc); captures and
+/// cancels hold none. [`Params::sends_same`] compares what is sent, the state aside.
 ///
 /// Shown (`chargectl show --json`) as the record always was: the kind's params under `params`,
 /// and `refund_reserved`, `stripe_refund_id`, `capture_before`, `amount_captured`, `taken_by`

@@ -181,7 +181,7 @@ async fn a_failed_refund_gives_its_reservation_back_and_a_pending_one_waits() {
     let stored = w.store.get(&refund.key()).await.unwrap().unwrap();
     let id = stored
         .stripe_refund_id()
-        .clone()
+        .cloned()
         .expect("its id is recorded");
     w.gateway
         .set_refund_status(&id, RefundStatus::Failed, Some("expired_or_canceled_card"));

@@ -989,7 +989,6 @@ fn print_refund_resolution(
 ) -> Result<(), Failure> {
     let stripe_id = written
         .stripe_refund_id()
-        .as_deref()
         .map(|id| format!(" (Stripe refund {id})"))
         .unwrap_or_default();
     let released = released

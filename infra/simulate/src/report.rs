@@ -776,9 +776,7 @@ impl<'a> Judge<'a> {
         let agrees = match r.status {
             OperationStatus::Succeeded => at_stripe.iter().any(|s| {
                 s.status == "succeeded"
-                    && r.stripe_refund_id()
-                        .as_ref()
-                        .is_some_and(|id| id.as_str() == s.id)
+                    && r.stripe_refund_id().is_some_and(|id| id.as_str() == s.id)
             }),
             OperationStatus::Failed => at_stripe.iter().all(|s| !holds(&s.status)),
             _ => true,
@@ -788,7 +786,6 @@ impl<'a> Judge<'a> {
         let for_a_person = late
             && r.status == OperationStatus::Succeeded
             && r.stripe_refund_id()
-                .as_ref()
                 .is_some_and(|id| self.dead_lettered_refunds.contains(id.as_str()));
         if !agrees && for_a_person {
             let id = r.stripe_refund_id().map(|id| id.as_str().to_owned());

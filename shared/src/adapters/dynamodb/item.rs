@@ -25,6 +25,10 @@
 //! | `due_shard` (S), `due_at` (N) | | the unknown index; only while unsettled |
 //! | `settled_on` (S), `settled_at` (N) | | the settled index (`settled-by-day`): the UTC day `YYYY-MM-DD` and the time (ms) the record settled; set by the write that settles it, never changed after; absent while unsettled and on records settled before 2026-12-04 |
 //!
+//! A kind's own attributes (`refund_reserved`, `capture_before`, `amount_captured`, `taken_by` a
+//! charge's, `stripe_refund_id` a refund's) are read on that kind's record only: an item of
+//! another kind holding one (a refund with a `capture_before`) is malformed, as a corrupted one.
+//!
 //! The drift audit's reports share the table under `pk = AUDIT` (never an operation's: those are
 //! `ORDER#…`), `sk = <window end>/<window start>` (RFC 3339), with `window_from`, `window_to`,
 //! `ran_at` (N, ms), `drift` (N) and `report` (S, the report as JSON): [`report_to_item`].
