@@ -772,7 +772,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
                 payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
                 reason: None,
             },
-            charge_core::refund::RefundState::default(),
+            charge_core::refund::state::RefundState::default(),
         );
         op
     };

@@ -20,7 +20,7 @@ use crate::domain::{
     IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId, Principal, RefundId,
     RefundParams, RefundRequest, StripeRefundId, ValidationError,
 };
-use crate::refund::RefundState;
+use crate::refund::state::RefundState;
 use crate::time::Timestamp;
 
 /// Where an operation stands.

@@ -1255,7 +1255,7 @@ pub fn taking_of(
     let take = TakeAuthorization {
         charge: charge.key(),
         charge_operation_id: charge.operation_id,
-        taker: Taker::of(&op).expect("a capture or cancel"),
+        taker: Taker::of(&op.kind, op.operation_id).expect("a capture or cancel"),
         from,
         now,
     };
@@ -1425,7 +1425,7 @@ fn taking_outcome(
         last_error: None,
         authorization: Some(SettleAuthorization {
             charge: taking.key().charge_of_order(),
-            taker: Taker::of(taking).unwrap(),
+            taker: Taker::of(&taking.kind, taking.operation_id).unwrap(),
             outcome,
             now,
         }),

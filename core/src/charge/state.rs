@@ -7,7 +7,6 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{Amount, OperationId, OperationKind, ValidationError};
-use crate::operation::Operation;
 use crate::time::Timestamp;
 
 /// A charge's state: the fields its later writes change, beside its params that never change.
@@ -51,10 +50,12 @@ impl Taker {
         }
     }
 
-    pub fn of(op: &Operation) -> Option<Self> {
-        op.kind.takes_authorization().then_some(Self {
-            capture: op.kind == OperationKind::Capture,
-            operation_id: op.operation_id,
+    /// The taker a capture's or cancel's operation is (`kind`, `operation_id`); `None` for
+    /// another kind.
+    pub fn of(kind: &OperationKind, operation_id: OperationId) -> Option<Self> {
+        kind.takes_authorization().then_some(Self {
+            capture: *kind == OperationKind::Capture,
+            operation_id,
         })
     }
 

@@ -14,9 +14,11 @@
 //!   reservation goes back to the charge.
 //! - [`event_plan`]: (refund record as read, what a refund event claims, Stripe's answer) → settle
 //!   through the refund plan, fail a succeeded refund later, or why nothing changes.
+//! - [`state`]: what only a refund's record holds (its Stripe id).
 
 pub mod event_plan;
 pub mod plan;
+pub mod state;
 
 use std::fmt;
 
@@ -81,13 +83,6 @@ pub fn refund_outcome_for(status: &RefundStatus) -> OperationStatus {
         RefundStatus::Failed | RefundStatus::Canceled => OperationStatus::Failed,
         _ => OperationStatus::Unknown,
     }
-}
-
-/// What only a refund's record holds beside its params (in [`crate::operation::Params::Refund`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RefundState {
-    /// The refund's Stripe id (`re_…`) once Stripe named it.
-    pub stripe_refund_id: Option<StripeRefundId>,
 }
 
 /// A refund as far as the core needs it.

@@ -45,7 +45,7 @@ pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
     let authorization = decided.authorization.and_then(|outcome| {
         Some(SettleAuthorization {
             charge: op.key().charge_of_order(),
-            taker: Taker::of(op)?,
+            taker: Taker::of(&op.kind, op.operation_id)?,
             outcome,
             now,
         })

@@ -46,7 +46,8 @@ use charge_core::domain::{
 use charge_core::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
-use charge_core::refund::{RefundParams, RefundReason, RefundState};
+use charge_core::refund::state::RefundState;
+use charge_core::refund::{RefundParams, RefundReason};
 use charge_core::time::Timestamp;
 
 use super::paging::IndexPosition;

@@ -686,6 +686,52 @@ mod tests {
         }
     }
 
+    /// An outcome's kind-owned parts are written only on the kind whose record holds them: a
+    /// refund's Stripe id on a refund, an authorization's deadline and capture on a charge, as
+    /// the store rules keep them; the same outcome on the other kind writes none of them.
+    #[test]
+    fn an_outcome_writes_each_kind_only_what_its_record_holds() {
+        let charge = charge_core::testing::order("ord-w").build();
+        let full = |key: charge_core::operation::OperationKey| OutcomeRecord {
+            key,
+            stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
+            capture_before: Some(T0),
+            amount_captured: Some(charge.params.amount()),
+            ..charge_core::testing::outcome(
+                &charge,
+                LeaseToken::new_random(),
+                OperationStatus::Unknown,
+                T0,
+            )
+        };
+        let names = |rec: &OutcomeRecord| -> BTreeSet<String> {
+            write(rec).unwrap().names.into_values().collect()
+        };
+        let refund_key = charge_core::operation::OperationKey::refund(
+            charge.order_id.clone(),
+            charge_core::domain::RefundId::parse("r-1").unwrap(),
+        );
+        let capture_key = charge_core::operation::OperationKey::of_kind(
+            charge.order_id.clone(),
+            charge_core::domain::OperationKind::Capture,
+        );
+        for (key, held) in [
+            (charge.key(), &[CAPTURE_BEFORE, AMOUNT_CAPTURED][..]),
+            (refund_key, &[STRIPE_REFUND_ID][..]),
+            (capture_key, &[][..]),
+        ] {
+            let named = names(&full(key.clone()));
+            for attr in [CAPTURE_BEFORE, AMOUNT_CAPTURED, STRIPE_REFUND_ID] {
+                assert_eq!(
+                    named.contains(attr),
+                    held.contains(&attr),
+                    "{} {attr}",
+                    key.kind.as_str()
+                );
+            }
+        }
+    }
+
     #[test]
     fn every_placeholder_is_declared_and_every_declared_one_used() {
         let op = charge_core::testing::order("ord-w").build();
