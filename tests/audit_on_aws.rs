@@ -287,7 +287,7 @@ async fn deadlines_are_watched_an_authorization_near_its_own_and_an_unknown_past
     );
     assert_eq!(s.deliver().await, 1);
     let held = s.store.get(&charge_key("ord-3003")).await.unwrap().unwrap();
-    let deadline = held.capture_before.expect("Stripe's deadline");
+    let deadline = held.capture_before().expect("Stripe's deadline");
     // A checkout whose message is never delivered: pending, no intent.
     assert_eq!(
         post(&s.checkout(), "checkout-valid.json").await.status_code,

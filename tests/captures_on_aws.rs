@@ -67,7 +67,7 @@ async fn an_authorization_is_held_then_captured_once() {
     let s = Stack::spawn().await;
     let charge = authorized(&s).await;
     let deadline = charge
-        .capture_before
+        .capture_before()
         .expect("the deadline, read from Stripe's answer");
     assert!(deadline > s.clock().now() && deadline <= s.clock().now().plus(7 * 24 * HOUR));
     assert_eq!(
@@ -84,7 +84,7 @@ async fn an_authorization_is_held_then_captured_once() {
     assert_eq!(
         (
             charge.status,
-            charge.amount_captured.map(|a| a.minor_units())
+            charge.amount_captured().map(|a| a.minor_units())
         ),
         (OperationStatus::Succeeded, Some(1000))
     );
@@ -157,7 +157,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
     assert_eq!(
         (
             charge.status,
-            charge.amount_captured.map(|a| a.minor_units())
+            charge.amount_captured().map(|a| a.minor_units())
         ),
         (OperationStatus::Succeeded, Some(1000))
     );
@@ -223,7 +223,7 @@ async fn a_capture_and_a_cancel_at_once_never_both_take_effect() {
 async fn an_authorization_nobody_captures_pages_before_its_deadline_then_expires() {
     let s = Stack::spawn().await;
     let charge = authorized(&s).await;
-    let deadline = charge.capture_before.unwrap();
+    let deadline = charge.capture_before().unwrap();
     // Before the page's moment nothing is due.
     s.clock().set(deadline.minus(13 * HOUR));
     let report = s.tick().await.unwrap();

@@ -128,6 +128,60 @@ async fn a_wrong_table_or_queue_is_named_in_the_error() {
         .expect("the queue that exists takes it");
 }
 
+/// A refund record holding an attribute only a charge holds (`capture_before`, written behind
+/// the store's back) is unreadable: left out of the order's refunds, the other listed. Its twin:
+/// the charge holding the same attribute reads, with it.
+#[tokio::test]
+async fn a_refund_with_a_charge_s_capture_deadline_is_unreadable_and_the_charge_with_it_reads() {
+    use std::sync::Arc;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use testkit::store_contract::{refund_of, succeeded_charge};
+
+    let dynamo = testkit::aws::fresh_store().await;
+    let table = dynamo.table().to_owned();
+    let store: Arc<dyn OperationStore> = Arc::new(dynamo);
+    let charge = succeeded_charge(&store, "dyn-refunds-foreign", 1000).await;
+    for id in ["r-a", "r-b"] {
+        let current = store.get(&charge.key()).await.unwrap().unwrap();
+        let (refund, reserve) = refund_of(&current, id, Some(100)).unwrap();
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+    }
+    let client = aws_sdk_dynamodb::Client::new(&testkit::aws::sdk_config().await);
+    let deadline = 1_900_000_000_000_i64;
+    for sk in ["refund#r-a", "charge"] {
+        client
+            .update_item()
+            .table_name(&table)
+            .key(
+                "pk",
+                AttributeValue::S(format!("ORDER#{}", charge.order_id)),
+            )
+            .key("sk", AttributeValue::S(sk.into()))
+            .update_expression("SET capture_before = :t")
+            .expression_attribute_values(":t", AttributeValue::N(deadline.to_string()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let refunds = store.refunds_of(&charge.order_id).await.unwrap();
+    let listed: Vec<String> = refunds.iter().map(|op| op.kind.sort_key()).collect();
+    assert_eq!(
+        listed,
+        ["refund#r-b"],
+        "the refund holding a deadline left out"
+    );
+    let read = store.get(&charge.key()).await.unwrap().unwrap();
+    assert_eq!(
+        read.capture_before(),
+        Some(charge_core::time::Timestamp::from_millis(deadline))
+    );
+    assert_eq!(read.refund_reserved(), 200, "both refunds' reservations");
+}
+
 /// One refund record this release cannot read (a hand edit removed its amount) is left out of
 /// the order's refunds, not allowed to hide the others or fail the list; its twin: readable, it
 /// is listed.

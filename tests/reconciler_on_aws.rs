@@ -686,7 +686,7 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
     assert_eq!(s.side.sim.injected()[&FaultKind::ServerErrorAfterCommit], 1);
     let lost = s.current(&refund).await;
     assert_eq!(
-        (lost.status, lost.stripe_refund_id.as_ref()),
+        (lost.status, lost.stripe_refund_id()),
         (OperationStatus::Unknown, None),
         "made at Stripe, the answer lost: unknown, no id to retrieve"
     );
@@ -704,11 +704,14 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
     while s.deliver().await > 0 {}
     let settled = s.current(&refund).await;
     assert_eq!(settled.status, OperationStatus::Succeeded, "{report:?}");
-    assert!(settled.stripe_refund_id.is_some(), "its Stripe id recorded");
+    assert!(
+        settled.stripe_refund_id().is_some(),
+        "its Stripe id recorded"
+    );
     assert_eq!(settled.next_due_at, None, "left the unknown index");
     assert_eq!(s.side.sim.refunds_created(), 1, "one refund at Stripe");
     assert_eq!(
-        s.current(&charge).await.refund_reserved,
+        s.current(&charge).await.refund_reserved(),
         600,
         "the reservation stays: the money went back"
     );

@@ -185,7 +185,8 @@ fn every_release_s_refunds_are_read_and_held_to_their_charge() {
         let charge = charge.unwrap_or_else(|| panic!("{release}: no charge in refunds.json"));
         assert_eq!(charge.status, OperationStatus::Succeeded, "{release}");
         assert_eq!(
-            charge.refund_reserved, held,
+            charge.refund_reserved(),
+            held,
             "{release}: the charge holds its refunds'"
         );
         for (case, status, with_id) in REFUND_CASES {
@@ -193,7 +194,7 @@ fn every_release_s_refunds_are_read_and_held_to_their_charge() {
                 .get(case)
                 .unwrap_or_else(|| panic!("{release}: no {case} record"));
             assert_eq!(op.status, status, "{release}/{case}");
-            assert_eq!(op.stripe_refund_id.is_some(), with_id, "{release}/{case}");
+            assert_eq!(op.stripe_refund_id().is_some(), with_id, "{release}/{case}");
             assert_eq!(
                 op.kind.sort_key(),
                 format!("refund#{}", op.kind.refund_id().unwrap())

@@ -331,7 +331,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
     let store = store_on(client.clone()).await;
     let charge = |reserved: i64| {
         let mut op = state::settled(OperationStatus::Succeeded);
-        op.refund_reserved = reserved;
+        op.params.charge_state_mut().unwrap().refund_reserved = reserved;
         op
     };
     let refund = {
@@ -339,12 +339,15 @@ async fn the_reservation_s_clauses_are_its_guards() {
         op.kind = charge_core::domain::OperationKind::Refund(
             charge_core::domain::RefundId::parse("r-1").unwrap(),
         );
-        op.params = charge_core::operation::Params::Refund(charge_core::refund::RefundParams {
-            amount: charge_core::domain::Amount::new(500).unwrap(),
-            currency: charge_core::domain::Currency::parse("usd").unwrap(),
-            payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
-            reason: None,
-        });
+        op.params = charge_core::operation::Params::Refund(
+            charge_core::refund::RefundParams {
+                amount: charge_core::domain::Amount::new(500).unwrap(),
+                currency: charge_core::domain::Currency::parse("usd").unwrap(),
+                payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
+                reason: None,
+            },
+            charge_core::refund::state::RefundState::default(),
+        );
         op
     };
     let guards = [
@@ -375,7 +378,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
                 guard.holds(&stored),
                 "{guard:?} on {} reserved {}",
                 stored.kind.sort_key(),
-                stored.refund_reserved
+                stored.refund_reserved()
             );
             checked += 1;
         }
@@ -386,8 +389,8 @@ async fn the_reservation_s_clauses_are_its_guards() {
 /// The records a capture's or cancel's guards are checked on: an authorized charge free, taken
 /// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
 mod taking {
+    use charge_core::charge::state::Taker;
     use charge_core::domain::{CaptureMethod, CaptureParams};
-    use charge_core::operation::Taker;
 
     use super::*;
 
@@ -399,8 +402,8 @@ mod taking {
         op.status = OperationStatus::Authorized;
         op.external_id = pi("pi_held");
         op.last_error = None;
-        op.capture_before = Some(at(7 * 24 * 3600));
-        op.taken_by = taken_by;
+        op.params.charge_state_mut().unwrap().capture_before = Some(at(7 * 24 * 3600));
+        op.params.charge_state_mut().unwrap().taken_by = taken_by;
         op
     }
 
@@ -472,7 +475,7 @@ async fn the_taking_s_clauses_are_its_guards() {
                 "{guard:?} on {} {} taken by {:?}",
                 op.kind.sort_key(),
                 op.status,
-                op.taken_by
+                op.taken_by()
             );
             checked += 1;
         }

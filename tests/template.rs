@@ -3082,7 +3082,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         let take = TakeAuthorization {
             charge: charge.clone(),
             charge_operation_id: charge_core::domain::OperationId::new_random(),
-            taker: charge_core::operation::Taker::parse(&format!(
+            taker: charge_core::charge::state::Taker::parse(&format!(
                 "cancel:{}",
                 charge_core::domain::OperationId::new_random()
             ))
@@ -3187,7 +3187,16 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
             release: Some(release.clone()),
             ..charge_core::testing::outcome(&op, token, status, T0)
         };
-        for rec in [bare, full] {
+        // A refund's outcome names its Stripe id, a charge's its authorization: each kind's
+        // record is written only what it holds.
+        let refund = OutcomeRecord {
+            key: charge_core::operation::OperationKey::refund(
+                op.order_id.clone(),
+                charge_core::domain::RefundId::parse("r-1").unwrap(),
+            ),
+            ..full.clone()
+        };
+        for rec in [bare, full, refund] {
             named.extend(write_names(&writes::write(&rec).unwrap()));
         }
     }
@@ -3284,6 +3293,15 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         for with in [false, true] {
             named.extend(write_names(&writes::write(&resolve(status, with)).unwrap()));
         }
+        // A refund's resolution names its Stripe id (a charge's holds none).
+        let refund = ManualResolution {
+            key: charge_core::operation::OperationKey::refund(
+                op.order_id.clone(),
+                charge_core::domain::RefundId::parse("r-1").unwrap(),
+            ),
+            ..resolve(status, true)
+        };
+        named.extend(write_names(&writes::write(&refund).unwrap()));
     }
     for clear_review in [false, true] {
         let redrive = Reschedule {

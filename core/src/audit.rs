@@ -432,7 +432,7 @@ pub fn objects_to_retrieve(
                 want_intents.insert(id);
             }
         }
-        if let Some(id) = &op.stripe_refund_id {
+        if let Some(id) = &op.stripe_refund_id() {
             if !listed_refunds.contains(id.as_str()) {
                 want_refunds.insert(id.as_str().to_owned());
             }
@@ -622,7 +622,7 @@ impl Judgement {
 /// A deadline close or passed on an unsettled record not in review.
 fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding> {
     if op.status == OperationStatus::Authorized {
-        let deadline = op.capture_before?;
+        let deadline = op.capture_before()?;
         if deadline.minus(policy.page_lead) > now {
             return None;
         }
@@ -649,7 +649,7 @@ fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding
     // Stripe (a refund pending for days) is Stripe's time, not ours.
     let unknown_object = match op.kind {
         OperationKind::Charge => op.external_id.is_none(),
-        OperationKind::Refund(_) => op.stripe_refund_id.is_none(),
+        OperationKind::Refund(_) => op.stripe_refund_id().is_none(),
         OperationKind::Capture | OperationKind::Cancel => true,
     };
     let since = op.first_attempted_at.unwrap_or(op.created_at);
@@ -827,9 +827,11 @@ impl<'a> Book<'a> {
             OperationKind::Charge => {
                 self.judge_object(op, op.external_id.as_deref(), &self.intents)
             }
-            OperationKind::Refund(_) => {
-                self.judge_object(op, op.stripe_refund_id.as_deref(), &self.refunds)
-            }
+            OperationKind::Refund(_) => self.judge_object(
+                op,
+                op.stripe_refund_id().map(|id| id.as_str()),
+                &self.refunds,
+            ),
             OperationKind::Capture | OperationKind::Cancel => (None, self.judge_taking(op)),
         }
     }
@@ -963,7 +965,7 @@ impl<'a> Book<'a> {
         if !op.status.is_settled() {
             return Verdict::InFlight;
         }
-        match op.stripe_refund_id.as_ref().map(|id| id.as_str()) {
+        match op.stripe_refund_id().map(|id| id.as_str()) {
             Some(own) if own != re.id.as_str() => drift(finding(
                 DriftClass::AtStripeNotHere,
                 op,
@@ -1039,7 +1041,7 @@ fn taken(charge: &Operation) -> i64 {
         return 0;
     }
     charge
-        .amount_captured
+        .amount_captured()
         .map(|a| a.minor_units())
         .or_else(|| charge.params.charge().map(|p| p.amount.minor_units()))
         .unwrap_or(0)

@@ -1,5 +1,12 @@
 //! The durable operation record: one per business identity `(order_id, kind)`, written before any
 //! side effect, and the only place where "did we charge this customer?" is answered.
+//!
+//! What only one kind records rides in that kind's [`Params`] variant, beside what it sends to
+//! Stripe: a charge's refunds and authorization ([`ChargeState`], in the charge's room) and a
+//! refund's Stripe id ([`RefundState`]). A refund with a capture deadline cannot be built, so no
+//! rule has to ask. In the variant rather than in a field of its own, because a second enum
+//! beside `params` could name another kind than `params` does; and read through [`Operation`]'s
+//! accessors, which answer for any kind, so a reader of the common rules never matches on kinds.
 
 use std::fmt;
 use std::time::Duration;
@@ -7,11 +14,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::charge::state::{ChargeState, Taker};
 use crate::domain::{
     Amount, CancelParams, CaptureMethod, CaptureParams, ChargeParams, Currency, Fingerprint,
     IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId, Principal, RefundId,
     RefundParams, RefundRequest, StripeRefundId, ValidationError,
 };
+use crate::refund::state::RefundState;
 use crate::time::Timestamp;
 
 /// Where an operation stands.
@@ -102,18 +111,17 @@ impl OperationKey {
     }
 }
 
-/// What an operation sends to Stripe on every attempt, by kind. Written as the kind's own fields
-/// (untagged): a charge's `params` read as they always have (`chargectl show --json`'s
-/// `params.amount`, ...); the record's kind says which it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
+/// What an operation sends to Stripe on every attempt, by kind, and beside a charge's and a
+/// refund's params what only that kind's record holds (see the module doc); captures and
+/// cancels hold none. [`Params::sends_same`] compares what is sent, the state aside.
 ///
-/// The variants are told apart by their required fields, tried in this order: a charge has
-/// `customer_id`, a refund `amount` and `payment_intent`, a capture `amount_to_capture`, a cancel
-/// `amount_released`.
+/// Shown (`chargectl show --json`) as the record always was: the kind's params under `params`,
+/// and `refund_reserved`, `stripe_refund_id`, `capture_before`, `amount_captured`, `taken_by`
+/// beside it on the record (0 or null when the kind holds none).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Params {
-    Charge(ChargeParams),
-    Refund(RefundParams),
+    Charge(ChargeParams, ChargeState),
+    Refund(RefundParams, RefundState),
     Capture(CaptureParams),
     Cancel(CancelParams),
 }
@@ -123,8 +131,8 @@ impl Params {
     /// by a cancel.
     pub fn amount(&self) -> Amount {
         match self {
-            Params::Charge(p) => p.amount,
-            Params::Refund(p) => p.amount,
+            Params::Charge(p, _) => p.amount,
+            Params::Refund(p, _) => p.amount,
             Params::Capture(p) => p.amount_to_capture,
             Params::Cancel(p) => p.amount_released,
         }
@@ -132,8 +140,8 @@ impl Params {
 
     pub fn currency(&self) -> &Currency {
         match self {
-            Params::Charge(p) => &p.currency,
-            Params::Refund(p) => &p.currency,
+            Params::Charge(p, _) => &p.currency,
+            Params::Refund(p, _) => &p.currency,
             Params::Capture(p) => &p.currency,
             Params::Cancel(p) => &p.currency,
         }
@@ -141,22 +149,61 @@ impl Params {
 
     pub fn charge(&self) -> Option<&ChargeParams> {
         match self {
-            Params::Charge(p) => Some(p),
+            Params::Charge(p, _) => Some(p),
             _ => None,
         }
     }
 
     pub fn charge_mut(&mut self) -> Option<&mut ChargeParams> {
         match self {
-            Params::Charge(p) => Some(p),
+            Params::Charge(p, _) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub fn charge_state(&self) -> Option<&ChargeState> {
+        match self {
+            Params::Charge(_, state) => Some(state),
+            _ => None,
+        }
+    }
+
+    pub fn charge_state_mut(&mut self) -> Option<&mut ChargeState> {
+        match self {
+            Params::Charge(_, state) => Some(state),
             _ => None,
         }
     }
 
     pub fn refund(&self) -> Option<&RefundParams> {
         match self {
-            Params::Refund(p) => Some(p),
+            Params::Refund(p, _) => Some(p),
             _ => None,
+        }
+    }
+
+    pub fn refund_state(&self) -> Option<&RefundState> {
+        match self {
+            Params::Refund(_, state) => Some(state),
+            _ => None,
+        }
+    }
+
+    pub fn refund_state_mut(&mut self) -> Option<&mut RefundState> {
+        match self {
+            Params::Refund(_, state) => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Whether `other` sends Stripe the same (the kind's state aside).
+    pub fn sends_same(&self, other: &Params) -> bool {
+        match (self, other) {
+            (Params::Charge(a, _), Params::Charge(b, _)) => a == b,
+            (Params::Refund(a, _), Params::Refund(b, _)) => a == b,
+            (Params::Capture(a), Params::Capture(b)) => a == b,
+            (Params::Cancel(a), Params::Cancel(b)) => a == b,
+            _ => false,
         }
     }
 
@@ -178,77 +225,42 @@ impl Params {
     /// cancel of a charge that was never sent).
     pub fn payment_intent(&self) -> Option<&PaymentIntentId> {
         match self {
-            Params::Charge(_) => None,
-            Params::Refund(p) => Some(&p.payment_intent),
+            Params::Charge(..) => None,
+            Params::Refund(p, _) => Some(&p.payment_intent),
             Params::Capture(p) => Some(&p.payment_intent),
             Params::Cancel(p) => p.payment_intent.as_ref(),
         }
     }
 }
 
-/// The capture or cancel operation that took a charge's authorization: the charge record names
-/// it (`taken_by`), so a second one is refused by the store's condition, never by timing.
-/// Stored as `capture:<operation_id>` or `cancel:<operation_id>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Taker {
-    /// [`OperationKind::Capture`] or [`OperationKind::Cancel`]: true for a capture.
-    pub capture: bool,
-    pub operation_id: OperationId,
-}
-
-impl Taker {
-    pub fn kind(&self) -> OperationKind {
-        if self.capture {
-            OperationKind::Capture
-        } else {
-            OperationKind::Cancel
-        }
-    }
-
-    pub fn of(op: &Operation) -> Option<Self> {
-        op.kind.takes_authorization().then_some(Self {
-            capture: op.kind == OperationKind::Capture,
-            operation_id: op.operation_id,
-        })
-    }
-
-    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        let bad = || ValidationError::new("taken_by", "must be capture:<uuid> or cancel:<uuid>");
-        let (kind, id) = raw.split_once(':').ok_or_else(bad)?;
-        let capture = match kind {
-            "capture" => true,
-            "cancel" => false,
-            _ => return Err(bad()),
-        };
-        let operation_id = OperationId::parse(id).map_err(|_| bad())?;
-        Ok(Self {
-            capture,
-            operation_id,
-        })
-    }
-}
-
-impl fmt::Display for Taker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.kind().as_str(), self.operation_id)
-    }
-}
-
-impl Serialize for Taker {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Taker {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Self::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
-    }
-}
-
 impl From<ChargeParams> for Params {
     fn from(p: ChargeParams) -> Self {
-        Params::Charge(p)
+        Params::Charge(p, ChargeState::default())
+    }
+}
+
+impl Serialize for Params {
+    /// The record's view (see [`Params`]): flattened into the record by [`Operation`].
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let none = ChargeState::default();
+        let (charge, refund) = (self.charge_state().unwrap_or(&none), self.refund_state());
+        let mut map = s.serialize_map(Some(6))?;
+        match self {
+            Params::Charge(p, _) => map.serialize_entry("params", p)?,
+            Params::Refund(p, _) => map.serialize_entry("params", p)?,
+            Params::Capture(p) => map.serialize_entry("params", p)?,
+            Params::Cancel(p) => map.serialize_entry("params", p)?,
+        }
+        map.serialize_entry("refund_reserved", &charge.refund_reserved)?;
+        map.serialize_entry(
+            "stripe_refund_id",
+            &refund.and_then(|r| r.stripe_refund_id.as_ref()),
+        )?;
+        map.serialize_entry("capture_before", &charge.capture_before)?;
+        map.serialize_entry("amount_captured", &charge.amount_captured)?;
+        map.serialize_entry("taken_by", &charge.taken_by)?;
+        map.end()
     }
 }
 
@@ -319,11 +331,13 @@ pub struct AuditEntry {
 }
 
 /// The operation record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Operation {
     pub order_id: OrderId,
     pub kind: OperationKind,
     pub operation_id: OperationId,
+    /// The kind's params, and its state beside them.
+    #[serde(flatten)]
     pub params: Params,
     /// The request's fingerprint: a second request for the same identity is accepted only with
     /// the same one (the charge's parameters; a refund's request as asked).
@@ -355,25 +369,6 @@ pub struct Operation {
     pub redrives: u32,
     /// Operator actions, oldest first (append-only).
     pub history: Vec<AuditEntry>,
-    /// A charge's refunds, in minor units: the sum of the amounts its refund operations reserved
-    /// and did not give back (those not `failed`). Never more than the amount charged; 0 for a
-    /// refund, and for records written before refunds existed. The one field a settled charge's
-    /// writes may still change: settled is final for its outcome, not for its refunds.
-    pub refund_reserved: i64,
-    /// A refund's Stripe id (`re_…`) once Stripe named it; `None` for a charge.
-    pub stripe_refund_id: Option<StripeRefundId>,
-    /// An authorized charge's deadline as Stripe states it (the charge's
-    /// `payment_method_details.card.capture_before`): uncaptured by then, Stripe cancels it. Read
-    /// from Stripe, never computed from the creation time (card networks' windows differ).
-    pub capture_before: Option<Timestamp>,
-    /// What a capture took of an authorized charge, in minor units (at most what was
-    /// authorized; the rest of the hold was released). `None` for an automatic charge, whose
-    /// amount is what was taken.
-    pub amount_captured: Option<Amount>,
-    /// The capture or cancel that took this charge's authorization (or stopped it before it
-    /// was sent). Set once, by the write that created that operation; never cleared but by its
-    /// own outcome giving the authorization back.
-    pub taken_by: Option<Taker>,
     /// When the record became settled (`succeeded` or `failed`): what the drift audit selects a
     /// window's records by. Set once, by the write that settles it (a refund that fails after it
     /// succeeded keeps its first). `None` while unsettled, and on records settled by releases
@@ -420,7 +415,7 @@ impl Operation {
         fresh.operation(
             order_id,
             OperationKind::Refund(refund_id),
-            Params::Refund(params),
+            Params::Refund(params, RefundState::default()),
             request.fingerprint(),
         )
     }
@@ -447,7 +442,34 @@ impl Operation {
     /// What was taken of a succeeded charge: the captured amount of an authorization, else the
     /// amount charged. Refunds reserve against it.
     pub fn amount_taken(&self) -> Amount {
-        self.amount_captured.unwrap_or(self.params.amount())
+        self.amount_captured().unwrap_or(self.params.amount())
+    }
+
+    /// A charge's refunds' reservations ([`ChargeState::refund_reserved`]); 0 for another kind.
+    pub fn refund_reserved(&self) -> i64 {
+        self.params.charge_state().map_or(0, |s| s.refund_reserved)
+    }
+
+    /// An authorized charge's deadline ([`ChargeState::capture_before`]).
+    pub fn capture_before(&self) -> Option<Timestamp> {
+        self.params.charge_state().and_then(|s| s.capture_before)
+    }
+
+    /// What a capture took of a charge ([`ChargeState::amount_captured`]).
+    pub fn amount_captured(&self) -> Option<Amount> {
+        self.params.charge_state().and_then(|s| s.amount_captured)
+    }
+
+    /// Who took a charge's authorization ([`ChargeState::taken_by`]).
+    pub fn taken_by(&self) -> Option<Taker> {
+        self.params.charge_state().and_then(|s| s.taken_by)
+    }
+
+    /// A refund's Stripe id ([`RefundState::stripe_refund_id`]).
+    pub fn stripe_refund_id(&self) -> Option<&StripeRefundId> {
+        self.params
+            .refund_state()
+            .and_then(|s| s.stripe_refund_id.as_ref())
     }
 
     /// A charge made with `capture: manual`.
@@ -526,11 +548,6 @@ impl Fresh {
             next_due_at: Some(self.now.plus(self.pending_grace)),
             redrives: 0,
             history: Vec::new(),
-            refund_reserved: 0,
-            stripe_refund_id: None,
-            capture_before: None,
-            amount_captured: None,
-            taken_by: None,
             settled_at: None,
         }
     }

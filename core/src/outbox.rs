@@ -80,7 +80,7 @@ impl OutcomeEvent {
     pub fn detail_type(&self) -> &'static str {
         let op = &self.operation;
         match (&op.kind, self.outcome) {
-            (OperationKind::Charge, Outcome::Succeeded) if op.amount_captured.is_some() => {
+            (OperationKind::Charge, Outcome::Succeeded) if op.amount_captured().is_some() => {
                 "ChargeCaptured"
             }
             (OperationKind::Charge, Outcome::Failed) => match authorization_end(op) {
@@ -126,10 +126,10 @@ impl OutcomeEvent {
         Detail {
             amount: op.params.amount().minor_units(),
             amount_captured: (self.outcome == Outcome::Succeeded)
-                .then(|| op.amount_captured.map(|a| a.minor_units()))
+                .then(|| op.amount_captured().map(|a| a.minor_units()))
                 .flatten(),
             capture_before: (self.outcome == Outcome::Authorized)
-                .then(|| op.capture_before.map(|t| t.to_rfc3339()))
+                .then(|| op.capture_before().map(|t| t.to_rfc3339()))
                 .flatten(),
             currency: op.params.currency().as_str(),
             event_id: &self.event_id,
@@ -143,7 +143,7 @@ impl OutcomeEvent {
             refund_id: op.kind.refund_id().map(|id| id.as_str()),
             review_reason,
             status: self.outcome.status(),
-            stripe_refund_id: op.stripe_refund_id.as_deref(),
+            stripe_refund_id: op.stripe_refund_id().map(|id| id.as_str()),
             v: SCHEMA_VERSION,
         }
     }
@@ -355,7 +355,8 @@ mod tests {
         let mut after = before.clone();
         after.status = OperationStatus::Failed;
         after.next_due_at = None;
-        after.stripe_refund_id = Some(StripeRefundId::parse("re_9").unwrap());
+        after.params.refund_state_mut().unwrap().stripe_refund_id =
+            Some(StripeRefundId::parse("re_9").unwrap());
         let failed = outcome_of(Some(&before), &after).unwrap();
         assert_eq!(failed.detail_type(), "RefundFailed");
         let d = detail(&failed);
@@ -492,7 +493,8 @@ mod authorization_tests {
 
     fn manual(status: OperationStatus) -> Operation {
         let mut op = order("ord-ob").manual().amount(1000).status(status).build();
-        op.capture_before = Some(T0.plus(std::time::Duration::from_secs(3600)));
+        op.params.charge_state_mut().unwrap().capture_before =
+            Some(T0.plus(std::time::Duration::from_secs(3600)));
         op
     }
 
@@ -506,11 +508,12 @@ mod authorization_tests {
         assert!(e.detail().capture_before.is_some());
         // Looked at again, still held: no event.
         assert_eq!(outcome_of(Some(&authorized), &authorized), None);
-        let captured = Operation {
+        let mut captured = Operation {
             status: OperationStatus::Succeeded,
-            amount_captured: Some(Amount::new(700).unwrap()),
             ..authorized.clone()
         };
+        captured.params.charge_state_mut().unwrap().amount_captured =
+            Some(Amount::new(700).unwrap());
         let e = outcome_of(Some(&authorized), &captured).unwrap();
         assert_eq!(e.detail_type(), "ChargeCaptured");
         assert_eq!(e.detail().amount_captured, Some(700));

@@ -4,9 +4,10 @@
 //! the answers are [`crate::store_rules`]; the trait that sends them to a store is the shell's
 //! (`charge_once::ports::OperationStore`).
 
+use crate::charge::state::Taker;
 use crate::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review, Taker,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
 use crate::time::Timestamp;
 

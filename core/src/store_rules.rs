@@ -19,7 +19,7 @@
 
 use crate::domain::OperationId;
 use crate::domain::OperationKind;
-use crate::operation::{LeaseToken, Operation, OperationKey, OperationStatus};
+use crate::operation::{LeaseToken, Operation, OperationKey, OperationStatus, Params};
 use crate::store::{
     AuthorizationOutcome, Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded,
     RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
@@ -87,11 +87,11 @@ impl Guard {
             Guard::Scheduled => op.next_due_at.is_some(),
             Guard::Settles(status) => status.is_settled(),
             Guard::IsCharge => op.kind == OperationKind::Charge,
-            Guard::ReservedAtMost(max) => op.refund_reserved <= max,
-            Guard::ReservedAtLeast(min) => op.refund_reserved >= min,
+            Guard::ReservedAtMost(max) => op.refund_reserved() <= max,
+            Guard::ReservedAtLeast(min) => op.refund_reserved() >= min,
             Guard::IsRefund => matches!(op.kind, OperationKind::Refund(_)),
-            Guard::NotTaken => op.taken_by.is_none(),
-            Guard::TakenBy(id) => op.taken_by.is_some_and(|t| t.operation_id == id),
+            Guard::NotTaken => op.taken_by().is_none(),
+            Guard::TakenBy(id) => op.taken_by().is_some_and(|t| t.operation_id == id),
             Guard::NeverAttempted => op.first_attempted_at.is_none(),
             Guard::AuthorizedOr(status) => {
                 op.status == OperationStatus::Authorized || op.status == status
@@ -265,7 +265,9 @@ impl Transition for ReserveRefund {
     }
 
     fn change(&self, op: &mut Operation) {
-        op.refund_reserved += self.amount.minor_units();
+        if let Some(charge) = op.params.charge_state_mut() {
+            charge.refund_reserved += self.amount.minor_units();
+        }
         op.updated_at = self.now;
     }
 }
@@ -282,7 +284,9 @@ impl Transition for ReleaseRefund {
     }
 
     fn change(&self, op: &mut Operation) {
-        op.refund_reserved -= self.amount.minor_units();
+        if let Some(charge) = op.params.charge_state_mut() {
+            charge.refund_reserved -= self.amount.minor_units();
+        }
         op.updated_at = self.now;
     }
 }
@@ -379,7 +383,9 @@ impl Transition for TakeAuthorization {
     }
 
     fn change(&self, op: &mut Operation) {
-        op.taken_by = Some(self.taker);
+        if let Some(charge) = op.params.charge_state_mut() {
+            charge.taken_by = Some(self.taker);
+        }
         if self.from == TakeFrom::NeverSent {
             op.status = OperationStatus::Failed;
             op.last_error = Some(CANCELED_BEFORE_SENT.to_owned());
@@ -420,7 +426,9 @@ impl Transition for SettleAuthorization {
         };
         match self.outcome {
             AuthorizationOutcome::Captured(amount) => {
-                op.amount_captured = Some(amount);
+                if let Some(charge) = op.params.charge_state_mut() {
+                    charge.amount_captured = Some(amount);
+                }
                 ended(op, OperationStatus::Succeeded, None);
             }
             AuthorizationOutcome::Canceled => {
@@ -429,7 +437,11 @@ impl Transition for SettleAuthorization {
             AuthorizationOutcome::Expired => {
                 ended(op, OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED))
             }
-            AuthorizationOutcome::GivenBack => op.taken_by = None,
+            AuthorizationOutcome::GivenBack => {
+                if let Some(charge) = op.params.charge_state_mut() {
+                    charge.taken_by = None;
+                }
+            }
         }
         op.updated_at = self.now;
     }
@@ -579,14 +591,22 @@ impl Transition for OutcomeRecord {
         if let Some(id) = &self.external_id {
             op.external_id = Some(id.clone());
         }
-        if let Some(id) = &self.stripe_refund_id {
-            op.stripe_refund_id = Some(id.clone());
-        }
-        if let Some(t) = self.capture_before {
-            op.capture_before = Some(t);
-        }
-        if let Some(a) = self.amount_captured {
-            op.amount_captured = Some(a);
+        // Each kind keeps only what its record holds (the DynamoDB write sets no other).
+        match &mut op.params {
+            Params::Refund(_, refund) => {
+                if let Some(id) = &self.stripe_refund_id {
+                    refund.stripe_refund_id = Some(id.clone());
+                }
+            }
+            Params::Charge(_, charge) => {
+                if let Some(t) = self.capture_before {
+                    charge.capture_before = Some(t);
+                }
+                if let Some(a) = self.amount_captured {
+                    charge.amount_captured = Some(a);
+                }
+            }
+            Params::Capture(_) | Params::Cancel(_) => {}
         }
         op.last_error = self.last_error.clone();
         if let Some(review) = &self.review {
@@ -649,8 +669,8 @@ impl Transition for ManualResolution {
         if let Some(id) = &self.external_id {
             op.external_id = Some(id.clone());
         }
-        if let Some(id) = &self.stripe_refund_id {
-            op.stripe_refund_id = Some(id.clone());
+        if let (Some(id), Some(refund)) = (&self.stripe_refund_id, op.params.refund_state_mut()) {
+            refund.stripe_refund_id = Some(id.clone());
         }
         op.history.push(self.guard.audit.clone());
         // The review evidence moves into the history entry (the caller copied it there).
@@ -666,7 +686,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::operation::{LeaseToken, Taker};
+    use crate::charge::state::Taker;
+    use crate::operation::LeaseToken;
     use crate::testing::{self, T0};
 
     fn leased() -> (Operation, LeaseToken) {
@@ -839,7 +860,7 @@ mod tests {
         let charge = authorized();
         let capture = taker(true);
         let taken = apply(&charge, &take(&charge, capture, TakeFrom::Authorized)).unwrap();
-        assert_eq!(taken.taken_by, Some(capture));
+        assert_eq!(taken.taken_by(), Some(capture));
         assert_eq!(taken.status, OperationStatus::Authorized);
         assert_eq!(taken.next_due_at, charge.next_due_at);
         let cancel = take(&charge, taker(false), TakeFrom::Authorized);
@@ -873,7 +894,7 @@ mod tests {
         assert_eq!(stopped.status, OperationStatus::Failed);
         assert_eq!(stopped.last_error.as_deref(), Some(CANCELED_BEFORE_SENT));
         assert_eq!(stopped.next_due_at, None);
-        assert_eq!(stopped.taken_by, Some(cancel));
+        assert_eq!(stopped.taken_by(), Some(cancel));
         assert_eq!(
             authorization_end(&stopped),
             Some(AuthorizationEnd::Canceled)
@@ -924,7 +945,7 @@ mod tests {
         assert_eq!(
             (
                 captured.status,
-                captured.amount_captured,
+                captured.amount_captured(),
                 captured.next_due_at
             ),
             (OperationStatus::Succeeded, Some(amount), None)
@@ -953,7 +974,7 @@ mod tests {
             &settle(&taken, capture, AuthorizationOutcome::GivenBack),
         )
         .unwrap();
-        assert_eq!(given_back.taken_by, None);
+        assert_eq!(given_back.taken_by(), None);
         assert_eq!(given_back.status, OperationStatus::Authorized);
         assert!(given_back.next_due_at.is_some(), "still watched");
         let other = taker(false);
@@ -1002,7 +1023,7 @@ mod tests {
         let (created, taken) = create_beside(None, Some(&charge), &op, &claim);
         assert_eq!(created, CreatedBeside::New(op.clone()));
         let taken = taken.expect("the charge as written");
-        assert_eq!(taken.taken_by, Some(capture));
+        assert_eq!(taken.taken_by(), Some(capture));
         assert_eq!(
             create_beside(Some(&op), Some(&taken), &op, &claim),
             (CreatedBeside::Existing(op.clone()), None)
@@ -1055,7 +1076,7 @@ mod tests {
             ChargeClaim::Reserve(&reserve).refused_by(&succeeded),
             Guard::ReservedAtMost(max)
         );
-        succeeded.refund_reserved = max + 1;
+        succeeded.params.charge_state_mut().unwrap().refund_reserved = max + 1;
         assert_eq!(
             ChargeClaim::Reserve(&reserve).refused_by(&succeeded),
             Guard::ReservedAtMost(max)

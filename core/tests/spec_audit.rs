@@ -87,7 +87,8 @@ fn refund(
         Duration::from_secs(300),
     );
     op.status = status;
-    op.stripe_refund_id = re.map(|r| StripeRefundId::parse(r).unwrap());
+    op.params.refund_state_mut().unwrap().stripe_refund_id =
+        re.map(|r| StripeRefundId::parse(r).unwrap());
     if status.is_settled() {
         op.next_due_at = None;
     }
@@ -340,11 +341,10 @@ fn refunds_match_and_a_dashboard_refund_of_our_charge_is_found() {
     assert_eq!((j.counts.not_ours, j.unexplained()), (1, 0));
     // The refund's record edited to another amount.
     let mut edited = ours.clone();
-    edited.params = {
-        let mut p = edited.params.refund().unwrap().clone();
-        p.amount = Amount::new(300).unwrap();
-        charge_core::operation::Params::Refund(p)
+    let charge_core::operation::Params::Refund(p, _) = &mut edited.params else {
+        panic!("a refund's record")
     };
+    p.amount = Amount::new(300).unwrap();
     ev.settled = vec![edited];
     assert!(classes(&judge(&ev, &POLICY)).contains(&DriftClass::AmountDiffers));
 }
@@ -504,11 +504,10 @@ fn refunds_over_what_the_charge_took_are_over_refunded() {
         vec![],
         "1000 of 1000: within"
     );
-    b.params = {
-        let mut p = b.params.refund().unwrap().clone();
-        p.amount = Amount::new(401).unwrap();
-        charge_core::operation::Params::Refund(p)
+    let charge_core::operation::Params::Refund(p, _) = &mut b.params else {
+        panic!("a refund's record")
     };
+    p.amount = Amount::new(401).unwrap();
     ev.related = vec![paid, a, b];
     assert_eq!(
         classes(&judge(&ev, &POLICY)),
@@ -520,9 +519,9 @@ fn refunds_over_what_the_charge_took_are_over_refunded() {
 fn deadlines_are_watched_but_review_is_not_drift() {
     let now = T0.plus(24 * HOUR);
     let mut held = charge("ord-1", OperationStatus::Authorized, Some("pi_1"));
-    held.capture_before = Some(now.plus(11 * HOUR));
+    held.params.charge_state_mut().unwrap().capture_before = Some(now.plus(11 * HOUR));
     let mut far = held.clone();
-    far.capture_before = Some(now.plus(13 * HOUR));
+    far.params.charge_state_mut().unwrap().capture_before = Some(now.plus(13 * HOUR));
     let mut lost = charge("ord-2", Unknown, None);
     lost.first_attempted_at = Some(now.minus(23 * HOUR + Duration::from_secs(1)));
     let mut young = lost.clone();

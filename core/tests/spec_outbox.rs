@@ -27,7 +27,8 @@ fn reviewed(mut op: Operation) -> Operation {
 /// A manual capture's charge, its authorization good for an hour.
 fn manual(status: OperationStatus) -> Operation {
     let mut op = order("ord-ob").manual().amount(1000).status(status).build();
-    op.capture_before = Some(T0.plus(std::time::Duration::from_secs(3600)));
+    op.params.charge_state_mut().unwrap().capture_before =
+        Some(T0.plus(std::time::Duration::from_secs(3600)));
     op
 }
 

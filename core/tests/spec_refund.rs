@@ -62,7 +62,7 @@ fn charge(reserved: i64) -> Operation {
         .external_id("pi_r")
         .build();
     op.next_due_at = None;
-    op.refund_reserved = reserved;
+    op.params.charge_state_mut().unwrap().refund_reserved = reserved;
     op
 }
 
@@ -199,14 +199,14 @@ fn two_reservations_from_one_read_never_exceed_the_charge() {
     let (_, too_much) = reserve(&read, &ask(Some(600)), T0).unwrap();
     let (_, fits) = reserve(&read, &ask(Some(400)), T0).unwrap();
     let after_first = apply(&read, &first).unwrap();
-    assert_eq!(after_first.refund_reserved, 600);
+    assert_eq!(after_first.refund_reserved(), 600);
     assert_eq!(
         apply(&after_first, &too_much).unwrap_err(),
         Guard::ReservedAtMost(400),
         "600 + 600 > 1000"
     );
     let both = apply(&after_first, &fits).unwrap();
-    assert_eq!(both.refund_reserved, 1000, "600 + 400 = 1000 fits");
+    assert_eq!(both.refund_reserved(), 1000, "600 + 400 = 1000 fits");
     assert_eq!(
         both.status,
         OperationStatus::Succeeded,
@@ -246,11 +246,15 @@ fn a_released_reservation_gives_room_back_and_only_what_is_there() {
         now: T0,
     };
     assert_eq!(
-        apply(&charge(900), &release(600)).unwrap().refund_reserved,
+        apply(&charge(900), &release(600))
+            .unwrap()
+            .refund_reserved(),
         300
     );
     assert_eq!(
-        apply(&charge(600), &release(600)).unwrap().refund_reserved,
+        apply(&charge(600), &release(600))
+            .unwrap()
+            .refund_reserved(),
         0
     );
     assert_eq!(
@@ -282,7 +286,7 @@ fn a_refund_asked_again_is_the_one_there_and_reserves_nothing() {
     let (created, after) = store_rules::create_beside(None, Some(&read), &refund, &reserve_it);
     assert_eq!(created, store_rules::CreatedBeside::New(refund.clone()));
     let after = after.expect("the charge as written");
-    assert_eq!(after.refund_reserved, 700);
+    assert_eq!(after.refund_reserved(), 700);
     // The same request again: the refund there is the answer, whatever the charge says now.
     assert_eq!(
         store_rules::create_beside(Some(&refund), Some(&after), &refund, &reserve_it),

@@ -74,7 +74,7 @@ fn refund_op(status: OperationStatus, recorded: Option<&str>) -> Operation {
         Duration::from_secs(300),
     );
     op.status = status;
-    op.stripe_refund_id = recorded.map(re);
+    op.params.refund_state_mut().unwrap().stripe_refund_id = recorded.map(re);
     if status.is_settled() {
         op.next_due_at = None;
     }

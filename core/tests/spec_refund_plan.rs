@@ -131,11 +131,12 @@ fn decide(op: &Operation, answer: &Answer, now: Timestamp, policy: &Policy) -> R
 
 fn refund_rows(op: &Operation) -> Vec<RefundRow> {
     // A refund Stripe holds pending: unknown here, its id recorded.
-    let known = Operation {
-        stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
+    let mut known = Operation {
         status: Unknown,
         ..op.clone()
     };
+    known.params.refund_state_mut().unwrap().stripe_refund_id =
+        Some(StripeRefundId::parse("re_1").unwrap());
     let late = T0.plus(24 * HOUR);
     let other = |mut r: StripeRefund| {
         r.operation_id = Some("someone-else".into());
@@ -582,11 +583,12 @@ fn a_table_missing_an_outcome_is_caught() {
 fn operator_claim_rows(op: &Operation) -> Vec<ClaimRow> {
     use OperatorRead::{Listed, Retrieved};
     use Verdict::{Confirmed, Refused};
-    let known = Operation {
-        stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
+    let mut known = Operation {
         status: Unknown,
         ..op.clone()
     };
+    known.params.refund_state_mut().unwrap().stripe_refund_id =
+        Some(StripeRefundId::parse("re_1").unwrap());
     let other = |mut r: StripeRefund| {
         r.operation_id = Some("someone-else".into());
         r
@@ -794,11 +796,12 @@ fn operator_claim_table() {
             _ => panic!("{says}: got {got:?}, want {:?}", row.then),
         }
     }
-    let known = Operation {
-        stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
+    let mut known = Operation {
         status: Unknown,
         ..op.clone()
     };
+    known.params.refund_state_mut().unwrap().stripe_refund_id =
+        Some(StripeRefundId::parse("re_1").unwrap());
     assert_eq!(
         operator_step(&known),
         Some(RefundStep::Retrieve(StripeRefundId::parse("re_1").unwrap()))

@@ -7,10 +7,11 @@ mod spec;
 
 use std::time::Duration;
 
+use charge_core::charge::state::Taker;
 use charge_core::domain::{
     Amount, CancelRequest, CaptureRequest, OperationId, OperationKind, PaymentIntentId, RefundId,
 };
-use charge_core::operation::{Lease, LeaseToken, Operation, OperationStatus, Taker};
+use charge_core::operation::{Lease, LeaseToken, Operation, OperationStatus};
 use charge_core::store::TakeFrom;
 use charge_core::store_rules::{apply, Guard};
 use charge_core::take::{take, TakeRefusal, TakeRequest};
@@ -96,13 +97,11 @@ fn taker(request: &TakeRequest) -> Taker {
 #[test]
 fn door_table() {
     use OperationStatus::*;
-    let taken = Operation {
-        taken_by: Some(Taker {
-            capture: true,
-            operation_id: OperationId::new_random(),
-        }),
-        ..manual(Authorized)
-    };
+    let mut taken = manual(Authorized);
+    taken.params.charge_state_mut().unwrap().taken_by = Some(Taker {
+        capture: true,
+        operation_id: OperationId::new_random(),
+    });
     let automatic = order("ord-take").status(Succeeded).build();
     let leased = Operation {
         lease: Some(Lease {

@@ -8,13 +8,14 @@ mod spec;
 
 use std::time::Duration;
 
+use charge_core::charge::state::Taker;
 use charge_core::domain::{
     Amount, CancelRequest, CaptureRequest, OperationId, PaymentIntentId, Principal,
 };
+use charge_core::operation::Operation;
 use charge_core::operation::OperationStatus::{
     self, Authorized, Failed, Pending, Succeeded, Unknown,
 };
-use charge_core::operation::{Operation, Taker};
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use charge_core::plan::Policy;
 use charge_core::store::AuthorizationOutcome;
@@ -85,7 +86,8 @@ fn authorization() -> Operation {
         .status(Authorized)
         .external_id("pi_a")
         .build();
-    op.capture_before = Some(T0.plus(Duration::from_secs(7 * 24 * 3600)));
+    op.params.charge_state_mut().unwrap().capture_before =
+        Some(T0.plus(Duration::from_secs(7 * 24 * 3600)));
     op
 }
 

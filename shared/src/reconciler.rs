@@ -550,7 +550,7 @@ async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) 
             report.deadline_near += u64::from(r.deadline_near);
             if r.deadline_near {
                 error!(decision = "page", order_id = %op.order_id, operation_id = %op.operation_id,
-                    capture_before = ?r.record.as_ref().and_then(|o| o.capture_before).map(|t| t.to_rfc3339()),
+                    capture_before = ?r.record.as_ref().and_then(|o| o.capture_before()).map(|t| t.to_rfc3339()),
                     "an authorization is not captured and its deadline is near: capture or cancel it \
                      (POST /orders/{{order_id}}/capture or /cancel) before Stripe cancels it");
             } else {

@@ -130,7 +130,7 @@ impl World {
     }
 
     async fn reserved(&self, charge: &Operation) -> i64 {
-        self.current(charge).await.refund_reserved
+        self.current(charge).await.refund_reserved()
     }
 
     fn refund_reads(&self) -> u64 {
@@ -138,7 +138,7 @@ impl World {
     }
 
     fn stripe_says(&self, refund: &Operation, status: RefundStatus, why: Option<&str>) {
-        let id = refund.stripe_refund_id.as_ref().unwrap();
+        let id = refund.stripe_refund_id().unwrap();
         self.gateway.set_refund_status(id, status, why);
     }
 
@@ -165,7 +165,9 @@ fn event_json(
     re: Option<&str>,
     status: &str,
 ) -> serde_json::Value {
-    let re = re.or(refund.stripe_refund_id.as_deref()).unwrap();
+    let re = re
+        .or(refund.stripe_refund_id().map(|id| id.as_str()))
+        .unwrap();
     serde_json::json!({
         "id": id, "object": "event", "type": kind, "created": 1_800_000_000,
         "data": {"object": {
@@ -287,7 +289,7 @@ async fn a_pending_refund_settles_on_stripe_s_answer_and_late_events_are_harmles
     let w = World::new();
     let (charge, pending) = w.refunded("ord-pending", RefundStatus::Pending).await;
     assert_eq!(pending.status, OperationStatus::Unknown);
-    assert!(pending.stripe_refund_id.is_some());
+    assert!(pending.stripe_refund_id().is_some());
     // Stripe still pending, its id recorded: nothing new.
     let created = event("evt_c", "refund.created", &pending, None, "pending");
     assert_eq!(

@@ -88,7 +88,7 @@ impl World {
 
     async fn reserved(&self, charge: &Operation) -> i64 {
         let charge = self.store.get(&charge.key()).await.unwrap().unwrap();
-        charge.refund_reserved
+        charge.refund_reserved()
     }
 
     async fn run(&self, op: &Operation) -> charge_once::executor::ChargeReport {
@@ -108,7 +108,7 @@ async fn a_refund_is_made_once_however_often_it_is_delivered() {
     assert_eq!(first.gateway_calls, 1);
     let stored = w.store.get(&refund.key()).await.unwrap().unwrap();
     assert!(
-        stored.stripe_refund_id.is_some(),
+        stored.stripe_refund_id().is_some(),
         "the refund's id is recorded"
     );
     let made = w.gateway.refunds();
@@ -179,7 +179,10 @@ async fn a_failed_refund_gives_its_reservation_back_and_a_pending_one_waits() {
     assert_eq!(w.reserved(&charge).await, 600);
     // Stripe says it failed: read back on the next look, failed, the 600 given back.
     let stored = w.store.get(&refund.key()).await.unwrap().unwrap();
-    let id = stored.stripe_refund_id.clone().expect("its id is recorded");
+    let id = stored
+        .stripe_refund_id()
+        .cloned()
+        .expect("its id is recorded");
     w.gateway
         .set_refund_status(&id, RefundStatus::Failed, Some("expired_or_canceled_card"));
     w.clock.advance(Duration::from_secs(120));
@@ -210,7 +213,7 @@ async fn past_the_key_window_a_refund_is_settled_by_the_intent_s_list_never_crea
     );
     assert_eq!(w.gateway.refund_count(), 1, "never created again");
     let stored = w.store.get(&refund.key()).await.unwrap().unwrap();
-    assert!(stored.stripe_refund_id.is_some());
+    assert!(stored.stripe_refund_id().is_some());
 }
 
 #[tokio::test]

@@ -901,7 +901,7 @@ async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at
     assert_eq!(now.status, OperationStatus::Authorized);
     assert_eq!(now.external_id.as_ref(), Some(&held.id));
     assert!(
-        now.capture_before.is_some(),
+        now.capture_before().is_some(),
         "the deadline, as Stripe states it"
     );
 
@@ -937,7 +937,7 @@ async fn an_authorization_s_events_record_the_hold_then_the_capture_both_read_at
     );
     let now = w.current(&op).await;
     assert_eq!(now.status, OperationStatus::Succeeded);
-    assert_eq!(now.amount_captured.map(|a| a.minor_units()), Some(700));
+    assert_eq!(now.amount_captured().map(|a| a.minor_units()), Some(700));
     assert_eq!(w.creates(), 1, "only the test's own create");
 }
 

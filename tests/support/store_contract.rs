@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_core::audit::AuditWindow;
+use charge_core::charge::state::Taker;
 use charge_core::domain::RefundId;
 use charge_core::domain::{
     CancelParams, CancelRequest, CaptureMethod, CaptureParams, CaptureRequest,
 };
 use charge_core::operation::AuditEntry;
-use charge_core::operation::Taker;
 use charge_core::store::OperatorGuard;
 use charge_core::{
     store::{
@@ -749,7 +749,7 @@ async fn reserved(store: &Arc<dyn OperationStore>, charge: &Operation) -> i64 {
         .await
         .unwrap()
         .expect("the charge")
-        .refund_reserved
+        .refund_reserved()
 }
 
 pub async fn a_refund_reserves_its_amount_on_the_charge_in_the_same_write(
@@ -769,7 +769,7 @@ pub async fn a_refund_reserves_its_amount_on_the_charge_in_the_same_write(
         Some(refund.clone())
     );
     let after = store.get(&charge.key()).await.unwrap().unwrap();
-    assert_eq!(after.refund_reserved, 400);
+    assert_eq!(after.refund_reserved(), 400);
     assert_eq!(
         (after.status, after.next_due_at, &after.external_id),
         (charge.status, None, &charge.external_id),
@@ -827,7 +827,7 @@ pub async fn a_refund_over_what_is_left_writes_nothing_and_its_twin_fits(
         .unwrap()
     {
         CreatedBeside::ChargeRefused(Some((current, by))) => {
-            assert_eq!(current.refund_reserved, 700);
+            assert_eq!(current.refund_reserved(), 700);
             assert_eq!(by, Guard::ReservedAtMost(600));
         }
         other => panic!("expected the charge's refusal, got {other:?}"),
@@ -978,7 +978,10 @@ pub async fn a_failed_refund_gives_its_reservation_back_in_the_same_write(
         panic!("the holder's outcome is written");
     };
     assert_eq!(written.status, OperationStatus::Failed);
-    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_contract"));
+    assert_eq!(
+        written.stripe_refund_id().map(|id| id.as_str()),
+        Some("re_contract")
+    );
     assert_eq!(store.get(&refund.key()).await.unwrap(), Some(written));
     assert_eq!(reserved(&store, &charge).await, 0, "the 400 is back");
     // The twin: a succeeded refund keeps its reservation.
@@ -1152,7 +1155,10 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
         panic!("the operator's resolution is written");
     };
     assert_eq!(written.status, OperationStatus::Failed);
-    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_by_hand"));
+    assert_eq!(
+        written.stripe_refund_id().map(|id| id.as_str()),
+        Some("re_by_hand")
+    );
     assert_eq!(written.next_due_at, None);
     assert_eq!(written.history.len(), 1);
     assert_eq!(store.get(&refund.key()).await.unwrap(), Some(written));
@@ -1175,7 +1181,10 @@ pub async fn an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the
         panic!("the operator's resolution is written");
     };
     assert_eq!(written.status, OperationStatus::Succeeded);
-    assert_eq!(written.stripe_refund_id.as_deref(), Some("re_by_hand"));
+    assert_eq!(
+        written.stripe_refund_id().map(|id| id.as_str()),
+        Some("re_by_hand")
+    );
     assert_eq!(reserved(&store, &charge).await, 300);
 }
 
@@ -1246,7 +1255,7 @@ pub fn taking_of(
     let take = TakeAuthorization {
         charge: charge.key(),
         charge_operation_id: charge.operation_id,
-        taker: Taker::of(&op).expect("a capture or cancel"),
+        taker: Taker::of(&op.kind, op.operation_id).expect("a capture or cancel"),
         from,
         now,
     };
@@ -1271,7 +1280,7 @@ pub async fn a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_wri
     );
     assert_eq!(stored(&store, &capture).await, Some(capture.clone()));
     let taken = stored(&store, &charge).await.unwrap();
-    assert_eq!(taken.taken_by, Some(take.taker));
+    assert_eq!(taken.taken_by(), Some(take.taker));
     assert_eq!(
         (taken.status, taken.next_due_at),
         (OperationStatus::Authorized, charge.next_due_at),
@@ -1347,7 +1356,7 @@ pub async fn a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it(
         Some(store_rules::CANCELED_BEFORE_SENT)
     );
     assert_eq!(
-        (stopped.next_due_at, stopped.taken_by),
+        (stopped.next_due_at, stopped.taken_by()),
         (None, Some(take.taker))
     );
     // Out of the index: a claim now finds it settled and calls nobody.
@@ -1416,7 +1425,7 @@ fn taking_outcome(
         last_error: None,
         authorization: Some(SettleAuthorization {
             charge: taking.key().charge_of_order(),
-            taker: Taker::of(taking).unwrap(),
+            taker: Taker::of(&taking.kind, taking.operation_id).unwrap(),
             outcome,
             now,
         }),
@@ -1485,10 +1494,10 @@ pub async fn a_taking_s_outcome_ends_its_charge_s_authorization_in_the_same_writ
             "{outcome:?}"
         );
         let taken_by = (outcome != AuthorizationOutcome::GivenBack).then_some(take.taker);
-        assert_eq!(after.taken_by, taken_by, "{outcome:?}");
+        assert_eq!(after.taken_by(), taken_by, "{outcome:?}");
         let amount_captured =
             matches!(outcome, AuthorizationOutcome::Captured(_)).then_some(captured);
-        assert_eq!(after.amount_captured, amount_captured, "{outcome:?}");
+        assert_eq!(after.amount_captured(), amount_captured, "{outcome:?}");
     }
 }
 
@@ -1544,7 +1553,7 @@ pub async fn a_refused_authorization_end_leaves_both_records_unchanged(
     ));
     let after = stored(&store, &charge).await.unwrap();
     assert_eq!(
-        (after.status, after.amount_captured),
+        (after.status, after.amount_captured()),
         (OperationStatus::Succeeded, Some(amount))
     );
 }
@@ -1566,7 +1575,7 @@ pub async fn an_outcome_writes_stripe_s_deadline_and_the_amount_captured(
     let Recorded::Written(written) = store.record(&rec).await.unwrap() else {
         panic!("written");
     };
-    assert_eq!(written.capture_before, Some(deadline));
+    assert_eq!(written.capture_before(), Some(deadline));
     assert_eq!(stored(&store, &op).await, Some(written));
     // A second look, as the lease holder, records it captured: the deadline stays.
     let token = LeaseToken::new_random();
@@ -1584,7 +1593,7 @@ pub async fn an_outcome_writes_stripe_s_deadline_and_the_amount_captured(
         panic!("written");
     };
     assert_eq!(
-        (written.capture_before, written.amount_captured),
+        (written.capture_before(), written.amount_captured()),
         (Some(deadline), Some(amount))
     );
     assert_eq!(stored(&store, &op).await, Some(written));

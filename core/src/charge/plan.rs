@@ -245,7 +245,7 @@ impl Decision {
     /// lapse. A deadline no answer stated yet is read at once ([`FollowUp::ReadDeadline`]),
     /// due again soon if that read is never made.
     fn authorized(op: &Operation, pi: &PaymentIntent, now: Timestamp, policy: &Policy) -> Self {
-        let capture_before = pi.capture_before.or(op.capture_before);
+        let capture_before = pi.capture_before.or(op.capture_before());
         let (next_due_at, deadline_near) = match capture_before {
             None => (now.plus(policy.retry_after), false),
             Some(deadline) => watch_deadline(op, deadline, now, policy),
@@ -731,12 +731,12 @@ mod tests {
         assert!(matches!(d.then, Some(FollowUp::ReadDeadline { .. })));
         assert_eq!(d.status, OperationStatus::Authorized);
         // Looked at within the lead: pages, due just after the deadline.
-        let authorized = Operation {
+        let mut authorized = Operation {
             status: OperationStatus::Authorized,
             external_id: Some(pi.id.clone()),
-            capture_before: Some(deadline),
             ..op.clone()
         };
+        authorized.params.charge_state_mut().unwrap().capture_before = Some(deadline);
         let late = deadline.minus(HOUR);
         let d = after_retrieve(&authorized, Ok(pi.clone()), late, &policy, false);
         assert!(d.authorization.unwrap().deadline_near);

@@ -77,11 +77,7 @@ pub fn decide(
     if refund_mismatch(op, stripe).is_some() || stripe.id != claimed.id {
         return RefundEventAction::Mismatch(EventMismatch::RefundNotOurs);
     }
-    if op
-        .stripe_refund_id
-        .as_ref()
-        .is_some_and(|id| *id != stripe.id)
-    {
+    if op.stripe_refund_id().is_some_and(|id| *id != stripe.id) {
         return RefundEventAction::PageSettled {
             reason: SECOND_REFUND,
         };
@@ -100,7 +96,7 @@ fn unsettled(op: &Operation, stripe: &StripeRefund) -> RefundEventAction {
         return RefundEventAction::Ignore(Ignored::InReview);
     }
     let outcome = refund_outcome_for(&stripe.status);
-    if !outcome.is_settled() && op.stripe_refund_id.as_ref() == Some(&stripe.id) {
+    if !outcome.is_settled() && op.stripe_refund_id() == Some(&stripe.id) {
         return RefundEventAction::Ignore(Ignored::NothingNew);
     }
     RefundEventAction::Settle
@@ -152,6 +148,5 @@ pub fn needs_no_check(op: &Operation, claimed: &EventRefund) -> bool {
     if !op.status.is_settled() {
         return op.review.is_some();
     }
-    op.stripe_refund_id.as_ref() == Some(&claimed.id)
-        && refund_outcome_for(&claimed.status) == op.status
+    op.stripe_refund_id() == Some(&claimed.id) && refund_outcome_for(&claimed.status) == op.status
 }

@@ -14,9 +14,11 @@
 //!   reservation goes back to the charge.
 //! - [`event_plan`]: (refund record as read, what a refund event claims, Stripe's answer) → settle
 //!   through the refund plan, fail a succeeded refund later, or why nothing changes.
+//! - [`state`]: what only a refund's record holds (its Stripe id).
 
 pub mod event_plan;
 pub mod plan;
+pub mod state;
 
 use std::fmt;
 
@@ -119,7 +121,7 @@ pub enum RefundRefusal {
 /// What is left to refund of `charge`: the amount taken (charged, or captured of an
 /// authorization) less what its refunds reserved.
 pub fn refundable(charge: &Operation) -> i64 {
-    charge.amount_taken().minor_units() - charge.refund_reserved
+    charge.amount_taken().minor_units() - charge.refund_reserved()
 }
 
 /// What the door decides for `request` against the order's `charge` as read: the refund's

@@ -66,7 +66,7 @@ impl RefundDecision {
 
 /// Decides the step for a refund operation we hold the lease on.
 pub fn next_step(op: &Operation, now: Timestamp, policy: &Policy) -> RefundStep {
-    if let Some(id) = &op.stripe_refund_id {
+    if let Some(id) = op.stripe_refund_id() {
         return RefundStep::Retrieve(id.clone());
     }
     match op.params.refund() {
@@ -109,8 +109,7 @@ fn from_refund(
     // Once a refund is recorded, only that refund settles the operation: a second one carrying
     // our operation id (an event's retrieve can name one) must not settle, or release, it.
     let other = op
-        .stripe_refund_id
-        .as_ref()
+        .stripe_refund_id()
         .filter(|id| **id != refund.id)
         .map(|id| format!("it is not {id}, the one recorded"));
     if let Some(why) =
@@ -242,7 +241,7 @@ pub fn after_retrieve(
             op.status,
             format!(
                 "retrieve of refund {} failed: {err}",
-                op.stripe_refund_id.as_deref().unwrap_or("?")
+                op.stripe_refund_id().map(|id| id.as_str()).unwrap_or("?")
             ),
             ReviewClass::RetrieveFailed,
             now,
@@ -305,7 +304,7 @@ pub enum OperatorRead {
 /// Where an operator's check of a refund reads: never a create (an operator never makes money
 /// move), otherwise the executor's own step.
 pub fn operator_step(op: &Operation) -> Option<RefundStep> {
-    match &op.stripe_refund_id {
+    match op.stripe_refund_id() {
         Some(id) => Some(RefundStep::Retrieve(id.clone())),
         None => Some(RefundStep::List(op.params.refund()?.payment_intent.clone())),
     }
@@ -335,7 +334,7 @@ pub fn confirm_by_hand(
     now: Timestamp,
     policy: &Policy,
 ) -> Result<Confirmed, String> {
-    if let (Some(recorded), Some(claimed)) = (&op.stripe_refund_id, claimed_id) {
+    if let (Some(recorded), Some(claimed)) = (op.stripe_refund_id(), claimed_id) {
         if recorded != claimed {
             return Err(format!(
                 "the operation records refund {recorded}, not {claimed}"
@@ -363,7 +362,7 @@ pub fn confirm_by_hand(
         let why = d.last_error.as_deref().unwrap_or("not settled at Stripe");
         return Err(format!("Stripe does not hold it settled yet: {why}"));
     }
-    let id = decided.refund_id.as_ref().or(op.stripe_refund_id.as_ref());
+    let id = decided.refund_id.as_ref().or(op.stripe_refund_id());
     if d.status != claimed {
         let id = id.map_or_else(|| "the refund".to_owned(), ToString::to_string);
         return Err(format!("Stripe holds {id} {}, not {claimed}", d.status));

@@ -14,10 +14,11 @@
 
 pub mod plan;
 
+use crate::charge::state::Taker;
 use crate::domain::{
     CancelParams, CancelRequest, CaptureParams, CaptureRequest, Fingerprint, OperationKind,
 };
-use crate::operation::{Operation, OperationStatus, Params, Taker};
+use crate::operation::{Operation, OperationStatus, Params};
 use crate::store::{TakeAuthorization, TakeFrom};
 use crate::time::Timestamp;
 
@@ -108,7 +109,7 @@ pub fn take(
         (TakeRequest::Cancel(_), OperationStatus::Succeeded) => return Err(TakeRefusal::Captured),
         (_, s) => return Err(TakeRefusal::Ended(s)),
     };
-    if let Some(by) = charge.taken_by {
+    if let Some(by) = charge.taken_by() {
         return Err(TakeRefusal::TakenBy(by.kind().as_str()));
     }
     let take = TakeAuthorization {

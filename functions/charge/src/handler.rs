@@ -330,7 +330,7 @@ async fn process(
                 if report.deadline_near {
                     tally.deadline_near += 1;
                     error!(
-                        capture_before = ?report.record.as_ref().and_then(|o| o.capture_before).map(|t| t.to_rfc3339()),
+                        capture_before = ?report.record.as_ref().and_then(|o| o.capture_before()).map(|t| t.to_rfc3339()),
                         "an authorization is not captured and its deadline is near: capture or \
                          cancel it (POST /orders/{{order_id}}/capture or /cancel) before Stripe \
                          cancels it"

@@ -293,9 +293,9 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
     if op.is_manual_capture() {
         // An authorization's: its deadline, what was captured, which capture or cancel took it.
         body["capture"] = json!("manual");
-        body["capture_before"] = json!(op.capture_before.map(|t| t.to_rfc3339()));
-        body["amount_captured"] = json!(op.amount_captured.map(|a| a.minor_units()));
-        body["taken_by"] = json!(op.taken_by.map(|t| t.kind().as_str()));
+        body["capture_before"] = json!(op.capture_before().map(|t| t.to_rfc3339()));
+        body["amount_captured"] = json!(op.amount_captured().map(|a| a.minor_units()));
+        body["taken_by"] = json!(op.taken_by().map(|t| t.kind().as_str()));
     }
     body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
     Ok(reply(200, body))
@@ -583,7 +583,7 @@ mod tests {
             .all()
             .iter()
             .find(|op| op.kind == charge_core::domain::OperationKind::Charge)
-            .map_or(0, |op| op.refund_reserved)
+            .map_or(0, |op| op.refund_reserved())
     }
 
     #[tokio::test]

@@ -151,7 +151,7 @@ pub(crate) async fn status(
         })?;
     let mut body = summary(&op);
     body["updated_at"] = json!(op.updated_at.to_rfc3339());
-    body["stripe_refund_id"] = json!(op.stripe_refund_id);
+    body["stripe_refund_id"] = json!(op.stripe_refund_id());
     if let Some(review) = &op.review {
         body["review_reason"] = json!(review.reason);
     }

@@ -26,8 +26,8 @@
 //! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
+use charge_core::charge::state::Taker;
 use charge_core::domain::{CancelRequest, CancellationReason, CaptureRequest};
-use charge_core::operation::Taker;
 use charge_core::store::TakeAuthorization;
 use charge_core::store_rules::{ChargeClaim, Guard};
 use charge_core::take::{self, TakeRefusal, TakeRequest};
@@ -336,8 +336,9 @@ mod tests {
         op.external_id = Some(PaymentIntentId::parse("pi_3003").unwrap());
         op.first_attempted_at = Some(T);
         op.attempts = 1;
-        op.capture_before = Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
-        op.next_due_at = op.capture_before;
+        op.params.charge_state_mut().unwrap().capture_before =
+            Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+        op.next_due_at = op.capture_before();
         f.store.put_for_tests(op.clone());
         op
     }
@@ -357,7 +358,7 @@ mod tests {
             (Some("capture"), Some(1000), Some(true))
         );
         assert_eq!(f.queue.len(), 2, "the charge's message and the capture's");
-        let taken = charge(&f).taken_by.expect("the capture took the charge");
+        let taken = charge(&f).taken_by().expect("the capture took the charge");
         assert!(taken.capture);
         assert_eq!(
             taken.operation_id.to_string(),

@@ -643,7 +643,7 @@ mod tests {
             OperationId::parse(object["metadata"]["operation_id"].as_str().unwrap()).unwrap();
         let re = StripeRefundId::parse(object["id"].as_str().unwrap()).unwrap();
         op.status = OperationStatus::Succeeded;
-        op.stripe_refund_id = Some(re.clone());
+        op.params.refund_state_mut().unwrap().stripe_refund_id = Some(re.clone());
         op.next_due_at = None;
         f.store
             .create_beside(&op, ChargeClaim::Reserve(&reserve))
@@ -684,7 +684,7 @@ mod tests {
         let now = f.store.get(&refund.key()).await.unwrap().unwrap();
         assert_eq!(now.status, OperationStatus::Failed);
         let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
-        assert_eq!(charge_now.refund_reserved, 0, "the 500 is back");
+        assert_eq!(charge_now.refund_reserved(), 0, "the 500 is back");
         assert_eq!(
             f.metrics
                 .sum("RefundFailedAfterSuccess", &[("Function", FUNCTION)]),
@@ -726,7 +726,7 @@ mod tests {
             OperationStatus::Succeeded
         );
         let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
-        assert_eq!(charge_now.refund_reserved, 500);
+        assert_eq!(charge_now.refund_reserved(), 500);
         assert_eq!(
             f.metrics.sum("EventMismatch", &[("Function", FUNCTION)]),
             1.0

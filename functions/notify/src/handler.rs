@@ -305,8 +305,8 @@ pub async fn not_in_table(
     // An authorization is a state the charge leaves (captured, canceled, lapsed): the hold is
     // confirmed by the table holding it, or having held it — the same intent and deadline.
     let held_since = event.outcome == Outcome::Authorized
-        && held.capture_before.is_some()
-        && held.capture_before == claimed.capture_before;
+        && held.capture_before().is_some()
+        && held.capture_before() == claimed.capture_before();
     let why = if held.operation_id != claimed.operation_id {
         format!("the table holds operation {}", held.operation_id)
     } else if (held.status != claimed.status && !held_since)
@@ -317,7 +317,7 @@ pub async fn not_in_table(
             held.status,
             held.external_id.as_deref().unwrap_or("(none)")
         )
-    } else if held.params != claimed.params {
+    } else if !held.params.sends_same(&claimed.params) {
         "the table holds other charge parameters".to_owned()
     } else {
         return Ok(None);
@@ -1023,7 +1023,8 @@ mod tests {
         let table = MemoryStore::new();
         let mut held = charge_core::testing::order("ord-n-auth").manual().build();
         held.status = OperationStatus::Authorized;
-        held.capture_before = Some(charge_core::time::Timestamp::from_millis(1_900_000_000_000));
+        held.params.charge_state_mut().unwrap().capture_before =
+            Some(charge_core::time::Timestamp::from_millis(1_900_000_000_000));
         let event = OutcomeEvent::new(Outcome::Authorized, held.clone());
         let mut captured = held.clone();
         captured.status = OperationStatus::Succeeded;
@@ -1031,7 +1032,8 @@ mod tests {
         table.put_for_tests(captured);
         assert_eq!(not_in_table(&table, &event).await.unwrap(), None);
         let mut forged = held;
-        forged.capture_before = Some(charge_core::time::Timestamp::from_millis(1_900_000_000_001));
+        forged.params.charge_state_mut().unwrap().capture_before =
+            Some(charge_core::time::Timestamp::from_millis(1_900_000_000_001));
         let forged = OutcomeEvent::new(Outcome::Authorized, forged);
         assert!(not_in_table(&table, &forged).await.unwrap().is_some());
     }

@@ -988,8 +988,7 @@ fn print_refund_resolution(
     audit: &AuditEntry,
 ) -> Result<(), Failure> {
     let stripe_id = written
-        .stripe_refund_id
-        .as_deref()
+        .stripe_refund_id()
         .map(|id| format!(" (Stripe refund {id})"))
         .unwrap_or_default();
     let released = released

@@ -244,11 +244,11 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
     };
     // What only its kind has: a charge's customer and card, a refund's intent and reason.
     let what: [(&str, String); 2] = match &op.params {
-        Params::Charge(p) => [
+        Params::Charge(p, _) => [
             ("customer", p.customer_id.as_str().to_owned()),
             ("payment method", p.payment_method.as_str().to_owned()),
         ],
-        Params::Refund(p) => [
+        Params::Refund(p, _) => [
             ("refund of", p.payment_intent.as_str().to_owned()),
             ("reason", dash(p.reason.map(|r| r.as_str()))),
         ],
@@ -281,7 +281,10 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
         ),
         ("idempotency key", op.idempotency_key().to_string()),
         ("payment intent", dash(op.external_id.as_deref())),
-        ("stripe refund", dash(op.stripe_refund_id.as_deref())),
+        (
+            "stripe refund",
+            dash(op.stripe_refund_id().map(|id| id.as_str())),
+        ),
         ("attempts", op.attempts.to_string()),
         ("redrives", op.redrives.to_string()),
         (
@@ -317,7 +320,7 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
     ];
     if op.is_manual_capture() {
         // An authorization's: when Stripe cancels it uncaptured, what was captured, who took it.
-        let deadline = op.capture_before.map(|t| {
+        let deadline = op.capture_before().map(|t| {
             let left = if t > now {
                 t.since(now)
             } else {
@@ -325,8 +328,8 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             };
             format!("{} (in {})", t.to_rfc3339(), human_age(left))
         });
-        let captured = op.amount_captured.map(|a| a.minor_units().to_string());
-        let taker = op.taken_by.map(|t| t.to_string());
+        let captured = op.amount_captured().map(|a| a.minor_units().to_string());
+        let taker = op.taken_by().map(|t| t.to_string());
         // Before the history, which the entries follow.
         let at = fields.len() - 1;
         fields.splice(
@@ -356,7 +359,7 @@ pub fn refund_line(op: &Operation) -> String {
         op.kind.refund_id().map_or("-", |id| id.as_str()),
         op.status,
         money(op),
-        op.stripe_refund_id.as_deref().unwrap_or("-"),
+        op.stripe_refund_id().map(|id| id.as_str()).unwrap_or("-"),
         op.operation_id
     )
 }
@@ -403,7 +406,7 @@ pub fn show_json(op: &Operation) -> Result<Value, serde_json::Error> {
         (&["updated_at"], Some(op.updated_at)),
         (&["first_attempted_at"], op.first_attempted_at),
         (&["next_due_at"], op.next_due_at),
-        (&["capture_before"], op.capture_before),
+        (&["capture_before"], op.capture_before()),
         (&["lease", "expires_at"], op.lease.map(|l| l.expires_at)),
         (
             &["review", "flagged_at"],
@@ -610,5 +613,99 @@ mod tests {
         assert_eq!(json["params"]["amount"], 1250);
         assert_eq!(json["status"], "pending");
         assert_eq!(json["requested_by"], "jwt:order-service");
+    }
+
+    /// `show --json` keeps the keys it always had, whatever kind holds the state: a charge's
+    /// authorization and refunds and a refund's Stripe id sit on the record, 0 or null on a kind
+    /// that holds none (other people's scripts read them).
+    #[test]
+    fn show_json_keeps_every_kind_s_state_keys_on_the_record() {
+        use charge_core::charge::state::Taker;
+        use charge_core::domain::{Amount, OperationId, OperationKind, RefundId, StripeRefundId};
+        use charge_core::operation::Params;
+        use charge_core::refund::state::RefundState;
+        use charge_core::refund::RefundParams;
+        let mut charge = op("ord-json", Duration::from_secs(5));
+        let state = charge.params.charge_state_mut().unwrap();
+        state.refund_reserved = 300;
+        state.capture_before = Some(NOW);
+        state.amount_captured = Some(Amount::new(900).unwrap());
+        let taker = OperationId::new_random();
+        state.taken_by = Some(Taker {
+            capture: true,
+            operation_id: taker,
+        });
+        let json = show_json(&charge).unwrap();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = vec![
+            "amount_captured",
+            "attempts",
+            "capture_before",
+            "capture_before_ms",
+            "created_at",
+            "created_at_ms",
+            "external_id",
+            "fingerprint",
+            "first_attempted_at",
+            "history",
+            "idempotency_key",
+            "kind",
+            "last_error",
+            "lease",
+            "next_due_at",
+            "next_due_at_ms",
+            "operation_id",
+            "order_id",
+            "params",
+            "redrives",
+            "refund_reserved",
+            "requested_by",
+            "review",
+            "settled_at",
+            "status",
+            "stripe_refund_id",
+            "taken_by",
+            "updated_at",
+            "updated_at_ms",
+        ];
+        expected.sort_unstable();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, expected);
+        assert_eq!(json["refund_reserved"], 300);
+        assert_eq!(json["capture_before"], NOW.to_rfc3339());
+        assert_eq!(json["capture_before_ms"], NOW.as_millis());
+        assert_eq!(json["amount_captured"], 900);
+        assert_eq!(json["taken_by"], format!("capture:{taker}"));
+        assert_eq!(json["stripe_refund_id"], Value::Null);
+        assert_eq!(json["params"]["customer_id"], "cus_1");
+
+        let mut refund = charge.clone();
+        refund.kind = OperationKind::Refund(RefundId::parse("r-1").unwrap());
+        refund.params = Params::Refund(
+            RefundParams {
+                amount: Amount::new(300).unwrap(),
+                currency: charge.params.currency().clone(),
+                payment_intent: charge_core::domain::PaymentIntentId::parse("pi_1").unwrap(),
+                reason: None,
+            },
+            RefundState {
+                stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),
+            },
+        );
+        let json = show_json(&refund).unwrap();
+        assert_eq!(json["stripe_refund_id"], "re_1");
+        assert_eq!(json["refund_reserved"], 0);
+        for none in ["capture_before", "amount_captured", "taken_by"] {
+            assert_eq!(json[none], Value::Null, "{none}");
+        }
+        assert!(json.get("capture_before_ms").is_none());
+        assert_eq!(json["params"]["payment_intent"], "pi_1");
+        assert_eq!(json["params"]["amount"], 300);
     }
 }

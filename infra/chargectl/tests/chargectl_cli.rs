@@ -1591,7 +1591,7 @@ async fn refund_unknown(
 }
 
 async fn reserved(f: &Fixture, charge: &Operation) -> i64 {
-    f.get(charge).await.refund_reserved
+    f.get(charge).await.refund_reserved()
 }
 
 impl Stripe {
@@ -1705,7 +1705,10 @@ async fn resolve_of_a_refund_with_its_stripe_id_records_what_stripe_holds() {
     );
     let after = f.get(&r).await;
     assert_eq!(after.status, OperationStatus::Succeeded);
-    assert_eq!(after.stripe_refund_id.as_deref(), Some(re.as_str()));
+    assert_eq!(
+        after.stripe_refund_id().map(|id| id.as_str()),
+        Some(re.as_str())
+    );
     assert_eq!(after.next_due_at, None);
     let entry = &after.history[0];
     assert_eq!(entry.action, "resolve_succeeded");
@@ -1766,7 +1769,10 @@ async fn resolve_of_a_refund_without_its_stripe_id_lists_the_intent_s_refunds() 
     assert_exit(&out, 0);
     let after = f.get(&made).await;
     assert_eq!(after.status, OperationStatus::Succeeded);
-    assert_eq!(after.stripe_refund_id.as_deref(), Some(re.as_str()));
+    assert_eq!(
+        after.stripe_refund_id().map(|id| id.as_str()),
+        Some(re.as_str())
+    );
 
     // r-2 failed: nothing went back, its 200 is given back to the charge in the same write.
     let out = f.run_with(
@@ -1890,7 +1896,7 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
     charge = testing::record(&f.store, &held).await;
     let request = TakeRequest::Capture(Default::default());
     let operation_id = charge_core::domain::OperationId::new_random();
-    let taker = charge_core::operation::Taker {
+    let taker = charge_core::charge::state::Taker {
         capture: true,
         operation_id,
     };

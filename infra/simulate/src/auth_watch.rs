@@ -70,7 +70,7 @@ pub fn paged(op: &Operation) -> bool {
     op.kind == OperationKind::Charge
         && op.status == OperationStatus::Authorized
         && op
-            .capture_before
+            .capture_before()
             .is_some_and(|deadline| op.next_due_at.is_some_and(|due| due > deadline))
 }
 
@@ -214,22 +214,27 @@ mod tests {
     #[test]
     fn a_page_is_an_authorization_due_again_past_its_deadline() {
         let deadline = T0.plus(Duration::from_secs(100 * 3600));
-        let held = |due: Timestamp| Operation {
-            capture_before: Some(deadline),
-            next_due_at: Some(due),
-            ..order("ord-page")
-                .manual()
-                .status(OperationStatus::Authorized)
-                .build()
+        let held = |due: Timestamp| {
+            let mut op = Operation {
+                next_due_at: Some(due),
+                ..order("ord-page")
+                    .manual()
+                    .status(OperationStatus::Authorized)
+                    .build()
+            };
+            op.params.charge_state_mut().unwrap().capture_before = Some(deadline);
+            op
         };
         assert!(paged(&held(deadline.plus(Duration::from_secs(60)))));
         assert!(!paged(&held(
             deadline.minus(Duration::from_secs(12 * 3600))
         )));
-        let no_deadline = Operation {
-            capture_before: None,
-            ..held(deadline.plus(Duration::from_secs(60)))
-        };
+        let mut no_deadline = held(deadline.plus(Duration::from_secs(60)));
+        no_deadline
+            .params
+            .charge_state_mut()
+            .unwrap()
+            .capture_before = None;
         assert!(!paged(&no_deadline));
         let unknown = Operation {
             status: OperationStatus::Unknown,

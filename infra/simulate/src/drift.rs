@@ -141,8 +141,8 @@ async fn succeeded_charges(
             continue;
         };
         let plain = op.status == OperationStatus::Succeeded
-            && op.amount_captured.is_none()
-            && op.refund_reserved == 0
+            && op.amount_captured().is_none()
+            && op.refund_reserved() == 0
             && op.external_id.is_some();
         if plain {
             picks.push(order.clone());

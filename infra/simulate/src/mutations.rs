@@ -392,7 +392,7 @@ impl RefundStore {
         let mut reserve = reserve.clone();
         if let Some(charge) = self.inner.get(&reserve.charge).await? {
             let at_stripe = self.refunded_at_stripe(&charge).unwrap_or(0);
-            let unseen = (charge.refund_reserved - at_stripe).max(0);
+            let unseen = (charge.refund_reserved() - at_stripe).max(0);
             if let Ok(room) =
                 charge_core::domain::Amount::new(reserve.charged.minor_units() + unseen)
             {
@@ -440,7 +440,9 @@ impl OperationStore for RefundStore {
         let mut op = self.inner.get(key).await?;
         if let Some(charge) = op.as_mut().filter(|o| o.kind.refund_id().is_none()) {
             if let Some(at_stripe) = self.refunded_at_stripe(charge) {
-                charge.refund_reserved = at_stripe;
+                if let Some(state) = charge.params.charge_state_mut() {
+                    state.refund_reserved = at_stripe;
+                }
             }
         }
         Ok(op)
@@ -708,10 +710,7 @@ impl OperationStore for TakesNotFenced {
     }
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
         let mut op = self.0.get(key).await?;
-        if let Some(charge) = op
-            .as_mut()
-            .filter(|o| o.kind == charge_core::domain::OperationKind::Charge)
-        {
+        if let Some(charge) = op.as_mut().and_then(|o| o.params.charge_state_mut()) {
             charge.taken_by = None;
         }
         Ok(op)

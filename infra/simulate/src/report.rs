@@ -776,9 +776,7 @@ impl<'a> Judge<'a> {
         let agrees = match r.status {
             OperationStatus::Succeeded => at_stripe.iter().any(|s| {
                 s.status == "succeeded"
-                    && r.stripe_refund_id
-                        .as_ref()
-                        .is_some_and(|id| id.as_str() == s.id)
+                    && r.stripe_refund_id().is_some_and(|id| id.as_str() == s.id)
             }),
             OperationStatus::Failed => at_stripe.iter().all(|s| !holds(&s.status)),
             _ => true,
@@ -787,11 +785,10 @@ impl<'a> Judge<'a> {
         // (Lambda's retries spent) waits for a person's replay; the audit must report it.
         let for_a_person = late
             && r.status == OperationStatus::Succeeded
-            && r.stripe_refund_id
-                .as_ref()
+            && r.stripe_refund_id()
                 .is_some_and(|id| self.dead_lettered_refunds.contains(id.as_str()));
         if !agrees && for_a_person {
-            let id = r.stripe_refund_id.as_ref().map(|id| id.as_str().to_owned());
+            let id = r.stripe_refund_id().map(|id| id.as_str().to_owned());
             report.refunds.failed_late_in_events_dlq.extend(id);
         } else if !agrees {
             report.refunds.record_mismatches += 1;
@@ -814,7 +811,7 @@ impl<'a> Judge<'a> {
             .filter(|r| r.status != OperationStatus::Failed)
             .map(|r| r.params.amount().minor_units())
             .sum();
-        if charge.refund_reserved != live {
+        if charge.refund_reserved() != live {
             report.refunds.reservation_mismatches += 1;
             violated(
                 report,
@@ -826,7 +823,7 @@ impl<'a> Judge<'a> {
             (Some(ledger), Some(pi)) => ledger.held_of_intent(pi),
             _ => 0,
         };
-        if charge.refund_reserved > charged || at_stripe > charged {
+        if charge.refund_reserved() > charged || at_stripe > charged {
             report.refunds.over_refunds += 1;
             violated(report, order, "over-refund");
         }
@@ -847,7 +844,7 @@ impl<'a> Judge<'a> {
             _ => None,
         };
         let unpublished = settled_as.is_some_and(|o| !published.contains(o));
-        let failed_late = r.status == OperationStatus::Failed && r.stripe_refund_id.is_some();
+        let failed_late = r.status == OperationStatus::Failed && r.stripe_refund_id().is_some();
         let false_event = [Outcome::Succeeded, Outcome::Failed].into_iter().any(|o| {
             published.contains(o)
                 && settled_as != Some(o)

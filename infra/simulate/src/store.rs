@@ -32,9 +32,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::audit::{AuditReport, AuditWindow};
+use charge_core::charge::state::{ChargeState, Taker};
 use charge_core::domain::CaptureMethod;
-use charge_core::operation::{AuditEntry, Lease, Params, Review, Taker};
+use charge_core::operation::{AuditEntry, Lease, Params, Review};
 use charge_core::outbox::{outcome_change, Outcome};
+use charge_core::refund::state::RefundState;
 use charge_core::refund::RefundParams;
 use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
@@ -263,13 +265,19 @@ impl Packed {
             next_due_at,
             redrives,
             history,
+            settled_at,
+        } = op;
+        let (stripe_refund_id, charge_state) = match &params {
+            Params::Charge(_, state) => (None, state.clone()),
+            Params::Refund(_, state) => (state.stripe_refund_id.clone(), ChargeState::default()),
+            Params::Capture(_) | Params::Cancel(_) => (None, ChargeState::default()),
+        };
+        let ChargeState {
             refund_reserved,
-            stripe_refund_id,
             capture_before,
             amount_captured,
             taken_by,
-            settled_at,
-        } = op;
+        } = charge_state;
         let mut hold = (capture_before.is_some()
             || amount_captured.is_some()
             || taken_by.is_some())
@@ -282,13 +290,16 @@ impl Packed {
             })
         });
         let (amount, what) = match params {
-            Params::Charge(ChargeParams {
-                amount,
-                currency,
-                customer_id,
-                payment_method,
-                capture_method,
-            }) => {
+            Params::Charge(
+                ChargeParams {
+                    amount,
+                    currency,
+                    customer_id,
+                    payment_method,
+                    capture_method,
+                },
+                _,
+            ) => {
                 if capture_method == CaptureMethod::Manual {
                     hold.get_or_insert_with(|| {
                         Box::new(HoldRest {
@@ -309,7 +320,7 @@ impl Packed {
                 };
                 (amount, What::Charge(strings.number(shared, same)))
             }
-            Params::Refund(params) => (
+            Params::Refund(params, _) => (
                 params.amount,
                 What::Refund(Box::new(RefundRest {
                     params,
@@ -350,7 +361,7 @@ impl Packed {
     }
 
     fn unpack(&self, key: &OperationKey, strings: &Interner) -> Operation {
-        let (params, fingerprint, requested_by, stripe_refund_id) = match &self.what {
+        let (params, fingerprint, requested_by) = match &self.what {
             What::Charge(n) => {
                 let shared = &strings.values[*n as usize];
                 let params = ChargeParams {
@@ -364,19 +375,28 @@ impl Packed {
                         .map_or(CaptureMethod::Automatic, |h| h.capture_method),
                 };
                 let (fingerprint, by) = (shared.fingerprint.clone(), shared.requested_by.clone());
-                (Params::Charge(params), fingerprint, by, None)
+                let state = ChargeState {
+                    refund_reserved: self.refund_reserved,
+                    capture_before: self.hold.as_ref().and_then(|h| h.capture_before),
+                    amount_captured: self.hold.as_ref().and_then(|h| h.amount_captured),
+                    taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
+                };
+                (Params::Charge(params, state), fingerprint, by)
             }
             What::Refund(r) => (
-                Params::Refund(r.params.clone()),
+                Params::Refund(
+                    r.params.clone(),
+                    RefundState {
+                        stripe_refund_id: r.stripe_refund_id.clone(),
+                    },
+                ),
                 r.fingerprint.clone(),
                 r.requested_by.clone(),
-                r.stripe_refund_id.clone(),
             ),
             What::Taking(t) => (
                 t.params.clone(),
                 t.fingerprint.clone(),
                 t.requested_by.clone(),
-                None,
             ),
         };
         Operation {
@@ -398,11 +418,6 @@ impl Packed {
             next_due_at: self.next_due_at,
             redrives: self.redrives,
             history: self.history.as_deref().cloned().unwrap_or_default(),
-            refund_reserved: self.refund_reserved,
-            stripe_refund_id,
-            capture_before: self.hold.as_ref().and_then(|h| h.capture_before),
-            amount_captured: self.hold.as_ref().and_then(|h| h.amount_captured),
-            taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
             settled_at: self.settled_at,
         }
     }
@@ -1271,7 +1286,7 @@ impl OperationStore for SimStore {
         };
         match claim {
             ChargeClaim::Reserve(_) => {
-                if charge.refund_reserved > charge.params.amount().minor_units() {
+                if charge.refund_reserved() > charge.params.amount().minor_units() {
                     self.over_reserved_writes.fetch_add(1, Ordering::Relaxed);
                     self.first_over_reserved
                         .lock()

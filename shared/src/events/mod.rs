@@ -691,7 +691,7 @@ async fn fail_later(deps: &EventsDeps, write: &RefundFailedLater) -> Result<Rece
             error!(
                 order_id = %op.order_id,
                 operation_id = %op.operation_id,
-                refund = op.stripe_refund_id.as_deref().unwrap_or(""),
+                refund = op.stripe_refund_id().map(|id| id.as_str()).unwrap_or(""),
                 failure_reason = %write.failure_reason,
                 amount = op.params.amount().minor_units(),
                 "a refund failed after it succeeded: recorded failed, its amount is refundable \
@@ -713,7 +713,7 @@ fn page_settled_refund(op: &Operation, stripe: &StripeRefund, reason: &'static s
         order_id = %op.order_id,
         operation_id = %op.operation_id,
         status = %op.status,
-        recorded = op.stripe_refund_id.as_deref().unwrap_or(""),
+        recorded = op.stripe_refund_id().map(|id| id.as_str()).unwrap_or(""),
         refund = stripe.id.as_str(),
         stripe_status = %stripe.status,
         %reason,

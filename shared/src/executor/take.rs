@@ -1,7 +1,8 @@
 //! A capture's or cancel's part of the executor: its calls at Stripe as [`take::plan`] decides
 //! them, and the end of its charge's authorization to record with its outcome.
 
-use charge_core::operation::{Operation, Taker};
+use charge_core::charge::state::Taker;
+use charge_core::operation::Operation;
 use charge_core::store::SettleAuthorization;
 use charge_core::take;
 use charge_core::take::plan::{TakeDecision, TakeStep};
@@ -44,7 +45,7 @@ pub(super) async fn run(deps: &EngineDeps, op: &Operation) -> Planned {
     let authorization = decided.authorization.and_then(|outcome| {
         Some(SettleAuthorization {
             charge: op.key().charge_of_order(),
-            taker: Taker::of(op)?,
+            taker: Taker::of(&op.kind, op.operation_id)?,
             outcome,
             now,
         })

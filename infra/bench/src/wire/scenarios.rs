@@ -470,7 +470,7 @@ impl Ours {
             .expect("the charge");
         assert_eq!(charge.status, OperationStatus::Authorized);
         assert!(
-            charge.capture_before.is_some(),
+            charge.capture_before().is_some(),
             "the deadline, read from Stripe"
         );
         let before = s.stack.snapshot();
@@ -484,7 +484,10 @@ impl Ours {
             .expect("GetItem")
             .expect("the charge");
         assert_eq!(charge.status, OperationStatus::Succeeded);
-        assert_eq!(charge.amount_captured.map(|a| a.minor_units()), Some(1000));
+        assert_eq!(
+            charge.amount_captured().map(|a| a.minor_units()),
+            Some(1000)
+        );
         (authorized, captured)
     }
 

@@ -304,7 +304,7 @@ fn stripe_broken(
     }
     if let Some(published) = of.published {
         let ended = charge.external_id.is_some()
-            && (charge.amount_captured.is_some()
+            && (charge.amount_captured().is_some()
                 || matches!(
                     charge.last_error.as_deref(),
                     Some(AUTHORIZATION_EXPIRED | CANCELED_BY_MERCHANT)
@@ -367,7 +367,7 @@ fn over_captured(charge: &Operation, of: &OrderAuthorization<'_>) -> bool {
     let authorized = charge.params.amount().minor_units();
     let at_stripe = of.intents.iter().any(|i| i.amount_received > i.amount);
     let recorded = charge
-        .amount_captured
+        .amount_captured()
         .is_some_and(|a| a.minor_units() > authorized);
     let capture_over = of
         .capture
@@ -399,7 +399,7 @@ fn disagreement(
     let charge_agrees = match (charge.status, charge.last_error.as_deref()) {
         (OperationStatus::Succeeded, _) => external.is_some_and(|i| {
             i.status == "succeeded"
-                && charge.amount_captured.map(|a| a.minor_units()) == Some(i.amount_received)
+                && charge.amount_captured().map(|a| a.minor_units()) == Some(i.amount_received)
         }),
         (OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED)) => {
             external.is_some_and(IntentAtStripe::lapsed)

@@ -25,6 +25,10 @@
 //! | `due_shard` (S), `due_at` (N) | | the unknown index; only while unsettled |
 //! | `settled_on` (S), `settled_at` (N) | | the settled index (`settled-by-day`): the UTC day `YYYY-MM-DD` and the time (ms) the record settled; set by the write that settles it, never changed after; absent while unsettled and on records settled before 2026-12-04 |
 //!
+//! A kind's own attributes (`refund_reserved`, `capture_before`, `amount_captured`, `taken_by` a
+//! charge's, `stripe_refund_id` a refund's) are read on that kind's record only: an item of
+//! another kind holding one (a refund with a `capture_before`) is malformed, as a corrupted one.
+//!
 //! The drift audit's reports share the table under `pk = AUDIT` (never an operation's: those are
 //! `ORDER#…`), `sk = <window end>/<window start>` (RFC 3339), with `window_from`, `window_to`,
 //! `ran_at` (N, ms), `drift` (N) and `report` (S, the report as JSON): [`report_to_item`].
@@ -33,14 +37,16 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::audit::AuditReport;
+use charge_core::charge::state::{ChargeState, Taker};
 use charge_core::domain::{
     Amount, CancelParams, CancellationReason, CaptureMethod, CaptureParams, ChargeParams, Currency,
     CustomerId, Fingerprint, OperationId, OperationKind, OrderId, PaymentIntentId, PaymentMethodId,
     Principal, StripeRefundId,
 };
 use charge_core::operation::{
-    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review, Taker,
+    AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
+use charge_core::refund::state::RefundState;
 use charge_core::refund::{RefundParams, RefundReason};
 use charge_core::time::Timestamp;
 
@@ -111,17 +117,34 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         op.requested_by.as_ref().map(|p| attr_s(p.as_str())),
     );
     match &op.params {
-        Params::Charge(p) => {
+        Params::Charge(p, state) => {
             put("customer_id", Some(attr_s(p.customer_id.as_str())));
             put("payment_method", Some(attr_s(p.payment_method.as_str())));
             put(
                 "capture_method",
                 (!p.capture_method.is_automatic()).then(|| attr_s(p.capture_method.as_str())),
             );
+            put(
+                CAPTURE_BEFORE,
+                state.capture_before.map(|t| attr_n(t.as_millis())),
+            );
+            put(
+                AMOUNT_CAPTURED,
+                state.amount_captured.map(|a| attr_n(a.minor_units())),
+            );
+            put(TAKEN_BY, state.taken_by.map(|t| attr_s(&t.to_string())));
+            put(
+                REFUND_RESERVED,
+                (state.refund_reserved != 0).then(|| attr_n(state.refund_reserved)),
+            );
         }
-        Params::Refund(p) => {
+        Params::Refund(p, state) => {
             put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
             put("refund_reason", p.reason.map(|r| attr_s(r.as_str())));
+            put(
+                STRIPE_REFUND_ID,
+                state.stripe_refund_id.as_deref().map(attr_s),
+            );
         }
         Params::Capture(p) => put("payment_intent", Some(attr_s(p.payment_intent.as_str()))),
         Params::Cancel(p) => {
@@ -132,20 +155,6 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
             );
         }
     }
-    put(
-        CAPTURE_BEFORE,
-        op.capture_before.map(|t| attr_n(t.as_millis())),
-    );
-    put(
-        AMOUNT_CAPTURED,
-        op.amount_captured.map(|a| attr_n(a.minor_units())),
-    );
-    put(TAKEN_BY, op.taken_by.map(|t| attr_s(&t.to_string())));
-    put(
-        REFUND_RESERVED,
-        (op.refund_reserved != 0).then(|| attr_n(op.refund_reserved)),
-    );
-    put(STRIPE_REFUND_ID, op.stripe_refund_id.as_deref().map(attr_s));
     put(SETTLED_AT, op.settled_at.map(|t| attr_n(t.as_millis())));
     put(SETTLED_ON, op.settled_at.map(|t| attr_s(&settled_day(t))));
     put(EXTERNAL_ID, op.external_id.as_deref().map(attr_s));
@@ -446,53 +455,73 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
         next_due_at: get_t(item, DUE_AT)?,
         redrives: get_n(item, REDRIVES)?.unwrap_or(0),
         history: history_from_item(item)?,
-        refund_reserved: get_n(item, REFUND_RESERVED)?.unwrap_or(0),
-        stripe_refund_id: get_s(item, STRIPE_REFUND_ID)?
-            .map(|id| domain(STRIPE_REFUND_ID, StripeRefundId::parse(id)))
-            .transpose()?,
-        capture_before: get_t(item, CAPTURE_BEFORE)?,
-        amount_captured: get_n(item, AMOUNT_CAPTURED)?
-            .map(|a| domain(AMOUNT_CAPTURED, Amount::new(a)))
-            .transpose()?,
-        taken_by: get_s(item, TAKEN_BY)?
-            .map(|t| domain(TAKEN_BY, Taker::parse(t)))
-            .transpose()?,
         settled_at: get_t(item, SETTLED_AT)?,
     })
 }
 
-/// What the operation sends to Stripe, by its kind (its sort key).
+/// The attributes only a charge's record holds, and only a refund's.
+const CHARGE_STATE: [&str; 4] = [REFUND_RESERVED, CAPTURE_BEFORE, AMOUNT_CAPTURED, TAKEN_BY];
+const REFUND_STATE: [&str; 1] = [STRIPE_REFUND_ID];
+
+/// What the operation sends to Stripe and what only its kind's record holds, by its kind (its
+/// sort key). An attribute that only another kind holds (a refund's `capture_before`) makes the
+/// item unreadable: the record would be read as something no write of ours makes.
 fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreError> {
+    let others: &[&str] = match kind {
+        OperationKind::Charge => &REFUND_STATE,
+        OperationKind::Refund(_) => &CHARGE_STATE,
+        OperationKind::Capture | OperationKind::Cancel => &[
+            REFUND_RESERVED,
+            CAPTURE_BEFORE,
+            AMOUNT_CAPTURED,
+            TAKEN_BY,
+            STRIPE_REFUND_ID,
+        ],
+    };
+    if let Some(field) = others.iter().find(|f| item.contains_key(**f)) {
+        let why = format!("a {} record holds none", kind.as_str());
+        return Err(malformed(field, &why));
+    }
     let amount = domain("amount", Amount::new(req_n(item, "amount")?))?;
     let currency = domain("currency", Currency::parse(req_s(item, "currency")?))?;
     Ok(match kind {
-        OperationKind::Charge => Params::Charge(ChargeParams {
-            amount,
-            currency,
-            customer_id: domain(
-                "customer_id",
-                CustomerId::parse(req_s(item, "customer_id")?),
-            )?,
-            payment_method: domain(
-                "payment_method",
-                PaymentMethodId::parse(req_s(item, "payment_method")?),
-            )?,
-            capture_method: get_s(item, "capture_method")?
-                .map(|m| domain("capture_method", CaptureMethod::parse(m)))
-                .transpose()?
-                .unwrap_or_default(),
-        }),
-        OperationKind::Refund(_) => Params::Refund(RefundParams {
-            amount,
-            currency,
-            payment_intent: domain(
-                "payment_intent",
-                PaymentIntentId::parse(req_s(item, "payment_intent")?),
-            )?,
-            reason: get_s(item, "refund_reason")?
-                .map(|r| domain("refund_reason", RefundReason::parse(r)))
-                .transpose()?,
-        }),
+        OperationKind::Charge => Params::Charge(
+            ChargeParams {
+                amount,
+                currency,
+                customer_id: domain(
+                    "customer_id",
+                    CustomerId::parse(req_s(item, "customer_id")?),
+                )?,
+                payment_method: domain(
+                    "payment_method",
+                    PaymentMethodId::parse(req_s(item, "payment_method")?),
+                )?,
+                capture_method: get_s(item, "capture_method")?
+                    .map(|m| domain("capture_method", CaptureMethod::parse(m)))
+                    .transpose()?
+                    .unwrap_or_default(),
+            },
+            charge_state_from_item(item)?,
+        ),
+        OperationKind::Refund(_) => Params::Refund(
+            RefundParams {
+                amount,
+                currency,
+                payment_intent: domain(
+                    "payment_intent",
+                    PaymentIntentId::parse(req_s(item, "payment_intent")?),
+                )?,
+                reason: get_s(item, "refund_reason")?
+                    .map(|r| domain("refund_reason", RefundReason::parse(r)))
+                    .transpose()?,
+            },
+            RefundState {
+                stripe_refund_id: get_s(item, STRIPE_REFUND_ID)?
+                    .map(|id| domain(STRIPE_REFUND_ID, StripeRefundId::parse(id)))
+                    .transpose()?,
+            },
+        ),
         OperationKind::Capture => Params::Capture(CaptureParams {
             amount_to_capture: amount,
             currency,
@@ -511,6 +540,19 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 .map(|r| domain("cancellation_reason", CancellationReason::parse(r)))
                 .transpose()?,
         }),
+    })
+}
+
+fn charge_state_from_item(item: &Attrs) -> Result<ChargeState, StoreError> {
+    Ok(ChargeState {
+        refund_reserved: get_n(item, REFUND_RESERVED)?.unwrap_or(0),
+        capture_before: get_t(item, CAPTURE_BEFORE)?,
+        amount_captured: get_n(item, AMOUNT_CAPTURED)?
+            .map(|a| domain(AMOUNT_CAPTURED, Amount::new(a)))
+            .transpose()?,
+        taken_by: get_s(item, TAKEN_BY)?
+            .map(|t| domain(TAKEN_BY, Taker::parse(t)))
+            .transpose()?,
     })
 }
 
@@ -713,6 +755,74 @@ mod tests {
         let op = operation_from_item(&item).unwrap();
         assert_eq!(op.requested_by, None);
         assert!(!operation_to_item(&op).contains_key("requested_by"));
+    }
+
+    /// Each kind's state attributes are read on its own kind's record only: one that belongs to
+    /// another kind (a refund's `capture_before`) makes the record unreadable, naming the
+    /// attribute; its twin, the same attribute on the kind that holds it, reads.
+    #[test]
+    fn a_state_attribute_of_another_kind_is_an_error_and_on_its_own_kind_reads() {
+        let charge = sample();
+        let mut refund = charge_core::testing::order("ord-item")
+            .status(OperationStatus::Succeeded)
+            .build();
+        refund.kind = OperationKind::Refund(charge_core::domain::RefundId::parse("r-1").unwrap());
+        refund.params = Params::Refund(
+            RefundParams {
+                amount: Amount::new(100).unwrap(),
+                currency: Currency::parse("eur").unwrap(),
+                payment_intent: PaymentIntentId::parse("pi_1").unwrap(),
+                reason: None,
+            },
+            RefundState::default(),
+        );
+        let mut capture = refund.clone();
+        capture.kind = OperationKind::Capture;
+        capture.params = Params::Capture(CaptureParams {
+            amount_to_capture: Amount::new(100).unwrap(),
+            currency: Currency::parse("eur").unwrap(),
+            payment_intent: PaymentIntentId::parse("pi_1").unwrap(),
+        });
+        let taker = format!("capture:{}", capture.operation_id);
+        let state = [
+            (REFUND_RESERVED, attr_n(300)),
+            (CAPTURE_BEFORE, attr_n(1_800_000_000_000_i64)),
+            (AMOUNT_CAPTURED, attr_n(100)),
+            (TAKEN_BY, attr_s(&taker)),
+            (STRIPE_REFUND_ID, attr_s("re_1")),
+        ];
+        for (op, holds) in [
+            (&charge, &CHARGE_STATE[..]),
+            (&refund, &REFUND_STATE[..]),
+            (&capture, &[][..]),
+        ] {
+            for (field, value) in &state {
+                let mut item = operation_to_item(op);
+                item.insert((*field).to_owned(), value.clone());
+                let read = operation_from_item(&item);
+                if holds.contains(field) {
+                    let read = read.unwrap_or_else(|e| panic!("{} {field}: {e}", op.kind.as_str()));
+                    assert_eq!(operation_to_item(&read)[*field], *value, "{field} kept");
+                } else {
+                    let err = read.unwrap_err().to_string();
+                    assert!(
+                        err.contains(field) && err.contains(op.kind.as_str()),
+                        "{} {field}: {err}",
+                        op.kind.as_str()
+                    );
+                }
+            }
+        }
+        let refund_read = {
+            let mut item = operation_to_item(&refund);
+            item.insert(STRIPE_REFUND_ID.into(), attr_s("re_1"));
+            operation_from_item(&item).unwrap()
+        };
+        assert_eq!(refund_read.stripe_refund_id().unwrap().as_str(), "re_1");
+        assert_eq!(
+            (refund_read.capture_before(), refund_read.refund_reserved()),
+            (None, 0)
+        );
     }
 
     #[test]

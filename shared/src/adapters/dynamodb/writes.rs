@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use charge_core::domain::OperationKind;
 use charge_core::operation::{AuditEntry, OperationStatus};
 use charge_core::store_rules::{self, Guard, Transition};
 use charge_core::time::Timestamp;
@@ -371,13 +372,17 @@ impl Update for OutcomeRecord {
         if let Some(id) = &self.external_id {
             e.set(EXTERNAL_ID, attr_s(id));
         }
-        if let Some(id) = &self.stripe_refund_id {
+        // Each kind's record holds only its own (as the rules keep it): a refund's id on a
+        // refund, an authorization's deadline and capture on a charge.
+        let refund = matches!(self.key.kind, OperationKind::Refund(_));
+        let charge = self.key.kind == OperationKind::Charge;
+        if let Some(id) = self.stripe_refund_id.as_ref().filter(|_| refund) {
             e.set(STRIPE_REFUND_ID, attr_s(id));
         }
-        if let Some(t) = self.capture_before {
+        if let Some(t) = self.capture_before.filter(|_| charge) {
             e.set(CAPTURE_BEFORE, attr_n(t.as_millis()));
         }
-        if let Some(amount) = self.amount_captured {
+        if let Some(amount) = self.amount_captured.filter(|_| charge) {
             e.set(AMOUNT_CAPTURED, attr_n(amount.minor_units()));
         }
         match &self.last_error {
@@ -513,7 +518,11 @@ impl Update for ManualResolution {
         if let Some(id) = &self.external_id {
             e.set(EXTERNAL_ID, attr_s(id));
         }
-        if let Some(id) = &self.stripe_refund_id {
+        if let Some(id) = self
+            .stripe_refund_id
+            .as_ref()
+            .filter(|_| matches!(self.key.kind, OperationKind::Refund(_)))
+        {
             e.set(STRIPE_REFUND_ID, attr_s(id));
         }
         // The review evidence moves into the history entry (the caller copied it there).
@@ -628,7 +637,7 @@ mod tests {
 
     /// A capture's or cancel's writes on its charge: both ways of taking it, each end.
     fn takings() -> Vec<Write> {
-        use charge_core::operation::Taker;
+        use charge_core::charge::state::Taker;
         let op = charge_core::testing::order("ord-w").build();
         let taker = Taker {
             capture: true,
@@ -674,6 +683,52 @@ mod tests {
                 "{}",
                 w.update
             );
+        }
+    }
+
+    /// An outcome's kind-owned parts are written only on the kind whose record holds them: a
+    /// refund's Stripe id on a refund, an authorization's deadline and capture on a charge, as
+    /// the store rules keep them; the same outcome on the other kind writes none of them.
+    #[test]
+    fn an_outcome_writes_each_kind_only_what_its_record_holds() {
+        let charge = charge_core::testing::order("ord-w").build();
+        let full = |key: charge_core::operation::OperationKey| OutcomeRecord {
+            key,
+            stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
+            capture_before: Some(T0),
+            amount_captured: Some(charge.params.amount()),
+            ..charge_core::testing::outcome(
+                &charge,
+                LeaseToken::new_random(),
+                OperationStatus::Unknown,
+                T0,
+            )
+        };
+        let names = |rec: &OutcomeRecord| -> BTreeSet<String> {
+            write(rec).unwrap().names.into_values().collect()
+        };
+        let refund_key = charge_core::operation::OperationKey::refund(
+            charge.order_id.clone(),
+            charge_core::domain::RefundId::parse("r-1").unwrap(),
+        );
+        let capture_key = charge_core::operation::OperationKey::of_kind(
+            charge.order_id.clone(),
+            charge_core::domain::OperationKind::Capture,
+        );
+        for (key, held) in [
+            (charge.key(), &[CAPTURE_BEFORE, AMOUNT_CAPTURED][..]),
+            (refund_key, &[STRIPE_REFUND_ID][..]),
+            (capture_key, &[][..]),
+        ] {
+            let named = names(&full(key.clone()));
+            for attr in [CAPTURE_BEFORE, AMOUNT_CAPTURED, STRIPE_REFUND_ID] {
+                assert_eq!(
+                    named.contains(attr),
+                    held.contains(&attr),
+                    "{} {attr}",
+                    key.kind.as_str()
+                );
+            }
         }
     }
 
@@ -739,6 +794,10 @@ mod tests {
             now: T0,
         };
         let refund = ManualResolution {
+            key: charge_core::operation::OperationKey::refund(
+                op.order_id.clone(),
+                charge_core::domain::RefundId::parse("r-1").unwrap(),
+            ),
             stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
             release: Some(release.clone()),
             ..resolve(OperationStatus::Failed, None)
