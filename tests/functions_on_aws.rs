@@ -16,7 +16,7 @@ use charge_core::{
 };
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
+use charge_once::ports::{ChargeQueue, OperationCreates, OperationReads, QueueError, QueuedCharge};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::aws::sdk_config;

@@ -22,7 +22,7 @@ use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::executor::execute_charge;
-use charge_once::ports::OperationStore;
+use charge_once::ports::{OperationCreates, OperationReads};
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
 use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};

@@ -24,7 +24,8 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::execute_charge;
 use charge_once::ports::{
-    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueuedCharge,
+    ChargeQueue, CreatePaymentIntent, OperationCreates, OperationReads, PaymentIntents,
+    QueuedCharge,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};

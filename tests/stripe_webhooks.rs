@@ -23,7 +23,7 @@ use charge_core::{
 };
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::OperationStore;
+use charge_once::ports::OperationReads;
 use charge_once::testing::CreateIn as _;
 use charge_once::webhook::signature::verify;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};

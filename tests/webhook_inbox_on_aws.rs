@@ -10,7 +10,7 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
-use charge_once::ports::{Admitted, OperationStore, PaymentGateway, WebhookInbox, INBOX_TTL};
+use charge_once::ports::{Admitted, OperationReads, PaymentIntents, WebhookInbox, INBOX_TTL};
 use charge_once::testing::{self, CreateIn as _};
 use charge_once::webhook::signature::sign_header;
 use charge_once::webhook::{receive, Reception, WebhookDeps, DEFAULT_TOLERANCE};

@@ -20,6 +20,9 @@
 //! The bucket is GCRA (a virtual scheduling token bucket): one integer, the theoretical arrival
 //! time, on the injected clock, so it behaves the same on the virtual clock of a test.
 
+use crate::ports::CreatedLists;
+use crate::ports::PaymentIntents;
+use crate::ports::StripeRefunds;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -256,16 +259,10 @@ impl PacedGateway {
     }
 }
 
+crate::forward_gateway!(PacedGateway, inner: StripeAccount);
+
 #[async_trait]
-impl PaymentGateway for PacedGateway {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-
-    fn requests(&self) -> Option<&crate::ports::StripeRequests> {
-        self.inner.requests()
-    }
-
+impl PaymentIntents for PacedGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.slot(&self.calls).await?;
         self.inner.create(req).await
@@ -296,7 +293,10 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.capture(req).await
     }
+}
 
+#[async_trait]
+impl StripeRefunds for PacedGateway {
     // Refund calls are calls of the same account: each takes a slot of the same budget.
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -318,7 +318,10 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.list_refunds(payment_intent).await
     }
+}
 
+#[async_trait]
+impl CreatedLists for PacedGateway {
     // The audit's lists: one slot a page, each page one request.
 
     async fn list_intents_created(

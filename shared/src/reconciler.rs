@@ -575,6 +575,8 @@ async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) 
 
 #[cfg(test)]
 mod tests {
+    use crate::ports::OperationCreates;
+    use crate::ports::OperationReads;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Mutex;
 

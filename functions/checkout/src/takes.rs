@@ -256,11 +256,12 @@ mod tests {
         time::{ManualClock, Timestamp},
     };
     use charge_once::memory::{MemoryQueue, MemoryStore};
-    use charge_once::ports::OperationStore;
+
     use lambda_runtime::{Context, LambdaEvent};
 
     use super::*;
     use crate::handler::handle;
+    use charge_once::ports::OperationLeases;
 
     const T: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 

@@ -362,6 +362,9 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 
 #[cfg(test)]
 mod tests {
+    use charge_once::ports::OperationCreates;
+    use charge_once::ports::OperationReads;
+    use charge_once::ports::{CreatedLists, PaymentIntents, StripeAccount, StripeRefunds};
     use std::sync::atomic::Ordering;
 
     use charge_core::charge::event_plan::SECOND_PAYMENT_INTENT;
@@ -377,7 +380,7 @@ mod tests {
     };
     use charge_once::executor::ChargeDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
-    use charge_once::ports::OperationStore;
+
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
     use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
@@ -978,11 +981,14 @@ mod tests {
     /// zero budget is really out of time.
     struct SlowStripe(Arc<FakeGateway>);
 
-    #[async_trait::async_trait]
-    impl charge_once::ports::PaymentGateway for SlowStripe {
+    impl StripeAccount for SlowStripe {
         fn livemode(&self) -> bool {
             self.0.livemode()
         }
+    }
+
+    #[async_trait::async_trait]
+    impl PaymentIntents for SlowStripe {
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,
@@ -1013,6 +1019,10 @@ mod tests {
             self.0.cancel(req).await
         }
     }
+
+    impl StripeRefunds for SlowStripe {}
+
+    impl CreatedLists for SlowStripe {}
 
     /// The invocation as `cargo lambda watch` makes it settles the sample's operation, by either
     /// route: before, both were forgotten with `deadline` (a 500, a failed invocation).

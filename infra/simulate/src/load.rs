@@ -43,7 +43,7 @@ use charge_once::config::StripeBudget;
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{
-    ChargeQueue, MessageVisibility, OperationStore, QueueError, QueuedCharge,
+    ChargeQueue, MessageVisibility, OperationReads, OperationStore, QueueError, QueuedCharge,
 };
 use charge_once::reconciler::ReconcilerDeps;
 use checkout::door::Checkout;

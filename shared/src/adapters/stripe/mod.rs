@@ -9,6 +9,10 @@
 //! The secret key never appears in `Debug`, in a log line or in an error: [`SecretKey`] redacts
 //! itself, and error messages from Stripe are scrubbed of anything that looks like a key.
 
+use crate::ports::CreatedLists;
+use crate::ports::PaymentIntents;
+use crate::ports::StripeAccount;
+use crate::ports::StripeRefunds;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +38,6 @@ use tracing::{debug, warn};
 
 use crate::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway,
 };
 
 pub mod lists;
@@ -782,8 +785,7 @@ pub fn search_query(operation_id: &OperationId) -> String {
 /// Stripe's largest page (`limit`), what a refund list asks for.
 pub const REFUND_PAGE_SIZE: u32 = 100;
 
-#[async_trait]
-impl PaymentGateway for StripeGateway {
+impl StripeAccount for StripeGateway {
     fn livemode(&self) -> bool {
         self.livemode
     }
@@ -791,7 +793,10 @@ impl PaymentGateway for StripeGateway {
     fn requests(&self) -> Option<&StripeRequests> {
         Some(&self.requests)
     }
+}
 
+#[async_trait]
+impl PaymentIntents for StripeGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let mut form = vec![
             ("amount", req.params.amount.minor_units().to_string()),
@@ -875,7 +880,10 @@ impl PaymentGateway for StripeGateway {
         )
         .await
     }
+}
 
+#[async_trait]
+impl StripeRefunds for StripeGateway {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.post_object(
             &self.requests.refund_create,
@@ -915,7 +923,10 @@ impl PaymentGateway for StripeGateway {
         })
         .await
     }
+}
 
+#[async_trait]
+impl CreatedLists for StripeGateway {
     async fn list_intents_created(
         &self,
         window: &AuditWindow,
