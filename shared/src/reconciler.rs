@@ -45,7 +45,7 @@ use tracing::{error, info, warn};
 
 use crate::executor::{execute_charge, ChargeDeps};
 use crate::ports::{
-    ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, StoreError,
+    ChargeQueue, IndexQuery, MetricsSink, QueueError, QueuedCharge, StoreError, UnknownIndex,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
 
@@ -81,7 +81,7 @@ pub enum Redriven {
 /// re-uses the operation's idempotency key and never creates past the key window, so a re-drive
 /// cannot make a second charge.
 pub async fn redrive(
-    store: &dyn OperationStore,
+    store: &dyn UnknownIndex,
     queue: &dyn ChargeQueue,
     request: Reschedule,
 ) -> Result<Redriven, StoreError> {

@@ -73,7 +73,13 @@ pub struct PageWatch {
     pub pages: Arc<Pages>,
 }
 
-charge_once::forward_store!(PageWatch, inner: OperationReads, OperationCreates, UnknownIndex, ManualResolutions);
+charge_once::forward_store!(
+    PageWatch, inner:
+    OperationReads,
+    OperationCreates,
+    UnknownIndex,
+    ManualResolutions,
+);
 
 #[async_trait]
 impl OperationLeases for PageWatch {

@@ -166,7 +166,13 @@ impl EditedPages {
     }
 }
 
-charge_once::forward_store!(EditedPages, inner: OperationReads, OperationCreates, OperationLeases, ManualResolutions);
+charge_once::forward_store!(
+    EditedPages, inner:
+    OperationReads,
+    OperationCreates,
+    OperationLeases,
+    ManualResolutions,
+);
 
 #[async_trait]
 impl UnknownIndex for EditedPages {

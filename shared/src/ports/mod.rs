@@ -48,9 +48,9 @@ pub use queue::{
     QueuedCharge,
 };
 pub use store::{
-    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    OperationStore, Page, ReviewCount, SettledRecords, StoreCalls, StoreError, UnknownIndex,
-    UnreadableRecord,
+    AuditStore, DoorStore, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
+    OperationReads, OperationStore, Page, ReviewCount, SettledRecords, StoreCalls, StoreError,
+    UnknownIndex, UnreadableRecord,
 };
 
 #[doc(hidden)]

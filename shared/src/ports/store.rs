@@ -129,8 +129,10 @@ impl StoreCalls {
 /// below, which a full adapter (`DynamoStore`, `MemoryStore`, the simulation's `SimStore`)
 /// implements one by one. Implemented for any type that has them all; a caller that needs only
 /// some names only those ([`OperationReads`], [`OperationCreates`], [`OperationLeases`],
-/// [`UnknownIndex`], [`ManualResolutions`], [`SettledRecords`]), and a wrapper implements the ones
-/// it changes and forwards the rest with [`forward_store!`](crate::forward_store).
+/// [`UnknownIndex`], [`ManualResolutions`], [`SettledRecords`]), or the set one caller uses
+/// ([`DoorStore`], [`AuditStore`]), and a wrapper implements the ones it changes and forwards the
+/// rest with [`forward_store!`](crate::forward_store). The callers' sets are supertraits too, so a
+/// whole store (`Arc<dyn OperationStore>`) is handed to such a caller as it is.
 pub trait OperationStore:
     OperationReads
     + OperationCreates
@@ -138,8 +140,22 @@ pub trait OperationStore:
     + UnknownIndex
     + ManualResolutions
     + SettledRecords
+    + DoorStore
+    + AuditStore
 {
 }
+
+/// The store as the checkout door uses it: read what is there, create what is not (alone, or
+/// beside its claim on the order's charge).
+pub trait DoorStore: OperationReads + OperationCreates {}
+
+impl<T: OperationReads + OperationCreates + ?Sized> DoorStore for T {}
+
+/// The store as the drift audit reads it: the records settled in a window, an order's refunds,
+/// the review partition counted.
+pub trait AuditStore: OperationReads + UnknownIndex + SettledRecords {}
+
+impl<T: OperationReads + UnknownIndex + SettledRecords + ?Sized> AuditStore for T {}
 
 impl<T> OperationStore for T where
     T: OperationReads
