@@ -33,9 +33,9 @@ use charge_core::{
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::ports::{
-    Admitted, ManualResolutions, OperationReads, PaymentIntents, WebhookInbox,
+    Admitted, ChargeMessage, CreatePaymentIntent, ManualResolutions, OperationReads,
+    PaymentIntents, WebhookInbox,
 };
-use charge_once::ports::{ChargeMessage, CreatePaymentIntent};
 use serde_json::Value;
 use testkit::stack::Stack;
 

@@ -20,9 +20,6 @@
 //! The bucket is GCRA (a virtual scheduling token bucket): one integer, the theoretical arrival
 //! time, on the injected clock, so it behaves the same on the virtual clock of a test.
 
-use crate::ports::CreatedLists;
-use crate::ports::PaymentIntents;
-use crate::ports::StripeRefunds;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -35,8 +32,9 @@ use charge_core::refund::StripeRefund;
 use charge_core::{audit::AuditWindow, time::Clock};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway, Sleeper,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentGateway, PaymentIntents, Sleeper, StripeAccount, StripeRefunds,
+    StripeRequests,
 };
 
 /// Tokio's timer.
@@ -259,7 +257,14 @@ impl PacedGateway {
     }
 }
 
-crate::forward_gateway!(PacedGateway, inner: StripeAccount);
+impl StripeAccount for PacedGateway {
+    fn livemode(&self) -> bool {
+        self.inner.livemode()
+    }
+    fn requests(&self) -> Option<&StripeRequests> {
+        self.inner.requests()
+    }
+}
 
 #[async_trait]
 impl PaymentIntents for PacedGateway {

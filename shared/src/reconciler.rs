@@ -575,8 +575,7 @@ async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) 
 
 #[cfg(test)]
 mod tests {
-    use crate::ports::OperationCreates;
-    use crate::ports::OperationReads;
+    use crate::ports::{OperationCreates, OperationReads};
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Mutex;
 

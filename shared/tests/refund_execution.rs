@@ -2,8 +2,6 @@
 //! ports: accepted as the door accepts it (the charge as read, the reservation in the same write),
 //! then executed any number of times. Every test counts the refunds the fake Stripe made.
 
-use charge_once::ports::OperationCreates;
-use charge_once::ports::OperationReads;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +16,7 @@ use charge_core::{
 };
 use charge_once::executor::{execute_charge, ChargeDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
+use charge_once::ports::{OperationCreates, OperationReads};
 use charge_once::testing::CreateIn as _;
 
 struct World {

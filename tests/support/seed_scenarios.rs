@@ -7,8 +7,6 @@
 //! (as [`crate::store_contract_tests!`] does for stores). A few need a fault only the fake can make
 //! (a 401, a 400); they take a `World<FakeSide>` and only the fake's binary lists them.
 
-use charge_once::ports::OperationLeases;
-use charge_once::ports::OperationReads;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,8 +24,8 @@ use charge_core::{
 use charge_once::executor::{execute_charge, ChargeDeps, ChargeReport};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, PaymentGateway,
-    PaymentIntents, StripeAccount, StripeRefunds,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, OperationLeases,
+    OperationReads, PaymentGateway, PaymentIntents, StripeAccount, StripeRefunds,
 };
 use charge_once::testing::CreateIn as _;
 use stripe_sim::{FaultConfig, FaultKind};

@@ -7,7 +7,6 @@
 //!
 //! A file that needs more (the outcomes tests' event bus) builds it beside a `Stack`.
 
-use charge_once::ports::OperationReads;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::ChargeDeps;
-use charge_once::ports::{ChargeQueue, StoreError};
+use charge_once::ports::{ChargeQueue, OperationReads, StoreError};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
 use charge_once::telemetry::CapturedMetrics;
 use checkout::door::Checkout;

@@ -571,8 +571,9 @@ mod tests {
     };
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::pacing::Budget;
-    use charge_once::ports::DeadLetter;
-    use charge_once::ports::{CreatedLists, PaymentIntents, StripeAccount, StripeRefunds};
+    use charge_once::ports::{
+        CreatedLists, DeadLetter, PaymentIntents, StripeAccount, StripeRefunds,
+    };
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;

@@ -362,9 +362,10 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 
 #[cfg(test)]
 mod tests {
-    use charge_once::ports::OperationCreates;
-    use charge_once::ports::OperationReads;
-    use charge_once::ports::{CreatedLists, PaymentIntents, StripeAccount, StripeRefunds};
+    use charge_once::ports::{
+        CreatedLists, OperationCreates, OperationReads, PaymentIntents, StripeAccount,
+        StripeRefunds,
+    };
     use std::sync::atomic::Ordering;
 
     use charge_core::charge::event_plan::SECOND_PAYMENT_INTENT;

@@ -25,7 +25,6 @@
 //! the HTTP clients without TLS, and, in the charge and events phases, the embedded simulator's
 //! answering too (it runs on the same thread): an upper bound of the function's own CPU.
 
-use charge_once::ports::OperationReads;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
@@ -38,6 +37,7 @@ use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::ChargeDeps;
+use charge_once::ports::OperationReads;
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
 use lambda_runtime::{Context, LambdaEvent};

@@ -12,7 +12,6 @@
 //! For contrast, the seed's straight port finds its work with a Scan: its computed read units are
 //! reported on the same table.
 
-use charge_once::ports::UnknownIndex;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{attr_n, attr_s, operation_to_item};
 use charge_once::adapters::dynamodb::{due_shard, DynamoStore};
-use charge_once::ports::IndexQuery;
+use charge_once::ports::{IndexQuery, UnknownIndex};
 use testkit::aws::{sdk_config, unique};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter};

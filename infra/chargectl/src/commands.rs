@@ -1111,10 +1111,9 @@ mod tests {
     };
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent};
     use charge_once::ports::{
-        CreatedLists, OperationCreates, OperationReads, PaymentIntents, StripeAccount,
-        StripeRefunds,
+        CancelPaymentIntent, CreatePaymentIntent, CreatedLists, OperationCreates, OperationReads,
+        PaymentIntents, StripeAccount, StripeRefunds,
     };
     use charge_once::testing;
 

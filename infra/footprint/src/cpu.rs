@@ -6,7 +6,6 @@
 //! handler runs on a current-thread Tokio runtime, so all its work is on that thread. The operations
 //! and the events are built before the clock starts; only `charge::handler::handle` is timed.
 
-use charge_once::ports::OperationCreates;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +18,7 @@ use charge_core::{
 };
 use charge_once::executor::ChargeDeps;
 use charge_once::memory::{FakeGateway, MemoryStore};
-use charge_once::ports::ChargeMessage;
+use charge_once::ports::{ChargeMessage, OperationCreates};
 use lambda_runtime::{Context, LambdaEvent};
 
 #[derive(Debug, Clone)]

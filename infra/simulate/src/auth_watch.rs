@@ -73,7 +73,7 @@ pub struct PageWatch {
     pub pages: Arc<Pages>,
 }
 
-charge_once::forward_store!(
+crate::forward_store!(
     PageWatch, inner:
     OperationReads,
     OperationCreates,
@@ -116,7 +116,7 @@ pub struct CountingTakes {
     pub calls: Arc<TakeCalls>,
 }
 
-charge_once::forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds);
+crate::forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds);
 
 #[async_trait]
 impl PaymentIntents for CountingTakes {

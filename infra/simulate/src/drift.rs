@@ -26,9 +26,8 @@ use charge_core::{
     time::{Clock, ManualClock, Timestamp},
 };
 use charge_once::audit::{run_audit, AuditDeps, AuditRun};
-use charge_once::ports::MetricsSink;
 use charge_once::ports::{
-    AuditLog, CreatePaymentIntent, OperationReads, OperationStore, PaymentGateway,
+    AuditLog, CreatePaymentIntent, MetricsSink, OperationReads, OperationStore, PaymentGateway,
 };
 use serde::Serialize;
 use stripe_sim::StripeSim;

@@ -23,10 +23,9 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreatedLists,
-    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreateRefund,
+    CreatedLists, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
     OperationStore, Page, PaymentGateway, PaymentIntents, QueueError, QueuedCharge, SettledRecords,
     StoreError, StripeRefunds, UnknownIndex,
 };
@@ -1061,7 +1060,7 @@ impl SimGateway {
     }
 }
 
-charge_once::forward_gateway!(SimGateway, inner: StripeAccount);
+crate::forward_gateway!(SimGateway, inner: StripeAccount);
 
 #[async_trait]
 impl PaymentIntents for SimGateway {

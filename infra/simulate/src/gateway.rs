@@ -475,7 +475,7 @@ impl ClockSynced {
     }
 }
 
-charge_once::forward_gateway!(ClockSynced, inner: StripeAccount);
+crate::forward_gateway!(ClockSynced, inner: StripeAccount);
 
 #[async_trait]
 impl PaymentIntents for ClockSynced {

@@ -19,11 +19,10 @@ use charge_core::{
     operation::{Operation, OperationKey, OperationStatus},
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
 };
-use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreatedLists,
-    IndexQuery, OperationCreates, OperationLeases, OperationReads, OperationStore, Page,
-    PaymentGateway, PaymentIntents, QueueError, QueuedCharge, SettledRecords, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreateRefund,
+    CreatedLists, IndexQuery, OperationCreates, OperationLeases, OperationReads, OperationStore,
+    Page, PaymentGateway, PaymentIntents, QueueError, QueuedCharge, SettledRecords, StoreError,
     StripeAccount, StripeRefunds, UnknownIndex,
 };
 use clap::ValueEnum;
@@ -166,7 +165,7 @@ impl EditedPages {
     }
 }
 
-charge_once::forward_store!(
+crate::forward_store!(
     EditedPages, inner:
     OperationReads,
     OperationCreates,
@@ -219,7 +218,7 @@ pub struct TrustEventPayload {
 }
 
 // The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
-charge_once::forward_gateway!(TrustEventPayload, inner: StripeRefunds);
+crate::forward_gateway!(TrustEventPayload, inner: StripeRefunds);
 
 impl StripeAccount for TrustEventPayload {
     fn livemode(&self) -> bool {
@@ -260,7 +259,7 @@ impl CreatedLists for TrustEventPayload {}
 pub struct CancelNotMade(pub Arc<dyn PaymentGateway>);
 
 // The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
-charge_once::forward_gateway!(CancelNotMade, 0: StripeRefunds);
+crate::forward_gateway!(CancelNotMade, 0: StripeRefunds);
 
 impl StripeAccount for CancelNotMade {
     fn livemode(&self) -> bool {
@@ -368,7 +367,7 @@ impl RefundStore {
     }
 }
 
-charge_once::forward_store!(RefundStore, inner: UnknownIndex, ManualResolutions);
+crate::forward_store!(RefundStore, inner: UnknownIndex, ManualResolutions);
 
 #[async_trait]
 impl OperationReads for RefundStore {
@@ -442,7 +441,7 @@ pub struct RefundUnderChargeKey {
     pub store: Arc<dyn OperationStore>,
 }
 
-charge_once::forward_gateway!(RefundUnderChargeKey, inner: PaymentIntents);
+crate::forward_gateway!(RefundUnderChargeKey, inner: PaymentIntents);
 
 impl StripeAccount for RefundUnderChargeKey {
     fn livemode(&self) -> bool {
@@ -493,7 +492,7 @@ impl CaptureSettledByReplay {
     }
 }
 
-charge_once::forward_gateway!(CaptureSettledByReplay, inner: StripeRefunds);
+crate::forward_gateway!(CaptureSettledByReplay, inner: StripeRefunds);
 
 impl StripeAccount for CaptureSettledByReplay {
     fn livemode(&self) -> bool {
@@ -578,7 +577,7 @@ impl DeadlineFromCreation {
     }
 }
 
-charge_once::forward_gateway!(DeadlineFromCreation, inner: StripeRefunds);
+crate::forward_gateway!(DeadlineFromCreation, inner: StripeRefunds);
 
 impl StripeAccount for DeadlineFromCreation {
     fn livemode(&self) -> bool {
@@ -616,7 +615,7 @@ impl CreatedLists for DeadlineFromCreation {}
 /// it is written on its own (no claim on the charge): both go on to Stripe.
 pub struct TakesNotFenced(pub Arc<dyn OperationStore>);
 
-charge_once::forward_store!(TakesNotFenced, 0: OperationLeases, UnknownIndex, ManualResolutions);
+crate::forward_store!(TakesNotFenced, 0: OperationLeases, UnknownIndex, ManualResolutions);
 
 #[async_trait]
 impl OperationReads for TakesNotFenced {

@@ -53,10 +53,9 @@ use charge_core::{
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::memory::ReportShelf;
 use charge_once::ports::{
-    AuditLog, ManualResolutions, OperationCreates, OperationLeases, OperationReads, SettledRecords,
-    StoredReports, UnknownIndex,
+    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
+    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
 };
-use charge_once::ports::{IndexQuery, Page, StoreCalls, StoreError, UnreadableRecord};
 
 use crate::faults::{Faults, Kind};
 use crate::fx::{hash_one, FxHashMap, FxHashSet};

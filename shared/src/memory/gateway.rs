@@ -9,10 +9,6 @@
 //! Authorizations too ([`captures`]): a manual charge waits in `requires_capture` until it is
 //! captured (all or part), canceled, or its deadline passes on the fake's clock.
 
-use crate::ports::CreatedLists;
-use crate::ports::PaymentIntents;
-use crate::ports::StripeAccount;
-use crate::ports::StripeRefunds;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +25,8 @@ use charge_core::time::{SystemClock, Timestamp};
 use charge_core::{audit::AuditWindow, time::Clock};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentIntents, StripeAccount, StripeRefunds,
 };
 
 mod captures;

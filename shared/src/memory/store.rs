@@ -2,19 +2,11 @@
 //! by the store's rules ([`charge_core::store_rules`]), the guards DynamoDB checks as its condition
 //! expression.
 
-use crate::ports::ManualResolutions;
-use crate::ports::OperationCreates;
-use crate::ports::OperationLeases;
-use crate::ports::OperationReads;
-use crate::ports::SettledRecords;
-use crate::ports::UnknownIndex;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
-use crate::ports::{IndexQuery, Page, StoreCalls, StoreError};
 use charge_core::audit::{AuditReport, AuditWindow};
 use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -26,6 +18,11 @@ use charge_core::{
         ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
+};
+
+use crate::ports::{
+    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
+    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
 };
 
 #[derive(Default)]

@@ -137,7 +137,7 @@ pub fn refunds_not_supported(what: &str) -> GatewayError {
 /// audit's lists ([`CreatedLists`]), which a full gateway (the Stripe client, the fake, the
 /// simulation's) implements one by one. Implemented for any type that has them all; a caller
 /// that needs only some names only those, and a wrapper implements the ones it changes and
-/// forwards the rest with [`forward_gateway!`](crate::forward_gateway).
+/// forwards the rest (the simulation's `forward_gateway!`).
 ///
 /// The calls past a charge's (capture, the refunds, the lists) have default bodies that refuse
 /// ([`refunds_not_supported`]), for the test doubles that only charge; every gateway on a

@@ -52,8 +52,3 @@ pub use store::{
     OperationReads, OperationStore, Page, ReviewCount, SettledRecords, StoreCalls, StoreError,
     UnknownIndex, UnreadableRecord,
 };
-
-#[doc(hidden)]
-pub use async_trait::async_trait as __async_trait;
-
-mod forward;

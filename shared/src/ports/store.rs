@@ -131,7 +131,7 @@ impl StoreCalls {
 /// some names only those ([`OperationReads`], [`OperationCreates`], [`OperationLeases`],
 /// [`UnknownIndex`], [`ManualResolutions`], [`SettledRecords`]), or the set one caller uses
 /// ([`DoorStore`], [`AuditStore`]), and a wrapper implements the ones it changes and forwards the
-/// rest with [`forward_store!`](crate::forward_store). The callers' sets are supertraits too, so a
+/// rest (the simulation's `forward_store!`). The callers' sets are supertraits too, so a
 /// whole store (`Arc<dyn OperationStore>`) is handed to such a caller as it is.
 pub trait OperationStore:
     OperationReads

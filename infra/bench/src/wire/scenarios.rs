@@ -12,7 +12,6 @@
 //! The event source's ReceiveMessage/DeleteMessage are made by Lambda, not by our functions: they
 //! go through a separately counted client ([`Counts::source`]) and are not in [`Counts::sqs`].
 
-use charge_once::ports::OperationReads;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::executor::ChargeDeps;
-use charge_once::ports::PaymentGateway;
+use charge_once::ports::{OperationReads, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};

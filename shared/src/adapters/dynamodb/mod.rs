@@ -60,12 +60,6 @@
 //!   A server that ignores `ReturnValuesOnConditionCheckFailure` (dynalite) needs
 //!   [`DynamoStore::reading_refusals`]: each refusal then reads the record.
 
-use crate::ports::ManualResolutions;
-use crate::ports::OperationCreates;
-use crate::ports::OperationLeases;
-use crate::ports::OperationReads;
-use crate::ports::SettledRecords;
-use crate::ports::UnknownIndex;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -80,7 +74,6 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use crate::ports::{IndexQuery, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord};
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -92,6 +85,11 @@ use charge_core::{
         ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
+};
+
+use crate::ports::{
+    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads, Page,
+    ReviewCount, SettledRecords, StoreCalls, StoreError, UnknownIndex, UnreadableRecord,
 };
 
 mod audit_log;

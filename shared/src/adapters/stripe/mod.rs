@@ -9,10 +9,6 @@
 //! The secret key never appears in `Debug`, in a log line or in an error: [`SecretKey`] redacts
 //! itself, and error messages from Stripe are scrubbed of anything that looks like a key.
 
-use crate::ports::CreatedLists;
-use crate::ports::PaymentIntents;
-use crate::ports::StripeAccount;
-use crate::ports::StripeRefunds;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,7 +33,8 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentIntents, StripeAccount, StripeRefunds,
 };
 
 pub mod lists;
