@@ -231,7 +231,7 @@ impl TickReport {
 
 /// The REVIEW partition at the end of a tick, each step only while [`REVIEW_READ_RESERVE`] is
 /// left:
-/// 1. counted from the index entries, page by page ([`OperationStore::count_in_review`]): how many
+/// 1. counted from the index entries, page by page ([`UnknownIndex::count_in_review`]): how many
 ///    wait and since when the longest-waiting was flagged. A record this release cannot read
 ///    counts like any other, so InReview never falls while one waits. Cut short by the time, the
 ///    count is what was read, a lower bound (`review_complete` false): still more than 0 whenever

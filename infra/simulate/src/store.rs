@@ -530,7 +530,7 @@ struct Table {
     /// Unreadable records an operator repaired.
     repaired: u64,
     /// Every settled record's (settle time in ms, slot), kept up to date on every write: the
-    /// audit's pages ([`OperationStore::settled_between`]) cost their own length. (Sorted again
+    /// audit's pages ([`SettledRecords::settled_between`]) cost their own length. (Sorted again
     /// on the first page after a write, it cost a sort of the table per page: quadratic in a run
     /// audited while it goes on.)
     settled_index: BTreeSet<(i64, u32)>,

@@ -28,13 +28,13 @@
 //! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
 //! index answered (settled, re-scheduled, flagged) is left out, exactly as a stale index read
 //! would have been refused by the `updated_at` guards. The reconciler's count of the REVIEW
-//! partition reads no record ([`OperationStore::count_in_review`]): its entries' keys give the
+//! partition reads no record ([`UnknownIndex::count_in_review`]): its entries' keys give the
 //! count and its `due_at` the flag time.
 //!
 //! ## No index by operation id
 //! The `by-operation-id` index (KEYS_ONLY, one write per operation) is gone: nothing on the
 //! charge path reads by operation id (the key is the order), Stripe's metadata carries both ids,
-//! and operators act on unsettled operations, which [`OperationStore::get_by_operation_id`] finds
+//! and operators act on unsettled operations, which [`ManualResolutions::get_by_operation_id`] finds
 //! in the unknown index (a filtered Query per partition). A settled operation is shown by its
 //! order id.
 //!
