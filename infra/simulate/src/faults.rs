@@ -24,10 +24,10 @@ use charge_core::{
     time::{Clock, Timestamp},
 };
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreateRefund,
-    CreatedLists, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    OperationStore, Page, PaymentGateway, PaymentIntents, QueueError, QueuedCharge, SettledRecords,
-    StoreError, StripeRefunds, UnknownIndex,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationQueue,
+    OperationReads, OperationStore, Page, PaymentGateway, PaymentIntents, QueueError,
+    QueuedOperation, SettledRecords, StoreError, StripeRefunds, UnknownIndex,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -908,7 +908,7 @@ impl SettledRecords for FaultyStore {}
 /// The queue as a sender sees it: lost sends, a crash before the send (checkout), and re-drives of
 /// blacked-out operations that never arrive.
 pub struct FaultyQueue {
-    pub inner: Arc<dyn ChargeQueue>,
+    pub inner: Arc<dyn OperationQueue>,
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
@@ -918,8 +918,8 @@ pub struct FaultyQueue {
 }
 
 #[async_trait]
-impl ChargeQueue for FaultyQueue {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for FaultyQueue {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         yield_now().await;
         let order = charge.message.order_id.as_str();
         if self.may_crash && self.faults.roll(Kind::Crash) {

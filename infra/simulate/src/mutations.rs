@@ -20,9 +20,9 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
 };
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, CreateRefund,
-    CreatedLists, IndexQuery, OperationCreates, OperationLeases, OperationReads, OperationStore,
-    Page, PaymentGateway, PaymentIntents, QueueError, QueuedCharge, SettledRecords, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    IndexQuery, OperationCreates, OperationLeases, OperationQueue, OperationReads, OperationStore,
+    Page, PaymentGateway, PaymentIntents, QueueError, QueuedOperation, SettledRecords, StoreError,
     StripeAccount, StripeRefunds, UnknownIndex,
 };
 use clap::ValueEnum;
@@ -113,11 +113,11 @@ impl Mutation {
 }
 
 /// The queue with a random deduplication id on every send.
-pub struct RandomDedup(pub Arc<dyn ChargeQueue>);
+pub struct RandomDedup(pub Arc<dyn OperationQueue>);
 
 #[async_trait]
-impl ChargeQueue for RandomDedup {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for RandomDedup {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let mut charge = charge.clone();
         charge.dedup_id = charge_core::ids::fresh_uuid().to_string();
         self.0.send(&charge).await
