@@ -16,7 +16,7 @@ use charge_core::{
     time::Clock,
 };
 use charge_once::audit::{run_audit, AuditDeps, AuditRun};
-use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
+use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationReads, PaymentIntents};
 use charge_once::telemetry::CapturedMetrics;
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};

@@ -13,7 +13,7 @@ use charge_core::{
     operation::{Operation, OperationKey, OperationStatus},
     time::Clock,
 };
-use charge_once::ports::OperationStore;
+use charge_once::ports::OperationReads;
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use stripe_sim::{FaultConfig, FaultKind};

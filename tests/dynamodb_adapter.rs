@@ -11,7 +11,9 @@ use charge_core::{
     store::{Created, OutcomeRecord},
     store_rules::ChargeClaim,
 };
-use charge_once::ports::{IndexQuery, OperationStore};
+use charge_once::ports::{
+    IndexQuery, OperationCreates, OperationLeases, OperationReads, OperationStore, UnknownIndex,
+};
 use charge_once::testing;
 use testkit::store_contract::operation;
 

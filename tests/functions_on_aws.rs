@@ -16,7 +16,9 @@ use charge_core::{
 };
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::ports::{OperationQueue, OperationStore, QueueError, QueuedOperation};
+use charge_once::ports::{
+    OperationCreates, OperationQueue, OperationReads, QueueError, QueuedOperation,
+};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::aws::sdk_config;

@@ -23,7 +23,7 @@ use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
 use charge_once::executor::execute;
-use charge_once::ports::OperationStore;
+use charge_once::ports::{OperationCreates, OperationReads};
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
 use events::handler::EventsFunction;

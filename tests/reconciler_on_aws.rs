@@ -24,7 +24,8 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::executor::execute;
 use charge_once::ports::{
-    CreatePaymentIntent, OperationQueue, OperationStore, PaymentGateway, QueuedOperation,
+    CreatePaymentIntent, OperationCreates, OperationQueue, OperationReads, PaymentIntents,
+    QueuedOperation,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};

@@ -32,8 +32,10 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::ports::{Admitted, EventInbox};
-use charge_once::ports::{CreatePaymentIntent, OperationMessage, OperationStore, PaymentGateway};
+use charge_once::ports::{
+    Admitted, CreatePaymentIntent, EventInbox, ManualResolutions, OperationMessage, OperationReads,
+    PaymentIntents,
+};
 use serde_json::Value;
 use testkit::stack::Stack;
 

@@ -38,7 +38,9 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{attr_s, key_of, stored_item, Attrs};
 use charge_once::adapters::dynamodb::{due_shard, schema, writes, DynamoStore, UNKNOWN_INDEX};
-use charge_once::ports::OperationStore;
+use charge_once::ports::{
+    ManualResolutions, OperationCreates, OperationLeases, OperationReads, UnknownIndex,
+};
 use charge_once::testing;
 use testkit::aws::{sdk_config, unique};
 

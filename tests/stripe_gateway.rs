@@ -10,7 +10,7 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntentStatus, RetryCause},
 };
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentIntents, StripeRefunds};
 use charge_once::testing;
 use stripe_sim::{FaultConfig, FaultKind};
 use testkit::stripe::StripeSide;

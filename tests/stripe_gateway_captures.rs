@@ -13,7 +13,7 @@ use charge_core::{
 };
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, PaymentIntents,
 };
 use stripe_sim::{FaultConfig, FaultKind, VISA_MIT_CAPTURE_WINDOW_MS};
 use testkit::stripe::StripeSide;

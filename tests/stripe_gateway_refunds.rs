@@ -9,7 +9,7 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntentStatus},
 };
 use charge_once::adapters::stripe::StripeGateway;
-use charge_once::ports::{CreatePaymentIntent, PaymentGateway};
+use charge_once::ports::{CreatePaymentIntent, CreatedLists, PaymentIntents, StripeRefunds};
 use charge_once::testing::refund_create;
 use stripe_sim::FaultKind;
 use testkit::stripe::StripeSide;

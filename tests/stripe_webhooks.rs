@@ -25,7 +25,7 @@ use charge_once::events::signature::verify;
 use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use charge_once::executor::EngineDeps;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::OperationStore;
+use charge_once::ports::OperationReads;
 use charge_once::testing::CreateIn as _;
 use serde_json::{json, Value};
 use stripe_sim::receiver::{wait_until, Receiver};

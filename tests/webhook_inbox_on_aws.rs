@@ -12,7 +12,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
 use charge_once::events::signature::sign_header;
 use charge_once::events::{receive, EventsDeps, Reception, DEFAULT_TOLERANCE};
-use charge_once::ports::{Admitted, EventInbox, OperationStore, PaymentGateway, INBOX_TTL};
+use charge_once::ports::{Admitted, EventInbox, OperationReads, PaymentIntents, INBOX_TTL};
 use charge_once::testing::{self, CreateIn as _};
 use testkit::aws::fresh_inbox;
 use testkit::stack::Stack;

@@ -11,7 +11,7 @@ use crate::operation::{
 };
 use crate::time::Timestamp;
 
-/// Result of `OperationStore::create_if_absent`.
+/// Result of `OperationCreates::create_if_absent`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
     /// Our record was written.
@@ -31,7 +31,7 @@ pub struct ClaimRequest {
     pub now: Timestamp,
 }
 
-/// Result of `OperationStore::claim`.
+/// Result of `OperationLeases::claim`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// We hold the lease. `attempts` was incremented and `first_attempted_at` set if it was absent,
@@ -80,8 +80,8 @@ pub struct OutcomeRecord {
     pub amount_captured: Option<Amount>,
 }
 
-/// Result of a fenced write (`OperationStore::record`, `OperationStore::reschedule`,
-/// `OperationStore::resolve`).
+/// Result of a fenced write (`OperationLeases::record`, `UnknownIndex::reschedule`,
+/// `ManualResolutions::resolve`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     Written(Operation),
@@ -170,7 +170,7 @@ pub struct ManualResolution {
 }
 
 /// A refund's amount taken from what is left of its order's charge: written in the same
-/// conditional write that creates the refund (`OperationStore::create_beside`), so two refunds
+/// conditional write that creates the refund (`OperationCreates::create_beside`), so two refunds
 /// accepted at once can never together exceed the charge. Guarded by
 /// [`crate::store_rules`]: the charge read is the one written to, still succeeded, and its
 /// reservations leave room for this one.
@@ -229,7 +229,7 @@ pub enum TakeFrom {
 }
 
 /// A capture's or a cancel's claim on its order's charge, written in the same conditional write
-/// that creates the capture or cancel operation (`OperationStore::create_beside`): the charge
+/// that creates the capture or cancel operation (`OperationCreates::create_beside`): the charge
 /// names its taker, so a capture and a cancel asked at once can never both be accepted — the
 /// store decides, not timing. Guarded by [`crate::store_rules`]: the charge read is the one
 /// written to, no one took it before, and it is where `from` says.

@@ -463,7 +463,7 @@ pub const RELEASE_AND_AUTHORIZATION: &str =
 /// What a new operation claims on its order's charge in the write that creates it: a refund
 /// reserves its amount ([`ReserveRefund`]), a capture or cancel takes the authorization
 /// ([`TakeAuthorization`]). The charge's guards and change are the claim's own; the write around
-/// them is one ([`create_beside`], `OperationStore::create_beside`): the new record and the
+/// them is one ([`create_beside`], `OperationCreates::create_beside`): the new record and the
 /// charge's change, all or nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChargeClaim<'a> {
@@ -508,7 +508,7 @@ impl Transition for ChargeClaim<'_> {
     }
 }
 
-/// Result of `OperationStore::create_beside`.
+/// Result of `OperationCreates::create_beside`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreatedBeside {
     /// The operation was written and its claim on the charge made (a refund's amount reserved,

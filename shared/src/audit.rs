@@ -36,7 +36,7 @@ use charge_core::outcome::PaymentIntent;
 use charge_core::refund::StripeRefund;
 use charge_core::stripe_object::StripeObject;
 
-use crate::ports::{AuditLog, IndexQuery, MetricsSink, OperationStore, PaymentGateway, StoreError};
+use crate::ports::{AuditLog, AuditStore, IndexQuery, MetricsSink, PaymentGateway, StoreError};
 use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 
 /// The `Function` dimension of the audit's metrics.
@@ -50,7 +50,7 @@ pub const PAGE_SIZE: usize = 500;
 
 /// What the audit needs.
 pub struct AuditDeps<'a> {
-    pub store: &'a dyn OperationStore,
+    pub store: &'a dyn AuditStore,
     pub log: &'a dyn AuditLog,
     /// Paced to the audit's share of the Stripe budget.
     pub gateway: &'a dyn PaymentGateway,

@@ -32,8 +32,9 @@ use charge_core::refund::StripeRefund;
 use charge_core::{audit::AuditWindow, time::Clock};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway, Sleeper,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentGateway, PaymentIntents, Sleeper, StripeAccount, StripeRefunds,
+    StripeRequests,
 };
 
 /// Tokio's timer.
@@ -256,16 +257,17 @@ impl PacedGateway {
     }
 }
 
-#[async_trait]
-impl PaymentGateway for PacedGateway {
+impl StripeAccount for PacedGateway {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
-
-    fn requests(&self) -> Option<&crate::ports::StripeRequests> {
+    fn requests(&self) -> Option<&StripeRequests> {
         self.inner.requests()
     }
+}
 
+#[async_trait]
+impl PaymentIntents for PacedGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.slot(&self.calls).await?;
         self.inner.create(req).await
@@ -296,7 +298,10 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.capture(req).await
     }
+}
 
+#[async_trait]
+impl StripeRefunds for PacedGateway {
     // Refund calls are calls of the same account: each takes a slot of the same budget.
 
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -318,7 +323,10 @@ impl PaymentGateway for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner.list_refunds(payment_intent).await
     }
+}
 
+#[async_trait]
+impl CreatedLists for PacedGateway {
     // The audit's lists: one slot a page, each page one request.
 
     async fn list_intents_created(

@@ -45,8 +45,7 @@ use tracing::{error, info, warn};
 
 use crate::executor::{execute, EngineDeps};
 use crate::ports::{
-    IndexQuery, MetricsSink, OperationQueue, OperationStore, QueueError, QueuedOperation,
-    StoreError,
+    IndexQuery, MetricsSink, OperationQueue, QueueError, QueuedOperation, StoreError, UnknownIndex,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
 
@@ -82,7 +81,7 @@ pub enum Redriven {
 /// re-uses the operation's idempotency key and never creates past the key window, so a re-drive
 /// cannot make a second charge.
 pub async fn redrive(
-    store: &dyn OperationStore,
+    store: &dyn UnknownIndex,
     queue: &dyn OperationQueue,
     request: Reschedule,
 ) -> Result<Redriven, StoreError> {
@@ -232,7 +231,7 @@ impl TickReport {
 
 /// The REVIEW partition at the end of a tick, each step only while [`REVIEW_READ_RESERVE`] is
 /// left:
-/// 1. counted from the index entries, page by page ([`OperationStore::count_in_review`]): how many
+/// 1. counted from the index entries, page by page ([`UnknownIndex::count_in_review`]): how many
 ///    wait and since when the longest-waiting was flagged. A record this release cannot read
 ///    counts like any other, so InReview never falls while one waits. Cut short by the time, the
 ///    count is what was read, a lower bound (`review_complete` false): still more than 0 whenever
@@ -576,6 +575,7 @@ async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) 
 
 #[cfg(test)]
 mod tests {
+    use crate::ports::{OperationCreates, OperationReads};
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Mutex;
 

@@ -27,7 +27,8 @@ use charge_once::events::{
 use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::{
-    CancelPaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
+    CancelPaymentIntent, CreatePaymentIntent, CreatedLists, OperationCreates, OperationReads,
+    PaymentIntents, StripeAccount, StripeRefunds,
 };
 use charge_once::testing::{self, CreateIn as _};
 
@@ -404,11 +405,14 @@ struct SettledMeanwhile {
     then: RefundStatus,
 }
 
-#[async_trait::async_trait]
-impl PaymentGateway for SettledMeanwhile {
+impl StripeAccount for SettledMeanwhile {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait::async_trait]
+impl PaymentIntents for SettledMeanwhile {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -424,6 +428,10 @@ impl PaymentGateway for SettledMeanwhile {
     async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.cancel(req).await
     }
+}
+
+#[async_trait::async_trait]
+impl StripeRefunds for SettledMeanwhile {
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
         let refund = self.refund.lock().unwrap().take();
         if let Some(refund) = refund {
@@ -439,6 +447,8 @@ impl PaymentGateway for SettledMeanwhile {
         self.inner.retrieve_refund(id).await
     }
 }
+
+impl CreatedLists for SettledMeanwhile {}
 
 /// The refund settles between the events function's read and its shell's claim: the shell finds
 /// it settled, and its answer for that record is what the event does. Stripe saying it failed

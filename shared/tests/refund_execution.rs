@@ -16,7 +16,7 @@ use charge_core::{
 };
 use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::OperationStore;
+use charge_once::ports::{OperationCreates, OperationReads};
 use charge_once::testing::CreateIn as _;
 
 struct World {

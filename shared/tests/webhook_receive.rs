@@ -24,8 +24,10 @@ use charge_once::events::{
 use charge_once::executor::EngineDeps;
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
-use charge_once::ports::OperationStore;
-use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
+use charge_once::ports::{
+    CancelPaymentIntent, CreatePaymentIntent, CreatedLists, OperationLeases, OperationReads,
+    PaymentIntents, StripeAccount, StripeRefunds,
+};
 use charge_once::testing::{self, CreateIn as _};
 
 struct World {
@@ -536,11 +538,14 @@ struct SlowRetrieve {
     delay: Duration,
 }
 
-#[async_trait::async_trait]
-impl PaymentGateway for SlowRetrieve {
+impl StripeAccount for SlowRetrieve {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait::async_trait]
+impl PaymentIntents for SlowRetrieve {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -564,6 +569,10 @@ impl PaymentGateway for SlowRetrieve {
         self.inner.capture(req).await
     }
 }
+
+impl StripeRefunds for SlowRetrieve {}
+
+impl CreatedLists for SlowRetrieve {}
 
 #[tokio::test]
 async fn a_forged_succeeded_for_an_intent_stripe_holds_declined_moves_nothing() {
@@ -951,11 +960,14 @@ struct SettledMeanwhile {
     settle: std::sync::Mutex<Option<(Operation, OperationStatus, String)>>,
 }
 
-#[async_trait::async_trait]
-impl PaymentGateway for SettledMeanwhile {
+impl StripeAccount for SettledMeanwhile {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait::async_trait]
+impl PaymentIntents for SettledMeanwhile {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -977,6 +989,10 @@ impl PaymentGateway for SettledMeanwhile {
         self.inner.cancel(req).await
     }
 }
+
+impl StripeRefunds for SettledMeanwhile {}
+
+impl CreatedLists for SettledMeanwhile {}
 
 /// The record settles between the events function's read and its shell's claim: the shell finds
 /// it settled, writes nothing, and its answer for that record is what the event reports. Stripe

@@ -24,7 +24,8 @@ use charge_core::{
 use charge_once::executor::{execute, ChargeReport, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, OperationLeases,
+    OperationReads, PaymentGateway, PaymentIntents, StripeAccount, StripeRefunds,
 };
 use charge_once::testing::CreateIn as _;
 use stripe_sim::{FaultConfig, FaultKind};
@@ -731,11 +732,14 @@ enum Lost {
     AfterStripe,
 }
 
-#[async_trait]
-impl PaymentGateway for AroundCancel {
+impl StripeAccount for AroundCancel {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for AroundCancel {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -777,6 +781,10 @@ impl PaymentGateway for AroundCancel {
         self.inner.capture(req).await
     }
 }
+
+impl StripeRefunds for AroundCancel {}
+
+impl CreatedLists for AroundCancel {}
 
 impl<S: StripeUnderTest> World<S> {
     fn around_cancel(&mut self, confirm_first: Option<Confirmer>, lose: Option<Lost>) {
@@ -861,11 +869,14 @@ struct Observer {
     seen_first_attempt: Mutex<Vec<Option<Timestamp>>>,
 }
 
-#[async_trait]
-impl PaymentGateway for Observer {
+impl StripeAccount for Observer {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for Observer {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let rec = self.store.get(&self.key).await.unwrap().unwrap();
         self.seen_first_attempt
@@ -893,6 +904,10 @@ impl PaymentGateway for Observer {
         self.inner.capture(req).await
     }
 }
+
+impl StripeRefunds for Observer {}
+
+impl CreatedLists for Observer {}
 
 pub async fn first_attempted_at_is_durable_before_the_gateway_is_called<S: StripeUnderTest>() {
     let mut w = World::<S>::new().await;

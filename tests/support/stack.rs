@@ -20,7 +20,7 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::executor::EngineDeps;
-use charge_once::ports::{OperationQueue, OperationStore, StoreError};
+use charge_once::ports::{OperationQueue, OperationReads, StoreError};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
 use charge_once::telemetry::CapturedMetrics;
 use checkout::door::Checkout;

@@ -10,14 +10,14 @@ use charge_core::audit::{AuditPolicy, AuditWindow};
 use charge_core::time::Clock;
 use charge_core::time::Timestamp;
 use charge_once::audit::{run_audit, AuditDeps, AuditRun};
-use charge_once::ports::{AuditLog, MetricsSink, OperationStore, PaymentGateway};
+use charge_once::ports::{AuditLog, AuditStore, MetricsSink, PaymentGateway};
 use lambda_runtime::{Error, LambdaEvent};
 use serde_json::{json, Value};
 
 /// What the handler needs, built once in `main`.
 #[derive(Clone)]
 pub struct AuditFunction {
-    pub store: Arc<dyn OperationStore>,
+    pub store: Arc<dyn AuditStore>,
     pub log: Arc<dyn AuditLog>,
     pub gateway: Arc<dyn PaymentGateway>,
     pub clock: Arc<dyn Clock>,

@@ -571,7 +571,9 @@ mod tests {
     };
     use charge_once::memory::{FakeFault, FakeGateway, MemoryDeadLetters, MemoryStore};
     use charge_once::pacing::Budget;
-    use charge_once::ports::DeadLetter;
+    use charge_once::ports::{
+        CreatedLists, DeadLetter, PaymentIntents, StripeAccount, StripeRefunds,
+    };
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
     use lambda_runtime::Context;
@@ -1109,11 +1111,14 @@ mod tests {
         rate_limited: HashSet<String>,
     }
 
-    #[async_trait::async_trait]
-    impl charge_once::ports::PaymentGateway for TimedGateway {
+    impl StripeAccount for TimedGateway {
         fn livemode(&self) -> bool {
             false
         }
+    }
+
+    #[async_trait::async_trait]
+    impl PaymentIntents for TimedGateway {
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,
@@ -1164,6 +1169,10 @@ mod tests {
             self.inner.cancel(req).await
         }
     }
+
+    impl StripeRefunds for TimedGateway {}
+
+    impl CreatedLists for TimedGateway {}
 
     /// A DLQ that logs `park <message id> start|end` and lets others run in between.
     struct TimedDeadLetters {

@@ -20,13 +20,13 @@ use charge_core::{
     operation::{Operation, OperationKey},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::{MetricsSink, OperationQueue, OperationStore, QueuedOperation};
+use charge_once::ports::{DoorStore, MetricsSink, OperationQueue, QueuedOperation};
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn};
 
 /// What the handler needs, built once in `main`.
 pub struct Checkout {
-    pub store: Arc<dyn OperationStore>,
+    pub store: Arc<dyn DoorStore>,
     pub queue: Arc<dyn OperationQueue>,
     pub clock: Arc<dyn Clock>,
     pub pending_grace: Duration,

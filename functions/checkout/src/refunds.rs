@@ -4,7 +4,7 @@
 //! `refund_id` is the merchant's identity of the refund action: the same id again is the same
 //! refund (same body → the existing operation; another body → 409), two ids are two refunds even
 //! for the same amount. The refund is recorded and its amount reserved on the charge in one
-//! conditional write (`OperationStore::create_beside`), then queued (message version 2); the
+//! conditional write (`OperationCreates::create_beside`), then queued (message version 2); the
 //! charge function creates it at Stripe with the key `refund-op:<operation_id>`.
 //!
 //! | answer | when | what changed |

@@ -4,7 +4,7 @@
 //! both.
 //!
 //! Each is an operation of its own (kind `capture` / `cancel`, one per order), recorded with its
-//! claim on the order's charge in one conditional write (`OperationStore::create_beside`): the
+//! claim on the order's charge in one conditional write (`OperationCreates::create_beside`): the
 //! charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
 //! `capture-op:<operation_id>` / `cancel-op:<operation_id>`, reading the intent first on every
@@ -256,11 +256,12 @@ mod tests {
         time::{ManualClock, Timestamp},
     };
     use charge_once::memory::{MemoryQueue, MemoryStore};
-    use charge_once::ports::OperationStore;
+
     use lambda_runtime::{Context, LambdaEvent};
 
     use super::*;
     use crate::handler::handle;
+    use charge_once::ports::OperationLeases;
 
     const T: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 

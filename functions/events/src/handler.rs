@@ -362,6 +362,10 @@ fn response(status: u16, body: Value) -> ApiGatewayV2httpResponse {
 
 #[cfg(test)]
 mod tests {
+    use charge_once::ports::{
+        CreatedLists, OperationCreates, OperationReads, PaymentIntents, StripeAccount,
+        StripeRefunds,
+    };
     use std::sync::atomic::Ordering;
 
     use charge_core::charge::event_plan::SECOND_PAYMENT_INTENT;
@@ -375,10 +379,10 @@ mod tests {
         outcome::PaymentIntentStatus,
         time::{Clock, ManualClock, Timestamp},
     };
-    use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::executor::EngineDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
-    use charge_once::ports::OperationStore;
+
+    use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
 
@@ -978,11 +982,14 @@ mod tests {
     /// zero budget is really out of time.
     struct SlowStripe(Arc<FakeGateway>);
 
-    #[async_trait::async_trait]
-    impl charge_once::ports::PaymentGateway for SlowStripe {
+    impl StripeAccount for SlowStripe {
         fn livemode(&self) -> bool {
             self.0.livemode()
         }
+    }
+
+    #[async_trait::async_trait]
+    impl PaymentIntents for SlowStripe {
         async fn create(
             &self,
             req: &charge_once::ports::CreatePaymentIntent,
@@ -1013,6 +1020,10 @@ mod tests {
             self.0.cancel(req).await
         }
     }
+
+    impl StripeRefunds for SlowStripe {}
+
+    impl CreatedLists for SlowStripe {}
 
     /// The invocation as `cargo lambda watch` makes it settles the sample's operation, by either
     /// route: before, both were forgotten with `deadline` (a 500, a failed invocation).

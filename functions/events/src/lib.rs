@@ -111,6 +111,7 @@ impl FromEnv for EventsConfig {
 
 #[cfg(test)]
 mod tests {
+    use charge_once::ports::PaymentIntents;
     use std::collections::HashMap;
     use std::time::Duration;
 

@@ -34,7 +34,7 @@ use charge_core::outbox::{outcome_of, Outcome, OutcomeEvent};
 use charge_core::time::Clock;
 use charge_once::adapters::dynamodb::stream::{is_audit_report, operation_from_image};
 use charge_once::ports::{
-    DeadLetter, DeadLetterQueue, MetricsSink, OperationStore, OutcomePublisher, StoreError,
+    DeadLetter, DeadLetterQueue, MetricsSink, OperationReads, OutcomePublisher, StoreError,
     MAX_BATCH,
 };
 use charge_once::telemetry::emf_line;
@@ -48,7 +48,7 @@ pub struct Notify {
     pub publisher: Arc<dyn OutcomePublisher>,
     /// The operations table, read back (strongly consistent) before a settled outcome is
     /// published.
-    pub store: Arc<dyn OperationStore>,
+    pub store: Arc<dyn OperationReads>,
     /// The relay's DLQ (standard SQS in production): where unreadable stream records are copied.
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     pub clock: Arc<dyn Clock>,
@@ -292,7 +292,7 @@ async fn park(
 /// Why a settled outcome is not what the table holds, read back strongly consistent; `None` when
 /// it is (or when it is not a settled outcome: see the module docs).
 pub async fn not_in_table(
-    store: &dyn OperationStore,
+    store: &dyn OperationReads,
     event: &OutcomeEvent,
 ) -> Result<Option<String>, StoreError> {
     if event.outcome == Outcome::NeedsReview {

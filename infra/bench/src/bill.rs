@@ -38,7 +38,7 @@ use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
 use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
 use charge_once::executor::EngineDeps;
-use charge_once::ports::OperationStore;
+use charge_once::ports::OperationReads;
 use charge_once::telemetry::CapturedMetrics;
 use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};

@@ -23,7 +23,7 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{attr_n, attr_s, operation_to_item};
 use charge_once::adapters::dynamodb::{due_shard, DynamoStore};
-use charge_once::ports::{IndexQuery, OperationStore};
+use charge_once::ports::{IndexQuery, UnknownIndex};
 use testkit::aws::{sdk_config, unique};
 
 use crate::wire::counter::{counted_dynamodb, WireCounter};

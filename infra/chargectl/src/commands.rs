@@ -1110,7 +1110,10 @@ mod tests {
     };
     use charge_once::memory::MemoryQueue;
     use charge_once::memory::MemoryStore;
-    use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent};
+    use charge_once::ports::{
+        CancelPaymentIntent, CreatePaymentIntent, CreatedLists, OperationCreates, OperationReads,
+        PaymentIntents, StripeAccount, StripeRefunds,
+    };
     use charge_once::testing;
 
     use super::*;
@@ -1254,11 +1257,14 @@ mod tests {
         }
     }
 
-    #[async_trait]
-    impl PaymentGateway for StubStripe {
+    impl StripeAccount for StubStripe {
         fn livemode(&self) -> bool {
             false
         }
+    }
+
+    #[async_trait]
+    impl PaymentIntents for StubStripe {
         async fn create(&self, _: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
             unreachable!("an operator never creates")
         }
@@ -1300,6 +1306,10 @@ mod tests {
             Ok(pi.clone())
         }
     }
+
+    impl StripeRefunds for StubStripe {}
+
+    impl CreatedLists for StubStripe {}
 
     fn pi(id: &str, op: &Operation, status: PaymentIntentStatus, amount: i64) -> PaymentIntent {
         PaymentIntent {

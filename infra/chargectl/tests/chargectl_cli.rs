@@ -7,6 +7,10 @@
 
 use charge_core::operation::{LeaseToken, Operation, OperationStatus, Review};
 use charge_core::time::{Clock as _, SystemClock, Timestamp};
+use charge_once::ports::{
+    CreatePaymentIntent, CreateRefund, OperationCreates, OperationLeases, OperationReads,
+    PaymentIntents, StripeRefunds, UnknownIndex,
+};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -17,7 +21,6 @@ use charge_core::{
     store_rules::{ChargeClaim, CreatedBeside},
 };
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::ports::{CreatePaymentIntent, CreateRefund, OperationStore, PaymentGateway};
 use charge_once::testing;
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config, unique};

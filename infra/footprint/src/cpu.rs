@@ -18,7 +18,7 @@ use charge_core::{
 };
 use charge_once::executor::EngineDeps;
 use charge_once::memory::{FakeGateway, MemoryStore};
-use charge_once::ports::{OperationMessage, OperationStore};
+use charge_once::ports::{OperationCreates, OperationMessage};
 use lambda_runtime::{Context, LambdaEvent};
 
 #[derive(Debug, Clone)]

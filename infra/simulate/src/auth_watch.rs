@@ -8,27 +8,19 @@
 //! sits on the store those functions write through and notes, per order, the first such write
 //! and its time; the metric's sums are counted beside it ([`crate::driver::LoopCounts`]).
 
-use charge_core::domain::{OperationId, OperationKind, OrderId, PaymentIntentId};
-use charge_core::operation::{Operation, OperationKey, OperationStatus};
+use charge_core::domain::{OperationId, OperationKind, PaymentIntentId};
+use charge_core::operation::{Operation, OperationStatus};
 use charge_core::outcome::{GatewayError, PaymentIntent};
-use charge_core::refund::StripeRefund;
 use charge_core::time::Timestamp;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use charge_core::domain::StripeRefundId;
-use charge_core::{
-    store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        Reschedule,
-    },
-    store_rules::{ChargeClaim, CreatedBeside},
-};
+use charge_core::store::{Claim, ClaimRequest, OutcomeRecord, Recorded, RefundFailedLater};
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, IndexQuery,
-    OperationStore, Page, PaymentGateway, ReviewCount, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, OperationLeases,
+    OperationStore, PaymentGateway, PaymentIntents, SettledRecords, StoreError,
 };
 
 /// The first page of each order's authorization (virtual ms), as written.
@@ -81,30 +73,16 @@ pub struct PageWatch {
     pub pages: Arc<Pages>,
 }
 
+crate::forward_store!(
+    PageWatch, inner:
+    OperationReads,
+    OperationCreates,
+    UnknownIndex,
+    ManualResolutions,
+);
+
 #[async_trait]
-impl OperationStore for PageWatch {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.inner.create_if_absent(op).await
-    }
-    async fn create_beside(
-        &self,
-        op: &Operation,
-        claim: ChargeClaim<'_>,
-    ) -> Result<CreatedBeside, StoreError> {
-        self.inner.create_beside(op, claim).await
-    }
-    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
-        self.inner.refunds_of(order_id).await
-    }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.inner.get_by_operation_id(operation_id).await
-    }
+impl OperationLeases for PageWatch {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.inner.claim(req).await
     }
@@ -120,28 +98,9 @@ impl OperationStore for PageWatch {
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         self.inner.fail_refund_later(req).await
     }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.inner.reschedule(req).await
-    }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.inner.resolve(req).await
-    }
-    async fn query_index(
-        &self,
-        query: IndexQuery,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.inner.query_index(query, cursor, limit).await
-    }
-    async fn count_in_review(
-        &self,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<ReviewCount, StoreError> {
-        self.inner.count_in_review(cursor, limit).await
-    }
 }
+
+impl SettledRecords for PageWatch {}
 
 /// The capture and cancel calls the functions made (whatever they met), counted.
 #[derive(Debug, Default)]
@@ -157,14 +116,10 @@ pub struct CountingTakes {
     pub calls: Arc<TakeCalls>,
 }
 
+crate::forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds);
+
 #[async_trait]
-impl PaymentGateway for CountingTakes {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
-        self.inner.requests()
-    }
+impl PaymentIntents for CountingTakes {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -187,19 +142,9 @@ impl PaymentGateway for CountingTakes {
         self.calls.captures.fetch_add(1, Ordering::Relaxed);
         self.inner.capture(req).await
     }
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.inner.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.inner.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.inner.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for CountingTakes {}
 
 #[cfg(test)]
 mod tests {

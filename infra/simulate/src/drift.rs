@@ -26,8 +26,9 @@ use charge_core::{
     time::{Clock, ManualClock, Timestamp},
 };
 use charge_once::audit::{run_audit, AuditDeps, AuditRun};
-use charge_once::ports::MetricsSink;
-use charge_once::ports::{AuditLog, CreatePaymentIntent, OperationStore, PaymentGateway};
+use charge_once::ports::{
+    AuditLog, CreatePaymentIntent, MetricsSink, OperationReads, OperationStore, PaymentGateway,
+};
 use serde::Serialize;
 use stripe_sim::StripeSim;
 

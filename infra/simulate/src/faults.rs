@@ -23,10 +23,11 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationQueue,
-    OperationStore, Page, PaymentGateway, QueueError, QueuedOperation, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationQueue,
+    OperationReads, OperationStore, Page, PaymentGateway, PaymentIntents, QueueError,
+    QueuedOperation, SettledRecords, StoreError, StripeRefunds, UnknownIndex,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -668,7 +669,22 @@ impl<T: std::fmt::Display> std::fmt::Display for Maybe<'_, T> {
 }
 
 #[async_trait]
-impl OperationStore for FaultyStore {
+impl OperationReads for FaultyStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        yield_now().await;
+        self.inner.get(key).await
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        yield_now().await;
+        self.inner.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for FaultyStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         yield_now().await;
         let r = self.inner.create_if_absent(op).await;
@@ -690,18 +706,6 @@ impl OperationStore for FaultyStore {
                 .event(order, "store.create", format_args!("error: {e}")),
         }
         r
-    }
-
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        yield_now().await;
-        self.inner.fail_refund_later(req).await
-    }
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        yield_now().await;
-        self.inner.refunds_of(order_id).await
     }
     /// The refund, capture or cancel and its claim on the charge written, then (a `crash`
     /// fault) the door dies before it answers: the client sees a 503 for an operation that is
@@ -742,20 +746,10 @@ impl OperationStore for FaultyStore {
         self.trace.event(order, call, format_args!("{what}"));
         r
     }
+}
 
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        yield_now().await;
-        self.inner.get(key).await
-    }
-
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        yield_now().await;
-        self.inner.get_by_operation_id(operation_id).await
-    }
-
+#[async_trait]
+impl OperationLeases for FaultyStore {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         yield_now().await;
         let order = req.key.order_id.as_str();
@@ -842,22 +836,14 @@ impl OperationStore for FaultyStore {
         r
     }
 
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         yield_now().await;
-        let r = self.inner.reschedule(req).await;
-        self.trace.event(
-            req.key.order_id.as_str(),
-            "store.reschedule",
-            format_args!("{} due {} redrive", RecordedName(&r), req.next_due_at,),
-        );
-        r
+        self.inner.fail_refund_later(req).await
     }
+}
 
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        yield_now().await;
-        self.inner.resolve(req).await
-    }
-
+#[async_trait]
+impl UnknownIndex for FaultyStore {
     async fn query_index(
         &self,
         query: IndexQuery,
@@ -888,7 +874,36 @@ impl OperationStore for FaultyStore {
         }
         Ok(page)
     }
+
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        yield_now().await;
+        let r = self.inner.reschedule(req).await;
+        self.trace.event(
+            req.key.order_id.as_str(),
+            "store.reschedule",
+            format_args!("{} due {} redrive", RecordedName(&r), req.next_due_at,),
+        );
+        r
+    }
 }
+
+#[async_trait]
+impl ManualResolutions for FaultyStore {
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        yield_now().await;
+        self.inner.get_by_operation_id(operation_id).await
+    }
+
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        yield_now().await;
+        self.inner.resolve(req).await
+    }
+}
+
+impl SettledRecords for FaultyStore {}
 
 /// The queue as a sender sees it: lost sends, a crash before the send (checkout), and re-drives of
 /// blacked-out operations that never arrive.
@@ -1045,14 +1060,10 @@ impl SimGateway {
     }
 }
 
+crate::forward_gateway!(SimGateway, inner: StripeAccount);
+
 #[async_trait]
-impl PaymentGateway for SimGateway {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
-        self.inner.requests()
-    }
+impl PaymentIntents for SimGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         yield_now().await;
         let mut req = req.clone();
@@ -1195,7 +1206,10 @@ impl PaymentGateway for SimGateway {
         );
         self.naive(result)
     }
+}
 
+#[async_trait]
+impl StripeRefunds for SimGateway {
     // Refunds get the switches (a fresh key with `--no-idempotency-key`, every error final with
     // `--no-retry`), the `key_pruned` scenario as a charge does, and Stripe's own faults from the
     // simulator's engine (its refund create is faulted as a create, its reads as reads); what
@@ -1283,6 +1297,8 @@ impl PaymentGateway for SimGateway {
         self.naive(result)
     }
 }
+
+impl CreatedLists for SimGateway {}
 
 #[cfg(test)]
 mod tests {

@@ -40,8 +40,8 @@ use charge_once::adapters::stripe::{
     Answer, SecretKey, REFUND_PAGE_SIZE,
 };
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway, StripeRequests,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentGateway, PaymentIntents, StripeAccount, StripeRefunds, StripeRequests,
 };
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
@@ -150,8 +150,7 @@ impl InProcessGateway {
     }
 }
 
-#[async_trait]
-impl PaymentGateway for InProcessGateway {
+impl StripeAccount for InProcessGateway {
     /// The simulator's key is a test-mode key, and its PaymentIntents say `livemode: false`.
     fn livemode(&self) -> bool {
         SecretKey::new(stripe_sim::DEFAULT_API_KEY).is_live()
@@ -160,6 +159,10 @@ impl PaymentGateway for InProcessGateway {
     fn requests(&self) -> Option<&StripeRequests> {
         Some(&self.requests)
     }
+}
+
+#[async_trait]
+impl PaymentIntents for InProcessGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let mut form = vec![
             (
@@ -260,7 +263,10 @@ impl PaymentGateway for InProcessGateway {
             .await?;
         parse_payment_intent(&body, replayed)
     }
+}
 
+#[async_trait]
+impl StripeRefunds for InProcessGateway {
     /// As the client's: the same form and key, the same retry rule (a `latency` fault holds the
     /// key as a slow create does), the same reader.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -306,7 +312,10 @@ impl PaymentGateway for InProcessGateway {
         })
         .await
     }
+}
 
+#[async_trait]
+impl CreatedLists for InProcessGateway {
     /// As the client's: the same query and reader, one request a page.
     async fn list_intents_created(
         &self,
@@ -369,14 +378,17 @@ impl FunctionRequests {
     }
 }
 
-#[async_trait]
-impl PaymentGateway for FunctionRequests {
+impl StripeAccount for FunctionRequests {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
     fn requests(&self) -> Option<&StripeRequests> {
         Some(&self.requests)
     }
+}
+
+#[async_trait]
+impl PaymentIntents for FunctionRequests {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let r = self.inner.create(req).await;
         self.count(&self.requests.create, r)
@@ -400,6 +412,10 @@ impl PaymentGateway for FunctionRequests {
         let r = self.inner.capture(req).await;
         self.count(&self.requests.capture, r)
     }
+}
+
+#[async_trait]
+impl StripeRefunds for FunctionRequests {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         let r = self.inner.create_refund(req).await;
         self.count(&self.requests.refund_create, r)
@@ -415,6 +431,10 @@ impl PaymentGateway for FunctionRequests {
         let r = self.inner.list_refunds(payment_intent).await;
         self.count(&self.requests.refund_read, r)
     }
+}
+
+#[async_trait]
+impl CreatedLists for FunctionRequests {
     async fn list_intents_created(
         &self,
         window: &AuditWindow,
@@ -455,16 +475,10 @@ impl ClockSynced {
     }
 }
 
+crate::forward_gateway!(ClockSynced, inner: StripeAccount);
+
 #[async_trait]
-impl PaymentGateway for ClockSynced {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-
-    fn requests(&self) -> Option<&StripeRequests> {
-        self.inner.requests()
-    }
-
+impl PaymentIntents for ClockSynced {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.sync().await;
         self.inner.create(req).await
@@ -492,7 +506,10 @@ impl PaymentGateway for ClockSynced {
         self.sync().await;
         self.inner.capture(req).await
     }
+}
 
+#[async_trait]
+impl StripeRefunds for ClockSynced {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.sync().await;
         self.inner.create_refund(req).await
@@ -510,7 +527,10 @@ impl PaymentGateway for ClockSynced {
         self.sync().await;
         self.inner.list_refunds(payment_intent).await
     }
+}
 
+#[async_trait]
+impl CreatedLists for ClockSynced {
     async fn list_intents_created(
         &self,
         window: &AuditWindow,

@@ -33,6 +33,7 @@ pub mod dashboard;
 pub mod drift;
 pub mod driver;
 pub mod faults;
+mod forward;
 pub mod fx;
 pub mod gateway;
 pub mod load;

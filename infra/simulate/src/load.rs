@@ -43,7 +43,7 @@ use charge_once::config::StripeBudget;
 use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{
-    MessageVisibility, OperationQueue, OperationStore, QueueError, QueuedOperation,
+    MessageVisibility, OperationQueue, OperationReads, OperationStore, QueueError, QueuedOperation,
 };
 use charge_once::reconciler::ReconcilerDeps;
 use checkout::door::Checkout;

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use charge_core::domain::StripeRefundId;
 use charge_core::refund::StripeRefund;
 use charge_core::store::{
-    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-    Reschedule, ReserveRefund,
+    Claim, ClaimRequest, Created, OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
+    ReserveRefund,
 };
 use charge_core::store_rules::Guard;
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
@@ -19,10 +19,11 @@ use charge_core::{
     operation::{Operation, OperationKey, OperationStatus},
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
 };
-use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationQueue,
-    OperationStore, Page, PaymentGateway, QueueError, QueuedOperation, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    IndexQuery, OperationCreates, OperationLeases, OperationQueue, OperationReads, OperationStore,
+    Page, PaymentGateway, PaymentIntents, QueueError, QueuedOperation, SettledRecords, StoreError,
+    StripeAccount, StripeRefunds, UnknownIndex,
 };
 use clap::ValueEnum;
 
@@ -164,48 +165,16 @@ impl EditedPages {
     }
 }
 
+crate::forward_store!(
+    EditedPages, inner:
+    OperationReads,
+    OperationCreates,
+    OperationLeases,
+    ManualResolutions,
+);
+
 #[async_trait]
-impl OperationStore for EditedPages {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.inner.create_if_absent(op).await
-    }
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        self.inner.fail_refund_later(req).await
-    }
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        self.inner.refunds_of(order_id).await
-    }
-    async fn create_beside(
-        &self,
-        op: &Operation,
-        claim: ChargeClaim<'_>,
-    ) -> Result<CreatedBeside, StoreError> {
-        self.inner.create_beside(op, claim).await
-    }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.inner.get_by_operation_id(operation_id).await
-    }
-    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.inner.record(rec).await
-    }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.inner.reschedule(req).await
-    }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.inner.resolve(req).await
-    }
+impl UnknownIndex for EditedPages {
     async fn query_index(
         &self,
         query: IndexQuery,
@@ -214,7 +183,12 @@ impl OperationStore for EditedPages {
     ) -> Result<Page, StoreError> {
         (self.edit)(self.inner.query_index(query, cursor, limit).await?)
     }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.inner.reschedule(req).await
+    }
 }
+
+impl SettledRecords for EditedPages {}
 
 /// The PaymentIntent the event being delivered carries (set by the simulation's events source
 /// around each delivery), for [`TrustEventPayload`].
@@ -243,11 +217,17 @@ pub struct TrustEventPayload {
     pub claimed: Arc<Claimed>,
 }
 
-#[async_trait]
-impl PaymentGateway for TrustEventPayload {
+// The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
+crate::forward_gateway!(TrustEventPayload, inner: StripeRefunds);
+
+impl StripeAccount for TrustEventPayload {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for TrustEventPayload {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -269,31 +249,26 @@ impl PaymentGateway for TrustEventPayload {
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.capture(req).await
     }
-    // The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.inner.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.inner.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.inner.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for TrustEventPayload {}
 
 /// Stripe as `failed-without-cancel` sees it: a cancel is never sent; it is answered with the
 /// intent as Stripe holds it (read back) marked `canceled`, so the executor records `failed` while
 /// the intent stays confirmable.
 pub struct CancelNotMade(pub Arc<dyn PaymentGateway>);
 
-#[async_trait]
-impl PaymentGateway for CancelNotMade {
+// The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
+crate::forward_gateway!(CancelNotMade, 0: StripeRefunds);
+
+impl StripeAccount for CancelNotMade {
     fn livemode(&self) -> bool {
         self.0.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for CancelNotMade {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.0.create(req).await
     }
@@ -317,20 +292,9 @@ impl PaymentGateway for CancelNotMade {
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.0.capture(req).await
     }
-    // The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.0.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.0.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.0.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for CancelNotMade {}
 
 /// The refund mutations that live in the store, each changing one call: the door's store
 /// (`refund-dedup-by-amount`, `refund-left-from-stripe`) or the charge function's
@@ -403,19 +367,33 @@ impl RefundStore {
     }
 }
 
+crate::forward_store!(RefundStore, inner: UnknownIndex, ManualResolutions);
+
 #[async_trait]
-impl OperationStore for RefundStore {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.inner.create_if_absent(op).await
-    }
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        self.inner.fail_refund_later(req).await
+impl OperationReads for RefundStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let mut op = self.inner.get(key).await?;
+        if let Some(charge) = op.as_mut().filter(|o| o.kind.refund_id().is_none()) {
+            if let Some(at_stripe) = self.refunded_at_stripe(charge) {
+                if let Some(state) = charge.params.charge_state_mut() {
+                    state.refund_reserved = at_stripe;
+                }
+            }
+        }
+        Ok(op)
     }
     async fn refunds_of(
         &self,
         order_id: &charge_core::domain::OrderId,
     ) -> Result<Vec<Operation>, StoreError> {
         self.inner.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for RefundStore {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.inner.create_if_absent(op).await
     }
     /// Only a refund's reservation has a bug here; a capture's or cancel's take passes through.
     async fn create_beside(
@@ -436,23 +414,10 @@ impl OperationStore for RefundStore {
             RefundStoreBug::NoRelease => self.inner.create_beside(op, claim).await,
         }
     }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        let mut op = self.inner.get(key).await?;
-        if let Some(charge) = op.as_mut().filter(|o| o.kind.refund_id().is_none()) {
-            if let Some(at_stripe) = self.refunded_at_stripe(charge) {
-                if let Some(state) = charge.params.charge_state_mut() {
-                    state.refund_reserved = at_stripe;
-                }
-            }
-        }
-        Ok(op)
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.inner.get_by_operation_id(operation_id).await
-    }
+}
+
+#[async_trait]
+impl OperationLeases for RefundStore {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.inner.claim(req).await
     }
@@ -464,21 +429,12 @@ impl OperationStore for RefundStore {
         }
         self.inner.record(rec).await
     }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.inner.reschedule(req).await
-    }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.inner.resolve(req).await
-    }
-    async fn query_index(
-        &self,
-        query: IndexQuery,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.inner.query_index(query, cursor, limit).await
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.inner.fail_refund_later(req).await
     }
 }
+
+impl SettledRecords for RefundStore {}
 
 /// `refund-key-of-charge`: Stripe as the charge function sees it, creating each refund under
 /// its order's charge's idempotency key (read from the store, as the charge's record holds it).
@@ -487,29 +443,16 @@ pub struct RefundUnderChargeKey {
     pub store: Arc<dyn OperationStore>,
 }
 
-#[async_trait]
-impl PaymentGateway for RefundUnderChargeKey {
+crate::forward_gateway!(RefundUnderChargeKey, inner: PaymentIntents);
+
+impl StripeAccount for RefundUnderChargeKey {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
-    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.inner.create(req).await
-    }
-    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
-        self.inner.retrieve(id).await
-    }
-    async fn search_by_operation(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Vec<PaymentIntent>, GatewayError> {
-        self.inner.search_by_operation(operation_id).await
-    }
-    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.inner.cancel(req).await
-    }
-    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.inner.capture(req).await
-    }
+}
+
+#[async_trait]
+impl StripeRefunds for RefundUnderChargeKey {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         let mut req = req.clone();
         let charge = OperationKey::charge(req.order_id.clone());
@@ -528,6 +471,8 @@ impl PaymentGateway for RefundUnderChargeKey {
         self.inner.list_refunds(payment_intent).await
     }
 }
+
+impl CreatedLists for RefundUnderChargeKey {}
 
 /// `capture-settled-by-replay`: Stripe as the charge function sees it, where a read of an intent
 /// this process sent a capture for is replaced by the capture sent again, under a fresh key (the
@@ -549,11 +494,16 @@ impl CaptureSettledByReplay {
     }
 }
 
-#[async_trait]
-impl PaymentGateway for CaptureSettledByReplay {
+crate::forward_gateway!(CaptureSettledByReplay, inner: StripeRefunds);
+
+impl StripeAccount for CaptureSettledByReplay {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for CaptureSettledByReplay {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await
     }
@@ -592,19 +542,9 @@ impl PaymentGateway for CaptureSettledByReplay {
             .insert(req.id.as_str().to_owned(), req.clone());
         self.inner.capture(req).await
     }
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.inner.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.inner.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.inner.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for CaptureSettledByReplay {}
 
 /// `deadline-from-creation`: every intent Stripe answers with a deadline is given one 7 days
 /// after this process first saw it (its creation, unless that answer was lost), as if the
@@ -639,11 +579,16 @@ impl DeadlineFromCreation {
     }
 }
 
-#[async_trait]
-impl PaymentGateway for DeadlineFromCreation {
+crate::forward_gateway!(DeadlineFromCreation, inner: StripeRefunds);
+
+impl StripeAccount for DeadlineFromCreation {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
+}
+
+#[async_trait]
+impl PaymentIntents for DeadlineFromCreation {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.create(req).await.map(|pi| self.edit(pi))
     }
@@ -663,27 +608,36 @@ impl PaymentGateway for DeadlineFromCreation {
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.capture(req).await.map(|pi| self.edit(pi))
     }
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.inner.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.inner.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.inner.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for DeadlineFromCreation {}
 
 /// `takes-not-fenced`: the door's store with the fence between a capture and a cancel gone. The
 /// charge is read as if nobody took it, and a taking the charge refuses because another took
 /// it is written on its own (no claim on the charge): both go on to Stripe.
 pub struct TakesNotFenced(pub Arc<dyn OperationStore>);
 
+crate::forward_store!(TakesNotFenced, 0: OperationLeases, UnknownIndex, ManualResolutions);
+
 #[async_trait]
-impl OperationStore for TakesNotFenced {
+impl OperationReads for TakesNotFenced {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let mut op = self.0.get(key).await?;
+        if let Some(charge) = op.as_mut().and_then(|o| o.params.charge_state_mut()) {
+            charge.taken_by = None;
+        }
+        Ok(op)
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.0.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for TakesNotFenced {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.0.create_if_absent(op).await
     }
@@ -702,46 +656,6 @@ impl OperationStore for TakesNotFenced {
             other => Ok(other),
         }
     }
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        self.0.refunds_of(order_id).await
-    }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        let mut op = self.0.get(key).await?;
-        if let Some(charge) = op.as_mut().and_then(|o| o.params.charge_state_mut()) {
-            charge.taken_by = None;
-        }
-        Ok(op)
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.0.get_by_operation_id(operation_id).await
-    }
-    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        self.0.claim(req).await
-    }
-    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        self.0.record(rec).await
-    }
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        self.0.fail_refund_later(req).await
-    }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.0.reschedule(req).await
-    }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.0.resolve(req).await
-    }
-    async fn query_index(
-        &self,
-        query: IndexQuery,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.0.query_index(query, cursor, limit).await
-    }
 }
+
+impl SettledRecords for TakesNotFenced {}

@@ -54,9 +54,9 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::memory::ReportShelf;
-use charge_once::ports::{AuditLog, StoredReports};
 use charge_once::ports::{
-    IndexQuery, OperationStore, Page, StoreCalls, StoreError, UnreadableRecord,
+    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
+    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
 };
 
 use crate::faults::{Faults, Kind};
@@ -545,7 +545,7 @@ struct Table {
     /// Unreadable records an operator repaired.
     repaired: u64,
     /// Every settled record's (settle time in ms, slot), kept up to date on every write: the
-    /// audit's pages ([`OperationStore::settled_between`]) cost their own length. (Sorted again
+    /// audit's pages ([`SettledRecords::settled_between`]) cost their own length. (Sorted again
     /// on the first page after a write, it cost a sort of the table per page: quadratic in a run
     /// audited while it goes on.)
     settled_index: BTreeSet<(i64, u32)>,
@@ -1226,7 +1226,34 @@ impl AuditLog for SimStore {
 }
 
 #[async_trait]
-impl OperationStore for SimStore {
+impl OperationReads for SimStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.calls.read();
+        self.lock().read(key)
+    }
+
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        let t = self.lock();
+        let mut refunds = Vec::new();
+        let slots = t.refunds_by_order.get(&hash_one(order_id));
+        for at in slots.into_iter().flatten() {
+            let key = &t.slots[*at as usize].key;
+            if key.order_id == *order_id {
+                refunds.push(t.read_at(key, *at)?);
+            }
+        }
+        // As DynamoDB's Query returns them: by sort key.
+        refunds.sort_by_key(|op| op.kind.sort_key());
+        Ok(refunds)
+    }
+}
+
+#[async_trait]
+impl OperationCreates for SimStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.write();
         let mut t = self.lock();
@@ -1308,51 +1335,10 @@ impl OperationStore for SimStore {
         self.after_put(&mut t, op);
         Ok(created)
     }
+}
 
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls.read();
-        self.lock().read(key)
-    }
-
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        self.calls.query();
-        let t = self.lock();
-        let mut refunds = Vec::new();
-        let slots = t.refunds_by_order.get(&hash_one(order_id));
-        for at in slots.into_iter().flatten() {
-            let key = &t.slots[*at as usize].key;
-            if key.order_id == *order_id {
-                refunds.push(t.read_at(key, *at)?);
-            }
-        }
-        // As DynamoDB's Query returns them: by sort key.
-        refunds.sort_by_key(|op| op.kind.sort_key());
-        Ok(refunds)
-    }
-
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.calls.read();
-        let t = self.lock();
-        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time), then
-        // the record read.
-        let Some(at) = t.by_operation_id.get(operation_id) else {
-            return Ok(None);
-        };
-        let slot = &t.slots[*at as usize];
-        let listed = !slot.record.status.is_settled() && slot.record.next_due_at.is_some();
-        if !listed {
-            return Ok(None);
-        }
-        let key = slot.key.clone();
-        t.read(&key)
-    }
-
+#[async_trait]
+impl OperationLeases for SimStore {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         // The lease and attempts are not index attributes: no index change. Nor is a claim an
         // outcome (status and review stay), so the relay publishes nothing for it.
@@ -1380,69 +1366,10 @@ impl OperationStore for SimStore {
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         self.with_release(&req.key, req, &req.release)
     }
+}
 
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        Ok(store_rules::recorded(self.conditional(&req.key, req)?))
-    }
-
-    /// With a refund's release: as [`record`](Self::record)'s, one write, both or neither.
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        match &req.release {
-            None => Ok(store_rules::recorded(self.conditional(&req.key, req)?)),
-            Some(release) => self.with_release(&req.key, req, release),
-        }
-    }
-
-    /// From the index of settled records ([`Table::settled_index`]): a page costs its length.
-    async fn settled_between(
-        &self,
-        window: &AuditWindow,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.calls.query();
-        let after = cursor.as_deref().map(decode_cursor).transpose()?;
-        let t = &*self.lock();
-        // The cursor names (settle time, key): the page starts after its key's slot, or at its
-        // time if the key has none.
-        let start = match &after {
-            Some((ms, key)) => match t.slot(key).and_then(|at| u32::try_from(at).ok()) {
-                Some(at) => Bound::Excluded((*ms, at)),
-                None => Bound::Included((*ms, 0)),
-            },
-            None => Bound::Included((window.from.as_millis(), 0)),
-        };
-        let limit = limit.max(1);
-        let in_window: Vec<(i64, u32)> = t
-            .settled_index
-            .range((start, Bound::Unbounded))
-            .take_while(|(m, _)| *m < window.to.as_millis())
-            .take(limit + 1)
-            .copied()
-            .collect();
-        let more = in_window.len() > limit;
-        let positions = &in_window[..in_window.len().min(limit)];
-        let key_at = |at: u32| t.slots[at as usize].key.clone();
-        let next = match (more, positions.last()) {
-            (true, Some((ms, at))) => Some(encode_cursor(&(*ms, key_at(*at)))),
-            _ => None,
-        };
-        let mut page = Page {
-            next,
-            ..Page::default()
-        };
-        for (_, at) in positions {
-            match t.read_at(&key_at(*at), *at) {
-                Ok(op) => page.operations.push(op),
-                Err(e) => page.unreadable.push(UnreadableRecord {
-                    key: e.unreadable.clone().unwrap_or_default(),
-                    reason: charge_once::telemetry::ErrorChain(&e).to_string(),
-                }),
-            }
-        }
-        Ok(page)
-    }
-
+#[async_trait]
+impl UnknownIndex for SimStore {
     async fn query_index(
         &self,
         query: IndexQuery,
@@ -1494,6 +1421,94 @@ impl OperationStore for SimStore {
             unreadable,
             next,
         })
+    }
+
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        Ok(store_rules::recorded(self.conditional(&req.key, req)?))
+    }
+}
+
+#[async_trait]
+impl ManualResolutions for SimStore {
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.calls.read();
+        let t = self.lock();
+        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time), then
+        // the record read.
+        let Some(at) = t.by_operation_id.get(operation_id) else {
+            return Ok(None);
+        };
+        let slot = &t.slots[*at as usize];
+        let listed = !slot.record.status.is_settled() && slot.record.next_due_at.is_some();
+        if !listed {
+            return Ok(None);
+        }
+        let key = slot.key.clone();
+        t.read(&key)
+    }
+
+    /// With a refund's release: as [`record`](Self::record)'s, one write, both or neither.
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        match &req.release {
+            None => Ok(store_rules::recorded(self.conditional(&req.key, req)?)),
+            Some(release) => self.with_release(&req.key, req, release),
+        }
+    }
+}
+
+#[async_trait]
+impl SettledRecords for SimStore {
+    /// From the index of settled records ([`Table::settled_index`]): a page costs its length.
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.calls.query();
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        let t = &*self.lock();
+        // The cursor names (settle time, key): the page starts after its key's slot, or at its
+        // time if the key has none.
+        let start = match &after {
+            Some((ms, key)) => match t.slot(key).and_then(|at| u32::try_from(at).ok()) {
+                Some(at) => Bound::Excluded((*ms, at)),
+                None => Bound::Included((*ms, 0)),
+            },
+            None => Bound::Included((window.from.as_millis(), 0)),
+        };
+        let limit = limit.max(1);
+        let in_window: Vec<(i64, u32)> = t
+            .settled_index
+            .range((start, Bound::Unbounded))
+            .take_while(|(m, _)| *m < window.to.as_millis())
+            .take(limit + 1)
+            .copied()
+            .collect();
+        let more = in_window.len() > limit;
+        let positions = &in_window[..in_window.len().min(limit)];
+        let key_at = |at: u32| t.slots[at as usize].key.clone();
+        let next = match (more, positions.last()) {
+            (true, Some((ms, at))) => Some(encode_cursor(&(*ms, key_at(*at)))),
+            _ => None,
+        };
+        let mut page = Page {
+            next,
+            ..Page::default()
+        };
+        for (_, at) in positions {
+            match t.read_at(&key_at(*at), *at) {
+                Ok(op) => page.operations.push(op),
+                Err(e) => page.unreadable.push(UnreadableRecord {
+                    key: e.unreadable.clone().unwrap_or_default(),
+                    reason: charge_once::telemetry::ErrorChain(&e).to_string(),
+                }),
+            }
+        }
+        Ok(page)
     }
 }
 

@@ -29,15 +29,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use aws_lambda_events::encodings::Body;
 use charge_core::charge::event_plan::EventIntent;
-use charge_core::domain::StripeRefundId;
-use charge_core::refund::StripeRefund;
 use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
     Reschedule,
 };
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
-    domain::{OperationId, PaymentIntentId},
+    domain::OperationId,
     operation::{Operation, OperationKey},
     outcome::{GatewayError, PaymentIntent},
     time::Clock,
@@ -47,10 +45,10 @@ use charge_once::events::{
 };
 use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryInbox;
-use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationStore,
-    Page, PaymentGateway, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, IndexQuery,
+    ManualResolutions, OperationCreates, OperationLeases, OperationReads, OperationStore, Page,
+    PaymentGateway, PaymentIntents, SettledRecords, StoreError, UnknownIndex,
 };
 use events::handler::{EventsFunction, Incoming};
 use lambda_runtime::{Context, LambdaEvent};
@@ -89,14 +87,10 @@ impl CountingStore {
 }
 
 #[async_trait]
-impl OperationStore for CountingStore {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.write();
-        self.inner.create_if_absent(op).await
-    }
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        self.write();
-        self.inner.fail_refund_later(req).await
+impl OperationReads for CountingStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.read();
+        self.inner.get(key).await
     }
     async fn refunds_of(
         &self,
@@ -104,6 +98,14 @@ impl OperationStore for CountingStore {
     ) -> Result<Vec<Operation>, StoreError> {
         self.read();
         self.inner.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for CountingStore {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.write();
+        self.inner.create_if_absent(op).await
     }
     async fn create_beside(
         &self,
@@ -113,17 +115,10 @@ impl OperationStore for CountingStore {
         self.write();
         self.inner.create_beside(op, claim).await
     }
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.read();
-        self.inner.get(key).await
-    }
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.read();
-        self.inner.get_by_operation_id(operation_id).await
-    }
+}
+
+#[async_trait]
+impl OperationLeases for CountingStore {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.write();
         self.inner.claim(req).await
@@ -132,14 +127,14 @@ impl OperationStore for CountingStore {
         self.write();
         self.inner.record(rec).await
     }
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         self.write();
-        self.inner.reschedule(req).await
+        self.inner.fail_refund_later(req).await
     }
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        self.write();
-        self.inner.resolve(req).await
-    }
+}
+
+#[async_trait]
+impl UnknownIndex for CountingStore {
     async fn query_index(
         &self,
         query: IndexQuery,
@@ -149,21 +144,40 @@ impl OperationStore for CountingStore {
         self.read();
         self.inner.query_index(query, cursor, limit).await
     }
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.write();
+        self.inner.reschedule(req).await
+    }
 }
+
+#[async_trait]
+impl ManualResolutions for CountingStore {
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.read();
+        self.inner.get_by_operation_id(operation_id).await
+    }
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        self.write();
+        self.inner.resolve(req).await
+    }
+}
+
+impl SettledRecords for CountingStore {}
 
 struct CountingGateway {
     inner: Arc<dyn PaymentGateway>,
     calls: Arc<WebhookCalls>,
 }
 
+// Not counted: the counts are of the charge calls the events function makes; its one refund
+// call (a refund event's retrieve) is left out of them.
+crate::forward_gateway!(CountingGateway, inner: StripeAccount, StripeRefunds);
+
 #[async_trait]
-impl PaymentGateway for CountingGateway {
-    fn livemode(&self) -> bool {
-        self.inner.livemode()
-    }
-    fn requests(&self) -> Option<&charge_once::ports::StripeRequests> {
-        self.inner.requests()
-    }
+impl PaymentIntents for CountingGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.creates.fetch_add(1, Ordering::Relaxed);
         self.inner.create(req).await
@@ -189,21 +203,9 @@ impl PaymentGateway for CountingGateway {
     async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.inner.capture(req).await
     }
-    // Not counted: the counts are of the charge calls the events function makes; its one refund
-    // call (a refund event's retrieve) is left out of them.
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.inner.create_refund(req).await
-    }
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.inner.retrieve_refund(id).await
-    }
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.inner.list_refunds(payment_intent).await
-    }
 }
+
+impl CreatedLists for CountingGateway {}
 
 /// The delivery fault rates of a run with faults (none with `--no-faults`).
 pub fn default_faults(with_faults: bool) -> WebhookFaults {

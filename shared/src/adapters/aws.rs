@@ -220,6 +220,7 @@ pub async fn charge_deps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::OperationReads;
 
     #[test]
     fn every_bound_is_set_and_consistent() {
@@ -316,7 +317,6 @@ mod tests {
     async fn a_call_without_credentials_fails_saying_so_and_naming_the_table() {
         use charge_core::operation::OperationKey;
 
-        use crate::ports::OperationStore;
         // No network needed: the request is signed before it is sent, and signing fails.
         let bare = aws_config::SdkConfig::builder()
             .behavior_version(BehaviorVersion::latest())

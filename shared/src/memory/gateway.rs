@@ -25,8 +25,8 @@ use charge_core::time::{SystemClock, Timestamp};
 use charge_core::{audit::AuditWindow, time::Clock};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentIntents, StripeAccount, StripeRefunds,
 };
 
 mod captures;
@@ -563,12 +563,14 @@ fn fake_id(id: &str) -> PaymentIntentId {
     PaymentIntentId::parse(id).expect("pi_fake<n> is a PaymentIntent id")
 }
 
-#[async_trait]
-impl PaymentGateway for FakeGateway {
+impl StripeAccount for FakeGateway {
     fn livemode(&self) -> bool {
         false
     }
+}
 
+#[async_trait]
+impl PaymentIntents for FakeGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         self.calls.create.fetch_add(1, Ordering::SeqCst);
         let delay = *self.create_delay.lock().unwrap_or_else(|p| p.into_inner());
@@ -623,7 +625,10 @@ impl PaymentGateway for FakeGateway {
         self.calls.capture.fetch_add(1, Ordering::SeqCst);
         self.capture_answer(req)
     }
+}
 
+#[async_trait]
+impl StripeRefunds for FakeGateway {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.calls.refund_create.fetch_add(1, Ordering::SeqCst);
         self.refund_answer(req)
@@ -641,7 +646,10 @@ impl PaymentGateway for FakeGateway {
         self.calls.refund_read.fetch_add(1, Ordering::SeqCst);
         Ok(self.refund_list(payment_intent))
     }
+}
 
+#[async_trait]
+impl CreatedLists for FakeGateway {
     /// Every PaymentIntent made in the window, newest first, on one page.
     async fn list_intents_created(
         &self,

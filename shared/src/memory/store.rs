@@ -7,8 +7,6 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::ports::{AuditLog, StoredReports, UnreadableRecord};
-use crate::ports::{IndexQuery, OperationStore, Page, StoreCalls, StoreError};
 use charge_core::audit::{AuditReport, AuditWindow};
 use charge_core::domain::{OperationId, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -20,6 +18,11 @@ use charge_core::{
         ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
+};
+
+use crate::ports::{
+    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
+    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
 };
 
 #[derive(Default)]
@@ -197,7 +200,28 @@ impl AuditLog for MemoryStore {
 }
 
 #[async_trait]
-impl OperationStore for MemoryStore {
+impl OperationReads for MemoryStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        self.calls.read();
+        Ok(self.lock().get(key).cloned())
+    }
+
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        // One order's records, as DynamoDB reads one partition: its charge's key sorts before
+        // every other key of the order.
+        Ok(self
+            .lock()
+            .range(OperationKey::charge(order_id.clone())..)
+            .take_while(|(key, _)| key.order_id == *order_id)
+            .filter(|(key, _)| key.kind.refund_id().is_some())
+            .map(|(_, op)| op.clone())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl OperationCreates for MemoryStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.calls.write();
         let mut items = self.lock();
@@ -225,42 +249,10 @@ impl OperationStore for MemoryStore {
         }
         Ok(created)
     }
+}
 
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        self.calls.read();
-        Ok(self.lock().get(key).cloned())
-    }
-
-    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
-        self.calls.query();
-        // One order's records, as DynamoDB reads one partition: its charge's key sorts before
-        // every other key of the order.
-        Ok(self
-            .lock()
-            .range(OperationKey::charge(order_id.clone())..)
-            .take_while(|(key, _)| key.order_id == *order_id)
-            .filter(|(key, _)| key.kind.refund_id().is_some())
-            .map(|(_, op)| op.clone())
-            .collect())
-    }
-
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError> {
-        self.calls.read();
-        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
-        Ok(self
-            .lock()
-            .values()
-            .find(|op| {
-                op.operation_id == *operation_id
-                    && !op.status.is_settled()
-                    && op.next_due_at.is_some()
-            })
-            .cloned())
-    }
-
+#[async_trait]
+impl OperationLeases for MemoryStore {
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
         self.conditional(&req.key, req).map(store_rules::claimed)
     }
@@ -283,50 +275,10 @@ impl OperationStore for MemoryStore {
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
         self.with_release(&req.key, req, &req.release)
     }
+}
 
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.conditional(&req.key, req).map(store_rules::recorded)
-    }
-
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        match &req.release {
-            None => self.conditional(&req.key, req).map(store_rules::recorded),
-            Some(release) => self.with_release(&req.key, req, release),
-        }
-    }
-
-    async fn settled_between(
-        &self,
-        window: &AuditWindow,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        self.calls.query();
-        let after = cursor.as_deref().map(decode_cursor).transpose()?;
-        let items = self.lock();
-        let mut matching: Vec<&Operation> = items
-            .values()
-            .filter(|op| op.settled_at.is_some_and(|t| window.contains(t)))
-            .filter(|op| after.as_ref().is_none_or(|a| settled_position(op) > *a))
-            .collect();
-        matching.sort_by_key(|op| settled_position(op));
-        let limit = limit.max(1);
-        let more = matching.len() > limit;
-        matching.truncate(limit);
-        let next = match (more, matching.last()) {
-            (true, Some(op)) => Some(
-                serde_json::to_string(&settled_position(op))
-                    .map_err(|e| StoreError::with_source("cannot encode page cursor", e))?,
-            ),
-            _ => None,
-        };
-        Ok(Page {
-            operations: matching.into_iter().cloned().collect(),
-            unreadable: Vec::new(),
-            next,
-        })
-    }
-
+#[async_trait]
+impl UnknownIndex for MemoryStore {
     async fn query_index(
         &self,
         query: IndexQuery,
@@ -360,6 +312,72 @@ impl OperationStore for MemoryStore {
         Ok(Page {
             operations: matching.into_iter().cloned().collect(),
             // Typed records in memory: nothing here can be unreadable.
+            unreadable: Vec::new(),
+            next,
+        })
+    }
+
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.conditional(&req.key, req).map(store_rules::recorded)
+    }
+}
+
+#[async_trait]
+impl ManualResolutions for MemoryStore {
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError> {
+        self.calls.read();
+        // As DynamoDB's: only what the unknown index lists (unsettled, with a due time).
+        Ok(self
+            .lock()
+            .values()
+            .find(|op| {
+                op.operation_id == *operation_id
+                    && !op.status.is_settled()
+                    && op.next_due_at.is_some()
+            })
+            .cloned())
+    }
+
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
+        match &req.release {
+            None => self.conditional(&req.key, req).map(store_rules::recorded),
+            Some(release) => self.with_release(&req.key, req, release),
+        }
+    }
+}
+
+#[async_trait]
+impl SettledRecords for MemoryStore {
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.calls.query();
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        let items = self.lock();
+        let mut matching: Vec<&Operation> = items
+            .values()
+            .filter(|op| op.settled_at.is_some_and(|t| window.contains(t)))
+            .filter(|op| after.as_ref().is_none_or(|a| settled_position(op) > *a))
+            .collect();
+        matching.sort_by_key(|op| settled_position(op));
+        let limit = limit.max(1);
+        let more = matching.len() > limit;
+        matching.truncate(limit);
+        let next = match (more, matching.last()) {
+            (true, Some(op)) => Some(
+                serde_json::to_string(&settled_position(op))
+                    .map_err(|e| StoreError::with_source("cannot encode page cursor", e))?,
+            ),
+            _ => None,
+        };
+        Ok(Page {
+            operations: matching.into_iter().cloned().collect(),
             unreadable: Vec::new(),
             next,
         })

@@ -132,13 +132,26 @@ pub fn refunds_not_supported(what: &str) -> GatewayError {
     }
 }
 
-/// Stripe's PaymentIntents and Refunds APIs as the core uses them.
+/// Stripe's PaymentIntents and Refunds APIs as the core uses them, as one whole: the account
+/// ([`StripeAccount`]), the intents ([`PaymentIntents`]), the refunds ([`StripeRefunds`]) and the
+/// audit's lists ([`CreatedLists`]), which a full gateway (the Stripe client, the fake, the
+/// simulation's) implements one by one. Implemented for any type that has them all; a caller
+/// that needs only some names only those, and a wrapper implements the ones it changes and
+/// forwards the rest (the simulation's `forward_gateway!`).
 ///
-/// The refund calls have default bodies that refuse ([`refunds_not_supported`]), for the test
-/// doubles that only charge; every gateway on a production path (the Stripe client, the pacing
-/// wrapper, the fakes and the simulation's) makes them.
-#[async_trait]
-pub trait PaymentGateway: Send + Sync {
+/// The calls past a charge's (capture, the refunds, the lists) have default bodies that refuse
+/// ([`refunds_not_supported`]), for the test doubles that only charge; every gateway on a
+/// production path (the Stripe client, the pacing wrapper, the fakes and the simulation's) makes
+/// them.
+pub trait PaymentGateway: StripeAccount + PaymentIntents + StripeRefunds + CreatedLists {}
+
+impl<T> PaymentGateway for T where
+    T: StripeAccount + PaymentIntents + StripeRefunds + CreatedLists + ?Sized
+{
+}
+
+/// The Stripe account a gateway calls: its mode, and what it sent.
+pub trait StripeAccount: Send + Sync {
     /// The mode of the key this gateway calls Stripe with (`sk_live_…`: true). A PaymentIntent
     /// whose `livemode` differs is not one of ours, whatever its metadata says.
     fn livemode(&self) -> bool;
@@ -149,7 +162,11 @@ pub trait PaymentGateway: Send + Sync {
     fn requests(&self) -> Option<&StripeRequests> {
         None
     }
+}
 
+/// Stripe's PaymentIntents: a charge's create, read, search, cancel and capture.
+#[async_trait]
+pub trait PaymentIntents: Send + Sync {
     /// Creates and confirms off-session, with `metadata[operation_id]` and the idempotency key.
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
 
@@ -176,7 +193,11 @@ pub trait PaymentGateway: Send + Sync {
         let _ = req;
         Err(refunds_not_supported("captures"))
     }
+}
 
+/// Stripe's Refunds, as a refund operation and the events function use them.
+#[async_trait]
+pub trait StripeRefunds: Send + Sync {
     /// Creates a refund (`POST /v1/refunds`) with the refund key: a lost answer re-sent under the
     /// same key replays the first.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -200,7 +221,11 @@ pub trait PaymentGateway: Send + Sync {
         let _ = payment_intent;
         Err(refunds_not_supported("refund lists"))
     }
+}
 
+/// The drift audit's: what Stripe created in a window, page by page.
+#[async_trait]
+pub trait CreatedLists: Send + Sync {
     /// One page (up to 100) of the PaymentIntents created in `window`
     /// (`GET /v1/payment_intents?created[gte]=…&created[lt]=…&limit=100[&starting_after=…]`),
     /// every one, ours or not: the audit decides by their metadata. Lists are not delayed as

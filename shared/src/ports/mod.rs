@@ -6,10 +6,10 @@
 //!
 //! | port | what for | production | in memory | contract |
 //! |---|---|---|---|---|
-//! | [`OperationStore`] | the operation record, its conditional writes, the unknown index | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
+//! | [`OperationStore`] (= [`OperationReads`] + [`OperationCreates`] + [`OperationLeases`] + [`UnknownIndex`] + [`ManualResolutions`] + [`SettledRecords`]) | the operation record, its conditional writes, the unknown index | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`OperationQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
-//! | [`PaymentGateway`] | Stripe's PaymentIntents | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
+//! | [`PaymentGateway`] (= [`StripeAccount`] + [`PaymentIntents`] + [`StripeRefunds`] + [`CreatedLists`]) | Stripe's PaymentIntents and Refunds | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`EventInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
@@ -37,7 +37,8 @@ pub use audit::{AuditLog, StoredReports};
 pub use clock::Sleeper;
 pub use gateway::{
     refunds_not_supported, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
-    CreateRefund, ListPage, PaymentGateway, RequestTotals, StripeRequests,
+    CreateRefund, CreatedLists, ListPage, PaymentGateway, PaymentIntents, RequestTotals,
+    StripeAccount, StripeRefunds, StripeRequests,
 };
 pub use inbox::{Admitted, EventInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
@@ -47,5 +48,7 @@ pub use queue::{
     QueuedOperation,
 };
 pub use store::{
-    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
+    AuditStore, DoorStore, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
+    OperationReads, OperationStore, Page, ReviewCount, SettledRecords, StoreCalls, StoreError,
+    UnknownIndex, UnreadableRecord,
 };

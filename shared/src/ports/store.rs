@@ -77,7 +77,7 @@ pub struct UnreadableRecord {
 }
 
 /// One page of the REVIEW partition, counted from the index alone
-/// ([`OperationStore::count_in_review`]).
+/// ([`UnknownIndex::count_in_review`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReviewCount {
     /// Entries in this page: operations waiting for a person, whether this release can read
@@ -125,9 +125,65 @@ impl StoreCalls {
     }
 }
 
-/// The durable record of operations (DynamoDB in production).
+/// The durable record of operations (DynamoDB in production), as one whole: every capability
+/// below, which a full adapter (`DynamoStore`, `MemoryStore`, the simulation's `SimStore`)
+/// implements one by one. Implemented for any type that has them all; a caller that needs only
+/// some names only those ([`OperationReads`], [`OperationCreates`], [`OperationLeases`],
+/// [`UnknownIndex`], [`ManualResolutions`], [`SettledRecords`]), or the set one caller uses
+/// ([`DoorStore`], [`AuditStore`]), and a wrapper implements the ones it changes and forwards the
+/// rest (the simulation's `forward_store!`). The callers' sets are supertraits too, so a
+/// whole store (`Arc<dyn OperationStore>`) is handed to such a caller as it is.
+pub trait OperationStore:
+    OperationReads
+    + OperationCreates
+    + OperationLeases
+    + UnknownIndex
+    + ManualResolutions
+    + SettledRecords
+    + DoorStore
+    + AuditStore
+{
+}
+
+/// The store as the checkout door uses it: read what is there, create what is not (alone, or
+/// beside its claim on the order's charge).
+pub trait DoorStore: OperationReads + OperationCreates {}
+
+impl<T: OperationReads + OperationCreates + ?Sized> DoorStore for T {}
+
+/// The store as the drift audit reads it: the records settled in a window, an order's refunds,
+/// the review partition counted.
+pub trait AuditStore: OperationReads + UnknownIndex + SettledRecords {}
+
+impl<T: OperationReads + UnknownIndex + SettledRecords + ?Sized> AuditStore for T {}
+
+impl<T> OperationStore for T where
+    T: OperationReads
+        + OperationCreates
+        + OperationLeases
+        + UnknownIndex
+        + ManualResolutions
+        + SettledRecords
+        + ?Sized
+{
+}
+
+/// Reads by key: the door, the events function, the reconciler and the operator read a record (or
+/// an order's refunds) before they decide.
 #[async_trait]
-pub trait OperationStore: Send + Sync {
+pub trait OperationReads: Send + Sync {
+    /// Reads one record by its business identity (strongly consistent).
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError>;
+
+    /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
+    /// partition, paged). A refund this release cannot read is an error naming it.
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
+}
+
+/// The door's writes (and the events function's, for a refund made in the dashboard): a new
+/// record, alone or beside its claim on the order's charge.
+#[async_trait]
+pub trait OperationCreates: Send + Sync {
     /// Writes `op` unless a record with the same business identity exists; then returns that one.
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError>;
 
@@ -141,24 +197,12 @@ pub trait OperationStore: Send + Sync {
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError>;
+}
 
-    /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
-    /// partition, paged). A refund this release cannot read is an error naming it.
-    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
-
-    /// Reads one record by its business identity (strongly consistent).
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError>;
-
-    /// Finds an **unsettled** record by its operation id (for operators acting on unsettled work;
-    /// not on the charge path). A settled record is not found this way: it is read by its order id
-    /// ([`get`](Self::get)), which Stripe's metadata also carries. Why: an index by operation id
-    /// would cost a write per operation; the unknown index already lists every
-    /// unsettled one.
-    async fn get_by_operation_id(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Option<Operation>, StoreError>;
-
+/// The engine's writes, fenced on the record's state: take the lease, record what Stripe said
+/// (and the events function's late refund failure).
+#[async_trait]
+pub trait OperationLeases: Send + Sync {
     /// Takes the lease in one conditional write: the status is unsettled, no review flag, and no
     /// live lease. Sets the lease, `first_attempted_at` if absent, `attempts + 1`.
     async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError>;
@@ -174,14 +218,11 @@ pub trait OperationStore: Send + Sync {
     /// the charge in the same write, both or neither. Refused (the record as it is) unless the
     /// record is that refund, succeeded; a release the charge cannot take is an error.
     async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError>;
+}
 
-    /// Moves the next due time (and counts a re-drive), only if nobody wrote since it was read.
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError>;
-
-    /// Settles by hand, only if the operation is unchanged since read, still unsettled and not
-    /// leased; appends the audit entry in the same write.
-    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError>;
-
+/// The reconciler's: the unknown index, read page by page, and a due time moved.
+#[async_trait]
+pub trait UnknownIndex: Send + Sync {
     /// Reads the unknown index (never the whole table), page by page.
     async fn query_index(
         &self,
@@ -190,19 +231,8 @@ pub trait OperationStore: Send + Sync {
         limit: usize,
     ) -> Result<Page, StoreError>;
 
-    /// One page of the records **settled** (status became `succeeded` or `failed`) in `window`,
-    /// any kind, oldest settle first: what the drift audit matches to Stripe. A record settled
-    /// by a release that did not keep the settle time is not listed (its window predates the
-    /// audit). The default refuses, for wrappers and doubles that never audit.
-    async fn settled_between(
-        &self,
-        window: &AuditWindow,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        let _ = (window, cursor, limit);
-        Err(StoreError::new("this store does not list settled records"))
-    }
+    /// Moves the next due time (and counts a re-drive), only if nobody wrote since it was read.
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError>;
 
     /// Counts the operations waiting for a person, up to `limit` index entries of the REVIEW
     /// partition per page, from the entries alone: no record is read, so a review storm costs
@@ -222,5 +252,41 @@ pub trait OperationStore: Send + Sync {
             oldest_flagged_at: page.operations.iter().filter_map(|op| op.next_due_at).min(),
             next: page.next,
         })
+    }
+}
+
+/// The operator's (`chargectl`): find unsettled work by its operation id, settle it by hand.
+#[async_trait]
+pub trait ManualResolutions: Send + Sync {
+    /// Finds an **unsettled** record by its operation id (for operators acting on unsettled work;
+    /// not on the charge path). A settled record is not found this way: it is read by its order id
+    /// ([`OperationReads::get`]), which Stripe's metadata also carries. Why: an index by operation
+    /// id would cost a write per operation; the unknown index already lists every
+    /// unsettled one.
+    async fn get_by_operation_id(
+        &self,
+        operation_id: &OperationId,
+    ) -> Result<Option<Operation>, StoreError>;
+
+    /// Settles by hand, only if the operation is unchanged since read, still unsettled and not
+    /// leased; appends the audit entry in the same write.
+    async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError>;
+}
+
+/// The drift audit's: the records settled in a window.
+#[async_trait]
+pub trait SettledRecords: Send + Sync {
+    /// One page of the records **settled** (status became `succeeded` or `failed`) in `window`,
+    /// any kind, oldest settle first: what the drift audit matches to Stripe. A record settled
+    /// by a release that did not keep the settle time is not listed (its window predates the
+    /// audit). The default refuses, for wrappers and doubles that never audit.
+    async fn settled_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let _ = (window, cursor, limit);
+        Err(StoreError::new("this store does not list settled records"))
     }
 }

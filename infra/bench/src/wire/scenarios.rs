@@ -26,7 +26,7 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::executor::EngineDeps;
-use charge_once::ports::{OperationStore, PaymentGateway};
+use charge_once::ports::{OperationReads, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};

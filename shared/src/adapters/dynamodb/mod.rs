@@ -28,13 +28,13 @@
 //! under 4 KB, only for unsettled work that is due), and an entry whose record has moved since the
 //! index answered (settled, re-scheduled, flagged) is left out, exactly as a stale index read
 //! would have been refused by the `updated_at` guards. The reconciler's count of the REVIEW
-//! partition reads no record ([`OperationStore::count_in_review`]): its entries' keys give the
+//! partition reads no record ([`UnknownIndex::count_in_review`]): its entries' keys give the
 //! count and its `due_at` the flag time.
 //!
 //! ## No index by operation id
 //! The `by-operation-id` index (KEYS_ONLY, one write per operation) is gone: nothing on the
 //! charge path reads by operation id (the key is the order), Stripe's metadata carries both ids,
-//! and operators act on unsettled operations, which [`OperationStore::get_by_operation_id`] finds
+//! and operators act on unsettled operations, which [`ManualResolutions::get_by_operation_id`] finds
 //! in the unknown index (a filtered Query per partition). A settled operation is shown by its
 //! order id.
 //!
@@ -74,9 +74,6 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use crate::ports::{
-    IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,
-};
 use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
@@ -88,6 +85,11 @@ use charge_core::{
         ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
+};
+
+use crate::ports::{
+    IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads, Page,
+    ReviewCount, SettledRecords, StoreCalls, StoreError, UnknownIndex, UnreadableRecord,
 };
 
 mod audit_log;
@@ -551,7 +553,62 @@ fn readable(item: &Attrs, key: &OperationKey) -> Result<Operation, StoreError> {
 }
 
 #[async_trait]
-impl OperationStore for DynamoStore {
+impl OperationReads for DynamoStore {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let Some(item) = self.raw_item(key).await? else {
+            return Ok(None);
+        };
+        readable(&item, key).map(Some)
+    }
+
+    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        let (pk, _) = key_of(&OperationKey::charge(order_id.clone()));
+        let mut refunds = Vec::new();
+        let mut start = None;
+        loop {
+            self.calls.query();
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :refund)")
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#sk", schema::SK)
+                .expression_attribute_values(":pk", attr_s(&pk))
+                .expression_attribute_values(":refund", attr_s("refund#"))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.sdk_error("Query refunds", e))?;
+            for item in out.items() {
+                // One refund this release cannot read must not hide the order's others (nor
+                // fail a status answer or an event's lookup): it is logged with its key and
+                // reason and left out. The reconciler's index read counts it (UnreadableRecords)
+                // while it is unsettled.
+                match operation_from_item(item) {
+                    Ok(op) => refunds.push(op),
+                    Err(e) => tracing::error!(
+                        pk = %pk,
+                        sk = item
+                            .get(schema::SK)
+                            .and_then(|v| v.as_s().ok())
+                            .map_or("?", String::as_str),
+                        reason = %crate::telemetry::ErrorChain(&e),
+                        "unreadable refund record left out of the order's refunds"
+                    ),
+                }
+            }
+            match out.last_evaluated_key() {
+                Some(last) => start = Some(last.clone()),
+                None => return Ok(refunds),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl OperationCreates for DynamoStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.calls.write();
         let result = self
@@ -615,59 +672,125 @@ impl OperationStore for DynamoStore {
             },
         }
     }
+}
 
-    async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
-        let (pk, _) = key_of(&OperationKey::charge(order_id.clone()));
-        let mut refunds = Vec::new();
-        let mut start = None;
-        loop {
-            self.calls.query();
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :refund)")
-                .expression_attribute_names("#pk", schema::PK)
-                .expression_attribute_names("#sk", schema::SK)
-                .expression_attribute_values(":pk", attr_s(&pk))
-                .expression_attribute_values(":refund", attr_s("refund#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| self.sdk_error("Query refunds", e))?;
-            for item in out.items() {
-                // One refund this release cannot read must not hide the order's others (nor
-                // fail a status answer or an event's lookup): it is logged with its key and
-                // reason and left out. The reconciler's index read counts it (UnreadableRecords)
-                // while it is unsettled.
-                match operation_from_item(item) {
-                    Ok(op) => refunds.push(op),
-                    Err(e) => tracing::error!(
-                        pk = %pk,
-                        sk = item
-                            .get(schema::SK)
-                            .and_then(|v| v.as_s().ok())
-                            .map_or("?", String::as_str),
-                        reason = %crate::telemetry::ErrorChain(&e),
-                        "unreadable refund record left out of the order's refunds"
-                    ),
-                }
+#[async_trait]
+impl OperationLeases for DynamoStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
+        let result = self
+            .conditional_update("UpdateItem (claim)", &req.key, req)
+            .await?;
+        Ok(match result {
+            Recorded::Written(op) => Claim::Claimed(op),
+            Recorded::Refused(None) => Claim::NotFound,
+            Recorded::Refused(Some(op)) => match store_rules::check(&op, &req.guards()) {
+                Err(by) => store_rules::refused_claim(op, by),
+                // Only a record read after the refusal (`reading_refusals`) can pass every guard:
+                // another writer moved it in between. "Someone else has it" makes no call to
+                // Stripe.
+                Ok(()) => Claim::Leased(op),
+            },
+        })
+    }
+
+    /// A refund's outcome that gives its reservation back, and a capture's or cancel's that
+    /// ends (or gives back) its charge's authorization, is one TransactWriteItems of the two
+    /// updates (counted as four writes: a transactional write costs twice); any other, one
+    /// conditional UpdateItem.
+    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
+        const WHAT: &str = "TransactWriteItems (record)";
+        match (&rec.release, &rec.authorization) {
+            (None, None) => {
+                self.conditional_update("UpdateItem (record)", &rec.key, rec)
+                    .await
             }
-            match out.last_evaluated_key() {
-                Some(last) => start = Some(last.clone()),
-                None => return Ok(refunds),
+            (Some(release), None) => self.with_release(WHAT, &rec.key, rec, release).await,
+            (None, Some(settle)) => {
+                let refused = store_rules::AUTHORIZATION_REFUSED;
+                self.with_charge(WHAT, &rec.key, rec, &settle.charge, settle, refused)
+                    .await
             }
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
         }
     }
 
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        let Some(item) = self.raw_item(key).await? else {
-            return Ok(None);
+    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
+        self.with_release(
+            "TransactWriteItems (refund failed later)",
+            &req.key,
+            req,
+            &req.release,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl UnknownIndex for DynamoStore {
+    async fn query_index(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let limit = limit.clamp(1, 1000);
+        let (shards, due_by): (Vec<String>, Option<i64>) = match query {
+            IndexQuery::DueBy(now) => (due_shards().collect(), Some(now.as_millis())),
+            IndexQuery::Unsettled => (due_shards().collect(), None),
+            IndexQuery::InReview => (vec![REVIEW_SHARD.to_owned()], None),
         };
-        readable(&item, key).map(Some)
+        let cursor = IndexCursor::decode(cursor.as_deref(), shards.len())?;
+        // Up to `limit` from each unfinished partition, merged (see `paging`).
+        let mut pages = vec![ShardPage::finished(); shards.len()];
+        for (i, after) in cursor.unfinished() {
+            pages[i] = self.query_shard(&shards[i], due_by, after, limit).await?;
+        }
+        let merged = paging::merge(cursor, pages, limit);
+        let next = merged.next.encode()?;
+        let entries: Vec<(String, IndexPosition)> = merged
+            .entries
+            .into_iter()
+            .map(|(i, entry)| (shards[i].clone(), entry))
+            .collect();
+        let (operations, unreadable) = self.records_of(schema::UNKNOWN_KEYS, &entries).await?;
+        Ok(Page {
+            operations,
+            unreadable,
+            next,
+        })
     }
 
+    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
+        self.conditional_update("UpdateItem (reschedule)", &req.key, req)
+            .await
+    }
+
+    /// The REVIEW partition's entries as the index holds them (keys and `due_at`), one Query per
+    /// page and no BatchGetItem: the count and the oldest flag time need nothing from the table.
+    async fn count_in_review(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<ReviewCount, StoreError> {
+        let limit = limit.clamp(1, 1000);
+        let cursor = IndexCursor::decode(cursor.as_deref(), 1)?;
+        let mut page = ShardPage::finished();
+        if let Some((_, after)) = cursor.unfinished().next() {
+            page = self.query_shard(REVIEW_SHARD, None, after, limit).await?;
+        }
+        // The partition is sorted by due time: its first entry is the oldest of the page.
+        let oldest_flagged_at = page.entries.first().map(|e| Timestamp::from_millis(e.due));
+        let merged = paging::merge(cursor, vec![page], limit);
+        Ok(ReviewCount {
+            entries: merged.entries.len() as u64,
+            oldest_flagged_at,
+            next: merged.next.encode()?,
+        })
+    }
+}
+
+#[async_trait]
+impl ManualResolutions for DynamoStore {
     async fn get_by_operation_id(
         &self,
         operation_id: &OperationId,
@@ -716,59 +839,6 @@ impl OperationStore for DynamoStore {
         Ok(None)
     }
 
-    async fn claim(&self, req: &ClaimRequest) -> Result<Claim, StoreError> {
-        let result = self
-            .conditional_update("UpdateItem (claim)", &req.key, req)
-            .await?;
-        Ok(match result {
-            Recorded::Written(op) => Claim::Claimed(op),
-            Recorded::Refused(None) => Claim::NotFound,
-            Recorded::Refused(Some(op)) => match store_rules::check(&op, &req.guards()) {
-                Err(by) => store_rules::refused_claim(op, by),
-                // Only a record read after the refusal (`reading_refusals`) can pass every guard:
-                // another writer moved it in between. "Someone else has it" makes no call to
-                // Stripe.
-                Ok(()) => Claim::Leased(op),
-            },
-        })
-    }
-
-    /// A refund's outcome that gives its reservation back, and a capture's or cancel's that
-    /// ends (or gives back) its charge's authorization, is one TransactWriteItems of the two
-    /// updates (counted as four writes: a transactional write costs twice); any other, one
-    /// conditional UpdateItem.
-    async fn record(&self, rec: &OutcomeRecord) -> Result<Recorded, StoreError> {
-        const WHAT: &str = "TransactWriteItems (record)";
-        match (&rec.release, &rec.authorization) {
-            (None, None) => {
-                self.conditional_update("UpdateItem (record)", &rec.key, rec)
-                    .await
-            }
-            (Some(release), None) => self.with_release(WHAT, &rec.key, rec, release).await,
-            (None, Some(settle)) => {
-                let refused = store_rules::AUTHORIZATION_REFUSED;
-                self.with_charge(WHAT, &rec.key, rec, &settle.charge, settle, refused)
-                    .await
-            }
-            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
-        }
-    }
-
-    async fn fail_refund_later(&self, req: &RefundFailedLater) -> Result<Recorded, StoreError> {
-        self.with_release(
-            "TransactWriteItems (refund failed later)",
-            &req.key,
-            req,
-            &req.release,
-        )
-        .await
-    }
-
-    async fn reschedule(&self, req: &Reschedule) -> Result<Recorded, StoreError> {
-        self.conditional_update("UpdateItem (reschedule)", &req.key, req)
-            .await
-    }
-
     /// A refund resolved with its reservation given back is one TransactWriteItems of the two
     /// updates, as a refund's outcome is; any other resolution, one conditional UpdateItem.
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
@@ -780,40 +850,10 @@ impl OperationStore for DynamoStore {
         self.with_release("TransactWriteItems (resolve)", &req.key, req, release)
             .await
     }
+}
 
-    async fn query_index(
-        &self,
-        query: IndexQuery,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<Page, StoreError> {
-        let limit = limit.clamp(1, 1000);
-        let (shards, due_by): (Vec<String>, Option<i64>) = match query {
-            IndexQuery::DueBy(now) => (due_shards().collect(), Some(now.as_millis())),
-            IndexQuery::Unsettled => (due_shards().collect(), None),
-            IndexQuery::InReview => (vec![REVIEW_SHARD.to_owned()], None),
-        };
-        let cursor = IndexCursor::decode(cursor.as_deref(), shards.len())?;
-        // Up to `limit` from each unfinished partition, merged (see `paging`).
-        let mut pages = vec![ShardPage::finished(); shards.len()];
-        for (i, after) in cursor.unfinished() {
-            pages[i] = self.query_shard(&shards[i], due_by, after, limit).await?;
-        }
-        let merged = paging::merge(cursor, pages, limit);
-        let next = merged.next.encode()?;
-        let entries: Vec<(String, IndexPosition)> = merged
-            .entries
-            .into_iter()
-            .map(|(i, entry)| (shards[i].clone(), entry))
-            .collect();
-        let (operations, unreadable) = self.records_of(schema::UNKNOWN_KEYS, &entries).await?;
-        Ok(Page {
-            operations,
-            unreadable,
-            next,
-        })
-    }
-
+#[async_trait]
+impl SettledRecords for DynamoStore {
     /// The settled index, a day's partition after another ([`settled`]).
     async fn settled_between(
         &self,
@@ -822,28 +862,5 @@ impl OperationStore for DynamoStore {
         limit: usize,
     ) -> Result<Page, StoreError> {
         self.settled_page(window, cursor, limit).await
-    }
-
-    /// The REVIEW partition's entries as the index holds them (keys and `due_at`), one Query per
-    /// page and no BatchGetItem: the count and the oldest flag time need nothing from the table.
-    async fn count_in_review(
-        &self,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> Result<ReviewCount, StoreError> {
-        let limit = limit.clamp(1, 1000);
-        let cursor = IndexCursor::decode(cursor.as_deref(), 1)?;
-        let mut page = ShardPage::finished();
-        if let Some((_, after)) = cursor.unfinished().next() {
-            page = self.query_shard(REVIEW_SHARD, None, after, limit).await?;
-        }
-        // The partition is sorted by due time: its first entry is the oldest of the page.
-        let oldest_flagged_at = page.entries.first().map(|e| Timestamp::from_millis(e.due));
-        let merged = paging::merge(cursor, vec![page], limit);
-        Ok(ReviewCount {
-            entries: merged.entries.len() as u64,
-            oldest_flagged_at,
-            next: merged.next.encode()?,
-        })
     }
 }

@@ -33,8 +33,8 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use crate::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, ListPage,
-    PaymentGateway,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
+    ListPage, PaymentIntents, StripeAccount, StripeRefunds,
 };
 
 pub mod lists;
@@ -782,8 +782,7 @@ pub fn search_query(operation_id: &OperationId) -> String {
 /// Stripe's largest page (`limit`), what a refund list asks for.
 pub const REFUND_PAGE_SIZE: u32 = 100;
 
-#[async_trait]
-impl PaymentGateway for StripeGateway {
+impl StripeAccount for StripeGateway {
     fn livemode(&self) -> bool {
         self.livemode
     }
@@ -791,7 +790,10 @@ impl PaymentGateway for StripeGateway {
     fn requests(&self) -> Option<&StripeRequests> {
         Some(&self.requests)
     }
+}
 
+#[async_trait]
+impl PaymentIntents for StripeGateway {
     async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
         let mut form = vec![
             ("amount", req.params.amount.minor_units().to_string()),
@@ -875,7 +877,10 @@ impl PaymentGateway for StripeGateway {
         )
         .await
     }
+}
 
+#[async_trait]
+impl StripeRefunds for StripeGateway {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         self.post_object(
             &self.requests.refund_create,
@@ -915,7 +920,10 @@ impl PaymentGateway for StripeGateway {
         })
         .await
     }
+}
 
+#[async_trait]
+impl CreatedLists for StripeGateway {
     async fn list_intents_created(
         &self,
         window: &AuditWindow,

@@ -137,6 +137,7 @@ impl FakeGateway {
 
 #[cfg(test)]
 mod tests {
+    use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentIntents, StripeRefunds};
     use std::sync::Arc;
 
     use charge_core::domain::PaymentIntentId;
@@ -145,7 +146,6 @@ mod tests {
     use charge_core::time::ManualClock;
 
     use super::*;
-    use crate::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
     use crate::testing::refund_create;
 
     const T0: Timestamp = Timestamp::from_millis(1_800_000_000_000);

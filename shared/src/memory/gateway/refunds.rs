@@ -266,11 +266,11 @@ impl FakeGateway {
 
 #[cfg(test)]
 mod tests {
+    use crate::ports::{CreatePaymentIntent, PaymentIntents, StripeRefunds};
     use charge_core::refund::RefundReason;
     use charge_core::testing::order;
 
     use super::*;
-    use crate::ports::{CreatePaymentIntent, PaymentGateway};
     use crate::testing::refund_create;
 
     /// A fake with one succeeded charge of 1000 usd; its intent.
