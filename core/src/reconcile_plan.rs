@@ -121,23 +121,37 @@ impl QueueBacklog {
 /// charge path has worked through what the queue holds now, and re-enqueued then if it is still
 /// pending and the queue has caught up.
 ///
-/// Each look is a write, so the waits lengthen as they repeat: one lasts at least as long as the
-/// operation has already waited past its grace (its overdue time doubles at every look), up to
-/// the back-off's longest step (`policy.unknown_backoff_max`, 1 h by default), and the queue's
-/// drain time bounds it from below (at most [`QueueBacklog::LONGEST_WAIT`]). A queue that stays
-/// a little behind for hours (a sale at Stripe's limit, its backlog worked through in seconds
-/// but never under the environments' capacity) so costs a waiting operation a few writes an
-/// hour, not one a tick. A lost message is recovered at its first look after the queue catches
-/// up: at most the back-off's longest step after (or its drain time, if longer). `None` (not
-/// behind, or the queue could not say): re-enqueue now. An attempted operation is never held
-/// back: its re-drive's timing is the key window's.
+/// One full wait is enough for a queue that holds less than the grace's work: what it held at
+/// the first look (the operation's message among it, if it was sent) has been worked through by
+/// the second, and a queue that shallow delivers what it takes in within the grace. So an
+/// operation looked at before (its record written since checkout's put: `updated_at` past
+/// `created_at`) is re-enqueued then, however long the queue stays a little behind (a sale at
+/// Stripe's limit: seconds of work, but always more than the environments take at once). A
+/// lost send, or a crashed invocation's message held for the visibility timeout, is so re-sent
+/// one look after its grace, not once an hour until the sale ends (each look a write). Its
+/// first look still waits: the tail of a burst is a queue that shrinks under the grace's work
+/// while messages sent at its peak are still in it, and re-sending each of those would double
+/// what is left.
+///
+/// A queue deeper than the grace is waited for as long as it stays so, and the waits lengthen
+/// as they repeat: one lasts at least as long as the operation has already waited past its
+/// grace (its overdue time doubles at every look), up to the back-off's longest step
+/// (`policy.unknown_backoff_max`, 1 h by default), and the queue's drain time bounds it from
+/// below (at most [`QueueBacklog::LONGEST_WAIT`]): about one write an hour, not one a tick. A
+/// lost message is recovered at its first look after the queue catches up: at most the
+/// back-off's longest step after (or its drain time, if longer). `None` (not behind, or the
+/// queue could not say): re-enqueue now. An attempted operation is never held back: its
+/// re-drive's timing is the key window's.
 pub fn wait_for_queue(
     op: &Operation,
     now: Timestamp,
     backlog: Option<&QueueBacklog>,
     policy: &Policy,
 ) -> Option<Timestamp> {
-    let backlog = backlog.filter(|b| b.is_behind())?;
+    let looked_at_before = op.updated_at > op.created_at;
+    let backlog = backlog.filter(|b| {
+        b.is_behind() && (!looked_at_before || b.drain_time() > policy.pending_grace)
+    })?;
     if op.first_attempted_at.is_some() {
         return None;
     }
@@ -178,6 +192,14 @@ mod tests {
 
     fn op() -> Operation {
         order("order-plan").build()
+    }
+
+    /// Never attempted, its record written last at `at` (a reconciler's wait for the queue).
+    fn looked_at(at: Timestamp) -> Operation {
+        Operation {
+            updated_at: at,
+            ..op()
+        }
     }
 
     fn attempted(first: Timestamp) -> Operation {
@@ -368,8 +390,8 @@ mod tests {
                 next_look: Some(now.plus(QueueBacklog::LONGEST_WAIT)),
             },
             WaitRow {
-                says: "a queue a little behind (760 at 20/s: 39 s), just past the grace: the \
-                       queue's drain time",
+                says: "a queue a little behind (760 at 20/s: 38 s), just past the grace, first \
+                       look: the queue's drain time",
                 found: op(),
                 now: T0.plus(5 * MIN).plus(secs(1)),
                 queue: queue(500, 260),
@@ -389,6 +411,58 @@ mod tests {
                 found: op(),
                 now: T0.plus(5 * MIN).plus(24 * HOUR),
                 queue: queue(500, 260),
+                next_look: Some(T0.plus(5 * MIN).plus(25 * HOUR)),
+            },
+            // Rows for one full wait under a queue holding less than the grace's work: an
+            // operation looked at before (written since checkout) is re-enqueued; one deeper
+            // than the grace is still waited for, its waits lengthening.
+            WaitRow {
+                says: "the same queue at the next look (38 s of work, under the 300 s grace): \
+                       what it held at the first look is worked through, re-enqueued now",
+                found: looked_at(T0.plus(5 * MIN).plus(secs(1))),
+                now,
+                queue: queue(500, 260),
+                next_look: None,
+            },
+            WaitRow {
+                says: "the same queue a day past the grace, looked at before: re-enqueued now, \
+                       not looked at hourly",
+                found: looked_at(T0.plus(5 * MIN).plus(23 * HOUR)),
+                now: T0.plus(5 * MIN).plus(24 * HOUR),
+                queue: queue(500, 260),
+                next_look: None,
+            },
+            WaitRow {
+                says: "looked at before, exactly the grace's work (6,000 at 20/s: 300 s): \
+                       re-enqueued now",
+                found: looked_at(T0.plus(6 * MIN)),
+                now,
+                queue: queue(5_800, 200),
+                next_look: None,
+            },
+            WaitRow {
+                says: "looked at before, a second more than the grace's work (6,020 at 20/s: \
+                       301 s): still waited for",
+                found: looked_at(T0.plus(6 * MIN)),
+                now,
+                queue: queue(5_820, 200),
+                next_look: Some(now.plus(secs(301))),
+            },
+            WaitRow {
+                says: "a queue deeper than the grace (9,260 at 20/s: 463 s) an hour past the \
+                       grace, looked at before: the wait is as long as the wait so far (the \
+                       overdue time doubles), not one tick",
+                found: looked_at(T0.plus(6 * MIN)),
+                now: T0.plus(5 * MIN).plus(HOUR),
+                queue: queue(9_000, 260),
+                next_look: Some(T0.plus(5 * MIN).plus(2 * HOUR)),
+            },
+            WaitRow {
+                says: "the same queue a day past the grace, looked at before: at most the \
+                       back-off's longest step (1 h)",
+                found: looked_at(T0.plus(5 * MIN).plus(23 * HOUR)),
+                now: T0.plus(5 * MIN).plus(24 * HOUR),
+                queue: queue(9_000, 260),
                 next_look: Some(T0.plus(5 * MIN).plus(25 * HOUR)),
             },
             WaitRow {
