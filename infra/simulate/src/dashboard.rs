@@ -200,48 +200,28 @@ fn fill(part: &str, values: &[(&str, &dyn std::fmt::Display)]) -> String {
     out + rest
 }
 
-/// Where a widget's panel goes on the page.
-struct Frame {
-    x0: f64,
-    y0: f64,
-    width: f64,
-    height: f64,
-}
-
 /// Draws the widgets from the tape over `[start, end]` (virtual ms) as one SVG.
 pub fn render(widgets: &[Value], tape: &MetricsTape, start: i64, end: i64, title: &str) -> String {
-    const W: f64 = 600.0;
-    const H: f64 = 270.0;
     let span = (end - start).max(60_000);
-    let rows = widgets.len().div_ceil(2);
-    let height = 50.0 + rows as f64 * (H + 20.0);
+    let height = 50 + widgets.len().div_ceil(2) * 290;
     let mut svg = fill(
         "svg",
         &[
-            ("width", &(2.0 * W + 30.0)),
+            ("width", &1230),
             ("height", &height),
             ("title", &esc(title)),
         ],
     );
     for (i, w) in widgets.iter().enumerate() {
-        let frame = Frame {
-            x0: 10.0 + (i % 2) as f64 * (W + 10.0),
-            y0: 40.0 + (i / 2) as f64 * (H + 20.0),
-            width: W,
-            height: H,
-        };
+        let at = (10 + (i % 2) * 610, 40 + (i / 2) * 290);
         let (drawn, not_simulated) = series(&w["properties"], tape, start, span);
-        svg += &panel(
-            &w["properties"],
-            &drawn,
-            &not_simulated,
-            start,
-            span,
-            &frame,
-        );
+        svg += &panel(&w["properties"], &drawn, &not_simulated, start, span, at);
     }
     svg + "</svg>\n"
 }
+
+/// A panel's plot area in it (x, y, width, height): the template's.
+const PLOT: (f64, f64, f64, f64) = (55.0, 28.0, 490.0, 175.0);
 
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -365,15 +345,15 @@ fn series(p: &Value, tape: &MetricsTape, start: i64, span: i64) -> (Vec<Drawn>, 
     (drawn, not_simulated)
 }
 
-/// A widget's panel (`p`: its properties) in `f`: its frame, title, axes, the horizontal
-/// annotations, the series and their legend.
+/// A widget's panel (`p`: its properties) at `at` on the page: its frame, title, axes, the
+/// horizontal annotations, the series and their legend.
 fn panel(
     p: &Value,
     drawn: &[Drawn],
     not_simulated: &[String],
     start: i64,
     span: i64,
-    f: &Frame,
+    at: (usize, usize),
 ) -> String {
     let annotations: Vec<(f64, String)> = p["annotations"]["horizontal"]
         .as_array()
@@ -386,7 +366,6 @@ fn panel(
             ))
         })
         .collect();
-    let (px, py, pw, ph) = (f.x0 + 55.0, f.y0 + 28.0, f.width - 110.0, f.height - 95.0);
     let axis_max = |right: bool| -> f64 {
         let m = drawn
             .iter()
@@ -401,83 +380,45 @@ fn panel(
         }
     };
     let (left_max, right_max) = (axis_max(false), axis_max(true));
+    let (px, py, pw, ph) = PLOT;
     let x_of = |t: i64| px + pw * (t - start) as f64 / span as f64;
     let y_of = |v: f64, right: bool| py + ph - ph * v / if right { right_max } else { left_max };
     let label = |side: &str| esc(p["yAxis"][side]["label"].as_str().unwrap_or(""));
-    let right_axis = match drawn.iter().any(|d| d.right) {
-        true => fill(
-            "right-axis",
-            &[
-                ("x", &(px + pw + 4.0)),
-                ("top_y", &(py + 8.0)),
-                ("right_max", &short(right_max / 1.1)),
-                ("label_x", &(f.x0 + f.width - 14.0)),
-                ("mid_y", &(py + ph / 2.0)),
-                ("label", &label("right")),
-            ],
-        ),
-        false => String::new(),
-    };
-    // Hours into the run, at each quarter.
-    let hours: String = (0..=4)
-        .map(|k| {
-            let share = k as f64 / 4.0;
-            let h = format!("{:.0}", span as f64 / 3_600_000.0 * share);
-            fill(
-                "hour",
-                &[
-                    ("x", &(px + pw * share)),
-                    ("y", &(py + ph + 13.0)),
-                    ("hours", &h),
-                ],
-            )
-        })
-        .collect();
+    // Hours into the run at each quarter.
+    let hour = |k: f64| format!("{:.0}", span as f64 / 3_600_000.0 * k / 4.0);
     let mut svg = fill(
         "panel",
         &[
-            ("x0", &f.x0),
-            ("y0", &f.y0),
-            ("width", &f.width),
-            ("height", &f.height),
-            ("title_x", &(f.x0 + 8.0)),
-            ("title_y", &(f.y0 + 16.0)),
+            ("x0", &at.0),
+            ("y0", &at.1),
             ("title", &esc(p["title"].as_str().unwrap_or(""))),
-            ("px", &px),
-            ("py", &py),
-            ("pw", &pw),
-            ("ph", &ph),
-            ("left_x", &(px - 4.0)),
-            ("top_y", &(py + 8.0)),
-            ("bottom_y", &(py + ph)),
             ("left_max", &short(left_max / 1.1)),
-            ("left_label_x", &(f.x0 + 14.0)),
-            ("mid_y", &(py + ph / 2.0)),
             ("left_label", &label("left")),
-            ("right_axis", &right_axis),
-            ("hours", &hours),
-            ("mid_x", &(px + pw / 2.0)),
-            ("axis_title_y", &(py + ph + 26.0)),
+            ("h1", &hour(1.0)),
+            ("h2", &hour(2.0)),
+            ("h3", &hour(3.0)),
+            ("h4", &hour(4.0)),
         ],
     );
-    for (v, l) in &annotations {
-        let y = y_of(*v, false);
+    if drawn.iter().any(|d| d.right) {
+        let right_max = short(right_max / 1.1);
         svg += &fill(
-            "annotation",
-            &[
-                ("px", &px),
-                ("y", &format!("{y:.1}")),
-                ("right", &(px + pw)),
-                ("text_x", &(px + pw - 4.0)),
-                ("text_y", &format!("{:.1}", y - 3.0)),
-                ("label", &esc(l)),
-            ],
+            "right-axis",
+            &[("right_max", &right_max), ("label", &label("right"))],
         );
     }
-    let (mut legend_x, mut legend_y) = (f.x0 + 8.0, f.y0 + f.height - 28.0);
+    for (v, l) in &annotations {
+        let y = y_of(*v, false);
+        let (y, text_y) = (format!("{y:.1}"), format!("{:.1}", y - 3.0));
+        svg += &fill(
+            "annotation",
+            &[("y", &y), ("text_y", &text_y), ("label", &esc(l))],
+        );
+    }
+    let (mut legend_x, mut legend_y) = (8.0, 242.0);
     for (i, d) in drawn.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
-        let at = |(t, v): &(i64, f64)| {
+        let xy = |(t, v): &(i64, f64)| {
             (
                 format!("{:.1}", x_of(*t)),
                 format!("{:.1}", y_of(*v, d.right)),
@@ -487,7 +428,7 @@ fn panel(
             let points: Vec<String> = d
                 .points
                 .iter()
-                .map(at)
+                .map(xy)
                 .map(|(x, y)| format!("{x},{y}"))
                 .collect();
             svg += &fill(
@@ -495,20 +436,16 @@ fn panel(
                 &[("colour", &colour), ("points", &points.join(" "))],
             );
             // A series with few points (the daily audit's) shows each point.
-            for (x, y) in d.points.iter().filter(|_| d.points.len() <= 40).map(at) {
+            for (x, y) in d.points.iter().filter(|_| d.points.len() <= 40).map(xy) {
                 svg += &fill("point", &[("x", &x), ("y", &y), ("colour", &colour)]);
             }
         }
-        let text = format!(
-            "{}{}{}",
-            d.label,
-            if d.right { " (right)" } else { "" },
-            if d.points.is_empty() { ": no data" } else { "" }
-        );
+        let right = if d.right { " (right)" } else { "" };
+        let no_data = if d.points.is_empty() { ": no data" } else { "" };
+        let text = format!("{}{right}{no_data}", d.label);
         let step = 14.0 + 6.0 * text.len() as f64;
-        if legend_x + step > f.x0 + f.width {
-            legend_x = f.x0 + 8.0;
-            legend_y += 12.0;
+        if legend_x + step > 600.0 {
+            (legend_x, legend_y) = (8.0, legend_y + 12.0);
         }
         svg += &fill(
             "legend",
@@ -526,14 +463,10 @@ fn panel(
     if !not_simulated.is_empty() {
         svg += &fill(
             "not-simulated",
-            &[
-                ("x", &(px + 6.0)),
-                ("y", &(py + 14.0)),
-                ("names", &esc(&not_simulated.join(", "))),
-            ],
+            &[("names", &esc(&not_simulated.join(", ")))],
         );
     }
-    svg
+    svg + &fill("end", &[])
 }
 
 fn short(v: f64) -> String {
