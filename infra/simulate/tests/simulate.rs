@@ -109,11 +109,12 @@ fn the_fault_simulation_runs_the_paced_charge_path() {
     }
     // Half of all Stripe calls refused: messages reach the receive limit in seconds, and are
     // left to the reconciler there rather than paging through the DLQ; every order still settles.
-    // On seed 1 a refund fails at Stripe after it succeeded, and each event saying so meets
+    // On seed 6 a refund fails at Stripe after it succeeded, and each event saying so meets
     // refusals on all three invocations and goes to the events DLQ: the record stays
     // `succeeded`, counted for a person's replay, and the drift audit reports it (an invariant:
-    // a late failure it missed breaks the run).
-    let mut a = args(2_000, 1, Backend::Memory);
+    // a late failure it missed breaks the run). (Seed 1 had one until the reconciler's one full
+    // wait for a queue a little behind moved its trace; seeds 1 to 5 have none now.)
+    let mut a = args(2_000, 6, Backend::Memory);
     a.faults = vec![(Kind::RateLimit, 0.5)];
     let r = rt.block_on(simulate(&a)).unwrap();
     assert!(r.invariants_hold, "{}", r.render());
