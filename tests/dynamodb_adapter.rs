@@ -86,7 +86,7 @@ async fn a_wrong_table_or_queue_is_named_in_the_error() {
     use charge_once::adapters::dynamodb::DynamoStore;
     use charge_once::adapters::inbox::DynamoInbox;
     use charge_once::adapters::sqs::SqsQueue;
-    use charge_once::ports::{ChargeQueue, QueuedCharge, WebhookInbox};
+    use charge_once::ports::{EventInbox, OperationQueue, QueuedOperation};
     use charge_once::telemetry::ErrorChain;
 
     let config = testkit::aws::sdk_config().await;
@@ -117,13 +117,13 @@ async fn a_wrong_table_or_queue_is_named_in_the_error() {
     let existing = testkit::aws::fresh_fifo_queue(&sqs).await;
     let wrong = format!("{}-gone.fifo", existing.trim_end_matches(".fifo"));
     let err = SqsQueue::new(sqs.clone(), &wrong)
-        .send(&QueuedCharge::first(&op))
+        .send(&QueuedOperation::first(&op))
         .await
         .unwrap_err();
     let text = ErrorChain(&err).to_string();
     assert!(text.contains(&format!("on queue {wrong}")), "{text}");
     SqsQueue::new(sqs, &existing)
-        .send(&QueuedCharge::first(&op))
+        .send(&QueuedOperation::first(&op))
         .await
         .expect("the queue that exists takes it");
 }

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use charge_once::ports::WebhookInbox;
+use charge_once::ports::EventInbox;
 
-async fn dynamo_inbox() -> Arc<dyn WebhookInbox> {
+async fn dynamo_inbox() -> Arc<dyn EventInbox> {
     Arc::new(testkit::aws::fresh_inbox().await)
 }
 

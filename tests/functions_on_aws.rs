@@ -16,7 +16,7 @@ use charge_core::{
 };
 use charge_once::adapters::secrets::fetch_stripe_key;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::ports::{ChargeQueue, OperationStore, QueueError, QueuedCharge};
+use charge_once::ports::{OperationQueue, OperationStore, QueueError, QueuedOperation};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use testkit::aws::sdk_config;
@@ -83,8 +83,8 @@ struct CrashOnFirstSend {
 }
 
 #[async_trait]
-impl ChargeQueue for CrashOnFirstSend {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for CrashOnFirstSend {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         if self.crashes.fetch_add(1, Ordering::SeqCst) == 0 {
             return Err(QueueError::new("injected: process died before SendMessage"));
         }
@@ -238,7 +238,10 @@ async fn a_poison_message_is_parked_with_its_reason_and_its_group_goes_on_in_the
         .await
         .unwrap()
         .unwrap();
-    queue.send(&QueuedCharge::redrive(&ord_b, 1)).await.unwrap();
+    queue
+        .send(&QueuedOperation::redrive(&ord_b, 1))
+        .await
+        .unwrap();
 
     let batch = s.receive().await;
     assert_eq!(batch.records.len(), 5, "moto returned the whole batch");
@@ -393,11 +396,11 @@ async fn a_message_for_a_record_that_does_not_exist_is_poison_at_its_first_recei
     let s = Stack::spawn().await;
     let queue = s.queue();
     let ghost = testkit::store_contract::operation("ord-typo", 1500, s.clock().now());
-    queue.send(&QueuedCharge::first(&ghost)).await.unwrap();
+    queue.send(&QueuedOperation::first(&ghost)).await.unwrap();
     // The twin, in the same batch: an order that exists is charged.
     let real = testkit::store_contract::operation("ord-real", 1500, s.clock().now());
     s.store.create_if_absent(&real).await.unwrap();
-    queue.send(&QueuedCharge::first(&real)).await.unwrap();
+    queue.send(&QueuedOperation::first(&real)).await.unwrap();
 
     let batch = s.receive().await;
     assert_eq!(batch.records.len(), 2);
@@ -440,7 +443,7 @@ async fn a_message_for_a_record_this_release_cannot_read_is_poison_at_its_first_
     let good = testkit::store_contract::operation("ord-fine", 1500, s.clock().now());
     for op in [&bad, &good] {
         s.store.create_if_absent(op).await.unwrap();
-        queue.send(&QueuedCharge::first(op)).await.unwrap();
+        queue.send(&QueuedOperation::first(op)).await.unwrap();
     }
     let set_amount = |value: AttributeValue| {
         s.dynamo

@@ -68,7 +68,7 @@ async fn every_function_starts_on_the_local_stacks_environment() {
     );
     ok("notify", notify::NotifyConfig::from_env(&env).map(drop));
     ok("audit", audit::AuditConfig::from_env(&env).map(drop));
-    let events = webhook::WebhookConfig::from_env(&env)
+    let events = events::EventsConfig::from_env(&env)
         .unwrap_or_else(|e| panic!("the events function cannot start on the local stack: {e}"));
 
     // What the configurations name exists on moto, and the secrets read as the functions read them.

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use charge_once::memory::MemoryInbox;
-use charge_once::ports::WebhookInbox;
+use charge_once::ports::EventInbox;
 
-async fn memory_inbox() -> Arc<dyn WebhookInbox> {
+async fn memory_inbox() -> Arc<dyn EventInbox> {
     Arc::new(MemoryInbox::new())
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::time::ManualClock;
 use charge_once::memory::{MemoryQueue, ReceivedMessage};
-use charge_once::ports::{ChargeQueue, MessageVisibility};
+use charge_once::ports::{MessageVisibility, OperationQueue};
 use testkit::queue_contract::QueueHarness;
 
 /// What SQS does with the charge queue's receives here: `fresh_fifo_queue`'s 30 s.
@@ -20,7 +20,7 @@ struct Memory {
 
 #[async_trait]
 impl QueueHarness for Memory {
-    fn queue(&self) -> &dyn ChargeQueue {
+    fn queue(&self) -> &dyn OperationQueue {
         &self.queue
     }
 

@@ -6,7 +6,7 @@
 //! (the events function's parser, an adapter) that reaches back into the rules, and a door of the
 //! checkout function never reaches back into the handler that routes to it.
 //!
-//! A module is a file (`shared/src/webhook/event.rs` is `webhook::event`; `lib.rs` and `main.rs`
+//! A module is a file (`shared/src/events/event.rs` is `events::event`; `lib.rs` and `main.rs`
 //! are the crate's root). It imports another when its code (not a comment, a string, nor a
 //! `#[cfg(test)]` item) names a path from `crate::`, `super::` or `self::`, alone
 //! (`crate::a::f()`), or grouped and nested as `use` allows (`use crate::{a, b::{c, d}}`,
@@ -440,7 +440,7 @@ fn segments(module: &str) -> Vec<String> {
         .collect()
 }
 
-/// The longest module `path` starts with (`webhook::event::decide` → `webhook::event`); the root
+/// The longest module `path` starts with (`events::event::decide` → `events::event`); the root
 /// (`""`) when it names an item of the root.
 fn longest_module(modules: &BTreeSet<String>, path: &[String]) -> Option<String> {
     (0..=path.len())
@@ -456,7 +456,7 @@ fn nested(a: &str, b: &str) -> bool {
 }
 
 /// The module a file under `src` is: `webhook/event.rs` and `webhook/event/mod.rs` are
-/// `webhook::event`; `lib.rs` and `main.rs` are the root, `""`.
+/// `events::event`; `lib.rs` and `main.rs` are the root, `""`.
 fn module_of(file: &Path) -> String {
     let rel = file.with_extension("");
     let mut parts: Vec<String> = rel

@@ -21,18 +21,18 @@ use charge_core::{operation::OperationStatus, time::Clock as _};
 use charge_once::adapters::dynamodb::item::operation_to_item;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
-use charge_once::executor::execute_charge;
+use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
+use charge_once::executor::execute;
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
 use charge_once::testing::CreateIn as _;
-use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
+use events::handler::EventsFunction;
 use lambda_runtime::{Context, LambdaEvent};
 use notify::handler::{relay, Notify};
 use serde_json::{json, Value};
 use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
 use testkit::streams::{lambda_record, read_all};
-use webhook::handler::WebhookFunction;
 
 fn for_order(
     mut req: ApiGatewayV2httpRequest,
@@ -648,12 +648,12 @@ async fn a_forged_refund_failure_changes_nothing_on_the_local_stack() {
     let (f, metrics) = webhook_function(&s);
     let body = forged.to_string();
     let now = s.side.clock.now().as_millis() / 1000;
-    let secret = charge_once::webhook::WebhookSecret::parse(REFUND_SECRET).unwrap();
-    let signature = charge_once::webhook::signature::sign_header(&secret, now, body.as_bytes());
-    let resp = webhook::handler::handle_http(
+    let secret = charge_once::events::WebhookSecret::parse(REFUND_SECRET).unwrap();
+    let signature = charge_once::events::signature::sign_header(&secret, now, body.as_bytes());
+    let resp = events::handler::handle_http(
         &f,
         LambdaEvent::new(
-            webhook::handler::delivery_request(&body, &signature),
+            events::handler::delivery_request(&body, &signature),
             Context::default(),
         ),
     )
@@ -701,12 +701,12 @@ async fn refunded_at_sim(
         .at(s.clock().now())
         .create_in(s.store.as_ref())
         .await;
-    let r = execute_charge(&deps, &charge.key(), &charge.operation_id)
+    let r = execute(&deps, &charge.key(), &charge.operation_id)
         .await
         .unwrap();
     assert_eq!(r.status, OperationStatus::Succeeded);
     let refund = ask_refund(s, &charge, "r-1", 400).await.unwrap();
-    execute_charge(&deps, &refund.key(), &refund.operation_id)
+    execute(&deps, &refund.key(), &refund.operation_id)
         .await
         .unwrap();
     (s.current(&charge).await, s.current(&refund).await)
@@ -748,13 +748,13 @@ async fn ask_refund(
 
 /// The events function as deployed (webhook route), its metrics captured, on the stack's store,
 /// a fresh inbox and stripe-sim.
-fn webhook_function(s: &Outcomes) -> (WebhookFunction, Arc<CapturedMetrics>) {
+fn webhook_function(s: &Outcomes) -> (EventsFunction, Arc<CapturedMetrics>) {
     let metrics = Arc::new(CapturedMetrics::new());
-    let f = WebhookFunction {
-        webhook: WebhookDeps {
+    let f = EventsFunction {
+        events: EventsDeps {
             charge: s.charge_deps(),
             inbox: s.inbox.clone(),
-            secrets: Some(vec![charge_once::webhook::WebhookSecret::parse(
+            secrets: Some(vec![charge_once::events::WebhookSecret::parse(
                 REFUND_SECRET,
             )
             .unwrap()]),
@@ -772,9 +772,9 @@ async fn deliver_refund_events(s: &Outcomes) -> (Vec<(String, String)>, Arc<Capt
     let (f, metrics) = webhook_function(s);
     let mut seen = Vec::new();
     for d in s.side.sim.take_due_webhooks() {
-        let req = webhook::handler::delivery_request(&d.body, &d.signature);
+        let req = events::handler::delivery_request(&d.body, &d.signature);
         let resp =
-            webhook::handler::handle_http(&f, LambdaEvent::new(req, Context::default())).await;
+            events::handler::handle_http(&f, LambdaEvent::new(req, Context::default())).await;
         assert_eq!(
             resp.status_code,
             200,

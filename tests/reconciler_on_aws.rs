@@ -22,9 +22,9 @@ use charge_core::{
     time::{Clock, ManualClock},
 };
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::executor::execute_charge;
+use charge_once::executor::execute;
 use charge_once::ports::{
-    ChargeQueue, CreatePaymentIntent, OperationStore, PaymentGateway, QueuedCharge,
+    CreatePaymentIntent, OperationQueue, OperationStore, PaymentGateway, QueuedOperation,
 };
 use charge_once::reconciler::{reconcile_tick, TickReport, REVIEW_READ_RESERVE};
 use charge_once::telemetry::{parse_emf, CapturedMetrics};
@@ -127,7 +127,7 @@ async fn a_lost_send_waits_while_the_queue_is_behind_then_is_recovered() {
     let waiting = charge_once::config::StripeBudget::default_throughput().in_flight + 5;
     for i in 0..waiting {
         let op = pending(&s, &format!("rec-behind-{i}")).await;
-        queue.send(&QueuedCharge::first(&op)).await.unwrap();
+        queue.send(&QueuedOperation::first(&op)).await.unwrap();
     }
     assert_eq!(s.depth().await, waiting);
     s.side.clock.advance(Duration::from_secs(301));
@@ -175,7 +175,7 @@ async fn a_replayed_500_stays_unknown_until_the_window_then_search_settles_it() 
     let s = Stack::spawn().await;
     let op = pending(&s, "rec-500").await;
     s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
-    execute_charge(&s.charge_deps(), &op.key(), &op.operation_id)
+    execute(&s.charge_deps(), &op.key(), &op.operation_id)
         .await
         .unwrap();
     assert_eq!(s.current(&op).await.status, OperationStatus::Unknown);
@@ -208,7 +208,7 @@ async fn search_waits_for_its_lag() {
     let s = Stack::spawn().await;
     let op = pending(&s, "rec-lag").await;
     s.side.sim.push_script([FaultKind::DropAfterCommit]);
-    execute_charge(&s.charge_deps(), &op.key(), &op.operation_id)
+    execute(&s.charge_deps(), &op.key(), &op.operation_id)
         .await
         .unwrap();
     s.side.clock.advance(23 * HOUR + Duration::from_secs(60));
@@ -237,11 +237,11 @@ async fn zero_or_two_matches_go_to_review_with_a_reason() {
     let zero = pending(&s, "rec-zero").await;
     let two = pending(&s, "rec-two").await;
     s.side.sim.push_script([FaultKind::ServerErrorBeforeCommit]);
-    execute_charge(&s.charge_deps(), &zero.key(), &zero.operation_id)
+    execute(&s.charge_deps(), &zero.key(), &zero.operation_id)
         .await
         .unwrap();
     s.side.sim.push_script([FaultKind::DropAfterCommit]);
-    execute_charge(&s.charge_deps(), &two.key(), &two.operation_id)
+    execute(&s.charge_deps(), &two.key(), &two.operation_id)
         .await
         .unwrap();
     // A second PaymentIntent for the same operation, made by hand under another key.
@@ -284,7 +284,7 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     op.params.charge_mut().expect("a charge").payment_method =
         PaymentMethodId::parse("pm_card_sim_requiresAction").unwrap();
     s.store.create_if_absent(&op).await.unwrap();
-    let first = execute_charge(&s.charge_deps(), &op.key(), &op.operation_id)
+    let first = execute(&s.charge_deps(), &op.key(), &op.operation_id)
         .await
         .unwrap();
     assert_eq!(first.status, OperationStatus::Unknown);
@@ -359,7 +359,7 @@ async fn two_overlapping_ticks_reach_the_same_state_without_extra_charges() {
     for i in 0..6 {
         let op = pending(&s, &format!("rec-overlap-unknown-{i}")).await;
         s.side.sim.push_script([FaultKind::DropAfterCommit]);
-        execute_charge(&s.charge_deps(), &op.key(), &op.operation_id)
+        execute(&s.charge_deps(), &op.key(), &op.operation_id)
             .await
             .unwrap();
         unknowns.push(op);
@@ -668,7 +668,7 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
 
     let s = Stack::spawn().await;
     let charge = pending(&s, "rec-refund-list").await;
-    execute_charge(&s.charge_deps(), &charge.key(), &charge.operation_id)
+    execute(&s.charge_deps(), &charge.key(), &charge.operation_id)
         .await
         .unwrap();
     let charge = s.current(&charge).await;
@@ -680,7 +680,7 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
         .await
         .unwrap();
     s.side.sim.push_script([FaultKind::ServerErrorAfterCommit]);
-    execute_charge(&s.charge_deps(), &refund.key(), &refund.operation_id)
+    execute(&s.charge_deps(), &refund.key(), &refund.operation_id)
         .await
         .unwrap();
     assert_eq!(s.side.sim.injected()[&FaultKind::ServerErrorAfterCommit], 1);

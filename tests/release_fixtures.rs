@@ -32,8 +32,8 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::item::{item_from_json, operation_from_item, Attrs};
 use charge_once::adapters::dynamodb::DynamoStore;
-use charge_once::ports::{Admitted, WebhookInbox};
-use charge_once::ports::{ChargeMessage, CreatePaymentIntent, OperationStore, PaymentGateway};
+use charge_once::ports::{Admitted, EventInbox};
+use charge_once::ports::{CreatePaymentIntent, OperationMessage, OperationStore, PaymentGateway};
 use serde_json::Value;
 use testkit::stack::Stack;
 
@@ -217,10 +217,10 @@ fn every_release_s_refunds_are_read_and_held_to_their_charge() {
         assert!(!messages.is_empty(), "{release}: no refund messages");
         for m in messages {
             let body = m["body"].as_str().expect("a body");
-            let message: ChargeMessage = serde_json::from_str(body)
+            let message: OperationMessage = serde_json::from_str(body)
                 .unwrap_or_else(|e| panic!("{release}: {body}: today's code cannot read it: {e}"));
             assert!(
-                ChargeMessage::known_version(u64::from(message.v)),
+                OperationMessage::known_version(u64::from(message.v)),
                 "{release}: {body}"
             );
             assert!(

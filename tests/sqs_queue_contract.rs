@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{ChargeQueue, MessageVisibility};
+use charge_once::ports::{MessageVisibility, OperationQueue};
 use testkit::aws::{fresh_fifo_queue, sdk_config};
 use testkit::queue_contract::QueueHarness;
 
@@ -20,7 +20,7 @@ struct Sqs {
 
 #[async_trait]
 impl QueueHarness for Sqs {
-    fn queue(&self) -> &dyn ChargeQueue {
+    fn queue(&self) -> &dyn OperationQueue {
         &self.queue
     }
 

@@ -1,7 +1,7 @@
 //! Stripe-sim's webhooks against the real verifiers, both ways:
 //! - the official `stripe` Python package's `Webhook.construct_event` accepts every delivery the
 //!   simulator signs (and refuses an altered body);
-//! - the webhook function accepts a delivery signed by that package's own test helper
+//! - the events function accepts a delivery signed by that package's own test helper
 //!   (`WebhookSignature.generate_signature_header`);
 //! - over HTTP, the simulator delivers to a real local endpoint with Stripe's headers, retries
 //!   with back-off while the endpoint fails, and its faults (duplicates) are counted at both ends.
@@ -21,12 +21,12 @@ use charge_core::{
     outcome::PaymentIntentStatus,
     time::{SystemClock, Timestamp},
 };
-use charge_once::executor::ChargeDeps;
+use charge_once::events::signature::verify;
+use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE};
+use charge_once::executor::EngineDeps;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
 use charge_once::testing::CreateIn as _;
-use charge_once::webhook::signature::verify;
-use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE};
 use serde_json::{json, Value};
 use stripe_sim::receiver::{wait_until, Receiver};
 use stripe_sim::{CreateStart, Outcome, SimConfig, StripeSim, WebhookConfig, WebhookFaults};
@@ -201,9 +201,9 @@ async fn the_function_accepts_what_the_official_helper_signs() {
         .unwrap(),
         FakeGateway::charge_for(&op, PaymentIntentStatus::Succeeded),
     );
-    let deps = webhook::handler::WebhookFunction {
-        webhook: WebhookDeps {
-            charge: ChargeDeps {
+    let deps = events::handler::EventsFunction {
+        events: EventsDeps {
+            charge: EngineDeps {
                 store: store.clone(),
                 gateway,
                 clock: Arc::new(SystemClock),
@@ -220,7 +220,7 @@ async fn the_function_accepts_what_the_official_helper_signs() {
         serde_json::from_value(sample).unwrap();
     req.headers
         .insert("stripe-signature", header.parse().unwrap());
-    let resp = webhook::handler::handle_http(
+    let resp = events::handler::handle_http(
         &deps,
         lambda_runtime::LambdaEvent::new(req, lambda_runtime::Context::default()),
     )

@@ -130,7 +130,7 @@ fn each_function_gets_exactly_the_variables_its_config_reads() {
         ("charge", charge::ChargeConfig::env_vars()),
         ("reconciler", reconciler::ReconcilerConfig::env_vars()),
         ("notify", notify::NotifyConfig::env_vars()),
-        ("webhook", webhook::WebhookConfig::env_vars()),
+        ("events", events::EventsConfig::env_vars()),
     ] {
         let (id, f) = function(&t, dir);
         let actual = env_names(&t, f);
@@ -1513,7 +1513,7 @@ fn alarm_on<'a>(
 
 #[test]
 fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_command() {
-    // Every alarm exists in this configuration (the webhook's only with events in).
+    // Every alarm exists in this configuration (the events function's only with events in).
     let t = config(&and(EVERYTHING, ALARM_TOPIC));
     // (1) review is loud, (2) every failure class, (4) poison. The API 5xx alarm belongs to the
     // API section and is not asserted here.
@@ -1552,7 +1552,7 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "Throttles",
             ("FunctionName", "ChargeFunction"),
         ),
-        // The webhook's refusals, its suspected double charges, and Stripe
+        // The events function's refusals, its suspected double charges, and Stripe
         // contradicting a settled record.
         ("ChargeOnce", "WebhookRejected", ("Function", "webhook")),
         ("ChargeOnce", "SentToReview", ("Function", "webhook")),
@@ -1779,9 +1779,9 @@ fn the_events_function_outlives_five_dynamodb_calls_and_a_worst_case_stripe_call
     let integration = resource(&t, "WebhookIntegration").expect("WebhookIntegration");
     let wait = Duration::from_millis(number(get(props(integration), "TimeoutInMillis").unwrap()));
     assert_eq!(wait, Duration::from_secs(30));
-    assert!(webhook::handler::HTTP_BUDGET < wait && webhook::handler::HTTP_BUDGET < timeout);
+    assert!(events::handler::HTTP_BUDGET < wait && events::handler::HTTP_BUDGET < timeout);
     // A runtime that sends no usable deadline (cargo lambda watch) gets the template's timeout.
-    assert_eq!(webhook::handler::FUNCTION_TIMEOUT, timeout, "{id}");
+    assert_eq!(events::handler::FUNCTION_TIMEOUT, timeout, "{id}");
 }
 
 /// The one `AWS::Lambda::Permission` on the events function in this configuration.
@@ -1865,7 +1865,7 @@ fn least_privilege_the_charge_role_sends_only_to_the_dlq_and_nobody_reads_items_
 
 /// The operator policy's id and the `(action, resource)` of each of its statements in
 /// configuration `t`: a lone resource as the logical id it names, a list's items as their text
-/// (`ChargeQueue.Arn`, `${OperationsTable.Arn}/index/…`).
+/// (`OperationQueue.Arn`, `${OperationsTable.Arn}/index/…`).
 fn operator_grants(t: &Value) -> (String, Vec<(String, String)>) {
     // The other managed policy is the route grant (CheckoutInvokePolicy, its own test).
     let policies: Vec<_> = of_type(t, "AWS::IAM::ManagedPolicy")
@@ -2305,7 +2305,7 @@ fn with_default_parameters_no_route_is_public_and_nothing_receives_stripe_events
         assert_eq!(buses, ["OutcomeBus"]);
         assert!(of_type(&t, "AWS::Events::Rule").is_empty());
         assert!(of_type(&t, "AWS::Lambda::EventInvokeConfig").is_empty());
-        // No alarm on the webhook's metrics, no webhook outputs.
+        // No alarm on the events function's metrics, no webhook outputs.
         for (id, a) in alarms(&t) {
             let mut words = Vec::new();
             strings(props(a), &mut words);
@@ -2391,7 +2391,7 @@ fn with_the_webhook_secret_exactly_one_route_is_public_and_it_has_its_own_thrott
 
 #[test]
 fn with_the_event_source_a_partner_bus_feeds_the_events_function_with_retries_and_a_dlq() {
-    use charge_once::webhook::HANDLED_TYPES;
+    use charge_once::events::HANDLED_TYPES;
     let t = config(&and(EVENT_SOURCE, ALARM_TOPIC));
     // No public route comes with it.
     assert!(unauthenticated_routes(&t).is_empty());
@@ -2670,7 +2670,7 @@ fn only_the_relay_may_publish_on_the_outcome_bus() {
 
 #[test]
 fn the_sample_eventbridge_event_is_what_the_rule_delivers() {
-    use charge_once::webhook::HANDLED_TYPES;
+    use charge_once::events::HANDLED_TYPES;
     let sample: serde_json::Value = serde_json::from_str(include_str!(
         "../events/stripe-eventbridge-payment-intent-succeeded.json"
     ))
@@ -3148,8 +3148,8 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     let root = workspace_root();
     assert_eq!(
         store_calls(&[
-            root.join("functions/webhook/src"),
-            root.join("shared/src/webhook"),
+            root.join("functions/events/src"),
+            root.join("shared/src/events"),
             root.join("shared/src/executor"),
         ]),
         BTreeSet::from(

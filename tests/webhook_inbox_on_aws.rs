@@ -10,10 +10,10 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::TTL_ATTRIBUTE;
-use charge_once::ports::{Admitted, OperationStore, PaymentGateway, WebhookInbox, INBOX_TTL};
+use charge_once::events::signature::sign_header;
+use charge_once::events::{receive, EventsDeps, Reception, DEFAULT_TOLERANCE};
+use charge_once::ports::{Admitted, EventInbox, OperationStore, PaymentGateway, INBOX_TTL};
 use charge_once::testing::{self, CreateIn as _};
-use charge_once::webhook::signature::sign_header;
-use charge_once::webhook::{receive, Reception, WebhookDeps, DEFAULT_TOLERANCE};
 use testkit::aws::fresh_inbox;
 use testkit::stack::Stack;
 
@@ -91,7 +91,7 @@ async fn a_stale_event_settles_on_real_components_once() {
     let creates_before = stripe.sim.request_counts().create;
 
     let secret = testing::webhook_secret("webhook_inbox_on_aws");
-    let deps = WebhookDeps {
+    let deps = EventsDeps {
         charge: s.charge_deps(),
         inbox: s.inbox.clone(),
         secrets: Some(vec![secret.clone()]),

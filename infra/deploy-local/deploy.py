@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 REGION = "us-east-1"
 ACCOUNT = "000000000000"
-FUNCTIONS = ["checkout", "charge", "reconciler", "notify", "audit", "webhook"]
+FUNCTIONS = ["checkout", "charge", "reconciler", "notify", "audit", "events"]
 BUCKET = "charge-once-deploy-local"
 # What `aws.partner/stripe.com/...` Stripe's event destination creates in the account.
 EVENT_SOURCE = "aws.partner/stripe.com/ed_local_deploy"

@@ -38,13 +38,13 @@ ms_port="${MINISTACK_PORT:-$(free_port)}"
 sim_port="${STRIPE_SIM_PORT:-$(free_port)}"
 
 echo "deploy-local: building the six functions, chargectl and stripe-sim" >&2
-cargo build --bin checkout --bin charge --bin reconciler --bin webhook --bin notify --bin audit \
+cargo build --bin checkout --bin charge --bin reconciler --bin events --bin notify --bin audit \
   --bin chargectl --bin stripe-sim
 mkdir -p "$dir/zips"
 "$py" - "$root/target/debug" "$dir/zips" <<'PY'
 import os, sys, zipfile
 src, out = sys.argv[1], sys.argv[2]
-for name in ["checkout", "charge", "reconciler", "notify", "audit", "webhook"]:
+for name in ["checkout", "charge", "reconciler", "notify", "audit", "events"]:
     info = zipfile.ZipInfo("bootstrap")
     info.external_attr = 0o100755 << 16  # an executable file, as Lambda wants bootstrap
     info.compress_type = zipfile.ZIP_DEFLATED

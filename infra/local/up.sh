@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts the local stack for invoking the functions by hand with cargo-lambda:
 #   - builds what `cargo lambda watch` runs (`cargo build --bin checkout --bin charge --bin
-#     reconciler --bin webhook --bin notify --bin audit` from the workspace root: features unified over the
+#     reconciler --bin events --bin notify --bin audit` from the workspace root: features unified over the
 #     whole workspace, exactly as watch's `cargo run --bin <fn>` resolves them), plus `chargectl`
 #     and `stripe-sim` the same way, so the first invoke does not sit in a silent rebuild;
 #   - moto (DynamoDB, SQS, Secrets Manager, EventBridge) on 127.0.0.1:$MOTO_PORT, one request at a
@@ -54,7 +54,7 @@ else
 fi
 
 echo "up.sh: building the functions, chargectl and stripe-sim (what cargo lambda watch runs)" >&2
-cargo build --bin checkout --bin charge --bin reconciler --bin webhook --bin notify --bin audit \
+cargo build --bin checkout --bin charge --bin reconciler --bin events --bin notify --bin audit \
   --bin chargectl --bin stripe-sim
 
 started() { echo "$1 $2" >>"$pids"; }

@@ -282,7 +282,7 @@ grep -q "no unsettled operations" "$work/unknowns2.out" || fail "still unsettled
 
 # --- 3. Stripe's event settles an unsettled order: the events function, EventBridge form ---------
 begin "the sample EventBridge event as it is: it names an operation this stack never created, ignored"
-invoke webhook events/stripe-eventbridge-payment-intent-succeeded.json "$work/sample-event.out"
+invoke events events/stripe-eventbridge-payment-intent-succeeded.json "$work/sample-event.out"
 check "$work/sample-event.out" 'j == {"received": True, "outcome": "unknown_operation"}' \
   "the events function starts and answers (not a 500 'deadline', not a hang)"
 
@@ -314,7 +314,7 @@ event_for() { # PAYMENT_INTENT EVENT_ID OUT
 
 begin "a forged event for ord-1003 (a PaymentIntent Stripe does not have): Stripe asked, refused, nothing moved"
 event_for pi_3ForgedIntent0000000001 evt_local_forged_1003 "$work/event-forged.json"
-invoke webhook "$work/event-forged.json" "$work/event-forged.out"
+invoke events "$work/event-forged.json" "$work/event-forged.out"
 check "$work/event-forged.out" 'j["outcome"] == "unknown_payment_intent"' "refused on Stripe's answer"
 curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger6.json" || fail "GET /_sim/ledger"
 check "$work/ledger6.json" "j['requests']['retrieve'] == $retrieves + 1" "the function retrieved the PaymentIntent"
@@ -323,11 +323,11 @@ check "$work/show5.json" 'j["status"] == "unknown"' "ord-1003 is still unknown"
 
 begin "Stripe's payment_intent.succeeded for ord-1003's PaymentIntent, as the partner bus delivers it: settled"
 event_for "$pi3" evt_local_succeeded_1003 "$work/event-ord-1003.json"
-invoke webhook "$work/event-ord-1003.json" "$work/event-ord-1003.out"
+invoke events "$work/event-ord-1003.json" "$work/event-ord-1003.out"
 check "$work/event-ord-1003.out" 'j == {"received": True, "outcome": "succeeded"}' "applied"
 chargectl show ord-1003 --json >"$work/show6.json" || fail "chargectl show ord-1003"
 check "$work/show6.json" "j['status'] == 'succeeded' and j['external_id'] == '$pi3'" "ord-1003 succeeded with $pi3"
-invoke webhook "$work/event-ord-1003.json" "$work/event-ord-1003-dup.out"
+invoke events "$work/event-ord-1003.json" "$work/event-ord-1003-dup.out"
 check "$work/event-ord-1003-dup.out" 'j["outcome"] == "duplicate"' "the same event again is a duplicate"
 curl -sf "$STRIPE_SIM_URL/_sim/ledger" >"$work/ledger7.json" || fail "GET /_sim/ledger"
 check "$work/ledger7.json" "j['requests']['create'] == $creates and [p['idempotency_key'] for p in j['payment_intents']].count('payment-op:$op3') == 1" \
@@ -341,7 +341,7 @@ curl -sf "$STRIPE_SIM_URL/_sim/clock" -d "{\"set_ms\": $(python3 -c 'import time
 python3 - "$STRIPE_SIM_URL" "$LAMBDA_PORT" "$LOCAL_STACK_DIR/.local-webhook-secret" <<'PY' || fail "POST /_sim/webhooks"
 import json, sys, urllib.request
 sim, port, secret_file = sys.argv[1:]
-config = {"url": f"http://127.0.0.1:{port}/lambda-url/webhook/stripe/webhook",
+config = {"url": f"http://127.0.0.1:{port}/lambda-url/events/stripe/webhook",
           "secret": open(secret_file).read().strip(), "enabled_events": ["payment_intent.succeeded"]}
 urllib.request.urlopen(urllib.request.Request(f"{sim}/_sim/webhooks", json.dumps(config).encode()), timeout=10)
 PY
@@ -432,7 +432,7 @@ for _ in $(seq 1 150); do
   python3 -c "import socket; socket.create_connection(('127.0.0.1', $broken_port), timeout=1)" 2>/dev/null && break
   sleep 0.2
 done
-timeout 120 cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$broken_port" webhook \
+timeout 120 cargo lambda invoke --invoke-address 127.0.0.1 --invoke-port "$broken_port" events \
   --data-file events/stripe-eventbridge-payment-intent-succeeded.json >"$work/broken.out" 2>"$work/broken.out.err" \
   || fail "the invoke of a function that cannot start did not answer: $(cat "$work/broken.out.err")"
 check "$work/broken.out" 'j["errorType"] == "Runtime.InitError" and "INBOX_TABLE_NAME" in j["errorMessage"]' \

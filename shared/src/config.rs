@@ -75,7 +75,7 @@ pub const STRIPE_REQUESTS_PER_SECOND: &str = "STRIPE_REQUESTS_PER_SECOND";
 pub const STRIPE_ENDPOINT_REQUESTS_PER_SECOND: &str = "STRIPE_ENDPOINT_REQUESTS_PER_SECOND";
 /// The charge event source's `MaximumConcurrency`: how many environments split the budget.
 pub const CHARGE_MAX_CONCURRENCY: &str = "CHARGE_MAX_CONCURRENCY";
-/// The webhook function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
+/// The events function: the Secrets Manager secret holding the endpoint's `whsec_…` secret.
 pub const STRIPE_WEBHOOK_SECRET_ARN: &str = "STRIPE_WEBHOOK_SECRET_ARN";
 /// The events function: an optional restricted key (`rk_…`, PaymentIntents read) for its
 /// retrieves; without it the function uses the key in `STRIPE_SECRET_ARN`.
@@ -83,7 +83,7 @@ pub const STRIPE_EVENTS_KEY_SECRET_ARN: &str = "STRIPE_EVENTS_KEY_SECRET_ARN";
 /// The events function: the Stripe partner event source (`aws.partner/stripe.com/…`) its
 /// EventBridge events must come from, when Stripe delivers through EventBridge.
 pub const STRIPE_EVENT_SOURCE_NAME: &str = "STRIPE_EVENT_SOURCE_NAME";
-/// The webhook function: the inbox table of processed Stripe event ids.
+/// The events function: the inbox table of processed Stripe event ids.
 pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 
 /// The audit function: how many hours before its run one audit's window starts (its schedule's
@@ -260,9 +260,9 @@ pub fn parse_secret_key(raw: &str) -> Result<SecretKey, ConfigError> {
 /// Reads the endpoint's signing secrets from the value of the webhook secret, without ever
 /// echoing it: one `whsec_…`, or two while Stripe rolls the secret (separated by a comma or
 /// whitespace), bare or as JSON `{"webhook_secret": …, "previous_webhook_secret": …}`. Each must
-/// have Stripe's form ([`crate::webhook::WebhookSecret::parse`]): a placeholder is refused here,
+/// have Stripe's form ([`crate::events::WebhookSecret::parse`]): a placeholder is refused here,
 /// at init, naming the parameter, before it can authenticate a single request.
-pub fn parse_webhook_secrets(raw: &str) -> Result<Vec<crate::webhook::WebhookSecret>, ConfigError> {
+pub fn parse_webhook_secrets(raw: &str) -> Result<Vec<crate::events::WebhookSecret>, ConfigError> {
     let invalid = |reason: String| ConfigError::Invalid {
         name: STRIPE_WEBHOOK_SECRET_ARN,
         reason: format!("the secret of the StripeWebhookSecretArn parameter {reason}"),
@@ -292,7 +292,7 @@ pub fn parse_webhook_secrets(raw: &str) -> Result<Vec<crate::webhook::WebhookSec
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            crate::webhook::WebhookSecret::parse(v)
+            crate::events::WebhookSecret::parse(v)
                 .map_err(|e| invalid(format!("(value {} of {}): {e}", i + 1, values.len())))
         })
         .collect()
@@ -551,7 +551,7 @@ pub fn pending_grace(env: &dyn Env) -> Result<Duration, ConfigError> {
     secs(env, PENDING_GRACE_SECS, Policy::default().pending_grace)
 }
 
-/// `LEASE_TTL_SECS` alone (the webhook's claims need nothing else of the policy): at least 15 s.
+/// `LEASE_TTL_SECS` alone (the events function's claims need nothing else of the policy): at least 15 s.
 pub fn lease_ttl(env: &dyn Env) -> Result<Duration, ConfigError> {
     let ttl = secs(env, LEASE_TTL_SECS, Policy::default().lease_ttl)?;
     if ttl < Duration::from_secs(15) {
@@ -840,14 +840,14 @@ mod tests {
             required(&env, name).unwrap();
         }
         required(&env, STRIPE_WEBHOOK_SECRET_ARN).unwrap();
-        // The events function's optional variables (its reader, in functions/webhook, checks
+        // The events function's optional variables (its reader, in functions/events, checks
         // these same examples in its own tests).
         assert!(required(&env, STRIPE_EVENTS_KEY_SECRET_ARN)
             .unwrap()
             .starts_with("arn:"));
         assert!(required(&env, STRIPE_EVENT_SOURCE_NAME)
             .unwrap()
-            .starts_with(crate::webhook::STRIPE_PARTNER_SOURCE_PREFIX));
+            .starts_with(crate::events::STRIPE_PARTNER_SOURCE_PREFIX));
         let listed: BTreeSet<String> = EXAMPLE_ENV.iter().map(|(n, _)| (*n).to_owned()).collect();
         assert_eq!(
             env.asked(),

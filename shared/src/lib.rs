@@ -12,15 +12,15 @@
 //!
 //! Map of the crate:
 //! - [`ports`]: every trait the shells need from the world, in one place: [`ports::OperationStore`],
-//!   [`ports::ChargeQueue`], [`ports::PaymentGateway`], [`ports::WebhookInbox`],
+//!   [`ports::OperationQueue`], [`ports::PaymentGateway`], [`ports::EventInbox`],
 //!   [`ports::OutcomePublisher`], the [`Clock`](charge_core::time::Clock), ... (its module doc maps
 //!   each to its adapters).
-//! - [`executor`]: [`executor::execute_charge`], safe to call any number of times for one operation:
+//! - [`executor`]: [`executor::execute`], safe to call any number of times for one operation:
 //!   claim, act as the charge plan decides, record fenced.
 //! - [`adapters`]: the real adapters: Stripe over HTTPS (hyper-util), DynamoDB, SQS FIFO.
 //! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
-//! - [`webhook`]: Stripe's events as an idempotent inbox: signature, parsing,
-//!   [`webhook::receive`] on the ports (settles, never creates).
+//! - [`events`]: Stripe's events as an idempotent inbox: signature, parsing,
+//!   [`events::receive`] on the ports (settles, never creates).
 //! - [`pacing`]: the Stripe request budget shared by an environment's calls.
 //! - [`config`]: typed configuration from the environment, read once at init.
 //! - [`startup`]: a function that cannot start reports why to the Lambda runtime API, so the
@@ -37,6 +37,7 @@
 pub mod adapters;
 pub mod audit;
 pub mod config;
+pub mod events;
 pub mod executor;
 pub mod logging;
 pub mod memory;
@@ -47,4 +48,3 @@ pub mod startup;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod webhook;

@@ -36,7 +36,7 @@ const OWN_CRATES: &[&str] = &[
     "checkout",
     "reconciler",
     "notify",
-    "webhook",
+    "events",
     "audit",
 ];
 
@@ -145,12 +145,12 @@ mod tests {
             "charge::handler",
             "reconciler::handler",
             "notify::handler",
-            "webhook::handler",
+            "events::handler",
         ] {
             assert!(f.would_enable(target, &Level::TRACE), "{target}");
         }
         let info = filter(LevelFilter::INFO);
-        assert!(!info.would_enable("charge_once::webhook", &Level::DEBUG));
+        assert!(!info.would_enable("charge_once::events", &Level::DEBUG));
         assert!(info.would_enable("lambda_runtime::runtime", &Level::INFO));
         assert!(!info.would_enable("lambda_runtime::runtime", &Level::DEBUG));
     }

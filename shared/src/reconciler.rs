@@ -12,7 +12,7 @@
 //! - attempted (`unknown`, or `pending` after a retry-later) inside the key window → **re-drive**
 //!   through the queue with a fresh dedup id `operation_id:<n>` and an exponential backoff recorded
 //!   as the next due time;
-//! - past the key window → **settle** through [`execute_charge`], which never creates past the
+//! - past the key window → **settle** through [`execute`], which never creates past the
 //!   window: retrieve when the PaymentIntent id is known, else search by operation id once search
 //!   can be trusted; one match decides, 0 or several go to review.
 //!
@@ -44,9 +44,10 @@ use charge_core::store::{Recorded, Reschedule};
 use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
-use crate::executor::{execute_charge, ChargeDeps};
+use crate::executor::{execute, EngineDeps};
 use crate::ports::{
-    ChargeQueue, IndexQuery, MetricsSink, OperationStore, QueueError, QueuedCharge, StoreError,
+    IndexQuery, MetricsSink, OperationQueue, OperationStore, QueueError, QueuedOperation,
+    StoreError,
 };
 use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
 
@@ -65,7 +66,7 @@ pub enum Redriven {
     /// Rescheduled (the record as written) and sent with this message.
     Sent {
         op: Operation,
-        message: QueuedCharge,
+        message: QueuedOperation,
     },
     /// The guarded reschedule was refused: the record changed since it was read (the current
     /// record, `None` if it is gone). Nothing was sent.
@@ -83,14 +84,14 @@ pub enum Redriven {
 /// cannot make a second charge.
 pub async fn redrive(
     store: &dyn OperationStore,
-    queue: &dyn ChargeQueue,
+    queue: &dyn OperationQueue,
     request: Reschedule,
 ) -> Result<Redriven, StoreError> {
     let written = match store.reschedule(&request).await? {
         Recorded::Written(written) => written,
         Recorded::Refused(current) => return Ok(Redriven::Refused(current)),
     };
-    let message = QueuedCharge::redrive(&written, written.redrives);
+    let message = QueuedOperation::redrive(&written, written.redrives);
     Ok(match queue.send(&message).await {
         Ok(()) => Redriven::Sent {
             op: written,
@@ -103,8 +104,8 @@ pub async fn redrive(
 /// Everything a tick needs.
 #[derive(Clone)]
 pub struct ReconcilerDeps {
-    pub charge: ChargeDeps,
-    pub queue: Arc<dyn ChargeQueue>,
+    pub charge: EngineDeps,
+    pub queue: Arc<dyn OperationQueue>,
     /// Index page size.
     pub page_size: usize,
     /// How fast the charge path drains the queue: a tick that finds more on it than the charge
@@ -516,7 +517,7 @@ async fn send_again(
 
 /// Settles an operation past the key window through the executor (which never creates then).
 async fn settle(deps: &ReconcilerDeps, op: &Operation, report: &mut TickReport) {
-    let r = match execute_charge(&deps.charge, &op.key(), &op.operation_id).await {
+    let r = match execute(&deps.charge, &op.key(), &op.operation_id).await {
         Ok(r) => r,
         Err(e) => {
             // One operation's failure (the store throttled, the record vanished) must not
@@ -589,7 +590,7 @@ mod tests {
     /// Records what was sent; refuses every send while `failing`; says it is `depth` deep.
     #[derive(Default)]
     struct Queue {
-        sent: Mutex<Vec<QueuedCharge>>,
+        sent: Mutex<Vec<QueuedOperation>>,
         refused: AtomicU32,
         failing: bool,
         depth: Option<QueueDepth>,
@@ -597,8 +598,8 @@ mod tests {
     }
 
     #[async_trait]
-    impl ChargeQueue for Queue {
-        async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+    impl OperationQueue for Queue {
+        async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
             if self.failing {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(QueueError::new("injected: queue unavailable"));
@@ -617,7 +618,7 @@ mod tests {
     /// environments × 10 at once, 22 messages/s).
     async fn tick_with(store: Arc<MemoryStore>, queue: Arc<Queue>, now: Timestamp) -> TickReport {
         let deps = ReconcilerDeps {
-            charge: ChargeDeps {
+            charge: EngineDeps {
                 store,
                 gateway: Arc::new(crate::memory::FakeGateway::new()),
                 clock: Arc::new(charge_core::time::ManualClock::new(now)),
@@ -836,7 +837,7 @@ mod tests {
         .await;
         let clock = ManualClock::new(T0.plus(Duration::from_secs(24 * 3600)));
         let deps = ReconcilerDeps {
-            charge: ChargeDeps {
+            charge: EngineDeps {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock),

@@ -80,11 +80,11 @@ pub async fn settle_as<S: OperationStore + ?Sized>(
 
 /// A webhook signing secret of Stripe's form for tests, the same for the same `label` (the
 /// SHA-256 of it in hex after `whsec_`). A fixture's key: never a secret to store anywhere.
-pub fn webhook_secret(label: &str) -> crate::webhook::WebhookSecret {
+pub fn webhook_secret(label: &str) -> crate::events::WebhookSecret {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(label.as_bytes());
     let hex = charge_core::domain::lower_hex(&digest);
-    crate::webhook::WebhookSecret::parse(&format!("whsec_{hex}"))
+    crate::events::WebhookSecret::parse(&format!("whsec_{hex}"))
         .expect("a SHA-256 in hex has Stripe's form")
 }
 

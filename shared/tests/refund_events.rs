@@ -1,5 +1,5 @@
 //! Refund events (`refund.created`, `refund.updated`, `refund.failed`, `charge.refund.updated`)
-//! through the events function's whole path ([`charge_once::webhook::receive`]) on the in-memory
+//! through the events function's whole path ([`charge_once::events::receive`]) on the in-memory
 //! ports: the refund is retrieved at the fake Stripe and the refund rules decide. Every test
 //! counts Stripe's refund reads, and that no refund was ever made by an event.
 
@@ -20,23 +20,23 @@ use charge_core::{
     operation::{Operation, OperationStatus},
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::{execute_charge, ChargeDeps};
+use charge_once::events::signature::sign_header;
+use charge_once::events::{
+    receive, receive_eventbridge, EventsDeps, Reception, WebhookSecret, DEFAULT_TOLERANCE,
+};
+use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::{
     CancelPaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
 };
 use charge_once::testing::{self, CreateIn as _};
-use charge_once::webhook::signature::sign_header;
-use charge_once::webhook::{
-    receive, receive_eventbridge, Reception, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
-};
 
 struct World {
     store: Arc<MemoryStore>,
     gateway: Arc<FakeGateway>,
     clock: ManualClock,
     secret: WebhookSecret,
-    deps: WebhookDeps,
+    deps: EventsDeps,
 }
 
 impl World {
@@ -45,8 +45,8 @@ impl World {
         let gateway = Arc::new(FakeGateway::new());
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         let secret = testing::webhook_secret("refund_events");
-        let deps = WebhookDeps {
-            charge: ChargeDeps {
+        let deps = EventsDeps {
+            charge: EngineDeps {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock.clone()),
@@ -73,7 +73,7 @@ impl World {
             .at(self.clock.now())
             .create_in(self.store.as_ref())
             .await;
-        let r = execute_charge(&self.deps.charge, &op.key(), &op.operation_id)
+        let r = execute(&self.deps.charge, &op.key(), &op.operation_id)
             .await
             .unwrap();
         assert_eq!(r.status, OperationStatus::Succeeded);
@@ -119,7 +119,7 @@ impl World {
         let charge = self.charged(order).await;
         let refund = self.ask_refund(&charge, "r-1", 400).await.unwrap();
         self.gateway.set_refund_first_status(first);
-        execute_charge(&self.deps.charge, &refund.key(), &refund.operation_id)
+        execute(&self.deps.charge, &refund.key(), &refund.operation_id)
             .await
             .unwrap();
         (charge, self.current(&refund).await)
@@ -397,7 +397,7 @@ async fn a_refund_event_from_eventbridge_takes_the_same_path() {
 /// events function read was unsettled, the one its shell then claims is settled.
 struct SettledMeanwhile {
     inner: Arc<FakeGateway>,
-    charge_path: ChargeDeps,
+    charge_path: EngineDeps,
     refund: std::sync::Mutex<Option<Operation>>,
     then: RefundStatus,
 }
@@ -427,7 +427,7 @@ impl PaymentGateway for SettledMeanwhile {
         if let Some(refund) = refund {
             self.inner
                 .set_refund_status(id, RefundStatus::Succeeded, None);
-            let r = execute_charge(&self.charge_path, &refund.key(), &refund.operation_id)
+            let r = execute(&self.charge_path, &refund.key(), &refund.operation_id)
                 .await
                 .unwrap();
             assert_eq!(r.status, OperationStatus::Succeeded, "settled meanwhile");

@@ -1,4 +1,4 @@
-//! A refund through the one shell ([`charge_once::executor::execute_charge`]) on the in-memory
+//! A refund through the one shell ([`charge_once::executor::execute`]) on the in-memory
 //! ports: accepted as the door accepts it (the charge as read, the reservation in the same write),
 //! then executed any number of times. Every test counts the refunds the fake Stripe made.
 
@@ -14,7 +14,7 @@ use charge_core::{
     outcome::PaymentIntentStatus,
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::{execute_charge, ChargeDeps};
+use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::OperationStore;
 use charge_once::testing::CreateIn as _;
@@ -23,7 +23,7 @@ struct World {
     store: Arc<MemoryStore>,
     gateway: Arc<FakeGateway>,
     clock: Arc<ManualClock>,
-    deps: ChargeDeps,
+    deps: EngineDeps,
 }
 
 impl World {
@@ -31,7 +31,7 @@ impl World {
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
         let clock = Arc::new(ManualClock::new(Timestamp::from_millis(1_800_000_000_000)));
-        let deps = ChargeDeps {
+        let deps = EngineDeps {
             store: store.clone(),
             gateway: gateway.clone(),
             clock: clock.clone(),
@@ -52,7 +52,7 @@ impl World {
             .at(self.clock.now())
             .create_in(self.store.as_ref())
             .await;
-        let r = execute_charge(&self.deps, &op.key(), &op.operation_id)
+        let r = execute(&self.deps, &op.key(), &op.operation_id)
             .await
             .unwrap();
         assert_eq!(r.status, OperationStatus::Succeeded);
@@ -92,7 +92,7 @@ impl World {
     }
 
     async fn run(&self, op: &Operation) -> charge_once::executor::ChargeReport {
-        execute_charge(&self.deps, &op.key(), &op.operation_id)
+        execute(&self.deps, &op.key(), &op.operation_id)
             .await
             .unwrap()
     }
@@ -250,9 +250,7 @@ async fn a_charge_s_intent_declined_is_never_refunded() {
         .at(w.clock.now())
         .create_in(w.store.as_ref())
         .await;
-    execute_charge(&w.deps, &op.key(), &op.operation_id)
-        .await
-        .unwrap();
+    execute(&w.deps, &op.key(), &op.operation_id).await.unwrap();
     let unknown = w.store.get(&op.key()).await.unwrap().unwrap();
     let request = RefundRequest::default();
     assert!(

@@ -1,4 +1,4 @@
-//! The webhook's whole path ([`charge_once::webhook::receive`]) on the in-memory ports: signature,
+//! The events function's whole path ([`charge_once::events::receive`]) on the in-memory ports: signature,
 //! inbox, lookup on the key, decision, and the executor's conditional writes. Every test also
 //! checks that Stripe's create was never called.
 
@@ -16,17 +16,17 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::ChargeDeps;
+use charge_once::events::signature::{compute_v1, sign_header};
+use charge_once::events::{
+    receive, receive_eventbridge, Deferred, EventsDeps, Reception, Rejection, SignatureError,
+    WebhookSecret, DEFAULT_TOLERANCE,
+};
+use charge_once::executor::EngineDeps;
 use charge_once::memory::FakeCharge;
 use charge_once::memory::{FakeGateway, MemoryInbox, MemoryStore};
 use charge_once::ports::OperationStore;
 use charge_once::ports::{CancelPaymentIntent, CreatePaymentIntent, PaymentGateway};
 use charge_once::testing::{self, CreateIn as _};
-use charge_once::webhook::signature::{compute_v1, sign_header};
-use charge_once::webhook::{
-    receive, receive_eventbridge, Deferred, Reception, Rejection, SignatureError, WebhookDeps,
-    WebhookSecret, DEFAULT_TOLERANCE,
-};
 
 struct World {
     store: Arc<MemoryStore>,
@@ -34,7 +34,7 @@ struct World {
     gateway: Arc<FakeGateway>,
     clock: ManualClock,
     secret: WebhookSecret,
-    deps: WebhookDeps,
+    deps: EventsDeps,
 }
 
 impl World {
@@ -44,8 +44,8 @@ impl World {
         let gateway = Arc::new(FakeGateway::new());
         let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
         let secret = testing::webhook_secret("webhook_receive");
-        let deps = WebhookDeps {
-            charge: ChargeDeps {
+        let deps = EventsDeps {
+            charge: EngineDeps {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock.clone()),
@@ -386,7 +386,7 @@ async fn a_payment_failed_event_leaves_the_cancel_to_the_charge_path() {
     );
 
     // The charge path's next look: retrieve, cancel, failed.
-    let report = charge_once::executor::execute_charge(&w.deps.charge, &op.key(), &op.operation_id)
+    let report = charge_once::executor::execute(&w.deps.charge, &op.key(), &op.operation_id)
         .await
         .unwrap();
     assert_eq!(report.status, OperationStatus::Failed);

@@ -1,4 +1,4 @@
-//! The `WebhookInbox` contract: what the webhook endpoint relies on (`charge_once::ports::WebhookInbox`).
+//! The `EventInbox` contract: what the webhook endpoint relies on (`charge_once::ports::EventInbox`).
 //! An event id is admitted once, every later delivery of it is a duplicate, until its entry
 //! expires (an expired entry counts as absent, as a TTL-deleted item would) or is forgotten (acting
 //! on it failed, so Stripe's retry must be processed again). Admission is one conditional write:
@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use charge_core::testing::T0;
 use charge_core::time::Timestamp;
-use charge_once::ports::{Admitted, WebhookInbox, INBOX_TTL};
+use charge_once::ports::{Admitted, EventInbox, INBOX_TTL};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
 /// `admit` at `at`, remembered for the production TTL.
-async fn admit(inbox: &dyn WebhookInbox, event_id: &str, at: Timestamp) -> Admitted {
+async fn admit(inbox: &dyn EventInbox, event_id: &str, at: Timestamp) -> Admitted {
     inbox
         .admit(event_id, at, at.plus(INBOX_TTL))
         .await
@@ -27,7 +27,7 @@ async fn admit(inbox: &dyn WebhookInbox, event_id: &str, at: Timestamp) -> Admit
 }
 
 pub async fn the_first_delivery_is_new_and_every_redelivery_a_duplicate(
-    inbox: Arc<dyn WebhookInbox>,
+    inbox: Arc<dyn EventInbox>,
 ) {
     let inbox = inbox.as_ref();
     assert_eq!(admit(inbox, "evt_contract_once", T0).await, Admitted::New);
@@ -40,7 +40,7 @@ pub async fn the_first_delivery_is_new_and_every_redelivery_a_duplicate(
     }
 }
 
-pub async fn event_ids_are_admitted_independently(inbox: Arc<dyn WebhookInbox>) {
+pub async fn event_ids_are_admitted_independently(inbox: Arc<dyn EventInbox>) {
     let inbox = inbox.as_ref();
     // Ids that share a prefix: the inbox keys on the whole id.
     for id in ["evt_contract_1", "evt_contract_10", "evt_contract_1x"] {
@@ -55,7 +55,7 @@ pub async fn event_ids_are_admitted_independently(inbox: Arc<dyn WebhookInbox>) 
     }
 }
 
-pub async fn an_expired_entry_counts_as_absent_and_is_replaced(inbox: Arc<dyn WebhookInbox>) {
+pub async fn an_expired_entry_counts_as_absent_and_is_replaced(inbox: Arc<dyn EventInbox>) {
     let id = "evt_contract_expiry";
     let expires = T0.plus(secs(60));
     assert_eq!(inbox.admit(id, T0, expires).await.unwrap(), Admitted::New);
@@ -86,7 +86,7 @@ pub async fn an_expired_entry_counts_as_absent_and_is_replaced(inbox: Arc<dyn We
     );
 }
 
-pub async fn a_duplicate_leaves_the_entry_as_it_was(inbox: Arc<dyn WebhookInbox>) {
+pub async fn a_duplicate_leaves_the_entry_as_it_was(inbox: Arc<dyn EventInbox>) {
     let id = "evt_contract_no_extend";
     let expires = T0.plus(secs(60));
     assert_eq!(inbox.admit(id, T0, expires).await.unwrap(), Admitted::New);
@@ -102,7 +102,7 @@ pub async fn a_duplicate_leaves_the_entry_as_it_was(inbox: Arc<dyn WebhookInbox>
     assert_eq!(admit(inbox.as_ref(), id, expires).await, Admitted::New);
 }
 
-pub async fn a_forgotten_event_is_admitted_again_and_only_that_one(inbox: Arc<dyn WebhookInbox>) {
+pub async fn a_forgotten_event_is_admitted_again_and_only_that_one(inbox: Arc<dyn EventInbox>) {
     let inbox = inbox.as_ref();
     assert_eq!(admit(inbox, "evt_contract_forget", T0).await, Admitted::New);
     assert_eq!(admit(inbox, "evt_contract_keep", T0).await, Admitted::New);
@@ -125,7 +125,7 @@ pub async fn a_forgotten_event_is_admitted_again_and_only_that_one(inbox: Arc<dy
     );
 }
 
-pub async fn concurrent_deliveries_of_one_event_have_exactly_one_new(inbox: Arc<dyn WebhookInbox>) {
+pub async fn concurrent_deliveries_of_one_event_have_exactly_one_new(inbox: Arc<dyn EventInbox>) {
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..16u64 {
         let inbox = inbox.clone();
@@ -153,7 +153,7 @@ pub async fn concurrent_deliveries_of_one_event_have_exactly_one_new(inbox: Arc<
 }
 
 /// One `#[tokio::test]` per contract case, for the inbox built by `$make` (an async expression
-/// returning `Arc<dyn WebhookInbox>`).
+/// returning `Arc<dyn EventInbox>`).
 #[macro_export]
 macro_rules! inbox_contract_tests {
     ($make:expr) => {

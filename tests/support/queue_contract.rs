@@ -1,11 +1,11 @@
-//! The `ChargeQueue` contract, with `MessageVisibility` (the same queue, bringing a received
+//! The `OperationQueue` contract, with `MessageVisibility` (the same queue, bringing a received
 //! message back sooner): what checkout, the reconciler and the charge function rely on
 //! (`charge_once::ports`).
 //!
-//! - A send carries the versioned [`ChargeMessage`] (no amount), in the order's message group,
-//!   under the dedup id [`QueuedCharge`] chose: a re-send of [`QueuedCharge::first`] within the
+//! - A send carries the versioned [`OperationMessage`] (no amount), in the order's message group,
+//!   under the dedup id [`QueuedOperation`] chose: a re-send of [`QueuedOperation::first`] within the
 //!   dedup window is delivered once, also while the first is in flight; a
-//!   [`QueuedCharge::redrive`] has a fresh dedup id and is never swallowed.
+//!   [`QueuedOperation::redrive`] has a fresh dedup id and is never swallowed.
 //! - One order's messages come in send order, and none while any message of its group is in
 //!   flight (also a later one, after an earlier one came back); other orders never wait for it.
 //! - `return_after(receipt, delay)`: the message is visible again `delay` from now, never sooner
@@ -25,13 +25,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::operation::Operation;
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{ChargeMessage, ChargeQueue, MessageVisibility, QueuedCharge};
+use charge_once::ports::{MessageVisibility, OperationMessage, OperationQueue, QueuedOperation};
 
 /// A queue under the contract, and the consumer's side of it.
 #[async_trait]
 pub trait QueueHarness: Send + Sync {
     /// The port under test.
-    fn queue(&self) -> &dyn ChargeQueue;
+    fn queue(&self) -> &dyn OperationQueue;
     /// The same queue's visibility port.
     fn visibility(&self) -> &dyn MessageVisibility;
     /// Receives up to `max` messages (at most 10), each then in flight for the queue's
@@ -49,17 +49,17 @@ fn operation(order: &str) -> Operation {
         .build()
 }
 
-async fn send(h: &dyn QueueHarness, charge: &QueuedCharge) {
+async fn send(h: &dyn QueueHarness, charge: &QueuedOperation) {
     h.queue()
         .send(charge)
         .await
         .unwrap_or_else(|e| panic!("send {}: {e}", charge.dedup_id));
 }
 
-fn bodies(messages: &[ReceivedMessage]) -> Vec<ChargeMessage> {
+fn bodies(messages: &[ReceivedMessage]) -> Vec<OperationMessage> {
     messages
         .iter()
-        .map(|m| serde_json::from_str(&m.body).expect("the body is a ChargeMessage"))
+        .map(|m| serde_json::from_str(&m.body).expect("the body is a OperationMessage"))
         .collect()
 }
 
@@ -69,13 +69,13 @@ fn dedup_ids(messages: &[ReceivedMessage]) -> Vec<&str> {
 
 pub async fn a_send_carries_the_versioned_message_in_the_order_s_group(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-body");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
     let got = h.receive(10).await;
     assert_eq!(got.len(), 1, "{got:?}");
     let m = &got[0];
-    assert_eq!(bodies(&got), [ChargeMessage::for_operation(&op)]);
+    assert_eq!(bodies(&got), [OperationMessage::for_operation(&op)]);
     let body: serde_json::Value = serde_json::from_str(&m.body).unwrap();
-    assert_eq!(body["v"], ChargeMessage::VERSION);
+    assert_eq!(body["v"], OperationMessage::VERSION);
     for field in ["amount", "currency", "customer", "payment_method"] {
         assert!(body.get(field).is_none(), "no {field} on the queue: {body}");
     }
@@ -87,23 +87,23 @@ pub async fn a_send_carries_the_versioned_message_in_the_order_s_group(h: Arc<dy
 pub async fn a_re_send_of_the_first_message_is_delivered_once(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-dedup");
     // A checkout retried: the same message twice.
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
     let got = h.receive(10).await;
     assert_eq!(dedup_ids(&got), [op.operation_id.to_string()]);
     // Retried again while the charge function holds the first: still one message.
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
     h.delete(&got[0].receipt_handle).await;
     assert_eq!(h.receive(10).await, [], "nothing left to deliver");
 }
 
 pub async fn a_redrive_has_a_fresh_dedup_id_and_is_never_swallowed(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-redrive");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
-    send(h.as_ref(), &QueuedCharge::redrive(&op, 1)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&op, 1)).await;
     // The same re-drive sent twice (a reconciler tick retried) is still one message.
-    send(h.as_ref(), &QueuedCharge::redrive(&op, 1)).await;
-    send(h.as_ref(), &QueuedCharge::redrive(&op, 2)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&op, 1)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&op, 2)).await;
     let got = h.receive(10).await;
     let id = op.operation_id;
     assert_eq!(
@@ -111,7 +111,7 @@ pub async fn a_redrive_has_a_fresh_dedup_id_and_is_never_swallowed(h: Arc<dyn Qu
         [id.to_string(), format!("{id}:1"), format!("{id}:2")],
         "the first, then each re-drive once, in send order"
     );
-    assert_eq!(bodies(&got), vec![ChargeMessage::for_operation(&op); 3]);
+    assert_eq!(bodies(&got), vec![OperationMessage::for_operation(&op); 3]);
 }
 
 pub async fn a_group_waits_for_its_message_in_flight_and_other_groups_do_not(
@@ -119,9 +119,9 @@ pub async fn a_group_waits_for_its_message_in_flight_and_other_groups_do_not(
 ) {
     let a = operation("contract-queue-group-a");
     let b = operation("contract-queue-group-b");
-    send(h.as_ref(), &QueuedCharge::first(&a)).await;
-    send(h.as_ref(), &QueuedCharge::first(&b)).await;
-    send(h.as_ref(), &QueuedCharge::redrive(&a, 1)).await;
+    send(h.as_ref(), &QueuedOperation::first(&a)).await;
+    send(h.as_ref(), &QueuedOperation::first(&b)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&a, 1)).await;
     let first = h.receive(1).await;
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].group_id, a.order_id.as_str(), "the oldest message");
@@ -144,8 +144,8 @@ pub async fn a_group_stays_blocked_while_any_of_its_messages_is_in_flight(
     h: Arc<dyn QueueHarness>,
 ) {
     let op = operation("contract-queue-group-any");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
-    send(h.as_ref(), &QueuedCharge::redrive(&op, 1)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&op, 1)).await;
     let both = h.receive(10).await;
     assert_eq!(both.len(), 2, "one batch holds both");
     // The first comes back at once, the second is still being handled: the group waits for the
@@ -163,7 +163,7 @@ pub async fn a_group_stays_blocked_while_any_of_its_messages_is_in_flight(
 
 pub async fn return_after_zero_makes_the_message_visible_at_once(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-return-now");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
     let first = h.receive(10).await;
     assert_eq!(first.len(), 1);
     assert_eq!(h.receive(10).await, [], "in flight");
@@ -180,9 +180,9 @@ pub async fn return_after_zero_makes_the_message_visible_at_once(h: Arc<dyn Queu
 pub async fn return_after_hides_the_message_and_its_group_for_the_delay(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-return-later");
     let other = operation("contract-queue-return-other");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
-    send(h.as_ref(), &QueuedCharge::redrive(&op, 1)).await;
-    send(h.as_ref(), &QueuedCharge::first(&other)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::redrive(&op, 1)).await;
+    send(h.as_ref(), &QueuedOperation::first(&other)).await;
     let first = h.receive(1).await;
     assert_eq!(first[0].dedup_id, op.operation_id.to_string());
     h.visibility()
@@ -214,7 +214,7 @@ pub async fn return_after_hides_the_message_and_its_group_for_the_delay(h: Arc<d
 
 pub async fn return_after_under_a_second_is_never_now(h: Arc<dyn QueueHarness>) {
     let op = operation("contract-queue-return-subsecond");
-    send(h.as_ref(), &QueuedCharge::first(&op)).await;
+    send(h.as_ref(), &QueuedOperation::first(&op)).await;
     let first = h.receive(10).await;
     h.visibility()
         .return_after(&first[0].receipt_handle, Duration::from_millis(400))

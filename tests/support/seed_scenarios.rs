@@ -21,7 +21,7 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause},
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::{execute_charge, ChargeDeps, ChargeReport};
+use charge_once::executor::{execute, ChargeReport, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, OperationStore, PaymentGateway,
@@ -337,7 +337,7 @@ pub struct World<S> {
     pub side: S,
     pub store: Arc<MemoryStore>,
     pub clock: ManualClock,
-    pub deps: ChargeDeps,
+    pub deps: EngineDeps,
 }
 
 impl<S: StripeUnderTest> World<S> {
@@ -345,7 +345,7 @@ impl<S: StripeUnderTest> World<S> {
         let clock = ManualClock::new(T0);
         let side = S::start(clock.clone()).await;
         let store = Arc::new(MemoryStore::new());
-        let deps = ChargeDeps {
+        let deps = EngineDeps {
             store: store.clone(),
             gateway: side.gateway(),
             clock: Arc::new(clock.clone()),
@@ -371,7 +371,7 @@ impl<S: StripeUnderTest> World<S> {
     }
 
     pub async fn execute(&self, op: &Operation) -> ChargeReport {
-        execute_charge(&self.deps, &op.key(), &op.operation_id)
+        execute(&self.deps, &op.key(), &op.operation_id)
             .await
             .unwrap()
     }
@@ -675,7 +675,7 @@ pub async fn concurrent_executions_create_exactly_once<S: StripeUnderTest>() {
         let deps = w.deps.clone();
         let op = op.clone();
         tasks.push(tokio::spawn(async move {
-            execute_charge(&deps, &op.key(), &op.operation_id).await
+            execute(&deps, &op.key(), &op.operation_id).await
         }));
     }
     let mut dispositions = Vec::new();

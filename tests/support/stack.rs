@@ -19,8 +19,8 @@ use charge_core::{operation::Operation, time::ManualClock};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::ChargeDeps;
-use charge_once::ports::{ChargeQueue, OperationStore, StoreError};
+use charge_once::executor::EngineDeps;
+use charge_once::ports::{OperationQueue, OperationStore, StoreError};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps, TickReport};
 use charge_once::telemetry::CapturedMetrics;
 use checkout::door::Checkout;
@@ -84,8 +84,8 @@ impl Stack {
 
     /// The charge core on this stack: the store, the real Stripe client to stripe-sim (no in-call
     /// retries), the manual clock, the default policy.
-    pub fn charge_deps(&self) -> ChargeDeps {
-        ChargeDeps {
+    pub fn charge_deps(&self) -> EngineDeps {
+        EngineDeps {
             store: self.store.clone(),
             gateway: Arc::new(self.side.gateway()),
             clock: Arc::new(self.side.clock.clone()),
@@ -111,7 +111,7 @@ impl Stack {
     }
 
     /// The checkout function, sending to `queue` (a test's wrapper around [`Stack::queue`]).
-    pub fn checkout_with(&self, queue: Arc<dyn ChargeQueue>) -> Checkout {
+    pub fn checkout_with(&self, queue: Arc<dyn OperationQueue>) -> Checkout {
         Checkout {
             store: self.store.clone(),
             queue,

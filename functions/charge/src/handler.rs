@@ -60,10 +60,10 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMe
 use charge_core::message_plan::{fate, Fate, Item, Receive, Seen};
 use charge_core::plan::ReviewClass;
 use charge_core::time::Timestamp;
-use charge_once::executor::{execute_charge, ChargeDeps, ExecuteError};
+use charge_once::executor::{execute, EngineDeps, ExecuteError};
 use charge_once::pacing::MessageBudget;
 use charge_once::ports::{
-    ChargeMessage, DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink,
+    DeadLetter, DeadLetterQueue, MessageVisibility, MetricsSink, OperationMessage,
 };
 use charge_once::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines};
 use futures_util::future::join_all;
@@ -76,7 +76,7 @@ pub const FUNCTION: &str = "charge";
 /// What the handler needs, built once in `main`.
 #[derive(Clone)]
 pub struct ChargeFunction {
-    pub charge: ChargeDeps,
+    pub charge: EngineDeps,
     /// Where poison messages are copied (the charge queue's DLQ).
     pub dead_letters: Arc<dyn DeadLetterQueue>,
     /// The charge queue, to bring a message refused at the rate limit back in seconds.
@@ -105,7 +105,7 @@ impl MessageVisibility for QueueTimeout {
 impl ChargeFunction {
     /// For benches and tests that do not look at poison or metrics: poison messages are parked
     /// in memory, metrics lines dropped.
-    pub fn local(charge: ChargeDeps) -> Self {
+    pub fn local(charge: EngineDeps) -> Self {
         Self {
             charge,
             dead_letters: Arc::new(charge_once::memory::MemoryDeadLetters::new()),
@@ -323,7 +323,7 @@ async fn process(
         operation_id = %message.operation_id
     );
     async {
-        let executed = execute_charge(&f.charge, &message.key(), &message.operation_id).await;
+        let executed = execute(&f.charge, &message.key(), &message.operation_id).await;
         let seen = match executed {
             Ok(report) => {
                 tally.replays += u64::from(report.replayed);
@@ -359,7 +359,7 @@ async fn failed(
     f: &ChargeFunction,
     record: &SqsMessage,
     message_id: &str,
-    message: &ChargeMessage,
+    message: &OperationMessage,
     e: ExecuteError,
 ) -> Item {
     let (seen, detail) = match e {
@@ -529,7 +529,7 @@ async fn park(f: &ChargeFunction, record: &SqsMessage, message_id: &str, poison:
     }
 }
 
-fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
+fn parse(record: &SqsMessage) -> Result<OperationMessage, Poison> {
     let body = record.body.as_deref().ok_or_else(|| Poison {
         reason: "unparseable",
         detail: "no body".into(),
@@ -538,8 +538,8 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
         reason: "unsupported_version",
         detail: format!("unsupported message version {v}"),
     };
-    match serde_json::from_str::<ChargeMessage>(body) {
-        Ok(message) if message.v == ChargeMessage::version_of(&message.kind) => Ok(message),
+    match serde_json::from_str::<OperationMessage>(body) {
+        Ok(message) if message.v == OperationMessage::version_of(&message.kind) => Ok(message),
         Ok(message) => Err(unsupported(u64::from(message.v))),
         Err(e) => {
             // A future message shape is named as such, not as garbage: its version, where the
@@ -547,7 +547,7 @@ fn parse(record: &SqsMessage) -> Result<ChargeMessage, Poison> {
             let version = serde_json::from_str::<serde_json::Value>(body)
                 .ok()
                 .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
-            match version.filter(|v| !ChargeMessage::known_version(*v)) {
+            match version.filter(|v| !OperationMessage::known_version(*v)) {
                 Some(v) => Err(unsupported(v)),
                 None => Err(Poison {
                     reason: "unparseable",
@@ -666,7 +666,7 @@ mod tests {
         let metrics = Arc::new(CapturedMetrics::new());
         let returned = Arc::new(Returned::default());
         let f = ChargeFunction {
-            charge: ChargeDeps {
+            charge: EngineDeps {
                 store: store.clone(),
                 gateway: gateway.clone(),
                 clock: Arc::new(clock),
@@ -1430,7 +1430,7 @@ mod tests {
 
     /// The parse before the typed-first order (the version read from a `Value` of every body):
     /// the reference the reader is held to.
-    fn parse_value_first(body: &str) -> Result<ChargeMessage, Poison> {
+    fn parse_value_first(body: &str) -> Result<OperationMessage, Poison> {
         let version = serde_json::from_str::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v.get("v").and_then(serde_json::Value::as_u64));
@@ -1438,15 +1438,15 @@ mod tests {
             reason: "unsupported_version",
             detail: format!("unsupported message version {v}"),
         };
-        if let Some(v) = version.filter(|v| !ChargeMessage::known_version(*v)) {
+        if let Some(v) = version.filter(|v| !OperationMessage::known_version(*v)) {
             return Err(unsupported(v));
         }
-        let message: ChargeMessage = serde_json::from_str(body).map_err(|e| Poison {
+        let message: OperationMessage = serde_json::from_str(body).map_err(|e| Poison {
             reason: "unparseable",
             detail: format!("not a charge message: {e}"),
         })?;
         // Each kind has its version: a charge is 1, a refund 2.
-        if message.v != ChargeMessage::version_of(&message.kind) {
+        if message.v != OperationMessage::version_of(&message.kind) {
             return Err(unsupported(u64::from(message.v)));
         }
         Ok(message)

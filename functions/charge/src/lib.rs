@@ -1,4 +1,4 @@
-//! The charge function: SQS FIFO batches → [`charge_once::executor::execute_charge`] per message,
+//! The charge function: SQS FIFO batches → [`charge_once::executor::execute`] per message,
 //! in order, with partial batch failures.
 //!
 //! - [`handler`]: the batch loop and what fails an item.
@@ -36,7 +36,7 @@ impl FromEnv for ChargeConfig {
 }
 
 /// How the SQS event source feeds this function, as the template configures it (the
-/// `ChargeQueueEventSource` mapping and the `ChargeQueue` it reads). One place for the numbers:
+/// `ChargeQueueEventSource` mapping and the `OperationQueue` it reads). One place for the numbers:
 /// `tests/template.rs` holds the template to them, and the simulator's load model
 /// (`simulate --arrival-rate`) runs its pollers by them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,14 +20,14 @@ use charge_core::{
     operation::{Operation, OperationKey},
     time::{Clock, Timestamp},
 };
-use charge_once::ports::{ChargeQueue, MetricsSink, OperationStore, QueuedCharge};
+use charge_once::ports::{MetricsSink, OperationQueue, OperationStore, QueuedOperation};
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn};
 
 /// What the handler needs, built once in `main`.
 pub struct Checkout {
     pub store: Arc<dyn OperationStore>,
-    pub queue: Arc<dyn ChargeQueue>,
+    pub queue: Arc<dyn OperationQueue>,
     pub clock: Arc<dyn Clock>,
     pub pending_grace: Duration,
     /// Where `CheckoutUnavailable` goes (stdout in Lambda).
@@ -308,7 +308,7 @@ async fn queued(deps: &Checkout, op: Operation, summary: fn(&Operation) -> Value
 /// would invite a retry under a *new* refund id, which is a second refund. Counted as
 /// `CheckoutUnavailable` (`queue`), as a charge's 503 is.
 async fn send(deps: &Checkout, op: &Operation) -> bool {
-    match deps.queue.send(&QueuedCharge::first(op)).await {
+    match deps.queue.send(&QueuedOperation::first(op)).await {
         Ok(()) => true,
         Err(e) => {
             error!(error = %charge_once::telemetry::ErrorChain(&e), "queue unavailable; the reconciler re-sends it");

@@ -48,7 +48,7 @@ use charge_core::{
     domain::{OperationKind, RefundId},
     operation::OperationKey,
 };
-use charge_once::ports::QueuedCharge;
+use charge_once::ports::QueuedOperation;
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Map, Value};
 use tracing::{error, info, warn, Instrument};
@@ -303,7 +303,7 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
 
 async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
     deps.queue
-        .send(&QueuedCharge::first(op))
+        .send(&QueuedOperation::first(op))
         .await
         .map_err(|e| {
             // The item is written and `pending`: a retry of this request re-sends, and the
@@ -515,7 +515,7 @@ mod tests {
 
     use aws_lambda_events::encodings::Body;
     use aws_lambda_events::http::header::HeaderValue;
-    use charge_once::ports::ChargeQueue;
+    use charge_once::ports::OperationQueue;
 
     use super::*;
     use charge_core::time::{ManualClock, Timestamp};
@@ -1178,8 +1178,8 @@ mod tests {
     struct DownQueue;
 
     #[async_trait::async_trait]
-    impl ChargeQueue for DownQueue {
-        async fn send(&self, _: &QueuedCharge) -> Result<(), charge_once::ports::QueueError> {
+    impl OperationQueue for DownQueue {
+        async fn send(&self, _: &QueuedOperation) -> Result<(), charge_once::ports::QueueError> {
             Err(charge_once::ports::QueueError::new("connection refused"))
         }
     }

@@ -113,7 +113,7 @@ mod tests {
 
     use charge_core::plan::Policy;
     use charge_core::time::{Clock, ManualClock, Timestamp};
-    use charge_once::executor::ChargeDeps;
+    use charge_once::executor::EngineDeps;
     use charge_once::memory::{FakeGateway, MemoryQueue, MemoryStore};
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
@@ -157,7 +157,7 @@ mod tests {
         let metrics = Arc::new(CapturedMetrics::new());
         let deps = ReconcilerFunction {
             reconciler: ReconcilerDeps {
-                charge: ChargeDeps {
+                charge: EngineDeps {
                     store: store.clone(),
                     gateway: Arc::new(FakeGateway::new()),
                     clock: Arc::new(clock.clone()),

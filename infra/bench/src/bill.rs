@@ -4,7 +4,7 @@
 //!
 //! One order through the real handlers against moto (DynamoDB, its stream, SQS FIFO, EventBridge)
 //! and an embedded stripe-sim whose events are on, subscribed to the types the template's
-//! rule and docs/deploy.md enable ([`charge_once::webhook::HANDLED_TYPES`]):
+//! rule and docs/deploy.md enable ([`charge_once::events::HANDLED_TYPES`]):
 //! 1. checkout (`events/checkout-valid.json`, for a fresh order id), then one charge delivery
 //!    (receive, invoke, delete, as the event source does);
 //! 2. events in: every delivery the simulator makes for that order, to the events function as
@@ -36,10 +36,10 @@ use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::sqs::{SqsDeadLetters, SqsQueue};
-use charge_once::executor::ChargeDeps;
+use charge_once::events::{EventsDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
+use charge_once::executor::EngineDeps;
 use charge_once::ports::OperationStore;
 use charge_once::telemetry::CapturedMetrics;
-use charge_once::webhook::{WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE, HANDLED_TYPES};
 use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -260,7 +260,7 @@ struct World {
     stream_arn: String,
     checkout: checkout::door::Checkout,
     charge: charge::handler::ChargeFunction,
-    webhook: Option<webhook::handler::WebhookFunction>,
+    webhook: Option<events::handler::EventsFunction>,
     notify: notify::handler::Notify,
     metrics: Metrics,
     /// Stream records already relayed (the warm-up's).
@@ -332,12 +332,12 @@ fn events_on(stack: &Stack, source: Source) {
 /// The events function as `source` configures it.
 fn webhook_function(
     source: Source,
-    charge: ChargeDeps,
+    charge: EngineDeps,
     inbox: DynamoInbox,
     metrics: Arc<CapturedMetrics>,
-) -> webhook::handler::WebhookFunction {
-    webhook::handler::WebhookFunction {
-        webhook: WebhookDeps {
+) -> events::handler::EventsFunction {
+    events::handler::EventsFunction {
+        events: EventsDeps {
             charge,
             inbox: Arc::new(inbox),
             secrets: (source == Source::Webhook)
@@ -375,7 +375,7 @@ impl World {
         let clock: Arc<dyn charge_core::time::Clock> = Arc::new(stack.side.clock.clone());
         // The production client setting: one in-call retry with the same key.
         let gateway = Arc::new(stack.side.gateway_with(|c| c.max_network_retries = 1));
-        let deps = ChargeDeps {
+        let deps = EngineDeps {
             store: store.clone(),
             gateway,
             clock: clock.clone(),
@@ -535,7 +535,7 @@ impl World {
     }
 
     /// Every delivery Stripe makes for the order, as the configuration delivers it.
-    async fn events_in(&self, function: &webhook::handler::WebhookFunction) -> EventsIn {
+    async fn events_in(&self, function: &events::handler::EventsFunction) -> EventsIn {
         let sim = &self.stack.side.sim;
         let before = self.mark(&self.metrics.webhook);
         let mut deliveries = Vec::new();
@@ -555,10 +555,10 @@ impl World {
                 let t = cpu_ns();
                 let answer = if d.mode == DeliveryMode::EventBridge {
                     let payload = match serde_json::from_str(&d.body) {
-                        Ok(webhook::handler::Incoming::EventBridge(e)) => e,
+                        Ok(events::handler::Incoming::EventBridge(e)) => e,
                         _ => Default::default(),
                     };
-                    let r = webhook::handler::handle_eventbridge(
+                    let r = events::handler::handle_eventbridge(
                         function,
                         LambdaEvent::new(payload, invocation()),
                     )
@@ -566,12 +566,10 @@ impl World {
                     sim.webhook_result(&d, true);
                     if r.is_ok() { "ok" } else { "failed" }.to_owned()
                 } else {
-                    let req = webhook::handler::delivery_request(&d.body, &d.signature);
-                    let resp = webhook::handler::handle_http(
-                        function,
-                        LambdaEvent::new(req, invocation()),
-                    )
-                    .await;
+                    let req = events::handler::delivery_request(&d.body, &d.signature);
+                    let resp =
+                        events::handler::handle_http(function, LambdaEvent::new(req, invocation()))
+                            .await;
                     sim.webhook_result(&d, (200..300).contains(&resp.status_code));
                     resp.status_code.to_string()
                 };

@@ -622,7 +622,7 @@ fn events_in_store(ctx: &Ctx, ev: &EventsIn, out: &mut Vec<Item>) {
         0.0
     };
     let bytes = log_bytes(p, 1.0, fixed, 1.0 / deliveries.max(1.0)) + access;
-    out.push(item("logs", applies, format!("CloudWatch Logs, webhook function: {bytes:.0} B per charge (measured lines + EMF{}, platform records)", if access > 0.0 { " + the route's access-log line" } else { "" }), bytes / 1073741824.0, LOGS_PER_GB, "GB", false));
+    out.push(item("logs", applies, format!("CloudWatch Logs, events function: {bytes:.0} B per charge (measured lines + EMF{}, platform records)", if access > 0.0 { " + the route's access-log line" } else { "" }), bytes / 1073741824.0, LOGS_PER_GB, "GB", false));
 }
 
 /// Logs (measured lines of the chosen subscriber's run) and the rest.

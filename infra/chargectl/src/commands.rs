@@ -1,4 +1,4 @@
-//! The subcommands, written against the ports (`OperationStore`, `ChargeQueue`, `Clock`) so they
+//! The subcommands, written against the ports (`OperationStore`, `OperationQueue`, `Clock`) so they
 //! run the same on DynamoDB/SQS and on the in-memory adapters in unit tests.
 //!
 //! Every read goes through the store's key, the operation-id index or the unknown index — never a
@@ -36,7 +36,7 @@ use charge_core::{
     time::{Clock, Timestamp},
 };
 use charge_once::ports::{
-    CancelPaymentIntent, ChargeQueue, IndexQuery, OperationStore, PaymentGateway, StoreError,
+    CancelPaymentIntent, IndexQuery, OperationQueue, OperationStore, PaymentGateway, StoreError,
     UnreadableRecord,
 };
 use charge_once::reconciler::{self, Redriven};
@@ -1022,7 +1022,7 @@ fn describe(op: &Operation) -> String {
 /// idempotency key and never creates past the key window, so this cannot make a second charge.
 pub async fn redrive(
     store: &dyn OperationStore,
-    queue: &dyn ChargeQueue,
+    queue: &dyn OperationQueue,
     identity: &dyn CallerIdentity,
     clock: &dyn Clock,
     args: &RedriveArgs,

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use aws_lambda_events::sqs::SqsEvent;
 use charge_core::time::{Clock, SystemClock};
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::ports::{ChargeQueue, QueuedCharge};
+use charge_once::ports::{OperationQueue, QueuedOperation};
 use serde_json::Value;
 use testkit::aws::{fresh_fifo_queue, queue_depth, sdk_config, unique};
 use testkit::store_contract::operation;
@@ -61,7 +61,7 @@ async fn queued(orders: usize) -> Queued {
     let mut ops = Vec::new();
     for _ in 0..orders {
         let op = operation(&unique("ord"), 1250, SystemClock.now());
-        queue.send(&QueuedCharge::first(&op)).await.unwrap();
+        queue.send(&QueuedOperation::first(&op)).await.unwrap();
         ops.push(op);
     }
     Queued { sqs, url, ops }

@@ -16,9 +16,9 @@ use charge_core::{
     operation::{Operation, OperationStatus},
     time::{Clock, ManualClock, Timestamp},
 };
-use charge_once::executor::ChargeDeps;
+use charge_once::executor::EngineDeps;
 use charge_once::memory::{FakeGateway, MemoryStore};
-use charge_once::ports::{ChargeMessage, OperationStore};
+use charge_once::ports::{OperationMessage, OperationStore};
 use lambda_runtime::{Context, LambdaEvent};
 
 #[derive(Debug, Clone)]
@@ -99,7 +99,7 @@ async fn world(store: &MemoryStore, now: Timestamp, n: usize, batch_size: usize)
         let mut record = SqsMessage::default();
         record.message_id = Some(uuid::Uuid::new_v4().to_string());
         record.body =
-            Some(serde_json::to_string(&ChargeMessage::for_operation(&op)).expect("message"));
+            Some(serde_json::to_string(&OperationMessage::for_operation(&op)).expect("message"));
         record
             .attributes
             .insert("MessageGroupId".into(), op.order_id.as_str().to_owned());
@@ -129,7 +129,7 @@ pub fn measure(charges: usize, batch_size: usize, with_logs: bool) -> CpuResult 
         let store = Arc::new(MemoryStore::new());
         let gateway = Arc::new(FakeGateway::new());
         let events = world(&store, clock.now(), charges, batch_size).await;
-        let deps = charge::handler::ChargeFunction::local(ChargeDeps {
+        let deps = charge::handler::ChargeFunction::local(EngineDeps {
             store: store.clone(),
             gateway: gateway.clone(),
             clock: Arc::new(clock),

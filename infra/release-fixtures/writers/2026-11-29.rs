@@ -4,7 +4,7 @@
 //! Before `requested_by`, the outbox and the webhook inbox: `Operation::new` takes no principal, no
 //! `inbox.json`, no `outcome_events.json`. An operator's resolve is a `Resolution { by, note, at }`
 //! (flat `resolved_*` attributes), not a history list; a redrive is a `Reschedule` carrying
-//! `bump_redrives`, then a `QueuedCharge::redrive` sent by hand. Its `FakeGateway` cannot switch
+//! `bump_redrives`, then a `QueuedOperation::redrive` sent by hand. Its `FakeGateway` cannot switch
 //! its first status, so a second gateway answers `processing`.
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use charge_once::memory::FakeGateway;
 use charge_core::operation::Resolution;
-use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+use charge_once::ports::{OperationQueue, OperationStore, QueuedOperation};
 use charge_core::store::{ManualResolution, Recorded, Reschedule};
 use charge_core::{domain::{ChargeParams, OrderId}, time::{Clock, Timestamp}, operation::{Operation, OperationStatus}, outcome::PaymentIntentStatus};
 
@@ -89,7 +89,7 @@ impl Release for Adapter {
             Recorded::Written(op) => op,
             other => panic!("redrive refused: {other:?}"),
         };
-        let message = QueuedCharge::redrive(&written, written.redrives);
+        let message = QueuedOperation::redrive(&written, written.redrives);
         w.queue.send(&message).await.unwrap();
     }
 

@@ -19,7 +19,7 @@ mod relay;
 use std::time::Duration;
 
 // Where this release keeps what `inbox.rs` and `outcome_events.rs` use.
-use charge_once::webhook::{Admitted, WebhookInbox, INBOX_TTL};
+use charge_once::events::{Admitted, EventInbox, INBOX_TTL};
 use charge_core::{operation::{AuditEntry, Operation, OperationStatus}, domain::{ChargeParams, OrderId, Principal}, time::{Clock, Timestamp}, outcome::PaymentIntentStatus};
 use relay::{image_json, publish};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! from the common writer's steps (`writers/common/main.rs`, which says how the two are put together).
 //!
 //! Compared with 2026-12-01 (copied from its adapter): the ports are a folder, and the inbox's
-//! `Admitted`/`WebhookInbox`/`INBOX_TTL` live in `ports`; an `AuditEntry` has
+//! `Admitted`/`EventInbox`/`INBOX_TTL` live in `ports`; an `AuditEntry` has
 //! `replaced_external_id` (none for `resolve --failed`); the notify relay reads each settled outcome
 //! back from the table before publishing it and copies what it cannot publish to a dead-letter
 //! queue, so its `Notify` takes the store, a DLQ and a metrics sink (`relay.rs` is not declared:
@@ -30,7 +30,7 @@ use testkit::aws::fresh_queue;
 
 // Where this release keeps what `inbox.rs` and `outcome_events.rs` use.
 use charge_once::adapters::dynamodb::item::item_json as image_json;
-use charge_once::ports::{Admitted, WebhookInbox, INBOX_TTL};
+use charge_once::ports::{Admitted, EventInbox, INBOX_TTL};
 
 use crate::{Release, World, OPERATOR_ARN, OPERATOR_LABEL, REQUESTED_BY};
 

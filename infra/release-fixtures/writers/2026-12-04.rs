@@ -6,7 +6,7 @@
 //! writes `refunds.json` and `refund_messages.json` ([`refunds`]): one more order,
 //! `ord-fx-refunded`, whose succeeded charge carries the reservations of nine refunds (sort key
 //! `refund#r-NN`), one in each state a refund record is stored in, each driven there by the
-//! release's own door write (`create_refund`), executor (`execute_charge` over `FakeGateway`'s
+//! release's own door write (`create_refund`), executor (`execute` over `FakeGateway`'s
 //! Refunds), store (`fail_refund_later`) and operator re-drive. They come after the outcome
 //! events so the stream those read holds the ten charge cases only, as in earlier releases.
 
@@ -31,7 +31,7 @@ use testkit::aws::fresh_queue;
 
 // Where this release keeps what `inbox.rs` and `outcome_events.rs` use.
 use charge_once::adapters::dynamodb::item::item_json as image_json;
-use charge_once::ports::{Admitted, WebhookInbox, INBOX_TTL};
+use charge_once::ports::{Admitted, EventInbox, INBOX_TTL};
 
 use crate::{Release, World, OPERATOR_ARN, OPERATOR_LABEL, REQUESTED_BY};
 
@@ -137,7 +137,7 @@ async fn publish(
 mod refunds {
     use std::time::Duration;
 
-    use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+    use charge_once::ports::{OperationQueue, OperationStore, QueuedOperation};
     use charge_core::{store::{Claim, ClaimRequest, RefundFailedLater, ReleaseRefund}, store_rules::RefundCreated};
     use charge_core::refund::{self, RefundRequest, RefundStatus};
     use charge_core::{domain::{Amount, OperationId, OrderId, Principal, RefundId}, time::{Clock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}, outcome::PaymentIntentStatus};
@@ -207,7 +207,7 @@ mod refunds {
             OperationId::parse(&format!("f1f1f1f1-0000-4000-8000-0000000001{:02}", i + 1)).unwrap();
         let created = w.store.create_refund(&op, &reserve).await.unwrap();
         assert_eq!(created, RefundCreated::New(op.clone()), "{}", CASES[i]);
-        w.queue.send(&QueuedCharge::first(&op)).await.unwrap();
+        w.queue.send(&QueuedOperation::first(&op)).await.unwrap();
         op
     }
 

@@ -25,8 +25,8 @@ use charge_core::{
 };
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, IndexQuery,
-    OperationStore, Page, PaymentGateway, QueueError, QueuedCharge, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationQueue,
+    OperationStore, Page, PaymentGateway, QueueError, QueuedOperation, StoreError,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -893,7 +893,7 @@ impl OperationStore for FaultyStore {
 /// The queue as a sender sees it: lost sends, a crash before the send (checkout), and re-drives of
 /// blacked-out operations that never arrive.
 pub struct FaultyQueue {
-    pub inner: Arc<dyn ChargeQueue>,
+    pub inner: Arc<dyn OperationQueue>,
     pub faults: Arc<Faults>,
     pub blackouts: Arc<Blackouts>,
     pub clock: Arc<dyn Clock>,
@@ -903,8 +903,8 @@ pub struct FaultyQueue {
 }
 
 #[async_trait]
-impl ChargeQueue for FaultyQueue {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for FaultyQueue {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         yield_now().await;
         let order = charge.message.order_id.as_str();
         if self.may_crash && self.faults.roll(Kind::Crash) {

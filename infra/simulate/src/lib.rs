@@ -64,8 +64,8 @@ use charge_core::{domain::OrderId, operation::OperationKey, time::ManualClock};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::executor::ChargeDeps;
-use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
+use charge_once::executor::EngineDeps;
+use charge_once::ports::{MessageVisibility, OperationQueue, OperationStore, PaymentGateway};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::telemetry::ErrorChain;
 use checkout::door::Checkout;
@@ -796,7 +796,7 @@ type Audits = Box<dyn Fn(&str) -> Option<String>>;
 /// consumer side and its `ChangeMessageVisibility`, and what the run reads of them at its end.
 struct Backing {
     store: Arc<dyn OperationStore>,
-    queue: Arc<dyn ChargeQueue>,
+    queue: Arc<dyn OperationQueue>,
     source: Arc<dyn EventSource>,
     visibility: Arc<dyn MessageVisibility>,
     counters: Box<dyn Fn() -> BackendCounts>,
@@ -914,7 +914,7 @@ struct FaultyPorts<'w> {
     clock: Arc<dyn charge_core::time::Clock>,
     store: Arc<dyn OperationStore>,
     /// The raw queue the senders wrap (with the `random-dedup-id` mutation's ids).
-    queue: Arc<dyn ChargeQueue>,
+    queue: Arc<dyn OperationQueue>,
 }
 
 impl<'w> FaultyPorts<'w> {
@@ -941,7 +941,7 @@ impl<'w> FaultyPorts<'w> {
     }
 
     /// A sender to the charge queue; checkout's `may_crash` between its put and its send.
-    fn sender(&self, may_crash: bool) -> Arc<dyn ChargeQueue> {
+    fn sender(&self, may_crash: bool) -> Arc<dyn OperationQueue> {
         Arc::new(FaultyQueue {
             inner: self.queue.clone(),
             faults: self.world.faults.clone(),
@@ -1011,7 +1011,7 @@ fn wire(
         world.trace.clone(),
         ports.clock.clone(),
     ));
-    let charge = ChargeDeps {
+    let charge = EngineDeps {
         store: Arc::new(auth_watch::PageWatch {
             inner: refund_store_bug(args, world, ports.store.clone(), false)?,
             pages: world.pages.clone(),
@@ -1121,7 +1121,7 @@ fn refund_store_bug(
 fn events_function(
     args: &SimulateArgs,
     world: &World,
-    charge: &ChargeDeps,
+    charge: &EngineDeps,
 ) -> Result<Option<Arc<webhooks::Webhooks>>, BoxError> {
     let mode = match args.events_source() {
         EventsSource::Eventbridge => stripe_sim::DeliveryMode::EventBridge,
@@ -1149,14 +1149,14 @@ fn events_function(
 fn reconciler_deps(
     args: &SimulateArgs,
     ports: &FaultyPorts<'_>,
-    charge: &ChargeDeps,
+    charge: &EngineDeps,
     pacing: &Pacing,
 ) -> ReconcilerDeps {
     use mutations::{EditedPages, Mutation};
     let paced = if args.no_pacing {
         charge.clone()
     } else {
-        ChargeDeps {
+        EngineDeps {
             gateway: gateway::FunctionRequests::wrap(pacing.reconciler(charge.gateway.clone())),
             ..charge.clone()
         }
@@ -1172,7 +1172,7 @@ fn reconciler_deps(
     };
     ReconcilerDeps {
         charge: match store {
-            Some(inner) => ChargeDeps {
+            Some(inner) => EngineDeps {
                 store: Arc::new(auth_watch::PageWatch {
                     inner,
                     pages: ports.world.pages.clone(),
@@ -1193,12 +1193,12 @@ fn reconciler_deps(
 fn charge_function(
     args: &SimulateArgs,
     world: &World,
-    charge: ChargeDeps,
+    charge: EngineDeps,
     pacing: &Pacing,
     dead_letters: &Arc<charge_once::memory::MemoryDeadLetters>,
     counts: &Arc<LoopCounts>,
 ) -> charge::handler::ChargeFunction {
-    let charge = ChargeDeps {
+    let charge = EngineDeps {
         gateway: gateway::FunctionRequests::wrap(charge.gateway),
         ..charge
     };

@@ -40,10 +40,10 @@ use charge_core::{
     time::{Clock, ManualClock, Timestamp},
 };
 use charge_once::config::StripeBudget;
-use charge_once::executor::ChargeDeps;
+use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryDeadLetters;
 use charge_once::ports::{
-    ChargeQueue, MessageVisibility, OperationStore, QueueError, QueuedCharge,
+    MessageVisibility, OperationQueue, OperationStore, QueueError, QueuedOperation,
 };
 use charge_once::reconciler::ReconcilerDeps;
 use checkout::door::Checkout;
@@ -183,8 +183,8 @@ struct Notifying {
 }
 
 #[async_trait]
-impl ChargeQueue for Notifying {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for Notifying {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let r = self.queue.send(charge).await;
         self.waiters.wake_all();
         r
@@ -238,7 +238,7 @@ struct Run {
     checkout: Checkout,
     reconciler: ReconcilerFunction,
     /// What each execution environment's charge function is made of.
-    charge: ChargeDeps,
+    charge: EngineDeps,
     pacing: Pacing,
     dead_letters: Arc<MemoryDeadLetters>,
     tally: Tally,
@@ -579,20 +579,20 @@ impl Run {
         ));
         let queue = Arc::new(queue);
         let waiters = Arc::new(Waiters::default());
-        let sender: Arc<dyn ChargeQueue> = Arc::new(Notifying {
+        let sender: Arc<dyn OperationQueue> = Arc::new(Notifying {
             queue: queue.clone(),
             waiters: waiters.clone(),
         });
         let policy = Policy::default();
         let pacing = Pacing::new(cfg.budget(), &clock);
-        let charge = ChargeDeps {
+        let charge = EngineDeps {
             store: store.clone() as Arc<dyn OperationStore>,
             gateway: stripe.clone(),
             clock: clock_arc.clone(),
             policy: policy.clone(),
         };
         let reconciler = ReconcilerDeps {
-            charge: ChargeDeps {
+            charge: EngineDeps {
                 gateway: pacing.reconciler(stripe.clone()),
                 ..charge.clone()
             },

@@ -35,9 +35,9 @@ use charge_core::{
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::adapters::stripe::{SecretKey, StripeConfig, StripeGateway};
-use charge_once::executor::ChargeDeps;
+use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryDeadLetters;
-use charge_once::ports::{ChargeQueue, MessageVisibility, OperationStore, PaymentGateway};
+use charge_once::ports::{MessageVisibility, OperationQueue, OperationStore, PaymentGateway};
 use checkout::door::Checkout;
 use lambda_runtime::{Context, LambdaEvent};
 use rand::rngs::SmallRng;
@@ -147,12 +147,12 @@ pub async fn run(args: &SimulateArgs, rate: f64) -> Result<Report, BoxError> {
     let policy = Policy::default();
     let checkout = Checkout {
         store: store.clone(),
-        queue: queue.clone() as Arc<dyn ChargeQueue>,
+        queue: queue.clone() as Arc<dyn OperationQueue>,
         clock: clock.clone(),
         pending_grace: policy.pending_grace,
         metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
     };
-    let charge = ChargeDeps {
+    let charge = EngineDeps {
         store: store.clone(),
         gateway,
         clock,

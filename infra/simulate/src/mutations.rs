@@ -21,8 +21,8 @@ use charge_core::{
 };
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
-    CancelPaymentIntent, CapturePaymentIntent, ChargeQueue, CreatePaymentIntent, IndexQuery,
-    OperationStore, Page, PaymentGateway, QueueError, QueuedCharge, StoreError,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationQueue,
+    OperationStore, Page, PaymentGateway, QueueError, QueuedOperation, StoreError,
 };
 use clap::ValueEnum;
 
@@ -112,11 +112,11 @@ impl Mutation {
 }
 
 /// The queue with a random deduplication id on every send.
-pub struct RandomDedup(pub Arc<dyn ChargeQueue>);
+pub struct RandomDedup(pub Arc<dyn OperationQueue>);
 
 #[async_trait]
-impl ChargeQueue for RandomDedup {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for RandomDedup {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let mut charge = charge.clone();
         charge.dedup_id = charge_core::ids::fresh_uuid().to_string();
         self.0.send(&charge).await

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use charge_core::time::{Clock, Timestamp};
 use charge_once::memory::ReceivedMessage;
-use charge_once::ports::{ChargeQueue, MessageVisibility, QueueError, QueuedCharge};
+use charge_once::ports::{MessageVisibility, OperationQueue, QueueError, QueuedOperation};
 
 use crate::fx::{FxHashMap, FxHashSet};
 
@@ -365,8 +365,8 @@ impl SimQueue {
 }
 
 #[async_trait]
-impl ChargeQueue for SimQueue {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for SimQueue {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let op = charge.message.operation_id.to_string();
         let derived = charge.dedup_id == op
             || charge

@@ -160,7 +160,7 @@ pub struct Report {
     /// EventBridge events whose invocation failed three times (Lambda's two retries): on the
     /// events function's on-failure DLQ.
     pub events_dead_lettered: u64,
-    /// Audit: Stripe creates made by the webhook function. Must stay 0 (it settles, never creates).
+    /// Audit: Stripe creates made by the events function. Must stay 0 (it settles, never creates).
     pub webhook_creates: u64,
     /// Audit at the store: writes that changed a settled record. Must stay 0.
     pub settled_changes: u64,
@@ -1014,7 +1014,7 @@ fn name_audit_violation(report: &mut Report, audits: (Option<String>, Option<Str
     }
     if report.first_violation.is_none() && report.webhook_creates > 0 {
         report.first_violation = Some(format!(
-            "the webhook function called Stripe's create {} time(s)",
+            "the events function called Stripe's create {} time(s)",
             report.webhook_creates
         ));
     }

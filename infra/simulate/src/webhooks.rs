@@ -3,7 +3,7 @@
 //! out-of-order, delayed, dropped deliveries), and the loop hands each due delivery to the real
 //! events function:
 //! - `eventbridge` (the default, the stack's recommended source): the event in the EventBridge
-//!   envelope of a Stripe event destination, to `webhook::handler::handle_eventbridge`. A failed
+//!   envelope of a Stripe event destination, to `events::handler::handle_eventbridge`. A failed
 //!   invocation is retried as Lambda retries an asynchronous invocation (twice, 1 and 2 minutes
 //!   later, virtual time), then counted dead-lettered (the function's on-failure DLQ).
 //! - `webhook`: a signed HTTP API v2 request to `handle_http`; non-2xx answers go back to the
@@ -42,20 +42,20 @@ use charge_core::{
     outcome::{GatewayError, PaymentIntent},
     time::Clock,
 };
-use charge_once::executor::ChargeDeps;
+use charge_once::events::{
+    EventBridgeEvent, EventsDeps, StripeEvent, WebhookSecret, DEFAULT_TOLERANCE,
+};
+use charge_once::executor::EngineDeps;
 use charge_once::memory::MemoryInbox;
 use charge_once::ports::CreateRefund;
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, IndexQuery, OperationStore,
     Page, PaymentGateway, StoreError,
 };
-use charge_once::webhook::{
-    EventBridgeEvent, StripeEvent, WebhookDeps, WebhookSecret, DEFAULT_TOLERANCE,
-};
+use events::handler::{EventsFunction, Incoming};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use stripe_sim::{Delivery, DeliveryMode, StripeSim, WebhookConfig, WebhookFaults};
-use webhook::handler::{Incoming, WebhookFunction};
 
 use crate::faults::{Faults, Kind};
 use crate::mutations::{Claimed, TrustEventPayload};
@@ -64,7 +64,7 @@ use crate::trace::Trace;
 /// The endpoint secret of the simulated webhook endpoint.
 const SECRET: &str = "whsec_SimulatedEndpointKey4Qp9Rt2Vw7Yz1Bc5";
 
-/// What the webhook function did, counted at its ports.
+/// What the events function did, counted at its ports.
 #[derive(Debug, Default)]
 pub struct WebhookCalls {
     pub reads: AtomicU64,
@@ -293,7 +293,7 @@ struct Invocation {
 pub struct Webhooks {
     sim: StripeSim,
     mode: DeliveryMode,
-    function: WebhookFunction,
+    function: EventsFunction,
     inbox: Arc<MemoryInbox>,
     clock: Arc<dyn Clock>,
     faults: Arc<Faults>,
@@ -329,7 +329,7 @@ fn configure(sim: &StripeSim, setup: &Setup) -> Result<(), String> {
         // The types docs/deploy.md selects (the dashboard's webhook endpoint, or the event
         // destination and the stack's rule).
         enabled_events: Some(
-            charge_once::webhook::HANDLED_TYPES
+            charge_once::events::HANDLED_TYPES
                 .iter()
                 .map(|t| (*t).to_owned())
                 .collect(),
@@ -342,14 +342,14 @@ fn configure(sim: &StripeSim, setup: &Setup) -> Result<(), String> {
 /// The events function as its main.rs wires it, its store and gateway calls counted.
 fn events_function(
     webhook: bool,
-    ports: ChargeDeps,
+    ports: EngineDeps,
     calls: &Arc<WebhookCalls>,
     inbox: &Arc<MemoryInbox>,
     metrics: Arc<dyn charge_once::ports::MetricsSink>,
-) -> Result<WebhookFunction, String> {
-    Ok(WebhookFunction {
-        webhook: WebhookDeps {
-            charge: ChargeDeps {
+) -> Result<EventsFunction, String> {
+    Ok(EventsFunction {
+        events: EventsDeps {
+            charge: EngineDeps {
                 store: Arc::new(CountingStore {
                     inner: ports.store,
                     calls: calls.clone(),
@@ -384,7 +384,7 @@ impl Webhooks {
     pub fn new(
         sim: StripeSim,
         setup: Setup,
-        ports: ChargeDeps,
+        ports: EngineDeps,
         trace: Arc<Trace>,
     ) -> Result<Self, String> {
         configure(&sim, &setup)?;
@@ -400,7 +400,7 @@ impl Webhooks {
         };
         let clock = ports.clock.clone();
         let webhook = setup.mode == DeliveryMode::Webhook;
-        let ports = ChargeDeps { gateway, ..ports };
+        let ports = EngineDeps { gateway, ..ports };
         let function = events_function(webhook, ports, &calls, &inbox, setup.metrics.clone())?;
         Ok(Self {
             sim,
@@ -564,13 +564,11 @@ impl Webhooks {
             .await;
             return;
         }
-        let req = webhook::handler::delivery_request(&d.body, &d.signature);
+        let req = events::handler::delivery_request(&d.body, &d.signature);
         self.claim(Some((&d.body, DeliveryMode::Webhook)));
-        let resp = webhook::handler::handle_http(
-            &self.function,
-            LambdaEvent::new(req, Context::default()),
-        )
-        .await;
+        let resp =
+            events::handler::handle_http(&self.function, LambdaEvent::new(req, Context::default()))
+                .await;
         self.claim(None);
         let status = u16::try_from(resp.status_code).unwrap_or(0);
         self.count(format!("http_{status}"));
@@ -601,7 +599,7 @@ impl Webhooks {
     async fn invoke(&self, inv: Invocation, payload: Option<EventBridgeEvent>) {
         let payload = payload.unwrap_or_else(|| read_envelope(&inv.envelope));
         self.claim(Some((&inv.envelope, DeliveryMode::EventBridge)));
-        let result = webhook::handler::handle_eventbridge(
+        let result = events::handler::handle_eventbridge(
             &self.function,
             LambdaEvent::new(payload, Context::default()),
         )

@@ -608,7 +608,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// Sends due deliveries over HTTP until aborted: polls every `poll` (real time), posts each due
 /// delivery, reports 2xx as delivered and anything else (or no answer within 10 s) as failed.
 /// In `eventbridge` mode the envelope is posted unsigned (e.g. to a local Lambda invoke URL such
-/// as `cargo lambda watch`'s `http://127.0.0.1:9000/2015-03-31/functions/webhook/invocations`).
+/// as `cargo lambda watch`'s `http://127.0.0.1:9000/2015-03-31/functions/events/invocations`).
 pub(crate) async fn run_sender(sim: crate::StripeSim, poll: std::time::Duration) {
     loop {
         tokio::time::sleep(poll).await;

@@ -48,7 +48,7 @@ use crate::adapters::dynamodb::DynamoStore;
 use crate::adapters::secrets::fetch_stripe_key;
 use crate::adapters::stripe::StripeGateway;
 use crate::config::{ConfigError, Env, StripeEnv};
-use crate::executor::ChargeDeps;
+use crate::executor::EngineDeps;
 
 /// The time bounds of one process's AWS calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,10 +203,10 @@ pub async fn charge_deps(
     table_name: &str,
     stripe: StripeEnv,
     policy: Policy,
-) -> Result<ChargeDeps, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<EngineDeps, Box<dyn std::error::Error + Send + Sync>> {
     let secrets = aws_sdk_secretsmanager::Client::new(aws);
     let key = fetch_stripe_key(&secrets, &stripe.secret_arn).await?;
-    Ok(ChargeDeps {
+    Ok(EngineDeps {
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(aws),
             table_name,

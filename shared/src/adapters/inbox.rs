@@ -1,4 +1,4 @@
-//! [`DynamoInbox`]: the [`WebhookInbox`] on its own small DynamoDB table.
+//! [`DynamoInbox`]: the [`EventInbox`] on its own small DynamoDB table.
 //!
 //! ## Table (`WebhookInboxTable` in template.yaml)
 //! - Key: `event_id` (S), Stripe's `evt_…` id.
@@ -21,9 +21,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use charge_core::time::Timestamp;
 
+use crate::events::ttl_epoch_seconds;
 use crate::ports::StoreError;
-use crate::ports::{Admitted, WebhookInbox};
-use crate::webhook::ttl_epoch_seconds;
+use crate::ports::{Admitted, EventInbox};
 
 #[derive(Clone, Debug)]
 pub struct DynamoInbox {
@@ -116,7 +116,7 @@ pub const KEY: &str = "event_id";
 pub const TTL_ATTRIBUTE: &str = "expires_at";
 
 #[async_trait]
-impl WebhookInbox for DynamoInbox {
+impl EventInbox for DynamoInbox {
     async fn admit(
         &self,
         event_id: &str,

@@ -6,9 +6,9 @@
 //!   the table's stream images read back ([`dynamodb::stream`]).
 //! - [`eventbridge`] (feature `eventbridge`): the notify relay's `OutcomePublisher` on an
 //!   EventBridge bus.
-//! - [`inbox`]: the webhook's `WebhookInbox` on its own DynamoDB table with TTL.
+//! - [`inbox`]: the events function's `EventInbox` on its own DynamoDB table with TTL.
 //! - [`secrets`]: the Stripe key from Secrets Manager, read once at init.
-//! - [`sqs`]: the `ChargeQueue` on an SQS FIFO queue, and the `DeadLetterQueue` on its DLQ.
+//! - [`sqs`]: the `OperationQueue` on an SQS FIFO queue, and the `DeadLetterQueue` on its DLQ.
 
 pub mod aws;
 pub mod dynamodb;

@@ -30,7 +30,7 @@ pub async fn fetch_stripe_key(client: &Client, arn: &str) -> Result<SecretKey, S
 pub async fn fetch_webhook_secrets(
     client: &Client,
     arn: &str,
-) -> Result<Vec<crate::webhook::WebhookSecret>, SecretError> {
+) -> Result<Vec<crate::events::WebhookSecret>, SecretError> {
     Ok(crate::config::parse_webhook_secrets(
         &fetch_secret_string(client, arn).await?,
     )?)

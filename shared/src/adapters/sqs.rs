@@ -1,4 +1,4 @@
-//! [`SqsQueue`]: the [`ChargeQueue`] on an SQS FIFO queue.
+//! [`SqsQueue`]: the [`OperationQueue`] on an SQS FIFO queue.
 //!
 //! `MessageDeduplicationId` is the operation id (`operation_id:<n>` for the n-th deliberate
 //! re-drive), so a checkout retried within SQS's 5-minute window never queues twice;
@@ -16,7 +16,7 @@ use aws_sdk_sqs::Client;
 use charge_core::reconcile_plan::QueueDepth;
 
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationQueue, QueueError, QueuedOperation,
 };
 
 pub struct SqsQueue {
@@ -92,8 +92,8 @@ impl SqsQueue {
 }
 
 #[async_trait]
-impl ChargeQueue for SqsQueue {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for SqsQueue {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let body = serde_json::to_string(&charge.message)
             .map_err(|e| QueueError::with_source("cannot encode message", e))?;
         self.sends.fetch_add(1, Ordering::Relaxed);

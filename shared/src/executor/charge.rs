@@ -12,11 +12,11 @@ use charge_core::plan::{Decision, FollowUp};
 
 use crate::ports::{CancelPaymentIntent, CreatePaymentIntent};
 
-use super::{run_claimed, settled_unwritten, ChargeDeps, EventReport, ExecuteError, Planned};
+use super::{run_claimed, settled_unwritten, EngineDeps, EventReport, ExecuteError, Planned};
 
 /// A claimed charge's calls to Stripe ([`charge::plan::next_step`], then the calls its decision
 /// asks for) and what their answers decide.
-pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
+pub(super) async fn run(deps: &EngineDeps, op: &Operation) -> Planned {
     let step = charge::plan::next_step(op, deps.clock.now(), &deps.policy);
     let (decision, replayed) = act(deps, op, &step).await;
     let mut gateway_calls = u32::from(!matches!(step, Step::WaitForSearch(_)));
@@ -33,7 +33,7 @@ pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
 }
 
 /// The step's one call to Stripe, and what its answer decides (with whether Stripe replayed it).
-async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool) {
+async fn act(deps: &EngineDeps, op: &Operation, step: &Step) -> (Decision, bool) {
     let (policy, livemode) = (&deps.policy, deps.gateway.livemode());
     match step {
         Step::Create => {
@@ -73,7 +73,7 @@ async fn act(deps: &ChargeDeps, op: &Operation, step: &Step) -> (Decision, bool)
 /// record as claimed. Bounded: the plan asks at most for a cancel and then a read (neither of their
 /// decisions asks for a cancel again); the bound holds it if that ever changed.
 async fn follow_up(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     op: &Operation,
     mut decision: Decision,
     livemode: bool,
@@ -122,7 +122,7 @@ async fn follow_up(
 
 /// Applies what Stripe said of one of the operation's PaymentIntents when an event told us to
 /// look (`pi` is the retrieved intent, never the event's copy), through the same shell as
-/// [`execute_charge`]: the event rule ([`event_plan::after_event`]) decides on the record as
+/// [`execute`]: the event rule ([`event_plan::after_event`]) decides on the record as
 /// claimed, once; the report hands back that decision and the record as the shell last saw it,
 /// and, when that is a settled record the shell did not write, the rule's answer for it.
 ///
@@ -131,7 +131,7 @@ async fn follow_up(
 /// as the plan's decision stands before its cancel: unknown, with the intent's id, due now; the
 /// charge path (or the reconciler's re-drive) retrieves it and cancels it before `failed`.
 pub async fn apply_event(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     pi: PaymentIntent,

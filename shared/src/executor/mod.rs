@@ -1,4 +1,4 @@
-//! The executor: the seed's `execute_charge`, on the ports, safe to call any number of times
+//! The executor: the seed's `execute`, on the ports, safe to call any number of times
 //! for the same operation, concurrently or after a crash at any point.
 //!
 //! 1. **Claim** the operation in one conditional write (unsettled, not in review, no live lease);
@@ -103,7 +103,7 @@ pub enum ExecuteError {
 
 /// Everything execution needs, built once per process.
 #[derive(Clone)]
-pub struct ChargeDeps {
+pub struct EngineDeps {
     pub store: Arc<dyn OperationStore>,
     pub gateway: Arc<dyn PaymentGateway>,
     pub clock: Arc<dyn Clock>,
@@ -112,12 +112,12 @@ pub struct ChargeDeps {
 
 /// Runs one operation as far as it can go now. See the module docs for the steps.
 #[tracing::instrument(
-    name = "execute_charge",
+    name = "execute",
     skip_all,
     fields(order_id = %key.order_id, operation_id = %operation_id)
 )]
-pub async fn execute_charge(
-    deps: &ChargeDeps,
+pub async fn execute(
+    deps: &EngineDeps,
     key: &OperationKey,
     operation_id: &OperationId,
 ) -> Result<ChargeReport, ExecuteError> {
@@ -165,7 +165,7 @@ pub struct Planned {
 /// the decision fenced on the lease and an unsettled status. `decide` may hand back a value of
 /// its own (`T`: the event rule's action), returned beside the report when it ran.
 async fn run_claimed<F, Fut, T>(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     decide: F,
@@ -201,7 +201,7 @@ where
 /// Takes the lease on the operation: the record as claimed, or the report of why it is not
 /// ours to change (settled, leased elsewhere, in review), with the record as found.
 async fn claim(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     request: &ClaimRequest,
 ) -> Result<Result<Operation, ChargeReport>, ExecuteError> {
     let (op, disposition) = match deps.store.claim(request).await? {
@@ -231,7 +231,7 @@ async fn claim(
 
 /// Records the decision, fenced on our lease and an unsettled status.
 async fn record(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     lease_token: LeaseToken,

@@ -12,12 +12,12 @@ use charge_core::{charge, refund};
 
 use crate::ports::CreateRefund;
 
-use super::{run_claimed, settled_unwritten, ChargeDeps, ExecuteError, Planned, RefundEventReport};
+use super::{run_claimed, settled_unwritten, EngineDeps, ExecuteError, Planned, RefundEventReport};
 
 /// A claimed refund operation's one call to Stripe ([`refund::plan::next_step`]) and what its
 /// answer decides ([`refund::plan`]): the refund's id to record, and its reservation given back to
 /// the charge when no money went back.
-pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
+pub(super) async fn run(deps: &EngineDeps, op: &Operation) -> Planned {
     let policy = &deps.policy;
     let step = refund::plan::next_step(op, deps.clock.now(), policy);
     let (decided, replayed) = match &step {
@@ -52,7 +52,7 @@ pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
 /// A refund plan's decision as the shell records it: the refund's id, and its reservation given
 /// back to the charge when no money went back.
 fn refund_planned(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     op: &Operation,
     step: &'static str,
     decided: refund::plan::RefundDecision,
@@ -82,7 +82,7 @@ fn refund_planned(
 /// saw; when that is a settled record the shell did not write, the refund event rule's answer
 /// for it ([`refund::event_plan::decide`]) comes back with it.
 pub async fn apply_refund_event(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     key: &OperationKey,
     operation_id: &OperationId,
     claimed: &EventRefund,

@@ -8,7 +8,7 @@ use charge_core::take::plan::{TakeDecision, TakeStep};
 
 use crate::ports::{CancelPaymentIntent, CapturePaymentIntent};
 
-use super::{ChargeDeps, Planned};
+use super::{EngineDeps, Planned};
 
 /// The most calls one capture or cancel execution makes: act, read, act again (or read, act,
 /// read). Past it what stands is recorded (unknown, due), and the next attempt reads first.
@@ -16,7 +16,7 @@ const MAX_TAKE_CALLS: u32 = 3;
 
 /// A claimed capture's or cancel's calls to Stripe ([`take::plan`]), and the end of its charge's
 /// authorization to record with its outcome.
-pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
+pub(super) async fn run(deps: &EngineDeps, op: &Operation) -> Planned {
     let policy = &deps.policy;
     let mut step = take::plan::next_step(op);
     let first = step.name(&op.kind);
@@ -61,7 +61,7 @@ pub(super) async fn run(deps: &ChargeDeps, op: &Operation) -> Planned {
 
 /// The capture or the cancel itself, under the operation's own key.
 async fn act_on_intent(
-    deps: &ChargeDeps,
+    deps: &EngineDeps,
     op: &Operation,
 ) -> Result<charge_core::outcome::PaymentIntent, charge_core::outcome::GatewayError> {
     let missing = || charge_core::outcome::GatewayError::Rejected {

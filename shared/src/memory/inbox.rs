@@ -1,4 +1,4 @@
-//! [`MemoryInbox`]: the [`WebhookInbox`] in a map, with the DynamoDB adapter's semantics
+//! [`MemoryInbox`]: the [`EventInbox`] in a map, with the DynamoDB adapter's semantics
 //! (an expired entry counts as absent, as a TTL-deleted item would).
 
 use std::collections::HashMap;
@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use charge_core::time::Timestamp;
 
 use crate::ports::StoreError;
-use crate::ports::{Admitted, WebhookInbox};
+use crate::ports::{Admitted, EventInbox};
 
 #[derive(Default)]
 pub struct MemoryInbox {
@@ -40,7 +40,7 @@ impl MemoryInbox {
 }
 
 #[async_trait]
-impl WebhookInbox for MemoryInbox {
+impl EventInbox for MemoryInbox {
     async fn admit(
         &self,
         event_id: &str,

@@ -13,7 +13,7 @@ use charge_core::time::Clock;
 use charge_core::time::Timestamp;
 
 use crate::ports::{
-    ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError, QueuedCharge,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationQueue, QueueError, QueuedOperation,
 };
 
 /// SQS FIFO's deduplication interval.
@@ -185,8 +185,8 @@ impl MessageVisibility for MemoryQueue {
 }
 
 #[async_trait]
-impl ChargeQueue for MemoryQueue {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError> {
+impl OperationQueue for MemoryQueue {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError> {
         let body = serde_json::to_string(&charge.message)
             .map_err(|e| QueueError::with_source("cannot encode message", e))?;
         self.send_raw(&body, &charge.group_id, &charge.dedup_id);

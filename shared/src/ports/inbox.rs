@@ -1,4 +1,4 @@
-//! The webhook's inbox: every Stripe event id the endpoint acted on, recorded with a conditional
+//! The events function's inbox: every Stripe event id the endpoint acted on, recorded with a conditional
 //! put before it acts, so a redelivery of the same event (Stripe delivers at least once) changes
 //! nothing.
 //!
@@ -17,7 +17,7 @@ use super::store::StoreError;
 /// How long an event id is remembered.
 pub const INBOX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Result of [`WebhookInbox::admit`].
+/// Result of [`EventInbox::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admitted {
     /// First time this event id is seen: act on it.
@@ -28,7 +28,7 @@ pub enum Admitted {
 
 /// The set of processed Stripe event ids.
 #[async_trait]
-pub trait WebhookInbox: Send + Sync {
+pub trait EventInbox: Send + Sync {
     /// Records `event_id` unless it is already there (one conditional write), with an expiry.
     async fn admit(
         &self,

@@ -7,11 +7,11 @@
 //! | port | what for | production | in memory | contract |
 //! |---|---|---|---|---|
 //! | [`OperationStore`] | the operation record, its conditional writes, the unknown index | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
-//! | [`ChargeQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
+//! | [`OperationQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
 //! | [`PaymentGateway`] | Stripe's PaymentIntents | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
-//! | [`WebhookInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
+//! | [`EventInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
 //! | [`Clock`](charge_core::time::Clock), [`Sleeper`] | now, and waiting | `time::SystemClock`, `pacing::TokioSleeper` | `time::ManualClock` | |
 //! | [`MetricsSink`] | CloudWatch EMF lines | `telemetry::StdoutMetrics` | `telemetry::CapturedMetrics`, `DiscardMetrics` | |
@@ -39,12 +39,12 @@ pub use gateway::{
     refunds_not_supported, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
     CreateRefund, ListPage, PaymentGateway, RequestTotals, StripeRequests,
 };
-pub use inbox::{Admitted, WebhookInbox, INBOX_TTL};
+pub use inbox::{Admitted, EventInbox, INBOX_TTL};
 pub use metrics::MetricsSink;
 pub use outbox::{OutcomePublisher, PublishError, Published, MAX_BATCH};
 pub use queue::{
-    ChargeMessage, ChargeQueue, DeadLetter, DeadLetterQueue, MessageVisibility, QueueError,
-    QueuedCharge,
+    DeadLetter, DeadLetterQueue, MessageVisibility, OperationMessage, OperationQueue, QueueError,
+    QueuedOperation,
 };
 pub use store::{
     IndexQuery, OperationStore, Page, ReviewCount, StoreCalls, StoreError, UnreadableRecord,

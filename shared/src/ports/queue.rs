@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 /// `unsupported_version` on the dead-letter queue, and the reconciler re-sends the operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MessageBody", into = "MessageBody")]
-pub struct ChargeMessage {
+pub struct OperationMessage {
     pub v: u32,
     pub operation_id: OperationId,
     pub order_id: OrderId,
@@ -35,7 +35,7 @@ struct MessageBody {
     refund_id: Option<RefundId>,
 }
 
-impl TryFrom<MessageBody> for ChargeMessage {
+impl TryFrom<MessageBody> for OperationMessage {
     type Error = String;
 
     fn try_from(b: MessageBody) -> Result<Self, String> {
@@ -60,8 +60,8 @@ impl TryFrom<MessageBody> for ChargeMessage {
     }
 }
 
-impl From<ChargeMessage> for MessageBody {
-    fn from(m: ChargeMessage) -> Self {
+impl From<OperationMessage> for MessageBody {
+    fn from(m: OperationMessage) -> Self {
         Self {
             v: m.v,
             operation_id: m.operation_id,
@@ -72,7 +72,7 @@ impl From<ChargeMessage> for MessageBody {
     }
 }
 
-impl ChargeMessage {
+impl OperationMessage {
     /// A charge's message version.
     pub const VERSION: u32 = 1;
     /// A refund's message version.
@@ -115,19 +115,19 @@ impl ChargeMessage {
 
 /// A message as it goes onto the FIFO queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueuedCharge {
-    pub message: ChargeMessage,
+pub struct QueuedOperation {
+    pub message: OperationMessage,
     /// `operation_id`, or `operation_id:<n>` for the n-th deliberate re-drive.
     pub dedup_id: String,
     /// `order_id`: one order's messages stay in order, unrelated orders never block each other.
     pub group_id: String,
 }
 
-impl QueuedCharge {
+impl QueuedOperation {
     /// The first send for an operation (and any re-send of it within the dedup window).
     pub fn first(op: &Operation) -> Self {
         Self {
-            message: ChargeMessage::for_operation(op),
+            message: OperationMessage::for_operation(op),
             dedup_id: op.operation_id.to_string(),
             group_id: op.order_id.as_str().to_owned(),
         }
@@ -171,8 +171,8 @@ impl QueueError {
 
 /// The queue that carries operations to the charge function (SQS FIFO in production).
 #[async_trait]
-pub trait ChargeQueue: Send + Sync {
-    async fn send(&self, charge: &QueuedCharge) -> Result<(), QueueError>;
+pub trait OperationQueue: Send + Sync {
+    async fn send(&self, charge: &QueuedOperation) -> Result<(), QueueError>;
 
     /// What the queue holds, visible and in flight, as it approximates it (SQS's
     /// `ApproximateNumberOfMessages` and `…NotVisible`); `None` from a queue that cannot say,

@@ -25,7 +25,7 @@ use charge_core::{
 };
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::ChargeDeps;
+use charge_once::executor::EngineDeps;
 use charge_once::ports::{OperationStore, PaymentGateway};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
 use checkout::door::Checkout;
@@ -268,8 +268,8 @@ pub struct Ours {
     /// The same table through the uncounted client.
     inspect: DynamoStore,
     checkout: Checkout,
-    charge: ChargeDeps,
-    charge_no_retry: ChargeDeps,
+    charge: EngineDeps,
+    charge_no_retry: EngineDeps,
     reconciler: ReconcilerDeps,
 }
 
@@ -282,13 +282,13 @@ impl Ours {
         ));
         store.create_table().await.expect("create table on moto");
         let queue = Arc::new(SqsQueue::new(stack.sqs_client.clone(), &stack.queue_url));
-        let charge = ChargeDeps {
+        let charge = EngineDeps {
             store: store.clone(),
             gateway: stack.gateway(),
             clock: stack.clock(),
             policy: Policy::default(),
         };
-        let charge_no_retry = ChargeDeps {
+        let charge_no_retry = EngineDeps {
             gateway: stack.gateway_no_retry(),
             ..charge.clone()
         };
@@ -324,7 +324,7 @@ impl Ours {
     }
 
     /// Runs the charge function on `event`; returns the ids it reported failed.
-    async fn handle(&self, deps: &ChargeDeps, event: &SqsEvent) -> Vec<String> {
+    async fn handle(&self, deps: &EngineDeps, event: &SqsEvent) -> Vec<String> {
         let resp = charge::handler::handle(
             &charge::handler::ChargeFunction::local(deps.clone()),
             LambdaEvent::new(event.clone(), Context::default()),
@@ -337,7 +337,7 @@ impl Ours {
     }
 
     /// One delivery by the event source: receive, invoke, delete what succeeded.
-    async fn deliver(&self, deps: &ChargeDeps) -> SqsEvent {
+    async fn deliver(&self, deps: &EngineDeps) -> SqsEvent {
         let event = self.stack.receive().await;
         assert_eq!(event.records.len(), 1, "one message expected");
         let failed = self.handle(deps, &event).await;
@@ -511,7 +511,7 @@ impl Seed {
     pub async fn new() -> Self {
         let stack = Stack::new().await;
         let table = unique("seed-operations");
-        let queue: Arc<dyn charge_once::ports::ChargeQueue> =
+        let queue: Arc<dyn charge_once::ports::OperationQueue> =
             Arc::new(SqsQueue::new(stack.sqs_client.clone(), &stack.queue_url));
         let port = SeedPort {
             client: stack.dynamo_client.clone(),
@@ -572,7 +572,7 @@ impl Seed {
             let status = port
                 .handle_message(r.body.as_deref().unwrap_or(""))
                 .await
-                .expect("seed execute_charge");
+                .expect("seed execute");
             out.push(status);
         }
         out
@@ -629,7 +629,7 @@ impl Seed {
                 let before = s.stack.snapshot();
                 for op in s.port.unsettled().await.expect("seed scan") {
                     s.port
-                        .execute_charge(&op.key(), &op.operation_id)
+                        .execute(&op.key(), &op.operation_id)
                         .await
                         .expect("seed reconcile");
                 }

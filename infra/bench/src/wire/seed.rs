@@ -6,7 +6,7 @@
 //! - `request_charge`: `INSERT ... ON CONFLICT DO NOTHING` → conditional PutItem; on conflict the
 //!   `SELECT` → GetItem (strongly consistent, as the conflicting row is read in the transaction).
 //!   Then the message to the charge function → SendMessage (the seed's outbox dispatcher).
-//! - `execute_charge`: `_load` → GetItem (strongly consistent); settled → stop; external id known →
+//! - `execute`: `_load` → GetItem (strongly consistent); settled → stop; external id known →
 //!   retrieve; past the 23 h key window → search; otherwise `_mark_attempt_started` → UpdateItem,
 //!   create with the same key, `_record` → UpdateItem guarded by `status IN (pending, unknown)`.
 //! - finding work for a reconciliation run: the seed has no index, so its straight port is a Scan
@@ -31,7 +31,7 @@ use charge_once::adapters::dynamodb::item::{
     attr_n, attr_s, key_of, operation_from_item, operation_to_item,
 };
 use charge_once::ports::{
-    ChargeMessage, ChargeQueue, CreatePaymentIntent, PaymentGateway, QueuedCharge,
+    CreatePaymentIntent, OperationMessage, OperationQueue, PaymentGateway, QueuedOperation,
 };
 
 /// The seed's key window: re-send with the same key only within 23 h of the first attempt.
@@ -40,7 +40,7 @@ pub const IDEMPOTENCY_SAFE_WINDOW: Duration = Duration::from_secs(23 * 3600);
 pub struct SeedPort {
     pub client: aws_sdk_dynamodb::Client,
     pub table: String,
-    pub queue: Arc<dyn ChargeQueue>,
+    pub queue: Arc<dyn OperationQueue>,
     pub gateway: Arc<dyn PaymentGateway>,
     pub clock: Arc<dyn Clock>,
 }
@@ -101,7 +101,7 @@ impl SeedPort {
             .await;
         match result {
             Ok(_) => {
-                self.queue.send(&QueuedCharge::first(op)).await?;
+                self.queue.send(&QueuedOperation::first(op)).await?;
                 Ok(op.clone())
             }
             Err(e)
@@ -200,8 +200,8 @@ impl SeedPort {
         Ok(status)
     }
 
-    /// The seed's `execute_charge`, safe to call any number of times (sequentially).
-    pub async fn execute_charge(
+    /// The seed's `execute`, safe to call any number of times (sequentially).
+    pub async fn execute(
         &self,
         key: &OperationKey,
         operation_id: &OperationId,
@@ -260,8 +260,8 @@ impl SeedPort {
 
     /// A message as the seed's consumer gets it.
     pub async fn handle_message(&self, body: &str) -> Result<OperationStatus, Error> {
-        let m: ChargeMessage = serde_json::from_str(body)?;
-        self.execute_charge(&m.key(), &m.operation_id).await
+        let m: OperationMessage = serde_json::from_str(body)?;
+        self.execute(&m.key(), &m.operation_id).await
     }
 
     /// Finds unsettled operations the only way the seed's schema allows: a Scan on the status.

@@ -1,6 +1,6 @@
 //! `inbox.json`: the webhook inbox's cases, written by the release's `DynamoInbox` (`admit` and
 //! `forget`, from 2026-11-30 on) into a table of its own, then a `Scan` of it. The adapter names
-//! where the release keeps `Admitted`, `WebhookInbox` and `INBOX_TTL`.
+//! where the release keeps `Admitted`, `EventInbox` and `INBOX_TTL`.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use charge_core::time::Timestamp;
 use serde_json::{json, Value};
 use testkit::aws::unique;
 
-use super::{Admitted, WebhookInbox, INBOX_TTL};
+use super::{Admitted, EventInbox, INBOX_TTL};
 use crate::{item_json, scan, World, T0};
 
 /// Inbox cases, in order, with their event ids.

@@ -16,7 +16,7 @@
 //!
 //! What it does: drives one operation per case into its state with the release's own code
 //! (`DynamoStore::create_table`, `create_if_absent`, `claim`, `SqsQueue` sends, the executor
-//! `execute_charge` over the release's in-memory Stripe model `FakeGateway`, and the adapter's
+//! `execute` over the release's in-memory Stripe model `FakeGateway`, and the adapter's
 //! resolve and redrive), then reads back the RAW data: a DynamoDB `Scan` of the operations table and
 //! every message received from the FIFO queue. Writes `operations.json` and `messages.json` into
 //! `$FX_OUT`, then the adapter's further files.
@@ -32,10 +32,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use charge_once::adapters::dynamodb::item::operation_from_item;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
-use charge_once::executor::{execute_charge, ChargeDeps};
+use charge_once::executor::{execute, EngineDeps};
 use charge_core::plan::Policy;
 use charge_once::memory::{FakeFault, FakeGateway};
-use charge_once::ports::{ChargeQueue, OperationStore, QueuedCharge};
+use charge_once::ports::{OperationQueue, OperationStore, QueuedOperation};
 use charge_core::store::{Claim, ClaimRequest, Created};
 use charge_core::{domain::{Amount, ChargeParams, Currency, CustomerId, OperationId, OrderId, PaymentMethodId}, time::{Clock, ManualClock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}};
 use serde_json::{json, Value};
@@ -199,7 +199,7 @@ impl World {
             Created::Existing(e) => panic!("{case}: record existed: {e:?}"),
         }
         if !lose_enqueue {
-            self.queue.send(&QueuedCharge::first(&op)).await.unwrap();
+            self.queue.send(&QueuedOperation::first(&op)).await.unwrap();
         }
         op
     }
@@ -212,13 +212,13 @@ impl World {
     /// As [`World::execute`], with `gateway` as Stripe.
     async fn execute_on(&self, op: &Operation, gateway: Arc<FakeGateway>) -> Operation {
         self.advance(Duration::from_secs(2));
-        let deps = ChargeDeps {
+        let deps = EngineDeps {
             store: self.store.clone(),
             gateway,
             clock: Arc::new(self.clock.clone()),
             policy: self.policy.clone(),
         };
-        execute_charge(&deps, &op.key(), &op.operation_id)
+        execute(&deps, &op.key(), &op.operation_id)
             .await
             .unwrap();
         self.store.get(&op.key()).await.unwrap().unwrap()

@@ -15,14 +15,14 @@ use charge_once::adapters::inbox::DynamoInbox;
 use charge_once::adapters::secrets::{fetch_stripe_key, fetch_webhook_secrets};
 use charge_once::adapters::stripe::StripeGateway;
 use charge_once::config::{FromEnv, ProcessEnv};
-use charge_once::executor::ChargeDeps;
+use charge_once::events::{EventsDeps, DEFAULT_TOLERANCE};
+use charge_once::executor::EngineDeps;
 use charge_once::pacing::TokioSleeper;
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
-use charge_once::webhook::{WebhookDeps, DEFAULT_TOLERANCE};
+use events::handler::{handle, EventsFunction};
+use events::EventsConfig;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use webhook::handler::{handle, WebhookFunction};
-use webhook::WebhookConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -36,8 +36,8 @@ async fn main() -> Result<(), Error> {
 }
 
 /// Configuration, secrets and clients, once per execution environment.
-async fn wire() -> Result<WebhookFunction, Error> {
-    let config = WebhookConfig::from_env(&ProcessEnv)?;
+async fn wire() -> Result<EventsFunction, Error> {
+    let config = EventsConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let secrets = aws_sdk_secretsmanager::Client::new(&aws);
     // A placeholder or malformed signing secret fails the init here, naming the parameter.
@@ -48,11 +48,11 @@ async fn wire() -> Result<WebhookFunction, Error> {
     let key = fetch_stripe_key(&secrets, config.stripe_key_arn()).await?;
     let dynamodb = aws_sdk_dynamodb::Client::new(&aws);
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    Ok(WebhookFunction {
-        webhook: WebhookDeps {
-            charge: ChargeDeps {
+    Ok(EventsFunction {
+        events: EventsDeps {
+            charge: EngineDeps {
                 store: Arc::new(DynamoStore::new(dynamodb.clone(), &config.table_name)),
-                gateway: Arc::new(webhook::paced(
+                gateway: Arc::new(events::paced(
                     Arc::new(StripeGateway::new(config.stripe.with_key(key))?),
                     &config.budget,
                     clock.clone(),

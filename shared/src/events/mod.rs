@@ -10,7 +10,7 @@
 //!    Refused: nothing written.
 //! 2. **Parse** ([`event`]); types we do not act on and PaymentIntents that are not ours are
 //!    acknowledged and counted, unwritten.
-//! 3. **Admit** the event id into the inbox ([`WebhookInbox`]) with a conditional put: a redelivery is a
+//! 3. **Admit** the event id into the inbox ([`EventInbox`]) with a conditional put: a redelivery is a
 //!    duplicate, acknowledged, with no other effect.
 //! 4. **Find** the operation on the table key from `metadata.order_id` (a strongly consistent
 //!    GetItem, no index) and check `metadata.operation_id` is the one recorded.
@@ -59,8 +59,8 @@ use charge_core::refund::event_plan::RefundEventAction;
 use charge_core::stripe_object::{EventCopy, StripeObject};
 use charge_core::{charge, refund};
 
-use crate::executor::{self, ChargeDeps, EventReport, ExecuteError, RefundEventReport};
-use crate::ports::{Admitted, StoreError, WebhookInbox, INBOX_TTL};
+use crate::executor::{self, EngineDeps, EventReport, ExecuteError, RefundEventReport};
+use crate::ports::{Admitted, EventInbox, StoreError, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
 use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
@@ -78,11 +78,11 @@ pub use signature::{SignatureError, WebhookSecret, DEFAULT_TOLERANCE, MAX_BODY_B
 
 /// Everything one event needs, built once per process.
 #[derive(Clone)]
-pub struct WebhookDeps {
+pub struct EventsDeps {
     /// The executor's own dependencies: the store, the gateway (used for `retrieve` only), the
     /// clock and the policy its plan decides with.
-    pub charge: ChargeDeps,
-    pub inbox: Arc<dyn WebhookInbox>,
+    pub charge: EngineDeps,
+    pub inbox: Arc<dyn EventInbox>,
     /// The webhook endpoint's signing secrets (two while one is rolled); `None` when the stack
     /// has no webhook route, and every HTTP delivery is refused.
     pub secrets: Option<Vec<WebhookSecret>>,
@@ -190,7 +190,7 @@ impl Reception {
 
 /// One event's result, for the response, the metrics and the tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookReport {
+pub struct DeliveryReport {
     pub reception: Reception,
     /// The event id, once the body was verified and read.
     pub event_id: Option<String>,
@@ -199,7 +199,7 @@ pub struct WebhookReport {
     pub gateway_calls: u32,
 }
 
-impl WebhookReport {
+impl DeliveryReport {
     fn new(reception: Reception) -> Self {
         Self {
             reception,
@@ -254,22 +254,22 @@ impl ActError {
 /// (the caller's remaining time, less a margin): past it the entry is forgotten. See the module
 /// docs for the steps.
 pub async fn receive(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     signature_header: Option<&str>,
     body: &[u8],
     budget: Option<Duration>,
-) -> WebhookReport {
+) -> DeliveryReport {
     let Some(secrets) = &deps.secrets else {
         warn!(
             reason = "webhook_disabled",
             "webhook rejected: this stack has no webhook secret"
         );
-        return WebhookReport::new(Reception::Rejected(Rejection::WebhookDisabled));
+        return DeliveryReport::new(Reception::Rejected(Rejection::WebhookDisabled));
     };
     let now = deps.charge.clock.now();
     if let Err(e) = signature::verify(signature_header, body, secrets, now, deps.tolerance) {
         warn!(reason = e.as_str(), error = %ErrorChain(&e), "webhook rejected");
-        return WebhookReport::new(Reception::Rejected(Rejection::Signature(e)));
+        return DeliveryReport::new(Reception::Rejected(Rejection::Signature(e)));
     }
     accept(deps, StripeEvent::parse(body), budget).await
 }
@@ -279,31 +279,31 @@ pub async fn receive(
 /// size check here: EventBridge refuses an event over 256 KB (`MAX_BODY_BYTES`) before it is
 /// delivered.
 pub async fn receive_eventbridge(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     envelope: EventBridgeEvent,
     budget: Option<Duration>,
-) -> WebhookReport {
+) -> DeliveryReport {
     let event = StripeEvent::from_eventbridge(&envelope, deps.event_source.as_deref());
     accept(deps, event, budget).await
 }
 
 /// From a read (or unreadable) authenticated event on: the span, the filters, then the inbox.
 async fn accept(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     event: Result<StripeEvent, event::EventParseError>,
     budget: Option<Duration>,
-) -> WebhookReport {
+) -> DeliveryReport {
     let event = match event {
         Ok(event) => event,
         Err(e) => {
             warn!(reason = "unreadable", error = %ErrorChain(&e), "event rejected");
-            return WebhookReport::new(Reception::Rejected(Rejection::Unreadable(e.0)));
+            return DeliveryReport::new(Reception::Rejected(Rejection::Unreadable(e.0)));
         }
     };
-    let mut report = WebhookReport {
+    let mut report = DeliveryReport {
         event_id: Some(event.id.clone()),
         event_type: Some(event.event_type.clone()),
-        ..WebhookReport::new(Reception::Ignored(Ignored::UnhandledType))
+        ..DeliveryReport::new(Reception::Ignored(Ignored::UnhandledType))
     };
     let span = tracing::info_span!("event", event_id = %event.id, event_type = %event.event_type);
     // Entered only for these synchronous checks: a span guard is never held across an `.await`
@@ -371,7 +371,7 @@ async fn accept(
 /// charge carries none), read at Stripe; none when it is not ours. A read that may succeed later
 /// defers the event.
 async fn ours_by_intent(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     id: &PaymentIntentId,
     gateway_calls: &mut u32,
 ) -> Result<(Option<OrderId>, Option<OperationId>), Reception> {
@@ -400,7 +400,7 @@ async fn ours_by_intent(
 /// A refund event from its filter on: not ours unless it carries our metadata; then the inbox
 /// and the refund's rules ([`act_refund`]).
 async fn accept_refund(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     event_id: &str,
     refund: EventRefund,
     budget: Option<Duration>,
@@ -447,7 +447,7 @@ struct RefundTarget {
 /// The inbox, then `acting` (run only once admitted) within the budget; an event not acted on is
 /// forgotten.
 async fn admitted(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     event_id: &str,
     budget: Option<Duration>,
     acting: impl std::future::Future<Output = Result<Reception, ActError>>,
@@ -489,7 +489,7 @@ async fn admitted(
 
 /// Steps 4 to 6 of the module docs.
 async fn act(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     target: &Target,
     gateway_calls: &mut u32,
 ) -> Result<Reception, ActError> {
@@ -547,7 +547,7 @@ async fn act(
 /// list), retrieve the refund at Stripe unless the event could change nothing, decide with
 /// [`refund::event_plan::decide`].
 async fn act_refund(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     target: &RefundTarget,
     gateway_calls: &mut u32,
 ) -> Result<Reception, ActError> {
@@ -592,7 +592,7 @@ async fn act_refund(
 
 /// The refund operation the event names, or `None` when there is none.
 async fn read_refund(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     target: &RefundTarget,
 ) -> Result<Option<Operation>, ActError> {
     let refunds = deps
@@ -610,7 +610,7 @@ async fn read_refund(
 /// when the shell finds it settled meanwhile, the refund rule's answer for that record comes back
 /// with it.
 async fn settle_refund(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     key: &OperationKey,
     target: &RefundTarget,
     stripe: StripeRefund,
@@ -655,7 +655,7 @@ async fn settle_refund(
 /// What the refund rule decided that needs no claim: nothing, a page, or the late failure's one
 /// write (not leased: its guards, a succeeded refund, are the whole condition).
 async fn unclaimed(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     op: &Operation,
     target: &RefundTarget,
     stripe: &StripeRefund,
@@ -678,7 +678,7 @@ async fn unclaimed(
 }
 
 /// Stripe's word that a succeeded refund failed later, written with its reservation given back.
-async fn fail_later(deps: &WebhookDeps, write: &RefundFailedLater) -> Result<Reception, ActError> {
+async fn fail_later(deps: &EventsDeps, write: &RefundFailedLater) -> Result<Reception, ActError> {
     let recorded = deps
         .charge
         .store
@@ -726,7 +726,7 @@ fn page_settled_refund(op: &Operation, stripe: &StripeRefund, reason: &'static s
 /// and, for a final state, to hold what the event claims; or the reception of an event Stripe
 /// does not confirm (paged).
 async fn confirmed(
-    deps: &WebhookDeps,
+    deps: &EventsDeps,
     op: &Operation,
     claimed: &EventIntent,
     gateway_calls: &mut u32,
@@ -763,7 +763,7 @@ async fn confirmed(
 }
 
 /// The record the event names, or `None` when there is no such operation.
-async fn read(deps: &WebhookDeps, target: &Target) -> Result<Option<Operation>, ActError> {
+async fn read(deps: &EventsDeps, target: &Target) -> Result<Option<Operation>, ActError> {
     Ok(deps
         .charge
         .store

@@ -3,12 +3,12 @@
 //! public route) or, where a team chooses it, by the signed webhook route `POST /stripe/webhook`
 //! (API Gateway HTTP API, payload v2), the one route without an IAM/JWT authorizer, present only
 //! when its secret is configured. Either way an event is a hint and Stripe is the proof
-//! ([`charge_once::webhook`]).
+//! ([`charge_once::events`]).
 //!
 //! - [`handler`]: an invocation (an HTTP request or an EventBridge event) →
-//!   [`charge_once::webhook`] → an HTTP answer, or an invocation result that EventBridge and
+//!   [`charge_once::events`] → an HTTP answer, or an invocation result that EventBridge and
 //!   Lambda retry, and its metrics; never a panic, never internals.
-//! - [`WebhookConfig`]: what it reads from the environment, once, at init.
+//! - [`EventsConfig`]: what it reads from the environment, once, at init.
 //! - [`paced`]: its Stripe client paced to its share of the account's budget.
 
 pub mod handler;
@@ -19,13 +19,13 @@ use std::time::Duration;
 use charge_core::plan::Policy;
 use charge_core::time::Clock;
 use charge_once::config::{self, ConfigError, Env, FromEnv, StripeBudget};
+use charge_once::events::STRIPE_PARTNER_SOURCE_PREFIX;
 use charge_once::pacing::{Budget, PacedGateway};
 use charge_once::ports::{PaymentGateway, Sleeper};
-use charge_once::webhook::STRIPE_PARTNER_SOURCE_PREFIX;
 
 /// Configuration of the events function.
 #[derive(Debug, Clone)]
-pub struct WebhookConfig {
+pub struct EventsConfig {
     pub table_name: String,
     pub inbox_table_name: String,
     /// `STRIPE_WEBHOOK_SECRET_ARN`: the endpoint's signing secret(s), read once at init. `None`:
@@ -63,7 +63,7 @@ pub fn paced(
     PacedGateway::new(gateway, calls, None, PACING_MAX_WAIT)
 }
 
-impl WebhookConfig {
+impl EventsConfig {
     /// The secret holding the key the retrieves use.
     pub fn stripe_key_arn(&self) -> &str {
         self.events_key_secret_arn
@@ -83,7 +83,7 @@ fn optional_arn(env: &dyn Env, name: &'static str) -> Result<Option<String>, Con
     }
 }
 
-impl FromEnv for WebhookConfig {
+impl FromEnv for EventsConfig {
     fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
         let webhook_secret_arn = optional_arn(env, config::STRIPE_WEBHOOK_SECRET_ARN)?;
         let events_key_secret_arn = optional_arn(env, config::STRIPE_EVENTS_KEY_SECRET_ARN)?;
@@ -124,7 +124,7 @@ mod tests {
             (config::STRIPE_SECRET_ARN, "arn:aws:secretsmanager:x"),
         ]);
         // Neither a webhook secret nor a restricted key: EventBridge only, the main key.
-        let c = WebhookConfig::from_env(&env).unwrap();
+        let c = EventsConfig::from_env(&env).unwrap();
         assert_eq!(c.webhook_secret_arn, None);
         assert_eq!(c.stripe_key_arn(), "arn:aws:secretsmanager:x");
         assert_eq!(c.policy.lease_ttl, Duration::from_secs(60));
@@ -138,7 +138,7 @@ mod tests {
         ] {
             let mut env = env.clone();
             env.insert(name, bad);
-            let err = WebhookConfig::from_env(&env).unwrap_err();
+            let err = EventsConfig::from_env(&env).unwrap_err();
             assert!(
                 matches!(&err, ConfigError::Invalid { name: n, reason } if *n == name && !reason.contains(bad)),
                 "{name}: {err:?}"
@@ -152,7 +152,7 @@ mod tests {
             config::STRIPE_EVENTS_KEY_SECRET_ARN,
             "arn:aws:secretsmanager:z",
         );
-        let c = WebhookConfig::from_env(&env).unwrap();
+        let c = EventsConfig::from_env(&env).unwrap();
         assert_eq!(
             c.webhook_secret_arn.as_deref(),
             Some("arn:aws:secretsmanager:y")

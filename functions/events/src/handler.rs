@@ -7,7 +7,7 @@
 //! one of the endpoint's secrets within 300 s of our clock is read.
 //! What it may do: settle an operation that is already there on Stripe's own answer (an event is
 //! a hint), through the executor's own shell; never create, confirm or overwrite (see
-//! [`charge_once::webhook`]).
+//! [`charge_once::events`]).
 //!
 //! Webhook answers:
 //!
@@ -46,14 +46,14 @@ use aws_lambda_events::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_once::events::{
+    receive, receive_eventbridge, DeliveryReport, EventBridgeEvent, EventsDeps, Reception,
+    Rejection, SignatureError, MAX_BODY_BYTES,
+};
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{
     emf_line_classed, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
     ErrorChain,
-};
-use charge_once::webhook::{
-    receive, receive_eventbridge, EventBridgeEvent, Reception, Rejection, SignatureError,
-    WebhookDeps, WebhookReport, MAX_BODY_BYTES,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny};
@@ -75,8 +75,8 @@ pub const HTTP_BUDGET: Duration = Duration::from_secs(27);
 pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// What the handler needs, built once in `main`.
-pub struct WebhookFunction {
-    pub webhook: WebhookDeps,
+pub struct EventsFunction {
+    pub events: EventsDeps,
     pub metrics: Arc<dyn MetricsSink>,
 }
 
@@ -114,8 +114,8 @@ impl<'de> Deserialize<'de> for Incoming {
 }
 
 /// Handles one invocation: an EventBridge event (it has a `detail-type`) or an HTTP API
-/// request. The webhook's answer is always an HTTP response, never a Lambda error.
-pub async fn handle(deps: &WebhookFunction, event: LambdaEvent<Incoming>) -> Result<Value, Error> {
+/// request. The events function's answer is always an HTTP response, never a Lambda error.
+pub async fn handle(deps: &EventsFunction, event: LambdaEvent<Incoming>) -> Result<Value, Error> {
     let (payload, context) = event.into_parts();
     let payload = match payload {
         Incoming::EventBridge(event) => {
@@ -183,13 +183,13 @@ fn budget_at(deadline_ms: u64, now_ms: u64, cap: Option<Duration>) -> Duration {
 
 /// One EventBridge event from Stripe's partner event source.
 pub async fn handle_eventbridge(
-    deps: &WebhookFunction,
+    deps: &EventsFunction,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<Value, NotActedOn> {
     let span = tracing::info_span!("eventbridge", request_id = %event.context.request_id);
     async {
         let budget = budget(&event.context, None);
-        let report = receive_eventbridge(&deps.webhook, event.payload, budget).await;
+        let report = receive_eventbridge(&deps.events, event.payload, budget).await;
         emit_metrics(deps, &report);
         let outcome = outcome_label(&report.reception);
         info!(
@@ -231,7 +231,7 @@ pub fn delivery_request(body: &str, signature: &str) -> ApiGatewayV2httpRequest 
 }
 
 pub async fn handle_http(
-    deps: &WebhookFunction,
+    deps: &EventsFunction,
     event: LambdaEvent<ApiGatewayV2httpRequest>,
 ) -> ApiGatewayV2httpResponse {
     let span = tracing::info_span!("webhook", request_id = %event.context.request_id);
@@ -249,9 +249,9 @@ pub async fn handle_http(
                     .get("stripe-signature")
                     .and_then(|v| v.to_str().ok());
                 let budget = budget(&event.context, Some(HTTP_BUDGET));
-                receive(&deps.webhook, header, &body, budget).await
+                receive(&deps.events, header, &body, budget).await
             }
-            Err(e) => WebhookReport {
+            Err(e) => DeliveryReport {
                 reception: Reception::Rejected(Rejection::Signature(e)),
                 event_id: None,
                 event_type: None,
@@ -305,7 +305,7 @@ fn outcome_label(r: &Reception) -> &'static str {
     }
 }
 
-fn body_of(report: &WebhookReport) -> Value {
+fn body_of(report: &DeliveryReport) -> Value {
     match &report.reception {
         Reception::Rejected(why) => json!({"error": {"code": why.as_str()}}),
         Reception::RetryLater(_) => {
@@ -315,8 +315,8 @@ fn body_of(report: &WebhookReport) -> Value {
     }
 }
 
-fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
-    let now = deps.webhook.charge.clock.now();
+fn emit_metrics(deps: &EventsFunction, report: &DeliveryReport) {
+    let now = deps.events.charge.clock.now();
     let label = outcome_label(&report.reception);
     let (name, class) = match &report.reception {
         Reception::Rejected(_) => ("WebhookRejected", "Reason"),
@@ -344,7 +344,7 @@ fn emit_metrics(deps: &WebhookFunction, report: &WebhookReport) {
         deps.metrics
             .emit(sent_to_review_line(FUNCTION, class, 1, now));
     }
-    if let Some(requests) = deps.webhook.charge.gateway.requests() {
+    if let Some(requests) = deps.events.charge.gateway.requests() {
         for line in stripe_requests_lines(FUNCTION, &requests.since_last_report(), now) {
             deps.metrics.emit(line);
         }
@@ -375,12 +375,12 @@ mod tests {
         outcome::PaymentIntentStatus,
         time::{Clock, ManualClock, Timestamp},
     };
-    use charge_once::executor::ChargeDeps;
+    use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
+    use charge_once::executor::EngineDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
     use charge_once::ports::OperationStore;
     use charge_once::telemetry::CapturedMetrics;
     use charge_once::testing::CreateIn as _;
-    use charge_once::webhook::{WebhookSecret, DEFAULT_TOLERANCE};
 
     use super::*;
 
@@ -390,7 +390,7 @@ mod tests {
         gateway: Arc<FakeGateway>,
         metrics: Arc<CapturedMetrics>,
         clock: ManualClock,
-        deps: WebhookFunction,
+        deps: EventsFunction,
     }
 
     fn fixture() -> Fixture {
@@ -400,9 +400,9 @@ mod tests {
         let inbox = Arc::new(MemoryInbox::new());
         let gateway = Arc::new(FakeGateway::new());
         let metrics = Arc::new(CapturedMetrics::new());
-        let deps = WebhookFunction {
-            webhook: WebhookDeps {
-                charge: ChargeDeps {
+        let deps = EventsFunction {
+            events: EventsDeps {
+                charge: EngineDeps {
                     store: store.clone(),
                     gateway: gateway.clone(),
                     clock: Arc::new(clock.clone()),
@@ -560,7 +560,7 @@ mod tests {
         }
         // A deployment that names its source refuses another Stripe source.
         let mut f2 = fixture();
-        f2.deps.webhook.event_source = Some("aws.partner/stripe.com/ed_other".into());
+        f2.deps.events.event_source = Some("aws.partner/stripe.com/ed_other".into());
         sample_operation(&f2, PaymentIntentStatus::Succeeded).await;
         assert!(call_eventbridge(&f2, sample_eventbridge()).await.is_err());
         assert!(f.inbox.is_empty() && f2.inbox.is_empty());
@@ -817,7 +817,7 @@ mod tests {
     #[tokio::test]
     async fn a_stack_without_a_webhook_secret_refuses_every_delivery() {
         let mut f = fixture();
-        f.deps.webhook.secrets = None;
+        f.deps.events.secrets = None;
         let op = sample_operation(&f, PaymentIntentStatus::Succeeded).await;
         let (status, body) = call(&f, sample()).await;
         assert_eq!(
@@ -1022,7 +1022,7 @@ mod tests {
         context.deadline = 600_000;
         let slow = || {
             let mut f = fixture();
-            f.deps.webhook.charge.gateway = Arc::new(SlowStripe(f.gateway.clone()));
+            f.deps.events.charge.gateway = Arc::new(SlowStripe(f.gateway.clone()));
             f
         };
         let f = slow();

@@ -45,7 +45,7 @@ fn one_request(listener: &TcpListener) -> Option<(String, String)> {
 fn a_function_that_cannot_start_reports_why_to_the_runtime_api() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let api = listener.local_addr().unwrap().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_webhook"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_events"))
         .env_clear()
         .env("AWS_LAMBDA_RUNTIME_API", &api)
         .env("AWS_LAMBDA_FUNCTION_NAME", "webhook")
