@@ -121,23 +121,37 @@ impl QueueBacklog {
 /// charge path has worked through what the queue holds now, and re-enqueued then if it is still
 /// pending and the queue has caught up.
 ///
-/// Each look is a write, so the waits lengthen as they repeat: one lasts at least as long as the
-/// operation has already waited past its grace (its overdue time doubles at every look), up to
-/// the back-off's longest step (`policy.unknown_backoff_max`, 1 h by default), and the queue's
-/// drain time bounds it from below (at most [`QueueBacklog::LONGEST_WAIT`]). A queue that stays
-/// a little behind for hours (a sale at Stripe's limit, its backlog worked through in seconds
-/// but never under the environments' capacity) so costs a waiting operation a few writes an
-/// hour, not one a tick. A lost message is recovered at its first look after the queue catches
-/// up: at most the back-off's longest step after (or its drain time, if longer). `None` (not
-/// behind, or the queue could not say): re-enqueue now. An attempted operation is never held
-/// back: its re-drive's timing is the key window's.
+/// One full wait is enough for a queue that holds less than the grace's work: what it held at
+/// the first look (the operation's message among it, if it was sent) has been worked through by
+/// the second, and a queue that shallow delivers what it takes in within the grace. So an
+/// operation looked at before (its record written since checkout's put: `updated_at` past
+/// `created_at`) is re-enqueued then, however long the queue stays a little behind (a sale at
+/// Stripe's limit: seconds of work, but always more than the environments take at once). A
+/// lost send, or a crashed invocation's message held for the visibility timeout, is so re-sent
+/// one look after its grace, not once an hour until the sale ends (each look a write). Its
+/// first look still waits: the tail of a burst is a queue that shrinks under the grace's work
+/// while messages sent at its peak are still in it, and re-sending each of those would double
+/// what is left.
+///
+/// A queue deeper than the grace is waited for as long as it stays so, and the waits lengthen
+/// as they repeat: one lasts at least as long as the operation has already waited past its
+/// grace (its overdue time doubles at every look), up to the back-off's longest step
+/// (`policy.unknown_backoff_max`, 1 h by default), and the queue's drain time bounds it from
+/// below (at most [`QueueBacklog::LONGEST_WAIT`]): about one write an hour, not one a tick. A
+/// lost message is recovered at its first look after the queue catches up: at most the
+/// back-off's longest step after (or its drain time, if longer). `None` (not behind, or the
+/// queue could not say): re-enqueue now. An attempted operation is never held back: its
+/// re-drive's timing is the key window's.
 pub fn wait_for_queue(
     op: &Operation,
     now: Timestamp,
     backlog: Option<&QueueBacklog>,
     policy: &Policy,
 ) -> Option<Timestamp> {
-    let backlog = backlog.filter(|b| b.is_behind())?;
+    let looked_at_before = op.updated_at > op.created_at;
+    let backlog = backlog.filter(|b| {
+        b.is_behind() && (!looked_at_before || b.drain_time() > policy.pending_grace)
+    })?;
     if op.first_attempted_at.is_some() {
         return None;
     }

@@ -33,6 +33,14 @@ fn op() -> Operation {
     order("order-plan").build()
 }
 
+/// Never attempted, its record written last at `at` (a reconciler's wait for the queue).
+fn looked_at(at: Timestamp) -> Operation {
+    Operation {
+        updated_at: at,
+        ..op()
+    }
+}
+
 fn attempted(first: Timestamp) -> Operation {
     Operation {
         status: OperationStatus::Unknown,
@@ -218,7 +226,7 @@ fn wait_for_queue_table() {
     };
     let queue = |visible, in_flight| Some(throughput.with_depth(QueueDepth { visible, in_flight }));
     let secs = Duration::from_secs;
-    let cases: [WaitRow; 12] = [
+    let cases: [WaitRow; 18] = [
         Row {
             says: "11,800 waiting and 200 in flight at 20/s, 5 min overdue: looked at again \
                    once they are worked through, in 600 s",
@@ -279,8 +287,8 @@ fn wait_for_queue_table() {
             then: Some(now.plus(QueueBacklog::LONGEST_WAIT)),
         },
         Row {
-            says: "a queue a little behind (760 at 20/s: 39 s), just past the grace: the \
-                   queue's drain time",
+            says: "a queue a little behind (760 at 20/s: 38 s), just past the grace, first \
+                   look: the queue's drain time",
             found: op(),
             input: queue(500, 260),
             now: T0.plus(5 * MIN).plus(secs(1)),
@@ -325,6 +333,64 @@ fn wait_for_queue_table() {
             now: T0.plus(5 * MIN).plus(HOUR),
             next: (),
             then: None,
+        },
+        // One full wait under a queue holding less than the grace's work: an operation looked
+        // at before (written since checkout) is re-enqueued; one deeper than the grace is still
+        // waited for, its waits lengthening.
+        Row {
+            says: "the same queue at the next look (38 s of work, under the 300 s grace): \
+                   what it held at the first look is worked through, re-enqueued now",
+            found: looked_at(T0.plus(5 * MIN).plus(secs(1))),
+            input: queue(500, 260),
+            now,
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "the same queue a day past the grace, looked at before: re-enqueued now, \
+                   not looked at hourly",
+            found: looked_at(T0.plus(5 * MIN).plus(23 * HOUR)),
+            input: queue(500, 260),
+            now: T0.plus(5 * MIN).plus(24 * HOUR),
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "looked at before, exactly the grace's work (6,000 at 20/s: 300 s): \
+                   re-enqueued now",
+            found: looked_at(T0.plus(6 * MIN)),
+            input: queue(5_800, 200),
+            now,
+            next: (),
+            then: None,
+        },
+        Row {
+            says: "looked at before, a second more than the grace's work (6,020 at 20/s: \
+                   301 s): still waited for",
+            found: looked_at(T0.plus(6 * MIN)),
+            input: queue(5_820, 200),
+            now,
+            next: (),
+            then: Some(now.plus(secs(301))),
+        },
+        Row {
+            says: "a queue deeper than the grace (9,260 at 20/s: 463 s) an hour past the \
+                   grace, looked at before: the wait is as long as the wait so far (the \
+                   overdue time doubles), not one tick",
+            found: looked_at(T0.plus(6 * MIN)),
+            input: queue(9_000, 260),
+            now: T0.plus(5 * MIN).plus(HOUR),
+            next: (),
+            then: Some(T0.plus(5 * MIN).plus(2 * HOUR)),
+        },
+        Row {
+            says: "the same queue a day past the grace, looked at before: at most the \
+                   back-off's longest step (1 h)",
+            found: looked_at(T0.plus(5 * MIN).plus(23 * HOUR)),
+            input: queue(9_000, 260),
+            now: T0.plus(5 * MIN).plus(24 * HOUR),
+            next: (),
+            then: Some(T0.plus(5 * MIN).plus(25 * HOUR)),
         },
     ];
     spec::holds(&cases, |found, queue, now| {

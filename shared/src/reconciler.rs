@@ -4,7 +4,8 @@
 //! each decides with [`plan()`]:
 //! - `pending`, never attempted, past the grace period → **re-enqueue** (the SendMessage after the
 //!   checkout's PutItem was lost), unless the queue is behind ([`wait_for_queue`]: more messages
-//!   waiting than the charge environments take at once, read once a tick when one is due): then
+//!   waiting than the charge environments take at once, read once a tick when one is due; at a
+//!   later look, also more work than the grace): then
 //!   its message is most likely still waiting there, and the operation is due again once the
 //!   charge path has worked through the queue (and no sooner than it has already waited, up to an
 //!   hour: a wait is a write), nothing sent;
@@ -666,6 +667,42 @@ mod tests {
             stored.next_due_at,
             Some(now.plus(Duration::from_secs_f64(2_220.0 / 22.0)))
         );
+    }
+
+    /// The same queue at the operation's next look (its record written by the first one's wait):
+    /// 2,220 is 101 s of work, less than the 300 s grace, so what the queue held at the first
+    /// look has been worked through. Its message was lost: re-enqueued now, not waited for again.
+    #[tokio::test]
+    async fn a_pending_operation_waited_for_once_is_reenqueued_when_the_queue_holds_less_than_its_grace(
+    ) {
+        let (store, op) = stored().await;
+        let store = Arc::new(store);
+        let first_look = op.created_at.plus(Duration::from_secs(301));
+        let waited = store
+            .reschedule(&Reschedule::wait(
+                &op,
+                first_look.plus(Duration::from_secs(101)),
+                first_look,
+            ))
+            .await
+            .unwrap();
+        assert!(matches!(waited, Recorded::Written(_)), "{waited:?}");
+        let queue = Arc::new(Queue {
+            depth: Some(QueueDepth {
+                visible: 2_200,
+                in_flight: 20,
+            }),
+            ..Queue::default()
+        });
+        let now = first_look.plus(Duration::from_secs(300));
+        let report = tick_with(store.clone(), queue.clone(), now).await;
+        assert_eq!(
+            (report.waited_for_queue, report.reenqueued),
+            (0, 1),
+            "{report:?}"
+        );
+        assert_eq!(queue.sent.lock().unwrap().len(), 1);
+        assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
     }
 
     /// The twin: the same operation with no more waiting than the environments take at once lost

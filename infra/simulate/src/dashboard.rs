@@ -175,54 +175,61 @@ fn bucketed(
     b.into_iter().map(|(k, v)| (k, v * scale)).collect()
 }
 
+/// The dashboard's SVG, in parts (see its first lines).
+const TEMPLATE: &str = include_str!("../templates/dashboard.svg");
+
+/// The part `part` of [`TEMPLATE`] with each `{{key}}` replaced by its value in `values`; a key
+/// without one stays as it is (the test finds none).
+fn fill(part: &str, values: &[(&str, &dyn std::fmt::Display)]) -> String {
+    let marker = format!("<!-- part: {part} -->\n");
+    let text = TEMPLATE.split_once(marker.as_str()).map_or("", |(_, r)| r);
+    let mut rest = &text[..text.find("<!-- part: ").unwrap_or(text.len())];
+    let mut out = String::new();
+    while let Some((before, (key, after))) = rest
+        .split_once("{{")
+        .and_then(|(b, a)| Some((b, a.split_once("}}")?)))
+    {
+        out.push_str(before);
+        match values.iter().find(|(k, _)| *k == key) {
+            Some((_, v)) => write!(out, "{v}"),
+            None => write!(out, "{{{{{key}}}}}"),
+        }
+        .unwrap_or_default();
+        rest = after;
+    }
+    out + rest
+}
+
 /// Draws the widgets from the tape over `[start, end]` (virtual ms) as one SVG.
 pub fn render(widgets: &[Value], tape: &MetricsTape, start: i64, end: i64, title: &str) -> String {
-    const W: f64 = 600.0;
-    const H: f64 = 270.0;
     let span = (end - start).max(60_000);
-    let rows = widgets.len().div_ceil(2);
-    let total_h = 50.0 + rows as f64 * (H + 20.0);
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{total_h}" font-family="sans-serif" font-size="11">"#,
-        2.0 * W + 30.0
-    );
-    let _ = writeln!(
-        svg,
-        r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="10" y="24" font-size="15" font-weight="bold">{}</text>"#,
-        esc(title)
+    let height = 50 + widgets.len().div_ceil(2) * 290;
+    let mut svg = fill(
+        "svg",
+        &[
+            ("width", &1230),
+            ("height", &height),
+            ("title", &esc(title)),
+        ],
     );
     for (i, w) in widgets.iter().enumerate() {
-        let x0 = 10.0 + (i % 2) as f64 * (W + 10.0);
-        let y0 = 40.0 + (i / 2) as f64 * (H + 20.0);
-        panel(&mut svg, w, tape, start, span, x0, y0, W, H);
+        let at = (10 + (i % 2) * 610, 40 + (i / 2) * 290);
+        let (drawn, not_simulated) = series(&w["properties"], tape, start, span);
+        svg += &panel(&w["properties"], &drawn, &not_simulated, start, span, at);
     }
-    svg.push_str("</svg>\n");
-    svg
+    svg + "</svg>\n"
 }
+
+/// A panel's plot area in it (x, y, width, height): the template's.
+const PLOT: (f64, f64, f64, f64) = (55.0, 28.0, 490.0, 175.0);
 
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
-#[allow(clippy::too_many_arguments)]
-fn panel(
-    svg: &mut String,
-    w: &Value,
-    tape: &MetricsTape,
-    start: i64,
-    span: i64,
-    x0: f64,
-    y0: f64,
-    width: f64,
-    height: f64,
-) {
-    let p = &w["properties"];
+/// A widget's series (`p`: its properties) as the tape has them over `span` ms from `start`,
+/// and the labels of those that are SQS's own (not simulated).
+fn series(p: &Value, tape: &MetricsTape, start: i64, span: i64) -> (Vec<Drawn>, Vec<String>) {
     let period_ms = p["period"].as_i64().unwrap_or(300) * 1000;
     let widget_stat = p["stat"].as_str().unwrap_or("Maximum");
     // About 150 buckets across the run, each a whole number of the widget's periods.
@@ -335,6 +342,19 @@ fn panel(
             });
         }
     }
+    (drawn, not_simulated)
+}
+
+/// A widget's panel (`p`: its properties) at `at` on the page: its frame, title, axes, the
+/// horizontal annotations, the series and their legend.
+fn panel(
+    p: &Value,
+    drawn: &[Drawn],
+    not_simulated: &[String],
+    start: i64,
+    span: i64,
+    at: (usize, usize),
+) -> String {
     let annotations: Vec<(f64, String)> = p["annotations"]["horizontal"]
         .as_array()
         .into_iter()
@@ -346,23 +366,6 @@ fn panel(
             ))
         })
         .collect();
-    // The frame, the title, the plot area.
-    let (px, py, pw, ph) = (x0 + 55.0, y0 + 28.0, width - 110.0, height - 95.0);
-    let _ = writeln!(
-        svg,
-        r##"<rect x="{x0}" y="{y0}" width="{width}" height="{height}" fill="#fafafa" stroke="#cccccc"/>"##
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" font-weight="bold">{}</text>"#,
-        x0 + 8.0,
-        y0 + 16.0,
-        esc(p["title"].as_str().unwrap_or(""))
-    );
-    let _ = writeln!(
-        svg,
-        r##"<rect x="{px}" y="{py}" width="{pw}" height="{ph}" fill="#ffffff" stroke="#999999"/>"##
-    );
     let axis_max = |right: bool| -> f64 {
         let m = drawn
             .iter()
@@ -377,135 +380,93 @@ fn panel(
         }
     };
     let (left_max, right_max) = (axis_max(false), axis_max(true));
+    let (px, py, pw, ph) = PLOT;
     let x_of = |t: i64| px + pw * (t - start) as f64 / span as f64;
     let y_of = |v: f64, right: bool| py + ph - ph * v / if right { right_max } else { left_max };
-    // Axes: units, the scale's top, hours into the run.
-    let label = |side: &str| p["yAxis"][side]["label"].as_str().unwrap_or("").to_owned();
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
-        px - 4.0,
-        py + 8.0,
-        short(left_max / 1.1)
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="end">0</text>"#,
-        px - 4.0,
-        py + ph
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text transform="translate({},{}) rotate(-90)" text-anchor="middle">{}</text>"#,
-        x0 + 14.0,
-        py + ph / 2.0,
-        esc(&label("left"))
+    let label = |side: &str| esc(p["yAxis"][side]["label"].as_str().unwrap_or(""));
+    // Hours into the run at each quarter.
+    let hour = |k: f64| format!("{:.0}", span as f64 / 3_600_000.0 * k / 4.0);
+    let mut svg = fill(
+        "panel",
+        &[
+            ("x0", &at.0),
+            ("y0", &at.1),
+            ("title", &esc(p["title"].as_str().unwrap_or(""))),
+            ("left_max", &short(left_max / 1.1)),
+            ("left_label", &label("left")),
+            ("h1", &hour(1.0)),
+            ("h2", &hour(2.0)),
+            ("h3", &hour(3.0)),
+            ("h4", &hour(4.0)),
+        ],
     );
     if drawn.iter().any(|d| d.right) {
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}">{}</text>"#,
-            px + pw + 4.0,
-            py + 8.0,
-            short(right_max / 1.1)
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text transform="translate({},{}) rotate(90)" text-anchor="middle">{}</text>"#,
-            x0 + width - 14.0,
-            py + ph / 2.0,
-            esc(&label("right"))
+        let right_max = short(right_max / 1.1);
+        svg += &fill(
+            "right-axis",
+            &[("right_max", &right_max), ("label", &label("right"))],
         );
     }
-    let hours = span as f64 / 3_600_000.0;
-    for k in 0..=4 {
-        let f = k as f64 / 4.0;
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="middle">{:.0} h</text>"#,
-            px + pw * f,
-            py + ph + 13.0,
-            hours * f
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="{}" text-anchor="middle">virtual hours into the run</text>"#,
-        px + pw / 2.0,
-        py + ph + 26.0
-    );
     for (v, l) in &annotations {
         let y = y_of(*v, false);
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{px}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#d62728" stroke-dasharray="4 3"/>"##,
-            px + pw
-        );
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="{:.1}" fill="#d62728" text-anchor="end">{}</text>"##,
-            px + pw - 4.0,
-            y - 3.0,
-            esc(l)
+        let (y, text_y) = (format!("{y:.1}"), format!("{:.1}", y - 3.0));
+        svg += &fill(
+            "annotation",
+            &[("y", &y), ("text_y", &text_y), ("label", &esc(l))],
         );
     }
-    let mut legend_x = x0 + 8.0;
-    let mut legend_y = y0 + height - 28.0;
+    let (mut legend_x, mut legend_y) = (8.0, 242.0);
     for (i, d) in drawn.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
+        let xy = |(t, v): &(i64, f64)| {
+            (
+                format!("{:.1}", x_of(*t)),
+                format!("{:.1}", y_of(*v, d.right)),
+            )
+        };
         if !d.points.is_empty() {
-            let pts: Vec<String> = d
+            let points: Vec<String> = d
                 .points
                 .iter()
-                .map(|(t, v)| format!("{:.1},{:.1}", x_of(*t), y_of(*v, d.right)))
+                .map(xy)
+                .map(|(x, y)| format!("{x},{y}"))
                 .collect();
-            let _ = writeln!(
-                svg,
-                r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
-                pts.join(" ")
+            svg += &fill(
+                "line",
+                &[("colour", &colour), ("points", &points.join(" "))],
             );
             // A series with few points (the daily audit's) shows each point.
-            if d.points.len() <= 40 {
-                for (t, v) in &d.points {
-                    let _ = writeln!(
-                        svg,
-                        r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{colour}"/>"#,
-                        x_of(*t),
-                        y_of(*v, d.right)
-                    );
-                }
+            for (x, y) in d.points.iter().filter(|_| d.points.len() <= 40).map(xy) {
+                svg += &fill("point", &[("x", &x), ("y", &y), ("colour", &colour)]);
             }
         }
-        let text = format!(
-            "{}{}{}",
-            d.label,
-            if d.right { " (right)" } else { "" },
-            if d.points.is_empty() { ": no data" } else { "" }
-        );
+        let right = if d.right { " (right)" } else { "" };
+        let no_data = if d.points.is_empty() { ": no data" } else { "" };
+        let text = format!("{}{right}{no_data}", d.label);
         let step = 14.0 + 6.0 * text.len() as f64;
-        if legend_x + step > x0 + width {
-            legend_x = x0 + 8.0;
-            legend_y += 12.0;
+        if legend_x + step > 600.0 {
+            (legend_x, legend_y) = (8.0, legend_y + 12.0);
         }
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{legend_x}" y="{}" width="10" height="3" fill="{colour}"/><text x="{}" y="{}">{}</text>"#,
-            legend_y - 4.0,
-            legend_x + 13.0,
-            legend_y,
-            esc(&text)
+        svg += &fill(
+            "legend",
+            &[
+                ("x", &legend_x),
+                ("rect_y", &(legend_y - 4.0)),
+                ("colour", &colour),
+                ("text_x", &(legend_x + 13.0)),
+                ("y", &legend_y),
+                ("text", &esc(&text)),
+            ],
         );
         legend_x += step;
     }
     if !not_simulated.is_empty() {
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="{}" fill="#666666">{}: SQS's own metric, not simulated</text>"##,
-            px + 6.0,
-            py + 14.0,
-            esc(&not_simulated.join(", "))
+        svg += &fill(
+            "not-simulated",
+            &[("names", &esc(&not_simulated.join(", ")))],
         );
     }
+    svg + &fill("end", &[])
 }
 
 fn short(v: f64) -> String {
@@ -573,5 +534,6 @@ mod tests {
         assert!(svg.contains("status_differs<"));
         assert!(svg.contains("no data"));
         assert!(svg.contains("SQS's own metric, not simulated"));
+        assert!(!svg.contains("{{"), "a template key without a value");
     }
 }

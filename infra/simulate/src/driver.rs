@@ -140,6 +140,11 @@ pub struct LoopCounts {
     /// charge function and by the reconciler's ticks.
     pub pages_charge: AtomicU64,
     pub pages_reconciler: AtomicU64,
+    /// Never-attempted operations the reconciler left to a queue that is behind (each a write),
+    /// those it sent again, and the deepest queue (visible messages) a tick read.
+    pub waited_for_queue: AtomicU64,
+    pub reenqueued: AtomicU64,
+    pub deepest_queue: AtomicU64,
 }
 
 /// The charge function's metrics sink: its EMF lines' `ReturnedSoon` and `LeftToReconciler`,
@@ -503,7 +508,17 @@ impl Pipeline {
             reconciler::handler::handle(&function, LambdaEvent::new(event, Context::default()))
                 .await;
         match result {
-            Ok(_) => {
+            Ok(answer) => {
+                let field = |name: &str| answer[name].as_u64().unwrap_or(0);
+                counts
+                    .waited_for_queue
+                    .fetch_add(field("waited_for_queue"), Ordering::Relaxed);
+                counts
+                    .reenqueued
+                    .fetch_add(field("reenqueued"), Ordering::Relaxed);
+                counts
+                    .deepest_queue
+                    .fetch_max(field("queue_visible"), Ordering::Relaxed);
                 if let Some(tape) = &self.tape {
                     for line in metrics.lines() {
                         tape.record(&line);
@@ -919,6 +934,15 @@ pub fn count_map(counts: &LoopCounts) -> BTreeMap<&'static str, u64> {
         (
             "left_to_reconciler",
             counts.left_to_reconciler.load(Ordering::Relaxed),
+        ),
+        (
+            "waited_for_queue",
+            counts.waited_for_queue.load(Ordering::Relaxed),
+        ),
+        ("reenqueued", counts.reenqueued.load(Ordering::Relaxed)),
+        (
+            "deepest_queue",
+            counts.deepest_queue.load(Ordering::Relaxed),
         ),
     ])
 }

@@ -109,11 +109,12 @@ fn the_fault_simulation_runs_the_paced_charge_path() {
     }
     // Half of all Stripe calls refused: messages reach the receive limit in seconds, and are
     // left to the reconciler there rather than paging through the DLQ; every order still settles.
-    // On seed 1 a refund fails at Stripe after it succeeded, and each event saying so meets
+    // On seed 6 a refund fails at Stripe after it succeeded, and each event saying so meets
     // refusals on all three invocations and goes to the events DLQ: the record stays
     // `succeeded`, counted for a person's replay, and the drift audit reports it (an invariant:
-    // a late failure it missed breaks the run).
-    let mut a = args(2_000, 1, Backend::Memory);
+    // a late failure it missed breaks the run). (Seed 1 had one until the reconciler's one full
+    // wait for a queue a little behind moved its trace; seeds 1 to 5 have none now.)
+    let mut a = args(2_000, 6, Backend::Memory);
     a.faults = vec![(Kind::RateLimit, 0.5)];
     let r = rt.block_on(simulate(&a)).unwrap();
     assert!(r.invariants_hold, "{}", r.render());
@@ -159,13 +160,17 @@ fn the_default_run_is_pinned() {
     );
 }
 
-// Last moved by the reconciler's waits for a queue that is behind (`wait_for_queue`): a
-// never-attempted operation waits at least as long as it has already waited past its grace (up to
-// the back-off's 1 h), where it was looked at again at every tick while the queue read as behind.
-// Seed 1: ~960 fewer table writes over the run (dynamodb_writes 9.47 -> 8.99 per charge), the
-// faults and decisions after the first such wait shift; every invariant still 0.
-const PINNED_SEED_1: &str = "00927aa116a21255";
-const PINNED_SEED_2: &str = "78e3de6c86f070ae";
+// Last moved by one full wait being enough under a queue that holds less than the grace's work
+// (`wait_for_queue`): the run's queue is a little behind for most of its arrivals (at most ~390
+// visible, under 20 s of work at the budget, against the 300 s grace), so a never-attempted
+// operation past its grace (a dropped send, or a crashed invocation's message held for the 30-min
+// visibility timeout) waits once and is re-sent at its next look, where it was looked at about
+// once an hour until the queue caught up. Seed 1: 691 waits for the queue -> 205, re-enqueues
+// 160 -> 479 (sqs_sends 2.50 -> 2.63 per charge, dynamodb_writes 8.99 -> 9.01), the faults and
+// decisions after the first such look shift (succeeded 1584 -> 1579); every invariant still 0.
+// Before that, by the waits lengthening as they repeat: 00927aa116a21255 and 78e3de6c86f070ae.
+const PINNED_SEED_1: &str = "c6b45b8c800bd242";
+const PINNED_SEED_2: &str = "f9f0f6fe5d0c5478";
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {
