@@ -10,13 +10,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use charge_core::audit::*;
-use charge_core::domain::{
-    Amount, OperationId, PaymentIntentId, Principal, RefundId, StripeRefundId,
-};
+use charge_core::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
 use charge_core::operation::Operation;
 use charge_core::operation::OperationStatus::{self, Failed, Succeeded, Unknown};
 use charge_core::outcome::{PaymentIntent, PaymentIntentStatus};
-use charge_core::refund::{reserve, RefundRequest, RefundStatus, StripeRefund};
+use charge_core::refund::{RefundStatus, StripeRefund};
 use charge_core::testing::{order, T0};
 use charge_core::time::Timestamp;
 use spec::Row;
@@ -72,20 +70,7 @@ fn refund(
     status: OperationStatus,
     re: Option<&str>,
 ) -> Operation {
-    let request = RefundRequest {
-        amount: Some(Amount::new(amount).unwrap()),
-        reason: None,
-    };
-    let (params, _) = reserve(charge, &request, T0).unwrap();
-    let mut op = Operation::new_refund(
-        charge.order_id.clone(),
-        RefundId::parse(id).unwrap(),
-        &request,
-        params,
-        Principal::jwt("support").unwrap(),
-        T0,
-        Duration::from_secs(300),
-    );
+    let mut op = spec::refund_of(charge, id, amount);
     op.status = status;
     op.params.refund_state_mut().unwrap().stripe_refund_id =
         re.map(|r| StripeRefundId::parse(r).unwrap());

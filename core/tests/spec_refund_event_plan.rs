@@ -8,14 +8,14 @@ mod spec;
 use std::time::Duration;
 
 use charge_core::charge::event_plan::{EventMismatch, Ignored};
-use charge_core::domain::{Amount, Principal, RefundId, StripeRefundId};
+use charge_core::domain::StripeRefundId;
 use charge_core::operation::OperationStatus::{self, Failed, Pending, Succeeded, Unknown};
 use charge_core::operation::{Operation, Review};
 use charge_core::refund::event_plan::{
     decide, fail_later, needs_no_check, EventRefund, RefundEventAction, SECOND_REFUND,
 };
-use charge_core::refund::{reserve, RefundRequest, RefundStatus, StripeRefund};
-use charge_core::testing::{order, T0};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::testing::T0;
 use spec::Row;
 
 /// (the refund as read, the event and Stripe's answer) → what the event may do.
@@ -53,26 +53,7 @@ fn re(id: &str) -> StripeRefundId {
 /// A refund of 400 of a 1000 usd charge (`pi_r`), in `status`, with `re_1` recorded if
 /// `recorded`.
 fn refund_op(status: OperationStatus, recorded: Option<&str>) -> Operation {
-    let mut charge = order("ord-ev")
-        .amount(1000)
-        .status(Succeeded)
-        .external_id("pi_r")
-        .build();
-    charge.next_due_at = None;
-    let request = RefundRequest {
-        amount: Some(Amount::new(400).unwrap()),
-        reason: None,
-    };
-    let (params, _) = reserve(&charge, &request, T0).unwrap();
-    let mut op = Operation::new_refund(
-        charge.order_id.clone(),
-        RefundId::parse("r-1").unwrap(),
-        &request,
-        params,
-        Principal::jwt("support").unwrap(),
-        T0,
-        Duration::from_secs(300),
-    );
+    let mut op = spec::refund_of(&spec::paid_charge("ord-ev"), "r-1", 400);
     op.status = status;
     op.params.refund_state_mut().unwrap().stripe_refund_id = recorded.map(re);
     if status.is_settled() {

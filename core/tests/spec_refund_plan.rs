@@ -8,7 +8,7 @@ mod spec;
 
 use std::time::Duration;
 
-use charge_core::domain::{Amount, Principal, RefundId, StripeRefundId};
+use charge_core::domain::StripeRefundId;
 use charge_core::operation::Operation;
 use charge_core::operation::OperationStatus::{self, Failed, Pending, Succeeded, Unknown};
 use charge_core::outcome::{GatewayError, RetryCause};
@@ -17,8 +17,8 @@ use charge_core::refund::plan::{
     after_create, after_list, after_retrieve, confirm_by_hand, next_step, operator_step,
     OperatorRead, RefundDecision, RefundStep,
 };
-use charge_core::refund::{reserve, RefundRequest, RefundStatus, StripeRefund};
-use charge_core::testing::{order, T0};
+use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::testing::T0;
 use charge_core::time::Timestamp;
 use spec::Row;
 
@@ -68,26 +68,7 @@ enum Verdict {
 
 /// A refund of 400 of a 1000 usd charge (`pi_r`), claimed at T0 (its first attempt).
 fn claimed() -> Operation {
-    let mut charge = order("ord-rp")
-        .amount(1000)
-        .status(Succeeded)
-        .external_id("pi_r")
-        .build();
-    charge.next_due_at = None;
-    let request = RefundRequest {
-        amount: Some(Amount::new(400).unwrap()),
-        reason: None,
-    };
-    let (params, _) = reserve(&charge, &request, T0).unwrap();
-    let mut op = Operation::new_refund(
-        charge.order_id.clone(),
-        RefundId::parse("r-1").unwrap(),
-        &request,
-        params,
-        Principal::jwt("support").unwrap(),
-        T0,
-        Duration::from_secs(300),
-    );
+    let mut op = spec::refund_of(&spec::paid_charge("ord-rp"), "r-1", 400);
     op.attempts = 1;
     op.first_attempted_at = Some(T0);
     op

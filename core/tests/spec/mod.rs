@@ -95,3 +95,40 @@ impl Drop for Naming {
         }
     }
 }
+
+/// A charge of 1000 usd of `order`, paid (`pi_r`), settled: what a refund is asked of.
+pub fn paid_charge(order: &str) -> charge_core::operation::Operation {
+    let mut charge = charge_core::testing::order(order)
+        .amount(1000)
+        .status(charge_core::operation::OperationStatus::Succeeded)
+        .external_id("pi_r")
+        .build();
+    charge.next_due_at = None;
+    charge
+}
+
+/// A refund `id` of `amount` of `charge`, as the door makes it at T0 (reserved, asked by
+/// `support`), `pending`.
+pub fn refund_of(
+    charge: &charge_core::operation::Operation,
+    id: &str,
+    amount: i64,
+) -> charge_core::operation::Operation {
+    use charge_core::domain::{Amount, Principal, RefundId};
+    use charge_core::refund::{reserve, RefundRequest};
+    use charge_core::testing::T0;
+    let request = RefundRequest {
+        amount: Some(Amount::new(amount).unwrap()),
+        reason: None,
+    };
+    let (params, _) = reserve(charge, &request, T0).unwrap();
+    charge_core::operation::Operation::new_refund(
+        charge.order_id.clone(),
+        RefundId::parse(id).unwrap(),
+        &request,
+        params,
+        Principal::jwt("support").unwrap(),
+        T0,
+        std::time::Duration::from_secs(300),
+    )
+}
