@@ -392,7 +392,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
 /// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
 mod taking {
     use charge_core::charge::state::Taker;
-    use charge_core::domain::{CaptureMethod, CaptureParams};
+    use charge_core::{domain::CaptureMethod, take::CaptureParams};
 
     use super::*;
 

@@ -15,13 +15,17 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::charge::state::{ChargeState, Taker};
-use crate::domain::{
-    Amount, CancelParams, CaptureMethod, CaptureParams, ChargeParams, Currency, Fingerprint,
-    IdempotencyKey, OperationId, OperationKind, OrderId, PaymentIntentId, Principal, RefundId,
-    RefundParams, RefundRequest, StripeRefundId, ValidationError,
-};
 use crate::refund::state::RefundState;
 use crate::time::Timestamp;
+use crate::{
+    domain::{
+        Amount, CaptureMethod, ChargeParams, Currency, Fingerprint, IdempotencyKey, OperationId,
+        OperationKind, OrderId, PaymentIntentId, Principal, RefundId, StripeRefundId,
+        ValidationError,
+    },
+    refund::{RefundParams, RefundRequest},
+    take::{CancelParams, CaptureParams},
+};
 
 /// Where an operation stands.
 ///

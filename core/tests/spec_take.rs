@@ -8,14 +8,15 @@ mod spec;
 use std::time::Duration;
 
 use charge_core::charge::state::Taker;
-use charge_core::domain::{
-    Amount, CancelRequest, CaptureRequest, OperationId, OperationKind, PaymentIntentId, RefundId,
-};
 use charge_core::operation::{Lease, LeaseToken, Operation, OperationStatus};
 use charge_core::store::TakeFrom;
 use charge_core::store_rules::{apply, Guard};
 use charge_core::take::{take, TakeRefusal, TakeRequest};
 use charge_core::testing::{order, T0};
+use charge_core::{
+    domain::{Amount, OperationId, OperationKind, PaymentIntentId, RefundId},
+    take::{CancelRequest, CaptureRequest},
+};
 use spec::Row;
 
 /// (the charge as read, the capture or cancel asked) → where it takes the charge from, or the

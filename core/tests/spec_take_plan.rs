@@ -9,9 +9,6 @@ mod spec;
 use std::time::Duration;
 
 use charge_core::charge::state::Taker;
-use charge_core::domain::{
-    Amount, CancelRequest, CaptureRequest, OperationId, PaymentIntentId, Principal,
-};
 use charge_core::operation::Operation;
 use charge_core::operation::OperationStatus::{
     self, Authorized, Failed, Pending, Succeeded, Unknown,
@@ -22,6 +19,10 @@ use charge_core::store::AuthorizationOutcome;
 use charge_core::take::plan::{after_act, after_retrieve, next_step, TakeDecision, TakeStep};
 use charge_core::take::{take, TakeRequest};
 use charge_core::testing::{order, T0};
+use charge_core::{
+    domain::{Amount, OperationId, PaymentIntentId, Principal},
+    take::{CancelRequest, CaptureRequest},
+};
 use spec::Row;
 
 /// (the capture or cancel as claimed, Stripe's answers to the calls made) → the status recorded

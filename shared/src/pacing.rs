@@ -513,8 +513,8 @@ mod tests {
     /// refused for the budget never reaches Stripe.
     #[tokio::test]
     async fn a_cancel_takes_a_slot_of_the_same_budget() {
-        use charge_core::domain::CancellationReason;
         use charge_core::domain::OperationId;
+        use charge_core::take::CancellationReason;
         let (b, _clock) = budget(10.0, 1);
         let fake = Arc::new(crate::memory::FakeGateway::new());
         let paced = PacedGateway::new(fake.clone(), Arc::new(b), None, Duration::ZERO);

@@ -15,11 +15,12 @@ use std::time::Duration;
 use charge_core::audit::AuditWindow;
 use charge_core::charge::state::Taker;
 use charge_core::domain::RefundId;
-use charge_core::domain::{
-    CancelParams, CancelRequest, CaptureMethod, CaptureParams, CaptureRequest,
-};
 use charge_core::operation::AuditEntry;
 use charge_core::store::OperatorGuard;
+use charge_core::{
+    domain::CaptureMethod,
+    take::{CancelParams, CancelRequest, CaptureParams, CaptureRequest},
+};
 use charge_core::{
     store::{
         AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord,

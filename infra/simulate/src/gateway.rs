@@ -556,10 +556,10 @@ impl CreatedLists for ClockSynced {
 
 #[cfg(test)]
 mod tests {
-    use charge_core::domain::{Amount, CancellationReason};
     use charge_core::outcome::PaymentIntentStatus;
     use charge_core::refund::RefundStatus;
     use charge_core::testing::order;
+    use charge_core::{domain::Amount, take::CancellationReason};
     use charge_once::testing::refund_create;
     use stripe_sim::{FaultConfig, FaultKind, SimConfig};
 

@@ -77,7 +77,7 @@ impl CancelPaymentIntent {
     }
 }
 
-use charge_core::domain::CancellationReason;
+use charge_core::take::CancellationReason;
 
 /// A capture request (`POST /v1/payment_intents/{id}/capture`): the capture operation's amount of
 /// its charge's intent, under the capture key (`capture-op:<operation_id>`), the same on every

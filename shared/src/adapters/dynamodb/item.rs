@@ -38,17 +38,19 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::audit::AuditReport;
 use charge_core::charge::state::{ChargeState, Taker};
-use charge_core::domain::{
-    Amount, CancelParams, CancellationReason, CaptureMethod, CaptureParams, ChargeParams, Currency,
-    CustomerId, Fingerprint, OperationId, OperationKind, OrderId, PaymentIntentId, PaymentMethodId,
-    Principal, StripeRefundId,
-};
 use charge_core::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
 use charge_core::refund::state::RefundState;
 use charge_core::refund::{RefundParams, RefundReason};
 use charge_core::time::Timestamp;
+use charge_core::{
+    domain::{
+        Amount, CaptureMethod, ChargeParams, Currency, CustomerId, Fingerprint, OperationId,
+        OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, StripeRefundId,
+    },
+    take::{CancelParams, CancellationReason, CaptureParams},
+};
 
 use super::paging::IndexPosition;
 use super::schema::{

@@ -141,9 +141,12 @@ mod tests {
     use std::sync::Arc;
 
     use charge_core::domain::PaymentIntentId;
-    use charge_core::domain::{Amount, CancellationReason, CaptureMethod, OperationId};
     use charge_core::testing::order;
     use charge_core::time::ManualClock;
+    use charge_core::{
+        domain::{Amount, CaptureMethod, OperationId},
+        take::CancellationReason,
+    };
 
     use super::*;
     use crate::testing::refund_create;
