@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-functions=(checkout charge reconciler notify webhook audit)
+functions=(checkout charge reconciler notify events audit)
 one_version=(hyper h2 http rustls rustls-webpki hyper-rustls tokio-rustls ring)
 forbidden=(aws-lc-rs aws-lc-sys openssl-sys native-tls reqwest)
 targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
