@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::dynamodb::Event as StreamEvent;
-use charge_core::refund::{self, RefundRequest};
+use charge_core::refund::{self, request::RefundRequest};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{operation::OperationStatus, time::Clock as _};
 use charge_once::adapters::dynamodb::item::operation_to_item;

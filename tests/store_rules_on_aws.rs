@@ -342,7 +342,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
             charge_core::domain::RefundId::parse("r-1").unwrap(),
         );
         op.params = charge_core::operation::Params::Refund(
-            charge_core::refund::RefundParams {
+            charge_core::refund::request::RefundParams {
                 amount: charge_core::domain::Amount::new(500).unwrap(),
                 currency: charge_core::domain::Currency::parse("usd").unwrap(),
                 payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
@@ -392,7 +392,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
 /// by a capture, taken by a cancel; a charge never sent, one claimed, one failed; a capture.
 mod taking {
     use charge_core::charge::state::Taker;
-    use charge_core::{domain::CaptureMethod, take::CaptureParams};
+    use charge_core::{domain::CaptureMethod, take::request::CaptureParams};
 
     use super::*;
 

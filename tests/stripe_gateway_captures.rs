@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use charge_core::{domain::CaptureMethod, take::CancellationReason};
+use charge_core::{domain::CaptureMethod, take::request::CancellationReason};
 use charge_core::{
     domain::{Amount, OperationId, PaymentIntentId},
     outcome::{GatewayError, PaymentIntent, PaymentIntentStatus},

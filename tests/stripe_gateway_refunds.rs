@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use charge_core::refund::{RefundReason, RefundStatus, StripeRefund};
+use charge_core::refund::{request::RefundReason, RefundStatus, StripeRefund};
 use charge_core::{
     domain::PaymentIntentId,
     outcome::{GatewayError, PaymentIntentStatus},

@@ -3619,7 +3619,7 @@ fn every_write() -> Vec<StreamWrite> {
             .status(Succeeded)
             .external_id("pi_f")
             .build();
-        let request = charge_core::refund::RefundRequest {
+        let request = charge_core::refund::request::RefundRequest {
             amount: Some(charge_core::domain::Amount::new(100).unwrap()),
             reason: None,
         };

@@ -23,8 +23,8 @@ use crate::{
         OperationKind, OrderId, PaymentIntentId, Principal, RefundId, StripeRefundId,
         ValidationError,
     },
-    refund::{RefundParams, RefundRequest},
-    take::{CancelParams, CaptureParams},
+    refund::request::{RefundParams, RefundRequest},
+    take::request::{CancelParams, CaptureParams},
 };
 
 /// Where an operation stands.

@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn a_refund_s_events_are_named_for_refunds_and_carry_its_ids() {
         use crate::domain::{Amount, RefundId, StripeRefundId};
-        use crate::refund::{reserve, RefundRequest};
+        use crate::refund::{request::RefundRequest, reserve};
         let mut charge = testing::order("ord-outbox-r")
             .status(OperationStatus::Succeeded)
             .external_id("pi_charged")
@@ -387,7 +387,7 @@ mod tests {
     #[test]
     fn a_refund_failed_after_success_says_so_with_its_reason() {
         use crate::domain::{Amount, RefundId};
-        use crate::refund::{reserve, RefundRequest};
+        use crate::refund::{request::RefundRequest, reserve};
         use crate::store::{RefundFailedLater, ReleaseRefund};
         let mut charge = testing::order("ord-outbox-late")
             .status(OperationStatus::Succeeded)

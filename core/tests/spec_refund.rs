@@ -8,7 +8,9 @@ mod spec;
 use charge_core::domain::{Amount, OperationId, OperationKind, Principal, RefundId};
 use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::refund::{
-    refund_outcome_for, reserve, RefundReason, RefundRefusal, RefundRequest, RefundStatus,
+    refund_outcome_for,
+    request::{RefundReason, RefundRequest},
+    reserve, RefundRefusal, RefundStatus,
 };
 use charge_core::store;
 use charge_core::store_rules::{self, apply, Guard};

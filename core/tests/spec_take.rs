@@ -15,7 +15,7 @@ use charge_core::take::{take, TakeRefusal, TakeRequest};
 use charge_core::testing::{order, T0};
 use charge_core::{
     domain::{Amount, OperationId, OperationKind, PaymentIntentId, RefundId},
-    take::{CancelRequest, CaptureRequest},
+    take::request::{CancelRequest, CaptureRequest},
 };
 use spec::Row;
 

@@ -21,7 +21,7 @@ use charge_core::take::{take, TakeRequest};
 use charge_core::testing::{order, T0};
 use charge_core::{
     domain::{Amount, OperationId, PaymentIntentId, Principal},
-    take::{CancelRequest, CaptureRequest},
+    take::request::{CancelRequest, CaptureRequest},
 };
 use spec::Row;
 

@@ -514,7 +514,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancel_takes_a_slot_of_the_same_budget() {
         use charge_core::domain::OperationId;
-        use charge_core::take::CancellationReason;
+        use charge_core::take::request::CancellationReason;
         let (b, _clock) = budget(10.0, 1);
         let fake = Arc::new(crate::memory::FakeGateway::new());
         let paced = PacedGateway::new(fake.clone(), Arc::new(b), None, Duration::ZERO);

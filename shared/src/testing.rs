@@ -96,7 +96,7 @@ pub fn refund_create(payment_intent: &PaymentIntentId, amount: i64) -> crate::po
         idempotency_key: operation_id.refund_idempotency_key(),
         operation_id,
         order_id: charge_core::domain::OrderId::parse("ord-refund").expect("a valid order id"),
-        params: charge_core::refund::RefundParams {
+        params: charge_core::refund::request::RefundParams {
             amount: charge_core::domain::Amount::new(amount).expect("a valid amount"),
             currency: charge_core::domain::Currency::parse("usd").expect("usd"),
             payment_intent: payment_intent.clone(),

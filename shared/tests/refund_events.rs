@@ -13,7 +13,7 @@ use charge_core::outbox::{outcome_of, Outcome};
 use charge_core::outcome::{GatewayError, PaymentIntent};
 use charge_core::plan::Policy;
 use charge_core::refund::StripeRefund;
-use charge_core::refund::{self, RefundRefusal, RefundRequest, RefundStatus};
+use charge_core::refund::{self, request::RefundRequest, RefundRefusal, RefundStatus};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{Amount, Principal, RefundId},

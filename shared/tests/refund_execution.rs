@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_core::plan::{Disposition, Policy, ReviewClass};
-use charge_core::refund::{self, RefundRequest, RefundStatus};
+use charge_core::refund::{self, request::RefundRequest, RefundStatus};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
     domain::{Amount, Principal, RefundId},

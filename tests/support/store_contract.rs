@@ -4,7 +4,7 @@
 use charge_core::domain::{OperationId, OperationKind};
 use charge_core::operation::{Lease, Review};
 use charge_core::operation::{LeaseToken, Operation, OperationStatus, Params};
-use charge_core::refund::{self, RefundRefusal, RefundRequest};
+use charge_core::refund::{self, request::RefundRequest, RefundRefusal};
 use charge_core::store_rules;
 use charge_core::store_rules::Guard;
 use charge_core::testing::{claim_request, GRACE, LEASE, T0};
@@ -19,7 +19,7 @@ use charge_core::operation::AuditEntry;
 use charge_core::store::OperatorGuard;
 use charge_core::{
     domain::CaptureMethod,
-    take::{CancelParams, CancelRequest, CaptureParams, CaptureRequest},
+    take::request::{CancelParams, CancelRequest, CaptureParams, CaptureRequest},
 };
 use charge_core::{
     store::{

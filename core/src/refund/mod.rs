@@ -15,84 +15,21 @@
 //! - [`event_plan`]: (refund record as read, what a refund event claims, Stripe's answer) → settle
 //!   through the refund plan, fail a succeeded refund later, or why nothing changes.
 //! - [`state`]: what only a refund's record holds (its Stripe id).
+//! - [`request`]: what the merchant asks (an amount, a reason) and what each attempt sends.
 
 pub mod event_plan;
 pub mod plan;
+pub mod request;
 pub mod state;
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
+use self::request::{RefundParams, RefundRequest};
 use crate::domain::OperationKind;
-use crate::domain::{
-    Amount, Currency, Fingerprint, PaymentIntentId, StripeRefundId, ValidationError,
-};
+use crate::domain::{Amount, StripeRefundId};
 use crate::operation::{Operation, OperationStatus};
 use crate::store::ReserveRefund;
 use crate::time::Timestamp;
-
-/// Why the merchant refunds, as Stripe names it (`reason` on `POST /v1/refunds`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefundReason {
-    Duplicate,
-    Fraudulent,
-    RequestedByCustomer,
-}
-
-impl RefundReason {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Duplicate => "duplicate",
-            Self::Fraudulent => "fraudulent",
-            Self::RequestedByCustomer => "requested_by_customer",
-        }
-    }
-
-    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        match raw {
-            "duplicate" => Ok(Self::Duplicate),
-            "fraudulent" => Ok(Self::Fraudulent),
-            "requested_by_customer" => Ok(Self::RequestedByCustomer),
-            _ => Err(ValidationError::new(
-                "reason",
-                "must be duplicate, fraudulent or requested_by_customer",
-            )),
-        }
-    }
-}
-
-/// What the merchant asked for: an amount (none: all that is left of the charge) and a reason.
-///
-/// Its fingerprint is of the request as asked, not of the amount it resolved to: the same request
-/// sent again after other refunds changed what is left is still the same refund.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct RefundRequest {
-    pub amount: Option<Amount>,
-    pub reason: Option<RefundReason>,
-}
-
-impl RefundRequest {
-    pub fn fingerprint(&self) -> Fingerprint {
-        Fingerprint::of(&format!(
-            "refund-v1\n{}\n{}",
-            self.amount
-                .map_or("all".to_owned(), |a| a.minor_units().to_string()),
-            self.reason.map_or("-", |r| r.as_str())
-        ))
-    }
-}
-
-/// What a refund operation sends to Stripe on every attempt: the amount it reserved, in the
-/// charge's currency, against the charge's PaymentIntent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RefundParams {
-    pub amount: Amount,
-    pub currency: Currency,
-    pub payment_intent: PaymentIntentId,
-    pub reason: Option<RefundReason>,
-}
 
 /// A refund's `status` as Stripe reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -115,7 +115,7 @@ pub fn refund_of(
     amount: i64,
 ) -> charge_core::operation::Operation {
     use charge_core::domain::{Amount, Principal, RefundId};
-    use charge_core::refund::{reserve, RefundRequest};
+    use charge_core::refund::{request::RefundRequest, reserve};
     use charge_core::testing::T0;
     let request = RefundRequest {
         amount: Some(Amount::new(amount).unwrap()),

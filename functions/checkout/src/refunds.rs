@@ -19,7 +19,11 @@
 //! | GET 200 / 404 | where the refund stands / no such refund of the caller's | nothing |
 //! | 503 | DynamoDB or SQS failed | possibly the refund (then `pending`: the reconciler sends it) |
 
-use charge_core::refund::{self, RefundReason, RefundRefusal, RefundRequest};
+use charge_core::refund::{
+    self,
+    request::{RefundReason, RefundRequest},
+    RefundRefusal,
+};
 use charge_core::store::ReserveRefund;
 use charge_core::store_rules::{ChargeClaim, Guard};
 use charge_core::{

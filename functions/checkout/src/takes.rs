@@ -29,8 +29,8 @@
 use charge_core::charge::state::Taker;
 use charge_core::store::TakeAuthorization;
 use charge_core::store_rules::{ChargeClaim, Guard};
+use charge_core::take::request::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_core::take::{self, TakeRefusal, TakeRequest};
-use charge_core::take::{CancelRequest, CancellationReason, CaptureRequest};
 use charge_core::{
     domain::{
         Amount, Fingerprint, OperationId, OperationKind, OrderId, Principal, ValidationError,

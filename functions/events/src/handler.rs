@@ -371,7 +371,7 @@ mod tests {
     use charge_core::charge::event_plan::SECOND_PAYMENT_INTENT;
     use charge_core::domain::{Amount, OperationId, Principal, RefundId, StripeRefundId};
     use charge_core::plan::Policy;
-    use charge_core::refund::{self, RefundRequest, RefundStatus};
+    use charge_core::refund::{self, request::RefundRequest, RefundStatus};
     use charge_core::store_rules::ChargeClaim;
     use charge_core::{
         domain::PaymentIntentId,

@@ -1532,7 +1532,7 @@ mod tests {
         charge.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_r").unwrap());
         charge.next_due_at = None;
         store.create_if_absent(&charge).await.unwrap();
-        let request = charge_core::refund::RefundRequest {
+        let request = charge_core::refund::request::RefundRequest {
             amount: Some(charge_core::domain::Amount::new(300).unwrap()),
             reason: None,
         };

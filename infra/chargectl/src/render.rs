@@ -623,8 +623,8 @@ mod tests {
         use charge_core::charge::state::Taker;
         use charge_core::domain::{Amount, OperationId, OperationKind, RefundId, StripeRefundId};
         use charge_core::operation::Params;
+        use charge_core::refund::request::RefundParams;
         use charge_core::refund::state::RefundState;
-        use charge_core::refund::RefundParams;
         let mut charge = op("ord-json", Duration::from_secs(5));
         let state = charge.params.charge_state_mut().unwrap();
         state.refund_reserved = 300;

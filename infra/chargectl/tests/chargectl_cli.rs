@@ -1552,7 +1552,7 @@ async fn refund(
     refund_id: &str,
     amount: i64,
 ) -> Operation {
-    use charge_core::refund::{reserve, RefundRequest};
+    use charge_core::refund::{request::RefundRequest, reserve};
     let charge = store.get(&charge.key()).await.unwrap().unwrap();
     let request = RefundRequest {
         amount: Some(charge_core::domain::Amount::new(amount).unwrap()),

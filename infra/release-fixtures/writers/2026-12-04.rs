@@ -139,7 +139,7 @@ mod refunds {
 
     use charge_once::ports::{OperationQueue, OperationStore, QueuedOperation};
     use charge_core::{store::{Claim, ClaimRequest, RefundFailedLater, ReleaseRefund}, store_rules::RefundCreated};
-    use charge_core::refund::{self, RefundRequest, RefundStatus};
+    use charge_core::refund::{self, request::RefundRequest, RefundStatus};
     use charge_core::{domain::{Amount, OperationId, OrderId, Principal, RefundId}, time::{Clock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}, outcome::PaymentIntentStatus};
     use serde_json::{json, Value};
 

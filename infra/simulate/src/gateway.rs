@@ -559,7 +559,7 @@ mod tests {
     use charge_core::outcome::PaymentIntentStatus;
     use charge_core::refund::RefundStatus;
     use charge_core::testing::order;
-    use charge_core::{domain::Amount, take::CancellationReason};
+    use charge_core::{domain::Amount, take::request::CancellationReason};
     use charge_once::testing::refund_create;
     use stripe_sim::{FaultConfig, FaultKind, SimConfig};
 

@@ -36,8 +36,8 @@ use charge_core::charge::state::{ChargeState, Taker};
 use charge_core::domain::CaptureMethod;
 use charge_core::operation::{AuditEntry, Lease, Params, Review};
 use charge_core::outbox::{outcome_change, Outcome};
+use charge_core::refund::request::RefundParams;
 use charge_core::refund::state::RefundState;
-use charge_core::refund::RefundParams;
 use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
     ReleaseRefund, Reschedule,

@@ -11,7 +11,7 @@ use charge_core::domain::{
 };
 use charge_core::operation::Operation;
 use charge_core::outcome::{GatewayError, PaymentIntent};
-use charge_core::refund::{RefundParams, StripeRefund};
+use charge_core::refund::{request::RefundParams, StripeRefund};
 
 /// One page of a Stripe list, newest first as Stripe lists them. `next` is the last object's id,
 /// passed back as `starting_after` for the next page; `None` when Stripe said `has_more: false`.
@@ -77,7 +77,7 @@ impl CancelPaymentIntent {
     }
 }
 
-use charge_core::take::CancellationReason;
+use charge_core::take::request::CancellationReason;
 
 /// A capture request (`POST /v1/payment_intents/{id}/capture`): the capture operation's amount of
 /// its charge's intent, under the capture key (`capture-op:<operation_id>`), the same on every

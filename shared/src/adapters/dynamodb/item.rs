@@ -41,15 +41,15 @@ use charge_core::charge::state::{ChargeState, Taker};
 use charge_core::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Params, Review,
 };
+use charge_core::refund::request::{RefundParams, RefundReason};
 use charge_core::refund::state::RefundState;
-use charge_core::refund::{RefundParams, RefundReason};
 use charge_core::time::Timestamp;
 use charge_core::{
     domain::{
         Amount, CaptureMethod, ChargeParams, Currency, CustomerId, Fingerprint, OperationId,
         OperationKind, OrderId, PaymentIntentId, PaymentMethodId, Principal, StripeRefundId,
     },
-    take::{CancelParams, CancellationReason, CaptureParams},
+    take::request::{CancelParams, CancellationReason, CaptureParams},
 };
 
 use super::paging::IndexPosition;

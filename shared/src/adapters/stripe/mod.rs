@@ -1280,7 +1280,7 @@ mod tests {
     fn the_refund_form_and_list_query() {
         let pi = PaymentIntentId::parse("pi_9").unwrap();
         let mut req = crate::testing::refund_create(&pi, 250);
-        req.params.reason = Some(charge_core::refund::RefundReason::RequestedByCustomer);
+        req.params.reason = Some(charge_core::refund::request::RefundReason::RequestedByCustomer);
         let form = refund_form(&req);
         let get = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("payment_intent"), Some("pi_9"));

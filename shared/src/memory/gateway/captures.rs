@@ -145,7 +145,7 @@ mod tests {
     use charge_core::time::ManualClock;
     use charge_core::{
         domain::{Amount, CaptureMethod, OperationId},
-        take::CancellationReason,
+        take::request::CancellationReason,
     };
 
     use super::*;

@@ -267,7 +267,7 @@ impl FakeGateway {
 #[cfg(test)]
 mod tests {
     use crate::ports::{CreatePaymentIntent, PaymentIntents, StripeRefunds};
-    use charge_core::refund::RefundReason;
+    use charge_core::refund::request::RefundReason;
     use charge_core::testing::order;
 
     use super::*;
