@@ -9,7 +9,7 @@
 //! Authorizations too ([`captures`]): a manual charge waits in `requires_capture` until it is
 //! captured (all or part), canceled, or its deadline passes on the fake's clock.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,9 +165,20 @@ struct State {
     /// When each PaymentIntent and refund was made, by id, on the fake's clock: what a list by
     /// creation time filters on.
     created: HashMap<String, Timestamp>,
+    /// The authorizations made with a deadline, by deadline: what [`State::lapse_holds`] looks
+    /// at, so a call costs the same however many intents the fake holds.
+    holds: BTreeSet<(Timestamp, String)>,
 }
 
 impl State {
+    /// Keeps `charge` under `id`, and its deadline among the holds if it has one.
+    fn put_charge(&mut self, id: String, charge: FakeCharge) {
+        if let Some(at) = charge.capture_before {
+            self.holds.insert((at, id.clone()));
+        }
+        self.charges.insert(id, charge);
+    }
+
     /// Stripe's idempotency layer: a key seen before replays its first answer when the request
     /// is the same, and is refused (`idempotency_error`) when it is not; `None` for a new key.
     fn replay(
@@ -232,6 +243,7 @@ impl FakeGateway {
                 refund_first_status: RefundStatus::Succeeded,
                 refund_script: VecDeque::new(),
                 created: HashMap::new(),
+                holds: BTreeSet::new(),
             }),
             create_delay: Mutex::new(None),
             clock: Mutex::new(Arc::new(SystemClock)),
@@ -314,7 +326,7 @@ impl FakeGateway {
         st.next_id += 1;
         let id = format!("pi_fake{}", st.next_id);
         st.created.insert(id.clone(), now);
-        st.charges.insert(id.clone(), charge);
+        st.put_charge(id.clone(), charge);
         fake_id(&id)
     }
 
@@ -323,7 +335,7 @@ impl FakeGateway {
         let now = self.now();
         let mut st = self.lock();
         st.created.insert(id.as_str().to_owned(), now);
-        st.charges.insert(id.as_str().to_owned(), charge);
+        st.put_charge(id.as_str().to_owned(), charge);
     }
 
     /// The facts a create for `op` would leave at Stripe, to alter and [`Self::insert_intent`].
@@ -364,7 +376,7 @@ impl FakeGateway {
         }
         let pi = charge.intent(&id);
         st.created.insert(id.clone(), now);
-        st.charges.insert(id, charge);
+        st.put_charge(id, charge);
         pi
     }
 

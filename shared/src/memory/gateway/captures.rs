@@ -24,13 +24,26 @@ impl State {
     /// Stripe cancels an uncaptured authorization at its deadline: every one due by `now` is
     /// canceled, `automatic`.
     pub(super) fn lapse_holds(&mut self, now: Timestamp) {
-        for c in self.charges.values_mut() {
-            let due = c.capture_before.is_some_and(|t| t <= now);
-            if due && c.status == PaymentIntentStatus::RequiresCapture {
-                c.status = PaymentIntentStatus::Canceled;
-                c.cancellation_reason = Some("automatic".to_owned());
+        // A due hold is done with once its intent is captured or canceled; one not yet
+        // authorized (processing, awaiting action) stays due and is looked at again.
+        let mut not_yet = Vec::new();
+        while self.holds.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((at, id)) = self.holds.pop_first() else {
+                break;
+            };
+            let Some(c) = self.charges.get_mut(&id) else {
+                continue;
+            };
+            match c.status {
+                PaymentIntentStatus::RequiresCapture => {
+                    c.status = PaymentIntentStatus::Canceled;
+                    c.cancellation_reason = Some("automatic".to_owned());
+                }
+                PaymentIntentStatus::Canceled | PaymentIntentStatus::Succeeded => {}
+                _ => not_yet.push((at, id)),
             }
         }
+        self.holds.extend(not_yet);
     }
 }
 
