@@ -312,6 +312,28 @@ impl StripeGateway {
         Ok(object)
     }
 
+    /// GETs `path` (a read: no idempotency key, safe to retry) and answers the body.
+    async fn get(&self, counter: &AtomicU64, path: &str) -> Result<Vec<u8>, GatewayError> {
+        let (body, _) = self
+            .send(counter, || {
+                self.request(Method::GET, path, None, Bytes::new())
+            })
+            .await?;
+        Ok(body)
+    }
+
+    /// One page of a list endpoint's objects created in `window`, oldest first (the audit's read).
+    async fn created_page(
+        &self,
+        counter: &AtomicU64,
+        list: &str,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<Vec<u8>, GatewayError> {
+        let query = created_list_query(window, self.list_page_size, starting_after);
+        self.get(counter, &format!("{list}?{query}")).await
+    }
+
     /// Sends the request built by `build` (the same request every time), retrying within the bound
     /// while the answer says a retry is safe and useful.
     async fn send(
@@ -826,11 +848,7 @@ impl PaymentIntents for StripeGateway {
         // A `PaymentIntentId` holds only letters, digits and `_` after `pi_`: safe in a path.
         // The charge expanded: an authorization's deadline is on it (`capture_before`).
         let path = format!("/v1/payment_intents/{id}?expand%5B%5D=latest_charge");
-        let (body, _) = self
-            .send(&self.requests.retrieve, || {
-                self.request(Method::GET, &path, None, Bytes::new())
-            })
-            .await?;
+        let body = self.get(&self.requests.retrieve, &path).await?;
         parse_payment_intent(&body, false)
     }
 
@@ -846,11 +864,7 @@ impl PaymentIntents for StripeGateway {
                 .append_pair("limit", "10")
                 .finish()
         );
-        let (body, _) = self
-            .send(&self.requests.search, || {
-                self.request(Method::GET, &path, None, Bytes::new())
-            })
-            .await?;
+        let body = self.get(&self.requests.search, &path).await?;
         parse_search(&body)
     }
 
@@ -894,11 +908,7 @@ impl StripeRefunds for StripeGateway {
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
         // A `StripeRefundId` holds only letters, digits and `_` after its prefix: safe in a path.
         let path = format!("/v1/refunds/{id}");
-        let (body, _) = self
-            .send(&self.requests.refund_read, || {
-                self.request(Method::GET, &path, None, Bytes::new())
-            })
-            .await?;
+        let body = self.get(&self.requests.refund_read, &path).await?;
         parse_refund(&body)
     }
 
@@ -911,11 +921,7 @@ impl StripeRefunds for StripeGateway {
                 "/v1/refunds?{}",
                 refund_list_query(payment_intent, self.list_page_size, after.as_ref())
             );
-            let (body, _) = self
-                .send(&self.requests.refund_read, || {
-                    self.request(Method::GET, &path, None, Bytes::new())
-                })
-                .await?;
+            let body = self.get(&self.requests.refund_read, &path).await?;
             parse_refund_page(&body)
         })
         .await
@@ -929,14 +935,13 @@ impl CreatedLists for StripeGateway {
         window: &AuditWindow,
         starting_after: Option<&str>,
     ) -> Result<ListPage<PaymentIntent>, GatewayError> {
-        let path = format!(
-            "/v1/payment_intents?{}",
-            created_list_query(window, self.list_page_size, starting_after)
-        );
-        let (body, _) = self
-            .send(&self.requests.list, || {
-                self.request(Method::GET, &path, None, Bytes::new())
-            })
+        let body = self
+            .created_page(
+                &self.requests.list,
+                "/v1/payment_intents",
+                window,
+                starting_after,
+            )
             .await?;
         parse_intent_list(&body)
     }
@@ -946,14 +951,13 @@ impl CreatedLists for StripeGateway {
         window: &AuditWindow,
         starting_after: Option<&str>,
     ) -> Result<ListPage<StripeRefund>, GatewayError> {
-        let path = format!(
-            "/v1/refunds?{}",
-            created_list_query(window, self.list_page_size, starting_after)
-        );
-        let (body, _) = self
-            .send(&self.requests.refund_read, || {
-                self.request(Method::GET, &path, None, Bytes::new())
-            })
+        let body = self
+            .created_page(
+                &self.requests.refund_read,
+                "/v1/refunds",
+                window,
+                starting_after,
+            )
             .await?;
         parse_refund_list(&body)
     }
