@@ -742,6 +742,69 @@ mod tests {
         );
     }
 
+    /// A refund event for a refund in review moves nothing and asks Stripe nothing, but it is the
+    /// operator's evidence: its line names the refund and the status it claims beside the review's
+    /// reason, and it is counted for the in-review alarm. The same event for the refund out of
+    /// review is acted on (Stripe asked) and writes no such line.
+    #[tokio::test]
+    async fn a_refund_event_for_a_refund_in_review_logs_the_refund_it_names() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        const SENTENCE: &str = "an event names a refund of an operation in review";
+        for in_review in [true, false] {
+            let lines = Lines::default();
+            let writer = lines.clone();
+            let _logs = tracing::subscriber::set_default(charge_once::logging::subscriber(
+                tracing::level_filters::LevelFilter::INFO,
+                true,
+                move || writer.clone(),
+            ));
+            let f = fixture();
+            let (_, mut refund) = sample_refund(&f, RefundStatus::Failed).await;
+            if in_review {
+                refund.status = OperationStatus::Unknown;
+                refund.review = Some(charge_core::operation::Review {
+                    reason: "refund_refused: the refund's answer was lost".into(),
+                    flagged_at: f.clock.now(),
+                });
+                f.store.put_for_tests(refund.clone());
+            }
+            let (status, body) = call(&f, read_sample("webhook-refund-failed.json")).await;
+            let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let line = logged.lines().find(|l| l.contains(SENTENCE));
+            if in_review {
+                assert_eq!((status, body["outcome"].as_str()), (200, Some("in_review")));
+                assert_eq!(f.gateway.calls.total(), 0);
+                assert_eq!(f.store.get(&refund.key()).await.unwrap().unwrap(), refund);
+                assert_eq!(
+                    f.metrics.sum(
+                        "WebhookIgnored",
+                        &[("Function", FUNCTION), ("Reason", "in_review")]
+                    ),
+                    1.0
+                );
+                let line = line.unwrap_or_else(|| panic!("no in-review line in {logged}"));
+                let re = refund.stripe_refund_id().unwrap().as_str();
+                assert!(line.contains(&format!("\"refund\":\"{re}\"")), "{line}");
+                assert!(line.contains("\"claimed_status\":\"failed\""), "{line}");
+                assert!(line.contains("refund_refused"), "{line}");
+            } else {
+                assert_ne!(body["outcome"].as_str(), Some("in_review"));
+                assert!(f.gateway.calls.total() > 0);
+                assert_eq!(line, None, "{logged}");
+            }
+        }
+    }
+
     /// Whatever JSON the runtime hands the function is read, never a deserialization failure:
     /// an EventBridge event of the wrong shape is the function's own `unreadable` (a failed
     /// invocation, counted), anything else without `detail-type` a 400.

@@ -556,16 +556,14 @@ async fn act_refund(
         return Ok(Reception::Ignored(Ignored::UnknownOperation));
     };
     if refund::event_plan::needs_no_check(&op, &target.refund) {
-        let why = if op.status.is_settled() {
-            Ignored::AlreadySettled
-        } else {
-            Ignored::InReview
-        };
+        if !op.status.is_settled() {
+            return Ok(refund_in_review(&op, &target.refund));
+        }
         info!(
-            reason = why.as_str(),
+            reason = Ignored::AlreadySettled.as_str(),
             "nothing the event could change; Stripe not asked"
         );
-        return Ok(Reception::Ignored(why));
+        return Ok(Reception::Ignored(Ignored::AlreadySettled));
     }
     *gateway_calls += 1;
     let stripe = match deps.charge.gateway.retrieve_refund(&target.refund.id).await {
@@ -838,6 +836,24 @@ fn in_review(op: &Operation, intent: &PaymentIntentId, status: &PaymentIntentSta
         claimed_status = %status,
         "an event names a PaymentIntent of an operation in review: nothing moved, Stripe not \
          asked; check this PaymentIntent at Stripe before resolving the operation"
+    );
+    Reception::Ignored(Ignored::InReview)
+}
+
+/// A refund event for a refund operation in review: as [`in_review`] for an intent, the event
+/// moves nothing and Stripe is not asked, but the refund it names and the status it claims are the
+/// evidence the operator resolves the refund with, so they are logged beside the review's reason
+/// (and paged: `WebhookIgnored`, `Reason=in_review`).
+fn refund_in_review(op: &Operation, refund: &EventRefund) -> Reception {
+    error!(
+        order_id = %op.order_id,
+        operation_id = %op.operation_id,
+        review_reason = op.review.as_ref().map_or("", |r| r.reason.as_str()),
+        recorded = op.stripe_refund_id().map_or("", |id| id.as_str()),
+        refund = refund.id.as_str(),
+        claimed_status = %refund.status,
+        "an event names a refund of an operation in review: nothing moved, Stripe not asked; \
+         check this refund at Stripe before resolving the operation"
     );
     Reception::Ignored(Ignored::InReview)
 }
