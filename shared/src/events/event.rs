@@ -121,21 +121,26 @@ struct Refund {
 }
 
 /// A `charge.captured` event's charge, as far as it is read: its PaymentIntent and metadata.
+/// `payment_intent` is absent or `null` on a charge made without one (another integration's
+/// legacy Charges API call): not ours, acknowledged, never an unreadable event that Stripe would
+/// retry into the events DLQ.
 #[derive(Deserialize)]
 struct CapturedCharge {
-    payment_intent: PaymentIntentId,
+    #[serde(default)]
+    payment_intent: Option<PaymentIntentId>,
     #[serde(default)]
     metadata: Metadata,
 }
 
-impl From<CapturedCharge> for Intent {
+impl CapturedCharge {
     /// The charge's intent, claimed captured (`succeeded`); checked at Stripe like any claim.
-    fn from(c: CapturedCharge) -> Self {
-        Intent {
-            id: c.payment_intent,
+    /// None for a charge without a PaymentIntent.
+    fn intent(self) -> Option<Intent> {
+        Some(Intent {
+            id: self.payment_intent?,
             status: "succeeded".to_owned(),
-            metadata: c.metadata,
-        }
+            metadata: self.metadata,
+        })
     }
 }
 
@@ -168,9 +173,9 @@ impl StripeEvent {
             "",
             || match captured {
                 true => {
-                    from_json::<ObjectEvent<CapturedCharge>>(body).map(|e| e.data.object.into())
+                    from_json::<ObjectEvent<CapturedCharge>>(body).map(|e| e.data.object.intent())
                 }
-                false => from_json::<ObjectEvent<Intent>>(body).map(|e| e.data.object),
+                false => from_json::<ObjectEvent<Intent>>(body).map(|e| Some(e.data.object)),
             },
             || from_json::<ObjectEvent<Refund>>(body).map(|e| e.data.object),
         )
@@ -205,10 +210,9 @@ impl StripeEvent {
             "detail.",
             || match captured {
                 true => from_json::<Envelope<ObjectEvent<CapturedCharge>>>(json)
-                    .map(|e| e.detail.data.object.into()),
-                false => {
-                    from_json::<Envelope<ObjectEvent<Intent>>>(json).map(|e| e.detail.data.object)
-                }
+                    .map(|e| e.detail.data.object.intent()),
+                false => from_json::<Envelope<ObjectEvent<Intent>>>(json)
+                    .map(|e| Some(e.detail.data.object)),
             },
             || from_json::<Envelope<ObjectEvent<Refund>>>(json).map(|e| e.detail.data.object),
         )?;
@@ -227,7 +231,7 @@ impl StripeEvent {
     fn from_head(
         head: EventHead,
         at: &str,
-        intent: impl FnOnce() -> Result<Intent, EventParseError>,
+        intent: impl FnOnce() -> Result<Option<Intent>, EventParseError>,
         refund: impl FnOnce() -> Result<Refund, EventParseError>,
     ) -> Result<Self, EventParseError> {
         if !head.id.starts_with("evt_") || head.id.len() > 255 {
@@ -235,12 +239,16 @@ impl StripeEvent {
         }
         let names_an_intent =
             head.event_type.starts_with("payment_intent.") || head.event_type == CHARGE_CAPTURED;
-        let intent = if names_an_intent {
+        let intent = match names_an_intent {
+            true => intent()?,
+            false => None,
+        };
+        let intent = if let Some(intent) = intent {
             let Intent {
                 id,
                 status,
                 metadata,
-            } = intent()?;
+            } = intent;
             let Metadata {
                 order_id,
                 operation_id,
@@ -525,8 +533,9 @@ mod tests {
     /// An authorization's events: `amount_capturable_updated` names its intent like any
     /// `payment_intent.*` event; `charge.captured` names the charge, read as a claim that its
     /// `payment_intent` succeeded (no metadata of ours: the events function asks Stripe whose it
-    /// is). A `charge.captured` whose charge names no intent is unreadable, as any event whose
-    /// object is not what its type says.
+    /// is). A `charge.captured` whose charge names no intent (a charge made without one, by
+    /// another integration) is read and not handled: acknowledged, never retried into the DLQ;
+    /// one whose `payment_intent` is not an intent id is still unreadable.
     #[test]
     fn an_authorization_s_events_name_its_intent() {
         let held = StripeEvent::parse(br#"{"id":"evt_h","type":"payment_intent.amount_capturable_updated","data":{"object":{"id":"pi_h","status":"requires_capture","metadata":{"order_id":"ord-1"}}}}"#).unwrap();
@@ -546,8 +555,14 @@ mod tests {
             intent.operation_id, None,
             "a charge carries no metadata of ours"
         );
-        let no_intent =
-            br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1"}}}"#;
-        assert!(StripeEvent::parse(no_intent).is_err());
+        for no_intent in [
+            &br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1"}}}"#[..],
+            br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1","payment_intent":null}}}"#,
+        ] {
+            let legacy = StripeEvent::parse(no_intent).unwrap();
+            assert!(legacy.intent.is_none() && !legacy.is_handled());
+        }
+        let not_an_intent = br#"{"id":"evt_c","type":"charge.captured","data":{"object":{"id":"ch_1","payment_intent":"ch_2"}}}"#;
+        assert!(StripeEvent::parse(not_an_intent).is_err());
     }
 }

@@ -318,6 +318,13 @@ async fn accept(
         let _entered = span.enter();
         match (&event.intent, event.is_handled()) {
             (Some(intent), true) => intent.clone(),
+            (None, _) if event.event_type == event::CHARGE_CAPTURED => {
+                info!(
+                    "a captured charge without a PaymentIntent (not made by this system); ignored"
+                );
+                report.reception = Reception::Ignored(Ignored::NotOurs);
+                return report;
+            }
             _ => {
                 info!("event type not handled; ignored");
                 return report;
