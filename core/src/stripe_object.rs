@@ -6,7 +6,7 @@
 
 use crate::charge::event_plan::EventIntent;
 use crate::operation::{Operation, OperationStatus};
-use crate::outcome::{outcome_for, PaymentIntent};
+use crate::outcome::{outcome_for, PaymentIntent, PaymentIntentStatus};
 use crate::refund::event_plan::EventRefund;
 use crate::refund::{refund_outcome_for, RefundStatus, StripeRefund};
 
@@ -64,8 +64,14 @@ impl StripeObject for PaymentIntent {
         self.status.as_str()
     }
 
+    /// As [`outcome_for`], except `requires_payment_method`: the charge path records `failed`
+    /// only once the intent is canceled, because an intent in that state can still be confirmed
+    /// (and paid). Against a record `failed` it is not agreement but an intent left confirmable.
     fn outcome(&self) -> OperationStatus {
-        outcome_for(&self.status)
+        match self.status {
+            PaymentIntentStatus::RequiresPaymentMethod => OperationStatus::Unknown,
+            _ => outcome_for(&self.status),
+        }
     }
 
     fn amount(&self) -> Option<i64> {
@@ -87,6 +93,16 @@ impl StripeObject for PaymentIntent {
 
     fn received(&self) -> Option<i64> {
         self.amount_received
+    }
+
+    fn disagreement_note(&self, recorded: OperationStatus) -> &'static str {
+        if recorded == OperationStatus::Failed
+            && self.status == PaymentIntentStatus::RequiresPaymentMethod
+        {
+            " (failed here, but Stripe's intent can still be confirmed and paid: cancel it at Stripe)"
+        } else {
+            ""
+        }
     }
 }
 

@@ -146,6 +146,16 @@ fn charge_drift_rows() -> Vec<ChargeDriftRow> {
             then: DriftClass::StatusDiffers,
         },
         Row {
+            says: "record failed, Stripe's intent declined but still confirmable (requires_payment_method)",
+            found: edited(paid.clone(), |op| op.status = Failed),
+            input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
+                pi.status = PaymentIntentStatus::RequiresPaymentMethod
+            }),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
             says: "record succeeded, Stripe canceled",
             found: paid.clone(),
             input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
