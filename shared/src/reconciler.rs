@@ -383,7 +383,12 @@ async fn work_due(
                 break 'pages;
             }
             report.examined += 1;
-            report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
+            // An authorization is due to be looked at until it is captured, canceled or lapses
+            // (days, by design): only an operation whose outcome is not known yet ages here, so
+            // the alarm on this age means a stuck unknown, never a held authorization.
+            if op.status != OperationStatus::Authorized {
+                report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
+            }
             let action = plan(op, now, &deps.charge.policy);
             if action == Action::Reenqueue && backlog.is_none() {
                 backlog = Some(read_backlog(deps, report).await);
@@ -727,6 +732,33 @@ mod tests {
         );
         assert_eq!(queue.sent.lock().unwrap().len(), 1);
         assert_eq!(store.get(&op.key()).await.unwrap().unwrap().redrives, 1);
+    }
+
+    /// A held authorization is due for its deadline looks for days; it does not age the
+    /// oldest-unsettled figure (whose alarm means a stuck unknown), while an unknown as old does.
+    #[tokio::test]
+    async fn a_held_authorization_does_not_age_the_oldest_unsettled_figure() {
+        let now = T0.plus(Duration::from_secs(30 * 3600));
+        for (status, counted) in [
+            (OperationStatus::Authorized, false),
+            (OperationStatus::Unknown, true),
+        ] {
+            let store = Arc::new(MemoryStore::new());
+            let mut op = order("order-held")
+                .manual()
+                .status(status)
+                .external_id("pi_held")
+                .build();
+            op.next_due_at = Some(T0.plus(Duration::from_secs(3600)));
+            store.put_for_tests(op.clone());
+            let report = tick_with(store, Arc::new(Queue::default()), now).await;
+            assert_eq!(report.examined, 1, "{status:?}: {report:?}");
+            let expected = match counted {
+                true => now.since(op.created_at),
+                false => Duration::ZERO,
+            };
+            assert_eq!(report.oldest_due_age, expected, "{status:?}");
+        }
     }
 
     async fn stored() -> (MemoryStore, Operation) {
