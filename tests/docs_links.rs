@@ -9,6 +9,8 @@
 //!   `AlarmDescription`, in the template's order (`DOCS_WRITE=1` writes it again from the
 //!   template), and no other doc keeps a second alarm table to drift from it;
 //! - the README's table of figures is rows of BENCHMARKS.md's opening table, as they are there;
+//! - docs/how-it-works.md's subscription rule names every outcome `detail-type` the schema
+//!   (`docs/outcome-event.schema.json`) allows, so a team that copies it hears every outcome;
 //! - docs/deploy.md's table of emulator gaps is `infra/deploy-local/gaps.json`, the file the
 //!   deploy names them from (`DOCS_WRITE=1` writes it again), and each resource it leaves out is
 //!   one the template has, of the type it says.
@@ -565,4 +567,43 @@ fn block<'a>(doc: &'a str, begin: &str, end: &str) -> Option<(&'a str, &'a str, 
     let start = at + doc[at..].find('\n')? + 1;
     let stop = start + doc[start..].find(end)?;
     Some((&doc[..start], &doc[start..stop], &doc[stop..]))
+}
+
+/// The rule example a team copies to subscribe (docs/how-it-works.md) names every outcome type
+/// the schema allows: a type published but missing there is an outcome the order service never
+/// hears. Its twin: a list with one type left out is seen.
+#[test]
+fn the_subscription_rule_example_names_every_outcome_type() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("docs/outcome-event.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let published: Vec<&str> = schema["properties"]["detail-type"]["enum"]
+        .as_array()
+        .expect("the schema's detail-type enum")
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(published.len() >= 12, "{published:?}");
+    let doc = std::fs::read_to_string(root.join("docs/how-it-works.md")).unwrap();
+    let rule = doc
+        .lines()
+        .find(|l| l.contains(r#""source": ["charge-once"]"#))
+        .expect("the subscription rule example");
+    assert_eq!(missing_types(rule, &published), Vec::<&str>::new());
+    let one_short = rule.replace(r#", "RefundNeedsReview""#, "");
+    assert_eq!(
+        missing_types(&one_short, &published),
+        vec!["RefundNeedsReview"]
+    );
+}
+
+/// The types of `published` the rule line does not name (each quoted, as JSON spells it).
+fn missing_types<'a>(rule: &str, published: &[&'a str]) -> Vec<&'a str> {
+    published
+        .iter()
+        .filter(|t| !rule.contains(&format!("\"{t}\"")))
+        .copied()
+        .collect()
 }

@@ -56,7 +56,8 @@
 //! - `paging`: the index read over the shards as a pure k-way merge with its cursor.
 //! - here: [`DynamoStore`], the calls. A refused write answers the current record: the item
 //!   DynamoDB returns with it (ALL_OLD). DynamoDB returns one whenever the record exists, so a
-//!   refusal without one means "no record", and the charge and reconciler roles need no GetItem.
+//!   refusal without one means "no record", read with no GetItem (the roles hold GetItem only to
+//!   read back what a TransactWriteItems wrote: it returns no item).
 //!   A server that ignores `ReturnValuesOnConditionCheckFailure` (dynalite) needs
 //!   [`DynamoStore::reading_refusals`]: each refusal then reads the record.
 
@@ -151,8 +152,8 @@ impl DynamoStore {
     /// (dynalite): a refused write comes back without the item even when the record exists, so
     /// each refusal reads it (strongly consistent GetItem) rather than answer "no such record",
     /// which would park a valid charge message as poison. Not for DynamoDB itself: there a
-    /// refusal without the item means the record does not exist, and the functions' roles have
-    /// no GetItem (a read there would be refused, and the message retried for hours).
+    /// refusal without the item means the record does not exist, and a read per refusal would be
+    /// a request per duplicate delivery for nothing.
     pub fn reading_refusals(mut self) -> Self {
         self.read_refusals = true;
         self
