@@ -231,6 +231,40 @@ async fn a_record_edited_by_hand_is_found_by_what_was_edited() {
     }
 }
 
+/// A settled record this release cannot read (a hand edit gone wrong) leaves the window not
+/// vouched for: the report is incomplete and AuditIncomplete pages, beside its count. The same
+/// window before the edit is complete.
+#[tokio::test]
+async fn an_unreadable_settled_record_makes_the_window_incomplete() {
+    let s = Stack::spawn().await;
+    charged_and_refunded(&s).await;
+    let clean = CapturedMetrics::new();
+    let report = audit(&s, &clean).await;
+    assert!(report.complete, "{report:?}");
+    assert_eq!(report.counts.unreadable, 0);
+    assert_eq!(clean.sum("AuditIncomplete", &[("Function", "audit")]), 0.0);
+    edit(
+        &s,
+        "charge",
+        "status",
+        AttributeValue::S("settled-ish".into()),
+    )
+    .await;
+    let metrics = CapturedMetrics::new();
+    let report = audit(&s, &metrics).await;
+    assert!(!report.complete, "{report:?}");
+    // Counted per read: the record in the window's page, and again as the refund's charge.
+    assert!(report.counts.unreadable >= 1, "{:?}", report.counts);
+    assert_eq!(
+        metrics.sum("AuditIncomplete", &[("Function", "audit")]),
+        1.0
+    );
+    assert_eq!(
+        metrics.sum("UnreadableRecords", &[("Function", "audit")]),
+        report.counts.unreadable as f64
+    );
+}
+
 #[tokio::test]
 async fn a_second_succeeded_intent_and_refunds_over_the_charge_are_found() {
     let s = Stack::spawn().await;

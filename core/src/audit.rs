@@ -187,8 +187,9 @@ pub struct AuditReport {
     /// Findings beyond those kept (counted in `by_class`).
     #[serde(default)]
     pub findings_left_out: u64,
-    /// Whether the audit read everything in the window (false: it ran out of time or Stripe
-    /// refused; what it read is reported, the rest is not vouched for).
+    /// Whether the audit read everything in the window (false: it ran out of time, Stripe
+    /// refused, or a settled record could not be read (`counts.unreadable`); what it read is
+    /// reported, the rest is not vouched for).
     #[serde(default = "complete_default")]
     pub complete: bool,
     /// Why it is not complete, when it stopped before it could judge.
