@@ -104,3 +104,33 @@ pub fn refund_create(payment_intent: &PaymentIntentId, amount: i64) -> crate::po
         },
     }
 }
+
+/// Everything logged at INFO and above while `f` runs on this thread, as the functions write it
+/// (the product's subscriber, JSON lines): for tests that a line carries its evidence.
+pub async fn logged<T>(f: impl std::future::Future<Output = T>) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber =
+        crate::logging::subscriber(tracing::level_filters::LevelFilter::INFO, true, move || {
+            sink.clone()
+        });
+    // Held across `f`'s awaits: a test's runtime polls it on this one thread.
+    let out = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        f.await
+    };
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}

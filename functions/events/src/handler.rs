@@ -381,6 +381,7 @@ mod tests {
     };
     use charge_once::executor::EngineDeps;
     use charge_once::memory::{FakeGateway, FakeRefund, MemoryInbox, MemoryStore};
+    use charge_once::testing::logged;
 
     use charge_once::events::{WebhookSecret, DEFAULT_TOLERANCE};
     use charge_once::telemetry::CapturedMetrics;
@@ -748,26 +749,8 @@ mod tests {
     /// review is acted on (Stripe asked) and writes no such line.
     #[tokio::test]
     async fn a_refund_event_for_a_refund_in_review_logs_the_refund_it_names() {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         const SENTENCE: &str = "an event names a refund of an operation in review";
         for in_review in [true, false] {
-            let lines = Lines::default();
-            let writer = lines.clone();
-            let _logs = tracing::subscriber::set_default(charge_once::logging::subscriber(
-                tracing::level_filters::LevelFilter::INFO,
-                true,
-                move || writer.clone(),
-            ));
             let f = fixture();
             let (_, mut refund) = sample_refund(&f, RefundStatus::Failed).await;
             if in_review {
@@ -778,8 +761,8 @@ mod tests {
                 });
                 f.store.put_for_tests(refund.clone());
             }
-            let (status, body) = call(&f, read_sample("webhook-refund-failed.json")).await;
-            let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let ((status, body), logged) =
+                logged(call(&f, read_sample("webhook-refund-failed.json"))).await;
             let line = logged.lines().find(|l| l.contains(SENTENCE));
             if in_review {
                 assert_eq!((status, body["outcome"].as_str()), (200, Some("in_review")));
