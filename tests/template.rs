@@ -1232,30 +1232,108 @@ fn the_invoke_grant_names_the_checkout_routes_and_the_caller_roles_only() {
     assert_eq!(granted, want);
     assert!(want.iter().any(|a| a.ends_with("/POST/orders/*/charge")));
 
-    // Granted to the caller-role parameter and nothing else, by one policy.
+    // Two policies, each granted to its own caller-role parameter and nothing else: creating
+    // charges and reading (CheckoutCallerRoleNames), and moving money back out or ending an
+    // authorization (RefundCallerRoleNames), so a role that only creates charges cannot refund.
     let owners: BTreeSet<&String> = grants.iter().map(|(id, _, _)| id).collect();
-    assert_eq!(owners.len(), 1, "one invoke policy: {owners:?}");
-    let policy_id = owners.into_iter().next().unwrap();
-    let policy = resources(&t)
-        .into_iter()
-        .find(|(i, _)| i == policy_id)
-        .unwrap()
-        .1;
-    assert_eq!(str_at(policy, "Type"), Some("AWS::IAM::ManagedPolicy"));
-    let p = props(policy);
-    assert!(get(p, "Users").is_none() && get(p, "Groups").is_none());
-    let roles: Vec<String> = branches(raw(p, "Roles"))
-        .into_iter()
-        .filter_map(|b| match b {
-            Value::Tagged(t) if t.tag == "Ref" => plain(&t.value).as_str().map(str::to_owned),
-            _ => None,
-        })
-        .filter(|r| r != "AWS::NoValue")
-        .collect();
-    assert_eq!(roles, ["CheckoutCallerRoleNames"]);
     assert_eq!(
-        str_at(parameter(&t, "CheckoutCallerRoleNames"), "Type"),
-        Some("CommaDelimitedList")
+        owners.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+        ["CheckoutInvokePolicy", "RefundInvokePolicy"]
+    );
+    let routes_of = |policy: &str| -> Vec<String> {
+        let mut r: Vec<String> = grants
+            .iter()
+            .filter(|(id, _, _)| id == policy)
+            .map(|(_, _, st)| {
+                let arn = str_at(st, "Resource").unwrap();
+                let (_, route) = arn.split_once("/$default/").unwrap();
+                route.to_owned()
+            })
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(
+        routes_of("RefundInvokePolicy"),
+        [
+            "POST/orders/*/cancel",
+            "POST/orders/*/capture",
+            "POST/orders/*/refunds/*"
+        ]
+    );
+    assert!(routes_of("CheckoutInvokePolicy")
+        .iter()
+        .all(|r| r == "POST/orders/*/charge" || r.starts_with("GET/")));
+    for (policy_id, parameter_name) in [
+        ("CheckoutInvokePolicy", "CheckoutCallerRoleNames"),
+        ("RefundInvokePolicy", "RefundCallerRoleNames"),
+    ] {
+        let policy = resource(&t, policy_id).unwrap();
+        assert_eq!(str_at(policy, "Type"), Some("AWS::IAM::ManagedPolicy"));
+        let p = props(policy);
+        assert!(get(p, "Users").is_none() && get(p, "Groups").is_none());
+        let roles: Vec<String> = branches(raw(p, "Roles"))
+            .into_iter()
+            .filter_map(|b| match b {
+                Value::Tagged(t) if t.tag == "Ref" => plain(&t.value).as_str().map(str::to_owned),
+                _ => None,
+            })
+            .filter(|r| r != "AWS::NoValue")
+            .collect();
+        assert_eq!(roles, [parameter_name], "{policy_id}");
+        assert_eq!(
+            str_at(parameter(&t, parameter_name), "Type"),
+            Some("CommaDelimitedList")
+        );
+    }
+}
+
+/// Under JWT the routes that move money back out or end an authorization (refund, capture,
+/// cancel) ask for JwtRefundScope; creating a charge and every read ask for JwtScope.
+#[test]
+fn money_out_routes_ask_for_their_own_jwt_scope() {
+    let t = template();
+    let mut by_scope: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, r) in of_type(&t, "AWS::ApiGatewayV2::Route") {
+        if id == "WebhookRoute" {
+            continue;
+        }
+        let p = props(r);
+        let scope = branches(raw(p, "AuthorizationScopes"))
+            .into_iter()
+            .find_map(|b| {
+                b.as_sequence()?.iter().find_map(|v| match v {
+                    Value::Tagged(t) if t.tag == "Ref" => {
+                        plain(&t.value).as_str().map(str::to_owned)
+                    }
+                    _ => None,
+                })
+            })
+            .unwrap_or_else(|| panic!("{id}: no scope"));
+        by_scope
+            .entry(scope)
+            .or_default()
+            .push(str_at(p, "RouteKey").unwrap().to_owned());
+    }
+    let mut refund_routes = by_scope.remove("JwtRefundScope").unwrap_or_default();
+    refund_routes.sort();
+    assert_eq!(
+        refund_routes,
+        [
+            "POST /orders/{order_id}/cancel",
+            "POST /orders/{order_id}/capture",
+            "POST /orders/{order_id}/refunds/{refund_id}"
+        ]
+    );
+    let charge_routes = by_scope.remove("JwtScope").unwrap_or_default();
+    assert!(charge_routes.contains(&"POST /orders/{order_id}/charge".to_owned()));
+    assert!(charge_routes
+        .iter()
+        .all(|r| r == "POST /orders/{order_id}/charge" || r.starts_with("GET ")));
+    assert!(by_scope.is_empty(), "{by_scope:?}");
+    assert_ne!(
+        str_at(parameter(&t, "JwtRefundScope"), "Default"),
+        str_at(parameter(&t, "JwtScope"), "Default")
     );
 }
 

@@ -34,12 +34,14 @@ EVENT_SOURCE = "aws.partner/stripe.com/ed_local_deploy"
 STRIPE_KEY = "sk_test_charge_once"
 WEBHOOK_SECRET = "whsec_deployLocal0123456789abcdefABCDEF0123456789"
 
-# The roles a user has before the deploy: the order service (named in CheckoutCallerRoleNames),
-# a second order service (also named: another caller), one with no grant, and the on-call role
-# OperatorPolicy is attached to after the deploy.
+# The roles a user has before the deploy: the order service (named in CheckoutCallerRoleNames
+# and RefundCallerRoleNames), a second order service (also named in both: another caller), one
+# that may only create charges (CheckoutCallerRoleNames alone), one with no grant, and the
+# on-call role OperatorPolicy is attached to after the deploy.
 CALLERS = {
     "order_service": "charge-once-order-service",
     "other_service": "charge-once-other-service",
+    "charges_only": "charge-once-charges-only",
     "ungranted": "charge-once-ungranted",
     "operator": "charge-once-operator",
 }
@@ -197,7 +199,9 @@ def main():
     params = {
         "StripeSecretArn": key_arn,
         "StripeApiBase": args.stripe_url,
-        "CheckoutCallerRoleNames": f"{CALLERS['order_service']},{CALLERS['other_service']}",
+        "CheckoutCallerRoleNames":
+            f"{CALLERS['order_service']},{CALLERS['other_service']},{CALLERS['charges_only']}",
+        "RefundCallerRoleNames": f"{CALLERS['order_service']},{CALLERS['other_service']}",
         "StripeEventSourceName": EVENT_SOURCE,
         "StripeWebhookSecretArn": webhook_arn,
         # A throwaway stack: nobody to page (the Rules block insists this is said out loud).

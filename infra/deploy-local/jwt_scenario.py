@@ -42,6 +42,7 @@ def main():
     pool = idp.create_user_pool(PoolName="charge-once-order-services")["UserPool"]["Id"]
     idp.create_resource_server(UserPoolId=pool, Identifier="charge-once", Name="charge-once",
                                Scopes=[{"ScopeName": "charges:write", "ScopeDescription": "create charges"},
+                                       {"ScopeName": "refunds:write", "ScopeDescription": "refund, capture, cancel"},
                                        {"ScopeName": "charges:read", "ScopeDescription": "read only"}])
 
     def app_client(name, scopes):
@@ -50,7 +51,8 @@ def main():
                                         AllowedOAuthScopes=scopes)["UserPoolClient"]
         return c["ClientId"], c["ClientSecret"]
 
-    order_service = app_client("order-service", ["charge-once/charges:write"])
+    order_service = app_client("order-service", ["charge-once/charges:write", "charge-once/refunds:write"])
+    charger = app_client("charger", ["charge-once/charges:write"])
     reader = app_client("reader", ["charge-once/charges:read"])
     outsider = app_client("outsider", ["charge-once/charges:write"])
     issuer = f"https://cognito-idp.{first['region']}.amazonaws.com/{pool}"
@@ -61,8 +63,9 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "deploy.py"), ep, first["stripe_url"], zip_dir, second,
                     "--stack", "charge-once-jwt",
                     "--param", "CheckoutAuth=JWT", "--param", f"JwtIssuer={issuer}",
-                    "--param", f"JwtAudience={order_service[0]},{reader[0]}",
+                    "--param", f"JwtAudience={order_service[0]},{reader[0]},{charger[0]}",
                     "--param", "JwtScope=charge-once/charges:write",
+                    "--param", "JwtRefundScope=charge-once/refunds:write",
                     "--param", "StripeEventSourceName=", "--param", "StripeWebhookSecretArn=",
                     "--param", "Stage=jwt"], check=True)
     with open(second) as f:
@@ -127,6 +130,17 @@ def main():
     check(len([p for p in ledger["payment_intents"] if p.get("operation_id") == op]) == 1, "one PaymentIntent")
     code, _ = call("GET", "/orders/ord-jwt-x/charge", bearer)
     check(code == 404, f"the refused requests wrote nothing: {code}")
+
+    begin("refunds ask for their own scope: a token with charges:write alone 403, with refunds:write 202")
+    charging = token(charger)
+    code, body = call("POST", "/orders/ord-jwt-2/charge", charging, order)
+    check(code == 202, f"the charges-only client's own order: 202 ({code} {body})")
+    code, _ = call("POST", "/orders/ord-jwt-2/refunds/rf-jwt-2", charging, {"amount": 100})
+    check(code == 403, f"its refund without refunds:write: 403 ({code})")
+    code, _ = call("GET", "/orders/ord-jwt-2/refunds/rf-jwt-2", charging)
+    check(code == 404, f"the refused refund wrote nothing ({code})")
+    code, body = call("POST", "/orders/ord-jwt-1/refunds/rf-jwt-1", bearer, {"amount": 100})
+    check(code == 202, f"twin: the order service's token with refunds:write: 202 ({code} {body})")
 
 
 if __name__ == "__main__":

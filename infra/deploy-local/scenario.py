@@ -323,6 +323,18 @@ def main():
     code, body = stack.api("POST", "/orders/ord-dl-2/charge", order, who="other_service")
     check(code == 202, f"twin: the other caller's own order is accepted ({code} {body})")
 
+    begin("a role granted charges only (CheckoutCallerRoleNames, not RefundCallerRoleNames)")
+    code, body = stack.api("POST", "/orders/ord-dl-co/charge", order, who="charges_only")
+    check(code == 202, f"its own order is accepted ({code} {body})")
+    for path, req in [("/orders/ord-dl-co/refunds/rf-co", {"amount": 100}),
+                      ("/orders/ord-dl-co/capture", {"amount": 100}), ("/orders/ord-dl-co/cancel", {})]:
+        code, _ = stack.api("POST", path, req, who="charges_only")
+        check(code == 403, f"POST {path}: 403 without RefundInvokePolicy ({code})")
+    code, body = stack.api("GET", "/orders/ord-dl-co/charge", who="charges_only")
+    check(code == 200 and body["operation_id"], f"twin: its read of the order is granted ({code} {body})")
+    code, _ = stack.api("GET", "/orders/ord-dl-co/refunds/rf-co", who="charges_only")
+    check(code == 404, f"the refused refund recorded nothing ({code})")
+
     # ---- 3. A refund ----------------------------------------------------------------------------
     begin("a refund of 500 of ord-dl-1: 202, refunded once at stripe-sim, RefundSucceeded")
     code, body = stack.api("POST", "/orders/ord-dl-1/refunds/rf-1", {"amount": 500}, who="order_service")
