@@ -200,7 +200,8 @@ impl IntentAtStripe {
     }
 
     fn lapsed(&self) -> bool {
-        self.status == "canceled" && self.cancellation_reason.as_deref() == Some("automatic")
+        self.status == "canceled"
+            && charge_core::stripe_version::is_lapse(self.cancellation_reason.as_deref())
     }
 
     /// Whether it ever held money: authorized, captured, or canceled other than as a declined
