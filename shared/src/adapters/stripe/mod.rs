@@ -990,11 +990,11 @@ mod tests {
             "metadata":{"operation_id":"op-1","order_id":"ord-1"}}"#;
         let read = parse_refund(refund).unwrap();
         assert_eq!(
-            (read.status, read.amount),
+            (read.status.clone(), read.amount),
             (RefundStatus::Succeeded, Some(300))
         );
         assert_eq!(
-            (read.failure_reason, read.operation_id.as_deref()),
+            (read.failure_reason.as_deref(), read.operation_id.as_deref()),
             (None, Some("op-1"))
         );
         assert!(!read.is_released_remainder());
