@@ -940,6 +940,9 @@ impl<'a> Book<'a> {
     fn judge_refund(&self, re: &StripeRefund) -> Verdict {
         let Some(op_id) = re.operation_id.as_deref() else {
             return match re.payment_intent.as_deref() {
+                Some(pi) if re.is_released_remainder() && self.is_our_intent(pi) => {
+                    self.judge_released(re, pi)
+                }
                 Some(pi) if self.is_our_intent(pi) => drift(stripe_finding(
                     DriftClass::AtStripeNotHere,
                     None,
@@ -975,6 +978,38 @@ impl<'a> Book<'a> {
             )),
             _ => compare(op, re),
         }
+    }
+
+    /// A refund Stripe made itself for the released part of one of our authorizations (the
+    /// pinned version's record of a partial capture's remainder, or of a canceled or lapsed
+    /// hold): matched when it is the part the intent as Stripe holds it released; the intent's own
+    /// verdict speaks for our records. Unchecked when the intent was not read.
+    fn judge_released(&self, re: &StripeRefund, pi_id: &str) -> Verdict {
+        let Some(pi) = self.intents.get(pi_id) else {
+            return Verdict::Unchecked;
+        };
+        let amount = pi.amount.unwrap_or(0);
+        let released = match pi.status {
+            PaymentIntentStatus::Canceled => amount,
+            PaymentIntentStatus::Succeeded => amount - pi.amount_received.unwrap_or(amount),
+            _ => 0,
+        };
+        if released > 0 && re.amount == Some(released) && re.outcome() != OperationStatus::Failed {
+            return Verdict::Matched;
+        }
+        drift(stripe_finding(
+            DriftClass::AmountDiffers,
+            pi.operation_id.as_deref(),
+            pi.order_id.as_deref(),
+            re.id.as_str(),
+            format!(
+                "Stripe's refund of an authorization's released part ({}) is {} {}, and intent {pi_id} ({}) released {released}",
+                re.reason.as_deref().unwrap_or(""),
+                re.amount.unwrap_or(0),
+                re.status.as_str(),
+                pi.status.as_str(),
+            ),
+        ))
     }
 
     /// Our operation id on an intent of our mode.

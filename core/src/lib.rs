@@ -15,6 +15,8 @@
 //! - [`operation`]: the durable operation record and its status (`pending | unknown | succeeded | failed`).
 //! - [`outcome`]: Stripe's answers, classified once ([`outcome::outcome_for`], [`outcome::GatewayError`]).
 //! - [`store`]: the store's conditional writes as requests and answers.
+//! - [`stripe_version`]: the Stripe API versions the engine knows (the pin and the current one)
+//!   and the words that differ between them (a lapse's reason, the released remainder's refund).
 //! - [`stripe_object`]: what the audit and the events function compare of a Stripe object (a
 //!   PaymentIntent, a refund) with the record that made it, one trait for every kind.
 //!
@@ -61,6 +63,7 @@ pub mod refund;
 pub mod store;
 pub mod store_rules;
 pub mod stripe_object;
+pub mod stripe_version;
 pub mod take;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

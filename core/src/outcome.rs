@@ -93,7 +93,8 @@ pub struct PaymentIntent {
     pub livemode: Option<bool>,
     /// What was taken (`amount_received`): a captured authorization's captured amount.
     pub amount_received: Option<i64>,
-    /// Why it was canceled (`automatic`: Stripe canceled an uncaptured hold at its expiry).
+    /// Why it was canceled (`automatic` on the pinned version, `expired` since basil: Stripe
+    /// canceled an uncaptured hold at its expiry; [`PaymentIntent::lapsed`]).
     pub cancellation_reason: Option<String>,
     /// An authorization's deadline: its charge's `payment_method_details.card.capture_before`,
     /// present when the answer expanded `latest_charge`.
@@ -101,6 +102,13 @@ pub struct PaymentIntent {
 }
 
 impl PaymentIntent {
+    /// Stripe let its authorization lapse: canceled at its expiry, in either version's word
+    /// ([`crate::stripe_version::is_lapse`]).
+    pub fn lapsed(&self) -> bool {
+        self.status == PaymentIntentStatus::Canceled
+            && crate::stripe_version::is_lapse(self.cancellation_reason.as_deref())
+    }
+
     /// An intent known by id and status only (the other facts absent).
     pub fn new(id: PaymentIntentId, status: PaymentIntentStatus) -> Self {
         Self {

@@ -97,6 +97,7 @@ fn stripe_refund(
         operation_id: op.map(|o| o.operation_id.to_string()),
         order_id: op.map(|o| o.order_id.as_str().to_owned()),
         failure_reason: None,
+        reason: None,
     }
 }
 
@@ -342,6 +343,62 @@ fn refunds_match_and_a_dashboard_refund_of_our_charge_is_found() {
     p.amount = Amount::new(300).unwrap();
     ev.settled = vec![edited];
     assert!(classes(&judge(&ev, &POLICY)).contains(&DriftClass::AmountDiffers));
+}
+
+/// On the pinned version (before basil) Stripe records what an authorization released as a
+/// refund of its own (`expired_uncaptured_charge`, no metadata): a partial capture's remainder, a
+/// canceled or lapsed hold. The audit matches it to what the intent as Stripe holds it released;
+/// it is no drift. Its twins: the same refund of another amount, and a dashboard refund (no such
+/// reason) of the same intent, are drift; an intent not read leaves it unchecked.
+#[test]
+fn an_authorizations_released_part_is_matched_not_drift() {
+    let released = |id: &str, pi: &str, amount: i64| StripeRefund {
+        reason: Some("expired_uncaptured_charge".into()),
+        ..stripe_refund(None, id, pi, amount, "succeeded")
+    };
+    let captured = charge("ord-cap", Succeeded, Some("pi_cap"));
+    let canceled = charge("ord-can", Failed, Some("pi_can"));
+    let mut ev = evidence();
+    ev.related = vec![captured.clone(), canceled.clone()];
+    let mut partly = intent(&captured, "pi_cap", "succeeded");
+    partly.amount_received = Some(700);
+    ev.retrieved_intents.insert("pi_cap".into(), Some(partly));
+    ev.retrieved_intents.insert(
+        "pi_can".into(),
+        Some(intent(&canceled, "pi_can", "canceled")),
+    );
+    ev.refunds = vec![
+        released("re_rem", "pi_cap", 300),
+        released("re_all", "pi_can", 1000),
+    ];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![], "{:?}", j.findings);
+    assert_eq!((j.counts.matched, j.unexplained()), (2, 0));
+
+    // Twins: another amount than the intent released; a refund without Stripe's reason.
+    ev.refunds = vec![
+        released("re_rem", "pi_cap", 200),
+        stripe_refund(None, "re_dash", "pi_can", 1000, "succeeded"),
+    ];
+    let j = judge(&ev, &POLICY);
+    assert_eq!(
+        classes(&j),
+        vec![DriftClass::AmountDiffers, DriftClass::AtStripeNotHere]
+    );
+    let amount = j
+        .findings
+        .iter()
+        .find(|f| f.class == DriftClass::AmountDiffers);
+    assert!(
+        amount.unwrap().detail.contains("released 300"),
+        "{:?}",
+        j.findings
+    );
+    // Its intent not read: not vouched for, not drift.
+    ev.retrieved_intents.clear();
+    ev.refunds = vec![released("re_rem", "pi_cap", 300)];
+    let j = judge(&ev, &POLICY);
+    assert_eq!((classes(&j), j.counts.unchecked), (vec![], 1));
 }
 
 /// A settled refund is held against Stripe's refund as a charge against its intent: whose it

@@ -86,6 +86,7 @@ fn stripe(op: &Operation, status: &str) -> StripeRefund {
         operation_id: Some(op.operation_id.to_string()),
         failure_reason: (status == "failed").then(|| "expired_or_canceled_card".into()),
         order_id: None,
+        reason: None,
     }
 }
 

@@ -247,6 +247,17 @@ fn take_table() {
             },
         },
         Row {
+            says: "the hold lapsed before the capture, in the current version's word: the same",
+            found: capture(1),
+            input: vec![Err(unexpected()), Ok(intent("canceled", Some("expired")))],
+            now: (),
+            next: Failed,
+            then: Then {
+                calls: "capture, retrieve",
+                end: Some(AuthorizationOutcome::Expired),
+            },
+        },
+        Row {
             says: "canceled by someone else first: failed, the charge canceled",
             found: capture(2),
             input: vec![Ok(intent("canceled", Some("requested_by_customer")))],
@@ -286,6 +297,17 @@ fn take_table() {
             says: "a later cancel reads first; lapsed meanwhile: done, the charge expired",
             found: cancel(3),
             input: vec![Ok(intent("canceled", Some("automatic")))],
+            now: (),
+            next: Succeeded,
+            then: Then {
+                calls: "retrieve",
+                end: Some(AuthorizationOutcome::Expired),
+            },
+        },
+        Row {
+            says: "lapsed meanwhile, in the current version's word: done, the charge expired",
+            found: cancel(3),
+            input: vec![Ok(intent("canceled", Some("expired")))],
             now: (),
             next: Succeeded,
             then: Then {

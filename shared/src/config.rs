@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use charge_core::plan::Policy;
 
+use charge_core::stripe_version::StripeVersion;
+
 use crate::adapters::stripe::{check_api_base, SecretKey, StripeConfig, DEFAULT_API_BASE};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,6 +64,9 @@ pub const STRIPE_SECRET_ARN: &str = "STRIPE_SECRET_ARN";
 pub const STRIPE_TIMEOUT_MS: &str = "STRIPE_TIMEOUT_MS";
 pub const STRIPE_CONNECT_TIMEOUT_MS: &str = "STRIPE_CONNECT_TIMEOUT_MS";
 pub const STRIPE_MAX_NETWORK_RETRIES: &str = "STRIPE_MAX_NETWORK_RETRIES";
+/// The `Stripe-Version` every request carries: one of the versions this engine knows
+/// ([`charge_core::stripe_version::KNOWN`]); the pin when unset.
+pub const STRIPE_API_VERSION: &str = "STRIPE_API_VERSION";
 pub const PENDING_GRACE_SECS: &str = "PENDING_GRACE_SECS";
 pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
@@ -128,6 +133,7 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
         "aws.partner/stripe.com/ed_61SbnzCsTqRyYB0CT16S6RR8eIQp8vbLaK7AZp9Uy3vw",
     ),
     (STRIPE_TIMEOUT_MS, "10000"),
+    (STRIPE_API_VERSION, charge_core::stripe_version::PINNED),
     (STRIPE_CONNECT_TIMEOUT_MS, "3000"),
     (STRIPE_MAX_NETWORK_RETRIES, "1"),
     (PENDING_GRACE_SECS, "300"),
@@ -208,7 +214,8 @@ impl StripeEnv {
 }
 
 /// `STRIPE_API_BASE` (default `https://api.stripe.com`), `STRIPE_SECRET_ARN` (required),
-/// `STRIPE_TIMEOUT_MS` (10000), `STRIPE_CONNECT_TIMEOUT_MS` (3000), `STRIPE_MAX_NETWORK_RETRIES` (1).
+/// `STRIPE_TIMEOUT_MS` (10000), `STRIPE_CONNECT_TIMEOUT_MS` (3000), `STRIPE_MAX_NETWORK_RETRIES` (1),
+/// `STRIPE_API_VERSION` (the pin, `2024-06-20`; else one of the versions this engine knows).
 pub fn stripe_env(env: &dyn Env) -> Result<StripeEnv, ConfigError> {
     let base = env
         .var(STRIPE_API_BASE)
@@ -229,6 +236,13 @@ pub fn stripe_env(env: &dyn Env) -> Result<StripeEnv, ConfigError> {
     config.connect_timeout = Duration::from_millis(number(env, STRIPE_CONNECT_TIMEOUT_MS, 3_000)?);
     config.max_network_retries =
         u32::try_from(number(env, STRIPE_MAX_NETWORK_RETRIES, 1)?.min(5)).unwrap_or(1);
+    if let Some(raw) = env.var(STRIPE_API_VERSION) {
+        config.api_version =
+            StripeVersion::parse(raw.trim()).map_err(|e| ConfigError::Invalid {
+                name: STRIPE_API_VERSION,
+                reason: e.to_string(),
+            })?;
+    }
     Ok(StripeEnv { secret_arn, config })
 }
 
@@ -575,6 +589,30 @@ mod tests {
 
     const ARN: &str = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stripe-AbCdEf";
 
+    /// The pin unless configured; a known version configured; an unknown one refuses the init,
+    /// naming the variable and the versions it may be.
+    #[test]
+    fn the_stripe_version_is_the_pin_a_known_version_or_refused() {
+        let pinned = stripe_env(&HashMap::from([(STRIPE_SECRET_ARN, ARN)])).unwrap();
+        let pinned = pinned.with_key(SecretKey::new("sk_test_1")).api_version;
+        assert_eq!(pinned, StripeVersion::PINNED);
+        let current = HashMap::from([
+            (STRIPE_SECRET_ARN, ARN),
+            (STRIPE_API_VERSION, "2026-09-30.endive"),
+        ]);
+        let current = stripe_env(&current).unwrap();
+        let current = current.with_key(SecretKey::new("sk_test_1")).api_version;
+        assert_eq!(current, StripeVersion::CURRENT);
+        for bad in ["2025-03-31.basil", "latest", ""] {
+            let env = HashMap::from([(STRIPE_SECRET_ARN, ARN), (STRIPE_API_VERSION, bad)]);
+            let err = stripe_env(&env).unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { name: STRIPE_API_VERSION, reason } if reason.contains("2024-06-20")),
+                "{bad}: {err}"
+            );
+        }
+    }
+
     #[test]
     fn stripe_env_defaults_and_errors() {
         let env = HashMap::from([(STRIPE_SECRET_ARN, ARN)]);
@@ -713,6 +751,7 @@ mod tests {
             STRIPE_TIMEOUT_MS,
             STRIPE_CONNECT_TIMEOUT_MS,
             STRIPE_MAX_NETWORK_RETRIES,
+            STRIPE_API_VERSION,
             PENDING_GRACE_SECS,
         ]
         .map(str::to_owned)

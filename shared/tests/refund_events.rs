@@ -376,6 +376,39 @@ async fn refunds_that_are_not_ours_are_ignored_without_asking_stripe() {
     assert_eq!(w.current(&succeeded).await, succeeded);
 }
 
+/// On the pinned version a partial capture's remainder (or a canceled hold) is a refund Stripe
+/// makes itself, of our charge's intent, `expired_uncaptured_charge`, without our metadata; an
+/// event endpoint on acacia or later sends `refund.created` for it. It is never taken for one of
+/// our refunds: ignored, Stripe not asked, nothing written. The twin, the same event carrying our
+/// refund's metadata, is read at Stripe.
+#[tokio::test]
+async fn an_authorizations_released_part_is_not_taken_for_our_refund() {
+    let w = World::new();
+    let (_, ours) = w.refunded("ord-rest", RefundStatus::Pending).await;
+    let reads = w.refund_reads();
+    for kind in ["refund.created", "charge.refund.updated", "refund.updated"] {
+        let mut rest = event_json("evt_rest", kind, &ours, Some("re_rest"), "succeeded");
+        rest["id"] = format!("evt_rest_{kind}").into();
+        rest["data"]["object"]["reason"] = "expired_uncaptured_charge".into();
+        rest["data"]["object"]["metadata"] = serde_json::json!({});
+        let body = rest.to_string().into_bytes();
+        assert_eq!(
+            w.deliver(&body).await,
+            Reception::Ignored(Ignored::NotOurs),
+            "{kind}"
+        );
+    }
+    assert_eq!(w.refund_reads(), reads, "Stripe not asked");
+    assert_eq!(w.current(&ours).await, ours);
+    let body = event("evt_ours", "refund.updated", &ours, None, "succeeded");
+    w.deliver(&body).await;
+    assert_eq!(
+        w.refund_reads(),
+        reads + 1,
+        "our refund's event is read at Stripe"
+    );
+}
+
 #[tokio::test]
 async fn a_refund_event_from_eventbridge_takes_the_same_path() {
     let w = World::new();

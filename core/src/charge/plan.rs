@@ -199,7 +199,7 @@ impl Decision {
     /// What a manual capture's intent means for its charge, where it differs from an automatic
     /// one's: `requires_capture` is `authorized` (money held), watched until its deadline;
     /// `succeeded` is captured, with what was taken; `canceled` once authorized is the hold's end
-    /// (lapsed when Stripe canceled it, `cancellation_reason: automatic`; else canceled). `None`:
+    /// (lapsed when Stripe canceled it, `cancellation_reason` `automatic` or `expired`; else canceled). `None`:
     /// any other status, decided as for any charge.
     fn from_authorization(
         op: &Operation,
@@ -230,9 +230,10 @@ impl Decision {
                 Some(settled(OperationStatus::Succeeded, None, taken))
             }
             PaymentIntentStatus::Canceled if op.status == OperationStatus::Authorized => {
-                let error = match pi.cancellation_reason.as_deref() {
-                    Some("automatic") => AUTHORIZATION_EXPIRED,
-                    _ => CANCELED_BY_MERCHANT,
+                let error = if pi.lapsed() {
+                    AUTHORIZATION_EXPIRED
+                } else {
+                    CANCELED_BY_MERCHANT
                 };
                 Some(settled(OperationStatus::Failed, Some(error), None))
             }
@@ -742,12 +743,20 @@ mod tests {
         assert!(d.authorization.unwrap().deadline_near);
         assert_eq!(d.next_due_at, Some(deadline.plus(policy.retry_after)));
         // Lapsed: Stripe canceled it at the deadline.
-        let mut lapsed = pi.clone();
-        lapsed.status = Pi::Canceled;
-        lapsed.cancellation_reason = Some("automatic".into());
-        let d = after_retrieve(&authorized, Ok(lapsed), deadline.plus(MIN), &policy, false);
-        assert_eq!(d.status, OperationStatus::Failed);
-        assert_eq!(d.last_error.as_deref(), Some(AUTHORIZATION_EXPIRED));
+        // Lapsed: Stripe canceled it at the deadline, in the pinned version's word and in the
+        // current one's; the merchant's cancel is the twin.
+        for (reason, error) in [
+            ("automatic", AUTHORIZATION_EXPIRED),
+            ("expired", AUTHORIZATION_EXPIRED),
+            ("requested_by_customer", CANCELED_BY_MERCHANT),
+        ] {
+            let mut lapsed = pi.clone();
+            lapsed.status = Pi::Canceled;
+            lapsed.cancellation_reason = Some(reason.into());
+            let d = after_retrieve(&authorized, Ok(lapsed), deadline.plus(MIN), &policy, false);
+            assert_eq!(d.status, OperationStatus::Failed);
+            assert_eq!(d.last_error.as_deref(), Some(error), "{reason}");
+        }
         // Captured (by our capture, or seen before its write): succeeded, with what was taken.
         let mut captured = pi.clone();
         captured.status = Pi::Succeeded;

@@ -103,6 +103,20 @@ pub struct StripeRefund {
     pub order_id: Option<String>,
     /// Why Stripe says it failed (`lost_or_stolen_card`, `expired_or_canceled_card`, `unknown`).
     pub failure_reason: Option<String>,
+    /// Why it was made (`requested_by_customer`, ...; Stripe's own `expired_uncaptured_charge`
+    /// for an authorization's released part on versions before basil). Optional: a refund read
+    /// without it is judged as before.
+    pub reason: Option<String>,
+}
+
+impl StripeRefund {
+    /// Stripe's own record of an authorization's released part (a partial capture's remainder, a
+    /// canceled or lapsed hold) on versions before basil: its reason, and no operation of ours.
+    /// Never a refund this engine made, and never money it moved.
+    pub fn is_released_remainder(&self) -> bool {
+        self.operation_id.is_none()
+            && self.reason.as_deref() == Some(crate::stripe_version::RELEASED_REMAINDER_REASON)
+    }
 }
 
 /// Why a refund is refused at the door. Nothing is written for any of them.

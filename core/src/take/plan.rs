@@ -180,7 +180,7 @@ fn from_intent(
         let d = Decision::review(op.status, reason, ReviewClass::IntentMismatch, now);
         return TakeDecision::of(d);
     }
-    let lapsed = pi.cancellation_reason.as_deref() == Some("automatic");
+    let lapsed = pi.lapsed();
     let canceled_end = if lapsed {
         AuthorizationOutcome::Expired
     } else {

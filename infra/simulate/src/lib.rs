@@ -206,6 +206,14 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "URL")]
     pub stripe_url: Option<String>,
 
+    /// The Stripe API version the functions' client sends, the simulated account's default and
+    /// its event endpoint's: 2024-06-20 (the pin; a partial capture, a cancel or a lapse leaves
+    /// Stripe's refund of the released part, a lapse says `automatic`) or 2026-09-30.endive (no
+    /// such refund; a lapse says `expired`). A separately started stripe-sim (--stripe-url) keeps
+    /// its own default for its lapses.
+    #[arg(long = "stripe-version", value_name = "VERSION", default_value = charge_core::stripe_version::PINNED, value_parser = parse_stripe_version)]
+    pub stripe_version: charge_core::stripe_version::StripeVersion,
+
     /// A fault rate, KIND=RATE (repeatable). Kinds: lost_response, server_error_before_commit,
     /// server_error_after_commit, rate_limit, key_in_use, timeout, decline, processing, crash,
     /// duplicate_delivery, concurrent_invocation, dropped_send, key_pruned, search_lag, poison,
@@ -399,6 +407,10 @@ impl SimulateArgs {
 }
 
 /// A share in [0, 1].
+fn parse_stripe_version(raw: &str) -> Result<charge_core::stripe_version::StripeVersion, String> {
+    charge_core::stripe_version::StripeVersion::parse(raw.trim()).map_err(|e| e.to_string())
+}
+
 fn parse_rate(raw: &str) -> Result<f64, String> {
     match raw.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
@@ -716,6 +728,11 @@ impl World {
             (None, StripeMode::Http) => SimStripe::embedded(&clock, &at_stripe, args.seed).await?,
             (None, StripeMode::InProcess) => SimStripe::in_process(&clock, &at_stripe, args.seed),
         });
+        if let Some(sim) = stripe.local_sim() {
+            // The account's default and its event endpoint follow the client's version.
+            let version = stripe_sim::version::ApiVersion::parse(args.stripe_version.as_str());
+            sim.set_api_version(version.map_err(|e| e.message)?);
+        }
         let gateway = stripe_client(args, &stripe, &clock)?;
         let backing = match args.backend {
             Backend::Memory => Backing::memory(args, &clock, &faults, &trace),
@@ -764,6 +781,7 @@ fn stripe_client(
             cfg.connect_timeout = CLIENT_TIMEOUT;
             cfg.retry_backoff = Duration::from_millis(5);
             cfg.max_network_retries = max_retries;
+            cfg.api_version = args.stripe_version;
             let client: Arc<dyn PaymentGateway> = Arc::new(StripeGateway::new(cfg)?);
             Ok(match stripe.as_ref() {
                 SimStripe::Remote { .. } => Arc::new(gateway::ClockSynced {

@@ -728,7 +728,8 @@ impl Run {
             ledger.iter().map(|e| (e.id.as_str(), e.amount)).collect();
         let refunds = self.sim.refund_ledger();
         let mut refunded: BTreeMap<&str, (i64, u64)> = BTreeMap::new();
-        for r in &refunds {
+        let released = Some(stripe_sim::version::RELEASED_REASON);
+        for r in refunds.iter().filter(|r| r.reason.as_deref() != released) {
             let e = refunded.entry(r.payment_intent.as_str()).or_default();
             e.0 += r.amount;
             e.1 += 1;

@@ -328,6 +328,8 @@ fn configure(sim: &StripeSim, setup: &Setup) -> Result<(), String> {
         secret: webhook.then(|| SECRET.to_owned()),
         faults: setup.delivery_faults.clone(),
         max_attempts: 0,
+        // The endpoint was made with the version the client sends (docs/deploy.md).
+        api_version: Some(sim.api_version().as_str().to_owned()),
         // The types docs/deploy.md selects (the dashboard's webhook endpoint, or the event
         // destination and the stack's rule).
         enabled_events: Some(

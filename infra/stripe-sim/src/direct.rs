@@ -77,6 +77,8 @@ pub enum CreateStart {
 }
 
 fn answer(sim: &StripeSim, reply: Reply) -> Answer {
+    // In process is a client without `Stripe-Version`: the account's default version.
+    let reply = reply.in_version(&sim.api_version());
     // The request id the HTTP layer would put on the answer: keeps the id RNG in step.
     let _ = sim.engine().request_id();
     let header = |name: &str| {
@@ -146,7 +148,13 @@ impl StripeSim {
     ) -> Outcome {
         finish(
             self,
-            http::cancel(self, id, idempotency_key.map(str::to_owned), form),
+            http::cancel(
+                self,
+                id,
+                idempotency_key.map(str::to_owned),
+                form,
+                &self.api_version(),
+            ),
         )
     }
 
@@ -161,7 +169,13 @@ impl StripeSim {
     ) -> Outcome {
         finish(
             self,
-            http::capture(self, id, idempotency_key.map(str::to_owned), form),
+            http::capture(
+                self,
+                id,
+                idempotency_key.map(str::to_owned),
+                form,
+                &self.api_version(),
+            ),
         )
     }
 

@@ -16,6 +16,7 @@ use crate::fx::{Fx, FxHasher};
 use crate::pi::{
     cancelable, confirmable, CaptureParams, CreateOutcome, CreateParams, PaymentIntent, STATUSES,
 };
+use crate::version::ApiVersion;
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
@@ -414,6 +415,9 @@ pub(crate) struct Engine {
     /// Authorizations waiting for a capture, by (expiry, position): the clock's advance cancels
     /// the due ones without scanning every intent.
     holds: BTreeSet<(i64, u32)>,
+    /// The account's default API version: what Stripe's own actions (a lapse) follow, and what
+    /// a request without `Stripe-Version` answers in.
+    pub(crate) api_version: ApiVersion,
 }
 
 impl Engine {
@@ -443,6 +447,7 @@ impl Engine {
             settle_ms,
             ids: SmallRng::seed_from_u64(seed ^ 0x05EE_D1D5_u64),
             webhooks: Outbox::new(seed, WebhookConfig::default()),
+            api_version: ApiVersion::default(),
         }
     }
 
@@ -456,6 +461,7 @@ impl Engine {
         );
         webhooks.clear(seed);
         let capacity = self.capacity.config().clone();
+        let version = std::mem::take(&mut self.api_version);
         *self = Engine::new(
             seed,
             FaultConfig::default(),
@@ -467,6 +473,7 @@ impl Engine {
         );
         // The endpoint and its secret survive a reset, like the API key.
         self.webhooks = webhooks;
+        self.api_version = version;
     }
 
     pub(crate) fn request_id(&mut self) -> String {
@@ -656,6 +663,9 @@ impl Engine {
                     .emit_object("charge.expired", &charge, expires);
             }
         }
+        if self.api_version.makes_remainder_refunds() {
+            self.refund_released(at, expires);
+        }
     }
 
     /// Cancels every uncaptured PaymentIntent whose hold expired by `now_ms` (the clock moved).
@@ -826,6 +836,7 @@ impl Engine {
         &mut self,
         id: &str,
         reason: Option<&'static str>,
+        version: &ApiVersion,
         now_ms: i64,
     ) -> Result<String, ApiError> {
         let at = self
@@ -847,6 +858,9 @@ impl Engine {
         let json = self.pis[at].json_string();
         self.pis.keep_json(at, &json);
         self.webhooks.emit("canceled", &json, false, now_ms);
+        if version.makes_remainder_refunds() {
+            self.refund_released(at, now_ms);
+        }
         Ok(json)
     }
 
@@ -892,6 +906,7 @@ impl Engine {
         &mut self,
         id: &str,
         p: CaptureParams,
+        version: &ApiVersion,
         now_ms: i64,
     ) -> Result<String, Refusal> {
         let at = self
@@ -927,6 +942,9 @@ impl Engine {
                 self.webhooks
                     .emit_object("charge.captured", &charge, now_ms);
             }
+        }
+        if version.makes_remainder_refunds() {
+            self.refund_released(at, now_ms);
         }
         Ok(json)
     }
@@ -1176,7 +1194,9 @@ mod tests {
             amount_to_capture: Some(600),
             ..CaptureParams::default()
         };
-        assert!(e.capture(&third, capture, 2_000).is_ok());
+        assert!(e
+            .capture(&third, capture, &ApiVersion::default(), 2_000)
+            .is_ok());
         for at in 0..3 {
             let id = e.pis[at].id.clone();
             let text = e.retrieve(&id, 3_000).unwrap();

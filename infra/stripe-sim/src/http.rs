@@ -24,6 +24,7 @@ use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
 use crate::refund::RefundParams;
 use crate::reply::Reply;
+use crate::version::ApiVersion;
 use crate::wire::{parse_search_query, ApiError};
 use crate::StripeSim;
 
@@ -139,6 +140,35 @@ async fn route_v1(
     if let Err(e) = authenticate(sim.api_key(), headers) {
         return Ok(Reply::error(&e));
     }
+    // The request's `Stripe-Version`, else the account's default: what the answer is written in,
+    // and (before basil) whether a capture or a cancel leaves a refund of the released part.
+    let version = match headers.get("stripe-version") {
+        None => sim.api_version(),
+        Some(raw) => {
+            let raw = String::from_utf8_lossy(raw.as_bytes());
+            match ApiVersion::parse(raw.trim()) {
+                Ok(v) => v,
+                Err(e) => return Ok(Reply::error(&e)),
+            }
+        }
+    };
+    route_in_version(sim, method, rest, path, query, headers, body, &version)
+        .await
+        .map(|reply| reply.in_version(&version))
+}
+
+/// The `/v1` routes, answered in `version`.
+#[allow(clippy::too_many_arguments)]
+async fn route_in_version(
+    sim: &StripeSim,
+    method: &Method,
+    rest: &str,
+    path: &str,
+    query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    version: &ApiVersion,
+) -> Result<Reply, DropConnection> {
     if let Some(reply) = refunds::route(sim, method, rest, query, headers, &body).await {
         return reply;
     }
@@ -153,9 +183,9 @@ async fn route_v1(
                     form_urlencoded::parse(&body).into_owned().collect();
                 let key = idempotency_key(headers);
                 return if action == "cancel" {
-                    cancel(sim, id, key, &form)
+                    cancel(sim, id, key, &form, version)
                 } else {
-                    capture(sim, id, key, &form)
+                    capture(sim, id, key, &form, version)
                 };
             }
             _ => Reply::error(&ApiError::unrecognized_url(method.as_str(), path)),
@@ -477,6 +507,7 @@ pub(crate) fn cancel(
     id: &str,
     idempotency_key: Option<String>,
     form: &[(String, String)],
+    version: &ApiVersion,
 ) -> Result<Reply, DropConnection> {
     if let Some(reply) = gate(sim, Api::Cancel) {
         return Ok(reply);
@@ -496,7 +527,7 @@ pub(crate) fn cancel(
     };
     let expand_charge = form_expands_latest_charge(form);
     commit_cancel(sim, guard, idempotency_key, |eng, now| {
-        let json = eng.cancel(id, reason, now)?;
+        let json = eng.cancel(id, reason, version, now)?;
         Ok(eng.expanding(id, json, expand_charge, now))
     })
 }
@@ -513,6 +544,7 @@ pub(crate) fn capture(
     id: &str,
     idempotency_key: Option<String>,
     form: &[(String, String)],
+    version: &ApiVersion,
 ) -> Result<Reply, DropConnection> {
     if let Some(reply) = gate(sim, Api::Capture) {
         return Ok(reply);
@@ -532,7 +564,7 @@ pub(crate) fn capture(
     };
     let expand_charge = form_expands_latest_charge(form);
     commit_keyed(sim, guard, idempotency_key, |eng, now| {
-        let json = eng.capture(id, params, now)?;
+        let json = eng.capture(id, params, version, now)?;
         Ok(eng.expanding(id, json, expand_charge, now))
     })
 }

@@ -34,6 +34,9 @@
 //! - [`clock`]: simulated clock (manual, or an external [`TimeSource`]).
 //! - [`faults`]: [`FaultKind`], [`FaultConfig`], the seeded decision procedure.
 //! - [`wire`]: Stripe error envelope ([`ApiError`]), IDs, search query parsing.
+//! - [`version`]: the API version a request's `Stripe-Version` (else [`SimConfig::api_version`],
+//!   the pin `2024-06-20`) or the webhook endpoint names: a lapse's `automatic` or `expired`, and
+//!   before basil the refund Stripe makes of an authorization's released part.
 //! - `pi`: the PaymentIntent model, test payment methods, lazy settlement, the hold of a manual
 //!   capture and its deadline.
 //! - `refund`: the Refund model (`POST /v1/refunds`, retrieve, list, cancel), its paths by test
@@ -68,6 +71,7 @@ pub mod clock;
 pub mod faults;
 pub mod fx;
 pub mod receiver;
+pub mod version;
 pub mod webhooks;
 pub mod wire;
 
@@ -135,6 +139,10 @@ pub struct SimConfig {
     pub uncaptured_expiry: Duration,
     /// Initial fault settings (default: none).
     pub faults: FaultConfig,
+    /// The account's default API version (default: the pinned `2024-06-20`): what a request
+    /// without a `Stripe-Version` header, an in-process call, and Stripe's own actions (a lapse)
+    /// answer in. A request's header overrides it for that request.
+    pub api_version: version::ApiVersion,
     /// Rate limits and create latency. Default: [`Capacity::unlimited`] (nothing limited, creates
     /// take no time), unlike the `stripe-sim` binary, which defaults to Stripe's documented
     /// limits ([`Capacity::stripe_defaults`] on [`CapacityClock::Real`]).
@@ -153,6 +161,7 @@ impl Default for SimConfig {
             time_source: None,
             start_ms: None,
             faults: FaultConfig::default(),
+            api_version: version::ApiVersion::default(),
             capacity: Capacity::unlimited(),
         }
     }
@@ -174,6 +183,7 @@ impl fmt::Debug for SimConfig {
             .field("start_ms", &self.start_ms)
             .field("faults", &self.faults)
             .field("capacity", &self.capacity)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -204,22 +214,34 @@ impl StripeSim {
         sanitize(&mut faults);
         let mut capacity = cfg.capacity;
         sanitize_capacity(&mut capacity);
+        let mut engine = Engine::new(
+            cfg.seed,
+            faults,
+            capacity,
+            dur_ms(cfg.search_lag),
+            dur_ms(cfg.processing_settle),
+            dur_ms(cfg.refund_settle),
+            dur_ms(cfg.uncaptured_expiry),
+        );
+        engine.api_version = cfg.api_version;
         StripeSim {
             inner: Arc::new(Inner {
                 api_key: cfg.api_key,
                 clock: Clock::new(cfg.time_source, cfg.start_ms),
                 started: Instant::now(),
-                engine: Mutex::new(Engine::new(
-                    cfg.seed,
-                    faults,
-                    capacity,
-                    dur_ms(cfg.search_lag),
-                    dur_ms(cfg.processing_settle),
-                    dur_ms(cfg.refund_settle),
-                    dur_ms(cfg.uncaptured_expiry),
-                )),
+                engine: Mutex::new(engine),
             }),
         }
+    }
+
+    /// Sets the account's default API version ([`SimConfig::api_version`]).
+    pub fn set_api_version(&self, version: version::ApiVersion) {
+        self.engine().api_version = version;
+    }
+
+    /// The account's default API version.
+    pub fn api_version(&self) -> version::ApiVersion {
+        self.engine().api_version.clone()
     }
 
     /// Locks the engine (recovering from poisoning). Never held across `.await`.
@@ -461,6 +483,9 @@ impl StripeSim {
                     "event_source {source:?} is not a Stripe partner event source (aws.partner/stripe.com/...)"
                 ));
             }
+        }
+        if let Some(version) = &config.api_version {
+            version::ApiVersion::parse(version).map_err(|e| e.message)?;
         }
         let mut config = config;
         config.faults = config.faults.sanitized();

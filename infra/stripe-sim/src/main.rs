@@ -10,7 +10,7 @@ use stripe_sim::{
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
 [--search-lag-secs N] [--processing-settle-secs N] [--refund-settle-secs N] \
-[--uncaptured-expiry-secs N] [--latency-ms N] \
+[--uncaptured-expiry-secs N] [--latency-ms N] [--api-version V] [--webhook-api-version V] \
 [--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
 [--event-source aws.partner/stripe.com/...] \
 [--create-rps N] [--retrieve-rps N] [--search-rps N] [--capture-rps N] [--refund-rps N] \
@@ -28,6 +28,12 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
                                long after creation, or at its card's capture_before if earlier
                                (default 604800: 7 days)
   --latency-ms N               real sleep of the `latency` fault (default 12000)
+  --api-version V              the account's default API version, for requests without a
+                               Stripe-Version header and Stripe's own actions (default 2024-06-20;
+                               from 2025-03-31 on a lapse says `expired` and no refund is made of
+                               an authorization's released part)
+  --webhook-api-version V      the endpoint's API version, what events are written in (default
+                               2024-06-20)
   --webhook-url URL            send webhook events to this loopback URL (also POST /_sim/webhooks)
   --webhook-secret SECRET      the endpoint's signing secret (whsec_...; or STRIPE_SIM_WEBHOOK_SECRET)
   --event-delivery MODE        webhook (signed POST, default) or eventbridge (the event as the detail
@@ -146,6 +152,14 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 out.cfg.uncaptured_expiry = Duration::from_secs(num(&value)?)
             }
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
+            "--api-version" => {
+                out.cfg.api_version =
+                    stripe_sim::version::ApiVersion::parse(&value).map_err(|e| e.message)?
+            }
+            "--webhook-api-version" => {
+                stripe_sim::version::ApiVersion::parse(&value).map_err(|e| e.message)?;
+                out.webhooks.api_version = Some(value)
+            }
             "--webhook-url" => {
                 stripe_sim::webhooks::check_url(&value)?;
                 out.webhooks.url = Some(value)
@@ -234,6 +248,26 @@ mod tests {
 
     fn parse(v: &[&str]) -> Result<Args, String> {
         parse_args(v.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn api_versions_are_flags_and_a_bad_one_is_refused() {
+        let a = parse(&[
+            "--api-version",
+            "2026-09-30.endive",
+            "--webhook-api-version",
+            "2026-09-30.endive",
+        ])
+        .unwrap();
+        assert_eq!(a.cfg.api_version.as_str(), "2026-09-30.endive");
+        assert_eq!(a.webhooks.api_version.as_deref(), Some("2026-09-30.endive"));
+        assert_eq!(parse(&[]).unwrap().cfg.api_version.as_str(), "2024-06-20");
+        for flag in ["--api-version", "--webhook-api-version"] {
+            let Err(err) = parse(&[flag, "latest"]) else {
+                panic!("{flag} latest is refused")
+            };
+            assert!(err.contains("Invalid Stripe API version"), "{err}");
+        }
     }
 
     #[test]

@@ -171,14 +171,21 @@ pub(crate) struct Refund {
 }
 
 impl Refund {
-    /// Whether it holds part of the charge: a new refund may take only the rest.
+    /// Whether it holds part of the charge: a new refund may take only the rest. An
+    /// authorization's released part ([`Refund::released`]) holds none of what was taken.
     pub(crate) fn holds(&self) -> bool {
-        matches!(self.status, "pending" | "requires_action" | "succeeded")
+        !self.released() && matches!(self.status, "pending" | "requires_action" | "succeeded")
     }
 
-    /// Whether it counts in the charge's `amount_refunded`.
+    /// Whether it counts in the charge's `amount_refunded` (a released part is counted there
+    /// once, from the intent).
     pub(crate) fn refunded(&self) -> bool {
-        matches!(self.status, "pending" | "succeeded")
+        !self.released() && matches!(self.status, "pending" | "succeeded")
+    }
+
+    /// Stripe's own record of an authorization's released part (before basil).
+    pub(crate) fn released(&self) -> bool {
+        self.reason == Some(crate::version::RELEASED_REASON)
     }
 
     /// Applies a due transition.
@@ -235,7 +242,9 @@ impl Refund {
     }
 }
 
-/// A refund's JSON, fields in key order.
+/// A refund's JSON, fields in key order. The keys Stripe's OpenAPI spec gives no `nullable`
+/// (`failure_balance_transaction`, `failure_reason`, `next_action`, `pending_reason`) are absent
+/// when they have no value, as at Stripe, never `null`.
 #[derive(Serialize)]
 struct RefundJson<'a> {
     amount: i64,
@@ -243,13 +252,17 @@ struct RefundJson<'a> {
     charge: &'a str,
     created: i64,
     currency: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure_balance_transaction: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     failure_reason: Option<&'static str>,
     id: &'a str,
     metadata: &'a Metadata,
+    #[serde(skip_serializing_if = "Option::is_none")]
     next_action: Option<NextAction>,
     object: &'static str,
     payment_intent: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pending_reason: Option<&'static str>,
     reason: Option<&'static str>,
     receipt_number: Option<()>,
@@ -298,10 +311,12 @@ pub(crate) struct PaymentMethodDetails {
 }
 
 /// `payment_method_details.card`: its brand, and for an authorization awaiting capture the card
-/// network's deadline (`capture_before`, unix seconds), `null` otherwise.
+/// network's deadline (`capture_before`, unix seconds), absent otherwise (Stripe's spec gives it
+/// no `nullable`: the key is left out, never `null`).
 #[derive(Serialize)]
 pub(crate) struct CardDetails {
     pub brand: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub capture_before: Option<i64>,
 }
 

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::engine::Saved;
+use crate::version::ApiVersion;
 use crate::wire::ApiError;
 
 /// A response before the common headers are added.
@@ -31,6 +32,20 @@ impl Reply {
             body: Bytes::from(body),
             headers: Vec::new(),
         }
+    }
+
+    /// The reply as `version` writes it ([`ApiVersion::render`]): the engine writes the pinned
+    /// version's words.
+    pub(crate) fn in_version(mut self, version: &ApiVersion) -> Self {
+        if version.makes_remainder_refunds() {
+            return self; // the engine's own words
+        }
+        if let Ok(text) = std::str::from_utf8(&self.body) {
+            if let std::borrow::Cow::Owned(other) = version.render(text) {
+                self.body = Bytes::from(other);
+            }
+        }
+        self
     }
 
     pub(crate) fn error(e: &ApiError) -> Self {

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
+use crate::version::ApiVersion;
 use crate::wire::random_id;
 
 /// The signature header Stripe sends for `body` at `timestamp` (seconds).
@@ -159,9 +160,21 @@ pub struct WebhookConfig {
     pub account: Option<String>,
     /// `eventbridge` mode: the envelope's `region` (default [`DEFAULT_REGION`]).
     pub region: Option<String>,
+    /// The endpoint's (or event destination's) API version, fixed at its creation: each event's
+    /// `api_version` and the version its object is written in (`None`: the pinned `2024-06-20`).
+    pub api_version: Option<String>,
 }
 
 impl WebhookConfig {
+    /// The endpoint's API version ([`WebhookConfig::api_version`]; the pin when unset or unreadable,
+    /// which [`crate::StripeSim::set_webhooks`] refuses).
+    pub fn version(&self) -> ApiVersion {
+        self.api_version
+            .as_deref()
+            .and_then(|v| ApiVersion::parse(v).ok())
+            .unwrap_or_default()
+    }
+
     /// The `source` of this configuration's EventBridge envelopes.
     pub fn event_source(&self) -> &str {
         self.event_source.as_deref().unwrap_or(DEFAULT_EVENT_SOURCE)
@@ -312,14 +325,22 @@ pub fn eventbridge_envelope(config: &WebhookConfig, id: &str, event: &str, now_m
 
 /// A Stripe event's JSON for `intent` reaching `kind` at `at_ms`: the bytes `json!` would
 /// write for it (keys in order, compact), without copying the intent into a new tree.
-fn event_body(event_id: &str, kind: &str, intent: &str, at_ms: i64) -> String {
+fn event_body(
+    event_id: &str,
+    kind: &str,
+    intent: &str,
+    at_ms: i64,
+    version: &ApiVersion,
+) -> String {
     let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
     // The fields in key order, as a `serde_json::Map` keeps them.
     let mut out = String::with_capacity(intent.len() + 256);
-    out.push_str("{\"api_version\":\"2024-06-20\",\"created\":");
+    out.push_str("{\"api_version\":");
+    out.push_str(&text(version.as_str()));
+    out.push_str(",\"created\":");
     out.push_str(&at_ms.div_euclid(1000).to_string());
     out.push_str(",\"data\":{\"object\":");
-    out.push_str(intent);
+    out.push_str(&version.render(intent));
     out.push_str("},\"id\":");
     out.push_str(&text(event_id));
     out.push_str(
@@ -440,7 +461,8 @@ impl Outbox {
         }
         self.counts.events += 1;
         let event_id = random_id(&mut self.rng, "evt_", 24);
-        let body = event_body(&event_id, kind, intent, at_ms);
+        let version = self.config.version();
+        let body = event_body(&event_id, kind, intent, at_ms, &version);
         let f = self.config.faults.clone();
         if self.rng.random_bool(f.dropped) {
             self.counts.dropped += 1;
@@ -752,7 +774,13 @@ mod tests {
             "payment_method_types": ["card"], "ratio": 0.5, "nested": {"b": [1, {"a": true}]},
         });
         for kind in ["payment_intent.succeeded", "odd \"type\"\u{1}é"] {
-            let body = event_body("evt_1", kind, &intent.to_string(), 1_700_000_000_999);
+            let body = event_body(
+                "evt_1",
+                kind,
+                &intent.to_string(),
+                1_700_000_000_999,
+                &ApiVersion::default(),
+            );
             let by_json = json!({
                 "id": "evt_1",
                 "object": "event",

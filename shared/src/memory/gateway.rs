@@ -21,6 +21,7 @@ use charge_core::domain::{
 use charge_core::operation::Operation;
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use charge_core::refund::{RefundStatus, StripeRefund};
+use charge_core::stripe_version::StripeVersion;
 use charge_core::time::{SystemClock, Timestamp};
 use charge_core::{audit::AuditWindow, time::Clock};
 
@@ -168,6 +169,8 @@ struct State {
     /// The authorizations made with a deadline, by deadline: what [`State::lapse_holds`] looks
     /// at, so a call costs the same however many intents the fake holds.
     holds: BTreeSet<(Timestamp, String)>,
+    /// The API version the fake answers in (the pinned one unless set): a lapse's word.
+    version: StripeVersion,
 }
 
 impl State {
@@ -244,6 +247,7 @@ impl FakeGateway {
                 refund_script: VecDeque::new(),
                 created: HashMap::new(),
                 holds: BTreeSet::new(),
+                version: StripeVersion::PINNED,
             }),
             create_delay: Mutex::new(None),
             clock: Mutex::new(Arc::new(SystemClock)),
@@ -251,12 +255,18 @@ impl FakeGateway {
         }
     }
 
+    /// Answers as Stripe does in `version` (what a client pinning it sees): a lapsed hold's
+    /// `cancellation_reason` is that version's word.
+    pub fn set_stripe_version(&self, version: StripeVersion) {
+        self.lock().version = version;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The state with every authorization whose deadline passed by the fake's clock lapsed
-    /// (canceled, `automatic`), as Stripe cancels them: what any call then sees.
+    /// (canceled, in the version's word), as Stripe cancels them: what any call then sees.
     fn lock_now(&self) -> (std::sync::MutexGuard<'_, State>, Timestamp) {
         let now = self.now();
         let mut st = self.lock();

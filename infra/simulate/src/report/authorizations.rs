@@ -7,7 +7,8 @@
 //!   succeeded while Stripe took the money (the record of a charge captured with a cancel
 //!   succeeded, or canceled with a capture succeeded, included);
 //! - `unconverged`: a capture or cancel neither settled nor in review at the end;
-//! - `lapsed_unpaged`: an authorization Stripe canceled at its deadline (`automatic`) that was
+//! - `lapsed_unpaged`: an authorization Stripe canceled at its deadline (`automatic`, or
+//!   `expired` from basil on) that was
 //!   not paged (`AuthorizationNearDeadline`, seen as the write that pages) before that moment;
 //! - `record_mismatches`: a record that disagrees with Stripe: a charge `succeeded` without its
 //!   intent captured for the amount recorded, `failed` as expired without the intent canceled
@@ -55,6 +56,9 @@ pub struct AuthorizationReport {
     pub captured_part: u64,
     pub canceled: u64,
     pub lapsed: u64,
+    /// The lapses by the word Stripe answered with (`automatic` on the pinned version, `expired`
+    /// from basil on): both are lapses.
+    pub lapse_reasons: BTreeMap<String, u64>,
     pub held_at_end: u64,
     /// Charges stopped at the door before they were sent (no Stripe call).
     pub canceled_before_sent: u64,
@@ -200,7 +204,8 @@ impl IntentAtStripe {
     }
 
     fn lapsed(&self) -> bool {
-        self.status == "canceled" && self.cancellation_reason.as_deref() == Some("automatic")
+        self.status == "canceled"
+            && charge_core::stripe_version::is_lapse(self.cancellation_reason.as_deref())
     }
 
     /// Whether it ever held money: authorized, captured, or canceled other than as a declined
@@ -332,7 +337,11 @@ fn count_ends(a: &mut AuthorizationReport, of: &OrderAuthorization<'_>, charge: 
                 a.captured_part += u64::from(i.amount_received < i.amount);
             }
             "requires_capture" => a.held_at_end += 1,
-            "canceled" if i.lapsed() => a.lapsed += 1,
+            "canceled" if i.lapsed() => {
+                a.lapsed += 1;
+                let reason = i.cancellation_reason.clone().unwrap_or_default();
+                *a.lapse_reasons.entry(reason).or_default() += 1;
+            }
             "canceled" if of.cancel.is_some() => a.canceled += 1,
             _ => continue,
         }

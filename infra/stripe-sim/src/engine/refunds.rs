@@ -13,6 +13,7 @@ use crate::refund::{
     self, CardDetails, ChargeJson, PaymentMethodDetails, Refund, RefundParams, RefundPath,
     Transition,
 };
+use crate::version::RELEASED_REASON;
 use crate::wire::{random_id, ApiError};
 
 /// Every refund, oldest first, with its indexes.
@@ -62,6 +63,9 @@ pub struct RefundEntry {
     pub status: String,
     /// `metadata[operation_id]`, if given.
     pub operation_id: Option<String>,
+    /// Its `reason`, if any: `expired_uncaptured_charge` for Stripe's own record of an
+    /// authorization's released part (before basil), which moved no money taken.
+    pub reason: Option<String>,
     /// Simulated creation time, unix milliseconds.
     pub created_ms: i64,
 }
@@ -215,6 +219,19 @@ impl Engine {
             transition,
         };
         let json = refund.json_string();
+        self.keep_refund(at, refund, &json, now_ms);
+        Ok(json)
+    }
+
+    /// Keeps `refund` (its JSON `json`) of the PaymentIntent at `at`, indexed, and queues its
+    /// events.
+    fn keep_refund(&mut self, at: usize, refund: Refund, json: &str, now_ms: i64) {
+        let r = self.index_refund(at, refund, now_ms);
+        self.emit_refund_events(at, r, json, now_ms);
+    }
+
+    /// Keeps `refund` of the PaymentIntent at `at`, indexed; its position.
+    fn index_refund(&mut self, at: usize, refund: Refund, now_ms: i64) -> usize {
         let r = self.refunds.all.len();
         if self
             .refunds
@@ -230,8 +247,45 @@ impl Engine {
             self.refunds.awaiting_action.insert(r);
         }
         self.refunds.all.push(refund);
-        self.emit_refund_events(at, r, &json, now_ms);
-        Ok(json)
+        r
+    }
+
+    /// Before basil Stripe records what a partial capture, a cancel or a lapse released of an
+    /// authorization as a refund of its own: `succeeded`, `reason: expired_uncaptured_charge`,
+    /// no metadata, its id the intent's (one per authorization). It holds no part of what the
+    /// charge took ([`Refund::holds`]): the charge's `amount_refunded` counts the release once.
+    pub(crate) fn refund_released(&mut self, at: usize, now_ms: i64) {
+        let pi = &self.pis[at];
+        let amount = pi.amount_released();
+        let Some(charge) = pi.latest_charge.clone().filter(|_| amount > 0) else {
+            return;
+        };
+        let id = format!("re_{}", pi.id.trim_start_matches("pi_"));
+        if self.refunds.by_id.contains_key(&id) {
+            return;
+        }
+        let (currency, payment_intent) = (pi.params.currency.clone(), pi.id.clone());
+        let refund = Refund {
+            id,
+            amount,
+            currency,
+            payment_intent,
+            charge,
+            balance_transaction: random_id(&mut self.ids, "txn_", 24),
+            failure_balance_transaction: None,
+            reason: Some(RELEASED_REASON),
+            metadata: Default::default(),
+            created_ms: now_ms,
+            status: "succeeded",
+            transition: None,
+        };
+        let json = refund.json_string();
+        self.index_refund(at, refund, now_ms);
+        // Before basil Stripe tells of it with `charge.refund.updated` (and `charge.refunded`,
+        // which the engine's endpoint does not take): basil's changelog names both as no longer
+        // sent for these flows.
+        self.webhooks
+            .emit_object("charge.refund.updated", &json, now_ms);
     }
 
     /// `refund.created`, `charge.refunded` when money moved, and the events of its later
@@ -372,6 +426,7 @@ impl Engine {
             amount: refund.amount,
             status: refund.status.to_owned(),
             operation_id: refund.metadata.get("operation_id").cloned(),
+            reason: refund.reason.map(str::to_owned),
             created_ms: refund.created_ms,
         }
     }

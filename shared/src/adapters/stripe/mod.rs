@@ -20,6 +20,7 @@ use charge_core::audit::AuditWindow;
 use charge_core::domain::{CaptureMethod, OperationId, PaymentIntentId, StripeRefundId};
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus, RetryCause};
 use charge_core::refund::StripeRefund;
+use charge_core::stripe_version::StripeVersion;
 use charge_core::time::Timestamp;
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request, StatusCode};
@@ -45,8 +46,10 @@ use refunds::{
     collect_refund_pages, parse_refund, parse_refund_page, refund_form, refund_list_query,
 };
 
-/// The API version every request pins, so a dashboard upgrade cannot change the shapes we parse.
-pub const STRIPE_VERSION: &str = "2024-06-20";
+/// The API version every request pins unless configured otherwise (`STRIPE_API_VERSION`), so a
+/// dashboard upgrade cannot change the shapes we parse. Every version in
+/// [`charge_core::stripe_version::KNOWN`] is read by the same rules.
+pub const STRIPE_VERSION: &str = charge_core::stripe_version::PINNED;
 pub const DEFAULT_API_BASE: &str = "https://api.stripe.com";
 
 /// A Stripe secret key. `Debug` shows only its kind; there is no `Display`.
@@ -90,6 +93,8 @@ pub struct StripeConfig {
     pub max_network_retries: u32,
     /// Pause before the first in-call retry; doubles each time.
     pub retry_backoff: Duration,
+    /// `STRIPE_API_VERSION`: the `Stripe-Version` header of every request (the pin by default).
+    pub api_version: StripeVersion,
 }
 
 impl StripeConfig {
@@ -101,6 +106,7 @@ impl StripeConfig {
             timeout: Duration::from_secs(10),
             max_network_retries: 1,
             retry_backoff: Duration::from_millis(250),
+            api_version: StripeVersion::PINNED,
         }
     }
 
@@ -177,6 +183,8 @@ pub struct StripeGateway {
     retry_backoff: Duration,
     /// `limit` of each page of a refund list (Stripe's most, 100, unless a test asks for less).
     list_page_size: u32,
+    /// The `Stripe-Version` every request carries.
+    api_version: StripeVersion,
     pub requests: StripeRequests,
 }
 
@@ -203,6 +211,7 @@ impl StripeGateway {
             max_retries: cfg.max_network_retries,
             retry_backoff: cfg.retry_backoff,
             list_page_size: REFUND_PAGE_SIZE,
+            api_version: cfg.api_version,
             requests: StripeRequests::default(),
         })
     }
@@ -215,7 +224,7 @@ impl StripeGateway {
     }
 
     /// A request to `path_and_query` with the headers every request carries: the key as a bearer
-    /// token (marked sensitive), the pinned API version, our user agent.
+    /// token (marked sensitive), the configured API version (the pin by default), our user agent.
     fn request(
         &self,
         method: Method,
@@ -229,7 +238,7 @@ impl StripeGateway {
             .method(method)
             .uri(format!("{}{}", self.base, path_and_query))
             .header(AUTHORIZATION, auth)
-            .header("Stripe-Version", STRIPE_VERSION)
+            .header("Stripe-Version", self.api_version.as_str())
             .header(
                 USER_AGENT,
                 concat!("charge-once/", env!("CARGO_PKG_VERSION")),
@@ -969,6 +978,53 @@ mod tests {
     use super::*;
     use charge_core::refund::RefundStatus;
 
+    /// Stripe leaves out, rather than sends `null` for, the keys its spec allows no null: a
+    /// refund's `failure_balance_transaction`, `failure_reason`, `next_action`, `pending_reason`,
+    /// a charge's `payment_method_details.card.capture_before`. Each object is read with them
+    /// absent, as with them present; the pinned version's refund of a released remainder (its
+    /// reason, no metadata) is read as Stripe's own.
+    #[test]
+    fn objects_are_read_with_the_keys_stripe_leaves_out_absent() {
+        let refund = br#"{"id":"re_1","object":"refund","amount":300,"currency":"usd",
+            "payment_intent":"pi_1","status":"succeeded","reason":"requested_by_customer",
+            "metadata":{"operation_id":"op-1","order_id":"ord-1"}}"#;
+        let read = parse_refund(refund).unwrap();
+        assert_eq!(
+            (read.status.clone(), read.amount),
+            (RefundStatus::Succeeded, Some(300))
+        );
+        assert_eq!(
+            (read.failure_reason.as_deref(), read.operation_id.as_deref()),
+            (None, Some("op-1"))
+        );
+        assert!(!read.is_released_remainder());
+        let failed = br#"{"id":"re_2","object":"refund","amount":300,"currency":"usd",
+            "payment_intent":"pi_1","status":"failed","failure_reason":"lost_or_stolen_card",
+            "failure_balance_transaction":"txn_2","metadata":{}}"#;
+        let read = parse_refund(failed).unwrap();
+        assert_eq!(read.failure_reason.as_deref(), Some("lost_or_stolen_card"));
+        let released = br#"{"id":"re_3","object":"refund","amount":300,"currency":"usd",
+            "payment_intent":"pi_1","status":"succeeded","reason":"expired_uncaptured_charge",
+            "metadata":{}}"#;
+        assert!(parse_refund(released).unwrap().is_released_remainder());
+
+        let intent = |card: &str| {
+            format!(
+                r#"{{"id":"pi_1","object":"payment_intent","status":"requires_capture","amount":1000,
+                "currency":"usd","livemode":false,"metadata":{{}},
+                "latest_charge":{{"id":"ch_1","payment_method_details":{{"card":{card},"type":"card"}}}}}}"#
+            )
+        };
+        let without = parse_payment_intent(intent(r#"{"brand":"visa"}"#).as_bytes(), false);
+        assert_eq!(without.unwrap().capture_before, None);
+        let with = intent(r#"{"brand":"visa","capture_before":1800000000}"#);
+        let with = parse_payment_intent(with.as_bytes(), false).unwrap();
+        assert_eq!(
+            with.capture_before,
+            Some(Timestamp::from_millis(1_800_000_000_000))
+        );
+    }
+
     /// The answer's reader before `metadata` was read field by field: the whole map built as
     /// `Value`s. The reference [`parse_payment_intent`] is held to.
     fn parse_with_a_map(body: &[u8]) -> Option<PaymentIntent> {
@@ -1489,6 +1545,30 @@ mod tests {
             "{request}"
         );
         assert!(request.contains("user-agent: charge-once/"), "{request}");
+    }
+
+    /// A configured version goes out in every request's `Stripe-Version` instead of the pin.
+    #[tokio::test]
+    async fn a_configured_version_is_the_header_every_request_carries() {
+        for version in [StripeVersion::PINNED, StripeVersion::CURRENT] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base = format!("http://{}", listener.local_addr().unwrap());
+            let server = tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = socket.read(&mut buf).await.unwrap();
+                String::from_utf8_lossy(&buf[..n]).into_owned()
+            });
+            let mut cfg = StripeConfig::new(&base, key());
+            cfg.max_network_retries = 0;
+            cfg.api_version = version;
+            let _ = StripeGateway::new(cfg).unwrap().retrieve(&pi()).await;
+            let request = server.await.unwrap().to_ascii_lowercase();
+            let header = format!("stripe-version: {version}\r\n");
+            assert!(request.contains(&header), "{request}");
+            assert_eq!(request.matches("stripe-version:").count(), 1, "{request}");
+        }
     }
 
     #[tokio::test]

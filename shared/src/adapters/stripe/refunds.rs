@@ -34,6 +34,8 @@ struct WireRefund {
     metadata: Option<WireMetadata>,
     #[serde(default)]
     failure_reason: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 impl WireRefund {
@@ -52,6 +54,7 @@ impl WireRefund {
             operation_id,
             order_id,
             failure_reason: self.failure_reason,
+            reason: self.reason,
         }
     }
 }

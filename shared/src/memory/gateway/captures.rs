@@ -22,7 +22,7 @@ pub const FAKE_CAPTURE_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl State {
     /// Stripe cancels an uncaptured authorization at its deadline: every one due by `now` is
-    /// canceled, `automatic`.
+    /// canceled, `automatic` (`expired` since basil: [`State::version`]).
     pub(super) fn lapse_holds(&mut self, now: Timestamp) {
         // A due hold is done with once its intent is captured or canceled; one not yet
         // authorized (processing, awaiting action) stays due and is looked at again.
@@ -37,7 +37,7 @@ impl State {
             match c.status {
                 PaymentIntentStatus::RequiresCapture => {
                     c.status = PaymentIntentStatus::Canceled;
-                    c.cancellation_reason = Some("automatic".to_owned());
+                    c.cancellation_reason = Some(self.version.lapse_reason().to_owned());
                 }
                 PaymentIntentStatus::Canceled | PaymentIntentStatus::Succeeded => {}
                 _ => not_yet.push((at, id)),
@@ -375,5 +375,16 @@ mod tests {
             fake.retrieve(&twin.id).await.unwrap().status,
             PaymentIntentStatus::Succeeded
         );
+    }
+
+    /// Answering as the current version, a lapse says `expired`; the core reads it as a lapse.
+    #[tokio::test]
+    async fn a_lapse_speaks_the_answering_versions_word() {
+        let (fake, clock, pi) = authorized().await;
+        fake.set_stripe_version(charge_core::stripe_version::StripeVersion::CURRENT);
+        clock.advance(FAKE_CAPTURE_WINDOW);
+        let read = fake.retrieve(&pi.id).await.unwrap();
+        assert_eq!(read.cancellation_reason.as_deref(), Some("expired"));
+        assert!(read.lapsed());
     }
 }

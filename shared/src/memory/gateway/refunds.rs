@@ -36,6 +36,7 @@ impl FakeRefund {
             operation_id: Some(self.operation_id.clone()),
             order_id: Some(self.order_id.clone()),
             failure_reason: self.failure_reason.clone(),
+            reason: None,
         }
     }
 
