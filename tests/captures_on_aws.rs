@@ -90,7 +90,7 @@ async fn an_authorization_is_held_then_captured_once() {
     );
     assert_eq!(charge.next_due_at, None, "left the unknown index");
     assert_eq!(
-        record(&s, OperationKind::Capture).await.status,
+        record(&s, OperationKind::FIRST_CAPTURE).await.status,
         OperationStatus::Succeeded
     );
     assert_eq!(stripe_status(&s, &charge), "succeeded");
@@ -137,7 +137,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
         1,
         "the fault happened"
     );
-    let lost = record(&s, OperationKind::Capture).await;
+    let lost = record(&s, OperationKind::FIRST_CAPTURE).await;
     assert_eq!(
         lost.status,
         OperationStatus::Unknown,
@@ -151,7 +151,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
     s.clock().advance(Duration::from_secs(600));
     s.tick().await.unwrap();
     while s.deliver().await > 0 {}
-    let capture = record(&s, OperationKind::Capture).await;
+    let capture = record(&s, OperationKind::FIRST_CAPTURE).await;
     let charge = record(&s, OperationKind::Charge).await;
     assert_eq!(capture.status, OperationStatus::Succeeded, "{capture:?}");
     assert_eq!(
@@ -203,7 +203,7 @@ async fn a_capture_and_a_cancel_at_once_never_both_take_effect() {
         );
         assert!(s
             .store
-            .get(&key(OperationKind::Capture))
+            .get(&key(OperationKind::FIRST_CAPTURE))
             .await
             .unwrap()
             .is_none());

@@ -1226,7 +1226,7 @@ pub fn taking_of(
                 .expect("an authorized charge's intent"),
         });
         (
-            OperationKind::Capture,
+            OperationKind::FIRST_CAPTURE,
             CaptureRequest::default().fingerprint(),
             params,
         )

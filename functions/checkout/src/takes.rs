@@ -22,7 +22,7 @@
 //! | 409 `automatic_capture` / `captured` / `ended` | capture of an automatic charge; cancel of a captured charge (refund it instead); the charge already ended | nothing |
 //! | 400 `over_authorized` | capture amount over what was authorized | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
-//! | 400 | invalid body (`amount` a positive integer of minor units; `reason` one of Stripe's) | nothing |
+//! | 400 | invalid body (`amount` a positive integer of minor units, in the digits Stripe captures in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds; `reason` one of Stripe's) | nothing |
 //! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
@@ -89,7 +89,7 @@ impl Beside for Take {
     ) -> Result<(Operation, TakeAuthorization), TakeRefusal> {
         let operation_id = OperationId::new_random();
         let taker = Taker {
-            capture: self.request.kind() == OperationKind::Capture,
+            capture: self.request.kind().is_capture(),
             operation_id,
         };
         let taking = take::take(charge, &self.request, taker, now)?;
@@ -131,6 +131,8 @@ impl Beside for Take {
                 error(409, "ended", &message, None)
             }
             TakeRefusal::TakenBy(_) => error(409, "taken", &message, None),
+            // Stripe would refuse it (400); refused here, the same 400 as a checkout's amount.
+            TakeRefusal::Indivisible(problem) => invalid(vec![problem]),
             TakeRefusal::OverAuthorized { authorized, .. } => {
                 let mut reply = error(400, "over_authorized", &message, None);
                 reply.body["error"]["authorized"] = json!(authorized);
@@ -188,7 +190,7 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
     let body = if body.trim().is_empty() { "{}" } else { body };
     let obj = json_object(body)?;
     let allowed = match kind {
-        OperationKind::Capture => "amount",
+        OperationKind::Capture(_) => "amount",
         _ => "reason",
     };
     let mut problems: Vec<ValidationError> = obj
@@ -197,7 +199,7 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
         .map(|k| ValidationError::new("body", format!("unknown field {k:?}")))
         .collect();
     let request = match kind {
-        OperationKind::Capture => TakeRequest::Capture(CaptureRequest {
+        OperationKind::Capture(_) => TakeRequest::Capture(CaptureRequest {
             amount: match obj.get("amount") {
                 None | Some(Value::Null) => None,
                 Some(v) => v

@@ -713,7 +713,7 @@ mod tests {
         );
         let capture_key = charge_core::operation::OperationKey::of_kind(
             charge.order_id.clone(),
-            charge_core::domain::OperationKind::Capture,
+            charge_core::domain::OperationKind::FIRST_CAPTURE,
         );
         for (key, held) in [
             (charge.key(), &[CAPTURE_BEFORE, AMOUNT_CAPTURED][..]),
