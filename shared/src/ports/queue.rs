@@ -234,3 +234,37 @@ pub trait MessageVisibility: Send + Sync {
 pub trait DeadLetterQueue: Send + Sync {
     async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A later capture's message names its number and is a version of its own; the first
+    /// capture's is written as every release since captures wrote it; a number on another kind,
+    /// or a first capture numbered, is unreadable.
+    #[test]
+    fn a_later_capture_s_message_names_its_number() {
+        let later = r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":2}"#;
+        let m: OperationMessage = serde_json::from_str(later).unwrap();
+        assert_eq!(m.kind, OperationKind::Capture(2));
+        assert_eq!(OperationMessage::version_of(&m.kind), m.v);
+        assert_eq!(serde_json::to_string(&m).unwrap(), later);
+        assert_eq!(m.key().kind.sort_key(), "capture#2");
+
+        let first = r#"{"v":3,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture"}"#;
+        let m: OperationMessage = serde_json::from_str(first).unwrap();
+        assert_eq!((m.kind.clone(), m.v), (OperationKind::FIRST_CAPTURE, 3));
+        assert_eq!(serde_json::to_string(&m).unwrap(), first);
+
+        for bad in [
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"cancel","capture_no":2}"#,
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":1}"#,
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":11}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<OperationMessage>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}
