@@ -799,6 +799,7 @@ mod tests {
                     replaced_external_id: None,
                 },
             },
+            authorization: None,
         };
         assert_eq!(apply(&op, &with_release), Err(Guard::IsRefund));
         let without = ManualResolution {

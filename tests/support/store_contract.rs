@@ -514,6 +514,7 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
             lease_cutoff: at,
             audit: audit(&format!("resolve_{status}"), op.status, status, at),
         },
+        authorization: None,
     }
 }
 

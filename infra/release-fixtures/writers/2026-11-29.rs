@@ -67,6 +67,7 @@ impl Release for Adapter {
                     note: note.into(),
                     at: w.clock.now(),
                 },
+                authorization: None,
             })
             .await
             .unwrap();

@@ -27,6 +27,7 @@ pub async fn resolve_failed(w: &World, reviewed: &Operation, note: &str) {
                 lease_cutoff: now.minus(LEASE_MARGIN),
                 audit,
             },
+            authorization: None,
         })
         .await
         .unwrap();
