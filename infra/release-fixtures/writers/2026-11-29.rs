@@ -67,7 +67,6 @@ impl Release for Adapter {
                     note: note.into(),
                     at: w.clock.now(),
                 },
-                authorization: None,
             })
             .await
             .unwrap();

@@ -27,7 +27,6 @@ pub async fn resolve_failed(w: &World, reviewed: &Operation, note: &str) {
                 lease_cutoff: now.minus(LEASE_MARGIN),
                 audit,
             },
-            authorization: None,
         })
         .await
         .unwrap();
