@@ -90,7 +90,7 @@ async fn an_authorization_is_held_then_captured_once() {
     );
     assert_eq!(charge.next_due_at, None, "left the unknown index");
     assert_eq!(
-        record(&s, OperationKind::Capture).await.status,
+        record(&s, OperationKind::FIRST_CAPTURE).await.status,
         OperationStatus::Succeeded
     );
     assert_eq!(stripe_status(&s, &charge), "succeeded");
@@ -137,7 +137,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
         1,
         "the fault happened"
     );
-    let lost = record(&s, OperationKind::Capture).await;
+    let lost = record(&s, OperationKind::FIRST_CAPTURE).await;
     assert_eq!(
         lost.status,
         OperationStatus::Unknown,
@@ -151,7 +151,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
     s.clock().advance(Duration::from_secs(600));
     s.tick().await.unwrap();
     while s.deliver().await > 0 {}
-    let capture = record(&s, OperationKind::Capture).await;
+    let capture = record(&s, OperationKind::FIRST_CAPTURE).await;
     let charge = record(&s, OperationKind::Charge).await;
     assert_eq!(capture.status, OperationStatus::Succeeded, "{capture:?}");
     assert_eq!(
@@ -203,7 +203,7 @@ async fn a_capture_and_a_cancel_at_once_never_both_take_effect() {
         );
         assert!(s
             .store
-            .get(&key(OperationKind::Capture))
+            .get(&key(OperationKind::FIRST_CAPTURE))
             .await
             .unwrap()
             .is_none());
@@ -250,4 +250,144 @@ async fn an_authorization_nobody_captures_pages_before_its_deadline_then_expires
         (OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED))
     );
     assert_eq!(stripe_status(&s, &charge), "canceled");
+}
+
+/// ord-3003 checked out with `capture: manual` in kwd (2.000) and its message delivered.
+async fn authorized_in_kwd(s: &Stack) -> Operation {
+    let mut req = api_event("checkout-authorize.json");
+    let mut body: serde_json::Value = serde_json::from_str(req.body.as_deref().unwrap()).unwrap();
+    body["currency"] = serde_json::json!("kwd");
+    body["amount"] = serde_json::json!(2000);
+    req.body = Some(body.to_string());
+    let resp =
+        checkout::handler::handle(&s.checkout(), LambdaEvent::new(req, Context::default())).await;
+    assert_eq!(resp.status_code, 202, "{:?}", resp.body);
+    assert_eq!(s.deliver().await, 1);
+    let charge = record(s, OperationKind::Charge).await;
+    assert_eq!(charge.status, OperationStatus::Authorized, "{charge:?}");
+    charge
+}
+
+/// A capture of 1.005 kwd as a release before this one accepted it (this door refuses it:
+/// Stripe captures three-decimal currencies in tens), written with its claim on the charge and
+/// queued as that door did.
+async fn an_earlier_door_s_capture_of_1005(s: &Stack, charge: &Operation) -> Operation {
+    use charge_core::charge::state::Taker;
+    use charge_core::domain::{Amount, OperationId};
+    use charge_core::operation::Params;
+    use charge_core::store_rules::{ChargeClaim, CreatedBeside};
+    use charge_core::take::{request::CaptureRequest, take, TakeRequest};
+    use charge_once::ports::{OperationCreates, OperationQueue, QueuedOperation};
+    let request = TakeRequest::Capture(CaptureRequest {
+        amount: Some(Amount::new(1005).unwrap()),
+    });
+    let operation_id = OperationId::new_random();
+    let taker = Taker {
+        capture: true,
+        operation_id,
+    };
+    let now = s.clock().now();
+    let mut taking = take(
+        charge,
+        &TakeRequest::Capture(CaptureRequest {
+            amount: Some(Amount::new(1000).unwrap()),
+        }),
+        taker,
+        now,
+    )
+    .expect("1.000 passes this door");
+    if let Params::Capture(p) = &mut taking.params {
+        p.amount_to_capture = Amount::new(1005).unwrap();
+    }
+    let op = Operation {
+        operation_id,
+        ..Operation::new_taking(
+            charge.order_id.clone(),
+            OperationKind::FIRST_CAPTURE,
+            request.fingerprint(),
+            taking.params,
+            charge.requested_by.clone().unwrap(),
+            now,
+            Duration::from_secs(300),
+        )
+    };
+    let created = s
+        .store
+        .create_beside(&op, ChargeClaim::Take(&taking.take))
+        .await
+        .unwrap();
+    assert!(matches!(created, CreatedBeside::New(_)), "{created:?}");
+    s.queue().send(&QueuedOperation::first(&op)).await.unwrap();
+    op
+}
+
+/// Stripe (stripe-sim over HTTP) refuses a capture for its amount: the capture fails saying so,
+/// and the same write on DynamoDB gives the charge back (`authorized`, `taken_by` removed), with
+/// the hold untouched at Stripe. Then the merchant cancels it through the door (202, the hold
+/// released), or captures 1.000 (202, a capture of its own, captured at Stripe).
+#[tokio::test]
+async fn a_capture_stripe_refuses_for_its_amount_gives_the_authorization_back() {
+    for then_cancel in [true, false] {
+        let s = Stack::spawn().await;
+        let charge = authorized_in_kwd(&s).await;
+        let refused = an_earlier_door_s_capture_of_1005(&s, &charge).await;
+        assert_eq!(
+            record(&s, OperationKind::Charge)
+                .await
+                .taken_by()
+                .map(|t| t.operation_id),
+            Some(refused.operation_id),
+            "the capture took the charge"
+        );
+        assert_eq!(s.deliver().await, 1);
+        assert_eq!(
+            s.side.sim.request_counts().capture,
+            1,
+            "the capture reached Stripe"
+        );
+        let failed = record(&s, OperationKind::FIRST_CAPTURE).await;
+        assert_eq!(failed.status, OperationStatus::Failed, "{failed:?}");
+        assert!(failed.review.is_none());
+        assert!(
+            failed
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("take_refused: ") && e.contains("given back")),
+            "{failed:?}"
+        );
+        let given_back = record(&s, OperationKind::Charge).await;
+        assert_eq!(
+            (given_back.status, given_back.taken_by()),
+            (OperationStatus::Authorized, None),
+            "given back"
+        );
+        assert_eq!(stripe_status(&s, &charge), "requires_capture", "still held");
+
+        if then_cancel {
+            let resp = post(&s.checkout(), "cancel-valid.json").await;
+            assert_eq!(resp.status_code, 202, "{:?}", resp.body);
+            assert_eq!(s.deliver().await, 1);
+            let canceled = record(&s, OperationKind::Charge).await;
+            assert_eq!(canceled.status, OperationStatus::Failed, "{canceled:?}");
+            assert_eq!(stripe_status(&s, &charge), "canceled");
+        } else {
+            let resp = post(&s.checkout(), "capture-valid.json").await;
+            assert_eq!(resp.status_code, 202, "{:?}", resp.body);
+            assert_eq!(json_body(&resp)["amount"], 1000);
+            assert_eq!(s.deliver().await, 1);
+            let second = record(&s, OperationKind::Capture(2)).await;
+            assert_eq!(second.status, OperationStatus::Succeeded, "{second:?}");
+            assert_ne!(second.operation_id, refused.operation_id);
+            let captured = record(&s, OperationKind::Charge).await;
+            assert_eq!(
+                (
+                    captured.status,
+                    captured.amount_captured().map(|a| a.minor_units())
+                ),
+                (OperationStatus::Succeeded, Some(1000))
+            );
+            assert_eq!(stripe_status(&s, &charge), "succeeded");
+            assert_eq!(s.side.sim.request_counts().capture, 2);
+        }
+    }
 }

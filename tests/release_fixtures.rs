@@ -418,6 +418,7 @@ async fn resolve_failed(store: &DynamoStore, op: &Operation, now: Timestamp) -> 
                 lease_cutoff: now,
                 audit,
             },
+            authorization: None,
         })
         .await
         .unwrap();

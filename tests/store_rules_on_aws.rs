@@ -420,7 +420,7 @@ mod taking {
     pub fn capture_of(charge: &Operation, taker: Taker, token: LeaseToken) -> Operation {
         let mut op = state::leased(token);
         op.order_id = charge.order_id.clone();
-        op.kind = charge_core::domain::OperationKind::Capture;
+        op.kind = charge_core::domain::OperationKind::FIRST_CAPTURE;
         op.operation_id = taker.operation_id;
         op.params = charge_core::operation::Params::Capture(CaptureParams {
             amount_to_capture: charge.params.amount(),

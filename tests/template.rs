@@ -3365,6 +3365,7 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         stripe_refund_id: with.then(|| charge_core::domain::StripeRefundId::parse("re_1").unwrap()),
         release: with.then(|| release.clone()),
         guard: guard.clone(),
+        authorization: None,
     };
     let mut named = BTreeSet::new();
     for status in [Succeeded, Failed] {
@@ -3390,6 +3391,17 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         named.extend(write_names(&writes::write(&redrive).unwrap()));
     }
     named.extend(write_names(&writes::write(&release).unwrap()));
+    // resolve --failed of a capture or cancel Stripe holds untouched: its charge given back.
+    let given_back = charge_core::store::SettleAuthorization {
+        charge: op.key().charge_of_order(),
+        taker: charge_core::charge::state::Taker {
+            capture: true,
+            operation_id: op.operation_id,
+        },
+        outcome: charge_core::store::AuthorizationOutcome::GivenBack,
+        now: T0,
+    };
+    named.extend(write_names(&writes::write(&given_back).unwrap()));
     // The index's keys are named by every one of them (a resolution removes them, a re-drive
     // moves them), listed by the constant in any case.
     assert!(named.contains(DUE_SHARD) && named.contains(DUE_AT));

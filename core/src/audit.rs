@@ -473,7 +473,7 @@ pub fn objects_to_retrieve(
 fn object_intent(op: &Operation) -> Option<String> {
     match &op.kind {
         OperationKind::Charge => op.external_id.as_ref().map(|id| id.as_str().to_owned()),
-        OperationKind::Capture => op
+        OperationKind::Capture(_) => op
             .params
             .capture()
             .map(|p| p.payment_intent.as_str().to_owned()),
@@ -651,7 +651,7 @@ fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding
     let unknown_object = match op.kind {
         OperationKind::Charge => op.external_id.is_none(),
         OperationKind::Refund(_) => op.stripe_refund_id().is_none(),
-        OperationKind::Capture | OperationKind::Cancel => true,
+        OperationKind::Capture(_) | OperationKind::Cancel => true,
     };
     let since = op.first_attempted_at.unwrap_or(op.created_at);
     if !unknown_object || since.plus(policy.key_window) > now {
@@ -833,7 +833,7 @@ impl<'a> Book<'a> {
                 op.stripe_refund_id().map(|id| id.as_str()),
                 &self.refunds,
             ),
-            OperationKind::Capture | OperationKind::Cancel => (None, self.judge_taking(op)),
+            OperationKind::Capture(_) | OperationKind::Cancel => (None, self.judge_taking(op)),
         }
     }
 
@@ -849,7 +849,7 @@ impl<'a> Book<'a> {
         };
         let differs = |class, detail: String| drift(finding(class, op, Some(&id), detail));
         match (op.kind.clone(), op.status) {
-            (OperationKind::Capture, OperationStatus::Succeeded) => {
+            (OperationKind::Capture(_), OperationStatus::Succeeded) => {
                 if pi.status != PaymentIntentStatus::Succeeded {
                     return differs(
                         DriftClass::StatusDiffers,
@@ -868,10 +868,23 @@ impl<'a> Book<'a> {
                     _ => Verdict::Matched,
                 }
             }
-            (OperationKind::Capture, _) if pi.status == PaymentIntentStatus::Succeeded => differs(
-                DriftClass::StatusDiffers,
-                "capture failed, Stripe's intent succeeded (captured)".to_owned(),
-            ),
+            // A capture Stripe refused gave the authorization back, and a later capture of the
+            // order (another amount: the same one is the same request) may have taken it: only
+            // Stripe holding what this one asked, or not saying what it holds, is drift.
+            (OperationKind::Capture(_), _)
+                if pi.status == PaymentIntentStatus::Succeeded
+                    && (pi.amount_received.is_none()
+                        || pi.amount_received
+                            == op
+                                .params
+                                .capture()
+                                .map(|p| p.amount_to_capture.minor_units())) =>
+            {
+                differs(
+                    DriftClass::StatusDiffers,
+                    "capture failed, Stripe's intent succeeded (captured)".to_owned(),
+                )
+            }
             (OperationKind::Cancel, OperationStatus::Succeeded)
                 if pi.status != PaymentIntentStatus::Canceled =>
             {

@@ -438,33 +438,96 @@ impl<'de> Deserialize<'de> for RefundId {
 /// What kind of effect an operation is. Part of the business identity `(order_id, kind)`: one
 /// charge per order, one refund per merchant refund id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(into = "KindShown", try_from = "KindShown")]
 pub enum OperationKind {
     Charge,
     /// A refund of the order's charge, named by the merchant's refund id.
     Refund(RefundId),
-    /// The capture of the order's authorization (a charge made with `capture: manual`): one per
-    /// order, as Stripe captures an intent once.
-    Capture,
+    /// The order's n-th capture of its authorization (a charge made with `capture: manual`),
+    /// counted from 1. Stripe captures an intent once, so at most one ever succeeds; a later one
+    /// exists only when every earlier one was refused by Stripe for what it asked and gave the
+    /// authorization back (another amount, its own operation and key).
+    Capture(u32),
     /// The cancel of the order's charge: before it was sent, or of its authorization.
     Cancel,
 }
 
+/// How a kind is shown (`chargectl show --json`): as it always was, `"charge"`, `"capture"`,
+/// `"cancel"`, `{"refund": id}`; a capture after the first as `{"capture_again": n}`.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KindShown {
+    Charge,
+    Refund(RefundId),
+    Capture,
+    CaptureAgain(u32),
+    Cancel,
+}
+
+impl From<OperationKind> for KindShown {
+    fn from(kind: OperationKind) -> Self {
+        match kind {
+            OperationKind::Charge => KindShown::Charge,
+            OperationKind::Refund(id) => KindShown::Refund(id),
+            OperationKind::Capture(n) if n <= 1 => KindShown::Capture,
+            OperationKind::Capture(n) => KindShown::CaptureAgain(n),
+            OperationKind::Cancel => KindShown::Cancel,
+        }
+    }
+}
+
+impl TryFrom<KindShown> for OperationKind {
+    type Error = ValidationError;
+
+    fn try_from(shown: KindShown) -> Result<Self, ValidationError> {
+        Ok(match shown {
+            KindShown::Charge => OperationKind::Charge,
+            KindShown::Refund(id) => OperationKind::Refund(id),
+            KindShown::Capture => OperationKind::FIRST_CAPTURE,
+            KindShown::CaptureAgain(n) => OperationKind::capture_number(n)?,
+            KindShown::Cancel => OperationKind::Cancel,
+        })
+    }
+}
+
 impl OperationKind {
+    /// The order's first capture: the only one every release before captures could be asked
+    /// again wrote (sort key `capture`).
+    pub const FIRST_CAPTURE: OperationKind = OperationKind::Capture(1);
+
+    /// How many captures of one order the door writes: each after the first exists only because
+    /// Stripe refused the one before for what it asked. Past this many, the merchant cancels
+    /// (or a person looks), rather than the door reading one more record per request for ever.
+    pub const MAX_CAPTURES: u32 = 10;
+
+    /// The order's `n`-th capture, `n` in 1..=[`Self::MAX_CAPTURES`].
+    pub fn capture_number(n: u32) -> Result<Self, ValidationError> {
+        if (1..=Self::MAX_CAPTURES).contains(&n) {
+            Ok(OperationKind::Capture(n))
+        } else {
+            Err(ValidationError::new(
+                "kind",
+                format!("a capture's number must be 1 to {}", Self::MAX_CAPTURES),
+            ))
+        }
+    }
+
     /// The kind's name, for logs, metrics and the queue message (`charge`, `refund`).
     pub fn as_str(&self) -> &'static str {
         match self {
             OperationKind::Charge => "charge",
             OperationKind::Refund(_) => "refund",
-            OperationKind::Capture => "capture",
+            OperationKind::Capture(_) => "capture",
             OperationKind::Cancel => "cancel",
         }
     }
 
-    /// The record's sort key: `charge`, `capture`, `cancel`, or `refund#<refund_id>`.
+    /// The record's sort key: `charge`, `capture` (the first), `capture#<n>` (the n-th),
+    /// `cancel`, or `refund#<refund_id>`.
     pub fn sort_key(&self) -> String {
         match self {
             OperationKind::Refund(id) => format!("refund#{id}"),
+            OperationKind::Capture(n) if *n > 1 => format!("capture#{n}"),
             other => other.as_str().to_owned(),
         }
     }
@@ -473,14 +536,33 @@ impl OperationKind {
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
         match raw.split_once('#') {
             None if raw == "charge" => Ok(OperationKind::Charge),
-            None if raw == "capture" => Ok(OperationKind::Capture),
+            None if raw == "capture" => Ok(OperationKind::FIRST_CAPTURE),
             None if raw == "cancel" => Ok(OperationKind::Cancel),
             Some(("refund", id)) => Ok(OperationKind::Refund(RefundId::parse(id)?)),
+            // Only as `sort_key` writes it: `capture#2` onwards, no sign, no leading zero.
+            Some(("capture", n))
+                if !n.starts_with(['0', '+']) && n.parse::<u32>().is_ok_and(|n| n > 1) =>
+            {
+                Self::capture_number(n.parse().unwrap_or(0))
+            }
             _ => Err(ValidationError::new(
                 "kind",
-                "must be \"charge\", \"capture\", \"cancel\" or \"refund#<refund_id>\"",
+                "must be \"charge\", \"capture\", \"capture#<n>\", \"cancel\" or \"refund#<refund_id>\"",
             )),
         }
+    }
+
+    /// The order's n-th capture's number; `None` for another kind.
+    pub fn capture_no(&self) -> Option<u32> {
+        match self {
+            OperationKind::Capture(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// A capture (the first or a later one).
+    pub fn is_capture(&self) -> bool {
+        matches!(self, OperationKind::Capture(_))
     }
 
     pub fn refund_id(&self) -> Option<&RefundId> {
@@ -493,7 +575,7 @@ impl OperationKind {
     /// A capture or a cancel: an operation that takes the order's authorization (or stops its
     /// charge before it was sent), fenced against the other by the charge record.
     pub fn takes_authorization(&self) -> bool {
-        matches!(self, OperationKind::Capture | OperationKind::Cancel)
+        matches!(self, OperationKind::Capture(_) | OperationKind::Cancel)
     }
 }
 
@@ -630,6 +712,18 @@ impl ChargeParams {
                 ));
             }
         }
+        Self::check_divisible(amount, currency)
+    }
+
+    /// Stripe's per-currency digits for any amount it moves, not only a charge's: a
+    /// three-decimal currency's last digit 0, ISK in whole krónur. Stripe documents them for
+    /// "the standard payment flows, including Payment Intents, Refunds, and Disputes"
+    /// (docs.stripe.com/currencies), so a capture's `amount_to_capture` and a refund's `amount`
+    /// pass them too. Its minimum charge amounts are documented for charges only: a partial
+    /// capture or refund below them is not refused here (Stripe's own answer decides, and a
+    /// refused capture gives its authorization back).
+    pub fn check_divisible(amount: Amount, currency: &Currency) -> Result<(), ValidationError> {
+        let (n, c) = (amount.minor_units(), currency.as_str());
         if stripe_rules::THREE_DECIMAL.contains(&c) && n % 10 != 0 {
             return Err(ValidationError::new(
                 "amount",
@@ -815,6 +909,62 @@ pub fn lower_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A capture's or refund's amount: the digits, not the minimum charge; each refusal beside
+    /// the amount that passes.
+    #[test]
+    fn a_captured_or_refunded_amount_passes_the_digits_not_the_minimum() {
+        let check = |n: i64, c: &str| {
+            ChargeParams::check_divisible(Amount::new(n).unwrap(), &Currency::parse(c).unwrap())
+                .map_err(|e| e.message)
+        };
+        assert_eq!(check(1000, "kwd"), Ok(()));
+        assert!(check(1005, "kwd").is_err_and(|m| m.contains("must end in 0")));
+        assert_eq!(check(10_000, "isk"), Ok(()));
+        assert!(check(10_050, "isk").is_err_and(|m| m.contains("divisible by 100")));
+        assert_eq!(
+            check(1, "usd"),
+            Ok(()),
+            "a partial capture or refund below the minimum"
+        );
+        assert!(ChargeParams::check_chargeable(
+            Amount::new(1).unwrap(),
+            &Currency::parse("usd").unwrap()
+        )
+        .is_err());
+    }
+
+    /// Every capture's sort key reads back as itself; the first keeps the key every release
+    /// wrote, and nothing but `sort_key`'s own spelling is a capture.
+    #[test]
+    fn capture_sort_keys_read_back() {
+        for n in 1..=OperationKind::MAX_CAPTURES {
+            let kind = OperationKind::capture_number(n).unwrap();
+            assert_eq!(OperationKind::parse(&kind.sort_key()), Ok(kind.clone()));
+            let shown = serde_json::to_value(&kind).unwrap();
+            assert_eq!(
+                serde_json::from_value::<OperationKind>(shown).unwrap(),
+                kind
+            );
+        }
+        assert_eq!(OperationKind::FIRST_CAPTURE.sort_key(), "capture");
+        assert_eq!(
+            serde_json::to_value(OperationKind::FIRST_CAPTURE).unwrap(),
+            "capture"
+        );
+        assert_eq!(OperationKind::Capture(2).sort_key(), "capture#2");
+        for bad in [
+            "capture#1",
+            "capture#02",
+            "capture#+2",
+            "capture#x",
+            "capture#",
+            "capture#11",
+            "capture#0",
+        ] {
+            assert!(OperationKind::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn amounts_stripe_refuses_are_refused_naming_the_rule() {

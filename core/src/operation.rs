@@ -496,7 +496,7 @@ impl Operation {
         match self.kind {
             OperationKind::Charge => self.operation_id.idempotency_key(),
             OperationKind::Refund(_) => self.operation_id.refund_idempotency_key(),
-            OperationKind::Capture => self.operation_id.capture_idempotency_key(),
+            OperationKind::Capture(_) => self.operation_id.capture_idempotency_key(),
             OperationKind::Cancel => self.operation_id.cancel_op_idempotency_key(),
         }
     }

@@ -89,7 +89,7 @@ impl OutcomeEvent {
                 None => "ChargeFailed",
             },
             (OperationKind::Charge, o) => o.detail_type(),
-            (OperationKind::Capture, _) => "CaptureNeedsReview",
+            (OperationKind::Capture(_), _) => "CaptureNeedsReview",
             (OperationKind::Cancel, _) => "CancelNeedsReview",
             (OperationKind::Refund(_), Outcome::Succeeded) => "RefundSucceeded",
             (OperationKind::Refund(_), Outcome::Failed) => "RefundFailed",

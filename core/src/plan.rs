@@ -118,8 +118,10 @@ pub enum ReviewClass {
     RefundListAmbiguous,
     /// A refund stayed `pending` or `requires_action` past the stuck bound.
     StuckRefund,
-    /// Stripe refused a capture or a cancel for a reason other than the intent's state, or a
-    /// cancel found the intent captured (by something other than this engine).
+    /// A capture or a cancel that cannot be made: refused by Stripe for a reason other than the
+    /// intent's state (then failed, its authorization given back: never a review), a cancel
+    /// that found the intent captured (failed, the capture recorded), or one with no intent
+    /// to act on (a review).
     TakeRefused,
 }
 

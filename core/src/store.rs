@@ -167,6 +167,11 @@ pub struct ManualResolution {
     /// reservation back to its charge in the same write, as the executor's outcome does: a
     /// resolution without it would leave the charge's refundable amount short for good.
     pub release: Option<ReleaseRefund>,
+    /// A capture or cancel resolved `failed` while Stripe still holds the authorization
+    /// (`requires_capture`: nothing captured or released) gives it back to its charge in the
+    /// same write, as the executor's outcome for a refusal does: without it the charge would
+    /// stay taken until Stripe lets the hold lapse.
+    pub authorization: Option<SettleAuthorization>,
 }
 
 /// A refund's amount taken from what is left of its order's charge: written in the same

@@ -799,6 +799,7 @@ mod tests {
                     replaced_external_id: None,
                 },
             },
+            authorization: None,
         };
         assert_eq!(apply(&op, &with_release), Err(Guard::IsRefund));
         let without = ManualResolution {
@@ -1015,7 +1016,7 @@ mod tests {
         let capture = taker(true);
         let take_it = take(&charge, capture, TakeFrom::Authorized);
         let op = Operation {
-            kind: OperationKind::Capture,
+            kind: OperationKind::FIRST_CAPTURE,
             ..testing::order("ord-take").build()
         };
         let claim = ChargeClaim::Take(&take_it);

@@ -694,3 +694,61 @@ fn the_picture_counts_settle_times_and_what_is_open_per_kind() {
     let read: AuditReport = serde_json::from_value(old).unwrap();
     assert!(read.settle_times.is_empty() && read.unsettled.is_empty());
 }
+
+/// A capture of `amount` of `charge`'s authorization (`pi`), settled `status`.
+fn capture_of(charge: &Operation, amount: i64, status: OperationStatus) -> Operation {
+    use charge_core::charge::state::Taker;
+    use charge_core::domain::Principal;
+    use charge_core::take::{request::CaptureRequest, take, TakeRequest};
+    let request = TakeRequest::Capture(CaptureRequest {
+        amount: Some(Amount::new(amount).unwrap()),
+    });
+    let operation_id = OperationId::new_random();
+    let taker = Taker {
+        capture: true,
+        operation_id,
+    };
+    let taking = take(charge, &request, taker, T0).unwrap();
+    let mut op = Operation::new_taking(
+        charge.order_id.clone(),
+        request.kind(),
+        request.fingerprint(),
+        taking.params,
+        Principal::jwt("shop").unwrap(),
+        T0,
+        Duration::from_secs(300),
+    );
+    op.operation_id = operation_id;
+    op.status = status;
+    op.next_due_at = None;
+    op.first_attempted_at = Some(T0);
+    op
+}
+
+/// A capture Stripe refused (its authorization given back) beside the intent a later capture
+/// of another amount took: matched. Its twin, Stripe holding exactly what the failed capture
+/// asked, is drift: that capture may have taken the money after all.
+#[test]
+fn a_refused_capture_is_drift_only_when_stripe_took_what_it_asked() {
+    let authorized = order("ord-cap")
+        .manual()
+        .amount(1000)
+        .status(OperationStatus::Authorized)
+        .external_id("pi_cap")
+        .build();
+    let refused = capture_of(&authorized, 600, Failed);
+    for (received, drift) in [(500, false), (600, true)] {
+        let mut pi = intent(&authorized, "pi_cap", "succeeded");
+        pi.amount_received = Some(received);
+        let mut ev = evidence();
+        ev.settled = vec![refused.clone()];
+        ev.retrieved_intents.insert("pi_cap".into(), Some(pi));
+        let j = judge(&ev, &POLICY);
+        let want = if drift {
+            vec![DriftClass::StatusDiffers]
+        } else {
+            vec![]
+        };
+        assert_eq!(classes(&j), want, "Stripe received {received}");
+    }
+}

@@ -5,7 +5,9 @@
 
 mod spec;
 
-use charge_core::domain::{Amount, OperationId, OperationKind, Principal, RefundId};
+use charge_core::domain::{
+    Amount, ChargeParams, Currency, OperationId, OperationKind, Principal, RefundId,
+};
 use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::refund::{
     refund_outcome_for,
@@ -28,6 +30,7 @@ fn variant(then: &Result<i64, RefundRefusal>) -> &'static str {
         Err(RefundRefusal::NoPaymentIntent) => "NoPaymentIntent",
         Err(RefundRefusal::NothingLeft) => "NothingLeft",
         Err(RefundRefusal::OverWhatIsLeft { .. }) => "OverWhatIsLeft",
+        Err(RefundRefusal::Indivisible(_)) => "Indivisible",
     }
 }
 
@@ -38,6 +41,7 @@ const OUTCOMES: &[&str] = &[
     "NoPaymentIntent",
     "NothingLeft",
     "OverWhatIsLeft",
+    "Indivisible",
 ];
 
 /// The twin of the coverage check: a table without a refusal over what is left is caught.
@@ -52,7 +56,7 @@ fn a_table_missing_an_outcome_is_caught() {
     ];
     assert_eq!(
         spec::uncovered(outcomes, OUTCOMES, variant),
-        ["OverWhatIsLeft"]
+        ["Indivisible", "OverWhatIsLeft"]
     );
 }
 
@@ -81,7 +85,14 @@ fn reserve_table() {
         status,
         ..charge(0)
     };
-    let rows: [ReserveRow; 10] = [
+    let mut kwd = order("ord-r")
+        .currency("kwd")
+        .amount(1000)
+        .status(OperationStatus::Succeeded)
+        .external_id("pi_r")
+        .build();
+    kwd.next_due_at = None;
+    let rows: [ReserveRow; 12] = [
         Row {
             says: "a partial refund of a succeeded charge reserves what it asks",
             found: charge(0),
@@ -105,6 +116,28 @@ fn reserve_table() {
             now: (),
             next: (),
             then: Ok(700),
+        },
+        Row {
+            says: "a refund of 0.400 of a kwd charge: Stripe refunds three-decimal currencies in tens",
+            found: kwd.clone(),
+            input: Some(400),
+            now: (),
+            next: (),
+            then: Ok(400),
+        },
+        Row {
+            says: "a refund of 0.405 of a kwd charge: refused, naming the rule (Stripe would refuse it)",
+            found: kwd,
+            input: Some(405),
+            now: (),
+            next: (),
+            then: Err(RefundRefusal::Indivisible(
+                ChargeParams::check_divisible(
+                    Amount::new(405).unwrap(),
+                    &Currency::parse("kwd").unwrap(),
+                )
+                .unwrap_err(),
+            )),
         },
         Row {
             says: "one unit over what is left is refused, with both figures",
@@ -179,7 +212,11 @@ fn reserve_table() {
                 "reserves what it refunds"
             );
             assert_eq!(params.payment_intent, "pi_r", "of the charge's intent");
-            assert_eq!(params.currency.as_str(), "usd", "in the charge's currency");
+            assert_eq!(
+                &params.currency,
+                charge.params.currency(),
+                "in the charge's currency"
+            );
             params.amount.minor_units()
         });
         ((), got)

@@ -240,6 +240,7 @@ pub fn resolve(
                 lease_cutoff: at(25),
                 audit: audit(&format!("resolve_{status}"), op.status, status),
             },
+            authorization: None,
         };
         change(&mut req);
         Request::Resolve(req)

@@ -14,7 +14,9 @@ use charge_core::store_rules::{apply, Guard};
 use charge_core::take::{take, TakeRefusal, TakeRequest};
 use charge_core::testing::{order, T0};
 use charge_core::{
-    domain::{Amount, OperationId, OperationKind, PaymentIntentId, RefundId},
+    domain::{
+        Amount, ChargeParams, Currency, OperationId, OperationKind, PaymentIntentId, RefundId,
+    },
     take::request::{CancelRequest, CaptureRequest},
 };
 use spec::Row;
@@ -37,6 +39,7 @@ fn variant(then: &Result<TakeFrom, TakeRefusal>) -> &'static str {
             TakeRefusal::TakenBy(_) => "TakenBy",
             TakeRefusal::OverAuthorized { .. } => "OverAuthorized",
             TakeRefusal::NoPaymentIntent => "NoPaymentIntent",
+            TakeRefusal::Indivisible(_) => "Indivisible",
         },
     }
 }
@@ -53,6 +56,7 @@ const OUTCOMES: &[&str] = &[
     "TakenBy",
     "OverAuthorized",
     "NoPaymentIntent",
+    "Indivisible",
 ];
 
 /// The twin of the coverage check: a table without its in-flight refusals is caught, by name.
@@ -90,7 +94,7 @@ fn cancel() -> TakeRequest {
 
 fn taker(request: &TakeRequest) -> Taker {
     Taker {
-        capture: request.kind() == OperationKind::Capture,
+        capture: request.kind().is_capture(),
         operation_id: OperationId::new_random(),
     }
 }
@@ -104,6 +108,14 @@ fn door_table() {
         operation_id: OperationId::new_random(),
     });
     let automatic = order("ord-take").status(Succeeded).build();
+    let mut kwd = order("ord-take")
+        .manual()
+        .currency("kwd")
+        .amount(2000)
+        .status(Authorized)
+        .external_id("pi_t")
+        .build();
+    kwd.first_attempted_at = Some(T0);
     let leased = Operation {
         lease: Some(Lease {
             token: LeaseToken::new_random(),
@@ -111,7 +123,7 @@ fn door_table() {
         }),
         ..manual(Pending)
     };
-    let rows: [DoorRow; 16] = [
+    let rows: [DoorRow; 18] = [
         Row {
             says: "a capture of a record that is not a charge",
             found: Operation {
@@ -160,6 +172,28 @@ fn door_table() {
                 asked: 1001,
                 authorized: 1000,
             }),
+        },
+        Row {
+            says: "capture of 1.000 of a kwd authorization: Stripe captures three-decimal currencies in tens",
+            found: kwd.clone(),
+            input: capture(Some(1000)),
+            now: (),
+            next: (),
+            then: Ok(TakeFrom::Authorized),
+        },
+        Row {
+            says: "capture of 1.005 of a kwd authorization: refused, naming the rule (Stripe would refuse it)",
+            found: kwd,
+            input: capture(Some(1005)),
+            now: (),
+            next: (),
+            then: Err(TakeRefusal::Indivisible(
+                ChargeParams::check_divisible(
+                    Amount::new(1005).unwrap(),
+                    &Currency::parse("kwd").unwrap(),
+                )
+                .unwrap_err(),
+            )),
         },
         Row {
             says: "capture of an automatic charge",

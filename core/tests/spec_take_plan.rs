@@ -51,13 +51,11 @@ fn end(end: &Option<AuthorizationOutcome>) -> &'static str {
         Some(AuthorizationOutcome::Captured(_)) => "Captured",
         Some(AuthorizationOutcome::Canceled) => "Canceled",
         Some(AuthorizationOutcome::Expired) => "Expired",
-        // The store's rule gives an authorization back (free for another capture or cancel),
-        // but no answer of Stripe's makes the take plan say so.
         Some(AuthorizationOutcome::GivenBack) => "GivenBack",
     }
 }
 
-const ENDS: &[&str] = &["None", "Captured", "Canceled", "Expired"];
+const ENDS: &[&str] = &["None", "Captured", "Canceled", "Expired", "GivenBack"];
 
 fn covers_every_end(rows: &[TakeRow]) {
     spec::covers(
@@ -75,6 +73,7 @@ fn a_table_missing_an_end_is_caught() {
         None,
         Some(AuthorizationOutcome::Canceled),
         Some(AuthorizationOutcome::Expired),
+        Some(AuthorizationOutcome::GivenBack),
     ];
     assert_eq!(spec::uncovered(ends, ENDS, end), ["Captured"]);
 }
@@ -137,6 +136,22 @@ fn intent(status: &str, reason: Option<&str>) -> PaymentIntent {
 fn unexpected() -> GatewayError {
     GatewayError::UnexpectedState {
         detail: "payment_intent_unexpected_state".into(),
+    }
+}
+
+/// Stripe's 400 for what was asked, not for the intent's state.
+fn invalid(code: &str) -> GatewayError {
+    GatewayError::Rejected {
+        detail: code.into(),
+        param: Some("amount_to_capture".into()),
+    }
+}
+
+/// Stripe's 402 at capture.
+fn declined() -> GatewayError {
+    GatewayError::Declined {
+        code: "card_declined".into(),
+        payment_intent_id: None,
     }
 }
 
@@ -316,13 +331,84 @@ fn take_table() {
             },
         },
         Row {
-            says: "a cancel that finds it captured: a person looks, the charge left taken",
+            says: "a cancel that finds it captured (by someone else): failed, the charge records the capture Stripe holds",
             found: cancel(1),
             input: vec![Err(unexpected()), Ok(intent("succeeded", None))],
             now: (),
-            next: Pending,
+            next: Failed,
             then: Then {
                 calls: "cancel, retrieve",
+                end: captured,
+            },
+        },
+        Row {
+            says: "capture refused 400 amount_too_small: failed, nothing taken, the charge given back",
+            found: capture(1),
+            input: vec![Err(invalid("amount_too_small"))],
+            now: (),
+            next: Failed,
+            then: Then {
+                calls: "capture",
+                end: Some(AuthorizationOutcome::GivenBack),
+            },
+        },
+        Row {
+            says: "capture refused 402 at Stripe: failed, the charge given back",
+            found: capture(1),
+            input: vec![Err(declined())],
+            now: (),
+            next: Failed,
+            then: Then {
+                calls: "capture",
+                end: Some(AuthorizationOutcome::GivenBack),
+            },
+        },
+        Row {
+            says: "a later capture reads first, still held, then refused 400: the charge given back",
+            found: capture(2),
+            input: vec![
+                Ok(intent("requires_capture", None)),
+                Err(invalid("parameter_invalid_integer")),
+            ],
+            now: (),
+            next: Failed,
+            then: Then {
+                calls: "retrieve, capture",
+                end: Some(AuthorizationOutcome::GivenBack),
+            },
+        },
+        Row {
+            says: "a cancel refused 400 (not for the state): failed, the charge given back",
+            found: cancel(1),
+            input: vec![Err(invalid("resource_missing"))],
+            now: (),
+            next: Failed,
+            then: Then {
+                calls: "cancel",
+                end: Some(AuthorizationOutcome::GivenBack),
+            },
+        },
+        Row {
+            says: "a refused read says nothing of an earlier attempt: a person looks, the charge left taken",
+            found: capture(2),
+            input: vec![Err(invalid("resource_missing"))],
+            now: (),
+            next: Unknown,
+            then: Then {
+                calls: "retrieve",
+                end: None,
+            },
+        },
+        Row {
+            says: "the key used with other parameters (a bug): a person looks, the charge left taken",
+            found: capture(1),
+            input: vec![Err(GatewayError::KeyMisuse {
+                detail: "idempotency_error".into(),
+            })],
+            now: (),
+            next: Pending,
+            then: Then {
+                calls: "capture",
                 end: None,
             },
         },
@@ -360,16 +446,53 @@ fn take_table() {
     covers_every_end(&rows);
 }
 
-/// A cancel that finds the intent captured goes to a person, never settles; its twin, a
-/// capture reading the same intent, settles captured.
+/// A cancel that finds the intent captured (by someone else) can never take effect: it fails,
+/// saying why, and the charge records what Stripe captured (`amount_received`, not what the
+/// cancel would have released); its twin, a capture reading the same intent, succeeds.
 #[test]
-fn a_cancel_never_settles_over_a_captured_intent() {
+fn a_cancel_over_a_captured_intent_records_what_stripe_took() {
     let (_, d) = run(&claimed(false, 2), vec![Ok(intent("succeeded", None))]);
-    assert!(d.decision.review.is_some());
-    assert_eq!(d.authorization, None);
+    assert_eq!(d.decision.status, Failed);
+    assert!(d.decision.review.is_none());
+    assert!(
+        d.decision
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("is captured: it cannot be canceled")),
+        "{d:?}"
+    );
+    assert_eq!(
+        d.authorization,
+        Some(AuthorizationOutcome::Captured(Amount::new(600).unwrap()))
+    );
     let (_, d) = run(&claimed(true, 2), vec![Ok(intent("succeeded", None))]);
     assert!(d.decision.review.is_none());
     assert_eq!(d.decision.status, Succeeded);
+}
+
+/// A capture refused for what it asked says why, with Stripe's code, and gives the charge back;
+/// its twin, refused for the intent's state, reads the intent and gives nothing back.
+#[test]
+fn a_refused_capture_says_why_and_gives_the_charge_back() {
+    let (_, d) = run(&claimed(true, 1), vec![Err(invalid("amount_too_small"))]);
+    let why = d.decision.last_error.clone().unwrap_or_default();
+    assert!(why.starts_with("take_refused: "), "{why}");
+    assert!(why.contains("amount_too_small"), "{why}");
+    assert!(why.contains("given back"), "{why}");
+    assert_eq!(d.authorization, Some(AuthorizationOutcome::GivenBack));
+    assert!(d.decision.review.is_none() && d.decision.next_due_at.is_none());
+
+    let (calls, d) = run(
+        &claimed(true, 1),
+        vec![
+            Err(unexpected()),
+            Ok(intent("requires_capture", None)),
+            Err(unexpected()),
+        ],
+    );
+    assert_eq!(calls, "capture, retrieve, capture");
+    assert_eq!(d.authorization, None);
+    assert_eq!(d.decision.status, Unknown);
 }
 
 /// An intent that is not the one the capture takes settles nothing.

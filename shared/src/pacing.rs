@@ -190,7 +190,7 @@ impl MessageBudget {
         Some(match kind {
             OperationKind::Charge => &endpoints[0],
             OperationKind::Refund(_) => &endpoints[1],
-            OperationKind::Capture => &endpoints[2],
+            OperationKind::Capture(_) => &endpoints[2],
             OperationKind::Cancel => &endpoints[3],
         })
     }

@@ -514,6 +514,7 @@ fn resolution(op: &Operation, status: OperationStatus, at: Timestamp) -> ManualR
             lease_cutoff: at,
             audit: audit(&format!("resolve_{status}"), op.status, status, at),
         },
+        authorization: None,
     }
 }
 
@@ -1226,7 +1227,7 @@ pub fn taking_of(
                 .expect("an authorized charge's intent"),
         });
         (
-            OperationKind::Capture,
+            OperationKind::FIRST_CAPTURE,
             CaptureRequest::default().fingerprint(),
             params,
         )

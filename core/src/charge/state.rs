@@ -44,7 +44,7 @@ pub struct Taker {
 impl Taker {
     pub fn kind(&self) -> OperationKind {
         if self.capture {
-            OperationKind::Capture
+            OperationKind::FIRST_CAPTURE
         } else {
             OperationKind::Cancel
         }
@@ -54,7 +54,7 @@ impl Taker {
     /// another kind.
     pub fn of(kind: &OperationKind, operation_id: OperationId) -> Option<Self> {
         kind.takes_authorization().then_some(Self {
-            capture: *kind == OperationKind::Capture,
+            capture: kind.is_capture(),
             operation_id,
         })
     }

@@ -26,7 +26,7 @@ use std::fmt;
 
 use self::request::{RefundParams, RefundRequest};
 use crate::domain::OperationKind;
-use crate::domain::{Amount, StripeRefundId};
+use crate::domain::{Amount, ChargeParams, StripeRefundId, ValidationError};
 use crate::operation::{Operation, OperationStatus};
 use crate::store::ReserveRefund;
 use crate::time::Timestamp;
@@ -132,6 +132,10 @@ pub enum RefundRefusal {
     NothingLeft,
     #[error("amount {asked} is over what is left to refund, {left} (minor units)")]
     OverWhatIsLeft { asked: i64, left: i64 },
+    /// The amount breaks a digit rule Stripe applies to refunds in the charge's currency
+    /// ([`ChargeParams::check_divisible`]): Stripe would refuse it.
+    #[error("{0}")]
+    Indivisible(ValidationError),
 }
 
 /// What is left to refund of `charge`: the amount taken (charged, or captured of an
@@ -165,6 +169,10 @@ pub fn reserve(
         return Err(RefundRefusal::NothingLeft);
     }
     let asked = request.amount.map_or(left, |a| a.minor_units());
+    if let Ok(amount) = Amount::new(asked) {
+        ChargeParams::check_divisible(amount, charge.params.currency())
+            .map_err(RefundRefusal::Indivisible)?;
+    }
     if asked > left {
         return Err(RefundRefusal::OverWhatIsLeft { asked, left });
     }

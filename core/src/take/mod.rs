@@ -17,7 +17,7 @@ pub mod request;
 
 use self::request::{CancelParams, CancelRequest, CaptureParams, CaptureRequest};
 use crate::charge::state::Taker;
-use crate::domain::{Fingerprint, OperationKind};
+use crate::domain::{ChargeParams, Fingerprint, OperationKind, ValidationError};
 use crate::operation::{Operation, OperationStatus, Params};
 use crate::store::{TakeAuthorization, TakeFrom};
 use crate::time::Timestamp;
@@ -32,7 +32,7 @@ pub enum TakeRequest {
 impl TakeRequest {
     pub fn kind(&self) -> OperationKind {
         match self {
-            TakeRequest::Capture(_) => OperationKind::Capture,
+            TakeRequest::Capture(_) => OperationKind::FIRST_CAPTURE,
             TakeRequest::Cancel(_) => OperationKind::Cancel,
         }
     }
@@ -66,6 +66,10 @@ pub enum TakeRefusal {
     TakenBy(&'static str),
     #[error("amount {asked} is over what was authorized, {authorized} (minor units)")]
     OverAuthorized { asked: i64, authorized: i64 },
+    /// The amount breaks a digit rule Stripe applies to captures in the charge's currency
+    /// ([`ChargeParams::check_divisible`]): Stripe would refuse it.
+    #[error("{0}")]
+    Indivisible(ValidationError),
     #[error("the order's charge has no PaymentIntent recorded")]
     NoPaymentIntent,
 }
@@ -145,6 +149,7 @@ fn params_of(
                     authorized: authorized.minor_units(),
                 });
             }
+            ChargeParams::check_divisible(asked, &currency).map_err(TakeRefusal::Indivisible)?;
             let payment_intent = charge
                 .external_id
                 .clone()

@@ -11,14 +11,19 @@
 //!   under its key (an error too, until the key expires), and a fresh attempt on a captured intent
 //!   is refused as `payment_intent_unexpected_state`; neither says what happened, the intent
 //!   does. Still capturable (or cancelable): act again, under the same key.
-//! - a refusal for the intent's state → **retrieve**, and settle by what Stripe holds.
+//! - a refusal for the intent's state → **retrieve**, and settle by what Stripe holds;
+//! - a refusal for anything else (400 invalid request, 402 at capture) → **failed**, the
+//!   authorization given back to the merchant (Stripe did nothing; a refused read, by contrast,
+//!   says nothing of an earlier attempt and goes to a person).
 //!
 //! A capture never repeats at Stripe (an intent is captured once; the second is refused), so
 //! acting again after a read that shows it uncaptured cannot take money twice.
 //!
 //! The outcome ends the charge's authorization in the same write ([`AuthorizationOutcome`]):
-//! captured (the charge `succeeded`, with the amount taken), canceled, or lapsed (Stripe canceled
-//! the hold at its deadline: `failed`). A refusal a person must look at leaves the charge taken.
+//! captured (the charge `succeeded`, with the amount taken: also when a cancel finds it captured
+//! by someone else), canceled, lapsed (Stripe canceled the hold at its deadline: `failed`), or
+//! given back (Stripe refused what was asked: the charge `authorized` and free again). A review
+//! (a key misuse, a refused read, an intent that is not the charge's) leaves the charge taken.
 
 use crate::domain::{Amount, OperationKind, PaymentIntentId};
 use crate::operation::{Operation, OperationStatus};
@@ -42,7 +47,7 @@ pub enum TakeStep {
 impl TakeStep {
     pub fn name(&self, kind: &OperationKind) -> &'static str {
         match (self, kind) {
-            (TakeStep::Act(_), OperationKind::Capture) => "capture",
+            (TakeStep::Act(_), OperationKind::Capture(_)) => "capture",
             (TakeStep::Act(_), _) => "cancel",
             (TakeStep::Retrieve(_), _) => "retrieve",
             (TakeStep::Nothing, _) => "nothing",
@@ -114,8 +119,33 @@ pub fn after_act(
                 ..TakeDecision::of(unknown(op, format!("refused: {detail}"), now, policy))
             }
         }
+        // Refused for what was asked, not for where the intent is: nothing was captured or
+        // canceled, the hold is still Stripe's, and the merchant is the one who can act (another
+        // amount, or a cancel): the charge is given back.
+        Err(err @ (GatewayError::Rejected { .. } | GatewayError::Declined { .. })) => {
+            given_back(op, &err)
+        }
         Err(err) => after_error(op, err, ReviewClass::TakeRefused, now, policy),
     }
+}
+
+/// A capture or cancel Stripe refused for a reason other than the intent's state (a 400 such as
+/// `amount_too_small` or an invalid `amount_to_capture`, a 402 at capture): Stripe did nothing,
+/// so the operation fails, naming Stripe's code, and the charge is given back: `authorized`
+/// again, free for another capture (its own operation and key) or a cancel through the door.
+/// Left taken, it would hold the customer's funds until Stripe lets them lapse, with nobody able
+/// to act. Only after a call that acted: a refused read says nothing of an earlier attempt.
+fn given_back(op: &Operation, err: &GatewayError) -> TakeDecision {
+    let why = format!(
+        "{}: Stripe refused the {} ({err}); nothing was taken and the authorization is given back: capture another amount or cancel",
+        ReviewClass::TakeRefused.as_str(),
+        op.kind.as_str(),
+    );
+    settled(
+        OperationStatus::Failed,
+        Some(&why),
+        AuthorizationOutcome::GivenBack,
+    )
 }
 
 /// After reading the intent.
@@ -186,19 +216,13 @@ fn from_intent(
     } else {
         AuthorizationOutcome::Canceled
     };
-    let capture = op.kind == OperationKind::Capture;
+    let capture = op.kind.is_capture();
     match (&pi.status, capture) {
-        (PaymentIntentStatus::Succeeded, true) => {
-            let taken = pi
-                .amount_received
-                .and_then(|a| Amount::new(a).ok())
-                .unwrap_or_else(|| op.params.amount());
-            settled(
-                OperationStatus::Succeeded,
-                None,
-                AuthorizationOutcome::Captured(taken),
-            )
-        }
+        (PaymentIntentStatus::Succeeded, true) => settled(
+            OperationStatus::Succeeded,
+            None,
+            AuthorizationOutcome::Captured(captured(op, &pi)),
+        ),
         (PaymentIntentStatus::Canceled, true) => {
             let why = if lapsed {
                 "the authorization lapsed before it was captured"
@@ -210,14 +234,19 @@ fn from_intent(
         (PaymentIntentStatus::Canceled, false) => {
             settled(OperationStatus::Succeeded, None, canceled_end)
         }
+        // Captured by something other than this cancel (the dashboard, another integration):
+        // the cancel can never take effect, and the charge records what Stripe holds.
         (PaymentIntentStatus::Succeeded, false) => {
-            let reason = format!(
+            let why = format!(
                 "{}: payment intent {} is captured: it cannot be canceled; refund it instead",
                 ReviewClass::TakeRefused.as_str(),
                 pi.id
             );
-            let d = Decision::review(op.status, reason, ReviewClass::TakeRefused, now);
-            TakeDecision::of(d)
+            settled(
+                OperationStatus::Failed,
+                Some(&why),
+                AuthorizationOutcome::Captured(captured(op, &pi)),
+            )
         }
         (status, _) if !acted && still_takes(status, capture) => TakeDecision {
             then: Some(TakeStep::Act(pi.id.clone())),
@@ -227,6 +256,14 @@ fn from_intent(
             TakeDecision::of(unknown(op, format!("payment intent {status}"), now, policy))
         }
     }
+}
+
+/// What Stripe took of a captured intent (`amount_received`), or, when it does not say, what the
+/// operation names (a capture's amount; a cancel's: all that was held).
+fn captured(op: &Operation, pi: &PaymentIntent) -> Amount {
+    pi.amount_received
+        .and_then(|a| Amount::new(a).ok())
+        .unwrap_or_else(|| op.params.amount())
 }
 
 /// Whether the intent, in `status`, is still one the capture (or cancel) can act on.

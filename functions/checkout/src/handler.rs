@@ -333,7 +333,7 @@ fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route<String>)> {
     if let Some(id) = req.path_parameters.get("order_id") {
         let route = match (req.path_parameters.get("refund_id"), path) {
             (Some(refund), _) => Route::Refund(refund.clone()),
-            (None, Some(p)) if p.ends_with("/capture") => Route::Take(OperationKind::Capture),
+            (None, Some(p)) if p.ends_with("/capture") => Route::Take(OperationKind::FIRST_CAPTURE),
             (None, Some(p)) if p.ends_with("/cancel") => Route::Take(OperationKind::Cancel),
             (None, _) => Route::Charge,
         };
@@ -342,7 +342,7 @@ fn route_of(req: &ApiGatewayV2httpRequest) -> Option<(String, Route<String>)> {
     let rest = path?.strip_prefix("/orders/")?;
     for (suffix, route) in [
         ("/charge", Route::Charge),
-        ("/capture", Route::Take(OperationKind::Capture)),
+        ("/capture", Route::Take(OperationKind::FIRST_CAPTURE)),
         ("/cancel", Route::Take(OperationKind::Cancel)),
     ] {
         if let Some(id) = rest.strip_suffix(suffix) {

@@ -15,7 +15,7 @@
 //! | 409 `charge_not_succeeded` | the order's charge is not `succeeded` (pending, unknown, failed): only money taken is refunded | nothing |
 //! | 409 `nothing_left_to_refund` / `over_refund` | the charge is refunded in full / the amount is over what is left (`left` in the body) | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
-//! | 400 | invalid `refund_id`, `amount` (a positive integer of minor units) or `reason` | nothing |
+//! | 400 | invalid `refund_id`, `amount` (a positive integer of minor units, in the digits Stripe refunds in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds) or `reason` | nothing |
 //! | GET 200 / 404 | where the refund stands / no such refund of the caller's | nothing |
 //! | 503 | DynamoDB or SQS failed | possibly the refund (then `pending`: the reconciler sends it) |
 
@@ -112,6 +112,8 @@ impl Beside for Refund {
                 error(409, "charge_not_succeeded", &message, None)
             }
             RefundRefusal::NothingLeft => error(409, "nothing_left_to_refund", &message, None),
+            // Stripe would refuse it (400); refused here, the same 400 as a checkout's amount.
+            RefundRefusal::Indivisible(problem) => invalid(vec![problem]),
             RefundRefusal::OverWhatIsLeft { left, .. } => {
                 let mut reply = error(409, "over_refund", &message, None);
                 reply.body["error"]["left"] = json!(left);

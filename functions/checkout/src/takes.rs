@@ -3,7 +3,10 @@
 //! with `"capture": "manual"`), or the cancel of the order's charge, each exactly once, and never
 //! both.
 //!
-//! Each is an operation of its own (kind `capture` / `cancel`, one per order), recorded with its
+//! Each is an operation of its own (kind `capture` / `cancel`, one cancel per order, one live or
+//! succeeded capture per order: a capture Stripe refused for what it asked fails and gives the
+//! authorization back, and a capture of another amount is then a record of its own,
+//! `capture#<n>`, with its own operation id and key; `GET` shows the latest), recorded with its
 //! claim on the order's charge in one conditional write (`OperationCreates::create_beside`): the
 //! charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
@@ -18,11 +21,12 @@
 //! | 200 (same body) | the same request again, same caller | nothing written; still `pending`, the message is sent again |
 //! | 409 `take_conflict` | a capture (cancel) already exists with another body, or another caller's | nothing |
 //! | 409 `taken` | the other of the two took the authorization first | nothing |
+//! | 409 `too_many_captures` | Stripe refused 10 captures of this authorization: cancel it | nothing |
 //! | 409 `not_authorized_yet` / `in_flight` | capture: the charge is not authorized yet; cancel: it is at Stripe, not yet authorized | nothing |
 //! | 409 `automatic_capture` / `captured` / `ended` | capture of an automatic charge; cancel of a captured charge (refund it instead); the charge already ended | nothing |
 //! | 400 `over_authorized` | capture amount over what was authorized | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
-//! | 400 | invalid body (`amount` a positive integer of minor units; `reason` one of Stripe's) | nothing |
+//! | 400 | invalid body (`amount` a positive integer of minor units, in the digits Stripe captures in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds; `reason` one of Stripe's) | nothing |
 //! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
@@ -35,7 +39,7 @@ use charge_core::{
     domain::{
         Amount, Fingerprint, OperationId, OperationKind, OrderId, Principal, ValidationError,
     },
-    operation::{Operation, OperationKey},
+    operation::{Operation, OperationKey, OperationStatus},
     time::Timestamp,
 };
 use serde_json::{json, Value};
@@ -53,11 +57,63 @@ pub(crate) async fn create(
     body: &str,
     caller: &Principal,
 ) -> Answer {
+    let request = parse(&kind, body)?;
+    let kind = if kind.is_capture() {
+        capture_asked(deps, &order_id, &request, caller).await?
+    } else {
+        kind
+    };
     let door = Take {
-        request: parse(&kind, body)?,
+        request,
         key: OperationKey::of_kind(order_id.clone(), kind),
     };
     door::create(deps, &door, &OperationKey::charge(order_id), caller).await
+}
+
+/// Which of the order's captures `request` is: the first that is not a failed one asked
+/// otherwise. A capture Stripe refused for what it asked failed and gave the authorization
+/// back, so another amount is a new capture, `capture#<n>` with its own operation id and key
+/// (`capture-op:<operation_id>`); the same body again is still that failed capture (200, as
+/// asked). A live or succeeded capture is the one: another body is `take_conflict`, as ever.
+async fn capture_asked(
+    deps: &Checkout,
+    order_id: &OrderId,
+    request: &TakeRequest,
+    caller: &Principal,
+) -> Result<OperationKind, Reply> {
+    for n in 1..=OperationKind::MAX_CAPTURES {
+        let kind = OperationKind::Capture(n);
+        let key = OperationKey::of_kind(order_id.clone(), kind.clone());
+        match read(deps, &key).await? {
+            Some(earlier)
+                if earlier.status == OperationStatus::Failed
+                    && !(created_by(&earlier, caller)
+                        && earlier.fingerprint == request.fingerprint()) => {}
+            _ => return Ok(kind),
+        }
+    }
+    Err(error(
+        409,
+        "too_many_captures",
+        &format!(
+            "Stripe refused {} captures of this order's authorization: cancel it (POST /orders/{{order_id}}/cancel)",
+            OperationKind::MAX_CAPTURES
+        ),
+        None,
+    ))
+}
+
+/// The latest of the order's captures (`None`: none was asked): what `GET …/capture` shows.
+async fn latest_capture(deps: &Checkout, order_id: &OrderId) -> Result<Option<Operation>, Reply> {
+    let mut latest = None;
+    for n in 1..=OperationKind::MAX_CAPTURES {
+        let key = OperationKey::of_kind(order_id.clone(), OperationKind::Capture(n));
+        match read(deps, &key).await? {
+            Some(op) => latest = Some(op),
+            None => break,
+        }
+    }
+    Ok(latest)
 }
 
 /// A capture or a cancel asked: its record's key and the body.
@@ -89,7 +145,7 @@ impl Beside for Take {
     ) -> Result<(Operation, TakeAuthorization), TakeRefusal> {
         let operation_id = OperationId::new_random();
         let taker = Taker {
-            capture: self.request.kind() == OperationKind::Capture,
+            capture: self.request.kind().is_capture(),
             operation_id,
         };
         let taking = take::take(charge, &self.request, taker, now)?;
@@ -97,7 +153,7 @@ impl Beside for Take {
             operation_id,
             ..Operation::new_taking(
                 charge.order_id.clone(),
-                self.request.kind(),
+                self.key.kind.clone(),
                 self.request.fingerprint(),
                 taking.params.clone(),
                 caller.clone(),
@@ -131,6 +187,8 @@ impl Beside for Take {
                 error(409, "ended", &message, None)
             }
             TakeRefusal::TakenBy(_) => error(409, "taken", &message, None),
+            // Stripe would refuse it (400); refused here, the same 400 as a checkout's amount.
+            TakeRefusal::Indivisible(problem) => invalid(vec![problem]),
             TakeRefusal::OverAuthorized { authorized, .. } => {
                 let mut reply = error(400, "over_authorized", &message, None);
                 reply.body["error"]["authorized"] = json!(authorized);
@@ -162,17 +220,19 @@ pub(crate) async fn status(
     caller: &Principal,
 ) -> Answer {
     let what = kind.as_str();
-    let op = read(deps, &OperationKey::of_kind(order_id, kind))
-        .await?
-        .filter(|op| created_by(op, caller))
-        .ok_or_else(|| {
-            error(
-                404,
-                &format!("{what}_not_found"),
-                &format!("no {what} of this order"),
-                None,
-            )
-        })?;
+    let op = if kind.is_capture() {
+        latest_capture(deps, &order_id).await?
+    } else {
+        read(deps, &OperationKey::of_kind(order_id, kind)).await?
+    };
+    let op = op.filter(|op| created_by(op, caller)).ok_or_else(|| {
+        error(
+            404,
+            &format!("{what}_not_found"),
+            &format!("no {what} of this order"),
+            None,
+        )
+    })?;
     let mut body = summary(&op);
     body["updated_at"] = json!(op.updated_at.to_rfc3339());
     body["payment_intent"] = json!(op.params.payment_intent());
@@ -188,7 +248,7 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
     let body = if body.trim().is_empty() { "{}" } else { body };
     let obj = json_object(body)?;
     let allowed = match kind {
-        OperationKind::Capture => "amount",
+        OperationKind::Capture(_) => "amount",
         _ => "reason",
     };
     let mut problems: Vec<ValidationError> = obj
@@ -197,7 +257,7 @@ fn parse(kind: &OperationKind, body: &str) -> Result<TakeRequest, Reply> {
         .map(|k| ValidationError::new("body", format!("unknown field {k:?}")))
         .collect();
     let request = match kind {
-        OperationKind::Capture => TakeRequest::Capture(CaptureRequest {
+        OperationKind::Capture(_) => TakeRequest::Capture(CaptureRequest {
             amount: match obj.get("amount") {
                 None | Some(Value::Null) => None,
                 Some(v) => v
@@ -551,6 +611,196 @@ mod tests {
             "{body}"
         );
         assert_eq!(f.store.all(), before);
+    }
+
+    /// The order's `n`-th capture as stored.
+    fn capture_no(f: &Fixture, n: u32) -> Option<Operation> {
+        f.store
+            .all()
+            .into_iter()
+            .find(|op| op.kind == OperationKind::Capture(n))
+    }
+
+    /// The charge function's write for `taking` as it ends at Stripe: claimed, then settled
+    /// `status` with the charge's authorization ended as `end`, in one fenced write.
+    async fn settle_taking(
+        f: &Fixture,
+        taking: &Operation,
+        status: OperationStatus,
+        end: charge_core::store::AuthorizationOutcome,
+    ) {
+        use charge_core::store::{Recorded, SettleAuthorization};
+        let token = LeaseToken::new_random();
+        let claim = ClaimRequest {
+            key: taking.key(),
+            operation_id: taking.operation_id,
+            lease: Lease {
+                token,
+                expires_at: T.plus(Duration::from_secs(60)),
+            },
+            now: T,
+        };
+        assert!(matches!(
+            f.store.claim(&claim).await.unwrap(),
+            Claim::Claimed(_)
+        ));
+        let record = charge_core::store::OutcomeRecord {
+            key: taking.key(),
+            operation_id: taking.operation_id,
+            lease_token: token,
+            status,
+            external_id: None,
+            last_error: None,
+            review: None,
+            next_due_at: None,
+            now: T,
+            stripe_refund_id: None,
+            release: None,
+            authorization: Some(SettleAuthorization {
+                charge: taking.key().charge_of_order(),
+                taker: Taker::of(&taking.kind, taking.operation_id).unwrap(),
+                outcome: end,
+                now: T,
+            }),
+            capture_before: None,
+            amount_captured: None,
+        };
+        assert!(matches!(
+            f.store.record(&record).await.unwrap(),
+            Recorded::Written(_)
+        ));
+    }
+
+    /// ord-3003 authorized, its capture of 1000 asked, then refused by Stripe for its amount:
+    /// failed, the authorization given back.
+    async fn refused_capture(f: &Fixture) -> Operation {
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        authorized(f).await;
+        let (status, first) =
+            call(f, with_body("capture-valid.json", json!({"amount": 1000}))).await;
+        assert_eq!(status, 202, "{first}");
+        let first_op = capture_no(f, 1).expect("the first capture");
+        settle_taking(f, &first_op, OperationStatus::Failed, GivenBack).await;
+        assert_eq!(charge(f).status, OperationStatus::Authorized);
+        assert_eq!(charge(f).taken_by(), None, "given back");
+        first_op
+    }
+
+    /// A capture Stripe refused for its amount gave the authorization back: the merchant can
+    /// cancel it, or capture another amount, which is a capture of its own (`capture#2`, its
+    /// own operation and key, message version 4). The same body as the refused one is still that
+    /// one (200, failed); while the second is live, or once it succeeded, another is refused.
+    #[tokio::test]
+    async fn after_a_refused_capture_the_merchant_can_cancel_or_capture_again() {
+        use charge_core::store::AuthorizationOutcome::Captured;
+        use charge_once::ports::OperationMessage;
+
+        // Cancel it.
+        let f = fixture();
+        refused_capture(&f).await;
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, body["kind"].as_str()),
+            (202, Some("cancel")),
+            "{body}"
+        );
+
+        // Or capture another amount: a capture of its own.
+        let f = fixture();
+        let first = refused_capture(&f).await;
+        let (status, same) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 1000}))).await;
+        assert_eq!(
+            (status, same["status"].as_str(), &same["operation_id"]),
+            (200, Some("failed"), &json!(first.operation_id.to_string())),
+            "the refused one asked again is the refused one: {same}"
+        );
+        let queued = f.queue.len();
+        let (status, second) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 900}))).await;
+        assert_eq!(
+            (status, second["amount"].as_i64()),
+            (202, Some(900)),
+            "{second}"
+        );
+        let second_op = capture_no(&f, 2).expect("the second capture, capture#2");
+        assert_ne!(second_op.operation_id, first.operation_id);
+        assert_ne!(second_op.idempotency_key(), first.idempotency_key());
+        assert_eq!(
+            second_op.idempotency_key().as_str(),
+            format!("capture-op:{}", second_op.operation_id)
+        );
+        assert_eq!(
+            charge(&f).taken_by().map(|t| t.operation_id),
+            Some(second_op.operation_id)
+        );
+        assert_eq!(f.queue.len(), queued + 1);
+        let message = OperationMessage::for_operation(&second_op);
+        assert_eq!(
+            (message.v, message.kind.clone()),
+            (4, OperationKind::Capture(2))
+        );
+        // GET shows the latest.
+        let (_, got) = call(&f, get("capture-valid.json")).await;
+        assert_eq!(got["operation_id"], second["operation_id"], "{got}");
+        // While it is live: another amount is refused, nothing written.
+        let before = f.store.all();
+        let (status, third) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 800}))).await;
+        assert_eq!(
+            (status, third["error"]["code"].as_str()),
+            (409, Some("take_conflict")),
+            "{third}"
+        );
+        assert_eq!(f.store.all(), before);
+        // Once it succeeded: nothing more to capture.
+        settle_taking(
+            &f,
+            &second_op,
+            OperationStatus::Succeeded,
+            Captured(second_op.params.amount()),
+        )
+        .await;
+        let before = f.store.all();
+        let (status, fourth) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 800}))).await;
+        assert_eq!(status, 409, "{fourth}");
+        assert_eq!(f.store.all(), before);
+        assert!(capture_no(&f, 3).is_none());
+    }
+
+    /// A capture of a kwd authorization in a digit Stripe does not capture is refused with a
+    /// 400 naming the rule and writes nothing; the genuine amount is accepted in the same setup.
+    #[tokio::test]
+    async fn a_kwd_capture_of_1005_is_refused_and_of_1000_accepted() {
+        let f = fixture();
+        let mut checkout = event("checkout-authorize.json");
+        let mut body: Value = serde_json::from_str(checkout.body.as_deref().unwrap()).unwrap();
+        body["currency"] = json!("kwd");
+        body["amount"] = json!(2000);
+        checkout.body = Some(body.to_string());
+        let (status, answer) = call(&f, checkout).await;
+        assert_eq!(status, 202, "{answer}");
+        held(&f);
+        let before = f.store.all();
+        let queued = f.queue.len();
+        let (status, refused) =
+            call(&f, with_body("capture-valid.json", json!({"amount": 1005}))).await;
+        assert_eq!(
+            (status, refused["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{refused}"
+        );
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("must end in 0 for kwd")),
+            "{refused}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(f.queue.len(), queued, "nothing queued");
+        let (status, ok) = call(&f, with_body("capture-valid.json", json!({"amount": 1000}))).await;
+        assert_eq!((status, ok["amount"].as_i64()), (202, Some(1000)), "{ok}");
     }
 
     /// A capture and a cancel asked at once: exactly one takes the authorization, whatever the

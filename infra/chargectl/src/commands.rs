@@ -748,18 +748,7 @@ pub async fn resolve(
         return resolve_refund(deps, args, &op, console).await;
     }
     if op.kind.takes_authorization() {
-        // Its outcome is written with its charge's (the hold captured, released or lapsed) in
-        // one write, which only the capture's or cancel's own execution makes; it reads the
-        // intent first, so running it again settles it by what Stripe holds.
-        return Err(Failure::Refused(format!(
-            "operation {} is a {} of order {}: it is settled by its own execution, which reads \
-             the PaymentIntent first; run `chargectl redrive {}` to have it settle by what \
-             Stripe holds, or resolve the order's charge; nothing changed",
-            op.operation_id,
-            op.kind.as_str(),
-            op.order_id,
-            op.operation_id
-        )));
+        return resolve_take(deps, args, &op, console).await;
     }
     let (status, external_id) = match &args.outcome.succeeded {
         Some(SucceededAs::PaymentIntent(pi)) => (OperationStatus::Succeeded, Some(pi.clone())),
@@ -838,6 +827,7 @@ pub async fn resolve(
             lease_cutoff: now.minus(LEASE_MARGIN),
             audit: audit.clone(),
         },
+        authorization: None,
     };
     let written = match deps
         .store
@@ -866,6 +856,104 @@ pub async fn resolve(
             review.reason
         )?;
     }
+    Ok(())
+}
+
+/// `chargectl resolve --failed` of a capture or a cancel left unsettled (in review: a key
+/// misuse, a refused read, another intent): only while Stripe holds its intent untouched
+/// (`requires_capture`: nothing captured or released), and then the take ends `failed` with
+/// its charge given back (`authorized`, free for another capture or a cancel through the
+/// API), in one write with the history entry, as the executor does when Stripe refuses a take.
+/// An intent Stripe moved (captured or canceled, also in the dashboard) is settled by the
+/// take's own execution, which reads it first: `chargectl redrive`. No `--force`, no
+/// `--succeeded`: the charge's end is written only as Stripe holds it.
+async fn resolve_take(
+    deps: &ResolveDeps<'_>,
+    args: &ResolveArgs,
+    op: &Operation,
+    console: &mut Console<'_>,
+) -> Result<(), Failure> {
+    use charge_core::charge::state::Taker;
+    use charge_core::store::{AuthorizationOutcome, SettleAuthorization};
+    let what = describe(op);
+    let redrive = format!(
+        "`chargectl redrive {}` settles it by what Stripe holds (it reads the PaymentIntent first)",
+        op.operation_id
+    );
+    if args.outcome.succeeded.is_some() || args.force.is_some() || args.cancel_intent {
+        return Err(Failure::Refused(format!(
+            "operation {} is {what}: it is resolved only --failed, while Stripe still holds the              authorization untouched (the charge is then given back); {redrive}; nothing changed",
+            op.operation_id
+        )));
+    }
+    let (Some(pi_id), Some(taker)) = (
+        op.params.payment_intent(),
+        Taker::of(&op.kind, op.operation_id),
+    ) else {
+        return Err(Failure::Refused(format!(
+            "operation {} ({what}) names no PaymentIntent: look at the order's charge; nothing              changed",
+            op.operation_id
+        )));
+    };
+    let caller = caller(deps.identity).await?;
+    let pi = deps.gateway.retrieve(pi_id).await.map_err(|e| {
+        Failure::Refused(format!(
+            "cannot read {pi_id} at Stripe ({e}): nothing is given back unread; nothing changed"
+        ))
+    })?;
+    if pi.id != *pi_id || pi.status != PaymentIntentStatus::RequiresCapture {
+        return Err(Failure::Refused(format!(
+            "{pi_id} is {} at Stripe, not requires_capture: the authorization is not held              untouched, so it is not given back; {redrive}; nothing changed",
+            pi.status.as_str()
+        )));
+    }
+    let now = deps.clock.now();
+    let audit = AuditEntry {
+        action: "resolve_failed".into(),
+        previous_status: op.status,
+        new_status: OperationStatus::Failed,
+        note: args.note.clone(),
+        at: now,
+        caller,
+        label: args.audit.by.clone(),
+        forced: None,
+        review: op.review.as_ref().map(|r| r.reason.clone()),
+        replaced_external_id: None,
+    };
+    let request = ManualResolution {
+        key: op.key(),
+        operation_id: op.operation_id,
+        status: OperationStatus::Failed,
+        external_id: None,
+        expected_updated_at: op.updated_at,
+        stripe_refund_id: None,
+        release: None,
+        authorization: Some(SettleAuthorization {
+            charge: op.key().charge_of_order(),
+            taker,
+            outcome: AuthorizationOutcome::GivenBack,
+            now,
+        }),
+        guard: OperatorGuard {
+            lease_cutoff: now.minus(LEASE_MARGIN),
+            audit: audit.clone(),
+        },
+    };
+    let written = match deps
+        .store
+        .resolve(&request)
+        .await
+        .map_err(|e| Failure::infra(format!("resolving operation {}", op.operation_id), e))?
+    {
+        Recorded::Written(written) => written,
+        Recorded::Refused(current) => return Err(refused_write(op, current, now, "changed")),
+    };
+    writeln!(
+        console.out,
+        "operation {} ({what}): {} -> {}; the authorization is given back to the charge          (authorized: capture another amount or cancel it through the API)",
+        written.operation_id, op.status, written.status,
+    )?;
+    writeln!(console.out, "history: {}", render::history_line(&audit))?;
     Ok(())
 }
 
@@ -941,6 +1029,7 @@ async fn resolve_refund(
             lease_cutoff: now.minus(LEASE_MARGIN),
             audit: audit.clone(),
         },
+        authorization: None,
     };
     let written = match deps
         .store

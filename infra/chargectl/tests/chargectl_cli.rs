@@ -1989,6 +1989,147 @@ async fn a_capture_is_redriven_not_resolved_by_hand() {
     );
 }
 
+/// An authorization of 1250 held at stripe-sim (`requires_capture`, captured there too when
+/// `captured_at_stripe`) and a capture of it in review (Stripe said its key was used with other
+/// parameters), the charge taken by it: what `resolve` of a take finds.
+async fn capture_in_review(
+    f: &Fixture,
+    stripe: &Stripe,
+    captured_at_stripe: bool,
+) -> (Operation, Operation) {
+    use charge_core::take::{take, TakeRequest};
+    let order = unique("o-refused");
+    let mut charge = operation(&order, 1250, SystemClock.now().minus(3 * HOUR));
+    charge.params.charge_mut().unwrap().capture_method = charge_core::domain::CaptureMethod::Manual;
+    f.store.create_if_absent(&charge).await.unwrap();
+    let pi = stripe.intent_for(&charge, "pm_card_visa").await;
+    let (token, _) = claim(&f.store, &charge).await;
+    let held = OutcomeRecord {
+        external_id: Some(charge_core::domain::PaymentIntentId::parse(&pi).unwrap()),
+        last_error: None,
+        next_due_at: Some(SystemClock.now().plus(96 * HOUR)),
+        ..charge_core::testing::outcome(
+            &charge,
+            token,
+            OperationStatus::Authorized,
+            SystemClock.now(),
+        )
+    };
+    let charge = testing::record(&f.store, &held).await;
+    assert_eq!(stripe.status_at_stripe(&pi), "requires_capture");
+    let request = TakeRequest::Capture(Default::default());
+    let operation_id = charge_core::domain::OperationId::new_random();
+    let taker = charge_core::charge::state::Taker {
+        capture: true,
+        operation_id,
+    };
+    let taking = take(&charge, &request, taker, SystemClock.now()).unwrap();
+    let capture = Operation {
+        operation_id,
+        ..Operation::new_taking(
+            charge.order_id.clone(),
+            request.kind(),
+            request.fingerprint(),
+            taking.params.clone(),
+            charge_core::domain::Principal::jwt("shop").unwrap(),
+            SystemClock.now(),
+            Duration::from_secs(300),
+        )
+    };
+    f.store
+        .create_beside(&capture, ChargeClaim::Take(&taking.take))
+        .await
+        .unwrap();
+    let (token, _) = claim(&f.store, &capture).await;
+    let why = "key_misuse: capture idempotency key misuse: idempotency_error";
+    let in_review = OutcomeRecord {
+        last_error: Some(why.into()),
+        review: Some(Review {
+            reason: why.into(),
+            flagged_at: SystemClock.now(),
+        }),
+        next_due_at: Some(SystemClock.now()),
+        ..charge_core::testing::outcome(
+            &capture,
+            token,
+            OperationStatus::Pending,
+            SystemClock.now(),
+        )
+    };
+    let capture = testing::record(&f.store, &in_review).await;
+    if captured_at_stripe {
+        let req = charge_once::ports::CapturePaymentIntent::for_operation(&capture).unwrap();
+        stripe.side.gateway().capture(&req).await.expect("captured");
+    }
+    (f.get(&charge).await, capture)
+}
+
+/// A capture in review whose authorization Stripe still holds untouched: `resolve --failed`
+/// ends it failed and gives the charge back (authorized, `taken_by` removed) in one write, with
+/// the caller's ARN in the history. Its twin, the same capture after Stripe captured the intent
+/// (in the dashboard, say), is refused and changes nothing: `redrive` settles that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_failed_gives_a_take_in_review_back_only_while_stripe_holds_it() {
+    let f = Fixture::new().await;
+    let stripe = Stripe::new().await;
+
+    let (charge, capture) = capture_in_review(&f, &stripe, true).await;
+    let id = capture.operation_id.to_string();
+    let out = f.run_with(&stripe, &["resolve", &id, "--failed", "--note", "checked"]);
+    assert_exit(&out, 1);
+    assert!(
+        stderr(&out).contains("not requires_capture"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("chargectl redrive"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(f.get(&capture).await, capture, "nothing changed");
+    assert_eq!(f.get(&charge).await, charge, "nothing changed");
+
+    let (charge, capture) = capture_in_review(&f, &stripe, false).await;
+    assert!(charge.taken_by().is_some());
+    let id = capture.operation_id.to_string();
+    let out = f.run_with(
+        &stripe,
+        &[
+            "resolve",
+            &id,
+            "--failed",
+            "--note",
+            "Stripe still holds it",
+            "--by",
+            "alice",
+        ],
+    );
+    assert_exit(&out, 0);
+    assert!(stdout(&out).contains("given back"), "{}", stdout(&out));
+    let after = f.get(&capture).await;
+    assert_eq!(after.status, OperationStatus::Failed);
+    assert!(after.review.is_none());
+    let entry = after.history.last().expect("the history entry");
+    assert_eq!(entry.action, "resolve_failed");
+    assert!(entry.caller.starts_with("arn:aws:"), "{}", entry.caller);
+    assert!(entry
+        .review
+        .as_deref()
+        .is_some_and(|r| r.starts_with("key_misuse")));
+    let given_back = f.get(&charge).await;
+    assert_eq!(
+        (given_back.status, given_back.taken_by()),
+        (OperationStatus::Authorized, None)
+    );
+    let pi = charge.external_id.clone().unwrap();
+    assert_eq!(
+        stripe.status_at_stripe(pi.as_str()),
+        "requires_capture",
+        "untouched"
+    );
+}
+
 /// `summary` on moto: the fixture's unsettled operations per kind with the oldest's age, the
 /// one in review, and a dead-letter queue's depth read from SQS (two messages sent to it), as
 /// text and as JSON; a queue URL SQS does not know fails with its URL, exit 1.

@@ -1580,7 +1580,7 @@ async fn judge_authorization(
     let capture = world
         .backing
         .store
-        .get(&take(charge_core::domain::OperationKind::Capture))
+        .get(&take(charge_core::domain::OperationKind::FIRST_CAPTURE))
         .await?;
     let cancel = world
         .backing

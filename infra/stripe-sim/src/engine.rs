@@ -901,7 +901,8 @@ impl Engine {
     /// rest of the hold released, `amount_received` the captured amount, with the
     /// `payment_intent.succeeded` and `charge.captured` events. An unknown intent is not saved
     /// under the key; a status that cannot be captured (captured, canceled, expired) or more than
-    /// is capturable is Stripe's `400`, saved under it.
+    /// is capturable is Stripe's `400`, saved under it; an amount in a digit Stripe does not
+    /// capture in the currency ([`ApiError::indivisible`]) is a `400` not saved.
     pub(crate) fn capture(
         &mut self,
         id: &str,
@@ -929,6 +930,12 @@ impl Engine {
                 "amount_to_capture",
                 format!("The amount to capture ({amount}) is greater than the amount capturable ({capturable})."),
             )));
+        }
+        // Validation: Stripe saves no result under the key for it.
+        if let Some(refused) =
+            ApiError::indivisible("amount_to_capture", amount, &pi.params.currency)
+        {
+            return Err(Refusal::Forget(refused));
         }
         self.freeze_answer(at);
         self.release_hold(at);
@@ -1205,6 +1212,50 @@ mod tests {
             oracle["latest_charge"] = serde_json::from_str(&charge).unwrap();
             assert_eq!(e.retrieve_expanded(&id, 3_000).unwrap(), oracle.to_string());
         }
+    }
+
+    /// A capture of a kwd authorization in a digit Stripe does not capture is refused (400, the
+    /// parameter named, nothing saved, the hold untouched); its twin of 1.000 captures.
+    #[test]
+    fn a_capture_in_a_digit_stripe_does_not_move_is_refused() {
+        let mut e = Engine::new(
+            1,
+            FaultConfig::default(),
+            Capacity::default(),
+            0,
+            60_000,
+            60_000,
+            crate::pi::UNCAPTURED_EXPIRY_MS,
+        );
+        let mut manual = params("pm_card_visa", "o-kwd");
+        manual.manual_capture = true;
+        manual.currency = "kwd".into();
+        manual.amount = 2000;
+        e.create(manual, None, 1_000);
+        let id = e.pis[0].id.clone();
+        let capture = |n| CaptureParams {
+            amount_to_capture: Some(n),
+            ..CaptureParams::default()
+        };
+        match e.capture(&id, capture(1005), 2_000) {
+            Err(Refusal::Forget(err)) => {
+                assert_eq!(
+                    (err.status, err.param.as_deref()),
+                    (400, Some("amount_to_capture"))
+                );
+            }
+            other => panic!("refused, not saved: {other:?}"),
+        }
+        assert_eq!(e.pis[0].status, "requires_capture");
+        let captured: Value =
+            serde_json::from_str(&e.capture(&id, capture(1000), 2_000).unwrap()).unwrap();
+        assert_eq!(
+            (
+                captured["status"].as_str(),
+                captured["amount_received"].as_i64()
+            ),
+            (Some("succeeded"), Some(1000))
+        );
     }
 
     /// The kept JSON text is always the PaymentIntent's as it is now: after a settlement, a

@@ -47,6 +47,23 @@ impl ApiError {
             .param(param)
     }
 
+    /// `400 invalid_request_error` for an amount in a digit Stripe does not move in `currency`
+    /// (docs.stripe.com/currencies: three-decimal currencies' last digit 0 "for the standard
+    /// payment flows, including Payment Intents, Refunds, and Disputes"; ISK divisible by 100),
+    /// or `None` when the amount passes. Stripe documents the rule and the 400, not a code, so
+    /// none is sent.
+    pub fn indivisible(param: &str, amount: i64, currency: &str) -> Option<Self> {
+        const THREE_DECIMAL: [&str; 5] = ["bhd", "jod", "kwd", "omr", "tnd"];
+        let why = if THREE_DECIMAL.contains(&currency) && amount % 10 != 0 {
+            format!("Invalid {param}: {amount} {currency} must be rounded to the nearest ten (the last digit must be 0).")
+        } else if currency == "isk" && amount % 100 != 0 {
+            format!("Invalid {param}: {amount} isk must be divisible by 100.")
+        } else {
+            return None;
+        };
+        Some(ApiError::new(400, "invalid_request_error", why).param(param))
+    }
+
     /// `400 parameter_missing`.
     pub fn missing(param: &str) -> Self {
         ApiError::invalid(

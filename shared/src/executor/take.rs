@@ -73,7 +73,7 @@ async fn act_on_intent(
         param: None,
     };
     match op.kind {
-        charge_core::domain::OperationKind::Capture => {
+        charge_core::domain::OperationKind::Capture(_) => {
             let req = CapturePaymentIntent::for_operation(op).ok_or_else(missing)?;
             deps.gateway.capture(&req).await
         }

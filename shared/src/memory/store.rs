@@ -342,9 +342,17 @@ impl ManualResolutions for MemoryStore {
     }
 
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        match &req.release {
-            None => self.conditional(&req.key, req).map(store_rules::recorded),
-            Some(release) => self.with_release(&req.key, req, release),
+        match (&req.release, &req.authorization) {
+            (None, None) => self.conditional(&req.key, req).map(store_rules::recorded),
+            (Some(release), None) => self.with_release(&req.key, req, release),
+            (None, Some(settle)) => self.with_charge(
+                &req.key,
+                req,
+                &settle.charge,
+                settle,
+                store_rules::AUTHORIZATION_REFUSED,
+            ),
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
         }
     }
 }

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 /// data, only what identifies the operation, which the charge function reads back from the store:
 /// version 1 a charge (`kind: "charge"`), version 2 a refund (`kind: "refund"`, with its
 /// `refund_id`), version 3 a capture or a cancel of the order's authorization (`kind: "capture"`,
-/// `"cancel"`). A release that does not know a version parks its message as
+/// `"cancel"`), version 4 a capture after the first (`kind: "capture"` with its `capture_no`, 2
+/// onwards: the record `capture#<n>`; a release that knows only version 3 would claim the first
+/// capture's record with it, so it is a version of its own). A release that does not know a version parks its message as
 /// `unsupported_version` on the dead-letter queue, and the reconciler re-sends the operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MessageBody", into = "MessageBody")]
@@ -33,18 +35,25 @@ struct MessageBody {
     kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     refund_id: Option<RefundId>,
+    /// A capture's number, from 2 (absent: the first capture, or another kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capture_no: Option<u32>,
 }
 
 impl TryFrom<MessageBody> for OperationMessage {
     type Error = String;
 
     fn try_from(b: MessageBody) -> Result<Self, String> {
-        let kind = match (b.kind.as_str(), b.refund_id) {
-            ("charge", None) => OperationKind::Charge,
-            ("refund", Some(id)) => OperationKind::Refund(id),
-            ("capture", None) => OperationKind::Capture,
-            ("cancel", None) => OperationKind::Cancel,
-            (kind, id) => {
+        let kind = match (b.kind.as_str(), b.refund_id, b.capture_no) {
+            ("charge", None, None) => OperationKind::Charge,
+            ("refund", Some(id), None) => OperationKind::Refund(id),
+            ("capture", None, None) => OperationKind::FIRST_CAPTURE,
+            ("capture", None, Some(n)) if n > 1 => {
+                OperationKind::capture_number(n).map_err(|e| e.to_string())?
+            }
+            ("cancel", None, None) => OperationKind::Cancel,
+            (kind, _, Some(n)) => return Err(format!("kind {kind:?} with capture_no {n}")),
+            (kind, id, None) => {
                 return Err(format!(
                     "kind {kind:?} with{} a refund_id",
                     if id.is_some() { "" } else { "out" }
@@ -68,6 +77,7 @@ impl From<OperationMessage> for MessageBody {
             order_id: m.order_id,
             kind: m.kind.as_str().to_owned(),
             refund_id: m.kind.refund_id().cloned(),
+            capture_no: m.kind.capture_no().filter(|n| *n > 1),
         }
     }
 }
@@ -79,21 +89,29 @@ impl OperationMessage {
     pub const REFUND_VERSION: u32 = 2;
     /// A capture's or a cancel's message version.
     pub const TAKE_VERSION: u32 = 3;
+    /// A capture's message after the first capture of its order.
+    pub const CAPTURE_AGAIN_VERSION: u32 = 4;
 
     /// The version a message of `kind` is written with.
     pub fn version_of(kind: &OperationKind) -> u32 {
         match kind {
             OperationKind::Charge => Self::VERSION,
             OperationKind::Refund(_) => Self::REFUND_VERSION,
-            OperationKind::Capture | OperationKind::Cancel => Self::TAKE_VERSION,
+            OperationKind::Capture(n) if *n > 1 => Self::CAPTURE_AGAIN_VERSION,
+            OperationKind::Capture(_) | OperationKind::Cancel => Self::TAKE_VERSION,
         }
     }
 
     /// Whether `v` is a version this release reads.
     pub fn known_version(v: u64) -> bool {
-        [Self::VERSION, Self::REFUND_VERSION, Self::TAKE_VERSION]
-            .iter()
-            .any(|known| v == u64::from(*known))
+        [
+            Self::VERSION,
+            Self::REFUND_VERSION,
+            Self::TAKE_VERSION,
+            Self::CAPTURE_AGAIN_VERSION,
+        ]
+        .iter()
+        .any(|known| v == u64::from(*known))
     }
 
     pub fn for_operation(op: &Operation) -> Self {
@@ -215,4 +233,38 @@ pub trait MessageVisibility: Send + Sync {
 #[async_trait]
 pub trait DeadLetterQueue: Send + Sync {
     async fn park(&self, letter: &DeadLetter) -> Result<(), QueueError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A later capture's message names its number and is a version of its own; the first
+    /// capture's is written as every release since captures wrote it; a number on another kind,
+    /// or a first capture numbered, is unreadable.
+    #[test]
+    fn a_later_capture_s_message_names_its_number() {
+        let later = r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":2}"#;
+        let m: OperationMessage = serde_json::from_str(later).unwrap();
+        assert_eq!(m.kind, OperationKind::Capture(2));
+        assert_eq!(OperationMessage::version_of(&m.kind), m.v);
+        assert_eq!(serde_json::to_string(&m).unwrap(), later);
+        assert_eq!(m.key().kind.sort_key(), "capture#2");
+
+        let first = r#"{"v":3,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture"}"#;
+        let m: OperationMessage = serde_json::from_str(first).unwrap();
+        assert_eq!((m.kind.clone(), m.v), (OperationKind::FIRST_CAPTURE, 3));
+        assert_eq!(serde_json::to_string(&m).unwrap(), first);
+
+        for bad in [
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"cancel","capture_no":2}"#,
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":1}"#,
+            r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":11}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<OperationMessage>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

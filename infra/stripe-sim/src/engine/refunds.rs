@@ -178,7 +178,13 @@ impl Engine {
         match p.amount {
             _ if left <= 0 => Err(refund::already_refunded(&charge)),
             Some(asked) if asked > left => Err(refund::amount_too_large(asked, left, currency)),
-            asked => Ok((at, asked.unwrap_or(left))),
+            asked => {
+                let amount = asked.unwrap_or(left);
+                match ApiError::indivisible("amount", amount, currency) {
+                    Some(refused) => Err(refused),
+                    None => Ok((at, amount)),
+                }
+            }
         }
     }
 

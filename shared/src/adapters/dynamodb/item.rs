@@ -472,7 +472,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
     let others: &[&str] = match kind {
         OperationKind::Charge => &REFUND_STATE,
         OperationKind::Refund(_) => &CHARGE_STATE,
-        OperationKind::Capture | OperationKind::Cancel => &[
+        OperationKind::Capture(_) | OperationKind::Cancel => &[
             REFUND_RESERVED,
             CAPTURE_BEFORE,
             AMOUNT_CAPTURED,
@@ -524,7 +524,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                     .transpose()?,
             },
         ),
-        OperationKind::Capture => Params::Capture(CaptureParams {
+        OperationKind::Capture(_) => Params::Capture(CaptureParams {
             amount_to_capture: amount,
             currency,
             payment_intent: domain(
@@ -779,7 +779,7 @@ mod tests {
             RefundState::default(),
         );
         let mut capture = refund.clone();
-        capture.kind = OperationKind::Capture;
+        capture.kind = OperationKind::FIRST_CAPTURE;
         capture.params = Params::Capture(CaptureParams {
             amount_to_capture: Amount::new(100).unwrap(),
             currency: Currency::parse("eur").unwrap(),

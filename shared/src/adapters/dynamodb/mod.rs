@@ -843,13 +843,20 @@ impl ManualResolutions for DynamoStore {
     /// A refund resolved with its reservation given back is one TransactWriteItems of the two
     /// updates, as a refund's outcome is; any other resolution, one conditional UpdateItem.
     async fn resolve(&self, req: &ManualResolution) -> Result<Recorded, StoreError> {
-        let Some(release) = &req.release else {
-            return self
-                .conditional_update("UpdateItem (resolve)", &req.key, req)
-                .await;
-        };
-        self.with_release("TransactWriteItems (resolve)", &req.key, req, release)
-            .await
+        const WHAT: &str = "TransactWriteItems (resolve)";
+        match (&req.release, &req.authorization) {
+            (None, None) => {
+                self.conditional_update("UpdateItem (resolve)", &req.key, req)
+                    .await
+            }
+            (Some(release), None) => self.with_release(WHAT, &req.key, req, release).await,
+            (None, Some(settle)) => {
+                let refused = store_rules::AUTHORIZATION_REFUSED;
+                self.with_charge(WHAT, &req.key, req, &settle.charge, settle, refused)
+                    .await
+            }
+            (Some(_), Some(_)) => Err(StoreError::new(store_rules::RELEASE_AND_AUTHORIZATION)),
+        }
     }
 }
 

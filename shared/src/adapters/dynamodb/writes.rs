@@ -64,6 +64,9 @@ pub const OPERATOR_WRITE_ATTRIBUTES: &[&str] = &[
     // A resolution settles: the settle time and day (the settled index's keys).
     SETTLED_AT,
     SETTLED_ON,
+    // A capture's or cancel's resolution while Stripe holds the authorization untouched gives
+    // it back: the charge's taker removed, in the same transaction.
+    TAKEN_BY,
 ];
 
 /// A condition expression with its placeholders.
@@ -624,6 +627,7 @@ mod tests {
                 lease_cutoff: T0,
                 audit,
             },
+            authorization: None,
         };
         let mut writes: Vec<Write> = outcomes().iter().map(|r| write(r).unwrap()).collect();
         writes.push(write(&resolve).unwrap());
@@ -713,7 +717,7 @@ mod tests {
         );
         let capture_key = charge_core::operation::OperationKey::of_kind(
             charge.order_id.clone(),
-            charge_core::domain::OperationKind::Capture,
+            charge_core::domain::OperationKind::FIRST_CAPTURE,
         );
         for (key, held) in [
             (charge.key(), &[CAPTURE_BEFORE, AMOUNT_CAPTURED][..]),
@@ -776,6 +780,7 @@ mod tests {
                 lease_cutoff: T0,
                 audit: audit("resolve"),
             },
+            authorization: None,
         };
         // `chargectl redrive`: out of review, with the history entry.
         let redrive = Reschedule {
@@ -802,12 +807,24 @@ mod tests {
             release: Some(release.clone()),
             ..resolve(OperationStatus::Failed, None)
         };
+        // `chargectl resolve --failed` of a capture while Stripe holds it untouched: the
+        // charge given back in the same transaction.
+        let given_back = SettleAuthorization {
+            charge: op.key().charge_of_order(),
+            taker: charge_core::charge::state::Taker {
+                capture: true,
+                operation_id: op.operation_id,
+            },
+            outcome: AuthorizationOutcome::GivenBack,
+            now: T0,
+        };
         let writes = [
             write(&resolve(OperationStatus::Succeeded, Some("pi_1"))).unwrap(),
             write(&resolve(OperationStatus::Failed, None)).unwrap(),
             write(&redrive).unwrap(),
             write(&refund).unwrap(),
             write(&release).unwrap(),
+            write(&given_back).unwrap(),
         ];
         let mut named: BTreeSet<&str> = [PK, SK, DUE_SHARD, DUE_AT].into();
         for w in &writes {
@@ -849,6 +866,7 @@ mod tests {
                 lease_cutoff: T0,
                 audit: audit("resolve_unknown"),
             },
+            authorization: None,
         };
         assert_eq!(
             write(&resolve),
