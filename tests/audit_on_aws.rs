@@ -50,6 +50,7 @@ async fn audit(s: &Stack, metrics: &CapturedMetrics) -> AuditReport {
         policy: AuditPolicy {
             key_window: policy.key_window,
             page_lead: policy.authorization_page_lead,
+            refund_recheck: Duration::ZERO,
         },
         ran_by: "test".into(),
         deadline: now.plus(HOUR),

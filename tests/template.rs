@@ -3343,6 +3343,7 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
     let policy = AuditPolicy {
         key_window: std::time::Duration::from_secs(23 * 3600),
         page_lead: std::time::Duration::from_secs(3600),
+        refund_recheck: std::time::Duration::ZERO,
     };
     let report = judge(&Evidence::empty(window, window.to, false), &policy)
         .into_report(window, window.to, "audit");

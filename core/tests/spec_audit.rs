@@ -24,6 +24,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 const POLICY: AuditPolicy = AuditPolicy {
     key_window: Duration::from_secs(23 * 3600),
     page_lead: Duration::from_secs(12 * 3600),
+    refund_recheck: Duration::ZERO,
 };
 
 fn window() -> AuditWindow {

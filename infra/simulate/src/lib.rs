@@ -1185,6 +1185,7 @@ fn reconciler_deps(
         queue: ports.sender(false),
         page_size: 100,
         charge_throughput: pacing.budget().charge_throughput(),
+        refund_watch: None,
     }
 }
 

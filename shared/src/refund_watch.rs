@@ -1,0 +1,214 @@
+//! The refund watch's shell, one step of the reconciler's tick: the succeeded refunds whose next
+//! read has come ([`charge_core::refund::watch`]) read again at Stripe by id, and a late failure
+//! Stripe reports taken as the same write the events function takes
+//! ([`crate::executor::refund::fail_later`]). With or without an events source: this is what
+//! learns it on a stack that has none, or when an event was lost.
+//!
+//! One step, in order:
+//! 1. read the cursor ([`RefundWatchCursor`]): the span of settle times covered so far ends at
+//!    `through` (absent before the first tick: the first tick starts it at now, and reads
+//!    nothing);
+//! 2. cover `[through, min(now, through + MAX_SPAN))`: for each offset of the watch, the refunds
+//!    settled in that span less the offset (the settled index, refunds only; keys first, then the
+//!    refunds' records);
+//! 3. for each one still recorded `succeeded`, one retrieve (paced to the reconciler's Stripe
+//!    share), and the rule's answer: left alone, failed later (written, paged), or a
+//!    contradiction (nothing written, paged);
+//! 4. move the cursor to the span's end, only when every read of the span was answered: a span cut
+//!    short by the tick's time or by Stripe saying "later" is read again by the next tick (the
+//!    reads already made are repeated; the write is made once).
+//!
+//! Cost per refund watched, over its window: one retrieve and its share of one BatchGetItem per
+//! read ([`RefundWatch::reads_per_refund`], 30 by default); per tick, one GetItem, one UpdateItem
+//! and one index Query per offset and UTC day touched (30 by default), whatever the refunds.
+
+use std::time::Duration;
+
+use charge_core::audit::AuditWindow;
+use charge_core::outcome::GatewayError;
+use charge_core::refund::event_plan::RefundEventAction;
+use charge_core::refund::watch::{after_read, watched, RefundWatch};
+use tracing::{error, info, warn};
+
+use crate::executor::refund::{fail_later, LateFailure};
+use crate::executor::EngineDeps;
+use crate::ports::{RefundWatchCursor, StoreError};
+use crate::telemetry::ErrorChain;
+
+/// The most settle time one tick covers: a cursor left behind (a tick that failed, a stack that
+/// was off) catches up this much per tick rather than all at once.
+pub const MAX_SPAN: Duration = Duration::from_secs(3600);
+
+/// Records per page of the settled index.
+const PAGE_SIZE: usize = 100;
+
+/// The watch's settings and where its cursor is kept.
+#[derive(Clone)]
+pub struct RefundWatchDeps {
+    pub watch: RefundWatch,
+    pub cursor: std::sync::Arc<dyn RefundWatchCursor>,
+}
+
+/// What one watch step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchReport {
+    /// Refunds read again at Stripe (`RefundsWatched`).
+    pub read: u64,
+    /// Of those, Stripe said failed after success, and the write was made now
+    /// (`RefundFailedAfterSuccess`, paged).
+    pub failed_later: u64,
+    /// Stripe contradicts the record in another way, or refused the read: nothing written,
+    /// logged for a person (`RefundWatchConflict`, paged).
+    pub conflicts: u64,
+    /// Store or Stripe failures, and records this release cannot read: the span is read again
+    /// next tick (counted in the reconciler's `SkippedOnError` / `UnreadableRecords`).
+    pub failures: u64,
+    pub unreadable: u64,
+    /// The span was not finished (time, or a failure): the cursor stays.
+    pub incomplete: bool,
+    /// How far the cursor is behind now after this step (`RefundWatchLag`).
+    pub lag: Duration,
+}
+
+/// Runs one watch step (see the module doc). Never fails the tick: what fails is counted and
+/// read again next tick.
+pub async fn watch_refunds(
+    deps: &EngineDeps,
+    watch: &RefundWatchDeps,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+) -> WatchReport {
+    let mut report = WatchReport::default();
+    let now = deps.clock.now();
+    let through = match watch.cursor.watched_through().await {
+        Ok(through) => through,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot read the refund watch's cursor; the watch waits for the next tick");
+            report.failures += 1;
+            report.incomplete = true;
+            return report;
+        }
+    };
+    let from = through.unwrap_or(now);
+    let to = now.min(from.plus(MAX_SPAN));
+    for (a, b) in watch.watch.slots(from, to) {
+        let window = AuditWindow { from: a, to: b };
+        if let Err(stop) = read_slot(deps, &window, remaining, safety, &mut report).await {
+            report.incomplete = true;
+            match stop {
+                Stop::Time => {
+                    info!("out of time in the refund watch; the span is read again next tick")
+                }
+                Stop::Store(e) => {
+                    warn!(error = %ErrorChain(&e), "the settled index could not be read; the span is read again next tick");
+                    report.failures += 1;
+                }
+            }
+            break;
+        }
+    }
+    let covered = if report.incomplete { from } else { to };
+    if !report.incomplete && (through.is_none() || to > from) {
+        match watch.cursor.advance_watch(through, to).await {
+            Ok(true) => {}
+            Ok(false) => info!("another tick moved the refund watch's cursor first"),
+            Err(e) => {
+                warn!(error = %ErrorChain(&e), "cannot move the refund watch's cursor; the span is read again next tick");
+                report.failures += 1;
+            }
+        }
+    }
+    report.lag = now.since(covered);
+    info!(
+        read = report.read,
+        failed_later = report.failed_later,
+        conflicts = report.conflicts,
+        failures = report.failures,
+        incomplete = report.incomplete,
+        lag_secs = report.lag.as_secs(),
+        "refund watch"
+    );
+    report
+}
+
+enum Stop {
+    Time,
+    Store(StoreError),
+}
+
+/// Every refund settled in `window`, read again.
+async fn read_slot(
+    deps: &EngineDeps,
+    window: &AuditWindow,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+    report: &mut WatchReport,
+) -> Result<(), Stop> {
+    let mut cursor = None;
+    loop {
+        if remaining() < safety {
+            return Err(Stop::Time);
+        }
+        let page = deps
+            .store
+            .settled_refunds_between(window, cursor.take(), PAGE_SIZE)
+            .await
+            .map_err(Stop::Store)?;
+        for bad in &page.unreadable {
+            report.unreadable += 1;
+            error!(key = %bad.key, reason = %bad.reason, "unreadable refund record skipped by the refund watch (chargectl show prints it raw)");
+        }
+        for op in &page.operations {
+            let Some(id) = watched(op) else { continue };
+            if remaining() < safety {
+                return Err(Stop::Time);
+            }
+            report.read += 1;
+            let stripe = match deps.gateway.retrieve_refund(id).await {
+                Ok(stripe) => stripe,
+                Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+                    warn!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "the refund watch's read got no answer; read again next tick");
+                    report.failures += 1;
+                    report.incomplete = true;
+                    continue;
+                }
+                Err(e) => {
+                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "Stripe refused to read a refund recorded succeeded; nothing written, an operator must check it at Stripe");
+                    report.conflicts += 1;
+                    continue;
+                }
+            };
+            let now = deps.clock.now();
+            match after_read(op, &stripe, now) {
+                RefundEventAction::Ignore(_) | RefundEventAction::Settle => {}
+                RefundEventAction::FailLater(write) => {
+                    match fail_later(deps.store.as_ref(), &write).await {
+                        Ok(LateFailure::Recorded(_)) => report.failed_later += 1,
+                        Ok(LateFailure::AlreadyFailed | LateFailure::Gone) => {}
+                        Ok(LateFailure::Moved(now)) => {
+                            info!(order_id = %op.order_id, operation_id = %op.operation_id, status = %now.status, "the refund changed since it was read; read again next tick");
+                            report.incomplete = true;
+                        }
+                        Err(e) => {
+                            warn!(order_id = %op.order_id, operation_id = %op.operation_id, error = %ErrorChain(&e), "cannot record the refund's late failure; read again next tick");
+                            report.failures += 1;
+                            report.incomplete = true;
+                        }
+                    }
+                }
+                RefundEventAction::PageSettled { reason } => {
+                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), stripe_status = %stripe.status, %reason, "Stripe contradicts a succeeded refund; nothing written, an operator must check it at Stripe");
+                    report.conflicts += 1;
+                }
+                RefundEventAction::Mismatch(why) => {
+                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), reason = why.as_str(), "Stripe's refund is not the one recorded; nothing written, an operator must check it at Stripe");
+                    report.conflicts += 1;
+                }
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
