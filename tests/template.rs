@@ -1568,6 +1568,17 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "RefundFailedAfterSuccess",
             ("Function", "webhook"),
         ),
+        // The same news learned by the reconciler's refund watch, with or without events.
+        (
+            "ChargeOnce",
+            "RefundFailedAfterSuccess",
+            ("Function", "reconciler"),
+        ),
+        (
+            "ChargeOnce",
+            "RefundWatchConflicts",
+            ("Function", "reconciler"),
+        ),
         // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
         (

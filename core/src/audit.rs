@@ -7,10 +7,11 @@
 //! read (a record's object created before the window, an intent a metadata-less refund points
 //! at), and hands everything to [`judge`], which gives every object and every record one verdict.
 //!
-//! Beside the window, the refunds recorded `succeeded` that settled in the
-//! [`AuditPolicy::refund_recheck`] before it are read again by id ([`Evidence::rechecked`]): a
-//! refund can fail days after it succeeded, and one that every other path missed (no events
-//! source, a lost event, the reconciler's watch off or behind) is a `status_differs` finding.
+//! Beside the window, the refunds recorded `succeeded` that settled in the same window
+//! [`AuditPolicy::refund_recheck`] earlier (30 days: the end of the refund watch) are read again
+//! by id ([`Evidence::rechecked`]): a refund can fail days after it succeeded, and one that every
+//! other path missed (no events source, a lost event, the reconciler's watch off or behind) is a
+//! `status_differs` finding.
 //!
 //! Classes split in two. **Drift** (the records and Stripe disagree: someone must look) and
 //! **watch** (nothing disagrees yet, but a deadline is close or passed: an authorization near its
@@ -332,8 +333,8 @@ pub struct AuditPolicy {
     /// (`AuthorizationPageLeadHours`).
     pub page_lead: Duration,
     /// How long before the window the succeeded refunds the audit reads again at Stripe settled
-    /// (`AuditRefundRecheckDays`): a refund can fail days after it succeeded, when its window's
-    /// audit has long passed ([`Evidence::rechecked`]).
+    /// (`AuditRefundRecheckDays`, [`rechecked_window`]): a refund can fail days after it
+    /// succeeded, when its window's audit has long passed ([`Evidence::rechecked`]).
     pub refund_recheck: Duration,
 }
 
@@ -354,8 +355,8 @@ pub struct Evidence {
     pub refunds: Vec<StripeRefund>,
     /// The records settled in the window.
     pub settled: Vec<Operation>,
-    /// Refunds recorded `succeeded` that settled in the [`AuditPolicy::refund_recheck`] before
-    /// the window, read again by id ([`rechecked_window`]; their Stripe refunds are in
+    /// Refunds recorded `succeeded` that settled in the window [`AuditPolicy::refund_recheck`]
+    /// earlier, read again by id ([`rechecked_window`]; their Stripe refunds are in
     /// `retrieved_refunds`): a late failure every other path missed is `status_differs`.
     pub rechecked: Vec<Operation>,
     /// Other records read because something named their order ([`orders_to_read`]).
@@ -396,12 +397,23 @@ impl Evidence {
     }
 }
 
-/// The settle times whose succeeded refunds an audit of `window` reads again: the
-/// `policy.refund_recheck` before it (empty when that is zero).
+/// The settle times whose succeeded refunds an audit of `window` reads again: the window itself,
+/// `policy.refund_recheck` earlier. Consecutive windows tile, so each refund is read again once,
+/// the day its watch ends (one retrieve per refund, bounded like the rest of the audit: at the
+/// audit's Stripe share, re-reading every refund of the last 30 days daily would stop the audit
+/// at a few dozen refunds a day). Empty when the recheck is shorter than the window (0: none),
+/// so it never overlaps the window's own records.
 pub fn rechecked_window(window: &AuditWindow, policy: &AuditPolicy) -> AuditWindow {
+    let length = window.to.since(window.from);
+    if policy.refund_recheck < length {
+        return AuditWindow {
+            from: window.from,
+            to: window.from,
+        };
+    }
     AuditWindow {
         from: window.from.minus(policy.refund_recheck),
-        to: window.from,
+        to: window.to.minus(policy.refund_recheck),
     }
 }
 

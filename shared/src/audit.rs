@@ -10,9 +10,9 @@
 //!    is involved;
 //! 4. by id, the Stripe objects of records whose object was created before the window, and the
 //!    intent of a refund made without our metadata ([`objects_to_retrieve`]);
-//! 5. the refunds recorded `succeeded` that settled in the recheck span before the window
-//!    ([`rechecked_window`], `AuditRefundRecheckDays`), each read again by id: a refund that
-//!    failed after it succeeded, and that no event and no watch recorded, is `status_differs`;
+//! 5. the refunds recorded `succeeded` that settled in the window `AuditRefundRecheckDays`
+//!    earlier ([`rechecked_window`]), each read again by id: a refund that failed after it
+//!    succeeded, and that no event and no watch recorded, is `status_differs`;
 //! 6. the unknown index (unsettled records: deadlines), and the REVIEW count.
 //!
 //! A failure before step 3 is done leaves nothing to judge fairly (an intent whose record was
@@ -248,8 +248,8 @@ impl Reader<'_, '_> {
         Ok(())
     }
 
-    /// The succeeded refunds settled in the recheck span before the window, each read again by
-    /// id (see the module docs, step 5): a late failure is judged as a settled record's
+    /// The succeeded refunds settled in the window the recheck earlier, each read again by id
+    /// (see the module docs, step 5): a late failure is judged as a settled record's
     /// disagreement. A read that fails leaves the refund unchecked.
     async fn recheck_refunds(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
         let span = rechecked_window(&self.run.window, &self.run.policy);

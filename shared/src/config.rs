@@ -94,8 +94,8 @@ pub const AUDIT_WINDOW_HOURS: &str = "AUDIT_WINDOW_HOURS";
 /// (0: never), and how many hours apart ([`charge_core::refund::watch`]).
 pub const REFUND_WATCH_DAYS: &str = "REFUND_WATCH_DAYS";
 pub const REFUND_WATCH_EVERY_HOURS: &str = "REFUND_WATCH_EVERY_HOURS";
-/// The audit function: how many days before its window the succeeded refunds it reads again at
-/// Stripe settled (0: none).
+/// The audit function: the succeeded refunds that settled in its window this many days earlier
+/// are read again at Stripe (0: none).
 pub const AUDIT_REFUND_RECHECK_DAYS: &str = "AUDIT_REFUND_RECHECK_DAYS";
 
 /// The notify function: the EventBridge bus outcome events go to.

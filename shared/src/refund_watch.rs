@@ -32,7 +32,10 @@ use tracing::{error, info, warn};
 
 use crate::executor::refund::{fail_later, LateFailure};
 use crate::executor::EngineDeps;
-use crate::ports::{RefundWatchCursor, StoreError};
+use charge_core::operation::Operation;
+use charge_core::time::Timestamp;
+
+use crate::ports::{RefundWatchCursor, SettledRecords, StoreError};
 use crate::telemetry::ErrorChain;
 
 /// The most settle time one tick covers: a cursor left behind (a tick that failed, a stack that
@@ -91,25 +94,28 @@ pub async fn watch_refunds(
     };
     let from = through.unwrap_or(now);
     let to = now.min(from.plus(MAX_SPAN));
-    for (a, b) in watch.watch.slots(from, to) {
-        let window = AuditWindow { from: a, to: b };
-        if let Err(stop) = read_slot(deps, &window, remaining, safety, &mut report).await {
+    let mut due = DueReads::new(&watch.watch, from, to);
+    let covered = match read_due(deps, &mut due, remaining, safety, &mut report).await {
+        Ok(()) => to,
+        Err(stop) => {
             report.incomplete = true;
             match stop {
                 Stop::Time => {
-                    info!("out of time in the refund watch; the span is read again next tick")
+                    info!("out of time in the refund watch; the rest of its span is read next tick")
                 }
+                Stop::Stripe => info!(
+                    "Stripe answered later; the refund watch goes on from that refund next tick"
+                ),
                 Stop::Store(e) => {
-                    warn!(error = %ErrorChain(&e), "the settled index could not be read; the span is read again next tick");
+                    warn!(error = %ErrorChain(&e), "the settled index could not be read; the rest of the span is read next tick");
                     report.failures += 1;
                 }
             }
-            break;
+            due.done_until
         }
-    }
-    let covered = if report.incomplete { from } else { to };
-    if !report.incomplete && (through.is_none() || to > from) {
-        match watch.cursor.advance_watch(through, to).await {
+    };
+    if through.is_none() || covered > from {
+        match watch.cursor.advance_watch(through, covered).await {
             Ok(true) => {}
             Ok(false) => info!("another tick moved the refund watch's cursor first"),
             Err(e) => {
@@ -133,82 +139,162 @@ pub async fn watch_refunds(
 
 enum Stop {
     Time,
+    /// Stripe said "later" (a 429, the pacer's slot too far away) or gave no answer.
+    Stripe,
     Store(StoreError),
 }
 
-/// Every refund settled in `window`, read again.
-async fn read_slot(
+/// The reads a span holds, one stream of settled refunds per offset, taken in the order they
+/// are due (settle time plus offset) across the streams, so a step cut short has read
+/// everything due before `done_until` and the next one starts there.
+struct DueReads {
+    streams: Vec<Stream>,
+    /// Every read due before this has been made.
+    done_until: Timestamp,
+}
+
+struct Stream {
+    offset: Duration,
+    window: AuditWindow,
+    /// The page read and not yet taken, oldest settle first.
+    page: std::collections::VecDeque<Operation>,
+    /// Where the next page starts; `None` with `started` once the window is read whole.
+    next: Option<String>,
+    started: bool,
+}
+
+impl Stream {
+    fn exhausted(&self) -> bool {
+        self.page.is_empty() && self.started && self.next.is_none()
+    }
+
+    fn head_due(&self) -> Option<Timestamp> {
+        self.page
+            .front()
+            .and_then(|op| op.settled_at)
+            .map(|at| at.plus(self.offset))
+    }
+}
+
+impl DueReads {
+    fn new(watch: &RefundWatch, from: Timestamp, to: Timestamp) -> Self {
+        let streams = watch
+            .offsets()
+            .zip(watch.slots(from, to))
+            .map(|(offset, (a, b))| Stream {
+                offset,
+                window: AuditWindow { from: a, to: b },
+                page: Default::default(),
+                next: None,
+                started: false,
+            })
+            .collect();
+        Self {
+            streams,
+            done_until: from,
+        }
+    }
+
+    /// The next refund due across the streams (reading a page where a stream has none left),
+    /// or `None` once every stream is read whole.
+    async fn next(
+        &mut self,
+        store: &dyn SettledRecords,
+        report: &mut WatchReport,
+    ) -> Result<Option<Operation>, StoreError> {
+        for stream in &mut self.streams {
+            while stream.page.is_empty() && !stream.exhausted() {
+                let page = store
+                    .settled_refunds_between(&stream.window, stream.next.take(), PAGE_SIZE)
+                    .await?;
+                stream.started = true;
+                stream.next = page.next;
+                for bad in &page.unreadable {
+                    report.unreadable += 1;
+                    error!(key = %bad.key, reason = %bad.reason, "unreadable refund record skipped by the refund watch (chargectl show prints it raw)");
+                }
+                stream.page.extend(
+                    page.operations
+                        .into_iter()
+                        .filter(|op| watched(op).is_some() && op.settled_at.is_some()),
+                );
+            }
+        }
+        let Some(first) = self
+            .streams
+            .iter_mut()
+            .filter(|s| !s.page.is_empty())
+            .min_by_key(|s| s.head_due())
+        else {
+            return Ok(None);
+        };
+        if let Some(due) = first.head_due() {
+            self.done_until = self.done_until.max(due);
+        }
+        Ok(first.page.pop_front())
+    }
+}
+
+/// Every refund due in the span, read again, in the order they are due.
+async fn read_due(
     deps: &EngineDeps,
-    window: &AuditWindow,
+    due: &mut DueReads,
     remaining: &(dyn Fn() -> Duration + Send + Sync),
     safety: Duration,
     report: &mut WatchReport,
 ) -> Result<(), Stop> {
-    let mut cursor = None;
     loop {
         if remaining() < safety {
             return Err(Stop::Time);
         }
-        let page = deps
-            .store
-            .settled_refunds_between(window, cursor.take(), PAGE_SIZE)
+        let Some(op) = due
+            .next(deps.store.as_ref(), report)
             .await
-            .map_err(Stop::Store)?;
-        for bad in &page.unreadable {
-            report.unreadable += 1;
-            error!(key = %bad.key, reason = %bad.reason, "unreadable refund record skipped by the refund watch (chargectl show prints it raw)");
-        }
-        for op in &page.operations {
-            let Some(id) = watched(op) else { continue };
-            if remaining() < safety {
-                return Err(Stop::Time);
+            .map_err(Stop::Store)?
+        else {
+            return Ok(());
+        };
+        let Some(id) = watched(&op) else { continue };
+        report.read += 1;
+        let stripe = match deps.gateway.retrieve_refund(id).await {
+            Ok(stripe) => stripe,
+            Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+                warn!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "the refund watch's read got no answer; read again next tick");
+                report.failures += 1;
+                return Err(Stop::Stripe);
             }
-            report.read += 1;
-            let stripe = match deps.gateway.retrieve_refund(id).await {
-                Ok(stripe) => stripe,
-                Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-                    warn!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "the refund watch's read got no answer; read again next tick");
-                    report.failures += 1;
-                    report.incomplete = true;
-                    continue;
-                }
-                Err(e) => {
-                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "Stripe refused to read a refund recorded succeeded; nothing written, an operator must check it at Stripe");
-                    report.conflicts += 1;
-                    continue;
-                }
-            };
-            let now = deps.clock.now();
-            match after_read(op, &stripe, now) {
-                RefundEventAction::Ignore(_) | RefundEventAction::Settle => {}
-                RefundEventAction::FailLater(write) => {
-                    match fail_later(deps.store.as_ref(), &write).await {
-                        Ok(LateFailure::Recorded(_)) => report.failed_later += 1,
-                        Ok(LateFailure::AlreadyFailed | LateFailure::Gone) => {}
-                        Ok(LateFailure::Moved(now)) => {
-                            info!(order_id = %op.order_id, operation_id = %op.operation_id, status = %now.status, "the refund changed since it was read; read again next tick");
-                            report.incomplete = true;
-                        }
-                        Err(e) => {
-                            warn!(order_id = %op.order_id, operation_id = %op.operation_id, error = %ErrorChain(&e), "cannot record the refund's late failure; read again next tick");
-                            report.failures += 1;
-                            report.incomplete = true;
-                        }
+            Err(e) => {
+                error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), error = %ErrorChain(&e), "Stripe refused to read a refund recorded succeeded; nothing written, an operator must check it at Stripe");
+                report.conflicts += 1;
+                continue;
+            }
+        };
+        let now = deps.clock.now();
+        match after_read(&op, &stripe, now) {
+            RefundEventAction::Ignore(_) | RefundEventAction::Settle => {}
+            RefundEventAction::FailLater(write) => {
+                match fail_later(deps.store.as_ref(), &write).await {
+                    Ok(LateFailure::Recorded(_)) => report.failed_later += 1,
+                    Ok(LateFailure::AlreadyFailed | LateFailure::Gone) => {}
+                    Ok(LateFailure::Moved(now)) => {
+                        info!(order_id = %op.order_id, operation_id = %op.operation_id, status = %now.status, "the refund changed since it was read; read again next tick");
+                        return Err(Stop::Stripe);
+                    }
+                    Err(e) => {
+                        warn!(order_id = %op.order_id, operation_id = %op.operation_id, error = %ErrorChain(&e), "cannot record the refund's late failure; read again next tick");
+                        report.failures += 1;
+                        return Err(Stop::Stripe);
                     }
                 }
-                RefundEventAction::PageSettled { reason } => {
-                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), stripe_status = %stripe.status, %reason, "Stripe contradicts a succeeded refund; nothing written, an operator must check it at Stripe");
-                    report.conflicts += 1;
-                }
-                RefundEventAction::Mismatch(why) => {
-                    error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), reason = why.as_str(), "Stripe's refund is not the one recorded; nothing written, an operator must check it at Stripe");
-                    report.conflicts += 1;
-                }
             }
-        }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok(()),
+            RefundEventAction::PageSettled { reason } => {
+                error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), stripe_status = %stripe.status, %reason, "Stripe contradicts a succeeded refund; nothing written, an operator must check it at Stripe");
+                report.conflicts += 1;
+            }
+            RefundEventAction::Mismatch(why) => {
+                error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), reason = why.as_str(), "Stripe's refund is not the one recorded; nothing written, an operator must check it at Stripe");
+                report.conflicts += 1;
+            }
         }
     }
 }

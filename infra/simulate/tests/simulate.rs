@@ -937,3 +937,68 @@ fn a_burst_over_the_wire_is_paced_on_real_time() {
         );
     });
 }
+
+/// Refunds the bank returns three days after they succeeded on a stack with no events source,
+/// and twelve hours after on one whose every Stripe event of the first day is lost: the reconciler's refund watch
+/// records every one `failed` (its reservation given back, its `RefundFailed` published, paged),
+/// and every invariant holds. Its twin, the default late failure (10 minutes) with events on,
+/// holds too (the default run above).
+#[test]
+fn refunds_failing_days_after_success_are_recorded_without_events_and_after_a_lost_day() {
+    use simulate::faults::Kind;
+    use simulate::EventsSource;
+    let rt = current_thread();
+    for (name, events, outage, fails_after) in [
+        ("no events", EventsSource::None, None, 72),
+        // The failures come 12 hours after success, inside the day whose events are all lost.
+        (
+            "a day of events lost",
+            EventsSource::Eventbridge,
+            Some(24),
+            12,
+        ),
+    ] {
+        let mut a = args(2_000, 7, Backend::Memory);
+        a.events = events;
+        a.events_outage_hours = outage;
+        a.refund_fails_after_hours = Some(fails_after);
+        a.faults = vec![(Kind::RefundFailsLater, 0.1)];
+        let r = rt.block_on(simulate(&a)).unwrap();
+        let refunds = &r.refunds;
+        assert!(r.invariants_hold, "{name}: {}", r.render());
+        assert!(refunds.failed_late_at_stripe >= 5, "{name}: {}", r.render());
+        assert_eq!(
+            refunds.failed_late_recorded,
+            refunds.failed_late_at_stripe,
+            "{name}: every late failure recorded: {}",
+            r.render()
+        );
+        assert!(refunds.failed_late_in_events_dlq.is_empty(), "{name}");
+        // No event told (a few failures of the outage run come after its day, and their
+        // events do): the watch it was, and it paged each it recorded.
+        if outage.is_none() {
+            assert_eq!(
+                refunds.failed_late_by_watch,
+                refunds.failed_late_at_stripe,
+                "{name}: {}",
+                r.render()
+            );
+        } else {
+            assert!(
+                refunds.failed_late_by_watch * 10 >= refunds.failed_late_at_stripe * 9,
+                "{name}: {}",
+                r.render()
+            );
+        }
+        assert!(
+            refunds.watch_reads >= refunds.failed_late_at_stripe,
+            "{name}"
+        );
+        if outage.is_some() {
+            assert!(
+                r.webhook_counts["fault_dropped"] > 0,
+                "{name}: the outage dropped events"
+            );
+        }
+    }
+}
