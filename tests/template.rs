@@ -6,7 +6,7 @@
 //! - the charge queue's visibility timeout is at least 6 × the charge function's timeout;
 //! - the table's keys and its one index are the ones `DynamoStore` queries (`UNKNOWN_INDEX`, with
 //!   `UNKNOWN_INDEX_PROJECTED` only, so a claim writes no index entry), and the reconciler may
-//!   query exactly the unknown index;
+//!   query exactly the unknown index and (its refund watch) the settled index;
 //! - the Lambda settings the deployment relies on (runtime, arm64, cargo-lambda build, JSON logs,
 //!   partial batch responses, one reconciler at a time);
 //! - the door: every HTTP route has an IAM or JWT authorizer in every configuration (IAM by
@@ -553,7 +553,8 @@ fn the_table_is_the_one_the_store_queries() {
     );
     assert_eq!(str_at(table, "DeletionPolicy"), Some("Retain"));
 
-    // The reconciler may Query the unknown index, and only it.
+    // The reconciler may Query the unknown index, and the settled index for its refund watch
+    // (the refunds settled a day, two days, ... ago), and nothing else.
     let (_, reconciler) = function(&t, "reconciler");
     let mut found = Vec::new();
     statements(
@@ -576,7 +577,10 @@ fn the_table_is_the_one_the_store_queries() {
         .collect();
     assert_eq!(
         query,
-        [format!("${{{table_id}.Arn}}/index/{UNKNOWN_INDEX}")]
+        [
+            format!("${{{table_id}.Arn}}/index/{SETTLED_INDEX}"),
+            format!("${{{table_id}.Arn}}/index/{UNKNOWN_INDEX}")
+        ]
     );
 }
 

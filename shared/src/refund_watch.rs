@@ -247,11 +247,7 @@ async fn read_due(
         if remaining() < safety {
             return Err(Stop::Time);
         }
-        let Some(op) = due
-            .next(deps.store.as_ref(), report)
-            .await
-            .map_err(Stop::Store)?
-        else {
+        let Some(op) = due.next(&*deps.store, report).await.map_err(Stop::Store)? else {
             return Ok(());
         };
         let Some(id) = watched(&op) else { continue };
@@ -272,21 +268,19 @@ async fn read_due(
         let now = deps.clock.now();
         match after_read(&op, &stripe, now) {
             RefundEventAction::Ignore(_) | RefundEventAction::Settle => {}
-            RefundEventAction::FailLater(write) => {
-                match fail_later(deps.store.as_ref(), &write).await {
-                    Ok(LateFailure::Recorded(_)) => report.failed_later += 1,
-                    Ok(LateFailure::AlreadyFailed | LateFailure::Gone) => {}
-                    Ok(LateFailure::Moved(now)) => {
-                        info!(order_id = %op.order_id, operation_id = %op.operation_id, status = %now.status, "the refund changed since it was read; read again next tick");
-                        return Err(Stop::Stripe);
-                    }
-                    Err(e) => {
-                        warn!(order_id = %op.order_id, operation_id = %op.operation_id, error = %ErrorChain(&e), "cannot record the refund's late failure; read again next tick");
-                        report.failures += 1;
-                        return Err(Stop::Stripe);
-                    }
+            RefundEventAction::FailLater(write) => match fail_later(&*deps.store, &write).await {
+                Ok(LateFailure::Recorded(_)) => report.failed_later += 1,
+                Ok(LateFailure::AlreadyFailed | LateFailure::Gone) => {}
+                Ok(LateFailure::Moved(now)) => {
+                    info!(order_id = %op.order_id, operation_id = %op.operation_id, status = %now.status, "the refund changed since it was read; read again next tick");
+                    return Err(Stop::Stripe);
                 }
-            }
+                Err(e) => {
+                    warn!(order_id = %op.order_id, operation_id = %op.operation_id, error = %ErrorChain(&e), "cannot record the refund's late failure; read again next tick");
+                    report.failures += 1;
+                    return Err(Stop::Stripe);
+                }
+            },
             RefundEventAction::PageSettled { reason } => {
                 error!(order_id = %op.order_id, operation_id = %op.operation_id, refund = id.as_str(), stripe_status = %stripe.status, %reason, "Stripe contradicts a succeeded refund; nothing written, an operator must check it at Stripe");
                 report.conflicts += 1;

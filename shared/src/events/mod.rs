@@ -680,7 +680,7 @@ async fn unclaimed(
 /// Stripe's word that a succeeded refund failed later, written with its reservation given back
 /// (the executor's one write of it, shared with the refund watch).
 async fn fail_later(deps: &EventsDeps, write: &RefundFailedLater) -> Result<Reception, ActError> {
-    let written = executor::refund::fail_later(deps.charge.store.as_ref(), write)
+    let written = executor::refund::fail_later(&*deps.charge.store, write)
         .await
         .map_err(ActError::Store)?;
     Ok(match written {
