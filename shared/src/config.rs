@@ -880,12 +880,45 @@ mod tests {
     }
 
     #[test]
+    fn the_refund_watch_and_the_audit_s_re_read_are_bounded_and_default_to_thirty_days() {
+        let defaults = refund_watch(&MapEnv(std::collections::HashMap::new())).unwrap();
+        assert_eq!(defaults, RefundWatch::DEFAULT);
+        let days =
+            |v: &'static str| MapEnv(std::collections::HashMap::from([(REFUND_WATCH_DAYS, v)]));
+        assert_eq!(refund_watch(&days("0")).unwrap().window, Duration::ZERO);
+        assert!(refund_watch(&days("121")).is_err(), "past 120 days");
+        let every = |v: &'static str| {
+            MapEnv(std::collections::HashMap::from([(
+                REFUND_WATCH_EVERY_HOURS,
+                v,
+            )]))
+        };
+        assert!(refund_watch(&every("0")).is_err(), "never zero hours apart");
+        assert_eq!(
+            refund_watch(&every("48")).unwrap().every,
+            Duration::from_secs(48 * 3600)
+        );
+        let recheck = |v: &'static str| {
+            MapEnv(std::collections::HashMap::from([(
+                AUDIT_REFUND_RECHECK_DAYS,
+                v,
+            )]))
+        };
+        assert_eq!(
+            audit_refund_recheck(&recheck("7")).unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert!(audit_refund_recheck(&recheck("121")).is_err());
+    }
+
+    #[test]
     fn every_example_is_accepted_by_its_reader() {
         let env = RecordingEnv::default();
         stripe_env(&env).unwrap();
         charge_policy(&env).unwrap();
         stripe_budget(&env).unwrap();
         audit_settings(&env).unwrap();
+        refund_watch(&env).unwrap();
         for name in [
             TABLE_NAME,
             QUEUE_URL,
