@@ -50,6 +50,7 @@ async fn audit(s: &Stack, metrics: &CapturedMetrics) -> AuditReport {
         policy: AuditPolicy {
             key_window: policy.key_window,
             page_lead: policy.authorization_page_lead,
+            refund_recheck: Duration::ZERO,
         },
         ran_by: "test".into(),
         deadline: now.plus(HOUR),
@@ -362,5 +363,117 @@ async fn deadlines_are_watched_an_authorization_near_its_own_and_an_unknown_past
         0,
         "watch classes are not drift: {:?}",
         report.findings
+    );
+}
+
+/// The audit's re-read of refunds settled in its window `refund_recheck` earlier, on moto (the
+/// settled index, refunds only) and stripe-sim: a refund the bank returned after it succeeded,
+/// that nothing recorded, is `status_differs`; its twin, a refund of another order still
+/// succeeded, is matched; each read once, by id.
+#[tokio::test]
+async fn a_late_failure_nothing_recorded_is_found_by_the_re_read_of_refunds_settled_days_before() {
+    use charge_core::domain::{Amount, Principal, RefundId};
+    use charge_core::operation::Operation;
+    use charge_core::refund::{self, request::RefundRequest};
+    use charge_core::store_rules::ChargeClaim;
+    use charge_once::executor::execute;
+    use charge_once::ports::OperationCreates;
+    const DAY: Duration = Duration::from_secs(86_400);
+    let s = Stack::spawn().await;
+    s.side.sim.set_refund_fail_after(3 * DAY);
+    let mut refunds = Vec::new();
+    for (order, pm) in [
+        ("recheck-late", "pm_card_refundFail"),
+        ("recheck-fine", "pm_card_visa"),
+    ] {
+        let deps = s.charge_deps();
+        let charge = charge_core::testing::order(order)
+            .amount(1000)
+            .payment_method(pm)
+            .at(s.clock().now())
+            .build();
+        s.store.create_if_absent(&charge).await.unwrap();
+        execute(&deps, &charge.key(), &charge.operation_id)
+            .await
+            .unwrap();
+        let charge = s.store.get(&charge.key()).await.unwrap().unwrap();
+        let request = RefundRequest {
+            amount: Some(Amount::new(400).unwrap()),
+            reason: None,
+        };
+        let now = s.clock().now();
+        let (params, reserve) = refund::reserve(&charge, &request, now).unwrap();
+        let op = Operation::new_refund(
+            charge.order_id.clone(),
+            RefundId::parse("r-1").unwrap(),
+            &request,
+            params,
+            Principal::jwt("support").unwrap(),
+            now,
+            Duration::from_secs(300),
+        );
+        s.store
+            .create_beside(&op, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap();
+        execute(&deps, &op.key(), &op.operation_id).await.unwrap();
+        let refund = s.store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(refund.status, OperationStatus::Succeeded);
+        refunds.push(refund);
+    }
+    // Thirty days on, no event and no watch: the late one is still recorded succeeded.
+    let settled = refunds[0].settled_at.unwrap();
+    s.clock().set(settled.plus(30 * DAY));
+    let gateway = s.side.gateway();
+    let metrics = CapturedMetrics::new();
+    let deps = AuditDeps {
+        store: s.store.as_ref(),
+        log: s.store.as_ref(),
+        gateway: &gateway,
+        clock: s.clock(),
+        metrics: &metrics,
+    };
+    let policy = Policy::default();
+    let audit = |recheck: Duration| AuditRun {
+        window: AuditWindow::ending_at(s.clock().now().plus(HOUR), 2 * HOUR),
+        policy: AuditPolicy {
+            key_window: policy.key_window,
+            page_lead: policy.authorization_page_lead,
+            refund_recheck: recheck,
+        },
+        ran_by: "test".into(),
+        deadline: s.clock().now().plus(HOUR),
+    };
+    // Without the re-read (its twin in the same setup): the window holds nothing, nothing found.
+    let blind = run_audit(&deps, &audit(Duration::ZERO)).await;
+    assert_eq!((blind.drift(), blind.counts.rechecked_refunds), (0, 0));
+    let report = run_audit(&deps, &audit(30 * DAY)).await;
+    assert!(report.complete, "{report:?}");
+    assert_eq!(report.counts.rechecked_refunds, 2, "{:?}", report.counts);
+    let late_id = refunds[0].stripe_refund_id().unwrap().as_str();
+    assert!(
+        found(&report, DriftClass::StatusDiffers, late_id),
+        "{:?}",
+        report.findings
+    );
+    assert_eq!(report.drift(), 1, "the twin matched: {:?}", report.findings);
+    assert_eq!(report.counts.matched, 1, "{:?}", report.counts);
+    assert_eq!(
+        metrics.sum(
+            "AuditDrift",
+            &[("Function", "audit"), ("DriftClass", "status_differs")]
+        ),
+        1.0,
+        "paged"
+    );
+    // Nothing changed by the audit.
+    assert_eq!(
+        s.store
+            .get(&refunds[0].key())
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        OperationStatus::Succeeded
     );
 }

@@ -21,6 +21,7 @@ mod module_layers;
 mod observability_rules;
 mod outcomes_on_aws;
 mod reconciler_on_aws;
+mod refund_watch_on_aws;
 mod release_fixtures;
 mod request_counts;
 mod samconfig;

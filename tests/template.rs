@@ -6,7 +6,7 @@
 //! - the charge queue's visibility timeout is at least 6 × the charge function's timeout;
 //! - the table's keys and its one index are the ones `DynamoStore` queries (`UNKNOWN_INDEX`, with
 //!   `UNKNOWN_INDEX_PROJECTED` only, so a claim writes no index entry), and the reconciler may
-//!   query exactly the unknown index;
+//!   query exactly the unknown index and (its refund watch) the settled index;
 //! - the Lambda settings the deployment relies on (runtime, arm64, cargo-lambda build, JSON logs,
 //!   partial batch responses, one reconciler at a time);
 //! - the door: every HTTP route has an IAM or JWT authorizer in every configuration (IAM by
@@ -553,7 +553,8 @@ fn the_table_is_the_one_the_store_queries() {
     );
     assert_eq!(str_at(table, "DeletionPolicy"), Some("Retain"));
 
-    // The reconciler may Query the unknown index, and only it.
+    // The reconciler may Query the unknown index, and the settled index for its refund watch
+    // (the refunds settled a day, two days, ... ago), and nothing else.
     let (_, reconciler) = function(&t, "reconciler");
     let mut found = Vec::new();
     statements(
@@ -576,7 +577,10 @@ fn the_table_is_the_one_the_store_queries() {
         .collect();
     assert_eq!(
         query,
-        [format!("${{{table_id}.Arn}}/index/{UNKNOWN_INDEX}")]
+        [
+            format!("${{{table_id}.Arn}}/index/{SETTLED_INDEX}"),
+            format!("${{{table_id}.Arn}}/index/{UNKNOWN_INDEX}")
+        ]
     );
 }
 
@@ -1645,6 +1649,17 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "ChargeOnce",
             "RefundFailedAfterSuccess",
             ("Function", "webhook"),
+        ),
+        // The same news learned by the reconciler's refund watch, with or without events.
+        (
+            "ChargeOnce",
+            "RefundFailedAfterSuccess",
+            ("Function", "reconciler"),
+        ),
+        (
+            "ChargeOnce",
+            "RefundWatchConflicts",
+            ("Function", "reconciler"),
         ),
         // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
@@ -3433,6 +3448,7 @@ fn the_audit_s_write_is_held_to_the_audit_partition_its_writer_puts_to() {
     let policy = AuditPolicy {
         key_window: std::time::Duration::from_secs(23 * 3600),
         page_lead: std::time::Duration::from_secs(3600),
+        refund_recheck: std::time::Duration::ZERO,
     };
     let report = judge(&Evidence::empty(window, window.to, false), &policy)
         .into_report(window, window.to, "audit");

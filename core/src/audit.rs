@@ -7,6 +7,12 @@
 //! read (a record's object created before the window, an intent a metadata-less refund points
 //! at), and hands everything to [`judge`], which gives every object and every record one verdict.
 //!
+//! Beside the window, the refunds recorded `succeeded` that settled in the same window
+//! [`AuditPolicy::refund_recheck`] earlier (30 days: the end of the refund watch) are read again
+//! by id ([`Evidence::rechecked`]): a refund can fail days after it succeeded, and one that every
+//! other path missed (no events source, a lost event, the reconciler's watch off or behind) is a
+//! `status_differs` finding.
+//!
 //! Classes split in two. **Drift** (the records and Stripe disagree: someone must look) and
 //! **watch** (nothing disagrees yet, but a deadline is close or passed: an authorization near its
 //! capture deadline, an operation unsettled past the key window). Both page; a clean day has 0 of
@@ -150,6 +156,9 @@ pub struct AuditCounts {
     pub refunds: u64,
     /// Records settled in the window.
     pub settled_records: u64,
+    /// Succeeded refunds settled before the window, read again at Stripe ([`Evidence::rechecked`]).
+    #[serde(default)]
+    pub rechecked_refunds: u64,
     /// Stripe objects that are not ours (no operation id, and not a refund of one of our intents).
     pub not_ours: u64,
     /// Objects and records whose other side agrees.
@@ -324,7 +333,16 @@ pub struct AuditPolicy {
     /// How long before an authorization's capture deadline a person is paged
     /// (`AuthorizationPageLeadHours`).
     pub page_lead: Duration,
+    /// How long before the window the succeeded refunds the audit reads again at Stripe settled
+    /// (`AuditRefundRecheckDays`, [`rechecked_window`]): a refund can fail days after it
+    /// succeeded, when its window's audit has long passed ([`Evidence::rechecked`]).
+    pub refund_recheck: Duration,
 }
+
+/// The default of [`AuditPolicy::refund_recheck`] (`AuditRefundRecheckDays`): as long as the
+/// refund watch's window ([`crate::refund::watch::RefundWatch::DEFAULT`]), so what the watch
+/// missed is still found.
+pub const DEFAULT_REFUND_RECHECK: Duration = Duration::from_secs(30 * 86_400);
 
 /// What the shell read for one audit, everything the rules judge.
 #[derive(Debug, Clone)]
@@ -338,6 +356,10 @@ pub struct Evidence {
     pub refunds: Vec<StripeRefund>,
     /// The records settled in the window.
     pub settled: Vec<Operation>,
+    /// Refunds recorded `succeeded` that settled in the window [`AuditPolicy::refund_recheck`]
+    /// earlier, read again by id ([`rechecked_window`]; their Stripe refunds are in
+    /// `retrieved_refunds`): a late failure every other path missed is `status_differs`.
+    pub rechecked: Vec<Operation>,
     /// Other records read because something named their order ([`orders_to_read`]).
     pub related: Vec<Operation>,
     /// Orders whose every refund was read (so their sum can be checked).
@@ -364,6 +386,7 @@ impl Evidence {
             intents: vec![],
             refunds: vec![],
             settled: vec![],
+            rechecked: vec![],
             related: vec![],
             refunds_read: BTreeSet::new(),
             retrieved_intents: BTreeMap::new(),
@@ -372,6 +395,26 @@ impl Evidence {
             in_review: 0,
             unreadable: 0,
         }
+    }
+}
+
+/// The settle times whose succeeded refunds an audit of `window` reads again: the window itself,
+/// `policy.refund_recheck` earlier. Consecutive windows tile, so each refund is read again once,
+/// the day its watch ends (one retrieve per refund, bounded like the rest of the audit: at the
+/// audit's Stripe share, re-reading every refund of the last 30 days daily would stop the audit
+/// at a few dozen refunds a day). Empty when the recheck is shorter than the window (0: none),
+/// so it never overlaps the window's own records.
+pub fn rechecked_window(window: &AuditWindow, policy: &AuditPolicy) -> AuditWindow {
+    let length = window.to.since(window.from);
+    if policy.refund_recheck < length {
+        return AuditWindow {
+            from: window.from,
+            to: window.from,
+        };
+    }
+    AuditWindow {
+        from: window.from.minus(policy.refund_recheck),
+        to: window.to.minus(policy.refund_recheck),
     }
 }
 
@@ -500,7 +543,7 @@ impl Judgement {
     /// Every listed object and every settled record has exactly one verdict.
     pub fn unexplained(&self) -> i64 {
         let c = &self.counts;
-        (c.intents + c.refunds + c.settled_records) as i64
+        (c.intents + c.refunds + c.settled_records + c.rechecked_refunds) as i64
             - (c.not_ours + c.matched + c.in_flight + c.unchecked + c.drifted) as i64
     }
 
@@ -560,6 +603,13 @@ pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
         if let Some(object) = object {
             object_verdicts.insert(object, !matches!(verdict, Verdict::Drift(_)));
         }
+        j.tally(verdict);
+    }
+    // A refund read again is judged as a settled record is; the object it names was read by id
+    // for it, so nothing else speaks for that object.
+    for op in &ev.rechecked {
+        j.counts.rechecked_refunds += 1;
+        let (_, verdict) = book.judge_record(op);
         j.tally(verdict);
     }
     for pi in &ev.intents {

@@ -138,12 +138,13 @@ impl StripeObject for StripeRefund {
         Some((p.amount.minor_units(), p.currency.as_str()))
     }
 
-    /// The one change Stripe makes to a settled refund (a closed or lost card), told only by its
-    /// events.
+    /// The one change Stripe makes to a settled refund (a closed or lost card), told by its
+    /// events and by the reconciler's refund watch.
     fn disagreement_note(&self, recorded: OperationStatus) -> &'static str {
         if recorded == OperationStatus::Succeeded && self.status == RefundStatus::Failed {
-            " (a failure after success the events function never took: replay the refund's \
-             events from the events DLQ)"
+            " (a failure after success neither an event nor the refund watch recorded: the watch \
+             is off, behind, or past RefundWatchDays; replay the refund's events from the events \
+             DLQ if any, else the record stays succeeded: reach the customer another way)"
         } else {
             ""
         }

@@ -24,6 +24,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 const POLICY: AuditPolicy = AuditPolicy {
     key_window: Duration::from_secs(23 * 3600),
     page_lead: Duration::from_secs(12 * 3600),
+    refund_recheck: Duration::ZERO,
 };
 
 fn window() -> AuditWindow {
@@ -445,7 +446,7 @@ fn refund_drift_rows() -> Vec<RefundDriftRow> {
             next: (),
             then: Drift {
                 class: DriftClass::StatusDiffers,
-                detail: "replay the refund's events from the events DLQ",
+                detail: "neither an event nor the refund watch recorded",
             },
         },
         Row {
@@ -500,6 +501,53 @@ fn each_mismatch_of_a_refund_has_its_class() {
         );
         assert_eq!(j.counts.drifted, 2, "{name}: both sides, one finding");
     }
+}
+
+#[test]
+fn a_succeeded_refund_settled_before_the_window_and_read_again_is_judged_as_settled() {
+    let policy = AuditPolicy {
+        refund_recheck: 30 * 24 * HOUR,
+        ..POLICY
+    };
+    // The span read again is the window, thirty days earlier: once per refund.
+    let span = rechecked_window(&window(), &policy);
+    assert_eq!(span.from, window().from.minus(30 * 24 * HOUR));
+    assert_eq!(span.to, window().to.minus(30 * 24 * HOUR));
+    let none = rechecked_window(&window(), &POLICY);
+    assert_eq!(none.from, none.to, "zero days: nothing read again");
+    let shorter = AuditPolicy {
+        refund_recheck: 12 * HOUR,
+        ..POLICY
+    };
+    let short = rechecked_window(&window(), &shorter);
+    assert_eq!(short.from, short.to, "never over the window's own records");
+    let ours = our_refund();
+    let read = |status: RefundStatus| {
+        let mut ev = evidence();
+        ev.rechecked = vec![ours.clone()];
+        let mut re = stripe_refund(Some(&ours), "re_1", "pi_1", 400, "succeeded");
+        re.status = status;
+        ev.retrieved_refunds.insert("re_1".into(), Some(re));
+        judge(&ev, &policy)
+    };
+    // Stripe failed it days later and nothing recorded it: a finding of its own.
+    let late = read(RefundStatus::Failed);
+    assert_eq!(classes(&late), vec![DriftClass::StatusDiffers]);
+    assert!(late.findings[0]
+        .detail
+        .contains("record succeeded, Stripe failed"));
+    assert_eq!(late.counts.rechecked_refunds, 1);
+    assert_eq!(late.unexplained(), 0);
+    // Its twin: still succeeded at Stripe, matched, nothing to report.
+    let fine = read(RefundStatus::Succeeded);
+    assert_eq!(classes(&fine), vec![]);
+    assert_eq!((fine.counts.rechecked_refunds, fine.counts.matched), (1, 1));
+    assert_eq!(fine.unexplained(), 0);
+    // One Stripe could not answer for: unchecked, the report not complete.
+    let mut ev = evidence();
+    ev.rechecked = vec![ours.clone()];
+    let unread = judge(&ev, &policy);
+    assert_eq!((unread.counts.unchecked, unread.unexplained()), (1, 0));
 }
 
 /// The name of each drift class a matched pair can show; the others come of a missing side, a

@@ -10,7 +10,10 @@
 //!    is involved;
 //! 4. by id, the Stripe objects of records whose object was created before the window, and the
 //!    intent of a refund made without our metadata ([`objects_to_retrieve`]);
-//! 5. the unknown index (unsettled records: deadlines), and the REVIEW count.
+//! 5. the refunds recorded `succeeded` that settled in the window `AuditRefundRecheckDays`
+//!    earlier ([`rechecked_window`]), each read again by id: a refund that failed after it
+//!    succeeded, and that no event and no watch recorded, is `status_differs`;
+//! 6. the unknown index (unsettled records: deadlines), and the REVIEW count.
 //!
 //! A failure before step 3 is done leaves nothing to judge fairly (an intent whose record was
 //! not read would look foreign): the report is kept as incomplete, with what was listed, and
@@ -22,12 +25,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use charge_core::audit::{
-    judge, objects_to_retrieve, orders_to_read, AuditCounts, AuditPolicy, AuditReport, AuditWindow,
-    DriftClass, Evidence,
+    judge, objects_to_retrieve, orders_to_read, rechecked_window, AuditCounts, AuditPolicy,
+    AuditReport, AuditWindow, DriftClass, Evidence,
 };
 use charge_core::domain::{OrderId, PaymentIntentId, StripeRefundId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::outcome::GatewayError;
+use charge_core::refund::watch::watched;
 use charge_core::time::Clock;
 use charge_core::time::Timestamp;
 use tracing::{info, warn};
@@ -241,7 +245,45 @@ impl Reader<'_, '_> {
         self.settled_records(ev).await?;
         self.related_records(ev).await?;
         self.retrieve_objects(ev).await;
+        self.recheck_refunds(ev).await?;
         self.unsettled_records(ev).await?;
+        Ok(())
+    }
+
+    /// The succeeded refunds settled in the window the recheck earlier, each read again by id
+    /// (see the module docs, step 5): a late failure is judged as a settled record's
+    /// disagreement. A read that fails leaves the refund unchecked.
+    async fn recheck_refunds(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        let span = rechecked_window(&self.run.window, &self.run.policy);
+        if span.to <= span.from {
+            return Ok(());
+        }
+        let mut cursor = None;
+        loop {
+            self.mind_deadline()?;
+            let page = self
+                .deps
+                .store
+                .settled_refunds_between(&span, cursor, PAGE_SIZE)
+                .await?;
+            ev.rechecked.extend(
+                page.operations
+                    .into_iter()
+                    .filter(|op| watched(op).is_some()),
+            );
+            ev.unreadable += unreadable(&page.unreadable);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let ids = ev
+            .rechecked
+            .iter()
+            .filter_map(|op| watched(op).map(|id| id.as_str().to_owned()))
+            .filter(|id| !ev.retrieved_refunds.contains_key(id))
+            .collect();
+        self.retrieve_each(ids, &mut ev.retrieved_refunds).await;
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use charge_core::plan::Policy;
+use charge_core::refund::watch::RefundWatch;
 
 use charge_core::stripe_version::StripeVersion;
 
@@ -94,6 +95,13 @@ pub const INBOX_TABLE_NAME: &str = "INBOX_TABLE_NAME";
 /// The audit function: how many hours before its run one audit's window starts (its schedule's
 /// period, so windows tile).
 pub const AUDIT_WINDOW_HOURS: &str = "AUDIT_WINDOW_HOURS";
+/// The reconciler: how many days after it settled a succeeded refund is read again at Stripe
+/// (0: never), and how many hours apart ([`charge_core::refund::watch`]).
+pub const REFUND_WATCH_DAYS: &str = "REFUND_WATCH_DAYS";
+pub const REFUND_WATCH_EVERY_HOURS: &str = "REFUND_WATCH_EVERY_HOURS";
+/// The audit function: the succeeded refunds that settled in its window this many days earlier
+/// are read again at Stripe (0: none).
+pub const AUDIT_REFUND_RECHECK_DAYS: &str = "AUDIT_REFUND_RECHECK_DAYS";
 
 /// The notify function: the EventBridge bus outcome events go to.
 pub const EVENT_BUS_NAME: &str = "EVENT_BUS_NAME";
@@ -142,6 +150,9 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (STUCK_INTENT_HOURS, "72"),
     (AUTHORIZATION_PAGE_LEAD_HOURS, "12"),
     (AUDIT_WINDOW_HOURS, "24"),
+    (REFUND_WATCH_DAYS, "30"),
+    (REFUND_WATCH_EVERY_HOURS, "24"),
+    (AUDIT_REFUND_RECHECK_DAYS, "30"),
 ];
 
 /// A function's configuration, read once at init.
@@ -544,9 +555,12 @@ pub fn stripe_budget(env: &dyn Env) -> Result<StripeBudget, ConfigError> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AuditSettings {
     pub window: Duration,
+    /// `AUDIT_REFUND_RECHECK_DAYS`: the succeeded refunds settled this long before the window
+    /// are read again at Stripe.
+    pub refund_recheck: Duration,
 }
 
-/// `AUDIT_WINDOW_HOURS` (1 to 168).
+/// `AUDIT_WINDOW_HOURS` (1 to 168) and `AUDIT_REFUND_RECHECK_DAYS`.
 pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
     let hours = number(env, AUDIT_WINDOW_HOURS, 24)?;
     if !(1..=168).contains(&hours) {
@@ -557,7 +571,49 @@ pub fn audit_settings(env: &dyn Env) -> Result<AuditSettings, ConfigError> {
     }
     Ok(AuditSettings {
         window: Duration::from_secs(hours * 3600),
+        refund_recheck: audit_refund_recheck(env)?,
     })
+}
+
+/// `REFUND_WATCH_DAYS` (0 to 120) and `REFUND_WATCH_EVERY_HOURS` (1 to 168): the reconciler's
+/// refund watch.
+pub fn refund_watch(env: &dyn Env) -> Result<RefundWatch, ConfigError> {
+    let defaults = RefundWatch::DEFAULT;
+    let days = number(env, REFUND_WATCH_DAYS, defaults.window.as_secs() / 86_400)?;
+    if days > 120 {
+        return Err(ConfigError::Invalid {
+            name: REFUND_WATCH_DAYS,
+            reason: format!("{days} is not 0 to 120 days"),
+        });
+    }
+    let hours = number(
+        env,
+        REFUND_WATCH_EVERY_HOURS,
+        defaults.every.as_secs() / 3600,
+    )?;
+    if !(1..=168).contains(&hours) {
+        return Err(ConfigError::Invalid {
+            name: REFUND_WATCH_EVERY_HOURS,
+            reason: format!("{hours} is not 1 to 168 hours"),
+        });
+    }
+    Ok(RefundWatch {
+        window: Duration::from_secs(days * 86_400),
+        every: Duration::from_secs(hours * 3600),
+    })
+}
+
+/// `AUDIT_REFUND_RECHECK_DAYS` (0 to 120): how far back before its window the audit reads the
+/// succeeded refunds again.
+pub fn audit_refund_recheck(env: &dyn Env) -> Result<Duration, ConfigError> {
+    let days = number(env, AUDIT_REFUND_RECHECK_DAYS, 30)?;
+    if days > 120 {
+        return Err(ConfigError::Invalid {
+            name: AUDIT_REFUND_RECHECK_DAYS,
+            reason: format!("{days} is not 0 to 120 days"),
+        });
+    }
+    Ok(Duration::from_secs(days * 86_400))
 }
 
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).
@@ -863,12 +919,45 @@ mod tests {
     }
 
     #[test]
+    fn the_refund_watch_and_the_audit_s_re_read_are_bounded_and_default_to_thirty_days() {
+        let defaults = refund_watch(&MapEnv(std::collections::HashMap::new())).unwrap();
+        assert_eq!(defaults, RefundWatch::DEFAULT);
+        let days =
+            |v: &'static str| MapEnv(std::collections::HashMap::from([(REFUND_WATCH_DAYS, v)]));
+        assert_eq!(refund_watch(&days("0")).unwrap().window, Duration::ZERO);
+        assert!(refund_watch(&days("121")).is_err(), "past 120 days");
+        let every = |v: &'static str| {
+            MapEnv(std::collections::HashMap::from([(
+                REFUND_WATCH_EVERY_HOURS,
+                v,
+            )]))
+        };
+        assert!(refund_watch(&every("0")).is_err(), "never zero hours apart");
+        assert_eq!(
+            refund_watch(&every("48")).unwrap().every,
+            Duration::from_secs(48 * 3600)
+        );
+        let recheck = |v: &'static str| {
+            MapEnv(std::collections::HashMap::from([(
+                AUDIT_REFUND_RECHECK_DAYS,
+                v,
+            )]))
+        };
+        assert_eq!(
+            audit_refund_recheck(&recheck("7")).unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert!(audit_refund_recheck(&recheck("121")).is_err());
+    }
+
+    #[test]
     fn every_example_is_accepted_by_its_reader() {
         let env = RecordingEnv::default();
         stripe_env(&env).unwrap();
         charge_policy(&env).unwrap();
         stripe_budget(&env).unwrap();
         audit_settings(&env).unwrap();
+        refund_watch(&env).unwrap();
         for name in [
             TABLE_NAME,
             QUEUE_URL,

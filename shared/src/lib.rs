@@ -18,7 +18,8 @@
 //! - [`executor`]: [`executor::execute`], safe to call any number of times for one operation:
 //!   claim, act as the charge plan decides, record fenced.
 //! - [`adapters`]: the real adapters: Stripe over HTTPS (hyper-util), DynamoDB, SQS FIFO.
-//! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle.
+//! - [`reconciler`]: one scheduled tick over the unknown index: re-enqueue, re-drive, settle; then
+//!   the [`refund_watch`]: succeeded refunds read again at Stripe until they can no longer fail.
 //! - [`events`]: Stripe's events as an idempotent inbox: signature, parsing,
 //!   [`events::receive`] on the ports (settles, never creates).
 //! - [`pacing`]: the Stripe request budget shared by an environment's calls.
@@ -44,6 +45,7 @@ pub mod memory;
 pub mod pacing;
 pub mod ports;
 pub mod reconciler;
+pub mod refund_watch;
 pub mod startup;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]

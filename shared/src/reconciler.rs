@@ -24,6 +24,11 @@
 //! up by the next tick. Its metrics go out as soon as the due work is done (`Ticks`, the
 //! heartbeat, among them), before anything else is read.
 //!
+//! Then the tick reads again the succeeded refunds whose next read has come
+//! ([`crate::refund_watch`]): a refund Stripe now says failed takes the events function's write
+//! (failed, its reservation given back, `RefundFailed` published, paged), with or without an
+//! events source.
+//!
 //! Then every tick counts the REVIEW partition of the index ([`read_review`]) and reports how many
 //! operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an alarm pages
 //! while anything stays there, whichever function sent it. The count comes from the index entries
@@ -48,7 +53,11 @@ use crate::executor::{execute, EngineDeps};
 use crate::ports::{
     IndexQuery, MetricsSink, OperationQueue, QueueError, QueuedOperation, StoreError, UnknownIndex,
 };
-use crate::telemetry::{emf_line, sent_to_review_line, stripe_requests_lines, ErrorChain};
+use crate::refund_watch::{watch_refunds, RefundWatchDeps, WatchReport};
+use crate::telemetry::{
+    emf_line, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
+    ErrorChain,
+};
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -110,6 +119,9 @@ pub struct ReconcilerDeps {
     /// How fast the charge path drains the queue: a tick that finds more on it than the charge
     /// environments hold at once waits for it before re-enqueuing ([`wait_for_queue`]).
     pub charge_throughput: ChargeThroughput,
+    /// The refund watch, run after the due work ([`crate::refund_watch`]); `None`: not watched
+    /// by this tick (tests of the due work alone).
+    pub refund_watch: Option<RefundWatchDeps>,
 }
 
 /// What one tick did, for the log and the metrics.
@@ -163,6 +175,9 @@ pub struct TickReport {
     /// Of those, paged: uncaptured with the deadline less than the policy's lead away
     /// (`AuthorizationNearDeadline`, alarmed).
     pub deadline_near: u64,
+    /// What the refund watch did this tick (its failures and unreadable records are also in
+    /// `failures` and `unreadable`); `None` when the tick has no watch.
+    pub refund_watch: Option<WatchReport>,
 }
 
 impl TickReport {
@@ -200,6 +215,22 @@ impl TickReport {
         ));
         for (class, n) in &self.review_classes {
             metrics.emit(sent_to_review_line("reconciler", *class, *n, at));
+        }
+        if let Some(watch) = &self.refund_watch {
+            metrics.emit(emf_line(
+                "reconciler",
+                at,
+                &[
+                    ("RefundsWatched", watch.read as f64, "Count"),
+                    ("RefundWatchConflicts", watch.conflicts as f64, "Count"),
+                    ("RefundWatchLag", watch.lag.as_secs_f64(), "Seconds"),
+                ],
+            ));
+            metrics.emit(refund_failed_after_success_line(
+                "reconciler",
+                watch.failed_later,
+                at,
+            ));
         }
     }
 
@@ -315,6 +346,12 @@ pub async fn reconcile_tick(
 ) -> Result<TickReport, StoreError> {
     let mut report = TickReport::default();
     work_due(deps, remaining, safety, &mut report).await?;
+    if let Some(watch) = &deps.refund_watch {
+        let watched = watch_refunds(&deps.charge, watch, remaining, safety).await;
+        report.failures += watched.failures;
+        report.unreadable += watched.unreadable;
+        report.refund_watch = Some(watched);
+    }
     // Out before the REVIEW read: however large the review backlog, a tick that did its work
     // is seen to have done it (the heartbeat).
     report.emit_work_metrics(metrics, deps.charge.clock.now());
@@ -632,6 +669,7 @@ mod tests {
             queue,
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            refund_watch: None,
         };
         reconcile_tick(
             &deps,
@@ -878,6 +916,7 @@ mod tests {
             queue: Arc::new(Queue::default()),
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            refund_watch: None,
         };
         let report = reconcile_tick(
             &deps,

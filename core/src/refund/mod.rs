@@ -14,6 +14,8 @@
 //!   reservation goes back to the charge.
 //! - [`event_plan`]: (refund record as read, what a refund event claims, Stripe's answer) → settle
 //!   through the refund plan, fail a succeeded refund later, or why nothing changes.
+//! - [`watch`]: which succeeded refunds are read again at Stripe, and when, until they can no
+//!   longer fail; what a read means is the event rule's answer.
 //! - [`state`]: what only a refund's record holds (its Stripe id).
 //! - [`request`]: what the merchant asks (an amount, a reason) and what each attempt sends.
 
@@ -21,6 +23,7 @@ pub mod event_plan;
 pub mod plan;
 pub mod request;
 pub mod state;
+pub mod watch;
 
 use std::fmt;
 

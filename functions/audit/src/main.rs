@@ -33,6 +33,7 @@ async fn wire() -> Result<AuditFunction, Error> {
     let policy = AuditPolicy {
         key_window: config.policy.key_window,
         page_lead: config.policy.authorization_page_lead,
+        refund_recheck: config.audit.refund_recheck,
     };
     let charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
     let budget = Arc::new(Budget::new(

@@ -166,6 +166,7 @@ mod tests {
                 queue: queue.clone(),
                 page_size: 10,
                 charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+                refund_watch: None,
             },
             metrics: metrics.clone(),
         };

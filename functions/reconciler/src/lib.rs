@@ -7,6 +7,7 @@
 pub mod handler;
 
 use charge_core::plan::Policy;
+use charge_core::refund::watch::RefundWatch;
 use charge_once::config::{self, ConfigError, Env, FromEnv};
 
 #[derive(Debug, Clone)]
@@ -18,6 +19,9 @@ pub struct ReconcilerConfig {
     /// The reconciler paces its Stripe calls to `budget.reconciler_share()` per second (search to
     /// `reconciler_search_share()`), beside the charge environments' shares.
     pub budget: config::StripeBudget,
+    /// How long and how often succeeded refunds are read again (`REFUND_WATCH_DAYS`,
+    /// `REFUND_WATCH_EVERY_HOURS`).
+    pub refund_watch: RefundWatch,
 }
 
 impl FromEnv for ReconcilerConfig {
@@ -28,6 +32,7 @@ impl FromEnv for ReconcilerConfig {
             stripe: config::stripe_env(env)?,
             policy: config::charge_policy(env)?,
             budget: config::stripe_budget(env)?,
+            refund_watch: config::refund_watch(env)?,
         })
     }
 }

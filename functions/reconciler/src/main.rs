@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
+use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
+use charge_once::refund_watch::RefundWatchDeps;
 use charge_once::startup::started;
 use charge_once::telemetry::StdoutMetrics;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
@@ -33,6 +35,11 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let mut charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
+    // The watch's cursor is one item of the same table.
+    let cursor = Arc::new(DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&aws),
+        &config.table_name,
+    ));
     let budget = |per_second: f64| {
         Arc::new(Budget::new(
             per_second,
@@ -62,6 +69,10 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
             )),
             page_size: PAGE_SIZE,
             charge_throughput: config.budget.charge_throughput(),
+            refund_watch: Some(RefundWatchDeps {
+                watch: config.refund_watch,
+                cursor,
+            }),
         },
         metrics: Arc::new(StdoutMetrics),
     })

@@ -50,6 +50,7 @@ pub async fn run(
         policy: AuditPolicy {
             key_window: policy.key_window,
             page_lead: policy.authorization_page_lead,
+            refund_recheck: charge_core::audit::DEFAULT_REFUND_RECHECK,
         },
         ran_by: caller,
         deadline: now.plus(READ_BUDGET),

@@ -76,6 +76,8 @@ pub async fn picture(
     let policy = AuditPolicy {
         key_window: policy.key_window,
         page_lead: policy.authorization_page_lead,
+        // No Stripe object is read here.
+        refund_recheck: std::time::Duration::ZERO,
     };
     let evidence = Evidence {
         unsettled,

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use charge_core::store::{Claim, ClaimRequest, OutcomeRecord, Recorded, RefundFailedLater};
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatedLists, OperationLeases,
-    OperationStore, PaymentGateway, PaymentIntents, SettledRecords, StoreError,
+    OperationStore, PaymentGateway, PaymentIntents, StoreError,
 };
 
 /// The first page of each order's authorization (virtual ms), as written.
@@ -100,7 +100,7 @@ impl OperationLeases for PageWatch {
     }
 }
 
-impl SettledRecords for PageWatch {}
+crate::forward_store!(PageWatch, inner: SettledRecords);
 
 /// The capture and cancel calls the functions made (whatever they met), counted.
 #[derive(Debug, Default)]

@@ -227,6 +227,7 @@ pub async fn audit_windows(
     let policy = AuditPolicy {
         key_window: policy.key_window,
         page_lead: policy.authorization_page_lead,
+        refund_recheck: charge_core::audit::DEFAULT_REFUND_RECHECK,
     };
     let end = clock.now().plus(Duration::from_secs(1));
     let mut reports = Vec::new();

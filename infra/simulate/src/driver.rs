@@ -37,11 +37,16 @@ use crate::source::{Delivered, EventSource};
 use crate::stripe::SimStripe;
 use crate::trace::Trace;
 use crate::BoxError;
+use charge_core::refund::watch::RefundWatch;
 
 /// The Lambda event-source mapping's receive limit before a message goes to the DLQ.
 pub const MAX_RECEIVES: u32 = 5;
 /// How often EventBridge invokes the reconciler.
 pub const TICK_EVERY: Duration = Duration::from_secs(300);
+
+/// How often the reconciler ticks at least while the refund watch has a late failure to read:
+/// a tick covers at most this much of settle times ([`charge_once::refund_watch::MAX_SPAN`]).
+const WATCH_TICK_EVERY: Duration = charge_once::refund_watch::MAX_SPAN;
 /// How far virtual time moves while messages are in flight.
 const STEP: Duration = Duration::from_secs(30);
 /// The longest Stripe holds an uncaptured authorization before it cancels it.
@@ -140,6 +145,10 @@ pub struct LoopCounts {
     /// charge function and by the reconciler's ticks.
     pub pages_charge: AtomicU64,
     pub pages_reconciler: AtomicU64,
+    /// The reconciler's refund watch: refunds read again at Stripe (`RefundsWatched`), and late
+    /// failures it recorded and paged (`RefundFailedAfterSuccess`, Function=reconciler), summed.
+    pub refunds_watched: AtomicU64,
+    pub refund_late_failures_paged: AtomicU64,
     /// Never-attempted operations the reconciler left to a queue that is behind (each a write),
     /// those it sent again, and the deepest queue (visible messages) a tick read.
     pub waited_for_queue: AtomicU64,
@@ -528,6 +537,15 @@ impl Pipeline {
                 let unreadable = metrics.sum("UnreadableRecords", &[]) as u64;
                 let pages = metrics.sum("AuthorizationNearDeadline", &[]) as u64;
                 counts.pages_reconciler.fetch_add(pages, Ordering::Relaxed);
+                let reconciler = [("Function", "reconciler")];
+                counts.refunds_watched.fetch_add(
+                    metrics.sum("RefundsWatched", &reconciler) as u64,
+                    Ordering::Relaxed,
+                );
+                counts.refund_late_failures_paged.fetch_add(
+                    metrics.sum("RefundFailedAfterSuccess", &reconciler) as u64,
+                    Ordering::Relaxed,
+                );
                 counts
                     .unreadable_counted
                     .fetch_add(unreadable, Ordering::Relaxed);
@@ -838,7 +856,7 @@ impl Pipeline {
     /// otherwise, until nothing is left to settle and no customer is still to come back, or the
     /// bound.
     async fn settle(&self, mut last_tick: Timestamp, counts: &LoopCounts) -> Result<(), BoxError> {
-        let deadline = self.settle_deadline();
+        let mut deadline = self.settle_deadline();
         loop {
             self.stripe.sync_clock(&self.clock).await?;
             self.drain(counts).await?;
@@ -846,7 +864,12 @@ impl Pipeline {
             let now = self.clock.now();
             // A customer still to come back keeps the run going: what they pay must be judged.
             let customers = self.confirms.next_due().is_some();
-            if (!unsettled && !customers) || now >= deadline {
+            // So does a refund still to fail after it succeeded, until the refund watch's next
+            // read of it has come (the run judges that every late failure is recorded).
+            let watch_until = self.late_failures_watched_until();
+            deadline = deadline.max(watch_until.unwrap_or(deadline));
+            let watching = watch_until.is_some_and(|until| now < until);
+            if (!unsettled && !customers && !watching) || now >= deadline {
                 return Ok(());
             }
             let depth = self.source.depth().await?;
@@ -865,6 +888,10 @@ impl Pipeline {
                     target = target
                         .min(Timestamp::from_millis(due).max(now.plus(Duration::from_millis(1))));
                 }
+                if watching {
+                    // The watch covers at most an hour of settle times per tick: tick hourly.
+                    target = target.min(last_tick.plus(WATCH_TICK_EVERY).max(now.plus(TICK_EVERY)));
+                }
                 self.clock.set(target);
             } else {
                 self.clock.advance(STEP);
@@ -878,6 +905,23 @@ impl Pipeline {
                 last_tick = self.clock.now();
             }
         }
+    }
+
+    /// When the refund watch has read every refund Stripe is still to fail after it succeeded:
+    /// the last late failure, then the watch's interval (the read after it) and two hours of
+    /// ticks. `None` when no late failure is due (or Stripe is a separate simulator).
+    fn late_failures_watched_until(&self) -> Option<Timestamp> {
+        let last = self.stripe.local_sim()?.last_late_refund_failure_ms()?;
+        let every = self
+            .reconciler
+            .refund_watch
+            .as_ref()
+            .map_or(RefundWatch::DEFAULT.every, |w| w.watch.every);
+        Some(
+            Timestamp::from_millis(last)
+                .plus(every)
+                .plus(Duration::from_secs(2 * 3600)),
+        )
     }
 
     /// Long enough for a stuck intent to reach review (the stuck bound), past every other wait,

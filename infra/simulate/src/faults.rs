@@ -27,7 +27,7 @@ use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
     IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationQueue,
     OperationReads, OperationStore, Page, PaymentGateway, PaymentIntents, QueueError,
-    QueuedOperation, SettledRecords, StoreError, StripeRefunds, UnknownIndex,
+    QueuedOperation, StoreError, StripeRefunds, UnknownIndex,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -903,7 +903,9 @@ impl ManualResolutions for FaultyStore {
     }
 }
 
-impl SettledRecords for FaultyStore {}
+// The settled index (the audit's and the refund watch's reads) as the store answers it: no fault
+// is injected there (the reconciler's due work meets the store's faults).
+crate::forward_store!(FaultyStore, inner: SettledRecords);
 
 /// The queue as a sender sees it: lost sends, a crash before the send (checkout), and re-drives of
 /// blacked-out operations that never arrive.

@@ -37,6 +37,8 @@ macro_rules! forward_store {
     (@SettledRecords $ty:ty, $f:tt) => { $crate::forward!($ty, $f, SettledRecords {
         settled_between(w: &AuditWindow, cursor: Option<String>, limit: usize)
             -> Result<Page, StoreError>;
+        settled_refunds_between(w: &AuditWindow, cursor: Option<String>, limit: usize)
+            -> Result<Page, StoreError>;
     }); };
 }
 

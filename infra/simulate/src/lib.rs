@@ -242,6 +242,17 @@ pub struct SimulateArgs {
     #[arg(long, conflicts_with = "events")]
     pub no_webhooks: bool,
 
+    /// How long a refund of a `refund_fails_later` order (Stripe's `pm_card_refundFail`) stays
+    /// `succeeded` before the bank returns it and Stripe says `failed`, in hours (default:
+    /// stripe-sim's 10 minutes). Days of it are what the reconciler's refund watch is for.
+    #[arg(long, value_name = "HOURS", value_parser = clap::value_parser!(u64).range(1..=24 * 60))]
+    pub refund_fails_after_hours: Option<u64>,
+
+    /// An outage of the event destination: every Stripe event of the run's first HOURS hours is
+    /// dropped (none delivered, none retried).
+    #[arg(long, value_name = "HOURS", value_parser = clap::value_parser!(u64).range(1..=24 * 60))]
+    pub events_outage_hours: Option<u64>,
+
     /// Reproduce the first mistake of the seeds: a fresh idempotency key on every create.
     #[arg(long)]
     pub no_idempotency_key: bool,
@@ -429,11 +440,6 @@ fn rates(args: &SimulateArgs) -> BTreeMap<Kind, f64> {
         Kind::ALL.iter().map(|k| (*k, k.default_rate())).collect()
     };
     rates.extend(args.faults.iter().copied());
-    if args.events_source() == EventsSource::None {
-        // A refund that fails after it succeeded is told by Stripe's events only (nothing
-        // looks at a settled refund again): without events, no such card.
-        rates.remove(&Kind::RefundFailsLater);
-    }
     rates
 }
 
@@ -733,6 +739,9 @@ impl World {
             let version = stripe_sim::version::ApiVersion::parse(args.stripe_version.as_str());
             sim.set_api_version(version.map_err(|e| e.message)?);
         }
+        if let (Some(sim), Some(hours)) = (stripe.local_sim(), args.refund_fails_after_hours) {
+            sim.set_refund_fail_after(Duration::from_secs(hours * 3600));
+        }
         let gateway = stripe_client(args, &stripe, &clock)?;
         let backing = match args.backend {
             Backend::Memory => Backing::memory(args, &clock, &faults, &trace),
@@ -823,6 +832,9 @@ struct Backing {
     /// The memory store: the stream stand-in (what the outcome relay published), its audits of
     /// settled records and time to settle, and the operator's repairs (none on `--backend aws`).
     sim_store: Option<Arc<store::SimStore>>,
+    /// Where the reconciler's refund watch keeps its cursor (the table's item, or the memory
+    /// store's).
+    watch_cursor: Arc<dyn charge_once::ports::RefundWatchCursor>,
 }
 
 impl Backing {
@@ -878,6 +890,7 @@ impl Backing {
             visibility: queue,
             counters,
             audits,
+            watch_cursor: store.clone(),
             sim_store: Some(store),
         }
     }
@@ -913,6 +926,7 @@ impl Backing {
             }
         });
         Ok(Self {
+            watch_cursor: store.clone(),
             store,
             queue: queue.clone(),
             source,
@@ -1150,9 +1164,17 @@ fn events_function(
     let Some(sim) = world.stripe.local_sim() else {
         return Ok(None);
     };
+    let mut delivery_faults = webhooks::default_faults(!args.no_faults);
+    if let Some(hours) = args.events_outage_hours {
+        let from = driver::virtual_start();
+        delivery_faults.outage_ms = Some((
+            from.as_millis(),
+            from.plus(Duration::from_secs(hours * 3600)).as_millis(),
+        ));
+    }
     let setup = webhooks::Setup {
         mode,
-        delivery_faults: webhooks::default_faults(!args.no_faults),
+        delivery_faults,
         faults: world.faults.clone(),
         trust_payload: args.mutation == Some(mutations::Mutation::TrustEventPayload),
         metrics: dashboard::taped(
@@ -1171,6 +1193,8 @@ fn reconciler_deps(
     charge: &EngineDeps,
     pacing: &Pacing,
 ) -> ReconcilerDeps {
+    use charge_core::refund::watch::RefundWatch;
+    use charge_once::refund_watch::RefundWatchDeps;
     use mutations::{EditedPages, Mutation};
     let paced = if args.no_pacing {
         charge.clone()
@@ -1203,6 +1227,11 @@ fn reconciler_deps(
         queue: ports.sender(false),
         page_size: 100,
         charge_throughput: pacing.budget().charge_throughput(),
+        // The template's default watch; the `no-refund-watch` mutation leaves it out.
+        refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
+            watch: RefundWatch::DEFAULT,
+            cursor: ports.world.backing.watch_cursor.clone(),
+        }),
     }
 }
 
@@ -1338,6 +1367,9 @@ impl Wired {
         }
         let planned = judge_orders(args, world, pipeline, &mut judge, &mut report).await?;
         note_refunds(&mut report, args, world, pipeline);
+        report.refunds.watch_reads = counts.refunds_watched.load(Ordering::Relaxed);
+        report.refunds.failed_late_by_watch =
+            counts.refund_late_failures_paged.load(Ordering::Relaxed);
         note_authorizations(&mut report, args, world, pipeline, counts);
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {

@@ -599,6 +599,7 @@ impl Run {
             queue: sender.clone(),
             page_size: 100,
             charge_throughput: pacing.budget().charge_throughput(),
+            refund_watch: None,
         };
         Self {
             cfg: cfg.clone(),

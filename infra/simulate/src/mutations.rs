@@ -81,10 +81,13 @@ pub enum Mutation {
     /// An authorization's deadline read from its creation (7 days after the intent was first
     /// seen) instead of Stripe's `capture_before` ([`DeadlineFromCreation`]).
     DeadlineFromCreation,
+    /// The reconciler never reads a settled refund again (no refund watch): a refund Stripe fails
+    /// days after it succeeded stays recorded `succeeded` on a stack without events.
+    NoRefundWatch,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -103,6 +106,7 @@ impl Mutation {
         Mutation::CaptureSettledByReplay,
         Mutation::TakesNotFenced,
         Mutation::DeadlineFromCreation,
+        Mutation::NoRefundWatch,
     ];
 
     pub fn name(&self) -> String {
@@ -188,7 +192,7 @@ impl UnknownIndex for EditedPages {
     }
 }
 
-impl SettledRecords for EditedPages {}
+crate::forward_store!(EditedPages, inner: SettledRecords);
 
 /// The PaymentIntent the event being delivered carries (set by the simulation's events source
 /// around each delivery), for [`TrustEventPayload`].

@@ -249,6 +249,10 @@ pub struct RefundReport {
     /// them (`StripeEventsDeadLetterAlarm`), and the drift audit must report each
     /// (`status_differs`). Their Stripe refund ids.
     pub failed_late_in_events_dlq: Vec<String>,
+    /// The reconciler's refund watch: succeeded refunds read again at Stripe, and the late
+    /// failures it recorded (each paged, `RefundFailedAfterSuccess` under the reconciler).
+    pub watch_reads: u64,
+    pub failed_late_by_watch: u64,
     /// Refund calls to Stripe (create, retrieve, list) and the errors they met, by class.
     pub stripe_calls: u64,
     pub stripe_errors: BTreeMap<String, u64>,
@@ -298,9 +302,12 @@ impl RefundReport {
             self.failed,
             self.failed_late_recorded,
             self.failed_late_at_stripe,
-            match self.failed_late_in_events_dlq.len() {
-                0 => String::new(),
-                n => format!("; {n} only in the events DLQ, for a person"),
+            match (self.failed_late_in_events_dlq.len(), self.failed_late_by_watch) {
+                (0, 0) => String::new(),
+                (0, w) => format!("; {w} by the refund watch"),
+                (n, w) => format!(
+                    "; {w} by the refund watch; {n} only in the events DLQ, for a person"
+                ),
             },
             self.in_review,
             self.at_stripe,

@@ -53,10 +53,11 @@ use charge_core::{
     time::Timestamp,
 };
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
-use charge_once::memory::ReportShelf;
+use charge_once::memory::{ReportShelf, WatchShelf};
 use charge_once::ports::{
     AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
+    Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex,
+    UnreadableRecord,
 };
 
 use crate::faults::{Faults, Kind};
@@ -824,6 +825,8 @@ pub struct SimStore {
     pub trace: Option<Arc<Trace>>,
     /// The drift audit's reports, as the memory store keeps them.
     reports: ReportShelf,
+    /// The refund watch's cursor, as the memory store keeps it.
+    watch: WatchShelf,
 }
 
 impl Default for SimStore {
@@ -840,6 +843,7 @@ impl Default for SimStore {
             faults: None,
             trace: None,
             reports: ReportShelf::default(),
+            watch: WatchShelf::default(),
         }
     }
 }
@@ -1209,6 +1213,23 @@ impl SimStore {
     /// cannot read.
     pub fn put_raw_report_for_tests(&self, window: &AuditWindow, raw: &str) {
         self.reports.put_raw(window, raw);
+    }
+}
+
+#[async_trait]
+impl RefundWatchCursor for SimStore {
+    async fn watched_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.calls.read();
+        Ok(self.watch.get())
+    }
+
+    async fn advance_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.calls.write();
+        Ok(self.watch.advance(from, to))
     }
 }
 

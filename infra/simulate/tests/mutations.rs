@@ -3,7 +3,7 @@
 //! a violation, with the order and the invariant, within a bounded number of orders; the unbroken
 //! build holds every invariant on the same seeds. The refund variants (a refund deduplicated on
 //! its amount, what is left taken from Stripe, a refund under its charge's key, a failed refund
-//! keeping its reservation) are each caught by the refund invariant they break; the authorization
+//! keeping its reservation, no refund watch) are each caught by the refund invariant they break; the authorization
 //! variants (a capture settled by sending it again instead of reading the intent, a capture and a
 //! cancel not fenced against each other, a deadline read from the creation time) by the
 //! authorization invariant they break.
@@ -33,6 +33,12 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         // more stale writes each.
         args.faults = vec![(Kind::ConcurrentInvocation, 0.1)];
     }
+    if mutation == Some(Mutation::NoRefundWatch) {
+        // What only the watch tells: no events, and banks returning refunds three days after
+        // they succeeded.
+        args.events = simulate::EventsSource::None;
+        args.refund_fails_after_hours = Some(72);
+    }
     tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
@@ -58,7 +64,9 @@ fn audit_finds(m: Mutation) -> Option<&'static [&'static str]> {
         // Recorded failed, succeeded at Stripe.
         Mutation::TimeoutAsFailed
         | Mutation::FailedWithoutCancel
-        | Mutation::CaptureSettledByReplay => &["status_differs"],
+        | Mutation::CaptureSettledByReplay
+        // A refund recorded succeeded that Stripe holds failed.
+        | Mutation::NoRefundWatch => &["status_differs"],
         // The record replaced: its intent at Stripe names an operation the table lost.
         Mutation::SettledOverwritten => &["at_stripe_not_here"],
         // Settled from a forged payload: an intent Stripe does not have, or one in another state
@@ -152,6 +160,12 @@ fn caught_each(mutations: &[Mutation]) {
                         "{}",
                         report.render()
                     );
+                }
+                Mutation::NoRefundWatch => {
+                    assert!(refunds.record_mismatches > 0, "{}", report.render());
+                    assert!(refunds.failed_late_at_stripe > 0, "{}", report.render());
+                    assert_eq!(refunds.watch_reads, 0, "{}", report.render());
+                    assert!(why.starts_with("refund record disagrees"), "{why}");
                 }
                 Mutation::DeadlineFromCreation => {
                     assert!(auths.lapsed_unpaged > 0, "{}", report.render());

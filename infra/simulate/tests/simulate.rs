@@ -161,7 +161,7 @@ fn the_default_run_is_pinned() {
     );
 }
 
-// Last moved by two changes landed together (each alone, the pins it gave):
+// Last moved by three changes landed together (each alone, the pins it gave):
 // - the capture door reads the order's first capture record before it writes (to know which
 //   capture a request is: a capture after one Stripe refused for its amount is a record of its
 //   own, `capture#<n>`): one more store call, an await point of the seeded scheduler, per capture
@@ -174,7 +174,17 @@ fn the_default_run_is_pinned() {
 //   the events function ignores their events as not ours (eventbridge events 4564 -> 4957); the
 //   events and reads they add shift the faults drawn after the first (succeeded 1579 -> 1592);
 //   every invariant still 0 (alone: ed0f1b0a0aef86b6 / a74774d72596c6d6).
-// Before both: c6b45b8c800bd242 and f9f0f6fe5d0c5478, moved by one full
+// - the reconciler's refund watch (the default stack's, now the run's): every tick reads again, at
+//   Stripe, the succeeded refunds whose daily read has come (`RefundWatch::DEFAULT`, 30 days,
+//   daily). The run's 170 virtual hours hold about 7 reads per refund: seed 1 reads 3,758 (refund
+//   calls to Stripe 1,927 -> 5,686; the Stripe faults are rolled on those reads too: rate_limit 135
+//   -> 200, server_error_before_commit 118 -> 203) and 30 settled-index queries a tick
+//   (dynamodb_reads per charge 5.69 -> 13.13, a fixed cost per tick, not per charge; writes 9.01 ->
+//   9.24, the watch's cursor once a tick); decisions 52,739 -> 56,450, reconciler ticks 514 -> 498
+//   (the run's jumps to the next due time shift). Every charge, refund and authorization outcome is
+//   the same (succeeded 1579, 63 of 63 late refund failures recorded, by their events here); every
+//   invariant still 0 (alone: 55ddebbeb9f2b108 / 7e64f8d113aea32b).
+// Before all three: c6b45b8c800bd242 and f9f0f6fe5d0c5478, moved by one full
 //   wait being enough under a queue that holds less than the grace's work
 // (`wait_for_queue`): the run's queue is a little behind for most of its arrivals (at most ~390
 // visible, under 20 s of work at the budget, against the 300 s grace), so a never-attempted
@@ -1017,4 +1027,69 @@ fn a_burst_over_the_wire_is_paced_on_real_time() {
             "the runs' tables and queues are deleted"
         );
     });
+}
+
+/// Refunds the bank returns three days after they succeeded on a stack with no events source,
+/// and twelve hours after on one whose every Stripe event of the first day is lost: the reconciler's refund watch
+/// records every one `failed` (its reservation given back, its `RefundFailed` published, paged),
+/// and every invariant holds. Its twin, the default late failure (10 minutes) with events on,
+/// holds too (the default run above).
+#[test]
+fn refunds_failing_days_after_success_are_recorded_without_events_and_after_a_lost_day() {
+    use simulate::faults::Kind;
+    use simulate::EventsSource;
+    let rt = current_thread();
+    for (name, events, outage, fails_after) in [
+        ("no events", EventsSource::None, None, 72),
+        // The failures come 12 hours after success, inside the day whose events are all lost.
+        (
+            "a day of events lost",
+            EventsSource::Eventbridge,
+            Some(24),
+            12,
+        ),
+    ] {
+        let mut a = args(2_000, 7, Backend::Memory);
+        a.events = events;
+        a.events_outage_hours = outage;
+        a.refund_fails_after_hours = Some(fails_after);
+        a.faults = vec![(Kind::RefundFailsLater, 0.1)];
+        let r = rt.block_on(simulate(&a)).unwrap();
+        let refunds = &r.refunds;
+        assert!(r.invariants_hold, "{name}: {}", r.render());
+        assert!(refunds.failed_late_at_stripe >= 5, "{name}: {}", r.render());
+        assert_eq!(
+            refunds.failed_late_recorded,
+            refunds.failed_late_at_stripe,
+            "{name}: every late failure recorded: {}",
+            r.render()
+        );
+        assert!(refunds.failed_late_in_events_dlq.is_empty(), "{name}");
+        // No event told (a few failures of the outage run come after its day, and their
+        // events do): the watch it was, and it paged each it recorded.
+        if outage.is_none() {
+            assert_eq!(
+                refunds.failed_late_by_watch,
+                refunds.failed_late_at_stripe,
+                "{name}: {}",
+                r.render()
+            );
+        } else {
+            assert!(
+                refunds.failed_late_by_watch * 10 >= refunds.failed_late_at_stripe * 9,
+                "{name}: {}",
+                r.render()
+            );
+        }
+        assert!(
+            refunds.watch_reads >= refunds.failed_late_at_stripe,
+            "{name}"
+        );
+        if outage.is_some() {
+            assert!(
+                r.webhook_counts["fault_dropped"] > 0,
+                "{name}: the outage dropped events"
+            );
+        }
+    }
 }

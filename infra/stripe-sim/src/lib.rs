@@ -405,6 +405,20 @@ impl StripeSim {
         self.engine().refunds.settle_ms = dur_ms(d);
     }
 
+    /// Sets how long a late-failing refund (`pm_card_refundFail`) stays `succeeded` before it
+    /// fails, apart from the settle delay: a bank that returns the refund days later (simulated
+    /// time; refunds made from now on).
+    pub fn set_refund_fail_after(&self, d: Duration) {
+        self.engine().refunds.fail_after_ms = Some(dur_ms(d));
+    }
+
+    /// When the last refund still to fail after it succeeded (a late-failing card's) fails, in
+    /// simulated unix ms; `None` when none is due: how long a run must go on for every late
+    /// failure to happen.
+    pub fn last_late_refund_failure_ms(&self) -> Option<i64> {
+        self.engine().last_late_failure_ms()
+    }
+
     /// Every refund ever created (oldest first), statuses settled: what a check that each
     /// operation was refunded at most once reads.
     pub fn refund_ledger(&self) -> Vec<RefundEntry> {

@@ -62,6 +62,9 @@ pub struct WebhookFaults {
     pub reorder_ms: i64,
     /// How long a delayed event is held back at most (uniform in `[1 s, delay_ms]`, default 5 min).
     pub delay_ms: i64,
+    /// An outage of the event destination: every event of this span of simulated time
+    /// (`[from, to)`, unix ms) is dropped, none delivered, whatever the rates.
+    pub outage_ms: Option<(i64, i64)>,
 }
 
 impl Default for WebhookFaults {
@@ -73,6 +76,7 @@ impl Default for WebhookFaults {
             dropped: 0.0,
             reorder_ms: 20_000,
             delay_ms: 300_000,
+            outage_ms: None,
         }
     }
 }
@@ -198,6 +202,8 @@ pub struct WebhookCounts {
     pub reordered: u64,
     pub delayed: u64,
     pub dropped: u64,
+    /// Of `dropped`, the events of the outage span ([`WebhookFaults::outage_ms`]).
+    pub outage: u64,
     /// Events delivered through [`crate::StripeSim::inject_event`] (not Stripe's; not in
     /// `events`, and no fault applies to them; their attempts are counted like the others).
     pub injected: u64,
@@ -464,6 +470,13 @@ impl Outbox {
         let version = self.config.version();
         let body = event_body(&event_id, kind, intent, at_ms, &version);
         let f = self.config.faults.clone();
+        if f.outage_ms
+            .is_some_and(|(from, to)| from <= at_ms && at_ms < to)
+        {
+            self.counts.dropped += 1;
+            self.counts.outage += 1;
+            return;
+        }
         if self.rng.random_bool(f.dropped) {
             self.counts.dropped += 1;
             return;

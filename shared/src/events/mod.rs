@@ -59,6 +59,7 @@ use charge_core::refund::event_plan::RefundEventAction;
 use charge_core::stripe_object::{EventCopy, StripeObject};
 use charge_core::{charge, refund};
 
+use crate::executor::refund::LateFailure;
 use crate::executor::{self, EngineDeps, EventReport, ExecuteError, RefundEventReport};
 use crate::ports::{Admitted, EventInbox, StoreError, INBOX_TTL};
 use crate::telemetry::ErrorChain;
@@ -69,7 +70,6 @@ use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
 use charge_core::plan::{Disposition, ReviewClass};
 use charge_core::refund::event_plan::EventRefund;
 use charge_core::refund::StripeRefund;
-use charge_core::store::Recorded;
 use charge_core::store::RefundFailedLater;
 use charge_core::time::Timestamp;
 
@@ -682,34 +682,18 @@ async fn unclaimed(
     })
 }
 
-/// Stripe's word that a succeeded refund failed later, written with its reservation given back.
+/// Stripe's word that a succeeded refund failed later, written with its reservation given back
+/// (the executor's one write of it, shared with the refund watch).
 async fn fail_later(deps: &EventsDeps, write: &RefundFailedLater) -> Result<Reception, ActError> {
-    let recorded = deps
-        .charge
-        .store
-        .fail_refund_later(write)
+    let written = executor::refund::fail_later(&*deps.charge.store, write)
         .await
         .map_err(ActError::Store)?;
-    Ok(match recorded {
-        Recorded::Written(op) => {
-            // Loud on purpose: the merchant told the customer the money was returned.
-            error!(
-                order_id = %op.order_id,
-                operation_id = %op.operation_id,
-                refund = op.stripe_refund_id().map(|id| id.as_str()).unwrap_or(""),
-                failure_reason = %write.failure_reason,
-                amount = op.params.amount().minor_units(),
-                "a refund failed after it succeeded: recorded failed, its amount is refundable \
-                 again; RefundFailed published, the customer did not get the money back"
-            );
-            Reception::RefundFailedLater
-        }
-        // Failed already (another delivery of the same news won): nothing more.
-        Recorded::Refused(Some(op)) if op.status == OperationStatus::Failed => {
-            Reception::Ignored(Ignored::AlreadySettled)
-        }
-        Recorded::Refused(Some(_)) => return Err(ActError::LeaseLost),
-        Recorded::Refused(None) => Reception::Ignored(Ignored::UnknownOperation),
+    Ok(match written {
+        LateFailure::Recorded(_) => Reception::RefundFailedLater,
+        // Failed already (another delivery of the same news, or the watch, won): nothing more.
+        LateFailure::AlreadyFailed => Reception::Ignored(Ignored::AlreadySettled),
+        LateFailure::Moved(_) => return Err(ActError::LeaseLost),
+        LateFailure::Gone => Reception::Ignored(Ignored::UnknownOperation),
     })
 }
 

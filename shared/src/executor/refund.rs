@@ -1,16 +1,19 @@
 //! A refund's part of the executor: its one call at Stripe as [`refund::plan`] decides it, and an
-//! event's refund applied through the same shell.
+//! event's refund applied through the same shell, and the one write of a refund that failed after
+//! it succeeded ([`fail_later`]), whichever path learned it (an event, the refund watch).
 
 use charge_core::domain::OperationId;
-use charge_core::operation::{Operation, OperationKey};
+use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::plan::Decision;
 use charge_core::refund::event_plan::EventRefund;
 use charge_core::refund::plan::RefundStep;
 use charge_core::refund::StripeRefund;
-use charge_core::store::ReleaseRefund;
+use charge_core::store::{Recorded, RefundFailedLater, ReleaseRefund};
 use charge_core::{charge, refund};
 
-use crate::ports::CreateRefund;
+use tracing::error;
+
+use crate::ports::{CreateRefund, OperationLeases, StoreError};
 
 use super::{run_claimed, settled_unwritten, EngineDeps, ExecuteError, Planned, RefundEventReport};
 
@@ -112,4 +115,48 @@ fn planned_without_refund(step: &RefundStep, decision: Decision) -> Planned {
         refund: None,
         authorization: None,
     }
+}
+
+/// What the one settled transition of a refund (`succeeded → failed`, on Stripe's word that it
+/// failed after it succeeded) did: the events function's and the refund watch's write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LateFailure {
+    /// Written: the record as it is now (`failed`, its reservation given back to the charge in
+    /// the same write). The outbox publishes `RefundFailed` with `failed_after_success`.
+    Recorded(Operation),
+    /// Already `failed` (another path recorded the same news first): nothing more.
+    AlreadyFailed,
+    /// Refused: the record is no longer the succeeded refund the rule decided on.
+    Moved(Operation),
+    /// No such record.
+    Gone,
+}
+
+/// Writes a succeeded refund Stripe says failed later ([`RefundFailedLater`], decided by
+/// [`refund::event_plan::fail_later`]) and says so loudly: the merchant told the customer the
+/// money was returned. Not leased: its guards (that refund, succeeded) are the whole condition,
+/// so two paths learning the same news write it once.
+pub async fn fail_later<S: OperationLeases + ?Sized>(
+    store: &S,
+    write: &RefundFailedLater,
+) -> Result<LateFailure, StoreError> {
+    Ok(match store.fail_refund_later(write).await? {
+        Recorded::Written(op) => {
+            error!(
+                order_id = %op.order_id,
+                operation_id = %op.operation_id,
+                refund = op.stripe_refund_id().map(|id| id.as_str()).unwrap_or(""),
+                failure_reason = %write.failure_reason,
+                amount = op.params.amount().minor_units(),
+                "a refund failed after it succeeded: recorded failed, its amount is refundable \
+                 again; RefundFailed published, the customer did not get the money back"
+            );
+            LateFailure::Recorded(op)
+        }
+        Recorded::Refused(Some(op)) if op.status == OperationStatus::Failed => {
+            LateFailure::AlreadyFailed
+        }
+        Recorded::Refused(Some(op)) => LateFailure::Moved(op),
+        Recorded::Refused(None) => LateFailure::Gone,
+    })
 }

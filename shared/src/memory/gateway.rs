@@ -163,6 +163,8 @@ struct State {
     next_refund_id: u64,
     refund_first_status: RefundStatus,
     refund_script: VecDeque<FakeFault>,
+    /// Faults for the next refund reads (retrieve by id), in order.
+    refund_read_script: VecDeque<FakeFault>,
     /// When each PaymentIntent and refund was made, by id, on the fake's clock: what a list by
     /// creation time filters on.
     created: HashMap<String, Timestamp>,
@@ -245,6 +247,7 @@ impl FakeGateway {
                 next_refund_id: 0,
                 refund_first_status: RefundStatus::Succeeded,
                 refund_script: VecDeque::new(),
+                refund_read_script: VecDeque::new(),
                 created: HashMap::new(),
                 holds: BTreeSet::new(),
                 version: StripeVersion::PINNED,

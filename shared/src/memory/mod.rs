@@ -11,4 +11,4 @@ mod store;
 pub use gateway::{FakeCharge, FakeFault, FakeGateway, FakeRefund, GatewayCalls};
 pub use inbox::MemoryInbox;
 pub use queue::{MemoryDeadLetters, MemoryQueue, ReceivedMessage};
-pub use store::{MemoryStore, ReportShelf};
+pub use store::{MemoryStore, ReportShelf, WatchShelf};

@@ -22,14 +22,37 @@ use charge_core::{
 
 use crate::ports::{
     AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    Page, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex, UnreadableRecord,
+    Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex,
+    UnreadableRecord,
 };
 
 #[derive(Default)]
 pub struct MemoryStore {
     items: Mutex<BTreeMap<OperationKey, Operation>>,
     reports: ReportShelf,
+    watch: WatchShelf,
     pub calls: StoreCalls,
+}
+
+/// The refund watch's cursor as DynamoDB keeps it: one value, moved only from the value read. The
+/// memory store's and the simulation's.
+#[derive(Default)]
+pub struct WatchShelf(Mutex<Option<Timestamp>>);
+
+impl WatchShelf {
+    pub fn get(&self) -> Option<Timestamp> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves it from `from` to `to`; `false` when it is no longer `from`.
+    pub fn advance(&self, from: Option<Timestamp>, to: Timestamp) -> bool {
+        let mut at = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if *at != from {
+            return false;
+        }
+        *at = Some(to);
+        true
+    }
 }
 
 /// The drift audit's reports as DynamoDB keeps them: JSON by window (end, then start), read back
@@ -184,6 +207,23 @@ fn decode_cursor(cursor: &str) -> Result<(i64, String, String), StoreError> {
 fn settled_position(op: &Operation) -> (i64, String, String) {
     let at = op.settled_at.map(|t| t.as_millis()).unwrap_or(i64::MAX);
     (at, op.order_id.as_str().to_owned(), op.kind.sort_key())
+}
+
+#[async_trait]
+impl RefundWatchCursor for MemoryStore {
+    async fn watched_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.calls.read();
+        Ok(self.watch.get())
+    }
+
+    async fn advance_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.calls.write();
+        Ok(self.watch.advance(from, to))
+    }
 }
 
 #[async_trait]

@@ -10,6 +10,7 @@
 //! | [`OperationQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
 //! | [`PaymentGateway`] (= [`StripeAccount`] + [`PaymentIntents`] + [`StripeRefunds`] + [`CreatedLists`]) | Stripe's PaymentIntents and Refunds | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
+//! | [`RefundWatchCursor`] | how far the refund watch has read | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`EventInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
@@ -49,6 +50,6 @@ pub use queue::{
 };
 pub use store::{
     AuditStore, DoorStore, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
-    OperationReads, OperationStore, Page, ReviewCount, SettledRecords, StoreCalls, StoreError,
-    UnknownIndex, UnreadableRecord,
+    OperationReads, OperationStore, Page, RefundWatchCursor, ReviewCount, SettledRecords,
+    StoreCalls, StoreError, UnknownIndex, UnreadableRecord,
 };

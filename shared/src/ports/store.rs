@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use charge_core::audit::AuditWindow;
-use charge_core::domain::{OperationId, OrderId};
+use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::store::{
     Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
@@ -289,4 +289,41 @@ pub trait SettledRecords: Send + Sync {
         let _ = (window, cursor, limit);
         Err(StoreError::new("this store does not list settled records"))
     }
+
+    /// One page of the **refund** records settled in `window`, as [`settled_between`] lists them
+    /// (a page may hold fewer than `limit`, even none, while `next` says more follow): what the
+    /// refund watch and the audit's re-read of recent refunds read again at Stripe. The default
+    /// keeps the refunds of [`settled_between`]'s pages; the DynamoDB store reads only the
+    /// refunds' records (the index's keys name the kind).
+    ///
+    /// [`settled_between`]: Self::settled_between
+    async fn settled_refunds_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let mut page = self.settled_between(window, cursor, limit).await?;
+        page.operations
+            .retain(|op| matches!(op.kind, OperationKind::Refund(_)));
+        page.unreadable.retain(|bad| bad.key.contains("/refund#"));
+        Ok(page)
+    }
+}
+
+/// Where the refund watch stands ([`charge_core::refund::watch`]): the end of the span of settle
+/// times its ticks have covered, one small item beside the audit's reports, moved only from the
+/// value read (two overlapping ticks: one moves it, the other's reads are repeats, harmless).
+#[async_trait]
+pub trait RefundWatchCursor: Send + Sync {
+    /// The end of the covered span; `None` before the first tick.
+    async fn watched_through(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Moves it from `from` (as read) to `to`; `false` (nothing written) when it is no longer
+    /// `from`.
+    async fn advance_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError>;
 }

@@ -306,6 +306,7 @@ impl Ours {
                 queue,
                 page_size: PAGE_SIZE,
                 charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+                refund_watch: None,
             },
             charge,
             charge_no_retry,

@@ -27,6 +27,9 @@ pub(crate) struct Refunds {
     awaiting_action: BTreeSet<usize>,
     /// How long a `pending` refund takes to succeed, and a late-failing one to fail (simulated).
     pub(crate) settle_ms: i64,
+    /// How long a late-failing refund stays `succeeded` before it fails, when not `settle_ms`
+    /// (a bank returning a refund days later).
+    pub(crate) fail_after_ms: Option<i64>,
     /// Whether a refund was ever created earlier than the one before it (the clock set back):
     /// a list by creation time then scans instead of bisecting.
     out_of_order: bool,
@@ -40,6 +43,7 @@ impl Refunds {
             of_intent: HashMap::default(),
             awaiting_action: BTreeSet::new(),
             settle_ms,
+            fail_after_ms: None,
             out_of_order: false,
         }
     }
@@ -201,7 +205,13 @@ impl Engine {
         let (status, transition) = match path {
             RefundPath::Succeeds => ("succeeded", None),
             RefundPath::PendingThenSucceeds => ("pending", Some((due, "succeeded"))),
-            RefundPath::SucceedsThenFails => ("succeeded", Some((due, "failed"))),
+            RefundPath::SucceedsThenFails => {
+                let fails = self
+                    .refunds
+                    .fail_after_ms
+                    .map_or(due, |d| now_ms.saturating_add(d));
+                ("succeeded", Some((fails, "failed")))
+            }
             RefundPath::RequiresAction => ("requires_action", None),
         };
         let transition = transition.map(|(at_ms, to)| Transition {
@@ -415,6 +425,18 @@ impl Engine {
     }
 
     /// Every refund ever created, oldest first, settled as of `now_ms`.
+    /// When the last refund that is to fail after it succeeded fails (its transition still due),
+    /// if any.
+    pub(crate) fn last_late_failure_ms(&self) -> Option<i64> {
+        self.refunds
+            .all
+            .iter()
+            .filter_map(|r| r.transition.as_ref())
+            .filter(|t| t.to == "failed")
+            .map(|t| t.at_ms)
+            .max()
+    }
+
     pub(crate) fn refund_ledger(&mut self, now_ms: i64) -> Vec<RefundEntry> {
         (0..self.refunds.all.len())
             .map(|r| {

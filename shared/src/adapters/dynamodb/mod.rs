@@ -99,6 +99,7 @@ mod paging;
 pub mod schema;
 mod settled;
 pub mod stream;
+mod watch_cursor;
 pub mod writes;
 
 use item::{attr_n, attr_s, key_of, operation_from_item, Attrs};
@@ -869,6 +870,16 @@ impl SettledRecords for DynamoStore {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        self.settled_page(window, cursor, limit).await
+        self.settled_page(window, cursor, limit, false).await
+    }
+
+    /// The same pages, only the refunds' records read.
+    async fn settled_refunds_between(
+        &self,
+        window: &AuditWindow,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        self.settled_page(window, cursor, limit, true).await
     }
 }

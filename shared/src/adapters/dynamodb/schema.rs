@@ -57,6 +57,12 @@ pub const SETTLED_KEYS: IndexKeys = IndexKeys {
 /// start ([`audit_sort_key`]). No order id makes it (`ORDER#…`), and its items have neither
 /// index's keys, so no index lists them.
 pub const AUDIT_PK: &str = "AUDIT";
+/// The partition of the refund watch's cursor (`pk`; `sk` is [`WATCH_SK`]): like the audit's
+/// reports, no order id makes it and it has neither index's keys.
+pub const WATCH_PK: &str = "WATCH";
+pub const WATCH_SK: &str = "refunds";
+/// The cursor's one attribute: the end of the span of settle times the watch has covered (ms).
+pub const WATCHED_THROUGH: &str = "watched_through";
 /// A stored report's attributes (the report itself is [`AUDIT_REPORT`], JSON); the others say
 /// at a glance, in the console, which window it covers and how much drift it found.
 pub const AUDIT_WINDOW_FROM: &str = "window_from";

@@ -24,6 +24,10 @@ use crate::ports::{Page, StoreError};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// The sort key of every refund record (`refund#<refund_id>`,
+/// [`charge_core::domain::OperationKind::sort_key`]).
+const REFUND_SORT_KEY_PREFIX: &str = "refund#";
+
 /// The settled index's partitions (UTC days) that `[from, to)` touches, oldest first; none for an
 /// empty window.
 pub(super) fn window_days(window: &AuditWindow) -> Vec<String> {
@@ -67,12 +71,15 @@ impl DayCursor {
 }
 
 impl DynamoStore {
-    /// One page of the records settled in `window` (see the module doc).
+    /// One page of the records settled in `window` (see the module doc); with `only_refunds`,
+    /// the index entries of other kinds are passed over before any record is read (the entry's
+    /// sort key is the kind: `refund#<id>`), so a page may hold fewer records than `limit`.
     pub(super) async fn settled_page(
         &self,
         window: &AuditWindow,
         cursor: Option<String>,
         limit: usize,
+        only_refunds: bool,
     ) -> Result<Page, StoreError> {
         let limit = limit.clamp(1, 1000);
         let days = window_days(window);
@@ -95,6 +102,9 @@ impl DynamoStore {
             }
         }
         let next = cursor.encode(days.len())?;
+        if only_refunds {
+            entries.retain(|(_, p)| p.sk.starts_with(REFUND_SORT_KEY_PREFIX));
+        }
         let (operations, unreadable) = self.records_of(SETTLED_KEYS, &entries).await?;
         Ok(Page {
             operations,

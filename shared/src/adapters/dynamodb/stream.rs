@@ -10,13 +10,15 @@ use charge_core::operation::Operation;
 use serde::Serialize;
 
 use super::item::{item_from_json, operation_from_item};
-use super::schema::{AUDIT_PK, PK};
+use super::schema::{AUDIT_PK, PK, WATCH_PK};
 
 /// Whether a stream image (or a record's `Keys`) is one of the drift audit's reports (`pk =
-/// AUDIT`): an item of the table that is not an operation, and never an outcome. The relay skips
-/// it as it skips a claim: it is neither unreadable nor anything to park.
+/// AUDIT`) or the refund watch's cursor (`pk = WATCH`): an item of the table that is not an
+/// operation, and never an outcome. The relay skips it as it skips a claim: it is neither
+/// unreadable nor anything to park.
 pub fn is_audit_report(image: &impl Serialize) -> bool {
-    serde_json::to_value(image).is_ok_and(|json| json[PK]["S"] == AUDIT_PK)
+    serde_json::to_value(image)
+        .is_ok_and(|json| json[PK]["S"] == AUDIT_PK || json[PK]["S"] == WATCH_PK)
 }
 
 /// The operation an image holds. `Ok(None)` when there is no image (an empty map: the old image of
@@ -64,6 +66,11 @@ mod tests {
         assert!(!is_audit_report(&op));
         let report = json!({"pk": {"S": "AUDIT"}, "sk": {"S": "2026-12-04T00:00:00.000Z/x"}});
         assert!(is_audit_report(&report));
+        let cursor = json!({"pk": {"S": "WATCH"}, "sk": {"S": "refunds"}});
+        assert!(
+            is_audit_report(&cursor),
+            "the refund watch's cursor is no operation either"
+        );
         assert!(!is_audit_report(&json!({})));
         // An operation whose order id is AUDIT is stored under ORDER#AUDIT: still an operation.
         assert!(!is_audit_report(&json!({"pk": {"S": "ORDER#AUDIT"}})));

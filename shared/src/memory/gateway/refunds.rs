@@ -177,6 +177,12 @@ impl FakeGateway {
         self.lock().refund_script.push_back(fault);
     }
 
+    /// Applies `fault` to the next read of a refund by id (queued after earlier ones):
+    /// `RateLimited` (429), `ServerErrorBeforeCommit` (500); nothing changes at the fake.
+    pub fn script_refund_read(&self, fault: FakeFault) {
+        self.lock().refund_read_script.push_back(fault);
+    }
+
     /// Changes a refund's status as Stripe does later (`pending` settling, or `succeeded` then
     /// `failed` for a closed card, with its `failure_reason`). A replay under its key still
     /// answers what was first answered; a retrieve or a list sees the change.
@@ -239,7 +245,11 @@ impl FakeGateway {
     }
 
     pub(super) fn refund_read(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        match self.lock().refunds.get(id.as_str()) {
+        let mut st = self.lock();
+        if let Some(e) = before_the_key(&st.refund_read_script.pop_front()) {
+            return Err(e);
+        }
+        match st.refunds.get(id.as_str()) {
             Some(r) => Ok(r.refund(id)),
             None => Err(rejected(
                 format!("404 resource_missing: No such refund: '{id}'"),
