@@ -1237,7 +1237,7 @@ mod tests {
             amount_to_capture: Some(n),
             ..CaptureParams::default()
         };
-        match e.capture(&id, capture(1005), 2_000) {
+        match e.capture(&id, capture(1005), &ApiVersion::default(), 2_000) {
             Err(Refusal::Forget(err)) => {
                 assert_eq!(
                     (err.status, err.param.as_deref()),
@@ -1247,8 +1247,11 @@ mod tests {
             other => panic!("refused, not saved: {other:?}"),
         }
         assert_eq!(e.pis[0].status, "requires_capture");
-        let captured: Value =
-            serde_json::from_str(&e.capture(&id, capture(1000), 2_000).unwrap()).unwrap();
+        let captured: Value = serde_json::from_str(
+            &e.capture(&id, capture(1000), &ApiVersion::default(), 2_000)
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             (
                 captured["status"].as_str(),
