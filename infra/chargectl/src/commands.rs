@@ -903,7 +903,7 @@ async fn resolve_take(
     })?;
     if pi.id != *pi_id || pi.status != PaymentIntentStatus::RequiresCapture {
         return Err(Failure::Refused(format!(
-            "{pi_id} is {} at Stripe, not requires_capture: the authorization is not held              untouched, so it is not given back; {redrive}; nothing changed",
+            "{pi_id} is {} at Stripe, not requires_capture: the authorization is not held untouched, so it is not given back; {redrive}; nothing changed",
             pi.status.as_str()
         )));
     }
