@@ -379,8 +379,11 @@ begin "chargectl audit --since 1h: the walk-through's objects and settled record
 chargectl audit --since 1h --json >"$work/audit1.json" 2>"$work/audit1.err" \
   || fail "chargectl audit: $(cat "$work/audit1.err")"
 check "$work/audit1.json" 'j["complete"] and j["drift"] == 0 and not j["findings"]' "a complete report with no finding"
-check "$work/audit1.json" 'j["counts"]["intents"] >= 4 and j["counts"]["refunds"] == 1 and j["counts"]["matched"] >= 8' \
-  "it looked at every intent and the refund, and matched them with their records"
+# Two refunds: ours of ord-1001, and Stripe's own of the 250 ord-3003's capture of 1000 released
+# (API 2024-06-20, the pinned version, makes one: reason expired_uncaptured_charge, no metadata),
+# which the audit matches to what the intent released.
+check "$work/audit1.json" 'j["counts"]["intents"] >= 4 and j["counts"]["refunds"] == 2 and j["counts"]["matched"] >= 9' \
+  "it looked at every intent, our refund and Stripe's refund of the released part, and matched them"
 check "$work/audit1.json" 'j["ran_by"].startswith("arn:aws:")' "the report names who ran it"
 
 begin "a refund made in stripe-sim as in the dashboard (no metadata): the audit finds it at_stripe_not_here"
