@@ -800,20 +800,13 @@ pub async fn resolve(
         },
     };
     let audit = AuditEntry {
-        action: format!("resolve_{status}"),
-        previous_status: op.status,
-        new_status: status,
-        note: args.note.clone(),
-        at: now,
-        caller,
-        label: args.audit.by.clone(),
         forced,
-        review: op.review.as_ref().map(|r| r.reason.clone()),
         // A different recorded intent is overwritten by this one: the history keeps it.
         replaced_external_id: op
             .external_id
             .clone()
             .filter(|old| external_id.as_ref().is_some_and(|new| new != old)),
+        ..resolution_entry(&op, status, args, caller, now)
     };
     let request = ManualResolution {
         key: op.key(),
@@ -908,18 +901,7 @@ async fn resolve_take(
         )));
     }
     let now = deps.clock.now();
-    let audit = AuditEntry {
-        action: "resolve_failed".into(),
-        previous_status: op.status,
-        new_status: OperationStatus::Failed,
-        note: args.note.clone(),
-        at: now,
-        caller,
-        label: args.audit.by.clone(),
-        forced: None,
-        review: op.review.as_ref().map(|r| r.reason.clone()),
-        replaced_external_id: None,
-    };
+    let audit = resolution_entry(op, OperationStatus::Failed, args, caller, now);
     let request = ManualResolution {
         key: op.key(),
         operation_id: op.operation_id,
@@ -963,6 +945,29 @@ async fn resolve_take(
 /// `metadata.operation_id`. Only what Stripe confirms is recorded; a refund resolved `failed`
 /// gives its reservation back to the charge in the same write. No `--force`: a forced outcome
 /// would move the charge's refundable amount on a person's word alone.
+/// The history entry of `resolve` settling `op` as `status` at `now` for `caller`: the operator's
+/// note and label, and the review it ends; nothing forced, no intent replaced.
+fn resolution_entry(
+    op: &Operation,
+    status: OperationStatus,
+    args: &ResolveArgs,
+    caller: String,
+    now: Timestamp,
+) -> AuditEntry {
+    AuditEntry {
+        action: format!("resolve_{status}"),
+        previous_status: op.status,
+        new_status: status,
+        note: args.note.clone(),
+        at: now,
+        caller,
+        label: args.audit.by.clone(),
+        forced: None,
+        review: op.review.as_ref().map(|r| r.reason.clone()),
+        replaced_external_id: None,
+    }
+}
+
 async fn resolve_refund(
     deps: &ResolveDeps<'_>,
     args: &ResolveArgs,
@@ -1001,18 +1006,7 @@ async fn resolve_refund(
                 op.operation_id
             ))
         })?;
-    let audit = AuditEntry {
-        action: format!("resolve_{}", confirmed.status),
-        previous_status: op.status,
-        new_status: confirmed.status,
-        note: args.note.clone(),
-        at: now,
-        caller,
-        label: args.audit.by.clone(),
-        forced: None,
-        review: op.review.as_ref().map(|r| r.reason.clone()),
-        replaced_external_id: None,
-    };
+    let audit = resolution_entry(op, confirmed.status, args, caller, now);
     let request = ManualResolution {
         key: op.key(),
         operation_id: op.operation_id,
