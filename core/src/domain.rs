@@ -386,6 +386,22 @@ stripe_id!(
     ["re_", "pyr_"]
 );
 
+stripe_id!(
+    /// A Stripe dispute id (`dp_…`, or `du_…` for some payment methods' disputes): what a
+    /// dispute's record is keyed by under its order, and what its retrieve names in the URL path.
+    DisputeId,
+    "dispute",
+    ["dp_", "du_"]
+);
+
+stripe_id!(
+    /// A Stripe charge id (`ch_…`, or `py_…` for some payment methods): what a dispute names as
+    /// the charge it takes money back from.
+    StripeChargeId,
+    "charge",
+    ["ch_", "py_"]
+);
+
 /// The merchant's identity of one refund action (`POST /orders/{order_id}/refunds/{refund_id}`):
 /// the same id again is the same refund; two ids are two refunds, even for the same amount.
 ///

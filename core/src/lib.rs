@@ -39,6 +39,9 @@
 //!   claimed, Stripe's answer, now) → the next record, and how the charge's authorization ends
 //!   (captured, canceled, lapsed).
 //!
+//! - [`dispute`]: money the customer's bank takes back, recorded from what Stripe holds (never
+//!   created by us), within what the order's charge took, with its evidence deadline paged.
+//!
 //! The rules over every kind (each a table, the specification in full: `core/tests/spec_*.rs`):
 //! - [`audit`]: (what Stripe created in a window, the records settled in it) → matched, in
 //!   flight, or a drift class; the audit never changes a record.
@@ -51,6 +54,7 @@
 
 pub mod audit;
 pub mod charge;
+pub mod dispute;
 pub mod domain;
 pub mod ids;
 pub mod message_plan;

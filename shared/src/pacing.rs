@@ -300,6 +300,9 @@ impl PaymentIntents for PacedGateway {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl crate::ports::StripeDisputes for PacedGateway {}
+
 #[async_trait]
 impl StripeRefunds for PacedGateway {
     // Refund calls are calls of the same account: each takes a slot of the same budget.

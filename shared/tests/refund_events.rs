@@ -463,6 +463,9 @@ impl PaymentIntents for SettledMeanwhile {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for SettledMeanwhile {}
+
 #[async_trait::async_trait]
 impl StripeRefunds for SettledMeanwhile {
     async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {

@@ -572,6 +572,8 @@ impl PaymentIntents for SlowRetrieve {
 
 impl StripeRefunds for SlowRetrieve {}
 
+impl charge_once::ports::StripeDisputes for SlowRetrieve {}
+
 impl CreatedLists for SlowRetrieve {}
 
 #[tokio::test]
@@ -963,6 +965,8 @@ impl PaymentIntents for SettledMeanwhile {
 }
 
 impl StripeRefunds for SettledMeanwhile {}
+
+impl charge_once::ports::StripeDisputes for SettledMeanwhile {}
 
 impl CreatedLists for SettledMeanwhile {}
 

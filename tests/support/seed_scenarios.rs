@@ -784,6 +784,8 @@ impl PaymentIntents for AroundCancel {
 
 impl StripeRefunds for AroundCancel {}
 
+impl charge_once::ports::StripeDisputes for AroundCancel {}
+
 impl CreatedLists for AroundCancel {}
 
 impl<S: StripeUnderTest> World<S> {
@@ -906,6 +908,8 @@ impl PaymentIntents for Observer {
 }
 
 impl StripeRefunds for Observer {}
+
+impl charge_once::ports::StripeDisputes for Observer {}
 
 impl CreatedLists for Observer {}
 

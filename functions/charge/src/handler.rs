@@ -1173,6 +1173,8 @@ mod tests {
 
     impl StripeRefunds for TimedGateway {}
 
+    impl charge_once::ports::StripeDisputes for TimedGateway {}
+
     impl CreatedLists for TimedGateway {}
 
     /// A DLQ that logs `park <message id> start|end` and lets others run in between.

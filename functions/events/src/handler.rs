@@ -1069,6 +1069,8 @@ mod tests {
 
     impl StripeRefunds for SlowStripe {}
 
+    impl charge_once::ports::StripeDisputes for SlowStripe {}
+
     impl CreatedLists for SlowStripe {}
 
     /// The invocation as `cargo lambda watch` makes it settles the sample's operation, by either

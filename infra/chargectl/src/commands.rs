@@ -1392,6 +1392,8 @@ mod tests {
 
     impl StripeRefunds for StubStripe {}
 
+    impl charge_once::ports::StripeDisputes for StubStripe {}
+
     impl CreatedLists for StubStripe {}
 
     fn pi(id: &str, op: &Operation, status: PaymentIntentStatus, amount: i64) -> PaymentIntent {

@@ -116,7 +116,7 @@ pub struct CountingTakes {
     pub calls: Arc<TakeCalls>,
 }
 
-crate::forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds);
+crate::forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds, StripeDisputes);
 
 #[async_trait]
 impl PaymentIntents for CountingTakes {

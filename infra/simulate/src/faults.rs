@@ -1300,6 +1300,9 @@ impl StripeRefunds for SimGateway {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for SimGateway {}
+
 impl CreatedLists for SimGateway {}
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ macro_rules! forward_store {
 
 /// Implements the named [`PaymentGateway`](charge_once::ports::PaymentGateway) capabilities for a
 /// wrapper by handing every call to its field, unchanged:
-/// `forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds);`. A capability left out
+/// `forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds, StripeDisputes);`. A capability left out
 /// is the wrapper's to implement.
 #[macro_export]
 macro_rules! forward_gateway {
@@ -73,11 +73,17 @@ macro_rules! forward_gateway {
         retrieve_refund(id: &StripeRefundId) -> Result<StripeRefund, GatewayError>;
         list_refunds(pi: &PaymentIntentId) -> Result<Vec<StripeRefund>, GatewayError>;
     }); };
+    (@StripeDisputes $ty:ty, $f:tt) => { $crate::forward!($ty, $f, StripeDisputes {
+        retrieve_dispute(id: &DisputeId) -> Result<StripeDispute, GatewayError>;
+        list_disputes(pi: &PaymentIntentId) -> Result<Vec<StripeDispute>, GatewayError>;
+    }); };
     (@CreatedLists $ty:ty, $f:tt) => { $crate::forward!($ty, $f, CreatedLists {
         list_intents_created(w: &AuditWindow, after: Option<&str>)
             -> Result<ListPage<PaymentIntent>, GatewayError>;
         list_refunds_created(w: &AuditWindow, after: Option<&str>)
             -> Result<ListPage<StripeRefund>, GatewayError>;
+        list_disputes_created(w: &AuditWindow, after: Option<&str>)
+            -> Result<ListPage<StripeDispute>, GatewayError>;
     }); };
 }
 
@@ -91,7 +97,10 @@ macro_rules! forward {
         #[allow(unused_imports)]
         const _: () = {
             use ::charge_core::audit::AuditWindow;
-            use ::charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
+            use ::charge_core::dispute::StripeDispute;
+            use ::charge_core::domain::{
+                DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId,
+            };
             use ::charge_core::operation::{Operation, OperationKey};
             use ::charge_core::outcome::{GatewayError, PaymentIntent};
             use ::charge_core::refund::StripeRefund;

@@ -265,6 +265,9 @@ impl PaymentIntents for InProcessGateway {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for InProcessGateway {}
+
 #[async_trait]
 impl StripeRefunds for InProcessGateway {
     /// As the client's: the same form and key, the same retry rule (a `latency` fault holds the
@@ -414,6 +417,9 @@ impl PaymentIntents for FunctionRequests {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for FunctionRequests {}
+
 #[async_trait]
 impl StripeRefunds for FunctionRequests {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -528,6 +534,9 @@ impl StripeRefunds for ClockSynced {
         self.inner.list_refunds(payment_intent).await
     }
 }
+
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for ClockSynced {}
 
 #[async_trait]
 impl CreatedLists for ClockSynced {

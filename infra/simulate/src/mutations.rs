@@ -222,7 +222,7 @@ pub struct TrustEventPayload {
 }
 
 // The mutation is about PaymentIntents an event names: refund calls go to Stripe as they are.
-crate::forward_gateway!(TrustEventPayload, inner: StripeRefunds);
+crate::forward_gateway!(TrustEventPayload, inner: StripeRefunds, StripeDisputes);
 
 impl StripeAccount for TrustEventPayload {
     fn livemode(&self) -> bool {
@@ -263,7 +263,7 @@ impl CreatedLists for TrustEventPayload {}
 pub struct CancelNotMade(pub Arc<dyn PaymentGateway>);
 
 // The mutation is about a PaymentIntent's cancel: refund calls go to Stripe as they are.
-crate::forward_gateway!(CancelNotMade, 0: StripeRefunds);
+crate::forward_gateway!(CancelNotMade, 0: StripeRefunds, StripeDisputes);
 
 impl StripeAccount for CancelNotMade {
     fn livemode(&self) -> bool {
@@ -455,6 +455,9 @@ impl StripeAccount for RefundUnderChargeKey {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl charge_once::ports::StripeDisputes for RefundUnderChargeKey {}
+
 #[async_trait]
 impl StripeRefunds for RefundUnderChargeKey {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
@@ -498,7 +501,7 @@ impl CaptureSettledByReplay {
     }
 }
 
-crate::forward_gateway!(CaptureSettledByReplay, inner: StripeRefunds);
+crate::forward_gateway!(CaptureSettledByReplay, inner: StripeRefunds, StripeDisputes);
 
 impl StripeAccount for CaptureSettledByReplay {
     fn livemode(&self) -> bool {
@@ -583,7 +586,7 @@ impl DeadlineFromCreation {
     }
 }
 
-crate::forward_gateway!(DeadlineFromCreation, inner: StripeRefunds);
+crate::forward_gateway!(DeadlineFromCreation, inner: StripeRefunds, StripeDisputes);
 
 impl StripeAccount for DeadlineFromCreation {
     fn livemode(&self) -> bool {

@@ -174,7 +174,7 @@ struct CountingGateway {
 
 // Not counted: the counts are of the charge calls the events function makes; its one refund
 // call (a refund event's retrieve) is left out of them.
-crate::forward_gateway!(CountingGateway, inner: StripeAccount, StripeRefunds);
+crate::forward_gateway!(CountingGateway, inner: StripeAccount, StripeRefunds, StripeDisputes);
 
 #[async_trait]
 impl PaymentIntents for CountingGateway {

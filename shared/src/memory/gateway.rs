@@ -652,6 +652,9 @@ impl PaymentIntents for FakeGateway {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl crate::ports::StripeDisputes for FakeGateway {}
+
 #[async_trait]
 impl StripeRefunds for FakeGateway {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {

@@ -1,13 +1,15 @@
 //! Stripe's PaymentIntents and Refunds APIs as the core uses them: create with the operation's
 //! idempotency key, retrieve, search by operation id, cancel a declined intent; create, retrieve
-//! and list refunds. Its errors are already classified ([`GatewayError`]).
+//! and list refunds; read disputes. Its errors are already classified ([`GatewayError`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use charge_core::audit::AuditWindow;
+use charge_core::dispute::StripeDispute;
 use charge_core::domain::{
-    Amount, ChargeParams, IdempotencyKey, OperationId, OrderId, PaymentIntentId, StripeRefundId,
+    Amount, ChargeParams, DisputeId, IdempotencyKey, OperationId, OrderId, PaymentIntentId,
+    StripeRefundId,
 };
 use charge_core::operation::Operation;
 use charge_core::outcome::{GatewayError, PaymentIntent};
@@ -143,10 +145,13 @@ pub fn refunds_not_supported(what: &str) -> GatewayError {
 /// ([`refunds_not_supported`]), for the test doubles that only charge; every gateway on a
 /// production path (the Stripe client, the pacing wrapper, the fakes and the simulation's) makes
 /// them.
-pub trait PaymentGateway: StripeAccount + PaymentIntents + StripeRefunds + CreatedLists {}
+pub trait PaymentGateway:
+    StripeAccount + PaymentIntents + StripeRefunds + StripeDisputes + CreatedLists
+{
+}
 
 impl<T> PaymentGateway for T where
-    T: StripeAccount + PaymentIntents + StripeRefunds + CreatedLists + ?Sized
+    T: StripeAccount + PaymentIntents + StripeRefunds + StripeDisputes + CreatedLists + ?Sized
 {
 }
 
@@ -223,6 +228,27 @@ pub trait StripeRefunds: Send + Sync {
     }
 }
 
+/// Stripe's Disputes, read only: the engine never creates or answers one (evidence is a
+/// person's work in Stripe's dashboard). What an event claims about a dispute is a hint; these
+/// reads are what its record is written from.
+#[async_trait]
+pub trait StripeDisputes: Send + Sync {
+    /// Reads a dispute's current state (`GET /v1/disputes/{id}`).
+    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
+        let _ = id;
+        Err(refunds_not_supported("dispute retrieves"))
+    }
+
+    /// Every dispute of a PaymentIntent (`GET /v1/disputes?payment_intent=…`, all pages).
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeDispute>, GatewayError> {
+        let _ = payment_intent;
+        Err(refunds_not_supported("dispute lists"))
+    }
+}
+
 /// The drift audit's: what Stripe created in a window, page by page.
 #[async_trait]
 pub trait CreatedLists: Send + Sync {
@@ -249,6 +275,18 @@ pub trait CreatedLists: Send + Sync {
     ) -> Result<ListPage<StripeRefund>, GatewayError> {
         let _ = (window, starting_after);
         Err(refunds_not_supported("refund lists by creation time"))
+    }
+
+    /// One page (up to 100) of the disputes created in `window`
+    /// (`GET /v1/disputes?created[gte]=…&created[lt]=…&limit=100[&starting_after=…]`): the
+    /// audit finds each one's record through its PaymentIntent.
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeDispute>, GatewayError> {
+        let _ = (window, starting_after);
+        Err(refunds_not_supported("dispute lists by creation time"))
     }
 }
 

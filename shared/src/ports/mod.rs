@@ -9,7 +9,7 @@
 //! | [`OperationStore`] (= [`OperationReads`] + [`OperationCreates`] + [`OperationLeases`] + [`UnknownIndex`] + [`ManualResolutions`] + [`SettledRecords`]) | the operation record, its conditional writes, the unknown index | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`OperationQueue`], [`MessageVisibility`] | the charge queue (FIFO), a refused message back in seconds | `adapters::sqs::SqsQueue` | `memory::MemoryQueue` | `queue_contract.rs` |
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
-//! | [`PaymentGateway`] (= [`StripeAccount`] + [`PaymentIntents`] + [`StripeRefunds`] + [`CreatedLists`]) | Stripe's PaymentIntents and Refunds | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
+//! | [`PaymentGateway`] (= [`StripeAccount`] + [`PaymentIntents`] + [`StripeRefunds`] + [`StripeDisputes`] + [`CreatedLists`]) | Stripe's PaymentIntents, Refunds and Disputes | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
 //! | [`RefundWatchCursor`] | how far the refund watch has read | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`EventInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
@@ -39,7 +39,7 @@ pub use clock::Sleeper;
 pub use gateway::{
     refunds_not_supported, CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent,
     CreateRefund, CreatedLists, ListPage, PaymentGateway, PaymentIntents, RequestTotals,
-    StripeAccount, StripeRefunds, StripeRequests,
+    StripeAccount, StripeDisputes, StripeRefunds, StripeRequests,
 };
 pub use inbox::{Admitted, EventInbox, INBOX_TTL};
 pub use metrics::MetricsSink;

@@ -902,6 +902,9 @@ impl PaymentIntents for StripeGateway {
     }
 }
 
+// Disputes are read only; this gateway does not read them yet.
+impl crate::ports::StripeDisputes for StripeGateway {}
+
 #[async_trait]
 impl StripeRefunds for StripeGateway {
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
