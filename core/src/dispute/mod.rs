@@ -4,7 +4,10 @@
 //! person before the evidence deadline passes.
 //!
 //! This module is what Stripe holds for a dispute ([`StripeDispute`]) and what its statuses mean
-//! ([`DisputeStatus`]).
+//! ([`DisputeStatus`]); [`deadline`] is when a person is paged before the evidence deadline and
+//! when an open dispute is read again.
+
+pub mod deadline;
 
 use std::fmt;
 
