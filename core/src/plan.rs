@@ -40,6 +40,10 @@ pub struct Policy {
     /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
     /// one pages: the time a person has to capture or cancel it before the money is lost.
     pub authorization_page_lead: Duration,
+    /// How long before a dispute's evidence deadline (Stripe's `evidence_details.due_by`) one
+    /// still needing a response pages (`DisputeDeadlinePageHours`;
+    /// [`crate::dispute::deadline`]).
+    pub dispute_page_window: Duration,
 }
 
 impl Default for Policy {
@@ -54,6 +58,7 @@ impl Default for Policy {
             unknown_backoff_max: Duration::from_secs(3600),
             stuck_after: Duration::from_secs(72 * 3600),
             authorization_page_lead: Duration::from_secs(12 * 3600),
+            dispute_page_window: crate::dispute::deadline::DEFAULT_PAGE_WINDOW,
         }
     }
 }

@@ -74,6 +74,9 @@ pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
 /// How many hours before an authorization's deadline an uncaptured one pages.
 pub const AUTHORIZATION_PAGE_LEAD_HOURS: &str = "AUTHORIZATION_PAGE_LEAD_HOURS";
+/// How many hours before a dispute's evidence deadline one still needing a response pages (1 to
+/// 336).
+pub const DISPUTE_DEADLINE_PAGE_HOURS: &str = "DISPUTE_DEADLINE_PAGE_HOURS";
 pub const DEAD_LETTER_QUEUE_URL: &str = "DEAD_LETTER_QUEUE_URL";
 /// The account's Stripe budget (calls per second) every function's calls come out of.
 pub const STRIPE_REQUESTS_PER_SECOND: &str = "STRIPE_REQUESTS_PER_SECOND";
@@ -149,6 +152,7 @@ pub const EXAMPLE_ENV: &[(&str, &str)] = &[
     (SEARCH_MIN_AGE_SECS, "600"),
     (STUCK_INTENT_HOURS, "72"),
     (AUTHORIZATION_PAGE_LEAD_HOURS, "12"),
+    (DISPUTE_DEADLINE_PAGE_HOURS, "72"),
     (AUDIT_WINDOW_HOURS, "24"),
     (REFUND_WATCH_DAYS, "30"),
     (REFUND_WATCH_EVERY_HOURS, "24"),
@@ -347,6 +351,7 @@ pub fn charge_policy(env: &dyn Env) -> Result<Policy, ConfigError> {
             )?
             .saturating_mul(3600),
         ),
+        dispute_page_window: dispute_page_window(env)?,
         ..defaults
     };
     if policy.authorization_page_lead.is_zero() {
@@ -614,6 +619,21 @@ pub fn audit_refund_recheck(env: &dyn Env) -> Result<Duration, ConfigError> {
         });
     }
     Ok(Duration::from_secs(days * 86_400))
+}
+
+/// `DISPUTE_DEADLINE_PAGE_HOURS` (1 to 336): how long before a dispute's evidence deadline one
+/// still needing a response pages. At the deadline itself a page comes too late to answer, and
+/// Stripe's response windows are days to three weeks: two weeks is already the whole of most.
+pub fn dispute_page_window(env: &dyn Env) -> Result<Duration, ConfigError> {
+    let default = charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW.as_secs() / 3600;
+    let hours = number(env, DISPUTE_DEADLINE_PAGE_HOURS, default)?;
+    if !(1..=336).contains(&hours) {
+        return Err(ConfigError::Invalid {
+            name: DISPUTE_DEADLINE_PAGE_HOURS,
+            reason: format!("{hours} is not 1 to 336 hours"),
+        });
+    }
+    Ok(Duration::from_secs(hours * 3600))
 }
 
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).
@@ -948,6 +968,35 @@ mod tests {
             Duration::from_secs(7 * 86_400)
         );
         assert!(audit_refund_recheck(&recheck("121")).is_err());
+    }
+
+    #[test]
+    fn the_dispute_page_window_defaults_to_72_hours_and_is_bounded() {
+        let hours = |v: &'static str| {
+            MapEnv(std::collections::HashMap::from([(
+                DISPUTE_DEADLINE_PAGE_HOURS,
+                v,
+            )]))
+        };
+        let none = MapEnv(std::collections::HashMap::new());
+        assert_eq!(
+            dispute_page_window(&none).unwrap(),
+            Duration::from_secs(72 * 3600)
+        );
+        assert_eq!(
+            charge_policy(&hours("24")).unwrap().dispute_page_window,
+            Duration::from_secs(24 * 3600),
+            "read into the policy every function runs on"
+        );
+        assert!(
+            dispute_page_window(&hours("0")).is_err(),
+            "a page at due_by is too late"
+        );
+        assert!(
+            dispute_page_window(&hours("337")).is_err(),
+            "past two weeks"
+        );
+        assert!(charge_policy(&hours("0")).is_err());
     }
 
     #[test]
