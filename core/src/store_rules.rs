@@ -606,7 +606,7 @@ impl Transition for OutcomeRecord {
                     charge.amount_captured = Some(a);
                 }
             }
-            Params::Capture(_) | Params::Cancel(_) => {}
+            Params::Capture(_) | Params::Cancel(_) | Params::Dispute(..) => {}
         }
         op.last_error = self.last_error.clone();
         if let Some(review) = &self.review {

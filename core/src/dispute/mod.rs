@@ -4,7 +4,10 @@
 //! person before the evidence deadline passes.
 //!
 //! This module is what Stripe holds for a dispute ([`StripeDispute`]) and what its statuses mean
-//! ([`DisputeStatus`]).
+//! ([`DisputeStatus`]); beside it:
+//! - [`state`]: what a dispute's record holds (what never changes, what Stripe moves).
+
+pub mod state;
 
 use std::fmt;
 
