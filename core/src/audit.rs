@@ -525,7 +525,7 @@ fn object_intent(op: &Operation) -> Option<String> {
             .cancel()
             .and_then(|p| p.payment_intent.as_ref())
             .map(|id| id.as_str().to_owned()),
-        OperationKind::Refund(_) => None,
+        OperationKind::Refund(_) | OperationKind::Dispute(_) => None,
     }
 }
 
@@ -702,6 +702,8 @@ fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding
         OperationKind::Charge => op.external_id.is_none(),
         OperationKind::Refund(_) => op.stripe_refund_id().is_none(),
         OperationKind::Capture(_) | OperationKind::Cancel => true,
+        // Recorded only from a dispute read at Stripe: its object is always known.
+        OperationKind::Dispute(_) => false,
     };
     let since = op.first_attempted_at.unwrap_or(op.created_at);
     if !unknown_object || since.plus(policy.key_window) > now {
@@ -884,6 +886,8 @@ impl<'a> Book<'a> {
                 &self.refunds,
             ),
             OperationKind::Capture(_) | OperationKind::Cancel => (None, self.judge_taking(op)),
+            // Not compared with a listed dispute yet: not vouched for, never called matched.
+            OperationKind::Dispute(id) => (Some(id.to_string()), Verdict::Unchecked),
         }
     }
 

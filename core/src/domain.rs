@@ -138,6 +138,17 @@ impl OperationId {
         ))
     }
 
+    /// A dispute's key: never sent (a dispute is never created by us), named only so that
+    /// every record answers [`crate::operation::Operation::idempotency_key`] with a namespace of
+    /// its own.
+    pub fn dispute_idempotency_key(&self) -> IdempotencyKey {
+        IdempotencyKey(format!(
+            "{}{}",
+            IdempotencyKey::DISPUTE_PREFIX,
+            self.0.hyphenated()
+        ))
+    }
+
     /// The Stripe idempotency key for every cancel of this operation's PaymentIntent: its own,
     /// because Stripe refuses a key used on another endpoint (`idempotency_error`), and the same
     /// on every attempt, so a cancel whose answer was lost replays its first answer.
@@ -171,6 +182,7 @@ impl IdempotencyKey {
     pub const REFUND_PREFIX: &'static str = "refund-op:";
     pub const CAPTURE_PREFIX: &'static str = "capture-op:";
     pub const CANCEL_OP_PREFIX: &'static str = "cancel-op:";
+    pub const DISPUTE_PREFIX: &'static str = "dispute-op:";
     pub const MAX_LEN: usize = 255;
 
     pub fn as_str(&self) -> &str {
@@ -296,7 +308,7 @@ fn parse_stripe_id(
 macro_rules! stripe_id {
     ($(#[$doc:meta])* $name:ident, $field:literal, [$($prefix:literal),+]) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
@@ -466,10 +478,14 @@ pub enum OperationKind {
     Capture(u32),
     /// The cancel of the order's charge: before it was sent, or of its authorization.
     Cancel,
+    /// A dispute of the order's charge, named by Stripe's dispute id: recorded from what Stripe
+    /// holds, never created by us (no idempotency key, no lease, no queue message).
+    Dispute(DisputeId),
 }
 
 /// How a kind is shown (`chargectl show --json`): as it always was, `"charge"`, `"capture"`,
-/// `"cancel"`, `{"refund": id}`; a capture after the first as `{"capture_again": n}`.
+/// `"cancel"`, `{"refund": id}`; a capture after the first as `{"capture_again": n}`; a dispute
+/// as `{"dispute": "dp_…"}`.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum KindShown {
@@ -478,6 +494,7 @@ enum KindShown {
     Capture,
     CaptureAgain(u32),
     Cancel,
+    Dispute(DisputeId),
 }
 
 impl From<OperationKind> for KindShown {
@@ -488,6 +505,7 @@ impl From<OperationKind> for KindShown {
             OperationKind::Capture(n) if n <= 1 => KindShown::Capture,
             OperationKind::Capture(n) => KindShown::CaptureAgain(n),
             OperationKind::Cancel => KindShown::Cancel,
+            OperationKind::Dispute(id) => KindShown::Dispute(id),
         }
     }
 }
@@ -502,6 +520,7 @@ impl TryFrom<KindShown> for OperationKind {
             KindShown::Capture => OperationKind::FIRST_CAPTURE,
             KindShown::CaptureAgain(n) => OperationKind::capture_number(n)?,
             KindShown::Cancel => OperationKind::Cancel,
+            KindShown::Dispute(id) => OperationKind::Dispute(id),
         })
     }
 }
@@ -535,14 +554,16 @@ impl OperationKind {
             OperationKind::Refund(_) => "refund",
             OperationKind::Capture(_) => "capture",
             OperationKind::Cancel => "cancel",
+            OperationKind::Dispute(_) => "dispute",
         }
     }
 
     /// The record's sort key: `charge`, `capture` (the first), `capture#<n>` (the n-th),
-    /// `cancel`, or `refund#<refund_id>`.
+    /// `cancel`, `refund#<refund_id>`, or `dispute#<dp_id>`.
     pub fn sort_key(&self) -> String {
         match self {
             OperationKind::Refund(id) => format!("refund#{id}"),
+            OperationKind::Dispute(id) => format!("dispute#{id}"),
             OperationKind::Capture(n) if *n > 1 => format!("capture#{n}"),
             other => other.as_str().to_owned(),
         }
@@ -555,6 +576,7 @@ impl OperationKind {
             None if raw == "capture" => Ok(OperationKind::FIRST_CAPTURE),
             None if raw == "cancel" => Ok(OperationKind::Cancel),
             Some(("refund", id)) => Ok(OperationKind::Refund(RefundId::parse(id)?)),
+            Some(("dispute", id)) => Ok(OperationKind::Dispute(DisputeId::parse(id)?)),
             // Only as `sort_key` writes it: `capture#2` onwards, no sign, no leading zero.
             Some(("capture", n))
                 if !n.starts_with(['0', '+']) && n.parse::<u32>().is_ok_and(|n| n > 1) =>
@@ -563,7 +585,7 @@ impl OperationKind {
             }
             _ => Err(ValidationError::new(
                 "kind",
-                "must be \"charge\", \"capture\", \"capture#<n>\", \"cancel\" or \"refund#<refund_id>\"",
+                "must be \"charge\", \"capture\", \"capture#<n>\", \"cancel\", \"refund#<refund_id>\" or \"dispute#<dispute_id>\"",
             )),
         }
     }
@@ -584,6 +606,14 @@ impl OperationKind {
     pub fn refund_id(&self) -> Option<&RefundId> {
         match self {
             OperationKind::Refund(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// A dispute's Stripe id; `None` for another kind.
+    pub fn dispute_id(&self) -> Option<&DisputeId> {
+        match self {
+            OperationKind::Dispute(id) => Some(id),
             _ => None,
         }
     }
@@ -980,6 +1010,29 @@ mod tests {
         ] {
             assert!(OperationKind::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A dispute's kind: sort key `dispute#<dp_…>`, shown `{"dispute": "dp_…"}`, both read
+    /// back; an id that is no dispute's is refused at either door.
+    #[test]
+    fn a_dispute_s_kind_reads_back_and_a_bad_id_is_refused() {
+        let kind = OperationKind::Dispute(DisputeId::parse("dp_1Abc").unwrap());
+        assert_eq!(kind.sort_key(), "dispute#dp_1Abc");
+        assert_eq!(kind.as_str(), "dispute");
+        assert_eq!(OperationKind::parse("dispute#dp_1Abc"), Ok(kind.clone()));
+        let shown = serde_json::to_value(&kind).unwrap();
+        assert_eq!(shown, serde_json::json!({"dispute": "dp_1Abc"}));
+        assert_eq!(
+            serde_json::from_value::<OperationKind>(shown).unwrap(),
+            kind
+        );
+        for bad in ["dispute#", "dispute#ch_1", "dispute#dp_1/x", "dispute"] {
+            assert!(OperationKind::parse(bad).is_err(), "{bad}");
+        }
+        assert!(
+            serde_json::from_value::<OperationKind>(serde_json::json!({"dispute": "pi_1"}))
+                .is_err()
+        );
     }
 
     #[test]

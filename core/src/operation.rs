@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::charge::state::{ChargeState, Taker};
+use crate::dispute::state::{DisputeParams, DisputeState};
 use crate::refund::state::RefundState;
 use crate::time::Timestamp;
 use crate::{
@@ -121,13 +122,18 @@ impl OperationKey {
 ///
 /// Shown (`chargectl show --json`) as the record always was: the kind's params under `params`,
 /// and `refund_reserved`, `stripe_refund_id`, `capture_before`, `amount_captured`, `taken_by`
-/// beside it on the record (0 or null when the kind holds none).
+/// beside it on the record (0 or null when the kind holds none); a disputed charge adds
+/// `disputed_by` and `dispute_refundable`, a dispute its state under `dispute` (Stripe's status
+/// verbatim, `due_by`, `has_evidence`, `is_charge_refundable`, `reserved`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Params {
     Charge(ChargeParams, ChargeState),
     Refund(RefundParams, RefundState),
     Capture(CaptureParams),
     Cancel(CancelParams),
+    /// A dispute: what never changes of it and what Stripe moves. Nothing is ever sent to
+    /// Stripe for it; it is written only from a dispute retrieved there.
+    Dispute(DisputeParams, DisputeState),
 }
 
 impl Params {
@@ -139,6 +145,7 @@ impl Params {
             Params::Refund(p, _) => p.amount,
             Params::Capture(p) => p.amount_to_capture,
             Params::Cancel(p) => p.amount_released,
+            Params::Dispute(p, _) => p.amount,
         }
     }
 
@@ -148,6 +155,7 @@ impl Params {
             Params::Refund(p, _) => &p.currency,
             Params::Capture(p) => &p.currency,
             Params::Cancel(p) => &p.currency,
+            Params::Dispute(p, _) => &p.currency,
         }
     }
 
@@ -207,6 +215,7 @@ impl Params {
             (Params::Refund(a, _), Params::Refund(b, _)) => a == b,
             (Params::Capture(a), Params::Capture(b)) => a == b,
             (Params::Cancel(a), Params::Cancel(b)) => a == b,
+            (Params::Dispute(a, _), Params::Dispute(b, _)) => a == b,
             _ => false,
         }
     }
@@ -225,14 +234,36 @@ impl Params {
         }
     }
 
-    /// The PaymentIntent a refund, capture or cancel acts on (`None` for a charge, and for a
-    /// cancel of a charge that was never sent).
+    pub fn dispute(&self) -> Option<&DisputeParams> {
+        match self {
+            Params::Dispute(p, _) => Some(p),
+            _ => None,
+        }
+    }
+
+    pub fn dispute_state(&self) -> Option<&DisputeState> {
+        match self {
+            Params::Dispute(_, state) => Some(state),
+            _ => None,
+        }
+    }
+
+    pub fn dispute_state_mut(&mut self) -> Option<&mut DisputeState> {
+        match self {
+            Params::Dispute(_, state) => Some(state),
+            _ => None,
+        }
+    }
+
+    /// The PaymentIntent a refund, capture, cancel or dispute acts on (`None` for a charge, and
+    /// for a cancel of a charge that was never sent).
     pub fn payment_intent(&self) -> Option<&PaymentIntentId> {
         match self {
             Params::Charge(..) => None,
             Params::Refund(p, _) => Some(&p.payment_intent),
             Params::Capture(p) => Some(&p.payment_intent),
             Params::Cancel(p) => p.payment_intent.as_ref(),
+            Params::Dispute(p, _) => Some(&p.payment_intent),
         }
     }
 }
@@ -255,6 +286,7 @@ impl Serialize for Params {
             Params::Refund(p, _) => map.serialize_entry("params", p)?,
             Params::Capture(p) => map.serialize_entry("params", p)?,
             Params::Cancel(p) => map.serialize_entry("params", p)?,
+            Params::Dispute(p, _) => map.serialize_entry("params", p)?,
         }
         map.serialize_entry("refund_reserved", &charge.refund_reserved)?;
         map.serialize_entry(
@@ -264,6 +296,14 @@ impl Serialize for Params {
         map.serialize_entry("capture_before", &charge.capture_before)?;
         map.serialize_entry("amount_captured", &charge.amount_captured)?;
         map.serialize_entry("taken_by", &charge.taken_by)?;
+        // Shown only where there is one, so every record without a dispute reads as before.
+        if let Some(id) = &charge.disputed_by {
+            map.serialize_entry("disputed_by", id)?;
+            map.serialize_entry("dispute_refundable", &charge.dispute_refundable)?;
+        }
+        if let Params::Dispute(_, state) = self {
+            map.serialize_entry("dispute", state)?;
+        }
         map.end()
     }
 }
@@ -443,6 +483,40 @@ impl Operation {
         fresh.operation(order_id, kind, params, fingerprint)
     }
 
+    /// A dispute's record as first read at Stripe: `unknown` (its outcome not known yet), due
+    /// again at `next_due_at`, nobody's request (`requested_by` absent: Stripe's bank asked),
+    /// never attempted (nothing is ever sent for it). The PaymentIntent it was found under is
+    /// its `external_id`, as a refund's or capture's is its params'.
+    pub fn new_dispute(
+        order_id: OrderId,
+        params: DisputeParams,
+        state: DisputeState,
+        now: Timestamp,
+        next_due_at: Timestamp,
+    ) -> Self {
+        Operation {
+            order_id,
+            kind: OperationKind::Dispute(params.dispute_id.clone()),
+            operation_id: OperationId::new_random(),
+            fingerprint: params.fingerprint(),
+            external_id: Some(params.payment_intent.clone()),
+            params: Params::Dispute(params, state),
+            requested_by: None,
+            status: OperationStatus::Unknown,
+            attempts: 0,
+            first_attempted_at: None,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            lease: None,
+            review: None,
+            next_due_at: Some(next_due_at),
+            redrives: 0,
+            history: Vec::new(),
+            settled_at: None,
+        }
+    }
+
     /// What was taken of a succeeded charge: the captured amount of an authorization, else the
     /// amount charged. Refunds reserve against it.
     pub fn amount_taken(&self) -> Amount {
@@ -498,6 +572,9 @@ impl Operation {
             OperationKind::Refund(_) => self.operation_id.refund_idempotency_key(),
             OperationKind::Capture(_) => self.operation_id.capture_idempotency_key(),
             OperationKind::Cancel => self.operation_id.cancel_op_idempotency_key(),
+            // Never sent: a dispute is only read at Stripe. Its own namespace all the same, so
+            // no writer's bug could ever replay another kind's answer under it.
+            OperationKind::Dispute(_) => self.operation_id.dispute_idempotency_key(),
         }
     }
 

@@ -96,6 +96,16 @@ impl OutcomeEvent {
             (OperationKind::Refund(_), Outcome::NeedsReview | Outcome::Authorized) => {
                 "RefundNeedsReview"
             }
+            // Stripe's `lost`: the bank's take of the money succeeded.
+            (OperationKind::Dispute(_), Outcome::Succeeded) => "DisputeLost",
+            // `won`, or an inquiry closed (`warning_closed`): nothing taken in the end.
+            (OperationKind::Dispute(_), Outcome::Failed) => match op.params.dispute_state() {
+                Some(state) if state.status.is_inquiry() => "DisputeClosed",
+                _ => "DisputeWon",
+            },
+            (OperationKind::Dispute(_), Outcome::NeedsReview | Outcome::Authorized) => {
+                "DisputeNeedsReview"
+            }
         }
     }
 

@@ -128,6 +128,9 @@ pub enum ReviewClass {
     /// that found the intent captured (failed, the capture recorded), or one with no intent
     /// to act on (a review).
     TakeRefused,
+    /// A dispute Stripe withdrew funds for does not fit beside its order's refunds (refunded +
+    /// disputed would exceed what was taken): recorded without its reservation.
+    DisputeUnreserved,
 }
 
 impl ReviewClass {
@@ -147,6 +150,7 @@ impl ReviewClass {
             ReviewClass::RefundListAmbiguous => "refund_list_ambiguous",
             ReviewClass::StuckRefund => "stuck_refund",
             ReviewClass::TakeRefused => "take_refused",
+            ReviewClass::DisputeUnreserved => "dispute_unreserved",
         }
     }
 }

@@ -36,6 +36,11 @@ pub fn plan(op: &Operation, now: Timestamp, policy: &Policy) -> Action {
     if op.status.is_settled() || op.has_live_lease(now) {
         return Action::Skip;
     }
+    // A dispute has no message and no key: nothing to put on the queue. It is read again at
+    // Stripe (`dispute::plan`), never re-driven.
+    if op.kind.dispute_id().is_some() {
+        return Action::Skip;
+    }
     match op.first_attempted_at {
         None => Action::Reenqueue,
         Some(_) if op.key_window_passed(now, policy.key_window) => Action::Settle,

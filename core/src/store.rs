@@ -5,7 +5,8 @@
 //! (`charge_once::ports::OperationStore`).
 
 use crate::charge::state::Taker;
-use crate::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
+use crate::dispute::state::DisputeState;
+use crate::domain::{Amount, DisputeId, OperationId, PaymentIntentId, StripeRefundId};
 use crate::operation::{
     AuditEntry, Lease, LeaseToken, Operation, OperationKey, OperationStatus, Review,
 };
@@ -272,4 +273,85 @@ pub struct SettleAuthorization {
     pub taker: Taker,
     pub outcome: AuthorizationOutcome,
     pub now: Timestamp,
+}
+
+/// What a dispute's write does to its order's charge, in the same write as the dispute's record
+/// (all or nothing): names the open dispute (or clears it once closed), and reserves the
+/// disputed amount beside the refunds' (funds withdrawn) or gives it back (won). Guarded by
+/// [`crate::store_rules`]: the charge read is the one written to and, to reserve, still
+/// succeeded with room left, as a refund's reservation is ([`ReserveRefund`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisputeOnCharge {
+    /// The order's charge.
+    pub charge: OperationKey,
+    /// The charge's operation id as read.
+    pub charge_operation_id: OperationId,
+    /// The open dispute as the charge names it, or `None` to clear it.
+    pub mark: DisputeMark,
+    /// Funds withdrawn: the disputed amount reserved, with what the charge took as read.
+    pub reserve: Option<(Amount, Amount)>,
+    /// Won: the reservation given back.
+    pub give_back: Option<Amount>,
+    pub now: Timestamp,
+}
+
+/// What a dispute's write says of the charge's open dispute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisputeMark {
+    /// Left as it is.
+    Keep,
+    /// This dispute is open on the charge; Stripe says the charge is (not) still refundable.
+    Open {
+        dispute: DisputeId,
+        refundable: bool,
+    },
+    /// Closed: the charge names no open dispute.
+    Clear,
+}
+
+impl DisputeOnCharge {
+    /// The most the charge may have reserved before this write for the dispute to fit
+    /// (as [`ReserveRefund::max_reserved_before`]).
+    pub fn max_reserved_before(&self) -> Option<i64> {
+        self.reserve
+            .map(|(amount, taken)| taken.minor_units() - amount.minor_units())
+    }
+}
+
+/// A dispute's record moved to what Stripe holds now, beside its charge's change if any: only
+/// the record read (`expected_updated_at`), only while unsettled, so two deliveries at once
+/// write once and a settled dispute never moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisputeMove {
+    pub key: OperationKey,
+    pub operation_id: OperationId,
+    pub expected_updated_at: Timestamp,
+    /// `unknown` while open; `succeeded` (lost) or `failed` (won, an inquiry closed) once
+    /// Stripe closed it.
+    pub status: OperationStatus,
+    pub state: DisputeState,
+    /// Unsettled: when it is read again at Stripe (kept as it is while in review: the review
+    /// partition is ordered by the flag's time). Ignored once settled.
+    pub next_due_at: Option<Timestamp>,
+    /// Flags it for review (`None` leaves the flag as it is; a settling write clears it).
+    pub review: Option<Review>,
+    /// Replaces the last error (`None` leaves it).
+    pub last_error: Option<String>,
+    /// The record is in review as read (its index partition stays the review one).
+    pub in_review: bool,
+    /// The charge's side, in the same write; `None`: the charge is not written.
+    pub on_charge: Option<DisputeOnCharge>,
+    pub now: Timestamp,
+}
+
+/// Result of `OperationCreates::record_dispute`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisputeRecorded {
+    Written(Operation),
+    /// The dispute's record moved since it was read, or settled: the current one (`None`:
+    /// gone). Nothing was written.
+    Refused(Option<Operation>),
+    /// The charge refused its side (moved since read, no room left to reserve): nothing was
+    /// written; read both again and plan again.
+    ChargeRefused,
 }

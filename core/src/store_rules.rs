@@ -21,9 +21,9 @@ use crate::domain::OperationId;
 use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationKey, OperationStatus, Params};
 use crate::store::{
-    AuthorizationOutcome, Claim, ClaimRequest, ManualResolution, OutcomeRecord, Recorded,
-    RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
-    TakeAuthorization, TakeFrom,
+    AuthorizationOutcome, Claim, ClaimRequest, DisputeMark, DisputeMove, DisputeOnCharge,
+    ManualResolution, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+    ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
 };
 use crate::time::Timestamp;
 
@@ -469,6 +469,9 @@ pub const RELEASE_AND_AUTHORIZATION: &str =
 pub enum ChargeClaim<'a> {
     Reserve(&'a ReserveRefund),
     Take(&'a TakeAuthorization),
+    /// A dispute's first record: the charge names it, and reserves its amount when Stripe
+    /// withdrew the funds ([`DisputeOnCharge`]).
+    Dispute(&'a DisputeOnCharge),
 }
 
 impl ChargeClaim<'_> {
@@ -477,6 +480,7 @@ impl ChargeClaim<'_> {
         match self {
             ChargeClaim::Reserve(reserve) => &reserve.charge,
             ChargeClaim::Take(take) => &take.charge,
+            ChargeClaim::Dispute(dispute) => &dispute.charge,
         }
     }
 
@@ -488,6 +492,10 @@ impl ChargeClaim<'_> {
         check(charge, &self.guards()).err().unwrap_or(match self {
             ChargeClaim::Reserve(reserve) => Guard::ReservedAtMost(reserve.max_reserved_before()),
             ChargeClaim::Take(_) => Guard::NotTaken,
+            ChargeClaim::Dispute(dispute) => match dispute.max_reserved_before() {
+                Some(max) => Guard::ReservedAtMost(max),
+                None => Guard::IsOperation(dispute.charge_operation_id),
+            },
         })
     }
 }
@@ -497,6 +505,7 @@ impl Transition for ChargeClaim<'_> {
         match self {
             ChargeClaim::Reserve(reserve) => reserve.guards(),
             ChargeClaim::Take(take) => take.guards(),
+            ChargeClaim::Dispute(dispute) => dispute.guards(),
         }
     }
 
@@ -504,7 +513,90 @@ impl Transition for ChargeClaim<'_> {
         match self {
             ChargeClaim::Reserve(reserve) => reserve.change(op),
             ChargeClaim::Take(take) => take.change(op),
+            ChargeClaim::Dispute(dispute) => dispute.change(op),
         }
+    }
+}
+
+/// A dispute's side of its charge ([`DisputeOnCharge`]): the charge read, and to reserve, the
+/// guards a refund's reservation has (succeeded, room left): refunded plus disputed never
+/// exceeds what was taken, by the same condition. To give back, the reservation is there.
+impl Transition for DisputeOnCharge {
+    fn guards(&self) -> Vec<Guard> {
+        let mut guards = vec![
+            Guard::IsOperation(self.charge_operation_id),
+            Guard::IsCharge,
+        ];
+        if let Some(max) = self.max_reserved_before() {
+            guards.extend([
+                Guard::StatusIs(OperationStatus::Succeeded),
+                Guard::ReservedAtMost(max),
+            ]);
+        }
+        if let Some(amount) = self.give_back {
+            guards.push(Guard::ReservedAtLeast(amount.minor_units()));
+        }
+        guards
+    }
+
+    fn change(&self, op: &mut Operation) {
+        if let Some(charge) = op.params.charge_state_mut() {
+            if let Some((amount, _)) = self.reserve {
+                charge.refund_reserved += amount.minor_units();
+            }
+            if let Some(amount) = self.give_back {
+                charge.refund_reserved -= amount.minor_units();
+            }
+            match &self.mark {
+                DisputeMark::Keep => {}
+                DisputeMark::Open {
+                    dispute,
+                    refundable,
+                } => {
+                    charge.disputed_by = Some(dispute.clone());
+                    charge.dispute_refundable = *refundable;
+                }
+                DisputeMark::Clear => {
+                    charge.disputed_by = None;
+                    charge.dispute_refundable = false;
+                }
+            }
+        }
+        op.updated_at = self.now;
+    }
+}
+
+/// A dispute's record moved to what Stripe holds ([`DisputeMove`]): the record read, unsettled
+/// ("settled is final": a closed dispute never moves again).
+impl Transition for DisputeMove {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.operation_id),
+            Guard::Unsettled,
+            Guard::UpdatedAt(self.expected_updated_at),
+        ]
+    }
+
+    fn change(&self, op: &mut Operation) {
+        if let Some(state) = op.params.dispute_state_mut() {
+            *state = self.state.clone();
+        }
+        op.status = self.status;
+        if let Some(error) = &self.last_error {
+            op.last_error = Some(error.clone());
+        }
+        if self.status.is_settled() {
+            op.next_due_at = None;
+            op.review = None;
+        } else {
+            if let Some(review) = &self.review {
+                op.review = Some(review.clone());
+            }
+            if op.review.is_none() || self.review.is_some() {
+                op.next_due_at = Some(self.next_due_at.unwrap_or(self.now));
+            }
+        }
+        op.updated_at = self.now;
     }
 }
 
@@ -606,7 +698,7 @@ impl Transition for OutcomeRecord {
                     charge.amount_captured = Some(a);
                 }
             }
-            Params::Capture(_) | Params::Cancel(_) => {}
+            Params::Capture(_) | Params::Cancel(_) | Params::Dispute(..) => {}
         }
         op.last_error = self.last_error.clone();
         if let Some(review) = &self.review {

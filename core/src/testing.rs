@@ -193,3 +193,24 @@ pub fn outcome(
         amount_captured: None,
     }
 }
+
+/// What Stripe holds for a dispute `id` of intent `payment_intent` just opened: 1250 `usd`,
+/// `fraudulent`, `needs_response` with evidence due a week after [`T0`], funds withdrawn (one
+/// balance transaction), not refundable, created at [`T0`].
+pub fn stripe_dispute(id: &str, payment_intent: &str) -> crate::dispute::StripeDispute {
+    crate::dispute::StripeDispute {
+        id: crate::domain::DisputeId::parse(id).expect("valid dispute id"),
+        charge: crate::domain::StripeChargeId::parse("ch_1").expect("valid charge id"),
+        payment_intent: Some(PaymentIntentId::parse(payment_intent).expect("valid intent id")),
+        amount: 1250,
+        currency: "usd".into(),
+        reason: "fraudulent".into(),
+        status: crate::dispute::DisputeStatus::NeedsResponse,
+        due_by: Some(T0.plus(Duration::from_secs(7 * 24 * 3600))),
+        has_evidence: false,
+        is_charge_refundable: false,
+        balance_transactions: 1,
+        livemode: false,
+        created: T0,
+    }
+}

@@ -1277,7 +1277,8 @@ fn variant(means: &Means) -> &'static str {
             | ReviewClass::RefundMismatch
             | ReviewClass::RefundListAmbiguous
             | ReviewClass::StuckRefund
-            | ReviewClass::TakeRefused => "Review(not the charge plan's)",
+            | ReviewClass::TakeRefused
+            | ReviewClass::DisputeUnreserved => "Review(not the charge plan's)",
         },
     }
 }

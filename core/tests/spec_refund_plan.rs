@@ -500,7 +500,8 @@ fn review(review: &Option<ReviewClass>) -> &'static str {
             | ReviewClass::IntentMismatch
             | ReviewClass::SecondPaymentIntent
             | ReviewClass::CancelFailed
-            | ReviewClass::TakeRefused => "not a refund's",
+            | ReviewClass::TakeRefused
+            | ReviewClass::DisputeUnreserved => "not a refund's",
         },
     }
 }

@@ -192,6 +192,8 @@ impl MessageBudget {
             OperationKind::Refund(_) => &endpoints[1],
             OperationKind::Capture(_) => &endpoints[2],
             OperationKind::Cancel => &endpoints[3],
+            // A dispute is only ever read (no create endpoint): the account's share paces it.
+            OperationKind::Dispute(_) => return None,
         })
     }
 

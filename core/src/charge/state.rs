@@ -1,12 +1,13 @@
 //! What only a charge's record holds beside its params: its refunds' reservations and its
-//! authorization (the deadline Stripe states, what a capture took, who took it). The record's
+//! authorization (the deadline Stripe states, what a capture took, who took it), and the open
+//! dispute on it, if any. The record's
 //! [`crate::operation::Params::Charge`] carries it, so no other kind can hold any of it.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Amount, OperationId, OperationKind, ValidationError};
+use crate::domain::{Amount, DisputeId, OperationId, OperationKind, ValidationError};
 use crate::time::Timestamp;
 
 /// A charge's state: the fields its later writes change, beside its params that never change.
@@ -29,6 +30,23 @@ pub struct ChargeState {
     /// was sent). Set once, by the write that created that operation; never cleared but by its
     /// own outcome giving the authorization back.
     pub taken_by: Option<Taker>,
+    /// The open dispute on the charge, if any: set by the write that records the dispute open,
+    /// cleared by the write that settles it (both in the same transaction as the dispute's
+    /// record). Absent on records written before disputes: none known.
+    pub disputed_by: Option<DisputeId>,
+    /// Stripe says the disputed charge can still be refunded (an inquiry,
+    /// `is_charge_refundable`). Meaningful only with [`Self::disputed_by`]; false without it.
+    pub dispute_refundable: bool,
+}
+
+impl ChargeState {
+    /// The open dispute that stops a refund at the door: one Stripe says leaves the charge
+    /// unrefundable (funds withdrawn). An inquiry lets a refund through.
+    pub fn refund_blocked_by(&self) -> Option<&DisputeId> {
+        self.disputed_by
+            .as_ref()
+            .filter(|_| !self.dispute_refundable)
+    }
 }
 
 /// The capture or cancel operation that took a charge's authorization: the charge record names

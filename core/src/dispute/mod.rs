@@ -4,10 +4,17 @@
 //! person before the evidence deadline passes.
 //!
 //! This module is what Stripe holds for a dispute ([`StripeDispute`]) and what its statuses mean
-//! ([`DisputeStatus`]); [`deadline`] is when a person is paged before the evidence deadline and
-//! when an open dispute is read again.
+//! ([`DisputeStatus`]); beside it:
+//! - [`plan`]: (the dispute's record as read or none, its order's charge, the dispute as Stripe
+//!   holds it, now) → create, move, settle, or why nothing is written; the money reserved on the
+//!   charge beside its refunds, given back when won.
+//! - [`state`]: what a dispute's record holds (what never changes, what Stripe moves).
+//! - [`deadline`]: when a person is paged before the evidence deadline, and when an open dispute
+//!   is read again.
 
 pub mod deadline;
+pub mod plan;
+pub mod state;
 
 use std::fmt;
 

@@ -263,6 +263,15 @@ pub fn show_text(op: &Operation, now: Timestamp) -> String {
             ),
             ("reason", dash(p.cancellation_reason.map(|r| r.as_str()))),
         ],
+        // Stripe's status beside ours: ours says whether the money moved, Stripe's where the
+        // dispute stands.
+        Params::Dispute(p, state) => [
+            ("dispute of", p.payment_intent.as_str().to_owned()),
+            (
+                "reason",
+                format!("{} (Stripe status {})", p.reason, state.status),
+            ),
+        ],
     };
     let mut fields: Vec<(&str, String)> = vec![
         ("operation", op.operation_id.to_string()),

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::audit::{AuditReport, AuditWindow};
 use charge_core::charge::state::{ChargeState, Taker};
-use charge_core::domain::CaptureMethod;
+use charge_core::domain::{CaptureMethod, DisputeId};
 use charge_core::operation::{AuditEntry, Lease, Params, Review};
 use charge_core::outbox::{outcome_change, Outcome};
 use charge_core::refund::request::RefundParams;
@@ -211,12 +211,15 @@ struct Packed {
     settled_at: Option<Timestamp>,
 }
 
-/// What only an authorized charge has.
+/// What only an authorized (or disputed) charge has.
 struct HoldRest {
     capture_method: CaptureMethod,
     capture_before: Option<Timestamp>,
     amount_captured: Option<Amount>,
     taken_by: Option<Taker>,
+    /// The open dispute on the charge, and whether Stripe says it is still refundable.
+    disputed_by: Option<DisputeId>,
+    dispute_refundable: bool,
 }
 
 /// What kind of record it is, with what only its kind has: a charge's strings are shared (by
@@ -224,7 +227,7 @@ struct HoldRest {
 enum What {
     Charge(u32),
     Refund(Box<RefundRest>),
-    /// A capture or a cancel: its own parameters, boxed.
+    /// A capture, a cancel or a dispute: its own parameters (and a dispute's state), boxed.
     Taking(Box<TakingRest>),
 }
 
@@ -271,23 +274,30 @@ impl Packed {
         let (stripe_refund_id, charge_state) = match &params {
             Params::Charge(_, state) => (None, state.clone()),
             Params::Refund(_, state) => (state.stripe_refund_id.clone(), ChargeState::default()),
-            Params::Capture(_) | Params::Cancel(_) => (None, ChargeState::default()),
+            Params::Capture(_) | Params::Cancel(_) | Params::Dispute(..) => {
+                (None, ChargeState::default())
+            }
         };
         let ChargeState {
             refund_reserved,
             capture_before,
             amount_captured,
             taken_by,
+            disputed_by,
+            dispute_refundable,
         } = charge_state;
         let mut hold = (capture_before.is_some()
             || amount_captured.is_some()
-            || taken_by.is_some())
+            || taken_by.is_some()
+            || disputed_by.is_some())
         .then(|| {
             Box::new(HoldRest {
                 capture_method: CaptureMethod::Automatic,
                 capture_before,
                 amount_captured,
                 taken_by,
+                disputed_by,
+                dispute_refundable,
             })
         });
         let (amount, what) = match params {
@@ -308,6 +318,8 @@ impl Packed {
                             capture_before: None,
                             amount_captured: None,
                             taken_by: None,
+                            disputed_by: None,
+                            dispute_refundable: false,
                         })
                     })
                     .capture_method = capture_method;
@@ -330,7 +342,7 @@ impl Packed {
                     stripe_refund_id,
                 })),
             ),
-            taking @ (Params::Capture(_) | Params::Cancel(_)) => (
+            taking @ (Params::Capture(_) | Params::Cancel(_) | Params::Dispute(..)) => (
                 taking.amount(),
                 What::Taking(Box::new(TakingRest {
                     params: taking,
@@ -381,6 +393,8 @@ impl Packed {
                     capture_before: self.hold.as_ref().and_then(|h| h.capture_before),
                     amount_captured: self.hold.as_ref().and_then(|h| h.amount_captured),
                     taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
+                    disputed_by: self.hold.as_ref().and_then(|h| h.disputed_by.clone()),
+                    dispute_refundable: self.hold.as_ref().is_some_and(|h| h.dispute_refundable),
                 };
                 (Params::Charge(params, state), fingerprint, by)
             }

@@ -13,6 +13,9 @@
 //! | `stripe_refund_id` | S | a refund's `re_…`, once Stripe named it |
 //! | `capture_method` | S | a charge's: `manual` when authorized at checkout and captured later; absent: automatic (every record before authorizations) |
 //! | `capture_before` (N), `amount_captured` (N), `taken_by` (S) | | an authorized charge's: Stripe's deadline (ms), what its capture took, the capture or cancel that took it (`capture:<uuid>`, `cancel:<uuid>`) |
+//! | `disputed_by` (S), `dispute_refundable` (BOOL) | | a charge's open dispute (`dp_…`) and whether Stripe says the charge is still refundable; both absent when none is open, and on records written before disputes |
+//! | `payment_intent`, `stripe_charge` (S), `dispute_reason` (S), `dispute_created` (N) | | a dispute's (sort key `dispute#<dp_…>`): the intent it was found under, the charge (`ch_…`), the bank's reason, Stripe's `created` (ms) |
+//! | `dispute_status` (S), `due_by` (N, optional), `has_evidence`, `charge_refundable`, `dispute_reserved` (BOOL) | | a dispute's as Stripe moves it: its status verbatim, the evidence deadline (ms), and whether its amount is reserved on its charge |
 //! | `amount_to_capture` | | a capture's is its `amount`; a cancel's `amount` is what it released, `payment_intent` absent when the charge was never sent, `cancellation_reason` (S, optional) |
 //! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`); absent on records of releases before 2026-11-30: "not recorded" |
 //! | `status` | S | `pending`, `unknown`, `authorized`, `succeeded`, `failed` |
@@ -60,7 +63,14 @@ use super::schema::{
     LEASE_TOKEN, OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON,
     REVIEW_SHARD, SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
+use super::schema::{
+    CHARGE_REFUNDABLE, DISPUTED_BY, DISPUTE_CREATED, DISPUTE_REASON, DISPUTE_REFUNDABLE,
+    DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY, HAS_EVIDENCE, STRIPE_CHARGE,
+};
 use crate::ports::{StoreError, UnreadableRecord};
+use charge_core::dispute::state::{DisputeParams, DisputeState};
+use charge_core::dispute::DisputeStatus;
+use charge_core::domain::{DisputeId, StripeChargeId};
 
 pub type Attrs = HashMap<String, AttributeValue>;
 
@@ -72,6 +82,10 @@ pub fn attr_s(s: &str) -> AttributeValue {
 
 pub fn attr_n(n: impl ToString) -> AttributeValue {
     AttributeValue::N(n.to_string())
+}
+
+pub fn attr_bool(b: bool) -> AttributeValue {
+    AttributeValue::Bool(b)
 }
 
 /// The table key of an operation.
@@ -139,6 +153,14 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
                 REFUND_RESERVED,
                 (state.refund_reserved != 0).then(|| attr_n(state.refund_reserved)),
             );
+            put(DISPUTED_BY, state.disputed_by.as_deref().map(attr_s));
+            put(
+                DISPUTE_REFUNDABLE,
+                state
+                    .disputed_by
+                    .as_ref()
+                    .map(|_| attr_bool(state.dispute_refundable)),
+            );
         }
         Params::Refund(p, state) => {
             put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
@@ -155,6 +177,20 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
                 "cancellation_reason",
                 p.cancellation_reason.map(|r| attr_s(r.as_str())),
             );
+        }
+        Params::Dispute(p, state) => {
+            put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
+            put(STRIPE_CHARGE, Some(attr_s(p.charge.as_str())));
+            put(DISPUTE_REASON, Some(attr_s(&p.reason)));
+            put(DISPUTE_CREATED, Some(attr_n(p.created.as_millis())));
+            put(DISPUTE_STATUS, Some(attr_s(state.status.as_str())));
+            put(DUE_BY, state.due_by.map(|t| attr_n(t.as_millis())));
+            put(HAS_EVIDENCE, Some(attr_bool(state.has_evidence)));
+            put(
+                CHARGE_REFUNDABLE,
+                Some(attr_bool(state.is_charge_refundable)),
+            );
+            put(DISPUTE_RESERVED, Some(attr_bool(state.reserved)));
         }
     }
     put(SETTLED_AT, op.settled_at.map(|t| attr_n(t.as_millis())));
@@ -404,6 +440,14 @@ fn req_n<T: std::str::FromStr>(item: &Attrs, field: &str) -> Result<T, StoreErro
     get_n(item, field)?.ok_or_else(|| malformed(field, "missing"))
 }
 
+fn get_bool(item: &Attrs, field: &str) -> Result<Option<bool>, StoreError> {
+    match item.get(field) {
+        None => Ok(None),
+        Some(AttributeValue::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(malformed(field, "not a boolean")),
+    }
+}
+
 fn get_t(item: &Attrs, field: &str) -> Result<Option<Timestamp>, StoreError> {
     Ok(get_n::<i64>(item, field)?.map(Timestamp::from_millis))
 }
@@ -461,24 +505,38 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
     })
 }
 
-/// The attributes only a charge's record holds, and only a refund's.
-const CHARGE_STATE: [&str; 4] = [REFUND_RESERVED, CAPTURE_BEFORE, AMOUNT_CAPTURED, TAKEN_BY];
+/// The attributes only a charge's record holds, only a refund's, and only a dispute's.
+const CHARGE_STATE: [&str; 6] = [
+    REFUND_RESERVED,
+    CAPTURE_BEFORE,
+    AMOUNT_CAPTURED,
+    TAKEN_BY,
+    DISPUTED_BY,
+    DISPUTE_REFUNDABLE,
+];
 const REFUND_STATE: [&str; 1] = [STRIPE_REFUND_ID];
+const DISPUTE_STATE: [&str; 8] = [
+    STRIPE_CHARGE,
+    DISPUTE_REASON,
+    DISPUTE_CREATED,
+    DISPUTE_STATUS,
+    DUE_BY,
+    HAS_EVIDENCE,
+    CHARGE_REFUNDABLE,
+    DISPUTE_RESERVED,
+];
 
 /// What the operation sends to Stripe and what only its kind's record holds, by its kind (its
 /// sort key). An attribute that only another kind holds (a refund's `capture_before`) makes the
 /// item unreadable: the record would be read as something no write of ours makes.
 fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreError> {
-    let others: &[&str] = match kind {
-        OperationKind::Charge => &REFUND_STATE,
-        OperationKind::Refund(_) => &CHARGE_STATE,
-        OperationKind::Capture(_) | OperationKind::Cancel => &[
-            REFUND_RESERVED,
-            CAPTURE_BEFORE,
-            AMOUNT_CAPTURED,
-            TAKEN_BY,
-            STRIPE_REFUND_ID,
-        ],
+    let others: Vec<&str> = match kind {
+        OperationKind::Charge => [&REFUND_STATE[..], &DISPUTE_STATE].concat(),
+        OperationKind::Refund(_) => [&CHARGE_STATE[..], &DISPUTE_STATE].concat(),
+        OperationKind::Dispute(_) => [&CHARGE_STATE[..], &REFUND_STATE].concat(),
+        OperationKind::Capture(_) | OperationKind::Cancel => {
+            [&CHARGE_STATE[..], &REFUND_STATE, &DISPUTE_STATE].concat()
+        }
     };
     if let Some(field) = others.iter().find(|f| item.contains_key(**f)) {
         let why = format!("a {} record holds none", kind.as_str());
@@ -542,6 +600,30 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 .map(|r| domain("cancellation_reason", CancellationReason::parse(r)))
                 .transpose()?,
         }),
+        OperationKind::Dispute(id) => Params::Dispute(
+            DisputeParams {
+                dispute_id: id.clone(),
+                payment_intent: domain(
+                    "payment_intent",
+                    PaymentIntentId::parse(req_s(item, "payment_intent")?),
+                )?,
+                charge: domain(
+                    STRIPE_CHARGE,
+                    StripeChargeId::parse(req_s(item, STRIPE_CHARGE)?),
+                )?,
+                amount,
+                currency,
+                reason: req_s(item, DISPUTE_REASON)?.to_owned(),
+                created: req_t(item, DISPUTE_CREATED)?,
+            },
+            DisputeState {
+                status: DisputeStatus::parse(req_s(item, DISPUTE_STATUS)?),
+                due_by: get_t(item, DUE_BY)?,
+                has_evidence: get_bool(item, HAS_EVIDENCE)?.unwrap_or(false),
+                is_charge_refundable: get_bool(item, CHARGE_REFUNDABLE)?.unwrap_or(false),
+                reserved: get_bool(item, DISPUTE_RESERVED)?.unwrap_or(false),
+            },
+        ),
     })
 }
 
@@ -555,6 +637,10 @@ fn charge_state_from_item(item: &Attrs) -> Result<ChargeState, StoreError> {
         taken_by: get_s(item, TAKEN_BY)?
             .map(|t| domain(TAKEN_BY, Taker::parse(t)))
             .transpose()?,
+        disputed_by: get_s(item, DISPUTED_BY)?
+            .map(|id| domain(DISPUTED_BY, DisputeId::parse(id)))
+            .transpose()?,
+        dispute_refundable: get_bool(item, DISPUTE_REFUNDABLE)?.unwrap_or(false),
     })
 }
 
@@ -825,6 +911,75 @@ mod tests {
             (refund_read.capture_before(), refund_read.refund_reserved()),
             (None, 0)
         );
+    }
+
+    fn dispute_record() -> Operation {
+        let dispute = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        let params = DisputeParams::of(&dispute, PaymentIntentId::parse("pi_1").unwrap()).unwrap();
+        let mut op = Operation::new_dispute(
+            OrderId::parse("ord-item").unwrap(),
+            params,
+            DisputeState::of(&dispute, true),
+            Timestamp::from_millis(1_800_000_000_000),
+            Timestamp::from_millis(1_800_086_400_000),
+        );
+        op.params.dispute_state_mut().unwrap().status =
+            DisputeStatus::Other("a_status_added_later".into());
+        op
+    }
+
+    /// A dispute's record is its own kind under its order (`dispute#dp_…`), every field read
+    /// back as written: Stripe's status verbatim (one this release does not know too), the
+    /// deadline, the reservation. Without a deadline the attribute is absent and reads as none.
+    #[test]
+    fn a_dispute_record_round_trips() {
+        let op = dispute_record();
+        let item = stored_item(&op);
+        assert_eq!(item[SK], attr_s("dispute#dp_1"));
+        assert_eq!(item[DISPUTE_STATUS], attr_s("a_status_added_later"));
+        assert_eq!(item[DISPUTE_RESERVED], attr_bool(true));
+        assert_eq!(operation_from_item(&item).unwrap(), op);
+        let mut no_deadline = op.clone();
+        no_deadline.params.dispute_state_mut().unwrap().due_by = None;
+        let item = stored_item(&no_deadline);
+        assert!(!item.contains_key(DUE_BY));
+        assert_eq!(operation_from_item(&item).unwrap(), no_deadline);
+        // A charge's attribute on a dispute's record is malformed, naming it.
+        let mut item = stored_item(&op);
+        item.insert(DISPUTED_BY.into(), attr_s("dp_1"));
+        let err = operation_from_item(&item).unwrap_err().to_string();
+        assert!(
+            err.contains(DISPUTED_BY) && err.contains("dispute"),
+            "{err}"
+        );
+    }
+
+    /// A charge's open dispute is written and read back; a charge with none (and every charge
+    /// written before disputes) has neither attribute and reads with none. A dispute's
+    /// attribute on a charge is malformed.
+    #[test]
+    fn a_charge_s_open_dispute_round_trips_and_its_absence_reads_as_none() {
+        let mut op = sample();
+        let none = operation_to_item(&op);
+        assert!(!none.contains_key(DISPUTED_BY) && !none.contains_key(DISPUTE_REFUNDABLE));
+        let read = operation_from_item(&none).unwrap();
+        assert_eq!(read.params.charge_state().unwrap().disputed_by, None);
+        let state = op.params.charge_state_mut().unwrap();
+        state.disputed_by = Some(DisputeId::parse("dp_1").unwrap());
+        state.dispute_refundable = true;
+        let item = operation_to_item(&op);
+        assert_eq!(item[DISPUTE_REFUNDABLE], attr_bool(true));
+        let mut with_due = item.clone();
+        with_due.insert("due_at".into(), attr_n(op.next_due_at.unwrap().as_millis()));
+        assert_eq!(operation_from_item(&with_due).unwrap(), op);
+        let mut item = operation_to_item(&sample());
+        item.insert(DISPUTE_STATUS.into(), attr_s("lost"));
+        let err = operation_from_item(&item).unwrap_err().to_string();
+        assert!(err.contains(DISPUTE_STATUS), "{err}");
+        let mut item = operation_to_item(&op);
+        item.insert(DISPUTE_REFUNDABLE.into(), attr_s("yes"));
+        let err = operation_from_item(&item).unwrap_err().to_string();
+        assert!(err.contains("not a boolean"), "{err}");
     }
 
     #[test]

@@ -111,6 +111,23 @@ pub const STRIPE_REFUND_ID: &str = "stripe_refund_id";
 pub const CAPTURE_BEFORE: &str = "capture_before";
 pub const AMOUNT_CAPTURED: &str = "amount_captured";
 pub const TAKEN_BY: &str = "taken_by";
+/// A disputed charge's: the open dispute (`dp_…`) and whether Stripe says the charge can still
+/// be refunded (BOOL). Both absent on a charge with no open dispute, and on every record written
+/// before disputes.
+pub const DISPUTED_BY: &str = "disputed_by";
+pub const DISPUTE_REFUNDABLE: &str = "dispute_refundable";
+/// A dispute's, beside `payment_intent`: the charge it takes back from (`ch_…`), the bank's
+/// reason, Stripe's `created` (ms), what Stripe moves (`dispute_status` verbatim, `due_by` (ms,
+/// optional), `has_evidence` and `charge_refundable` (BOOL)), and `dispute_reserved` (BOOL):
+/// its amount is counted in its charge's `refund_reserved`.
+pub const STRIPE_CHARGE: &str = "stripe_charge";
+pub const DISPUTE_REASON: &str = "dispute_reason";
+pub const DISPUTE_CREATED: &str = "dispute_created";
+pub const DISPUTE_STATUS: &str = "dispute_status";
+pub const DUE_BY: &str = "due_by";
+pub const HAS_EVIDENCE: &str = "has_evidence";
+pub const CHARGE_REFUNDABLE: &str = "charge_refundable";
+pub const DISPUTE_RESERVED: &str = "dispute_reserved";
 
 /// Name of the sparse index over unsettled operations.
 pub const UNKNOWN_INDEX: &str = "unsettled-by-due";
