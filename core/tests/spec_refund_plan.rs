@@ -260,6 +260,50 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
             },
         },
         Row {
+            says: "new, Stripe refuses it because the charge is disputed (charge_disputed): \
+                   failed, the reservation given back, not retried, not a person's",
+            found: op.clone(),
+            input: Answer::One(Err(GatewayError::Rejected {
+                detail: "HTTP 400 invalid_request_error/charge_disputed: The charge you're \
+                         attempting to refund has been charged back."
+                    .into(),
+                param: None,
+            })),
+            now: T0,
+            next: Next {
+                status: Failed,
+                refund_id: None,
+            },
+            then: Then {
+                step: "create_refund",
+                release: true,
+                review: None,
+                retry: None,
+            },
+        },
+        Row {
+            says: "new, a refusal that only mentions a dispute in its words (another code): \
+                   still a person's, never failed on a guess",
+            found: op.clone(),
+            input: Answer::One(Err(GatewayError::Rejected {
+                detail: "HTTP 400 invalid_request_error/amount_too_large: the charge_disputed \
+                         amount is too large"
+                    .into(),
+                param: Some("amount".into()),
+            })),
+            now: T0,
+            next: Next {
+                status: Pending,
+                refund_id: None,
+            },
+            then: Then {
+                step: "create_refund",
+                release: false,
+                review: Some(ReviewClass::Rejected),
+                retry: None,
+            },
+        },
+        Row {
             says: "new, the key met other parameters: unknown, review",
             found: op.clone(),
             input: Answer::One(Err(GatewayError::KeyMisuse {

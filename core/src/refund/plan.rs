@@ -207,6 +207,26 @@ pub fn after_create(
             ReviewClass::KeyMisuse,
             now,
         ),
+        // Stripe refuses to refund a charge its customer's bank disputed (400
+        // `charge_disputed`): nothing was refunded and nothing will be under this key, so the
+        // refund settles failed and gives its reservation back; the merchant answers the
+        // dispute instead. Not retried, not a person's: it is Stripe's known answer.
+        GatewayError::Rejected { detail, .. } if is_charge_disputed(detail) => {
+            return RefundDecision {
+                decision: Decision {
+                    status: OperationStatus::Failed,
+                    external_id: None,
+                    last_error: Some(CHARGE_DISPUTED.to_owned()),
+                    review: None,
+                    next_due_at: None,
+                    retry: None,
+                    then: None,
+                    authorization: None,
+                },
+                refund_id: None,
+                release: true,
+            };
+        }
         // Stripe refused the refund as asked (more than is left at Stripe, the charge refunded
         // in the dashboard, an intent Stripe does not hold as succeeded): nothing was made, but
         // our reservation and Stripe disagree, so a person looks. Never failed by us: the
@@ -217,6 +237,16 @@ pub fn after_create(
             Decision::review(op.status, err.to_string(), ReviewClass::Rejected, now)
         }
     })
+}
+
+/// The `last_error` of a refund Stripe refused because its charge is disputed: Stripe's
+/// error code.
+pub const CHARGE_DISPUTED: &str = "charge_disputed";
+
+/// Stripe's refusal names the `charge_disputed` code (`HTTP 400
+/// invalid_request_error/charge_disputed: …`).
+fn is_charge_disputed(detail: &str) -> bool {
+    detail.contains("/charge_disputed:")
 }
 
 /// After reading the refund whose id we had recorded.

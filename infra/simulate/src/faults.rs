@@ -721,6 +721,7 @@ impl OperationCreates for FaultyStore {
         let (call, written) = match claim {
             ChargeClaim::Reserve(_) => ("store.create_refund", "the refund's write"),
             ChargeClaim::Take(_) => ("store.create_taking", "the capture's or cancel's write"),
+            ChargeClaim::Dispute(_) => ("store.create_dispute", "the dispute's write"),
         };
         let what = match &r {
             Ok(CreatedBeside::New(op)) => {
@@ -728,7 +729,9 @@ impl OperationCreates for FaultyStore {
                 self.trace.alias(order, &id);
                 match claim {
                     ChargeClaim::Reserve(_) => format!("new {id}"),
-                    ChargeClaim::Take(_) => format!("new {} {id}", op.kind.sort_key()),
+                    ChargeClaim::Take(_) | ChargeClaim::Dispute(_) => {
+                        format!("new {} {id}", op.kind.sort_key())
+                    }
                 }
             }
             Ok(CreatedBeside::Existing(op)) => format!("existing {}", op.status),

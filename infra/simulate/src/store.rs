@@ -1347,7 +1347,8 @@ impl OperationCreates for SimStore {
             return Ok(created);
         };
         match claim {
-            ChargeClaim::Reserve(_) => {
+            // A dispute's reservation is a refund's, counted the same (refunded + disputed).
+            ChargeClaim::Reserve(_) | ChargeClaim::Dispute(_) => {
                 if charge.refund_reserved() > charge.params.amount().minor_units() {
                     self.over_reserved_writes.fetch_add(1, Ordering::Relaxed);
                     self.first_over_reserved

@@ -23,7 +23,8 @@
 //!
 //! Each kind's part of the shell sits in a room of its own: [`charge`] (act, then the calls a
 //! decision asks for; an event's intent), [`refund`] (a refund's one call; an event's refund),
-//! [`take`] (a capture's or cancel's calls).
+//! [`take`] (a capture's or cancel's calls), [`dispute`] (no call: a dispute read at Stripe
+//! recorded under its order, beside its charge).
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ use tracing::{error, info, warn};
 use crate::ports::{OperationStore, PaymentGateway, StoreError};
 
 pub mod charge;
+pub mod dispute;
 pub mod refund;
 pub mod take;
 
@@ -121,6 +123,14 @@ pub async fn execute(
     key: &OperationKey,
     operation_id: &OperationId,
 ) -> Result<ChargeReport, ExecuteError> {
+    // A dispute is never executed: nothing is sent to Stripe for it and no message names one.
+    // One that does is a writer's bug, answered as no such operation (the message parks).
+    if key.kind.dispute_id().is_some() {
+        return Err(ExecuteError::NotFound {
+            order_id: key.order_id.to_string(),
+            operation_id: *operation_id,
+        });
+    }
     let (report, _) = run_claimed(deps, key, operation_id, |op| async move {
         if op.params.refund().is_some() {
             return (refund::run(deps, &op).await, ());

@@ -8,6 +8,8 @@
 //! scripted.
 //! Authorizations too ([`captures`]): a manual charge waits in `requires_capture` until it is
 //! captured (all or part), canceled, or its deadline passes on the fake's clock.
+//! Disputes ([`disputes`]): opened on an intent and moved by a test, read by the engine, and a
+//! refund of a disputed charge refused as Stripe refuses it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +33,7 @@ use crate::ports::{
 };
 
 mod captures;
+mod disputes;
 mod refunds;
 
 pub use captures::FAKE_CAPTURE_WINDOW;
@@ -122,6 +125,8 @@ pub struct GatewayCalls {
     pub refund_read: AtomicU64,
     /// PaymentIntent lists by creation time (the audit's).
     pub list: AtomicU64,
+    /// Dispute retrieves and lists.
+    pub dispute_read: AtomicU64,
 }
 
 impl GatewayCalls {
@@ -134,6 +139,7 @@ impl GatewayCalls {
             + self.refund_create.load(Ordering::SeqCst)
             + self.refund_read.load(Ordering::SeqCst)
             + self.list.load(Ordering::SeqCst)
+            + self.dispute_read.load(Ordering::SeqCst)
     }
 }
 
@@ -173,6 +179,8 @@ struct State {
     holds: BTreeSet<(Timestamp, String)>,
     /// The API version the fake answers in (the pinned one unless set): a lapse's word.
     version: StripeVersion,
+    /// The disputes the customers' banks opened, by id ([`disputes`]).
+    disputes: BTreeMap<String, charge_core::dispute::StripeDispute>,
 }
 
 impl State {
@@ -251,6 +259,7 @@ impl FakeGateway {
                 created: HashMap::new(),
                 holds: BTreeSet::new(),
                 version: StripeVersion::PINNED,
+                disputes: BTreeMap::new(),
             }),
             create_delay: Mutex::new(None),
             clock: Mutex::new(Arc::new(SystemClock)),
@@ -651,9 +660,6 @@ impl PaymentIntents for FakeGateway {
         self.capture_answer(req)
     }
 }
-
-// Disputes are read only; this gateway does not read them yet.
-impl crate::ports::StripeDisputes for FakeGateway {}
 
 #[async_trait]
 impl StripeRefunds for FakeGateway {

@@ -14,8 +14,8 @@ use charge_core::store_rules::{self, Transition, Written};
 use charge_core::time::Timestamp;
 use charge_core::{
     store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        ReleaseRefund, Reschedule,
+        Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
+        OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
 };
@@ -288,6 +288,26 @@ impl OperationCreates for MemoryStore {
             items.insert(claim.charge().clone(), charge);
         }
         Ok(created)
+    }
+
+    async fn record_dispute(&self, req: &DisputeMove) -> Result<DisputeRecorded, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let Some(op) = items.get(&req.key) else {
+            return Ok(DisputeRecorded::Refused(None));
+        };
+        let Ok(next) = store_rules::apply(op, req) else {
+            return Ok(DisputeRecorded::Refused(Some(op.clone())));
+        };
+        if let Some(on_charge) = &req.on_charge {
+            let charge = items.get(&on_charge.charge);
+            let Some(Ok(charge_next)) = charge.map(|c| store_rules::apply(c, on_charge)) else {
+                return Ok(DisputeRecorded::ChargeRefused);
+            };
+            items.insert(on_charge.charge.clone(), charge_next);
+        }
+        items.insert(req.key.clone(), next.clone());
+        Ok(DisputeRecorded::Written(next))
     }
 }
 

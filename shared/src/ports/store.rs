@@ -10,8 +10,8 @@ use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::store::{
-    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-    Reschedule,
+    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
+    Recorded, RefundFailedLater, Reschedule,
 };
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Timestamp;
@@ -197,6 +197,16 @@ pub trait OperationCreates: Send + Sync {
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError>;
+
+    /// Moves a dispute's record to what Stripe holds ([`DisputeMove`]: only the record read,
+    /// only while unsettled) and, when it has one, makes its charge's side in the same write,
+    /// all or nothing. A dispute's first record is written by [`Self::create_beside`] with
+    /// [`ChargeClaim::Dispute`]. The default refuses, for wrappers and doubles that never see a
+    /// dispute.
+    async fn record_dispute(&self, req: &DisputeMove) -> Result<DisputeRecorded, StoreError> {
+        let _ = req;
+        Err(StoreError::new("this store does not record disputes"))
+    }
 }
 
 /// The engine's writes, fenced on the record's state: take the lease, record what Stripe said

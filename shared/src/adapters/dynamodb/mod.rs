@@ -82,8 +82,8 @@ use charge_core::store_rules::{self, Transition};
 use charge_core::time::Timestamp;
 use charge_core::{
     store::{
-        Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-        ReleaseRefund, Reschedule,
+        Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
+        OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
 };
@@ -403,6 +403,26 @@ impl DynamoStore {
         on_charge: &impl writes::Update,
         refused: &'static str,
     ) -> Result<Recorded, StoreError> {
+        match self
+            .transact_beside(what, key, write, charge, on_charge)
+            .await?
+        {
+            Beside::Written(op) => Ok(Recorded::Written(op)),
+            Beside::Refused(current) => Ok(Recorded::Refused(current)),
+            Beside::ChargeRefused => Err(StoreError::new(refused)),
+        }
+    }
+
+    /// `write` at `key` and `on_charge` at `charge`, as one TransactWriteItems (counted as four
+    /// writes), and which of the two refused it, if one did.
+    async fn transact_beside(
+        &self,
+        what: &'static str,
+        key: &OperationKey,
+        write: &impl writes::Update,
+        charge: &OperationKey,
+        on_charge: &impl writes::Update,
+    ) -> Result<Beside, StoreError> {
         let items = [
             self.transact_update(key, write)?,
             self.transact_update(charge, on_charge)?,
@@ -423,7 +443,7 @@ impl DynamoStore {
             Ok(_) => {
                 let written = self.get(key).await?;
                 return written
-                    .map(Recorded::Written)
+                    .map(Beside::Written)
                     .ok_or_else(|| StoreError::new(format!("{what}: the record is gone")));
             }
             Err(err) => err,
@@ -435,10 +455,10 @@ impl DynamoStore {
         let reasons = e.cancellation_reasons();
         if condition_failed(reasons, 0) {
             let current = self.refused_item(reasons, 0, key).await?;
-            return Ok(Recorded::Refused(current));
+            return Ok(Beside::Refused(current));
         }
         if condition_failed(reasons, 1) {
-            return Err(StoreError::new(refused));
+            return Ok(Beside::ChargeRefused);
         }
         Err(self.sdk_error(what, err))
     }
@@ -535,6 +555,14 @@ impl DynamoStore {
             codes.join(", ")
         )))
     }
+}
+
+/// What a write beside its charge did: written (the record after), refused by the record's own
+/// guards (the record as it is), or refused by the charge's (nothing written).
+enum Beside {
+    Written(Operation),
+    Refused(Option<Operation>),
+    ChargeRefused,
 }
 
 /// Whether the `i`th item of a canceled transaction was refused by its condition.
@@ -673,6 +701,33 @@ impl OperationCreates for DynamoStore {
                 _ => Err(self.sdk_error("TransactWriteItems (create beside its charge)", err)),
             },
         }
+    }
+
+    /// One conditional UpdateItem when the charge is not written; else one TransactWriteItems
+    /// of the two updates (counted as four writes).
+    async fn record_dispute(&self, req: &DisputeMove) -> Result<DisputeRecorded, StoreError> {
+        let Some(on_charge) = &req.on_charge else {
+            return Ok(
+                match self
+                    .conditional_update("UpdateItem (dispute)", &req.key, req)
+                    .await?
+                {
+                    Recorded::Written(op) => DisputeRecorded::Written(op),
+                    Recorded::Refused(current) => DisputeRecorded::Refused(current),
+                },
+            );
+        };
+        const WHAT: &str = "TransactWriteItems (dispute beside its charge)";
+        Ok(
+            match self
+                .transact_beside(WHAT, &req.key, req, &on_charge.charge, on_charge)
+                .await?
+            {
+                Beside::Written(op) => DisputeRecorded::Written(op),
+                Beside::Refused(current) => DisputeRecorded::Refused(current),
+                Beside::ChargeRefused => DisputeRecorded::ChargeRefused,
+            },
+        )
     }
 }
 

@@ -20,18 +20,23 @@ use charge_core::store_rules::{self, Guard, Transition};
 use charge_core::time::Timestamp;
 use charge_core::{
     store::{
-        AuthorizationOutcome, ClaimRequest, ManualResolution, OutcomeRecord, RefundFailedLater,
-        ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
+        AuthorizationOutcome, ClaimRequest, DisputeMark, DisputeMove, DisputeOnCharge,
+        ManualResolution, OutcomeRecord, RefundFailedLater, ReleaseRefund, Reschedule,
+        ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
     },
     store_rules::ChargeClaim,
 };
 
-use super::item::{attr_n, attr_s, audit_to_attr, Attrs};
+use super::item::{attr_bool, attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, settled_day, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD,
     EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN,
     OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD,
     SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
+};
+use super::schema::{
+    CHARGE_REFUNDABLE, DISPUTED_BY, DISPUTE_REFUNDABLE, DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY,
+    HAS_EVIDENCE,
 };
 
 /// Every attribute an operator's write (`chargectl resolve`, `chargectl redrive`: a
@@ -455,6 +460,75 @@ impl Update for ChargeClaim<'_> {
         match self {
             ChargeClaim::Reserve(reserve) => reserve.update(e),
             ChargeClaim::Take(take) => take.update(e),
+            ChargeClaim::Dispute(dispute) => dispute.update(e),
+        }
+    }
+}
+
+/// A dispute's side of its charge: the reservation made or given back (a refund's own
+/// arithmetic), the open dispute named or removed.
+impl Update for DisputeOnCharge {
+    fn update(&self, e: &mut Expression) {
+        if let Some((amount, _)) = self.reserve {
+            let none = e.value(":no_refund_reserved", attr_n(0));
+            let amount = e.value(&format!(":{REFUND_RESERVED}"), attr_n(amount.minor_units()));
+            e.set_to(REFUND_RESERVED, |_, n| {
+                format!("if_not_exists({n}, {none}) + {amount}")
+            });
+        } else if let Some(amount) = self.give_back {
+            let amount = e.value(&format!(":{REFUND_RESERVED}"), attr_n(amount.minor_units()));
+            e.set_to(REFUND_RESERVED, |_, n| format!("{n} - {amount}"));
+        }
+        match &self.mark {
+            DisputeMark::Keep => {}
+            DisputeMark::Open {
+                dispute,
+                refundable,
+            } => {
+                e.set(DISPUTED_BY, attr_s(dispute));
+                e.set(DISPUTE_REFUNDABLE, attr_bool(*refundable));
+            }
+            DisputeMark::Clear => {
+                e.remove(DISPUTED_BY);
+                e.remove(DISPUTE_REFUNDABLE);
+            }
+        }
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+    }
+}
+
+/// A dispute's record moved to what Stripe holds: its state, its status, and its place in the
+/// index (out of it once settled; in review, where it is; else by its next read).
+impl Update for DisputeMove {
+    fn update(&self, e: &mut Expression) {
+        let state = &self.state;
+        e.set(DISPUTE_STATUS, attr_s(state.status.as_str()));
+        match state.due_by {
+            Some(t) => e.set(DUE_BY, attr_n(t.as_millis())),
+            None => e.remove(DUE_BY),
+        }
+        e.set(HAS_EVIDENCE, attr_bool(state.has_evidence));
+        e.set(CHARGE_REFUNDABLE, attr_bool(state.is_charge_refundable));
+        e.set(DISPUTE_RESERVED, attr_bool(state.reserved));
+        e.set(STATUS, attr_s(self.status.as_str()));
+        e.set(UPDATED_AT, attr_n(self.now.as_millis()));
+        if let Some(error) = &self.last_error {
+            e.set(LAST_ERROR, attr_s(error));
+        }
+        if self.status.is_settled() {
+            e.settle_at(self.now);
+            remove_settled(e);
+            return;
+        }
+        let due = self.next_due_at.unwrap_or(self.now);
+        if let Some(review) = &self.review {
+            e.set(REVIEW_REASON, attr_s(&review.reason));
+            e.set(REVIEW_FLAGGED_AT, attr_n(review.flagged_at.as_millis()));
+            e.set(DUE_SHARD, attr_s(REVIEW_SHARD));
+            e.set(DUE_AT, attr_n(due.as_millis()));
+        } else if !self.in_review {
+            e.set(DUE_SHARD, attr_s(&due_shard(&self.operation_id)));
+            e.set(DUE_AT, attr_n(due.as_millis()));
         }
     }
 }

@@ -105,6 +105,7 @@ impl State {
                 "payment_intent",
             ));
         };
+        self.refuse_disputed(pi)?;
         if charge.status != PaymentIntentStatus::Succeeded {
             return Err(GatewayError::UnexpectedState {
                 detail: format!(
