@@ -13,6 +13,13 @@
 //! other path missed (no events source, a lost event, the reconciler's watch off or behind) is a
 //! `status_differs` finding.
 //!
+//! Disputes are Stripe's, never ours, and carry no metadata of ours: a dispute Stripe lists as
+//! created in the window is ours when its PaymentIntent is (the intent's metadata), and then its
+//! record must exist (`dispute_unrecorded` when it does not: no event recorded it and the
+//! reconciler cannot re-read what was never recorded); a settled dispute record is held against
+//! the dispute as Stripe holds it, through the same comparison as every other object
+//! ([`StripeObject`]). A dispute of an intent that is not ours is not drift.
+//!
 //! Classes split in two. **Drift** (the records and Stripe disagree: someone must look) and
 //! **watch** (nothing disagrees yet, but a deadline is close or passed: an authorization near its
 //! capture deadline, an operation unsettled past the key window). Both page; a clean day has 0 of
@@ -23,7 +30,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::OperationKind;
+use crate::dispute::StripeDispute;
+use crate::domain::{DisputeId, OperationKind};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{PaymentIntent, PaymentIntentStatus};
 use crate::refund::StripeRefund;
@@ -84,6 +92,9 @@ pub enum DriftClass {
     DuplicateSuccess,
     /// An order's refunds exceed what its charge took.
     OverRefunded,
+    /// A dispute Stripe holds on one of our intents has no record: the order's money is being
+    /// taken back and nothing here knows (nor pages its deadline).
+    DisputeUnrecorded,
     /// Watch: an authorization whose capture deadline is closer than the page lead.
     AuthorizationNearDeadline,
     /// Watch: an operation unsettled (not in review) longer than the key window.
@@ -91,13 +102,14 @@ pub enum DriftClass {
 }
 
 impl DriftClass {
-    pub const ALL: [DriftClass; 8] = [
+    pub const ALL: [DriftClass; 9] = [
         DriftClass::AtStripeNotHere,
         DriftClass::HereNotAtStripe,
         DriftClass::StatusDiffers,
         DriftClass::AmountDiffers,
         DriftClass::DuplicateSuccess,
         DriftClass::OverRefunded,
+        DriftClass::DisputeUnrecorded,
         DriftClass::AuthorizationNearDeadline,
         DriftClass::UnsettledPastKeyWindow,
     ];
@@ -111,6 +123,7 @@ impl DriftClass {
             DriftClass::AmountDiffers => "amount_differs",
             DriftClass::DuplicateSuccess => "duplicate_success",
             DriftClass::OverRefunded => "over_refunded",
+            DriftClass::DisputeUnrecorded => "dispute_unrecorded",
             DriftClass::AuthorizationNearDeadline => "authorization_near_deadline",
             DriftClass::UnsettledPastKeyWindow => "unsettled_past_key_window",
         }
@@ -154,6 +167,9 @@ pub struct AuditCounts {
     pub intents: u64,
     /// Refunds Stripe listed as created in the window.
     pub refunds: u64,
+    /// Disputes Stripe listed as created in the window (0 in reports kept before disputes).
+    #[serde(default)]
+    pub disputes: u64,
     /// Records settled in the window.
     pub settled_records: u64,
     /// Succeeded refunds settled before the window, read again at Stripe ([`Evidence::rechecked`]).
@@ -354,6 +370,7 @@ pub struct Evidence {
     /// What Stripe listed as created in the window.
     pub intents: Vec<PaymentIntent>,
     pub refunds: Vec<StripeRefund>,
+    pub disputes: Vec<StripeDispute>,
     /// The records settled in the window.
     pub settled: Vec<Operation>,
     /// Refunds recorded `succeeded` that settled in the window [`AuditPolicy::refund_recheck`]
@@ -368,6 +385,12 @@ pub struct Evidence {
     /// `None` when Stripe has no such object.
     pub retrieved_intents: BTreeMap<String, Option<PaymentIntent>>,
     pub retrieved_refunds: BTreeMap<String, Option<StripeRefund>>,
+    /// Disputes read by id because a settled dispute record named one the list did not show
+    /// ([`dispute_reads`]).
+    pub retrieved_disputes: BTreeMap<String, Option<StripeDispute>>,
+    /// Listed disputes on our intents whose record was looked up (found or not: a found one is
+    /// in `related`); a dispute of ours not looked up is not vouched for ([`dispute_orders`]).
+    pub disputes_read: BTreeSet<String>,
     /// Every unsettled record not in review (the unknown index).
     pub unsettled: Vec<Operation>,
     /// Records waiting for a person (counted from the index's REVIEW partition).
@@ -385,12 +408,15 @@ impl Evidence {
             livemode,
             intents: vec![],
             refunds: vec![],
+            disputes: vec![],
             settled: vec![],
             rechecked: vec![],
             related: vec![],
             refunds_read: BTreeSet::new(),
             retrieved_intents: BTreeMap::new(),
             retrieved_refunds: BTreeMap::new(),
+            retrieved_disputes: BTreeMap::new(),
+            disputes_read: BTreeSet::new(),
             unsettled: vec![],
             in_review: 0,
             unreadable: 0,
@@ -511,6 +537,58 @@ pub fn objects_to_retrieve(
     (want_intents, want_refunds)
 }
 
+/// What the audit reads for disputes beyond the list: the intent of every listed dispute not
+/// known yet (is it ours, and under which order?), and the dispute of every settled dispute
+/// record that the list did not show (created before the window).
+pub fn dispute_reads(
+    disputes: &[StripeDispute],
+    intents: &[PaymentIntent],
+    retrieved_intents: &BTreeMap<String, Option<PaymentIntent>>,
+    settled: &[Operation],
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let known: BTreeSet<&str> = intents
+        .iter()
+        .map(|pi| pi.id.as_str())
+        .chain(retrieved_intents.keys().map(String::as_str))
+        .collect();
+    let want_intents = disputes
+        .iter()
+        .filter_map(|d| d.payment_intent.as_ref())
+        .filter(|pi| !known.contains(pi.as_str()))
+        .map(|pi| pi.as_str().to_owned())
+        .collect();
+    let listed: BTreeSet<&str> = disputes.iter().map(|d| d.id.as_str()).collect();
+    let want_disputes = settled
+        .iter()
+        .filter_map(|op| op.kind.dispute_id())
+        .filter(|id| !listed.contains(id.as_str()))
+        .map(|id| id.as_str().to_owned())
+        .collect();
+    (want_intents, want_disputes)
+}
+
+/// The listed disputes whose PaymentIntent is ours (of our mode, carrying our operation id), by
+/// the order its metadata names: the shell reads each one's record (and its order's charge).
+pub fn dispute_orders(ev: &Evidence) -> BTreeMap<String, Vec<DisputeId>> {
+    let mut orders: BTreeMap<String, Vec<DisputeId>> = BTreeMap::new();
+    for d in ev.disputes.iter().filter(|d| d.livemode == ev.livemode) {
+        let Some(pi) = d.payment_intent.as_ref() else {
+            continue;
+        };
+        let intent = ev.intents.iter().find(|i| i.id == *pi).or_else(|| {
+            ev.retrieved_intents
+                .get(pi.as_str())
+                .and_then(Option::as_ref)
+        });
+        let ours = intent
+            .filter(|i| i.operation_id.is_some() && i.livemode.is_none_or(|m| m == ev.livemode));
+        if let Some(order) = ours.and_then(|i| i.order_id.clone()) {
+            orders.entry(order).or_default().push(d.id.clone());
+        }
+    }
+    orders
+}
+
 /// The PaymentIntent a settled record speaks for: a charge's own; a capture's or cancel's (its
 /// charge's intent). A refund speaks for its refund object, not an intent.
 fn object_intent(op: &Operation) -> Option<String> {
@@ -543,7 +621,7 @@ impl Judgement {
     /// Every listed object and every settled record has exactly one verdict.
     pub fn unexplained(&self) -> i64 {
         let c = &self.counts;
-        (c.intents + c.refunds + c.settled_records + c.rechecked_refunds) as i64
+        (c.intents + c.refunds + c.disputes + c.settled_records + c.rechecked_refunds) as i64
             - (c.not_ours + c.matched + c.in_flight + c.unchecked + c.drifted) as i64
     }
 
@@ -633,6 +711,18 @@ pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
                 continue;
             }
             None => book.judge_refund(re),
+        };
+        j.tally(verdict);
+    }
+    for d in &ev.disputes {
+        j.counts.disputes += 1;
+        let verdict = match object_verdicts.get(d.id.as_str()) {
+            Some(true) => Verdict::Matched,
+            Some(false) => {
+                j.counts.drifted += 1;
+                continue;
+            }
+            None => book.judge_dispute(d),
         };
         j.tally(verdict);
     }
@@ -759,6 +849,10 @@ struct Book<'a> {
     refunds_read: &'a BTreeSet<String>,
     intents: HashMap<&'a str, &'a PaymentIntent>,
     refunds: HashMap<&'a str, &'a StripeRefund>,
+    disputes: HashMap<&'a str, &'a StripeDispute>,
+    /// Dispute records by their dispute's id.
+    dispute_records: HashMap<&'a str, &'a Operation>,
+    disputes_read: &'a BTreeSet<String>,
     /// Objects read by id that Stripe does not have.
     absent: BTreeSet<&'a str>,
 }
@@ -774,6 +868,9 @@ impl<'a> Book<'a> {
             refunds_read: &ev.refunds_read,
             intents: HashMap::new(),
             refunds: HashMap::new(),
+            disputes: HashMap::new(),
+            dispute_records: HashMap::new(),
+            disputes_read: &ev.disputes_read,
             absent: BTreeSet::new(),
         };
         for op in all {
@@ -793,6 +890,9 @@ impl<'a> Book<'a> {
                     .entry(op.order_id.as_str())
                     .or_default()
                     .push(op),
+                OperationKind::Dispute(ref id) => {
+                    book.dispute_records.insert(id.as_str(), op);
+                }
                 _ => {}
             }
         }
@@ -806,6 +906,19 @@ impl<'a> Book<'a> {
             match pi {
                 Some(pi) => {
                     book.intents.insert(id.as_str(), pi);
+                }
+                None => {
+                    book.absent.insert(id.as_str());
+                }
+            }
+        }
+        for d in &ev.disputes {
+            book.disputes.insert(d.id.as_str(), d);
+        }
+        for (id, d) in &ev.retrieved_disputes {
+            match d {
+                Some(d) => {
+                    book.disputes.insert(id.as_str(), d);
                 }
                 None => {
                     book.absent.insert(id.as_str());
@@ -886,8 +999,7 @@ impl<'a> Book<'a> {
                 &self.refunds,
             ),
             OperationKind::Capture(_) | OperationKind::Cancel => (None, self.judge_taking(op)),
-            // Not compared with a listed dispute yet: not vouched for, never called matched.
-            OperationKind::Dispute(id) => (Some(id.to_string()), Verdict::Unchecked),
+            OperationKind::Dispute(id) => self.judge_object(op, Some(id.as_str()), &self.disputes),
         }
     }
 
@@ -1077,6 +1189,67 @@ impl<'a> Book<'a> {
                 pi.status.as_str(),
             ),
         ))
+    }
+
+    /// A listed dispute not spoken for by a settled record of the window: not ours unless its
+    /// intent is; ours, its record must exist; an open record is the reconciler's to move
+    /// (in flight) unless the amount it holds is not Stripe's.
+    fn judge_dispute(&self, d: &StripeDispute) -> Verdict {
+        let Some(pi) = d.payment_intent.as_ref().map(|pi| pi.as_str()) else {
+            return Verdict::NotOurs;
+        };
+        if d.livemode != self.livemode || self.absent.contains(pi) {
+            return Verdict::NotOurs;
+        }
+        if !self.is_our_intent(pi) {
+            return if self.intents.contains_key(pi) {
+                Verdict::NotOurs
+            } else {
+                Verdict::Unchecked
+            };
+        }
+        if !self.disputes_read.contains(d.id.as_str()) {
+            return Verdict::Unchecked;
+        }
+        let Some(op) = self.dispute_records.get(d.id.as_str()) else {
+            let order = self.intents.get(pi).and_then(|i| i.order_id.as_deref());
+            return drift(stripe_finding(
+                DriftClass::DisputeUnrecorded,
+                None,
+                order,
+                d.id.as_str(),
+                format!(
+                    "dispute {} of our intent {pi} ({}, {} {}, {}) has no record: no event \
+                     recorded it, so nothing pages its deadline (due_by {})",
+                    d.id,
+                    d.status,
+                    d.amount,
+                    d.currency,
+                    d.reason,
+                    d.due_by
+                        .map_or_else(|| "none".to_owned(), |t| t.to_rfc3339()),
+                ),
+            ));
+        };
+        if op.status.is_settled() {
+            return compare(*op, d);
+        }
+        match StripeDispute::asked(op) {
+            Some((amount, currency))
+                if amount != d.amount || !currency.eq_ignore_ascii_case(&d.currency) =>
+            {
+                drift(finding(
+                    DriftClass::AmountDiffers,
+                    op,
+                    Some(d.id.as_str()),
+                    format!(
+                        "record {amount} {currency}, Stripe {} {}",
+                        d.amount, d.currency
+                    ),
+                ))
+            }
+            _ => Verdict::InFlight,
+        }
     }
 
     /// Our operation id on an intent of our mode.

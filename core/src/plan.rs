@@ -46,6 +46,16 @@ pub struct Policy {
     pub dispute_page_window: Duration,
 }
 
+impl Policy {
+    /// The dispute plan's timings: this policy's page window, the plan's own read bounds.
+    pub fn dispute_policy(&self) -> crate::dispute::plan::DisputePolicy {
+        crate::dispute::plan::DisputePolicy {
+            page_window: self.dispute_page_window,
+            ..Default::default()
+        }
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Self {

@@ -2,9 +2,11 @@
 //! kind of money movement it is: its id, what its status means for the operation, the amount and
 //! currency it moved, and the operation its metadata names. A PaymentIntent (a charge) and a
 //! refund are two views of the one shape, so each comparison is written once, over this trait,
-//! and a new kind of object joins them by implementing it.
+//! and a new kind of object joins them by implementing it (a dispute did: it carries no
+//! metadata of ours, and its status says whether the bank's take succeeded).
 
 use crate::charge::event_plan::EventIntent;
+use crate::dispute::{plan::status_of, DisputeStatus, StripeDispute};
 use crate::operation::{Operation, OperationStatus};
 use crate::outcome::{outcome_for, PaymentIntent, PaymentIntentStatus};
 use crate::refund::event_plan::EventRefund;
@@ -147,6 +149,57 @@ impl StripeObject for StripeRefund {
              DLQ if any, else the record stays succeeded: reach the customer another way)"
         } else {
             ""
+        }
+    }
+}
+
+/// A dispute: Stripe's, never ours (no metadata), held against the record written from it. Its
+/// outcome is the record's: `lost` succeeded (the bank's take), `won` and `warning_closed`
+/// failed (nothing taken in the end), anything else open.
+impl StripeObject for StripeDispute {
+    const NOUN: &'static str = "dispute";
+
+    fn id(&self) -> &str {
+        self.id.as_str()
+    }
+
+    fn status_name(&self) -> &str {
+        self.status.as_str()
+    }
+
+    fn outcome(&self) -> OperationStatus {
+        status_of(&self.status)
+    }
+
+    fn amount(&self) -> Option<i64> {
+        Some(self.amount)
+    }
+
+    fn currency(&self) -> Option<&str> {
+        Some(&self.currency)
+    }
+
+    /// A dispute names no operation: Stripe's bank opened it, not us.
+    fn operation_id(&self) -> Option<&str> {
+        None
+    }
+
+    fn asked(op: &Operation) -> Option<(i64, &str)> {
+        let p = op.params.dispute()?;
+        Some((p.amount.minor_units(), p.currency.as_str()))
+    }
+
+    fn disagreement_note(&self, recorded: OperationStatus) -> &'static str {
+        match (recorded, &self.status) {
+            (OperationStatus::Failed, DisputeStatus::Lost) => {
+                " (recorded won or closed, Stripe says lost: the money is gone; the order's \
+                 charge no longer holds the amount reserved)"
+            }
+            (OperationStatus::Succeeded, DisputeStatus::Won) => {
+                " (recorded lost, Stripe says won: the money came back; the order's charge \
+                 still holds the amount reserved)"
+            }
+            _ => "",
         }
     }
 }

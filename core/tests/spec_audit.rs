@@ -10,6 +10,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use charge_core::audit::*;
+use charge_core::dispute::plan::status_of;
+use charge_core::dispute::state::{DisputeParams, DisputeState};
+use charge_core::dispute::{DisputeStatus, StripeDispute};
 use charge_core::domain::{Amount, OperationId, PaymentIntentId, StripeRefundId};
 use charge_core::operation::Operation;
 use charge_core::operation::OperationStatus::{self, Failed, Succeeded, Unknown};
@@ -560,6 +563,7 @@ fn variant(class: &DriftClass) -> &'static str {
         DriftClass::AtStripeNotHere
         | DriftClass::DuplicateSuccess
         | DriftClass::OverRefunded
+        | DriftClass::DisputeUnrecorded
         | DriftClass::AuthorizationNearDeadline
         | DriftClass::UnsettledPastKeyWindow => "not a pair's",
     }
@@ -571,6 +575,7 @@ fn pair_classes() -> Vec<DriftClass> {
     let charges = charge_drift_rows().into_iter().map(|row| row.then);
     charges
         .chain(refund_drift_rows().into_iter().map(|row| row.then.class))
+        .chain(dispute_drift_rows().into_iter().map(|row| row.then))
         .collect()
 }
 
@@ -799,4 +804,229 @@ fn a_refused_capture_is_drift_only_when_stripe_took_what_it_asked() {
         };
         assert_eq!(classes(&j), want, "Stripe received {received}");
     }
+}
+
+// ---- Disputes: Stripe's, found through our intent ----
+
+/// The dispute `dp_1` of ord-1's paid charge (`pi_1`) as Stripe holds it: 1000 usd,
+/// `needs_response`.
+fn stripe_dispute(status: &str) -> StripeDispute {
+    let mut d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+    d.amount = 1000;
+    d.status = DisputeStatus::parse(status);
+    d
+}
+
+/// Its record as written from `d`: open (`unknown`) while Stripe holds it open, settled as the
+/// plan settles a closed one.
+fn dispute_record(charge: &Operation, d: &StripeDispute) -> Operation {
+    let params = DisputeParams::of(d, PaymentIntentId::parse("pi_1").unwrap()).unwrap();
+    let mut op = Operation::new_dispute(
+        charge.order_id.clone(),
+        params,
+        DisputeState::of(d, true),
+        T0,
+        T0.plus(HOUR),
+    );
+    op.status = status_of(&d.status);
+    if op.status.is_settled() {
+        op.next_due_at = None;
+        op.settled_at = Some(T0.plus(HOUR));
+    }
+    op
+}
+
+/// (the dispute record as settled, Stripe's dispute) → the one drift class of the pair.
+type DisputeDriftRow = Row<Operation, StripeDispute, (), DriftClass, ()>;
+
+fn dispute_drift_rows() -> Vec<DisputeDriftRow> {
+    let paid = ours();
+    let lost = stripe_dispute("lost");
+    vec![
+        Row {
+            says: "recorded lost (the bank's take succeeded), Stripe says won: status_differs",
+            found: dispute_record(&paid, &lost),
+            input: stripe_dispute("won"),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
+            says: "recorded won, Stripe says lost: status_differs (the money is gone)",
+            found: dispute_record(&paid, &stripe_dispute("won")),
+            input: lost.clone(),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
+            says: "recorded 1000, Stripe disputes 900: amount_differs",
+            found: dispute_record(&paid, &lost),
+            input: edited(lost.clone(), |d| d.amount = 900),
+            now: (),
+            next: (),
+            then: DriftClass::AmountDiffers,
+        },
+        Row {
+            says: "recorded usd, Stripe's dispute is in eur: amount_differs",
+            found: dispute_record(&paid, &lost),
+            input: edited(lost.clone(), |d| d.currency = "eur".into()),
+            now: (),
+            next: (),
+            then: DriftClass::AmountDiffers,
+        },
+    ]
+}
+
+/// Each settled dispute record against the dispute as Stripe holds it (read by id: the list of
+/// its window did not show it) gives its row's class; the same pair agreeing is matched.
+#[test]
+fn each_mismatch_of_a_dispute_has_its_class() {
+    let judged = |record: &Operation, d: &StripeDispute| {
+        let mut ev = evidence();
+        ev.settled = vec![record.clone()];
+        ev.retrieved_disputes
+            .insert(d.id.as_str().to_owned(), Some(d.clone()));
+        judge(&ev, &POLICY)
+    };
+    spec::holds(&dispute_drift_rows(), |record, d, _| {
+        let j = judged(record, d);
+        assert_eq!(j.unexplained(), 0);
+        ((), classes(&j)[0])
+    });
+    let lost = stripe_dispute("lost");
+    let agreed = judged(&dispute_record(&ours(), &lost), &lost);
+    assert_eq!(classes(&agreed), vec![]);
+    assert_eq!(agreed.counts.matched, 1);
+    // The read found no such dispute: the record names what Stripe does not have.
+    let mut ev = evidence();
+    ev.settled = vec![dispute_record(&ours(), &lost)];
+    ev.retrieved_disputes.insert("dp_1".into(), None);
+    assert_eq!(
+        classes(&judge(&ev, &POLICY)),
+        vec![DriftClass::HereNotAtStripe]
+    );
+    // Not read at all (Stripe did not answer): not vouched for.
+    let mut ev = evidence();
+    ev.settled = vec![dispute_record(&ours(), &lost)];
+    assert_eq!(judge(&ev, &POLICY).counts.unchecked, 1);
+}
+
+/// A dispute Stripe lists as created in the window, judged by whose intent it is and what
+/// record it has.
+#[test]
+fn a_listed_dispute_of_our_intent_needs_its_record_and_one_of_another_intent_is_not_ours() {
+    let paid = ours();
+    let open = stripe_dispute("needs_response");
+    let listed =
+        |intent_read: Option<PaymentIntent>, looked_up: bool, record: Option<Operation>| {
+            let mut ev = evidence();
+            ev.disputes = vec![open.clone()];
+            if let Some(pi) = intent_read {
+                ev.retrieved_intents.insert("pi_1".into(), Some(pi));
+            }
+            assert_eq!(
+                dispute_orders(&ev).get("ord-1").map(Vec::len),
+                ev.retrieved_intents
+                    .get("pi_1")
+                    .and_then(|p| p.as_ref())
+                    .and_then(|p| p.operation_id.as_ref())
+                    .map(|_| 1),
+                "the shell reads the record of a dispute of our intent, under its order"
+            );
+            if looked_up {
+                ev.disputes_read.insert("dp_1".into());
+            }
+            ev.related.extend(record);
+            let j = judge(&ev, &POLICY);
+            assert_eq!(j.unexplained(), 0, "{:?}", j.counts);
+            assert_eq!(j.counts.disputes, 1);
+            j
+        };
+    let ours_pi = intent(&paid, "pi_1", "succeeded");
+    // Ours, and no record: drift, with the order to look at.
+    let unrecorded = listed(Some(ours_pi.clone()), true, None);
+    assert_eq!(classes(&unrecorded), vec![DriftClass::DisputeUnrecorded]);
+    let f = &unrecorded.findings[0];
+    assert_eq!(
+        (f.order_id.as_deref(), f.stripe_id.as_deref()),
+        (Some("ord-1"), Some("dp_1"))
+    );
+    assert!(f.detail.contains("has no record"), "{}", f.detail);
+    // Its twin: the record exists and is open: the reconciler's to move, not drift.
+    let recorded = listed(
+        Some(ours_pi.clone()),
+        true,
+        Some(dispute_record(&paid, &open)),
+    );
+    assert_eq!(classes(&recorded), vec![]);
+    assert_eq!(recorded.counts.in_flight, 1);
+    // An open record holding another amount than Stripe's: amount_differs.
+    let mut other = dispute_record(&paid, &open);
+    if let charge_core::operation::Params::Dispute(p, _) = &mut other.params {
+        p.amount = Amount::new(999).unwrap();
+    }
+    let differs = listed(Some(ours_pi.clone()), true, Some(other));
+    assert_eq!(classes(&differs), vec![DriftClass::AmountDiffers]);
+    // A settled record agreeing with Stripe: matched.
+    let lost = stripe_dispute("lost");
+    let mut ev = evidence();
+    ev.disputes = vec![lost.clone()];
+    ev.retrieved_intents
+        .insert("pi_1".into(), Some(ours_pi.clone()));
+    ev.disputes_read.insert("dp_1".into());
+    ev.related = vec![dispute_record(&paid, &lost)];
+    assert_eq!(judge(&ev, &POLICY).counts.matched, 1);
+    // Not ours: an intent without our metadata (another integration's payment) is not drift.
+    let mut theirs = ours_pi.clone();
+    theirs.operation_id = None;
+    theirs.order_id = None;
+    let not_ours = listed(Some(theirs), false, None);
+    assert_eq!(classes(&not_ours), vec![]);
+    assert_eq!(not_ours.counts.not_ours, 1);
+    // Our intent, but the record was never looked up (the shell stopped): not vouched for.
+    let unread = listed(Some(ours_pi.clone()), false, None);
+    assert_eq!((unread.counts.unchecked, classes(&unread).len()), (1, 0));
+    // The intent could not be read: whose it is is unknown, not vouched for.
+    let unknown = listed(None, false, None);
+    assert_eq!(unknown.counts.unchecked, 1);
+    // A dispute of the other mode is never ours.
+    let mut ev = evidence();
+    ev.disputes = vec![edited(open.clone(), |d| d.livemode = true)];
+    ev.retrieved_intents.insert("pi_1".into(), Some(ours_pi));
+    assert!(dispute_orders(&ev).is_empty());
+    assert_eq!(judge(&ev, &POLICY).counts.not_ours, 1);
+}
+
+/// What the shell reads for disputes: the intent of a listed dispute it does not know, and the
+/// dispute of a settled record the list did not show.
+#[test]
+fn the_audit_reads_a_listed_dispute_s_intent_and_a_settled_record_s_dispute() {
+    let paid = ours();
+    let lost = stripe_dispute("lost");
+    let mut other = edited(stripe_dispute("won"), |d| {
+        d.id = charge_core::domain::DisputeId::parse("dp_2").unwrap()
+    });
+    other.payment_intent = Some(PaymentIntentId::parse("pi_9").unwrap());
+    let record = dispute_record(&paid, &lost);
+    let listed_intent = intent(&paid, "pi_9", "succeeded");
+    // dp_1 settled in the window, not listed (created before it): read by id. dp_2 listed, its
+    // intent pi_9 listed too: nothing more to read for it.
+    let (intents, disputes) = dispute_reads(
+        std::slice::from_ref(&other),
+        &[listed_intent],
+        &Default::default(),
+        std::slice::from_ref(&record),
+    );
+    assert!(intents.is_empty());
+    assert_eq!(disputes.into_iter().collect::<Vec<_>>(), ["dp_1"]);
+    // The twin: dp_1 listed, its intent not known: the intent is read, the dispute is not.
+    let (intents, disputes) = dispute_reads(
+        &[lost],
+        &[],
+        &Default::default(),
+        std::slice::from_ref(&record),
+    );
+    assert_eq!(intents.into_iter().collect::<Vec<_>>(), ["pi_1"]);
+    assert!(disputes.is_empty());
 }

@@ -237,7 +237,8 @@ fn dispute_table() {
             ),
         },
         Row {
-            says: "a deadline inside the page window: read again an hour from now, not every tick",
+            says: "a deadline inside the page window: read again (and paged) a day later, or at \
+                   due_by if that is sooner (the deadline's rule), not every tick",
             found: (None, Some(charge.clone())),
             input: dispute("needs_response", 1000, two_days),
             now: T0,
@@ -253,7 +254,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
-                    due: Some(T0.plus(HOUR)),
+                    due: Some(T0.plus(24 * HOUR)),
                 }),
             ),
         },

@@ -13,8 +13,9 @@
 //! 5. Else the write: `create` the first record (`unknown` while open), or `move` it (Stripe's
 //!    status, deadline, evidence or refundable changed), settling it once Stripe closed it —
 //!    `lost` → `succeeded` (the bank's take succeeded), `won` / `warning_closed` → `failed`
-//!    (nothing taken in the end). Open, it is due again at `min(due_by − page window, now +
-//!    24 h)`, never sooner than an hour away.
+//!    (nothing taken in the end). Open, it is due again when the deadline's rule says
+//!    ([`super::deadline`]: as the page window opens, at `due_by`, else daily), never sooner
+//!    than an hour away.
 //!
 //! The money (design: "money conserved, by the store"): once Stripe withdrew the funds (any
 //! status but an inquiry's `warning_*` and `won`), the disputed amount is reserved on the
@@ -27,6 +28,7 @@
 
 use std::time::Duration;
 
+use super::deadline::{deadline, DeadlineFacts};
 use super::state::{DisputeParams, DisputeState};
 use super::{DisputeStatus, StripeDispute};
 use crate::domain::OperationKind;
@@ -114,18 +116,16 @@ pub fn funds_withdrawn(status: &DisputeStatus) -> bool {
     !status.is_inquiry() && *status != DisputeStatus::Won
 }
 
-/// When an open dispute is read again: `min(due_by − page window, now + reread_at_most)`, never
-/// sooner than `now + reread_at_least`.
-pub fn next_read_at(
-    due_by: Option<Timestamp>,
-    now: Timestamp,
-    policy: &DisputePolicy,
-) -> Timestamp {
+/// When an open dispute is read again: when the evidence deadline's rule says
+/// ([`crate::dispute::deadline::deadline`]: as its page window opens, at `due_by` while it needs
+/// a response, else daily), never later than `now + reread_at_most`, never sooner than
+/// `now + reread_at_least`.
+pub fn next_read_at(dispute: &StripeDispute, now: Timestamp, policy: &DisputePolicy) -> Timestamp {
     let latest = now.plus(policy.reread_at_most);
-    let page = due_by.map_or(latest, |due| {
-        Timestamp::from_millis(due.as_millis() - policy.page_window.as_millis() as i64)
-    });
-    page.min(latest).max(now.plus(policy.reread_at_least))
+    deadline(&DeadlineFacts::of(dispute), now, policy.page_window)
+        .due_again
+        .map_or(latest, |at| at.min(latest))
+        .max(now.plus(policy.reread_at_least))
 }
 
 /// The write that makes `record` (the dispute's, as read; `None` before the first) say what
@@ -210,7 +210,7 @@ pub fn plan(
         on_charge.mark != DisputeMark::Keep || reserve.is_some() || give_back.is_some();
     let next_due_at = (!status.is_settled()).then(|| match review {
         Some(_) => now,
-        None => next_read_at(dispute.due_by, now, policy),
+        None => next_read_at(dispute, now, policy),
     });
     let Some(record) = record else {
         let mut created = Operation::new_dispute(
