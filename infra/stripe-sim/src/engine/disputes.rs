@@ -513,8 +513,8 @@ pub(crate) enum DisputeFilter {
     Charge(String),
 }
 
-/// One row of the dispute ledger ([`crate::StripeSim::dispute_ledger`]).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// One row of the dispute ledger ([`crate::StripeSim::dispute_ledger`], `GET /_sim/disputes`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DisputeEntry {
     /// `dp_...`
     pub id: String,
