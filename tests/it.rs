@@ -31,6 +31,7 @@ mod sqs_queue_contract;
 mod store_rules_on_aws;
 mod stripe_gateway;
 mod stripe_gateway_captures;
+mod stripe_gateway_disputes;
 mod stripe_gateway_refunds;
 mod stripe_official_client;
 mod stripe_webhooks;

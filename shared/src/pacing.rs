@@ -302,8 +302,27 @@ impl PaymentIntents for PacedGateway {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl crate::ports::StripeDisputes for PacedGateway {}
+#[async_trait]
+impl crate::ports::StripeDisputes for PacedGateway {
+    // Dispute reads are calls of the same account: each takes a slot, as a refund's read does.
+
+    async fn retrieve_dispute(
+        &self,
+        id: &charge_core::domain::DisputeId,
+    ) -> Result<charge_core::dispute::StripeDispute, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.retrieve_dispute(id).await
+    }
+
+    /// One slot for the whole list, as a refund list's: a charge is disputed once or twice.
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner.list_disputes(payment_intent).await
+    }
+}
 
 #[async_trait]
 impl StripeRefunds for PacedGateway {
@@ -353,6 +372,17 @@ impl CreatedLists for PacedGateway {
         self.slot(&self.calls).await?;
         self.inner
             .list_refunds_created(window, starting_after)
+            .await
+    }
+
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<charge_core::dispute::StripeDispute>, GatewayError> {
+        self.slot(&self.calls).await?;
+        self.inner
+            .list_disputes_created(window, starting_after)
             .await
     }
 }

@@ -1303,8 +1303,52 @@ impl StripeRefunds for SimGateway {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl charge_once::ports::StripeDisputes for SimGateway {}
+/// A dispute's status and amount as a trace line.
+fn dispute_text(d: &charge_core::dispute::StripeDispute) -> String {
+    format!("{} {} {}", d.id, d.status, d.amount)
+}
+
+/// Dispute reads pass through unchanged (no fault of this layer is about them), traced; a
+/// naive client takes an unknown answer as a failure here as everywhere.
+#[async_trait]
+impl charge_once::ports::StripeDisputes for SimGateway {
+    async fn retrieve_dispute(
+        &self,
+        id: &charge_core::domain::DisputeId,
+    ) -> Result<charge_core::dispute::StripeDispute, GatewayError> {
+        yield_now().await;
+        let result = self.inner.retrieve_dispute(id).await;
+        let text = match &result {
+            Ok(d) => dispute_text(d),
+            Err(e) => e.to_string(),
+        };
+        self.trace
+            .event(id, "stripe.retrieve_dispute", format_args!("{text}"));
+        self.naive(result)
+    }
+
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
+        yield_now().await;
+        let result = self.inner.list_disputes(payment_intent).await;
+        let text = match &result {
+            Ok(found) => found
+                .iter()
+                .map(dispute_text)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => e.to_string(),
+        };
+        self.trace.event(
+            payment_intent,
+            "stripe.list_disputes",
+            format_args!("{text}"),
+        );
+        self.naive(result)
+    }
+}
 
 impl CreatedLists for SimGateway {}
 

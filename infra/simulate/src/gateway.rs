@@ -23,11 +23,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use charge_core::audit::AuditWindow;
-use charge_core::domain::{CaptureMethod, StripeRefundId};
+use charge_core::dispute::StripeDispute;
+use charge_core::domain::{CaptureMethod, DisputeId, StripeRefundId};
 use charge_core::refund::StripeRefund;
 use charge_core::{
     domain::{OperationId, PaymentIntentId},
     outcome::{GatewayError, PaymentIntent},
+};
+use charge_once::adapters::stripe::disputes::{
+    collect_dispute_pages, dispute_list_query, parse_dispute, parse_dispute_list,
 };
 use charge_once::adapters::stripe::lists::{
     created_list_query, parse_intent_list, parse_refund_list,
@@ -41,7 +45,8 @@ use charge_once::adapters::stripe::{
 };
 use charge_once::ports::{
     CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreateRefund, CreatedLists,
-    ListPage, PaymentGateway, PaymentIntents, StripeAccount, StripeRefunds, StripeRequests,
+    ListPage, PaymentGateway, PaymentIntents, StripeAccount, StripeDisputes, StripeRefunds,
+    StripeRequests,
 };
 use stripe_sim::{CreateStart, Outcome, SlowCreate, StripeSim};
 
@@ -265,8 +270,34 @@ impl PaymentIntents for InProcessGateway {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl charge_once::ports::StripeDisputes for InProcessGateway {}
+/// As the client's: the same paths and queries, the same readers, the same page bound.
+#[async_trait]
+impl StripeDisputes for InProcessGateway {
+    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
+        let (body, _) = self
+            .call(&self.requests.dispute_read, || {
+                wire(self.sim.retrieve_dispute_in_process(id)).into()
+            })
+            .await?;
+        parse_dispute(&body)
+    }
+
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeDispute>, GatewayError> {
+        collect_dispute_pages(|after| async move {
+            let query = dispute_list_query(payment_intent, REFUND_PAGE_SIZE, after.as_deref());
+            let (body, _) = self
+                .call(&self.requests.dispute_read, || {
+                    wire(self.sim.list_disputes_in_process(&query)).into()
+                })
+                .await?;
+            parse_dispute_list(&body)
+        })
+        .await
+    }
+}
 
 #[async_trait]
 impl StripeRefunds for InProcessGateway {
@@ -347,6 +378,20 @@ impl CreatedLists for InProcessGateway {
             .await?;
         parse_refund_list(&body)
     }
+
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeDispute>, GatewayError> {
+        let query = created_list_query(window, REFUND_PAGE_SIZE, starting_after);
+        let (body, _) = self
+            .call(&self.requests.dispute_read, || {
+                wire(self.sim.list_disputes_in_process(&query)).into()
+            })
+            .await?;
+        parse_dispute_list(&body)
+    }
 }
 
 /// One function's own count of its Stripe requests (by endpoint, and the 429s it met), as its
@@ -417,8 +462,20 @@ impl PaymentIntents for FunctionRequests {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl charge_once::ports::StripeDisputes for FunctionRequests {}
+#[async_trait]
+impl StripeDisputes for FunctionRequests {
+    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
+        let r = self.inner.retrieve_dispute(id).await;
+        self.count(&self.requests.dispute_read, r)
+    }
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeDispute>, GatewayError> {
+        let r = self.inner.list_disputes(payment_intent).await;
+        self.count(&self.requests.dispute_read, r)
+    }
+}
 
 #[async_trait]
 impl StripeRefunds for FunctionRequests {
@@ -462,6 +519,17 @@ impl CreatedLists for FunctionRequests {
             .list_refunds_created(window, starting_after)
             .await;
         self.count(&self.requests.refund_read, r)
+    }
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeDispute>, GatewayError> {
+        let r = self
+            .inner
+            .list_disputes_created(window, starting_after)
+            .await;
+        self.count(&self.requests.dispute_read, r)
     }
 }
 
@@ -535,8 +603,21 @@ impl StripeRefunds for ClockSynced {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl charge_once::ports::StripeDisputes for ClockSynced {}
+#[async_trait]
+impl StripeDisputes for ClockSynced {
+    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
+        self.sync().await;
+        self.inner.retrieve_dispute(id).await
+    }
+
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeDispute>, GatewayError> {
+        self.sync().await;
+        self.inner.list_disputes(payment_intent).await
+    }
+}
 
 #[async_trait]
 impl CreatedLists for ClockSynced {
@@ -561,6 +642,17 @@ impl CreatedLists for ClockSynced {
             .list_refunds_created(window, starting_after)
             .await
     }
+
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<StripeDispute>, GatewayError> {
+        self.sync().await;
+        self.inner
+            .list_disputes_created(window, starting_after)
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -576,6 +668,64 @@ mod tests {
 
     /// Refunds in process answer as the client's over HTTP: made, replayed under the key, refused
     /// past what is left, a lost answer found by the retry, read back and listed.
+    /// Disputes in process read as the client's over HTTP: by PaymentIntent, by id and by
+    /// creation time, each request counted; an unknown id refused; a refund of the disputed
+    /// charge refused with Stripe's code while an undisputed one is made.
+    #[tokio::test]
+    async fn disputes_in_process_read_as_over_http() {
+        let g = InProcessGateway {
+            sim: StripeSim::new(SimConfig::default()),
+            max_retries: 0,
+            timeout: Duration::from_secs(10),
+            slowest_create_us: AtomicU64::new(0),
+            requests: Default::default(),
+        };
+        let op = order("ord-disputed")
+            .amount(1000)
+            .payment_method("pm_card_createDispute")
+            .build();
+        let pi = g
+            .create(&CreatePaymentIntent::for_operation(&op).unwrap())
+            .await
+            .unwrap()
+            .id;
+        let listed = g.list_disputes(&pi).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        let d = &listed[0];
+        assert_eq!((d.amount, d.is_charge_refundable), (1000, false));
+        assert_eq!(d.payment_intent.as_ref(), Some(&pi));
+        assert_eq!(&g.retrieve_dispute(&d.id).await.unwrap(), d);
+        let window = AuditWindow {
+            from: d.created,
+            to: d.created.plus(Duration::from_secs(1)),
+        };
+        let page = g.list_disputes_created(&window, None).await.unwrap();
+        assert_eq!((page.items, page.next), (listed.clone(), None));
+        assert_eq!(g.requests.dispute_read.load(Ordering::Relaxed), 3);
+        assert_eq!(g.sim.request_counts().dispute_read, 3);
+        let missing = g
+            .retrieve_dispute(&DisputeId::parse("dp_nope").unwrap())
+            .await;
+        assert!(
+            matches!(missing, Err(GatewayError::Rejected { .. })),
+            "{missing:?}"
+        );
+
+        let refused = g.create_refund(&refund_create(&pi, 100)).await;
+        assert!(
+            matches!(&refused, Err(GatewayError::Rejected { detail, .. }) if detail.contains("charge_disputed")),
+            "{refused:?}"
+        );
+        let visa = order("ord-undisputed").amount(1000).build();
+        let visa = g
+            .create(&CreatePaymentIntent::for_operation(&visa).unwrap())
+            .await
+            .unwrap()
+            .id;
+        assert!(g.create_refund(&refund_create(&visa, 100)).await.is_ok());
+        assert!(g.list_disputes(&visa).await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn refunds_in_process_answer_as_over_http() {
         let g = InProcessGateway {

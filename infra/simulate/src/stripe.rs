@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use charge_core::time::{Clock, ManualClock};
 use serde_json::{json, Value};
-use stripe_sim::{FaultConfig, LedgerRowView, RunningSim, SimConfig, StripeSim};
+use stripe_sim::{
+    DisputeEntry, DisputeRequest, DisputeTiming, FaultConfig, LedgerRowView, RunningSim, SimConfig,
+    StripeSim,
+};
 
 use super::BoxError;
 use crate::fx::FxHashMap;
@@ -358,6 +361,80 @@ impl SimStripe {
                     400 => Ok(false),
                     s => Err(format!("stripe-sim confirm of {pi}: HTTP {s}").into()),
                 }
+            }
+        }
+    }
+
+    /// The customer's bank disputes the charge of the succeeded PaymentIntent `req.payment_intent`
+    /// now (`POST /_sim/disputes`): the dispute's JSON, or Stripe-sim's refusal as an error.
+    pub async fn dispute_charge(&self, req: &DisputeRequest) -> Result<Value, BoxError> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => {
+                let json = sim
+                    .dispute_charge(req)
+                    .map_err(|e| format!("dispute of {}: {}", req.payment_intent, e.message))?;
+                Ok(serde_json::from_str(&json)?)
+            }
+            Self::Remote { base, http, .. } => {
+                let body = json!({
+                    "payment_intent": req.payment_intent,
+                    "amount": req.amount,
+                    "reason": req.reason,
+                    "inquiry": req.inquiry,
+                });
+                let resp = http
+                    .post(format!("{base}/_sim/disputes"))
+                    .json(&body)
+                    .send()
+                    .await?;
+                let status = resp.status().as_u16();
+                let v: Value = resp.json().await?;
+                if status != 200 {
+                    return Err(format!(
+                        "stripe-sim dispute of {}: HTTP {status} {v}",
+                        req.payment_intent
+                    )
+                    .into());
+                }
+                Ok(v)
+            }
+        }
+    }
+
+    /// Every dispute Stripe holds, oldest first, as of the simulator's now.
+    pub async fn dispute_ledger(&self) -> Result<Vec<DisputeEntry>, BoxError> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => Ok(sim.dispute_ledger()),
+            Self::Remote { base, http, .. } => {
+                let v: Value = http
+                    .get(format!("{base}/_sim/disputes"))
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                Ok(serde_json::from_value(v["disputes"].clone())?)
+            }
+        }
+    }
+
+    /// Sets how long disputes take (a test card's delay, the response window, the review).
+    pub async fn set_dispute_timing(&self, timing: DisputeTiming) -> Result<(), BoxError> {
+        match self {
+            Self::InProcess { sim } | Self::Embedded { sim, .. } => {
+                sim.set_dispute_timing(timing);
+                Ok(())
+            }
+            Self::Remote { .. } => {
+                self.admin(
+                    "disputes/timing",
+                    json!({
+                        "delay_ms": timing.delay_ms,
+                        "response_window_ms": timing.response_window_ms,
+                        "review_ms": timing.review_ms,
+                    }),
+                )
+                .await?;
+                Ok(())
             }
         }
     }

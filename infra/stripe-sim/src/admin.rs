@@ -128,6 +128,10 @@ pub(crate) fn handle(sim: &StripeSim, method: &Method, rest: &str, body: &[u8]) 
         (&Method::GET, "webhooks") => Ok(webhooks_json(sim)),
         (&Method::POST, "webhooks") => update_webhooks(sim, body),
         (&Method::POST, "webhooks/inject") => inject_event(sim, body),
+        (&Method::GET, "disputes") => Ok(disputes_json(sim)),
+        (&Method::POST, "disputes") => dispute_charge(sim, body),
+        (&Method::GET, "disputes/timing") => Ok(dispute_timing_json(sim)),
+        (&Method::POST, "disputes/timing") => update_dispute_timing(sim, body),
         (&Method::POST, r) => match r.strip_prefix("payment_intents/") {
             Some(r) => match (r.strip_suffix("/status"), r.strip_suffix("/confirm")) {
                 (Some(id), _) => set_status(sim, id, body),
@@ -344,6 +348,7 @@ fn ledger_json(sim: &StripeSim) -> Reply {
         &json!({
             "payment_intents": ledger,
             "refunds": eng.refund_ledger(now),
+            "disputes": eng.dispute_ledger(now),
             "requests": eng.requests,
             "injected": kind_map(&eng.faults.injected),
             "capacity_429s": eng.capacity.refused,
@@ -364,6 +369,7 @@ fn stats_json(sim: &StripeSim) -> Reply {
             "capacity_429s": eng.capacity.refused,
             "payment_intents": count,
             "refunds": eng.refunds.len(),
+            "disputes": eng.disputes.len(),
             "idempotency_keys": eng.key_count(),
             "now_ms": now,
         }),
@@ -395,6 +401,65 @@ fn set_status(sim: &StripeSim, id: &str, body: &[u8]) -> Result<Reply, Reply> {
             &json!({ "error": { "type": "invalid_request_error", "code": "resource_missing", "message": format!("No such payment_intent: '{id}'") } }),
         ))
     }
+}
+
+/// `GET /_sim/disputes`: every dispute, oldest first.
+fn disputes_json(sim: &StripeSim) -> Reply {
+    Reply::json(
+        200,
+        &json!({ "disputes": sim.dispute_ledger(), "now_ms": sim.now_ms() }),
+    )
+}
+
+/// `POST /_sim/disputes` with `{"payment_intent", "amount"?, "reason"?, "inquiry"?}`: the
+/// customer's bank disputes the intent's charge now; the dispute's JSON.
+fn dispute_charge(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let req: crate::DisputeRequest = parse(body)?;
+    if req.payment_intent.is_empty() {
+        return Err(bad_request("expected payment_intent"));
+    }
+    match sim.dispute_charge(&req) {
+        Ok(json) => Ok(Reply::text(200, json)),
+        Err(e) => Err(Reply::error(&e)),
+    }
+}
+
+/// Dispute timing in milliseconds: every field optional on a `POST`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DisputeTimingUpdate {
+    delay_ms: Option<i64>,
+    response_window_ms: Option<i64>,
+    review_ms: Option<i64>,
+}
+
+fn dispute_timing_json(sim: &StripeSim) -> Reply {
+    let t = sim.dispute_timing();
+    Reply::json(
+        200,
+        &json!({ "delay_ms": t.delay_ms, "response_window_ms": t.response_window_ms, "review_ms": t.review_ms }),
+    )
+}
+
+/// `POST /_sim/disputes/timing`: how long a test card's dispute takes to appear, the response
+/// window to `due_by`, and the review of submitted evidence (none negative).
+fn update_dispute_timing(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
+    let u: DisputeTimingUpdate = parse(body)?;
+    let mut t = sim.dispute_timing();
+    for (given, slot) in [
+        (u.delay_ms, &mut t.delay_ms),
+        (u.response_window_ms, &mut t.response_window_ms),
+        (u.review_ms, &mut t.review_ms),
+    ] {
+        if let Some(ms) = given {
+            if ms < 0 {
+                return Err(bad_request("dispute timings are not negative"));
+            }
+            *slot = ms;
+        }
+    }
+    sim.set_dispute_timing(t);
+    Ok(dispute_timing_json(sim))
 }
 
 /// `POST /_sim/payment_intents/{id}/confirm`: the customer confirms a declined intent and pays.

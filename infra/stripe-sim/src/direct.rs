@@ -238,6 +238,17 @@ impl StripeSim {
         answer(self, http::list_refunds(self, query))
     }
 
+    /// `GET /v1/disputes/{id}`, in process.
+    pub fn retrieve_dispute_in_process(&self, id: &str) -> Answer {
+        answer(self, http::retrieve_dispute(self, id))
+    }
+
+    /// `GET /v1/disputes?…` with this query (already encoded: `payment_intent=…`,
+    /// `created[gte]=…` and the rest), in process.
+    pub fn list_disputes_in_process(&self, query: &str) -> Answer {
+        answer(self, http::list_disputes(self, query))
+    }
+
     /// `GET /v1/payment_intents?…` with this query (already encoded), in process.
     pub fn list_intents_in_process(&self, query: &str) -> Answer {
         answer(self, http::list_intents(self, query))

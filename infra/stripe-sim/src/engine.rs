@@ -20,9 +20,12 @@ use crate::version::ApiVersion;
 use crate::webhooks::{Outbox, WebhookConfig};
 use crate::wire::{random_id, ApiError, MetadataQuery};
 
+mod disputes;
 mod lists;
 pub(crate) use lists::CreatedRange;
 mod refunds;
+pub use disputes::{DisputeEntry, DisputeRequest, DisputeTiming};
+pub(crate) use disputes::{DisputeFilter, Disputes};
 pub use refunds::RefundEntry;
 pub(crate) use refunds::Refunds;
 
@@ -302,6 +305,10 @@ pub struct RequestCounts {
     pub refund_read: u64,
     /// `GET /v1/payment_intents` (a list by creation time)
     pub list: u64,
+    /// `GET /v1/disputes/{id}` and `GET /v1/disputes`
+    pub dispute_read: u64,
+    /// `POST /v1/disputes/{id}` and `POST /v1/disputes/{id}/close`
+    pub dispute_update: u64,
 }
 
 /// All mutable state, kept behind one mutex by [`crate::StripeSim`].
@@ -410,6 +417,8 @@ pub(crate) struct Engine {
     pub(crate) webhooks: Outbox,
     /// Refunds and how long their transitions take.
     pub(crate) refunds: Refunds,
+    /// Disputes, their timers and how long their steps take.
+    pub(crate) disputes: Disputes,
     /// How long after its creation Stripe cancels an uncaptured PaymentIntent (7 days).
     pub(crate) uncaptured_expiry_ms: i64,
     /// Authorizations waiting for a capture, by (expiry, position): the clock's advance cancels
@@ -429,8 +438,10 @@ impl Engine {
         settle_ms: i64,
         refund_settle_ms: i64,
         uncaptured_expiry_ms: i64,
+        dispute_timing: DisputeTiming,
     ) -> Self {
         Engine {
+            disputes: Disputes::new(dispute_timing),
             uncaptured_expiry_ms,
             holds: BTreeSet::new(),
             refunds: Refunds::new(refund_settle_ms),
@@ -470,6 +481,7 @@ impl Engine {
             self.settle_ms,
             self.refunds.settle_ms,
             self.uncaptured_expiry_ms,
+            self.disputes.timing,
         );
         // The endpoint and its secret survive a reset, like the API key.
         self.webhooks = webhooks;
@@ -677,11 +689,16 @@ impl Engine {
             self.holds.pop_first();
             self.settle_at(at as usize, now_ms);
         }
+        self.disputes_due(now_ms);
     }
 
     /// When the next uncaptured PaymentIntent expires (simulated unix ms), if any waits.
     pub(crate) fn next_expiry_ms(&self) -> Option<i64> {
-        self.holds.first().map(|(expires, _)| *expires)
+        let hold = self.holds.first().map(|(expires, _)| *expires);
+        match (hold, self.disputes.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The position of the PaymentIntent `id`.
@@ -749,10 +766,14 @@ impl Engine {
                 message,
             }),
         };
+        let paid = pi.status == "succeeded";
         self.pis.push(pi);
         self.pis.keep_json(at, &json);
         if let Some(expires) = expires {
             self.holds.insert((expires, at32));
+        }
+        if paid {
+            self.schedule_card_dispute(at, now_ms);
         }
         let saved = created_answer(&self.pis[at], json, declined);
         (
@@ -861,6 +882,7 @@ impl Engine {
         if version.makes_remainder_refunds() {
             self.refund_released(at, now_ms);
         }
+        self.schedule_card_dispute(at, now_ms);
         Ok(json)
     }
 
@@ -953,6 +975,7 @@ impl Engine {
         if version.makes_remainder_refunds() {
             self.refund_released(at, now_ms);
         }
+        self.schedule_card_dispute(at, now_ms);
         Ok(json)
     }
 
@@ -1136,6 +1159,7 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
+            DisputeTiming::default(),
         );
         for pm in [
             "pm_card_chargeDeclined",
@@ -1190,6 +1214,7 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
+            DisputeTiming::default(),
         );
         let mut manual = params("pm_card_visa", "o-manual");
         manual.manual_capture = true;
@@ -1226,6 +1251,7 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
+            DisputeTiming::default(),
         );
         let mut manual = params("pm_card_visa", "o-kwd");
         manual.manual_capture = true;
@@ -1273,6 +1299,7 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
+            DisputeTiming::default(),
         );
         let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
         let id = e.pis[0].id.clone();

@@ -28,7 +28,9 @@ use crate::version::ApiVersion;
 use crate::wire::{parse_search_query, ApiError};
 use crate::StripeSim;
 
+mod disputes;
 mod refunds;
+pub(crate) use disputes::{list as list_disputes, retrieve as retrieve_dispute};
 pub(crate) use refunds::{
     cancel as cancel_refund, list as list_refunds, refund_begin, retrieve as retrieve_refund,
 };
@@ -171,6 +173,9 @@ async fn route_in_version(
 ) -> Result<Reply, DropConnection> {
     if let Some(reply) = refunds::route(sim, method, rest, query, headers, &body).await {
         return reply;
+    }
+    if let Some(reply) = disputes::route(sim, method, rest, query, &body) {
+        return Ok(reply);
     }
     Ok(match (method, rest) {
         (&Method::POST, "payment_intents") => return create(sim, headers, &body).await,

@@ -77,6 +77,7 @@ pub mod wire;
 
 mod admin;
 mod direct;
+mod dispute;
 mod engine;
 mod http;
 mod pi;
@@ -96,7 +97,11 @@ use tokio::task::JoinHandle;
 pub use capacity::{Capacity, Capacity429s, CapacityClock, CapacityTokens, CreateLatency};
 pub use clock::TimeSource;
 pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
-pub use engine::{LedgerEntry, LedgerRowView, RefundEntry, RequestCounts, KEY_TTL_MS};
+pub use dispute::{DISPUTE_CARDS, DISPUTE_REASONS, LOSING_EVIDENCE, WINNING_EVIDENCE};
+pub use engine::{
+    DisputeEntry, DisputeRequest, DisputeTiming, LedgerEntry, LedgerRowView, RefundEntry,
+    RequestCounts, KEY_TTL_MS,
+};
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::{CANCELLATION_REASONS, STATUSES, UNCAPTURED_EXPIRY_MS, VISA_MIT_CAPTURE_WINDOW_MS};
 pub use refund::{LATE_FAILURE_REASON, REFUND_REASONS};
@@ -137,6 +142,9 @@ pub struct SimConfig {
     /// (`capture_method=manual`, `cancellation_reason: automatic`), unless the card's own
     /// `capture_before` comes first (simulated time, default 7 days).
     pub uncaptured_expiry: Duration,
+    /// How long a test card's dispute takes to appear, its response window and the review of
+    /// its evidence (simulated time; default: at once, 7 days, 1 hour).
+    pub disputes: DisputeTiming,
     /// Initial fault settings (default: none).
     pub faults: FaultConfig,
     /// The account's default API version (default: the pinned `2024-06-20`): what a request
@@ -158,6 +166,7 @@ impl Default for SimConfig {
             processing_settle: Duration::from_secs(600),
             refund_settle: Duration::from_secs(600),
             uncaptured_expiry: Duration::from_millis(pi::UNCAPTURED_EXPIRY_MS as u64),
+            disputes: DisputeTiming::default(),
             time_source: None,
             start_ms: None,
             faults: FaultConfig::default(),
@@ -176,6 +185,7 @@ impl fmt::Debug for SimConfig {
             .field("processing_settle", &self.processing_settle)
             .field("refund_settle", &self.refund_settle)
             .field("uncaptured_expiry", &self.uncaptured_expiry)
+            .field("disputes", &self.disputes)
             .field(
                 "time_source",
                 &self.time_source.as_ref().map(|_| "external"),
@@ -222,6 +232,7 @@ impl StripeSim {
             dur_ms(cfg.processing_settle),
             dur_ms(cfg.refund_settle),
             dur_ms(cfg.uncaptured_expiry),
+            cfg.disputes,
         );
         engine.api_version = cfg.api_version;
         StripeSim {
@@ -437,6 +448,36 @@ impl StripeSim {
     /// How many refunds were ever created.
     pub fn refunds_created(&self) -> usize {
         self.engine().refunds.len()
+    }
+
+    /// Every dispute ever created, oldest first, as of now (a test card's waiting for its
+    /// delay is not there yet).
+    pub fn dispute_ledger(&self) -> Vec<DisputeEntry> {
+        let now = self.now_ms();
+        self.engine().dispute_ledger(now)
+    }
+
+    /// How many disputes were created.
+    pub fn disputes_created(&self) -> usize {
+        self.engine().disputes.len()
+    }
+
+    /// Disputes the charge of a succeeded PaymentIntent now, as a customer's bank does
+    /// (`POST /_sim/disputes`): the dispute's JSON, or why not (unknown intent, not succeeded,
+    /// an amount outside 1..=the charge, an unknown reason).
+    pub fn dispute_charge(&self, req: &DisputeRequest) -> Result<String, ApiError> {
+        let now = self.now_ms();
+        self.engine().dispute_charge(req, now)
+    }
+
+    /// Sets how long disputes take ([`SimConfig::disputes`]); timers already set keep theirs.
+    pub fn set_dispute_timing(&self, timing: DisputeTiming) {
+        self.engine().disputes.timing = timing;
+    }
+
+    /// How long disputes take.
+    pub fn dispute_timing(&self) -> DisputeTiming {
+        self.engine().disputes.timing
     }
 
     /// The `amount_refunded` of the charge of PaymentIntent `pi_id` (its `pending` and

@@ -204,6 +204,10 @@ pub(crate) fn test_card(pm: &str) -> Option<TestCard> {
         "pm_card_pendingRefund" | "pm_card_refundFail" | "pm_card_sim_refundRequiresAction" => {
             TestCard::Succeeds
         }
+        // Pay like a Visa, then are disputed (`crate::dispute::dispute_card`).
+        "pm_card_createDispute"
+        | "pm_card_createDisputeProductNotReceived"
+        | "pm_card_createDisputeInquiry" => TestCard::Succeeds,
         "pm_card_chargeDeclined" | "pm_card_visa_chargeDeclined" => TestCard::Declined {
             decline_code: "generic_decline",
             message: "Your card was declined.",

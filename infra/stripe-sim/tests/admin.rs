@@ -102,7 +102,7 @@ async fn ledger_stats_reset_and_forced_status() {
     assert_eq!(pis[1]["status"], "requires_payment_method");
     assert_eq!(
         v["requests"],
-        serde_json::json!({"create":2,"retrieve":1,"search":1,"cancel":0,"capture":0,"refund":0,"refund_cancel":0,"refund_read":0,"list":0})
+        serde_json::json!({"create":2,"retrieve":1,"search":1,"cancel":0,"capture":0,"refund":0,"refund_cancel":0,"refund_read":0,"list":0,"dispute_read":0,"dispute_update":0})
     );
 
     let stats = h.admin_get("stats").await;
@@ -135,7 +135,7 @@ async fn ledger_stats_reset_and_forced_status() {
     assert!(v["payment_intents"].as_array().unwrap().is_empty());
     assert_eq!(
         v["requests"],
-        serde_json::json!({"create":0,"retrieve":0,"search":0,"cancel":0,"capture":0,"refund":0,"refund_cancel":0,"refund_read":0,"list":0})
+        serde_json::json!({"create":0,"retrieve":0,"search":0,"cancel":0,"capture":0,"refund":0,"refund_cancel":0,"refund_read":0,"list":0,"dispute_read":0,"dispute_update":0})
     );
     // Keys are gone too: the same key creates anew.
     let r = h.create(Some("k1"), &visa("op-1")).await;

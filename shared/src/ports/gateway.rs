@@ -306,6 +306,9 @@ pub struct StripeRequests {
     pub refund_read: AtomicU64,
     /// Every page of `GET /v1/payment_intents` (the audit's list by creation time).
     pub list: AtomicU64,
+    /// `GET /v1/disputes/{id}` and every page of `GET /v1/disputes` (by PaymentIntent, or the
+    /// audit's by creation time).
+    pub dispute_read: AtomicU64,
     /// Answers that were Stripe's 429 (`rate_limit`), any endpoint.
     pub rate_limited: AtomicU64,
     /// What [`StripeRequests::since_last_report`] last returned, as totals.
@@ -323,13 +326,14 @@ pub struct RequestTotals {
     pub refund_create: u64,
     pub refund_read: u64,
     pub list: u64,
+    pub dispute_read: u64,
     pub rate_limited: u64,
 }
 
 impl RequestTotals {
     /// (endpoint, requests) for each endpoint, in a fixed order: the `Endpoint` dimension of
     /// the `StripeRequests` metric.
-    pub fn by_endpoint(&self) -> [(&'static str, u64); 8] {
+    pub fn by_endpoint(&self) -> [(&'static str, u64); 9] {
         [
             ("create", self.create),
             ("retrieve", self.retrieve),
@@ -339,6 +343,7 @@ impl RequestTotals {
             ("refund_create", self.refund_create),
             ("refund_read", self.refund_read),
             ("list", self.list),
+            ("dispute_read", self.dispute_read),
         ]
     }
 
@@ -360,6 +365,7 @@ impl StripeRequests {
             refund_create: n(&self.refund_create),
             refund_read: n(&self.refund_read),
             list: n(&self.list),
+            dispute_read: n(&self.dispute_read),
             rate_limited: n(&self.rate_limited),
         }
     }
@@ -379,6 +385,7 @@ impl StripeRequests {
             refund_create: d(now.refund_create, last.refund_create),
             refund_read: d(now.refund_read, last.refund_read),
             list: d(now.list, last.list),
+            dispute_read: d(now.dispute_read, last.dispute_read),
             rate_limited: d(now.rate_limited, last.rate_limited),
         };
         *last = now;
@@ -394,5 +401,6 @@ impl StripeRequests {
             + self.refund_create.load(Ordering::Relaxed)
             + self.refund_read.load(Ordering::Relaxed)
             + self.list.load(Ordering::Relaxed)
+            + self.dispute_read.load(Ordering::Relaxed)
     }
 }

@@ -137,7 +137,7 @@ impl Engine {
     }
 
     /// What the refunds of the PaymentIntent at `at` took back (`pending` and `succeeded`).
-    fn refunded_of(&mut self, at: usize, now_ms: i64) -> i64 {
+    pub(crate) fn refunded_of(&mut self, at: usize, now_ms: i64) -> i64 {
         self.refunds_of(at, now_ms)
             .iter()
             .map(|r| &self.refunds.all[*r])
@@ -169,6 +169,10 @@ impl Engine {
             Some(c) if status == "succeeded" => c.clone(),
             _ => return Err(refund::nothing_to_refund(&p.payment_intent, status)),
         };
+        // A chargeback holds the charge until it is won; an inquiry does not.
+        if let Some(refused) = self.refund_blocked_by_dispute(at, now_ms) {
+            return Err(refused);
+        }
         let held: i64 = self
             .refunds_of(at, now_ms)
             .iter()

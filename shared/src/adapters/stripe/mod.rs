@@ -38,6 +38,7 @@ use crate::ports::{
     ListPage, PaymentIntents, StripeAccount, StripeRefunds,
 };
 
+pub mod disputes;
 pub mod lists;
 pub mod refunds;
 
@@ -902,8 +903,35 @@ impl PaymentIntents for StripeGateway {
     }
 }
 
-// Disputes are read only; this gateway does not read them yet.
-impl crate::ports::StripeDisputes for StripeGateway {}
+/// Disputes are read only: a retrieve, and a PaymentIntent's list page after page.
+#[async_trait]
+impl crate::ports::StripeDisputes for StripeGateway {
+    async fn retrieve_dispute(
+        &self,
+        id: &charge_core::domain::DisputeId,
+    ) -> Result<charge_core::dispute::StripeDispute, GatewayError> {
+        // A `DisputeId` holds only letters, digits and `_` after its prefix: safe in a path.
+        let body = self
+            .get(&self.requests.dispute_read, &format!("/v1/disputes/{id}"))
+            .await?;
+        disputes::parse_dispute(&body)
+    }
+
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
+        disputes::collect_dispute_pages(|after| async move {
+            let path = format!(
+                "/v1/disputes?{}",
+                disputes::dispute_list_query(payment_intent, self.list_page_size, after.as_deref())
+            );
+            let body = self.get(&self.requests.dispute_read, &path).await?;
+            disputes::parse_dispute_list(&body)
+        })
+        .await
+    }
+}
 
 #[async_trait]
 impl StripeRefunds for StripeGateway {
@@ -972,6 +1000,22 @@ impl CreatedLists for StripeGateway {
             )
             .await?;
         parse_refund_list(&body)
+    }
+
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<charge_core::dispute::StripeDispute>, GatewayError> {
+        let body = self
+            .created_page(
+                &self.requests.dispute_read,
+                "/v1/disputes",
+                window,
+                starting_after,
+            )
+            .await?;
+        disputes::parse_dispute_list(&body)
     }
 }
 

@@ -1,0 +1,179 @@
+//! The `/v1/disputes` routes. Reads (`GET /v1/disputes/{id}`, `GET /v1/disputes`) go through the
+//! same gate as a refund's reads (its rate-limit bucket and the account's, the read faults);
+//! answers (`POST /v1/disputes/{id}` with evidence, `POST /v1/disputes/{id}/close`) through a
+//! refund create's bucket and a cancel's faults, unkeyed: an answer given twice is the same
+//! answer, refused the second time once the dispute no longer needs one.
+
+use bytes::Bytes;
+use hyper::Method;
+
+use super::gate_as;
+use super::refunds::{DEFAULT_LIMIT, MAX_LIMIT};
+use crate::capacity::Api;
+use crate::dispute::{self, DisputeUpdate};
+use crate::engine::{CreatedRange, DisputeFilter};
+use crate::faults::Endpoint;
+use crate::reply::Reply;
+use crate::wire::ApiError;
+use crate::StripeSim;
+
+/// The dispute routes; `None` for any other path.
+pub(super) fn route(
+    sim: &StripeSim,
+    method: &Method,
+    rest: &str,
+    query: &str,
+    body: &Bytes,
+) -> Option<Reply> {
+    let tail = rest.strip_prefix("disputes")?;
+    let form = || -> Vec<(String, String)> { form_urlencoded::parse(body).into_owned().collect() };
+    Some(match (method, tail) {
+        (&Method::GET, "") => list(sim, query),
+        (m, t) => {
+            let t = t.strip_prefix('/')?;
+            match (m, t.split_once('/')) {
+                (&Method::GET, None) if !t.is_empty() => retrieve(sim, t),
+                (&Method::POST, None) if !t.is_empty() => update(sim, t, &form()),
+                (&Method::POST, Some((id, "close"))) if !id.is_empty() => close(sim, id, &form()),
+                _ => Reply::error(&ApiError::unrecognized_url(
+                    method.as_str(),
+                    &format!("/v1/{rest}"),
+                )),
+            }
+        }
+    })
+}
+
+fn read_gate(sim: &StripeSim) -> Option<Reply> {
+    gate_as(sim, Api::RefundRead, Endpoint::Read, |c| {
+        c.dispute_read += 1
+    })
+}
+
+fn write_gate(sim: &StripeSim) -> Option<Reply> {
+    gate_as(sim, Api::Refund, Endpoint::Cancel, |c| {
+        c.dispute_update += 1
+    })
+}
+
+/// `GET /v1/disputes/{id}`.
+pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
+    if let Some(r) = read_gate(sim) {
+        return r;
+    }
+    let now = sim.now_ms();
+    match sim.engine().retrieve_dispute(id, now) {
+        Some(json) => Reply::text(200, json),
+        None => Reply::error(&dispute::no_such_dispute(id, "id")),
+    }
+}
+
+fn update(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
+    if let Some(r) = write_gate(sim) {
+        return r;
+    }
+    let u = match DisputeUpdate::parse(form) {
+        Ok(u) => u,
+        Err(e) => return Reply::error(&e),
+    };
+    let now = sim.now_ms();
+    match sim.engine().update_dispute(id, u, now) {
+        Ok(json) => Reply::text(200, json),
+        Err(e) => Reply::error(&e),
+    }
+}
+
+fn close(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
+    if let Some(r) = write_gate(sim) {
+        return r;
+    }
+    if let Some((k, _)) = form.iter().find(|(k, _)| !k.starts_with("expand")) {
+        return Reply::error(&ApiError::invalid(
+            "parameter_unknown",
+            k,
+            format!("Received unknown parameter: {k}"),
+        ));
+    }
+    let now = sim.now_ms();
+    match sim.engine().close_dispute(id, now) {
+        Ok(json) => Reply::text(200, json),
+        Err(e) => Reply::error(&e),
+    }
+}
+
+struct ListQuery {
+    filter: DisputeFilter,
+    created: CreatedRange,
+    limit: usize,
+    starting_after: Option<String>,
+}
+
+fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
+    let mut q = ListQuery {
+        filter: DisputeFilter::All,
+        created: CreatedRange::default(),
+        limit: DEFAULT_LIMIT,
+        starting_after: None,
+    };
+    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
+        match k.as_str() {
+            "payment_intent" => q.filter = DisputeFilter::PaymentIntent(v),
+            "charge" => q.filter = DisputeFilter::Charge(v),
+            "starting_after" => q.starting_after = Some(v),
+            "limit" => {
+                q.limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "parameter_invalid_integer",
+                            "limit",
+                            format!("Invalid limit: must be an integer from 1 to {MAX_LIMIT}"),
+                        )
+                    })?
+            }
+            _ if k.starts_with("expand") => {}
+            _ if q.created.narrow(&k, &v)? => {}
+            _ => {
+                return Err(ApiError::invalid(
+                    "parameter_unknown",
+                    &k,
+                    format!("Received unknown parameter: {k} (stripe-sim lists disputes by payment_intent, charge, created, limit and starting_after)"),
+                ))
+            }
+        }
+    }
+    Ok(q)
+}
+
+/// `GET /v1/disputes?payment_intent=…|charge=…&created[gte]=…&limit=…&starting_after=…`: newest
+/// first, current.
+pub(crate) fn list(sim: &StripeSim, query: &str) -> Reply {
+    if let Some(r) = read_gate(sim) {
+        return r;
+    }
+    let q = match parse_list(query) {
+        Ok(q) => q,
+        Err(e) => return Reply::error(&e),
+    };
+    let now = sim.now_ms();
+    let page = sim.engine().list_disputes(
+        &q.filter,
+        q.created,
+        q.limit,
+        q.starting_after.as_deref(),
+        now,
+    );
+    match page {
+        Ok(page) => Reply::text(
+            200,
+            format!(
+                "{{\"data\":[{}],\"has_more\":{},\"object\":\"list\",\"url\":\"/v1/disputes\"}}",
+                page.data.join(","),
+                page.has_more
+            ),
+        ),
+        Err(e) => Reply::error(&e),
+    }
+}
