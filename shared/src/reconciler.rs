@@ -29,6 +29,17 @@
 //! (failed, its reservation given back, `RefundFailed` published, paged), with or without an
 //! events source.
 //!
+//! An open dispute's record is due too (status `unknown`: its outcome is not known until Stripe
+//! closes it), but nothing is ever sent for it: the tick reads the dispute again at Stripe
+//! ([`reread_dispute`]), pages by the evidence deadline's rule
+//! ([`charge_core::dispute::deadline`]: `DisputeDeadlineNear` inside `DisputeDeadlinePageHours`
+//! of `due_by` with nothing submitted, `DisputeDeadlinePassed` after it), and writes what Stripe
+//! holds through the dispute's own shell ([`crate::executor::dispute::record_dispute`]: moved,
+//! settled once Stripe closed it, due again at its next read). It is never re-enqueued, and
+//! nothing is created at Stripe for it. After the due work the tick counts the open disputes
+//! and the nearest deadline for the dashboard ([`read_disputes`]: `DisputesOpen`,
+//! `DisputeNearestDeadlineHours`).
+//!
 //! Then every tick counts the REVIEW partition of the index ([`read_review`]) and reports how many
 //! operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an alarm pages
 //! while anything stays there, whichever function sent it. The count comes from the index entries
@@ -40,6 +51,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use charge_core::dispute::deadline::{
+    deadline, nearest_deadline_hours, DeadlineFacts, DeadlinePage,
+};
+use charge_core::domain::DisputeId;
 use charge_core::operation::{Operation, OperationStatus};
 use charge_core::plan::{Disposition, ReviewClass};
 use charge_core::reconcile_plan::{
@@ -49,6 +64,7 @@ use charge_core::store::{Recorded, Reschedule};
 use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
+use crate::executor::dispute::{record_dispute, DisputeRecording};
 use crate::executor::{execute, EngineDeps};
 use crate::ports::{
     IndexQuery, MetricsSink, OperationQueue, QueueError, QueuedOperation, StoreError, UnknownIndex,
@@ -178,6 +194,18 @@ pub struct TickReport {
     /// What the refund watch did this tick (its failures and unreadable records are also in
     /// `failures` and `unreadable`); `None` when the tick has no watch.
     pub refund_watch: Option<WatchReport>,
+    /// Open disputes read again at Stripe this tick (their failures are in `failures`; those
+    /// Stripe closed are in `settled`).
+    pub disputes_read: u64,
+    /// Of those, paged: needing a response with `due_by` inside the page window
+    /// (`DisputeDeadlineNear`), and past it (`DisputeDeadlinePassed`).
+    pub dispute_deadline_near: u64,
+    pub dispute_deadline_passed: u64,
+    /// Open disputes recorded, counted after the due work (`DisputesOpen`); `None` when the
+    /// tick ran out of time before it counted them all (a partial count would read as fewer).
+    pub disputes_open: Option<u64>,
+    /// The nearest `due_by` of those still needing a response (`DisputeNearestDeadlineHours`).
+    pub nearest_dispute_deadline: Option<Timestamp>,
 }
 
 impl TickReport {
@@ -200,6 +228,16 @@ impl TickReport {
                 (
                     "AuthorizationNearDeadline",
                     self.deadline_near as f64,
+                    "Count",
+                ),
+                (
+                    "DisputeDeadlineNear",
+                    self.dispute_deadline_near as f64,
+                    "Count",
+                ),
+                (
+                    "DisputeDeadlinePassed",
+                    self.dispute_deadline_passed as f64,
                     "Count",
                 ),
                 ("SendFailures", self.send_failures as f64, "Count"),
@@ -232,6 +270,20 @@ impl TickReport {
                 at,
             ));
         }
+    }
+
+    /// The open disputes' gauges, one EMF line: `DisputesOpen` and, when one still needs a
+    /// response, `DisputeNearestDeadlineHours` (negative once passed). None when the count was
+    /// cut short: a made-up 0 would hide them.
+    pub fn emit_dispute_metrics(&self, metrics: &dyn MetricsSink, at: Timestamp) {
+        let Some(open) = self.disputes_open else {
+            return;
+        };
+        let mut values = vec![("DisputesOpen", open as f64, "Count")];
+        if let Some(hours) = nearest_deadline_hours(self.nearest_dispute_deadline, at) {
+            values.push(("DisputeNearestDeadlineHours", hours, "None"));
+        }
+        metrics.emit(emf_line("reconciler", at, &values));
     }
 
     /// The REVIEW partition's metrics, one EMF line: `InReview`, `OldestInReviewAge` and the
@@ -323,6 +375,57 @@ pub async fn read_review(
     Ok(())
 }
 
+/// The open disputes at the end of the due work, for the dashboard: every dispute record of the
+/// unknown index due within the dispute plan's longest wait between reads (an open dispute is
+/// always due within it: its every write sets its next read no later), read page by page while
+/// [`REVIEW_READ_RESERVE`] is left. Its cost is the index pages and records of what is due
+/// within that day (open disputes, and authorizations and unknowns due soon), not of the table.
+/// A dispute in review is counted by `InReview`, not here.
+pub async fn read_disputes(
+    deps: &ReconcilerDeps,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    report: &mut TickReport,
+) -> Result<(), StoreError> {
+    let now = deps.charge.clock.now();
+    let horizon = now.plus(deps.charge.policy.dispute_policy().reread_at_most);
+    let (mut open, mut nearest): (u64, Option<Timestamp>) = (0, None);
+    let mut cursor = None;
+    loop {
+        if remaining() < REVIEW_READ_RESERVE {
+            warn!(
+                disputes_counted = open,
+                "out of time counting open disputes; DisputesOpen is not reported this tick"
+            );
+            return Ok(());
+        }
+        let page = deps
+            .charge
+            .store
+            .query_index(IndexQuery::DueBy(horizon), cursor.take(), deps.page_size)
+            .await?;
+        for op in &page.operations {
+            let Some(state) = op.params.dispute_state() else {
+                continue;
+            };
+            if op.status.is_settled() {
+                continue;
+            }
+            open += 1;
+            let due = state.due_by.filter(|t| t.as_millis() > 0);
+            if let Some(due) = due.filter(|_| state.status.needs_response()) {
+                nearest = Some(nearest.map_or(due, |n| n.min(due)));
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    report.disputes_open = Some(open);
+    report.nearest_dispute_deadline = nearest;
+    Ok(())
+}
+
 /// The tick's Stripe requests by endpoint (`StripeRequests`), when its gateway counts them.
 fn emit_stripe_requests(deps: &ReconcilerDeps, metrics: &dyn MetricsSink) {
     if let Some(requests) = deps.charge.gateway.requests() {
@@ -356,6 +459,8 @@ pub async fn reconcile_tick(
     // is seen to have done it (the heartbeat).
     report.emit_work_metrics(metrics, deps.charge.clock.now());
     emit_stripe_requests(deps, metrics);
+    read_disputes(deps, remaining, &mut report).await?;
+    report.emit_dispute_metrics(metrics, deps.charge.clock.now());
     read_review(deps, remaining, &mut report).await?;
     report.emit_review_metrics(metrics, deps.charge.clock.now());
     info!(
@@ -420,6 +525,12 @@ async fn work_due(
                 break 'pages;
             }
             report.examined += 1;
+            // A dispute is read again at Stripe, never sent anywhere; it is open for weeks by
+            // design (Stripe's response window, then the bank's review), so it never ages here.
+            if let Some(id) = op.kind.dispute_id() {
+                reread_dispute(deps, op, id, now, report).await;
+                continue;
+            }
             // An authorization is due to be looked at until it is captured, canceled or lapses
             // (days, by design): only an operation whose outcome is not known yet ages here, so
             // the alarm on this age means a stuck unknown, never a held authorization.
@@ -479,6 +590,95 @@ async fn handle_one(
         },
         Action::Redrive => send_again(deps, op, action, now, report).await,
         Action::Settle => settle(deps, op, report).await,
+    }
+}
+
+/// An open dispute, due: read again at Stripe (the record is written only from what Stripe
+/// answers), paged by the deadline's rule on what Stripe holds now, then written through the
+/// dispute's shell (moved, settled once closed, due again at its next read). A read or a write
+/// that fails leaves it due: the next tick tries again (`SkippedOnError`).
+#[tracing::instrument(
+    name = "dispute",
+    skip_all,
+    fields(order_id = %op.order_id, operation_id = %op.operation_id, dispute = %id)
+)]
+async fn reread_dispute(
+    deps: &ReconcilerDeps,
+    op: &Operation,
+    id: &DisputeId,
+    now: Timestamp,
+    report: &mut TickReport,
+) {
+    report.disputes_read += 1;
+    let dispute = match deps.charge.gateway.retrieve_dispute(id).await {
+        Ok(dispute) => dispute,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot read the dispute at Stripe this tick; it stays due");
+            report.skipped += 1;
+            report.failures += 1;
+            return;
+        }
+    };
+    let policy = &deps.charge.policy;
+    let rule = deadline(
+        &DeadlineFacts::of(&dispute),
+        now,
+        policy.dispute_page_window,
+    );
+    let due_by = dispute.due_by.map(|t| t.to_rfc3339());
+    match rule.page {
+        Some(DeadlinePage::Near { draft_saved }) => {
+            report.dispute_deadline_near += 1;
+            error!(decision = "page", dispute_status = %dispute.status, due_by, draft_saved,
+                amount = dispute.amount, currency = %dispute.currency, reason = %dispute.reason,
+                "dispute deadline is near and no evidence is submitted: answer it in Stripe's \
+                 dashboard (Payments > Disputes) before due_by; chargectl show <order_id>");
+        }
+        Some(DeadlinePage::Passed) => {
+            report.dispute_deadline_passed += 1;
+            error!(decision = "page", dispute_status = %dispute.status, due_by,
+                amount = dispute.amount, currency = %dispute.currency,
+                "dispute deadline passed with no evidence submitted: Stripe closes it lost; \
+                 check it in Stripe's dashboard (Payments > Disputes); chargectl show <order_id>");
+        }
+        None => {}
+    }
+    match record_dispute(
+        &*deps.charge.store,
+        &op.order_id,
+        &dispute,
+        now,
+        &policy.dispute_policy(),
+    )
+    .await
+    {
+        Ok(DisputeRecording::Written {
+            record,
+            sent_to_review,
+            ..
+        }) => {
+            info!(decision = "dispute", status = %record.status, dispute_status = %dispute.status,
+                next_due_at = ?record.next_due_at.map(|t| t.to_rfc3339()), "dispute read again and recorded as Stripe holds it");
+            if record.status.is_settled() {
+                report.settled += 1;
+            }
+            if let Some(class) = sent_to_review {
+                report.sent_to_review += 1;
+                *report.review_classes.entry(class).or_default() += 1;
+            }
+        }
+        Ok(DisputeRecording::Unchanged(why)) => {
+            info!(
+                decision = "dispute",
+                reason = why.as_str(),
+                "dispute read again; nothing to write"
+            );
+        }
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot record the dispute this tick; it stays due");
+            report.skipped += 1;
+            report.failures += 1;
+        }
     }
 }
 

@@ -102,6 +102,10 @@ pub async fn handle(
         "in_review_complete": report.review_complete,
         "unreadable_in_review": report.unreadable_in_review,
         "oldest_in_review_age_secs": report.oldest_in_review_age.as_secs(),
+        "disputes_read": report.disputes_read,
+        "dispute_deadline_near": report.dispute_deadline_near,
+        "dispute_deadline_passed": report.dispute_deadline_passed,
+        "disputes_open": report.disputes_open,
         "pages": report.pages,
         "stopped_early": report.stopped_early,
     }))
@@ -183,8 +187,12 @@ mod tests {
         assert!(queue.is_empty());
         assert_eq!(
             metrics.lines().len(),
-            2,
-            "the due work's line and the REVIEW partition's, no review class"
+            3,
+            "the due work's line, the open disputes' and the REVIEW partition's, no review class"
+        );
+        assert_eq!(
+            metrics.sum("DisputesOpen", &[("Function", "reconciler")]),
+            0.0
         );
         assert_eq!(metrics.sum("Ticks", &[("Function", "reconciler")]), 1.0);
         assert_eq!(metrics.sum("InReview", &[("Function", "reconciler")]), 0.0);
@@ -200,7 +208,7 @@ mod tests {
         assert_eq!(out["reenqueued"], 1);
         assert_eq!(queue.len(), 1);
         // Re-enqueued counts as `Redriven`, through the function's sink.
-        assert_eq!(metrics.lines().len(), 4);
+        assert_eq!(metrics.lines().len(), 6);
         assert_eq!(metrics.sum("Redriven", &[("Function", "reconciler")]), 1.0);
     }
 }

@@ -712,6 +712,19 @@ impl CreatedLists for FakeGateway {
             .collect();
         Ok(ListPage { items, next: None })
     }
+
+    /// Every dispute opened in the window, newest first, on one page.
+    async fn list_disputes_created(
+        &self,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<charge_core::dispute::StripeDispute>, GatewayError> {
+        self.calls.dispute_read.fetch_add(1, Ordering::SeqCst);
+        let st = self.lock();
+        let ids = newest_first(&st.created, st.disputes.keys(), window, starting_after);
+        let items = ids.iter().map(|id| st.disputes[*id].clone()).collect();
+        Ok(ListPage { items, next: None })
+    }
 }
 
 /// The ids made in `window` (by `created`), newest first (by time, then by the number in the
