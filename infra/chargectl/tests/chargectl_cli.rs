@@ -2282,28 +2282,39 @@ async fn resolve_and_redrive_refuse_a_dispute_and_write_nothing() {
     let f = Fixture::new().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
     let queue_url = fresh_fifo_queue(&sqs).await;
+    let stripe = Stripe::new().await;
     let charge = charged(&f.store, &unique("o-disputed")).await;
     let dp = disputed(&f.store, &charge, "dp_cli_2").await;
     let id = dp.operation_id.to_string();
 
-    for args in [
-        vec![
-            "resolve",
-            &id,
-            "--failed",
-            "--note",
-            "the customer withdrew it",
-        ],
-        vec![
-            "--queue-url",
-            &queue_url,
-            "redrive",
-            &id,
-            "--note",
-            "read it again",
-        ],
+    for (with_stripe, args) in [
+        (
+            true,
+            vec![
+                "resolve",
+                &id,
+                "--failed",
+                "--note",
+                "the customer withdrew it",
+            ],
+        ),
+        (
+            false,
+            vec![
+                "--queue-url",
+                &queue_url,
+                "redrive",
+                &id,
+                "--note",
+                "read it again",
+            ],
+        ),
     ] {
-        let out = f.run(&args);
+        let out = if with_stripe {
+            f.run_with(&stripe, &args)
+        } else {
+            f.run(&args)
+        };
         assert_exit(&out, 1);
         let err = stderr(&out);
         assert!(
