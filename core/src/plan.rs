@@ -40,6 +40,9 @@ pub struct Policy {
     /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
     /// one pages: the time a person has to capture or cancel it before the money is lost.
     pub authorization_page_lead: Duration,
+    /// When an open dispute is read again at Stripe ([`crate::dispute::plan::DisputePolicy`]:
+    /// the deadline page window, the template's `DisputeDeadlinePageHours`).
+    pub dispute: crate::dispute::plan::DisputePolicy,
 }
 
 impl Default for Policy {
@@ -54,6 +57,7 @@ impl Default for Policy {
             unknown_backoff_max: Duration::from_secs(3600),
             stuck_after: Duration::from_secs(72 * 3600),
             authorization_page_lead: Duration::from_secs(12 * 3600),
+            dispute: Default::default(),
         }
     }
 }
