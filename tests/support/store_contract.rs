@@ -1924,6 +1924,8 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     let DisputeRecorded::Written(under_review) = store.record_dispute(&moved).await.unwrap() else {
         panic!("written")
     };
+    // The store's write is the rule's change, attribute for attribute.
+    assert_eq!(under_review, store_rules::apply(&record, &moved).unwrap());
     assert_eq!(
         under_review.params.dispute_state().unwrap().status.as_str(),
         "under_review"
@@ -1936,9 +1938,16 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     else {
         panic!("a settle")
     };
+    let charge_before = store.get(&charge.key()).await.unwrap().unwrap();
     let DisputeRecorded::Written(settled) = store.record_dispute(&settle).await.unwrap() else {
         panic!("written")
     };
+    assert_eq!(settled, store_rules::apply(&under_review, &settle).unwrap());
+    let on_charge = settle.on_charge.as_ref().expect("the charge's side");
+    assert_eq!(
+        store.get(&charge.key()).await.unwrap().unwrap(),
+        store_rules::apply(&charge_before, on_charge).unwrap()
+    );
     assert_eq!(
         (
             settled.status,
