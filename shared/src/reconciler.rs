@@ -394,7 +394,7 @@ pub async fn read_disputes(
     report: &mut TickReport,
 ) -> Result<(), StoreError> {
     let now = deps.charge.clock.now();
-    let horizon = now.plus(deps.charge.policy.dispute_policy().reread_at_most);
+    let horizon = now.plus(deps.charge.policy.dispute.reread_at_most);
     let (mut open, mut nearest): (u64, Option<Timestamp>) = (0, None);
     let mut cursor = None;
     loop {
@@ -630,7 +630,7 @@ async fn reread_dispute(
     let rule = deadline(
         &DeadlineFacts::of(&dispute),
         now,
-        policy.dispute_page_window,
+        policy.dispute.page_window,
     );
     let due_by = dispute.due_by.map(|t| t.to_rfc3339());
     match rule.page {
@@ -655,7 +655,7 @@ async fn reread_dispute(
         &op.order_id,
         &dispute,
         now,
-        &policy.dispute_policy(),
+        &policy.dispute,
     )
     .await
     {

@@ -91,7 +91,7 @@ impl World {
             &op.order_id,
             &dispute,
             self.clock.now(),
-            &self.deps.charge.policy.dispute_policy(),
+            &self.deps.charge.policy.dispute,
         )
         .await
         .unwrap() else {

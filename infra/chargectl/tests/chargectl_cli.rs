@@ -2185,7 +2185,7 @@ async fn disputed(store: &DynamoStore, charge: &Operation, dp: &str) -> Operatio
         &charge.order_id,
         &d,
         SystemClock.now(),
-        &charge_core::plan::Policy::default().dispute_policy(),
+        &charge_core::plan::Policy::default().dispute,
     )
     .await
     .unwrap();
