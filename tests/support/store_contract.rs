@@ -1106,6 +1106,14 @@ pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn 
     let charge = succeeded_charge(&store, "contract-disputes-of", 1000).await;
     let other = succeeded_charge(&store, "contract-disputes-of-2", 1000).await;
     let policy = charge_core::plan::Policy::default().dispute;
+    // A refund of the same order (made before the disputes: the door refuses one after) is not
+    // a dispute.
+    let current = store.get(&charge.key()).await.unwrap().unwrap();
+    let (refund, reserve) = refund_of(&current, "r-a", Some(100)).unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     for (c, id) in [(&charge, "dp_b"), (&charge, "dp_a"), (&other, "dp_c")] {
         let mut d = charge_core::testing::stripe_dispute(id, "pi_contract");
         d.amount = 100;
@@ -1123,13 +1131,6 @@ pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn 
             charge_once::executor::dispute::DisputeRecording::Written { created: true, .. }
         ));
     }
-    // A refund of the same order is not a dispute.
-    let current = store.get(&charge.key()).await.unwrap().unwrap();
-    let (refund, reserve) = refund_of(&current, "r-a", Some(100)).unwrap();
-    store
-        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
-        .await
-        .unwrap();
     let listed: Vec<String> = store
         .disputes_of(&charge.order_id)
         .await
