@@ -74,6 +74,7 @@ use crate::telemetry::{
     emf_line, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
     ErrorChain,
 };
+use charge_core::dispute::plan::Unchanged;
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -673,6 +674,19 @@ async fn reread_dispute(
                 report.sent_to_review += 1;
                 *report.review_classes.entry(class).or_default() += 1;
             }
+        }
+        // A record that exists but that the plan no longer calls ours, or cannot hold, was
+        // written by hand or by a bug: it would stay due and be read every tick, so it is
+        // counted as a failure (SkippedOnError pages) for a person to look at.
+        Ok(DisputeRecording::Unchanged(
+            why @ (Unchanged::NotOurs | Unchanged::Unrecordable(_)),
+        )) => {
+            error!(decision = "skip", reason = why.as_str(), dispute_status = %dispute.status,
+                "a recorded dispute the plan cannot write: its charge no longer names the \
+                 dispute's PaymentIntent, or Stripe's amount cannot be held; it stays due \
+                 (chargectl show <order_id>)");
+            report.skipped += 1;
+            report.failures += 1;
         }
         Ok(DisputeRecording::Unchanged(why)) => {
             info!(
