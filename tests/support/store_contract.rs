@@ -1879,6 +1879,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     else {
         panic!("a create")
     };
+    let record = *record;
     let created = store
         .create_beside(&record, ChargeClaim::Dispute(&on_charge))
         .await
@@ -1925,7 +1926,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
         panic!("written")
     };
     // The store's write is the rule's change, attribute for attribute.
-    assert_eq!(under_review, store_rules::apply(&record, &moved).unwrap());
+    assert_eq!(under_review, store_rules::apply(&record, &*moved).unwrap());
     assert_eq!(
         under_review.params.dispute_state().unwrap().status.as_str(),
         "under_review"
@@ -1942,7 +1943,10 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     let DisputeRecorded::Written(settled) = store.record_dispute(&settle).await.unwrap() else {
         panic!("written")
     };
-    assert_eq!(settled, store_rules::apply(&under_review, &settle).unwrap());
+    assert_eq!(
+        settled,
+        store_rules::apply(&under_review, &*settle).unwrap()
+    );
     let on_charge = settle.on_charge.as_ref().expect("the charge's side");
     assert_eq!(
         store.get(&charge.key()).await.unwrap().unwrap(),
