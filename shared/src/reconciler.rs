@@ -541,8 +541,9 @@ async fn work_due(
             }
             // An authorization is due to be looked at until it is captured, canceled or lapses
             // (days, by design): only an operation whose outcome is not known yet ages here, so
-            // the alarm on this age means a stuck unknown, never a held authorization.
-            if op.status != OperationStatus::Authorized {
+            // the alarm on this age means a stuck unknown, never a held authorization. Nor an
+            // open dispute: its weeks are the bank's, watched by its evidence deadline.
+            if op.status != OperationStatus::Authorized && op.kind.dispute_id().is_none() {
                 report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
             }
             let action = plan(op, now, &deps.charge.policy);
@@ -588,6 +589,13 @@ async fn handle_one(
     report: &mut TickReport,
 ) {
     match action {
+        Action::Skip if op.kind.dispute_id().is_some() => {
+            info!(
+                decision = "skip",
+                "a dispute: never queued, read again at Stripe"
+            );
+            report.skipped += 1;
+        }
         Action::Skip => {
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
@@ -1018,6 +1026,31 @@ mod tests {
             };
             assert_eq!(report.oldest_due_age, expected, "{status:?}");
         }
+    }
+
+    /// An open dispute due in the index is never put on the queue (it has no message and no
+    /// key) and does not age the oldest-unsettled figure; nothing is sent, the record untouched.
+    /// Its twin, an unknown charge as old, is re-driven and ages it (the test above).
+    #[tokio::test]
+    async fn an_open_dispute_is_never_queued_nor_ages_the_oldest_unsettled_figure() {
+        use charge_core::dispute::state::{DisputeParams, DisputeState};
+        let now = T0.plus(Duration::from_secs(30 * 3600));
+        let store = Arc::new(MemoryStore::new());
+        let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        let op = Operation::new_dispute(
+            charge_core::domain::OrderId::parse("order-disputed").unwrap(),
+            DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+            DisputeState::of(&d, true),
+            T0,
+            T0.plus(Duration::from_secs(3600)),
+        );
+        store.put_for_tests(op.clone());
+        let queue = Arc::new(Queue::default());
+        let report = tick_with(store.clone(), queue.clone(), now).await;
+        assert_eq!((report.examined, report.skipped), (1, 1), "{report:?}");
+        assert_eq!(report.oldest_due_age, Duration::ZERO);
+        assert!(queue.sent.lock().unwrap().is_empty());
+        assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
     }
 
     async fn stored() -> (MemoryStore, Operation) {

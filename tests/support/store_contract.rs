@@ -1924,6 +1924,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     else {
         panic!("a create")
     };
+    let record = *record;
     let created = store
         .create_beside(&record, ChargeClaim::Dispute(&on_charge))
         .await
@@ -1970,7 +1971,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
         panic!("written")
     };
     // The store's write is the rule's change, attribute for attribute.
-    assert_eq!(under_review, store_rules::apply(&record, &moved).unwrap());
+    assert_eq!(under_review, store_rules::apply(&record, &*moved).unwrap());
     assert_eq!(
         under_review.params.dispute_state().unwrap().status.as_str(),
         "under_review"
@@ -1987,7 +1988,10 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     let DisputeRecorded::Written(settled) = store.record_dispute(&settle).await.unwrap() else {
         panic!("written")
     };
-    assert_eq!(settled, store_rules::apply(&under_review, &settle).unwrap());
+    assert_eq!(
+        settled,
+        store_rules::apply(&under_review, &*settle).unwrap()
+    );
     let on_charge = settle.on_charge.as_ref().expect("the charge's side");
     assert_eq!(
         store.get(&charge.key()).await.unwrap().unwrap(),
