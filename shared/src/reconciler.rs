@@ -541,9 +541,9 @@ async fn work_due(
             }
             // An authorization is due to be looked at until it is captured, canceled or lapses
             // (days, by design): only an operation whose outcome is not known yet ages here, so
-            // the alarm on this age means a stuck unknown, never a held authorization. Nor an
-            // open dispute: its weeks are the bank's, watched by its evidence deadline.
-            if op.status != OperationStatus::Authorized && op.kind.dispute_id().is_none() {
+            // the alarm on this age means a stuck unknown, never a held authorization (nor an open
+            // dispute, read again above: its weeks are the bank's, watched by its deadline).
+            if op.status != OperationStatus::Authorized {
                 report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
             }
             let action = plan(op, now, &deps.charge.policy);
@@ -589,13 +589,6 @@ async fn handle_one(
     report: &mut TickReport,
 ) {
     match action {
-        Action::Skip if op.kind.dispute_id().is_some() => {
-            info!(
-                decision = "skip",
-                "a dispute: never queued, read again at Stripe"
-            );
-            report.skipped += 1;
-        }
         Action::Skip => {
             info!(decision = "skip", "leased by another execution");
             report.skipped += 1;
@@ -1030,7 +1023,9 @@ mod tests {
 
     /// An open dispute due in the index is never put on the queue (it has no message and no
     /// key) and does not age the oldest-unsettled figure; nothing is sent, the record untouched.
-    /// Its twin, an unknown charge as old, is re-driven and ages it (the test above).
+    /// Its twin, an unknown charge as old, is re-driven and ages it (the test above). (The tick
+    /// reads it again at Stripe; this fake holds no such dispute, so the read fails, counted:
+    /// the re-read itself is `shared/tests/reconciler_disputes.rs`.)
     #[tokio::test]
     async fn an_open_dispute_is_never_queued_nor_ages_the_oldest_unsettled_figure() {
         use charge_core::dispute::state::{DisputeParams, DisputeState};
@@ -1048,6 +1043,11 @@ mod tests {
         let queue = Arc::new(Queue::default());
         let report = tick_with(store.clone(), queue.clone(), now).await;
         assert_eq!((report.examined, report.skipped), (1, 1), "{report:?}");
+        assert_eq!(
+            (report.disputes_read, report.failures),
+            (1, 1),
+            "{report:?}"
+        );
         assert_eq!(report.oldest_due_age, Duration::ZERO);
         assert!(queue.sent.lock().unwrap().is_empty());
         assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
