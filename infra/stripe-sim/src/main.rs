@@ -157,9 +157,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 out.cfg.uncaptured_expiry = Duration::from_secs(num(&value)?)
             }
             "--dispute-delay-secs" => out.cfg.disputes.delay_ms = secs_ms(num(&value)?),
-            "--dispute-window-secs" => {
-                out.cfg.disputes.response_window_ms = secs_ms(num(&value)?)
-            }
+            "--dispute-window-secs" => out.cfg.disputes.response_window_ms = secs_ms(num(&value)?),
             "--dispute-review-secs" => out.cfg.disputes.review_ms = secs_ms(num(&value)?),
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
             "--api-version" => {
