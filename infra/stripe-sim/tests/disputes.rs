@@ -185,6 +185,14 @@ async fn a_test_card_dispute_is_answered_and_won() {
         answered["evidence"]["uncategorized_text"],
         "winning_evidence"
     );
+    assert_eq!(
+        (
+            answered["evidence"]["customer_name"].clone(),
+            answered["evidence"].as_object().map(|e| e.len())
+        ),
+        (Value::Null, Some(27)),
+        "every evidence field, null until given"
+    );
     assert_eq!(answered["evidence_details"]["has_evidence"], true);
     assert_eq!(answered["evidence_details"]["submission_count"], 1);
     assert_eq!(kinds(&events(&h.sim)), ["charge.dispute.updated"]);
