@@ -40,9 +40,9 @@ pub struct Policy {
     /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
     /// one pages: the time a person has to capture or cancel it before the money is lost.
     pub authorization_page_lead: Duration,
-    /// When an open dispute is read again at Stripe ([`crate::dispute::plan::DisputePolicy`]:
-    /// the deadline page window, the template's `DisputeDeadlinePageHours`).
-    pub dispute: crate::dispute::plan::DisputePolicy,
+    /// When an open dispute is read again at Stripe ([`crate::dispute::DisputePolicy`]: the
+    /// deadline page window, the template's `DisputeDeadlinePageHours`).
+    pub dispute: crate::dispute::DisputePolicy,
 }
 
 impl Default for Policy {

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod state;
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::domain::{DisputeId, PaymentIntentId, StripeChargeId};
 use crate::time::Timestamp;
@@ -114,4 +115,26 @@ pub struct StripeDispute {
     pub balance_transactions: u32,
     pub livemode: bool,
     pub created: Timestamp,
+}
+
+/// The timings of the dispute plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisputePolicy {
+    /// How long before `due_by` an open dispute is read again (the template's
+    /// `DisputeDeadlinePageHours`): the page is raised from that read.
+    pub page_window: Duration,
+    /// The longest an open dispute waits before it is read again, with or without events.
+    pub reread_at_most: Duration,
+    /// The shortest: a dispute inside its page window is read again this often, not every tick.
+    pub reread_at_least: Duration,
+}
+
+impl Default for DisputePolicy {
+    fn default() -> Self {
+        Self {
+            page_window: Duration::from_secs(72 * 3600),
+            reread_at_most: Duration::from_secs(24 * 3600),
+            reread_at_least: Duration::from_secs(3600),
+        }
+    }
 }
