@@ -6,7 +6,8 @@
 mod spec;
 
 use charge_core::domain::{
-    Amount, ChargeParams, Currency, OperationId, OperationKind, Principal, RefundId,
+    Amount, ChargeParams, Currency, DisputeId, OperationId, OperationKind, OrderId, Principal,
+    RefundId,
 };
 use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::refund::{
@@ -28,6 +29,7 @@ fn variant(then: &Result<i64, RefundRefusal>) -> &'static str {
         Err(RefundRefusal::NoCharge) => "NoCharge",
         Err(RefundRefusal::NotSucceeded(_)) => "NotSucceeded",
         Err(RefundRefusal::NoPaymentIntent) => "NoPaymentIntent",
+        Err(RefundRefusal::Disputed { .. }) => "Disputed",
         Err(RefundRefusal::NothingLeft) => "NothingLeft",
         Err(RefundRefusal::OverWhatIsLeft { .. }) => "OverWhatIsLeft",
         Err(RefundRefusal::Indivisible(_)) => "Indivisible",
@@ -39,6 +41,7 @@ const OUTCOMES: &[&str] = &[
     "NoCharge",
     "NotSucceeded",
     "NoPaymentIntent",
+    "Disputed",
     "NothingLeft",
     "OverWhatIsLeft",
     "Indivisible",
@@ -52,6 +55,10 @@ fn a_table_missing_an_outcome_is_caught() {
         Err(RefundRefusal::NoCharge),
         Err(RefundRefusal::NotSucceeded(OperationStatus::Failed)),
         Err(RefundRefusal::NoPaymentIntent),
+        Err(RefundRefusal::Disputed {
+            order_id: OrderId::parse("ord-r").unwrap(),
+            dispute: DisputeId::parse("dp_1").unwrap(),
+        }),
         Err(RefundRefusal::NothingLeft),
     ];
     assert_eq!(
@@ -92,7 +99,34 @@ fn reserve_table() {
         .external_id("pi_r")
         .build();
     kwd.next_due_at = None;
-    let rows: [ReserveRow; 12] = [
+    let disputed = |refundable: bool| {
+        let mut op = charge(0);
+        let state = op.params.charge_state_mut().unwrap();
+        state.disputed_by = Some(DisputeId::parse("dp_1").unwrap());
+        state.dispute_refundable = refundable;
+        op
+    };
+    let rows: [ReserveRow; 14] = [
+        Row {
+            says: "an open dispute Stripe says leaves the charge unrefundable: refused, naming \
+                   it (Stripe would refuse, and a lost dispute beside a refund pays twice)",
+            found: disputed(false),
+            input: Some(400),
+            now: (),
+            next: (),
+            then: Err(RefundRefusal::Disputed {
+                order_id: OrderId::parse("ord-r").unwrap(),
+                dispute: DisputeId::parse("dp_1").unwrap(),
+            }),
+        },
+        Row {
+            says: "its twin, an inquiry (Stripe says still refundable): the refund goes through",
+            found: disputed(true),
+            input: Some(400),
+            now: (),
+            next: (),
+            then: Ok(400),
+        },
         Row {
             says: "a partial refund of a succeeded charge reserves what it asks",
             found: charge(0),

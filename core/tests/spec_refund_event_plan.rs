@@ -345,7 +345,9 @@ fn variant(then: &Then) -> &'static str {
             EventMismatch::StatusContradicted => "Mismatch(StatusContradicted)",
             EventMismatch::Intent(_)
             | EventMismatch::UnknownPaymentIntent
-            | EventMismatch::UnknownRefund => "Mismatch(not this rule's)",
+            | EventMismatch::UnknownRefund
+            | EventMismatch::UnknownDispute
+            | EventMismatch::DisputeUnrecordable => "Mismatch(not this rule's)",
         },
     }
 }

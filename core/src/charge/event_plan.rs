@@ -45,6 +45,11 @@ pub enum EventMismatch {
     RefundNotOurs,
     /// Stripe has no such refund.
     UnknownRefund,
+    /// Stripe has no such dispute (a dispute event naming one Stripe does not hold).
+    UnknownDispute,
+    /// Stripe's dispute holds an amount or currency no record can hold: nothing written, a
+    /// person looks.
+    DisputeUnrecordable,
 }
 
 impl EventMismatch {
@@ -55,6 +60,8 @@ impl EventMismatch {
             EventMismatch::UnknownPaymentIntent => "unknown_payment_intent",
             EventMismatch::RefundNotOurs => "refund_not_ours",
             EventMismatch::UnknownRefund => "unknown_refund",
+            EventMismatch::UnknownDispute => "unknown_dispute",
+            EventMismatch::DisputeUnrecordable => "dispute_unrecordable",
         }
     }
 }

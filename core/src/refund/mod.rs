@@ -29,7 +29,7 @@ use std::fmt;
 
 use self::request::{RefundParams, RefundRequest};
 use crate::domain::OperationKind;
-use crate::domain::{Amount, ChargeParams, StripeRefundId, ValidationError};
+use crate::domain::{Amount, ChargeParams, DisputeId, OrderId, StripeRefundId, ValidationError};
 use crate::operation::{Operation, OperationStatus};
 use crate::store::ReserveRefund;
 use crate::time::Timestamp;
@@ -131,6 +131,17 @@ pub enum RefundRefusal {
     NotSucceeded(OperationStatus),
     #[error("the order's charge has no PaymentIntent recorded")]
     NoPaymentIntent,
+    /// The charge's open dispute leaves it unrefundable (Stripe says so: funds withdrawn):
+    /// Stripe would refuse the refund (`charge_disputed`), and a refund paid beside a lost
+    /// dispute would pay the customer twice. An inquiry lets a refund through.
+    #[error(
+        "order {order_id} has an open dispute {dispute}: Stripe does not refund a disputed \
+         charge; answer the dispute in Stripe's dashboard (Payments → Disputes)"
+    )]
+    Disputed {
+        order_id: OrderId,
+        dispute: DisputeId,
+    },
     #[error("the order's charge is refunded in full: nothing is left to refund")]
     NothingLeft,
     #[error("amount {asked} is over what is left to refund, {left} (minor units)")]
@@ -167,6 +178,16 @@ pub fn reserve(
         .external_id
         .clone()
         .ok_or(RefundRefusal::NoPaymentIntent)?;
+    if let Some(dispute) = charge
+        .params
+        .charge_state()
+        .and_then(|s| s.refund_blocked_by())
+    {
+        return Err(RefundRefusal::Disputed {
+            order_id: charge.order_id.clone(),
+            dispute: dispute.clone(),
+        });
+    }
     let left = refundable(charge);
     if left <= 0 {
         return Err(RefundRefusal::NothingLeft);

@@ -635,6 +635,74 @@ mod tests {
         assert_eq!(ids, ["refund-1", "refund-2"], "{charge}");
     }
 
+    /// What Stripe holds of a dispute `status` of ord-1001's whole charge (`pi_1001`).
+    fn stripe_dispute(status: &str) -> charge_core::dispute::StripeDispute {
+        use charge_core::dispute::{DisputeStatus, StripeDispute};
+        use charge_core::domain::{DisputeId, PaymentIntentId, StripeChargeId};
+        let status = DisputeStatus::parse(status);
+        StripeDispute {
+            id: DisputeId::parse("dp_1001").unwrap(),
+            charge: StripeChargeId::parse("ch_1001").unwrap(),
+            payment_intent: Some(PaymentIntentId::parse("pi_1001").unwrap()),
+            amount: 1250,
+            currency: "usd".into(),
+            reason: "fraudulent".into(),
+            is_charge_refundable: status.is_inquiry(),
+            balance_transactions: u32::from(!status.is_inquiry()),
+            status,
+            due_by: Some(Timestamp::from_millis(1_800_600_000_000)),
+            has_evidence: false,
+            livemode: false,
+            created: Timestamp::from_millis(1_800_000_000_000),
+        }
+    }
+
+    /// A refund asked while the order's charge has an open dispute Stripe says leaves it
+    /// unrefundable is refused, 409 `disputed`, naming the dispute and where it is answered;
+    /// nothing is written. Its twin: the same refund while the dispute is an inquiry (Stripe
+    /// says still refundable) is accepted.
+    #[tokio::test]
+    async fn a_refund_of_a_disputed_order_is_refused_and_of_an_inquiry_accepted() {
+        use charge_core::dispute::plan::DisputePolicy;
+        use charge_once::executor::dispute::record_dispute;
+        let now = Timestamp::from_millis(1_800_000_100_000);
+        let order = charge_core::domain::OrderId::parse("ord-1001").unwrap();
+        for (status, accepted) in [("needs_response", false), ("warning_needs_response", true)] {
+            let f = fixture();
+            charged(&f).await;
+            let dispute = stripe_dispute(status);
+            record_dispute(
+                f.store.as_ref(),
+                &order,
+                &dispute,
+                now,
+                &DisputePolicy::default(),
+            )
+            .await
+            .unwrap();
+            let before = f.store.all();
+            let (code, body) = call(&f, refund_event("r-1", json!({"amount": 500}))).await;
+            if accepted {
+                assert_eq!(code, 202, "{status}: {body}");
+                assert_eq!(f.store.all().len(), before.len() + 1, "the refund recorded");
+            } else {
+                assert_eq!(
+                    (code, &body["error"]["code"]),
+                    (409, &json!("disputed")),
+                    "{status}: {body}"
+                );
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(
+                    message.contains("ord-1001")
+                        && message.contains("dp_1001")
+                        && message.contains("Stripe's dashboard"),
+                    "{message}"
+                );
+                assert_eq!(f.store.all(), before, "nothing written");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_refund_over_what_is_left_or_of_no_succeeded_charge_writes_nothing() {
         let f = fixture();

@@ -13,6 +13,7 @@
 //! | 200 (same body) | the same refund id again, same body, same caller | nothing written; still `pending`, the message is sent again |
 //! | 409 `refund_conflict` | the same refund id with another body, or another caller's | nothing |
 //! | 409 `charge_not_succeeded` | the order's charge is not `succeeded` (pending, unknown, failed): only money taken is refunded | nothing |
+//! | 409 `disputed` | the charge has an open dispute Stripe says leaves it unrefundable (funds withdrawn; an inquiry lets the refund through): the dispute is answered in Stripe's dashboard | nothing |
 //! | 409 `nothing_left_to_refund` / `over_refund` | the charge is refunded in full / the amount is over what is left (`left` in the body) | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
 //! | 400 | invalid `refund_id`, `amount` (a positive integer of minor units, in the digits Stripe refunds in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds) or `reason` | nothing |
@@ -112,6 +113,7 @@ impl Beside for Refund {
                 error(409, "charge_not_succeeded", &message, None)
             }
             RefundRefusal::NothingLeft => error(409, "nothing_left_to_refund", &message, None),
+            RefundRefusal::Disputed { .. } => error(409, "disputed", &message, None),
             // Stripe would refuse it (400); refused here, the same 400 as a checkout's amount.
             RefundRefusal::Indivisible(problem) => invalid(vec![problem]),
             RefundRefusal::OverWhatIsLeft { left, .. } => {

@@ -676,6 +676,186 @@ mod tests {
         serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// A Stripe dispute event of `kind` naming `dispute`, claiming `claimed` for it, in the
+    /// EventBridge envelope a Stripe event destination sends (no signature to forge there).
+    fn dispute_event(event_id: &str, kind: &str, dispute: &str, claimed: &str) -> Value {
+        let detail = json!({
+            "id": event_id,
+            "object": "event",
+            "type": format!("charge.dispute.{kind}"),
+            "data": {"object": {
+                "id": dispute,
+                "object": "dispute",
+                "status": claimed,
+                "amount": 1,
+                "payment_intent": "pi_forged",
+            }},
+        });
+        json!({
+            "version": "0",
+            "id": format!("eb-{event_id}"),
+            "detail-type": detail["type"],
+            "source": "aws.partner/stripe.com/ed_test_61SampleDestination",
+            "account": "123456789012",
+            "time": "2027-01-15T08:00:00Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": detail,
+        })
+    }
+
+    /// ord-dispute's charge of 1250 usd, succeeded as `pi_disputed` at the fake Stripe, which
+    /// holds it with our metadata.
+    async fn disputed_charge(f: &Fixture) -> Operation {
+        let mut op = charge_core::testing::order("ord-dispute")
+            .status(OperationStatus::Succeeded)
+            .external_id("pi_disputed")
+            .at(f.clock.now())
+            .build();
+        op.next_due_at = None;
+        f.store.put_for_tests(op.clone());
+        f.gateway.insert_intent_as(
+            &PaymentIntentId::parse("pi_disputed").unwrap(),
+            FakeGateway::charge_for(&op, PaymentIntentStatus::Succeeded),
+        );
+        op
+    }
+
+    fn dispute_key(id: &str) -> charge_core::operation::OperationKey {
+        charge_core::operation::OperationKey::of_kind(
+            charge_core::domain::OrderId::parse("ord-dispute").unwrap(),
+            charge_core::domain::OperationKind::Dispute(
+                charge_core::domain::DisputeId::parse(id).unwrap(),
+            ),
+        )
+    }
+
+    /// A dispute event is a hint: the dispute is retrieved at Stripe, found under its order by
+    /// its intent, and recorded as Stripe holds it — the event claimed `won` and an amount of 1,
+    /// Stripe holds it `needs_response` for the whole 1250, and that is what is written (the
+    /// charge's reservation and its open dispute in the same write). Stripe closing it `won`
+    /// settles it `failed` with the reservation back; the same news again changes nothing.
+    #[tokio::test]
+    async fn a_dispute_event_records_what_stripe_holds_not_what_it_claims() {
+        use charge_core::dispute::DisputeStatus;
+        let f = fixture();
+        let charge = disputed_charge(&f).await;
+        let pi = PaymentIntentId::parse("pi_disputed").unwrap();
+        let due = f.clock.now().plus(Duration::from_secs(10 * 24 * 3600));
+        f.gateway
+            .open_dispute("dp_1", &pi, DisputeStatus::NeedsResponse, Some(due));
+        let out = call_eventbridge(&f, dispute_event("evt_d1", "created", "dp_1", "won"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "unknown", "{out}");
+        let record = f.store.get(&dispute_key("dp_1")).await.unwrap().unwrap();
+        let state = record.params.dispute_state().unwrap();
+        assert_eq!(
+            (
+                record.status,
+                state.status.as_str(),
+                record.params.amount().minor_units()
+            ),
+            (OperationStatus::Unknown, "needs_response", 1250)
+        );
+        assert!(state.reserved);
+        let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
+        assert_eq!(charge_now.refund_reserved(), 1250);
+        assert_eq!(
+            charge_now
+                .params
+                .charge_state()
+                .unwrap()
+                .refund_blocked_by()
+                .map(|d| d.as_str()),
+            Some("dp_1")
+        );
+        assert_eq!(
+            f.gateway
+                .calls
+                .dispute_read
+                .load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one retrieve of the dispute"
+        );
+        // Stripe closes it won: the closed event settles it failed, the 1250 given back.
+        f.gateway.move_dispute("dp_1", DisputeStatus::Won);
+        let out = call_eventbridge(&f, dispute_event("evt_d2", "closed", "dp_1", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "failed", "{out}");
+        let record = f.store.get(&dispute_key("dp_1")).await.unwrap().unwrap();
+        assert_eq!(record.status, OperationStatus::Failed);
+        assert_eq!(record.next_due_at, None);
+        let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
+        assert_eq!(charge_now.refund_reserved(), 0);
+        assert_eq!(charge_now.params.charge_state().unwrap().disputed_by, None);
+        // Another event of the same news (funds reinstated): settled, nothing written.
+        let before = f.store.all();
+        let out = call_eventbridge(
+            &f,
+            dispute_event("evt_d3", "funds_reinstated", "dp_1", "won"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out["outcome"], "already_settled", "{out}");
+        assert_eq!(f.store.all(), before);
+    }
+
+    /// A dispute of an intent that is not ours (no record under the order its metadata names)
+    /// is acknowledged and counted, nothing written; its twin, a dispute of our charge, is
+    /// written. A dispute Stripe does not hold (a forged id) writes nothing and pages.
+    #[tokio::test]
+    async fn a_dispute_not_ours_or_unknown_to_stripe_writes_nothing() {
+        use charge_core::dispute::DisputeStatus;
+        let f = fixture();
+        disputed_charge(&f).await;
+        let stranger = charge_core::testing::order("ord-elsewhere")
+            .status(OperationStatus::Succeeded)
+            .build();
+        let other = PaymentIntentId::parse("pi_elsewhere").unwrap();
+        f.gateway.insert_intent_as(
+            &other,
+            FakeGateway::charge_for(&stranger, PaymentIntentStatus::Succeeded),
+        );
+        f.gateway
+            .open_dispute("dp_2", &other, DisputeStatus::NeedsResponse, None);
+        let before = f.store.all();
+        let out = call_eventbridge(&f, dispute_event("evt_n1", "created", "dp_2", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "not_ours", "{out}");
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(
+            f.metrics.sum(
+                "WebhookIgnored",
+                &[("Function", FUNCTION), ("Reason", "not_ours")]
+            ),
+            1.0
+        );
+        let out = call_eventbridge(&f, dispute_event("evt_n2", "created", "dp_forged", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "unknown_dispute", "{out}");
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(
+            f.metrics.sum("EventMismatch", &[("Function", FUNCTION)]),
+            1.0
+        );
+        // The twin: a dispute of our charge is recorded.
+        f.gateway.open_dispute(
+            "dp_3",
+            &PaymentIntentId::parse("pi_disputed").unwrap(),
+            DisputeStatus::WarningNeedsResponse,
+            None,
+        );
+        let out = call_eventbridge(&f, dispute_event("evt_n3", "created", "dp_3", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "unknown", "{out}");
+        assert_eq!(f.store.all().len(), before.len() + 1);
+    }
+
     /// The refund samples: Stripe's late failure of a succeeded refund is recorded failed, its
     /// 500 refundable again, and counted (`RefundFailedAfterSuccess`, paged); the EventBridge
     /// sample of the same news changes nothing more.

@@ -3,7 +3,7 @@
 //! ([`charge_core::charge::event_plan`], and [`charge_core::refund::event_plan`] for a refund).
 
 use charge_core::charge::event_plan::EventIntent;
-use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::domain::{DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId};
 use charge_core::outcome::PaymentIntentStatus;
 use charge_core::refund::event_plan::EventRefund;
 use charge_core::refund::RefundStatus;
@@ -25,6 +25,11 @@ pub const HANDLED_TYPES: &[&str] = &[
     "refund.updated",
     "refund.failed",
     "charge.refund.updated",
+    "charge.dispute.created",
+    "charge.dispute.updated",
+    "charge.dispute.closed",
+    "charge.dispute.funds_withdrawn",
+    "charge.dispute.funds_reinstated",
 ];
 
 /// An authorization's capture, told of its charge (`data.object` is the charge): read as a hint
@@ -37,6 +42,11 @@ fn names_a_refund(event_type: &str) -> bool {
     event_type.starts_with("refund.") || event_type == "charge.refund.updated"
 }
 
+/// The event types whose `data.object` is a dispute.
+fn names_a_dispute(event_type: &str) -> bool {
+    event_type.starts_with("charge.dispute.")
+}
+
 /// A Stripe event, as far as the webhook reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StripeEvent {
@@ -47,6 +57,9 @@ pub struct StripeEvent {
     pub intent: Option<EventIntent>,
     /// The refund in `data.object`, for `refund.*` and `charge.refund.updated` events.
     pub refund: Option<EventRefund>,
+    /// The dispute in `data.object`, for `charge.dispute.*` events: its id only. Everything
+    /// else it claims is a hint never read: the dispute is retrieved at Stripe.
+    pub dispute: Option<DisputeId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +133,12 @@ struct Refund {
     metadata: Metadata,
 }
 
+/// A dispute event's dispute, as far as it is read: its id.
+#[derive(Deserialize)]
+struct Dispute {
+    id: DisputeId,
+}
+
 /// A `charge.captured` event's charge, as far as it is read: its PaymentIntent and metadata.
 /// `payment_intent` is absent or `null` on a charge made without one (another integration's
 /// legacy Charges API call): not ours, acknowledged, never an unreadable event that Stripe would
@@ -178,6 +197,7 @@ impl StripeEvent {
                 false => from_json::<ObjectEvent<Intent>>(body).map(|e| Some(e.data.object)),
             },
             || from_json::<ObjectEvent<Refund>>(body).map(|e| e.data.object),
+            || from_json::<ObjectEvent<Dispute>>(body).map(|e| e.data.object.id),
         )
     }
 
@@ -215,6 +235,7 @@ impl StripeEvent {
                     .map(|e| Some(e.detail.data.object)),
             },
             || from_json::<Envelope<ObjectEvent<Refund>>>(json).map(|e| e.detail.data.object),
+            || from_json::<Envelope<ObjectEvent<Dispute>>>(json).map(|e| e.detail.data.object.id),
         )?;
         if detail_type != event.event_type {
             return Err(EventParseError(format!(
@@ -233,6 +254,7 @@ impl StripeEvent {
         at: &str,
         intent: impl FnOnce() -> Result<Option<Intent>, EventParseError>,
         refund: impl FnOnce() -> Result<Refund, EventParseError>,
+        dispute: impl FnOnce() -> Result<DisputeId, EventParseError>,
     ) -> Result<Self, EventParseError> {
         if !head.id.starts_with("evt_") || head.id.len() > 255 {
             return Err(EventParseError(format!("{at}id must be an evt_ id")));
@@ -277,17 +299,25 @@ impl StripeEvent {
         } else {
             None
         };
+        // A dispute event whose object names no readable dispute is acknowledged as an event
+        // of a type not acted on (today's answer to any event it cannot act on), never refused:
+        // the dispute is Stripe's, and the reconciler and the audit still find it.
+        let dispute = match names_a_dispute(&head.event_type) {
+            true => dispute().ok(),
+            false => None,
+        };
         Ok(Self {
             id: head.id,
             event_type: head.event_type,
             intent,
             refund,
+            dispute,
         })
     }
 
     pub fn is_handled(&self) -> bool {
         HANDLED_TYPES.contains(&self.event_type.as_str())
-            && (self.intent.is_some() || self.refund.is_some())
+            && (self.intent.is_some() || self.refund.is_some() || self.dispute.is_some())
     }
 }
 
@@ -352,6 +382,39 @@ mod tests {
             br#"{"id":"evt_1","type":"payment_intent.succeeded","data":{"object":{"status":"succeeded"}}}"#,
         ] {
             assert!(StripeEvent::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// A dispute event's dispute id is read from `data.object`, for each of the five types;
+    /// nothing else of it (a forged status is never read). A dispute event whose object names
+    /// no dispute, and a dispute type this code does not act on, are acknowledged unhandled,
+    /// as any event it cannot act on: never refused.
+    #[test]
+    fn a_dispute_event_names_its_dispute_and_a_malformed_one_is_unhandled() {
+        for kind in [
+            "created",
+            "updated",
+            "closed",
+            "funds_withdrawn",
+            "funds_reinstated",
+        ] {
+            let body = format!(
+                r#"{{"id":"evt_d","type":"charge.dispute.{kind}","data":{{"object":{{"id":"dp_1",
+                "object":"dispute","status":"won","payment_intent":"pi_1","amount":1}}}}}}"#
+            );
+            let ev = StripeEvent::parse(body.as_bytes()).unwrap();
+            assert!(ev.is_handled(), "{kind}");
+            assert_eq!(ev.dispute.unwrap().as_str(), "dp_1");
+            assert!(ev.intent.is_none() && ev.refund.is_none());
+        }
+        for body in [
+            r#"{"id":"evt_d","type":"charge.dispute.created","data":{"object":{"id":"ch_1"}}}"#,
+            r#"{"id":"evt_d","type":"charge.dispute.created","data":{"object":{}}}"#,
+            r#"{"id":"evt_d","type":"charge.dispute.created"}"#,
+            r#"{"id":"evt_d","type":"charge.dispute.a_type_added_later","data":{"object":{"id":"dp_1"}}}"#,
+        ] {
+            let ev = StripeEvent::parse(body.as_bytes()).unwrap();
+            assert!(!ev.is_handled(), "{body}");
         }
     }
 

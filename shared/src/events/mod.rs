@@ -41,6 +41,15 @@
 //! takes the store's one settled transition (`fail_refund_later`: failed, its reservation back
 //! on the charge, [`Reception::RefundFailedLater`]); every other contradiction pages, unwritten.
 //!
+//! A dispute event (`charge.dispute.created`, `.updated`, `.closed`, `.funds_withdrawn`,
+//! `.funds_reinstated`) names only its dispute: after the inbox, the dispute is retrieved at
+//! Stripe (what the event said of it is never read), its order found by its PaymentIntent's
+//! metadata (a retrieve: the charge carries none of ours), and the dispute's plan writes what
+//! Stripe holds through its shell ([`crate::executor::dispute::record_dispute`]). A dispute of
+//! an intent that is not ours is acknowledged and counted (`not_ours`); one Stripe does not hold
+//! pages as a mismatch (`unknown_dispute`); a dispute event whose object names no dispute is
+//! acknowledged as any event of a type not acted on.
+//!
 //! If acting fails after the inbox admitted the event (the store or Stripe unreachable, the
 //! charge function holding the lease, the invocation's time running out), the inbox entry is
 //! forgotten and the answer asks for a retry (non-2xx, or a failed invocation), so Stripe's or
@@ -59,12 +68,14 @@ use charge_core::refund::event_plan::RefundEventAction;
 use charge_core::stripe_object::{EventCopy, StripeObject};
 use charge_core::{charge, refund};
 
+use crate::executor::dispute::{DisputeRecordError, DisputeRecording};
 use crate::executor::refund::LateFailure;
 use crate::executor::{self, EngineDeps, EventReport, ExecuteError, RefundEventReport};
 use crate::ports::{Admitted, EventInbox, StoreError, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
-use charge_core::domain::{OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::dispute::plan::Unchanged;
+use charge_core::domain::{DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId};
 use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
 use charge_core::plan::{Disposition, ReviewClass};
@@ -229,6 +240,12 @@ enum ActError {
         #[source]
         source: GatewayError,
     },
+    #[error("Stripe's retrieve of dispute {id} did not answer")]
+    RetrieveDispute {
+        id: DisputeId,
+        #[source]
+        source: GatewayError,
+    },
     #[error("the fenced write was refused (lease lost)")]
     LeaseLost,
     #[error("the charge function holds the lease")]
@@ -241,7 +258,9 @@ impl ActError {
     fn deferred(&self) -> Deferred {
         match self {
             ActError::Inbox(_) | ActError::Store(_) => Deferred::Store,
-            ActError::Retrieve { .. } | ActError::RetrieveRefund { .. } => Deferred::Stripe,
+            ActError::Retrieve { .. }
+            | ActError::RetrieveRefund { .. }
+            | ActError::RetrieveDispute { .. } => Deferred::Stripe,
             ActError::LeaseLost => Deferred::LeaseLost,
             ActError::Busy => Deferred::Busy,
             ActError::Deadline(_) => Deferred::Deadline,
@@ -314,6 +333,14 @@ async fn accept(
         report.reception = accept_refund(deps, &event.id, refund, budget, calls, &span).await;
         return report;
     }
+    if let (Some(dispute), true) = (&event.dispute, event.is_handled()) {
+        let calls = &mut report.gateway_calls;
+        let acting = act_dispute(deps, dispute, calls);
+        report.reception = admitted(deps, &event.id, budget, acting)
+            .instrument(span.clone())
+            .await;
+        return report;
+    }
     let mut intent = {
         let _entered = span.enter();
         match (&event.intent, event.is_handled()) {
@@ -340,8 +367,8 @@ async fn accept(
             .await
         {
             Ok(found) => (intent.order_id, intent.operation_id) = found,
-            Err(deferred) => {
-                report.reception = deferred;
+            Err(e) => {
+                report.reception = Reception::RetryLater(e.deferred());
                 return report;
             }
         }
@@ -375,13 +402,13 @@ async fn accept(
 }
 
 /// The order and operation a PaymentIntent's own metadata names (a `charge.captured` event's
-/// charge carries none), read at Stripe; none when it is not ours. A read that may succeed later
-/// defers the event.
+/// charge carries none, nor does a dispute), read at Stripe; none when it is not ours. A read
+/// that may succeed later defers the event.
 async fn ours_by_intent(
     deps: &EventsDeps,
     id: &PaymentIntentId,
     gateway_calls: &mut u32,
-) -> Result<(Option<OrderId>, Option<OperationId>), Reception> {
+) -> Result<(Option<OrderId>, Option<OperationId>), ActError> {
     *gateway_calls += 1;
     match deps.charge.gateway.retrieve(id).await {
         Ok(pi) => Ok((
@@ -391,14 +418,13 @@ async fn ours_by_intent(
                 .and_then(|o| OperationId::parse(o).ok()),
         )),
         Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-            let deferred = ActError::Retrieve {
+            Err(ActError::Retrieve {
                 id: id.clone(),
                 source: e,
-            };
-            Err(Reception::RetryLater(deferred.deferred()))
+            })
         }
         Err(e) => {
-            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve of a captured charge's intent");
+            warn!(error = %ErrorChain(&e), "Stripe refused the retrieve of a charge's intent");
             Ok((None, None))
         }
     }
@@ -435,6 +461,75 @@ async fn accept_refund(
     admitted(deps, event_id, budget, acting)
         .instrument(op_span)
         .await
+}
+
+/// A dispute event (the dispute module's steps): the dispute retrieved at Stripe (what the
+/// event said of it is never read), its order found by its PaymentIntent's metadata (a charge
+/// carries none of ours), then the dispute's plan through its shell
+/// ([`executor::dispute::record_dispute`]). A dispute of an intent that is not ours is
+/// acknowledged and counted, not an error.
+async fn act_dispute(
+    deps: &EventsDeps,
+    id: &DisputeId,
+    gateway_calls: &mut u32,
+) -> Result<Reception, ActError> {
+    *gateway_calls += 1;
+    let dispute = match deps.charge.gateway.retrieve_dispute(id).await {
+        Ok(dispute) if dispute.id == *id => dispute,
+        Ok(other) => {
+            warn!(dispute = %id, answered = %other.id, "Stripe answered another dispute; nothing written");
+            return Ok(Reception::Mismatch(EventMismatch::UnknownDispute));
+        }
+        Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+            return Err(ActError::RetrieveDispute {
+                id: id.clone(),
+                source: e,
+            });
+        }
+        Err(e) => {
+            warn!(dispute = %id, error = %ErrorChain(&e), "Stripe has no such dispute; nothing written");
+            return Ok(Reception::Mismatch(EventMismatch::UnknownDispute));
+        }
+    };
+    let Some(intent) = &dispute.payment_intent else {
+        info!(dispute = %id, "a dispute of a charge without a PaymentIntent: not ours");
+        return Ok(Reception::Ignored(Ignored::NotOurs));
+    };
+    let (Some(order_id), _) = ours_by_intent(deps, intent, gateway_calls).await? else {
+        info!(dispute = %id, payment_intent = %intent, "a dispute of an intent without our metadata: not ours");
+        return Ok(Reception::Ignored(Ignored::NotOurs));
+    };
+    let now = deps.charge.clock.now();
+    let recorded = executor::dispute::record_dispute(
+        deps.charge.store.as_ref(),
+        &order_id,
+        &dispute,
+        now,
+        &deps.charge.policy.dispute_policy(),
+    )
+    .instrument(tracing::info_span!("dispute", order_id = %order_id, dispute = %id))
+    .await;
+    match recorded {
+        Ok(DisputeRecording::Written {
+            record,
+            sent_to_review,
+            ..
+        }) => Ok(Reception::Applied {
+            status: record.status,
+            review: sent_to_review,
+        }),
+        Ok(DisputeRecording::Unchanged(why)) => Ok(match why {
+            Unchanged::NotOurs => Reception::Ignored(Ignored::NotOurs),
+            Unchanged::Settled => Reception::Ignored(Ignored::AlreadySettled),
+            Unchanged::AsStripeHolds => Reception::Ignored(Ignored::NothingNew),
+            Unchanged::Unrecordable(why) => {
+                error!(dispute = %id, reason = %why, "a dispute no record can hold; a person must look");
+                Reception::Mismatch(EventMismatch::DisputeUnrecordable)
+            }
+        }),
+        Err(DisputeRecordError::Store(e)) => Err(ActError::Store(e)),
+        Err(DisputeRecordError::Contended) => Err(ActError::Busy),
+    }
 }
 
 /// The operation an event names, and what it claims about its PaymentIntent.
