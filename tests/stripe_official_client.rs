@@ -42,4 +42,13 @@ async fn official_python_client_talks_to_the_simulator() {
         1,
         "the client met the simulator's create limit once"
     );
+    let disputes = sim.dispute_ledger();
+    assert_eq!(
+        disputes
+            .iter()
+            .map(|d| d.status.as_str())
+            .collect::<Vec<_>>(),
+        ["won", "lost"],
+        "the client's dispute test cards made two disputes, answered and accepted"
+    );
 }

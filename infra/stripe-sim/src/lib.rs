@@ -1,4 +1,4 @@
-//! `stripe-sim`: a local simulator of Stripe's PaymentIntents and Refunds APIs and their
+//! `stripe-sim`: a local simulator of Stripe's PaymentIntents, Refunds and Disputes APIs and their
 //! idempotency layer, with deterministic fault injection and a simulated
 //! clock. Use it embedded in Rust tests ([`StripeSim::start`]) or as the
 //! `stripe-sim` binary.
@@ -15,7 +15,10 @@
 //! (`capture_method=manual` waits in `requires_capture` with the card's `capture_before`;
 //! `POST /v1/payment_intents/{id}/capture`, [`StripeSim::capture_in_process`]: keyed like a cancel,
 //! its state refusals saved under the key; uncaptured intents canceled `automatic` at the earlier
-//! of 7 days and `capture_before`, on the simulated clock), and an
+//! of 7 days and `capture_before`, on the simulated clock), disputes as Stripe's dispute test
+//! cards make them (`GET /v1/disputes[/{id}]`, `POST /v1/disputes/{id}[/close]`: evidence,
+//! review, deadline and funds on the simulated clock, `charge.dispute.*` events, a refund of a
+//! charged-back charge refused with `charge_disputed`; [`StripeSim::dispute_charge`]), and an
 //! unauthenticated admin API under `/_sim/` (with a customer's later confirm of a declined
 //! intent, [`StripeSim::confirm_as_customer`]).
 //!
@@ -41,6 +44,9 @@
 //!   capture and its deadline.
 //! - `refund`: the Refund model (`POST /v1/refunds`, retrieve, list, cancel), its paths by test
 //!   payment method, lazy transitions; `engine::refunds` keeps them beside their intents.
+//! - `dispute`: the Dispute model (`POST /v1/disputes/{id}`, its JSON, Stripe's dispute test
+//!   cards and refusals); `engine::disputes` keeps them beside their intents and moves them on
+//!   the clock ([`DisputeTiming`]).
 //! - `engine`: all mutable state (PaymentIntents, idempotency keys, counters).
 //! - `http`: the hyper HTTP/1.1 server and `/v1` routes.
 //! - `direct`: the same routes in process ([`StripeSim::create_in_process`], ...), no sockets.

@@ -10,7 +10,8 @@ use stripe_sim::{
 
 const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
 [--search-lag-secs N] [--processing-settle-secs N] [--refund-settle-secs N] \
-[--uncaptured-expiry-secs N] [--latency-ms N] [--api-version V] [--webhook-api-version V] \
+[--uncaptured-expiry-secs N] [--dispute-delay-secs N] [--dispute-window-secs N] \
+[--dispute-review-secs N] [--latency-ms N] [--api-version V] [--webhook-api-version V] \
 [--webhook-url URL --webhook-secret whsec_...] [--event-delivery webhook|eventbridge] \
 [--event-source aws.partner/stripe.com/...] \
 [--create-rps N] [--retrieve-rps N] [--search-rps N] [--capture-rps N] [--refund-rps N] \
@@ -27,6 +28,10 @@ const USAGE: &str = "usage: stripe-sim [--port N] [--api-key KEY] [--seed N] \
   --uncaptured-expiry-secs N   an uncaptured (capture_method=manual) PaymentIntent is canceled this
                                long after creation, or at its card's capture_before if earlier
                                (default 604800: 7 days)
+  --dispute-delay-secs N       a dispute test card's charge -> its dispute, simulated (default 0)
+  --dispute-window-secs N      a dispute's creation -> its evidence_details.due_by, simulated
+                               (default 604800: 7 days, the shortest of Stripe's response windows)
+  --dispute-review-secs N      submitted evidence -> won/lost, simulated (default 3600)
   --latency-ms N               real sleep of the `latency` fault (default 12000)
   --api-version V              the account's default API version, for requests without a
                                Stripe-Version header and Stripe's own actions (default 2024-06-20;
@@ -151,6 +156,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--uncaptured-expiry-secs" => {
                 out.cfg.uncaptured_expiry = Duration::from_secs(num(&value)?)
             }
+            "--dispute-delay-secs" => out.cfg.disputes.delay_ms = secs_ms(num(&value)?),
+            "--dispute-window-secs" => out.cfg.disputes.response_window_ms = secs_ms(num(&value)?),
+            "--dispute-review-secs" => out.cfg.disputes.review_ms = secs_ms(num(&value)?),
             "--latency-ms" => out.cfg.faults.latency = Duration::from_millis(num(&value)?),
             "--api-version" => {
                 out.cfg.api_version =
@@ -179,6 +187,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 /// The create latency, turned on with the defaults if it was off.
+/// Whole seconds as milliseconds (saturating).
+fn secs_ms(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
 fn latency(c: &mut Capacity) -> &mut CreateLatency {
     c.create_latency.get_or_insert_with(CreateLatency::default)
 }
@@ -342,6 +355,22 @@ mod tests {
             (Some(7), None)
         );
         assert_eq!(r.refund_settle, Duration::from_secs(90));
+        let timing = parse(&[
+            "--dispute-delay-secs",
+            "60",
+            "--dispute-window-secs",
+            "86400",
+            "--dispute-review-secs",
+            "5",
+        ])
+        .unwrap()
+        .cfg
+        .disputes;
+        assert_eq!(
+            (timing.delay_ms, timing.response_window_ms, timing.review_ms),
+            (60_000, 86_400_000, 5_000)
+        );
+        assert!(parse(&["--dispute-window-secs", "soon"]).is_err());
         let m = parse(&["--capture-rps", "3", "--uncaptured-expiry-secs", "3600"])
             .unwrap()
             .cfg;

@@ -8,7 +8,10 @@ simulated clock, inject one drop_after_commit and one rate_limit fault, and set
 a tiny create rate limit (then lifts it). Ends with refunds of the last PaymentIntent
 (create, replay, retrieve, list with paging, amount_too_large, charge_already_refunded), and
 manual capture (authorize, partial capture with a replay, a second capture refused, a cancel
-releasing an authorization, the expiry on the simulated clock).
+releasing an authorization, the expiry on the simulated clock), and disputes through the
+resource-style API (`stripe.Dispute`): Stripe's dispute test card, list by payment_intent,
+retrieve, winning evidence submitted and won on the simulated clock, a refund refused with
+`charge_disputed` meanwhile, and an accepted (closed) dispute lost.
 """
 
 import json
@@ -136,6 +139,7 @@ def main():
           "neither 429 saved anything under the key: the retry creates")
     refunds_checks(client, created.id)
     capture_checks(client)
+    dispute_checks(client)
     print("official client: all checks passed")
 
 
@@ -234,6 +238,66 @@ def capture_checks(client):
         check(False, "an expired intent raises InvalidRequestError")
     except stripe.InvalidRequestError as e:
         check(e.code == "payment_intent_unexpected_state", "an expired intent is not captured")
+
+
+def dispute_checks(client):
+    """A charge with `pm_card_createDispute` is disputed: found with `stripe.Dispute.list`,
+    read with `stripe.Dispute.retrieve`, its refund refused with `charge_disputed` (raised as
+    `stripe.error.InvalidRequestError`), answered with `stripe.Dispute.modify(evidence=…,
+    submit=True)` and won after the review; another, accepted with `stripe.Dispute.close`, lost."""
+    stripe.api_key = KEY
+    stripe.api_base = BASE
+    stripe.max_network_retries = 0
+    pis = client.v1.payment_intents if hasattr(client, "v1") else client.payment_intents
+    params = {
+        "amount": 2000,
+        "currency": "usd",
+        "payment_method": "pm_card_createDispute",
+        "confirm": True,
+        "off_session": True,
+    }
+    pi = pis.create(params=params, options={"idempotency_key": "py-d1"})
+    check(pi.status == "succeeded", "the dispute test card's charge succeeds")
+    listed = stripe.Dispute.list(payment_intent=pi.id)
+    check(len(listed.data) == 1 and not listed.has_more, "Dispute.list by payment_intent")
+    dp = listed.data[0]
+    check(dp.object == "dispute" and dp.id.startswith("dp_") and dp.payment_intent == pi.id
+          and dp.charge == pi.latest_charge and dp.amount == 2000 and dp.reason == "fraudulent"
+          and dp.status == "needs_response" and not dp.is_charge_refundable
+          and len(dp.balance_transactions) == 1,
+          "a fraudulent dispute, funds withdrawn")
+    due_by = dp.evidence_details.due_by
+    check(due_by - dp.created == 7 * 24 * 3600 and not dp.evidence_details.past_due,
+          "seven days to answer")
+    got = stripe.Dispute.retrieve(dp.id)
+    check(got.id == dp.id and got.status == "needs_response", "Dispute.retrieve")
+    try:
+        stripe.Refund.create(payment_intent=pi.id)
+        check(False, "a refund of a disputed charge raises InvalidRequestError")
+    except stripe.error.InvalidRequestError as e:
+        check(e.code == "charge_disputed" and e.http_status == 400,
+              "a refund of a disputed charge raises InvalidRequestError charge_disputed")
+    answered = stripe.Dispute.modify(
+        dp.id, evidence={"uncategorized_text": "winning_evidence"}, submit=True)
+    check(answered.status == "under_review" and answered.evidence_details.has_evidence
+          and answered.evidence_details.submission_count == 1,
+          "Dispute.modify submits the evidence: under_review")
+    admin("clock", {"advance_secs": 3600})
+    won = stripe.Dispute.retrieve(dp.id)
+    check(won.status == "won" and won.is_charge_refundable and len(won.balance_transactions) == 2,
+          "won after the review: funds reinstated, refundable again")
+    refund = stripe.Refund.create(payment_intent=pi.id, amount=500)
+    check(refund.status == "succeeded", "a won dispute's charge refunds")
+
+    other = pis.create(params=params, options={"idempotency_key": "py-d2"})
+    dp2 = stripe.Dispute.list(charge=other.latest_charge).data[0]
+    lost = stripe.Dispute.close(dp2.id)
+    check(lost.status == "lost", "Dispute.close accepts it: lost")
+    try:
+        stripe.Dispute.retrieve("dp_nope")
+        check(False, "an unknown dispute raises InvalidRequestError")
+    except stripe.error.InvalidRequestError as e:
+        check(e.http_status == 404 and e.code == "resource_missing", "an unknown dispute: 404")
 
 
 if __name__ == "__main__":
