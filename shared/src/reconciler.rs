@@ -279,11 +279,18 @@ impl TickReport {
         let Some(open) = self.disputes_open else {
             return;
         };
-        let mut values = vec![("DisputesOpen", open as f64, "Count")];
-        if let Some(hours) = nearest_deadline_hours(self.nearest_dispute_deadline, at) {
-            values.push(("DisputeNearestDeadlineHours", hours, "None"));
-        }
-        metrics.emit(emf_line("reconciler", at, &values));
+        let line = match nearest_deadline_hours(self.nearest_dispute_deadline, at) {
+            Some(hours) => emf_line(
+                "reconciler",
+                at,
+                &[
+                    ("DisputesOpen", open as f64, "Count"),
+                    ("DisputeNearestDeadlineHours", hours, "None"),
+                ],
+            ),
+            None => emf_line("reconciler", at, &[("DisputesOpen", open as f64, "Count")]),
+        };
+        metrics.emit(line);
     }
 
     /// The REVIEW partition's metrics, one EMF line: `InReview`, `OldestInReviewAge` and the

@@ -1102,6 +1102,50 @@ pub async fn refunds_of_lists_an_order_s_refunds_by_refund_id(store: Arc<dyn Ope
     assert!(store.refunds_of(&none.order_id).await.unwrap().is_empty());
 }
 
+pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn OperationStore>) {
+    let charge = succeeded_charge(&store, "contract-disputes-of", 1000).await;
+    let other = succeeded_charge(&store, "contract-disputes-of-2", 1000).await;
+    let policy = charge_core::plan::Policy::default().dispute_policy();
+    for (c, id) in [(&charge, "dp_b"), (&charge, "dp_a"), (&other, "dp_c")] {
+        let mut d = charge_core::testing::stripe_dispute(id, "pi_contract");
+        d.amount = 100;
+        let written = charge_once::executor::dispute::record_dispute(
+            store.as_ref(),
+            &c.order_id,
+            &d,
+            T0,
+            &policy,
+        )
+        .await
+        .unwrap();
+        assert!(matches!(
+            written,
+            charge_once::executor::dispute::DisputeRecording::Written { created: true, .. }
+        ));
+    }
+    // A refund of the same order is not a dispute.
+    let current = store.get(&charge.key()).await.unwrap().unwrap();
+    let (refund, reserve) = refund_of(&current, "r-a", Some(100)).unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
+    let listed: Vec<String> = store
+        .disputes_of(&charge.order_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|op| op.kind.sort_key())
+        .collect();
+    assert_eq!(
+        listed,
+        ["dispute#dp_a", "dispute#dp_b"],
+        "this order's, not its charge nor its refunds"
+    );
+    let none = operation("contract-disputes-of-none", 1000, T0);
+    assert!(store.disputes_of(&none.order_id).await.unwrap().is_empty());
+}
+
 /// An operator's resolution of the unsettled refund `refund` as read, `status`, with its Stripe
 /// id and, when `release`, its reservation given back.
 fn refund_resolution(
@@ -1861,6 +1905,7 @@ macro_rules! store_contract_tests {
             a_release_is_fenced_with_its_refund_s_outcome,
             a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
             refunds_of_lists_an_order_s_refunds_by_refund_id,
+            disputes_of_lists_an_order_s_disputes_by_dispute_id,
             an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
             a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing,
             a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it,

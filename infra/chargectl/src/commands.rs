@@ -271,13 +271,20 @@ pub async fn show(
             args.id
         ))
     })?;
-    // A charge's refunds are listed with it (`refunds`), each as `show` prints a record.
-    let refunds = match op.kind {
-        charge_core::domain::OperationKind::Charge => store
-            .refunds_of(&op.order_id)
-            .await
-            .map_err(|e| Failure::infra("cannot list the order's refunds", e))?,
-        _ => Vec::new(),
+    // A charge's refunds and disputes are listed with it (`refunds`, `disputes`), each as
+    // `show` prints a record.
+    let (refunds, disputes) = match op.kind {
+        charge_core::domain::OperationKind::Charge => (
+            store
+                .refunds_of(&op.order_id)
+                .await
+                .map_err(|e| Failure::infra("cannot list the order's refunds", e))?,
+            store
+                .disputes_of(&op.order_id)
+                .await
+                .map_err(|e| Failure::infra("cannot list the order's disputes", e))?,
+        ),
+        _ => (Vec::new(), Vec::new()),
     };
     if args.json {
         let mut value =
@@ -288,6 +295,12 @@ pub async fn show(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Failure::infra("cannot encode a refund", e))?;
         value["refunds"] = serde_json::Value::Array(listed);
+        let listed = disputes
+            .iter()
+            .map(render::show_json)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Failure::infra("cannot encode a dispute", e))?;
+        value["disputes"] = serde_json::Value::Array(listed);
         writeln!(console.out, "{value}")?;
     } else {
         console
@@ -297,6 +310,16 @@ pub async fn show(
             writeln!(console.out, "refunds ({}):", refunds.len())?;
             for refund in &refunds {
                 writeln!(console.out, "  {}", render::refund_line(refund))?;
+            }
+        }
+        if !disputes.is_empty() {
+            writeln!(
+                console.out,
+                "disputes ({}; evidence is answered in Stripe's dashboard, Payments > Disputes):",
+                disputes.len()
+            )?;
+            for dispute in &disputes {
+                writeln!(console.out, "  {}", render::dispute_line(dispute))?;
             }
         }
     }
@@ -373,6 +396,19 @@ async fn show_unreadable(
          UnreadableRecords and settles the others; fix the attribute with `aws dynamodb \
          update-item` under a role that may write it (the stack's OperatorPolicy allows only \
          what resolve and redrive write), then `chargectl show` reads it)"
+    )))
+}
+
+/// A dispute's record is never written by hand: it is what Stripe holds, read there by the
+/// events function and the reconciler; evidence is a person's work in Stripe's dashboard.
+fn dispute_not_by_hand(op: &Operation, what: &str) -> Option<Failure> {
+    let id = op.kind.dispute_id()?;
+    Some(Failure::Refused(format!(
+        "operation {} is dispute {id} of order {}: a dispute is never {what} by hand, its record \
+         follows Stripe (the reconciler reads it again there at least daily, and Stripe's events \
+         at once); answer it with evidence, or accept it, in Stripe's dashboard, Payments > \
+         Disputes; `chargectl show {}` shows it; nothing changed",
+        op.operation_id, op.order_id, op.order_id
     )))
 }
 
@@ -737,6 +773,9 @@ pub async fn resolve(
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
     let op = read_for_write(deps.store, &args.operation_id, &args.audit, "changed").await?;
+    if let Some(refused) = dispute_not_by_hand(&op, "resolved") {
+        return Err(refused);
+    }
     let now = deps.clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "changed"));
@@ -1111,6 +1150,9 @@ pub async fn redrive(
     console: &mut Console<'_>,
 ) -> Result<(), Failure> {
     let op = read_for_write(store, &args.operation_id, &args.audit, "sent").await?;
+    if let Some(refused) = dispute_not_by_hand(&op, "re-driven") {
+        return Err(refused);
+    }
     let now = clock.now();
     if op.status.is_settled() {
         return Err(already_settled(&op, "to re-drive"));

@@ -86,6 +86,13 @@ pub struct UnknownLine<'a> {
     pub kind: &'static str,
     /// The merchant's refund id of a refund; null for a charge.
     pub refund_id: Option<&'a str>,
+    /// A dispute's Stripe id (`kind` `dispute`); null for every other kind (added with
+    /// disputes, as the three below).
+    pub dispute_id: Option<&'a str>,
+    /// Stripe's dispute status, verbatim (`needs_response`, `under_review`, ...).
+    pub dispute_status: Option<&'a str>,
+    /// The dispute's evidence deadline (RFC 3339), while Stripe states one.
+    pub due_by: Option<String>,
 }
 
 impl<'a> UnknownLine<'a> {
@@ -106,6 +113,13 @@ impl<'a> UnknownLine<'a> {
             redrives: op.redrives,
             kind: op.kind.as_str(),
             refund_id: op.kind.refund_id().map(|id| id.as_str()),
+            dispute_id: op.kind.dispute_id().map(|id| id.as_str()),
+            dispute_status: op.params.dispute_state().map(|s| s.status.as_str()),
+            due_by: op
+                .params
+                .dispute_state()
+                .and_then(|s| s.due_by)
+                .map(|t| t.to_rfc3339()),
         }
     }
 }
@@ -160,8 +174,11 @@ pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
     aligned(TABLE_HEADER, &rows)
 }
 
-/// `charge`, or `refund <refund id>`.
+/// `charge`, `refund <refund id>`, or `dispute <dispute id> <Stripe's status>`.
 pub fn kind_cell(op: &Operation) -> String {
+    if let (Some(id), Some(state)) = (op.kind.dispute_id(), op.params.dispute_state()) {
+        return format!("dispute {} {}", cell(id.as_str(), 64), state.status);
+    }
     match op.kind.refund_id() {
         Some(id) => format!("refund {}", cell(id.as_str(), 64)),
         None => op.kind.as_str().to_owned(),
@@ -369,6 +386,30 @@ pub fn refund_line(op: &Operation) -> String {
         op.status,
         money(op),
         op.stripe_refund_id().map(|id| id.as_str()).unwrap_or("-"),
+        op.operation_id
+    )
+}
+
+/// One dispute under its order's charge: Stripe's id and status beside ours (ours says whether
+/// the money moved: `unknown` while open, `succeeded` lost, `failed` won or an inquiry closed),
+/// the amount, the bank's reason, the evidence deadline, whether evidence is saved, and the
+/// operation.
+pub fn dispute_line(op: &Operation) -> String {
+    let (params, state) = (op.params.dispute(), op.params.dispute_state());
+    format!(
+        "{}  {} (ours: {})  {}  {}  due_by {}  evidence {}  operation {}",
+        op.kind.dispute_id().map_or("-", |id| id.as_str()),
+        state.map_or("-", |s| s.status.as_str()),
+        op.status,
+        money(op),
+        params.map_or("-", |p| p.reason.as_str()),
+        state
+            .and_then(|s| s.due_by)
+            .map_or_else(|| "-".to_owned(), |t| t.to_rfc3339()),
+        match state.map(|s| s.has_evidence) {
+            Some(true) => "saved",
+            _ => "none",
+        },
         op.operation_id
     )
 }

@@ -2172,3 +2172,183 @@ async fn summary_shows_what_is_open_and_a_dead_letter_queues_depth() {
     assert_exit(&out, 1);
     assert!(stderr(&out).contains(&missing), "{}", stderr(&out));
 }
+
+// ---- disputes ----
+
+/// `charge` (1250 usd, `pi_settled_1`) disputed at Stripe as `dp` (`needs_response`, due a week
+/// after its creation), recorded as the events function records it: the dispute's record.
+async fn disputed(store: &DynamoStore, charge: &Operation, dp: &str) -> Operation {
+    use charge_once::executor::dispute::{record_dispute, DisputeRecording};
+    let d = charge_core::testing::stripe_dispute(dp, "pi_settled_1");
+    let written = record_dispute(
+        store,
+        &charge.order_id,
+        &d,
+        SystemClock.now(),
+        &charge_core::plan::Policy::default().dispute_policy(),
+    )
+    .await
+    .unwrap();
+    let DisputeRecording::Written { record, .. } = written else {
+        panic!("recorded: {written:?}")
+    };
+    record
+}
+
+/// `unknowns` lists an open dispute as kind `dispute` with Stripe's status (and `--json`'s
+/// added keys, null on every other kind); `show <order_id>` lists the order's disputes under its
+/// charge, with status, amount, reason, due_by and whether evidence is saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknowns_and_show_list_an_order_s_open_dispute() {
+    let f = Fixture::new().await;
+    let charge = charged(&f.store, &unique("o-disputed")).await;
+    let dp = disputed(&f.store, &charge, "dp_cli_1").await;
+
+    let out = f.run(&["unknowns"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&dp.operation_id.to_string()))
+        .unwrap_or_else(|| panic!("the dispute is listed:\n{text}"));
+    assert!(
+        row.contains("dispute dp_cli_1 needs_response")
+            && row.contains("1250 usd")
+            && row.contains(" unknown "),
+        "{row}"
+    );
+
+    let out = f.run(&["unknowns", "--json"]);
+    assert_exit(&out, 0);
+    let lines = json_lines(&out);
+    let listed = lines
+        .iter()
+        .find(|l| l["operation_id"] == dp.operation_id.to_string())
+        .expect("the dispute in --json");
+    assert_eq!(listed["kind"], "dispute");
+    assert_eq!(listed["dispute_id"], "dp_cli_1");
+    assert_eq!(listed["dispute_status"], "needs_response");
+    assert_eq!(listed["status"], "unknown");
+    assert_eq!(listed["refund_id"], Value::Null);
+    assert!(listed["due_by"].as_str().is_some(), "{listed}");
+    let charge_line = lines
+        .iter()
+        .find(|l| l["operation_id"] == f.pending.operation_id.to_string())
+        .unwrap();
+    assert_eq!(charge_line["dispute_id"], Value::Null);
+    assert_eq!(charge_line["dispute_status"], Value::Null);
+
+    let out = f.run(&["show", charge.order_id.as_str()]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("dp_cli_1"))
+        .unwrap_or_else(|| panic!("the dispute under its charge:\n{text}"));
+    assert!(text.contains("disputes (1;"), "{text}");
+    assert!(text.contains("Payments > Disputes"), "{text}");
+    for part in [
+        "needs_response (ours: unknown)",
+        "1250 usd",
+        "fraudulent",
+        "due_by 20",
+        "evidence none",
+    ] {
+        assert!(line.contains(part), "{part:?} in {line}");
+    }
+
+    let out = f.run(&["show", charge.order_id.as_str(), "--json"]);
+    assert_exit(&out, 0);
+    let value: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(value["refunds"], Value::Array(vec![]), "refunds as before");
+    let disputes = value["disputes"].as_array().expect("disputes");
+    assert_eq!(disputes.len(), 1);
+    assert_eq!(disputes[0]["kind"]["dispute"], "dp_cli_1");
+    assert_eq!(disputes[0]["dispute"]["status"], "needs_response");
+    assert_eq!(disputes[0]["params"]["reason"], "fraudulent");
+
+    // An order without a dispute shows none, and its --json an empty list.
+    let out = f.run(&["show", f.settled.order_id.as_str(), "--json"]);
+    assert_exit(&out, 0);
+    let value: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(value["disputes"], Value::Array(vec![]));
+}
+
+/// A dispute is never written by hand: `resolve` and `redrive` of its record are refused with
+/// what to do instead, and nothing is written or sent; the same `redrive` of a charge in review
+/// beside it is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolve_and_redrive_refuse_a_dispute_and_write_nothing() {
+    let f = Fixture::new().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let queue_url = fresh_fifo_queue(&sqs).await;
+    let stripe = Stripe::new().await;
+    let charge = charged(&f.store, &unique("o-disputed")).await;
+    let dp = disputed(&f.store, &charge, "dp_cli_2").await;
+    let id = dp.operation_id.to_string();
+
+    for (with_stripe, args) in [
+        (
+            true,
+            vec![
+                "resolve",
+                &id,
+                "--failed",
+                "--note",
+                "the customer withdrew it",
+            ],
+        ),
+        (
+            false,
+            vec![
+                "--queue-url",
+                &queue_url,
+                "redrive",
+                &id,
+                "--note",
+                "read it again",
+            ],
+        ),
+    ] {
+        let out = if with_stripe {
+            f.run_with(&stripe, &args)
+        } else {
+            f.run(&args)
+        };
+        assert_exit(&out, 1);
+        let err = stderr(&out);
+        assert!(
+            err.contains("is dispute dp_cli_2")
+                && err.contains("never")
+                && err.contains("Payments > Disputes")
+                && err.contains("nothing changed"),
+            "{err}"
+        );
+        assert_eq!(
+            f.store.get(&dp.key()).await.unwrap().unwrap(),
+            dp,
+            "nothing written"
+        );
+    }
+    let none = sqs
+        .receive_message()
+        .queue_url(&queue_url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    assert!(none.messages().is_empty(), "nothing sent for a dispute");
+
+    // The twin: the same redrive of the charge in review is accepted and sends its message.
+    let out = f.run(&[
+        "--queue-url",
+        &queue_url,
+        "redrive",
+        &f.review.operation_id.to_string(),
+        "--note",
+        "read it again",
+    ]);
+    assert_exit(&out, 0);
+    assert_eq!(f.get(&f.review).await.redrives, 1);
+}

@@ -258,6 +258,20 @@ impl OperationReads for MemoryStore {
             .map(|(_, op)| op.clone())
             .collect())
     }
+
+    async fn disputes_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        let mut disputes: Vec<Operation> = self
+            .lock()
+            .range(OperationKey::charge(order_id.clone())..)
+            .take_while(|(key, _)| key.order_id == *order_id)
+            .filter(|(key, _)| key.kind.dispute_id().is_some())
+            .map(|(_, op)| op.clone())
+            .collect();
+        // As DynamoDB's Query returns them: by sort key.
+        disputes.sort_by_key(|op| op.kind.sort_key());
+        Ok(disputes)
+    }
 }
 
 #[async_trait]

@@ -178,6 +178,16 @@ pub trait OperationReads: Send + Sync {
     /// Every refund of `order_id`, by refund id (strongly consistent; one Query of the order's
     /// partition, paged). A refund this release cannot read is an error naming it.
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
+
+    /// Every dispute of `order_id`, by dispute id (strongly consistent; one Query of the order's
+    /// partition, paged): what `chargectl show` lists under the order's charge. The default
+    /// refuses, for wrappers and doubles that never list disputes.
+    async fn disputes_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        let _ = order_id;
+        Err(StoreError::new(
+            "this store does not list an order's disputes",
+        ))
+    }
 }
 
 /// The door's writes (and the events function's, for a refund made in the dashboard): a new

@@ -131,6 +131,58 @@ impl fmt::Debug for DynamoStore {
 }
 
 impl DynamoStore {
+    /// The records of `order_id` whose sort key starts with `prefix` (an order's refunds, its
+    /// disputes), by sort key: one Query of the order's partition, paged. A record this release
+    /// cannot read is logged with its key and left out.
+    async fn records_under(
+        &self,
+        order_id: &OrderId,
+        prefix: &str,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let (pk, _) = key_of(&OperationKey::charge(order_id.clone()));
+        let mut refunds = Vec::new();
+        let mut start = None;
+        loop {
+            self.calls.query();
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#pk", schema::PK)
+                .expression_attribute_names("#sk", schema::SK)
+                .expression_attribute_values(":pk", attr_s(&pk))
+                .expression_attribute_values(":prefix", attr_s(prefix))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.sdk_error("Query an order's records", e))?;
+            for item in out.items() {
+                // One refund this release cannot read must not hide the order's others (nor
+                // fail a status answer or an event's lookup): it is logged with its key and
+                // reason and left out. The reconciler's index read counts it (UnreadableRecords)
+                // while it is unsettled.
+                match operation_from_item(item) {
+                    Ok(op) => refunds.push(op),
+                    Err(e) => tracing::error!(
+                        pk = %pk,
+                        sk = item
+                            .get(schema::SK)
+                            .and_then(|v| v.as_s().ok())
+                            .map_or("?", String::as_str),
+                        reason = %crate::telemetry::ErrorChain(&e),
+                        "unreadable record left out of the order's records"
+                    ),
+                }
+            }
+            match out.last_evaluated_key() {
+                Some(last) => start = Some(last.clone()),
+                None => return Ok(refunds),
+            }
+        }
+    }
+
     /// A failed call, naming the table: DynamoDB's own answer to a wrong table name says only
     /// "ResourceNotFoundException: Requested resource not found".
     fn sdk_error<E>(&self, what: &str, err: SdkError<E>) -> StoreError
@@ -592,48 +644,11 @@ impl OperationReads for DynamoStore {
     }
 
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
-        let (pk, _) = key_of(&OperationKey::charge(order_id.clone()));
-        let mut refunds = Vec::new();
-        let mut start = None;
-        loop {
-            self.calls.query();
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :refund)")
-                .expression_attribute_names("#pk", schema::PK)
-                .expression_attribute_names("#sk", schema::SK)
-                .expression_attribute_values(":pk", attr_s(&pk))
-                .expression_attribute_values(":refund", attr_s("refund#"))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| self.sdk_error("Query refunds", e))?;
-            for item in out.items() {
-                // One refund this release cannot read must not hide the order's others (nor
-                // fail a status answer or an event's lookup): it is logged with its key and
-                // reason and left out. The reconciler's index read counts it (UnreadableRecords)
-                // while it is unsettled.
-                match operation_from_item(item) {
-                    Ok(op) => refunds.push(op),
-                    Err(e) => tracing::error!(
-                        pk = %pk,
-                        sk = item
-                            .get(schema::SK)
-                            .and_then(|v| v.as_s().ok())
-                            .map_or("?", String::as_str),
-                        reason = %crate::telemetry::ErrorChain(&e),
-                        "unreadable refund record left out of the order's refunds"
-                    ),
-                }
-            }
-            match out.last_evaluated_key() {
-                Some(last) => start = Some(last.clone()),
-                None => return Ok(refunds),
-            }
-        }
+        self.records_under(order_id, "refund#").await
+    }
+
+    async fn disputes_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        self.records_under(order_id, "dispute#").await
     }
 }
 
