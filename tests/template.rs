@@ -2178,13 +2178,14 @@ fn grant_pairs(t: &Value, dir: &str) -> BTreeSet<(String, String)> {
 fn the_webhook_role_settles_and_remembers_events_only_and_its_inbox_expires() {
     let p = |a: &str, r: &str| (a.to_owned(), r.to_owned());
     // In every configuration: the operation read on its key, then the executor's claim and
-    // record (no PutItem: it never creates; no Query, no Scan); the inbox's conditional admit
-    // and the forget after a failure. Nothing else, but:
+    // record (no Scan); a dispute's first record (a Put inside its transaction: the only one);
+    // the inbox's conditional admit and the forget after a failure. Nothing else, but:
     let always = [
         p("dynamodb:GetItem", "OperationsTable"),
         // A refund event's operation, among its order's refunds.
         p("dynamodb:Query", "OperationsTable"),
         p("dynamodb:UpdateItem", "OperationsTable"),
+        p("dynamodb:PutItem", "OperationsTable"),
         p("dynamodb:PutItem", "WebhookInboxTable"),
         p("dynamodb:DeleteItem", "WebhookInboxTable"),
     ];
@@ -3246,7 +3247,16 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
             root.join("shared/src/executor"),
         ]),
         BTreeSet::from(
-            ["claim", "fail_refund_later", "get", "record", "refunds_of"].map(str::to_owned)
+            [
+                "claim",
+                "create_beside",
+                "fail_refund_later",
+                "get",
+                "record",
+                "record_dispute",
+                "refunds_of"
+            ]
+            .map(str::to_owned)
         )
     );
     let op = charge_core::testing::order("ord-events").manual().build();
@@ -3302,6 +3312,70 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
         now: T0,
     };
     named.extend(write_names(&writes::write(&late).unwrap()));
+    // A dispute's writes: its move (open, in review or not, and settled) and its charge's side
+    // (the open dispute named or cleared, a reservation made or given back).
+    {
+        use charge_core::dispute::state::DisputeState;
+        use charge_core::store::{DisputeMark, DisputeMove, DisputeOnCharge};
+        let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        for (status, review, in_review) in [
+            (Unknown, None, false),
+            (
+                Unknown,
+                Some(charge_core::operation::Review {
+                    reason: "dispute_unreserved".into(),
+                    flagged_at: T0,
+                }),
+                false,
+            ),
+            (Unknown, None, true),
+            (Succeeded, None, false),
+        ] {
+            let moved = DisputeMove {
+                key: op.key(),
+                operation_id: op.operation_id,
+                expected_updated_at: T0,
+                status,
+                state: DisputeState::of(&d, true),
+                next_due_at: Some(T0),
+                review,
+                last_error: Some("x".into()),
+                in_review,
+                on_charge: None,
+                now: T0,
+            };
+            named.extend(write_names(&writes::write(&moved).unwrap()));
+            let no_deadline = DisputeMove {
+                state: DisputeState {
+                    due_by: None,
+                    ..moved.state.clone()
+                },
+                ..moved
+            };
+            named.extend(write_names(&writes::write(&no_deadline).unwrap()));
+        }
+        for (mark, reserve, give_back) in [
+            (
+                DisputeMark::Open {
+                    dispute: d.id.clone(),
+                    refundable: false,
+                },
+                Some((op.params.amount(), op.params.amount())),
+                None,
+            ),
+            (DisputeMark::Clear, None, Some(op.params.amount())),
+        ] {
+            let side = DisputeOnCharge {
+                charge: op.key(),
+                charge_operation_id: op.operation_id,
+                mark,
+                reserve,
+                give_back,
+                now: T0,
+            };
+            named.extend(write_names(&writes::write(&side).unwrap()));
+        }
+    }
 
     for (name, set) in [("webhook", WEBHOOK), ("event source", EVENT_SOURCE)] {
         let t = config(set);
@@ -3332,6 +3406,83 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
         "fingerprint",
     ] {
         assert!(!named.contains(never), "{never}");
+    }
+}
+
+/// The events function's one Put on the operations table is a dispute's first record: only
+/// inside its transaction, naming exactly the attributes a dispute's record can hold
+/// (`stored_item` of one open, in review, settled, with and without a deadline), none of a
+/// charge's (customer, payment method, refunds' reservation, taker), nor a lease or a history.
+#[test]
+fn the_events_function_puts_only_a_dispute_s_record() {
+    use charge_core::dispute::state::{DisputeParams, DisputeState};
+    use charge_core::operation::{Operation, OperationStatus, Review};
+    use charge_core::testing::T0;
+    use charge_once::adapters::dynamodb::item::stored_item;
+    let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+    let open = Operation::new_dispute(
+        charge_core::domain::OrderId::parse("ord-put").unwrap(),
+        DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+        DisputeState::of(&d, true),
+        T0,
+        T0,
+    );
+    let mut reviewed = open.clone();
+    reviewed.review = Some(Review {
+        reason: "dispute_unreserved".into(),
+        flagged_at: T0,
+    });
+    reviewed.last_error = Some("dispute_unreserved".into());
+    let mut settled = open.clone();
+    settled.status = OperationStatus::Succeeded;
+    settled.next_due_at = None;
+    settled.settled_at = Some(T0);
+    let mut held: BTreeSet<String> = BTreeSet::new();
+    for op in [open, reviewed, settled] {
+        held.extend(stored_item(&op).into_keys());
+    }
+    for (name, set) in [("webhook", WEBHOOK), ("event source", EVENT_SOURCE)] {
+        let t = config(set);
+        let puts: Vec<Value> = statements_allowing(policies_of(&t, "events"), "dynamodb:PutItem")
+            .into_iter()
+            .filter(|st| str_at(st, "Sid") == Some("RecordDispute"))
+            .collect();
+        assert_eq!(puts.len(), 1, "{name}: one dispute put");
+        let condition = get(&puts[0], "Condition").expect("conditioned");
+        let listed: BTreeSet<String> = get(
+            get(condition, "ForAllValues:StringEquals").expect("an attribute list"),
+            "dynamodb:Attributes",
+        )
+        .and_then(Value::as_sequence)
+        .expect("dynamodb:Attributes")
+        .iter()
+        .map(scalar_text)
+        .collect();
+        assert_eq!(
+            listed,
+            held,
+            "{name}: listed but never held {:?}, held but not listed {:?}",
+            listed.difference(&held).collect::<Vec<_>>(),
+            held.difference(&listed).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            str_at(
+                get(condition, "StringEquals").expect("EnclosingOperation"),
+                "dynamodb:EnclosingOperation"
+            ),
+            Some("TransactWriteItems")
+        );
+    }
+    for never in [
+        "customer_id",
+        "payment_method",
+        "refund_reserved",
+        "taken_by",
+        "lease_token",
+        "history",
+        "requested_by",
+    ] {
+        assert!(!held.contains(never), "{never}");
     }
 }
 
@@ -3740,6 +3891,17 @@ fn every_write() -> Vec<StreamWrite> {
             charge_core::testing::GRACE,
         )
     };
+    let dispute = {
+        use charge_core::dispute::state::{DisputeParams, DisputeState};
+        let d = charge_core::testing::stripe_dispute("dp_f", "pi_f");
+        Operation::new_dispute(
+            charge_core::domain::OrderId::parse("ord-filter-d").unwrap(),
+            DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+            DisputeState::of(&d, true),
+            T0,
+            T0,
+        )
+    };
     let kinds = [
         ("charge", charge_core::testing::order("ord-filter").build()),
         (
@@ -3747,6 +3909,7 @@ fn every_write() -> Vec<StreamWrite> {
             charge_core::testing::order("ord-filter-m").manual().build(),
         ),
         ("refund", refund),
+        ("dispute", dispute),
     ];
     let at = |op: &Operation, status: OperationStatus, reviewed: bool| {
         let mut op = op.clone();
@@ -3817,7 +3980,7 @@ fn outcomes_filtered_out(patterns: &[String]) -> Vec<String> {
 #[test]
 fn the_notify_stream_filter_passes_every_outcome_write() {
     let patterns = notify_filter_patterns(&template());
-    assert_eq!(patterns.len(), 2, "{patterns:?}");
+    assert_eq!(patterns.len(), 3, "{patterns:?}");
     let writes = every_write();
     let outcomes = writes
         .iter()

@@ -21,6 +21,19 @@
 //! A capture's or a cancel's outcome is told by its charge's event (the charge record changes in
 //! the same write); of their own changes only review is published (`CaptureNeedsReview`,
 //! `CancelNeedsReview`).
+//!
+//! A dispute's record (recorded from what Stripe holds, never asked for) has its own steps:
+//!
+//! | change (before → after) | event |
+//! |---|---|
+//! | none → open (`unknown`) | `DisputeOpened` (its `dispute_status` says whether funds were withdrawn) |
+//! | open, an inquiry (`warning_*`) → open, funds withdrawn | `DisputeFundsWithdrawn` |
+//! | anything but `succeeded` → `succeeded` (Stripe's `lost`) | `DisputeLost` |
+//! | anything but `failed` → `failed` (`won`; an inquiry's `warning_closed`) | `DisputeWon`; `DisputeClosed` |
+//! | open, not in review → in review (its amount did not fit beside the refunds) | `DisputeNeedsReview` |
+//!
+//! Each carries `dispute_id`, `dispute_status` and, while Stripe states one, `due_by`; its
+//! event id is the same sha256 of (v1, operation id, the step) as every outcome's.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -42,6 +55,11 @@ pub enum Outcome {
     NeedsReview,
     /// A manual capture's charge holds the money (`requires_capture`).
     Authorized,
+    /// A dispute was first recorded, open (its `dispute_status` says whether funds were
+    /// withdrawn: any but a `warning_*` inquiry's).
+    DisputeOpened,
+    /// An open inquiry turned into a chargeback: Stripe withdrew the disputed funds.
+    DisputeFundsWithdrawn,
 }
 
 impl Outcome {
@@ -52,6 +70,8 @@ impl Outcome {
             Outcome::Failed => "ChargeFailed",
             Outcome::NeedsReview => "ChargeNeedsReview",
             Outcome::Authorized => "ChargeAuthorized",
+            Outcome::DisputeOpened => "DisputeOpened",
+            Outcome::DisputeFundsWithdrawn => "DisputeFundsWithdrawn",
         }
     }
 
@@ -62,6 +82,8 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::NeedsReview => "needs_review",
             Outcome::Authorized => "authorized",
+            Outcome::DisputeOpened => "dispute_opened",
+            Outcome::DisputeFundsWithdrawn => "funds_withdrawn",
         }
     }
 }
@@ -88,6 +110,7 @@ impl OutcomeEvent {
                 Some(AuthorizationEnd::Canceled) => "ChargeCanceled",
                 None => "ChargeFailed",
             },
+            (_, o @ (Outcome::DisputeOpened | Outcome::DisputeFundsWithdrawn)) => o.detail_type(),
             (OperationKind::Charge, o) => o.detail_type(),
             (OperationKind::Capture(_), _) => "CaptureNeedsReview",
             (OperationKind::Cancel, _) => "CancelNeedsReview",
@@ -127,8 +150,11 @@ impl OutcomeEvent {
         // once Stripe holds it canceled (the executor cancels a declined one first; chargectl's
         // `resolve --failed` requires it). The order service may ask for another card, and must
         // never confirm this intent again.
-        let canceled =
-            self.outcome == Outcome::Failed && op.external_id.is_some() && !forced_failed(op);
+        let dispute = op.params.dispute_state();
+        let canceled = self.outcome == Outcome::Failed
+            && op.external_id.is_some()
+            && dispute.is_none()
+            && !forced_failed(op);
         let refund = op.params.refund();
         let failed_later = (self.outcome == Outcome::Failed)
             .then(|| crate::store_rules::failed_later_reason(op))
@@ -142,6 +168,9 @@ impl OutcomeEvent {
                 .then(|| op.capture_before().map(|t| t.to_rfc3339()))
                 .flatten(),
             currency: op.params.currency().as_str(),
+            dispute_id: op.kind.dispute_id().map(|id| id.as_str()),
+            dispute_status: dispute.map(|d| d.status.as_str()),
+            due_by: dispute.and_then(|d| d.due_by).map(|t| t.to_rfc3339()),
             event_id: &self.event_id,
             failed_after_success: failed_later.map(|_| true),
             failure_reason: failed_later,
@@ -173,6 +202,15 @@ pub struct Detail<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture_before: Option<String>,
     pub currency: &'a str,
+    /// A dispute's events only: Stripe's dispute id (`dp_…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispute_id: Option<&'a str>,
+    /// A dispute's events only: Stripe's dispute status, verbatim (`needs_response`, `won`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispute_status: Option<&'a str>,
+    /// A dispute's events only, while Stripe states one: the evidence deadline (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub due_by: Option<String>,
     pub event_id: &'a str,
     /// `true` on a `RefundFailed` of a refund that had succeeded (Stripe returned the money to
     /// the balance later: a closed or lost card); absent otherwise. The merchant's customer did
@@ -229,6 +267,23 @@ pub fn outcome_of(before: Option<&Operation>, after: &Operation) -> Option<Outco
 pub fn outcome_change(before: Option<&Operation>, after: &Operation) -> Option<Outcome> {
     let was = |status: OperationStatus| before.is_some_and(|b| b.status == status);
     let newly_in_review = || after.review.is_some() && before.is_none_or(|b| b.review.is_none());
+    if let Some(state) = after.params.dispute_state() {
+        if !after.status.is_settled() {
+            let Some(before) = before else {
+                return Some(Outcome::DisputeOpened);
+            };
+            let withdrew = |status: &crate::dispute::DisputeStatus| {
+                crate::dispute::plan::funds_withdrawn(status)
+            };
+            let was_withdrawn = before
+                .params
+                .dispute_state()
+                .is_some_and(|b| withdrew(&b.status));
+            if withdrew(&state.status) && !was_withdrawn {
+                return Some(Outcome::DisputeFundsWithdrawn);
+            }
+        }
+    }
     if after.kind.takes_authorization() {
         // Its outcome is its charge's event; only a person's attention is its own.
         return (!after.status.is_settled() && newly_in_review()).then_some(Outcome::NeedsReview);

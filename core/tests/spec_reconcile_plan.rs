@@ -103,7 +103,27 @@ fn plan_table() {
         expires_at: T0,
     };
     let window = policy.key_window;
-    let cases: [ActionRow; 11] = [
+    let dispute = {
+        use charge_core::dispute::state::{DisputeParams, DisputeState};
+        let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        Operation::new_dispute(
+            op().order_id,
+            DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+            DisputeState::of(&d, true),
+            T0,
+            T0,
+        )
+    };
+    let cases: [ActionRow; 12] = [
+        Row {
+            says: "a dispute, due and never attempted: never put on the queue (it has no \
+                   message and no key; it is read again at Stripe)",
+            found: dispute,
+            input: (),
+            now: T0.plus(10 * MIN),
+            next: (),
+            then: Action::Skip,
+        },
         Row {
             says: "never attempted",
             found: op(),

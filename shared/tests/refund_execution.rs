@@ -261,3 +261,43 @@ async fn a_charge_s_intent_declined_is_never_refunded() {
         "an unknown charge may have taken nothing: no refund"
     );
 }
+
+/// A refund the door let through before the customer's bank disputed the charge: Stripe
+/// refuses it (`charge_disputed`, counted: one create, no refund made), and it settles
+/// `failed` with its reservation given back, not retried, not a person's. Its twin: the same
+/// refund while the dispute is an inquiry (Stripe says still refundable) is made.
+#[tokio::test]
+async fn a_refund_stripe_refuses_as_disputed_settles_failed_and_gives_its_reservation_back() {
+    use charge_core::dispute::DisputeStatus;
+    use std::sync::atomic::Ordering;
+    for (status, made) in [
+        (DisputeStatus::NeedsResponse, false),
+        (DisputeStatus::WarningNeedsResponse, true),
+    ] {
+        let w = World::new();
+        let charge = w.charged("ord-disputed").await;
+        let refund = w.refund(&charge, "r-1", 400).await;
+        let pi = charge.external_id.clone().unwrap();
+        w.gateway.open_dispute("dp_1", &pi, status.clone(), None);
+        let report = w.run(&refund).await;
+        assert_eq!(
+            w.gateway.calls.refund_create.load(Ordering::SeqCst),
+            1,
+            "{status}: Stripe was asked once"
+        );
+        let stored = w.store.get(&refund.key()).await.unwrap().unwrap();
+        if made {
+            assert_eq!(report.status, OperationStatus::Succeeded, "{status}");
+            assert_eq!(w.gateway.refund_count(), 1);
+            assert_eq!(w.reserved(&charge).await, 400);
+        } else {
+            assert_eq!(report.status, OperationStatus::Failed, "{status}");
+            assert_eq!(report.disposition, Disposition::Settled);
+            assert_eq!(report.sent_to_review, None);
+            assert_eq!(stored.last_error.as_deref(), Some("charge_disputed"));
+            assert!(stored.review.is_none());
+            assert_eq!(w.gateway.refund_count(), 0, "Stripe made none");
+            assert_eq!(w.reserved(&charge).await, 0, "the 400 given back");
+        }
+    }
+}

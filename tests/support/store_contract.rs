@@ -1875,6 +1875,267 @@ pub async fn settled_between_is_half_open_across_midnight(store: Arc<dyn Operati
     assert!(empty.operations.is_empty() && empty.next.is_none());
 }
 
+/// What Stripe holds of dispute `id` of the contract's charges (`pi_contract`), of `amount`, in
+/// `status`.
+fn stripe_dispute(id: &str, amount: i64, status: &str) -> charge_core::dispute::StripeDispute {
+    let mut d = charge_core::testing::stripe_dispute(id, "pi_contract");
+    d.amount = amount;
+    d.status = charge_core::dispute::DisputeStatus::parse(status);
+    d.is_charge_refundable = d.status.is_inquiry();
+    d
+}
+
+/// The dispute's write as the plan makes it over the two records as the store holds them now.
+async fn dispute_write(
+    store: &Arc<dyn OperationStore>,
+    charge: &Operation,
+    dispute: &charge_core::dispute::StripeDispute,
+    now: Timestamp,
+) -> charge_core::dispute::plan::DisputeWrite {
+    let key = charge_core::operation::OperationKey::of_kind(
+        charge.order_id.clone(),
+        OperationKind::Dispute(dispute.id.clone()),
+    );
+    let record = store.get(&key).await.unwrap();
+    let charge_now = store.get(&charge.key()).await.unwrap();
+    charge_core::dispute::plan::plan(
+        record.as_ref(),
+        charge_now.as_ref(),
+        dispute,
+        now,
+        &Default::default(),
+    )
+}
+
+/// A dispute's record is created beside its charge (the amount reserved, the charge naming it,
+/// in the same write), moved, and settled once: `won` gives the reservation back and clears
+/// the charge's open dispute in the settling write; the same move again is refused (settled is
+/// final), the record untouched.
+pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
+    store: Arc<dyn OperationStore>,
+) {
+    use charge_core::dispute::plan::{DisputeWrite, Unchanged};
+    use charge_core::store::DisputeRecorded;
+    let charge = succeeded_charge(&store, "contract-dispute", 1000).await;
+    let open = stripe_dispute("dp_contract", 1000, "needs_response");
+    let DisputeWrite::Create { record, on_charge } =
+        dispute_write(&store, &charge, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    let created = store
+        .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+        .await
+        .unwrap();
+    assert_eq!(created, CreatedBeside::New(record.clone()));
+    assert_eq!(
+        store.get(&record.key()).await.unwrap(),
+        Some(record.clone())
+    );
+    let charge_now = store.get(&charge.key()).await.unwrap().unwrap();
+    assert_eq!(charge_now.refund_reserved(), 1000);
+    assert_eq!(
+        charge_now
+            .params
+            .charge_state()
+            .unwrap()
+            .refund_blocked_by(),
+        Some(&open.id)
+    );
+    // Created again (a second delivery that read before the first wrote): the existing one,
+    // nothing reserved twice.
+    assert_eq!(
+        store
+            .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+            .await
+            .unwrap(),
+        CreatedBeside::Existing(record.clone())
+    );
+    assert_eq!(reserved(&store, &charge).await, 1000);
+    // Evidence submitted: moved, the charge not written.
+    let later = T0.plus(LEASE);
+    let DisputeWrite::Move(moved) = dispute_write(
+        &store,
+        &charge,
+        &stripe_dispute("dp_contract", 1000, "under_review"),
+        later,
+    )
+    .await
+    else {
+        panic!("a move")
+    };
+    assert_eq!(moved.on_charge, None);
+    let DisputeRecorded::Written(under_review) = store.record_dispute(&moved).await.unwrap() else {
+        panic!("written")
+    };
+    // The store's write is the rule's change, attribute for attribute.
+    assert_eq!(under_review, store_rules::apply(&record, &moved).unwrap());
+    assert_eq!(
+        under_review.params.dispute_state().unwrap().status.as_str(),
+        "under_review"
+    );
+    assert_eq!(under_review.status, OperationStatus::Unknown);
+    assert!(under_review.next_due_at.is_some());
+    // Won: settled failed, the reservation back, the charge's open dispute cleared.
+    let won = stripe_dispute("dp_contract", 1000, "won");
+    let DisputeWrite::Move(settle) = dispute_write(&store, &charge, &won, later.plus(LEASE)).await
+    else {
+        panic!("a settle")
+    };
+    let charge_before = store.get(&charge.key()).await.unwrap().unwrap();
+    let DisputeRecorded::Written(settled) = store.record_dispute(&settle).await.unwrap() else {
+        panic!("written")
+    };
+    assert_eq!(settled, store_rules::apply(&under_review, &settle).unwrap());
+    let on_charge = settle.on_charge.as_ref().expect("the charge's side");
+    assert_eq!(
+        store.get(&charge.key()).await.unwrap().unwrap(),
+        store_rules::apply(&charge_before, on_charge).unwrap()
+    );
+    assert_eq!(
+        (
+            settled.status,
+            settled.next_due_at,
+            settled.settled_at.is_some()
+        ),
+        (OperationStatus::Failed, None, true)
+    );
+    let charge_now = store.get(&charge.key()).await.unwrap().unwrap();
+    assert_eq!(charge_now.refund_reserved(), 0);
+    assert_eq!(charge_now.params.charge_state().unwrap().disputed_by, None);
+    assert_eq!(
+        store.record_dispute(&settle).await.unwrap(),
+        DisputeRecorded::Refused(Some(settled.clone())),
+        "settled is final"
+    );
+    assert_eq!(reserved(&store, &charge).await, 0, "given back once");
+    assert_eq!(
+        dispute_write(&store, &charge, &won, later.plus(LEASE)).await,
+        DisputeWrite::Nothing(Unchanged::Settled)
+    );
+}
+
+/// Two deliveries of one dispute at once (each its own read, plan and write) make one record
+/// and reserve its amount once; two of its closing at once settle it once and give the
+/// reservation back once.
+pub async fn two_deliveries_of_a_dispute_at_once_make_one_record(store: Arc<dyn OperationStore>) {
+    use charge_once::executor::dispute::{record_dispute, DisputeRecording};
+    let charge = succeeded_charge(&store, "contract-dispute-race", 1000).await;
+    for (status, want_reserved) in [("needs_response", 1000), ("won", 0)] {
+        let dispute = stripe_dispute("dp_race", 1000, status);
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (store, order, dispute) = (store.clone(), charge.order_id.clone(), dispute.clone());
+            tasks.push(tokio::spawn(async move {
+                record_dispute(
+                    &*store,
+                    &order,
+                    &dispute,
+                    T0.plus(LEASE),
+                    &Default::default(),
+                )
+                .await
+                .unwrap()
+            }));
+        }
+        let mut written = 0;
+        for t in tasks {
+            if matches!(t.await.unwrap(), DisputeRecording::Written { .. }) {
+                written += 1;
+            }
+        }
+        assert_eq!(
+            written, 1,
+            "{status}: one write, the others found nothing to do"
+        );
+        assert_eq!(reserved(&store, &charge).await, want_reserved, "{status}");
+    }
+    let key = charge_core::operation::OperationKey::of_kind(
+        charge.order_id.clone(),
+        OperationKind::Dispute(charge_core::domain::DisputeId::parse("dp_race").unwrap()),
+    );
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().status,
+        OperationStatus::Failed
+    );
+}
+
+/// A dispute whose amount does not fit beside the order's refunds is refused by the charge's
+/// guard when its reservation was planned on an older read (a refund reserved in between), and
+/// planned again it is recorded without the reservation, in review; its twin, the same dispute
+/// of an order without refunds, is reserved.
+pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved(
+    store: Arc<dyn OperationStore>,
+) {
+    use charge_core::dispute::plan::DisputeWrite;
+    let charge = succeeded_charge(&store, "contract-dispute-fit", 1000).await;
+    let open = stripe_dispute("dp_fit", 1000, "needs_response");
+    let DisputeWrite::Create { record, on_charge } =
+        dispute_write(&store, &charge, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    // A refund of 600 reserved after the dispute's plan read the charge.
+    let (refund, reserve) = refund_of(&charge, "r-before-dispute", Some(600)).unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
+    match store
+        .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+        .await
+        .unwrap()
+    {
+        CreatedBeside::ChargeRefused(Some((_, Guard::ReservedAtMost(0)))) => {}
+        other => panic!("expected the charge's refusal, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(&record.key()).await.unwrap(),
+        None,
+        "nothing written"
+    );
+    assert_eq!(reserved(&store, &charge).await, 600);
+    let DisputeWrite::Create { record, on_charge } =
+        dispute_write(&store, &charge, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    assert_eq!(on_charge.reserve, None);
+    assert!(matches!(
+        store
+            .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
+    ));
+    let stored = store.get(&record.key()).await.unwrap().unwrap();
+    assert!(!stored.params.dispute_state().unwrap().reserved);
+    assert!(stored.review.is_some());
+    assert_eq!(reserved(&store, &charge).await, 600, "refunds only");
+    let in_review = store
+        .query_index(IndexQuery::InReview, None, 100)
+        .await
+        .unwrap();
+    assert!(in_review
+        .operations
+        .iter()
+        .any(|op| op.operation_id == stored.operation_id));
+    // The twin: an order without refunds reserves the dispute's amount.
+    let twin = succeeded_charge(&store, "contract-dispute-fit-twin", 1000).await;
+    let DisputeWrite::Create { record, on_charge } = dispute_write(&store, &twin, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    assert!(matches!(
+        store
+            .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
+    ));
+    assert_eq!(reserved(&store, &twin).await, 1000);
+}
+
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -1914,6 +2175,9 @@ macro_rules! store_contract_tests {
             an_outcome_writes_stripe_s_deadline_and_the_amount_captured,
             settled_between_lists_what_settled_in_the_window_once_by_pages,
             settled_between_is_half_open_across_midnight,
+            a_dispute_is_created_beside_its_charge_moved_and_settled_once,
+            two_deliveries_of_a_dispute_at_once_make_one_record,
+            a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

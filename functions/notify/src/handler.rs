@@ -307,9 +307,16 @@ pub async fn not_in_table(
     let held_since = event.outcome == Outcome::Authorized
         && held.capture_before().is_some()
         && held.capture_before() == claimed.capture_before();
+    // A dispute's opening and its funds withdrawn are steps it passes through: confirmed by the
+    // table holding the same dispute (its record, its intent, its amount), wherever Stripe has
+    // moved it since.
+    let passed_through = matches!(
+        event.outcome,
+        Outcome::DisputeOpened | Outcome::DisputeFundsWithdrawn
+    );
     let why = if held.operation_id != claimed.operation_id {
         format!("the table holds operation {}", held.operation_id)
-    } else if (held.status != claimed.status && !held_since)
+    } else if (held.status != claimed.status && !held_since && !passed_through)
         || held.external_id != claimed.external_id
     {
         format!(
@@ -1036,5 +1043,34 @@ mod tests {
             Some(charge_core::time::Timestamp::from_millis(1_900_000_000_001));
         let forged = OutcomeEvent::new(Outcome::Authorized, forged);
         assert!(not_in_table(&table, &forged).await.unwrap().is_some());
+    }
+
+    /// `DisputeOpened` is confirmed by the table holding the same dispute, wherever Stripe moved
+    /// it since (lost before the relay ran): a step passed through, published, never parked.
+    /// Its twin: a dispute the table does not hold (another operation under the key) is not.
+    #[tokio::test]
+    async fn a_dispute_opened_is_confirmed_by_the_dispute_the_table_holds_since() {
+        use charge_core::dispute::state::{DisputeParams, DisputeState};
+        use charge_core::outbox::{outcome_of, Outcome};
+        let table = MemoryStore::new();
+        let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        let opened = Operation::new_dispute(
+            charge_core::domain::OrderId::parse("ord-n-dispute").unwrap(),
+            DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+            DisputeState::of(&d, true),
+            d.created,
+            d.created,
+        );
+        let event = outcome_of(None, &opened).unwrap();
+        assert_eq!(event.outcome, Outcome::DisputeOpened);
+        let mut lost = opened.clone();
+        lost.status = OperationStatus::Succeeded;
+        lost.next_due_at = None;
+        table.put_for_tests(lost.clone());
+        assert_eq!(not_in_table(&table, &event).await.unwrap(), None);
+        let mut other = lost;
+        other.operation_id = charge_core::domain::OperationId::new_random();
+        table.put_for_tests(other);
+        assert!(not_in_table(&table, &event).await.unwrap().is_some());
     }
 }

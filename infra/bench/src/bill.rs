@@ -223,9 +223,10 @@ impl Intercept for PutEventsCounter {
 
 /// The template's `NotifyStreamSource` `FilterCriteria` patterns, as [`passes_filter`] applies
 /// them (a test holds these to template.yaml).
-pub const FILTER_PATTERNS: [&str; 2] = [
+pub const FILTER_PATTERNS: [&str; 3] = [
     r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"status":{"S":["authorized","succeeded","failed"]}}}}"#,
     r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"review_reason":{"S":[{"exists":true}]}}}}"#,
+    r#"{"eventName":["INSERT","MODIFY"],"dynamodb":{"NewImage":{"dispute_status":{"S":[{"exists":true}]}}}}"#,
 ];
 
 /// Whether Lambda's event filtering passes `record` (the Lambda event's record) to the relay:

@@ -416,6 +416,8 @@ impl Run {
                     Outcome::Authorized | Outcome::Failed => true,
                     Outcome::Succeeded => ask != Some(Ask::Capture),
                     Outcome::NeedsReview => false,
+                    // A dispute's steps: never a charge's.
+                    Outcome::DisputeOpened | Outcome::DisputeFundsWithdrawn => false,
                 };
                 if charge_done {
                     t.charges_done_ms.fetch_max(at_ms as u64, Ordering::Relaxed);

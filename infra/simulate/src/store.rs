@@ -39,8 +39,8 @@ use charge_core::outbox::{outcome_change, Outcome};
 use charge_core::refund::request::RefundParams;
 use charge_core::refund::state::RefundState;
 use charge_core::store::{
-    Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord, Recorded, RefundFailedLater,
-    ReleaseRefund, Reschedule,
+    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
+    Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
 };
 use charge_core::store_rules::{self, Guard, Transition, Written};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
@@ -578,6 +578,8 @@ impl Published {
             Outcome::Failed => 2,
             Outcome::NeedsReview => 4,
             Outcome::Authorized => 8,
+            Outcome::DisputeOpened => 16,
+            Outcome::DisputeFundsWithdrawn => 32,
         }
     }
 
@@ -1370,6 +1372,38 @@ impl OperationCreates for SimStore {
         t.publish(event);
         self.after_put(&mut t, op);
         Ok(created)
+    }
+
+    /// The dispute's move, then its charge's side, each by the store's rules as any update is
+    /// ([`Table::update`]); both checked first, so a refusal writes neither, as one
+    /// transaction.
+    async fn record_dispute(&self, req: &DisputeMove) -> Result<DisputeRecorded, StoreError> {
+        let (current, charge_now) = {
+            let t = self.lock();
+            let charge = req.on_charge.as_ref().and_then(|on| t.get(&on.charge));
+            (t.get(&req.key), charge)
+        };
+        let Some(current) = current else {
+            return Ok(DisputeRecorded::Refused(None));
+        };
+        if store_rules::check(&current, &req.guards()).is_err() {
+            return Ok(DisputeRecorded::Refused(Some(current)));
+        }
+        if let Some(on) = &req.on_charge {
+            if charge_now.is_none_or(|c| store_rules::check(&c, &on.guards()).is_err()) {
+                return Ok(DisputeRecorded::ChargeRefused);
+            }
+        }
+        let written = match self.conditional(&req.key, req)? {
+            Ok(op) => op,
+            Err(current) => return Ok(DisputeRecorded::Refused(current.map(|(op, _)| op))),
+        };
+        if let Some(on) = &req.on_charge {
+            if self.conditional(&on.charge, on)?.is_err() {
+                return Ok(DisputeRecorded::ChargeRefused);
+            }
+        }
+        Ok(DisputeRecorded::Written(written))
     }
 }
 

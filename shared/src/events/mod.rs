@@ -501,7 +501,7 @@ async fn act_dispute(
     };
     let now = deps.charge.clock.now();
     let recorded = executor::dispute::record_dispute(
-        deps.charge.store.as_ref(),
+        &*deps.charge.store,
         &order_id,
         &dispute,
         now,
