@@ -447,16 +447,13 @@ pub struct RefundUnderChargeKey {
     pub store: Arc<dyn OperationStore>,
 }
 
-crate::forward_gateway!(RefundUnderChargeKey, inner: PaymentIntents);
+crate::forward_gateway!(RefundUnderChargeKey, inner: PaymentIntents, StripeDisputes);
 
 impl StripeAccount for RefundUnderChargeKey {
     fn livemode(&self) -> bool {
         self.inner.livemode()
     }
 }
-
-// Disputes are read only; this gateway does not read them yet.
-impl charge_once::ports::StripeDisputes for RefundUnderChargeKey {}
 
 #[async_trait]
 impl StripeRefunds for RefundUnderChargeKey {

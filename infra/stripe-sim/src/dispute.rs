@@ -141,10 +141,10 @@ impl Dispute {
             charge: &self.charge,
             created: self.created_ms.div_euclid(1000),
             currency: &self.currency,
-            evidence: EvidenceJson {
-                fields: &self.evidence,
-                uncategorized_text: self.evidence.get("uncategorized_text").map(String::as_str),
-            },
+            evidence: EVIDENCE_FIELDS
+                .iter()
+                .map(|f| (*f, self.evidence.get(*f).map(String::as_str)))
+                .collect(),
             evidence_details: EvidenceDetails {
                 due_by: self.due_by_ms.div_euclid(1000),
                 has_evidence,
@@ -171,7 +171,8 @@ struct DisputeJson<'a> {
     charge: &'a str,
     created: i64,
     currency: &'a str,
-    evidence: EvidenceJson<'a>,
+    /// Every evidence field Stripe has, `null` until given.
+    evidence: BTreeMap<&'static str, Option<&'a str>>,
     evidence_details: EvidenceDetails,
     id: &'a str,
     is_charge_refundable: bool,
@@ -181,15 +182,6 @@ struct DisputeJson<'a> {
     payment_intent: &'a str,
     reason: &'a str,
     status: &'static str,
-}
-
-/// `evidence`: the fields given, `uncategorized_text` always present (`null` until given).
-#[derive(Serialize)]
-struct EvidenceJson<'a> {
-    #[serde(flatten)]
-    fields: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    uncategorized_text: Option<&'a str>,
 }
 
 #[derive(Serialize)]

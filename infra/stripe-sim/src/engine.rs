@@ -438,10 +438,9 @@ impl Engine {
         settle_ms: i64,
         refund_settle_ms: i64,
         uncaptured_expiry_ms: i64,
-        dispute_timing: DisputeTiming,
     ) -> Self {
         Engine {
-            disputes: Disputes::new(dispute_timing),
+            disputes: Disputes::new(DisputeTiming::default()),
             uncaptured_expiry_ms,
             holds: BTreeSet::new(),
             refunds: Refunds::new(refund_settle_ms),
@@ -473,6 +472,7 @@ impl Engine {
         webhooks.clear(seed);
         let capacity = self.capacity.config().clone();
         let version = std::mem::take(&mut self.api_version);
+        let dispute_timing = self.disputes.timing;
         *self = Engine::new(
             seed,
             FaultConfig::default(),
@@ -481,11 +481,11 @@ impl Engine {
             self.settle_ms,
             self.refunds.settle_ms,
             self.uncaptured_expiry_ms,
-            self.disputes.timing,
         );
         // The endpoint and its secret survive a reset, like the API key.
         self.webhooks = webhooks;
         self.api_version = version;
+        self.disputes.timing = dispute_timing;
     }
 
     pub(crate) fn request_id(&mut self) -> String {
@@ -1159,7 +1159,6 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
-            DisputeTiming::default(),
         );
         for pm in [
             "pm_card_chargeDeclined",
@@ -1214,7 +1213,6 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
-            DisputeTiming::default(),
         );
         let mut manual = params("pm_card_visa", "o-manual");
         manual.manual_capture = true;
@@ -1251,7 +1249,6 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
-            DisputeTiming::default(),
         );
         let mut manual = params("pm_card_visa", "o-kwd");
         manual.manual_capture = true;
@@ -1299,7 +1296,6 @@ mod tests {
             60_000,
             60_000,
             crate::pi::UNCAPTURED_EXPIRY_MS,
-            DisputeTiming::default(),
         );
         let (_, _) = e.create(params("pm_card_processing_succeeds", "o-0"), None, 1_000);
         let id = e.pis[0].id.clone();

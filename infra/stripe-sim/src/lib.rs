@@ -238,9 +238,9 @@ impl StripeSim {
             dur_ms(cfg.processing_settle),
             dur_ms(cfg.refund_settle),
             dur_ms(cfg.uncaptured_expiry),
-            cfg.disputes,
         );
         engine.api_version = cfg.api_version;
+        engine.disputes.timing = cfg.disputes;
         StripeSim {
             inner: Arc::new(Inner {
                 api_key: cfg.api_key,

@@ -185,6 +185,14 @@ async fn a_test_card_dispute_is_answered_and_won() {
         answered["evidence"]["uncategorized_text"],
         "winning_evidence"
     );
+    assert_eq!(
+        (
+            answered["evidence"]["customer_name"].clone(),
+            answered["evidence"].as_object().map(|e| e.len())
+        ),
+        (Value::Null, Some(27)),
+        "every evidence field, null until given"
+    );
     assert_eq!(answered["evidence_details"]["has_evidence"], true);
     assert_eq!(answered["evidence_details"]["submission_count"], 1);
     assert_eq!(kinds(&events(&h.sim)), ["charge.dispute.updated"]);
@@ -389,6 +397,37 @@ async fn an_inquiry_is_refundable_and_escalates_when_lost() {
         get(&h, &format!("/v1/disputes/{id}")).await.1["status"],
         "lost"
     );
+}
+
+/// Refunding an inquiry's charge in full resolves the inquiry (Stripe's disputes guide:
+/// "refund the payment in full. This marks the inquiry or retrieval as resolved"); a partial
+/// refund does not, nor does any refund close a chargeback (it is refused).
+#[tokio::test]
+async fn a_full_refund_resolves_an_open_inquiry() {
+    let h = start().await;
+    eventbridge(&h.sim);
+    let (pi, _) = paid(&h, "op-1", "pm_card_createDisputeInquiry").await;
+    let id = dispute_of(&h, &pi).await["id"].as_str().unwrap().to_owned();
+    events(&h.sim);
+    assert_eq!(refund(&h, &pi, Some(400)).await.0, 200);
+    let (_, partly) = get(&h, &format!("/v1/disputes/{id}")).await;
+    assert_eq!(
+        partly["status"], "warning_needs_response",
+        "a partial refund leaves it open"
+    );
+    assert!(!kinds(&events(&h.sim)).contains(&"charge.dispute.closed"));
+    assert_eq!(refund(&h, &pi, None).await.0, 200);
+    let (_, resolved) = get(&h, &format!("/v1/disputes/{id}")).await;
+    assert_eq!(resolved["status"], "warning_closed");
+    let closed: Vec<(String, Value)> = events(&h.sim)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("charge.dispute"))
+        .collect();
+    assert_eq!(kinds(&closed), ["charge.dispute.closed"]);
+    assert_eq!(closed[0].1["status"], "warning_closed");
+    // Nothing is due for it any more: its deadline passes without a second close.
+    h.sim.advance(Duration::from_millis(7 * DAY_MS as u64));
+    assert!(events(&h.sim).is_empty());
 }
 
 /// A dispute after a delay appears then, dated then; before it, the charge has none.

@@ -423,6 +423,29 @@ impl Engine {
             .map(|d| dispute::charge_disputed(&d.charge))
     }
 
+    /// A refund of the whole charge of the PaymentIntent at `at` resolves its open inquiries:
+    /// Stripe's disputes guide says refunding an inquiry's payment in full "marks the inquiry
+    /// or retrieval as resolved" (closed here as `warning_closed`, the current API's closed
+    /// status of an inquiry), with `charge.dispute.closed`.
+    pub(crate) fn resolve_inquiries_if_refunded(&mut self, at: usize, now_ms: i64) {
+        let Some(of) = self.disputes.of_intent.get(&at).cloned() else {
+            return;
+        };
+        let received = self.pis[at].amount_received();
+        if self.refunded_of(at, now_ms) < received {
+            return;
+        }
+        for d in of {
+            if matches!(
+                self.disputes.all[d].status,
+                "warning_needs_response" | "warning_under_review"
+            ) {
+                self.disputes.all[d].decided = None;
+                self.close(d, "warning_closed", now_ms);
+            }
+        }
+    }
+
     /// `GET /v1/disputes`: by PaymentIntent or charge (or all), in a `created` range, newest
     /// first, at most `limit`, older than the dispute `starting_after` if given.
     pub(crate) fn list_disputes(

@@ -240,6 +240,7 @@ impl Engine {
         };
         let json = refund.json_string();
         self.keep_refund(at, refund, &json, now_ms);
+        self.resolve_inquiries_if_refunded(at, now_ms);
         Ok(json)
     }
 
