@@ -25,18 +25,21 @@ use charge_once::ports::{PaymentGateway, StripeDisputes};
 /// The reconciler's dispute reads, as they went.
 #[derive(Debug, Default)]
 pub struct Watch {
-    /// Per dispute id: the first read that had to page Near (ms), if any.
+    /// Per dispute id: the first read that had to page Near in a tick whose pages covered it
+    /// (ms).
     near: Mutex<BTreeMap<String, i64>>,
-    /// Reads this tick that had to page Near.
-    this_tick: AtomicU64,
+    /// Reads this tick that had to page Near: the dispute, when.
+    this_tick: Mutex<Vec<(String, i64)>>,
     /// Reads that had to page Near, in all; the pages the ticks counted; and the ticks' deficit
     /// (fewer pages than reads that had to page).
     pub had_to_page: AtomicU64,
     pub paged_near: AtomicU64,
     pub paged_passed: AtomicU64,
     pub deficit: AtomicU64,
-    /// Reads of open disputes by the reconciler.
+    /// Reads of open disputes by the reconciler, and those refused (the `no-dispute-reread`
+    /// mutation).
     pub reads: AtomicU64,
+    pub refused: AtomicU64,
 }
 
 impl Watch {
@@ -47,26 +50,34 @@ impl Watch {
         };
         let opens = due_by - window.as_millis() as i64;
         if dispute.status.needs_response() && due_by > 0 && (opens..due_by).contains(&now_ms) {
-            self.this_tick.fetch_add(1, Ordering::Relaxed);
             self.had_to_page.fetch_add(1, Ordering::Relaxed);
-            self.near
+            self.this_tick
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .entry(dispute.id.as_str().to_owned())
-                .or_insert(now_ms);
+                .push((dispute.id.as_str().to_owned(), now_ms));
         }
     }
 
     /// A tick ended, having counted `near` and `passed` pages.
+    /// A tick ended, having counted `near` and `passed` pages: the reads that had to page count
+    /// as paged when the tick's pages cover them all, none of them otherwise.
     pub fn tick_ends(&self, near: u64, passed: u64) {
-        let had_to = self.this_tick.swap(0, Ordering::Relaxed);
+        let had_to = std::mem::take(&mut *self.this_tick.lock().unwrap_or_else(|p| p.into_inner()));
         self.paged_near.fetch_add(near, Ordering::Relaxed);
         self.paged_passed.fetch_add(passed, Ordering::Relaxed);
-        self.deficit
-            .fetch_add(had_to.saturating_sub(near), Ordering::Relaxed);
+        let short = (had_to.len() as u64).saturating_sub(near);
+        self.deficit.fetch_add(short, Ordering::Relaxed);
+        if short > 0 {
+            return;
+        }
+        let mut paged = self.near.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, at) in had_to {
+            paged.entry(id).or_insert(at);
+        }
     }
 
-    /// When the reconciler first read dispute `id` inside its page window, needing a response.
+    /// When the reconciler first read dispute `id` inside its page window, needing a response,
+    /// in a tick that paged it.
     pub fn first_near(&self, id: &str) -> Option<i64> {
         self.near
             .lock()
@@ -98,6 +109,7 @@ crate::forward_gateway!(
 impl StripeDisputes for DisputeReads {
     async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
         if self.refuse {
+            self.watch.refused.fetch_add(1, Ordering::Relaxed);
             return Err(GatewayError::Ambiguous {
                 detail: "no-dispute-reread: the reconciler does not read open disputes".into(),
             });

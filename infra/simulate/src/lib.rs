@@ -1812,10 +1812,11 @@ async fn judge_disputes(
         .unwrap_or(0);
     let watch = &pipeline.dispute_watch;
     d.reconciler_reads = watch.reads.load(Ordering::Relaxed);
+    d.reconciler_reads_refused = watch.refused.load(Ordering::Relaxed);
     d.had_to_page = watch.had_to_page.load(Ordering::Relaxed);
     d.paged_near = watch.paged_near.load(Ordering::Relaxed);
     d.paged_passed = watch.paged_passed.load(Ordering::Relaxed);
-    d.unpaged_deadlines += watch.deficit.load(Ordering::Relaxed);
+    d.pages_short = watch.deficit.load(Ordering::Relaxed);
     let Some(sim) = world.stripe.local_sim() else {
         return Ok(());
     };
@@ -1871,8 +1872,16 @@ async fn judge_disputes(
                     .as_deref()
                     .is_some_and(|e| e.starts_with("dispute_unreserved"))
             });
+            // A dispute whose events were all lost until its window opened was not ours to page:
+            // the daily audit finds it (`dispute_unrecorded`, AuditDisputeUnrecordedAlarm).
+            let window = charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW.as_millis() as i64;
+            let found_late = record
+                .as_ref()
+                .is_some_and(|r| r.created_at.as_millis() >= at_stripe.due_by_ms - window);
             if !near && in_review {
                 d.paged_by_review_only += 1;
+            } else if !near && found_late {
+                d.recorded_too_late += 1;
             } else if !near {
                 d.unpaged_deadlines += 1;
                 broke(&mut first, "unpaged deadline", &order_id);

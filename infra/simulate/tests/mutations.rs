@@ -3,7 +3,8 @@
 //! a violation, with the order and the invariant, within a bounded number of orders; the unbroken
 //! build holds every invariant on the same seeds. The refund variants (a refund deduplicated on
 //! its amount, what is left taken from Stripe, a refund under its charge's key, a failed refund
-//! keeping its reservation, no refund watch) are each caught by the refund invariant they break; the authorization
+//! keeping its reservation, no refund watch) are each caught by the refund invariant they break;
+//! the dispute variants (no deadline page, no re-read of open disputes) by `unpaged deadlines`; the authorization
 //! variants (a capture settled by sending it again instead of reading the intent, a capture and a
 //! cancel not fenced against each other, a deadline read from the creation time) by the
 //! authorization invariant they break.
@@ -167,6 +168,26 @@ fn caught_each(mutations: &[Mutation]) {
                     assert_eq!(refunds.watch_reads, 0, "{}", report.render());
                     assert!(why.starts_with("refund record disagrees"), "{why}");
                 }
+                // The deadline page window read as nothing: the reconciler's reads inside the
+                // real window counted no page (the fault happened: pages short), and a dispute
+                // nobody answered reached its due_by unpaged.
+                Mutation::NoDisputePage => {
+                    let d = &report.disputes;
+                    assert!(d.pages_short > 0, "{}", report.render());
+                    assert_eq!(d.paged_near, 0, "{}", report.render());
+                    assert!(d.unpaged_deadlines > 0, "{}", report.render());
+                    assert!(why.starts_with("unpaged deadline"), "{why}");
+                }
+                // No read of an open dispute by the reconciler (each refused, counted): nothing
+                // pages before a deadline, and a dispute whose closing events were lost is never
+                // settled as Stripe ended it.
+                Mutation::NoDisputeReread => {
+                    let d = &report.disputes;
+                    assert!(d.reconciler_reads_refused > 0, "{}", report.render());
+                    assert_eq!(d.reconciler_reads, 0, "{}", report.render());
+                    assert!(d.unpaged_deadlines > 0, "{}", report.render());
+                    assert!(why.starts_with("unpaged deadline"), "{why}");
+                }
                 Mutation::DeadlineFromCreation => {
                     assert!(auths.lapsed_unpaged > 0, "{}", report.render());
                     assert!(
@@ -210,6 +231,20 @@ fn caught_each(mutations: &[Mutation]) {
     }
     // The suite's result, for the CI log.
     println!("{}", caught.join("\n"));
+}
+
+/// The dispute variants' twin: the same runs unbroken hold every invariant, their deadlines
+/// paged by the reconciler's reads (none short, none refused).
+#[test]
+fn the_dispute_variants_twin_holds_with_its_deadlines_paged() {
+    for seed in SEEDS {
+        let report = run(seed, None);
+        assert!(report.invariants_hold, "seed {seed}: {}", report.render());
+        let d = &report.disputes;
+        assert!(d.reached_due_by > 0 && d.paged_near > 0, "{d:?}");
+        assert_eq!((d.pages_short, d.reconciler_reads_refused), (0, 0), "{d:?}");
+        assert!(d.reconciler_reads > 0, "{d:?}");
+    }
 }
 
 #[test]

@@ -9,9 +9,9 @@
 //!   disputes it lost add up to more than it was charged;
 //! - `over_returned_in_records`: an order whose charge record reserves more than it was charged,
 //!   or whose refund records that are not `failed` and lost dispute records add up to more;
-//! - `unpaged_deadlines`: a dispute that reached its `due_by` needing a response that the
-//!   reconciler never read inside its page window before it (so never paged `Near`), plus every
-//!   read that had to page `Near` beyond the pages its tick counted (`DisputeDeadlineNear`);
+//! - `unpaged_deadlines`: a dispute that reached its `due_by` needing a response with no page
+//!   before it: the reconciler never read it inside its page window, or read it there only in
+//!   ticks that counted fewer `DisputeDeadlineNear` pages than such reads;
 //! - `missing_events`: a settled dispute record whose outcome event (`DisputeLost`,
 //!   `DisputeWon`, `DisputeClosed`) was never published.
 //!
@@ -48,15 +48,24 @@ pub struct DisputeReport {
     /// The reconciler: open disputes read again at Stripe, reads that had to page, pages counted
     /// (`DisputeDeadlineNear`, `DisputeDeadlinePassed`).
     pub reconciler_reads: u64,
+    /// Reads the `no-dispute-reread` mutation refused.
+    pub reconciler_reads_refused: u64,
     pub had_to_page: u64,
     pub paged_near: u64,
     pub paged_passed: u64,
+    /// Reads that had to page beyond the pages their tick counted (their disputes count as not
+    /// paged by that read).
+    pub pages_short: u64,
     /// Disputes that reached `due_by` needing a response (their deadline had to page).
     pub reached_due_by: u64,
     /// Of those, never paged by the deadline but in review (recorded without its reservation,
     /// `dispute_unreserved`): the review alarm paged a person; the reconciler reads no record in
     /// review again, so its deadline does not page.
     pub paged_by_review_only: u64,
+    /// Of those, first recorded inside their page window or later (every event of theirs until
+    /// then lost): nothing of ours knew of them to page; the daily audit's `dispute_unrecorded`
+    /// (AuditDisputeUnrecordedAlarm) is the page for them, and the run's audit comes after it.
+    pub recorded_too_late: u64,
     // The invariants.
     pub unrecorded: u64,
     pub mismatches: u64,
@@ -111,16 +120,18 @@ impl DisputeReport {
         );
         let _ = writeln!(
             s,
-            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} paged by the review alarm only), {} reads had to page, pages near {} passed {}",
+            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} paged by the review alarm only, {} recorded too late: left to the audit), {} reads had to page, pages near {} passed {} ({} short)",
             self.answers,
             self.answers_refused,
             self.refunds_refused_disputed,
             self.reconciler_reads,
             self.reached_due_by,
             self.paged_by_review_only,
+            self.recorded_too_late,
             self.had_to_page,
             self.paged_near,
             self.paged_passed,
+            self.pages_short,
         );
         let _ = writeln!(
             s,
