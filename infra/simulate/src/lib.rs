@@ -1399,7 +1399,9 @@ impl Wired {
         report.refunds.failed_late_by_watch =
             counts.refund_late_failures_paged.load(Ordering::Relaxed);
         note_authorizations(&mut report, args, world, pipeline, counts);
-        judge_disputes(&mut report, args, world, pipeline).await?;
+        // Named after the run's other invariants: a dispute left unsettled is often the
+        // symptom of one of theirs (every tick failing, say).
+        let dispute_violation = judge_disputes(&mut report, args, world, pipeline).await?;
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {
             note_settling(&mut report, s, &world.faults, args);
@@ -1413,6 +1415,9 @@ impl Wired {
             (audits("stale"), audits("dedup")),
             publishers.as_ref().map(|(_, ops)| ops.as_slice()),
         );
+        if report.first_violation.is_none() {
+            report.first_violation = dispute_violation;
+        }
         self.drift_audit(args, &mut report).await?;
         Ok((report, planned))
     }
@@ -1789,13 +1794,13 @@ fn note_refunds(report: &mut Report, args: &SimulateArgs, world: &World, pipelin
 }
 
 /// The disputes the bank opened, each against the dispute Stripe holds and our records
-/// ([`report::DisputeReport`]'s invariants).
+/// ([`report::DisputeReport`]'s invariants); the first broken, with its order.
 async fn judge_disputes(
     report: &mut Report,
     args: &SimulateArgs,
     world: &World,
     pipeline: &Pipeline,
-) -> Result<(), BoxError> {
+) -> Result<Option<String>, BoxError> {
     use charge_core::domain::{DisputeId, OperationKind, RefundId};
     use charge_core::operation::OperationStatus;
     let d = &mut report.disputes;
@@ -1818,7 +1823,7 @@ async fn judge_disputes(
     d.paged_passed = watch.paged_passed.load(Ordering::Relaxed);
     d.pages_short = watch.deficit.load(Ordering::Relaxed);
     let Some(sim) = world.stripe.local_sim() else {
-        return Ok(());
+        return Ok(None);
     };
     let ledger: BTreeMap<String, stripe_sim::DisputeEntry> = sim
         .dispute_ledger()
@@ -1969,10 +1974,7 @@ async fn judge_disputes(
             broke(&mut first, "over-returned in records", &order_id);
         }
     }
-    if report.first_violation.is_none() {
-        report.first_violation = first;
-    }
-    Ok(())
+    Ok(first)
 }
 
 /// Where Stripe's events came from and what the events function did with them.
