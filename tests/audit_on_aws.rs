@@ -477,3 +477,67 @@ async fn a_late_failure_nothing_recorded_is_found_by_the_re_read_of_refunds_sett
         OperationStatus::Succeeded
     );
 }
+
+/// A dispute stripe-sim opens on ord-1001's charge (the admin route, as a bank would) with no
+/// event delivered: the audit lists it by creation time, finds the intent ours, and finds no
+/// record (`dispute_unrecorded`, with the order and the dispute). Once the dispute is recorded
+/// (as the events function records it), the same window has no finding: open, it is the
+/// reconciler's (in flight).
+#[tokio::test]
+async fn a_dispute_of_our_intent_without_its_record_is_found_and_once_recorded_is_not() {
+    use charge_core::domain::DisputeId;
+    use charge_once::executor::dispute::record_dispute;
+    use charge_once::ports::StripeDisputes;
+
+    let s = Stack::spawn().await;
+    charged_and_refunded(&s).await;
+    let charge = s.store.get(&charge_key("ord-1001")).await.unwrap().unwrap();
+    let pi = charge.external_id.clone().unwrap();
+    let json = s
+        .side
+        .sim
+        .dispute_charge(&stripe_sim::DisputeRequest {
+            payment_intent: pi.as_str().to_owned(),
+            amount: None,
+            reason: None,
+            inquiry: false,
+        })
+        .expect("stripe-sim disputes the charge");
+    let dp: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let dp = DisputeId::parse(dp["id"].as_str().unwrap()).unwrap();
+
+    let metrics = CapturedMetrics::new();
+    let report = audit(&s, &metrics).await;
+    assert_eq!(report.counts.disputes, 1);
+    assert!(
+        found(&report, DriftClass::DisputeUnrecorded, dp.as_str()),
+        "{:?}",
+        report.findings
+    );
+    assert!(found(&report, DriftClass::DisputeUnrecorded, "ord-1001"));
+    assert_eq!(report.count(DriftClass::DisputeUnrecorded), 1);
+    assert!(report.complete);
+    assert_eq!(
+        metrics.sum(
+            "AuditDrift",
+            &[("Function", "audit"), ("DriftClass", "dispute_unrecorded")]
+        ),
+        1.0
+    );
+
+    // Recorded from what Stripe holds: the same window has nothing to report about it.
+    let dispute = s.side.gateway().retrieve_dispute(&dp).await.unwrap();
+    record_dispute(
+        s.store.as_ref(),
+        &charge.order_id,
+        &dispute,
+        s.clock().now(),
+        &Policy::default().dispute,
+    )
+    .await
+    .unwrap();
+    let report = audit(&s, &CapturedMetrics::new()).await;
+    assert_eq!(report.count(DriftClass::DisputeUnrecorded), 0);
+    assert_eq!(report.drift(), 0, "{:?}", report.findings);
+    assert!(report.complete);
+}

@@ -717,3 +717,108 @@ async fn a_refund_whose_answer_was_lost_is_settled_past_the_window_by_the_intent
         "the reservation stays: the money went back"
     );
 }
+
+// ---- disputes ----
+
+/// A charge made with Stripe's dispute test card (`pm_card_createDispute`): stripe-sim disputes
+/// it at once, evidence due in 7 days. Its record is written as the events function writes it
+/// (the dispute read at stripe-sim over HTTP, then the dispute's shell), and from then on only
+/// the reconciler on moto reads it: inside the 72 h page window it pages Near; unanswered past
+/// `due_by`, stripe-sim closes it lost and the tick settles it `succeeded` with the amount kept
+/// on the order's charge. Nothing is ever queued or created for it.
+#[tokio::test]
+async fn an_open_dispute_is_read_again_at_stripe_paged_before_its_deadline_and_settled_lost() {
+    use charge_core::dispute::DisputeStatus;
+    use charge_core::domain::{DisputeId, OperationKind};
+    use charge_core::operation::OperationKey;
+    use charge_once::executor::dispute::{record_dispute, DisputeRecording};
+    use charge_once::ports::StripeDisputes;
+
+    let s = Stack::spawn().await;
+    let op = charge_core::testing::order("ord-disputed")
+        .amount(1500)
+        .payment_method("pm_card_createDispute")
+        .at(s.clock().now())
+        .build();
+    s.store.create_if_absent(&op).await.unwrap();
+    execute(&s.charge_deps(), &op.key(), &op.operation_id)
+        .await
+        .unwrap();
+    let ledger = s.side.sim.dispute_ledger();
+    assert_eq!(ledger.len(), 1, "the test card's dispute");
+    let dp = DisputeId::parse(&ledger[0].id).unwrap();
+    let gateway = s.side.gateway();
+    let dispute = gateway.retrieve_dispute(&dp).await.unwrap();
+    assert_eq!(dispute.status, DisputeStatus::NeedsResponse);
+    let written = record_dispute(
+        s.store.as_ref(),
+        &op.order_id,
+        &dispute,
+        s.clock().now(),
+        &charge_core::plan::Policy::default().dispute,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        written,
+        DisputeRecording::Written { created: true, .. }
+    ));
+    let key = OperationKey::of_kind(op.order_id.clone(), OperationKind::Dispute(dp.clone()));
+    let reads_before = s.side.sim.request_counts().dispute_read;
+    let creates_before = s.side.sim.request_counts().create;
+
+    // Day 5 of 7: inside the window, nothing submitted. The tick reads it at Stripe and pages.
+    s.clock().advance(5 * 24 * HOUR);
+    let report = tick(&s).await;
+    assert_eq!(report.disputes_read, 1);
+    assert_eq!(report.dispute_deadline_near, 1);
+    assert_eq!(
+        s.metrics
+            .sum("DisputeDeadlineNear", &[("Function", "reconciler")]),
+        1.0
+    );
+    assert_eq!(report.disputes_open, Some(1));
+    assert_eq!(
+        s.side.sim.request_counts().dispute_read - reads_before,
+        1,
+        "one retrieve"
+    );
+    let record = s.store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.status, OperationStatus::Unknown);
+    assert!(
+        record.next_due_at.unwrap() > s.clock().now(),
+        "due again later, not every tick"
+    );
+
+    // Past due_by unanswered: stripe-sim closed it lost; the next read settles it.
+    s.clock().advance(3 * 24 * HOUR);
+    let report = tick(&s).await;
+    assert_eq!(report.disputes_read, 1);
+    assert_eq!(report.settled, 1);
+    assert_eq!(
+        report.dispute_deadline_passed, 0,
+        "closed: nothing left to answer"
+    );
+    let record = s.store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        record.status,
+        OperationStatus::Succeeded,
+        "lost: the bank's take succeeded"
+    );
+    assert_eq!(record.next_due_at, None);
+    let charge = s.store.get(&op.key()).await.unwrap().unwrap();
+    assert_eq!(
+        charge.refund_reserved(),
+        1500,
+        "lost keeps the amount reserved"
+    );
+    assert_eq!(s.depth().await, 0, "nothing queued for a dispute");
+    assert_eq!(
+        s.side.sim.request_counts().create,
+        creates_before,
+        "nothing created at Stripe"
+    );
+    // Settled: never read again.
+    s.clock().advance(2 * 24 * HOUR);
+    assert_eq!(tick(&s).await.disputes_read, 0);
+}

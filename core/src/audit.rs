@@ -1232,7 +1232,7 @@ impl<'a> Book<'a> {
             ));
         };
         if op.status.is_settled() {
-            return compare(*op, d);
+            return compare(op, d);
         }
         match StripeDispute::asked(op) {
             Some((amount, currency))

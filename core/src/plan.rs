@@ -40,20 +40,10 @@ pub struct Policy {
     /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
     /// one pages: the time a person has to capture or cancel it before the money is lost.
     pub authorization_page_lead: Duration,
-    /// How long before a dispute's evidence deadline (Stripe's `evidence_details.due_by`) one
-    /// still needing a response pages (`DisputeDeadlinePageHours`;
-    /// [`crate::dispute::deadline`]).
-    pub dispute_page_window: Duration,
-}
-
-impl Policy {
-    /// The dispute plan's timings: this policy's page window, the plan's own read bounds.
-    pub fn dispute_policy(&self) -> crate::dispute::plan::DisputePolicy {
-        crate::dispute::plan::DisputePolicy {
-            page_window: self.dispute_page_window,
-            ..Default::default()
-        }
-    }
+    /// When an open dispute is read again at Stripe ([`crate::dispute::plan::DisputePolicy`]:
+    /// the deadline page window, the template's `DisputeDeadlinePageHours`; when the page is
+    /// raised: [`crate::dispute::deadline`]).
+    pub dispute: crate::dispute::plan::DisputePolicy,
 }
 
 impl Default for Policy {
@@ -68,7 +58,7 @@ impl Default for Policy {
             unknown_backoff_max: Duration::from_secs(3600),
             stuck_after: Duration::from_secs(72 * 3600),
             authorization_page_lead: Duration::from_secs(12 * 3600),
-            dispute_page_window: crate::dispute::deadline::DEFAULT_PAGE_WINDOW,
+            dispute: Default::default(),
         }
     }
 }

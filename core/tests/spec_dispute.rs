@@ -91,16 +91,16 @@ fn run(found: &Found, input: &StripeDispute, now: &Timestamp) -> (Option<Charge>
         DisputeWrite::Create { record, on_charge } => {
             let claim = ChargeClaim::Dispute(&on_charge);
             let (created, charge_after) = create_beside(None, charge.as_ref(), &record, &claim);
-            assert_eq!(created, CreatedBeside::New(record.clone()));
+            assert_eq!(created, CreatedBeside::New((*record).clone()));
             (
-                record,
+                *record,
                 charge_after.expect("the charge as written"),
                 "create",
             )
         }
         DisputeWrite::Move(m) => {
             let before = record.as_ref().expect("a move has a record");
-            let after = apply(before, &m).expect("the move's guards hold of the record read");
+            let after = apply(before, &*m).expect("the move's guards hold of the record read");
             let charge = charge.clone().expect("a move has a charge");
             let charge_after = match &m.on_charge {
                 Some(on) => apply(&charge, on).expect("the charge's guards hold"),
@@ -149,7 +149,7 @@ fn recorded(charge: &Operation, d: &StripeDispute, now: Timestamp) -> (Operation
     match plan(None, Some(charge), d, now, &DisputePolicy::default()) {
         DisputeWrite::Create { record, on_charge } => {
             let after = apply(charge, &on_charge).unwrap();
-            (record, after)
+            (*record, after)
         }
         other => panic!("expected a create, got {other:?}"),
     }
@@ -592,6 +592,7 @@ fn two_deliveries_at_once_move_the_record_once_and_a_settled_one_never() {
     ) else {
         panic!("a settle")
     };
+    let first = *first;
     let settled = apply(&record, &first).unwrap();
     assert_eq!(settled.status, OperationStatus::Failed);
     let second = first.clone();

@@ -239,9 +239,12 @@ def main():
             say(f"  {line}")
         raise SystemExit(1)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    # Every page: ListStackResources answers at most 100 summaries a call (the stack has more
+    # since the dispute alarms).
     resources = {
         r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
-        for r in cfn.list_stack_resources(StackName=args.stack)["StackResourceSummaries"]
+        for page in cfn.get_paginator("list_stack_resources").paginate(StackName=args.stack)
+        for r in page["StackResourceSummaries"]
     }
     say(f"stack {status} in {time.time() - t0:.0f} s: {len(resources)} resources")
 

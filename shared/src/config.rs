@@ -351,7 +351,10 @@ pub fn charge_policy(env: &dyn Env) -> Result<Policy, ConfigError> {
             )?
             .saturating_mul(3600),
         ),
-        dispute_page_window: dispute_page_window(env)?,
+        dispute: charge_core::dispute::plan::DisputePolicy {
+            page_window: dispute_page_window(env)?,
+            ..defaults.dispute
+        },
         ..defaults
     };
     if policy.authorization_page_lead.is_zero() {
@@ -984,7 +987,7 @@ mod tests {
             Duration::from_secs(72 * 3600)
         );
         assert_eq!(
-            charge_policy(&hours("24")).unwrap().dispute_page_window,
+            charge_policy(&hours("24")).unwrap().dispute.page_window,
             Duration::from_secs(24 * 3600),
             "read into the policy every function runs on"
         );

@@ -74,6 +74,7 @@ use crate::telemetry::{
     emf_line, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
     ErrorChain,
 };
+use charge_core::dispute::plan::Unchanged;
 
 /// Below this much time left the end-of-tick REVIEW read stops: its next step is one DynamoDB
 /// call, 3 s at its worst with the SDK's retries (`adapters::aws`), and the metrics line must
@@ -394,7 +395,7 @@ pub async fn read_disputes(
     report: &mut TickReport,
 ) -> Result<(), StoreError> {
     let now = deps.charge.clock.now();
-    let horizon = now.plus(deps.charge.policy.dispute_policy().reread_at_most);
+    let horizon = now.plus(deps.charge.policy.dispute.reread_at_most);
     let (mut open, mut nearest): (u64, Option<Timestamp>) = (0, None);
     let mut cursor = None;
     loop {
@@ -540,7 +541,8 @@ async fn work_due(
             }
             // An authorization is due to be looked at until it is captured, canceled or lapses
             // (days, by design): only an operation whose outcome is not known yet ages here, so
-            // the alarm on this age means a stuck unknown, never a held authorization.
+            // the alarm on this age means a stuck unknown, never a held authorization (nor an open
+            // dispute, read again above: its weeks are the bank's, watched by its deadline).
             if op.status != OperationStatus::Authorized {
                 report.oldest_due_age = report.oldest_due_age.max(now.since(op.created_at));
             }
@@ -630,7 +632,7 @@ async fn reread_dispute(
     let rule = deadline(
         &DeadlineFacts::of(&dispute),
         now,
-        policy.dispute_page_window,
+        policy.dispute.page_window,
     );
     let due_by = dispute.due_by.map(|t| t.to_rfc3339());
     match rule.page {
@@ -655,7 +657,7 @@ async fn reread_dispute(
         &op.order_id,
         &dispute,
         now,
-        &policy.dispute_policy(),
+        &policy.dispute,
     )
     .await
     {
@@ -673,6 +675,19 @@ async fn reread_dispute(
                 report.sent_to_review += 1;
                 *report.review_classes.entry(class).or_default() += 1;
             }
+        }
+        // A record that exists but that the plan no longer calls ours, or cannot hold, was
+        // written by hand or by a bug: it would stay due and be read every tick, so it is
+        // counted as a failure (SkippedOnError pages) for a person to look at.
+        Ok(DisputeRecording::Unchanged(
+            why @ (Unchanged::NotOurs | Unchanged::Unrecordable(_)),
+        )) => {
+            error!(decision = "skip", reason = why.as_str(), dispute_status = %dispute.status,
+                "a recorded dispute the plan cannot write: its charge no longer names the \
+                 dispute's PaymentIntent, or Stripe's amount cannot be held; it stays due \
+                 (chargectl show <order_id>)");
+            report.skipped += 1;
+            report.failures += 1;
         }
         Ok(DisputeRecording::Unchanged(why)) => {
             info!(
@@ -1004,6 +1019,38 @@ mod tests {
             };
             assert_eq!(report.oldest_due_age, expected, "{status:?}");
         }
+    }
+
+    /// An open dispute due in the index is never put on the queue (it has no message and no
+    /// key) and does not age the oldest-unsettled figure; nothing is sent, the record untouched.
+    /// Its twin, an unknown charge as old, is re-driven and ages it (the test above). (The tick
+    /// reads it again at Stripe; this fake holds no such dispute, so the read fails, counted:
+    /// the re-read itself is `shared/tests/reconciler_disputes.rs`.)
+    #[tokio::test]
+    async fn an_open_dispute_is_never_queued_nor_ages_the_oldest_unsettled_figure() {
+        use charge_core::dispute::state::{DisputeParams, DisputeState};
+        let now = T0.plus(Duration::from_secs(30 * 3600));
+        let store = Arc::new(MemoryStore::new());
+        let d = charge_core::testing::stripe_dispute("dp_1", "pi_1");
+        let op = Operation::new_dispute(
+            charge_core::domain::OrderId::parse("order-disputed").unwrap(),
+            DisputeParams::of(&d, d.payment_intent.clone().unwrap()).unwrap(),
+            DisputeState::of(&d, true),
+            T0,
+            T0.plus(Duration::from_secs(3600)),
+        );
+        store.put_for_tests(op.clone());
+        let queue = Arc::new(Queue::default());
+        let report = tick_with(store.clone(), queue.clone(), now).await;
+        assert_eq!((report.examined, report.skipped), (1, 1), "{report:?}");
+        assert_eq!(
+            (report.disputes_read, report.failures),
+            (1, 1),
+            "{report:?}"
+        );
+        assert_eq!(report.oldest_due_age, Duration::ZERO);
+        assert!(queue.sent.lock().unwrap().is_empty());
+        assert_eq!(store.get(&op.key()).await.unwrap(), Some(op));
     }
 
     async fn stored() -> (MemoryStore, Operation) {

@@ -91,13 +91,13 @@ impl World {
             &op.order_id,
             &dispute,
             self.clock.now(),
-            &self.deps.charge.policy.dispute_policy(),
+            &self.deps.charge.policy.dispute,
         )
         .await
         .unwrap() else {
             panic!("the dispute is recorded")
         };
-        record
+        *record
     }
 
     async fn record(&self, order: &str, dp: &str) -> Operation {
@@ -303,4 +303,40 @@ async fn a_dispute_stripe_cannot_read_stays_due_and_is_counted() {
         "its twin moved on"
     );
     w.nothing_created_or_sent(1);
+}
+
+/// A recorded dispute whose charge no longer names its PaymentIntent (a hand edit): the plan
+/// writes nothing, so the tick counts it as a failure (it would otherwise be read every tick
+/// unnoticed); its twin, untouched, is read and moves on.
+#[tokio::test]
+async fn a_recorded_dispute_the_plan_cannot_write_is_counted_as_a_failure() {
+    let w = World::new();
+    w.disputed(
+        "ord-edit",
+        "dp_edit",
+        DisputeStatus::NeedsResponse,
+        10 * DAY,
+    )
+    .await;
+    w.disputed(
+        "ord-twin",
+        "dp_twin",
+        DisputeStatus::NeedsResponse,
+        10 * DAY,
+    )
+    .await;
+    let key = OperationKey::charge(charge_core::domain::OrderId::parse("ord-edit").unwrap());
+    let mut charge = w.store.get(&key).await.unwrap().unwrap();
+    charge.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_other").unwrap());
+    w.store.put_for_tests(charge);
+    let edited_before = w.record("ord-edit", "dp_edit").await;
+    w.clock.advance(DAY);
+    let report = w.tick().await;
+    assert_eq!(report.disputes_read, 2);
+    assert_eq!(report.failures, 1);
+    assert_eq!(w.reconciler_sum("SkippedOnError"), 1.0);
+    assert_eq!(w.record("ord-edit", "dp_edit").await, edited_before);
+    let twin = w.record("ord-twin", "dp_twin").await;
+    assert!(twin.next_due_at > Some(w.clock.now()), "its twin moved on");
+    w.nothing_created_or_sent(2);
 }

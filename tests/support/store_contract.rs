@@ -1105,7 +1105,15 @@ pub async fn refunds_of_lists_an_order_s_refunds_by_refund_id(store: Arc<dyn Ope
 pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn OperationStore>) {
     let charge = succeeded_charge(&store, "contract-disputes-of", 1000).await;
     let other = succeeded_charge(&store, "contract-disputes-of-2", 1000).await;
-    let policy = charge_core::plan::Policy::default().dispute_policy();
+    let policy = charge_core::plan::Policy::default().dispute;
+    // A refund of the same order (made before the disputes: the door refuses one after) is not
+    // a dispute.
+    let current = store.get(&charge.key()).await.unwrap().unwrap();
+    let (refund, reserve) = refund_of(&current, "r-a", Some(100)).unwrap();
+    store
+        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+        .await
+        .unwrap();
     for (c, id) in [(&charge, "dp_b"), (&charge, "dp_a"), (&other, "dp_c")] {
         let mut d = charge_core::testing::stripe_dispute(id, "pi_contract");
         d.amount = 100;
@@ -1123,13 +1131,6 @@ pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn 
             charge_once::executor::dispute::DisputeRecording::Written { created: true, .. }
         ));
     }
-    // A refund of the same order is not a dispute.
-    let current = store.get(&charge.key()).await.unwrap().unwrap();
-    let (refund, reserve) = refund_of(&current, "r-a", Some(100)).unwrap();
-    store
-        .create_beside(&refund, ChargeClaim::Reserve(&reserve))
-        .await
-        .unwrap();
     let listed: Vec<String> = store
         .disputes_of(&charge.order_id)
         .await
@@ -1923,6 +1924,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     else {
         panic!("a create")
     };
+    let record = *record;
     let created = store
         .create_beside(&record, ChargeClaim::Dispute(&on_charge))
         .await
@@ -1969,7 +1971,7 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
         panic!("written")
     };
     // The store's write is the rule's change, attribute for attribute.
-    assert_eq!(under_review, store_rules::apply(&record, &moved).unwrap());
+    assert_eq!(under_review, store_rules::apply(&record, &*moved).unwrap());
     assert_eq!(
         under_review.params.dispute_state().unwrap().status.as_str(),
         "under_review"
@@ -1986,7 +1988,10 @@ pub async fn a_dispute_is_created_beside_its_charge_moved_and_settled_once(
     let DisputeRecorded::Written(settled) = store.record_dispute(&settle).await.unwrap() else {
         panic!("written")
     };
-    assert_eq!(settled, store_rules::apply(&under_review, &settle).unwrap());
+    assert_eq!(
+        settled,
+        store_rules::apply(&under_review, &*settle).unwrap()
+    );
     let on_charge = settle.on_charge.as_ref().expect("the charge's side");
     assert_eq!(
         store.get(&charge.key()).await.unwrap().unwrap(),

@@ -65,12 +65,12 @@ pub enum DisputeWrite {
     /// Its first record, created beside its charge's side (`OperationCreates::create_beside`
     /// with [`crate::store_rules::ChargeClaim::Dispute`]).
     Create {
-        record: Operation,
+        record: Box<Operation>,
         on_charge: DisputeOnCharge,
     },
     /// The record moved to what Stripe holds (settled once Stripe closed it), beside its
     /// charge's side if that changes.
-    Move(DisputeMove),
+    Move(Box<DisputeMove>),
     /// Nothing to write.
     Nothing(Unchanged),
 }
@@ -229,7 +229,7 @@ pub fn plan(
             created.review = Some(review);
         }
         return DisputeWrite::Create {
-            record: created,
+            record: Box::new(created),
             on_charge,
         };
     };
@@ -245,7 +245,7 @@ pub fn plan(
     {
         return DisputeWrite::Nothing(Unchanged::AsStripeHolds);
     }
-    DisputeWrite::Move(DisputeMove {
+    DisputeWrite::Move(Box::new(DisputeMove {
         key: record.key(),
         operation_id: record.operation_id,
         expected_updated_at: record.updated_at,
@@ -257,7 +257,7 @@ pub fn plan(
         in_review,
         on_charge: charge_changes.then_some(on_charge),
         now,
-    })
+    }))
 }
 
 /// Why a dispute was recorded without its reservation: its order's refunds leave too little.

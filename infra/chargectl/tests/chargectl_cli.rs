@@ -2185,14 +2185,14 @@ async fn disputed(store: &DynamoStore, charge: &Operation, dp: &str) -> Operatio
         &charge.order_id,
         &d,
         SystemClock.now(),
-        &charge_core::plan::Policy::default().dispute_policy(),
+        &charge_core::plan::Policy::default().dispute,
     )
     .await
     .unwrap();
     let DisputeRecording::Written { record, .. } = written else {
         panic!("recorded: {written:?}")
     };
-    record
+    *record
 }
 
 /// `unknowns` lists an open dispute as kind `dispute` with Stripe's status (and `--json`'s

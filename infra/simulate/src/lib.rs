@@ -1043,7 +1043,7 @@ fn wire(
         policy.key_window = Duration::from_secs(30 * 24 * 3600);
     }
     if args.mutation == Some(Mutation::NoDisputePage) {
-        policy.dispute_page_window = Duration::ZERO;
+        policy.dispute.page_window = Duration::ZERO;
     }
     let dispute_watch = Arc::new(dispute_watch::Watch::default());
     let freezer = Arc::new(faults::Freezer::new(

@@ -505,7 +505,7 @@ async fn act_dispute(
         &order_id,
         &dispute,
         now,
-        &deps.charge.policy.dispute_policy(),
+        &deps.charge.policy.dispute,
     )
     .instrument(tracing::info_span!("dispute", order_id = %order_id, dispute = %id))
     .await;

@@ -30,7 +30,7 @@ pub const ATTEMPTS: u32 = 4;
 pub enum DisputeRecording {
     /// The record as written: created (`created`) or moved.
     Written {
-        record: Operation,
+        record: Box<Operation>,
         created: bool,
         /// This write flagged it for review, for this class.
         sent_to_review: Option<ReviewClass>,
@@ -88,7 +88,7 @@ pub async fn record_dispute(
                             .as_ref()
                             .map(|_| ReviewClass::DisputeUnreserved);
                         return Ok(DisputeRecording::Written {
-                            record,
+                            record: Box::new(record),
                             created: true,
                             sent_to_review,
                         });
@@ -110,7 +110,7 @@ pub async fn record_dispute(
                         .as_ref()
                         .map(|_| ReviewClass::DisputeUnreserved);
                     return Ok(DisputeRecording::Written {
-                        record,
+                        record: Box::new(record),
                         created: false,
                         sent_to_review,
                     });

@@ -131,7 +131,7 @@ impl StripeDisputes for FakeGateway {
             .filter(|d| d.payment_intent.as_ref() == Some(payment_intent))
             .cloned()
             .collect();
-        found.sort_by(|a, b| b.created.cmp(&a.created));
+        found.sort_by_key(|d| std::cmp::Reverse(d.created));
         Ok(found)
     }
 }
