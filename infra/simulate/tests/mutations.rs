@@ -34,6 +34,12 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         // more stale writes each.
         args.faults = vec![(Kind::ConcurrentInvocation, 0.1)];
     }
+    if matches!(
+        mutation,
+        Some(Mutation::NoDisputePage | Mutation::NoDisputeReread)
+    ) {
+        args.dispute_rate = simulate::dispute_asks::TEST_RATE;
+    }
     if mutation == Some(Mutation::NoRefundWatch) {
         // What only the watch tells: no events, and banks returning refunds three days after
         // they succeeded.
@@ -260,7 +266,14 @@ fn caught_each(mutations: &[Mutation]) {
 #[test]
 fn the_dispute_variants_twin_holds_with_its_deadlines_paged() {
     for seed in SEEDS {
-        let report = run(seed, None);
+        let mut args = SimulateArgs::new(BOUND, seed, Backend::Memory);
+        args.auth_rate = 0.0;
+        args.dispute_rate = simulate::dispute_asks::TEST_RATE;
+        let report = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(simulate(&args))
+            .unwrap();
         assert!(report.invariants_hold, "seed {seed}: {}", report.render());
         let d = &report.disputes;
         assert!(d.reached_due_by > 0 && d.paged_near > 0, "{d:?}");

@@ -101,6 +101,10 @@ impl DisputeReport {
     }
 
     pub(super) fn render(&self, s: &mut String) {
+        if self.rate <= 0.0 {
+            let _ = writeln!(s, "  disputes        off (--disputes 0)");
+            return;
+        }
         let list = |m: &BTreeMap<String, u64>| {
             m.iter()
                 .map(|(k, n)| format!("{k} {n}"))
