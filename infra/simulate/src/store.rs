@@ -1287,6 +1287,31 @@ impl OperationReads for SimStore {
         refunds.sort_by_key(|op| op.kind.sort_key());
         Ok(refunds)
     }
+
+    /// Only the store contract asks (chargectl's `show` is not simulated): a walk of every slot,
+    /// not an index kept on every write for it.
+    async fn disputes_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.calls.query();
+        let t = self.lock();
+        let mut keys: Vec<OperationKey> = t
+            .slots
+            .iter()
+            .map(|slot| &slot.key)
+            .filter(|key| key.order_id == *order_id && key.kind.dispute_id().is_some())
+            .cloned()
+            .collect();
+        // As DynamoDB's Query returns them: by sort key, each record once, as it is now.
+        keys.sort_by_key(|key| key.kind.sort_key());
+        keys.dedup();
+        let mut disputes = Vec::new();
+        for key in &keys {
+            disputes.extend(t.read(key)?);
+        }
+        Ok(disputes)
+    }
 }
 
 #[async_trait]
