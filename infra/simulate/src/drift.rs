@@ -58,6 +58,8 @@ pub struct AuditSummary {
     pub windows: u64,
     pub intents: u64,
     pub refunds: u64,
+    /// Disputes Stripe listed as created in the windows.
+    pub disputes: u64,
     pub settled_records: u64,
     pub matched: u64,
     pub in_flight: u64,
@@ -292,13 +294,14 @@ pub fn judge(reports: &[AuditReport], injected: Vec<Injected>) -> AuditSummary {
         let c = &r.counts;
         s.intents += c.intents;
         s.refunds += c.refunds;
+        s.disputes += c.disputes;
         s.settled_records += c.settled_records;
         s.matched += c.matched;
         s.in_flight += c.in_flight;
         s.not_ours += c.not_ours;
         s.unchecked += c.unchecked;
         s.stripe_calls += c.stripe_calls;
-        s.unexplained += (c.intents + c.refunds + c.settled_records) as i64
+        s.unexplained += (c.intents + c.refunds + c.disputes + c.settled_records) as i64
             - (c.not_ours + c.matched + c.in_flight + c.unchecked + c.drifted) as i64;
         s.complete &= r.complete && r.findings_left_out == 0;
         for (class, n) in &r.by_class {

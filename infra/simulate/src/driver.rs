@@ -103,6 +103,29 @@ pub struct Pipeline {
     /// Captures and cancels waiting for their group (by group number), each with how many times
     /// it was asked already.
     pub takes_due: Mutex<BTreeMap<u64, Vec<DueTake>>>,
+    /// `--disputes`: the share of orders the bank disputes (0: none; Stripe in this process
+    /// only).
+    pub dispute_rate: f64,
+    /// The disputes opened, and the person's answers.
+    pub disputes: Arc<crate::dispute_asks::Book>,
+    /// Dispute steps waiting for their group (by group number).
+    pub disputes_due: Mutex<BTreeMap<u64, Vec<DueDispute>>>,
+    /// The reconciler's reads of open disputes, and the pages they had to raise.
+    pub dispute_watch: Arc<crate::dispute_watch::Watch>,
+}
+
+/// A dispute step waiting for its group: the order (its index), its plan, and the step.
+pub type DueDispute = (u64, Order, crate::dispute_asks::Plan, DisputeStep);
+
+/// The steps of a dispute, in order.
+#[derive(Debug, Clone)]
+pub enum DisputeStep {
+    /// The bank disputes the charge (the attempt: its charge may not have succeeded yet).
+    Open(usize),
+    /// A refund asked through the door while the dispute is open.
+    Refund,
+    /// The person answers it (or not) in Stripe's dashboard.
+    Answer(String),
 }
 
 /// A capture or cancel waiting for its group: the order, the request, and how many times it
@@ -266,6 +289,158 @@ impl Pipeline {
         self.submit_charge(index, order, amount, counts).await;
         self.plan_refunds(index, order).await;
         self.plan_takes(order).await;
+        self.plan_dispute(index, order);
+    }
+
+    /// The order's dispute, if the seed disputes it: queued for its group.
+    fn plan_dispute(&self, index: u64, order: &Order) {
+        if order.authorization.is_some() || self.stripe.local_sim().is_none() {
+            return;
+        }
+        let Some(plan) = crate::dispute_asks::plan(self.seed, index, self.dispute_rate) else {
+            return;
+        };
+        self.dispute_later(
+            crate::dispute_asks::DISPUTE_DELAY,
+            (index, order.clone(), plan, DisputeStep::Open(0)),
+        );
+    }
+
+    fn dispute_later(&self, delay: u64, step: DueDispute) {
+        let group = self.group.load(Ordering::Relaxed) + delay;
+        let mut due = self.disputes_due.lock().unwrap_or_else(|p| p.into_inner());
+        due.entry(group).or_default().push(step);
+    }
+
+    /// The dispute steps due by group `group`, one after the other (the bank and the person act
+    /// on Stripe directly; the refunds go through the door).
+    async fn dispute_due(&self, group: u64) -> Result<(), BoxError> {
+        let steps: Vec<DueDispute> = {
+            let mut due = self.disputes_due.lock().unwrap_or_else(|p| p.into_inner());
+            let later = due.split_off(&(group + 1));
+            std::mem::replace(&mut *due, later)
+                .into_values()
+                .flatten()
+                .collect()
+        };
+        for (index, order, plan, step) in steps {
+            self.dispute_step(index, order, plan, step).await?;
+        }
+        Ok(())
+    }
+
+    async fn dispute_step(
+        &self,
+        index: u64,
+        order: Order,
+        plan: crate::dispute_asks::Plan,
+        step: DisputeStep,
+    ) -> Result<(), BoxError> {
+        use crate::dispute_asks::{Opened, ANSWER_DELAY, ATTEMPTS, REFUND_DELAY};
+        let Some(sim) = self.stripe.local_sim() else {
+            return Ok(());
+        };
+        let book = &self.disputes;
+        match step {
+            DisputeStep::Open(attempt) => {
+                let key = charge_core::operation::OperationKey::charge(
+                    charge_core::domain::OrderId::parse(&order.order_id)?,
+                );
+                let intent = self
+                    .store
+                    .get(&key)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|op| op.status == charge_core::operation::OperationStatus::Succeeded)
+                    .and_then(|op| op.external_id.map(|pi| pi.as_str().to_owned()));
+                let opened = match &intent {
+                    Some(pi) => sim
+                        .dispute_charge(&stripe_sim::DisputeRequest {
+                            payment_intent: pi.clone(),
+                            amount: None,
+                            reason: None,
+                            inquiry: plan.fate.inquiry(),
+                        })
+                        .ok()
+                        .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok()),
+                    None => None,
+                };
+                let (Some(pi), Some(dispute)) = (intent, opened) else {
+                    if attempt + 1 < ATTEMPTS {
+                        self.dispute_later(1, (index, order, plan, DisputeStep::Open(attempt + 1)));
+                    } else {
+                        book.not_disputable.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                };
+                let id = dispute["id"].as_str().unwrap_or_default().to_owned();
+                self.trace.event(
+                    &order.order_id,
+                    "dispute",
+                    format_args!("{id} opened by the bank ({})", plan.fate.name()),
+                );
+                book.note(
+                    &order.order_id,
+                    Opened {
+                        dispute_id: id.clone(),
+                        payment_intent: pi,
+                        fate: plan.fate,
+                        refund_during: plan.refund_during,
+                        amount: dispute["amount"].as_i64().unwrap_or_default(),
+                        charged: charged(index),
+                    },
+                );
+                if plan.refund_during {
+                    self.dispute_later(
+                        REFUND_DELAY,
+                        (index, order.clone(), plan, DisputeStep::Refund),
+                    );
+                }
+                self.dispute_later(ANSWER_DELAY, (index, order, plan, DisputeStep::Answer(id)));
+            }
+            DisputeStep::Refund => {
+                let amount = (charged(index) / 10).max(1);
+                let ask = Ask {
+                    order_id: order.order_id.clone(),
+                    refund_id: crate::dispute_asks::REFUND_ID.to_owned(),
+                    amount: Some(amount),
+                };
+                self.ask_refund(&order, &ask).await;
+            }
+            DisputeStep::Answer(id) => {
+                let Some(answer) = plan.fate.answer() else {
+                    return Ok(());
+                };
+                let answered = match answer {
+                    Some(form) => sim.update_dispute_in_process(&id, &form),
+                    None => sim.close_dispute_in_process(&id),
+                };
+                book.answers.fetch_add(1, Ordering::Relaxed);
+                if answered.status != 200 {
+                    book.answers_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                self.trace.event(
+                    &order.order_id,
+                    "dispute",
+                    format_args!(
+                        "{id} answered ({}): HTTP {}",
+                        plan.fate.name(),
+                        answered.status
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether dispute steps are still to come.
+    fn disputes_waiting(&self) -> bool {
+        !self
+            .disputes_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// The order's captures and cancels: a cancel before the charge is sent now, the others
@@ -536,6 +711,10 @@ impl Pipeline {
                 counts.reconciler_ticks.fetch_add(1, Ordering::Relaxed);
                 let unreadable = metrics.sum("UnreadableRecords", &[]) as u64;
                 let pages = metrics.sum("AuthorizationNearDeadline", &[]) as u64;
+                self.dispute_watch.tick_ends(
+                    metrics.sum("DisputeDeadlineNear", &[]) as u64,
+                    metrics.sum("DisputeDeadlinePassed", &[]) as u64,
+                );
                 counts.pages_reconciler.fetch_add(pages, Ordering::Relaxed);
                 let reconciler = [("Function", "reconciler")];
                 counts.refunds_watched.fetch_add(
@@ -813,6 +992,7 @@ impl Pipeline {
             self.ask_due_refunds(self.group.load(Ordering::Relaxed))
                 .await;
             self.ask_due_takes(self.group.load(Ordering::Relaxed)).await;
+            self.dispute_due(self.group.load(Ordering::Relaxed)).await?;
             run_all(&self.scheduler, submissions).await;
             self.end_group(&mut last_tick, counts).await?;
             if progress && next % (chunk * 64) < chunk {
@@ -824,11 +1004,12 @@ impl Pipeline {
         }
         // The refund, capture and cancel requests of the last groups, a group's second apart,
         // as if orders went on.
-        while self.refunds_waiting() || self.takes_waiting() {
+        while self.refunds_waiting() || self.takes_waiting() || self.disputes_waiting() {
             self.stripe.sync_clock(&self.clock).await?;
             let group = self.group.load(Ordering::Relaxed);
             self.ask_due_refunds(group).await;
             self.ask_due_takes(group).await;
+            self.dispute_due(group).await?;
             self.end_group(&mut last_tick, counts).await?;
         }
         Ok(last_tick)
@@ -934,6 +1115,15 @@ impl Pipeline {
             LONGEST_HOLD
         } else {
             Duration::ZERO
+        };
+        // With disputes, past the response window of the last one opened (its `due_by`, where
+        // Stripe closes one nobody answered) and the daily read after it.
+        let holds = match self.stripe.local_sim() {
+            Some(sim) if self.dispute_rate > 0.0 => holds.max(
+                Duration::from_millis(sim.dispute_timing().response_window_ms.max(0) as u64)
+                    + charge_core::dispute::deadline::RECHECK,
+            ),
+            _ => holds,
         };
         self.clock
             .now()

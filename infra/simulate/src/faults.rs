@@ -749,6 +749,36 @@ impl OperationCreates for FaultyStore {
         self.trace.event(order, call, format_args!("{what}"));
         r
     }
+    /// The dispute's move (and its charge's side) written, then (a `crash` fault) the function
+    /// dies before it hears so: the next delivery or read finds it written.
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        use charge_core::store::DisputeRecorded;
+        yield_now().await;
+        let r = self.inner.record_dispute(req).await;
+        let order = req.key.order_id.as_str();
+        let what = match &r {
+            Ok(DisputeRecorded::Written(op)) => {
+                format!("written {} {}", op.kind.sort_key(), op.status)
+            }
+            Ok(DisputeRecorded::Refused(_)) => "refused".to_owned(),
+            Ok(DisputeRecorded::ChargeRefused) => "charge refused".to_owned(),
+            Err(e) => format!("error: {e}"),
+        };
+        if matches!(r, Ok(DisputeRecorded::Written(_))) && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.record_dispute",
+                format_args!("{what}, then FAULT crash before the answer"),
+            );
+            return Err(crash("after the dispute's move, before the answer"));
+        }
+        self.trace
+            .event(order, "store.record_dispute", format_args!("{what}"));
+        r
+    }
 }
 
 #[async_trait]

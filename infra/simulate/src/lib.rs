@@ -30,6 +30,8 @@ pub mod auth_asks;
 pub mod auth_watch;
 mod burst_svg;
 pub mod dashboard;
+pub mod dispute_asks;
+pub mod dispute_watch;
 pub mod drift;
 pub mod driver;
 pub mod faults;
@@ -273,6 +275,13 @@ pub struct SimulateArgs {
     /// for days of virtual time); 0: none.
     #[arg(long = "authorizations", value_name = "RATE", default_value_t = auth_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub auth_rate: f64,
+
+    /// The share of orders the customer's bank disputes at Stripe once charged (won, lost,
+    /// accepted, never answered, inquiries; some asked a refund while the dispute is open; after
+    /// the order's refunds, the dispute takes what they left); 0 (the default): none. Stripe in
+    /// this process only (the person answers through the simulator directly).
+    #[arg(long = "disputes", value_name = "RATE", default_value_t = dispute_asks::DEFAULT_RATE, value_parser = parse_rate)]
+    pub dispute_rate: f64,
 
     /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
     #[arg(long, value_enum, value_name = "NAME")]
@@ -1033,6 +1042,10 @@ fn wire(
     if args.mutation == Some(Mutation::CreatePastKeyWindow) {
         policy.key_window = Duration::from_secs(30 * 24 * 3600);
     }
+    if args.mutation == Some(Mutation::NoDisputePage) {
+        policy.dispute.page_window = Duration::ZERO;
+    }
+    let dispute_watch = Arc::new(dispute_watch::Watch::default());
     let freezer = Arc::new(faults::Freezer::new(
         world.clock.clone(),
         policy.lease_ttl + Duration::from_secs(30),
@@ -1085,7 +1098,7 @@ fn wire(
                 &world.tape,
             ),
         },
-        reconciler: reconciler_deps(args, &ports, &charge, &pacing),
+        reconciler: reconciler_deps(args, &ports, &charge, &pacing, &dispute_watch),
         tape: world.tape.clone(),
         charge: charge_function(args, world, charge, &pacing, &dead_letters, counts),
         dead_letters,
@@ -1105,6 +1118,10 @@ fn wire(
         auth_rate: args.auth_rate,
         take_answers: Arc::default(),
         takes_due: Mutex::new(BTreeMap::new()),
+        dispute_rate: args.dispute_rate,
+        disputes: Arc::default(),
+        disputes_due: Mutex::new(BTreeMap::new()),
+        dispute_watch,
     })
 }
 
@@ -1192,6 +1209,7 @@ fn reconciler_deps(
     ports: &FaultyPorts<'_>,
     charge: &EngineDeps,
     pacing: &Pacing,
+    dispute_watch: &Arc<dispute_watch::Watch>,
 ) -> ReconcilerDeps {
     use charge_core::refund::watch::RefundWatch;
     use charge_once::refund_watch::RefundWatchDeps;
@@ -1203,6 +1221,16 @@ fn reconciler_deps(
             gateway: gateway::FunctionRequests::wrap(pacing.reconciler(charge.gateway.clone())),
             ..charge.clone()
         }
+    };
+    // Its reads of open disputes noted, to tell which of them had to page.
+    let paced = EngineDeps {
+        gateway: Arc::new(dispute_watch::DisputeReads {
+            inner: paced.gateway.clone(),
+            watch: dispute_watch.clone(),
+            clock: ports.world.clock.clone(),
+            refuse: args.mutation == Some(Mutation::NoDisputeReread),
+        }),
+        ..paced
     };
     let store: Option<Arc<dyn OperationStore>> = match args.mutation {
         Some(Mutation::ReconcilerSkipsPending) => {
@@ -1371,6 +1399,9 @@ impl Wired {
         report.refunds.failed_late_by_watch =
             counts.refund_late_failures_paged.load(Ordering::Relaxed);
         note_authorizations(&mut report, args, world, pipeline, counts);
+        // Named after the run's other invariants: a dispute left unsettled is often the
+        // symptom of one of theirs (every tick failing, say).
+        let dispute_violation = judge_disputes(&mut report, args, world, pipeline).await?;
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {
             note_settling(&mut report, s, &world.faults, args);
@@ -1384,6 +1415,9 @@ impl Wired {
             (audits("stale"), audits("dedup")),
             publishers.as_ref().map(|(_, ops)| ops.as_slice()),
         );
+        if report.first_violation.is_none() {
+            report.first_violation = dispute_violation;
+        }
         self.drift_audit(args, &mut report).await?;
         Ok((report, planned))
     }
@@ -1554,7 +1588,8 @@ async fn judge_orders(
     Ok(planned)
 }
 
-/// The refunds of order `i` (if it was asked any): each refund id it was asked, read by key.
+/// The refunds of order `i` (if it was asked any): each refund id it was asked, read by key,
+/// and the refund asked while its dispute was open; its disputes' reservations beside them.
 async fn judge_refunds(
     args: &SimulateArgs,
     world: &World,
@@ -1565,19 +1600,39 @@ async fn judge_refunds(
     charge: Option<&charge_core::operation::Operation>,
 ) -> Result<(), BoxError> {
     let charged = driver::charged(i);
-    let Some(plan) = refund_asks::plan(args.seed, i, &order.order_id, charged, args.refund_rate)
-        .filter(|_| order.authorization.is_none())
-    else {
+    let plan = refund_asks::plan(args.seed, i, &order.order_id, charged, args.refund_rate)
+        .filter(|_| order.authorization.is_none());
+    let disputed = pipeline.disputes.of(&order.order_id);
+    let during = disputed.as_ref().is_some_and(|d| d.refund_during);
+    if plan.is_none() && !during {
         return Ok(());
-    };
+    }
     let order_id = OrderId::parse(&order.order_id)?;
+    let mut refund_ids = plan.map(|p| p.refund_ids()).unwrap_or_default();
+    if during {
+        refund_ids.push(dispute_asks::REFUND_ID.to_owned());
+    }
     let mut records = Vec::new();
-    for refund_id in plan.refund_ids() {
+    for refund_id in refund_ids {
         let key = OperationKey::refund(
             order_id.clone(),
             charge_core::domain::RefundId::parse(&refund_id)?,
         );
         records.extend(world.backing.store.get(&key).await?);
+    }
+    let mut disputes_reserved = 0;
+    if let Some(d) = &disputed {
+        let key = OperationKey::of_kind(
+            order_id.clone(),
+            charge_core::domain::OperationKind::Dispute(charge_core::domain::DisputeId::parse(
+                &d.dispute_id,
+            )?),
+        );
+        if let Some(record) = world.backing.store.get(&key).await? {
+            if record.params.dispute_state().is_some_and(|s| s.reserved) {
+                disputes_reserved += record.params.amount().minor_units();
+            }
+        }
     }
     let published = world.backing.sim_store.as_ref().map(|s| {
         records
@@ -1591,6 +1646,7 @@ async fn judge_refunds(
         records: &records,
         accepted: &accepted,
         published,
+        disputes_reserved,
     };
     judge.refunds(report, order, of);
     Ok(())
@@ -1735,6 +1791,190 @@ fn note_refunds(report: &mut Report, args: &SimulateArgs, world: &World, pipelin
             _ => None,
         };
     }
+}
+
+/// The disputes the bank opened, each against the dispute Stripe holds and our records
+/// ([`report::DisputeReport`]'s invariants); the first broken, with its order.
+async fn judge_disputes(
+    report: &mut Report,
+    args: &SimulateArgs,
+    world: &World,
+    pipeline: &Pipeline,
+) -> Result<Option<String>, BoxError> {
+    use charge_core::domain::{DisputeId, OperationKind, RefundId};
+    use charge_core::operation::OperationStatus;
+    let d = &mut report.disputes;
+    d.rate = args.dispute_rate;
+    let book = &pipeline.disputes;
+    d.not_disputable = book.count(&book.not_disputable);
+    d.answers = book.count(&book.answers);
+    d.answers_refused = book.count(&book.answers_refused);
+    d.refunds_refused_disputed = pipeline
+        .refund_answers
+        .counts()
+        .get("409 disputed")
+        .copied()
+        .unwrap_or(0);
+    let watch = &pipeline.dispute_watch;
+    d.reconciler_reads = watch.reads.load(Ordering::Relaxed);
+    d.reconciler_reads_refused = watch.refused.load(Ordering::Relaxed);
+    d.had_to_page = watch.had_to_page.load(Ordering::Relaxed);
+    d.paged_near = watch.paged_near.load(Ordering::Relaxed);
+    d.paged_passed = watch.paged_passed.load(Ordering::Relaxed);
+    d.pages_short = watch.deficit.load(Ordering::Relaxed);
+    let Some(sim) = world.stripe.local_sim() else {
+        return Ok(None);
+    };
+    let ledger: BTreeMap<String, stripe_sim::DisputeEntry> = sim
+        .dispute_ledger()
+        .into_iter()
+        .map(|e| (e.id.clone(), e))
+        .collect();
+    let now = charge_core::time::Clock::now(&world.clock).as_millis();
+    let mut first: Option<String> = None;
+    let broke = |first: &mut Option<String>, what: &str, order: &str| {
+        first.get_or_insert_with(|| format!("{what}: order {order}"));
+    };
+    for (order_id, opened) in book.opened() {
+        d.opened += 1;
+        *d.fates.entry(opened.fate.name().to_owned()).or_default() += 1;
+        d.on_partly_refunded += u64::from(opened.amount < opened.charged);
+        let Some(at_stripe) = ledger.get(&opened.dispute_id) else {
+            continue;
+        };
+        *d.at_stripe.entry(at_stripe.status.clone()).or_default() += 1;
+        let order = OrderId::parse(&order_id)?;
+        // Money at Stripe: refunded and lost together within what was charged.
+        let lost: i64 = ledger
+            .values()
+            .filter(|e| e.payment_intent == opened.payment_intent && e.status == "lost")
+            .map(|e| e.amount)
+            .sum();
+        let refunded = sim.amount_refunded(&opened.payment_intent).unwrap_or(0);
+        if refunded + lost > opened.charged {
+            d.over_returned_at_stripe += 1;
+            broke(&mut first, "over-returned at stripe", &order_id);
+        }
+        // The deadline: paged before `due_by` if nobody answered it (an inquiry whose charge
+        // was refunded in full closed then, as Stripe closes it: it never reached `due_by`).
+        let resolved_by_refund = opened.fate.inquiry() && refunded >= opened.charged;
+        let key = OperationKey::of_kind(
+            order.clone(),
+            OperationKind::Dispute(DisputeId::parse(&opened.dispute_id)?),
+        );
+        let record = world.backing.store.get(&key).await?;
+        if opened.fate.reaches_due_by() && !resolved_by_refund && at_stripe.due_by_ms <= now {
+            d.reached_due_by += 1;
+            let near = watch
+                .first_near(&opened.dispute_id)
+                .is_some_and(|t| t < at_stripe.due_by_ms);
+            // A dispute recorded without its reservation (it did not fit) is in review: a
+            // person was paged by the review alarm (`dispute_unreserved`), not by the deadline.
+            // Seen at the end by its last error (a settling write clears the review flag, and
+            // a later move may reserve it once a refund gives room back).
+            let in_review = record.as_ref().is_some_and(|r| {
+                r.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("dispute_unreserved"))
+            });
+            // A dispute whose events were all lost until its window opened was not ours to page:
+            // the daily audit finds it (`dispute_unrecorded`, AuditDisputeUnrecordedAlarm).
+            let window = charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW.as_millis() as i64;
+            let found_late = record
+                .as_ref()
+                .is_some_and(|r| r.created_at.as_millis() >= at_stripe.due_by_ms - window);
+            if !near && in_review {
+                d.paged_by_review_only += 1;
+            } else if !near && found_late {
+                d.recorded_too_late += 1;
+            } else if !near {
+                d.unpaged_deadlines += 1;
+                broke(&mut first, "unpaged deadline", &order_id);
+            }
+        }
+        // Our records.
+        let Some(record) = record else {
+            d.unrecorded += 1;
+            broke(&mut first, "dispute unrecorded", &order_id);
+            continue;
+        };
+        *d.records
+            .entry(record.status.as_str().to_owned())
+            .or_default() += 1;
+        let state = record.params.dispute_state();
+        let amount = record.params.dispute().map(|p| p.amount.minor_units());
+        let settled_as = match at_stripe.status.as_str() {
+            "lost" => Some(OperationStatus::Succeeded),
+            "won" | "warning_closed" => Some(OperationStatus::Failed),
+            _ => None,
+        };
+        let agrees = state.is_some_and(|s| s.status.as_str() == at_stripe.status)
+            && amount == Some(at_stripe.amount)
+            && match settled_as {
+                Some(status) => record.status == status,
+                None => !record.status.is_settled(),
+            };
+        if !agrees {
+            d.mismatches += 1;
+            broke(&mut first, "dispute mismatch", &order_id);
+        }
+        if record.status.is_settled() {
+            let published = world
+                .backing
+                .sim_store
+                .as_ref()
+                .map(|s| s.published(&record.operation_id));
+            let outcome = if record.status == OperationStatus::Succeeded {
+                charge_core::outbox::Outcome::Succeeded
+            } else {
+                charge_core::outbox::Outcome::Failed
+            };
+            if published.is_some_and(|p| !p.contains(outcome)) {
+                d.missing_events += 1;
+                broke(&mut first, "missing dispute event", &order_id);
+            }
+        }
+        // Money in our records: the charge's reservation, and its refunds and lost disputes.
+        let charge = world
+            .backing
+            .store
+            .get(&OperationKey::charge(order.clone()))
+            .await?;
+        let reserved = charge
+            .as_ref()
+            .and_then(|c| c.params.charge_state())
+            .map_or(0, |c| c.refund_reserved);
+        let mut returned = 0;
+        let refund_ids = refund_asks::plan(
+            args.seed,
+            driver::index_of(&order_id, args.seed).unwrap_or_default(),
+            &order_id,
+            opened.charged,
+            args.refund_rate,
+        )
+        .map(|p| p.refund_ids())
+        .unwrap_or_default();
+        for id in refund_ids
+            .iter()
+            .map(String::as_str)
+            .chain([dispute_asks::REFUND_ID])
+        {
+            let key = OperationKey::refund(order.clone(), RefundId::parse(id)?);
+            if let Some(r) = world.backing.store.get(&key).await? {
+                if r.status != OperationStatus::Failed {
+                    returned += r.params.amount().minor_units();
+                }
+            }
+        }
+        if record.status == OperationStatus::Succeeded {
+            returned += amount.unwrap_or(0);
+        }
+        if reserved > opened.charged || returned > opened.charged {
+            d.over_returned_in_records += 1;
+            broke(&mut first, "over-returned in records", &order_id);
+        }
+    }
+    Ok(first)
 }
 
 /// Where Stripe's events came from and what the events function did with them.

@@ -84,10 +84,16 @@ pub enum Mutation {
     /// The reconciler never reads a settled refund again (no refund watch): a refund Stripe fails
     /// days after it succeeded stays recorded `succeeded` on a stack without events.
     NoRefundWatch,
+    /// The dispute deadline's page window set to nothing (`DisputeDeadlinePageHours` read as 0):
+    /// an open dispute nobody answers is never paged before its `due_by`.
+    NoDisputePage,
+    /// The reconciler never reads an open dispute again at Stripe (its reads refused): a dispute
+    /// whose closing events were lost stays open in our records.
+    NoDisputeReread,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -107,6 +113,8 @@ impl Mutation {
         Mutation::TakesNotFenced,
         Mutation::DeadlineFromCreation,
         Mutation::NoRefundWatch,
+        Mutation::NoDisputePage,
+        Mutation::NoDisputeReread,
     ];
 
     pub fn name(&self) -> String {
@@ -418,6 +426,12 @@ impl OperationCreates for RefundStore {
             RefundStoreBug::NoRelease => self.inner.create_beside(op, claim).await,
         }
     }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        self.inner.record_dispute(req).await
+    }
 }
 
 #[async_trait]
@@ -659,6 +673,12 @@ impl OperationCreates for TakesNotFenced {
             }
             other => Ok(other),
         }
+    }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        self.0.record_dispute(req).await
     }
 }
 

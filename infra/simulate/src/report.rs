@@ -44,6 +44,8 @@
 //! (`failed_late_in_events_dlq`), not a mismatch, and the drift audit must report it.
 
 mod authorizations;
+mod disputes;
+pub use disputes::DisputeReport;
 
 pub use authorizations::{
     judge as judge_authorization, AuthorizationReport, IntentAtStripe, OrderAuthorization,
@@ -190,6 +192,8 @@ pub struct Report {
     /// Authorizations (`--authorizations`): captured, canceled, raced or forgotten, and their
     /// invariants.
     pub authorizations: AuthorizationReport,
+    /// Disputes (`--disputes`): opened by the bank, answered or not, and their invariants.
+    pub disputes: DisputeReport,
     /// The production drift audit over the run's windows, against the drift injected (memory
     /// store, Stripe in this process; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -417,6 +421,9 @@ pub struct OrderRefunds<'r> {
     pub accepted: &'r [(String, crate::refund_asks::Accepted)],
     /// The outcomes each record published, where the run can see them (same order as `records`).
     pub published: Option<Vec<Published>>,
+    /// What the order's dispute records hold reserved on its charge (a dispute that withdrew
+    /// funds reserves its amount beside the refunds; won gives it back).
+    pub disputes_reserved: i64,
 }
 
 /// What a load run measured (virtual time throughout).
@@ -726,7 +733,7 @@ impl<'a> Judge<'a> {
             }
         }
         if let Some(charge) = of.charge {
-            self.reservation(report, order, charge, of.records);
+            self.reservation(report, order, charge, of.records, of.disputes_reserved);
         }
         for (refund_id, accepted) in of.accepted {
             let record = of.records.iter().find(|r| {
@@ -737,6 +744,14 @@ impl<'a> Judge<'a> {
             let lost = match record {
                 None => true,
                 Some(r) if r.operation_id.to_string() != accepted.operation_id => true,
+                // Stripe refused it as the charge was disputed (the dispute was not recorded yet
+                // when the door accepted it): settled as that, nothing to return.
+                Some(r)
+                    if r.status == OperationStatus::Failed
+                        && r.last_error.as_deref() == Some("charge_disputed") =>
+                {
+                    false
+                }
                 Some(r) if r.status == OperationStatus::Failed => {
                     self.refunds.as_ref().is_some_and(|l| {
                         !l.of_operation(&r.operation_id.to_string())
@@ -809,7 +824,8 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// The charge's reservation is the sum of its refunds not failed, within what was charged;
+    /// The charge's reservation is the sum of its refunds not failed (and its disputes' reserved
+    /// amounts), within what was charged;
     /// and Stripe holds no more refunded than was charged.
     fn reservation(
         &self,
@@ -817,13 +833,15 @@ impl<'a> Judge<'a> {
         order: &Order,
         charge: &Operation,
         records: &[Operation],
+        disputes_reserved: i64,
     ) {
         let charged = charge.params.amount().minor_units();
         let live: i64 = records
             .iter()
             .filter(|r| r.status != OperationStatus::Failed)
             .map(|r| r.params.amount().minor_units())
-            .sum();
+            .sum::<i64>()
+            + disputes_reserved;
         if charge.refund_reserved() != live {
             report.refunds.reservation_mismatches += 1;
             violated(
@@ -1181,6 +1199,7 @@ impl Report {
             && self.unreadable_at_end == 0
             && self.refunds.holds()
             && self.authorizations.holds()
+            && self.disputes.holds()
     }
 
     /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
@@ -1202,6 +1221,7 @@ impl Report {
         self.render_outcomes(&mut s);
         self.refunds.render(&mut s);
         self.authorizations.render(&mut s);
+        self.disputes.render(&mut s);
         self.render_faults(&mut s);
         self.render_pipeline(&mut s);
         self.render_costs(&mut s);
@@ -1265,8 +1285,8 @@ impl Report {
                 .partition(|(i, _)| i.what == crate::drift::LATE_FAILURE_IN_EVENTS_DLQ);
             let _ = writeln!(
                 s,
-                "  drift audit     {} windows: {} intents, {} refunds, {} settled records; matched {}, in flight {}, not ours {}, unchecked {}, unexplained {}; {} Stripe calls",
-                a.windows, a.intents, a.refunds, a.settled_records, a.matched, a.in_flight, a.not_ours, a.unchecked, a.unexplained, a.stripe_calls
+                "  drift audit     {} windows: {} intents, {} refunds, {} disputes, {} settled records; matched {}, in flight {}, not ours {}, unchecked {}, unexplained {}; {} Stripe calls",
+                a.windows, a.intents, a.refunds, a.disputes, a.settled_records, a.matched, a.in_flight, a.not_ours, a.unchecked, a.unexplained, a.stripe_calls
             );
             let _ = writeln!(
                 s,

@@ -115,6 +115,13 @@ impl OperationCreates for CountingStore {
         self.write();
         self.inner.create_beside(op, claim).await
     }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        self.write();
+        self.inner.record_dispute(req).await
+    }
 }
 
 #[async_trait]

@@ -161,10 +161,9 @@ fn the_default_run_is_pinned() {
     );
 }
 
-// Last moved by the reconciler's count of open disputes (`reconciler::read_disputes`: last in
-// the tick, after the REVIEW count, it reads the unknown index's records due within a day for
-// the DisputesOpen and DisputeNearestDeadlineHours gauges): one more store query per tick, an
-// await point of the
+// Last moved by the reconciler's count of open disputes (`reconciler::read_disputes`: after its
+// due work, every tick reads the unknown index's records due within a day for the DisputesOpen
+// and DisputeNearestDeadlineHours gauges): one more store query per tick, an await point of the
 // seeded scheduler, so the run's interleavings after the first tick shift. Seed 1: decisions
 // 58,617 -> 59,193 (one per tick), dynamodb_reads per charge 14.67 -> 14.96 (a fixed cost per
 // tick, not per charge); every outcome the same (succeeded 1579, failed 415, in review 6), every
@@ -203,8 +202,82 @@ fn the_default_run_is_pinned() {
 // 160 -> 479 (sqs_sends 2.50 -> 2.63 per charge, dynamodb_writes 8.99 -> 9.01), the faults and
 // decisions after the first such look shift (succeeded 1584 -> 1579); every invariant still 0.
 // Before that, by the waits lengthening as they repeat: 00927aa116a21255 and 78e3de6c86f070ae.
+// Disputes are off by default (`--disputes 0`), and with them off the run is the one pinned
+// above, by the reconciler's per-tick count of open disputes and nothing else: the simulation of
+// disputes moves no decision of a run without them. With `--disputes 0.05` the default run's pins are
+// `PINNED_WITH_DISPUTES` (the disputes' reads, writes, events and the person's answers are
+// decisions of their own, and the draws after the first of them shift; seed 1: decisions
+// 59,193 -> 59,658, 50 disputes, 18 refunds refused 409 disputed, every invariant 0).
 const PINNED_SEED_1: &str = "b2c745d82b010882";
 const PINNED_SEED_2: &str = "4d69f4a70e9ed133";
+/// The default run with `--disputes 0.05`, seeds 1 and 2.
+const PINNED_WITH_DISPUTES: [&str; 2] = ["f341bbae3049364a", "52a71ecaf6f7018d"];
+
+/// Disputes on at the tests' share: the run pinned, every invariant 0; off (the default), the
+/// rest of the run is unchanged by them (the pins from before, checked above).
+#[test]
+fn the_run_with_disputes_is_pinned() {
+    let rt = current_thread();
+    for (seed, pin) in [1, 2].into_iter().zip(PINNED_WITH_DISPUTES) {
+        let mut a = args(2_000, seed, Backend::Memory);
+        a.dispute_rate = simulate::dispute_asks::TEST_RATE;
+        let r = rt.block_on(simulate(&a)).unwrap();
+        assert!(r.invariants_hold, "{}", r.render());
+        assert!(r.disputes.opened > 40, "{}", r.render());
+        assert_eq!(r.trace_hash, pin, "seed {seed}");
+    }
+}
+
+/// Three seeds with a fifth of the succeeded orders disputed, every fault on: every invariant
+/// 0, and every kind of dispute happened (won, lost, accepted, never answered, inquiries, a
+/// refund refused 409 disputed while one was open, a dispute on a partly refunded order, a
+/// deadline paged before it passed).
+#[test]
+fn disputes_under_every_fault_over_three_seeds() {
+    let rt = current_thread();
+    for seed in [1, 2, 3] {
+        let mut a = args(1_500, seed, Backend::Memory);
+        a.dispute_rate = 0.2;
+        let r = rt.block_on(simulate(&a)).unwrap();
+        assert!(r.invariants_hold, "seed {seed}: {}", r.render());
+        let d = &r.disputes;
+        assert!(d.holds(), "{}", r.render());
+        assert!(d.opened > 100, "{}", r.render());
+        for fate in [
+            "won",
+            "lost",
+            "accepted",
+            "unanswered",
+            "inquiry closed",
+            "inquiry unanswered",
+        ] {
+            assert!(d.fates.get(fate).copied().unwrap_or(0) > 0, "{fate}: {d:?}");
+        }
+        for status in ["won", "lost", "warning_closed"] {
+            assert!(
+                d.at_stripe.get(status).copied().unwrap_or(0) > 0,
+                "{status}: {d:?}"
+            );
+        }
+        assert_eq!(
+            d.records.get("succeeded"),
+            d.at_stripe.get("lost"),
+            "every lost dispute recorded succeeded: {d:?}"
+        );
+        assert!(d.refunds_refused_disputed > 0, "{d:?}");
+        assert!(d.on_partly_refunded > 0, "{d:?}");
+        assert!(d.reached_due_by > 0 && d.paged_near > 0, "{d:?}");
+        assert_eq!(d.pages_short, 0, "{d:?}");
+        // The faults happened: events dropped, delayed, out of order; crashes.
+        for fault in ["fault_dropped", "fault_delayed", "fault_out_of_order"] {
+            assert!(
+                r.webhook_counts.get(fault).copied().unwrap_or(0) > 0,
+                "{fault}"
+            );
+        }
+        assert!(r.faults_injected.get("crash").copied().unwrap_or(0) > 0);
+    }
+}
 
 #[test]
 fn many_orders_in_memory_with_every_fault_kind_over_four_seeds() {

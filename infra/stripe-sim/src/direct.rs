@@ -249,6 +249,17 @@ impl StripeSim {
         answer(self, http::list_disputes(self, query))
     }
 
+    /// `POST /v1/disputes/{id}` with this form (`evidence[...]`, `submit`, `metadata[...]`), in
+    /// process: the merchant's answer, as the dashboard or the API sends it.
+    pub fn update_dispute_in_process(&self, id: &str, form: &[(String, String)]) -> Answer {
+        answer(self, http::update_dispute(self, id, form))
+    }
+
+    /// `POST /v1/disputes/{id}/close`, in process: the merchant accepts the dispute.
+    pub fn close_dispute_in_process(&self, id: &str) -> Answer {
+        answer(self, http::close_dispute(self, id, &[]))
+    }
+
     /// `GET /v1/payment_intents?…` with this query (already encoded), in process.
     pub fn list_intents_in_process(&self, query: &str) -> Answer {
         answer(self, http::list_intents(self, query))

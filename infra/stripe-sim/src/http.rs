@@ -30,7 +30,10 @@ use crate::StripeSim;
 
 mod disputes;
 mod refunds;
-pub(crate) use disputes::{list as list_disputes, retrieve as retrieve_dispute};
+pub(crate) use disputes::{
+    close as close_dispute, list as list_disputes, retrieve as retrieve_dispute,
+    update as update_dispute,
+};
 pub(crate) use refunds::{
     cancel as cancel_refund, list as list_refunds, refund_begin, retrieve as retrieve_refund,
 };

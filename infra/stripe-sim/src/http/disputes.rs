@@ -68,7 +68,7 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
     }
 }
 
-fn update(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
+pub(crate) fn update(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
     if let Some(r) = write_gate(sim) {
         return r;
     }
@@ -83,7 +83,7 @@ fn update(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
     }
 }
 
-fn close(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
+pub(crate) fn close(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Reply {
     if let Some(r) = write_gate(sim) {
         return r;
     }

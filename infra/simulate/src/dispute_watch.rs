@@ -1,0 +1,128 @@
+//! What the judge of disputes needs to have seen while the run went on: the reconciler's reads
+//! of open disputes at Stripe, and which of them had to page.
+//!
+//! The reconciler pages (`DisputeDeadlineNear`) each read of a dispute that still needs a
+//! response inside the page window before its `due_by`; the metric carries no dispute id, so
+//! [`DisputeReads`] sits on the reconciler's gateway and notes every dispute it read, when, and
+//! whether that read had to page by the template's window (72 h). The driver compares, tick by
+//! tick, the reads that had to page with the tick's `DisputeDeadlineNear` ([`Watch::tick_ends`]):
+//! a tick that paged fewer is a deficit, and a dispute that reached `due_by` needing a response
+//! with no such read before it was never paged.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW;
+use charge_core::dispute::StripeDispute;
+use charge_core::domain::{DisputeId, PaymentIntentId};
+use charge_core::outcome::GatewayError;
+use charge_core::time::{Clock, ManualClock};
+use charge_once::ports::{PaymentGateway, StripeDisputes};
+
+/// The reconciler's dispute reads, as they went.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// Per dispute id: the first read that had to page Near in a tick whose pages covered it
+    /// (ms).
+    near: Mutex<BTreeMap<String, i64>>,
+    /// Reads this tick that had to page Near: the dispute, when.
+    this_tick: Mutex<Vec<(String, i64)>>,
+    /// Reads that had to page Near, in all; the pages the ticks counted; and the ticks' deficit
+    /// (fewer pages than reads that had to page).
+    pub had_to_page: AtomicU64,
+    pub paged_near: AtomicU64,
+    pub paged_passed: AtomicU64,
+    pub deficit: AtomicU64,
+    /// Reads of open disputes by the reconciler, and those refused (the `no-dispute-reread`
+    /// mutation).
+    pub reads: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+impl Watch {
+    fn note(&self, dispute: &StripeDispute, now_ms: i64, window: Duration) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let Some(due_by) = dispute.due_by.map(|t| t.as_millis()) else {
+            return;
+        };
+        let opens = due_by - window.as_millis() as i64;
+        if dispute.status.needs_response() && due_by > 0 && (opens..due_by).contains(&now_ms) {
+            self.had_to_page.fetch_add(1, Ordering::Relaxed);
+            self.this_tick
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((dispute.id.as_str().to_owned(), now_ms));
+        }
+    }
+
+    /// A tick ended, having counted `near` and `passed` pages.
+    /// A tick ended, having counted `near` and `passed` pages: the reads that had to page count
+    /// as paged when the tick's pages cover them all, none of them otherwise.
+    pub fn tick_ends(&self, near: u64, passed: u64) {
+        let had_to = std::mem::take(&mut *self.this_tick.lock().unwrap_or_else(|p| p.into_inner()));
+        self.paged_near.fetch_add(near, Ordering::Relaxed);
+        self.paged_passed.fetch_add(passed, Ordering::Relaxed);
+        let short = (had_to.len() as u64).saturating_sub(near);
+        self.deficit.fetch_add(short, Ordering::Relaxed);
+        if short > 0 {
+            return;
+        }
+        let mut paged = self.near.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, at) in had_to {
+            paged.entry(id).or_insert(at);
+        }
+    }
+
+    /// When the reconciler first read dispute `id` inside its page window, needing a response,
+    /// in a tick that paged it.
+    pub fn first_near(&self, id: &str) -> Option<i64> {
+        self.near
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+    }
+}
+
+/// The reconciler's gateway, its dispute reads noted in [`Watch`] at the run's true time.
+pub struct DisputeReads {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub watch: Arc<Watch>,
+    pub clock: ManualClock,
+    /// The `no-dispute-reread` mutation: the reconciler's reads of open disputes refused, so it
+    /// never learns a dispute's outcome by itself.
+    pub refuse: bool,
+}
+
+crate::forward_gateway!(
+    DisputeReads, inner:
+    StripeAccount,
+    PaymentIntents,
+    StripeRefunds,
+    CreatedLists,
+);
+
+#[async_trait]
+impl StripeDisputes for DisputeReads {
+    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
+        if self.refuse {
+            self.watch.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(GatewayError::Ambiguous {
+                detail: "no-dispute-reread: the reconciler does not read open disputes".into(),
+            });
+        }
+        let dispute = self.inner.retrieve_dispute(id).await?;
+        self.watch
+            .note(&dispute, self.clock.now().as_millis(), DEFAULT_PAGE_WINDOW);
+        Ok(dispute)
+    }
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<StripeDispute>, GatewayError> {
+        self.inner.list_disputes(payment_intent).await
+    }
+}

@@ -1,0 +1,151 @@
+//! Disputes (`--disputes`) judged against the disputes Stripe holds once the run converged.
+//!
+//! Invariants (each must stay 0):
+//! - `unrecorded`: a dispute Stripe holds on one of our orders with no dispute record of ours;
+//! - `mismatches`: a dispute record that disagrees with Stripe: another status, another amount,
+//!   open while Stripe closed it (or settled while Stripe holds it open), or settled other than
+//!   Stripe ended it (`lost` → `succeeded`, `won` and `warning_closed` → `failed`);
+//! - `over_returned_at_stripe`: an order whose refunds at Stripe (`amount_refunded`) and the
+//!   disputes it lost add up to more than it was charged;
+//! - `over_returned_in_records`: an order whose charge record reserves more than it was charged,
+//!   or whose refund records that are not `failed` and lost dispute records add up to more;
+//! - `unpaged_deadlines`: a dispute that reached its `due_by` needing a response with no page
+//!   before it: the reconciler never read it inside its page window, or read it there only in
+//!   ticks that counted fewer `DisputeDeadlineNear` pages than such reads;
+//! - `missing_events`: a settled dispute record whose outcome event (`DisputeLost`,
+//!   `DisputeWon`, `DisputeClosed`) was never published.
+//!
+//! Stripe-sim closes a dispute nobody answered at its `due_by` exactly, so no read finds one
+//! still needing a response past it: `DisputeDeadlinePassed` is counted, not judged.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// Disputes made and judged.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DisputeReport {
+    /// `--disputes`: the share of orders the bank disputes.
+    pub rate: f64,
+    /// Disputes the bank opened, by what the seed planned for them.
+    pub opened: u64,
+    pub fates: BTreeMap<String, u64>,
+    /// Orders planned a dispute that could not be (their charge never succeeded while the bank
+    /// waited, or their refunds left nothing).
+    pub not_disputable: u64,
+    /// Disputes on orders refunded in part first (the disputed amount is what was left).
+    pub on_partly_refunded: u64,
+    /// How Stripe holds them at the end, by status.
+    pub at_stripe: BTreeMap<String, u64>,
+    /// Our records, by status (`succeeded`: lost; `failed`: won or an inquiry closed).
+    pub records: BTreeMap<String, u64>,
+    /// The person's answers sent, and those Stripe refused.
+    pub answers: u64,
+    pub answers_refused: u64,
+    /// Refunds asked through the door while a dispute was open, refused `409 disputed`.
+    pub refunds_refused_disputed: u64,
+    /// The reconciler: open disputes read again at Stripe, reads that had to page, pages counted
+    /// (`DisputeDeadlineNear`, `DisputeDeadlinePassed`).
+    pub reconciler_reads: u64,
+    /// Reads the `no-dispute-reread` mutation refused.
+    pub reconciler_reads_refused: u64,
+    pub had_to_page: u64,
+    pub paged_near: u64,
+    pub paged_passed: u64,
+    /// Reads that had to page beyond the pages their tick counted (their disputes count as not
+    /// paged by that read).
+    pub pages_short: u64,
+    /// Disputes that reached `due_by` needing a response (their deadline had to page).
+    pub reached_due_by: u64,
+    /// Of those, never paged by the deadline but in review (recorded without its reservation,
+    /// `dispute_unreserved`): the review alarm paged a person; the reconciler reads no record in
+    /// review again, so its deadline does not page.
+    pub paged_by_review_only: u64,
+    /// Of those, first recorded inside their page window or later (every event of theirs until
+    /// then lost): nothing of ours knew of them to page; the daily audit's `dispute_unrecorded`
+    /// (AuditDisputeUnrecordedAlarm) is the page for them, and the run's audit comes after it.
+    pub recorded_too_late: u64,
+    // The invariants.
+    pub unrecorded: u64,
+    pub mismatches: u64,
+    pub over_returned_at_stripe: u64,
+    pub over_returned_in_records: u64,
+    pub unpaged_deadlines: u64,
+    pub missing_events: u64,
+}
+
+impl DisputeReport {
+    pub fn holds(&self) -> bool {
+        self.unrecorded == 0
+            && self.mismatches == 0
+            && self.over_returned_at_stripe == 0
+            && self.over_returned_in_records == 0
+            && self.unpaged_deadlines == 0
+            && self.missing_events == 0
+    }
+
+    /// The first invariant broken, by name, for the verdict.
+    pub fn first_broken(&self) -> Option<&'static str> {
+        [
+            (self.unrecorded, "disputes unrecorded"),
+            (self.mismatches, "dispute mismatches"),
+            (self.over_returned_at_stripe, "over-returned at stripe"),
+            (self.over_returned_in_records, "over-returned in records"),
+            (self.unpaged_deadlines, "unpaged deadlines"),
+            (self.missing_events, "missing dispute events"),
+        ]
+        .into_iter()
+        .find(|(n, _)| *n > 0)
+        .map(|(_, name)| name)
+    }
+
+    pub(super) fn render(&self, s: &mut String) {
+        if self.rate <= 0.0 {
+            let _ = writeln!(s, "  disputes        off (--disputes 0)");
+            return;
+        }
+        let list = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "  disputes        rate {}: {} opened ({}), {} not disputable, {} on partly refunded orders; at Stripe: {}; records: {}",
+            self.rate,
+            self.opened,
+            list(&self.fates),
+            self.not_disputable,
+            self.on_partly_refunded,
+            list(&self.at_stripe),
+            list(&self.records),
+        );
+        let _ = writeln!(
+            s,
+            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} paged by the review alarm only, {} recorded too late: left to the audit), {} reads had to page, pages near {} passed {} ({} short)",
+            self.answers,
+            self.answers_refused,
+            self.refunds_refused_disputed,
+            self.reconciler_reads,
+            self.reached_due_by,
+            self.paged_by_review_only,
+            self.recorded_too_late,
+            self.had_to_page,
+            self.paged_near,
+            self.paged_passed,
+            self.pages_short,
+        );
+        let _ = writeln!(
+            s,
+            "  dispute invariants disputes unrecorded {}  dispute mismatches {}  over-returned at stripe {}  over-returned in records {}  unpaged deadlines {}  missing dispute events {}",
+            self.unrecorded,
+            self.mismatches,
+            self.over_returned_at_stripe,
+            self.over_returned_in_records,
+            self.unpaged_deadlines,
+            self.missing_events,
+        );
+    }
+}
