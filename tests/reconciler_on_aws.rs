@@ -325,16 +325,17 @@ async fn a_requires_action_intent_goes_to_review_after_the_stuck_bound() {
     assert_eq!(s.ledger_for(&op), 1, "never created again");
 
     // The tick's EMF lines: the due work's (the heartbeat), SentToReview by reason class, its
-    // Stripe requests (the one retrieve, and the 429s met: none), then the REVIEW partition's
-    // InReview / OldestInReviewAge.
+    // Stripe requests (the one retrieve, and the 429s met: none), the REVIEW partition's
+    // InReview / OldestInReviewAge, then the open disputes' gauge (none).
     let lines: Vec<serde_json::Value> = s.metrics.lines()[before..]
         .iter()
         .filter_map(|l| charge_once::telemetry::parse_emf(l))
         .collect();
-    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines.len(), 6, "{lines:?}");
     assert_eq!(lines[2]["StripeRequests"], 1.0);
     assert_eq!(lines[2]["Endpoint"], "retrieve");
     assert_eq!(lines[3]["StripeRateLimited"], 0.0);
+    assert_eq!(lines[5]["DisputesOpen"], 0.0);
     let lines = [lines[0].clone(), lines[1].clone(), lines[4].clone()];
     assert_eq!(lines[0]["Ticks"], 1.0);
     assert!(
@@ -584,8 +585,9 @@ async fn a_review_storm_is_counted_from_the_index_within_the_time_left() {
     assert_eq!(deps.page_size, 50, "the storm is more than two pages");
     let safety = Duration::from_secs(5);
 
-    // Time enough: 8 index queries for due work (none), 3 pages of the REVIEW count, then one
-    // page of the oldest 100 review records read whole.
+    // Time enough: 8 index queries for due work (none), 3 pages of the REVIEW count, one page
+    // of the oldest 100 review records read whole, then 8 index queries for the open disputes
+    // due within a day (none).
     let metrics = CapturedMetrics::new();
     let report = reconcile_tick(&deps, &|| TICK_BUDGET, safety, &metrics)
         .await
@@ -598,7 +600,7 @@ async fn a_review_storm_is_counted_from_the_index_within_the_time_left() {
         Duration::from_secs(130 + 8),
         "flagged 130 s before the tick, counted after its 8 s of due work"
     );
-    assert_eq!(slow.count("Query"), 8 + 3 + 1);
+    assert_eq!(slow.count("Query"), 8 + 3 + 1 + 8);
     assert_eq!(
         slow.count("BatchGetItem"),
         1,
@@ -611,7 +613,8 @@ async fn a_review_storm_is_counted_from_the_index_within_the_time_left() {
         .iter()
         .filter_map(|l| parse_emf(l))
         .collect();
-    assert_eq!(lines.len(), 2);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["DisputesOpen"], 0.0, "the disputes' gauge last");
     assert_eq!(lines[0]["Ticks"], 1.0, "the due work's line first");
     assert!(lines[0].get("InReview").is_none());
     assert_eq!(lines[1]["InReview"], 130.0);

@@ -8,7 +8,7 @@
 
 #[allow(dead_code)]
 #[path = "../infra/bench/src/wire/mod.rs"]
-pub(crate) mod wire;
+mod wire;
 
 use std::collections::BTreeMap;
 
@@ -73,10 +73,8 @@ async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
     // index shard (8) + one of the REVIEW partition (InReview) + one BatchGetItem reading the due
     // operation's record (the index projects keys and operation_id only; the REVIEW
     // partition is empty, so no read for it) + the guarded reschedule (1 UpdateItem) + the
-    // re-drive SendMessage. Then the dispute gauges every tick counts after its due work
-    // (`read_disputes`: DisputesOpen, DisputeNearestDeadlineHours): the 8 shards queried again to
-    // 24 h ahead, and one BatchGetItem for what they list (the re-driven operation, due again
-    // within the day). Before the gauges: Query 9, BatchGetItem 1.
+    // re-drive SendMessage + the open disputes' count: one Query per shard (8) of what is due
+    // within a day and one BatchGetItem of it (the re-driven operation, due again in minutes).
     // Delivery 2: claim + create (replayed by the key) + record `succeeded` = 2 UpdateItem, 1 POST.
     assert_eq!(
         c.dynamodb.requests,
@@ -97,9 +95,8 @@ async fn reconciliation_past_the_window_searches_and_never_creates() {
     // One tick 23 h 11 min after the first attempt (a replayed 500 kept it unknown): 8 Queries
     // (one per index shard) + 1 of the REVIEW partition, 1 BatchGetItem for the due record (the
     // index carries no record), claim (UpdateItem), search by operation id (GET),
-    // record (UpdateItem). No create, no SendMessage. Then the dispute gauges: the 8 shards
-    // queried again to 24 h ahead (nothing listed: the operation settled, no BatchGetItem).
-    // Before the gauges: Query 9.
+    // record (UpdateItem); then the open disputes' count: one Query per shard (8) of what is due
+    // within a day (nothing: the settled record left the index). No create, no SendMessage.
     assert_eq!(
         c.dynamodb.requests,
         ops(&[("BatchGetItem", 1), ("Query", 17), ("UpdateItem", 2)])

@@ -40,10 +40,33 @@ pub struct Policy {
     /// How long before an authorization's deadline (Stripe's `capture_before`) an uncaptured
     /// one pages: the time a person has to capture or cancel it before the money is lost.
     pub authorization_page_lead: Duration,
-    /// When an open dispute is read again at Stripe ([`crate::dispute::plan::DisputePolicy`]:
-    /// the deadline page window, the template's `DisputeDeadlinePageHours`; when the page is
-    /// raised: [`crate::dispute::deadline`]).
-    pub dispute: crate::dispute::plan::DisputePolicy,
+    /// When an open dispute is read again at Stripe ([`DisputePolicy`]: the deadline page
+    /// window, the template's `DisputeDeadlinePageHours`; when the page is raised:
+    /// [`crate::dispute::deadline`]).
+    pub dispute: DisputePolicy,
+}
+
+/// The timings of the dispute plan ([`crate::dispute::plan`]), here with the other timings so
+/// that the policy names them without the plan's module naming this one back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisputePolicy {
+    /// How long before `due_by` an open dispute is read again (the template's
+    /// `DisputeDeadlinePageHours`): the page is raised from that read.
+    pub page_window: Duration,
+    /// The longest an open dispute waits before it is read again, with or without events.
+    pub reread_at_most: Duration,
+    /// The shortest: a dispute inside its page window is read again this often, not every tick.
+    pub reread_at_least: Duration,
+}
+
+impl Default for DisputePolicy {
+    fn default() -> Self {
+        Self {
+            page_window: Duration::from_secs(72 * 3600),
+            reread_at_most: Duration::from_secs(24 * 3600),
+            reread_at_least: Duration::from_secs(3600),
+        }
+    }
 }
 
 impl Default for Policy {

@@ -7,10 +7,11 @@ mod spec;
 
 use std::time::Duration;
 
-use charge_core::dispute::plan::{plan, DisputePolicy, DisputeWrite, Unchanged};
+use charge_core::dispute::plan::{plan, DisputeWrite, Unchanged};
 use charge_core::dispute::{DisputeStatus, StripeDispute};
 use charge_core::domain::{DisputeId, PaymentIntentId};
 use charge_core::operation::{Operation, OperationStatus};
+use charge_core::plan::DisputePolicy;
 use charge_core::store_rules::{apply, create_beside, ChargeClaim, CreatedBeside, Guard};
 use charge_core::testing::{stripe_dispute, T0};
 use charge_core::time::Timestamp;

@@ -351,7 +351,7 @@ pub fn charge_policy(env: &dyn Env) -> Result<Policy, ConfigError> {
             )?
             .saturating_mul(3600),
         ),
-        dispute: charge_core::dispute::plan::DisputePolicy {
+        dispute: charge_core::plan::DisputePolicy {
             page_window: dispute_page_window(env)?,
             ..defaults.dispute
         },

@@ -36,9 +36,9 @@
 //! of `due_by` with nothing submitted, `DisputeDeadlinePassed` after it), and writes what Stripe
 //! holds through the dispute's own shell ([`crate::executor::dispute::record_dispute`]: moved,
 //! settled once Stripe closed it, due again at its next read). It is never re-enqueued, and
-//! nothing is created at Stripe for it. After the due work the tick counts the open disputes
-//! and the nearest deadline for the dashboard ([`read_disputes`]: `DisputesOpen`,
-//! `DisputeNearestDeadlineHours`).
+//! nothing is created at Stripe for it. Last in the tick (after the REVIEW count below) it
+//! counts the open disputes and the nearest deadline for the dashboard ([`read_disputes`]:
+//! `DisputesOpen`, `DisputeNearestDeadlineHours`), within the time left.
 //!
 //! Then every tick counts the REVIEW partition of the index ([`read_review`]) and reports how many
 //! operations wait for a person and for how long (`InReview`, `OldestInReviewAge`): an alarm pages
@@ -383,7 +383,7 @@ pub async fn read_review(
     Ok(())
 }
 
-/// The open disputes at the end of the due work, for the dashboard: every dispute record of the
+/// The open disputes at the end of the tick, for the dashboard: every dispute record of the
 /// unknown index due within the dispute plan's longest wait between reads (an open dispute is
 /// always due within it: its every write sets its next read no later), read page by page while
 /// [`REVIEW_READ_RESERVE`] is left. Its cost is the index pages and records of what is due
@@ -467,10 +467,11 @@ pub async fn reconcile_tick(
     // is seen to have done it (the heartbeat).
     report.emit_work_metrics(metrics, deps.charge.clock.now());
     emit_stripe_requests(deps, metrics);
-    read_disputes(deps, remaining, &mut report).await?;
-    report.emit_dispute_metrics(metrics, deps.charge.clock.now());
     read_review(deps, remaining, &mut report).await?;
     report.emit_review_metrics(metrics, deps.charge.clock.now());
+    // Last: a dashboard's gauges, after what pages (InReview) has had its time.
+    read_disputes(deps, remaining, &mut report).await?;
+    report.emit_dispute_metrics(metrics, deps.charge.clock.now());
     info!(
         examined = report.examined,
         reenqueued = report.reenqueued,

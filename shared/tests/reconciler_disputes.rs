@@ -97,7 +97,7 @@ impl World {
         .unwrap() else {
             panic!("the dispute is recorded")
         };
-        record
+        *record
     }
 
     async fn record(&self, order: &str, dp: &str) -> Operation {

@@ -26,38 +26,14 @@
 //! Stripe's fact, never dropped. The charge names the open dispute and whether Stripe says it is
 //! still refundable (the refund door's rule), cleared once the dispute closes.
 
-use std::time::Duration;
-
 use super::deadline::{deadline, DeadlineFacts};
 use super::state::{DisputeParams, DisputeState};
 use super::{DisputeStatus, StripeDispute};
 use crate::domain::OperationKind;
 use crate::operation::{Operation, OperationStatus, Review};
-use crate::plan::ReviewClass;
+use crate::plan::{DisputePolicy, ReviewClass};
 use crate::store::{DisputeMark, DisputeMove, DisputeOnCharge};
 use crate::time::Timestamp;
-
-/// The timings of the dispute plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DisputePolicy {
-    /// How long before `due_by` an open dispute is read again (the template's
-    /// `DisputeDeadlinePageHours`): the page is raised from that read.
-    pub page_window: Duration,
-    /// The longest an open dispute waits before it is read again, with or without events.
-    pub reread_at_most: Duration,
-    /// The shortest: a dispute inside its page window is read again this often, not every tick.
-    pub reread_at_least: Duration,
-}
-
-impl Default for DisputePolicy {
-    fn default() -> Self {
-        Self {
-            page_window: Duration::from_secs(72 * 3600),
-            reread_at_most: Duration::from_secs(24 * 3600),
-            reread_at_least: Duration::from_secs(3600),
-        }
-    }
-}
 
 /// The write a dispute needs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -663,7 +663,7 @@ mod tests {
     /// says still refundable) is accepted.
     #[tokio::test]
     async fn a_refund_of_a_disputed_order_is_refused_and_of_an_inquiry_accepted() {
-        use charge_core::dispute::plan::DisputePolicy;
+        use charge_core::plan::DisputePolicy;
         use charge_once::executor::dispute::record_dispute;
         let now = Timestamp::from_millis(1_800_000_100_000);
         let order = charge_core::domain::OrderId::parse("ord-1001").unwrap();

@@ -2192,7 +2192,7 @@ async fn disputed(store: &DynamoStore, charge: &Operation, dp: &str) -> Operatio
     let DisputeRecording::Written { record, .. } = written else {
         panic!("recorded: {written:?}")
     };
-    record
+    *record
 }
 
 /// `unknowns` lists an open dispute as kind `dispute` with Stripe's status (and `--json`'s

@@ -8,10 +8,11 @@
 //! in between) is read and planned again, a bounded number of times: the plan over the record
 //! as it is now says what is left to do, usually nothing.
 
-use charge_core::dispute::plan::{plan, DisputePolicy, DisputeWrite, Unchanged};
+use charge_core::dispute::plan::{plan, DisputeWrite, Unchanged};
 use charge_core::dispute::StripeDispute;
 use charge_core::domain::{OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
+use charge_core::plan::DisputePolicy;
 use charge_core::plan::ReviewClass;
 use charge_core::store::DisputeRecorded;
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
