@@ -8,6 +8,7 @@
 
 mod audit_on_aws;
 mod captures_on_aws;
+mod disputes_on_aws;
 mod docs_links;
 mod dynamodb_adapter;
 mod dynamodb_inbox_contract;

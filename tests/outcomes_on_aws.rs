@@ -34,7 +34,7 @@ use testkit::aws::{fresh_queue, sdk_config, unique};
 use testkit::stack::{api_event, json_body, Stack};
 use testkit::streams::{lambda_record, read_all};
 
-fn for_order(
+pub(crate) fn for_order(
     mut req: ApiGatewayV2httpRequest,
     order: &str,
     payment_method: &str,
@@ -53,11 +53,11 @@ fn for_order(
 
 /// A [`Stack`], plus the outcome side: an event bus with the order service's rule (every
 /// charge-once event to an SQS queue), the relay's DLQ, and the stream and bus clients.
-struct Outcomes {
-    stack: Stack,
+pub(crate) struct Outcomes {
+    pub(crate) stack: Stack,
     streams: aws_sdk_dynamodbstreams::Client,
     events: aws_sdk_eventbridge::Client,
-    bus: String,
+    pub(crate) bus: String,
     /// The bus's rule delivers every charge-once event here.
     outcomes_url: String,
     /// The relay's DLQ: a standard queue, as `NotifyDeadLetterQueue` is.
@@ -72,7 +72,7 @@ impl std::ops::Deref for Outcomes {
 }
 
 impl Outcomes {
-    async fn spawn() -> Self {
+    pub(crate) async fn spawn() -> Self {
         let stack = Stack::spawn().await;
         let config = sdk_config().await;
         let sqs = &stack.sqs;
@@ -129,7 +129,7 @@ impl Outcomes {
         }
     }
 
-    fn notify(&self, bus: &str) -> (Notify, Arc<EventBridgePublisher>) {
+    pub(crate) fn notify(&self, bus: &str) -> (Notify, Arc<EventBridgePublisher>) {
         let publisher = Arc::new(EventBridgePublisher::new(self.events.clone(), bus));
         let deps = Notify {
             // The real adapter on the test's table: a strongly consistent GetItem.
@@ -142,7 +142,7 @@ impl Outcomes {
         (deps, publisher)
     }
 
-    async fn post(&self, order: &str, payment_method: &str) -> Value {
+    pub(crate) async fn post(&self, order: &str, payment_method: &str) -> Value {
         let req = for_order(api_event("checkout-valid.json"), order, payment_method);
         let resp =
             checkout::handler::handle(&self.checkout(), LambdaEvent::new(req, Context::default()))
@@ -159,7 +159,7 @@ impl Outcomes {
     }
 
     /// Every record on the table's stream so far, as Lambda's event source delivers them.
-    async fn stream_records(&self) -> StreamEvent {
+    pub(crate) async fn stream_records(&self) -> StreamEvent {
         let table = self
             .dynamo
             .describe_table()
@@ -183,7 +183,7 @@ impl Outcomes {
     }
 
     /// Every event the order service's rule delivered so far (EventBridge envelopes).
-    async fn delivered(&self) -> Vec<Value> {
+    pub(crate) async fn delivered(&self) -> Vec<Value> {
         self.drain(&self.outcomes_url)
             .await
             .iter()

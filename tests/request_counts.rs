@@ -8,7 +8,7 @@
 
 #[allow(dead_code)]
 #[path = "../infra/bench/src/wire/mod.rs"]
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::BTreeMap;
 

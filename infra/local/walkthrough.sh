@@ -407,6 +407,76 @@ invoke audit events/audit-scheduled.json "$work/audit-fn.out"
 check "$work/audit-fn.out" 'j["window_from"].startswith("2026-11-29T00:00:00") and j["complete"] and j["drift"] == 0 and j["intents"] == 0' \
   "an empty window, read whole"
 
+# --- 4c. A disputed order: recorded from Stripe's dispute events, refunds refused, won ---------
+begin "ord-1005 charged with pm_card_createDispute: stripe-sim disputes it and posts the dispute's events, signed"
+curl -sf "$STRIPE_SIM_URL/_sim/clock" -d "{\"set_ms\": $(python3 -c 'import time; print(int(time.time() * 1000))')}" >/dev/null \
+  || fail "POST /_sim/clock"
+python3 - "$STRIPE_SIM_URL" "$LAMBDA_PORT" "$LOCAL_STACK_DIR/.local-webhook-secret" <<'PY' || fail "POST /_sim/webhooks"
+import json, sys, urllib.request
+sim, port, secret_file = sys.argv[1:]
+config = {"url": f"http://127.0.0.1:{port}/lambda-url/events/stripe/webhook",
+          "secret": open(secret_file).read().strip(),
+          "enabled_events": ["charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+                             "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated"]}
+urllib.request.urlopen(urllib.request.Request(f"{sim}/_sim/webhooks", json.dumps(config).encode()), timeout=10)
+PY
+sed -e 's/ord-1001/ord-1005/g' -e 's/pm_card_visa/pm_card_createDispute/' events/checkout-valid.json >"$work/checkout-ord-1005.json"
+invoke checkout "$work/checkout-ord-1005.json" "$work/checkout5.out"
+check "$work/checkout5.out" 'j["statusCode"] == 202' "checkout answers 202"
+chargectl dev sqs-event >"$work/charge-dp.json" 2>"$work/charge-dp.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/charge-dp.json.err")"
+invoke charge "$work/charge-dp.json" "$work/charge-dp.out"
+check "$work/charge-dp.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
+chargectl dev sqs-ack --event "$work/charge-dp.json" --response "$work/charge-dp.out" >"$work/ack-dp.out" \
+  || fail "sqs-ack: $(cat "$work/ack-dp.out")"
+curl -sf "$STRIPE_SIM_URL/_sim/disputes" >"$work/disputes1.json" || fail "GET /_sim/disputes"
+check "$work/disputes1.json" 'len(j["disputes"]) == 1 and j["disputes"][0]["status"] == "needs_response" and j["disputes"][0]["withdrawn"] == 1250' \
+  "one dispute at Stripe, needing a response, 1250 withdrawn"
+dp="$(value "$work/disputes1.json" 'j["disputes"][0]["id"]')"
+# shown once the events function has recorded it (stripe-sim posts as soon as the charge succeeds)
+# show_dispute FILE 'python condition over the dispute d and the charge j' -> polls chargectl show
+show_dispute() {
+  for _ in $(seq 1 60); do
+    chargectl show ord-1005 --json >"$1" || fail "chargectl show ord-1005"
+    if python3 -c "import json,sys; j=json.load(open('$1')); d=(j.get('disputes') or [None])[0]; sys.exit(0 if d and ($2) else 1)"; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  fail "ord-1005's dispute not as expected: $(head -c 1500 "$1")"
+}
+show_dispute "$work/show-dp1.json" "d['kind'] == {'dispute': '$dp'} and d['status'] == 'unknown' and d['dispute']['status'] == 'needs_response' and j['refund_reserved'] == 1250 and j['disputed_by'] == '$dp'"
+
+begin "chargectl unknowns lists the open dispute; the refund door answers 409 disputed and writes nothing"
+chargectl unknowns --json >"$work/unknowns-dp.jsonl" || fail "chargectl unknowns"
+grep "\"$dp\"" "$work/unknowns-dp.jsonl" | grep -q '"dispute_status":"needs_response"' \
+  || fail "the dispute is not among the unknowns with Stripe's status: $(head -c 1500 "$work/unknowns-dp.jsonl")"
+sed 's/ord-1001/ord-1005/g' events/refund-valid.json >"$work/refund-ord-1005.json"
+invoke checkout "$work/refund-ord-1005.json" "$work/refund-dp.out"
+check "$work/refund-dp.out" "j['statusCode'] == 409 and json.loads(j['body'])['error']['code'] == 'disputed' and '$dp' in json.loads(j['body'])['error']['message']" \
+  "409 disputed, naming the dispute"
+chargectl show ord-1005 --json >"$work/show-dp2.json" || fail "chargectl show ord-1005"
+check "$work/show-dp2.json" 'j["refunds"] == [] and j["refund_reserved"] == 1250' "no refund written"
+
+begin "winning evidence submitted at stripe-sim (Stripe's dashboard): won, the record failed, the 1250 given back"
+curl -sf "$STRIPE_SIM_URL/_sim/disputes/timing" -d '{"review_ms": 0}' >/dev/null || fail "POST /_sim/disputes/timing"
+curl -sf -u sk_test_charge_once: "$STRIPE_SIM_URL/v1/disputes/$dp" \
+  -d "evidence[uncategorized_text]=winning_evidence" -d submit=true >"$work/evidence.json" || fail "POST /v1/disputes/$dp"
+check "$work/evidence.json" 'j["status"] == "won" and j["evidence_details"]["submission_count"] == 1' \
+  "submitted, and decided at once: won"
+show_dispute "$work/show-dp3.json" "d['status'] == 'failed' and d['dispute']['status'] == 'won' and j['refund_reserved'] == 0 and j.get('disputed_by') is None"
+invoke checkout "$work/refund-ord-1005.json" "$work/refund-dp2.out"
+check "$work/refund-dp2.out" 'j["statusCode"] == 202' "won: the refund is accepted"
+chargectl dev sqs-event >"$work/refund-dp.json" 2>"$work/refund-dp.json.err" \
+  || fail "chargectl dev sqs-event: $(cat "$work/refund-dp.json.err")"
+invoke charge "$work/refund-dp.json" "$work/refund-dp-charge.out"
+check "$work/refund-dp-charge.out" 'not (j or {}).get("batchItemFailures")' "the charge function reports no failure"
+chargectl dev sqs-ack --event "$work/refund-dp.json" --response "$work/refund-dp-charge.out" >"$work/ack-refund-dp.out" \
+  || fail "sqs-ack: $(cat "$work/ack-refund-dp.out")"
+chargectl show ord-1005 --json >"$work/show-dp4.json" || fail "chargectl show ord-1005"
+check "$work/show-dp4.json" '[r["status"] for r in j["refunds"]] == ["succeeded"]' "refunded at Stripe"
+curl -sf "$STRIPE_SIM_URL/_sim/webhooks" -d '{}' >/dev/null || fail "turning stripe-sim's webhooks off"
+
 # --- 5. The static sample batch: a malformed record is reported, never dropped ------------------
 begin "events/charge-sqs-batch.json: poison records are parked on the DLQ with their reason, none blocks"
 invoke charge events/charge-sqs-batch.json "$work/sample.out"

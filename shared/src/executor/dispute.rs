@@ -61,8 +61,12 @@ pub async fn record_dispute(
     let key = OperationKey::of_kind(order_id.clone(), OperationKind::Dispute(dispute.id.clone()));
     let charge_key = OperationKey::charge(order_id.clone());
     for _ in 0..ATTEMPTS {
-        let charge = store.get(&charge_key).await?;
+        // The record first, then the charge: a delivery's transaction writes both at once, so a
+        // charge read after the record is never older than it. Read the other way round, a
+        // charge read just before another delivery's create and its record just after made a
+        // second, needless write of the charge's mark.
         let record = store.get(&key).await?;
+        let charge = store.get(&charge_key).await?;
         match plan(record.as_ref(), charge.as_ref(), dispute, now, policy) {
             DisputeWrite::Nothing(why) => {
                 info!(
