@@ -35,7 +35,9 @@
 //! ([`charge_core::dispute::deadline`]: `DisputeDeadlineNear` inside `DisputeDeadlinePageHours`
 //! of `due_by` with nothing submitted, `DisputeDeadlinePassed` after it), and writes what Stripe
 //! holds through the dispute's own shell ([`crate::executor::dispute::record_dispute`]: moved,
-//! settled once Stripe closed it, due again at its next read). It is never re-enqueued, and
+//! settled once Stripe closed it, due again at its next read; one whose funds did not fit the
+//! order's refunds is written without its reservation and counted, `DisputeUnreserved`, at every
+//! read until Stripe closes it: it is never put in review). It is never re-enqueued, and
 //! nothing is created at Stripe for it. Last in the tick (after the REVIEW count below) it
 //! counts the open disputes and the nearest deadline for the dashboard ([`read_disputes`]:
 //! `DisputesOpen`, `DisputeNearestDeadlineHours`), within the time left.
@@ -202,6 +204,9 @@ pub struct TickReport {
     /// (`DisputeDeadlineNear`), and past it (`DisputeDeadlinePassed`).
     pub dispute_deadline_near: u64,
     pub dispute_deadline_passed: u64,
+    /// Of those, written without their reservation on the order's charge (the order's refunds
+    /// leave too little): `DisputeUnreserved`, paged at every re-read until Stripe closes it.
+    pub dispute_unreserved: u64,
     /// Open disputes recorded, counted after the due work (`DisputesOpen`); `None` when the
     /// tick ran out of time before it counted them all (a partial count would read as fewer).
     pub disputes_open: Option<u64>,
@@ -241,6 +246,7 @@ impl TickReport {
                     self.dispute_deadline_passed as f64,
                     "Count",
                 ),
+                ("DisputeUnreserved", self.dispute_unreserved as f64, "Count"),
                 ("SendFailures", self.send_failures as f64, "Count"),
                 ("WaitedForQueue", self.waited_for_queue as f64, "Count"),
                 ("UnreadableRecords", self.unreadable as f64, "Count"),
@@ -663,18 +669,19 @@ async fn reread_dispute(
     .await
     {
         Ok(DisputeRecording::Written {
-            record,
-            sent_to_review,
-            ..
+            record, unreserved, ..
         }) => {
             info!(decision = "dispute", status = %record.status, dispute_status = %dispute.status,
                 next_due_at = ?record.next_due_at.map(|t| t.to_rfc3339()), "dispute read again and recorded as Stripe holds it");
             if record.status.is_settled() {
                 report.settled += 1;
             }
-            if let Some(class) = sent_to_review {
-                report.sent_to_review += 1;
-                *report.review_classes.entry(class).or_default() += 1;
+            if unreserved {
+                report.dispute_unreserved += 1;
+                error!(decision = "page", dispute_status = %dispute.status,
+                    reason = record.last_error.as_deref().unwrap_or(""),
+                    "dispute recorded without its reservation: answer it in Stripe's dashboard \
+                     (Payments > Disputes) with the refund as evidence; chargectl show <order_id>");
             }
         }
         // A record that exists but that the plan no longer calls ours, or cannot hold, was

@@ -208,10 +208,17 @@ fn the_default_run_is_pinned() {
 // `PINNED_WITH_DISPUTES` (the disputes' reads, writes, events and the person's answers are
 // decisions of their own, and the draws after the first of them shift; seed 1: decisions
 // 59,193 -> 59,658, 50 disputes, 18 refunds refused 409 disputed, every invariant 0).
+// Those pins were f341bbae3049364a / 52a71ecaf6f7018d until a dispute whose amount does not fit
+// its order's refunds (`dispute_unreserved`) stopped going to review: it stays on the reconciler's
+// re-read schedule like any open dispute (a record in review was never read again, so its deadline
+// did not page and a lost closing event left it open), so its re-reads, their writes and pages
+// are decisions of their own and the draws after the first shift. Seed 1: 3 such disputes,
+// decisions 59,658 -> 59,644, reconciler dispute reads 49, every invariant 0; seed 2: 4 such,
+// every invariant 0. With disputes off nothing moved (the pins above hold).
 const PINNED_SEED_1: &str = "b2c745d82b010882";
 const PINNED_SEED_2: &str = "4d69f4a70e9ed133";
 /// The default run with `--disputes 0.05`, seeds 1 and 2.
-const PINNED_WITH_DISPUTES: [&str; 2] = ["f341bbae3049364a", "52a71ecaf6f7018d"];
+const PINNED_WITH_DISPUTES: [&str; 2] = ["79a3655a5c92395b", "100f5430ee447238"];
 
 /// Disputes on at the tests' share: the run pinned, every invariant 0; off (the default), the
 /// rest of the run is unchanged by them (the pins from before, checked above).
