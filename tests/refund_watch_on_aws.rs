@@ -73,6 +73,7 @@ async fn a_refund_failing_three_days_later_is_recorded_from_the_settled_index_an
     let (_, fine) = refunded(&s, "watch-fine", "pm_card_visa").await;
     let settled = late.settled_at.expect("settled");
     let deps = ReconcilerDeps {
+        dispute_watch: None,
         refund_watch: Some(RefundWatchDeps {
             watch: RefundWatch {
                 window: 5 * DAY,

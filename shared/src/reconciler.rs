@@ -29,6 +29,10 @@
 //! (failed, its reservation given back, `RefundFailed` published, paged), with or without an
 //! events source.
 //!
+//! Then the dispute watch ([`crate::dispute_watch`]) lists the disputes Stripe created since its
+//! cursor and records each one of ours through the dispute's shell: with no events source (or
+//! every event of one lost), this is what records a dispute.
+//!
 //! An open dispute's record is due too (status `unknown`: its outcome is not known until Stripe
 //! closes it), but nothing is ever sent for it: the tick reads the dispute again at Stripe
 //! ([`reread_dispute`]), pages by the evidence deadline's rule
@@ -66,6 +70,7 @@ use charge_core::store::{Recorded, Reschedule};
 use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
+use crate::dispute_watch::{watch_disputes, DisputeWatchDeps, DisputeWatchReport};
 use crate::executor::dispute::{record_dispute, DisputeRecording};
 use crate::executor::{execute, EngineDeps};
 use crate::ports::{
@@ -141,6 +146,10 @@ pub struct ReconcilerDeps {
     /// The refund watch, run after the due work ([`crate::refund_watch`]); `None`: not watched
     /// by this tick (tests of the due work alone).
     pub refund_watch: Option<RefundWatchDeps>,
+    /// The dispute watch, run after the refund watch ([`crate::dispute_watch`]): the disputes
+    /// Stripe created since its cursor, listed and recorded, with or without events; `None`: not
+    /// watched by this tick (tests of the due work alone).
+    pub dispute_watch: Option<DisputeWatchDeps>,
 }
 
 /// What one tick did, for the log and the metrics.
@@ -197,6 +206,9 @@ pub struct TickReport {
     /// What the refund watch did this tick (its failures and unreadable records are also in
     /// `failures` and `unreadable`); `None` when the tick has no watch.
     pub refund_watch: Option<WatchReport>,
+    /// What the dispute watch did this tick (its failures are also in `failures`, its unreserved
+    /// disputes in `dispute_unreserved`); `None` when the tick has no watch.
+    pub dispute_watch: Option<DisputeWatchReport>,
     /// Open disputes read again at Stripe this tick (their failures are in `failures`; those
     /// Stripe closed are in `settled`).
     pub disputes_read: u64,
@@ -260,6 +272,16 @@ impl TickReport {
         ));
         for (class, n) in &self.review_classes {
             metrics.emit(sent_to_review_line("reconciler", *class, *n, at));
+        }
+        if let Some(watch) = &self.dispute_watch {
+            metrics.emit(emf_line(
+                "reconciler",
+                at,
+                &[
+                    ("DisputesListed", watch.listed as f64, "Count"),
+                    ("DisputeWatchLag", watch.lag.as_secs_f64(), "Seconds"),
+                ],
+            ));
         }
         if let Some(watch) = &self.refund_watch {
             metrics.emit(emf_line(
@@ -468,6 +490,12 @@ pub async fn reconcile_tick(
         report.failures += watched.failures;
         report.unreadable += watched.unreadable;
         report.refund_watch = Some(watched);
+    }
+    if let Some(watch) = &deps.dispute_watch {
+        let watched = watch_disputes(&deps.charge, watch, remaining, safety).await;
+        report.failures += watched.failures;
+        report.dispute_unreserved += watched.unreserved;
+        report.dispute_watch = Some(watched);
     }
     // Out before the REVIEW read: however large the review backlog, a tick that did its work
     // is seen to have done it (the heartbeat).
@@ -899,6 +927,7 @@ mod tests {
             queue,
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         reconcile_tick(
@@ -1178,6 +1207,7 @@ mod tests {
             queue: Arc::new(Queue::default()),
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         let report = reconcile_tick(

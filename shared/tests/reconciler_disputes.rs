@@ -51,6 +51,7 @@ impl World {
             queue: queue.clone(),
             page_size: 10,
             charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         World {

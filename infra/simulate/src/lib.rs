@@ -844,6 +844,8 @@ struct Backing {
     /// Where the reconciler's refund watch keeps its cursor (the table's item, or the memory
     /// store's).
     watch_cursor: Arc<dyn charge_once::ports::RefundWatchCursor>,
+    /// Where the reconciler's dispute watch keeps its cursor.
+    dispute_cursor: Arc<dyn charge_once::ports::DisputeWatchCursor>,
 }
 
 impl Backing {
@@ -900,6 +902,7 @@ impl Backing {
             counters,
             audits,
             watch_cursor: store.clone(),
+            dispute_cursor: store.clone(),
             sim_store: Some(store),
         }
     }
@@ -936,6 +939,7 @@ impl Backing {
         });
         Ok(Self {
             watch_cursor: store.clone(),
+            dispute_cursor: store.clone(),
             store,
             queue: queue.clone(),
             source,
@@ -1212,6 +1216,7 @@ fn reconciler_deps(
     dispute_watch: &Arc<dispute_watch::Watch>,
 ) -> ReconcilerDeps {
     use charge_core::refund::watch::RefundWatch;
+    use charge_once::dispute_watch::DisputeWatchDeps;
     use charge_once::refund_watch::RefundWatchDeps;
     use mutations::{EditedPages, Mutation};
     let paced = if args.no_pacing {
@@ -1256,6 +1261,9 @@ fn reconciler_deps(
         page_size: 100,
         charge_throughput: pacing.budget().charge_throughput(),
         // The template's default watch; the `no-refund-watch` mutation leaves it out.
+        dispute_watch: Some(DisputeWatchDeps {
+            cursor: ports.world.backing.dispute_cursor.clone(),
+        }),
         refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
             watch: RefundWatch::DEFAULT,
             cursor: ports.world.backing.watch_cursor.clone(),
