@@ -15,7 +15,7 @@ use charge_core::refund::{self, request::RefundRequest};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Clock;
 use charge_once::executor::execute;
-use charge_once::ports::{OperationCreates, OperationReads, RefundWatchCursor};
+use charge_once::ports::{DisputeWatchCursor, OperationCreates, OperationReads, RefundWatchCursor};
 use charge_once::reconciler::{reconcile_tick, ReconcilerDeps};
 use charge_once::refund_watch::RefundWatchDeps;
 use testkit::stack::{Stack, TICK_BUDGET};
@@ -73,6 +73,7 @@ async fn a_refund_failing_three_days_later_is_recorded_from_the_settled_index_an
     let (_, fine) = refunded(&s, "watch-fine", "pm_card_visa").await;
     let settled = late.settled_at.expect("settled");
     let deps = ReconcilerDeps {
+        dispute_watch: None,
         refund_watch: Some(RefundWatchDeps {
             watch: RefundWatch {
                 window: 5 * DAY,
@@ -150,4 +151,35 @@ async fn a_refund_failing_three_days_later_is_recorded_from_the_settled_index_an
     // The late failure's TransactWriteItems of two items (billed as four writes) and the
     // cursor's UpdateItem; nothing written for the twin.
     assert_eq!(after.1 - before.1, 4 + 1);
+}
+
+/// The dispute watch's cursor on DynamoDB: its own item (`pk = WATCH`, `sk = disputes`), absent
+/// before the first tick, moved only from the value read (a stale `from` is refused, nothing
+/// written; its twin from the value read is accepted), and apart from the refund watch's.
+#[tokio::test]
+async fn the_dispute_watchs_cursor_is_its_own_item_moved_only_from_the_value_read() {
+    let s = Stack::spawn().await;
+    let t0 = s.clock().now();
+    let later = t0.plus(Duration::from_secs(60));
+    assert_eq!(s.store.disputes_listed_through().await.unwrap(), None);
+    assert!(s.store.advance_dispute_watch(None, t0).await.unwrap());
+    assert!(
+        !s.store.advance_dispute_watch(None, later).await.unwrap(),
+        "no longer absent: refused"
+    );
+    assert_eq!(s.store.disputes_listed_through().await.unwrap(), Some(t0));
+    assert!(s
+        .store
+        .advance_dispute_watch(Some(t0), later)
+        .await
+        .unwrap());
+    assert_eq!(
+        s.store.disputes_listed_through().await.unwrap(),
+        Some(later)
+    );
+    assert_eq!(
+        s.store.watched_through().await.unwrap(),
+        None,
+        "the refund watch's cursor is another item"
+    );
 }

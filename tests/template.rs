@@ -1661,6 +1661,14 @@ fn every_state_that_needs_a_person_has_an_alarm_on_the_alarm_topic_with_a_first_
             "RefundWatchConflicts",
             ("Function", "reconciler"),
         ),
+        // A dispute that took money the order's refunds already gave back: counted wherever
+        // the dispute's shell writes it (never in review, so read again), one alarm over both.
+        ("ChargeOnce", "DisputeUnreserved", ("Function", "webhook")),
+        (
+            "ChargeOnce",
+            "DisputeUnreserved",
+            ("Function", "reconciler"),
+        ),
         // An event Stripe does not confirm, and events not processed after the retries.
         ("ChargeOnce", "EventMismatch", ("Function", "webhook")),
         (

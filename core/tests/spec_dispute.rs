@@ -24,13 +24,16 @@ const HOUR: Duration = Duration::from_secs(3600);
 type Found = (Option<Operation>, Option<Operation>);
 
 /// The dispute's record after: its status, Stripe's status as it holds it, whether its amount is
-/// reserved on the charge, whether it is in review, when it is read again.
+/// reserved on the charge, whether it is in review (never: a dispute follows Stripe, and a
+/// record in review would never be read again), whether the write holds it unreserved (the
+/// shell counts `DisputeUnreserved`, paged), when it is read again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Record {
     status: OperationStatus,
     dispute_status: String,
     reserved: bool,
     in_review: bool,
+    unreserved: bool,
     due: Option<Timestamp>,
 }
 
@@ -79,6 +82,7 @@ fn run(found: &Found, input: &StripeDispute, now: &Timestamp) -> (Option<Charge>
     let (record, charge) = found;
     let policy = DisputePolicy::default();
     let write = plan(record.as_ref(), charge.as_ref(), input, *now, &policy);
+    let unreserved = write.unreserved();
     let (record_after, charge_after, name) = match write {
         DisputeWrite::Nothing(why) => {
             let name = match why {
@@ -138,6 +142,7 @@ fn run(found: &Found, input: &StripeDispute, now: &Timestamp) -> (Option<Charge>
                 dispute_status: status_name,
                 reserved: state.reserved,
                 in_review: record_after.review.is_some(),
+                unreserved,
                 due: record_after.next_due_at,
             }),
         ),
@@ -233,6 +238,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(T0.plus(24 * HOUR)),
                 }),
             ),
@@ -255,6 +261,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(T0.plus(24 * HOUR)),
                 }),
             ),
@@ -277,6 +284,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(T0.plus(8 * HOUR)),
                 }),
             ),
@@ -299,13 +307,15 @@ fn dispute_table() {
                     dispute_status: "warning_needs_response".into(),
                     reserved: false,
                     in_review: false,
+                    unreserved: false,
                     due: Some(T0.plus(24 * HOUR)),
                 }),
             ),
         },
         Row {
             says: "funds withdrawn that do not fit beside the refunds: recorded all the same, \
-                   without the reservation, in review",
+                   without the reservation (counted, paged), not in review: read again as any \
+                   open dispute is",
             found: (None, Some(refunded.clone())),
             input: open.clone(),
             now: T0,
@@ -320,8 +330,32 @@ fn dispute_table() {
                     status: Unknown,
                     dispute_status: "needs_response".into(),
                     reserved: false,
-                    in_review: true,
-                    due: Some(T0),
+                    in_review: false,
+                    unreserved: true,
+                    due: Some(T0.plus(24 * HOUR)),
+                }),
+            ),
+        },
+        Row {
+            says: "an unreserved dispute read again when due, unchanged at Stripe: moved to its \
+                   next read, still unreserved (counted again: it pages until Stripe closes it)",
+            found: (Some(unreserved_record.clone()), Some(unreserved_charge.clone())),
+            input: open.clone(),
+            now: T0.plus(24 * HOUR),
+            next: Some(Charge {
+                reserved: 600,
+                disputed_by: Some("dp_1".into()),
+                refundable: false,
+            }),
+            then: (
+                "move",
+                Some(Record {
+                    status: Unknown,
+                    dispute_status: "needs_response".into(),
+                    reserved: false,
+                    in_review: false,
+                    unreserved: true,
+                    due: Some(T0.plus(48 * HOUR)),
                 }),
             ),
         },
@@ -343,6 +377,7 @@ fn dispute_table() {
                     dispute_status: "lost".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: None,
                 }),
             ),
@@ -364,6 +399,7 @@ fn dispute_table() {
                     dispute_status: "won".into(),
                     reserved: false,
                     in_review: false,
+                    unreserved: false,
                     due: None,
                 }),
             ),
@@ -386,6 +422,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(later.plus(24 * HOUR)),
                 }),
             ),
@@ -407,6 +444,7 @@ fn dispute_table() {
                     dispute_status: "under_review".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(later.plus(24 * HOUR)),
                 }),
             ),
@@ -429,6 +467,7 @@ fn dispute_table() {
                     dispute_status: "won".into(),
                     reserved: false,
                     in_review: false,
+                    unreserved: false,
                     due: None,
                 }),
             ),
@@ -450,6 +489,7 @@ fn dispute_table() {
                     dispute_status: "lost".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: None,
                 }),
             ),
@@ -471,13 +511,14 @@ fn dispute_table() {
                     dispute_status: "warning_closed".into(),
                     reserved: false,
                     in_review: false,
+                    unreserved: false,
                     due: None,
                 }),
             ),
         },
         Row {
-            says: "lost while in review without its reservation: settled succeeded as Stripe \
-                   says, out of review, still unreserved (the audit finds the over-refund)",
+            says: "lost without its reservation: settled succeeded as Stripe says, still \
+                   unreserved (counted; the audit finds the over-refund)",
             found: (Some(unreserved_record.clone()), Some(unreserved_charge.clone())),
             input: dispute("lost", 1000, None),
             now: later,
@@ -493,6 +534,7 @@ fn dispute_table() {
                     dispute_status: "lost".into(),
                     reserved: false,
                     in_review: false,
+                    unreserved: true,
                     due: None,
                 }),
             ),
@@ -514,6 +556,7 @@ fn dispute_table() {
                     dispute_status: "a_status_added_later".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(later.plus(24 * HOUR)),
                 }),
             ),
@@ -544,6 +587,7 @@ fn dispute_table() {
                     dispute_status: "needs_response".into(),
                     reserved: true,
                     in_review: false,
+                    unreserved: false,
                     due: Some(T0.plus(48 * HOUR)),
                 }),
             ),
@@ -648,7 +692,16 @@ fn a_reservation_that_no_longer_fits_is_refused_and_planned_again_without_it() {
         panic!("a create")
     };
     assert!(!record.params.dispute_state().unwrap().reserved);
-    assert!(record.review.is_some());
+    assert!(record.review.is_none(), "a dispute is never put in review");
+    assert!(
+        record.next_due_at.is_some(),
+        "read again as any open dispute"
+    );
+    assert!(DisputeWrite::Create {
+        record: record.clone(),
+        on_charge: on_charge.clone(),
+    }
+    .unreserved());
     assert_eq!(on_charge.reserve, None);
     let id = DisputeId::parse("dp_1").unwrap();
     let (_, after) = create_beside(

@@ -38,6 +38,7 @@
 pub mod adapters;
 pub mod audit;
 pub mod config;
+pub mod dispute_watch;
 pub mod events;
 pub mod executor;
 pub mod logging;

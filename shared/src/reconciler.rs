@@ -29,13 +29,19 @@
 //! (failed, its reservation given back, `RefundFailed` published, paged), with or without an
 //! events source.
 //!
+//! Then the dispute watch ([`crate::dispute_watch`]) lists the disputes Stripe created since its
+//! cursor and records each one of ours through the dispute's shell: with no events source (or
+//! every event of one lost), this is what records a dispute.
+//!
 //! An open dispute's record is due too (status `unknown`: its outcome is not known until Stripe
 //! closes it), but nothing is ever sent for it: the tick reads the dispute again at Stripe
 //! ([`reread_dispute`]), pages by the evidence deadline's rule
 //! ([`charge_core::dispute::deadline`]: `DisputeDeadlineNear` inside `DisputeDeadlinePageHours`
 //! of `due_by` with nothing submitted, `DisputeDeadlinePassed` after it), and writes what Stripe
 //! holds through the dispute's own shell ([`crate::executor::dispute::record_dispute`]: moved,
-//! settled once Stripe closed it, due again at its next read). It is never re-enqueued, and
+//! settled once Stripe closed it, due again at its next read; one whose funds did not fit the
+//! order's refunds is written without its reservation and counted, `DisputeUnreserved`, at every
+//! read until Stripe closes it: it is never put in review). It is never re-enqueued, and
 //! nothing is created at Stripe for it. Last in the tick (after the REVIEW count below) it
 //! counts the open disputes and the nearest deadline for the dashboard ([`read_disputes`]:
 //! `DisputesOpen`, `DisputeNearestDeadlineHours`), within the time left.
@@ -64,6 +70,7 @@ use charge_core::store::{Recorded, Reschedule};
 use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
+use crate::dispute_watch::{watch_disputes, DisputeWatchDeps, DisputeWatchReport};
 use crate::executor::dispute::{record_dispute, DisputeRecording};
 use crate::executor::{execute, EngineDeps};
 use crate::ports::{
@@ -139,6 +146,10 @@ pub struct ReconcilerDeps {
     /// The refund watch, run after the due work ([`crate::refund_watch`]); `None`: not watched
     /// by this tick (tests of the due work alone).
     pub refund_watch: Option<RefundWatchDeps>,
+    /// The dispute watch, run after the refund watch ([`crate::dispute_watch`]): the disputes
+    /// Stripe created since its cursor, listed and recorded, with or without events; `None`: not
+    /// watched by this tick (tests of the due work alone).
+    pub dispute_watch: Option<DisputeWatchDeps>,
 }
 
 /// What one tick did, for the log and the metrics.
@@ -195,6 +206,9 @@ pub struct TickReport {
     /// What the refund watch did this tick (its failures and unreadable records are also in
     /// `failures` and `unreadable`); `None` when the tick has no watch.
     pub refund_watch: Option<WatchReport>,
+    /// What the dispute watch did this tick (its failures are also in `failures`, its unreserved
+    /// disputes in `dispute_unreserved`); `None` when the tick has no watch.
+    pub dispute_watch: Option<DisputeWatchReport>,
     /// Open disputes read again at Stripe this tick (their failures are in `failures`; those
     /// Stripe closed are in `settled`).
     pub disputes_read: u64,
@@ -202,6 +216,9 @@ pub struct TickReport {
     /// (`DisputeDeadlineNear`), and past it (`DisputeDeadlinePassed`).
     pub dispute_deadline_near: u64,
     pub dispute_deadline_passed: u64,
+    /// Of those, written without their reservation on the order's charge (the order's refunds
+    /// leave too little): `DisputeUnreserved`, paged at every re-read until Stripe closes it.
+    pub dispute_unreserved: u64,
     /// Open disputes recorded, counted after the due work (`DisputesOpen`); `None` when the
     /// tick ran out of time before it counted them all (a partial count would read as fewer).
     pub disputes_open: Option<u64>,
@@ -241,6 +258,7 @@ impl TickReport {
                     self.dispute_deadline_passed as f64,
                     "Count",
                 ),
+                ("DisputeUnreserved", self.dispute_unreserved as f64, "Count"),
                 ("SendFailures", self.send_failures as f64, "Count"),
                 ("WaitedForQueue", self.waited_for_queue as f64, "Count"),
                 ("UnreadableRecords", self.unreadable as f64, "Count"),
@@ -254,6 +272,16 @@ impl TickReport {
         ));
         for (class, n) in &self.review_classes {
             metrics.emit(sent_to_review_line("reconciler", *class, *n, at));
+        }
+        if let Some(watch) = &self.dispute_watch {
+            metrics.emit(emf_line(
+                "reconciler",
+                at,
+                &[
+                    ("DisputesListed", watch.listed as f64, "Count"),
+                    ("DisputeWatchLag", watch.lag.as_secs_f64(), "Seconds"),
+                ],
+            ));
         }
         if let Some(watch) = &self.refund_watch {
             metrics.emit(emf_line(
@@ -463,6 +491,12 @@ pub async fn reconcile_tick(
         report.unreadable += watched.unreadable;
         report.refund_watch = Some(watched);
     }
+    if let Some(watch) = &deps.dispute_watch {
+        let watched = watch_disputes(&deps.charge, watch, remaining, safety).await;
+        report.failures += watched.failures;
+        report.dispute_unreserved += watched.unreserved;
+        report.dispute_watch = Some(watched);
+    }
     // Out before the REVIEW read: however large the review backlog, a tick that did its work
     // is seen to have done it (the heartbeat).
     report.emit_work_metrics(metrics, deps.charge.clock.now());
@@ -663,18 +697,19 @@ async fn reread_dispute(
     .await
     {
         Ok(DisputeRecording::Written {
-            record,
-            sent_to_review,
-            ..
+            record, unreserved, ..
         }) => {
             info!(decision = "dispute", status = %record.status, dispute_status = %dispute.status,
                 next_due_at = ?record.next_due_at.map(|t| t.to_rfc3339()), "dispute read again and recorded as Stripe holds it");
             if record.status.is_settled() {
                 report.settled += 1;
             }
-            if let Some(class) = sent_to_review {
-                report.sent_to_review += 1;
-                *report.review_classes.entry(class).or_default() += 1;
+            if unreserved {
+                report.dispute_unreserved += 1;
+                error!(decision = "page", dispute_status = %dispute.status,
+                    reason = record.last_error.as_deref().unwrap_or(""),
+                    "dispute recorded without its reservation: answer it in Stripe's dashboard \
+                     (Payments > Disputes) with the refund as evidence; chargectl show <order_id>");
             }
         }
         // A record that exists but that the plan no longer calls ours, or cannot hold, was
@@ -892,6 +927,7 @@ mod tests {
             queue,
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         reconcile_tick(
@@ -1171,6 +1207,7 @@ mod tests {
             queue: Arc::new(Queue::default()),
             page_size: 10,
             charge_throughput: crate::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         let report = reconcile_tick(

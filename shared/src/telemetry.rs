@@ -122,6 +122,15 @@ pub fn refund_failed_after_success_line(function: &str, n: u64, at: Timestamp) -
     )
 }
 
+/// One `DisputeUnreserved` line: `n` writes of a dispute whose funds Stripe withdrew without
+/// their reservation on the order's charge (its refunds left too little: refunded + disputed
+/// would exceed what was taken). Alarmed (paged): the customer may be paid twice, and only the
+/// dispute's answer in Stripe's dashboard (the refund as evidence) can win it back. Counted by
+/// the events function and the reconciler, wherever the dispute's shell writes such a record.
+pub fn dispute_unreserved_line(function: &str, n: u64, at: Timestamp) -> String {
+    emf_line(function, at, &[("DisputeUnreserved", n as f64, "Count")])
+}
+
 /// The `StripeRequests` lines of one invocation: per endpoint that was called, the requests
 /// sent (every in-call retry counts) under `Function` and `Function, Endpoint`, beside the 429s
 /// met (`StripeRateLimited`, under `Function`). Nothing when no request was sent.

@@ -51,6 +51,7 @@ impl World {
             queue: queue.clone(),
             page_size: 10,
             charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         World {
@@ -338,5 +339,79 @@ async fn a_recorded_dispute_the_plan_cannot_write_is_counted_as_a_failure() {
     assert_eq!(w.record("ord-edit", "dp_edit").await, edited_before);
     let twin = w.record("ord-twin", "dp_twin").await;
     assert!(twin.next_due_at > Some(w.clock.now()), "its twin moved on");
+    w.nothing_created_or_sent(2);
+}
+
+/// A dispute whose amount does not fit its order's refunds (recorded without the reservation)
+/// is NOT put in review: the reconciler reads it again like any open dispute, its deadline
+/// pages, each read counts `DisputeUnreserved` (paged), and once Stripe closes it (its closing
+/// events lost) the read settles it. Its twin, a dispute that fits, counts none.
+#[tokio::test]
+async fn an_unreserved_dispute_is_read_again_pages_and_settles_as_stripe_closes_it() {
+    let w = World::new();
+    // ord-over: 1000 charged, 600 refunded, then disputed for the whole 1000.
+    let op = charge_core::testing::order("ord-over")
+        .amount(1000)
+        .at(w.clock.now())
+        .create_in(w.store.as_ref())
+        .await;
+    execute(&w.deps.charge, &op.key(), &op.operation_id)
+        .await
+        .unwrap();
+    let mut charge = w.store.get(&op.key()).await.unwrap().unwrap();
+    charge.params.charge_state_mut().unwrap().refund_reserved = 600;
+    w.store.put_for_tests(charge.clone());
+    let pi = charge.external_id.clone().unwrap();
+    let due_by = w.clock.now().plus(2 * DAY);
+    let dispute =
+        w.gateway
+            .open_dispute("dp_over", &pi, DisputeStatus::NeedsResponse, Some(due_by));
+    let written = record_dispute(
+        w.store.as_ref(),
+        &op.order_id,
+        &dispute,
+        w.clock.now(),
+        &w.deps.charge.policy.dispute,
+    )
+    .await
+    .unwrap();
+    let DisputeRecording::Written {
+        record, unreserved, ..
+    } = written
+    else {
+        panic!("recorded")
+    };
+    assert!(unreserved, "the shell says so, for its caller to count");
+    assert!(record.review.is_none(), "never in review");
+    w.disputed("ord-fits", "dp_fits", DisputeStatus::NeedsResponse, 2 * DAY)
+        .await;
+
+    w.clock.advance(DAY);
+    let report = w.tick().await;
+    assert_eq!(report.disputes_read, 2, "both read again");
+    assert_eq!(report.dispute_unreserved, 1, "the one that did not fit");
+    assert_eq!(w.reconciler_sum("DisputeUnreserved"), 1.0);
+    assert_eq!(report.dispute_deadline_near, 2, "its deadline pages too");
+    assert_eq!(report.sent_to_review, 0);
+    assert_eq!(report.in_review, 0);
+    let charge_now = w.store.get(&op.key()).await.unwrap().unwrap();
+    assert_eq!(charge_now.refund_reserved(), 600, "nothing reserved");
+
+    // Stripe closes it lost; no event comes. The next read settles it.
+    w.gateway.move_dispute("dp_over", DisputeStatus::Lost);
+    w.clock.advance(DAY);
+    let report = w.tick().await;
+    assert_eq!(report.settled, 1);
+    let record = w.record("ord-over", "dp_over").await;
+    assert_eq!(
+        record.status,
+        OperationStatus::Succeeded,
+        "lost, as Stripe holds it"
+    );
+    assert_eq!(record.next_due_at, None);
+    assert!(record
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("dispute_unreserved:")));
     w.nothing_created_or_sent(2);
 }

@@ -51,6 +51,7 @@ impl World {
             queue: Arc::new(MemoryQueue::new(Arc::new(clock.clone()))),
             page_size: 100,
             charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: Some(RefundWatchDeps {
                 watch,
                 cursor: store.clone(),

@@ -128,6 +128,7 @@ impl Stack {
             queue: self.queue(),
             page_size: 50,
             charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         }
     }

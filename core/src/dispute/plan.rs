@@ -22,15 +22,19 @@
 //! order's charge beside its refunds, in the same write, by the refund's own guards (succeeded,
 //! room left); `won` gives it back in the write that settles it; `lost` keeps it. A dispute
 //! whose amount does not fit (the order was refunded already) is recorded all the same, without
-//! the reservation, and flagged for review ([`ReviewClass::DisputeUnreserved`]): it is
-//! Stripe's fact, never dropped. The charge names the open dispute and whether Stripe says it is
+//! the reservation, its reason in `last_error` ([`ReviewClass::DisputeUnreserved`]'s name): it
+//! is Stripe's fact, never dropped. It is NOT put in review: a record in review leaves the due
+//! index, so it would never be read again (its deadline would not page, and a lost closing
+//! event would leave it open while Stripe holds it closed), and nobody may settle a dispute by
+//! hand. It stays on its re-read schedule like any open dispute, and the shell counts every
+//! write of it (`DisputeUnreserved`, paged) — see [`DisputeWrite::unreserved`]. The charge names the open dispute and whether Stripe says it is
 //! still refundable (the refund door's rule), cleared once the dispute closes.
 
 use super::deadline::{deadline, DeadlineFacts};
 use super::state::{DisputeParams, DisputeState};
 use super::{DisputeStatus, StripeDispute};
 use crate::domain::OperationKind;
-use crate::operation::{Operation, OperationStatus, Review};
+use crate::operation::{Operation, OperationStatus};
 use crate::plan::{DisputePolicy, ReviewClass};
 use crate::store::{DisputeMark, DisputeMove, DisputeOnCharge};
 use crate::time::Timestamp;
@@ -49,6 +53,24 @@ pub enum DisputeWrite {
     Move(Box<DisputeMove>),
     /// Nothing to write.
     Nothing(Unchanged),
+}
+
+impl DisputeWrite {
+    /// Whether the record this writes holds a dispute whose funds Stripe withdrew without its
+    /// reservation (its amount did not fit the order's refunds): the shell counts it
+    /// (`DisputeUnreserved`, paged) on every such write, so the finding pages until Stripe
+    /// closes the dispute, while the record stays on its re-read schedule.
+    pub fn unreserved(&self) -> bool {
+        let error = match self {
+            DisputeWrite::Create { record, .. } => record.last_error.as_deref(),
+            DisputeWrite::Move(change) => change.last_error.as_deref(),
+            DisputeWrite::Nothing(_) => None,
+        };
+        error.is_some_and(|e| {
+            e.strip_prefix(ReviewClass::DisputeUnreserved.as_str())
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+    }
 }
 
 /// Why a dispute needs no write.
@@ -143,10 +165,6 @@ pub fn plan(
     let give_back = (!wants && was_reserved).then_some(params.amount);
     let reserved = (was_reserved || reserve.is_some()) && give_back.is_none();
     let unreserved = wants && !was_reserved && !fits;
-    let review = (unreserved && !in_review && !status.is_settled()).then(|| Review {
-        reason: unreserved_reason(&params, charge),
-        flagged_at: now,
-    });
     let last_error = unreserved.then(|| unreserved_reason(&params, charge));
     // The charge's open dispute.
     let state = DisputeState::of(dispute, reserved);
@@ -184,10 +202,7 @@ pub fn plan(
     };
     let charge_changes =
         on_charge.mark != DisputeMark::Keep || reserve.is_some() || give_back.is_some();
-    let next_due_at = (!status.is_settled()).then(|| match review {
-        Some(_) => now,
-        None => next_read_at(dispute, now, policy),
-    });
+    let next_due_at = (!status.is_settled()).then(|| next_read_at(dispute, now, policy));
     let Some(record) = record else {
         let mut created = Operation::new_dispute(
             charge.order_id.clone(),
@@ -201,8 +216,6 @@ pub fn plan(
         if status.is_settled() {
             created.next_due_at = None;
             created.settled_at = Some(now);
-        } else if let Some(review) = review {
-            created.review = Some(review);
         }
         return DisputeWrite::Create {
             record: Box::new(created),
@@ -213,12 +226,7 @@ pub fn plan(
     // Read again because it was due (the reconciler's re-read): unchanged at Stripe, it still
     // moves to its next read, or it would be read again every tick.
     let due = !in_review && record.next_due_at.is_some_and(|at| at <= now);
-    if record.status == status
-        && held == Some(&state)
-        && !charge_changes
-        && review.is_none()
-        && !due
-    {
+    if record.status == status && held == Some(&state) && !charge_changes && !due {
         return DisputeWrite::Nothing(Unchanged::AsStripeHolds);
     }
     DisputeWrite::Move(Box::new(DisputeMove {
@@ -228,7 +236,7 @@ pub fn plan(
         status,
         state,
         next_due_at,
-        review,
+        review: None,
         last_error,
         in_review,
         on_charge: charge_changes.then_some(on_charge),

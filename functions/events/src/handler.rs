@@ -52,8 +52,8 @@ use charge_once::events::{
 };
 use charge_once::ports::MetricsSink;
 use charge_once::telemetry::{
-    emf_line_classed, refund_failed_after_success_line, sent_to_review_line, stripe_requests_lines,
-    ErrorChain,
+    dispute_unreserved_line, emf_line_classed, refund_failed_after_success_line,
+    sent_to_review_line, stripe_requests_lines, ErrorChain,
 };
 use lambda_runtime::{Context, Error, LambdaEvent};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny};
@@ -299,6 +299,7 @@ fn outcome_label(r: &Reception) -> &'static str {
         } => "review",
         Reception::Applied { status, .. } => status.as_str(),
         Reception::RefundFailedLater => "failed_after_success",
+        Reception::DisputeUnreserved { .. } => "dispute_unreserved",
         Reception::SettledConflict { reason } => reason,
         Reception::Mismatch(why) => why.as_str(),
         Reception::RetryLater(why) => why.as_str(),
@@ -321,7 +322,9 @@ fn emit_metrics(deps: &EventsFunction, report: &DeliveryReport) {
     let (name, class) = match &report.reception {
         Reception::Rejected(_) => ("WebhookRejected", "Reason"),
         Reception::Ignored(_) => ("WebhookIgnored", "Reason"),
-        Reception::Applied { .. } | Reception::RefundFailedLater => ("WebhookApplied", "Outcome"),
+        Reception::Applied { .. }
+        | Reception::DisputeUnreserved { .. }
+        | Reception::RefundFailedLater => ("WebhookApplied", "Outcome"),
         Reception::SettledConflict { .. } => ("WebhookSettledConflict", "Reason"),
         Reception::Mismatch(_) => ("EventMismatch", "Reason"),
         Reception::RetryLater(_) => ("WebhookRetryLater", "Reason"),
@@ -335,6 +338,9 @@ fn emit_metrics(deps: &EventsFunction, report: &DeliveryReport) {
     if report.reception == Reception::RefundFailedLater {
         deps.metrics
             .emit(refund_failed_after_success_line(FUNCTION, 1, now));
+    }
+    if let Reception::DisputeUnreserved { .. } = report.reception {
+        deps.metrics.emit(dispute_unreserved_line(FUNCTION, 1, now));
     }
     if let Reception::Applied {
         review: Some(class),
@@ -800,6 +806,76 @@ mod tests {
         .unwrap();
         assert_eq!(out["outcome"], "already_settled", "{out}");
         assert_eq!(f.store.all(), before);
+    }
+
+    /// A dispute of an order whose refunds already gave back more than the dispute leaves (1000
+    /// of 1250 refunded, 1250 disputed) is recorded all the same, without the reservation, NOT
+    /// in review (it stays due for the reconciler's re-read, its reason in `last_error`), and
+    /// counted `DisputeUnreserved` (paged), not `SentToReview`. Its twin on the same order, once
+    /// the refunds are given back, reserves and counts nothing.
+    #[tokio::test]
+    async fn a_dispute_that_does_not_fit_the_refunds_is_recorded_unreserved_and_pages() {
+        use charge_core::dispute::DisputeStatus;
+        let f = fixture();
+        let mut charge = disputed_charge(&f).await;
+        charge.params.charge_state_mut().unwrap().refund_reserved = 1000;
+        f.store.put_for_tests(charge.clone());
+        let pi = PaymentIntentId::parse("pi_disputed").unwrap();
+        let due = f.clock.now().plus(Duration::from_secs(10 * 24 * 3600));
+        f.gateway
+            .open_dispute("dp_over", &pi, DisputeStatus::NeedsResponse, Some(due));
+        let out = call_eventbridge(&f, dispute_event("evt_u1", "created", "dp_over", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "dispute_unreserved", "{out}");
+        let record = f.store.get(&dispute_key("dp_over")).await.unwrap().unwrap();
+        assert_eq!(record.status, OperationStatus::Unknown);
+        assert!(record.review.is_none(), "never in review: read again");
+        assert!(
+            record.next_due_at.is_some_and(|at| at > f.clock.now()),
+            "on its re-read schedule: {:?}",
+            record.next_due_at
+        );
+        assert!(
+            record
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("dispute_unreserved:")),
+            "{:?}",
+            record.last_error
+        );
+        assert!(!record.params.dispute_state().unwrap().reserved);
+        let charge_now = f.store.get(&charge.key()).await.unwrap().unwrap();
+        assert_eq!(charge_now.refund_reserved(), 1000, "nothing reserved");
+        assert_eq!(
+            f.metrics
+                .sum("DisputeUnreserved", &[("Function", FUNCTION)]),
+            1.0
+        );
+        assert_eq!(
+            f.metrics.sum("SentToReview", &[("Function", FUNCTION)]),
+            0.0
+        );
+        // The twin: the same order with its refunds given back; a second dispute fits.
+        let mut charge = charge_now;
+        charge.params.charge_state_mut().unwrap().refund_reserved = 0;
+        charge.params.charge_state_mut().unwrap().disputed_by = None;
+        f.store.put_for_tests(charge.clone());
+        f.gateway
+            .open_dispute("dp_fits", &pi, DisputeStatus::NeedsResponse, Some(due));
+        let out = call_eventbridge(&f, dispute_event("evt_u2", "created", "dp_fits", "lost"))
+            .await
+            .unwrap();
+        assert_eq!(out["outcome"], "unknown", "{out}");
+        let record = f.store.get(&dispute_key("dp_fits")).await.unwrap().unwrap();
+        assert!(record.params.dispute_state().unwrap().reserved);
+        assert_eq!(record.last_error, None);
+        assert_eq!(
+            f.metrics
+                .sum("DisputeUnreserved", &[("Function", FUNCTION)]),
+            1.0,
+            "counted once: the twin fits"
+        );
     }
 
     /// A dispute of an intent that is not ours (no record under the order its metadata names)

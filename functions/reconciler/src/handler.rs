@@ -170,6 +170,7 @@ mod tests {
                 queue: queue.clone(),
                 page_size: 10,
                 charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+                dispute_watch: None,
                 refund_watch: None,
             },
             metrics: metrics.clone(),

@@ -10,6 +10,7 @@ use charge_once::adapters::aws::{charge_deps, FUNCTION_TIMEOUTS};
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::config::{FromEnv, ProcessEnv};
+use charge_once::dispute_watch::DisputeWatchDeps;
 use charge_once::pacing::{Budget, PacedGateway, TokioSleeper};
 use charge_once::reconciler::ReconcilerDeps;
 use charge_once::refund_watch::RefundWatchDeps;
@@ -35,7 +36,7 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
     let config = ReconcilerConfig::from_env(&ProcessEnv)?;
     let aws = FUNCTION_TIMEOUTS.lambda(&ProcessEnv)?;
     let mut charge = charge_deps(&aws, &config.table_name, config.stripe, config.policy).await?;
-    // The watch's cursor is one item of the same table.
+    // The watches' cursors are items of the same table.
     let cursor = Arc::new(DynamoStore::new(
         aws_sdk_dynamodb::Client::new(&aws),
         &config.table_name,
@@ -69,6 +70,9 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
             )),
             page_size: PAGE_SIZE,
             charge_throughput: config.budget.charge_throughput(),
+            dispute_watch: Some(DisputeWatchDeps {
+                cursor: cursor.clone(),
+            }),
             refund_watch: Some(RefundWatchDeps {
                 watch: config.refund_watch,
                 cursor,

@@ -144,7 +144,22 @@ impl PaymentIntents for CountingTakes {
     }
 }
 
-impl CreatedLists for CountingTakes {}
+/// The dispute watch's list passes through (the other lists are the audit's, not asked here).
+#[async_trait]
+impl CreatedLists for CountingTakes {
+    async fn list_disputes_created(
+        &self,
+        window: &charge_core::audit::AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<
+        charge_once::ports::ListPage<charge_core::dispute::StripeDispute>,
+        charge_core::outcome::GatewayError,
+    > {
+        self.inner
+            .list_disputes_created(window, starting_after)
+            .await
+    }
+}
 
 #[cfg(test)]
 mod tests {

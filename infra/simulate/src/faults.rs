@@ -1380,7 +1380,38 @@ impl charge_once::ports::StripeDisputes for SimGateway {
     }
 }
 
-impl CreatedLists for SimGateway {}
+/// The dispute watch's list passes through unchanged (no fault of this layer is about it),
+/// traced; a naive client takes an unknown answer as a failure here as everywhere.
+#[async_trait]
+impl CreatedLists for SimGateway {
+    async fn list_disputes_created(
+        &self,
+        window: &charge_core::audit::AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<charge_once::ports::ListPage<charge_core::dispute::StripeDispute>, GatewayError>
+    {
+        yield_now().await;
+        let result = self
+            .inner
+            .list_disputes_created(window, starting_after)
+            .await;
+        let text = match &result {
+            Ok(page) => page
+                .items
+                .iter()
+                .map(dispute_text)
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => e.to_string(),
+        };
+        self.trace.event(
+            "disputes",
+            "stripe.list_disputes_created",
+            format_args!("{text}"),
+        );
+        self.naive(result)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -844,6 +844,8 @@ struct Backing {
     /// Where the reconciler's refund watch keeps its cursor (the table's item, or the memory
     /// store's).
     watch_cursor: Arc<dyn charge_once::ports::RefundWatchCursor>,
+    /// Where the reconciler's dispute watch keeps its cursor.
+    dispute_cursor: Arc<dyn charge_once::ports::DisputeWatchCursor>,
 }
 
 impl Backing {
@@ -900,6 +902,7 @@ impl Backing {
             counters,
             audits,
             watch_cursor: store.clone(),
+            dispute_cursor: store.clone(),
             sim_store: Some(store),
         }
     }
@@ -936,6 +939,7 @@ impl Backing {
         });
         Ok(Self {
             watch_cursor: store.clone(),
+            dispute_cursor: store.clone(),
             store,
             queue: queue.clone(),
             source,
@@ -1212,6 +1216,7 @@ fn reconciler_deps(
     dispute_watch: &Arc<dispute_watch::Watch>,
 ) -> ReconcilerDeps {
     use charge_core::refund::watch::RefundWatch;
+    use charge_once::dispute_watch::DisputeWatchDeps;
     use charge_once::refund_watch::RefundWatchDeps;
     use mutations::{EditedPages, Mutation};
     let paced = if args.no_pacing {
@@ -1256,6 +1261,9 @@ fn reconciler_deps(
         page_size: 100,
         charge_throughput: pacing.budget().charge_throughput(),
         // The template's default watch; the `no-refund-watch` mutation leaves it out.
+        dispute_watch: Some(DisputeWatchDeps {
+            cursor: ports.world.backing.dispute_cursor.clone(),
+        }),
         refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
             watch: RefundWatch::DEFAULT,
             cursor: ports.world.backing.watch_cursor.clone(),
@@ -1868,30 +1876,26 @@ async fn judge_disputes(
             let near = watch
                 .first_near(&opened.dispute_id)
                 .is_some_and(|t| t < at_stripe.due_by_ms);
-            // A dispute recorded without its reservation (it did not fit) is in review: a
-            // person was paged by the review alarm (`dispute_unreserved`), not by the deadline.
-            // Seen at the end by its last error (a settling write clears the review flag, and
-            // a later move may reserve it once a refund gives room back).
-            let in_review = record.as_ref().is_some_and(|r| {
-                r.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.starts_with("dispute_unreserved"))
-            });
             // A dispute whose events were all lost until its window opened was not ours to page:
             // the daily audit finds it (`dispute_unrecorded`, AuditDisputeUnrecordedAlarm).
             let window = charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW.as_millis() as i64;
             let found_late = record
                 .as_ref()
                 .is_some_and(|r| r.created_at.as_millis() >= at_stripe.due_by_ms - window);
-            if !near && in_review {
-                d.paged_by_review_only += 1;
-            } else if !near && found_late {
+            if !near && found_late {
                 d.recorded_too_late += 1;
             } else if !near {
                 d.unpaged_deadlines += 1;
                 broke(&mut first, "unpaged deadline", &order_id);
             }
         }
+        // A dispute recorded without its reservation (it did not fit beside the order's
+        // refunds): counted, and judged as every other (never in review, so read again).
+        d.unreserved += u64::from(record.as_ref().is_some_and(|r| {
+            r.last_error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("dispute_unreserved"))
+        }));
         // Our records.
         let Some(record) = record else {
             d.unrecorded += 1;

@@ -601,6 +601,7 @@ impl Run {
             queue: sender.clone(),
             page_size: 100,
             charge_throughput: pacing.budget().charge_throughput(),
+            dispute_watch: None,
             refund_watch: None,
         };
         Self {

@@ -55,9 +55,9 @@ use charge_core::{
 use charge_once::adapters::dynamodb::item::{key_of, operation_from_item, stored_item, Attrs};
 use charge_once::memory::{ReportShelf, WatchShelf};
 use charge_once::ports::{
-    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex,
-    UnreadableRecord,
+    AuditLog, DisputeWatchCursor, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
+    OperationReads, Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports,
+    UnknownIndex, UnreadableRecord,
 };
 
 use crate::faults::{Faults, Kind};
@@ -843,6 +843,8 @@ pub struct SimStore {
     reports: ReportShelf,
     /// The refund watch's cursor, as the memory store keeps it.
     watch: WatchShelf,
+    /// The dispute watch's cursor, likewise.
+    dispute_watch: WatchShelf,
 }
 
 impl Default for SimStore {
@@ -860,6 +862,7 @@ impl Default for SimStore {
             trace: None,
             reports: ReportShelf::default(),
             watch: WatchShelf::default(),
+            dispute_watch: WatchShelf::default(),
         }
     }
 }
@@ -1246,6 +1249,23 @@ impl RefundWatchCursor for SimStore {
     ) -> Result<bool, StoreError> {
         self.calls.write();
         Ok(self.watch.advance(from, to))
+    }
+}
+
+#[async_trait]
+impl DisputeWatchCursor for SimStore {
+    async fn disputes_listed_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.calls.read();
+        Ok(self.dispute_watch.get())
+    }
+
+    async fn advance_dispute_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.calls.write();
+        Ok(self.dispute_watch.advance(from, to))
     }
 }
 

@@ -167,6 +167,11 @@ pub enum Reception {
     /// with its reservation given back to the charge (`RefundFailedAfterSuccess`, paged: the
     /// customer did not get the money back after all).
     RefundFailedLater,
+    /// Acknowledged: a dispute recorded (created, moved or settled) as Stripe holds it, its
+    /// funds withdrawn but not reserved on the order's charge (the order's refunds leave too
+    /// little: refunded + disputed would exceed what was taken). Counted `DisputeUnreserved`
+    /// (paged); the record stays on its re-read schedule like any open dispute.
+    DisputeUnreserved { status: OperationStatus },
     /// Acknowledged: Stripe contradicts a settled record; nothing written, a person is paged.
     SettledConflict { reason: &'static str },
     /// Acknowledged: Stripe does not confirm what the event says; nothing written, a person is
@@ -184,6 +189,7 @@ impl Reception {
             Reception::Rejected(_) => 400,
             Reception::Ignored(_)
             | Reception::Applied { .. }
+            | Reception::DisputeUnreserved { .. }
             | Reception::RefundFailedLater
             | Reception::SettledConflict { .. }
             | Reception::Mismatch(_) => 200,
@@ -512,11 +518,19 @@ async fn act_dispute(
     match recorded {
         Ok(DisputeRecording::Written {
             record,
-            sent_to_review,
+            unreserved: true,
             ..
-        }) => Ok(Reception::Applied {
+        }) => {
+            error!(dispute = %id, status = %record.status, reason = record.last_error.as_deref().unwrap_or(""),
+                "dispute recorded without its reservation: answer it in Stripe's dashboard \
+                 (Payments > Disputes) with the refund as evidence; chargectl show <order_id>");
+            Ok(Reception::DisputeUnreserved {
+                status: record.status,
+            })
+        }
+        Ok(DisputeRecording::Written { record, .. }) => Ok(Reception::Applied {
             status: record.status,
-            review: sent_to_review,
+            review: None,
         }),
         Ok(DisputeRecording::Unchanged(why)) => Ok(match why {
             Unchanged::NotOurs => Reception::Ignored(Ignored::NotOurs),

@@ -13,7 +13,6 @@ use charge_core::dispute::StripeDispute;
 use charge_core::domain::{OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::plan::DisputePolicy;
-use charge_core::plan::ReviewClass;
 use charge_core::store::DisputeRecorded;
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Timestamp;
@@ -33,8 +32,10 @@ pub enum DisputeRecording {
     Written {
         record: Box<Operation>,
         created: bool,
-        /// This write flagged it for review, for this class.
-        sent_to_review: Option<ReviewClass>,
+        /// The record as written holds a dispute whose funds Stripe withdrew without their
+        /// reservation (they did not fit the order's refunds): the caller counts it
+        /// (`DisputeUnreserved`, paged) on every such write, until Stripe closes it.
+        unreserved: bool,
     },
     /// Nothing written, and why (`NotOurs`: no charge of ours under its intent).
     Unchanged(Unchanged),
@@ -67,7 +68,9 @@ pub async fn record_dispute(
         // second, needless write of the charge's mark.
         let record = store.get(&key).await?;
         let charge = store.get(&charge_key).await?;
-        match plan(record.as_ref(), charge.as_ref(), dispute, now, policy) {
+        let write = plan(record.as_ref(), charge.as_ref(), dispute, now, policy);
+        let unreserved = write.unreserved();
+        match write {
             DisputeWrite::Nothing(why) => {
                 info!(
                     dispute = %dispute.id,
@@ -86,16 +89,13 @@ pub async fn record_dispute(
                             dispute = %dispute.id,
                             status = %record.status,
                             dispute_status = %dispute.status,
+                            unreserved,
                             "dispute recorded"
                         );
-                        let sent_to_review = record
-                            .review
-                            .as_ref()
-                            .map(|_| ReviewClass::DisputeUnreserved);
                         return Ok(DisputeRecording::Written {
                             record: Box::new(record),
                             created: true,
-                            sent_to_review,
+                            unreserved,
                         });
                     }
                     // Another delivery created it, or the charge moved: read both again.
@@ -108,16 +108,13 @@ pub async fn record_dispute(
                         dispute = %dispute.id,
                         status = %record.status,
                         dispute_status = %dispute.status,
+                        unreserved,
                         "dispute moved"
                     );
-                    let sent_to_review = change
-                        .review
-                        .as_ref()
-                        .map(|_| ReviewClass::DisputeUnreserved);
                     return Ok(DisputeRecording::Written {
                         record: Box::new(record),
                         created: false,
-                        sent_to_review,
+                        unreserved,
                     });
                 }
                 DisputeRecorded::Refused(_) | DisputeRecorded::ChargeRefused => {}

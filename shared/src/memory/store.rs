@@ -21,9 +21,9 @@ use charge_core::{
 };
 
 use crate::ports::{
-    AuditLog, IndexQuery, ManualResolutions, OperationCreates, OperationLeases, OperationReads,
-    Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports, UnknownIndex,
-    UnreadableRecord,
+    AuditLog, DisputeWatchCursor, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
+    OperationReads, Page, RefundWatchCursor, SettledRecords, StoreCalls, StoreError, StoredReports,
+    UnknownIndex, UnreadableRecord,
 };
 
 #[derive(Default)]
@@ -31,6 +31,7 @@ pub struct MemoryStore {
     items: Mutex<BTreeMap<OperationKey, Operation>>,
     reports: ReportShelf,
     watch: WatchShelf,
+    dispute_watch: WatchShelf,
     pub calls: StoreCalls,
 }
 
@@ -223,6 +224,23 @@ impl RefundWatchCursor for MemoryStore {
     ) -> Result<bool, StoreError> {
         self.calls.write();
         Ok(self.watch.advance(from, to))
+    }
+}
+
+#[async_trait]
+impl DisputeWatchCursor for MemoryStore {
+    async fn disputes_listed_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.calls.read();
+        Ok(self.dispute_watch.get())
+    }
+
+    async fn advance_dispute_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.calls.write();
+        Ok(self.dispute_watch.advance(from, to))
     }
 }
 

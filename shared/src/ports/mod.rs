@@ -11,6 +11,7 @@
 //! | [`DeadLetterQueue`] | poison messages, unreadable stream records | `adapters::sqs::SqsDeadLetters` | `memory::MemoryDeadLetters` | |
 //! | [`PaymentGateway`] (= [`StripeAccount`] + [`PaymentIntents`] + [`StripeRefunds`] + [`StripeDisputes`] + [`CreatedLists`]) | Stripe's PaymentIntents, Refunds and Disputes | `adapters::stripe::StripeGateway` (paced: `pacing::PacedGateway`) | `memory::FakeGateway` | the seed scenarios |
 //! | [`RefundWatchCursor`] | how far the refund watch has read | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
+//! | [`DisputeWatchCursor`] | how far the dispute watch has listed | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `shared/tests/dispute_watch.rs` |
 //! | [`AuditLog`] | the drift audit's reports, one per window | `adapters::dynamodb::DynamoStore` | `memory::MemoryStore` | `store_contract.rs` |
 //! | [`EventInbox`] | Stripe event ids already acted on | `adapters::inbox::DynamoInbox` | `memory::MemoryInbox` | `inbox_contract.rs` |
 //! | [`OutcomePublisher`] | outcome events for the order service | `adapters::eventbridge::EventBridgePublisher` (feature `eventbridge`) | | |
@@ -49,7 +50,7 @@ pub use queue::{
     QueuedOperation,
 };
 pub use store::{
-    AuditStore, DoorStore, IndexQuery, ManualResolutions, OperationCreates, OperationLeases,
-    OperationReads, OperationStore, Page, RefundWatchCursor, ReviewCount, SettledRecords,
-    StoreCalls, StoreError, UnknownIndex, UnreadableRecord,
+    AuditStore, DisputeWatchCursor, DoorStore, IndexQuery, ManualResolutions, OperationCreates,
+    OperationLeases, OperationReads, OperationStore, Page, RefundWatchCursor, ReviewCount,
+    SettledRecords, StoreCalls, StoreError, UnknownIndex, UnreadableRecord,
 };

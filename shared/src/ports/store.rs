@@ -331,6 +331,23 @@ pub trait SettledRecords: Send + Sync {
     }
 }
 
+/// Where the dispute watch stands ([`crate::dispute_watch`]): the end of the span of creation
+/// times its ticks have listed at Stripe and recorded, one small item beside the refund watch's
+/// (`pk = WATCH`, `sk = disputes`), moved only from the value read.
+#[async_trait]
+pub trait DisputeWatchCursor: Send + Sync {
+    /// The end of the listed span; `None` before the first tick.
+    async fn disputes_listed_through(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Moves it from `from` (as read) to `to`; `false` (nothing written) when it is no longer
+    /// `from`.
+    async fn advance_dispute_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError>;
+}
+
 /// Where the refund watch stands ([`charge_core::refund::watch`]): the end of the span of settle
 /// times its ticks have covered, one small item beside the audit's reports, moved only from the
 /// value read (two overlapping ticks: one moves it, the other's reads are repeats, harmless).

@@ -306,6 +306,7 @@ impl Ours {
                 queue,
                 page_size: PAGE_SIZE,
                 charge_throughput: charge_once::config::StripeBudget::default_throughput(),
+                dispute_watch: None,
                 refund_watch: None,
             },
             charge,

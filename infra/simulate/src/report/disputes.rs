@@ -58,10 +58,10 @@ pub struct DisputeReport {
     pub pages_short: u64,
     /// Disputes that reached `due_by` needing a response (their deadline had to page).
     pub reached_due_by: u64,
-    /// Of those, never paged by the deadline but in review (recorded without its reservation,
-    /// `dispute_unreserved`): the review alarm paged a person; the reconciler reads no record in
-    /// review again, so its deadline does not page.
-    pub paged_by_review_only: u64,
+    /// Disputes recorded without their reservation (their amount did not fit the order's
+    /// refunds: `dispute_unreserved` in `last_error`, counted `DisputeUnreserved`). Never in
+    /// review: read again like the others, so their deadline is judged like the others'.
+    pub unreserved: u64,
     /// Of those, first recorded inside their page window or later (every event of theirs until
     /// then lost): nothing of ours knew of them to page; the daily audit's `dispute_unrecorded`
     /// (AuditDisputeUnrecordedAlarm) is the page for them, and the run's audit comes after it.
@@ -124,14 +124,14 @@ impl DisputeReport {
         );
         let _ = writeln!(
             s,
-            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} paged by the review alarm only, {} recorded too late: left to the audit), {} reads had to page, pages near {} passed {} ({} short)",
+            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} recorded too late: left to the audit), {} unreserved, {} reads had to page, pages near {} passed {} ({} short)",
             self.answers,
             self.answers_refused,
             self.refunds_refused_disputed,
             self.reconciler_reads,
             self.reached_due_by,
-            self.paged_by_review_only,
             self.recorded_too_late,
+            self.unreserved,
             self.had_to_page,
             self.paged_near,
             self.paged_passed,

@@ -61,6 +61,8 @@ pub const AUDIT_PK: &str = "AUDIT";
 /// reports, no order id makes it and it has neither index's keys.
 pub const WATCH_PK: &str = "WATCH";
 pub const WATCH_SK: &str = "refunds";
+/// The dispute watch's cursor's `sk` in the same partition (same one attribute).
+pub const DISPUTE_WATCH_SK: &str = "disputes";
 /// The cursor's one attribute: the end of the span of settle times the watch has covered (ms).
 pub const WATCHED_THROUGH: &str = "watched_through";
 /// A stored report's attributes (the report itself is [`AUDIT_REPORT`], JSON); the others say

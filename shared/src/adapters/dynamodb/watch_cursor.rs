@@ -9,20 +9,50 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use charge_core::time::Timestamp;
 
 use super::item::{attr_n, attr_s};
-use super::schema::{PK, SK, WATCHED_THROUGH, WATCH_PK, WATCH_SK};
+use super::schema::{DISPUTE_WATCH_SK, PK, SK, WATCHED_THROUGH, WATCH_PK, WATCH_SK};
 use super::DynamoStore;
-use crate::ports::{RefundWatchCursor, StoreError};
+use crate::ports::{DisputeWatchCursor, RefundWatchCursor, StoreError};
 
 #[async_trait]
 impl RefundWatchCursor for DynamoStore {
     async fn watched_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.cursor_at(WATCH_SK).await
+    }
+
+    async fn advance_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.advance_cursor(WATCH_SK, from, to).await
+    }
+}
+
+/// The dispute watch's cursor: the same item shape under `sk = disputes`.
+#[async_trait]
+impl DisputeWatchCursor for DynamoStore {
+    async fn disputes_listed_through(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.cursor_at(DISPUTE_WATCH_SK).await
+    }
+
+    async fn advance_dispute_watch(
+        &self,
+        from: Option<Timestamp>,
+        to: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.advance_cursor(DISPUTE_WATCH_SK, from, to).await
+    }
+}
+
+impl DynamoStore {
+    async fn cursor_at(&self, sk: &str) -> Result<Option<Timestamp>, StoreError> {
         self.calls.read();
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(PK, attr_s(WATCH_PK))
-            .key(SK, attr_s(WATCH_SK))
+            .key(SK, attr_s(sk))
             .consistent_read(true)
             .send()
             .await
@@ -36,13 +66,14 @@ impl RefundWatchCursor for DynamoStore {
                 .map(|ms| Some(Timestamp::from_millis(ms)))
                 .map_err(|_| StoreError::new(format!("{WATCHED_THROUGH}: not an integer"))),
             _ => Err(StoreError::new(format!(
-                "the refund watch's item has no number {WATCHED_THROUGH}"
+                "the watch's item {sk} has no number {WATCHED_THROUGH}"
             ))),
         }
     }
 
-    async fn advance_watch(
+    async fn advance_cursor(
         &self,
+        sk: &str,
         from: Option<Timestamp>,
         to: Timestamp,
     ) -> Result<bool, StoreError> {
@@ -52,7 +83,7 @@ impl RefundWatchCursor for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key(PK, attr_s(WATCH_PK))
-            .key(SK, attr_s(WATCH_SK))
+            .key(SK, attr_s(sk))
             .update_expression("SET #through = :to")
             .expression_attribute_names("#through", WATCHED_THROUGH)
             .expression_attribute_values(":to", attr_n(to.as_millis()));

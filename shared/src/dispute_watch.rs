@@ -1,0 +1,231 @@
+//! The dispute watch, one step of the reconciler's tick: the disputes Stripe created since the
+//! watch's cursor, listed at Stripe (`GET /v1/disputes?created[gte]=…&created[lt]=…`) and each
+//! one of ours recorded through the same dispute shell the events function uses
+//! ([`crate::executor::dispute::record_dispute`]). With or without an events source: this is what
+//! records a dispute on a stack that has none, or when every event of it was lost. A listed
+//! dispute is Stripe's answer, as a retrieve is: it is recorded as listed, never from an event.
+//!
+//! One step, in order:
+//! 1. read the cursor ([`DisputeWatchCursor`]): the span of creation times listed so far ends at
+//!    `through` (absent before the first tick: the first tick lists the span before now less the
+//!    lag, [`MAX_SPAN`] long, so a dispute opened just before the watch began is recorded too);
+//! 2. list `[through, min(now - LAG, through + MAX_SPAN))` page by page within the tick's time;
+//! 3. for each dispute of a PaymentIntent, one retrieve of the intent (the order its metadata
+//!    names: a dispute's charge carries no metadata of ours), then the shell's one write, or
+//!    nothing when it holds it already (a dispute its events recorded first);
+//! 4. move the cursor to the span's end only when every dispute of the span was recorded (or
+//!    found not ours): a span cut short by the tick's time, by Stripe saying "later" or by the
+//!    store is listed again whole by the next tick (Stripe lists newest first, so nothing shorter
+//!    is known to be done); the writes already made are found as Stripe holds them, nothing
+//!    written twice.
+//!
+//! Cost per tick: one GetItem and (when it moves) one UpdateItem for the cursor, one list request
+//! per 100 disputes created in the span; per dispute listed, one PaymentIntent retrieve, and the
+//! shell's two reads and one write the first time (its reads only after).
+
+use std::time::Duration;
+
+use charge_core::audit::AuditWindow;
+use charge_core::domain::OrderId;
+use charge_core::outcome::GatewayError;
+use charge_core::time::Timestamp;
+use tracing::{error, info, warn};
+
+use crate::executor::dispute::{record_dispute, DisputeRecordError, DisputeRecording};
+use crate::executor::EngineDeps;
+use crate::ports::DisputeWatchCursor;
+use crate::telemetry::ErrorChain;
+
+/// How far behind now the span ends: a dispute Stripe is creating at this second is listed by
+/// the next tick rather than missed at the span's edge.
+pub const LAG: Duration = Duration::from_secs(60);
+
+/// The most creation time one tick lists: a cursor left behind (a tick that failed, a stack that
+/// was off) catches up this much per tick rather than all at once.
+pub const MAX_SPAN: Duration = Duration::from_secs(6 * 3600);
+
+/// Where the dispute watch keeps its cursor.
+#[derive(Clone)]
+pub struct DisputeWatchDeps {
+    pub cursor: std::sync::Arc<dyn DisputeWatchCursor>,
+}
+
+/// What one dispute-watch step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DisputeWatchReport {
+    /// Disputes listed at Stripe in the span (`DisputesListed`).
+    pub listed: u64,
+    /// Of those, written now (created or moved): none before, or its events were behind.
+    pub recorded: u64,
+    /// Of those written, without their reservation (`DisputeUnreserved`, paged).
+    pub unreserved: u64,
+    /// Listed disputes not of ours (no PaymentIntent, or one without our metadata).
+    pub not_ours: u64,
+    /// Store or Stripe failures: the span is listed again next tick (`SkippedOnError`).
+    pub failures: u64,
+    /// The span was not finished (time, or a failure): the cursor stays.
+    pub incomplete: bool,
+    /// How far the cursor is behind now after this step (`DisputeWatchLag`).
+    pub lag: Duration,
+}
+
+/// Runs one watch step (see the module doc). Never fails the tick: what fails is counted and
+/// listed again next tick.
+pub async fn watch_disputes(
+    deps: &EngineDeps,
+    watch: &DisputeWatchDeps,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+) -> DisputeWatchReport {
+    let mut report = DisputeWatchReport::default();
+    let now = deps.clock.now();
+    let end = Timestamp::from_millis(now.as_millis() - LAG.as_millis() as i64);
+    let through = match watch.cursor.disputes_listed_through().await {
+        Ok(through) => through,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "cannot read the dispute watch's cursor; the watch waits for the next tick");
+            report.failures += 1;
+            report.incomplete = true;
+            return report;
+        }
+    };
+    // The first tick looks back one span: a dispute Stripe opened just before the watch began
+    // (the stack deployed, or the cursor's item new) is recorded too; older ones are the
+    // audit's (`dispute_unrecorded`).
+    let from = through.unwrap_or_else(|| end.minus(MAX_SPAN));
+    let to = end.min(from.plus(MAX_SPAN));
+    let covered = if to > from {
+        match list_and_record(
+            deps,
+            &AuditWindow { from, to },
+            remaining,
+            safety,
+            &mut report,
+        )
+        .await
+        {
+            Ok(()) => to,
+            Err(why) => {
+                report.incomplete = true;
+                info!(
+                    reason = why,
+                    "the dispute watch's span is listed again next tick"
+                );
+                from
+            }
+        }
+    } else {
+        from
+    };
+    if through.is_none() || covered > from {
+        match watch.cursor.advance_dispute_watch(through, covered).await {
+            Ok(true) => {}
+            Ok(false) => info!("another tick moved the dispute watch's cursor first"),
+            Err(e) => {
+                warn!(error = %ErrorChain(&e), "cannot move the dispute watch's cursor; the span is listed again next tick");
+                report.failures += 1;
+            }
+        }
+    }
+    report.lag = now.since(covered);
+    info!(
+        listed = report.listed,
+        recorded = report.recorded,
+        unreserved = report.unreserved,
+        not_ours = report.not_ours,
+        failures = report.failures,
+        incomplete = report.incomplete,
+        lag_secs = report.lag.as_secs(),
+        "dispute watch"
+    );
+    report
+}
+
+/// Every dispute created in `window`, page by page, each of ours recorded; `Err` (why) when the
+/// span is not done.
+async fn list_and_record(
+    deps: &EngineDeps,
+    window: &AuditWindow,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+    report: &mut DisputeWatchReport,
+) -> Result<(), &'static str> {
+    let mut after: Option<String> = None;
+    loop {
+        if remaining() < safety {
+            return Err("out of time");
+        }
+        let page = match deps
+            .gateway
+            .list_disputes_created(window, after.as_deref())
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => {
+                warn!(error = %ErrorChain(&e), "the dispute watch's list got no answer");
+                report.failures += 1;
+                return Err("stripe");
+            }
+        };
+        for dispute in &page.items {
+            if remaining() < safety {
+                return Err("out of time");
+            }
+            report.listed += 1;
+            let Some(intent) = &dispute.payment_intent else {
+                report.not_ours += 1;
+                continue;
+            };
+            let order_id = match deps.gateway.retrieve(intent).await {
+                Ok(pi) => pi.order_id.as_deref().and_then(|o| OrderId::parse(o).ok()),
+                Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+                    warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "the dispute watch's retrieve of the intent got no answer");
+                    report.failures += 1;
+                    return Err("stripe");
+                }
+                Err(e) => {
+                    warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "Stripe refused the retrieve of a disputed charge's intent: not ours");
+                    None
+                }
+            };
+            let Some(order_id) = order_id else {
+                report.not_ours += 1;
+                continue;
+            };
+            let now = deps.clock.now();
+            match record_dispute(&*deps.store, &order_id, dispute, now, &deps.policy.dispute).await
+            {
+                Ok(DisputeRecording::Written {
+                    record, unreserved, ..
+                }) => {
+                    report.recorded += 1;
+                    info!(order_id = %order_id, dispute = %dispute.id, status = %record.status,
+                        dispute_status = %dispute.status, "dispute recorded from Stripe's list");
+                    if unreserved {
+                        report.unreserved += 1;
+                        error!(order_id = %order_id, dispute = %dispute.id,
+                            reason = record.last_error.as_deref().unwrap_or(""),
+                            "dispute recorded without its reservation: answer it in Stripe's \
+                             dashboard (Payments > Disputes) with the refund as evidence; \
+                             chargectl show <order_id>");
+                    }
+                }
+                Ok(DisputeRecording::Unchanged(why)) => {
+                    info!(order_id = %order_id, dispute = %dispute.id, reason = why.as_str(), "listed dispute: nothing to write");
+                    if why == charge_core::dispute::plan::Unchanged::NotOurs {
+                        report.not_ours += 1;
+                    }
+                }
+                Err(e @ (DisputeRecordError::Store(_) | DisputeRecordError::Contended)) => {
+                    warn!(order_id = %order_id, dispute = %dispute.id, error = %ErrorChain(&e), "cannot record a listed dispute; listed again next tick");
+                    report.failures += 1;
+                    return Err("store");
+                }
+            }
+        }
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The reconciler's dispute watch ([`charge_once::dispute_watch`]) on the in-memory ports: with
+//! no events source, a dispute Stripe opened on one of our orders is listed by creation time and
+//! recorded through the dispute's shell, once; a dispute of an intent that is not ours is
+//! listed and left; the cursor moves only past a span recorded whole, and a span Stripe did not
+//! answer is listed again.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use charge_core::dispute::DisputeStatus;
+use charge_core::domain::{DisputeId, OperationKind, OrderId, PaymentIntentId};
+use charge_core::operation::{OperationKey, OperationStatus};
+use charge_core::outcome::PaymentIntentStatus;
+use charge_core::plan::Policy;
+use charge_core::time::{Clock, ManualClock, Timestamp};
+use charge_once::dispute_watch::{watch_disputes, DisputeWatchDeps, LAG};
+use charge_once::executor::{execute, EngineDeps};
+use charge_once::memory::{FakeGateway, MemoryStore};
+use charge_once::ports::{DisputeWatchCursor, OperationReads};
+use charge_once::testing::CreateIn as _;
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+struct World {
+    store: Arc<MemoryStore>,
+    gateway: Arc<FakeGateway>,
+    clock: ManualClock,
+    deps: EngineDeps,
+    watch: DisputeWatchDeps,
+}
+
+impl World {
+    fn new() -> Self {
+        let clock = ManualClock::new(Timestamp::from_millis(1_800_000_000_000));
+        let store = Arc::new(MemoryStore::new());
+        let gateway = Arc::new(FakeGateway::new());
+        gateway.set_clock(Arc::new(clock.clone()));
+        let deps = EngineDeps {
+            store: store.clone(),
+            gateway: gateway.clone(),
+            clock: Arc::new(clock.clone()),
+            policy: Policy::default(),
+        };
+        World {
+            watch: DisputeWatchDeps {
+                cursor: store.clone(),
+            },
+            store,
+            gateway,
+            clock,
+            deps,
+        }
+    }
+
+    /// Order `order` charged 1000 usd through the engine: its intent at the fake, with our
+    /// metadata.
+    async fn charged(&self, order: &str) -> PaymentIntentId {
+        let op = charge_core::testing::order(order)
+            .amount(1000)
+            .at(self.clock.now())
+            .create_in(self.store.as_ref())
+            .await;
+        execute(&self.deps, &op.key(), &op.operation_id)
+            .await
+            .unwrap();
+        let charge = self.store.get(&op.key()).await.unwrap().unwrap();
+        assert_eq!(charge.status, OperationStatus::Succeeded);
+        charge.external_id.unwrap()
+    }
+
+    async fn record(&self, order: &str, dp: &str) -> Option<charge_core::operation::Operation> {
+        let key = OperationKey::of_kind(
+            OrderId::parse(order).unwrap(),
+            OperationKind::Dispute(DisputeId::parse(dp).unwrap()),
+        );
+        self.store.get(&key).await.unwrap()
+    }
+
+    async fn tick(&self) -> charge_once::dispute_watch::DisputeWatchReport {
+        watch_disputes(
+            &self.deps,
+            &self.watch,
+            &|| Duration::from_secs(60),
+            Duration::from_secs(1),
+        )
+        .await
+    }
+}
+
+/// No events: a dispute opened on our order is recorded by the watch's list, once; a dispute of
+/// a stranger's intent (an order with no charge of ours) is listed and not written; the cursor follows the
+/// span, `LAG` behind now.
+#[tokio::test]
+async fn a_dispute_no_event_told_of_is_listed_and_recorded_once() {
+    let w = World::new();
+    let pi = w.charged("ord-quiet").await;
+    // The first tick starts the cursor (looking back one span: nothing there).
+    let first = w.tick().await;
+    assert_eq!(first.listed, 0);
+    let start = w.store.disputes_listed_through().await.unwrap().unwrap();
+    assert_eq!(start, w.clock.now().minus(LAG));
+
+    w.clock.advance(MINUTE);
+    let due = w.clock.now().plus(Duration::from_secs(10 * 24 * 3600));
+    w.gateway
+        .open_dispute("dp_quiet", &pi, DisputeStatus::NeedsResponse, Some(due));
+    let stranger = charge_core::testing::order("ord-elsewhere")
+        .status(OperationStatus::Succeeded)
+        .build();
+    let other = PaymentIntentId::parse("pi_elsewhere").unwrap();
+    // Its metadata names an order this store has no charge of.
+    w.gateway.insert_intent_as(
+        &other,
+        FakeGateway::charge_for(&stranger, PaymentIntentStatus::Succeeded),
+    );
+    w.gateway
+        .open_dispute("dp_stranger", &other, DisputeStatus::NeedsResponse, None);
+    assert!(w.record("ord-quiet", "dp_quiet").await.is_none());
+
+    // Inside the lag: not listed yet.
+    let report = w.tick().await;
+    assert_eq!(report.listed, 0, "{report:?}");
+    w.clock.advance(2 * MINUTE);
+    let report = w.tick().await;
+    assert_eq!(
+        (report.listed, report.recorded, report.not_ours),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert!(!report.incomplete);
+    let record = w.record("ord-quiet", "dp_quiet").await.expect("recorded");
+    assert_eq!(record.status, OperationStatus::Unknown);
+    assert!(record.params.dispute_state().unwrap().reserved);
+    assert!(
+        record.next_due_at.is_some(),
+        "the reconciler reads it again"
+    );
+    assert_eq!(
+        w.store.disputes_listed_through().await.unwrap(),
+        Some(w.clock.now().minus(LAG))
+    );
+    // The next span holds neither: nothing listed, nothing written again.
+    let before = w.store.all();
+    w.clock.advance(MINUTE);
+    let report = w.tick().await;
+    assert_eq!((report.listed, report.recorded), (0, 0));
+    assert_eq!(w.store.all(), before);
+}
+
+/// A tick out of time before its span is listed: the cursor stays, nothing written, and the
+/// next tick (its twin, with time) lists the same span and records the dispute.
+#[tokio::test]
+async fn a_span_cut_short_is_listed_again() {
+    let w = World::new();
+    let pi = w.charged("ord-later").await;
+    w.tick().await;
+    w.clock.advance(MINUTE);
+    w.gateway
+        .open_dispute("dp_later", &pi, DisputeStatus::NeedsResponse, None);
+    w.clock.advance(2 * MINUTE);
+    let cursor = w.store.disputes_listed_through().await.unwrap();
+    let report = watch_disputes(
+        &w.deps,
+        &w.watch,
+        &|| Duration::ZERO,
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(report.incomplete, "{report:?}");
+    assert_eq!(report.listed, 0);
+    assert_eq!(w.store.disputes_listed_through().await.unwrap(), cursor);
+    assert!(w.record("ord-later", "dp_later").await.is_none());
+    let reads = w.gateway.calls.dispute_read.load(Ordering::SeqCst);
+    let report = w.tick().await;
+    assert_eq!((report.listed, report.recorded), (1, 1), "{report:?}");
+    assert_eq!(
+        w.gateway.calls.dispute_read.load(Ordering::SeqCst) - reads,
+        1,
+        "one list request for the span"
+    );
+    assert!(w.record("ord-later", "dp_later").await.is_some());
+    assert!(w.store.disputes_listed_through().await.unwrap() > cursor);
+}
