@@ -2122,13 +2122,22 @@ pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_res
     ));
     let stored = store.get(&record.key()).await.unwrap().unwrap();
     assert!(!stored.params.dispute_state().unwrap().reserved);
-    assert!(stored.review.is_some());
+    // Not sent to review (a record in review is never read again at Stripe): it stays on the
+    // re-read schedule, due like any open dispute, its reason kept in `last_error` (the
+    // finding pages by its own count).
+    assert!(stored.review.is_none());
+    assert!(
+        stored.last_error.as_deref().is_some_and(
+            |e| e.starts_with(charge_core::plan::ReviewClass::DisputeUnreserved.as_str())
+        )
+    );
     assert_eq!(reserved(&store, &charge).await, 600, "refunds only");
-    let in_review = store
-        .query_index(IndexQuery::InReview, None, 100)
+    let due = stored.next_due_at.expect("an open dispute is due again");
+    let listed = store
+        .query_index(IndexQuery::DueBy(due), None, 100)
         .await
         .unwrap();
-    assert!(in_review
+    assert!(listed
         .operations
         .iter()
         .any(|op| op.operation_id == stored.operation_id));
