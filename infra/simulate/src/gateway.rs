@@ -713,7 +713,7 @@ mod tests {
 
         let refused = g.create_refund(&refund_create(&pi, 100)).await;
         assert!(
-            matches!(&refused, Err(GatewayError::Rejected { detail, .. }) if detail.contains("charge_disputed")),
+            matches!(&refused, Err(GatewayError::ChargeDisputed { detail }) if detail.contains("charge_disputed")),
             "{refused:?}"
         );
         let visa = order("ord-undisputed").amount(1000).build();
