@@ -2148,6 +2148,60 @@ pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_res
     assert_eq!(reserved(&store, &twin).await, 1000);
 }
 
+/// The dispute gauges' read: of the index entries due by a horizon, only the disputes' records,
+/// by pages; the charge's other work due in the same window is in `query_index`'s page (the
+/// twin) and never in this one, and a horizon before the dispute's next read lists nothing.
+pub async fn disputes_due_by_lists_only_the_due_disputes_by_pages(store: Arc<dyn OperationStore>) {
+    use charge_core::dispute::plan::DisputeWrite;
+    let charge = succeeded_charge(&store, "contract-gauge", 1000).await;
+    let open = stripe_dispute("dp_gauge", 1000, "needs_response");
+    let DisputeWrite::Create { record, on_charge } =
+        dispute_write(&store, &charge, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    store
+        .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+        .await
+        .unwrap();
+    let read_at = record.next_due_at.expect("an open dispute is due again");
+    // Three other operations due before the dispute's next read.
+    for i in 0..3u64 {
+        let op = operation(
+            &format!("contract-gauge-{i}"),
+            1000,
+            T0.plus(Duration::from_secs(i)),
+        );
+        store.create_if_absent(&op).await.unwrap();
+    }
+    let horizon = std::cmp::max(read_at, T0.plus(GRACE).plus(Duration::from_secs(60)))
+        .plus(Duration::from_secs(1));
+    let mut listed = Vec::new();
+    let (mut cursor, mut pages) = (None, 0);
+    loop {
+        let page = store.disputes_due_by(horizon, cursor, 2).await.unwrap();
+        pages += 1;
+        assert!(page.unreadable.is_empty());
+        listed.extend(page.operations);
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(pages < 10, "pagination must end");
+    }
+    assert_eq!(listed, vec![*record], "the dispute alone, as stored");
+    assert!(pages >= 2, "four entries due, two a page");
+    let everything = store
+        .query_index(IndexQuery::DueBy(horizon), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(everything.operations.len(), 4, "the twin lists every kind");
+    let before = store
+        .disputes_due_by(read_at.minus(Duration::from_secs(1)), None, 10)
+        .await
+        .unwrap();
+    assert!(before.operations.is_empty(), "{before:?}");
+}
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -2190,6 +2244,7 @@ macro_rules! store_contract_tests {
             a_dispute_is_created_beside_its_charge_moved_and_settled_once,
             two_deliveries_of_a_dispute_at_once_make_one_record,
             a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved,
+            disputes_due_by_lists_only_the_due_disputes_by_pages,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

@@ -30,6 +30,8 @@ macro_rules! forward_store {
             -> Result<Page, StoreError>;
         reschedule(req: &Reschedule) -> Result<Recorded, StoreError>;
         count_in_review(cursor: Option<String>, limit: usize) -> Result<ReviewCount, StoreError>;
+        disputes_due_by(horizon: Timestamp, cursor: Option<String>, limit: usize)
+            -> Result<Page, StoreError>;
     }); };
     (@ManualResolutions $ty:ty, $f:tt) => { $crate::forward!($ty, $f, ManualResolutions {
         get_by_operation_id(id: &OperationId) -> Result<Option<Operation>, StoreError>;
@@ -152,6 +154,7 @@ macro_rules! forward {
             OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
         };
         use ::charge_core::store_rules::{ChargeClaim, CreatedBeside};
+        use ::charge_core::time::Timestamp;
         use ::charge_once::ports::*;
     };
 }
