@@ -2074,7 +2074,8 @@ pub async fn two_deliveries_of_a_dispute_at_once_make_one_record(store: Arc<dyn 
 
 /// A dispute whose amount does not fit beside the order's refunds is refused by the charge's
 /// guard when its reservation was planned on an older read (a refund reserved in between), and
-/// planned again it is recorded without the reservation, in review; its twin, the same dispute
+/// planned again it is recorded without the reservation, never in review (due again as any open
+/// dispute, its reason in `last_error`); its twin, the same dispute
 /// of an order without refunds, is reserved.
 pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved(
     store: Arc<dyn OperationStore>,
@@ -2122,16 +2123,26 @@ pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_res
     ));
     let stored = store.get(&record.key()).await.unwrap().unwrap();
     assert!(!stored.params.dispute_state().unwrap().reserved);
-    assert!(stored.review.is_some());
+    // Never in review (a record there leaves the due index and would never be read again):
+    // its reason kept in last_error, due again as any open dispute.
+    assert!(stored.review.is_none(), "{stored:?}");
+    assert!(stored.last_error.is_some(), "{stored:?}");
     assert_eq!(reserved(&store, &charge).await, 600, "refunds only");
+    let listed = |page: charge_once::ports::Page| {
+        page.operations
+            .iter()
+            .any(|op| op.operation_id == stored.operation_id)
+    };
+    let unsettled = store
+        .query_index(IndexQuery::Unsettled, None, 100)
+        .await
+        .unwrap();
+    assert!(listed(unsettled), "due again");
     let in_review = store
         .query_index(IndexQuery::InReview, None, 100)
         .await
         .unwrap();
-    assert!(in_review
-        .operations
-        .iter()
-        .any(|op| op.operation_id == stored.operation_id));
+    assert!(!listed(in_review), "not in review");
     // The twin: an order without refunds reserves the dispute's amount.
     let twin = succeeded_charge(&store, "contract-dispute-fit-twin", 1000).await;
     let DisputeWrite::Create { record, on_charge } = dispute_write(&store, &twin, &open, T0).await
