@@ -73,13 +73,14 @@ async fn a_lost_response_recorded_unknown_is_retried_by_a_redrive() {
     // index shard (8) + one of the REVIEW partition (InReview) + one BatchGetItem reading the due
     // operation's record (the index projects keys and operation_id only; the REVIEW
     // partition is empty, so no read for it) + the guarded reschedule (1 UpdateItem) + the
-    // re-drive SendMessage + the open disputes' count: one Query per shard (8) of what is due
-    // within a day and one BatchGetItem of it (the re-driven operation, due again in minutes).
+    // re-drive SendMessage + the open disputes' count: one Query per shard (8) of the index
+    // entries due within a day, and no BatchGetItem: the one listed (the re-driven operation,
+    // due again in minutes) is not a dispute, told by its sort key in the entry.
     // Delivery 2: claim + create (replayed by the key) + record `succeeded` = 2 UpdateItem, 1 POST.
     assert_eq!(
         c.dynamodb.requests,
         ops(&[
-            ("BatchGetItem", 2),
+            ("BatchGetItem", 1),
             ("PutItem", 1),
             ("Query", 17),
             ("UpdateItem", 5)

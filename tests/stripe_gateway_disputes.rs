@@ -150,15 +150,15 @@ async fn an_unknown_dispute_is_refused_and_a_refund_of_a_disputed_charge_too() {
         "{missing:?}"
     );
 
-    // Stripe's charge_disputed reaches the caller as a definitive refusal naming the code; the
-    // same refund of an undisputed charge is made.
+    // Stripe's charge_disputed reaches the caller as its own kind of refusal, the code kept in
+    // its words; the same refund of an undisputed charge is made.
     let pi = charged(&gw, "order-dispute-refund", "pm_card_createDispute").await;
     let refused = gw
         .create_refund(&refund_create(&pi, 100))
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, GatewayError::Rejected { detail, .. } if detail.contains("charge_disputed")),
+        matches!(&refused, GatewayError::ChargeDisputed { detail } if detail.contains("charge_disputed")),
         "{refused:?}"
     );
     let visa = charged(&gw, "order-dispute-visa", "pm_card_visa").await;

@@ -175,6 +175,13 @@ pub enum GatewayError {
     /// done; what Stripe holds must be read back.
     #[error("unexpected payment intent state: {detail}")]
     UnexpectedState { detail: String },
+    /// 400 `charge_disputed`: Stripe refuses to refund a charge its customer's bank disputed
+    /// (a chargeback, not an inquiry). Definitive: nothing was refunded and nothing will be
+    /// under this key while the dispute stands; the merchant answers the dispute instead. Its
+    /// text is a rejection's, as before it had a kind of its own (the code is in `detail`), so
+    /// what logs and traces say of it did not change.
+    #[error("request rejected: {detail}")]
+    ChargeDisputed { detail: String },
     /// Any other 4xx: Stripe refused the request as invalid (unknown customer, detached payment
     /// method, unknown PaymentIntent id, ...). Definitive, but about our data, not the customer's
     /// card, so a person looks at it (see the executor).

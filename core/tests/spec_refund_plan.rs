@@ -263,11 +263,10 @@ fn refund_rows(op: &Operation) -> Vec<RefundRow> {
             says: "new, Stripe refuses it because the charge is disputed (charge_disputed): \
                    failed, the reservation given back, not retried, not a person's",
             found: op.clone(),
-            input: Answer::One(Err(GatewayError::Rejected {
+            input: Answer::One(Err(GatewayError::ChargeDisputed {
                 detail: "HTTP 400 invalid_request_error/charge_disputed: The charge you're \
                          attempting to refund has been charged back."
                     .into(),
-                param: None,
             })),
             now: T0,
             next: Next {

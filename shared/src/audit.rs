@@ -45,7 +45,9 @@ use charge_core::outcome::PaymentIntent;
 use charge_core::refund::StripeRefund;
 use charge_core::stripe_object::StripeObject;
 
-use crate::ports::{AuditLog, AuditStore, IndexQuery, MetricsSink, PaymentGateway, StoreError};
+use crate::ports::{
+    AuditLog, AuditStore, IndexQuery, ListPage, MetricsSink, PaymentGateway, StoreError,
+};
 use crate::telemetry::{emf_line, emf_line_classed, stripe_requests_lines, ErrorChain};
 
 /// The `Function` dimension of the audit's metrics.
@@ -303,53 +305,29 @@ impl Reader<'_, '_> {
     }
 
     async fn list_stripe(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
+        self.list_created(&mut ev.intents).await?;
+        self.list_created(&mut ev.refunds).await?;
+        self.list_created(&mut ev.disputes).await
+    }
+
+    /// Every page of one kind's objects created in the window, each page one request counted,
+    /// the deadline minded before each.
+    async fn list_created<O: ListedByCreation>(
+        &mut self,
+        found: &mut Vec<O>,
+    ) -> Result<(), Stopped> {
         let window = self.run.window;
         let mut after: Option<String> = None;
         loop {
             self.mind_deadline()?;
             self.stripe_calls += 1;
-            let page = self
-                .deps
-                .gateway
-                .list_intents_created(&window, after.as_deref())
-                .await?;
-            ev.intents.extend(page.items);
+            let page = O::list_page(self.deps.gateway, &window, after.as_deref()).await?;
+            found.extend(page.items);
             match page.next {
                 Some(next) => after = Some(next),
-                None => break,
+                None => return Ok(()),
             }
         }
-        let mut after: Option<String> = None;
-        loop {
-            self.mind_deadline()?;
-            self.stripe_calls += 1;
-            let page = self
-                .deps
-                .gateway
-                .list_refunds_created(&window, after.as_deref())
-                .await?;
-            ev.refunds.extend(page.items);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
-            }
-        }
-        let mut after: Option<String> = None;
-        loop {
-            self.mind_deadline()?;
-            self.stripe_calls += 1;
-            let page = self
-                .deps
-                .gateway
-                .list_disputes_created(&window, after.as_deref())
-                .await?;
-            ev.disputes.extend(page.items);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
-            }
-        }
-        Ok(())
     }
 
     async fn settled_records(&mut self, ev: &mut Evidence) -> Result<(), Stopped> {
@@ -554,6 +532,46 @@ impl ReadById for StripeDispute {
 
     async fn retrieve(gateway: &dyn PaymentGateway, id: &Self::Id) -> Result<Self, GatewayError> {
         gateway.retrieve_dispute(id).await
+    }
+}
+
+/// A kind of Stripe object the audit lists by creation time (step 1 of the module docs).
+trait ListedByCreation: Sized {
+    /// One page of the kind created in `window`, after `starting_after`.
+    async fn list_page(
+        gateway: &dyn PaymentGateway,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<Self>, GatewayError>;
+}
+
+impl ListedByCreation for PaymentIntent {
+    async fn list_page(
+        gateway: &dyn PaymentGateway,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<Self>, GatewayError> {
+        gateway.list_intents_created(window, starting_after).await
+    }
+}
+
+impl ListedByCreation for StripeRefund {
+    async fn list_page(
+        gateway: &dyn PaymentGateway,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<Self>, GatewayError> {
+        gateway.list_refunds_created(window, starting_after).await
+    }
+}
+
+impl ListedByCreation for StripeDispute {
+    async fn list_page(
+        gateway: &dyn PaymentGateway,
+        window: &AuditWindow,
+        starting_after: Option<&str>,
+    ) -> Result<ListPage<Self>, GatewayError> {
+        gateway.list_disputes_created(window, starting_after).await
     }
 }
 

@@ -414,9 +414,13 @@ pub async fn read_review(
 /// The open disputes at the end of the tick, for the dashboard: every dispute record of the
 /// unknown index due within the dispute plan's longest wait between reads (an open dispute is
 /// always due within it: its every write sets its next read no later), read page by page while
-/// [`REVIEW_READ_RESERVE`] is left. Its cost is the index pages and records of what is due
-/// within that day (open disputes, and authorizations and unknowns due soon), not of the table.
-/// A dispute in review is counted by `InReview`, not here.
+/// [`REVIEW_READ_RESERVE`] is left ([`UnknownIndex::disputes_due_by`]). Its cost is the index
+/// pages of what is due within that day and the open disputes' records alone: the
+/// authorizations and unknowns due soon are told apart by their entries' sort keys and never
+/// read. It cannot ride on the due work's read, which lists only what is due now: an open
+/// dispute is due at its next read, up to a day away, and the nearest deadline needs its
+/// record's `due_by` (the index projects none). A dispute in review is counted by `InReview`,
+/// not here.
 pub async fn read_disputes(
     deps: &ReconcilerDeps,
     remaining: &(dyn Fn() -> Duration + Send + Sync),
@@ -437,7 +441,7 @@ pub async fn read_disputes(
         let page = deps
             .charge
             .store
-            .query_index(IndexQuery::DueBy(horizon), cursor.take(), deps.page_size)
+            .disputes_due_by(horizon, cursor.take(), deps.page_size)
             .await?;
         for op in &page.operations {
             let Some(state) = op.params.dispute_state() else {

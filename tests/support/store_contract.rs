@@ -2074,7 +2074,8 @@ pub async fn two_deliveries_of_a_dispute_at_once_make_one_record(store: Arc<dyn 
 
 /// A dispute whose amount does not fit beside the order's refunds is refused by the charge's
 /// guard when its reservation was planned on an older read (a refund reserved in between), and
-/// planned again it is recorded without the reservation, in review; its twin, the same dispute
+/// planned again it is recorded without the reservation, never in review (due again as any open
+/// dispute, its reason in `last_error`); its twin, the same dispute
 /// of an order without refunds, is reserved.
 pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved(
     store: Arc<dyn OperationStore>,
@@ -2122,25 +2123,26 @@ pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_res
     ));
     let stored = store.get(&record.key()).await.unwrap().unwrap();
     assert!(!stored.params.dispute_state().unwrap().reserved);
-    // Not sent to review (a record in review is never read again at Stripe): it stays on the
-    // re-read schedule, due like any open dispute, its reason kept in `last_error` (the
-    // finding pages by its own count).
-    assert!(stored.review.is_none());
-    assert!(
-        stored.last_error.as_deref().is_some_and(
-            |e| e.starts_with(charge_core::plan::ReviewClass::DisputeUnreserved.as_str())
-        )
-    );
+    // Never in review (a record there leaves the due index and would never be read again):
+    // its reason kept in last_error, due again as any open dispute.
+    assert!(stored.review.is_none(), "{stored:?}");
+    assert!(stored.last_error.is_some(), "{stored:?}");
     assert_eq!(reserved(&store, &charge).await, 600, "refunds only");
-    let due = stored.next_due_at.expect("an open dispute is due again");
-    let listed = store
-        .query_index(IndexQuery::DueBy(due), None, 100)
+    let listed = |page: charge_once::ports::Page| {
+        page.operations
+            .iter()
+            .any(|op| op.operation_id == stored.operation_id)
+    };
+    let unsettled = store
+        .query_index(IndexQuery::Unsettled, None, 100)
         .await
         .unwrap();
-    assert!(listed
-        .operations
-        .iter()
-        .any(|op| op.operation_id == stored.operation_id));
+    assert!(listed(unsettled), "due again");
+    let in_review = store
+        .query_index(IndexQuery::InReview, None, 100)
+        .await
+        .unwrap();
+    assert!(!listed(in_review), "not in review");
     // The twin: an order without refunds reserves the dispute's amount.
     let twin = succeeded_charge(&store, "contract-dispute-fit-twin", 1000).await;
     let DisputeWrite::Create { record, on_charge } = dispute_write(&store, &twin, &open, T0).await
@@ -2157,6 +2159,60 @@ pub async fn a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_res
     assert_eq!(reserved(&store, &twin).await, 1000);
 }
 
+/// The dispute gauges' read: of the index entries due by a horizon, only the disputes' records,
+/// by pages; the charge's other work due in the same window is in `query_index`'s page (the
+/// twin) and never in this one, and a horizon before the dispute's next read lists nothing.
+pub async fn disputes_due_by_lists_only_the_due_disputes_by_pages(store: Arc<dyn OperationStore>) {
+    use charge_core::dispute::plan::DisputeWrite;
+    let charge = succeeded_charge(&store, "contract-gauge", 1000).await;
+    let open = stripe_dispute("dp_gauge", 1000, "needs_response");
+    let DisputeWrite::Create { record, on_charge } =
+        dispute_write(&store, &charge, &open, T0).await
+    else {
+        panic!("a create")
+    };
+    store
+        .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+        .await
+        .unwrap();
+    let read_at = record.next_due_at.expect("an open dispute is due again");
+    // Three other operations due before the dispute's next read.
+    for i in 0..3u64 {
+        let op = operation(
+            &format!("contract-gauge-{i}"),
+            1000,
+            T0.plus(Duration::from_secs(i)),
+        );
+        store.create_if_absent(&op).await.unwrap();
+    }
+    let horizon = std::cmp::max(read_at, T0.plus(GRACE).plus(Duration::from_secs(60)))
+        .plus(Duration::from_secs(1));
+    let mut listed = Vec::new();
+    let (mut cursor, mut pages) = (None, 0);
+    loop {
+        let page = store.disputes_due_by(horizon, cursor, 2).await.unwrap();
+        pages += 1;
+        assert!(page.unreadable.is_empty());
+        listed.extend(page.operations);
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(pages < 10, "pagination must end");
+    }
+    assert_eq!(listed, vec![*record], "the dispute alone, as stored");
+    assert!(pages >= 2, "four entries due, two a page");
+    let everything = store
+        .query_index(IndexQuery::DueBy(horizon), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(everything.operations.len(), 4, "the twin lists every kind");
+    let before = store
+        .disputes_due_by(read_at.minus(Duration::from_secs(1)), None, 10)
+        .await
+        .unwrap();
+    assert!(before.operations.is_empty(), "{before:?}");
+}
 /// One `#[tokio::test]` per contract case, for the store built by `$make` (an async expression
 /// returning `Arc<dyn OperationStore>`).
 #[macro_export]
@@ -2199,6 +2255,7 @@ macro_rules! store_contract_tests {
             a_dispute_is_created_beside_its_charge_moved_and_settled_once,
             two_deliveries_of_a_dispute_at_once_make_one_record,
             a_dispute_that_does_not_fit_is_recorded_unreserved_and_its_twin_reserved,
+            disputes_due_by_lists_only_the_due_disputes_by_pages,
         );
     };
     (@cases $make:expr; $($case:ident),+ $(,)?) => {

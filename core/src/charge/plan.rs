@@ -411,7 +411,9 @@ pub fn after_create(
         // card failed when our data is wrong (unknown customer, detached payment method), and
         // retrying would be refused the same way: review, with the status left as it was. (A
         // create refused for a PaymentIntent's state cannot happen to a new intent: the same.)
-        GatewayError::Rejected { .. } | GatewayError::UnexpectedState { .. } => {
+        GatewayError::Rejected { .. }
+        | GatewayError::UnexpectedState { .. }
+        | GatewayError::ChargeDisputed { .. } => {
             Decision::review(op.status, err.to_string(), ReviewClass::Rejected, now)
         }
     }
@@ -481,7 +483,9 @@ pub fn after_cancel(
             external_id: Some(id.clone()),
             ..Decision::review(OperationStatus::Unknown, error, ReviewClass::KeyMisuse, now)
         },
-        GatewayError::Rejected { .. } | GatewayError::Declined { .. } => Decision {
+        GatewayError::Rejected { .. }
+        | GatewayError::Declined { .. }
+        | GatewayError::ChargeDisputed { .. } => Decision {
             external_id: Some(id.clone()),
             ..Decision::review(
                 OperationStatus::Unknown,

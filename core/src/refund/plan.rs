@@ -211,7 +211,7 @@ pub fn after_create(
         // `charge_disputed`): nothing was refunded and nothing will be under this key, so the
         // refund settles failed and gives its reservation back; the merchant answers the
         // dispute instead. Not retried, not a person's: it is Stripe's known answer.
-        GatewayError::Rejected { detail, .. } if is_charge_disputed(detail) => {
+        GatewayError::ChargeDisputed { .. } => {
             return RefundDecision {
                 decision: Decision {
                     status: OperationStatus::Failed,
@@ -242,12 +242,6 @@ pub fn after_create(
 /// The `last_error` of a refund Stripe refused because its charge is disputed: Stripe's
 /// error code.
 pub const CHARGE_DISPUTED: &str = "charge_disputed";
-
-/// Stripe's refusal names the `charge_disputed` code (`HTTP 400
-/// invalid_request_error/charge_disputed: …`).
-fn is_charge_disputed(detail: &str) -> bool {
-    detail.contains("/charge_disputed:")
-}
 
 /// After reading the refund whose id we had recorded.
 pub fn after_retrieve(

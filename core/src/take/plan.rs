@@ -122,9 +122,11 @@ pub fn after_act(
         // Refused for what was asked, not for where the intent is: nothing was captured or
         // canceled, the hold is still Stripe's, and the merchant is the one who can act (another
         // amount, or a cancel): the charge is given back.
-        Err(err @ (GatewayError::Rejected { .. } | GatewayError::Declined { .. })) => {
-            given_back(op, &err)
-        }
+        Err(
+            err @ (GatewayError::Rejected { .. }
+            | GatewayError::Declined { .. }
+            | GatewayError::ChargeDisputed { .. }),
+        ) => given_back(op, &err),
         Err(err) => after_error(op, err, ReviewClass::TakeRefused, now, policy),
     }
 }

@@ -598,7 +598,7 @@ impl RefundAudit {
         let class = match e {
             GatewayError::Ambiguous { .. } => "ambiguous",
             GatewayError::RetryLater { .. } => "retry_later",
-            GatewayError::Rejected { .. } => "rejected",
+            GatewayError::Rejected { .. } | GatewayError::ChargeDisputed { .. } => "rejected",
             _ => "other",
         };
         *self

@@ -30,6 +30,8 @@ macro_rules! forward_store {
             -> Result<Page, StoreError>;
         reschedule(req: &Reschedule) -> Result<Recorded, StoreError>;
         count_in_review(cursor: Option<String>, limit: usize) -> Result<ReviewCount, StoreError>;
+        disputes_due_by(horizon: Timestamp, cursor: Option<String>, limit: usize)
+            -> Result<Page, StoreError>;
     }); };
     (@ManualResolutions $ty:ty, $f:tt) => { $crate::forward!($ty, $f, ManualResolutions {
         get_by_operation_id(id: &OperationId) -> Result<Option<Operation>, StoreError>;
@@ -45,12 +47,18 @@ macro_rules! forward_store {
 
 /// Implements the named [`PaymentGateway`](charge_once::ports::PaymentGateway) capabilities for a
 /// wrapper by handing every call to its field, unchanged:
-/// `forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds, StripeDisputes);`. A capability left out
-/// is the wrapper's to implement.
+/// `forward_gateway!(CountingTakes, inner: StripeAccount, StripeRefunds, StripeDisputes);`. A
+/// capability left out is the wrapper's to implement. With `before <method>`, every call first
+/// awaits the wrapper's own `self.<method>()` (a clock moved before each request, say):
+/// `forward_gateway!(ClockSynced, inner, before sync: PaymentIntents, StripeDisputes);`
+/// (`StripeAccount` answers from memory and takes none).
 #[macro_export]
 macro_rules! forward_gateway {
     ($ty:ty, $field:tt: $($cap:ident),+ $(,)?) => {
         $($crate::forward_gateway!(@$cap $ty, $field);)+
+    };
+    ($ty:ty, $field:tt, before $hook:ident: $($cap:ident),+ $(,)?) => {
+        $($crate::forward_gateway!(@$cap $ty, $field, before $hook);)+
     };
     (@StripeAccount $ty:ty, $f:tt) => {
         impl ::charge_once::ports::StripeAccount for $ty {
@@ -62,34 +70,43 @@ macro_rules! forward_gateway {
             }
         }
     };
-    (@PaymentIntents $ty:ty, $f:tt) => { $crate::forward!($ty, $f, PaymentIntents {
-        create(req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
-        retrieve(id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError>;
-        search_by_operation(id: &OperationId) -> Result<Vec<PaymentIntent>, GatewayError>;
-        cancel(req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError>;
-        capture(req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError>;
-    }); };
-    (@StripeRefunds $ty:ty, $f:tt) => { $crate::forward!($ty, $f, StripeRefunds {
-        create_refund(req: &CreateRefund) -> Result<StripeRefund, GatewayError>;
-        retrieve_refund(id: &StripeRefundId) -> Result<StripeRefund, GatewayError>;
-        list_refunds(pi: &PaymentIntentId) -> Result<Vec<StripeRefund>, GatewayError>;
-    }); };
-    (@StripeDisputes $ty:ty, $f:tt) => { $crate::forward!($ty, $f, StripeDisputes {
-        retrieve_dispute(id: &DisputeId) -> Result<StripeDispute, GatewayError>;
-        list_disputes(pi: &PaymentIntentId) -> Result<Vec<StripeDispute>, GatewayError>;
-    }); };
-    (@CreatedLists $ty:ty, $f:tt) => { $crate::forward!($ty, $f, CreatedLists {
-        list_intents_created(w: &AuditWindow, after: Option<&str>)
-            -> Result<ListPage<PaymentIntent>, GatewayError>;
-        list_refunds_created(w: &AuditWindow, after: Option<&str>)
-            -> Result<ListPage<StripeRefund>, GatewayError>;
-        list_disputes_created(w: &AuditWindow, after: Option<&str>)
-            -> Result<ListPage<StripeDispute>, GatewayError>;
-    }); };
+    (@PaymentIntents $ty:ty, $f:tt $(, before $hook:ident)?) => {
+        $crate::forward!($ty, $f, $(before $hook,)? PaymentIntents {
+            create(req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError>;
+            retrieve(id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError>;
+            search_by_operation(id: &OperationId) -> Result<Vec<PaymentIntent>, GatewayError>;
+            cancel(req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError>;
+            capture(req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError>;
+        });
+    };
+    (@StripeRefunds $ty:ty, $f:tt $(, before $hook:ident)?) => {
+        $crate::forward!($ty, $f, $(before $hook,)? StripeRefunds {
+            create_refund(req: &CreateRefund) -> Result<StripeRefund, GatewayError>;
+            retrieve_refund(id: &StripeRefundId) -> Result<StripeRefund, GatewayError>;
+            list_refunds(pi: &PaymentIntentId) -> Result<Vec<StripeRefund>, GatewayError>;
+        });
+    };
+    (@StripeDisputes $ty:ty, $f:tt $(, before $hook:ident)?) => {
+        $crate::forward!($ty, $f, $(before $hook,)? StripeDisputes {
+            retrieve_dispute(id: &DisputeId) -> Result<StripeDispute, GatewayError>;
+            list_disputes(pi: &PaymentIntentId) -> Result<Vec<StripeDispute>, GatewayError>;
+        });
+    };
+    (@CreatedLists $ty:ty, $f:tt $(, before $hook:ident)?) => {
+        $crate::forward!($ty, $f, $(before $hook,)? CreatedLists {
+            list_intents_created(w: &AuditWindow, after: Option<&str>)
+                -> Result<ListPage<PaymentIntent>, GatewayError>;
+            list_refunds_created(w: &AuditWindow, after: Option<&str>)
+                -> Result<ListPage<StripeRefund>, GatewayError>;
+            list_disputes_created(w: &AuditWindow, after: Option<&str>)
+                -> Result<ListPage<StripeDispute>, GatewayError>;
+        });
+    };
 }
 
-/// One capability's impl for `$ty`: each method calls the same method of `self.$f`. The types
-/// are named as the ports and the rules name them, in a block of their own.
+/// One capability's impl for `$ty`: each method calls the same method of `self.$f` (after
+/// `self.$hook()` when given). The types are named as the ports and the rules name them, in a
+/// block of their own.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! forward {
@@ -97,20 +114,7 @@ macro_rules! forward {
         // Each capability names a few of these types; the block imports them all.
         #[allow(unused_imports)]
         const _: () = {
-            use ::charge_core::audit::AuditWindow;
-            use ::charge_core::dispute::StripeDispute;
-            use ::charge_core::domain::{
-                DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId,
-            };
-            use ::charge_core::operation::{Operation, OperationKey};
-            use ::charge_core::outcome::{GatewayError, PaymentIntent};
-            use ::charge_core::refund::StripeRefund;
-            use ::charge_core::store::{
-                Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
-                OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
-            };
-            use ::charge_core::store_rules::{ChargeClaim, CreatedBeside};
-            use ::charge_once::ports::*;
+            $crate::forward!(@uses);
 
             #[::async_trait::async_trait]
             impl $cap for $ty {
@@ -119,5 +123,38 @@ macro_rules! forward {
                 })+
             }
         };
+    };
+    ($ty:ty, $f:tt, before $hook:ident, $cap:ident {
+        $($m:ident($($a:ident: $t:ty),*) -> $r:ty;)+
+    }) => {
+        #[allow(unused_imports)]
+        const _: () = {
+            $crate::forward!(@uses);
+
+            #[::async_trait::async_trait]
+            impl $cap for $ty {
+                $(async fn $m(&self, $($a: $t),*) -> $r {
+                    self.$hook().await;
+                    $cap::$m(&*self.$f, $($a),*).await
+                })+
+            }
+        };
+    };
+    (@uses) => {
+        use ::charge_core::audit::AuditWindow;
+        use ::charge_core::dispute::StripeDispute;
+        use ::charge_core::domain::{
+            DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId,
+        };
+        use ::charge_core::operation::{Operation, OperationKey};
+        use ::charge_core::outcome::{GatewayError, PaymentIntent};
+        use ::charge_core::refund::StripeRefund;
+        use ::charge_core::store::{
+            Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
+            OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
+        };
+        use ::charge_core::store_rules::{ChargeClaim, CreatedBeside};
+        use ::charge_core::time::Timestamp;
+        use ::charge_once::ports::*;
     };
 }

@@ -550,110 +550,13 @@ impl ClockSynced {
 }
 
 crate::forward_gateway!(ClockSynced, inner: StripeAccount);
-
-#[async_trait]
-impl PaymentIntents for ClockSynced {
-    async fn create(&self, req: &CreatePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.create(req).await
-    }
-
-    async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.retrieve(id).await
-    }
-
-    async fn search_by_operation(
-        &self,
-        operation_id: &OperationId,
-    ) -> Result<Vec<PaymentIntent>, GatewayError> {
-        self.sync().await;
-        self.inner.search_by_operation(operation_id).await
-    }
-
-    async fn cancel(&self, req: &CancelPaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.cancel(req).await
-    }
-
-    async fn capture(&self, req: &CapturePaymentIntent) -> Result<PaymentIntent, GatewayError> {
-        self.sync().await;
-        self.inner.capture(req).await
-    }
-}
-
-#[async_trait]
-impl StripeRefunds for ClockSynced {
-    async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
-        self.sync().await;
-        self.inner.create_refund(req).await
-    }
-
-    async fn retrieve_refund(&self, id: &StripeRefundId) -> Result<StripeRefund, GatewayError> {
-        self.sync().await;
-        self.inner.retrieve_refund(id).await
-    }
-
-    async fn list_refunds(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeRefund>, GatewayError> {
-        self.sync().await;
-        self.inner.list_refunds(payment_intent).await
-    }
-}
-
-#[async_trait]
-impl StripeDisputes for ClockSynced {
-    async fn retrieve_dispute(&self, id: &DisputeId) -> Result<StripeDispute, GatewayError> {
-        self.sync().await;
-        self.inner.retrieve_dispute(id).await
-    }
-
-    async fn list_disputes(
-        &self,
-        payment_intent: &PaymentIntentId,
-    ) -> Result<Vec<StripeDispute>, GatewayError> {
-        self.sync().await;
-        self.inner.list_disputes(payment_intent).await
-    }
-}
-
-#[async_trait]
-impl CreatedLists for ClockSynced {
-    async fn list_intents_created(
-        &self,
-        window: &AuditWindow,
-        starting_after: Option<&str>,
-    ) -> Result<ListPage<PaymentIntent>, GatewayError> {
-        self.sync().await;
-        self.inner
-            .list_intents_created(window, starting_after)
-            .await
-    }
-
-    async fn list_refunds_created(
-        &self,
-        window: &AuditWindow,
-        starting_after: Option<&str>,
-    ) -> Result<ListPage<StripeRefund>, GatewayError> {
-        self.sync().await;
-        self.inner
-            .list_refunds_created(window, starting_after)
-            .await
-    }
-
-    async fn list_disputes_created(
-        &self,
-        window: &AuditWindow,
-        starting_after: Option<&str>,
-    ) -> Result<ListPage<StripeDispute>, GatewayError> {
-        self.sync().await;
-        self.inner
-            .list_disputes_created(window, starting_after)
-            .await
-    }
-}
+crate::forward_gateway!(
+    ClockSynced, inner, before sync:
+    PaymentIntents,
+    StripeRefunds,
+    StripeDisputes,
+    CreatedLists,
+);
 
 #[cfg(test)]
 mod tests {
@@ -713,7 +616,7 @@ mod tests {
 
         let refused = g.create_refund(&refund_create(&pi, 100)).await;
         assert!(
-            matches!(&refused, Err(GatewayError::Rejected { detail, .. }) if detail.contains("charge_disputed")),
+            matches!(&refused, Err(GatewayError::ChargeDisputed { detail }) if detail.contains("charge_disputed")),
             "{refused:?}"
         );
         let visa = order("ord-undisputed").amount(1000).build();

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::capacity::{Api, Limiter};
-use crate::engine::{CreatedRange, Engine, Idem, Refusal, RequestCounts, Saved};
+use crate::engine::{Engine, Idem, Refusal, RequestCounts, Saved};
 use crate::faults::{Endpoint, FaultKind};
 use crate::pi::CreateParams;
 use crate::refund::RefundParams;
@@ -29,6 +29,7 @@ use crate::wire::{parse_search_query, ApiError};
 use crate::StripeSim;
 
 mod disputes;
+mod list_query;
 mod refunds;
 pub(crate) use disputes::{
     close as close_dispute, list as list_disputes, retrieve as retrieve_dispute,
@@ -715,48 +716,18 @@ pub(crate) fn list_intents(sim: &StripeSim, query: &str) -> Reply {
     if let Some(r) = gate_as(sim, Api::Retrieve, Endpoint::Read, |c| c.list += 1) {
         return r;
     }
-    let mut created = CreatedRange::default();
-    let mut limit = refunds::DEFAULT_LIMIT;
-    let mut starting_after = None;
-    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
-        let known = match k.as_str() {
-            "starting_after" => {
-                starting_after = Some(v);
-                Ok(true)
-            }
-            "limit" => match v.parse::<usize>() {
-                Ok(n) if (1..=refunds::MAX_LIMIT).contains(&n) => {
-                    limit = n;
-                    Ok(true)
-                }
-                _ => Err(ApiError::invalid(
-                    "parameter_invalid_integer",
-                    "limit",
-                    format!(
-                        "Invalid limit: must be an integer from 1 to {}",
-                        refunds::MAX_LIMIT
-                    ),
-                )),
-            },
-            _ if k.starts_with("expand") => Ok(true),
-            _ => created.narrow(&k, &v),
-        };
-        match known {
-            Ok(true) => {}
-            Ok(false) => {
-                return Reply::error(&ApiError::invalid(
-                    "parameter_unknown",
-                    &k,
-                    format!("Received unknown parameter: {k} (stripe-sim lists PaymentIntents by created, limit and starting_after)"),
-                ))
-            }
-            Err(e) => return Reply::error(&e),
-        }
-    }
+    let q = match list_query::parse(
+        query,
+        "stripe-sim lists PaymentIntents by created, limit and starting_after",
+        |_, _| false,
+    ) {
+        Ok(q) => q,
+        Err(e) => return Reply::error(&e),
+    };
     let now = sim.now_ms();
     let page = sim
         .engine()
-        .list_intents(created, limit, starting_after.as_deref(), now);
+        .list_intents(q.created, q.limit, q.starting_after.as_deref(), now);
     match page {
         Ok(page) => Reply::text(
             200,

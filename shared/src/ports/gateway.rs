@@ -204,7 +204,8 @@ pub trait PaymentIntents: Send + Sync {
 #[async_trait]
 pub trait StripeRefunds: Send + Sync {
     /// Creates a refund (`POST /v1/refunds`) with the refund key: a lost answer re-sent under the
-    /// same key replays the first.
+    /// same key replays the first. A refund of a charge under a chargeback is refused as
+    /// [`GatewayError::ChargeDisputed`] (Stripe's `charge_disputed`), by every gateway.
     async fn create_refund(&self, req: &CreateRefund) -> Result<StripeRefund, GatewayError> {
         let _ = req;
         Err(refunds_not_supported("refund creates"))

@@ -273,6 +273,33 @@ pub trait UnknownIndex: Send + Sync {
             next: page.next,
         })
     }
+
+    /// The dispute records among the index entries due by `horizon`, page by page (up to `limit`
+    /// entries of every kind per page, so a page may hold no dispute and still have a next):
+    /// the entries are told apart by their sort key, and only the disputes' records are read,
+    /// so the authorizations and unknowns due within the horizon cost their index entries and
+    /// no record read (the reconciler's dispute gauges). The default filters
+    /// [`query_index`](Self::query_index)'s page, for the in-memory stores.
+    async fn disputes_due_by(
+        &self,
+        horizon: Timestamp,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let mut page = self
+            .query_index(IndexQuery::DueBy(horizon), cursor, limit)
+            .await?;
+        page.operations
+            .retain(|op| matches!(op.kind, OperationKind::Dispute(_)));
+        page.unreadable.retain(|r| is_dispute_key(&r.key));
+        Ok(page)
+    }
+}
+
+/// Whether an unreadable record's key (`<order id>/<sort key>`) is a dispute's.
+fn is_dispute_key(key: &str) -> bool {
+    key.rsplit_once('/')
+        .is_some_and(|(_, sk)| matches!(OperationKind::parse(sk), Ok(OperationKind::Dispute(_))))
 }
 
 /// The operator's (`chargectl`): find unsettled work by its operation id, settle it by hand.

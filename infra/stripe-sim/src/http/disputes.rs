@@ -8,10 +8,10 @@ use bytes::Bytes;
 use hyper::Method;
 
 use super::gate_as;
-use super::refunds::{DEFAULT_LIMIT, MAX_LIMIT};
+use super::list_query::{self, ListQuery};
 use crate::capacity::Api;
 use crate::dispute::{self, DisputeUpdate};
-use crate::engine::{CreatedRange, DisputeFilter};
+use crate::engine::DisputeFilter;
 use crate::faults::Endpoint;
 use crate::reply::Reply;
 use crate::wire::ApiError;
@@ -101,50 +101,22 @@ pub(crate) fn close(sim: &StripeSim, id: &str, form: &[(String, String)]) -> Rep
     }
 }
 
-struct ListQuery {
-    filter: DisputeFilter,
-    created: CreatedRange,
-    limit: usize,
-    starting_after: Option<String>,
-}
-
-fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
-    let mut q = ListQuery {
-        filter: DisputeFilter::All,
-        created: CreatedRange::default(),
-        limit: DEFAULT_LIMIT,
-        starting_after: None,
-    };
-    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
-        match k.as_str() {
-            "payment_intent" => q.filter = DisputeFilter::PaymentIntent(v),
-            "charge" => q.filter = DisputeFilter::Charge(v),
-            "starting_after" => q.starting_after = Some(v),
-            "limit" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "parameter_invalid_integer",
-                            "limit",
-                            format!("Invalid limit: must be an integer from 1 to {MAX_LIMIT}"),
-                        )
-                    })?
-            }
-            _ if k.starts_with("expand") => {}
-            _ if q.created.narrow(&k, &v)? => {}
-            _ => {
-                return Err(ApiError::invalid(
-                    "parameter_unknown",
-                    &k,
-                    format!("Received unknown parameter: {k} (stripe-sim lists disputes by payment_intent, charge, created, limit and starting_after)"),
-                ))
-            }
-        }
-    }
-    Ok(q)
+/// The parameters of `GET /v1/disputes`: the common ones and `payment_intent` or `charge`.
+fn parse_list(query: &str) -> Result<(ListQuery, DisputeFilter), ApiError> {
+    let mut filter = DisputeFilter::All;
+    let q = list_query::parse(
+        query,
+        "stripe-sim lists disputes by payment_intent, charge, created, limit and starting_after",
+        |k, v| {
+            filter = match k {
+                "payment_intent" => DisputeFilter::PaymentIntent(v),
+                "charge" => DisputeFilter::Charge(v),
+                _ => return false,
+            };
+            true
+        },
+    )?;
+    Ok((q, filter))
 }
 
 /// `GET /v1/disputes?payment_intent=…|charge=…&created[gte]=…&limit=…&starting_after=…`: newest
@@ -153,13 +125,13 @@ pub(crate) fn list(sim: &StripeSim, query: &str) -> Reply {
     if let Some(r) = read_gate(sim) {
         return r;
     }
-    let q = match parse_list(query) {
+    let (q, filter) = match parse_list(query) {
         Ok(q) => q,
         Err(e) => return Reply::error(&e),
     };
     let now = sim.now_ms();
     let page = sim.engine().list_disputes(
-        &q.filter,
+        &filter,
         q.created,
         q.limit,
         q.starting_after.as_deref(),

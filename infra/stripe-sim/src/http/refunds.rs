@@ -10,21 +10,17 @@ use bytes::Bytes;
 use hyper::header::HeaderMap;
 use hyper::Method;
 
+use super::list_query::{self, ListQuery};
 use super::{
     begin_keyed, commit_cancel, create_exec, gate_as, idempotency_key, DropConnection, Executing,
     Job,
 };
 use crate::capacity::Api;
-use crate::engine::CreatedRange;
 use crate::faults::Endpoint;
 use crate::refund::{self, RefundParams};
 use crate::reply::Reply;
 use crate::wire::ApiError;
 use crate::StripeSim;
-
-/// Stripe's default and largest page of a list.
-pub(super) const DEFAULT_LIMIT: usize = 10;
-pub(super) const MAX_LIMIT: usize = 100;
 
 /// The refund routes; `None` for any other path.
 pub(super) async fn route(
@@ -151,50 +147,21 @@ pub(crate) fn retrieve(sim: &StripeSim, id: &str) -> Reply {
     }
 }
 
-/// The parameters of `GET /v1/refunds`.
-struct ListQuery {
-    payment_intent: Option<String>,
-    created: CreatedRange,
-    limit: usize,
-    starting_after: Option<String>,
-}
-
-fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
-    let mut q = ListQuery {
-        payment_intent: None,
-        created: CreatedRange::default(),
-        limit: DEFAULT_LIMIT,
-        starting_after: None,
-    };
-    for (k, v) in form_urlencoded::parse(query.as_bytes()).into_owned() {
-        match k.as_str() {
-            "payment_intent" => q.payment_intent = Some(v),
-            "starting_after" => q.starting_after = Some(v),
-            "limit" => {
-                q.limit = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_LIMIT).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            "parameter_invalid_integer",
-                            "limit",
-                            format!("Invalid limit: must be an integer from 1 to {MAX_LIMIT}"),
-                        )
-                    })?
+/// The parameters of `GET /v1/refunds`: the common ones and `payment_intent`.
+fn parse_list(query: &str) -> Result<(ListQuery, Option<String>), ApiError> {
+    let mut payment_intent = None;
+    let q = list_query::parse(
+        query,
+        "stripe-sim lists by payment_intent, created, limit and starting_after",
+        |k, v| match k {
+            "payment_intent" => {
+                payment_intent = Some(v);
+                true
             }
-            _ if k.starts_with("expand") => {}
-            _ if q.created.narrow(&k, &v)? => {}
-            _ => {
-                return Err(ApiError::invalid(
-                    "parameter_unknown",
-                    &k,
-                    format!("Received unknown parameter: {k} (stripe-sim lists by payment_intent, created, limit and starting_after)"),
-                ))
-            }
-        }
-    }
-    Ok(q)
+            _ => false,
+        },
+    )?;
+    Ok((q, payment_intent))
 }
 
 /// `GET /v1/refunds?payment_intent=…&created[gte]=…&limit=…&starting_after=…`: newest first, current (lists
@@ -203,13 +170,13 @@ pub(crate) fn list(sim: &StripeSim, query: &str) -> Reply {
     if let Some(r) = read_gate(sim) {
         return r;
     }
-    let q = match parse_list(query) {
+    let (q, payment_intent) = match parse_list(query) {
         Ok(q) => q,
         Err(e) => return Reply::error(&e),
     };
     let now = sim.now_ms();
     let page = sim.engine().list_refunds(
-        q.payment_intent.as_deref(),
+        payment_intent.as_deref(),
         q.created,
         q.limit,
         q.starting_after.as_deref(),

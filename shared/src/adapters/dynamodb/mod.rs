@@ -293,6 +293,36 @@ impl DynamoStore {
     /// chunks of 100), in the entries' order. An entry whose record is gone or no longer sits at
     /// that place in the index (settled, due at another time, moved to or from REVIEW) is left
     /// out: it changed after the index answered, and the next read finds it where it is now.
+    /// One page of the unknown index's entries as the index holds them, each with its
+    /// partition: up to `limit` from each unfinished partition, merged (see `paging`), and the
+    /// cursor of the next page.
+    async fn index_entries(
+        &self,
+        query: IndexQuery,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<(String, IndexPosition)>, Option<String>), StoreError> {
+        let limit = limit.clamp(1, 1000);
+        let (shards, due_by): (Vec<String>, Option<i64>) = match query {
+            IndexQuery::DueBy(now) => (due_shards().collect(), Some(now.as_millis())),
+            IndexQuery::Unsettled => (due_shards().collect(), None),
+            IndexQuery::InReview => (vec![REVIEW_SHARD.to_owned()], None),
+        };
+        let cursor = IndexCursor::decode(cursor.as_deref(), shards.len())?;
+        let mut pages = vec![ShardPage::finished(); shards.len()];
+        for (i, after) in cursor.unfinished() {
+            pages[i] = self.query_shard(&shards[i], due_by, after, limit).await?;
+        }
+        let merged = paging::merge(cursor, pages, limit);
+        let next = merged.next.encode()?;
+        let entries = merged
+            .entries
+            .into_iter()
+            .map(|(i, entry)| (shards[i].clone(), entry))
+            .collect();
+        Ok((entries, next))
+    }
+
     async fn records_of(
         &self,
         keys: schema::IndexKeys,
@@ -805,25 +835,28 @@ impl UnknownIndex for DynamoStore {
         cursor: Option<String>,
         limit: usize,
     ) -> Result<Page, StoreError> {
-        let limit = limit.clamp(1, 1000);
-        let (shards, due_by): (Vec<String>, Option<i64>) = match query {
-            IndexQuery::DueBy(now) => (due_shards().collect(), Some(now.as_millis())),
-            IndexQuery::Unsettled => (due_shards().collect(), None),
-            IndexQuery::InReview => (vec![REVIEW_SHARD.to_owned()], None),
-        };
-        let cursor = IndexCursor::decode(cursor.as_deref(), shards.len())?;
-        // Up to `limit` from each unfinished partition, merged (see `paging`).
-        let mut pages = vec![ShardPage::finished(); shards.len()];
-        for (i, after) in cursor.unfinished() {
-            pages[i] = self.query_shard(&shards[i], due_by, after, limit).await?;
-        }
-        let merged = paging::merge(cursor, pages, limit);
-        let next = merged.next.encode()?;
-        let entries: Vec<(String, IndexPosition)> = merged
-            .entries
-            .into_iter()
-            .map(|(i, entry)| (shards[i].clone(), entry))
-            .collect();
+        let (entries, next) = self.index_entries(query, cursor, limit).await?;
+        let (operations, unreadable) = self.records_of(schema::UNKNOWN_KEYS, &entries).await?;
+        Ok(Page {
+            operations,
+            unreadable,
+            next,
+        })
+    }
+
+    /// The index entries alone (keys, due time, the projected status) tell a dispute by its sort
+    /// key: only those records are read (no BatchGetItem when none is listed).
+    async fn disputes_due_by(
+        &self,
+        horizon: Timestamp,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let (mut entries, next) = self
+            .index_entries(IndexQuery::DueBy(horizon), cursor, limit)
+            .await?;
+        entries
+            .retain(|(_, e)| matches!(OperationKind::parse(&e.sk), Ok(OperationKind::Dispute(_))));
         let (operations, unreadable) = self.records_of(schema::UNKNOWN_KEYS, &entries).await?;
         Ok(Page {
             operations,

@@ -708,6 +708,9 @@ fn classify(answer: Answer, key: &SecretKey) -> Result<(Vec<u8>, bool), GatewayE
         400 if code == "payment_intent_unexpected_state" => {
             GatewayError::UnexpectedState { detail }
         }
+        // A refund of a charged-back charge: Stripe's known answer, read by its code here so
+        // nothing downstream reads the words.
+        400 if code == "charge_disputed" => GatewayError::ChargeDisputed { detail },
         409 if code == "idempotency_key_in_use" => GatewayError::RetryLater {
             cause: RetryCause::KeyInUse,
             detail,
@@ -1240,6 +1243,23 @@ mod tests {
                 r#"{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"You cannot cancel this PaymentIntent because it has a status of succeeded."}}"#
             ),
             GatewayError::UnexpectedState { ref detail } if detail.contains("status of succeeded")
+        ));
+        // Stripe's refusal of a refund of a charged-back charge, as its error body reads (the
+        // code documented under "Error codes"): its own kind, read by the code, never the words.
+        assert!(matches!(
+            err(
+                400,
+                r#"{"error":{"code":"charge_disputed","doc_url":"https://stripe.com/docs/error-codes/charge-disputed","message":"Charge ch_1 has been charged back; cannot issue a refund.","request_log_url":"https://dashboard.stripe.com/test/logs/req_1","type":"invalid_request_error"}}"#
+            ),
+            GatewayError::ChargeDisputed { ref detail } if detail.contains("charge_disputed")
+        ));
+        // The same words under another code are not it: an ordinary refusal, a person's.
+        assert!(matches!(
+            err(
+                400,
+                r#"{"error":{"code":"charge_already_refunded","message":"Charge ch_1 has been charged back; cannot issue a refund.","type":"invalid_request_error"}}"#
+            ),
+            GatewayError::Rejected { .. }
         ));
         assert!(matches!(
             err(500, r#"{"error":{"type":"api_error"}}"#),

@@ -93,12 +93,11 @@ impl State {
                 && d.status != DisputeStatus::Won
         });
         if blocked {
-            return Err(GatewayError::Rejected {
+            return Err(GatewayError::ChargeDisputed {
                 detail: format!(
                     "400 invalid_request_error/charge_disputed: the charge of {pi} has been \
                      charged back"
                 ),
-                param: None,
             });
         }
         Ok(())
