@@ -8,12 +8,15 @@
 //! - `over_returned_at_stripe`: an order whose refunds at Stripe (`amount_refunded`) and the
 //!   disputes it lost add up to more than it was charged;
 //! - `over_returned_in_records`: an order whose charge record reserves more than it was charged,
-//!   or whose refund records that are not `failed` and lost dispute records add up to more;
+//!   or whose refund records that are not `failed` and lost dispute records add up to more, or
+//!   to more than the charge reserves (a lost dispute recorded reserved whose money the charge
+//!   does not hold: the next refund the store accepts pays the customer twice);
 //! - `unpaged_deadlines`: a dispute that reached its `due_by` needing a response with no page
 //!   before it: the reconciler never read it inside its page window, or read it there only in
 //!   ticks that counted fewer `DisputeDeadlineNear` pages than such reads;
-//! - `missing_events`: a settled dispute record whose outcome event (`DisputeLost`,
-//!   `DisputeWon`, `DisputeClosed`) was never published.
+//! - `missing_events`: a dispute record with a step whose outcome event was never published:
+//!   `DisputeOpened` (first written open), `DisputeFundsWithdrawn` (first written as an open
+//!   inquiry, a chargeback at Stripe now), `DisputeLost`/`DisputeWon`/`DisputeClosed` (settled).
 //!
 //! Stripe-sim closes a dispute nobody answered at its `due_by` exactly, so no read finds one
 //! still needing a response past it: `DisputeDeadlinePassed` is counted, not judged.
@@ -56,6 +59,9 @@ pub struct DisputeReport {
     /// Reads that had to page beyond the pages their tick counted (their disputes count as not
     /// paged by that read).
     pub pages_short: u64,
+    /// Forged dispute events delivered (the `forged_event` fault: a status the dispute never
+    /// takes); recorded as they say, they would show as `mismatches`.
+    pub forged_events: u64,
     /// Disputes that reached `due_by` needing a response (their deadline had to page).
     pub reached_due_by: u64,
     /// Disputes recorded without their reservation (their amount did not fit the order's
@@ -124,10 +130,11 @@ impl DisputeReport {
         );
         let _ = writeln!(
             s,
-            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} recorded too late: left to the audit), {} unreserved, {} reads had to page, pages near {} passed {} ({} short)",
+            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed, {} forged events; reconciler reads {}, {} reached due_by ({} recorded too late: left to the audit), {} unreserved, {} reads had to page, pages near {} passed {} ({} short)",
             self.answers,
             self.answers_refused,
             self.refunds_refused_disputed,
+            self.forged_events,
             self.reconciler_reads,
             self.reached_due_by,
             self.recorded_too_late,
