@@ -9,8 +9,8 @@
 //! - `won`: winning evidence submitted (Stripe reviews it, then `won`: the funds reinstated);
 //! - `lost`: losing evidence submitted (`lost` after the review);
 //! - `accepted`: the merchant accepts it (close: `lost` at once);
-//! - `unanswered`: nobody answers; Stripe closes it `lost` at `due_by` (its deadline must page
-//!   first: `unpaged deadlines`);
+//! - `unanswered`: nobody answers; Stripe closes it `lost` 2 days after `due_by` (its deadline
+//!   must page before `due_by`, and again past it while it is open: `unpaged deadlines`);
 //! - `inquiry`: an inquiry (`warning_needs_response`, no funds withdrawn), half of them closed by
 //!   the merchant, the others left to `due_by` (`warning_closed` either way).
 //!

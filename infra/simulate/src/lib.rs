@@ -1851,6 +1851,7 @@ async fn judge_disputes(
     d.reconciler_reads = watch.reads.load(Ordering::Relaxed);
     d.reconciler_reads_refused = watch.refused.load(Ordering::Relaxed);
     d.had_to_page = watch.had_to_page.load(Ordering::Relaxed);
+    d.had_to_page_passed = watch.had_to_page_passed.load(Ordering::Relaxed);
     d.paged_near = watch.paged_near.load(Ordering::Relaxed);
     d.paged_passed = watch.paged_passed.load(Ordering::Relaxed);
     d.pages_short = watch.deficit.load(Ordering::Relaxed);
@@ -1910,11 +1911,16 @@ async fn judge_disputes(
             let found_late = record
                 .as_ref()
                 .is_some_and(|r| r.created_at.as_millis() >= at_stripe.due_by_ms - window);
+            // Past `due_by`, still needing a response until Stripe closed it: paged passed.
+            let passed = watch.first_passed(&opened.dispute_id).is_some();
             if !near && found_late {
                 d.recorded_too_late += 1;
             } else if !near {
                 d.unpaged_deadlines += 1;
                 broke(&mut first, "unpaged deadline", &order_id);
+            } else if !passed {
+                d.unpaged_deadlines += 1;
+                broke(&mut first, "unpaged deadline (passed)", &order_id);
             }
         }
         // A dispute recorded without its reservation (it did not fit beside the order's

@@ -318,7 +318,10 @@ fn the_dispute_variants_twin_holds_with_its_deadlines_paged() {
             .unwrap();
         assert!(report.invariants_hold, "seed {seed}: {}", report.render());
         let d = &report.disputes;
-        assert!(d.reached_due_by > 0 && d.paged_near > 0, "{d:?}");
+        assert!(
+            d.reached_due_by > 0 && d.paged_near > 0 && d.paged_passed > 0,
+            "{d:?}"
+        );
         assert_eq!((d.pages_short, d.reconciler_reads_refused), (0, 0), "{d:?}");
         assert!(d.reconciler_reads > 0, "{d:?}");
     }
