@@ -278,8 +278,9 @@ pub struct SimulateArgs {
 
     /// The share of orders the customer's bank disputes at Stripe once charged (won, lost,
     /// accepted, never answered, inquiries; some asked a refund while the dispute is open; after
-    /// the order's refunds, the dispute takes what they left); 0 (the default): none. Stripe in
-    /// this process only (the person answers through the simulator directly).
+    /// the order's refunds, the dispute takes what they left); 0: none. Stripe in this process
+    /// only (the person answers through the simulator directly); the load model
+    /// (`--arrival-rate`) asks none.
     #[arg(long = "disputes", value_name = "RATE", default_value_t = dispute_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub dispute_rate: f64,
 

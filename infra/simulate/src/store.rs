@@ -544,7 +544,7 @@ struct Table {
     disputes_first_inquiry: FxHashSet<OperationId>,
     /// Audit: writes that changed a settled record's status or PaymentIntent. Must stay 0.
     settled_changes: u64,
-    /// When each operation first went `unknown` (virtual ms), until it settles.
+    /// When each operation (not a dispute) first went `unknown` (virtual ms), until it settles.
     unknown_since: FxHashMap<OperationId, i64>,
     /// For each operation that went `unknown` and later settled: how long that took (ms).
     settle_times_ms: Vec<(OperationId, i64)>,
@@ -756,7 +756,11 @@ impl Table {
         }
         let (id, now) = (after.operation_id, after.updated_at.as_millis());
         match after.status {
-            charge_core::operation::OperationStatus::Unknown => {
+            // A dispute is `unknown` while Stripe holds it open (days, its outcome the bank's):
+            // not an outcome of ours we lost, so not in the time to settle.
+            charge_core::operation::OperationStatus::Unknown
+                if after.params.dispute_state().is_none() =>
+            {
                 self.unknown_since.entry(id).or_insert(now);
             }
             s if s.is_settled() && !before.status.is_settled() => {

@@ -37,8 +37,10 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         // more stale writes each.
         args.faults = vec![(Kind::ConcurrentInvocation, 0.1)];
     }
-    if mutation.is_some_and(is_about_disputes) {
-        args.dispute_rate = simulate::dispute_asks::TEST_RATE;
+    // The dispute variants with disputes (the default share), the others without (caught as
+    // before disputes were on by default, the audit expecting nothing of disputes).
+    if !mutation.is_some_and(is_about_disputes) {
+        args.dispute_rate = 0.0;
     }
     if mutation == Some(Mutation::NoDisputeWatch) {
         // What only the watch tells: no events source, so nothing else hears of a dispute.
@@ -334,6 +336,7 @@ fn trusting_the_event_payload_is_caught_by_forged_settles_with_webhooks_too() {
         let mut args = SimulateArgs::new(BOUND, seed, Backend::Memory);
         args.mutation = Some(Mutation::TrustEventPayload);
         args.events = simulate::EventsSource::Webhook;
+        args.dispute_rate = 0.0;
         let report = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
