@@ -213,7 +213,8 @@ fn of_type<'a>(events: &'a [(String, Value)], kind: &str) -> Vec<&'a Value> {
 /// function → the record (Stripe's status, amount, due_by; the charge reserving it) →
 /// `DisputeOpened` published → the refund door's 409 `disputed` with nothing written (the
 /// inquiry's refund accepted beside it) → `DisputeDeadlineNear` paged inside the page window on
-/// the simulator's clock → unanswered past `due_by`, stripe-sim closes it lost and the tick
+/// the simulator's clock → unanswered past `due_by`, `DisputeDeadlinePassed` paged while Stripe
+/// keeps it open → stripe-sim closes it lost and the tick
 /// settles it `succeeded` (the amount kept), `DisputeLost` published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disputed_order_is_recorded_published_refused_a_refund_and_paged_before_its_deadline() {
@@ -382,11 +383,34 @@ async fn a_disputed_order_is_recorded_published_refused_a_refund_and_paged_befor
         OperationStatus::Unknown
     );
 
-    // Past due_by unanswered: stripe-sim closed the chargeback lost (the inquiry closed); the
-    // tick reads them and settles both. Closed, neither needs a response any more, so
-    // DisputeDeadlinePassed stays 0: stripe-sim closes a dispute at its due_by, leaving no
-    // moment where it is past due and still open.
+    // Past due_by unanswered: Stripe keeps both open until the network decides (stripe-sim 2
+    // days, `CLOSES_AFTER_DUE_MS`), still needing a response: the tick at due_by (Near's next
+    // read) reads both and pages each passed, settling neither.
+    let passed = |s: &Stack| {
+        s.metrics
+            .sum("DisputeDeadlinePassed", &[("Function", "reconciler")])
+    };
     s.clock().set(due_by.plus(Duration::from_secs(120)));
+    let report = s.tick().await.unwrap();
+    assert_eq!(
+        (
+            report.disputes_read,
+            report.settled,
+            report.dispute_deadline_passed
+        ),
+        (2, 0, 2),
+        "{report:?}"
+    );
+    assert_eq!(passed(s), 2.0, "DisputeDeadlinePassed counted");
+    // Then stripe-sim closes the chargeback lost (the inquiry closed); the next daily read
+    // settles both. Closed, neither needs a response: no page.
+    s.clock().set(
+        due_by
+            .plus(Duration::from_millis(
+                stripe_sim::CLOSES_AFTER_DUE_MS as u64,
+            ))
+            .plus(Duration::from_secs(120)),
+    );
     let report = s.tick().await.unwrap();
     assert_eq!(
         (
@@ -397,6 +421,7 @@ async fn a_disputed_order_is_recorded_published_refused_a_refund_and_paged_befor
         (2, 2, 0),
         "{report:?}"
     );
+    assert_eq!(passed(s), 2.0, "no more pages once closed");
     let lost = get(s, &dispute_key(DISPUTED, &dp)).await;
     assert_eq!(
         (

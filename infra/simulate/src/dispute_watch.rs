@@ -7,7 +7,9 @@
 //! whether that read had to page by the template's window (72 h). The driver compares, tick by
 //! tick, the reads that had to page with the tick's `DisputeDeadlineNear` ([`Watch::tick_ends`]):
 //! a tick that paged fewer is a deficit, and a dispute that reached `due_by` needing a response
-//! with no such read before it was never paged.
+//! with no such read before it was never paged. The same for `DisputeDeadlinePassed`: a read at
+//! or past `due_by` of a dispute still needing a response (Stripe closes one nobody answered
+//! some time after its `due_by`, stripe-sim 2 days) must be paged passed.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,9 +32,15 @@ pub struct Watch {
     near: Mutex<BTreeMap<String, i64>>,
     /// Reads this tick that had to page Near: the dispute, when.
     this_tick: Mutex<Vec<(String, i64)>>,
+    /// The same for `DisputeDeadlinePassed`: per dispute, the first read past `due_by` needing
+    /// a response in a tick whose Passed pages covered it; and this tick's such reads.
+    passed: Mutex<BTreeMap<String, i64>>,
+    this_tick_passed: Mutex<Vec<(String, i64)>>,
     /// Reads that had to page Near, in all; the pages the ticks counted; and the ticks' deficit
     /// (fewer pages than reads that had to page).
     pub had_to_page: AtomicU64,
+    /// Reads that had to page Passed.
+    pub had_to_page_passed: AtomicU64,
     pub paged_near: AtomicU64,
     pub paged_passed: AtomicU64,
     pub deficit: AtomicU64,
@@ -49,42 +57,57 @@ impl Watch {
             return;
         };
         let opens = due_by - window.as_millis() as i64;
-        if dispute.status.needs_response() && due_by > 0 && (opens..due_by).contains(&now_ms) {
-            self.had_to_page.fetch_add(1, Ordering::Relaxed);
-            self.this_tick
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((dispute.id.as_str().to_owned(), now_ms));
-        }
-    }
-
-    /// A tick ended, having counted `near` and `passed` pages.
-    /// A tick ended, having counted `near` and `passed` pages: the reads that had to page count
-    /// as paged when the tick's pages cover them all, none of them otherwise.
-    pub fn tick_ends(&self, near: u64, passed: u64) {
-        let had_to = std::mem::take(&mut *self.this_tick.lock().unwrap_or_else(|p| p.into_inner()));
-        self.paged_near.fetch_add(near, Ordering::Relaxed);
-        self.paged_passed.fetch_add(passed, Ordering::Relaxed);
-        let short = (had_to.len() as u64).saturating_sub(near);
-        self.deficit.fetch_add(short, Ordering::Relaxed);
-        if short > 0 {
+        if !dispute.status.needs_response() || due_by <= 0 {
             return;
         }
-        let mut paged = self.near.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, at) in had_to {
-            paged.entry(id).or_insert(at);
+        let (count, tick) = if (opens..due_by).contains(&now_ms) {
+            (&self.had_to_page, &self.this_tick)
+        } else if now_ms >= due_by {
+            (&self.had_to_page_passed, &self.this_tick_passed)
+        } else {
+            return;
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        lock(tick).push((dispute.id.as_str().to_owned(), now_ms));
+    }
+
+    /// A tick ended, having counted `near` and `passed` pages: the reads that had to page count
+    /// as paged when the tick's pages of their kind cover them all, none of them otherwise.
+    pub fn tick_ends(&self, near: u64, passed: u64) {
+        self.paged_near.fetch_add(near, Ordering::Relaxed);
+        self.paged_passed.fetch_add(passed, Ordering::Relaxed);
+        for (pages, tick, paged) in [
+            (near, &self.this_tick, &self.near),
+            (passed, &self.this_tick_passed, &self.passed),
+        ] {
+            let had_to = std::mem::take(&mut *lock(tick));
+            let short = (had_to.len() as u64).saturating_sub(pages);
+            self.deficit.fetch_add(short, Ordering::Relaxed);
+            if short > 0 {
+                continue;
+            }
+            let mut paged = lock(paged);
+            for (id, at) in had_to {
+                paged.entry(id).or_insert(at);
+            }
         }
     }
 
     /// When the reconciler first read dispute `id` inside its page window, needing a response,
     /// in a tick that paged it.
     pub fn first_near(&self, id: &str) -> Option<i64> {
-        self.near
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .copied()
+        lock(&self.near).get(id).copied()
     }
+
+    /// When the reconciler first read dispute `id` past its `due_by`, still needing a response,
+    /// in a tick that paged it passed.
+    pub fn first_passed(&self, id: &str) -> Option<i64> {
+        lock(&self.passed).get(id).copied()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The reconciler's gateway, its dispute reads noted in [`Watch`] at the run's true time.

@@ -1116,13 +1116,15 @@ impl Pipeline {
         } else {
             Duration::ZERO
         };
-        // With disputes, past the response window of the last one opened (its `due_by`, where
-        // Stripe closes one nobody answered) and the daily read after it.
+        // With disputes, past the response window of the last one opened (its `due_by`), the
+        // delay after which Stripe closes one nobody answered, and the daily read after it.
         let holds = match self.stripe.local_sim() {
-            Some(sim) if self.dispute_rate > 0.0 => holds.max(
-                Duration::from_millis(sim.dispute_timing().response_window_ms.max(0) as u64)
-                    + charge_core::dispute::deadline::RECHECK,
-            ),
+            Some(sim) if self.dispute_rate > 0.0 => holds.max({
+                let timing = sim.dispute_timing();
+                Duration::from_millis(
+                    (timing.response_window_ms.max(0) + timing.closes_after_due_ms.max(0)) as u64,
+                ) + charge_core::dispute::deadline::RECHECK
+            }),
             _ => holds,
         };
         self.clock

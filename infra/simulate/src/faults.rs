@@ -95,7 +95,10 @@ pub enum Kind {
     /// Beside a real Stripe event, a validly delivered one (signed with the endpoint's secret, or
     /// in a proper EventBridge envelope) naming a state Stripe does not hold: `canceled` for a
     /// PaymentIntent that succeeded, `succeeded` for one declined, or for one Stripe never
-    /// created. It must move nothing (`forged_settles`) and page (`event_mismatches`).
+    /// created. It must move nothing (`forged_settles`) and page (`event_mismatches`). Beside a
+    /// dispute event, a `charge.dispute.closed` naming a status the dispute never takes: the
+    /// dispute retrieved at Stripe, it records nothing Stripe does not hold (`dispute
+    /// mismatches`).
     ForgedEvent,
     /// The order's record is stored in the shape release 2026-11-29 wrote (no `requested_by`):
     /// the simulation's store keeps it as a DynamoDB item and reads it only through the real

@@ -278,8 +278,9 @@ pub struct SimulateArgs {
 
     /// The share of orders the customer's bank disputes at Stripe once charged (won, lost,
     /// accepted, never answered, inquiries; some asked a refund while the dispute is open; after
-    /// the order's refunds, the dispute takes what they left); 0 (the default): none. Stripe in
-    /// this process only (the person answers through the simulator directly).
+    /// the order's refunds, the dispute takes what they left); 0: none. Stripe in this process
+    /// only (the person answers through the simulator directly); the load model
+    /// (`--arrival-rate`) asks none.
     #[arg(long = "disputes", value_name = "RATE", default_value_t = dispute_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub dispute_rate: f64,
 
@@ -863,6 +864,9 @@ impl Backing {
         if args.mutation == Some(Mutation::RelayLosesOutcomes) {
             store.lose_every_nth_outcome(50);
         }
+        if args.mutation == Some(Mutation::NoDisputeEvents) {
+            store.lose_dispute_outcomes();
+        }
         store.faults = Some(faults.clone());
         store.trace = Some(trace.clone());
         store.reserve(capacity_for(args.orders));
@@ -1063,7 +1067,10 @@ fn wire(
     ));
     let charge = EngineDeps {
         store: Arc::new(auth_watch::PageWatch {
-            inner: refund_store_bug(args, world, ports.store.clone(), false)?,
+            inner: dispute_store_bug(
+                args,
+                refund_store_bug(args, world, ports.store.clone(), false)?,
+            ),
             pages: world.pages.clone(),
         }),
         gateway: Arc::new(auth_watch::CountingTakes {
@@ -1149,6 +1156,20 @@ fn door_store(args: &SimulateArgs, store: Arc<dyn OperationStore>) -> Arc<dyn Op
     }
 }
 
+/// The engine's `store` with its dispute writes leaving the charge alone if the run simulates
+/// `dispute-unreserved-refund`.
+fn dispute_store_bug(
+    args: &SimulateArgs,
+    store: Arc<dyn OperationStore>,
+) -> Arc<dyn OperationStore> {
+    match args.mutation {
+        Some(mutations::Mutation::DisputeUnreservedRefund) => {
+            Arc::new(mutations::DisputeLeavesCharge(store))
+        }
+        _ => store,
+    }
+}
+
 /// `store` with the refund mutation that lives at the door's store (`door`) or the charge
 /// function's, if the run simulates one.
 fn refund_store_bug(
@@ -1198,6 +1219,7 @@ fn events_function(
         delivery_faults,
         faults: world.faults.clone(),
         trust_payload: args.mutation == Some(mutations::Mutation::TrustEventPayload),
+        trust_dispute_payload: args.mutation == Some(mutations::Mutation::TrustDisputeEvent),
         metrics: dashboard::taped(
             Arc::new(charge_once::telemetry::DiscardMetrics),
             &world.tape,
@@ -1261,8 +1283,11 @@ fn reconciler_deps(
         page_size: 100,
         charge_throughput: pacing.budget().charge_throughput(),
         // The template's default watch; the `no-refund-watch` mutation leaves it out.
-        dispute_watch: Some(DisputeWatchDeps {
-            cursor: ports.world.backing.dispute_cursor.clone(),
+        // The template's default watch; the `no-dispute-watch` mutation leaves it out.
+        dispute_watch: (args.mutation != Some(Mutation::NoDisputeWatch)).then(|| {
+            DisputeWatchDeps {
+                cursor: ports.world.backing.dispute_cursor.clone(),
+            }
         }),
         refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
             watch: RefundWatch::DEFAULT,
@@ -1827,9 +1852,14 @@ async fn judge_disputes(
     d.reconciler_reads = watch.reads.load(Ordering::Relaxed);
     d.reconciler_reads_refused = watch.refused.load(Ordering::Relaxed);
     d.had_to_page = watch.had_to_page.load(Ordering::Relaxed);
+    d.had_to_page_passed = watch.had_to_page_passed.load(Ordering::Relaxed);
     d.paged_near = watch.paged_near.load(Ordering::Relaxed);
     d.paged_passed = watch.paged_passed.load(Ordering::Relaxed);
     d.pages_short = watch.deficit.load(Ordering::Relaxed);
+    d.forged_events = pipeline
+        .webhooks
+        .as_ref()
+        .map_or(0, |w| w.forged().disputes);
     let Some(sim) = world.stripe.local_sim() else {
         return Ok(None);
     };
@@ -1882,11 +1912,16 @@ async fn judge_disputes(
             let found_late = record
                 .as_ref()
                 .is_some_and(|r| r.created_at.as_millis() >= at_stripe.due_by_ms - window);
+            // Past `due_by`, still needing a response until Stripe closed it: paged passed.
+            let passed = watch.first_passed(&opened.dispute_id).is_some();
             if !near && found_late {
                 d.recorded_too_late += 1;
             } else if !near {
                 d.unpaged_deadlines += 1;
                 broke(&mut first, "unpaged deadline", &order_id);
+            } else if !passed {
+                d.unpaged_deadlines += 1;
+                broke(&mut first, "unpaged deadline (passed)", &order_id);
             }
         }
         // A dispute recorded without its reservation (it did not fit beside the order's
@@ -1922,18 +1957,24 @@ async fn judge_disputes(
             d.mismatches += 1;
             broke(&mut first, "dispute mismatch", &order_id);
         }
-        if record.status.is_settled() {
-            let published = world
-                .backing
-                .sim_store
-                .as_ref()
-                .map(|s| s.published(&record.operation_id));
-            let outcome = if record.status == OperationStatus::Succeeded {
-                charge_core::outbox::Outcome::Succeeded
-            } else {
-                charge_core::outbox::Outcome::Failed
+        // Every step's event: opened (first recorded open), funds withdrawn (an inquiry
+        // recorded open that Stripe turned into a chargeback), and its end once settled.
+        if let Some(sim_store) = world.backing.sim_store.as_ref() {
+            use charge_core::outbox::Outcome;
+            let published = sim_store.published(&record.operation_id);
+            let (first_open, first_inquiry) = sim_store.dispute_first_written(&record.operation_id);
+            let withdrew = !at_stripe.status.starts_with("warning_");
+            let ended = match record.status {
+                OperationStatus::Succeeded => Some(Outcome::Succeeded),
+                OperationStatus::Failed => Some(Outcome::Failed),
+                _ => None,
             };
-            if published.is_some_and(|p| !p.contains(outcome)) {
+            let due = [
+                first_open.then_some(Outcome::DisputeOpened),
+                (first_inquiry && withdrew).then_some(Outcome::DisputeFundsWithdrawn),
+                ended,
+            ];
+            if due.into_iter().flatten().any(|o| !published.contains(o)) {
                 d.missing_events += 1;
                 broke(&mut first, "missing dispute event", &order_id);
             }
@@ -1970,10 +2011,19 @@ async fn judge_disputes(
                 }
             }
         }
+        // A lost dispute recorded without its reservation (it did not fit: flagged
+        // `dispute_unreserved`) is returned money the charge does not hold, by design.
+        let mut held = returned;
         if record.status == OperationStatus::Succeeded {
             returned += amount.unwrap_or(0);
+            if state.is_some_and(|s| s.reserved) {
+                held += amount.unwrap_or(0);
+            }
         }
-        if reserved > opened.charged || returned > opened.charged {
+        // Past what was taken, or past what the charge's reservation holds: the store's
+        // `refunded + disputed ≤ taken` no longer guards that money, and the next refund the
+        // door accepts pays the customer a second time.
+        if reserved > opened.charged || returned > opened.charged || held > reserved {
             d.over_returned_in_records += 1;
             broke(&mut first, "over-returned in records", &order_id);
         }

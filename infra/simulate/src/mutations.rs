@@ -90,10 +90,25 @@ pub enum Mutation {
     /// The reconciler never reads an open dispute again at Stripe (its reads refused): a dispute
     /// whose closing events were lost stays open in our records.
     NoDisputeReread,
+    /// A dispute's write leaves its charge alone ([`DisputeLeavesCharge`]): no reservation of
+    /// the disputed amount, no mark of the open dispute, so the refund door's `409 disputed`
+    /// never answers and the store's `refunded + disputed ≤ taken` no longer holds the money
+    /// the bank took.
+    DisputeUnreservedRefund,
+    /// The outcome relay drops every dispute's outcome events (`DisputeOpened`,
+    /// `DisputeFundsWithdrawn`, `DisputeLost`, `DisputeWon`, `DisputeClosed`): the order
+    /// service never hears of a dispute.
+    NoDisputeEvents,
+    /// The events function records a dispute from the event's payload without retrieving it at
+    /// Stripe ([`TrustDisputePayload`]): a stale or forged payload is recorded as Stripe's word.
+    TrustDisputeEvent,
+    /// The reconciler's dispute watch left out: with no events source, nothing records a
+    /// dispute.
+    NoDisputeWatch,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -115,6 +130,10 @@ impl Mutation {
         Mutation::NoRefundWatch,
         Mutation::NoDisputePage,
         Mutation::NoDisputeReread,
+        Mutation::DisputeUnreservedRefund,
+        Mutation::NoDisputeEvents,
+        Mutation::TrustDisputeEvent,
+        Mutation::NoDisputeWatch,
     ];
 
     pub fn name(&self) -> String {
@@ -683,3 +702,118 @@ impl OperationCreates for TakesNotFenced {
 }
 
 impl SettledRecords for TakesNotFenced {}
+
+/// `dispute-unreserved-refund`: a dispute's write that leaves its charge alone, as a dispute
+/// record written on its own would: the charge's side of the write ([`DisputeOnCharge`]) keeps
+/// only its fence on the charge read, without the reservation of the disputed amount, its give
+/// back, or the mark of the open dispute. The door then reads the charge as undisputed (no
+/// `409 disputed`) and the store's `refund_reserved ≤ taken` no longer counts what the bank
+/// took: a lost dispute's money is not held against the order's refunds.
+///
+/// [`DisputeOnCharge`]: charge_core::store::DisputeOnCharge
+pub struct DisputeLeavesCharge(pub Arc<dyn OperationStore>);
+
+impl DisputeLeavesCharge {
+    fn unclaimed(on: &charge_core::store::DisputeOnCharge) -> charge_core::store::DisputeOnCharge {
+        charge_core::store::DisputeOnCharge {
+            mark: charge_core::store::DisputeMark::Keep,
+            reserve: None,
+            give_back: None,
+            ..on.clone()
+        }
+    }
+}
+
+crate::forward_store!(
+    DisputeLeavesCharge, 0:
+    OperationReads,
+    OperationLeases,
+    UnknownIndex,
+    ManualResolutions,
+    SettledRecords,
+);
+
+#[async_trait]
+impl OperationCreates for DisputeLeavesCharge {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.0.create_if_absent(op).await
+    }
+    async fn create_beside(
+        &self,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        match claim {
+            ChargeClaim::Dispute(on) => {
+                let on = Self::unclaimed(on);
+                self.0.create_beside(op, ChargeClaim::Dispute(&on)).await
+            }
+            claim => self.0.create_beside(op, claim).await,
+        }
+    }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        let mut req = req.clone();
+        req.on_charge = req.on_charge.as_ref().map(Self::unclaimed);
+        self.0.record_dispute(&req).await
+    }
+}
+
+/// The dispute the event being delivered carries (set by the simulation's events source
+/// around each delivery), for [`TrustDisputePayload`].
+#[derive(Default)]
+pub struct ClaimedDispute(Mutex<Option<charge_core::dispute::StripeDispute>>);
+
+impl ClaimedDispute {
+    pub fn set(&self, dispute: Option<charge_core::dispute::StripeDispute>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = dispute;
+    }
+
+    fn get(
+        &self,
+        id: &charge_core::domain::DisputeId,
+    ) -> Option<charge_core::dispute::StripeDispute> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|d| d.id == *id)
+    }
+}
+
+/// The events function's Stripe with `trust-dispute-event`: asked for the dispute the event
+/// names, it answers with the event's own copy instead of retrieving it at Stripe, so a stale
+/// or forged payload is recorded as Stripe's word.
+pub struct TrustDisputePayload {
+    pub inner: Arc<dyn PaymentGateway>,
+    pub claimed: Arc<ClaimedDispute>,
+}
+
+crate::forward_gateway!(
+    TrustDisputePayload, inner:
+    StripeAccount,
+    PaymentIntents,
+    StripeRefunds,
+    CreatedLists,
+);
+
+#[async_trait]
+impl charge_once::ports::StripeDisputes for TrustDisputePayload {
+    async fn retrieve_dispute(
+        &self,
+        id: &charge_core::domain::DisputeId,
+    ) -> Result<charge_core::dispute::StripeDispute, GatewayError> {
+        match self.claimed.get(id) {
+            Some(dispute) => Ok(dispute),
+            None => self.inner.retrieve_dispute(id).await,
+        }
+    }
+    async fn list_disputes(
+        &self,
+        payment_intent: &PaymentIntentId,
+    ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
+        self.inner.list_disputes(payment_intent).await
+    }
+}

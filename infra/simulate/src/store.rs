@@ -536,9 +536,15 @@ struct Table {
     lose_every: u64,
     /// Outcomes offered to the relay, published or not.
     offered: u64,
+    /// Lose every dispute's outcome (the `no-dispute-events` mutation).
+    lose_disputes: bool,
+    /// Dispute records first written open (`DisputeOpened` due), and those first written as an
+    /// open inquiry: what the judge expects each dispute to have published.
+    disputes_first_open: FxHashSet<OperationId>,
+    disputes_first_inquiry: FxHashSet<OperationId>,
     /// Audit: writes that changed a settled record's status or PaymentIntent. Must stay 0.
     settled_changes: u64,
-    /// When each operation first went `unknown` (virtual ms), until it settles.
+    /// When each operation (not a dispute) first went `unknown` (virtual ms), until it settles.
     unknown_since: FxHashMap<OperationId, i64>,
     /// For each operation that went `unknown` and later settled: how long that took (ms).
     settle_times_ms: Vec<(OperationId, i64)>,
@@ -750,7 +756,11 @@ impl Table {
         }
         let (id, now) = (after.operation_id, after.updated_at.as_millis());
         match after.status {
-            charge_core::operation::OperationStatus::Unknown => {
+            // A dispute is `unknown` while Stripe holds it open (days, its outcome the bank's):
+            // not an outcome of ours we lost, so not in the time to settle.
+            charge_core::operation::OperationStatus::Unknown
+                if after.params.dispute_state().is_none() =>
+            {
                 self.unknown_since.entry(id).or_insert(now);
             }
             s if s.is_settled() && !before.status.is_settled() => {
@@ -770,21 +780,37 @@ impl Table {
         }
         let at = self.store(after.clone());
         self.index(at);
-        self.publish(event);
+        self.publish(event, after.params.dispute_state().is_some());
         debug_assert_eq!(&self.slots[at].key, key);
         after
     }
 
     /// The stream record of one committed write, after the relay's decision ([`outcome_change`]:
     /// `outcome_of`'s, without building the event).
-    fn publish(&mut self, event: Option<(OperationId, Outcome)>) {
+    fn publish(&mut self, event: Option<(OperationId, Outcome)>, dispute: bool) {
         if let Some((operation_id, outcome)) = event {
             self.offered += 1;
             if self.lose_every > 0 && self.offered % self.lose_every == 0 {
                 return;
             }
+            if self.lose_disputes && dispute {
+                return;
+            }
             self.outcome_events += 1;
             self.published_mut(operation_id).insert(outcome);
+        }
+    }
+
+    /// A dispute record as first written: open (its `DisputeOpened` due), and an open inquiry
+    /// (its `DisputeFundsWithdrawn` due if it later withdraws funds).
+    fn note_first_dispute(&mut self, op: &Operation) {
+        if let Some(state) = op.params.dispute_state() {
+            if !op.status.is_settled() {
+                self.disputes_first_open.insert(op.operation_id);
+                if !charge_core::dispute::plan::funds_withdrawn(&state.status) {
+                    self.disputes_first_inquiry.insert(op.operation_id);
+                }
+            }
         }
     }
 
@@ -980,6 +1006,20 @@ impl SimStore {
     /// The `relay-loses-outcomes` mutation: every `n`th outcome is acknowledged, not published.
     pub fn lose_every_nth_outcome(&self, n: u64) {
         self.lock().lose_every = n;
+    }
+
+    /// The `no-dispute-events` mutation: every dispute's outcome is acknowledged, not published.
+    pub fn lose_dispute_outcomes(&self) {
+        self.lock().lose_disputes = true;
+    }
+
+    /// Whether the dispute record `operation_id` was first written open, and as an open inquiry.
+    pub fn dispute_first_written(&self, operation_id: &OperationId) -> (bool, bool) {
+        let t = self.lock();
+        (
+            t.disputes_first_open.contains(operation_id),
+            t.disputes_first_inquiry.contains(operation_id),
+        )
     }
 
     /// The outcomes published for an operation (empty if none).
@@ -1369,7 +1409,8 @@ impl OperationCreates for SimStore {
         t.by_operation_id.insert(op.operation_id, at32);
         t.index(at);
         let event = outcome_change(before.as_ref(), op).map(|o| (op.operation_id, o));
-        t.publish(event);
+        t.note_first_dispute(op);
+        t.publish(event, op.params.dispute_state().is_some());
         self.after_put(&mut t, op);
         Ok(Created::New(op.clone()))
     }
@@ -1414,7 +1455,8 @@ impl OperationCreates for SimStore {
         t.by_operation_id.insert(op.operation_id, at32);
         t.index(at);
         let event = outcome_change(None, op).map(|o| (op.operation_id, o));
-        t.publish(event);
+        t.note_first_dispute(op);
+        t.publish(event, op.params.dispute_state().is_some());
         self.after_put(&mut t, op);
         Ok(created)
     }

@@ -431,6 +431,7 @@ impl SimStripe {
                         "delay_ms": timing.delay_ms,
                         "response_window_ms": timing.response_window_ms,
                         "review_ms": timing.review_ms,
+                        "closes_after_due_ms": timing.closes_after_due_ms,
                     }),
                 )
                 .await?;

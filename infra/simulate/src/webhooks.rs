@@ -16,7 +16,10 @@
 //! for a PaymentIntent id Stripe never created (the only forgery beside a declined intent's event:
 //! its customer may still pay it, and we cancel it, so either final state may come true). None
 //! can ever become true, so an honest events
-//! function must never move a record on one ([`Forged`] counts what it did).
+//! function must never move a record on one ([`Forged`] counts what it did). Beside a dispute
+//! event, a `charge.dispute.closed` naming a status the dispute never takes
+//! ([`Webhooks::forge_dispute`]): the function retrieves the dispute and records what Stripe
+//! holds; the dispute judge's `mismatches` is the check.
 //!
 //! The events function gets the same faulty store and gateway as the charge function, wrapped
 //! to count what it does: its DynamoDB reads and writes, its Stripe retrieves, and its creates and
@@ -56,7 +59,7 @@ use serde_json::Value;
 use stripe_sim::{Delivery, DeliveryMode, StripeSim, WebhookConfig, WebhookFaults};
 
 use crate::faults::{Faults, Kind};
-use crate::mutations::{Claimed, TrustEventPayload};
+use crate::mutations::{Claimed, ClaimedDispute, TrustDisputePayload, TrustEventPayload};
 use crate::trace::Trace;
 
 /// The endpoint secret of the simulated webhook endpoint.
@@ -242,6 +245,8 @@ pub struct Setup {
     pub faults: Arc<Faults>,
     /// The `trust-event-payload` mutation: the function's `retrieve` answers with the payload.
     pub trust_payload: bool,
+    /// The `trust-dispute-event` mutation: its `retrieve_dispute` answers with the payload.
+    pub trust_dispute_payload: bool,
     /// Where the function's metrics go (nowhere, or the dashboard's tape).
     pub metrics: Arc<dyn charge_once::ports::MetricsSink>,
 }
@@ -263,6 +268,11 @@ pub struct Forged {
     pub moved: BTreeSet<String>,
     /// Every answer to a forged delivery, by outcome label.
     pub outcomes: BTreeMap<String, u64>,
+    /// Forged dispute events made (a status the dispute never takes: `warning_closed` for a
+    /// chargeback, `won` for an inquiry). Not tallied above: a dispute event names no order, and
+    /// the honest function records what it retrieves at Stripe, which may rightly move a
+    /// record behind Stripe; the dispute judge's `mismatches` is their check.
+    pub disputes: u64,
 }
 
 /// The function applied the event: the record moved (an `Applied` reception's labels).
@@ -322,6 +332,8 @@ pub struct Webhooks {
     forged: Mutex<Forged>,
     /// `trust-event-payload`: the PaymentIntent the delivery in hand carries.
     claimed: Option<Arc<Claimed>>,
+    /// `trust-dispute-event`: the dispute the delivery in hand carries.
+    claimed_dispute: Option<Arc<ClaimedDispute>>,
     trace: Arc<Trace>,
 }
 
@@ -409,6 +421,16 @@ impl Webhooks {
             }),
             None => ports.gateway.clone(),
         };
+        let claimed_dispute = setup
+            .trust_dispute_payload
+            .then(|| Arc::new(ClaimedDispute::default()));
+        let gateway: Arc<dyn PaymentGateway> = match &claimed_dispute {
+            Some(claimed) => Arc::new(TrustDisputePayload {
+                inner: gateway,
+                claimed: claimed.clone(),
+            }),
+            None => gateway,
+        };
         let clock = ports.clock.clone();
         let webhook = setup.mode == DeliveryMode::Webhook;
         let ports = EngineDeps { gateway, ..ports };
@@ -429,6 +451,7 @@ impl Webhooks {
             failed_refunds_told: Mutex::new(BTreeMap::new()),
             forged: Mutex::new(Forged::default()),
             claimed,
+            claimed_dispute,
             trace,
         })
     }
@@ -474,7 +497,12 @@ impl Webhooks {
         for d in due {
             // Read once: the event for the forger, and (EventBridge) the invocation's payload.
             let read = Read::of(&d);
-            if d.attempt == 1 && !d.injected {
+            if d.attempt == 1 && !d.injected && is_dispute_event(&d.event_type) {
+                if let Some(forged) = self.forge_dispute(&d) {
+                    let forged_read = Read::of(&forged);
+                    self.deliver(forged, forged_read).await;
+                }
+            } else if d.attempt == 1 && !d.injected {
                 if let Some(forged) = read.event().and_then(|event| self.forge(&d, event)) {
                     let forged_read = Read::of(&forged);
                     self.deliver(forged, forged_read).await;
@@ -553,6 +581,47 @@ impl Webhooks {
         self.sim.inject_event(&event)
     }
 
+    /// A forged dispute event beside the dispute event `d` delivers, when the `forged_event`
+    /// fault fires for it: the dispute as Stripe sent it, its status one it never takes (a
+    /// chargeback `warning_closed`; an inquiry `won`: the simulation's inquiries close as
+    /// `warning_closed`, never escalated), under `charge.dispute.closed`. The honest function
+    /// retrieves the dispute and records what Stripe holds; one that trusts the payload settles
+    /// it as the forgery says (`dispute mismatches`).
+    fn forge_dispute(&self, d: &Delivery) -> Option<Delivery> {
+        let real = event_json(d);
+        let dispute = &real["data"]["object"];
+        let status = dispute["status"].as_str()?;
+        let claimed = if status.starts_with("warning_") {
+            "won"
+        } else {
+            "warning_closed"
+        };
+        if !self.faults.roll(Kind::ForgedEvent) {
+            return None;
+        }
+        let n = {
+            let mut forged = lock(&self.forged);
+            forged.disputes += 1;
+            forged.injected + forged.disputes
+        };
+        let mut event = real.clone();
+        event["id"] = Value::from(format!("evt_ForgedDp{n:012}"));
+        event["type"] = Value::from("charge.dispute.closed");
+        event["data"]["object"]["status"] = Value::from(claimed);
+        event["data"]["object"]["is_charge_refundable"] = Value::from(claimed == "won");
+        let intent = dispute["payment_intent"].as_str().unwrap_or("");
+        self.trace.event(
+            intent,
+            "fault",
+            format_args!(
+                "forged_event: charge.dispute.closed {} for {} {claimed} (Stripe holds {status})",
+                event["id"].as_str().unwrap_or(""),
+                dispute["id"].as_str().unwrap_or(""),
+            ),
+        );
+        self.sim.inject_event(&event)
+    }
+
     /// One delivery from the engine (`read`: its body, read), to the function the way its mode
     /// goes.
     async fn deliver(&self, d: Delivery, read: Read) {
@@ -591,7 +660,7 @@ impl Webhooks {
                 d.event_type, d.event_id, d.attempt
             ),
         );
-        if d.injected {
+        if d.injected && !is_dispute_event(&d.event_type) {
             let body: Value = match &resp.body {
                 Some(Body::Text(t)) => serde_json::from_str(t).unwrap_or(Value::Null),
                 _ => Value::Null,
@@ -628,7 +697,9 @@ impl Webhooks {
             }
             .to_owned(),
         );
-        if inv.forged {
+        if inv.forged && is_dispute_event(&inv.event_type) {
+            // Judged by the dispute judge (see [`Forged::disputes`]).
+        } else if inv.forged {
             self.tally_forged(&inv.order, &outcome);
         } else if ok || inv.attempt > LAMBDA_ASYNC_RETRIES {
             if let Some(refund) = failed_refund_of(&inv.envelope) {
@@ -669,6 +740,16 @@ impl Webhooks {
     /// Sets (or, with `None`, clears) what `trust-event-payload`'s `retrieve` answers with: the
     /// PaymentIntent the event in hand (its delivery's body, sent in that mode) carries.
     fn claim(&self, delivery: Option<(&str, DeliveryMode)>) {
+        if let Some(claimed) = &self.claimed_dispute {
+            let dispute = delivery
+                .map(|(body, mode)| parse_in(body, mode))
+                .filter(|e| e["type"].as_str().is_some_and(is_dispute_event))
+                .and_then(|e| serde_json::to_vec(&e["data"]["object"]).ok())
+                .and_then(|body| {
+                    charge_once::adapters::stripe::disputes::parse_dispute(&body).ok()
+                });
+            claimed.set(dispute);
+        }
         if let Some(claimed) = &self.claimed {
             let pi = delivery
                 .map(|(body, mode)| parse_in(body, mode))
@@ -816,6 +897,11 @@ fn failed_refund_of(envelope: &str) -> Option<String> {
 
 /// The whole Stripe event a delivery carries, parsed: the body itself (webhook) or the
 /// envelope's `detail` (EventBridge), as [`Delivery::event`] reads it (`null` if not JSON).
+/// A `charge.dispute.*` event.
+fn is_dispute_event(event_type: &str) -> bool {
+    event_type.starts_with("charge.dispute.")
+}
+
 fn event_json(d: &Delivery) -> Value {
     parse_in(&d.body, d.mode)
 }

@@ -4,7 +4,10 @@
 //! build holds every invariant on the same seeds. The refund variants (a refund deduplicated on
 //! its amount, what is left taken from Stripe, a refund under its charge's key, a failed refund
 //! keeping its reservation, no refund watch) are each caught by the refund invariant they break;
-//! the dispute variants (no deadline page, no re-read of open disputes) by `unpaged deadlines`; the authorization
+//! the dispute variants by the dispute invariant each breaks (no deadline page and no re-read of
+//! open disputes: `unpaged deadlines`; a dispute's write leaving its charge alone: `over-returned
+//! in records`; no dispute outcome events: `missing dispute events`; the event's dispute trusted:
+//! `dispute mismatches`; no dispute watch without events: `disputes unrecorded`); the authorization
 //! variants (a capture settled by sending it again instead of reading the intent, a capture and a
 //! cancel not fenced against each other, a deadline read from the creation time) by the
 //! authorization invariant they break.
@@ -34,11 +37,14 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         // more stale writes each.
         args.faults = vec![(Kind::ConcurrentInvocation, 0.1)];
     }
-    if matches!(
-        mutation,
-        Some(Mutation::NoDisputePage | Mutation::NoDisputeReread)
-    ) {
-        args.dispute_rate = simulate::dispute_asks::TEST_RATE;
+    // The dispute variants with disputes (the default share), the others without (caught as
+    // before disputes were on by default, the audit expecting nothing of disputes).
+    if !mutation.is_some_and(is_about_disputes) {
+        args.dispute_rate = 0.0;
+    }
+    if mutation == Some(Mutation::NoDisputeWatch) {
+        // What only the watch tells: no events source, so nothing else hears of a dispute.
+        args.events = simulate::EventsSource::None;
     }
     if mutation == Some(Mutation::NoRefundWatch) {
         // What only the watch tells: no events, and banks returning refunds three days after
@@ -51,6 +57,18 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         .unwrap()
         .block_on(simulate(&args))
         .unwrap()
+}
+
+fn is_about_disputes(m: Mutation) -> bool {
+    matches!(
+        m,
+        Mutation::NoDisputePage
+            | Mutation::NoDisputeReread
+            | Mutation::DisputeUnreservedRefund
+            | Mutation::NoDisputeEvents
+            | Mutation::TrustDisputeEvent
+            | Mutation::NoDisputeWatch
+    )
 }
 
 fn is_about_authorizations(m: &Mutation) -> bool {
@@ -79,6 +97,10 @@ fn audit_finds(m: Mutation) -> Option<&'static [&'static str]> {
         // Settled from a forged payload: an intent Stripe does not have, or one in another state
         // (which, depends on the forged events the seed draws).
         Mutation::TrustEventPayload => &["here_not_at_stripe", "status_differs"],
+        // A dispute settled as a forged event said: another status than Stripe's.
+        Mutation::TrustDisputeEvent => &["status_differs"],
+        // Disputes at Stripe nobody recorded: the audit is the page for them.
+        Mutation::NoDisputeWatch => &["dispute_unrecorded"],
         // Left unsettled past Stripe's key window.
         Mutation::ReconcilerSkipsPending | Mutation::TakesNotFenced => {
             &["unsettled_past_key_window"]
@@ -194,6 +216,32 @@ fn caught_each(mutations: &[Mutation]) {
                     assert!(d.unpaged_deadlines > 0, "{}", report.render());
                     assert!(why.starts_with("unpaged deadline"), "{why}");
                 }
+                // The dispute's write leaves the charge alone: its lost money is not held by the
+                // charge's reservation, and a refund asked while it was open went past the
+                // door (none refused 409 disputed) to Stripe, which refused it.
+                Mutation::DisputeUnreservedRefund => {
+                    let d = &report.disputes;
+                    assert!(d.over_returned_in_records > 0, "{}", report.render());
+                    assert_eq!(d.refunds_refused_disputed, 0, "{}", report.render());
+                }
+                Mutation::NoDisputeEvents => {
+                    let d = &report.disputes;
+                    assert!(d.missing_events > 0, "{}", report.render());
+                    assert!(why.contains("missing dispute event"), "{why}");
+                }
+                // Forged dispute events were delivered (the fault happened) and, trusted,
+                // recorded: a record that disagrees with Stripe.
+                Mutation::TrustDisputeEvent => {
+                    let d = &report.disputes;
+                    assert!(d.forged_events > 0, "{}", report.render());
+                    assert!(d.mismatches > 0, "{}", report.render());
+                }
+                // No watch, no events: the disputes nobody told us of stay unrecorded.
+                Mutation::NoDisputeWatch => {
+                    let d = &report.disputes;
+                    assert!(d.unrecorded > 0, "{}", report.render());
+                    assert!(why.starts_with("dispute unrecorded"), "{why}");
+                }
                 Mutation::DeadlineFromCreation => {
                     assert!(auths.lapsed_unpaged > 0, "{}", report.render());
                     assert!(
@@ -233,11 +281,7 @@ fn caught_each(mutations: &[Mutation]) {
                 // A dispute whose every event was lost is recorded by nobody: the audit's
                 // `dispute_unrecorded` is the page for it (the dispute variants' interleavings
                 // lose one on seed 1, their twin none).
-                None if matches!(
-                    mutation,
-                    Mutation::NoDisputePage | Mutation::NoDisputeReread
-                ) =>
-                {
+                None if is_about_disputes(mutation) => {
                     let unrecorded = audit.by_class.get("dispute_unrecorded").copied();
                     assert_eq!(
                         audit.unexpected,
@@ -276,7 +320,10 @@ fn the_dispute_variants_twin_holds_with_its_deadlines_paged() {
             .unwrap();
         assert!(report.invariants_hold, "seed {seed}: {}", report.render());
         let d = &report.disputes;
-        assert!(d.reached_due_by > 0 && d.paged_near > 0, "{d:?}");
+        assert!(
+            d.reached_due_by > 0 && d.paged_near > 0 && d.paged_passed > 0,
+            "{d:?}"
+        );
         assert_eq!((d.pages_short, d.reconciler_reads_refused), (0, 0), "{d:?}");
         assert!(d.reconciler_reads > 0, "{d:?}");
     }
@@ -289,6 +336,7 @@ fn trusting_the_event_payload_is_caught_by_forged_settles_with_webhooks_too() {
         let mut args = SimulateArgs::new(BOUND, seed, Backend::Memory);
         args.mutation = Some(Mutation::TrustEventPayload);
         args.events = simulate::EventsSource::Webhook;
+        args.dispute_rate = 0.0;
         let report = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()

@@ -431,18 +431,25 @@ struct DisputeTimingUpdate {
     delay_ms: Option<i64>,
     response_window_ms: Option<i64>,
     review_ms: Option<i64>,
+    closes_after_due_ms: Option<i64>,
 }
 
 fn dispute_timing_json(sim: &StripeSim) -> Reply {
     let t = sim.dispute_timing();
     Reply::json(
         200,
-        &json!({ "delay_ms": t.delay_ms, "response_window_ms": t.response_window_ms, "review_ms": t.review_ms }),
+        &json!({
+            "delay_ms": t.delay_ms,
+            "response_window_ms": t.response_window_ms,
+            "review_ms": t.review_ms,
+            "closes_after_due_ms": t.closes_after_due_ms,
+        }),
     )
 }
 
 /// `POST /_sim/disputes/timing`: how long a test card's dispute takes to appear, the response
-/// window to `due_by`, and the review of submitted evidence (none negative).
+/// window to `due_by`, the review of submitted evidence, and the close of an unanswered dispute
+/// after its `due_by` (none negative).
 fn update_dispute_timing(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
     let u: DisputeTimingUpdate = parse(body)?;
     let mut t = sim.dispute_timing();
@@ -450,6 +457,7 @@ fn update_dispute_timing(sim: &StripeSim, body: &[u8]) -> Result<Reply, Reply> {
         (u.delay_ms, &mut t.delay_ms),
         (u.response_window_ms, &mut t.response_window_ms),
         (u.review_ms, &mut t.review_ms),
+        (u.closes_after_due_ms, &mut t.closes_after_due_ms),
     ] {
         if let Some(ms) = given {
             if ms < 0 {

@@ -24,7 +24,7 @@ mod disputes;
 mod lists;
 pub(crate) use lists::CreatedRange;
 mod refunds;
-pub use disputes::{DisputeEntry, DisputeRequest, DisputeTiming};
+pub use disputes::{DisputeEntry, DisputeRequest, DisputeTiming, CLOSES_AFTER_DUE_MS};
 pub(crate) use disputes::{DisputeFilter, Disputes};
 pub use refunds::RefundEntry;
 pub(crate) use refunds::Refunds;

@@ -106,7 +106,7 @@ pub use direct::{Answer, CreateStart, Outcome, SlowCreate};
 pub use dispute::{DISPUTE_CARDS, DISPUTE_REASONS, LOSING_EVIDENCE, WINNING_EVIDENCE};
 pub use engine::{
     DisputeEntry, DisputeRequest, DisputeTiming, LedgerEntry, LedgerRowView, RefundEntry,
-    RequestCounts, KEY_TTL_MS,
+    RequestCounts, CLOSES_AFTER_DUE_MS, KEY_TTL_MS,
 };
 pub use faults::{FaultConfig, FaultKind};
 pub use pi::{CANCELLATION_REASONS, STATUSES, UNCAPTURED_EXPIRY_MS, VISA_MIT_CAPTURE_WINDOW_MS};

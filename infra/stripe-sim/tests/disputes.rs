@@ -297,10 +297,11 @@ async fn losing_evidence_and_accepting_lose_the_dispute() {
     assert_eq!(post(&h, "/v1/disputes/dp_nope/close", &[]).await.0, 404);
 }
 
-/// No answer by `due_by`: lost at that moment (`past_due` just before is false, the status still
-/// `needs_response`); an inquiry left unanswered closes `warning_closed`.
+/// No answer by `due_by`: still `needs_response` past it (`past_due` true: evidence may still
+/// arrive, late), lost `CLOSES_AFTER_DUE_MS` (2 days) later, when the network decides; an
+/// inquiry left unanswered closes `warning_closed` then.
 #[tokio::test]
-async fn an_unanswered_dispute_is_lost_at_its_deadline() {
+async fn an_unanswered_dispute_is_lost_after_its_deadline() {
     let h = start().await;
     eventbridge(&h.sim);
     let (pi, _) = paid(&h, "op-1", "pm_card_createDispute").await;
@@ -311,12 +312,24 @@ async fn an_unanswered_dispute_is_lost_at_its_deadline() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(h.sim.next_expiry_ms(), Some(h.sim.now_ms() + 7 * DAY_MS));
+    let closes = 7 * DAY_MS + stripe_sim::CLOSES_AFTER_DUE_MS;
+    assert_eq!(stripe_sim::CLOSES_AFTER_DUE_MS, 2 * DAY_MS);
+    assert_eq!(h.sim.next_expiry_ms(), Some(h.sim.now_ms() + closes));
     h.sim
         .advance(Duration::from_millis((7 * DAY_MS - 1000) as u64));
     let (_, before) = get(&h, &format!("/v1/disputes/{id}")).await;
     assert_eq!(before["status"], "needs_response");
-    assert!(events(&h.sim).is_empty());
+    assert_eq!(before["evidence_details"]["past_due"], false);
+    h.sim.advance(Duration::from_secs(1));
+    let (_, at_due) = get(&h, &format!("/v1/disputes/{id}")).await;
+    assert_eq!(at_due["status"], "needs_response", "open past due_by");
+    assert_eq!(at_due["evidence_details"]["past_due"], true);
+    let (_, inq_at_due) = get(&h, &format!("/v1/disputes/{inq_id}")).await;
+    assert_eq!(inq_at_due["status"], "warning_needs_response");
+    h.sim.advance(Duration::from_millis(
+        (stripe_sim::CLOSES_AFTER_DUE_MS - 1000) as u64,
+    ));
+    assert!(events(&h.sim).is_empty(), "nothing closed before the delay");
     h.sim.advance(Duration::from_secs(1));
     let closed = events(&h.sim);
     assert_eq!(
@@ -333,6 +346,24 @@ async fn an_unanswered_dispute_is_lost_at_its_deadline() {
         "warning_closed"
     );
     assert_eq!(h.sim.next_expiry_ms(), None, "nothing left to move");
+}
+
+/// The closing delay after `due_by` is part of the timing (`POST /_sim/disputes/timing`): 0
+/// closes at `due_by`, as stripe-sim did before it had one.
+#[tokio::test]
+async fn the_closing_delay_after_due_by_is_part_of_the_timing() {
+    let h = start().await;
+    h.sim.set_dispute_timing(DisputeTiming {
+        closes_after_due_ms: 0,
+        ..DisputeTiming::default()
+    });
+    let (pi, _) = paid(&h, "op-1", "pm_card_createDispute").await;
+    let id = dispute_of(&h, &pi).await["id"].as_str().unwrap().to_owned();
+    h.sim.advance(Duration::from_millis((7 * DAY_MS) as u64));
+    assert_eq!(
+        get(&h, &format!("/v1/disputes/{id}")).await.1["status"],
+        "lost"
+    );
 }
 
 /// An inquiry withdraws nothing and leaves the charge refundable (the chargeback's refusal is
@@ -385,9 +416,9 @@ async fn an_inquiry_is_refundable_and_escalates_when_lost() {
         refund(&h, &pi, Some(100)).await.1["error"]["code"],
         "charge_disputed"
     );
-    // The first window's end does not close the escalated dispute; its own window's does.
-    h.sim
-        .advance(Duration::from_millis((7 * DAY_MS - 1000) as u64));
+    // The first window's close does not close the escalated dispute; its own window's does.
+    let closes = 7 * DAY_MS + stripe_sim::CLOSES_AFTER_DUE_MS;
+    h.sim.advance(Duration::from_millis((closes - 1000) as u64));
     assert_eq!(
         get(&h, &format!("/v1/disputes/{id}")).await.1["status"],
         "needs_response"

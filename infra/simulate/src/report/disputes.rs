@@ -8,15 +8,21 @@
 //! - `over_returned_at_stripe`: an order whose refunds at Stripe (`amount_refunded`) and the
 //!   disputes it lost add up to more than it was charged;
 //! - `over_returned_in_records`: an order whose charge record reserves more than it was charged,
-//!   or whose refund records that are not `failed` and lost dispute records add up to more;
+//!   or whose refund records that are not `failed` and lost dispute records add up to more, or
+//!   to more than the charge reserves (a lost dispute recorded reserved whose money the charge
+//!   does not hold: the next refund the store accepts pays the customer twice);
 //! - `unpaged_deadlines`: a dispute that reached its `due_by` needing a response with no page
 //!   before it: the reconciler never read it inside its page window, or read it there only in
-//!   ticks that counted fewer `DisputeDeadlineNear` pages than such reads;
-//! - `missing_events`: a settled dispute record whose outcome event (`DisputeLost`,
-//!   `DisputeWon`, `DisputeClosed`) was never published.
+//!   ticks that counted fewer `DisputeDeadlineNear` pages than such reads; or with no page after
+//!   it (`DisputeDeadlinePassed`) while Stripe kept it open past `due_by`, unanswered;
+//! - `missing_events`: a dispute record with a step whose outcome event was never published:
+//!   `DisputeOpened` (first written open), `DisputeFundsWithdrawn` (first written as an open
+//!   inquiry, a chargeback at Stripe now), `DisputeLost`/`DisputeWon`/`DisputeClosed` (settled).
 //!
-//! Stripe-sim closes a dispute nobody answered at its `due_by` exactly, so no read finds one
-//! still needing a response past it: `DisputeDeadlinePassed` is counted, not judged.
+//! Stripe-sim closes a dispute nobody answered 2 days after its `due_by`
+//! (`stripe_sim::CLOSES_AFTER_DUE_MS`, as Stripe keeps it open until the network decides), so
+//! the reconciler's read at `due_by` finds it still needing a response: `DisputeDeadlinePassed`
+//! is judged like `DisputeDeadlineNear`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -51,11 +57,16 @@ pub struct DisputeReport {
     /// Reads the `no-dispute-reread` mutation refused.
     pub reconciler_reads_refused: u64,
     pub had_to_page: u64,
+    /// Reads past `due_by` of a dispute still needing a response (`DisputeDeadlinePassed` due).
+    pub had_to_page_passed: u64,
     pub paged_near: u64,
     pub paged_passed: u64,
     /// Reads that had to page beyond the pages their tick counted (their disputes count as not
     /// paged by that read).
     pub pages_short: u64,
+    /// Forged dispute events delivered (the `forged_event` fault: a status the dispute never
+    /// takes); recorded as they say, they would show as `mismatches`.
+    pub forged_events: u64,
     /// Disputes that reached `due_by` needing a response (their deadline had to page).
     pub reached_due_by: u64,
     /// Disputes recorded without their reservation (their amount did not fit the order's
@@ -124,15 +135,17 @@ impl DisputeReport {
         );
         let _ = writeln!(
             s,
-            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed; reconciler reads {}, {} reached due_by ({} recorded too late: left to the audit), {} unreserved, {} reads had to page, pages near {} passed {} ({} short)",
+            "  dispute steps   {} answers ({} refused by Stripe), {} refunds refused 409 disputed, {} forged events; reconciler reads {}, {} reached due_by ({} recorded too late: left to the audit), {} unreserved, {} reads had to page near and {} passed, pages near {} passed {} ({} short)",
             self.answers,
             self.answers_refused,
             self.refunds_refused_disputed,
+            self.forged_events,
             self.reconciler_reads,
             self.reached_due_by,
             self.recorded_too_late,
             self.unreserved,
             self.had_to_page,
+            self.had_to_page_passed,
             self.paged_near,
             self.paged_passed,
             self.pages_short,

@@ -29,6 +29,23 @@ pub struct DisputeTiming {
     /// on `winning_evidence`/`losing_evidence` at once; the default keeps the `under_review`
     /// step visible for 1 hour.
     pub review_ms: i64,
+    /// From `due_by` to the close of a dispute nobody answered (`lost`; an inquiry
+    /// `warning_closed`). Stripe does not close it at `due_by`: the card network decides later,
+    /// and until then the dispute stays `needs_response` with `evidence_details.past_due` true
+    /// (Stripe's API reference: evidence submitted past the due date is "not guaranteed" to be
+    /// delivered, so it can still be submitted). The default, 2 days
+    /// ([`CLOSES_AFTER_DUE_MS`]), leaves a daily reader at least one read past `due_by`.
+    pub closes_after_due_ms: i64,
+}
+
+/// [`DisputeTiming::closes_after_due_ms`]'s default: 2 days.
+pub const CLOSES_AFTER_DUE_MS: i64 = 2 * 24 * 3600 * 1000;
+
+impl DisputeTiming {
+    /// When a dispute due at `due_by_ms` and still needing a response then is closed.
+    fn closes_at(&self, due_by_ms: i64) -> i64 {
+        due_by_ms.saturating_add(self.closes_after_due_ms)
+    }
 }
 
 impl Default for DisputeTiming {
@@ -37,6 +54,7 @@ impl Default for DisputeTiming {
             delay_ms: 0,
             response_window_ms: 7 * 24 * 3600 * 1000,
             review_ms: 3600 * 1000,
+            closes_after_due_ms: CLOSES_AFTER_DUE_MS,
         }
     }
 }
@@ -46,7 +64,8 @@ impl Default for DisputeTiming {
 enum Timer {
     /// A test card's dispute appears on the charge of the PaymentIntent at this position.
     Open { at: usize, card: DisputeCard },
-    /// A dispute's `due_by`: still needing a response, it is lost (an inquiry closes).
+    /// [`DisputeTiming::closes_after_due_ms`] past a dispute's `due_by`: still needing a
+    /// response, it is lost (an inquiry closes).
     Deadline { d: usize },
     /// The review of a dispute's submitted evidence ends.
     Review { d: usize },
@@ -198,9 +217,9 @@ impl Engine {
         }
         self.disputes.by_id.insert(dispute.id.clone(), d);
         self.disputes.of_intent.entry(at).or_default().push(d);
-        let due_by = dispute.due_by_ms;
+        let closes_at = self.disputes.timing.closes_at(dispute.due_by_ms);
         self.disputes.all.push(dispute);
-        self.disputes.set_timer(due_by, Timer::Deadline { d });
+        self.disputes.set_timer(closes_at, Timer::Deadline { d });
         self.emit_dispute(d, "charge.dispute.created", now_ms);
         if !inquiry {
             self.emit_dispute(d, "charge.dispute.funds_withdrawn", now_ms);
@@ -231,11 +250,12 @@ impl Engine {
         }
     }
 
-    /// `due_by` passed: a dispute still needing a response is lost (an inquiry closes).
+    /// `due_by` passed and the closing delay after it: a dispute still needing a response is
+    /// lost (an inquiry closes).
     fn deadline(&mut self, d: usize, at_ms: i64) {
         // An inquiry escalated meanwhile has a later `due_by` (its own timer).
         let dispute = &self.disputes.all[d];
-        if !dispute.needs_response() || at_ms < dispute.due_by_ms {
+        if !dispute.needs_response() || at_ms < self.disputes.timing.closes_at(dispute.due_by_ms) {
             return;
         }
         let inquiry = self.disputes.all[d].inquiry();
@@ -277,8 +297,8 @@ impl Engine {
                 dispute.decided = None;
                 dispute.due_by_ms = at_ms.saturating_add(window);
                 dispute.balance_transactions.push(withdrawn);
-                let due_by = dispute.due_by_ms;
-                self.disputes.set_timer(due_by, Timer::Deadline { d });
+                let closes_at = self.disputes.timing.closes_at(dispute.due_by_ms);
+                self.disputes.set_timer(closes_at, Timer::Deadline { d });
                 self.emit_dispute(d, "charge.dispute.updated", at_ms);
                 self.emit_dispute(d, "charge.dispute.funds_withdrawn", at_ms);
             }
