@@ -793,8 +793,23 @@ async fn an_open_dispute_is_read_again_at_stripe_paged_before_its_deadline_and_s
         "due again later, not every tick"
     );
 
-    // Past due_by unanswered: stripe-sim closed it lost; the next read settles it.
-    s.clock().advance(3 * 24 * HOUR);
+    // An hour past due_by, unanswered: still open at Stripe (the network decides later; late
+    // evidence can still be submitted), so the read pages that the deadline passed.
+    s.clock().advance(2 * 24 * HOUR + HOUR);
+    let report = tick(&s).await;
+    assert_eq!(report.disputes_read, 1);
+    assert_eq!(report.settled, 0, "still open at Stripe");
+    assert_eq!(report.dispute_deadline_passed, 1);
+    assert_eq!(
+        s.metrics
+            .sum("DisputeDeadlinePassed", &[("Function", "reconciler")]),
+        1.0
+    );
+    // Closed lost by stripe-sim once its network's time after due_by is up; the next read
+    // settles it.
+    s.clock().advance(Duration::from_millis(
+        u64::try_from(stripe_sim::CLOSES_AFTER_DUE_MS).unwrap(),
+    ));
     let report = tick(&s).await;
     assert_eq!(report.disputes_read, 1);
     assert_eq!(report.settled, 1);
