@@ -13,11 +13,16 @@
 //! 3. for each dispute of a PaymentIntent, one retrieve of the intent (the order its metadata
 //!    names: a dispute's charge carries no metadata of ours), then the shell's one write, or
 //!    nothing when it holds it already (a dispute its events recorded first);
-//! 4. move the cursor to the span's end only when every dispute of the span was recorded (or
-//!    found not ours): a span cut short by the tick's time, by Stripe saying "later" or by the
-//!    store is listed again whole by the next tick (Stripe lists newest first, so nothing shorter
-//!    is known to be done); the writes already made are found as Stripe holds them, nothing
-//!    written twice.
+//! 4. move the cursor to the span's end when every dispute of the span was recorded (or found
+//!    not ours). The span's disputes are listed whole first (Stripe lists newest first), then
+//!    recorded oldest first, so a span cut short by the tick's time, by Stripe saying "later" or
+//!    by the store moves the cursor to the creation time of the first dispute not done: the next
+//!    tick lists from it (`created[gte]`, so that one and any created in the same second are
+//!    listed again; the writes already made are found as Stripe holds them, nothing written
+//!    twice). Under Stripe's rate limit, where any one of a span's reads may be refused, the
+//!    watch still moves on by every dispute it did record, rather than listing a growing span
+//!    again whole until one tick gets every answer. A span whose list itself is cut short
+//!    stays where it was.
 //!
 //! Cost per tick: one GetItem and (when it moves) one UpdateItem for the cursor, one list request
 //! per 100 disputes created in the span; per dispute listed, one PaymentIntent retrieve, and the
@@ -105,13 +110,15 @@ pub async fn watch_disputes(
         .await
         {
             Ok(()) => to,
-            Err(why) => {
+            Err(Stop { why, done_before }) => {
                 report.incomplete = true;
+                let resume = done_before.map_or(from, |t| t.max(from));
                 info!(
                     reason = why,
-                    "the dispute watch's span is listed again next tick"
+                    resume_from_ms = resume.as_millis(),
+                    "the dispute watch's span is listed again next tick from its first dispute not recorded"
                 );
-                from
+                resume
             }
         }
     } else {
@@ -141,19 +148,32 @@ pub async fn watch_disputes(
     report
 }
 
-/// Every dispute created in `window`, page by page, each of ours recorded; `Err` (why) when the
-/// span is not done.
+/// Why a span was not finished, and where it stopped: every dispute created before
+/// `done_before` was recorded (or found not ours); `None` when the span's list itself was cut
+/// short, so nothing of it is known done.
+struct Stop {
+    why: &'static str,
+    done_before: Option<Timestamp>,
+}
+
+/// Every dispute created in `window`, listed whole, then each of ours recorded, oldest first;
+/// `Err` when the span is not done, with how far it got.
 async fn list_and_record(
     deps: &EngineDeps,
     window: &AuditWindow,
     remaining: &(dyn Fn() -> Duration + Send + Sync),
     safety: Duration,
     report: &mut DisputeWatchReport,
-) -> Result<(), &'static str> {
+) -> Result<(), Stop> {
+    let listed_short = |why| Stop {
+        why,
+        done_before: None,
+    };
     let mut after: Option<String> = None;
+    let mut disputes = Vec::new();
     loop {
         if remaining() < safety {
-            return Err("out of time");
+            return Err(listed_short("out of time"));
         }
         let page = match deps
             .gateway
@@ -164,68 +184,76 @@ async fn list_and_record(
             Err(e) => {
                 warn!(error = %ErrorChain(&e), "the dispute watch's list got no answer");
                 report.failures += 1;
-                return Err("stripe");
+                return Err(listed_short("stripe"));
             }
         };
-        for dispute in &page.items {
-            if remaining() < safety {
-                return Err("out of time");
+        disputes.extend(page.items);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    // Oldest first (ties by id, so a replay does the same): a stop leaves everything before
+    // the stopped one done.
+    disputes.sort_by(|a, b| (a.created, a.id.as_str()).cmp(&(b.created, b.id.as_str())));
+    for dispute in &disputes {
+        let stop = |why| Stop {
+            why,
+            done_before: Some(dispute.created),
+        };
+        if remaining() < safety {
+            return Err(stop("out of time"));
+        }
+        report.listed += 1;
+        let Some(intent) = &dispute.payment_intent else {
+            report.not_ours += 1;
+            continue;
+        };
+        let order_id = match deps.gateway.retrieve(intent).await {
+            Ok(pi) => pi.order_id.as_deref().and_then(|o| OrderId::parse(o).ok()),
+            Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
+                warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "the dispute watch's retrieve of the intent got no answer");
+                report.failures += 1;
+                return Err(stop("stripe"));
             }
-            report.listed += 1;
-            let Some(intent) = &dispute.payment_intent else {
-                report.not_ours += 1;
-                continue;
-            };
-            let order_id = match deps.gateway.retrieve(intent).await {
-                Ok(pi) => pi.order_id.as_deref().and_then(|o| OrderId::parse(o).ok()),
-                Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
-                    warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "the dispute watch's retrieve of the intent got no answer");
-                    report.failures += 1;
-                    return Err("stripe");
-                }
-                Err(e) => {
-                    warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "Stripe refused the retrieve of a disputed charge's intent: not ours");
-                    None
-                }
-            };
-            let Some(order_id) = order_id else {
-                report.not_ours += 1;
-                continue;
-            };
-            let now = deps.clock.now();
-            match record_dispute(&*deps.store, &order_id, dispute, now, &deps.policy.dispute).await
-            {
-                Ok(DisputeRecording::Written {
-                    record, unreserved, ..
-                }) => {
-                    report.recorded += 1;
-                    info!(order_id = %order_id, dispute = %dispute.id, status = %record.status,
+            Err(e) => {
+                warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "Stripe refused the retrieve of a disputed charge's intent: not ours");
+                None
+            }
+        };
+        let Some(order_id) = order_id else {
+            report.not_ours += 1;
+            continue;
+        };
+        let now = deps.clock.now();
+        match record_dispute(&*deps.store, &order_id, dispute, now, &deps.policy.dispute).await {
+            Ok(DisputeRecording::Written {
+                record, unreserved, ..
+            }) => {
+                report.recorded += 1;
+                info!(order_id = %order_id, dispute = %dispute.id, status = %record.status,
                         dispute_status = %dispute.status, "dispute recorded from Stripe's list");
-                    if unreserved {
-                        report.unreserved += 1;
-                        error!(order_id = %order_id, dispute = %dispute.id,
+                if unreserved {
+                    report.unreserved += 1;
+                    error!(order_id = %order_id, dispute = %dispute.id,
                             reason = record.last_error.as_deref().unwrap_or(""),
                             "dispute recorded without its reservation: answer it in Stripe's \
                              dashboard (Payments > Disputes) with the refund as evidence; \
                              chargectl show <order_id>");
-                    }
-                }
-                Ok(DisputeRecording::Unchanged(why)) => {
-                    info!(order_id = %order_id, dispute = %dispute.id, reason = why.as_str(), "listed dispute: nothing to write");
-                    if why == charge_core::dispute::plan::Unchanged::NotOurs {
-                        report.not_ours += 1;
-                    }
-                }
-                Err(e @ (DisputeRecordError::Store(_) | DisputeRecordError::Contended)) => {
-                    warn!(order_id = %order_id, dispute = %dispute.id, error = %ErrorChain(&e), "cannot record a listed dispute; listed again next tick");
-                    report.failures += 1;
-                    return Err("store");
                 }
             }
-        }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(()),
+            Ok(DisputeRecording::Unchanged(why)) => {
+                info!(order_id = %order_id, dispute = %dispute.id, reason = why.as_str(), "listed dispute: nothing to write");
+                if why == charge_core::dispute::plan::Unchanged::NotOurs {
+                    report.not_ours += 1;
+                }
+            }
+            Err(e @ (DisputeRecordError::Store(_) | DisputeRecordError::Contended)) => {
+                warn!(order_id = %order_id, dispute = %dispute.id, error = %ErrorChain(&e), "cannot record a listed dispute; listed again next tick");
+                report.failures += 1;
+                return Err(stop("store"));
+            }
         }
     }
+    Ok(())
 }

@@ -1,8 +1,9 @@
 //! The reconciler's dispute watch ([`charge_once::dispute_watch`]) on the in-memory ports: with
 //! no events source, a dispute Stripe opened on one of our orders is listed by creation time and
 //! recorded through the dispute's shell, once; a dispute of an intent that is not ours is
-//! listed and left; the cursor moves only past a span recorded whole, and a span Stripe did not
-//! answer is listed again.
+//! listed and left; the cursor moves past a span recorded whole, or, when a read is refused, past
+//! every dispute of it recorded oldest first; a span whose list Stripe did not answer is listed
+//! again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use charge_core::plan::Policy;
 use charge_core::time::{Clock, ManualClock, Timestamp};
 use charge_once::dispute_watch::{watch_disputes, DisputeWatchDeps, LAG};
 use charge_once::executor::{execute, EngineDeps};
-use charge_once::memory::{FakeGateway, MemoryStore};
+use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
 use charge_once::ports::{DisputeWatchCursor, OperationReads};
 use charge_once::testing::CreateIn as _;
 
@@ -181,4 +182,91 @@ async fn a_span_cut_short_is_listed_again() {
     );
     assert!(w.record("ord-later", "dp_later").await.is_some());
     assert!(w.store.disputes_listed_through().await.unwrap() > cursor);
+}
+
+/// Under Stripe's rate limit the watch moves on by every dispute it recorded: a span of three
+/// disputes whose second intent read is refused (429, counted) records the oldest and moves the
+/// cursor to the second's creation time, not back to the span's start; the next tick lists
+/// from there (the two left, not the recorded one again) and records both. The twin: the same
+/// span with every read answered records all three in one tick and moves the cursor to the
+/// span's end.
+#[tokio::test]
+async fn a_span_stopped_by_a_refused_read_moves_the_cursor_past_what_it_recorded() {
+    let w = World::new();
+    let pis = [
+        w.charged("ord-rl-1").await,
+        w.charged("ord-rl-2").await,
+        w.charged("ord-rl-3").await,
+    ];
+    w.tick().await;
+    let mut created = Vec::new();
+    for (i, pi) in pis.iter().enumerate() {
+        w.clock.advance(MINUTE);
+        let dispute = w.gateway.open_dispute(
+            &format!("dp_rl_{}", i + 1),
+            pi,
+            DisputeStatus::NeedsResponse,
+            None,
+        );
+        created.push(dispute.created);
+    }
+    w.clock.advance(2 * MINUTE);
+    // The first retrieve (the oldest dispute's intent) answers; the second is refused.
+    w.gateway
+        .script_retrieves([None, Some(FakeFault::RateLimited)]);
+    let retrieves = w.gateway.calls.retrieve.load(Ordering::SeqCst);
+    let report = w.tick().await;
+    assert_eq!(
+        w.gateway.calls.retrieve.load(Ordering::SeqCst) - retrieves,
+        2,
+        "the refusal happened"
+    );
+    assert!(report.incomplete, "{report:?}");
+    assert_eq!((report.recorded, report.failures), (1, 1), "{report:?}");
+    assert!(w.record("ord-rl-1", "dp_rl_1").await.is_some());
+    assert!(w.record("ord-rl-2", "dp_rl_2").await.is_none());
+    let cursor = w.store.disputes_listed_through().await.unwrap().unwrap();
+    assert_eq!(
+        cursor, created[1],
+        "moved to the first dispute not recorded"
+    );
+    assert!(cursor > created[0]);
+
+    let report = w.tick().await;
+    assert_eq!(
+        (report.listed, report.recorded, report.incomplete),
+        (2, 2, false),
+        "{report:?}"
+    );
+    assert!(w.record("ord-rl-2", "dp_rl_2").await.is_some());
+    assert!(w.record("ord-rl-3", "dp_rl_3").await.is_some());
+    assert_eq!(
+        w.store.disputes_listed_through().await.unwrap(),
+        Some(w.clock.now().minus(LAG))
+    );
+
+    // The twin: every read answered, the whole span in one tick.
+    let w = World::new();
+    let pis = [w.charged("ord-ok-1").await, w.charged("ord-ok-2").await];
+    w.tick().await;
+    for (i, pi) in pis.iter().enumerate() {
+        w.clock.advance(MINUTE);
+        w.gateway.open_dispute(
+            &format!("dp_ok_{}", i + 1),
+            pi,
+            DisputeStatus::NeedsResponse,
+            None,
+        );
+    }
+    w.clock.advance(2 * MINUTE);
+    let report = w.tick().await;
+    assert_eq!(
+        (report.listed, report.recorded, report.incomplete),
+        (2, 2, false),
+        "{report:?}"
+    );
+    assert_eq!(
+        w.store.disputes_listed_through().await.unwrap(),
+        Some(w.clock.now().minus(LAG))
+    );
 }

@@ -260,8 +260,15 @@ fn the_default_run_is_pinned() {
 // 60,565 decisions; seed 2, 60,904; every invariant 0), and the pins the default run had until
 // then, c2cb4d25c7ecf0ae / 862419408c6f7b35, are the run without disputes
 // (`PINNED_WITHOUT_DISPUTES`, `--disputes 0`), unmoved.
-const PINNED_SEED_1: &str = "aa32208b4364aaf4";
-const PINNED_SEED_2: &str = "d9bef4fe55e176e1";
+// Then the dispute watch stopped listing a span again whole after one refused read: it lists the
+// span, records its disputes oldest first and, stopped by a 429 (or the store, or the tick's
+// time), moves its cursor to the first dispute not recorded, so under Stripe's rate limit it
+// moves on by every dispute it records instead of waiting for one tick that gets every answer.
+// Its reads after a refusal, and the faults drawn for them, shift the run: aa32208b4364aaf4 /
+// d9bef4fe55e176e1 before. Seed 1: 60,592 decisions, 49 disputes, 22 passed pages, every
+// invariant 0; seed 2: 60,967, every invariant 0. Without disputes nothing moved.
+const PINNED_SEED_1: &str = "9182364d696bebe2";
+const PINNED_SEED_2: &str = "c4ba5bb257905269";
 /// The default run with `--disputes 0`, seeds 1 and 2.
 const PINNED_WITHOUT_DISPUTES: [&str; 2] = ["c2cb4d25c7ecf0ae", "862419408c6f7b35"];
 

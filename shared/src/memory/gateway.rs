@@ -157,6 +157,9 @@ struct State {
     /// Faults for the next cancel calls: `RateLimited`, `ServerErrorBeforeCommit`,
     /// `LoseResponse` (canceled, answer lost), `Rejected`.
     cancel_script: VecDeque<FakeFault>,
+    /// Answers for the next PaymentIntent retrieves: `Some(RateLimited)` a 429, `None` the
+    /// intent as held (empty: every retrieve answers).
+    retrieve_script: VecDeque<Option<FakeFault>>,
     /// Faults for the next capture calls (see [`FakeGateway::script_capture`]).
     capture_script: VecDeque<FakeFault>,
     /// How long a manual charge's authorization waits for its capture.
@@ -247,6 +250,7 @@ impl FakeGateway {
                 first_status,
                 script: VecDeque::new(),
                 cancel_script: VecDeque::new(),
+                retrieve_script: VecDeque::new(),
                 capture_script: VecDeque::new(),
                 capture_window: FAKE_CAPTURE_WINDOW,
                 in_flight: HashMap::new(),
@@ -310,6 +314,12 @@ impl FakeGateway {
     /// Applies `fault` to the next cancel call (queued after earlier ones).
     pub fn script_cancel(&self, fault: FakeFault) {
         self.lock().cancel_script.push_back(fault);
+    }
+
+    /// The next PaymentIntent retrieves, in order: `Some(RateLimited)` answers 429 (nothing
+    /// read), `None` answers as usual (queued after earlier ones).
+    pub fn script_retrieves(&self, answers: impl IntoIterator<Item = Option<FakeFault>>) {
+        self.lock().retrieve_script.extend(answers);
     }
 
     /// Makes every create take this long inside the call (to make races real).
@@ -626,7 +636,14 @@ impl PaymentIntents for FakeGateway {
 
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
         self.calls.retrieve.fetch_add(1, Ordering::SeqCst);
-        match self.lock_now().0.charges.get(id.as_str()) {
+        let (mut st, _) = self.lock_now();
+        if let Some(Some(FakeFault::RateLimited)) = st.retrieve_script.pop_front() {
+            return Err(GatewayError::RetryLater {
+                cause: RetryCause::RateLimited,
+                detail: "429 rate_limit".into(),
+            });
+        }
+        match st.charges.get(id.as_str()) {
             Some(c) => Ok(c.intent(id.as_str())),
             None => Err(GatewayError::Rejected {
                 detail: format!("404 resource_missing: No such payment_intent: '{id}'"),
