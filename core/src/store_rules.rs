@@ -86,7 +86,7 @@ impl Guard {
             Guard::UpdatedAt(t) => op.updated_at == t,
             Guard::Scheduled => op.next_due_at.is_some(),
             Guard::Settles(status) => status.is_settled(),
-            Guard::IsCharge => op.kind == OperationKind::Charge,
+            Guard::IsCharge => op.kind.is_charge(),
             Guard::ReservedAtMost(max) => op.refund_reserved() <= max,
             Guard::ReservedAtLeast(min) => op.refund_reserved() >= min,
             Guard::IsRefund => matches!(op.kind, OperationKind::Refund(_)),
@@ -350,7 +350,7 @@ pub enum AuthorizationEnd {
 
 /// How `op`'s authorization ended ([`AuthorizationEnd`]); `None` for any other record.
 pub fn authorization_end(op: &Operation) -> Option<AuthorizationEnd> {
-    if op.status != OperationStatus::Failed || op.kind != OperationKind::Charge {
+    if op.status != OperationStatus::Failed || !op.kind.is_charge() {
         return None;
     }
     match op.last_error.as_deref()? {

@@ -1147,6 +1147,61 @@ pub async fn disputes_of_lists_an_order_s_disputes_by_dispute_id(store: Arc<dyn 
     assert!(store.disputes_of(&none.order_id).await.unwrap().is_empty());
 }
 
+/// `charge_of` reads the order's head (its first attempt) and follows it to the latest attempt;
+/// `attempts_of` lists them first to latest. An order with one attempt is its head, as every
+/// record written before attempts reads; a head naming an attempt that is not there is an
+/// error, never read as the first attempt.
+pub async fn charge_of_follows_the_head_to_the_latest_attempt(store: Arc<dyn OperationStore>) {
+    let once = operation("contract-attempts-once", 1000, T0);
+    store.create_if_absent(&once).await.unwrap();
+    assert_eq!(
+        store.charge_of(&once.order_id).await.unwrap(),
+        Some(once.clone())
+    );
+    assert_eq!(
+        store.attempts_of(&once.order_id).await.unwrap(),
+        vec![once.clone()]
+    );
+
+    let mut head = operation("contract-attempts", 1000, T0);
+    head.status = OperationStatus::Failed;
+    head.next_due_at = None;
+    head.settled_at = Some(T0);
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let second = Operation {
+        operation_id: OperationId::new_random(),
+        kind: OperationKind::Charge(2),
+        ..operation("contract-attempts", 1000, T0)
+    };
+    store.create_if_absent(&head).await.unwrap();
+    // The head names attempt 2 before it is there: an error, not the first attempt.
+    assert!(store.charge_of(&head.order_id).await.is_err());
+    assert!(store.attempts_of(&head.order_id).await.is_err());
+    store.create_if_absent(&second).await.unwrap();
+    assert_eq!(
+        store.charge_of(&head.order_id).await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(
+        store.attempts_of(&head.order_id).await.unwrap(),
+        vec![head.clone(), second.clone()]
+    );
+    assert_eq!(
+        store
+            .get(&head.key())
+            .await
+            .unwrap()
+            .unwrap()
+            .latest_attempt(),
+        2,
+        "the head's latest attempt is stored and read back"
+    );
+
+    let none = operation("contract-attempts-none", 1000, T0);
+    assert_eq!(store.charge_of(&none.order_id).await.unwrap(), None);
+    assert!(store.attempts_of(&none.order_id).await.unwrap().is_empty());
+}
+
 /// An operator's resolution of the unsettled refund `refund` as read, `status`, with its Stripe
 /// id and, when `release`, its reservation given back.
 fn refund_resolution(
@@ -2179,6 +2234,7 @@ macro_rules! store_contract_tests {
             a_succeeded_refund_fails_later_only_on_the_one_write_that_gives_it_back,
             refunds_of_lists_an_order_s_refunds_by_refund_id,
             disputes_of_lists_an_order_s_disputes_by_dispute_id,
+            charge_of_follows_the_head_to_the_latest_attempt,
             an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
             a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing,
             a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it,

@@ -582,7 +582,7 @@ mod tests {
         f.store
             .all()
             .iter()
-            .find(|op| op.kind == charge_core::domain::OperationKind::Charge)
+            .find(|op| op.kind.is_charge())
             .map_or(0, |op| op.refund_reserved())
     }
 

@@ -377,7 +377,7 @@ mod tests {
         f.store
             .all()
             .into_iter()
-            .find(|op| op.kind == OperationKind::Charge)
+            .find(|op| op.kind.is_charge())
             .expect("the order's charge")
     }
 

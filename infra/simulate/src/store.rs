@@ -220,6 +220,8 @@ struct HoldRest {
     /// The open dispute on the charge, and whether Stripe says it is still refundable.
     disputed_by: Option<DisputeId>,
     dispute_refundable: bool,
+    /// On an order's first attempt: its latest charge attempt's number, once there are more.
+    latest_attempt: Option<u32>,
 }
 
 /// What kind of record it is, with what only its kind has: a charge's strings are shared (by
@@ -285,11 +287,13 @@ impl Packed {
             taken_by,
             disputed_by,
             dispute_refundable,
+            latest_attempt,
         } = charge_state;
         let mut hold = (capture_before.is_some()
             || amount_captured.is_some()
             || taken_by.is_some()
-            || disputed_by.is_some())
+            || disputed_by.is_some()
+            || latest_attempt.is_some())
         .then(|| {
             Box::new(HoldRest {
                 capture_method: CaptureMethod::Automatic,
@@ -298,6 +302,7 @@ impl Packed {
                 taken_by,
                 disputed_by,
                 dispute_refundable,
+                latest_attempt,
             })
         });
         let (amount, what) = match params {
@@ -320,6 +325,7 @@ impl Packed {
                             taken_by: None,
                             disputed_by: None,
                             dispute_refundable: false,
+                            latest_attempt: None,
                         })
                     })
                     .capture_method = capture_method;
@@ -395,6 +401,7 @@ impl Packed {
                     taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
                     disputed_by: self.hold.as_ref().and_then(|h| h.disputed_by.clone()),
                     dispute_refundable: self.hold.as_ref().is_some_and(|h| h.dispute_refundable),
+                    latest_attempt: self.hold.as_ref().and_then(|h| h.latest_attempt),
                 };
                 (Params::Charge(params, state), fingerprint, by)
             }

@@ -179,6 +179,54 @@ pub trait OperationReads: Send + Sync {
     /// partition, paged). A refund this release cannot read is an error naming it.
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
 
+    /// The order's latest charge attempt: what refunds, captures, cancels and disputes act on,
+    /// "the order's charge". The first attempt's record (sort key `charge`) is the order's
+    /// head and names the latest once there are more ([`Operation::latest_attempt`]), so an
+    /// order charged once is one read, as before attempts, and a retried one two. `None`: no
+    /// charge was asked for this order. A head naming an attempt that is not there is an
+    /// error (the store's write makes both at once), never read as the first.
+    async fn charge_of(&self, order_id: &OrderId) -> Result<Option<Operation>, StoreError> {
+        let Some(head) = self.get(&OperationKey::charge(order_id.clone())).await? else {
+            return Ok(None);
+        };
+        let n = head.latest_attempt();
+        if n <= 1 {
+            return Ok(Some(head));
+        }
+        let key = OperationKey::charge_attempt(order_id.clone(), n)
+            .map_err(|e| StoreError::new(format!("order {order_id}'s head: {e}")))?;
+        match self.get(&key).await? {
+            Some(latest) => Ok(Some(latest)),
+            None => Err(StoreError::new(format!(
+                "order {order_id}'s first charge attempt names attempt {n} as its latest, and there is no such record"
+            ))),
+        }
+    }
+
+    /// Every charge attempt of `order_id`, first to latest (empty: no charge asked): what
+    /// `GET /orders/{id}/charge` and `chargectl show` list. One read per attempt, strongly
+    /// consistent; bounded by [`OperationKind::MAX_CHARGE_ATTEMPTS`].
+    async fn attempts_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        let Some(head) = self.get(&OperationKey::charge(order_id.clone())).await? else {
+            return Ok(Vec::new());
+        };
+        let latest = head.latest_attempt();
+        let mut attempts = vec![head];
+        for n in 2..=latest {
+            let key = OperationKey::charge_attempt(order_id.clone(), n)
+                .map_err(|e| StoreError::new(format!("order {order_id}'s head: {e}")))?;
+            match self.get(&key).await? {
+                Some(op) => attempts.push(op),
+                None => {
+                    return Err(StoreError::new(format!(
+                        "order {order_id}'s charge attempt {n} of {latest} is not there"
+                    )))
+                }
+            }
+        }
+        Ok(attempts)
+    }
+
     /// Every dispute of `order_id`, by dispute id (strongly consistent; one Query of the order's
     /// partition, paged): what `chargectl show` lists under the order's charge. The default
     /// refuses, for wrappers and doubles that never list disputes.

@@ -383,7 +383,7 @@ impl Update for OutcomeRecord {
         // Each kind's record holds only its own (as the rules keep it): a refund's id on a
         // refund, an authorization's deadline and capture on a charge.
         let refund = matches!(self.key.kind, OperationKind::Refund(_));
-        let charge = self.key.kind == OperationKind::Charge;
+        let charge = self.key.kind.is_charge();
         if let Some(id) = self.stripe_refund_id.as_ref().filter(|_| refund) {
             e.set(STRIPE_REFUND_ID, attr_s(id));
         }
