@@ -43,7 +43,7 @@ async fn authorized(s: &Stack) -> Operation {
         202
     );
     assert_eq!(s.deliver().await, 1);
-    let charge = record(s, OperationKind::Charge).await;
+    let charge = record(s, OperationKind::FIRST_CHARGE).await;
     assert_eq!(charge.status, OperationStatus::Authorized, "{charge:?}");
     charge
 }
@@ -80,7 +80,7 @@ async fn an_authorization_is_held_then_captured_once() {
     let resp = post(&s.checkout(), "capture-valid.json").await;
     assert_eq!(resp.status_code, 202, "{:?}", resp.body);
     assert_eq!(s.deliver().await, 1);
-    let charge = record(&s, OperationKind::Charge).await;
+    let charge = record(&s, OperationKind::FIRST_CHARGE).await;
     assert_eq!(
         (
             charge.status,
@@ -144,7 +144,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
         "never rounded to failed"
     );
     assert_eq!(
-        record(&s, OperationKind::Charge).await.status,
+        record(&s, OperationKind::FIRST_CHARGE).await.status,
         OperationStatus::Authorized
     );
 
@@ -152,7 +152,7 @@ async fn a_capture_whose_answer_was_lost_is_settled_by_reading_the_intent() {
     s.tick().await.unwrap();
     while s.deliver().await > 0 {}
     let capture = record(&s, OperationKind::FIRST_CAPTURE).await;
-    let charge = record(&s, OperationKind::Charge).await;
+    let charge = record(&s, OperationKind::FIRST_CHARGE).await;
     assert_eq!(capture.status, OperationStatus::Succeeded, "{capture:?}");
     assert_eq!(
         (
@@ -183,7 +183,7 @@ async fn a_capture_and_a_cancel_at_once_never_both_take_effect() {
     statuses.sort();
     assert_eq!(statuses, [202, 409], "one accepted, the other refused");
     while s.deliver().await > 0 {}
-    let charge_now = record(&s, OperationKind::Charge).await;
+    let charge_now = record(&s, OperationKind::FIRST_CHARGE).await;
     let at_stripe = stripe_status(&s, &charge);
     if capture.status_code == 202 {
         assert_eq!(
@@ -237,14 +237,14 @@ async fn an_authorization_nobody_captures_pages_before_its_deadline_then_expires
             .sum("AuthorizationNearDeadline", &[("Function", "charge")]) as u64;
     assert_eq!(paged, 1, "{report:?}");
     assert_eq!(
-        record(&s, OperationKind::Charge).await.status,
+        record(&s, OperationKind::FIRST_CHARGE).await.status,
         OperationStatus::Authorized
     );
     // Past the deadline: Stripe canceled the hold; the next look settles it expired.
     s.clock().set(deadline.plus(Duration::from_secs(120)));
     s.tick().await.unwrap();
     while s.deliver().await > 0 {}
-    let expired = record(&s, OperationKind::Charge).await;
+    let expired = record(&s, OperationKind::FIRST_CHARGE).await;
     assert_eq!(
         (expired.status, expired.last_error.as_deref()),
         (OperationStatus::Failed, Some(AUTHORIZATION_EXPIRED))
@@ -263,7 +263,7 @@ async fn authorized_in_kwd(s: &Stack) -> Operation {
         checkout::handler::handle(&s.checkout(), LambdaEvent::new(req, Context::default())).await;
     assert_eq!(resp.status_code, 202, "{:?}", resp.body);
     assert_eq!(s.deliver().await, 1);
-    let charge = record(s, OperationKind::Charge).await;
+    let charge = record(s, OperationKind::FIRST_CHARGE).await;
     assert_eq!(charge.status, OperationStatus::Authorized, "{charge:?}");
     charge
 }
@@ -332,7 +332,7 @@ async fn a_capture_stripe_refuses_for_its_amount_gives_the_authorization_back() 
         let charge = authorized_in_kwd(&s).await;
         let refused = an_earlier_door_s_capture_of_1005(&s, &charge).await;
         assert_eq!(
-            record(&s, OperationKind::Charge)
+            record(&s, OperationKind::FIRST_CHARGE)
                 .await
                 .taken_by()
                 .map(|t| t.operation_id),
@@ -355,7 +355,7 @@ async fn a_capture_stripe_refuses_for_its_amount_gives_the_authorization_back() 
                 .is_some_and(|e| e.starts_with("take_refused: ") && e.contains("given back")),
             "{failed:?}"
         );
-        let given_back = record(&s, OperationKind::Charge).await;
+        let given_back = record(&s, OperationKind::FIRST_CHARGE).await;
         assert_eq!(
             (given_back.status, given_back.taken_by()),
             (OperationStatus::Authorized, None),
@@ -367,7 +367,7 @@ async fn a_capture_stripe_refuses_for_its_amount_gives_the_authorization_back() 
             let resp = post(&s.checkout(), "cancel-valid.json").await;
             assert_eq!(resp.status_code, 202, "{:?}", resp.body);
             assert_eq!(s.deliver().await, 1);
-            let canceled = record(&s, OperationKind::Charge).await;
+            let canceled = record(&s, OperationKind::FIRST_CHARGE).await;
             assert_eq!(canceled.status, OperationStatus::Failed, "{canceled:?}");
             assert_eq!(stripe_status(&s, &charge), "canceled");
         } else {
@@ -378,7 +378,7 @@ async fn a_capture_stripe_refuses_for_its_amount_gives_the_authorization_back() 
             let second = record(&s, OperationKind::Capture(2)).await;
             assert_eq!(second.status, OperationStatus::Succeeded, "{second:?}");
             assert_ne!(second.operation_id, refused.operation_id);
-            let captured = record(&s, OperationKind::Charge).await;
+            let captured = record(&s, OperationKind::FIRST_CHARGE).await;
             assert_eq!(
                 (
                     captured.status,

@@ -471,7 +471,7 @@ pub fn orders_to_read(
     }
     for op in settled {
         let r = reads.entry(op.order_id.as_str().to_owned()).or_default();
-        r.charge |= op.kind != OperationKind::Charge;
+        r.charge |= !op.kind.is_charge();
         r.refunds |= matches!(op.kind, OperationKind::Refund(_));
     }
     reads
@@ -593,7 +593,7 @@ pub fn dispute_orders(ev: &Evidence) -> BTreeMap<String, Vec<DisputeId>> {
 /// charge's intent). A refund speaks for its refund object, not an intent.
 fn object_intent(op: &Operation) -> Option<String> {
     match &op.kind {
-        OperationKind::Charge => op.external_id.as_ref().map(|id| id.as_str().to_owned()),
+        OperationKind::Charge(_) => op.external_id.as_ref().map(|id| id.as_str().to_owned()),
         OperationKind::Capture(_) => op
             .params
             .capture()
@@ -789,7 +789,7 @@ fn watch(op: &Operation, now: Timestamp, policy: &AuditPolicy) -> Option<Finding
     // refund with no refund id, a capture or cancel not done. A known object still moving at
     // Stripe (a refund pending for days) is Stripe's time, not ours.
     let unknown_object = match op.kind {
-        OperationKind::Charge => op.external_id.is_none(),
+        OperationKind::Charge(_) => op.external_id.is_none(),
         OperationKind::Refund(_) => op.stripe_refund_id().is_none(),
         OperationKind::Capture(_) | OperationKind::Cancel => true,
         // Recorded only from a dispute read at Stripe: its object is always known.
@@ -882,7 +882,7 @@ impl<'a> Book<'a> {
                 continue;
             }
             match op.kind {
-                OperationKind::Charge => {
+                OperationKind::Charge(_) => {
                     book.charges.insert(op.order_id.as_str(), op);
                 }
                 OperationKind::Refund(_) => book
@@ -990,7 +990,7 @@ impl<'a> Book<'a> {
     /// object's too).
     fn judge_record(&self, op: &Operation) -> (Option<String>, Verdict) {
         match &op.kind {
-            OperationKind::Charge => {
+            OperationKind::Charge(_) => {
                 self.judge_object(op, op.external_id.as_deref(), &self.intents)
             }
             OperationKind::Refund(_) => self.judge_object(
@@ -1068,11 +1068,7 @@ impl<'a> Book<'a> {
         let Some(op_id) = self.ours(pi) else {
             return Verdict::NotOurs;
         };
-        let Some(op) = self
-            .records
-            .get(op_id)
-            .filter(|op| op.kind == OperationKind::Charge)
-        else {
+        let Some(op) = self.records.get(op_id).filter(|op| op.kind.is_charge()) else {
             return drift(stripe_finding(
                 DriftClass::AtStripeNotHere,
                 Some(op_id),

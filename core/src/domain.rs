@@ -464,11 +464,18 @@ impl<'de> Deserialize<'de> for RefundId {
 }
 
 /// What kind of effect an operation is. Part of the business identity `(order_id, kind)`: one
-/// charge per order, one refund per merchant refund id.
+/// charge attempt per number (at most one in flight and at most one paid per order), one refund
+/// per merchant refund id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(into = "KindShown", try_from = "KindShown")]
 pub enum OperationKind {
-    Charge,
+    /// The order's n-th charge attempt, counted from 1. The first is what every release before
+    /// attempts wrote (sort key `charge`); a later one exists only because every earlier one
+    /// ended `failed` (declined at Stripe, its intent canceled) and the order was asked again,
+    /// with another card or the same: its own operation id, key and PaymentIntent. The store's
+    /// write that creates attempt n+1 checks attempt n failed, so at most one attempt of an order
+    /// is ever unsettled, authorized or paid.
+    Charge(u32),
     /// A refund of the order's charge, named by the merchant's refund id.
     Refund(RefundId),
     /// The order's n-th capture of its authorization (a charge made with `capture: manual`),
@@ -485,11 +492,12 @@ pub enum OperationKind {
 
 /// How a kind is shown (`chargectl show --json`): as it always was, `"charge"`, `"capture"`,
 /// `"cancel"`, `{"refund": id}`; a capture after the first as `{"capture_again": n}`; a dispute
-/// as `{"dispute": "dp_…"}`.
+/// as `{"dispute": "dp_…"}`; a charge attempt after the first as `{"charge_attempt": n}`.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum KindShown {
     Charge,
+    ChargeAttempt(u32),
     Refund(RefundId),
     Capture,
     CaptureAgain(u32),
@@ -500,7 +508,8 @@ enum KindShown {
 impl From<OperationKind> for KindShown {
     fn from(kind: OperationKind) -> Self {
         match kind {
-            OperationKind::Charge => KindShown::Charge,
+            OperationKind::Charge(n) if n <= 1 => KindShown::Charge,
+            OperationKind::Charge(n) => KindShown::ChargeAttempt(n),
             OperationKind::Refund(id) => KindShown::Refund(id),
             OperationKind::Capture(n) if n <= 1 => KindShown::Capture,
             OperationKind::Capture(n) => KindShown::CaptureAgain(n),
@@ -515,7 +524,8 @@ impl TryFrom<KindShown> for OperationKind {
 
     fn try_from(shown: KindShown) -> Result<Self, ValidationError> {
         Ok(match shown {
-            KindShown::Charge => OperationKind::Charge,
+            KindShown::Charge => OperationKind::FIRST_CHARGE,
+            KindShown::ChargeAttempt(n) => OperationKind::charge_attempt(n)?,
             KindShown::Refund(id) => OperationKind::Refund(id),
             KindShown::Capture => OperationKind::FIRST_CAPTURE,
             KindShown::CaptureAgain(n) => OperationKind::capture_number(n)?,
@@ -526,6 +536,44 @@ impl TryFrom<KindShown> for OperationKind {
 }
 
 impl OperationKind {
+    /// The order's first charge attempt: the only charge every release before attempts wrote
+    /// (sort key `charge`). Its record is the order's head: it names the latest attempt once
+    /// there are more ([`crate::charge::state::ChargeState::latest_attempt`]).
+    pub const FIRST_CHARGE: OperationKind = OperationKind::Charge(1);
+
+    /// How many charge attempts one order may ever have, whatever the deployment's limit (the
+    /// template's parameter is at most this): a bound on the records the door and the readers
+    /// walk, and on the PaymentIntents one order can create.
+    pub const MAX_CHARGE_ATTEMPTS: u32 = 20;
+
+    /// The order's `n`-th charge attempt, `n` in 1..=[`Self::MAX_CHARGE_ATTEMPTS`].
+    pub fn charge_attempt(n: u32) -> Result<Self, ValidationError> {
+        if (1..=Self::MAX_CHARGE_ATTEMPTS).contains(&n) {
+            Ok(OperationKind::Charge(n))
+        } else {
+            Err(ValidationError::new(
+                "kind",
+                format!(
+                    "a charge attempt's number must be 1 to {}",
+                    Self::MAX_CHARGE_ATTEMPTS
+                ),
+            ))
+        }
+    }
+
+    /// A charge attempt (the first or a later one).
+    pub fn is_charge(&self) -> bool {
+        matches!(self, OperationKind::Charge(_))
+    }
+
+    /// A charge attempt's number; `None` for another kind.
+    pub fn attempt_no(&self) -> Option<u32> {
+        match self {
+            OperationKind::Charge(n) => Some(*n),
+            _ => None,
+        }
+    }
+
     /// The order's first capture: the only one every release before captures could be asked
     /// again wrote (sort key `capture`).
     pub const FIRST_CAPTURE: OperationKind = OperationKind::Capture(1);
@@ -550,7 +598,7 @@ impl OperationKind {
     /// The kind's name, for logs, metrics and the queue message (`charge`, `refund`).
     pub fn as_str(&self) -> &'static str {
         match self {
-            OperationKind::Charge => "charge",
+            OperationKind::Charge(_) => "charge",
             OperationKind::Refund(_) => "refund",
             OperationKind::Capture(_) => "capture",
             OperationKind::Cancel => "cancel",
@@ -558,13 +606,15 @@ impl OperationKind {
         }
     }
 
-    /// The record's sort key: `charge`, `capture` (the first), `capture#<n>` (the n-th),
-    /// `cancel`, `refund#<refund_id>`, or `dispute#<dp_id>`.
+    /// The record's sort key: `charge` (the first attempt), `charge#<n>` (the n-th), `capture`
+    /// (the first), `capture#<n>` (the n-th), `cancel`, `refund#<refund_id>`, or
+    /// `dispute#<dp_id>`.
     pub fn sort_key(&self) -> String {
         match self {
             OperationKind::Refund(id) => format!("refund#{id}"),
             OperationKind::Dispute(id) => format!("dispute#{id}"),
             OperationKind::Capture(n) if *n > 1 => format!("capture#{n}"),
+            OperationKind::Charge(n) if *n > 1 => format!("charge#{n}"),
             other => other.as_str().to_owned(),
         }
     }
@@ -572,7 +622,7 @@ impl OperationKind {
     /// Reads a sort key back ([`Self::sort_key`]).
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
         match raw.split_once('#') {
-            None if raw == "charge" => Ok(OperationKind::Charge),
+            None if raw == "charge" => Ok(OperationKind::FIRST_CHARGE),
             None if raw == "capture" => Ok(OperationKind::FIRST_CAPTURE),
             None if raw == "cancel" => Ok(OperationKind::Cancel),
             Some(("refund", id)) => Ok(OperationKind::Refund(RefundId::parse(id)?)),
@@ -583,9 +633,14 @@ impl OperationKind {
             {
                 Self::capture_number(n.parse().unwrap_or(0))
             }
+            Some(("charge", n))
+                if !n.starts_with(['0', '+']) && n.parse::<u32>().is_ok_and(|n| n > 1) =>
+            {
+                Self::charge_attempt(n.parse().unwrap_or(0))
+            }
             _ => Err(ValidationError::new(
                 "kind",
-                "must be \"charge\", \"capture\", \"capture#<n>\", \"cancel\", \"refund#<refund_id>\" or \"dispute#<dispute_id>\"",
+                "must be \"charge\", \"charge#<n>\", \"capture\", \"capture#<n>\", \"cancel\", \"refund#<refund_id>\" or \"dispute#<dispute_id>\"",
             )),
         }
     }
@@ -1010,6 +1065,50 @@ mod tests {
         ] {
             assert!(OperationKind::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Every charge attempt's sort key reads back as itself; the first keeps the key every
+    /// release wrote (`charge`, shown `"charge"`), a later one is `charge#<n>`, shown
+    /// `{"charge_attempt": n}`; nothing but `sort_key`'s own spelling is an attempt.
+    #[test]
+    fn charge_attempt_sort_keys_read_back() {
+        for n in 1..=OperationKind::MAX_CHARGE_ATTEMPTS {
+            let kind = OperationKind::charge_attempt(n).unwrap();
+            assert!(kind.is_charge());
+            assert_eq!(kind.attempt_no(), Some(n));
+            assert_eq!(OperationKind::parse(&kind.sort_key()), Ok(kind.clone()));
+            let shown = serde_json::to_value(&kind).unwrap();
+            assert_eq!(
+                serde_json::from_value::<OperationKind>(shown).unwrap(),
+                kind
+            );
+        }
+        assert_eq!(OperationKind::FIRST_CHARGE.sort_key(), "charge");
+        assert_eq!(
+            serde_json::to_value(OperationKind::FIRST_CHARGE).unwrap(),
+            "charge"
+        );
+        assert_eq!(OperationKind::Charge(2).sort_key(), "charge#2");
+        assert_eq!(
+            serde_json::to_value(OperationKind::Charge(2)).unwrap(),
+            serde_json::json!({"charge_attempt": 2})
+        );
+        for bad in [
+            "charge#1",
+            "charge#02",
+            "charge#+2",
+            "charge#x",
+            "charge#",
+            "charge#21",
+            "charge#0",
+        ] {
+            assert!(OperationKind::parse(bad).is_err(), "{bad}");
+        }
+        assert!(
+            serde_json::from_value::<OperationKind>(serde_json::json!({"charge_attempt": 0}))
+                .is_err()
+        );
+        assert!(!OperationKind::FIRST_CAPTURE.is_charge());
     }
 
     /// A dispute's kind: sort key `dispute#<dp_…>`, shown `{"dispute": "dp_…"}`, both read

@@ -91,11 +91,23 @@ pub struct OperationKey {
 }
 
 impl OperationKey {
+    /// The order's first charge attempt: its head, the record every release before attempts
+    /// knew as the order's charge. What refunds, captures, cancels and disputes act on is the
+    /// order's *latest* attempt (`OperationReads::charge_of` in the engine's ports), which is
+    /// this one unless the order was charged again after a decline.
     pub fn charge(order_id: OrderId) -> Self {
         Self {
             order_id,
-            kind: OperationKind::Charge,
+            kind: OperationKind::FIRST_CHARGE,
         }
+    }
+
+    /// The order's `n`-th charge attempt (`n` from 1).
+    pub fn charge_attempt(order_id: OrderId, n: u32) -> Result<Self, ValidationError> {
+        Ok(Self {
+            order_id,
+            kind: OperationKind::charge_attempt(n)?,
+        })
     }
 
     pub fn refund(order_id: OrderId, refund_id: RefundId) -> Self {
@@ -437,7 +449,12 @@ impl Operation {
             now,
             pending_grace,
         };
-        fresh.operation(order_id, OperationKind::Charge, params.into(), fingerprint)
+        fresh.operation(
+            order_id,
+            OperationKind::FIRST_CHARGE,
+            params.into(),
+            fingerprint,
+        )
     }
 
     /// A fresh `pending` refund of `order_id`'s charge, for `request` as the merchant asked it
@@ -528,6 +545,16 @@ impl Operation {
         self.params.charge_state().map_or(0, |s| s.refund_reserved)
     }
 
+    /// The order's latest charge attempt's number, as its first attempt's record (the head)
+    /// names it ([`ChargeState::latest_attempt`]): 1 when there is no later attempt, and for a
+    /// record that is no first attempt (only the head says).
+    pub fn latest_attempt(&self) -> u32 {
+        self.params
+            .charge_state()
+            .and_then(|s| s.latest_attempt)
+            .unwrap_or(1)
+    }
+
     /// An authorized charge's deadline ([`ChargeState::capture_before`]).
     pub fn capture_before(&self) -> Option<Timestamp> {
         self.params.charge_state().and_then(|s| s.capture_before)
@@ -568,7 +595,7 @@ impl Operation {
     /// `refund-op:` for a refund, then the operation id.
     pub fn idempotency_key(&self) -> IdempotencyKey {
         match self.kind {
-            OperationKind::Charge => self.operation_id.idempotency_key(),
+            OperationKind::Charge(_) => self.operation_id.idempotency_key(),
             OperationKind::Refund(_) => self.operation_id.refund_idempotency_key(),
             OperationKind::Capture(_) => self.operation_id.capture_idempotency_key(),
             OperationKind::Cancel => self.operation_id.cancel_op_idempotency_key(),

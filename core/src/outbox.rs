@@ -102,16 +102,16 @@ impl OutcomeEvent {
     pub fn detail_type(&self) -> &'static str {
         let op = &self.operation;
         match (&op.kind, self.outcome) {
-            (OperationKind::Charge, Outcome::Succeeded) if op.amount_captured().is_some() => {
+            (OperationKind::Charge(_), Outcome::Succeeded) if op.amount_captured().is_some() => {
                 "ChargeCaptured"
             }
-            (OperationKind::Charge, Outcome::Failed) => match authorization_end(op) {
+            (OperationKind::Charge(_), Outcome::Failed) => match authorization_end(op) {
                 Some(AuthorizationEnd::Expired) => "AuthorizationExpired",
                 Some(AuthorizationEnd::Canceled) => "ChargeCanceled",
                 None => "ChargeFailed",
             },
             (_, o @ (Outcome::DisputeOpened | Outcome::DisputeFundsWithdrawn)) => o.detail_type(),
-            (OperationKind::Charge, o) => o.detail_type(),
+            (OperationKind::Charge(_), o) => o.detail_type(),
             (OperationKind::Capture(_), _) => "CaptureNeedsReview",
             (OperationKind::Cancel, _) => "CancelNeedsReview",
             (OperationKind::Refund(_), Outcome::Succeeded) => "RefundSucceeded",

@@ -456,7 +456,7 @@ fn a_refund_s_key_is_never_in_the_charge_s_namespace() {
     assert_eq!(OperationKind::parse("refund#r-1").unwrap(), refund.kind);
     assert_eq!(
         OperationKind::parse("charge").unwrap(),
-        OperationKind::Charge
+        OperationKind::FIRST_CHARGE
     );
     for bad in ["refund#", "refund#a b", "refund", "charge#x", "refunds#r"] {
         assert!(OperationKind::parse(bad).is_err(), "{bad}");

@@ -188,7 +188,7 @@ impl MessageBudget {
     fn endpoint(&self, kind: &OperationKind) -> Option<&Budget> {
         let endpoints = self.endpoints.as_ref()?;
         Some(match kind {
-            OperationKind::Charge => &endpoints[0],
+            OperationKind::Charge(_) => &endpoints[0],
             OperationKind::Refund(_) => &endpoints[1],
             OperationKind::Capture(_) => &endpoints[2],
             OperationKind::Cancel => &endpoints[3],
@@ -472,7 +472,10 @@ mod tests {
         let start = clock.now();
         // Creates alone: 10/s, the endpoint's pace (one interval of 100 ms each after the first).
         for _ in 0..10 {
-            budgets.acquire(&OperationKind::Charge, wait).await.unwrap();
+            budgets
+                .acquire(&OperationKind::FIRST_CHARGE, wait)
+                .await
+                .unwrap();
         }
         assert_eq!(clock.now().since(start), Duration::from_millis(900));
         // A refund now does not wait behind the creates: its endpoint is idle, the account's
@@ -480,14 +483,16 @@ mod tests {
         assert_eq!(budgets.acquire(&refund, wait).await, Ok(Duration::ZERO));
         // A create is refused when its endpoint's next slot is further away than it may wait.
         assert!(budgets
-            .acquire(&OperationKind::Charge, Duration::ZERO)
+            .acquire(&OperationKind::FIRST_CHARGE, Duration::ZERO)
             .await
             .is_err());
         // The twin: on the account's share alone, a refund waits behind the creates like any
         // call.
         let one = MessageBudget::account_only(make(10.0));
         for _ in 0..10 {
-            one.acquire(&OperationKind::Charge, wait).await.unwrap();
+            one.acquire(&OperationKind::FIRST_CHARGE, wait)
+                .await
+                .unwrap();
         }
         assert_eq!(
             one.acquire(&refund, wait).await,

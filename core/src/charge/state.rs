@@ -37,6 +37,12 @@ pub struct ChargeState {
     /// Stripe says the disputed charge can still be refunded (an inquiry,
     /// `is_charge_refundable`). Meaningful only with [`Self::disputed_by`]; false without it.
     pub dispute_refundable: bool,
+    /// On the order's first attempt (its head, sort key `charge`): the number of its latest
+    /// charge attempt, once the order was asked again after a decline. Set by the write that
+    /// creates that attempt, in the same transaction, guarded on the number it read, so two
+    /// retries at once make one attempt. Absent: this is the order's only attempt (every record
+    /// written before attempts reads so). Never set on a later attempt's record.
+    pub latest_attempt: Option<u32>,
 }
 
 impl ChargeState {

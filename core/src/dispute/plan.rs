@@ -33,7 +33,6 @@
 use super::deadline::{deadline, DeadlineFacts};
 use super::state::{DisputeParams, DisputeState};
 use super::{DisputeStatus, StripeDispute};
-use crate::domain::OperationKind;
 use crate::operation::{Operation, OperationStatus};
 use crate::plan::{DisputePolicy, ReviewClass};
 use crate::store::{DisputeMark, DisputeMove, DisputeOnCharge};
@@ -138,8 +137,7 @@ pub fn plan(
 ) -> DisputeWrite {
     let Some((charge, intent)) = charge.and_then(|c| {
         let intent = dispute.payment_intent.as_ref()?;
-        (c.kind == OperationKind::Charge && c.external_id.as_ref() == Some(intent))
-            .then_some((c, intent))
+        (c.kind.is_charge() && c.external_id.as_ref() == Some(intent)).then_some((c, intent))
     }) else {
         return DisputeWrite::Nothing(Unchanged::NotOurs);
     };

@@ -28,7 +28,6 @@ pub mod watch;
 use std::fmt;
 
 use self::request::{RefundParams, RefundRequest};
-use crate::domain::OperationKind;
 use crate::domain::{Amount, ChargeParams, DisputeId, OrderId, StripeRefundId, ValidationError};
 use crate::operation::{Operation, OperationStatus};
 use crate::store::ReserveRefund;
@@ -168,7 +167,7 @@ pub fn reserve(
     request: &RefundRequest,
     now: Timestamp,
 ) -> Result<(RefundParams, ReserveRefund), RefundRefusal> {
-    if charge.kind != OperationKind::Charge {
+    if !charge.kind.is_charge() {
         return Err(RefundRefusal::NoCharge);
     }
     if charge.status != OperationStatus::Succeeded {

@@ -92,7 +92,7 @@ pub fn take(
     taker: Taker,
     now: Timestamp,
 ) -> Result<Taking, TakeRefusal> {
-    if charge.kind != OperationKind::Charge {
+    if !charge.kind.is_charge() {
         return Err(TakeRefusal::NoCharge);
     }
     let never_sent = charge.status == OperationStatus::Pending

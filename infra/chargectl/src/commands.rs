@@ -274,7 +274,7 @@ pub async fn show(
     // A charge's refunds and disputes are listed with it (`refunds`, `disputes`), each as
     // `show` prints a record.
     let (refunds, disputes) = match op.kind {
-        charge_core::domain::OperationKind::Charge => (
+        charge_core::domain::OperationKind::Charge(_) => (
             store
                 .refunds_of(&op.order_id)
                 .await
@@ -1132,7 +1132,8 @@ fn print_refund_resolution(
 fn describe(op: &Operation) -> String {
     match &op.kind {
         OperationKind::Refund(id) => format!("refund {id} of order {}", op.order_id),
-        OperationKind::Charge => format!("order {}", op.order_id),
+        OperationKind::Charge(1) => format!("order {}", op.order_id),
+        OperationKind::Charge(n) => format!("charge attempt {n} of order {}", op.order_id),
         other => format!("{} of order {}", other.as_str(), op.order_id),
     }
 }

@@ -8,7 +8,7 @@
 //! sits on the store those functions write through and notes, per order, the first such write
 //! and its time; the metric's sums are counted beside it ([`crate::driver::LoopCounts`]).
 
-use charge_core::domain::{OperationId, OperationKind, PaymentIntentId};
+use charge_core::domain::{OperationId, PaymentIntentId};
 use charge_core::operation::{Operation, OperationStatus};
 use charge_core::outcome::{GatewayError, PaymentIntent};
 use charge_core::time::Timestamp;
@@ -59,7 +59,7 @@ impl Pages {
 /// Whether `op`, as written, is an authorization looked at once its deadline was near: due
 /// again only after its deadline.
 pub fn paged(op: &Operation) -> bool {
-    op.kind == OperationKind::Charge
+    op.kind.is_charge()
         && op.status == OperationStatus::Authorized
         && op
             .capture_before()

@@ -35,7 +35,7 @@ use charge::handler::ChargeFunction;
 use charge_core::outbox::Outcome;
 use charge_core::plan::Policy;
 use charge_core::{
-    domain::{OperationKind, OrderId},
+    domain::OrderId,
     operation::OperationKey,
     time::{Clock, ManualClock, Timestamp},
 };
@@ -403,7 +403,7 @@ impl Run {
         while !self.done() {
             crate::sched::sleep(&self.clock, Duration::from_secs(1)).await;
             for (key, outcome, at_ms) in self.store.take_outcomes() {
-                if key.kind != OperationKind::Charge {
+                if !key.kind.is_charge() {
                     continue;
                 }
                 let Some(index) = driver::index_of(key.order_id.as_str(), self.cfg.seed) else {
@@ -619,6 +619,7 @@ impl Run {
                 queue: sender,
                 clock: clock_arc,
                 pending_grace: policy.pending_grace,
+                max_charge_attempts: Default::default(),
                 metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
             },
             reconciler: ReconcilerFunction {

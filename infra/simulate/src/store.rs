@@ -39,8 +39,8 @@ use charge_core::outbox::{outcome_change, Outcome};
 use charge_core::refund::request::RefundParams;
 use charge_core::refund::state::RefundState;
 use charge_core::store::{
-    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
-    Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+    Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded, ManualResolution,
+    NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
 };
 use charge_core::store_rules::{self, Guard, Transition, Written};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
@@ -220,6 +220,8 @@ struct HoldRest {
     /// The open dispute on the charge, and whether Stripe says it is still refundable.
     disputed_by: Option<DisputeId>,
     dispute_refundable: bool,
+    /// On an order's first attempt: its latest charge attempt's number, once there are more.
+    latest_attempt: Option<u32>,
 }
 
 /// What kind of record it is, with what only its kind has: a charge's strings are shared (by
@@ -285,11 +287,13 @@ impl Packed {
             taken_by,
             disputed_by,
             dispute_refundable,
+            latest_attempt,
         } = charge_state;
         let mut hold = (capture_before.is_some()
             || amount_captured.is_some()
             || taken_by.is_some()
-            || disputed_by.is_some())
+            || disputed_by.is_some()
+            || latest_attempt.is_some())
         .then(|| {
             Box::new(HoldRest {
                 capture_method: CaptureMethod::Automatic,
@@ -298,6 +302,7 @@ impl Packed {
                 taken_by,
                 disputed_by,
                 dispute_refundable,
+                latest_attempt,
             })
         });
         let (amount, what) = match params {
@@ -320,6 +325,7 @@ impl Packed {
                             taken_by: None,
                             disputed_by: None,
                             dispute_refundable: false,
+                            latest_attempt: None,
                         })
                     })
                     .capture_method = capture_method;
@@ -395,6 +401,7 @@ impl Packed {
                     taken_by: self.hold.as_ref().and_then(|h| h.taken_by),
                     disputed_by: self.hold.as_ref().and_then(|h| h.disputed_by.clone()),
                     dispute_refundable: self.hold.as_ref().is_some_and(|h| h.dispute_refundable),
+                    latest_attempt: self.hold.as_ref().and_then(|h| h.latest_attempt),
                 };
                 (Params::Charge(params, state), fingerprint, by)
             }
@@ -1459,6 +1466,38 @@ impl OperationCreates for SimStore {
         t.publish(event, op.params.dispute_state().is_some());
         self.after_put(&mut t, op);
         Ok(created)
+    }
+
+    /// The new attempt, the head naming it, attempt n checked: under one lock, by the store's
+    /// rules ([`store_rules::start_attempt`]), all or nothing. The head's change is an update
+    /// (its status does not move: no outcome); the new attempt is indexed and published as any
+    /// new operation is.
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        self.write();
+        let mut t = self.lock();
+        let head_key = req.head_key();
+        let head = t.read(&head_key)?;
+        let after = match req.on_after() {
+            Some(_) => t.read(&req.after_key())?,
+            None => None,
+        };
+        let existing = t.get(&req.op.key());
+        let (Some(before), Ok(next)) = (
+            head.as_ref(),
+            store_rules::start_attempt(existing.as_ref(), head.as_ref(), after.as_ref(), req),
+        ) else {
+            return Ok(CreatedAttempt::Refused);
+        };
+        t.update(&head_key, before, next);
+        let op = &req.op;
+        let at = t.store(op.clone());
+        let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+        t.by_operation_id.insert(op.operation_id, at32);
+        t.index(at);
+        let event = outcome_change(None, op).map(|o| (op.operation_id, o));
+        t.publish(event);
+        self.after_put(&mut t, op);
+        Ok(CreatedAttempt::New(op.clone()))
     }
 
     /// The dispute's move, then its charge's side, each by the store's rules as any update is

@@ -38,14 +38,28 @@ struct MessageBody {
     /// A capture's number, from 2 (absent: the first capture, or another kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     capture_no: Option<u32>,
+    /// A charge attempt's number, from 2 (absent: the order's first attempt, or another kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
 }
 
 impl TryFrom<MessageBody> for OperationMessage {
     type Error = String;
 
     fn try_from(b: MessageBody) -> Result<Self, String> {
+        if let Some(n) = b.attempt {
+            return match (b.kind.as_str(), b.refund_id, b.capture_no) {
+                ("charge", None, None) if n > 1 => Ok(Self {
+                    v: b.v,
+                    operation_id: b.operation_id,
+                    order_id: b.order_id,
+                    kind: OperationKind::charge_attempt(n).map_err(|e| e.to_string())?,
+                }),
+                (kind, _, _) => Err(format!("kind {kind:?} with attempt {n}")),
+            };
+        }
         let kind = match (b.kind.as_str(), b.refund_id, b.capture_no) {
-            ("charge", None, None) => OperationKind::Charge,
+            ("charge", None, None) => OperationKind::FIRST_CHARGE,
             ("refund", Some(id), None) => OperationKind::Refund(id),
             ("capture", None, None) => OperationKind::FIRST_CAPTURE,
             ("capture", None, Some(n)) if n > 1 => {
@@ -78,6 +92,7 @@ impl From<OperationMessage> for MessageBody {
             kind: m.kind.as_str().to_owned(),
             refund_id: m.kind.refund_id().cloned(),
             capture_no: m.kind.capture_no().filter(|n| *n > 1),
+            attempt: m.kind.attempt_no().filter(|n| *n > 1),
         }
     }
 }
@@ -91,6 +106,10 @@ impl OperationMessage {
     pub const TAKE_VERSION: u32 = 3;
     /// A capture's message after the first capture of its order.
     pub const CAPTURE_AGAIN_VERSION: u32 = 4;
+    /// A charge attempt's message after the order's first attempt: a release before attempts
+    /// does not read it (it would charge the first attempt's record), so it parks on its
+    /// dead-letter queue while the unknown index drives the attempt.
+    pub const CHARGE_AGAIN_VERSION: u32 = 5;
     /// A dispute never has a message (it is read at Stripe, never created there): a message
     /// naming one is a writer's bug, written with a version no release reads, so it parks on
     /// the dead-letter queue (which pages) instead of driving anything.
@@ -99,7 +118,8 @@ impl OperationMessage {
     /// The version a message of `kind` is written with.
     pub fn version_of(kind: &OperationKind) -> u32 {
         match kind {
-            OperationKind::Charge => Self::VERSION,
+            OperationKind::Charge(n) if *n > 1 => Self::CHARGE_AGAIN_VERSION,
+            OperationKind::Charge(_) => Self::VERSION,
             OperationKind::Refund(_) => Self::REFUND_VERSION,
             OperationKind::Capture(n) if *n > 1 => Self::CAPTURE_AGAIN_VERSION,
             OperationKind::Capture(_) | OperationKind::Cancel => Self::TAKE_VERSION,
@@ -114,6 +134,7 @@ impl OperationMessage {
             Self::REFUND_VERSION,
             Self::TAKE_VERSION,
             Self::CAPTURE_AGAIN_VERSION,
+            Self::CHARGE_AGAIN_VERSION,
         ]
         .iter()
         .any(|known| v == u64::from(*known))
@@ -265,6 +286,38 @@ mod tests {
             r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"cancel","capture_no":2}"#,
             r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":1}"#,
             r#"{"v":4,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":11}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<OperationMessage>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    /// A later charge attempt's message names its number and is a version of its own (one a
+    /// release before attempts parks rather than charging the first attempt's record); the
+    /// first attempt's is written as every release wrote it; an attempt number on another kind,
+    /// or a first attempt numbered, is unreadable.
+    #[test]
+    fn a_later_attempt_s_message_names_its_number() {
+        let later = r#"{"v":5,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"charge","attempt":2}"#;
+        let m: OperationMessage = serde_json::from_str(later).unwrap();
+        assert_eq!(m.kind, OperationKind::Charge(2));
+        assert_eq!(OperationMessage::version_of(&m.kind), m.v);
+        assert!(OperationMessage::known_version(5));
+        assert_eq!(serde_json::to_string(&m).unwrap(), later);
+        assert_eq!(m.key().kind.sort_key(), "charge#2");
+
+        let first = r#"{"v":1,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"charge"}"#;
+        let m: OperationMessage = serde_json::from_str(first).unwrap();
+        assert_eq!((m.kind.clone(), m.v), (OperationKind::FIRST_CHARGE, 1));
+        assert_eq!(serde_json::to_string(&m).unwrap(), first);
+
+        for bad in [
+            r#"{"v":5,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"refund","refund_id":"r1","attempt":2}"#,
+            r#"{"v":5,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"charge","attempt":1}"#,
+            r#"{"v":5,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"charge","attempt":21}"#,
+            r#"{"v":5,"operation_id":"7f0c7a0e-1111-4a4a-8b8b-000000000002","order_id":"ord-1","kind":"capture","capture_no":2,"attempt":2}"#,
         ] {
             assert!(
                 serde_json::from_str::<OperationMessage>(bad).is_err(),

@@ -10,8 +10,8 @@ use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::store::{
-    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
-    Recorded, RefundFailedLater, Reschedule,
+    Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded, ManualResolution,
+    NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
 };
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Timestamp;
@@ -179,6 +179,54 @@ pub trait OperationReads: Send + Sync {
     /// partition, paged). A refund this release cannot read is an error naming it.
     async fn refunds_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError>;
 
+    /// The order's latest charge attempt: what refunds, captures, cancels and disputes act on,
+    /// "the order's charge". The first attempt's record (sort key `charge`) is the order's
+    /// head and names the latest once there are more ([`Operation::latest_attempt`]), so an
+    /// order charged once is one read, as before attempts, and a retried one two. `None`: no
+    /// charge was asked for this order. A head naming an attempt that is not there is an
+    /// error (the store's write makes both at once), never read as the first.
+    async fn charge_of(&self, order_id: &OrderId) -> Result<Option<Operation>, StoreError> {
+        let Some(head) = self.get(&OperationKey::charge(order_id.clone())).await? else {
+            return Ok(None);
+        };
+        let n = head.latest_attempt();
+        if n <= 1 {
+            return Ok(Some(head));
+        }
+        let key = OperationKey::charge_attempt(order_id.clone(), n)
+            .map_err(|e| StoreError::new(format!("order {order_id}'s head: {e}")))?;
+        match self.get(&key).await? {
+            Some(latest) => Ok(Some(latest)),
+            None => Err(StoreError::new(format!(
+                "order {order_id}'s first charge attempt names attempt {n} as its latest, and there is no such record"
+            ))),
+        }
+    }
+
+    /// Every charge attempt of `order_id`, first to latest (empty: no charge asked): what
+    /// `GET /orders/{id}/charge` and `chargectl show` list. One read per attempt, strongly
+    /// consistent; bounded by [`OperationKind::MAX_CHARGE_ATTEMPTS`].
+    async fn attempts_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
+        let Some(head) = self.get(&OperationKey::charge(order_id.clone())).await? else {
+            return Ok(Vec::new());
+        };
+        let latest = head.latest_attempt();
+        let mut attempts = vec![head];
+        for n in 2..=latest {
+            let key = OperationKey::charge_attempt(order_id.clone(), n)
+                .map_err(|e| StoreError::new(format!("order {order_id}'s head: {e}")))?;
+            match self.get(&key).await? {
+                Some(op) => attempts.push(op),
+                None => {
+                    return Err(StoreError::new(format!(
+                        "order {order_id}'s charge attempt {n} of {latest} is not there"
+                    )))
+                }
+            }
+        }
+        Ok(attempts)
+    }
+
     /// Every dispute of `order_id`, by dispute id (strongly consistent; one Query of the order's
     /// partition, paged): what `chargectl show` lists under the order's charge. The default
     /// refuses, for wrappers and doubles that never list disputes.
@@ -207,6 +255,17 @@ pub trait OperationCreates: Send + Sync {
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError>;
+
+    /// Starts the order's next charge attempt ([`NewAttempt`]) in one write, all or nothing
+    /// ([`charge_core::store_rules::start_attempt`]): the new attempt's record where none is, the
+    /// head naming it as the latest while it names the one the door read, and that attempt
+    /// still the one read, `failed`, not ended by a cancel. Two retries at once: one is
+    /// [`CreatedAttempt::New`], the other [`CreatedAttempt::Refused`] (nothing written). The
+    /// default refuses, for wrappers and doubles that never start an attempt.
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        let _ = req;
+        Err(StoreError::new("this store does not start charge attempts"))
+    }
 
     /// Moves a dispute's record to what Stripe holds ([`DisputeMove`]: only the record read,
     /// only while unsettled) and, when it has one, makes its charge's side in the same write,

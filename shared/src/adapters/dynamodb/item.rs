@@ -65,7 +65,7 @@ use super::schema::{
 };
 use super::schema::{
     CHARGE_REFUNDABLE, DISPUTED_BY, DISPUTE_CREATED, DISPUTE_REASON, DISPUTE_REFUNDABLE,
-    DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY, HAS_EVIDENCE, STRIPE_CHARGE,
+    DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY, HAS_EVIDENCE, LATEST_ATTEMPT, STRIPE_CHARGE,
 };
 use crate::ports::{StoreError, UnreadableRecord};
 use charge_core::dispute::state::{DisputeParams, DisputeState};
@@ -160,6 +160,10 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
                     .disputed_by
                     .as_ref()
                     .map(|_| attr_bool(state.dispute_refundable)),
+            );
+            put(
+                LATEST_ATTEMPT,
+                state.latest_attempt.map(|n| attr_n(i64::from(n))),
             );
         }
         Params::Refund(p, state) => {
@@ -506,13 +510,14 @@ pub fn operation_from_item(item: &Attrs) -> Result<Operation, StoreError> {
 }
 
 /// The attributes only a charge's record holds, only a refund's, and only a dispute's.
-const CHARGE_STATE: [&str; 6] = [
+const CHARGE_STATE: [&str; 7] = [
     REFUND_RESERVED,
     CAPTURE_BEFORE,
     AMOUNT_CAPTURED,
     TAKEN_BY,
     DISPUTED_BY,
     DISPUTE_REFUNDABLE,
+    LATEST_ATTEMPT,
 ];
 const REFUND_STATE: [&str; 1] = [STRIPE_REFUND_ID];
 const DISPUTE_STATE: [&str; 8] = [
@@ -531,7 +536,7 @@ const DISPUTE_STATE: [&str; 8] = [
 /// item unreadable: the record would be read as something no write of ours makes.
 fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreError> {
     let others: Vec<&str> = match kind {
-        OperationKind::Charge => [&REFUND_STATE[..], &DISPUTE_STATE].concat(),
+        OperationKind::Charge(_) => [&REFUND_STATE[..], &DISPUTE_STATE].concat(),
         OperationKind::Refund(_) => [&CHARGE_STATE[..], &DISPUTE_STATE].concat(),
         OperationKind::Dispute(_) => [&CHARGE_STATE[..], &REFUND_STATE].concat(),
         OperationKind::Capture(_) | OperationKind::Cancel => {
@@ -545,7 +550,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
     let amount = domain("amount", Amount::new(req_n(item, "amount")?))?;
     let currency = domain("currency", Currency::parse(req_s(item, "currency")?))?;
     Ok(match kind {
-        OperationKind::Charge => Params::Charge(
+        OperationKind::Charge(_) => Params::Charge(
             ChargeParams {
                 amount,
                 currency,
@@ -641,6 +646,18 @@ fn charge_state_from_item(item: &Attrs) -> Result<ChargeState, StoreError> {
             .map(|id| domain(DISPUTED_BY, DisputeId::parse(id)))
             .transpose()?,
         dispute_refundable: get_bool(item, DISPUTE_REFUNDABLE)?.unwrap_or(false),
+        latest_attempt: get_n::<u32>(item, LATEST_ATTEMPT)?
+            .map(|n| {
+                Some(n)
+                    .filter(|n| (2..=OperationKind::MAX_CHARGE_ATTEMPTS).contains(n))
+                    .ok_or_else(|| {
+                        malformed(
+                            LATEST_ATTEMPT,
+                            &format!("must be 2 to {}", OperationKind::MAX_CHARGE_ATTEMPTS),
+                        )
+                    })
+            })
+            .transpose()?,
     })
 }
 

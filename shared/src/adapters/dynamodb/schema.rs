@@ -118,6 +118,10 @@ pub const TAKEN_BY: &str = "taken_by";
 /// before disputes.
 pub const DISPUTED_BY: &str = "disputed_by";
 pub const DISPUTE_REFUNDABLE: &str = "dispute_refundable";
+/// On an order's first charge attempt (sort key `charge`, the order's head): the number of its
+/// latest attempt (N, from 2), once the order was charged again after a decline. Absent on every
+/// order with one attempt, and on every record written before attempts.
+pub const LATEST_ATTEMPT: &str = "latest_attempt";
 /// A dispute's, beside `payment_intent`: the charge it takes back from (`ch_…`), the bank's
 /// reason, Stripe's `created` (ms), what Stripe moves (`dispute_status` verbatim, `due_by` (ms,
 /// optional), `has_evidence` and `charge_refundable` (BOOL)), and `dispute_reserved` (BOOL):
