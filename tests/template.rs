@@ -3153,7 +3153,8 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             p("sqs:SendMessage", "ChargeQueue"),
         ])
     );
-    // What the checkout code asks of the store. Of these only create_beside updates a record
+    // What the checkout code asks of the store (charge_of: the order's latest attempt, one or
+    // two GetItems). Of these only create_beside updates a record
     // (a refund's, a capture's or a cancel's charge), and sends its Put and its charge's
     // UpdateItem as one TransactWriteItems (DynamoStore::put_with_charge); create_if_absent is a plain PutItem.
     // A new call here (a claim, a record, a resolve: plain UpdateItems) fails this until the
@@ -3162,7 +3163,14 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     assert_eq!(
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
-            ["create_beside", "create_if_absent", "get", "refunds_of"].map(str::to_owned)
+            [
+                "charge_of",
+                "create_beside",
+                "create_if_absent",
+                "get",
+                "refunds_of"
+            ]
+            .map(str::to_owned)
         )
     );
     let charge = charge_core::operation::OperationKey::charge(
@@ -3244,7 +3252,8 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     use charge_core::store::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
     use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::writes;
-    // What the events path asks of the store: a read, an order's refunds, and the three writes.
+    // What the events path asks of the store: a read (charge_of: a dispute's order's latest
+    // attempt, GetItems), an order's refunds, and the three writes.
     // The executor (shared/src/executor/) is the charge function's too; the events function
     // reaches it through charge::apply_event and refund::apply_refund_event only.
     let root = workspace_root();
@@ -3256,6 +3265,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
         ]),
         BTreeSet::from(
             [
+                "charge_of",
                 "claim",
                 "create_beside",
                 "fail_refund_later",
@@ -3270,7 +3280,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     let op = charge_core::testing::order("ord-events").manual().build();
     let token = LeaseToken::new_random();
     let release = ReleaseRefund {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         amount: op.params.amount(),
         now: T0,
     };
@@ -3526,7 +3536,7 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         audit,
     };
     let release = ReleaseRefund {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         amount: op.params.amount(),
         now: T0,
     };
@@ -3567,7 +3577,7 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
     named.extend(write_names(&writes::write(&release).unwrap()));
     // resolve --failed of a capture or cancel Stripe holds untouched: its charge given back.
     let given_back = charge_core::store::SettleAuthorization {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         taker: charge_core::charge::state::Taker {
             capture: true,
             operation_id: op.operation_id,

@@ -950,7 +950,7 @@ async fn resolve_take(
         stripe_refund_id: None,
         release: None,
         authorization: Some(SettleAuthorization {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             taker,
             outcome: AuthorizationOutcome::GivenBack,
             now,
@@ -1054,7 +1054,7 @@ async fn resolve_refund(
         expected_updated_at: op.updated_at,
         stripe_refund_id: confirmed.refund_id.clone(),
         release: confirmed.release.then(|| ReleaseRefund {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             amount: op.params.amount(),
             now,
         }),

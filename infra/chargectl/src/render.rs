@@ -743,6 +743,7 @@ mod tests {
                 currency: charge.params.currency().clone(),
                 payment_intent: charge_core::domain::PaymentIntentId::parse("pi_1").unwrap(),
                 reason: None,
+                charge_attempt: 1,
             },
             RefundState {
                 stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),

@@ -197,11 +197,13 @@ impl Expression {
                 let v = self.value(":if_refund", attr_s("refund#"));
                 format!("begins_with({n}, {v})")
             }
-            // A charge's sort key is exactly `charge` (a refund's is `refund#<id>`).
+            // A charge attempt's sort key is exactly `charge` (the first, the order's head) or
+            // `charge#<n>` (a later one); a refund's is `refund#<id>`, a capture's `capture…`.
             Guard::IsCharge => {
                 let n = self.name(SK);
-                let v = self.value(":if_charge", attr_s("charge"));
-                format!("{n} = {v}")
+                let first = self.value(":if_charge", attr_s("charge"));
+                let later = self.value(":if_charge_attempt", attr_s("charge#"));
+                format!("({n} = {first} OR begins_with({n}, {later}))")
             }
             Guard::NotTaken => format!("attribute_not_exists({})", self.name(TAKEN_BY)),
             Guard::TakenBy(id) => {
@@ -868,7 +870,7 @@ mod tests {
         // `chargectl resolve` of a refund: its Stripe id as confirmed, and, failed, its
         // reservation given back to the charge in the same transaction.
         let release = ReleaseRefund {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             amount: op.params.amount(),
             now: T0,
         };
@@ -884,7 +886,7 @@ mod tests {
         // `chargectl resolve --failed` of a capture while Stripe holds it untouched: the
         // charge given back in the same transaction.
         let given_back = SettleAuthorization {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             taker: charge_core::charge::state::Taker {
                 capture: true,
                 operation_id: op.operation_id,
