@@ -3252,8 +3252,9 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     use charge_core::store::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
     use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::writes;
-    // What the events path asks of the store: a read (charge_of: a dispute's order's latest
-    // attempt, GetItems), an order's refunds, and the three writes.
+    // What the events path asks of the store: reads (charge_of: a dispute's order's latest
+    // attempt; attempts_of: an intent's attempt by operation id; GetItems), an order's
+    // refunds, and the three writes.
     // The executor (shared/src/executor/) is the charge function's too; the events function
     // reaches it through charge::apply_event and refund::apply_refund_event only.
     let root = workspace_root();
@@ -3265,6 +3266,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
         ]),
         BTreeSet::from(
             [
+                "attempts_of",
                 "charge_of",
                 "claim",
                 "create_beside",
