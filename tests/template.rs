@@ -4454,6 +4454,39 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
     );
 }
 
+/// Every class the audit finds is a metric with an alarm of its own that pages (docs/operations.md
+/// says so); `paid_twice` (an order paid by two of its charge attempts) says to look at the
+/// order's attempts first. The twin: a class the code never gives has no alarm.
+#[test]
+fn every_drift_class_has_its_own_alarm() {
+    let t = template();
+    for class in charge_core::audit::DriftClass::ALL {
+        let (id, alarm) = alarm_on(
+            &t,
+            "ChargeOnce",
+            "AuditDrift",
+            ("DriftClass", class.as_str()),
+        )
+        .unwrap_or_else(|| panic!("no alarm on the audit's {}", class.as_str()));
+        assert!(notifies_alarm_topic(alarm), "{id}: notifies AlarmTopicArn");
+    }
+    let (id, alarm) =
+        alarm_on(&t, "ChargeOnce", "AuditDrift", ("DriftClass", "paid_twice")).unwrap();
+    assert_eq!(id, "AuditPaidTwiceAlarm");
+    let description = str_at(props(alarm), "AlarmDescription").unwrap_or_default();
+    assert!(
+        description.contains("First run: chargectl show <order_id>"),
+        "{description}"
+    );
+    assert!(alarm_on(
+        &t,
+        "ChargeOnce",
+        "AuditDrift",
+        ("DriftClass", "paid_thrice")
+    )
+    .is_none());
+}
+
 /// The twin: a metric nobody emits, one under dimensions it is not emitted with, a function that
 /// does not exist and a class value the code never gives are each refused; the genuine metric
 /// in the same setup is accepted.
