@@ -1331,10 +1331,16 @@ impl<'a> Book<'a> {
 }
 
 /// Orders paid more than once across their charge attempts: more than one of an order's
-/// operations with a succeeded intent at Stripe (of our mode: listed or read by id), or more
+/// attempts with a succeeded intent at Stripe (of our mode: listed or read by id), or more
 /// than one succeeded attempt among the records read. One finding per order and side; one
-/// operation with two succeeded intents is `duplicate_success`, not this.
+/// operation with two succeeded intents is `duplicate_success`, and an intent naming an
+/// operation no record has is `at_stripe_not_here`, not this.
 fn paid_twice(ev: &Evidence) -> Vec<Finding> {
+    let records = ev.settled.iter().chain(&ev.related).chain(&ev.unsettled);
+    let attempts: BTreeSet<String> = records
+        .filter(|op| op.kind.is_charge())
+        .map(|op| op.operation_id.to_string())
+        .collect();
     let mut at_stripe: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
     let retrieved = ev
         .retrieved_intents
@@ -1347,6 +1353,9 @@ fn paid_twice(ev: &Evidence) -> Vec<Finding> {
             continue;
         }
         if let (Some(order), Some(op)) = (pi.order_id.as_deref(), pi.operation_id.as_deref()) {
+            if !attempts.contains(op) {
+                continue;
+            }
             at_stripe
                 .entry(order)
                 .or_default()
