@@ -1342,10 +1342,7 @@ fn paid_twice(ev: &Evidence) -> Vec<Finding> {
         .map(|op| op.operation_id.to_string())
         .collect();
     let mut at_stripe: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
-    let retrieved = ev
-        .retrieved_intents
-        .iter()
-        .filter_map(|(_, pi)| pi.as_ref());
+    let retrieved = ev.retrieved_intents.values().filter_map(Option::as_ref);
     for pi in ev.intents.iter().chain(retrieved) {
         if pi.status != PaymentIntentStatus::Succeeded
             || pi.livemode.is_some_and(|m| m != ev.livemode)

@@ -278,7 +278,7 @@ fn an_order_paid_by_two_attempts_is_paid_twice_and_by_one_matches() {
     assert_eq!(j.unexplained(), 0);
     // The shell reads every attempt of an order charged again; of one charged once, no more
     // than before attempts.
-    let reads = orders_to_read(&[], &[], &[second.clone()]);
+    let reads = orders_to_read(&[], &[], std::slice::from_ref(&second));
     assert_eq!(
         reads.get("ord-1").map(|r| (r.charge, r.attempts)),
         Some((true, true))
