@@ -347,6 +347,7 @@ async fn the_reservation_s_clauses_are_its_guards() {
                 currency: charge_core::domain::Currency::parse("usd").unwrap(),
                 payment_intent: PaymentIntentId::parse("pi_settled").unwrap(),
                 reason: None,
+                charge_attempt: 1,
             },
             charge_core::refund::state::RefundState::default(),
         );
@@ -426,6 +427,7 @@ mod taking {
             amount_to_capture: charge.params.amount(),
             currency: charge.params.currency().clone(),
             payment_intent: PaymentIntentId::parse("pi_held").unwrap(),
+            charge_attempt: 1,
         });
         op.next_due_at = Some(at(120));
         op

@@ -3154,7 +3154,8 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             p("sqs:SendMessage", "ChargeQueue"),
         ])
     );
-    // What the checkout code asks of the store. Of these only create_beside updates a record
+    // What the checkout code asks of the store (charge_of: the order's latest attempt, one or
+    // two GetItems). Of these only create_beside updates a record
     // (a refund's, a capture's or a cancel's charge), and sends its Put and its charge's
     // UpdateItem as one TransactWriteItems (DynamoStore::put_with_charge); create_if_absent is a plain PutItem.
     // A new call here (a claim, a record, a resolve: plain UpdateItems) fails this until the
@@ -3164,6 +3165,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
             [
+                "charge_of",
                 "create_attempt",
                 "create_beside",
                 "create_if_absent",
@@ -3273,7 +3275,9 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     use charge_core::store::{OutcomeRecord, RefundFailedLater, ReleaseRefund};
     use charge_core::testing::T0;
     use charge_once::adapters::dynamodb::writes;
-    // What the events path asks of the store: a read, an order's refunds, and the three writes.
+    // What the events path asks of the store: reads (charge_of: a dispute's order's latest
+    // attempt; attempts_of: an intent's attempt by operation id; GetItems), an order's
+    // refunds, and the three writes.
     // The executor (shared/src/executor/) is the charge function's too; the events function
     // reaches it through charge::apply_event and refund::apply_refund_event only.
     let root = workspace_root();
@@ -3285,6 +3289,8 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
         ]),
         BTreeSet::from(
             [
+                "attempts_of",
+                "charge_of",
                 "claim",
                 "create_beside",
                 "fail_refund_later",
@@ -3299,7 +3305,7 @@ fn the_events_function_updates_only_what_the_executor_s_writes_name() {
     let op = charge_core::testing::order("ord-events").manual().build();
     let token = LeaseToken::new_random();
     let release = ReleaseRefund {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         amount: op.params.amount(),
         now: T0,
     };
@@ -3555,7 +3561,7 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
         audit,
     };
     let release = ReleaseRefund {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         amount: op.params.amount(),
         now: T0,
     };
@@ -3596,7 +3602,7 @@ fn the_operator_updates_name_exactly_what_resolve_and_redrive_name() {
     named.extend(write_names(&writes::write(&release).unwrap()));
     // resolve --failed of a capture or cancel Stripe holds untouched: its charge given back.
     let given_back = charge_core::store::SettleAuthorization {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         taker: charge_core::charge::state::Taker {
             capture: true,
             operation_id: op.operation_id,
@@ -4469,6 +4475,39 @@ fn every_dashboard_widget_draws_a_metric_the_code_emits_with_its_dimensions() {
         named, 2,
         "the charge and notify dead-letter queues by their own names"
     );
+}
+
+/// Every class the audit finds is a metric with an alarm of its own that pages (docs/operations.md
+/// says so); `paid_twice` (an order paid by two of its charge attempts) says to look at the
+/// order's attempts first. The twin: a class the code never gives has no alarm.
+#[test]
+fn every_drift_class_has_its_own_alarm() {
+    let t = template();
+    for class in charge_core::audit::DriftClass::ALL {
+        let (id, alarm) = alarm_on(
+            &t,
+            "ChargeOnce",
+            "AuditDrift",
+            ("DriftClass", class.as_str()),
+        )
+        .unwrap_or_else(|| panic!("no alarm on the audit's {}", class.as_str()));
+        assert!(notifies_alarm_topic(alarm), "{id}: notifies AlarmTopicArn");
+    }
+    let (id, alarm) =
+        alarm_on(&t, "ChargeOnce", "AuditDrift", ("DriftClass", "paid_twice")).unwrap();
+    assert_eq!(id, "AuditPaidTwiceAlarm");
+    let description = str_at(props(alarm), "AlarmDescription").unwrap_or_default();
+    assert!(
+        description.contains("First run: chargectl show <order_id>"),
+        "{description}"
+    );
+    assert!(alarm_on(
+        &t,
+        "ChargeOnce",
+        "AuditDrift",
+        ("DriftClass", "paid_thrice")
+    )
+    .is_none());
 }
 
 /// The twin: a metric nobody emits, one under dimensions it is not emitted with, a function that

@@ -90,6 +90,10 @@ pub enum DriftClass {
     AmountDiffers,
     /// More than one succeeded PaymentIntent for one operation.
     DuplicateSuccess,
+    /// More than one of an order's charge attempts paid: succeeded intents of two of its
+    /// operations at Stripe, or two succeeded attempts in our records. The store's write that
+    /// starts an attempt rules it out; found, the customer paid twice for one order.
+    PaidTwice,
     /// An order's refunds exceed what its charge took.
     OverRefunded,
     /// A dispute Stripe holds on one of our intents has no record: the order's money is being
@@ -102,12 +106,13 @@ pub enum DriftClass {
 }
 
 impl DriftClass {
-    pub const ALL: [DriftClass; 9] = [
+    pub const ALL: [DriftClass; 10] = [
         DriftClass::AtStripeNotHere,
         DriftClass::HereNotAtStripe,
         DriftClass::StatusDiffers,
         DriftClass::AmountDiffers,
         DriftClass::DuplicateSuccess,
+        DriftClass::PaidTwice,
         DriftClass::OverRefunded,
         DriftClass::DisputeUnrecorded,
         DriftClass::AuthorizationNearDeadline,
@@ -122,6 +127,7 @@ impl DriftClass {
             DriftClass::StatusDiffers => "status_differs",
             DriftClass::AmountDiffers => "amount_differs",
             DriftClass::DuplicateSuccess => "duplicate_success",
+            DriftClass::PaidTwice => "paid_twice",
             DriftClass::OverRefunded => "over_refunded",
             DriftClass::DisputeUnrecorded => "dispute_unrecorded",
             DriftClass::AuthorizationNearDeadline => "authorization_near_deadline",
@@ -451,6 +457,9 @@ pub struct OrderReads {
     pub charge: bool,
     /// All its refunds (a refund names the order: the sum is checked).
     pub refunds: bool,
+    /// All its charge attempts even when its head settled in the window (the order was charged
+    /// again: is it paid twice?).
+    pub attempts: bool,
 }
 
 /// The orders whose records the audit must read, besides the ones settled in the window: every
@@ -471,7 +480,11 @@ pub fn orders_to_read(
     }
     for op in settled {
         let r = reads.entry(op.order_id.as_str().to_owned()).or_default();
-        r.charge |= !op.kind.is_charge();
+        // An order charged again: its other attempts too (is it paid twice?). An order charged
+        // once costs no read more than before attempts.
+        let retried = op.kind.attempt_no().is_some_and(|n| n > 1) || op.latest_attempt() > 1;
+        r.charge |= !op.kind.is_charge() || retried;
+        r.attempts |= retried;
         r.refunds |= matches!(op.kind, OperationKind::Refund(_));
     }
     reads
@@ -729,6 +742,9 @@ pub fn judge(ev: &Evidence, policy: &AuditPolicy) -> Judgement {
     for finding in book.over_refunded() {
         j.add(finding);
     }
+    for finding in paid_twice(ev) {
+        j.add(finding);
+    }
     for op in &ev.unsettled {
         if op.review.is_some() {
             j.counts.in_review += 1;
@@ -882,8 +898,15 @@ impl<'a> Book<'a> {
                 continue;
             }
             match op.kind {
-                OperationKind::Charge(_) => {
-                    book.charges.insert(op.order_id.as_str(), op);
+                // The order's charge is its paid attempt, else its latest read (what its
+                // refunds and its captures took from).
+                OperationKind::Charge(n) => {
+                    let entry = book.charges.entry(op.order_id.as_str()).or_insert(op);
+                    let paid = |c: &Operation| c.status == OperationStatus::Succeeded;
+                    let later = entry.kind.attempt_no().is_some_and(|m| m < n);
+                    if (paid(op) && !paid(entry)) || (paid(op) == paid(entry) && later) {
+                        *entry = op;
+                    }
                 }
                 OperationKind::Refund(_) => book
                     .refunds_by_order
@@ -1305,6 +1328,80 @@ impl<'a> Book<'a> {
         }
         out
     }
+}
+
+/// Orders paid more than once across their charge attempts: more than one of an order's
+/// attempts with a succeeded intent at Stripe (of our mode: listed or read by id), or more
+/// than one succeeded attempt among the records read. One finding per order and side; one
+/// operation with two succeeded intents is `duplicate_success`, and an intent naming an
+/// operation no record has is `at_stripe_not_here`, not this.
+fn paid_twice(ev: &Evidence) -> Vec<Finding> {
+    let records = ev.settled.iter().chain(&ev.related).chain(&ev.unsettled);
+    let attempts: BTreeSet<String> = records
+        .filter(|op| op.kind.is_charge())
+        .map(|op| op.operation_id.to_string())
+        .collect();
+    let mut at_stripe: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
+    let retrieved = ev.retrieved_intents.values().filter_map(Option::as_ref);
+    for pi in ev.intents.iter().chain(retrieved) {
+        if pi.status != PaymentIntentStatus::Succeeded
+            || pi.livemode.is_some_and(|m| m != ev.livemode)
+        {
+            continue;
+        }
+        if let (Some(order), Some(op)) = (pi.order_id.as_deref(), pi.operation_id.as_deref()) {
+            if !attempts.contains(op) {
+                continue;
+            }
+            at_stripe
+                .entry(order)
+                .or_default()
+                .insert(op, pi.id.as_str());
+        }
+    }
+    let mut here: BTreeMap<&str, BTreeMap<String, &Operation>> = BTreeMap::new();
+    let records = ev.settled.iter().chain(&ev.related).chain(&ev.unsettled);
+    for op in records.filter(|op| op.kind.is_charge() && op.status == OperationStatus::Succeeded) {
+        here.entry(op.order_id.as_str())
+            .or_default()
+            .insert(op.operation_id.to_string(), op);
+    }
+    let mut out = Vec::new();
+    for (order, ops) in at_stripe.into_iter().filter(|(_, ops)| ops.len() > 1) {
+        let intents: Vec<&str> = ops.values().copied().collect();
+        out.push(Finding {
+            class: DriftClass::PaidTwice,
+            order_id: Some(order.to_owned()),
+            operation_id: None,
+            kind: Some("charge".to_owned()),
+            stripe_id: intents.last().map(|id| (*id).to_owned()),
+            detail: format!(
+                "{} operations of order {order} have a succeeded PaymentIntent at Stripe: {}",
+                intents.len(),
+                intents.join(", ")
+            ),
+        });
+    }
+    for (order, ops) in here.into_iter().filter(|(_, ops)| ops.len() > 1) {
+        let mut paid: Vec<&Operation> = ops.into_values().collect();
+        paid.sort_by_key(|op| op.kind.attempt_no());
+        let named: Vec<String> = paid
+            .iter()
+            .map(|op| format!("attempt {}", op.kind.attempt_no().unwrap_or(1)))
+            .collect();
+        let last = paid[paid.len() - 1];
+        out.push(finding(
+            DriftClass::PaidTwice,
+            last,
+            last.external_id.as_ref().map(|id| id.as_str()),
+            format!(
+                "{} charge attempts of order {order} are recorded succeeded: {}",
+                paid.len(),
+                named.join(", ")
+            ),
+        ));
+    }
+    out
 }
 
 /// What a charge record says was taken: the captured amount, or the amount if it succeeded.

@@ -546,6 +546,18 @@ impl OperationKind {
     /// walk, and on the PaymentIntents one order can create.
     pub const MAX_CHARGE_ATTEMPTS: u32 = 20;
 
+    /// The attempt a refund, capture, cancel or dispute acts on when its record names none:
+    /// the first (every record written before attempts).
+    pub const fn first_attempt() -> u32 {
+        1
+    }
+
+    /// Whether `n` is the first attempt: a record acting on it does not name it (its item and
+    /// its `--json` stay as every earlier release wrote them).
+    pub fn is_first_attempt(n: &u32) -> bool {
+        *n == 1
+    }
+
     /// The order's `n`-th charge attempt, `n` in 1..=[`Self::MAX_CHARGE_ATTEMPTS`].
     pub fn charge_attempt(n: u32) -> Result<Self, ValidationError> {
         if (1..=Self::MAX_CHARGE_ATTEMPTS).contains(&n) {

@@ -121,11 +121,6 @@ impl OperationKey {
     pub fn of_kind(order_id: OrderId, kind: OperationKind) -> Self {
         Self { order_id, kind }
     }
-
-    /// The order's charge: what a refund of the same order reserves against.
-    pub fn charge_of_order(&self) -> Self {
-        Self::charge(self.order_id.clone())
-    }
 }
 
 /// What an operation sends to Stripe on every attempt, by kind, and beside a charge's and a
@@ -264,6 +259,18 @@ impl Params {
         match self {
             Params::Dispute(_, state) => Some(state),
             _ => None,
+        }
+    }
+
+    /// The attempt of the order's charge a refund, capture, cancel or dispute acts on (see
+    /// [`Operation::charge_key`]); `None` for a charge, which is an attempt itself.
+    pub fn charge_attempt(&self) -> Option<u32> {
+        match self {
+            Params::Charge(..) => None,
+            Params::Refund(p, _) => Some(p.charge_attempt),
+            Params::Capture(p) => Some(p.charge_attempt),
+            Params::Cancel(p) => Some(p.charge_attempt),
+            Params::Dispute(p, _) => Some(p.charge_attempt),
         }
     }
 
@@ -588,6 +595,20 @@ impl Operation {
         OperationKey {
             order_id: self.order_id.clone(),
             kind: self.kind.clone(),
+        }
+    }
+
+    /// The order's charge this operation acts on: a charge attempt is its own; a refund,
+    /// capture, cancel or dispute acts on the attempt its record names (the one its door read,
+    /// the paid one; the first on every record written before attempts). What gives a
+    /// reservation back, or settles a take, writes this record.
+    pub fn charge_key(&self) -> OperationKey {
+        match self.params.charge_attempt() {
+            None => self.key(),
+            Some(n) => OperationKey {
+                order_id: self.order_id.clone(),
+                kind: OperationKind::Charge(n),
+            },
         }
     }
 

@@ -164,6 +164,11 @@ impl OutcomeEvent {
             amount_captured: (self.outcome == Outcome::Succeeded)
                 .then(|| op.amount_captured().map(|a| a.minor_units()))
                 .flatten(),
+            attempt: op
+                .charge_key()
+                .kind
+                .attempt_no()
+                .filter(|n| !OperationKind::is_first_attempt(n)),
             capture_before: (self.outcome == Outcome::Authorized)
                 .then(|| op.capture_before().map(|t| t.to_rfc3339()))
                 .flatten(),
@@ -198,6 +203,11 @@ pub struct Detail<'a> {
     /// On `ChargeCaptured`: what the capture took (at most `amount`, what was authorized).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amount_captured: Option<i64>,
+    /// The order's charge attempt the event is of (a charge's own number; a refund's, capture's,
+    /// cancel's or dispute's the attempt it acts on), from 2, when the order was charged again
+    /// after a decline; absent for the first attempt, as on every event before attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
     /// On `ChargeAuthorized`: Stripe's deadline for the capture (RFC 3339), when Stripe stated it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture_before: Option<String>,
@@ -335,6 +345,56 @@ mod tests {
 
     fn op(status: OperationStatus) -> Operation {
         testing::order("ord-outbox").status(status).build()
+    }
+
+    /// An order's second charge attempt names itself (`attempt: 2`) beside the order and its
+    /// operation, and so does a refund of it; its event id is its operation's and outcome's, as
+    /// any other. The twin: the first attempt's event has no `attempt`, the bytes every event
+    /// before attempts had.
+    #[test]
+    fn an_event_of_a_later_attempt_names_it_and_the_first_s_does_not() {
+        let first_before = op(OperationStatus::Unknown);
+        let mut first = first_before.clone();
+        first.status = OperationStatus::Succeeded;
+        let first_event = outcome_of(Some(&first_before), &first).unwrap();
+        assert!(detail(&first_event).get("attempt").is_none());
+
+        let mut before = first_before.clone();
+        before.kind = OperationKind::Charge(2);
+        let mut second = before.clone();
+        second.status = OperationStatus::Succeeded;
+        second.external_id = Some(PaymentIntentId::parse("pi_2").unwrap());
+        let event = outcome_of(Some(&before), &second).unwrap();
+        let d = detail(&event);
+        assert_eq!(d["attempt"], 2);
+        assert_eq!(d["order_id"], "ord-outbox");
+        assert_eq!(d["operation_id"], second.operation_id.to_string());
+        let digest = Sha256::digest(format!("v1\n{}\nsucceeded", second.operation_id));
+        assert_eq!(
+            event.event_id,
+            crate::domain::lower_hex(&digest),
+            "the id as before attempts"
+        );
+
+        let mut refund = testing::order("ord-outbox").build();
+        refund.kind = OperationKind::Refund(crate::domain::RefundId::parse("r-1").unwrap());
+        refund.params = crate::operation::Params::Refund(
+            crate::refund::request::RefundParams {
+                amount: crate::domain::Amount::new(500).unwrap(),
+                currency: crate::domain::Currency::parse("usd").unwrap(),
+                payment_intent: PaymentIntentId::parse("pi_2").unwrap(),
+                reason: None,
+                charge_attempt: 2,
+            },
+            crate::refund::state::RefundState::default(),
+        );
+        let mut refunded = refund.clone();
+        refunded.status = OperationStatus::Succeeded;
+        let d = detail(&outcome_of(Some(&refund), &refunded).unwrap());
+        assert_eq!(
+            (d["attempt"].as_u64(), d["refund_id"].as_str()),
+            (Some(2), Some("r-1"))
+        );
     }
 
     fn reviewed(mut op: Operation) -> Operation {

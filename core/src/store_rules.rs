@@ -946,7 +946,7 @@ mod tests {
             operation_id: refund.operation_id,
             failure_reason: "expired_or_canceled_card".into(),
             release: ReleaseRefund {
-                charge: refund.key().charge_of_order(),
+                charge: OperationKey::charge(refund.order_id.clone()),
                 amount: refund.params.amount(),
                 now: t2.plus(Duration::from_secs(60)),
             },
@@ -975,7 +975,7 @@ mod tests {
             expected_updated_at: op.updated_at,
             stripe_refund_id: None,
             release: Some(ReleaseRefund {
-                charge: op.key().charge_of_order(),
+                charge: op.charge_key(),
                 amount: op.params.amount(),
                 now: T0,
             }),

@@ -241,6 +241,103 @@ fn an_intent_with_our_metadata_and_no_record_is_at_stripe_not_here_and_others_ar
     assert_eq!(j.counts.in_flight, 1);
 }
 
+/// Attempt `n` of `head`'s order (its own operation id), settled `status` with intent `pi`.
+fn attempt(head: &Operation, n: u32, status: OperationStatus, pi: &str) -> Operation {
+    Operation {
+        kind: charge_core::domain::OperationKind::Charge(n),
+        operation_id: OperationId::new_random(),
+        ..charge(head.order_id.as_str(), status, Some(pi))
+    }
+}
+
+/// An order declined once and paid by its second attempt matches on both sides: each intent
+/// is its own attempt's (by operation id), and the refunds are held against the paid attempt.
+/// Paid by two attempts, it is `paid_twice` whichever side shows it: two succeeded intents of
+/// two of its operations at Stripe, or two succeeded attempts in the records read (each side
+/// one finding per order).
+#[test]
+fn an_order_paid_by_two_attempts_is_paid_twice_and_by_one_matches() {
+    let mut head = charge("ord-1", Failed, Some("pi_1"));
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let second = attempt(&head, 2, Succeeded, "pi_2");
+    let paid_refund = spec::refund_of(&second, "r-1", 1000);
+    assert_eq!(paid_refund.charge_key(), second.key());
+    let mut ev = evidence();
+    ev.intents = vec![
+        intent(&head, "pi_1", "canceled"),
+        intent(&second, "pi_2", "succeeded"),
+    ];
+    ev.settled = vec![head.clone(), second.clone()];
+    let mut refunded = paid_refund.clone();
+    refunded.status = Succeeded;
+    refunded.next_due_at = None;
+    ev.related = vec![refunded];
+    ev.refunds_read = BTreeSet::from(["ord-1".to_owned()]);
+    let j = judge(&ev, &POLICY);
+    assert_eq!(classes(&j), vec![], "{:?}", j.findings);
+    assert_eq!(j.unexplained(), 0);
+    // The shell reads every attempt of an order charged again; of one charged once, no more
+    // than before attempts.
+    let reads = orders_to_read(&[], &[], std::slice::from_ref(&second));
+    assert_eq!(
+        reads.get("ord-1").map(|r| (r.charge, r.attempts)),
+        Some((true, true))
+    );
+    let once = charge("ord-9", Succeeded, Some("pi_9"));
+    let reads = orders_to_read(&[], &[], &[once]);
+    assert_eq!(
+        reads.get("ord-9").map(|r| (r.charge, r.attempts)),
+        Some((false, false))
+    );
+
+    // Both attempts paid at Stripe (the records say the first failed): paid twice, besides the
+    // first's own status drift.
+    ev.intents[0].status = PaymentIntentStatus::Succeeded;
+    ev.intents[0].amount_received = Some(1000);
+    let j = judge(&ev, &POLICY);
+    assert!(
+        classes(&j).contains(&DriftClass::PaidTwice),
+        "{:?}",
+        j.findings
+    );
+    let finding = j
+        .findings
+        .iter()
+        .find(|f| f.class == DriftClass::PaidTwice)
+        .unwrap();
+    assert_eq!(finding.order_id.as_deref(), Some("ord-1"));
+    assert!(finding.detail.contains("pi_1") && finding.detail.contains("pi_2"));
+
+    // Both attempts recorded succeeded (what Stripe shows aside): paid twice, once.
+    let mut ev = evidence();
+    let first = charge("ord-2", Succeeded, Some("pi_3"));
+    let again = attempt(&first, 2, Succeeded, "pi_4");
+    ev.settled = vec![first.clone(), again.clone()];
+    ev.related = vec![again.clone()];
+    ev.intents = vec![
+        intent(&first, "pi_3", "succeeded"),
+        intent(&again, "pi_4", "canceled"),
+    ];
+    let j = judge(&ev, &POLICY);
+    let paid_twice: Vec<_> = j
+        .findings
+        .iter()
+        .filter(|f| f.class == DriftClass::PaidTwice)
+        .collect();
+    assert_eq!(paid_twice.len(), 1, "{:?}", j.findings);
+    assert!(paid_twice[0].detail.contains("attempt 1, attempt 2"));
+    // Twin: the second attempt failed, as the store's write keeps it: no paid_twice.
+    let failed = attempt(&first, 2, Failed, "pi_4");
+    ev.settled = vec![first, failed.clone()];
+    ev.related = vec![failed];
+    let j = judge(&ev, &POLICY);
+    assert!(
+        !classes(&j).contains(&DriftClass::PaidTwice),
+        "{:?}",
+        j.findings
+    );
+}
+
 #[test]
 fn a_second_succeeded_intent_for_one_operation_is_a_duplicate() {
     let op = charge("ord-1", Succeeded, Some("pi_1"));
@@ -312,7 +409,8 @@ fn refunds_match_and_a_dashboard_refund_of_our_charge_is_found() {
         reads.get("ord-1"),
         Some(&OrderReads {
             charge: true,
-            refunds: true
+            refunds: true,
+            attempts: false,
         })
     );
     let (want, _) = objects_to_retrieve(
@@ -562,6 +660,7 @@ fn variant(class: &DriftClass) -> &'static str {
         DriftClass::HereNotAtStripe => "HereNotAtStripe",
         DriftClass::AtStripeNotHere
         | DriftClass::DuplicateSuccess
+        | DriftClass::PaidTwice
         | DriftClass::OverRefunded
         | DriftClass::DisputeUnrecorded
         | DriftClass::AuthorizationNearDeadline

@@ -435,7 +435,7 @@ fn a_late_failure_gives_the_reservation_back_with_stripe_s_reason() {
     assert_eq!(write.key, op.key());
     assert_eq!(write.operation_id, op.operation_id);
     assert_eq!(write.failure_reason, "expired_or_canceled_card");
-    assert_eq!(write.release.charge, op.key().charge_of_order());
+    assert_eq!(write.release.charge, op.charge_key());
     assert_eq!(write.release.amount.minor_units(), 400);
     assert_eq!((write.now, write.release.now), (now, now));
     let no_reason = StripeRefund {

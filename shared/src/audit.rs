@@ -358,15 +358,17 @@ impl Reader<'_, '_> {
                 // object has no record.
                 continue;
             };
-            if reads.charge && !have.contains(&(order.clone(), "charge".to_owned())) {
-                match self
-                    .deps
-                    .store
-                    .get(&OperationKey::charge(order_id.clone()))
-                    .await
-                {
-                    Ok(Some(op)) => ev.related.push(op),
-                    Ok(None) => {}
+            // Every charge attempt of the order (one read for an order charged once, as
+            // before attempts): an intent is matched to its own attempt by operation id, the
+            // refunds are held against the paid one, and two paid ones are `paid_twice`.
+            let head_settled = have.contains(&(order.clone(), "charge".to_owned()));
+            if reads.charge && (!head_settled || reads.attempts) {
+                match self.deps.store.attempts_of(&order_id).await {
+                    Ok(attempts) => ev.related.extend(
+                        attempts
+                            .into_iter()
+                            .filter(|op| !have.contains(&record_key(op))),
+                    ),
                     Err(e) if e.unreadable.is_some() => ev.unreadable += 1,
                     Err(e) => return Err(e.into()),
                 }

@@ -101,6 +101,7 @@ pub fn refund_create(payment_intent: &PaymentIntentId, amount: i64) -> crate::po
             currency: charge_core::domain::Currency::parse("usd").expect("usd"),
             payment_intent: payment_intent.clone(),
             reason: None,
+            charge_attempt: 1,
         },
     }
 }

@@ -1015,3 +1015,121 @@ async fn a_record_settled_before_the_claim_is_answered_by_the_shell_on_what_stan
         assert_eq!(w.creates(), 0);
     }
 }
+
+/// `order` declined and charged again: its head `failed` naming attempt 2 as its latest, and
+/// attempt 2 gone `unknown`, written the way the door's write and the charge function leave
+/// them. Returns (head, attempt 2).
+async fn retried(w: &World, order: &str) -> (Operation, Operation) {
+    use charge_core::domain::{OperationId, OperationKind};
+    use charge_once::ports::OperationCreates;
+    let mut head = charge_core::testing::order(order)
+        .requested_by("webhook-tests")
+        .at(w.clock.now())
+        .build();
+    head.status = OperationStatus::Failed;
+    head.external_id = Some(PaymentIntentId::parse("pi_declined").unwrap());
+    head.first_attempted_at = Some(w.clock.now());
+    head.next_due_at = None;
+    head.settled_at = Some(w.clock.now());
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let second = Operation {
+        kind: OperationKind::Charge(2),
+        operation_id: OperationId::new_random(),
+        status: OperationStatus::Pending,
+        external_id: None,
+        first_attempted_at: None,
+        next_due_at: Some(w.clock.now()),
+        settled_at: None,
+        params: charge_core::testing::order(order).build().params,
+        ..head.clone()
+    };
+    w.store.create_if_absent(&head).await.unwrap();
+    w.store.create_if_absent(&second).await.unwrap();
+    let second = w.write(&second, OperationStatus::Unknown, None).await;
+    (head, second)
+}
+
+/// An intent of an order's second attempt settles that attempt: found by the attempt its
+/// metadata names, its operation id checked, the declined head untouched. An intent whose
+/// metadata names no attempt (a `charge.captured` event's intent, read at Stripe, carries the
+/// order and operation only) is found among the order's attempts by its operation id. The
+/// twin: an intent naming an operation none of the order's attempts has is not ours.
+#[tokio::test]
+async fn an_event_of_a_later_attempt_settles_that_attempt() {
+    let w = World::new();
+    let (head, second) = retried(&w, "order-retried").await;
+    let pi = w
+        .gateway
+        .insert_charge(&second, PaymentIntentStatus::Succeeded);
+    let mut body: serde_json::Value = serde_json::from_slice(&event(
+        "evt_attempt",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &second,
+    ))
+    .unwrap();
+    body["data"]["object"]["metadata"]["attempt"] = "2".into();
+    let reception = w.deliver(body.to_string().as_bytes()).await;
+    assert_eq!(
+        reception,
+        Reception::Applied {
+            status: OperationStatus::Succeeded,
+            review: None
+        }
+    );
+    let now = w.current(&second).await;
+    assert_eq!(now.status, OperationStatus::Succeeded);
+    assert_eq!(now.external_id.as_deref(), Some(pi.as_str()));
+    assert_eq!(
+        w.current(&head).await,
+        head,
+        "the declined head is untouched"
+    );
+
+    // No attempt in the metadata: found by the operation id among the order's attempts.
+    let (head, second) = retried(&w, "order-retried-unnamed").await;
+    let pi = w
+        .gateway
+        .insert_charge(&second, PaymentIntentStatus::Succeeded);
+    let body = event(
+        "evt_attempt_unnamed",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &second,
+    );
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Applied {
+            status: OperationStatus::Succeeded,
+            review: None
+        }
+    );
+    assert_eq!(w.current(&second).await.status, OperationStatus::Succeeded);
+    assert_eq!(w.current(&head).await, head);
+
+    // An operation id none of the order's attempts has: not ours, nothing moved.
+    let (head, second) = retried(&w, "order-retried-other").await;
+    let stranger = Operation {
+        operation_id: charge_core::domain::OperationId::new_random(),
+        ..second.clone()
+    };
+    let pi = w
+        .gateway
+        .insert_charge(&stranger, PaymentIntentStatus::Succeeded);
+    let body = event(
+        "evt_attempt_other",
+        "payment_intent.succeeded",
+        &pi,
+        "succeeded",
+        &stranger,
+    );
+    assert_eq!(
+        w.deliver(&body).await,
+        Reception::Ignored(Ignored::UnknownOperation)
+    );
+    assert_eq!(w.current(&second).await, second);
+    assert_eq!(w.current(&head).await, head);
+    assert_eq!(w.creates(), 0);
+}

@@ -961,7 +961,7 @@ fn refund_outcome(
         stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_contract").unwrap()),
         last_error: None,
         release: release.then(|| ReleaseRefund {
-            charge: refund.key().charge_of_order(),
+            charge: refund.charge_key(),
             amount: refund.params.amount(),
             now,
         }),
@@ -1370,6 +1370,157 @@ pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed
             );
         }
     }
+/// An order charged again after a decline: its head (attempt 1) `failed` naming attempt 2 as
+/// its latest, and attempt 2 as `second` makes it (its own operation id and intent), written
+/// the way the door's write leaves them. Returns (head, attempt 2).
+pub async fn retried_order(
+    store: &Arc<dyn OperationStore>,
+    order: &str,
+    second: impl FnOnce(Operation) -> Operation,
+) -> (Operation, Operation) {
+    let mut head = operation(order, 1000, T0);
+    head.status = OperationStatus::Failed;
+    head.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_declined").unwrap());
+    head.attempts = 1;
+    head.first_attempted_at = Some(T0);
+    head.next_due_at = None;
+    head.settled_at = Some(T0);
+    head.last_error = Some("card_declined".into());
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let attempt = second(Operation {
+        operation_id: OperationId::new_random(),
+        kind: OperationKind::Charge(2),
+        external_id: Some(charge_core::domain::PaymentIntentId::parse("pi_second").unwrap()),
+        attempts: 1,
+        first_attempted_at: Some(T0),
+        ..operation(order, 1000, T0)
+    });
+    store.create_if_absent(&head).await.unwrap();
+    store.create_if_absent(&attempt).await.unwrap();
+    (head, attempt)
+}
+
+/// On an order charged again after a decline, a refund reserves on the attempt that was paid
+/// (the order's latest, `charge_of`), names it on its record, and its failure gives the
+/// reservation back to that attempt; a capture takes that attempt's authorization and its
+/// outcome ends it there. The declined head is never touched. The twins on an order charged
+/// once are the cases above.
+pub async fn refunds_and_captures_act_on_the_order_s_latest_attempt(
+    store: Arc<dyn OperationStore>,
+) {
+    let (head, paid) = retried_order(&store, "contract-attempt-refund", |mut op| {
+        op.status = OperationStatus::Succeeded;
+        op.next_due_at = None;
+        op.settled_at = Some(T0);
+        op
+    })
+    .await;
+    let charge = store.charge_of(&head.order_id).await.unwrap().unwrap();
+    assert_eq!(charge, paid, "the order's charge is its latest attempt");
+    let (refund, reserve) = refund_of(&charge, "r-1", Some(400)).unwrap();
+    assert_eq!(reserve.charge, paid.key(), "reserved on attempt 2");
+    assert_eq!(
+        refund.charge_key(),
+        paid.key(),
+        "the refund names attempt 2"
+    );
+    assert!(matches!(
+        store
+            .create_beside(&refund, ChargeClaim::Reserve(&reserve))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
+    ));
+    assert_eq!(reserved(&store, &paid).await, 400);
+    assert_eq!(
+        stored(&store, &head).await,
+        Some(head.clone()),
+        "head untouched"
+    );
+    let read_back = stored(&store, &refund).await.unwrap();
+    assert_eq!(
+        read_back.params.charge_attempt(),
+        Some(2),
+        "stored and read back"
+    );
+    let token = LeaseToken::new_random();
+    let now = T0.plus(LEASE).plus(LEASE);
+    assert!(matches!(
+        store
+            .claim(&claim_request(&refund, token, now))
+            .await
+            .unwrap(),
+        Claim::Claimed(_)
+    ));
+    let rec = refund_outcome(&read_back, token, OperationStatus::Failed, true);
+    assert!(matches!(
+        store.record(&rec).await.unwrap(),
+        Recorded::Written(_)
+    ));
+    assert_eq!(
+        reserved(&store, &paid).await,
+        0,
+        "the 400 is back on attempt 2"
+    );
+    assert_eq!(
+        stored(&store, &head).await,
+        Some(head.clone()),
+        "head untouched"
+    );
+
+    let (head, held) = retried_order(&store, "contract-attempt-capture", |mut op| {
+        if let Some(p) = op.params.charge_mut() {
+            p.capture_method = CaptureMethod::Manual;
+        }
+        op.status = OperationStatus::Authorized;
+        op.next_due_at = Some(T0.plus(Duration::from_secs(3600)));
+        op
+    })
+    .await;
+    let charge = store.charge_of(&head.order_id).await.unwrap().unwrap();
+    let (taking, take) = taking_of(&charge, true, TakeFrom::Authorized);
+    assert_eq!(
+        taking.charge_key(),
+        held.key(),
+        "the capture names attempt 2"
+    );
+    assert!(matches!(
+        store
+            .create_beside(&taking, ChargeClaim::Take(&take))
+            .await
+            .unwrap(),
+        CreatedBeside::New(_)
+    ));
+    assert_eq!(
+        stored(&store, &held).await.unwrap().taken_by(),
+        Some(take.taker)
+    );
+    let read_back = stored(&store, &taking).await.unwrap();
+    assert_eq!(
+        read_back.params.charge_attempt(),
+        Some(2),
+        "stored and read back"
+    );
+    let token = LeaseToken::new_random();
+    claimed_taking(&store, &taking, token).await;
+    let captured = charge_core::domain::Amount::new(1000).unwrap();
+    let rec = taking_outcome(
+        &read_back,
+        token,
+        OperationStatus::Succeeded,
+        AuthorizationOutcome::Captured(captured),
+    );
+    assert!(matches!(
+        store.record(&rec).await.unwrap(),
+        Recorded::Written(_)
+    ));
+    let after = stored(&store, &held).await.unwrap();
+    assert_eq!(
+        (after.status, after.amount_captured()),
+        (OperationStatus::Succeeded, Some(captured)),
+        "attempt 2 captured"
+    );
+    assert_eq!(stored(&store, &head).await, Some(head), "head untouched");
 }
 
 /// An operator's resolution of the unsettled refund `refund` as read, `status`, with its Stripe
@@ -1383,7 +1534,7 @@ fn refund_resolution(
     ManualResolution {
         stripe_refund_id: Some(charge_core::domain::StripeRefundId::parse("re_by_hand").unwrap()),
         release: release.then(|| ReleaseRefund {
-            charge: refund.key().charge_of_order(),
+            charge: refund.charge_key(),
             amount: refund.params.amount(),
             now: at,
         }),
@@ -1495,6 +1646,7 @@ pub fn taking_of(
                 .external_id
                 .clone()
                 .expect("an authorized charge's intent"),
+            charge_attempt: charge.kind.attempt_no().unwrap_or(1),
         });
         (
             OperationKind::FIRST_CAPTURE,
@@ -1507,6 +1659,7 @@ pub fn taking_of(
             currency,
             payment_intent: charge.external_id.clone(),
             cancellation_reason: None,
+            charge_attempt: charge.kind.attempt_no().unwrap_or(1),
         });
         (
             OperationKind::Cancel,
@@ -1696,7 +1849,7 @@ fn taking_outcome(
     OutcomeRecord {
         last_error: None,
         authorization: Some(SettleAuthorization {
-            charge: taking.key().charge_of_order(),
+            charge: taking.charge_key(),
             taker: Taker::of(&taking.kind, taking.operation_id).unwrap(),
             outcome,
             now,
@@ -2472,6 +2625,7 @@ macro_rules! store_contract_tests {
             charge_of_follows_the_head_to_the_latest_attempt,
             two_retries_at_once_make_exactly_one_attempt,
             a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed_twin_starts_one,
+            refunds_and_captures_act_on_the_order_s_latest_attempt,
             an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
             a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing,
             a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it,

@@ -27,6 +27,9 @@ pub struct EventIntent {
     /// PaymentIntents this system did not create.
     pub order_id: Option<OrderId>,
     pub operation_id: Option<OperationId>,
+    /// `metadata.attempt`: which of the order's charge attempts created it (1 to 20). Absent
+    /// on the first attempt's intents and on every intent created before attempts: the first.
+    pub attempt: Option<u32>,
 }
 
 /// Why Stripe does not confirm what an event says (the `Reason` of the `EventMismatch` metric):
@@ -287,6 +290,7 @@ mod tests {
             status,
             order_id: None,
             operation_id: None,
+            attempt: None,
         };
         let settled = op(OperationStatus::Succeeded, Some("pi_a"));
         assert!(needs_no_check(

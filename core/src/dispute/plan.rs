@@ -142,7 +142,10 @@ pub fn plan(
         return DisputeWrite::Nothing(Unchanged::NotOurs);
     };
     let params = match DisputeParams::of(dispute, intent.clone()) {
-        Ok(params) => params,
+        Ok(params) => DisputeParams {
+            charge_attempt: charge.kind.attempt_no().unwrap_or(1),
+            ..params
+        },
         Err(e) => return DisputeWrite::Nothing(Unchanged::Unrecordable(e.to_string())),
     };
     if record.is_some_and(|r| r.status.is_settled()) {

@@ -6,7 +6,8 @@ use serde::{Serialize, Serializer};
 
 use super::{DisputeStatus, StripeDispute};
 use crate::domain::{
-    Amount, Currency, DisputeId, Fingerprint, PaymentIntentId, StripeChargeId, ValidationError,
+    Amount, Currency, DisputeId, Fingerprint, OperationKind, PaymentIntentId, StripeChargeId,
+    ValidationError,
 };
 use crate::time::Timestamp;
 
@@ -25,6 +26,15 @@ pub struct DisputeParams {
     pub reason: String,
     /// Stripe's `created`.
     pub created: Timestamp,
+    /// The attempt of the order's charge this acts on (its `charge#<n>` record; 1 is the
+    /// head, `charge`): set from the attempt whose intent it was found under, so the writes that give
+    /// back to the charge later find the same record. Absent on the item and in `--json` when
+    /// 1, as on every record written before attempts.
+    #[serde(
+        default = "OperationKind::first_attempt",
+        skip_serializing_if = "OperationKind::is_first_attempt"
+    )]
+    pub charge_attempt: u32,
 }
 
 impl DisputeParams {
@@ -42,6 +52,7 @@ impl DisputeParams {
             currency: Currency::parse(&dispute.currency)?,
             reason: dispute.reason.clone(),
             created: dispute.created,
+            charge_attempt: OperationKind::first_attempt(),
         })
     }
 

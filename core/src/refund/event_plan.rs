@@ -132,7 +132,7 @@ pub fn fail_later(op: &Operation, stripe: &StripeRefund, now: Timestamp) -> Refu
             .clone()
             .unwrap_or_else(|| UNKNOWN_FAILURE.to_owned()),
         release: ReleaseRefund {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             amount: op.params.amount(),
             now,
         },

@@ -205,6 +205,7 @@ pub fn reserve(
         currency: charge.params.currency().clone(),
         payment_intent,
         reason: request.reason,
+        charge_attempt: charge.kind.attempt_no().unwrap_or(1),
     };
     let reservation = ReserveRefund {
         charge: charge.key(),

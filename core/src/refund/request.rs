@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Amount, Currency, Fingerprint, PaymentIntentId, ValidationError};
+use crate::domain::{
+    Amount, Currency, Fingerprint, OperationKind, PaymentIntentId, ValidationError,
+};
 
 /// Why the merchant refunds, as Stripe names it (`reason` on `POST /v1/refunds`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -66,4 +68,13 @@ pub struct RefundParams {
     pub currency: Currency,
     pub payment_intent: PaymentIntentId,
     pub reason: Option<RefundReason>,
+    /// The attempt of the order's charge this acts on (its `charge#<n>` record; 1 is the
+    /// head, `charge`): set by the door from the attempt it read, so the writes that give
+    /// back to the charge later find the same record. Absent on the item and in `--json` when
+    /// 1, as on every record written before attempts.
+    #[serde(
+        default = "OperationKind::first_attempt",
+        skip_serializing_if = "OperationKind::is_first_attempt"
+    )]
+    pub charge_attempt: u32,
 }

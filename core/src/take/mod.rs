@@ -158,6 +158,7 @@ fn params_of(
                 amount_to_capture: asked,
                 currency,
                 payment_intent,
+                charge_attempt: charge.kind.attempt_no().unwrap_or(1),
             }))
         }
         TakeRequest::Cancel(r) => {
@@ -175,6 +176,7 @@ fn params_of(
                 currency,
                 payment_intent,
                 cancellation_reason: r.reason,
+                charge_attempt: charge.kind.attempt_no().unwrap_or(1),
             }))
         }
     }

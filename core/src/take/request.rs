@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{Amount, Currency, Fingerprint, PaymentIntentId, ValidationError};
+use crate::domain::{
+    Amount, Currency, Fingerprint, OperationKind, PaymentIntentId, ValidationError,
+};
 
 /// What the merchant asks of an authorization's capture: an amount (none: all that was
 /// authorized), never more than was authorized.
@@ -79,6 +81,15 @@ pub struct CaptureParams {
     pub amount_to_capture: Amount,
     pub currency: Currency,
     pub payment_intent: PaymentIntentId,
+    /// The attempt of the order's charge this acts on (its `charge#<n>` record; 1 is the
+    /// head, `charge`): set by the door from the attempt it read, so the writes that give
+    /// back to the charge later find the same record. Absent on the item and in `--json` when
+    /// 1, as on every record written before attempts.
+    #[serde(
+        default = "OperationKind::first_attempt",
+        skip_serializing_if = "OperationKind::is_first_attempt"
+    )]
+    pub charge_attempt: u32,
 }
 
 /// What a cancel operation asks: the charge's authorization released (its PaymentIntent
@@ -90,4 +101,13 @@ pub struct CancelParams {
     pub currency: Currency,
     pub payment_intent: Option<PaymentIntentId>,
     pub cancellation_reason: Option<CancellationReason>,
+    /// The attempt of the order's charge this acts on (its `charge#<n>` record; 1 is the
+    /// head, `charge`): set by the door from the attempt it read, so the writes that give
+    /// back to the charge later find the same record. Absent on the item and in `--json` when
+    /// 1, as on every record written before attempts.
+    #[serde(
+        default = "OperationKind::first_attempt",
+        skip_serializing_if = "OperationKind::is_first_attempt"
+    )]
+    pub charge_attempt: u32,
 }

@@ -16,7 +16,7 @@ use aws_lambda_events::http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RET
 use charge_core::store_rules::Guard;
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::{
-    domain::{Fingerprint, Principal, ValidationError},
+    domain::{Fingerprint, OrderId, Principal, ValidationError},
     operation::{Operation, OperationKey},
     time::{Clock, Timestamp},
 };
@@ -162,6 +162,18 @@ pub(crate) async fn read(deps: &Checkout, key: &OperationKey) -> Result<Option<O
     })
 }
 
+/// The order's charge as refunds, captures and cancels act on it: its latest attempt (the
+/// paid one, once paid), strongly consistent; a 503 when the store is down.
+pub(crate) async fn read_charge(
+    deps: &Checkout,
+    order_id: &OrderId,
+) -> Result<Option<Operation>, Reply> {
+    deps.store.charge_of(order_id).await.map_err(|e| {
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+        unavailable(deps, "store")
+    })
+}
+
 /// A door that writes its operation beside the order's charge, in one conditional write over
 /// both records: what it decides on the charge, how it writes, and how it answers.
 pub(crate) trait Beside {
@@ -202,17 +214,19 @@ pub(crate) trait Beside {
 /// (another refund of the same order reserved meanwhile, another request took it).
 const ATTEMPTS: usize = 3;
 
-/// The door's `POST`: `caller`'s charge of the order (`charge_key`) read, the door's rule decided
-/// on it, the operation written beside it, queued; decided again on the charge as it is now when
-/// it moved between the read and the write.
+/// The door's `POST`: `caller`'s charge of the order read (its latest attempt: a declined
+/// order charged again is refunded, captured or canceled on the attempt that holds the money),
+/// the door's rule decided on it, the operation written beside it (its claim on that attempt's
+/// record, the attempt named on the operation's), queued; decided again on the charge as it is
+/// now when it moved between the read and the write.
 pub(crate) async fn create<D: Beside>(
     deps: &Checkout,
     door: &D,
-    charge_key: &OperationKey,
+    order_id: &OrderId,
     caller: &Principal,
 ) -> Answer {
     for _ in 0..ATTEMPTS {
-        let charge = read(deps, charge_key)
+        let charge = read_charge(deps, order_id)
             .await?
             .filter(|c| created_by(c, caller))
             .ok_or_else(no_charge)?;

@@ -53,7 +53,7 @@ pub(crate) async fn create(
         key: OperationKey::refund(order_id.clone(), refund_id.clone()),
         refund_id,
     };
-    door::create(deps, &door, &OperationKey::charge(order_id), caller).await
+    door::create(deps, &door, &order_id, caller).await
 }
 
 /// A refund asked: the merchant's refund id, its record's key, and the body.

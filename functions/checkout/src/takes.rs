@@ -67,7 +67,7 @@ pub(crate) async fn create(
         request,
         key: OperationKey::of_kind(order_id.clone(), kind),
     };
-    door::create(deps, &door, &OperationKey::charge(order_id), caller).await
+    door::create(deps, &door, &order_id, caller).await
 }
 
 /// Which of the order's captures `request` is: the first that is not a failed one asked
@@ -321,7 +321,7 @@ mod tests {
 
     use super::*;
     use crate::handler::handle;
-    use charge_once::ports::OperationLeases;
+    use charge_once::ports::{OperationLeases, OperationReads};
 
     const T: Timestamp = Timestamp::from_millis(1_800_000_000_000);
 
@@ -403,6 +403,142 @@ mod tests {
         op.next_due_at = op.capture_before();
         f.store.put_for_tests(op.clone());
         op
+    }
+
+    /// `order`, checked out by `request`, then declined and charged again: its head `failed`
+    /// naming attempt 2 as its latest, and attempt 2 (its own operation id, `pi_second`) as
+    /// `second` leaves it; both written the way the door's write leaves them. Returns (head,
+    /// attempt 2).
+    async fn retried(
+        f: &Fixture,
+        request: &str,
+        order: &str,
+        second: impl FnOnce(&mut Operation),
+    ) -> (Operation, Operation) {
+        let (status, body) = call(f, event(request)).await;
+        assert_eq!(status, 202, "{body}");
+        let order_id = OrderId::parse(order).unwrap();
+        let mut head = f
+            .store
+            .get(&OperationKey::charge(order_id.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut attempt = Operation {
+            operation_id: charge_core::domain::OperationId::new_random(),
+            kind: OperationKind::Charge(2),
+            external_id: Some(PaymentIntentId::parse("pi_second").unwrap()),
+            first_attempted_at: Some(T),
+            attempts: 1,
+            ..head.clone()
+        };
+        second(&mut attempt);
+        head.status = OperationStatus::Failed;
+        head.external_id = Some(PaymentIntentId::parse("pi_declined").unwrap());
+        head.first_attempted_at = Some(T);
+        head.next_due_at = None;
+        head.settled_at = Some(T);
+        head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+        f.store.put_for_tests(head.clone());
+        f.store.put_for_tests(attempt.clone());
+        (head, attempt)
+    }
+
+    async fn stored(f: &Fixture, op: &Operation) -> Operation {
+        f.store.get(&op.key()).await.unwrap().unwrap()
+    }
+
+    /// On an order declined and paid by its second attempt, a refund reserves on attempt 2 and
+    /// refunds its intent, naming the attempt on its record; the declined head is untouched.
+    /// Its twin, the same refund while the latest attempt is the failed one, is refused as a
+    /// refund of a failed charge always was, and writes nothing. (An order charged once: the
+    /// refund tests of the handler, unchanged.)
+    #[tokio::test]
+    async fn a_refund_of_a_retried_order_reserves_on_the_paid_attempt() {
+        let f = fixture();
+        let (head, paid) = retried(&f, "checkout-valid.json", "ord-1001", |op| {
+            op.status = OperationStatus::Succeeded;
+            op.next_due_at = None;
+            op.settled_at = Some(T);
+        })
+        .await;
+        let (status, body) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        assert_eq!(stored(&f, &paid).await.refund_reserved(), 500);
+        assert_eq!(
+            stored(&f, &head).await,
+            head,
+            "the declined head is untouched"
+        );
+        let refund = f
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.kind.refund_id().is_some())
+            .expect("the refund");
+        assert_eq!(refund.charge_key(), paid.key());
+        assert_eq!(
+            refund.params.payment_intent().map(|pi| pi.as_str()),
+            Some("pi_second")
+        );
+
+        let f = fixture();
+        let (head, failed) = retried(&f, "checkout-valid.json", "ord-1001", |op| {
+            op.status = OperationStatus::Failed;
+            op.next_due_at = None;
+            op.settled_at = Some(T);
+        })
+        .await;
+        let before = f.store.all();
+        let (status, body) = call(&f, event("refund-valid.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("charge_not_succeeded")),
+            "{body}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(stored(&f, &failed).await.refund_reserved(), 0);
+        assert_eq!(stored(&f, &head).await.refund_reserved(), 0);
+    }
+
+    /// On an order whose second attempt holds the authorization, a capture takes attempt 2 and
+    /// captures its intent; a cancel after it is refused (the capture took attempt 2), and
+    /// nothing touches the declined head.
+    #[tokio::test]
+    async fn a_capture_of_a_retried_order_takes_the_latest_attempt_s_authorization() {
+        let f = fixture();
+        let (head, held) = retried(&f, "checkout-authorize.json", "ord-3003", |op| {
+            op.status = OperationStatus::Authorized;
+            op.params.charge_state_mut().unwrap().capture_before =
+                Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+            op.next_due_at = op.capture_before();
+        })
+        .await;
+        let (status, body) = call(&f, event("capture-valid.json")).await;
+        assert_eq!(status, 202, "{body}");
+        let taken = stored(&f, &held).await.taken_by().expect("attempt 2 taken");
+        assert!(taken.capture);
+        assert_eq!(
+            taken.operation_id.to_string(),
+            body["operation_id"].as_str().unwrap()
+        );
+        let capture = capture_no(&f, 1).expect("the capture");
+        assert_eq!(capture.charge_key(), held.key());
+        assert_eq!(
+            capture.params.payment_intent().map(|pi| pi.as_str()),
+            Some("pi_second")
+        );
+        let (status, cancel) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, cancel["error"]["code"].as_str()),
+            (409, Some("taken")),
+            "{cancel}"
+        );
+        assert_eq!(
+            stored(&f, &head).await,
+            head,
+            "the declined head is untouched"
+        );
     }
 
     #[tokio::test]
@@ -658,7 +794,7 @@ mod tests {
             stripe_refund_id: None,
             release: None,
             authorization: Some(SettleAuthorization {
-                charge: taking.key().charge_of_order(),
+                charge: taking.charge_key(),
                 taker: Taker::of(&taking.kind, taking.operation_id).unwrap(),
                 outcome: end,
                 now: T,

@@ -117,8 +117,8 @@ pub enum Command {
     /// `--since 24h` runs the production audit over the 24 hours before now: every PaymentIntent
     /// and refund Stripe lists as created in the window, and every record settled in it, matched
     /// to the other side; a mismatch is a finding with its class (at_stripe_not_here,
-    /// here_not_at_stripe, status_differs, amount_differs, duplicate_success, over_refunded,
-    /// authorization_near_deadline, unsettled_past_key_window). It changes no operation record;
+    /// here_not_at_stripe, status_differs, amount_differs, duplicate_success, paid_twice,
+    /// over_refunded, dispute_unrecorded, authorization_near_deadline, unsettled_past_key_window). It changes no operation record;
     /// its report is kept (one per window, with your IAM identity), as the scheduled audit's is.
     /// `--show` prints the latest kept reports instead (`--last N`). Needs the Stripe key
     /// (--stripe-secret-arn) to run, only the table to show.

@@ -273,6 +273,15 @@ pub async fn show(
     })?;
     // A charge's refunds and disputes are listed with it (`refunds`, `disputes`), each as
     // `show` prints a record.
+    // A charge's attempts too (one read more only for an order charged again).
+    let attempts = match op.kind.attempt_no() {
+        Some(1) if op.latest_attempt() <= 1 => vec![op.clone()],
+        Some(_) => store
+            .attempts_of(&op.order_id)
+            .await
+            .map_err(|e| Failure::infra("cannot list the order's charge attempts", e))?,
+        None => Vec::new(),
+    };
     let (refunds, disputes) = match op.kind {
         charge_core::domain::OperationKind::Charge(_) => (
             store
@@ -301,11 +310,25 @@ pub async fn show(
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| Failure::infra("cannot encode a dispute", e))?;
         value["disputes"] = serde_json::Value::Array(listed);
+        if op.kind.is_charge() {
+            value["attempts"] = attempts.iter().map(render::attempt_json).collect();
+            value["paid_attempt"] = serde_json::json!(render::paid_attempt(&attempts));
+        }
         writeln!(console.out, "{value}")?;
     } else {
         console
             .out
             .write_all(render::show_text(&op, clock.now()).as_bytes())?;
+        if attempts.len() > 1 {
+            let paid = render::paid_attempt(&attempts).map_or_else(
+                || "none paid".to_owned(),
+                |n| format!("paid by attempt {n}"),
+            );
+            writeln!(console.out, "attempts ({}, {paid}):", attempts.len())?;
+            for attempt in &attempts {
+                writeln!(console.out, "  {}", render::attempt_line(attempt))?;
+            }
+        }
         if !refunds.is_empty() {
             writeln!(console.out, "refunds ({}):", refunds.len())?;
             for refund in &refunds {
@@ -354,8 +377,10 @@ async fn find(store: &dyn OperationStore, args: &ShowArgs) -> Result<Option<Oper
             args.id
         )))
     })?;
+    // The order's charge: its latest attempt (the one refunds act on), its head when charged
+    // once.
     store
-        .get(&OperationKey::charge(order))
+        .charge_of(&order)
         .await
         .map_err(failed(format!("reading order {}", args.id)))
 }
@@ -950,7 +975,7 @@ async fn resolve_take(
         stripe_refund_id: None,
         release: None,
         authorization: Some(SettleAuthorization {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             taker,
             outcome: AuthorizationOutcome::GivenBack,
             now,
@@ -1054,7 +1079,7 @@ async fn resolve_refund(
         expected_updated_at: op.updated_at,
         stripe_refund_id: confirmed.refund_id.clone(),
         release: confirmed.release.then(|| ReleaseRefund {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             amount: op.params.amount(),
             now,
         }),

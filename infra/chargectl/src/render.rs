@@ -93,6 +93,10 @@ pub struct UnknownLine<'a> {
     pub dispute_status: Option<&'a str>,
     /// The dispute's evidence deadline (RFC 3339), while Stripe states one.
     pub due_by: Option<String>,
+    /// A later charge attempt's number (`kind` `charge`, from 2); absent for the first attempt
+    /// and every other kind (added with attempts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charge_attempt: Option<u32>,
 }
 
 impl<'a> UnknownLine<'a> {
@@ -120,6 +124,7 @@ impl<'a> UnknownLine<'a> {
                 .dispute_state()
                 .and_then(|s| s.due_by)
                 .map(|t| t.to_rfc3339()),
+            charge_attempt: op.kind.attempt_no().filter(|n| *n > 1),
         }
     }
 }
@@ -174,15 +179,58 @@ pub fn unknowns_table(ops: &[Operation], now: Timestamp) -> String {
     aligned(TABLE_HEADER, &rows)
 }
 
-/// `charge`, `refund <refund id>`, or `dispute <dispute id> <Stripe's status>`.
+/// `charge`, `charge_attempt <n>` (an order's later attempt), `refund <refund id>`, or
+/// `dispute <dispute id> <Stripe's status>`.
 pub fn kind_cell(op: &Operation) -> String {
     if let (Some(id), Some(state)) = (op.kind.dispute_id(), op.params.dispute_state()) {
         return format!("dispute {} {}", cell(id.as_str(), 64), state.status);
+    }
+    if let Some(n) = op.kind.attempt_no().filter(|n| *n > 1) {
+        return format!("charge_attempt {n}");
     }
     match op.kind.refund_id() {
         Some(id) => format!("refund {}", cell(id.as_str(), 64)),
         None => op.kind.as_str().to_owned(),
     }
+}
+
+/// One of the order's charge attempts as `show` lists them (`--json` `attempts`, the same
+/// fields as `GET /orders/{id}/charge`'s): its number, operation, status, payment method, intent
+/// and last error.
+pub fn attempt_json(op: &Operation) -> serde_json::Value {
+    serde_json::json!({
+        "attempt": op.kind.attempt_no().unwrap_or(1),
+        "operation_id": op.operation_id.to_string(),
+        "status": op.status.as_str(),
+        "payment_method": op.params.charge().map(|p| p.payment_method.as_str()),
+        "payment_intent": op.external_id.as_deref(),
+        "last_error": op.last_error.as_deref(),
+    })
+}
+
+/// One attempt on one line of `show`'s text: `attempt 2  succeeded  pm_…  pi_…  <last error>`.
+pub fn attempt_line(op: &Operation) -> String {
+    format!(
+        "attempt {}  {}  {}  {}  {}  operation {}",
+        op.kind.attempt_no().unwrap_or(1),
+        op.status,
+        op.params
+            .charge()
+            .map_or("-", |p| p.payment_method.as_str()),
+        op.external_id.as_deref().unwrap_or("-"),
+        op.last_error
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), |e| cell(e, LAST_ERROR_WIDTH)),
+        op.operation_id,
+    )
+}
+
+/// The attempt that paid the order (`succeeded`), if one did.
+pub fn paid_attempt(attempts: &[Operation]) -> Option<u32> {
+    attempts
+        .iter()
+        .find(|op| op.status == charge_core::operation::OperationStatus::Succeeded)
+        .and_then(|op| op.kind.attempt_no())
 }
 
 /// Records `unknowns` could not read, after its table: the stored key and why, on one line each
@@ -743,6 +791,7 @@ mod tests {
                 currency: charge.params.currency().clone(),
                 payment_intent: charge_core::domain::PaymentIntentId::parse("pi_1").unwrap(),
                 reason: None,
+                charge_attempt: 1,
             },
             RefundState {
                 stripe_refund_id: Some(StripeRefundId::parse("re_1").unwrap()),

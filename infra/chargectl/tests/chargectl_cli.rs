@@ -353,6 +353,102 @@ async fn show_by_order_id_and_by_operation_id() {
     assert_exit(&missing, 1);
 }
 
+/// An order declined and charged again: `show <order>` shows its latest attempt (what refunds
+/// act on) and lists every attempt, one line each, with which one paid (`--json`: `attempts`,
+/// `paid_attempt`); `unknowns` names a later attempt `charge_attempt 2`. The twin: an order
+/// charged once shows as before, `attempts` its one attempt, `paid_attempt` 1, no attempts
+/// section in the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_lists_an_order_s_attempts_and_unknowns_names_a_later_one() {
+    use charge_core::domain::{OperationId, OperationKind};
+    let f = Fixture::new().await;
+    let now = SystemClock.now();
+    let order = format!("{}-retried", unique("o"));
+    let mut head = operation(&order, 1250, now.minus(HOUR));
+    head.status = OperationStatus::Failed;
+    head.external_id = Some(charge_core::domain::PaymentIntentId::parse("pi_declined").unwrap());
+    head.last_error = Some("card_declined".into());
+    head.first_attempted_at = Some(now.minus(HOUR));
+    head.next_due_at = None;
+    head.settled_at = Some(now.minus(HOUR));
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let second = Operation {
+        kind: OperationKind::Charge(2),
+        operation_id: OperationId::new_random(),
+        ..operation(&order, 1250, now.minus(Duration::from_secs(600)))
+    };
+    f.store.create_if_absent(&head).await.unwrap();
+    f.store.create_if_absent(&second).await.unwrap();
+    let second = attempt(
+        &f.store,
+        &second,
+        OperationStatus::Unknown,
+        Some("stripe 500"),
+        None,
+    )
+    .await;
+
+    let listed = f.run(&["unknowns", "--json"]);
+    assert_exit(&listed, 0);
+    let line = json_lines(&listed)
+        .into_iter()
+        .find(|l| l["order_id"] == order.as_str())
+        .expect("the second attempt is unsettled");
+    assert_eq!(
+        (line["kind"].as_str(), line["charge_attempt"].as_u64()),
+        (Some("charge"), Some(2))
+    );
+    let table = stdout(&f.run(&["unknowns"]));
+    assert!(table.contains("charge_attempt 2"), "{table}");
+    let first_line = json_lines(&listed)
+        .into_iter()
+        .find(|l| l["order_id"] == f.unknown.order_id.as_str())
+        .unwrap();
+    assert!(first_line.get("charge_attempt").is_none(), "{first_line}");
+
+    let settled = attempt(&f.store, &second, OperationStatus::Succeeded, None, None).await;
+    let out = f.run(&["show", "--json", &order]);
+    assert_exit(&out, 0);
+    let json: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(json["operation_id"], settled.operation_id.to_string());
+    assert_eq!(json["paid_attempt"], 2);
+    let attempts = json["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(
+        (
+            attempts[0]["attempt"].as_u64(),
+            attempts[0]["status"].as_str(),
+            attempts[0]["last_error"].as_str()
+        ),
+        (Some(1), Some("failed"), Some("card_declined"))
+    );
+    assert_eq!(
+        (
+            attempts[1]["attempt"].as_u64(),
+            attempts[1]["status"].as_str(),
+            attempts[1]["payment_intent"].as_str()
+        ),
+        (Some(2), Some("succeeded"), Some("pi_settled_1"))
+    );
+    let text = stdout(&f.run(&["show", &order]));
+    assert!(text.contains("attempts (2, paid by attempt 2):"), "{text}");
+    assert!(
+        text.contains("attempt 1  failed  pm_card_visa  pi_declined  card_declined"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt 2  succeeded  pm_card_visa  pi_settled_1"),
+        "{text}"
+    );
+
+    let once = f.run(&["show", "--json", f.settled.order_id.as_str()]);
+    let json: Value = serde_json::from_str(stdout(&once).trim()).unwrap();
+    assert_eq!(json["paid_attempt"], 1);
+    assert_eq!(json["attempts"].as_array().map(Vec::len), Some(1));
+    let text = stdout(&f.run(&["show", f.settled.order_id.as_str()]));
+    assert!(!text.contains("attempts ("), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn show_prints_an_unreadable_record_raw_with_the_parse_error() {
     use charge_once::adapters::dynamodb::item::attr_n;

@@ -3,7 +3,9 @@
 //! ([`charge_core::charge::event_plan`], and [`charge_core::refund::event_plan`] for a refund).
 
 use charge_core::charge::event_plan::EventIntent;
-use charge_core::domain::{DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::domain::{
+    DisputeId, OperationId, OperationKind, OrderId, PaymentIntentId, StripeRefundId,
+};
 use charge_core::outcome::PaymentIntentStatus;
 use charge_core::refund::event_plan::EventRefund;
 use charge_core::refund::RefundStatus;
@@ -172,12 +174,15 @@ struct Intent {
     metadata: Metadata,
 }
 
-/// The two keys our create sets; the others are skipped unread. A value that is not a string is
-/// not ours.
+/// The keys our create sets (`attempt` only on a later charge attempt's intent); the others are
+/// skipped unread. A value that is not a string is not ours.
 #[derive(Default, Deserialize)]
 struct Metadata {
     order_id: Option<Value>,
     operation_id: Option<Value>,
+    /// A later charge attempt's number (`"2"`); absent on a first attempt's intent.
+    #[serde(default)]
+    attempt: Option<Value>,
 }
 
 impl StripeEvent {
@@ -274,12 +279,14 @@ impl StripeEvent {
             let Metadata {
                 order_id,
                 operation_id,
+                attempt,
             } = metadata;
             Some(EventIntent {
                 id,
                 status: PaymentIntentStatus::parse(&status),
                 order_id: order_id_of(&order_id),
                 operation_id: operation_id_of(&operation_id),
+                attempt: attempt_of(&attempt),
             })
         } else {
             None
@@ -327,6 +334,18 @@ fn order_id_of(value: &Option<Value>) -> Option<OrderId> {
         .as_ref()
         .and_then(Value::as_str)
         .and_then(|v| OrderId::parse(v).ok())
+}
+
+/// `metadata.attempt` when it is a string of a charge attempt's number (1 to 20, as our create
+/// writes it); else none, and the record is found by the operation id among the order's
+/// attempts (the operation id is what is checked either way).
+fn attempt_of(value: &Option<Value>) -> Option<u32> {
+    value
+        .as_ref()
+        .and_then(Value::as_str)
+        .filter(|v| !v.starts_with(['0', '+']))
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| OperationKind::charge_attempt(*n).is_ok())
 }
 
 /// `metadata.operation_id` when it is a string and an operation id; else not ours.
@@ -457,6 +476,31 @@ mod tests {
         let bad = br#"{"id":"evt_r","type":"refund.failed","data":{"object":{"id":"pi_1","status":"failed"}}}"#;
         let e = StripeEvent::parse(bad).unwrap_err();
         assert!(e.0.contains("data.object.id: "), "{e}");
+    }
+
+    /// `metadata.attempt` names a later charge attempt as our create writes it (`"2"`); absent,
+    /// or anything else (a number, out of 1 to 20, a sign or a leading zero), it names none and
+    /// the record is found by its operation id. Never an unreadable event.
+    #[test]
+    fn an_intent_s_attempt_is_read_from_its_metadata() {
+        let attempt = |value: &str| {
+            let body = format!(
+                r#"{{"id":"evt_8","type":"payment_intent.succeeded","data":{{"object":{{"id":"pi_1","status":"succeeded","metadata":{{"order_id":"o-1","attempt":{value}}}}}}}}}"#
+            );
+            StripeEvent::parse(body.as_bytes())
+                .unwrap()
+                .intent
+                .unwrap()
+                .attempt
+        };
+        assert_eq!(attempt(r#""2""#), Some(2));
+        assert_eq!(attempt(r#""20""#), Some(20));
+        assert_eq!(attempt(r#""1""#), Some(1));
+        for none in [
+            r#""0""#, r#""21""#, r#""02""#, r#""+2""#, "2", "null", r#""x""#,
+        ] {
+            assert_eq!(attempt(none), None, "{none}");
+        }
     }
 
     /// Only the fields used are read: the rest of any shape is skipped; under a type we do not

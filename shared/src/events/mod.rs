@@ -75,7 +75,9 @@ use crate::ports::{Admitted, EventInbox, StoreError, INBOX_TTL};
 use crate::telemetry::ErrorChain;
 use charge_core::charge::event_plan::{Action, EventIntent, EventMismatch, Ignored};
 use charge_core::dispute::plan::Unchanged;
-use charge_core::domain::{DisputeId, OperationId, OrderId, PaymentIntentId, StripeRefundId};
+use charge_core::domain::{
+    DisputeId, OperationId, OperationKind, OrderId, PaymentIntentId, StripeRefundId,
+};
 use charge_core::operation::{Operation, OperationKey, OperationStatus};
 use charge_core::outcome::{GatewayError, PaymentIntent, PaymentIntentStatus};
 use charge_core::plan::{Disposition, ReviewClass};
@@ -395,8 +397,12 @@ async fn accept(
         order_id = %order_id,
         operation_id = %operation_id
     );
+    // The attempt the intent's metadata names (absent: the first); `read` checks the operation
+    // id, and finds it among the order's attempts when the metadata named none or another.
+    let key = OperationKey::charge_attempt(order_id.clone(), intent.attempt.unwrap_or(1))
+        .unwrap_or_else(|_| OperationKey::charge(order_id));
     let target = Target {
-        key: OperationKey::charge(order_id),
+        key,
         operation_id,
         intent,
     };
@@ -641,7 +647,7 @@ async fn act(
         Action::Settle { .. } | Action::RecordIntent { .. } | Action::Review { .. } => {
             let applied = executor::charge::apply_event(
                 &deps.charge,
-                &target.key,
+                &op.key(),
                 &target.operation_id,
                 pi.clone(),
             )
@@ -860,15 +866,32 @@ async fn confirmed(
     Ok(Ok(pi))
 }
 
-/// The record the event names, or `None` when there is no such operation.
+/// The record the event names, or `None` when there is no such operation: the charge attempt
+/// the intent's metadata names (one GetItem), its operation id checked. An intent whose metadata
+/// names no attempt or another (a `charge.captured` event's intent read at Stripe carries the
+/// order and operation only) is looked for among its order's attempts by operation id, when
+/// the order has more than one: an order charged once costs no other read.
 async fn read(deps: &EventsDeps, target: &Target) -> Result<Option<Operation>, ActError> {
-    Ok(deps
-        .charge
-        .store
-        .get(&target.key)
+    let store = &deps.charge.store;
+    let named = store.get(&target.key).await.map_err(ActError::Store)?;
+    let head = match named {
+        Some(op) if op.operation_id == target.operation_id => return Ok(Some(op)),
+        Some(op) if op.kind == OperationKind::FIRST_CHARGE => Some(op),
+        _ => store
+            .get(&OperationKey::charge(target.key.order_id.clone()))
+            .await
+            .map_err(ActError::Store)?,
+    };
+    if head.is_none_or(|h| h.latest_attempt() <= 1) {
+        return Ok(None);
+    }
+    let attempts = store
+        .attempts_of(&target.key.order_id)
         .await
-        .map_err(ActError::Store)?
-        .filter(|op| op.operation_id == target.operation_id))
+        .map_err(ActError::Store)?;
+    Ok(attempts
+        .into_iter()
+        .find(|op| op.operation_id == target.operation_id))
 }
 
 /// What the shell's report means for the event: its decision on the record as claimed, or, when

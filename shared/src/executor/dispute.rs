@@ -60,14 +60,16 @@ pub async fn record_dispute(
     policy: &DisputePolicy,
 ) -> Result<DisputeRecording, DisputeRecordError> {
     let key = OperationKey::of_kind(order_id.clone(), OperationKind::Dispute(dispute.id.clone()));
-    let charge_key = OperationKey::charge(order_id.clone());
     for _ in 0..ATTEMPTS {
         // The record first, then the charge: a delivery's transaction writes both at once, so a
         // charge read after the record is never older than it. Read the other way round, a
         // charge read just before another delivery's create and its record just after made a
         // second, needless write of the charge's mark.
         let record = store.get(&key).await?;
-        let charge = store.get(&charge_key).await?;
+        // The order's latest attempt: the only one that can be paid, so the one a dispute
+        // can be on (an earlier attempt's intent was declined and canceled). The plan checks
+        // the dispute's intent is this attempt's, or it is not ours.
+        let charge = store.charge_of(order_id).await?;
         let write = plan(record.as_ref(), charge.as_ref(), dispute, now, policy);
         let unreserved = write.unreserved();
         match write {

@@ -63,7 +63,7 @@ fn refund_planned(
     gateway_calls: u32,
 ) -> Planned {
     let release = decided.release.then(|| ReleaseRefund {
-        charge: op.key().charge_of_order(),
+        charge: op.charge_key(),
         amount: op.params.amount(),
         now: deps.clock.now(),
     });

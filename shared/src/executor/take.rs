@@ -44,7 +44,7 @@ pub(super) async fn run(deps: &EngineDeps, op: &Operation) -> Planned {
     let now = deps.clock.now();
     let authorization = decided.authorization.and_then(|outcome| {
         Some(SettleAuthorization {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             taker: Taker::of(&op.kind, op.operation_id)?,
             outcome,
             now,

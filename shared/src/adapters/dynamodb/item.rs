@@ -16,6 +16,7 @@
 //! | `disputed_by` (S), `dispute_refundable` (BOOL) | | a charge's open dispute (`dp_…`) and whether Stripe says the charge is still refundable; both absent when none is open, and on records written before disputes |
 //! | `payment_intent`, `stripe_charge` (S), `dispute_reason` (S), `dispute_created` (N) | | a dispute's (sort key `dispute#<dp_…>`): the intent it was found under, the charge (`ch_…`), the bank's reason, Stripe's `created` (ms) |
 //! | `dispute_status` (S), `due_by` (N, optional), `has_evidence`, `charge_refundable`, `dispute_reserved` (BOOL) | | a dispute's as Stripe moves it: its status verbatim, the evidence deadline (ms), and whether its amount is reserved on its charge |
+//! | `charge_attempt` | N | a refund's, capture's, cancel's or dispute's: the attempt of the order's charge it acts on (`charge#<n>`, 2 to 20); absent: the first (`charge`), as on every record written before attempts |
 //! | `amount_to_capture` | | a capture's is its `amount`; a cancel's `amount` is what it released, `payment_intent` absent when the charge was never sent, `cancellation_reason` (S, optional) |
 //! | `requested_by` | S | the authenticated caller of checkout (`iam:<ARN>` / `jwt:<subject>`); absent on records of releases before 2026-11-30: "not recorded" |
 //! | `status` | S | `pending`, `unknown`, `authorized`, `succeeded`, `failed` |
@@ -64,8 +65,9 @@ use super::schema::{
     REVIEW_SHARD, SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
 use super::schema::{
-    CHARGE_REFUNDABLE, DISPUTED_BY, DISPUTE_CREATED, DISPUTE_REASON, DISPUTE_REFUNDABLE,
-    DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY, HAS_EVIDENCE, LATEST_ATTEMPT, STRIPE_CHARGE,
+    CHARGE_ATTEMPT, CHARGE_REFUNDABLE, DISPUTED_BY, DISPUTE_CREATED, DISPUTE_REASON,
+    DISPUTE_REFUNDABLE, DISPUTE_RESERVED, DISPUTE_STATUS, DUE_BY, HAS_EVIDENCE, LATEST_ATTEMPT,
+    STRIPE_CHARGE,
 };
 use crate::ports::{StoreError, UnreadableRecord};
 use charge_core::dispute::state::{DisputeParams, DisputeState};
@@ -168,15 +170,20 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         }
         Params::Refund(p, state) => {
             put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
+            put(CHARGE_ATTEMPT, charge_attempt_attr(p.charge_attempt));
             put("refund_reason", p.reason.map(|r| attr_s(r.as_str())));
             put(
                 STRIPE_REFUND_ID,
                 state.stripe_refund_id.as_deref().map(attr_s),
             );
         }
-        Params::Capture(p) => put("payment_intent", Some(attr_s(p.payment_intent.as_str()))),
+        Params::Capture(p) => {
+            put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
+            put(CHARGE_ATTEMPT, charge_attempt_attr(p.charge_attempt));
+        }
         Params::Cancel(p) => {
             put("payment_intent", p.payment_intent.as_deref().map(attr_s));
+            put(CHARGE_ATTEMPT, charge_attempt_attr(p.charge_attempt));
             put(
                 "cancellation_reason",
                 p.cancellation_reason.map(|r| attr_s(r.as_str())),
@@ -184,6 +191,7 @@ pub fn operation_to_item(op: &Operation) -> Attrs {
         }
         Params::Dispute(p, state) => {
             put("payment_intent", Some(attr_s(p.payment_intent.as_str())));
+            put(CHARGE_ATTEMPT, charge_attempt_attr(p.charge_attempt));
             put(STRIPE_CHARGE, Some(attr_s(p.charge.as_str())));
             put(DISPUTE_REASON, Some(attr_s(&p.reason)));
             put(DISPUTE_CREATED, Some(attr_n(p.created.as_millis())));
@@ -536,7 +544,7 @@ const DISPUTE_STATE: [&str; 8] = [
 /// item unreadable: the record would be read as something no write of ours makes.
 fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreError> {
     let others: Vec<&str> = match kind {
-        OperationKind::Charge(_) => [&REFUND_STATE[..], &DISPUTE_STATE].concat(),
+        OperationKind::Charge(_) => [&REFUND_STATE[..], &DISPUTE_STATE, &[CHARGE_ATTEMPT]].concat(),
         OperationKind::Refund(_) => [&CHARGE_STATE[..], &DISPUTE_STATE].concat(),
         OperationKind::Dispute(_) => [&CHARGE_STATE[..], &REFUND_STATE].concat(),
         OperationKind::Capture(_) | OperationKind::Cancel => {
@@ -580,6 +588,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 reason: get_s(item, "refund_reason")?
                     .map(|r| domain("refund_reason", RefundReason::parse(r)))
                     .transpose()?,
+                charge_attempt: charge_attempt_from_item(item)?,
             },
             RefundState {
                 stripe_refund_id: get_s(item, STRIPE_REFUND_ID)?
@@ -594,6 +603,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 "payment_intent",
                 PaymentIntentId::parse(req_s(item, "payment_intent")?),
             )?,
+            charge_attempt: charge_attempt_from_item(item)?,
         }),
         OperationKind::Cancel => Params::Cancel(CancelParams {
             amount_released: amount,
@@ -604,6 +614,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
             cancellation_reason: get_s(item, "cancellation_reason")?
                 .map(|r| domain("cancellation_reason", CancellationReason::parse(r)))
                 .transpose()?,
+            charge_attempt: charge_attempt_from_item(item)?,
         }),
         OperationKind::Dispute(id) => Params::Dispute(
             DisputeParams {
@@ -620,6 +631,7 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
                 currency,
                 reason: req_s(item, DISPUTE_REASON)?.to_owned(),
                 created: req_t(item, DISPUTE_CREATED)?,
+                charge_attempt: charge_attempt_from_item(item)?,
             },
             DisputeState {
                 status: DisputeStatus::parse(req_s(item, DISPUTE_STATUS)?),
@@ -630,6 +642,31 @@ fn params_from_item(item: &Attrs, kind: &OperationKind) -> Result<Params, StoreE
             },
         ),
     })
+}
+
+/// `charge_attempt` as written: absent for the first attempt, so a record acting on the head
+/// has the shape every earlier release wrote.
+fn charge_attempt_attr(n: u32) -> Option<AttributeValue> {
+    (!OperationKind::is_first_attempt(&n)).then(|| attr_n(i64::from(n)))
+}
+
+/// `charge_attempt` as read: absent is the first attempt (every record written before
+/// attempts); present, 2 to 20, or the record is malformed (a `charge_attempt` of 1 is never
+/// written, so it is no write of ours either).
+fn charge_attempt_from_item(item: &Attrs) -> Result<u32, StoreError> {
+    get_n::<u32>(item, CHARGE_ATTEMPT)?
+        .map(|n| {
+            Some(n)
+                .filter(|n| (2..=OperationKind::MAX_CHARGE_ATTEMPTS).contains(n))
+                .ok_or_else(|| {
+                    malformed(
+                        CHARGE_ATTEMPT,
+                        &format!("must be 2 to {}", OperationKind::MAX_CHARGE_ATTEMPTS),
+                    )
+                })
+        })
+        .transpose()
+        .map(|n| n.unwrap_or(OperationKind::first_attempt()))
 }
 
 fn charge_state_from_item(item: &Attrs) -> Result<ChargeState, StoreError> {
@@ -878,6 +915,7 @@ mod tests {
                 currency: Currency::parse("eur").unwrap(),
                 payment_intent: PaymentIntentId::parse("pi_1").unwrap(),
                 reason: None,
+                charge_attempt: 1,
             },
             RefundState::default(),
         );
@@ -887,6 +925,7 @@ mod tests {
             amount_to_capture: Amount::new(100).unwrap(),
             currency: Currency::parse("eur").unwrap(),
             payment_intent: PaymentIntentId::parse("pi_1").unwrap(),
+            charge_attempt: 1,
         });
         let taker = format!("capture:{}", capture.operation_id);
         let state = [
@@ -928,6 +967,55 @@ mod tests {
             (refund_read.capture_before(), refund_read.refund_reserved()),
             (None, 0)
         );
+    }
+
+    /// A refund, capture, cancel or dispute acting on a later attempt names it
+    /// (`charge_attempt`, read back); acting on the first it writes nothing (the item every
+    /// earlier release wrote, read as the first). A number outside 2 to 20 (1 is never written),
+    /// or the attribute on a charge, makes the record unreadable.
+    #[test]
+    fn the_attempt_an_operation_acts_on_round_trips_and_the_first_is_absent() {
+        let mut refund = charge_core::testing::order("ord-item")
+            .status(OperationStatus::Succeeded)
+            .build();
+        refund.kind = OperationKind::Refund(charge_core::domain::RefundId::parse("r-1").unwrap());
+        let params = |n| RefundParams {
+            amount: Amount::new(100).unwrap(),
+            currency: Currency::parse("eur").unwrap(),
+            payment_intent: PaymentIntentId::parse("pi_1").unwrap(),
+            reason: None,
+            charge_attempt: n,
+        };
+        refund.params = Params::Refund(params(1), RefundState::default());
+        let first = operation_to_item(&refund);
+        assert!(!first.contains_key(CHARGE_ATTEMPT));
+        let read = operation_from_item(&first).unwrap();
+        assert_eq!(
+            read.charge_key(),
+            OperationKey::charge(refund.order_id.clone())
+        );
+        refund.params = Params::Refund(params(2), RefundState::default());
+        let second = operation_to_item(&refund);
+        assert_eq!(second[CHARGE_ATTEMPT], attr_n(2));
+        let read = operation_from_item(&second).unwrap();
+        assert_eq!(read.params, refund.params);
+        assert_eq!(read.charge_key().kind, OperationKind::Charge(2));
+        let mut dispute = dispute_record();
+        if let Params::Dispute(p, _) = &mut dispute.params {
+            p.charge_attempt = 3;
+        }
+        let read = operation_from_item(&operation_to_item(&dispute)).unwrap();
+        assert_eq!(read.charge_key().kind, OperationKind::Charge(3));
+        for bad in [attr_n(1), attr_n(21), attr_n(0), attr_s("2")] {
+            let mut item = second.clone();
+            item.insert(CHARGE_ATTEMPT.into(), bad.clone());
+            let err = operation_from_item(&item).unwrap_err().to_string();
+            assert!(err.contains(CHARGE_ATTEMPT), "{bad:?}: {err}");
+        }
+        let mut charge = operation_to_item(&sample());
+        charge.insert(CHARGE_ATTEMPT.into(), attr_n(2));
+        let err = operation_from_item(&charge).unwrap_err().to_string();
+        assert!(err.contains(CHARGE_ATTEMPT), "{err}");
     }
 
     fn dispute_record() -> Operation {

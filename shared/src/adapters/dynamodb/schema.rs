@@ -122,6 +122,10 @@ pub const DISPUTE_REFUNDABLE: &str = "dispute_refundable";
 /// latest attempt (N, from 2), once the order was charged again after a decline. Absent on every
 /// order with one attempt, and on every record written before attempts.
 pub const LATEST_ATTEMPT: &str = "latest_attempt";
+/// On a refund's, capture's, cancel's or dispute's record: the attempt of the order's charge it
+/// acts on (N, 2 to 20: its `charge#<n>` record). Absent when it acts on the first attempt (the
+/// head, `charge`), and on every record written before attempts.
+pub const CHARGE_ATTEMPT: &str = "charge_attempt";
 /// A dispute's, beside `payment_intent`: the charge it takes back from (`ch_…`), the bank's
 /// reason, Stripe's `created` (ms), what Stripe moves (`dispute_status` verbatim, `due_by` (ms,
 /// optional), `has_evidence` and `charge_refundable` (BOOL)), and `dispute_reserved` (BOOL):

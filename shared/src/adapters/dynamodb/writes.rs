@@ -889,7 +889,7 @@ mod tests {
         // `chargectl resolve` of a refund: its Stripe id as confirmed, and, failed, its
         // reservation given back to the charge in the same transaction.
         let release = ReleaseRefund {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             amount: op.params.amount(),
             now: T0,
         };
@@ -905,7 +905,7 @@ mod tests {
         // `chargectl resolve --failed` of a capture while Stripe holds it untouched: the
         // charge given back in the same transaction.
         let given_back = SettleAuthorization {
-            charge: op.key().charge_of_order(),
+            charge: op.charge_key(),
             taker: charge_core::charge::state::Taker {
                 capture: true,
                 operation_id: op.operation_id,
