@@ -39,6 +39,10 @@
 //!   claimed, Stripe's answer, now) → the next record, and how the charge's authorization ends
 //!   (captured, canceled, lapsed).
 //!
+//! - [`attempt`]: an order charged again after a decline, as its next charge attempt: the
+//!   door's rule (which attempt answers a request, when a new one may start, why not). An
+//!   attempt is a charge: [`charge::plan`] runs it.
+//!
 //! - [`dispute`]: money the customer's bank takes back, recorded from what Stripe holds (never
 //!   created by us), within what the order's charge took, with its evidence deadline paged.
 //!
@@ -52,6 +56,7 @@
 //!   → what happens to the message.
 //! - [`outbox`]: which committed change is an outcome the order service must learn.
 
+pub mod attempt;
 pub mod audit;
 pub mod charge;
 pub mod dispute;

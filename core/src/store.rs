@@ -355,3 +355,56 @@ pub enum DisputeRecorded {
     /// written; read both again and plan again.
     ChargeRefused,
 }
+
+/// The write that starts an order's next charge attempt (`OperationCreates::create_attempt`),
+/// after its latest attempt `n` ended `failed`: one transaction, all or nothing
+/// ([`crate::store_rules::start_attempt`]):
+/// - the new attempt's record `charge#<n+1>`, only where none is;
+/// - the head (the first attempt, sort key `charge`) names it as the latest, only if it still
+///   names `n` (absent when `n` is 1): two retries at once, one attempt. Nothing else of the
+///   head moves, not even `updated_at` (a settled record rewritten is no outcome);
+/// - attempt `n` is still the one read, `failed`, and no cancel ended it (`taken_by` absent):
+///   a canceled order stays canceled. For `n` = 1 that is the head's own condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAttempt {
+    /// The new attempt's record: kind `Charge(n+1)`, `pending`, its own operation id.
+    pub op: Operation,
+    /// Attempt `n`'s operation id, as the door read it.
+    pub after_operation_id: OperationId,
+}
+
+impl NewAttempt {
+    /// The new attempt's number, `n + 1` (2 or more).
+    pub fn number(&self) -> u32 {
+        self.op.kind.attempt_no().unwrap_or(1)
+    }
+
+    /// The number of the attempt it follows, `n`.
+    pub fn after(&self) -> u32 {
+        self.number().saturating_sub(1)
+    }
+
+    /// The order's head: its first attempt's key.
+    pub fn head_key(&self) -> OperationKey {
+        OperationKey::charge(self.op.order_id.clone())
+    }
+
+    /// Attempt `n`'s key (the head's when `n` is 1).
+    pub fn after_key(&self) -> OperationKey {
+        OperationKey {
+            order_id: self.op.order_id.clone(),
+            kind: crate::domain::OperationKind::Charge(self.after().max(1)),
+        }
+    }
+}
+
+/// Result of `OperationCreates::create_attempt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreatedAttempt {
+    /// The new attempt was written and the head names it.
+    New(Operation),
+    /// Another write moved first (another retry made the attempt, a cancel took the latest, the
+    /// head names another latest) or a record is missing: nothing was written. The door reads
+    /// the attempts again and decides again.
+    Refused,
+}

@@ -22,8 +22,8 @@ use crate::domain::OperationKind;
 use crate::operation::{LeaseToken, Operation, OperationKey, OperationStatus, Params};
 use crate::store::{
     AuthorizationOutcome, Claim, ClaimRequest, DisputeMark, DisputeMove, DisputeOnCharge,
-    ManualResolution, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
-    ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
+    ManualResolution, NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund,
+    Reschedule, ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
 };
 use crate::time::Timestamp;
 
@@ -71,6 +71,9 @@ pub enum Guard {
     /// `authorized`, or already this status (a capture's or cancel's outcome over a charge whose
     /// own look at Stripe recorded the same end first).
     AuthorizedOr(OperationStatus),
+    /// The order's head names this attempt as its latest (`latest_attempt`, absent for 1): the
+    /// guard two retries race for ([`start_attempt`]).
+    LatestAttemptIs(u32),
 }
 
 impl Guard {
@@ -96,6 +99,11 @@ impl Guard {
             Guard::AuthorizedOr(status) => {
                 op.status == OperationStatus::Authorized || op.status == status
             }
+            Guard::LatestAttemptIs(n) => {
+                op.params
+                    .charge_state()
+                    .is_some_and(|s| s.latest_attempt.unwrap_or(1) == n)
+            }
         }
     }
 
@@ -119,6 +127,7 @@ impl Guard {
             Guard::TakenBy(_) => "taken_by",
             Guard::NeverAttempted => "never_attempted",
             Guard::AuthorizedOr(_) => "authorized_or",
+            Guard::LatestAttemptIs(_) => "latest_attempt_is",
         }
     }
 }
@@ -230,7 +239,8 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::NotTaken
         | Guard::TakenBy(_)
         | Guard::NeverAttempted
-        | Guard::AuthorizedOr(_) => Claim::Leased(current),
+        | Guard::AuthorizedOr(_)
+        | Guard::LatestAttemptIs(_) => Claim::Leased(current),
     }
 }
 
@@ -640,6 +650,101 @@ pub fn create_beside(
             None,
         ),
     }
+}
+
+/// The head's side of a new charge attempt ([`NewAttempt`]): it names attempt `n + 1` as the
+/// order's latest, only while it names `n`. When `n` is 1 the head is attempt `n` itself, and
+/// carries [`AttemptFailed`]'s guards too. Nothing else of the head moves, not even
+/// `updated_at`: a settled record rewritten is no outcome, and the head's own writes keep their
+/// fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptOnHead {
+    /// The latest attempt's number as read (`n`).
+    pub latest: u32,
+    /// Attempt `n`'s operation id as read, checked here when `n` is 1.
+    pub after_operation_id: OperationId,
+}
+
+impl Transition for AttemptOnHead {
+    fn guards(&self) -> Vec<Guard> {
+        let mut guards = vec![Guard::IsCharge, Guard::LatestAttemptIs(self.latest)];
+        if self.latest <= 1 {
+            guards.extend(AttemptFailed(self.after_operation_id).guards());
+        }
+        guards
+    }
+
+    fn change(&self, op: &mut Operation) {
+        if let Some(charge) = op.params.charge_state_mut() {
+            charge.latest_attempt = Some(self.latest + 1);
+        }
+    }
+}
+
+/// Attempt `n`'s side of a new attempt ([`NewAttempt`]): the one read, `failed`, and not ended
+/// by a cancel (a canceled order stays canceled). A check only: attempt `n` is not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptFailed(pub OperationId);
+
+impl Transition for AttemptFailed {
+    fn guards(&self) -> Vec<Guard> {
+        vec![
+            Guard::IsOperation(self.0),
+            Guard::IsCharge,
+            Guard::StatusIs(OperationStatus::Failed),
+            Guard::NotTaken,
+        ]
+    }
+
+    fn change(&self, _: &mut Operation) {}
+}
+
+impl NewAttempt {
+    /// The head's side of the write.
+    pub fn on_head(&self) -> AttemptOnHead {
+        AttemptOnHead {
+            latest: self.after(),
+            after_operation_id: self.after_operation_id,
+        }
+    }
+
+    /// Attempt `n`'s side, when it is not the head (`n` > 1); `None` when the head checks it.
+    pub fn on_after(&self) -> Option<AttemptFailed> {
+        (self.after() > 1).then_some(AttemptFailed(self.after_operation_id))
+    }
+}
+
+/// Which part of a new attempt's write refused it ([`start_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptRefusedBy {
+    /// A record is already at the new attempt's key.
+    Exists,
+    /// The head is missing (`None`) or refused by this guard.
+    Head(Option<Guard>),
+    /// Attempt `n` (not the head) is missing (`None`) or refused by this guard.
+    After(Option<Guard>),
+}
+
+/// A new charge attempt's write ([`NewAttempt`]) as a pure function of the three records as the
+/// write finds them: the record at the new key (`existing`), the head, and attempt `n` (`after`,
+/// ignored when `n` is 1: the head is it). All or nothing: the head after the write, for a store
+/// to keep beside `req.op`, or what refused it (nothing written).
+pub fn start_attempt(
+    existing: Option<&Operation>,
+    head: Option<&Operation>,
+    after: Option<&Operation>,
+    req: &NewAttempt,
+) -> Result<Operation, AttemptRefusedBy> {
+    if existing.is_some() {
+        return Err(AttemptRefusedBy::Exists);
+    }
+    let head = head.ok_or(AttemptRefusedBy::Head(None))?;
+    let next = apply(head, &req.on_head()).map_err(|g| AttemptRefusedBy::Head(Some(g)))?;
+    if let Some(check_after) = req.on_after() {
+        let after = after.ok_or(AttemptRefusedBy::After(None))?;
+        check(after, &check_after.guards()).map_err(|g| AttemptRefusedBy::After(Some(g)))?;
+    }
+    Ok(next)
 }
 
 impl Transition for ClaimRequest {

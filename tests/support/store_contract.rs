@@ -23,7 +23,8 @@ use charge_core::{
 };
 use charge_core::{
     store::{
-        AuthorizationOutcome, Claim, ClaimRequest, Created, ManualResolution, OutcomeRecord,
+        AuthorizationOutcome, Claim, ClaimRequest, Created, CreatedAttempt, ManualResolution,
+        NewAttempt, OutcomeRecord,
         Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
         TakeAuthorization, TakeFrom,
     },
@@ -1202,6 +1203,134 @@ pub async fn charge_of_follows_the_head_to_the_latest_attempt(store: Arc<dyn Ope
     assert!(store.attempts_of(&none.order_id).await.unwrap().is_empty());
 }
 
+/// Attempt `n` of `order` with `card`, settled `failed` (declined) unless `status` says
+/// otherwise; the head (`n` = 1) names `latest` when it is over 1.
+fn attempt_record(order: &str, n: u32, card: &str, status: OperationStatus, latest: u32) -> Operation {
+    let mut op = charge_core::testing::order(order)
+        .amount(1000)
+        .customer("cus_contract")
+        .requested_by("contract-tests")
+        .payment_method(card)
+        .status(status)
+        .at(T0)
+        .build();
+    op.kind = OperationKind::charge_attempt(n).unwrap();
+    if status.is_settled() {
+        op.next_due_at = None;
+        op.settled_at = Some(T0);
+    }
+    if n == 1 && latest > 1 {
+        op.params.charge_state_mut().unwrap().latest_attempt = Some(latest);
+    }
+    op
+}
+
+/// Attempt `n + 1` of what was read (`latest` is attempt `n`), with `card`, asked at `now`.
+fn new_attempt(latest: &Operation, card: &str, now: Timestamp) -> NewAttempt {
+    let mut op = charge_core::testing::order(latest.order_id.as_str())
+        .amount(1000)
+        .customer("cus_contract")
+        .requested_by("contract-tests")
+        .payment_method(card)
+        .at(now)
+        .build();
+    op.kind = OperationKind::charge_attempt(latest.kind.attempt_no().unwrap() + 1).unwrap();
+    NewAttempt {
+        op,
+        after_operation_id: latest.operation_id,
+    }
+}
+
+/// Two retries of a declined order at once (another card each) make exactly one attempt: the
+/// head names it, the loser wrote nothing. The head's `updated_at` and status do not move. The
+/// same after a declined second attempt (its check is a record of its own).
+pub async fn two_retries_at_once_make_exactly_one_attempt(store: Arc<dyn OperationStore>) {
+    for (order, n) in [("contract-retry-1", 1), ("contract-retry-2", 2)] {
+        let head = attempt_record(order, 1, "pm_a", OperationStatus::Failed, n);
+        store.create_if_absent(&head).await.unwrap();
+        let mut latest = head.clone();
+        if n == 2 {
+            latest = attempt_record(order, 2, "pm_b", OperationStatus::Failed, 1);
+            store.create_if_absent(&latest).await.unwrap();
+        }
+        let at = T0.plus(Duration::from_secs(60));
+        let (a, b) = (new_attempt(&latest, "pm_x", at), new_attempt(&latest, "pm_y", at));
+        let (ra, rb) = tokio::join!(store.create_attempt(&a), store.create_attempt(&b));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let winner = match (&ra, &rb) {
+            (CreatedAttempt::New(w), CreatedAttempt::Refused)
+            | (CreatedAttempt::Refused, CreatedAttempt::New(w)) => w.clone(),
+            other => panic!("{order}: exactly one attempt, got {other:?}"),
+        };
+        let attempts = store.attempts_of(&head.order_id).await.unwrap();
+        assert_eq!(attempts.len() as u32, n + 1, "{order}");
+        assert_eq!(attempts.last(), Some(&winner), "{order}: the winner is the latest");
+        assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(winner));
+        let head_now = &attempts[0];
+        assert_eq!(head_now.latest_attempt(), n + 1);
+        assert_eq!(head_now.updated_at, head.updated_at, "{order}: nothing else of the head moves");
+        assert_eq!(head_now.status, OperationStatus::Failed);
+        // Asked again after it won: the key is there, refused, nothing written.
+        assert_eq!(store.create_attempt(&a).await.unwrap(), CreatedAttempt::Refused);
+        assert_eq!(store.attempts_of(&head.order_id).await.unwrap(), attempts);
+    }
+}
+
+/// A new attempt after a latest that is live, paid or canceled (a cancel took it) is refused
+/// and writes nothing, whether the latest is the head or a later attempt; its twin, the same
+/// latest `failed` and not taken, is accepted.
+pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed_twin_starts_one(
+    store: Arc<dyn OperationStore>,
+) {
+    let canceled = |mut op: Operation| {
+        op.params.charge_state_mut().unwrap().taken_by = Some(Taker {
+            capture: false,
+            operation_id: OperationId::new_random(),
+        });
+        op
+    };
+    for n in [1u32, 2] {
+        let cases: [(&str, Box<dyn Fn(Operation) -> Operation>); 5] = [
+            ("pending", Box::new(|op| op)),
+            ("authorized", Box::new(|op| op)),
+            ("succeeded", Box::new(|op| op)),
+            ("canceled", Box::new(canceled)),
+            ("failed", Box::new(|op| op)),
+        ];
+        for (i, (what, shape)) in cases.iter().enumerate() {
+            let order = format!("contract-attempt-{n}-{i}");
+            let status = match *what {
+                "pending" => OperationStatus::Pending,
+                "authorized" => OperationStatus::Authorized,
+                "succeeded" => OperationStatus::Succeeded,
+                _ => OperationStatus::Failed,
+            };
+            let (head, latest) = if n == 1 {
+                let head = shape(attempt_record(&order, 1, "pm_a", status, 1));
+                (head.clone(), head)
+            } else {
+                let head = attempt_record(&order, 1, "pm_a", OperationStatus::Failed, 2);
+                (head, shape(attempt_record(&order, 2, "pm_b", status, 1)))
+            };
+            store.create_if_absent(&head).await.unwrap();
+            if n == 2 {
+                store.create_if_absent(&latest).await.unwrap();
+            }
+            let req = new_attempt(&latest, "pm_c", T0.plus(Duration::from_secs(60)));
+            let got = store.create_attempt(&req).await.unwrap();
+            if *what == "failed" {
+                assert_eq!(got, CreatedAttempt::New(req.op.clone()), "{order}: the twin");
+                assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(req.op.clone()));
+                continue;
+            }
+            assert_eq!(got, CreatedAttempt::Refused, "{order}: after a {what} latest");
+            assert_eq!(store.get(&req.op.key()).await.unwrap(), None, "{order}");
+            assert_eq!(store.get(&head.key()).await.unwrap(), Some(head.clone()), "{order}");
+            assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(latest), "{order}");
+        }
+    }
+}
+
 /// An operator's resolution of the unsettled refund `refund` as read, `status`, with its Stripe
 /// id and, when `release`, its reservation given back.
 fn refund_resolution(
@@ -2235,6 +2364,8 @@ macro_rules! store_contract_tests {
             refunds_of_lists_an_order_s_refunds_by_refund_id,
             disputes_of_lists_an_order_s_disputes_by_dispute_id,
             charge_of_follows_the_head_to_the_latest_attempt,
+            two_retries_at_once_make_exactly_one_attempt,
+            a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed_twin_starts_one,
             an_operator_resolves_a_refund_and_gives_its_reservation_back_in_the_same_write,
             a_capture_takes_an_authorized_charge_once_and_a_cancel_after_it_writes_nothing,
             a_cancel_stops_a_charge_never_sent_and_a_claimed_one_refuses_it,

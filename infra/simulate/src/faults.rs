@@ -779,6 +779,37 @@ impl OperationCreates for FaultyStore {
             .event(order, "store.record_dispute", format_args!("{what}"));
         r
     }
+    /// A new charge attempt written (the head naming it), then (a `crash` fault) the door dies
+    /// before it answers: the client's retry finds the attempt and is answered with it.
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        use charge_core::store::CreatedAttempt;
+        yield_now().await;
+        let r = self.inner.create_attempt(req).await;
+        let order = req.op.order_id.as_str();
+        let what = match &r {
+            Ok(CreatedAttempt::New(op)) => {
+                let id = op.operation_id.to_string();
+                self.trace.alias(order, &id);
+                format!("new {} {id}", op.kind.sort_key())
+            }
+            Ok(CreatedAttempt::Refused) => "refused".to_owned(),
+            Err(e) => format!("error: {e}"),
+        };
+        if matches!(r, Ok(CreatedAttempt::New(_))) && self.faults.roll(Kind::Crash) {
+            self.trace.event(
+                order,
+                "store.create_attempt",
+                format_args!("{what}, then FAULT crash before the answer"),
+            );
+            return Err(crash("after the new attempt's write, before the answer"));
+        }
+        self.trace
+            .event(order, "store.create_attempt", format_args!("{what}"));
+        r
+    }
 }
 
 #[async_trait]

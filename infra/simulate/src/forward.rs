@@ -19,6 +19,7 @@ macro_rules! forward_store {
         create_if_absent(op: &Operation) -> Result<Created, StoreError>;
         create_beside(op: &Operation, claim: ChargeClaim<'_>) -> Result<CreatedBeside, StoreError>;
         record_dispute(req: &DisputeMove) -> Result<DisputeRecorded, StoreError>;
+        create_attempt(req: &NewAttempt) -> Result<CreatedAttempt, StoreError>;
     }); };
     (@OperationLeases $ty:ty, $f:tt) => { $crate::forward!($ty, $f, OperationLeases {
         claim(req: &ClaimRequest) -> Result<Claim, StoreError>;
@@ -106,8 +107,9 @@ macro_rules! forward {
             use ::charge_core::outcome::{GatewayError, PaymentIntent};
             use ::charge_core::refund::StripeRefund;
             use ::charge_core::store::{
-                Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
-                OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
+                Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded,
+                ManualResolution, NewAttempt, OutcomeRecord, Recorded, RefundFailedLater,
+                Reschedule,
             };
             use ::charge_core::store_rules::{ChargeClaim, CreatedBeside};
             use ::charge_once::ports::*;

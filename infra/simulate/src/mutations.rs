@@ -432,6 +432,12 @@ impl OperationCreates for RefundStore {
     ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
         self.inner.record_dispute(req).await
     }
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        self.inner.create_attempt(req).await
+    }
 }
 
 #[async_trait]
@@ -679,6 +685,12 @@ impl OperationCreates for TakesNotFenced {
         req: &charge_core::store::DisputeMove,
     ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
         self.0.record_dispute(req).await
+    }
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        self.0.create_attempt(req).await
     }
 }
 

@@ -39,8 +39,8 @@ use charge_core::outbox::{outcome_change, Outcome};
 use charge_core::refund::request::RefundParams;
 use charge_core::refund::state::RefundState;
 use charge_core::store::{
-    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
-    Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+    Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded, ManualResolution,
+    NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
 };
 use charge_core::store_rules::{self, Guard, Transition, Written};
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
@@ -1424,6 +1424,38 @@ impl OperationCreates for SimStore {
         t.publish(event);
         self.after_put(&mut t, op);
         Ok(created)
+    }
+
+    /// The new attempt, the head naming it, attempt n checked: under one lock, by the store's
+    /// rules ([`store_rules::start_attempt`]), all or nothing. The head's change is an update
+    /// (its status does not move: no outcome); the new attempt is indexed and published as any
+    /// new operation is.
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        self.write();
+        let mut t = self.lock();
+        let head_key = req.head_key();
+        let head = t.read(&head_key)?;
+        let after = match req.on_after() {
+            Some(_) => t.read(&req.after_key())?,
+            None => None,
+        };
+        let existing = t.get(&req.op.key());
+        let (Some(before), Ok(next)) = (
+            head.as_ref(),
+            store_rules::start_attempt(existing.as_ref(), head.as_ref(), after.as_ref(), req),
+        ) else {
+            return Ok(CreatedAttempt::Refused);
+        };
+        t.update(&head_key, before, next);
+        let op = &req.op;
+        let at = t.store(op.clone());
+        let at32 = u32::try_from(at).unwrap_or(NO_SLOT);
+        t.by_operation_id.insert(op.operation_id, at32);
+        t.index(at);
+        let event = outcome_change(None, op).map(|o| (op.operation_id, o));
+        t.publish(event);
+        self.after_put(&mut t, op);
+        Ok(CreatedAttempt::New(op.clone()))
     }
 
     /// The dispute's move, then its charge's side, each by the store's rules as any update is

@@ -122,6 +122,13 @@ impl OperationCreates for CountingStore {
         self.write();
         self.inner.record_dispute(req).await
     }
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        self.write();
+        self.inner.create_attempt(req).await
+    }
 }
 
 #[async_trait]

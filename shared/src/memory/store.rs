@@ -14,8 +14,9 @@ use charge_core::store_rules::{self, Transition, Written};
 use charge_core::time::Timestamp;
 use charge_core::{
     store::{
-        Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
-        OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+        Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded,
+        ManualResolution, NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund,
+        Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
 };
@@ -320,6 +321,24 @@ impl OperationCreates for MemoryStore {
             items.insert(claim.charge().clone(), charge);
         }
         Ok(created)
+    }
+
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        self.calls.write();
+        let mut items = self.lock();
+        let head_key = req.head_key();
+        let written = store_rules::start_attempt(
+            items.get(&req.op.key()),
+            items.get(&head_key),
+            items.get(&req.after_key()),
+            req,
+        );
+        let Ok(head) = written else {
+            return Ok(CreatedAttempt::Refused);
+        };
+        items.insert(head_key, head);
+        items.insert(req.op.key(), req.op.clone());
+        Ok(CreatedAttempt::New(req.op.clone()))
     }
 
     async fn record_dispute(&self, req: &DisputeMove) -> Result<DisputeRecorded, StoreError> {

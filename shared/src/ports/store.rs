@@ -10,8 +10,8 @@ use charge_core::audit::AuditWindow;
 use charge_core::domain::{OperationId, OperationKind, OrderId};
 use charge_core::operation::{Operation, OperationKey};
 use charge_core::store::{
-    Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution, OutcomeRecord,
-    Recorded, RefundFailedLater, Reschedule,
+    Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded, ManualResolution,
+    NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, Reschedule,
 };
 use charge_core::store_rules::{ChargeClaim, CreatedBeside};
 use charge_core::time::Timestamp;
@@ -255,6 +255,17 @@ pub trait OperationCreates: Send + Sync {
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError>;
+
+    /// Starts the order's next charge attempt ([`NewAttempt`]) in one write, all or nothing
+    /// ([`charge_core::store_rules::start_attempt`]): the new attempt's record where none is, the
+    /// head naming it as the latest while it names the one the door read, and that attempt
+    /// still the one read, `failed`, not ended by a cancel. Two retries at once: one is
+    /// [`CreatedAttempt::New`], the other [`CreatedAttempt::Refused`] (nothing written). The
+    /// default refuses, for wrappers and doubles that never start an attempt.
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        let _ = req;
+        Err(StoreError::new("this store does not start charge attempts"))
+    }
 
     /// Moves a dispute's record to what Stripe holds ([`DisputeMove`]: only the record read,
     /// only while unsettled) and, when it has one, makes its charge's side in the same write,

@@ -70,8 +70,8 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    CancellationReason, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-    Update,
+    CancellationReason, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -82,8 +82,9 @@ use charge_core::store_rules::{self, Transition};
 use charge_core::time::Timestamp;
 use charge_core::{
     store::{
-        Claim, ClaimRequest, Created, DisputeMove, DisputeRecorded, ManualResolution,
-        OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+        Claim, ClaimRequest, Created, CreatedAttempt, DisputeMove, DisputeRecorded,
+        ManualResolution, NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund,
+        Reschedule,
     },
     store_rules::{ChargeClaim, CreatedBeside},
 };
@@ -716,6 +717,69 @@ impl OperationCreates for DynamoStore {
                 _ => Err(self.sdk_error("TransactWriteItems (create beside its charge)", err)),
             },
         }
+    }
+
+    /// One TransactWriteItems of two items (the new attempt's Put where none is, the head's
+    /// Update naming it, guarded on the latest it names and, after the first attempt, on that
+    /// attempt failed) or three (after a later attempt: its ConditionCheck, failed, not taken,
+    /// the one read). Counted as one write per item. The new attempt's operation id is the
+    /// client request token. A transaction canceled by a condition, or by a concurrent
+    /// transaction on the same items (another retry), wrote nothing: [`CreatedAttempt::Refused`].
+    async fn create_attempt(&self, req: &NewAttempt) -> Result<CreatedAttempt, StoreError> {
+        const WHAT: &str = "TransactWriteItems (a new charge attempt)";
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item::stored_item(&req.op)))
+            .condition_expression(format!("attribute_not_exists({})", schema::PK))
+            .build()
+            .map_err(|e| StoreError::new(format!("{WHAT}: {e}")))?;
+        let mut items = vec![
+            TransactWriteItem::builder().put(put).build(),
+            self.transact_update(&req.head_key(), &req.on_head())?,
+        ];
+        if let Some(after) = req.on_after() {
+            let c = writes::condition(&after.guards())
+                .map_err(|g| StoreError::new(format!("{WHAT}: refused as asked: {}", g.as_str())))?;
+            let (pk, sk) = key_of(&req.after_key());
+            let check = ConditionCheck::builder()
+                .table_name(&self.table)
+                .key(schema::PK, attr_s(&pk))
+                .key(schema::SK, attr_s(&sk))
+                .condition_expression(c.expression)
+                .set_expression_attribute_names(Some(c.names))
+                .set_expression_attribute_values(Some(c.values))
+                .build()
+                .map_err(|e| StoreError::new(format!("{WHAT}: {e}")))?;
+            items.push(TransactWriteItem::builder().condition_check(check).build());
+        }
+        for _ in &items {
+            self.calls.write();
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(req.op.operation_id.to_string())
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(CreatedAttempt::New(req.op.clone())),
+            Err(err) => err,
+        };
+        if let Some(TransactWriteItemsError::TransactionCanceledException(e)) =
+            err.as_service_error()
+        {
+            let lost = e.cancellation_reasons().iter().any(|r| {
+                matches!(
+                    r.code(),
+                    Some("ConditionalCheckFailed") | Some("TransactionConflict")
+                )
+            });
+            if lost {
+                return Ok(CreatedAttempt::Refused);
+            }
+        }
+        Err(self.sdk_error(WHAT, err))
     }
 
     /// One conditional UpdateItem when the charge is not written; else one TransactWriteItems

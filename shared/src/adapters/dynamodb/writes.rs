@@ -30,7 +30,7 @@ use charge_core::{
 use super::item::{attr_bool, attr_n, attr_s, audit_to_attr, Attrs};
 use super::schema::{
     due_shard, settled_day, AMOUNT_CAPTURED, ATTEMPTS, CAPTURE_BEFORE, DUE_AT, DUE_SHARD,
-    EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LEASE_EXPIRES_AT, LEASE_TOKEN,
+    EXTERNAL_ID, FIRST_ATTEMPTED_AT, HISTORY, LAST_ERROR, LATEST_ATTEMPT, LEASE_EXPIRES_AT, LEASE_TOKEN,
     OPERATION_ID, PK, REDRIVES, REFUND_RESERVED, REVIEW_FLAGGED_AT, REVIEW_REASON, REVIEW_SHARD,
     SETTLED_AT, SETTLED_ON, SK, STATUS, STRIPE_REFUND_ID, TAKEN_BY, UPDATED_AT,
 };
@@ -197,11 +197,23 @@ impl Expression {
                 let v = self.value(":if_refund", attr_s("refund#"));
                 format!("begins_with({n}, {v})")
             }
-            // A charge's sort key is exactly `charge` (a refund's is `refund#<id>`).
+            // A charge attempt's sort key is exactly `charge` (the first) or `charge#<n>` (a later
+            // one); a refund's is `refund#<id>`, a capture's `capture` or `capture#<n>`.
             Guard::IsCharge => {
                 let n = self.name(SK);
                 let v = self.value(":if_charge", attr_s("charge"));
-                format!("{n} = {v}")
+                let later = self.value(":if_charge_attempt", attr_s("charge#"));
+                format!("({n} = {v} OR begins_with({n}, {later}))")
+            }
+            // The head names its latest attempt from 2 on; absent, it is the only one.
+            Guard::LatestAttemptIs(latest) => {
+                let n = self.name(LATEST_ATTEMPT);
+                if latest <= 1 {
+                    format!("attribute_not_exists({n})")
+                } else {
+                    let v = self.value(":if_latest_attempt", attr_n(i64::from(latest)));
+                    format!("{n} = {v}")
+                }
             }
             Guard::NotTaken => format!("attribute_not_exists({})", self.name(TAKEN_BY)),
             Guard::TakenBy(id) => {
@@ -451,6 +463,15 @@ impl Update for TakeAuthorization {
                 e.remove(attr);
             }
         }
+    }
+}
+
+/// A new charge attempt's side on the head: it names the new latest, and nothing else moves
+/// (not `updated_at`: the head's own writes keep their fence, and the stream's image shows no
+/// outcome).
+impl Update for store_rules::AttemptOnHead {
+    fn update(&self, e: &mut Expression) {
+        e.set(LATEST_ATTEMPT, attr_n(i64::from(self.latest + 1)));
     }
 }
 
