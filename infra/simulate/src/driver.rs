@@ -404,9 +404,7 @@ impl Pipeline {
                     1 => {
                         book.races_one_started.fetch_add(1, Ordering::Relaxed);
                     }
-                    _ => {
-                        book.races_both_started.fetch_add(1, Ordering::Relaxed);
-                    }
+                    _ => book.both_started(&order.order_id),
                 }
             }
             let unsettled = answers

@@ -868,6 +868,11 @@ impl Backing {
         let mut store = store::SimStore::new();
         store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
         store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+        store.attempt_write = match args.mutation {
+            Some(Mutation::AttemptUnguarded) => store::AttemptWrite::Unguarded,
+            Some(Mutation::AttemptRace) => store::AttemptWrite::Unraced,
+            _ => store::AttemptWrite::Guarded,
+        };
         if args.mutation == Some(Mutation::RelayLosesOutcomes) {
             store.lose_every_nth_outcome(50);
         }
@@ -1152,10 +1157,12 @@ fn bank(args: &SimulateArgs, world: &World) -> Option<faults::Bank> {
 }
 
 /// The door's `store`, with the fence between a capture and a cancel gone if the run simulates
-/// `takes-not-fenced`.
+/// `takes-not-fenced`, or every charge attempt read as `failed` if it simulates
+/// `attempt-unguarded`.
 fn door_store(args: &SimulateArgs, store: Arc<dyn OperationStore>) -> Arc<dyn OperationStore> {
     match args.mutation {
         Some(mutations::Mutation::TakesNotFenced) => Arc::new(mutations::TakesNotFenced(store)),
+        Some(mutations::Mutation::AttemptUnguarded) => Arc::new(mutations::DoorSeesFailed(store)),
         _ => store,
     }
 }
@@ -1838,13 +1845,9 @@ async fn judge_retries(
     let broke = |first: &mut Option<String>, what: &str, order: &str| {
         first.get_or_insert_with(|| format!("{what}: order {order}"));
     };
-    if book.count(&book.races_both_started) > 0 {
-        // Two retries at once both answered with a new attempt: the door let two in.
-        r.attempt_while_unsettled += book.count(&book.races_both_started);
-        first.get_or_insert_with(|| {
-            "attempt while another unsettled: two retries at once both started an attempt"
-                .to_owned()
-        });
+    r.two_attempts_at_once = book.count(&book.races_both_started);
+    if let Some(order) = book.first_race_both_started() {
+        broke(&mut first, "two attempts at once", &order);
     }
     let sim = world.stripe.local_sim();
     for (order_id, _) in book.orders() {

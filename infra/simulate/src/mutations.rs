@@ -54,6 +54,9 @@ pub enum Mutation {
     UnreadableFailsPage,
     /// A declined intent is recorded `failed` without being canceled: Stripe's cancel is never
     /// sent, and answered as if it had been ([`CancelNotMade`]), so the customer can still pay.
+    /// Also named `declined-not-canceled`: with retries on, every failed attempt's intent stays
+    /// open at Stripe (`declined intent not canceled`).
+    #[value(alias = "declined-not-canceled")]
     FailedWithoutCancel,
     /// The refund door deduplicates a refund on (order, amount) instead of its refund id: a
     /// second refund id for the same amount is answered with the first refund
@@ -90,10 +93,20 @@ pub enum Mutation {
     /// The reconciler never reads an open dispute again at Stripe (its reads refused): a dispute
     /// whose closing events were lost stays open in our records.
     NoDisputeReread,
+    /// The store's write that starts attempt n+1 skips its check of attempt n (failed, not
+    /// canceled, the one the door read) ([`crate::store::AttemptWrite::Unguarded`]): a retry
+    /// while the latest attempt is unsettled, or after it paid, starts another attempt. The
+    /// door's own read of the attempts skipped too ([`DoorSeesFailed`]): it refuses a retry
+    /// before the store is asked, so without it the store's check is never reached.
+    AttemptUnguarded,
+    /// The store's write that starts an attempt drops the head's `latest_attempt` guard (and the
+    /// new key's absence) ([`crate::store::AttemptWrite::Unraced`]): two retries at once both
+    /// start attempt n+1.
+    AttemptRace,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 23] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -115,6 +128,8 @@ impl Mutation {
         Mutation::NoRefundWatch,
         Mutation::NoDisputePage,
         Mutation::NoDisputeReread,
+        Mutation::AttemptUnguarded,
+        Mutation::AttemptRace,
     ];
 
     pub fn name(&self) -> String {
@@ -695,3 +710,59 @@ impl OperationCreates for TakesNotFenced {
 }
 
 impl SettledRecords for TakesNotFenced {}
+
+/// `attempt-unguarded`, the door's side: the door's reads of an order's charge attempts see
+/// every attempt still in flight or paid as `failed`, so its own refusal (`attempt_in_flight`,
+/// `paid`) never comes and every retry goes on to the store's write; what stops it then is the
+/// store's check of attempt n alone, which the mutation's store skips
+/// ([`crate::store::AttemptWrite::Unguarded`]). Every other read and write passed through.
+pub struct DoorSeesFailed(pub Arc<dyn OperationStore>);
+
+crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualResolutions);
+
+#[async_trait]
+impl OperationReads for DoorSeesFailed {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        let mut op = self.0.get(key).await?;
+        if let Some(op) = op.as_mut().filter(|o| o.kind.is_charge()) {
+            if op.status != OperationStatus::Failed {
+                op.status = OperationStatus::Failed;
+            }
+        }
+        Ok(op)
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.0.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for DoorSeesFailed {
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        self.0.create_if_absent(op).await
+    }
+    async fn create_beside(
+        &self,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.0.create_beside(op, claim).await
+    }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        self.0.record_dispute(req).await
+    }
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        self.0.create_attempt(req).await
+    }
+}
+
+impl SettledRecords for DoorSeesFailed {}

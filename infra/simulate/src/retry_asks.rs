@@ -180,8 +180,10 @@ pub struct Book {
     pub started: AtomicU64,
     /// Steps of two retries at once in which exactly one started an attempt.
     pub races_one_started: AtomicU64,
-    /// Steps of two retries at once in which both started one (must stay 0).
+    /// Steps of two retries at once in which both started one (must stay 0), and the first
+    /// such order.
     pub races_both_started: AtomicU64,
+    first_race_both_started: Mutex<Option<String>>,
     /// Steps asked again because the latest attempt was still unsettled.
     pub asked_again: AtomicU64,
     /// Steps given up past [`PATIENCE`].
@@ -230,6 +232,16 @@ impl Book {
             (503, _) => Answer::Unavailable,
             _ => Answer::Other,
         }
+    }
+
+    /// Two retries of `order_id` at once both started an attempt.
+    pub fn both_started(&self, order_id: &str) {
+        self.races_both_started.fetch_add(1, Ordering::Relaxed);
+        lock(&self.first_race_both_started).get_or_insert_with(|| order_id.to_owned());
+    }
+
+    pub fn first_race_both_started(&self) -> Option<String> {
+        lock(&self.first_race_both_started).clone()
     }
 
     /// The answers by status and code.

@@ -40,6 +40,15 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
     ) {
         args.dispute_rate = simulate::dispute_asks::TEST_RATE;
     }
+    if matches!(
+        mutation,
+        Some(Mutation::AttemptUnguarded | Mutation::AttemptRace)
+    ) {
+        // Declined orders charged again, without refunds (the door's reads of the charge are
+        // the mutation's own under `attempt-unguarded`).
+        args.retry_rate = simulate::retry_asks::TEST_RATE;
+        args.refund_rate = 0.0;
+    }
     if mutation == Some(Mutation::NoRefundWatch) {
         // What only the watch tells: no events, and banks returning refunds three days after
         // they succeeded.
@@ -193,6 +202,24 @@ fn caught_each(mutations: &[Mutation]) {
                     assert_eq!(d.reconciler_reads, 0, "{}", report.render());
                     assert!(d.unpaged_deadlines > 0, "{}", report.render());
                     assert!(why.starts_with("unpaged deadline"), "{why}");
+                }
+                // Attempt n not checked (at the door's read and in the store's write): a
+                // retry while the first attempt is unsettled, or once the order is paid, starts
+                // another attempt.
+                Mutation::AttemptUnguarded => {
+                    let r = &report.retries;
+                    assert!(
+                        r.attempt_while_unsettled + r.paid_twice > 0,
+                        "{}",
+                        report.render()
+                    );
+                    assert!(r.started > 0, "{}", report.render());
+                }
+                // The head's latest_attempt guard dropped: two retries at once both start one.
+                Mutation::AttemptRace => {
+                    let r = &report.retries;
+                    assert!(r.two_attempts_at_once > 0, "{}", report.render());
+                    assert!(why.starts_with("two attempts at once"), "{why}");
                 }
                 Mutation::DeadlineFromCreation => {
                     assert!(auths.lapsed_unpaged > 0, "{}", report.render());

@@ -8,7 +8,10 @@
 //!   was not final `failed` (that attempt not `failed` now, or settled after the later one was
 //!   created);
 //! - `declined_not_canceled`: a `failed` attempt whose PaymentIntent Stripe does not hold
-//!   `canceled` (the customer could still pay it).
+//!   `canceled` (the customer could still pay it);
+//! - `two_attempts_at_once`: two retries of one order sent at the same instant both answered
+//!   202 with a new attempt (the order service told of two attempts where the order has room
+//!   for one: the later write replaced the earlier, or both are live).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -43,11 +46,15 @@ pub struct RetryReport {
     pub paid_twice: u64,
     pub attempt_while_unsettled: u64,
     pub declined_not_canceled: u64,
+    pub two_attempts_at_once: u64,
 }
 
 impl RetryReport {
     pub fn holds(&self) -> bool {
-        self.paid_twice == 0 && self.attempt_while_unsettled == 0 && self.declined_not_canceled == 0
+        self.paid_twice == 0
+            && self.attempt_while_unsettled == 0
+            && self.declined_not_canceled == 0
+            && self.two_attempts_at_once == 0
     }
 
     /// The first invariant broken, by name, for the verdict.
@@ -59,6 +66,7 @@ impl RetryReport {
                 "attempt while another unsettled",
             ),
             (self.declined_not_canceled, "declined intent not canceled"),
+            (self.two_attempts_at_once, "two attempts at once"),
         ]
         .into_iter()
         .find(|(n, _)| *n > 0)
@@ -109,8 +117,11 @@ impl RetryReport {
         );
         let _ = writeln!(
             s,
-            "  retry invariants paid twice {}  attempt while another unsettled {}  declined intent not canceled {}",
-            self.paid_twice, self.attempt_while_unsettled, self.declined_not_canceled,
+            "  retry invariants paid twice {}  attempt while another unsettled {}  declined intent not canceled {}  two attempts at once {}",
+            self.paid_twice,
+            self.attempt_while_unsettled,
+            self.declined_not_canceled,
+            self.two_attempts_at_once,
         );
     }
 }
