@@ -153,6 +153,7 @@ async fn an_intent_with_our_metadata_and_a_dashboard_refund_are_at_stripe_not_he
             operation_id: outside,
             order_id: charge.order_id.clone(),
             params: charge.params.charge().unwrap().clone(),
+            attempt: 1,
         })
         .await
         .unwrap();
@@ -282,6 +283,7 @@ async fn a_second_succeeded_intent_and_refunds_over_the_charge_are_found() {
             operation_id: charge.operation_id,
             order_id: charge.order_id.clone(),
             params: charge.params.charge().unwrap().clone(),
+            attempt: 1,
         })
         .await
         .unwrap();

@@ -3146,6 +3146,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     assert_eq!(
         grant_pairs(&t, "checkout"),
         BTreeSet::from([
+            p("dynamodb:ConditionCheckItem", "OperationsTable"),
             p("dynamodb:GetItem", "OperationsTable"),
             p("dynamodb:PutItem", "OperationsTable"),
             p("dynamodb:Query", "OperationsTable"),
@@ -3162,7 +3163,15 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
     assert_eq!(
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
-            ["create_beside", "create_if_absent", "get", "refunds_of"].map(str::to_owned)
+            [
+                "attempts_of",
+                "create_attempt",
+                "create_beside",
+                "create_if_absent",
+                "get",
+                "refunds_of"
+            ]
+            .map(str::to_owned)
         )
     );
     let charge = charge_core::operation::OperationKey::charge(
@@ -3196,14 +3205,35 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
             &writes::write(&take).expect("a claim has its expressions"),
         ));
     }
+    // A new charge attempt's side on the head, after the first attempt (its guards on the
+    // head) and after a later one (the head's latest only): one statement.
+    let mut on_head = BTreeSet::new();
+    for latest in [1, 2] {
+        let head = charge_core::store_rules::AttemptOnHead {
+            latest,
+            after_operation_id: charge_core::domain::OperationId::new_random(),
+        };
+        on_head.extend(write_names(
+            &writes::write(&head).expect("an attempt has its expressions"),
+        ));
+    }
     let grants = update_grants(policies_of(&t, "checkout"), "checkout");
     let listed: BTreeSet<BTreeSet<String>> = grants.iter().map(|g| g.attributes.clone()).collect();
     assert_eq!(
         listed,
-        BTreeSet::from([reservation.clone(), taking.clone()]),
-        "exactly what the reservation and the claim name"
+        BTreeSet::from([reservation.clone(), taking.clone(), on_head.clone()]),
+        "exactly what the reservation, the claim and the attempt name"
     );
-    assert_eq!(grants.len(), 2);
+    assert_eq!(grants.len(), 3);
+    for never in [
+        "amount",
+        "external_id",
+        "updated_at",
+        "due_at",
+        "lease_token",
+    ] {
+        assert!(!on_head.contains(never), "{never}");
+    }
     for g in &grants {
         assert_eq!(
             g.equals,

@@ -399,6 +399,8 @@ impl NewAttempt {
 }
 
 /// Result of `OperationCreates::create_attempt`.
+// One answer per request, moved once: the size of a refusal does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreatedAttempt {
     /// The new attempt was written and the head names it.

@@ -99,11 +99,10 @@ impl Guard {
             Guard::AuthorizedOr(status) => {
                 op.status == OperationStatus::Authorized || op.status == status
             }
-            Guard::LatestAttemptIs(n) => {
-                op.params
-                    .charge_state()
-                    .is_some_and(|s| s.latest_attempt.unwrap_or(1) == n)
-            }
+            Guard::LatestAttemptIs(n) => op
+                .params
+                .charge_state()
+                .is_some_and(|s| s.latest_attempt.unwrap_or(1) == n),
         }
     }
 

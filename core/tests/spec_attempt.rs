@@ -24,7 +24,8 @@ enum Said {
 }
 
 /// (the order's attempts as read, (the request, the caller, the limit)) → what the door says.
-type DoorRow = Row<Vec<Operation>, (Operation, Principal, u32), (), Result<Said, AttemptRefusal>, ()>;
+type DoorRow =
+    Row<Vec<Operation>, (Operation, Principal, u32), (), Result<Said, AttemptRefusal>, ()>;
 
 fn variant(then: &Result<Said, AttemptRefusal>) -> &'static str {
     match then {
@@ -322,7 +323,12 @@ fn door_table() {
         });
         ((), said)
     });
-    spec::covers("the attempt door", rows.iter().map(|r| r.then.clone()), OUTCOMES, variant);
+    spec::covers(
+        "the attempt door",
+        rows.iter().map(|r| r.then.clone()),
+        OUTCOMES,
+        variant,
+    );
 }
 
 /// The limit is the template's: 1 to 20, default 5.
@@ -486,13 +492,22 @@ fn start_attempt_table() {
             then: Err(AttemptRefusedBy::Head(None)),
         },
     ];
-    spec::holds(&rows, |(existing, head, after), req, _| {
-        match start_attempt(existing.as_ref(), head.as_ref(), after.as_ref(), req) {
+    spec::holds(
+        &rows,
+        |(existing, head, after), req, _| match start_attempt(
+            existing.as_ref(),
+            head.as_ref(),
+            after.as_ref(),
+            req,
+        ) {
             Ok(next) => {
                 let head = head.as_ref().unwrap();
                 let mut only_latest = next.clone();
-                only_latest.params.charge_state_mut().unwrap().latest_attempt =
-                    head.params.charge_state().unwrap().latest_attempt;
+                only_latest
+                    .params
+                    .charge_state_mut()
+                    .unwrap()
+                    .latest_attempt = head.params.charge_state().unwrap().latest_attempt;
                 assert_eq!(&only_latest, head, "nothing else of the head moves");
                 (
                     Some(next.params.charge_state().unwrap().latest_attempt),
@@ -500,11 +515,11 @@ fn start_attempt_table() {
                 )
             }
             Err(by) => (None, Err(by)),
-        }
-    });
+        },
+    );
     spec::covers(
         "the attempt write",
-        rows.iter().map(|r| r.then.clone()),
+        rows.iter().map(|r| r.then),
         WRITES,
         write_variant,
     );

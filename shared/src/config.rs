@@ -69,6 +69,9 @@ pub const STRIPE_MAX_NETWORK_RETRIES: &str = "STRIPE_MAX_NETWORK_RETRIES";
 /// ([`charge_core::stripe_version::KNOWN`]); the pin when unset.
 pub const STRIPE_API_VERSION: &str = "STRIPE_API_VERSION";
 pub const PENDING_GRACE_SECS: &str = "PENDING_GRACE_SECS";
+/// How many charge attempts one order may make (the template's `MaxChargeAttempts`): 1 to 20,
+/// 5 when unset.
+pub const MAX_CHARGE_ATTEMPTS: &str = "MAX_CHARGE_ATTEMPTS";
 pub const LEASE_TTL_SECS: &str = "LEASE_TTL_SECS";
 pub const SEARCH_MIN_AGE_SECS: &str = "SEARCH_MIN_AGE_SECS";
 pub const STUCK_INTENT_HOURS: &str = "STUCK_INTENT_HOURS";
@@ -642,6 +645,21 @@ pub fn dispute_page_window(env: &dyn Env) -> Result<Duration, ConfigError> {
 /// `PENDING_GRACE_SECS` alone (checkout needs nothing else of the policy).
 pub fn pending_grace(env: &dyn Env) -> Result<Duration, ConfigError> {
     secs(env, PENDING_GRACE_SECS, Policy::default().pending_grace)
+}
+
+/// `MAX_CHARGE_ATTEMPTS`: how many charge attempts one order may make, 1 to 20 (5 unset).
+pub fn max_charge_attempts(
+    env: &dyn Env,
+) -> Result<charge_core::attempt::AttemptLimit, ConfigError> {
+    let default = charge_core::attempt::AttemptLimit::DEFAULT.get();
+    let n = number(env, MAX_CHARGE_ATTEMPTS, u64::from(default))?;
+    u32::try_from(n)
+        .map_err(|_| format!("{n} is over 20"))
+        .and_then(charge_core::attempt::AttemptLimit::new)
+        .map_err(|reason| ConfigError::Invalid {
+            name: MAX_CHARGE_ATTEMPTS,
+            reason,
+        })
 }
 
 /// `LEASE_TTL_SECS` alone (the events function's claims need nothing else of the policy): at least 15 s.

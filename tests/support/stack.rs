@@ -117,6 +117,7 @@ impl Stack {
             queue,
             clock: Arc::new(self.side.clock.clone()),
             pending_grace: Duration::from_secs(300),
+            max_charge_attempts: Default::default(),
             metrics: self.metrics.clone(),
         }
     }

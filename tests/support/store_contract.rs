@@ -24,9 +24,8 @@ use charge_core::{
 use charge_core::{
     store::{
         AuthorizationOutcome, Claim, ClaimRequest, Created, CreatedAttempt, ManualResolution,
-        NewAttempt, OutcomeRecord,
-        Recorded, RefundFailedLater, ReleaseRefund, Reschedule, ReserveRefund, SettleAuthorization,
-        TakeAuthorization, TakeFrom,
+        NewAttempt, OutcomeRecord, Recorded, RefundFailedLater, ReleaseRefund, Reschedule,
+        ReserveRefund, SettleAuthorization, TakeAuthorization, TakeFrom,
     },
     store_rules::{ChargeClaim, CreatedBeside},
 };
@@ -1205,7 +1204,13 @@ pub async fn charge_of_follows_the_head_to_the_latest_attempt(store: Arc<dyn Ope
 
 /// Attempt `n` of `order` with `card`, settled `failed` (declined) unless `status` says
 /// otherwise; the head (`n` = 1) names `latest` when it is over 1.
-fn attempt_record(order: &str, n: u32, card: &str, status: OperationStatus, latest: u32) -> Operation {
+fn attempt_record(
+    order: &str,
+    n: u32,
+    card: &str,
+    status: OperationStatus,
+    latest: u32,
+) -> Operation {
     let mut op = charge_core::testing::order(order)
         .amount(1000)
         .customer("cus_contract")
@@ -1254,7 +1259,10 @@ pub async fn two_retries_at_once_make_exactly_one_attempt(store: Arc<dyn Operati
             store.create_if_absent(&latest).await.unwrap();
         }
         let at = T0.plus(Duration::from_secs(60));
-        let (a, b) = (new_attempt(&latest, "pm_x", at), new_attempt(&latest, "pm_y", at));
+        let (a, b) = (
+            new_attempt(&latest, "pm_x", at),
+            new_attempt(&latest, "pm_y", at),
+        );
         let (ra, rb) = tokio::join!(store.create_attempt(&a), store.create_attempt(&b));
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         let winner = match (&ra, &rb) {
@@ -1264,14 +1272,24 @@ pub async fn two_retries_at_once_make_exactly_one_attempt(store: Arc<dyn Operati
         };
         let attempts = store.attempts_of(&head.order_id).await.unwrap();
         assert_eq!(attempts.len() as u32, n + 1, "{order}");
-        assert_eq!(attempts.last(), Some(&winner), "{order}: the winner is the latest");
+        assert_eq!(
+            attempts.last(),
+            Some(&winner),
+            "{order}: the winner is the latest"
+        );
         assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(winner));
         let head_now = &attempts[0];
         assert_eq!(head_now.latest_attempt(), n + 1);
-        assert_eq!(head_now.updated_at, head.updated_at, "{order}: nothing else of the head moves");
+        assert_eq!(
+            head_now.updated_at, head.updated_at,
+            "{order}: nothing else of the head moves"
+        );
         assert_eq!(head_now.status, OperationStatus::Failed);
         // Asked again after it won: the key is there, refused, nothing written.
-        assert_eq!(store.create_attempt(&a).await.unwrap(), CreatedAttempt::Refused);
+        assert_eq!(
+            store.create_attempt(&a).await.unwrap(),
+            CreatedAttempt::Refused
+        );
         assert_eq!(store.attempts_of(&head.order_id).await.unwrap(), attempts);
     }
 }
@@ -1290,14 +1308,15 @@ pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed
         op
     };
     for n in [1u32, 2] {
-        let cases: [(&str, Box<dyn Fn(Operation) -> Operation>); 5] = [
-            ("pending", Box::new(|op| op)),
-            ("authorized", Box::new(|op| op)),
-            ("succeeded", Box::new(|op| op)),
-            ("canceled", Box::new(canceled)),
-            ("failed", Box::new(|op| op)),
-        ];
-        for (i, (what, shape)) in cases.iter().enumerate() {
+        let cases = ["pending", "authorized", "succeeded", "canceled", "failed"];
+        let shape = |what: &str, op: Operation| {
+            if what == "canceled" {
+                canceled(op)
+            } else {
+                op
+            }
+        };
+        for (i, what) in cases.iter().enumerate() {
             let order = format!("contract-attempt-{n}-{i}");
             let status = match *what {
                 "pending" => OperationStatus::Pending,
@@ -1306,11 +1325,14 @@ pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed
                 _ => OperationStatus::Failed,
             };
             let (head, latest) = if n == 1 {
-                let head = shape(attempt_record(&order, 1, "pm_a", status, 1));
+                let head = shape(what, attempt_record(&order, 1, "pm_a", status, 1));
                 (head.clone(), head)
             } else {
                 let head = attempt_record(&order, 1, "pm_a", OperationStatus::Failed, 2);
-                (head, shape(attempt_record(&order, 2, "pm_b", status, 1)))
+                (
+                    head,
+                    shape(what, attempt_record(&order, 2, "pm_b", status, 1)),
+                )
             };
             store.create_if_absent(&head).await.unwrap();
             if n == 2 {
@@ -1319,14 +1341,33 @@ pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed
             let req = new_attempt(&latest, "pm_c", T0.plus(Duration::from_secs(60)));
             let got = store.create_attempt(&req).await.unwrap();
             if *what == "failed" {
-                assert_eq!(got, CreatedAttempt::New(req.op.clone()), "{order}: the twin");
-                assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(req.op.clone()));
+                assert_eq!(
+                    got,
+                    CreatedAttempt::New(req.op.clone()),
+                    "{order}: the twin"
+                );
+                assert_eq!(
+                    store.charge_of(&head.order_id).await.unwrap(),
+                    Some(req.op.clone())
+                );
                 continue;
             }
-            assert_eq!(got, CreatedAttempt::Refused, "{order}: after a {what} latest");
+            assert_eq!(
+                got,
+                CreatedAttempt::Refused,
+                "{order}: after a {what} latest"
+            );
             assert_eq!(store.get(&req.op.key()).await.unwrap(), None, "{order}");
-            assert_eq!(store.get(&head.key()).await.unwrap(), Some(head.clone()), "{order}");
-            assert_eq!(store.charge_of(&head.order_id).await.unwrap(), Some(latest), "{order}");
+            assert_eq!(
+                store.get(&head.key()).await.unwrap(),
+                Some(head.clone()),
+                "{order}"
+            );
+            assert_eq!(
+                store.charge_of(&head.order_id).await.unwrap(),
+                Some(latest),
+                "{order}"
+            );
         }
     }
 }

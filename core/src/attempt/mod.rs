@@ -66,7 +66,10 @@ pub enum AttemptRefusal {
     /// Another amount, currency, customer or capture method than the order's.
     Conflict,
     /// The latest attempt is unsettled or authorized, and this is another request.
-    InFlight { attempt: u32, status: OperationStatus },
+    InFlight {
+        attempt: u32,
+        status: OperationStatus,
+    },
     /// The latest attempt took the money.
     Paid {
         attempt: u32,

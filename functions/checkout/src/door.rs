@@ -30,6 +30,8 @@ pub struct Checkout {
     pub queue: Arc<dyn OperationQueue>,
     pub clock: Arc<dyn Clock>,
     pub pending_grace: Duration,
+    /// How many charge attempts one order may make ([`charge_core::attempt::AttemptLimit`]).
+    pub max_charge_attempts: charge_core::attempt::AttemptLimit,
     /// Where `CheckoutUnavailable` goes (stdout in Lambda).
     pub metrics: Arc<dyn MetricsSink>,
 }

@@ -15,11 +15,16 @@
 //! | answer | when | what changed |
 //! |---|---|---|
 //! | 401 | no authenticated principal in `requestContext.authorizer` (POST or GET) | nothing |
-//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?, refunds}` | the order has a charge (`refunds`: each refund's `{operation_id, refund_id, status, amount, currency}`; an authorization adds `capture: "manual"`, `capture_before`, `amount_captured`, `taken_by`) | nothing (one consistent GetItem, one Query of the order's refunds) |
+//! | GET 200 `{order_id, operation_id, status, payment_intent, amount, currency, updated_at, review_reason?, refunds, attempt, attempts, paid_attempt}` | the order has a charge: the top-level fields are its **latest** attempt's, as before attempts (`refunds`: each refund's `{operation_id, refund_id, status, amount, currency}`; an authorization adds `capture: "manual"`, `capture_before`, `amount_captured`, `taken_by`); `attempt` is its number, `attempts` every attempt first to latest (`{attempt, operation_id, status, payment_method, payment_intent, last_error?}`), `paid_attempt` the one that succeeded or null | nothing (one consistent GetItem per attempt, one Query of the order's refunds) |
 //! | GET 404 | no charge for this order, or one another caller created (a caller sees only its own orders: same role, any session; records without `requested_by`, from before 2026-11-30, are seen by every caller) | nothing |
-//! | 202 `{operation_id, status}` | a new operation | one item written, one message sent |
-//! | 200 `{operation_id, status}` | same order, same parameters, same caller | nothing written; if still `pending`, the message is sent again (recovers a crash between PutItem and SendMessage; FIFO dedup absorbs it within 5 minutes) |
-//! | 409 | same order, different parameters; or the order of another caller | nothing |
+//! | 202 `{operation_id, order_id, status, attempt}` | a new order: attempt 1 | one item written, one message sent |
+//! | 202 `{operation_id, order_id, status, attempt}` | the order's latest attempt `n` ended `failed` (declined; not ended by a cancel), same amount, currency, customer and capture method, any payment method (the same one too), and `n` < `MAX_CHARGE_ATTEMPTS`: attempt `n + 1` | one TransactWriteItems: the attempt's item (`charge#<n+1>`), the head naming it (`latest_attempt`), attempt `n` checked failed; one message sent (version 5) |
+//! | 200 `{operation_id, order_id, status, attempt}` | the latest attempt's own parameters while it is not `failed`, same caller; or a replay of an earlier (failed) attempt's request: answered with the latest | nothing written; if still `pending` and never sent, the message is sent again (recovers a crash between the write and SendMessage; FIFO dedup absorbs it within 5 minutes) |
+//! | 409 `order_conflict` | another amount, currency, customer or capture method than the order's; or the order of another caller | nothing |
+//! | 409 `attempt_in_flight` | another payment method while the latest attempt is `pending`, `unknown` or `authorized` (also the loser of two retries at once with different bodies) | nothing |
+//! | 409 `paid` | another payment method once the latest attempt `succeeded` ("order … is paid by attempt n (pi_…); refund it instead") | nothing |
+//! | 409 `canceled` | the latest attempt was ended by a cancel (`taken_by`): a canceled order is not charged again | nothing |
+//! | 409 `too_many_attempts` | the latest attempt failed and the order made `MAX_CHARGE_ATTEMPTS` (template `MaxChargeAttempts`, default 5) | nothing |
 //! | 400 | invalid field (field-level message) | nothing |
 //! | 413 / 415 | body over 8 KiB / a declared media type other than `application/json` | nothing |
 //! | 405 / 404 | other method / other path | nothing |
@@ -35,8 +40,9 @@ use aws_lambda_events::http::header::{ALLOW, CONTENT_TYPE};
 use aws_lambda_events::http::Method;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use charge_core::attempt::{self, AttemptRefusal, Door};
 use charge_core::domain::CaptureMethod;
-use charge_core::store::Created;
+use charge_core::store::{Created, CreatedAttempt};
 use charge_core::{
     domain::{
         Amount, ChargeParams, Currency, CustomerId, OrderId, PaymentMethodId, Principal,
@@ -199,15 +205,19 @@ fn authenticated(req: &ApiGatewayV2httpRequest) -> Result<Principal, Reply> {
 }
 
 /// Records the operation with one conditional put and queues it: a new order is accepted (202);
-/// the same order again is the existing operation (200), queued again while no attempt was made;
-/// the same order with other parameters, or another caller's, is refused (409).
+/// an order with a charge already is decided by the attempt door ([`attempt::decide`]): the
+/// latest attempt answers (200; queued again while never sent), a new attempt starts after a
+/// declined one (202, its own operation written by [`DoorStore::create_attempt`] and queued),
+/// or it is refused (409, nothing written).
+///
+/// [`DoorStore::create_attempt`]: charge_once::ports::OperationCreates::create_attempt
 async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Answer {
     let span = tracing::Span::current();
     let created = deps.store.create_if_absent(&op).await.map_err(|e| {
         error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
         unavailable(deps, "store")
     })?;
-    let existing = match created {
+    let head = match created {
         Created::New(op) => {
             span.record("operation_id", tracing::field::display(op.operation_id));
             send(deps, &op).await?;
@@ -219,46 +229,110 @@ async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Ans
         }
         Created::Existing(existing) => existing,
     };
-    if !created_by(&existing, requested_by) {
-        // Another caller's order: the same refusal as for other parameters, so the answer says
-        // neither the operation nor where it stands.
-        warn!(
-            operation_id = %existing.operation_id,
-            "order created by another caller re-submitted; refused"
-        );
-        return Err(order_conflict());
+    let mut attempts = attempts_from(deps, head).await?;
+    // A retry that lost the write to another reads the attempts again and decides again: the
+    // winner's own request is answered with it, another is in flight. Bounded: each lost write
+    // means another attempt was made, and the limit bounds those.
+    for _ in 0..3 {
+        let door = attempt::decide(&attempts, &op, requested_by, deps.max_charge_attempts);
+        match door {
+            Ok(Door::Latest(latest)) => return answer_latest(deps, latest).await,
+            Ok(Door::Start(new)) => {
+                let created = deps.store.create_attempt(&new).await.map_err(|e| {
+                    error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+                    unavailable(deps, "store")
+                })?;
+                match created {
+                    CreatedAttempt::New(op) => {
+                        span.record("operation_id", tracing::field::display(op.operation_id));
+                        send(deps, &op).await?;
+                        info!(
+                            status = 202,
+                            attempt = new.number(),
+                            "charge attempt recorded and queued"
+                        );
+                        return Ok(Reply {
+                            logged: true,
+                            ..accepted(202, &op)
+                        });
+                    }
+                    CreatedAttempt::Refused => {
+                        info!("another write started an attempt first; deciding again");
+                        let head = read(deps, &OperationKey::charge(op.order_id.clone()))
+                            .await?
+                            .ok_or_else(|| unavailable(deps, "store"))?;
+                        attempts = attempts_from(deps, head).await?;
+                    }
+                }
+            }
+            Err(refusal) => return Err(refused(&op, &attempts, refusal)),
+        }
     }
-    span.record(
-        "operation_id",
-        tracing::field::display(existing.operation_id),
-    );
-    if existing.fingerprint != op.fingerprint {
-        warn!("same order re-submitted with different parameters; refused");
-        return Err(order_conflict());
-    }
-    if existing.status == OperationStatus::Pending && existing.first_attempted_at.is_none() {
-        send(deps, &existing).await?;
-        info!("existing pending operation queued again");
-    }
-    Ok(accepted(200, &existing))
+    let latest = attempts.last().cloned().unwrap_or_else(|| op.clone());
+    Err(refused(
+        &op,
+        &attempts,
+        AttemptRefusal::InFlight {
+            attempt: latest.kind.attempt_no().unwrap_or(1),
+            status: latest.status,
+        },
+    ))
 }
 
-fn order_conflict() -> Reply {
+/// The order's attempts, first to latest, from its head as read: the head alone when it names
+/// no later attempt (one read in all, as before attempts), else each later one read.
+async fn attempts_from(deps: &Checkout, head: Operation) -> Result<Vec<Operation>, Reply> {
+    if head.latest_attempt() <= 1 {
+        return Ok(vec![head]);
+    }
+    deps.store.attempts_of(&head.order_id).await.map_err(|e| {
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+        unavailable(deps, "store")
+    })
+}
+
+/// The latest attempt answers the request (200): queued again while it was never sent.
+async fn answer_latest(deps: &Checkout, latest: Operation) -> Answer {
+    tracing::Span::current().record("operation_id", tracing::field::display(latest.operation_id));
+    if latest.status == OperationStatus::Pending && latest.first_attempted_at.is_none() {
+        send(deps, &latest).await?;
+        info!("existing pending operation queued again");
+    }
+    Ok(accepted(200, &latest))
+}
+
+/// A 409 for `refusal`, logged.
+fn refused(op: &Operation, attempts: &[Operation], refusal: AttemptRefusal) -> Reply {
+    match &refusal {
+        AttemptRefusal::OtherCaller => {
+            // Another caller's order: the same refusal as for other parameters, so the answer
+            // says neither the operation nor where it stands.
+            warn!(
+                operation_id = %attempts.first().map(|a| a.operation_id.to_string()).unwrap_or_default(),
+                "order created by another caller re-submitted; refused"
+            );
+        }
+        AttemptRefusal::Conflict => {
+            warn!("same order re-submitted with different parameters; refused")
+        }
+        other => warn!(code = other.code(), "another charge attempt refused"),
+    }
     error(
         409,
-        "order_conflict",
-        "this order already has a charge with different parameters",
+        refusal.code(),
+        &refusal.message(op.order_id.as_str()),
         None,
     )
 }
 
-/// `GET /orders/{order_id}/charge`: where the order's charge stands, from one strongly consistent
-/// read of the record (no Stripe call, nothing written). Another caller's order answers the same
-/// 404 as no order at all: a caller learns nothing of orders it did not create, not even that
-/// they exist.
+/// `GET /orders/{order_id}/charge`: where the order's charge stands, from strongly consistent
+/// reads of its attempts (no Stripe call, nothing written): the latest attempt's fields as
+/// before attempts, with `attempt`, every attempt (`attempts`) and the one that paid
+/// (`paid_attempt`). Another caller's order answers the same 404 as no order at all: a caller
+/// learns nothing of orders it did not create, not even that they exist.
 async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> Answer {
     let key = OperationKey::charge(order_id);
-    let op = read(deps, &key).await?;
+    let head = read(deps, &key).await?;
     let not_found = || {
         error(
             404,
@@ -267,16 +341,20 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
             None,
         )
     };
-    let Some(op) = op else {
+    let Some(head) = head else {
         return Err(not_found());
     };
-    if !created_by(&op, caller) {
+    if !created_by(&head, caller) {
         warn!(
-            operation_id = %op.operation_id,
+            operation_id = %head.operation_id,
             "status asked for an order another caller created; answered 404"
         );
         return Err(not_found());
     }
+    let attempts = attempts_from(deps, head).await?;
+    let Some(op) = attempts.last() else {
+        return Err(not_found());
+    };
     tracing::Span::current().record("operation_id", tracing::field::display(op.operation_id));
     let mut body = json!({
         "order_id": op.order_id.as_str(),
@@ -298,7 +376,29 @@ async fn status_of(deps: &Checkout, order_id: OrderId, caller: &Principal) -> An
         body["taken_by"] = json!(op.taken_by().map(|t| t.kind().as_str()));
     }
     body["refunds"] = refunds::of_order(deps, &op.order_id).await?;
+    body["attempt"] = json!(attempt_no(op));
+    body["attempts"] = attempts
+        .iter()
+        .map(|a| {
+            let mut shown = json!({
+                "attempt": attempt_no(a),
+                "operation_id": a.operation_id.to_string(),
+                "status": a.status.as_str(),
+                "payment_method": a.params.charge().map(|c| c.payment_method.as_str()),
+                "payment_intent": a.external_id,
+            });
+            if let Some(e) = &a.last_error {
+                shown["last_error"] = json!(e);
+            }
+            shown
+        })
+        .collect();
+    body["paid_attempt"] = json!(attempt::paid_attempt(&attempts));
     Ok(reply(200, body))
+}
+
+fn attempt_no(op: &Operation) -> u32 {
+    op.kind.attempt_no().unwrap_or(1)
 }
 
 async fn send(deps: &Checkout, op: &Operation) -> Result<(), Reply> {
@@ -495,6 +595,7 @@ fn accepted(status: i64, op: &Operation) -> Reply {
         "operation_id": op.operation_id.to_string(),
         "order_id": op.order_id.as_str(),
         "status": op.status.as_str(),
+        "attempt": attempt_no(op),
     });
     reply(status, body)
 }
@@ -543,6 +644,7 @@ mod tests {
             queue: queue.clone(),
             clock,
             pending_grace: Duration::from_secs(300),
+            max_charge_attempts: Default::default(),
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         Fixture { store, queue, deps }
@@ -1305,6 +1407,243 @@ mod tests {
                 &[("Function", "checkout"), ("Cause", "queue")]
             ),
             1.0
+        );
+    }
+
+    /// ord-1001's charge request (`checkout-valid.json`) with `card`.
+    fn with_card(card: &str) -> ApiGatewayV2httpRequest {
+        let mut req = event("checkout-valid.json");
+        let mut body: Value = serde_json::from_str(req.body.as_deref().unwrap()).unwrap();
+        body["payment_method"] = json!(card);
+        req.body = Some(body.to_string());
+        req
+    }
+
+    /// The order's latest attempt, as the charge function leaves it: `status`, with an intent.
+    fn settle_latest(f: &Fixture, status: OperationStatus) -> Operation {
+        let mut op = f
+            .store
+            .all()
+            .into_iter()
+            .filter(|op| op.kind.is_charge())
+            .max_by_key(|op| op.kind.attempt_no())
+            .unwrap();
+        op.status = status;
+        let n = op.kind.attempt_no().unwrap();
+        op.external_id =
+            Some(charge_core::domain::PaymentIntentId::parse(&format!("pi_1001_{n}")).unwrap());
+        if status.is_settled() {
+            op.next_due_at = None;
+        }
+        if status == OperationStatus::Failed {
+            op.last_error = Some("card_declined".into());
+        }
+        f.store.put_for_tests(op.clone());
+        op
+    }
+
+    fn charges(f: &Fixture) -> Vec<Operation> {
+        f.store
+            .all()
+            .into_iter()
+            .filter(|op| op.kind.is_charge())
+            .collect()
+    }
+
+    /// A declined order with another card starts attempt 2 (202, its own operation, queued as
+    /// a version 5 message); the GET shows both attempts; once it is paid a third card is 409
+    /// `paid`, naming the attempt and its intent, and writes nothing.
+    #[tokio::test]
+    async fn a_declined_order_is_charged_again_with_another_card_then_paid() {
+        let f = fixture();
+        let (status, first) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(
+            (status, first["attempt"].clone()),
+            (202, json!(1)),
+            "{first}"
+        );
+        settle_latest(&f, OperationStatus::Failed);
+
+        let (status, second) = call(&f, with_card("pm_card_mastercard")).await;
+        assert_eq!(status, 202, "{second}");
+        assert_eq!(second["attempt"], 2);
+        assert_eq!(second["status"], "pending");
+        assert_ne!(second["operation_id"], first["operation_id"]);
+        assert_eq!(charges(&f).len(), 2);
+        let messages = f.queue.receive(10, Duration::from_secs(30));
+        let bodies: Vec<Value> = messages
+            .iter()
+            .map(|m| serde_json::from_str(&m.body).unwrap())
+            .collect();
+        assert!(
+            bodies.iter().any(|b| b["v"] == 5
+                && b["attempt"] == 2
+                && b["operation_id"] == second["operation_id"]),
+            "{bodies:?}"
+        );
+
+        // The same request again while attempt 2 is in flight: attempt 2 (200), nothing new.
+        let (status, again) = call(&f, with_card("pm_card_mastercard")).await;
+        assert_eq!(
+            (status, again["operation_id"].clone()),
+            (200, second["operation_id"].clone())
+        );
+
+        settle_latest(&f, OperationStatus::Succeeded);
+        let (status, got) = call(&f, event("checkout-valid.json").tap_get()).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["operation_id"], second["operation_id"]);
+        assert_eq!(got["status"], "succeeded");
+        assert_eq!(got["attempt"], 2);
+        assert_eq!(got["paid_attempt"], 2);
+        assert_eq!(got["attempts"][0]["status"], "failed");
+        assert_eq!(got["attempts"][0]["payment_method"], "pm_card_visa");
+        assert_eq!(got["attempts"][0]["last_error"], "card_declined");
+        assert_eq!(got["attempts"][1]["payment_intent"], "pi_1001_2");
+        assert_eq!(got["attempts"].as_array().unwrap().len(), 2);
+
+        let before = f.store.all();
+        let (status, third) = call(&f, with_card("pm_card_amex")).await;
+        assert_eq!(status, 409, "{third}");
+        assert_eq!(third["error"]["code"], "paid");
+        assert_eq!(
+            third["error"]["message"],
+            "order ord-1001 is paid by attempt 2 (pi_1001_2); refund it instead"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        // The declined first request replayed now: answered with the paid attempt, no new one.
+        let (status, replay) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(
+            (status, replay["operation_id"].clone()),
+            (200, second["operation_id"].clone())
+        );
+        assert_eq!(f.store.all(), before);
+    }
+
+    trait TapGet {
+        fn tap_get(self) -> Self;
+    }
+
+    impl TapGet for ApiGatewayV2httpRequest {
+        /// The same path, asked with GET.
+        fn tap_get(mut self) -> Self {
+            self.request_context.http.method = Method::GET;
+            self.body = None;
+            self
+        }
+    }
+
+    /// An order charged once answers GET as before attempts, with `attempt` 1, its one attempt
+    /// and no paid attempt while unsettled.
+    #[tokio::test]
+    async fn get_of_an_order_charged_once_lists_its_one_attempt() {
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        let (status, got) = call(&f, event("checkout-valid.json").tap_get()).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["attempt"], 1);
+        assert_eq!(got["attempts"].as_array().unwrap().len(), 1);
+        assert_eq!(got["paid_attempt"], Value::Null);
+    }
+
+    /// Two retries of a declined order at once, with different cards: one attempt; the other
+    /// is 409 `attempt_in_flight`. With identical bodies: one attempt, both answered with it.
+    #[tokio::test]
+    async fn two_retries_at_once_make_one_attempt() {
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        settle_latest(&f, OperationStatus::Failed);
+        let (a, b) = tokio::join!(
+            call(&f, with_card("pm_card_mastercard")),
+            call(&f, with_card("pm_card_amex"))
+        );
+        let mut statuses = [a.0, b.0];
+        statuses.sort();
+        assert_eq!(statuses, [202, 409], "{a:?} {b:?}");
+        let loser = if a.0 == 409 { &a.1 } else { &b.1 };
+        assert_eq!(loser["error"]["code"], "attempt_in_flight");
+        assert_eq!(charges(&f).len(), 2);
+
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        settle_latest(&f, OperationStatus::Failed);
+        let (a, b) = tokio::join!(
+            call(&f, with_card("pm_card_mastercard")),
+            call(&f, with_card("pm_card_mastercard"))
+        );
+        let mut statuses = [a.0, b.0];
+        statuses.sort();
+        assert_eq!(statuses, [200, 202], "{a:?} {b:?}");
+        assert_eq!(
+            a.1["operation_id"], b.1["operation_id"],
+            "both answered with the one"
+        );
+        assert_eq!(a.1["attempt"], 2);
+        assert_eq!(charges(&f).len(), 2);
+    }
+
+    /// The refusals of another attempt, each with its twin accepted in the same setup: a
+    /// canceled order stays canceled (409 `canceled`) while a declined one is charged again; an
+    /// order at the limit is 409 `too_many_attempts` while one under it starts another; another
+    /// amount is 409 `order_conflict` while the same amount starts one. Nothing written by any
+    /// refusal.
+    #[tokio::test]
+    async fn canceled_too_many_and_another_amount_are_refused_and_their_twins_accepted() {
+        // Canceled: the latest failed with a taker.
+        for canceled in [true, false] {
+            let f = fixture();
+            call(&f, event("checkout-valid.json")).await;
+            let mut op = settle_latest(&f, OperationStatus::Failed);
+            if canceled {
+                op.params.charge_state_mut().unwrap().taken_by =
+                    Some(charge_core::charge::state::Taker {
+                        capture: false,
+                        operation_id: charge_core::domain::OperationId::new_random(),
+                    });
+                f.store.put_for_tests(op);
+            }
+            let before = f.store.all();
+            let (status, body) = call(&f, with_card("pm_card_mastercard")).await;
+            if canceled {
+                assert_eq!(
+                    (status, body["error"]["code"].clone()),
+                    (409, json!("canceled"))
+                );
+                assert_eq!(f.store.all(), before);
+            } else {
+                assert_eq!(status, 202, "{body}");
+            }
+        }
+        // The limit: 2 here; the twin is one attempt under it.
+        let mut f = fixture();
+        f.deps.max_charge_attempts = charge_core::attempt::AttemptLimit::new(2).unwrap();
+        call(&f, event("checkout-valid.json")).await;
+        settle_latest(&f, OperationStatus::Failed);
+        let (status, _) = call(&f, with_card("pm_card_mastercard")).await;
+        assert_eq!(status, 202, "under the limit");
+        settle_latest(&f, OperationStatus::Failed);
+        let before = f.store.all();
+        let (status, body) = call(&f, with_card("pm_card_amex")).await;
+        assert_eq!(
+            (status, body["error"]["code"].clone()),
+            (409, json!("too_many_attempts"))
+        );
+        assert_eq!(f.store.all(), before);
+        // Another amount after a decline.
+        let f = fixture();
+        call(&f, event("checkout-valid.json")).await;
+        settle_latest(&f, OperationStatus::Failed);
+        let before = f.store.all();
+        let (status, body) = call(&f, event("checkout-mismatch.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].clone()),
+            (409, json!("order_conflict"))
+        );
+        assert_eq!(f.store.all(), before);
+        let (status, _) = call(&f, event("checkout-valid.json")).await;
+        assert_eq!(
+            status, 202,
+            "the same request after a decline starts attempt 2"
         );
     }
 }

@@ -25,6 +25,9 @@ pub struct CheckoutConfig {
     pub queue_url: String,
     /// How long a fresh operation waits for its queue message before the reconciler re-sends it.
     pub pending_grace: Duration,
+    /// How many charge attempts one order may make (`MAX_CHARGE_ATTEMPTS`, the template's
+    /// `MaxChargeAttempts`; 5 unset).
+    pub max_charge_attempts: charge_core::attempt::AttemptLimit,
 }
 
 impl FromEnv for CheckoutConfig {
@@ -33,6 +36,7 @@ impl FromEnv for CheckoutConfig {
             table_name: config::required(env, config::TABLE_NAME)?,
             queue_url: config::required(env, config::QUEUE_URL)?,
             pending_grace: config::pending_grace(env)?,
+            max_charge_attempts: config::max_charge_attempts(env)?,
         })
     }
 }

@@ -42,6 +42,7 @@ async fn wire() -> Result<Checkout, Error> {
         )),
         clock: Arc::new(SystemClock),
         pending_grace: config.pending_grace,
+        max_charge_attempts: config.max_charge_attempts,
         metrics: Arc::new(charge_once::telemetry::StdoutMetrics),
     })
 }

@@ -359,6 +359,7 @@ mod tests {
             queue: queue.clone(),
             clock,
             pending_grace: Duration::from_secs(300),
+            max_charge_attempts: Default::default(),
             metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
         };
         Fixture { store, queue, deps }

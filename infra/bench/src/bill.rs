@@ -396,6 +396,7 @@ impl World {
                 queue,
                 clock: clock.clone(),
                 pending_grace: Policy::default().pending_grace,
+                max_charge_attempts: Default::default(),
                 metrics: metrics.checkout.clone(),
             },
             charge,

@@ -177,6 +177,7 @@ async fn outside_intent(
         operation_id,
         order_id: op.order_id.clone(),
         params,
+        attempt: 1,
     };
     let pi = gateway.create(&req).await?;
     Ok(Injected {

@@ -1110,6 +1110,7 @@ fn wire(
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
+            max_charge_attempts: Default::default(),
             metrics: dashboard::taped(
                 Arc::new(charge_once::telemetry::DiscardMetrics),
                 &world.tape,

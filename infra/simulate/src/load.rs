@@ -619,6 +619,7 @@ impl Run {
                 queue: sender,
                 clock: clock_arc,
                 pending_grace: policy.pending_grace,
+                max_charge_attempts: Default::default(),
                 metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
             },
             reconciler: ReconcilerFunction {

@@ -150,6 +150,7 @@ pub async fn run(args: &SimulateArgs, rate: f64) -> Result<Report, BoxError> {
         queue: queue.clone() as Arc<dyn OperationQueue>,
         clock: clock.clone(),
         pending_grace: policy.pending_grace,
+        max_charge_attempts: Default::default(),
         metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
     };
     let charge = EngineDeps {

@@ -32,6 +32,10 @@ pub struct CreatePaymentIntent {
     /// key.
     pub order_id: OrderId,
     pub params: ChargeParams,
+    /// The order's charge attempt this intent is, sent as `metadata[attempt]` from 2 on; the
+    /// first attempt's intent carries none, as every release before attempts created it (a
+    /// reader takes an absent `attempt` as 1).
+    pub attempt: u32,
 }
 
 impl CreatePaymentIntent {
@@ -43,6 +47,7 @@ impl CreatePaymentIntent {
             operation_id: op.operation_id,
             order_id: op.order_id.clone(),
             params: op.params.charge()?.clone(),
+            attempt: op.kind.attempt_no()?,
         })
     }
 }

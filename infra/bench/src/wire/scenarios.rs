@@ -299,6 +299,7 @@ impl Ours {
                 queue: queue.clone(),
                 clock: stack.clock(),
                 pending_grace: Policy::default().pending_grace,
+                max_charge_attempts: Default::default(),
                 metrics: Arc::new(charge_once::telemetry::DiscardMetrics),
             },
             reconciler: ReconcilerDeps {

@@ -738,8 +738,9 @@ impl OperationCreates for DynamoStore {
             self.transact_update(&req.head_key(), &req.on_head())?,
         ];
         if let Some(after) = req.on_after() {
-            let c = writes::condition(&after.guards())
-                .map_err(|g| StoreError::new(format!("{WHAT}: refused as asked: {}", g.as_str())))?;
+            let c = writes::condition(&after.guards()).map_err(|g| {
+                StoreError::new(format!("{WHAT}: refused as asked: {}", g.as_str()))
+            })?;
             let (pk, sk) = key_of(&req.after_key());
             let check = ConditionCheck::builder()
                 .table_name(&self.table)

@@ -840,6 +840,10 @@ impl PaymentIntents for StripeGateway {
             ("metadata[operation_id]", req.operation_id.to_string()),
             ("metadata[order_id]", req.order_id.as_str().to_owned()),
         ];
+        if req.attempt > 1 {
+            // Additive: the first attempt's intent is created as before attempts.
+            form.push(("metadata[attempt]", req.attempt.to_string()));
+        }
         if req.params.capture_method == CaptureMethod::Manual {
             // Held, not taken; the charge expanded, so the answer states the hold's deadline.
             form.push(("capture_method", "manual".to_owned()));
