@@ -723,13 +723,7 @@ crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualRe
 #[async_trait]
 impl OperationReads for DoorSeesFailed {
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        let mut op = self.0.get(key).await?;
-        if let Some(op) = op.as_mut().filter(|o| o.kind.is_charge()) {
-            if op.status != OperationStatus::Failed {
-                op.status = OperationStatus::Failed;
-            }
-        }
-        Ok(op)
+        Ok(self.0.get(key).await?.map(seen_failed))
     }
     async fn refunds_of(
         &self,
@@ -741,8 +735,12 @@ impl OperationReads for DoorSeesFailed {
 
 #[async_trait]
 impl OperationCreates for DoorSeesFailed {
+    /// The order's head the checkout's create finds is read as `failed` too.
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.0.create_if_absent(op).await
+        Ok(match self.0.create_if_absent(op).await? {
+            Created::Existing(existing) => Created::Existing(seen_failed(existing)),
+            created => created,
+        })
     }
     async fn create_beside(
         &self,
@@ -766,3 +764,11 @@ impl OperationCreates for DoorSeesFailed {
 }
 
 impl SettledRecords for DoorSeesFailed {}
+
+/// A charge attempt as `attempt-unguarded`'s door reads it: `failed`, whatever it is.
+fn seen_failed(mut op: Operation) -> Operation {
+    if op.kind.is_charge() {
+        op.status = OperationStatus::Failed;
+    }
+    op
+}
