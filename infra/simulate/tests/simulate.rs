@@ -1196,6 +1196,32 @@ fn refunds_failing_days_after_success_are_recorded_without_events_and_after_a_lo
     }
 }
 
+// Retries are off by default (`--retries 0`), and with them off the run is the one pinned above:
+// the simulation of declined orders charged again moves no decision of a run without them (the
+// pins above held when it landed, with the door's attempts merged). With `--retries 0.6` (the
+// tests' share) the default run's pins are `PINNED_WITH_RETRIES`: the retries' door requests,
+// store writes, charges and cancels are decisions of their own, and the draws after the first of
+// them shift. Seed 1: decisions 59,026 -> 59,692, 53 declined orders charged again, 46 attempts
+// started, 27 paid by a later attempt, 7 races with one attempt, every invariant 0; seed 2: 46
+// orders, 47 attempts, every invariant 0. Not turned on by default yet: that moves the default
+// pins, the README's report and every figure measured on the default run, left to its own change.
+/// The default run with `--retries 0.6`, seeds 1 and 2.
+const PINNED_WITH_RETRIES: [&str; 2] = ["228e341bf00fdabe", "9786f097066a4610"];
+
+/// Retries on at the tests' share: the run pinned, every invariant 0.
+#[test]
+fn the_run_with_retries_is_pinned() {
+    let rt = current_thread();
+    for (seed, pin) in [1, 2].into_iter().zip(PINNED_WITH_RETRIES) {
+        let mut a = args(2_000, seed, Backend::Memory);
+        a.retry_rate = simulate::retry_asks::TEST_RATE;
+        let r = rt.block_on(simulate(&a)).unwrap();
+        assert!(r.invariants_hold, "{}", r.render());
+        assert!(r.retries.started > 40, "{}", r.render());
+        assert_eq!(r.trace_hash, pin, "seed {seed}");
+    }
+}
+
 /// Declined orders charged again with other cards through the checkout door, every fault on, a
 /// fifth of the orders declined, on three seeds: every invariant 0 (at most one paid attempt per
 /// order at Stripe and in the records, no attempt while another is unsettled, every declined
