@@ -1110,7 +1110,8 @@ fn wire(
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
-            max_charge_attempts: Default::default(),
+            // The template's default, which the retries' plans count on (`past_limit`).
+            max_charge_attempts: charge_core::attempt::AttemptLimit::new(retry_asks::LIMIT)?,
             metrics: dashboard::taped(
                 Arc::new(charge_once::telemetry::DiscardMetrics),
                 &world.tape,
@@ -1601,6 +1602,13 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
+        if record.as_ref().is_some_and(|r| r.latest_attempt() > 1)
+            && pipeline.retries.kind_of(&order.order_id).is_none()
+        {
+            // Charged again without a retry planned: its checkout sent again, identical, after
+            // it was declined (a late duplicate delivery) starts the next attempt.
+            report.retries.charged_again_unplanned += 1;
+        }
         judge_authorization(world, report, &order, record.as_ref()).await?;
         judge_refunds(
             args,

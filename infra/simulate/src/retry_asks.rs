@@ -198,6 +198,11 @@ impl Book {
         *lock(&self.planned).entry(kind.name()).or_default() += 1;
     }
 
+    /// How `order_id` is charged again, if it is.
+    pub fn kind_of(&self, order_id: &str) -> Option<Kind> {
+        lock(&self.orders).get(order_id).copied()
+    }
+
     /// The retried orders, with their kind.
     pub fn orders(&self) -> Vec<(String, Kind)> {
         lock(&self.orders)
@@ -285,5 +290,11 @@ mod tests {
             }
         }
         assert!(plan(7, 1, 0.0).is_none());
+    }
+
+    /// The simulation's checkout runs with the template's default limit.
+    #[test]
+    fn the_limit_is_the_templates_default() {
+        assert_eq!(charge_core::attempt::AttemptLimit::DEFAULT.get(), LIMIT);
     }
 }

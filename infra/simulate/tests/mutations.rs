@@ -284,7 +284,9 @@ fn caught_each(mutations: &[Mutation]) {
                 // intent of one no record accounts for, as `at_stripe_not_here`, and nothing else.
                 None if mutation == Mutation::AttemptUnguarded => {
                     let found = audit.by_class.get("at_stripe_not_here").copied();
-                    let beyond = found.unwrap_or(0).saturating_sub(injected_in("at_stripe_not_here"));
+                    let beyond = found
+                        .unwrap_or(0)
+                        .saturating_sub(injected_in("at_stripe_not_here"));
                     assert_eq!(audit.unexpected, beyond, "{}", report.render());
                 }
                 None => assert_eq!(audit.unexpected, 0, "{}", report.render()),

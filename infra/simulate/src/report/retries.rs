@@ -40,6 +40,9 @@ pub struct RetryReport {
     pub attempts_by_status: BTreeMap<String, u64>,
     /// Retried orders paid in the end (by a later attempt).
     pub paid_by_a_later_attempt: u64,
+    /// Orders with more than one attempt that no retry was planned for (a declined checkout sent
+    /// again identical, by a late duplicate delivery, starts the next attempt): not judged here.
+    pub charged_again_unplanned: u64,
     /// Their PaymentIntents at Stripe, by status.
     pub intents_at_stripe: BTreeMap<String, u64>,
     // The invariants.
@@ -80,7 +83,11 @@ impl RetryReport {
 
     pub(super) fn render(&self, s: &mut String) {
         if self.rate <= 0.0 {
-            let _ = writeln!(s, "  retries         off (--retries 0)");
+            let _ = writeln!(
+                s,
+                "  retries         off (--retries 0); {} orders charged again unplanned (a declined checkout sent again)",
+                self.charged_again_unplanned
+            );
             return;
         }
         let list = |m: &BTreeMap<String, u64>| {
@@ -105,7 +112,7 @@ impl RetryReport {
         );
         let _ = writeln!(
             s,
-            "  retry steps     {} attempts started, {} races with one attempt, {} steps asked again (latest unsettled), {} given up; orders by attempts {}; attempts: {}; {} paid by a later attempt; intents at Stripe: {}",
+            "  retry steps     {} attempts started, {} races with one attempt, {} steps asked again (latest unsettled), {} given up; orders by attempts {}; attempts: {}; {} paid by a later attempt; intents at Stripe: {}; {} orders charged again unplanned",
             self.started,
             self.races_one_started,
             self.asked_again,
@@ -114,6 +121,7 @@ impl RetryReport {
             list(&self.attempts_by_status),
             self.paid_by_a_later_attempt,
             list(&self.intents_at_stripe),
+            self.charged_again_unplanned,
         );
         let _ = writeln!(
             s,
