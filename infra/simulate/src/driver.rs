@@ -112,7 +112,17 @@ pub struct Pipeline {
     pub disputes_due: Mutex<BTreeMap<u64, Vec<DueDispute>>>,
     /// The reconciler's reads of open disputes, and the pages they had to raise.
     pub dispute_watch: Arc<crate::dispute_watch::Watch>,
+    /// `--retries`: the share of declined orders charged again with another card (0: none).
+    pub retry_rate: f64,
+    /// The door's answers to the retries.
+    pub retries: Arc<crate::retry_asks::Book>,
+    /// Retry steps waiting for their group (by group number).
+    pub retries_due: Mutex<BTreeMap<u64, Vec<DueRetry>>>,
 }
+
+/// A retry step waiting for its group: the order (its index), its plan, the step's place in it,
+/// and how many times the step was asked already.
+pub type DueRetry = (u64, Order, crate::retry_asks::Plan, usize, usize);
 
 /// A dispute step waiting for its group: the order (its index), its plan, and the step.
 pub type DueDispute = (u64, Order, crate::dispute_asks::Plan, DisputeStep);
@@ -270,7 +280,7 @@ pub fn checkout_request(order: &Order, amount: i64) -> ApiGatewayV2httpRequest {
 /// The checkout request's JSON body, written directly: the bytes `json!({...}).to_string()`
 /// writes (keys in order, the card's name escaped as JSON), without building the tree per order;
 /// `manual`: with `"capture": "manual"`.
-fn checkout_body(payment_method: &str, amount: i64, manual: bool) -> String {
+pub(crate) fn checkout_body(payment_method: &str, amount: i64, manual: bool) -> String {
     let card = serde_json::to_string(payment_method).unwrap_or_default();
     let capture = if manual { r#""capture":"manual","# } else { "" };
     format!(
@@ -290,6 +300,141 @@ impl Pipeline {
         self.plan_refunds(index, order).await;
         self.plan_takes(order).await;
         self.plan_dispute(index, order);
+        self.plan_retries(index, order).await;
+    }
+
+    /// The order's retries with other cards, if its card is declined and the seed retries it:
+    /// the one asked while its first attempt is unsettled now, the others queued for their group.
+    async fn plan_retries(&self, index: u64, order: &Order) {
+        use crate::retry_asks::{plan, Answer, DECLINED_FIRST, FIRST_DELAY};
+        if order.payment_method != DECLINED_FIRST || order.authorization.is_some() {
+            return;
+        }
+        let Some(plan) = plan(self.seed, index, self.retry_rate) else {
+            return;
+        };
+        self.retries.plan(&order.order_id, plan.kind);
+        if let Some(card) = plan.at_checkout {
+            // Its message not yet delivered: the first attempt is `pending`.
+            let answer = self.ask_retry(index, order, card).await;
+            if matches!(answer, Answer::Started(_)) {
+                self.trace.event(
+                    &order.order_id,
+                    "retry",
+                    format_args!("a retry started an attempt while the first was unsettled"),
+                );
+            }
+        }
+        self.retry_later(FIRST_DELAY, (index, order.clone(), plan, 0, 0));
+    }
+
+    fn retry_later(&self, delay: u64, step: DueRetry) {
+        let group = self.group.load(Ordering::Relaxed) + delay;
+        let mut due = self.retries_due.lock().unwrap_or_else(|p| p.into_inner());
+        due.entry(group).or_default().push(step);
+    }
+
+    /// One retry through the checkout door with `card`; a 503 is sent again once, as a client
+    /// does.
+    async fn ask_retry(&self, index: u64, order: &Order, card: &str) -> crate::retry_asks::Answer {
+        use crate::retry_asks::Answer;
+        let send = || async {
+            let body = checkout_body(card, charged(index), false);
+            let path = format!("/orders/{}/charge", order.order_id);
+            let request = crate::order_service::request(&order.order_id, path, body);
+            let response = checkout::handler::handle(
+                &self.checkout,
+                LambdaEvent::new(request, Context::default()),
+            )
+            .await;
+            let answer = self.retries.note(&response);
+            self.trace.event(
+                &order.order_id,
+                "retry",
+                format_args!("{card} HTTP {} {answer:?}", response.status_code),
+            );
+            answer
+        };
+        match send().await {
+            Answer::Unavailable => send().await,
+            answer => answer,
+        }
+    }
+
+    /// The retry steps due by group `group`, all at once (the scheduler interleaves them: a
+    /// race's two retries among them); a step refused because the order's latest attempt is
+    /// still unsettled is asked again a group later.
+    async fn retry_due(&self, group: u64) {
+        use crate::retry_asks::{Answer, PATIENCE, STEP_DELAY};
+        let steps: Vec<DueRetry> = {
+            let mut due = self.retries_due.lock().unwrap_or_else(|p| p.into_inner());
+            let later = due.split_off(&(group + 1));
+            std::mem::replace(&mut *due, later)
+                .into_values()
+                .flatten()
+                .collect()
+        };
+        let asks: Vec<(usize, u64, &Order, &'static str)> = steps
+            .iter()
+            .enumerate()
+            .flat_map(|(k, (index, order, plan, step, _))| {
+                plan.steps[*step]
+                    .iter()
+                    .map(move |card| (k, *index, order, *card))
+            })
+            .collect();
+        let futures = asks
+            .iter()
+            .map(|(_, index, order, card)| self.ask_retry(*index, order, card))
+            .collect();
+        let answers = run_all(&self.scheduler, futures).await;
+        let mut by_step: Vec<Vec<Answer>> = vec![Vec::new(); steps.len()];
+        for ((k, ..), answer) in asks.iter().zip(answers) {
+            by_step[*k].push(answer);
+        }
+        let book = &self.retries;
+        for ((index, order, plan, step, tries), answers) in steps.into_iter().zip(by_step) {
+            let started = answers
+                .iter()
+                .filter(|a| matches!(a, Answer::Started(_)))
+                .count();
+            if answers.len() > 1 {
+                match started {
+                    0 => {}
+                    1 => {
+                        book.races_one_started.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => book.both_started(&order.order_id),
+                }
+            }
+            let unsettled = answers
+                .iter()
+                .all(|a| matches!(a, Answer::InFlight | Answer::Unavailable));
+            if started == 0 && unsettled {
+                if tries + 1 < PATIENCE {
+                    book.asked_again.fetch_add(1, Ordering::Relaxed);
+                    self.retry_later(1, (index, order, plan, step, tries + 1));
+                } else {
+                    book.gave_up.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            let goes_on = answers
+                .iter()
+                .any(|a| matches!(a, Answer::Started(_) | Answer::Returned));
+            if goes_on && step + 1 < plan.steps.len() {
+                self.retry_later(STEP_DELAY, (index, order, plan, step + 1, 0));
+            }
+        }
+    }
+
+    /// Whether retries are still to be asked.
+    fn retries_waiting(&self) -> bool {
+        !self
+            .retries_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// The order's dispute, if the seed disputes it: queued for its group.
@@ -343,12 +488,12 @@ impl Pipeline {
         let book = &self.disputes;
         match step {
             DisputeStep::Open(attempt) => {
-                let key = charge_core::operation::OperationKey::charge(
-                    charge_core::domain::OrderId::parse(&order.order_id)?,
-                );
+                // The order's charge: its latest attempt (a declined order charged again is
+                // disputed on the attempt that paid).
+                let order_id = charge_core::domain::OrderId::parse(&order.order_id)?;
                 let intent = self
                     .store
-                    .get(&key)
+                    .charge_of(&order_id)
                     .await
                     .ok()
                     .flatten()
@@ -993,6 +1138,7 @@ impl Pipeline {
                 .await;
             self.ask_due_takes(self.group.load(Ordering::Relaxed)).await;
             self.dispute_due(self.group.load(Ordering::Relaxed)).await?;
+            self.retry_due(self.group.load(Ordering::Relaxed)).await;
             run_all(&self.scheduler, submissions).await;
             self.end_group(&mut last_tick, counts).await?;
             if progress && next % (chunk * 64) < chunk {
@@ -1004,12 +1150,17 @@ impl Pipeline {
         }
         // The refund, capture and cancel requests of the last groups, a group's second apart,
         // as if orders went on.
-        while self.refunds_waiting() || self.takes_waiting() || self.disputes_waiting() {
+        while self.refunds_waiting()
+            || self.takes_waiting()
+            || self.disputes_waiting()
+            || self.retries_waiting()
+        {
             self.stripe.sync_clock(&self.clock).await?;
             let group = self.group.load(Ordering::Relaxed);
             self.ask_due_refunds(group).await;
             self.ask_due_takes(group).await;
             self.dispute_due(group).await?;
+            self.retry_due(group).await;
             self.end_group(&mut last_tick, counts).await?;
         }
         Ok(last_tick)

@@ -46,6 +46,7 @@ pub mod pacing;
 pub mod queue;
 pub mod refund_asks;
 pub mod report;
+pub mod retry_asks;
 pub mod sched;
 pub mod source;
 pub mod store;
@@ -283,6 +284,13 @@ pub struct SimulateArgs {
     /// (`--arrival-rate`) asks none.
     #[arg(long = "disputes", value_name = "RATE", default_value_t = dispute_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub dispute_rate: f64,
+
+    /// The share of the declined orders the order service charges again through the checkout
+    /// door with another card (one card that works, declined again then paid, the same card
+    /// again, two cards at once, one while the first attempt is still unsettled, past the
+    /// attempt limit; half of those paid asked once more); 0 (the default): none.
+    #[arg(long = "retries", value_name = "RATE", default_value_t = retry_asks::DEFAULT_RATE, value_parser = parse_rate)]
+    pub retry_rate: f64,
 
     /// Simulate a deliberately broken variant (the mutation suite): the checker must catch it.
     #[arg(long, value_enum, value_name = "NAME")]
@@ -861,6 +869,11 @@ impl Backing {
         let mut store = store::SimStore::new();
         store.lease_fence = args.mutation != Some(Mutation::NoLeaseFence);
         store.conditional_put = args.mutation != Some(Mutation::SettledOverwritten);
+        store.attempt_write = match args.mutation {
+            Some(Mutation::AttemptUnguarded) => store::AttemptWrite::Unguarded,
+            Some(Mutation::AttemptRace) => store::AttemptWrite::Unraced,
+            _ => store::AttemptWrite::Guarded,
+        };
         if args.mutation == Some(Mutation::RelayLosesOutcomes) {
             store.lose_every_nth_outcome(50);
         }
@@ -1104,7 +1117,8 @@ fn wire(
             queue: ports.sender(true),
             clock: ports.clock.clone(),
             pending_grace: charge.policy.pending_grace,
-            max_charge_attempts: Default::default(),
+            // The template's default, which the retries' plans count on (`past_limit`).
+            max_charge_attempts: charge_core::attempt::AttemptLimit::new(retry_asks::LIMIT)?,
             metrics: dashboard::taped(
                 Arc::new(charge_once::telemetry::DiscardMetrics),
                 &world.tape,
@@ -1134,6 +1148,9 @@ fn wire(
         disputes: Arc::default(),
         disputes_due: Mutex::new(BTreeMap::new()),
         dispute_watch,
+        retry_rate: args.retry_rate,
+        retries: Arc::default(),
+        retries_due: Mutex::new(BTreeMap::new()),
     })
 }
 
@@ -1149,10 +1166,12 @@ fn bank(args: &SimulateArgs, world: &World) -> Option<faults::Bank> {
 }
 
 /// The door's `store`, with the fence between a capture and a cancel gone if the run simulates
-/// `takes-not-fenced`.
+/// `takes-not-fenced`, or every charge attempt read as `failed` if it simulates
+/// `attempt-unguarded`.
 fn door_store(args: &SimulateArgs, store: Arc<dyn OperationStore>) -> Arc<dyn OperationStore> {
     match args.mutation {
         Some(mutations::Mutation::TakesNotFenced) => Arc::new(mutations::TakesNotFenced(store)),
+        Some(mutations::Mutation::AttemptUnguarded) => Arc::new(mutations::DoorSeesFailed(store)),
         _ => store,
     }
 }
@@ -1436,6 +1455,7 @@ impl Wired {
         // Named after the run's other invariants: a dispute left unsettled is often the
         // symptom of one of theirs (every tick failing, say).
         let dispute_violation = judge_disputes(&mut report, args, world, pipeline).await?;
+        let retry_violation = judge_retries(&mut report, args, world, pipeline).await?;
         note_events(&mut report, pipeline, forged.mismatches);
         if let Some(s) = &world.backing.sim_store {
             note_settling(&mut report, s, &world.faults, args);
@@ -1450,7 +1470,7 @@ impl Wired {
             publishers.as_ref().map(|(_, ops)| ops.as_slice()),
         );
         if report.first_violation.is_none() {
-            report.first_violation = dispute_violation;
+            report.first_violation = dispute_violation.or(retry_violation);
         }
         self.drift_audit(args, &mut report).await?;
         Ok((report, planned))
@@ -1607,6 +1627,13 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
+        if record.as_ref().is_some_and(|r| r.latest_attempt() > 1)
+            && pipeline.retries.kind_of(&order.order_id).is_none()
+        {
+            // Charged again without a retry planned: its checkout sent again, identical, after
+            // it was declined (a late duplicate delivery) starts the next attempt.
+            report.retries.charged_again_unplanned += 1;
+        }
         judge_authorization(world, report, &order, record.as_ref()).await?;
         judge_refunds(
             args,
@@ -1829,6 +1856,112 @@ fn note_refunds(report: &mut Report, args: &SimulateArgs, world: &World, pipelin
 
 /// The disputes the bank opened, each against the dispute Stripe holds and our records
 /// ([`report::DisputeReport`]'s invariants); the first broken, with its order.
+async fn judge_retries(
+    report: &mut Report,
+    args: &SimulateArgs,
+    world: &World,
+    pipeline: &Pipeline,
+) -> Result<Option<String>, BoxError> {
+    use charge_core::operation::OperationStatus;
+    let r = &mut report.retries;
+    r.rate = args.retry_rate;
+    let book = &pipeline.retries;
+    r.planned = lock(&book.planned)
+        .iter()
+        .map(|(k, n)| ((*k).to_owned(), *n))
+        .collect();
+    r.answers = book.counts();
+    r.started = book.count(&book.started);
+    r.races_one_started = book.count(&book.races_one_started);
+    r.asked_again = book.count(&book.asked_again);
+    r.gave_up = book.count(&book.gave_up);
+    let mut first: Option<String> = None;
+    let broke = |first: &mut Option<String>, what: &str, order: &str| {
+        first.get_or_insert_with(|| format!("{what}: order {order}"));
+    };
+    r.two_attempts_at_once = book.count(&book.races_both_started);
+    if let Some(order) = book.first_race_both_started() {
+        broke(&mut first, "two attempts at once", &order);
+    }
+    let sim = world.stripe.local_sim();
+    for (order_id, _) in book.orders() {
+        let order = OrderId::parse(&order_id)?;
+        let attempts = world.backing.store.attempts_of(&order).await?;
+        *r.orders_by_attempts
+            .entry(attempts.len() as u32)
+            .or_default() += 1;
+        for a in &attempts {
+            *r.attempts_by_status
+                .entry(a.status.as_str().to_owned())
+                .or_default() += 1;
+        }
+        let paid = attempts
+            .iter()
+            .filter(|a| a.status == OperationStatus::Succeeded)
+            .count();
+        r.paid_by_a_later_attempt += u64::from(
+            attempts
+                .iter()
+                .skip(1)
+                .any(|a| a.status == OperationStatus::Succeeded),
+        );
+        // Each attempt created only once the one before it was final `failed`.
+        let unsettled_before = attempts.windows(2).any(|w| {
+            w[0].status != OperationStatus::Failed
+                || w[0]
+                    .settled_at
+                    .is_none_or(|settled| w[1].created_at < settled)
+        });
+        if unsettled_before {
+            r.attempt_while_unsettled += 1;
+            broke(&mut first, "attempt while another unsettled", &order_id);
+        }
+        // Stripe's intents of the order, by id: (status, operation id).
+        let mut intents: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+        if let Some(sim) = sim {
+            sim.each_ledger_row(Some(("order_id", &order_id)), &mut |row| {
+                intents.insert(
+                    row.id.to_owned(),
+                    (row.status.to_owned(), row.operation_id.map(str::to_owned)),
+                );
+            });
+        }
+        for (status, _) in intents.values() {
+            *r.intents_at_stripe.entry(status.clone()).or_default() += 1;
+        }
+        let paid_at_stripe = intents.values().filter(|(s, _)| s == "succeeded").count();
+        if paid > 1 || paid_at_stripe > 1 {
+            r.paid_twice += 1;
+            broke(&mut first, "paid twice", &order_id);
+        }
+        if sim.is_none() {
+            continue;
+        }
+        // Every failed attempt's intent (named on the record, or created under its operation
+        // id) canceled at Stripe.
+        let declined_open = attempts
+            .iter()
+            .filter(|a| a.status == OperationStatus::Failed)
+            .any(|a| {
+                let op = a.operation_id.to_string();
+                intents.iter().any(|(id, (status, of))| {
+                    let its = a.external_id.as_ref().is_some_and(|pi| pi.as_str() == id)
+                        || of.as_deref() == Some(op.as_str());
+                    its && status != "canceled"
+                })
+            });
+        if declined_open {
+            r.declined_not_canceled += 1;
+            broke(&mut first, "declined intent not canceled", &order_id);
+        }
+    }
+    Ok(first)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 async fn judge_disputes(
     report: &mut Report,
     args: &SimulateArgs,

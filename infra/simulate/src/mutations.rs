@@ -54,6 +54,9 @@ pub enum Mutation {
     UnreadableFailsPage,
     /// A declined intent is recorded `failed` without being canceled: Stripe's cancel is never
     /// sent, and answered as if it had been ([`CancelNotMade`]), so the customer can still pay.
+    /// Also named `declined-not-canceled`: with retries on, every failed attempt's intent stays
+    /// open at Stripe (`declined intent not canceled`).
+    #[value(alias = "declined-not-canceled")]
     FailedWithoutCancel,
     /// The refund door deduplicates a refund on (order, amount) instead of its refund id: a
     /// second refund id for the same amount is answered with the first refund
@@ -105,10 +108,20 @@ pub enum Mutation {
     /// The reconciler's dispute watch left out: with no events source, nothing records a
     /// dispute.
     NoDisputeWatch,
+    /// The store's write that starts attempt n+1 skips its check of attempt n (failed, not
+    /// canceled, the one the door read) ([`crate::store::AttemptWrite::Unguarded`]): a retry
+    /// while the latest attempt is unsettled, or after it paid, starts another attempt. The
+    /// door's own read of the attempts skipped too ([`DoorSeesFailed`]): it refuses a retry
+    /// before the store is asked, so without it the store's check is never reached.
+    AttemptUnguarded,
+    /// The store's write that starts an attempt drops the head's `latest_attempt` guard (and the
+    /// new key's absence) ([`crate::store::AttemptWrite::Unraced`]): two retries at once both
+    /// start attempt n+1.
+    AttemptRace,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 27] = [
         Mutation::NoLeaseFence,
         Mutation::FreshKeyPerAttempt,
         Mutation::TimeoutAsFailed,
@@ -134,6 +147,8 @@ impl Mutation {
         Mutation::NoDisputeEvents,
         Mutation::TrustDisputeEvent,
         Mutation::NoDisputeWatch,
+        Mutation::AttemptUnguarded,
+        Mutation::AttemptRace,
     ];
 
     pub fn name(&self) -> String {
@@ -749,6 +764,36 @@ crate::forward_store!(
 impl OperationCreates for DisputeLeavesCharge {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.0.create_if_absent(op).await
+/// `attempt-unguarded`, the door's side: the door's reads of an order's charge attempts see
+/// every attempt still in flight or paid as `failed`, so its own refusal (`attempt_in_flight`,
+/// `paid`) never comes and every retry goes on to the store's write; what stops it then is the
+/// store's check of attempt n alone, which the mutation's store skips
+/// ([`crate::store::AttemptWrite::Unguarded`]). Every other read and write passed through.
+pub struct DoorSeesFailed(pub Arc<dyn OperationStore>);
+
+crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualResolutions);
+
+#[async_trait]
+impl OperationReads for DoorSeesFailed {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        Ok(self.0.get(key).await?.map(seen_failed))
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.0.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for DoorSeesFailed {
+    /// The order's head the checkout's create finds is read as `failed` too.
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        Ok(match self.0.create_if_absent(op).await? {
+            Created::Existing(existing) => Created::Existing(seen_failed(existing)),
+            created => created,
+        })
     }
     async fn create_beside(
         &self,
@@ -762,6 +807,7 @@ impl OperationCreates for DisputeLeavesCharge {
             }
             claim => self.0.create_beside(op, claim).await,
         }
+        self.0.create_beside(op, claim).await
     }
     async fn record_dispute(
         &self,
@@ -828,4 +874,22 @@ impl charge_once::ports::StripeDisputes for TrustDisputePayload {
     ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
         self.inner.list_disputes(payment_intent).await
     }
+        self.0.record_dispute(req).await
+    }
+    async fn create_attempt(
+        &self,
+        req: &charge_core::store::NewAttempt,
+    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
+        self.0.create_attempt(req).await
+    }
+}
+
+impl SettledRecords for DoorSeesFailed {}
+
+/// A charge attempt as `attempt-unguarded`'s door reads it: `failed`, whatever it is.
+fn seen_failed(mut op: Operation) -> Operation {
+    if op.kind.is_charge() {
+        op.status = OperationStatus::Failed;
+    }
+    op
 }

@@ -45,7 +45,9 @@
 
 mod authorizations;
 mod disputes;
+mod retries;
 pub use disputes::DisputeReport;
+pub use retries::RetryReport;
 
 pub use authorizations::{
     judge as judge_authorization, AuthorizationReport, IntentAtStripe, OrderAuthorization,
@@ -194,6 +196,8 @@ pub struct Report {
     pub authorizations: AuthorizationReport,
     /// Disputes (`--disputes`): opened by the bank, answered or not, and their invariants.
     pub disputes: DisputeReport,
+    /// Declined orders charged again (`--retries`): asked, answered, and their invariants.
+    pub retries: RetryReport,
     /// The production drift audit over the run's windows, against the drift injected (memory
     /// store, Stripe in this process; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1200,6 +1204,7 @@ impl Report {
             && self.refunds.holds()
             && self.authorizations.holds()
             && self.disputes.holds()
+            && self.retries.holds()
     }
 
     /// The rates per wall second from the counts and `wall_secs` (set first), and the peak
@@ -1222,6 +1227,7 @@ impl Report {
         self.refunds.render(&mut s);
         self.authorizations.render(&mut s);
         self.disputes.render(&mut s);
+        self.retries.render(&mut s);
         self.render_faults(&mut s);
         self.render_pipeline(&mut s);
         self.render_costs(&mut s);

@@ -853,6 +853,21 @@ impl Table {
     }
 }
 
+/// How the store writes a new charge attempt ([`OperationCreates::create_attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttemptWrite {
+    /// By the store's rules ([`store_rules::start_attempt`]): all its conditions.
+    #[default]
+    Guarded,
+    /// `attempt-unguarded`: attempt n is not checked (failed, not canceled, the one read); the
+    /// head still names n and no record is at the new key.
+    Unguarded,
+    /// `attempt-race`: the head's `latest_attempt` guard dropped, and with it the new key's
+    /// absence (a Put and an Update with no condition but attempt n failed): two retries that
+    /// read the same latest both write the next attempt, the later one over the earlier.
+    Unraced,
+}
+
 pub struct SimStore {
     table: Mutex<Table>,
     pub calls: StoreCalls,
@@ -860,6 +875,8 @@ pub struct SimStore {
     pub lease_fence: bool,
     /// Creates are conditional (off only for the `settled-overwritten` mutation).
     pub conditional_put: bool,
+    /// How a new charge attempt is written: by the store's rules, or broken by a mutation.
+    pub attempt_write: AttemptWrite,
     /// Audit, as a DynamoDB stream would show it: outcome writes that landed although the writer
     /// did not hold the current lease. Must stay 0.
     /// Audit: refund writes that left a charge reserving more than it charged. Must stay 0.
@@ -887,6 +904,7 @@ impl Default for SimStore {
             calls: StoreCalls::default(),
             lease_fence: true,
             conditional_put: true,
+            attempt_write: AttemptWrite::Guarded,
             over_reserved_writes: AtomicU64::new(0),
             first_over_reserved: Mutex::new(None),
             stale_lease_writes: AtomicU64::new(0),
@@ -1381,6 +1399,14 @@ impl OperationReads for SimStore {
     }
 }
 
+/// The head naming `req`'s attempt as the order's latest, nothing else moved: the head's side of
+/// the write without its guards (the `attempt-unguarded` and `attempt-race` mutations).
+fn named_latest(head: &Operation, req: &NewAttempt) -> Operation {
+    let mut next = head.clone();
+    req.on_head().change(&mut next);
+    next
+}
+
 #[async_trait]
 impl OperationCreates for SimStore {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
@@ -1482,13 +1508,31 @@ impl OperationCreates for SimStore {
             None => None,
         };
         let existing = t.get(&req.op.key());
-        let (Some(before), Ok(next)) = (
-            head.as_ref(),
-            store_rules::start_attempt(existing.as_ref(), head.as_ref(), after.as_ref(), req),
-        ) else {
+        let next = match self.attempt_write {
+            AttemptWrite::Guarded => {
+                store_rules::start_attempt(existing.as_ref(), head.as_ref(), after.as_ref(), req)
+                    .ok()
+            }
+            AttemptWrite::Unguarded => head
+                .as_ref()
+                .filter(|h| existing.is_none() && Guard::LatestAttemptIs(req.after()).holds(h))
+                .map(|h| named_latest(h, req)),
+            AttemptWrite::Unraced => {
+                let failed = req.on_after().map_or(head.as_ref(), |_| after.as_ref());
+                let guards = store_rules::AttemptFailed(req.after_operation_id).guards();
+                head.as_ref()
+                    .filter(|_| failed.is_some_and(|f| store_rules::check(f, &guards).is_ok()))
+                    .map(|h| named_latest(h, req))
+            }
+        };
+        let (Some(before), Some(next)) = (head.as_ref(), next) else {
             return Ok(CreatedAttempt::Refused);
         };
         t.update(&head_key, before, next);
+        if let Some(replaced) = &existing {
+            // `attempt-race` only: the unconditioned Put replaces the attempt another retry wrote.
+            t.unindex(replaced);
+        }
         let op = &req.op;
         let at = t.store(op.clone());
         let at32 = u32::try_from(at).unwrap_or(NO_SLOT);

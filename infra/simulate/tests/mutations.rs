@@ -46,6 +46,15 @@ fn run(seed: u64, mutation: Option<Mutation>) -> simulate::report::Report {
         // What only the watch tells: no events source, so nothing else hears of a dispute.
         args.events = simulate::EventsSource::None;
     }
+    if matches!(
+        mutation,
+        Some(Mutation::AttemptUnguarded | Mutation::AttemptRace)
+    ) {
+        // Declined orders charged again, without refunds (the door's reads of the charge are
+        // the mutation's own under `attempt-unguarded`).
+        args.retry_rate = simulate::retry_asks::TEST_RATE;
+        args.refund_rate = 0.0;
+    }
     if mutation == Some(Mutation::NoRefundWatch) {
         // What only the watch tells: no events, and banks returning refunds three days after
         // they succeeded.
@@ -241,6 +250,23 @@ fn caught_each(mutations: &[Mutation]) {
                     let d = &report.disputes;
                     assert!(d.unrecorded > 0, "{}", report.render());
                     assert!(why.starts_with("dispute unrecorded"), "{why}");
+                // Attempt n not checked (at the door's read and in the store's write): a
+                // retry while the first attempt is unsettled, or once the order is paid, starts
+                // another attempt.
+                Mutation::AttemptUnguarded => {
+                    let r = &report.retries;
+                    assert!(
+                        r.attempt_while_unsettled + r.paid_twice > 0,
+                        "{}",
+                        report.render()
+                    );
+                    assert!(r.started > 0, "{}", report.render());
+                }
+                // The head's latest_attempt guard dropped: two retries at once both start one.
+                Mutation::AttemptRace => {
+                    let r = &report.retries;
+                    assert!(r.two_attempts_at_once > 0, "{}", report.render());
+                    assert!(why.starts_with("two attempts at once"), "{why}");
                 }
                 Mutation::DeadlineFromCreation => {
                     assert!(auths.lapsed_unpaged > 0, "{}", report.render());
@@ -295,6 +321,16 @@ fn caught_each(mutations: &[Mutation]) {
                         "{}",
                         report.render()
                     );
+                }
+                // Attempts started beside one in flight (on orders whose checkout was sent twice
+                // too: the door reads the first as failed): on some seeds the audit finds the
+                // intent of one no record accounts for, as `at_stripe_not_here`, and nothing else.
+                None if mutation == Mutation::AttemptUnguarded => {
+                    let found = audit.by_class.get("at_stripe_not_here").copied();
+                    let beyond = found
+                        .unwrap_or(0)
+                        .saturating_sub(injected_in("at_stripe_not_here"));
+                    assert_eq!(audit.unexpected, beyond, "{}", report.render());
                 }
                 None => assert_eq!(audit.unexpected, 0, "{}", report.render()),
             }
