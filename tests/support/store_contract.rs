@@ -1370,6 +1370,8 @@ pub async fn a_live_paid_or_canceled_latest_refuses_a_new_attempt_and_its_failed
             );
         }
     }
+}
+
 /// An order charged again after a decline: its head (attempt 1) `failed` naming attempt 2 as
 /// its latest, and attempt 2 as `second` makes it (its own operation id and intent), written
 /// the way the door's write leaves them. Returns (head, attempt 2).

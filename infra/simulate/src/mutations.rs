@@ -764,36 +764,6 @@ crate::forward_store!(
 impl OperationCreates for DisputeLeavesCharge {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
         self.0.create_if_absent(op).await
-/// `attempt-unguarded`, the door's side: the door's reads of an order's charge attempts see
-/// every attempt still in flight or paid as `failed`, so its own refusal (`attempt_in_flight`,
-/// `paid`) never comes and every retry goes on to the store's write; what stops it then is the
-/// store's check of attempt n alone, which the mutation's store skips
-/// ([`crate::store::AttemptWrite::Unguarded`]). Every other read and write passed through.
-pub struct DoorSeesFailed(pub Arc<dyn OperationStore>);
-
-crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualResolutions);
-
-#[async_trait]
-impl OperationReads for DoorSeesFailed {
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        Ok(self.0.get(key).await?.map(seen_failed))
-    }
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        self.0.refunds_of(order_id).await
-    }
-}
-
-#[async_trait]
-impl OperationCreates for DoorSeesFailed {
-    /// The order's head the checkout's create finds is read as `failed` too.
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        Ok(match self.0.create_if_absent(op).await? {
-            Created::Existing(existing) => Created::Existing(seen_failed(existing)),
-            created => created,
-        })
     }
     async fn create_beside(
         &self,
@@ -807,7 +777,6 @@ impl OperationCreates for DoorSeesFailed {
             }
             claim => self.0.create_beside(op, claim).await,
         }
-        self.0.create_beside(op, claim).await
     }
     async fn record_dispute(
         &self,
@@ -874,6 +843,50 @@ impl charge_once::ports::StripeDisputes for TrustDisputePayload {
     ) -> Result<Vec<charge_core::dispute::StripeDispute>, GatewayError> {
         self.inner.list_disputes(payment_intent).await
     }
+}
+
+/// `attempt-unguarded`, the door's side: the door's reads of an order's charge attempts see
+/// every attempt still in flight or paid as `failed`, so its own refusal (`attempt_in_flight`,
+/// `paid`) never comes and every retry goes on to the store's write; what stops it then is the
+/// store's check of attempt n alone, which the mutation's store skips
+/// ([`crate::store::AttemptWrite::Unguarded`]). Every other read and write passed through.
+pub struct DoorSeesFailed(pub Arc<dyn OperationStore>);
+
+crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualResolutions);
+
+#[async_trait]
+impl OperationReads for DoorSeesFailed {
+    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
+        Ok(self.0.get(key).await?.map(seen_failed))
+    }
+    async fn refunds_of(
+        &self,
+        order_id: &charge_core::domain::OrderId,
+    ) -> Result<Vec<Operation>, StoreError> {
+        self.0.refunds_of(order_id).await
+    }
+}
+
+#[async_trait]
+impl OperationCreates for DoorSeesFailed {
+    /// The order's head the checkout's create finds is read as `failed` too.
+    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
+        Ok(match self.0.create_if_absent(op).await? {
+            Created::Existing(existing) => Created::Existing(seen_failed(existing)),
+            created => created,
+        })
+    }
+    async fn create_beside(
+        &self,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        self.0.create_beside(op, claim).await
+    }
+    async fn record_dispute(
+        &self,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
         self.0.record_dispute(req).await
     }
     async fn create_attempt(

@@ -1539,7 +1539,7 @@ impl OperationCreates for SimStore {
         t.by_operation_id.insert(op.operation_id, at32);
         t.index(at);
         let event = outcome_change(None, op).map(|o| (op.operation_id, o));
-        t.publish(event);
+        t.publish(event, false);
         self.after_put(&mut t, op);
         Ok(CreatedAttempt::New(op.clone()))
     }

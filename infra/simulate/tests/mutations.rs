@@ -250,6 +250,7 @@ fn caught_each(mutations: &[Mutation]) {
                     let d = &report.disputes;
                     assert!(d.unrecorded > 0, "{}", report.render());
                     assert!(why.starts_with("dispute unrecorded"), "{why}");
+                }
                 // Attempt n not checked (at the door's read and in the store's write): a
                 // retry while the first attempt is unsettled, or once the order is paid, starts
                 // another attempt.
