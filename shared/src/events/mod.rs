@@ -876,7 +876,8 @@ async fn read(deps: &EventsDeps, target: &Target) -> Result<Option<Operation>, A
     let named = store.get(&target.key).await.map_err(ActError::Store)?;
     let head = match named {
         Some(op) if op.operation_id == target.operation_id => return Ok(Some(op)),
-        Some(op) if op.kind == OperationKind::FIRST_CHARGE => Some(op),
+        // The head itself was read: no second read of it.
+        named if target.key.kind == OperationKind::FIRST_CHARGE => named,
         _ => store
             .get(&OperationKey::charge(target.key.order_id.clone()))
             .await
