@@ -6,6 +6,7 @@
 //! file's tests with its module name as the filter: `cargo test -p integration-tests --test it
 //! template::` runs the template checks only (they need no stack).
 
+mod attempts_on_aws;
 mod audit_on_aws;
 mod captures_on_aws;
 mod disputes_on_aws;

@@ -485,6 +485,59 @@ async fn the_taking_s_clauses_are_its_guards() {
     assert_eq!(checked, stored.len() * guards.len());
 }
 
+/// A new charge attempt's guards, each as the clause DynamoDB checks, hold of the stored item
+/// exactly when the rule says: a charge is the first attempt (`charge`) or a later one
+/// (`charge#<n>`), never a capture; the head names its latest attempt (absent: 1).
+#[tokio::test]
+async fn the_attempt_s_clauses_are_its_guards() {
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let store = store_on(client.clone()).await;
+    let head = state::settled(OperationStatus::Failed);
+    let mut named = head.clone();
+    named.order_id = charge_core::domain::OrderId::parse("ord-rules-named").unwrap();
+    named.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let mut second = head.clone();
+    second.kind = charge_core::domain::OperationKind::Charge(2);
+    let stored = [
+        head.clone(),
+        named,
+        second,
+        taking::capture_of(
+            &state::pending(),
+            taking::taker(true),
+            LeaseToken::new_random(),
+        ),
+    ];
+    let guards = [
+        Guard::IsCharge,
+        Guard::LatestAttemptIs(1),
+        Guard::LatestAttemptIs(2),
+        Guard::LatestAttemptIs(3),
+        Guard::StatusIs(OperationStatus::Failed),
+        Guard::NotTaken,
+        Guard::IsOperation(head.operation_id),
+    ];
+    let mut checked = 0;
+    for op in &stored {
+        put(&client, store.table(), op).await;
+        assert_eq!(store.get(&op.key()).await.unwrap().as_ref(), Some(op));
+        for guard in guards {
+            let holds = clause_holds(&client, store.table(), op, guard)
+                .await
+                .expect("every attempt guard has a clause");
+            assert_eq!(
+                holds,
+                guard.holds(op),
+                "{guard:?} on {} latest {}",
+                op.kind.sort_key(),
+                op.latest_attempt()
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, stored.len() * guards.len());
+}
+
 /// Each change a capture or cancel makes to its charge, as the update DynamoDB applies, is the
 /// rule's: the charge taken (or stopped, never sent), and each end of its authorization written
 /// with the taker's outcome.

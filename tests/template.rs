@@ -3164,7 +3164,6 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
             [
-                "attempts_of",
                 "create_attempt",
                 "create_beside",
                 "create_if_absent",

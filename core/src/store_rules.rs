@@ -99,10 +99,9 @@ impl Guard {
             Guard::AuthorizedOr(status) => {
                 op.status == OperationStatus::Authorized || op.status == status
             }
-            Guard::LatestAttemptIs(n) => op
-                .params
-                .charge_state()
-                .is_some_and(|s| s.latest_attempt.unwrap_or(1) == n),
+            // As DynamoDB reads it: an absent `latest_attempt` is 1 (on any record; the write's
+            // `IsCharge` comes first).
+            Guard::LatestAttemptIs(n) => op.latest_attempt() == n,
         }
     }
 

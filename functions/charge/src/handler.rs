@@ -739,8 +739,9 @@ mod tests {
         );
         let mut future = event.records[0].clone();
         future.message_id = Some("future-version".into());
-        // Version 5: the first this release does not know (4 is a capture after the first).
-        future.body = Some(r#"{"v":5,"anything":"new"}"#.into());
+        // Version 6: the first this release does not know (5 is a charge attempt after the
+        // first).
+        future.body = Some(r#"{"v":6,"anything":"new"}"#.into());
         event.records.splice(0..0, [poison, missing, future]);
         let resp = handle(&w.f, LambdaEvent::new(event.clone(), Context::default())).await;
         assert!(failed(&resp).is_empty(), "{:?}", failed(&resp));

@@ -280,15 +280,26 @@ async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Ans
 }
 
 /// The order's attempts, first to latest, from its head as read: the head alone when it names
-/// no later attempt (one read in all, as before attempts), else each later one read.
+/// no later attempt (no read more, as before attempts), else each later one read (strongly
+/// consistent, one GetItem each; the head is not read again). A head naming an attempt that is
+/// not there (the store's write makes both at once) is answered 503 and logged, never read as
+/// fewer attempts.
 async fn attempts_from(deps: &Checkout, head: Operation) -> Result<Vec<Operation>, Reply> {
-    if head.latest_attempt() <= 1 {
-        return Ok(vec![head]);
+    let latest = head.latest_attempt();
+    let order_id = head.order_id.clone();
+    let mut attempts = vec![head];
+    for n in 2..=latest {
+        let missing = || {
+            error!(
+                attempt = n,
+                latest, "the order's head names a charge attempt that is not there"
+            );
+            unavailable(deps, "store")
+        };
+        let key = OperationKey::charge_attempt(order_id.clone(), n).map_err(|_| missing())?;
+        attempts.push(read(deps, &key).await?.ok_or_else(missing)?);
     }
-    deps.store.attempts_of(&head.order_id).await.map_err(|e| {
-        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
-        unavailable(deps, "store")
-    })
+    Ok(attempts)
 }
 
 /// The latest attempt answers the request (200): queued again while it was never sent.
