@@ -1634,7 +1634,19 @@ async fn judge_orders(
             // it was declined (a late duplicate delivery) starts the next attempt.
             report.retries.charged_again_unplanned += 1;
         }
-        judge_authorization(world, report, &order, record.as_ref()).await?;
+        // What refunds, captures and cancels act on: the order's latest attempt (the head
+        // itself unless the order was charged again).
+        let latest = match &record {
+            Some(head) if head.latest_attempt() > 1 => {
+                world
+                    .backing
+                    .store
+                    .charge_of(&OrderId::parse(&order.order_id)?)
+                    .await?
+            }
+            _ => record.clone(),
+        };
+        judge_authorization(world, report, &order, latest.as_ref()).await?;
         judge_refunds(
             args,
             world,
@@ -1642,7 +1654,7 @@ async fn judge_orders(
             judge,
             report,
             (i, &order),
-            record.as_ref(),
+            latest.as_ref(),
         )
         .await?;
     }
@@ -2114,11 +2126,7 @@ async fn judge_disputes(
             }
         }
         // Money in our records: the charge's reservation, and its refunds and lost disputes.
-        let charge = world
-            .backing
-            .store
-            .get(&OperationKey::charge(order.clone()))
-            .await?;
+        let charge = world.backing.store.charge_of(&order).await?;
         let reserved = charge
             .as_ref()
             .and_then(|c| c.params.charge_state())
