@@ -3165,6 +3165,7 @@ fn checkout_updates_nothing_but_a_refund_s_reservation_and_a_taking_s_claim() {
         store_calls(&[root.join("functions/checkout/src")]),
         BTreeSet::from(
             [
+                "attempts_after",
                 "charge_of",
                 "create_attempt",
                 "create_beside",

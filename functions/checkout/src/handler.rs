@@ -285,21 +285,10 @@ async fn record(deps: &Checkout, op: Operation, requested_by: &Principal) -> Ans
 /// not there (the store's write makes both at once) is answered 503 and logged, never read as
 /// fewer attempts.
 async fn attempts_from(deps: &Checkout, head: Operation) -> Result<Vec<Operation>, Reply> {
-    let latest = head.latest_attempt();
-    let order_id = head.order_id.clone();
-    let mut attempts = vec![head];
-    for n in 2..=latest {
-        let missing = || {
-            error!(
-                attempt = n,
-                latest, "the order's head names a charge attempt that is not there"
-            );
-            unavailable(deps, "store")
-        };
-        let key = OperationKey::charge_attempt(order_id.clone(), n).map_err(|_| missing())?;
-        attempts.push(read(deps, &key).await?.ok_or_else(missing)?);
-    }
-    Ok(attempts)
+    deps.store.attempts_after(head).await.map_err(|e| {
+        error!(error = %charge_once::telemetry::ErrorChain(&e), "store unavailable");
+        unavailable(deps, "store")
+    })
 }
 
 /// The latest attempt answers the request (200): queued again while it was never sent.

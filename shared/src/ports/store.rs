@@ -207,10 +207,19 @@ pub trait OperationReads: Send + Sync {
     /// `GET /orders/{id}/charge` and `chargectl show` list. One read per attempt, strongly
     /// consistent; bounded by [`OperationKind::MAX_CHARGE_ATTEMPTS`].
     async fn attempts_of(&self, order_id: &OrderId) -> Result<Vec<Operation>, StoreError> {
-        let Some(head) = self.get(&OperationKey::charge(order_id.clone())).await? else {
-            return Ok(Vec::new());
-        };
+        match self.get(&OperationKey::charge(order_id.clone())).await? {
+            Some(head) => self.attempts_after(head).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The order's attempts, first to latest, from its `head` as already read (the door reads
+    /// it from its conditional create): the head alone when it names no later attempt (no read
+    /// more), else each later one read, strongly consistent, the head not read again. A head
+    /// naming an attempt that is not there is an error, never read as fewer attempts.
+    async fn attempts_after(&self, head: Operation) -> Result<Vec<Operation>, StoreError> {
         let latest = head.latest_attempt();
+        let order_id = head.order_id.clone();
         let mut attempts = vec![head];
         for n in 2..=latest {
             let key = OperationKey::charge_attempt(order_id.clone(), n)
