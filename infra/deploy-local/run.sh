@@ -6,7 +6,8 @@
 #      every emulator gap printed by name with its reason (gaps.json);
 #   2. scenario.py: orders, a refund, an authorization and its capture, lost answers settled by
 #      the reconciler's own schedule, by Stripe's events (partner bus and signed webhook) and by
-#      chargectl with only OperatorPolicy's grants, the audit, and the refusals;
+#      chargectl with only OperatorPolicy's grants, declined orders charged again with other
+#      cards (attempts), the audit, and the refusals;
 #   3. jwt_scenario.py: a second stack with CheckoutAuth=JWT (tokens from the emulator's Cognito);
 #   4. down.sh, unless KEEP=1 (then the stack stays up: target/deploy-local/state.json has its
 #      endpoint and outputs; stop it with infra/deploy-local/down.sh).

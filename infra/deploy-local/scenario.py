@@ -1,8 +1,9 @@
 """The deployed stack, every step asserted: orders, refunds, an authorization and its capture, a
 lost answer settled by the reconciler on its own schedule, Stripe's events in through both
-sources, the audit, chargectl with only OperatorPolicy's grants, and the refusals (unsigned, a
-role without the grant, another caller's order, each function's role trying a write it must not
-make, each with its genuine twin allowed).
+sources, chargectl with only OperatorPolicy's grants, a declined order charged again with
+another card (and one declined twice, then two retries at once), the audit, and the refusals
+(unsigned, a role without the grant, another caller's order, a third card for a paid order, each
+function's role trying a write it must not make, each with its genuine twin allowed).
 
     scenario.py STATE_JSON CHARGECTL WORK_DIR
 
@@ -22,7 +23,9 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
@@ -147,12 +150,20 @@ class Stack:
             return body if code == 200 and body["status"] == status else None
         return wait_for(what, found, timeout, every)
 
+    def wait_attempt(self, order_id, attempt, status, timeout=60):
+        """GET the order's charge until its latest attempt is `attempt` with `status`; that answer."""
+        def found():
+            code, body = self.api("GET", f"/orders/{order_id}/charge", who="order_service")
+            return body if code == 200 and body.get("attempt") == attempt and body["status"] == status else None
+        return wait_for(f"{order_id} attempt {attempt} {status}", found, timeout)
+
 
 class Sim:
     """stripe-sim's admin API: the ledger of what really exists at "Stripe", faults, clock."""
 
-    def __init__(self, url):
+    def __init__(self, url, key=None):
         self.url = url
+        self.key = key
 
     def post(self, path, body):
         r = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST")
@@ -171,6 +182,23 @@ class Sim:
 
     def clock_now(self):
         self.post("/_sim/clock", {"set_ms": int(time.time() * 1000)})
+
+    def intents_of_order(self, order_id):
+        """What Stripe holds for an order: every PaymentIntent whose metadata names it, by Stripe's
+        list (read-after-write; its search lags writes by design), {operation_id: PaymentIntent}."""
+        held, after = {}, None
+        while True:
+            q = urllib.parse.urlencode({"limit": 100, **({"starting_after": after} if after else {})})
+            r = urllib.request.Request(f"{self.url}/v1/payment_intents?{q}",
+                                       headers={"authorization": f"Bearer {self.key}"})
+            with urllib.request.urlopen(r, timeout=10) as resp:
+                page = json.loads(resp.read())
+            for p in page["data"]:
+                if p.get("metadata", {}).get("order_id") == order_id:
+                    held[p["metadata"]["operation_id"]] = p
+            if not page["has_more"] or not page["data"]:
+                return held
+            after = page["data"][-1]["id"]
 
     def lose_next_answer(self):
         """The next create is made at Stripe and its answer dropped; the client's same-key retry
@@ -275,7 +303,7 @@ def main():
     with open(state_path) as f:
         state = json.load(f)
     stack = Stack(state)
-    sim = Sim(state["stripe_url"])
+    sim = Sim(state["stripe_url"], state["stripe_key"])
     table = stack.out["TableName"]
     ms_log = os.path.join(os.path.dirname(state_path), "ministack.log")
     sim.clock_now()
@@ -483,7 +511,99 @@ def main():
     p = chargectl_as(env_ungranted, "unknowns", "--json")
     check(p.returncode != 0 and "AccessDenied" in (p.stderr + p.stdout), f"exit {p.returncode}: {p.stderr.strip()[-200:]}")
 
-    # ---- 8. The reconciler, fired by its own schedule --------------------------------------------
+    # ---- 8. A declined order charged again with another card -------------------------------------
+    # While ord-dl-4 waits for the reconciler's schedule (step 9): this adds only its own seconds.
+    def attempts(body):
+        return [(a["attempt"], a["status"], a["payment_method"]) for a in body["attempts"]]
+
+    def ddb_item(order_id, sk):
+        return stack.client("dynamodb").get_item(
+            TableName=table, Key={"pk": {"S": f"ORDER#{order_id}"}, "sk": {"S": sk}}).get("Item")
+
+    declined = {**order, "payment_method": "pm_card_chargeDeclined"}
+    begin("a declined card (ord-dl-r1): failed, its intent canceled at Stripe, ChargeFailed")
+    code, body = stack.api("POST", "/orders/ord-dl-r1/charge", declined, who="order_service")
+    check(code == 202, f"202 ({code} {body})")
+    r1a = body["operation_id"]
+    got = stack.wait_status("ord-dl-r1 failed", "/orders/ord-dl-r1/charge", "failed", 60)
+    check(got["attempt"] == 1 and got["paid_attempt"] is None
+          and attempts(got) == [(1, "failed", "pm_card_chargeDeclined")], f"one failed attempt: {got}")
+    held = sim.intents_of_order("ord-dl-r1")
+    check(list(held) == [r1a] and held[r1a]["status"] == "canceled",
+          f"Stripe holds its one intent canceled (nobody can pay it): {[(p['id'], p['status']) for p in held.values()]}")
+    ev = outcomes.wait("ChargeFailed", "ord-dl-r1")
+    check(ev["operation_id"] == r1a and "attempt" not in ev, f"ChargeFailed of the first attempt: {ev}")
+
+    begin("the same order with another card (pm_card_visa): 202 attempt 2, succeeded, paid by attempt 2")
+    code, body = stack.api("POST", "/orders/ord-dl-r1/charge", order, who="order_service")
+    check(code == 202 and body.get("attempt") == 2 and body["operation_id"] != r1a,
+          f"202, attempt 2, its own operation ({code} {body})")
+    r1b = body["operation_id"]
+    got = stack.wait_attempt("ord-dl-r1", 2, "succeeded")
+    check(got["operation_id"] == r1b and got["paid_attempt"] == 2
+          and attempts(got) == [(1, "failed", "pm_card_chargeDeclined"), (2, "succeeded", "pm_card_visa")],
+          f"GET: attempt 2 of 2, the first failed, paid by attempt 2: {attempts(got)}, paid {got['paid_attempt']}")
+    held = sim.intents_of_order("ord-dl-r1")
+    check(sorted(held) == sorted([r1a, r1b]) and held[r1a]["status"] == "canceled"
+          and held[r1b]["status"] == "succeeded" and held[r1b]["metadata"].get("attempt") == "2",
+          f"Stripe: the first intent canceled, the second succeeded (metadata attempt 2): "
+          f"{[(p['id'], p['status'], p['metadata'].get('attempt')) for p in held.values()]}")
+    check(held[r1b]["id"] == got["payment_intent"], "GET names the succeeded intent")
+    head = ddb_item("ord-dl-r1", "charge")
+    check(head["latest_attempt"] == {"N": "2"} and ddb_item("ord-dl-r1", "charge#2") is not None,
+          "the table: the head names latest_attempt 2, charge#2 beside it")
+    ev = outcomes.wait("ChargeSucceeded", "ord-dl-r1")
+    check(ev["operation_id"] == r1b and ev.get("attempt") == 2, f"ChargeSucceeded names attempt 2: {ev}")
+
+    begin("a third card once it is paid: 409 paid, nothing written; the declined request replayed: attempt 2")
+    code, body = stack.api("POST", "/orders/ord-dl-r1/charge", {**order, "payment_method": "pm_card_amex"},
+                           who="order_service")
+    check(code == 409 and body["error"]["code"] == "paid" and "attempt 2" in body["error"]["message"],
+          f"409 paid ({code} {body})")
+    check(ddb_item("ord-dl-r1", "charge#3") is None and ddb_item("ord-dl-r1", "charge")["latest_attempt"] == {"N": "2"},
+          "no charge#3, the head still names attempt 2")
+    code, body = stack.api("POST", "/orders/ord-dl-r1/charge", declined, who="order_service")
+    check(code == 200 and body["operation_id"] == r1b, f"the first (declined) request again: the paid attempt, 200 ({code})")
+
+    begin("ord-dl-r2 declined twice (two cards), then two retries at once with two cards: one attempt 3")
+    code, body = stack.api("POST", "/orders/ord-dl-r2/charge", declined, who="order_service")
+    check(code == 202, f"202 ({code} {body})")
+    stack.wait_attempt("ord-dl-r2", 1, "failed")
+    code, body = stack.api("POST", "/orders/ord-dl-r2/charge",
+                           {**order, "payment_method": "pm_card_chargeDeclinedInsufficientFunds"}, who="order_service")
+    check(code == 202 and body.get("attempt") == 2, f"attempt 2: 202 ({code} {body})")
+    stack.wait_attempt("ord-dl-r2", 2, "failed")
+    cards = ["pm_card_mastercard", "pm_card_amex"]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda pm: stack.api("POST", "/orders/ord-dl-r2/charge",
+                                                     {**order, "payment_method": pm}, who="order_service"), cards))
+    won = [(pm, b) for pm, (c, b) in zip(cards, answers) if c == 202]
+    lost = [(c, b) for c, b in answers if c != 202]
+    check(len(won) == 1 and won[0][1].get("attempt") == 3, f"one 202, attempt 3 (the ConditionCheck on charge#2): {answers}")
+    # The loser sees attempt 3 in flight, or already paid if the charge function was that quick.
+    check(lost[0][0] == 409 and lost[0][1]["error"]["code"] in ("attempt_in_flight", "paid"),
+          f"the other 409 {lost[0][1]['error']['code']}")
+    card, r2c = won[0][0], won[0][1]["operation_id"]
+    got = stack.wait_attempt("ord-dl-r2", 3, "succeeded")
+    check(attempts(got) == [(1, "failed", "pm_card_chargeDeclined"),
+                            (2, "failed", "pm_card_chargeDeclinedInsufficientFunds"), (3, "succeeded", card)]
+          and got["paid_attempt"] == 3, f"GET: three attempts, paid by 3: {attempts(got)}")
+    held = sim.intents_of_order("ord-dl-r2")
+    check(len(held) == 3 and [p["status"] for p in held.values()].count("succeeded") == 1
+          and held[r2c]["status"] == "succeeded"
+          and all(p["status"] == "canceled" for o, p in held.items() if o != r2c),
+          f"Stripe: one succeeded intent (attempt 3's), both declined ones canceled: "
+          f"{[(p['metadata'].get('attempt'), p['status']) for p in held.values()]}")
+    check(len(sim.intents_of_order("ord-dl-r1")) == 2,
+          "ord-dl-r1's refused third card queued nothing: still two intents at Stripe")
+
+    begin("chargectl show ord-dl-r2 --json as the operator: the three attempts, paid by attempt 3")
+    shown = json.loads(ctl("show", "ord-dl-r2", "--json").stdout)
+    check([(a["attempt"], a["status"]) for a in shown.get("attempts", [])]
+          == [(1, "failed"), (2, "failed"), (3, "succeeded")] and shown.get("paid_attempt") == 3,
+          f"attempts and paid_attempt: {shown.get('attempts')}, {shown.get('paid_attempt')}")
+
+    # ---- 9. The reconciler, fired by its own schedule --------------------------------------------
     begin("the reconciler's scheduled tick settles ord-dl-4 (nobody invokes it; the test waits)")
     stack.wait_status("ord-dl-4 settled by the reconciler", "/orders/ord-dl-4/charge", "succeeded", 330, every=3)
     check(len(sim.intents_of(op4)) == 1, "never created again: one PaymentIntent")
@@ -492,7 +612,7 @@ def main():
     check(stack.res["ReconcilerFunction"] in log, "the emulator's log shows the reconciler function ran")
     print(f"scenario:          ({time.time() - unknown_at:.0f} s after it was recorded unknown)", file=sys.stderr)
 
-    # ---- 9. The audit ----------------------------------------------------------------------------
+    # ---- 10. The audit ---------------------------------------------------------------------------
     begin("the audit function, invoked as its schedule does: complete, every object matched, no drift")
     hour = time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime(time.time() + 3600))
     with open(os.path.join(ROOT, "events", "audit-scheduled.json")) as f:
@@ -525,7 +645,7 @@ def main():
     summary = json.loads(ctl("summary", *sum((["--dead-letter-queue", q] for q in dlqs), []), "--json").stdout)
     check(all(summary["dead_letter_queues"][q] == 0 for q in dlqs), f"every DLQ empty: {summary['dead_letter_queues']}")
 
-    # ---- 10. Each function's role: a write it must not make refused, its genuine twin allowed ---
+    # ---- 11. Each function's role: a write it must not make refused, its genuine twin allowed --
     begin("each function's role: the write it must not make is refused, its own write allowed")
     lam = stack.client("lambda")
     roles = {}
@@ -555,6 +675,23 @@ def main():
             return lambda: ddb(fn_name).transact_write_items(TransactItems=[{"Update": update}])
         return lambda: ddb(fn_name).update_item(**update)
 
+    def start_attempt(fn_name, in_transaction):
+        """A declined order's next attempt on its head (StartAttempt): latest_attempt 2 -> 3, as
+        create_attempt writes it; in its transaction, beside the new attempt's Put and the check
+        of the attempt before it (CheckLatestAttempt). The head is absent: the transaction is
+        canceled on its condition, past IAM, and writes nothing."""
+        head = {"TableName": table, "Key": key, "UpdateExpression": "SET #l = :l", "ConditionExpression": "#l = :n",
+                "ExpressionAttributeNames": {"#l": "latest_attempt"},
+                "ExpressionAttributeValues": {":l": {"N": "3"}, ":n": {"N": "2"}}}
+        if not in_transaction:
+            return lambda: ddb(fn_name).update_item(**head)
+        new = {"TableName": table, "Item": {**key, "sk": {"S": "charge#3"}, "status": {"S": "pending"}},
+               "ConditionExpression": "attribute_not_exists(pk)"}
+        before = {"TableName": table, "Key": {**key, "sk": {"S": "charge#2"}}, "ConditionExpression": "#s = :f",
+                  "ExpressionAttributeNames": {"#s": "status"}, "ExpressionAttributeValues": {":f": {"S": "failed"}}}
+        return lambda: ddb(fn_name).transact_write_items(
+            TransactItems=[{"Put": new}, {"Update": head}, {"ConditionCheck": before}])
+
     def delete(fn_name):
         return lambda: ddb(fn_name).delete_item(TableName=table, Key=key, **absent)
 
@@ -572,6 +709,8 @@ def main():
         ("CheckoutFunction", "DeleteItem", delete("CheckoutFunction"), put("CheckoutFunction")),
         ("CheckoutFunction", "a reservation's UpdateItem outside a transaction", reserve("CheckoutFunction", False),
          reserve("CheckoutFunction", True)),
+        ("CheckoutFunction", "the attempt's head update (latest_attempt) outside its transaction",
+         start_attempt("CheckoutFunction", False), start_attempt("CheckoutFunction", True)),
         ("ChargeFunction", "PutItem (it never creates an operation)", put("ChargeFunction"), update("ChargeFunction")),
         ("ChargeFunction", "PutEvents on the outcome bus", publish("ChargeFunction"), send("ChargeFunction", stack.out["DeadLetterQueueUrl"])),
         ("ReconcilerFunction", "PutItem", put("ReconcilerFunction"), update("ReconcilerFunction")),
