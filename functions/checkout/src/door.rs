@@ -174,6 +174,19 @@ pub(crate) async fn read_charge(
     })
 }
 
+/// `caller`'s charge of the order ([`read_charge`]): the 404 when there is none, or it is another
+/// caller's.
+pub(crate) async fn callers_charge(
+    deps: &Checkout,
+    order_id: &OrderId,
+    caller: &Principal,
+) -> Result<Operation, Reply> {
+    read_charge(deps, order_id)
+        .await?
+        .filter(|c| created_by(c, caller))
+        .ok_or_else(no_charge)
+}
+
 /// A door that writes its operation beside the order's charge, in one conditional write over
 /// both records: what it decides on the charge, how it writes, and how it answers.
 pub(crate) trait Beside {
@@ -225,11 +238,24 @@ pub(crate) async fn create<D: Beside>(
     order_id: &OrderId,
     caller: &Principal,
 ) -> Answer {
+    create_from(deps, door, order_id, caller, None).await
+}
+
+/// [`create`], first deciding on `read`, `caller`'s charge as the door already read it
+/// ([`callers_charge`]: a door that needs the charge to know what was asked reads it once, not
+/// twice); read again only when it moved.
+pub(crate) async fn create_from<D: Beside>(
+    deps: &Checkout,
+    door: &D,
+    order_id: &OrderId,
+    caller: &Principal,
+    mut read: Option<Operation>,
+) -> Answer {
     for _ in 0..ATTEMPTS {
-        let charge = read_charge(deps, order_id)
-            .await?
-            .filter(|c| created_by(c, caller))
-            .ok_or_else(no_charge)?;
+        let charge = match read.take() {
+            Some(charge) => charge,
+            None => callers_charge(deps, order_id, caller).await?,
+        };
         let (op, on_charge) = match door.decide(deps, &charge, caller, deps.clock.now()) {
             Ok(decided) => decided,
             Err(refusal) => return again_or(deps, door, caller, refusal).await,
