@@ -135,10 +135,9 @@ async fn an_authorization_costs_a_charge_and_its_capture_two_reads_two_transacti
         (authorized.stripe.create, authorized.stripe.total()),
         (1, 1)
     );
-    // Captured: the door reads the charge (GetItem: an order charged once has only its head;
-    // the attempt it is at says which captures are its), then the order's first capture record
-    // (GetItem: absent, so this is the first; a capture Stripe refused for its amount would send
-    // it to `capture#2`), and writes the capture with its claim on the charge (TransactWriteItems),
+    // Captured: the door reads the order's first capture record (GetItem: absent, so this is
+    // the first; a capture Stripe refused for its amount would send it to `capture#2`), reads the
+    // charge (GetItem) and writes the capture with its claim on the charge (TransactWriteItems),
     // one SendMessage; the charge function claims (UpdateItem), captures (one POST), and records
     // the capture with the charge's end in one TransactWriteItems, which returns no item: the
     // record is read back (a third GetItem). Two GetItems before the door's read of the capture.

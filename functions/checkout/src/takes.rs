@@ -61,56 +61,62 @@ pub(crate) async fn create(
     caller: &Principal,
 ) -> Answer {
     let request = parse(&kind, body)?;
-    if !kind.is_capture() {
-        let door = Take {
-            request,
-            key: OperationKey::of_kind(order_id.clone(), kind),
-        };
-        return door::create(deps, &door, &order_id, caller).await;
-    }
-    // Which capture is asked depends on the attempt the order's charge is at: the charge the
-    // door decides on is read first, once, and handed to it.
-    let charge = door::callers_charge(deps, &order_id, caller).await?;
-    let attempt = charge.kind.attempt_no().unwrap_or(1);
-    let kind = capture_asked(deps, &order_id, &request, caller, attempt).await?;
+    let (kind, charge) = if kind.is_capture() {
+        capture_asked(deps, &order_id, &request, caller).await?
+    } else {
+        (kind, None)
+    };
     let door = Take {
         request,
         key: OperationKey::of_kind(order_id.clone(), kind),
     };
-    door::create_from(deps, &door, &order_id, caller, Some(charge)).await
+    door::create_from(deps, &door, &order_id, caller, charge).await
 }
 
-/// Which of the order's captures `request` is, the order's charge being at `attempt` (its
-/// latest): the first that is not a failed one asked otherwise, or of an earlier attempt. A
-/// capture Stripe refused for what it asked failed and gave the authorization back, so another
-/// amount is a new capture, `capture#<n>` with its own operation id and key
-/// (`capture-op:<operation_id>`); the same body again is still that failed capture (200, as
-/// asked). A failed capture of an earlier attempt took that attempt's authorization, which
-/// ended since: whatever its body, a capture asked now is of the latest attempt's, a new one.
-/// A live or succeeded capture is the one (only the latest attempt can have one: a capture
-/// holds its attempt until it ends, and a later attempt starts only after a failed one that no
-/// capture or cancel holds): another body is `take_conflict`, as ever.
+/// Which of the order's captures `request` is: the first that is not a failed one asked
+/// otherwise, or of an earlier charge attempt than the order's latest. A capture Stripe refused
+/// for what it asked failed and gave the authorization back, so another amount is a new
+/// capture, `capture#<n>` with its own operation id and key (`capture-op:<operation_id>`); the
+/// same body again is still that failed capture (200, as asked). A failed capture of an earlier
+/// attempt took that attempt's authorization, which ended since: whatever its body, a capture
+/// asked now is of the latest attempt's, a new one. A live or succeeded capture is the one
+/// (only the latest attempt can have one: a capture holds its attempt until it ends, and a later
+/// attempt starts only after a failed one that no capture or cancel holds): another body is
+/// `take_conflict`, as ever.
 ///
-/// The capture records are the order's (`capture` to `capture#10`, whatever the attempt), so
-/// the failed ones of earlier attempts count towards [`OperationKind::MAX_CAPTURES`]: the
-/// store's key is the guard that makes each capture once.
+/// Only a failed capture asked as this one needs the attempt the order is at: then the charge
+/// the door decides on is read here (`charge_of`, as the door would right after) and handed
+/// back with the kind, so no request reads it twice, and the reads of every other request are
+/// the ones they always were (the captures, then the charge).
+///
+/// The capture records are the order's (`capture` to `capture#10`, whatever the attempt): the
+/// store's key is the guard that makes each capture once, so the failed captures of earlier
+/// attempts count towards [`OperationKind::MAX_CAPTURES`].
 async fn capture_asked(
     deps: &Checkout,
     order_id: &OrderId,
     request: &TakeRequest,
     caller: &Principal,
-    attempt: u32,
-) -> Result<OperationKind, Reply> {
+) -> Result<(OperationKind, Option<Operation>), Reply> {
+    let mut charge: Option<Operation> = None;
     for n in 1..=OperationKind::MAX_CAPTURES {
         let kind = OperationKind::Capture(n);
         let key = OperationKey::of_kind(order_id.clone(), kind.clone());
-        match read(deps, &key).await? {
-            Some(earlier)
-                if earlier.status == OperationStatus::Failed
-                    && !(earlier.params.charge_attempt() == Some(attempt)
-                        && created_by(&earlier, caller)
-                        && earlier.fingerprint == request.fingerprint()) => {}
-            _ => return Ok(kind),
+        let Some(earlier) = read(deps, &key).await? else {
+            return Ok((kind, charge));
+        };
+        if earlier.status != OperationStatus::Failed {
+            return Ok((kind, charge));
+        }
+        if !created_by(&earlier, caller) || earlier.fingerprint != request.fingerprint() {
+            continue;
+        }
+        let latest = match &charge {
+            Some(charge) => charge,
+            None => charge.insert(door::callers_charge(deps, order_id, caller).await?),
+        };
+        if earlier.params.charge_attempt() == latest.kind.attempt_no() {
+            return Ok((kind, charge));
         }
     }
     Err(error(
