@@ -7,11 +7,10 @@
 //! succeeded capture per order: a capture Stripe refused for what it asked fails and gives the
 //! authorization back, and a capture of another amount is then a record of its own,
 //! `capture#<n>`, with its own operation id and key; `GET` shows the latest), each of the order's
-//! latest charge attempt (the one `charge_of` reads: a failed capture of an earlier attempt took
-//! an authorization that ended since, so it is never the answer to a capture asked now; every
-//! answer names its `attempt`), recorded with its claim on the order's charge in one conditional
-//! write (`OperationCreates::create_beside`): the
-//! charge names the one that took it, so a capture and a cancel asked at once can never both be
+//! latest charge attempt (the one `charge_of` reads: a failed capture or cancel of an earlier
+//! attempt took an authorization that ended since, so it is never the answer to one asked now;
+//! every answer names its `attempt`), recorded with its claim on the order's charge in one
+//! conditional write (`OperationCreates::create_beside`): the charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
 //! `capture-op:<operation_id>` / `cancel-op:<operation_id>`, reading the intent first on every
 //! attempt after the first. A cancel of a charge never sent to Stripe is settled by the write
@@ -21,9 +20,10 @@
 //! |---|---|---|
 //! | 202 `{operation_id, order_id, kind, status, amount, currency, attempt, queued}` | a new capture or cancel of the latest attempt's authorization (the body of an earlier attempt's failed capture too: a new one) | the operation written, the charge taken, one message sent |
 //! | 200 `{…, status: "succeeded"}` | a cancel of a charge never sent | the cancel written settled and the charge `failed`, in one write; nothing sent |
-//! | 200 (same body) | the same request again, same caller (a capture: of the same attempt) | nothing written; still `pending`, the message is sent again |
+//! | 200 (same body) | the same request again, same caller, of the same attempt | nothing written; still `pending`, the message is sent again |
 //! | 409 `take_conflict` | a capture (cancel) already exists with another body, or another caller's | nothing |
 //! | 409 `taken` | the other of the two took the authorization first | nothing |
+//! | 409 `cancel_used` | a cancel of an order charged again whose one cancel record is an earlier attempt's (Stripe refused it, the authorization given back, then lapsed): capture the latest, or Stripe releases it at its deadline | nothing |
 //! | 409 `too_many_captures` | Stripe refused 10 captures of the order's authorizations (the records are the order's, over all its attempts): cancel it | nothing |
 //! | 409 `not_authorized_yet` / `in_flight` | capture: the charge is not authorized yet; cancel: it is at Stripe, not yet authorized | nothing |
 //! | 409 `automatic_capture` / `captured` / `ended` | capture of an automatic charge; cancel of a captured charge (refund it instead); the charge already ended | nothing |
@@ -230,6 +230,26 @@ impl Beside for Take {
             409,
             "take_conflict",
             &format!("this order already has a {what} with a different amount or reason"),
+            None,
+        )
+    }
+
+    /// The order has one cancel record: a cancel Stripe refused on an earlier attempt (the
+    /// only one a later attempt can follow: a cancel that released it ended the order) leaves
+    /// none for the latest attempt's authorization.
+    fn earlier_attempt(existing: &Operation, charge: &Operation) -> Reply {
+        if existing.kind != OperationKind::Cancel {
+            return door::earlier_attempt(existing, charge);
+        }
+        error(
+            409,
+            "cancel_used",
+            &format!(
+                "this order's one cancel was made on its charge attempt {} ({}), before the order was charged again: attempt {}'s authorization cannot be canceled through the API; capture it (POST /orders/{{order_id}}/capture), or Stripe releases it at its deadline",
+                existing.params.charge_attempt().unwrap_or(1),
+                existing.status.as_str(),
+                charge.kind.attempt_no().unwrap_or(1),
+            ),
             None,
         )
     }
@@ -1031,6 +1051,86 @@ mod tests {
             (status, &got["operation_id"], got["attempt"].as_u64()),
             (200, &new["operation_id"], Some(2)),
             "{got}"
+        );
+    }
+
+    /// An order has one cancel record. A cancel Stripe refused on attempt 1 (failed, the
+    /// authorization given back) asked again on attempt 1 is that cancel (200, as ever). Once
+    /// attempt 1 lapsed and the order was charged again, a cancel of attempt 2 is never answered
+    /// with attempt 1's (which released nothing of attempt 2's): while attempt 2 is at Stripe,
+    /// 409 `in_flight` as for any cancel then; once authorized, 409 `cancel_used` naming attempt
+    /// 1; nothing written, attempt 2 free. The twin in the same setup: its capture is accepted.
+    #[tokio::test]
+    async fn a_cancel_of_an_earlier_attempt_never_answers_for_the_latest() {
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+
+        let f = fixture();
+        authorized(&f).await;
+        let (status, asked) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(status, 202, "{asked}");
+        let refused = f
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.kind == OperationKind::Cancel)
+            .expect("attempt 1's cancel");
+        settle_taking(&f, &refused, OperationStatus::Failed, GivenBack).await;
+        let (status, same) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, same["status"].as_str(), &same["operation_id"]),
+            (
+                200,
+                Some("failed"),
+                &json!(refused.operation_id.to_string())
+            ),
+            "the same attempt: the refused cancel, as ever: {same}"
+        );
+
+        // Attempt 1 lapses; the order is charged again, attempt 2 at Stripe (unknown).
+        let (_, at_stripe) = charge_again(&f, "ord-3003", Some(AUTHORIZATION_EXPIRED), |op| {
+            op.status = OperationStatus::Unknown;
+        })
+        .await;
+        let before = f.store.all();
+        let queued = f.queue.len();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("in_flight")),
+            "attempt 2's own refusal, not attempt 1's cancel: {body}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+
+        // Attempt 2 authorized: the order's one cancel is spent.
+        let mut held = at_stripe;
+        held.status = OperationStatus::Authorized;
+        held.params.charge_state_mut().unwrap().capture_before =
+            Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+        held.next_due_at = held.capture_before();
+        f.store.put_for_tests(held.clone());
+        let before = f.store.all();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("cancel_used")),
+            "{body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("attempt 1") && message.contains("attempt 2"),
+            "{body}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(f.queue.len(), queued, "nothing queued");
+        assert_eq!(stored(&f, &held).await.taken_by(), None, "attempt 2 free");
+
+        // The twin: attempt 2's authorization is captured.
+        let (status, capture) = call(&f, event("capture-valid.json")).await;
+        assert_eq!(
+            (status, capture["attempt"].as_u64()),
+            (202, Some(2)),
+            "{capture}"
         );
     }
 
