@@ -30,7 +30,7 @@
 //! | 400 `over_authorized` | capture amount over what was authorized | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
 //! | 400 | invalid body (`amount` a positive integer of minor units, in the digits Stripe captures in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds; `reason` one of Stripe's) | nothing |
-//! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
+//! | GET 200 / 404 | where the order's latest capture (its cancel) stands, naming the `attempt` it acted on / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
 use charge_core::charge::state::Taker;
@@ -1007,6 +1007,13 @@ mod tests {
             op.next_due_at = op.capture_before();
         })
         .await;
+        // GET shows the order's latest capture, naming the attempt it was of: attempt 1's.
+        let (status, got) = call(&f, get("capture-valid.json")).await;
+        assert_eq!(
+            (status, &got["operation_id"], got["attempt"].as_u64()),
+            (200, &json!(refused.operation_id.to_string()), Some(1)),
+            "{got}"
+        );
         let queued = f.queue.len();
         let (status, new) = call(&f, five_hundred()).await;
         assert_eq!(
@@ -1132,6 +1139,65 @@ mod tests {
             (202, Some(2)),
             "{capture}"
         );
+    }
+
+    /// The capture records are the order's (`capture` to `capture#10`), whatever the attempt:
+    /// with all ten failed, 4 of attempt 1 and 6 of attempt 2, a capture of attempt 2 is 409
+    /// `too_many_captures` and writes nothing; the twin, the tenth absent, is written there as
+    /// attempt 2's.
+    #[tokio::test]
+    async fn an_order_s_ten_capture_records_count_over_its_attempts() {
+        use charge_core::operation::Params;
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+
+        for failed in [10, 9] {
+            let f = fixture();
+            authorized(&f).await;
+            let (status, asked) =
+                call(&f, with_body("capture-valid.json", json!({"amount": 500}))).await;
+            assert_eq!(status, 202, "{asked}");
+            let first = capture_no(&f, 1).expect("attempt 1's capture");
+            settle_taking(&f, &first, OperationStatus::Failed, GivenBack).await;
+            let first = stored(&f, &first).await;
+            charge_again(&f, "ord-3003", Some(AUTHORIZATION_EXPIRED), |op| {
+                op.status = OperationStatus::Authorized;
+                op.params.charge_state_mut().unwrap().capture_before =
+                    Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+                op.next_due_at = op.capture_before();
+            })
+            .await;
+            for n in 2..=failed {
+                let mut op = Operation {
+                    operation_id: OperationId::new_random(),
+                    kind: OperationKind::Capture(n),
+                    ..first.clone()
+                };
+                if let Params::Capture(p) = &mut op.params {
+                    p.amount_to_capture = Amount::new(500 - i64::from(n)).unwrap();
+                    if n > 4 {
+                        p.charge_attempt = 2;
+                        p.payment_intent = PaymentIntentId::parse("pi_second").unwrap();
+                    }
+                }
+                f.store.put_for_tests(op);
+            }
+            let before = f.store.all();
+            let (status, body) =
+                call(&f, with_body("capture-valid.json", json!({"amount": 400}))).await;
+            if failed == 10 {
+                assert_eq!(
+                    (status, body["error"]["code"].as_str()),
+                    (409, Some("too_many_captures")),
+                    "{body}"
+                );
+                assert_eq!(f.store.all(), before, "nothing written");
+            } else {
+                assert_eq!((status, body["attempt"].as_u64()), (202, Some(2)), "{body}");
+                let tenth = capture_no(&f, 10).expect("capture#10");
+                assert_eq!(tenth.params.charge_attempt(), Some(2));
+            }
+        }
     }
 
     /// A capture of a kwd authorization in a digit Stripe does not capture is refused with a
