@@ -141,6 +141,9 @@ fn edited<T>(mut value: T, edit: impl FnOnce(&mut T)) -> T {
 
 fn charge_drift_rows() -> Vec<ChargeDriftRow> {
     let paid = ours();
+    // The order charged again and declined again: attempt 2 (`charge#2`, its own operation id
+    // and intent), `failed`.
+    let declined_again = attempt(&paid, 2, Failed, "pi_2");
     vec![
         Row {
             says: "record failed, Stripe succeeded",
@@ -154,6 +157,16 @@ fn charge_drift_rows() -> Vec<ChargeDriftRow> {
             says: "record failed, Stripe's intent declined but still confirmable (requires_payment_method)",
             found: edited(paid.clone(), |op| op.status = Failed),
             input: edited(intent(&paid, "pi_1", "succeeded"), |pi| {
+                pi.status = PaymentIntentStatus::RequiresPaymentMethod
+            }),
+            now: (),
+            next: (),
+            then: DriftClass::StatusDiffers,
+        },
+        Row {
+            says: "attempt 2 (charge#2) failed, its own intent declined but still confirmable (requires_payment_method), as for attempt 1",
+            found: declined_again.clone(),
+            input: edited(intent(&declined_again, "pi_2", "succeeded"), |pi| {
                 pi.status = PaymentIntentStatus::RequiresPaymentMethod
             }),
             now: (),
@@ -217,6 +230,46 @@ fn each_mismatch_of_a_charge_has_its_class() {
         };
         ((), class)
     });
+}
+
+/// A declined attempt after the first is judged as the first is: its own intent (found by its
+/// operation id, the intent's `metadata[operation_id]`) left `requires_payment_method` at Stripe
+/// is `status_differs` (a customer could still confirm it: the failed attempt's intent must be
+/// canceled), and the twin, the same intent canceled, matches; the order's head, declined and
+/// canceled, matches in both.
+#[test]
+fn a_declined_attempt_after_the_first_is_drift_while_its_intent_is_confirmable() {
+    let mut head = charge("ord-1", Failed, Some("pi_1"));
+    head.params.charge_state_mut().unwrap().latest_attempt = Some(2);
+    let second = attempt(&head, 2, Failed, "pi_2");
+    assert_eq!(second.key().kind.sort_key(), "charge#2");
+    for (status, then) in [
+        ("requires_payment_method", vec![DriftClass::StatusDiffers]),
+        ("canceled", vec![]),
+    ] {
+        let mut ev = evidence();
+        ev.intents = vec![
+            intent(&head, "pi_1", "canceled"),
+            intent(&second, "pi_2", status),
+        ];
+        ev.settled = vec![head.clone(), second.clone()];
+        let j = judge(&ev, &POLICY);
+        assert_eq!(classes(&j), then, "{status}: {:?}", j.findings);
+        assert_eq!(j.unexplained(), 0);
+        if let [finding] = &j.findings[..] {
+            assert_eq!(
+                finding.operation_id.as_deref(),
+                Some(second.operation_id.to_string().as_str()),
+                "the finding names attempt 2's operation"
+            );
+        }
+        assert_eq!(
+            (j.counts.matched, j.counts.drifted),
+            if then.is_empty() { (4, 0) } else { (2, 2) },
+            "{status}: {:?}",
+            j.counts
+        );
+    }
 }
 
 #[test]

@@ -174,6 +174,19 @@ pub(crate) async fn read_charge(
     })
 }
 
+/// `caller`'s charge of the order ([`read_charge`]): the 404 when there is none, or it is another
+/// caller's.
+pub(crate) async fn callers_charge(
+    deps: &Checkout,
+    order_id: &OrderId,
+    caller: &Principal,
+) -> Result<Operation, Reply> {
+    read_charge(deps, order_id)
+        .await?
+        .filter(|c| created_by(c, caller))
+        .ok_or_else(no_charge)
+}
+
 /// A door that writes its operation beside the order's charge, in one conditional write over
 /// both records: what it decides on the charge, how it writes, and how it answers.
 pub(crate) trait Beside {
@@ -206,6 +219,13 @@ pub(crate) trait Beside {
     fn refused(refusal: Self::Refusal) -> Reply;
     /// The answer to the same request asked with another body, or by another caller.
     fn conflict(existing: &Operation) -> Reply;
+    /// The answer when the request's record is `existing`, an operation of an earlier attempt
+    /// of the order's charge than `charge`, the latest as read (the order's one cancel, made
+    /// before the order was charged again): not this request's operation, and the write of one
+    /// for `charge` is refused by it.
+    fn earlier_attempt(existing: &Operation, charge: &Operation) -> Reply {
+        earlier_attempt(existing, charge)
+    }
     /// How the door shows one of its operations.
     fn summary(op: &Operation) -> Value;
 }
@@ -225,14 +245,27 @@ pub(crate) async fn create<D: Beside>(
     order_id: &OrderId,
     caller: &Principal,
 ) -> Answer {
+    create_from(deps, door, order_id, caller, None).await
+}
+
+/// [`create`], first deciding on `read`, `caller`'s charge as the door already read it
+/// ([`callers_charge`]: a door that needs the charge to know what was asked reads it once, not
+/// twice); read again only when it moved.
+pub(crate) async fn create_from<D: Beside>(
+    deps: &Checkout,
+    door: &D,
+    order_id: &OrderId,
+    caller: &Principal,
+    mut read: Option<Operation>,
+) -> Answer {
     for _ in 0..ATTEMPTS {
-        let charge = read_charge(deps, order_id)
-            .await?
-            .filter(|c| created_by(c, caller))
-            .ok_or_else(no_charge)?;
+        let charge = match read.take() {
+            Some(charge) => charge,
+            None => callers_charge(deps, order_id, caller).await?,
+        };
         let (op, on_charge) = match door.decide(deps, &charge, caller, deps.clock.now()) {
             Ok(decided) => decided,
-            Err(refusal) => return again_or(deps, door, caller, refusal).await,
+            Err(refusal) => return again_or(deps, door, &charge, caller, refusal).await,
         };
         match deps.store.create_beside(&op, D::claim(&on_charge)).await {
             Ok(CreatedBeside::New(op)) if op.status.is_settled() => {
@@ -243,6 +276,10 @@ pub(crate) async fn create<D: Beside>(
                 });
             }
             Ok(CreatedBeside::New(op)) => return queued(deps, op, D::summary).await,
+            Ok(CreatedBeside::Existing(existing)) if of_earlier_attempt(&existing, &charge) => {
+                warn!(operation_id = %existing.operation_id, "the request's record is an earlier charge attempt's; refused");
+                return Err(D::earlier_attempt(&existing, &charge));
+            }
             Ok(CreatedBeside::Existing(existing)) => {
                 return existing_one(deps, door, existing, caller).await
             }
@@ -264,18 +301,44 @@ pub(crate) async fn create<D: Beside>(
 }
 
 /// A refusal of the door, unless the same request's operation already exists (then it is the
-/// answer).
+/// answer); one of an earlier attempt of the order's charge than `charge` is not, and the
+/// refusal (of the latest attempt, as read) is.
 async fn again_or<D: Beside>(
     deps: &Checkout,
     door: &D,
+    charge: &Operation,
     caller: &Principal,
     refusal: D::Refusal,
 ) -> Answer {
     if let Some(existing) = read(deps, door.key()).await? {
-        return existing_one(deps, door, existing, caller).await;
+        if !of_earlier_attempt(&existing, charge) {
+            return existing_one(deps, door, existing, caller).await;
+        }
     }
     warn!(%refusal, "refused; nothing written");
     Err(D::refused(refusal))
+}
+
+/// `existing` acts on another attempt of the order's charge than `charge` (the latest, as
+/// read): an earlier one's, written before the order was charged again.
+fn of_earlier_attempt(existing: &Operation, charge: &Operation) -> bool {
+    existing.charge_key() != charge.key()
+}
+
+/// The 409 of a request whose record is an earlier charge attempt's ([`Beside::earlier_attempt`]).
+pub(crate) fn earlier_attempt(existing: &Operation, charge: &Operation) -> Reply {
+    let kind = existing.kind.as_str();
+    error(
+        409,
+        "earlier_attempt",
+        &format!(
+            "this order's {kind} acted on its charge attempt {} ({}), before the order was charged again; it is not one of attempt {}",
+            existing.params.charge_attempt().unwrap_or(1),
+            existing.status.as_str(),
+            charge.kind.attempt_no().unwrap_or(1),
+        ),
+        None,
+    )
 }
 
 /// The same request again: the same operation (200, queued again while never attempted), or a

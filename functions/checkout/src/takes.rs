@@ -6,9 +6,11 @@
 //! Each is an operation of its own (kind `capture` / `cancel`, one cancel per order, one live or
 //! succeeded capture per order: a capture Stripe refused for what it asked fails and gives the
 //! authorization back, and a capture of another amount is then a record of its own,
-//! `capture#<n>`, with its own operation id and key; `GET` shows the latest), recorded with its
-//! claim on the order's charge in one conditional write (`OperationCreates::create_beside`): the
-//! charge names the one that took it, so a capture and a cancel asked at once can never both be
+//! `capture#<n>`, with its own operation id and key; `GET` shows the latest), each of the order's
+//! latest charge attempt (the one `charge_of` reads: a failed capture or cancel of an earlier
+//! attempt took an authorization that ended since, so it is never the answer to one asked now;
+//! every answer names its `attempt`), recorded with its claim on the order's charge in one
+//! conditional write (`OperationCreates::create_beside`): the charge names the one that took it, so a capture and a cancel asked at once can never both be
 //! accepted. Then queued (message version 3); the charge function captures or cancels with the key
 //! `capture-op:<operation_id>` / `cancel-op:<operation_id>`, reading the intent first on every
 //! attempt after the first. A cancel of a charge never sent to Stripe is settled by the write
@@ -16,18 +18,19 @@
 //!
 //! | answer | when | what changed |
 //! |---|---|---|
-//! | 202 `{operation_id, order_id, kind, status, amount, currency, queued}` | a new capture or cancel of an authorization | the operation written, the charge taken, one message sent |
+//! | 202 `{operation_id, order_id, kind, status, amount, currency, attempt, queued}` | a new capture or cancel of the latest attempt's authorization (the body of an earlier attempt's failed capture too: a new one) | the operation written, the charge taken, one message sent |
 //! | 200 `{…, status: "succeeded"}` | a cancel of a charge never sent | the cancel written settled and the charge `failed`, in one write; nothing sent |
-//! | 200 (same body) | the same request again, same caller | nothing written; still `pending`, the message is sent again |
+//! | 200 (same body) | the same request again, same caller, of the same attempt | nothing written; still `pending`, the message is sent again |
 //! | 409 `take_conflict` | a capture (cancel) already exists with another body, or another caller's | nothing |
 //! | 409 `taken` | the other of the two took the authorization first | nothing |
-//! | 409 `too_many_captures` | Stripe refused 10 captures of this authorization: cancel it | nothing |
+//! | 409 `cancel_used` | a cancel of an order charged again whose one cancel record is an earlier attempt's (Stripe refused it, the authorization given back, then lapsed): capture the latest, or Stripe releases it at its deadline | nothing |
+//! | 409 `too_many_captures` | Stripe refused 10 captures of the order's authorizations (the records are the order's, over all its attempts): cancel it | nothing |
 //! | 409 `not_authorized_yet` / `in_flight` | capture: the charge is not authorized yet; cancel: it is at Stripe, not yet authorized | nothing |
 //! | 409 `automatic_capture` / `captured` / `ended` | capture of an automatic charge; cancel of a captured charge (refund it instead); the charge already ended | nothing |
 //! | 400 `over_authorized` | capture amount over what was authorized | nothing |
 //! | 404 | no charge for this order, or another caller's order | nothing |
 //! | 400 | invalid body (`amount` a positive integer of minor units, in the digits Stripe captures in the charge's currency: a three-decimal currency's last digit 0, ISK in hundreds; `reason` one of Stripe's) | nothing |
-//! | GET 200 / 404 | where the capture (cancel) stands / none of the caller's | nothing |
+//! | GET 200 / 404 | where the order's latest capture (its cancel) stands, naming the `attempt` it acted on / none of the caller's | nothing |
 //! | 503 | DynamoDB failed | nothing, or the operation (then `pending`: the reconciler sends it) |
 
 use charge_core::charge::state::Taker;
@@ -58,45 +61,69 @@ pub(crate) async fn create(
     caller: &Principal,
 ) -> Answer {
     let request = parse(&kind, body)?;
-    let kind = if kind.is_capture() {
+    let (kind, charge) = if kind.is_capture() {
         capture_asked(deps, &order_id, &request, caller).await?
     } else {
-        kind
+        (kind, None)
     };
     let door = Take {
         request,
         key: OperationKey::of_kind(order_id.clone(), kind),
     };
-    door::create(deps, &door, &order_id, caller).await
+    door::create_from(deps, &door, &order_id, caller, charge).await
 }
 
 /// Which of the order's captures `request` is: the first that is not a failed one asked
-/// otherwise. A capture Stripe refused for what it asked failed and gave the authorization
-/// back, so another amount is a new capture, `capture#<n>` with its own operation id and key
-/// (`capture-op:<operation_id>`); the same body again is still that failed capture (200, as
-/// asked). A live or succeeded capture is the one: another body is `take_conflict`, as ever.
+/// otherwise, or of an earlier charge attempt than the order's latest. A capture Stripe refused
+/// for what it asked failed and gave the authorization back, so another amount is a new
+/// capture, `capture#<n>` with its own operation id and key (`capture-op:<operation_id>`); the
+/// same body again is still that failed capture (200, as asked). A failed capture of an earlier
+/// attempt took that attempt's authorization, which ended since: whatever its body, a capture
+/// asked now is of the latest attempt's, a new one. A live or succeeded capture is the one
+/// (only the latest attempt can have one: a capture holds its attempt until it ends, and a later
+/// attempt starts only after a failed one that no capture or cancel holds): another body is
+/// `take_conflict`, as ever.
+///
+/// Only a failed capture asked as this one needs the attempt the order is at: then the charge
+/// the door decides on is read here (`charge_of`, as the door would right after) and handed
+/// back with the kind, so no request reads it twice, and the reads of every other request are
+/// the ones they always were (the captures, then the charge).
+///
+/// The capture records are the order's (`capture` to `capture#10`, whatever the attempt): the
+/// store's key is the guard that makes each capture once, so the failed captures of earlier
+/// attempts count towards [`OperationKind::MAX_CAPTURES`].
 async fn capture_asked(
     deps: &Checkout,
     order_id: &OrderId,
     request: &TakeRequest,
     caller: &Principal,
-) -> Result<OperationKind, Reply> {
+) -> Result<(OperationKind, Option<Operation>), Reply> {
+    let mut charge: Option<Operation> = None;
     for n in 1..=OperationKind::MAX_CAPTURES {
         let kind = OperationKind::Capture(n);
         let key = OperationKey::of_kind(order_id.clone(), kind.clone());
-        match read(deps, &key).await? {
-            Some(earlier)
-                if earlier.status == OperationStatus::Failed
-                    && !(created_by(&earlier, caller)
-                        && earlier.fingerprint == request.fingerprint()) => {}
-            _ => return Ok(kind),
+        let Some(earlier) = read(deps, &key).await? else {
+            return Ok((kind, charge));
+        };
+        if earlier.status != OperationStatus::Failed {
+            return Ok((kind, charge));
+        }
+        if !created_by(&earlier, caller) || earlier.fingerprint != request.fingerprint() {
+            continue;
+        }
+        let latest = match &charge {
+            Some(charge) => charge,
+            None => charge.insert(door::callers_charge(deps, order_id, caller).await?),
+        };
+        if earlier.params.charge_attempt() == latest.kind.attempt_no() {
+            return Ok((kind, charge));
         }
     }
     Err(error(
         409,
         "too_many_captures",
         &format!(
-            "Stripe refused {} captures of this order's authorization: cancel it (POST /orders/{{order_id}}/cancel)",
+            "Stripe refused {} captures of this order's authorizations: cancel it (POST /orders/{{order_id}}/cancel)",
             OperationKind::MAX_CAPTURES
         ),
         None,
@@ -207,6 +234,26 @@ impl Beside for Take {
         )
     }
 
+    /// The order has one cancel record: a cancel Stripe refused on an earlier attempt (the
+    /// only one a later attempt can follow: a cancel that released it ended the order) leaves
+    /// none for the latest attempt's authorization.
+    fn earlier_attempt(existing: &Operation, charge: &Operation) -> Reply {
+        if existing.kind != OperationKind::Cancel {
+            return door::earlier_attempt(existing, charge);
+        }
+        error(
+            409,
+            "cancel_used",
+            &format!(
+                "this order's one cancel was made on its charge attempt {} ({}), before the order was charged again: attempt {}'s authorization cannot be canceled through the API; capture it (POST /orders/{{order_id}}/capture), or Stripe releases it at its deadline",
+                existing.params.charge_attempt().unwrap_or(1),
+                existing.status.as_str(),
+                charge.kind.attempt_no().unwrap_or(1),
+            ),
+            None,
+        )
+    }
+
     fn summary(op: &Operation) -> Value {
         summary(op)
     }
@@ -297,6 +344,7 @@ fn summary(op: &Operation) -> Value {
         "status": op.status.as_str(),
         "amount": op.params.amount().minor_units(),
         "currency": op.params.currency().as_str(),
+        "attempt": op.params.charge_attempt().unwrap_or(1),
     })
 }
 
@@ -417,6 +465,19 @@ mod tests {
     ) -> (Operation, Operation) {
         let (status, body) = call(f, event(request)).await;
         assert_eq!(status, 202, "{body}");
+        charge_again(f, order, None, second).await
+    }
+
+    /// `order`'s charge as it stands, ended `failed` (with `last_error`; its intent
+    /// `pi_declined` if it had none) and charged again: attempt 2 (its own operation id,
+    /// `pi_second`) as `second` leaves it, the head naming it as its latest; both written the
+    /// way the door's write leaves them. Returns (head, attempt 2).
+    async fn charge_again(
+        f: &Fixture,
+        order: &str,
+        last_error: Option<&str>,
+        second: impl FnOnce(&mut Operation),
+    ) -> (Operation, Operation) {
         let order_id = OrderId::parse(order).unwrap();
         let mut head = f
             .store
@@ -434,7 +495,9 @@ mod tests {
         };
         second(&mut attempt);
         head.status = OperationStatus::Failed;
-        head.external_id = Some(PaymentIntentId::parse("pi_declined").unwrap());
+        head.last_error = last_error.map(str::to_owned);
+        head.external_id
+            .get_or_insert_with(|| PaymentIntentId::parse("pi_declined").unwrap());
         head.first_attempted_at = Some(T);
         head.next_due_at = None;
         head.settled_at = Some(T);
@@ -904,6 +967,237 @@ mod tests {
         assert_eq!(status, 409, "{fourth}");
         assert_eq!(f.store.all(), before);
         assert!(capture_no(&f, 3).is_none());
+    }
+
+    /// A capture belongs to the attempt it took: attempt 1's capture of 500, refused by Stripe
+    /// (failed, the authorization given back), asked again on attempt 1 is still that one (200);
+    /// once attempt 1's authorization lapsed and the order was charged again, the same body is a
+    /// capture of attempt 2's authorization (202: its own record, operation id and key, attempt
+    /// 2 taken), never attempt 1's failed one; asked again, it is that new capture (200).
+    #[tokio::test]
+    async fn a_capture_asked_of_a_later_attempt_is_that_attempt_s_own() {
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+
+        let f = fixture();
+        authorized(&f).await;
+        let five_hundred = || with_body("capture-valid.json", json!({"amount": 500}));
+        let (status, asked) = call(&f, five_hundred()).await;
+        assert_eq!(status, 202, "{asked}");
+        let refused = capture_no(&f, 1).expect("attempt 1's capture");
+        settle_taking(&f, &refused, OperationStatus::Failed, GivenBack).await;
+        // The same attempt: the same body is still the refused capture (today's rule, kept).
+        let (status, same) = call(&f, five_hundred()).await;
+        assert_eq!(
+            (status, same["status"].as_str(), &same["operation_id"]),
+            (
+                200,
+                Some("failed"),
+                &json!(refused.operation_id.to_string())
+            ),
+            "{same}"
+        );
+        assert_eq!(same["attempt"], json!(1), "{same}");
+
+        // Attempt 1 lapses uncaptured; the order is charged again and attempt 2 authorized.
+        let (head, held) = charge_again(&f, "ord-3003", Some(AUTHORIZATION_EXPIRED), |op| {
+            op.status = OperationStatus::Authorized;
+            op.params.charge_state_mut().unwrap().capture_before =
+                Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+            op.next_due_at = op.capture_before();
+        })
+        .await;
+        // GET shows the order's latest capture, naming the attempt it was of: attempt 1's.
+        let (status, got) = call(&f, get("capture-valid.json")).await;
+        assert_eq!(
+            (status, &got["operation_id"], got["attempt"].as_u64()),
+            (200, &json!(refused.operation_id.to_string()), Some(1)),
+            "{got}"
+        );
+        let queued = f.queue.len();
+        let (status, new) = call(&f, five_hundred()).await;
+        assert_eq!(
+            (status, new["status"].as_str(), new["attempt"].as_u64()),
+            (202, Some("pending"), Some(2)),
+            "attempt 2's own capture, not attempt 1's refused one: {new}"
+        );
+        let capture = capture_no(&f, 2).expect("attempt 2's capture, capture#2");
+        assert_eq!(new["operation_id"], json!(capture.operation_id.to_string()));
+        assert_ne!(capture.operation_id, refused.operation_id);
+        assert_eq!(
+            capture.idempotency_key().as_str(),
+            format!("capture-op:{}", capture.operation_id)
+        );
+        assert_eq!(capture.params.charge_attempt(), Some(2));
+        assert_eq!(capture.charge_key(), held.key());
+        assert_eq!(
+            capture.params.payment_intent().map(|pi| pi.as_str()),
+            Some("pi_second")
+        );
+        assert_eq!(
+            stored(&f, &held).await.taken_by().map(|t| t.operation_id),
+            Some(capture.operation_id),
+            "attempt 2 taken by its capture"
+        );
+        assert_eq!(f.queue.len(), queued + 1, "its message sent");
+        assert_eq!(stored(&f, &head).await, head, "the lapsed head untouched");
+        assert_eq!(stored(&f, &refused).await.status, OperationStatus::Failed);
+
+        // Its twin: the same body again on attempt 2 is that capture; nothing written.
+        let before = f.store.all();
+        let (status, again) = call(&f, five_hundred()).await;
+        assert_eq!(
+            (status, &again["operation_id"]),
+            (200, &new["operation_id"]),
+            "{again}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        // GET shows the latest capture, attempt 2's.
+        let (status, got) = call(&f, get("capture-valid.json")).await;
+        assert_eq!(
+            (status, &got["operation_id"], got["attempt"].as_u64()),
+            (200, &new["operation_id"], Some(2)),
+            "{got}"
+        );
+    }
+
+    /// An order has one cancel record. A cancel Stripe refused on attempt 1 (failed, the
+    /// authorization given back) asked again on attempt 1 is that cancel (200, as ever). Once
+    /// attempt 1 lapsed and the order was charged again, a cancel of attempt 2 is never answered
+    /// with attempt 1's (which released nothing of attempt 2's): while attempt 2 is at Stripe,
+    /// 409 `in_flight` as for any cancel then; once authorized, 409 `cancel_used` naming attempt
+    /// 1; nothing written, attempt 2 free. The twin in the same setup: its capture is accepted.
+    #[tokio::test]
+    async fn a_cancel_of_an_earlier_attempt_never_answers_for_the_latest() {
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+
+        let f = fixture();
+        authorized(&f).await;
+        let (status, asked) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(status, 202, "{asked}");
+        let refused = f
+            .store
+            .all()
+            .into_iter()
+            .find(|op| op.kind == OperationKind::Cancel)
+            .expect("attempt 1's cancel");
+        settle_taking(&f, &refused, OperationStatus::Failed, GivenBack).await;
+        let (status, same) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, same["status"].as_str(), &same["operation_id"]),
+            (
+                200,
+                Some("failed"),
+                &json!(refused.operation_id.to_string())
+            ),
+            "the same attempt: the refused cancel, as ever: {same}"
+        );
+
+        // Attempt 1 lapses; the order is charged again, attempt 2 at Stripe (unknown).
+        let (_, at_stripe) = charge_again(&f, "ord-3003", Some(AUTHORIZATION_EXPIRED), |op| {
+            op.status = OperationStatus::Unknown;
+        })
+        .await;
+        let before = f.store.all();
+        let queued = f.queue.len();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("in_flight")),
+            "attempt 2's own refusal, not attempt 1's cancel: {body}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+
+        // Attempt 2 authorized: the order's one cancel is spent.
+        let mut held = at_stripe;
+        held.status = OperationStatus::Authorized;
+        held.params.charge_state_mut().unwrap().capture_before =
+            Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+        held.next_due_at = held.capture_before();
+        f.store.put_for_tests(held.clone());
+        let before = f.store.all();
+        let (status, body) = call(&f, event("cancel-valid.json")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("cancel_used")),
+            "{body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("attempt 1") && message.contains("attempt 2"),
+            "{body}"
+        );
+        assert_eq!(f.store.all(), before, "nothing written");
+        assert_eq!(f.queue.len(), queued, "nothing queued");
+        assert_eq!(stored(&f, &held).await.taken_by(), None, "attempt 2 free");
+
+        // The twin: attempt 2's authorization is captured.
+        let (status, capture) = call(&f, event("capture-valid.json")).await;
+        assert_eq!(
+            (status, capture["attempt"].as_u64()),
+            (202, Some(2)),
+            "{capture}"
+        );
+    }
+
+    /// The capture records are the order's (`capture` to `capture#10`), whatever the attempt:
+    /// with all ten failed, 4 of attempt 1 and 6 of attempt 2, a capture of attempt 2 is 409
+    /// `too_many_captures` and writes nothing; the twin, the tenth absent, is written there as
+    /// attempt 2's.
+    #[tokio::test]
+    async fn an_order_s_ten_capture_records_count_over_its_attempts() {
+        use charge_core::operation::Params;
+        use charge_core::store::AuthorizationOutcome::GivenBack;
+        use charge_core::store_rules::AUTHORIZATION_EXPIRED;
+
+        for failed in [10, 9] {
+            let f = fixture();
+            authorized(&f).await;
+            let (status, asked) =
+                call(&f, with_body("capture-valid.json", json!({"amount": 500}))).await;
+            assert_eq!(status, 202, "{asked}");
+            let first = capture_no(&f, 1).expect("attempt 1's capture");
+            settle_taking(&f, &first, OperationStatus::Failed, GivenBack).await;
+            let first = stored(&f, &first).await;
+            charge_again(&f, "ord-3003", Some(AUTHORIZATION_EXPIRED), |op| {
+                op.status = OperationStatus::Authorized;
+                op.params.charge_state_mut().unwrap().capture_before =
+                    Some(T.plus(Duration::from_secs(7 * 24 * 3600)));
+                op.next_due_at = op.capture_before();
+            })
+            .await;
+            for n in 2..=failed {
+                let mut op = Operation {
+                    operation_id: OperationId::new_random(),
+                    kind: OperationKind::Capture(n),
+                    ..first.clone()
+                };
+                if let Params::Capture(p) = &mut op.params {
+                    p.amount_to_capture = Amount::new(500 - i64::from(n)).unwrap();
+                    if n > 4 {
+                        p.charge_attempt = 2;
+                        p.payment_intent = PaymentIntentId::parse("pi_second").unwrap();
+                    }
+                }
+                f.store.put_for_tests(op);
+            }
+            let before = f.store.all();
+            let (status, body) =
+                call(&f, with_body("capture-valid.json", json!({"amount": 400}))).await;
+            if failed == 10 {
+                assert_eq!(
+                    (status, body["error"]["code"].as_str()),
+                    (409, Some("too_many_captures")),
+                    "{body}"
+                );
+                assert_eq!(f.store.all(), before, "nothing written");
+            } else {
+                assert_eq!((status, body["attempt"].as_u64()), (202, Some(2)), "{body}");
+                let tenth = capture_no(&f, 10).expect("capture#10");
+                assert_eq!(tenth.params.charge_attempt(), Some(2));
+            }
+        }
     }
 
     /// A capture of a kwd authorization in a digit Stripe does not capture is refused with a
