@@ -453,6 +453,7 @@ async fn the_taking_s_clauses_are_its_guards() {
     let guards = [
         Guard::IsCharge,
         Guard::NotTaken,
+        Guard::NotCanceled,
         Guard::TakenBy(capture.operation_id),
         Guard::TakenBy(cancel.operation_id),
         Guard::TakenBy(charge_core::domain::OperationId::new_random()),
@@ -489,7 +490,8 @@ async fn the_taking_s_clauses_are_its_guards() {
 
 /// A new charge attempt's guards, each as the clause DynamoDB checks, hold of the stored item
 /// exactly when the rule says: a charge is the first attempt (`charge`) or a later one
-/// (`charge#<n>`), never a capture; the head names its latest attempt (absent: 1).
+/// (`charge#<n>`), never a capture; the head names its latest attempt (absent: 1); a cancel's
+/// `taken_by` ends the order, a capture's does not.
 #[tokio::test]
 async fn the_attempt_s_clauses_are_its_guards() {
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
@@ -500,10 +502,20 @@ async fn the_attempt_s_clauses_are_its_guards() {
     named.params.charge_state_mut().unwrap().latest_attempt = Some(2);
     let mut second = head.clone();
     second.kind = charge_core::domain::OperationKind::Charge(2);
+    // Ended by a capture that found the authorization lapsed (may be charged again), and by a
+    // cancel (may not).
+    let taken = |capture: bool, order: &str| {
+        let mut op = head.clone();
+        op.order_id = charge_core::domain::OrderId::parse(order).unwrap();
+        op.params.charge_state_mut().unwrap().taken_by = Some(taking::taker(capture));
+        op
+    };
     let stored = [
         head.clone(),
         named,
         second,
+        taken(true, "ord-rules-lapsed"),
+        taken(false, "ord-rules-canceled"),
         taking::capture_of(
             &state::pending(),
             taking::taker(true),
@@ -517,6 +529,7 @@ async fn the_attempt_s_clauses_are_its_guards() {
         Guard::LatestAttemptIs(3),
         Guard::StatusIs(OperationStatus::Failed),
         Guard::NotTaken,
+        Guard::NotCanceled,
         Guard::IsOperation(head.operation_id),
     ];
     let mut checked = 0;

@@ -363,8 +363,9 @@ pub enum DisputeRecorded {
 /// - the head (the first attempt, sort key `charge`) names it as the latest, only if it still
 ///   names `n` (absent when `n` is 1): two retries at once, one attempt. Nothing else of the
 ///   head moves, not even `updated_at` (a settled record rewritten is no outcome);
-/// - attempt `n` is still the one read, `failed`, and no cancel ended it (`taken_by` absent):
-///   a canceled order stays canceled. For `n` = 1 that is the head's own condition.
+/// - attempt `n` is still the one read, `failed`, and no cancel ended it (`taken_by` absent,
+///   or a capture's that found the authorization lapsed: nothing was taken): a canceled order
+///   stays canceled. For `n` = 1 that is the head's own condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewAttempt {
     /// The new attempt's record: kind `Charge(n+1)`, `pending`, its own operation id.

@@ -66,6 +66,10 @@ pub enum Guard {
     NotTaken,
     /// The capture or cancel with this operation id took the charge.
     TakenBy(OperationId),
+    /// No cancel took the charge: `taken_by` absent, or a capture's (a capture that found the
+    /// authorization lapsed at Stripe leaves its name on a charge that ended `failed`, nothing
+    /// taken: the order was never paid, and nobody canceled it).
+    NotCanceled,
     /// Never claimed for a Stripe call (`first_attempted_at` absent): nothing was ever sent.
     NeverAttempted,
     /// `authorized`, or already this status (a capture's or cancel's outcome over a charge whose
@@ -95,6 +99,7 @@ impl Guard {
             Guard::IsRefund => matches!(op.kind, OperationKind::Refund(_)),
             Guard::NotTaken => op.taken_by().is_none(),
             Guard::TakenBy(id) => op.taken_by().is_some_and(|t| t.operation_id == id),
+            Guard::NotCanceled => op.taken_by().is_none_or(|t| t.capture),
             Guard::NeverAttempted => op.first_attempted_at.is_none(),
             Guard::AuthorizedOr(status) => {
                 op.status == OperationStatus::Authorized || op.status == status
@@ -123,6 +128,7 @@ impl Guard {
             Guard::IsRefund => "is_refund",
             Guard::NotTaken => "not_taken",
             Guard::TakenBy(_) => "taken_by",
+            Guard::NotCanceled => "not_canceled",
             Guard::NeverAttempted => "never_attempted",
             Guard::AuthorizedOr(_) => "authorized_or",
             Guard::LatestAttemptIs(_) => "latest_attempt_is",
@@ -236,6 +242,7 @@ pub fn refused_claim(current: Operation, by: Guard) -> Claim {
         | Guard::IsRefund
         | Guard::NotTaken
         | Guard::TakenBy(_)
+        | Guard::NotCanceled
         | Guard::NeverAttempted
         | Guard::AuthorizedOr(_)
         | Guard::LatestAttemptIs(_) => Claim::Leased(current),
@@ -680,7 +687,9 @@ impl Transition for AttemptOnHead {
 }
 
 /// Attempt `n`'s side of a new attempt ([`NewAttempt`]): the one read, `failed`, and not ended
-/// by a cancel (a canceled order stays canceled). A check only: attempt `n` is not written.
+/// by a cancel (a canceled order stays canceled; a capture that found the authorization lapsed
+/// ended it too, but nobody canceled the order and nothing was taken: it may be charged again).
+/// A check only: attempt `n` is not written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptFailed(pub OperationId);
 
@@ -690,7 +699,7 @@ impl Transition for AttemptFailed {
             Guard::IsOperation(self.0),
             Guard::IsCharge,
             Guard::StatusIs(OperationStatus::Failed),
-            Guard::NotTaken,
+            Guard::NotCanceled,
         ]
     }
 

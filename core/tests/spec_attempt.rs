@@ -94,10 +94,20 @@ fn attempts(of: &[(&str, OperationStatus)]) -> Vec<Operation> {
     all
 }
 
-fn canceled(mut of: Vec<Operation>) -> Vec<Operation> {
+fn canceled(of: Vec<Operation>) -> Vec<Operation> {
+    taken(of, false)
+}
+
+/// The latest attempt ended with a capture's name on it: a capture that found the authorization
+/// lapsed at Stripe (the attempt `failed`, nothing taken, nobody canceled the order).
+fn lapsed_under_a_capture(of: Vec<Operation>) -> Vec<Operation> {
+    taken(of, true)
+}
+
+fn taken(mut of: Vec<Operation>, capture: bool) -> Vec<Operation> {
     let last = of.last_mut().unwrap();
     last.params.charge_state_mut().unwrap().taken_by = Some(Taker {
-        capture: false,
+        capture,
         operation_id: OperationId::new_random(),
     });
     of
@@ -240,6 +250,14 @@ fn door_table() {
             now: (),
             next: (),
             then: Err(AttemptRefusal::Canceled),
+        },
+        Row {
+            says: "an order whose capture found the authorization lapsed is charged again (nobody canceled it, nothing was taken)",
+            found: lapsed_under_a_capture(attempts(&[("pm_a", Failed)])),
+            input: (asked("pm_b"), me(), 5),
+            now: (),
+            next: (),
+            then: Ok(Said::Start(2)),
         },
         Row {
             says: "an order at the deployment's limit of attempts is refused",
@@ -387,6 +405,9 @@ fn start_attempt_table() {
     let mut one_paid = one.clone();
     one_paid[0].status = Succeeded;
     let one_canceled = canceled(one.clone());
+    let one_lapsed = lapsed_under_a_capture(one.clone());
+    let two_canceled = canceled(two.clone());
+    let two_lapsed = lapsed_under_a_capture(two.clone());
     let mut one_replaced = one.clone();
     one_replaced[0].operation_id = OperationId::new_random();
     let after_two = attempts(&[("pm_a", Failed), ("pm_b", Failed), ("pm_c", Pending)]);
@@ -437,7 +458,31 @@ fn start_attempt_table() {
             input: next_of(&one),
             now: (),
             next: None,
-            then: Err(AttemptRefusedBy::Head(Some(Guard::NotTaken))),
+            then: Err(AttemptRefusedBy::Head(Some(Guard::NotCanceled))),
+        },
+        Row {
+            says: "a first attempt a capture ended when it found the authorization lapsed: attempt 2 written",
+            found: (None, Some(one_lapsed[0].clone()), None),
+            input: next_of(&one_lapsed),
+            now: (),
+            next: Some(Some(2)),
+            then: Ok(()),
+        },
+        Row {
+            says: "an attempt 2 a cancel ended: refused by its check, nothing written",
+            found: (None, Some(two_canceled[0].clone()), Some(two_canceled[1].clone())),
+            input: next_of(&two_canceled),
+            now: (),
+            next: None,
+            then: Err(AttemptRefusedBy::After(Some(Guard::NotCanceled))),
+        },
+        Row {
+            says: "an attempt 2 a capture ended when it found the authorization lapsed: attempt 3 written",
+            found: (None, Some(two_lapsed[0].clone()), Some(two_lapsed[1].clone())),
+            input: next_of(&two_lapsed),
+            now: (),
+            next: Some(Some(3)),
+            then: Ok(()),
         },
         Row {
             says: "a first attempt that is not the one read: refused",

@@ -593,8 +593,8 @@ fn variant(verdict: &Result<Operation, Option<Guard>>) -> &'static str {
             | Guard::TakenBy(_)
             | Guard::NeverAttempted
             | Guard::AuthorizedOr(_) => "a reservation's or a taking's guard",
-            // A new charge attempt's: `spec_attempt.rs` (`start_attempt_table`) refuses by it.
-            Guard::LatestAttemptIs(_) => "an attempt's guard",
+            // A new charge attempt's: `spec_attempt.rs` (`start_attempt_table`) refuses by each.
+            Guard::LatestAttemptIs(_) | Guard::NotCanceled => "an attempt's guard",
         },
     }
 }

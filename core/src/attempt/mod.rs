@@ -181,7 +181,9 @@ pub fn decide(
                 status: latest.status,
             })
         }
-        OperationStatus::Failed if latest.taken_by().is_some() => {
+        // A capture that found the authorization lapsed ended the attempt too, with nothing
+        // taken: only a cancel ends the order.
+        OperationStatus::Failed if latest.taken_by().is_some_and(|t| !t.capture) => {
             return Err(AttemptRefusal::Canceled)
         }
         OperationStatus::Failed => {}

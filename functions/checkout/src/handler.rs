@@ -23,7 +23,7 @@
 //! | 409 `order_conflict` | another amount, currency, customer or capture method than the order's; or the order of another caller | nothing |
 //! | 409 `attempt_in_flight` | another payment method while the latest attempt is `pending`, `unknown` or `authorized` (also the loser of two retries at once with different bodies) | nothing |
 //! | 409 `paid` | another payment method once the latest attempt `succeeded` ("order … is paid by attempt n (pi_…); refund it instead") | nothing |
-//! | 409 `canceled` | the latest attempt was ended by a cancel (`taken_by`): a canceled order is not charged again | nothing |
+//! | 409 `canceled` | the latest attempt was ended by a cancel (`taken_by` a cancel's): a canceled order is not charged again (one a capture ended when it found the authorization lapsed is: nothing was taken) | nothing |
 //! | 409 `too_many_attempts` | the latest attempt failed and the order made `MAX_CHARGE_ATTEMPTS` (template `MaxChargeAttempts`, default 5) | nothing |
 //! | 400 | invalid field (field-level message) | nothing |
 //! | 413 / 415 | body over 8 KiB / a declared media type other than `application/json` | nothing |
@@ -1583,21 +1583,24 @@ mod tests {
     }
 
     /// The refusals of another attempt, each with its twin accepted in the same setup: a
-    /// canceled order stays canceled (409 `canceled`) while a declined one is charged again; an
+    /// canceled order stays canceled (409 `canceled`) while a declined one, or one whose capture
+    /// found the authorization lapsed, is charged again; an
     /// order at the limit is 409 `too_many_attempts` while one under it starts another; another
     /// amount is 409 `order_conflict` while the same amount starts one. Nothing written by any
     /// refusal.
     #[tokio::test]
     async fn canceled_too_many_and_another_amount_are_refused_and_their_twins_accepted() {
-        // Canceled: the latest failed with a taker.
-        for canceled in [true, false] {
+        // Canceled: the latest failed with a cancel's name on it. Its twins: failed with none
+        // (declined), and failed with a capture's (the capture found the authorization lapsed:
+        // nothing taken, nobody canceled the order).
+        for (canceled, taker) in [(true, Some(false)), (false, None), (false, Some(true))] {
             let f = fixture();
             call(&f, event("checkout-valid.json")).await;
             let mut op = settle_latest(&f, OperationStatus::Failed);
-            if canceled {
+            if let Some(capture) = taker {
                 op.params.charge_state_mut().unwrap().taken_by =
                     Some(charge_core::charge::state::Taker {
-                        capture: false,
+                        capture,
                         operation_id: charge_core::domain::OperationId::new_random(),
                     });
                 f.store.put_for_tests(op);

@@ -216,6 +216,12 @@ impl Expression {
                 }
             }
             Guard::NotTaken => format!("attribute_not_exists({})", self.name(TAKEN_BY)),
+            // `taken_by` is `capture:<uuid>` or `cancel:<uuid>`.
+            Guard::NotCanceled => {
+                let n = self.name(TAKEN_BY);
+                let v = self.value(":if_not_canceled", attr_s("cancel:"));
+                format!("(attribute_not_exists({n}) OR NOT begins_with({n}, {v}))")
+            }
             Guard::TakenBy(id) => {
                 let n = self.name(TAKEN_BY);
                 let capture = self.value(":if_taken_by_capture", attr_s(&format!("capture:{id}")));
