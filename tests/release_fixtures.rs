@@ -18,7 +18,10 @@
 //!   its latest attempt (`charge_of`, `attempts_of`), a refund of attempt 2 holds its
 //!   reservation there, the version 5 messages name their attempt, and a pending attempt settles
 //!   through today's charge function, today's door and store refusing a further attempt while it
-//!   is unsettled or paid and starting one after it failed.
+//!   is unsettled or paid and starting one after it failed;
+//! - from the same release (`captures.json`, `cancels.json`, `disputes.json`): a captured, a
+//!   canceled and a disputed order read with the charge naming its taker or dispute, and today's
+//!   door rules act on them as on today's records.
 //!
 //! Each record is placed as if written just now: all of its own times move by one offset (a record
 //! is self-consistent; the fixture's spread over a day would otherwise age some past Stripe's 24 h
@@ -32,7 +35,10 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use charge_core::attempt::{self, AttemptLimit, AttemptRefusal, Door};
 use charge_core::outbox::{Outcome, OutcomeEvent, SCHEMA_VERSION, SOURCE};
+use charge_core::refund::{self as refunds, request::RefundRequest, RefundRefusal};
 use charge_core::store::{CreatedAttempt, ManualResolution, NewAttempt, OperatorGuard};
+use charge_core::take::request::{CancelRequest, CaptureRequest};
+use charge_core::take::{self, TakeRefusal, TakeRequest};
 use charge_core::{
     domain::{OperationId, OperationKind, OrderId, PaymentMethodId, Principal},
     operation::{AuditEntry, Operation, OperationKey, OperationStatus},
@@ -536,7 +542,13 @@ fn every_release_s_charges_read_as_their_order_s_first_attempt() {
     for dir in &releases() {
         let release = dir.file_name().unwrap().to_string_lossy().into_owned();
         let mut seen = 0;
-        for file in ["operations.json", "refunds.json"] {
+        for file in [
+            "operations.json",
+            "refunds.json",
+            "captures.json",
+            "cancels.json",
+            "disputes.json",
+        ] {
             for entry in read(dir, file).unwrap_or_default() {
                 let case = case(&entry);
                 let op = operation_from_item(&item_from_json(&entry["item"]).unwrap())
@@ -931,4 +943,167 @@ async fn attempts_are_acted_on(s: &Stack, release: &str, dir: &Path) {
         new.op.operation_id,
         "{release}"
     );
+}
+
+/// One order's records from a take or dispute file: (the charge, the other record).
+fn charge_and_other(release: &str, dir: &Path, file: &str) -> Option<(Operation, Operation)> {
+    let entries = read(dir, file)?;
+    let ops: Vec<Operation> = entries
+        .iter()
+        .map(|e| {
+            operation_from_item(&item_from_json(&e["item"]).unwrap())
+                .unwrap_or_else(|e| panic!("{release}/{file}: today's code cannot read it: {e}"))
+        })
+        .collect();
+    for (e, op) in entries.iter().zip(&ops) {
+        assert_eq!(
+            Some(op.idempotency_key().to_string().as_str()),
+            e["idempotency_key"].as_str(),
+            "{release}/{file}: the idempotency key changed across releases"
+        );
+    }
+    let [charge, other] = <[Operation; 2]>::try_from(ops).expect("a charge and one more");
+    assert!(charge.kind.is_charge(), "{release}/{file}: {charge:?}");
+    assert_eq!(other.charge_key(), charge.key(), "{release}/{file}");
+    Some((charge, other))
+}
+
+/// A release's captured, canceled and disputed orders (from 2026-12-07 on), read by today's
+/// code: the charge names the capture or cancel that took it (`taken_by`) or the dispute that
+/// holds it, and today's door rules act on each as on a record of today: a captured charge is
+/// refunded (up to what was captured) and not canceled, a canceled one is neither captured nor
+/// refunded, a disputed one (funds withdrawn) is not refunded while its twin without the
+/// dispute would be.
+#[test]
+fn every_release_s_captures_cancels_and_disputes_are_read_and_acted_on() {
+    let with_takes: Vec<PathBuf> = releases()
+        .into_iter()
+        .filter(|dir| dir.join("captures.json").exists())
+        .collect();
+    assert!(
+        !with_takes.is_empty(),
+        "the first release with fixtures of captures has them"
+    );
+    let now = START;
+    let refund_all = RefundRequest {
+        amount: None,
+        reason: None,
+    };
+    for dir in &with_takes {
+        let release = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let taker = |op: &Operation| charge_core::charge::state::Taker {
+            capture: false,
+            operation_id: op.operation_id,
+        };
+
+        // captured: the capture took the authorization; the charge is paid, refundable.
+        let (charge, capture) = charge_and_other(&release, dir, "captures.json").unwrap();
+        assert!(capture.kind.is_capture(), "{release}: {capture:?}");
+        assert_eq!(capture.status, OperationStatus::Succeeded, "{release}");
+        assert!(charge.is_manual_capture(), "{release}");
+        assert_eq!(charge.status, OperationStatus::Succeeded, "{release}");
+        let by = charge.taken_by().expect("the charge names its taker");
+        assert_eq!((by.capture, by.operation_id), (true, capture.operation_id));
+        assert_eq!(charge.amount_captured(), Some(charge.params.amount()));
+        let (params, _) = refunds::reserve(&charge, &refund_all, now)
+            .unwrap_or_else(|e| panic!("{release}: a captured charge is refunded: {e}"));
+        assert_eq!(params.amount, charge.amount_taken(), "{release}");
+        let cancel = TakeRequest::Cancel(CancelRequest { reason: None });
+        assert_eq!(
+            take::take(&charge, &cancel, taker(&charge), now).err(),
+            Some(TakeRefusal::Captured),
+            "{release}: a captured charge is not canceled"
+        );
+
+        // canceled: the cancel took it; the charge ended failed, nothing to capture or refund.
+        let (charge, cancel_op) = charge_and_other(&release, dir, "cancels.json").unwrap();
+        assert_eq!(cancel_op.kind, OperationKind::Cancel, "{release}");
+        assert_eq!(cancel_op.status, OperationStatus::Succeeded, "{release}");
+        assert_eq!(charge.status, OperationStatus::Failed, "{release}");
+        let by = charge.taken_by().expect("the charge names its taker");
+        assert_eq!(
+            (by.capture, by.operation_id),
+            (false, cancel_op.operation_id)
+        );
+        let capture = TakeRequest::Capture(CaptureRequest { amount: None });
+        assert!(
+            take::take(&charge, &capture, taker(&charge), now).is_err(),
+            "{release}: a canceled charge is not captured"
+        );
+        assert!(
+            matches!(
+                refunds::reserve(&charge, &refund_all, now),
+                Err(RefundRefusal::NotSucceeded(OperationStatus::Failed))
+            ),
+            "{release}"
+        );
+        assert!(
+            matches!(
+                attempt::decide(
+                    std::slice::from_ref(&charge),
+                    &charge,
+                    charge.requested_by.as_ref().unwrap(),
+                    AttemptLimit::DEFAULT
+                ),
+                Err(AttemptRefusal::Canceled)
+            ),
+            "{release}: a canceled order is not charged again"
+        );
+
+        // disputed: the dispute's record beside the charge, which names it and holds the
+        // withdrawn funds against refunds; a refund is refused while Stripe holds them
+        // withdrawn, and accepted for the same charge without the dispute and its hold.
+        let (charge, dispute) = charge_and_other(&release, dir, "disputes.json").unwrap();
+        let dispute_id = dispute.kind.dispute_id().expect("a dispute record").clone();
+        assert_eq!(
+            dispute.kind.sort_key(),
+            format!("dispute#{dispute_id}"),
+            "{release}"
+        );
+        assert_eq!(dispute.status, OperationStatus::Unknown, "{release}: open");
+        assert_eq!(dispute.external_id, charge.external_id, "{release}");
+        assert_eq!(charge.status, OperationStatus::Succeeded, "{release}");
+        let state = charge.params.charge_state().unwrap();
+        assert_eq!(state.refund_blocked_by(), Some(&dispute_id), "{release}");
+        assert_eq!(
+            charge.refund_reserved(),
+            dispute.params.amount().minor_units(),
+            "{release}: the withdrawn funds are held against refunds"
+        );
+        assert!(
+            matches!(
+                refunds::reserve(&charge, &refund_all, now),
+                Err(RefundRefusal::Disputed { .. })
+            ),
+            "{release}: a disputed charge is not refunded"
+        );
+        let mut undisputed = charge.clone();
+        if let Some(state) = undisputed.params.charge_state_mut() {
+            state.disputed_by = None;
+            state.refund_reserved = 0;
+        }
+        assert!(
+            refunds::reserve(&undisputed, &refund_all, now).is_ok(),
+            "{release}: the twin without the dispute is refunded"
+        );
+
+        // Their messages: every one a version today reads, naming one of the records.
+        let messages = read(dir, "take_messages.json").expect("take_messages.json");
+        assert!(!messages.is_empty(), "{release}");
+        for m in messages {
+            let body = m["body"].as_str().expect("a body");
+            let message: OperationMessage = serde_json::from_str(body)
+                .unwrap_or_else(|e| panic!("{release}: {body}: today's code cannot read it: {e}"));
+            assert!(
+                OperationMessage::known_version(u64::from(message.v)),
+                "{release}: {body}"
+            );
+            let v = if message.kind.is_charge() {
+                OperationMessage::VERSION
+            } else {
+                OperationMessage::TAKE_VERSION
+            };
+            assert_eq!(message.v, v, "{release}: {body}");
+        }
+    }
 }

@@ -19,6 +19,14 @@
 //! executed by the release's executor over `FakeGateway`: a head (sort key `charge`) naming its
 //! `latest_attempt`, later attempts `charge#<n>` (message version 5 with `attempt`), and a refund
 //! of attempt 2 (`charge_attempt` 2, its reservation on `charge#2`).
+//!
+//! And the first fixtures of captures, cancels and disputes ([`takes`], after the attempts):
+//! `captures.json`, `cancels.json`, `disputes.json` and `take_messages.json`: a manual-capture
+//! order authorized then captured (the capture record, the charge's `taken_by` and
+//! `amount_captured`), one authorized then canceled (the charge `failed`, `taken_by` the cancel),
+//! and a paid order's dispute record beside the charge's side, each by the door's own rules
+//! (`take::take`, `take::initial`; the dispute plan the events function's shell runs) and the
+//! store's `create_beside`.
 
 #[path = "inbox.rs"]
 mod inbox;
@@ -86,6 +94,7 @@ impl Release for Adapter {
         let events = outcome_events::delivered(w).await;
         let (refunds, messages) = refunds::written(w).await;
         let (attempts, attempt_messages) = attempts::written(w).await;
+        let taken = takes::written(w).await;
         vec![
             ("inbox.json", inbox),
             ("outcome_events.json", events),
@@ -93,6 +102,10 @@ impl Release for Adapter {
             ("refund_messages.json", messages),
             ("attempts.json", attempts),
             ("attempt_messages.json", attempt_messages),
+            ("captures.json", taken.captures),
+            ("cancels.json", taken.cancels),
+            ("disputes.json", taken.disputes),
+            ("take_messages.json", taken.messages),
         ]
     }
 }
@@ -681,5 +694,197 @@ mod attempts {
         assert_eq!(found.len(), 2 + 1 + 2 + 3);
         found.sort_by_key(|(at, _)| *at);
         found.into_iter().map(|(_, v)| v).collect()
+    }
+}
+
+/// The take and dispute cases: captures, cancels and disputes had no fixtures before this
+/// release.
+mod takes {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use charge_core::charge::state::Taker;
+    use charge_core::dispute::plan::{plan, DisputeWrite};
+    use charge_core::dispute::DisputeStatus;
+    use charge_core::store::Created;
+    use charge_core::store_rules::{ChargeClaim, CreatedBeside};
+    use charge_core::take::request::{CancelRequest, CancellationReason, CaptureRequest};
+    use charge_core::take::{self, TakeRequest};
+    use charge_core::{
+        domain::{CaptureMethod, ChargeParams, OperationId, OperationKind, OrderId, Principal},
+        operation::{Operation, OperationKey, OperationStatus},
+        time::{Clock, Timestamp},
+    };
+    use charge_once::ports::{OperationCreates, OperationQueue, OperationReads, QueuedOperation};
+    use serde_json::{json, Value};
+
+    use super::{Adapter, REQUESTED_BY};
+    use crate::{item_json, params, scan, Release, World, T0};
+
+    /// The orders, in case order: order `ord-fx-<case>` is case number NN = 15 + i, starts at
+    /// `T0 + (NN - 1)·3 h`; its charge is operation `f1f1f1f1-0000-4000-8000-00000000NN01`, the
+    /// capture, cancel or dispute record `…00000000NN11`.
+    pub const CASES: &[&str] = &["captured", "canceled", "disputed"];
+    /// The dispute Stripe opens on `disputed`'s charge.
+    const DISPUTE_ID: &str = "dp_FxDisputed17";
+
+    pub struct Taken {
+        pub captures: Vec<Value>,
+        pub cancels: Vec<Value>,
+        pub disputes: Vec<Value>,
+        pub messages: Vec<Value>,
+    }
+
+    fn number(i: usize) -> usize {
+        15 + i
+    }
+
+    fn order(i: usize) -> OrderId {
+        OrderId::parse(&format!("ord-fx-{}", CASES[i])).unwrap()
+    }
+
+    fn operation_id(i: usize, xx: u32) -> OperationId {
+        OperationId::parse(&format!("f1f1f1f1-0000-4000-8000-00000000{:02}{xx:02}", number(i)))
+            .unwrap()
+    }
+
+    /// Order `i`'s charge checked out and executed at `T0 + (NN - 1)·3 h`: `capture` manual is
+    /// authorized (`requires_capture` at the fake), automatic succeeded.
+    async fn charged(w: &World, i: usize, capture: CaptureMethod) -> Operation {
+        w.clock.set(Timestamp::from_millis(
+            T0 + (number(i) as i64 - 1) * 3 * 3600 * 1000,
+        ));
+        let asked = ChargeParams {
+            capture_method: capture,
+            ..params(number(i) - 1)
+        };
+        let mut op = Adapter::operation(order(i), asked, w.clock.now(), w.policy.pending_grace);
+        op.operation_id = operation_id(i, 1);
+        assert!(matches!(w.store.create_if_absent(&op).await.unwrap(), Created::New(_)));
+        w.queue.send(&QueuedOperation::first(&op)).await.unwrap();
+        let after = w.execute(&op).await;
+        let expected = match capture {
+            CaptureMethod::Manual => OperationStatus::Authorized,
+            CaptureMethod::Automatic => OperationStatus::Succeeded,
+        };
+        assert_eq!(after.status, expected, "{after:?}");
+        after
+    }
+
+    /// A capture or cancel of order `i`'s charge asked 10 min later, as the door writes it
+    /// (`take::take` on the charge read by `charge_of`, `take::initial`, `create_beside` with its
+    /// take), its first message (version 3), then executed.
+    async fn taken(w: &World, i: usize, request: TakeRequest) -> Operation {
+        w.advance(Duration::from_secs(600));
+        let now = w.clock.now();
+        let charge = w.store.charge_of(&order(i)).await.unwrap().unwrap();
+        let kind = request.kind();
+        let operation_id = operation_id(i, 11);
+        let taker = Taker {
+            capture: kind.is_capture(),
+            operation_id,
+        };
+        let taking = take::take(&charge, &request, taker, now).unwrap();
+        let op = Operation {
+            operation_id,
+            ..Operation::new_taking(
+                charge.order_id.clone(),
+                kind,
+                request.fingerprint(),
+                taking.params.clone(),
+                Principal::iam(REQUESTED_BY).unwrap(),
+                now,
+                w.policy.pending_grace,
+            )
+        };
+        let op = take::initial(op, &taking);
+        let created = w
+            .store
+            .create_beside(&op, ChargeClaim::Take(&taking.take))
+            .await
+            .unwrap();
+        assert_eq!(created, CreatedBeside::New(op.clone()), "{}", CASES[i]);
+        w.queue.send(&QueuedOperation::first(&op)).await.unwrap();
+        let after = w.execute(&op).await;
+        assert_eq!(after.status, OperationStatus::Succeeded, "{after:?}");
+        after
+    }
+
+    /// Drives the three orders; their files.
+    pub async fn written(w: &World) -> Taken {
+        // The fake dates authorizations (`capture_before`) and disputes by the writer's clock.
+        w.gateway.set_clock(Arc::new(w.clock.clone()));
+
+        // captured: authorized, then captured in full.
+        charged(w, 0, CaptureMethod::Manual).await;
+        let request = TakeRequest::Capture(CaptureRequest { amount: None });
+        taken(w, 0, request).await;
+
+        // canceled: authorized, then canceled (the customer asked): the charge ends failed.
+        charged(w, 1, CaptureMethod::Manual).await;
+        let request = TakeRequest::Cancel(CancelRequest {
+            reason: Some(CancellationReason::RequestedByCustomer),
+        });
+        taken(w, 1, request).await;
+        let charge = w.store.charge_of(&order(1)).await.unwrap().unwrap();
+        assert_eq!(charge.status, OperationStatus::Failed, "{charge:?}");
+
+        // disputed: paid, then 2 days later the customer's bank disputes it (needs response,
+        // evidence due in 7 days); recorded as the events function's shell records it (the
+        // plan over the record and the order's charge, then `create_beside`), with a fixed
+        // operation id.
+        let charge = charged(w, 2, CaptureMethod::Automatic).await;
+        w.advance(Duration::from_secs(2 * 86_400));
+        let now = w.clock.now();
+        let pi = charge.external_id.clone().unwrap();
+        let due_by = now.plus(Duration::from_secs(7 * 86_400));
+        let dispute = w
+            .gateway
+            .open_dispute(DISPUTE_ID, &pi, DisputeStatus::NeedsResponse, Some(due_by));
+        let key = OperationKey::of_kind(order(2), OperationKind::Dispute(dispute.id.clone()));
+        let record = w.store.get(&key).await.unwrap();
+        let charge = w.store.charge_of(&order(2)).await.unwrap();
+        let DisputeWrite::Create { mut record, on_charge } =
+            plan(record.as_ref(), charge.as_ref(), &dispute, now, &w.policy.dispute)
+        else {
+            panic!("the dispute's first record is a create");
+        };
+        record.operation_id = operation_id(2, 11);
+        let created = w
+            .store
+            .create_beside(&record, ChargeClaim::Dispute(&on_charge))
+            .await
+            .unwrap();
+        assert!(matches!(created, CreatedBeside::New(_)), "{created:?}");
+
+        let mut files: [Vec<(usize, u32, Value)>; 3] = Default::default();
+        for item in &scan(&w.dynamo, w.store.table()).await {
+            let op = charge_once::adapters::dynamodb::item::operation_from_item(item)
+                .expect("the release reads back what it wrote");
+            let Some(i) = CASES
+                .iter()
+                .position(|c| op.order_id.as_str() == format!("ord-fx-{c}"))
+            else {
+                continue;
+            };
+            let key = op.idempotency_key();
+            let at = u32::from(!op.kind.is_charge());
+            files[i].push((
+                i,
+                at,
+                json!({ "case": CASES[i], "idempotency_key": key.as_str(), "item": item_json(item) }),
+            ));
+        }
+        let [captures, cancels, disputes] = files.map(|mut f| {
+            assert_eq!(f.len(), 2, "a charge and its capture, cancel or dispute");
+            f.sort_by_key(|(i, at, _)| (*i, *at));
+            f.into_iter().map(|(.., v)| v).collect()
+        });
+        Taken {
+            captures,
+            cancels,
+            disputes,
+            messages: super::drain_orders(w).await,
+        }
     }
 }
