@@ -37,10 +37,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::dynamodb::EventRecord;
+use charge_core::{
+    domain::{ChargeParams, OrderId, Principal},
+    operation::{AuditEntry, Operation, OperationStatus},
+    outcome::PaymentIntentStatus,
+    time::{Clock, Timestamp},
+};
 use charge_once::adapters::eventbridge::EventBridgePublisher;
 use charge_once::adapters::sqs::SqsDeadLetters;
 use charge_once::telemetry::DiscardMetrics;
-use charge_core::{operation::{AuditEntry, Operation, OperationStatus}, domain::{ChargeParams, OrderId, Principal}, time::{Clock, Timestamp}, outcome::PaymentIntentStatus};
 use notify::handler::{relay, Notify};
 use serde_json::Value;
 use testkit::aws::fresh_queue;
@@ -161,11 +166,18 @@ async fn publish(
 mod refunds {
     use std::time::Duration;
 
-    use charge_once::ports::{OperationCreates, OperationLeases, OperationQueue, OperationReads, QueuedOperation};
+    use charge_core::refund::{self, request::RefundRequest, RefundStatus};
     use charge_core::store::{Claim, ClaimRequest, RefundFailedLater, ReleaseRefund};
     use charge_core::store_rules::{ChargeClaim, CreatedBeside};
-    use charge_core::refund::{self, request::RefundRequest, RefundStatus};
-    use charge_core::{domain::{Amount, OperationId, OrderId, Principal, RefundId}, time::{Clock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}, outcome::PaymentIntentStatus};
+    use charge_core::{
+        domain::{Amount, OperationId, OrderId, Principal, RefundId},
+        operation::{Lease, LeaseToken, Operation, OperationStatus},
+        outcome::PaymentIntentStatus,
+        time::{Clock, Timestamp},
+    };
+    use charge_once::ports::{
+        OperationCreates, OperationLeases, OperationQueue, OperationReads, QueuedOperation,
+    };
     use serde_json::{json, Value};
 
     use super::{Adapter, REQUESTED_BY};
@@ -406,7 +418,10 @@ async fn drain_orders(w: &World) -> Vec<Value> {
                 .get(&A::MessageDeduplicationId)
                 .cloned()
                 .expect("dedup id");
-            let case = group.strip_prefix("ord-fx-").expect("a fixture order").to_owned();
+            let case = group
+                .strip_prefix("ord-fx-")
+                .expect("a fixture order")
+                .to_owned();
             got.push((
                 group.clone(),
                 dedup.clone(),
@@ -504,7 +519,9 @@ mod attempts {
     use charge_core::store::{Created, CreatedAttempt};
     use charge_core::store_rules::{ChargeClaim, CreatedBeside};
     use charge_core::{
-        domain::{Amount, ChargeParams, OperationId, OrderId, PaymentMethodId, Principal, RefundId},
+        domain::{
+            Amount, ChargeParams, OperationId, OrderId, PaymentMethodId, Principal, RefundId,
+        },
         operation::{Operation, OperationStatus},
         time::{Clock, Timestamp},
     };
@@ -546,8 +563,11 @@ mod attempts {
     }
 
     fn operation_id(i: usize, n: u32) -> OperationId {
-        OperationId::parse(&format!("f1f1f1f1-0000-4000-8000-00000000{:02}0{n}", number(i)))
-            .unwrap()
+        OperationId::parse(&format!(
+            "f1f1f1f1-0000-4000-8000-00000000{:02}0{n}",
+            number(i)
+        ))
+        .unwrap()
     }
 
     /// What the customer asks for attempt `n`: the order's amount, currency and customer, its
@@ -564,7 +584,8 @@ mod attempts {
         w.clock.set(Timestamp::from_millis(
             T0 + (number(i) as i64 - 1) * 3 * 3600 * 1000,
         ));
-        let mut op = Adapter::operation(order(i), asked(i, 1), w.clock.now(), w.policy.pending_grace);
+        let mut op =
+            Adapter::operation(order(i), asked(i, 1), w.clock.now(), w.policy.pending_grace);
         op.operation_id = operation_id(i, 1);
         match w.store.create_if_absent(&op).await.unwrap() {
             Created::New(_) => {}
@@ -589,7 +610,8 @@ mod attempts {
         let caller = Principal::iam(REQUESTED_BY).unwrap();
         let attempts = w.store.attempts_of(&order(i)).await.unwrap();
         assert_eq!(attempts.len(), n as usize - 1, "{}", CASES[i]);
-        let request = Adapter::operation(order(i), asked(i, n), w.clock.now(), w.policy.pending_grace);
+        let request =
+            Adapter::operation(order(i), asked(i, n), w.clock.now(), w.policy.pending_grace);
         let Ok(Door::Start(mut new)) =
             attempt::decide(&attempts, &request, &caller, AttemptLimit::DEFAULT)
         else {
@@ -618,7 +640,11 @@ mod attempts {
         assert_eq!(w.execute(&op).await.status, OperationStatus::Succeeded);
         w.advance(Duration::from_secs(600));
         let charge = w.store.charge_of(&order(0)).await.unwrap().unwrap();
-        assert_eq!(charge.key(), op.key(), "the order's charge is its latest attempt");
+        assert_eq!(
+            charge.key(),
+            op.key(),
+            "the order's charge is its latest attempt"
+        );
         let request = RefundRequest {
             amount: Some(Amount::new(REFUND_AMOUNT).unwrap()),
             reason: None,
@@ -641,7 +667,10 @@ mod attempts {
             .await
             .unwrap();
         assert_eq!(created, CreatedBeside::New(refund.clone()));
-        w.queue.send(&QueuedOperation::first(&refund)).await.unwrap();
+        w.queue
+            .send(&QueuedOperation::first(&refund))
+            .await
+            .unwrap();
 
         // retry-pending: attempt 1 declined, attempt 2 asked and queued, never executed.
         let op = first(w, 1).await;
@@ -682,7 +711,11 @@ mod attempts {
             };
             let key = op.idempotency_key();
             if let Some(sent) = sent.get(&op.operation_id.to_string()) {
-                assert_eq!(sent, key.as_str(), "the key the executor sent is the derived one");
+                assert_eq!(
+                    sent,
+                    key.as_str(),
+                    "the key the executor sent is the derived one"
+                );
             }
             // Attempts first to latest, then refunds.
             let at = op.kind.attempt_no().unwrap_or(u32::MAX);
@@ -744,8 +777,11 @@ mod takes {
     }
 
     fn operation_id(i: usize, xx: u32) -> OperationId {
-        OperationId::parse(&format!("f1f1f1f1-0000-4000-8000-00000000{:02}{xx:02}", number(i)))
-            .unwrap()
+        OperationId::parse(&format!(
+            "f1f1f1f1-0000-4000-8000-00000000{:02}{xx:02}",
+            number(i)
+        ))
+        .unwrap()
     }
 
     /// Order `i`'s charge checked out and executed at `T0 + (NN - 1)·3 h`: `capture` manual is
@@ -760,7 +796,10 @@ mod takes {
         };
         let mut op = Adapter::operation(order(i), asked, w.clock.now(), w.policy.pending_grace);
         op.operation_id = operation_id(i, 1);
-        assert!(matches!(w.store.create_if_absent(&op).await.unwrap(), Created::New(_)));
+        assert!(matches!(
+            w.store.create_if_absent(&op).await.unwrap(),
+            Created::New(_)
+        ));
         w.queue.send(&QueuedOperation::first(&op)).await.unwrap();
         let after = w.execute(&op).await;
         let expected = match capture {
@@ -838,14 +877,22 @@ mod takes {
         let now = w.clock.now();
         let pi = charge.external_id.clone().unwrap();
         let due_by = now.plus(Duration::from_secs(7 * 86_400));
-        let dispute = w
-            .gateway
-            .open_dispute(DISPUTE_ID, &pi, DisputeStatus::NeedsResponse, Some(due_by));
+        let dispute =
+            w.gateway
+                .open_dispute(DISPUTE_ID, &pi, DisputeStatus::NeedsResponse, Some(due_by));
         let key = OperationKey::of_kind(order(2), OperationKind::Dispute(dispute.id.clone()));
         let record = w.store.get(&key).await.unwrap();
         let charge = w.store.charge_of(&order(2)).await.unwrap();
-        let DisputeWrite::Create { mut record, on_charge } =
-            plan(record.as_ref(), charge.as_ref(), &dispute, now, &w.policy.dispute)
+        let DisputeWrite::Create {
+            mut record,
+            on_charge,
+        } = plan(
+            record.as_ref(),
+            charge.as_ref(),
+            &dispute,
+            now,
+            &w.policy.dispute,
+        )
         else {
             panic!("the dispute's first record is a create");
         };

@@ -29,22 +29,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use charge_core::plan::Policy;
 use charge_once::adapters::dynamodb::item::operation_from_item;
 use charge_once::adapters::dynamodb::DynamoStore;
 use charge_once::adapters::sqs::SqsQueue;
 use charge_once::executor::{execute, EngineDeps};
-use charge_core::plan::Policy;
 use charge_once::memory::{FakeFault, FakeGateway};
 // Every port trait in scope, whichever of them holds `create_if_absent`, `get` and `claim` at the
 // release (one `OperationStore` until 2026-12-04, its parts `OperationReads`, `OperationCreates`,
 // `OperationLeases` from 2026-12-07 on).
+use charge_core::store::{Claim, ClaimRequest, Created};
+use charge_core::{
+    domain::{ChargeParams, OperationId, OrderId},
+    operation::{Lease, LeaseToken, Operation, OperationStatus},
+    time::{Clock, ManualClock, Timestamp},
+};
 #[allow(unused_imports)]
 use charge_once::ports::*;
-use charge_core::store::{Claim, ClaimRequest, Created};
-use charge_core::{domain::{ChargeParams, OperationId, OrderId}, time::{Clock, ManualClock, Timestamp}, operation::{Lease, LeaseToken, Operation, OperationStatus}};
+use release::Adapter;
 use serde_json::{json, Value};
 use testkit::aws::{fresh_fifo_queue, fresh_store, sdk_config};
-use release::Adapter;
 
 /// What differs between releases, implemented by `release.rs` with its release's API.
 trait Release {
@@ -225,9 +229,7 @@ impl World {
             clock: Arc::new(self.clock.clone()),
             policy: self.policy.clone(),
         };
-        execute(&deps, &op.key(), &op.operation_id)
-            .await
-            .unwrap();
+        execute(&deps, &op.key(), &op.operation_id).await.unwrap();
         self.store.get(&op.key()).await.unwrap().unwrap()
     }
 
