@@ -20,6 +20,10 @@
 # 4. the JSON files it wrote, plus release.json, replace tests/fixtures/releases/<release-name>/ of
 #    this repo (only if the run passed);
 # 5. the worktree is removed (also on failure).
+#
+# FX_WRITERS_AT=<rev> takes the writer (writers/common/*.rs and the adapter) from <rev> of this
+# repository instead of its work tree: the writer as it was when it compiled against an earlier
+# release (the README's table names that commit for each release). Nothing else changes.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -36,7 +40,17 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(git -C "$here" rev-parse --show-toplevel)"
 writer_rel="infra/release-fixtures/writers/$release.rs"
 writer="$repo/$writer_rel"
-if [ ! -f "$writer" ]; then
+writers_at="${FX_WRITERS_AT:-}"
+if [ -n "$writers_at" ]; then
+  writers_at="$(git -C "$repo" rev-parse --verify --quiet "$writers_at^{commit}")" || {
+    echo "generate: FX_WRITERS_AT is not a commit: $FX_WRITERS_AT" >&2
+    exit 2
+  }
+  if ! git -C "$repo" cat-file -e "$writers_at:$writer_rel" 2>/dev/null; then
+    echo "generate: no adapter $writer_rel at $writers_at" >&2
+    exit 2
+  fi
+elif [ ! -f "$writer" ]; then
   echo "generate: no adapter $writer_rel (copy the newest adapter and adapt it to the release's API)" >&2
   exit 2
 fi
@@ -69,8 +83,17 @@ for need in tests/Cargo.toml infra/local/with-stack.sh; do
 done
 into="$wt/tests/tests/release_fixture_writer"
 mkdir -p "$into"
-cp "$here"/writers/common/*.rs "$into/"
-cp "$writer" "$into/release.rs"
+if [ -n "$writers_at" ]; then
+  echo "generate: the writer as it was at $writers_at" >&2
+  common_rel="${here#"$repo"/}/writers/common"
+  for f in $(git -C "$repo" ls-tree --name-only "$writers_at" "$common_rel/"); do
+    case "$f" in *.rs) git -C "$repo" show "$writers_at:$f" >"$into/$(basename "$f")" ;; esac
+  done
+  git -C "$repo" show "$writers_at:$writer_rel" >"$into/release.rs"
+else
+  cp "$here"/writers/common/*.rs "$into/"
+  cp "$writer" "$into/release.rs"
+fi
 
 offline=()
 if (cd "$wt" && cargo fetch --locked --offline >/dev/null 2>&1); then
