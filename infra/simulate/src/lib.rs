@@ -26,6 +26,7 @@
 //! (`--arrival-rate`: a burst at Stripe's limit on the scheduler's timers, measured in virtual
 //! time).
 
+pub mod asks;
 pub mod auth_asks;
 pub mod auth_watch;
 mod burst_svg;
@@ -1170,8 +1171,12 @@ fn bank(args: &SimulateArgs, world: &World) -> Option<faults::Bank> {
 /// `attempt-unguarded`.
 fn door_store(args: &SimulateArgs, store: Arc<dyn OperationStore>) -> Arc<dyn OperationStore> {
     match args.mutation {
-        Some(mutations::Mutation::TakesNotFenced) => Arc::new(mutations::TakesNotFenced(store)),
-        Some(mutations::Mutation::AttemptUnguarded) => Arc::new(mutations::DoorSeesFailed(store)),
+        Some(mutations::Mutation::TakesNotFenced) => {
+            Arc::new(mutations::Bent::new(store, mutations::TakesNotFenced))
+        }
+        Some(mutations::Mutation::AttemptUnguarded) => {
+            Arc::new(mutations::Bent::new(store, mutations::DoorSeesFailed))
+        }
         _ => store,
     }
 }
@@ -1184,7 +1189,7 @@ fn dispute_store_bug(
 ) -> Arc<dyn OperationStore> {
     match args.mutation {
         Some(mutations::Mutation::DisputeUnreservedRefund) => {
-            Arc::new(mutations::DisputeLeavesCharge(store))
+            Arc::new(mutations::Bent::new(store, mutations::DisputeLeavesCharge))
         }
         _ => store,
     }
@@ -1970,7 +1975,8 @@ async fn judge_retries(
     Ok(first)
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A lock held even if a holder panicked (the counts stay readable for the report).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

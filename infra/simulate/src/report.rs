@@ -46,6 +46,7 @@
 mod authorizations;
 mod disputes;
 mod retries;
+mod section;
 pub use disputes::DisputeReport;
 pub use retries::RetryReport;
 
