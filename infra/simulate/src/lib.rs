@@ -289,7 +289,7 @@ pub struct SimulateArgs {
     /// The share of the declined orders the order service charges again through the checkout
     /// door with another card (one card that works, declined again then paid, the same card
     /// again, two cards at once, one while the first attempt is still unsettled, past the
-    /// attempt limit; half of those paid asked once more); 0 (the default): none.
+    /// attempt limit; half of those paid asked once more); 0.3 by default; 0: none.
     #[arg(long = "retries", value_name = "RATE", default_value_t = retry_asks::DEFAULT_RATE, value_parser = parse_rate)]
     pub retry_rate: f64,
 
