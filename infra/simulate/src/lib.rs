@@ -1632,6 +1632,22 @@ async fn judge_orders(
             _ => None,
         };
         judge.order(report, &order, record.as_ref(), published);
+        if judge.collects_ours() && record.as_ref().is_some_and(|r| r.latest_attempt() > 1) {
+            // The store cannot say which operations are the orders' records: the later attempts
+            // are, or their intents would be judged orphans. (The memory store says so itself,
+            // and its runs read nothing more here.)
+            let order_id = OrderId::parse(&order.order_id)?;
+            for attempt in world
+                .backing
+                .store
+                .attempts_of(&order_id)
+                .await?
+                .iter()
+                .skip(1)
+            {
+                judge.later_attempt(attempt);
+            }
+        }
         if record.as_ref().is_some_and(|r| r.latest_attempt() > 1)
             && pipeline.retries.kind_of(&order.order_id).is_none()
         {
