@@ -23,10 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
-use aws_lambda_events::encodings::Body;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde_json::Value;
+
+use crate::asks::{keep_first, picked, DoorAnswer, Tally};
+use crate::lock;
 
 /// The default share of orders checked out with `"capture": "manual"`.
 pub const DEFAULT_RATE: f64 = 0.3;
@@ -80,14 +81,7 @@ impl Fate {
 /// Order `index` of `seed`, charged `charged`: its fate if it is one of the `rate` share checked
 /// out with `"capture": "manual"`, fixed by (seed, index) whatever the interleaving.
 pub fn plan(seed: u64, index: u64, charged: i64, rate: f64) -> Option<Fate> {
-    if rate <= 0.0 {
-        return None;
-    }
-    let mut rng =
-        SmallRng::seed_from_u64(seed ^ 0xa170_0000_0000_0045 ^ index.wrapping_mul(0x9e37_79b9));
-    if !rng.random_bool(rate.min(1.0)) {
-        return None;
-    }
+    let mut rng = picked(seed, 0xa170_0000_0000_0045, index, rate)?;
     Some(match rng.random_range(0..100u32) {
         0..25 => Fate::CaptureAll,
         25..40 => Fate::CapturePart(rng.random_range(1..charged.max(2))),
@@ -144,7 +138,7 @@ pub enum Next {
 pub struct Answers {
     pub asked: AtomicU64,
     /// By kind, HTTP status and error code (`capture 202`, `cancel 409 taken`, ...).
-    by_answer: Mutex<BTreeMap<String, u64>>,
+    by_answer: Tally,
     /// (order id, kind) → the operation id of the first 2xx.
     accepted: Mutex<BTreeMap<(String, &'static str), String>>,
     /// 2xx answers naming another operation than an earlier 2xx for the same (order, kind).
@@ -155,34 +149,21 @@ impl Answers {
     /// Counts the door's answer to `ask` for `order_id` and keeps it if it accepted.
     pub fn note(&self, order_id: &str, ask: &TakeAsk, response: &ApiGatewayV2httpResponse) -> Next {
         self.asked.fetch_add(1, Ordering::Relaxed);
-        let status = response.status_code;
-        let body: Value = match &response.body {
-            Some(Body::Text(t)) => serde_json::from_str(t).unwrap_or(Value::Null),
-            _ => Value::Null,
-        };
-        let code = body["error"]["code"].as_str().unwrap_or_default();
-        let name = format!(
-            "{} {status}{}{code}",
-            ask.kind(),
-            if code.is_empty() { "" } else { " " }
-        );
-        *lock(&self.by_answer).entry(name).or_default() += 1;
-        if (200..300).contains(&status) {
-            let op = body["operation_id"].as_str().unwrap_or_default().to_owned();
-            let mut accepted = lock(&self.accepted);
+        let answer = DoorAnswer::read(response);
+        self.by_answer
+            .add(format!("{} {}", ask.kind(), answer.name()));
+        if answer.accepted() {
             let key = (order_id.to_owned(), ask.kind());
-            match accepted.get(&key) {
-                Some(first) if *first != op => {
-                    self.answer_changed.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(_) => {}
-                None => {
-                    accepted.insert(key, op);
-                }
-            }
+            keep_first(
+                &self.accepted,
+                &self.answer_changed,
+                key,
+                answer.operation_id(),
+                |a, b| a == b,
+            );
             return Next::Done;
         }
-        match (status, code) {
+        match (answer.status, answer.code.as_str()) {
             (503, _) | (409, "not_authorized_yet" | "in_flight") => Next::AskAgain,
             _ => Next::Done,
         }
@@ -190,7 +171,7 @@ impl Answers {
 
     /// The answers by kind, status and code.
     pub fn counts(&self) -> BTreeMap<String, u64> {
-        lock(&self.by_answer).clone()
+        self.by_answer.counts()
     }
 
     /// The operation the door accepted for (order, kind), if it accepted one.
@@ -205,10 +186,6 @@ impl Answers {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,15 +193,8 @@ mod tests {
     /// The plan is the seed's, every fate is drawn, and a part is less than the charge.
     #[test]
     fn plans_are_fixed_by_seed_and_index_and_draw_every_fate() {
-        let plans: Vec<Option<Fate>> = (0..2_000)
-            .map(|i| plan(7, i, 1_000 + i as i64, 0.3))
-            .collect();
-        let again: Vec<Option<Fate>> = (0..2_000)
-            .map(|i| plan(7, i, 1_000 + i as i64, 0.3))
-            .collect();
-        assert_eq!(plans, again);
-        let some = plans.iter().flatten().count();
-        assert!((500..700).contains(&some), "{some}");
+        let plans =
+            crate::asks::plans_fixed(2_000, 500..700, |i| plan(7, i, 1_000 + i as i64, 0.3));
         let names: std::collections::BTreeSet<&str> =
             plans.iter().flatten().map(Fate::name).collect();
         assert_eq!(names.len(), 6, "{names:?}");

@@ -20,12 +20,11 @@
 //! that was also asked refunds (`--refunds`) is disputed after them: the dispute takes what they
 //! left (a dispute on a partly refunded order), none if they left nothing.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
+
+use crate::asks::{picked, ByOrder};
 
 /// The default share of the orders disputed: the tests' ([`TEST_RATE`]), so `simulate --seed N`
 /// shows what becomes of disputes beside charges and refunds, and the pinned default run checks
@@ -110,14 +109,7 @@ pub struct Plan {
 /// The dispute of order `index` of `seed`, if it is one of the `rate` share disputed: fixed by
 /// (seed, index), whatever the interleaving.
 pub fn plan(seed: u64, index: u64, rate: f64) -> Option<Plan> {
-    if rate <= 0.0 {
-        return None;
-    }
-    let mut rng =
-        SmallRng::seed_from_u64(seed ^ 0xd15b_07e5_0000_0001 ^ index.wrapping_mul(0x9e37_79b9));
-    if !rng.random_bool(rate.min(1.0)) {
-        return None;
-    }
+    let mut rng = picked(seed, 0xd15b_07e5_0000_0001, index, rate)?;
     let fate = match rng.random_range(0..20u32) {
         0..=4 => Fate::Won,
         5..=8 => Fate::Lost,
@@ -148,7 +140,7 @@ pub struct Opened {
 #[derive(Debug, Default)]
 pub struct Book {
     /// By order id.
-    opened: Mutex<BTreeMap<String, Opened>>,
+    opened: ByOrder<Opened>,
     /// Orders planned a dispute whose charge never succeeded at Stripe while the bank waited, or
     /// whose refunds left nothing to dispute.
     pub not_disputable: AtomicU64,
@@ -159,28 +151,21 @@ pub struct Book {
 
 impl Book {
     pub fn note(&self, order_id: &str, opened: Opened) {
-        lock(&self.opened).insert(order_id.to_owned(), opened);
+        self.opened.put(order_id, opened);
     }
 
     /// The dispute opened on `order_id`, if any.
     pub fn of(&self, order_id: &str) -> Option<Opened> {
-        lock(&self.opened).get(order_id).cloned()
+        self.opened.of(order_id)
     }
 
     pub fn opened(&self) -> Vec<(String, Opened)> {
-        lock(&self.opened)
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        self.opened.all()
     }
 
     pub fn count(&self, what: &AtomicU64) -> u64 {
         what.load(Ordering::Relaxed)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -190,12 +175,8 @@ mod tests {
     /// The plan is the seed's, its share the rate, and every fate is drawn.
     #[test]
     fn plans_are_fixed_by_seed_and_index_and_draw_every_fate() {
-        let plans: Vec<Option<Plan>> = (0..4_000).map(|i| plan(7, i, 0.25)).collect();
-        let again: Vec<Option<Plan>> = (0..4_000).map(|i| plan(7, i, 0.25)).collect();
-        assert_eq!(plans, again);
-        let some = plans.iter().flatten().count();
-        assert!((900..1_100).contains(&some), "{some}");
-        let mut fates = BTreeMap::new();
+        let plans = crate::asks::plans_fixed(4_000, 900..1_100, |i| plan(7, i, 0.25));
+        let mut fates = std::collections::BTreeMap::new();
         for p in plans.iter().flatten() {
             *fates.entry(p.fate.name()).or_insert(0) += 1;
         }

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::lock;
+
 use async_trait::async_trait;
 use charge_core::dispute::deadline::DEFAULT_PAGE_WINDOW;
 use charge_core::dispute::StripeDispute;
@@ -104,10 +106,6 @@ impl Watch {
     pub fn first_passed(&self, id: &str) -> Option<i64> {
         lock(&self.passed).get(id).copied()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The reconciler's gateway, its dispute reads noted in [`Watch`] at the run's true time.

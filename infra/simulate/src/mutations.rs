@@ -236,24 +236,30 @@ impl UnknownIndex for EditedPages {
 
 crate::forward_store!(EditedPages, inner: SettledRecords);
 
-/// The PaymentIntent the event being delivered carries (set by the simulation's events source
-/// around each delivery), for [`TrustEventPayload`].
-#[derive(Default)]
-pub struct Claimed(Mutex<Option<PaymentIntent>>);
+/// What the event being delivered carries (set by the simulation's events source around each
+/// delivery): the PaymentIntent for [`TrustEventPayload`], the dispute for
+/// [`TrustDisputePayload`] ([`ClaimedDispute`]).
+pub struct Claimed<T = PaymentIntent>(Mutex<Option<T>>);
 
-impl Claimed {
-    pub fn set(&self, pi: Option<PaymentIntent>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = pi;
-    }
-
-    fn get(&self, id: &PaymentIntentId) -> Option<PaymentIntent> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .filter(|pi| pi.id == *id)
+impl<T> Default for Claimed<T> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
     }
 }
+
+impl<T: Clone> Claimed<T> {
+    pub fn set(&self, claimed: Option<T>) {
+        *crate::lock(&self.0) = claimed;
+    }
+
+    /// The event's copy, if it is of the object asked for.
+    fn get_if(&self, asked: impl Fn(&T) -> bool) -> Option<T> {
+        crate::lock(&self.0).clone().filter(asked)
+    }
+}
+
+/// The dispute the event being delivered carries, for [`TrustDisputePayload`].
+pub type ClaimedDispute = Claimed<charge_core::dispute::StripeDispute>;
 
 /// The events function's Stripe with `trust-event-payload`: asked for the PaymentIntent the
 /// event names, it answers with the event's own copy (status, amount, currency, metadata, mode)
@@ -278,7 +284,7 @@ impl PaymentIntents for TrustEventPayload {
         self.inner.create(req).await
     }
     async fn retrieve(&self, id: &PaymentIntentId) -> Result<PaymentIntent, GatewayError> {
-        match self.claimed.get(id) {
+        match self.claimed.get_if(|pi| pi.id == *id) {
             Some(pi) => Ok(pi),
             None => self.inner.retrieve(id).await,
         }
@@ -670,21 +676,57 @@ impl PaymentIntents for DeadlineFromCreation {
 
 impl CreatedLists for DeadlineFromCreation {}
 
-/// `takes-not-fenced`: the door's store with the fence between a capture and a cancel gone. The
-/// charge is read as if nobody took it, and a taking the charge refuses because another took
-/// it is written on its own (no claim on the charge): both go on to Stripe.
-pub struct TakesNotFenced(pub Arc<dyn OperationStore>);
+/// A mutation that bends what a store reads or writes for the door or the engine, as a wrapper
+/// ([`Bent`]): each hook answers as the wrapped store would unless the mutation changes it, so a
+/// mutation names only the rule it breaks. Every other call is handed to the wrapped store.
+#[async_trait]
+pub trait Bend: Send + Sync + 'static {
+    /// A record as `get` reads it (and the reads built on it: `charge_of`, `attempts_of`).
+    fn read(&self, op: Operation) -> Operation {
+        op
+    }
+    /// The record a create finds already there (`create_if_absent`'s `Existing`).
+    fn found(&self, op: Operation) -> Operation {
+        op
+    }
+    async fn create_beside(
+        &self,
+        store: &dyn OperationStore,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        store.create_beside(op, claim).await
+    }
+    async fn record_dispute(
+        &self,
+        store: &dyn OperationStore,
+        req: &charge_core::store::DisputeMove,
+    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
+        store.record_dispute(req).await
+    }
+}
 
-crate::forward_store!(TakesNotFenced, 0: OperationLeases, UnknownIndex, ManualResolutions);
+/// A store with a mutation's [`Bend`].
+pub struct Bent(pub Arc<dyn OperationStore>, pub Box<dyn Bend>);
+
+impl Bent {
+    pub fn new(store: Arc<dyn OperationStore>, bend: impl Bend) -> Self {
+        Self(store, Box::new(bend))
+    }
+}
+
+crate::forward_store!(
+    Bent, 0:
+    OperationLeases,
+    UnknownIndex,
+    ManualResolutions,
+    SettledRecords,
+);
 
 #[async_trait]
-impl OperationReads for TakesNotFenced {
+impl OperationReads for Bent {
     async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        let mut op = self.0.get(key).await?;
-        if let Some(charge) = op.as_mut().and_then(|o| o.params.charge_state_mut()) {
-            charge.taken_by = None;
-        }
-        Ok(op)
+        Ok(self.0.get(key).await?.map(|op| self.1.read(op)))
     }
     async fn refunds_of(
         &self,
@@ -695,30 +737,25 @@ impl OperationReads for TakesNotFenced {
 }
 
 #[async_trait]
-impl OperationCreates for TakesNotFenced {
+impl OperationCreates for Bent {
     async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.0.create_if_absent(op).await
+        Ok(match self.0.create_if_absent(op).await? {
+            Created::Existing(existing) => Created::Existing(self.1.found(existing)),
+            created => created,
+        })
     }
     async fn create_beside(
         &self,
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError> {
-        match self.0.create_beside(op, claim).await? {
-            CreatedBeside::ChargeRefused(Some((_, Guard::NotTaken))) => {
-                Ok(match self.0.create_if_absent(op).await? {
-                    Created::New(op) => CreatedBeside::New(op),
-                    Created::Existing(op) => CreatedBeside::Existing(op),
-                })
-            }
-            other => Ok(other),
-        }
+        self.1.create_beside(&*self.0, op, claim).await
     }
     async fn record_dispute(
         &self,
         req: &charge_core::store::DisputeMove,
     ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
-        self.0.record_dispute(req).await
+        self.1.record_dispute(&*self.0, req).await
     }
     async fn create_attempt(
         &self,
@@ -728,7 +765,36 @@ impl OperationCreates for TakesNotFenced {
     }
 }
 
-impl SettledRecords for TakesNotFenced {}
+/// `takes-not-fenced`: the door's store with the fence between a capture and a cancel gone. The
+/// charge is read as if nobody took it, and a taking the charge refuses because another took
+/// it is written on its own (no claim on the charge): both go on to Stripe.
+pub struct TakesNotFenced;
+
+#[async_trait]
+impl Bend for TakesNotFenced {
+    fn read(&self, mut op: Operation) -> Operation {
+        if let Some(charge) = op.params.charge_state_mut() {
+            charge.taken_by = None;
+        }
+        op
+    }
+    async fn create_beside(
+        &self,
+        store: &dyn OperationStore,
+        op: &Operation,
+        claim: ChargeClaim<'_>,
+    ) -> Result<CreatedBeside, StoreError> {
+        match store.create_beside(op, claim).await? {
+            CreatedBeside::ChargeRefused(Some((_, Guard::NotTaken))) => {
+                Ok(match store.create_if_absent(op).await? {
+                    Created::New(op) => CreatedBeside::New(op),
+                    Created::Existing(op) => CreatedBeside::Existing(op),
+                })
+            }
+            other => Ok(other),
+        }
+    }
+}
 
 /// `dispute-unreserved-refund`: a dispute's write that leaves its charge alone, as a dispute
 /// record written on its own would: the charge's side of the write ([`DisputeOnCharge`]) keeps
@@ -738,7 +804,7 @@ impl SettledRecords for TakesNotFenced {}
 /// took: a lost dispute's money is not held against the order's refunds.
 ///
 /// [`DisputeOnCharge`]: charge_core::store::DisputeOnCharge
-pub struct DisputeLeavesCharge(pub Arc<dyn OperationStore>);
+pub struct DisputeLeavesCharge;
 
 impl DisputeLeavesCharge {
     fn unclaimed(on: &charge_core::store::DisputeOnCharge) -> charge_core::store::DisputeOnCharge {
@@ -751,62 +817,30 @@ impl DisputeLeavesCharge {
     }
 }
 
-crate::forward_store!(
-    DisputeLeavesCharge, 0:
-    OperationReads,
-    OperationLeases,
-    UnknownIndex,
-    ManualResolutions,
-    SettledRecords,
-);
-
 #[async_trait]
-impl OperationCreates for DisputeLeavesCharge {
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        self.0.create_if_absent(op).await
-    }
+impl Bend for DisputeLeavesCharge {
     async fn create_beside(
         &self,
+        store: &dyn OperationStore,
         op: &Operation,
         claim: ChargeClaim<'_>,
     ) -> Result<CreatedBeside, StoreError> {
         match claim {
             ChargeClaim::Dispute(on) => {
                 let on = Self::unclaimed(on);
-                self.0.create_beside(op, ChargeClaim::Dispute(&on)).await
+                store.create_beside(op, ChargeClaim::Dispute(&on)).await
             }
-            claim => self.0.create_beside(op, claim).await,
+            claim => store.create_beside(op, claim).await,
         }
     }
     async fn record_dispute(
         &self,
+        store: &dyn OperationStore,
         req: &charge_core::store::DisputeMove,
     ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
         let mut req = req.clone();
         req.on_charge = req.on_charge.as_ref().map(Self::unclaimed);
-        self.0.record_dispute(&req).await
-    }
-}
-
-/// The dispute the event being delivered carries (set by the simulation's events source
-/// around each delivery), for [`TrustDisputePayload`].
-#[derive(Default)]
-pub struct ClaimedDispute(Mutex<Option<charge_core::dispute::StripeDispute>>);
-
-impl ClaimedDispute {
-    pub fn set(&self, dispute: Option<charge_core::dispute::StripeDispute>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = dispute;
-    }
-
-    fn get(
-        &self,
-        id: &charge_core::domain::DisputeId,
-    ) -> Option<charge_core::dispute::StripeDispute> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .filter(|d| d.id == *id)
+        store.record_dispute(&req).await
     }
 }
 
@@ -832,7 +866,7 @@ impl charge_once::ports::StripeDisputes for TrustDisputePayload {
         &self,
         id: &charge_core::domain::DisputeId,
     ) -> Result<charge_core::dispute::StripeDispute, GatewayError> {
-        match self.claimed.get(id) {
+        match self.claimed.get_if(|d| d.id == *id) {
             Some(dispute) => Ok(dispute),
             None => self.inner.retrieve_dispute(id).await,
         }
@@ -850,54 +884,17 @@ impl charge_once::ports::StripeDisputes for TrustDisputePayload {
 /// `paid`) never comes and every retry goes on to the store's write; what stops it then is the
 /// store's check of attempt n alone, which the mutation's store skips
 /// ([`crate::store::AttemptWrite::Unguarded`]). Every other read and write passed through.
-pub struct DoorSeesFailed(pub Arc<dyn OperationStore>);
+pub struct DoorSeesFailed;
 
-crate::forward_store!(DoorSeesFailed, 0: OperationLeases, UnknownIndex, ManualResolutions);
-
-#[async_trait]
-impl OperationReads for DoorSeesFailed {
-    async fn get(&self, key: &OperationKey) -> Result<Option<Operation>, StoreError> {
-        Ok(self.0.get(key).await?.map(seen_failed))
+impl Bend for DoorSeesFailed {
+    fn read(&self, op: Operation) -> Operation {
+        seen_failed(op)
     }
-    async fn refunds_of(
-        &self,
-        order_id: &charge_core::domain::OrderId,
-    ) -> Result<Vec<Operation>, StoreError> {
-        self.0.refunds_of(order_id).await
-    }
-}
-
-#[async_trait]
-impl OperationCreates for DoorSeesFailed {
     /// The order's head the checkout's create finds is read as `failed` too.
-    async fn create_if_absent(&self, op: &Operation) -> Result<Created, StoreError> {
-        Ok(match self.0.create_if_absent(op).await? {
-            Created::Existing(existing) => Created::Existing(seen_failed(existing)),
-            created => created,
-        })
-    }
-    async fn create_beside(
-        &self,
-        op: &Operation,
-        claim: ChargeClaim<'_>,
-    ) -> Result<CreatedBeside, StoreError> {
-        self.0.create_beside(op, claim).await
-    }
-    async fn record_dispute(
-        &self,
-        req: &charge_core::store::DisputeMove,
-    ) -> Result<charge_core::store::DisputeRecorded, StoreError> {
-        self.0.record_dispute(req).await
-    }
-    async fn create_attempt(
-        &self,
-        req: &charge_core::store::NewAttempt,
-    ) -> Result<charge_core::store::CreatedAttempt, StoreError> {
-        self.0.create_attempt(req).await
+    fn found(&self, op: Operation) -> Operation {
+        seen_failed(op)
     }
 }
-
-impl SettledRecords for DoorSeesFailed {}
 
 /// A charge attempt as `attempt-unguarded`'s door reads it: `failed`, whatever it is.
 fn seen_failed(mut op: Operation) -> Operation {

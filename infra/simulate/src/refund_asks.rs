@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
-use aws_lambda_events::encodings::Body;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use serde_json::Value;
+use rand::Rng;
+
+use crate::asks::{keep_first, picked, DoorAnswer, Tally};
+use crate::lock;
 
 /// The default share of orders that get refund requests.
 pub const DEFAULT_RATE: f64 = 0.3;
@@ -87,14 +87,7 @@ impl Plan {
 /// The refund requests of order `index` of `seed` charged `charged`, if it is one of the `rate`
 /// share that gets any: fixed by (seed, index), whatever the interleaving.
 pub fn plan(seed: u64, index: u64, order_id: &str, charged: i64, rate: f64) -> Option<Plan> {
-    if rate <= 0.0 {
-        return None;
-    }
-    let mut rng =
-        SmallRng::seed_from_u64(seed ^ 0x7ef0_0d5e_ed00_0001 ^ index.wrapping_mul(0x9e37_79b9));
-    if !rng.random_bool(rate.min(1.0)) {
-        return None;
-    }
+    let mut rng = picked(seed, 0x7ef0_0d5e_ed00_0001, index, rate)?;
     let ask = |id: &str, amount: Option<i64>| Ask::new(order_id, id, amount);
     let mut plan = Plan::default();
     if rng.random_bool(0.25) {
@@ -147,7 +140,7 @@ pub struct Accepted {
 pub struct Answers {
     pub asked: AtomicU64,
     /// By HTTP status and error code (`202`, `200`, `409 charge_not_succeeded`, ...).
-    by_answer: Mutex<BTreeMap<String, u64>>,
+    by_answer: Tally,
     /// (order id, refund id) → what the door answered for it; the first 2xx kept.
     accepted: Mutex<BTreeMap<(String, String), Accepted>>,
     /// 2xx answers for a refund id naming another operation than an earlier 2xx did.
@@ -158,41 +151,28 @@ impl Answers {
     /// Counts the door's answer to `ask` and keeps it if it accepted.
     pub fn note(&self, ask: &Ask, response: &ApiGatewayV2httpResponse) -> i64 {
         self.asked.fetch_add(1, Ordering::Relaxed);
-        let status = response.status_code;
-        let body: Value = match &response.body {
-            Some(Body::Text(t)) => serde_json::from_str(t).unwrap_or(Value::Null),
-            _ => Value::Null,
-        };
-        let code = body["error"]["code"].as_str().unwrap_or_default();
-        let name = if code.is_empty() {
-            status.to_string()
-        } else {
-            format!("{status} {code}")
-        };
-        *lock(&self.by_answer).entry(name).or_default() += 1;
-        if (200..300).contains(&status) {
+        let answer = DoorAnswer::read(response);
+        self.by_answer.add(answer.name());
+        if answer.accepted() {
             let answered = Accepted {
-                operation_id: body["operation_id"].as_str().unwrap_or_default().to_owned(),
-                amount: body["amount"].as_i64().unwrap_or_default(),
+                operation_id: answer.operation_id(),
+                amount: answer.body["amount"].as_i64().unwrap_or_default(),
             };
             let key = (ask.order_id.clone(), ask.refund_id.clone());
-            let mut accepted = lock(&self.accepted);
-            match accepted.get(&key) {
-                Some(first) if first.operation_id != answered.operation_id => {
-                    self.answer_changed.fetch_add(1, Ordering::Relaxed);
-                }
-                Some(_) => {}
-                None => {
-                    accepted.insert(key, answered);
-                }
-            }
+            keep_first(
+                &self.accepted,
+                &self.answer_changed,
+                key,
+                answered,
+                |a, b| a.operation_id == b.operation_id,
+            );
         }
-        status
+        answer.status
     }
 
     /// The answers by status and code.
     pub fn counts(&self) -> BTreeMap<String, u64> {
-        lock(&self.by_answer).clone()
+        self.by_answer.counts()
     }
 
     /// The refunds accepted for `order_id`, by refund id.
@@ -210,10 +190,6 @@ impl Answers {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,15 +197,9 @@ mod tests {
     /// The plan is the seed's, asks what the module says, and its racing ids exceed the charge.
     #[test]
     fn plans_are_fixed_by_seed_and_index_and_race_past_the_charge() {
-        let plans: Vec<Option<Plan>> = (0..2_000)
-            .map(|i| plan(7, i, &format!("sim-7-{i:06}"), 1_000 + i as i64, 0.3))
-            .collect();
-        let again: Vec<Option<Plan>> = (0..2_000)
-            .map(|i| plan(7, i, &format!("sim-7-{i:06}"), 1_000 + i as i64, 0.3))
-            .collect();
-        assert_eq!(plans, again);
-        let some = plans.iter().flatten().count();
-        assert!((500..700).contains(&some), "{some}");
+        let plans = crate::asks::plans_fixed(2_000, 500..700, |i| {
+            plan(7, i, &format!("sim-7-{i:06}"), 1_000 + i as i64, 0.3)
+        });
         let races = plans
             .iter()
             .flatten()

@@ -46,6 +46,7 @@
 mod authorizations;
 mod disputes;
 mod retries;
+mod section;
 pub use disputes::DisputeReport;
 pub use retries::RetryReport;
 
@@ -932,6 +933,24 @@ impl<'a> Judge<'a> {
         if op.review.is_some() && !stuck && !op.status.is_settled() && pis.only_ours {
             report.needless_reviews += 1;
             violated(report, order, "needless review");
+        }
+    }
+
+    /// Whether the judge keeps the ids of the records it judges as the orders' records (the
+    /// store cannot say which are: `--backend aws`).
+    pub fn collects_ours(&self) -> bool {
+        matches!(self.ours, Ours::Collected(_))
+    }
+
+    /// A later charge attempt of an order whose head [`Judge::order`] judged: an order's record
+    /// too, so its PaymentIntents are not orphans (the retries' judge judges it against Stripe).
+    pub fn later_attempt(&mut self, op: &Operation) {
+        let id = op.operation_id.to_string();
+        let ours = op.idempotency_key();
+        let pis = OperationsIntents::of(self.ledger, &id, op.external_id.as_deref(), ours.as_str());
+        self.succeeded_ours += pis.succeeded as u64;
+        if let Ours::Collected(set) = &mut self.ours {
+            set.insert(id);
         }
     }
 

@@ -31,6 +31,7 @@ use charge_core::outbox::Outcome;
 use charge_core::store_rules::{AUTHORIZATION_EXPIRED, CANCELED_BEFORE_SENT, CANCELED_BY_MERCHANT};
 use serde::Serialize;
 
+use super::section::{self, list, Invariant};
 use super::{violated, Report};
 use crate::auth_asks::Fate;
 use crate::driver::Order;
@@ -96,27 +97,28 @@ pub struct AuthorizationReport {
 }
 
 impl AuthorizationReport {
+    /// The invariants, in the order the report lists them.
+    fn invariants(&self) -> [Invariant; 8] {
+        [
+            (self.over_captures, "over-captures"),
+            (self.captured_and_canceled, "captured and canceled"),
+            (self.unconverged, "unconverged"),
+            (self.lapsed_unpaged, "lapsed without a page"),
+            (self.record_mismatches, "record mismatches"),
+            (self.event_mismatches, "event mismatches"),
+            (self.needless_reviews, "needless reviews"),
+            (self.answers_changed, "answers changed"),
+        ]
+    }
+
     pub fn holds(&self) -> bool {
-        self.over_captures == 0
-            && self.captured_and_canceled == 0
-            && self.unconverged == 0
-            && self.lapsed_unpaged == 0
-            && self.record_mismatches == 0
-            && self.event_mismatches == 0
-            && self.needless_reviews == 0
-            && self.answers_changed == 0
+        section::holds(&self.invariants())
     }
 
     pub(super) fn render(&self, s: &mut String) {
         if self.rate <= 0.0 {
             return;
         }
-        let list = |m: &BTreeMap<String, u64>| -> String {
-            m.iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let _ = writeln!(
             s,
             "  authorizations  rate {}: {} orders ({}); {} asked, {} accepted",
@@ -162,18 +164,7 @@ impl AuthorizationReport {
             self.pages_metric_charge,
             self.pages_metric_reconciler
         );
-        let _ = writeln!(
-            s,
-            "  take invariants over-captures {}  captured and canceled {}  unconverged {}  lapsed without a page {}  record mismatches {}  event mismatches {}  needless reviews {}  answers changed {}",
-            self.over_captures,
-            self.captured_and_canceled,
-            self.unconverged,
-            self.lapsed_unpaged,
-            self.record_mismatches,
-            self.event_mismatches,
-            self.needless_reviews,
-            self.answers_changed
-        );
+        section::render_invariants(s, "take invariants", &self.invariants());
     }
 }
 

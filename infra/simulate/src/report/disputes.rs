@@ -29,6 +29,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::section::{self, list, Invariant};
+
 /// Disputes made and judged.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DisputeReport {
@@ -87,17 +89,8 @@ pub struct DisputeReport {
 }
 
 impl DisputeReport {
-    pub fn holds(&self) -> bool {
-        self.unrecorded == 0
-            && self.mismatches == 0
-            && self.over_returned_at_stripe == 0
-            && self.over_returned_in_records == 0
-            && self.unpaged_deadlines == 0
-            && self.missing_events == 0
-    }
-
-    /// The first invariant broken, by name, for the verdict.
-    pub fn first_broken(&self) -> Option<&'static str> {
+    /// The invariants, in the order the report lists them.
+    fn invariants(&self) -> [Invariant; 6] {
         [
             (self.unrecorded, "disputes unrecorded"),
             (self.mismatches, "dispute mismatches"),
@@ -106,9 +99,15 @@ impl DisputeReport {
             (self.unpaged_deadlines, "unpaged deadlines"),
             (self.missing_events, "missing dispute events"),
         ]
-        .into_iter()
-        .find(|(n, _)| *n > 0)
-        .map(|(_, name)| name)
+    }
+
+    pub fn holds(&self) -> bool {
+        section::holds(&self.invariants())
+    }
+
+    /// The first invariant broken, by name, for the verdict.
+    pub fn first_broken(&self) -> Option<&'static str> {
+        section::first_broken(&self.invariants())
     }
 
     pub(super) fn render(&self, s: &mut String) {
@@ -116,12 +115,6 @@ impl DisputeReport {
             let _ = writeln!(s, "  disputes        off (--disputes 0)");
             return;
         }
-        let list = |m: &BTreeMap<String, u64>| {
-            m.iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let _ = writeln!(
             s,
             "  disputes        rate {}: {} opened ({}), {} not disputable, {} on partly refunded orders; at Stripe: {}; records: {}",
@@ -150,15 +143,6 @@ impl DisputeReport {
             self.paged_passed,
             self.pages_short,
         );
-        let _ = writeln!(
-            s,
-            "  dispute invariants disputes unrecorded {}  dispute mismatches {}  over-returned at stripe {}  over-returned in records {}  unpaged deadlines {}  missing dispute events {}",
-            self.unrecorded,
-            self.mismatches,
-            self.over_returned_at_stripe,
-            self.over_returned_in_records,
-            self.unpaged_deadlines,
-            self.missing_events,
-        );
+        section::render_invariants(s, "dispute invariants", &self.invariants());
     }
 }

@@ -18,6 +18,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::section::{self, list, Invariant};
+
 /// Retries asked and judged.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RetryReport {
@@ -53,15 +55,8 @@ pub struct RetryReport {
 }
 
 impl RetryReport {
-    pub fn holds(&self) -> bool {
-        self.paid_twice == 0
-            && self.attempt_while_unsettled == 0
-            && self.declined_not_canceled == 0
-            && self.two_attempts_at_once == 0
-    }
-
-    /// The first invariant broken, by name, for the verdict.
-    pub fn first_broken(&self) -> Option<&'static str> {
+    /// The invariants, in the order the report lists them.
+    fn invariants(&self) -> [Invariant; 4] {
         [
             (self.paid_twice, "paid twice"),
             (
@@ -71,9 +66,15 @@ impl RetryReport {
             (self.declined_not_canceled, "declined intent not canceled"),
             (self.two_attempts_at_once, "two attempts at once"),
         ]
-        .into_iter()
-        .find(|(n, _)| *n > 0)
-        .map(|(_, name)| name)
+    }
+
+    pub fn holds(&self) -> bool {
+        section::holds(&self.invariants())
+    }
+
+    /// The first invariant broken, by name, for the verdict.
+    pub fn first_broken(&self) -> Option<&'static str> {
+        section::first_broken(&self.invariants())
     }
 
     /// The door's answers of one status and code (`"409 attempt_in_flight"`).
@@ -90,12 +91,6 @@ impl RetryReport {
             );
             return;
         }
-        let list = |m: &BTreeMap<String, u64>| {
-            m.iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let by_attempts = self
             .orders_by_attempts
             .iter()
@@ -123,13 +118,6 @@ impl RetryReport {
             list(&self.intents_at_stripe),
             self.charged_again_unplanned,
         );
-        let _ = writeln!(
-            s,
-            "  retry invariants paid twice {}  attempt while another unsettled {}  declined intent not canceled {}  two attempts at once {}",
-            self.paid_twice,
-            self.attempt_while_unsettled,
-            self.declined_not_canceled,
-            self.two_attempts_at_once,
-        );
+        section::render_invariants(s, "retry invariants", &self.invariants());
     }
 }
