@@ -80,6 +80,27 @@ fn read(dir: &Path, file: &str) -> Option<Vec<Value>> {
     )
 }
 
+/// A fixture message (`messages.json`'s shape) as Lambda's SQS event source delivers it the
+/// first time: its body, group and deduplication id, receive count 1.
+fn delivered(i: usize, m: &Value) -> SqsMessage {
+    let mut record = SqsMessage::default();
+    record.message_id = Some(format!("fixture-{i}"));
+    record.body = m["body"].as_str().map(str::to_owned);
+    for (attr, field) in [
+        ("MessageGroupId", "group_id"),
+        ("MessageDeduplicationId", "dedup_id"),
+    ] {
+        if let Some(v) = m[field].as_str() {
+            record.attributes.insert(attr.into(), v.into());
+        }
+    }
+    record
+        .attributes
+        .insert("ApproximateReceiveCount".into(), "1".into());
+    record.event_source = Some("aws:sqs".into());
+    record
+}
+
 fn case(entry: &Value) -> String {
     entry["case"]
         .as_str()
@@ -301,22 +322,7 @@ async fn operations_settle(s: &Stack, release: &str, dir: &Path) {
         .iter()
         .enumerate()
     {
-        let mut record = SqsMessage::default();
-        record.message_id = Some(format!("fixture-{i}"));
-        record.body = m["body"].as_str().map(str::to_owned);
-        for (attr, field) in [
-            ("MessageGroupId", "group_id"),
-            ("MessageDeduplicationId", "dedup_id"),
-        ] {
-            if let Some(v) = m[field].as_str() {
-                record.attributes.insert(attr.into(), v.into());
-            }
-        }
-        record
-            .attributes
-            .insert("ApproximateReceiveCount".into(), "1".into());
-        record.event_source = Some("aws:sqs".into());
-        batch.records.push(record);
+        batch.records.push(delivered(i, m));
     }
     assert!(!batch.records.is_empty(), "{release}: no messages");
     let charge = s.charge_function();
@@ -804,22 +810,7 @@ async fn attempts_are_acted_on(s: &Stack, release: &str, dir: &Path) {
             // The refund's PaymentIntent is the release's fake Stripe's, not stripe-sim's.
             continue;
         }
-        let mut record = SqsMessage::default();
-        record.message_id = Some(format!("fixture-{i}"));
-        record.body = Some(body.to_owned());
-        for (attr, field) in [
-            ("MessageGroupId", "group_id"),
-            ("MessageDeduplicationId", "dedup_id"),
-        ] {
-            if let Some(v) = m[field].as_str() {
-                record.attributes.insert(attr.into(), v.into());
-            }
-        }
-        record
-            .attributes
-            .insert("ApproximateReceiveCount".into(), "1".into());
-        record.event_source = Some("aws:sqs".into());
-        batch.records.push(record);
+        batch.records.push(delivered(i, m));
     }
 
     // While attempt 2 (3) is pending, neither today's door nor its store starts another.
