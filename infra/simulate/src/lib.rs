@@ -1312,6 +1312,7 @@ fn reconciler_deps(
         dispute_watch: (args.mutation != Some(Mutation::NoDisputeWatch)).then(|| {
             DisputeWatchDeps {
                 cursor: ports.world.backing.dispute_cursor.clone(),
+                sleeper: pacing.sleeper(),
             }
         }),
         refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
