@@ -92,9 +92,9 @@ pub struct DisputeWatchReport {
     pub not_ours: u64,
     /// Store or Stripe failures: the span is listed again next tick (`SkippedOnError`).
     pub failures: u64,
-    /// Reads Stripe refused with 429 (each refusal, retried or not).
+    /// Reads Stripe refused with 429, each refusal, retried or not (`DisputeWatchRateLimited`).
     pub rate_limited: u64,
-    /// Of those, asked again within the tick after a backoff.
+    /// Of those, asked again within the tick after a backoff (`DisputeWatchRetried`).
     pub retried: u64,
     /// The span was not finished (time, or a failure): the cursor stays.
     pub incomplete: bool,
