@@ -24,21 +24,34 @@
 //!    again whole until one tick gets every answer. A span whose list itself is cut short
 //!    stays where it was.
 //!
+//! A read Stripe refuses with 429 (its rate limiter, which runs before anything is done) is
+//! asked again within the tick: Stripe documents 429s as safe to retry and asks for an
+//! exponential backoff (docs.stripe.com/rate-limits, "Handling limiting gracefully"). At most
+//! [`READ_RETRIES`] times per read, after [`FIRST_BACKOFF`], doubled each time, on the injected
+//! sleeper, and only while the tick's time allows the wait; each retry also takes its slot of the
+//! reconciler's share of the Stripe budget ([`crate::pacing::PacedGateway`], as every call of
+//! the reconciler does), so a burst of refusals is never a tight loop. Without it, at half of
+//! Stripe's calls refused, the span's list or one of its intent reads was refused on 85% of the
+//! ticks and the cursor fell up to 62 hours behind (the simulation, seed 3).
+//!
 //! Cost per tick: one GetItem and (when it moves) one UpdateItem for the cursor, one list request
 //! per 100 disputes created in the span; per dispute listed, one PaymentIntent retrieve, and the
-//! shell's two reads and one write the first time (its reads only after).
+//! shell's two reads and one write the first time (its reads only after); per read Stripe
+//! refused with 429, at most [`READ_RETRIES`] more.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use charge_core::audit::AuditWindow;
 use charge_core::domain::OrderId;
-use charge_core::outcome::GatewayError;
+use charge_core::outcome::{GatewayError, RetryCause};
 use charge_core::time::Timestamp;
 use tracing::{error, info, warn};
 
 use crate::executor::dispute::{record_dispute, DisputeRecordError, DisputeRecording};
 use crate::executor::EngineDeps;
-use crate::ports::DisputeWatchCursor;
+use crate::ports::{DisputeWatchCursor, Sleeper};
 use crate::telemetry::ErrorChain;
 
 /// How far behind now the span ends: a dispute Stripe is creating at this second is listed by
@@ -49,10 +62,21 @@ pub const LAG: Duration = Duration::from_secs(60);
 /// was off) catches up this much per tick rather than all at once.
 pub const MAX_SPAN: Duration = Duration::from_secs(6 * 3600);
 
-/// Where the dispute watch keeps its cursor.
+/// How many times one read (a page of the list, an intent's retrieve) Stripe refused with 429 is
+/// asked again within the tick.
+pub const READ_RETRIES: u32 = 3;
+
+/// The wait before a refused read is asked again the first time; doubled for each next time
+/// (0.25 s, 0.5 s, 1 s: under 2 s of a tick's time per read at most).
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Where the dispute watch keeps its cursor, and how it waits before asking a refused read again.
 #[derive(Clone)]
 pub struct DisputeWatchDeps {
-    pub cursor: std::sync::Arc<dyn DisputeWatchCursor>,
+    pub cursor: Arc<dyn DisputeWatchCursor>,
+    /// Production sleeps on tokio's timer ([`crate::pacing::TokioSleeper`]); a test or the
+    /// simulation on its virtual clock.
+    pub sleeper: Arc<dyn Sleeper>,
 }
 
 /// What one dispute-watch step did.
@@ -68,6 +92,10 @@ pub struct DisputeWatchReport {
     pub not_ours: u64,
     /// Store or Stripe failures: the span is listed again next tick (`SkippedOnError`).
     pub failures: u64,
+    /// Reads Stripe refused with 429, each refusal, retried or not (`DisputeWatchRateLimited`).
+    pub rate_limited: u64,
+    /// Of those, asked again within the tick after a backoff (`DisputeWatchRetried`).
+    pub retried: u64,
     /// The span was not finished (time, or a failure): the cursor stays.
     pub incomplete: bool,
     /// How far the cursor is behind now after this step (`DisputeWatchLag`).
@@ -102,6 +130,7 @@ pub async fn watch_disputes(
     let covered = if to > from {
         match list_and_record(
             deps,
+            &*watch.sleeper,
             &AuditWindow { from, to },
             remaining,
             safety,
@@ -141,6 +170,8 @@ pub async fn watch_disputes(
         unreserved = report.unreserved,
         not_ours = report.not_ours,
         failures = report.failures,
+        rate_limited = report.rate_limited,
+        retried = report.retried,
         incomplete = report.incomplete,
         lag_secs = report.lag.as_secs(),
         "dispute watch"
@@ -156,10 +187,49 @@ struct Stop {
     done_before: Option<Timestamp>,
 }
 
+/// One read, asked again after a backoff while Stripe refuses it with 429 (see the module doc):
+/// at most [`READ_RETRIES`] more times, and only while the tick has the wait and `safety` left.
+async fn read_with_retries<T, F, Fut>(
+    sleeper: &dyn Sleeper,
+    remaining: &(dyn Fn() -> Duration + Send + Sync),
+    safety: Duration,
+    report: &mut DisputeWatchReport,
+    mut read: F,
+) -> Result<T, GatewayError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, GatewayError>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut retries = 0;
+    loop {
+        match read().await {
+            Err(
+                e @ GatewayError::RetryLater {
+                    cause: RetryCause::RateLimited,
+                    ..
+                },
+            ) => {
+                report.rate_limited += 1;
+                if retries >= READ_RETRIES || remaining() < safety + backoff {
+                    return Err(e);
+                }
+                info!(error = %ErrorChain(&e), backoff_ms = backoff.as_millis() as u64, "the dispute watch's read was refused (429); asked again after the backoff");
+                report.retried += 1;
+                retries += 1;
+                sleeper.sleep(backoff).await;
+                backoff *= 2;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// Every dispute created in `window`, listed whole, then each of ours recorded, oldest first;
 /// `Err` when the span is not done, with how far it got.
 async fn list_and_record(
     deps: &EngineDeps,
+    sleeper: &dyn Sleeper,
     window: &AuditWindow,
     remaining: &(dyn Fn() -> Duration + Send + Sync),
     safety: Duration,
@@ -175,10 +245,11 @@ async fn list_and_record(
         if remaining() < safety {
             return Err(listed_short("out of time"));
         }
-        let page = match deps
-            .gateway
-            .list_disputes_created(window, after.as_deref())
-            .await
+        let page_after = after.as_deref();
+        let page = match read_with_retries(sleeper, remaining, safety, report, || {
+            deps.gateway.list_disputes_created(window, page_after)
+        })
+        .await
         {
             Ok(page) => page,
             Err(e) => {
@@ -209,7 +280,11 @@ async fn list_and_record(
             report.not_ours += 1;
             continue;
         };
-        let order_id = match deps.gateway.retrieve(intent).await {
+        let order_id = match read_with_retries(sleeper, remaining, safety, report, || {
+            deps.gateway.retrieve(intent)
+        })
+        .await
+        {
             Ok(pi) => pi.order_id.as_deref().and_then(|o| OrderId::parse(o).ok()),
             Err(e @ (GatewayError::RetryLater { .. } | GatewayError::Ambiguous { .. })) => {
                 warn!(dispute = %dispute.id, payment_intent = %intent, error = %ErrorChain(&e), "the dispute watch's retrieve of the intent got no answer");

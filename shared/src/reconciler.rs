@@ -280,6 +280,12 @@ impl TickReport {
                 &[
                     ("DisputesListed", watch.listed as f64, "Count"),
                     ("DisputeWatchLag", watch.lag.as_secs_f64(), "Seconds"),
+                    (
+                        "DisputeWatchRateLimited",
+                        watch.rate_limited as f64,
+                        "Count",
+                    ),
+                    ("DisputeWatchRetried", watch.retried as f64, "Count"),
                 ],
             ));
         }

@@ -15,13 +15,32 @@ use charge_core::operation::{OperationKey, OperationStatus};
 use charge_core::outcome::PaymentIntentStatus;
 use charge_core::plan::Policy;
 use charge_core::time::{Clock, ManualClock, Timestamp};
-use charge_once::dispute_watch::{watch_disputes, DisputeWatchDeps, LAG};
+use charge_once::dispute_watch::{
+    watch_disputes, DisputeWatchDeps, FIRST_BACKOFF, LAG, READ_RETRIES,
+};
 use charge_once::executor::{execute, EngineDeps};
 use charge_once::memory::{FakeFault, FakeGateway, MemoryStore};
-use charge_once::ports::{DisputeWatchCursor, OperationReads};
+use charge_once::ports::{DisputeWatchCursor, OperationReads, Sleeper};
 use charge_once::testing::CreateIn as _;
 
 const MINUTE: Duration = Duration::from_secs(60);
+
+/// Waiting moves the manual clock, and is counted.
+struct Waits {
+    clock: ManualClock,
+    slept: std::sync::Mutex<Vec<Duration>>,
+}
+
+impl Sleeper for Waits {
+    fn sleep(
+        &self,
+        d: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        self.slept.lock().unwrap().push(d);
+        self.clock.advance(d);
+        Box::pin(async {})
+    }
+}
 
 struct World {
     store: Arc<MemoryStore>,
@@ -29,6 +48,7 @@ struct World {
     clock: ManualClock,
     deps: EngineDeps,
     watch: DisputeWatchDeps,
+    waits: Arc<Waits>,
 }
 
 impl World {
@@ -43,10 +63,16 @@ impl World {
             clock: Arc::new(clock.clone()),
             policy: Policy::default(),
         };
+        let waits = Arc::new(Waits {
+            clock: clock.clone(),
+            slept: Default::default(),
+        });
         World {
             watch: DisputeWatchDeps {
                 cursor: store.clone(),
+                sleeper: waits.clone(),
             },
+            waits,
             store,
             gateway,
             clock,
@@ -211,15 +237,23 @@ async fn a_span_stopped_by_a_refused_read_moves_the_cursor_past_what_it_recorded
         created.push(dispute.created);
     }
     w.clock.advance(2 * MINUTE);
-    // The first retrieve (the oldest dispute's intent) answers; the second is refused.
-    w.gateway
-        .script_retrieves([None, Some(FakeFault::RateLimited)]);
+    // The first retrieve (the oldest dispute's intent) answers; the second is refused, and so is
+    // every retry of it within the tick.
+    let refusals = 1 + READ_RETRIES as usize;
+    w.gateway.script_retrieves(
+        std::iter::once(None).chain(std::iter::repeat_n(Some(FakeFault::RateLimited), refusals)),
+    );
     let retrieves = w.gateway.calls.retrieve.load(Ordering::SeqCst);
     let report = w.tick().await;
     assert_eq!(
         w.gateway.calls.retrieve.load(Ordering::SeqCst) - retrieves,
-        2,
-        "the refusal happened"
+        1 + refusals as u64,
+        "the refusals happened"
+    );
+    assert_eq!(
+        (report.rate_limited, report.retried),
+        (refusals as u64, u64::from(READ_RETRIES)),
+        "{report:?}"
     );
     assert!(report.incomplete, "{report:?}");
     assert_eq!((report.recorded, report.failures), (1, 1), "{report:?}");
@@ -268,5 +302,87 @@ async fn a_span_stopped_by_a_refused_read_moves_the_cursor_past_what_it_recorded
     assert_eq!(
         w.store.disputes_listed_through().await.unwrap(),
         Some(w.clock.now().minus(LAG))
+    );
+}
+
+/// A read Stripe refused once (429) is asked again within the tick after the first backoff, on
+/// the injected sleeper: the span is recorded whole in that tick and the cursor moves to its
+/// end. Its twins: the refusal kept through every retry stops the span at that dispute (above),
+/// and a tick with no time left for the wait does not retry: the cursor stays at the refused
+/// dispute, nothing slept.
+#[tokio::test]
+async fn a_read_refused_with_429_is_asked_again_within_the_tick() {
+    let w = World::new();
+    let pis = [w.charged("ord-rt-1").await, w.charged("ord-rt-2").await];
+    w.tick().await;
+    let mut created = Vec::new();
+    for (i, pi) in pis.iter().enumerate() {
+        w.clock.advance(MINUTE);
+        let dispute = w.gateway.open_dispute(
+            &format!("dp_rt_{}", i + 1),
+            pi,
+            DisputeStatus::NeedsResponse,
+            None,
+        );
+        created.push(dispute.created);
+    }
+    w.clock.advance(2 * MINUTE);
+    // The oldest dispute's intent read is refused once, then answered.
+    w.gateway.script_retrieves([Some(FakeFault::RateLimited)]);
+    let retrieves = w.gateway.calls.retrieve.load(Ordering::SeqCst);
+    let began = w.clock.now();
+    let report = w.tick().await;
+    assert_eq!(
+        w.gateway.calls.retrieve.load(Ordering::SeqCst) - retrieves,
+        3,
+        "the refused read, its retry and the second dispute's read"
+    );
+    assert_eq!((report.rate_limited, report.retried), (1, 1), "{report:?}");
+    assert_eq!(*w.waits.slept.lock().unwrap(), vec![FIRST_BACKOFF]);
+    assert_eq!(
+        (
+            report.listed,
+            report.recorded,
+            report.failures,
+            report.incomplete
+        ),
+        (2, 2, 0, false),
+        "{report:?}"
+    );
+    assert!(w.record("ord-rt-1", "dp_rt_1").await.is_some());
+    assert!(w.record("ord-rt-2", "dp_rt_2").await.is_some());
+    assert_eq!(
+        w.store.disputes_listed_through().await.unwrap(),
+        Some(began.minus(LAG))
+    );
+
+    // The twin: the same refusal in a tick with no time left for the wait (under a second
+    // beyond its safety) is not retried, and the span stops at the refused dispute.
+    let w = World::new();
+    let pis = [w.charged("ord-rn-1").await, w.charged("ord-rn-2").await];
+    w.tick().await;
+    let mut created = Vec::new();
+    for (i, pi) in pis.iter().enumerate() {
+        w.clock.advance(MINUTE);
+        let dispute = w.gateway.open_dispute(
+            &format!("dp_rn_{}", i + 1),
+            pi,
+            DisputeStatus::NeedsResponse,
+            None,
+        );
+        created.push(dispute.created);
+    }
+    w.clock.advance(2 * MINUTE);
+    w.gateway.script_retrieves([Some(FakeFault::RateLimited)]);
+    let safety = Duration::from_secs(1);
+    let report = watch_disputes(&w.deps, &w.watch, &|| safety + FIRST_BACKOFF / 2, safety).await;
+    assert_eq!((report.rate_limited, report.retried), (1, 0), "{report:?}");
+    assert!(w.waits.slept.lock().unwrap().is_empty());
+    assert!(report.incomplete, "{report:?}");
+    assert_eq!((report.recorded, report.failures), (0, 1), "{report:?}");
+    assert!(w.record("ord-rn-1", "dp_rn_1").await.is_none());
+    assert_eq!(
+        w.store.disputes_listed_through().await.unwrap(),
+        Some(created[0])
     );
 }

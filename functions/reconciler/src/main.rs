@@ -72,6 +72,7 @@ async fn wire() -> Result<ReconcilerFunction, Error> {
             charge_throughput: config.budget.charge_throughput(),
             dispute_watch: Some(DisputeWatchDeps {
                 cursor: cursor.clone(),
+                sleeper: Arc::new(TokioSleeper),
             }),
             refund_watch: Some(RefundWatchDeps {
                 watch: config.refund_watch,

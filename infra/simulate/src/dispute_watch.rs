@@ -50,6 +50,14 @@ pub struct Watch {
     /// mutation).
     pub reads: AtomicU64,
     pub refused: AtomicU64,
+    /// The dispute watch's reads Stripe refused with 429 (`DisputeWatchRateLimited`), those it
+    /// asked again within the tick (`DisputeWatchRetried`), and how far its cursor was behind
+    /// now after the last tick (`DisputeWatchLag`, s).
+    pub watch_rate_limited: AtomicU64,
+    pub watch_retried: AtomicU64,
+    pub watch_lag_secs: AtomicU64,
+    /// Ticks the run made at its end only because the watch was still behind.
+    pub catch_up_ticks: AtomicU64,
 }
 
 impl Watch {
@@ -93,6 +101,20 @@ impl Watch {
                 paged.entry(id).or_insert(at);
             }
         }
+    }
+
+    /// A tick's dispute watch: its 429s, its retries, its cursor's lag after it.
+    pub fn watched(&self, rate_limited: u64, retried: u64, lag_secs: u64) {
+        self.watch_rate_limited
+            .fetch_add(rate_limited, Ordering::Relaxed);
+        self.watch_retried.fetch_add(retried, Ordering::Relaxed);
+        self.watch_lag_secs.store(lag_secs, Ordering::Relaxed);
+    }
+
+    /// Whether the watch's cursor was behind after the last tick: more than its `LAG` behind
+    /// now (a span's list refused, or the clock jumped further than one tick lists).
+    pub fn behind(&self) -> bool {
+        self.watch_lag_secs.load(Ordering::Relaxed) > charge_once::dispute_watch::LAG.as_secs()
     }
 
     /// When the reconciler first read dispute `id` inside its page window, needing a response,

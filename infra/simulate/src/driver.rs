@@ -47,6 +47,10 @@ pub const TICK_EVERY: Duration = Duration::from_secs(300);
 /// How often the reconciler ticks at least while the refund watch has a late failure to read:
 /// a tick covers at most this much of settle times ([`charge_once::refund_watch::MAX_SPAN`]).
 const WATCH_TICK_EVERY: Duration = charge_once::refund_watch::MAX_SPAN;
+
+/// The most ticks the run makes at its end only because the dispute watch is behind (each lists
+/// up to 6 h of creation time, so 24 catch up six days).
+const DISPUTE_WATCH_CATCH_UP_TICKS: u64 = 24;
 /// How far virtual time moves while messages are in flight.
 const STEP: Duration = Duration::from_secs(30);
 /// The longest Stripe holds an uncaptured authorization before it cancels it.
@@ -860,6 +864,11 @@ impl Pipeline {
                     metrics.sum("DisputeDeadlineNear", &[]) as u64,
                     metrics.sum("DisputeDeadlinePassed", &[]) as u64,
                 );
+                self.dispute_watch.watched(
+                    metrics.sum("DisputeWatchRateLimited", &[]) as u64,
+                    metrics.sum("DisputeWatchRetried", &[]) as u64,
+                    metrics.sum("DisputeWatchLag", &[]) as u64,
+                );
                 counts.pages_reconciler.fetch_add(pages, Ordering::Relaxed);
                 let reconciler = [("Function", "reconciler")];
                 counts.refunds_watched.fetch_add(
@@ -1189,6 +1198,7 @@ impl Pipeline {
     /// bound.
     async fn settle(&self, mut last_tick: Timestamp, counts: &LoopCounts) -> Result<(), BoxError> {
         let mut deadline = self.settle_deadline();
+        let mut catch_up = 0;
         loop {
             self.stripe.sync_clock(&self.clock).await?;
             self.drain(counts).await?;
@@ -1201,7 +1211,14 @@ impl Pipeline {
             let watch_until = self.late_failures_watched_until();
             deadline = deadline.max(watch_until.unwrap_or(deadline));
             let watching = watch_until.is_some_and(|until| now < until);
-            if (!unsettled && !customers && !watching) || now >= deadline {
+            // So does the dispute watch still behind after the last tick (its span's list
+            // refused, or the clock jumped further than a tick lists): production's schedule
+            // ticks every 5 minutes until it is level, and so does the run, a bounded number of
+            // times (counted: the dispute watch line's catch-up ticks).
+            let watch_behind =
+                self.dispute_watch.behind() && catch_up < DISPUTE_WATCH_CATCH_UP_TICKS;
+            let only_watch = !unsettled && !customers && !watching;
+            if (only_watch && !watch_behind) || now >= deadline {
                 return Ok(());
             }
             let depth = self.source.depth().await?;
@@ -1224,6 +1241,14 @@ impl Pipeline {
                     // The watch covers at most an hour of settle times per tick: tick hourly.
                     target = target.min(last_tick.plus(WATCH_TICK_EVERY).max(now.plus(TICK_EVERY)));
                 }
+                if only_watch {
+                    // Only the dispute watch is behind: the schedule's next tick.
+                    target = target.min(
+                        last_tick
+                            .plus(TICK_EVERY)
+                            .max(now.plus(Duration::from_secs(1))),
+                    );
+                }
                 self.clock.set(target);
             } else {
                 self.clock.advance(STEP);
@@ -1235,6 +1260,12 @@ impl Pipeline {
                 self.stripe.sync_clock(&self.clock).await?;
                 self.tick(counts).await;
                 last_tick = self.clock.now();
+                if only_watch {
+                    catch_up += 1;
+                    self.dispute_watch
+                        .catch_up_ticks
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }

@@ -1312,6 +1312,7 @@ fn reconciler_deps(
         dispute_watch: (args.mutation != Some(Mutation::NoDisputeWatch)).then(|| {
             DisputeWatchDeps {
                 cursor: ports.world.backing.dispute_cursor.clone(),
+                sleeper: pacing.sleeper(),
             }
         }),
         refund_watch: (args.mutation != Some(Mutation::NoRefundWatch)).then(|| RefundWatchDeps {
@@ -2019,6 +2020,10 @@ async fn judge_disputes(
     let watch = &pipeline.dispute_watch;
     d.reconciler_reads = watch.reads.load(Ordering::Relaxed);
     d.reconciler_reads_refused = watch.refused.load(Ordering::Relaxed);
+    d.watch_rate_limited = watch.watch_rate_limited.load(Ordering::Relaxed);
+    d.watch_retried = watch.watch_retried.load(Ordering::Relaxed);
+    d.watch_lag_at_end_secs = watch.watch_lag_secs.load(Ordering::Relaxed);
+    d.watch_catch_up_ticks = watch.catch_up_ticks.load(Ordering::Relaxed);
     d.had_to_page = watch.had_to_page.load(Ordering::Relaxed);
     d.had_to_page_passed = watch.had_to_page_passed.load(Ordering::Relaxed);
     d.paged_near = watch.paged_near.load(Ordering::Relaxed);

@@ -52,6 +52,11 @@ impl Pacing {
         ))
     }
 
+    /// How the functions wait: on the virtual clock's timers (or this machine's clock).
+    pub fn sleeper(&self) -> Arc<dyn Sleeper> {
+        self.sleeper.clone()
+    }
+
     /// The budget as configured.
     pub fn budget(&self) -> StripeBudget {
         self.budget

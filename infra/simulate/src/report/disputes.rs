@@ -58,6 +58,14 @@ pub struct DisputeReport {
     pub reconciler_reads: u64,
     /// Reads the `no-dispute-reread` mutation refused.
     pub reconciler_reads_refused: u64,
+    /// The dispute watch's list and intent reads Stripe refused with 429, those it asked again
+    /// within the tick after a backoff, and how far its cursor was behind the run's end after
+    /// the last tick (s; the watch's `LAG`, 60 s, when level).
+    pub watch_rate_limited: u64,
+    pub watch_retried: u64,
+    pub watch_lag_at_end_secs: u64,
+    /// Ticks the run made at its end only because the watch was behind (at most 24).
+    pub watch_catch_up_ticks: u64,
     pub had_to_page: u64,
     /// Reads past `due_by` of a dispute still needing a response (`DisputeDeadlinePassed` due).
     pub had_to_page_passed: u64,
@@ -142,6 +150,11 @@ impl DisputeReport {
             self.paged_near,
             self.paged_passed,
             self.pages_short,
+        );
+        let _ = writeln!(
+            s,
+            "  dispute watch   {} reads refused (429), {} asked again in the tick; {} s behind at the end ({} ticks at the end to catch up)",
+            self.watch_rate_limited, self.watch_retried, self.watch_lag_at_end_secs, self.watch_catch_up_ticks,
         );
         section::render_invariants(s, "dispute invariants", &self.invariants());
     }
