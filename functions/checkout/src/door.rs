@@ -321,7 +321,7 @@ async fn again_or<D: Beside>(
 
 /// `existing` acts on another attempt of the order's charge than `charge` (the latest, as
 /// read): an earlier one's, written before the order was charged again.
-fn of_earlier_attempt(existing: &Operation, charge: &Operation) -> bool {
+pub(crate) fn of_earlier_attempt(existing: &Operation, charge: &Operation) -> bool {
     existing.charge_key() != charge.key()
 }
 

@@ -115,7 +115,7 @@ async fn capture_asked(
             Some(charge) => charge,
             None => charge.insert(door::callers_charge(deps, order_id, caller).await?),
         };
-        if earlier.params.charge_attempt() == latest.kind.attempt_no() {
+        if !door::of_earlier_attempt(&earlier, latest) {
             return Ok((kind, charge));
         }
     }
